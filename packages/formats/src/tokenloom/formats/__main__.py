@@ -1,0 +1,3 @@
+from tokenloom.formats._cli import main
+
+main(prog_name="tokenloom")

@@ -1,0 +1,176 @@
+"""The one error hierarchy every tokenloom package raises.
+
+Every error is a :class:`DataError` (itself a :class:`ValueError`), so callers can
+catch one type. Each carries the *where* (``path``, ``offset``, ``record``,
+``field``) as attributes and renders a message of the shape::
+
+    <what was found>, expected <what was expected> [in FILE at offset N, record R, field F]. <what to do>
+
+Raise the most specific subclass; never ``assert`` on input.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "ChecksumError",
+    "ConfigError",
+    "DataError",
+    "FormatError",
+    "IndexCorruptError",
+    "MissingFileError",
+    "MissingKeyError",
+    "RecordError",
+    "ResourceLimitError",
+    "ResumeMismatchError",
+    "ShapeMismatchError",
+    "TokenRangeError",
+    "TruncatedError",
+    "UnsafeFormatError",
+    "UnsafePathError",
+]
+
+
+class DataError(ValueError):
+    """Base of every tokenloom error about data, files or configuration.
+
+    Args:
+        problem: what was found (and, where useful, what was expected).
+        path: the file or directory concerned.
+        offset: the byte offset in ``path``.
+        record: the entry, line or sample number.
+        field: the header field, key or option name.
+        hint: what the user should do next.
+    """
+
+    default_hint = ""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        offset: int | None = None,
+        record: int | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.path = os.fspath(path) if path is not None else None
+        self.offset = offset
+        self.record = record
+        self.field = field
+        self.hint = hint if hint is not None else self.default_hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        if self.record is not None:
+            where.append(f"record {self.record}")
+        if self.field is not None:
+            where.append(f"field {self.field!r}")
+        message = self.problem
+        if where:
+            message += f" [{', '.join(where)}]"
+        if self.hint:
+            message += f". {self.hint}"
+        return message
+
+    def __reduce__(self):  # keep the attributes when crossing a process boundary
+        return (
+            _rebuild,
+            (type(self), self.problem, self.path, self.offset, self.record, self.field, self.hint),
+        )
+
+
+def _rebuild(cls, problem, path, offset, record, field, hint):
+    return cls(problem, path=path, offset=offset, record=record, field=field, hint=hint)
+
+
+class FormatError(DataError):
+    """The bytes are not the format they claim to be, or no reader recognises them."""
+
+    default_hint = "Check the path and --format; `tokenloom validate PATH` explains what it found"
+
+
+class TruncatedError(DataError):
+    """A file ends before the data its header or index announces."""
+
+    default_hint = "The file was cut short (an interrupted copy or write?); re-copy or re-create it"
+
+
+class IndexCorruptError(DataError):
+    """An index (offsets, sizes, document index) is inconsistent with itself or its data."""
+
+    default_hint = "Re-create the index (for tokenloom data: rerun `tokenloom tokenize`)"
+
+
+class ChecksumError(DataError):
+    """A file's content or size differs from what the manifest recorded."""
+
+    default_hint = "The file changed after it was written; restore it or re-create the dataset"
+
+
+class TokenRangeError(DataError):
+    """A token id is outside [0, vocab_size)."""
+
+    default_hint = "The data and the tokenizer/vocab size do not match; check --vocab-size or re-tokenize"
+
+
+class UnsafeFormatError(DataError):
+    """Content that would run code or do something unsafe if read naively (e.g. pickles)."""
+
+    default_hint = "tokenloom refuses to execute file contents; re-create the file with a safe writer"
+
+
+class UnsafePathError(DataError):
+    """A path that escapes the dataset root, or is a FIFO, device or other special file."""
+
+    default_hint = "Point tokenloom at regular files inside the dataset directory"
+
+
+class MissingFileError(DataError):
+    """A file the layout needs is absent (e.g. an .idx without its .bin)."""
+
+    default_hint = "Restore the missing file or re-create the dataset"
+
+
+class MissingKeyError(DataError):
+    """A key, group or field is absent from a keyed store or record."""
+
+    default_hint = "Check the key names for this training type"
+
+
+class ShapeMismatchError(DataError):
+    """Arrays that must line up (e.g. chosen vs chosen_mask) have different shapes."""
+
+    default_hint = "Re-create the store so that every key has the same segment lengths"
+
+
+class ResourceLimitError(DataError):
+    """A length field asks for more than the configured cap."""
+
+    default_hint = "If the file is genuine, raise the limit explicitly"
+
+
+class RecordError(DataError):
+    """One input record (a jsonl line, a document) is malformed."""
+
+    default_hint = "Fix the record, or pass --on-error skip to count and skip such records"
+
+
+class ConfigError(DataError):
+    """An option or configuration value is invalid."""
+
+    default_hint = "See --help for the valid values"
+
+
+class ResumeMismatchError(DataError):
+    """A saved state belongs to a different dataset, sampler or configuration."""
+
+    default_hint = "Load the state into the object it was saved from, or start afresh"

@@ -1,0 +1,1 @@
+"""tokenloom.demo: the whole flow on the built-in corpus (`tokenloom demo`)."""

@@ -1,0 +1,86 @@
+"""Each repo check catches a planted violation and passes a clean tree."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import repo_checks
+
+
+def make_package(repo: Path, name: str, deps: list[str], code: dict[str, str]) -> None:
+    root = repo / "packages" / name
+    src = root / "src" / "tokenloom" / name
+    src.mkdir(parents=True)
+    dep_list = ", ".join(f'"{d}"' for d in deps)
+    (root / "pyproject.toml").write_text(
+        f'[project]\nname = "tokenloom-{name}"\nversion = "0"\ndependencies = [{dep_list}]\n'
+        f'[tool.uv.build-backend]\nmodule-name = "tokenloom.{name}"\n'
+    )
+    (src / "__init__.py").write_text("")
+    for filename, text in code.items():
+        (src / filename).write_text(text)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "tokenloom"\nversion = "0"\n')
+    make_package(tmp_path, "base", ["numpy"], {"_impl.py": "X = 1\n"})
+    make_package(tmp_path, "upper", ["tokenloom-base>=0.1"], {"use.py": "from tokenloom.base import X\n"})
+    return tmp_path
+
+
+def test_clean_tree_passes(repo: Path) -> None:
+    assert repo_checks.run(repo) == []
+    assert repo_checks.main([str(repo)]) == 0
+
+
+def test_namespace_init_is_caught(repo: Path) -> None:
+    (repo / "packages" / "base" / "src" / "tokenloom" / "__init__.py").write_text("")
+    violations = repo_checks.run(repo)
+    assert len(violations) == 1
+    assert "PEP 420" in violations[0].message
+    assert repo_checks.main([str(repo)]) == 1
+
+
+def test_undeclared_dependency_is_caught(repo: Path) -> None:
+    (repo / "packages" / "base" / "src" / "tokenloom" / "base" / "bad.py").write_text(
+        "import tokenloom.upper\n"
+    )
+    violations = repo_checks.run(repo)
+    assert [v.line for v in violations] == [1]
+    assert "does not declare" in violations[0].message
+    assert "tokenloom-upper" in violations[0].message
+
+
+def test_private_module_import_is_caught(repo: Path) -> None:
+    (repo / "packages" / "upper" / "src" / "tokenloom" / "upper" / "peek.py").write_text(
+        "x = 1\nfrom tokenloom.base._impl import X\n"
+    )
+    violations = repo_checks.run(repo)
+    assert [v.line for v in violations] == [2]
+    assert "private module" in violations[0].message
+
+
+def test_private_module_via_from_import_is_caught(repo: Path) -> None:
+    (repo / "packages" / "upper" / "src" / "tokenloom" / "upper" / "peek.py").write_text(
+        "from tokenloom.base import _impl\n"
+    )
+    assert "private module" in repo_checks.run(repo)[0].message
+
+
+def test_unknown_tokenloom_package_is_caught(repo: Path) -> None:
+    (repo / "packages" / "upper" / "src" / "tokenloom" / "upper" / "x.py").write_text(
+        "import tokenloom.nowhere\n"
+    )
+    assert "no workspace project" in repo_checks.run(repo)[0].message
+
+
+def test_own_private_modules_are_allowed(repo: Path) -> None:
+    (repo / "packages" / "base" / "src" / "tokenloom" / "base" / "own.py").write_text(
+        "from tokenloom.base._impl import X\n"
+    )
+    assert repo_checks.run(repo) == []
