@@ -1,0 +1,1 @@
+"""tokenloom.tokenize: raw jsonl -> token shards."""

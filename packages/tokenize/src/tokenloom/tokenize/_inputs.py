@@ -1,0 +1,230 @@
+"""Input discovery and robust line reading, cut into deterministic chunks.
+
+A chunk is at most ``chunk_lines`` lines or ``chunk_bytes`` bytes of one file,
+so the same files always give the same chunks, whatever the worker count.
+Problems found while reading (an over-long line, a truncated gzip, an empty
+file) travel with the chunk as :class:`Issue` values, so they are reported in
+input order together with the problems the workers find while parsing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+import xxhash
+
+from tokenloom.formats import ConfigError, MissingFileError
+
+__all__ = [
+    "INPUT_SUFFIXES",
+    "Chunk",
+    "InputFile",
+    "Issue",
+    "IssueKind",
+    "discover_inputs",
+    "read_chunks",
+]
+
+INPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+class IssueKind(StrEnum):
+    """Why a record could not be used; the keys of the skipped-records summary."""
+
+    MALFORMED_JSON = "malformed_json"
+    NOT_AN_OBJECT = "not_an_object"
+    MISSING_FIELD = "missing_field"
+    NON_STRING_FIELD = "non_string_field"
+    INVALID_UTF8 = "invalid_utf8"
+    LINE_TOO_LONG = "line_too_long"
+    TRUNCATED_GZIP = "truncated_gzip"
+    EMPTY_FILE = "empty_file"
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One bad record: where (1-based line; 0 for a whole-file problem) and what."""
+
+    line: int
+    kind: IssueKind
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """An input file and what identifies its content for resume checks."""
+
+    path: Path
+    relative: str
+    size: int
+    mtime_ns: int
+    content_hash: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {"path": self.relative, "size": self.size, "mtime_ns": self.mtime_ns}
+        if self.content_hash is not None:
+            data["xxh3_128"] = self.content_hash
+        return data
+
+
+def _hash_file(path: Path) -> str:
+    digest = xxhash.xxh3_128()
+    with open(path, "rb") as handle:
+        while block := handle.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = False) -> list[InputFile]:
+    """Every ``.jsonl`` / ``.jsonl.gz`` regular file under ``input_dir``, recursively, sorted by path."""
+    root = Path(input_dir)
+    if not root.is_dir():
+        raise MissingFileError(
+            "input directory does not exist or is not a directory",
+            path=root,
+            hint="Pass --input-dir DIR holding .jsonl or .jsonl.gz files",
+        )
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in filenames:
+            if name.endswith(INPUT_SUFFIXES):
+                path = Path(dirpath) / name
+                if path.is_file():
+                    found.append(path)
+    found.sort(key=lambda p: p.relative_to(root).as_posix())
+    if not found:
+        raise ConfigError(
+            "no .jsonl or .jsonl.gz files under the input directory",
+            path=root,
+            field="input_dir",
+            hint="Check --input-dir; inputs are found recursively by their suffix",
+        )
+    files = []
+    for path in found:
+        stat = path.stat()
+        files.append(
+            InputFile(
+                path=path,
+                relative=path.relative_to(root).as_posix(),
+                size=stat.st_size,
+                mtime_ns=stat.st_mtime_ns,
+                content_hash=_hash_file(path) if hash_contents else None,
+            )
+        )
+    return files
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Consecutive lines of one input file, numbered from ``first_line`` (1-based).
+
+    ``lines[i]`` is line ``first_line + i`` without its newline, or None when the
+    reader already rejected it (its Issue is in ``issues``).
+    """
+
+    index: int
+    file_index: int
+    path: str
+    first_line: int
+    lines: list[bytes | None] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+    num_bytes: int = 0
+
+
+def _open(path: Path):
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+
+
+def _too_long(line_number: int, size: int, cap: int) -> Issue:
+    return Issue(
+        line_number,
+        IssueKind.LINE_TOO_LONG,
+        f"line has {size} bytes, over the cap of {cap} (raise it with --max-line-bytes if the record is genuine)",
+    )
+
+
+def _read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[bytes | None, Issue | None, int]]:
+    """(line or None, issue or None, raw byte count) for each line of one file.
+
+    A last line without a newline is held back until the end of the stream is
+    confirmed, so a truncated gzip is reported as such, not as a broken record.
+    """
+    line_number = 0
+    pending: tuple[bytes | None, Issue | None, int] | None = None
+    try:
+        with _open(path) as handle:
+            while True:
+                raw = handle.readline(max_line_bytes + 1)
+                if not raw:
+                    break
+                if pending is not None:
+                    yield pending
+                    pending = None
+                line_number += 1
+                size = len(raw)
+                if size > max_line_bytes and not (size == max_line_bytes + 1 and raw.endswith(b"\n")):
+                    while not raw.endswith(b"\n"):
+                        raw = handle.readline(1 << 20)
+                        if not raw:
+                            break
+                        size += len(raw)
+                    yield None, _too_long(line_number, size, max_line_bytes), size
+                    continue
+                if raw.endswith(b"\n"):
+                    yield raw[:-2] if raw.endswith(b"\r\n") else raw[:-1], None, size
+                else:
+                    pending = (raw, None, size)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        line = line_number if pending is not None else line_number + 1
+        message = (
+            f"the gzip stream is truncated or corrupt at line {line} ({exc}); "
+            "the rest of the file cannot be read"
+        )
+        yield None, Issue(line, IssueKind.TRUNCATED_GZIP, message), 0
+        return
+    if pending is not None:
+        yield pending
+    if line_number == 0:
+        yield None, Issue(0, IssueKind.EMPTY_FILE, "the file holds no lines (an empty input file)"), 0
+
+
+def read_chunks(
+    files: list[InputFile],
+    *,
+    chunk_lines: int,
+    chunk_bytes: int,
+    max_line_bytes: int,
+    start_chunk: int = 0,
+) -> Iterator[Chunk]:
+    """Chunks of every file in order, numbered from 0; those before ``start_chunk`` are read but not yielded.
+
+    Chunk boundaries depend only on the file contents and the three limits.
+    """
+    index = 0
+    for file_index, info in enumerate(files):
+        chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=1)
+        for line, issue, size in _read_lines(info.path, max_line_bytes):
+            if issue is not None:
+                chunk.issues.append(issue)
+            if issue is None or issue.line > 0:
+                chunk.lines.append(line)
+            chunk.num_bytes += size
+            if len(chunk.lines) >= chunk_lines or chunk.num_bytes >= chunk_bytes:
+                if index >= start_chunk:
+                    yield chunk
+                index += 1
+                next_line = chunk.first_line + len(chunk.lines)
+                chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=next_line)
+        if chunk.lines or chunk.issues:
+            if index >= start_chunk:
+                yield chunk
+            index += 1

@@ -1,0 +1,151 @@
+"""Worker side: one chunk of raw lines -> windowed, EOD-terminated token entries.
+
+Runs in worker processes (or in the parent with ``num_workers=0``). Everything
+it receives and returns is plain data, so it pickles cheaply; the tokenizer is
+loaded lazily, once per process.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from tokenloom.formats import TokenRangeError
+from tokenloom.tokenize import _tokenizer
+from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
+from tokenloom.tokenize._tokenizer import TokenizerInfo
+from tokenloom.tokenize.windowing import window_documents
+
+__all__ = ["ChunkResult", "EncodeSettings", "describe_tokenizer", "encode_chunk"]
+
+
+@dataclass(frozen=True, slots=True)
+class EncodeSettings:
+    """What a worker needs to turn lines into entries."""
+
+    tokenizer: str
+    text_field: tuple[str, ...]
+    eod_id: int
+    vocab_size: int
+    max_length: int | None
+    overlap_size: int
+    dtype: str
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """The entries of one chunk, in line order, and the chunk's bad records."""
+
+    index: int
+    file_index: int
+    tokens: npt.NDArray[np.integer]
+    lengths: npt.NDArray[np.int64]
+    overlap_prefix: npt.NDArray[np.uint16]
+    documents: int
+    issues: list[Issue]
+    num_bytes: int
+    max_token_id: int
+
+
+def describe_tokenizer(name_or_path: str) -> TokenizerInfo:
+    """Load the tokenizer in this (worker) process and report its EOS id and vocab size."""
+    return _tokenizer.load(name_or_path).info()
+
+
+def _text_of(line: bytes, text_field: tuple[str, ...], line_number: int) -> str | Issue:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as utf8_exc:
+            return Issue(
+                line_number,
+                IssueKind.INVALID_UTF8,
+                f"the line is not valid UTF-8 (byte {utf8_exc.start}: {utf8_exc.reason})",
+            )
+        if not line.strip():
+            return Issue(line_number, IssueKind.MALFORMED_JSON, "the line is blank, expected a JSON object")
+        return Issue(line_number, IssueKind.MALFORMED_JSON, f"the line is not valid JSON ({exc})")
+    if not isinstance(record, dict):
+        return Issue(
+            line_number,
+            IssueKind.NOT_AN_OBJECT,
+            f"the line is a JSON {type(record).__name__}, expected an object",
+        )
+    value: object = record
+    for depth, key in enumerate(text_field):
+        if not isinstance(value, dict) or key not in value:
+            path = ".".join(text_field[: depth + 1])
+            return Issue(
+                line_number,
+                IssueKind.MISSING_FIELD,
+                f"the record has no field {path!r} (looking for --text-field {'.'.join(text_field)!r})",
+            )
+        value = value[key]
+    if not isinstance(value, str):
+        return Issue(
+            line_number,
+            IssueKind.NON_STRING_FIELD,
+            f"field {'.'.join(text_field)!r} is a JSON {type(value).__name__}, expected a string",
+        )
+    return value
+
+
+def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
+    """Parse, encode and window one chunk; bad records become Issues, in line order."""
+    issues = list(chunk.issues)
+    texts: list[str] = []
+    text_lines: list[int] = []
+    for offset, line in enumerate(chunk.lines):
+        if line is None:
+            continue
+        text = _text_of(line, settings.text_field, chunk.first_line + offset)
+        if isinstance(text, Issue):
+            issues.append(text)
+        else:
+            texts.append(text)
+            text_lines.append(chunk.first_line + offset)
+    issues.sort(key=lambda issue: issue.line)
+    dtype = np.dtype(settings.dtype)
+    if texts:
+        ids = _tokenizer.load(settings.tokenizer).encode_batch(texts)
+        doc_lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        total = int(doc_lengths.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=total)
+    else:
+        doc_lengths = np.zeros(0, dtype=np.int64)
+        flat = np.zeros(0, dtype=np.int64)
+    max_token_id = int(flat.max()) if len(flat) else -1
+    if max_token_id >= settings.vocab_size:
+        first_bad = int(np.argmax(flat >= settings.vocab_size))
+        doc = int(np.searchsorted(np.cumsum(doc_lengths), first_bad, side="right"))
+        raise TokenRangeError(
+            f"the tokenizer produced id {int(flat[first_bad])}, outside [0, {settings.vocab_size})",
+            path=chunk.path,
+            record=text_lines[doc],
+            hint="The tokenizer's vocabulary size is inconsistent with its ids; check the tokenizer files",
+        )
+    entries = window_documents(
+        flat,
+        doc_lengths,
+        eod_id=settings.eod_id,
+        max_length=settings.max_length,
+        overlap_size=settings.overlap_size,
+        dtype=dtype,
+    )
+    return ChunkResult(
+        index=chunk.index,
+        file_index=chunk.file_index,
+        tokens=entries.tokens,
+        lengths=entries.lengths,
+        overlap_prefix=entries.overlap_prefix,
+        documents=len(texts),
+        issues=issues,
+        num_bytes=chunk.num_bytes,
+        max_token_id=max_token_id,
+    )
