@@ -113,9 +113,7 @@ def check_imports(repo: Path) -> list[Violation]:
                 rel = path.relative_to(repo)
                 if target is None:
                     violations.append(
-                        Violation(
-                            rel, line, f"imports 'tokenloom.{parts[1]}', which no workspace project provides"
-                        )
+                        Violation(rel, line, f"imports 'tokenloom.{parts[1]}', which no workspace project provides")
                     )
                     continue
                 if target.distribution == project.distribution:
@@ -138,9 +136,7 @@ def check_imports(repo: Path) -> list[Violation]:
                             "import what its __init__ exports instead",
                         )
                     )
-    unique = {
-        (v.path, v.line, v.message.split(" ", 1)[0] + str(v.message.count("private"))): v for v in violations
-    }
+    unique = {(v.path, v.line, v.message.split(" ", 1)[0] + str(v.message.count("private"))): v for v in violations}
     return list(unique.values())
 
 

@@ -47,9 +47,7 @@ def test_namespace_init_is_caught(repo: Path) -> None:
 
 
 def test_undeclared_dependency_is_caught(repo: Path) -> None:
-    (repo / "packages" / "base" / "src" / "tokenloom" / "base" / "bad.py").write_text(
-        "import tokenloom.upper\n"
-    )
+    (repo / "packages" / "base" / "src" / "tokenloom" / "base" / "bad.py").write_text("import tokenloom.upper\n")
     violations = repo_checks.run(repo)
     assert [v.line for v in violations] == [1]
     assert "does not declare" in violations[0].message
@@ -73,9 +71,7 @@ def test_private_module_via_from_import_is_caught(repo: Path) -> None:
 
 
 def test_unknown_tokenloom_package_is_caught(repo: Path) -> None:
-    (repo / "packages" / "upper" / "src" / "tokenloom" / "upper" / "x.py").write_text(
-        "import tokenloom.nowhere\n"
-    )
+    (repo / "packages" / "upper" / "src" / "tokenloom" / "upper" / "x.py").write_text("import tokenloom.nowhere\n")
     assert "no workspace project" in repo_checks.run(repo)[0].message
 
 

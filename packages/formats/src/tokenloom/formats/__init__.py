@@ -7,7 +7,39 @@ This package also owns what every tokenloom package shares: the error hierarchy
 (:mod:`tokenloom.formats.errors`) and the ``tokenloom`` command.
 """
 
+from tokenloom.formats import _native
+from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
+from tokenloom.formats._manifest import (
+    MANIFEST_NAME,
+    FileEntry,
+    Manifest,
+    describe_files,
+    file_checksum,
+    read_manifest,
+    write_manifest,
+)
+from tokenloom.formats._native import (
+    WRITING_MARKER,
+    NativeShardWriter,
+    NativeWriter,
+    open_native,
+    prepare_output_dir,
+    read_native_shard,
+)
 from tokenloom.formats._optional import require
+from tokenloom.formats._paths import safe_file
+from tokenloom.formats._registry import (
+    FormatSpec,
+    Validate,
+    available_formats,
+    detect_format,
+    open_dataset,
+    open_writer,
+    register_format,
+)
+from tokenloom.formats._writer import TokenWriter, check_tokens
 from tokenloom.formats.errors import (
     ChecksumError,
     ConfigError,
@@ -26,7 +58,48 @@ from tokenloom.formats.errors import (
     UnsafePathError,
 )
 
+register_format(
+    FormatSpec(
+        name="native",
+        description="tokenloom/GPT-Simple .bin + .idx shards with manifest.json",
+        detect=_native.is_native,
+        open=open_native,
+        writer=NativeWriter,
+    )
+)
+
 __all__ = [
+    "MANIFEST_NAME",
+    "TOKEN_DTYPES",
+    "WRITING_MARKER",
+    "FileEntry",
+    "FormatSpec",
+    "Manifest",
+    "NativeShardWriter",
+    "NativeWriter",
+    "Shard",
+    "TokenDataset",
+    "TokenWriter",
+    "Validate",
+    "as_token_dtype",
+    "atomic_file",
+    "atomic_write_bytes",
+    "available_formats",
+    "check_tokens",
+    "describe_files",
+    "detect_format",
+    "file_checksum",
+    "fsync_dir",
+    "open_dataset",
+    "open_native",
+    "open_writer",
+    "prepare_output_dir",
+    "read_manifest",
+    "read_native_shard",
+    "register_format",
+    "safe_file",
+    "smallest_dtype_for_vocab",
+    "write_manifest",
     "ChecksumError",
     "ConfigError",
     "DataError",

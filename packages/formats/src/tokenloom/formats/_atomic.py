@@ -1,0 +1,55 @@
+"""Crash-safe writing: temp name, flush + fsync, ``os.replace``, fsync of the directory.
+
+A reader never sees a half-written file under its final name: either the old
+state or the complete new file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["TMP_SUFFIX", "atomic_file", "atomic_write_bytes", "fsync_dir"]
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or unlink inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open ``path.tmp`` for binary writing; on success publish it as ``path``.
+
+    On an exception the temp file is removed and ``path`` is left untouched.
+    """
+    final = Path(path)
+    tmp = final.with_name(final.name + TMP_SUFFIX)
+    handle = open(tmp, "wb")  # noqa: SIM115 - closed below on every path
+    try:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
+        handle.close()
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    except BaseException:
+        handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` crash-safely."""
+    with atomic_file(path) as handle:
+        handle.write(data)

@@ -1,0 +1,221 @@
+"""TokenDataset: the one read-side view every format opens into.
+
+A dataset is a list of shards. A shard is a contiguous run of tokens in one file
+(``tokens_path`` at ``tokens_offset`` bytes) plus its entry boundaries
+(``offsets``, int64, starting at 0 and ending at the shard's token count) and a
+per-entry overlap prefix (uint16). Every format reader (native, flat, Megatron,
+packed) validates its own bytes and then builds shards; everything above this
+module is format-blind.
+
+Token data is memory-mapped lazily, once per process: pickling a dataset (for a
+DataLoader worker) copies paths and the small index arrays, never tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
+
+__all__ = ["Shard", "TokenDataset"]
+
+
+@dataclass(eq=False)
+class Shard:
+    """One file's tokens and entry boundaries (already validated by its reader)."""
+
+    tokens_path: Path
+    dtype: np.dtype
+    num_tokens: int
+    offsets: np.ndarray  # int64, len(entries) + 1, offsets[0] == 0, offsets[-1] == num_tokens
+    overlap_prefix: np.ndarray  # uint16, one per entry
+    tokens_offset: int = 0  # byte offset of the first token in tokens_path
+    name: str = ""
+    _tokens: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def num_entries(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The shard's tokens as a read-only 1-D array over a memory map (opened on first use)."""
+        if self._tokens is None:
+            self._tokens = map_tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
+        return self._tokens
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_tokens"] = None  # reopened lazily in the receiving process
+        return state
+
+
+def map_tokens(path: Path, dtype: np.dtype, byte_offset: int, count: int) -> np.ndarray:
+    """A read-only zero-copy array of ``count`` tokens of ``dtype`` at ``byte_offset`` in ``path``."""
+    if count == 0:
+        return np.empty(0, dtype=dtype)
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    # A plain ndarray over the mmap slices faster than np.memmap (no subclass overhead).
+    return np.frombuffer(mapped, dtype=dtype, count=count, offset=byte_offset)
+
+
+class TokenDataset:
+    """Entries (documents or windows) over one or more shards, addressed globally.
+
+    ``ds[i]`` is a zero-copy view of entry ``i``; ``ds.tokens(begin, end)`` a range
+    of the global token stream (shards concatenated in order).
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Shard],
+        *,
+        format: str,
+        root: str | os.PathLike[str],
+        eos_id: int | None = None,
+        vocab_size: int | None = None,
+        fingerprint: str | None = None,
+        tokenizer_fingerprint: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        if not shards:
+            raise ConfigError("a dataset needs at least one shard", path=root)
+        dtypes = {s.dtype for s in shards}
+        if len(dtypes) != 1:
+            raise ConfigError(
+                f"shards have different dtypes {sorted(d.name for d in dtypes)}, expected one",
+                path=root,
+                hint="Convert the shards to one dtype",
+            )
+        self.shards = list(shards)
+        self.format = format
+        self.root = Path(root)
+        self.eos_id = eos_id
+        self.vocab_size = vocab_size
+        self.fingerprint = fingerprint
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        self.metadata = dict(metadata or {})
+        self.dtype: np.dtype = shards[0].dtype
+        entry_counts = np.array([s.num_entries for s in self.shards], dtype=np.int64)
+        token_counts = np.array([s.num_tokens for s in self.shards], dtype=np.int64)
+        self.shard_num_tokens = token_counts
+        self.shard_num_entries = entry_counts
+        self._entry_starts = [0, *np.cumsum(entry_counts).tolist()]  # python ints: fast bisect
+        self._token_starts = np.concatenate([[0], np.cumsum(token_counts)]).astype(np.int64)
+        self.num_tokens = int(self._token_starts[-1])
+        self._length = int(self._entry_starts[-1])
+        self._doc_lengths: np.ndarray | None = None
+        self._overlap: np.ndarray | None = None
+
+    # -- the reading contract -------------------------------------------------------
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"entry {index} out of range for a dataset of {self._length} entries")
+        k = bisect.bisect_right(self._entry_starts, index) - 1
+        shard = self.shards[k]
+        local = index - self._entry_starts[k]
+        offsets = shard.offsets
+        return shard.tokens[offsets[local] : offsets[local + 1]]
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def doc_lengths(self) -> np.ndarray:
+        """Length of every entry, int64."""
+        if self._doc_lengths is None:
+            self._doc_lengths = np.concatenate([np.diff(s.offsets) for s in self.shards]).astype(np.int64)
+        return self._doc_lengths
+
+    @property
+    def overlap_prefix(self) -> np.ndarray:
+        """Overlap-prefix length of every entry, uint16 (zeros where the format has none)."""
+        if self._overlap is None:
+            self._overlap = np.concatenate([s.overlap_prefix for s in self.shards]).astype(np.uint16)
+        return self._overlap
+
+    def shard_tokens(self, k: int) -> np.ndarray:
+        """All tokens of shard ``k`` (zero-copy)."""
+        return self.shards[k].tokens
+
+    def tokens(self, begin: int, end: int) -> np.ndarray:
+        """Tokens ``[begin, end)`` of the global stream: a view inside one shard, a copy across shards."""
+        if not 0 <= begin <= end <= self.num_tokens:
+            raise IndexError(f"token range [{begin}, {end}) outside [0, {self.num_tokens}]")
+        starts = self._token_starts
+        first = int(np.searchsorted(starts, begin, side="right")) - 1
+        first = min(first, len(self.shards) - 1)
+        local_begin = begin - int(starts[first])
+        if end - int(starts[first]) <= self.shards[first].num_tokens:
+            return self.shards[first].tokens[local_begin : end - int(starts[first])]
+        parts = []
+        k = first
+        while begin < end:
+            shard_end = int(starts[k + 1])
+            take_end = min(end, shard_end)
+            parts.append(self.shards[k].tokens[begin - int(starts[k]) : take_end - int(starts[k])])
+            begin = take_end
+            k += 1
+        return np.concatenate(parts)
+
+    # -- validation shared by the readers --------------------------------------------
+    def check_token_range(self, *, chunk_tokens: int = 1 << 24) -> None:
+        """Raise TokenRangeError at the first token id >= vocab_size (or negative)."""
+        if self.vocab_size is None:
+            return
+        for shard in self.shards:
+            tokens = shard.tokens
+            for start in range(0, shard.num_tokens, chunk_tokens):
+                chunk = tokens[start : start + chunk_tokens]
+                bad = (chunk >= self.vocab_size) | (chunk < 0) if chunk.dtype.kind == "i" else None
+                if bad is None:
+                    bad = chunk >= self.vocab_size
+                if bad.any():
+                    position = start + int(np.argmax(bad))
+                    raise TokenRangeError(
+                        f"token id {int(tokens[position])} outside [0, {self.vocab_size})",
+                        path=shard.tokens_path,
+                        offset=shard.tokens_offset + position * shard.dtype.itemsize,
+                        record=int(np.searchsorted(shard.offsets, position, side="right")) - 1,
+                    )
+
+    def check_eos_placement(self) -> None:
+        """Raise FormatError at the first non-empty entry that does not end with ``eos_id``."""
+        if self.eos_id is None:
+            return
+        for shard in self.shards:
+            ends = shard.offsets[1:]
+            non_empty = np.flatnonzero(ends > shard.offsets[:-1])
+            if len(non_empty) == 0:
+                continue
+            last_tokens = shard.tokens[ends[non_empty] - 1]
+            wrong = np.flatnonzero(last_tokens != self.eos_id)
+            if len(wrong):
+                entry = int(non_empty[wrong[0]])
+                raise FormatError(
+                    f"entry ends with token {int(last_tokens[wrong[0]])}, expected the EOS id {self.eos_id}",
+                    path=shard.tokens_path,
+                    record=entry,
+                    hint="The data was not written with this EOS id; check --eos-id or re-tokenize",
+                )
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenDataset(format={self.format!r}, root={str(self.root)!r}, shards={self.num_shards}, "
+            f"entries={len(self)}, tokens={self.num_tokens}, dtype={self.dtype.name})"
+        )

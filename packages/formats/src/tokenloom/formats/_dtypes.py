@@ -1,0 +1,39 @@
+"""The token dtypes tokenloom stores, and the code tables of the formats that name them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tokenloom.formats.errors import ConfigError
+
+__all__ = ["TOKEN_DTYPES", "as_token_dtype", "smallest_dtype_for_vocab"]
+
+#: dtypes allowed for token ids, by name.
+TOKEN_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(name).newbyteorder("<") for name in ("uint8", "uint16", "uint32", "int32", "int64")
+}
+
+
+def as_token_dtype(value: object, *, field: str = "dtype") -> np.dtype:
+    """Normalise ``value`` (a name, numpy dtype or type) to a little-endian token dtype."""
+    try:
+        dtype = np.dtype(value)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ConfigError(f"{value!r} is not a dtype, expected one of {sorted(TOKEN_DTYPES)}", field=field) from exc
+    if dtype.name not in TOKEN_DTYPES:
+        raise ConfigError(
+            f"dtype {dtype.name!r} cannot hold token ids, expected one of {sorted(TOKEN_DTYPES)}",
+            field=field,
+        )
+    return TOKEN_DTYPES[dtype.name]
+
+
+def smallest_dtype_for_vocab(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits (vocab_size <= 65,536), otherwise uint32."""
+    if vocab_size < 1:
+        raise ConfigError(f"vocab_size is {vocab_size}, expected >= 1", field="vocab_size")
+    if vocab_size <= 1 << 16:
+        return TOKEN_DTYPES["uint16"]
+    if vocab_size <= 1 << 32:
+        return TOKEN_DTYPES["uint32"]
+    return TOKEN_DTYPES["int64"]

@@ -1,0 +1,227 @@
+"""manifest.json: the self-checking list of what a complete dataset holds.
+
+Written last by every writer, so its presence means "complete". It records the
+format, dtype, vocab size, EOS id, tokenizer fingerprint, token and document
+counts, every file with its byte size and xxh3-128 checksum, free-form
+``metadata`` (the settings that produced the data), and a ``checksum`` of the
+manifest's own canonical content, so a flipped byte in the manifest is caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import xxhash
+
+from tokenloom.formats._atomic import atomic_write_bytes
+from tokenloom.formats._paths import safe_file
+from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileError
+
+__all__ = [
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "FileEntry",
+    "Manifest",
+    "describe_files",
+    "file_checksum",
+    "read_manifest",
+    "write_manifest",
+]
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+_CHUNK = 8 << 20
+
+
+def file_checksum(path: str | os.PathLike[str]) -> str:
+    """xxh3-128 of a file's bytes, hex."""
+    digest = xxhash.xxh3_128()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _canonical(payload: dict[str, Any]) -> bytes:
+    return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """A file of the dataset, relative to its root."""
+
+    name: str
+    bytes: int
+    xxh3_128: str
+    role: str = "data"  # "data" (large, checked in deep mode) or "index" (small, checked always)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "xxh3_128": self.xxh3_128, "role": self.role}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """The content of manifest.json (see the module docstring)."""
+
+    format: str
+    dtype: str
+    num_tokens: int
+    num_documents: int
+    files: tuple[FileEntry, ...]
+    vocab_size: int | None = None
+    eos_id: int | None = None
+    tokenizer_fingerprint: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    checksum: str = ""
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "manifest_version": MANIFEST_VERSION,
+            "format": self.format,
+            "dtype": self.dtype,
+            "num_tokens": self.num_tokens,
+            "num_documents": self.num_documents,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "files": [f.to_json() for f in self.files],
+            "metadata": self.metadata,
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable id of this dataset's content (the manifest's own checksum)."""
+        return self.checksum or xxhash.xxh3_128(_canonical(self.payload())).hexdigest()
+
+    def file(self, name: str) -> FileEntry:
+        for entry in self.files:
+            if entry.name == name:
+                return entry
+        raise MissingFileError(f"{name} is not listed in the manifest", field="files")
+
+    def verify(self, root: Path, *, deep: bool) -> None:
+        """Sizes of every file; checksums of index files always and of data files when ``deep``."""
+        for entry in self.files:
+            path = root / entry.name
+            if not path.exists() and not path.is_symlink():
+                raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=path)
+            safe_file(root, path)
+            size = path.stat().st_size
+            if size != entry.bytes:
+                raise ChecksumError(
+                    f"{entry.name} has {size} bytes, the manifest recorded {entry.bytes}",
+                    path=path,
+                    field="bytes",
+                )
+            if (deep or entry.role == "index") and file_checksum(path) != entry.xxh3_128:
+                raise ChecksumError(
+                    f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
+                    path=path,
+                    field="xxh3_128",
+                )
+
+
+def describe_files(root: Path, names_and_roles: Iterable[tuple[str, str]]) -> tuple[FileEntry, ...]:
+    """FileEntry for each (name, role), measuring size and checksum from disk."""
+    return tuple(
+        FileEntry(name=name, bytes=(root / name).stat().st_size, xxh3_128=file_checksum(root / name), role=role)
+        for name, role in names_and_roles
+    )
+
+
+def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> Manifest:
+    """Write ``manifest.json`` crash-safely (call it last); returns it with its checksum."""
+    payload = manifest.payload()
+    checksum = xxhash.xxh3_128(_canonical(payload)).hexdigest()
+    payload["checksum"] = checksum
+    atomic_write_bytes(Path(root) / MANIFEST_NAME, orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    return dataclasses.replace(manifest, checksum=checksum)
+
+
+def _expect(payload: dict[str, Any], key: str, kinds: tuple[type, ...], path: Path) -> Any:
+    if key not in payload:
+        raise FormatError(f"manifest has no {key!r}", path=path, field=key)
+    value = payload[key]
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        raise FormatError(
+            f"manifest field {key!r} is {type(value).__name__}, expected {'/'.join(k.__name__ for k in kinds)}",
+            path=path,
+            field=key,
+        )
+    return value
+
+
+def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """Parse and self-check ``root/manifest.json``."""
+    path = Path(root) / MANIFEST_NAME
+    if not path.is_file():
+        raise MissingFileError(f"no {MANIFEST_NAME}", path=path)
+    raw = path.read_bytes()
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise FormatError(f"manifest is not valid JSON ({exc})", path=path) from exc
+    if not isinstance(payload, dict):
+        raise FormatError("manifest is not a JSON object", path=path)
+    version = _expect(payload, "manifest_version", (int,), path)
+    if version != MANIFEST_VERSION:
+        raise FormatError(
+            f"manifest version {version}, expected {MANIFEST_VERSION}",
+            path=path,
+            field="manifest_version",
+            hint="Upgrade tokenloom-formats or re-create the dataset",
+        )
+    recorded = _expect(payload, "checksum", (str,), path)
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    actual = xxhash.xxh3_128(_canonical(body)).hexdigest()
+    if actual != recorded:
+        raise ChecksumError(
+            f"manifest content checksum is {actual}, the manifest records {recorded}",
+            path=path,
+            field="checksum",
+            hint="The manifest was edited or damaged; restore it or re-create the dataset",
+        )
+    files = []
+    for i, item in enumerate(_expect(payload, "files", (list,), path)):
+        if not isinstance(item, dict):
+            raise FormatError("manifest file entry is not an object", path=path, record=i, field="files")
+        files.append(
+            FileEntry(
+                name=_expect(item, "name", (str,), path),
+                bytes=_expect(item, "bytes", (int,), path),
+                xxh3_128=_expect(item, "xxh3_128", (str,), path),
+                role=_expect(item, "role", (str,), path),
+            )
+        )
+        if "/" in files[-1].name or files[-1].name in ("", ".", ".."):
+            raise FormatError(f"manifest lists a file outside the dataset: {files[-1].name!r}", path=path)
+    vocab = payload.get("vocab_size")
+    eos = payload.get("eos_id")
+    tok = payload.get("tokenizer_fingerprint")
+    metadata = payload.get("metadata", {})
+    for key, value, kinds in (
+        ("vocab_size", vocab, (int,)),
+        ("eos_id", eos, (int,)),
+        ("tokenizer_fingerprint", tok, (str,)),
+        ("metadata", metadata, (dict,)),
+    ):
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            raise FormatError(f"manifest field {key!r} has type {type(value).__name__}", path=path, field=key)
+    return Manifest(
+        format=_expect(payload, "format", (str,), path),
+        dtype=_expect(payload, "dtype", (str,), path),
+        num_tokens=_expect(payload, "num_tokens", (int,), path),
+        num_documents=_expect(payload, "num_documents", (int,), path),
+        files=tuple(files),
+        vocab_size=vocab,
+        eos_id=eos,
+        tokenizer_fingerprint=tok,
+        metadata=metadata,
+        checksum=recorded,
+    )

@@ -1,0 +1,426 @@
+"""The native format: GPTS ``.bin`` + ``.idx`` shard pairs and a manifest.
+
+``.bin``: the tokens of every entry, concatenated, little-endian, of the dtype
+named in the header. ``.idx`` (all little-endian)::
+
+    offset  size            field
+    0       4               magic b"GPTS"
+    4       2   uint16      version (1)
+    6       2   uint16      dtype code (1 uint8, 2 uint16, 3 uint32, 4 int32, 5 int64)
+    8       8   uint64      entry count n
+    16      8*(n+1) int64   token offsets: 0, end of entry 0, ..., total token count
+    16+8(n+1) 2*n uint16    overlap-prefix length of each entry
+
+so an .idx is exactly ``16 + 8 * (n + 1) + 2 * n`` bytes. A dataset directory
+holds ``shard_NNNNN.bin`` / ``.idx`` pairs and ``manifest.json`` (written last).
+While a writer runs, the marker ``.tokenloom-writing`` exists; a reader refuses a
+directory that has it (an interrupted write) or that lacks a manifest (unless
+asked to validate deeply).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dtypes import as_token_dtype
+from tokenloom.formats._manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    describe_files,
+    read_manifest,
+    write_manifest,
+)
+from tokenloom.formats._paths import safe_file
+from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats.errors import (
+    ConfigError,
+    FormatError,
+    IndexCorruptError,
+    MissingFileError,
+    TruncatedError,
+)
+
+__all__ = [
+    "NATIVE_MAGIC",
+    "WRITING_MARKER",
+    "NativeShardWriter",
+    "NativeWriter",
+    "is_native",
+    "open_native",
+    "read_native_shard",
+]
+
+log = logging.getLogger("tokenloom.formats")
+
+NATIVE_MAGIC = b"GPTS"
+NATIVE_VERSION = 1
+WRITING_MARKER = ".tokenloom-writing"
+_HEADER = struct.Struct("<4sHHQ")
+DTYPE_CODES = {1: "uint8", 2: "uint16", 3: "uint32", 4: "int32", 5: "int64"}
+CODE_OF_DTYPE = {name: code for code, name in DTYPE_CODES.items()}
+
+
+def idx_size(count: int) -> int:
+    return _HEADER.size + 8 * (count + 1) + 2 * count
+
+
+class NativeShardWriter:
+    """Writes one ``stem.bin`` / ``stem.idx`` pair; both appear only on ``close``.
+
+    The .bin is published before the .idx, so a crash between the two leaves a
+    .bin without .idx, which readers reject (MissingFileError) and writers overwrite.
+    """
+
+    def __init__(self, directory: Path, stem: str, dtype: np.dtype) -> None:
+        self.directory = directory
+        self.stem = stem
+        self.dtype = dtype
+        self.bin_path = directory / f"{stem}.bin"
+        self.idx_path = directory / f"{stem}.idx"
+        self._bin_tmp = directory / f"{stem}.bin{TMP_SUFFIX}"
+        self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in close/abort
+        self._lengths: list[np.ndarray] = []
+        self._overlaps: list[np.ndarray] = []
+        self.num_tokens = 0
+
+    def write(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).tobytes())
+        self._lengths.append(lengths.astype(np.int64))
+        self._overlaps.append(overlaps.astype("<u2"))
+        self.num_tokens += len(tokens)
+
+    @property
+    def num_entries(self) -> int:
+        return sum(len(x) for x in self._lengths)
+
+    def close(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, np.int64)
+        overlaps = np.concatenate(self._overlaps) if self._overlaps else np.empty(0, "<u2")
+        offsets = np.zeros(len(lengths) + 1, dtype="<i8")
+        np.cumsum(lengths, out=offsets[1:])
+        header = _HEADER.pack(NATIVE_MAGIC, NATIVE_VERSION, CODE_OF_DTYPE[self.dtype.name], len(lengths))
+        os.replace(self._bin_tmp, self.bin_path)
+        atomic_write_bytes(self.idx_path, header + offsets.tobytes() + overlaps.astype("<u2").tobytes())
+        fsync_dir(self.directory)
+
+    def abort(self) -> None:
+        self._handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._bin_tmp.unlink()
+
+
+class NativeWriter(TokenWriter):
+    """A native dataset directory: shards of about ``shard_size_tokens`` tokens, manifest last.
+
+    Args:
+        path: the dataset directory (created; must be empty unless ``overwrite``).
+        shard_size_tokens: start a new shard once a shard holds at least this many
+            tokens (entries are never split across shards). None: one shard.
+        tokenizer_fingerprint: recorded in the manifest, checked by resumes.
+        metadata: settings that produced the data, recorded in the manifest.
+    """
+
+    format = "native"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+        shard_size_tokens: int | None = None,
+        tokenizer_fingerprint: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        if shard_size_tokens is not None and shard_size_tokens < 1:
+            raise ConfigError(f"shard_size_tokens is {shard_size_tokens}, expected >= 1", field="shard_size_tokens")
+        self.shard_size_tokens = shard_size_tokens
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        self.metadata = dict(metadata or {})
+        prepare_output_dir(self.path, overwrite=overwrite)
+        (self.path / WRITING_MARKER).write_bytes(b"")
+        fsync_dir(self.path)
+        self._stems: list[str] = []
+        self._current: NativeShardWriter | None = None
+
+    def _shard(self) -> NativeShardWriter:
+        if self._current is None:
+            stem = f"shard_{len(self._stems):05d}"
+            self._current = NativeShardWriter(self.path, stem, self.dtype)
+            self._stems.append(stem)
+        return self._current
+
+    def _finish_shard(self) -> None:
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+
+    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if self.shard_size_tokens is None:
+            self._shard().write(tokens, lengths, overlaps)
+            return
+        ends = np.cumsum(lengths)
+        begin_entry = 0
+        while begin_entry < len(lengths):
+            shard = self._shard()
+            room = self.shard_size_tokens - shard.num_tokens
+            base = int(ends[begin_entry - 1]) if begin_entry else 0
+            # take entries while the shard is below its target size (at least one entry)
+            stop = int(np.searchsorted(ends, base + room, side="left")) + 1
+            stop = max(begin_entry + 1, min(stop, len(lengths)))
+            token_end = int(ends[stop - 1])
+            shard.write(tokens[base:token_end], lengths[begin_entry:stop], overlaps[begin_entry:stop])
+            begin_entry = stop
+            if shard.num_tokens >= self.shard_size_tokens:
+                self._finish_shard()
+
+    def _commit(self) -> None:
+        if self._current is None and not self._stems:
+            self._shard()  # an empty dataset still has one (empty) shard
+        self._finish_shard()
+        names = []
+        for stem in self._stems:
+            names += [(f"{stem}.idx", "index"), (f"{stem}.bin", "data")]
+        manifest = Manifest(
+            format="native",
+            dtype=self.dtype.name,
+            num_tokens=self.num_tokens,
+            num_documents=self.num_documents,
+            files=describe_files(self.path, names),
+            vocab_size=self.vocab_size,
+            eos_id=self.eos_id,
+            tokenizer_fingerprint=self.tokenizer_fingerprint,
+            metadata=self.metadata,
+        )
+        write_manifest(self.path, manifest)
+        (self.path / WRITING_MARKER).unlink()
+        fsync_dir(self.path)
+
+    def _abort(self) -> None:
+        if self._current is not None:
+            self._current.abort()
+            self._current = None
+        for stem in self._stems:
+            for suffix in (".bin", ".idx"):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.path / f"{stem}{suffix}").unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (self.path / WRITING_MARKER).unlink()
+
+
+def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
+    """Create ``path``; refuse a non-empty one unless ``overwrite`` (then clear its files)."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{path} exists and is not a directory", path=path)
+    path.mkdir(parents=True, exist_ok=True)
+    existing = [p for p in path.iterdir()]
+    if existing and not overwrite:
+        raise ConfigError(
+            f"output directory is not empty ({len(existing)} entries)",
+            path=path,
+            hint="Choose an empty directory or pass overwrite=True (--overwrite)",
+        )
+    for entry in existing:
+        if entry.is_dir() and not entry.is_symlink():
+            raise ConfigError(
+                f"refusing to overwrite: {entry.name} is a directory", path=path, hint="Remove it by hand"
+            )
+        entry.unlink()
+
+
+def read_native_shard(root: Path, stem: str, *, dtype_hint: np.dtype | None = None) -> Shard:
+    """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard."""
+    idx_path = root / f"{stem}.idx"
+    bin_path = root / f"{stem}.bin"
+    if not idx_path.exists() and not idx_path.is_symlink():
+        raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
+    if not bin_path.exists() and not bin_path.is_symlink():
+        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
+    safe_file(root, idx_path)
+    safe_file(root, bin_path)
+    raw = idx_path.read_bytes()
+    if len(raw) < _HEADER.size:
+        raise TruncatedError(f"index has {len(raw)} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path)
+    magic, version, code, count = _HEADER.unpack_from(raw)
+    if magic != NATIVE_MAGIC:
+        raise FormatError(f"magic {magic!r}, expected {NATIVE_MAGIC!r}", path=idx_path, offset=0, field="magic")
+    if version != NATIVE_VERSION:
+        raise FormatError(
+            f"version {version}, expected {NATIVE_VERSION}",
+            path=idx_path,
+            offset=4,
+            field="version",
+            hint="Upgrade tokenloom-formats or re-create the dataset",
+        )
+    if code not in DTYPE_CODES:
+        raise FormatError(f"dtype code {code}, expected one of {DTYPE_CODES}", path=idx_path, offset=6, field="dtype")
+    dtype = as_token_dtype(DTYPE_CODES[code])
+    if dtype_hint is not None and dtype != dtype_hint:
+        raise FormatError(
+            f"shard dtype {dtype.name} differs from the dataset's {dtype_hint.name}",
+            path=idx_path,
+            field="dtype",
+        )
+    expected = idx_size(count)
+    if len(raw) != expected:
+        cls = TruncatedError if len(raw) < expected else IndexCorruptError
+        raise cls(
+            f"entry count {count} implies an index of {expected} bytes, the file has {len(raw)}",
+            path=idx_path,
+            offset=8,
+            field="count",
+        )
+    offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=_HEADER.size).astype(np.int64)
+    overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=_HEADER.size + 8 * (count + 1))
+    bin_size = bin_path.stat().st_size
+    if bin_size % dtype.itemsize:
+        raise TruncatedError(
+            f"data file has {bin_size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
+            path=bin_path,
+        )
+    num_tokens = bin_size // dtype.itemsize
+    validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
+    return Shard(
+        tokens_path=bin_path,
+        dtype=dtype,
+        num_tokens=num_tokens,
+        offsets=offsets,
+        overlap_prefix=overlaps.astype(np.uint16),
+        name=stem,
+    )
+
+
+def validate_offsets(
+    offsets: np.ndarray, overlaps: np.ndarray, num_tokens: int, *, idx_path: Path, bin_path: Path
+) -> None:
+    """Offsets start at 0, never decrease, end at the data's token count; overlaps fit their entries."""
+    if offsets[0] != 0:
+        raise IndexCorruptError(
+            f"first offset is {int(offsets[0])}, expected 0",
+            path=idx_path,
+            offset=_HEADER.size,
+            field="offsets",
+        )
+    steps = np.diff(offsets)
+    if len(steps) and steps.min() < 0:
+        i = int(np.argmax(steps < 0))
+        raise IndexCorruptError(
+            f"offsets decrease ({int(offsets[i])} then {int(offsets[i + 1])}), expected non-decreasing",
+            path=idx_path,
+            offset=_HEADER.size + 8 * (i + 1),
+            record=i,
+            field="offsets",
+        )
+    if offsets[-1] != num_tokens:
+        cls = TruncatedError if offsets[-1] > num_tokens else IndexCorruptError
+        raise cls(
+            f"final offset {int(offsets[-1])} differs from the data file's {num_tokens} tokens",
+            path=bin_path if offsets[-1] > num_tokens else idx_path,
+            field="offsets",
+        )
+    if len(overlaps):
+        bad = (overlaps.astype(np.int64) >= steps) & (overlaps > 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise IndexCorruptError(
+                f"overlap prefix {int(overlaps[i])} is not shorter than its entry of {int(steps[i])} tokens",
+                path=idx_path,
+                record=i,
+                field="overlap_prefix",
+            )
+
+
+def is_native(path: Path) -> bool:
+    """A directory with a native manifest, or with .idx files that start with the GPTS magic."""
+    if not path.is_dir():
+        return False
+    manifest = path / MANIFEST_NAME
+    if manifest.is_file():
+        try:
+            return b'"format":"native"' in manifest.read_bytes().replace(b" ", b"")
+        except OSError:
+            return False
+    for idx in sorted(path.glob("*.idx"))[:1]:
+        with open(idx, "rb") as handle:
+            return handle.read(4) == NATIVE_MAGIC
+    return (path / WRITING_MARKER).exists()
+
+
+def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None) -> TokenDataset:
+    """Open a native dataset directory (see the module docstring for the checks)."""
+    root = Path(path)
+    if (root / WRITING_MARKER).exists():
+        raise FormatError(
+            f"{WRITING_MARKER} is present: a writer did not finish (killed or still running)",
+            path=root,
+            hint="Wait for the writer, or rerun the command that writes this dataset",
+        )
+    dtype_hint = as_token_dtype(dtype) if dtype is not None else None
+    manifest: Manifest | None = None
+    if (root / MANIFEST_NAME).exists():
+        safe_file(root, root / MANIFEST_NAME)
+        manifest = read_manifest(root)
+        if validate != "none":
+            manifest.verify(root, deep=validate == "deep")
+        stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
+        manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
+        if dtype_hint is not None and dtype_hint != manifest_dtype:
+            raise ConfigError(
+                f"dtype {dtype_hint.name} was asked for, the manifest records {manifest_dtype.name}",
+                path=root,
+                field="dtype",
+            )
+        dtype_hint = manifest_dtype
+    else:
+        if validate != "deep":
+            raise MissingFileError(
+                f"no {MANIFEST_NAME}: the dataset is incomplete or was not written by tokenloom",
+                path=root,
+                hint="Rerun the writer, or open with validate='deep' to accept the shards after full validation",
+            )
+        log.warning("opening %s without a manifest, after full validation", root)
+        stems = sorted(p.name[:-4] for p in root.glob("*.idx"))
+        orphans = sorted(p.name for p in root.glob("*.bin") if not (root / (p.name[:-4] + ".idx")).exists())
+        if orphans:
+            raise MissingFileError(f"{orphans[0]} has no .idx", path=root / orphans[0])
+        if not stems:
+            raise FormatError("no .idx files", path=root)
+    shards = [read_native_shard(root, stem, dtype_hint=dtype_hint) for stem in stems]
+    if manifest is not None:
+        tokens = sum(s.num_tokens for s in shards)
+        documents = sum(s.num_entries for s in shards)
+        if (tokens, documents) != (manifest.num_tokens, manifest.num_documents):
+            raise IndexCorruptError(
+                f"shards hold {tokens} tokens in {documents} entries, the manifest records "
+                f"{manifest.num_tokens} in {manifest.num_documents}",
+                path=root / MANIFEST_NAME,
+            )
+    dataset = TokenDataset(
+        shards,
+        format="native",
+        root=root,
+        eos_id=manifest.eos_id if manifest else None,
+        vocab_size=manifest.vocab_size if manifest else None,
+        fingerprint=manifest.fingerprint if manifest else None,
+        tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
+        metadata=manifest.metadata if manifest else None,
+    )
+    if validate == "deep":
+        dataset.check_token_range()
+        dataset.check_eos_placement()
+    return dataset

@@ -1,0 +1,124 @@
+"""Name -> format registry: detection, opening and writing by format name.
+
+Each format module registers a :class:`FormatSpec` when imported (see
+``__init__``). ``detect_format`` asks every detector; exactly one must say yes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
+
+__all__ = [
+    "FormatSpec",
+    "Validate",
+    "available_formats",
+    "detect_format",
+    "open_dataset",
+    "open_writer",
+    "register_format",
+]
+
+
+class Validate(StrEnum):
+    """How much ``open_dataset`` checks before returning."""
+
+    NONE = "none"  # trust the files (sizes are still read)
+    FAST = "fast"  # headers, sizes, offsets, manifest (and index-file checksums)
+    DEEP = "deep"  # also every checksum, token ids < vocab size, EOS placement
+
+
+@dataclass(frozen=True, slots=True)
+class FormatSpec:
+    """A token format tokenloom can read (and usually write)."""
+
+    name: str
+    description: str
+    detect: Callable[[Path], bool]
+    open: Callable[..., TokenDataset]  # open(path, *, validate, dtype, **options)
+    writer: Callable[..., TokenWriter] | None = None  # writer(path, *, dtype, vocab_size, eos_id, **options)
+
+
+_FORMATS: dict[str, FormatSpec] = {}
+
+
+def register_format(spec: FormatSpec) -> None:
+    """Add (or replace) a format under ``spec.name``."""
+    _FORMATS[spec.name] = spec
+
+
+def available_formats() -> dict[str, FormatSpec]:
+    """Registered formats by name."""
+    return dict(_FORMATS)
+
+
+def _spec(name: str) -> FormatSpec:
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise ConfigError(f"unknown format {name!r}, expected one of {sorted(_FORMATS)}", field="format") from None
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The one registered format that recognises ``path``, or FormatError listing what was tried."""
+    target = Path(path)
+    if not target.exists() and not any(target.parent.glob(target.name + ".*")):
+        raise MissingFileError(f"{target} does not exist", path=target)
+    matches = [name for name, spec in _FORMATS.items() if spec.detect(target)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise FormatError(
+            f"no reader recognises this layout (tried {', '.join(sorted(_FORMATS))})",
+            path=target,
+            hint="Pass format=... (--format) if you know it; `tokenloom validate PATH` shows what was found",
+        )
+    raise FormatError(
+        f"the layout is ambiguous: it could be {' or '.join(sorted(matches))}",
+        path=target,
+        hint="Pass format=... (--format) to choose",
+    )
+
+
+def open_dataset(
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    dtype: Any = None,
+    validate: str = "fast",
+    **options: Any,
+) -> TokenDataset:
+    """Open any token dataset tokenloom reads; see :class:`Validate` for ``validate``."""
+    try:
+        level = Validate(validate)
+    except ValueError:
+        raise ConfigError(
+            f"validate={validate!r}, expected one of {[v.value for v in Validate]}", field="validate"
+        ) from None
+    name = format or detect_format(path)
+    return _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
+
+
+def open_writer(
+    path: str | os.PathLike[str],
+    *,
+    format: str = "native",
+    dtype: Any,
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+    **options: Any,
+) -> TokenWriter:
+    """A crash-safe writer for ``format``: use as a context manager, ``add`` entries."""
+    spec = _spec(format)
+    if spec.writer is None:
+        writable = sorted(name for name, s in _FORMATS.items() if s.writer is not None)
+        raise ConfigError(f"format {format!r} is read-only here, writable: {writable}", field="format")
+    return spec.writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)

@@ -1,0 +1,148 @@
+"""The one shape every token writer has: a context manager with ``add`` / ``add_batch``.
+
+Subclasses implement ``_write_batch`` (validated tokens in), ``_commit`` (publish,
+manifest last) and ``_abort`` (remove everything not yet published). Token ids
+are checked against the vocab size and the dtype's range at write time, always.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+
+from tokenloom.formats._dtypes import as_token_dtype
+from tokenloom.formats.errors import ConfigError, TokenRangeError
+
+__all__ = ["TokenWriter", "check_tokens"]
+
+MAX_OVERLAP_PREFIX = np.iinfo(np.uint16).max
+
+
+def check_tokens(tokens: np.ndarray, dtype: np.dtype, vocab_size: int | None, *, path: Path, record: int) -> np.ndarray:
+    """``tokens`` as a 1-D array of ``dtype``, or TokenRangeError naming the first bad id."""
+    array = np.asarray(tokens)
+    if array.ndim != 1:
+        raise ConfigError(f"tokens have shape {array.shape}, expected 1-D", path=path, record=record)
+    if array.size == 0:
+        return array.astype(dtype)
+    if array.dtype.kind not in "iu":
+        raise ConfigError(
+            f"tokens have dtype {array.dtype}, expected integers", path=path, record=record, field="tokens"
+        )
+    limit = int(np.iinfo(dtype).max) + 1
+    if vocab_size is not None:
+        limit = min(limit, vocab_size)
+    low, high = int(array.min()), int(array.max())
+    if low < 0 or high >= limit:
+        bad = low if low < 0 else high
+        position = int(np.argmax(array == bad))
+        raise TokenRangeError(
+            f"token id {bad} at position {position} outside [0, {limit})"
+            + ("" if vocab_size is None else f" (vocab_size {vocab_size}, dtype {dtype.name})"),
+            path=path,
+            record=record,
+        )
+    return array.astype(dtype, copy=False)
+
+
+class TokenWriter:
+    """Base of every writer: validates input, counts, and publishes on a clean exit."""
+
+    format = ""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.dtype = as_token_dtype(dtype)
+        if vocab_size is not None and vocab_size < 1:
+            raise ConfigError(f"vocab_size is {vocab_size}, expected >= 1", field="vocab_size")
+        if eos_id is not None and not 0 <= eos_id < (vocab_size or np.iinfo(self.dtype).max + 1):
+            raise ConfigError(f"eos_id {eos_id} is outside the vocabulary", field="eos_id")
+        self.vocab_size = vocab_size
+        self.eos_id = eos_id
+        self.num_documents = 0
+        self.num_tokens = 0
+        self._closed = False
+
+    # -- public API ------------------------------------------------------------------
+    def add(self, tokens: Any, overlap_prefix: int = 0) -> None:
+        """Append one entry; ``overlap_prefix`` tokens at its start repeat the previous entry's end."""
+        array = check_tokens(tokens, self.dtype, self.vocab_size, path=self.path, record=self.num_documents)
+        self._add_checked(array, np.array([len(array)], dtype=np.int64), np.array([overlap_prefix]))
+
+    def add_batch(self, tokens: Any, lengths: Any, overlap_prefix: Any = None) -> None:
+        """Append ``len(lengths)`` entries whose tokens are concatenated in ``tokens``."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        array = check_tokens(tokens, self.dtype, self.vocab_size, path=self.path, record=self.num_documents)
+        if lengths.ndim != 1 or (lengths < 0).any() or int(lengths.sum()) != len(array):
+            raise ConfigError(
+                f"lengths sum to {int(lengths.sum())} but {len(array)} tokens were given",
+                path=self.path,
+                record=self.num_documents,
+                field="lengths",
+            )
+        overlaps = np.zeros(len(lengths), np.int64) if overlap_prefix is None else np.asarray(overlap_prefix)
+        self._add_checked(array, lengths, overlaps)
+
+    def close(self) -> None:
+        """Publish the data (manifest last). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._commit()
+
+    def abort(self) -> None:
+        """Remove everything written that was not yet published."""
+        if not self._closed:
+            self._closed = True
+            self._abort()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- for subclasses ----------------------------------------------------------------
+    def _add_checked(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if self._closed:
+            raise ConfigError("the writer is closed", path=self.path)
+        overlaps = np.asarray(overlaps, dtype=np.int64)
+        if overlaps.shape != lengths.shape:
+            raise ConfigError("one overlap_prefix per entry expected", path=self.path, field="overlap_prefix")
+        bad = (overlaps < 0) | (overlaps > MAX_OVERLAP_PREFIX) | ((overlaps >= lengths) & (overlaps > 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError(
+                f"overlap_prefix {int(overlaps[i])} for an entry of {int(lengths[i])} tokens, "
+                "expected 0 <= overlap_prefix < entry length (and <= 65535)",
+                path=self.path,
+                record=self.num_documents + i,
+                field="overlap_prefix",
+            )
+        self._write_batch(tokens, lengths, overlaps.astype(np.uint16))
+        self.num_documents += len(lengths)
+        self.num_tokens += len(tokens)
+
+    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _commit(self) -> None:
+        raise NotImplementedError
+
+    def _abort(self) -> None:
+        raise NotImplementedError
