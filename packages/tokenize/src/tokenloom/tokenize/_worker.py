@@ -8,6 +8,9 @@ loaded lazily, once per process.
 from __future__ import annotations
 
 import itertools
+import os
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +23,7 @@ from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo
 from tokenloom.tokenize.windowing import window_documents
 
-__all__ = ["ChunkResult", "EncodeSettings", "describe_tokenizer", "encode_chunk"]
+__all__ = ["ChunkResult", "EncodeSettings", "describe_tokenizer", "encode_chunk", "init_worker"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +152,23 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         num_bytes=chunk.num_bytes,
         max_token_id=max_token_id,
     )
+
+
+def init_worker(rayon_threads: int) -> None:
+    """Worker initializer: size the tokenizer's thread pool; exit if the parent dies.
+
+    Runs before any tokenizer is loaded in this process, so the environment
+    variables take effect. A parent killed with SIGKILL cannot stop its workers;
+    the watchdog makes them exit within a second instead of lingering.
+    """
+    os.environ["RAYON_NUM_THREADS"] = str(rayon_threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if rayon_threads > 1 else "false"
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="tokenloom-parent-watchdog", daemon=True).start()

@@ -1,0 +1,118 @@
+"""The settings of one tokenize run, validated up front."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from tokenloom.formats import ConfigError
+from tokenloom.tokenize.windowing import validate_window
+
+__all__ = ["SUPPORTED_FORMATS", "OnError", "TokenizeConfig", "default_num_workers"]
+
+#: Output formats this pipeline writes with shard-level resume.
+SUPPORTED_FORMATS = ("native",)
+
+
+class OnError(StrEnum):
+    """What a bad input record does."""
+
+    RAISE = "raise"
+    """Stop with RecordError(file, line); publish nothing."""
+    SKIP = "skip"
+    """Count it by kind, report the counts at the end, and go on."""
+
+
+def default_num_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokenizeConfig:
+    """Everything ``tokenloom tokenize`` takes; the CLI options map one to one."""
+
+    input_dir: Path
+    """Directory searched recursively for ``.jsonl`` and ``.jsonl.gz`` files."""
+    output_dir: Path
+    """Dataset directory to write (created; resumed if it holds an unfinished run of the same settings)."""
+    tokenizer: str | None = None
+    """Hugging Face tokenizer directory or cached name; None: the shipped stdlib BPE."""
+    max_length: int | None = None
+    """Longest entry in tokens, EOD included; longer documents are windowed. None: no windowing."""
+    overlap_size: int = 0
+    """Tokens shared by consecutive windows of one document (<= max_length / 2)."""
+    num_workers: int = field(default_factory=default_num_workers)
+    """Encoding processes; 0 encodes in this process (for debugging)."""
+    format: str = "native"
+    """Output format."""
+    text_field: str = "text"
+    """Field holding the document text; a dotted path (``meta.body``) for nested objects."""
+    shard_size_tokens: int = 100_000_000
+    """A shard is closed once it holds at least this many tokens."""
+    on_error: OnError = OnError.RAISE
+    """What a bad record does: raise (default) or skip and count."""
+    overwrite: bool = False
+    """Replace a non-empty output directory written with other settings."""
+    eos_id: int | None = None
+    """End-of-document id when the tokenizer has no EOS token (or to override it)."""
+    max_line_bytes: int = 64 << 20
+    """A line longer than this is a bad record (line_too_long)."""
+    hash_inputs: bool = False
+    """Identify inputs by content hash (xxh3-128) instead of size + mtime."""
+    chunk_lines: int = 1024
+    """Lines per unit of work (affects speed and resume granularity, never the output)."""
+    chunk_bytes: int = 4 << 20
+    """Bytes per unit of work, whichever limit comes first."""
+    progress: bool = False
+    """Show a progress bar on stderr."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_dir", Path(self.input_dir))
+        object.__setattr__(self, "output_dir", Path(self.output_dir))
+        object.__setattr__(self, "on_error", _on_error(self.on_error))
+        validate_window(self.max_length, self.overlap_size)
+        if self.format not in SUPPORTED_FORMATS:
+            raise ConfigError(
+                f"format {self.format!r} is not written by tokenize yet, expected one of {list(SUPPORTED_FORMATS)}",
+                field="format",
+                hint="Write native, then convert with `tokenloom convert` once your format's writer exists",
+            )
+        for name in ("shard_size_tokens", "max_line_bytes", "chunk_lines", "chunk_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} is {getattr(self, name)}, expected >= 1", field=name)
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers is {self.num_workers}, expected >= 0", field="num_workers")
+        if self.eos_id is not None and self.eos_id < 0:
+            raise ConfigError(f"eos_id is {self.eos_id}, expected >= 0", field="eos_id")
+        if not self.text_field or any(not part for part in self.text_field.split(".")):
+            raise ConfigError(
+                f"text_field {self.text_field!r} is not a field name or dotted path", field="text_field"
+            )
+
+    def output_settings(self) -> dict[str, Any]:
+        """The settings that change the output bytes (recorded in the manifest, compared on resume)."""
+        return {
+            "format": self.format,
+            "text_field": self.text_field,
+            "max_length": self.max_length,
+            "overlap_size": self.overlap_size,
+            "shard_size_tokens": self.shard_size_tokens,
+            "on_error": self.on_error.value,
+            "eos_id": self.eos_id,
+            "max_line_bytes": self.max_line_bytes,
+        }
+
+
+def _on_error(value: object) -> OnError:
+    try:
+        return OnError(value)
+    except ValueError:
+        raise ConfigError(
+            f"on_error is {value!r}, expected one of {[v.value for v in OnError]}", field="on_error"
+        ) from None

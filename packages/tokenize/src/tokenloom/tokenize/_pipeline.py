@@ -1,0 +1,377 @@
+"""The tokenize run: inputs -> chunks -> worker processes -> ordered shards -> manifest.
+
+    read_chunks (parent) --bounded window of futures--> encode_chunk (workers)
+        --results in chunk order--> ShardCutter (parent) --> shard_NNNNN.bin/.idx
+        --after each shard--> resume journal;  at the end --> manifest.json
+
+Results are consumed strictly in chunk order, so the bytes never depend on the
+worker count or timing. At most ``2 * num_workers + 2`` chunks are in flight,
+so memory does not grow with the input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats import (
+    MANIFEST_NAME,
+    WRITING_MARKER,
+    ConfigError,
+    DataError,
+    FileEntry,
+    Manifest,
+    RecordError,
+    ResumeMismatchError,
+    fsync_dir,
+    prepare_output_dir,
+    read_manifest,
+    smallest_dtype_for_vocab,
+    write_manifest,
+)
+from tokenloom.tokenize import _tokenizer
+from tokenloom.tokenize._config import OnError, TokenizeConfig, default_num_workers
+from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs, read_chunks
+from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
+from tokenloom.tokenize._state import STATE_NAME, Counts, RunState, read_state, write_state
+from tokenloom.tokenize._tokenizer import TokenizerInfo
+from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, describe_tokenizer, encode_chunk, init_worker
+
+__all__ = ["TokenizeSummary", "tokenize"]
+
+EXAMPLES_PER_KIND = 3
+_SHARD_FILE = re.compile(r"shard_(\d+)\.(bin|idx)")
+
+
+@dataclass(slots=True)
+class TokenizeSummary:
+    """What a run did (the CLI prints it)."""
+
+    output_dir: Path
+    documents: int = 0
+    entries: int = 0
+    tokens: int = 0
+    input_bytes: int = 0
+    shards: int = 0
+    seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    resumed_shards: int = 0
+    already_complete: bool = False
+    dtype: str = ""
+    eos_id: int = -1
+    vocab_size: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+ProgressCallback = Callable[[int, int, int], None]  # (documents, tokens, input bytes) since last call
+
+
+def _run_key(config: TokenizeConfig, tokenizer_fingerprint: str, files: list[InputFile]) -> dict[str, Any]:
+    return {
+        "settings": config.output_settings(),
+        "tokenizer_fingerprint": tokenizer_fingerprint,
+        "inputs": [f.to_json() for f in files],
+    }
+
+
+def _chunking(config: TokenizeConfig) -> dict[str, int]:
+    return {"chunk_lines": config.chunk_lines, "chunk_bytes": config.chunk_bytes}
+
+
+def _mismatch(out: Path, what: str) -> ResumeMismatchError:
+    return ResumeMismatchError(
+        f"the output directory holds {what} written with other settings, tokenizer or inputs",
+        path=out,
+        hint="Pass --overwrite to replace it, or choose another --output-dir",
+    )
+
+
+def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Manifest:
+    """A fresh or resumed journal, or the manifest of a run already complete with these settings."""
+    out = config.output_dir
+    if out.exists() and not out.is_dir():
+        raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
+    if config.overwrite or not out.exists():
+        prepare_output_dir(out, overwrite=config.overwrite)
+        return RunState(run_key={**run_key, "chunking": _chunking(config)})
+    state = read_state(out)
+    if state is not None:
+        if state.run_key != {**run_key, "chunking": _chunking(config)}:
+            raise _mismatch(out, "an unfinished tokenize run")
+        return state
+    if (out / MANIFEST_NAME).exists() and not (out / WRITING_MARKER).exists():
+        manifest = read_manifest(out)
+        recorded = manifest.metadata.get("tokenize", {})
+        if {k: recorded.get(k) for k in run_key} != run_key:
+            raise _mismatch(out, "a dataset")
+        return manifest
+    if any(out.iterdir()):
+        raise ConfigError(
+            "the output directory is not empty and holds no tokenize run to resume",
+            path=out,
+            field="output_dir",
+            hint="Pass --overwrite to replace its files, or choose an empty --output-dir",
+        )
+    return RunState(run_key={**run_key, "chunking": _chunking(config)})
+
+
+def _check_published(out: Path, state: RunState) -> None:
+    """Published shards must be as journaled; anything after them is stale and removed."""
+    for record in state.shards:
+        for suffix, size in ((".bin", record.bin_bytes), (".idx", record.idx_bytes)):
+            path = out / f"{shard_stem(record.index)}{suffix}"
+            if not path.is_file() or path.stat().st_size != size:
+                raise ResumeMismatchError(
+                    f"{path.name} is missing or has changed since it was written ({size} bytes journaled)",
+                    path=path,
+                    hint="Pass --overwrite to start the run afresh",
+                )
+    for path in out.iterdir():
+        match = _SHARD_FILE.fullmatch(path.name)
+        if path.name.endswith(".tmp") or (match is not None and int(match[1]) >= len(state.shards)):
+            path.unlink()
+
+
+class _Run:
+    """Consumes chunk results in order: reports issues, feeds shards, journals progress."""
+
+    def __init__(self, config: TokenizeConfig, state: RunState, files: list[InputFile], dtype: np.dtype) -> None:
+        self.config = config
+        self.state = state
+        self.files = files
+        self.counts = state.counts.copy()
+        self.examples: list[str] = []
+        self.cutter = ShardCutter(
+            config.output_dir,
+            dtype=dtype,
+            shard_size_tokens=config.shard_size_tokens,
+            first_shard=len(state.shards),
+            on_shard=self._on_shard,
+        )
+        self._chunk_index = state.next_chunk
+        self._chunk_counts = state.counts.copy()  # counts of the chunks before the current one
+
+    def _on_shard(self, record: ShardRecord, entries_consumed: int) -> None:
+        self.state.shards.append(record)
+        self.state.next_chunk = self._chunk_index
+        self.state.skip_entries = entries_consumed
+        self.state.counts = self._chunk_counts.copy()
+        write_state(self.config.output_dir, self.state)
+
+    def _issue(self, result: ChunkResult, issue: Issue) -> None:
+        path = self.files[result.file_index].path
+        if self.config.on_error is OnError.RAISE:
+            raise RecordError(issue.message, path=path, record=issue.line, field=issue.kind.value)
+        kind = issue.kind.value
+        self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
+        if self.counts.skipped[kind] <= EXAMPLES_PER_KIND:
+            self.examples.append(f"{path}:{issue.line}: {kind}: {issue.message}")
+
+    def consume(self, result: ChunkResult) -> None:
+        self._chunk_index = result.index
+        for issue in result.issues:
+            self._issue(result, issue)
+        skip = self.state.skip_entries if result.index == self.state.next_chunk else 0
+        self.cutter.feed(result.tokens, result.lengths, result.overlap_prefix, skip_entries=skip)
+        self.counts.documents += result.documents
+        self.counts.input_bytes += result.num_bytes
+        self._chunk_counts = self.counts.copy()
+        self._chunk_index = result.index + 1
+
+    def finish(self) -> None:
+        self.cutter.finish(0, ensure_one=not self.state.shards)
+
+
+def _executor(num_workers: int) -> ProcessPoolExecutor:
+    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    threads = max(1, default_num_workers() // num_workers)
+    return ProcessPoolExecutor(
+        max_workers=num_workers,
+        mp_context=multiprocessing.get_context(method),
+        initializer=init_worker,
+        initargs=(threads,),
+    )
+
+
+def _ordered(
+    executor: Executor | None, chunks: Iterator[Chunk], settings: EncodeSettings, window: int
+) -> Iterator[ChunkResult]:
+    """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight."""
+    if executor is None:
+        for chunk in chunks:
+            yield encode_chunk(chunk, settings)
+        return
+    pending: deque[Future[ChunkResult]] = deque()
+    try:
+        for chunk in chunks:
+            pending.append(executor.submit(encode_chunk, chunk, settings))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
+
+
+def _tokenizer_info(executor: Executor | None, name: str) -> TokenizerInfo:
+    if executor is None:
+        return describe_tokenizer(name)
+    return executor.submit(describe_tokenizer, name).result()
+
+
+def _resolve_eos(config: TokenizeConfig, info: TokenizerInfo, tokenizer: str) -> int:
+    eos_id = config.eos_id if config.eos_id is not None else info.eos_id
+    if eos_id is None:
+        raise ConfigError(
+            f"tokenizer {tokenizer!r} has no EOS token, so the end-of-document id is unknown",
+            field="eos_id",
+            hint="Pass --eos-id N with the id that ends a document in this vocabulary",
+        )
+    if not 0 <= eos_id < info.vocab_size:
+        raise ConfigError(
+            f"eos_id {eos_id} is outside the tokenizer's vocabulary of {info.vocab_size}",
+            field="eos_id",
+        )
+    return eos_id
+
+
+def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str) -> dict[str, Any]:
+    return {
+        "tokenize": {
+            **run_key,
+            "tokenizer": tokenizer,
+            "documents": run.counts.documents,
+            "input_bytes": run.counts.input_bytes,
+            "skipped": dict(sorted(run.counts.skipped.items())),
+        }
+    }
+
+
+def _publish(
+    config: TokenizeConfig, run: _Run, run_key: dict[str, Any], tokenizer: str, dtype: np.dtype, info: TokenizerInfo, eos_id: int
+) -> Manifest:
+    files = []
+    for record in run.state.shards:
+        stem = shard_stem(record.index)
+        files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))
+        files.append(FileEntry(f"{stem}.bin", record.bin_bytes, record.bin_xxh3_128, "data"))
+    manifest = Manifest(
+        format="native",
+        dtype=dtype.name,
+        num_tokens=sum(r.num_tokens for r in run.state.shards),
+        num_documents=sum(r.num_entries for r in run.state.shards),
+        files=tuple(files),
+        vocab_size=info.vocab_size,
+        eos_id=eos_id,
+        tokenizer_fingerprint=run_key["tokenizer_fingerprint"],
+        metadata=_manifest_metadata(run, run_key, tokenizer),
+    )
+    out = config.output_dir
+    manifest = write_manifest(out, manifest)
+    (out / STATE_NAME).unlink(missing_ok=True)
+    (out / WRITING_MARKER).unlink(missing_ok=True)
+    fsync_dir(out)
+    return manifest
+
+
+def _discard(out: Path, run: _Run) -> None:
+    """After a data error in raise mode: remove every file of this run, publish nothing."""
+    run.cutter.abort()
+    for path in out.iterdir():
+        if path.name.startswith("shard_") or path.name in (STATE_NAME, WRITING_MARKER):
+            path.unlink()
+    fsync_dir(out)
+
+
+def _summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary:
+    recorded = manifest.metadata.get("tokenize", {})
+    return TokenizeSummary(
+        output_dir=out,
+        documents=int(recorded.get("documents", 0)),
+        entries=manifest.num_documents,
+        tokens=manifest.num_tokens,
+        input_bytes=int(recorded.get("input_bytes", 0)),
+        shards=sum(1 for f in manifest.files if f.name.endswith(".idx")),
+        seconds=seconds,
+        skipped=dict(recorded.get("skipped", {})),
+        dtype=manifest.dtype,
+        eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
+        vocab_size=manifest.vocab_size or 0,
+    )
+
+
+def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
+    """Run (or resume, or confirm) one tokenize job; see the module docstring."""
+    started = time.perf_counter()
+    tokenizer = config.tokenizer or str(_tokenizer.default_tokenizer_path())
+    files = discover_inputs(config.input_dir, hash_contents=config.hash_inputs)
+    run_key = _run_key(config, _tokenizer.fingerprint(tokenizer), files)
+    prepared = _prepare(config, run_key)
+    out = config.output_dir
+    if isinstance(prepared, Manifest):
+        summary = _summary_of(prepared, out, time.perf_counter() - started)
+        summary.already_complete = True
+        return summary
+    state = prepared
+    resumed_shards = len(state.shards)
+    (out / WRITING_MARKER).touch()
+    _check_published(out, state)
+    fsync_dir(out)
+    with contextlib.ExitStack() as stack:
+        executor = None
+        if config.num_workers > 0:
+            executor = stack.enter_context(_executor(config.num_workers))
+        info = _tokenizer_info(executor, tokenizer)
+        eos_id = _resolve_eos(config, info, tokenizer)
+        dtype = smallest_dtype_for_vocab(info.vocab_size)
+        settings = EncodeSettings(
+            tokenizer=tokenizer,
+            text_field=tuple(config.text_field.split(".")),
+            eod_id=eos_id,
+            vocab_size=info.vocab_size,
+            max_length=config.max_length,
+            overlap_size=config.overlap_size,
+            dtype=dtype.name,
+        )
+        run = _Run(config, state, files, dtype)
+        chunks = read_chunks(
+            files,
+            chunk_lines=config.chunk_lines,
+            chunk_bytes=config.chunk_bytes,
+            max_line_bytes=config.max_line_bytes,
+            start_chunk=state.next_chunk,
+        )
+        window = 2 * max(config.num_workers, 1) + 2
+        try:
+            for result in _ordered(executor, chunks, settings, window):
+                run.consume(result)
+                if on_progress is not None:
+                    on_progress(result.documents, len(result.tokens), result.num_bytes)
+            run.finish()
+        except DataError:
+            _discard(out, run)
+            raise
+        except BaseException:
+            run.cutter.abort()
+            raise
+    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id)
+    summary = _summary_of(manifest, out, time.perf_counter() - started)
+    summary.examples = run.examples
+    summary.resumed_shards = resumed_shards
+    return summary

@@ -1,0 +1,129 @@
+"""Cutting the entry stream into native shards, one published shard at a time.
+
+The cut rule is the formats NativeWriter's: a shard is closed once it holds at
+least ``shard_size_tokens`` tokens; entries are never split. It depends only on
+the entry stream, so the shards are the same however the inputs are split into
+files or chunks. Each closed shard is reported to ``on_shard`` (to journal it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from tokenloom.formats import NativeShardWriter, file_checksum
+
+__all__ = ["ShardCutter", "ShardRecord", "shard_stem"]
+
+
+def shard_stem(index: int) -> str:
+    return f"shard_{index:05d}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRecord:
+    """A published shard: its files' sizes and checksums, and its counts."""
+
+    index: int
+    num_tokens: int
+    num_entries: int
+    bin_bytes: int
+    bin_xxh3_128: str
+    idx_bytes: int
+    idx_xxh3_128: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "num_tokens": self.num_tokens,
+            "num_entries": self.num_entries,
+            "bin_bytes": self.bin_bytes,
+            "bin_xxh3_128": self.bin_xxh3_128,
+            "idx_bytes": self.idx_bytes,
+            "idx_xxh3_128": self.idx_xxh3_128,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ShardRecord:
+        return cls(**{name: data[name] for name in cls.__slots__})  # type: ignore[arg-type]
+
+
+class ShardCutter:
+    """Feeds entries into shard writers, closing each at the size target."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        dtype: np.dtype,
+        shard_size_tokens: int,
+        first_shard: int,
+        on_shard: Callable[[ShardRecord, int], None],
+    ) -> None:
+        self.directory = directory
+        self.dtype = dtype
+        self.shard_size_tokens = shard_size_tokens
+        self.next_index = first_shard
+        self.on_shard = on_shard
+        self._current: NativeShardWriter | None = None
+
+    def _writer(self) -> NativeShardWriter:
+        if self._current is None:
+            self._current = NativeShardWriter(self.directory, shard_stem(self.next_index), self.dtype)
+        return self._current
+
+    def _close(self, entries_consumed: int) -> None:
+        writer = self._current
+        if writer is None:
+            return
+        num_entries = writer.num_entries
+        writer.close()
+        self._current = None
+        record = ShardRecord(
+            index=self.next_index,
+            num_tokens=writer.num_tokens,
+            num_entries=num_entries,
+            bin_bytes=writer.bin_path.stat().st_size,
+            bin_xxh3_128=file_checksum(writer.bin_path),
+            idx_bytes=writer.idx_path.stat().st_size,
+            idx_xxh3_128=file_checksum(writer.idx_path),
+        )
+        self.next_index += 1
+        self.on_shard(record, entries_consumed)
+
+    def feed(
+        self,
+        tokens: npt.NDArray[np.integer],
+        lengths: npt.NDArray[np.int64],
+        overlap_prefix: npt.NDArray[np.uint16],
+        *,
+        skip_entries: int = 0,
+    ) -> None:
+        """Append entries ``skip_entries:`` of one chunk; ``on_shard`` gets how many of its entries are written."""
+        ends = np.cumsum(lengths)
+        begin = skip_entries
+        while begin < len(lengths):
+            writer = self._writer()
+            room = self.shard_size_tokens - writer.num_tokens
+            base = int(ends[begin - 1]) if begin else 0
+            stop = int(np.searchsorted(ends, base + room, side="left")) + 1
+            stop = max(begin + 1, min(stop, len(lengths)))
+            writer.write(tokens[base : int(ends[stop - 1])], lengths[begin:stop], overlap_prefix[begin:stop])
+            begin = stop
+            if writer.num_tokens >= self.shard_size_tokens:
+                self._close(begin)
+
+    def finish(self, entries_consumed: int, *, ensure_one: bool) -> None:
+        """Close the last (partial) shard; with ``ensure_one`` write an empty shard if none exists."""
+        if self._current is None and ensure_one:
+            self._writer()
+        self._close(entries_consumed)
+
+    def abort(self) -> None:
+        if self._current is not None:
+            self._current.abort()
+            self._current = None
