@@ -1,1 +1,48 @@
-"""tokenloom.tokenize: raw jsonl -> token shards."""
+"""tokenloom.tokenize: pre-tokenize jsonl into token shards, in parallel and crash-safely.
+
+    *.jsonl / *.jsonl.gz (recursive, sorted)
+        -> chunks of lines (parent) -> parse + encode_batch + window (worker processes)
+        -> entries in input order -> shard_NNNNN.bin/.idx (published one by one) -> manifest.json
+
+Example::
+
+    from tokenloom.tokenize import TokenizeConfig, tokenize
+
+    summary = tokenize(TokenizeConfig(input_dir="raw", output_dir="tokens", max_length=2048, overlap_size=128))
+    print(summary.tokens, summary.skipped)
+
+The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir tokens --max-length 2048``.
+Without ``tokenizer`` the shipped byte-level BPE (trained on the standard
+library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
+"""
+
+from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig
+from tokenloom.tokenize._inputs import IssueKind, discover_inputs
+from tokenloom.tokenize._pipeline import TokenizeSummary, tokenize
+from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
+from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
+from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index, index_path
+from tokenloom.tokenize.train import EOS_TOKEN, train_byte_level_bpe
+from tokenloom.tokenize.windowing import Entries, validate_window, window_documents
+
+__all__ = [
+    "EOS_TOKEN",
+    "SUPPORTED_FORMATS",
+    "CorpusInfo",
+    "Entries",
+    "IssueKind",
+    "JsonlIndex",
+    "OnError",
+    "TokenizeConfig",
+    "TokenizeSummary",
+    "build_index",
+    "build_stdlib_corpus",
+    "default_tokenizer_path",
+    "discover_inputs",
+    "fingerprint",
+    "index_path",
+    "tokenize",
+    "train_byte_level_bpe",
+    "validate_window",
+    "window_documents",
+]

@@ -91,9 +91,7 @@ class TokenizeConfig:
         if self.eos_id is not None and self.eos_id < 0:
             raise ConfigError(f"eos_id is {self.eos_id}, expected >= 0", field="eos_id")
         if not self.text_field or any(not part for part in self.text_field.split(".")):
-            raise ConfigError(
-                f"text_field {self.text_field!r} is not a field name or dotted path", field="text_field"
-            )
+            raise ConfigError(f"text_field {self.text_field!r} is not a field name or dotted path", field="text_field")
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""

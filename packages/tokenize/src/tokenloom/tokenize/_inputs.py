@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import BinaryIO
 
 import xxhash
 
@@ -136,12 +137,14 @@ class Chunk:
     lines: list[bytes | None] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
     num_bytes: int = 0
+    source_bytes: int = 0
+    """Bytes of the file on disk (compressed, for gzip) consumed by this chunk, for progress."""
 
 
 def _open(path: Path):
     if path.name.endswith(".gz"):
         return gzip.open(path, "rb")
-    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    return open(path, "rb")
 
 
 def _too_long(line_number: int, size: int, cap: int) -> Issue:
@@ -152,7 +155,9 @@ def _too_long(line_number: int, size: int, cap: int) -> Issue:
     )
 
 
-def _read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[bytes | None, Issue | None, int]]:
+def _read_lines(
+    path: Path, max_line_bytes: int, opened: list[BinaryIO]
+) -> Iterator[tuple[bytes | None, Issue | None, int]]:
     """(line or None, issue or None, raw byte count) for each line of one file.
 
     A last line without a newline is held back until the end of the stream is
@@ -162,6 +167,7 @@ def _read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[bytes | None,
     pending: tuple[bytes | None, Issue | None, int] | None = None
     try:
         with _open(path) as handle:
+            opened.append(getattr(handle, "fileobj", None) or handle)
             while True:
                 raw = handle.readline(max_line_bytes + 1)
                 if not raw:
@@ -185,16 +191,20 @@ def _read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[bytes | None,
                     pending = (raw, None, size)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         line = line_number if pending is not None else line_number + 1
-        message = (
-            f"the gzip stream is truncated or corrupt at line {line} ({exc}); "
-            "the rest of the file cannot be read"
-        )
+        message = f"the gzip stream is truncated or corrupt at line {line} ({exc}); the rest of the file cannot be read"
         yield None, Issue(line, IssueKind.TRUNCATED_GZIP, message), 0
         return
     if pending is not None:
         yield pending
     if line_number == 0:
         yield None, Issue(0, IssueKind.EMPTY_FILE, "the file holds no lines (an empty input file)"), 0
+
+
+def _position(opened: list[BinaryIO], size: int) -> int:
+    try:
+        return min(opened[0].tell(), size) if opened else 0
+    except (ValueError, OSError):  # closed at the end of the file
+        return size
 
 
 def read_chunks(
@@ -211,20 +221,25 @@ def read_chunks(
     """
     index = 0
     for file_index, info in enumerate(files):
+        opened: list[BinaryIO] = []
+        consumed = 0
         chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=1)
-        for line, issue, size in _read_lines(info.path, max_line_bytes):
+        for line, issue, size in _read_lines(info.path, max_line_bytes, opened):
             if issue is not None:
                 chunk.issues.append(issue)
             if issue is None or issue.line > 0:
                 chunk.lines.append(line)
             chunk.num_bytes += size
             if len(chunk.lines) >= chunk_lines or chunk.num_bytes >= chunk_bytes:
+                now = _position(opened, info.size)
+                chunk.source_bytes, consumed = now - consumed, now
                 if index >= start_chunk:
                     yield chunk
                 index += 1
                 next_line = chunk.first_line + len(chunk.lines)
                 chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=next_line)
         if chunk.lines or chunk.issues:
+            chunk.source_bytes = info.size - consumed
             if index >= start_chunk:
                 yield chunk
             index += 1

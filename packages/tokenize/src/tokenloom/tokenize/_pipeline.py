@@ -44,7 +44,7 @@ from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs, read_chunks
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
-from tokenloom.tokenize._state import STATE_NAME, Counts, RunState, read_state, write_state
+from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
 from tokenloom.tokenize._tokenizer import TokenizerInfo
 from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, describe_tokenizer, encode_chunk, init_worker
 
@@ -78,7 +78,7 @@ class TokenizeSummary:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-ProgressCallback = Callable[[int, int, int], None]  # (documents, tokens, input bytes) since last call
+ProgressCallback = Callable[[int, int, int], None]  # (documents, tokens, bytes on disk) since last call
 
 
 def _run_key(config: TokenizeConfig, tokenizer_fingerprint: str, files: list[InputFile]) -> dict[str, Any]:
@@ -264,7 +264,13 @@ def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str) -> di
 
 
 def _publish(
-    config: TokenizeConfig, run: _Run, run_key: dict[str, Any], tokenizer: str, dtype: np.dtype, info: TokenizerInfo, eos_id: int
+    config: TokenizeConfig,
+    run: _Run,
+    run_key: dict[str, Any],
+    tokenizer: str,
+    dtype: np.dtype,
+    info: TokenizerInfo,
+    eos_id: int,
 ) -> Manifest:
     files = []
     for record in run.state.shards:
@@ -362,7 +368,7 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
             for result in _ordered(executor, chunks, settings, window):
                 run.consume(result)
                 if on_progress is not None:
-                    on_progress(result.documents, len(result.tokens), result.num_bytes)
+                    on_progress(result.documents, len(result.tokens), result.source_bytes)
             run.finish()
         except DataError:
             _discard(out, run)

@@ -51,7 +51,7 @@ class ChunkResult:
     documents: int
     issues: list[Issue]
     num_bytes: int
-    max_token_id: int
+    source_bytes: int
 
 
 def describe_tokenizer(name_or_path: str) -> TokenizerInfo:
@@ -150,7 +150,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         documents=len(texts),
         issues=issues,
         num_bytes=chunk.num_bytes,
-        max_token_id=max_token_id,
+        source_bytes=chunk.source_bytes,
     )
 
 

@@ -1,0 +1,178 @@
+"""The ``tokenloom tokenize`` and ``tokenloom index`` commands (entry points)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tokenloom.formats import DataError
+from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
+from tokenloom.tokenize._pipeline import TokenizeSummary
+from tokenloom.tokenize._pipeline import tokenize as run_tokenize
+from tokenloom.tokenize._progress import progress_bar
+
+__all__ = ["index", "tokenize"]
+
+
+def _summary_lines(summary: TokenizeSummary) -> list[str]:
+    if summary.already_complete:
+        head = f"{summary.output_dir} is already complete with these settings; nothing to do."
+    else:
+        head = f"wrote {summary.output_dir}"
+        if summary.resumed_shards:
+            head += f" (resumed after {summary.resumed_shards} completed shards)"
+    lines = [
+        head,
+        f"  documents {summary.documents:,}  entries {summary.entries:,}  tokens {summary.tokens:,}  "
+        f"shards {summary.shards}  dtype {summary.dtype}  eos_id {summary.eos_id}",
+    ]
+    if not summary.already_complete:
+        lines.append(
+            f"  {summary.seconds:.1f} s, {summary.tokens_per_second:,.0f} tokens/s, "
+            f"{summary.input_bytes / max(summary.seconds, 1e-9) / 1e6:.1f} MB/s of input"
+        )
+    if summary.skipped:
+        total = sum(summary.skipped.values())
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.skipped.items()))
+        lines.append(f"  skipped {total:,} bad records: {kinds}")
+        lines.extend(f"    e.g. {example}" for example in summary.examples)
+    else:
+        lines.append("  skipped 0 records")
+    return lines
+
+
+@click.command(
+    epilog="Example:\n\n\b\n  tokenloom tokenize --input-dir data/raw --output-dir data/tokens \\\n"
+    "      --tokenizer ./my-tokenizer --max-length 2048 --overlap-size 128 --num-workers 8",
+)
+@click.option(
+    "--input-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory searched recursively for .jsonl and .jsonl.gz files (sorted by path).",
+)
+@click.option(
+    "--output-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Dataset directory to write; rerunning the same command resumes an interrupted run.",
+)
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Hugging Face tokenizer directory or locally cached name. Default: the shipped stdlib BPE (16k).",
+)
+@click.option(
+    "--max-length", type=int, default=None, help="Longest entry in tokens, EOD included; longer documents are windowed."
+)
+@click.option(
+    "--overlap-size",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Tokens shared by consecutive windows (<= max-length / 2).",
+)
+@click.option(
+    "--num-workers",
+    type=int,
+    default=default_num_workers(),
+    show_default=True,
+    help="Encoding processes (0: in this process).",
+)
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(SUPPORTED_FORMATS),
+    default="native",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "--text-field", default="text", show_default=True, help="Field with the text; a dotted path for nested fields."
+)
+@click.option(
+    "--shard-size-tokens",
+    type=int,
+    default=100_000_000,
+    show_default=True,
+    help="Close a shard once it holds this many tokens.",
+)
+@click.option(
+    "--on-error",
+    type=click.Choice([e.value for e in OnError]),
+    default="raise",
+    show_default=True,
+    help="A bad record stops the run (raise) or is counted and skipped (skip).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an output directory written with other settings.")
+@click.option(
+    "--eos-id", type=int, default=None, help="End-of-document id, required if the tokenizer has no EOS token."
+)
+@click.option("--max-line-bytes", type=int, default=64 << 20, show_default=True, help="Longer lines are bad records.")
+@click.option("--hash-inputs", is_flag=True, help="Identify inputs by content hash rather than size + mtime.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on stderr.")
+def tokenize(
+    input_dir: Path,
+    output_dir: Path,
+    tokenizer: str | None,
+    max_length: int | None,
+    overlap_size: int,
+    num_workers: int,
+    format_: str,
+    text_field: str,
+    shard_size_tokens: int,
+    on_error: str,
+    overwrite: bool,
+    eos_id: int | None,
+    max_line_bytes: int,
+    hash_inputs: bool,
+    progress: bool,
+) -> None:
+    """Pre-tokenize jsonl / jsonl.gz files into token shards, in parallel, crash-safely.
+
+    Every entry ends with the tokenizer's EOS token. The output is byte-identical
+    for any --num-workers; kill it at any moment and run the same command again
+    to continue from the completed shards.
+    """
+    try:
+        config = TokenizeConfig(
+            input_dir=input_dir,
+            output_dir=output_dir,
+            tokenizer=tokenizer,
+            max_length=max_length,
+            overlap_size=overlap_size,
+            num_workers=num_workers,
+            format=format_,
+            text_field=text_field,
+            shard_size_tokens=shard_size_tokens,
+            on_error=OnError(on_error),
+            overwrite=overwrite,
+            eos_id=eos_id,
+            max_line_bytes=max_line_bytes,
+            hash_inputs=hash_inputs,
+        )
+        with progress_bar(input_dir, enabled=progress) as on_progress:
+            summary = run_tokenize(config, on_progress=on_progress)
+    except DataError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    for line in _summary_lines(summary):
+        click.echo(line)
+
+
+@click.command(epilog="Example:\n\n\b\n  tokenloom index data/raw/part-000.jsonl")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+def index(files: tuple[Path, ...]) -> None:
+    """Write a byte-offset index (FILE.jsonl.idx.npy) for random access to each line.
+
+    JsonlIndex(FILE) in Python reads line i without scanning the file, and builds
+    the index itself when it is missing or stale.
+    """
+    from tokenloom.tokenize.jsonl_index import build_index, index_path
+
+    for path in files:
+        try:
+            lines = len(build_index(path))
+        except DataError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        click.echo(f"{index_path(path)}: {lines:,} lines")

@@ -1,0 +1,59 @@
+"""A rich progress bar for a tokenize run: documents, tokens, MB/s and ETA."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from tokenloom.tokenize._inputs import INPUT_SUFFIXES
+
+__all__ = ["progress_bar"]
+
+
+def _input_size(input_dir: Path) -> int | None:
+    total = 0
+    for dirpath, _dirs, names in os.walk(input_dir):
+        for name in names:
+            if name.endswith(INPUT_SUFFIXES):
+                with contextlib.suppress(OSError):
+                    total += (Path(dirpath) / name).stat().st_size
+    return total or None
+
+
+@contextlib.contextmanager
+def progress_bar(input_dir: Path, *, enabled: bool) -> Iterator[object]:
+    """Yields the ``on_progress`` callback for ``tokenize`` (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    columns = (
+        TextColumn("tokenize"),
+        BarColumn(),
+        TextColumn("{task.fields[documents]:,} docs  {task.fields[tokens]:,} tokens"),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("tokenize", total=_input_size(input_dir), documents=0, tokens=0)
+        totals = {"documents": 0, "tokens": 0}
+
+        def on_progress(documents: int, tokens: int, source_bytes: int) -> None:
+            totals["documents"] += documents
+            totals["tokens"] += tokens
+            progress.update(task, advance=source_bytes, **totals)
+
+        yield on_progress

@@ -1,0 +1,154 @@
+"""Random access to the lines of a ``.jsonl`` file through a byte-offset index.
+
+The index is an ``(n, 2)`` int64 array of (offset, length) per line (the length
+excludes the newline), saved beside the file as ``FILE.jsonl.idx.npy``: a plain
+numpy file, loaded with ``allow_pickle=False``. It is built on first use when
+missing, and rebuilt when it no longer matches the file (size or mtime).
+
+    index = JsonlIndex("data/train.jsonl")     # builds data/train.jsonl.idx.npy if needed
+    len(index), index.raw(7), index[7]["text"]
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from tokenloom.formats import ConfigError, IndexCorruptError, MissingFileError, RecordError, atomic_file
+
+__all__ = ["INDEX_SUFFIX", "JsonlIndex", "build_index", "index_path"]
+
+log = logging.getLogger("tokenloom.tokenize")
+
+INDEX_SUFFIX = ".idx.npy"
+_BLOCK = 16 << 20
+
+
+def index_path(path: str | os.PathLike[str]) -> Path:
+    """Where the index of ``path`` lives: ``path + '.idx.npy'``."""
+    path = Path(path)
+    return path.with_name(path.name + INDEX_SUFFIX)
+
+
+def _check_input(path: Path) -> None:
+    if path.name.endswith(".gz"):
+        raise ConfigError(
+            "a gzip file has no byte offsets to index",
+            path=path,
+            hint="Decompress it first (gunzip -k FILE.jsonl.gz) and index the .jsonl",
+        )
+    if not path.is_file():
+        raise MissingFileError("no such jsonl file", path=path)
+
+
+def build_index(path: str | os.PathLike[str]) -> npt.NDArray[np.int64]:
+    """Scan ``path`` for newlines and write its index crash-safely; returns the (n, 2) array."""
+    path = Path(path)
+    _check_input(path)
+    newline_positions = []
+    size = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(_BLOCK):
+            found = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n"))
+            newline_positions.append(found.astype(np.int64) + size)
+            size += len(block)
+    ends = np.concatenate(newline_positions) if newline_positions else np.zeros(0, np.int64)
+    if size and (len(ends) == 0 or ends[-1] != size - 1):
+        ends = np.append(ends, size)  # a last line without its newline
+    starts = np.zeros(len(ends), dtype=np.int64)
+    starts[1:] = ends[:-1] + 1
+    index = np.stack([starts, ends - starts], axis=1).astype(np.int64)
+    with atomic_file(index_path(path)) as handle:
+        np.save(handle, index, allow_pickle=False)
+    return index
+
+
+def _load(path: Path) -> npt.NDArray[np.int64] | None:
+    """The stored index of ``path`` if it is present and current, else None."""
+    idx = index_path(path)
+    if not idx.is_file() or idx.stat().st_mtime_ns < path.stat().st_mtime_ns:
+        return None
+    try:
+        index = np.load(idx, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        log.warning("rebuilding the unreadable index %s (%s)", idx, exc)
+        return None
+    if index.ndim != 2 or index.shape[1] != 2 or index.dtype != np.int64:
+        raise IndexCorruptError(
+            f"index has shape {index.shape} and dtype {index.dtype}, expected (n, 2) int64",
+            path=idx,
+            hint=f"Delete it; it is rebuilt from {path.name} on next use",
+        )
+    size = path.stat().st_size
+    covered = int(index[-1, 0] + index[-1, 1]) if len(index) else 0
+    if covered not in (size, size - 1):
+        log.warning("rebuilding the index %s: it covers %d bytes, the file has %d", idx, covered, size)
+        return None
+    return index
+
+
+class JsonlIndex:
+    """Line ``i`` of a jsonl file by number, via a memory map and the byte-offset index."""
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+        self.path = Path(path)
+        _check_input(self.path)
+        index = _load(self.path)
+        if index is None:
+            if not create:
+                raise MissingFileError(
+                    "the jsonl file has no current index",
+                    path=index_path(self.path),
+                    hint=f"Run `tokenloom index {self.path}`",
+                )
+            index = build_index(self.path)
+        self.offsets: npt.NDArray[np.int64] = index
+        self._map: mmap.mmap | None = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def _mapped(self) -> mmap.mmap | bytes:
+        if self._map is None:
+            if self.path.stat().st_size == 0:
+                return b""
+            with open(self.path, "rb") as handle:
+                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._map
+
+    def raw(self, i: int) -> bytes:
+        """Line ``i`` as bytes, without its newline."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"line {i} out of range for {len(self)} lines in {self.path}")
+        offset, length = (int(x) for x in self.offsets[i])
+        line = self._mapped()[offset : offset + length]
+        return line[:-1] if line.endswith(b"\r") else line
+
+    def __getitem__(self, i: int) -> Any:
+        """Line ``i`` parsed as JSON."""
+        try:
+            return orjson.loads(self.raw(i))
+        except orjson.JSONDecodeError as exc:
+            raise RecordError(
+                f"line is not valid JSON ({exc})", path=self.path, record=i + 1 if i >= 0 else len(self) + i + 1
+            ) from exc
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    def __getstate__(self) -> dict[str, Any]:  # a DataLoader worker maps the file itself
+        return {"path": self.path, "offsets": self.offsets, "_map": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self.offsets = state["offsets"]
+        self._map = None

@@ -1,0 +1,84 @@
+"""Shared fixtures: no network, tiny tokenizers trained in tmp, jsonl writers."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import orjson
+import pytest
+
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ[_name] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from tokenloom.tokenize import train_byte_level_bpe  # noqa: E402
+
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+    "sigma tau upsilon phi chi psi omega the quick brown fox jumps over a lazy dog"
+).split()
+
+
+def make_texts(n: int, *, seed: int = 0, max_words: int = 60) -> list[str]:
+    """Deterministic pseudo-random documents of 0..max_words words."""
+    texts = []
+    state = seed * 7919 + 17
+    for i in range(n):
+        state = (state * 1103515245 + 12345) % (1 << 31)
+        count = state % (max_words + 1)
+        words = []
+        for _ in range(count):
+            state = (state * 1103515245 + 12345) % (1 << 31)
+            words.append(WORDS[state % len(WORDS)])
+        texts.append(f"doc {i}: " + " ".join(words))
+    return texts
+
+
+def write_jsonl(path: Path, records: Iterable[object], *, gz: bool = False) -> Path:
+    data = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+    return path
+
+
+def tree_digest(directory: Path) -> dict[str, str]:
+    """sha256 of every file in ``directory`` by name."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE of 300 ids (EOS id 0) trained on synthetic text."""
+    out = tmp_path_factory.mktemp("tiny-tokenizer")
+    return train_byte_level_bpe(make_texts(200), out, vocab_size=300)
+
+
+@pytest.fixture
+def jsonl_dir(tmp_path: Path) -> Callable[..., Path]:
+    """Write files of {"text": ...} records under tmp_path/in and return that dir."""
+
+    def make(files: dict[str, list[object]], *, raw: dict[str, bytes] | None = None) -> Path:
+        root = tmp_path / "in"
+        root.mkdir(exist_ok=True)
+        for name, records in files.items():
+            write_jsonl(root / name, records, gz=name.endswith(".gz"))
+        for name, data in (raw or {}).items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+        return root
+
+    return make
+
+
+@pytest.fixture(name="make_texts")
+def make_texts_fixture() -> Callable[..., list[str]]:
+    return make_texts
+
+
+@pytest.fixture(name="tree_digest")
+def tree_digest_fixture() -> Callable[[Path], dict[str, str]]:
+    return tree_digest
