@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import re
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -198,11 +197,13 @@ class _Run:
 
 
 def _executor(num_workers: int) -> ProcessPoolExecutor:
-    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    # spawn, not fork: a tokenizer (or its thread pool) must never cross a fork. Not
+    # forkserver either: its workers' parent is the server, which outlives a killed
+    # parent, so the workers' watchdog would never fire.
     threads = max(1, default_num_workers() // num_workers)
     return ProcessPoolExecutor(
         max_workers=num_workers,
-        mp_context=multiprocessing.get_context(method),
+        mp_context=multiprocessing.get_context("spawn"),
         initializer=init_worker,
         initargs=(threads,),
     )

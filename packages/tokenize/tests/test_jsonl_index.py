@@ -1,0 +1,60 @@
+"""The byte-offset index of a jsonl file and random access through it."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenloom.formats import ConfigError, MissingFileError, RecordError
+from tokenloom.tokenize import JsonlIndex, build_index, index_path
+
+
+def test_index_gives_every_line_by_number(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"text": "a"}\n\n{"text": "\xc3\xa9t\xc3\xa9"}\r\n{"text": "last, no newline"}')
+    index = JsonlIndex(path)
+    assert index_path(path).exists() and len(index) == 4
+    assert index.raw(1) == b"" and index[2] == {"text": "été"} and index[-1]["text"] == "last, no newline"
+    stored = np.load(index_path(path), allow_pickle=False)
+    assert stored.dtype == np.int64 and stored.shape == (4, 2)
+    assert stored[0].tolist() == [0, 13]
+    with pytest.raises(RecordError) as info:
+        index[1]
+    assert info.value.record == 2
+    with pytest.raises(IndexError):
+        index.raw(4)
+
+
+def test_index_is_built_lazily_and_rebuilt_when_stale(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"n": 1}\n{"n": 2}\n')
+    with pytest.raises(MissingFileError, match="tokenloom index"):
+        JsonlIndex(path, create=False)
+    assert len(JsonlIndex(path)) == 2
+    with path.open("ab") as handle:
+        handle.write(b'{"n": 3}\n')
+    os.utime(index_path(path), ns=(0, 0))  # older than the file
+    index = JsonlIndex(path)
+    assert len(index) == 3 and index[2] == {"n": 3}
+
+
+def test_empty_file_and_gzip(tmp_path: Path) -> None:
+    (tmp_path / "e.jsonl").write_bytes(b"")
+    assert len(build_index(tmp_path / "e.jsonl")) == 0
+    (tmp_path / "z.jsonl.gz").write_bytes(gzip.compress(b'{"n": 1}\n'))
+    with pytest.raises(ConfigError, match="gzip"):
+        JsonlIndex(tmp_path / "z.jsonl.gz")
+
+
+def test_large_file_spanning_read_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    lines = [f'{{"i": {i}, "pad": "{"x" * (i % 300)}"}}'.encode() for i in range(120_000)]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    index = JsonlIndex(path)
+    assert len(index) == len(lines)
+    for i in (0, 1, 65_535, 119_999):
+        assert index[i]["i"] == i
