@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -15,7 +16,7 @@ from tokenloom.tokenize import TokenizeConfig, tokenize
 GOOD = [{"text": "first good document"}, {"text": "second good document"}]
 
 
-def config(tokenizer: Path, input_dir: Path, out: Path, **kw: object) -> TokenizeConfig:
+def config(tokenizer: Path, input_dir: Path, out: Path, **kw: Any) -> TokenizeConfig:
     return TokenizeConfig(input_dir=input_dir, output_dir=out, tokenizer=str(tokenizer), num_workers=0, **kw)
 
 
@@ -46,7 +47,13 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "data", "line", "kind"), CASES, ids=[c[3] + ":" + c[0] for c in CASES])
 def test_raise_names_the_file_and_line_and_publishes_nothing(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], name: str, data: bytes, line: int | None, kind: str
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    jsonl_dir: Callable[..., Path],
+    name: str,
+    data: bytes,
+    line: int | None,
+    kind: str,
 ) -> None:
     input_dir = jsonl_dir({"a_good.jsonl": GOOD}, raw={name: data})
     out = tmp_path / "out"
@@ -68,7 +75,13 @@ def test_raise_names_the_file_and_line_and_publishes_nothing(
 
 @pytest.mark.parametrize(("name", "data", "line", "kind"), CASES, ids=[c[3] + ":" + c[0] for c in CASES])
 def test_skip_counts_each_kind_and_keeps_the_good_records(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], name: str, data: bytes, line: int | None, kind: str
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    jsonl_dir: Callable[..., Path],
+    name: str,
+    data: bytes,
+    line: int | None,
+    kind: str,
 ) -> None:
     input_dir = jsonl_dir({"a_good.jsonl": GOOD}, raw={name: data})
     summary = tokenize(config(tiny_tokenizer, input_dir, tmp_path / "out", max_line_bytes=200, on_error="skip"))

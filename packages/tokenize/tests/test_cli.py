@@ -47,3 +47,15 @@ def test_index_command(tmp_path: Path) -> None:
     result = CliRunner().invoke(index, [str(path)])
     assert result.exit_code == 0 and "2 lines" in result.output
     assert (tmp_path / "d.jsonl.idx.npy").exists()
+
+
+def test_isolated_env_has_no_torch() -> None:
+    """Under tox this package's env holds only its own dependencies."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if os.environ.get("TOKENLOOM_ISOLATED_ENV") != "tokenize":
+        pytest.skip("only meaningful inside the isolated tox env for tokenloom-tokenize")
+    assert importlib.util.find_spec("torch") is None

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -25,7 +26,7 @@ from tokenloom.tokenize import TokenizeConfig, tokenize
 tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=sys.argv[3], num_workers=2,
                         shard_size_tokens=4000, chunk_lines=40, max_length=64, overlap_size=16))
 """
-OPTIONS = {"shard_size_tokens": 4000, "chunk_lines": 40, "max_length": 64, "overlap_size": 16}
+OPTIONS: dict[str, Any] = {"shard_size_tokens": 4000, "chunk_lines": 40, "max_length": 64, "overlap_size": 16}
 
 
 def _session_pids(session: int) -> list[int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -29,12 +31,12 @@ def reference(docs: list[list[int]], max_length: int | None, overlap: int) -> li
     out = []
     for doc in docs:
         if max_length is None or len(doc) <= max_length - 1:
-            out.append((doc + [EOD], 0))
+            out.append(([*doc, EOD], 0))
             continue
         content, stride = max_length - 1, max_length - 1 - overlap
         start, k = 0, 0
         while True:
-            out.append((doc[start : start + content] + [EOD], overlap if k else 0))
+            out.append(([*doc[start : start + content], EOD], overlap if k else 0))
             if start + content >= len(doc):
                 break
             start, k = start + stride, k + 1
@@ -45,11 +47,11 @@ DOC = list(range(1, 11))  # 10 tokens, none equal to EOD
 
 
 def test_document_shorter_than_max_length_is_one_entry() -> None:
-    assert entries_of([DOC], max_length=16) == [(DOC + [EOD], 0)]
+    assert entries_of([DOC], max_length=16) == [([*DOC, EOD], 0)]
 
 
 def test_document_of_max_length_minus_one_fills_exactly_one_entry() -> None:
-    assert entries_of([DOC], max_length=11) == [(DOC + [EOD], 0)]
+    assert entries_of([DOC], max_length=11) == [([*DOC, EOD], 0)]
 
 
 def test_document_of_exactly_max_length_tokens_needs_two_entries() -> None:
@@ -65,7 +67,12 @@ def test_document_of_max_length_plus_one_tokens() -> None:
 def test_overlap_zero_windows_partition_the_document() -> None:
     doc = list(range(1, 21))
     got = entries_of([doc], max_length=6, overlap=0)
-    assert [e for e, _ in got] == [[1, 2, 3, 4, 5, 0], [6, 7, 8, 9, 10, 0], [11, 12, 13, 14, 15, 0], [16, 17, 18, 19, 20, 0]]
+    assert [e for e, _ in got] == [
+        [1, 2, 3, 4, 5, 0],
+        [6, 7, 8, 9, 10, 0],
+        [11, 12, 13, 14, 15, 0],
+        [16, 17, 18, 19, 20, 0],
+    ]
     assert [p for _, p in got] == [0, 0, 0, 0]
 
 
@@ -78,7 +85,7 @@ def test_overlap_of_half_max_length_repeats_the_previous_tail() -> None:
         ([7, 8, 9, 10, 11, 12, 0], 4),
     ]
     # the prefix of each later window is exactly the previous window's last content tokens
-    for (prev, _), (cur, prefix) in zip(got, got[1:], strict=False):
+    for (prev, _), (cur, prefix) in itertools.pairwise(got):
         assert cur[:prefix] == prev[:-1][-prefix:]
 
 
@@ -89,7 +96,7 @@ def test_empty_documents_become_a_lone_eod() -> None:
 
 def test_no_max_length_means_no_windowing() -> None:
     doc = list(range(1, 1000))
-    assert entries_of([doc, DOC], max_length=None) == [(doc + [EOD], 0), (DOC + [EOD], 0)]
+    assert entries_of([doc, DOC], max_length=None) == [([*doc, EOD], 0), ([*DOC, EOD], 0)]
 
 
 def test_no_documents_no_entries() -> None:
@@ -106,9 +113,7 @@ def test_invalid_windowing_is_a_config_error(max_length: int | None, overlap: in
 
 
 def test_dtype_is_respected() -> None:
-    entries = window_documents(
-        np.array([1, 2, 3]), np.array([3]), eod_id=7, max_length=None, dtype=np.uint16
-    )
+    entries = window_documents(np.array([1, 2, 3]), np.array([3]), eod_id=7, max_length=None, dtype=np.uint16)
     assert entries.tokens.dtype == np.uint16
     assert entries.tokens.tolist() == [1, 2, 3, 7]
 

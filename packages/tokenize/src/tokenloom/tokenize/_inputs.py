@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol
 
 import xxhash
 
@@ -122,6 +122,10 @@ def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = 
     return files
 
 
+class _Tell(Protocol):
+    def tell(self) -> int: ...
+
+
 @dataclass(slots=True)
 class Chunk:
     """Consecutive lines of one input file, numbered from ``first_line`` (1-based).
@@ -156,7 +160,7 @@ def _too_long(line_number: int, size: int, cap: int) -> Issue:
 
 
 def _read_lines(
-    path: Path, max_line_bytes: int, opened: list[BinaryIO]
+    path: Path, max_line_bytes: int, opened: list[_Tell]
 ) -> Iterator[tuple[bytes | None, Issue | None, int]]:
     """(line or None, issue or None, raw byte count) for each line of one file.
 
@@ -200,7 +204,7 @@ def _read_lines(
         yield None, Issue(0, IssueKind.EMPTY_FILE, "the file holds no lines (an empty input file)"), 0
 
 
-def _position(opened: list[BinaryIO], size: int) -> int:
+def _position(opened: list[_Tell], size: int) -> int:
     try:
         return min(opened[0].tell(), size) if opened else 0
     except (ValueError, OSError):  # closed at the end of the file
@@ -221,7 +225,7 @@ def read_chunks(
     """
     index = 0
     for file_index, info in enumerate(files):
-        opened: list[BinaryIO] = []
+        opened: list[_Tell] = []
         consumed = 0
         chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=1)
         for line, issue, size in _read_lines(info.path, max_line_bytes, opened):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -33,7 +33,7 @@ def _input_size(input_dir: Path) -> int | None:
 
 
 @contextlib.contextmanager
-def progress_bar(input_dir: Path, *, enabled: bool) -> Iterator[object]:
+def progress_bar(input_dir: Path, *, enabled: bool) -> Iterator[Callable[[int, int, int], None] | None]:
     """Yields the ``on_progress`` callback for ``tokenize`` (None when disabled)."""
     if not enabled:
         yield None
@@ -49,11 +49,11 @@ def progress_bar(input_dir: Path, *, enabled: bool) -> Iterator[object]:
     )
     with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
         task = progress.add_task("tokenize", total=_input_size(input_dir), documents=0, tokens=0)
-        totals = {"documents": 0, "tokens": 0}
+        totals = [0, 0]
 
         def on_progress(documents: int, tokens: int, source_bytes: int) -> None:
-            totals["documents"] += documents
-            totals["tokens"] += tokens
-            progress.update(task, advance=source_bytes, **totals)
+            totals[0] += documents
+            totals[1] += tokens
+            progress.update(task, advance=source_bytes, documents=totals[0], tokens=totals[1])
 
         yield on_progress
