@@ -57,8 +57,8 @@ class RankPlan:
 
     def consumed_after(self, yielded: int, tail: Tail) -> int:
         """Global samples consumed once every rank has yielded ``yielded`` (lock-step)."""
-        if tail is Tail.DROP and yielded >= self.count:
-            return self.n
+        if tail is Tail.DROP and yielded >= self.count > 0:
+            return self.n  # the dropped tail counts as consumed once the epoch is done
         return min(self.start + yielded * self.num_replicas, self.n)
 
 
