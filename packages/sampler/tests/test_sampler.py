@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DistributedSampler, TensorDataset
 
 from tokenloom.sampler import ResumableDistributedSampler
 
@@ -44,7 +44,7 @@ def test_same_arguments_give_the_same_indices() -> None:
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize(("n", "world", "seed", "epoch"), [(101, 4, 0, 0), (64, 3, 17, 5), (7, 10, 2, 1)])
 def test_torch_order_reproduces_torch_distributed_sampler(n, world, seed, epoch, drop_last) -> None:
-    dataset = list(range(n))
+    dataset = TensorDataset(torch.arange(n))
     for rank in range(world):
         reference = DistributedSampler(dataset, world, rank, shuffle=True, seed=seed, drop_last=drop_last)
         reference.set_epoch(epoch)

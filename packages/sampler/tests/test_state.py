@@ -83,5 +83,6 @@ def test_every_rank_reports_the_same_state_in_lock_step() -> None:
 def test_a_finished_epoch_reports_everything_consumed_with_drop_last() -> None:
     sampler = ResumableDistributedSampler(10, 4, 0, drop_last=True)
     it = iter(sampler)
-    next(it), next(it)
+    next(it)
+    next(it)
     assert sampler.state_dict()["consumed"] == 10  # the dropped tail is not left for a resume
