@@ -29,6 +29,7 @@ from tokenloom.formats._native import (
     read_native_shard,
 )
 from tokenloom.formats._optional import require
+from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
 from tokenloom.formats._paths import safe_file
 from tokenloom.formats._registry import (
     FormatSpec,
@@ -68,6 +69,16 @@ register_format(
     )
 )
 
+register_format(
+    FormatSpec(
+        name="packed",
+        description="Modalities .pbin packed files (current and legacy layouts)",
+        detect=is_packed,
+        open=open_packed,
+        writer=PackedWriter,
+    )
+)
+
 __all__ = [
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
@@ -77,6 +88,7 @@ __all__ = [
     "Manifest",
     "NativeShardWriter",
     "NativeWriter",
+    "PackedWriter",
     "Shard",
     "TokenDataset",
     "TokenWriter",
@@ -92,10 +104,12 @@ __all__ = [
     "fsync_dir",
     "open_dataset",
     "open_native",
+    "open_packed",
     "open_writer",
     "prepare_output_dir",
     "read_manifest",
     "read_native_shard",
+    "read_packed_file",
     "register_format",
     "safe_file",
     "smallest_dtype_for_vocab",
