@@ -144,6 +144,8 @@ def test_writer_refusals(tmp_path: Path) -> None:
     writer = open_writer(tmp_path / "b.pbin", format="packed", dtype="uint16")
     with pytest.raises(ConfigError, match="overlap"):
         writer.add_batch([1, 2, 3], [1, 2], overlap_prefix=[0, 1])
+    with pytest.raises(ConfigError, match="not keyed"):
+        writer.add_keyed({"sequence": [1]})
     writer.abort()
     with pytest.raises(TokenRangeError):
         write(tmp_path / "c.pbin", [[100]])
