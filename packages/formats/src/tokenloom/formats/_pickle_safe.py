@@ -82,6 +82,13 @@ def load_int_tuples(
     def above_mark() -> bool:
         return len(stack) > (marks[-1] if marks else 0)
 
+    def read_memo_index(width: int, at: int) -> int:
+        nonlocal pos
+        need(width, at)
+        index = int.from_bytes(buf[pos : pos + width], "little")
+        pos += width
+        return index
+
     def pop_items(at: int) -> list[object]:
         if not marks:
             raise corrupt(f"{_opcode_name(buf[at])} without a preceding MARK", at)
@@ -193,28 +200,12 @@ def load_int_tuples(
         elif code == 0x65:  # APPENDS
             append_to_list(pop_items(at), at)
         elif code in (0x94, 0x71, 0x72):  # MEMOIZE, BINPUT, LONG_BINPUT
-            if code == 0x94:
-                index = len(memo)
-            elif code == 0x71:
-                need(1, at)
-                index = buf[pos]
-                pos += 1
-            else:
-                need(4, at)
-                (index,) = struct.unpack_from("<I", buf, pos)
-                pos += 4
+            index = len(memo) if code == 0x94 else read_memo_index(1 if code == 0x71 else 4, at)
             if not above_mark():
                 raise corrupt(f"{_opcode_name(code)} on an empty stack", at)
             memo[index] = stack[-1]
         elif code in (0x68, 0x6A):  # BINGET, LONG_BINGET
-            if code == 0x68:
-                need(1, at)
-                index = buf[pos]
-                pos += 1
-            else:
-                need(4, at)
-                (index,) = struct.unpack_from("<I", buf, pos)
-                pos += 4
+            index = read_memo_index(1 if code == 0x68 else 4, at)
             if index not in memo:
                 raise corrupt(f"memo entry {index} was never stored", at)
             value = memo[index]

@@ -20,12 +20,10 @@ import numpy as np
 import orjson
 
 from tokenloom.formats._dataset import Shard, TokenDataset, map_tokens
-from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._native import WRITING_MARKER
 from tokenloom.formats._paths import safe_file
-from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name
+from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
 from tokenloom.formats.errors import (
-    ConfigError,
     FormatError,
     IndexCorruptError,
     MissingFileError,
@@ -221,16 +219,7 @@ def open_bin_meta_dataset(
 ) -> TokenDataset:
     """A bin store's token key as a TokenDataset: one shard per directory, records as entries."""
     store = BinStore(validate=validate).load(path)
-    if key not in store.keys:
-        raise MissingKeyError(
-            f"key {key!r} is not in the store (it has {store.keys})",
-            path=path,
-            field=key,
-            hint="Pass key=... or read it with open_store(path).fetch",
-        )
-    token_dtype = as_token_dtype(store.dtypes[key], field=key)
-    if dtype is not None and as_token_dtype(dtype) != token_dtype:
-        raise ConfigError(f"dtype {dtype} was asked for, {key} is {token_dtype.name}", path=path, field="dtype")
+    token_dtype = token_key_dtype(store, key, dtype, path=path)
     shards = []
     for part in store._parts:
         length = part.lengths[key]

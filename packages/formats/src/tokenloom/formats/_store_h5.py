@@ -21,12 +21,10 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._optional import require
 from tokenloom.formats._paths import safe_file
-from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name
+from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
 from tokenloom.formats.errors import (
-    ConfigError,
     FormatError,
     MissingFileError,
     MissingKeyError,
@@ -186,16 +184,7 @@ def open_h5_dataset(
     """
     h5py = h5py_module()
     store = H5Store(validate=validate).load(path)
-    if key not in store.keys:
-        raise MissingKeyError(
-            f"key {key!r} is not in the store (it has {store.keys})",
-            path=path,
-            field=key,
-            hint="Pass key=... or read it with open_store(path).fetch",
-        )
-    token_dtype = as_token_dtype(store.dtypes[key], field=key)
-    if dtype is not None and as_token_dtype(dtype) != token_dtype:
-        raise ConfigError(f"dtype {dtype} was asked for, {key} is {token_dtype.name}", path=path, field="dtype")
+    token_dtype = token_key_dtype(store, key, dtype, path=path)
     shards = []
     for file_index, name in store._segments[key]:
         file_path = store._paths[file_index]

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats.errors import (
     ConfigError,
     DataError,
@@ -46,6 +47,7 @@ __all__ = [
     "KeyedStore",
     "StoreFactory",
     "check_finite",
+    "token_key_dtype",
     "check_key_name",
     "training_type_of",
 ]
@@ -102,6 +104,21 @@ def check_finite(values: np.ndarray, *, key: str, path: Path | None, record: int
                 field=key,
                 hint="Fix or drop the samples whose rewards are NaN or infinite, then re-create the store",
             )
+
+
+def token_key_dtype(store: KeyedStore, key: str, dtype: Any, *, path: str | os.PathLike[str]) -> np.dtype:
+    """The token dtype of ``key`` for a TokenDataset view of ``store`` (checked against ``dtype`` if given)."""
+    if key not in store.keys:
+        raise MissingKeyError(
+            f"key {key!r} is not in the store (it has {store.keys})",
+            path=path,
+            field=key,
+            hint="Pass key=... or read it with open_store(path).fetch",
+        )
+    token_dtype = as_token_dtype(store.dtypes[key], field=key)
+    if dtype is not None and as_token_dtype(dtype) != token_dtype:
+        raise ConfigError(f"dtype {dtype} was asked for, {key} is {token_dtype.name}", path=path, field="dtype")
+    return token_dtype
 
 
 def training_type_of(keys: Sequence[str]) -> str | None:
