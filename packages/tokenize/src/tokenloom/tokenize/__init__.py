@@ -18,6 +18,7 @@ library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig
 from tokenloom.tokenize._inputs import IssueKind, discover_inputs
+from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
 from tokenloom.tokenize._pipeline import TokenizeSummary, tokenize
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
 from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
@@ -33,14 +34,17 @@ __all__ = [
     "IssueKind",
     "JsonlIndex",
     "OnError",
+    "PackSummary",
     "TokenizeConfig",
     "TokenizeSummary",
     "build_index",
     "build_stdlib_corpus",
+    "default_pack_path",
     "default_tokenizer_path",
     "discover_inputs",
     "fingerprint",
     "index_path",
+    "pack",
     "tokenize",
     "train_byte_level_bpe",
     "validate_window",

@@ -12,7 +12,7 @@ from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._pipeline import tokenize as run_tokenize
 from tokenloom.tokenize._progress import progress_bar
 
-__all__ = ["index", "tokenize"]
+__all__ = ["index", "pack", "tokenize"]
 
 
 def _summary_lines(summary: TokenizeSummary) -> list[str]:
@@ -176,3 +176,70 @@ def index(files: tuple[Path, ...]) -> None:
         except DataError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
         click.echo(f"{index_path(path)}: {lines:,} lines")
+
+
+@click.command(
+    epilog="Example:\n\n\b\n  tokenloom pack data/train.jsonl --tokenizer ./my-tokenizer --output data/train.pbin"
+)
+@click.argument("input_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Default: FILE.pbin beside the input.",
+)
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Hugging Face tokenizer directory or cached name. Default: the shipped stdlib BPE.",
+)
+@click.option(
+    "--text-field", default="text", show_default=True, help="Field with the text; a dotted path for nested fields."
+)
+@click.option("--num-workers", type=int, default=default_num_workers(), show_default=True, help="Encoding processes.")
+@click.option("--on-error", type=click.Choice([e.value for e in OnError]), default="raise", show_default=True)
+@click.option(
+    "--eos-id", type=int, default=None, help="End-of-document id, required if the tokenizer has no EOS token."
+)
+@click.option("--legacy", is_flag=True, help="Write the old 8-byte-header layout (uint32 tokens).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+def pack(
+    input_file: Path,
+    output: Path | None,
+    tokenizer: str | None,
+    text_field: str,
+    num_workers: int,
+    on_error: str,
+    eos_id: int | None,
+    legacy: bool,
+    overwrite: bool,
+) -> None:
+    """Tokenize one jsonl file into a Modalities packed data file (.pbin).
+
+    Each document becomes its tokens followed by EOD, in file order.
+    """
+    from tokenloom.tokenize._pack import pack as run_pack
+
+    try:
+        summary = run_pack(
+            input_file,
+            output,
+            tokenizer=tokenizer,
+            text_field=text_field,
+            num_workers=num_workers,
+            on_error=on_error,
+            eos_id=eos_id,
+            legacy=legacy,
+            overwrite=overwrite,
+        )
+    except DataError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    click.echo(
+        f"wrote {summary.output}: {summary.documents:,} documents, {summary.tokens:,} tokens, "
+        f"dtype {summary.dtype}, eos_id {summary.eos_id}, {summary.seconds:.1f} s"
+    )
+    if summary.skipped:
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.skipped.items()))
+        click.echo(f"  skipped {sum(summary.skipped.values()):,} bad records: {kinds}")
+        for example in summary.examples:
+            click.echo(f"    e.g. {example}")

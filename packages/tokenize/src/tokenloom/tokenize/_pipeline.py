@@ -196,7 +196,7 @@ class _Run:
         self.cutter.finish(0, ensure_one=not self.state.shards)
 
 
-def _executor(num_workers: int) -> ProcessPoolExecutor:
+def executor_for(num_workers: int) -> ProcessPoolExecutor:
     # spawn, not fork: a tokenizer (or its thread pool) must never cross a fork. Not
     # forkserver either: its workers' parent is the server, which outlives a killed
     # parent, so the workers' watchdog would never fire.
@@ -209,7 +209,7 @@ def _executor(num_workers: int) -> ProcessPoolExecutor:
     )
 
 
-def _ordered(
+def run_ordered(
     executor: Executor | None, chunks: Iterator[Chunk], settings: EncodeSettings, window: int
 ) -> Iterator[ChunkResult]:
     """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight."""
@@ -230,14 +230,15 @@ def _ordered(
             future.cancel()
 
 
-def _tokenizer_info(executor: Executor | None, name: str) -> TokenizerInfo:
+def tokenizer_info(executor: Executor | None, name: str) -> TokenizerInfo:
     if executor is None:
         return describe_tokenizer(name)
     return executor.submit(describe_tokenizer, name).result()
 
 
-def _resolve_eos(config: TokenizeConfig, info: TokenizerInfo, tokenizer: str) -> int:
-    eos_id = config.eos_id if config.eos_id is not None else info.eos_id
+def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:
+    """The end-of-document id: ``requested`` (--eos-id) or the tokenizer's EOS; never a silent default."""
+    eos_id = requested if requested is not None else info.eos_id
     if eos_id is None:
         raise ConfigError(
             f"tokenizer {tokenizer!r} has no EOS token, so the end-of-document id is unknown",
@@ -343,9 +344,9 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     with contextlib.ExitStack() as stack:
         executor = None
         if config.num_workers > 0:
-            executor = stack.enter_context(_executor(config.num_workers))
-        info = _tokenizer_info(executor, tokenizer)
-        eos_id = _resolve_eos(config, info, tokenizer)
+            executor = stack.enter_context(executor_for(config.num_workers))
+        info = tokenizer_info(executor, tokenizer)
+        eos_id = resolve_eos(config.eos_id, info, tokenizer)
         dtype = smallest_dtype_for_vocab(info.vocab_size)
         settings = EncodeSettings(
             tokenizer=tokenizer,
@@ -366,7 +367,7 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
         )
         window = 2 * max(config.num_workers, 1) + 2
         try:
-            for result in _ordered(executor, chunks, settings, window):
+            for result in run_ordered(executor, chunks, settings, window):
                 run.consume(result)
                 if on_progress is not None:
                     on_progress(result.documents, len(result.tokens), result.source_bytes)

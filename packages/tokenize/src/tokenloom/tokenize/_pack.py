@@ -1,0 +1,120 @@
+"""``tokenloom pack``: one jsonl file -> one Modalities packed data file (.pbin).
+
+Modalities' ``create_packed_data``: every document's tokens followed by the EOD
+token, in file order, in a single ``.pbin`` written by the formats packed writer
+(nothing is visible under the final name until it is complete). The same
+workers, chunking and bad-record handling as ``tokenize``; no windowing (a
+``.pbin`` has no overlap-prefix field) and no resume (one file, written at once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenloom.formats import ConfigError, RecordError, open_writer, smallest_dtype_for_vocab
+from tokenloom.tokenize import _tokenizer
+from tokenloom.tokenize._config import OnError, default_num_workers
+from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
+from tokenloom.tokenize._pipeline import EXAMPLES_PER_KIND, executor_for, resolve_eos, run_ordered, tokenizer_info
+from tokenloom.tokenize._worker import EncodeSettings
+
+__all__ = ["PackSummary", "default_pack_path", "pack"]
+
+
+@dataclass(slots=True)
+class PackSummary:
+    output: Path
+    documents: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    dtype: str = ""
+    eos_id: int = -1
+
+
+def default_pack_path(input_file: str | os.PathLike[str]) -> Path:
+    """``data.jsonl`` / ``data.jsonl.gz`` -> ``data.pbin`` beside it."""
+    path = Path(input_file)
+    name = path.name
+    for suffix in INPUT_SUFFIXES[::-1]:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return path.with_name(name + ".pbin")
+
+
+def pack(
+    input_file: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    tokenizer: str | None = None,
+    text_field: str = "text",
+    num_workers: int | None = None,
+    on_error: OnError | str = OnError.RAISE,
+    eos_id: int | None = None,
+    legacy: bool = False,
+    overwrite: bool = False,
+    max_line_bytes: int = 64 << 20,
+    chunk_lines: int = 1024,
+    chunk_bytes: int = 4 << 20,
+) -> PackSummary:
+    """Tokenize ``input_file`` into the packed file ``output`` (default: beside it, ``.pbin``)."""
+    started = time.perf_counter()
+    source = Path(input_file)
+    if not source.is_file() or not source.name.endswith(INPUT_SUFFIXES):
+        raise ConfigError(
+            "expected an existing .jsonl or .jsonl.gz file", path=source, hint="Pass the jsonl file to pack"
+        )
+    on_error = OnError(on_error)
+    workers = default_num_workers() if num_workers is None else num_workers
+    if workers < 0:
+        raise ConfigError(f"num_workers is {workers}, expected >= 0", field="num_workers")
+    target = Path(output) if output is not None else default_pack_path(source)
+    name = tokenizer or str(_tokenizer.default_tokenizer_path())
+    stat = source.stat()
+    files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
+    summary = PackSummary(output=target)
+    with contextlib.ExitStack() as stack:
+        executor = stack.enter_context(executor_for(workers)) if workers > 0 else None
+        info = tokenizer_info(executor, name)
+        eod = resolve_eos(eos_id, info, name)
+        dtype = smallest_dtype_for_vocab(info.vocab_size)
+        settings = EncodeSettings(
+            tokenizer=name,
+            text_field=tuple(text_field.split(".")),
+            eod_id=eod,
+            vocab_size=info.vocab_size,
+            max_length=None,
+            overlap_size=0,
+            dtype=dtype.name,
+        )
+        chunks = read_chunks(files, chunk_lines=chunk_lines, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
+        with open_writer(
+            target,
+            format="packed",
+            dtype=dtype,
+            vocab_size=info.vocab_size,
+            eos_id=eod,
+            legacy=legacy,
+            overwrite=overwrite,
+        ) as writer:
+            for result in run_ordered(executor, chunks, settings, 2 * max(workers, 1) + 2):
+                for issue in result.issues:
+                    if on_error is OnError.RAISE:
+                        raise RecordError(issue.message, path=source, record=issue.line, field=issue.kind.value)
+                    count = summary.skipped.get(issue.kind.value, 0) + 1
+                    summary.skipped[issue.kind.value] = count
+                    if count <= EXAMPLES_PER_KIND:
+                        summary.examples.append(f"{source}:{issue.line}: {issue.kind.value}: {issue.message}")
+                writer.add_batch(result.tokens, result.lengths)
+                summary.documents += result.documents
+                summary.tokens += len(result.tokens)
+    summary.seconds = time.perf_counter() - started
+    summary.dtype = dtype.name
+    summary.eos_id = eod
+    return summary

@@ -1,0 +1,57 @@
+"""tokenloom pack: one jsonl file -> a Modalities .pbin via the formats packed writer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tokenizers import Tokenizer
+
+from tokenloom.formats import ConfigError, RecordError, open_dataset
+from tokenloom.tokenize import default_pack_path, pack
+from tokenloom.tokenize._commands import pack as pack_command
+
+
+def test_pack_writes_documents_plus_eod_in_order(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    texts = ["alpha beta", "", "gamma delta epsilon"]
+    corpus = jsonl_dir({"train.jsonl": [{"text": t} for t in texts]})
+    summary = pack(corpus / "train.jsonl", tokenizer=str(tiny_tokenizer), num_workers=0)
+    assert summary.output == corpus / "train.pbin" and summary.documents == 3
+    ds = open_dataset(summary.output)
+    tok = Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json"))
+    assert [ds[i].tolist() for i in range(len(ds))] == [
+        [*tok.encode(t, add_special_tokens=False).ids, 0] for t in texts
+    ]
+    with pytest.raises(ConfigError, match="exists"):
+        pack(corpus / "train.jsonl", tokenizer=str(tiny_tokenizer), num_workers=0)
+
+
+def test_pack_bad_record_raises_and_leaves_no_file(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    corpus = jsonl_dir({}, raw={"t.jsonl.gz": b""})
+    (corpus / "t.jsonl").write_bytes(b'{"text": "ok"}\n{"text": 1}\n')
+    with pytest.raises(RecordError) as info:
+        pack(corpus / "t.jsonl", tokenizer=str(tiny_tokenizer), num_workers=0)
+    assert info.value.record == 2 and not (corpus / "t.pbin").exists()
+    assert not list(corpus.glob("*.tmp"))
+    summary = pack(
+        corpus / "t.jsonl", tmp_path / "o.pbin", tokenizer=str(tiny_tokenizer), num_workers=0, on_error="skip"
+    )
+    assert summary.skipped == {"non_string_field": 1} and len(open_dataset(tmp_path / "o.pbin")) == 1
+
+
+def test_default_path_and_cli(tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]) -> None:
+    assert default_pack_path("a/b.jsonl.gz") == Path("a/b.pbin")
+    corpus = jsonl_dir({"c.jsonl": [{"text": "one"}, {"text": "two"}]})
+    help_text = CliRunner().invoke(pack_command, ["--help"]).output
+    assert "Example:" in help_text
+    result = CliRunner().invoke(
+        pack_command, [str(corpus / "c.jsonl"), "--tokenizer", str(tiny_tokenizer), "--num-workers", "0", "--legacy"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "2 documents" in result.output and len(open_dataset(corpus / "c.pbin")) == 2
