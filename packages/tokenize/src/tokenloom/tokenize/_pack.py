@@ -80,8 +80,8 @@ def pack(
     files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
     summary = PackSummary(output=target)
     with contextlib.ExitStack() as stack:
-        executor = stack.enter_context(executor_for(workers)) if workers > 0 else None
-        info = tokenizer_info(executor, name)
+        info, serialized = tokenizer_info(name, in_process=workers == 0)
+        executor = stack.enter_context(executor_for(workers, name, serialized)) if workers > 0 else None
         eod = resolve_eos(eos_id, info, name)
         dtype = smallest_dtype_for_vocab(info.vocab_size)
         settings = EncodeSettings(

@@ -196,7 +196,8 @@ class _Run:
         self.cutter.finish(0, ensure_one=not self.state.shards)
 
 
-def executor_for(num_workers: int) -> ProcessPoolExecutor:
+def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> ProcessPoolExecutor:
+    """Worker processes that rebuild ``tokenizer`` from its ``serialized`` backend on first use."""
     # spawn, not fork: a tokenizer (or its thread pool) must never cross a fork. Not
     # forkserver either: its workers' parent is the server, which outlives a killed
     # parent, so the workers' watchdog would never fire.
@@ -205,7 +206,7 @@ def executor_for(num_workers: int) -> ProcessPoolExecutor:
         max_workers=num_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=init_worker,
-        initargs=(threads,),
+        initargs=(threads, tokenizer, serialized),
     )
 
 
@@ -230,10 +231,12 @@ def run_ordered(
             future.cancel()
 
 
-def tokenizer_info(executor: Executor | None, name: str) -> TokenizerInfo:
-    if executor is None:
-        return describe_tokenizer(name)
-    return executor.submit(describe_tokenizer, name).result()
+def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
+    """EOS id, vocab size and serialized backend, from a short-lived child (or this process)."""
+    if in_process:
+        return _tokenizer.local_info(name), None
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
+        return child.submit(describe_tokenizer, name).result()
 
 
 def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:
@@ -342,10 +345,10 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     _check_published(out, state)
     fsync_dir(out)
     with contextlib.ExitStack() as stack:
+        info, serialized = tokenizer_info(tokenizer, in_process=config.num_workers == 0)
         executor = None
         if config.num_workers > 0:
-            executor = stack.enter_context(executor_for(config.num_workers))
-        info = tokenizer_info(executor, tokenizer)
+            executor = stack.enter_context(executor_for(config.num_workers, tokenizer, serialized))
         eos_id = resolve_eos(config.eos_id, info, tokenizer)
         dtype = smallest_dtype_for_vocab(info.vocab_size)
         settings = EncodeSettings(

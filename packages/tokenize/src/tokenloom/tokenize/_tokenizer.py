@@ -1,29 +1,40 @@
 """Loading a Hugging Face tokenizer lazily, its fingerprint, and batch encoding.
 
 The parent process never builds a tokenizer: a tokenizer used before a fork
-can deadlock the children (the `tokenizers` fork issue). Workers call
-:func:`load` on first use; :func:`describe` runs in a worker and sends back only
-plain values (EOS id, vocab size).
+can deadlock the children (the `tokenizers` fork issue). :func:`describe` runs
+in a short-lived child: it loads the tokenizer through ``AutoTokenizer`` and
+sends back plain values (EOS id, vocab size) and the fast backend serialized
+as JSON. Encoding workers rebuild the Rust tokenizer from that JSON on first
+use, so they never import transformers (which imports torch when installed:
+seconds and hundreds of MB per worker). Slow (Python) tokenizers are loaded
+through ``AutoTokenizer`` in each worker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tokenloom.formats import ConfigError
 
 __all__ = [
     "DEFAULT_TOKENIZER",
+    "BackendTokenizer",
     "LoadedTokenizer",
     "TokenizerInfo",
     "default_tokenizer_path",
+    "describe",
     "fingerprint",
     "load",
+    "local_info",
+    "register_serialized",
 ]
 
 DEFAULT_TOKENIZER = "stdlib-bpe-16k"
@@ -102,18 +113,45 @@ class TokenizerInfo:
     fast: bool
 
 
+@contextlib.contextmanager
+def _torch_hidden() -> Iterator[None]:
+    """Make ``import torch`` fail while transformers loads, in a child process only.
+
+    transformers imports torch whenever it is installed (seconds and ~700 MB per
+    process), and a tokenizer never needs it. Only used in worker processes.
+    """
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]  # import torch -> ImportError
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
+class Encoder(Protocol):
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+
 class LoadedTokenizer:
-    """A tokenizer as used in a worker: batch encoding without special tokens."""
+    """A tokenizer loaded through ``AutoTokenizer``: batch encoding without special tokens."""
 
-    def __init__(self, name_or_path: str) -> None:
+    def __init__(self, name_or_path: str, *, hide_torch: bool = False) -> None:
         _hf_env()
-        from transformers import AutoTokenizer
-
-        self._hf: Any = AutoTokenizer.from_pretrained(_tokenizer_dir(name_or_path))
+        directory = _tokenizer_dir(name_or_path)
+        if hide_torch:
+            try:
+                with _torch_hidden():
+                    self._hf = _auto_tokenizer(directory)
+            except Exception:  # a tokenizer that does need torch: load it the ordinary way
+                self._hf = _auto_tokenizer(directory)
+        else:
+            self._hf = _auto_tokenizer(directory)
         backend = getattr(self._hf, "backend_tokenizer", None) if self._hf.is_fast else None
         self._backend: Any = backend
-        # encode_batch_fast skips offset tracking; it exists from tokenizers 0.21 on.
-        self._encode = getattr(backend, "encode_batch_fast", None) or getattr(backend, "encode_batch", None)
+        self._encode = _batch_encoder(backend) if backend is not None else None
 
     def info(self) -> TokenizerInfo:
         eos_id = self._hf.eos_token_id
@@ -124,18 +162,77 @@ class LoadedTokenizer:
             fast=self._backend is not None,
         )
 
+    def backend_json(self) -> str | None:
+        """The Rust tokenizer exactly as transformers configured it, or None for a slow tokenizer."""
+        return self._backend.to_str() if self._backend is not None else None
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         if self._encode is not None:
             return [encoding.ids for encoding in self._encode(texts, add_special_tokens=False)]
         return self._hf(texts, add_special_tokens=False)["input_ids"]
 
 
-_CACHE: dict[str, LoadedTokenizer] = {}
+class BackendTokenizer:
+    """The fast Rust tokenizer rebuilt from :meth:`LoadedTokenizer.backend_json` (no transformers import)."""
+
+    def __init__(self, serialized: str) -> None:
+        from tokenizers import Tokenizer
+
+        self._encode = _batch_encoder(Tokenizer.from_str(serialized))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [encoding.ids for encoding in self._encode(texts, add_special_tokens=False)]
 
 
-def load(name_or_path: str) -> LoadedTokenizer:
+def _auto_tokenizer(directory: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(directory)
+
+
+def _batch_encoder(backend: Any) -> Any:
+    # encode_batch_fast skips offset tracking; it exists from tokenizers 0.21 on.
+    return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+
+
+def describe(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
+    """Load through AutoTokenizer (in a short-lived worker): plain facts and the serialized backend."""
+    tokenizer = LoadedTokenizer(name_or_path, hide_torch=True)
+    return tokenizer.info(), tokenizer.backend_json()
+
+
+_CACHE: dict[str, Encoder] = {}
+_SERIALIZED: dict[str, str] = {}
+
+
+def register_serialized(name_or_path: str, serialized: str | None) -> None:
+    """In a worker: build ``name_or_path`` from this JSON instead of through transformers."""
+    if serialized is not None:
+        _SERIALIZED[name_or_path] = serialized
+
+
+def load(name_or_path: str) -> Encoder:
     """The tokenizer for ``name_or_path``, built once per process on first use."""
     tokenizer = _CACHE.get(name_or_path)
     if tokenizer is None:
-        tokenizer = _CACHE[name_or_path] = LoadedTokenizer(name_or_path)
+        serialized = _SERIALIZED.get(name_or_path)
+        if serialized is not None:
+            tokenizer = BackendTokenizer(serialized)
+        else:
+            tokenizer = LoadedTokenizer(name_or_path, hide_torch=_in_worker())
+        _CACHE[name_or_path] = tokenizer
     return tokenizer
+
+
+def local_info(name_or_path: str) -> TokenizerInfo:
+    """Load ``name_or_path`` in this process (``num_workers=0``) and describe it."""
+    tokenizer = load(name_or_path)
+    if not isinstance(tokenizer, LoadedTokenizer):
+        tokenizer = LoadedTokenizer(name_or_path)
+    return tokenizer.info()
+
+
+def _in_worker() -> bool:
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None

@@ -54,9 +54,9 @@ class ChunkResult:
     source_bytes: int
 
 
-def describe_tokenizer(name_or_path: str) -> TokenizerInfo:
-    """Load the tokenizer in this (worker) process and report its EOS id and vocab size."""
-    return _tokenizer.load(name_or_path).info()
+def describe_tokenizer(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
+    """Load the tokenizer in this (child) process: its EOS id, vocab size and serialized backend."""
+    return _tokenizer.describe(name_or_path)
 
 
 def _text_of(line: bytes, text_field: tuple[str, ...], line_number: int) -> str | Issue:
@@ -154,7 +154,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     )
 
 
-def init_worker(rayon_threads: int) -> None:
+def init_worker(rayon_threads: int, tokenizer: str | None = None, serialized: str | None = None) -> None:
     """Worker initializer: size the tokenizer's thread pool; exit if the parent dies.
 
     Runs before any tokenizer is loaded in this process, so the environment
@@ -163,6 +163,8 @@ def init_worker(rayon_threads: int) -> None:
     """
     os.environ["RAYON_NUM_THREADS"] = str(rayon_threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if rayon_threads > 1 else "false"
+    if tokenizer is not None:
+        _tokenizer.register_serialized(tokenizer, serialized)
     parent = os.getppid()
 
     def watch() -> None:

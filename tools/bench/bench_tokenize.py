@@ -1,0 +1,316 @@
+"""Benchmark ``tokenloom tokenize`` against the tokenizer's raw speed and two peers.
+
+On the same jsonl files (copies of the stdlib docstring corpus) and the same
+tokenizer (the shipped 16k byte-level BPE), each measurement in a fresh process:
+
+- raw: ``Tokenizer.encode_batch`` (and ``encode_batch_fast``) over every text,
+  already in memory, one call, both cores (rayon). Only the call is timed.
+- tokenloom: the ``tokenloom tokenize`` command end to end (interpreter start,
+  worker start, reading, JSON parsing, encoding, windowing, writing, fsync,
+  manifest), wall clock, with 2 and with 1 worker.
+- Hugging Face ``datasets``: ``load_dataset("json")`` + ``.map(batched=True,
+  num_proc=2)`` with the same tokenizer (fast), load and map timed.
+- litdata ``optimize`` (litgpt's recipe: one tokenizer.encode per document,
+  TokensLoader chunks), 2 workers, timed end to end in its process.
+
+Throughput counts document tokens (EOD tokens excluded, so every row counts the
+same tokens). Peak RSS is the sum over the measured process and its children,
+sampled every 50 ms. Each figure is the median of 3 runs. Also: peak RSS of
+tokenloom as the input grows 4x.
+
+    uv run --group bench python tools/bench/bench_tokenize.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUTPUT = REPO / "docs" / "benchmarks" / "tokenize.md"
+RUNS = 3
+
+_RAW = r"""
+import json, sys, time, orjson
+from tokenizers import Tokenizer
+files, tokenizer, method = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+texts = [orjson.loads(line)["text"] for f in files for line in open(f, "rb")]
+tok = Tokenizer.from_file(tokenizer + "/tokenizer.json")
+encode = getattr(tok, method)
+start = time.perf_counter()
+encodings = encode(texts, add_special_tokens=False)
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "tokens": sum(len(e.ids) for e in encodings)}))
+"""
+
+_DATASETS = r"""
+import json, sys, time
+files, tokenizer, cache = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+from datasets import load_dataset, disable_progress_bars
+from transformers import AutoTokenizer
+disable_progress_bars()
+tok = AutoTokenizer.from_pretrained(tokenizer)
+start = time.perf_counter()
+ds = load_dataset("json", data_files=files, split="train", cache_dir=cache)
+def encode(batch):
+    return {"input_ids": tok(batch["text"], add_special_tokens=False)["input_ids"]}
+out = ds.map(encode, batched=True, num_proc=2, remove_columns=ds.column_names)
+seconds = time.perf_counter() - start
+tokens = sum(len(x) for x in out["input_ids"])
+print(json.dumps({"seconds": seconds, "tokens": tokens}))
+"""
+
+_LITDATA = r"""
+import json, sys, time
+from functools import partial
+import orjson
+files, tokenizer, out = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+
+def encode(path, tokenizer_dir=None):
+    import torch
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer_dir + "/tokenizer.json")
+    for line in open(path, "rb"):
+        yield torch.tensor(tok.encode(orjson.loads(line)["text"], add_special_tokens=False).ids, dtype=torch.int)
+
+if __name__ == "__main__":
+    from litdata import optimize
+    from litdata.streaming.item_loader import TokensLoader
+    start = time.perf_counter()
+    optimize(fn=partial(encode, tokenizer_dir=tokenizer), inputs=files, output_dir=out, num_workers=2,
+             chunk_size=2049 * 1024, item_loader=TokensLoader())
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds}))
+"""
+
+
+def _tree_rss_mb(root: int) -> float:
+    """Resident memory of ``root`` and all its descendants, in MiB."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def _measure(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """(wall seconds, peak tree RSS MiB, stdout) of one subprocess."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    peak = 0.0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss_mb(proc.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} failed ({proc.returncode}): {err.decode()[-3000:]}")
+    return wall, peak, out.decode()
+
+
+def _env(parallel: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAYON_NUM_THREADS",)}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["TOKENIZERS_PARALLELISM"] = "true" if parallel else "false"
+    return env
+
+
+def _make_inputs(root: Path, corpus: Path, copies: int) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i in range(copies):
+        target = root / f"part-{i:04d}.jsonl"
+        shutil.copyfile(corpus, target)
+        files.append(target)
+    return files
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _tokenloom(input_dir: Path, out: Path, workers: int) -> tuple[float, float, int]:
+    cmd = [sys.executable, "-m", "tokenloom.formats", "tokenize", "--input-dir", str(input_dir)]
+    cmd += ["--output-dir", str(out), "--num-workers", str(workers), "--no-progress", "--overwrite"]
+    wall, peak, _ = _measure(cmd, _env(parallel=True))
+    manifest = json.loads((out / "manifest.json").read_text())
+    return wall, peak, manifest["num_tokens"] - manifest["num_documents"]
+
+
+def run(quick: bool) -> str:
+    from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
+
+    tokenizer = str(default_tokenizer_path())
+    copies = 4 if quick else 80
+    rows: list[tuple[str, float, float, float | None]] = []  # name, tokens/s, peak MiB, wall s
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-tokenize-") as tmp_name:
+        tmp = Path(tmp_name)
+        corpus = build_stdlib_corpus(tmp / "corpus")
+        files = _make_inputs(tmp / "in", corpus.path, copies)
+        file_list = ",".join(map(str, files))
+        input_mb = sum(f.stat().st_size for f in files) / 1e6
+
+        raw_tokens = 0
+        for method in ("encode_batch", "encode_batch_fast"):
+            results = []
+            for _ in range(RUNS):
+                _, peak, out = _measure([sys.executable, "-c", _RAW, file_list, tokenizer, method], _env(True))
+                data = json.loads(out)
+                raw_tokens = data["tokens"]
+                results.append((data["tokens"] / data["seconds"], peak, data["seconds"]))
+            rows.append(
+                (
+                    f"raw `{method}` (in memory, 1 call)",
+                    _median([r[0] for r in results]),
+                    _median([r[1] for r in results]),
+                    _median([r[2] for r in results]),
+                )
+            )
+
+        for workers in (2, 1):
+            results = []
+            for _ in range(RUNS):
+                wall, peak, tokens = _tokenloom(tmp / "in", tmp / f"out{workers}", workers)
+                if tokens != raw_tokens:
+                    notes.append(f"token count mismatch: tokenloom {tokens} vs raw {raw_tokens}")
+                results.append((tokens / wall, peak, wall))
+            rows.append(
+                (
+                    f"`tokenloom tokenize --num-workers {workers}` (end to end)",
+                    _median([r[0] for r in results]),
+                    _median([r[1] for r in results]),
+                    _median([r[2] for r in results]),
+                )
+            )
+
+        results = []
+        try:
+            for i in range(RUNS):
+                cache = tmp / f"hf-cache-{i}"
+                _, peak, out = _measure(
+                    [sys.executable, "-c", _DATASETS, file_list, tokenizer, str(cache)], _env(False)
+                )
+                data = json.loads(out)
+                results.append((data["tokens"] / data["seconds"], peak, data["seconds"]))
+                shutil.rmtree(cache, ignore_errors=True)
+            rows.append(
+                (
+                    "HF `datasets` load_dataset + `.map(num_proc=2)`",
+                    _median([r[0] for r in results]),
+                    _median([r[1] for r in results]),
+                    _median([r[2] for r in results]),
+                )
+            )
+        except (ImportError, RuntimeError) as exc:
+            notes.append(f"HF datasets not measured: {str(exc)[-300:]}")
+
+        results = []
+        try:
+            script = tmp / "litdata_child.py"
+            script.write_text(_LITDATA)
+            for i in range(RUNS):
+                out_dir = tmp / f"litdata-{i}"
+                _, peak, out = _measure([sys.executable, str(script), file_list, tokenizer, str(out_dir)], _env(False))
+                seconds = json.loads(out.strip().splitlines()[-1])["seconds"]
+                results.append((raw_tokens / seconds, peak, seconds))
+                shutil.rmtree(out_dir, ignore_errors=True)
+            rows.append(
+                (
+                    "litdata `optimize` (2 workers, TokensLoader)",
+                    _median([r[0] for r in results]),
+                    _median([r[1] for r in results]),
+                    _median([r[2] for r in results]),
+                )
+            )
+        except (ImportError, RuntimeError, ValueError) as exc:
+            notes.append(f"litdata not measured: {str(exc)[-300:]}")
+
+        scale_rows = []
+        for factor in (1, 4):
+            big = tmp / f"scale-{factor}"
+            _make_inputs(big, corpus.path, copies * factor)
+            wall, peak, tokens = _tokenloom(big, tmp / f"scale-out-{factor}", 2)
+            size_mb = sum(p.stat().st_size for p in big.iterdir()) / 1e6
+            scale_rows.append((size_mb, tokens, wall, peak))
+            shutil.rmtree(big)
+            shutil.rmtree(tmp / f"scale-out-{factor}")
+
+    raw = rows[0][1]
+    raw_fast = rows[1][1]
+    lines = [
+        "## tokenize",
+        "",
+        f"Command: `uv run --group bench python tools/bench/bench_tokenize.py{' --quick' if quick else ''}`. "
+        f"Input: {copies} copies of the stdlib docstring corpus ({input_mb:.0f} MB of jsonl, "
+        f"{raw_tokens / 1e6:.1f} M document tokens), tokenizer: the shipped 16k byte-level BPE. "
+        "Medians of 3 fresh processes; tokens/s counts document tokens (EOD excluded) over the wall time "
+        "the row says; peak RSS is the process tree's, sampled every 50 ms.",
+        "",
+        "| what | tokens/s | vs raw `encode_batch` | vs raw `encode_batch_fast` | wall s | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, rate, peak, wall in rows:
+        lines.append(
+            f"| {name} | {rate / 1e6:.2f} M | {rate / raw:.2f}x | {rate / raw_fast:.2f}x | {wall:.1f} | {peak:.0f} |"
+        )
+    lines += [
+        "",
+        "Peak RSS of `tokenloom tokenize --num-workers 2` as the input grows (one run each):",
+        "",
+        "| input MB | tokens | wall s | peak RSS MiB |",
+        "|---:|---:|---:|---:|",
+    ]
+    for size_mb, tokens, wall, peak in scale_rows:
+        lines.append(f"| {size_mb:.0f} | {tokens / 1e6:.1f} M | {wall:.1f} | {peak:.0f} |")
+    if notes:
+        lines += ["", *[f"- {n}" for n in notes]]
+    text = "\n".join(lines) + "\n"
+    if not quick:
+        OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+        OUTPUT.write_text(text)
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small input, a smoke run")
+    args = parser.parse_args()
+    print(run(args.quick))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
