@@ -116,6 +116,28 @@ def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
     assert tree_digest(out) == tree_digest(tmp_path / "whole")
 
 
+def test_kill_before_the_first_shard_then_rerun(
+    tmp_path: Path, tiny_tokenizer: Path, corpus: Path, tree_digest: Callable[[Path], dict[str, str]]
+) -> None:
+    run(tiny_tokenizer, corpus, tmp_path / "whole", shard_size_tokens=10**9)
+    out = tmp_path / "cut"
+
+    def stop(*_args: int) -> None:
+        raise Interrupt
+
+    config = TokenizeConfig(
+        input_dir=corpus, output_dir=out, tokenizer=str(tiny_tokenizer), num_workers=0, shard_size_tokens=10**9
+    )
+    with pytest.raises(Interrupt):
+        tokenize(config, on_progress=stop)
+    state = read_state(out)
+    assert state is not None and state.shards == []
+    (out / STATE_NAME).unlink()  # as if killed before the journal was written: only our marker is left
+    assert [p.name for p in out.iterdir()] == [".tokenloom-writing"]
+    run(tiny_tokenizer, corpus, out, shard_size_tokens=10**9)
+    assert tree_digest(out) == tree_digest(tmp_path / "whole")
+
+
 def test_rerun_of_a_complete_run_does_nothing(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     first = run(tiny_tokenizer, corpus, tmp_path / "out")
     mtime = (tmp_path / "out" / "manifest.json").stat().st_mtime_ns

@@ -119,7 +119,7 @@ def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Mani
         if {k: recorded.get(k) for k in run_key} != run_key:
             raise _mismatch(out, "a dataset")
         return manifest
-    if any(out.iterdir()):
+    if any(not _ours(path.name) for path in out.iterdir()):
         raise ConfigError(
             "the output directory is not empty and holds no tokenize run to resume",
             path=out,
@@ -127,6 +127,11 @@ def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Mani
             hint="Pass --overwrite to replace its files, or choose an empty --output-dir",
         )
     return RunState(run_key={**run_key, "chunking": _chunking(config)})
+
+
+def _ours(name: str) -> bool:
+    """Files a run killed before its first journal write can leave behind."""
+    return name == WRITING_MARKER or name.endswith(".tmp") or _SHARD_FILE.fullmatch(name) is not None
 
 
 def _check_published(out: Path, state: RunState) -> None:
@@ -295,8 +300,10 @@ def _publish(
     )
     out = config.output_dir
     manifest = write_manifest(out, manifest)
-    (out / STATE_NAME).unlink(missing_ok=True)
+    # marker before journal: a crash in between leaves a journal, and a rerun republishes
     (out / WRITING_MARKER).unlink(missing_ok=True)
+    fsync_dir(out)
+    (out / STATE_NAME).unlink(missing_ok=True)
     fsync_dir(out)
     return manifest
 
@@ -341,6 +348,7 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
         return summary
     state = prepared
     resumed_shards = len(state.shards)
+    write_state(out, state)  # journal first: from here on a rerun resumes
     (out / WRITING_MARKER).touch()
     _check_published(out, state)
     fsync_dir(out)
