@@ -18,22 +18,52 @@ implementation of "tokens -> sample" that other packages reuse.
 """
 
 from tokenloom.datasets._batch import SampleBatch, collate
+from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
 from tokenloom.datasets._eos import resolve_eos_id
+from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
+from tokenloom.datasets._keyed import (
+    TRAIN_TYPE_KEYS,
+    ArrayStore,
+    DatasetFactory,
+    KeyedDataset,
+    KeyedStore,
+    TrainType,
+)
+from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
+from tokenloom.datasets._packed import PackedDocumentDataset, PackingPlan, compute_plan
 from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._windows import MemoryMappedDataset
 
 __all__ = [
     "IGNORE_INDEX",
+    "TRAIN_TYPE_KEYS",
+    "ArrayStore",
+    "DatasetFactory",
+    "HuggingFaceDataset",
+    "KeyedDataset",
+    "KeyedStore",
     "MemoryMappedDataset",
+    "MixtureDataset",
+    "PackedDocumentDataset",
     "Packing",
+    "PackingAlgorithm",
+    "PackingPlan",
     "SampleBatch",
+    "TrainType",
+    "best_fit_decreasing",
     "build_batch",
     "build_sample",
     "check_state",
     "collate",
+    "compute_plan",
     "data_fingerprint",
+    "interleave",
+    "length_binned_greedy",
+    "pack_order",
     "resolve_eos_id",
     "settings_fingerprint",
     "to_torch",
+    "tokenizer_fingerprint",
+    "validate_weights",
 ]

@@ -33,4 +33,4 @@ def collate(batch: Sequence[Any]) -> Any:
     """``default_collate``, except that a :class:`SampleBatch` is returned as its batched tensors."""
     if isinstance(batch, SampleBatch):
         return batch.batched
-    return default_collate(batch)
+    return default_collate(list(batch))

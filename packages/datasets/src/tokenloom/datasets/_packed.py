@@ -174,7 +174,9 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
         self.plan_dir = cached_plan(
             directory,
             key,
-            lambda: compute_plan(dataset.doc_lengths, dataset.overlap_prefix, self.max_length, self.algorithm, **options),
+            lambda: compute_plan(
+                dataset.doc_lengths, dataset.overlap_prefix, self.max_length, self.algorithm, **options
+            ),
             settings,
         )
         self._plan: PackingPlan | None = None
