@@ -1,0 +1,98 @@
+"""Run every package's benchmark and the peers side by side; write docs/benchmarks.md.
+
+    uv run --group bench python tools/bench/run.py            # full run (under 10 minutes here)
+    uv run --group bench python tools/bench/run.py --quick    # smoke run (under 2 minutes)
+    uv run --group bench python tools/bench/run.py --only sampler,formats
+
+Each ``tools/bench/bench_<name>.py`` exposes ``run(quick: bool) -> str`` that
+returns its markdown section (tables with medians of >= 3 runs and ratios to the
+raw baseline and the best peer) and writes ``docs/benchmarks/<name>.md``. This
+script runs them in a fixed order and joins the sections under one header that
+records the machine and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+ORDER = ["formats", "tokenize", "datasets", "sampler"]
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    system = f"{platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} cores ({cpu}){mem}, {system}, Python {platform.python_version()}"
+
+
+def load(name: str):
+    path = HERE / f"bench_{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--only", default="", help="comma-separated subset of " + ",".join(ORDER))
+    parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
+    args = parser.parse_args()
+    names = [n for n in ORDER if (HERE / f"bench_{n}.py").exists()]
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            parser.error(f"unknown benchmark(s) {unknown}; available: {names}")
+        names = [n for n in names if n in wanted]
+    sections = []
+    started = time.perf_counter()
+    for name in names:
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        sections.append(load(name).run(args.quick).strip())
+        print(f"   {name} took {time.perf_counter() - t0:.0f} s", flush=True)
+    header = [
+        "# tokenloom benchmarks",
+        "",
+        f"Produced by `{' '.join(['python', 'tools/bench/run.py', *sys.argv[1:]])}` on "
+        f"{_dt.date.today().isoformat()}, in {time.perf_counter() - started:.0f} s.",
+        f"Machine: {machine()}.",
+        "Figures are medians of at least 3 runs; machines here are shared and noisy, so read ratios "
+        "(measured in the same run) rather than absolute numbers.",
+        "",
+    ]
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
