@@ -24,9 +24,7 @@ def write_native(
     dtype: str = "uint16",
 ):
     """A native dataset of ``docs`` (entries), opened."""
-    with open_writer(
-        path, dtype=dtype, eos_id=eos_id, vocab_size=1000, shard_size_tokens=shard_size_tokens
-    ) as writer:
+    with open_writer(path, dtype=dtype, eos_id=eos_id, vocab_size=1000, shard_size_tokens=shard_size_tokens) as writer:
         for i, doc in enumerate(docs):
             writer.add(np.asarray(doc, dtype=np.int64), overlap_prefix=0 if overlaps is None else overlaps[i])
     return open_dataset(path)

@@ -51,9 +51,7 @@ def test_epochs_continue_through_a_source():
     assert second == [(x + 4) % 10 for x in first]
 
 
-@pytest.mark.parametrize(
-    "weights", [[0.5, 0.6], [1.2, -0.2], [float("nan"), 1.0], [1.0], [0.5, 0.4999]], ids=str
-)
+@pytest.mark.parametrize("weights", [[0.5, 0.6], [1.2, -0.2], [float("nan"), 1.0], [1.0], [0.5, 0.4999]], ids=str)
 def test_bad_weights(weights):
     with pytest.raises(ConfigError, match="weights"):
         MixtureDataset([Constant(0, 3), Constant(1, 3)], weights, seed=0)

@@ -81,7 +81,7 @@ def test_greedy_algorithm_and_errors(native, tmp_path):
 
 def test_every_token_appears_once_through_two_workers(native, tmp_path):
     rng = np.random.default_rng(3)
-    docs = [list(rng.integers(1, 900, rng.integers(1, 60))) + [0] for _ in range(200)]
+    docs = [[*list(rng.integers(1, 900, rng.integers(1, 60))), 0] for _ in range(200)]
     ds = PackedDocumentDataset(native(docs, eos_id=0), 64, cache_dir=tmp_path / "c", pad_id=999)
     loader = DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate)
     seen = np.concatenate([batch["input_ids"].flatten().numpy() for batch in loader])

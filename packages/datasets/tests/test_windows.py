@@ -116,7 +116,7 @@ def test_shorter_than_one_window_names_the_shard_and_its_length(native):
 
 
 def test_getitems_equals_getitem(native):
-    docs = [list(np.random.default_rng(i).integers(1, 50, 30)) + [0] for i in range(20)]
+    docs = [[*list(np.random.default_rng(i).integers(1, 50, 30)), 0] for i in range(20)]
     ds = MemoryMappedDataset(native(docs, shard_size_tokens=100), seq_len=16, pack_sequences=True, position_ids=True)
     indices = [5, 0, len(ds) - 1, 3, 3]
     batch = ds.__getitems__(indices)
@@ -154,7 +154,7 @@ def test_state_dict_guards_the_configuration(native):
 
 @pytest.mark.parametrize("use_collate", [True, False])
 def test_dataloader_with_two_workers_matches_direct_reads(native, use_collate):
-    docs = [list(range(1, 40)) + [0] for _ in range(30)]
+    docs = [[*list(range(1, 40)), 0] for _ in range(30)]
     ds = MemoryMappedDataset(native(docs), seq_len=31, pack_sequences=True)
     kwargs = {"collate_fn": collate} if use_collate else {}
     loader = DataLoader(ds, batch_size=4, num_workers=2, **kwargs)
