@@ -156,8 +156,11 @@ def test_state_dict_guards_the_configuration(native):
 def test_dataloader_with_two_workers_matches_direct_reads(native, use_collate):
     docs = [[*list(range(1, 40)), 0] for _ in range(30)]
     ds = MemoryMappedDataset(native(docs), seq_len=31, pack_sequences=True)
-    kwargs = {"collate_fn": collate} if use_collate else {}
-    loader = DataLoader(ds, batch_size=4, num_workers=2, **kwargs)
+    loader = (
+        DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate)
+        if use_collate
+        else DataLoader(ds, batch_size=4, num_workers=2)
+    )
     rows = [row for batch in loader for row in batch["labels"]]
     assert len(rows) == len(ds)
     for i, row in enumerate(rows):

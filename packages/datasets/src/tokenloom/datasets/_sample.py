@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from tokenloom.formats import ConfigError
 
@@ -53,12 +55,12 @@ def as_packing(value: bool | str | Packing) -> Packing:
 
 
 def build_batch(
-    windows: np.ndarray,
+    windows: ArrayLike,
     *,
     eos_id: int | None = None,
     packing: Packing | str | bool = Packing.NONE,
-    doc_ids: np.ndarray | None = None,
-    label_ignore: np.ndarray | None = None,
+    doc_ids: ArrayLike | None = None,
+    label_ignore: ArrayLike | None = None,
     position_ids: bool = False,
     cu_seqlens: bool = False,
 ) -> dict[str, np.ndarray]:
@@ -131,7 +133,7 @@ def build_batch(
     return sample
 
 
-def build_sample(window: np.ndarray, **options) -> dict[str, np.ndarray]:
+def build_sample(window: ArrayLike, **options: Any) -> dict[str, np.ndarray]:
     """One sample from one window of L + 1 tokens; options as for :func:`build_batch`."""
     window = np.asarray(window)
     if window.ndim != 1:
