@@ -25,9 +25,7 @@ class Indices(Dataset[int]):
 
 def make(num_workers: int, world: int = 1, rank: int = 0, **loader_kwargs):
     sampler = ResumableDistributedSampler(N, world, rank, seed=5)
-    loader = StatefulDataLoader(
-        Indices(), batch_size=BATCH, sampler=sampler, num_workers=num_workers, **loader_kwargs
-    )
+    loader = StatefulDataLoader(Indices(), batch_size=BATCH, sampler=sampler, num_workers=num_workers, **loader_kwargs)
     return sampler, loader
 
 

@@ -72,23 +72,18 @@ def _is(value: object, kind: type | tuple[type, ...]) -> bool:
 def check_state(state: object, identity: SamplerIdentity) -> tuple[int, int]:
     """Validate ``state`` against this sampler; return (epoch, consumed) or raise."""
     if not isinstance(state, Mapping):
-        raise ResumeMismatchError(
-            f"a sampler state must be a dict, got {type(state).__name__}", field="state"
-        )
+        raise ResumeMismatchError(f"a sampler state must be a dict, got {type(state).__name__}", field="state")
     missing = [key for key in _TYPES if key not in state]
     if missing:
         raise ResumeMismatchError(
-            f"sampler state lacks {', '.join(missing)}; expected a dict from "
-            "ResumableDistributedSampler.state_dict()",
+            f"sampler state lacks {', '.join(missing)}; expected a dict from ResumableDistributedSampler.state_dict()",
             field=missing[0],
         )
     wrong = [f"{key}={state[key]!r}" for key, kind in _TYPES.items() if not _is(state[key], kind)]
     if wrong:
         raise ResumeMismatchError(f"sampler state has values of the wrong type: {', '.join(wrong)}")
     if state["format"] != FORMAT:
-        raise ResumeMismatchError(
-            f"sampler state format is {state['format']!r}, expected {FORMAT!r}", field="format"
-        )
+        raise ResumeMismatchError(f"sampler state format is {state['format']!r}, expected {FORMAT!r}", field="format")
     ours = identity.as_dict()
     differences = [
         f"{field}: saved {state[field]!r}, this sampler {ours[field]!r}"
@@ -104,8 +99,7 @@ def check_state(state: object, identity: SamplerIdentity) -> tuple[int, int]:
     if differences:
         raise ResumeMismatchError(
             "the state belongs to another sampler; differing fields: " + "; ".join(differences),
-            hint="Build the sampler with the saved n, seed, order, shuffle, drop_last and pad, "
-            "or start afresh",
+            hint="Build the sampler with the saved n, seed, order, shuffle, drop_last and pad, or start afresh",
         )
     epoch, consumed = state["epoch"], state["consumed"]
     if epoch < 0 or not 0 <= consumed <= identity.n:
