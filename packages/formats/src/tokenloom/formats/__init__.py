@@ -29,6 +29,7 @@ from tokenloom.formats._native import (
     read_native_shard,
 )
 from tokenloom.formats._optional import require
+from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
 from tokenloom.formats._paths import safe_file
 from tokenloom.formats._registry import (
     FormatSpec,
@@ -39,6 +40,11 @@ from tokenloom.formats._registry import (
     open_writer,
     register_format,
 )
+from tokenloom.formats._store_bin import BinStore, is_bin_store, open_bin_meta_dataset
+from tokenloom.formats._store_h5 import H5Store, is_h5_store, open_h5_dataset
+from tokenloom.formats._store_open import detect_store_type, open_store
+from tokenloom.formats._store_writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
+from tokenloom.formats._stores import TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
 from tokenloom.formats._writer import TokenWriter, check_tokens
 from tokenloom.formats.errors import (
     ChecksumError,
@@ -68,16 +74,54 @@ register_format(
     )
 )
 
+register_format(
+    FormatSpec(
+        name="packed",
+        description="Modalities .pbin packed files (current and legacy layouts)",
+        detect=is_packed,
+        open=open_packed,
+        writer=PackedWriter,
+    )
+)
+
+register_format(
+    FormatSpec(
+        name="h5",
+        description="HDF5 keyed store (AstrAI): a group per key; its 'sequence' key as tokens",
+        detect=is_h5_store,
+        open=open_h5_dataset,
+        writer=H5StoreWriter,
+    )
+)
+register_format(
+    FormatSpec(
+        name="bin-meta",
+        description="<key>.bin + meta.json keyed store (AstrAI); its 'sequence' key as tokens",
+        detect=is_bin_store,
+        open=open_bin_meta_dataset,
+        writer=BinMetaStoreWriter,
+    )
+)
+
 __all__ = [
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
+    "TRAINING_TYPE_KEYS",
     "WRITING_MARKER",
+    "BinMetaStoreWriter",
+    "BinStore",
     "FileEntry",
     "FormatSpec",
+    "H5Store",
+    "H5StoreWriter",
+    "KeyedStore",
     "Manifest",
     "NativeShardWriter",
     "NativeWriter",
+    "PackedWriter",
     "Shard",
+    "StoreFactory",
+    "StoreWriter",
     "TokenDataset",
     "TokenWriter",
     "Validate",
@@ -88,14 +132,18 @@ __all__ = [
     "check_tokens",
     "describe_files",
     "detect_format",
+    "detect_store_type",
     "file_checksum",
     "fsync_dir",
     "open_dataset",
     "open_native",
+    "open_packed",
+    "open_store",
     "open_writer",
     "prepare_output_dir",
     "read_manifest",
     "read_native_shard",
+    "read_packed_file",
     "register_format",
     "safe_file",
     "smallest_dtype_for_vocab",

@@ -94,6 +94,14 @@ class TokenWriter:
         overlaps = np.zeros(len(lengths), np.int64) if overlap_prefix is None else np.asarray(overlap_prefix)
         self._add_checked(array, lengths, overlaps)
 
+    def add_keyed(self, arrays: Any) -> None:
+        """Append one segment of aligned arrays by key; only keyed-store writers (h5, bin-meta) accept it."""
+        raise ConfigError(
+            f"format {self.format!r} holds one token stream, not keyed arrays",
+            path=self.path,
+            hint="Use add(tokens), or write a keyed store with format='h5' or 'bin-meta'",
+        )
+
     def close(self) -> None:
         """Publish the data (manifest last). Idempotent."""
         if not self._closed:

@@ -1,0 +1,447 @@
+"""The packed format: Modalities ``.pbin`` files, in both of their layouts.
+
+A ``.pbin`` file is one header, the data section (every document's tokens,
+concatenated) and a pickled index ``[(byte_start, byte_length), ...]``, one pair
+per document, that runs to the end of the file (all little-endian)::
+
+    current layout (Modalities >= 0.2)        legacy layout (the seed's)
+    0   8  uint64  data length D in bytes     0   8  uint64  data length D in bytes
+    8   4  uint32  token size T (1, 2 or 4)   8   D  uint32  tokens
+    12  D  uintT   tokens                     8+D    pickled index
+    12+D   pickled index
+
+Byte starts count from the start of the data section (as Modalities writes them
+since mid-2024); files whose starts count from the start of the file (older
+writers) are recognised too. The layout is never guessed: a layout fits when its
+header, the data length, the token size and the index all add up (the index
+parses, its entries are token-aligned, cover the data in order without gaps or
+overlaps and end exactly at D). If both layouts fit, or neither, that is a
+FormatError; ``layout=`` picks one explicitly. The index is read by
+:mod:`tokenloom.formats._pickle_safe`, never by ``pickle.loads``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from tokenloom.formats._atomic import TMP_SUFFIX, fsync_dir
+from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats._paths import safe_file
+from tokenloom.formats._pickle_safe import dump_int_tuples, load_int_tuples
+from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats.errors import (
+    ConfigError,
+    DataError,
+    FormatError,
+    IndexCorruptError,
+    MissingFileError,
+    ResourceLimitError,
+    TruncatedError,
+    UnsafeFormatError,
+)
+
+__all__ = [
+    "PACKED_LAYOUTS",
+    "PACKED_SUFFIX",
+    "PackedFile",
+    "PackedWriter",
+    "is_packed",
+    "open_packed",
+    "read_packed_file",
+]
+
+PACKED_SUFFIX = ".pbin"
+PACKED_LAYOUTS = ("current", "legacy")
+#: Refuse pickled indexes larger than this unless asked (a length field asking for more than a cap).
+DEFAULT_MAX_INDEX_BYTES = 1 << 30
+_HEADER_SIZE = {"current": 12, "legacy": 8}
+_TOKEN_DTYPES = {1: TOKEN_DTYPES["uint8"], 2: TOKEN_DTYPES["uint16"], 4: TOKEN_DTYPES["uint32"]}
+
+
+@dataclass(frozen=True, slots=True)
+class PackedFile:
+    """One validated .pbin file: its layout and the shard over its data section."""
+
+    layout: str
+    token_size: int
+    index_base: int  # 0: starts count from the data section; header size: from the file start
+    shard: Shard
+
+
+class _Attempt:
+    """How far reading one layout got, to pick the most telling error when neither fits."""
+
+    def __init__(self) -> None:
+        self.index_parsed = False
+
+
+def read_packed_file(
+    path: Path,
+    root: Path,
+    *,
+    layout: str | None = None,
+    max_index_bytes: int = DEFAULT_MAX_INDEX_BYTES,
+    max_entries: int | None = None,
+) -> PackedFile:
+    """Validate one .pbin file (header, sizes, the whole index) and return its shard."""
+    if layout is not None and layout not in PACKED_LAYOUTS:
+        raise ConfigError(f"layout={layout!r}, expected one of {list(PACKED_LAYOUTS)}", field="layout")
+    safe_file(root, path)
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(12)
+        if len(head) < 8:
+            raise TruncatedError(
+                f"file has {size} bytes, shorter than the 8-byte data-length header", path=path, field="data_length"
+            )
+        (data_len,) = struct.unpack_from("<Q", head)
+        if 8 + data_len > size:
+            raise TruncatedError(
+                f"the header announces {data_len} data bytes, the file holds {size - 8} after the 8-byte header",
+                path=path,
+                offset=0,
+                field="data_length",
+            )
+        candidates = [layout] if layout is not None else list(PACKED_LAYOUTS)
+        found: dict[str, PackedFile] = {}
+        errors: dict[str, DataError] = {}
+        attempts: dict[str, _Attempt] = {}
+        for name in candidates:
+            attempts[name] = _Attempt()
+            try:
+                found[name] = _read_layout(
+                    handle, path, name, head, data_len, size, max_index_bytes, max_entries, attempts[name]
+                )
+            except DataError as exc:
+                errors[name] = exc
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if len(found) > 1:
+        raise FormatError(
+            "the file is consistent with both the current and the legacy .pbin layout",
+            path=path,
+            hint="Pass layout='current' or layout='legacy' to choose",
+        )
+    if layout is not None:
+        raise errors[layout]
+    parsed = [name for name in candidates if attempts[name].index_parsed]
+    if len(parsed) == 1:
+        raise errors[parsed[0]]
+    for error in errors.values():
+        if isinstance(error, UnsafeFormatError):
+            raise error
+    reasons = "; ".join(f"{name} layout: {errors[name].problem}" for name in candidates)
+    raise FormatError(
+        f"neither .pbin layout fits ({reasons})",
+        path=path,
+        hint="The file is damaged or not a Modalities .pbin; pass layout=... to see that layout's checks in detail",
+    )
+
+
+def _read_layout(
+    handle: BinaryIO,
+    path: Path,
+    layout: str,
+    head: bytes,
+    data_len: int,
+    size: int,
+    max_index_bytes: int,
+    max_entries: int | None,
+    attempt: _Attempt,
+) -> PackedFile:
+    header_size = _HEADER_SIZE[layout]
+    if layout == "current":
+        if len(head) < 12:
+            raise TruncatedError(
+                f"file has {size} bytes, shorter than the 12-byte header", path=path, field="token_size"
+            )
+        (token_size,) = struct.unpack_from("<I", head, 8)
+        if token_size not in _TOKEN_DTYPES:
+            raise FormatError(f"token size {token_size}, expected 1, 2 or 4", path=path, offset=8, field="token_size")
+    else:
+        token_size = 4
+    index_start = header_size + data_len
+    if index_start >= size:
+        raise TruncatedError(
+            f"the file ends at byte {size}, before the index that should follow the data at byte {index_start}",
+            path=path,
+            offset=0,
+            field="data_length",
+        )
+    if data_len % token_size:
+        raise FormatError(
+            f"data length {data_len} is not a multiple of the token size {token_size}",
+            path=path,
+            offset=0,
+            field="data_length",
+        )
+    index_len = size - index_start
+    if index_len > max_index_bytes:
+        raise ResourceLimitError(
+            f"the pickled index takes {index_len} bytes, more than the cap of {max_index_bytes}",
+            path=path,
+            offset=index_start,
+            field="index",
+            hint="If the file is genuine, pass a larger max_index_bytes",
+        )
+    handle.seek(index_start)
+    raw = handle.read(index_len)
+    entries = load_int_tuples(raw, path=path, base_offset=index_start, max_items=max_entries)
+    attempt.index_parsed = True
+    starts, lengths = _entry_arrays(entries, path=path, index_start=index_start, limit=header_size + data_len)
+    base = _index_base(starts, lengths, data_len, header_size, path=path, index_start=index_start)
+    _check_entries(starts - base, lengths, data_len, token_size, path=path, index_start=index_start)
+    offsets = np.empty(len(starts) + 1, dtype=np.int64)
+    offsets[:-1] = (starts - base) // token_size
+    offsets[-1] = data_len // token_size
+    shard = Shard(
+        tokens_path=path,
+        dtype=_TOKEN_DTYPES[token_size],
+        num_tokens=data_len // token_size,
+        offsets=offsets,
+        overlap_prefix=np.zeros(len(starts), dtype=np.uint16),
+        tokens_offset=header_size,
+        name=path.name,
+    )
+    return PackedFile(layout=layout, token_size=token_size, index_base=base, shard=shard)
+
+
+def _entry_arrays(
+    entries: list[tuple[int, ...]], *, path: Path, index_start: int, limit: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, lengths) as int64, or IndexCorruptError at the first entry that is not a pair in range."""
+    for record, entry in enumerate(entries):
+        if len(entry) != 2 or not (0 <= entry[0] <= limit and 0 <= entry[1] <= limit):
+            raise IndexCorruptError(
+                f"index entry {entry!r:.60} is not a (byte start, byte length) pair within the file's {limit} bytes",
+                path=path,
+                offset=index_start,
+                record=record,
+                field="index",
+            )
+    pairs = np.array(entries, dtype=np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _index_base(
+    starts: np.ndarray, lengths: np.ndarray, data_len: int, header_size: int, *, path: Path, index_start: int
+) -> int:
+    """0 when the index ends exactly at the data length, the header size when it counts from the file start."""
+    if len(starts) == 0:
+        if data_len:
+            raise IndexCorruptError(
+                f"the index is empty but the data section holds {data_len} bytes",
+                path=path,
+                offset=index_start,
+                field="index",
+            )
+        return 0
+    end = int(starts[-1] + lengths[-1])
+    if end == data_len:
+        return 0
+    if end == header_size + data_len and int(starts[0]) >= header_size:
+        return header_size
+    raise IndexCorruptError(
+        f"the last index entry ends at byte {end}, expected the data length {data_len}",
+        path=path,
+        offset=index_start,
+        record=len(starts) - 1,
+        field="index",
+    )
+
+
+def _check_entries(
+    starts: np.ndarray, lengths: np.ndarray, data_len: int, token_size: int, *, path: Path, index_start: int
+) -> None:
+    """Entries are in range, token-aligned, in order, without overlaps or gaps."""
+    if len(starts) == 0:
+        return
+    ends = starts + lengths
+
+    def fail(problem: str, record: int) -> None:
+        raise IndexCorruptError(problem, path=path, offset=index_start, record=record, field="index")
+
+    bad = np.flatnonzero((starts < 0) | (ends > data_len))
+    if len(bad):
+        i = int(bad[0])
+        fail(f"entry ({int(starts[i])}, {int(lengths[i])}) reaches outside the {data_len}-byte data section", i)
+    bad = np.flatnonzero((starts % token_size != 0) | (lengths % token_size != 0))
+    if len(bad):
+        i = int(bad[0])
+        fail(f"entry ({int(starts[i])}, {int(lengths[i])}) is not aligned to the token size {token_size}", i)
+    if int(starts[0]) != 0:
+        fail(f"the first entry starts at data byte {int(starts[0])}, expected 0 (bytes before it are unindexed)", 0)
+    step = starts[1:] - ends[:-1]
+    bad = np.flatnonzero(step != 0)
+    if len(bad):
+        i = int(bad[0])
+        if step[i] < 0:
+            fail(f"entries {i} and {i + 1} overlap (entry {i} ends at {int(ends[i])}, {i + 1} starts earlier)", i + 1)
+        fail(
+            f"bytes {int(ends[i])} to {int(starts[i + 1])} between entries {i} and {i + 1} are in no entry; "
+            "tokenloom reads .pbin files whose index covers the data in order",
+            i + 1,
+        )
+
+
+def is_packed(path: Path) -> bool:
+    """A ``.pbin`` file, or a directory of them (and no native/Megatron index files)."""
+    if path.is_file():
+        return path.suffix == PACKED_SUFFIX
+    if path.is_dir():
+        return any(path.glob(f"*{PACKED_SUFFIX}")) and not any(path.glob("*.idx"))
+    return False
+
+
+def open_packed(
+    path: str | os.PathLike[str],
+    *,
+    validate: str = "fast",
+    dtype: Any = None,
+    layout: str | None = None,
+    eos_id: int | None = None,
+    vocab_size: int | None = None,
+    max_index_bytes: int = DEFAULT_MAX_INDEX_BYTES,
+    max_entries: int | None = None,
+) -> TokenDataset:
+    """Open a .pbin file or a directory of them (one shard per file, sorted by name).
+
+    The index is always read and checked completely (it is the only way to find
+    the documents). ``validate="deep"`` also checks token ids against
+    ``vocab_size`` and EOS placement against ``eos_id`` when they are given (a
+    .pbin records neither).
+    """
+    target = Path(path)
+    if target.is_dir():
+        root = target
+        files = sorted(target.glob(f"*{PACKED_SUFFIX}"))
+        if not files:
+            raise FormatError(f"no {PACKED_SUFFIX} files in the directory", path=target)
+    elif target.exists() or target.is_symlink():
+        root, files = target.parent, [target]
+    else:
+        raise MissingFileError(f"{target.name} does not exist", path=target)
+    packed = [
+        read_packed_file(f, root, layout=layout, max_index_bytes=max_index_bytes, max_entries=max_entries)
+        for f in files
+    ]
+    if dtype is not None:
+        wanted = as_token_dtype(dtype)
+        for item in packed:
+            if item.shard.dtype != wanted:
+                raise ConfigError(
+                    f"dtype {wanted.name} was asked for, the file stores {item.token_size}-byte tokens "
+                    f"({item.shard.dtype.name})",
+                    path=item.shard.tokens_path,
+                    field="dtype",
+                )
+    dataset = TokenDataset(
+        [item.shard for item in packed],
+        format="packed",
+        root=target,
+        eos_id=eos_id,
+        vocab_size=vocab_size,
+        metadata={"layouts": {item.shard.name: item.layout for item in packed}},
+    )
+    if validate == "deep":
+        dataset.check_token_range()
+        dataset.check_eos_placement()
+    return dataset
+
+
+class PackedWriter(TokenWriter):
+    """Writes one ``.pbin`` file crash-safely (``name.pbin.tmp``, fsync, rename, directory fsync).
+
+    Args:
+        path: the ``.pbin`` file to create.
+        dtype: uint8, uint16 or uint32 (the token size field) for the current
+            layout. The legacy layout always stores 4-byte tokens; any unsigned
+            dtype of up to 4 bytes is accepted and widened losslessly.
+        legacy: write the seed's 8-byte-header layout instead of the current one.
+        overwrite: replace an existing file.
+    """
+
+    format = "packed"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+        legacy: bool = False,
+        overwrite: bool = False,
+    ) -> None:
+        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        if self.path.suffix != PACKED_SUFFIX:
+            raise ConfigError(
+                f"{self.path.name} does not end in {PACKED_SUFFIX}",
+                path=self.path,
+                hint=f"Name the output *{PACKED_SUFFIX} so that readers recognise it",
+            )
+        if self.dtype.kind != "u" or self.dtype.itemsize > 4:
+            raise ConfigError(
+                f"dtype {self.dtype.name} cannot be stored in a .pbin, expected uint8, uint16 or uint32",
+                path=self.path,
+                field="dtype",
+            )
+        if self.path.is_dir():
+            raise ConfigError(f"{self.path} is a directory, expected a file path", path=self.path)
+        if (self.path.exists() or self.path.is_symlink()) and not overwrite:
+            raise ConfigError(
+                f"{self.path.name} exists", path=self.path, hint="Choose a new path or pass overwrite=True"
+            )
+        self.legacy = legacy
+        self.layout = "legacy" if legacy else "current"
+        self.store_dtype = TOKEN_DTYPES["uint32"] if legacy else self.dtype
+        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = open(self._tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
+        self._handle.write(b"\0" * 8)
+        if not legacy:
+            self._handle.write(struct.pack("<I", self.store_dtype.itemsize))
+        self._lengths: list[np.ndarray] = []
+
+    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if overlaps.any():
+            raise ConfigError(
+                "a .pbin has no overlap-prefix field, expected overlap_prefix=0",
+                path=self.path,
+                record=self.num_documents + int(np.argmax(overlaps > 0)),
+                field="overlap_prefix",
+            )
+        self._handle.write(np.ascontiguousarray(tokens, dtype=self.store_dtype).tobytes())
+        self._lengths.append(lengths.astype(np.int64))
+
+    def _commit(self) -> None:
+        lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, np.int64)
+        byte_lengths = lengths * self.store_dtype.itemsize
+        starts = np.zeros(len(byte_lengths), dtype=np.int64)
+        np.cumsum(byte_lengths[:-1], out=starts[1:])
+        data_len = int(byte_lengths.sum())
+        try:
+            self._handle.write(dump_int_tuples(zip(starts.tolist(), byte_lengths.tolist(), strict=True)))
+            self._handle.seek(0)
+            self._handle.write(struct.pack("<Q", data_len))
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            os.replace(self._tmp, self.path)
+            fsync_dir(self.path.parent)
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        self._handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._tmp.unlink()

@@ -1,0 +1,219 @@
+"""Keyed store backend: HDF5 files, one group per key, one 1-D dataset per segment (AstrAI's H5Store).
+
+::
+
+    /sequence/data_0, /sequence/data_1, ...     segments of the key "sequence"
+    /loss_mask/data_0, /loss_mask/data_1, ...   the same lengths, segment by segment
+
+Segments are ordered by the number in ``data_<n>`` (names that do not follow
+that pattern are ordered by name). A directory of ``.h5`` / ``.hdf5`` files is
+one store whose segments follow file order (sorted paths). h5py is the optional
+extra ``tokenloom-formats[h5]``; files are opened lazily in each process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._optional import require
+from tokenloom.formats._paths import safe_file
+from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
+from tokenloom.formats.errors import (
+    FormatError,
+    MissingFileError,
+    MissingKeyError,
+    TruncatedError,
+    UnsafePathError,
+)
+
+__all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "open_h5_dataset"]
+
+H5_SUFFIXES = (".h5", ".hdf5")
+_SEGMENT_NAME = re.compile(r"data_(\d+)")
+_CHUNK = 1 << 22
+
+
+def h5py_module() -> Any:
+    return require("h5py", distribution="tokenloom-formats", extra="h5", purpose="HDF5 keyed stores")
+
+
+def find_h5_files(root: Path) -> list[Path]:
+    found = []
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        found += [Path(directory) / name for name in filenames if name.endswith(H5_SUFFIXES)]
+    return sorted(found, key=lambda p: p.relative_to(root).parts)
+
+
+def is_h5_store(path: Path) -> bool:
+    if path.is_file():
+        return path.suffix in H5_SUFFIXES
+    return path.is_dir() and any(p.suffix in H5_SUFFIXES for p in path.iterdir())
+
+
+def _segment_order(names: list[str]) -> list[str]:
+    if all(_SEGMENT_NAME.fullmatch(n) for n in names):
+        return sorted(names, key=lambda n: int(n[5:]))
+    return sorted(names)
+
+
+class H5Store(KeyedStore):
+    """HDF5 keyed store; datasets are read (copied) slice by slice, never loaded whole."""
+
+    storage_type = "h5"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._paths: list[Path] = []
+        self._segments: dict[str, list[tuple[int, str]]] = {}  # key -> [(file index, dataset path)]
+        self._files: dict[int, Any] = {}
+
+    def _close(self) -> None:
+        files, self._files = getattr(self, "_files", {}), {}
+        if self._pid == os.getpid():  # never close a handle another process opened
+            for handle in files.values():
+                handle.close()
+
+    def _load(self, path: Path) -> tuple[list[int], np.ndarray | None]:
+        h5py = h5py_module()
+        if path.is_file() or path.is_symlink():
+            root, paths = path.parent, [path]
+        elif path.is_dir():
+            root, paths = path, find_h5_files(path)
+            if not paths:
+                raise MissingFileError("no .h5 / .hdf5 files in the directory", path=path)
+        else:
+            raise MissingFileError(f"{path.name} does not exist", path=path)
+        segments: dict[str, list[tuple[int, str]]] = {}
+        lengths: dict[str, list[int]] = {}
+        dtypes: dict[str, np.dtype] = {}
+        first_keys: list[str] | None = None
+        for index, file_path in enumerate(paths):
+            safe_file(root, file_path)
+            try:
+                handle = h5py.File(file_path, "r")
+            except OSError as exc:
+                raise FormatError(f"not a readable HDF5 file ({exc})", path=file_path) from None
+            with handle:
+                keys = sorted(handle.keys())
+                if first_keys is None:
+                    first_keys = keys
+                elif keys != first_keys:
+                    raise MissingKeyError(f"keys {keys} differ from {first_keys} in {paths[0].name}", path=file_path)
+                for key in keys:
+                    group = self._hard_member(handle, key, h5py.Group, "group", file_path)
+                    check_key_name(key, path=file_path)
+                    for name in _segment_order(list(group.keys())):
+                        dataset = self._hard_member(group, name, h5py.Dataset, "dataset", file_path)
+                        self._check_dataset(dataset, key=key, name=name, path=file_path, dtypes=dtypes)
+                        segments.setdefault(key, []).append((index, f"{key}/{name}"))
+                        lengths.setdefault(key, []).append(int(dataset.shape[0]))
+                        if self.validate != "none" and dataset.dtype.kind == "f":
+                            for start in range(0, dataset.shape[0], _CHUNK):
+                                check_finite(
+                                    dataset[start : start + _CHUNK],
+                                    key=key,
+                                    path=file_path,
+                                    record=len(lengths[key]) - 1,
+                                )
+                    segments.setdefault(key, [])
+                    lengths.setdefault(key, [])
+        if not first_keys:
+            raise FormatError("the HDF5 file holds no key groups", path=paths[0])
+        aligned = self._check_aligned(lengths, path=path)
+        self._paths, self._segments, self._keys = paths, segments, list(first_keys)
+        self._dtypes = {key: dtypes.get(key, np.dtype("int64")) for key in first_keys}
+        return aligned, None
+
+    @staticmethod
+    def _hard_member(parent: Any, name: str, kind: type, what: str, path: Path) -> Any:
+        h5py = h5py_module()
+        link = parent.get(name, getlink=True)
+        if not isinstance(link, h5py.HardLink):
+            raise UnsafePathError(
+                f"{parent.name.rstrip('/')}/{name} is a {type(link).__name__}, expected a plain {what}",
+                path=path,
+                field=name,
+                hint="Soft and external links can point outside the store; copy the data into the file",
+            )
+        member = parent[name]
+        if not isinstance(member, kind):
+            raise FormatError(f"{parent.name.rstrip('/')}/{name} is not a {what}", path=path, field=name)
+        return member
+
+    def _check_dataset(self, dataset: Any, *, key: str, name: str, path: Path, dtypes: dict[str, np.dtype]) -> None:
+        if dataset.is_virtual or dataset.external:
+            raise UnsafePathError(
+                f"{key}/{name} stores its data in other files (virtual or external dataset)", path=path, field=key
+            )
+        if dataset.ndim != 1:
+            raise FormatError(f"{key}/{name} has shape {dataset.shape}, expected 1-D", path=path, field=key)
+        dtype = self._check_dtype(dataset.dtype.name, path=path, key=key)
+        if dtypes.setdefault(key, dtype) != dtype:
+            raise FormatError(
+                f"{key}/{name} is {dtype.name}, earlier segments of {key} are {dtypes[key].name}", path=path, field=key
+            )
+        self._check_length(int(dataset.shape[0]), path=path, key=key)
+
+    def _read(self, key: str, segment: int, start: int, stop: int) -> np.ndarray:
+        self._handles_valid()
+        file_index, name = self._segments[key][segment]
+        handle = self._files.get(file_index)
+        if handle is None:
+            handle = h5py_module().File(self._paths[file_index], "r")
+            self._files[file_index] = handle
+        return np.asarray(handle[name][start:stop])
+
+
+StoreFactory.register("h5", H5Store)
+
+
+def open_h5_dataset(
+    path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None, key: str = "sequence"
+) -> TokenDataset:
+    """An HDF5 store's token key as a TokenDataset, zero-copy: one shard (one entry) per segment.
+
+    Works for contiguous, uncompressed little-endian datasets (h5py's default
+    layout), whose bytes sit at a fixed offset in the file.
+    """
+    h5py = h5py_module()
+    store = H5Store(validate=validate).load(path)
+    token_dtype = token_key_dtype(store, key, dtype, path=path)
+    shards = []
+    for file_index, name in store._segments[key]:
+        file_path = store._paths[file_index]
+        with h5py.File(file_path, "r") as handle:
+            dataset = handle[name]
+            length = int(dataset.shape[0])
+            offset = dataset.id.get_offset()
+            if length and (offset is None or dataset.compression or dataset.dtype.byteorder == ">"):
+                raise FormatError(
+                    f"{name} is chunked, compressed or big-endian and cannot be memory-mapped",
+                    path=file_path,
+                    field=key,
+                    hint="Read it with open_store(path).fetch, or rewrite it with tokenloom's h5 writer",
+                )
+        offset = int(offset or 0)
+        if offset + length * token_dtype.itemsize > file_path.stat().st_size:
+            raise TruncatedError(f"{name} reaches past the end of the file", path=file_path, offset=offset, field=key)
+        shards.append(
+            Shard(
+                tokens_path=file_path,
+                dtype=token_dtype,
+                num_tokens=length,
+                offsets=np.array([0, length], dtype=np.int64),
+                overlap_prefix=np.zeros(1, dtype=np.uint16),
+                tokens_offset=offset,
+                name=f"{file_path.name}:{name}",
+            )
+        )
+    if not shards:  # an empty store: one empty shard, no entries
+        empty = Path(path) if Path(path).is_file() else store._paths[0]
+        shards.append(Shard(empty, token_dtype, 0, np.zeros(1, np.int64), np.zeros(0, np.uint16), name="empty"))
+    return TokenDataset(shards, format="h5", root=path, metadata={"key": key, "keys": store.keys})

@@ -1,0 +1,243 @@
+"""Writers of keyed stores, with the TokenWriter shape (context manager, ``add``) plus ``add_keyed``.
+
+``add_keyed({key: array, ...})`` appends one segment (HDF5: one dataset per key)
+or one record (bin: a span of each ``<key>.bin`` recorded in ``offsets``); all
+arrays of one call have the same length. ``add(tokens)`` is
+``add_keyed({"sequence": tokens})``, so any token dataset converts into a seq
+store. Token keys are checked against the vocabulary, float keys for NaN/Inf,
+other keys against their dtype (default uint8 for masks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats._native import WRITING_MARKER, prepare_output_dir
+from tokenloom.formats._store_bin import META_NAME
+from tokenloom.formats._store_h5 import H5_SUFFIXES, h5py_module
+from tokenloom.formats._stores import (
+    FLOAT_KEYS,
+    KEY_DTYPES,
+    TOKEN_KEYS,
+    TRAINING_TYPE_KEYS,
+    check_finite,
+    check_key_name,
+)
+from tokenloom.formats._writer import TokenWriter, check_tokens
+from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
+
+__all__ = ["BinMetaStoreWriter", "H5StoreWriter", "StoreWriter"]
+
+
+class StoreWriter(TokenWriter):
+    """Base of the keyed store writers.
+
+    Args:
+        path: the store to create.
+        dtype: dtype of the token keys (sequence, chosen, rejected, prompts, responses).
+        training_type: seq / sft / dpo / grpo: fixes the keys every ``add_keyed`` must give.
+            Without it, the first ``add_keyed`` fixes them.
+        key_dtypes: dtypes of other keys (default: float32 for rewards, uint8 otherwise).
+        overwrite: replace an existing store.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+        training_type: str | None = None,
+        key_dtypes: Mapping[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        if training_type is not None and training_type not in TRAINING_TYPE_KEYS:
+            raise ConfigError(
+                f"training type {training_type!r}, expected one of {sorted(TRAINING_TYPE_KEYS)}",
+                field="training_type",
+            )
+        self.keys: list[str] | None = sorted(TRAINING_TYPE_KEYS[training_type]) if training_type else None
+        self.key_dtypes = {k: np.dtype(v).newbyteorder("<") for k, v in (key_dtypes or {}).items()}
+        for key, key_dtype in self.key_dtypes.items():
+            if key_dtype.name not in KEY_DTYPES:
+                raise ConfigError(f"dtype {key_dtype.name} for {key}, expected one of {sorted(KEY_DTYPES)}", field=key)
+        self.overwrite = overwrite
+
+    def dtype_of(self, key: str) -> np.dtype:
+        if key in self.key_dtypes:
+            return self.key_dtypes[key]
+        if key in TOKEN_KEYS:
+            return self.dtype
+        return np.dtype("<f4") if key in FLOAT_KEYS else np.dtype("u1")
+
+    def add_keyed(self, arrays: Mapping[str, Any]) -> None:
+        """Append one segment: an array per key, all of one length."""
+        if self._closed:
+            raise ConfigError("the writer is closed", path=self.path)
+        keys = sorted(arrays)
+        for key in keys:
+            check_key_name(key, path=self.path)
+        if self.keys is None:
+            if not keys:
+                raise ConfigError("add_keyed needs at least one key", path=self.path)
+            self.keys = keys
+        if keys != self.keys:
+            raise MissingKeyError(
+                f"segment {self.num_documents} has keys {keys}, expected {self.keys}",
+                path=self.path,
+                record=self.num_documents,
+            )
+        checked = {key: self._checked(key, arrays[key]) for key in keys}
+        length = len(checked[keys[0]])
+        for key in keys[1:]:
+            if len(checked[key]) != length:
+                raise ShapeMismatchError(
+                    f"{key} has {len(checked[key])} elements, {keys[0]} has {length}",
+                    path=self.path,
+                    record=self.num_documents,
+                    field=key,
+                )
+        self._write_segment(checked)
+        self.num_documents += 1
+        self.num_tokens += length
+
+    def _checked(self, key: str, values: Any) -> np.ndarray:
+        array = np.asarray(values)
+        target = self.dtype_of(key)
+        record = self.num_documents
+        if array.ndim != 1:
+            raise ShapeMismatchError(f"{key} has shape {array.shape}, expected 1-D", path=self.path, record=record)
+        if target.kind == "f":
+            if array.size and array.dtype.kind not in "iuf":
+                raise ConfigError(f"{key} has dtype {array.dtype}, expected numbers", path=self.path, field=key)
+            array = array.astype(target)
+            check_finite(array, key=key, path=self.path, record=record)
+            return array
+        if array.dtype.kind == "b":
+            array = array.astype(np.uint8)
+        if target.kind == "b":
+            return array.astype(target)
+        vocab = self.vocab_size if key in TOKEN_KEYS else None
+        return check_tokens(array, target, vocab, path=self.path, record=record)
+
+    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if overlaps.any():
+            raise ConfigError("keyed stores have no overlap prefix, expected 0", path=self.path, field="overlap_prefix")
+        if self.keys not in (None, ["sequence"]):
+            raise ConfigError(
+                f"add() writes the key 'sequence' but this store's keys are {self.keys}",
+                path=self.path,
+                hint="Use add_keyed({key: array, ...})",
+            )
+        self.keys = ["sequence"]
+        ends = np.cumsum(lengths)
+        for start, end in zip((ends - lengths).tolist(), ends.tolist(), strict=True):
+            self._write_segment({"sequence": tokens[start:end]})  # TokenWriter counts these entries
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+
+class H5StoreWriter(StoreWriter):
+    """An HDF5 store: group per key, ``data_<n>`` dataset per segment (contiguous, uncompressed)."""
+
+    format = "h5"
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(path, **options)
+        if self.path.suffix not in H5_SUFFIXES:
+            raise ConfigError(f"{self.path.name} does not end in .h5 or .hdf5", path=self.path)
+        if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
+            raise ConfigError(f"{self.path.name} exists", path=self.path, hint="Choose a new path or overwrite=True")
+        h5py = h5py_module()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self._file = h5py.File(self._tmp, "w")
+        self._segments = 0
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        for key, array in arrays.items():
+            group = self._file.require_group(key)
+            group.create_dataset(f"data_{self._segments}", data=array)
+        self._segments += 1
+
+    def _commit(self) -> None:
+        try:
+            for key in self.keys or ["sequence"]:  # an empty store is an empty seq store
+                self._file.require_group(key)
+            self._file.close()
+            fd = os.open(self._tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self._tmp, self.path)
+            fsync_dir(self.path.parent)
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._tmp.unlink()
+
+
+class BinMetaStoreWriter(StoreWriter):
+    """A ``<key>.bin`` + ``meta.json`` directory; meta.json (with record offsets) is written last."""
+
+    format = "bin-meta"
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(path, **options)
+        prepare_output_dir(self.path, overwrite=self.overwrite)
+        (self.path / WRITING_MARKER).write_bytes(b"")
+        fsync_dir(self.path)
+        self._handles: dict[str, Any] = {}
+        self._offsets: list[int] = [0]
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        for key, array in arrays.items():
+            handle = self._handles.get(key)
+            if handle is None:
+                handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
+                self._handles[key] = handle
+            handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+        self._offsets.append(self._offsets[-1] + len(next(iter(arrays.values()))))
+
+    def _commit(self) -> None:
+        try:
+            keys = self.keys or ["sequence"]
+            meta = {}
+            for key in keys:
+                handle = self._handles.get(key) or open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115
+                handle.flush()
+                os.fsync(handle.fileno())
+                handle.close()
+                os.replace(self.path / f"{key}.bin{TMP_SUFFIX}", self.path / f"{key}.bin")
+                meta[key] = {"shape": [self._offsets[-1]], "dtype": self.dtype_of(key).name, "offsets": self._offsets}
+            fsync_dir(self.path)
+            atomic_write_bytes(self.path / META_NAME, orjson.dumps(meta))
+            (self.path / WRITING_MARKER).unlink()
+            fsync_dir(self.path)
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        for entry in list(self.path.iterdir()):
+            if entry.name.endswith(".bin") or entry.name.endswith(TMP_SUFFIX) or entry.name == WRITING_MARKER:
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()

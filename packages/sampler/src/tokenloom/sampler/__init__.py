@@ -1,0 +1,21 @@
+"""tokenloom.sampler: a distributed sampler that resumes on any world size, in O(1) memory.
+
+    (seed, epoch, N) -> epoch order (a keyed Feistel bijection of [0, N))
+        -> rank r of W takes global positions c + r, c + r + W, ...   (c: consumed so far)
+        -> state_dict() = {epoch, consumed, ...}: load it on any W and continue
+
+Example::
+
+    sampler = ResumableDistributedSampler(dataset, seed=1234)  # rank/world from torch.distributed
+    loader = StatefulDataLoader(dataset, sampler=sampler, batch_size=8)
+    ...
+    state = sampler_state_from_loader(loader.state_dict())  # what the loader actually yielded
+    # later, on another number of ranks or workers:
+    sampler.load_state_dict(state)
+"""
+
+from tokenloom.sampler._loader import sampler_state_from_loader
+from tokenloom.sampler._order import Order
+from tokenloom.sampler._sampler import ResumableDistributedSampler
+
+__all__ = ["Order", "ResumableDistributedSampler", "sampler_state_from_loader"]

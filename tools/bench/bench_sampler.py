@@ -1,0 +1,147 @@
+"""Benchmark tokenloom-sampler against torch's DistributedSampler.
+
+Measures, each in a fresh subprocess (so peak memory is this measurement's own):
+
+- time to the first index (construction + first ``next``) and the extra peak
+  resident memory, for ResumableDistributedSampler at N = 10^8 and 10^10 and
+  for torch's DistributedSampler (randperm + tolist) and ``order="torch"`` at 10^8;
+- indices per second on one rank of 8, iterated with ``iter_chunks(65536)``,
+  and per sample (Python ints) for reference.
+
+Each figure is the median of 3 runs. ``--quick`` uses small N (a smoke run; its
+numbers are not the published ones). The full run writes docs/benchmarks/sampler.md.
+
+    uv run python tools/bench/bench_sampler.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUTPUT = REPO / "docs" / "benchmarks" / "sampler.md"
+RUNS = 3
+
+_CHILD = r"""
+import json, resource, sys, time
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+kind, n, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+import numpy as np, torch
+from torch.utils.data import DistributedSampler
+from tokenloom.sampler import ResumableDistributedSampler
+
+class Length:
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+
+before = rss_mb()
+start = time.perf_counter()
+if kind == "first-feistel":
+    next(iter(ResumableDistributedSampler(n, 8, 3, seed=1)))
+elif kind == "first-torch-order":
+    next(iter(ResumableDistributedSampler(n, 8, 3, seed=1, order="torch")))
+elif kind == "first-distributed-sampler":
+    next(iter(DistributedSampler(Length(n), 8, 3, seed=1)))
+elif kind == "chunks":
+    sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
+    while done < count:  # across epochs when one rank's share is smaller than count
+        for chunk in sampler.iter_chunks(65536):
+            done += len(chunk)
+            if done >= count:
+                break
+elif kind == "samples":
+    sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
+    while done < count:
+        for _ in sampler:
+            done += 1
+            if done >= count:
+                break
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "peak_mb": max(0.0, peak - before)}))
+"""
+
+
+def _measure(kind: str, n: int, count: int = 0) -> dict[str, float]:
+    runs = []
+    for _ in range(RUNS):
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD, kind, str(n), str(count)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+            env=env,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def _n(value: int) -> str:
+    exponent = len(str(value)) - 1
+    return f"10^{exponent}" if value == 10**exponent else f"{value:,}"
+
+
+def run(quick: bool) -> str:
+    """Run the benchmark; return it as markdown (the full run is what docs/ quotes)."""
+    small, large = (10**6, 10**8) if quick else (10**8, 10**10)
+    iterate = 2 * 10**6 if quick else 3 * 10**7
+    per_sample = 2 * 10**5 if quick else 2 * 10**6
+    first = [
+        ("ResumableDistributedSampler (feistel)", small, _measure("first-feistel", small)),
+        ("ResumableDistributedSampler (feistel)", large, _measure("first-feistel", large)),
+        ('ResumableDistributedSampler (order="torch")', small, _measure("first-torch-order", small)),
+        ("torch DistributedSampler (randperm)", small, _measure("first-distributed-sampler", small)),
+    ]
+    speed = [
+        (f"iter_chunks(65536), N = {_n(large)}", iterate, _measure("chunks", large, iterate)),
+        (f"iter_chunks(65536), N = {_n(small)}", iterate, _measure("chunks", small, iterate)),
+        (f"per sample (Python ints), N = {_n(large)}", per_sample, _measure("samples", large, per_sample)),
+    ]
+    machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+    lines = [
+        "## tokenloom-sampler" + (" (quick smoke run: small N, not the published figures)" if quick else ""),
+        "",
+        f"Machine: {machine}; shared with other work. Medians of {RUNS} runs, each in a fresh process.",
+        f"Command: `uv run python tools/bench/bench_sampler.py{' --quick' if quick else ''}`; "
+        "every row is rank 3 of 8 replicas.",
+        "",
+        "| sampler | N | time to first index | extra peak memory |",
+        "|---|---|---|---|",
+    ]
+    for name, n, result in first:
+        seconds, peak = result["seconds"], result["peak_mb"]
+        lines.append(f"| {name} | {_n(n)} | {seconds * 1000:,.1f} ms | {peak:,.0f} MB |")
+    lines += ["", "| iteration (one rank) | indices | indices/s |", "|---|---|---|"]
+    for name, count, result in speed:
+        lines.append(f"| {name} | {count:,} | {count / result['seconds'] / 1e6:,.1f} M/s |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small N, a smoke run; does not write docs/")
+    args = parser.parse_args()
+    markdown = run(args.quick)
+    print(markdown)
+    if not args.quick:
+        OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+        OUTPUT.write_text(markdown)
+        print(f"written to {OUTPUT.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
