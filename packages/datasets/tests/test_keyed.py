@@ -94,3 +94,49 @@ def test_missing_keys_short_stores_and_bad_types():
         DatasetFactory.load("ppo", ArrayStore({"sequence": [1, 2, 3]}), window_size=1)
     with pytest.raises(ConfigError, match="stride"):
         DatasetFactory.load("seq", ArrayStore({"sequence": [1, 2, 3]}), window_size=1, stride=0)
+
+
+def test_real_bin_meta_stores_load_for_every_type(tmp_path):
+    from tokenloom.formats import BinMetaStoreWriter
+
+    segments = {
+        "sft": [{"sequence": np.array([1, 2, 3, 4, 5]), "loss_mask": np.array([0, 0, 1, 1, 1], dtype=np.uint8)}],
+        "dpo": [
+            {
+                "chosen": np.array([1, 2, 3, 4]),
+                "rejected": np.array([1, 2, 7, 8]),
+                "chosen_mask": np.array([0, 0, 1, 1], dtype=np.uint8),
+                "rejected_mask": np.array([0, 0, 1, 1], dtype=np.uint8),
+            }
+        ],
+        "grpo": [
+            {
+                "prompts": np.array([1, 2, 3]),
+                "responses": np.array([4, 5, 6]),
+                "masks": np.array([0, 1, 1], dtype=np.uint8),
+                "rewards": np.array([1.0, 1.0, 0.5], dtype=np.float32),
+            },
+            {
+                "prompts": np.array([9]),
+                "responses": np.array([8]),
+                "masks": np.array([1], dtype=np.uint8),
+                "rewards": np.array([-1.0], dtype=np.float32),
+            },
+        ],
+    }
+    for kind, parts in segments.items():
+        path = tmp_path / kind
+        with BinMetaStoreWriter(path, dtype="uint16", vocab_size=100, training_type=kind) as writer:
+            for part in parts:
+                writer.add_keyed(part)
+        ds = DatasetFactory.load(kind, path, window_size=3 if kind != "grpo" else 2, stride=2)
+        loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
+        batches = list(loader)
+        assert sum(len(next(iter(b.values()))) for b in batches) == len(ds)
+    sft = DatasetFactory.load("sft", tmp_path / "sft", window_size=4)[0]
+    assert sft["labels"].tolist() == [X, 3, 4, 5]
+    grpo = DatasetFactory.load("grpo", tmp_path / "grpo", window_size=2, stride=2)
+    assert grpo[1]["prompts"].tolist() == [3, 9]  # windows run across segments
+    assert grpo[1]["rewards"].tolist() == [0.5, -1.0]
+    with pytest.raises(MissingKeyError):
+        DatasetFactory.load("dpo", tmp_path / "sft", window_size=2)

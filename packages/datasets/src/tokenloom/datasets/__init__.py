@@ -22,11 +22,10 @@ from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, l
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
 from tokenloom.datasets._keyed import (
-    TRAIN_TYPE_KEYS,
     ArrayStore,
     DatasetFactory,
     KeyedDataset,
-    KeyedStore,
+    KeyedSource,
     TrainType,
 )
 from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
@@ -37,12 +36,11 @@ from tokenloom.datasets._windows import MemoryMappedDataset
 
 __all__ = [
     "IGNORE_INDEX",
-    "TRAIN_TYPE_KEYS",
     "ArrayStore",
     "DatasetFactory",
     "HuggingFaceDataset",
     "KeyedDataset",
-    "KeyedStore",
+    "KeyedSource",
     "MemoryMappedDataset",
     "MixtureDataset",
     "PackedDocumentDataset",

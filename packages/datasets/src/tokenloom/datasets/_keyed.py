@@ -23,13 +23,13 @@ from tokenloom.datasets._batch import SampleBatch
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._windows import check_positive
-from tokenloom.formats import ConfigError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats import TRAINING_TYPE_KEYS, ConfigError, MissingKeyError, ShapeMismatchError, open_store
 
-__all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedStore", "TrainType", "TRAIN_TYPE_KEYS"]
+__all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "TrainType"]
 
 
 @runtime_checkable
-class KeyedStore(Protocol):
+class KeyedSource(Protocol):
     """What the training types need from a store: its length and a range fetch over named keys."""
 
     def __len__(self) -> int: ...
@@ -42,14 +42,6 @@ class TrainType(StrEnum):
     SFT = "sft"
     DPO = "dpo"
     GRPO = "grpo"
-
-
-TRAIN_TYPE_KEYS: dict[TrainType, tuple[str, ...]] = {
-    TrainType.SEQ: ("sequence",),
-    TrainType.SFT: ("sequence", "loss_mask"),
-    TrainType.DPO: ("chosen", "rejected", "chosen_mask", "rejected_mask"),
-    TrainType.GRPO: ("prompts", "responses", "masks", "rewards"),
-}
 
 
 class ArrayStore:
@@ -73,7 +65,7 @@ class ArrayStore:
         return {key: self.arrays[key][begin:end] for key in keys}
 
 
-def _check_store(store: KeyedStore, keys: Sequence[str], where: str) -> int:
+def _check_store(store: KeyedSource, keys: Sequence[str], where: str) -> int:
     """The store's length, after checking every key of the type reaches it."""
     length = len(store)
     if length == 0:
@@ -91,7 +83,7 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
     """Windows over a keyed store, shaped by training type (see the README for every output key)."""
 
     def __init__(
-        self, store: KeyedStore, train_type: TrainType | str, window_size: int, stride: int | None = None
+        self, store: KeyedSource, train_type: TrainType | str, window_size: int, stride: int | None = None
     ) -> None:
         try:
             self.train_type = TrainType(train_type)
@@ -102,7 +94,7 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
         self.window_size = check_positive(window_size, "window_size")
         self.stride = check_positive(stride if stride is not None else window_size, "stride")
         self.store = store
-        self.keys = TRAIN_TYPE_KEYS[self.train_type]
+        self.keys = tuple(TRAINING_TYPE_KEYS[self.train_type.value])
         where = str(getattr(store, "name", None) or getattr(store, "path", None) or type(store).__name__)
         length = _check_store(store, self.keys, where)
         self.span = self.window_size + (0 if self.train_type is TrainType.GRPO else 1)
@@ -179,20 +171,13 @@ def _shifted(tokens: np.ndarray, mask: np.ndarray | None) -> dict[str, np.ndarra
     return out
 
 
-def open_keyed_store(load_path: str | os.PathLike[str] | KeyedStore, storage_type: str | None) -> KeyedStore:
-    """A store object as is, or a path opened by ``tokenloom.formats.open_store``."""
-    if isinstance(load_path, KeyedStore):
+def open_keyed_store(
+    load_path: str | os.PathLike[str] | KeyedSource, storage_type: str | None, train_type: TrainType
+) -> KeyedSource:
+    """A store object as is, or the store at a path (``tokenloom.formats.open_store``, keys checked)."""
+    if isinstance(load_path, KeyedSource):
         return load_path
-    import tokenloom.formats as formats
-
-    open_store = getattr(formats, "open_store", None)
-    if open_store is None:
-        raise ConfigError(
-            "this tokenloom-formats has no keyed-store reader (open_store)",
-            path=load_path,
-            hint="Upgrade tokenloom-formats, or pass a store object",
-        )
-    return open_store(load_path, storage_type=storage_type)
+    return open_store(load_path, storage_type, training_type=train_type.value)
 
 
 class DatasetFactory:
@@ -201,10 +186,16 @@ class DatasetFactory:
     @staticmethod
     def load(
         train_type: TrainType | str,
-        load_path: str | os.PathLike[str] | KeyedStore,
+        load_path: str | os.PathLike[str] | KeyedSource,
         window_size: int,
         stride: int | None = None,
         storage_type: str | None = None,
     ) -> KeyedDataset:
         """A :class:`KeyedDataset` of ``train_type`` over the store at ``load_path``."""
-        return KeyedDataset(open_keyed_store(load_path, storage_type), train_type, window_size, stride)
+        try:
+            kind = TrainType(train_type)
+        except ValueError:
+            raise ConfigError(
+                f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
+            ) from None
+        return KeyedDataset(open_keyed_store(load_path, storage_type, kind), kind, window_size, stride)
