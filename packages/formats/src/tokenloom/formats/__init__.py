@@ -7,10 +7,11 @@ This package also owns what every tokenloom package shares: the error hierarchy
 (:mod:`tokenloom.formats.errors`) and the ``tokenloom`` command.
 """
 
-from tokenloom.formats import _native
+from tokenloom.formats import _flat, _megatron, _native
 from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
+from tokenloom.formats._flat import FlatWriter, open_flat
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -20,6 +21,7 @@ from tokenloom.formats._manifest import (
     read_manifest,
     write_manifest,
 )
+from tokenloom.formats._megatron import MegatronWriter, open_megatron
 from tokenloom.formats._native import (
     WRITING_MARKER,
     NativeShardWriter,
@@ -67,12 +69,32 @@ register_format(
         writer=NativeWriter,
     )
 )
+register_format(
+    FormatSpec(
+        name="flat",
+        description="a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)",
+        detect=_flat.is_flat,
+        open=open_flat,
+        writer=FlatWriter,
+    )
+)
+register_format(
+    FormatSpec(
+        name="megatron",
+        description="Megatron-LM MMIDIDX .idx + .bin indexed datasets",
+        detect=_megatron.is_megatron,
+        open=open_megatron,
+        writer=MegatronWriter,
+    )
+)
 
 __all__ = [
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
     "WRITING_MARKER",
     "FileEntry",
+    "FlatWriter",
+    "MegatronWriter",
     "FormatSpec",
     "Manifest",
     "NativeShardWriter",
@@ -91,6 +113,8 @@ __all__ = [
     "file_checksum",
     "fsync_dir",
     "open_dataset",
+    "open_flat",
+    "open_megatron",
     "open_native",
     "open_writer",
     "prepare_output_dir",
