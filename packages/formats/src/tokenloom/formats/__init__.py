@@ -9,6 +9,7 @@ This package also owns what every tokenloom package shares: the error hierarchy
 
 from tokenloom.formats import _flat, _megatron, _native
 from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats._flat import FlatWriter, open_flat
@@ -103,7 +104,9 @@ __all__ = [
     "TokenDataset",
     "TokenWriter",
     "Validate",
+    "ConvertResult",
     "as_token_dtype",
+    "convert_dataset",
     "atomic_file",
     "atomic_write_bytes",
     "available_formats",
