@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tokenloom.formats import open_writer
+from tokenloom.formats import open_dataset, open_writer
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -32,3 +32,16 @@ def test_validate_exit_codes(tmp_path: Path) -> None:
     result = run("validate", str(tmp_path / "ds"))
     assert result.returncode == 1
     assert "TruncatedError" in result.stdout and "ds.bin" in result.stdout
+
+
+def test_convert_command_to_megatron_and_back(tmp_path: Path) -> None:
+    with open_writer(tmp_path / "ds", format="native", dtype="uint16", eos_id=0) as writer:
+        for n in range(1, 30):
+            writer.add([*range(1, n), 0])
+    result = run("convert", str(tmp_path / "ds"), str(tmp_path / "m" / "train"), "--to", "megatron")
+    assert result.returncode == 0, result.stderr
+    assert "converted 29 entries" in result.stdout
+    result = run("convert", str(tmp_path / "m" / "train.idx"), str(tmp_path / "back"), "--to", "native")
+    assert result.returncode == 0, result.stderr
+    source, back = open_dataset(tmp_path / "ds"), open_dataset(tmp_path / "back")
+    assert [back[i].tolist() for i in range(len(back))] == [source[i].tolist() for i in range(len(source))]

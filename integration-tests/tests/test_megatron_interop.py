@@ -7,10 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from tokenloom.formats import open_dataset, open_writer
-from tokenloom.formats._commands import convert
+from tokenloom.formats import convert_dataset, open_dataset, open_writer
 
 torch = pytest.importorskip("torch")
 with warnings.catch_warnings():
@@ -89,10 +87,8 @@ def test_converted_native_data_reads_in_megatron_core(tmp_path: Path) -> None:
     with open_writer(tmp_path / "native", format="native", dtype="uint16", eos_id=0, shard_size_tokens=1000) as writer:
         for doc in DOCS:
             writer.add([*[t + 1 for t in doc], 0])
-    result = CliRunner().invoke(
-        convert, [str(tmp_path / "native"), str(tmp_path / "m" / "train"), "--to", "megatron", "--no-progress"]
-    )
-    assert result.exit_code == 0, result.output
+    result = convert_dataset(tmp_path / "native", tmp_path / "m" / "train", to="megatron", chunk_tokens=1000)
+    assert result.entries == len(DOCS)
     peer = IndexedDataset(str(tmp_path / "m" / "train"))
     source = open_dataset(tmp_path / "native")
     assert [peer[i].tolist() for i in range(len(peer))] == entries(source)
