@@ -17,8 +17,12 @@ Examples:
 
 
 @click.command(epilog=EPILOG)
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where to work (default: a temp dir).")
-@click.option("--steps", type=click.IntRange(min=1), default=200, show_default=True, help="Steps per rank before the checkpoint.")
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where to work (default: a temp dir)."
+)
+@click.option(
+    "--steps", type=click.IntRange(min=1), default=200, show_default=True, help="Steps per rank before the checkpoint."
+)
 @click.option("--keep", is_flag=True, help="Keep the workdir (corpus, tokens, plot) instead of cleaning up.")
 def demo(workdir: Path | None, steps: int, keep: bool) -> None:
     """Run the whole tokenloom flow on a corpus built from Python's own docstrings.

@@ -1,9 +1,9 @@
 """The whole tokenloom flow on the built-in corpus, as one function.
 
-    stdlib docstrings -> jsonl corpus -> tokenize (2 workers, windowed) -> validate
-        -> document-packed windows + bin-packed documents
-        -> DataLoader (2 workers) x elastic sampler on 2 simulated ranks -> checkpoint
-        -> "restart" on 3 simulated ranks -> finish the epoch -> every sample exactly once
+stdlib docstrings -> jsonl corpus -> tokenize (2 workers, windowed) -> validate
+    -> document-packed windows + bin-packed documents
+    -> DataLoader (2 workers) x elastic sampler on 2 simulated ranks -> checkpoint
+    -> "restart" on 3 simulated ranks -> finish the epoch -> every sample exactly once
 """
 
 from __future__ import annotations
@@ -93,9 +93,7 @@ def _run_rank(
     return ids, steps, sampler_state_from_loader(loader.state_dict())
 
 
-def run_demo(
-    workdir: Path, *, steps: int = 200, log: Callable[[str], None] = print, plot: bool = True
-) -> DemoReport:
+def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = print, plot: bool = True) -> DemoReport:
     """Run the flow in ``workdir`` and return what it measured (raises on any failed check)."""
     report = DemoReport()
     started = time.perf_counter()
