@@ -21,7 +21,7 @@ Examples:
     "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where to work (default: a temp dir)."
 )
 @click.option(
-    "--steps", type=click.IntRange(min=1), default=200, show_default=True, help="Steps per rank before the checkpoint."
+    "--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Steps per rank before the checkpoint."
 )
 @click.option("--keep", is_flag=True, help="Keep the workdir (corpus, tokens, plot) instead of cleaning up.")
 def demo(workdir: Path | None, steps: int, keep: bool) -> None:
@@ -72,6 +72,8 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
         table.add_row("resume check", verdict)
         table.add_row("plot", str(plot_path) if plot_path else "-")
         table.add_row("time", f"{report.seconds:.1f} s")
+        for note in report.notes:
+            table.add_row("note", note)
         console.print(table)
         if not report.consumed_once:
             sys.exit(1)

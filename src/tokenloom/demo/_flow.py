@@ -9,6 +9,7 @@ stdlib docstrings -> jsonl corpus -> tokenize (2 workers, windowed) -> validate
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +27,10 @@ from tokenloom.tokenize import TokenizeConfig, build_stdlib_corpus, tokenize
 __all__ = ["DemoReport", "run_demo"]
 
 SEED = 2026
-SEQ_LEN = 256
+SEQ_LEN = 128
 MAX_LENGTH = 1024
 OVERLAP = 64
-BATCH_SIZE = 8
+BATCH_SIZE = 4
 WORLD_BEFORE, WORLD_AFTER = 2, 3
 
 
@@ -82,10 +83,13 @@ def _run_rank(
     sampler = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, seed=SEED, pad=False)
     if state is not None:
         sampler.load_state_dict(state)
-    loader = StatefulDataLoader(dataset, sampler=sampler, batch_size=BATCH_SIZE, num_workers=2)
+    with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch API on every loader
+        warnings.filterwarnings("ignore", message=".*set_vital.*")
+        loader = StatefulDataLoader(dataset, sampler=sampler, batch_size=BATCH_SIZE, num_workers=2)
+        iterator = iter(loader)
     ids: list[int] = []
     steps = 0
-    for batch in loader:
+    for batch in iterator:
         ids.extend(batch["sample_id"].tolist())
         steps += 1
         if max_steps is not None and steps == max_steps:
@@ -129,6 +133,12 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     if plot:
         report.plot = _plot(tokens, packed, workdir / "tokenloom-demo.png")
 
+    epoch_steps = len(dataset) // (BATCH_SIZE * WORLD_BEFORE)
+    if steps > epoch_steps // 2:
+        report.notes.append(
+            f"--steps {steps} would end the epoch before the checkpoint; checkpointing at step {epoch_steps // 2}"
+        )
+        steps = max(1, epoch_steps // 2)
     log(f"5/6 training on {WORLD_BEFORE} simulated ranks for {steps} steps, then a checkpoint")
     t0 = time.perf_counter()
     consumed: list[int] = []
