@@ -175,7 +175,13 @@ StoreFactory.register("h5", H5Store)
 
 
 def open_h5_dataset(
-    path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None, key: str = "sequence"
+    path: str | os.PathLike[str],
+    *,
+    validate: str = "fast",
+    dtype: Any = None,
+    key: str = "sequence",
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
 ) -> TokenDataset:
     """An HDF5 store's token key as a TokenDataset, zero-copy: one shard (one entry) per segment.
 
@@ -216,4 +222,15 @@ def open_h5_dataset(
     if not shards:  # an empty store: one empty shard, no entries
         empty = Path(path) if Path(path).is_file() else store._paths[0]
         shards.append(Shard(empty, token_dtype, 0, np.zeros(1, np.int64), np.zeros(0, np.uint16), name="empty"))
-    return TokenDataset(shards, format="h5", root=path, metadata={"key": key, "keys": store.keys})
+    dataset = TokenDataset(
+        shards,
+        format="h5",
+        root=path,
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        metadata={"key": key, "keys": store.keys},
+    )
+    if validate == "deep":  # a store records no vocab size: pass vocab_size= to check ids against it
+        dataset.check_token_range()
+        dataset.check_eos_placement()
+    return dataset
