@@ -202,7 +202,8 @@ def open_flat(
                 field="file_pattern",
                 hint="Pass file_pattern=... (e.g. '*.npy' or 'tokenized_*.bin')",
             )
-        if split is None and recorded.get("document_boundaries") == "lengths" and pattern == recorded.get("file_pattern"):
+        lengths_recorded = recorded.get("document_boundaries") == "lengths"
+        if split is None and lengths_recorded and pattern == recorded.get("file_pattern"):
             split = "lengths"
     declared, infer = _declared_dtype(root, dtype, manifest, tatm)
     if split is None:
@@ -324,8 +325,7 @@ def _apply_document_lengths(root: Path, manifest: Manifest, recorded: dict[str, 
     size = path.stat().st_size
     if size != 8 * manifest.num_documents:
         raise IndexCorruptError(
-            f"{DOCUMENT_LENGTHS_NAME} has {size} bytes, expected 8 per document for "
-            f"{manifest.num_documents} documents",
+            f"{DOCUMENT_LENGTHS_NAME} has {size} bytes, expected 8 per document for {manifest.num_documents} documents",
             path=path,
             field="document_lengths",
         )
