@@ -11,7 +11,6 @@ import os
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tokenloom.formats import (
