@@ -10,6 +10,7 @@ import dataclasses
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ WRITERS = {
 }
 
 
-def write(root: Path, fmt: str, docs=DOCS, *, vocab_size=100) -> Path:
+def write(root: Path, fmt: str, docs=DOCS, *, vocab_size: int = 100) -> Path:
     rel, options = WRITERS[fmt]
     with open_writer(root / rel, format=fmt, dtype="uint16", vocab_size=vocab_size, eos_id=0, **options) as w:
         for doc in docs:
@@ -69,7 +70,7 @@ def test_deep_validation_names_the_first_id_outside_the_vocabulary(tmp_path: Pat
     path = write(tmp_path, fmt)
     if fmt in ("native", "flat"):  # the vocab size lives in the manifest: record a smaller one
         write_manifest(path, dataclasses.replace(read_manifest(path), vocab_size=11))
-        options = {}
+        options: dict[str, Any] = {}
     else:  # peer formats and stores record none: the caller says what it is
         options = {"vocab_size": 11}
     open_dataset(path, **options)  # fast validation reads no tokens

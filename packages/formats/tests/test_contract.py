@@ -15,6 +15,7 @@ import signal
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -54,7 +55,9 @@ RECORDS_VOCAB = {"native", "flat"}
 DOCS = [[5, 6, 0], [7, 0], [], [8, 9, 10, 11, 0], [12], []]
 
 
-def write(root: Path, label: str, docs, *, vocab_size=100, eos_id=0, overlaps=None, **extra) -> Path:
+def write(
+    root: Path, label: str, docs, *, vocab_size: int = 100, eos_id: int | None = 0, overlaps=None, **extra: Any
+) -> Path:
     fmt, rel, options = WRITERS[label]
     path = root / rel
     with open_writer(path, format=fmt, dtype="uint16", vocab_size=vocab_size, eos_id=eos_id, **options, **extra) as w:
@@ -88,7 +91,7 @@ def test_any_documents_round_trip_through_every_writer_and_reader(tmp_path_facto
             write(root, label, docs, vocab_size=VOCAB, eos_id=None)
         return
     path = write(root, label, docs, vocab_size=VOCAB, eos_id=None, overlaps=overlaps)
-    options = {} if fmt in RECORDS_VOCAB else {"vocab_size": VOCAB}
+    options: dict[str, Any] = {} if fmt in RECORDS_VOCAB else {"vocab_size": VOCAB}
     ds = open_dataset(path, validate="deep", **options)
     assert ds.format == fmt
     assert entries(ds) == docs

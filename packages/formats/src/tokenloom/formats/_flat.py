@@ -159,6 +159,7 @@ def open_flat(
     target = Path(path)
     manifest: Manifest | None = None
     tatm: TatmInfo | None = None
+    recorded: dict[str, Any] = {}  # what tokenloom's flat writer recorded in the manifest
     if target.is_file():
         root, files = target.parent, [target]
         pattern = target.name
@@ -188,8 +189,8 @@ def open_flat(
         if metadata_path is not None:
             safe_file(root, metadata_path)
             tatm = read_tatm_metadata(metadata_path)
-        recorded = manifest.metadata.get("flat", {}) if manifest is not None else {}
-        recorded = recorded if isinstance(recorded, dict) else {}
+        flat_metadata = manifest.metadata.get("flat", {}) if manifest is not None else {}
+        recorded = flat_metadata if isinstance(flat_metadata, dict) else {}
         pattern = file_pattern or recorded.get("file_pattern") or (tatm.file_pattern if tatm else None)
         if pattern is None:
             pattern = "*.npy" if next(root.glob("*.npy"), None) is not None else "*.bin"
