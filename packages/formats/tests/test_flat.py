@@ -13,12 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
+    DOCUMENT_LENGTHS_NAME,
     MANIFEST_NAME,
     WRITING_MARKER,
     ChecksumError,
     ConfigError,
     DataError,
     FormatError,
+    IndexCorruptError,
+    MissingFileError,
     TokenRangeError,
     TruncatedError,
     UnsafePathError,
@@ -52,9 +55,16 @@ def test_round_trip_with_eos_boundaries(tmp_path: Path) -> None:
     assert ds.doc_lengths.tolist() == [3, 2, 5]
     assert ds.overlap_prefix.tolist() == [0, 0, 0]
     assert (ds.eos_id, ds.vocab_size, ds.dtype) == (EOS, 100, np.dtype("uint16"))
-    assert ds.metadata["split"] == "eos"
+    assert ds.metadata["split"] == "lengths"
     manifest = orjson.loads((tmp_path / "ds" / MANIFEST_NAME).read_bytes())
-    assert manifest["metadata"]["flat"] == {"file_pattern": "shard_*.npy", "document_boundaries": "eos"}
+    assert manifest["metadata"]["flat"] == {
+        "file_pattern": "shard_*.npy",
+        "document_boundaries": "lengths",
+        "shard_entries": [3],
+    }
+    assert (tmp_path / "ds" / DOCUMENT_LENGTHS_NAME).read_bytes() == np.array([3, 2, 5], "<i8").tobytes()
+    assert entries(open_dataset(tmp_path / "ds", split="eos")) == DOCS  # the EOS split agrees
+    assert entries(open_dataset(tmp_path / "ds", split="shard")) == [[t for d in DOCS for t in d]]
 
 
 def test_shards_are_plain_npy_files_split_at_document_ends(tmp_path: Path) -> None:
@@ -73,6 +83,7 @@ def test_shards_are_plain_npy_files_split_at_document_ends(tmp_path: Path) -> No
 def test_raw_bin_shards_take_their_dtype_from_the_manifest(tmp_path: Path) -> None:
     write(tmp_path / "ds", DOCS, file_format="bin", shard_size_tokens=4)
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == [
+        DOCUMENT_LENGTHS_NAME,
         MANIFEST_NAME,
         "shard_00000.bin",
         "shard_00001.bin",
@@ -84,20 +95,47 @@ def test_raw_bin_shards_take_their_dtype_from_the_manifest(tmp_path: Path) -> No
         open_dataset(tmp_path / "ds", dtype="uint32")
 
 
-def test_documents_without_eos_keep_the_stream_one_entry_per_shard(tmp_path: Path) -> None:
-    docs = [[1, 2], [], [3, 4, 5], [6]]
+def test_documents_without_eos_and_empty_documents_round_trip(tmp_path: Path) -> None:
+    docs = [[], [1, 2], [], [3, 4, 5], [6], [], []]
     write(tmp_path / "ds", docs, shard_size_tokens=3)
     manifest = orjson.loads((tmp_path / "ds" / MANIFEST_NAME).read_bytes())
-    assert manifest["metadata"]["flat"]["document_boundaries"] == "none"
+    assert manifest["metadata"]["flat"]["document_boundaries"] == "lengths"
+    assert sum(manifest["metadata"]["flat"]["shard_entries"]) == len(docs)
     ds = open_dataset(tmp_path / "ds")
-    assert entries(ds) == [[1, 2, 3, 4, 5], [6]]
+    assert entries(ds) == docs
     assert ds.tokens(0, ds.num_tokens).tolist() == [1, 2, 3, 4, 5, 6]
+    assert [np.load(p).tolist() for p in sorted((tmp_path / "ds").glob("*.npy"))] == [[1, 2, 3, 4, 5], [6]]
+    # another file pattern than the recorded one cannot use the recorded lengths
+    assert entries(open_dataset(tmp_path / "ds", file_pattern="shard_00001.npy")) == [[6]]
 
 
-def test_interior_eos_means_no_recorded_boundaries(tmp_path: Path) -> None:
+def test_interior_eos_keeps_recorded_boundaries(tmp_path: Path) -> None:
     write(tmp_path / "ds", [[1, EOS, 2, EOS]])
     assert entries(open_dataset(tmp_path / "ds")) == [[1, EOS, 2, EOS]]
     assert entries(open_dataset(tmp_path / "ds", split="eos")) == [[1, EOS], [2, EOS]]
+
+
+@pytest.mark.parametrize(
+    ("damage", "error", "message"),
+    [
+        (lambda raw: raw[:-8], IndexCorruptError, "8 per document"),
+        (lambda raw: raw[:8] + (-1).to_bytes(8, "little", signed=True) + raw[16:], IndexCorruptError, "negative"),
+        (lambda raw: raw[:8] + (3).to_bytes(8, "little") + raw[16:], IndexCorruptError, "add up to"),
+    ],
+)
+def test_damaged_document_lengths_are_named(tmp_path: Path, damage, error, message) -> None:
+    write(tmp_path / "ds", [[1, 2], [3], [4, 5, 6]], shard_size_tokens=2)
+    path = tmp_path / "ds" / DOCUMENT_LENGTHS_NAME
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ChecksumError, match=DOCUMENT_LENGTHS_NAME):  # fast mode checksums it (an index file)
+        open_dataset(tmp_path / "ds")
+    with pytest.raises(error, match=message) as info:
+        open_dataset(tmp_path / "ds", validate="none")
+    assert info.value.path == str(path)
+    assert info.value.field == "document_lengths"
+    path.unlink()
+    with pytest.raises(MissingFileError, match=DOCUMENT_LENGTHS_NAME):
+        open_dataset(tmp_path / "ds", validate="none")
 
 
 def test_foreign_npy_directory_each_shard_one_entry_sorted_by_name(tmp_path: Path) -> None:
@@ -304,15 +342,16 @@ documents = st.lists(st.lists(st.integers(0, 65535), max_size=12), min_size=1, m
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(docs=documents, shard_size=st.one_of(st.none(), st.integers(1, 30)), file_format=st.sampled_from(["npy", "bin"]))
-def test_any_documents_keep_their_token_stream(tmp_path_factory, docs, shard_size, file_format) -> None:
+def test_any_documents_round_trip_exactly(tmp_path_factory, docs, shard_size, file_format) -> None:
     if not any(docs):
-        docs = [*docs, [1]]
+        docs = [*docs, [65535]]  # flat shards cannot hold an empty dataset
     root = tmp_path_factory.mktemp("ds") / "ds"
     write(root, docs, eos_id=None, vocab_size=65536, shard_size_tokens=shard_size, file_format=file_format)
     ds = open_dataset(root, validate="deep")
-    flat = [t for doc in docs for t in doc]
-    assert ds.tokens(0, ds.num_tokens).tolist() == flat
-    assert [t for i in range(len(ds)) for t in ds[i].tolist()] == flat
+    assert entries(ds) == docs
+    assert ds.tokens(0, ds.num_tokens).tolist() == [t for doc in docs for t in doc]
+    stream = open_dataset(root, split="shard")  # what a peer reading the shards sees: the same stream
+    assert [t for i in range(len(stream)) for t in stream[i].tolist()] == [t for doc in docs for t in doc]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -327,6 +366,7 @@ def test_eos_terminated_documents_round_trip_exactly(tmp_path_factory, docs, sha
         for doc in docs:
             writer.add(doc)
     assert entries(open_dataset(root, validate="deep")) == docs
+    assert entries(open_dataset(root, split="eos")) == docs  # a reader without the lengths agrees
 
 
 def _foreign(root: Path) -> None:

@@ -164,9 +164,20 @@ def test_missing_partner_files(tmp_path: Path) -> None:
 def test_deep_validation_refuses_negative_ids(tmp_path: Path) -> None:
     build(tmp_path / "d", [[1, -3]], dtype="int32")
     assert entries(open_dataset(tmp_path / "d")) == [[1, -3]]
-    with pytest.raises(TokenRangeError, match="-3 is negative") as info:
+    with pytest.raises(TokenRangeError, match="-3 outside ids >= 0") as info:
         open_dataset(tmp_path / "d", validate="deep")
     assert info.value.offset == 4
+    assert (info.value.path, info.value.record) == (str(tmp_path / "d.bin"), 0)
+
+
+def test_deep_validation_checks_ids_and_eos_against_what_the_caller_knows(tmp_path: Path) -> None:
+    write(tmp_path / "d", DOCS)
+    open_dataset(tmp_path / "d", validate="deep", vocab_size=12, eos_id=0)
+    with pytest.raises(TokenRangeError, match=r"token id 11 outside \[0, 11\)") as info:
+        open_dataset(tmp_path / "d", validate="deep", vocab_size=11)
+    assert (info.value.path, info.value.offset, info.value.record) == (str(tmp_path / "d.bin"), 16, 3)
+    with pytest.raises(FormatError, match="expected the EOS id 6"):
+        open_dataset(tmp_path / "d", validate="deep", eos_id=6)
 
 
 def test_dtype_argument_must_match(tmp_path: Path) -> None:

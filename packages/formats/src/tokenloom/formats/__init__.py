@@ -12,7 +12,7 @@ from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
 from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
-from tokenloom.formats._flat import FlatWriter, open_flat
+from tokenloom.formats._flat import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -125,6 +125,7 @@ register_format(
 )
 
 __all__ = [
+    "DOCUMENT_LENGTHS_NAME",
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
     "TRAINING_TYPE_KEYS",

@@ -174,6 +174,13 @@ def _writable() -> list[str]:
     "--shard-size-tokens", type=click.IntRange(min=1), default=None, help="Target shard size, where the format shards."
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing target.")
+@click.option("--legacy", is_flag=True, help="packed: write the legacy 8-byte-header layout (4-byte tokens).")
+@click.option(
+    "--file-format",
+    type=click.Choice(["npy", "bin"]),
+    default=None,
+    help="flat: write .npy shards (default) or raw .bin shards.",
+)
 @click.option(
     "--drop-overlap-prefix", is_flag=True, help="Allow targets that cannot store overlap prefixes to drop them."
 )
@@ -194,6 +201,8 @@ def convert(
     dtype: str | None,
     shard_size_tokens: int | None,
     overwrite: bool,
+    legacy: bool,
+    file_format: str | None,
     drop_overlap_prefix: bool,
     chunk_tokens: int,
     no_progress: bool,
@@ -212,7 +221,12 @@ def convert(
             raise ConfigError(f"cannot write format {to!r}, writable: {_writable()}", field="--to")
         options: dict[str, Any] = {}
         factory = formats[to].writer
-        for name, value in (("overwrite", overwrite), ("shard_size_tokens", shard_size_tokens)):
+        for name, value in (
+            ("overwrite", overwrite),
+            ("shard_size_tokens", shard_size_tokens),
+            ("legacy", legacy),
+            ("file_format", file_format),
+        ):
             if value:
                 if not _accepts(factory, name):  # type: ignore[arg-type]
                     raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)

@@ -193,23 +193,25 @@ class TokenDataset:
 
     # -- validation shared by the readers --------------------------------------------
     def check_token_range(self, *, chunk_tokens: int = 1 << 24) -> None:
-        """Raise TokenRangeError at the first token id >= vocab_size (or negative)."""
-        if self.vocab_size is None:
+        """Raise TokenRangeError at the first negative id, or id >= vocab_size when the vocab size is known."""
+        if self.vocab_size is None and self.dtype.kind != "i":
             return
         for shard in self.shards:
             tokens = shard.tokens
             for start in range(0, shard.num_tokens, chunk_tokens):
                 chunk = tokens[start : start + chunk_tokens]
-                bad = (chunk >= self.vocab_size) | (chunk < 0) if chunk.dtype.kind == "i" else None
-                if bad is None:
-                    bad = chunk >= self.vocab_size
+                bad = chunk < 0 if chunk.dtype.kind == "i" else np.zeros(len(chunk), dtype=bool)
+                if self.vocab_size is not None:
+                    bad |= chunk >= self.vocab_size
                 if bad.any():
                     position = start + int(np.argmax(bad))
+                    expected = f"[0, {self.vocab_size})" if self.vocab_size is not None else "ids >= 0"
                     raise TokenRangeError(
-                        f"token id {int(tokens[position])} outside [0, {self.vocab_size})",
+                        f"token id {int(tokens[position])} outside {expected}",
                         path=shard.tokens_path,
                         offset=shard.tokens_offset + position * shard.dtype.itemsize,
                         record=int(np.searchsorted(shard.offsets, position, side="right")) - 1,
+                        field="tokens",
                     )
 
     def check_eos_placement(self) -> None:

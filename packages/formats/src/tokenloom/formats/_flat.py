@@ -9,12 +9,13 @@ boundaries of its own. How ``open_flat`` turns shards into entries (``split``):
   training (which is what KempnerForge does with these shards) sees the stream
   exactly as stored.
 - ``"eos"``: entries end just after each ``eos_id`` (a trailing run without EOS
-  is a last entry). This needs one scan of every token at open time. tokenloom's
-  own flat writer records ``document_boundaries: "eos"`` in the manifest when
-  every document it was given ends with the EOS id and holds no other EOS, and
-  the reader then splits by default, so such documents round-trip exactly.
-  Documents that cannot be recovered from EOS ids (empty ones, ones without a
-  final EOS) keep their tokens but lose their boundaries; the manifest says so.
+  is a last entry). This needs one scan of every token at open time.
+- ``"lengths"``: tokenloom's own flat writer records every document's length in
+  ``document_lengths.i64`` (raw little-endian int64, one per document, listed in
+  the manifest as an index file) and each shard's document count in the
+  manifest, so any documents (empty ones included) round-trip exactly. The
+  reader uses them by default when the manifest says so. The file's name matches
+  neither ``*.npy`` nor ``*.bin``, so foreign readers that glob shards skip it.
 
 The dtype of ``.npy`` shards is read from each header (see ``_npy``). Raw
 ``.bin`` shards have none: it comes from ``dtype=``, the manifest, or tatm's
@@ -38,7 +39,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, fsync_dir
+from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
@@ -48,14 +49,22 @@ from tokenloom.formats._paths import safe_file
 from tokenloom.formats._scan import eos_offsets, first_negative
 from tokenloom.formats._tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
 from tokenloom.formats._writer import TokenWriter
-from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, TokenRangeError, TruncatedError
+from tokenloom.formats.errors import (
+    ConfigError,
+    FormatError,
+    IndexCorruptError,
+    MissingFileError,
+    TokenRangeError,
+    TruncatedError,
+)
 
-__all__ = ["FLAT_SPLITS", "FlatWriter", "is_flat", "open_flat"]
+__all__ = ["DOCUMENT_LENGTHS_NAME", "FLAT_SPLITS", "FlatWriter", "is_flat", "open_flat"]
 
 log = logging.getLogger("tokenloom.formats")
 
-FLAT_SPLITS = ("shard", "eos")
-_RESERVED = {MANIFEST_NAME, WRITING_MARKER, *METADATA_NAMES}
+FLAT_SPLITS = ("shard", "eos", "lengths")
+DOCUMENT_LENGTHS_NAME = "document_lengths.i64"
+_RESERVED = {MANIFEST_NAME, WRITING_MARKER, DOCUMENT_LENGTHS_NAME, *METADATA_NAMES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +133,9 @@ def _declared_dtype(
 
 def _candidate_files(root: Path, pattern: str, manifest: Manifest | None) -> list[Path]:
     if manifest is not None:
-        names = sorted(f.name for f in manifest.files if fnmatch.fnmatchcase(f.name, pattern))
+        names = sorted(
+            f.name for f in manifest.files if fnmatch.fnmatchcase(f.name, pattern) and f.name not in _RESERVED
+        )
         return [root / name for name in names]
     found = []
     for path in root.glob(pattern):
@@ -148,6 +159,7 @@ def open_flat(
     target = Path(path)
     manifest: Manifest | None = None
     tatm: TatmInfo | None = None
+    recorded: dict[str, Any] = {}  # what tokenloom's flat writer recorded in the manifest
     if target.is_file():
         root, files = target.parent, [target]
         pattern = target.name
@@ -177,8 +189,8 @@ def open_flat(
         if metadata_path is not None:
             safe_file(root, metadata_path)
             tatm = read_tatm_metadata(metadata_path)
-        recorded = manifest.metadata.get("flat", {}) if manifest is not None else {}
-        recorded = recorded if isinstance(recorded, dict) else {}
+        flat_metadata = manifest.metadata.get("flat", {}) if manifest is not None else {}
+        recorded = flat_metadata if isinstance(flat_metadata, dict) else {}
         pattern = file_pattern or recorded.get("file_pattern") or (tatm.file_pattern if tatm else None)
         if pattern is None:
             pattern = "*.npy" if next(root.glob("*.npy"), None) is not None else "*.bin"
@@ -191,8 +203,9 @@ def open_flat(
                 field="file_pattern",
                 hint="Pass file_pattern=... (e.g. '*.npy' or 'tokenized_*.bin')",
             )
-        if split is None and recorded.get("document_boundaries") == "eos":
-            split = "eos"
+        lengths_recorded = recorded.get("document_boundaries") == "lengths"
+        if split is None and lengths_recorded and pattern == recorded.get("file_pattern"):
+            split = "lengths"
     declared, infer = _declared_dtype(root, dtype, manifest, tatm)
     if split is None:
         split = "shard"
@@ -200,12 +213,20 @@ def open_flat(
         raise ConfigError(f"split={split!r}, expected one of {list(FLAT_SPLITS)}", field="split")
     if eos_id is None and manifest is not None:
         eos_id = manifest.eos_id
+    if split == "lengths" and (manifest is None or recorded.get("document_boundaries") != "lengths"):
+        raise ConfigError(
+            "split='lengths' needs the document lengths tokenloom's flat writer records, and none are recorded",
+            path=root,
+            field="split",
+        )
     if split == "eos" and eos_id is None:
         raise ConfigError("split='eos' needs the EOS id, and none was given or recorded", path=root, field="eos_id")
     if vocab_size is None:
         vocab_size = manifest.vocab_size if manifest is not None else (tatm.vocab_size if tatm else None)
 
     shards = _read_shards(root, files, declared, infer=infer)
+    if split == "lengths" and manifest is not None:
+        _apply_document_lengths(root, manifest, recorded, shards)
     for shard in shards:
         if split == "eos":
             shard.offsets = eos_offsets(shard.tokens, int(eos_id))  # type: ignore[arg-type]
@@ -294,6 +315,62 @@ def _read_shards(root: Path, files: list[Path], declared: _Declared, *, infer: b
     return shards
 
 
+def _apply_document_lengths(root: Path, manifest: Manifest, recorded: dict[str, Any], shards: list[Shard]) -> None:
+    """Set each shard's entry offsets from the recorded document lengths, checking they add up."""
+    path = root / DOCUMENT_LENGTHS_NAME
+    manifest_path = root / MANIFEST_NAME
+    manifest.file(DOCUMENT_LENGTHS_NAME)  # MissingFileError unless the manifest lists it
+    if not path.exists() and not path.is_symlink():
+        raise MissingFileError(f"{DOCUMENT_LENGTHS_NAME} is listed in the manifest but absent", path=path)
+    safe_file(root, path)
+    size = path.stat().st_size
+    if size != 8 * manifest.num_documents:
+        raise IndexCorruptError(
+            f"{DOCUMENT_LENGTHS_NAME} has {size} bytes, expected 8 per document for {manifest.num_documents} documents",
+            path=path,
+            field="document_lengths",
+        )
+    counts = recorded.get("shard_entries")
+    if (
+        not isinstance(counts, list)
+        or len(counts) != len(shards)
+        or not all(type(n) is int and n >= 0 for n in counts)
+        or sum(counts) != manifest.num_documents
+    ):
+        raise IndexCorruptError(
+            f"shard_entries is {str(counts)[:60]}, expected {len(shards)} counts >= 0 summing to "
+            f"{manifest.num_documents}",
+            path=manifest_path,
+            field="metadata.flat.shard_entries",
+        )
+    lengths = np.fromfile(path, dtype="<i8").astype(np.int64)
+    if len(lengths) and lengths.min() < 0:
+        record = int(np.argmax(lengths < 0))
+        raise IndexCorruptError(
+            f"document length {int(lengths[record])} is negative",
+            path=path,
+            offset=8 * record,
+            record=record,
+            field="document_lengths",
+        )
+    first = 0
+    for shard, count in zip(shards, counts, strict=True):
+        offsets = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(lengths[first : first + count], out=offsets[1:])
+        if offsets[-1] != shard.num_tokens:
+            raise IndexCorruptError(
+                f"documents {first} to {first + count} add up to {int(offsets[-1])} tokens, "
+                f"shard {shard.name} holds {shard.num_tokens}",
+                path=path,
+                offset=8 * first,
+                record=first,
+                field="document_lengths",
+            )
+        shard.offsets = offsets
+        shard.overlap_prefix = np.zeros(count, dtype=np.uint16)
+        first += count
+
+
 def _shard(path: Path, dtype: np.dtype, count: int, data_offset: int) -> Shard:
     return Shard(
         tokens_path=path,
@@ -326,6 +403,7 @@ class _ShardFile:
         self.dtype = dtype
         self.npy = npy
         self.num_tokens = 0
+        self.num_entries = 0
         self.handle: BinaryIO = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish/abort
         if npy:
             self.handle.write(npy_header(dtype, 0))
@@ -391,12 +469,14 @@ class FlatWriter(TokenWriter):
         self.file_prefix = file_prefix
         self.tokenizer_fingerprint = tokenizer_fingerprint
         self.metadata = dict(metadata or {})
-        self._eos_boundaries = eos_id is not None
         prepare_output_dir(self.path, overwrite=overwrite)
         (self.path / WRITING_MARKER).write_bytes(b"")
         fsync_dir(self.path)
         self._names: list[str] = []
         self._current: _ShardFile | None = None
+        self._lengths: list[np.ndarray] = []
+        self._shard_entries: list[int] = []
+        self._pending_entries = 0
 
     @property
     def file_pattern(self) -> str:
@@ -412,40 +492,47 @@ class FlatWriter(TokenWriter):
                 field="overlap_prefix",
                 hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
             )
-        if self._eos_boundaries and len(lengths):
-            ends = np.cumsum(lengths)
-            self._eos_boundaries = bool(
-                lengths.min() > 0
-                and (tokens[ends - 1] == self.eos_id).all()
-                and int(np.count_nonzero(tokens == self.eos_id)) == len(lengths)
-            )
-        if self.shard_size_tokens is None:
-            if len(tokens):
-                self._shard().write(tokens)
-            return
+        self._lengths.append(lengths.astype("<i8"))
         ends = np.cumsum(lengths)
-        base = 0
-        while base < len(tokens):
+        starts = ends - lengths
+        first = 0  # the first entry of this batch not yet given to a shard
+        while first < len(lengths):
+            base = int(starts[first])
+            if base == len(tokens):  # only empty entries remain: they join the open shard, or the next one
+                self._assign(len(lengths) - first)
+                break
             shard = self._shard()
-            room = self.shard_size_tokens - shard.num_tokens
-            # whole documents until the shard reaches its target size
-            stop = int(np.searchsorted(ends, base + room, side="left"))
-            token_end = int(ends[stop]) if stop < len(ends) else len(tokens)
+            if self.shard_size_tokens is None:
+                stop = len(lengths)
+            else:
+                # whole entries until the shard reaches its target size (the entry crossing it stays)
+                room = self.shard_size_tokens - shard.num_tokens
+                stop = min(int(np.searchsorted(ends, base + room, side="left")) + 1, len(lengths))
+            token_end = int(ends[stop - 1])
             shard.write(tokens[base:token_end])
-            base = token_end
-            if shard.num_tokens >= self.shard_size_tokens:
+            shard.num_entries += stop - first
+            first = stop
+            if self.shard_size_tokens is not None and shard.num_tokens >= self.shard_size_tokens:
                 self._finish_shard()
+
+    def _assign(self, count: int) -> None:
+        if self._current is not None:
+            self._current.num_entries += count
+        else:
+            self._pending_entries += count
 
     def _shard(self) -> _ShardFile:
         if self._current is None:
             name = f"{self.file_prefix}_{len(self._names):05d}.{self.file_format}"
             self._current = _ShardFile(self.path / name, self.dtype, npy=self.file_format == "npy")
+            self._current.num_entries, self._pending_entries = self._pending_entries, 0
             self._names.append(name)
         return self._current
 
     def _finish_shard(self) -> None:
         if self._current is not None:
             self._current.finish()
+            self._shard_entries.append(self._current.num_entries)
             self._current = None
 
     def _commit(self) -> None:
@@ -457,20 +544,29 @@ class FlatWriter(TokenWriter):
                 hint="Write at least one non-empty document, or use the native format",
             )
         self._finish_shard()
+        self._shard_entries[-1] += self._pending_entries  # trailing empty documents join the last shard
+        self._pending_entries = 0
+        lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i8")
+        atomic_write_bytes(self.path / DOCUMENT_LENGTHS_NAME, lengths.astype("<i8").tobytes())
         fsync_dir(self.path)
-        boundaries = "eos" if self._eos_boundaries else "none"
-        if not self._eos_boundaries:
-            log.info("flat shards in %s keep the token stream; document boundaries are not recoverable", self.path)
+        files = [(name, "data") for name in self._names] + [(DOCUMENT_LENGTHS_NAME, "index")]
         manifest = Manifest(
             format="flat",
             dtype=self.dtype.name,
             num_tokens=self.num_tokens,
             num_documents=self.num_documents,
-            files=describe_files(self.path, [(name, "data") for name in self._names]),
+            files=describe_files(self.path, files),
             vocab_size=self.vocab_size,
             eos_id=self.eos_id,
             tokenizer_fingerprint=self.tokenizer_fingerprint,
-            metadata={**self.metadata, "flat": {"file_pattern": self.file_pattern, "document_boundaries": boundaries}},
+            metadata={
+                **self.metadata,
+                "flat": {
+                    "file_pattern": self.file_pattern,
+                    "document_boundaries": "lengths",
+                    "shard_entries": list(self._shard_entries),
+                },
+            },
         )
         write_manifest(self.path, manifest)
         (self.path / WRITING_MARKER).unlink()
@@ -480,7 +576,7 @@ class FlatWriter(TokenWriter):
         if self._current is not None:
             self._current.abort()
             self._current = None
-        for name in self._names:
+        for name in [*self._names, DOCUMENT_LENGTHS_NAME]:
             with contextlib.suppress(FileNotFoundError):
                 (self.path / name).unlink()
         with contextlib.suppress(FileNotFoundError):

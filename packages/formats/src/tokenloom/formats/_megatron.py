@@ -40,14 +40,12 @@ from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._paths import safe_file
-from tokenloom.formats._scan import first_negative
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
     FormatError,
     IndexCorruptError,
     MissingFileError,
-    TokenRangeError,
     TruncatedError,
 )
 
@@ -232,8 +230,19 @@ def _check_index(
     return offsets
 
 
-def open_megatron(path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None) -> TokenDataset:
-    """Open one prefix, an ``.idx``/``.bin`` file of one, or a directory of prefixes (one shard each)."""
+def open_megatron(
+    path: str | os.PathLike[str],
+    *,
+    validate: str = "fast",
+    dtype: Any = None,
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+) -> TokenDataset:
+    """Open one prefix, an ``.idx``/``.bin`` file of one, or a directory of prefixes (one shard each).
+
+    Megatron records no vocab size or EOS id; pass them to have ``validate="deep"``
+    check token ids and EOS placement (negative ids are refused either way).
+    """
     root, stems = megatron_prefixes(Path(path))
     shards, documents, modes = [], [], []
     for stem in stems:
@@ -261,6 +270,8 @@ def open_megatron(path: str | os.PathLike[str], *, validate: str = "fast", dtype
         shards,
         format="megatron",
         root=root,
+        eos_id=eos_id,
+        vocab_size=vocab_size,
         metadata={
             "prefixes": stems,
             "document_indices": documents,
@@ -268,14 +279,8 @@ def open_megatron(path: str | os.PathLike[str], *, validate: str = "fast", dtype
         },
     )
     if validate == "deep":
-        for shard in shards:
-            position = first_negative(shard.tokens)
-            if position is not None:
-                raise TokenRangeError(
-                    f"token id {int(shard.tokens[position])} is negative",
-                    path=shard.tokens_path,
-                    offset=position * shard.dtype.itemsize,
-                )
+        dataset.check_token_range()
+        dataset.check_eos_placement()
     return dataset
 
 
