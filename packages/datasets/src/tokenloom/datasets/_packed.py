@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
@@ -245,7 +245,7 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
         return to_torch({key: value[0] for key, value in self._batch([index]).items()})
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        return SampleBatch(to_torch(self._batch(indices)))
+        return SampleBatch(batch_tensors(self._batch(indices)))
 
     def state_dict(self) -> dict[str, Any]:
         return {"fingerprint": self._fingerprint}

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._batch import SampleBatch, batch_tensors, empty_batch
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._sample import Packing, as_packing, build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
@@ -190,10 +190,19 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
             raise IndexError(f"sample indices outside [0, {self._length})")
         shard = np.searchsorted(self._sample_starts_np, index, side="right") - 1
         begins = self._shard_token_starts[shard] + (index - self._sample_starts_np[shard]) * self.stride
+        if self.packing is Packing.NONE and len(self._overlap_begins) == 0:
+            # the hot path: memory map -> the batch's one (shared) storage, one copy per token
+            out = empty_batch({key: ((len(index), self.seq_len), torch.int64) for key in ("input_ids", "labels")})
+            input_ids, labels = out["input_ids"].numpy(), out["labels"].numpy()
+            for row, begin in enumerate(begins.tolist()):
+                window = self._window(begin)
+                input_ids[row] = window[:-1]
+                labels[row] = window[1:]
+            return SampleBatch(out)
         windows = np.empty((len(index), self.seq_len + 1), dtype=np.int64)
         for row, begin in enumerate(begins.tolist()):
             windows[row] = self._window(begin)
-        return SampleBatch(to_torch(self._build(windows, begins)))
+        return SampleBatch(batch_tensors(self._build(windows, begins)))
 
     # -- resume -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
