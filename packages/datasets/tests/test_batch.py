@@ -1,6 +1,7 @@
 """SampleBatch / collate: one storage per batch, default_collate keeps it, rows stay correct."""
 
 import pickle
+from typing import cast
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ def test_getitems_puts_every_key_in_one_storage(native, tmp_path):
 def test_default_collate_returns_the_batched_tensors_without_stacking(native):
     ds = MemoryMappedDataset(native([list(range(1, 40))], eos_id=None), seq_len=4)
     batch = ds.__getitems__([3, 1])
-    collated = default_collate(batch)
+    collated = default_collate(cast(list, batch))  # what DataLoader passes
     assert collated.keys() == batch.batched.keys()
     assert all(collated[key] is batch.batched[key] for key in collated)
     assert collate(batch) is batch.batched
