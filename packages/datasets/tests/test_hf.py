@@ -122,17 +122,18 @@ def test_two_gloo_ranks_rank_zero_builds_the_cache_once_and_both_read_it(tokeniz
     import importlib
     import time as time_module
 
-    import torch.multiprocessing as torch_mp
+    from torch.multiprocessing.spawn import spawn
 
     monkeypatch.syspath_prepend(os.path.dirname(__file__))
     worker = importlib.import_module("_hf_dist_worker")
     (tmp_path / "out").mkdir()
-    context = torch_mp.spawn(
+    context = spawn(
         worker.run,
         args=(2, str(tmp_path / "init"), str(jsonl), str(tokenizer_dir), str(tmp_path)),
         nprocs=2,
         join=False,
     )
+    assert context is not None
     deadline = time_module.monotonic() + 180
     try:
         while not context.join(timeout=max(deadline - time_module.monotonic(), 0.1)):
@@ -140,7 +141,7 @@ def test_two_gloo_ranks_rank_zero_builds_the_cache_once_and_both_read_it(tokeniz
                 pytest.fail("the two ranks did not finish within 180 s (a hang at the barrier?)")
     finally:
         for process in context.processes:
-            if process.is_alive():
+            if process is not None and process.is_alive():
                 process.kill()
     out = tmp_path / "out"
     builds = sorted(p.name.rsplit("-", 1)[0] for p in out.glob("build-*"))

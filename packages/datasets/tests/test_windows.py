@@ -165,3 +165,24 @@ def test_dataloader_with_two_workers_matches_direct_reads(native, use_collate):
     assert len(rows) == len(ds)
     for i, row in enumerate(rows):
         assert torch.equal(row, ds[i]["labels"])
+
+
+def test_pickled_size_does_not_grow_with_the_number_of_entries(native, tmp_path):
+    from tokenloom.datasets import PackedDocumentDataset
+
+    sizes = {}
+    for entries in (10, 20_000):
+        tokens = np.arange(1, 40_001) % 997 + 1
+        docs = np.split(tokens, np.linspace(0, len(tokens), entries + 1, dtype=np.int64)[1:-1])
+        path = native(docs, eos_id=None).root
+        windows = MemoryMappedDataset(path, seq_len=64)
+        packed = PackedDocumentDataset(path, 4096, cache_dir=tmp_path / "c", pad_id=0)
+        sizes[entries] = (len(pickle.dumps(windows)), len(pickle.dumps(packed)))
+        clone = pickle.loads(pickle.dumps(windows))
+        assert len(clone.dataset) == entries  # the entry index is reopened where it is asked for
+        assert torch.equal(clone[3]["labels"], windows[3]["labels"])
+        packed_clone = pickle.loads(pickle.dumps(packed))
+        assert torch.equal(packed_clone[1]["input_ids"], packed[1]["input_ids"])
+    # 20,000 entries carry 180 kB of offsets and overlap lengths; none of it may travel
+    assert abs(sizes[20_000][0] - sizes[10][0]) < 200
+    assert abs(sizes[20_000][1] - sizes[10][1]) < 200
