@@ -34,6 +34,7 @@ from tokenloom.formats import (
     ConfigError,
     MissingFileError,
     MissingKeyError,
+    fsync_dir,
     open_writer,
     require,
     smallest_dtype_for_vocab,
@@ -173,6 +174,7 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
                     writer.add_batch(tokens, lengths)
             try:
                 os.replace(scratch, self.cache_path)
+                fsync_dir(self.cache_path.parent)
             except OSError:  # published meanwhile by another process: identical content
                 if not (self.cache_path / MANIFEST_NAME).exists():
                     raise

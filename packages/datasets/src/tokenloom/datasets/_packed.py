@@ -34,7 +34,7 @@ from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import reopen, token_stream
 from tokenloom.datasets._windows import check_positive
-from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, open_dataset
+from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, fsync_dir, open_dataset
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
@@ -115,6 +115,7 @@ def cached_plan(cache_dir: Path, key: str, build: Any, meta: dict[str, Any]) -> 
         plan.save(scratch, meta)
         try:
             os.replace(scratch, final)
+            fsync_dir(cache_dir)
         except OSError:  # another process published it first: theirs is identical
             if not (final / "plan.json").exists():
                 raise
