@@ -186,3 +186,19 @@ def test_pickled_size_does_not_grow_with_the_number_of_entries(native, tmp_path)
     # 20,000 entries carry 180 kB of offsets and overlap lengths; none of it may travel
     assert abs(sizes[20_000][0] - sizes[10][0]) < 200
     assert abs(sizes[20_000][1] - sizes[10][1]) < 200
+
+
+def test_gpt_simple_through_the_dataset(native):
+    # EOS = 0; windows of 4 + 1 tokens: [5, 6, 0, 7, 8] and [0, 9, 0, 4, 3]
+    ds = MemoryMappedDataset(native([[5, 6, 0], [7, 8, 0], [9, 0], [4, 3]]), seq_len=4, pack_sequences="gpt-simple")
+    s = ds[0]
+    assert s["input_ids"].tolist() == [5, 6, 0, 7]
+    assert s["labels"].tolist() == [6, 0, X, 8]  # the token after the EOD is never a target
+    assert s["position_ids"].tolist() == [0, 1, 2, 3]  # continuous, not reset
+    s = ds[1]
+    assert s["input_ids"].tolist() == [0, 9, 0, 4]
+    assert s["labels"].tolist() == [X, 0, X, 3]
+    assert s["position_ids"].tolist() == [0, 1, 2, 3]
+    assert s["doc_ids"].tolist() == [0, 1, 1, 2]
+    batch = ds.__getitems__([1, 0]).batched
+    assert batch["labels"].tolist() == [[X, 0, X, 3], [6, 0, X, 8]]
