@@ -1,3 +1,5 @@
+# pyright: reportMissingImports=false
+# (streaming lives only in the throwaway venv this script runs in)
 """MosaicML streaming (MDS, local) through a DataLoader, with its own raw per-sample baseline.
 
 Runs in a throwaway environment, never the workspace (its pins would downgrade

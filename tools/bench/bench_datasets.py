@@ -3,7 +3,7 @@
     uv run --group bench python tools/bench/bench_datasets.py [--quick]
 
 ``run(quick)`` returns the markdown section and writes docs/benchmarks/datasets.md
-(about 2.5 minutes full, 30-40 s quick, on 2 cores).
+(about 2 minutes full, 35 s quick, on 2 busy cores).
 
 How the figures are made robust on a shared, noisy machine:
 - variants compared with each other run interleaved, round by round
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tokenloom.datasets import MemoryMappedDataset, best_fit_decreasing, collate, length_binned_greedy
+from tokenloom.datasets import MemoryMappedDataset, best_fit_decreasing, collate, interleave, length_binned_greedy
 from tokenloom.formats import FileEntry, Manifest, describe_files, open_dataset, write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,9 +279,8 @@ def _memory(pid: int) -> tuple[float, float, float]:
     return mib(status["RssAnon"]), mib(status["VmRSS"]), mib(smaps.get("Pss_Anon", "0 kB"))
 
 
-def worker_memory(path: Path, batches: int) -> tuple[float, float, float]:
+def worker_memory(dataset: MemoryMappedDataset, batches: int) -> tuple[float, float, float]:
     """(RssAnon, VmRSS, Pss_Anon) in MiB of a DataLoader worker after ``batches`` random batches (median of 2)."""
-    dataset = MemoryMappedDataset(path, SEQ)
     loader = DataLoader(
         dataset, batch_size=8, num_workers=2, shuffle=True, collate_fn=collate, multiprocessing_context=START_METHOD
     )
@@ -302,10 +301,10 @@ def memory_in_fresh_process(path: Path) -> tuple[float, float, float, int, int]:
 
 
 def memory_main(path: Path) -> None:
-    readings = [worker_memory(path, batches=200) for _ in range(REPEATS)]
+    dataset = MemoryMappedDataset(path, SEQ)  # opened by path, as a training script does
+    readings = [worker_memory(dataset, batches=200) for _ in range(REPEATS)]
     anon, rss, pss = (statistics.median(values) for values in zip(*readings, strict=True))
-    pickled = len(pickle.dumps(MemoryMappedDataset(path, SEQ)))
-    print(json.dumps([anon, rss, pss, pickled, len(open_dataset(path))]))
+    print(json.dumps([anon, rss, pss, len(pickle.dumps(dataset)), len(open_dataset(path))]))
 
 
 # -- 5. packing plans --------------------------------------------------------------------
@@ -340,7 +339,8 @@ def run(quick: bool) -> str:
 
         # 1. __getitem__ in one process
         order = np.random.default_rng(1).integers(0, len(ds), getitem_count).tolist()
-        getitem_rate(ds, order[:2000]), getitem_rate(raw, order[:2000])  # warm page cache and code paths
+        for reader in (ds, raw):  # warm the page cache and the code paths
+            getitem_rate(reader, order[:2000])
         one = interleaved({"raw": lambda: getitem_rate(raw, order), "ours": lambda: getitem_rate(ds, order)}, REPEATS)
         lines += [
             f"### Random `__getitem__`, 1 process\n\n{SEQ}-token windows of a uint16 shard of "
@@ -381,6 +381,7 @@ def run(quick: bool) -> str:
         log("mosaic")
         mosaic = mosaic_rates(tokens_path, num_tokens // (SEQ + 1), batches, loader_rounds, work)
         mosaic_name = "MosaicML streaming (MDS, local)"
+        mosaic_spread = mosaic_raw = None
         if "error" not in mosaic:
             mosaic_spread = Spread.of(mosaic["mds"])
             mosaic_raw = Spread.of(mosaic["raw"])
@@ -402,8 +403,8 @@ def run(quick: bool) -> str:
         for name, note in notes.items():
             if name not in rates:
                 lines.append(f"| {name} | - | | | {note} |")
-        if "error" in mosaic:
-            lines.append(f"| {mosaic_name} | - | | | not measured: {mosaic['error']} |")
+        if mosaic_spread is None or mosaic_raw is None:
+            lines.append(f"| {mosaic_name} | - | | | not measured: {mosaic.get('error')} |")
         else:
             ratio = normalised[mosaic_name]
             lines.append(
@@ -473,6 +474,23 @@ def run(quick: bool) -> str:
         "| algorithm | seconds | padding |",
         "|---|---:|---:|",
         *[f"| {name} | {spread.cell(2)} | {waste:.3%} |" for name, (spread, waste) in plans.items()],
+        "",
+    ]
+
+    # 6. mixture schedule
+    log("6. mixture schedule")
+    mixture_samples = 100_000 if quick else 10_000_000
+    weights = np.array([0.5, 0.3, 0.2])
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        interleave(weights, mixture_samples)
+        times.append(time.perf_counter() - start)
+    lines += [
+        f"### Mixture schedule\n\n`MixtureDataset` computes its whole source order at construction (Tijdeman's "
+        f"assignment, a Python loop) and keeps two int64 arrays of its length: {mixture_samples:,} samples over "
+        f"3 sources take {Spread.of(times).cell(2)} s and {16 * mixture_samples / 2**20:,.0f} MiB, "
+        f"median (min-max) of {REPEATS}. No target in issue 5; it grows linearly with num_samples.",
         "",
         f"Command: `uv run --group bench python tools/bench/bench_datasets.py{' --quick' if quick else ''}`; "
         f"machine: {os.cpu_count()} cores; torch {torch.__version__}.",
