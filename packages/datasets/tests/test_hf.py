@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +116,44 @@ def test_eos_from_tokenizer_path_for_memory_mapped_windows(tokenizer_dir, tmp_pa
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
     with pytest.raises(ConfigError):
         MemoryMappedDataset(tmp_path / "d", seq_len=5, pack_sequences=True)
+
+
+def test_two_gloo_ranks_rank_zero_builds_the_cache_once_and_both_read_it(tokenizer_dir, jsonl, tmp_path, monkeypatch):
+    import importlib
+    import time as time_module
+
+    from torch.multiprocessing.spawn import spawn
+
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    worker = importlib.import_module("_hf_dist_worker")
+    (tmp_path / "out").mkdir()
+    context = spawn(
+        worker.run,
+        args=(2, str(tmp_path / "init"), str(jsonl), str(tokenizer_dir), str(tmp_path)),
+        nprocs=2,
+        join=False,
+    )
+    assert context is not None
+    deadline = time_module.monotonic() + 180
+    try:
+        while not context.join(timeout=max(deadline - time_module.monotonic(), 0.1)):
+            if time_module.monotonic() > deadline:
+                pytest.fail("the two ranks did not finish within 180 s (a hang at the barrier?)")
+    finally:
+        for process in context.processes:
+            if process is not None and process.is_alive():
+                process.kill()
+    out = tmp_path / "out"
+    builds = sorted(p.name.rsplit("-", 1)[0] for p in out.glob("build-*"))
+    assert builds == ["build-rank0", "build-rank0"]  # once per cache, never on rank 1
+    results = [json.loads((out / f"samples-rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert results[0] == results[1]
+    stream, eos = expected_stream(tokenizer_dir)
+    samples = results[0]["samples"]
+    assert len(samples) == len(stream) // 5
+    assert [s["input_ids"] for s in samples] == [stream[5 * i : 5 * i + 4] for i in range(len(samples))]
+    assert samples[0]["doc_ids"] == [0 if j <= stream.index(eos) else 1 for j in range(4)]
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [Path(results[0]["cache"]).name]  # no scratch left
+    assert (out / "failure-rank0.txt").read_text() == "RuntimeError: tokenizer crashed on rank 0"
+    assert (out / "failure-rank1.txt").read_text().startswith("MissingFileError: ")
+    assert "rank 0 did not publish" in (out / "failure-rank1.txt").read_text()

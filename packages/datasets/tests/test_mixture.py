@@ -83,3 +83,10 @@ def test_stateful_dataloader_resumes_with_two_workers():
     assert len(head) + len(tail) == len(full)
     for got, want in zip(head + tail, full, strict=True):
         assert torch.equal(got, want)
+
+
+def test_weights_within_the_tolerance_are_accepted():
+    mix = MixtureDataset([Constant(0, 3), Constant(1, 3)], [0.5, 0.5 - 5e-7], seed=0)
+    assert mix.source_counts.sum() == len(mix) == 6
+    with pytest.raises(ConfigError, match="sum to"):
+        MixtureDataset([Constant(0, 3), Constant(1, 3)], [0.5, 0.5 - 2e-6], seed=0)

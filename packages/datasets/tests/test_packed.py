@@ -87,3 +87,44 @@ def test_every_token_appears_once_through_two_workers(native, tmp_path):
     seen = np.concatenate([batch["input_ids"].flatten().numpy() for batch in loader])
     expected = np.concatenate([np.asarray(d) for d in docs])
     assert np.array_equal(np.sort(seen[seen != 999]), np.sort(expected))
+
+
+def test_plan_cache_key_follows_the_data_not_only_the_settings(native, tmp_path):
+    a = PackedDocumentDataset(native([[1, 0], [2, 3, 0]], eos_id=0), 4, cache_dir=tmp_path / "c")
+    b = PackedDocumentDataset(native([[1, 2, 3, 0], [4, 0]], eos_id=0), 4, cache_dir=tmp_path / "c")
+    assert a.plan_dir != b.plan_dir
+    assert sorted(p.name.startswith("packplan-") for p in (tmp_path / "c").iterdir()) == [True, True]
+
+
+def test_a_plan_published_meanwhile_by_another_rank_is_used_and_no_scratch_is_left(native, tmp_path, monkeypatch):
+    data = native([[1, 0], [2, 3, 0], [4, 0]], eos_id=0)
+    real_compute = packed_module.compute_plan
+    other_rank = {}
+
+    def racing_compute(*args, **kwargs):
+        # while this rank computes, another one publishes the same plan under the same key
+        if not other_rank:
+            other_rank["started"] = True
+            other_rank["ds"] = PackedDocumentDataset(data, 4, cache_dir=tmp_path / "c")
+        return real_compute(*args, **kwargs)
+
+    monkeypatch.setattr(packed_module, "compute_plan", racing_compute)
+    ds = PackedDocumentDataset(data, 4, cache_dir=tmp_path / "c")
+    assert ds.plan_dir == other_rank["ds"].plan_dir
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [ds.plan_dir.name]
+    assert [ds[i]["input_ids"].tolist() for i in range(len(ds))] == [
+        other_rank["ds"][i]["input_ids"].tolist() for i in range(len(ds))
+    ]
+
+
+def test_an_unfinished_plan_directory_is_rebuilt(native, tmp_path):
+    data = native([[1, 0], [2, 3, 0]], eos_id=0)
+    first = PackedDocumentDataset(data, 4, cache_dir=tmp_path / "c")
+    (first.plan_dir / "plan.json").unlink()  # a plan without its last file is not a plan
+    for path in first.plan_dir.iterdir():
+        path.unlink()
+    first.plan_dir.rmdir()
+    (tmp_path / "c" / f".{first.plan_dir.name}-crashed").mkdir()  # a writer's leftover scratch
+    again = PackedDocumentDataset(data, 4, cache_dir=tmp_path / "c")
+    assert (again.plan_dir / "plan.json").exists()
+    assert len(again) == len(first)

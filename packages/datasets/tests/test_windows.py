@@ -165,3 +165,40 @@ def test_dataloader_with_two_workers_matches_direct_reads(native, use_collate):
     assert len(rows) == len(ds)
     for i, row in enumerate(rows):
         assert torch.equal(row, ds[i]["labels"])
+
+
+def test_pickled_size_does_not_grow_with_the_number_of_entries(native, tmp_path):
+    from tokenloom.datasets import PackedDocumentDataset
+
+    sizes = {}
+    for entries in (10, 20_000):
+        tokens = np.arange(1, 40_001) % 997 + 1
+        docs = np.split(tokens, np.linspace(0, len(tokens), entries + 1, dtype=np.int64)[1:-1])
+        path = native(docs, eos_id=None).root
+        windows = MemoryMappedDataset(path, seq_len=64)
+        packed = PackedDocumentDataset(path, 4096, cache_dir=tmp_path / "c", pad_id=0)
+        sizes[entries] = (len(pickle.dumps(windows)), len(pickle.dumps(packed)))
+        clone = pickle.loads(pickle.dumps(windows))
+        assert len(clone.dataset) == entries  # the entry index is reopened where it is asked for
+        assert torch.equal(clone[3]["labels"], windows[3]["labels"])
+        packed_clone = pickle.loads(pickle.dumps(packed))
+        assert torch.equal(packed_clone[1]["input_ids"], packed[1]["input_ids"])
+    # 20,000 entries carry 180 kB of offsets and overlap lengths; none of it may travel
+    assert abs(sizes[20_000][0] - sizes[10][0]) < 200
+    assert abs(sizes[20_000][1] - sizes[10][1]) < 200
+
+
+def test_gpt_simple_through_the_dataset(native):
+    # EOS = 0; windows of 4 + 1 tokens: [5, 6, 0, 7, 8] and [0, 9, 0, 4, 3]
+    ds = MemoryMappedDataset(native([[5, 6, 0], [7, 8, 0], [9, 0], [4, 3]]), seq_len=4, pack_sequences="gpt-simple")
+    s = ds[0]
+    assert s["input_ids"].tolist() == [5, 6, 0, 7]
+    assert s["labels"].tolist() == [6, 0, X, 8]  # the token after the EOD is never a target
+    assert s["position_ids"].tolist() == [0, 1, 2, 3]  # continuous, not reset
+    s = ds[1]
+    assert s["input_ids"].tolist() == [0, 9, 0, 4]
+    assert s["labels"].tolist() == [X, 0, X, 3]
+    assert s["position_ids"].tolist() == [0, 1, 2, 3]
+    assert s["doc_ids"].tolist() == [0, 1, 1, 2]
+    batch = ds.__getitems__([1, 0]).batched
+    assert batch["labels"].tolist() == [[X, 0, X, 3], [6, 0, X, 8]]

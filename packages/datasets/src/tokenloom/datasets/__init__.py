@@ -17,7 +17,7 @@ implementation of "tokens -> sample" that other packages reuse.
     >>> loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate)
 """
 
-from tokenloom.datasets._batch import SampleBatch, collate
+from tokenloom.datasets._batch import SampleBatch, SampleRow, collate
 from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
@@ -48,6 +48,7 @@ __all__ = [
     "PackingAlgorithm",
     "PackingPlan",
     "SampleBatch",
+    "SampleRow",
     "TrainType",
     "best_fit_decreasing",
     "build_batch",

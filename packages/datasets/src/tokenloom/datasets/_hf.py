@@ -32,7 +32,9 @@ from tokenloom.datasets._windows import MemoryMappedDataset, check_positive
 from tokenloom.formats import (
     MANIFEST_NAME,
     ConfigError,
+    MissingFileError,
     MissingKeyError,
+    fsync_dir,
     open_writer,
     require,
     smallest_dtype_for_vocab,
@@ -120,10 +122,22 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "hf"
         self.cache_path = root / f"hf-{key}"
         distributed, rank = _distributed()
+        failure: Exception | None = None
         if rank == 0 and not (self.cache_path / MANIFEST_NAME).exists():
-            self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+            try:
+                self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+            except Exception as exc:  # every rank must still reach the barrier, or the others hang
+                failure = exc
         if distributed:
             torch.distributed.barrier()
+        if failure is not None:
+            raise failure
+        if not (self.cache_path / MANIFEST_NAME).exists():
+            raise MissingFileError(
+                f"rank {rank}: rank 0 did not publish the tokenized cache",
+                path=self.cache_path,
+                hint="See rank 0's error; cache_dir must be one directory shared by every rank",
+            )
         self.windows = MemoryMappedDataset(
             self.cache_path,
             seq_len,
@@ -160,6 +174,7 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
                     writer.add_batch(tokens, lengths)
             try:
                 os.replace(scratch, self.cache_path)
+                fsync_dir(self.cache_path.parent)
             except OSError:  # published meanwhile by another process: identical content
                 if not (self.cache_path / MANIFEST_NAME).exists():
                     raise

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._batch import SampleBatch, stack_samples
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._windows import check_positive
@@ -129,8 +129,7 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
         return {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in self._shape(raw).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        samples = [self[i] for i in indices]
-        return SampleBatch({key: torch.stack([s[key] for s in samples]) for key in samples[0]} if samples else {})
+        return SampleBatch(stack_samples([self[i] for i in indices]) or {})
 
     def _shape(self, raw: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.train_type is TrainType.GRPO:

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._batch import SampleBatch, stack_samples
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.formats import ConfigError
 
@@ -143,7 +142,8 @@ class MixtureDataset(Dataset[dict[str, Any]]):
         source, inner = self.locate(index)
         return self.datasets[source][inner]
 
-    def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch | list[Any]:
+        """One batched fetch per source; a :class:`SampleBatch` when the samples are alike tensors."""
         located = [self.locate(i) for i in indices]
         samples: list[Any] = [None] * len(located)
         for source in {s for s, _ in located}:
@@ -154,9 +154,8 @@ class MixtureDataset(Dataset[dict[str, Any]]):
             got = list(fetch(inner)) if fetch is not None else [dataset[i] for i in inner]
             for row, sample in zip(rows, got, strict=True):
                 samples[row] = sample
-        if not samples:
-            return SampleBatch({})
-        return SampleBatch({key: torch.stack([s[key] for s in samples]) for key in samples[0]})
+        stacked = stack_samples(samples)
+        return samples if stacked is None else SampleBatch(stacked)
 
     def state_dict(self) -> dict[str, Any]:
         return {"fingerprint": self._fingerprint, "epoch": self.epoch}

@@ -28,12 +28,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
+from tokenloom.datasets._stream import reopen, token_stream
 from tokenloom.datasets._windows import check_positive
-from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, open_dataset
+from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, fsync_dir, open_dataset
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
@@ -114,6 +115,7 @@ def cached_plan(cache_dir: Path, key: str, build: Any, meta: dict[str, Any]) -> 
         plan.save(scratch, meta)
         try:
             os.replace(scratch, final)
+            fsync_dir(cache_dir)
         except OSError:  # another process published it first: theirs is identical
             if not (final / "plan.json").exists():
                 raise
@@ -151,7 +153,8 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
     ) -> None:
         self.max_length = check_positive(max_length, "max_length")
         dataset = data if isinstance(data, TokenDataset) else open_dataset(data)
-        self.dataset = dataset
+        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
+        self._stream = token_stream(dataset)  # what workers read: no per-entry index
         try:
             self.algorithm = PackingAlgorithm(algorithm)
         except ValueError:
@@ -195,9 +198,17 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
             self._plan = PackingPlan.load(self.plan_dir)
         return self._plan
 
+    @property
+    def dataset(self) -> TokenDataset:
+        """The underlying dataset with its entry index (reopened on first use after pickling)."""
+        if self._dataset is None:
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards])
+        return self._dataset
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_plan"] = None  # pickling a memory map would copy it
+        state["_dataset"] = None
         return state
 
     def __len__(self) -> int:
@@ -211,7 +222,7 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
         position = 0
         for item in range(first, last):
             start, length = int(self.plan.token_start[item]), int(self.plan.length[item])
-            tokens[position : position + length] = self.dataset.tokens(start, start + length)
+            tokens[position : position + length] = self._stream.tokens(start, start + length)
             doc_ids[position : position + length] = item - first
             ignore[position : position + int(self.plan.prefix[item])] = True
             position += length
@@ -245,7 +256,7 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
         return to_torch({key: value[0] for key, value in self._batch([index]).items()})
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        return SampleBatch(to_torch(self._batch(indices)))
+        return SampleBatch(batch_tensors(self._batch(indices)))
 
     def state_dict(self) -> dict[str, Any]:
         return {"fingerprint": self._fingerprint}

@@ -10,7 +10,6 @@ shards as one stream; ``stride=seq_len`` makes every token a label exactly once.
 from __future__ import annotations
 
 import bisect
-import fnmatch
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -19,10 +18,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._batch import SampleBatch, batch_tensors, empty_batch
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._sample import Packing, as_packing, build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
+from tokenloom.datasets._stream import reopen, select_shards, token_stream
 from tokenloom.formats import ConfigError, TokenDataset, open_dataset
 
 __all__ = ["MemoryMappedDataset", "overlap_intervals"]
@@ -30,13 +30,13 @@ __all__ = ["MemoryMappedDataset", "overlap_intervals"]
 
 def overlap_intervals(dataset: TokenDataset) -> tuple[np.ndarray, np.ndarray]:
     """Global token ranges ``[begin, end)`` that are overlap prefixes (repeats of the previous entry's end)."""
-    prefix = dataset.overlap_prefix.astype(np.int64)
+    prefix = dataset.overlap_prefix
     has = np.flatnonzero(prefix)
     if len(has) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     entry_starts = np.concatenate([[0], np.cumsum(dataset.doc_lengths)[:-1]]).astype(np.int64)
     begins = entry_starts[has]
-    return begins, begins + prefix[has]
+    return begins, begins + prefix[has].astype(np.int64)
 
 
 def check_positive(value: int, name: str) -> int:
@@ -79,8 +79,11 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         self.stride = check_positive(stride if stride is not None else seq_len + 1, "stride")
         dataset = data if isinstance(data, TokenDataset) else open_dataset(data)
         if file_pattern is not None:
-            dataset = _select_shards(dataset, file_pattern)
-        self.dataset = dataset
+            dataset = select_shards(dataset, pattern=file_pattern)
+        # reads go through the token stream; the full dataset (its per-entry index grows with
+        # the data) is kept only if it was handed in, and never pickled to a worker
+        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
+        self._stream = token_stream(dataset)
         self.cross_shard = cross_shard
         self.packing = as_packing(pack_sequences)
         self.eos_id: int | None = None
@@ -122,6 +125,18 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
             cross_shard=cross_shard,
         )
 
+    @property
+    def dataset(self) -> TokenDataset:
+        """The underlying dataset with its entry index (reopened on first use after pickling)."""
+        if self._dataset is None:
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards])
+        return self._dataset
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_dataset"] = None
+        return state
+
     # -- addressing -------------------------------------------------------------------
     def __len__(self) -> int:
         return self._length
@@ -142,10 +157,10 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
     def _window(self, begin: int) -> np.ndarray:
         end = begin + self.seq_len + 1
         if self.cross_shard:
-            return self.dataset.tokens(begin, end)
+            return self._stream.tokens(begin, end)
         k = int(np.searchsorted(self._shard_token_starts, begin, side="right")) - 1
         local = begin - int(self._shard_token_starts[k])
-        return self.dataset.shards[k].tokens[local : local + self.seq_len + 1]
+        return self._stream.shards[k].tokens[local : local + self.seq_len + 1]
 
     def _label_ignore(self, begins: np.ndarray) -> np.ndarray | None:
         if len(self._overlap_begins) == 0:
@@ -190,10 +205,19 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
             raise IndexError(f"sample indices outside [0, {self._length})")
         shard = np.searchsorted(self._sample_starts_np, index, side="right") - 1
         begins = self._shard_token_starts[shard] + (index - self._sample_starts_np[shard]) * self.stride
+        if self.packing is Packing.NONE and len(self._overlap_begins) == 0:
+            # the hot path: memory map -> the batch's one (shared) storage, one copy per token
+            out = empty_batch({key: ((len(index), self.seq_len), torch.int64) for key in ("input_ids", "labels")})
+            input_ids, labels = out["input_ids"].numpy(), out["labels"].numpy()
+            for row, begin in enumerate(begins.tolist()):
+                window = self._window(begin)
+                input_ids[row] = window[:-1]
+                labels[row] = window[1:]
+            return SampleBatch(out)
         windows = np.empty((len(index), self.seq_len + 1), dtype=np.int64)
         for row, begin in enumerate(begins.tolist()):
             windows[row] = self._window(begin)
-        return SampleBatch(to_torch(self._build(windows, begins)))
+        return SampleBatch(batch_tensors(self._build(windows, begins)))
 
     # -- resume -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -206,27 +230,5 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
     def __repr__(self) -> str:
         return (
             f"MemoryMappedDataset(samples={self._length}, seq_len={self.seq_len}, stride={self.stride}, "
-            f"packing={self.packing.value!r}, cross_shard={self.cross_shard}, data={self.dataset!r})"
+            f"packing={self.packing.value!r}, cross_shard={self.cross_shard}, data={str(self._stream.root)!r})"
         )
-
-
-def _select_shards(dataset: TokenDataset, pattern: str) -> TokenDataset:
-    shards = sorted(
-        (s for s in dataset.shards if fnmatch.fnmatch(s.tokens_path.name, pattern)), key=lambda s: s.tokens_path.name
-    )
-    if not shards:
-        raise ConfigError(
-            f"file_pattern {pattern!r} matches none of {[s.tokens_path.name for s in dataset.shards]}",
-            path=dataset.root,
-            field="file_pattern",
-        )
-    return TokenDataset(
-        shards,
-        format=dataset.format,
-        root=dataset.root,
-        eos_id=dataset.eos_id,
-        vocab_size=dataset.vocab_size,
-        fingerprint=None,
-        tokenizer_fingerprint=dataset.tokenizer_fingerprint,
-        metadata=dataset.metadata,
-    )
