@@ -7,10 +7,12 @@ This package also owns what every tokenloom package shares: the error hierarchy
 (:mod:`tokenloom.formats.errors`) and the ``tokenloom`` command.
 """
 
-from tokenloom.formats import _native
+from tokenloom.formats import _flat, _megatron, _native
 from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
+from tokenloom.formats._flat import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -20,6 +22,7 @@ from tokenloom.formats._manifest import (
     read_manifest,
     write_manifest,
 )
+from tokenloom.formats._megatron import MegatronWriter, open_megatron
 from tokenloom.formats._native import (
     WRITING_MARKER,
     NativeShardWriter,
@@ -73,6 +76,24 @@ register_format(
         writer=NativeWriter,
     )
 )
+register_format(
+    FormatSpec(
+        name="flat",
+        description="a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)",
+        detect=_flat.is_flat,
+        open=open_flat,
+        writer=FlatWriter,
+    )
+)
+register_format(
+    FormatSpec(
+        name="megatron",
+        description="Megatron-LM MMIDIDX .idx + .bin indexed datasets",
+        detect=_megatron.is_megatron,
+        open=open_megatron,
+        writer=MegatronWriter,
+    )
+)
 
 register_format(
     FormatSpec(
@@ -104,6 +125,7 @@ register_format(
 )
 
 __all__ = [
+    "DOCUMENT_LENGTHS_NAME",
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
     "TRAINING_TYPE_KEYS",
@@ -111,6 +133,8 @@ __all__ = [
     "BinMetaStoreWriter",
     "BinStore",
     "FileEntry",
+    "FlatWriter",
+    "MegatronWriter",
     "FormatSpec",
     "H5Store",
     "H5StoreWriter",
@@ -125,7 +149,9 @@ __all__ = [
     "TokenDataset",
     "TokenWriter",
     "Validate",
+    "ConvertResult",
     "as_token_dtype",
+    "convert_dataset",
     "atomic_file",
     "atomic_write_bytes",
     "available_formats",
@@ -136,6 +162,8 @@ __all__ = [
     "file_checksum",
     "fsync_dir",
     "open_dataset",
+    "open_flat",
+    "open_megatron",
     "open_native",
     "open_packed",
     "open_store",

@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["TMP_SUFFIX", "atomic_file", "atomic_write_bytes", "fsync_dir"]
+__all__ = ["TMP_SUFFIX", "WRITING_MARKER", "atomic_file", "atomic_write_bytes", "fsync_dir"]
 
 TMP_SUFFIX = ".tmp"
+#: Present in a dataset directory while a writer runs; readers refuse such a directory.
+WRITING_MARKER = ".tokenloom-writing"
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

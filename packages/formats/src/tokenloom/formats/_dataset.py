@@ -27,6 +27,8 @@ from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
 
 __all__ = ["Shard", "TokenDataset"]
 
+_bisect_right = bisect.bisect_right
+
 
 @dataclass(eq=False)
 class Shard:
@@ -115,21 +117,37 @@ class TokenDataset:
         self._length = int(self._entry_starts[-1])
         self._doc_lengths: np.ndarray | None = None
         self._overlap: np.ndarray | None = None
+        self._offset_views: list[memoryview] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_offset_views"] = None  # memoryviews do not pickle; rebuilt on first use
+        return state
 
     # -- the reading contract -------------------------------------------------------
     def __len__(self) -> int:
         return self._length
 
     def __getitem__(self, index: int) -> np.ndarray:
+        # The hot path of every random-access reader: local names, no property calls
+        # (benchmarked in tools/bench/bench_formats.py).
+        length = self._length
         if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError(f"entry {index} out of range for a dataset of {self._length} entries")
-        k = bisect.bisect_right(self._entry_starts, index) - 1
+            index += length
+        if index < 0 or index >= length:
+            raise IndexError(f"entry {index} out of range for a dataset of {length} entries")
+        starts = self._entry_starts
+        k = _bisect_right(starts, index) - 1
         shard = self.shards[k]
-        local = index - self._entry_starts[k]
-        offsets = shard.offsets
-        return shard.tokens[offsets[local] : offsets[local + 1]]
+        local = index - starts[k]
+        views = self._offset_views
+        if views is None:
+            views = self._offset_views = [np.ascontiguousarray(s.offsets, np.int64).data for s in self.shards]
+        offsets = views[k]  # a memoryview indexes to Python ints, faster than numpy scalars
+        tokens = shard._tokens
+        if tokens is None:
+            tokens = shard.tokens
+        return tokens[offsets[local] : offsets[local + 1]]
 
     @property
     def num_shards(self) -> int:
@@ -175,23 +193,25 @@ class TokenDataset:
 
     # -- validation shared by the readers --------------------------------------------
     def check_token_range(self, *, chunk_tokens: int = 1 << 24) -> None:
-        """Raise TokenRangeError at the first token id >= vocab_size (or negative)."""
-        if self.vocab_size is None:
+        """Raise TokenRangeError at the first negative id, or id >= vocab_size when the vocab size is known."""
+        if self.vocab_size is None and self.dtype.kind != "i":
             return
         for shard in self.shards:
             tokens = shard.tokens
             for start in range(0, shard.num_tokens, chunk_tokens):
                 chunk = tokens[start : start + chunk_tokens]
-                bad = (chunk >= self.vocab_size) | (chunk < 0) if chunk.dtype.kind == "i" else None
-                if bad is None:
-                    bad = chunk >= self.vocab_size
+                bad = chunk < 0 if chunk.dtype.kind == "i" else np.zeros(len(chunk), dtype=bool)
+                if self.vocab_size is not None:
+                    bad |= chunk >= self.vocab_size
                 if bad.any():
                     position = start + int(np.argmax(bad))
+                    expected = f"[0, {self.vocab_size})" if self.vocab_size is not None else "ids >= 0"
                     raise TokenRangeError(
-                        f"token id {int(tokens[position])} outside [0, {self.vocab_size})",
+                        f"token id {int(tokens[position])} outside {expected}",
                         path=shard.tokens_path,
                         offset=shard.tokens_offset + position * shard.dtype.itemsize,
                         record=int(np.searchsorted(shard.offsets, position, side="right")) - 1,
+                        field="tokens",
                     )
 
     def check_eos_placement(self) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._manifest import (
@@ -63,7 +63,6 @@ log = logging.getLogger("tokenloom.formats")
 
 NATIVE_MAGIC = b"GPTS"
 NATIVE_VERSION = 1
-WRITING_MARKER = ".tokenloom-writing"
 _HEADER = struct.Struct("<4sHHQ")
 DTYPE_CODES = {1: "uint8", 2: "uint16", 3: "uint32", 4: "int32", 5: "int64"}
 CODE_OF_DTYPE = {name: code for code, name in DTYPE_CODES.items()}
@@ -223,6 +222,9 @@ class NativeWriter(TokenWriter):
             (self.path / WRITING_MARKER).unlink()
 
 
+_COMPLETION_FILES = (MANIFEST_NAME, "meta.json")  # the files whose presence means "complete"
+
+
 def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
     """Create ``path``; refuse a non-empty one unless ``overwrite`` (then clear its files)."""
     if path.exists() and not path.is_dir():
@@ -240,7 +242,18 @@ def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
             raise ConfigError(
                 f"refusing to overwrite: {entry.name} is a directory", path=path, hint="Remove it by hand"
             )
-        entry.unlink()
+    if existing:
+        # Mark the directory unfinished and drop what declares it complete before deleting
+        # anything else, so a crash while clearing never leaves an old manifest over missing files.
+        (path / WRITING_MARKER).write_bytes(b"")
+        for name in _COMPLETION_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                (path / name).unlink()
+        fsync_dir(path)
+        for entry in existing:
+            if entry.name != WRITING_MARKER:
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
 
 
 def read_native_shard(root: Path, stem: str, *, dtype_hint: np.dtype | None = None) -> Shard:
@@ -253,10 +266,14 @@ def read_native_shard(root: Path, stem: str, *, dtype_hint: np.dtype | None = No
         raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
     safe_file(root, idx_path)
     safe_file(root, bin_path)
-    raw = idx_path.read_bytes()
-    if len(raw) < _HEADER.size:
-        raise TruncatedError(f"index has {len(raw)} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path)
-    magic, version, code, count = _HEADER.unpack_from(raw)
+    idx_bytes = idx_path.stat().st_size
+    with open(idx_path, "rb") as handle:
+        head = handle.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise TruncatedError(
+            f"index has {idx_bytes} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path, offset=0
+        )
+    magic, version, code, count = _HEADER.unpack_from(head)
     if magic != NATIVE_MAGIC:
         raise FormatError(f"magic {magic!r}, expected {NATIVE_MAGIC!r}", path=idx_path, offset=0, field="magic")
     if version != NATIVE_VERSION:
@@ -277,14 +294,17 @@ def read_native_shard(root: Path, stem: str, *, dtype_hint: np.dtype | None = No
             field="dtype",
         )
     expected = idx_size(count)
-    if len(raw) != expected:
-        cls = TruncatedError if len(raw) < expected else IndexCorruptError
+    if idx_bytes != expected:  # checked before the index is read: the count field is untrusted
+        cls = TruncatedError if idx_bytes < expected else IndexCorruptError
         raise cls(
-            f"entry count {count} implies an index of {expected} bytes, the file has {len(raw)}",
+            f"entry count {count} implies an index of {expected} bytes, the file has {idx_bytes}",
             path=idx_path,
             offset=8,
             field="count",
         )
+    raw = idx_path.read_bytes()
+    if len(raw) != expected:
+        raise TruncatedError(f"index changed size while being read ({len(raw)} bytes)", path=idx_path)
     offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=_HEADER.size).astype(np.int64)
     overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=_HEADER.size + 8 * (count + 1))
     bin_size = bin_path.stat().st_size

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
@@ -72,6 +73,12 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     target = Path(path)
     if not target.exists() and not any(target.parent.glob(target.name + ".*")):
         raise MissingFileError(f"{target} does not exist", path=target)
+    if (target / WRITING_MARKER).exists():
+        raise FormatError(
+            f"{WRITING_MARKER} is present: a writer did not finish (killed or still running)",
+            path=target,
+            hint="Wait for the writer, or rerun the command that writes this dataset",
+        )
     matches = [name for name, spec in _FORMATS.items() if spec.detect(target)]
     if len(matches) == 1:
         return matches[0]

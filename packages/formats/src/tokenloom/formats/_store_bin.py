@@ -215,7 +215,13 @@ StoreFactory.register("bin", BinStore)
 
 
 def open_bin_meta_dataset(
-    path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None, key: str = "sequence"
+    path: str | os.PathLike[str],
+    *,
+    validate: str = "fast",
+    dtype: Any = None,
+    key: str = "sequence",
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
 ) -> TokenDataset:
     """A bin store's token key as a TokenDataset: one shard per directory, records as entries."""
     store = BinStore(validate=validate).load(path)
@@ -234,4 +240,15 @@ def open_bin_meta_dataset(
                 name=str(part.directory.relative_to(Path(path))),
             )
         )
-    return TokenDataset(shards, format="bin-meta", root=path, metadata={"key": key, "keys": store.keys})
+    dataset = TokenDataset(
+        shards,
+        format="bin-meta",
+        root=path,
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        metadata={"key": key, "keys": store.keys},
+    )
+    if validate == "deep":  # a store records no vocab size: pass vocab_size= to check ids against it
+        dataset.check_token_range()
+        dataset.check_eos_placement()
+    return dataset

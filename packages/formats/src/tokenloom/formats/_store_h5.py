@@ -13,8 +13,10 @@ extra ``tokenloom-formats[h5]``; files are opened lazily in each process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tokenloom.formats._optional import require
 from tokenloom.formats._paths import safe_file
 from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
 from tokenloom.formats.errors import (
+    DataError,
     FormatError,
     MissingFileError,
     MissingKeyError,
@@ -37,6 +40,21 @@ __all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_stor
 H5_SUFFIXES = (".h5", ".hdf5")
 _SEGMENT_NAME = re.compile(r"data_(\d+)")
 _CHUNK = 1 << 22
+
+
+@contextlib.contextmanager
+def _h5_errors(path: Path) -> Iterator[None]:
+    """Turn what h5py raises on a damaged file (OSError, RuntimeError, KeyError, ...) into a FormatError."""
+    try:
+        yield
+    except DataError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        raise FormatError(
+            f"the HDF5 file is damaged or not a keyed store ({type(exc).__name__}: {exc})",
+            path=path,
+            hint="Restore the file or re-create the store",
+        ) from None
 
 
 def h5py_module() -> Any:
@@ -100,7 +118,7 @@ class H5Store(KeyedStore):
                 handle = h5py.File(file_path, "r")
             except OSError as exc:
                 raise FormatError(f"not a readable HDF5 file ({exc})", path=file_path) from None
-            with handle:
+            with handle, _h5_errors(file_path):
                 keys = sorted(handle.keys())
                 if first_keys is None:
                     first_keys = keys
@@ -164,18 +182,25 @@ class H5Store(KeyedStore):
     def _read(self, key: str, segment: int, start: int, stop: int) -> np.ndarray:
         self._handles_valid()
         file_index, name = self._segments[key][segment]
-        handle = self._files.get(file_index)
-        if handle is None:
-            handle = h5py_module().File(self._paths[file_index], "r")
-            self._files[file_index] = handle
-        return np.asarray(handle[name][start:stop])
+        with _h5_errors(self._paths[file_index]):
+            handle = self._files.get(file_index)
+            if handle is None:
+                handle = h5py_module().File(self._paths[file_index], "r")
+                self._files[file_index] = handle
+            return np.asarray(handle[name][start:stop])
 
 
 StoreFactory.register("h5", H5Store)
 
 
 def open_h5_dataset(
-    path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None, key: str = "sequence"
+    path: str | os.PathLike[str],
+    *,
+    validate: str = "fast",
+    dtype: Any = None,
+    key: str = "sequence",
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
 ) -> TokenDataset:
     """An HDF5 store's token key as a TokenDataset, zero-copy: one shard (one entry) per segment.
 
@@ -188,7 +213,7 @@ def open_h5_dataset(
     shards = []
     for file_index, name in store._segments[key]:
         file_path = store._paths[file_index]
-        with h5py.File(file_path, "r") as handle:
+        with _h5_errors(file_path), h5py.File(file_path, "r") as handle:
             dataset = handle[name]
             length = int(dataset.shape[0])
             offset = dataset.id.get_offset()
@@ -216,4 +241,15 @@ def open_h5_dataset(
     if not shards:  # an empty store: one empty shard, no entries
         empty = Path(path) if Path(path).is_file() else store._paths[0]
         shards.append(Shard(empty, token_dtype, 0, np.zeros(1, np.int64), np.zeros(0, np.uint16), name="empty"))
-    return TokenDataset(shards, format="h5", root=path, metadata={"key": key, "keys": store.keys})
+    dataset = TokenDataset(
+        shards,
+        format="h5",
+        root=path,
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        metadata={"key": key, "keys": store.keys},
+    )
+    if validate == "deep":  # a store records no vocab size: pass vocab_size= to check ids against it
+        dataset.check_token_range()
+        dataset.check_eos_placement()
+    return dataset

@@ -1,0 +1,68 @@
+"""tokenloom.datasets: tokens on disk -> the sample dicts a training loop consumes.
+
+    open_dataset(path)              (tokenloom.formats: memory-mapped shards)
+        -> MemoryMappedDataset      fixed windows, optional document packing
+        -> PackedDocumentDataset    whole documents bin-packed into max_length
+        -> DatasetFactory.load      seq / sft / dpo / grpo over keyed stores
+        -> MixtureDataset           weighted interleaving of any of them
+        -> torch DataLoader         (``collate`` keeps ``__getitems__`` batches batched)
+
+Every sample is a dict of 1-D tensors of one length L (``input_ids``, ``labels``
+with -100 = ignored, and where asked ``doc_ids``, ``position_ids``,
+``cu_seqlens``); :func:`build_sample` / :func:`build_batch` is the one
+implementation of "tokens -> sample" that other packages reuse.
+
+    >>> from tokenloom.datasets import MemoryMappedDataset, collate
+    >>> ds = MemoryMappedDataset("data/", seq_len=2048, pack_sequences=True)
+    >>> loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate)
+"""
+
+from tokenloom.datasets._batch import SampleBatch, SampleRow, collate
+from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
+from tokenloom.datasets._eos import resolve_eos_id
+from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
+from tokenloom.datasets._keyed import (
+    ArrayStore,
+    DatasetFactory,
+    KeyedDataset,
+    KeyedSource,
+    TrainType,
+)
+from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
+from tokenloom.datasets._packed import PackedDocumentDataset, PackingPlan, compute_plan
+from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
+from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
+from tokenloom.datasets._windows import MemoryMappedDataset
+
+__all__ = [
+    "IGNORE_INDEX",
+    "ArrayStore",
+    "DatasetFactory",
+    "HuggingFaceDataset",
+    "KeyedDataset",
+    "KeyedSource",
+    "MemoryMappedDataset",
+    "MixtureDataset",
+    "PackedDocumentDataset",
+    "Packing",
+    "PackingAlgorithm",
+    "PackingPlan",
+    "SampleBatch",
+    "SampleRow",
+    "TrainType",
+    "best_fit_decreasing",
+    "build_batch",
+    "build_sample",
+    "check_state",
+    "collate",
+    "compute_plan",
+    "data_fingerprint",
+    "interleave",
+    "length_binned_greedy",
+    "pack_order",
+    "resolve_eos_id",
+    "settings_fingerprint",
+    "to_torch",
+    "tokenizer_fingerprint",
+    "validate_weights",
+]

@@ -1,0 +1,151 @@
+"""Batched fetch for DataLoader: ``__getitems__`` results and the collate that keeps them batched.
+
+``torch.utils.data.DataLoader`` calls ``dataset.__getitems__(indices)`` when a
+dataset has it, then ``collate_fn`` on the result, then (with workers) pickles
+the batch to the main process. What dominates that path is not building the
+samples but moving them: every tensor storage crosses the process boundary as
+its own shared-memory file and file-descriptor hand-over. So our datasets build
+a whole batch in one vectorised call into **one** storage (shared memory inside
+a worker) and return a :class:`SampleBatch`: a sequence of per-sample dicts (so
+``default_collate`` still works) that carries the batched tensors.
+:func:`collate` returns those tensors as they are; ``default_collate`` does the
+same through the type registry torch documents for extending it, so both paths
+send one storage per batch instead of one per key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, overload
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate, get_worker_info
+
+__all__ = ["SampleBatch", "SampleRow", "batch_tensors", "collate", "empty_batch", "stack_samples"]
+
+_ALIGN = 64  # bytes; every key starts on a cache line of the shared storage
+
+
+class SampleRow(dict):
+    """One sample of a :class:`SampleBatch`: row views of the batched tensors."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        return (dict, (dict(self),))
+
+
+class SampleBatch(Sequence[SampleRow]):
+    """Per-sample dicts (built on demand, as row views) plus ``batched``: the same data as ``(B, ...)`` tensors."""
+
+    __slots__ = ("_size", "batched")
+
+    def __init__(self, batched: Mapping[str, torch.Tensor]) -> None:
+        self.batched = dict(batched)
+        self._size = len(next(iter(self.batched.values()))) if self.batched else 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> SampleRow: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SampleRow]: ...
+    def __getitem__(self, index: int | slice) -> SampleRow | list[SampleRow]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._size))]
+        if not -self._size <= index < self._size:
+            raise IndexError(f"row {index} out of range for a batch of {self._size}")
+        return SampleRow((key, value[index]) for key, value in self.batched.items())
+
+    def __iter__(self) -> Iterator[SampleRow]:
+        return (self[i] for i in range(self._size))
+
+    def __reduce__(self) -> Any:
+        return (SampleBatch, (self.batched,))
+
+
+def empty_batch(layout: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, torch.Tensor]:
+    """Uninitialised tensors of the given shapes and dtypes, all views of one storage.
+
+    Inside a DataLoader worker the storage is shared memory, allocated once, so
+    the batch crosses to the main process as one file descriptor and no copy
+    (this is what ``default_collate`` does for each key; we do it once per batch).
+    """
+    offsets: dict[str, int] = {}
+    nbytes = 0
+    for key, (shape, dtype) in layout.items():
+        offsets[key] = nbytes
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes += -(-size // _ALIGN) * _ALIGN
+    if get_worker_info() is not None:
+        storage = torch.UntypedStorage._new_shared(max(nbytes, 1))
+    else:
+        storage = torch.UntypedStorage(max(nbytes, 1))
+    return {
+        key: torch.empty(0, dtype=dtype).set_(storage, offsets[key] // dtype.itemsize, shape, _strides(shape))
+        for key, (shape, dtype) in layout.items()
+    }
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def batch_tensors(arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """``arrays`` copied into tensors that share one storage (see :func:`empty_batch`)."""
+    out = empty_batch(
+        {key: (tuple(value.shape), torch.from_numpy(np.empty(0, value.dtype)).dtype) for key, value in arrays.items()}
+    )
+    for key, value in arrays.items():
+        np.copyto(out[key].numpy(), value, casting="no")
+    return out
+
+
+def stack_samples(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor] | None:
+    """Per-sample dicts of CPU tensors stacked into one storage; None if they are not all alike."""
+    if not samples or not all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in samples[0].values()):
+        return None
+    first = samples[0]
+    for sample in samples:
+        if sample.keys() != first.keys() or any(
+            not isinstance(sample[k], torch.Tensor) or sample[k].shape != v.shape or sample[k].dtype != v.dtype
+            for k, v in first.items()
+        ):
+            return None
+    out = empty_batch({key: ((len(samples), *value.shape), value.dtype) for key, value in first.items()})
+    for key, value in out.items():
+        torch.stack([sample[key] for sample in samples], out=value)
+    return out
+
+
+def collate(batch: Sequence[Any]) -> Any:
+    """``default_collate``, except that a :class:`SampleBatch` is returned as its batched tensors."""
+    if isinstance(batch, SampleBatch):
+        return batch.batched
+    return default_collate(list(batch))
+
+
+def _collate_rows(batch: Sequence[SampleRow], *, collate_fn_map: dict[Any, Callable[..., Any]] | None = None) -> Any:
+    if isinstance(batch, SampleBatch):
+        return batch.batched
+    from torch.utils.data._utils.collate import collate as torch_collate
+
+    return {key: torch_collate([row[key] for row in batch], collate_fn_map=collate_fn_map) for key in batch[0]}
+
+
+def _register_with_default_collate() -> None:
+    """torch's documented way to extend ``default_collate``: an entry in ``default_collate_fn_map``."""
+    try:
+        from torch.utils.data._utils.collate import default_collate_fn_map
+    except ImportError:  # a torch without the registry: default_collate stacks the rows, still correct
+        return
+    default_collate_fn_map.setdefault(SampleRow, _collate_rows)
+
+
+_register_with_default_collate()

@@ -1,0 +1,156 @@
+"""Bin-packing plans: pure functions ``(lengths, capacity) -> bin of every item``.
+
+Both algorithms are deterministic (ties broken by item index, then bin age) and
+work on groups of equal-length items at once, so the Python-level work grows
+with the number of *distinct* lengths and bins touched, not with the number of
+items: 10^7 documents plan in seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from enum import StrEnum
+
+import numpy as np
+
+from tokenloom.formats import ConfigError
+
+__all__ = ["PackingAlgorithm", "best_fit_decreasing", "length_binned_greedy", "pack_order", "plan_bins"]
+
+
+class PackingAlgorithm(StrEnum):
+    """How whole documents are assigned to fixed-length sequences."""
+
+    BEST_FIT = "best-fit"
+    """Best-fit decreasing (OLMo-core's OBFD): longest first, each into the fullest sequence it fits."""
+    GREEDY = "greedy"
+    """Length-binned greedy (GPT-Simple): length bins longest first, next-fit into sequences."""
+
+
+def _check(lengths: np.ndarray, capacity: int) -> np.ndarray:
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.ndim != 1:
+        raise ConfigError(f"lengths have shape {lengths.shape}, expected 1-D", field="lengths")
+    if capacity < 1:
+        raise ConfigError(f"capacity is {capacity}, expected >= 1", field="max_length")
+    if len(lengths) and (lengths.min() < 0 or lengths.max() > capacity):
+        raise ConfigError(
+            f"item lengths span [{int(lengths.min())}, {int(lengths.max())}], expected within [0, {capacity}]",
+            field="lengths",
+            hint="Split items longer than max_length first",
+        )
+    return lengths
+
+
+def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> np.ndarray:
+    """Bin id of every item (-1 for empty items) under best-fit decreasing.
+
+    Equal to placing items one at a time, longest first (ties: lower index
+    first), each into the open bin with the least remaining room that fits it
+    (ties: the bin that reached that room first), opening a new bin otherwise.
+    """
+    lengths = _check(lengths, capacity)
+    bin_of = np.full(len(lengths), -1, dtype=np.int64)
+    if len(lengths) == 0:
+        return bin_of
+    order = np.argsort(-lengths, kind="stable")
+    sorted_lengths = lengths[order]
+    group_starts = np.flatnonzero(np.diff(sorted_lengths, prepend=-1))
+    group_ends = np.append(group_starts[1:], len(order))
+    room_count = np.zeros(capacity + 1, dtype=np.int64)  # open bins by remaining room
+    bins_at: dict[int, deque[np.ndarray]] = {}
+    next_bin = 0
+
+    def push(room: int, bins: np.ndarray) -> None:
+        if room > 0 and len(bins):
+            bins_at.setdefault(room, deque()).append(bins)
+            room_count[room] += len(bins)
+
+    for start, end in zip(group_starts.tolist(), group_ends.tolist(), strict=True):
+        length = int(sorted_lengths[start])
+        if length == 0:
+            continue
+        items = order[start:end]
+        placed, total = 0, end - start
+        for room in (length + np.flatnonzero(room_count[length:])).tolist():
+            per_bin = room // length  # a bin keeps taking items while it is the best fit
+            queue = bins_at[room]
+            while queue and placed < total:
+                chunk = queue.popleft()
+                needed = -(-(total - placed) // per_bin)
+                if len(chunk) > needed:
+                    queue.appendleft(chunk[needed:])
+                    chunk = chunk[:needed]
+                take = min(total - placed, len(chunk) * per_bin)
+                bin_of[items[placed : placed + take]] = np.repeat(chunk, per_bin)[:take]
+                placed += take
+                room_count[room] -= len(chunk)
+                full, rest = divmod(take, per_bin)
+                push(room - per_bin * length, chunk[:full])
+                if rest:
+                    push(room - rest * length, chunk[full : full + 1])
+            if not queue:
+                bins_at.pop(room, None)
+            if placed == total:
+                break
+        if placed < total:
+            remaining = total - placed
+            per_bin = capacity // length
+            new_bins = np.arange(next_bin, next_bin + -(-remaining // per_bin), dtype=np.int64)
+            next_bin += len(new_bins)
+            bin_of[items[placed:]] = np.repeat(new_bins, per_bin)[:remaining]
+            full, rest = divmod(remaining, per_bin)
+            push(capacity - per_bin * length, new_bins[:full])
+            if rest:
+                push(capacity - rest * length, new_bins[full:])
+    return bin_of
+
+
+def length_binned_greedy(lengths: np.ndarray, capacity: int, *, bin_width: int = 64) -> np.ndarray:
+    """Bin id of every item (-1 for empty items) under GPT-Simple's length-binned greedy.
+
+    Items are grouped into length bins ``[k * bin_width, (k + 1) * bin_width)``,
+    longest bin first, dataset order inside a bin, then packed next-fit: an item
+    goes into the current sequence if it fits, else it starts a new one.
+    """
+    lengths = _check(lengths, capacity)
+    if bin_width < 1:
+        raise ConfigError(f"bin_width is {bin_width}, expected >= 1", field="bin_width")
+    bin_of = np.full(len(lengths), -1, dtype=np.int64)
+    keep = np.flatnonzero(lengths > 0)
+    order = keep[np.argsort(-(lengths[keep] // bin_width), kind="stable")]
+    ends = np.cumsum(lengths[order]).tolist()
+    sequence_of = np.empty(len(order), dtype=np.int64)
+    start, base, sequence = 0, 0, 0
+    while start < len(order):
+        stop = max(bisect.bisect_right(ends, base + capacity, lo=start), start + 1)
+        sequence_of[start:stop] = sequence
+        base = ends[stop - 1]
+        start, sequence = stop, sequence + 1
+    bin_of[order] = sequence_of
+    return bin_of
+
+
+def plan_bins(lengths: np.ndarray, capacity: int, algorithm: PackingAlgorithm | str, **options: int) -> np.ndarray:
+    """Dispatch to the named algorithm."""
+    try:
+        chosen = PackingAlgorithm(algorithm)
+    except ValueError:
+        raise ConfigError(
+            f"packing algorithm {algorithm!r}, expected one of {[a.value for a in PackingAlgorithm]}",
+            field="algorithm",
+        ) from None
+    if chosen is PackingAlgorithm.BEST_FIT:
+        return best_fit_decreasing(lengths, capacity)
+    return length_binned_greedy(lengths, capacity, **options)
+
+
+def pack_order(bin_of: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Items in pack order (by bin, longest first inside a bin) and the bin offsets into that order."""
+    placed = np.flatnonzero(bin_of >= 0)
+    order = placed[np.lexsort((placed, -np.asarray(lengths)[placed], bin_of[placed]))]
+    counts = np.bincount(bin_of[placed], minlength=int(bin_of.max()) + 1 if len(placed) else 0)
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return order, offsets

@@ -1,0 +1,200 @@
+"""Training types over keyed stores (AstrAI's DatasetFactory): seq, sft, dpo, grpo.
+
+A keyed store holds, per key, one flat array over the same positions
+(``sequence``, ``loss_mask``, ``chosen``, ...). Sample ``i`` reads positions
+``[i * stride, i * stride + window_size + 1)`` for the shifted types (seq, sft,
+dpo: inputs are the first ``window_size``, labels the last) and
+``[i * stride, i * stride + window_size)`` for grpo, whose loss is computed by
+the trainer from prompts, responses, masks and rewards as stored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from tokenloom.datasets._batch import SampleBatch, stack_samples
+from tokenloom.datasets._sample import IGNORE_INDEX
+from tokenloom.datasets._state import check_state, settings_fingerprint
+from tokenloom.datasets._windows import check_positive
+from tokenloom.formats import TRAINING_TYPE_KEYS, ConfigError, MissingKeyError, ShapeMismatchError, open_store
+
+__all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "TrainType"]
+
+
+@runtime_checkable
+class KeyedSource(Protocol):
+    """What the training types need from a store: its length and a range fetch over named keys."""
+
+    def __len__(self) -> int: ...
+
+    def fetch(self, begin: int, end: int, keys: Sequence[str]) -> Mapping[str, np.ndarray]: ...
+
+
+class TrainType(StrEnum):
+    SEQ = "seq"
+    SFT = "sft"
+    DPO = "dpo"
+    GRPO = "grpo"
+
+
+class ArrayStore:
+    """An in-memory keyed store over equal-length 1-D arrays (tests, small data, conversions)."""
+
+    def __init__(self, arrays: Mapping[str, Any], *, name: str = "<memory>") -> None:
+        self.arrays = {key: np.asarray(value) for key, value in arrays.items()}
+        self.name = name
+        lengths = {key: len(value) for key, value in self.arrays.items()}
+        if len(set(lengths.values())) > 1:
+            raise ShapeMismatchError(f"keys have different lengths {lengths}, expected one length", path=name)
+        self._length = next(iter(lengths.values()), 0)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def fetch(self, begin: int, end: int, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        missing = [key for key in keys if key not in self.arrays]
+        if missing:
+            raise MissingKeyError(f"keys {missing} are absent, the store has {sorted(self.arrays)}", path=self.name)
+        return {key: self.arrays[key][begin:end] for key in keys}
+
+
+def _check_store(store: KeyedSource, keys: Sequence[str], where: str) -> int:
+    """The store's length, after checking every key of the type reaches it."""
+    length = len(store)
+    if length == 0:
+        return 0
+    tail = store.fetch(length - 1, length, keys)
+    short = {key: len(tail.get(key, ())) for key in keys if len(tail.get(key, ())) != 1}
+    if short:
+        raise ShapeMismatchError(
+            f"keys {sorted(short)} are shorter than the store's {length} positions", path=where, field=sorted(short)[0]
+        )
+    return length
+
+
+class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
+    """Windows over a keyed store, shaped by training type (see the README for every output key)."""
+
+    def __init__(
+        self, store: KeyedSource, train_type: TrainType | str, window_size: int, stride: int | None = None
+    ) -> None:
+        try:
+            self.train_type = TrainType(train_type)
+        except ValueError:
+            raise ConfigError(
+                f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
+            ) from None
+        self.window_size = check_positive(window_size, "window_size")
+        self.stride = check_positive(stride if stride is not None else window_size, "stride")
+        self.store = store
+        self.keys = tuple(TRAINING_TYPE_KEYS[self.train_type.value])
+        where = str(getattr(store, "name", None) or getattr(store, "path", None) or type(store).__name__)
+        length = _check_store(store, self.keys, where)
+        self.span = self.window_size + (0 if self.train_type is TrainType.GRPO else 1)
+        if length < self.span:
+            raise ConfigError(
+                f"the store has {length} positions, shorter than one window of {self.span}",
+                path=where,
+                field="window_size",
+                hint="Use a smaller window_size",
+            )
+        self._length = (length - self.span) // self.stride + 1
+        self._fingerprint = settings_fingerprint(
+            store=where, length=length, train_type=self.train_type.value, window=self.window_size, stride=self.stride
+        )
+
+    def __len__(self) -> int:
+        return self._length
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"sample {index} out of range for {self._length} samples")
+        begin = index * self.stride
+        raw = self.store.fetch(begin, begin + self.span, self.keys)
+        lengths = {key: len(raw[key]) for key in self.keys}
+        if set(lengths.values()) != {self.span}:
+            raise ShapeMismatchError(f"window {index} fetched lengths {lengths}, expected {self.span} for every key")
+        return {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in self._shape(raw).items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        return SampleBatch(stack_samples([self[i] for i in indices]) or {})
+
+    def _shape(self, raw: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.train_type is TrainType.GRPO:
+            return {
+                "prompts": raw["prompts"].astype(np.int64),
+                "responses": raw["responses"].astype(np.int64),
+                "masks": raw["masks"].astype(np.int64),
+                "rewards": raw["rewards"].astype(np.float32),
+            }
+        if self.train_type is TrainType.SEQ:
+            return _shifted(raw["sequence"], None)
+        if self.train_type is TrainType.SFT:
+            sample = _shifted(raw["sequence"], raw["loss_mask"])
+            return {"input_ids": sample["input_ids"], "labels": sample["labels"], "loss_mask": sample["mask"]}
+        out: dict[str, np.ndarray] = {}
+        for side in ("chosen", "rejected"):
+            sample = _shifted(raw[side], raw[f"{side}_mask"])
+            out[f"{side}_input_ids"] = sample["input_ids"]
+            out[f"{side}_labels"] = sample["labels"]
+            out[f"{side}_mask"] = sample["mask"]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self._fingerprint}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, fingerprint=self._fingerprint, owner="KeyedDataset")
+
+
+def _shifted(tokens: np.ndarray, mask: np.ndarray | None) -> dict[str, np.ndarray]:
+    window = tokens.astype(np.int64)
+    labels = window[1:].copy()
+    out = {"input_ids": window[:-1], "labels": labels}
+    if mask is not None:
+        label_mask = mask[1:].astype(np.int64)
+        labels[label_mask == 0] = IGNORE_INDEX
+        out["mask"] = label_mask
+    return out
+
+
+def open_keyed_store(
+    load_path: str | os.PathLike[str] | KeyedSource, storage_type: str | None, train_type: TrainType
+) -> KeyedSource:
+    """A store object as is, or the store at a path (``tokenloom.formats.open_store``, keys checked)."""
+    if isinstance(load_path, KeyedSource):
+        return load_path
+    return open_store(load_path, storage_type, training_type=train_type.value)
+
+
+class DatasetFactory:
+    """AstrAI's entry point: ``DatasetFactory.load("sft", "data.h5", window_size=1024)``."""
+
+    @staticmethod
+    def load(
+        train_type: TrainType | str,
+        load_path: str | os.PathLike[str] | KeyedSource,
+        window_size: int,
+        stride: int | None = None,
+        storage_type: str | None = None,
+    ) -> KeyedDataset:
+        """A :class:`KeyedDataset` of ``train_type`` over the store at ``load_path``."""
+        try:
+            kind = TrainType(train_type)
+        except ValueError:
+            raise ConfigError(
+                f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
+            ) from None
+        return KeyedDataset(open_keyed_store(load_path, storage_type, kind), kind, window_size, stride)

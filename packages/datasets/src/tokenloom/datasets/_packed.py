@@ -1,0 +1,271 @@
+"""PackedDocumentDataset: whole entries bin-packed into sequences of max_length tokens.
+
+Entries are never split, except entries longer than max_length, which become
+max_length pieces plus a remainder (their overlap prefix masks the first
+piece). Each sequence is padded with ``pad_id`` (labels -100); labels never
+cross from one entry to the next; ``position_ids`` restart at every entry.
+
+The plan (which entry goes where) is computed once, vectorised, and cached in
+``cache_dir`` under a key made of the dataset fingerprint and the settings:
+written into a fresh temporary directory, then published by one atomic
+rename, so concurrent ranks never see half a plan and need no file locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from tokenloom.datasets._batch import SampleBatch, batch_tensors
+from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
+from tokenloom.datasets._sample import build_batch, to_torch
+from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
+from tokenloom.datasets._stream import reopen, token_stream
+from tokenloom.datasets._windows import check_positive
+from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, fsync_dir, open_dataset
+
+__all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
+
+log = logging.getLogger("tokenloom.datasets")
+PLAN_VERSION = 1
+_PLAN_ARRAYS = ("token_start", "length", "prefix", "bin_offsets")
+
+
+class PackingPlan:
+    """Items (token ranges of the global stream) in pack order, and where each sequence's items begin."""
+
+    def __init__(self, token_start: np.ndarray, length: np.ndarray, prefix: np.ndarray, bin_offsets: np.ndarray):
+        self.token_start = token_start
+        self.length = length
+        self.prefix = prefix
+        self.bin_offsets = bin_offsets
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.bin_offsets) - 1
+
+    def padding_fraction(self, max_length: int) -> float:
+        """Share of the packed tokens that are padding."""
+        slots = self.num_sequences * max_length
+        return 0.0 if slots == 0 else 1.0 - float(np.sum(self.length, dtype=np.int64)) / slots
+
+    def save(self, directory: Path, meta: dict[str, Any]) -> None:
+        for name in _PLAN_ARRAYS:
+            buffer = io.BytesIO()
+            np.save(buffer, getattr(self, name), allow_pickle=False)
+            atomic_write_bytes(directory / f"{name}.npy", buffer.getvalue())
+        atomic_write_bytes(directory / "plan.json", json.dumps(meta, sort_keys=True).encode())  # last: complete
+
+    @classmethod
+    def load(cls, directory: Path) -> PackingPlan:
+        arrays = [np.load(directory / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in _PLAN_ARRAYS]
+        return cls(*arrays)
+
+
+def compute_plan(
+    doc_lengths: np.ndarray,
+    overlap_prefix: np.ndarray,
+    max_length: int,
+    algorithm: PackingAlgorithm | str = PackingAlgorithm.BEST_FIT,
+    **options: int,
+) -> PackingPlan:
+    """Split over-long entries, plan the bins, and lay the items out in pack order."""
+    lengths = np.asarray(doc_lengths, dtype=np.int64)
+    entry_start = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=entry_start[1:])
+    pieces = np.maximum(-(-lengths // max_length), 1)
+    entry_of_piece = np.repeat(np.arange(len(lengths)), pieces)
+    first_piece = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(pieces, out=first_piece[1:])
+    piece_index = np.arange(len(entry_of_piece)) - first_piece[entry_of_piece]
+    start = entry_start[entry_of_piece] + piece_index * max_length
+    length = np.minimum(lengths[entry_of_piece] - piece_index * max_length, max_length)
+    prefix = np.where(piece_index == 0, np.asarray(overlap_prefix, dtype=np.int64)[entry_of_piece], 0)
+    bin_of = plan_bins(length, max_length, algorithm, **options)
+    order, bin_offsets = pack_order(bin_of, length)
+    return PackingPlan(
+        start[order].astype(np.int64),
+        length[order].astype(np.int32),
+        np.minimum(prefix[order], length[order]).astype(np.uint16),
+        bin_offsets,
+    )
+
+
+def cached_plan(cache_dir: Path, key: str, build: Any, meta: dict[str, Any]) -> Path:
+    """The directory of the plan under ``key``; built first if absent, published by one atomic rename."""
+    final = cache_dir / f"packplan-{key}"
+    if (final / "plan.json").exists():
+        return final
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    plan = build()
+    scratch = Path(tempfile.mkdtemp(prefix=f".packplan-{key}-", dir=cache_dir))
+    try:
+        plan.save(scratch, meta)
+        try:
+            os.replace(scratch, final)
+            fsync_dir(cache_dir)
+        except OSError:  # another process published it first: theirs is identical
+            if not (final / "plan.json").exists():
+                raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(scratch)
+    return final
+
+
+class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
+    """Sequences of ``max_length`` tokens made of whole entries, padded; see the README for the keys.
+
+    Args:
+        data: a path ``open_dataset`` reads, or an open :class:`TokenDataset`.
+        max_length: tokens per sequence (L).
+        pad_id: the padding token (its labels are -100); default the EOS id, else 0.
+        algorithm: "best-fit" (best-fit decreasing) or "greedy" (length-binned greedy).
+        cache_dir: where plans are cached; None: ``~/.cache/tokenloom/pack-plans``.
+        position_ids: emit position_ids restarting at each entry (default True).
+        cu_seqlens: emit cu_seqlens (padding is one more segment).
+        bin_width: the length-bin width of the greedy algorithm.
+    """
+
+    def __init__(
+        self,
+        data: str | os.PathLike[str] | TokenDataset,
+        max_length: int,
+        *,
+        pad_id: int | None = None,
+        algorithm: PackingAlgorithm | str = PackingAlgorithm.BEST_FIT,
+        cache_dir: str | os.PathLike[str] | None = None,
+        position_ids: bool = True,
+        cu_seqlens: bool = False,
+        bin_width: int = 64,
+    ) -> None:
+        self.max_length = check_positive(max_length, "max_length")
+        dataset = data if isinstance(data, TokenDataset) else open_dataset(data)
+        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
+        self._stream = token_stream(dataset)  # what workers read: no per-entry index
+        try:
+            self.algorithm = PackingAlgorithm(algorithm)
+        except ValueError:
+            raise ConfigError(
+                f"algorithm {algorithm!r}, expected one of {[a.value for a in PackingAlgorithm]}", field="algorithm"
+            ) from None
+        self.pad_id = int(pad_id if pad_id is not None else (dataset.eos_id if dataset.eos_id is not None else 0))
+        self.position_ids = position_ids
+        self.cu_seqlens = cu_seqlens
+        options = {"bin_width": bin_width} if self.algorithm is PackingAlgorithm.GREEDY else {}
+        settings = {
+            "version": PLAN_VERSION,
+            "data": data_fingerprint(dataset),
+            "max_length": self.max_length,
+            "algorithm": self.algorithm.value,
+            **options,
+        }
+        key = settings_fingerprint(**settings)
+        directory = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "pack-plans"
+        self.plan_dir = cached_plan(
+            directory,
+            key,
+            lambda: compute_plan(
+                dataset.doc_lengths, dataset.overlap_prefix, self.max_length, self.algorithm, **options
+            ),
+            settings,
+        )
+        self._plan: PackingPlan | None = None
+        if self.plan.num_sequences == 0:
+            raise ConfigError(
+                f"the dataset has no tokens to pack ({len(dataset)} entries, {dataset.num_tokens} tokens)",
+                path=dataset.root,
+            )
+        self.padding_fraction = self.plan.padding_fraction(self.max_length)
+        self._fingerprint = settings_fingerprint(**settings, pad_id=self.pad_id)
+
+    @property
+    def plan(self) -> PackingPlan:
+        """The packing plan, memory-mapped from the cache (reopened lazily in each worker)."""
+        if self._plan is None:
+            self._plan = PackingPlan.load(self.plan_dir)
+        return self._plan
+
+    @property
+    def dataset(self) -> TokenDataset:
+        """The underlying dataset with its entry index (reopened on first use after pickling)."""
+        if self._dataset is None:
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards])
+        return self._dataset
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_plan"] = None  # pickling a memory map would copy it
+        state["_dataset"] = None
+        return state
+
+    def __len__(self) -> int:
+        return self.plan.num_sequences
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def _fill(self, index: int, tokens: np.ndarray, doc_ids: np.ndarray, ignore: np.ndarray) -> None:
+        first, last = int(self.plan.bin_offsets[index]), int(self.plan.bin_offsets[index + 1])
+        position = 0
+        for item in range(first, last):
+            start, length = int(self.plan.token_start[item]), int(self.plan.length[item])
+            tokens[position : position + length] = self._stream.tokens(start, start + length)
+            doc_ids[position : position + length] = item - first
+            ignore[position : position + int(self.plan.prefix[item])] = True
+            position += length
+        tokens[position:] = self.pad_id
+        doc_ids[position:] = last - first
+        ignore[position:] = True
+
+    def _batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+        size = len(self)
+        rows = []
+        for index in indices:
+            if not -size <= index < size:
+                raise IndexError(f"sequence {index} out of range for {size} packed sequences")
+            rows.append(index % size)
+        width = self.max_length + 1  # one trailing pad so labels line up with input_ids
+        tokens = np.empty((len(rows), width), dtype=np.int64)
+        doc_ids = np.empty((len(rows), width), dtype=np.int64)
+        ignore = np.zeros((len(rows), width), dtype=bool)
+        for row, index in enumerate(rows):
+            self._fill(index, tokens[row], doc_ids[row], ignore[row])
+        return build_batch(
+            tokens,
+            doc_ids=doc_ids,
+            label_ignore=ignore,
+            packing="documents",
+            position_ids=self.position_ids,
+            cu_seqlens=self.cu_seqlens,
+        )
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return to_torch({key: value[0] for key, value in self._batch([index]).items()})
+
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        return SampleBatch(batch_tensors(self._batch(indices)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self._fingerprint}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, fingerprint=self._fingerprint, owner="PackedDocumentDataset")
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedDocumentDataset(sequences={len(self)}, max_length={self.max_length}, "
+            f"algorithm={self.algorithm.value!r}, padding={self.padding_fraction:.2%})"
+        )

@@ -1,0 +1,159 @@
+"""HuggingFaceDataset on local json / parquet files and a tokenizer trained in tmp_path (no hub)."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("datasets")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+import tokenloom.datasets._hf as hf_module  # noqa: E402
+from tokenloom.datasets import IGNORE_INDEX, HuggingFaceDataset, MemoryMappedDataset  # noqa: E402
+from tokenloom.formats import ConfigError, MissingKeyError, open_writer  # noqa: E402
+
+TEXTS = ["the cat sat on the mat", "a dog ran", "the dog sat", "cats and dogs and mats", "on the mat the cat ran"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tok")
+    model = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="<unk>"))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    trainer = tokenizers.trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"])
+    model.train_from_iterator(TEXTS, trainer)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=model, eos_token="<eos>", unk_token="<unk>")
+    fast.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture
+def jsonl(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    return path
+
+
+def expected_stream(tokenizer_dir):
+    tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    stream = []
+    for text in TEXTS:
+        stream += tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return stream, tok.eos_token_id
+
+
+def test_json_is_tokenized_concatenated_and_sliced(tokenizer_dir, jsonl, tmp_path):
+    ds = HuggingFaceDataset(
+        "json", data_files=str(jsonl), seq_len=4, tokenizer=str(tokenizer_dir), cache_dir=tmp_path / "cache"
+    )
+    stream, _ = expected_stream(tokenizer_dir)
+    assert len(ds) == len(stream) // 5  # chunks of seq_len + 1, remainder dropped
+    for i in range(len(ds)):
+        assert ds[i]["input_ids"].tolist() == stream[5 * i : 5 * i + 4]
+        assert ds[i]["labels"].tolist() == stream[5 * i + 1 : 5 * i + 5]
+
+
+def test_cache_is_reused_without_retokenizing(tokenizer_dir, jsonl, tmp_path, monkeypatch):
+    kwargs = {"data_files": str(jsonl), "seq_len": 4, "tokenizer": str(tokenizer_dir), "cache_dir": tmp_path / "c"}
+    first = HuggingFaceDataset("json", **kwargs)
+    assert [p.name.startswith("hf-") for p in (tmp_path / "c").iterdir()] == [True]
+
+    def fail(*args, **kwargs):
+        raise AssertionError("re-tokenized although the cache exists")
+
+    monkeypatch.setattr(hf_module.HuggingFaceDataset, "_build", fail)
+    second = HuggingFaceDataset("json", **kwargs)
+    assert second[0]["input_ids"].tolist() == first[0]["input_ids"].tolist()
+    assert first.cache_path == second.cache_path
+    with pytest.raises(AssertionError, match="re-tokenized"):  # another text field -> another key
+        (tmp_path / "other.jsonl").write_text("".join(json.dumps({"body": t}) + "\n" for t in TEXTS))
+        HuggingFaceDataset("json", **{**kwargs, "data_files": str(tmp_path / "other.jsonl")}, text_field="body")
+
+
+def test_parquet_with_packing(tokenizer_dir, tmp_path):
+    import datasets
+
+    path = tmp_path / "data.parquet"
+    datasets.Dataset.from_dict({"text": TEXTS}).to_parquet(str(path))
+    ds = HuggingFaceDataset(
+        "parquet",
+        data_files=str(path),
+        seq_len=8,
+        tokenizer=str(tokenizer_dir),
+        cache_dir=tmp_path / "c",
+        pack_sequences=True,
+    )
+    stream, eos = expected_stream(tokenizer_dir)
+    s = ds[0]
+    window = stream[:9]
+    assert s["input_ids"].tolist() == window[:8]
+    first_eos = window.index(eos)
+    assert s["doc_ids"].tolist() == [0 if j <= first_eos else 1 for j in range(8)]
+    assert s["labels"][first_eos].item() == IGNORE_INDEX
+
+
+def test_missing_text_field(tokenizer_dir, jsonl, tmp_path):
+    with pytest.raises(MissingKeyError, match="body"):
+        HuggingFaceDataset(
+            "json",
+            data_files=str(jsonl),
+            seq_len=4,
+            tokenizer=str(tokenizer_dir),
+            cache_dir=tmp_path,
+            text_field="body",
+        )
+
+
+def test_eos_from_tokenizer_path_for_memory_mapped_windows(tokenizer_dir, tmp_path):
+    _, eos = expected_stream(tokenizer_dir)
+    with open_writer(tmp_path / "d", dtype="uint16") as writer:  # no EOS recorded in the manifest
+        writer.add(np.array([3, 4, eos, 5, 6, eos]))
+    ds = MemoryMappedDataset(tmp_path / "d", seq_len=5, pack_sequences=True, tokenizer_path=tokenizer_dir)
+    assert ds[0]["labels"].tolist() == [4, eos, IGNORE_INDEX, 6, eos]
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    with pytest.raises(ConfigError):
+        MemoryMappedDataset(tmp_path / "d", seq_len=5, pack_sequences=True)
+
+
+def test_two_gloo_ranks_rank_zero_builds_the_cache_once_and_both_read_it(tokenizer_dir, jsonl, tmp_path, monkeypatch):
+    import importlib
+    import time as time_module
+
+    from torch.multiprocessing.spawn import spawn
+
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    worker = importlib.import_module("_hf_dist_worker")
+    (tmp_path / "out").mkdir()
+    context = spawn(
+        worker.run,
+        args=(2, str(tmp_path / "init"), str(jsonl), str(tokenizer_dir), str(tmp_path)),
+        nprocs=2,
+        join=False,
+    )
+    assert context is not None
+    deadline = time_module.monotonic() + 180
+    try:
+        while not context.join(timeout=max(deadline - time_module.monotonic(), 0.1)):
+            if time_module.monotonic() > deadline:
+                pytest.fail("the two ranks did not finish within 180 s (a hang at the barrier?)")
+    finally:
+        for process in context.processes:
+            if process is not None and process.is_alive():
+                process.kill()
+    out = tmp_path / "out"
+    builds = sorted(p.name.rsplit("-", 1)[0] for p in out.glob("build-*"))
+    assert builds == ["build-rank0", "build-rank0"]  # once per cache, never on rank 1
+    results = [json.loads((out / f"samples-rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert results[0] == results[1]
+    stream, eos = expected_stream(tokenizer_dir)
+    samples = results[0]["samples"]
+    assert len(samples) == len(stream) // 5
+    assert [s["input_ids"] for s in samples] == [stream[5 * i : 5 * i + 4] for i in range(len(samples))]
+    assert samples[0]["doc_ids"] == [0 if j <= stream.index(eos) else 1 for j in range(4)]
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [Path(results[0]["cache"]).name]  # no scratch left
+    assert (out / "failure-rank0.txt").read_text() == "RuntimeError: tokenizer crashed on rank 0"
+    assert (out / "failure-rank1.txt").read_text().startswith("MissingFileError: ")
+    assert "rank 0 did not publish" in (out / "failure-rank1.txt").read_text()

@@ -1,0 +1,263 @@
+"""``tokenloom validate``, ``inspect`` and ``convert`` (entry points of tokenloom-formats)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
+from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._optional import require
+from tokenloom.formats._registry import available_formats, open_dataset
+from tokenloom.formats._summary import config_snippet, describe, length_percentiles
+from tokenloom.formats.errors import ConfigError, DataError
+
+__all__ = ["convert", "inspect", "validate"]
+
+DEFAULT_SEQ_LEN = 2048
+
+_format_option = click.option(
+    "--format",
+    "format_name",
+    default=None,
+    metavar="NAME",
+    help="The format, if detection is not enough (see `tokenloom convert --help` for the names).",
+)
+_dtype_option = click.option(
+    "--dtype",
+    default=None,
+    metavar="DTYPE",
+    help="Token dtype, for raw shards that do not declare one ('infer' guesses).",
+)
+
+
+def _open(path: Path, format_name: str | None, dtype: str | None, validate: str) -> TokenDataset:
+    return open_dataset(path, format=format_name, dtype=dtype, validate=validate)
+
+
+def _summary_lines(facts: dict[str, Any]) -> list[str]:
+    def show(value: Any) -> str:
+        if value is None:
+            return "unknown"
+        return f"{value:,}" if isinstance(value, int) else str(value)
+
+    rows = [
+        ("format", facts["format"]),
+        ("path", facts["path"]),
+        ("shards", facts["shards"]),
+        ("documents", facts["entries"]),
+        ("tokens", facts["tokens"]),
+        ("dtype", facts["dtype"]),
+        ("vocab", facts["vocab_size"]),
+        ("eos id", facts["eos_id"]),
+    ]
+    return [f"{name:<10} {show(value)}" for name, value in rows]
+
+
+@click.command(
+    epilog="\b\nExamples:\n  tokenloom validate data/tokens --deep --seq-len 4096\n"
+    "  tokenloom validate shards/ --format flat --dtype uint16",
+)
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length (default {DEFAULT_SEQ_LEN}).")
+@_format_option
+@_dtype_option
+def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | None, dtype: str | None) -> None:
+    """Check a token dataset and print the config snippet that trains on it.
+
+    Exits 0 when the dataset is clean and 1 when a problem was found (the
+    message names the file, offset and field, and what to do).
+    """
+    try:
+        dataset = _open(path, format_name, dtype, "deep" if deep else "fast")
+    except (DataError, OSError) as exc:
+        click.echo(f"{'path':<10} {path}")
+        click.echo(f"{'problems':<10} 1")
+        click.echo(f"  {type(exc).__name__}: {exc}")
+        raise SystemExit(1) from None
+    for line in _summary_lines(describe(dataset)):
+        click.echo(line)
+    click.echo(f"{'problems':<10} none ({'deep' if deep else 'fast'} validation)")
+    click.echo("")
+    window = seq_len or DEFAULT_SEQ_LEN
+    note = "" if seq_len else "  (default; pass --seq-len)"
+    click.echo(f"# config snippet for seq_len {window}{note}")
+    click.echo(config_snippet(dataset, window))
+
+
+@click.command(
+    epilog="\b\nExamples:\n  tokenloom inspect data/tokens --json\n  tokenloom inspect data/tokens --plot lengths.png"
+)
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a PNG histogram of document lengths (needs the 'plot' extra).",
+)
+@_format_option
+@_dtype_option
+def inspect(path: Path, as_json: bool, plot: Path | None, format_name: str | None, dtype: str | None) -> None:
+    """Counts, dtype and document-length percentiles of a token dataset."""
+    try:
+        pyplot = _pyplot() if plot is not None else None
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        dataset = _open(path, format_name, dtype, "fast")
+    except DataError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    facts = describe(dataset)
+    lengths = dataset.doc_lengths
+    facts["lengths"] = length_percentiles(lengths)
+    if plot is not None and pyplot is not None:
+        _histogram(pyplot, lengths, plot, title=f"{facts['format']}: {facts['path']}")
+        facts["plot"] = str(plot)
+    if as_json:
+        click.echo(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode())
+        return
+    for line in _summary_lines(facts):
+        click.echo(line)
+    stats = facts["lengths"]
+    click.echo(
+        "lengths    " + "  ".join(f"{k} {v:,.0f}" if k != "mean" else f"mean {v:,.1f}" for k, v in stats.items())
+    )
+    if plot is not None:
+        click.echo(f"plot       {plot}")
+
+
+def _pyplot() -> Any:
+    matplotlib = require("matplotlib", distribution="tokenloom-formats", extra="plot", purpose="inspect --plot")
+    matplotlib.use("Agg")
+    return require("matplotlib.pyplot", distribution="tokenloom-formats", extra="plot", purpose="inspect --plot")
+
+
+def _histogram(pyplot: Any, lengths: Any, path: Path, *, title: str) -> None:
+    figure, axes = pyplot.subplots(figsize=(7, 4))
+    axes.hist(lengths, bins=min(100, max(1, len(set(lengths.tolist()[:100_000])))), color="#4477aa")
+    axes.set_xlabel("document length (tokens)")
+    axes.set_ylabel("documents")
+    axes.set_title(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+
+
+def _writable() -> list[str]:
+    return sorted(name for name, spec in available_formats().items() if spec.writer is not None)
+
+
+@click.command(
+    epilog=(
+        "\b\nExamples:\n"
+        "  tokenloom convert data/native out/train_text_document --to megatron\n"
+        "  tokenloom convert out/train_text_document data/native2 --to native --shard-size-tokens 100000000\n"
+        "  tokenloom convert kf_shards/ data/native --to native --from flat --from-dtype uint32"
+    ),
+)
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--to", "to", required=True, metavar="FORMAT", help="Target format (native, flat, megatron, ...).")
+@click.option(
+    "--from", "from_format", default=None, metavar="FORMAT", help="Source format, if detection is not enough."
+)
+@click.option(
+    "--from-dtype", default=None, metavar="DTYPE", help="Source dtype, for raw shards that do not declare one."
+)
+@click.option("--dtype", default=None, metavar="DTYPE", help="Target dtype (default: the source's).")
+@click.option(
+    "--shard-size-tokens", type=click.IntRange(min=1), default=None, help="Target shard size, where the format shards."
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing target.")
+@click.option("--legacy", is_flag=True, help="packed: write the legacy 8-byte-header layout (4-byte tokens).")
+@click.option(
+    "--file-format",
+    type=click.Choice(["npy", "bin"]),
+    default=None,
+    help="flat: write .npy shards (default) or raw .bin shards.",
+)
+@click.option(
+    "--drop-overlap-prefix", is_flag=True, help="Allow targets that cannot store overlap prefixes to drop them."
+)
+@click.option(
+    "--chunk-tokens",
+    type=click.IntRange(min=1),
+    default=DEFAULT_CHUNK_TOKENS,
+    show_default=True,
+    help="Tokens per write batch (bounds memory).",
+)
+@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+def convert(
+    source: Path,
+    target: Path,
+    to: str,
+    from_format: str | None,
+    from_dtype: str | None,
+    dtype: str | None,
+    shard_size_tokens: int | None,
+    overwrite: bool,
+    legacy: bool,
+    file_format: str | None,
+    drop_overlap_prefix: bool,
+    chunk_tokens: int,
+    no_progress: bool,
+) -> None:
+    """Convert a token dataset to another format, losslessly and in constant memory.
+
+    Entries, their order and overlap prefixes are kept where the target can store
+    them; EOS id and vocab size travel with formats that record them.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    try:
+        formats = available_formats()
+        if to not in _writable():
+            raise ConfigError(f"cannot write format {to!r}, writable: {_writable()}", field="--to")
+        options: dict[str, Any] = {}
+        factory = formats[to].writer
+        for name, value in (
+            ("overwrite", overwrite),
+            ("shard_size_tokens", shard_size_tokens),
+            ("legacy", legacy),
+            ("file_format", file_format),
+        ):
+            if value:
+                if not _accepts(factory, name):  # type: ignore[arg-type]
+                    raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)
+                options[name] = value
+        dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast")
+        progress = Progress(
+            TextColumn(f"{dataset.format} -> {to}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.completed:,}/{task.total:,} tokens"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=no_progress,
+            transient=True,
+        )
+        with progress:
+            task = progress.add_task("convert", total=dataset.num_tokens)
+            result = convert_dataset(
+                dataset,
+                target,
+                to=to,
+                dtype=dtype,
+                drop_overlap_prefix=drop_overlap_prefix,
+                chunk_tokens=chunk_tokens,
+                writer_options=options,
+                on_progress=lambda n: progress.advance(task, n),
+            )
+    except DataError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    rate = result.tokens / result.seconds / 1e6 if result.seconds > 0 else float("inf")
+    click.echo(
+        f"converted {result.entries:,} entries, {result.tokens:,} tokens from {result.source_format} "
+        f"to {result.target_format} in {result.seconds:.2f} s ({rate:,.1f} M tokens/s): {target}"
+    )

@@ -1,0 +1,112 @@
+"""Convert any readable token dataset into any writable format, streaming.
+
+Entries are copied shard by shard in batches of about ``chunk_tokens`` tokens
+through ``TokenWriter.add_batch`` (token views straight from the memory map), so
+memory stays bounded by the batch size, or by the largest single entry when one
+entry is bigger (the writer API takes whole entries). Overlap prefixes, EOS id,
+vocab size and the tokenizer fingerprint are carried over where the target can
+store them; a target that cannot store a non-zero overlap prefix refuses it
+unless ``drop_overlap_prefix`` is set.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._registry import available_formats, open_dataset, open_writer
+from tokenloom.formats.errors import ConfigError
+
+__all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
+
+DEFAULT_CHUNK_TOKENS = 1 << 24
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertResult:
+    """What a conversion copied, and how long it took."""
+
+    source_format: str
+    target_format: str
+    entries: int
+    tokens: int
+    seconds: float
+
+
+def iter_batches(dataset: TokenDataset, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
+    """(tokens, lengths, overlap_prefix) batches of whole entries, about ``chunk_tokens`` tokens each."""
+    if chunk_tokens < 1:
+        raise ConfigError(f"chunk_tokens is {chunk_tokens}, expected >= 1", field="chunk_tokens")
+    for shard in dataset.shards:
+        offsets = shard.offsets
+        overlaps = shard.overlap_prefix
+        tokens = shard.tokens
+        entry = 0
+        while entry < shard.num_entries:
+            stop = int(np.searchsorted(offsets, offsets[entry] + chunk_tokens, side="right")) - 1
+            stop = min(max(stop, entry + 1), shard.num_entries)
+            begin, end = int(offsets[entry]), int(offsets[stop])
+            yield tokens[begin:end], np.diff(offsets[entry : stop + 1]), overlaps[entry:stop]
+            entry = stop
+
+
+def _accepts(factory: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def convert_dataset(
+    source: str | os.PathLike[str] | TokenDataset,
+    target: str | os.PathLike[str],
+    *,
+    to: str,
+    source_format: str | None = None,
+    dtype: Any = None,
+    validate: str = "fast",
+    drop_overlap_prefix: bool = False,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    writer_options: dict[str, Any] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ConvertResult:
+    """Copy every entry of ``source`` into a new ``to`` dataset at ``target``; ``on_progress(tokens)`` per batch."""
+    dataset = (
+        source if isinstance(source, TokenDataset) else open_dataset(source, format=source_format, validate=validate)
+    )
+    formats = available_formats()
+    if to not in formats or formats[to].writer is None:
+        writable = sorted(name for name, spec in formats.items() if spec.writer is not None)
+        raise ConfigError(f"cannot write format {to!r}, writable: {writable}", field="to")
+    factory = formats[to].writer
+    options = dict(writer_options or {})
+    for key, value in (("tokenizer_fingerprint", dataset.tokenizer_fingerprint),):
+        if value is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]
+            options[key] = value
+    start = time.perf_counter()
+    with open_writer(
+        target,
+        format=to,
+        dtype=dtype if dtype is not None else dataset.dtype,
+        vocab_size=dataset.vocab_size,
+        eos_id=dataset.eos_id,
+        **options,
+    ) as writer:
+        for tokens, lengths, overlaps in iter_batches(dataset, chunk_tokens):
+            writer.add_batch(tokens, lengths, None if drop_overlap_prefix else overlaps)
+            if on_progress is not None:
+                on_progress(len(tokens))
+    return ConvertResult(
+        source_format=dataset.format,
+        target_format=to,
+        entries=len(dataset),
+        tokens=dataset.num_tokens,
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,377 @@
+"""Megatron-LM indexed datasets (``MMIDIDX``, version 1): ``PREFIX.idx`` + ``PREFIX.bin``.
+
+``.bin``: the tokens of every sequence, concatenated. ``.idx`` (little-endian)::
+
+    offset      size           field
+    0           9              magic b"MMIDIDX\\x00\\x00"
+    9           8   uint64     version (1)
+    17          1   uint8      dtype code (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64,
+                                           6 float64, 7 float32, 8 uint16)
+    18          8   uint64     sequence count s
+    26          8   uint64     document count d (document boundaries + 1)
+    34          4*s int32      sizes: tokens per sequence
+    34+4s       8*s int64      pointers: byte offset of each sequence in .bin
+    34+12s      8*d int64      document indices: 0, ..., s (sequence index where each document ends)
+    34+12s+8d   s   int8       modes, one per sequence (multimodal datasets only)
+
+An entry of the TokenDataset is a Megatron *sequence* (``len(ds)`` and ``ds[i]``
+agree with megatron-core's ``IndexedDataset``); the document indices are kept in
+``ds.metadata``. Readers check that the .idx size matches its counts exactly
+(the multimodal modes are recognised by that size), that pointers are the
+running byte offsets of the sizes, that the document indices run from 0 to the
+sequence count without decreasing, and that the .bin holds exactly the bytes
+the sizes announce. Token dtypes are uint8, uint16, int32 and int64 (Megatron
+has no uint32; int8/int16/float data cannot hold token ids and is refused).
+The format has no overlap prefix (zeros), and no place for vocab size or EOS id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats._paths import safe_file
+from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats.errors import (
+    ConfigError,
+    FormatError,
+    IndexCorruptError,
+    MissingFileError,
+    TruncatedError,
+)
+
+__all__ = ["MEGATRON_MAGIC", "MegatronWriter", "is_megatron", "megatron_prefixes", "open_megatron"]
+
+MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
+MEGATRON_VERSION = 1
+_HEADER = struct.Struct("<9sQBQQ")  # 34 bytes
+DTYPE_CODES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64", 7: "float32", 8: "uint16"}
+CODE_OF_DTYPE = {name: code for code, name in DTYPE_CODES.items() if name in TOKEN_DTYPES}
+MAX_SEQUENCE_TOKENS = np.iinfo(np.int32).max
+
+
+def megatron_prefixes(path: Path) -> tuple[Path, list[str]]:
+    """(directory, prefix names) for a prefix, an ``.idx``/``.bin`` file, or a directory of prefixes."""
+    if path.is_dir():
+        stems = sorted(p.name[:-4] for p in path.glob("*.idx"))
+        orphans = sorted(p.name for p in path.glob("*.bin") if not (path / (p.name[:-4] + ".idx")).exists())
+        if orphans:
+            raise MissingFileError(f"{orphans[0]} has no .idx", path=path / orphans[0])
+        if not stems:
+            raise FormatError("no .idx files in the directory", path=path)
+        return path, stems
+    if path.suffix in (".idx", ".bin"):
+        return path.parent, [path.name[:-4]]
+    return path.parent, [path.name]
+
+
+def is_megatron(path: Path) -> bool:
+    """An .idx (or a directory's first .idx) that starts with the MMIDIDX magic."""
+    if path.is_dir():
+        candidates = sorted(path.glob("*.idx"))[:1]
+    elif path.suffix in (".idx", ".bin"):
+        candidates = [path.with_name(path.name[:-4] + ".idx")]
+    else:
+        candidates = [path.with_name(path.name + ".idx")]
+    for idx in candidates:
+        try:
+            with open(idx, "rb") as handle:
+                return handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
+        except OSError:
+            return False
+    return False
+
+
+def read_megatron_shard(root: Path, stem: str) -> tuple[Shard, np.ndarray, bool]:
+    """Validate ``stem.idx`` / ``stem.bin``; returns the shard, its document indices and whether it is multimodal."""
+    idx_path = root / f"{stem}.idx"
+    bin_path = root / f"{stem}.bin"
+    if not idx_path.exists() and not idx_path.is_symlink():
+        if bin_path.exists():
+            raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
+        raise MissingFileError(f"neither {idx_path.name} nor {bin_path.name} exists", path=idx_path)
+    if not bin_path.exists() and not bin_path.is_symlink():
+        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
+    safe_file(root, idx_path)
+    safe_file(root, bin_path)
+    idx_size = idx_path.stat().st_size
+    if idx_size < _HEADER.size:
+        raise TruncatedError(
+            f"index has {idx_size} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path, offset=0
+        )
+    with open(idx_path, "rb") as handle:
+        raw = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    magic, version, code, seq_count, doc_count = _HEADER.unpack_from(raw)
+    if magic != MEGATRON_MAGIC:
+        raise FormatError(f"magic {magic!r}, expected {MEGATRON_MAGIC!r}", path=idx_path, offset=0, field="magic")
+    if version != MEGATRON_VERSION:
+        raise FormatError(f"version {version}, expected {MEGATRON_VERSION}", path=idx_path, offset=9, field="version")
+    if code not in DTYPE_CODES:
+        raise FormatError(f"dtype code {code}, expected one of {DTYPE_CODES}", path=idx_path, offset=17, field="dtype")
+    if DTYPE_CODES[code] not in TOKEN_DTYPES:
+        raise FormatError(
+            f"dtype code {code} ({DTYPE_CODES[code]}) cannot hold token ids, expected one of {CODE_OF_DTYPE}",
+            path=idx_path,
+            offset=17,
+            field="dtype",
+        )
+    dtype = TOKEN_DTYPES[DTYPE_CODES[code]]
+    expected = _HEADER.size + 12 * seq_count + 8 * doc_count
+    multimodal = seq_count > 0 and idx_size == expected + seq_count
+    if idx_size != expected and not multimodal:
+        cls = TruncatedError if idx_size < expected else IndexCorruptError
+        raise cls(
+            f"{seq_count} sequences and {doc_count} document indices imply an index of {expected} bytes "
+            f"({expected + seq_count} with modes), the file has {idx_size}",
+            path=idx_path,
+            offset=18,
+            field="sequence_count",
+        )
+    if doc_count == 0:
+        raise IndexCorruptError("document count is 0, expected at least 1 (the leading 0)", path=idx_path, offset=26)
+    sizes = np.frombuffer(raw, dtype="<i4", count=seq_count, offset=_HEADER.size)
+    pointers_at = _HEADER.size + 4 * seq_count
+    pointers = np.frombuffer(raw, dtype="<i8", count=seq_count, offset=pointers_at)
+    documents_at = pointers_at + 8 * seq_count
+    documents = np.frombuffer(raw, dtype="<i8", count=doc_count, offset=documents_at).astype(np.int64)
+    bin_size = bin_path.stat().st_size
+    offsets = _check_index(sizes, pointers, documents, dtype, bin_size, idx_path=idx_path, bin_path=bin_path)
+    shard = Shard(
+        tokens_path=bin_path,
+        dtype=dtype,
+        num_tokens=int(offsets[-1]),
+        offsets=offsets,
+        overlap_prefix=np.zeros(seq_count, dtype=np.uint16),
+        name=stem,
+    )
+    return shard, documents, multimodal
+
+
+def _check_index(
+    sizes: np.ndarray,
+    pointers: np.ndarray,
+    documents: np.ndarray,
+    dtype: np.dtype,
+    bin_size: int,
+    *,
+    idx_path: Path,
+    bin_path: Path,
+) -> np.ndarray:
+    """Token offsets (int64, 0 .. total) after checking sizes, pointers, document indices and the .bin size."""
+    seq_count = len(sizes)
+    if seq_count and sizes.min() < 0:
+        i = int(np.argmax(sizes < 0))
+        raise IndexCorruptError(
+            f"sequence size {int(sizes[i])} is negative",
+            path=idx_path,
+            offset=_HEADER.size + 4 * i,
+            record=i,
+            field="sizes",
+        )
+    offsets = np.zeros(seq_count + 1, dtype=np.int64)
+    np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
+    if seq_count:
+        wrong = np.flatnonzero(pointers != offsets[:-1] * dtype.itemsize)
+        if len(wrong):
+            i = int(wrong[0])
+            found = int(pointers[i])
+            where = f", past the end of the {bin_size}-byte data file" if found > bin_size else ""
+            raise IndexCorruptError(
+                f"pointer {found}{where}, expected {int(offsets[i]) * dtype.itemsize} "
+                "(the bytes of the sizes before it)",
+                path=idx_path,
+                offset=_HEADER.size + 4 * seq_count + 8 * i,
+                record=i,
+                field="pointers",
+            )
+    documents_at = _HEADER.size + 12 * seq_count
+    if documents[0] != 0:
+        raise IndexCorruptError(
+            f"first document index is {int(documents[0])}, expected 0",
+            path=idx_path,
+            offset=documents_at,
+            field="document_indices",
+        )
+    steps = np.diff(documents)
+    if len(steps) and steps.min() < 0:
+        i = int(np.argmax(steps < 0))
+        raise IndexCorruptError(
+            f"document indices decrease ({int(documents[i])} then {int(documents[i + 1])})",
+            path=idx_path,
+            offset=documents_at + 8 * (i + 1),
+            record=i + 1,
+            field="document_indices",
+        )
+    if documents[-1] != seq_count:
+        raise IndexCorruptError(
+            f"last document index is {int(documents[-1])}, expected the sequence count {seq_count}",
+            path=idx_path,
+            offset=documents_at + 8 * (len(documents) - 1),
+            field="document_indices",
+        )
+    data_bytes = int(offsets[-1]) * dtype.itemsize
+    if data_bytes != bin_size:
+        cls = TruncatedError if bin_size < data_bytes else IndexCorruptError
+        raise cls(
+            f"the index announces {data_bytes} data bytes ({int(offsets[-1])} {dtype.name} tokens), "
+            f"the data file has {bin_size}",
+            path=bin_path,
+            field="sizes",
+        )
+    return offsets
+
+
+def open_megatron(
+    path: str | os.PathLike[str],
+    *,
+    validate: str = "fast",
+    dtype: Any = None,
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+) -> TokenDataset:
+    """Open one prefix, an ``.idx``/``.bin`` file of one, or a directory of prefixes (one shard each).
+
+    Megatron records no vocab size or EOS id; pass them to have ``validate="deep"``
+    check token ids and EOS placement (negative ids are refused either way).
+    """
+    root, stems = megatron_prefixes(Path(path))
+    shards, documents, modes = [], [], []
+    for stem in stems:
+        shard, document_indices, multimodal = read_megatron_shard(root, stem)
+        shards.append(shard)
+        documents.append(document_indices)
+        modes.append(multimodal)
+    if dtype is not None and not (isinstance(dtype, str) and dtype == "infer"):
+        wanted = as_token_dtype(dtype)
+        if wanted != shards[0].dtype:
+            raise ConfigError(
+                f"dtype {wanted.name} was asked for, the index records {shards[0].dtype.name}",
+                path=root / f"{stems[0]}.idx",
+                field="dtype",
+            )
+    for shard in shards[1:]:
+        if shard.dtype != shards[0].dtype:
+            raise FormatError(
+                f"prefix {shard.name} holds {shard.dtype.name}, prefix {shards[0].name} holds {shards[0].dtype.name}",
+                path=root / f"{shard.name}.idx",
+                field="dtype",
+                hint="Open the prefixes separately, or convert them to one dtype",
+            )
+    dataset = TokenDataset(
+        shards,
+        format="megatron",
+        root=root,
+        eos_id=eos_id,
+        vocab_size=vocab_size,
+        metadata={
+            "prefixes": stems,
+            "document_indices": documents,
+            "multimodal": any(modes),
+        },
+    )
+    if validate == "deep":
+        dataset.check_token_range()
+        dataset.check_eos_placement()
+    return dataset
+
+
+class MegatronWriter(TokenWriter):
+    """Writes ``PREFIX.bin`` then ``PREFIX.idx`` (one sequence per document), like megatron-core's builder.
+
+    ``path`` is the prefix (a trailing ``.idx``/``.bin`` is dropped); the .idx is
+    published last, so a prefix with an .idx is complete. Megatron stores no
+    overlap prefix, vocab size or EOS id: a non-zero overlap prefix is a
+    ConfigError, vocab size and EOS id are checked at write time only.
+    """
+
+    format = "megatron"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        if self.dtype.name not in CODE_OF_DTYPE:
+            raise ConfigError(
+                f"Megatron has no dtype code for {self.dtype.name}, expected one of {sorted(CODE_OF_DTYPE)}",
+                field="dtype",
+                hint="Use int32 for vocabularies up to 2**31 (uint16 up to 65,536)",
+            )
+        prefix = self.path
+        if prefix.suffix in (".idx", ".bin"):
+            prefix = prefix.with_name(prefix.name[:-4])
+        if prefix.is_dir():
+            raise ConfigError(
+                f"{prefix} is a directory; the megatron writer takes a prefix such as {prefix / 'data'}",
+                path=prefix,
+            )
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        self.prefix = prefix
+        self.bin_path = prefix.with_name(prefix.name + ".bin")
+        self.idx_path = prefix.with_name(prefix.name + ".idx")
+        existing = [p for p in (self.bin_path, self.idx_path) if p.exists() or p.is_symlink()]
+        if existing and not overwrite:
+            raise ConfigError(
+                f"{existing[0].name} already exists",
+                path=existing[0],
+                hint="Choose another prefix or pass overwrite=True (--overwrite)",
+            )
+        for stale in existing:
+            stale.unlink()
+        self._bin_tmp = self.bin_path.with_name(self.bin_path.name + TMP_SUFFIX)
+        self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
+        self._lengths: list[np.ndarray] = []
+
+    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if overlaps.any():
+            i = int(np.argmax(overlaps > 0))
+            raise ConfigError(
+                f"overlap_prefix {int(overlaps[i])}: Megatron indexed datasets cannot store overlap prefixes",
+                path=self.prefix,
+                record=self.num_documents + i,
+                field="overlap_prefix",
+                hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
+            )
+        if len(lengths) and lengths.max() > MAX_SEQUENCE_TOKENS:
+            i = int(np.argmax(lengths > MAX_SEQUENCE_TOKENS))
+            raise ConfigError(
+                f"entry of {int(lengths[i])} tokens does not fit Megatron's int32 size field",
+                path=self.prefix,
+                record=self.num_documents + i,
+            )
+        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
+        self._lengths.append(lengths.astype("<i4"))
+
+    def _commit(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        sizes = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i4")
+        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
+        pointers = (offsets[:-1] * self.dtype.itemsize).astype("<i8")
+        documents = np.arange(len(sizes) + 1, dtype="<i8")
+        code = CODE_OF_DTYPE[self.dtype.name]
+        header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
+        os.replace(self._bin_tmp, self.bin_path)
+        atomic_write_bytes(self.idx_path, header + sizes.tobytes() + pointers.tobytes() + documents.tobytes())
+        fsync_dir(self.idx_path.parent)
+
+    def _abort(self) -> None:
+        self._handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._bin_tmp.unlink()

@@ -1,0 +1,35 @@
+"""Chunked whole-shard scans for formats whose boundaries or id ranges live in the tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["SCAN_CHUNK_TOKENS", "eos_offsets", "first_negative"]
+
+SCAN_CHUNK_TOKENS = 1 << 24
+
+
+def eos_offsets(tokens: np.ndarray, eos_id: int, *, chunk_tokens: int = SCAN_CHUNK_TOKENS) -> np.ndarray:
+    """Entry offsets (int64, from 0 to ``len(tokens)``) that end each entry just after an ``eos_id``.
+
+    Tokens after the last EOS form a final entry of their own.
+    """
+    ends = [np.zeros(1, dtype=np.int64)]
+    for start in range(0, len(tokens), chunk_tokens):
+        chunk = tokens[start : start + chunk_tokens]
+        ends.append(np.flatnonzero(chunk == eos_id).astype(np.int64) + (start + 1))
+    offsets = np.concatenate(ends)
+    if offsets[-1] != len(tokens):
+        offsets = np.append(offsets, np.int64(len(tokens)))
+    return offsets
+
+
+def first_negative(tokens: np.ndarray, *, chunk_tokens: int = SCAN_CHUNK_TOKENS) -> int | None:
+    """Position of the first negative id (only signed dtypes can hold one), or None."""
+    if tokens.dtype.kind != "i":
+        return None
+    for start in range(0, len(tokens), chunk_tokens):
+        chunk = tokens[start : start + chunk_tokens]
+        if len(chunk) and chunk.min() < 0:
+            return start + int(np.argmax(chunk < 0))
+    return None

@@ -1,0 +1,319 @@
+"""Bad input across formats: the cases of issue 3 that per-format tests did not pin down.
+
+Each case asserts the named DataError subclass and that the error says where
+(``path``, and ``offset``/``field``/``record`` where the format has them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenloom.formats import (
+    MANIFEST_NAME,
+    ChecksumError,
+    DataError,
+    FormatError,
+    IndexCorruptError,
+    MissingFileError,
+    TokenRangeError,
+    TruncatedError,
+    UnsafePathError,
+    open_dataset,
+    open_store,
+    open_writer,
+    read_manifest,
+    write_manifest,
+)
+
+h5py = pytest.importorskip("h5py") if os.environ.get("TOKENLOOM_ISOLATED_ENV") != "formats" else __import__("h5py")
+
+DOCS = [[5, 6, 0], [7, 0], [], [8, 9, 10, 11, 0]]
+WRITERS = {
+    "native": ("ds", {}),
+    "flat": ("ds", {}),
+    "megatron": ("ds/train", {}),
+    "packed": ("ds.pbin", {}),
+    "h5": ("ds.h5", {}),
+    "bin-meta": ("ds", {}),
+}
+
+
+def write(root: Path, fmt: str, docs=DOCS, *, vocab_size: int = 100) -> Path:
+    rel, options = WRITERS[fmt]
+    with open_writer(root / rel, format=fmt, dtype="uint16", vocab_size=vocab_size, eos_id=0, **options) as w:
+        for doc in docs:
+            w.add(doc)
+    return root / rel
+
+
+# -- token id >= vocab size: always at write time, and under deep validation -------------------------
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_every_writer_refuses_an_id_outside_the_vocabulary_and_leaves_nothing(tmp_path: Path, fmt: str) -> None:
+    with pytest.raises(TokenRangeError, match=r"token id 100 at position 1 outside \[0, 100\)") as info:
+        write(tmp_path, fmt, [[1, 2], [3, 100]])
+    assert info.value.record == 1
+    assert info.value.path == str(tmp_path / WRITERS[fmt][0])
+    with pytest.raises(DataError):
+        open_dataset(tmp_path / WRITERS[fmt][0])
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_deep_validation_names_the_first_id_outside_the_vocabulary(tmp_path: Path, fmt: str) -> None:
+    path = write(tmp_path, fmt)
+    if fmt in ("native", "flat"):  # the vocab size lives in the manifest: record a smaller one
+        write_manifest(path, dataclasses.replace(read_manifest(path), vocab_size=11))
+        options: dict[str, Any] = {}
+    else:  # peer formats and stores record none: the caller says what it is
+        options = {"vocab_size": 11}
+    open_dataset(path, **options)  # fast validation reads no tokens
+    with pytest.raises(TokenRangeError, match=r"token id 11 outside \[0, 11\)") as info:
+        open_dataset(path, validate="deep", **options)
+    assert info.value.record is not None and info.value.offset is not None
+    assert Path(info.value.path or "").exists()
+
+
+# -- empty and missing files ---------------------------------------------------------------------------
+
+EMPTIED = [
+    ("native", "shard_00000.idx", ChecksumError),  # fast: the manifest's size check comes first
+    ("native", "shard_00000.bin", ChecksumError),
+    ("native", MANIFEST_NAME, FormatError),
+    ("flat", "shard_00000.npy", ChecksumError),
+    ("megatron", "train.idx", TruncatedError),
+    ("megatron", "train.bin", TruncatedError),
+    ("packed", "ds.pbin", TruncatedError),
+    ("h5", "ds.h5", FormatError),
+    ("bin-meta", "meta.json", FormatError),
+    ("bin-meta", "sequence.bin", TruncatedError),
+]
+
+
+@pytest.mark.parametrize(("fmt", "name", "error"), EMPTIED)
+def test_an_emptied_file_is_a_named_error(tmp_path: Path, fmt: str, name: str, error: type) -> None:
+    path = write(tmp_path, fmt)
+    victim = next(p for p in tmp_path.rglob(name) if p.is_file())
+    victim.write_bytes(b"")
+    # an empty .idx no longer says it is Megatron's: detection cannot tell, so name the format
+    with pytest.raises(error) as info:
+        open_dataset(path, format=fmt if name == "train.idx" else None)
+    assert info.value.path is not None and Path(info.value.path).name in (name, victim.parent.name)
+
+
+def _native_without_manifest(root: Path) -> Path:
+    path = write(root, "native")
+    (path / MANIFEST_NAME).unlink()
+    return path
+
+
+def test_native_idx_without_bin_and_bin_without_idx(tmp_path: Path) -> None:
+    path = write(tmp_path / "a", "native")
+    (path / "shard_00000.idx").unlink()
+    with pytest.raises(MissingFileError, match="shard_00000.idx is listed in the manifest but absent"):
+        open_dataset(path)
+    path = _native_without_manifest(tmp_path / "b")
+    (path / "shard_00000.idx").unlink()
+    with pytest.raises(MissingFileError, match="shard_00000.bin has no .idx") as info:
+        open_dataset(path, format="native", validate="deep")
+    assert info.value.path == str(path / "shard_00000.bin")
+    path = _native_without_manifest(tmp_path / "c")
+    (path / "shard_00000.bin").unlink()
+    with pytest.raises(MissingFileError, match="has no data file shard_00000.bin") as info:
+        open_dataset(path, format="native", validate="deep")
+    assert info.value.path == str(path / "shard_00000.idx")
+
+
+def test_native_data_size_and_final_sentinel(tmp_path: Path) -> None:
+    path = _native_without_manifest(tmp_path)
+    data = path / "shard_00000.bin"
+    raw = data.read_bytes()
+    data.write_bytes(raw + b"\0")
+    with pytest.raises(TruncatedError, match="not a multiple of the uint16 item size") as info:
+        open_dataset(path, format="native", validate="deep")
+    assert info.value.path == str(data)
+    data.write_bytes(raw + b"\0\0")  # one token more than the final offset announces
+    with pytest.raises(IndexCorruptError, match="final offset 10 differs from the data file's 11 tokens") as info:
+        open_dataset(path, format="native", validate="deep")
+    assert (info.value.path, info.value.field) == (str(path / "shard_00000.idx"), "offsets")
+
+
+def test_native_count_is_checked_against_the_file_size_before_the_index_is_read(tmp_path: Path) -> None:
+    path = _native_without_manifest(tmp_path)
+    idx = path / "shard_00000.idx"
+    idx.write_bytes(idx.read_bytes()[:8] + struct.pack("<Q", 2**62) + idx.read_bytes()[16:])
+    with pytest.raises(TruncatedError, match=f"entry count {2**62}") as info:
+        open_dataset(path, format="native", validate="deep")
+    assert (info.value.offset, info.value.field) == (8, "count")
+
+
+def test_manifest_unknown_version_and_respelled_bytes(tmp_path: Path) -> None:
+    path = write(tmp_path, "native")
+    manifest = path / MANIFEST_NAME
+    raw = manifest.read_bytes()
+    manifest.write_bytes(raw.replace(b'"manifest_version": 1', b'"manifest_version": 7'))
+    with pytest.raises(FormatError, match="manifest version 7, expected 1") as info:
+        open_dataset(path)
+    assert info.value.field == "manifest_version"
+    manifest.write_bytes(raw.replace(b"\n", b"\r\n", 1))  # same JSON content, other bytes
+    with pytest.raises(ChecksumError, match="differ from the form tokenloom writes"):
+        open_dataset(path)
+    manifest.write_bytes(raw + b" ")
+    with pytest.raises(ChecksumError):
+        open_dataset(path)
+
+
+def test_packed_data_length_not_a_multiple_of_the_token_size(tmp_path: Path) -> None:
+    path = tmp_path / "a.pbin"
+    import pickle
+
+    path.write_bytes(struct.pack("<QI", 3, 2) + b"\1\0\2" + pickle.dumps([(0, 3)], protocol=4))
+    with pytest.raises(FormatError, match="data length 3 is not a multiple of the token size 2") as info:
+        open_dataset(path, layout="current")
+    assert (info.value.path, info.value.offset, info.value.field) == (str(path), 0, "data_length")
+    with pytest.raises(FormatError, match="neither .pbin layout fits"):
+        open_dataset(path)
+
+
+# -- symlinks and special files for the formats not covered per format ----------------------------------
+
+
+def test_megatron_symlink_out_of_the_root_and_fifo(tmp_path: Path) -> None:
+    path = write(tmp_path, "megatron")
+    data = path.with_name("train.bin")
+    outside = tmp_path / "outside.bin"
+    data.rename(outside)
+    data.symlink_to(outside)
+    with pytest.raises(UnsafePathError, match="outside the dataset root") as info:
+        open_dataset(path.parent / "train.idx")
+    assert info.value.path == str(data)
+    data.unlink()
+    os.mkfifo(data)
+    with pytest.raises(UnsafePathError, match="FIFO"):
+        open_dataset(path)
+
+
+def test_h5_symlink_out_of_the_root_and_fifo(tmp_path: Path) -> None:
+    path = write(tmp_path, "h5")
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "a.h5").symlink_to(path)
+    with pytest.raises(UnsafePathError, match="outside the dataset root"):
+        open_store(store)
+    (store / "a.h5").unlink()
+    os.mkfifo(store / "a.h5")
+    with pytest.raises(UnsafePathError, match="FIFO"):
+        open_dataset(store)
+
+
+# -- native: every truncation and every single-byte change, exhaustively ---------------------------------
+
+
+def _native_files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir())}
+
+
+def test_native_every_truncation_and_every_header_index_manifest_byte_change_raises(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    with open_writer(root, format="native", dtype="uint16", vocab_size=100, eos_id=0, shard_size_tokens=4) as w:
+        for i, doc in enumerate(DOCS):
+            w.add(doc, overlap_prefix=1 if i == 3 else 0)
+    original = _native_files(root)
+    checked = 0
+    for name, raw in original.items():
+        path = root / name
+        for cut in range(len(raw)):  # any truncation of any file: fast validation refuses it
+            path.write_bytes(raw[:cut])
+            with pytest.raises(DataError):
+                open_dataset(root)
+            checked += 1
+        if name.endswith(".bin"):
+            path.write_bytes(raw)
+            continue
+        for position in range(len(raw)):  # any change of one byte of an index or the manifest
+            for mask in (0x01, 0x02, 0x10, 0x80, 0xFF):
+                changed = bytearray(raw)
+                changed[position] ^= mask
+                path.write_bytes(bytes(changed))
+                with pytest.raises(DataError):
+                    open_dataset(root)
+                checked += 1
+        path.write_bytes(raw)
+    assert checked > 5000
+    assert [open_dataset(root)[i].tolist() for i in range(len(DOCS))] == DOCS
+
+
+def test_native_any_data_byte_change_raises_under_deep_validation(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    with open_writer(root, format="native", dtype="uint16", vocab_size=100, eos_id=0, shard_size_tokens=4) as w:
+        for doc in DOCS:
+            w.add(doc)
+    for data in sorted(root.glob("*.bin")):
+        raw = data.read_bytes()
+        for position in range(len(raw)):
+            for mask in (0x01, 0x80):
+                changed = bytearray(raw)
+                changed[position] ^= mask
+                data.write_bytes(bytes(changed))
+                open_dataset(root)  # fast mode reads no token data
+                with pytest.raises(ChecksumError, match=data.name):
+                    open_dataset(root, validate="deep")
+        data.write_bytes(raw)
+
+
+def test_megatron_every_truncation_and_byte_change_raises_or_reads_in_bounds(tmp_path: Path) -> None:
+    path = write(tmp_path, "megatron")
+    for name in ("train.idx", "train.bin"):
+        target = path.with_name(name)
+        raw = target.read_bytes()
+        for cut in range(len(raw)):
+            target.write_bytes(raw[:cut])
+            with pytest.raises(DataError):
+                open_dataset(path)
+        for position in range(len(raw)):
+            for mask in (0x01, 0x80, 0xFF):
+                changed = bytearray(raw)
+                changed[position] ^= mask
+                target.write_bytes(bytes(changed))
+                try:
+                    ds = open_dataset(path)
+                except DataError:
+                    continue
+                assert int(ds.doc_lengths.sum()) == ds.num_tokens
+                assert ds.num_tokens * ds.dtype.itemsize == path.with_name("train.bin").stat().st_size
+                assert sum(len(ds[i]) for i in range(len(ds))) == ds.num_tokens
+        try:
+            store = open_store(target)
+            assert len(store.fetch(0, len(store), "sequence")) == len(store)
+        except DataError:
+            pass
+        target.write_bytes(raw)
+
+
+def test_h5_byte_changes_raise_or_read_in_bounds(tmp_path: Path) -> None:
+    path = write(tmp_path, "h5")
+    raw = path.read_bytes()
+    target = tmp_path / "changed.h5"
+    for position in range(0, len(raw), 7):
+        changed = bytearray(raw)
+        changed[position] ^= 0xFF
+        target.write_bytes(bytes(changed))
+        try:
+            ds = open_dataset(target)
+        except DataError:
+            continue
+        for shard in ds.shards:
+            end = shard.tokens_offset + shard.num_tokens * shard.dtype.itemsize
+            assert end <= target.stat().st_size
+        assert sum(len(ds[i]) for i in range(len(ds))) == ds.num_tokens
+        try:
+            store = open_store(target)
+            assert len(store.fetch(0, len(store), "sequence")) == len(store)
+        except DataError:
+            pass
