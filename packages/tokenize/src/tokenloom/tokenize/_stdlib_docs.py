@@ -1,8 +1,11 @@
 """Child-process side of :func:`tokenloom.tokenize.corpus.build_stdlib_corpus`.
 
-Run as ``python -I -m tokenloom.tokenize._stdlib_docs OUT MIN_CHARS MODULE...``.
-Imports each module (and its submodules, except tests and ``__main__``),
-collects own docstrings and writes sorted jsonl to OUT.
+Run as ``python -I -S .../_stdlib_docs.py OUT MIN_CHARS MODULE...``: without
+site-packages, so that nothing installed (e.g. setuptools' ``distutils`` shim,
+loaded from a ``.pth`` file) changes what the standard library contains. Uses
+the standard library only. Imports each module (and its submodules, except
+tests and ``__main__``), collects own docstrings and writes a sorted JSON array
+of ``[id, text]`` pairs to OUT; the parent rewrites it as jsonl.
 """
 
 from __future__ import annotations
@@ -11,12 +14,11 @@ import contextlib
 import importlib
 import inspect
 import io
+import json
 import pkgutil
 import sys
 import warnings
 from types import ModuleType
-
-import orjson
 
 _NEVER = frozenset({"__main__", "test", "tests", "idle_test", "antigravity", "this"})
 _SKIPPED_TOP = frozenset(
@@ -112,10 +114,8 @@ def collect(names: list[str], min_chars: int) -> list[tuple[str, str]]:
 def main(argv: list[str]) -> int:
     out, min_chars, names = argv[0], int(argv[1]), argv[2:]
     rows = collect(names, min_chars)
-    with open(out, "wb") as fh:
-        for key, text in rows:
-            fh.write(orjson.dumps({"id": key, "text": text}))
-            fh.write(b"\n")
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(rows, fh, ensure_ascii=True)
     return 0
 
 

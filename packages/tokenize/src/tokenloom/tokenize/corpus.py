@@ -6,8 +6,9 @@ whose docstring is at least ``min_chars`` long, as ``{"id": ..., "text": ...}``
 lines sorted by id. The same Python build gives the same bytes on every run.
 
 Importing hundreds of modules has side effects (warnings, registered codecs,
-threads), so the walk runs in a child interpreter (``python -I``); the caller's
-process imports nothing new.
+threads), so the walk runs in a child interpreter (``python -I -S``: isolated,
+and without site-packages, so installed packages such as setuptools' distutils
+shim cannot change the result); the caller's process imports nothing new.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import orjson
 
 from tokenloom.formats import ConfigError, DataError
 
@@ -86,11 +89,13 @@ def build_stdlib_corpus(
     out.mkdir(parents=True, exist_ok=True)
     target = out / CORPUS_FILE_NAME
     tmp = target.with_name(target.name + ".tmp")
+    walk = target.with_name(target.name + ".walk.json")
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
     env["PYTHONHASHSEED"] = "0"
     env["PYTHONWARNINGS"] = "ignore"
+    script = Path(__file__).with_name("_stdlib_docs.py")
     proc = subprocess.run(
-        [sys.executable, "-I", "-m", "tokenloom.tokenize._stdlib_docs", str(tmp), str(min_chars), *names],
+        [sys.executable, "-I", "-S", str(script), str(walk), str(min_chars), *names],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -98,13 +103,18 @@ def build_stdlib_corpus(
         check=False,
     )
     if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
+        walk.unlink(missing_ok=True)
         raise DataError(
             f"the stdlib docstring walk failed with exit code {proc.returncode}: "
             f"{proc.stderr.decode(errors='replace')[-2000:]}",
             path=target,
             hint="Report this with your Python version; pass modules=[...] to narrow the walk",
         )
+    rows = orjson.loads(walk.read_bytes())
+    walk.unlink()
+    with open(tmp, "wb") as handle:
+        for key, text in rows:
+            handle.write(orjson.dumps({"id": key, "text": text}) + b"\n")
     os.replace(tmp, target)
     data = target.read_bytes()
     return CorpusInfo(
