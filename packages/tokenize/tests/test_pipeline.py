@@ -91,7 +91,8 @@ def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
     options: dict[str, Any] = {"chunk_lines": 50, "shard_size_tokens": 1500, "max_length": 24, "overlap_size": 6}
     run(tiny_tokenizer, corpus, tmp_path / "whole", **options)
     out = tmp_path / "cut"
-    for stop_after in (3, 5):
+    resumed_in_file = []
+    for stop_after in (3, 6):
         calls: list[int] = []
 
         def on_progress(*_args: int, stop_after: int = stop_after, calls: list[int] = calls) -> None:
@@ -108,9 +109,11 @@ def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
             )
         state = read_state(out)
         assert state is not None and state.shards and state.skip_entries > 0  # resumes inside a chunk
+        resumed_in_file.append(state.file_index)
         assert not (out / "manifest.json").exists()
         with pytest.raises(Exception, match="writer did not finish"):
             open_dataset(out)
+    assert resumed_in_file[-1] > 0  # the last resume starts in a later file and skips the first unread
     summary = run(tiny_tokenizer, corpus, out, **options)
     assert summary.resumed_shards > 0
     assert tree_digest(out) == tree_digest(tmp_path / "whole")

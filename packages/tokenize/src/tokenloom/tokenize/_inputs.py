@@ -218,13 +218,19 @@ def read_chunks(
     chunk_bytes: int,
     max_line_bytes: int,
     start_chunk: int = 0,
+    first_file: int = 0,
+    first_file_chunk: int = 0,
 ) -> Iterator[Chunk]:
-    """Chunks of every file in order, numbered from 0; those before ``start_chunk`` are read but not yielded.
+    """Chunks of every file in order, numbered from 0; those before ``start_chunk`` are not yielded.
 
-    Chunk boundaries depend only on the file contents and the three limits.
+    Chunk boundaries depend only on the file contents and the three limits. To
+    resume, files before ``first_file`` are skipped unread, and that file's first
+    chunk is numbered ``first_file_chunk``.
     """
-    index = 0
+    index = first_file_chunk
     for file_index, info in enumerate(files):
+        if file_index < first_file:
+            continue
         opened: list[_Tell] = []
         consumed = 0
         chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=1)

@@ -169,12 +169,16 @@ class _Run:
         )
         self._chunk_index = state.next_chunk
         self._chunk_counts = state.counts.copy()  # counts of the chunks before the current one
+        self._file_index = state.file_index
+        self._file_first_chunk = state.file_first_chunk
 
     def _on_shard(self, record: ShardRecord, entries_consumed: int) -> None:
         self.state.shards.append(record)
         self.state.next_chunk = self._chunk_index
         self.state.skip_entries = entries_consumed
         self.state.counts = self._chunk_counts.copy()
+        self.state.file_index = self._file_index
+        self.state.file_first_chunk = self._file_first_chunk
         write_state(self.config.output_dir, self.state)
 
     def _issue(self, result: ChunkResult, issue: Issue) -> None:
@@ -188,6 +192,8 @@ class _Run:
 
     def consume(self, result: ChunkResult) -> None:
         self._chunk_index = result.index
+        if result.file_index != self._file_index:
+            self._file_index, self._file_first_chunk = result.file_index, result.index
         for issue in result.issues:
             self._issue(result, issue)
         skip = self.state.skip_entries if result.index == self.state.next_chunk else 0
@@ -375,6 +381,8 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
             chunk_bytes=config.chunk_bytes,
             max_line_bytes=config.max_line_bytes,
             start_chunk=state.next_chunk,
+            first_file=state.file_index,
+            first_file_chunk=state.file_first_chunk,
         )
         window = 2 * max(config.num_workers, 1) + 2
         try:

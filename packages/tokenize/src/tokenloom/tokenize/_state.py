@@ -51,6 +51,10 @@ class RunState:
     next_chunk: int = 0
     skip_entries: int = 0
     counts: Counts = field(default_factory=Counts)
+    file_index: int = 0
+    """The input file holding ``next_chunk``; earlier files are not read again on resume."""
+    file_first_chunk: int = 0
+    """The number of that file's first chunk."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +64,8 @@ class RunState:
             "next_chunk": self.next_chunk,
             "skip_entries": self.skip_entries,
             "counts": self.counts.to_json(),
+            "file_index": self.file_index,
+            "file_first_chunk": self.file_first_chunk,
         }
 
 
@@ -82,6 +88,8 @@ def read_state(directory: Path) -> RunState | None:
             next_chunk=int(data["next_chunk"]),
             skip_entries=int(data["skip_entries"]),
             counts=Counts.from_json(data["counts"]),
+            file_index=int(data["file_index"]),
+            file_first_chunk=int(data["file_first_chunk"]),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FormatError(
