@@ -180,7 +180,7 @@ def run(quick: bool) -> str:
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
     tokenizer = str(default_tokenizer_path())
-    copies = 4 if quick else 80
+    copies = 4 if quick else 40
     rows: list[tuple[str, Result]] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-tokenize-") as tmp_name:
@@ -293,10 +293,64 @@ def run(quick: bool) -> str:
     return text
 
 
+RSS_OUTPUT = REPO / "docs" / "benchmarks" / "tokenize-rss.md"
+
+
+def rss_scaling(sizes_mb: list[int]) -> str:
+    """Peak RSS of ``tokenloom tokenize --num-workers 2`` for inputs of about ``sizes_mb`` MB each.
+
+    Separate from :func:`run` because the 2 GB point alone takes minutes; its
+    report goes to docs/benchmarks/tokenize-rss.md.
+    """
+    from tokenloom.tokenize import build_stdlib_corpus
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-tokenize-rss-") as tmp_name:
+        tmp = Path(tmp_name)
+        corpus = build_stdlib_corpus(tmp / "corpus")
+        per_copy = corpus.path.stat().st_size / 1e6
+        for size in sizes_mb:
+            copies = max(1, round(size / per_copy))
+            big = tmp / f"in-{size}"
+            _make_inputs(big, corpus.path, copies)
+            timed, _wall, peak, tokens = _tokenloom(big, tmp / f"out-{size}", 2)
+            size_mb = sum(p.stat().st_size for p in big.iterdir()) / 1e6
+            rows.append((size_mb, tokens, timed, peak))
+            print(
+                f"{size_mb:.0f} MB: {tokens / 1e6:.1f} M tokens in {timed:.0f} s, peak RSS {peak:.0f} MiB", flush=True
+            )
+            shutil.rmtree(big)
+            shutil.rmtree(tmp / f"out-{size}")
+    lines = [
+        "## tokenize: peak RSS as the input grows",
+        "",
+        "Command: `uv run python tools/bench/bench_tokenize.py --rss-scaling "
+        + ",".join(map(str, sizes_mb))
+        + "` (one run per size; copies of the stdlib docstring corpus; the process tree's peak RSS "
+        "sampled every 50 ms; 2 workers).",
+        "",
+        "| input MB | tokens | timed s | tokens/s | peak RSS MiB | vs smallest |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size_mb, tokens, timed, peak in rows:
+        lines.append(
+            f"| {size_mb:,.0f} | {tokens / 1e6:,.1f} M | {timed:.0f} | {tokens / timed / 1e6:.2f} M "
+            f"| {peak:.0f} | {peak / rows[0][3]:.2f}x |"
+        )
+    text = "\n".join(lines) + "\n"
+    RSS_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    RSS_OUTPUT.write_text(text)
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small input, a smoke run")
+    parser.add_argument("--rss-scaling", metavar="MB,MB,...", help="only measure peak RSS at these input sizes")
     args = parser.parse_args()
+    if args.rss_scaling:
+        print(rss_scaling([int(x) for x in args.rss_scaling.split(",")]))
+        return 0
     print(run(args.quick))
     return 0
 
