@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import re
 import time
 from collections import deque
@@ -217,7 +218,7 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> Pr
         max_workers=num_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=init_worker,
-        initargs=(threads, tokenizer, serialized),
+        initargs=(threads, tokenizer, serialized, os.getpid()),
     )
 
 
