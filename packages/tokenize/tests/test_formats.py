@@ -150,6 +150,9 @@ def test_other_settings_and_foreign_files_need_overwrite(tmp_path: Path, tiny_to
     summary = tokenize(config(tiny_tokenizer, corpus, out, format="megatron", max_length=16, overwrite=True))
     assert not summary.already_complete
     assert max(len(e) for e in _entries(out)) == 16
+    tokenize(config(tiny_tokenizer, corpus, out, overwrite=True))  # native over megatron
+    tokenize(config(tiny_tokenizer, corpus, out, format="packed", overwrite=True))  # and packed over native
+    assert sorted(p.name for p in out.iterdir()) == ["data.pbin", RECORD_NAME]
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")

@@ -37,6 +37,7 @@ from tokenloom.formats import (
     convert_dataset,
     fsync_dir,
     open_dataset,
+    prepare_output_dir,
     read_manifest,
 )
 from tokenloom.tokenize._config import TokenizeConfig
@@ -166,11 +167,10 @@ def _summary(config: TokenizeConfig, record: dict[str, Any], seconds: float) -> 
 def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Convert the staging dataset into OUT and publish it with ``record``; returns the full record."""
     out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    # unfinished first, then drop what declares OUT complete, then write
+    # OUT holds only files of an unfinished run of ours here, or --overwrite was given. Cleared with
+    # the marker written first (prepare_output_dir's order), so the old record is never trusted again.
+    prepare_output_dir(out, overwrite=True)
     (out / WRITING_MARKER).touch()
-    for name in (RECORD_NAME, MANIFEST_NAME):
-        (out / name).unlink(missing_ok=True)
     fsync_dir(out)
     source = open_dataset(staging, format="native")
     dtype = source.dtype
