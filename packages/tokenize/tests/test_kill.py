@@ -15,16 +15,16 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenloom.tokenize import TokenizeConfig, tokenize
+from tokenloom.tokenize import TokenizeConfig, staging_dir, tokenize
 from tokenloom.tokenize._state import read_state
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and /proc")
 
 SCRIPT = """
-import sys
+import json, sys
 from tokenloom.tokenize import TokenizeConfig, tokenize
 tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=sys.argv[3], num_workers=2,
-                        shard_size_tokens=4000, chunk_lines=40, max_length=64, overlap_size=16))
+                        **json.loads(sys.argv[4])))
 """
 OPTIONS: dict[str, Any] = {"shard_size_tokens": 4000, "chunk_lines": 40, "max_length": 64, "overlap_size": 16}
 
@@ -49,29 +49,35 @@ def _start(args: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
-def _kill_after_shards(args: list[str], out: Path, shards: int, rng: random.Random) -> int:
-    """Start a run, SIGKILL it once at least ``shards`` shards are journaled (plus a random delay)."""
+def _kill_when(args: list[str], ready: Callable[[], bool], rng: random.Random, *, may_finish: bool = False) -> None:
+    """Start a run and SIGKILL it once ``ready()`` (plus a random delay of up to 50 ms)."""
     proc = _start(args)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        state = read_state(out) if out.is_dir() else None
-        if state is not None and len(state.shards) >= shards:
-            break
+    while time.monotonic() < deadline and not ready():
         if proc.poll() is not None:
             pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
         time.sleep(0.005)
     time.sleep(rng.uniform(0, 0.05))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    assert proc.returncode == -signal.SIGKILL
+    assert proc.returncode == -signal.SIGKILL or (may_finish and proc.returncode == 0)
     # the workers notice their parent is gone and exit on their own
     deadline = time.monotonic() + 10
     while _session_pids(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _session_pids(proc.pid) == []
-    state = read_state(out)
-    assert state is not None
-    return len(state.shards)
+
+
+def _journaled(out: Path) -> int:
+    state = read_state(out) if out.is_dir() else None
+    return 0 if state is None else len(state.shards)
+
+
+def _kill_after_shards(args: list[str], out: Path, shards: int, rng: random.Random) -> int:
+    """Start a run, SIGKILL it once at least ``shards`` shards are journaled (plus a random delay)."""
+    _kill_when(args, lambda: _journaled(out) >= shards, rng)
+    assert read_state(out) is not None
+    return _journaled(out)
 
 
 def test_kill_9_at_random_points_then_rerun_is_byte_identical(
@@ -91,7 +97,7 @@ def test_kill_9_at_random_points_then_rerun_is_byte_identical(
     )
     assert expected.shards >= 20
     out = tmp_path / "killed"
-    args = [str(corpus), str(out), str(tiny_tokenizer)]
+    args = [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps(OPTIONS).decode()]
     first = _kill_after_shards(args, out, rng.randint(1, expected.shards // 3), rng)
     assert not (out / "manifest.json").exists()
     second = _kill_after_shards(args, out, rng.randint(first + 1, 2 * expected.shards // 3), rng)
@@ -102,3 +108,36 @@ def test_kill_9_at_random_points_then_rerun_is_byte_identical(
     assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} and {second} shards"
     manifest = orjson.loads((out / "manifest.json").read_bytes())
     assert manifest["num_tokens"] == expected.tokens
+
+
+def test_kill_9_of_a_megatron_run_then_rerun_is_byte_identical(
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    jsonl_dir: Callable[..., Path],
+    make_texts: Callable[..., list[str]],
+    tree_digest: Callable[[Path], dict[str, str]],
+) -> None:
+    """Killed twice while tokenizing into the staging dataset, once around conversion and publishing."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    texts = make_texts(2000, seed=6, max_words=120)
+    corpus = jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in texts[i::2]] for i in range(2)})
+    options = {**OPTIONS, "format": "megatron", "drop_overlap_prefix": True}
+    whole = tmp_path / "whole"
+    expected = tokenize(
+        TokenizeConfig(input_dir=corpus, output_dir=whole, tokenizer=str(tiny_tokenizer), num_workers=0, **options)
+    )
+    out = tmp_path / "killed"
+    staging = staging_dir(out)
+    args = [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps(options).decode()]
+    shards = expected.tokens // OPTIONS["shard_size_tokens"]
+    first = _kill_after_shards(args, staging, rng.randint(1, shards // 3), rng)
+    second = _kill_after_shards(args, staging, rng.randint(first + 1, 2 * shards // 3), rng)
+    assert second > first and not (out / "data.idx").exists(), f"seed {seed}"
+    _kill_when(args, lambda: (staging / "manifest.json").exists() or out.exists(), rng, may_finish=True)
+    final = _start(args)
+    _, stderr = final.communicate(timeout=120)
+    assert final.returncode == 0, stderr.decode()[-2000:]
+    assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} and {second} shards"
+    assert sorted(tree_digest(out)) == ["data.bin", "data.idx", "tokenize.json"]
+    assert not staging.exists()

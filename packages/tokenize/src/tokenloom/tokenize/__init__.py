@@ -12,14 +12,17 @@ Example::
     print(summary.tokens, summary.skipped)
 
 The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir tokens --max-length 2048``.
+``format="megatron" | "flat" | "packed"`` tokenizes into a native staging dataset
+(``OUT.native-staging``, resumable) and converts it into OUT when complete.
 Without ``tokenizer`` the shipped byte-level BPE (trained on the standard
 library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 """
 
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig
+from tokenloom.tokenize._formats import MEGATRON_PREFIX, PACKED_FILE, RECORD_NAME, output_path, staging_dir, tokenize
 from tokenloom.tokenize._inputs import IssueKind, discover_inputs
 from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
-from tokenloom.tokenize._pipeline import TokenizeSummary, tokenize
+from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
 from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
 from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index, index_path
@@ -28,6 +31,9 @@ from tokenloom.tokenize.windowing import Entries, validate_window, window_docume
 
 __all__ = [
     "EOS_TOKEN",
+    "MEGATRON_PREFIX",
+    "PACKED_FILE",
+    "RECORD_NAME",
     "SUPPORTED_FORMATS",
     "CorpusInfo",
     "Entries",
@@ -44,7 +50,9 @@ __all__ = [
     "discover_inputs",
     "fingerprint",
     "index_path",
+    "output_path",
     "pack",
+    "staging_dir",
     "tokenize",
     "train_byte_level_bpe",
     "validate_window",

@@ -8,8 +8,8 @@ import click
 
 from tokenloom.formats import DataError
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
+from tokenloom.tokenize._formats import tokenize as run_tokenize
 from tokenloom.tokenize._pipeline import TokenizeSummary
-from tokenloom.tokenize._pipeline import tokenize as run_tokenize
 from tokenloom.tokenize._progress import progress_bar
 
 __all__ = ["index", "pack", "tokenize"]
@@ -19,7 +19,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     if summary.already_complete:
         head = f"{summary.output_dir} is already complete with these settings; nothing to do."
     else:
-        head = f"wrote {summary.output_dir}"
+        head = f"wrote {summary.output_dir} ({summary.format})"
         if summary.resumed_shards:
             head += f" (resumed after {summary.resumed_shards} completed shards)"
     lines = [
@@ -44,7 +44,9 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
 
 @click.command(
     epilog="Example:\n\n\b\n  tokenloom tokenize --input-dir data/raw --output-dir data/tokens \\\n"
-    "      --tokenizer ./my-tokenizer --max-length 2048 --overlap-size 128 --num-workers 8",
+    "      --tokenizer ./my-tokenizer --max-length 2048 --overlap-size 128 --num-workers 8\n"
+    "  tokenloom tokenize --input-dir data/raw --output-dir data/megatron --format megatron \\\n"
+    "      --max-length 2048   # writes data/megatron/data.bin + data.idx",
 )
 @click.option(
     "--input-dir",
@@ -86,8 +88,20 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     type=click.Choice(SUPPORTED_FORMATS),
     default="native",
     show_default=True,
-    help="Output format.",
+    help="Output format. native: OUT/shard_NNNNN.bin/.idx + manifest.json. megatron: the prefix OUT/data "
+    "(OUT/data.bin + OUT/data.idx). packed: OUT/data.pbin. flat: OUT/shard_NNNNN.npy + manifest.json. "
+    "megatron/packed also get OUT/tokenize.json (tokenizer fingerprint, inputs, settings). Non-native formats "
+    "are tokenized into the native staging dataset OUT.native-staging (resumable), then converted; the staging "
+    "is removed once OUT is published. These formats cannot store overlap prefixes: --overlap-size > 0 is refused "
+    "unless --drop-overlap-prefix.",
 )
+@click.option(
+    "--drop-overlap-prefix",
+    is_flag=True,
+    help="megatron/flat/packed: accept --overlap-size > 0 and drop the overlap-prefix lengths "
+    "(the repeated tokens are then not masked by the loss).",
+)
+@click.option("--keep-staging", is_flag=True, help="megatron/flat/packed: keep OUT.native-staging after publishing.")
 @click.option(
     "--text-field", default="text", show_default=True, help="Field with the text; a dotted path for nested fields."
 )
@@ -120,6 +134,8 @@ def tokenize(
     overlap_size: int,
     num_workers: int,
     format_: str,
+    drop_overlap_prefix: bool,
+    keep_staging: bool,
     text_field: str,
     shard_size_tokens: int,
     on_error: str,
@@ -144,6 +160,8 @@ def tokenize(
             overlap_size=overlap_size,
             num_workers=num_workers,
             format=format_,
+            drop_overlap_prefix=drop_overlap_prefix,
+            keep_staging=keep_staging,
             text_field=text_field,
             shard_size_tokens=shard_size_tokens,
             on_error=OnError(on_error),

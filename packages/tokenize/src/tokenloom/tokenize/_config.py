@@ -13,8 +13,9 @@ from tokenloom.tokenize.windowing import validate_window
 
 __all__ = ["SUPPORTED_FORMATS", "OnError", "TokenizeConfig", "default_num_workers"]
 
-#: Output formats this pipeline writes with shard-level resume.
-SUPPORTED_FORMATS = ("native",)
+#: Output formats tokenize writes. ``native`` directly (shard-level resume); the
+#: others through a native staging dataset that is then converted.
+SUPPORTED_FORMATS = ("native", "megatron", "flat", "packed")
 
 
 class OnError(StrEnum):
@@ -50,7 +51,14 @@ class TokenizeConfig:
     num_workers: int = field(default_factory=default_num_workers)
     """Encoding processes; 0 encodes in this process (for debugging)."""
     format: str = "native"
-    """Output format."""
+    """Output format: native, megatron (OUT/data.bin + .idx), flat (OUT/shard_NNNNN.npy) or packed (OUT/data.pbin)."""
+    drop_overlap_prefix: bool = False
+    """megatron / flat / packed only: drop the overlap-prefix lengths those formats cannot store.
+
+    Without it, ``overlap_size > 0`` with such a format is a ConfigError (the
+    repeated tokens would silently count as fresh training data)."""
+    keep_staging: bool = False
+    """megatron / flat / packed only: keep the native staging dataset (``OUT.native-staging``) after publishing."""
     text_field: str = "text"
     """Field holding the document text; a dotted path (``meta.body``) for nested objects."""
     shard_size_tokens: int = 100_000_000
@@ -79,9 +87,23 @@ class TokenizeConfig:
         validate_window(self.max_length, self.overlap_size)
         if self.format not in SUPPORTED_FORMATS:
             raise ConfigError(
-                f"format {self.format!r} is not written by tokenize yet, expected one of {list(SUPPORTED_FORMATS)}",
+                f"format {self.format!r} is not written by tokenize, expected one of {list(SUPPORTED_FORMATS)}",
                 field="format",
-                hint="Write native, then convert with `tokenloom convert` once your format's writer exists",
+            )
+        if self.format == "native":
+            for name in ("drop_overlap_prefix", "keep_staging"):
+                if getattr(self, name):
+                    raise ConfigError(
+                        f"{name} applies to megatron, flat and packed output, not native",
+                        field=name,
+                        hint=f"Drop --{name.replace('_', '-')}, or choose another --format",
+                    )
+        elif self.overlap_size > 0 and not self.drop_overlap_prefix:
+            raise ConfigError(
+                f"overlap_size is {self.overlap_size}, but format {self.format!r} cannot store overlap prefixes, "
+                "so the repeated tokens would be trained on as fresh data",
+                field="overlap_size",
+                hint="Use --format native, set --overlap-size 0, or pass --drop-overlap-prefix to drop them knowingly",
             )
         for name in ("shard_size_tokens", "max_line_bytes", "chunk_lines", "chunk_bytes"):
             if getattr(self, name) < 1:
@@ -95,7 +117,7 @@ class TokenizeConfig:
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""
-        return {
+        settings: dict[str, Any] = {
             "format": self.format,
             "text_field": self.text_field,
             "max_length": self.max_length,
@@ -105,6 +127,9 @@ class TokenizeConfig:
             "eos_id": self.eos_id,
             "max_line_bytes": self.max_line_bytes,
         }
+        if self.format != "native":  # kept out of native run keys, so earlier native outputs still resume
+            settings["drop_overlap_prefix"] = self.drop_overlap_prefix
+        return settings
 
 
 def _on_error(value: object) -> OnError:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import re
 import time
 from collections import deque
@@ -47,7 +48,7 @@ from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_st
 from tokenloom.tokenize._tokenizer import TokenizerInfo
 from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, describe_tokenizer, encode_chunk, init_worker
 
-__all__ = ["TokenizeSummary", "tokenize"]
+__all__ = ["RunInputs", "TokenizeSummary", "tokenize_native"]
 
 EXAMPLES_PER_KIND = 3
 _SHARD_FILE = re.compile(r"shard_(\d+)\.(bin|idx)")
@@ -71,6 +72,7 @@ class TokenizeSummary:
     dtype: str = ""
     eos_id: int = -1
     vocab_size: int = 0
+    format: str = "native"
 
     @property
     def tokens_per_second(self) -> float:
@@ -217,7 +219,7 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> Pr
         max_workers=num_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=init_worker,
-        initargs=(threads, tokenizer, serialized),
+        initargs=(threads, tokenizer, serialized, os.getpid()),
     )
 
 
@@ -340,12 +342,31 @@ def _summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummar
     )
 
 
-def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
-    """Run (or resume, or confirm) one tokenize job; see the module docstring."""
+@dataclass(frozen=True, slots=True)
+class RunInputs:
+    """What a run reads, resolved once: the tokenizer, its fingerprint and the input files."""
+
+    tokenizer: str
+    tokenizer_fingerprint: str
+    files: list[InputFile]
+
+    @classmethod
+    def resolve(cls, config: TokenizeConfig) -> RunInputs:
+        tokenizer = config.tokenizer or str(_tokenizer.default_tokenizer_path())
+        files = discover_inputs(config.input_dir, hash_contents=config.hash_inputs)
+        return cls(tokenizer, _tokenizer.fingerprint(tokenizer), files)
+
+    def run_key(self, config: TokenizeConfig) -> dict[str, Any]:
+        return _run_key(config, self.tokenizer_fingerprint, self.files)
+
+
+def tokenize_native(
+    config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
+) -> TokenizeSummary:
+    """Run (or resume, or confirm) one tokenize job into a native dataset; see the module docstring."""
     started = time.perf_counter()
-    tokenizer = config.tokenizer or str(_tokenizer.default_tokenizer_path())
-    files = discover_inputs(config.input_dir, hash_contents=config.hash_inputs)
-    run_key = _run_key(config, _tokenizer.fingerprint(tokenizer), files)
+    tokenizer, files = inputs.tokenizer, inputs.files
+    run_key = inputs.run_key(config)
     prepared = _prepare(config, run_key)
     out = config.output_dir
     if isinstance(prepared, Manifest):

@@ -154,18 +154,22 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     )
 
 
-def init_worker(rayon_threads: int, tokenizer: str | None = None, serialized: str | None = None) -> None:
+def init_worker(
+    rayon_threads: int, tokenizer: str | None = None, serialized: str | None = None, parent_pid: int | None = None
+) -> None:
     """Worker initializer: size the tokenizer's thread pool; exit if the parent dies.
 
     Runs before any tokenizer is loaded in this process, so the environment
     variables take effect. A parent killed with SIGKILL cannot stop its workers;
     the watchdog makes them exit within a second instead of lingering.
+    ``parent_pid`` is the pool owner's pid: a worker that starts only after its
+    parent died (already re-parented) must not mistake its new parent for it.
     """
     os.environ["RAYON_NUM_THREADS"] = str(rayon_threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if rayon_threads > 1 else "false"
     if tokenizer is not None:
         _tokenizer.register_serialized(tokenizer, serialized)
-    parent = os.getppid()
+    parent = os.getppid() if parent_pid is None else parent_pid
 
     def watch() -> None:
         while True:

@@ -1,0 +1,247 @@
+"""megatron / flat / packed output: tokenize into a native staging dataset, then convert and publish.
+
+    OUT.native-staging/   the native run, resumable shard by shard exactly as for --format native
+        -> convert_dataset (tokenloom.formats) -> OUT/   megatron: data.bin + data.idx
+                                                        packed:   data.pbin
+                                                        flat:     shard_NNNNN.npy, document_lengths.i64, manifest.json
+        -> the run record, written last (flat: manifest metadata "tokenize"; megatron, packed: OUT/tokenize.json)
+        -> the staging directory is removed (unless keep_staging)
+
+While the conversion runs, OUT holds ``.tokenloom-writing``, so readers refuse
+it. A rerun looks at OUT first: a complete output with the same run key is
+done (a leftover staging directory is removed); otherwise the staging run
+resumes (or confirms itself complete) and the conversion is redone from the
+start. Conversion is deterministic, so a kill at any moment followed by a rerun
+gives the same bytes as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tokenloom.formats import (
+    MANIFEST_NAME,
+    WRITING_MARKER,
+    ConfigError,
+    DataError,
+    ResumeMismatchError,
+    atomic_write_bytes,
+    convert_dataset,
+    fsync_dir,
+    open_dataset,
+    prepare_output_dir,
+    read_manifest,
+)
+from tokenloom.tokenize._config import TokenizeConfig
+from tokenloom.tokenize._pipeline import ProgressCallback, RunInputs, TokenizeSummary, tokenize_native
+
+__all__ = [
+    "MEGATRON_PREFIX",
+    "PACKED_FILE",
+    "RECORD_NAME",
+    "STAGING_SUFFIX",
+    "output_path",
+    "staging_dir",
+    "tokenize",
+]
+
+#: ``OUT/data`` is the Megatron prefix: ``OUT/data.bin`` + ``OUT/data.idx``.
+MEGATRON_PREFIX = "data"
+#: The packed output file inside OUT.
+PACKED_FILE = "data.pbin"
+#: The run record beside megatron and packed output (formats without a manifest).
+RECORD_NAME = "tokenize.json"
+#: The native staging dataset is a sibling of OUT with this suffix.
+STAGING_SUFFIX = ".native-staging"
+
+_OURS = {
+    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx)"),
+    "packed": re.compile(re.escape(PACKED_FILE)),
+    "flat": re.compile(r"shard_\d+\.npy|document_lengths\.i64|" + re.escape(MANIFEST_NAME)),
+}
+
+
+def staging_dir(output_dir: Path) -> Path:
+    """Where the native staging dataset of ``output_dir`` lives: the sibling ``OUT.native-staging``."""
+    out = Path(output_dir).absolute()
+    return out.with_name(out.name + STAGING_SUFFIX)
+
+
+def output_path(config: TokenizeConfig) -> Path:
+    """What ``open_dataset`` should be given for the final output (OUT itself works too)."""
+    if config.format == "megatron":
+        return config.output_dir / MEGATRON_PREFIX
+    if config.format == "packed":
+        return config.output_dir / PACKED_FILE
+    return config.output_dir
+
+
+def _ours(config: TokenizeConfig, name: str) -> bool:
+    base = name.removesuffix(".tmp")
+    return name == WRITING_MARKER or base == RECORD_NAME or _OURS[config.format].fullmatch(base) is not None
+
+
+def _read_record(config: TokenizeConfig) -> dict[str, Any] | None:
+    """The run record of a complete output in OUT, or None if OUT holds no complete output of this format."""
+    out = config.output_dir
+    if not out.is_dir() or (out / WRITING_MARKER).exists():
+        return None
+    if config.format == "flat":
+        if not (out / MANIFEST_NAME).is_file():
+            return None
+        manifest = read_manifest(out)
+        return manifest.metadata.get("tokenize") if manifest.format == "flat" else None
+    path = out / RECORD_NAME
+    if not path.is_file():
+        return None
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{RECORD_NAME} is not valid JSON: {exc}", path=path, hint="Pass --overwrite") from None
+
+
+def _check_output(config: TokenizeConfig, run_key: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of OUT if it is complete with this run key; raises if OUT holds something else."""
+    out = config.output_dir
+    if out.exists() and not out.is_dir():
+        raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
+    if config.overwrite or not out.exists():
+        return None
+    record = _read_record(config)
+    if record is not None:
+        if {key: record.get(key) for key in run_key} == run_key:
+            return record
+        raise ResumeMismatchError(
+            "the output directory holds a dataset written with other settings, tokenizer or inputs",
+            path=out,
+            hint="Pass --overwrite to replace it, or choose another --output-dir",
+        )
+    foreign = sorted(p.name for p in out.iterdir() if not _ours(config, p.name))
+    if foreign:
+        raise ConfigError(
+            f"the output directory is not empty ({foreign[0]!r}) and holds no {config.format} tokenize output",
+            path=out,
+            field="output_dir",
+            hint="Pass --overwrite to replace its files, or choose an empty --output-dir",
+        )
+    return None
+
+
+def _remove_staging(staging: Path) -> None:
+    if staging.is_dir():
+        shutil.rmtree(staging)
+        fsync_dir(staging.parent)
+
+
+def _output_files(config: TokenizeConfig) -> int:
+    if config.format == "flat":
+        return len(read_manifest(config.output_dir).metadata["flat"]["shard_entries"])
+    return 1
+
+
+def _summary(config: TokenizeConfig, record: dict[str, Any], seconds: float) -> TokenizeSummary:
+    return TokenizeSummary(
+        output_dir=config.output_dir,
+        documents=int(record.get("documents", 0)),
+        entries=int(record.get("num_entries", 0)),
+        tokens=int(record.get("num_tokens", 0)),
+        input_bytes=int(record.get("input_bytes", 0)),
+        shards=_output_files(config),
+        seconds=seconds,
+        skipped=dict(record.get("skipped", {})),
+        dtype=str(record.get("dtype", "")),
+        eos_id=int(record.get("eos_id", -1)),
+        vocab_size=int(record.get("vocab_size", 0)),
+        format=config.format,
+    )
+
+
+def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Convert the staging dataset into OUT and publish it with ``record``; returns the full record."""
+    out = config.output_dir
+    # OUT holds only files of an unfinished run of ours here, or --overwrite was given. Cleared with
+    # the marker written first (prepare_output_dir's order), so the old record is never trusted again.
+    prepare_output_dir(out, overwrite=True)
+    (out / WRITING_MARKER).touch()
+    fsync_dir(out)
+    source = open_dataset(staging, format="native")
+    dtype = source.dtype
+    if config.format == "megatron" and dtype.name == "uint32":
+        dtype = "int32"  # Megatron has no uint32 code; every id < vocab size < 2**31
+    options: dict[str, Any] = {"overwrite": True}
+    if config.format == "flat":
+        options["shard_size_tokens"] = config.shard_size_tokens
+    record = {
+        **record,
+        "dtype": str(getattr(dtype, "name", dtype)),
+        "eos_id": source.eos_id,
+        "vocab_size": source.vocab_size,
+        "num_tokens": source.num_tokens,
+        "num_entries": len(source),
+    }
+    if config.format == "flat":
+        options["metadata"] = {"tokenize": record}
+    target = output_path(config)
+    convert_dataset(
+        source,
+        target,
+        to=config.format,
+        dtype=dtype,
+        drop_overlap_prefix=config.drop_overlap_prefix,
+        writer_options=options,
+    )
+    if config.format == "flat":
+        return record  # the flat writer published its manifest (and removed the marker) itself
+    atomic_write_bytes(out / RECORD_NAME, orjson.dumps(record, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    (out / WRITING_MARKER).unlink()
+    fsync_dir(out)
+    return record
+
+
+def tokenize_via_staging(
+    config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
+) -> TokenizeSummary:
+    """Run (or resume, or confirm) a megatron / flat / packed tokenize job; see the module docstring."""
+    started = time.perf_counter()
+    run_key = inputs.run_key(config)
+    staging = staging_dir(config.output_dir)
+    done = _check_output(config, run_key)
+    if done is not None:
+        if not config.keep_staging:
+            _remove_staging(staging)
+        summary = _summary(config, done, time.perf_counter() - started)
+        summary.already_complete = True
+        return summary
+    staging_config = dataclasses.replace(
+        config, format="native", output_dir=staging, drop_overlap_prefix=False, keep_staging=False
+    )
+    try:
+        native = tokenize_native(staging_config, inputs, on_progress=on_progress)
+    except DataError:
+        with contextlib.suppress(OSError):
+            staging.rmdir()  # emptied by the native run's discard: publish nothing
+        raise
+    staged = read_manifest(staging).metadata["tokenize"]
+    record = _convert(config, staging, {**staged, **run_key})
+    if not config.keep_staging:
+        _remove_staging(staging)
+    summary = _summary(config, record, time.perf_counter() - started)
+    summary.examples = native.examples
+    summary.resumed_shards = native.resumed_shards
+    return summary
+
+
+def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
+    """Run (or resume, or confirm) one tokenize job, in any supported format."""
+    inputs = RunInputs.resolve(config)
+    if config.format == "native":
+        return tokenize_native(config, inputs, on_progress=on_progress)
+    return tokenize_via_staging(config, inputs, on_progress=on_progress)
