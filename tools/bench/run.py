@@ -8,7 +8,9 @@ Each ``tools/bench/bench_<name>.py`` exposes ``run(quick: bool) -> str`` that
 returns its markdown section (tables with medians of >= 3 runs and ratios to the
 raw baseline and the best peer) and writes ``docs/benchmarks/<name>.md``. This
 script runs them in a fixed order and joins the sections under one header that
-records the machine and the command.
+records the machine and the command. The tokenize peak-RSS scaling to 2 GB takes
+minutes, so it runs on its own (``bench_tokenize.py --rss-scaling 100,500,2000``)
+and its last report is appended here.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ def main() -> int:
         "(measured in the same run) rather than absolute numbers.",
         "",
     ]
+    separate = REPO / "docs" / "benchmarks" / "tokenize-rss.md"
+    if not args.quick and separate.exists():
+        sections.append("# Measured separately (minutes long, so outside this run)\n\n" + separate.read_text().strip())
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
