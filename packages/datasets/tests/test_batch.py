@@ -1,9 +1,10 @@
-"""SampleBatch / collate: one storage per batch, default_collate keeps it, rows stay correct."""
+"""SampleBatch / collate: one storage per batch, compact windows from workers, rows correct."""
 
 import pickle
 from typing import cast
 
 import numpy as np
+import pytest
 import torch
 from torch.utils.data import DataLoader, default_collate
 
@@ -65,3 +66,61 @@ def test_workers_send_one_storage_per_batch_through_both_collates(native):
         assert all(len(storages(b)) == 1 for b in batches)
         got = torch.cat([b["input_ids"] for b in batches])
         assert torch.equal(got, torch.stack([ds[i]["input_ids"] for i in range(len(ds))]))
+
+
+def _edit_labels_in_worker(batch):
+    out = collate(batch)
+    out["labels"][:, 0] = -100  # in place, after collation, inside the worker
+    return out
+
+
+def _add_key_in_worker(batch):
+    out = collate(batch)
+    out["attention_mask"] = torch.ones_like(out["input_ids"])
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "int32", "uint32"])
+def test_plain_batches_cross_as_storage_dtype_windows_and_arrive_as_int64(native, dtype):
+    docs = [list(np.arange(1, 60) % 50 + 1) for _ in range(10)]
+    ds = MemoryMappedDataset(native(docs, eos_id=None, dtype=dtype), seq_len=15)
+    batch = ds.__getitems__([3, 0, 5])
+    assert batch.windows is not None and batch.windows.dtype == np.dtype(dtype)
+    assert len(pickle.dumps(batch)) < batch.windows.nbytes + 300  # the compact windows, not the int64 tensors
+    clone = pickle.loads(pickle.dumps(batch))
+    for key in ("input_ids", "labels"):
+        assert torch.equal(clone.batched[key], batch.batched[key])
+    expected = torch.stack([ds[i]["input_ids"] for i in range(len(ds))])
+    expected_labels = torch.stack([ds[i]["labels"] for i in range(len(ds))])
+    for collate_fn in (None, collate):
+        batches = list(DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate_fn))
+        for b in batches:
+            assert type(b) is dict and set(b) == {"input_ids", "labels"}
+            assert all(v.dtype == torch.int64 and v.is_contiguous() for v in b.values())
+        assert torch.equal(torch.cat([b["input_ids"] for b in batches]), expected)
+        assert torch.equal(torch.cat([b["labels"] for b in batches]), expected_labels)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_editing_labels_in_place_leaves_input_ids_alone(native, num_workers):
+    ds = MemoryMappedDataset(native([list(range(1, 60))], eos_id=None), seq_len=4)
+    for collate_fn in (None, collate):
+        loader = DataLoader(ds, batch_size=3, num_workers=num_workers, collate_fn=collate_fn)
+        for b in loader:
+            before = b["input_ids"].clone()
+            b["labels"].fill_(-100)
+            b["labels"][:, 1:] = 7
+            assert torch.equal(b["input_ids"], before)
+    row = ds.__getitems__([0, 1])[0]
+    before = row["input_ids"].clone()
+    row["labels"].fill_(-100)
+    assert torch.equal(row["input_ids"], before)
+
+
+def test_a_batch_changed_in_the_worker_arrives_changed(native):
+    ds = MemoryMappedDataset(native([list(range(1, 60))], eos_id=None), seq_len=4)
+    edited = list(DataLoader(ds, batch_size=3, num_workers=1, collate_fn=_edit_labels_in_worker))
+    assert all((b["labels"][:, 0] == -100).all() and (b["labels"][:, 1:] != -100).all() for b in edited)
+    added = list(DataLoader(ds, batch_size=3, num_workers=1, collate_fn=_add_key_in_worker))
+    assert all(set(b) == {"input_ids", "labels", "attention_mask"} for b in added)
+    assert torch.equal(added[0]["input_ids"], ds.__getitems__([0, 1, 2]).batched["input_ids"])

@@ -11,18 +11,38 @@ a worker) and return a :class:`SampleBatch`: a sequence of per-sample dicts (so
 :func:`collate` returns those tensors as they are; ``default_collate`` does the
 same through the type registry torch documents for extending it, so both paths
 send one storage per batch instead of one per key.
+
+Plain windows go further (see :class:`WindowBatch`): a worker sends the batch's
+``(B, L + 1)`` tokens in their storage dtype (uint16 for most vocabularies) inside
+the pickle itself, and the main process widens them to the int64 ``input_ids`` and
+``labels`` while unpickling. A shared-memory storage costs, per batch, a new
+shared-memory file in the worker and a socket connection with an authentication
+handshake to the worker's resource-sharer thread in the main process (that is
+how torch passes the file descriptor); 33 kB of uint16 through the result pipe
+cost less than that handshake alone. The training loop still receives a plain
+dict of contiguous int64 tensors, and ``labels`` never shares memory with
+``input_ids`` (editing labels in place cannot change the inputs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-__all__ = ["SampleBatch", "SampleRow", "batch_tensors", "collate", "empty_batch", "stack_samples"]
+__all__ = [
+    "SampleBatch",
+    "SampleRow",
+    "WindowBatch",
+    "batch_tensors",
+    "collate",
+    "empty_batch",
+    "stack_samples",
+    "windows_to_sample",
+]
 
 _ALIGN = 64  # bytes; every key starts on a cache line of the shared storage
 
@@ -37,13 +57,34 @@ class SampleRow(dict):
 
 
 class SampleBatch(Sequence[SampleRow]):
-    """Per-sample dicts (built on demand, as row views) plus ``batched``: the same data as ``(B, ...)`` tensors."""
+    """Per-sample dicts (built on demand, as row views) plus ``batched``: the same data as ``(B, ...)`` tensors.
 
-    __slots__ = ("_size", "batched")
+    Built either from the batched tensors or, for plain windows, from the ``(B, L + 1)``
+    token windows in their storage dtype (``SampleBatch.from_windows``): then ``batched``
+    is made on first use and the batch pickles as the compact windows.
+    """
+
+    __slots__ = ("_batched", "_size", "windows")
 
     def __init__(self, batched: Mapping[str, torch.Tensor]) -> None:
-        self.batched = dict(batched)
-        self._size = len(next(iter(self.batched.values()))) if self.batched else 0
+        self._batched: dict[str, torch.Tensor] | None = dict(batched)
+        self.windows: np.ndarray | None = None
+        self._size = len(next(iter(batched.values()))) if batched else 0
+
+    @classmethod
+    def from_windows(cls, windows: np.ndarray) -> SampleBatch:
+        """Plain language-model samples of ``(B, L + 1)`` windows (input_ids = [:, :-1], labels = [:, 1:])."""
+        batch = cls.__new__(cls)
+        batch._batched = None
+        batch.windows = windows
+        batch._size = len(windows)
+        return batch
+
+    @property
+    def batched(self) -> dict[str, torch.Tensor]:
+        if self._batched is None:
+            self._batched = windows_to_sample(cast(np.ndarray, self.windows))
+        return self._batched
 
     def __len__(self) -> int:
         return self._size
@@ -62,8 +103,61 @@ class SampleBatch(Sequence[SampleRow]):
     def __iter__(self) -> Iterator[SampleRow]:
         return (self[i] for i in range(self._size))
 
+    def collated(self) -> dict[str, torch.Tensor]:
+        """What both collates return: ``batched``; in a DataLoader worker a :class:`WindowBatch` when it can be."""
+        if self.windows is not None and get_worker_info() is not None:
+            return WindowBatch(self.windows, self.batched)
+        return self.batched
+
     def __reduce__(self) -> Any:
+        if self.windows is not None:
+            return (SampleBatch.from_windows, (self.windows,))
         return (SampleBatch, (self.batched,))
+
+
+def windows_to_sample(windows: np.ndarray) -> dict[str, torch.Tensor]:
+    """``input_ids`` / ``labels`` as contiguous int64 ``(B, L)`` tensors from ``(B, L + 1)`` windows of any int dtype.
+
+    Both are views of one new buffer, at disjoint places: labels never alias input_ids.
+    """
+    rows, width = windows.shape
+    out = np.empty((2, rows, width - 1), dtype=np.int64)
+    np.copyto(out[0], windows[:, :-1], casting="safe")
+    np.copyto(out[1], windows[:, 1:], casting="safe")
+    both = torch.from_numpy(out)
+    return {"input_ids": both[0], "labels": both[1]}
+
+
+class WindowBatch(dict):
+    """A collated plain-window batch inside a DataLoader worker: an ordinary dict of the int64 tensors.
+
+    Pickled (to go to the main process) it is the compact windows, rebuilt there into a
+    plain ``dict`` by :func:`windows_to_sample`, unless the dict was changed after collation
+    (a key replaced, added or removed, or a tensor modified in place, which torch's version
+    counter records): then the tensors themselves are sent, as for any dict. Writes through
+    ``tensor.numpy()`` bypass that counter; a collate that edits the batch that way should
+    build a new dict.
+    """
+
+    __slots__ = ("_versions", "windows")
+
+    def __init__(self, windows: np.ndarray, tensors: Mapping[str, torch.Tensor]) -> None:
+        super().__init__(tensors)
+        self.windows = windows
+        self._versions = {key: (id(value), value._version) for key, value in tensors.items()}
+
+    def _unchanged(self) -> bool:
+        if self.keys() != self._versions.keys():
+            return False
+        return all(
+            isinstance(value, torch.Tensor) and (id(value), value._version) == self._versions[key]
+            for key, value in self.items()
+        )
+
+    def __reduce__(self) -> Any:
+        if self._unchanged():
+            return (windows_to_sample, (self.windows,))
+        return (dict, (dict(self),))
 
 
 def empty_batch(layout: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, torch.Tensor]:
@@ -127,13 +221,13 @@ def stack_samples(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tenso
 def collate(batch: Sequence[Any]) -> Any:
     """``default_collate``, except that a :class:`SampleBatch` is returned as its batched tensors."""
     if isinstance(batch, SampleBatch):
-        return batch.batched
+        return batch.collated()
     return default_collate(list(batch))
 
 
 def _collate_rows(batch: Sequence[SampleRow], *, collate_fn_map: dict[Any, Callable[..., Any]] | None = None) -> Any:
     if isinstance(batch, SampleBatch):
-        return batch.batched
+        return batch.collated()
     from torch.utils.data._utils.collate import collate as torch_collate
 
     return {key: torch_collate([row[key] for row in batch], collate_fn_map=collate_fn_map) for key in batch[0]}

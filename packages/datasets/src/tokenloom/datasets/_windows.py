@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch, batch_tensors, empty_batch
+from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._sample import Packing, as_packing, build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
@@ -110,6 +110,9 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
                 hint="Use a smaller seq_len, or cross_shard=True to join shards",
             )
         self.samples_per_shard = counts
+        # plain batches are gathered in the storage dtype (uint16, int32, ...) and widened to int64 late
+        window_dtype = np.result_type(*[shard.dtype for shard in dataset.shards])
+        self._window_dtype = window_dtype if np.can_cast(window_dtype, np.int64, "safe") else np.dtype(np.int64)
         self._sample_starts = [0, *np.cumsum(counts).tolist()]
         self._sample_starts_np = np.asarray(self._sample_starts, dtype=np.int64)
         self._shard_token_starts = np.concatenate([[0], np.cumsum(dataset.shard_num_tokens)]).astype(np.int64)
@@ -206,14 +209,12 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         shard = np.searchsorted(self._sample_starts_np, index, side="right") - 1
         begins = self._shard_token_starts[shard] + (index - self._sample_starts_np[shard]) * self.stride
         if self.packing is Packing.NONE and len(self._overlap_begins) == 0:
-            # the hot path: memory map -> the batch's one (shared) storage, one copy per token
-            out = empty_batch({key: ((len(index), self.seq_len), torch.int64) for key in ("input_ids", "labels")})
-            input_ids, labels = out["input_ids"].numpy(), out["labels"].numpy()
+            # the hot path: memory map -> one (B, L + 1) array in the storage dtype, one copy per token;
+            # widened to int64 where the batch is used (in the main process, when it comes from a worker)
+            windows = np.empty((len(index), self.seq_len + 1), dtype=self._window_dtype)
             for row, begin in enumerate(begins.tolist()):
-                window = self._window(begin)
-                input_ids[row] = window[:-1]
-                labels[row] = window[1:]
-            return SampleBatch(out)
+                windows[row] = self._window(begin)
+            return SampleBatch.from_windows(windows)
         windows = np.empty((len(index), self.seq_len + 1), dtype=np.int64)
         for row, begin in enumerate(begins.tolist()):
             windows[row] = self._window(begin)
