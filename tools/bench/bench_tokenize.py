@@ -180,7 +180,7 @@ def run(quick: bool) -> str:
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
     tokenizer = str(default_tokenizer_path())
-    copies = 4 if quick else 40
+    copies = 4 if quick else 80
     rows: list[tuple[str, Result]] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-tokenize-") as tmp_name:
