@@ -59,12 +59,52 @@ def load(name: str):
     return module
 
 
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def sync_readmes(names: list[str]) -> list[Path]:
+    """Quote each package's last full report (docs/benchmarks/<name>.md) in its README, between markers.
+
+    So the READMEs never carry hand-typed figures: they hold what the last full run wrote.
+    """
+    changed = []
+    for name in names:
+        report = REPO / "docs" / "benchmarks" / f"{name}.md"
+        readme = REPO / "packages" / name / "README.md"
+        if not report.exists() or not readme.exists():
+            continue
+        text = readme.read_text()
+        if START not in text or END not in text:
+            continue
+        body = report.read_text().strip()
+        body = "\n".join("#" + line if line.startswith("#") else line for line in body.splitlines())
+        quote = (
+            f"{START}\n_Quoted by `tools/bench/run.py` from "
+            f"[docs/benchmarks/{name}.md](../../docs/benchmarks/{name}.md) (the last full run; "
+            f"all packages: [docs/benchmarks.md](../../docs/benchmarks.md))._\n\n{body}\n{END}"
+        )
+        head, rest = text.split(START, 1)
+        tail = rest.split(END, 1)[1]
+        updated = head + quote + tail
+        if updated != text:
+            readme.write_text(updated)
+            changed.append(readme)
+    return changed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--only", default="", help="comma-separated subset of " + ",".join(ORDER))
     parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
+    parser.add_argument(
+        "--sync-readmes", action="store_true", help="only re-quote docs/benchmarks/<pkg>.md in the package READMEs"
+    )
     args = parser.parse_args()
+    if args.sync_readmes:
+        for path in sync_readmes(ORDER):
+            print(f"updated {path}")
+        return 0
     names = [n for n in ORDER if (HERE / f"bench_{n}.py").exists()]
     if args.only:
         wanted = args.only.split(",")
@@ -96,6 +136,9 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
     print(f"wrote {out}")
+    if not args.quick:
+        for path in sync_readmes(names):
+            print(f"updated {path}")
     return 0
 
 
