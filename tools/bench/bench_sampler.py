@@ -96,9 +96,9 @@ print(json.dumps({"seconds": seconds, "peak_mb": max(0.0, peak_mb() - before)}))
 """
 
 
-def _measure(kind: str, n: int, count: int = 0) -> dict[str, float]:
+def _measure(kind: str, n: int, count: int = 0, runs_wanted: int = RUNS) -> dict[str, float]:
     runs = []
-    for _ in range(RUNS):
+    for _ in range(runs_wanted):
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, kind, str(n), str(count)],
@@ -120,29 +120,42 @@ def _n(value: int) -> str:
 def run(quick: bool) -> str:
     """Run the benchmark; return it as markdown (the full run is what docs/ quotes)."""
     small, large = (10**6, 10**8) if quick else (10**8, 10**10)
+    repeats = 1 if quick else RUNS  # each measurement is a fresh process importing torch
     iterate = 2 * 10**6 if quick else 3 * 10**7
     per_sample = 10**5 if quick else 2 * 10**6
     first = [
-        ("ResumableDistributedSampler (feistel)", small, _measure("first-feistel", small)),
-        ("ResumableDistributedSampler (feistel)", large, _measure("first-feistel", large)),
-        ('ResumableDistributedSampler (order="torch")', small, _measure("first-torch-order", small)),
-        ("torch DistributedSampler (randperm)", small, _measure("first-distributed-sampler", small)),
+        ("ResumableDistributedSampler (feistel)", small, _measure("first-feistel", small, runs_wanted=repeats)),
+        ("ResumableDistributedSampler (feistel)", large, _measure("first-feistel", large, runs_wanted=repeats)),
+        (
+            'ResumableDistributedSampler (order="torch")',
+            small,
+            _measure("first-torch-order", small, runs_wanted=repeats),
+        ),
+        (
+            "torch DistributedSampler (randperm)",
+            small,
+            _measure("first-distributed-sampler", small, runs_wanted=repeats),
+        ),
     ]
     speed = [
-        (f"iter_chunks(65536), N = {_n(large)}", iterate, _measure("chunks", large, iterate)),
-        (f"iter_chunks(65536), N = {_n(small)}", iterate, _measure("chunks", small, iterate)),
-        (f"per sample (Python ints), N = {_n(large)}", per_sample, _measure("samples", large, per_sample)),
+        (f"iter_chunks(65536), N = {_n(large)}", iterate, _measure("chunks", large, iterate, runs_wanted=repeats)),
+        (f"iter_chunks(65536), N = {_n(small)}", iterate, _measure("chunks", small, iterate, runs_wanted=repeats)),
+        (
+            f"per sample (Python ints), N = {_n(large)}",
+            per_sample,
+            _measure("samples", large, per_sample, runs_wanted=repeats),
+        ),
         (
             f"torch DistributedSampler per sample (after its randperm), N = {_n(small)}",
             per_sample,
-            _measure("torch-samples", small, per_sample),
+            _measure("torch-samples", small, per_sample, runs_wanted=repeats),
         ),
     ]
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
     lines = [
         "## tokenloom-sampler" + (" (quick smoke run: small N, not the published figures)" if quick else ""),
         "",
-        f"Machine: {machine}; shared with other work. Medians of {RUNS} runs, each in a fresh process.",
+        f"Machine: {machine}; shared with other work. Medians of {repeats} run(s), each in a fresh process.",
         f"Command: `uv run python tools/bench/bench_sampler.py{' --quick' if quick else ''}`; "
         "every row is rank 3 of 8 replicas.",
         "",
