@@ -49,3 +49,58 @@ def test_training_is_deterministic_and_validated(tmp_path: Path) -> None:
     assert (a / "tokenizer.json").read_bytes() == (b / "tokenizer.json").read_bytes()
     with pytest.raises(ConfigError, match="vocab_size"):
         train_byte_level_bpe(texts, tmp_path / "c", vocab_size=100)
+
+
+# -- the transformers-free description ------------------------------------------------------
+
+_TEXTS = [
+    "def f(x):\n    return x  # tabs\tand  spaces",
+    "Ünïcödé, emoji 🙂 and <|endoftext|> inside text",
+    "",
+    "   leading spaces",
+]
+
+
+def _same_as_transformers(directory) -> None:
+    from tokenloom.tokenize._tokenizer import BackendTokenizer, LoadedTokenizer, describe, describe_plain
+
+    plain = describe_plain(str(directory))
+    assert plain is not None
+    info, serialized = describe(str(directory))
+    assert plain[0] == info
+    assert BackendTokenizer(plain[1]).encode_batch(_TEXTS) == LoadedTokenizer(str(directory)).encode_batch(_TEXTS)
+    assert BackendTokenizer(plain[1]).encode_batch(_TEXTS) == BackendTokenizer(serialized or "").encode_batch(_TEXTS)
+
+
+def test_plain_description_matches_transformers_for_the_shipped_tokenizer() -> None:
+    from tokenloom.tokenize import default_tokenizer_path
+
+    _same_as_transformers(default_tokenizer_path())
+
+
+def test_plain_description_matches_transformers_for_a_trained_tokenizer(tmp_path) -> None:
+    from tokenloom.tokenize import train_byte_level_bpe
+
+    texts = ["the quick brown fox jumps over the lazy dog " * 3, "pack my box with five dozen liquor jugs"] * 50
+    _same_as_transformers(train_byte_level_bpe(texts, tmp_path / "tok", vocab_size=400, min_frequency=1))
+
+
+def test_plain_description_declines_what_transformers_would_change(tmp_path) -> None:
+    import json
+    import shutil
+
+    from tokenloom.tokenize import default_tokenizer_path
+    from tokenloom.tokenize._tokenizer import describe_plain
+
+    def variant(name: str, change) -> str:
+        target = tmp_path / name
+        shutil.copytree(default_tokenizer_path(), target)
+        config = json.loads((target / "tokenizer_config.json").read_text())
+        change(config)
+        (target / "tokenizer_config.json").write_text(json.dumps(config))
+        return str(target)
+
+    assert describe_plain(variant("llama", lambda c: c.update(tokenizer_class="LlamaTokenizerFast"))) is None
+    assert describe_plain(variant("prefix", lambda c: c.update(add_prefix_space=True))) is None
+    assert describe_plain(variant("new-eos", lambda c: c.update(eos_token="<|not-in-vocab|>"))) is None
+    assert describe_plain(str(tmp_path / "missing")) is None

@@ -248,6 +248,9 @@ def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
     """EOS id, vocab size and serialized backend, from a short-lived child (or this process)."""
     if in_process:
         return _tokenizer.local_info(name), None
+    plain = _tokenizer.describe_plain(name)  # no transformers import when that is exact
+    if plain is not None:
+        return plain
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
         return child.submit(describe_tokenizer, name).result()
 

@@ -31,6 +31,7 @@ __all__ = [
     "TokenizerInfo",
     "default_tokenizer_path",
     "describe",
+    "describe_plain",
     "fingerprint",
     "load",
     "local_info",
@@ -199,6 +200,84 @@ def describe(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
     """Load through AutoTokenizer (in a short-lived worker): plain facts and the serialized backend."""
     tokenizer = LoadedTokenizer(name_or_path, hide_torch=True)
     return tokenizer.info(), tokenizer.backend_json()
+
+
+# tokenizer_config.json keys that PreTrainedTokenizerFast does not turn into changes
+# of the Rust backend's encoding (special-token names, lengths, padding sides, ...).
+_PLAIN_CONFIG_KEYS = frozenset(
+    {
+        "tokenizer_class",
+        "model_max_length",
+        "clean_up_tokenization_spaces",
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
+        "sep_token",
+        "cls_token",
+        "mask_token",
+        "additional_special_tokens",
+        "extra_special_tokens",
+        "added_tokens_decoder",
+        "model_input_names",
+        "padding_side",
+        "truncation_side",
+    }
+)
+
+
+def _token_name(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:
+    """The same facts as :func:`describe` without importing transformers, where that is exact.
+
+    Why: importing transformers costs about a second per run. For a local directory
+    whose ``tokenizer_config.json`` names the generic ``PreTrainedTokenizerFast`` and
+    holds only keys that do not change encoding, AutoTokenizer uses ``tokenizer.json``
+    as it is, so reading it with ``tokenizers`` gives the same ids. Anything else
+    (another tokenizer class, an EOS token missing from the vocabulary, tokens the
+    config would add) returns None and goes through transformers.
+    """
+    import json
+
+    root = Path(name_or_path)
+    config_path, backend_path = root / "tokenizer_config.json", root / "tokenizer.json"
+    if not (root.is_dir() and config_path.is_file() and backend_path.is_file()):
+        return None
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        special = root / "special_tokens_map.json"
+        special_map = json.loads(special.read_text(encoding="utf-8")) if special.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or not isinstance(special_map, dict):
+        return None
+    if config.get("tokenizer_class") != "PreTrainedTokenizerFast" or set(config) - _PLAIN_CONFIG_KEYS:
+        return None
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_file(str(backend_path))
+    added = config.get("added_tokens_decoder", {})
+    if not isinstance(added, dict) or any(
+        backend.token_to_id(_token_name(token) or "") != int(index) for index, token in added.items()
+    ):
+        return None  # transformers would add or move tokens
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"):
+        name = _token_name(config.get(key, special_map.get(key)))
+        if name is not None and backend.token_to_id(name) is None:
+            return None  # transformers would add it to the vocabulary
+    eos_token = _token_name(config.get("eos_token", special_map.get("eos_token")))
+    eos_id = backend.token_to_id(eos_token) if eos_token is not None else None
+    info = TokenizerInfo(
+        eos_id=eos_id, eos_token=eos_token, vocab_size=backend.get_vocab_size(with_added_tokens=True), fast=True
+    )
+    return info, backend.to_str()
 
 
 _CACHE: dict[str, Encoder] = {}
