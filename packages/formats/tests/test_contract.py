@@ -273,8 +273,10 @@ def test_a_writer_killed_at_any_instant_leaves_nothing_a_reader_accepts_as_compl
     assert os.waitstatus_to_exitcode(status) == 0
     assert _accepts_only_complete_data(tmp_path / "full" / rel)
     rng = random.Random(label)
-    killed_early = 0
-    for attempt in range(KILLS):
+    killed_early, attempt = 0, 0
+    # KILLS kills; if the machine got faster than the reference run and too few landed
+    # while the writer ran, keep going with shorter delays (bounded) instead of failing
+    while attempt < KILLS or (killed_early < KILLS // 4 and attempt < 4 * KILLS):
         root = tmp_path / f"kill{attempt}"
         root.mkdir()
         # half the kills anywhere, half near the end where files are published
@@ -283,6 +285,10 @@ def test_a_writer_killed_at_any_instant_leaves_nothing_a_reader_accepts_as_compl
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
-        killed_early += os.WIFSIGNALED(status)
+        landed = os.WIFSIGNALED(status)
+        killed_early += landed
+        if not landed and attempt >= KILLS:
+            duration /= 2
         _accepts_only_complete_data(root / rel)
+        attempt += 1
     assert killed_early >= KILLS // 4  # kills landed while the writer was running
