@@ -30,6 +30,7 @@ from tokenloom.formats._native import (
     open_native,
     prepare_output_dir,
     read_native_shard,
+    shard_cut,
 )
 from tokenloom.formats._optional import require
 from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
@@ -174,6 +175,7 @@ __all__ = [
     "read_packed_file",
     "register_format",
     "safe_file",
+    "shard_cut",
     "smallest_dtype_for_vocab",
     "write_manifest",
     "ChecksumError",

@@ -43,7 +43,7 @@ from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
-from tokenloom.formats._native import WRITING_MARKER, prepare_output_dir
+from tokenloom.formats._native import WRITING_MARKER, prepare_output_dir, shard_cut
 from tokenloom.formats._npy import npy_header, read_npy_header
 from tokenloom.formats._paths import safe_file
 from tokenloom.formats._scan import eos_offsets, first_negative
@@ -505,9 +505,7 @@ class FlatWriter(TokenWriter):
             if self.shard_size_tokens is None:
                 stop = len(lengths)
             else:
-                # whole entries until the shard reaches its target size (the entry crossing it stays)
-                room = self.shard_size_tokens - shard.num_tokens
-                stop = min(int(np.searchsorted(ends, base + room, side="left")) + 1, len(lengths))
+                stop = shard_cut(ends, first, shard.num_tokens, self.shard_size_tokens)
             token_end = int(ends[stop - 1])
             shard.write(tokens[base:token_end])
             shard.num_entries += stop - first

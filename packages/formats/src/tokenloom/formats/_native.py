@@ -57,6 +57,7 @@ __all__ = [
     "is_native",
     "open_native",
     "read_native_shard",
+    "shard_cut",
 ]
 
 log = logging.getLogger("tokenloom.formats")
@@ -66,6 +67,19 @@ NATIVE_VERSION = 1
 _HEADER = struct.Struct("<4sHHQ")
 DTYPE_CODES = {1: "uint8", 2: "uint16", 3: "uint32", 4: "int32", 5: "int64"}
 CODE_OF_DTYPE = {name: code for code, name in DTYPE_CODES.items()}
+
+
+def shard_cut(ends: np.ndarray, begin: int, filled: int, shard_size_tokens: int) -> int:
+    """Where the entries from ``begin`` stop going into a shard that already holds ``filled`` tokens.
+
+    ``ends`` is the cumulative token count of a batch's entries. Whole entries are
+    taken until the shard holds at least ``shard_size_tokens`` (the entry crossing
+    the target stays in it), and at least one. Every writer that shards by size
+    uses this one rule, so shard files are the same however entries are batched.
+    """
+    base = int(ends[begin - 1]) if begin else 0
+    stop = int(np.searchsorted(ends, base + shard_size_tokens - filled, side="left")) + 1
+    return max(begin + 1, min(stop, len(ends)))
 
 
 def idx_size(count: int) -> int:
@@ -177,13 +191,9 @@ class NativeWriter(TokenWriter):
         begin_entry = 0
         while begin_entry < len(lengths):
             shard = self._shard()
-            room = self.shard_size_tokens - shard.num_tokens
             base = int(ends[begin_entry - 1]) if begin_entry else 0
-            # take entries while the shard is below its target size (at least one entry)
-            stop = int(np.searchsorted(ends, base + room, side="left")) + 1
-            stop = max(begin_entry + 1, min(stop, len(lengths)))
-            token_end = int(ends[stop - 1])
-            shard.write(tokens[base:token_end], lengths[begin_entry:stop], overlaps[begin_entry:stop])
+            stop = shard_cut(ends, begin_entry, shard.num_tokens, self.shard_size_tokens)
+            shard.write(tokens[base : int(ends[stop - 1])], lengths[begin_entry:stop], overlaps[begin_entry:stop])
             begin_entry = stop
             if shard.num_tokens >= self.shard_size_tokens:
                 self._finish_shard()

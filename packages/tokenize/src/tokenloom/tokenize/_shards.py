@@ -1,7 +1,8 @@
 """Cutting the entry stream into native shards, one published shard at a time.
 
-The cut rule is the formats NativeWriter's: a shard is closed once it holds at
-least ``shard_size_tokens`` tokens; entries are never split. It depends only on
+The cut rule is the formats package's ``shard_cut`` (the one NativeWriter uses): a
+shard is closed once it holds at least ``shard_size_tokens`` tokens; entries are
+never split. It depends only on
 the entry stream, so the shards are the same however the inputs are split into
 files or chunks. Each closed shard is reported to ``on_shard`` (to journal it).
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tokenloom.formats import NativeShardWriter, file_checksum
+from tokenloom.formats import NativeShardWriter, file_checksum, shard_cut
 
 __all__ = ["ShardCutter", "ShardRecord", "shard_stem"]
 
@@ -108,10 +109,8 @@ class ShardCutter:
         begin = skip_entries
         while begin < len(lengths):
             writer = self._writer()
-            room = self.shard_size_tokens - writer.num_tokens
             base = int(ends[begin - 1]) if begin else 0
-            stop = int(np.searchsorted(ends, base + room, side="left")) + 1
-            stop = max(begin + 1, min(stop, len(lengths)))
+            stop = shard_cut(ends, begin, writer.num_tokens, self.shard_size_tokens)
             writer.write(tokens[base : int(ends[stop - 1])], lengths[begin:stop], overlap_prefix[begin:stop])
             begin = stop
             if writer.num_tokens >= self.shard_size_tokens:
