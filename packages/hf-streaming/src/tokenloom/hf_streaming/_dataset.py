@@ -140,6 +140,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         self.tokenizer: TokenizerSpec = resolve_tokenizer(tokenizer_path, eos_id)
         self.eos_id = self.tokenizer.eos_id
         self._encode: EncodeFn | None = None
+        self._encode_pid = -1
         self._hf: Any = None
         self._sources: list[Source]
         local = (
@@ -208,6 +209,11 @@ class StreamingHuggingFaceDataset(IterableDataset):
 
     def _hf_stream(self, epoch: int) -> Any:
         return self._hf.shuffle(seed=self.seed + epoch, buffer_size=self.shuffle_buffer_size)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_encode"] = None  # a tokenizer is loaded in the process that encodes
+        return state
 
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -356,7 +362,12 @@ class StreamingHuggingFaceDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         rank, worker, num_workers = self._current_slot()
         self._position = self._start_position(rank, worker, num_workers)
-        if self._encode is None:
+        if self._encode is None or self._encode_pid != os.getpid():
+            # never reuse a tokenizer across fork: the parent's Rust thread pool does not survive it
+            self._encode_pid = os.getpid()
+            if worker_info_present():
+                # DataLoader workers are the parallelism; a Rust thread pool inherited through fork can deadlock
+                os.environ["TOKENIZERS_PARALLELISM"] = "false"
             self._encode = hf_encoder(self.tokenizer)
         return self._generate(rank, worker, num_workers)
 
@@ -454,6 +465,10 @@ class StreamingHuggingFaceDataset(IterableDataset):
             batch["label_doc_index"] = window.provenance[:, 1:]
         for row in range(window.tokens.shape[0]):
             yield {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()}, window.positions[row]
+
+
+def worker_info_present() -> bool:
+    return get_worker_info() is not None
 
 
 def _position_fields(state: dict[str, Any]) -> dict[str, Any]:
