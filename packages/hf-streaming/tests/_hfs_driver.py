@@ -32,9 +32,11 @@ def main(config_path: str) -> None:
     loaders = []
     for rank in range(world):
         ds = StreamingHuggingFaceDataset(**config["dataset"], rank=rank, world_size=world)
-        if resume == "merge":
+        if resume == "merge" and saved is not None:
             ds.load_state_dict(merge_rank_states([s["loader"] for s in saved]))
-        loader = StatefulDataLoader(ds, batch_size=config["batch_size"], num_workers=workers, timeout=120 if workers else 0)
+        loader = StatefulDataLoader(
+            ds, batch_size=config["batch_size"], num_workers=workers, timeout=120 if workers else 0
+        )
         if resume == "same":
             assert saved is not None
             loader.load_state_dict(saved[rank]["loader"])

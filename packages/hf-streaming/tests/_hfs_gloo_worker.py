@@ -15,10 +15,20 @@ config = json.loads(Path(sys.argv[1]).read_text())
 dist.init_process_group("gloo", timeout=timedelta(seconds=60))
 rank = dist.get_rank()
 ds = StreamingHuggingFaceDataset(
-    "json", "train", "text", 16, config["tokenizer"], data_files=config["files"], seed=1, shuffle_buffer_size=8, with_provenance=True
+    "json",
+    "train",
+    "text",
+    16,
+    config["tokenizer"],
+    data_files=config["files"],
+    seed=1,
+    shuffle_buffer_size=8,
+    with_provenance=True,
 )
 loader = StatefulDataLoader(ds, batch_size=4, num_workers=1, timeout=60)
-stepper = FiniteStepper(loader, seq_len=16, eos_id=ds.eos_id, keys=("input_ids", "labels", "doc_index", "label_doc_index"))
+stepper = FiniteStepper(
+    loader, seq_len=16, eos_id=ds.eos_id, keys=("input_ids", "labels", "doc_index", "label_doc_index")
+)
 real = 0
 ignored = True
 docs: dict[int, list[int]] = {}
@@ -29,10 +39,18 @@ for batch, is_real in stepper:
         ignored = ignored and bool((batch["labels"] == -100).all())
         continue
     real += 1
-    for inputs, labels, ids, label_ids in zip(batch["input_ids"], batch["labels"], batch["doc_index"], batch["label_doc_index"]):
-        for token, doc in zip([*inputs.tolist(), int(labels[-1])], [*ids.tolist(), int(label_ids[-1])]):
+    for inputs, labels, ids, label_ids in zip(
+        batch["input_ids"], batch["labels"], batch["doc_index"], batch["label_doc_index"], strict=True
+    ):
+        for token, doc in zip([*inputs.tolist(), int(labels[-1])], [*ids.tolist(), int(label_ids[-1])], strict=True):
             if doc >= 0:
                 docs.setdefault(doc, []).append(token)
-result = {"steps": stepper.steps, "padded": stepper.padded, "real": real, "padding_labels_ignored": ignored, "docs": docs}
+result = {
+    "steps": stepper.steps,
+    "padded": stepper.padded,
+    "real": real,
+    "padding_labels_ignored": ignored,
+    "docs": docs,
+}
 Path(config["out"], f"rank{rank}.json").write_text(json.dumps(result))
 dist.destroy_process_group()

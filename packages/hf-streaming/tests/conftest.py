@@ -14,10 +14,40 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-WORDS = (
-    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
-    "upsilon phi chi psi omega stream token shard worker rank resume exact elastic"
-).split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "chi",
+    "psi",
+    "omega",
+    "stream",
+    "token",
+    "shard",
+    "worker",
+    "rank",
+    "resume",
+    "exact",
+    "elastic",
+]
 
 
 def make_text(rng: random.Random, index: int) -> str:
@@ -51,7 +81,9 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     return train_tokenizer(tmp_path_factory.mktemp("tok") / "bpe")
 
 
-def write_corpus(root: Path, *, docs_per_file=(60, 45, 50), gz_docs=40, parquet_groups=(20, 20, 15), seed=0) -> list[str]:
+def write_corpus(
+    root: Path, *, docs_per_file=(60, 45, 50), gz_docs=40, parquet_groups=(20, 20, 15), seed=0
+) -> list[str]:
     """Plain jsonl files, one jsonl.gz and one parquet file with several row groups; returns the paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -177,4 +177,3 @@ def test_hub_name_offline_fails_fast_with_a_clear_error(tmp_path):
     assert time.monotonic() - start < 120
     assert "ERR load_dataset('someone/not-here'" in proc.stdout, proc.stderr[-2000:]
     assert "HF_HUB_OFFLINE" in proc.stdout
-

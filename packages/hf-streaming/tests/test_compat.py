@@ -15,15 +15,17 @@ from tokenloom.hf_streaming import StreamingHuggingFaceDataset, merge_rank_state
 
 @pytest.fixture
 def jsonl(tmp_path):
-    from conftest import make_text
-
     import random
+
+    from conftest import make_text
 
     rng = random.Random(5)
     path = tmp_path / "c.jsonl"
     with open(path, "w") as f:
         for i in range(120):
-            text = "" if i % 17 == 0 else make_text(rng, i)  # texts that encode to nothing are skipped, as the seed does
+            text = (
+                "" if i % 17 == 0 else make_text(rng, i)
+            )  # texts that encode to nothing are skipped, as the seed does
             f.write(json.dumps({"text": text}) + "\n")
     return [str(path)]
 
@@ -59,8 +61,13 @@ def compat(files, tokenizer_dir, **kwargs):
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_compat_equals_the_seed_semantics(jsonl, tokenizer_dir, world_size):
     for rank in range(world_size):
-        ours = [(s["input_ids"].tolist(), s["labels"].tolist()) for s in compat(jsonl, tokenizer_dir, rank=rank, world_size=world_size)]
-        reference = seed_reference(jsonl, tokenizer_dir, seq_len=12, seed=9, buffer=16, rank=rank, world_size=world_size)
+        ours = [
+            (s["input_ids"].tolist(), s["labels"].tolist())
+            for s in compat(jsonl, tokenizer_dir, rank=rank, world_size=world_size)
+        ]
+        reference = seed_reference(
+            jsonl, tokenizer_dir, seq_len=12, seed=9, buffer=16, rank=rank, world_size=world_size
+        )
         assert len(ours) > 10
         assert ours == reference
 

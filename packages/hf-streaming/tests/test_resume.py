@@ -38,7 +38,9 @@ def run_driver(tmp: Path, name: str, config: dict, *, expect_kill: bool = False)
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(config))
     env = {**os.environ, "PYTHONPATH": str(DRIVER.parent)}
-    proc = subprocess.run([sys.executable, str(DRIVER), str(path)], capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER), str(path)], capture_output=True, text=True, timeout=240, env=env
+    )
     if expect_kill:
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     else:

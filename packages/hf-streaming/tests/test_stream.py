@@ -118,7 +118,12 @@ def test_plain_jsonl_is_split_into_byte_ranges_for_more_slots(tmp_path, tokenize
     files = write_corpus(tmp_path / "one", docs_per_file=(120,), gz_docs=0, parquet_groups=())
     per_rank = [list(make(files, tokenizer_dir, rank=r, world_size=4)) for r in range(4)]
     assert all(per_rank)
-    assert compare(expected_documents(files, tokenizer_dir, eos_id=0), documents_from(sum(per_rank, []))) == []
+    assert (
+        compare(
+            expected_documents(files, tokenizer_dir, eos_id=0), documents_from([s for part in per_rank for s in part])
+        )
+        == []
+    )
 
 
 def test_rows_match_hugging_face_streaming(corpus, tokenizer_dir):
@@ -133,7 +138,14 @@ def test_rows_match_hugging_face_streaming(corpus, tokenizer_dir):
     ours: dict[str, list[str]] = {}
     for unit in units:
         for block in read_blocks(
-            unit, sources[unit.source], unit.source, block_size=7, start_block=0, hint=-1, text_field="text", on_error="raise"
+            unit,
+            sources[unit.source],
+            unit.source,
+            block_size=7,
+            start_block=0,
+            hint=-1,
+            text_field="text",
+            on_error="raise",
         ):
             ours.setdefault(sources[unit.source].path, []).extend(t for t in block.texts if t is not None)
     for path in corpus:
@@ -150,7 +162,16 @@ def test_a_built_iterable_dataset_is_accepted(corpus, tokenizer_dir):
     samples = []
     for rank in range(2):
         ds = StreamingHuggingFaceDataset(
-            hf, "train", "text", 16, str(tokenizer_dir), rank=rank, world_size=2, seed=3, shuffle_buffer_size=8, with_provenance=True
+            hf,
+            "train",
+            "text",
+            16,
+            str(tokenizer_dir),
+            rank=rank,
+            world_size=2,
+            seed=3,
+            shuffle_buffer_size=8,
+            with_provenance=True,
         )
         samples.extend(ds)
     got = documents_from(samples)

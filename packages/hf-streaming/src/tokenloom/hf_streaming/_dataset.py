@@ -15,7 +15,6 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.datasets import build_batch
 from tokenloom.formats import ConfigError, ResumeMismatchError, require
-
 from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, hf_encoder, resolve_tokenizer
 from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
@@ -155,13 +154,16 @@ class StreamingHuggingFaceDataset(IterableDataset):
             self._sources = file_sources(files, dataset_name)
             data = [(os.path.basename(s.path), s.size, list(s.row_groups)) for s in self._sources]
             if all(s.size == 0 for s in self._sources) or (
-                all(s.kind == SourceKind.PARQUET for s in self._sources) and not any(sum(s.row_groups) for s in self._sources)
+                all(s.kind == SourceKind.PARQUET for s in self._sources)
+                and not any(sum(s.row_groups) for s in self._sources)
             ):
                 raise ConfigError("the dataset is empty: every data file is empty", field="data_files")
         else:
             self._hf = self._load_hf(dataset_name, dataset_config, split, load_kwargs)
             shards = int(getattr(self._hf, "num_shards", 1) or 1)
-            self._sources = [Source(kind=SourceKind.HF, path=f"{self.dataset_name}[shard {i}]", size=0) for i in range(shards)]
+            self._sources = [
+                Source(kind=SourceKind.HF, path=f"{self.dataset_name}[shard {i}]", size=0) for i in range(shards)
+            ]
             data = [self.dataset_name, dataset_config, split, shards, repr(sorted(load_kwargs.items()))[:2000]]
         self.fingerprint = {
             "mode": self.mode.value,
@@ -183,7 +185,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
 
     # ---- construction helpers -------------------------------------------------------------
     def _load_hf(self, dataset_name: Any, config: str | None, split: str, load_kwargs: dict[str, Any]) -> Any:
-        hf_datasets = require("datasets", distribution="tokenloom-datasets", extra="hf", purpose="StreamingHuggingFaceDataset")
+        hf_datasets = require(
+            "datasets", distribution="tokenloom-datasets", extra="hf", purpose="StreamingHuggingFaceDataset"
+        )
         if isinstance(dataset_name, hf_datasets.IterableDataset):
             return dataset_name
         if isinstance(dataset_name, hf_datasets.Dataset):
@@ -419,6 +423,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 counters=counters,
             )
             finished_items = 1
+        assert self._encode is not None  # noqa: S101 - loaded by __iter__
         packer = Packer(self._encode, eos_id=self.eos_id, seq_len=self.seq_len, skip_empty=self.mode is Mode.COMPAT)
         samples = position.get("samples", 0)
         for block in _rebatch(blocks, self.encode_batch_size):
@@ -436,7 +441,13 @@ class StreamingHuggingFaceDataset(IterableDataset):
                     "skipped": counters.skipped,
                 }
                 yield sample
-        end = {"epoch": pass_epoch, "item": finished_items, "current": None, "samples": samples, "skipped": counters.skipped}
+        end = {
+            "epoch": pass_epoch,
+            "item": finished_items,
+            "current": None,
+            "samples": samples,
+            "skipped": counters.skipped,
+        }
         if counters.skipped:
             log.warning("slot (rank %d, worker %d) skipped %d bad records", rank, worker, counters.skipped)
         if self.mode is Mode.COMPAT or self.drop_remainder:
@@ -464,7 +475,10 @@ class StreamingHuggingFaceDataset(IterableDataset):
             batch["doc_index"] = window.provenance[:, :-1]
             batch["label_doc_index"] = window.provenance[:, 1:]
         for row in range(window.tokens.shape[0]):
-            yield {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()}, window.positions[row]
+            yield (
+                {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()},
+                window.positions[row],
+            )
 
 
 def worker_info_present() -> bool:

@@ -131,7 +131,9 @@ def exact_blocks(
         if not infinite:
             return
         if epoch not in base.epochs and counters.records == records_before:
-            log.warning("slot %d of %d read no record in epoch %d: it stops (too few source shards)", slot, slots, epoch)
+            log.warning(
+                "slot %d of %d read no record in epoch %d: it stops (too few source shards)", slot, slots, epoch
+            )
             return
         first_epoch = False
         epoch += 1

@@ -25,7 +25,9 @@ __all__ = ["FiniteStepper", "padding_batch"]
 _IGNORE = -100
 
 
-def padding_batch(template: dict[str, torch.Tensor] | None, *, batch_size: int, seq_len: int, eos_id: int, keys: Iterable[str]) -> dict[str, torch.Tensor]:
+def padding_batch(
+    template: dict[str, torch.Tensor] | None, *, batch_size: int, seq_len: int, eos_id: int, keys: Iterable[str]
+) -> dict[str, torch.Tensor]:
     """A batch that trains on nothing: EOS inputs, labels -100, doc_ids 0, provenance -1."""
     shape = (batch_size, seq_len)
     if template is not None:
@@ -103,7 +105,9 @@ class FiniteStepper:
             if batch is None:
                 self.padded += 1
                 yield (
-                    padding_batch(template, batch_size=self.batch_size, seq_len=self.seq_len, eos_id=self.eos_id, keys=self.keys),
+                    padding_batch(
+                        template, batch_size=self.batch_size, seq_len=self.seq_len, eos_id=self.eos_id, keys=self.keys
+                    ),
                     False,
                 )
             else:

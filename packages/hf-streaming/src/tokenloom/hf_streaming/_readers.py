@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import FormatError, MissingKeyError, RecordError
-
 from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
 __all__ = ["SOURCE_SHIFT", "Block", "read_blocks", "text_of"]
@@ -35,7 +34,9 @@ class Block:
     """None where a bad record was skipped (``on_error="skip"``)."""
 
 
-def text_of(record: Any, text_field: str, on_error: str, *, path: str, offset: int | None, row: int | None) -> str | None:
+def text_of(
+    record: Any, text_field: str, on_error: str, *, path: str, offset: int | None, row: int | None
+) -> str | None:
     """The text of one record, or a named error (None when skipping)."""
     if not isinstance(record, dict):
         problem = f"record is a JSON {type(record).__name__}, expected an object with a {text_field!r} field"
@@ -58,7 +59,15 @@ def text_of(record: Any, text_field: str, on_error: str, *, path: str, offset: i
 
 
 def _jsonl_blocks(
-    unit: Unit, source: Source, source_index: int, *, block_size: int, start_block: int, hint: int, text_field: str, on_error: str
+    unit: Unit,
+    source: Source,
+    source_index: int,
+    *,
+    block_size: int,
+    start_block: int,
+    hint: int,
+    text_field: str,
+    on_error: str,
 ) -> Iterator[Block]:
     gz = source.kind == SourceKind.JSONL_GZ
     end = unit.end if unit.end >= 0 and not gz else None
@@ -116,7 +125,9 @@ def _jsonl_blocks(
                     block.hint = offset
                 block.doc_ids.append(source_index << SOURCE_SHIFT | offset)
                 block.texts.append(
-                    None if record is None else text_of(record, text_field, on_error, path=source.path, offset=offset, row=None)
+                    None
+                    if record is None
+                    else text_of(record, text_field, on_error, path=source.path, offset=offset, row=None)
                 )
                 if len(block.texts) == block_size:
                     yield block
@@ -128,7 +139,15 @@ def _jsonl_blocks(
 
 
 def _rows_blocks(
-    rows: Iterator[tuple[int, Any]], unit: Unit, *, block_size: int, start_block: int, text_field: str, on_error: str, path: str, source_index: int
+    rows: Iterator[tuple[int, Any]],
+    unit: Unit,
+    *,
+    block_size: int,
+    start_block: int,
+    text_field: str,
+    on_error: str,
+    path: str,
+    source_index: int,
 ) -> Iterator[Block]:
     """Blocks over (row number, record) pairs: parquet row groups and HF shards."""
     kept = 0
@@ -185,7 +204,14 @@ def read_blocks(
 ) -> Iterator[Block]:
     if source.kind in (SourceKind.JSONL, SourceKind.JSONL_GZ):
         yield from _jsonl_blocks(
-            unit, source, source_index, block_size=block_size, start_block=start_block, hint=hint, text_field=text_field, on_error=on_error
+            unit,
+            source,
+            source_index,
+            block_size=block_size,
+            start_block=start_block,
+            hint=hint,
+            text_field=text_field,
+            on_error=on_error,
         )
         return
     if source.kind == SourceKind.PARQUET:

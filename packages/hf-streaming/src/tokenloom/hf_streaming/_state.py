@@ -36,12 +36,15 @@ VERSION = 1
 def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """ResumeMismatchError listing every field whose value differs."""
     fields = sorted(set(saved) | set(current))
-    differing = [f"{f}: saved {saved.get(f)!r}, now {current.get(f)!r}" for f in fields if saved.get(f) != current.get(f)]
+    differing = [
+        f"{f}: saved {saved.get(f)!r}, now {current.get(f)!r}" for f in fields if saved.get(f) != current.get(f)
+    ]
     if differing:
         raise ResumeMismatchError(
             "the state belongs to other data, tokenizer or settings: " + "; ".join(differing),
             field="fingerprint",
-            hint="Resume with the same data files, tokenizer, seq_len, seed, shuffle_buffer_size and mode, or start afresh",
+            hint="Resume with the same data files, tokenizer, seq_len, seed, shuffle_buffer_size and mode, "
+            "or start afresh",
         )
 
 
@@ -172,7 +175,9 @@ def load_rank_states(directory: str | os.PathLike[str], world_size: int | None =
         wanted = [_rank_file(root, r) for r in range(world_size)]
         missing = [p.name for p in wanted if not p.exists()]
         if missing:
-            raise MissingFileError(f"rank state files missing: {missing}", path=root, hint="Every rank must save its state")
+            raise MissingFileError(
+                f"rank state files missing: {missing}", path=root, hint="Every rank must save its state"
+            )
         files = wanted
     if not files:
         raise MissingFileError("no hf_stream_rank*.json state here", path=root)

@@ -138,9 +138,7 @@ def _natural_units(sources: list[Source], layout: Layout) -> list[Unit]:
         if source.kind == SourceKind.JSONL:
             parts = max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split
             parts = max(1, min(parts, source.size))
-            units.extend(
-                Unit(index, source.size * i // parts, source.size * (i + 1) // parts) for i in range(parts)
-            )
+            units.extend(Unit(index, source.size * i // parts, source.size * (i + 1) // parts) for i in range(parts))
         elif source.kind == SourceKind.PARQUET:
             units.extend(Unit(index, group, -1) for group in range(len(source.row_groups)))
         else:
@@ -154,7 +152,9 @@ def enumerate_units(sources: list[Source], layout: Layout) -> list[Unit]:
     if layout.stride == 1:
         return natural
     return [
-        Unit(u.source, u.begin, u.end, stride=layout.stride, phase=phase) for u in natural for phase in range(layout.stride)
+        Unit(u.source, u.begin, u.end, stride=layout.stride, phase=phase)
+        for u in natural
+        for phase in range(layout.stride)
     ]
 
 
