@@ -126,7 +126,8 @@ def remainder_after(
     ``positions[slot] = (epoch, item index, current item or None)`` where the
     current item carries the slot's row, token and hint in its unit.
     """
-    last = max(p[0] for p in positions.values())
+    # epochs the old base lists beyond every slot keep their partial state
+    last = max([p[0] for p in positions.values()] + list(base.epochs))
     first = min(p[0] for p in positions.values())
     new = Base(start=max(base.start, first))
     for epoch in range(new.start, last + 1):
