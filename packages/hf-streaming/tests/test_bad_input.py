@@ -82,6 +82,10 @@ def test_empty_dataset_and_missing_files(tmp_path, tokenizer_dir):
     empty.write_text("")
     with pytest.raises(ConfigError, match="empty"):
         make([str(empty)], tokenizer_dir)
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n  \n")
+    with pytest.raises(ConfigError, match="found no record"):
+        list(make([str(blank)], tokenizer_dir))
     with pytest.raises(MissingFileError, match="not found"):
         make([str(tmp_path / "absent.jsonl")], tokenizer_dir)
     with pytest.raises(MissingFileError, match="matches no file"):

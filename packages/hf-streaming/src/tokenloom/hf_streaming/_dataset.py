@@ -441,6 +441,13 @@ class StreamingHuggingFaceDataset(IterableDataset):
                     "skipped": counters.skipped,
                 }
                 yield sample
+        fresh_start = position["item"] == 0 and current is None and position.get("samples", 0) == 0
+        if self.world_size * num_workers == 1 and fresh_start and counters.records == 0:
+            raise ConfigError(
+                f"the dataset is empty: a whole pass over {len(self._sources)} source(s) found no record",
+                field="data_files",
+                hint="Check the data files (blank lines are not records) and the split",
+            )
         end = {
             "epoch": pass_epoch,
             "item": finished_items,
