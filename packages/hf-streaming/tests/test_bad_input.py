@@ -181,3 +181,25 @@ def test_hub_name_offline_fails_fast_with_a_clear_error(tmp_path):
     assert time.monotonic() - start < 120
     assert "ERR load_dataset('someone/not-here'" in proc.stdout, proc.stderr[-2000:]
     assert "HF_HUB_OFFLINE" in proc.stdout
+
+
+def test_stream_state_command(tmp_path, corpus, tokenizer_dir):
+    from click.testing import CliRunner
+
+    from tokenloom.hf_streaming import save_rank_state
+    from tokenloom.hf_streaming._commands import stream_state
+
+    for rank in range(2):
+        ds = make(corpus, tokenizer_dir, rank=rank, world_size=2)
+        next(iter(ds))
+        save_rank_state(tmp_path / "ckpt", rank, ds.state_dict())
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
+    assert result.exit_code == 0, result.output
+    assert "topology   2 ranks x 1 workers" in result.output
+    (tmp_path / "ckpt" / "hf_stream_rank00001.json").unlink()
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt"), "--world-size", "2"])
+    assert result.exit_code == 1
+    assert "rank state files missing" in result.output
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
+    assert result.exit_code == 1
+    assert "do not cover the saved topology" in result.output
