@@ -243,3 +243,30 @@ def test_compressed_and_plain_give_the_same_documents(tmp_path, tokenizer_dir):
     b = documents_from(make([str(packed)], tokenizer_dir))
     assert sorted(a.values()) == sorted(b.values())
     assert np.array_equal(sorted(a), sorted(b))
+
+
+def counting_encoder(spec):
+    """A user-supplied engine through the seam: the default one, counting its calls."""
+    from tokenloom.hf_streaming import hf_encoder
+
+    inner = hf_encoder(spec)
+    calls = []
+
+    def encode(texts):
+        calls.append(len(texts))
+        return inner(texts)
+
+    encode.calls = calls  # type: ignore[attr-defined]
+    return encode
+
+
+def test_encoder_seam_and_position_keys(corpus, tokenizer_dir):
+    ds = make(corpus, tokenizer_dir, encoder=counting_encoder, pack_sequences=True, position_ids=True, cu_seqlens=True)
+    samples = list(ds)
+    assert ds._encode is not None and max(ds._encode.calls) <= 256
+    reference = list(make(corpus, tokenizer_dir, pack_sequences=True))
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(samples, reference, strict=True))
+    sample = samples[0]
+    starts = torch.cat([torch.tensor([True]), sample["doc_ids"][1:] != sample["doc_ids"][:-1]])
+    assert (sample["position_ids"][starts] == 0).all()
+    assert sample["cu_seqlens"].shape == (17,) and sample["cu_seqlens"][-1] == 16

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import Any
 
@@ -82,6 +82,10 @@ class StreamingHuggingFaceDataset(IterableDataset):
             (padding labels are -100; the seed drops it).
         encode_batch_size: documents per batched tokenizer call.
         unit_bytes: target bytes per byte range of plain jsonl files.
+        position_ids, cu_seqlens: with pack_sequences, add per-document positions / boundaries
+            (as tokenloom.datasets' sample builder makes them).
+        encoder: ``spec -> EncodeFn``, a picklable factory called once in each worker; default
+            Hugging Face tokenizers (:func:`hf_encoder`). The seam for a faster engine.
         **load_kwargs: passed to ``load_dataset`` (``data_files=...``, ...).
     """
 
@@ -107,6 +111,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
         drop_remainder: bool = False,
         encode_batch_size: int = 256,
         unit_bytes: int = DEFAULT_UNIT_BYTES,
+        position_ids: bool = False,
+        cu_seqlens: bool = False,
+        encoder: Callable[[TokenizerSpec], EncodeFn] = hf_encoder,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -136,6 +143,15 @@ class StreamingHuggingFaceDataset(IterableDataset):
         self.drop_remainder = drop_remainder
         self.encode_batch_size = encode_batch_size
         self.unit_bytes = unit_bytes
+        if (position_ids or cu_seqlens) and not pack_sequences:
+            raise ConfigError(
+                "position_ids / cu_seqlens need document boundaries",
+                field="pack_sequences",
+                hint="Set pack_sequences=True",
+            )
+        self.position_ids = position_ids
+        self.cu_seqlens = cu_seqlens
+        self.encoder = encoder
         self.tokenizer: TokenizerSpec = resolve_tokenizer(tokenizer_path, eos_id)
         self.eos_id = self.tokenizer.eos_id
         self._encode: EncodeFn | None = None
@@ -372,7 +388,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
             if worker_info_present():
                 # DataLoader workers are the parallelism; a Rust thread pool inherited through fork can deadlock
                 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-            self._encode = hf_encoder(self.tokenizer)
+            self._encode = self.encoder(self.tokenizer)
         return self._generate(rank, worker, num_workers)
 
     def _generate(self, rank: int, worker: int, num_workers: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -477,6 +493,8 @@ class StreamingHuggingFaceDataset(IterableDataset):
             eos_id=self.eos_id,
             doc_ids=window.ordinals if self.pack_sequences and not by_eos else None,
             label_ignore=window.padding,
+            position_ids=self.position_ids,
+            cu_seqlens=self.cu_seqlens,
         )
         if self.with_provenance:
             batch["doc_index"] = window.provenance[:, :-1]
