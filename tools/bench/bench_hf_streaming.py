@@ -133,14 +133,14 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tokenloom.hf_streaming import StreamingHuggingFaceDataset
 # the position is synthesised from the documented state layout with the package's own order helpers
 from tokenloom.hf_streaming._order import slot_items, Base
-from tokenloom.hf_streaming._units import enumerate_units, file_sources, Layout
+from tokenloom.hf_streaming._units import enumerate_units, file_sources, Layout, unit_sizes
 files, tokenizer, fraction = sys.argv[1].split(","), sys.argv[2], float(sys.argv[3])
 ds = StreamingHuggingFaceDataset("json", "train", "text", %(seq)d, tokenizer, data_files=files, seed=1,
                                  shuffle_buffer_size=1024)
 state = ds.state_dict()
 layout = Layout.from_json(state["layout"])
 units = enumerate_units(file_sources(files, "json"), layout)
-items = slot_items(Base(), len(units), 1, 0, 0, 1)
+items = slot_items(Base(), len(units), 1, 0, 0, 1, unit_sizes(units, file_sources(files, "json")))
 index = min(len(items) - 1, int(fraction * len(items)))
 unit = units[items[index].unit]
 with open(files[unit.source], "rb") as f:

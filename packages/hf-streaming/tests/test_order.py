@@ -30,13 +30,27 @@ def test_orders_are_keyed_permutations():
     assert not np.array_equal(block, block_order(100, 3, 1, 4, 5))
 
 
-@given(units=st.integers(0, 40), slots=st.integers(1, 9), seed=st.integers(0, 2**31), epoch=st.integers(0, 5))
-def test_slots_partition_the_pending_units(units, slots, seed, epoch):
-    dealt = [item.unit for slot in range(slots) for item in slot_items(Base(), units, seed, epoch, slot, slots)]
-    assert sorted(dealt) == list(range(units))
+@given(
+    sizes=st.lists(st.integers(1, 100), max_size=40),
+    slots=st.integers(1, 9),
+    seed=st.integers(0, 2**31),
+    epoch=st.integers(0, 5),
+)
+def test_slots_partition_the_pending_units_and_balance_bytes(sizes, slots, seed, epoch):
+    units = len(sizes)
+    lists = [slot_items(Base(), units, seed, epoch, slot, slots, sizes) for slot in range(slots)]
+    assert sorted(item.unit for items in lists for item in items) == list(range(units))
+    loads = [sum(sizes[item.unit] for item in items) for items in lists]
+    assert max(loads) - min(loads) <= max(sizes, default=0)  # greedy: never more than one unit apart
 
 
-def _run_segment(base, rows, seed, slots, budgets, consumed):
+def test_equal_units_are_dealt_round_robin():
+    pending = pending_items(Base(), 10, 4, 0)
+    for slot in range(3):
+        assert slot_items(Base(), 10, 4, 0, slot, 3, [7] * 10) == pending[slot::3]
+
+
+def _run_segment(base, rows, seed, slots, budgets, consumed, sizes=None):
     """Each slot consumes up to budgets[slot] rows from its start; returns its (epoch, index, item) position."""
     positions = {}
     n = len(rows)
@@ -44,7 +58,7 @@ def _run_segment(base, rows, seed, slots, budgets, consumed):
         epoch, budget = base.start, budgets[slot]
         position = (epoch, 0, None)
         while budget > 0 and epoch < base.start + 4:
-            items = slot_items(base, n, seed, epoch, slot, slots)
+            items = slot_items(base, n, seed, epoch, slot, slots, sizes)
             for index, item in enumerate(items):
                 row = item.row
                 while row < rows[item.unit] and budget > 0:
@@ -74,9 +88,10 @@ def test_merge_gives_exactly_once_across_topologies_and_epochs(rows, topologies,
     consumed: list[tuple[int, int, int]] = []
     base = Base()
     budget_iter = iter(budgets * 4)
+    sizes = [r + 1 for r in rows]
     for slots in topologies:
-        positions = _run_segment(base, rows, seed, slots, [next(budget_iter) for _ in range(slots)], consumed)
-        base = remainder_after(base, len(rows), seed, slots, positions)
+        positions = _run_segment(base, rows, seed, slots, [next(budget_iter) for _ in range(slots)], consumed, sizes)
+        base = remainder_after(base, len(rows), seed, slots, positions, sizes)
     # finish epochs 0 and 1 on one slot
     while base.start < 2:
         positions = _run_segment(base, rows, seed, 1, [sum(rows)], consumed)

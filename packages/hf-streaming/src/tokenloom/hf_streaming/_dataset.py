@@ -29,6 +29,7 @@ from tokenloom.hf_streaming._units import (
     enumerate_units,
     file_sources,
     resolve_files,
+    unit_sizes,
 )
 
 __all__ = ["Mode", "StreamingHuggingFaceDataset"]
@@ -366,6 +367,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         """Exactly what no slot of the saved topology consumed, as a base for the new topology."""
         assert self._layout is not None  # noqa: S101 - set by _start_position
         units = self._units(self._layout)
+        sizes = unit_sizes(units, self._sources)
         base = Base.from_json(merged["base"])
         saved_slots = merged["world_size"] * max(1, merged["num_workers"])
         positions: dict[int, tuple[int, int, Item | None]] = {}
@@ -374,10 +376,10 @@ class StreamingHuggingFaceDataset(IterableDataset):
             current = slot_state["current"]
             item = None
             if current is not None:
-                items = slot_items(base, len(units), self.seed, slot_state["epoch"], slot, saved_slots)
+                items = slot_items(base, len(units), self.seed, slot_state["epoch"], slot, saved_slots, sizes)
                 item = Item(items[slot_state["item"]].unit, current[0], current[1], current[2])
             positions[slot] = (slot_state["epoch"], slot_state["item"], item)
-        return remainder_after(base, len(units), self.seed, saved_slots, positions)
+        return remainder_after(base, len(units), self.seed, saved_slots, positions, sizes)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         rank, worker, num_workers = self._current_slot()
@@ -399,11 +401,13 @@ class StreamingHuggingFaceDataset(IterableDataset):
         if self.mode is Mode.EXACT:
             assert self._layout is not None  # noqa: S101
             units = self._units(self._layout)
+            sizes = unit_sizes(units, self._sources)
             slots = self.world_size * num_workers
             slot = worker * self.world_size + rank
             pass_epoch = position["epoch"]
             blocks = exact_blocks(
                 units=units,
+                sizes=sizes,
                 sources=self._sources,
                 base=self._base,
                 slot=slot,
@@ -419,7 +423,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 hf_dataset=self._hf,
                 counters=counters,
             )
-            finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots))
+            finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
         else:
             pass_epoch = position["epoch"]
             blocks = compat_blocks(

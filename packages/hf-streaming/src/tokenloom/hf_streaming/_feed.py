@@ -89,6 +89,7 @@ def _unit_blocks(
 def exact_blocks(
     *,
     units: list[Unit],
+    sizes: list[int],
     sources: list[Source],
     base: Base,
     slot: int,
@@ -107,7 +108,7 @@ def exact_blocks(
     """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``."""
     first_epoch = True
     while True:
-        items = slot_items(base, len(units), seed, epoch, slot, slots)
+        items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
         records_before = counters.records
         start = item_index if first_epoch else 0
         for index in range(start, len(items)):

@@ -2,7 +2,8 @@
 
     epoch e:  units permuted by (seed, e)           (the sampler's keyed Feistel permutation)
     unit u:   read in blocks of B records; block b permuted by (seed, e, u, b)
-    slots:    the epoch's pending list dealt round-robin: slot s takes items s, s + S, s + 2S, ...
+    slots:    the epoch's pending list dealt in order, each item to the slot with the fewest bytes so far
+              (ties: the lowest slot), so equal units go round-robin and unequal ones balance by size
 
 A position is (epoch, item index in the slot's list, row in the unit's shuffled
 order, token offset in that row's document): everything before it is consumed.
@@ -14,7 +15,9 @@ units first (in unit order), then its untouched units (in unit order).
 
 from __future__ import annotations
 
+import heapq
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +26,7 @@ import xxhash
 
 from tokenloom.sampler import FeistelPermutation, round_keys
 
-__all__ = ["Base", "EpochRemainder", "Item", "block_order", "pending_items", "slot_items", "unit_order"]
+__all__ = ["Base", "EpochRemainder", "Item", "block_order", "deal", "pending_items", "slot_items", "unit_order"]
 
 
 def unit_order(n_units: int, seed: int, epoch: int) -> np.ndarray:
@@ -114,12 +117,30 @@ def pending_items(base: Base, n_units: int, seed: int, epoch: int) -> list[Item]
     return partial + untouched
 
 
-def slot_items(base: Base, n_units: int, seed: int, epoch: int, slot: int, slots: int) -> list[Item]:
-    return pending_items(base, n_units, seed, epoch)[slot::slots]
+def deal(items: list[Item], slots: int, sizes: Sequence[int] | None = None) -> list[list[Item]]:
+    """Each item, in order, to the slot with the least work so far (ties: the lowest slot)."""
+    dealt: list[list[Item]] = [[] for _ in range(slots)]
+    heap = [(0, slot) for slot in range(slots)]
+    for item in items:
+        load, slot = heapq.heappop(heap)
+        dealt[slot].append(item)
+        heapq.heappush(heap, (load + (max(1, sizes[item.unit]) if sizes is not None else 1), slot))
+    return dealt
+
+
+def slot_items(
+    base: Base, n_units: int, seed: int, epoch: int, slot: int, slots: int, sizes: Sequence[int] | None = None
+) -> list[Item]:
+    return deal(pending_items(base, n_units, seed, epoch), slots, sizes)[slot]
 
 
 def remainder_after(
-    base: Base, n_units: int, seed: int, slots: int, positions: dict[int, tuple[int, int, Item | None]]
+    base: Base,
+    n_units: int,
+    seed: int,
+    slots: int,
+    positions: dict[int, tuple[int, int, Item | None]],
+    sizes: Sequence[int] | None = None,
 ) -> Base:
     """The new base once each slot has reached its position.
 
@@ -133,8 +154,9 @@ def remainder_after(
     for epoch in range(new.start, last + 1):
         pending = pending_items(base, n_units, seed, epoch)
         remainder = EpochRemainder(done=set(range(n_units)) - {i.unit for i in pending})
+        dealt = deal(pending, slots, sizes)
         for slot, (slot_epoch, index, current) in positions.items():
-            items = pending[slot::slots]
+            items = dealt[slot]
             for k, item in enumerate(items):
                 if epoch < slot_epoch or (epoch == slot_epoch and k < index):
                     remainder.done.add(item.unit)

@@ -21,7 +21,16 @@ from typing import Any
 
 from tokenloom.formats import ConfigError, MissingFileError
 
-__all__ = ["DEFAULT_UNIT_BYTES", "Layout", "Source", "SourceKind", "Unit", "choose_layout", "enumerate_units"]
+__all__ = [
+    "DEFAULT_UNIT_BYTES",
+    "Layout",
+    "Source",
+    "SourceKind",
+    "Unit",
+    "choose_layout",
+    "enumerate_units",
+    "unit_sizes",
+]
 
 log = logging.getLogger("tokenloom.hf_streaming")
 DEFAULT_UNIT_BYTES = 64 * 2**20
@@ -179,3 +188,21 @@ def choose_layout(sources: list[Source], slots: int, unit_bytes: int = DEFAULT_U
         stride,
     )
     return Layout(unit_bytes=unit_bytes, split=layout.split, stride=stride)
+
+
+def unit_sizes(units: list[Unit], sources: list[Source]) -> list[int]:
+    """Approximate bytes of each unit, for balancing slots (HF shards: 1 each)."""
+    sizes = []
+    for unit in units:
+        source = sources[unit.source]
+        if source.kind == SourceKind.JSONL:
+            size = unit.end - unit.begin
+        elif source.kind == SourceKind.PARQUET:
+            rows = sum(source.row_groups) or 1
+            size = source.size * source.row_groups[unit.begin] // rows
+        elif source.kind == SourceKind.JSONL_GZ:
+            size = source.size
+        else:
+            size = 1
+        sizes.append(max(1, size // unit.stride))
+    return sizes
