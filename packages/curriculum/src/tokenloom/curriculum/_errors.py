@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tokenloom.formats import DataError
@@ -34,11 +35,21 @@ class BucketExhausted(DataError):
         step: int | None = None,
         **where: Any,
     ) -> None:
+        if bucket is None:  # re-raised from a DataLoader worker: only the message crossed over
+            found = _WHERE.search(problem)
+            if found:
+                bucket, position, phase = found.group(1), int(found.group(2)), int(found.group(3))
+                at_step = _STEP.search(problem)
+                step = int(at_step.group(1)) if at_step else None
         self.bucket = bucket
         self.phase = phase
         self.position = position
         self.step = step
         super().__init__(problem, **where)
+
+
+_WHERE = re.compile(r"bucket '([^']*)' runs dry at sample (\d+) \(phase (\d+)")
+_STEP = re.compile(r"global step (\d+) at global batch")
 
 
 class EmptyBucketError(DataError):
