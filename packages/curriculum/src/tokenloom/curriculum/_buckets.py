@@ -20,7 +20,7 @@ from tokenloom.curriculum._errors import BucketMismatchError, EmptyBucketError, 
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset, data_fingerprint
 from tokenloom.formats import ConfigError, MissingFileError, TokenDataset, open_dataset
 
-__all__ = ["Bucket", "check_eos", "discover_buckets", "open_bucket", "sample_budget_tokens"]
+__all__ = ["Bucket", "check_eos", "check_val_twin", "discover_buckets", "open_bucket", "sample_budget_tokens"]
 
 
 @dataclass(slots=True)
@@ -66,6 +66,19 @@ def discover_buckets(root: Path, *, source: str | None = None) -> list[str]:
     if not names:
         raise EmptyBucketError(f"{train} holds no bucket directories", path=train)
     return names
+
+
+def check_val_twin(root: Path, bucket: str) -> None:
+    """``val/<bucket>`` exists and is not empty (cheap: nothing is opened)."""
+    directory = root / "val" / bucket
+    if not directory.is_dir():
+        raise MissingValTwinError(
+            f"bucket {bucket!r} has no val/ twin: {directory} is missing",
+            path=directory,
+            hint=f"Tokenize the val split of {bucket!r} into {directory}, as GPT-Simple requires",
+        )
+    if not any(p for p in directory.iterdir() if not p.name.startswith(".")):
+        raise EmptyBucketError(f"bucket directory {directory} (val/{bucket}) is empty", path=directory)
 
 
 def _open_tokens(directory: Path, bucket: str, split: str) -> TokenDataset:

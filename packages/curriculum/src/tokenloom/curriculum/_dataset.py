@@ -11,7 +11,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.curriculum._buckets import Bucket, check_eos, discover_buckets, open_bucket, sample_budget_tokens
+from tokenloom.curriculum._buckets import (
+    Bucket,
+    check_eos,
+    check_val_twin,
+    discover_buckets,
+    open_bucket,
+    sample_budget_tokens,
+)
 from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.datasets import SampleBatch
@@ -36,6 +43,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         cache_dir: where packing plans are cached (default: tokenloom-datasets' default).
         shuffle: False reads every bucket epoch in storage order.
         bucket_options: passed to every bucket's MemoryMappedDataset / PackedDocumentDataset.
+        require_val: every train bucket needs its ``val/<bucket>`` twin (GPT-Simple's layout).
     """
 
     def __init__(
@@ -47,6 +55,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         cache_dir: str | os.PathLike[str] | None = None,
         shuffle: bool = True,
         bucket_options: dict[str, Any] | None = None,
+        require_val: bool = True,
     ) -> None:
         self.config = config if isinstance(config, CurriculumConfig) else CurriculumConfig.from_file(config)
         if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_RANGE[0] <= seed <= _SEED_RANGE[1]:
@@ -79,6 +88,9 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             for name in self.buckets
         ]
         check_eos(self._buckets)
+        if require_val:
+            for name in self.buckets:
+                check_val_twin(self.config.path, name)
         self.shuffle = shuffle
         self.schedule = self._make_schedule()
         self.halt: Drain | None = None
