@@ -136,3 +136,13 @@ def test_bad_inputs_name_the_field():
         MixSchedule([1.0, 1e-9])
     with pytest.raises(ConfigError, match="max_repetition"):
         _schedule(max_epochs=0)
+
+
+def test_the_few_positions_path_equals_the_vectorised_one():
+    schedule = _schedule(max_epochs=2)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        positions = rng.integers(0, schedule.num_samples, size=int(rng.integers(1, 40)))
+        few = schedule.locate(positions)
+        many = schedule.locate(np.concatenate([positions, np.arange(100)]))
+        assert all(np.array_equal(a, b[: len(positions)]) for a, b in zip(few, many, strict=True))

@@ -21,7 +21,7 @@ from tokenloom.curriculum._buckets import (
 )
 from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._errors import BucketExhausted
-from tokenloom.datasets import SampleBatch
+from tokenloom.datasets import MemoryMappedDataset, SampleBatch
 from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.sampler import CurriculumSchedule, Drain
 
@@ -92,6 +92,11 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             for name in self.buckets:
                 check_val_twin(self.config.path, name)
         self.shuffle = shuffle
+        self._datasets = [bucket.dataset for bucket in self._buckets]
+        self._plain = all(isinstance(d, MemoryMappedDataset) and d.plain for d in self._datasets)
+        self._window_dtype = (
+            np.result_type(*[d.window_dtype for d in self._datasets]) if self._plain else np.dtype(np.int64)
+        )
         self.schedule = self._make_schedule()
         self.halt: Drain | None = None
         self.halt_position = len(self)
@@ -202,11 +207,16 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     # -- fetching -------------------------------------------------------------------------
     def _check(self, index: np.ndarray) -> np.ndarray:
-        index = np.where(index < 0, index + len(self), index)
-        if index.size and (index.min() < 0 or index.max() >= len(self)):
+        if not index.size:
+            return index
+        low, high = int(index.min()), int(index.max())
+        if low < 0:
+            index = np.where(index < 0, index + len(self), index)
+            low, high = int(index.min()), int(index.max())
+        if low < 0 or high >= len(self):
             raise IndexError(f"sample indices outside [0, {len(self)})")
-        if index.size and self.halt is not None and index.max() >= self.halt_position:
-            raise self.exhausted(int(index.max()))
+        if self.halt is not None and high >= self.halt_position:
+            raise self.exhausted(high)
         return index
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
@@ -217,18 +227,17 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         """One batched fetch per bucket; the batch carries ``bucket`` (int64 id) beside the sample keys."""
         index = self._check(np.asarray(indices, dtype=np.int64))
         _, bucket, inner = self.locate(index)
+        if self._plain:  # fixed windows: raw tokens straight into one compact batch
+            out = np.empty((len(index), self.config.max_length + 1), dtype=self._window_dtype)
+            datasets = self._datasets
+            for row, (b, i) in enumerate(zip(bucket.tolist(), inner.tolist(), strict=True)):
+                out[row] = datasets[b].window(i)
+            return SampleBatch.from_windows(out, extras={"bucket": bucket})
         parts: dict[int, tuple[np.ndarray, SampleBatch]] = {}
         for b in np.flatnonzero(np.bincount(bucket, minlength=len(self.buckets))).tolist():
             rows = np.flatnonzero(bucket == b)
             parts[b] = (rows, self._buckets[b].dataset.__getitems__(inner[rows].tolist()))
-        windows = [part.windows for _, part in parts.values()]
         bucket_ids = bucket.astype(np.int64)
-        if all(w is not None for w in windows):  # plain windows: stay compact (see tokenloom.datasets.SampleBatch)
-            dtype = np.result_type(*[w.dtype for w in windows if w is not None])
-            out = np.empty((len(index), self.config.max_length + 1), dtype=dtype)
-            for rows, part in parts.values():
-                out[rows] = part.windows
-            return SampleBatch.from_windows(out, extras={"bucket": bucket_ids})
         batched: dict[str, torch.Tensor] = {}
         for rows, part in parts.values():
             for key, value in part.batched.items():

@@ -32,6 +32,7 @@ segment starts plus a tree walk. Inside a bucket the ``j``-th draw is epoch
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -240,6 +241,7 @@ class MixSchedule:
 
 
 _CHUNK = 1 << 15
+_SCALAR_BELOW = 48
 
 
 def _walk(
@@ -385,6 +387,7 @@ class CurriculumSchedule:
         self.phase_tokens: list[int] = []
         self.ended_early: str | None = None
         self._mixes: list[MixSchedule] = []
+        self._permutations: dict[tuple[int, int], FeistelPermutation] = {}
         self._build()
         self._pack()
 
@@ -476,6 +479,9 @@ class CurriculumSchedule:
     def _pack(self) -> None:
         self._starts = np.asarray([s.start for s in self.segments], dtype=np.int64)
         self._tree_arrays = _Tree(self._mixes, len(self.bucket_samples))
+        self._start_list = self._starts.tolist()
+        tree = self._tree_arrays
+        self._tree_lists = (tree.fraction.tolist(), tree.children.tolist(), tree.source.tolist())
         bases = [segment.base for segment in self.segments]
         self._base = np.asarray(bases, dtype=np.int64).reshape(len(self.segments), len(self.bucket_samples))
         self._phase = np.asarray([s.phase for s in self.segments], dtype=np.int64)
@@ -501,6 +507,9 @@ class CurriculumSchedule:
 
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(phase, bucket, index inside the bucket's samples) at each position."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if len(positions) <= _SCALAR_BELOW:  # a DataLoader batch: plain Python beats numpy's per-call overhead
+            return self._locate_few(positions.tolist())
         phase, bucket, draw = self.draws(positions)
         index = np.empty_like(draw)
         present = np.flatnonzero(np.bincount(bucket, minlength=len(self.bucket_samples)))
@@ -514,9 +523,46 @@ class CurriculumSchedule:
             first, last = int(epoch.min()), int(epoch.max())
             for e in range(first, last + 1):
                 pick = slice(None) if first == last else np.flatnonzero(epoch == e)
-                index[rows[pick]] = bucket_permutation(self.seed, b, e, size)(within[pick])
+                index[rows[pick]] = self._permutation(b, e)(within[pick])
         return phase, bucket, index
         return phase, bucket, index
+
+    def _locate_few(self, positions: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`locate` for a handful of positions, in Python integers (same results)."""
+        count = len(positions)
+        phases, buckets, indices = [0] * count, [0] * count, [0] * count
+        starts, roots, tree = self._start_list, self._tree_arrays.roots, self._tree_lists
+        fraction, children, source = tree
+        for row, position in enumerate(positions):
+            if not 0 <= position < self.num_samples:
+                raise IndexError(f"positions outside [0, {self.num_samples})")
+            k = bisect.bisect_right(starts, position) - 1
+            x, node = position - starts[k], roots[k]
+            while source[node] < 0:
+                share = fraction[node]
+                before = (share * x + _HALF) >> _FRACTION_BITS
+                if (share * (x + 1) + _HALF) >> _FRACTION_BITS > before:
+                    x, node = before, children[2 * node]
+                else:
+                    x, node = x - before, children[2 * node + 1]
+            b = source[node]
+            draw = self.segments[k].base[b] + x
+            epoch, within = divmod(draw, self.bucket_samples[b])
+            phases[row], buckets[row] = self.segments[k].phase, b
+            indices[row] = self._permutation(b, epoch).one(within) if self.shuffle else within
+        as_array = np.asarray
+        return as_array(phases, np.int64), as_array(buckets, np.int64), as_array(indices, np.int64)
+
+    def _permutation(self, bucket: int, epoch: int) -> FeistelPermutation:
+        key = (bucket, epoch)
+        permutation = self._permutations.get(key)
+        if permutation is None:
+            if len(self._permutations) > 256:
+                self._permutations.clear()
+            permutation = self._permutations[key] = bucket_permutation(
+                self.seed, bucket, epoch, self.bucket_samples[bucket]
+            )
+        return permutation
 
     def counts_before(self, position: int) -> np.ndarray:
         """Draws of every bucket before global ``position`` (0 <= position <= num_samples)."""
