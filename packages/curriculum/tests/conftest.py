@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from curriculum_helpers import make_corpus  # noqa: E402
+from curriculum_helpers import make_corpus
 
 
 @pytest.fixture

@@ -9,10 +9,9 @@ import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from curriculum_helpers import SEQ_LEN, write_yaml
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, write_run_status
-
-from curriculum_helpers import SEQ_LEN, write_yaml
 
 
 def _config(tmp_path, corpus, *, durations=(3000, 4000), allow=False, extra=None):
@@ -33,7 +32,9 @@ def _config(tmp_path, corpus, *, durations=(3000, 4000), allow=False, extra=None
 # the `tokenloom` command as installed: its subcommands come from the entry points
 main = click.Group(
     "tokenloom",
-    commands={ep.name: ep.load() for ep in entry_points(group="tokenloom.commands") if ep.name in {"curriculum", "validate"}},
+    commands={
+        ep.name: ep.load() for ep in entry_points(group="tokenloom.commands") if ep.name in {"curriculum", "validate"}
+    },
 )
 
 
@@ -74,7 +75,9 @@ def test_budget_mismatch_and_the_formula(corpus, tmp_path):
     good = run("validate", "--curriculum", config, "--global-batch-size", 8, "--max-steps", samples // 8)
     assert good.exit_code == 0, good.output
     bad = run("validate", "--curriculum", config, "--global-batch-size", 8, "--max-steps", samples // 8 + 10)
-    assert bad.exit_code == 1 and "budget_mismatch" in bad.output and f"max_steps should be {samples // 8}" in bad.output
+    assert (
+        bad.exit_code == 1 and "budget_mismatch" in bad.output and f"max_steps should be {samples // 8}" in bad.output
+    )
     tolerated = _config(tmp_path, corpus, extra={"allow_budget_mismatch": True})
     assert run("validate", "--curriculum", tolerated, "--global-batch-size", 8, "--max-steps", 1).exit_code == 2
     assert "len(ds) // global_batch_size" in run("curriculum", "plan", "--help").output

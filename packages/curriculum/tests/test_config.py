@@ -54,6 +54,7 @@ def test_gpt_simple_yaml_is_accepted_unchanged(corpus, tmp_path):
     (tmp_path / "run.yaml").write_text(GPT_SIMPLE_YAML)
     cfg = CurriculumConfig.from_file(tmp_path / "run.yaml")
     assert cfg.path == tmp_path / "data" and cfg.max_length == 16 and cfg.packing is False
+    assert cfg.curriculum is not None
     assert [p.duration_tokens for p in cfg.curriculum] == [3000, 4000]
     assert cfg.curriculum[1].mix == {"a": 0.25, "b": 0.25, "c": 0.5}  # normalised as the seed does
     assert cfg.policy is ExhaustionPolicy.RENORMALISE and cfg.tokenizer == "gpt2"
@@ -64,7 +65,7 @@ def test_gpt_simple_yaml_is_accepted_unchanged(corpus, tmp_path):
 def test_toml_and_the_python_api_give_the_same_config(corpus, tmp_path):
     (tmp_path / "c.toml").write_text(
         f'[data]\npath = "{corpus}"\nmax_length = 16\npacking = false\n'
-        '[[data.curriculum]]\nduration_tokens = 3000\nmix = { a = 3, b = 2 }\n'
+        "[[data.curriculum]]\nduration_tokens = 3000\nmix = { a = 3, b = 2 }\n"
     )
     from_toml = CurriculumConfig.from_file(tmp_path / "c.toml")
     from_api = CurriculumConfig(

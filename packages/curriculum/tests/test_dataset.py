@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
+from curriculum_helpers import SEQ_LEN, WINDOW
 
 from tokenloom.curriculum import (
     BucketExhausted,
@@ -15,8 +18,6 @@ from tokenloom.curriculum import (
 )
 from tokenloom.formats import ResumeMismatchError
 
-from curriculum_helpers import SEQ_LEN, WINDOW
-
 
 def config(root, *, policy=None, **overrides):
     phases = (
@@ -24,7 +25,7 @@ def config(root, *, policy=None, **overrides):
         Phase(duration_tokens=4000, mix={"a": 0.2, "b": 0.3, "c": 0.5}),
         Phase(duration_tokens=4000, mix={"b": 0.6, "c": 0.4}),
     )
-    values = dict(path=root, max_length=SEQ_LEN, packing=False, curriculum=phases)
+    values: dict[str, Any] = dict(path=root, max_length=SEQ_LEN, packing=False, curriculum=phases)
     if policy is not None:
         values["bucket_exhaustion"] = policy
     values.update(overrides)
@@ -66,6 +67,7 @@ def test_halt_policy_raises_at_the_drain_and_names_it(corpus):
     ds.__getitems__(list(range(ds.halt_position - 4, ds.halt_position)))  # fine right up to it
     with pytest.raises(BucketExhausted, match="bucket 'b' runs dry") as caught:
         ds.__getitems__([ds.halt_position - 1, ds.halt_position])
+    assert ds.halt is not None
     assert caught.value.bucket == "b" and caught.value.position == ds.halt.position
     # the renormalising plan is the same up to the drain, and carries on past it
     other = CurriculumDataset(config(corpus, policy="renormalise"), seed=7)
@@ -77,6 +79,7 @@ def test_halt_policy_raises_at_the_drain_and_names_it(corpus):
 
 def test_global_batch_size_rounds_the_halt_down_to_its_step(corpus):
     ds = CurriculumDataset(config(corpus), seed=7, global_batch_size=12)
+    assert ds.halt is not None
     assert ds.halt_position % 12 == 0 and ds.halt.position - 12 < ds.halt_position <= ds.halt.position
     assert ds.halt_step() == ds.halt_position // 12
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # spawned children inherit sys.p
 import curriculum_gloo_worker
 from curriculum_helpers import SEQ_LEN, write_yaml
 
-from tokenloom.curriculum import CurriculumDataset, CurriculumConfig, read_run_status
+from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, read_run_status
 
 TIMEOUT_S = 240
 

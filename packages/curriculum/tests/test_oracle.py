@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from curriculum_helpers import SEQ_LEN, WINDOW
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tokenloom.curriculum import BucketExhausted, CurriculumConfig, CurriculumDataset, Phase
 from tokenloom.datasets import collate
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
-
-from curriculum_helpers import SEQ_LEN, WINDOW
 
 SEED = 1234
 TOPOLOGIES = [(1, 0), (2, 2), (4, 3), (3, 1)]  # (world size, num_workers), cycled
@@ -45,7 +44,7 @@ def _loaders(ds, world, workers, state):
 
 def _segment(ds, world, workers, state, target, seen, *, final=False):
     """Run lock-step until consumed reaches the largest position <= target (at least one step); save."""
-    start = 0 if state is None else state["consumed"]
+    start = 0 if state is None else int(state["consumed"])
     steps = max(1, (target - start) // world)
     loaders = _loaders(ds, world, workers, state)
     iterators = [iter(loader) for loader in loaders]
@@ -90,6 +89,7 @@ def test_exactly_once_in_the_uninterrupted_order_across_topologies(corpus):
     for number, target in enumerate(targets):
         world, workers = TOPOLOGIES[number % len(TOPOLOGIES)]
         state = _segment(ds, world, workers, state, target, seen)
+        assert state is not None
         saves.append(state["consumed"])
     world, workers = TOPOLOGIES[len(targets) % len(TOPOLOGIES)]
     _segment(ds, world, workers, state, len(ds) + world, seen, final=True)  # to the end
@@ -115,6 +115,7 @@ def test_the_drain_position_is_the_same_on_every_topology(corpus):
         # the first rank to ask for a sample at or past the drain is at the same global position
         halts.append((step, world, caught.value.position))
         del iterators, loaders
+    assert ds.halt is not None
     positions = {position for _, _, position in halts}
     assert positions == {ds.halt.position}
     for step, world, _ in halts:

@@ -1,5 +1,8 @@
 """Mixing schedules: exact counts, low discrepancy, drains, determinism, O(1) memory."""
 
+import itertools
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -37,7 +40,7 @@ def test_first_position_with_inverts_count():
 
 
 def _schedule(**overrides):
-    args = dict(
+    args: dict[str, Any] = dict(
         bucket_samples=[400, 300, 900],
         bucket_tokens=[400 * 128, 300 * 128, 900 * 128],
         durations=[30_000, 60_000, 50_000],
@@ -63,7 +66,7 @@ def test_every_sample_of_a_bucket_is_drawn_at_most_once_and_drains_are_where_cou
     # phases are contiguous, in order, and their tokens add up to at least their budgets (carry-over)
     bounds = schedule.phase_bounds
     assert bounds[0][0] == 0 and bounds[-1][1] == schedule.num_samples
-    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
     assert (phase[:-1] <= phase[1:]).all()
     cumulative = np.cumsum(schedule.phase_tokens)
     assert (cumulative >= np.cumsum(schedule.durations)).all()
@@ -80,9 +83,7 @@ def test_same_inputs_same_schedule_another_seed_another_order():
 def test_token_shares_stay_within_a_tenth_of_a_point_at_every_prefix_of_a_million_tokens():
     seq_len = 512
     weights = np.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]])
-    schedule = CurriculumSchedule(
-        [10**6] * 4, [10**6 * seq_len] * 4, [2 * 10**8, 2 * 10**8], weights, seed=3
-    )
+    schedule = CurriculumSchedule([10**6] * 4, [10**6 * seq_len] * 4, [2 * 10**8, 2 * 10**8], weights, seed=3)
     for phase, (start, end) in enumerate(schedule.phase_bounds):
         _, bucket, _ = schedule.draws(np.arange(start, end))
         tokens = np.cumsum(np.eye(4, dtype=np.int64)[bucket] * seq_len, axis=0)
@@ -117,7 +118,7 @@ def test_a_curriculum_of_a_trillion_tokens_builds_fast_in_constant_memory():
     assert len(schedule.segments) <= 100 + 10
     assert schedule.total_tokens >= tokens - 10 * seq_len or schedule.ended_early
     positions = np.arange(schedule.num_samples - 1000, schedule.num_samples)
-    phase, bucket, index = schedule.locate(positions)
+    _, _, index = schedule.locate(positions)
     assert (index < tokens // seq_len // 10).all()
 
 

@@ -186,8 +186,10 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
         total = sum(row["tokens"] for row in mine.values())
         if not mine:
             continue
-        mix = ds.config.curriculum[p].mix if ds.config.curriculum is not None else dict(
-            zip(names, ds.schedule.weights[0].tolist(), strict=True)
+        mix = (
+            ds.config.curriculum[p].mix
+            if ds.config.curriculum is not None
+            else dict(zip(names, ds.schedule.weights[0].tolist(), strict=True))
         )
         phases.append(
             {
@@ -245,7 +247,9 @@ def report(
         click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return
     click.echo(f"up to sample {result['position']:,} (budget unit: non-padding tokens)")
-    click.echo(f"{'phase':>5} {'bucket':<12} {'tokens':>12} {'target':>12} {'share':>7} {'loss tok':>12} {'padding':>10}")
+    click.echo(
+        f"{'phase':>5} {'bucket':<12} {'tokens':>12} {'target':>12} {'share':>7} {'loss tok':>12} {'padding':>10}"
+    )
     for phase in result["phases"]:
         for name, row in phase["buckets"].items():
             click.echo(

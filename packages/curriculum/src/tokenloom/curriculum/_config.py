@@ -85,7 +85,7 @@ class CurriculumConfig:
     """GPT-Simple's switch: False halts where a bucket runs dry, True renormalises."""
     allow_budget_mismatch: bool = False
     """A curriculum total that differs from what the loop consumes is a warning, not an error."""
-    bucket_exhaustion: ExhaustionPolicy | None = None
+    bucket_exhaustion: ExhaustionPolicy | str | None = None
     """Overrides ``allow_bucket_exhaustion``; ``repeat`` needs ``max_repetition`` >= 2."""
     max_repetition: int = 1
     """Epochs a bucket may be read (repeat policy)."""
@@ -106,9 +106,7 @@ class CurriculumConfig:
         object.__setattr__(self, "max_length", _positive_int(self.max_length, "max_length", where))
         for name in ("packing", "allow_bucket_exhaustion", "allow_budget_mismatch"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"{name} is {getattr(self, name)!r}, expected true or false", path=where, field=name
-                )
+                raise ConfigError(f"{name} is {getattr(self, name)!r}, expected true or false", path=where, field=name)
         if self.format != "pretokenized":
             raise ConfigError(
                 f"format is {self.format!r}: curriculum buckets are token shards",

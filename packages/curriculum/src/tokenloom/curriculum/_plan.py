@@ -245,7 +245,9 @@ def plot_plan(plan: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     figure, axes = pyplot.subplots(figsize=(9, 4.5))
     scale, unit = _scale(max(xs) if xs else 1)
     colours = pyplot.get_cmap("tab10")
-    axes.stackplot(np.asarray(xs) / scale, np.asarray(ys), labels=names, colors=[colours(i % 10) for i in range(len(names))])
+    axes.stackplot(
+        np.asarray(xs) / scale, np.asarray(ys), labels=names, colors=[colours(i % 10) for i in range(len(names))]
+    )
     for phase in plan["phases"][1:]:
         start = _token_at(plan, phase["start_sample"])
         axes.axvline(start / scale, color="black", linewidth=1, linestyle="--")

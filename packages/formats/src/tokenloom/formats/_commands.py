@@ -71,8 +71,16 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 @click.option("--curriculum", is_flag=True, help="PATH is a curriculum config (needs tokenloom-curriculum).")
 @click.option("--global-batch-size", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
-def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | None, dtype: str | None,
-             curriculum: bool = False, global_batch_size: int | None = None, max_steps: int | None = None) -> None:  # fmt: skip
+def validate(
+    path: Path,
+    deep: bool,
+    seq_len: int | None,
+    format_name: str | None,
+    dtype: str | None,
+    curriculum: bool = False,
+    global_batch_size: int | None = None,
+    max_steps: int | None = None,
+) -> None:
     """Check a token dataset (or, with --curriculum, a curriculum config) and print the config snippet.
 
     Exits 0 when the dataset is clean and 1 when a problem was found (the

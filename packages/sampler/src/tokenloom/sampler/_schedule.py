@@ -378,7 +378,9 @@ class CurriculumSchedule:
         if any(n < 0 for n in self.bucket_samples) or any(
             t <= 0 < n for n, t in zip(self.bucket_samples, self.bucket_tokens, strict=True)
         ):
-            raise ConfigError("bucket sizes must be non-negative, with tokens wherever there are samples", field="buckets")
+            raise ConfigError(
+                "bucket sizes must be non-negative, with tokens wherever there are samples", field="buckets"
+            )
         if self.max_epochs < 1:
             raise ConfigError(f"max_epochs is {self.max_epochs}, expected >= 1", field="max_repetition")
         self.segments: list[Segment] = []
@@ -459,9 +461,7 @@ class CurriculumSchedule:
         while spent(high) < budget:
             low, high = high, high * 2
             if high > MAX_SEGMENT:
-                raise ConfigError(
-                    f"a phase segment needs more than {MAX_SEGMENT} samples", field="duration_tokens"
-                )
+                raise ConfigError(f"a phase segment needs more than {MAX_SEGMENT} samples", field="duration_tokens")
         while low < high:
             middle = (low + high) // 2
             if spent(middle) >= budget:
@@ -577,7 +577,8 @@ class CurriculumSchedule:
     def tokens_before(self, position: int) -> int:
         """Budget tokens of the curriculum before ``position`` (the planned unit)."""
         counts = self.counts_before(position)
-        return sum((int(c) * t) // n if n else 0 for c, t, n in zip(counts, self.bucket_tokens, self.bucket_samples))
+        sizes = zip(counts.tolist(), self.bucket_tokens, self.bucket_samples, strict=True)
+        return sum((c * t) // n if n else 0 for c, t, n in sizes)
 
     def discrepancy(self) -> float:
         """The largest count deviation bound (samples) over every segment and bucket."""
