@@ -252,17 +252,30 @@ def plot_plan(plan: dict[str, Any], path: str | os.PathLike[str]) -> Path:
         start = _token_at(plan, phase["start_sample"])
         axes.axvline(start / scale, color="black", linewidth=1, linestyle="--")
     for phase in plan["phases"]:
+        if phase["samples"] == 0:
+            continue
         middle = (_token_at(plan, phase["start_sample"]) + _token_at(plan, phase["end_sample"])) / 2
         axes.text(middle / scale, 1.02, f"phase {phase['index']}", ha="center", va="bottom", fontsize=8)
-    for drain in plan["drains"]:
+    for number, drain in enumerate(plan["drains"]):
         axes.axvline(drain["token"] / scale, color="red", linewidth=1.5)
-        axes.text(drain["token"] / scale, 0.5, f" {drain['bucket']} dry ({drain['effect']})", color="red",
-                  rotation=90, va="center", fontsize=8)  # fmt: skip
+        axes.annotate(
+            f"{drain['bucket']} dry ({drain['effect']})",
+            xy=(drain["token"] / scale, 0.1 + 0.2 * (number % 4)),
+            xytext=(-4, 0),
+            textcoords="offset points",
+            ha="right",
+            color="white",
+            fontsize=8,
+            bbox={"boxstyle": "round", "facecolor": "red", "edgecolor": "none"},
+        )
     axes.set_xlim(0, (max(xs) if xs else 1) / scale)
     axes.set_ylim(0, 1.08)
     axes.set_xlabel(f"budget tokens ({unit})")
     axes.set_ylabel("share of tokens")
-    axes.set_title(f"curriculum plan: {plan['samples']:,} samples, policy {plan['policy']}", fontsize=10)
+    title = f"curriculum plan: {plan['samples']:,} samples, policy {plan['policy']}"
+    if plan["ended_early"]:
+        title += f"\nended early: {plan['ended_early']}"
+    axes.set_title(title, fontsize=9, pad=14)
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
