@@ -154,3 +154,16 @@ def test_val_dataset_is_the_val_twin_in_order(corpus):
     val = ds.val_dataset("c")
     assert len(val) == 4
     assert [val[i]["input_ids"][0].item() // WINDOW for i in range(4)] == [0, 1, 2, 3]
+
+
+def test_workers_receive_no_per_document_index(tmp_path):
+    import pickle
+
+    from curriculum_helpers import make_corpus
+
+    root = make_corpus(tmp_path / "data", {"a": 1500, "b": 1500}, doc_length=2)  # 12,750 documents per bucket
+    ds = CurriculumDataset(CurriculumConfig(path=root, max_length=SEQ_LEN, packing=False), seed=0)
+    size = len(pickle.dumps(ds))
+    assert size < 50_000, size  # the entry offsets alone would be 2 x 102 kB
+    clone = pickle.loads(pickle.dumps(ds))
+    assert torch.equal(clone[17]["input_ids"], ds[17]["input_ids"])

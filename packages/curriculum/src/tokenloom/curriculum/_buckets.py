@@ -29,25 +29,16 @@ class Bucket:
 
     name: str
     path: Path
-    data: TokenDataset
     dataset: Any
-    """MemoryMappedDataset (windows) or PackedDocumentDataset (packing)."""
+    """MemoryMappedDataset (windows) or PackedDocumentDataset (packing); pickles without entry indexes."""
     samples: int
     budget_tokens: int
     """Budget tokens over one epoch (see the module docstring)."""
     fingerprint: str
-
-    @property
-    def documents(self) -> int:
-        return len(self.data)
-
-    @property
-    def shards(self) -> int:
-        return len(self.data.shards)
-
-    @property
-    def disk_tokens(self) -> int:
-        return int(self.data.num_tokens)
+    documents: int
+    shards: int
+    disk_tokens: int
+    eos_id: int | None
 
 
 def discover_buckets(root: Path, *, source: str | None = None) -> list[str]:
@@ -142,12 +133,23 @@ def open_bucket(
     samples = len(dataset)
     budget = int(per_sample) * samples if isinstance(per_sample, int) else int(per_sample.sum())
     fingerprint = str(dataset.fingerprint()) if hasattr(dataset, "fingerprint") else data_fingerprint(data)
-    return Bucket(name, directory, data, dataset, samples, budget, fingerprint)
+    return Bucket(
+        name=name,
+        path=directory,
+        dataset=dataset,
+        samples=samples,
+        budget_tokens=budget,
+        fingerprint=fingerprint,
+        documents=len(data),
+        shards=len(data.shards),
+        disk_tokens=int(data.num_tokens),
+        eos_id=data.eos_id,
+    )
 
 
 def check_eos(buckets: list[Bucket]) -> None:
     """Buckets that declare EOS ids must agree (packing and masks depend on it)."""
-    declared = {b.name: b.data.eos_id for b in buckets if b.data.eos_id is not None}
+    declared = {b.name: b.eos_id for b in buckets if b.eos_id is not None}
     if len(set(declared.values())) > 1:
         raise BucketMismatchError(
             f"buckets declare different EOS ids: {declared}",
