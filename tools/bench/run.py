@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-ORDER = ["formats", "tokenize", "datasets", "sampler", "hf-streaming"]
+ORDER = ["formats", "tokenize", "datasets", "sampler", "curriculum", "hf-streaming"]
 
 
 def machine() -> str:

@@ -90,3 +90,13 @@ def test_weights_within_the_tolerance_are_accepted():
     assert mix.source_counts.sum() == len(mix) == 6
     with pytest.raises(ConfigError, match="sum to"):
         MixtureDataset([Constant(0, 3), Constant(1, 3)], [0.5, 0.5 - 2e-6], seed=0)
+
+
+def test_a_billion_sample_mixture_stores_nothing_of_its_length():
+    mix = MixtureDataset([Constant(0, 10**9), Constant(1, 10**9)], [0.3, 0.7], seed=2, num_samples=10**9)
+    # rates are realised in 22-bit fixed point: within 2^-22 of the weights, counts exact for those rates
+    assert np.abs(mix.source_counts - np.array([3e8, 7e8])).max() <= 10**9 * 2**-22
+    assert mix.source_counts.sum() == 10**9
+    assert not any(isinstance(v, np.ndarray) and v.size > 16 for v in vars(mix).values())
+    source, inner = mix.locate(10**9 - 1)
+    assert source in (0, 1) and 0 <= inner < 10**9

@@ -56,3 +56,12 @@ def test_the_order_looks_shuffled() -> None:
 
 GOLDEN_1000_SEED0_EPOCH0 = [549, 43, 812, 645, 526, 818, 296, 77]
 GOLDEN_1E10_SEED42_EPOCH7 = [4330208932, 3231662987, 3765875069, 5263146953]
+
+
+def test_the_scalar_path_equals_the_vectorised_one():
+    from tokenloom.sampler._feistel import FeistelPermutation, round_keys
+
+    for n in (1, 2, 5, 1000, 12345):
+        permutation = FeistelPermutation(n, round_keys(7, 3))
+        positions = np.arange(n, dtype=np.int64)
+        assert [permutation.one(p) for p in positions.tolist()] == permutation(positions).tolist()

@@ -64,26 +64,31 @@ class SampleBatch(Sequence[SampleRow]):
     is made on first use and the batch pickles as the compact windows.
     """
 
-    __slots__ = ("_batched", "_size", "windows")
+    __slots__ = ("_batched", "_size", "extras", "windows")
 
     def __init__(self, batched: Mapping[str, torch.Tensor]) -> None:
         self._batched: dict[str, torch.Tensor] | None = dict(batched)
         self.windows: np.ndarray | None = None
+        self.extras: dict[str, np.ndarray] | None = None
         self._size = len(next(iter(batched.values()))) if batched else 0
 
     @classmethod
-    def from_windows(cls, windows: np.ndarray) -> SampleBatch:
-        """Plain language-model samples of ``(B, L + 1)`` windows (input_ids = [:, :-1], labels = [:, 1:])."""
+    def from_windows(cls, windows: np.ndarray, extras: Mapping[str, np.ndarray] | None = None) -> SampleBatch:
+        """Plain language-model samples of ``(B, L + 1)`` windows (input_ids = [:, :-1], labels = [:, 1:]).
+
+        ``extras``: small per-sample int64 arrays of shape ``(B,)`` carried beside them (e.g. a bucket id).
+        """
         batch = cls.__new__(cls)
         batch._batched = None
         batch.windows = windows
+        batch.extras = dict(extras) if extras else None
         batch._size = len(windows)
         return batch
 
     @property
     def batched(self) -> dict[str, torch.Tensor]:
         if self._batched is None:
-            self._batched = windows_to_sample(cast(np.ndarray, self.windows))
+            self._batched = windows_to_sample(cast(np.ndarray, self.windows), self.extras)
         return self._batched
 
     def __len__(self) -> int:
@@ -106,16 +111,16 @@ class SampleBatch(Sequence[SampleRow]):
     def collated(self) -> dict[str, torch.Tensor]:
         """What both collates return: ``batched``; in a DataLoader worker a :class:`WindowBatch` when it can be."""
         if self.windows is not None and get_worker_info() is not None:
-            return WindowBatch(self.windows, self.batched)
+            return WindowBatch(self.windows, self.batched, self.extras)
         return self.batched
 
     def __reduce__(self) -> Any:
         if self.windows is not None:
-            return (SampleBatch.from_windows, (self.windows,))
+            return (SampleBatch.from_windows, (self.windows, self.extras))
         return (SampleBatch, (self.batched,))
 
 
-def windows_to_sample(windows: np.ndarray) -> dict[str, torch.Tensor]:
+def windows_to_sample(windows: np.ndarray, extras: Mapping[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
     """``input_ids`` / ``labels`` as contiguous int64 ``(B, L)`` tensors from ``(B, L + 1)`` windows of any int dtype.
 
     Both are views of one new buffer, at disjoint places: labels never alias input_ids.
@@ -125,7 +130,10 @@ def windows_to_sample(windows: np.ndarray) -> dict[str, torch.Tensor]:
     np.copyto(out[0], windows[:, :-1], casting="safe")
     np.copyto(out[1], windows[:, 1:], casting="safe")
     both = torch.from_numpy(out)
-    return {"input_ids": both[0], "labels": both[1]}
+    sample = {"input_ids": both[0], "labels": both[1]}
+    for key, value in (extras or {}).items():
+        sample[key] = torch.from_numpy(np.array(value, dtype=np.int64))
+    return sample
 
 
 class WindowBatch(dict):
@@ -139,11 +147,17 @@ class WindowBatch(dict):
     build a new dict.
     """
 
-    __slots__ = ("_versions", "windows")
+    __slots__ = ("_versions", "extras", "windows")
 
-    def __init__(self, windows: np.ndarray, tensors: Mapping[str, torch.Tensor]) -> None:
+    def __init__(
+        self,
+        windows: np.ndarray,
+        tensors: Mapping[str, torch.Tensor],
+        extras: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         super().__init__(tensors)
         self.windows = windows
+        self.extras = dict(extras) if extras else None
         self._versions = {key: (id(value), value._version) for key, value in tensors.items()}
 
     def _unchanged(self) -> bool:
@@ -156,7 +170,7 @@ class WindowBatch(dict):
 
     def __reduce__(self) -> Any:
         if self._unchanged():
-            return (windows_to_sample, (self.windows,))
+            return (windows_to_sample, (self.windows, self.extras))
         return (dict, (dict(self),))
 
 

@@ -157,6 +157,20 @@ class MemoryMappedDataset(Dataset[dict[str, torch.Tensor]]):
         k = bisect.bisect_right(self._sample_starts, index) - 1
         return int(self._shard_token_starts[k]) + (index - self._sample_starts[k]) * self.stride
 
+    @property
+    def plain(self) -> bool:
+        """Samples are the raw windows (no packing, no overlap masking): :meth:`window` is all there is."""
+        return self.packing is Packing.NONE and len(self._overlap_begins) == 0
+
+    @property
+    def window_dtype(self) -> np.dtype:
+        """The dtype :meth:`window` returns (the shards' storage dtype, widened to a common one)."""
+        return self._window_dtype
+
+    def window(self, index: int) -> np.ndarray:
+        """The ``seq_len + 1`` raw tokens of sample ``index`` (a zero-copy view where possible)."""
+        return self._window(self.window_start(index))
+
     def _window(self, begin: int) -> np.ndarray:
         end = begin + self.seq_len + 1
         if self.cross_shard:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -59,19 +60,39 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 
 @click.command(
     epilog="\b\nExamples:\n  tokenloom validate data/tokens --deep --seq-len 4096\n"
-    "  tokenloom validate shards/ --format flat --dtype uint16",
+    "  tokenloom validate shards/ --format flat --dtype uint16\n"
+    "  tokenloom validate --curriculum curriculum.yaml --global-batch-size 512 --max-steps 20000",
 )
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length (default {DEFAULT_SEQ_LEN}).")
 @_format_option
 @_dtype_option
-def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | None, dtype: str | None) -> None:
-    """Check a token dataset and print the config snippet that trains on it.
+@click.option("--curriculum", is_flag=True, help="PATH is a curriculum config (needs tokenloom-curriculum).")
+@click.option("--global-batch-size", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
+def validate(
+    path: Path,
+    deep: bool,
+    seq_len: int | None,
+    format_name: str | None,
+    dtype: str | None,
+    curriculum: bool = False,
+    global_batch_size: int | None = None,
+    max_steps: int | None = None,
+) -> None:
+    """Check a token dataset (or, with --curriculum, a curriculum config) and print the config snippet.
 
     Exits 0 when the dataset is clean and 1 when a problem was found (the
-    message names the file, offset and field, and what to do).
+    message names the file, offset and field, and what to do); a curriculum
+    also exits 2 on warnings only.
     """
+    if curriculum:  # validators come from the packages that own them (entry point group tokenloom.validators)
+        validators = {ep.name: ep for ep in entry_points(group="tokenloom.validators")}
+        if "curriculum" not in validators:
+            raise click.ClickException("--curriculum needs tokenloom-curriculum: pip install tokenloom-curriculum")
+        check = validators["curriculum"].load()
+        raise SystemExit(check(path, global_batch_size=global_batch_size, max_steps=max_steps))
     try:
         dataset = _open(path, format_name, dtype, "deep" if deep else "fast")
     except (DataError, OSError) as exc:

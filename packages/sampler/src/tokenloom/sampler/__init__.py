@@ -12,17 +12,26 @@ Example::
     state = sampler_state_from_loader(loader.state_dict())  # what the loader actually yielded
     # later, on another number of ranks or workers:
     sampler.load_state_dict(state)
+
+It also owns the mixing schedules (:class:`MixSchedule`, :class:`CurriculumSchedule`):
+which source serves each global position, computed in O(1) memory, never stored.
 """
 
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._order import Order
 from tokenloom.sampler._sampler import ResumableDistributedSampler
+from tokenloom.sampler._schedule import CurriculumSchedule, Drain, MixSchedule, Segment, bucket_permutation
 
 __all__ = [
+    "CurriculumSchedule",
+    "Drain",
     "FeistelPermutation",
+    "MixSchedule",
     "Order",
     "ResumableDistributedSampler",
+    "Segment",
+    "bucket_permutation",
     "round_keys",
     "sampler_state_from_loader",
 ]

@@ -62,7 +62,7 @@ def _fmix64(values: np.ndarray) -> np.ndarray:
 class FeistelPermutation:
     """The bijection ``position -> index`` of [0, n) for one key; O(1) memory."""
 
-    __slots__ = ("_bits", "_keys", "_left_bits", "_n")
+    __slots__ = ("_bits", "_int_keys", "_keys", "_left_bits", "_n")
 
     def __init__(self, n: int, keys: tuple[int, ...]) -> None:
         if len(keys) % 2:
@@ -71,6 +71,7 @@ class FeistelPermutation:
         self._bits = max(2, (n - 1).bit_length())
         self._left_bits = self._bits // 2
         self._keys = tuple(np.uint64(k) for k in keys)
+        self._int_keys = tuple(int(k) & _MASK64 for k in keys)
 
     def _network(self, values: np.ndarray) -> np.ndarray:
         """One pass of every round over [0, 2**bits), uint64 in and out."""
@@ -86,6 +87,27 @@ class FeistelPermutation:
             values = right | left
             left_bits, right_bits = right_bits, left_bits
         return values
+
+    def one(self, position: int) -> int:
+        """The index at one position, in plain Python integers (faster than numpy below ~32 values)."""
+        mask64 = _MASK64
+        bits, n = self._bits, self._n
+        first_left = self._left_bits
+        value = position
+        while True:
+            left_bits, right_bits = first_left, bits - first_left
+            for key in self._int_keys:
+                right = value & ((1 << right_bits) - 1)
+                mixed = (right + key) & mask64
+                mixed ^= mixed >> 33
+                mixed = (mixed * 0xFF51AFD7ED558CCD) & mask64
+                mixed ^= mixed >> 33
+                mixed = (mixed * 0xC4CEB9FE1A85EC53) & mask64
+                mixed ^= mixed >> 33
+                value = (right << left_bits) | ((value >> right_bits) ^ (mixed & ((1 << left_bits) - 1)))
+                left_bits, right_bits = right_bits, left_bits
+            if value < n:
+                return value
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         """Indices at ``positions`` (int64 in [0, n)), as an int64 array."""

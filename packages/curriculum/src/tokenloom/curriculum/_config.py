@@ -1,0 +1,318 @@
+"""CurriculumConfig: GPT-Simple's ``data:`` block as it is, plus TOML and a Python API.
+
+Accepted files: a whole GPT-Simple config (``model``/``data``/``optimizer``/``training``;
+only ``data`` is read), or the data block itself at the top level; YAML (``.yaml``,
+``.yml``), TOML (``.toml``) or JSON. Every key of GPT-Simple's DataConfig is
+accepted; ``tokenizer``, ``overlap_size`` and ``num_workers`` are recorded and not
+used here (they belong to tokenization and the loader). tokenloom adds
+``bucket_exhaustion`` (halt | renormalise | repeat) and ``max_repetition``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from tokenloom.formats import ConfigError, MissingFileError
+
+__all__ = ["CurriculumConfig", "ExhaustionPolicy", "Phase"]
+
+_SEED_KEYS = {
+    "path",
+    "tokenizer",
+    "format",
+    "max_length",
+    "overlap_size",
+    "packing",
+    "num_workers",
+    "curriculum",
+    "allow_bucket_exhaustion",
+    "allow_budget_mismatch",
+}
+_OUR_KEYS = {"bucket_exhaustion", "max_repetition"}
+_DATA_KEYS = _SEED_KEYS | _OUR_KEYS
+_SECTIONS = {"model", "data", "optimizer", "training"}
+_PHASE_KEYS = {"duration_tokens", "mix"}
+
+
+class ExhaustionPolicy(StrEnum):
+    """What happens at the position where a bucket runs dry (known before step 0)."""
+
+    HALT = "halt"
+    """Stop there: BucketExhausted, run status ``halted`` (GPT-Simple's allow_bucket_exhaustion: false)."""
+    RENORMALISE = "renormalise"
+    """Drop the bucket, renormalise the rest of the phase's weights (allow_bucket_exhaustion: true)."""
+    REPEAT = "repeat"
+    """Re-read the bucket, a new permutation per epoch, up to ``max_repetition`` epochs; then halt."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Phase:
+    """One phase: a token budget and the token weights of the buckets."""
+
+    duration_tokens: int
+    """Budget tokens of the phase (non-padding tokens of the samples it emits)."""
+    mix: Mapping[str, float]
+    """Bucket -> weight, normalised to sum 1 (as GPT-Simple does)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "duration_tokens", _duration(self.duration_tokens, "duration_tokens"))
+        object.__setattr__(self, "mix", _normalised(self.mix, "mix"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CurriculumConfig:
+    """A curriculum over the buckets under ``path/train``; see the package README."""
+
+    path: Path
+    """Data root holding ``train/<bucket>/`` and ``val/<bucket>/``."""
+    max_length: int = 2048
+    """Tokens per sample (L)."""
+    packing: bool = True
+    """True: whole documents bin-packed into L tokens; False: fixed windows of L tokens."""
+    curriculum: tuple[Phase, ...] | None = None
+    """The phases; None: one phase reading every bucket once, weights proportional to their tokens."""
+    allow_bucket_exhaustion: bool = False
+    """GPT-Simple's switch: False halts where a bucket runs dry, True renormalises."""
+    allow_budget_mismatch: bool = False
+    """A curriculum total that differs from what the loop consumes is a warning, not an error."""
+    bucket_exhaustion: ExhaustionPolicy | str | None = None
+    """Overrides ``allow_bucket_exhaustion``; ``repeat`` needs ``max_repetition`` >= 2."""
+    max_repetition: int = 1
+    """Epochs a bucket may be read (repeat policy)."""
+    tokenizer: str | None = None
+    """Recorded only (GPT-Simple's key)."""
+    format: str = "pretokenized"
+    """GPT-Simple's key; only ``pretokenized`` has buckets of token shards."""
+    overlap_size: int | None = None
+    """Recorded only (GPT-Simple's tokenization setting)."""
+    num_workers: int | None = None
+    """Recorded only (GPT-Simple's loader setting)."""
+    source: str | None = field(default=None, compare=False)
+    """The file this came from, for messages."""
+
+    def __post_init__(self) -> None:
+        where = self.source
+        object.__setattr__(self, "path", Path(self.path))
+        object.__setattr__(self, "max_length", _positive_int(self.max_length, "max_length", where))
+        for name in ("packing", "allow_bucket_exhaustion", "allow_budget_mismatch"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} is {getattr(self, name)!r}, expected true or false", path=where, field=name)
+        if self.format != "pretokenized":
+            raise ConfigError(
+                f"format is {self.format!r}: curriculum buckets are token shards",
+                path=where,
+                field="format",
+                hint="Tokenize first (tokenloom tokenize) and set format: pretokenized",
+            )
+        if self.curriculum is not None:
+            phases = tuple(self.curriculum)
+            if not phases:
+                raise ConfigError(
+                    "curriculum is an empty list", path=where, field="curriculum", hint="Omit it for one phase"
+                )
+            object.__setattr__(self, "curriculum", phases)
+        object.__setattr__(self, "max_repetition", _positive_int(self.max_repetition, "max_repetition", where))
+        if self.bucket_exhaustion is not None:
+            try:
+                policy = ExhaustionPolicy(self.bucket_exhaustion)
+            except ValueError:
+                valid = ", ".join(p.value for p in ExhaustionPolicy)
+                raise ConfigError(
+                    f"bucket_exhaustion is {self.bucket_exhaustion!r}, expected one of {valid}",
+                    path=where,
+                    field="bucket_exhaustion",
+                ) from None
+            object.__setattr__(self, "bucket_exhaustion", policy)
+        if self.policy is ExhaustionPolicy.REPEAT and self.max_repetition < 2:
+            raise ConfigError(
+                "bucket_exhaustion is repeat but max_repetition is 1",
+                path=where,
+                field="max_repetition",
+                hint="Set max_repetition to the epochs a bucket may be read (>= 2)",
+            )
+        if self.policy is not ExhaustionPolicy.REPEAT and self.max_repetition != 1:
+            raise ConfigError(
+                f"max_repetition is {self.max_repetition} but the policy is {self.policy.value}",
+                path=where,
+                field="max_repetition",
+                hint="Set bucket_exhaustion: repeat to re-read buckets",
+            )
+
+    @property
+    def policy(self) -> ExhaustionPolicy:
+        if self.bucket_exhaustion is not None:
+            return ExhaustionPolicy(self.bucket_exhaustion)
+        return ExhaustionPolicy.RENORMALISE if self.allow_bucket_exhaustion else ExhaustionPolicy.HALT
+
+    @property
+    def allows_exhaustion(self) -> bool:
+        """A predicted drain is a warning (renormalise) rather than a blocking finding."""
+        return self.policy is ExhaustionPolicy.RENORMALISE
+
+    @property
+    def max_epochs(self) -> int:
+        return self.max_repetition if self.policy is ExhaustionPolicy.REPEAT else 1
+
+    def buckets_named(self) -> set[str]:
+        return {name for phase in self.curriculum or () for name in phase.mix}
+
+    def schedule_fingerprint(self) -> str:
+        """Everything about the config that places samples before the first drain (no policy, no path)."""
+        phases = None
+        if self.curriculum is not None:
+            phases = [[p.duration_tokens, sorted(p.mix.items())] for p in self.curriculum]
+        payload = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> CurriculumConfig:
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values.update(changes)
+        return CurriculumConfig(**values)
+
+    # -- loading ------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], *, source: str | None = None) -> CurriculumConfig:
+        """From a whole GPT-Simple config (its ``data`` section) or a data block."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"the config is a {type(raw).__name__}, expected a mapping", path=source)
+        if "data" in raw and isinstance(raw["data"], Mapping):
+            unknown = sorted(set(raw) - _SECTIONS)
+            if unknown:
+                raise ConfigError(
+                    f"unknown top-level keys {unknown}; a GPT-Simple config has {sorted(_SECTIONS)}",
+                    path=source,
+                    field=unknown[0],
+                )
+            raw = raw["data"]
+        unknown = sorted(set(raw) - _DATA_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"unknown keys {unknown} in the data block; valid keys: {sorted(_DATA_KEYS)}",
+                path=source,
+                field=unknown[0],
+                hint="Check the spelling (GPT-Simple's DataConfig names)",
+            )
+        if "path" not in raw:
+            raise ConfigError("the data block has no 'path'", path=source, field="path")
+        values = dict(raw)
+        phases = values.pop("curriculum", None)
+        if phases is not None:
+            if not isinstance(phases, list):
+                raise ConfigError(
+                    f"curriculum is a {type(phases).__name__}, expected a list of phases",
+                    path=source,
+                    field="curriculum",
+                )
+            values["curriculum"] = tuple(_phase(p, i, source) for i, p in enumerate(phases))
+        path = Path(str(values["path"]))
+        if source is not None and not path.is_absolute():
+            path = Path(source).parent / path
+        values["path"] = path
+        return cls(**values, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> CurriculumConfig:
+        """YAML (.yaml/.yml), TOML (.toml) or JSON; relative data paths are relative to the file."""
+        file = Path(path)
+        if not file.is_file():
+            raise MissingFileError(f"config file {file} does not exist", path=file)
+        text = file.read_text(encoding="utf-8")
+        suffix = file.suffix.lower()
+        try:
+            if suffix in (".yaml", ".yml"):
+                import yaml
+
+                raw = yaml.safe_load(text) or {}
+            elif suffix == ".toml":
+                raw = tomllib.loads(text)
+            elif suffix == ".json":
+                raw = json.loads(text)
+            else:
+                raise ConfigError(
+                    f"config suffix {suffix!r}, expected .yaml, .yml, .toml or .json", path=file, field="suffix"
+                )
+        except ConfigError:
+            raise
+        except Exception as exc:  # yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError
+            raise ConfigError(f"cannot parse the config: {exc}", path=file) from None
+        return cls.from_dict(raw, source=str(file))
+
+
+def _phase(raw: object, index: int, source: str | None) -> Phase:
+    where = f"curriculum[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} is {raw!r}, expected a mapping with duration_tokens and mix", path=source)
+    unknown = sorted(set(raw) - _PHASE_KEYS)
+    missing = sorted(_PHASE_KEYS - set(raw))
+    if unknown or missing:
+        problem = f"unknown keys {unknown}" if unknown else f"missing {missing}"
+        raise ConfigError(
+            f"{where} has {problem}; a phase has exactly {sorted(_PHASE_KEYS)}",
+            path=source,
+            field=f"{where}.{(unknown or missing)[0]}",
+        )
+    return Phase(
+        duration_tokens=_duration(raw["duration_tokens"], f"{where}.duration_tokens", source),
+        mix=_normalised(raw["mix"], f"{where}.mix", source),
+    )
+
+
+def _positive_int(value: object, name: str, source: str | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", path=source, field=name)
+    return int(value)
+
+
+def _duration(value: object, name: str, source: str | None = None) -> int:
+    if isinstance(value, str):
+        raise ConfigError(
+            f"{name} is the string {value!r}, expected an integer number of tokens",
+            path=source,
+            field=name,
+            hint="YAML reads 5e9 as a string: write 5000000000 (or 5_000_000_000)",
+        )
+    if isinstance(value, float):
+        raise ConfigError(
+            f"{name} is the float {value!r}, expected an integer number of tokens",
+            path=source,
+            field=name,
+            hint="Write the token count as an integer, e.g. 5000000000",
+        )
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", path=source, field=name)
+    return int(value)
+
+
+def _normalised(mix: object, name: str, source: str | None = None) -> dict[str, float]:
+    if not isinstance(mix, Mapping) or not mix:
+        raise ConfigError(f"{name} is {mix!r}, expected a non-empty mapping bucket -> weight", path=source, field=name)
+    weights: dict[str, float] = {}
+    for bucket, weight in mix.items():
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+            raise ConfigError(
+                f"{name}[{bucket!r}] is {weight!r}, expected a number", path=source, field=f"{name}.{bucket}"
+            )
+        weight = float(weight)
+        if math.isnan(weight) or math.isinf(weight) or weight < 0:
+            raise ConfigError(
+                f"{name}[{bucket!r}] is {weight!r}, expected a finite weight >= 0",
+                path=source,
+                field=f"{name}.{bucket}",
+            )
+        weights[str(bucket)] = weight
+    total = sum(weights.values())
+    if total <= 0:
+        raise ConfigError(
+            f"every weight of {name} is zero", path=source, field=name, hint="Give at least one bucket a weight > 0"
+        )
+    return {bucket: weight / total for bucket, weight in weights.items()}
