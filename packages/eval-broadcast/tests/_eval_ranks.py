@@ -213,17 +213,17 @@ def _status_kib(field: str) -> int:
 
 
 def hf_cache(rank: int, world: int, params: dict[str, Any], result: dict[str, Any]) -> None:
+    """One broadcast per entry of ``params["shared"]`` (shared_filesystem off / on), each with a fresh source."""
     from tokenloom.eval_broadcast import HFEvalSource, broadcast_eval_set
 
-    source = HFEvalSource("json", data_files=params["jsonl"], split="train", tokenizer=params["tokenizer"])
-    evalset = broadcast_eval_set(
-        source,
-        seq_len=6,
-        cache_dir=params["cache_dir"],
-        shared_filesystem=params.get("shared", False),
-        timeout=60,
-    )
-    result.update(describe(evalset), tokenized=source.documents_tokenized, rows=evalset.numpy().tolist())
+    runs = []
+    for shared in params["shared"]:
+        source = HFEvalSource("json", data_files=params["jsonl"], split="train", tokenizer=params["tokenizer"])
+        evalset = broadcast_eval_set(
+            source, seq_len=6, cache_dir=params["cache_dir"], shared_filesystem=shared, timeout=60
+        )
+        runs.append({**describe(evalset), "tokenized": source.documents_tokenized, "rows": evalset.numpy().tolist()})
+    result["runs"] = runs
 
 
 SCENARIOS = {

@@ -15,6 +15,29 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
+TEXTS = [
+    "the cat sat on the mat",
+    "a dog ran",
+    "the dog sat",
+    "cats and dogs and mats",
+    "on the mat the cat ran",
+    "a cat",
+]
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    directory = tmp_path_factory.mktemp("tok")
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<eos>"])
+    model.train_from_iterator(TEXTS * 20, trainer)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=model, eos_token="<eos>", unk_token="<unk>")
+    fast.save_pretrained(directory)
+    return directory
+
+
 
 
 @pytest.fixture
@@ -65,3 +88,15 @@ def run_ranks(tmp_path):
         if process.is_alive():
             os.kill(process.pid, signal.SIGKILL)
             process.join(5)
+
+
+@pytest.fixture
+def jsonl(tmp_path):
+    path = tmp_path / "val.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    return path
+
+
+@pytest.fixture
+def texts():
+    return list(TEXTS)
