@@ -24,8 +24,13 @@ def main(rank: int, world: int, init_file: str, scenario: str, out: str, params_
 
     params = json.loads(params_json)
     os.environ["HF_DATASETS_CACHE"] = str(Path(out) / f"hf-cache-rank{rank}")
+    backend = params.get("backend", "gloo")
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(rank)
     dist.init_process_group(
-        "gloo",
+        backend,
         init_method=f"file://{init_file}",
         rank=rank,
         world_size=world,
@@ -226,7 +231,22 @@ def hf_cache(rank: int, world: int, params: dict[str, Any], result: dict[str, An
     result["runs"] = runs
 
 
+def nccl(rank: int, world: int, params: dict[str, Any], result: dict[str, Any]) -> None:
+    """The NCCL path: the same set on every GPU rank, and a failing build raised everywhere."""
+    from tokenloom.eval_broadcast import EvalTokens, broadcast_eval_set
+
+    tokens = stream(100_003, 50_000, 49_999)
+    build = lambda: EvalTokens(tokens, eos_id=49_999, vocab_size=50_000)  # noqa: E731
+    result["equal"] = outcome(lambda: broadcast_eval_set(build, seq_len=127, chunk_bytes=30_000, timeout=60))
+
+    def failing() -> Any:
+        raise RuntimeError("no such split")
+
+    result["failure"] = outcome(lambda: broadcast_eval_set(failing, seq_len=127, timeout=60))
+
+
 SCENARIOS = {
+    "nccl": nccl,
     "suite": suite,
     "kill_receiver": kill_receiver,
     "source_dies": source_dies,

@@ -131,3 +131,19 @@ def test_second_start_broadcasts_from_the_cache_and_shared_filesystem_maps_it(ru
     assert shared[0]["origin"] == "cache" and shared[1]["origin"] == "mapped"
     assert len(list((tmp_path / "cache").iterdir())) == 1
     assert sum(map(sum, built["rows"])) > 0
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(_gpus() < 2, reason="the NCCL path needs a CUDA device and 2+ GPUs; this machine has fewer")
+def test_nccl_path_on_two_gpus(run_ranks):
+    results = run_ranks(2, "nccl", {"backend": "nccl"}, timeout=180)
+    assert all(r is not None and "crash" not in r for r in results), results
+    assert all(r["equal"]["ok"] for r in results)
+    assert results[0]["equal"]["value"]["sha256"] == results[1]["equal"]["value"]["sha256"]
+    assert {r["failure"]["type"] for r in results} == {"EvalBuildError"}
+    assert all("no such split" in r["failure"]["message"] for r in results)
