@@ -64,7 +64,11 @@ def _rank(rank: int, init: str, out: str, num_tokens: int, rounds: int) -> None:
         return float(elapsed)
 
     def raw() -> None:
-        payload = torch.from_numpy(tokens.view(np.uint8)) if tokens is not None else torch.empty(2 * num_tokens, dtype=torch.uint8)
+        payload = (
+            torch.from_numpy(tokens.view(np.uint8))
+            if tokens is not None
+            else torch.empty(2 * num_tokens, dtype=torch.uint8)
+        )
         dist.broadcast(payload, src=0)
 
     def ours() -> None:

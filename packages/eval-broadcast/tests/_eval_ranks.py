@@ -96,15 +96,13 @@ def suite(rank: int, world: int, params: dict[str, Any], result: dict[str, Any])
     def build() -> Any:
         return EvalTokens(tokens, eos_id=eos, vocab_size=vocab)
 
-    result["equal"] = outcome(lambda: (broadcast_eval_set(build, **common)))
+    result["equal"] = outcome(lambda: broadcast_eval_set(build, **common))
     rows = tokens[: 300 * 16].reshape(300, 16)
     last = world - 1
-    result["rows_from_last"] = outcome(lambda: (broadcast_eval_set(lambda: rows, src=last, **common)))
-    result["empty"] = outcome(lambda: (broadcast_eval_set(lambda: np.zeros(0, np.int64), **common)))
-    result["short"] = outcome(lambda: (broadcast_eval_set(lambda: tokens[:5], **common)))
-    result["short_dropped"] = outcome(
-        lambda: (broadcast_eval_set(lambda: tokens[:5], drop_remainder=True, **common))
-    )
+    result["rows_from_last"] = outcome(lambda: broadcast_eval_set(lambda: rows, src=last, **common))
+    result["empty"] = outcome(lambda: broadcast_eval_set(lambda: np.zeros(0, np.int64), **common))
+    result["short"] = outcome(lambda: broadcast_eval_set(lambda: tokens[:5], **common))
+    result["short_dropped"] = outcome(lambda: broadcast_eval_set(lambda: tokens[:5], drop_remainder=True, **common))
 
     def failing() -> Any:
         raise RuntimeError("tokenizer exploded on document 17: " + "x" * 10_000)
@@ -118,9 +116,7 @@ def suite(rank: int, world: int, params: dict[str, Any], result: dict[str, Any])
         time.sleep(1.5)  # three times the timeout: the heartbeat keeps the receivers waiting
         return build()
 
-    result["slow_build"] = outcome(
-        lambda: (broadcast_eval_set(slow, **{**common, "timeout": 0.5}))
-    )
+    result["slow_build"] = outcome(lambda: broadcast_eval_set(slow, **{**common, "timeout": 0.5}))
     result["src_outside"] = outcome(lambda: broadcast_eval_set(build, src=world, **common))
     result["mismatch"] = outcome(
         lambda: broadcast_eval_set(build, **{**common, "chunk_bytes": 1000 + (rank == last and world > 1)})

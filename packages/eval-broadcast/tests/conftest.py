@@ -24,6 +24,7 @@ TEXTS = [
     "a cat",
 ]
 
+
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     tokenizers = pytest.importorskip("tokenizers")
@@ -36,8 +37,6 @@ def tokenizer_dir(tmp_path_factory):
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=model, eos_token="<eos>", unk_token="<unk>")
     fast.save_pretrained(directory)
     return directory
-
-
 
 
 @pytest.fixture

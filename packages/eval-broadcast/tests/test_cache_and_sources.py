@@ -25,7 +25,6 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 
-
 def expected_stream(tokenizer_dir, texts):
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     stream = []

@@ -116,12 +116,14 @@ def test_a_dead_or_stalled_source_is_an_error_within_the_timeout(run_ranks, how)
         assert outcome["seconds"] >= timeout - 0.5
 
 
-def test_second_start_broadcasts_from_the_cache_and_shared_filesystem_maps_it(run_ranks, tokenizer_dir, jsonl, tmp_path):
+def test_second_start_broadcasts_from_the_cache_and_shared_filesystem_maps_it(
+    run_ranks, tokenizer_dir, jsonl, tmp_path
+):
     params = {"jsonl": str(jsonl), "tokenizer": str(tokenizer_dir), "cache_dir": str(tmp_path / "cache")}
     first = run_ranks(2, "hf_cache", {**params, "shared": [False]}, timeout=180)
     later = run_ranks(2, "hf_cache", {**params, "shared": [False, True]}, timeout=180)  # a second start
     assert all(r is not None and "crash" not in r for r in first + later), (first, later)
-    (built, received), = zip(*(r["runs"] for r in first), strict=True)
+    ((built, received),) = zip(*(r["runs"] for r in first), strict=True)
     second, shared = zip(*(r["runs"] for r in later), strict=True)
     for source, receiver in (built, received), second, shared:
         assert source["sha256"] == receiver["sha256"] == built["sha256"]

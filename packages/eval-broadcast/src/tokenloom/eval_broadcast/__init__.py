@@ -1,13 +1,13 @@
 """tokenloom.eval_broadcast: the eval set built once on one rank, received by every rank, evaluated exactly.
 
-    rank src: build() / cache  --header (status, rows, row_len, dtype, checksum, ...)-->  every rank
-              rows in chunks of <= chunk_bytes, narrowest dtype     (failure: header + message -> EvalBuildError)
-    every rank: EvalSet -> .split(rank, world) -> EvalDataset (training masks) -> loss_sum, tokens
-              -> token_weighted_mean(loss_sum, tokens): the same number on any world size
+rank src: build() / cache  --header (status, rows, row_len, dtype, checksum, ...)-->  every rank
+          rows in chunks of <= chunk_bytes, narrowest dtype     (failure: header + message -> EvalBuildError)
+every rank: EvalSet -> .split(rank, world) -> EvalDataset (training masks) -> loss_sum, tokens
+          -> token_weighted_mean(loss_sum, tokens): the same number on any world size
 
-    >>> evalset = broadcast_eval_set(HFEvalSource("json", data_files="val.jsonl", split="train",
-    ...                              tokenizer="tok/"), seq_len=2048, cache_dir="/scratch/eval")
-    >>> dataset = EvalDataset(evalset.split(rank, world), pack_sequences=True)
+>>> evalset = broadcast_eval_set(HFEvalSource("json", data_files="val.jsonl", split="train",
+...                              tokenizer="tok/"), seq_len=2048, cache_dir="/scratch/eval")
+>>> dataset = EvalDataset(evalset.split(rank, world), pack_sequences=True)
 """
 
 from tokenloom.eval_broadcast._broadcast import DEFAULT_CHUNK_BYTES, DEFAULT_TIMEOUT, broadcast_eval_set

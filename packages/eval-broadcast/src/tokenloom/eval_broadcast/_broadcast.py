@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -122,8 +122,9 @@ def _produce(build: Any, settings: dict[str, Any], cache_dir: Any, cache_key: st
     entry = None
     if cache_dir is not None:
         fingerprint = cache_key
-        if fingerprint is None and hasattr(build, "fingerprint"):
-            fingerprint = build.fingerprint()
+        method = getattr(build, "fingerprint", None)
+        if fingerprint is None and method is not None:
+            fingerprint = method()
         if fingerprint is None:
             raise ConfigError(
                 "cache_dir is set but build has no fingerprint()", field="cache_key", hint="Pass cache_key=..."
@@ -310,7 +311,7 @@ def _receive(channel: _Channel, cache_dir: Any) -> EvalSet:
         for begin in range(0, flat.size, header.chunk_bytes):
             piece = payload[begin : begin + header.chunk_bytes]
             channel.broadcast(piece, f"rows bytes [{begin}, +{header.chunk_bytes})")
-            digest.update(memoryview(flat[begin : begin + header.chunk_bytes]))
+            digest.update(flat[begin : begin + header.chunk_bytes].data)
         if digest.intdigest() != header.checksum:
             problem = EvalTransferError(
                 f"rank {channel.rank}: received rows hash to {digest.intdigest():016x}, "

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from tokenloom.datasets import settings_fingerprint
-from tokenloom.formats import MANIFEST_NAME, ChecksumError, DataError, FormatError, fsync_dir, open_dataset, open_writer
 from tokenloom.eval_broadcast._rows import DTYPE_CODES, EvalSet, rows_checksum
+from tokenloom.formats import MANIFEST_NAME, ChecksumError, DataError, FormatError, fsync_dir, open_dataset, open_writer
 
 __all__ = ["CacheWarning", "cache_entry", "open_cache", "read_cache", "write_cache"]
 

@@ -100,8 +100,10 @@ def token_weighted_mean(loss_sum: Any, token_count: Any, group: Any = None) -> t
     """
     device = loss_sum.device if isinstance(loss_sum, torch.Tensor) else torch.device("cpu")
     total = torch.stack(
-        [torch.as_tensor(loss_sum, dtype=torch.float64, device=device).reshape(()),
-         torch.as_tensor(token_count, dtype=torch.float64, device=device).reshape(())]
+        [
+            torch.as_tensor(loss_sum, dtype=torch.float64, device=device).reshape(()),
+            torch.as_tensor(token_count, dtype=torch.float64, device=device).reshape(()),
+        ]
     )
     if dist.is_available() and dist.is_initialized():
         if dist.get_backend(group) == "nccl" and device.type != "cuda":

@@ -98,5 +98,5 @@ def encode_message(text: str) -> bytes:
     data = text.encode("utf-8", errors="replace")
     if len(data) <= MAX_MESSAGE_BYTES:
         return data
-    marker = " [...]".encode()
+    marker = b" [...]"
     return data[: MAX_MESSAGE_BYTES - len(marker)].decode("utf-8", errors="ignore").encode() + marker

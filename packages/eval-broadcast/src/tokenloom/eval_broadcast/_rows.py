@@ -52,7 +52,7 @@ class EvalSet:
     eos_id: int | None = None
     vocab_size: int | None = None
     origin: str = "built"
-    """"built" (this rank ran build), "cache" (read from the cache), "received" (broadcast), "mapped" (memory-mapped)."""
+    """"built" (ran build here), "cache" (read from the cache), "received" (broadcast), "mapped" (memory-mapped)."""
     cache_path: str | None = field(default=None)
 
     def __len__(self) -> int:
@@ -109,7 +109,7 @@ def exact_eval_split(num_rows: int, rank: int, world_size: int) -> tuple[int, in
 
 def rows_checksum(rows: np.ndarray) -> int:
     """xxh3-64 of a C-contiguous array's bytes, as an unsigned int."""
-    return xxhash.xxh3_64_intdigest(memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)))
+    return xxhash.xxh3_64_intdigest(np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data)
 
 
 def _as_integer_array(value: Any) -> np.ndarray:
@@ -177,7 +177,7 @@ def to_rows(
     _check_range(stream, vocab_size)
     if vocab_size is not None and vocab_size < 1:
         raise ConfigError(f"vocab_size is {vocab_size}, expected >= 1", field="vocab_size")
-    if eos_id is not None and not (0 <= eos_id and (vocab_size is None or eos_id < vocab_size)):
+    if eos_id is not None and not (eos_id >= 0 and (vocab_size is None or eos_id < vocab_size)):
         raise ConfigError(f"eos_id {eos_id} is outside the vocabulary of {vocab_size}", field="eos_id")
     width_for = vocab_size if vocab_size is not None else (int(stream.max()) + 1 if stream.size else 1)
     dtype = smallest_dtype_for_vocab(width_for)
@@ -211,7 +211,9 @@ def _cut(stream: np.ndarray, row_len: int, eos_id: int | None, drop_remainder: b
     full, remainder = divmod(stream.size, row_len)
     if remainder == 0 or drop_remainder:
         if remainder:
-            log.warning("drop_remainder=True: dropping the last %d tokens (less than one row of %d)", remainder, row_len)
+            log.warning(
+                "drop_remainder=True: dropping the last %d tokens (less than one row of %d)", remainder, row_len
+            )
         return np.ascontiguousarray(stream[: full * row_len]).reshape(full, row_len), 0
     rows = np.empty((full + 1, row_len), dtype=stream.dtype)
     rows.reshape(-1)[: stream.size] = stream

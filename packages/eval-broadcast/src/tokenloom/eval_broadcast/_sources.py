@@ -22,8 +22,15 @@ import numpy as np
 from tokenloom.datasets import data_fingerprint, settings_fingerprint, tokenizer_fingerprint
 from tokenloom.eval_broadcast._rows import EvalTokens
 from tokenloom.eval_broadcast._tokenize import encode_documents
-from tokenloom.formats import ConfigError, MissingFileError, MissingKeyError, TokenDataset, file_checksum, open_dataset
-from tokenloom.formats import require
+from tokenloom.formats import (
+    ConfigError,
+    MissingFileError,
+    MissingKeyError,
+    TokenDataset,
+    file_checksum,
+    open_dataset,
+    require,
+)
 
 __all__ = ["HFEvalSource", "PathEvalSource"]
 
