@@ -122,6 +122,13 @@ def suite(rank: int, world: int, params: dict[str, Any], result: dict[str, Any])
         lambda: broadcast_eval_set(build, **{**common, "chunk_bytes": 1000 + (rank == last and world > 1)})
     )
 
+    import torch.distributed as dist
+
+    members = list(range(1, world)) if world >= 3 else [0]  # with 3+ ranks, group rank 0 is global rank 1
+    subgroup = dist.new_group(members, backend="gloo")
+    result["subgroup"] = outcome(lambda: broadcast_eval_set(build, group=subgroup, **common))
+    result["subgroup_member"] = rank in members
+
     # exact, token-weighted eval loss with a fixed model
     import torch
 

@@ -75,6 +75,19 @@ def test_bad_arguments_fail_on_every_rank(run_ranks, suites, world):
         assert all("chunk_bytes (1000 .. 1001)" in m["message"] for m in mismatch)
 
 
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_subgroup_broadcasts_among_its_members_and_refuses_the_others(run_ranks, suites, world):
+    results = _suite(run_ranks, suites, world)
+    equal = results[0]["equal"]["value"]["sha256"]
+    members = [r["subgroup"] for r in results if r["subgroup_member"]]
+    others = [r["subgroup"] for r in results if not r["subgroup_member"]]
+    assert len(members) == (world - 1 if world >= 3 else 1) and len(others) == world - len(members)
+    assert all(m["ok"] and m["value"]["sha256"] == equal for m in members), members
+    assert [m["value"]["origin"] for m in members][0] == "built"  # group rank 0 (global 1 with 3+ ranks) built it
+    assert all(m["value"]["origin"] == "received" for m in members[1:])
+    assert all(o["type"] == "ConfigError" and "not a member" in o["message"] for o in others), others
+
+
 def test_eval_loss_is_the_same_on_1_2_3_and_4_ranks(run_ranks, suites):
     losses = {}
     for world in WORLDS:
