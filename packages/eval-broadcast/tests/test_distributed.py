@@ -83,7 +83,7 @@ def test_a_subgroup_broadcasts_among_its_members_and_refuses_the_others(run_rank
     others = [r["subgroup"] for r in results if not r["subgroup_member"]]
     assert len(members) == (world - 1 if world >= 3 else 1) and len(others) == world - len(members)
     assert all(m["ok"] and m["value"]["sha256"] == equal for m in members), members
-    assert [m["value"]["origin"] for m in members][0] == "built"  # group rank 0 (global 1 with 3+ ranks) built it
+    assert members[0]["value"]["origin"] == "built"  # group rank 0 (global 1 with 3+ ranks) built it
     assert all(m["value"]["origin"] == "received" for m in members[1:])
     assert all(o["type"] == "ConfigError" and "not a member" in o["message"] for o in others), others
 

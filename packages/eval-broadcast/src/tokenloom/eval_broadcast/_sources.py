@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,8 @@ class HFEvalSource:
         self.batch_size = batch_size
         self._tokenizer = tokenizer
         self.documents_tokenized = 0
+        self.on_progress: Callable[[int, int], None] | None = None
+        """Called with (documents tokenized, documents in the split) after every batch (a progress bar)."""
 
     @property
     def tokenizer(self) -> Any:
@@ -142,6 +144,8 @@ class HFEvalSource:
             tokens, _ = encode_documents(tokenizer, texts, eos_id)
             self.documents_tokenized += len(texts)
             parts.append(tokens)
+            if self.on_progress is not None:
+                self.on_progress(self.documents_tokenized, len(source))
         stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return EvalTokens(stream, eos_id=eos_id, vocab_size=max(len(tokenizer), eos_id + 1))
 
