@@ -171,7 +171,7 @@ class _Channel:
             done = work.wait(timeout=timedelta(seconds=self.seconds))
         except Exception as exc:  # gloo: "Connection closed by peer", "Operation timed out!"
             raise EvalTransferError(
-                f"rank {self.rank}: {what} failed within the timeout of {self.seconds:g} s: {exc}"
+                f"rank {self.rank}: {what} failed (timeout {self.seconds:g} s): {str(exc).rstrip('.!')}"
             ) from exc
         if done is False:
             raise EvalTransferError(f"rank {self.rank}: {what} did not complete within {self.seconds:g} s")
