@@ -91,7 +91,7 @@ def suite(rank: int, world: int, params: dict[str, Any], result: dict[str, Any])
 
     vocab, eos, seq_len = 1000, 999, 15
     tokens = stream(5003, vocab, eos)  # 312 full rows of 16 + 11 tokens
-    common = {"seq_len": seq_len, "timeout": 20, "chunk_bytes": 1000}  # 10 chunks of rows bytes
+    common: dict[str, Any] = {"seq_len": seq_len, "timeout": 20, "chunk_bytes": 1000}  # 10 chunks of rows bytes
 
     def build() -> Any:
         return EvalTokens(tokens, eos_id=eos, vocab_size=vocab)

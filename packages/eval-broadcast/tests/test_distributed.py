@@ -90,6 +90,7 @@ def test_a_subgroup_broadcasts_among_its_members_and_refuses_the_others(run_rank
 
 def test_eval_loss_is_the_same_on_1_2_3_and_4_ranks(run_ranks, suites):
     losses = {}
+    reference_labels = None
     for world in WORLDS:
         results = _suite(run_ranks, suites, world)
         assert sum(r["rows_here"] for r in results) == 313  # no row dropped or duplicated

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
@@ -74,7 +75,14 @@ def test_bad_builds_are_named_errors(build, options, cause, text):
 def test_a_stream_needs_seq_len_and_arguments_are_checked():
     with pytest.raises(EvalBuildError, match="seq_len is None"):
         broadcast_eval_set(lambda: np.arange(10))
-    for bad in ({"timeout": 0}, {"chunk_bytes": 0}, {"seq_len": 0}, {"shared_filesystem": True}, {"src": 1}):
+    bad_options: list[dict[str, Any]] = [
+        {"timeout": 0},
+        {"chunk_bytes": 0},
+        {"seq_len": 0},
+        {"shared_filesystem": True},
+        {"src": 1},
+    ]
+    for bad in bad_options:
         with pytest.raises(ConfigError):
             broadcast_eval_set(lambda: np.arange(10), **{"seq_len": 4, **bad})
     with pytest.raises(EvalBuildError, match="callable"):
