@@ -292,6 +292,8 @@ def _receive(channel: _Channel, cache_dir: Any) -> EvalSet:
     if header.status is Status.FAILED:
         message = channel.receive_bytes(header.message_len, "the failure message").decode("utf-8", errors="replace")
         raise EvalBuildError(message)
+    if header.rows == 0:
+        log.warning("rank %d: the eval set has 0 rows", channel.rank)
     dtype = CODE_DTYPES.get(header.dtype_code)
     if dtype is None:
         raise EvalTransferError(f"rank {channel.rank}: unknown dtype code {header.dtype_code} in the header")

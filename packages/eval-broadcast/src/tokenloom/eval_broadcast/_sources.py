@@ -30,6 +30,7 @@ from tokenloom.formats import (
     file_checksum,
     open_dataset,
     require,
+    smallest_dtype_for_vocab,
 )
 
 __all__ = ["HFEvalSource", "PathEvalSource"]
@@ -138,16 +139,18 @@ class HFEvalSource:
                 f"{source.column_names}",
                 field="text_field",
             )
+        vocab_size = max(len(tokenizer), eos_id + 1)
+        dtype = smallest_dtype_for_vocab(vocab_size)  # 2 bytes a token held on the source, not 8
         parts: list[np.ndarray] = []
         for batch in source.iter(batch_size=self.batch_size):
             texts = batch[self.text_field]
             tokens, _ = encode_documents(tokenizer, texts, eos_id)
             self.documents_tokenized += len(texts)
-            parts.append(tokens)
+            parts.append(tokens.astype(dtype))
             if self.on_progress is not None:
                 self.on_progress(self.documents_tokenized, len(source))
-        stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return EvalTokens(stream, eos_id=eos_id, vocab_size=max(len(tokenizer), eos_id + 1))
+        stream = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        return EvalTokens(stream, eos_id=eos_id, vocab_size=vocab_size)
 
 
 def _local_files(data_files: Any) -> list[str] | None:
