@@ -122,6 +122,23 @@ def suite(rank: int, world: int, params: dict[str, Any], result: dict[str, Any])
         lambda: broadcast_eval_set(build, **{**common, "chunk_bytes": 1000 + (rank == last and world > 1)})
     )
 
+    # a receiver whose bytes arrive corrupted: every rank must raise, none may evaluate another set
+    import tokenloom.eval_broadcast._broadcast as broadcast_module
+
+    original = broadcast_module._Channel.broadcast
+    flipped = {"done": False}
+
+    def corrupting(self: Any, tensor: Any, what: str) -> None:
+        original(self, tensor, what)
+        if what.startswith("rows bytes") and not flipped["done"]:
+            tensor[0] ^= 1
+            flipped["done"] = True
+
+    if world > 1 and rank == last:
+        broadcast_module._Channel.broadcast = corrupting  # type: ignore[method-assign]
+    result["corrupted"] = outcome(lambda: broadcast_eval_set(build, **common))
+    broadcast_module._Channel.broadcast = original  # type: ignore[method-assign]
+
     import torch.distributed as dist
 
     members = list(range(1, world)) if world >= 3 else [0]  # with 3+ ranks, group rank 0 is global rank 1

@@ -63,6 +63,17 @@ def test_a_failing_build_is_the_same_error_everywhere(run_ranks, suites, world):
 
 
 @pytest.mark.parametrize("world", WORLDS)
+def test_a_corrupted_receive_on_one_rank_is_an_error_on_every_rank(run_ranks, suites, world):
+    outcomes = [r["corrupted"] for r in _suite(run_ranks, suites, world)]
+    if world == 1:
+        assert outcomes[0]["ok"]  # nobody receives
+        return
+    assert {o["type"] for o in outcomes} == {"EvalTransferError"}, outcomes
+    assert "received rows hash to" in outcomes[-1]["message"]
+    assert all("1 rank(s)" in o["message"] for o in outcomes[:-1])
+
+
+@pytest.mark.parametrize("world", WORLDS)
 def test_bad_arguments_fail_on_every_rank(run_ranks, suites, world):
     results = _suite(run_ranks, suites, world)
     assert {r["src_outside"]["type"] for r in results} == {"ConfigError"}

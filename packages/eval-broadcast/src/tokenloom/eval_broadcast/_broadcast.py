@@ -161,6 +161,7 @@ class _Channel:
     def __init__(self, group: Any, src: int, rank: int, seconds: float) -> None:
         self.group = group
         self.rank = rank
+        self.is_src = rank == src
         self.src_global = dist.get_global_rank(group, src) if group is not None else src
         self.seconds = seconds
         self.nccl = dist.get_backend(group) == "nccl"
@@ -178,7 +179,12 @@ class _Channel:
 
     def broadcast(self, tensor: torch.Tensor, what: str) -> None:
         """In place: ``tensor`` (CPU) is sent by src and overwritten on the others."""
-        staged = tensor.to(self.device) if self.nccl else tensor
+        if not self.nccl:
+            staged = tensor
+        elif self.is_src:
+            staged = tensor.to(self.device)
+        else:  # one CUDA buffer per message; the caching allocator hands back the same block each chunk
+            staged = torch.empty_like(tensor, device=self.device)
         work = dist.broadcast(staged, src=self.src_global, group=self.group, async_op=True)
         self._wait(work, what)
         if self.nccl:
