@@ -6,8 +6,78 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
+
+
+def _ok(passed: bool, text: str) -> str:
+    return f"[green]passed[/green]: {text}" if passed else f"[red]FAILED[/red]: {text}"
+
+
+def _curriculum_rows(table: Any, report: Any) -> None:
+    c = report.curriculum
+    if c is None:
+        return
+    docs = ", ".join(f"{name} {train:,}+{val:,}" for name, (train, val) in c.documents.items())
+    table.add_row("buckets", f"train+val docstrings: {docs}")
+    table.add_row("curriculum", str(c.config))
+    table.add_row(
+        "validate",
+        _ok(c.validate_exit == 0 and c.plan_exit == 0, f"validate --curriculum exit {c.validate_exit}, "
+            f"curriculum plan exit {c.plan_exit} (output: {c.plan_text})"),
+    )  # fmt: skip
+    table.add_row("plan plot", str(c.plan_plot) if c.plan_plot and c.plan_plot.is_file() else "-")
+    if not c.phase_bounds:
+        return
+    bounds = ", ".join(f"phase {p}: samples {a:,}-{b:,}" for p, (a, b) in enumerate(c.phase_bounds, start=1))
+    table.add_row(
+        "curriculum run",
+        f"{c.samples:,} samples ({bounds}); {c.steps_before} steps x 2 ranks x 2 workers, checkpoint at sample "
+        f"{c.checkpoint:,} (inside phase 2), then {c.steps_after} steps x 3 ranks x 1 worker",
+    )
+    table.add_row(
+        "schedule oracle",
+        _ok(c.exactly_once, f"every position once, each the sample the schedule names "
+            f"({c.duplicates} duplicated, {c.missing} missing, {c.wrong_samples} wrong)"),
+    )  # fmt: skip
+    table.add_row("mix", _ok(c.mix_ok, "realised within the schedule's bound in every phase (table below)"))
+
+
+def _eval_and_stream_rows(table: Any, report: Any) -> None:
+    e = report.eval
+    if e is not None:
+        text = (
+            f"{e.rows:,} rows built on rank 0, broadcast to 2 gloo ranks; eval loss {e.loss:.6f} nats over "
+            f"{e.tokens:,} tokens (unigram score), equal on both ranks and to one rank's whole-set loss "
+            f"({e.seconds:.1f} s)"
+            if e.error is None
+            else e.error
+        )
+        table.add_row("eval broadcast", _ok(e.ok, text))
+    s = report.stream
+    if s is not None:
+        table.add_row(
+            "streaming",
+            _ok(s.bit_exact, f"{s.batches} batches, stopped after 20, resumed in new workers: "
+                f"{s.matching} of {s.resumed} resumed batches byte-identical ({s.seconds:.1f} s)"),
+        )  # fmt: skip
+
+
+def _mix_table(report: Any) -> Any:
+    from rich.table import Table
+
+    c = report.curriculum
+    table = Table(title="curriculum mix: target vs realised share of each phase's budget tokens")
+    table.add_column("phase")
+    for name in c.mix[0]:
+        table.add_column(name, justify="right")
+    table.add_column("bound", justify="right")
+    for p, (shares, tolerance) in enumerate(zip(c.mix, c.tolerance, strict=True)):
+        cells = [f"{target:.1%} / {realised:.1%}" for target, realised in shares.values()]
+        table.add_row(str(p + 1), *cells, f"±{tolerance:.2%}")
+    return table
+
 
 EPILOG = """\b
 Examples:
@@ -21,7 +91,11 @@ Examples:
     "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Where to work (default: a temp dir)."
 )
 @click.option(
-    "--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Steps per rank before the checkpoint."
+    "--steps",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Steps per rank before the checkpoint of the epoch leg (the curriculum leg checkpoints inside phase 2).",
 )
 @click.option("--keep", is_flag=True, help="Keep the workdir (corpus, tokens, plot) instead of cleaning up.")
 def demo(workdir: Path | None, steps: int, keep: bool) -> None:
@@ -30,8 +104,16 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
     Builds the corpus, tokenizes it with the shipped tokenizer on 2 workers,
     validates it, packs it, trains on 2 simulated ranks with a 2-worker
     DataLoader, checkpoints, restarts on 3 ranks, finishes the epoch and checks
-    that every sample was consumed exactly once. Writes a PNG of the document
-    lengths and the packing padding, and prints where it is.
+    that every sample was consumed exactly once.
+
+    Then splits the corpus into module / class / function docstring buckets
+    (train and val), writes a two-phase curriculum YAML, validates it and plots
+    its plan, trains through it on 2 ranks x 2 workers, checkpoints inside
+    phase 2, restarts on 3 ranks x 1 worker and finishes, checking every sample
+    against the schedule and the realised mix against the target; builds the
+    eval set on rank 0 of 2 gloo processes and broadcasts it (token-weighted
+    eval loss); streams the corpus jsonl, stops and resumes bit-exactly.
+    Exits 1 if any check fails.
     """
     from rich.console import Console
     from rich.table import Table
@@ -49,6 +131,11 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
             kept = Path.cwd() / plot_path.name
             shutil.copy2(plot_path, kept)
             plot_path = kept
+        c = report.curriculum
+        if c is not None and c.plan_plot is not None and c.plan_plot.is_file() and created and not keep:
+            kept = Path.cwd() / c.plan_plot.name  # the workdir goes; the plots stay
+            shutil.copy2(c.plan_plot, kept)
+            c.plan_plot = kept
         table = Table(title="tokenloom demo", show_header=False)
         table.add_row("corpus", f"{report.corpus_documents:,} stdlib docstrings, {report.corpus_bytes / 1e6:.1f} MB")
         table.add_row(
@@ -71,12 +158,20 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
             else f"[red]FAILED[/red]: {report.duplicates} duplicated, {report.missing} missing"
         )
         table.add_row("resume check", verdict)
+        _curriculum_rows(table, report)
+        _eval_and_stream_rows(table, report)
         table.add_row("plot", str(plot_path) if plot_path else "-")
-        table.add_row("time", f"{report.seconds:.1f} s")
+        legs = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in report.leg_seconds.items())
+        table.add_row("time", f"{report.seconds:.1f} s ({legs})")
         for note in report.notes:
             table.add_row("note", note)
         console.print(table)
-        if not report.consumed_once:
+        if report.curriculum is not None and report.curriculum.mix:
+            console.print(_mix_table(report))
+        failures = report.failures()
+        for failure in failures:
+            console.print(f"[red]FAILED[/red]: {failure}")
+        if failures:
             sys.exit(1)
     finally:
         if created and not keep:

@@ -4,10 +4,17 @@ stdlib docstrings -> jsonl corpus -> tokenize (2 workers, windowed) -> validate
     -> document-packed windows + bin-packed documents
     -> DataLoader (2 workers) x elastic sampler on 2 simulated ranks -> checkpoint
     -> "restart" on 3 simulated ranks -> finish the epoch -> every sample exactly once
+corpus -> modules / classes / functions buckets -> train/<bucket>, val/<bucket>
+    -> two-phase curriculum.yaml -> validate --curriculum, curriculum plan --plot
+    -> 2 ranks x 2 workers -> checkpoint inside phase 2 -> 3 ranks x 1 worker -> the end
+    -> schedule oracle (exactly once, the right samples) and realised vs target mix
+val/<bucket> -> built on rank 0 of 2 gloo processes, broadcast -> token-weighted eval loss
+corpus jsonl -> StreamingHuggingFaceDataset -> stop, resume -> bit-exact
 """
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -20,6 +27,9 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset
+from tokenloom.demo._curriculum import BUCKETS, CurriculumReport, run_curriculum
+from tokenloom.demo._eval import EvalReport, run_eval
+from tokenloom.demo._stream import StreamReport, run_stream
 from tokenloom.formats import ResumeMismatchError, TokenDataset, open_dataset
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import TokenizeConfig, build_stdlib_corpus, tokenize
@@ -70,6 +80,42 @@ class DemoReport:
     plot: Path | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    curriculum: CurriculumReport | None = None
+    eval: EvalReport | None = None
+    stream: StreamReport | None = None
+    leg_seconds: dict[str, float] = field(default_factory=dict)
+
+    def failures(self) -> list[str]:
+        """Every check that did not pass (empty: the demo passed)."""
+        failed = []
+        if not self.consumed_once:
+            failed.append(f"epoch resume: {self.duplicates} duplicated, {self.missing} missing")
+        c = self.curriculum
+        if c is None:
+            failed.append("curriculum leg did not run")
+        else:
+            if c.validate_exit != 0:
+                failed.append(f"tokenloom validate --curriculum exited {c.validate_exit} (see {c.plan_text})")
+            if c.plan_exit != 0:
+                failed.append(f"tokenloom curriculum plan exited {c.plan_exit} (see {c.plan_text})")
+            if c.validate_exit == 0 and c.plan_exit == 0:
+                if not c.exactly_once:
+                    failed.append(
+                        f"curriculum: {c.duplicates} duplicated, {c.missing} missing, "
+                        f"{c.wrong_samples} not the sample the schedule names"
+                    )
+                if not c.mix_ok:
+                    failed.append("curriculum: a realised mix is outside the schedule's bound")
+        e = self.eval
+        if e is None or not e.ok:
+            failed.append(f"eval broadcast: {e.error if e and e.error else 'ranks disagree'}")
+        s = self.stream
+        if s is None or not s.bit_exact:
+            failed.append(
+                "streaming resume: "
+                + (f"{s.matching} of {s.resumed} resumed batches identical" if s else "did not run")
+            )
+        return failed
 
 
 def _run_rank(
@@ -101,12 +147,15 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     """Run the flow in ``workdir`` and return what it measured (raises on any failed check)."""
     report = DemoReport()
     started = time.perf_counter()
+    # the parent encodes the small buckets itself; tokenizers' thread pool in a process that
+    # later forks DataLoader workers and gloo ranks is what NOTES.md warns about
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    log("1/6 building the corpus from the standard library's docstrings")
+    log("1/9 building the corpus from the standard library's docstrings")
     corpus = build_stdlib_corpus(workdir / "corpus")
     report.corpus_documents, report.corpus_bytes = corpus.documents, corpus.num_bytes
 
-    log("2/6 tokenizing with the shipped byte-level BPE on 2 workers (windowed)")
+    log("2/9 tokenizing with the shipped byte-level BPE on 2 workers (windowed)")
     summary = tokenize(
         TokenizeConfig(
             input_dir=workdir / "corpus",
@@ -121,11 +170,11 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     report.tokenize_seconds = summary.seconds
     report.tokenize_tokens_per_second = summary.tokens_per_second
 
-    log("3/6 validating (deep: checksums, token ids, EOS placement)")
+    log("3/9 validating (deep: checksums, token ids, EOS placement)")
     tokens = open_dataset(workdir / "tokens", validate="deep")
     report.entries, report.tokens, report.shards = len(tokens), tokens.num_tokens, tokens.num_shards
 
-    log("4/6 packing: document-aware windows and best-fit bin packing")
+    log("4/9 packing: document-aware windows and best-fit bin packing")
     packed = PackedDocumentDataset(tokens, MAX_LENGTH, cache_dir=workdir / "plans")
     report.packing_padding, report.packed_sequences = packed.padding_fraction, len(packed)
     dataset = WithSampleIds(MemoryMappedDataset(tokens, SEQ_LEN, pack_sequences=True, position_ids=True))
@@ -139,7 +188,7 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
             f"--steps {steps} would end the epoch before the checkpoint; checkpointing at step {epoch_steps // 2}"
         )
         steps = max(1, epoch_steps // 2)
-    log(f"5/6 training on {WORLD_BEFORE} simulated ranks for {steps} steps, then a checkpoint")
+    log(f"5/9 training on {WORLD_BEFORE} simulated ranks for {steps} steps, then a checkpoint")
     t0 = time.perf_counter()
     consumed: list[int] = []
     states = []
@@ -152,7 +201,7 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
         raise ResumeMismatchError(f"ranks disagree on the data state: {states}")
     checkpoint = states[0]
 
-    log(f"6/6 restarting on {WORLD_AFTER} simulated ranks from the checkpoint and finishing the epoch")
+    log(f"6/9 restarting on {WORLD_AFTER} simulated ranks from the checkpoint and finishing the epoch")
     for rank in range(WORLD_AFTER):
         ids, done, _ = _run_rank(dataset, world=WORLD_AFTER, rank=rank, state=checkpoint, max_steps=None)
         consumed += ids
@@ -163,6 +212,22 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     report.duplicates = int((counts > 1).sum())
     report.missing = int((counts == 0).sum())
     report.consumed_once = report.duplicates == 0 and report.missing == 0 and len(consumed) == len(dataset)
+    report.leg_seconds["corpus, tokenize, pack, epoch resume"] = time.perf_counter() - started
+
+    t0 = time.perf_counter()
+    log("7/9 curriculum: module / class / function docstring buckets, two phases, 2x2 -> 3x1 ranks x workers")
+    report.curriculum = run_curriculum(workdir, corpus.path, seed=SEED, log=log)
+    report.leg_seconds["curriculum"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    log("8/9 eval set built on rank 0 of 2 gloo processes and broadcast; token-weighted eval loss")
+    report.eval = run_eval(workdir, workdir / "buckets", BUCKETS)
+    report.leg_seconds["eval broadcast"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    log("9/9 streaming the corpus jsonl (StreamingHuggingFaceDataset, 2 workers), stop, resume")
+    report.stream = run_stream(workdir, corpus.path, seed=SEED)
+    report.leg_seconds["streaming"] = time.perf_counter() - t0
     report.seconds = time.perf_counter() - started
     return report
 
