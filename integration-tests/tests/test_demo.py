@@ -1,4 +1,4 @@
-"""`tokenloom demo`, the README's first command, passes and leaves what it promises."""
+"""`tokenloom demo`, the README's first command, passes and leaves what it promises; a failed check fails it."""
 
 from __future__ import annotations
 
@@ -22,9 +22,18 @@ def test_demo_command_passes_its_resume_check(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "passed: every sample consumed exactly once" in result.stdout
-    png = tmp_path / "work" / "tokenloom-demo.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "tokenloom-demo.png" in result.stdout  # the summary prints where the plot is
+    for name in ("tokenloom-demo.png", "curriculum-plan.png"):
+        assert (tmp_path / "work" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert name in result.stdout  # the summary prints where the plots are
+    config = tmp_path / "work" / "curriculum.yaml"
+    assert str(config) in result.stdout and "curriculum:" in config.read_text()
+    for bucket in ("modules", "classes", "functions"):
+        for split in ("train", "val"):
+            assert (tmp_path / "work" / "buckets" / split / bucket / "manifest.json").is_file()
+    for line in ("validate --curriculum exit 0", "each the sample the schedule names", "broadcast to 2 gloo ranks",
+                 "resumed batches byte-identical", "curriculum mix: target vs realised"):  # fmt: skip
+        assert line in result.stdout, result.stdout
+    assert "FAILED" not in result.stdout
 
 
 def test_demo_without_workdir_cleans_up(tmp_path: Path) -> None:
@@ -42,10 +51,11 @@ def test_demo_without_workdir_cleans_up(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert list((tmp_path / "tmp").iterdir()) == []  # the temporary workdir is gone
-    assert [p.name for p in (tmp_path / "cwd").iterdir()] == ["tokenloom-demo.png"]  # the plot it printed stays
+    # the plots it printed stay
+    assert sorted(p.name for p in (tmp_path / "cwd").iterdir()) == ["curriculum-plan.png", "tokenloom-demo.png"]
 
 
-def test_run_demo_accounts_for_every_sample(tmp_path: Path) -> None:
+def test_run_demo_accounts_for_every_sample_and_a_failed_check_fails_it(tmp_path: Path) -> None:
     report = run_demo(tmp_path, steps=25, log=lambda _line: None, plot=False)
     assert report.consumed_once
     assert (report.duplicates, report.missing) == (0, 0)
@@ -53,3 +63,28 @@ def test_run_demo_accounts_for_every_sample(tmp_path: Path) -> None:
     assert report.steps_after > 0
     assert report.tokens > 100_000
     assert 0 <= report.packing_padding < 0.05
+    c, e, s = report.curriculum, report.eval, report.stream
+    assert c is not None and e is not None and s is not None
+    assert c.exactly_once and c.mix_ok and (c.duplicates, c.missing, c.wrong_samples) == (0, 0, 0)
+    (_, end0), (start1, end1) = c.phase_bounds
+    assert end0 == start1 < c.checkpoint < end1 == c.samples  # the checkpoint falls inside phase 2
+    assert c.steps_after > 0 and len(c.mix) == 2
+    assert e.ok and e.tokens > 0 and e.loss > 0
+    assert s.bit_exact and s.resumed > 0
+    assert report.failures() == []
+
+    # each check can fail the demo (the command exits 1 when failures() is not empty)
+    for leg, name, value in [
+        (report, "consumed_once", False),
+        (c, "exactly_once", False),
+        (c, "mix_ok", False),
+        (c, "validate_exit", 1),
+        (e, "same_loss", False),
+        (e, "error", "eval ranks [1] did not finish"),
+        (s, "matching", s.matching - 1),
+    ]:
+        saved = getattr(leg, name)
+        setattr(leg, name, value)
+        assert report.failures(), name
+        setattr(leg, name, saved)
+    assert report.failures() == []

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tokenloom.formats import atomic_write_bytes
-from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset, load_rank_states, save_rank_state
 from tokenloom.tokenize import default_tokenizer_path
 
 __all__ = ["StreamReport", "run_stream"]
@@ -90,10 +88,9 @@ def run_stream(workdir: Path, corpus: Path, *, seed: int) -> StreamReport:
     report.batches = len(reference)
     if state is None or report.batches < BATCHES:
         return report  # too short a stream: the check fails with resumed = 0
-    report.state = workdir / "stream-state.json"
-    atomic_write_bytes(report.state, orjson.dumps(state, option=orjson.OPT_SERIALIZE_NUMPY))
+    report.state = save_rank_state(workdir / "stream-state", 0, state)  # crash-safe JSON, one file per rank
     resumed = _loader(corpus, seed)  # a new process's view: a fresh dataset and loader
-    resumed.load_state_dict(orjson.loads(report.state.read_bytes()))
+    resumed.load_state_dict(load_rank_states(workdir / "stream-state", 1)[0])
     for batch, expected in zip(resumed, reference[STOP_AT:], strict=False):
         report.resumed += 1
         report.matching += _digest(batch) == expected
