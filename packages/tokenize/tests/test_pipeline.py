@@ -161,15 +161,16 @@ def test_other_settings_need_overwrite(tmp_path: Path, tiny_tokenizer: Path, cor
     assert open_dataset(tmp_path / "out").metadata["tokenize"]["settings"]["max_length"] == 16
 
 
-def test_foreign_files_in_the_output_dir_need_overwrite(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+def test_foreign_files_in_the_output_dir_are_never_deleted(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="not empty"):
         run(tiny_tokenizer, corpus, out)
     assert (out / "notes.txt").exists()
-    run(tiny_tokenizer, corpus, out, overwrite=True)
-    assert not (out / "notes.txt").exists()
+    with pytest.raises(ConfigError, match=r"not a tokenloom dataset: it holds notes\.txt"):
+        run(tiny_tokenizer, corpus, out, overwrite=True)  # --overwrite replaces only tokenloom output
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_changed_tokenizer_is_a_mismatch(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:

@@ -44,6 +44,7 @@ from tokenloom.formats._registry import (
     open_writer,
     register_format,
 )
+from tokenloom.formats._safety import check_disjoint, check_replaceable, real_path
 from tokenloom.formats._store_bin import BinStore, is_bin_store, open_bin_meta_dataset
 from tokenloom.formats._store_h5 import H5Store, is_h5_store, open_h5_dataset
 from tokenloom.formats._store_open import detect_store_type, open_store
@@ -156,7 +157,10 @@ __all__ = [
     "atomic_file",
     "atomic_write_bytes",
     "available_formats",
+    "check_disjoint",
+    "check_replaceable",
     "check_tokens",
+    "real_path",
     "describe_files",
     "detect_format",
     "detect_store_type",

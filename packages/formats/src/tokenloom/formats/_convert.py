@@ -16,12 +16,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._registry import available_formats, open_dataset, open_writer
+from tokenloom.formats._safety import check_disjoint, dataset_inputs
 from tokenloom.formats.errors import ConfigError
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
@@ -64,6 +66,16 @@ def _accepts(factory: Callable[..., Any], name: str) -> bool:
         return False
 
 
+def write_targets(target: str | os.PathLike[str], to: str) -> list[Path]:
+    """Every path a writer of format ``to`` at ``target`` may create or replace."""
+    path = Path(target)
+    paths = [path]
+    if to == "megatron":
+        prefix = path.with_name(path.name[:-4]) if path.suffix in (".idx", ".bin") else path
+        paths += [prefix, prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx")]
+    return paths
+
+
 def convert_dataset(
     source: str | os.PathLike[str] | TokenDataset,
     target: str | os.PathLike[str],
@@ -86,6 +98,11 @@ def convert_dataset(
         writable = sorted(name for name, spec in formats.items() if spec.writer is not None)
         raise ConfigError(f"cannot write format {to!r}, writable: {writable}", field="to")
     factory = formats[to].writer
+    check_disjoint(
+        write_targets(target, to),
+        dataset_inputs(dataset, None if isinstance(source, TokenDataset) else source),
+        target_name="the target",
+    )
     options = dict(writer_options or {})
     for key, value in (("tokenizer_fingerprint", dataset.tokenizer_fingerprint),):
         if value is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from tokenloom.formats._manifest import (
     write_manifest,
 )
 from tokenloom.formats._paths import safe_file
+from tokenloom.formats._safety import check_replaceable
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -235,8 +237,11 @@ class NativeWriter(TokenWriter):
 _COMPLETION_FILES = (MANIFEST_NAME, "meta.json")  # the files whose presence means "complete"
 
 
-def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
-    """Create ``path``; refuse a non-empty one unless ``overwrite`` (then clear its files)."""
+def prepare_output_dir(path: Path, *, overwrite: bool, ours: Callable[[str], bool] | None = None) -> None:
+    """Create ``path``; refuse a non-empty one unless ``overwrite`` (then clear its files).
+
+    Only tokenloom output (or files ``ours`` accepts) is ever cleared: see ``_safety.check_replaceable``.
+    """
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a directory", path=path)
     path.mkdir(parents=True, exist_ok=True)
@@ -245,8 +250,9 @@ def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
         raise ConfigError(
             f"output directory is not empty ({len(existing)} entries)",
             path=path,
-            hint="Choose an empty directory or pass overwrite=True (--overwrite)",
+            hint="Choose an empty directory or pass --overwrite (overwrite=True)",
         )
+    check_replaceable(path, ours)
     for entry in existing:
         if entry.is_dir() and not entry.is_symlink():
             raise ConfigError(

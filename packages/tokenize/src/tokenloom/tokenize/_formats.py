@@ -34,14 +34,17 @@ from tokenloom.formats import (
     DataError,
     ResumeMismatchError,
     atomic_write_bytes,
+    check_disjoint,
+    check_replaceable,
     convert_dataset,
     fsync_dir,
     open_dataset,
     prepare_output_dir,
     read_manifest,
+    real_path,
 )
 from tokenloom.tokenize._config import TokenizeConfig
-from tokenloom.tokenize._pipeline import ProgressCallback, RunInputs, TokenizeSummary, tokenize_native
+from tokenloom.tokenize._pipeline import ProgressCallback, RunInputs, TokenizeSummary, replaceable, tokenize_native
 
 __all__ = [
     "MEGATRON_PREFIX",
@@ -169,7 +172,7 @@ def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> d
     out = config.output_dir
     # OUT holds only files of an unfinished run of ours here, or --overwrite was given. Cleared with
     # the marker written first (prepare_output_dir's order), so the old record is never trusted again.
-    prepare_output_dir(out, overwrite=True)
+    prepare_output_dir(out, overwrite=True, ours=replaceable(out))
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     source = open_dataset(staging, format="native")
@@ -239,9 +242,27 @@ def tokenize_via_staging(
     return summary
 
 
+def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
+    """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
+    targets = [config.output_dir]
+    if config.format != "native":
+        targets.append(staging_dir(config.output_dir))
+    # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
+    if real_path(config.output_dir) == real_path(config.input_dir):
+        check_disjoint([config.output_dir], [config.input_dir], target_name="--output-dir")
+    sources = [*(f.path for f in inputs.files)]
+    tokenizer_dir = Path(inputs.tokenizer)
+    if tokenizer_dir.exists():
+        sources.append(tokenizer_dir)
+    check_disjoint(targets, sources, target_name="--output-dir")
+    if config.overwrite:
+        check_replaceable(config.output_dir, replaceable(config.output_dir))
+
+
 def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
     """Run (or resume, or confirm) one tokenize job, in any supported format."""
     inputs = RunInputs.resolve(config)
+    check_run_paths(config, inputs)
     if config.format == "native":
         return tokenize_native(config, inputs, on_progress=on_progress)
     return tokenize_via_staging(config, inputs, on_progress=on_progress)

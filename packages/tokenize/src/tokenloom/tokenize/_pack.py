@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenloom.formats import ConfigError, RecordError, open_writer, smallest_dtype_for_vocab
+from tokenloom.formats import ConfigError, RecordError, check_disjoint, open_writer, smallest_dtype_for_vocab
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
@@ -76,6 +76,7 @@ def pack(
         raise ConfigError(f"num_workers is {workers}, expected >= 0", field="num_workers")
     target = Path(output) if output is not None else default_pack_path(source)
     name = tokenizer or str(_tokenizer.default_tokenizer_path())
+    check_disjoint([target], [source, *([Path(name)] if Path(name).exists() else [])], target_name="--output")
     stat = source.stat()
     files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
     summary = PackSummary(output=target)

@@ -108,7 +108,7 @@ def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Mani
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
     if config.overwrite or not out.exists():
-        prepare_output_dir(out, overwrite=config.overwrite)
+        prepare_output_dir(out, overwrite=config.overwrite, ours=replaceable(out))
         return RunState(run_key={**run_key, "chunking": _chunking(config)})
     state = read_state(out)
     if state is not None:
@@ -134,6 +134,23 @@ def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Mani
 def _ours(name: str) -> bool:
     """Files a run killed before its first journal write can leave behind."""
     return name == WRITING_MARKER or name.endswith(".tmp") or _SHARD_FILE.fullmatch(name) is not None
+
+
+_TOKENIZE_OUTPUT = re.compile(r"data\.(bin|idx|pbin)|shard_\d+\.npy|document_lengths\.i64")
+_RUN_RECORD = "tokenize.json"
+
+
+def replaceable(out: Path) -> Callable[[str], bool]:
+    """Names in ``out`` that --overwrite may delete: files of a tokenize run of any format."""
+    has_record = (out / _RUN_RECORD).is_file()
+
+    def ours(name: str) -> bool:
+        base = name.removesuffix(".tmp")
+        if _ours(name) or name in (STATE_NAME, _RUN_RECORD, MANIFEST_NAME):
+            return True
+        return has_record and _TOKENIZE_OUTPUT.fullmatch(base) is not None
+
+    return ours
 
 
 def _check_published(out: Path, state: RunState) -> None:
