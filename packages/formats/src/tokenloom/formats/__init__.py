@@ -9,10 +9,12 @@ This package also owns what every tokenloom package shares: the error hierarchy
 
 from tokenloom.formats import _flat, _megatron, _native
 from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats._flat import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
+from tokenloom.formats._lock import LOCK_SUFFIX, lock_path, output_lock
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -45,6 +47,7 @@ from tokenloom.formats._registry import (
     register_format,
 )
 from tokenloom.formats._safety import check_disjoint, check_replaceable, real_path
+from tokenloom.formats._storage import storage_error, storage_errors
 from tokenloom.formats._store_bin import BinStore, is_bin_store, open_bin_meta_dataset
 from tokenloom.formats._store_h5 import H5Store, is_h5_store, open_h5_dataset
 from tokenloom.formats._store_open import detect_store_type, open_store
@@ -59,10 +62,12 @@ from tokenloom.formats.errors import (
     IndexCorruptError,
     MissingFileError,
     MissingKeyError,
+    OutputLockedError,
     RecordError,
     ResourceLimitError,
     ResumeMismatchError,
     ShapeMismatchError,
+    StorageError,
     TokenRangeError,
     TruncatedError,
     UnsafeFormatError,
@@ -128,6 +133,7 @@ register_format(
 
 __all__ = [
     "DOCUMENT_LENGTHS_NAME",
+    "LOCK_SUFFIX",
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
     "TRAINING_TYPE_KEYS",
@@ -158,6 +164,7 @@ __all__ = [
     "atomic_write_bytes",
     "available_formats",
     "check_disjoint",
+    "cli_errors",
     "check_replaceable",
     "check_tokens",
     "real_path",
@@ -166,6 +173,8 @@ __all__ = [
     "detect_store_type",
     "file_checksum",
     "fsync_dir",
+    "lock_path",
+    "output_lock",
     "open_dataset",
     "open_flat",
     "open_megatron",
@@ -181,6 +190,8 @@ __all__ = [
     "safe_file",
     "shard_cut",
     "smallest_dtype_for_vocab",
+    "storage_error",
+    "storage_errors",
     "write_manifest",
     "ChecksumError",
     "ConfigError",
@@ -189,10 +200,12 @@ __all__ = [
     "IndexCorruptError",
     "MissingFileError",
     "MissingKeyError",
+    "OutputLockedError",
     "RecordError",
     "ResourceLimitError",
     "ResumeMismatchError",
     "ShapeMismatchError",
+    "StorageError",
     "TokenRangeError",
     "TruncatedError",
     "UnsafeFormatError",

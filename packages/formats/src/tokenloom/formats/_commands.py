@@ -8,10 +8,13 @@ from typing import Any
 import click
 import orjson
 
+from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._optional import require
 from tokenloom.formats._registry import available_formats, open_dataset
+from tokenloom.formats._safety import dataset_inputs
+from tokenloom.formats._storage import check_readable
 from tokenloom.formats._summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
 
@@ -74,6 +77,7 @@ def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | Non
     """
     try:
         dataset = _open(path, format_name, dtype, "deep" if deep else "fast")
+        check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
     except (DataError, OSError) as exc:
         click.echo(f"{'path':<10} {path}")
         click.echo(f"{'problems':<10} 1")
@@ -104,14 +108,9 @@ def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | Non
 @_dtype_option
 def inspect(path: Path, as_json: bool, plot: Path | None, format_name: str | None, dtype: str | None) -> None:
     """Counts, dtype and document-length percentiles of a token dataset."""
-    try:
+    with cli_errors():
         pyplot = _pyplot() if plot is not None else None
-    except ImportError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
         dataset = _open(path, format_name, dtype, "fast")
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     facts = describe(dataset)
     lengths = dataset.doc_lengths
     facts["lengths"] = length_percentiles(lengths)
@@ -215,7 +214,7 @@ def convert(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-    try:
+    with cli_errors():
         formats = available_formats()
         if to not in _writable():
             raise ConfigError(f"cannot write format {to!r}, writable: {_writable()}", field="--to")
@@ -254,8 +253,6 @@ def convert(
                 writer_options=options,
                 on_progress=lambda n: progress.advance(task, n),
             )
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     rate = result.tokens / result.seconds / 1e6 if result.seconds > 0 else float("inf")
     click.echo(
         f"converted {result.entries:,} entries, {result.tokens:,} tokens from {result.source_format} "

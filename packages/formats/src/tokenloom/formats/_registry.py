@@ -15,6 +15,7 @@ from typing import Any
 
 from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._storage import storage_errors
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
 
@@ -110,8 +111,9 @@ def open_dataset(
         raise ConfigError(
             f"validate={validate!r}, expected one of {[v.value for v in Validate]}", field="validate"
         ) from None
-    name = format or detect_format(path)
-    return _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
+    with storage_errors(path, "opening the dataset"):
+        name = format or detect_format(path)
+        return _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
 
 
 def open_writer(
@@ -128,4 +130,5 @@ def open_writer(
     if spec.writer is None:
         writable = sorted(name for name, s in _FORMATS.items() if s.writer is not None)
         raise ConfigError(f"format {format!r} is read-only here, writable: {writable}", field="format")
-    return spec.writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)
+    with storage_errors(path, f"creating the {format} output"):
+        return spec.writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)

@@ -12,9 +12,10 @@ Two rules, checked before anything is deleted:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import orjson
@@ -23,7 +24,14 @@ from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER
 from tokenloom.formats._manifest import MANIFEST_NAME
 from tokenloom.formats.errors import ConfigError
 
-__all__ = ["check_disjoint", "check_replaceable", "dataset_inputs", "foreign_files", "real_path"]
+__all__ = [
+    "check_disjoint",
+    "check_replaceable",
+    "dataset_inputs",
+    "foreign_files",
+    "real_path",
+    "remove_on_failure",
+]
 
 SHOW_NAMES = 5
 _GENERIC_OURS = re.compile(r"shard_\d+\.(bin|idx|npy)|document_lengths\.i64|metadata\.yaml")
@@ -125,3 +133,23 @@ def dataset_inputs(dataset: object, given: str | os.PathLike[str] | None = None)
     if root is not None and Path(root).is_dir() and getattr(dataset, "format", "") != "megatron":
         paths.append(Path(root))
     return paths
+
+
+@contextlib.contextmanager
+def remove_on_failure(created: Iterable[Path]) -> Iterator[None]:
+    """On an exception, remove the paths this operation created (a directory only if it holds only our files)."""
+    paths = list(created)
+    try:
+        yield
+    except BaseException:
+        for path in paths:
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    if foreign_files(path) or any(p.is_dir() for p in path.iterdir()):
+                        continue
+                    for entry in path.iterdir():
+                        entry.unlink()
+                    path.rmdir()
+                elif path.is_file():
+                    path.unlink()
+        raise

@@ -6,13 +6,18 @@ from pathlib import Path
 
 import click
 
-from tokenloom.formats import DataError
+from tokenloom.formats import DataError, cli_errors
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._formats import tokenize as run_tokenize
 from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._progress import progress_bar
 
 __all__ = ["index", "pack", "tokenize"]
+
+
+def fail_command(exc: BaseException) -> None:
+    with cli_errors():
+        raise exc
 
 
 def _summary_lines(summary: TokenizeSummary) -> list[str]:
@@ -172,8 +177,8 @@ def tokenize(
         )
         with progress_bar(input_dir, enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    except (DataError, OSError, ImportError) as exc:
+        fail_command(exc)
     for line in _summary_lines(summary):
         click.echo(line)
 
@@ -191,8 +196,8 @@ def index(files: tuple[Path, ...]) -> None:
     for path in files:
         try:
             lines = len(build_index(path))
-        except DataError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        except (DataError, OSError) as exc:
+            fail_command(exc)
         click.echo(f"{index_path(path)}: {lines:,} lines")
 
 
@@ -250,8 +255,8 @@ def pack(
             legacy=legacy,
             overwrite=overwrite,
         )
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    except (DataError, OSError, ImportError) as exc:
+        fail_command(exc)
     click.echo(
         f"wrote {summary.output}: {summary.documents:,} documents, {summary.tokens:,} tokens, "
         f"dtype {summary.dtype}, eos_id {summary.eos_id}, {summary.seconds:.1f} s"

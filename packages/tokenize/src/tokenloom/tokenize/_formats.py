@@ -39,11 +39,14 @@ from tokenloom.formats import (
     convert_dataset,
     fsync_dir,
     open_dataset,
+    output_lock,
     prepare_output_dir,
     read_manifest,
     real_path,
+    storage_errors,
 )
 from tokenloom.tokenize._config import TokenizeConfig
+from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._pipeline import ProgressCallback, RunInputs, TokenizeSummary, replaceable, tokenize_native
 
 __all__ = [
@@ -123,7 +126,8 @@ def _check_output(config: TokenizeConfig, run_key: dict[str, Any]) -> dict[str, 
         if {key: record.get(key) for key in run_key} == run_key:
             return record
         raise ResumeMismatchError(
-            "the output directory holds a dataset written with other settings, tokenizer or inputs",
+            "the output directory holds a dataset written with other settings, tokenizer or inputs: "
+            + "; ".join(run_key_differences(record, run_key)),
             path=out,
             hint="Pass --overwrite to replace it, or choose another --output-dir",
         )
@@ -261,8 +265,16 @@ def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
 
 def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
     """Run (or resume, or confirm) one tokenize job, in any supported format."""
-    inputs = RunInputs.resolve(config)
-    check_run_paths(config, inputs)
+    with storage_errors(config.output_dir, "tokenizing"):
+        inputs = RunInputs.resolve(config)
+        check_run_paths(config, inputs)
+        with output_lock(config.output_dir, what="--output-dir"):
+            return _tokenize_locked(config, inputs, on_progress)
+
+
+def _tokenize_locked(
+    config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None
+) -> TokenizeSummary:
     if config.format == "native":
         return tokenize_native(config, inputs, on_progress=on_progress)
     return tokenize_via_staging(config, inputs, on_progress=on_progress)

@@ -42,6 +42,7 @@ from tokenloom.formats import (
 )
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, TokenizeConfig, default_num_workers
+from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs, read_chunks
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
@@ -94,9 +95,11 @@ def _chunking(config: TokenizeConfig) -> dict[str, int]:
     return {"chunk_lines": config.chunk_lines, "chunk_bytes": config.chunk_bytes}
 
 
-def _mismatch(out: Path, what: str) -> ResumeMismatchError:
+def _mismatch(out: Path, what: str, recorded: dict[str, Any], wanted: dict[str, Any]) -> ResumeMismatchError:
+    differences = run_key_differences(recorded, wanted)
     return ResumeMismatchError(
-        f"the output directory holds {what} written with other settings, tokenizer or inputs",
+        f"the output directory holds {what} written with other settings, tokenizer or inputs: "
+        + "; ".join(differences),
         path=out,
         hint="Pass --overwrite to replace it, or choose another --output-dir",
     )
@@ -113,13 +116,17 @@ def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Mani
     state = read_state(out)
     if state is not None:
         if state.run_key != {**run_key, "chunking": _chunking(config)}:
-            raise _mismatch(out, "an unfinished tokenize run")
+            if not state.shards:  # no shard completed: a corrected rerun simply starts afresh
+                return RunState(run_key={**run_key, "chunking": _chunking(config)})
+            raise _mismatch(
+                out, "an unfinished tokenize run", state.run_key, {**run_key, "chunking": _chunking(config)}
+            )
         return state
     if (out / MANIFEST_NAME).exists() and not (out / WRITING_MARKER).exists():
         manifest = read_manifest(out)
         recorded = manifest.metadata.get("tokenize", {})
         if {k: recorded.get(k) for k in run_key} != run_key:
-            raise _mismatch(out, "a dataset")
+            raise _mismatch(out, "a dataset", recorded, run_key)
         return manifest
     if any(not _ours(path.name) for path in out.iterdir()):
         raise ConfigError(
@@ -385,8 +392,9 @@ def tokenize_native(
 ) -> TokenizeSummary:
     """Run (or resume, or confirm) one tokenize job into a native dataset; see the module docstring."""
     started = time.perf_counter()
-    tokenizer, files = inputs.tokenizer, inputs.files
+    tokenizer = inputs.tokenizer
     run_key = inputs.run_key(config)
+    created = not config.output_dir.exists()
     prepared = _prepare(config, run_key)
     out = config.output_dir
     if isinstance(prepared, Manifest):
@@ -396,9 +404,40 @@ def tokenize_native(
     state = prepared
     resumed_shards = len(state.shards)
     write_state(out, state)  # journal first: from here on a rerun resumes
-    (out / WRITING_MARKER).touch()
-    _check_published(out, state)
-    fsync_dir(out)
+    try:
+        (out / WRITING_MARKER).touch()
+        _check_published(out, state)
+        fsync_dir(out)
+        run, dtype, info, eos_id = _encode_all(config, state, inputs, on_progress)
+    except BaseException:
+        if not state.shards:  # nothing completed: leave no journal, marker or directory behind
+            _leave_nothing(out, created=created)
+        raise
+    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id)
+    summary = _summary_of(manifest, out, time.perf_counter() - started)
+    summary.examples = run.examples
+    summary.resumed_shards = resumed_shards
+    return summary
+
+
+def _leave_nothing(out: Path, *, created: bool) -> None:
+    """Remove what a run that completed no shard wrote (and OUT itself if this run created it)."""
+    with contextlib.suppress(OSError):
+        for path in out.iterdir():
+            if _ours(path.name) or path.name == STATE_NAME:
+                path.unlink()
+        if created:
+            out.rmdir()
+        else:
+            fsync_dir(out)
+
+
+def _encode_all(
+    config: TokenizeConfig, state: RunState, inputs: RunInputs, on_progress: ProgressCallback | None
+) -> tuple[_Run, np.dtype, TokenizerInfo, int]:
+    """Encode every chunk after the journal's position into shards; the finished run and its facts."""
+    out = config.output_dir
+    tokenizer, files = inputs.tokenizer, inputs.files
     with contextlib.ExitStack() as stack:
         info, serialized = tokenizer_info(tokenizer, in_process=config.num_workers == 0)
         executor = None
@@ -438,8 +477,4 @@ def tokenize_native(
         except BaseException:
             run.cutter.abort()
             raise
-    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id)
-    summary = _summary_of(manifest, out, time.perf_counter() - started)
-    summary.examples = run.examples
-    summary.resumed_shards = resumed_shards
-    return summary
+    return run, dtype, info, eos_id
