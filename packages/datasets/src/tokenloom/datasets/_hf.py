@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._cache_heal import heal_cache, private_cache_dir
 from tokenloom.datasets._windows import MemoryMappedDataset, check_positive
 from tokenloom.formats import (
     MANIFEST_NAME,
@@ -38,6 +39,7 @@ from tokenloom.formats import (
     open_writer,
     require,
     smallest_dtype_for_vocab,
+    storage_error,
 )
 
 __all__ = ["HuggingFaceDataset", "tokenizer_fingerprint"]
@@ -123,9 +125,17 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         self.cache_path = root / f"hf-{key}"
         distributed, rank = _distributed()
         failure: Exception | None = None
+        if rank == 0:
+            heal_cache(self.cache_path)
         if rank == 0 and not (self.cache_path / MANIFEST_NAME).exists():
             try:
-                self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+                try:
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+                except OSError as exc:
+                    if distributed:
+                        raise storage_error(exc, self.cache_path, "writing the tokenized cache") from exc
+                    self.cache_path = private_cache_dir(self.cache_path, exc)
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
             except Exception as exc:  # every rank must still reach the barrier, or the others hang
                 failure = exc
         if distributed:
