@@ -10,7 +10,6 @@ import pickle
 import shutil
 import subprocess
 import tempfile
-from pathlib import Path
 
 import pytest
 

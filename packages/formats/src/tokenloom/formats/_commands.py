@@ -13,7 +13,7 @@ from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_d
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._optional import require
 from tokenloom.formats._registry import available_formats, open_dataset
-from tokenloom.formats._safety import dataset_inputs
+from tokenloom.formats._safety import dataset_inputs, unlisted_files
 from tokenloom.formats._storage import check_readable
 from tokenloom.formats._summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
@@ -62,22 +62,52 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 
 @click.command(
     epilog="\b\nExamples:\n  tokenloom validate data/tokens --deep --seq-len 4096\n"
-    "  tokenloom validate shards/ --format flat --dtype uint16",
+    "  tokenloom validate shards/ --format flat --dtype uint16\n"
+    "  tokenloom validate out/data --deep --vocab-size 50257 --eos-id 50256   # Megatron records neither",
 )
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length (default {DEFAULT_SEQ_LEN}).")
+@click.option(
+    "--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length [default: {DEFAULT_SEQ_LEN}]."
+)
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--deep: check token ids against this vocab size (needed where the format records none).",
+)
+@click.option(
+    "--eos-id",
+    type=click.IntRange(min=0),
+    default=None,
+    help="--deep: check that every entry ends with this id (needed where the format records none).",
+)
 @_format_option
 @_dtype_option
-def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | None, dtype: str | None) -> None:
+def validate(
+    path: Path,
+    deep: bool,
+    seq_len: int | None,
+    vocab_size: int | None,
+    eos_id: int | None,
+    format_name: str | None,
+    dtype: str | None,
+) -> None:
     """Check a token dataset and print the config snippet that trains on it.
 
     Exits 0 when the dataset is clean and 1 when a problem was found (the
-    message names the file, offset and field, and what to do).
+    message names the file, offset and field, and what to do). Fast validation
+    checks the layout, sizes and that every file can be read; --deep also reads
+    every token.
     """
+    coverage: list[str] = []
+    warnings: list[str] = []
     try:
         dataset = _open(path, format_name, dtype, "deep" if deep else "fast")
         check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
+        warnings = unlisted_files(dataset)
+        if deep:
+            coverage = _deep_checks(dataset, vocab_size, eos_id)
     except (DataError, OSError) as exc:
         click.echo(f"{'path':<10} {path}")
         click.echo(f"{'problems':<10} 1")
@@ -85,12 +115,46 @@ def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | Non
         raise SystemExit(1) from None
     for line in _summary_lines(describe(dataset)):
         click.echo(line)
+    for line in coverage:
+        click.echo(f"{'checked':<10} {line}")
+    for line in warnings:
+        click.echo(f"{'warning':<10} {line}")
     click.echo(f"{'problems':<10} none ({'deep' if deep else 'fast'} validation)")
     click.echo("")
     window = seq_len or DEFAULT_SEQ_LEN
     note = "" if seq_len else "  (default; pass --seq-len)"
     click.echo(f"# config snippet for seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
+
+
+def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | None) -> list[str]:
+    """Token range and EOS placement with the given or recorded values; what was (not) checked, in words."""
+    lines = []
+    if vocab_size is not None and vocab_size != dataset.vocab_size:
+        recorded = dataset.vocab_size
+        dataset.vocab_size = vocab_size
+        try:
+            dataset.check_token_range()
+        finally:
+            dataset.vocab_size = recorded
+        lines.append(f"token range: every id < {vocab_size:,} (--vocab-size)")
+    elif dataset.vocab_size is not None:
+        lines.append(f"token range: every id < {dataset.vocab_size:,} (recorded vocab size)")
+    else:
+        lines.append("token range not checked: the format records no vocab size; pass --vocab-size N")
+    if eos_id is not None and eos_id != dataset.eos_id:
+        recorded_eos = dataset.eos_id
+        dataset.eos_id = eos_id
+        try:
+            dataset.check_eos_placement()
+        finally:
+            dataset.eos_id = recorded_eos
+        lines.append(f"EOS placement: every entry ends with {eos_id} (--eos-id)")
+    elif dataset.eos_id is not None:
+        lines.append(f"EOS placement: every entry ends with {dataset.eos_id} (recorded EOS id)")
+    else:
+        lines.append("EOS placement not checked: the format records no EOS id; pass --eos-id N")
+    return lines
 
 
 @click.command(

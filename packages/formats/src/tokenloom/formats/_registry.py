@@ -6,6 +6,7 @@ Each format module registers a :class:`FormatSpec` when imported (see
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,9 +16,12 @@ from typing import Any
 
 from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._safety import unlisted_files
 from tokenloom.formats._storage import storage_errors
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
+
+_log = logging.getLogger("tokenloom.formats")
 
 __all__ = [
     "FormatSpec",
@@ -113,7 +117,10 @@ def open_dataset(
         ) from None
     with storage_errors(path, "opening the dataset"):
         name = format or detect_format(path)
-        return _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
+        dataset = _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
+    for warning in unlisted_files(dataset):
+        _log.warning("%s: %s", dataset.root, warning)
+    return dataset
 
 
 def open_writer(

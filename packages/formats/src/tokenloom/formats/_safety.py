@@ -31,6 +31,7 @@ __all__ = [
     "foreign_files",
     "real_path",
     "remove_on_failure",
+    "unlisted_files",
 ]
 
 SHOW_NAMES = 5
@@ -153,3 +154,24 @@ def remove_on_failure(created: Iterable[Path]) -> Iterator[None]:
                 elif path.is_file():
                     path.unlink()
         raise
+
+
+_DATA_SUFFIXES = (".bin", ".idx", ".npy")
+
+
+def unlisted_files(dataset: object) -> list[str]:
+    """Data-looking files in a manifest directory that its manifest does not list (readers ignore them)."""
+    root = getattr(dataset, "root", None)
+    if root is None or not Path(root).is_dir() or not (Path(root) / MANIFEST_NAME).is_file():
+        return []
+    try:
+        payload = orjson.loads((Path(root) / MANIFEST_NAME).read_bytes())
+        listed = {entry["name"] for entry in payload.get("files", ())}
+    except (OSError, orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        return []
+    names = sorted(p.name for p in Path(root).iterdir() if p.name.endswith(_DATA_SUFFIXES) and p.name not in listed)
+    return [
+        f"{name} is not listed in {MANIFEST_NAME} and is not read (a copy left over? remove it or re-create "
+        "the dataset)"
+        for name in names
+    ]
