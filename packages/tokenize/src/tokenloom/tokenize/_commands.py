@@ -185,7 +185,12 @@ def tokenize(
 
 @click.command(epilog="Example:\n\n\b\n  tokenloom index data/raw/part-000.jsonl")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-def index(files: tuple[Path, ...]) -> None:
+@click.option(
+    "--full-hash",
+    is_flag=True,
+    help="Record a hash of the whole file (checked on every open) rather than of its first and last MiB.",
+)
+def index(files: tuple[Path, ...], full_hash: bool) -> None:
     """Write a byte-offset index (FILE.jsonl.idx.npy) for random access to each line.
 
     JsonlIndex(FILE) in Python reads line i without scanning the file, and builds
@@ -195,7 +200,7 @@ def index(files: tuple[Path, ...]) -> None:
 
     for path in files:
         try:
-            lines = len(build_index(path))
+            lines = len(build_index(path, full_hash=full_hash))
         except (DataError, OSError) as exc:
             fail_command(exc)
         click.echo(f"{index_path(path)}: {lines:,} lines")
