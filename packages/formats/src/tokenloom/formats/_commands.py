@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def validate(
     coverage: list[str] = []
     warnings: list[str] = []
     try:
-        dataset = _open(path, format_name, dtype, "deep" if deep else "fast")
+        dataset = _deep_open(path, format_name, dtype) if deep else _open(path, format_name, dtype, "fast")
         check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
         warnings = unlisted_files(dataset)
         if deep:
@@ -125,6 +126,27 @@ def validate(
     note = "" if seq_len else "  (default; pass --seq-len)"
     click.echo(f"# config snippet for seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
+
+
+def _deep_open(path: Path, format_name: str | None, dtype: str | None) -> TokenDataset:
+    """Deep validation with a live status line on stderr (files, bytes, elapsed time): it reads every byte."""
+    from rich.console import Console
+
+    fast = _open(path, format_name, dtype, "fast")
+    files = [p for p in dataset_inputs(fast) if p.is_file()]
+    total = sum(p.stat().st_size for p in files)
+    message = (
+        f"deep validation of {fast.format} {path}: reading {total / 1e6:,.1f} MB in {len(files)} files "
+        f"({fast.num_tokens:,} tokens)"
+    )
+    console = Console(stderr=True)
+    started = time.perf_counter()
+    with console.status(message, spinner="dots") as status:
+        status.update(message + " ...")
+        dataset = _open(path, format_name, dtype, "deep")
+    if console.is_terminal:
+        console.print(f"{message}: {time.perf_counter() - started:.1f} s", style="dim")
+    return dataset
 
 
 def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | None) -> list[str]:

@@ -328,7 +328,7 @@ class MegatronWriter(TokenWriter):
             raise ConfigError(
                 f"{existing[0].name} already exists",
                 path=existing[0],
-                hint="Choose another prefix or pass overwrite=True (--overwrite)",
+                hint="Choose another prefix or pass --overwrite (overwrite=True in Python)",
             )
         for stale in existing:
             stale.unlink()

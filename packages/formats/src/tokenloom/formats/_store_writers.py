@@ -157,7 +157,11 @@ class H5StoreWriter(StoreWriter):
         if self.path.suffix not in H5_SUFFIXES:
             raise ConfigError(f"{self.path.name} does not end in .h5 or .hdf5", path=self.path)
         if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
-            raise ConfigError(f"{self.path.name} exists", path=self.path, hint="Choose a new path or overwrite=True")
+            raise ConfigError(
+                f"{self.path.name} exists",
+                path=self.path,
+                hint="Choose a new path or pass --overwrite (overwrite=True in Python)",
+            )
         h5py = h5py_module()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)

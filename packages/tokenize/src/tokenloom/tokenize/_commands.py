@@ -231,6 +231,7 @@ def index(files: tuple[Path, ...], full_hash: bool) -> None:
 )
 @click.option("--legacy", is_flag=True, help="Write the old 8-byte-header layout (uint32 tokens).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on stderr.")
 def pack(
     input_file: Path,
     output: Path | None,
@@ -241,6 +242,7 @@ def pack(
     eos_id: int | None,
     legacy: bool,
     overwrite: bool,
+    progress: bool,
 ) -> None:
     """Tokenize one jsonl file into a Modalities packed data file (.pbin).
 
@@ -249,17 +251,19 @@ def pack(
     from tokenloom.tokenize._pack import pack as run_pack
 
     try:
-        summary = run_pack(
-            input_file,
-            output,
-            tokenizer=tokenizer,
-            text_field=text_field,
-            num_workers=num_workers,
-            on_error=on_error,
-            eos_id=eos_id,
-            legacy=legacy,
-            overwrite=overwrite,
-        )
+        with progress_bar(input_file, enabled=progress, label="pack") as on_progress:
+            summary = run_pack(
+                input_file,
+                output,
+                tokenizer=tokenizer,
+                text_field=text_field,
+                num_workers=num_workers,
+                on_error=on_error,
+                eos_id=eos_id,
+                legacy=legacy,
+                overwrite=overwrite,
+                on_progress=on_progress,
+            )
     except (DataError, OSError, ImportError) as exc:
         fail_command(exc)
     click.echo(

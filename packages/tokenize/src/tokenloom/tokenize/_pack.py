@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,7 @@ def pack(
     max_line_bytes: int = 64 << 20,
     chunk_lines: int = 1024,
     chunk_bytes: int = 4 << 20,
+    on_progress: Callable[[int, int, int], None] | None = None,
 ) -> PackSummary:
     """Tokenize ``input_file`` into the packed file ``output`` (default: beside it, ``.pbin``)."""
     started = time.perf_counter()
@@ -115,6 +117,8 @@ def pack(
                 writer.add_batch(result.tokens, result.lengths)
                 summary.documents += result.documents
                 summary.tokens += len(result.tokens)
+                if on_progress is not None:
+                    on_progress(result.documents, len(result.tokens), result.source_bytes)
     summary.seconds = time.perf_counter() - started
     summary.dtype = dtype.name
     summary.eos_id = eod
