@@ -13,7 +13,9 @@ own commands.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import sys
 from collections.abc import Iterator
 from importlib import metadata
 from typing import NoReturn
@@ -41,6 +43,9 @@ def fail(exc: BaseException) -> NoReturn:
     """End a command on ``exc`` with one line on stderr (the traceback under --debug)."""
     if debug_enabled():
         raise exc
+    if isinstance(exc, BrokenPipeError):  # `tokenloom validate X | head`: the reader left; nothing to report
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        raise SystemExit(EXIT_DATA) from None
     if isinstance(exc, OSError):
         exc = storage_error(exc)
     if isinstance(exc, DataError):
@@ -131,3 +136,27 @@ def main(ctx: click.Context, debug: bool) -> None:
     Errors print one line (exit 1 for data, 2 for usage); --debug shows the traceback.
     """
     ctx.meta[DEBUG_KEY] = debug
+    _log_to_stderr(logging.DEBUG if debug else logging.INFO)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is now (test runners and progress bars replace it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def _log_to_stderr(level: int) -> None:
+    """tokenloom's log lines (start-up choices, healed caches, stale locks) on stderr, one line each."""
+    logger = logging.getLogger("tokenloom")
+    if not any(getattr(h, "_tokenloom_cli", False) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("tokenloom: %(message)s"))
+        handler._tokenloom_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level)

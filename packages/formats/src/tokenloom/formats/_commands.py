@@ -52,7 +52,8 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
         ("format", facts["format"]),
         ("path", facts["path"]),
         ("shards", facts["shards"]),
-        ("documents", facts["entries"]),
+        ("entries", facts["entries"]),
+        ("documents", facts.get("documents")),
         ("tokens", facts["tokens"]),
         ("dtype", facts["dtype"]),
         ("vocab", facts["vocab_size"]),
@@ -188,7 +189,7 @@ def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | No
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write a PNG histogram of document lengths (needs the 'plot' extra).",
+    help="Write a PNG histogram of entry lengths, log count axis (needs the 'plot' extra).",
 )
 @_format_option
 @_dtype_option
@@ -223,11 +224,13 @@ def _pyplot() -> Any:
 
 
 def _histogram(pyplot: Any, lengths: Any, path: Path, *, title: str) -> None:
+    """Entry lengths on a log count axis (like the demo's plot): the long tail stays visible."""
     figure, axes = pyplot.subplots(figsize=(7, 4))
-    axes.hist(lengths, bins=min(100, max(1, len(set(lengths.tolist()[:100_000])))), color="#4477aa")
-    axes.set_xlabel("document length (tokens)")
-    axes.set_ylabel("documents")
-    axes.set_title(title, fontsize=9)
+    axes.hist(lengths, bins=min(60, max(1, len(set(lengths.tolist()[:100_000])))), color="#3a6ea5")
+    axes.set_yscale("log")
+    axes.set_xlabel("entry length (tokens)")
+    axes.set_ylabel("entries (log scale)")
+    axes.set_title(f"{title}\n{len(lengths):,} entries", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     pyplot.close(figure)

@@ -71,7 +71,11 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     help="Hugging Face tokenizer directory or locally cached name. Default: the shipped stdlib BPE (16k).",
 )
 @click.option(
-    "--max-length", type=int, default=None, help="Longest entry in tokens, EOD included; longer documents are windowed."
+    "--max-length",
+    type=int,
+    default=None,
+    help="Longest entry in tokens, EOD included; longer documents are windowed. "
+    "[default: none: every document is one entry, however long]",
 )
 @click.option(
     "--overlap-size",

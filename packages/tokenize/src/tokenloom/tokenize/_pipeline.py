@@ -12,6 +12,7 @@ so memory does not grow with the input.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import re
@@ -51,6 +52,7 @@ from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, describe_tok
 
 __all__ = ["RunInputs", "TokenizeSummary", "tokenize_native"]
 
+log = logging.getLogger("tokenloom.tokenize")
 EXAMPLES_PER_KIND = 3
 _SHARD_FILE = re.compile(r"shard_(\d+)\.(bin|idx)")
 
@@ -274,7 +276,14 @@ def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
         return _tokenizer.local_info(name), None
     plain = _tokenizer.describe_plain(name)  # no transformers import when that is exact
     if plain is not None:
+        log.info("tokenizer %s: read tokenizer.json directly (a plain PreTrainedTokenizerFast; fast start)", name)
         return plain
+    log.info(
+        "tokenizer %s: loading it with transformers.AutoTokenizer in a child process (about 1 s more start-up): "
+        "it is not a directory with tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast "
+        "with plain settings",
+        name,
+    )
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
         return child.submit(describe_tokenizer, name).result()
 
