@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import OutputLockedError
 
 __all__ = ["LOCK_SUFFIX", "lock_path", "output_lock"]
@@ -35,6 +36,7 @@ LOCK_SUFFIX = ".tokenloom-lock"
 #: An empty or unparsable lock file (its writer died between create and write) is stale after this many seconds.
 UNREADABLE_GRACE_SECONDS = 30.0
 log = logging.getLogger(__name__)
+_HELD: dict[Path, int] = {}  # lock files this process holds -> nesting depth (tokenize's convert step)
 
 
 def lock_path(output: str | os.PathLike[str]) -> Path:
@@ -84,6 +86,8 @@ def _stale_reason(path: Path, holder: dict[str, Any] | None) -> str | None:
     if holder.get("host") != socket.gethostname():
         return None
     pid = holder.get("pid")
+    if pid == os.getpid() and path not in _HELD:
+        return "this process left it behind (an earlier failure)"
     if not isinstance(pid, int) or not _pid_alive(pid):
         return f"process {pid} on this host is gone"
     recorded = holder.get("process_start")
@@ -108,8 +112,11 @@ def _acquire(path: Path, record: bytes) -> bool:
     try:
         os.write(fd, record)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        path.unlink(missing_ok=True)  # never leave a lock we failed to write
+        raise
+    os.close(fd)
     return True
 
 
@@ -133,7 +140,27 @@ def _break_stale(path: Path, holder: dict[str, Any] | None, reason: str) -> None
 def output_lock(output: str | os.PathLike[str], *, what: str = "output") -> Iterator[Path]:
     """Hold the exclusive writer lock of ``output`` for the ``with`` block; yields the lock file's path."""
     path = lock_path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path in _HELD:  # this process already writes OUT (tokenize converting its staging into OUT)
+        _HELD[path] += 1
+        try:
+            yield path
+        finally:
+            _HELD[path] -= 1
+        return
+    with storage_errors(path, "taking the writer lock"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _take(path, what)
+    _HELD[path] = 1
+    try:
+        yield path
+    finally:
+        del _HELD[path]
+        with contextlib.suppress(OSError):
+            if (_read(path) or {}).get("pid") == os.getpid():
+                path.unlink()
+
+
+def _take(path: Path, what: str) -> None:
     mine = _holder_record()
     record = orjson.dumps(mine, option=orjson.OPT_INDENT_2)
     for _attempt in range(5):
@@ -155,8 +182,3 @@ def output_lock(output: str | os.PathLike[str], *, what: str = "output") -> Iter
         _break_stale(path, holder, reason)
     else:
         raise OutputLockedError(f"could not take the writer lock of this {what} after 5 attempts", path=path)
-    try:
-        yield path
-    finally:
-        if _read(path) == orjson.loads(record):
-            path.unlink(missing_ok=True)

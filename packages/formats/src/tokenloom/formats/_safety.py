@@ -72,6 +72,7 @@ def foreign_files(directory: Path, ours: Callable[[str], bool] | None = None) ->
         base = name.removesuffix(TMP_SUFFIX)
         return (
             name == WRITING_MARKER
+            or name.endswith(".tokenloom-lock")
             or _GENERIC_OURS.fullmatch(base) is not None
             or (ours is not None and (ours(name) or ours(base)))
         )

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tokenloom.formats.errors import ResumeMismatchError
+from tokenloom.formats.errors import ConfigError, ResumeMismatchError
+from tokenloom.sampler._config import check_int
 
-__all__ = ["DATA_FINGERPRINT_KEY", "MAX_EPOCH", "check_data_fingerprint", "data_fingerprint"]
+__all__ = ["DATA_FINGERPRINT_KEY", "MAX_EPOCH", "check_data_fingerprint", "check_epoch", "data_fingerprint"]
 
 #: Epochs are counters keyed into the order; more than 2**32 - 1 is a bug (e.g. a step count passed as epoch).
 MAX_EPOCH = 2**32 - 1
@@ -43,3 +44,15 @@ def check_data_fingerprint(state: Mapping[str, Any], ours: str | None) -> None:
         field=DATA_FINGERPRINT_KEY,
         hint="Build the sampler over the dataset the state was saved from, or start afresh",
     )
+
+
+def check_epoch(name: str, value: object) -> int:
+    """``value`` as an epoch: an integer >= 0 and at most MAX_EPOCH."""
+    epoch = check_int(name, value, 0)
+    if epoch > MAX_EPOCH:
+        raise ConfigError(
+            f"{name} is {epoch}, more than {MAX_EPOCH:,}",
+            field=name,
+            hint="An epoch counts passes over the data; was a step or sample count passed as the epoch?",
+        )
+    return epoch

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import (
+    LOCK_SUFFIX,
     MANIFEST_NAME,
     WRITING_MARKER,
     ConfigError,
@@ -92,7 +93,12 @@ def output_path(config: TokenizeConfig) -> Path:
 
 def _ours(config: TokenizeConfig, name: str) -> bool:
     base = name.removesuffix(".tmp")
-    return name == WRITING_MARKER or base == RECORD_NAME or _OURS[config.format].fullmatch(base) is not None
+    return (
+        name == WRITING_MARKER
+        or name.endswith(LOCK_SUFFIX)
+        or base == RECORD_NAME
+        or _OURS[config.format].fullmatch(base) is not None
+    )
 
 
 def _read_record(config: TokenizeConfig) -> dict[str, Any] | None:
