@@ -21,5 +21,5 @@ def test_root_requests_every_extra_of_every_package() -> None:
         project = tomllib.loads(pyproject.read_text())["project"]
         for extra in project.get("optional-dependencies", {}):
             if extra not in requested.get(project["name"], set()):
-                missing.append(f'{project["name"]}[{extra}]')
+                missing.append(f"{project['name']}[{extra}]")
     assert not missing, f"the root pyproject does not install: {missing}"

@@ -83,3 +83,8 @@ def test_fast_validate_fails_on_a_shard_it_cannot_read(native: Path, monkeypatch
     result = CliRunner().invoke(validate, [str(native)])
     assert result.exit_code == 1
     assert "StorageError" in result.output and "shard_00001.bin" in result.output
+
+
+def test_reader_option_that_does_not_apply_to_the_detected_format_is_a_config_error(native: Path) -> None:
+    with pytest.raises(ConfigError, match="vocab_size do not apply to format 'native'"):
+        open_dataset(native, vocab_size=10)  # found by the fuzzer: a TypeError escaped before

@@ -97,3 +97,19 @@ def test_full_hash_catches_a_change_in_the_middle(tmp_path, caplog):
         index = JsonlIndex(path)
     assert any("xxh3_128 changed" in r.getMessage() for r in caplog.records)
     assert index[100_000]["text"] == "XXXXXX"
+
+
+def test_damaged_index_files_found_by_the_fuzzer_are_rebuilt(tmp_path):
+    import numpy as np
+
+    from tokenloom.tokenize.jsonl_index import JsonlIndex, index_path
+
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"text": "a"}\n{"text": "bb"}\n')
+    JsonlIndex(path)
+    idx = index_path(path)
+    good = idx.read_bytes()
+    idx.write_bytes(good[:10] + b"{'descr': ('<i8'," + good[28:])  # numpy's header parser: tokenize.TokenError
+    assert JsonlIndex(path)[1]["text"] == "bb"
+    np.save(idx, np.array([[0, 13], [-50, 14]], dtype=np.int64))  # a negative offset: seek() raised EINVAL
+    assert JsonlIndex(path)[1]["text"] == "bb"

@@ -6,6 +6,7 @@ Each format module registers a :class:`FormatSpec` when imported (see
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections.abc import Callable
@@ -117,10 +118,28 @@ def open_dataset(
         ) from None
     with storage_errors(path, "opening the dataset"):
         name = format or detect_format(path)
+        _check_options(name, options)
         dataset = _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
     for warning in unlisted_files(dataset):
         _log.warning("%s: %s", dataset.root, warning)
     return dataset
+
+
+def _check_options(name: str, options: dict[str, Any]) -> None:
+    """ConfigError for options the reader of ``name`` does not take (e.g. vocab_size for native)."""
+    try:
+        accepted = inspect.signature(_spec(name).open).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"option(s) {', '.join(unknown)} do not apply to format {name!r}",
+            field=unknown[0],
+            hint=f"The data was detected as {name}; drop the option or pass the intended format",
+        )
 
 
 def open_writer(

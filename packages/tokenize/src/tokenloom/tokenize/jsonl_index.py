@@ -142,8 +142,8 @@ def _load(path: Path) -> npt.NDArray[np.int64] | None:
         return None
     try:
         index = np.load(idx, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        log.warning("rebuilding the unreadable index %s (%s)", idx, exc)
+    except Exception as exc:  # a damaged cache of our own (numpy's header parser raises many types): rebuild it
+        log.warning("rebuilding the unreadable index %s (%s: %s)", idx, type(exc).__name__, exc)
         return None
     if index.ndim != 2 or index.shape[1] != 2 or index.dtype != np.int64:
         raise IndexCorruptError(
@@ -151,6 +151,9 @@ def _load(path: Path) -> npt.NDArray[np.int64] | None:
             path=idx,
             hint=f"Delete it; it is rebuilt from {path.name} on next use",
         )
+    if len(index) and (int(index.min()) < 0 or (np.diff(index[:, 0]) <= 0).any()):
+        log.warning("rebuilding the index %s: its offsets are negative or not increasing", idx)
+        return None
     size = path.stat().st_size
     covered = int(index[-1, 0] + index[-1, 1]) if len(index) else 0
     if covered not in (size, size - 1):
