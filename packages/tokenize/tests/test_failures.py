@@ -213,3 +213,27 @@ def test_resume_mismatch_lists_every_difference(tmp_path: Path, tiny_tokenizer: 
     assert "max_length 64 -> 32" in message
     assert "text_field 'text' -> 'body'" in message
     assert "b.jsonl" in message and "added" in message
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_corrupt_tokenizer_file_is_named_and_leaves_nothing(
+    tmp_path: Path, tiny_tokenizer: Path, corpus: Path, name: str
+) -> None:
+    broken = tmp_path / "broken-tok"
+    shutil.copytree(tiny_tokenizer, broken)
+    (broken / name).write_bytes((broken / name).read_bytes()[:40])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(tokenize_cmd, _args(corpus, out, broken))
+    assert result.exit_code == 1, result.output
+    assert f"{name} is not valid JSON" in result.output and "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_valid_json_that_is_no_tokenizer_is_a_config_error(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+    broken = tmp_path / "broken-tok"
+    shutil.copytree(tiny_tokenizer, broken)
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nonsense"}}')
+    result = CliRunner().invoke(tokenize_cmd, _args(corpus, tmp_path / "out", broken))
+    assert result.exit_code == 1, result.output
+    assert "could not be loaded" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()

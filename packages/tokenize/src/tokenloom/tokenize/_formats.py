@@ -252,6 +252,25 @@ def tokenize_via_staging(
     return summary
 
 
+def check_tokenizer_files(directory: Path) -> None:
+    """A tokenizer directory's JSON files must parse: a ConfigError naming the file, not a parser traceback."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            payload = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(
+                f"{name} is not valid JSON ({exc})",
+                path=path,
+                field="tokenizer",
+                hint="The tokenizer files are damaged; save the tokenizer again (save_pretrained) or re-copy them",
+            ) from None
+        if not isinstance(payload, dict):
+            raise ConfigError(f"{name} is not a JSON object", path=path, field="tokenizer")
+
+
 def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
     """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
     targets = [config.output_dir]
@@ -265,6 +284,8 @@ def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
     if tokenizer_dir.exists():
         sources.append(tokenizer_dir)
     check_disjoint(targets, sources, target_name="--output-dir")
+    if tokenizer_dir.is_dir():
+        check_tokenizer_files(tokenizer_dir)
     if config.overwrite:
         check_replaceable(config.output_dir, replaceable(config.output_dir))
 
