@@ -160,7 +160,8 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
             _PLAN_ARRAYS,
         )
         self._memory_plan = in_memory  # only when the cache directory could not be written
-        self._plan: PackingPlan | None = in_memory  # type: ignore[assignment]
+        self.plan_in_memory = in_memory is not None
+        self._plan: PackingPlan | None = in_memory if isinstance(in_memory, PackingPlan) else None
         if self.plan.num_sequences == 0:
             raise ConfigError(
                 f"the dataset has no tokens to pack ({len(dataset)} entries, {dataset.num_tokens} tokens)",
@@ -173,7 +174,8 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
     def plan(self) -> PackingPlan:
         """The packing plan, memory-mapped from the cache (reopened lazily in each worker)."""
         if self._plan is None:
-            self._plan = self._memory_plan if self.plan_dir is None else PackingPlan.load(self.plan_dir)
+            memory = self._memory_plan
+            self._plan = memory if isinstance(memory, PackingPlan) else PackingPlan.load(self.plan_dir)
         return self._plan
 
     @property

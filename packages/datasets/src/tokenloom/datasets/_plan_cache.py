@@ -68,9 +68,9 @@ def _discard(directory: Path) -> None:
 
 def cached_plan(
     cache_dir: Path, key: str, build: Callable[[], _Plan], meta: dict[str, Any], arrays: tuple[str, ...]
-) -> tuple[Path | None, _Plan | None]:
+) -> tuple[Path, _Plan | None]:
     """``(directory, None)`` of the verified plan under ``key`` (built and published first if needed),
-    or ``(None, plan)`` held in memory when the cache cannot be written."""
+    or ``(directory, plan)`` with the plan held in memory when the cache cannot be written."""
     final = cache_dir / f"packplan-{key}"
     if final.exists():
         damage = plan_damage(final, arrays)
@@ -84,7 +84,7 @@ def cached_plan(
         scratch = Path(tempfile.mkdtemp(prefix=f".packplan-{key}-", dir=cache_dir))
     except OSError as exc:
         log.warning("cannot write the packing-plan cache %s (%s); keeping the plan in memory", cache_dir, exc)
-        return None, plan
+        return final, plan
     try:
         plan.save(scratch, meta)
         files = {
@@ -104,7 +104,7 @@ def cached_plan(
                 raise
     except OSError as exc:
         log.warning("cannot write the packing-plan cache %s (%s); keeping the plan in memory", cache_dir, exc)
-        return None, plan
+        return final, plan
     finally:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(scratch)

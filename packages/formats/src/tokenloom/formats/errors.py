@@ -191,7 +191,7 @@ class StorageError(DataError):
         self.errno = errno
         super().__init__(problem, **where)
 
-    def __reduce__(self):
+    def __reduce__(self):  # pyright: ignore[reportIncompatibleMethodOverride] - carries errno too
         return (
             _rebuild_storage,
             (self.problem, self.errno, self.path, self.offset, self.record, self.field, self.hint),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -15,9 +16,10 @@ from tokenloom.tokenize._progress import progress_bar
 __all__ = ["index", "pack", "tokenize"]
 
 
-def fail_command(exc: BaseException) -> None:
+def fail_command(exc: BaseException) -> NoReturn:
     with cli_errors():
         raise exc
+    raise exc  # cli_errors re-raises what it does not handle; this line only informs the type checker
 
 
 def _summary_lines(summary: TokenizeSummary) -> list[str]:
