@@ -10,6 +10,7 @@ This package also owns what every tokenloom package shares: the error hierarchy
 from tokenloom.formats import _flat, _megatron, _native
 from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
 from tokenloom.formats._cli import cli_errors
+from tokenloom.formats._cli import main as cli
 from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
@@ -164,6 +165,7 @@ __all__ = [
     "atomic_write_bytes",
     "available_formats",
     "check_disjoint",
+    "cli",
     "cli_errors",
     "check_replaceable",
     "check_tokens",
