@@ -102,3 +102,14 @@ def test_cli_overwrite_of_a_foreign_directory_names_its_files(native: Path, tmp_
     assert result.exit_code == 1
     assert "notes.txt" in result.output
     assert (target / "notes.txt").read_text() == "precious"
+
+
+def test_megatron_overwrite_refuses_an_idx_that_is_not_megatron(native: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "m" / "data"
+    prefix.parent.mkdir()
+    Path(f"{prefix}.idx").write_text("my own index of something")
+    with pytest.raises(ConfigError, match="not a Megatron index"):
+        convert_dataset(native, prefix, to="megatron", writer_options={"overwrite": True})
+    assert Path(f"{prefix}.idx").read_text() == "my own index of something"
+    convert_dataset(native, tmp_path / "m" / "other", to="megatron")
+    convert_dataset(native, tmp_path / "m" / "other", to="megatron", writer_options={"overwrite": True})
