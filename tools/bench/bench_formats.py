@@ -63,7 +63,7 @@ def build_native_sparse(root: Path, *, shards: int, docs_per_shard: int, doc_tok
     root.mkdir(parents=True)
     count = docs_per_shard
     offsets = (np.arange(count + 1, dtype="<i8") * doc_tokens).tobytes()
-    idx = struct.pack("<4sHHQ", b"GPTS", 1, 2, count) + offsets + np.zeros(count, "<u2").tobytes()
+    idx = struct.pack("<4sIII", b"GPTS", 1, 2, count) + offsets + np.zeros(count, "<u2").tobytes()  # GPT-Simple .idx
     bin_bytes = count * doc_tokens * 2
     files = []
     data_checksum = None

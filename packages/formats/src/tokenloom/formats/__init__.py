@@ -9,6 +9,7 @@ This package also owns what every tokenloom package shares: the error hierarchy
 
 from tokenloom.formats import _flat, _megatron, _native
 from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats._buckets import bucket_dirs, open_buckets
 from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
@@ -27,11 +28,13 @@ from tokenloom.formats._native import (
     WRITING_MARKER,
     NativeShardWriter,
     NativeWriter,
+    adopt_native,
     open_native,
     prepare_output_dir,
     read_native_shard,
     shard_cut,
 )
+from tokenloom.formats._native_legacy import open_native_v0
 from tokenloom.formats._optional import require
 from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
 from tokenloom.formats._paths import safe_file
@@ -71,10 +74,19 @@ from tokenloom.formats.errors import (
 register_format(
     FormatSpec(
         name="native",
-        description="tokenloom/GPT-Simple .bin + .idx shards with manifest.json",
+        description="GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-Simple's own open without)",
         detect=_native.is_native,
         open=open_native,
         writer=NativeWriter,
+    )
+)
+register_format(
+    FormatSpec(
+        name="native-v0",
+        description="read-only: tokenloom's pre-release native layout, to convert (never detected)",
+        detect=lambda path: False,
+        open=open_native_v0,
+        detectable=False,
     )
 )
 register_format(
@@ -151,6 +163,10 @@ __all__ = [
     "TokenWriter",
     "Validate",
     "ConvertResult",
+    "adopt_native",
+    "bucket_dirs",
+    "open_buckets",
+    "open_native_v0",
     "as_token_dtype",
     "convert_dataset",
     "atomic_file",

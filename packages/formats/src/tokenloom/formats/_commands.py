@@ -10,6 +10,7 @@ import orjson
 
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._native import adopt_native
 from tokenloom.formats._optional import require
 from tokenloom.formats._registry import available_formats, open_dataset
 from tokenloom.formats._summary import config_snippet, describe, length_percentiles
@@ -59,20 +60,30 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 
 @click.command(
     epilog="\b\nExamples:\n  tokenloom validate data/tokens --deep --seq-len 4096\n"
-    "  tokenloom validate shards/ --format flat --dtype uint16",
+    "  tokenloom validate shards/ --format flat --dtype uint16\n"
+    "  tokenloom validate data/tokenized/train/web --write-manifest   # adopt GPT-Simple shards",
 )
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length (default {DEFAULT_SEQ_LEN}).")
 @_format_option
 @_dtype_option
-def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | None, dtype: str | None) -> None:
+@click.option(
+    "--write-manifest",
+    is_flag=True,
+    help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one.",
+)
+def validate(
+    path: Path, deep: bool, seq_len: int | None, format_name: str | None, dtype: str | None, write_manifest: bool
+) -> None:
     """Check a token dataset and print the config snippet that trains on it.
 
     Exits 0 when the dataset is clean and 1 when a problem was found (the
     message names the file, offset and field, and what to do).
     """
     try:
+        if write_manifest:
+            adopt_native(path)
         dataset = _open(path, format_name, dtype, "deep" if deep else "fast")
     except (DataError, OSError) as exc:
         click.echo(f"{'path':<10} {path}")
