@@ -43,7 +43,7 @@ def entries(directory: Path) -> dict:
     return {"dtype_codes": dtypes, "entries": out}
 
 
-def samples(directory: Path, max_length: int, pack: bool, eod: int, pad: int) -> dict:
+def samples(directory: Path, max_length: int, pack: bool, eod: int, pad: int) -> list[dict]:
     dataset = PreTokenizedDataset(
         sorted(directory.glob("*.bin")),
         max_length=max_length,
