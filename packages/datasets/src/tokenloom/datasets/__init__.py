@@ -26,6 +26,7 @@ from tokenloom.datasets._keyed import (
     DatasetFactory,
     KeyedDataset,
     KeyedSource,
+    MaskAlignment,
     TrainType,
 )
 from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
@@ -49,6 +50,7 @@ __all__ = [
     "PackingPlan",
     "SampleBatch",
     "SampleRow",
+    "MaskAlignment",
     "TrainType",
     "best_fit_decreasing",
     "build_batch",

@@ -51,7 +51,7 @@ from tokenloom.formats._store_bin import BinStore, is_bin_store, open_bin_meta_d
 from tokenloom.formats._store_h5 import H5Store, is_h5_store, open_h5_dataset
 from tokenloom.formats._store_open import detect_store_type, open_store
 from tokenloom.formats._store_writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
-from tokenloom.formats._stores import TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
+from tokenloom.formats._stores import OPTIONAL_TRAINING_TYPE_KEYS, TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
 from tokenloom.formats._writer import TokenWriter, check_tokens
 from tokenloom.formats.errors import (
     ChecksumError,
@@ -141,6 +141,7 @@ __all__ = [
     "DOCUMENT_LENGTHS_NAME",
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
+    "OPTIONAL_TRAINING_TYPE_KEYS",
     "TRAINING_TYPE_KEYS",
     "WRITING_MARKER",
     "BinMetaStoreWriter",
