@@ -57,7 +57,9 @@ def test_sft_reads_astrai_position_ids(tmp_path: Path) -> None:
         assert ours["input_ids"].tolist() == theirs["input_ids"]
         assert ours["position_ids"].tolist() == theirs["position_ids"]
         assert ours["loss_mask"].tolist() == theirs["loss_mask"]
-        assert ours["labels"].tolist() == [t if m else X for t, m in zip(theirs["target_ids"], theirs["loss_mask"])]
+        assert ours["labels"].tolist() == [
+            t if m else X for t, m in zip(theirs["target_ids"], theirs["loss_mask"], strict=True)
+        ]
     assert ds[1]["position_ids"].tolist() == [0, 1, 2, 3]
     assert ds[0]["labels"].tolist() == [12, 13, 2, X]
 

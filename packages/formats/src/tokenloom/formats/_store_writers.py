@@ -25,8 +25,8 @@ from tokenloom.formats._store_h5 import H5_SUFFIXES, h5py_module
 from tokenloom.formats._stores import (
     FLOAT_KEYS,
     KEY_DTYPES,
-    TOKEN_KEYS,
     OPTIONAL_TRAINING_TYPE_KEYS,
+    TOKEN_KEYS,
     TRAINING_TYPE_KEYS,
     WIDE_KEYS,
     check_finite,
