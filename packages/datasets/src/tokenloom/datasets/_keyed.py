@@ -22,13 +22,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, stack_samples
+from tokenloom.datasets._records import RecordDataset
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._windows import check_positive
@@ -37,6 +38,7 @@ from tokenloom.formats import (
     TRAINING_TYPE_KEYS,
     ConfigError,
     MissingKeyError,
+    RecordStore,
     ShapeMismatchError,
     open_store,
 )
@@ -242,6 +244,7 @@ def open_keyed_store(
 class DatasetFactory:
     """AstrAI's entry point: ``DatasetFactory.load("sft", "data.h5", window_size=1024)``."""
 
+    @overload
     @staticmethod
     def load(
         train_type: TrainType | str,
@@ -251,13 +254,48 @@ class DatasetFactory:
         storage_type: str | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
-    ) -> KeyedDataset:
-        """A :class:`KeyedDataset` of ``train_type`` over the store at ``load_path``."""
+    ) -> KeyedDataset: ...
+
+    @overload
+    @staticmethod
+    def load(
+        train_type: TrainType | str,
+        load_path: str | os.PathLike[str] | RecordStore,
+        window_size: None = None,
+        stride: None = None,
+        storage_type: None = None,
+        *,
+        mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+    ) -> RecordDataset: ...
+
+    @staticmethod
+    def load(
+        train_type: TrainType | str,
+        load_path: str | os.PathLike[str] | KeyedSource | RecordStore,
+        window_size: int | None = None,
+        stride: int | None = None,
+        storage_type: str | None = None,
+        *,
+        mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+    ) -> KeyedDataset | RecordDataset:
+        """A :class:`KeyedDataset` of ``train_type`` over the store at ``load_path``.
+
+        dpo and grpo without ``window_size`` are record mode, as in AstrAI: a
+        :class:`RecordDataset` over a store whose keys carry record offsets.
+        """
         try:
             kind = TrainType(train_type)
         except ValueError:
             raise ConfigError(
                 f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
             ) from None
+        if window_size is None or isinstance(load_path, RecordStore):
+            if kind in (TrainType.SEQ, TrainType.SFT):
+                raise ConfigError(f"{kind.value} needs window_size (it is a token stream)", field="window_size")
+            if not isinstance(load_path, RecordStore | str | os.PathLike):
+                raise ConfigError("record mode needs a path or a RecordStore", field="load_path")
+            return RecordDataset(load_path, kind.value)
+        if isinstance(load_path, RecordStore):
+            raise ConfigError("a RecordStore serves record mode only: drop window_size", field="window_size")
         store = open_keyed_store(load_path, storage_type, kind)
         return KeyedDataset(store, kind, window_size, stride, mask_alignment=mask_alignment)

@@ -38,6 +38,7 @@ from tokenloom.formats._native_legacy import open_native_v0
 from tokenloom.formats._optional import require
 from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
 from tokenloom.formats._paths import safe_file
+from tokenloom.formats._records import GROUPED_KEYS, RecordStore, open_records
 from tokenloom.formats._registry import (
     FormatSpec,
     Validate,
@@ -164,6 +165,9 @@ __all__ = [
     "TokenWriter",
     "Validate",
     "ConvertResult",
+    "GROUPED_KEYS",
+    "RecordStore",
+    "open_records",
     "adopt_native",
     "bucket_dirs",
     "open_buckets",
