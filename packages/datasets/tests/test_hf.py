@@ -3,6 +3,7 @@
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -167,12 +168,12 @@ def test_empty_texts_lone_eos_by_default_skipped_under_kempnerforge_compat(token
     eos = tok.eos_token_id
     a, b = (tok(t, add_special_tokens=False)["input_ids"] for t in ("a dog ran", "the cat sat"))
     assert (len(a), len(b)) == (3, 3)
-    common = {"data_files": str(path), "seq_len": 2, "tokenizer": str(tokenizer_dir)}
+    common: dict[str, Any] = {"data_files": str(path), "seq_len": 2, "tokenizer": str(tokenizer_dir)}
     default = HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c1")
     stream = [*a, eos, eos, *b, eos, eos]  # tokenloom's default: a lone EOS per empty text
     assert [default[i]["input_ids"].tolist() for i in range(len(default))] == [stream[0:2], stream[3:5], stream[6:8]]
-    for options in ({"compat": "kempnerforge"}, {"skip_empty": True}):
-        kf = HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c2", **options)
+    for compat, skip_empty in (("kempnerforge", None), (None, True)):
+        kf = HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c2", compat=compat, skip_empty=skip_empty)
         stream = [*a, eos, *b, eos]  # KempnerForge: texts with no tokens are skipped
         assert [kf[i]["input_ids"].tolist() for i in range(len(kf))] == [stream[0:2], stream[3:5]]
         assert kf.cache_path != default.cache_path
