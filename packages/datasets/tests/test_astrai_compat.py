@@ -122,3 +122,12 @@ def test_dpo_mask_alignment_labels_and_inputs() -> None:
 def test_unknown_mask_alignment() -> None:
     with pytest.raises(ConfigError, match="mask_alignment 'outputs', expected one of \\['labels', 'inputs'\\]"):
         DatasetFactory.load("dpo", ArrayStore(DPO), window_size=4, mask_alignment="outputs")
+
+
+def test_sft_position_ids_in_an_h5_store(tmp_path: Path) -> None:
+    pytest.importorskip("h5py")
+    with open_writer(tmp_path / "sft.h5", format="h5", dtype="uint16", vocab_size=100, training_type="sft") as w:
+        w.add_keyed({"sequence": SEQUENCE, "loss_mask": LOSS_MASK, "position_ids": POSITIONS})
+    ds = DatasetFactory.load("sft", tmp_path / "sft.h5", window_size=4)
+    assert [ds[i]["position_ids"].tolist() for i in range(len(ds))] == [POSITIONS[0:4], POSITIONS[4:8]]
+    assert ds[1]["input_ids"].tolist() == SEQUENCE[4:8]
