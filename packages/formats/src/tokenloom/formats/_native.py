@@ -125,6 +125,13 @@ class NativeShardWriter:
         os.fsync(self._handle.fileno())
         self._handle.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, np.int64)
+        if len(lengths) > MAX_ENTRIES:
+            self.abort()
+            raise ConfigError(
+                f"shard {self.stem} holds {len(lengths)} entries, GPT-Simple's .idx counts at most {MAX_ENTRIES}",
+                path=self.directory,
+                hint="Use a smaller shard size",
+            )
         overlaps = np.concatenate(self._overlaps) if self._overlaps else np.empty(0, "<u2")
         offsets = np.zeros(len(lengths) + 1, dtype="<i8")
         np.cumsum(lengths, out=offsets[1:])
