@@ -13,6 +13,9 @@ once); stdout gets the JSON list of their results:
     {"op": "samples", "dir": DIR, "max_length": L, "pack": bool, "eod": E, "pad": P}
         every item PreTokenizedDataset(sorted DIR/*.bin) yields, trimmed to its
         attention mask: input_ids, labels, position_ids
+    {"op": "finalize", "sequences": [[tokens, ...], ...], "max_length": L, "eod": E, "pad": P}
+        PreTokenizedDataset._finalize_sequence (attention_mode "document", so with
+        doc_ids) on each list of documents, trimmed to its attention mask
     {"op": "inspect", "dir": DIR}
         GPT-Simple's validate-time bucket inventory (shards, tokens, docs)
 """
@@ -66,6 +69,21 @@ def samples(directory: Path, max_length: int, pack: bool, eod: int, pad: int) ->
 
 
 def run(job: dict) -> object:
+    if job["op"] == "finalize":
+        builder = PreTokenizedDataset(
+            [],
+            max_length=job["max_length"],
+            seed=0,
+            pad_token_id=job["pad"],
+            eod_token_id=job["eod"],
+            attention_mode="doc",
+        )
+        out = []
+        for docs in job["sequences"]:
+            item = builder._finalize_sequence([np.asarray(d, dtype=np.int64) for d in docs], [0] * len(docs))
+            n = int(item["attention_mask"].sum())
+            out.append({key: item[key][:n].tolist() for key in ("input_ids", "labels", "position_ids", "doc_ids")})
+        return out
     if job["op"] == "pretokenize":
         sys.argv = ["pretokenize", *job["argv"]]
         with contextlib.redirect_stdout(sys.stderr):

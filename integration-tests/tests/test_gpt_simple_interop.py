@@ -25,8 +25,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tokenloom.datasets import build_sample
 from tokenloom.formats import adopt_native, open_buckets, open_dataset
 from tokenloom.tokenize import default_tokenizer_path
 
@@ -127,6 +129,16 @@ def corpus(directory: Path, vocab: str) -> Path:
     return directory
 
 
+def packed_groups(entries: list[list[int]], max_length: int) -> list[list[list[int]]]:
+    """Consecutive entries grouped into sequences of at most ``max_length`` tokens (two or more where they fit)."""
+    groups: list[list[list[int]]] = [[]]
+    for entry in entries:
+        if groups[-1] and sum(map(len, groups[-1])) + len(entry) > max_length:
+            groups.append([])
+        groups[-1].append(entry)
+    return [g for g in groups if g]
+
+
 def expected_labels(tokens: list[int], overlap: int) -> list[int]:
     """GPT-Simple's labels for one unpacked entry: the overlap prefix masked (the EOD, if any, is last)."""
     return [-100] * overlap + tokens[overlap:]
@@ -196,12 +208,14 @@ def test_gpt_simple_trains_on_what_tokenloom_tokenizes(tmp_path: Path, gpt_simpl
 
     eos = int(ds.eos_id or 0)
     sampling = {"op": "samples", "dir": str(out), "max_length": MAX_LENGTH, "eod": eos, "pad": eos}
-    seed, inventory, unpacked, packed = run_seed(
+    sequences = packed_groups([tokens for tokens, overlap in ours if overlap == 0], MAX_LENGTH)
+    seed, inventory, unpacked, packed, finalized = run_seed(
         gpt_simple_python,
         {"op": "entries", "dir": str(out)},
         {"op": "inspect", "dir": str(out)},
         {**sampling, "pack": False},
         {**sampling, "pack": True},
+        {"op": "finalize", "sequences": sequences, "max_length": MAX_LENGTH, "eod": eos, "pad": eos},
     )
     assert [tuple(entry) for entry in seed["entries"]] == ours
     assert inventory == {"shards": ds.num_shards, "tokens": ds.num_tokens, "docs": len(ds)}
@@ -209,6 +223,18 @@ def test_gpt_simple_trains_on_what_tokenloom_tokenizes(tmp_path: Path, gpt_simpl
     expected = Counter(json.dumps([tokens, expected_labels(tokens, overlap)]) for tokens, overlap in ours)
     assert Counter(json.dumps([item["input_ids"], item["labels"]]) for item in unpacked) == expected
     assert all(item["position_ids"] == list(range(len(item["input_ids"]))) for item in unpacked)
+
+    # tokenloom's pack_sequences="gpt-simple" rules against GPT-Simple's own _finalize_sequence:
+    # same positions and doc_ids; tokenloom's labels are shifted (label t = token t + 1), GPT-Simple's
+    # are shifted by its model (target t = labels[t + 1]): the same targets, the same masked ones
+    assert len(finalized) == len(sequences) > 3
+    for docs, theirs in zip(sequences, finalized, strict=True):
+        content = [t for doc in docs for t in doc]
+        ours_sample = build_sample(np.array([*content, eos]), eos_id=eos, packing="gpt-simple")
+        assert ours_sample["input_ids"].tolist() == theirs["input_ids"] == content
+        assert ours_sample["position_ids"].tolist() == theirs["position_ids"]
+        assert ours_sample["doc_ids"].tolist() == theirs["doc_ids"]
+        assert ours_sample["labels"].tolist()[:-1] == theirs["labels"][1:]
 
     assert all(len(item["input_ids"]) <= MAX_LENGTH for item in packed)
     assert Counter(t for item in packed for t in item["input_ids"]) == Counter(t for tokens, _ in ours for t in tokens)
