@@ -38,12 +38,21 @@ GROUPED_KEYS = frozenset({"responses", "masks"})
 
 
 class _RecordPart:
-    def __init__(self, directory: Path, files, dtypes, lengths, offsets) -> None:
+    """One meta.json directory of a record store, its arrays mapped lazily per process."""
+
+    def __init__(
+        self,
+        directory: Path,
+        files: dict[str, Path],
+        dtypes: dict[str, np.dtype],
+        lengths: dict[str, int],
+        offsets: dict[str, np.ndarray],
+    ) -> None:
         self.directory = directory
-        self.files: dict[str, Path] = files
-        self.dtypes: dict[str, np.dtype] = dtypes
-        self.lengths: dict[str, int] = lengths
-        self.offsets: dict[str, np.ndarray] = offsets
+        self.files = files
+        self.dtypes = dtypes
+        self.lengths = lengths
+        self.offsets = offsets
         self.groups: np.ndarray | None = None  # response-record boundaries per prompt (GRPO)
         self.maps: dict[str, np.ndarray] = {}
 
