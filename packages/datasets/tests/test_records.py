@@ -141,3 +141,13 @@ def test_record_mode_bad_input(tmp_path: Path) -> None:
         DatasetFactory.load("grpo", dpo_store(tmp_path / "wrong-type"))
     with pytest.raises(ConfigError, match="sft needs window_size"):
         DatasetFactory.load("sft", tmp_path / "counts")
+
+
+def test_records_reopen_in_dataloader_workers(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    ds = DatasetFactory.load("dpo", dpo_store(tmp_path / "dpo"))
+    ds[0]  # map the files in this process first: workers must reopen them, not inherit the maps
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=list, timeout=60)
+    seen = [sample["chosen"].tolist() for batch in loader for sample in batch]
+    assert seen == CHOSEN
