@@ -12,6 +12,7 @@ import orjson
 from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._native import adopt_native
 from tokenloom.formats._optional import require
 from tokenloom.formats._registry import available_formats, open_dataset
 from tokenloom.formats._safety import dataset_inputs, unlisted_files
@@ -65,7 +66,8 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 @click.command(
     epilog="\b\nExamples:\n  tokenloom validate data/tokens --deep --seq-len 4096\n"
     "  tokenloom validate shards/ --format flat --dtype uint16\n"
-    "  tokenloom validate out/data --deep --vocab-size 50257 --eos-id 50256   # Megatron records neither",
+    "  tokenloom validate out/data --deep --vocab-size 50257 --eos-id 50256   # Megatron records neither\n"
+    "  tokenloom validate data/tokenized/train/web --write-manifest   # adopt GPT-Simple shards",
 )
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
@@ -86,6 +88,11 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 )
 @_format_option
 @_dtype_option
+@click.option(
+    "--write-manifest",
+    is_flag=True,
+    help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one.",
+)
 def validate(
     path: Path,
     deep: bool,
@@ -94,6 +101,7 @@ def validate(
     eos_id: int | None,
     format_name: str | None,
     dtype: str | None,
+    write_manifest: bool,
 ) -> None:
     """Check a token dataset and print the config snippet that trains on it.
 
@@ -105,6 +113,8 @@ def validate(
     coverage: list[str] = []
     warnings: list[str] = []
     try:
+        if write_manifest:
+            adopt_native(path)
         dataset = _deep_open(path, format_name, dtype) if deep else _open(path, format_name, dtype, "fast")
         check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
         warnings = unlisted_files(dataset)

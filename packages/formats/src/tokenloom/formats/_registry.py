@@ -52,6 +52,7 @@ class FormatSpec:
     detect: Callable[[Path], bool]
     open: Callable[..., TokenDataset]  # open(path, *, validate, dtype, **options)
     writer: Callable[..., TokenWriter] | None = None  # writer(path, *, dtype, vocab_size, eos_id, **options)
+    detectable: bool = True  # False: opened only by name (format=...), never chosen by detect_format
 
 
 _FORMATS: dict[str, FormatSpec] = {}
@@ -85,12 +86,13 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             path=target,
             hint="Wait for the writer, or rerun the command that writes this dataset",
         )
-    matches = [name for name, spec in _FORMATS.items() if spec.detect(target)]
+    detectable = {name: spec for name, spec in _FORMATS.items() if spec.detectable}
+    matches = [name for name, spec in detectable.items() if spec.detect(target)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise FormatError(
-            f"no reader recognises this layout (tried {', '.join(sorted(_FORMATS))})",
+            f"no reader recognises this layout (tried {', '.join(sorted(detectable))})",
             path=target,
             hint="Pass format=... (--format) if you know it; `tokenloom validate PATH` shows what was found",
         )
