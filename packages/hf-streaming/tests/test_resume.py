@@ -52,6 +52,7 @@ def committed_step(state_dir: Path) -> int:
     return int((state_dir / "latest").read_text())
 
 
+@pytest.mark.slow
 def test_sigkill_resume_same_topology_is_bit_exact(tmp_path, corpus, tokenizer_dir):
     kwargs = dataset_kwargs(corpus, tokenizer_dir, pack_sequences=True)
     base = {"dataset": kwargs, "world_size": 2, "num_workers": 2, "batch_size": 3}
@@ -76,6 +77,7 @@ def test_sigkill_resume_same_topology_is_bit_exact(tmp_path, corpus, tokenizer_d
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [11])
 def test_elastic_schedule_exactly_once(tmp_path, corpus, tokenizer_dir, seed):
     """1 rank x 0 workers -> 2 x 2 -> 3 x 1 -> 1 x 3, each segment SIGKILLed between checkpoints."""

@@ -81,6 +81,23 @@ def test_epochs_differ_with_two_workers_reproducibly(corpus, tokenizer_dir):
     assert epoch0 != epoch1
     assert sorted(map(str, epoch0)) != sorted(map(str, epoch1))
     assert two_epochs() == [epoch0, epoch1]
+    # a loader state saved after the pass ended resumes into the next epoch, not the same one again
+    ds = make(corpus, tokenizer_dir)
+    loader = StatefulDataLoader(ds, batch_size=4, num_workers=2, timeout=120)
+    assert [b["doc_index"][:, 0].tolist() for b in loader] == epoch0
+    finished = json.loads(json.dumps(loader.state_dict()))
+    resumed = StatefulDataLoader(make(corpus, tokenizer_dir), batch_size=4, num_workers=2, timeout=120)
+    resumed.load_state_dict(finished)
+    assert [b["doc_index"][:, 0].tolist() for b in resumed] == epoch1
+    # the same without workers (no prefetch that could end the old pass by chance)
+    single = StatefulDataLoader(make(corpus, tokenizer_dir), batch_size=4)
+    first = [b["doc_index"][:, 0].tolist() for b in single]
+    finished = json.loads(json.dumps(single.state_dict()))
+    again = StatefulDataLoader(make(corpus, tokenizer_dir), batch_size=4)
+    again.load_state_dict(finished)
+    second = [b["doc_index"][:, 0].tolist() for b in again]
+    assert second != first
+    assert second == [b["doc_index"][:, 0].tolist() for b in single]  # the in-process second pass
     # an epoch set explicitly gives the same pass as the counter did
     ds = make(corpus, tokenizer_dir)
     ds.set_epoch(1)

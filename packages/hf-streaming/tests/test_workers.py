@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _hfs_oracle import compare, expected_documents
 
 HERE = Path(__file__).parent
@@ -37,6 +38,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_finite_stream_on_three_gloo_ranks_ends_on_the_same_step(tmp_path, corpus, tokenizer_dir):
     port = _free_port()
     config = {"files": corpus, "tokenizer": str(tokenizer_dir), "out": str(tmp_path)}

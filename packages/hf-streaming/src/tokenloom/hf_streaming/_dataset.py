@@ -384,6 +384,10 @@ class StreamingHuggingFaceDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         rank, worker, num_workers = self._current_slot()
         self._position = self._start_position(rank, worker, num_workers)
+        if self._at_end_of_pass(self._position, rank, worker, num_workers):
+            # a state saved after its pass ended: StatefulDataLoader may discard this iterator and start
+            # a fresh one from the main process's copy, which then reads the next epoch from here
+            self._next_epoch[worker] = self._position["epoch"] + 1
         if self._encode is None or self._encode_pid != os.getpid():
             # never reuse a tokenizer across fork: the parent's Rust thread pool does not survive it
             self._encode_pid = os.getpid()
@@ -392,6 +396,19 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 os.environ["TOKENIZERS_PARALLELISM"] = "false"
             self._encode = self.encoder(self.tokenizer)
         return self._generate(rank, worker, num_workers)
+
+    def _at_end_of_pass(self, position: dict[str, Any], rank: int, worker: int, num_workers: int) -> bool:
+        if position["current"] is not None or self.infinite:
+            return False
+        if self.mode is Mode.COMPAT:
+            return position["item"] >= 1
+        assert self._layout is not None  # noqa: S101 - set by _start_position
+        units = self._units(self._layout)
+        slot, slots = worker * self.world_size + rank, self.world_size * num_workers
+        items = slot_items(
+            self._base, len(units), self.seed, position["epoch"], slot, slots, unit_sizes(units, self._sources)
+        )
+        return position["item"] >= len(items) > 0
 
     def _generate(self, rank: int, worker: int, num_workers: int) -> Iterator[dict[str, torch.Tensor]]:
         position = self._position
