@@ -153,6 +153,13 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         """(phase, bucket, index inside the bucket) of global positions; bucket indexes ``self.buckets``."""
         return self.schedule.locate(np.asarray(positions, dtype=np.int64).reshape(-1))
 
+    def plan(self) -> dict[str, Any]:
+        """The whole plan as plain JSON: phases (start/end sample, tokens), per-bucket inventory and demand,
+        drain points, segments, the halt (see :func:`tokenloom.curriculum.build_plan`)."""
+        from tokenloom.curriculum._plan import build_plan  # the plan module builds on this one
+
+        return build_plan(self)
+
     def bucket_dataset(self, bucket: str | int) -> Any:
         """The wave-1 dataset serving a train bucket."""
         return self._buckets[self._bucket_index(bucket)].dataset
