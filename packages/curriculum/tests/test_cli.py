@@ -118,6 +118,7 @@ def test_report_realised_vs_target(corpus, tmp_path):
     assert first["tokens"] == sum(row["tokens"] for row in first["buckets"].values())
     for row in first["buckets"].values():
         assert abs(row["tokens"] - row["target_tokens"]) <= 2 * SEQ_LEN
+        assert row["planned_tokens"] == row["tokens"]
         assert row["padding"] == 0 and row["loss_tokens"] == row["tokens"]  # windows: every label counts
 
 

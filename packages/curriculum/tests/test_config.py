@@ -141,3 +141,23 @@ def test_unknown_bucket_empty_bucket_and_missing_val_twin(corpus):
     with pytest.raises(MissingValTwinError, match="'b' has no val/ twin"):
         CurriculumDataset(CurriculumConfig(path=corpus, max_length=16, packing=False), seed=0)
     assert issubclass(MissingValTwinError, DataError)
+
+
+def test_buckets_with_different_eos_ids_and_shards_with_different_dtypes(tmp_path):
+    import numpy as np
+
+    from tokenloom.curriculum import BucketMismatchError
+    from tokenloom.formats import open_writer
+
+    for split in ("train", "val"):
+        for name, eos in (("a", 0), ("b", 1)):
+            with open_writer(tmp_path / split / name, dtype="uint16", eos_id=eos, vocab_size=100) as writer:
+                writer.add(np.arange(2, 90))
+    with pytest.raises(BucketMismatchError, match="different EOS ids"):
+        CurriculumDataset(CurriculumConfig(path=tmp_path, max_length=16, packing=False), seed=0)
+    mixed = tmp_path / "mixed"
+    (mixed / "train" / "c").mkdir(parents=True)
+    np.save(mixed / "train" / "c" / "s0.npy", np.arange(100, dtype=np.uint16))
+    np.save(mixed / "train" / "c" / "s1.npy", np.arange(100, dtype=np.int32))
+    with pytest.raises(DataError, match="different dtypes"):
+        CurriculumDataset(CurriculumConfig(path=mixed, max_length=16, packing=False), seed=0)

@@ -77,6 +77,19 @@ def test_halt_policy_raises_at_the_drain_and_names_it(corpus):
     other.__getitems__([len(other) - 1])
 
 
+def test_plan_is_plain_json_with_phases_demand_and_drains(corpus):
+    import json
+
+    ds = CurriculumDataset(config(corpus, policy="renormalise"), seed=7)
+    plan = json.loads(json.dumps(ds.plan()))
+    assert [[p["start_sample"], p["end_sample"]] for p in plan["phases"]] == [list(b) for b in ds.schedule.phase_bounds]
+    assert plan["samples"] == len(ds) and plan["tokens"] == ds.schedule.total_tokens
+    assert [d["bucket"] for d in plan["drains"]] == ["b"] and plan["drains"][0]["effect"] == "renormalise"
+    demand = {b["name"]: b["demand_samples"] for b in plan["buckets"]}
+    _, bucket, _ = ds.locate(np.arange(len(ds)))
+    assert demand == dict(zip(ds.buckets, np.bincount(bucket, minlength=3).tolist(), strict=True))
+
+
 def test_global_batch_size_rounds_the_halt_down_to_its_step(corpus):
     ds = CurriculumDataset(config(corpus), seed=7, global_batch_size=12)
     assert ds.halt is not None

@@ -137,6 +137,10 @@ def test_bad_inputs_name_the_field():
         MixSchedule([1.0, 1e-9])
     with pytest.raises(ConfigError, match="max_repetition"):
         _schedule(max_epochs=0)
+    with pytest.raises(ConfigError, match="shape"):
+        _schedule(weights=[[1, 1, 1]])
+    with pytest.raises(ConfigError, match="duration_tokens"):
+        _schedule(durations=[0, 1, 1])
 
 
 def test_the_few_positions_path_equals_the_vectorised_one():

@@ -157,7 +157,11 @@ def plan(
 
 
 def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progress: bool = True) -> dict[str, Any]:
-    """Realised vs target budget tokens per phase and bucket over samples [0, position), with loss and padding."""
+    """Realised vs target budget tokens per phase and bucket over samples [0, position), with loss and padding.
+
+    ``target_tokens``: the config's weight times the phase's realised tokens; ``planned_tokens``: what the
+    plan scheduled (after any renormalisation; equal to the realised tokens for fixed windows).
+    """
     from rich.progress import Progress
 
     names = ds.buckets
@@ -191,18 +195,33 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
             if ds.config.curriculum is not None
             else dict(zip(names, ds.schedule.weights[0].tolist(), strict=True))
         )
+        start, end = ds.schedule.phase_bounds[p]
+        before, after = ds.schedule.counts_before(start), ds.schedule.counts_before(min(end, position))
+
         phases.append(
             {
                 "phase": p,
                 "target_tokens": duration,
                 "tokens": total,
                 "buckets": {
-                    name: {**row, "target_tokens": round(mix.get(name, 0.0) * total), "share": row["tokens"] / total}
+                    name: {
+                        **row,
+                        "target_tokens": round(mix.get(name, 0.0) * total),
+                        "planned_tokens": _planned(
+                            ds, names.index(name), int(before[names.index(name)]), int(after[names.index(name)])
+                        ),
+                        "share": row["tokens"] / total,
+                    }
                     for name, row in sorted(mine.items())
                 },
             }
         )
     return {"position": position, "phases": phases}
+
+
+def _planned(ds: CurriculumDataset, bucket: int, before: int, after: int) -> int:
+    tokens, samples = ds.schedule.bucket_tokens[bucket], ds.schedule.bucket_samples[bucket]
+    return (after * tokens) // samples - (before * tokens) // samples
 
 
 @curriculum.command(

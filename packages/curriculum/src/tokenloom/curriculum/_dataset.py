@@ -98,6 +98,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             np.result_type(*[d.window_dtype for d in self._datasets]) if self._plain else np.dtype(np.int64)
         )
         self.schedule = self._make_schedule()
+        self._shared_prefix: int | None = None
         self.halt: Drain | None = None
         self.halt_position = len(self)
         if self.policy is not ExhaustionPolicy.RENORMALISE and self.config.curriculum is not None:
@@ -151,6 +152,13 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
     def locate(self, positions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(phase, bucket, index inside the bucket) of global positions; bucket indexes ``self.buckets``."""
         return self.schedule.locate(np.asarray(positions, dtype=np.int64).reshape(-1))
+
+    def plan(self) -> dict[str, Any]:
+        """The whole plan as plain JSON: phases (start/end sample, tokens), per-bucket inventory and demand,
+        drain points, segments, the halt (see :func:`tokenloom.curriculum.build_plan`)."""
+        from tokenloom.curriculum._plan import build_plan  # the plan module builds on this one
+
+        return build_plan(self)
 
     def bucket_dataset(self, bucket: str | int) -> Any:
         """The wave-1 dataset serving a train bucket."""
@@ -272,6 +280,11 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     def _prefix_end(self) -> int:
         """Up to here every exhaustion policy gives the same schedule (the first one-epoch drain)."""
+        if self._shared_prefix is None:
+            self._shared_prefix = self._first_drain()
+        return self._shared_prefix
+
+    def _first_drain(self) -> int:
         if self.policy is ExhaustionPolicy.REPEAT:
             durations, weights = self._weights()
             first = CurriculumSchedule(

@@ -371,7 +371,17 @@ class CurriculumSchedule:
         self.bucket_samples = [int(n) for n in bucket_samples]
         self.bucket_tokens = [int(t) for t in bucket_tokens]
         self.durations = [int(d) for d in durations]
-        self.weights = np.asarray(weights, dtype=np.float64).reshape(len(self.durations), len(self.bucket_samples))
+        self.weights = np.asarray(weights, dtype=np.float64)
+        if self.weights.shape != (len(self.durations), len(self.bucket_samples)):
+            raise ConfigError(
+                f"weights have shape {self.weights.shape}, expected (phases, buckets) = "
+                f"({len(self.durations)}, {len(self.bucket_samples)})",
+                field="weights",
+            )
+        if not np.isfinite(self.weights).all() or (self.weights < 0).any():
+            raise ConfigError("weights must be finite and non-negative", field="weights")
+        if any(d < 1 for d in self.durations):
+            raise ConfigError(f"durations {self.durations} must all be >= 1 token", field="duration_tokens")
         self.seed = int(seed) & _MASK64
         self.max_epochs = int(max_epochs)
         self.shuffle = bool(shuffle)
