@@ -166,3 +166,19 @@ def test_evalset_select_keeps_padding_with_the_last_row():
     assert evalset.select(5, 5).tail_padding == 0
     with pytest.raises(ConfigError):
         evalset.select(3, 6)
+
+
+def test_eval_dataset_in_a_dataloader_with_workers(tmp_path):
+    evalset = broadcast_eval_set(
+        lambda: EvalTokens(np.arange(1, 200) % 11, eos_id=10, vocab_size=11),
+        seq_len=8,
+        cache_dir=tmp_path,
+        cache_key="workers",
+    )
+    cached = broadcast_eval_set(lambda: None, seq_len=8, cache_dir=tmp_path, cache_key="workers")
+    assert cached.origin == "cache"  # rows memory-mapped from the cache
+    dataset = EvalDataset(cached, pack_sequences=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2)
+    labels = torch.cat([batch["labels"] for batch in loader])
+    assert labels.shape == (len(evalset), 8)
+    assert int((labels != -100).sum()) == EvalDataset(evalset, pack_sequences=True).num_label_tokens()
