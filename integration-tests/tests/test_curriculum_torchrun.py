@@ -213,8 +213,13 @@ def test_a_drained_bucket_halts_every_rank_at_one_step_and_stays_halted(tmp_path
     consumed = records(tmp_path / "halted") + records(tmp_path / "renormalised")
     positions, buckets = check_against_schedule(full, consumed)
     (drain,) = full.schedule.drains
-    after_drain = realised_mix(full, positions, buckets, drain.position, full.schedule.phase_bounds[1][1])
+    plan = build_plan(full)
+    (segment,) = [s for s in plan["segments"] if s["start_sample"] == drain.position]
+    assert set(segment["weights"]) == {"a", "b"}  # c is gone; a : b stays 0.2 : 0.3, renormalised
+    assert abs(segment["weights"]["a"] / sum(segment["weights"].values()) - 0.4) < 1e-9
+    after_drain = realised_mix(full, positions, buckets, segment["start_sample"], segment["end_sample"])
+    bound = (plan["discrepancy_samples"] + 1) / (segment["end_sample"] - segment["start_sample"])
     assert after_drain["c"] == 0
-    assert abs(after_drain["a"] - 0.4) <= 0.05 and abs(after_drain["b"] - 0.6) <= 0.05  # 0.2 : 0.3 renormalised
+    assert abs(after_drain["a"] - 0.4) <= bound and abs(after_drain["b"] - 0.6) <= bound, (after_drain, bound)
     result = tokenloom_cli("validate", "--curriculum", str(renormalising))
     assert result.exit_code == 2, result.output  # a warning: the drain renormalises

@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 import torch
 
-from tokenloom.formats import open_dataset
+from tokenloom.formats import ConfigError, open_dataset
 
 __all__ = ["EVAL_WORLD", "EvalReport", "run_eval"]
 
@@ -51,7 +51,14 @@ class EvalReport:
 def _stream(directories: Sequence[Path]) -> tuple[np.ndarray, int, int]:
     datasets = [open_dataset(d) for d in directories]
     tokens = np.concatenate([d.tokens(0, d.num_tokens).astype(np.int64) for d in datasets])
-    return tokens, int(datasets[0].eos_id), int(datasets[0].vocab_size)
+    eos_id, vocab_size = datasets[0].eos_id, datasets[0].vocab_size
+    if eos_id is None or vocab_size is None:
+        raise ConfigError(
+            "the buckets record no EOS id or vocab size",
+            path=directories[0],
+            hint="Re-tokenize with tokenloom tokenize",
+        )
+    return tokens, int(eos_id), int(vocab_size)
 
 
 def unigram_log_probs(train: Sequence[Path]) -> np.ndarray:
