@@ -15,13 +15,14 @@ def _ok(passed: bool, text: str) -> str:
     return f"[green]passed[/green]: {text}" if passed else f"[red]FAILED[/red]: {text}"
 
 
-def _curriculum_rows(table: Any, report: Any) -> None:
+def _curriculum_rows(table: Any, report: Any, *, temporary: bool) -> None:
     c = report.curriculum
     if c is None:
         return
     docs = ", ".join(f"{name} {train:,}+{val:,}" for name, (train, val) in c.documents.items())
     table.add_row("buckets", f"train+val docstrings: {docs}")
-    table.add_row("curriculum", str(c.config))
+    where = " (in the temporary workdir, removed at the end: --workdir DIR keeps it)" if temporary else ""
+    table.add_row("curriculum", f"{c.config}{where}")
     table.add_row(
         "validate",
         _ok(c.validate_exit == 0 and c.plan_exit == 0, f"validate --curriculum exit {c.validate_exit}, "
@@ -158,7 +159,7 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
             else f"[red]FAILED[/red]: {report.duplicates} duplicated, {report.missing} missing"
         )
         table.add_row("resume check", verdict)
-        _curriculum_rows(table, report)
+        _curriculum_rows(table, report, temporary=created and not keep)
         _eval_and_stream_rows(table, report)
         table.add_row("plot", str(plot_path) if plot_path else "-")
         legs = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in report.leg_seconds.items())
