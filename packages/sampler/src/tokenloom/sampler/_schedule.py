@@ -28,6 +28,8 @@ __all__ = ["CurriculumSchedule", "Drain", "Segment", "bucket_permutation"]
 _CHUNK = 1 << 15
 _MASK64 = (1 << 64) - 1
 _SCALAR_BELOW = 48
+_TABLE_LIMIT = 1 << 20
+_TABLE_BUDGET = 1 << 23
 
 
 def bucket_permutation(seed: int, bucket: int, epoch: int, size: int) -> FeistelPermutation:
@@ -131,6 +133,7 @@ class CurriculumSchedule:
         self.ended_early: str | None = None
         self._mixes: list[MixSchedule] = []
         self._permutations: dict[tuple[int, int], FeistelPermutation] = {}
+        self._tables: dict[tuple[int, int], np.ndarray] = {}
         self._build()
         self._pack()
 
@@ -290,9 +293,36 @@ class CurriculumSchedule:
             draw = self.segments[k].base[b] + x
             epoch, within = divmod(draw, self.bucket_samples[b])
             phases[row], buckets[row] = self.segments[k].phase, b
-            indices[row] = self._permutation(b, epoch).one(within) if self.shuffle else within
+            if not self.shuffle:
+                indices[row] = within
+                continue
+            table = self._table(b, epoch)
+            indices[row] = int(table[within]) if table is not None else self._permutation(b, epoch).one(within)
         as_array = np.asarray
         return as_array(phases, np.int64), as_array(buckets, np.int64), as_array(indices, np.int64)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_tables"] = {}  # a per-process cache: rebuilt where it is used, never pickled to workers
+        return state
+
+    def _table(self, bucket: int, epoch: int) -> np.ndarray | None:
+        """A bucket epoch's permutation as an int32 table, for buckets of at most 2^20 samples.
+
+        A cache for DataLoader-sized look-ups (a table look-up instead of a Python Feistel
+        evaluation); at most 2^23 entries (32 MiB) are kept per process, rebuilt on demand.
+        """
+        size = self.bucket_samples[bucket]
+        if size > _TABLE_LIMIT:
+            return None
+        key = (bucket, epoch)
+        table = self._tables.get(key)
+        if table is None:
+            if sum(len(t) for t in self._tables.values()) + size > _TABLE_BUDGET:
+                self._tables.clear()
+            positions = np.arange(size, dtype=np.int64)
+            table = self._tables[key] = self._permutation(bucket, epoch)(positions).astype(np.int32)
+        return table
 
     def _permutation(self, bucket: int, epoch: int) -> FeistelPermutation:
         key = (bucket, epoch)
