@@ -91,7 +91,8 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 @click.option(
     "--write-manifest",
     is_flag=True,
-    help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one.",
+    help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one "
+    "(recording --vocab-size / --eos-id when given).",
 )
 def validate(
     path: Path,
@@ -114,7 +115,7 @@ def validate(
     warnings: list[str] = []
     try:
         if write_manifest:
-            adopt_native(path)
+            adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
         dataset = _deep_open(path, format_name, dtype) if deep else _open(path, format_name, dtype, "fast")
         check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
         warnings = unlisted_files(dataset)
