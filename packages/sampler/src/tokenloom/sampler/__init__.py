@@ -17,6 +17,7 @@ It also owns the mixing schedules (:class:`MixSchedule`, :class:`CurriculumSched
 which source serves each global position, computed in O(1) memory, never stored.
 """
 
+from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._mix import MixSchedule
 from tokenloom.sampler._order import Order
@@ -26,10 +27,12 @@ from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, buck
 __all__ = [
     "CurriculumSchedule",
     "Drain",
+    "FeistelPermutation",
     "MixSchedule",
     "Order",
     "ResumableDistributedSampler",
     "Segment",
     "bucket_permutation",
+    "round_keys",
     "sampler_state_from_loader",
 ]
