@@ -12,6 +12,9 @@ so memory does not grow with the input.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
+import logging
 import multiprocessing
 import os
 import re
@@ -46,11 +49,22 @@ from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs,
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
 from tokenloom.tokenize._tokenizer import TokenizerInfo
-from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, describe_tokenizer, encode_chunk, init_worker
+from tokenloom.tokenize._worker import (
+    ChunkResult,
+    EncodeSettings,
+    EngineChoice,
+    choose_engine,
+    describe_tokenizer,
+    encode_chunk,
+    init_worker,
+    sample_texts,
+)
+from tokenloom.tokenize.engine import EngineMismatchError
 
-__all__ = ["RunInputs", "TokenizeSummary", "tokenize_native"]
+__all__ = ["RunInputs", "TokenizeSummary", "choose_run_engine", "tokenize_native"]
 
 EXAMPLES_PER_KIND = 3
+log = logging.getLogger("tokenloom.tokenize")
 _SHARD_FILE = re.compile(r"shard_(\d+)\.(bin|idx)")
 
 
@@ -73,6 +87,9 @@ class TokenizeSummary:
     eos_id: int = -1
     vocab_size: int = 0
     format: str = "native"
+    engine: str = ""
+    """The encoding engine (hf or fast) of the last session that wrote this output."""
+    engine_reason: str = ""
 
     @property
     def tokens_per_second(self) -> float:
@@ -272,11 +289,12 @@ def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> i
     return eos_id
 
 
-def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str) -> dict[str, Any]:
+def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str, engine: EngineChoice) -> dict[str, Any]:
     return {
         "tokenize": {
             **run_key,
             "tokenizer": tokenizer,
+            "engine": engine.record,
             "documents": run.counts.documents,
             "input_bytes": run.counts.input_bytes,
             "skipped": dict(sorted(run.counts.skipped.items())),
@@ -292,6 +310,7 @@ def _publish(
     dtype: np.dtype,
     info: TokenizerInfo,
     eos_id: int,
+    engine: EngineChoice,
 ) -> Manifest:
     files = []
     for record in run.state.shards:
@@ -307,7 +326,7 @@ def _publish(
         vocab_size=info.vocab_size,
         eos_id=eos_id,
         tokenizer_fingerprint=run_key["tokenizer_fingerprint"],
-        metadata=_manifest_metadata(run, run_key, tokenizer),
+        metadata=_manifest_metadata(run, run_key, tokenizer, engine),
     )
     out = config.output_dir
     manifest = write_manifest(out, manifest)
@@ -342,6 +361,8 @@ def _summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummar
         dtype=manifest.dtype,
         eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
         vocab_size=manifest.vocab_size or 0,
+        engine=str(recorded.get("engine", {}).get("name", "")),
+        engine_reason=str(recorded.get("engine", {}).get("reason", "")),
     )
 
 
@@ -361,6 +382,27 @@ class RunInputs:
 
     def run_key(self, config: TokenizeConfig) -> dict[str, Any]:
         return _run_key(config, self.tokenizer_fingerprint, self.files)
+
+
+def choose_run_engine(
+    files: list[InputFile],
+    settings: EncodeSettings,
+    serialized: str | None,
+    engine: str,
+    verify_fraction: float,
+    max_line_bytes: int,
+) -> EngineChoice:
+    """Probe the engines on the fixed set plus the input's first documents (the same on every resume)."""
+    sample: list[str] = []
+    reader = read_chunks(files, chunk_lines=256, chunk_bytes=1 << 20, max_line_bytes=max_line_bytes)
+    with contextlib.closing(reader), contextlib.suppress(DataError):  # the run itself reports bad input
+        for chunk in itertools.islice(reader, 8):
+            sample += sample_texts(chunk, settings.text_field, limit=256 - len(sample))
+            if len(sample) >= 256:
+                break
+    choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+    log.info("encoding engine: %s (%s)", choice.name, choice.reason)
+    return choice
 
 
 def tokenize_native(
@@ -408,6 +450,10 @@ def tokenize_native(
             first_file=state.file_index,
             first_file_chunk=state.file_first_chunk,
         )
+        engine = choose_run_engine(
+            files, settings, serialized, config.engine, config.verify_fraction, config.max_line_bytes
+        )
+        settings = dataclasses.replace(settings, engine=engine.name, verify_fraction=config.verify_fraction)
         window = 2 * max(config.num_workers, 1) + 2
         try:
             for result in run_ordered(executor, chunks, settings, window):
@@ -415,13 +461,16 @@ def tokenize_native(
                 if on_progress is not None:
                     on_progress(result.documents, len(result.tokens), result.source_bytes)
             run.finish()
+        except EngineMismatchError:
+            run.cutter.abort()  # the journaled shards stay: the same command with --engine hf resumes
+            raise
         except DataError:
             _discard(out, run)
             raise
         except BaseException:
             run.cutter.abort()
             raise
-    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id)
+    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id, engine)
     summary = _summary_of(manifest, out, time.perf_counter() - started)
     summary.examples = run.examples
     summary.resumed_shards = resumed_shards
