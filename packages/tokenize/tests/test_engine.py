@@ -336,3 +336,24 @@ def test_a_planted_mismatch_in_the_fast_engine_stops_the_run_at_the_default_frac
     assert err.value.record == 1501 and err.value.field == "engine"
     unplanted = load_encoder(tiny_tokenizer, "fast")
     assert unplanted.selected([victim]) == [0]  # type: ignore[attr-defined]
+
+
+def test_the_command_takes_engine_and_prints_its_choice(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    from click.testing import CliRunner
+
+    from tokenloom.tokenize._commands import tokenize as command
+
+    corpus = jsonl_dir({"a.jsonl": [{"text": "one two"}, {"text": "four"}]})
+    args = ["--input-dir", str(corpus), "--tokenizer", str(tiny_tokenizer), "--num-workers", "0", "--no-progress"]
+    assert "--engine [auto|hf|fast]" in CliRunner().invoke(command, ["--help"]).output
+    result = CliRunner().invoke(command, [*args, "--output-dir", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert "engine fast: fastokens loads the tokenizer and matched hf on all" in result.output
+    result = CliRunner().invoke(command, [*args, "--output-dir", str(tmp_path / "b"), "--engine", "hf"])
+    assert result.exit_code == 0 and "engine hf: engine hf requested" in result.output
+    bad = CliRunner().invoke(command, [*args, "--output-dir", str(tmp_path / "c"), "--engine", "turbo"])
+    assert bad.exit_code == 2 and "turbo" in bad.output
+    bad = CliRunner().invoke(command, [*args, "--output-dir", str(tmp_path / "c"), "--verify-fraction", "2"])
+    assert bad.exit_code == 2 and "verify-fraction" in bad.output

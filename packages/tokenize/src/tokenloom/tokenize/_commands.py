@@ -243,6 +243,13 @@ def index(files: tuple[Path, ...]) -> None:
 @click.option(
     "--eos-id", type=int, default=None, help="End-of-document id, required if the tokenizer has no EOS token."
 )
+@click.option(
+    "--engine",
+    type=click.Choice([e.value for e in Engine]),
+    default="auto",
+    show_default=True,
+    help="Encoding engine, as for tokenize: auto, hf or fast.",
+)
 @click.option("--legacy", is_flag=True, help="Write the old 8-byte-header layout (uint32 tokens).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def pack(
@@ -253,6 +260,7 @@ def pack(
     num_workers: int,
     on_error: str,
     eos_id: int | None,
+    engine: str,
     legacy: bool,
     overwrite: bool,
 ) -> None:
@@ -273,6 +281,7 @@ def pack(
             eos_id=eos_id,
             legacy=legacy,
             overwrite=overwrite,
+            engine=engine,
         )
     except DataError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
@@ -280,6 +289,7 @@ def pack(
         f"wrote {summary.output}: {summary.documents:,} documents, {summary.tokens:,} tokens, "
         f"dtype {summary.dtype}, eos_id {summary.eos_id}, {summary.seconds:.1f} s"
     )
+    click.echo(f"  engine {summary.engine}: {summary.engine_reason}")
     if summary.skipped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.skipped.items()))
         click.echo(f"  skipped {sum(summary.skipped.values()):,} bad records: {kinds}")
