@@ -11,6 +11,8 @@ import fastokens
 import numpy as np
 import orjson
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from tokenloom.formats import ConfigError, open_dataset
@@ -357,3 +359,32 @@ def test_the_command_takes_engine_and_prints_its_choice(
     assert bad.exit_code == 2 and "turbo" in bad.output
     bad = CliRunner().invoke(command, [*args, "--output-dir", str(tmp_path / "c"), "--verify-fraction", "2"])
     assert bad.exit_code == 2 and "verify-fraction" in bad.output
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["text", "a", "b"]), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@example(records=[b'{"text": "x"}', b'{"a": 1, "text": ""}'], field=("text",))
+@example(records=[b'{"a": {"text": "x"}}', b'{"a": {"text": "y", "b": 2}}'], field=("a", "text"))
+@example(records=[b'{"text": "x"}', b'["text"]'], field=("text",))
+@given(
+    records=st.lists(_JSON.map(orjson.dumps) | st.binary(max_size=12) | st.none(), max_size=6),
+    field=st.sampled_from([("text",), ("a", "text"), ("a", "b")]),
+)
+def test_the_one_pass_parse_agrees_with_the_line_by_line_checks(
+    records: list[bytes | None], field: tuple[str, ...]
+) -> None:
+    """A chunk parsed in one pass gives exactly the texts of the careful path, or goes down the careful path."""
+    from tokenloom.tokenize._worker import _text_of, _texts_of_clean_chunk
+
+    careful = [_text_of(line, field, n) if line is not None else None for n, line in enumerate(records)]
+    fast = _texts_of_clean_chunk(records, field)
+    if all(isinstance(text, str) for text in careful):
+        assert fast == careful
+    else:
+        assert fast is None
