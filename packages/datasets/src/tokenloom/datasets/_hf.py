@@ -200,7 +200,9 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
                 overwrite=True,
             ) as writer:
                 for batch in itertools.chain([first] if first is not None else [], batches):
-                    writer.add_batch(*_with_eos(*encoder.encode_flat(batch[text_field]), eos_id))
+                    ids, offsets = encoder.encode_flat(batch[text_field])
+                    tokens, lengths = _with_eos(ids, offsets, eos_id)
+                    writer.add_batch(tokens, lengths)
             try:
                 os.replace(scratch, self.cache_path)
                 fsync_dir(self.cache_path.parent)

@@ -395,11 +395,14 @@ def choose_run_engine(
     """Probe the engines on the fixed set plus the input's first documents (the same on every resume)."""
     sample: list[str] = []
     reader = read_chunks(files, chunk_lines=256, chunk_bytes=1 << 20, max_line_bytes=max_line_bytes)
-    with contextlib.closing(reader), contextlib.suppress(DataError):  # the run itself reports bad input
-        for chunk in itertools.islice(reader, 8):
-            sample += sample_texts(chunk, settings.text_field, limit=256 - len(sample))
-            if len(sample) >= 256:
-                break
+    try:
+        with contextlib.suppress(DataError):  # the run itself reports bad input
+            for chunk in itertools.islice(reader, 8):
+                sample += sample_texts(chunk, settings.text_field, limit=256 - len(sample))
+                if len(sample) >= 256:
+                    break
+    finally:
+        getattr(reader, "close", lambda: None)()  # close the file the generator holds open
     choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
     log.info("encoding engine: %s (%s)", choice.name, choice.reason)
     return choice

@@ -323,7 +323,8 @@ def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[lis
         backend = _plain_backend(backend)
         return backend, _backend_encoder(backend)
     if callable(tokenizer):  # a slow transformers tokenizer
-        return None, lambda texts: tokenizer(texts, add_special_tokens=False)["input_ids"]
+        slow: Any = tokenizer
+        return None, lambda texts: slow(texts, add_special_tokens=False)["input_ids"]
     raise ConfigError(
         f"cannot encode with a {type(tokenizer).__name__}",
         field="tokenizer",
