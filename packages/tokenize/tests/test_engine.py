@@ -388,3 +388,18 @@ def test_the_one_pass_parse_agrees_with_the_line_by_line_checks(
         assert fast == careful
     else:
         assert fast is None
+
+
+def test_a_tokenizer_file_that_loads_in_neither_engine_is_a_config_error(
+    tmp_path: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(default_tokenizer_path(), broken)
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE", "vocab": 3}}')
+    corpus = jsonl_dir({"a.jsonl": [{"text": "x"}]})
+    for engine in ("auto", "fast", "hf"):
+        with pytest.raises(ConfigError, match="tokenizers cannot load this tokenizer.json") as err:
+            tokenize(_config(broken, corpus, tmp_path / f"out-{engine}", engine=engine, num_workers=1))
+        assert err.value.path == str(broken / "tokenizer.json")

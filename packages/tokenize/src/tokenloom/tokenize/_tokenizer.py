@@ -273,7 +273,15 @@ def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:
         return None
     from tokenizers import Tokenizer
 
-    backend = Tokenizer.from_file(str(backend_path))
+    try:
+        backend = Tokenizer.from_file(str(backend_path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+        raise ConfigError(
+            f"Hugging Face tokenizers cannot load this tokenizer.json ({exc})",
+            path=backend_path,
+            field="tokenizer",
+            hint="Re-save the tokenizer with save_pretrained, or point --tokenizer at another directory",
+        ) from exc
     added = config.get("added_tokens_decoder", {})
     if not isinstance(added, dict) or any(
         backend.token_to_id(_token_name(token) or "") != int(index) for index, token in added.items()
