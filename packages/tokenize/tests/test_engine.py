@@ -362,7 +362,7 @@ def test_the_command_takes_engine_and_prints_its_choice(
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["text", "a", "b"]), inner, max_size=3),
     max_leaves=6,
 )

@@ -58,6 +58,7 @@ from tokenloom.tokenize._worker import (
     encode_chunk,
     init_worker,
     sample_texts,
+    warm_up,
 )
 from tokenloom.tokenize.engine import EngineMismatchError
 
@@ -232,12 +233,17 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> Pr
     # forkserver either: its workers' parent is the server, which outlives a killed
     # parent, so the workers' watchdog would never fire.
     threads = max(1, default_num_workers() // num_workers)
-    return ProcessPoolExecutor(
+    executor = ProcessPoolExecutor(
         max_workers=num_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=init_worker,
         initargs=(threads, tokenizer, serialized, os.getpid()),
     )
+    # start the workers now (one task each), so that they import and build the tokenizer while
+    # the parent runs the engine probe, instead of after it
+    for _ in range(num_workers):
+        executor.submit(warm_up, tokenizer)
+    return executor
 
 
 def run_ordered(

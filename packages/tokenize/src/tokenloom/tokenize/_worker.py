@@ -7,6 +7,7 @@ loaded lazily, once per process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -40,6 +41,7 @@ __all__ = [
     "encode_chunk",
     "init_worker",
     "sample_texts",
+    "warm_up",
 ]
 
 
@@ -272,6 +274,13 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         num_bytes=chunk.num_bytes,
         source_bytes=chunk.source_bytes,
     )
+
+
+def warm_up(tokenizer: str) -> None:
+    """Build the hf tokenizer and import fastokens ahead of the first chunk (errors surface there)."""
+    with contextlib.suppress(Exception):
+        _tokenizer.load(tokenizer)
+        import fastokens  # noqa: F401
 
 
 def init_worker(
