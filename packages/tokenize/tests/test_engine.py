@@ -185,6 +185,10 @@ def test_the_run_time_check_is_deterministic_and_catches_a_difference() -> None:
     assert err.value.record == 7
     none = load_encoder(tokenizer, "fast", verify_fraction=0.0)
     none.encode_flat(texts)  # nothing re-checked: the difference passes (this is what verify_fraction buys)
+    default = load_encoder(tokenizer, "fast")  # 1 in 1,000, plus every text holding an added token
+    assert default.selected(texts) == [7]  # type: ignore[attr-defined]
+    with pytest.raises(EngineMismatchError, match="document 7"):
+        default.encode_flat(texts)
     some = load_encoder(tokenizer, "fast", verify_fraction=0.1)
     chosen = some.selected(texts)  # type: ignore[attr-defined]
     assert 0 < len(chosen) < len(texts) and some.selected(texts) == chosen  # type: ignore[attr-defined]
@@ -287,7 +291,7 @@ def test_a_mismatch_during_the_run_stops_it_resumably(
     texts[700] = "here the engines part: <pad> zebra"  # after the probed sample, in a later shard
     corpus = jsonl_dir({"a.jsonl": [{"text": t} for t in texts]})
     out = tmp_path / "out"
-    options: dict[str, Any] = {"num_workers": workers, "chunk_lines": 50, "verify_fraction": 1.0}
+    options: dict[str, Any] = {"num_workers": workers, "chunk_lines": 50}  # the default verify_fraction
     with pytest.raises(EngineMismatchError, match=r"encode the document differently during the run") as err:
         tokenize(_config(tokenizer, corpus, out, **options))
     assert err.value.record == 701 and err.value.path == str(corpus / "a.jsonl")

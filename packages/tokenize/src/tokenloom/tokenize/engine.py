@@ -7,8 +7,9 @@
               tokenizer's added tokens inside text, and ``probe_texts``)
         auto  fast when that holds, else hf; ``encoder.reason`` says why
     encoder.encode_flat(texts) -> (ids: uint32[total], offsets: int64[len(texts) + 1])
-        fast: every text whose xxh3 content hash falls in the ``verify_fraction`` (default 1/1000) is
-        re-encoded with hf and compared; any difference raises EngineMismatchError
+        fast: every text whose xxh3 content hash falls in the ``verify_fraction`` (default 1/1000), and
+        every text holding an added token's text (where the engines are known to part), is re-encoded
+        with hf and compared; any difference raises EngineMismatchError
 
 Every place in tokenloom that turns text into ids (tokenize's workers, datasets'
 HuggingFaceDataset cache, hf-streaming, eval-broadcast) calls :func:`load_encoder`,
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -200,12 +202,24 @@ class FastEncoder(Encoder):
 
     name = "fast"
 
-    def __init__(self, fast: Any, reference: HfEncoder, reason: str, verify_fraction: float) -> None:
+    def __init__(
+        self,
+        fast: Any,
+        reference: HfEncoder,
+        reason: str,
+        verify_fraction: float,
+        added_tokens: Sequence[str] = (),
+    ) -> None:
         super().__init__(reason)
         self.fast = fast
         self.reference = reference
         self.verify_fraction = verify_fraction
         self._threshold = min(int(verify_fraction * 2.0**64), 2**64)
+        # added-token matching is where the engines are known to part (lstrip/rstrip/adjacent
+        # added tokens): with any checking on, every text that contains one is re-checked
+        tokens = sorted({t for t in added_tokens if t}, key=len, reverse=True)
+        self._added_tokens = tuple(tokens) if len(tokens) <= 4 else ()
+        self._added_pattern = re.compile("|".join(map(re.escape, tokens))) if len(tokens) > 4 else None
         self.verified_documents = 0
 
     def encode_flat(self, texts: Sequence[str]) -> FlatIds:
@@ -223,9 +237,18 @@ class FastEncoder(Encoder):
         return ids, offsets
 
     def selected(self, texts: Sequence[str]) -> list[int]:
-        """Indices of the texts this encoder re-checks: those whose xxh3-64 hash is below the threshold."""
+        """Indices of the texts this encoder re-checks: those whose xxh3-64 hash is below the threshold,
+        and (with any checking on) those that contain an added token's text."""
+        if not self._threshold:
+            return []
         threshold, digest = self._threshold, xxhash.xxh3_64_intdigest
-        return [i for i, text in enumerate(texts) if digest(text.encode("utf-8", "surrogatepass")) < threshold]
+        chosen = {i for i, text in enumerate(texts) if digest(text.encode("utf-8", "surrogatepass")) < threshold}
+        for token in self._added_tokens:
+            chosen.update(i for i, text in enumerate(texts) if token in text)
+        if self._added_pattern is not None:
+            search = self._added_pattern.search
+            chosen.update(i for i, text in enumerate(texts) if search(text) is not None)
+        return sorted(chosen)
 
     def verify(self, texts: Sequence[str], ids: npt.NDArray[np.uint32], offsets: npt.NDArray[np.int64]) -> None:
         """Re-encode the selected texts with hf; EngineMismatchError (record = batch index) on a difference."""
@@ -395,7 +418,7 @@ def load_encoder(
         f"fastokens loads the tokenizer and matched hf on all {len(probes)} probe texts "
         f"({len(probes) - first_input} from the input)"
     )
-    return FastEncoder(fast, reference, reason, verify_fraction)
+    return FastEncoder(fast, reference, reason, verify_fraction, _added_tokens(backend))
 
 
 def _probe(fast: Any, reference: HfEncoder, probes: list[str], first_input: int) -> None:
