@@ -23,6 +23,7 @@ from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo
 from tokenloom.tokenize.engine import (
     DEFAULT_VERIFY_FRACTION,
+    HF_REQUESTED,
     SLOW_TOKENIZER,
     Encoder,
     Engine,
@@ -155,12 +156,13 @@ def choose_engine(
         from tokenizers import Tokenizer
 
         source: object = Tokenizer.from_str(serialized)
-    elif Engine(engine) is Engine.HF or _tokenizer.is_loaded(tokenizer):
+    elif _tokenizer.is_loaded(tokenizer):
         loaded = _tokenizer.load(tokenizer)  # num_workers=0: loaded here already
         backend = getattr(loaded, "backend", None)
         source = backend if backend is not None else getattr(loaded, "transformers", loaded)
-    else:  # a slow tokenizer, described by a child: no Rust backend, so no fast engine
-        encoder = refuse_fast(Engine(engine), SLOW_TOKENIZER)
+    else:  # a slow tokenizer, described by a child: no Rust backend, so no fast engine (never load it here)
+        chosen = Engine(engine)
+        encoder = refuse_fast(chosen, HF_REQUESTED if chosen is Engine.HF else SLOW_TOKENIZER)
         return EngineChoice(encoder.name, encoder.reason, encoder.record())
     encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
     return EngineChoice(encoder.name, encoder.reason, encoder.record())

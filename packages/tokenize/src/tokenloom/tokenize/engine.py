@@ -55,6 +55,8 @@ __all__ = [
 
 #: Fraction of documents re-encoded with hf during a fast run (deterministic, by content hash).
 DEFAULT_VERIFY_FRACTION = 0.001
+#: The reason recorded when hf was asked for.
+HF_REQUESTED = "engine hf requested"
 #: Why a slow tokenizer always runs on hf.
 SLOW_TOKENIZER = "a slow (Python) tokenizer has no Rust backend for fastokens to load"
 #: Added tokens whose in-text forms join the probe set (all of them for common tokenizers).
@@ -396,7 +398,7 @@ def load_encoder(
         raise ConfigError(f"verify_fraction is {verify_fraction}, expected 0 <= it <= 1", field="verify_fraction")
     backend, encode_lists = _resolve(tokenizer)
     if engine is Engine.HF:
-        return HfEncoder(encode_lists, "engine hf requested")
+        return HfEncoder(encode_lists, HF_REQUESTED)
     if backend is None:
         return refuse_fast(engine, SLOW_TOKENIZER, encode_lists)
     try:
