@@ -407,3 +407,21 @@ def test_a_tokenizer_file_that_loads_in_neither_engine_is_a_config_error(
         with pytest.raises(ConfigError, match="tokenizers cannot load this tokenizer.json") as err:
             tokenize(_config(broken, corpus, tmp_path / f"out-{engine}", engine=engine, num_workers=1))
         assert err.value.path == str(broken / "tokenizer.json")
+
+
+def test_truncation_and_padding_stored_in_tokenizer_json_never_cut_a_document(
+    tmp_path: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    tokenizer = TOKENIZERS["byte-level-bpe"]()
+    text = "the quick brown fox jumps over the lazy dog " * 4
+    full = tokenizer.encode(text, add_special_tokens=False).ids
+    tokenizer.enable_truncation(4)
+    tokenizer.enable_padding(length=64, pad_id=0, pad_token="<eos>")
+    directory = _save(tokenizer, tmp_path / "tok")
+    corpus = jsonl_dir({"a.jsonl": [{"text": text}, {"text": "a"}]})
+    for engine in ("hf", "fast"):
+        out = tmp_path / engine
+        tokenize(_config(directory, corpus, out, engine=engine, max_length=None, overlap_size=0))
+        ds = open_dataset(out)
+        assert ds[0].tolist() == [*full, 0] and len(full) > 4  # not truncated to 4, not padded to 64
+        assert ds[1].tolist() == [*tokenizer.encode("a", add_special_tokens=False).ids[:1], 0]
