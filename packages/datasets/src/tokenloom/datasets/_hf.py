@@ -8,7 +8,12 @@ tokenized stream is written once as a native tokenloom dataset under a key of
 re-tokenize. Texts are encoded by tokenloom-tokenize's engine selection
 (:func:`tokenloom.tokenize.load_encoder`: fastokens where it is proven to give the
 same ids as Hugging Face ``tokenizers``, else ``tokenizers``), so this cache holds the
-same ids as ``tokenloom tokenize`` of the same text. With ``torch.distributed`` initialised, rank 0 builds the cache and
+same ids as ``tokenloom tokenize`` of the same text.
+
+A text that encodes to no tokens (an empty string) becomes a lone EOS entry by
+default; KempnerForge skips it, so every later window shifts against a
+KempnerForge run. ``skip_empty=True``, or ``compat="kempnerforge"`` (which sets
+it), reproduces KempnerForge's stream exactly. With ``torch.distributed`` initialised, rank 0 builds the cache and
 the other ranks wait on a barrier; the cache is published by one atomic
 directory rename (no file locks: Lustre and NFS break them).
 """
@@ -32,6 +37,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._cache_heal import heal_cache, private_cache_dir
 from tokenloom.datasets._windows import MemoryMappedDataset, check_positive
 from tokenloom.formats import (
     MANIFEST_NAME,
@@ -42,6 +48,7 @@ from tokenloom.formats import (
     open_writer,
     require,
     smallest_dtype_for_vocab,
+    storage_error,
 )
 
 __all__ = ["HuggingFaceDataset", "tokenizer_fingerprint"]
@@ -73,6 +80,12 @@ def _with_eos(ids: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.nda
     return tokens, lengths
 
 
+def _without_empty(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same flat ids with the offsets of texts that encode to no tokens removed."""
+    keep = np.concatenate([[True], np.diff(offsets) > 0])
+    return ids, offsets[keep]
+
+
 def _distributed() -> tuple[bool, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return True, torch.distributed.get_rank()
@@ -94,6 +107,9 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         data_files: passed to ``load_dataset`` (local json / parquet files).
         batch_size: texts per tokenizer call while building the cache.
         position_ids / cu_seqlens: as for :class:`MemoryMappedDataset`.
+        skip_empty: drop texts that encode to no tokens (default False: a lone EOS;
+            True with ``compat="kempnerforge"``).
+        compat: "kempnerforge" sets KempnerForge's defaults (``skip_empty=True``).
         engine: "auto" (fastokens if proven identical to hf on a probe set and the first texts), "hf" or
             "fast"; never changes the ids, so it is not part of the cache key (it is recorded in the cache).
         verify_fraction: with the fast engine, the fraction of texts re-encoded with hf and compared.
@@ -114,10 +130,15 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         batch_size: int = 1000,
         position_ids: bool = False,
         cu_seqlens: bool = False,
+        skip_empty: bool | None = None,
+        compat: str | None = None,
         engine: str = "auto",
         verify_fraction: float = 0.001,
     ) -> None:
         check_positive(seq_len, "seq_len")
+        if compat not in (None, "kempnerforge"):
+            raise ConfigError(f"compat={compat!r}, expected None or 'kempnerforge'", field="compat")
+        self.skip_empty = skip_empty if skip_empty is not None else compat == "kempnerforge"
         hf_datasets = require("datasets", distribution="tokenloom-datasets", extra="hf", purpose="HuggingFaceDataset")
         if isinstance(tokenizer, str | os.PathLike):
             transformers = require(
@@ -138,15 +159,25 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             "tokenizer": tokenizer_fingerprint(tokenizer),
             "text_field": text_field,
             "eos_id": eos_id,
+            "skip_empty": self.skip_empty,
         }
         key = hashlib.blake2b(json.dumps(settings, sort_keys=True).encode(), digest_size=12).hexdigest()
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "hf"
         self.cache_path = root / f"hf-{key}"
         distributed, rank = _distributed()
         failure: Exception | None = None
+        if rank == 0:
+            heal_cache(self.cache_path)
         if rank == 0 and not (self.cache_path / MANIFEST_NAME).exists():
             try:
-                self._build(source, tokenizer, text_field, eos_id, settings, batch_size, (engine, verify_fraction))
+                engine_choice = (engine, verify_fraction)
+                try:
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size, engine_choice)
+                except OSError as exc:
+                    if distributed:
+                        raise storage_error(exc, self.cache_path, "writing the tokenized cache") from exc
+                    self.cache_path = private_cache_dir(self.cache_path, exc)
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size, engine_choice)
             except Exception as exc:  # every rank must still reach the barrier, or the others hang
                 failure = exc
         if distributed:
@@ -201,6 +232,10 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             ) as writer:
                 for batch in itertools.chain([first] if first is not None else [], batches):
                     ids, offsets = encoder.encode_flat(batch[text_field])
+                    if self.skip_empty:
+                        ids, offsets = _without_empty(ids, offsets)
+                        if len(offsets) == 1:
+                            continue
                     tokens, lengths = _with_eos(ids, offsets, eos_id)
                     writer.add_batch(tokens, lengths)
             try:
