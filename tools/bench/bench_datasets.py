@@ -105,7 +105,7 @@ def write_native(root: Path, num_tokens: int, *, doc_len: int = 1024, random_tok
             handle.truncate(num_tokens * 2)
     count = -(-num_tokens // doc_len)
     offsets = np.minimum(np.arange(count + 1, dtype=np.int64) * doc_len, num_tokens)
-    header = struct.pack("<4sHHQ", b"GPTS", 1, 2, count)
+    header = struct.pack("<4sIII", b"GPTS", 1, 2, count)  # GPT-Simple's .idx header
     (root / "shard_00000.idx").write_bytes(header + offsets.astype("<i8").tobytes() + np.zeros(count, "<u2").tobytes())
     files = (
         *describe_files(root, [("shard_00000.idx", "index")]),

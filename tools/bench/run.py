@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-ORDER = ["formats", "tokenize", "datasets", "sampler", "eval_broadcast"]
+ORDER = ["formats", "tokenize", "datasets", "sampler", "hf-streaming", "eval_broadcast"]
 
 
 def machine() -> str:
@@ -49,7 +49,7 @@ def machine() -> str:
 
 
 def load(name: str):
-    path = HERE / f"bench_{name}.py"
+    path = HERE / f"bench_{name.replace('-', '_')}.py"
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")
@@ -105,7 +105,7 @@ def main() -> int:
         for path in sync_readmes(ORDER):
             print(f"updated {path}")
         return 0
-    names = [n for n in ORDER if (HERE / f"bench_{n}.py").exists()]
+    names = [n for n in ORDER if (HERE / f"bench_{n.replace('-', '_')}.py").exists()]
     if args.only:
         wanted = args.only.split(",")
         unknown = sorted(set(wanted) - set(names))

@@ -3,6 +3,7 @@
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,3 +158,26 @@ def test_two_gloo_ranks_rank_zero_builds_the_cache_once_and_both_read_it(tokeniz
     assert (out / "failure-rank0.txt").read_text() == "RuntimeError: tokenizer crashed on rank 0"
     assert (out / "failure-rank1.txt").read_text().startswith("MissingFileError: ")
     assert "rank 0 did not publish" in (out / "failure-rank1.txt").read_text()
+
+
+def test_empty_texts_lone_eos_by_default_skipped_under_kempnerforge_compat(tokenizer_dir, tmp_path):
+    texts = ["a dog ran", "", "the cat sat", ""]
+    path = tmp_path / "empty.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    eos = tok.eos_token_id
+    a, b = (tok(t, add_special_tokens=False)["input_ids"] for t in ("a dog ran", "the cat sat"))
+    assert (len(a), len(b)) == (3, 3)
+    common: dict[str, Any] = {"data_files": str(path), "seq_len": 2, "tokenizer": str(tokenizer_dir)}
+    default = HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c1")
+    stream = [*a, eos, eos, *b, eos, eos]  # tokenloom's default: a lone EOS per empty text
+    assert [default[i]["input_ids"].tolist() for i in range(len(default))] == [stream[0:2], stream[3:5], stream[6:8]]
+    for compat, skip_empty in (("kempnerforge", None), (None, True)):
+        kf = HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c2", compat=compat, skip_empty=skip_empty)
+        stream = [*a, eos, *b, eos]  # KempnerForge: texts with no tokens are skipped
+        assert [kf[i]["input_ids"].tolist() for i in range(len(kf))] == [stream[0:2], stream[3:5]]
+        assert kf.cache_path != default.cache_path
+    explicit = HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c3", compat="kempnerforge", skip_empty=False)
+    assert len(explicit) == len(default)
+    with pytest.raises(ConfigError, match="compat='gpt-simple', expected None or 'kempnerforge'"):
+        HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c4", compat="gpt-simple")

@@ -38,8 +38,8 @@ EXPECTED = {
         {"input_ids": [13, 14, 15], "labels": [14, 15, 16]},
     ],
     "sft": [
-        {"input_ids": [1, 2, 3], "labels": [X, 3, 4], "loss_mask": [0, 1, 1]},
-        {"input_ids": [4, 5, 6], "labels": [X, 6, 7], "loss_mask": [0, 1, 1]},
+        {"input_ids": [1, 2, 3], "labels": [X, 3, 4], "loss_mask": [0, 1, 1], "position_ids": [0, 1, 2]},
+        {"input_ids": [4, 5, 6], "labels": [X, 6, 7], "loss_mask": [0, 1, 1], "position_ids": [0, 1, 2]},
     ],
     "dpo": [
         {

@@ -58,7 +58,8 @@ def test_validate_clean_dataset_prints_summary_and_snippet(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert "format     native" in lines
-    assert "documents  4" in lines
+    assert "entries    4" in lines
+    assert "documents  unknown" in lines  # no tokenize record: source documents are not known
     assert "tokens     17" in lines
     assert "vocab      100" in lines
     assert "problems   none (fast validation)" in lines
@@ -112,7 +113,8 @@ def test_inspect_plot_without_matplotlib_names_the_extra(tmp_path: Path, monkeyp
     root = native(tmp_path / "ds")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     result = run(inspect, root, "--plot", tmp_path / "h.png")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # an installation problem, not bad data
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert 'pip install "tokenloom-formats[plot]"' in result.output
     assert not (tmp_path / "h.png").exists()
 
@@ -209,3 +211,27 @@ def test_convert_api_returns_counts(tmp_path: Path) -> None:
     result = convert_dataset(root, tmp_path / "m" / "d", to="megatron", on_progress=progress.append)
     assert (result.source_format, result.target_format, result.entries, result.tokens) == ("native", "megatron", 4, 17)
     assert sum(progress) == 17
+
+
+def test_inspect_plot_uses_a_log_axis_and_names_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
+    seen: dict[str, str] = {}
+    original_yscale, original_xlabel = matplotlib.axes.Axes.set_yscale, matplotlib.axes.Axes.set_xlabel
+
+    def yscale(self, value, **kw):
+        seen["yscale"] = value
+        return original_yscale(self, value, **kw)
+
+    def xlabel(self, value, **kw):
+        seen["xlabel"] = value
+        return original_xlabel(self, value, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_yscale", yscale)
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", xlabel)
+    root = native(tmp_path / "ds")
+    result = run(inspect, root, "--plot", tmp_path / "h.png")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "h.png").stat().st_size > 0
+    assert seen == {"yscale": "log", "xlabel": "entry length (tokens)"}

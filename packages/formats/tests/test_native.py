@@ -93,8 +93,8 @@ def test_pickling_copies_no_tokens(tmp_path: Path) -> None:
 def test_write_time_checks(tmp_path: Path) -> None:
     with pytest.raises(TokenRangeError, match="token id 100"):
         write(tmp_path / "a", [[1, 100]])
-    with pytest.raises(ConfigError, match="overlap_prefix 3 for an entry of 3"):
-        write(tmp_path / "b", [[1, 2, 0]], overlaps=[3])
+    with pytest.raises(ConfigError, match="overlap_prefix 4 for an entry of 3"):
+        write(tmp_path / "b", [[1, 2, 0]], overlaps=[4])
     assert not (tmp_path / "a" / MANIFEST_NAME).exists()
     assert list((tmp_path / "a").iterdir()) == []  # an aborted writer leaves nothing
 
@@ -113,17 +113,18 @@ def test_interrupted_writer_is_never_accepted(tmp_path: Path) -> None:
         writer.add(doc)  # shards are published as they fill, the manifest is not
     with pytest.raises(FormatError, match=WRITING_MARKER):
         open_dataset(tmp_path / "ds", format="native", validate="deep")
-    (tmp_path / "ds" / WRITING_MARKER).unlink()  # even without the marker: no manifest, no dataset
-    with pytest.raises(MissingFileError, match="no manifest.json"):
-        open_dataset(tmp_path / "ds", format="native")
     writer.abort()
+    assert not any((tmp_path / "ds").iterdir())  # an aborted writer leaves nothing
 
 
-def test_without_manifest_deep_validation_opens(tmp_path: Path) -> None:
+def test_without_manifest_opens_with_fast_and_deep_validation(tmp_path: Path) -> None:
     write(tmp_path / "ds", DOCS)
     (tmp_path / "ds" / MANIFEST_NAME).unlink()
-    ds = open_dataset(tmp_path / "ds", format="native", validate="deep")
-    assert [ds[i].tolist() for i in range(len(ds))] == DOCS
+    for level in ("fast", "deep"):
+        ds = open_dataset(tmp_path / "ds", validate=level)
+        assert ds.format == "native"
+        assert [ds[i].tolist() for i in range(len(ds))] == DOCS
+        assert ds.fingerprint and (ds.eos_id, ds.vocab_size) == (None, None)
 
 
 def test_deep_validation_checks_token_range_and_eos(tmp_path: Path) -> None:
@@ -163,15 +164,15 @@ def test_fifo_is_refused(tmp_path: Path) -> None:
     ("patch", "error", "message"),
     [
         (lambda b: b"XXXX" + b[4:], FormatError, "magic"),
-        (lambda b: b[:4] + b"\x09\x00" + b[6:], FormatError, "version 9"),
-        (lambda b: b[:6] + b"\x09\x00" + b[8:], FormatError, "dtype code 9"),
-        (lambda b: b[:8] + (5).to_bytes(8, "little") + b[16:], TruncatedError, "entry count 5"),
-        (lambda b: b[:8] + (1).to_bytes(8, "little") + b[16:], IndexCorruptError, "entry count 1"),
+        (lambda b: b[:4] + (9).to_bytes(4, "little") + b[8:], FormatError, "version 9"),
+        (lambda b: b[:8] + (9).to_bytes(4, "little") + b[12:], FormatError, "dtype code 9"),
+        (lambda b: b[:12] + (5).to_bytes(4, "little") + b[16:], TruncatedError, "entry count 5"),
+        (lambda b: b[:12] + (1).to_bytes(4, "little") + b[16:], IndexCorruptError, "entry count 1"),
         (lambda b: b[:10], TruncatedError, "shorter than its 16-byte header"),
         (lambda b: b[:16] + (1).to_bytes(8, "little", signed=True) + b[24:], IndexCorruptError, "first offset"),
         (lambda b: b[:24] + (9).to_bytes(8, "little") + b[32:], IndexCorruptError, "decrease"),
         (lambda b: b[:48] + (11).to_bytes(8, "little") + b[56:], TruncatedError, "final offset 11"),
-        (lambda b: b[:56] + (3).to_bytes(2, "little") + b[58:], IndexCorruptError, "overlap prefix 3"),
+        (lambda b: b[:56] + (4).to_bytes(2, "little") + b[58:], IndexCorruptError, "overlap prefix 4"),
     ],
 )
 def test_index_corruption_named_errors(tmp_path: Path, patch, error, message) -> None:
@@ -179,12 +180,13 @@ def test_index_corruption_named_errors(tmp_path: Path, patch, error, message) ->
     idx = tmp_path / "ds" / "shard_00000.idx"
     idx.write_bytes(patch(idx.read_bytes()))
     # fast validation catches the changed index through its checksum; without the
-    # manifest the structural checks name the exact problem
+    # manifest the structural checks (fast, as deep) name the exact problem
     with pytest.raises(ChecksumError):
         open_dataset(tmp_path / "ds")
     (tmp_path / "ds" / MANIFEST_NAME).unlink()
-    with pytest.raises(error, match=message):
-        open_dataset(tmp_path / "ds", format="native", validate="deep")
+    for level in ("fast", "deep"):
+        with pytest.raises(error, match=message):
+            open_dataset(tmp_path / "ds", format="native", validate=level)
 
 
 def test_data_flip_caught_by_deep_validation(tmp_path: Path) -> None:

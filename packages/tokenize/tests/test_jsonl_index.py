@@ -58,3 +58,58 @@ def test_large_file_spanning_read_blocks(tmp_path: Path) -> None:
     assert len(index) == len(lines)
     for i in (0, 1, 65_535, 119_999):
         assert index[i]["i"] == i
+
+
+def test_rewritten_file_with_the_same_size_and_mtime_is_reindexed(tmp_path, caplog):
+    import logging
+    import os
+
+    from tokenloom.tokenize.jsonl_index import JsonlIndex
+
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"text": "aaaa"}\n{"text": "bb"}\n{"text": "c"}\n')
+    first = JsonlIndex(path)
+    assert first[1]["text"] == "bb"
+    info = path.stat()
+    path.write_bytes(b'{"text": "a"}\n{"text": "bbbbb"}\n{"text": "c"}\n')  # same size, other line ends
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    with caplog.at_level(logging.WARNING, logger="tokenloom.tokenize"):
+        again = JsonlIndex(path)
+    assert any("rebuilding the index" in r.getMessage() for r in caplog.records)
+    assert again[1]["text"] == "bbbbb"
+
+
+def test_full_hash_catches_a_change_in_the_middle(tmp_path, caplog):
+    import logging
+    import os
+
+    from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index
+
+    lines = [b'{"text": "%06d"}\n' % i for i in range(200_000)]  # > 2 MiB: the middle is not hashed by default
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"".join(lines))
+    build_index(path, full_hash=True)
+    info = path.stat()
+    lines[100_000] = b'{"text": "XXXXXX"}\n'
+    path.write_bytes(b"".join(lines))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    with caplog.at_level(logging.WARNING, logger="tokenloom.tokenize"):
+        index = JsonlIndex(path)
+    assert any("xxh3_128 changed" in r.getMessage() for r in caplog.records)
+    assert index[100_000]["text"] == "XXXXXX"
+
+
+def test_damaged_index_files_found_by_the_fuzzer_are_rebuilt(tmp_path):
+    import numpy as np
+
+    from tokenloom.tokenize.jsonl_index import JsonlIndex, index_path
+
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"text": "a"}\n{"text": "bb"}\n')
+    JsonlIndex(path)
+    idx = index_path(path)
+    good = idx.read_bytes()
+    idx.write_bytes(good[:10] + b"{'descr': ('<i8'," + good[28:])  # numpy's header parser: tokenize.TokenError
+    assert JsonlIndex(path)[1]["text"] == "bb"
+    np.save(idx, np.array([[0, 13], [-50, 14]], dtype=np.int64))  # a negative offset: seek() raised EINVAL
+    assert JsonlIndex(path)[1]["text"] == "bb"

@@ -133,10 +133,9 @@ def test_kill_before_the_first_shard_then_rerun(
     )
     with pytest.raises(Interrupt):
         tokenize(config, on_progress=stop)
-    state = read_state(out)
-    assert state is not None and state.shards == []
-    (out / STATE_NAME).unlink()  # as if killed before the journal was written: only our marker is left
-    assert [p.name for p in out.iterdir()] == [".tokenloom-writing"]
+    assert not out.exists()  # an interrupted run that completed no shard leaves nothing (issue #11)
+    out.mkdir()  # as if SIGKILLed before the journal was written: only our marker is left
+    (out / ".tokenloom-writing").touch()
     run(tiny_tokenizer, corpus, out, shard_size_tokens=10**9)
     assert tree_digest(out) == tree_digest(tmp_path / "whole")
 
@@ -161,15 +160,16 @@ def test_other_settings_need_overwrite(tmp_path: Path, tiny_tokenizer: Path, cor
     assert open_dataset(tmp_path / "out").metadata["tokenize"]["settings"]["max_length"] == 16
 
 
-def test_foreign_files_in_the_output_dir_need_overwrite(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+def test_foreign_files_in_the_output_dir_are_never_deleted(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="not empty"):
         run(tiny_tokenizer, corpus, out)
     assert (out / "notes.txt").exists()
-    run(tiny_tokenizer, corpus, out, overwrite=True)
-    assert not (out / "notes.txt").exists()
+    with pytest.raises(ConfigError, match=r"not a tokenloom dataset: it holds notes\.txt"):
+        run(tiny_tokenizer, corpus, out, overwrite=True)  # --overwrite replaces only tokenloom output
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_changed_tokenizer_is_a_mismatch(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:

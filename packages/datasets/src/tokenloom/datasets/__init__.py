@@ -26,10 +26,12 @@ from tokenloom.datasets._keyed import (
     DatasetFactory,
     KeyedDataset,
     KeyedSource,
+    MaskAlignment,
     TrainType,
 )
 from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
 from tokenloom.datasets._packed import PackedDocumentDataset, PackingPlan, compute_plan
+from tokenloom.datasets._records import RecordDataset
 from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._windows import MemoryMappedDataset
@@ -49,6 +51,8 @@ __all__ = [
     "PackingPlan",
     "SampleBatch",
     "SampleRow",
+    "MaskAlignment",
+    "RecordDataset",
     "TrainType",
     "best_fit_decreasing",
     "build_batch",

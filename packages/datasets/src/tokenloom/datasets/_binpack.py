@@ -25,7 +25,11 @@ class PackingAlgorithm(StrEnum):
     BEST_FIT = "best-fit"
     """Best-fit decreasing (OLMo-core's OBFD): longest first, each into the fullest sequence it fits."""
     GREEDY = "greedy"
-    """Length-binned greedy (GPT-Simple): length bins longest first, next-fit into sequences."""
+    """Length-binned greedy (GPT-Simple's legacy jsonl path): length bins longest first, next-fit.
+
+    Not what GPT-Simple's pretokenized path does: its PreTokenizedDataset packs
+    first-fit-decreasing over buffers of 256 documents of a per-shard shuffle.
+    """
 
 
 def _check(lengths: np.ndarray, capacity: int) -> np.ndarray:

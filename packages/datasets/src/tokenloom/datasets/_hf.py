@@ -5,7 +5,12 @@ KempnerForge eager semantics: every text is encoded with
 into ``seq_len + 1`` chunks, the remainder dropped. Beyond the seed, the
 tokenized stream is written once as a native tokenloom dataset under a key of
 (HF dataset fingerprint, tokenizer fingerprint, settings), so a restart does not
-re-tokenize. With ``torch.distributed`` initialised, rank 0 builds the cache and
+re-tokenize.
+
+A text that encodes to no tokens (an empty string) becomes a lone EOS entry by
+default; KempnerForge skips it, so every later window shifts against a
+KempnerForge run. ``skip_empty=True``, or ``compat="kempnerforge"`` (which sets
+it), reproduces KempnerForge's stream exactly. With ``torch.distributed`` initialised, rank 0 builds the cache and
 the other ranks wait on a barrier; the cache is published by one atomic
 directory rename (no file locks: Lustre and NFS break them).
 """
@@ -28,6 +33,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch
+from tokenloom.datasets._cache_heal import heal_cache, private_cache_dir
 from tokenloom.datasets._windows import MemoryMappedDataset, check_positive
 from tokenloom.formats import (
     MANIFEST_NAME,
@@ -38,6 +44,7 @@ from tokenloom.formats import (
     open_writer,
     require,
     smallest_dtype_for_vocab,
+    storage_error,
 )
 
 __all__ = ["HuggingFaceDataset", "tokenizer_fingerprint"]
@@ -78,6 +85,9 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         data_files: passed to ``load_dataset`` (local json / parquet files).
         batch_size: texts per tokenizer call while building the cache.
         position_ids / cu_seqlens: as for :class:`MemoryMappedDataset`.
+        skip_empty: drop texts that encode to no tokens (default False: a lone EOS;
+            True with ``compat="kempnerforge"``).
+        compat: "kempnerforge" sets KempnerForge's defaults (``skip_empty=True``).
     """
 
     def __init__(
@@ -95,8 +105,13 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         batch_size: int = 1000,
         position_ids: bool = False,
         cu_seqlens: bool = False,
+        skip_empty: bool | None = None,
+        compat: str | None = None,
     ) -> None:
         check_positive(seq_len, "seq_len")
+        if compat not in (None, "kempnerforge"):
+            raise ConfigError(f"compat={compat!r}, expected None or 'kempnerforge'", field="compat")
+        self.skip_empty = skip_empty if skip_empty is not None else compat == "kempnerforge"
         hf_datasets = require("datasets", distribution="tokenloom-datasets", extra="hf", purpose="HuggingFaceDataset")
         if isinstance(tokenizer, str | os.PathLike):
             transformers = require(
@@ -117,15 +132,24 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             "tokenizer": tokenizer_fingerprint(tokenizer),
             "text_field": text_field,
             "eos_id": eos_id,
+            "skip_empty": self.skip_empty,
         }
         key = hashlib.blake2b(json.dumps(settings, sort_keys=True).encode(), digest_size=12).hexdigest()
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "hf"
         self.cache_path = root / f"hf-{key}"
         distributed, rank = _distributed()
         failure: Exception | None = None
+        if rank == 0:
+            heal_cache(self.cache_path)
         if rank == 0 and not (self.cache_path / MANIFEST_NAME).exists():
             try:
-                self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+                try:
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+                except OSError as exc:
+                    if distributed:
+                        raise storage_error(exc, self.cache_path, "writing the tokenized cache") from exc
+                    self.cache_path = private_cache_dir(self.cache_path, exc)
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
             except Exception as exc:  # every rank must still reach the barrier, or the others hang
                 failure = exc
         if distributed:
@@ -167,6 +191,10 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             ) as writer:
                 for batch in source.iter(batch_size=batch_size):
                     encoded = tokenizer(batch[text_field], add_special_tokens=False)["input_ids"]
+                    if self.skip_empty:
+                        encoded = [ids for ids in encoded if len(ids)]
+                        if not encoded:
+                            continue
                     lengths = np.fromiter((len(ids) + 1 for ids in encoded), dtype=np.int64, count=len(encoded))
                     tokens = np.fromiter(
                         (t for ids in encoded for t in (*ids, eos_id)), dtype=np.int64, count=int(lengths.sum())

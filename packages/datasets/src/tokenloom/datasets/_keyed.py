@@ -6,6 +6,15 @@ A keyed store holds, per key, one flat array over the same positions
 dpo: inputs are the first ``window_size``, labels the last) and
 ``[i * stride, i * stride + window_size)`` for grpo, whose loss is computed by
 the trainer from prompts, responses, masks and rewards as stored.
+
+sft also returns ``position_ids`` (aligned with ``input_ids``): the store's
+``position_ids`` key where it has one (AstrAI's SFT stores), else ``0 ..
+window_size - 1`` per sample (a store without that key records no record
+boundaries a reset could follow). dpo masks are aligned with the labels by
+default (``mask_alignment="labels"``: ``chosen_mask[t]`` says whether
+``chosen_labels[t]`` counts) or, as AstrAI does, with the inputs
+(``mask_alignment="inputs"``: ``chosen_mask[t]`` says whether token
+``chosen_input_ids[t]`` counts).
 """
 
 from __future__ import annotations
@@ -13,19 +22,28 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, stack_samples
+from tokenloom.datasets._records import RecordDataset
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._windows import check_positive
-from tokenloom.formats import TRAINING_TYPE_KEYS, ConfigError, MissingKeyError, ShapeMismatchError, open_store
+from tokenloom.formats import (
+    OPTIONAL_TRAINING_TYPE_KEYS,
+    TRAINING_TYPE_KEYS,
+    ConfigError,
+    MissingKeyError,
+    RecordStore,
+    ShapeMismatchError,
+    open_store,
+)
 
-__all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "TrainType"]
+__all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "MaskAlignment", "TrainType"]
 
 
 @runtime_checkable
@@ -44,6 +62,13 @@ class TrainType(StrEnum):
     GRPO = "grpo"
 
 
+class MaskAlignment(StrEnum):
+    """Which positions a dpo ``*_mask`` describes (see the module docstring)."""
+
+    LABELS = "labels"  # tokenloom's default: mask[t] goes with labels[t] (token t + 1)
+    INPUTS = "inputs"  # AstrAI: mask[t] goes with input_ids[t]
+
+
 class ArrayStore:
     """An in-memory keyed store over equal-length 1-D arrays (tests, small data, conversions)."""
 
@@ -54,6 +79,10 @@ class ArrayStore:
         if len(set(lengths.values())) > 1:
             raise ShapeMismatchError(f"keys have different lengths {lengths}, expected one length", path=name)
         self._length = next(iter(lengths.values()), 0)
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted(self.arrays)
 
     def __len__(self) -> int:
         return self._length
@@ -83,7 +112,13 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
     """Windows over a keyed store, shaped by training type (see the README for every output key)."""
 
     def __init__(
-        self, store: KeyedSource, train_type: TrainType | str, window_size: int, stride: int | None = None
+        self,
+        store: KeyedSource,
+        train_type: TrainType | str,
+        window_size: int,
+        stride: int | None = None,
+        *,
+        mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
     ) -> None:
         try:
             self.train_type = TrainType(train_type)
@@ -91,10 +126,19 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
             raise ConfigError(
                 f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
             ) from None
+        try:
+            self.mask_alignment = MaskAlignment(mask_alignment)
+        except ValueError:
+            raise ConfigError(
+                f"mask_alignment {mask_alignment!r}, expected one of {[m.value for m in MaskAlignment]}",
+                field="mask_alignment",
+            ) from None
         self.window_size = check_positive(window_size, "window_size")
         self.stride = check_positive(stride if stride is not None else window_size, "stride")
         self.store = store
-        self.keys = tuple(TRAINING_TYPE_KEYS[self.train_type.value])
+        present = set(getattr(store, "keys", ()) or ())
+        optional = [k for k in OPTIONAL_TRAINING_TYPE_KEYS.get(self.train_type.value, ()) if k in present]
+        self.keys = (*TRAINING_TYPE_KEYS[self.train_type.value], *optional)
         where = str(getattr(store, "name", None) or getattr(store, "path", None) or type(store).__name__)
         length = _check_store(store, self.keys, where)
         self.span = self.window_size + (0 if self.train_type is TrainType.GRPO else 1)
@@ -107,7 +151,13 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
             )
         self._length = (length - self.span) // self.stride + 1
         self._fingerprint = settings_fingerprint(
-            store=where, length=length, train_type=self.train_type.value, window=self.window_size, stride=self.stride
+            store=where,
+            length=length,
+            train_type=self.train_type.value,
+            window=self.window_size,
+            stride=self.stride,
+            keys=list(self.keys),
+            mask_alignment=self.mask_alignment.value,
         )
 
     def __len__(self) -> int:
@@ -143,13 +193,25 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
             return _shifted(raw["sequence"], None)
         if self.train_type is TrainType.SFT:
             sample = _shifted(raw["sequence"], raw["loss_mask"])
-            return {"input_ids": sample["input_ids"], "labels": sample["labels"], "loss_mask": sample["mask"]}
+            if "position_ids" in raw:
+                positions = raw["position_ids"][:-1].astype(np.int64)
+            else:
+                positions = np.arange(self.window_size, dtype=np.int64)
+            return {
+                "input_ids": sample["input_ids"],
+                "labels": sample["labels"],
+                "loss_mask": sample["mask"],
+                "position_ids": positions,
+            }
         out: dict[str, np.ndarray] = {}
         for side in ("chosen", "rejected"):
             sample = _shifted(raw[side], raw[f"{side}_mask"])
             out[f"{side}_input_ids"] = sample["input_ids"]
             out[f"{side}_labels"] = sample["labels"]
-            out[f"{side}_mask"] = sample["mask"]
+            if self.mask_alignment is MaskAlignment.INPUTS:
+                out[f"{side}_mask"] = raw[f"{side}_mask"][:-1].astype(np.int64)
+            else:
+                out[f"{side}_mask"] = sample["mask"]
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -182,6 +244,7 @@ def open_keyed_store(
 class DatasetFactory:
     """AstrAI's entry point: ``DatasetFactory.load("sft", "data.h5", window_size=1024)``."""
 
+    @overload
     @staticmethod
     def load(
         train_type: TrainType | str,
@@ -189,12 +252,50 @@ class DatasetFactory:
         window_size: int,
         stride: int | None = None,
         storage_type: str | None = None,
-    ) -> KeyedDataset:
-        """A :class:`KeyedDataset` of ``train_type`` over the store at ``load_path``."""
+        *,
+        mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+    ) -> KeyedDataset: ...
+
+    @overload
+    @staticmethod
+    def load(
+        train_type: TrainType | str,
+        load_path: str | os.PathLike[str] | RecordStore,
+        window_size: None = None,
+        stride: None = None,
+        storage_type: None = None,
+        *,
+        mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+    ) -> RecordDataset: ...
+
+    @staticmethod
+    def load(
+        train_type: TrainType | str,
+        load_path: str | os.PathLike[str] | KeyedSource | RecordStore,
+        window_size: int | None = None,
+        stride: int | None = None,
+        storage_type: str | None = None,
+        *,
+        mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+    ) -> KeyedDataset | RecordDataset:
+        """A :class:`KeyedDataset` of ``train_type`` over the store at ``load_path``.
+
+        dpo and grpo without ``window_size`` are record mode, as in AstrAI: a
+        :class:`RecordDataset` over a store whose keys carry record offsets.
+        """
         try:
             kind = TrainType(train_type)
         except ValueError:
             raise ConfigError(
                 f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
             ) from None
-        return KeyedDataset(open_keyed_store(load_path, storage_type, kind), kind, window_size, stride)
+        if window_size is None or isinstance(load_path, RecordStore):
+            if kind in (TrainType.SEQ, TrainType.SFT):
+                raise ConfigError(f"{kind.value} needs window_size (it is a token stream)", field="window_size")
+            if not isinstance(load_path, RecordStore | str | os.PathLike):
+                raise ConfigError("record mode needs a path or a RecordStore", field="load_path")
+            return RecordDataset(load_path, kind.value)
+        if isinstance(load_path, RecordStore):
+            raise ConfigError("a RecordStore serves record mode only: drop window_size", field="window_size")
+        store = open_keyed_store(load_path, storage_type, kind)
+        return KeyedDataset(store, kind, window_size, stride, mask_alignment=mask_alignment)

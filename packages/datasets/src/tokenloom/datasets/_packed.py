@@ -13,13 +13,10 @@ rename, so concurrent ranks never see half a plan and need no file locks.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,11 +27,12 @@ from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
+from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import reopen, token_stream
 from tokenloom.datasets._windows import check_positive
-from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, fsync_dir, open_dataset
+from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, open_dataset
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
@@ -103,28 +101,6 @@ def compute_plan(
     )
 
 
-def cached_plan(cache_dir: Path, key: str, build: Any, meta: dict[str, Any]) -> Path:
-    """The directory of the plan under ``key``; built first if absent, published by one atomic rename."""
-    final = cache_dir / f"packplan-{key}"
-    if (final / "plan.json").exists():
-        return final
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    plan = build()
-    scratch = Path(tempfile.mkdtemp(prefix=f".packplan-{key}-", dir=cache_dir))
-    try:
-        plan.save(scratch, meta)
-        try:
-            os.replace(scratch, final)
-            fsync_dir(cache_dir)
-        except OSError:  # another process published it first: theirs is identical
-            if not (final / "plan.json").exists():
-                raise
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(scratch)
-    return final
-
-
 class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
     """Sequences of ``max_length`` tokens made of whole entries, padded; see the README for the keys.
 
@@ -174,15 +150,18 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
         }
         key = settings_fingerprint(**settings)
         directory = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "pack-plans"
-        self.plan_dir = cached_plan(
+        self.plan_dir, in_memory = cached_plan(
             directory,
             key,
             lambda: compute_plan(
                 dataset.doc_lengths, dataset.overlap_prefix, self.max_length, self.algorithm, **options
             ),
             settings,
+            _PLAN_ARRAYS,
         )
-        self._plan: PackingPlan | None = None
+        self._memory_plan = in_memory  # only when the cache directory could not be written
+        self.plan_in_memory = in_memory is not None
+        self._plan: PackingPlan | None = in_memory if isinstance(in_memory, PackingPlan) else None
         if self.plan.num_sequences == 0:
             raise ConfigError(
                 f"the dataset has no tokens to pack ({len(dataset)} entries, {dataset.num_tokens} tokens)",
@@ -195,7 +174,8 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
     def plan(self) -> PackingPlan:
         """The packing plan, memory-mapped from the cache (reopened lazily in each worker)."""
         if self._plan is None:
-            self._plan = PackingPlan.load(self.plan_dir)
+            memory = self._memory_plan
+            self._plan = memory if isinstance(memory, PackingPlan) else PackingPlan.load(self.plan_dir)
         return self._plan
 
     @property
@@ -207,7 +187,7 @@ class PackedDocumentDataset(Dataset[dict[str, torch.Tensor]]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_plan"] = None  # pickling a memory map would copy it
+        state["_plan"] = None  # pickling a memory map would copy it (an in-memory plan travels as _memory_plan)
         state["_dataset"] = None
         return state
 

@@ -9,10 +9,14 @@ This package also owns what every tokenloom package shares: the error hierarchy
 
 from tokenloom.formats import _flat, _megatron, _native
 from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats._buckets import bucket_dirs, open_buckets
+from tokenloom.formats._cli import cli_errors
+from tokenloom.formats._cli import main as cli
 from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats._flat import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
+from tokenloom.formats._lock import LOCK_SUFFIX, lock_path, output_lock
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -27,14 +31,17 @@ from tokenloom.formats._native import (
     WRITING_MARKER,
     NativeShardWriter,
     NativeWriter,
+    adopt_native,
     open_native,
     prepare_output_dir,
     read_native_shard,
     shard_cut,
 )
+from tokenloom.formats._native_legacy import open_native_v0
 from tokenloom.formats._optional import require
 from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
 from tokenloom.formats._paths import safe_file
+from tokenloom.formats._records import GROUPED_KEYS, RecordStore, open_records
 from tokenloom.formats._registry import (
     FormatSpec,
     Validate,
@@ -44,11 +51,13 @@ from tokenloom.formats._registry import (
     open_writer,
     register_format,
 )
+from tokenloom.formats._safety import check_disjoint, check_replaceable, real_path
+from tokenloom.formats._storage import storage_error, storage_errors
 from tokenloom.formats._store_bin import BinStore, is_bin_store, open_bin_meta_dataset
 from tokenloom.formats._store_h5 import H5Store, is_h5_store, open_h5_dataset
 from tokenloom.formats._store_open import detect_store_type, open_store
 from tokenloom.formats._store_writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
-from tokenloom.formats._stores import TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
+from tokenloom.formats._stores import OPTIONAL_TRAINING_TYPE_KEYS, TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
 from tokenloom.formats._writer import TokenWriter, check_tokens
 from tokenloom.formats.errors import (
     ChecksumError,
@@ -58,10 +67,12 @@ from tokenloom.formats.errors import (
     IndexCorruptError,
     MissingFileError,
     MissingKeyError,
+    OutputLockedError,
     RecordError,
     ResourceLimitError,
     ResumeMismatchError,
     ShapeMismatchError,
+    StorageError,
     TokenRangeError,
     TruncatedError,
     UnsafeFormatError,
@@ -71,10 +82,19 @@ from tokenloom.formats.errors import (
 register_format(
     FormatSpec(
         name="native",
-        description="tokenloom/GPT-Simple .bin + .idx shards with manifest.json",
+        description="GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-Simple's own open without)",
         detect=_native.is_native,
         open=open_native,
         writer=NativeWriter,
+    )
+)
+register_format(
+    FormatSpec(
+        name="native-v0",
+        description="read-only: tokenloom's pre-release native layout, to convert (never detected)",
+        detect=lambda path: False,
+        open=open_native_v0,
+        detectable=False,
     )
 )
 register_format(
@@ -127,8 +147,10 @@ register_format(
 
 __all__ = [
     "DOCUMENT_LENGTHS_NAME",
+    "LOCK_SUFFIX",
     "MANIFEST_NAME",
     "TOKEN_DTYPES",
+    "OPTIONAL_TRAINING_TYPE_KEYS",
     "TRAINING_TYPE_KEYS",
     "WRITING_MARKER",
     "BinMetaStoreWriter",
@@ -151,17 +173,31 @@ __all__ = [
     "TokenWriter",
     "Validate",
     "ConvertResult",
+    "GROUPED_KEYS",
+    "RecordStore",
+    "open_records",
+    "adopt_native",
+    "bucket_dirs",
+    "open_buckets",
+    "open_native_v0",
     "as_token_dtype",
     "convert_dataset",
     "atomic_file",
     "atomic_write_bytes",
     "available_formats",
+    "check_disjoint",
+    "cli",
+    "cli_errors",
+    "check_replaceable",
     "check_tokens",
+    "real_path",
     "describe_files",
     "detect_format",
     "detect_store_type",
     "file_checksum",
     "fsync_dir",
+    "lock_path",
+    "output_lock",
     "open_dataset",
     "open_flat",
     "open_megatron",
@@ -177,6 +213,8 @@ __all__ = [
     "safe_file",
     "shard_cut",
     "smallest_dtype_for_vocab",
+    "storage_error",
+    "storage_errors",
     "write_manifest",
     "ChecksumError",
     "ConfigError",
@@ -185,10 +223,12 @@ __all__ = [
     "IndexCorruptError",
     "MissingFileError",
     "MissingKeyError",
+    "OutputLockedError",
     "RecordError",
     "ResourceLimitError",
     "ResumeMismatchError",
     "ShapeMismatchError",
+    "StorageError",
     "TokenRangeError",
     "TruncatedError",
     "UnsafeFormatError",

@@ -12,11 +12,48 @@ own commands.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
 from importlib import metadata
+from typing import NoReturn
 
 import click
 
+from tokenloom.formats._storage import storage_error
+from tokenloom.formats.errors import DataError
+
 ENTRY_POINT_GROUP = "tokenloom.commands"
+DEBUG_KEY = "tokenloom.debug"
+#: Exit codes: 1 for bad data / a failed operation, 2 for usage and installation problems (like click's).
+EXIT_DATA, EXIT_USAGE = 1, 2
+
+
+def debug_enabled() -> bool:
+    """Whether ``tokenloom --debug`` (or TOKENLOOM_DEBUG=1) asked for tracebacks."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(DEBUG_KEY):
+        return True
+    return os.environ.get("TOKENLOOM_DEBUG", "") not in ("", "0")
+
+
+def fail(exc: BaseException) -> NoReturn:
+    """End a command on ``exc`` with one line on stderr (the traceback under --debug)."""
+    if debug_enabled():
+        raise exc
+    if isinstance(exc, BrokenPipeError):  # `tokenloom validate X | head`: the reader left; nothing to report
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        raise SystemExit(EXIT_DATA) from None
+    if isinstance(exc, OSError):
+        exc = storage_error(exc)
+    if isinstance(exc, DataError):
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    if isinstance(exc, ImportError):
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from exc
+    raise exc
 
 
 def _entry_points() -> dict[str, metadata.EntryPoint]:
@@ -42,7 +79,22 @@ def installed_versions() -> list[tuple[str, str]]:
     return sorted(found.items())
 
 
+@contextlib.contextmanager
+def cli_errors() -> Iterator[None]:
+    """Inside a command: DataError, OSError (as StorageError) and a missing extra end it with one line."""
+    try:
+        yield
+    except (DataError, OSError, ImportError) as exc:
+        fail(exc)
+
+
 class EntryPointGroup(click.Group):
+    def invoke(self, ctx: click.Context):  # one line for data, OS and missing-extra errors
+        try:
+            return super().invoke(ctx)
+        except (DataError, OSError, ImportError) as exc:
+            fail(exc)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_entry_points())
 
@@ -74,9 +126,37 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     callback=_print_version,
     help="Print every installed tokenloom package and its version.",
 )
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback when a command fails.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """tokenloom: raw text to training batches on every rank.
 
     The commands below come from the tokenloom packages installed here;
     installing another package (e.g. tokenloom-tokenize) adds its commands.
+    Errors print one line (exit 1 for data, 2 for usage); --debug shows the traceback.
     """
+    ctx.meta[DEBUG_KEY] = debug
+    _log_to_stderr(logging.DEBUG if debug else logging.INFO)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is now (test runners and progress bars replace it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def _log_to_stderr(level: int) -> None:
+    """tokenloom's log lines (start-up choices, healed caches, stale locks) on stderr, one line each."""
+    logger = logging.getLogger("tokenloom")
+    if not any(getattr(h, "_tokenloom_cli", False) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("tokenloom: %(message)s"))
+        handler._tokenloom_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level)

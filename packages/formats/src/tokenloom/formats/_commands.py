@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 import orjson
 
+from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._native import adopt_native
 from tokenloom.formats._optional import require
 from tokenloom.formats._registry import available_formats, open_dataset
+from tokenloom.formats._safety import dataset_inputs, unlisted_files
+from tokenloom.formats._storage import check_readable
 from tokenloom.formats._summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
 
@@ -48,7 +53,8 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
         ("format", facts["format"]),
         ("path", facts["path"]),
         ("shards", facts["shards"]),
-        ("documents", facts["entries"]),
+        ("entries", facts["entries"]),
+        ("documents", facts.get("documents")),
         ("tokens", facts["tokens"]),
         ("dtype", facts["dtype"]),
         ("vocab", facts["vocab_size"]),
@@ -59,21 +65,62 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 
 @click.command(
     epilog="\b\nExamples:\n  tokenloom validate data/tokens --deep --seq-len 4096\n"
-    "  tokenloom validate shards/ --format flat --dtype uint16",
+    "  tokenloom validate shards/ --format flat --dtype uint16\n"
+    "  tokenloom validate out/data --deep --vocab-size 50257 --eos-id 50256   # Megatron records neither\n"
+    "  tokenloom validate data/tokenized/train/web --write-manifest   # adopt GPT-Simple shards",
 )
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length (default {DEFAULT_SEQ_LEN}).")
+@click.option(
+    "--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length [default: {DEFAULT_SEQ_LEN}]."
+)
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--deep: check token ids against this vocab size (needed where the format records none).",
+)
+@click.option(
+    "--eos-id",
+    type=click.IntRange(min=0),
+    default=None,
+    help="--deep: check that every entry ends with this id (needed where the format records none).",
+)
 @_format_option
 @_dtype_option
-def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | None, dtype: str | None) -> None:
+@click.option(
+    "--write-manifest",
+    is_flag=True,
+    help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one "
+    "(recording --vocab-size / --eos-id when given).",
+)
+def validate(
+    path: Path,
+    deep: bool,
+    seq_len: int | None,
+    vocab_size: int | None,
+    eos_id: int | None,
+    format_name: str | None,
+    dtype: str | None,
+    write_manifest: bool,
+) -> None:
     """Check a token dataset and print the config snippet that trains on it.
 
     Exits 0 when the dataset is clean and 1 when a problem was found (the
-    message names the file, offset and field, and what to do).
+    message names the file, offset and field, and what to do). Fast validation
+    checks the layout, sizes and that every file can be read; --deep also reads
+    every token.
     """
+    coverage: list[str] = []
+    warnings: list[str] = []
     try:
-        dataset = _open(path, format_name, dtype, "deep" if deep else "fast")
+        if write_manifest:
+            adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
+        dataset = _deep_open(path, format_name, dtype) if deep else _open(path, format_name, dtype, "fast")
+        check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
+        warnings = unlisted_files(dataset)
+        if deep:
+            coverage = _deep_checks(dataset, vocab_size, eos_id)
     except (DataError, OSError) as exc:
         click.echo(f"{'path':<10} {path}")
         click.echo(f"{'problems':<10} 1")
@@ -81,12 +128,67 @@ def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | Non
         raise SystemExit(1) from None
     for line in _summary_lines(describe(dataset)):
         click.echo(line)
+    for line in coverage:
+        click.echo(f"{'checked':<10} {line}")
+    for line in warnings:
+        click.echo(f"{'warning':<10} {line}")
     click.echo(f"{'problems':<10} none ({'deep' if deep else 'fast'} validation)")
     click.echo("")
     window = seq_len or DEFAULT_SEQ_LEN
     note = "" if seq_len else "  (default; pass --seq-len)"
     click.echo(f"# config snippet for seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
+
+
+def _deep_open(path: Path, format_name: str | None, dtype: str | None) -> TokenDataset:
+    """Deep validation with a live status line on stderr (files, bytes, elapsed time): it reads every byte."""
+    from rich.console import Console
+
+    fast = _open(path, format_name, dtype, "fast")
+    files = [p for p in dataset_inputs(fast) if p.is_file()]
+    total = sum(p.stat().st_size for p in files)
+    message = (
+        f"deep validation of {fast.format} {path}: reading {total / 1e6:,.1f} MB in {len(files)} files "
+        f"({fast.num_tokens:,} tokens)"
+    )
+    console = Console(stderr=True)
+    started = time.perf_counter()
+    with console.status(message, spinner="dots") as status:
+        status.update(message + " ...")
+        dataset = _open(path, format_name, dtype, "deep")
+    if console.is_terminal:
+        console.print(f"{message}: {time.perf_counter() - started:.1f} s", style="dim")
+    return dataset
+
+
+def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | None) -> list[str]:
+    """Token range and EOS placement with the given or recorded values; what was (not) checked, in words."""
+    lines = []
+    if vocab_size is not None and vocab_size != dataset.vocab_size:
+        recorded = dataset.vocab_size
+        dataset.vocab_size = vocab_size
+        try:
+            dataset.check_token_range()
+        finally:
+            dataset.vocab_size = recorded
+        lines.append(f"token range: every id < {vocab_size:,} (--vocab-size)")
+    elif dataset.vocab_size is not None:
+        lines.append(f"token range: every id < {dataset.vocab_size:,} (recorded vocab size)")
+    else:
+        lines.append("token range not checked: the format records no vocab size; pass --vocab-size N")
+    if eos_id is not None and eos_id != dataset.eos_id:
+        recorded_eos = dataset.eos_id
+        dataset.eos_id = eos_id
+        try:
+            dataset.check_eos_placement()
+        finally:
+            dataset.eos_id = recorded_eos
+        lines.append(f"EOS placement: every entry ends with {eos_id} (--eos-id)")
+    elif dataset.eos_id is not None:
+        lines.append(f"EOS placement: every entry ends with {dataset.eos_id} (recorded EOS id)")
+    else:
+        lines.append("EOS placement not checked: the format records no EOS id; pass --eos-id N")
+    return lines
 
 
 @click.command(
@@ -98,20 +200,15 @@ def validate(path: Path, deep: bool, seq_len: int | None, format_name: str | Non
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write a PNG histogram of document lengths (needs the 'plot' extra).",
+    help="Write a PNG histogram of entry lengths, log count axis (needs the 'plot' extra).",
 )
 @_format_option
 @_dtype_option
 def inspect(path: Path, as_json: bool, plot: Path | None, format_name: str | None, dtype: str | None) -> None:
     """Counts, dtype and document-length percentiles of a token dataset."""
-    try:
+    with cli_errors():
         pyplot = _pyplot() if plot is not None else None
-    except ImportError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
         dataset = _open(path, format_name, dtype, "fast")
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     facts = describe(dataset)
     lengths = dataset.doc_lengths
     facts["lengths"] = length_percentiles(lengths)
@@ -138,11 +235,13 @@ def _pyplot() -> Any:
 
 
 def _histogram(pyplot: Any, lengths: Any, path: Path, *, title: str) -> None:
+    """Entry lengths on a log count axis (like the demo's plot): the long tail stays visible."""
     figure, axes = pyplot.subplots(figsize=(7, 4))
-    axes.hist(lengths, bins=min(100, max(1, len(set(lengths.tolist()[:100_000])))), color="#4477aa")
-    axes.set_xlabel("document length (tokens)")
-    axes.set_ylabel("documents")
-    axes.set_title(title, fontsize=9)
+    axes.hist(lengths, bins=min(60, max(1, len(set(lengths.tolist()[:100_000])))), color="#3a6ea5")
+    axes.set_yscale("log")
+    axes.set_xlabel("entry length (tokens)")
+    axes.set_ylabel("entries (log scale)")
+    axes.set_title(f"{title}\n{len(lengths):,} entries", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
@@ -215,7 +314,7 @@ def convert(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-    try:
+    with cli_errors():
         formats = available_formats()
         if to not in _writable():
             raise ConfigError(f"cannot write format {to!r}, writable: {_writable()}", field="--to")
@@ -254,8 +353,6 @@ def convert(
                 writer_options=options,
                 on_progress=lambda n: progress.advance(task, n),
             )
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     rate = result.tokens / result.seconds / 1e6 if result.seconds > 0 else float("inf")
     click.echo(
         f"converted {result.entries:,} entries, {result.tokens:,} tokens from {result.source_format} "

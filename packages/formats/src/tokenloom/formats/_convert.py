@@ -16,12 +16,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._lock import output_lock
 from tokenloom.formats._registry import available_formats, open_dataset, open_writer
+from tokenloom.formats._safety import check_disjoint, dataset_inputs, remove_on_failure
+from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import ConfigError
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
@@ -64,6 +68,16 @@ def _accepts(factory: Callable[..., Any], name: str) -> bool:
         return False
 
 
+def write_targets(target: str | os.PathLike[str], to: str) -> list[Path]:
+    """Every path a writer of format ``to`` at ``target`` may create or replace."""
+    path = Path(target)
+    paths = [path]
+    if to == "megatron":
+        prefix = path.with_name(path.name[:-4]) if path.suffix in (".idx", ".bin") else path
+        paths += [prefix, prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx")]
+    return paths
+
+
 def convert_dataset(
     source: str | os.PathLike[str] | TokenDataset,
     target: str | os.PathLike[str],
@@ -78,27 +92,42 @@ def convert_dataset(
     on_progress: Callable[[int], None] | None = None,
 ) -> ConvertResult:
     """Copy every entry of ``source`` into a new ``to`` dataset at ``target``; ``on_progress(tokens)`` per batch."""
-    dataset = (
-        source if isinstance(source, TokenDataset) else open_dataset(source, format=source_format, validate=validate)
-    )
+    with storage_errors(None if isinstance(source, TokenDataset) else source, "reading the source"):
+        dataset = (
+            source
+            if isinstance(source, TokenDataset)
+            else open_dataset(source, format=source_format, validate=validate)
+        )
     formats = available_formats()
     if to not in formats or formats[to].writer is None:
         writable = sorted(name for name, spec in formats.items() if spec.writer is not None)
         raise ConfigError(f"cannot write format {to!r}, writable: {writable}", field="to")
     factory = formats[to].writer
+    check_disjoint(
+        write_targets(target, to),
+        dataset_inputs(dataset, None if isinstance(source, TokenDataset) else source),
+        target_name="the target",
+    )
     options = dict(writer_options or {})
     for key, value in (("tokenizer_fingerprint", dataset.tokenizer_fingerprint),):
         if value is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]
             options[key] = value
     start = time.perf_counter()
-    with open_writer(
-        target,
-        format=to,
-        dtype=dtype if dtype is not None else dataset.dtype,
-        vocab_size=dataset.vocab_size,
-        eos_id=dataset.eos_id,
-        **options,
-    ) as writer:
+    targets = write_targets(target, to)
+    created = [p for p in targets if not p.exists()]
+    with (
+        output_lock(targets[1] if to == "megatron" else target, what="conversion target"),
+        remove_on_failure(created),
+        storage_errors(target, f"converting to {to}"),
+        open_writer(
+            target,
+            format=to,
+            dtype=dtype if dtype is not None else dataset.dtype,
+            vocab_size=dataset.vocab_size,
+            eos_id=dataset.eos_id,
+            **options,
+        ) as writer,
+    ):
         for tokens, lengths, overlaps in iter_batches(dataset, chunk_tokens):
             writer.add_batch(tokens, lengths, None if drop_overlap_prefix else overlaps)
             if on_progress is not None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
 
 __all__ = ["Shard", "TokenDataset"]
@@ -64,7 +65,7 @@ def map_tokens(path: Path, dtype: np.dtype, byte_offset: int, count: int) -> np.
     """A read-only zero-copy array of ``count`` tokens of ``dtype`` at ``byte_offset`` in ``path``."""
     if count == 0:
         return np.empty(0, dtype=dtype)
-    with open(path, "rb") as handle:
+    with storage_errors(path, "mapping tokens"), open(path, "rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     # A plain ndarray over the mmap slices faster than np.memmap (no subclass overhead).
     return np.frombuffer(mapped, dtype=dtype, count=count, offset=byte_offset)

@@ -18,7 +18,7 @@ def as_token_dtype(value: object, *, field: str = "dtype") -> np.dtype:
     """Normalise ``value`` (a name, numpy dtype or type) to a little-endian token dtype."""
     try:
         dtype = np.dtype(value)  # type: ignore[arg-type]
-    except TypeError as exc:
+    except (TypeError, ValueError, SyntaxError) as exc:  # np.dtype(",u2") raises SyntaxError
         raise ConfigError(f"{value!r} is not a dtype, expected one of {sorted(TOKEN_DTYPES)}", field=field) from exc
     if dtype.name not in TOKEN_DTYPES:
         raise ConfigError(

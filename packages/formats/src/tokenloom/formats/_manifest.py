@@ -26,6 +26,7 @@ from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileErro
 __all__ = [
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "READABLE_MANIFEST_VERSIONS",
     "FileEntry",
     "Manifest",
     "describe_files",
@@ -35,7 +36,9 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+#: 1: native shards in tokenloom's pre-release .idx layout (flat: unchanged); 2: native shards in GPT-Simple's layout.
+READABLE_MANIFEST_VERSIONS = (1, 2)
 _CHUNK = 1 << 20
 
 
@@ -86,10 +89,11 @@ class Manifest:
     tokenizer_fingerprint: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     checksum: str = ""
+    version: int = MANIFEST_VERSION
 
     def payload(self) -> dict[str, Any]:
         return {
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": self.version,
             "format": self.format,
             "dtype": self.dtype,
             "num_tokens": self.num_tokens,
@@ -177,9 +181,9 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     if not isinstance(payload, dict):
         raise FormatError("manifest is not a JSON object", path=path)
     version = _expect(payload, "manifest_version", (int,), path)
-    if version != MANIFEST_VERSION:
+    if version not in READABLE_MANIFEST_VERSIONS:
         raise FormatError(
-            f"manifest version {version}, expected {MANIFEST_VERSION}",
+            f"manifest version {version}, expected one of {READABLE_MANIFEST_VERSIONS}",
             path=path,
             field="manifest_version",
             hint="Upgrade tokenloom-formats or re-create the dataset",
@@ -238,4 +242,5 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
         tokenizer_fingerprint=tok,
         metadata=metadata,
         checksum=recorded,
+        version=version,
     )

@@ -328,7 +328,13 @@ class MegatronWriter(TokenWriter):
             raise ConfigError(
                 f"{existing[0].name} already exists",
                 path=existing[0],
-                hint="Choose another prefix or pass overwrite=True (--overwrite)",
+                hint="Choose another prefix or pass --overwrite (overwrite=True in Python)",
+            )
+        if self.idx_path.is_file() and self.idx_path.read_bytes()[: len(MEGATRON_MAGIC)] != MEGATRON_MAGIC:
+            raise ConfigError(
+                f"refusing to overwrite {self.idx_path.name}: it is not a Megatron index (no MMIDIDX magic)",
+                path=self.idx_path,
+                hint="--overwrite only replaces a Megatron dataset; choose another prefix",
             )
         for stale in existing:
             stale.unlink()

@@ -1,21 +1,22 @@
-"""The native format: GPTS ``.bin`` + ``.idx`` shard pairs and a manifest.
+"""The native format: GPT-Simple's ``.bin`` + ``.idx`` shard pairs, plus a manifest.
 
 ``.bin``: the tokens of every entry, concatenated, little-endian, of the dtype
-named in the header. ``.idx`` (all little-endian)::
+named in the ``.idx`` header. ``.idx``: GPT-Simple's byte layout exactly (see
+:mod:`tokenloom.formats._gpts`): magic ``GPTS``, uint32 version 1, uint32 dtype
+code (2 uint16, 4 uint32), uint32 entry count n, int64 offsets (n + 1), uint16
+overlap-prefix lengths (n).
 
-    offset  size            field
-    0       4               magic b"GPTS"
-    4       2   uint16      version (1)
-    6       2   uint16      dtype code (1 uint8, 2 uint16, 3 uint32, 4 int32, 5 int64)
-    8       8   uint64      entry count n
-    16      8*(n+1) int64   token offsets: 0, end of entry 0, ..., total token count
-    16+8(n+1) 2*n uint16    overlap-prefix length of each entry
+A dataset directory written by tokenloom holds ``shard_NNNNN.bin`` / ``.idx``
+pairs and ``manifest.json`` (written last). While a writer runs, the marker
+``.tokenloom-writing`` exists; a reader refuses a directory that has it.
 
-so an .idx is exactly ``16 + 8 * (n + 1) + 2 * n`` bytes. A dataset directory
-holds ``shard_NNNNN.bin`` / ``.idx`` pairs and ``manifest.json`` (written last).
-While a writer runs, the marker ``.tokenloom-writing`` exists; a reader refuses a
-directory that has it (an interrupted write) or that lacks a manifest (unless
-asked to validate deeply).
+A directory without a manifest (GPT-Simple's pretokenize output, e.g.
+``data/tokenized/train/<bucket>/``) opens with the same fast validation: every
+``.idx`` header, the file sizes, offsets that start at 0, never decrease and end
+at the ``.bin``'s token count, and overlap prefixes no longer than their entries,
+all without reading a token. ``adopt_native`` (``tokenloom validate
+--write-manifest DIR``) writes a manifest for it, after which every open also
+checks sizes and index checksums.
 """
 
 from __future__ import annotations
@@ -23,15 +24,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
+from tokenloom.formats._gpts import (
+    EXTENSION_CODES,
+    LEGACY_CONVERT_HINT,
+    MAX_ENTRIES,
+    NATIVE_MAGIC,
+    pack_header,
+    parse_header,
+)
+from tokenloom.formats._gpts import HEADER as _HEADER
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -40,6 +51,7 @@ from tokenloom.formats._manifest import (
     write_manifest,
 )
 from tokenloom.formats._paths import safe_file
+from tokenloom.formats._safety import check_replaceable
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -51,6 +63,7 @@ from tokenloom.formats.errors import (
 
 __all__ = [
     "NATIVE_MAGIC",
+    "adopt_native",
     "WRITING_MARKER",
     "NativeShardWriter",
     "NativeWriter",
@@ -62,11 +75,8 @@ __all__ = [
 
 log = logging.getLogger("tokenloom.formats")
 
-NATIVE_MAGIC = b"GPTS"
-NATIVE_VERSION = 1
-_HEADER = struct.Struct("<4sHHQ")
-DTYPE_CODES = {1: "uint8", 2: "uint16", 3: "uint32", 4: "int32", 5: "int64"}
-CODE_OF_DTYPE = {name: code for code, name in DTYPE_CODES.items()}
+#: the manifest version whose native shards are in GPT-Simple's layout (1: tokenloom's pre-release layout)
+NATIVE_MANIFEST_VERSION = 2
 
 
 def shard_cut(ends: np.ndarray, begin: int, filled: int, shard_size_tokens: int) -> int:
@@ -80,10 +90,6 @@ def shard_cut(ends: np.ndarray, begin: int, filled: int, shard_size_tokens: int)
     base = int(ends[begin - 1]) if begin else 0
     stop = int(np.searchsorted(ends, base + shard_size_tokens - filled, side="left")) + 1
     return max(begin + 1, min(stop, len(ends)))
-
-
-def idx_size(count: int) -> int:
-    return _HEADER.size + 8 * (count + 1) + 2 * count
 
 
 class NativeShardWriter:
@@ -120,10 +126,17 @@ class NativeShardWriter:
         os.fsync(self._handle.fileno())
         self._handle.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, np.int64)
+        if len(lengths) > MAX_ENTRIES:
+            self.abort()
+            raise ConfigError(
+                f"shard {self.stem} holds {len(lengths)} entries, GPT-Simple's .idx counts at most {MAX_ENTRIES}",
+                path=self.directory,
+                hint="Use a smaller shard size",
+            )
         overlaps = np.concatenate(self._overlaps) if self._overlaps else np.empty(0, "<u2")
         offsets = np.zeros(len(lengths) + 1, dtype="<i8")
         np.cumsum(lengths, out=offsets[1:])
-        header = _HEADER.pack(NATIVE_MAGIC, NATIVE_VERSION, CODE_OF_DTYPE[self.dtype.name], len(lengths))
+        header = pack_header(self.dtype, len(lengths))
         os.replace(self._bin_tmp, self.bin_path)
         atomic_write_bytes(self.idx_path, header + offsets.tobytes() + overlaps.astype("<u2").tobytes())
         fsync_dir(self.directory)
@@ -146,6 +159,8 @@ class NativeWriter(TokenWriter):
     """
 
     format = "native"
+    #: GPT-Simple's entry count is a uint32: a shard that reaches it is closed and the next one begun.
+    max_entries_per_shard = MAX_ENTRIES
 
     def __init__(
         self,
@@ -165,6 +180,14 @@ class NativeWriter(TokenWriter):
         self.shard_size_tokens = shard_size_tokens
         self.tokenizer_fingerprint = tokenizer_fingerprint
         self.metadata = dict(metadata or {})
+        if self.dtype.name not in ("uint16", "uint32"):
+            codes = {name: f"{code:#x}" for code, name in EXTENSION_CODES.items()}
+            log.warning(
+                "native %s shards use tokenloom extension dtype code %s: GPT-Simple reads only uint16 and "
+                "uint32 shards (it would read these as uint32)",
+                self.dtype.name,
+                codes[self.dtype.name],
+            )
         prepare_output_dir(self.path, overwrite=overwrite)
         (self.path / WRITING_MARKER).write_bytes(b"")
         fsync_dir(self.path)
@@ -184,18 +207,17 @@ class NativeWriter(TokenWriter):
             self._current = None
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
-        if self.shard_size_tokens is None:
-            self._shard().write(tokens, lengths, overlaps)
-            return
         ends = np.cumsum(lengths)
+        shard_size = self.shard_size_tokens if self.shard_size_tokens is not None else 1 << 62
         begin_entry = 0
         while begin_entry < len(lengths):
             shard = self._shard()
             base = int(ends[begin_entry - 1]) if begin_entry else 0
-            stop = shard_cut(ends, begin_entry, shard.num_tokens, self.shard_size_tokens)
+            stop = shard_cut(ends, begin_entry, shard.num_tokens, shard_size)
+            stop = min(stop, begin_entry + self.max_entries_per_shard - shard.num_entries)
             shard.write(tokens[base : int(ends[stop - 1])], lengths[begin_entry:stop], overlaps[begin_entry:stop])
             begin_entry = stop
-            if shard.num_tokens >= self.shard_size_tokens:
+            if shard.num_tokens >= shard_size or shard.num_entries >= self.max_entries_per_shard:
                 self._finish_shard()
 
     def _commit(self) -> None:
@@ -206,6 +228,7 @@ class NativeWriter(TokenWriter):
         for stem in self._stems:
             names += [(f"{stem}.idx", "index"), (f"{stem}.bin", "data")]
         manifest = Manifest(
+            version=NATIVE_MANIFEST_VERSION,
             format="native",
             dtype=self.dtype.name,
             num_tokens=self.num_tokens,
@@ -235,8 +258,11 @@ class NativeWriter(TokenWriter):
 _COMPLETION_FILES = (MANIFEST_NAME, "meta.json")  # the files whose presence means "complete"
 
 
-def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
-    """Create ``path``; refuse a non-empty one unless ``overwrite`` (then clear its files)."""
+def prepare_output_dir(path: Path, *, overwrite: bool, ours: Callable[[str], bool] | None = None) -> None:
+    """Create ``path``; refuse a non-empty one unless ``overwrite`` (then clear its files).
+
+    Only tokenloom output (or files ``ours`` accepts) is ever cleared: see ``_safety.check_replaceable``.
+    """
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a directory", path=path)
     path.mkdir(parents=True, exist_ok=True)
@@ -245,8 +271,9 @@ def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
         raise ConfigError(
             f"output directory is not empty ({len(existing)} entries)",
             path=path,
-            hint="Choose an empty directory or pass overwrite=True (--overwrite)",
+            hint="Choose an empty directory or pass --overwrite (overwrite=True)",
         )
+    check_replaceable(path, ours)
     for entry in existing:
         if entry.is_dir() and not entry.is_symlink():
             raise ConfigError(
@@ -266,7 +293,12 @@ def prepare_output_dir(path: Path, *, overwrite: bool) -> None:
                     entry.unlink()
 
 
-def read_native_shard(root: Path, stem: str, *, dtype_hint: np.dtype | None = None) -> Shard:
+HeaderParser = Callable[..., tuple[np.dtype, int]]
+
+
+def read_native_shard(
+    root: Path, stem: str, *, dtype_hint: np.dtype | None = None, header: HeaderParser = parse_header
+) -> Shard:
     """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard."""
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
@@ -279,41 +311,16 @@ def read_native_shard(root: Path, stem: str, *, dtype_hint: np.dtype | None = No
     idx_bytes = idx_path.stat().st_size
     with open(idx_path, "rb") as handle:
         head = handle.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        raise TruncatedError(
-            f"index has {idx_bytes} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path, offset=0
-        )
-    magic, version, code, count = _HEADER.unpack_from(head)
-    if magic != NATIVE_MAGIC:
-        raise FormatError(f"magic {magic!r}, expected {NATIVE_MAGIC!r}", path=idx_path, offset=0, field="magic")
-    if version != NATIVE_VERSION:
-        raise FormatError(
-            f"version {version}, expected {NATIVE_VERSION}",
-            path=idx_path,
-            offset=4,
-            field="version",
-            hint="Upgrade tokenloom-formats or re-create the dataset",
-        )
-    if code not in DTYPE_CODES:
-        raise FormatError(f"dtype code {code}, expected one of {DTYPE_CODES}", path=idx_path, offset=6, field="dtype")
-    dtype = as_token_dtype(DTYPE_CODES[code])
+    dtype, count = header(head, path=idx_path, file_size=idx_bytes)
     if dtype_hint is not None and dtype != dtype_hint:
         raise FormatError(
             f"shard dtype {dtype.name} differs from the dataset's {dtype_hint.name}",
             path=idx_path,
             field="dtype",
-        )
-    expected = idx_size(count)
-    if idx_bytes != expected:  # checked before the index is read: the count field is untrusted
-        cls = TruncatedError if idx_bytes < expected else IndexCorruptError
-        raise cls(
-            f"entry count {count} implies an index of {expected} bytes, the file has {idx_bytes}",
-            path=idx_path,
-            offset=8,
-            field="count",
+            hint="All shards of one dataset (or bucket) need one dtype: convert or re-tokenize the odd ones",
         )
     raw = idx_path.read_bytes()
-    if len(raw) != expected:
+    if len(raw) != idx_bytes:
         raise TruncatedError(f"index changed size while being read ({len(raw)} bytes)", path=idx_path)
     offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=_HEADER.size).astype(np.int64)
     overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=_HEADER.size + 8 * (count + 1))
@@ -364,11 +371,11 @@ def validate_offsets(
             field="offsets",
         )
     if len(overlaps):
-        bad = (overlaps.astype(np.int64) >= steps) & (overlaps > 0)
+        bad = overlaps.astype(np.int64) > steps
         if bad.any():
             i = int(np.argmax(bad))
             raise IndexCorruptError(
-                f"overlap prefix {int(overlaps[i])} is not shorter than its entry of {int(steps[i])} tokens",
+                f"overlap prefix {int(overlaps[i])} is longer than its entry of {int(steps[i])} tokens",
                 path=idx_path,
                 record=i,
                 field="overlap_prefix",
@@ -386,13 +393,39 @@ def is_native(path: Path) -> bool:
         except OSError:
             return False
     for idx in sorted(path.glob("*.idx"))[:1]:
-        with open(idx, "rb") as handle:
-            return handle.read(4) == NATIVE_MAGIC
+        try:
+            with open(idx, "rb") as handle:
+                return handle.read(4) == NATIVE_MAGIC
+        except OSError:
+            return False
     return (path / WRITING_MARKER).exists()
 
 
+def _stems_without_manifest(root: Path) -> list[str]:
+    """Shard stems of a directory without a manifest, in GPT-Simple's order (sorted ``.bin`` names)."""
+    stems = [p.name[:-4] for p in root.glob("*.idx")]
+    orphans = sorted(p.name for p in root.glob("*.bin") if not (root / (p.name[:-4] + ".idx")).exists())
+    if orphans:
+        raise MissingFileError(f"{orphans[0]} has no .idx", path=root / orphans[0])
+    if not stems:
+        raise MissingFileError(
+            f"no {MANIFEST_NAME} and no .idx files", path=root, hint="Point at a directory of .bin/.idx shards"
+        )
+    return sorted(stems, key=lambda stem: stem + ".bin")
+
+
+def index_fingerprint(shards: list[Shard]) -> str:
+    """A content id of a manifest-less directory, from what fast validation read (names, offsets, overlaps)."""
+    digest = xxhash.xxh3_128()
+    for shard in shards:
+        digest.update(shard.name.encode() + b"\0" + shard.dtype.name.encode() + b"\0")
+        digest.update(np.ascontiguousarray(shard.offsets, "<i8").tobytes())
+        digest.update(np.ascontiguousarray(shard.overlap_prefix, "<u2").tobytes())
+    return digest.hexdigest()
+
+
 def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None) -> TokenDataset:
-    """Open a native dataset directory (see the module docstring for the checks)."""
+    """Open a native dataset directory, with or without a manifest (see the module docstring)."""
     root = Path(path)
     if (root / WRITING_MARKER).exists():
         raise FormatError(
@@ -405,6 +438,14 @@ def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: 
     if (root / MANIFEST_NAME).exists():
         safe_file(root, root / MANIFEST_NAME)
         manifest = read_manifest(root)
+        if manifest.format == "native" and manifest.version != NATIVE_MANIFEST_VERSION:
+            raise FormatError(
+                f"manifest version {manifest.version}: the shards are in tokenloom's pre-release native layout, "
+                "not GPT-Simple's",
+                path=root / MANIFEST_NAME,
+                field="manifest_version",
+                hint=LEGACY_CONVERT_HINT,
+            )
         if validate != "none":
             manifest.verify(root, deep=validate == "deep")
         stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
@@ -417,20 +458,11 @@ def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: 
             )
         dtype_hint = manifest_dtype
     else:
-        if validate != "deep":
-            raise MissingFileError(
-                f"no {MANIFEST_NAME}: the dataset is incomplete or was not written by tokenloom",
-                path=root,
-                hint="Rerun the writer, or open with validate='deep' to accept the shards after full validation",
-            )
-        log.warning("opening %s without a manifest, after full validation", root)
-        stems = sorted(p.name[:-4] for p in root.glob("*.idx"))
-        orphans = sorted(p.name for p in root.glob("*.bin") if not (root / (p.name[:-4] + ".idx")).exists())
-        if orphans:
-            raise MissingFileError(f"{orphans[0]} has no .idx", path=root / orphans[0])
-        if not stems:
-            raise FormatError("no .idx files", path=root)
-    shards = [read_native_shard(root, stem, dtype_hint=dtype_hint) for stem in stems]
+        stems = _stems_without_manifest(root)
+    shards = []
+    for stem in stems:
+        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint))
+        dtype_hint = shards[0].dtype  # without a manifest the first shard sets the dtype of the rest
     if manifest is not None:
         tokens = sum(s.num_tokens for s in shards)
         documents = sum(s.num_entries for s in shards)
@@ -440,17 +472,66 @@ def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: 
                 f"{manifest.num_tokens} in {manifest.num_documents}",
                 path=root / MANIFEST_NAME,
             )
+    else:
+        log.info(
+            "%s: no manifest (GPT-Simple shards?): opened %d shards after structural validation; "
+            "`tokenloom validate --write-manifest %s` records checksums",
+            root,
+            len(shards),
+            root,
+        )
     dataset = TokenDataset(
         shards,
         format="native",
         root=root,
         eos_id=manifest.eos_id if manifest else None,
         vocab_size=manifest.vocab_size if manifest else None,
-        fingerprint=manifest.fingerprint if manifest else None,
+        fingerprint=manifest.fingerprint if manifest else index_fingerprint(shards),
         tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
-        metadata=manifest.metadata if manifest else None,
+        metadata=manifest.metadata if manifest else {"manifest": False},
     )
     if validate == "deep":
         dataset.check_token_range()
         dataset.check_eos_placement()
     return dataset
+
+
+def adopt_native(
+    path: str | os.PathLike[str],
+    *,
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+    tokenizer_fingerprint: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Manifest:
+    """Write ``manifest.json`` for a manifest-less native directory (GPT-Simple's pretokenize output).
+
+    The shards are validated structurally, token ids are checked against
+    ``vocab_size`` when given, and every file is checksummed, so later opens verify
+    integrity. EOS placement is not checked (GPT-Simple ends only a document's last
+    window with EOD); pass ``eos_id`` only if it is the EOD id of that tokenizer.
+    """
+    root = Path(path)
+    if (root / MANIFEST_NAME).exists():
+        raise ConfigError(f"{root} already has a {MANIFEST_NAME}", path=root / MANIFEST_NAME, hint="Nothing to adopt")
+    dataset = open_native(root, validate="fast")
+    dataset.vocab_size = vocab_size
+    dataset.check_token_range()
+    names = []
+    for shard in dataset.shards:
+        names += [(f"{shard.name}.idx", "index"), (f"{shard.name}.bin", "data")]
+    manifest = Manifest(
+        version=NATIVE_MANIFEST_VERSION,
+        format="native",
+        dtype=dataset.dtype.name,
+        num_tokens=dataset.num_tokens,
+        num_documents=len(dataset),
+        files=describe_files(root, names),
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        tokenizer_fingerprint=tokenizer_fingerprint,
+        metadata={"adopted": True, **(metadata or {})},
+    )
+    written = write_manifest(root, manifest)
+    fsync_dir(root)
+    return written

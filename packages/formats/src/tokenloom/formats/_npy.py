@@ -134,7 +134,7 @@ def _token_dtype(descr: object, *, path: Path, offset: int) -> np.dtype:
         )
     try:
         dtype = np.dtype(descr)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, SyntaxError):  # numpy raises SyntaxError for some strings, e.g. ",u2"
         raise FormatError(f"descr {descr!r} is not a numpy dtype", path=path, offset=offset, field="descr") from None
     if dtype.hasobject:
         raise UnsafeFormatError(

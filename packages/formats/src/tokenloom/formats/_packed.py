@@ -398,7 +398,9 @@ class PackedWriter(TokenWriter):
             raise ConfigError(f"{self.path} is a directory, expected a file path", path=self.path)
         if (self.path.exists() or self.path.is_symlink()) and not overwrite:
             raise ConfigError(
-                f"{self.path.name} exists", path=self.path, hint="Choose a new path or pass overwrite=True"
+                f"{self.path.name} exists",
+                path=self.path,
+                hint="Choose a new path or pass --overwrite (overwrite=True in Python)",
             )
         self.legacy = legacy
         self.layout = "legacy" if legacy else "current"

@@ -6,6 +6,8 @@ Each format module registers a :class:`FormatSpec` when imported (see
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,8 +17,12 @@ from typing import Any
 
 from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._safety import unlisted_files
+from tokenloom.formats._storage import storage_errors
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
+
+_log = logging.getLogger("tokenloom.formats")
 
 __all__ = [
     "FormatSpec",
@@ -46,6 +52,7 @@ class FormatSpec:
     detect: Callable[[Path], bool]
     open: Callable[..., TokenDataset]  # open(path, *, validate, dtype, **options)
     writer: Callable[..., TokenWriter] | None = None  # writer(path, *, dtype, vocab_size, eos_id, **options)
+    detectable: bool = True  # False: opened only by name (format=...), never chosen by detect_format
 
 
 _FORMATS: dict[str, FormatSpec] = {}
@@ -79,12 +86,13 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             path=target,
             hint="Wait for the writer, or rerun the command that writes this dataset",
         )
-    matches = [name for name, spec in _FORMATS.items() if spec.detect(target)]
+    detectable = {name: spec for name, spec in _FORMATS.items() if spec.detectable}
+    matches = [name for name, spec in detectable.items() if spec.detect(target)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise FormatError(
-            f"no reader recognises this layout (tried {', '.join(sorted(_FORMATS))})",
+            f"no reader recognises this layout (tried {', '.join(sorted(detectable))})",
             path=target,
             hint="Pass format=... (--format) if you know it; `tokenloom validate PATH` shows what was found",
         )
@@ -110,8 +118,30 @@ def open_dataset(
         raise ConfigError(
             f"validate={validate!r}, expected one of {[v.value for v in Validate]}", field="validate"
         ) from None
-    name = format or detect_format(path)
-    return _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
+    with storage_errors(path, "opening the dataset"):
+        name = format or detect_format(path)
+        _check_options(name, options)
+        dataset = _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
+    for warning in unlisted_files(dataset):
+        _log.warning("%s: %s", dataset.root, warning)
+    return dataset
+
+
+def _check_options(name: str, options: dict[str, Any]) -> None:
+    """ConfigError for options the reader of ``name`` does not take (e.g. vocab_size for native)."""
+    try:
+        accepted = inspect.signature(_spec(name).open).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"option(s) {', '.join(unknown)} do not apply to format {name!r}",
+            field=unknown[0],
+            hint=f"The data was detected as {name}; drop the option or pass the intended format",
+        )
 
 
 def open_writer(
@@ -128,4 +158,5 @@ def open_writer(
     if spec.writer is None:
         writable = sorted(name for name, s in _FORMATS.items() if s.writer is not None)
         raise ConfigError(f"format {format!r} is read-only here, writable: {writable}", field="format")
-    return spec.writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)
+    with storage_errors(path, f"creating the {format} output"):
+        return spec.writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)

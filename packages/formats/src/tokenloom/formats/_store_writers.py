@@ -25,8 +25,10 @@ from tokenloom.formats._store_h5 import H5_SUFFIXES, h5py_module
 from tokenloom.formats._stores import (
     FLOAT_KEYS,
     KEY_DTYPES,
+    OPTIONAL_TRAINING_TYPE_KEYS,
     TOKEN_KEYS,
     TRAINING_TYPE_KEYS,
+    WIDE_KEYS,
     check_finite,
     check_key_name,
 )
@@ -44,7 +46,8 @@ class StoreWriter(TokenWriter):
         dtype: dtype of the token keys (sequence, chosen, rejected, prompts, responses).
         training_type: seq / sft / dpo / grpo: fixes the keys every ``add_keyed`` must give.
             Without it, the first ``add_keyed`` fixes them.
-        key_dtypes: dtypes of other keys (default: float32 for rewards, uint8 otherwise).
+        key_dtypes: dtypes of other keys (default: float32 for rewards, int32 for position_ids,
+            uint8 otherwise).
         overwrite: replace an existing store.
     """
 
@@ -66,6 +69,7 @@ class StoreWriter(TokenWriter):
                 field="training_type",
             )
         self.keys: list[str] | None = sorted(TRAINING_TYPE_KEYS[training_type]) if training_type else None
+        self._optional = OPTIONAL_TRAINING_TYPE_KEYS.get(training_type or "", ())
         self.key_dtypes = {k: np.dtype(v).newbyteorder("<") for k, v in (key_dtypes or {}).items()}
         for key, key_dtype in self.key_dtypes.items():
             if key_dtype.name not in KEY_DTYPES:
@@ -77,6 +81,8 @@ class StoreWriter(TokenWriter):
             return self.key_dtypes[key]
         if key in TOKEN_KEYS:
             return self.dtype
+        if key in WIDE_KEYS:
+            return WIDE_KEYS[key]
         return np.dtype("<f4") if key in FLOAT_KEYS else np.dtype("u1")
 
     def add_keyed(self, arrays: Mapping[str, Any]) -> None:
@@ -90,6 +96,8 @@ class StoreWriter(TokenWriter):
             if not keys:
                 raise ConfigError("add_keyed needs at least one key", path=self.path)
             self.keys = keys
+        if self.num_documents == 0 and self.keys is not None and keys == sorted([*self.keys, *self._optional]):
+            self.keys = keys  # an optional key (sft position_ids), then required in every segment
         if keys != self.keys:
             raise MissingKeyError(
                 f"segment {self.num_documents} has keys {keys}, expected {self.keys}",
@@ -157,7 +165,11 @@ class H5StoreWriter(StoreWriter):
         if self.path.suffix not in H5_SUFFIXES:
             raise ConfigError(f"{self.path.name} does not end in .h5 or .hdf5", path=self.path)
         if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
-            raise ConfigError(f"{self.path.name} exists", path=self.path, hint="Choose a new path or overwrite=True")
+            raise ConfigError(
+                f"{self.path.name} exists",
+                path=self.path,
+                hint="Choose a new path or pass --overwrite (overwrite=True in Python)",
+            )
         h5py = h5py_module()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)

@@ -42,6 +42,8 @@ from tokenloom.formats.errors import (
 __all__ = [
     "FLOAT_KEYS",
     "KEY_DTYPES",
+    "OPTIONAL_TRAINING_TYPE_KEYS",
+    "WIDE_KEYS",
     "TOKEN_KEYS",
     "TRAINING_TYPE_KEYS",
     "KeyedStore",
@@ -61,6 +63,10 @@ TRAINING_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "grpo": ("prompts", "responses", "masks", "rewards"),
     }
 )
+#: Keys a training type reads when the store has them (AstrAI's SFT stores carry ``position_ids``).
+OPTIONAL_TRAINING_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({"sft": ("position_ids",)})
+#: dtypes of non-token integer keys that need more than one byte.
+WIDE_KEYS = MappingProxyType({"position_ids": np.dtype("<i4")})
 #: Keys that hold token ids (checked against the vocabulary when written).
 TOKEN_KEYS = frozenset({"sequence", "chosen", "rejected", "prompts", "responses"})
 #: Keys that hold floats (checked for NaN and infinity).

@@ -44,6 +44,11 @@ def describe(dataset: TokenDataset) -> dict[str, Any]:
         "eos_id": dataset.eos_id,
         "fingerprint": dataset.fingerprint,
     }
+    # entries are what readers index (windows of long documents count once each); documents are the
+    # source documents, known when tokenize recorded them (None: unknown, e.g. data from another tool)
+    recorded = dataset.metadata.get("tokenize")
+    documents = recorded.get("documents") if isinstance(recorded, dict) else None
+    facts["documents"] = documents if isinstance(documents, int) else None
     for key in ("file_pattern", "split", "prefixes"):
         if key in dataset.metadata:
             facts[key] = dataset.metadata[key]

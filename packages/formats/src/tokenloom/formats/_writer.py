@@ -132,12 +132,12 @@ class TokenWriter:
         overlaps = np.asarray(overlaps, dtype=np.int64)
         if overlaps.shape != lengths.shape:
             raise ConfigError("one overlap_prefix per entry expected", path=self.path, field="overlap_prefix")
-        bad = (overlaps < 0) | (overlaps > MAX_OVERLAP_PREFIX) | ((overlaps >= lengths) & (overlaps > 0))
+        bad = (overlaps < 0) | (overlaps > MAX_OVERLAP_PREFIX) | (overlaps > lengths)
         if bad.any():
             i = int(np.argmax(bad))
             raise ConfigError(
                 f"overlap_prefix {int(overlaps[i])} for an entry of {int(lengths[i])} tokens, "
-                "expected 0 <= overlap_prefix < entry length (and <= 65535)",
+                "expected 0 <= overlap_prefix <= entry length (and <= 65535)",
                 path=self.path,
                 record=self.num_documents + i,
                 field="overlap_prefix",

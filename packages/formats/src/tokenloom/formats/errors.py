@@ -21,10 +21,12 @@ __all__ = [
     "IndexCorruptError",
     "MissingFileError",
     "MissingKeyError",
+    "OutputLockedError",
     "RecordError",
     "ResourceLimitError",
     "ResumeMismatchError",
     "ShapeMismatchError",
+    "StorageError",
     "TokenRangeError",
     "TruncatedError",
     "UnsafeFormatError",
@@ -174,3 +176,36 @@ class ResumeMismatchError(DataError):
     """A saved state belongs to a different dataset, sampler or configuration."""
 
     default_hint = "Load the state into the object it was saved from, or start afresh"
+
+
+class StorageError(DataError):
+    """The operating system refused a read or write (disk full, read-only, permission, I/O error).
+
+    ``errno`` holds the OS error number (``errno.ENOSPC``, ...), ``path`` the file concerned.
+    Build one with :func:`tokenloom.formats.storage_error` so the hint matches the errno.
+    """
+
+    default_hint = "Check the path, its permissions and the free space of its file system"
+
+    def __init__(self, problem: str, *, errno: int | None = None, **where) -> None:
+        self.errno = errno
+        super().__init__(problem, **where)
+
+    def __reduce__(self):  # pyright: ignore[reportIncompatibleMethodOverride] - carries errno too
+        return (
+            _rebuild_storage,
+            (self.problem, self.errno, self.path, self.offset, self.record, self.field, self.hint),
+        )
+
+
+def _rebuild_storage(problem, errno, path, offset, record, field, hint):
+    return StorageError(problem, errno=errno, path=path, offset=offset, record=record, field=field, hint=hint)
+
+
+class OutputLockedError(DataError):
+    """Another process holds the writer lock of this output (tokenize or convert is already writing it)."""
+
+    default_hint = (
+        "Wait for the other run to finish, or write elsewhere; if it is gone (a crash on another host), "
+        "delete the lock file named here"
+    )

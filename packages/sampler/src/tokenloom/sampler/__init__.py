@@ -14,8 +14,15 @@ Example::
     sampler.load_state_dict(state)
 """
 
+from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._order import Order
 from tokenloom.sampler._sampler import ResumableDistributedSampler
 
-__all__ = ["Order", "ResumableDistributedSampler", "sampler_state_from_loader"]
+__all__ = [
+    "FeistelPermutation",
+    "Order",
+    "ResumableDistributedSampler",
+    "round_keys",
+    "sampler_state_from_loader",
+]

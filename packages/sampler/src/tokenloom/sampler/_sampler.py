@@ -11,6 +11,7 @@ from torch.utils.data import Sampler
 
 from tokenloom.formats.errors import ConfigError
 from tokenloom.sampler._config import check_choice, check_int, dataset_length, world
+from tokenloom.sampler._identity import DATA_FINGERPRINT_KEY, check_data_fingerprint, check_epoch, data_fingerprint
 from tokenloom.sampler._order import EpochOrder, Order, epoch_order
 from tokenloom.sampler._plan import RankPlan, Tail, plan_rank
 from tokenloom.sampler._state import SamplerIdentity, check_state, make_state
@@ -62,6 +63,7 @@ class ResumableDistributedSampler(Sampler[int]):
         start_iter: int = 0,
     ) -> None:
         n = dataset_length(dataset_or_length)
+        self._data_fingerprint = data_fingerprint(dataset_or_length)
         self.num_replicas, self.rank = world(num_replicas, rank)
         mode = check_choice("order", order, Order)
         if drop_last and not pad:
@@ -79,7 +81,7 @@ class ResumableDistributedSampler(Sampler[int]):
             pad=bool(pad),
         )
         self._tail = Tail.DROP if drop_last else Tail.PAD if pad else Tail.EXACT
-        self._epoch = check_int("start_epoch", start_epoch, 0)
+        self._epoch = check_epoch("start_epoch", start_epoch)
         epoch_start = plan_rank(n, 0, self.num_replicas, 0, self._tail)
         start_iter = check_int("start_iter", start_iter, 0, epoch_start.count)
         self._start = epoch_start.consumed_after(start_iter, self._tail)
@@ -112,21 +114,27 @@ class ResumableDistributedSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch`` from its start; the current epoch keeps its position (resume-safe)."""
-        epoch = check_int("epoch", epoch, 0)
+        epoch = check_epoch("epoch", epoch)
         if epoch != self._epoch:
             self._move(epoch, 0)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON: epoch, global consumed position, what the order is made of, a fingerprint."""
-        return make_state(self._identity, epoch=self._epoch, consumed=self.consumed)
+        state = make_state(self._identity, epoch=self._epoch, consumed=self.consumed)
+        if self._data_fingerprint is not None:
+            state[DATA_FINGERPRINT_KEY] = self._data_fingerprint
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` on this sampler's world size; ResumeMismatchError if foreign."""
-        self._move(*check_state(state, self._identity))
+        epoch, consumed = check_state(state, self._identity)
+        check_data_fingerprint(state, self._data_fingerprint)
+        check_epoch("epoch", epoch)
+        self._move(epoch, consumed)
 
     def indices_at(self, positions: np.ndarray, epoch: int | None = None) -> np.ndarray:
         """Dataset indices at global ``positions`` of an epoch's order (a pure look-up)."""
-        order = self._order_for(self._epoch if epoch is None else check_int("epoch", epoch, 0))
+        order = self._order_for(self._epoch if epoch is None else check_epoch("epoch", epoch))
         return order(np.asarray(positions, dtype=np.int64))
 
     def __iter__(self) -> Iterator[int]:

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from tokenloom.formats import DataError
+from tokenloom.formats import DataError, cli_errors
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._formats import tokenize as run_tokenize
 from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._progress import progress_bar
 
 __all__ = ["index", "pack", "tokenize"]
+
+
+def fail_command(exc: BaseException) -> NoReturn:
+    with cli_errors():
+        raise exc
+    raise exc  # cli_errors re-raises what it does not handle; this line only informs the type checker
 
 
 def _summary_lines(summary: TokenizeSummary) -> list[str]:
@@ -66,7 +73,11 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     help="Hugging Face tokenizer directory or locally cached name. Default: the shipped stdlib BPE (16k).",
 )
 @click.option(
-    "--max-length", type=int, default=None, help="Longest entry in tokens, EOD included; longer documents are windowed."
+    "--max-length",
+    type=int,
+    default=None,
+    help="Longest entry in tokens, EOD included; longer documents are windowed. "
+    "[default: none: every document is one entry, however long]",
 )
 @click.option(
     "--overlap-size",
@@ -172,15 +183,20 @@ def tokenize(
         )
         with progress_bar(input_dir, enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    except (DataError, OSError, ImportError) as exc:
+        fail_command(exc)
     for line in _summary_lines(summary):
         click.echo(line)
 
 
 @click.command(epilog="Example:\n\n\b\n  tokenloom index data/raw/part-000.jsonl")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-def index(files: tuple[Path, ...]) -> None:
+@click.option(
+    "--full-hash",
+    is_flag=True,
+    help="Record a hash of the whole file (checked on every open) rather than of its first and last MiB.",
+)
+def index(files: tuple[Path, ...], full_hash: bool) -> None:
     """Write a byte-offset index (FILE.jsonl.idx.npy) for random access to each line.
 
     JsonlIndex(FILE) in Python reads line i without scanning the file, and builds
@@ -190,9 +206,9 @@ def index(files: tuple[Path, ...]) -> None:
 
     for path in files:
         try:
-            lines = len(build_index(path))
-        except DataError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+            lines = len(build_index(path, full_hash=full_hash))
+        except (DataError, OSError) as exc:
+            fail_command(exc)
         click.echo(f"{index_path(path)}: {lines:,} lines")
 
 
@@ -221,6 +237,7 @@ def index(files: tuple[Path, ...]) -> None:
 )
 @click.option("--legacy", is_flag=True, help="Write the old 8-byte-header layout (uint32 tokens).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on stderr.")
 def pack(
     input_file: Path,
     output: Path | None,
@@ -231,6 +248,7 @@ def pack(
     eos_id: int | None,
     legacy: bool,
     overwrite: bool,
+    progress: bool,
 ) -> None:
     """Tokenize one jsonl file into a Modalities packed data file (.pbin).
 
@@ -239,19 +257,21 @@ def pack(
     from tokenloom.tokenize._pack import pack as run_pack
 
     try:
-        summary = run_pack(
-            input_file,
-            output,
-            tokenizer=tokenizer,
-            text_field=text_field,
-            num_workers=num_workers,
-            on_error=on_error,
-            eos_id=eos_id,
-            legacy=legacy,
-            overwrite=overwrite,
-        )
-    except DataError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        with progress_bar(input_file, enabled=progress, label="pack") as on_progress:
+            summary = run_pack(
+                input_file,
+                output,
+                tokenizer=tokenizer,
+                text_field=text_field,
+                num_workers=num_workers,
+                on_error=on_error,
+                eos_id=eos_id,
+                legacy=legacy,
+                overwrite=overwrite,
+                on_progress=on_progress,
+            )
+    except (DataError, OSError, ImportError) as exc:
+        fail_command(exc)
     click.echo(
         f"wrote {summary.output}: {summary.documents:,} documents, {summary.tokens:,} tokens, "
         f"dtype {summary.dtype}, eos_id {summary.eos_id}, {summary.seconds:.1f} s"

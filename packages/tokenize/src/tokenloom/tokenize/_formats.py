@@ -28,20 +28,27 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import (
+    LOCK_SUFFIX,
     MANIFEST_NAME,
     WRITING_MARKER,
     ConfigError,
     DataError,
     ResumeMismatchError,
     atomic_write_bytes,
+    check_disjoint,
+    check_replaceable,
     convert_dataset,
     fsync_dir,
     open_dataset,
+    output_lock,
     prepare_output_dir,
     read_manifest,
+    real_path,
+    storage_errors,
 )
 from tokenloom.tokenize._config import TokenizeConfig
-from tokenloom.tokenize._pipeline import ProgressCallback, RunInputs, TokenizeSummary, tokenize_native
+from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._pipeline import ProgressCallback, RunInputs, TokenizeSummary, replaceable, tokenize_native
 
 __all__ = [
     "MEGATRON_PREFIX",
@@ -86,7 +93,12 @@ def output_path(config: TokenizeConfig) -> Path:
 
 def _ours(config: TokenizeConfig, name: str) -> bool:
     base = name.removesuffix(".tmp")
-    return name == WRITING_MARKER or base == RECORD_NAME or _OURS[config.format].fullmatch(base) is not None
+    return (
+        name == WRITING_MARKER
+        or name.endswith(LOCK_SUFFIX)
+        or base == RECORD_NAME
+        or _OURS[config.format].fullmatch(base) is not None
+    )
 
 
 def _read_record(config: TokenizeConfig) -> dict[str, Any] | None:
@@ -120,7 +132,8 @@ def _check_output(config: TokenizeConfig, run_key: dict[str, Any]) -> dict[str, 
         if {key: record.get(key) for key in run_key} == run_key:
             return record
         raise ResumeMismatchError(
-            "the output directory holds a dataset written with other settings, tokenizer or inputs",
+            "the output directory holds a dataset written with other settings, tokenizer or inputs: "
+            + "; ".join(run_key_differences(record, run_key)),
             path=out,
             hint="Pass --overwrite to replace it, or choose another --output-dir",
         )
@@ -169,7 +182,7 @@ def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> d
     out = config.output_dir
     # OUT holds only files of an unfinished run of ours here, or --overwrite was given. Cleared with
     # the marker written first (prepare_output_dir's order), so the old record is never trusted again.
-    prepare_output_dir(out, overwrite=True)
+    prepare_output_dir(out, overwrite=True, ours=replaceable(out))
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     source = open_dataset(staging, format="native")
@@ -239,9 +252,56 @@ def tokenize_via_staging(
     return summary
 
 
+def check_tokenizer_files(directory: Path) -> None:
+    """A tokenizer directory's JSON files must parse: a ConfigError naming the file, not a parser traceback."""
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            payload = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(
+                f"{name} is not valid JSON ({exc})",
+                path=path,
+                field="tokenizer",
+                hint="The tokenizer files are damaged; save the tokenizer again (save_pretrained) or re-copy them",
+            ) from None
+        if not isinstance(payload, dict):
+            raise ConfigError(f"{name} is not a JSON object", path=path, field="tokenizer")
+
+
+def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
+    """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
+    targets = [config.output_dir]
+    if config.format != "native":
+        targets.append(staging_dir(config.output_dir))
+    # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
+    if real_path(config.output_dir) == real_path(config.input_dir):
+        check_disjoint([config.output_dir], [config.input_dir], target_name="--output-dir")
+    sources = [*(f.path for f in inputs.files)]
+    tokenizer_dir = Path(inputs.tokenizer)
+    if tokenizer_dir.exists():
+        sources.append(tokenizer_dir)
+    check_disjoint(targets, sources, target_name="--output-dir")
+    if tokenizer_dir.is_dir():
+        check_tokenizer_files(tokenizer_dir)
+    if config.overwrite:
+        check_replaceable(config.output_dir, replaceable(config.output_dir))
+
+
 def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
     """Run (or resume, or confirm) one tokenize job, in any supported format."""
-    inputs = RunInputs.resolve(config)
+    with storage_errors(config.output_dir, "tokenizing"):
+        inputs = RunInputs.resolve(config)
+        check_run_paths(config, inputs)
+        with output_lock(config.output_dir, what="--output-dir"):
+            return _tokenize_locked(config, inputs, on_progress)
+
+
+def _tokenize_locked(
+    config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None
+) -> TokenizeSummary:
     if config.format == "native":
         return tokenize_native(config, inputs, on_progress=on_progress)
     return tokenize_via_staging(config, inputs, on_progress=on_progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Protocol
 
 import xxhash
 
-from tokenloom.formats import ConfigError, MissingFileError
+from tokenloom.formats import ConfigError, MissingFileError, UnsafePathError, storage_error
 
 __all__ = [
     "INPUT_SUFFIXES",
@@ -82,6 +83,29 @@ def _hash_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _regular_input(path: Path) -> Path:
+    """``path`` if it is a readable regular file; otherwise a named error (never a silent skip)."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise storage_error(exc, path, "looking at an input file") from exc
+    if not stat.S_ISREG(info.st_mode):
+        kind = "FIFO" if stat.S_ISFIFO(info.st_mode) else "socket or device"
+        if stat.S_ISDIR(info.st_mode):
+            kind = "directory"
+        raise UnsafePathError(
+            f"input {path.name} is a {kind}, not a regular file",
+            path=path,
+            hint="Inputs are found by their .jsonl/.jsonl.gz suffix; rename or move this entry out of --input-dir",
+        )
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise storage_error(exc, path, "opening an input file") from exc
+    return path
+
+
 def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = False) -> list[InputFile]:
     """Every ``.jsonl`` / ``.jsonl.gz`` regular file under ``input_dir``, recursively, sorted by path."""
     root = Path(input_dir)
@@ -96,9 +120,7 @@ def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = 
         dirnames.sort()
         for name in filenames:
             if name.endswith(INPUT_SUFFIXES):
-                path = Path(dirpath) / name
-                if path.is_file():
-                    found.append(path)
+                found.append(_regular_input(Path(dirpath) / name))
     found.sort(key=lambda p: p.relative_to(root).as_posix())
     if not found:
         raise ConfigError(
@@ -109,13 +131,13 @@ def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = 
         )
     files = []
     for path in found:
-        stat = path.stat()
+        info = path.stat()
         files.append(
             InputFile(
                 path=path,
                 relative=path.relative_to(root).as_posix(),
-                size=stat.st_size,
-                mtime_ns=stat.st_mtime_ns,
+                size=info.st_size,
+                mtime_ns=info.st_mtime_ns,
                 content_hash=_hash_file(path) if hash_contents else None,
             )
         )

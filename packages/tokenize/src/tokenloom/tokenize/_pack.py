@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenloom.formats import ConfigError, RecordError, open_writer, smallest_dtype_for_vocab
+from tokenloom.formats import ConfigError, RecordError, check_disjoint, open_writer, smallest_dtype_for_vocab
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
@@ -62,6 +63,7 @@ def pack(
     max_line_bytes: int = 64 << 20,
     chunk_lines: int = 1024,
     chunk_bytes: int = 4 << 20,
+    on_progress: Callable[[int, int, int], None] | None = None,
 ) -> PackSummary:
     """Tokenize ``input_file`` into the packed file ``output`` (default: beside it, ``.pbin``)."""
     started = time.perf_counter()
@@ -76,6 +78,7 @@ def pack(
         raise ConfigError(f"num_workers is {workers}, expected >= 0", field="num_workers")
     target = Path(output) if output is not None else default_pack_path(source)
     name = tokenizer or str(_tokenizer.default_tokenizer_path())
+    check_disjoint([target], [source, *([Path(name)] if Path(name).exists() else [])], target_name="--output")
     stat = source.stat()
     files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
     summary = PackSummary(output=target)
@@ -114,6 +117,8 @@ def pack(
                 writer.add_batch(result.tokens, result.lengths)
                 summary.documents += result.documents
                 summary.tokens += len(result.tokens)
+                if on_progress is not None:
+                    on_progress(result.documents, len(result.tokens), result.source_bytes)
     summary.seconds = time.perf_counter() - started
     summary.dtype = dtype.name
     summary.eos_id = eod

@@ -12,6 +12,7 @@ so memory does not grow with the input.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import re
@@ -42,6 +43,7 @@ from tokenloom.formats import (
 )
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, TokenizeConfig, default_num_workers
+from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs, read_chunks
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
@@ -50,6 +52,7 @@ from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, describe_tok
 
 __all__ = ["RunInputs", "TokenizeSummary", "tokenize_native"]
 
+log = logging.getLogger("tokenloom.tokenize")
 EXAMPLES_PER_KIND = 3
 _SHARD_FILE = re.compile(r"shard_(\d+)\.(bin|idx)")
 
@@ -94,9 +97,11 @@ def _chunking(config: TokenizeConfig) -> dict[str, int]:
     return {"chunk_lines": config.chunk_lines, "chunk_bytes": config.chunk_bytes}
 
 
-def _mismatch(out: Path, what: str) -> ResumeMismatchError:
+def _mismatch(out: Path, what: str, recorded: dict[str, Any], wanted: dict[str, Any]) -> ResumeMismatchError:
+    differences = run_key_differences(recorded, wanted)
     return ResumeMismatchError(
-        f"the output directory holds {what} written with other settings, tokenizer or inputs",
+        f"the output directory holds {what} written with other settings, tokenizer or inputs: "
+        + "; ".join(differences),
         path=out,
         hint="Pass --overwrite to replace it, or choose another --output-dir",
     )
@@ -108,18 +113,22 @@ def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Mani
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
     if config.overwrite or not out.exists():
-        prepare_output_dir(out, overwrite=config.overwrite)
+        prepare_output_dir(out, overwrite=config.overwrite, ours=replaceable(out))
         return RunState(run_key={**run_key, "chunking": _chunking(config)})
     state = read_state(out)
     if state is not None:
         if state.run_key != {**run_key, "chunking": _chunking(config)}:
-            raise _mismatch(out, "an unfinished tokenize run")
+            if not state.shards:  # no shard completed: a corrected rerun simply starts afresh
+                return RunState(run_key={**run_key, "chunking": _chunking(config)})
+            raise _mismatch(
+                out, "an unfinished tokenize run", state.run_key, {**run_key, "chunking": _chunking(config)}
+            )
         return state
     if (out / MANIFEST_NAME).exists() and not (out / WRITING_MARKER).exists():
         manifest = read_manifest(out)
         recorded = manifest.metadata.get("tokenize", {})
         if {k: recorded.get(k) for k in run_key} != run_key:
-            raise _mismatch(out, "a dataset")
+            raise _mismatch(out, "a dataset", recorded, run_key)
         return manifest
     if any(not _ours(path.name) for path in out.iterdir()):
         raise ConfigError(
@@ -134,6 +143,23 @@ def _prepare(config: TokenizeConfig, run_key: dict[str, Any]) -> RunState | Mani
 def _ours(name: str) -> bool:
     """Files a run killed before its first journal write can leave behind."""
     return name == WRITING_MARKER or name.endswith(".tmp") or _SHARD_FILE.fullmatch(name) is not None
+
+
+_TOKENIZE_OUTPUT = re.compile(r"data\.(bin|idx|pbin)|shard_\d+\.npy|document_lengths\.i64")
+_RUN_RECORD = "tokenize.json"
+
+
+def replaceable(out: Path) -> Callable[[str], bool]:
+    """Names in ``out`` that --overwrite may delete: files of a tokenize run of any format."""
+    has_record = (out / _RUN_RECORD).is_file()
+
+    def ours(name: str) -> bool:
+        base = name.removesuffix(".tmp")
+        if _ours(name) or name in (STATE_NAME, _RUN_RECORD, MANIFEST_NAME):
+            return True
+        return has_record and _TOKENIZE_OUTPUT.fullmatch(base) is not None
+
+    return ours
 
 
 def _check_published(out: Path, state: RunState) -> None:
@@ -250,7 +276,14 @@ def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
         return _tokenizer.local_info(name), None
     plain = _tokenizer.describe_plain(name)  # no transformers import when that is exact
     if plain is not None:
+        log.info("tokenizer %s: read tokenizer.json directly (a plain PreTrainedTokenizerFast; fast start)", name)
         return plain
+    log.info(
+        "tokenizer %s: loading it with transformers.AutoTokenizer in a child process (about 1 s more start-up): "
+        "it is not a directory with tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast "
+        "with plain settings",
+        name,
+    )
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as child:
         return child.submit(describe_tokenizer, name).result()
 
@@ -368,8 +401,9 @@ def tokenize_native(
 ) -> TokenizeSummary:
     """Run (or resume, or confirm) one tokenize job into a native dataset; see the module docstring."""
     started = time.perf_counter()
-    tokenizer, files = inputs.tokenizer, inputs.files
+    tokenizer = inputs.tokenizer
     run_key = inputs.run_key(config)
+    created = not config.output_dir.exists()
     prepared = _prepare(config, run_key)
     out = config.output_dir
     if isinstance(prepared, Manifest):
@@ -379,11 +413,51 @@ def tokenize_native(
     state = prepared
     resumed_shards = len(state.shards)
     write_state(out, state)  # journal first: from here on a rerun resumes
-    (out / WRITING_MARKER).touch()
-    _check_published(out, state)
-    fsync_dir(out)
+    try:
+        (out / WRITING_MARKER).touch()
+        _check_published(out, state)
+        fsync_dir(out)
+        run, dtype, info, eos_id = _encode_all(config, state, inputs, on_progress)
+    except BaseException:
+        if not state.shards:  # nothing completed: leave no journal, marker or directory behind
+            _leave_nothing(out, created=created)
+        raise
+    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id)
+    summary = _summary_of(manifest, out, time.perf_counter() - started)
+    summary.examples = run.examples
+    summary.resumed_shards = resumed_shards
+    return summary
+
+
+def _leave_nothing(out: Path, *, created: bool) -> None:
+    """Remove what a run that completed no shard wrote (and OUT itself if this run created it)."""
+    with contextlib.suppress(OSError):
+        for path in out.iterdir():
+            if _ours(path.name) or path.name == STATE_NAME:
+                path.unlink()
+        if created:
+            out.rmdir()
+        else:
+            fsync_dir(out)
+
+
+def _encode_all(
+    config: TokenizeConfig, state: RunState, inputs: RunInputs, on_progress: ProgressCallback | None
+) -> tuple[_Run, np.dtype, TokenizerInfo, int]:
+    """Encode every chunk after the journal's position into shards; the finished run and its facts."""
+    out = config.output_dir
+    tokenizer, files = inputs.tokenizer, inputs.files
     with contextlib.ExitStack() as stack:
-        info, serialized = tokenizer_info(tokenizer, in_process=config.num_workers == 0)
+        try:
+            info, serialized = tokenizer_info(tokenizer, in_process=config.num_workers == 0)
+        except (DataError, OSError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # the tokenizers/transformers loaders raise plain exceptions on bad files
+            raise ConfigError(
+                f"tokenizer {tokenizer!r} could not be loaded ({type(exc).__name__}: {exc})",
+                field="tokenizer",
+                hint="Check that --tokenizer names a directory written by save_pretrained (tokenizer.json)",
+            ) from exc
         executor = None
         if config.num_workers > 0:
             executor = stack.enter_context(executor_for(config.num_workers, tokenizer, serialized))
@@ -421,8 +495,4 @@ def tokenize_native(
         except BaseException:
             run.cutter.abort()
             raise
-    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id)
-    summary = _summary_of(manifest, out, time.perf_counter() - started)
-    summary.examples = run.examples
-    summary.resumed_shards = resumed_shards
-    return summary
+    return run, dtype, info, eos_id

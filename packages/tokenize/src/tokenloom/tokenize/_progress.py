@@ -23,6 +23,8 @@ __all__ = ["progress_bar"]
 
 
 def _input_size(input_dir: Path) -> int | None:
+    if input_dir.is_file():
+        return input_dir.stat().st_size or None
     total = 0
     for dirpath, _dirs, names in os.walk(input_dir):
         for name in names:
@@ -33,13 +35,15 @@ def _input_size(input_dir: Path) -> int | None:
 
 
 @contextlib.contextmanager
-def progress_bar(input_dir: Path, *, enabled: bool) -> Iterator[Callable[[int, int, int], None] | None]:
+def progress_bar(
+    input_dir: Path, *, enabled: bool, label: str = "tokenize"
+) -> Iterator[Callable[[int, int, int], None] | None]:
     """Yields the ``on_progress`` callback for ``tokenize`` (None when disabled)."""
     if not enabled:
         yield None
         return
     columns = (
-        TextColumn("tokenize"),
+        TextColumn(label),
         BarColumn(),
         TextColumn("{task.fields[documents]:,} docs  {task.fields[tokens]:,} tokens"),
         TransferSpeedColumn(),

@@ -2,8 +2,11 @@
 
 The index is an ``(n, 2)`` int64 array of (offset, length) per line (the length
 excludes the newline), saved beside the file as ``FILE.jsonl.idx.npy``: a plain
-numpy file, loaded with ``allow_pickle=False``. It is built on first use when
-missing, and rebuilt when it no longer matches the file (size or mtime).
+numpy file, loaded with ``allow_pickle=False``. Beside it, ``FILE.jsonl.idx.json``
+records the file's size, mtime and an xxh3 of its first and last MiB (of the whole
+file with ``full_hash=True``). The index is built on first use when missing, and
+rebuilt when it no longer matches the file: size, mtime, either hash, or one of
+64 sampled lines whose recorded end is not a newline.
 
     index = JsonlIndex("data/train.jsonl")     # builds data/train.jsonl.idx.npy if needed
     len(index), index.raw(7), index[7]["text"]
@@ -20,21 +23,78 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
+import xxhash
 
-from tokenloom.formats import ConfigError, IndexCorruptError, MissingFileError, RecordError, atomic_file
+from tokenloom.formats import (
+    ConfigError,
+    IndexCorruptError,
+    MissingFileError,
+    RecordError,
+    atomic_file,
+    atomic_write_bytes,
+)
 
-__all__ = ["INDEX_SUFFIX", "JsonlIndex", "build_index", "index_path"]
+__all__ = ["INDEX_SUFFIX", "RECORD_SUFFIX", "JsonlIndex", "build_index", "index_path"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
 INDEX_SUFFIX = ".idx.npy"
+RECORD_SUFFIX = ".idx.json"
 _BLOCK = 16 << 20
+_EDGE = 1 << 20  # bytes hashed at each end of the file
+_SAMPLED_LINES = 64
 
 
 def index_path(path: str | os.PathLike[str]) -> Path:
     """Where the index of ``path`` lives: ``path + '.idx.npy'``."""
     path = Path(path)
     return path.with_name(path.name + INDEX_SUFFIX)
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + RECORD_SUFFIX)
+
+
+def _content_record(path: Path, *, full_hash: bool) -> dict[str, Any]:
+    """Size, mtime and hashes that identify the file's content (first and last MiB, or all of it)."""
+    info = path.stat()
+    record: dict[str, Any] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    with open(path, "rb") as handle:
+        record["head_xxh3"] = xxhash.xxh3_64_hexdigest(handle.read(_EDGE))
+        handle.seek(max(0, info.st_size - _EDGE))
+        record["tail_xxh3"] = xxhash.xxh3_64_hexdigest(handle.read(_EDGE))
+        if full_hash:
+            digest = xxhash.xxh3_128()
+            handle.seek(0)
+            while block := handle.read(_BLOCK):
+                digest.update(block)
+            record["xxh3_128"] = digest.hexdigest()
+    return record
+
+
+def _stale_reason(path: Path, index: npt.NDArray[np.int64]) -> str | None:
+    """Why the index no longer describes ``path`` (None: it does)."""
+    try:
+        recorded = orjson.loads(_record_path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return f"{_record_path(path).name} is missing or unreadable"
+    if not isinstance(recorded, dict):
+        return f"{_record_path(path).name} is not a JSON object"
+    current = _content_record(path, full_hash="xxh3_128" in recorded)
+    for key, value in current.items():
+        if recorded.get(key) != value:
+            return f"the file's {key} changed since the index was built"
+    if len(index):
+        picks = np.unique(np.linspace(0, len(index) - 1, num=min(_SAMPLED_LINES, len(index))).astype(np.int64))
+        ends = index[picks, 0] + index[picks, 1]
+        with open(path, "rb") as handle:
+            for end in ends.tolist():
+                if end >= current["size"]:
+                    continue  # the last line may lack its newline
+                handle.seek(end)
+                if handle.read(1) != b"\n":
+                    return f"a recorded line end at byte {end} is not a newline"
+    return None
 
 
 def _check_input(path: Path) -> None:
@@ -48,10 +108,14 @@ def _check_input(path: Path) -> None:
         raise MissingFileError("no such jsonl file", path=path)
 
 
-def build_index(path: str | os.PathLike[str]) -> npt.NDArray[np.int64]:
-    """Scan ``path`` for newlines and write its index crash-safely; returns the (n, 2) array."""
+def build_index(path: str | os.PathLike[str], *, full_hash: bool = False) -> npt.NDArray[np.int64]:
+    """Scan ``path`` for newlines and write its index crash-safely; returns the (n, 2) array.
+
+    ``full_hash``: record an xxh3 of the whole file (checked on every open) instead of only its ends.
+    """
     path = Path(path)
     _check_input(path)
+    record = _content_record(path, full_hash=full_hash)
     newline_positions = []
     size = 0
     with open(path, "rb") as handle:
@@ -67,6 +131,7 @@ def build_index(path: str | os.PathLike[str]) -> npt.NDArray[np.int64]:
     index = np.stack([starts, ends - starts], axis=1).astype(np.int64)
     with atomic_file(index_path(path)) as handle:
         np.save(handle, index, allow_pickle=False)
+    atomic_write_bytes(_record_path(path), orjson.dumps(record, option=orjson.OPT_SORT_KEYS))
     return index
 
 
@@ -77,8 +142,8 @@ def _load(path: Path) -> npt.NDArray[np.int64] | None:
         return None
     try:
         index = np.load(idx, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        log.warning("rebuilding the unreadable index %s (%s)", idx, exc)
+    except Exception as exc:  # a damaged cache of our own (numpy's header parser raises many types): rebuild it
+        log.warning("rebuilding the unreadable index %s (%s: %s)", idx, type(exc).__name__, exc)
         return None
     if index.ndim != 2 or index.shape[1] != 2 or index.dtype != np.int64:
         raise IndexCorruptError(
@@ -86,10 +151,17 @@ def _load(path: Path) -> npt.NDArray[np.int64] | None:
             path=idx,
             hint=f"Delete it; it is rebuilt from {path.name} on next use",
         )
+    if len(index) and (int(index.min()) < 0 or (np.diff(index[:, 0]) <= 0).any()):
+        log.warning("rebuilding the index %s: its offsets are negative or not increasing", idx)
+        return None
     size = path.stat().st_size
     covered = int(index[-1, 0] + index[-1, 1]) if len(index) else 0
     if covered not in (size, size - 1):
         log.warning("rebuilding the index %s: it covers %d bytes, the file has %d", idx, covered, size)
+        return None
+    reason = _stale_reason(path, index)
+    if reason is not None:
+        log.warning("rebuilding the index %s: %s", idx, reason)
         return None
     return index
 

@@ -1,4 +1,11 @@
-"""Documents -> entries: GPT-Simple windowing with an overlap prefix, vectorised.
+"""Documents -> entries: tokenloom's windowing (EOD in every window) with an overlap prefix, vectorised.
+
+This is tokenloom's rule, not GPT-Simple's (``gpt_simple/pretokenize.py``,
+``create_windows``), on purpose: GPT-Simple ends only a document's last window
+with EOD, does not count the EOD in ``max_length`` (its last windows can hold
+``max_length + 1`` tokens, whose EOD its packer then cuts), and keeps emitting
+windows after one has reached the document's end (redundant tail windows). Its
+own pretokenize output opens in tokenloom as it is.
 
 The exact rule (pinned by the tests):
 

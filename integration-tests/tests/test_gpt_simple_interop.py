@@ -1,0 +1,240 @@
+"""tokenloom's native format against the real GPT-Simple (``gpt-simple-lm`` 0.1.2), both ways.
+
+gpt-simple-lm pins numpy < 2, so it runs in an isolated environment this module
+builds once per session (``uv venv`` + ``uv pip install``; torch comes from uv's
+cache). Its code runs there through ``gpt_simple_driver.py``.
+
+- shards written by GPT-Simple's own pretokenize (``python -m gpt_simple.pretokenize``)
+  open with ``open_dataset`` (fast validation, no manifest) with the entries and
+  overlap prefixes GPT-Simple's own reader sees; adoption keeps them;
+- shards written by ``tokenloom tokenize`` are read by GPT-Simple's
+  ``PreTokenizedDataset``: its sequences are tokenloom's entries, its label masks
+  honour tokenloom's overlap prefixes, its inventory counts agree;
+- both with a uint16 vocabulary (the shipped 16k BPE) and a uint32 one (the same
+  BPE plus 50,000 added tokens, some of which occur in the text).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenloom.datasets import build_sample
+from tokenloom.formats import adopt_native, open_buckets, open_dataset
+from tokenloom.tokenize import default_tokenizer_path
+
+GPT_SIMPLE = "gpt-simple-lm==0.1.2"
+DRIVER = Path(__file__).with_name("gpt_simple_driver.py")
+TIMEOUT = 900
+MAX_LENGTH = 48
+OVERLAP = 12
+EXTRA_TOKENS = 50_000
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _uv() -> str | None:
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return None
+    return find_uv_bin()
+
+
+@pytest.fixture(scope="session")
+def gpt_simple_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of an isolated environment holding gpt-simple-lm (built once per session)."""
+    uv = _uv()
+    if uv is None:
+        pytest.skip("uv is not available: cannot build the isolated gpt-simple-lm environment")
+    venv = tmp_path_factory.mktemp("gpt-simple") / "venv"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    steps = [[uv, "venv", "-q", "--python", version, str(venv)]]
+    steps.append([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), GPT_SIMPLE])
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=TIMEOUT, check=False, env=ENV)
+        if done.returncode != 0:
+            pytest.skip(f"cannot build the isolated gpt-simple-lm environment ({' '.join(step[:3])}): {done.stderr}")
+    return venv / "bin" / "python"
+
+
+def run_seed(python: Path, *jobs: dict) -> list:
+    """Run GPT-Simple's code on ``jobs`` in one process of the isolated environment (see gpt_simple_driver)."""
+    done = subprocess.run(
+        [str(python), str(DRIVER), json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        env=ENV,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+def tokenizer_dir(root: Path, vocab: str) -> Path:
+    """The shipped 16k BPE (uint16), or the same plus 50,000 added tokens (vocabulary > 65,536: uint32)."""
+    shipped = default_tokenizer_path()
+    if vocab == "uint16":
+        return shipped
+    from tokenizers import Tokenizer
+
+    target = root / "tokenizer-66k"
+    target.mkdir()
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(shipped / name, target / name)
+    tokenizer = Tokenizer.from_file(str(shipped / "tokenizer.json"))
+    tokenizer.add_tokens([f"<x{i}>" for i in range(EXTRA_TOKENS)])
+    tokenizer.save(str(target / "tokenizer.json"))
+    return target
+
+
+def corpus(directory: Path, vocab: str) -> Path:
+    """Two jsonl shards: short and long documents (windowed at MAX_LENGTH), one empty text."""
+    rng = random.Random(7)
+    words = [
+        "the",
+        "data",
+        "loader",
+        "reads",
+        "tokens",
+        "from",
+        "shards",
+        "and",
+        "packs",
+        "documents",
+        "into",
+        "windows",
+    ]
+    directory.mkdir(parents=True)
+    for shard in range(2):
+        lines = []
+        for doc in range(25):
+            text = " ".join(rng.choice(words) for _ in range(rng.choice([3, 10, 30, 90])))
+            if vocab == "uint32" and doc % 3 == 0:
+                text += f" <x{EXTRA_TOKENS - 1 - doc}> end"  # ids above 65,535
+            lines.append(json.dumps({"text": text if doc != 4 else ""}))
+        (directory / f"{shard:05d}.jsonl").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def packed_groups(entries: list[list[int]], max_length: int) -> list[list[list[int]]]:
+    """Consecutive entries grouped into sequences of at most ``max_length`` tokens (two or more where they fit)."""
+    groups: list[list[list[int]]] = [[]]
+    for entry in entries:
+        if groups[-1] and sum(map(len, groups[-1])) + len(entry) > max_length:
+            groups.append([])
+        groups[-1].append(entry)
+    return [g for g in groups if g]
+
+
+def expected_labels(tokens: list[int], overlap: int) -> list[int]:
+    """GPT-Simple's labels for one unpacked entry: the overlap prefix masked (the EOD, if any, is last)."""
+    return [-100] * overlap + tokens[overlap:]
+
+
+@pytest.mark.parametrize("vocab", ["uint16", "uint32"])
+def test_tokenloom_reads_what_gpt_simple_pretokenizes(tmp_path: Path, gpt_simple_python: Path, vocab: str) -> None:
+    tokenizer = tokenizer_dir(tmp_path, vocab)
+    bucket = tmp_path / "tokenized" / "train" / "web"
+    argv = ["--input_dir", str(corpus(tmp_path / "raw", vocab)), "--output_dir", str(bucket)]
+    argv += ["--tokenizer_path", str(tokenizer), "--max_length", str(MAX_LENGTH), "--overlap_size", str(OVERLAP)]
+    argv += ["--min_text_length", "1"]
+    _, seed = run_seed(gpt_simple_python, {"op": "pretokenize", "argv": argv}, {"op": "entries", "dir": str(bucket)})
+    assert sorted(p.name for p in bucket.iterdir()) == ["00000.bin", "00000.idx", "00001.bin", "00001.idx"]
+    assert set(seed["dtype_codes"]) == {2 if vocab == "uint16" else 4}
+    assert any(overlap > 0 for _, overlap in seed["entries"])  # long documents were windowed
+    if vocab == "uint32":
+        assert max(max(tokens) for tokens, _ in seed["entries"]) > 65_535
+
+    ds = open_dataset(bucket)  # no manifest: fast structural validation
+    assert ds.format == "native" and ds.dtype.name == vocab
+    assert [ds[i].tolist() for i in range(len(ds))] == [tokens for tokens, _ in seed["entries"]]
+    assert ds.overlap_prefix.tolist() == [overlap for _, overlap in seed["entries"]]
+    assert list(open_buckets(tmp_path / "tokenized")) == ["web"]
+
+    adopt_native(bucket)
+    adopted = open_dataset(bucket, validate="deep")
+    assert [adopted[i].tolist() for i in range(len(adopted))] == [tokens for tokens, _ in seed["entries"]]
+
+
+@pytest.mark.parametrize("vocab", ["uint16", "uint32"])
+def test_gpt_simple_trains_on_what_tokenloom_tokenizes(tmp_path: Path, gpt_simple_python: Path, vocab: str) -> None:
+    out = tmp_path / "train" / "web"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tokenloom.formats",
+            "tokenize",
+            "--input-dir",
+            str(corpus(tmp_path / "raw", vocab)),
+            "--output-dir",
+            str(out),
+            "--tokenizer",
+            str(tokenizer_dir(tmp_path, vocab)),
+            "--max-length",
+            str(MAX_LENGTH),
+            "--overlap-size",
+            str(OVERLAP),
+            "--shard-size-tokens",
+            "400",
+            "--num-workers",
+            "0",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        env=ENV,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    ds = open_dataset(out, validate="deep")
+    assert ds.dtype.name == vocab and ds.num_shards > 1
+    ours = [(ds[i].tolist(), int(ds.overlap_prefix[i])) for i in range(len(ds))]
+    assert any(overlap > 0 for _, overlap in ours)
+
+    eos = int(ds.eos_id or 0)
+    sampling = {"op": "samples", "dir": str(out), "max_length": MAX_LENGTH, "eod": eos, "pad": eos}
+    sequences = packed_groups([tokens for tokens, overlap in ours if overlap == 0], MAX_LENGTH)
+    seed, inventory, unpacked, packed, finalized = run_seed(
+        gpt_simple_python,
+        {"op": "entries", "dir": str(out)},
+        {"op": "inspect", "dir": str(out)},
+        {**sampling, "pack": False},
+        {**sampling, "pack": True},
+        {"op": "finalize", "sequences": sequences, "max_length": MAX_LENGTH, "eod": eos, "pad": eos},
+    )
+    assert [tuple(entry) for entry in seed["entries"]] == ours
+    assert inventory == {"shards": ds.num_shards, "tokens": ds.num_tokens, "docs": len(ds)}
+
+    expected = Counter(json.dumps([tokens, expected_labels(tokens, overlap)]) for tokens, overlap in ours)
+    assert Counter(json.dumps([item["input_ids"], item["labels"]]) for item in unpacked) == expected
+    assert all(item["position_ids"] == list(range(len(item["input_ids"]))) for item in unpacked)
+
+    # tokenloom's pack_sequences="gpt-simple" rules against GPT-Simple's own _finalize_sequence:
+    # same positions and doc_ids; tokenloom's labels are shifted (label t = token t + 1), GPT-Simple's
+    # are shifted by its model (target t = labels[t + 1]): the same targets, the same masked ones
+    assert len(finalized) == len(sequences) > 3
+    for docs, theirs in zip(sequences, finalized, strict=True):
+        content = [t for doc in docs for t in doc]
+        ours_sample = build_sample(np.array([*content, eos]), eos_id=eos, packing="gpt-simple")
+        assert ours_sample["input_ids"].tolist() == theirs["input_ids"] == content
+        assert ours_sample["position_ids"].tolist() == theirs["position_ids"]
+        assert ours_sample["doc_ids"].tolist() == theirs["doc_ids"]
+        assert ours_sample["labels"].tolist()[:-1] == theirs["labels"][1:]
+
+    assert all(len(item["input_ids"]) <= MAX_LENGTH for item in packed)
+    assert Counter(t for item in packed for t in item["input_ids"]) == Counter(t for tokens, _ in ours for t in tokens)

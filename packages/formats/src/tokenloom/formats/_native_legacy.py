@@ -1,0 +1,79 @@
+"""Read-only: native directories in tokenloom's pre-release ``.idx`` layout (format ``native-v0``).
+
+Before the switch to GPT-Simple's layout the native ``.idx`` header was ``<4sHHQ`` (uint16
+version, uint16 dtype code 1 uint8 / 2 uint16 / 3 uint32 / 4 int32 / 5 int64,
+uint64 count) under manifest version 1; the arrays after it are the same as
+GPT-Simple's. This reader exists so that such data converts in one command::
+
+    tokenloom convert OLD_DIR NEW_DIR --to native --from native-v0
+
+It is never chosen by detection: ``open_dataset`` on an old directory raises a
+FormatError that names that command.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tokenloom.formats._atomic import WRITING_MARKER
+from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._dtypes import as_token_dtype
+from tokenloom.formats._gpts import parse_legacy_header
+from tokenloom.formats._manifest import MANIFEST_NAME, read_manifest
+from tokenloom.formats._native import _stems_without_manifest, read_native_shard
+from tokenloom.formats._paths import safe_file
+from tokenloom.formats.errors import FormatError, IndexCorruptError
+
+__all__ = ["open_native_v0"]
+
+
+def open_native_v0(path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None) -> TokenDataset:
+    """Open a pre-release native directory (manifest version 1, ``<4sHHQ`` headers)."""
+    root = Path(path)
+    if (root / WRITING_MARKER).exists():
+        raise FormatError(f"{WRITING_MARKER} is present: a writer did not finish", path=root)
+    dtype_hint = as_token_dtype(dtype) if dtype is not None else None
+    manifest = None
+    if (root / MANIFEST_NAME).exists():
+        safe_file(root, root / MANIFEST_NAME)
+        manifest = read_manifest(root)
+        if manifest.format != "native" or manifest.version != 1:
+            raise FormatError(
+                f"manifest says format {manifest.format!r} version {manifest.version}, expected native version 1",
+                path=root / MANIFEST_NAME,
+                hint="Only pre-release tokenloom native data needs --from native-v0; open this one as it is",
+            )
+        if validate != "none":
+            manifest.verify(root, deep=validate == "deep")
+        stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
+        dtype_hint = as_token_dtype(manifest.dtype, field="manifest dtype")
+    else:
+        stems = _stems_without_manifest(root)
+    shards = []
+    for stem in stems:
+        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint, header=parse_legacy_header))
+        dtype_hint = shards[0].dtype
+    if manifest is not None:
+        found = (sum(s.num_tokens for s in shards), sum(s.num_entries for s in shards))
+        if found != (manifest.num_tokens, manifest.num_documents):
+            raise IndexCorruptError(
+                f"shards hold {found[0]} tokens in {found[1]} entries, the manifest records "
+                f"{manifest.num_tokens} in {manifest.num_documents}",
+                path=root / MANIFEST_NAME,
+            )
+    dataset = TokenDataset(
+        shards,
+        format="native-v0",
+        root=root,
+        eos_id=manifest.eos_id if manifest else None,
+        vocab_size=manifest.vocab_size if manifest else None,
+        fingerprint=manifest.fingerprint if manifest else None,
+        tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
+        metadata=manifest.metadata if manifest else None,
+    )
+    if validate == "deep":
+        dataset.check_token_range()
+        dataset.check_eos_placement()
+    return dataset

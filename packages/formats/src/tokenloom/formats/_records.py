@@ -1,0 +1,163 @@
+"""Record stores: ``<key>.bin`` + ``meta.json`` whose keys are cut into records by their own ``offsets``.
+
+AstrAI's record-mode layout (``save_bin(..., record_keys=...)``): every key
+carries ``offsets`` in meta.json, and keys may differ in length (a DPO pair's
+chosen and rejected sides are as long as they are), so the keys are not aligned
+element by element as in a keyed store; they are aligned record by record::
+
+    meta.json  {"chosen":        {"shape": [C], "dtype": "int32", "offsets": [0, c0, ..., C]},
+                "chosen_mask":   {"shape": [C], "dtype": "bool",  "offsets": [0, c0, ..., C]},
+                "rejected":      {"shape": [R], "dtype": "int32", "offsets": [0, r0, ..., R]},
+                "rejected_mask": {"shape": [R], "dtype": "bool",  "offsets": [0, r0, ..., R]}}
+
+Every key has the same number of records, except for GRPO groups: AstrAI
+cannot store its nested ``responses`` in bin (its save_bin refuses nested keys),
+so tokenloom reads this layout for them: ``prompts`` and ``rewards`` have one
+record per prompt (``rewards`` record i holds the G_i rewards of prompt i), and
+``responses`` / ``masks`` have one record per response, G_0 + G_1 + ... of them,
+in prompt order. A directory with sub-directories holding meta.json files is
+one store (directories in sorted path order, records concatenated).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from tokenloom.formats._dataset import map_tokens
+from tokenloom.formats._store_bin import META_NAME, BinStore, find_meta_files
+from tokenloom.formats._stores import check_finite
+from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
+
+__all__ = ["GROUPED_KEYS", "RecordStore", "open_records"]
+
+#: GRPO keys with one record per response (grouped by the record lengths of ``rewards``).
+GROUPED_KEYS = frozenset({"responses", "masks"})
+
+
+class _RecordPart:
+    """One meta.json directory of a record store, its arrays mapped lazily per process."""
+
+    def __init__(
+        self,
+        directory: Path,
+        files: dict[str, Path],
+        dtypes: dict[str, np.dtype],
+        lengths: dict[str, int],
+        offsets: dict[str, np.ndarray],
+    ) -> None:
+        self.directory = directory
+        self.files = files
+        self.dtypes = dtypes
+        self.lengths = lengths
+        self.offsets = offsets
+        self.groups: np.ndarray | None = None  # response-record boundaries per prompt (GRPO)
+        self.maps: dict[str, np.ndarray] = {}
+
+    def array(self, key: str) -> np.ndarray:
+        if key not in self.maps:
+            self.maps[key] = map_tokens(self.files[key], self.dtypes[key], 0, self.lengths[key])
+        return self.maps[key]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["maps"] = {}
+        return state
+
+
+class RecordStore:
+    """Records of variable length per key; ``record(i)`` returns zero-copy arrays (lists for GRPO groups)."""
+
+    def __init__(self, path: Path, parts: list[_RecordPart]) -> None:
+        self.path = path
+        self.parts = parts
+        self.keys = sorted(parts[0].files)
+        counts = [_record_count(part, path) for part in parts]
+        self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def record(self, index: int, keys: list[str] | tuple[str, ...] | None = None) -> dict[str, object]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"record {index} out of range for {len(self)} records")
+        k = int(np.searchsorted(self._starts, index, side="right")) - 1
+        part, local = self.parts[k], index - int(self._starts[k])
+        out: dict[str, object] = {}
+        for key in keys or self.keys:
+            if key not in part.files:
+                raise MissingKeyError(f"key {key!r} is absent, the store has {self.keys}", path=self.path)
+            offsets, data = part.offsets[key], part.array(key)
+            if key in GROUPED_KEYS and part.groups is not None:
+                first, last = int(part.groups[local]), int(part.groups[local + 1])
+                out[key] = [data[offsets[j] : offsets[j + 1]] for j in range(first, last)]
+            else:
+                out[key] = data[offsets[local] : offsets[local + 1]]
+        return out
+
+
+def _record_count(part: _RecordPart, path: Path) -> int:
+    """Records of a directory; every key agrees (GRPO: response records add up to the rewards)."""
+    meta = part.directory / META_NAME
+    counts = {key: len(offsets) - 1 for key, offsets in part.offsets.items()}
+    plain = {key: n for key, n in counts.items() if not (key in GROUPED_KEYS and "rewards" in counts)}
+    if len(set(plain.values())) > 1:
+        raise ShapeMismatchError(f"keys have different record counts {plain}, expected one count", path=meta)
+    records = next(iter(plain.values()))
+    if "rewards" in counts and GROUPED_KEYS & set(counts):
+        group_sizes = np.diff(part.offsets["rewards"])
+        part.groups = np.concatenate([[0], np.cumsum(group_sizes)]).astype(np.int64)
+        for key in sorted(GROUPED_KEYS & set(counts)):
+            if counts[key] != int(part.groups[-1]):
+                raise ShapeMismatchError(
+                    f"{key} has {counts[key]} records, the rewards announce {int(part.groups[-1])} responses",
+                    path=meta,
+                    field=key,
+                )
+        if "masks" in counts and "responses" in counts:
+            lengths = {key: np.diff(part.offsets[key]) for key in ("responses", "masks")}
+            if not np.array_equal(lengths["responses"], lengths["masks"]):
+                bad = int(np.argmax(lengths["responses"] != lengths["masks"]))
+                raise ShapeMismatchError("masks differ in length from responses", path=meta, record=bad, field="masks")
+    for side in ("chosen", "rejected"):
+        if side not in counts or f"{side}_mask" not in counts:
+            continue
+        tokens, mask = np.diff(part.offsets[side]), np.diff(part.offsets[f"{side}_mask"])
+        if not np.array_equal(tokens, mask):
+            bad = int(np.argmax(tokens != mask))
+            raise ShapeMismatchError(
+                f"{side}_mask differs in length from {side}", path=meta, record=bad, field=f"{side}_mask"
+            )
+    return records
+
+
+def open_records(path: str | os.PathLike[str], *, validate: str = "fast") -> RecordStore:
+    """Open a record-mode ``.bin`` + ``meta.json`` store (see the module docstring); every key needs offsets."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FormatError("a record store is a directory holding meta.json and <key>.bin files", path=root)
+    metas = find_meta_files(root)
+    if not metas:
+        raise MissingFileError(f"no {META_NAME} under the directory", path=root)
+    reader = BinStore(validate=validate)
+    parts = []
+    for meta in metas:
+        part = reader._read_part(root, meta)  # same package: the one meta.json validator
+        no_offsets = sorted(set(part.files) - set(part.offsets))
+        if no_offsets:
+            raise FormatError(
+                f"keys {no_offsets} have no offsets: not a record store",
+                path=meta,
+                field=no_offsets[0],
+                hint="Stream stores open with open_store(); records need offsets for every key",
+            )
+        parts.append(_RecordPart(part.directory, part.files, part.dtypes, part.lengths, part.offsets))
+        if validate != "none":
+            for key, dtype in part.dtypes.items():
+                if dtype.kind == "f":
+                    check_finite(parts[-1].array(key), key=key, path=part.files[key], record=None)
+        if sorted(part.files) != sorted(parts[0].files):
+            raise MissingKeyError(f"keys {sorted(part.files)} differ from {sorted(parts[0].files)}", path=meta)
+    return RecordStore(root, parts)

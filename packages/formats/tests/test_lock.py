@@ -1,0 +1,122 @@
+"""One writer per output: the O_EXCL lock file, its stale-lock detection, convert under two processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tokenloom.formats import NativeWriter, OutputLockedError, lock_path, open_dataset, output_lock
+from tokenloom.formats._commands import convert
+
+HOLD = """
+import sys, time
+from tokenloom.formats import convert_dataset
+def slow(_n):
+    time.sleep(0.4)
+convert_dataset(sys.argv[1], sys.argv[2], to="native", chunk_tokens=64, on_progress=slow)
+print("done")
+"""
+
+
+@pytest.fixture
+def native(tmp_path: Path) -> Path:
+    path = tmp_path / "native"
+    with NativeWriter(path, dtype="uint16", vocab_size=1000, eos_id=0) as writer:
+        for n in range(1, 60):
+            writer.add(np.arange(n) % 999 + 1)
+    return path
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.05)
+
+
+def test_second_convert_into_the_same_target_is_refused_naming_the_holder(native: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(native), str(target)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lock_path(target))
+        second = subprocess.run(
+            [sys.executable, "-c", "from tokenloom.formats._cli import main; main()", "convert", str(native),
+             str(target), "--to", "native", "--no-progress"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert second.returncode == 1, second.stderr
+        assert "OutputLockedError" in second.stderr and f"pid {first.pid}" in second.stderr
+        assert socket.gethostname() in second.stderr
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert out.strip() == "done"
+    assert not lock_path(target).exists()
+    assert len(open_dataset(target)) == len(open_dataset(native))
+
+
+def test_lock_of_a_dead_process_is_broken_with_a_warning(
+    native: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    lock_path(target).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started": "earlier"}))
+    result = CliRunner().invoke(convert, [str(native), str(target), "--to", "native", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert any("stale writer lock" in r.getMessage() for r in caplog.records)
+    assert not lock_path(target).exists()
+
+
+def test_lock_held_on_another_host_is_never_broken(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    lock_path(target).write_text(json.dumps({"pid": 1, "host": "some-other-node", "started": "2026-01-01"}))
+    with pytest.raises(OutputLockedError, match="some-other-node") as info, output_lock(target):
+        pass
+    assert info.value.path == str(lock_path(target))
+    assert lock_path(target).exists()
+
+
+def test_unreadable_lock_is_stale_only_after_the_grace_period(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    lock = lock_path(target)
+    lock.write_bytes(b"")
+    with pytest.raises(OutputLockedError, match="not yet written"), output_lock(target):
+        pass
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    with output_lock(target) as held:
+        assert json.loads(held.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+
+
+def test_a_symlinked_output_shares_the_lock(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    code = "import sys\nfrom tokenloom.formats import output_lock\nwith output_lock(sys.argv[1]):\n    pass\n"
+    with output_lock(real):
+        other = subprocess.run([sys.executable, "-c", code, str(link)], capture_output=True, text=True, timeout=60)
+        with output_lock(link):  # the same process may nest (tokenize converting into its own OUT)
+            pass
+        assert lock_path(real).exists()
+    assert other.returncode == 1 and "OutputLockedError" in other.stderr
+    assert not lock_path(real).exists()

@@ -1,0 +1,135 @@
+"""OS failures in convert / open_dataset are StorageErrors; the CLI prints one line (issue #11)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tokenloom.formats import NativeWriter, StorageError, convert_dataset, open_dataset, storage_error
+from tokenloom.formats._cli import main
+
+
+@pytest.fixture
+def native(tmp_path: Path) -> Path:
+    path = tmp_path / "native"
+    with NativeWriter(path, dtype="uint16", vocab_size=1000, eos_id=0) as writer:
+        for n in range(1, 400):
+            writer.add(np.arange(n) % 999 + 1)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("code", "needle"),
+    [(errno.ENOSPC, "MB free now"), (errno.EROFS, "writable"), (errno.EACCES, "permissions"), (errno.EIO, "I/O")],
+)
+def test_storage_error_says_what_to_do(tmp_path: Path, code: int, needle: str) -> None:
+    error = storage_error(OSError(code, os.strerror(code), str(tmp_path / "f")), doing="writing")
+    assert isinstance(error, StorageError) and error.errno == code
+    assert needle in str(error) and str(tmp_path / "f") in str(error)
+
+
+def test_simulated_full_disk_during_convert(native: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(StorageError, match="ENOSPC") as info:
+        convert_dataset(native, tmp_path / "out", to="flat")
+    assert info.value.errno == errno.ENOSPC
+
+
+def test_cli_one_line_and_debug_traceback(native: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    args = ["convert", str(native), str(tmp_path / "out"), "--to", "flat", "--no-progress"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "StorageError" in result.output
+    assert not (tmp_path / "out").exists()  # the failed run left nothing behind
+    assert isinstance(CliRunner().invoke(main, ["--debug", *args]).exception, StorageError)
+
+
+def test_missing_extra_is_one_line_exit_2(native: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "h5py", None)
+    result = CliRunner().invoke(main, ["convert", str(native), str(tmp_path / "x.h5"), "--to", "h5", "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert 'pip install "tokenloom-formats[h5]"' in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def _mount(point: Path, options: str) -> None:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting needs root; the simulated tests cover this case")
+    point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+
+
+def test_real_full_tmpfs_during_convert(native: Path, tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    _mount(disk, "size=32k")
+    try:
+        result = CliRunner().invoke(main, ["convert", str(native), str(disk / "out"), "--to", "flat", "--no-progress"])
+        assert result.exit_code == 1, result.output
+        assert "ENOSPC" in result.output and "Traceback" not in result.output
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
+
+
+def test_real_read_only_target(native: Path, tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    _mount(ro, "size=32k,ro")
+    try:
+        result = CliRunner().invoke(main, ["convert", str(native), str(ro / "out"), "--to", "native", "--no-progress"])
+        assert result.exit_code == 1, result.output
+        assert "EROFS" in result.output and "writable" in result.output
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True, timeout=30)
+
+
+def test_unreadable_shard_is_a_storage_error_in_open_and_validate(native: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop the permission override")
+    (native / "shard_00000.bin").chmod(0)
+    code = (
+        "import sys\nfrom tokenloom.formats import open_dataset, StorageError\n"
+        "try:\n    open_dataset(sys.argv[1])[0]\nexcept StorageError as e:\n    print('ok', e.errno)\n"
+    )
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable]
+    done = subprocess.run([*prefix, "-c", code, str(native)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == f"ok {errno.EACCES}", done.stderr
+    validate = subprocess.run(
+        [*prefix, "-c", "from tokenloom.formats._cli import main; main()", "validate", str(native)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert validate.returncode == 1, validate.stdout
+    assert "EACCES" in validate.stdout
+
+
+def test_simulated_unreadable_shard(native: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_open = builtins.open
+
+    def guarded(file, *args, **kwargs):
+        if str(file).endswith("shard_00000.bin"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+        return real_open(file, *args, **kwargs)
+
+    dataset = open_dataset(native)
+    monkeypatch.setattr(builtins, "open", guarded)
+    with pytest.raises(StorageError, match="EACCES"):
+        dataset[0]

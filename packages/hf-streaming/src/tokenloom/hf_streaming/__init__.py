@@ -1,0 +1,38 @@
+"""tokenloom.hf_streaming: Hugging Face streaming datasets to packed batches, resumable exactly and elastically.
+
+    source shards (files, parquet row groups, jsonl byte ranges, HF shards)
+        -> dealt to rank x worker slots (unit order keyed by (seed, epoch))
+        -> block shuffle inside each shard, keyed by (seed, epoch, shard, block)
+        -> batched encode (+ EOS) -> concatenated, cut into seq_len + 1 windows -> sample dicts
+        -> state per slot = (epoch, shard cursor, row, token offset): JSON, rebuildable, mergeable
+
+Example::
+
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from tokenloom.hf_streaming import StreamingHuggingFaceDataset, merge_rank_states
+
+    ds = StreamingHuggingFaceDataset("json", "train", "text", seq_len=2048, tokenizer_path="tok/",
+                                     data_files=["a.jsonl", "b.jsonl.gz"], seed=7, with_provenance=True)
+    loader = StatefulDataLoader(ds, batch_size=8, num_workers=2)
+    # same topology: loader.load_state_dict(saved_state_of_this_rank)
+    # any topology: ds.load_state_dict(merge_rank_states(all_ranks_saved_loader_states))
+"""
+
+from tokenloom.hf_streaming._dataset import Mode, StreamingHuggingFaceDataset
+from tokenloom.hf_streaming._encode import EncodeFn, hf_encoder, resolve_tokenizer
+from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
+from tokenloom.hf_streaming._state import load_rank_states, merge_rank_states, save_rank_state, slot_states_in
+
+__all__ = [
+    "EncodeFn",
+    "FiniteStepper",
+    "Mode",
+    "StreamingHuggingFaceDataset",
+    "hf_encoder",
+    "load_rank_states",
+    "merge_rank_states",
+    "padding_batch",
+    "resolve_tokenizer",
+    "save_rank_state",
+    "slot_states_in",
+]

@@ -1,0 +1,124 @@
+"""The encoding seam: texts -> (flat ids, lengths), loaded lazily inside the worker.
+
+Why a seam: one function is all the stream needs from a tokenizer, so a faster
+engine (tokenloom-tokenize's engine selection) can replace Hugging Face
+``tokenizers`` here without touching the stream. Loading happens on first use in
+the process that encodes (a DataLoader worker), never in the parent before a
+fork: a Rust tokenizer used before ``fork`` can deadlock the children.
+
+The EOS id is read from the tokenizer directory's JSON files (no tokenizer is
+loaded for it), so a tokenizer without EOS fails at construction, in the main
+process, with a ConfigError, unless ``eos_id`` is given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from tokenloom.formats import ConfigError, FormatError, MissingFileError
+
+__all__ = ["EncodeFn", "TokenizerSpec", "hf_encoder", "resolve_tokenizer"]
+
+EncodeFn = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
+"""texts -> (int64 ids of every text concatenated, int64 length of each text); no special tokens added."""
+
+
+class TokenizerSpec:
+    """Where the tokenizer is, its EOS id and its fingerprint: plain data, safe to pickle into workers."""
+
+    __slots__ = ("eos_id", "fingerprint", "json_path")
+
+    def __init__(self, json_path: str, eos_id: int, fingerprint: str) -> None:
+        self.json_path = json_path
+        self.eos_id = eos_id
+        self.fingerprint = fingerprint
+
+
+def _token_content(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"cannot read tokenizer file: {exc}", path=path, hint="Re-save the tokenizer") from None
+    if not isinstance(data, dict):
+        raise FormatError("tokenizer file is not a JSON object", path=path, hint="Re-save the tokenizer")
+    return data
+
+
+def resolve_tokenizer(tokenizer_path: str | os.PathLike[str], eos_id: int | None) -> TokenizerSpec:
+    """A tokenizer directory (with tokenizer.json) or a tokenizer.json file -> its spec."""
+    path = Path(tokenizer_path)
+    json_path = path / "tokenizer.json" if path.is_dir() else path
+    if not json_path.is_file():
+        raise MissingFileError(
+            "no tokenizer.json here (the streaming dataset encodes with Hugging Face tokenizers' fast tokenizer)",
+            path=path,
+            field="tokenizer_path",
+            hint="Point tokenizer_path at a saved fast tokenizer directory; "
+            "a hub name needs to be downloaded first (the stream never reaches the network)",
+        )
+    blob = json_path.read_bytes()
+    tokenizer = _read_json(json_path)
+    if eos_id is None:
+        eos_token = None
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+            candidate = json_path.parent / name
+            if candidate.is_file():
+                eos_token = _token_content(_read_json(candidate).get("eos_token"))
+                if eos_token is not None:
+                    break
+        if eos_token is None:
+            raise ConfigError(
+                "the tokenizer defines no EOS token (tokenizer_config.json / special_tokens_map.json name none)",
+                path=json_path.parent,
+                field="eos_token",
+                hint="Pass eos_id=N explicitly: documents are joined with EOS, and id 0 is never assumed",
+            )
+        ids = {t.get("content"): t.get("id") for t in tokenizer.get("added_tokens", []) if isinstance(t, dict)}
+        vocab = tokenizer.get("model", {}).get("vocab", {})
+        found = ids.get(eos_token, vocab.get(eos_token) if isinstance(vocab, dict) else None)
+        if not isinstance(found, int):
+            raise ConfigError(
+                f"the EOS token {eos_token!r} is not in the tokenizer's vocabulary",
+                path=json_path,
+                field="eos_token",
+                hint="Pass eos_id=N explicitly",
+            )
+        eos_id = found
+    if eos_id < 0:
+        raise ConfigError(f"eos_id is {eos_id}, expected >= 0", field="eos_id")
+    fingerprint = xxhash.xxh64_hexdigest(blob + f"|eos={eos_id}".encode())
+    return TokenizerSpec(os.fspath(json_path), int(eos_id), fingerprint)
+
+
+def hf_encoder(spec: TokenizerSpec) -> EncodeFn:
+    """Hugging Face ``tokenizers``' batched encode, without special tokens."""
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(spec.json_path)
+    except Exception as exc:
+        raise FormatError(f"tokenizers cannot load this file: {exc}", path=spec.json_path) from None
+    encode_batch = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
+
+    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        ids = [encoding.ids for encoding in encode_batch(texts, add_special_tokens=False)]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        return flat, lengths
+
+    return encode

@@ -1,0 +1,191 @@
+"""Documents in a slot's order, as DocBlocks: the exact (counter) order and the seed's (compat) order."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tokenloom.hf_streaming._order import Base, Item, block_order, slot_items
+from tokenloom.hf_streaming._pack import DocBlock
+from tokenloom.hf_streaming._readers import read_blocks, text_of
+from tokenloom.hf_streaming._units import Source, Unit
+
+__all__ = ["Counters", "compat_blocks", "exact_blocks"]
+
+log = logging.getLogger("tokenloom.hf_streaming")
+
+
+@dataclass(slots=True)
+class Counters:
+    skipped: int = 0
+    records: int = 0
+    epochs_without_records: int = 0
+    items_done: dict[int, int] = field(default_factory=dict)
+
+
+def _doc_block(texts, doc_ids, epoch, item, rows, hint, first_token) -> DocBlock:
+    n = len(texts)
+    return DocBlock(
+        texts=texts,
+        doc_ids=np.asarray(doc_ids, dtype=np.int64),
+        epoch=np.full(n, epoch, dtype=np.int64),
+        item=np.full(n, item, dtype=np.int64),
+        row=np.asarray(rows, dtype=np.int64),
+        hint=np.asarray(hint, dtype=np.int64) if not np.isscalar(hint) else np.full(n, hint, dtype=np.int64),
+        first_token=np.asarray(first_token, dtype=np.int64),
+    )
+
+
+def _unit_blocks(
+    item: Item,
+    unit: Unit,
+    source: Source,
+    *,
+    epoch: int,
+    index: int,
+    seed: int,
+    block_size: int,
+    text_field: str,
+    on_error: str,
+    hf_dataset: Any,
+    counters: Counters,
+) -> Iterator[DocBlock]:
+    first_block = item.row // block_size
+    for block in read_blocks(
+        unit,
+        source,
+        unit.source,
+        block_size=block_size,
+        start_block=first_block,
+        hint=item.hint if item.hint >= 0 and item.row > 0 else -1,
+        text_field=text_field,
+        on_error=on_error,
+        hf_dataset=hf_dataset,
+    ):
+        size = len(block.texts)
+        order = block_order(size, seed, epoch, item.unit, block.index)
+        begin = item.row - block.index * block_size if block.index == first_block else 0
+        texts, doc_ids, rows, first = [], [], [], []
+        for position in range(max(begin, 0), size):
+            source_index = int(order[position])
+            text = block.texts[source_index]
+            counters.records += 1
+            if text is None:
+                counters.skipped += 1
+                continue
+            row = block.index * block_size + position
+            texts.append(text)
+            doc_ids.append(block.doc_ids[source_index])
+            rows.append(row)
+            first.append(item.token if row == item.row else 0)
+        if texts:
+            yield _doc_block(texts, doc_ids, epoch, index, rows, block.hint, first)
+
+
+def exact_blocks(
+    *,
+    units: list[Unit],
+    sizes: list[int],
+    sources: list[Source],
+    base: Base,
+    slot: int,
+    slots: int,
+    epoch: int,
+    item_index: int,
+    current: Item | None,
+    infinite: bool,
+    seed: int,
+    block_size: int,
+    text_field: str,
+    on_error: str,
+    hf_dataset: Any,
+    counters: Counters,
+) -> Iterator[DocBlock]:
+    """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``."""
+    first_epoch = True
+    while True:
+        items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
+        records_before = counters.records
+        start = item_index if first_epoch else 0
+        for index in range(start, len(items)):
+            item = items[index]
+            if first_epoch and index == item_index and current is not None:
+                item = Item(item.unit, current.row, current.token, current.hint)
+            unit = units[item.unit]
+            yield from _unit_blocks(
+                item,
+                unit,
+                sources[unit.source],
+                epoch=epoch,
+                index=index,
+                seed=seed,
+                block_size=block_size,
+                text_field=text_field,
+                on_error=on_error,
+                hf_dataset=hf_dataset,
+                counters=counters,
+            )
+        if not infinite:
+            return
+        if epoch not in base.epochs and counters.records == records_before:
+            log.warning(
+                "slot %d of %d read no record in epoch %d: it stops (too few source shards)", slot, slots, epoch
+            )
+            return
+        first_epoch = False
+        epoch += 1
+
+
+def compat_blocks(
+    stream_for_epoch: Any,
+    *,
+    rank: int,
+    world_size: int,
+    worker: int,
+    num_workers: int,
+    epoch: int,
+    row: int,
+    token: int,
+    infinite: bool,
+    text_field: str,
+    on_error: str,
+    name: str,
+    batch: int,
+    counters: Counters,
+) -> Iterator[DocBlock]:
+    """The seed's order: HF buffered shuffle (seed + epoch), rank takes every world_size-th document,
+    worker every num_workers-th of the rank's; resume replays the stream to document ``row``."""
+    while True:
+        texts, ids, rows, first = [], [], [], []
+        slot_doc = 0
+        for doc_index, example in enumerate(stream_for_epoch(epoch)):
+            if doc_index % world_size != rank:
+                continue
+            rank_doc = doc_index // world_size
+            if rank_doc % num_workers != worker:
+                continue
+            current = slot_doc
+            slot_doc += 1
+            if current < row:
+                continue
+            counters.records += 1
+            text = text_of(example, text_field, on_error, path=name, offset=None, row=doc_index)
+            if text is None:
+                counters.skipped += 1
+                continue
+            texts.append(text)
+            ids.append(doc_index)
+            rows.append(current)
+            first.append(token if current == row else 0)
+            if len(texts) == batch:
+                yield _doc_block(texts, ids, epoch, 0, rows, -1, first)
+                texts, ids, rows, first = [], [], [], []
+        if texts:
+            yield _doc_block(texts, ids, epoch, 0, rows, -1, first)
+        if not infinite:
+            return
+        epoch, row, token = epoch + 1, 0, 0

@@ -1,0 +1,169 @@
+"""Documents -> seq_len + 1 token windows, each with the stream position after it.
+
+Documents arrive in blocks with their position (epoch, item, row, hint) and the
+number of leading tokens already consumed (``first_token``, non-zero only for a
+document a resume starts inside). A block is encoded in one batched call, EOS
+appended to every document, and concatenated after the carry-over of the
+previous block; whole windows are cut with numpy, never per token. The position
+after a window is the document holding its last token and the token offset
+after it, so a resume re-encodes that document and drops what was emitted: the
+carry-over is saved as references, not tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenloom.hf_streaming._encode import EncodeFn
+
+__all__ = ["DocBlock", "Packer", "Window"]
+
+
+@dataclass(slots=True)
+class DocBlock:
+    """Documents in stream order; position columns are int64 arrays of one length."""
+
+    texts: list[str]
+    doc_ids: np.ndarray
+    epoch: np.ndarray
+    item: np.ndarray
+    row: np.ndarray
+    hint: np.ndarray
+    first_token: np.ndarray
+
+
+@dataclass(slots=True)
+class Window:
+    tokens: np.ndarray
+    """(n, seq_len + 1) int64 windows."""
+    ordinals: np.ndarray
+    """(n, seq_len + 1) running document number of every token (padding: its own number)."""
+    provenance: np.ndarray
+    """(n, seq_len + 1) source doc_id of every token (-1 for padding)."""
+    positions: np.ndarray
+    """(n, 5) epoch, item, row, token offset, hint after each window."""
+    padding: np.ndarray | None = None
+    """(n, seq_len + 1) bool, True on padding (the last window of a finite stream)."""
+
+
+class Packer:
+    """Carry-over buffer and window cutter for one slot."""
+
+    def __init__(self, encode: EncodeFn, *, eos_id: int, seq_len: int, skip_empty: bool = False) -> None:
+        self.encode = encode
+        self.eos_id = eos_id
+        self.width = seq_len + 1
+        self.skip_empty = skip_empty
+        self.next_ordinal = 0
+        self.documents = 0
+        self._tokens = np.empty(0, dtype=np.int64)
+        self._ordinals = np.empty(0, dtype=np.int64)
+        self._provenance = np.empty(0, dtype=np.int64)
+        # per document in the buffer: end offset (buffer coordinates) and its position columns
+        self._ends = np.empty(0, dtype=np.int64)
+        self._doc_pos = np.empty((0, 5), dtype=np.int64)  # epoch, item, row, first_token - start, hint
+
+    def add(self, block: DocBlock) -> None:
+        if not block.texts:
+            return
+        flat, lengths = self.encode(block.texts)
+        keep = np.ones(len(lengths), dtype=bool)
+        if self.skip_empty:
+            keep = lengths > 0
+        sizes = lengths + 1  # every document ends with EOS
+        starts = np.zeros(len(sizes), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        total = int(sizes.sum())
+        tokens = np.empty(total, dtype=np.int64)
+        is_eos = np.zeros(total, dtype=bool)
+        is_eos[starts + lengths] = True
+        tokens[is_eos] = self.eos_id
+        tokens[~is_eos] = flat
+        mask = np.repeat(keep, sizes)
+        skip = block.first_token
+        for index in np.flatnonzero(skip > 0):
+            mask[starts[index] : starts[index] + min(int(skip[index]), int(sizes[index]))] = False
+        kept_sizes = np.where(keep, sizes - np.minimum(skip, sizes), 0)
+        ordinals = self.next_ordinal + np.arange(len(sizes), dtype=np.int64)
+        self.next_ordinal += len(sizes)
+        self.documents += int(keep.sum())
+        present = kept_sizes > 0
+        base = self._tokens.size
+        self._tokens = np.concatenate([self._tokens, tokens[mask]])
+        self._ordinals = np.concatenate([self._ordinals, np.repeat(ordinals, kept_sizes)])
+        self._provenance = np.concatenate([self._provenance, np.repeat(block.doc_ids, kept_sizes)])
+        ends = base + np.cumsum(kept_sizes)[present]
+        # token offset after X buffer tokens of document j = X - (end_j - kept_j) + skip_j = X - end_j + size_j
+        columns = np.stack(
+            [block.epoch, block.item, block.row, sizes - (base + np.cumsum(kept_sizes)), block.hint], axis=1
+        )[present]
+        self._ends = np.concatenate([self._ends, ends])
+        self._doc_pos = np.concatenate([self._doc_pos, columns])
+
+    @property
+    def buffered(self) -> int:
+        return int(self._tokens.size)
+
+    def windows(self) -> Window | None:
+        """Every whole window the buffer holds, or None."""
+        count = self._tokens.size // self.width
+        if count == 0:
+            return None
+        used = count * self.width
+        cut = np.arange(1, count + 1, dtype=np.int64) * self.width
+        window = Window(
+            tokens=self._tokens[:used].reshape(count, self.width),
+            ordinals=self._ordinals[:used].reshape(count, self.width),
+            provenance=self._provenance[:used].reshape(count, self.width),
+            positions=self._positions(cut),
+        )
+        self._drop(used)
+        return window
+
+    def tail(self) -> Window | None:
+        """The last, partial window padded with EOS (padding marked), or None if the buffer is empty."""
+        size = self._tokens.size
+        if size == 0:
+            return None
+        pad = self.width - size
+        padding = np.zeros((1, self.width), dtype=bool)
+        padding[0, size:] = True
+        last_ordinal = int(self._ordinals[-1])
+        window = Window(
+            tokens=np.concatenate([self._tokens, np.full(pad, self.eos_id, dtype=np.int64)])[None, :],
+            ordinals=np.concatenate([self._ordinals, np.full(pad, last_ordinal + 1, dtype=np.int64)])[None, :],
+            provenance=np.concatenate([self._provenance, np.full(pad, -1, dtype=np.int64)])[None, :],
+            positions=self._positions(np.array([size], dtype=np.int64)),
+            padding=padding,
+        )
+        self._drop(size)
+        return window
+
+    def _positions(self, cut: np.ndarray) -> np.ndarray:
+        doc = np.searchsorted(self._ends, cut, side="left")
+        columns = self._doc_pos[doc].copy()
+        columns[:, 3] += cut  # token offset inside the document after the cut
+        return columns
+
+    def _drop(self, used: int) -> None:
+        self._tokens = self._tokens[used:]
+        self._ordinals = self._ordinals[used:]
+        self._provenance = self._provenance[used:]
+        first = int(np.searchsorted(self._ends, used, side="right"))
+        self._ends = self._ends[first:] - used
+        self._doc_pos = self._doc_pos[first:].copy()
+        self._doc_pos[:, 3] += used
+
+    def clear(self) -> None:
+        self._drop(self._tokens.size)
+
+
+def iter_windows(packer: Packer, blocks: Iterator[DocBlock]) -> Iterator[Window]:
+    for block in blocks:
+        packer.add(block)
+        window = packer.windows()
+        if window is not None:
+            yield window

@@ -1,0 +1,231 @@
+"""Read a unit as blocks of records, seeking where the source allows.
+
+Every reader yields :class:`Block` s of ``block_size`` kept records in source
+order, starting at block ``start_block``. ``hint`` is where that block starts
+(a byte offset for jsonl, ignored elsewhere): with it a plain jsonl reader seeks
+straight there, so resuming costs one block, not the position. A record's
+``doc_id`` is a stable global id: ``source << 40 | byte offset`` (jsonl),
+``source << 40 | row`` (parquet, HF shards).
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tokenloom.formats import FormatError, MissingKeyError, RecordError
+from tokenloom.hf_streaming._units import Source, SourceKind, Unit
+
+__all__ = ["SOURCE_SHIFT", "Block", "read_blocks", "text_of"]
+
+SOURCE_SHIFT = 40
+
+
+@dataclass(slots=True)
+class Block:
+    index: int
+    hint: int
+    doc_ids: list[int] = field(default_factory=list)
+    texts: list[str | None] = field(default_factory=list)
+    """None where a bad record was skipped (``on_error="skip"``)."""
+
+
+def text_of(
+    record: Any, text_field: str, on_error: str, *, path: str, offset: int | None, row: int | None
+) -> str | None:
+    """The text of one record, or a named error (None when skipping)."""
+    if not isinstance(record, dict):
+        problem = f"record is a JSON {type(record).__name__}, expected an object with a {text_field!r} field"
+    elif text_field not in record:
+        problem = f"record has no {text_field!r} field (it has {sorted(record)[:8]})"
+    elif not isinstance(record[text_field], str):
+        problem = f"field {text_field!r} is {type(record[text_field]).__name__}, expected a string"
+    else:
+        return record[text_field]
+    if on_error == "skip":
+        return None
+    raise RecordError(
+        problem,
+        path=path,
+        offset=offset,
+        record=row,
+        field=text_field,
+        hint="Fix the record, or pass on_error='skip' to count and skip such records",
+    )
+
+
+def _jsonl_blocks(
+    unit: Unit,
+    source: Source,
+    source_index: int,
+    *,
+    block_size: int,
+    start_block: int,
+    hint: int,
+    text_field: str,
+    on_error: str,
+) -> Iterator[Block]:
+    gz = source.kind == SourceKind.JSONL_GZ
+    end = unit.end if unit.end >= 0 and not gz else None
+    try:
+        handle = gzip.open(source.path, "rb") if gz else open(source.path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise FormatError(f"cannot open: {exc.strerror}", path=source.path) from None
+    with handle as f:
+        try:
+            if hint >= 0:
+                f.seek(hint)
+                to_discard = 0
+                skip_before_next = 0
+            else:
+                if unit.begin > 0:
+                    f.seek(unit.begin - 1)
+                    f.readline()  # a range owns the lines that start inside it
+                to_discard = start_block * block_size
+                skip_before_next = unit.phase
+            block = Block(start_block, -1)
+            while True:
+                offset = f.tell()
+                if end is not None and offset >= end:
+                    break
+                line = f.readline()
+                if not line:
+                    break
+                if offset == 0 and line.lstrip()[:1] == b"[":
+                    raise FormatError(
+                        "a JSON array file: the streaming reader needs JSON lines (one object per line)",
+                        path=source.path,
+                        hint="Convert it to jsonl, or pass load_dataset(..., streaming=True) as the dataset",
+                    )
+                if not line.strip():
+                    continue
+                if skip_before_next:
+                    skip_before_next -= 1
+                    continue
+                skip_before_next = unit.stride - 1
+                if to_discard:
+                    to_discard -= 1
+                    continue
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    if on_error != "skip":
+                        raise RecordError(
+                            f"not valid JSON: {exc}",
+                            path=source.path,
+                            offset=offset,
+                            hint="Fix the line, or pass on_error='skip' to count and skip such records",
+                        ) from None
+                    record = None
+                if block.hint < 0:
+                    block.hint = offset
+                block.doc_ids.append(source_index << SOURCE_SHIFT | offset)
+                block.texts.append(
+                    None
+                    if record is None
+                    else text_of(record, text_field, on_error, path=source.path, offset=offset, row=None)
+                )
+                if len(block.texts) == block_size:
+                    yield block
+                    block = Block(block.index + 1, -1)
+            if block.texts:
+                yield block
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise FormatError(f"cannot read: {exc}", path=source.path) from None
+
+
+def _rows_blocks(
+    rows: Iterator[tuple[int, Any]],
+    unit: Unit,
+    *,
+    block_size: int,
+    start_block: int,
+    text_field: str,
+    on_error: str,
+    path: str,
+    source_index: int,
+) -> Iterator[Block]:
+    """Blocks over (row number, record) pairs: parquet row groups and HF shards."""
+    kept = 0
+    to_discard = start_block * block_size
+    block = Block(start_block, -1)
+    for row, record in rows:
+        if row % unit.stride != unit.phase:
+            continue
+        kept += 1
+        if kept <= to_discard:
+            continue
+        block.doc_ids.append(source_index << SOURCE_SHIFT | row)
+        block.texts.append(text_of(record, text_field, on_error, path=path, offset=None, row=row))
+        if len(block.texts) == block_size:
+            yield block
+            block = Block(block.index + 1, -1)
+    if block.texts:
+        yield block
+
+
+def _parquet_rows(source: Source, group: int, text_field: str) -> Iterator[tuple[int, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(source.path)
+        if text_field not in parquet.schema_arrow.names:
+            raise MissingKeyError(
+                f"column {text_field!r} is absent, the file has {parquet.schema_arrow.names}",
+                path=source.path,
+                field=text_field,
+                hint="Pass the right text_field",
+            )
+        column = parquet.read_row_group(group, columns=[text_field]).column(0).to_pylist()
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, MissingKeyError):
+            raise
+        raise FormatError(f"cannot read row group {group}: {exc}", path=source.path) from None
+    first = sum(source.row_groups[:group])
+    for i, value in enumerate(column):
+        yield first + i, {text_field: value}
+
+
+def read_blocks(
+    unit: Unit,
+    source: Source,
+    source_index: int,
+    *,
+    block_size: int,
+    start_block: int,
+    hint: int,
+    text_field: str,
+    on_error: str,
+    hf_dataset: Any = None,
+) -> Iterator[Block]:
+    if source.kind in (SourceKind.JSONL, SourceKind.JSONL_GZ):
+        yield from _jsonl_blocks(
+            unit,
+            source,
+            source_index,
+            block_size=block_size,
+            start_block=start_block,
+            hint=hint,
+            text_field=text_field,
+            on_error=on_error,
+        )
+        return
+    if source.kind == SourceKind.PARQUET:
+        rows = _parquet_rows(source, unit.begin, text_field)
+    else:
+        shard = hf_dataset.shard(num_shards=hf_dataset.num_shards, index=source_index, contiguous=True)
+        rows = enumerate(shard)
+    yield from _rows_blocks(
+        rows,
+        unit,
+        block_size=block_size,
+        start_block=start_block,
+        text_field=text_field,
+        on_error=on_error,
+        path=source.path,
+        source_index=source_index,
+    )

@@ -1,0 +1,208 @@
+"""Source shards ("units"): the pieces of work dealt to rank x worker slots.
+
+A unit is a file, a byte range of a plain jsonl file, a parquet row group or a
+shard of a Hugging Face ``IterableDataset``, optionally strided by example
+(``stride`` > 1 keeps every ``stride``-th record starting at ``phase``). The unit
+list is a pure function of the sources and a :class:`Layout`; the layout is
+chosen once, at the first start, so that there are at least as many units as
+slots where the sources allow, and is stored in every state so that a resume on
+another topology sees the same units.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenloom.formats import ConfigError, MissingFileError
+
+__all__ = [
+    "DEFAULT_UNIT_BYTES",
+    "Layout",
+    "Source",
+    "SourceKind",
+    "Unit",
+    "choose_layout",
+    "enumerate_units",
+    "unit_sizes",
+]
+
+log = logging.getLogger("tokenloom.hf_streaming")
+DEFAULT_UNIT_BYTES = 64 * 2**20
+
+
+class SourceKind:
+    JSONL = "jsonl"
+    JSONL_GZ = "jsonl.gz"
+    PARQUET = "parquet"
+    HF = "hf"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One input: a local file, or shard ``index`` of a Hugging Face IterableDataset."""
+
+    kind: str
+    path: str
+    size: int
+    row_groups: tuple[int, ...] = ()
+    """Rows per row group (parquet only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    source: int
+    begin: int
+    """Byte offset (plain jsonl), row group (parquet), else 0."""
+    end: int
+    """Byte end (plain jsonl), else -1."""
+    stride: int = 1
+    phase: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How sources are cut into units: stored in the state, never re-decided on resume."""
+
+    unit_bytes: int = DEFAULT_UNIT_BYTES
+    split: int = 1
+    """Extra byte ranges per plain jsonl file."""
+    stride: int = 1
+    """Stride-by-example factor for every unit (only when splitting could not give enough units)."""
+
+    def to_json(self) -> dict[str, int]:
+        return {"unit_bytes": self.unit_bytes, "split": self.split, "stride": self.stride}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Layout:
+        return cls(unit_bytes=int(data["unit_bytes"]), split=int(data["split"]), stride=int(data["stride"]))
+
+
+def _kind_of(path: str, builder: str) -> str:
+    lower = path.lower()
+    if builder == "parquet" or lower.endswith(".parquet"):
+        return SourceKind.PARQUET
+    if lower.endswith(".gz"):
+        return SourceKind.JSONL_GZ
+    return SourceKind.JSONL
+
+
+def resolve_files(data_files: Any, split: str) -> list[str]:
+    """``data_files`` as ``load_dataset`` takes it (str, list, {split: ...}), globs expanded, in order."""
+    if isinstance(data_files, dict):
+        if split not in data_files:
+            raise ConfigError(
+                f"data_files has splits {sorted(data_files)}, not {split!r}",
+                field="data_files",
+                hint=f"Pass split= one of {sorted(data_files)}",
+            )
+        data_files = data_files[split]
+    if isinstance(data_files, str | os.PathLike):
+        data_files = [data_files]
+    files: list[str] = []
+    for entry in data_files:
+        pattern = os.fspath(entry)
+        if any(ch in pattern for ch in "*?["):
+            matched = sorted(glob.glob(pattern, recursive=True))
+            if not matched:
+                raise MissingFileError(f"the pattern {pattern!r} matches no file", path=pattern, field="data_files")
+            files.extend(matched)
+        else:
+            if not Path(pattern).is_file():
+                raise MissingFileError("data file not found (or not a regular file)", path=pattern, field="data_files")
+            files.append(pattern)
+    if not files:
+        raise ConfigError("data_files lists no file: the dataset is empty", field="data_files")
+    return files
+
+
+def file_sources(files: list[str], builder: str) -> list[Source]:
+    sources = []
+    for path in files:
+        kind = _kind_of(path, builder)
+        size = os.path.getsize(path)
+        row_groups: tuple[int, ...] = ()
+        if kind == SourceKind.PARQUET:
+            import pyarrow.parquet as pq
+
+            try:
+                meta = pq.ParquetFile(path).metadata
+            except Exception as exc:
+                from tokenloom.formats import FormatError
+
+                raise FormatError(f"not a readable parquet file: {exc}", path=path) from None
+            row_groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+        sources.append(Source(kind=kind, path=path, size=size, row_groups=row_groups))
+    return sources
+
+
+def _natural_units(sources: list[Source], layout: Layout) -> list[Unit]:
+    units: list[Unit] = []
+    for index, source in enumerate(sources):
+        if source.kind == SourceKind.JSONL:
+            parts = max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split
+            parts = max(1, min(parts, source.size))
+            units.extend(Unit(index, source.size * i // parts, source.size * (i + 1) // parts) for i in range(parts))
+        elif source.kind == SourceKind.PARQUET:
+            units.extend(Unit(index, group, -1) for group in range(len(source.row_groups)))
+        else:
+            units.append(Unit(index, 0, -1))
+    return units
+
+
+def enumerate_units(sources: list[Source], layout: Layout) -> list[Unit]:
+    """The unit list: a pure function of (sources, layout)."""
+    natural = _natural_units(sources, layout)
+    if layout.stride == 1:
+        return natural
+    return [
+        Unit(u.source, u.begin, u.end, stride=layout.stride, phase=phase)
+        for u in natural
+        for phase in range(layout.stride)
+    ]
+
+
+def choose_layout(sources: list[Source], slots: int, unit_bytes: int = DEFAULT_UNIT_BYTES) -> Layout:
+    """At least ``slots`` units where possible: byte ranges of plain jsonl first, else stride by example."""
+    layout = Layout(unit_bytes=unit_bytes)
+    count = len(_natural_units(sources, layout))
+    if count >= slots or count == 0:
+        return layout
+    if any(s.kind == SourceKind.JSONL for s in sources):
+        layout = Layout(unit_bytes=unit_bytes, split=math.ceil(slots / count))
+        count = len(_natural_units(sources, layout))
+        if count >= slots:
+            return layout
+    stride = math.ceil(slots / count)
+    log.warning(
+        "only %d source shards for %d rank x worker slots and none can be split further: every shard is read "
+        "by %d slots, each keeping every %d-th example (more files or row groups avoid the extra reading)",
+        count,
+        slots,
+        stride,
+        stride,
+    )
+    return Layout(unit_bytes=unit_bytes, split=layout.split, stride=stride)
+
+
+def unit_sizes(units: list[Unit], sources: list[Source]) -> list[int]:
+    """Approximate bytes of each unit, for balancing slots (HF shards: 1 each)."""
+    sizes = []
+    for unit in units:
+        source = sources[unit.source]
+        if source.kind == SourceKind.JSONL:
+            size = unit.end - unit.begin
+        elif source.kind == SourceKind.PARQUET:
+            rows = sum(source.row_groups) or 1
+            size = source.size * source.row_groups[unit.begin] // rows
+        elif source.kind == SourceKind.JSONL_GZ:
+            size = source.size
+        else:
+            size = 1
+        sizes.append(max(1, size // unit.stride))
+    return sizes

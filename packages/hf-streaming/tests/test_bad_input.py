@@ -1,0 +1,205 @@
+"""Bad input ends in a named DataError that says what, where and what to do; nothing is guessed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tokenloom.formats import (
+    ConfigError,
+    FormatError,
+    MissingFileError,
+    MissingKeyError,
+    RecordError,
+    ResumeMismatchError,
+)
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset, merge_rank_states
+
+
+def make(files, tokenizer_dir, **kwargs):
+    options = {"seq_len": 8, "data_files": files, "shuffle_buffer_size": 4}
+    options.update(kwargs)
+    return StreamingHuggingFaceDataset("json", "train", "text", tokenizer_path=str(tokenizer_dir), **options)
+
+
+def write(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return [str(path)]
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (json.dumps({"body": "x"}), "no 'text' field"),
+        (json.dumps({"text": 3}), "is int, expected a string"),
+        (json.dumps(["text"]), "JSON list"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_bad_record_names_file_and_offset(tmp_path, tokenizer_dir, line, problem):
+    good = json.dumps({"text": "alpha beta"})
+    files = write(tmp_path / "bad.jsonl", [good, line, good])
+    with pytest.raises(RecordError, match=problem) as caught:
+        list(make(files, tokenizer_dir))
+    assert caught.value.path == files[0]
+    assert caught.value.offset == len(good) + 1
+    assert "on_error='skip'" in str(caught.value)
+
+
+def test_bad_records_skipped_and_counted_on_request(tmp_path, tokenizer_dir, caplog):
+    good = json.dumps({"text": "alpha beta gamma delta"})
+    files = write(tmp_path / "bad.jsonl", [good, json.dumps({"text": None}), good, "{", good])
+    ds = make(files, tokenizer_dir, on_error="skip", with_provenance=True)
+    samples = list(ds)
+    assert ds.state_dict()["skipped"] == 2
+    assert "skipped 2 bad records" in caplog.text
+    assert len({d for s in samples for d in s["doc_index"].tolist() if d >= 0}) == 3
+
+
+def test_missing_parquet_column(tmp_path, tokenizer_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"body": ["a", "b"]}), path)
+    with pytest.raises(MissingKeyError, match="column 'text' is absent"):
+        list(make([str(path)], tokenizer_dir))
+
+
+def test_json_array_file_is_refused_with_a_hint(tmp_path, tokenizer_dir):
+    path = tmp_path / "array.json"
+    path.write_text(json.dumps([{"text": "a"}, {"text": "b"}]))
+    with pytest.raises(FormatError, match="JSON array"):
+        list(make([str(path)], tokenizer_dir))
+
+
+def test_empty_dataset_and_missing_files(tmp_path, tokenizer_dir):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        make([str(empty)], tokenizer_dir)
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n  \n")
+    with pytest.raises(ConfigError, match="found no record"):
+        list(make([str(blank)], tokenizer_dir))
+    with pytest.raises(MissingFileError, match="not found"):
+        make([str(tmp_path / "absent.jsonl")], tokenizer_dir)
+    with pytest.raises(MissingFileError, match="matches no file"):
+        make([str(tmp_path / "*.parquet")], tokenizer_dir)
+    with pytest.raises(ConfigError, match="data_files lists no file"):
+        make([], tokenizer_dir)
+
+
+@pytest.mark.parametrize("seq_len", [0, -3, 2.5, True])
+def test_seq_len_below_one(corpus, tokenizer_dir, seq_len):
+    with pytest.raises(ConfigError, match="seq_len"):
+        make(corpus, tokenizer_dir, seq_len=seq_len)
+
+
+def test_bad_options(corpus, tokenizer_dir):
+    with pytest.raises(ConfigError, match="mode"):
+        make(corpus, tokenizer_dir, mode="fast")
+    with pytest.raises(ConfigError, match="on_error"):
+        make(corpus, tokenizer_dir, on_error="ignore")
+    with pytest.raises(ConfigError, match="rank"):
+        make(corpus, tokenizer_dir, rank=2, world_size=2)
+
+
+def test_tokenizer_without_eos_needs_eos_id(tmp_path, corpus):
+    from conftest import train_tokenizer
+
+    directory = train_tokenizer(tmp_path / "noeos", with_eos=False)
+    with pytest.raises(ConfigError, match="defines no EOS") as caught:
+        make(corpus, directory)
+    assert "eos_id" in str(caught.value)
+    ds = make(corpus, directory, eos_id=5)
+    sample = next(iter(ds))
+    assert ds.eos_id == 5 and sample["input_ids"].shape == (8,)
+
+
+def test_missing_tokenizer(tmp_path, corpus):
+    with pytest.raises(MissingFileError, match="no tokenizer.json"):
+        make(corpus, tmp_path)
+
+
+def test_state_from_other_settings_lists_the_fields(corpus, tokenizer_dir):
+    ds = make(corpus, tokenizer_dir)
+    next(iter(ds))
+    state = ds.state_dict()
+    other = make(corpus, tokenizer_dir, seq_len=9, seed=1)
+    with pytest.raises(ResumeMismatchError) as caught:
+        other.load_state_dict(state)
+    assert "seq_len: saved 8, now 9" in str(caught.value)
+    assert "seed: saved 42, now 1" in str(caught.value)
+    with pytest.raises(ResumeMismatchError, match="data"):
+        make(corpus[:2], tokenizer_dir).load_state_dict(state)
+    with pytest.raises(ResumeMismatchError, match="version"):
+        make(corpus, tokenizer_dir).load_state_dict({**state, "version": 99})
+    with pytest.raises(ResumeMismatchError, match="rank 0 of 1 loaded on rank 1 of 2"):
+        make(corpus, tokenizer_dir, rank=1, world_size=2).load_state_dict(state)
+
+
+def test_states_that_do_not_cover_the_topology(corpus, tokenizer_dir):
+    states = []
+    for rank in range(3):
+        ds = make(corpus, tokenizer_dir, rank=rank, world_size=3)
+        next(iter(ds))
+        states.append(ds.state_dict())
+    with pytest.raises(ResumeMismatchError, match=r"missing \(rank, worker\) \[\(1, 0\)\]"):
+        merge_rank_states([states[0], states[2]])
+    with pytest.raises(ResumeMismatchError, match="no StreamingHuggingFaceDataset state"):
+        merge_rank_states([{"something": 1}])
+    other = make(corpus, tokenizer_dir, seed=5, rank=1, world_size=3)
+    next(iter(other))
+    with pytest.raises(ResumeMismatchError, match="seed"):
+        merge_rank_states([states[0], other.state_dict(), states[2]])
+    assert merge_rank_states(states)["world_size"] == 3
+
+
+def test_hub_name_offline_fails_fast_with_a_clear_error(tmp_path):
+    code = (
+        "import os\n"
+        "os.environ['HF_HUB_OFFLINE']='1'; os.environ['HF_DATASETS_OFFLINE']='1'\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
+        "from tokenloom.formats import ConfigError\n"
+        f"tok = {str(tmp_path)!r}\n"
+        "import json, pathlib\n"
+        "p = pathlib.Path(tok) / 'tokenizer.json'\n"
+        "from tokenizers import Tokenizer, models\n"
+        "t = Tokenizer(models.WordLevel({'a': 0, '<eos>': 1}, unk_token='a')); t.save(str(p))\n"
+        "try:\n"
+        "    StreamingHuggingFaceDataset('someone/not-here', 'train', 'text', 8, tok, eos_id=1)\n"
+        "except ConfigError as exc:\n"
+        "    print('ERR', exc)\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - start < 120
+    assert "ERR load_dataset('someone/not-here'" in proc.stdout, proc.stderr[-2000:]
+    assert "HF_HUB_OFFLINE" in proc.stdout
+
+
+def test_stream_state_command(tmp_path, corpus, tokenizer_dir):
+    from click.testing import CliRunner
+
+    from tokenloom.hf_streaming import save_rank_state
+    from tokenloom.hf_streaming._commands import stream_state
+
+    for rank in range(2):
+        ds = make(corpus, tokenizer_dir, rank=rank, world_size=2)
+        next(iter(ds))
+        save_rank_state(tmp_path / "ckpt", rank, ds.state_dict())
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
+    assert result.exit_code == 0, result.output
+    assert "topology   2 ranks x 1 workers" in result.output
+    (tmp_path / "ckpt" / "hf_stream_rank00001.json").unlink()
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt"), "--world-size", "2"])
+    assert result.exit_code == 1
+    assert "rank state files missing" in result.output
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
+    assert result.exit_code == 1
+    assert "do not cover the saved topology" in result.output

@@ -1,0 +1,76 @@
+"""Real processes: fork safety with 4 workers, and a finite stream on 3 gloo ranks ending together."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _hfs_oracle import compare, expected_documents
+
+HERE = Path(__file__).parent
+
+
+def test_tokenizer_used_in_parent_then_four_forked_workers(corpus, tokenizer_dir):
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}  # the setting under which a fork can deadlock
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_hfs_fork_child.py"), str(tokenizer_dir), *corpus],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("SAMPLES"))
+    _, expected, got = line.split()
+    # four workers split the shards: one pass each, with at most one padded tail per worker
+    assert int(expected) > 50
+    assert int(expected) <= int(got) <= int(expected) + 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_finite_stream_on_three_gloo_ranks_ends_on_the_same_step(tmp_path, corpus, tokenizer_dir):
+    port = _free_port()
+    config = {"files": corpus, "tokenizer": str(tokenizer_dir), "out": str(tmp_path)}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    procs = []
+    for rank in range(3):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": "3"}
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(HERE / "_hfs_gloo_worker.py"), str(tmp_path / "config.json")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        outputs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+    steps = {r["steps"] for r in results}
+    assert len(steps) == 1, results
+    assert len({r["real"] for r in results}) > 1, "ranks had equal work: padding was not exercised"
+    assert all(r["real"] + r["padded"] == r["steps"] for r in results)
+    assert all(r["padding_labels_ignored"] for r in results)
+    docs: dict[int, list[int]] = {}
+    for r in results:
+        for key, tokens in r["docs"].items():
+            docs.setdefault(int(key), []).extend(tokens)
+    assert compare(expected_documents(corpus, tokenizer_dir, eos_id=0), docs) == []

@@ -1,0 +1,44 @@
+"""Every difference between two tokenize run keys, in words (for ResumeMismatchError)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["run_key_differences"]
+
+
+def _inputs(entries: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(entries, list):
+        return {}
+    return {str(e.get("relative", e.get("path", i))): e for i, e in enumerate(entries) if isinstance(e, dict)}
+
+
+def run_key_differences(recorded: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """``["max_length 64 -> 32", "input b.jsonl added", ...]``: each setting, the tokenizer and each input."""
+    out: list[str] = []
+    old_settings, new_settings = dict(recorded.get("settings") or {}), dict(wanted.get("settings") or {})
+    for key in sorted(old_settings.keys() | new_settings.keys()):
+        if old_settings.get(key) != new_settings.get(key):
+            out.append(f"{key} {old_settings.get(key)!r} -> {new_settings.get(key)!r}")
+    for key in ("chunking",):
+        if key in wanted and recorded.get(key) != wanted.get(key):
+            out.append(f"{key} {recorded.get(key)!r} -> {wanted.get(key)!r}")
+    if recorded.get("tokenizer_fingerprint") != wanted.get("tokenizer_fingerprint"):
+        out.append(
+            f"tokenizer fingerprint {str(recorded.get('tokenizer_fingerprint'))[:19]}... -> "
+            f"{str(wanted.get('tokenizer_fingerprint'))[:19]}..."
+        )
+    old_inputs, new_inputs = _inputs(recorded.get("inputs")), _inputs(wanted.get("inputs"))
+    for name in sorted(old_inputs.keys() | new_inputs.keys()):
+        if name not in old_inputs:
+            out.append(f"input {name} added")
+        elif name not in new_inputs:
+            out.append(f"input {name} removed")
+        elif old_inputs[name] != new_inputs[name]:
+            changed = sorted(
+                k
+                for k in old_inputs[name].keys() | new_inputs[name].keys()
+                if old_inputs[name].get(k) != new_inputs[name].get(k)
+            )
+            out.append(f"input {name} changed ({', '.join(changed)})")
+    return out or ["the recorded run key could not be compared"]

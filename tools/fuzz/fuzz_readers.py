@@ -1,0 +1,258 @@
+"""Mutation fuzzing of every tokenloom reader (not a CI test: run it by hand, results in docs/fuzz.md).
+
+    uv run python tools/fuzz/fuzz_readers.py --examples 300        # per reader; deterministic (derandomized)
+
+For each reader a small valid dataset is written with tokenloom's own writers; hypothesis
+then draws mutations of one of its files (truncation, byte flips, a splice of another
+valid file's bytes, bytes appended, the file emptied) and the reader opens the result
+(deep validation) and reads every entry. Allowed outcomes: a correct read or a
+``DataError``. Anything else (another exception type, a hang beyond the timeout, a crash)
+is a finding. A sample of the failing cases also goes through ``tokenloom inspect``,
+which must exit 1 with a single line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokenloom.formats import DataError, open_dataset, open_writer
+from tokenloom.formats._commands import inspect
+
+TIMEOUT_S = 10
+
+
+class Hang(Exception):
+    pass
+
+
+def _alarm(_signum, _frame):
+    raise Hang(f"no result within {TIMEOUT_S} s")
+
+
+def _docs(rng: random.Random, n: int = 12) -> list[np.ndarray]:
+    return [np.array([rng.randrange(1, 250) for _ in range(rng.randrange(1, 30))] + [0]) for _ in range(n)]
+
+
+def _write(root: Path, fmt: str, **options) -> Path:
+    rng = random.Random(fmt)
+    target = root / fmt
+    with open_writer(target, format=fmt.split("-legacy")[0], dtype="uint16", vocab_size=256, eos_id=0, **options) as w:
+        for doc in _docs(rng):
+            w.add(doc)
+    return target
+
+
+def _keyed(root: Path, fmt: str) -> Path:
+    rng = random.Random(fmt)
+    target = root / ("store.h5" if fmt == "h5" else "store-bin")
+    with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, training_type="seq") as w:
+        for doc in _docs(rng, 8):
+            w.add_keyed({"sequence": doc})
+    return target
+
+
+def build_corpus(root: Path) -> dict[str, tuple[Path, Callable[[Path], object]]]:
+    """reader name -> (valid dataset path, read function that touches every entry)."""
+
+    def read_all(path: Path, **kw) -> int:
+        ds = open_dataset(path, validate="deep", **kw)
+        return sum(int(ds[i].sum()) for i in range(len(ds)))
+
+    corpus: dict[str, tuple[Path, Callable[[Path], object]]] = {}
+    corpus["native"] = (_write(root, "native", shard_size_tokens=60), read_all)
+    corpus["flat-npy"] = (_write(root, "flat", shard_size_tokens=60), read_all)
+    flat_bin = root / "flat-bin"
+    with open_writer(flat_bin, format="flat", dtype="uint16", vocab_size=256, eos_id=0, file_format="bin") as w:
+        for doc in _docs(random.Random("flat-bin")):
+            w.add(doc)
+    corpus["flat-bin"] = (flat_bin, read_all)
+    mega = root / "mega" / "data"
+    with open_writer(mega, format="megatron", dtype="uint16", vocab_size=256, eos_id=0) as w:
+        for doc in _docs(random.Random("megatron")):
+            w.add(doc)
+    corpus["megatron"] = (mega.parent, lambda p: read_all(p, vocab_size=256, eos_id=0))
+    packed = root / "data.pbin"
+    with open_writer(packed, format="packed", dtype="uint16", vocab_size=256, eos_id=0) as w:
+        for doc in _docs(random.Random("packed")):
+            w.add(doc)
+    corpus["packed"] = (packed, read_all)
+    legacy = root / "legacy.pbin"
+    with open_writer(legacy, format="packed", dtype="uint32", vocab_size=256, eos_id=0, legacy=True) as w:
+        for doc in _docs(random.Random("legacy")):
+            w.add(doc)
+    corpus["packed-legacy"] = (legacy, read_all)
+    corpus["h5"] = (_keyed(root, "h5"), read_all)
+    corpus["bin-meta"] = (_keyed(root, "bin-meta"), lambda p: read_all(p))
+
+    from tokenloom.tokenize.jsonl_index import JsonlIndex
+
+    jsonl = root / "lines.jsonl"
+    jsonl.write_bytes(b"".join(json.dumps({"text": "x" * i}).encode() + b"\n" for i in range(40)))
+    JsonlIndex(jsonl)
+
+    def read_jsonl(path: Path) -> int:
+        index = JsonlIndex(path / "lines.jsonl")
+        return sum(len(index.raw(i)) for i in range(len(index)))
+
+    jdir = root / "jsonl"
+    jdir.mkdir()
+    for name in ("lines.jsonl", "lines.jsonl.idx.npy", "lines.jsonl.idx.json"):
+        shutil.move(root / name, jdir / name)
+    corpus["jsonl-index"] = (jdir, read_jsonl)
+    return corpus
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def mutate(data: st.DataObject, files: list[Path], donors: list[Path]) -> str:
+    target = data.draw(st.sampled_from(files), label="file")
+    raw = bytearray(target.read_bytes())
+    kind = data.draw(st.sampled_from(["truncate", "flip", "splice", "append", "empty", "zero-run"]), label="kind")
+    if kind == "truncate" and raw:
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1), label="at")]
+    elif kind == "flip" and raw:
+        for _ in range(data.draw(st.integers(1, 8), label="flips")):
+            i = data.draw(st.integers(0, len(raw) - 1), label="byte")
+            raw[i] ^= data.draw(st.integers(1, 255), label="mask")
+    elif kind == "splice":
+        donor = data.draw(st.sampled_from(donors), label="donor").read_bytes()
+        if donor and raw:
+            a = data.draw(st.integers(0, len(raw)), label="a")
+            b = data.draw(st.integers(0, len(donor) - 1), label="b")
+            raw[a:] = donor[b : b + data.draw(st.integers(1, 4096), label="n")]
+    elif kind == "append":
+        raw += data.draw(st.binary(min_size=1, max_size=64), label="tail")
+    elif kind == "empty":
+        raw = bytearray()
+    elif kind == "zero-run" and raw:
+        a = data.draw(st.integers(0, len(raw) - 1), label="a")
+        raw[a : a + data.draw(st.integers(1, 64), label="n")] = bytes(min(len(raw) - a, 64))
+    target.write_bytes(bytes(raw))
+    return f"{kind} {target.name}"
+
+
+def _fast_open_fails(path: Path) -> bool:
+    """Whether the fast open (what ``inspect`` does) fails too: only then must ``inspect`` exit 1."""
+    try:
+        open_dataset(path, validate="fast")
+    except DataError:
+        return True
+    return False
+
+
+def make_case(
+    examples: int,
+    base: Path,
+    donors: list[Path],
+    name: str,
+    valid: Path,
+    read: Callable[[Path], object],
+    outcomes: collections.Counter[str],
+    findings: list[str],
+) -> Callable[[], None]:
+    """One hypothesis test: mutate a copy of ``valid`` and read it; outcomes and findings are counted."""
+    cli_checked = [0]
+
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def case(data: st.DataObject) -> None:
+        work = base / "case"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        copy = work / valid.name
+        (shutil.copytree if valid.is_dir() else shutil.copy)(valid, copy)
+        what = mutate(data, _files(copy), donors)
+        signal.alarm(TIMEOUT_S)
+        try:
+            read(copy)
+            outcomes["read"] += 1
+        except DataError as exc:
+            outcomes[type(exc).__name__] += 1
+            if name != "jsonl-index" and cli_checked[0] < 20 and _fast_open_fails(copy):
+                cli_checked[0] += 1
+                result = CliRunner().invoke(inspect, [str(copy)])
+                lines = result.output.strip().splitlines()
+                if result.exit_code != 1 or len(lines) != 1:
+                    findings.append(f"{what}: inspect exit {result.exit_code}, {len(lines)} lines")
+        except Hang as exc:
+            findings.append(f"{what}: HANG {exc}")
+        except Exception as exc:
+            outcomes["ESCAPE " + type(exc).__name__] += 1
+            findings.append(f"{what}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+        finally:
+            signal.alarm(0)
+
+    return case
+
+
+def run(examples: int, only: list[str] | None) -> dict[str, dict[str, object]]:
+    base = Path(tempfile.mkdtemp(prefix="tokenloom-fuzz-"))
+    corpus = build_corpus(base / "valid")
+    donors = [f for path, _ in corpus.values() for f in _files(path)]
+    report: dict[str, dict[str, object]] = {}
+    signal.signal(signal.SIGALRM, _alarm)
+    for name, (valid, read) in corpus.items():
+        if only and name not in only:
+            continue
+        outcomes: collections.Counter[str] = collections.Counter()
+        findings: list[str] = []
+        started = time.perf_counter()
+
+        case = make_case(examples, base, donors, name, valid, read, outcomes, findings)
+        case()
+        report[name] = {
+            "executions": sum(outcomes.values()),
+            "outcomes": dict(outcomes.most_common()),
+            "findings": findings[:10],
+            "finding_count": len(findings),
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        print(json.dumps({name: report[name]}, indent=1), flush=True)
+    shutil.rmtree(base, ignore_errors=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=300, help="mutations per reader")
+    parser.add_argument("--only", nargs="*", default=None, help="reader names")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.getLogger("tokenloom").setLevel(logging.ERROR)  # rebuilt indexes and healed caches are expected
+    report = run(args.examples, args.only)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 1 if any(r["finding_count"] for r in report.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
