@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-ORDER = ["formats", "tokenize", "datasets", "sampler", "curriculum", "hf-streaming"]
+ORDER = ["formats", "tokenize", "datasets", "sampler", "curriculum", "hf-streaming", "eval_broadcast"]
 
 
 def machine() -> str:
@@ -70,7 +70,7 @@ def sync_readmes(names: list[str]) -> list[Path]:
     changed = []
     for name in names:
         report = REPO / "docs" / "benchmarks" / f"{name}.md"
-        readme = REPO / "packages" / name / "README.md"
+        readme = REPO / "packages" / name.replace("_", "-") / "README.md"  # eval_broadcast -> eval-broadcast
         if not report.exists() or not readme.exists():
             continue
         text = readme.read_text()

@@ -1,0 +1,99 @@
+"""``tokenloom eval-cache``: build an eval set's cache ahead of the training job (no torch.distributed)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tokenloom.eval_broadcast._broadcast import broadcast_eval_set
+from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
+from tokenloom.formats import DataError
+
+__all__ = ["eval_cache"]
+
+
+@contextlib.contextmanager
+def _progress(source: Any, enabled: bool) -> Iterator[None]:
+    if not enabled or not isinstance(source, HFEvalSource):
+        yield
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("tokenizing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("documents", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        source.on_progress = update
+        yield
+
+
+@click.command(
+    "eval-cache",
+    epilog="Examples:\n\n\b\n"
+    "  tokenloom eval-cache --data-files val.jsonl --tokenizer ./tok --seq-len 2048 --cache-dir /scratch/eval\n"
+    "  tokenloom eval-cache --path data/val --seq-len 2048 --cache-dir /scratch/eval\n\n"
+    "A training job that calls broadcast_eval_set with the same source, seq_len and cache_dir then "
+    "broadcasts from this cache without tokenizing.",
+)
+@click.option("--path", type=click.Path(exists=True, path_type=Path), help="A token dataset open_dataset reads.")
+@click.option("--name", default="json", show_default=True, help="load_dataset builder or name (with --data-files).")
+@click.option("--data-files", multiple=True, help="Local data files of the split (repeatable).")
+@click.option("--config", default=None, help="Dataset configuration name.")
+@click.option("--split", default="train", show_default=True, help="The split holding the eval texts.")
+@click.option("--text-field", default="text", show_default=True, help="The text column.")
+@click.option("--tokenizer", default=None, help="A saved Hugging Face tokenizer directory.")
+@click.option("--revision", default=None, help="Hub revision of the dataset (pin it for a stable cache key).")
+@click.option("--seq-len", type=int, required=True, help="Rows hold seq_len + 1 tokens.")
+@click.option("--drop-remainder", is_flag=True, help="Drop a last partial row instead of padding it.")
+@click.option(
+    "--cache-dir", type=click.Path(file_okay=False, path_type=Path), required=True, help="The eval-set cache."
+)
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+def eval_cache(
+    path: Path | None,
+    name: str,
+    data_files: tuple[str, ...],
+    config: str | None,
+    split: str,
+    text_field: str,
+    tokenizer: str | None,
+    revision: str | None,
+    seq_len: int,
+    drop_remainder: bool,
+    cache_dir: Path,
+    progress: bool,
+) -> None:
+    """Build (or verify) the cached eval set of a Hugging Face split or a token dataset."""
+    if path is not None:
+        source: Any = PathEvalSource(path)
+    elif tokenizer is None:
+        raise click.UsageError("give --path, or a Hugging Face split with --tokenizer (and --data-files / --name)")
+    else:
+        source = HFEvalSource(
+            name,
+            config,
+            split=split,
+            tokenizer=tokenizer,
+            text_field=text_field,
+            data_files=list(data_files) or None,
+            revision=revision,
+        )
+    try:
+        with _progress(source, progress):
+            evalset = broadcast_eval_set(source, seq_len=seq_len, drop_remainder=drop_remainder, cache_dir=cache_dir)
+    except DataError as exc:
+        raise click.ClickException(str(exc)) from exc
+    verb = "already cached, verified" if evalset.origin == "cache" else "built and cached"
+    click.echo(f"{verb}: {evalset.cache_path}")
+    click.echo(
+        f"  rows {len(evalset):,} x {evalset.row_len}  tokens {evalset.num_tokens:,}  padding {evalset.tail_padding}  "
+        f"dtype {str(evalset.rows.dtype).removeprefix('torch.')}  eos_id {evalset.eos_id}"
+    )

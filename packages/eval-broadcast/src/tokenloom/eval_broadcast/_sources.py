@@ -1,0 +1,175 @@
+"""Eval-set sources: callables that ``broadcast_eval_set`` runs on the source rank, with a ``fingerprint()``.
+
+- :class:`HFEvalSource`: a Hugging Face split, KempnerForge semantics (text field,
+  add_special_tokens=False plus EOS, concatenated, cut into seq_len + 1 rows).
+- :class:`PathEvalSource`: any dataset ``tokenloom.formats.open_dataset`` opens (a ``val/`` directory).
+- any callable returning rows or a stream (``cache_key=`` makes it cacheable).
+
+The fingerprint never tokenizes: local files are hashed (xxh3-128), a hub dataset is
+named by (name, config, split, revision); the tokenizer by its serialised form.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.datasets import data_fingerprint, settings_fingerprint, tokenizer_fingerprint
+from tokenloom.eval_broadcast._rows import EvalTokens
+from tokenloom.eval_broadcast._tokenize import encode_documents
+from tokenloom.formats import (
+    ConfigError,
+    MissingFileError,
+    MissingKeyError,
+    TokenDataset,
+    file_checksum,
+    open_dataset,
+    require,
+    smallest_dtype_for_vocab,
+)
+
+__all__ = ["HFEvalSource", "PathEvalSource"]
+
+
+class PathEvalSource:
+    """The token stream of a dataset on disk (any format ``open_dataset`` reads)."""
+
+    def __init__(self, path: str | os.PathLike[str], **open_options: Any) -> None:
+        self.path = Path(path)
+        self.open_options = open_options
+
+    def _open(self) -> TokenDataset:
+        return open_dataset(self.path, **self.open_options)
+
+    def fingerprint(self) -> str:
+        return settings_fingerprint(kind="path", data=data_fingerprint(self._open()))
+
+    def __call__(self) -> TokenDataset:
+        return self._open()
+
+
+class HFEvalSource:
+    """A Hugging Face split tokenized on the source rank only.
+
+    Args:
+        name: a ``datasets.load_dataset`` path ("json", "parquet", a local directory, a hub name).
+        config: the dataset configuration.
+        split: the eval split.
+        tokenizer: a saved tokenizer directory (loaded with ``AutoTokenizer``) or a tokenizer instance.
+        text_field: the text column.
+        data_files: local files for builders such as "json" (hashed for the cache key).
+        revision: the hub revision; pin it, or the cache key of a hub dataset cannot see changes.
+        batch_size: texts per tokenizer call.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: str | None = None,
+        *,
+        split: str = "validation",
+        tokenizer: Any,
+        text_field: str = "text",
+        data_files: Any = None,
+        revision: str | None = None,
+        batch_size: int = 1000,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size is {batch_size}, expected >= 1", field="batch_size")
+        self.name, self.config, self.split = name, config, split
+        self.text_field = text_field
+        self.data_files = data_files
+        self.revision = revision
+        self.batch_size = batch_size
+        self._tokenizer = tokenizer
+        self.documents_tokenized = 0
+        self.on_progress: Callable[[int, int], None] | None = None
+        """Called with (documents tokenized, documents in the split) after every batch (a progress bar)."""
+
+    @property
+    def tokenizer(self) -> Any:
+        if isinstance(self._tokenizer, str | os.PathLike):
+            transformers = require(
+                "transformers", distribution="tokenloom-eval-broadcast", extra="hf", purpose="HFEvalSource"
+            )
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(os.fspath(self._tokenizer))
+        if self._tokenizer.eos_token_id is None:
+            raise ConfigError("the tokenizer defines no EOS token", field="tokenizer", hint="Use a tokenizer with one")
+        return self._tokenizer
+
+    def _load(self) -> Any:
+        hf_datasets = require("datasets", distribution="tokenloom-eval-broadcast", extra="hf", purpose="HFEvalSource")
+        return hf_datasets.load_dataset(
+            self.name, self.config, split=self.split, data_files=self.data_files, revision=self.revision
+        )
+
+    def _data_fingerprint(self) -> Any:
+        files = _local_files(self.data_files) if self.data_files is not None else None
+        if files is None and Path(self.name).is_dir():
+            files = sorted(str(p) for p in Path(self.name).rglob("*") if p.is_file())
+        if files is not None:
+            return [(Path(f).name, os.path.getsize(f), file_checksum(f)) for f in files]
+        if self.revision is not None:
+            return {"revision": self.revision}
+        return {"hf_fingerprint": self._load()._fingerprint}  # a hub dataset without a pinned revision
+
+    def fingerprint(self) -> str:
+        return settings_fingerprint(
+            kind="hf",
+            name=self.name if not Path(self.name).exists() else Path(self.name).name,
+            config=self.config,
+            split=self.split,
+            text_field=self.text_field,
+            data=self._data_fingerprint(),
+            tokenizer=tokenizer_fingerprint(self.tokenizer),
+        )
+
+    def __call__(self) -> EvalTokens:
+        tokenizer = self.tokenizer
+        eos_id = int(tokenizer.eos_token_id)
+        source = self._load()
+        if self.text_field not in source.column_names:
+            raise MissingKeyError(
+                f"column {self.text_field!r} is absent from split {self.split!r}, the dataset has "
+                f"{source.column_names}",
+                field="text_field",
+            )
+        vocab_size = max(len(tokenizer), eos_id + 1)
+        dtype = smallest_dtype_for_vocab(vocab_size)  # 2 bytes a token held on the source, not 8
+        parts: list[np.ndarray] = []
+        for batch in source.iter(batch_size=self.batch_size):
+            texts = batch[self.text_field]
+            tokens, _ = encode_documents(tokenizer, texts, eos_id)
+            self.documents_tokenized += len(texts)
+            parts.append(tokens.astype(dtype))
+            if self.on_progress is not None:
+                self.on_progress(self.documents_tokenized, len(source))
+        stream = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        return EvalTokens(stream, eos_id=eos_id, vocab_size=vocab_size)
+
+
+def _local_files(data_files: Any) -> list[str] | None:
+    """Every local file named by ``data_files`` (a path, a list, or a dict of split -> paths), sorted."""
+    if isinstance(data_files, dict):
+        names: Iterable[Any] = [v for value in data_files.values() for v in _as_list(value)]
+    else:
+        names = _as_list(data_files)
+    found: list[str] = []
+    for name in names:
+        text = os.fspath(name)
+        if "://" in text:
+            return None  # remote files: fall back to the revision / HF fingerprint
+        matches = sorted(glob.glob(text)) if any(c in text for c in "*?[") else [text]
+        if not matches or not all(os.path.isfile(m) for m in matches):
+            raise MissingFileError(f"data file {text!r} does not exist", path=text, field="data_files")
+        found.extend(matches)
+    return sorted(found)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]

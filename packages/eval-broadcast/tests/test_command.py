@@ -1,0 +1,47 @@
+"""``tokenloom eval-cache``: prebuild the cache that a training job's broadcast_eval_set then reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tokenloom.eval_broadcast import HFEvalSource, PathEvalSource, broadcast_eval_set
+from tokenloom.eval_broadcast._command import eval_cache
+from tokenloom.formats import open_writer
+
+pytest.importorskip("datasets")
+
+
+def test_prebuilt_hf_cache_is_what_the_job_reads(tokenizer_dir, jsonl, tmp_path):
+    args = ["--data-files", str(jsonl), "--tokenizer", str(tokenizer_dir), "--seq-len", "6"]
+    result = CliRunner().invoke(eval_cache, [*args, "--cache-dir", str(tmp_path / "c"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "built and cached: " in result.output and "x 7" in result.output
+    source = HFEvalSource("json", data_files=str(jsonl), split="train", tokenizer=str(tokenizer_dir))
+    evalset = broadcast_eval_set(source, seq_len=6, cache_dir=tmp_path / "c")
+    assert evalset.origin == "cache" and source.documents_tokenized == 0
+    again = CliRunner().invoke(eval_cache, [*args, "--cache-dir", str(tmp_path / "c"), "--no-progress"])
+    assert again.exit_code == 0 and "already cached, verified: " in again.output
+
+
+def test_path_source_and_errors(tmp_path):
+    with open_writer(tmp_path / "val", dtype="uint16", vocab_size=10, eos_id=9) as writer:
+        writer.add(np.array([1, 2, 9, 3, 4, 9]))
+    result = CliRunner().invoke(
+        eval_cache, ["--path", str(tmp_path / "val"), "--seq-len", "2", "--cache-dir", str(tmp_path / "c")]
+    )
+    assert result.exit_code == 0, result.output
+    assert broadcast_eval_set(PathEvalSource(tmp_path / "val"), seq_len=2, cache_dir=tmp_path / "c").origin == "cache"
+    missing = CliRunner().invoke(eval_cache, ["--seq-len", "2", "--cache-dir", str(tmp_path / "c")])
+    assert missing.exit_code == 2 and "--tokenizer" in missing.output
+    dropped = CliRunner().invoke(
+        eval_cache,
+        ["--path", str(tmp_path / "val"), "--seq-len", "3", "--cache-dir", str(tmp_path / "c"), "--drop-remainder"],
+    )
+    assert dropped.exit_code == 0 and "rows 1 x 4  tokens 4  padding 0" in dropped.output
+    broken = CliRunner().invoke(
+        eval_cache,
+        ["--data-files", str(tmp_path / "nope.jsonl"), "--tokenizer", "tok", "--seq-len", "2", "--cache-dir", "c2"],
+    )
+    assert broken.exit_code == 1 and "does not exist" in broken.output
