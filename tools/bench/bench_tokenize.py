@@ -9,7 +9,7 @@ tokenizer (the shipped 16k byte-level BPE), each measurement in a fresh process:
   one call (the fast engine's bulk API: the new limit for tokenize).
 - tokenloom: the ``tokenloom tokenize`` command end to end (interpreter start,
   worker start, reading, JSON parsing, encoding, windowing, writing, fsync,
-  manifest), wall clock, with 2 and with 1 worker (engine auto, which picks the
+  manifest), wall clock, with 2 workers (engine auto, which picks the
   fast engine for this tokenizer), and with 2 workers on ``--engine hf``.
 - Hugging Face ``datasets``: ``load_dataset("json")`` + ``.map(batched=True,
   num_proc=2)`` with the same tokenizer (fast), load and map timed.
@@ -241,10 +241,6 @@ def run(quick: bool) -> str:
             (
                 "`tokenloom tokenize --num-workers 2` (engine auto: fast)",
                 lambda: _tokenloom(tmp / "in", tmp / "out2", 2),
-            ),
-            (
-                "`tokenloom tokenize --num-workers 1` (engine auto: fast)",
-                lambda: _tokenloom(tmp / "in", tmp / "out1", 1),
             ),
             (
                 "`tokenloom tokenize --num-workers 2 --engine hf`",
