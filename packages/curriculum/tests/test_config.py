@@ -161,3 +161,27 @@ def test_buckets_with_different_eos_ids_and_shards_with_different_dtypes(tmp_pat
     np.save(mixed / "train" / "c" / "s1.npy", np.arange(100, dtype=np.int32))
     with pytest.raises(DataError, match="different dtypes"):
         CurriculumDataset(CurriculumConfig(path=mixed, max_length=16, packing=False), seed=0)
+
+
+def test_gpt_simple_directories_without_manifests_read_the_same(corpus, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    bare = tmp_path / "bare"
+    shutil.copytree(corpus, bare)
+    for manifest in bare.glob("*/*/manifest.json"):
+        manifest.unlink()
+    assert not list(bare.glob("*/*/manifest.json"))
+    with_manifest = CurriculumDataset(CurriculumConfig(path=corpus, max_length=16, packing=False), seed=4)
+    without = CurriculumDataset(CurriculumConfig(path=bare, max_length=16, packing=False), seed=4)
+    assert len(without) == len(with_manifest)
+    positions = list(range(0, len(without), 7))
+    assert all(
+        np.array_equal(a.numpy(), b.numpy())
+        for a, b in zip(
+            without.__getitems__(positions).batched.values(),
+            with_manifest.__getitems__(positions).batched.values(),
+            strict=True,
+        )
+    )

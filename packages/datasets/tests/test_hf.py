@@ -160,6 +160,52 @@ def test_two_gloo_ranks_rank_zero_builds_the_cache_once_and_both_read_it(tokeniz
     assert "rank 0 did not publish" in (out / "failure-rank1.txt").read_text()
 
 
+def test_cache_is_encoded_by_the_engine_selection_with_the_ids_of_tokenize(tokenizer_dir, jsonl, tmp_path):
+    """The same engine choice as tokenloom tokenize, recorded in the cache; fast and hf give the same ids."""
+    from tokenloom.formats import open_dataset
+    from tokenloom.tokenize import TokenizeConfig, tokenize, train_byte_level_bpe
+
+    bpe = train_byte_level_bpe(
+        [*TEXTS, "<|endoftext|> and \u00c9cole \U0001f642"] * 20, tmp_path / "bpe", vocab_size=300
+    )
+    texts = [*TEXTS, "", "text with <|endoftext|> inside", "\u00c9cole \U0001f642 \u4e2d\u6587"]
+    data = tmp_path / "in" / "data.jsonl"
+    data.parent.mkdir()
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    summary = tokenize(
+        TokenizeConfig(input_dir=data.parent, output_dir=tmp_path / "tok", tokenizer=str(bpe), num_workers=0)
+    )
+    offline = open_dataset(tmp_path / "tok")
+    expected = np.concatenate([offline[i] for i in range(len(offline))]).tolist()
+    streams = {}
+    for engine in ("auto", "hf"):
+        ds = HuggingFaceDataset(
+            "json", data_files=str(data), seq_len=4, tokenizer=str(bpe), cache_dir=tmp_path / engine, engine=engine
+        )
+        cache = open_dataset(ds.cache_path)
+        assert (
+            cache.metadata["engine"]["name"]
+            == ("fast" if engine == "auto" else "hf")
+            == (summary.engine if engine == "auto" else "hf")
+        )
+        streams[engine] = np.concatenate([cache[i] for i in range(len(cache))]).tolist()
+    assert streams["auto"] == streams["hf"] == expected
+    word_level = HuggingFaceDataset(
+        "json", data_files=str(jsonl), seq_len=4, tokenizer=str(tokenizer_dir), cache_dir=tmp_path / "wl"
+    )
+    record = open_dataset(word_level.cache_path).metadata["engine"]
+    assert record["name"] == "hf" and "fastokens cannot load" in record["reason"]  # its Whitespace pre-tokenizer
+    with pytest.raises(ConfigError, match="engine fast is unavailable"):
+        HuggingFaceDataset(
+            "json",
+            data_files=str(jsonl),
+            seq_len=4,
+            tokenizer=str(tokenizer_dir),
+            cache_dir=tmp_path / "x",
+            engine="fast",
+        )
+
+
 def test_empty_texts_lone_eos_by_default_skipped_under_kempnerforge_compat(tokenizer_dir, tmp_path):
     texts = ["a dog ran", "", "the cat sat", ""]
     path = tmp_path / "empty.jsonl"

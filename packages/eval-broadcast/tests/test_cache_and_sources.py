@@ -62,6 +62,25 @@ def test_encode_documents_adds_eos_without_special_tokens(tokenizer_dir):
     assert tokens.sum() > 0 and int(lengths.sum()) == len(tokens)
 
 
+def test_engine_selection_never_changes_the_ids(tokenizer_dir, jsonl):
+    """The HF source encodes through tokenloom-tokenize's engine selection; the ids never depend on it."""
+    from tokenloom.tokenize import default_tokenizer_path, load_encoder
+
+    shipped = transformers.AutoTokenizer.from_pretrained(default_tokenizer_path())
+    texts = ["a cat", "", "the dog sat", "é ✓ 中文", "  spaced\n\ttabs"]
+    fast = load_encoder(shipped, "fast")  # the shipped byte-level BPE passes the identity probe
+    assert fast.name == "fast"
+    got = encode_documents(shipped, texts, eos_id=shipped.eos_token_id, encoder=fast)
+    want = encode_documents(shipped, texts, eos_id=shipped.eos_token_id)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    rows = {}
+    for engine in ("hf", "auto"):  # this test tokenizer has no byte fallback: auto must pick hf, and say so
+        source = HFEvalSource("json", data_files=str(jsonl), split="train", tokenizer=str(tokenizer_dir), engine=engine)
+        rows[engine] = broadcast_eval_set(source, seq_len=6).numpy().tolist()
+        assert source.engine_record is not None and source.engine_record["name"] == "hf"
+    assert rows["hf"] == rows["auto"]
+
+
 def test_hf_source_missing_text_field_and_split(tokenizer_dir, jsonl):
     source = HFEvalSource("json", data_files=str(jsonl), split="train", text_field="body", tokenizer=str(tokenizer_dir))
     with pytest.raises(EvalBuildError, match="MissingKeyError.*body"):

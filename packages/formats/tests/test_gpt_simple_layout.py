@@ -283,3 +283,18 @@ def test_gpt_simple_train_bucket_layout_opens_as_buckets(tmp_path: Path) -> None
     (data / "train" / "empty").mkdir()
     with pytest.raises(FormatError, match="bucket 'empty' is empty"):
         open_buckets(data)
+
+
+def test_validate_write_manifest_records_vocab_and_eos(tmp_path: Path) -> None:
+    write_gpt_simple_shard(tmp_path / "web", "00000", DOCS)
+    result = CliRunner().invoke(
+        validate, [str(tmp_path / "web"), "--write-manifest", "--vocab-size", "11", "--eos-id", "0"]
+    )
+    assert result.exit_code == 1, result.output  # DOCS hold id 11: refused before any manifest is written
+    assert not (tmp_path / "web" / MANIFEST_NAME).exists()
+    result = CliRunner().invoke(
+        validate, [str(tmp_path / "web"), "--write-manifest", "--vocab-size", "100", "--eos-id", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(tmp_path / "web")
+    assert (manifest.vocab_size, manifest.eos_id) == (100, 0)

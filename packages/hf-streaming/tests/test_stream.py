@@ -289,3 +289,23 @@ def test_encoder_seam_and_position_keys(corpus, tokenizer_dir):
     starts = torch.cat([torch.tensor([True]), sample["doc_ids"][1:] != sample["doc_ids"][:-1]])
     assert (sample["position_ids"][starts] == 0).all()
     assert sample["cu_seqlens"].shape == (17,) and sample["cu_seqlens"][-1] == 16
+
+
+def test_default_engine_is_fast_and_identical_to_hf(corpus, tokenizer_dir, caplog):
+    """The default encoder is tokenloom-tokenize's engine selection: fastokens here, same ids as tokenizers."""
+    import functools
+
+    from tokenloom.hf_streaming import engine_encoder, hf_encoder, resolve_tokenizer
+
+    spec = resolve_tokenizer(tokenizer_dir, None)
+    texts = [json.loads(line)["text"] for path in corpus if path.endswith(".jsonl") for line in open(path)]  # noqa: SIM115
+    assert texts
+    with caplog.at_level(logging.INFO, logger="tokenloom.hf_streaming"):
+        fast = engine_encoder(spec)
+    assert "encoding engine fast" in caplog.text
+    hf_ids, hf_lengths = hf_encoder(spec)(texts)
+    ids, lengths = fast(texts)
+    assert ids.dtype == np.int64 and np.array_equal(ids, hf_ids) and np.array_equal(lengths, hf_lengths)
+    forced = make(corpus, tokenizer_dir, encoder=functools.partial(engine_encoder, engine="hf"))
+    default = make(corpus, tokenizer_dir)
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(forced, default, strict=True))

@@ -81,6 +81,23 @@ def tree_digest(directory: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
 
 
+def output_digest(directory: Path) -> dict[str, object]:
+    """tree_digest, with the run record (manifest.json / tokenize.json) compared without its engine entry.
+
+    The engine (hf or fast) and why it was chosen are recorded; everything else must be the same bytes.
+    """
+    found: dict[str, object] = {}
+    for name, digest in tree_digest(directory).items():
+        if name in ("manifest.json", "tokenize.json"):
+            record = orjson.loads((directory / name).read_bytes())
+            (record.get("metadata", {}).get("tokenize") or record).pop("engine")
+            record.pop("checksum", None)  # the manifest's checksum of itself
+            found[name] = record
+        else:
+            found[name] = digest
+    return found
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A byte-level BPE of 300 ids (EOS id 0) trained on synthetic text."""
@@ -108,6 +125,11 @@ def jsonl_dir(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture(name="make_texts")
 def make_texts_fixture() -> Callable[..., list[str]]:
     return make_texts
+
+
+@pytest.fixture(name="output_digest")
+def output_digest_fixture() -> Callable[[Path], dict[str, object]]:
+    return output_digest
 
 
 @pytest.fixture(name="tree_digest")

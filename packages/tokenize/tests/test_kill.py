@@ -85,29 +85,36 @@ def test_kill_9_at_random_points_then_rerun_is_byte_identical(
     tiny_tokenizer: Path,
     jsonl_dir: Callable[..., Path],
     make_texts: Callable[..., list[str]],
-    tree_digest: Callable[[Path], dict[str, str]],
+    output_digest: Callable[[Path], dict[str, object]],
 ) -> None:
+    """Killed in a fast-engine session and in an hf-engine session, finished with auto: hf's bytes."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     texts = make_texts(3000, seed=5, max_words=120)
     corpus = jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in texts[i::3]] for i in range(3)})
     whole = tmp_path / "whole"
     expected = tokenize(
-        TokenizeConfig(input_dir=corpus, output_dir=whole, tokenizer=str(tiny_tokenizer), num_workers=0, **OPTIONS)
+        TokenizeConfig(
+            input_dir=corpus, output_dir=whole, tokenizer=str(tiny_tokenizer), num_workers=0, engine="hf", **OPTIONS
+        )
     )
     assert expected.shards >= 20
     out = tmp_path / "killed"
-    args = [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps(OPTIONS).decode()]
-    first = _kill_after_shards(args, out, rng.randint(1, expected.shards // 3), rng)
+
+    def args(engine: str) -> list[str]:
+        return [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps({**OPTIONS, "engine": engine}).decode()]
+
+    first = _kill_after_shards(args("fast"), out, rng.randint(1, expected.shards // 3), rng)
     assert not (out / "manifest.json").exists()
-    second = _kill_after_shards(args, out, rng.randint(first + 1, 2 * expected.shards // 3), rng)
+    second = _kill_after_shards(args("hf"), out, rng.randint(first + 1, 2 * expected.shards // 3), rng)
     assert second > first, f"seed {seed}"
-    final = _start(args)
+    final = _start(args("auto"))
     _, stderr = final.communicate(timeout=120)
     assert final.returncode == 0, stderr.decode()[-2000:]
-    assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} and {second} shards"
+    assert output_digest(out) == output_digest(whole), f"seed {seed}: killed after {first} and {second} shards"
     manifest = orjson.loads((out / "manifest.json").read_bytes())
     assert manifest["num_tokens"] == expected.tokens
+    assert manifest["metadata"]["tokenize"]["engine"]["name"] == "fast"  # the session that finished
 
 
 def test_kill_9_of_a_megatron_run_then_rerun_is_byte_identical(

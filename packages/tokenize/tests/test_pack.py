@@ -19,13 +19,19 @@ def test_pack_writes_documents_plus_eod_in_order(
 ) -> None:
     texts = ["alpha beta", "", "gamma delta epsilon"]
     corpus = jsonl_dir({"train.jsonl": [{"text": t} for t in texts]})
-    summary = pack(corpus / "train.jsonl", tokenizer=str(tiny_tokenizer), num_workers=0)
-    assert summary.output == corpus / "train.pbin" and summary.documents == 3
-    ds = open_dataset(summary.output)
     tok = Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json"))
-    assert [ds[i].tolist() for i in range(len(ds))] == [
-        [*tok.encode(t, add_special_tokens=False).ids, 0] for t in texts
-    ]
+    for engine in ("hf", "auto"):
+        output = tmp_path / f"{engine}.pbin"
+        summary = pack(corpus / "train.jsonl", output, tokenizer=str(tiny_tokenizer), num_workers=0, engine=engine)
+        assert summary.output == output and summary.documents == 3
+        assert summary.engine == ("hf" if engine == "hf" else "fast")
+        ds = open_dataset(summary.output)
+        assert [ds[i].tolist() for i in range(len(ds))] == [
+            [*tok.encode(t, add_special_tokens=False).ids, 0] for t in texts
+        ]
+    assert (tmp_path / "hf.pbin").read_bytes() == (tmp_path / "auto.pbin").read_bytes()
+    summary = pack(corpus / "train.jsonl", tokenizer=str(tiny_tokenizer), num_workers=0)
+    assert summary.output == corpus / "train.pbin"
     with pytest.raises(ConfigError, match="exists"):
         pack(corpus / "train.jsonl", tokenizer=str(tiny_tokenizer), num_workers=0)
 

@@ -5,7 +5,10 @@ KempnerForge eager semantics: every text is encoded with
 into ``seq_len + 1`` chunks, the remainder dropped. Beyond the seed, the
 tokenized stream is written once as a native tokenloom dataset under a key of
 (HF dataset fingerprint, tokenizer fingerprint, settings), so a restart does not
-re-tokenize.
+re-tokenize. Texts are encoded by tokenloom-tokenize's engine selection
+(:func:`tokenloom.tokenize.load_encoder`: fastokens where it is proven to give the
+same ids as Hugging Face ``tokenizers``, else ``tokenizers``), so this cache holds the
+same ids as ``tokenloom tokenize`` of the same text.
 
 A text that encodes to no tokens (an empty string) becomes a lone EOS entry by
 default; KempnerForge skips it, so every later window shifts against a
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -64,6 +68,24 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.blake2b(blob + extra, digest_size=16).hexdigest()
 
 
+def _with_eos(ids: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat ids + offsets -> every document followed by ``eos_id``, and the entry lengths."""
+    lengths = np.diff(offsets) + 1
+    tokens = np.empty(len(ids) + len(lengths), dtype=np.int64)
+    eos_at = np.cumsum(lengths) - 1
+    is_text = np.ones(len(tokens), dtype=bool)
+    is_text[eos_at] = False
+    tokens[is_text] = ids
+    tokens[eos_at] = eos_id
+    return tokens, lengths
+
+
+def _without_empty(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same flat ids with the offsets of texts that encode to no tokens removed."""
+    keep = np.concatenate([[True], np.diff(offsets) > 0])
+    return ids, offsets[keep]
+
+
 def _distributed() -> tuple[bool, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return True, torch.distributed.get_rank()
@@ -88,6 +110,9 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         skip_empty: drop texts that encode to no tokens (default False: a lone EOS;
             True with ``compat="kempnerforge"``).
         compat: "kempnerforge" sets KempnerForge's defaults (``skip_empty=True``).
+        engine: "auto" (fastokens if proven identical to hf on a probe set and the first texts), "hf" or
+            "fast"; never changes the ids, so it is not part of the cache key (it is recorded in the cache).
+        verify_fraction: with the fast engine, the fraction of texts re-encoded with hf and compared.
     """
 
     def __init__(
@@ -107,6 +132,8 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         cu_seqlens: bool = False,
         skip_empty: bool | None = None,
         compat: str | None = None,
+        engine: str = "auto",
+        verify_fraction: float = 0.001,
     ) -> None:
         check_positive(seq_len, "seq_len")
         if compat not in (None, "kempnerforge"):
@@ -143,13 +170,14 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             heal_cache(self.cache_path)
         if rank == 0 and not (self.cache_path / MANIFEST_NAME).exists():
             try:
+                engine_choice = (engine, verify_fraction)
                 try:
-                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size, engine_choice)
                 except OSError as exc:
                     if distributed:
                         raise storage_error(exc, self.cache_path, "writing the tokenized cache") from exc
                     self.cache_path = private_cache_dir(self.cache_path, exc)
-                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size)
+                    self._build(source, tokenizer, text_field, eos_id, settings, batch_size, engine_choice)
             except Exception as exc:  # every rank must still reach the barrier, or the others hang
                 failure = exc
         if distributed:
@@ -173,8 +201,21 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         )
 
     def _build(
-        self, source: Any, tokenizer: Any, text_field: str, eos_id: int, settings: dict[str, Any], batch_size: int
+        self,
+        source: Any,
+        tokenizer: Any,
+        text_field: str,
+        eos_id: int,
+        settings: dict[str, Any],
+        batch_size: int,
+        engine: tuple[str, float] = ("auto", 0.001),
     ) -> None:
+        tokenize = require("tokenloom.tokenize", distribution="tokenloom-datasets", extra="hf", purpose="Encoding text")
+        batches = source.iter(batch_size=batch_size)
+        first = next(batches, None)
+        sample = list(first[text_field][:256]) if first is not None else []
+        encoder = tokenize.load_encoder(tokenizer, engine[0], sample, verify_fraction=engine[1])
+        log.info("encoding engine: %s (%s)", encoder.name, encoder.reason)
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{self.cache_path.name}-", dir=self.cache_path.parent))
         vocab_size = max(len(tokenizer), eos_id + 1)
@@ -186,19 +227,16 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
                 vocab_size=vocab_size,
                 eos_id=eos_id,
                 tokenizer_fingerprint=settings["tokenizer"],
-                metadata=settings,
+                metadata={**settings, "engine": encoder.record()},
                 overwrite=True,
             ) as writer:
-                for batch in source.iter(batch_size=batch_size):
-                    encoded = tokenizer(batch[text_field], add_special_tokens=False)["input_ids"]
+                for batch in itertools.chain([first] if first is not None else [], batches):
+                    ids, offsets = encoder.encode_flat(batch[text_field])
                     if self.skip_empty:
-                        encoded = [ids for ids in encoded if len(ids)]
-                        if not encoded:
+                        ids, offsets = _without_empty(ids, offsets)
+                        if len(offsets) == 1:
                             continue
-                    lengths = np.fromiter((len(ids) + 1 for ids in encoded), dtype=np.int64, count=len(encoded))
-                    tokens = np.fromiter(
-                        (t for ids in encoded for t in (*ids, eos_id)), dtype=np.int64, count=int(lengths.sum())
-                    )
+                    tokens, lengths = _with_eos(ids, offsets, eos_id)
                     writer.add_batch(tokens, lengths)
             try:
                 os.replace(scratch, self.cache_path)

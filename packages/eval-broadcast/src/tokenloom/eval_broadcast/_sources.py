@@ -65,6 +65,9 @@ class HFEvalSource:
         data_files: local files for builders such as "json" (hashed for the cache key).
         revision: the hub revision; pin it, or the cache key of a hub dataset cannot see changes.
         batch_size: texts per tokenizer call.
+        engine: the encoding engine (tokenloom-tokenize's selection): "auto" (fastokens where it is
+            proven identical to Hugging Face tokenizers on a probe set and the split's first texts),
+            "hf" or "fast". The ids never depend on it, so neither does the cache key.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class HFEvalSource:
         data_files: Any = None,
         revision: str | None = None,
         batch_size: int = 1000,
+        engine: str = "auto",
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size is {batch_size}, expected >= 1", field="batch_size")
@@ -86,6 +90,9 @@ class HFEvalSource:
         self.data_files = data_files
         self.revision = revision
         self.batch_size = batch_size
+        self.engine = engine
+        self.engine_record: dict[str, Any] | None = None
+        """The engine the last build used and why (``Encoder.record()``)."""
         self._tokenizer = tokenizer
         self.documents_tokenized = 0
         self.on_progress: Callable[[int, int], None] | None = None
@@ -141,10 +148,15 @@ class HFEvalSource:
             )
         vocab_size = max(len(tokenizer), eos_id + 1)
         dtype = smallest_dtype_for_vocab(vocab_size)  # 2 bytes a token held on the source, not 8
+        from tokenloom.tokenize import load_encoder
+
+        probe = source.select(range(min(256, len(source))))[self.text_field] if len(source) else []
+        encoder = load_encoder(tokenizer, self.engine, [t for t in probe if isinstance(t, str)])
+        self.engine_record = encoder.record()
         parts: list[np.ndarray] = []
         for batch in source.iter(batch_size=self.batch_size):
             texts = batch[self.text_field]
-            tokens, _ = encode_documents(tokenizer, texts, eos_id)
+            tokens, _ = encode_documents(tokenizer, texts, eos_id, encoder=encoder)
             self.documents_tokenized += len(texts)
             parts.append(tokens.astype(dtype))
             if self.on_progress is not None:

@@ -90,14 +90,15 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 )
 @_format_option
 @_dtype_option
-@click.option(
-    "--write-manifest",
-    is_flag=True,
-    help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one.",
-)
 @click.option("--curriculum", is_flag=True, help="PATH is a curriculum config (needs tokenloom-curriculum).")
 @click.option("--global-batch-size", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
+@click.option(
+    "--write-manifest",
+    is_flag=True,
+    help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one "
+    "(recording --vocab-size / --eos-id when given).",
+)
 def validate(
     path: Path,
     deep: bool,
@@ -114,9 +115,9 @@ def validate(
     """Check a token dataset (or, with --curriculum, a curriculum config) and print the config snippet.
 
     Exits 0 when the dataset is clean and 1 when a problem was found (the
-    message names the file, offset and field, and what to do); a curriculum
-    also exits 2 on warnings only. Fast validation checks the layout, sizes and
-    that every file can be read; --deep also reads every token.
+    message names the file, offset and field, and what to do). Fast validation
+    checks the layout, sizes and that every file can be read; --deep also reads
+    every token. A curriculum also exits 2 on warnings only.
     """
     if curriculum:  # validators come from the packages that own them (entry point group tokenloom.validators)
         validators = {ep.name: ep for ep in entry_points(group="tokenloom.validators")}
@@ -128,7 +129,7 @@ def validate(
     warnings: list[str] = []
     try:
         if write_manifest:
-            adopt_native(path)
+            adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
         dataset = _deep_open(path, format_name, dtype) if deep else _open(path, format_name, dtype, "fast")
         check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
         warnings = unlisted_files(dataset)

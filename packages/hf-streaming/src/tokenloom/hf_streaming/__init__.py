@@ -19,7 +19,7 @@ Example::
 """
 
 from tokenloom.hf_streaming._dataset import Mode, StreamingHuggingFaceDataset
-from tokenloom.hf_streaming._encode import EncodeFn, hf_encoder, resolve_tokenizer
+from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
 from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
 from tokenloom.hf_streaming._state import load_rank_states, merge_rank_states, save_rank_state, slot_states_in
 
@@ -28,6 +28,7 @@ __all__ = [
     "FiniteStepper",
     "Mode",
     "StreamingHuggingFaceDataset",
+    "engine_encoder",
     "hf_encoder",
     "load_rank_states",
     "merge_rank_states",

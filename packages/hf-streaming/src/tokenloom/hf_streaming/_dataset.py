@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.datasets import build_batch
 from tokenloom.formats import ConfigError, ResumeMismatchError, require
-from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, hf_encoder, resolve_tokenizer
+from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, engine_encoder, resolve_tokenizer
 from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
@@ -86,7 +86,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
         position_ids, cu_seqlens: with pack_sequences, add per-document positions / boundaries
             (as tokenloom.datasets' sample builder makes them).
         encoder: ``spec -> EncodeFn``, a picklable factory called once in each worker; default
-            Hugging Face tokenizers (:func:`hf_encoder`). The seam for a faster engine.
+            tokenloom-tokenize's engine selection (:func:`engine_encoder`, auto: fastokens where it
+            is proven identical to Hugging Face tokenizers, else tokenizers); :func:`hf_encoder` forces
+            plain tokenizers.
         **load_kwargs: passed to ``load_dataset`` (``data_files=...``, ...).
     """
 
@@ -114,7 +116,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         unit_bytes: int = DEFAULT_UNIT_BYTES,
         position_ids: bool = False,
         cu_seqlens: bool = False,
-        encoder: Callable[[TokenizerSpec], EncodeFn] = hf_encoder,
+        encoder: Callable[[TokenizerSpec], EncodeFn] = engine_encoder,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()

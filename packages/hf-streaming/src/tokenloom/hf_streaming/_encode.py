@@ -24,7 +24,7 @@ import xxhash
 
 from tokenloom.formats import ConfigError, FormatError, MissingFileError
 
-__all__ = ["EncodeFn", "TokenizerSpec", "hf_encoder", "resolve_tokenizer"]
+__all__ = ["EncodeFn", "TokenizerSpec", "engine_encoder", "hf_encoder", "resolve_tokenizer"]
 
 EncodeFn = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
 """texts -> (int64 ids of every text concatenated, int64 length of each text); no special tokens added."""
@@ -120,5 +120,33 @@ def hf_encoder(spec: TokenizerSpec) -> EncodeFn:
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
         return flat, lengths
+
+    return encode
+
+
+def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: float = 0.001) -> EncodeFn:
+    """tokenloom-tokenize's engine selection (the default): the same ids as ``tokenloom tokenize``.
+
+    ``auto`` uses fastokens only after it encodes tokenloom-tokenize's probe set exactly as Hugging Face
+    ``tokenizers`` does, and re-checks a deterministic ``verify_fraction`` of the stream's texts against
+    it (a difference raises EngineMismatchError); otherwise ``tokenizers``. Called once per worker.
+    Pass ``functools.partial(engine_encoder, engine="hf")`` as ``encoder=`` to force an engine.
+    """
+    import logging
+
+    from tokenizers import Tokenizer
+
+    from tokenloom.tokenize import load_encoder
+
+    try:
+        tokenizer = Tokenizer.from_file(spec.json_path)
+    except Exception as exc:
+        raise FormatError(f"tokenizers cannot load this file: {exc}", path=spec.json_path) from None
+    encoder = load_encoder(tokenizer, engine, verify_fraction=verify_fraction)
+    logging.getLogger("tokenloom.hf_streaming").info("encoding engine %s: %s", encoder.name, encoder.reason)
+
+    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        ids, offsets = encoder.encode_flat(texts)
+        return np.asarray(ids, dtype=np.int64), np.diff(np.asarray(offsets, dtype=np.int64))
 
     return encode

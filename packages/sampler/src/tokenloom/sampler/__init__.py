@@ -19,9 +19,10 @@ which source serves each global position, computed in O(1) memory, never stored.
 
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
+from tokenloom.sampler._mix import MixSchedule
 from tokenloom.sampler._order import Order
 from tokenloom.sampler._sampler import ResumableDistributedSampler
-from tokenloom.sampler._schedule import CurriculumSchedule, Drain, MixSchedule, Segment, bucket_permutation
+from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_permutation
 
 __all__ = [
     "CurriculumSchedule",

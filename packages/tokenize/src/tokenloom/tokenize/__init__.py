@@ -14,6 +14,8 @@ Example::
 The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir tokens --max-length 2048``.
 ``format="megatron" | "flat" | "packed"`` tokenizes into a native staging dataset
 (``OUT.native-staging``, resumable) and converts it into OUT when complete.
+Text is encoded by :func:`load_encoder` (:mod:`tokenloom.tokenize.engine`): fastokens when it
+is proven to give the same ids as Hugging Face ``tokenizers``, else ``tokenizers`` itself.
 Without ``tokenizer`` the shipped byte-level BPE (trained on the standard
 library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 """
@@ -25,6 +27,7 @@ from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
 from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
 from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
+from tokenloom.tokenize.engine import Encoder, Engine, EngineMismatchError, load_encoder
 from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index, index_path
 from tokenloom.tokenize.train import EOS_TOKEN, train_byte_level_bpe
 from tokenloom.tokenize.windowing import Entries, validate_window, window_documents
@@ -36,6 +39,9 @@ __all__ = [
     "RECORD_NAME",
     "SUPPORTED_FORMATS",
     "CorpusInfo",
+    "Encoder",
+    "Engine",
+    "EngineMismatchError",
     "Entries",
     "IssueKind",
     "JsonlIndex",
@@ -50,6 +56,7 @@ __all__ = [
     "discover_inputs",
     "fingerprint",
     "index_path",
+    "load_encoder",
     "output_path",
     "pack",
     "staging_dir",

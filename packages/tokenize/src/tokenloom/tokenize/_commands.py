@@ -12,6 +12,7 @@ from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfi
 from tokenloom.tokenize._formats import tokenize as run_tokenize
 from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._progress import progress_bar
+from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 
 __all__ = ["index", "pack", "tokenize"]
 
@@ -34,6 +35,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         f"  documents {summary.documents:,}  entries {summary.entries:,}  tokens {summary.tokens:,}  "
         f"shards {summary.shards}  dtype {summary.dtype}  eos_id {summary.eos_id}",
     ]
+    if summary.engine:
+        lines.append(f"  engine {summary.engine}: {summary.engine_reason}")
     if not summary.already_complete:
         lines.append(
             f"  {summary.seconds:.1f} s, {summary.tokens_per_second:,.0f} tokens/s, "
@@ -137,6 +140,23 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
 @click.option("--max-line-bytes", type=int, default=64 << 20, show_default=True, help="Longer lines are bad records.")
 @click.option("--hash-inputs", is_flag=True, help="Identify inputs by content hash rather than size + mtime.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on stderr.")
+@click.option(
+    "--engine",
+    type=click.Choice([e.value for e in Engine]),
+    default="auto",
+    show_default=True,
+    help="Encoding engine. hf: Hugging Face tokenizers. fast: fastokens (an error unless it loads the tokenizer "
+    "and gives the same ids as hf on a probe set plus the first documents). auto: fast when that holds, else hf. "
+    "The output is the same bytes with either.",
+)
+@click.option(
+    "--verify-fraction",
+    type=click.FloatRange(0.0, 1.0),
+    default=DEFAULT_VERIFY_FRACTION,
+    show_default=True,
+    help="With the fast engine, re-encode this fraction of documents (by content hash) with hf and stop on a "
+    "difference.",
+)
 def tokenize(
     input_dir: Path,
     output_dir: Path,
@@ -155,6 +175,8 @@ def tokenize(
     max_line_bytes: int,
     hash_inputs: bool,
     progress: bool,
+    engine: str,
+    verify_fraction: float,
 ) -> None:
     """Pre-tokenize jsonl / jsonl.gz files into token shards, in parallel, crash-safely.
 
@@ -180,6 +202,8 @@ def tokenize(
             eos_id=eos_id,
             max_line_bytes=max_line_bytes,
             hash_inputs=hash_inputs,
+            engine=engine,
+            verify_fraction=verify_fraction,
         )
         with progress_bar(input_dir, enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
@@ -235,6 +259,13 @@ def index(files: tuple[Path, ...], full_hash: bool) -> None:
 @click.option(
     "--eos-id", type=int, default=None, help="End-of-document id, required if the tokenizer has no EOS token."
 )
+@click.option(
+    "--engine",
+    type=click.Choice([e.value for e in Engine]),
+    default="auto",
+    show_default=True,
+    help="Encoding engine, as for tokenize: auto, hf or fast.",
+)
 @click.option("--legacy", is_flag=True, help="Write the old 8-byte-header layout (uint32 tokens).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on stderr.")
@@ -246,6 +277,7 @@ def pack(
     num_workers: int,
     on_error: str,
     eos_id: int | None,
+    engine: str,
     legacy: bool,
     overwrite: bool,
     progress: bool,
@@ -269,6 +301,7 @@ def pack(
                 legacy=legacy,
                 overwrite=overwrite,
                 on_progress=on_progress,
+                engine=engine,
             )
     except (DataError, OSError, ImportError) as exc:
         fail_command(exc)
@@ -276,6 +309,7 @@ def pack(
         f"wrote {summary.output}: {summary.documents:,} documents, {summary.tokens:,} tokens, "
         f"dtype {summary.dtype}, eos_id {summary.eos_id}, {summary.seconds:.1f} s"
     )
+    click.echo(f"  engine {summary.engine}: {summary.engine_reason}")
     if summary.skipped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.skipped.items()))
         click.echo(f"  skipped {sum(summary.skipped.values()):,} bad records: {kinds}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError
+from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import validate_window
 
 __all__ = ["SUPPORTED_FORMATS", "OnError", "TokenizeConfig", "default_num_workers"]
@@ -79,6 +80,13 @@ class TokenizeConfig:
     """Bytes per unit of work, whichever limit comes first."""
     progress: bool = False
     """Show a progress bar on stderr."""
+    engine: str = Engine.AUTO.value
+    """Encoding engine: auto (fast if proven identical to hf on the probe set, else hf), hf or fast.
+
+    Never changes the output bytes, so it is not part of the run key: a run stopped by an engine
+    mismatch resumes with ``engine="hf"``."""
+    verify_fraction: float = DEFAULT_VERIFY_FRACTION
+    """fast engine: the fraction of documents (chosen by content hash) re-encoded with hf and compared."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_dir", Path(self.input_dir))
@@ -112,6 +120,17 @@ class TokenizeConfig:
             raise ConfigError(f"num_workers is {self.num_workers}, expected >= 0", field="num_workers")
         if self.eos_id is not None and self.eos_id < 0:
             raise ConfigError(f"eos_id is {self.eos_id}, expected >= 0", field="eos_id")
+        try:
+            Engine(self.engine)
+        except ValueError:
+            raise ConfigError(
+                f"engine {self.engine!r}, expected one of {[e.value for e in Engine]}", field="engine"
+            ) from None
+        if not 0.0 <= self.verify_fraction <= 1.0:
+            raise ConfigError(
+                f"verify_fraction is {self.verify_fraction}, expected 0 <= verify_fraction <= 1",
+                field="verify_fraction",
+            )
         if not self.text_field or any(not part for part in self.text_field.split(".")):
             raise ConfigError(f"text_field {self.text_field!r} is not a field name or dotted path", field="text_field")
 

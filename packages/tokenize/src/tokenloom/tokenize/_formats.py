@@ -174,6 +174,8 @@ def _summary(config: TokenizeConfig, record: dict[str, Any], seconds: float) -> 
         eos_id=int(record.get("eos_id", -1)),
         vocab_size=int(record.get("vocab_size", 0)),
         format=config.format,
+        engine=str(record.get("engine", {}).get("name", "")),
+        engine_reason=str(record.get("engine", {}).get("reason", "")),
     )
 
 

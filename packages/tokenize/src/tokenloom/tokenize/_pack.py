@@ -10,6 +10,7 @@ workers, chunking and bad-record handling as ``tokenize``; no windowing (a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -20,8 +21,16 @@ from tokenloom.formats import ConfigError, RecordError, check_disjoint, open_wri
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
-from tokenloom.tokenize._pipeline import EXAMPLES_PER_KIND, executor_for, resolve_eos, run_ordered, tokenizer_info
+from tokenloom.tokenize._pipeline import (
+    EXAMPLES_PER_KIND,
+    choose_run_engine,
+    executor_for,
+    resolve_eos,
+    run_ordered,
+    tokenizer_info,
+)
 from tokenloom.tokenize._worker import EncodeSettings
+from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 
 __all__ = ["PackSummary", "default_pack_path", "pack"]
 
@@ -36,6 +45,8 @@ class PackSummary:
     examples: list[str] = field(default_factory=list)
     dtype: str = ""
     eos_id: int = -1
+    engine: str = ""
+    engine_reason: str = ""
 
 
 def default_pack_path(input_file: str | os.PathLike[str]) -> Path:
@@ -63,6 +74,8 @@ def pack(
     max_line_bytes: int = 64 << 20,
     chunk_lines: int = 1024,
     chunk_bytes: int = 4 << 20,
+    engine: Engine | str = Engine.AUTO,
+    verify_fraction: float = DEFAULT_VERIFY_FRACTION,
     on_progress: Callable[[int, int, int], None] | None = None,
 ) -> PackSummary:
     """Tokenize ``input_file`` into the packed file ``output`` (default: beside it, ``.pbin``)."""
@@ -96,6 +109,9 @@ def pack(
             overlap_size=0,
             dtype=dtype.name,
         )
+        choice = choose_run_engine(files, settings, serialized, str(engine), verify_fraction, max_line_bytes)
+        settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
+        summary.engine, summary.engine_reason = choice.name, choice.reason
         chunks = read_chunks(files, chunk_lines=chunk_lines, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
         with open_writer(
             target,

@@ -12,6 +12,8 @@ so memory does not grow with the input.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import logging
 import multiprocessing
 import os
@@ -48,9 +50,20 @@ from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs,
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
 from tokenloom.tokenize._tokenizer import TokenizerInfo
-from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, describe_tokenizer, encode_chunk, init_worker
+from tokenloom.tokenize._worker import (
+    ChunkResult,
+    EncodeSettings,
+    EngineChoice,
+    choose_engine,
+    describe_tokenizer,
+    encode_chunk,
+    init_worker,
+    sample_texts,
+    warm_up,
+)
+from tokenloom.tokenize.engine import EngineMismatchError
 
-__all__ = ["RunInputs", "TokenizeSummary", "tokenize_native"]
+__all__ = ["RunInputs", "TokenizeSummary", "choose_run_engine", "tokenize_native"]
 
 log = logging.getLogger("tokenloom.tokenize")
 EXAMPLES_PER_KIND = 3
@@ -76,6 +89,9 @@ class TokenizeSummary:
     eos_id: int = -1
     vocab_size: int = 0
     format: str = "native"
+    engine: str = ""
+    """The encoding engine (hf or fast) of the last session that wrote this output."""
+    engine_reason: str = ""
 
     @property
     def tokens_per_second(self) -> float:
@@ -241,12 +257,17 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> Pr
     # forkserver either: its workers' parent is the server, which outlives a killed
     # parent, so the workers' watchdog would never fire.
     threads = max(1, default_num_workers() // num_workers)
-    return ProcessPoolExecutor(
+    executor = ProcessPoolExecutor(
         max_workers=num_workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=init_worker,
         initargs=(threads, tokenizer, serialized, os.getpid()),
     )
+    # start the workers now (one task each), so that they import and build the tokenizer while
+    # the parent runs the engine probe, instead of after it
+    for _ in range(num_workers):
+        executor.submit(warm_up, tokenizer)
+    return executor
 
 
 def run_ordered(
@@ -305,11 +326,12 @@ def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> i
     return eos_id
 
 
-def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str) -> dict[str, Any]:
+def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str, engine: EngineChoice) -> dict[str, Any]:
     return {
         "tokenize": {
             **run_key,
             "tokenizer": tokenizer,
+            "engine": engine.record,
             "documents": run.counts.documents,
             "input_bytes": run.counts.input_bytes,
             "skipped": dict(sorted(run.counts.skipped.items())),
@@ -325,6 +347,7 @@ def _publish(
     dtype: np.dtype,
     info: TokenizerInfo,
     eos_id: int,
+    engine: EngineChoice,
 ) -> Manifest:
     files = []
     for record in run.state.shards:
@@ -340,7 +363,7 @@ def _publish(
         vocab_size=info.vocab_size,
         eos_id=eos_id,
         tokenizer_fingerprint=run_key["tokenizer_fingerprint"],
-        metadata=_manifest_metadata(run, run_key, tokenizer),
+        metadata=_manifest_metadata(run, run_key, tokenizer, engine),
     )
     out = config.output_dir
     manifest = write_manifest(out, manifest)
@@ -375,6 +398,8 @@ def _summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummar
         dtype=manifest.dtype,
         eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
         vocab_size=manifest.vocab_size or 0,
+        engine=str(recorded.get("engine", {}).get("name", "")),
+        engine_reason=str(recorded.get("engine", {}).get("reason", "")),
     )
 
 
@@ -394,6 +419,30 @@ class RunInputs:
 
     def run_key(self, config: TokenizeConfig) -> dict[str, Any]:
         return _run_key(config, self.tokenizer_fingerprint, self.files)
+
+
+def choose_run_engine(
+    files: list[InputFile],
+    settings: EncodeSettings,
+    serialized: str | None,
+    engine: str,
+    verify_fraction: float,
+    max_line_bytes: int,
+) -> EngineChoice:
+    """Probe the engines on the fixed set plus the input's first documents (the same on every resume)."""
+    sample: list[str] = []
+    reader = read_chunks(files, chunk_lines=256, chunk_bytes=1 << 20, max_line_bytes=max_line_bytes)
+    try:
+        with contextlib.suppress(DataError):  # the run itself reports bad input
+            for chunk in itertools.islice(reader, 8):
+                sample += sample_texts(chunk, settings.text_field, limit=256 - len(sample))
+                if len(sample) >= 256:
+                    break
+    finally:
+        getattr(reader, "close", lambda: None)()  # close the file the generator holds open
+    choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+    log.info("encoding engine: %s (%s)", choice.name, choice.reason)
+    return choice
 
 
 def tokenize_native(
@@ -417,12 +466,12 @@ def tokenize_native(
         (out / WRITING_MARKER).touch()
         _check_published(out, state)
         fsync_dir(out)
-        run, dtype, info, eos_id = _encode_all(config, state, inputs, on_progress)
+        run, dtype, info, eos_id, engine = _encode_all(config, state, inputs, on_progress)
     except BaseException:
         if not state.shards:  # nothing completed: leave no journal, marker or directory behind
             _leave_nothing(out, created=created)
         raise
-    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id)
+    manifest = _publish(config, run, run_key, tokenizer, dtype, info, eos_id, engine)
     summary = _summary_of(manifest, out, time.perf_counter() - started)
     summary.examples = run.examples
     summary.resumed_shards = resumed_shards
@@ -443,7 +492,7 @@ def _leave_nothing(out: Path, *, created: bool) -> None:
 
 def _encode_all(
     config: TokenizeConfig, state: RunState, inputs: RunInputs, on_progress: ProgressCallback | None
-) -> tuple[_Run, np.dtype, TokenizerInfo, int]:
+) -> tuple[_Run, np.dtype, TokenizerInfo, int, EngineChoice]:
     """Encode every chunk after the journal's position into shards; the finished run and its facts."""
     out = config.output_dir
     tokenizer, files = inputs.tokenizer, inputs.files
@@ -482,6 +531,10 @@ def _encode_all(
             first_file=state.file_index,
             first_file_chunk=state.file_first_chunk,
         )
+        engine = choose_run_engine(
+            files, settings, serialized, config.engine, config.verify_fraction, config.max_line_bytes
+        )
+        settings = dataclasses.replace(settings, engine=engine.name, verify_fraction=config.verify_fraction)
         window = 2 * max(config.num_workers, 1) + 2
         try:
             for result in run_ordered(executor, chunks, settings, window):
@@ -489,10 +542,13 @@ def _encode_all(
                 if on_progress is not None:
                     on_progress(result.documents, len(result.tokens), result.source_bytes)
             run.finish()
+        except EngineMismatchError:
+            run.cutter.abort()  # the journaled shards stay: the same command with --engine hf resumes
+            raise
         except DataError:
             _discard(out, run)
             raise
         except BaseException:
             run.cutter.abort()
             raise
-    return run, dtype, info, eos_id
+    return run, dtype, info, eos_id, engine

@@ -163,6 +163,16 @@ class LoadedTokenizer:
             fast=self._backend is not None,
         )
 
+    @property
+    def backend(self) -> Any:
+        """The Rust ``tokenizers.Tokenizer`` transformers configured, or None for a slow tokenizer."""
+        return self._backend
+
+    @property
+    def transformers(self) -> Any:
+        """The transformers tokenizer itself."""
+        return self._hf
+
     def backend_json(self) -> str | None:
         """The Rust tokenizer exactly as transformers configured it, or None for a slow tokenizer."""
         return self._backend.to_str() if self._backend is not None else None
@@ -179,7 +189,8 @@ class BackendTokenizer:
     def __init__(self, serialized: str) -> None:
         from tokenizers import Tokenizer
 
-        self._encode = _batch_encoder(Tokenizer.from_str(serialized))
+        self.backend = Tokenizer.from_str(serialized)
+        self._encode = _batch_encoder(self.backend)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [encoding.ids for encoding in self._encode(texts, add_special_tokens=False)]
@@ -262,7 +273,15 @@ def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:
         return None
     from tokenizers import Tokenizer
 
-    backend = Tokenizer.from_file(str(backend_path))
+    try:
+        backend = Tokenizer.from_file(str(backend_path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+        raise ConfigError(
+            f"Hugging Face tokenizers cannot load this tokenizer.json ({exc})",
+            path=backend_path,
+            field="tokenizer",
+            hint="Re-save the tokenizer with save_pretrained, or point --tokenizer at another directory",
+        ) from exc
     added = config.get("added_tokens_decoder", {})
     if not isinstance(added, dict) or any(
         backend.token_to_id(_token_name(token) or "") != int(index) for index, token in added.items()
@@ -301,6 +320,11 @@ def load(name_or_path: str) -> Encoder:
             tokenizer = LoadedTokenizer(name_or_path, hide_torch=_in_worker())
         _CACHE[name_or_path] = tokenizer
     return tokenizer
+
+
+def is_loaded(name_or_path: str) -> bool:
+    """Whether :func:`load` has built ``name_or_path`` in this process already."""
+    return name_or_path in _CACHE
 
 
 def local_info(name_or_path: str) -> TokenizerInfo:

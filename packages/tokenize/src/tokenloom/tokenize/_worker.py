@@ -7,7 +7,7 @@ loaded lazily, once per process.
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import os
 import threading
 import time
@@ -21,9 +21,29 @@ from tokenloom.formats import TokenRangeError
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo
+from tokenloom.tokenize.engine import (
+    DEFAULT_VERIFY_FRACTION,
+    HF_REQUESTED,
+    SLOW_TOKENIZER,
+    Encoder,
+    Engine,
+    EngineMismatchError,
+    load_encoder,
+    refuse_fast,
+)
 from tokenloom.tokenize.windowing import window_documents
 
-__all__ = ["ChunkResult", "EncodeSettings", "describe_tokenizer", "encode_chunk", "init_worker"]
+__all__ = [
+    "ChunkResult",
+    "EncodeSettings",
+    "EngineChoice",
+    "choose_engine",
+    "describe_tokenizer",
+    "encode_chunk",
+    "init_worker",
+    "sample_texts",
+    "warm_up",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +57,10 @@ class EncodeSettings:
     max_length: int | None
     overlap_size: int
     dtype: str
+    engine: str = Engine.HF.value
+    """The engine chosen before the run (hf or fast; never auto here)."""
+    verify_fraction: float = DEFAULT_VERIFY_FRACTION
+    """fast: the fraction of documents re-encoded with hf and compared."""
 
 
 @dataclass(slots=True)
@@ -99,30 +123,130 @@ def _text_of(line: bytes, text_field: tuple[str, ...], line_number: int) -> str 
     return value
 
 
-def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
-    """Parse, encode and window one chunk; bad records become Issues, in line order."""
-    issues = list(chunk.issues)
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    """The engine a run uses and why, decided once in the parent before any worker encodes."""
+
+    name: str
+    reason: str
+    record: dict[str, object]
+
+
+def sample_texts(chunk: Chunk, text_field: tuple[str, ...], *, limit: int = 256, max_chars: int = 1 << 20) -> list[str]:
+    """Up to ``limit`` texts (``max_chars`` in all) of the chunk's good records, for the engine probe."""
     texts: list[str] = []
-    text_lines: list[int] = []
+    chars = 0
     for offset, line in enumerate(chunk.lines):
         if line is None:
             continue
-        text = _text_of(line, settings.text_field, chunk.first_line + offset)
-        if isinstance(text, Issue):
-            issues.append(text)
-        else:
+        text = _text_of(line, text_field, chunk.first_line + offset)
+        if isinstance(text, str):
+            if len(texts) >= limit or chars + len(text) > max_chars:
+                break
             texts.append(text)
-            text_lines.append(chunk.first_line + offset)
+            chars += len(text)
+    return texts
+
+
+def choose_engine(
+    tokenizer: str, serialized: str | None, engine: str, sample: list[str], verify_fraction: float
+) -> EngineChoice:
+    """Run the identity probe on the tokenizer's serialized backend (or the one loaded in this process)."""
+    if serialized is not None:
+        from tokenizers import Tokenizer
+
+        source: object = Tokenizer.from_str(serialized)
+    elif _tokenizer.is_loaded(tokenizer):
+        loaded = _tokenizer.load(tokenizer)  # num_workers=0: loaded here already
+        backend = getattr(loaded, "backend", None)
+        source = backend if backend is not None else getattr(loaded, "transformers", loaded)
+    else:  # a slow tokenizer, described by a child: no Rust backend, so no fast engine (never load it here)
+        chosen = Engine(engine)
+        encoder = refuse_fast(chosen, HF_REQUESTED if chosen is Engine.HF else SLOW_TOKENIZER)
+        return EngineChoice(encoder.name, encoder.reason, encoder.record())
+    encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
+    return EngineChoice(encoder.name, encoder.reason, encoder.record())
+
+
+_ENCODERS: dict[tuple[str, str, float], Encoder] = {}
+
+
+def _encoder(settings: EncodeSettings) -> Encoder:
+    key = (settings.tokenizer, settings.engine, settings.verify_fraction)
+    encoder = _ENCODERS.get(key)
+    if encoder is None:
+        loaded = _tokenizer.load(settings.tokenizer)
+        backend = getattr(loaded, "backend", None)
+        source = backend if backend is not None else getattr(loaded, "transformers", loaded)
+        encoder = load_encoder(source, settings.engine, verify_fraction=settings.verify_fraction)
+        _ENCODERS[key] = encoder
+    return encoder
+
+
+def _texts_of_clean_chunk(lines: list[bytes | None], text_field: tuple[str, ...]) -> list[str] | None:
+    """The texts of a chunk in which every line is good, in one pass; None if any line needs a closer look.
+
+    Why: the per-line checks of :func:`_text_of` cost as much as encoding with the fast engine.
+    A chunk with any problem is parsed again line by line, so its issues are reported exactly.
+    """
+    loads = orjson.loads
+    try:
+        if len(text_field) == 1:
+            key = text_field[0]
+            texts = [loads(line)[key] for line in lines]  # type: ignore[arg-type]
+        else:
+            texts = []
+            for line in lines:
+                value = loads(line)  # type: ignore[arg-type]
+                for key in text_field:
+                    value = value[key]
+                texts.append(value)
+    except (orjson.JSONDecodeError, TypeError, KeyError, IndexError):
+        return None
+    str_type = str
+    for text in texts:
+        if type(text) is not str_type:  # also catches a list indexed by a key that parsed as an int
+            return None
+    return texts
+
+
+def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
+    """Parse, encode and window one chunk; bad records become Issues, in line order."""
+    issues = list(chunk.issues)
+    texts = _texts_of_clean_chunk(chunk.lines, settings.text_field)
+    if texts is not None:  # every line a JSON object with a string at text_field: no per-line checks needed
+        text_lines: list[int] | range = range(chunk.first_line, chunk.first_line + len(texts))
+    else:
+        texts, text_lines = [], []
+        for offset, line in enumerate(chunk.lines):
+            if line is None:
+                continue
+            text = _text_of(line, settings.text_field, chunk.first_line + offset)
+            if isinstance(text, Issue):
+                issues.append(text)
+            else:
+                texts.append(text)
+                text_lines.append(chunk.first_line + offset)
     issues.sort(key=lambda issue: issue.line)
     dtype = np.dtype(settings.dtype)
     if texts:
-        ids = _tokenizer.load(settings.tokenizer).encode_batch(texts)
-        doc_lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        total = int(doc_lengths.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=total)
+        try:
+            flat, offsets = _encoder(settings).encode_flat(texts)
+        except EngineMismatchError as exc:
+            record = text_lines[exc.record] if exc.record is not None and exc.record < len(text_lines) else None
+            raise EngineMismatchError(
+                exc.problem.replace(f"document {exc.record} ", "the document ", 1),
+                path=chunk.path,
+                record=record,
+                field="engine",
+                hint="The fast engine cannot be trusted with this tokenizer and input. This run stopped and "
+                "can be resumed: rerun the same command with --engine hf (the shards already written were "
+                "encoded by the fast engine; add --overwrite to re-encode everything with hf)",
+            ) from None
+        doc_lengths = np.diff(offsets)
     else:
         doc_lengths = np.zeros(0, dtype=np.int64)
-        flat = np.zeros(0, dtype=np.int64)
+        flat = np.zeros(0, dtype=np.uint32)
     max_token_id = int(flat.max()) if len(flat) else -1
     if max_token_id >= settings.vocab_size:
         first_bad = int(np.argmax(flat >= settings.vocab_size))
@@ -152,6 +276,13 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         num_bytes=chunk.num_bytes,
         source_bytes=chunk.source_bytes,
     )
+
+
+def warm_up(tokenizer: str) -> None:
+    """Build the hf tokenizer and import fastokens ahead of the first chunk (errors surface there)."""
+    with contextlib.suppress(Exception):
+        _tokenizer.load(tokenizer)
+        import fastokens  # noqa: F401
 
 
 def init_worker(
