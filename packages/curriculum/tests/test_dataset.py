@@ -118,6 +118,22 @@ def test_state_round_trip_and_every_differing_field_listed(corpus, tmp_path):
     assert "max_length" in str(caught.value) and "config" in str(caught.value)
 
 
+@pytest.mark.parametrize("consumed", ["12", -5, 3.7, True, 10**9])
+def test_a_consumed_position_that_is_not_a_sample_count_is_refused(corpus, consumed):
+    ds = CurriculumDataset(config(corpus), seed=7)
+    state = {**ds.state_dict(consumed=3), "consumed": consumed}
+    with pytest.raises(ResumeMismatchError, match="consumed position"):
+        CurriculumDataset(config(corpus), seed=7).load_state_dict(state)
+
+
+@pytest.mark.parametrize("index", ["3", 1.0, True])
+def test_a_sample_index_that_is_not_an_integer_is_refused(corpus, index):
+    ds = CurriculumDataset(config(corpus), seed=7)
+    with pytest.raises(TypeError, match="integers"):
+        ds[index]
+    assert ds[3]["input_ids"].shape == ds[np.int64(3)]["input_ids"].shape
+
+
 def test_a_halted_state_loaded_with_the_same_policy_halts_at_once_and_a_new_policy_continues(corpus):
     ds = CurriculumDataset(config(corpus), seed=7)
     state = ds.state_dict(consumed=ds.halt_position)

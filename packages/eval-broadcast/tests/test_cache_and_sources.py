@@ -81,6 +81,15 @@ def test_engine_selection_never_changes_the_ids(tokenizer_dir, jsonl):
     assert rows["hf"] == rows["auto"]
 
 
+@pytest.mark.parametrize("engine", ["hf", "auto"])
+def test_a_record_without_a_text_string_is_named(tokenizer_dir, tmp_path, engine):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "a cat"}\n{"other": 1}\n{"text": 5}\n')
+    source = HFEvalSource("json", data_files=str(bad), split="train", tokenizer=str(tokenizer_dir), engine=engine)
+    with pytest.raises(EvalBuildError, match=r"RecordError.*row 1 of split 'train' has NoneType in column 'text'"):
+        broadcast_eval_set(source, seq_len=6)
+
+
 def test_hf_source_missing_text_field_and_split(tokenizer_dir, jsonl):
     source = HFEvalSource("json", data_files=str(jsonl), split="train", text_field="body", tokenizer=str(tokenizer_dir))
     with pytest.raises(EvalBuildError, match="MissingKeyError.*body"):

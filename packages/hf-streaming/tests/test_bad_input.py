@@ -203,3 +203,13 @@ def test_stream_state_command(tmp_path, corpus, tokenizer_dir):
     result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
     assert result.exit_code == 1
     assert "do not cover the saved topology" in result.output
+
+
+@pytest.mark.parametrize("eos_id", [10**7, 1.5, True, "3"])
+def test_eos_id_outside_the_vocabulary_or_not_an_int_is_refused(tokenizer_dir, eos_id):
+    from tokenloom.formats import ConfigError
+    from tokenloom.hf_streaming import resolve_tokenizer
+
+    with pytest.raises(ConfigError, match="eos_id"):
+        resolve_tokenizer(tokenizer_dir, eos_id)
+    assert resolve_tokenizer(tokenizer_dir, 5).eos_id == 5

@@ -233,7 +233,10 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """One batched fetch per bucket; the batch carries ``bucket`` (int64 id) beside the sample keys."""
-        index = self._check(np.asarray(indices, dtype=np.int64))
+        raw = np.asarray(indices)
+        if raw.dtype.kind not in "iu":  # "3", 1.0, True: never coerced into a sample index
+            raise TypeError(f"sample indices must be integers, got {raw.dtype} ({list(indices)[:3]!r})")
+        index = self._check(raw.astype(np.int64, copy=False))
         _, bucket, inner = self.locate(index)
         if self._plain:  # fixed windows: raw tokens straight into one compact batch
             out = np.empty((len(index), self.config.max_length + 1), dtype=self._window_dtype)
@@ -340,6 +343,12 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         consumed = state.get("consumed")
         if consumed is None:
             return
+        if isinstance(consumed, bool) or not isinstance(consumed, int) or not 0 <= consumed <= len(self):
+            raise ResumeMismatchError(
+                f"the state's consumed position is {consumed!r}, expected an int in [0, {len(self)}]",
+                field="consumed",
+                hint="Load the state this curriculum saved (state_dict()), unedited",
+            )
         if state.get("policy") != self.policy.value or state.get("max_repetition") != self.config.max_repetition:
             common = min(int(state.get("prefix_end", 0)), self._prefix_end())
             if consumed > common:

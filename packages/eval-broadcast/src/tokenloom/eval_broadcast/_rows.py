@@ -199,11 +199,15 @@ def _check_range(tokens: np.ndarray, vocab_size: int | None) -> None:
             where = int(np.argmax(tokens.reshape(-1) < 0))
             raise TokenRangeError(f"token id {low} is negative (first at flat position {where})", field="build")
     if vocab_size is not None:
+        if vocab_size < 1:
+            raise TokenRangeError(f"vocab_size is {vocab_size}, expected >= 1", field="vocab_size")
         high = int(tokens.max())
         if high >= vocab_size:
-            where = int(np.argmax(tokens.reshape(-1) >= vocab_size))
+            flat = tokens.reshape(-1)
+            where = int(np.argmax(flat >= vocab_size))
             raise TokenRangeError(
-                f"token id {high} >= vocab_size {vocab_size} (first at flat position {where})", field="build"
+                f"token id {int(flat[where])} at flat position {where} >= vocab_size {vocab_size} (largest id {high})",
+                field="build",
             )
 
 

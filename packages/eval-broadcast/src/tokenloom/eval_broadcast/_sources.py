@@ -26,6 +26,7 @@ from tokenloom.formats import (
     ConfigError,
     MissingFileError,
     MissingKeyError,
+    RecordError,
     TokenDataset,
     file_checksum,
     open_dataset,
@@ -156,6 +157,15 @@ class HFEvalSource:
         parts: list[np.ndarray] = []
         for batch in source.iter(batch_size=self.batch_size):
             texts = batch[self.text_field]
+            for offset, text in enumerate(texts):
+                if not isinstance(text, str):
+                    raise RecordError(
+                        f"row {self.documents_tokenized + offset} of split {self.split!r} has "
+                        f"{type(text).__name__} in column {self.text_field!r}, expected a string",
+                        record=self.documents_tokenized + offset,
+                        field=self.text_field,
+                        hint="Fix or drop that record (every eval text is tokenized; none is skipped silently)",
+                    )
             tokens, _ = encode_documents(tokenizer, texts, eos_id, encoder=encoder)
             self.documents_tokenized += len(texts)
             parts.append(tokens.astype(dtype))

@@ -59,6 +59,21 @@ def _read_json(path: Path) -> dict:
     return data
 
 
+def _vocab_size(tokenizer: dict) -> int | None:
+    """Ids the tokenizer.json defines: its model's vocabulary and its added tokens (None: unknown layout)."""
+    vocab = tokenizer.get("model", {}).get("vocab") if isinstance(tokenizer.get("model"), dict) else None
+    sizes = []
+    if isinstance(vocab, dict):
+        sizes.append(max((v for v in vocab.values() if isinstance(v, int)), default=-1) + 1)
+    elif isinstance(vocab, list):
+        sizes.append(len(vocab))
+    else:
+        return None
+    added = [t.get("id") for t in tokenizer.get("added_tokens", []) if isinstance(t, dict)]
+    sizes.append(max((i for i in added if isinstance(i, int)), default=-1) + 1)
+    return max(sizes)
+
+
 def resolve_tokenizer(tokenizer_path: str | os.PathLike[str], eos_id: int | None) -> TokenizerSpec:
     """A tokenizer directory (with tokenizer.json) or a tokenizer.json file -> its spec."""
     path = Path(tokenizer_path)
@@ -99,8 +114,18 @@ def resolve_tokenizer(tokenizer_path: str | os.PathLike[str], eos_id: int | None
                 hint="Pass eos_id=N explicitly",
             )
         eos_id = found
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int | np.integer):
+        raise ConfigError(f"eos_id is {eos_id!r}, expected an int", field="eos_id", hint="Pass the EOS token's id")
     if eos_id < 0:
         raise ConfigError(f"eos_id is {eos_id}, expected >= 0", field="eos_id")
+    vocab_size = _vocab_size(tokenizer)
+    if vocab_size is not None and eos_id >= vocab_size:
+        raise ConfigError(
+            f"eos_id is {eos_id}, but the tokenizer has {vocab_size} ids (0..{vocab_size - 1})",
+            path=json_path,
+            field="eos_id",
+            hint="Pass an id inside the tokenizer's vocabulary (its EOS token's id)",
+        )
     fingerprint = xxhash.xxh64_hexdigest(blob + f"|eos={eos_id}".encode())
     return TokenizerSpec(os.fspath(json_path), int(eos_id), fingerprint)
 
