@@ -170,6 +170,7 @@ def _summary(config: TokenizeConfig, record: dict[str, Any], seconds: float) -> 
         shards=_output_files(config),
         seconds=seconds,
         skipped=dict(record.get("skipped", {})),
+        dropped=dict(record.get("dropped", {})),
         dtype=str(record.get("dtype", "")),
         eos_id=int(record.get("eos_id", -1)),
         vocab_size=int(record.get("vocab_size", 0)),
