@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import (
+    EOS_PLACEMENT,
     LOCK_SUFFIX,
     MANIFEST_NAME,
     WRITING_MARKER,
@@ -204,7 +205,8 @@ def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> d
         "num_entries": len(source),
     }
     if config.format == "flat":
-        options["metadata"] = {"tokenize": record}
+        placement = source.metadata.get(EOS_PLACEMENT)
+        options["metadata"] = {"tokenize": record, **({EOS_PLACEMENT: placement} if placement else {})}
     target = output_path(config)
     convert_dataset(
         source,

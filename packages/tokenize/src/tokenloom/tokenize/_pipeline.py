@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats import (
+    EOS_AT_DOCUMENT_END,
+    EOS_PLACEMENT,
     MANIFEST_NAME,
     WRITING_MARKER,
     ConfigError,
@@ -340,7 +342,9 @@ def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> i
 
 
 def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str, engine: EngineChoice) -> dict[str, Any]:
+    placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if run.config.windowing is Windowing.GPT_SIMPLE else {}
     return {
+        **placement,
         "tokenize": {
             **run_key,
             "tokenizer": tokenizer,
@@ -349,7 +353,7 @@ def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str, engin
             "input_bytes": run.counts.input_bytes,
             "skipped": dict(sorted(run.counts.skipped.items())),
             **({"dropped": dict(sorted(run.counts.dropped.items()))} if run.counts.dropped else {}),
-        }
+        },
     }
 
 
