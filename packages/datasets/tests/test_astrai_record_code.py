@@ -91,10 +91,12 @@ def test_dpo_samples_are_what_astrais_dpo_dataset_returns(tmp_path: Path) -> Non
 
 
 def test_dpo_with_window_size_is_still_record_mode_as_in_astrai(tmp_path: Path) -> None:
-    # AstrAI's _store_window_for: dpo/grpo stores are built with window_size=0 whatever is passed
-    path = astrai_save_bin(tmp_path / "dpo", {k: v for k, v in DPO.items() if k != "sequence"}, RECORD_KEYS)
-    ds = DatasetFactory.load("dpo", path)
-    assert len(ds) == 2 and ds[1]["chosen"].tolist() == [8, 9]
+    # AstrAI's _store_window_for: dpo/grpo stores are built with window_size=0 whatever is passed, and its
+    # train script always passes window_size; a store whose keys differ in length cannot be windowed
+    path = astrai_save_bin(tmp_path / "dpo", DPO, RECORD_KEYS)
+    ds = DatasetFactory.load("dpo", path, window_size=4, stride=2)
+    assert isinstance(ds, RecordDataset) and len(ds) == 2
+    assert ds[0]["rejected"].tolist() == [5, 6, 1, 2] and ds[1]["chosen"].tolist() == [8, 9]
 
 
 def test_astrai_refuses_nested_grpo_keys_in_bin_so_grpo_uses_tokenloom_layout(tmp_path: Path) -> None:
