@@ -9,7 +9,8 @@
   what ``BlendedDataset._build_indices`` runs) at 10^8 samples for the same 10-way blend, against
   tokenloom's MixSchedule for it.
 
-Each figure is the median of 3 runs, each in a fresh subprocess (peak memory is its own).
+Each figure is the median of 3 runs in one fresh subprocess per measurement (after its imports;
+the peak-memory counter, VmHWM, is reset before each run, so each run's extra peak is its own).
 ``--quick`` shrinks every size (a smoke run; its numbers are not the published ones).
 
     uv run --group bench python tools/bench/bench_curriculum.py [--quick]
@@ -54,76 +55,81 @@ def reset_peak():
     except OSError:
         pass
 
-kind, arg = sys.argv[1], json.loads(sys.argv[2])
+kind, arg, repeats = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 import numpy as np
-out = {}
-if kind == "construct":
-    from tokenloom.sampler import CurriculumSchedule
-    tokens, seq_len, phases, buckets = arg["tokens"], 2048, arg["phases"], 10
-    weights = np.random.default_rng(0).random((phases, buckets))
-    reset_peak(); base = rss_mb(); start = time.perf_counter()
-    schedule = CurriculumSchedule([tokens // seq_len // buckets] * buckets, [tokens // buckets] * buckets,
-                                  [tokens // phases] * phases, weights, seed=1)
-    out["seconds"] = time.perf_counter() - start
-    out["extra_mb"] = peak_mb() - base
-    out["segments"] = len(schedule.segments)
-    first = min(10**8, schedule.num_samples - arg["lookups"])
-    positions = np.arange(first, first + arg["lookups"], dtype=np.int64)
-    for name, look_up in (("draws_per_s", schedule.draws), ("locate_per_s", schedule.locate)):
-        start = time.perf_counter()
-        look_up(positions)
-        out[name] = len(positions) / (time.perf_counter() - start)
-elif kind == "megatron":
-    from megatron.core.datasets import helpers
-    size = arg["samples"]
-    weights = np.random.default_rng(0).random(10); weights /= weights.sum()
-    reset_peak(); base = rss_mb(); start = time.perf_counter()
-    dataset_index = np.zeros(size, dtype=np.int16)
-    dataset_sample_index = np.zeros(size, dtype=np.int64)
-    helpers.build_blending_indices(dataset_index, dataset_sample_index, weights, 10, size, False)
-    out["seconds"] = time.perf_counter() - start
-    out["extra_mb"] = peak_mb() - base
-elif kind == "mix":
-    from tokenloom.sampler import MixSchedule
-    size = arg["samples"]
-    weights = np.random.default_rng(0).random(10); weights /= weights.sum()
-    reset_peak(); base = rss_mb(); start = time.perf_counter()
-    schedule = MixSchedule(weights)
-    counts = schedule.counts(size)
-    out["seconds"] = time.perf_counter() - start
-    out["extra_mb"] = peak_mb() - base
-elif kind == "loader":
-    import torch
-    from torch.utils.data import DataLoader
-    from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
-    from tokenloom.datasets import MemoryMappedDataset, collate
-    from tokenloom.sampler import ResumableDistributedSampler
-    root, samples = arg["root"], arg["samples"]
-    if arg["what"] == "curriculum":
-        phase = Phase(duration_tokens=samples * 2048, mix={"a": 0.5, "b": 0.3, "c": 0.2})
-        config = CurriculumConfig(path=root, max_length=2048, packing=False, curriculum=(phase,))
-        ds = CurriculumDataset(config, seed=1)
-        sampler = ResumableDistributedSampler(ds, shuffle=False, seed=1)
-    else:
-        ds = MemoryMappedDataset(root + "/all", 2048)
-        sampler = ResumableDistributedSampler(ds, seed=1)
-    loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2, collate_fn=collate)
-    iterator = iter(loader)
-    for _ in range(20):
-        next(iterator)
-    start = time.perf_counter(); count = 0
-    for batch in iterator:
-        count += len(batch["input_ids"])
-        if count >= samples:
-            break
-    out["samples_per_s"] = count / (time.perf_counter() - start)
-print(json.dumps(out))
+
+def measure():
+    out = {}
+    if kind == "construct":
+        from tokenloom.sampler import CurriculumSchedule
+        tokens, seq_len, phases, buckets = arg["tokens"], 2048, arg["phases"], 10
+        weights = np.random.default_rng(0).random((phases, buckets))
+        reset_peak(); base = rss_mb(); start = time.perf_counter()
+        schedule = CurriculumSchedule([tokens // seq_len // buckets] * buckets, [tokens // buckets] * buckets,
+                                      [tokens // phases] * phases, weights, seed=1)
+        out["seconds"] = time.perf_counter() - start
+        out["extra_mb"] = peak_mb() - base
+        out["segments"] = len(schedule.segments)
+        first = min(10**8, schedule.num_samples - arg["lookups"])
+        positions = np.arange(first, first + arg["lookups"], dtype=np.int64)
+        for name, look_up in (("draws_per_s", schedule.draws), ("locate_per_s", schedule.locate)):
+            start = time.perf_counter()
+            look_up(positions)
+            out[name] = len(positions) / (time.perf_counter() - start)
+    elif kind == "megatron":
+        from megatron.core.datasets import helpers
+        size = arg["samples"]
+        weights = np.random.default_rng(0).random(10); weights /= weights.sum()
+        reset_peak(); base = rss_mb(); start = time.perf_counter()
+        dataset_index = np.zeros(size, dtype=np.int16)
+        dataset_sample_index = np.zeros(size, dtype=np.int64)
+        helpers.build_blending_indices(dataset_index, dataset_sample_index, weights, 10, size, False)
+        out["seconds"] = time.perf_counter() - start
+        out["extra_mb"] = peak_mb() - base
+    elif kind == "mix":
+        from tokenloom.sampler import MixSchedule
+        size = arg["samples"]
+        weights = np.random.default_rng(0).random(10); weights /= weights.sum()
+        reset_peak(); base = rss_mb(); start = time.perf_counter()
+        schedule = MixSchedule(weights)
+        counts = schedule.counts(size)
+        out["seconds"] = time.perf_counter() - start
+        out["extra_mb"] = peak_mb() - base
+    elif kind == "loader":
+        import torch
+        from torch.utils.data import DataLoader
+        from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
+        from tokenloom.datasets import MemoryMappedDataset, collate
+        from tokenloom.sampler import ResumableDistributedSampler
+        root, samples = arg["root"], arg["samples"]
+        if arg["what"] == "curriculum":
+            phase = Phase(duration_tokens=samples * 2048, mix={"a": 0.5, "b": 0.3, "c": 0.2})
+            config = CurriculumConfig(path=root, max_length=2048, packing=False, curriculum=(phase,))
+            ds = CurriculumDataset(config, seed=1)
+            sampler = ResumableDistributedSampler(ds, shuffle=False, seed=1)
+        else:
+            ds = MemoryMappedDataset(root + "/all", 2048)
+            sampler = ResumableDistributedSampler(ds, seed=1)
+        loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2, collate_fn=collate)
+        iterator = iter(loader)
+        for _ in range(20):
+            next(iterator)
+        start = time.perf_counter(); count = 0
+        for batch in iterator:
+            count += len(batch["input_ids"])
+            if count >= samples:
+                break
+        out["samples_per_s"] = count / (time.perf_counter() - start)
+    return out
+
+for _ in range(repeats):
+    print(json.dumps(measure()), flush=True)
 """
 
 
-def _child(kind: str, arg: dict) -> dict:
+def _child(kind: str, arg: dict, repeats: int) -> list[dict]:
     result = subprocess.run(
-        [sys.executable, "-c", _CHILD, kind, json.dumps(arg)],
+        [sys.executable, "-c", _CHILD, kind, json.dumps(arg), str(repeats)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -132,11 +138,11 @@ def _child(kind: str, arg: dict) -> dict:
     )
     if result.returncode != 0:
         raise RuntimeError(f"{kind} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
 def _median(kind: str, arg: dict, runs: int) -> dict[str, float]:
-    results = [_child(kind, arg) for _ in range(runs)]
+    results = _child(kind, arg, runs)
     return {key: statistics.median(r[key] for r in results) for key in results[0]}
 
 
@@ -183,7 +189,8 @@ def run(quick: bool) -> str:
     lines = [
         "## curriculum",
         "",
-        f"Medians of {runs} run(s), each in a fresh process.{' QUICK smoke run: sizes shrunk.' if quick else ''}",
+        f"Medians of {runs} run(s) in one fresh process per measurement (peak memory reset before each run)."
+        + (" QUICK smoke run: sizes shrunk." if quick else ""),
         "",
         "| what | figure | target |",
         "|---|---|---|",
