@@ -55,10 +55,9 @@ def reset_peak():
     except OSError:
         pass
 
-kind, arg, repeats = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 import numpy as np
 
-def measure():
+def measure(kind, arg):
     out = {}
     if kind == "construct":
         from tokenloom.sampler import CurriculumSchedule
@@ -122,14 +121,23 @@ def measure():
         out["samples_per_s"] = count / (time.perf_counter() - start)
     return out
 
-for _ in range(repeats):
-    print(json.dumps(measure()), flush=True)
+for job, (kind, arg, repeats) in enumerate(json.loads(sys.argv[1])):
+    for _ in range(repeats):
+        try:
+            print(json.dumps({"job": job, **measure(kind, arg)}), flush=True)
+        except ImportError as exc:  # megatron-core is in the bench group only
+            print(json.dumps({"job": job, "error": f"{kind} not measured: {exc}"}), flush=True)
+            break
 """
 
 
-def _child(kind: str, arg: dict, repeats: int) -> list[dict]:
+Job = tuple[str, dict, int]  # kind, its argument, runs in this process
+
+
+def _child(jobs: list[Job]) -> list[list[dict]]:
+    """Run ``jobs`` in one fresh process; every run of every job, in order."""
     result = subprocess.run(
-        [sys.executable, "-c", _CHILD, kind, json.dumps(arg), str(repeats)],
+        [sys.executable, "-c", _CHILD, json.dumps(jobs)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -137,13 +145,20 @@ def _child(kind: str, arg: dict, repeats: int) -> list[dict]:
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{kind} failed:\n{result.stderr[-3000:]}")
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        raise RuntimeError(f"{[kind for kind, _, _ in jobs]} failed:\n{result.stderr[-3000:]}")
+    runs: list[list[dict]] = [[] for _ in jobs]
+    for line in result.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if "error" in record:
+                print(record["error"], file=sys.stderr)  # that job's list stays empty
+                continue
+            runs[record.pop("job")].append(record)
+    return runs
 
 
-def _median(kind: str, arg: dict, runs: int) -> dict[str, float]:
-    results = _child(kind, arg, runs)
-    return {key: statistics.median(r[key] for r in results) for key in results[0]}
+def _median(runs: list[dict]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
 def _corpus(root: Path, samples: int) -> None:
@@ -174,17 +189,21 @@ def run(quick: bool) -> str:
     megatron_samples = 10**6 if quick else 10**8
     loader_samples = 800 if quick else 8000
     lookups = 10**6 if quick else 10**7
-    construct = _median("construct", {"tokens": tokens, "phases": phases, "lookups": lookups}, runs)
-    mix = _median("mix", {"samples": megatron_samples}, runs)
-    try:
-        megatron: dict[str, float] | None = _median("megatron", {"samples": megatron_samples}, runs)
-    except RuntimeError as exc:  # megatron-core missing (it is in the bench group)
-        print(exc, file=sys.stderr)
-        megatron = None
     with tempfile.TemporaryDirectory() as work:
         _corpus(Path(work), loader_samples + 200)
-        ours = _median("loader", {"root": work, "samples": loader_samples, "what": "curriculum"}, runs)
-        baseline = _median("loader", {"root": work, "samples": loader_samples, "what": "mmap"}, runs)
+        jobs: list[Job] = [
+            ("construct", {"tokens": tokens, "phases": phases, "lookups": lookups}, runs),
+            ("mix", {"samples": megatron_samples}, runs),
+            ("loader", {"root": work, "samples": loader_samples, "what": "curriculum"}, runs),
+            ("loader", {"root": work, "samples": loader_samples, "what": "mmap"}, runs),
+            ("megatron", {"samples": megatron_samples}, runs),
+        ]
+        # a smoke run puts every job in one process
+        measured = _child(jobs) if quick else [_child([job])[0] for job in jobs]
+    results = [_median(runs) if runs else None for runs in measured]
+    construct, mix, ours, baseline, megatron = results
+    if construct is None or mix is None or ours is None or baseline is None:
+        raise RuntimeError("a tokenloom measurement returned nothing (see stderr)")
     ratio = ours["samples_per_s"] / baseline["samples_per_s"]
     lines = [
         "## curriculum",
