@@ -138,14 +138,14 @@ def test_an_eod_other_than_gpt_simples_is_refused(tmp_path: Path, tiny_tokenizer
 
 def test_config_refusals() -> None:
     with pytest.raises(ConfigError, match="needs max_length"):
-        TokenizeConfig(input_dir="in", output_dir="out", windowing=Windowing.GPT_SIMPLE)
+        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing=Windowing.GPT_SIMPLE)
     with pytest.raises(ConfigError, match="applies only to --windowing gpt-simple"):
-        TokenizeConfig(input_dir="in", output_dir="out", max_length=8, min_text_length=200)
+        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), max_length=8, min_text_length=200)
     with pytest.raises(ConfigError, match="expected one of"):
-        TokenizeConfig(input_dir="in", output_dir="out", windowing="megatron")  # type: ignore[arg-type]
+        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing="megatron")  # type: ignore[arg-type]
     # GPT-Simple accepts an overlap above max_length / 2 (its stride becomes max_length // 2)
     config = TokenizeConfig(
-        input_dir="in", output_dir="out", max_length=8, overlap_size=6, windowing=Windowing.GPT_SIMPLE
+        input_dir=Path("in"), output_dir=Path("out"), max_length=8, overlap_size=6, windowing=Windowing.GPT_SIMPLE
     )
     assert config.output_settings()["windowing"] == "gpt-simple"
 
