@@ -140,3 +140,13 @@ def test_bad_config_is_blocking_with_the_message(tmp_path):
 @pytest.mark.parametrize("command", ["plan", "report", "status"])
 def test_help_has_an_example(command):
     assert "Example" in run("curriculum", command, "--help").output
+
+
+def test_under_halt_the_drains_after_the_first_are_not_reached(corpus, tmp_path):
+    halting = json.loads(run("curriculum", "plan", _config(tmp_path, corpus, durations=(3000, 30000)), "--json").output)
+    effects = [d["effect"] for d in halting["plan"]["drains"]]
+    assert len(effects) >= 2, halting["plan"]["drains"]  # the corpus runs out of more than one bucket
+    assert effects == ["halt"] + ["not reached (after the halt)"] * (len(effects) - 1)
+    allowed = _config(tmp_path, corpus, durations=(3000, 30000), allow=True)
+    renormalising = json.loads(run("curriculum", "plan", allowed, "--json").output)
+    assert {d["effect"] for d in renormalising["plan"]["drains"]} == {"renormalise"}

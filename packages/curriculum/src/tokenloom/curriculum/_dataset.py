@@ -114,7 +114,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             log.info(
                 "bucket %r runs dry at sample %d (phase %d, token %d): %s",
                 self.buckets[drain.bucket], drain.position, drain.phase, drain.tokens,
-                "halt" if drain is self.halt else "renormalising the rest of the phase",
+                drain_effect(drain, self.halt, "renormalising the rest of the phase"),
             )  # fmt: skip
 
     # -- the schedule ---------------------------------------------------------------------
@@ -367,3 +367,12 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             f"CurriculumDataset(samples={len(self)}, buckets={self.buckets}, "
             f"phases={len(self.schedule.durations)}, policy={self.policy.value!r})"
         )
+
+
+def drain_effect(drain: Drain, halt: Drain | None, otherwise: str = "renormalise") -> str:
+    """What a drain does: the first one under a halting policy stops the run; later ones are never reached."""
+    if halt is None:
+        return otherwise
+    if drain is halt:
+        return "halt"
+    return "not reached (after the halt)"

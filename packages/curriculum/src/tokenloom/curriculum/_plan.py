@@ -16,7 +16,7 @@ import numpy as np
 
 from tokenloom.curriculum._buckets import discover_buckets
 from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
-from tokenloom.curriculum._dataset import CurriculumDataset
+from tokenloom.curriculum._dataset import CurriculumDataset, drain_effect
 from tokenloom.formats import DataError, require
 
 __all__ = ["Finding", "build_plan", "exit_code", "findings", "plot_plan", "validate"]
@@ -70,7 +70,7 @@ def build_plan(ds: CurriculumDataset) -> dict[str, Any]:
             "token": d.tokens,
             "phase": d.phase,
             "epochs": d.epochs,
-            "effect": "halt" if ds.halt is d else "renormalise",
+            "effect": drain_effect(d, ds.halt),
         }
         for d in schedule.drains
     ]
