@@ -45,3 +45,21 @@ def test_path_source_and_errors(tmp_path):
         ["--data-files", str(tmp_path / "nope.jsonl"), "--tokenizer", "tok", "--seq-len", "2", "--cache-dir", "c2"],
     )
     assert broken.exit_code == 1 and "does not exist" in broken.output
+
+
+def test_cache_dir_inside_the_source_is_refused_and_errors_name_their_class(tmp_path):
+    """Found by tools/fuzz/catalogue.py: --cache-dir = --path wrote cache entries into the source dataset,
+    and errors printed without their class name (the EvalBuildError wrapper hid the source's error)."""
+    with open_writer(tmp_path / "val", dtype="uint16", vocab_size=10, eos_id=9) as writer:
+        writer.add(np.array([1, 2, 9, 3, 4, 9]))
+    before = sorted(p.name for p in (tmp_path / "val").iterdir())
+    for cache in (tmp_path / "val", tmp_path / "val" / "cache"):
+        result = CliRunner().invoke(eval_cache, ["--path", str(tmp_path / "val"), "--seq-len", "2", "--cache-dir", str(cache)])
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith("Error: ConfigError: --cache-dir") and "the source" in result.output
+    assert sorted(p.name for p in (tmp_path / "val").iterdir()) == before
+    broken = CliRunner().invoke(
+        eval_cache,
+        ["--data-files", str(tmp_path / "nope.jsonl"), "--tokenizer", "tok", "--seq-len", "2", "--cache-dir", "c2"],
+    )
+    assert broken.exit_code == 1 and broken.output.strip().startswith("Error: MissingFileError: "), broken.output

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_d
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._native import adopt_native
 from tokenloom.formats._optional import require
+from tokenloom.formats._progress import reporting
 from tokenloom.formats._registry import available_formats, open_dataset
 from tokenloom.formats._safety import dataset_inputs, unlisted_files
 from tokenloom.formats._storage import check_readable
@@ -90,6 +93,12 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 )
 @_format_option
 @_dtype_option
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    show_default=True,
+    help="--deep: a percentage bar with ETA per stage on stderr (only when stderr is a terminal).",
+)
 @click.option("--curriculum", is_flag=True, help="PATH is a curriculum config (needs tokenloom-curriculum).")
 @click.option("--global-batch-size", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
@@ -108,6 +117,7 @@ def validate(
     format_name: str | None,
     dtype: str | None,
     write_manifest: bool,
+    progress: bool = True,
     curriculum: bool = False,
     global_batch_size: int | None = None,
     max_steps: int | None = None,
@@ -130,11 +140,12 @@ def validate(
     try:
         if write_manifest:
             adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
-        dataset = _deep_open(path, format_name, dtype) if deep else _open(path, format_name, dtype, "fast")
+        if deep:
+            dataset, coverage = _deep_open(path, format_name, dtype, progress, vocab_size, eos_id)
+        else:
+            dataset = _open(path, format_name, dtype, "fast")
         check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
         warnings = unlisted_files(dataset)
-        if deep:
-            coverage = _deep_checks(dataset, vocab_size, eos_id)
     except (DataError, OSError) as exc:
         click.echo(f"{'path':<10} {path}")
         click.echo(f"{'problems':<10} 1")
@@ -154,25 +165,64 @@ def validate(
     click.echo(config_snippet(dataset, window))
 
 
-def _deep_open(path: Path, format_name: str | None, dtype: str | None) -> TokenDataset:
-    """Deep validation with a live status line on stderr (files, bytes, elapsed time): it reads every byte."""
+def _deep_open(
+    path: Path, format_name: str | None, dtype: str | None, progress: bool, vocab_size: int | None, eos_id: int | None
+) -> tuple[TokenDataset, list[str]]:
+    """Deep validation with a percentage bar and ETA per stage on stderr (a TTY only; --no-progress: none)."""
     from rich.console import Console
 
     fast = _open(path, format_name, dtype, "fast")
     files = [p for p in dataset_inputs(fast) if p.is_file()]
     total = sum(p.stat().st_size for p in files)
     message = (
-        f"deep validation of {fast.format} {path}: reading {total / 1e6:,.1f} MB in {len(files)} files "
+        f"deep validation of {fast.format} {path}: {total / 1e6:,.1f} MB in {len(files)} files "
         f"({fast.num_tokens:,} tokens)"
     )
     console = Console(stderr=True)
     started = time.perf_counter()
-    with console.status(message, spinner="dots") as status:
-        status.update(message + " ...")
-        dataset = _open(path, format_name, dtype, "deep")
-    if console.is_terminal:
+    with _stage_bars(console, enabled=progress and console.is_terminal) as on_progress:
+        dataset = open_dataset(path, format=format_name, dtype=dtype, validate="deep", on_progress=on_progress)
+        with reporting(on_progress):  # --vocab-size / --eos-id read the tokens once more
+            coverage = _deep_checks(dataset, vocab_size, eos_id)
+    if progress and console.is_terminal:
         console.print(f"{message}: {time.perf_counter() - started:.1f} s", style="dim")
-    return dataset
+    return dataset, coverage
+
+
+class _StageBars:
+    """A rich bar per stage of a deep read (checksums, token ids, EOS placement); call it as ``on_progress``."""
+
+    units = {"checksums": "bytes", "token ids": "tokens", "EOS placement": "entries"}
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description:<14}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.completed:,}/{task.total:,} {task.fields[unit]}"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total, unit=self.units.get(stage, "units"))
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+
+@contextlib.contextmanager
+def _stage_bars(console: Any, *, enabled: bool) -> Iterator[_StageBars | None]:
+    """The bars while the block runs (None when disabled: no terminal, or --no-progress)."""
+    if not enabled:
+        yield None
+        return
+    bars = _StageBars(console)
+    with bars.progress:
+        yield bars
 
 
 def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | None) -> list[str]:
