@@ -63,3 +63,31 @@ def test_cache_dir_inside_the_source_is_refused_and_errors_name_their_class(tmp_
         ["--data-files", str(tmp_path / "nope.jsonl"), "--tokenizer", "tok", "--seq-len", "2", "--cache-dir", "c2"],
     )
     assert broken.exit_code == 1 and broken.output.strip().startswith("Error: MissingFileError: "), broken.output
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing"])
+def test_a_bad_tokenizer_is_one_named_line(tokenizer_dir, jsonl, tmp_path, damage):
+    """Found by tools/fuzz/catalogue.py: the error named a JSONDecodeError / HFValidationError, no DataError."""
+    import shutil
+
+    tok = tmp_path / "tok"
+    if damage == "corrupt":
+        shutil.copytree(tokenizer_dir, tok)
+        (tok / "tokenizer.json").write_text('{"version": "1.0", "model": ')
+    args = ["--data-files", str(jsonl), "--tokenizer", str(tok), "--seq-len", "6", "--cache-dir", str(tmp_path / "c")]
+    result = CliRunner().invoke(eval_cache, [*args, "--no-progress"])
+    assert result.exit_code == 1
+    expected = "Error: ConfigError: the tokenizer could not be loaded" if damage == "corrupt" else "Error: MissingFileError"
+    assert result.output.strip().startswith(expected), result.output
+    assert "Traceback" not in result.output and not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+
+
+def test_a_wrapped_build_error_names_its_innermost_cause(tokenizer_dir, tmp_path):
+    """load_dataset wraps the JSON parse error in DatasetGenerationError: the one line carries the parse error."""
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"text": "unterminated\n')
+    args = ["--data-files", str(tmp_path / "bad.jsonl"), "--tokenizer", str(tokenizer_dir), "--seq-len", "4"]
+    result = CliRunner().invoke(eval_cache, [*args, "--cache-dir", str(tmp_path / "c"), "--no-progress"])
+    assert result.exit_code == 1
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("Error: EvalBuildError: building the eval set failed: DatasetGenerationError"), line
+    assert "(cause: " in line  # the parser error underneath, not only "an error occurred"

@@ -152,7 +152,15 @@ def _produce(build: Any, settings: dict[str, Any], cache_dir: Any, cache_key: st
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """The error, and the innermost cause when a library wrapped it (DatasetGenerationError hides the parse error)."""
+    text = f"{type(exc).__name__}: {exc}"
+    root, seen = exc, {id(exc)}
+    while (inner := root.__cause__ or root.__context__) is not None and id(inner) not in seen:
+        root = inner
+        seen.add(id(inner))
+    if root is not exc:
+        text += f" (cause: {type(root).__name__}: {root})"
+    return text
 
 
 class _Channel:

@@ -91,6 +91,11 @@ def eval_cache(
             data_files=list(data_files) or None,
             revision=revision,
         )
+    if not progress and isinstance(source, HFEvalSource):
+        with contextlib.suppress(ImportError):  # --no-progress silences the datasets library's own bars too
+            import datasets
+
+            datasets.disable_progress_bars()
     try:
         with _progress(source, progress):
             evalset = broadcast_eval_set(source, seq_len=seq_len, drop_remainder=drop_remainder, cache_dir=cache_dir)

@@ -354,6 +354,13 @@ def _writable() -> list[str]:
     show_default=True,
     help="Tokens per write batch (bounds memory).",
 )
+@click.option(
+    "--verify/--no-verify",
+    default=True,
+    show_default=True,
+    help="Check the source deeply first (every recorded checksum, token ids, EOS placement): a damaged "
+    "source is an error, not silently copied. --no-verify skips that extra read.",
+)
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 def convert(
     source: Path,
@@ -368,6 +375,7 @@ def convert(
     file_format: str | None,
     drop_overlap_prefix: bool,
     chunk_tokens: int,
+    verify: bool,
     no_progress: bool,
 ) -> None:
     """Convert a token dataset to another format, losslessly and in constant memory.
@@ -394,7 +402,7 @@ def convert(
                 if not _accepts(factory, name):  # type: ignore[arg-type]
                     raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)
                 options[name] = value
-        dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast")
+        dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="deep" if verify else "fast")
         progress = Progress(
             TextColumn(f"{dataset.format} -> {to}"),
             BarColumn(),

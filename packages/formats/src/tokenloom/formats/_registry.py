@@ -19,7 +19,7 @@ from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._progress import ProgressCallback, reporting
 from tokenloom.formats._safety import unlisted_files
-from tokenloom.formats._storage import storage_errors
+from tokenloom.formats._storage import check_readable, storage_errors
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
 
@@ -92,6 +92,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
+        # a detector cannot read what it cannot open: an unreadable manifest or shard is the real cause
+        check_readable(p for p in ([target] if target.is_file() else sorted(target.glob("*"))) if p.is_file())
         raise FormatError(
             f"no reader recognises this layout (tried {', '.join(sorted(detectable))})",
             path=target,
