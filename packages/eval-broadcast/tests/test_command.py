@@ -91,3 +91,20 @@ def test_a_wrapped_build_error_names_its_innermost_cause(tokenizer_dir, tmp_path
     line = result.output.strip().splitlines()[-1]
     assert line.startswith("Error: EvalBuildError: building the eval set failed: DatasetGenerationError"), line
     assert "(cause: " in line  # the parser error underneath, not only "an error occurred"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink-loop"])
+def test_a_data_file_that_is_not_a_regular_file_is_named_as_such(tokenizer_dir, tmp_path, kind):
+    """Found by tools/fuzz/catalogue.py: a FIFO or a symlink loop was reported as a file that "does not exist"."""
+    import os
+
+    target = tmp_path / "b.jsonl"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(tmp_path / "c.jsonl")
+        (tmp_path / "c.jsonl").symlink_to(target)
+    args = ["--data-files", str(target), "--tokenizer", str(tokenizer_dir), "--seq-len", "4"]
+    result = CliRunner().invoke(eval_cache, [*args, "--cache-dir", str(tmp_path / "c"), "--no-progress"])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("Error: UnsafePathError: ") and "not a regular file" in result.output

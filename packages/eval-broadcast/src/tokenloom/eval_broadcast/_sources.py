@@ -29,6 +29,7 @@ from tokenloom.formats import (
     MissingKeyError,
     RecordError,
     TokenDataset,
+    UnsafePathError,
     file_checksum,
     open_dataset,
     require,
@@ -188,8 +189,19 @@ def _local_files(data_files: Any) -> list[str] | None:
         if "://" in text:
             return None  # remote files: fall back to the revision / HF fingerprint
         matches = sorted(glob.glob(text)) if any(c in text for c in "*?[") else [text]
-        if not matches or not all(os.path.isfile(m) for m in matches):
+        if not matches:
             raise MissingFileError(f"data file {text!r} does not exist", path=text, field="data_files")
+        for match in matches:
+            if os.path.isfile(match):
+                continue
+            if os.path.lexists(match):  # a FIFO, a directory, a device, a dangling or looping symlink
+                raise UnsafePathError(
+                    f"data file {match!r} is not a regular file (a FIFO, directory, device or broken symlink)",
+                    path=match,
+                    field="data_files",
+                    hint="Pass regular files only: a FIFO would block the build, a symlink loop has no content",
+                )
+            raise MissingFileError(f"data file {match!r} does not exist", path=match, field="data_files")
         found.extend(matches)
     return sorted(found)
 
