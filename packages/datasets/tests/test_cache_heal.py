@@ -120,7 +120,11 @@ def test_byte_flip_inside_an_hf_cache_shard_is_detected_logged_and_rebuilt(tmp_p
 
     texts = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(3 + i % 5)) for i in range(60)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    kwargs = {"data_files": str(tmp_path / "d.jsonl"), "seq_len": 4, "tokenizer": str(_word_level_tokenizer(tmp_path, texts))}
+    kwargs = {
+        "data_files": str(tmp_path / "d.jsonl"),
+        "seq_len": 4,
+        "tokenizer": str(_word_level_tokenizer(tmp_path, texts)),
+    }
     first = HuggingFaceDataset("json", cache_dir=tmp_path / "c", **kwargs)
     expected = [first[i]["input_ids"].tolist() for i in range(len(first))]
     shard = next(first.cache_path.glob("*.bin"))

@@ -54,7 +54,9 @@ def test_cache_dir_inside_the_source_is_refused_and_errors_name_their_class(tmp_
         writer.add(np.array([1, 2, 9, 3, 4, 9]))
     before = sorted(p.name for p in (tmp_path / "val").iterdir())
     for cache in (tmp_path / "val", tmp_path / "val" / "cache"):
-        result = CliRunner().invoke(eval_cache, ["--path", str(tmp_path / "val"), "--seq-len", "2", "--cache-dir", str(cache)])
+        result = CliRunner().invoke(
+            eval_cache, ["--path", str(tmp_path / "val"), "--seq-len", "2", "--cache-dir", str(cache)]
+        )
         assert result.exit_code == 1, result.output
         assert result.output.startswith("Error: ConfigError: --cache-dir") and "the source" in result.output
     assert sorted(p.name for p in (tmp_path / "val").iterdir()) == before
@@ -77,9 +79,11 @@ def test_a_bad_tokenizer_is_one_named_line(tokenizer_dir, jsonl, tmp_path, damag
     args = ["--data-files", str(jsonl), "--tokenizer", str(tok), "--seq-len", "6", "--cache-dir", str(tmp_path / "c")]
     result = CliRunner().invoke(eval_cache, [*args, "--no-progress"])
     assert result.exit_code == 1
-    expected = "Error: ConfigError: the tokenizer could not be loaded" if damage == "corrupt" else "Error: MissingFileError"
+    expected = (
+        "Error: ConfigError: the tokenizer could not be loaded" if damage == "corrupt" else "Error: MissingFileError"
+    )
     assert result.output.strip().startswith(expected), result.output
-    assert "Traceback" not in result.output and not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+    assert ("Traceback" not in result.output and not (tmp_path / "c").exists()) or not any((tmp_path / "c").iterdir())
 
 
 def test_a_wrapped_build_error_names_its_innermost_cause(tokenizer_dir, tmp_path):

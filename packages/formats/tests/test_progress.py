@@ -43,8 +43,8 @@ def test_deep_open_reports_monotone_progress_reaching_the_total(tmp_path: Path, 
     target = tmp_path / "ds" / ("data" if fmt == "megatron" else "")
     tokens = _write(target, fmt)
     calls: list[tuple[str, int, int]] = []
-    options = {"vocab_size": 1000, "eos_id": 0} if fmt == "megatron" else {}
-    ds = open_dataset(tmp_path / "ds", validate="deep", on_progress=lambda *c: calls.append(c), **options)
+    options: dict[str, int] = {"vocab_size": 1000, "eos_id": 0} if fmt == "megatron" else {}
+    ds = open_dataset(tmp_path / "ds", validate="deep", on_progress=lambda *c: calls.append(c), **options)  # pyright: ignore[reportArgumentType]
     stages = _stages(calls)
     assert set(stages) == expected
     for stage, points in stages.items():

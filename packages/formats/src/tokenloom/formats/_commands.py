@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 import orjson
@@ -192,7 +192,7 @@ def _deep_open(
 class _StageBars:
     """A rich bar per stage of a deep read (checksums, token ids, EOS placement); call it as ``on_progress``."""
 
-    units = {"checksums": "bytes", "token ids": "tokens", "EOS placement": "entries"}
+    units: ClassVar[dict[str, str]] = {"checksums": "bytes", "token ids": "tokens", "EOS placement": "entries"}
 
     def __init__(self, console: Any) -> None:
         from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn

@@ -12,8 +12,10 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 __all__ = ["short_help_from_source"]
 
@@ -41,16 +43,17 @@ def _decorator_help(function: ast.FunctionDef) -> str | None:
         name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
         if isinstance(decorator, ast.Call) and name in ("command", "group"):
             for keyword in decorator.keywords:
-                if keyword.arg in ("help", "short_help") and isinstance(keyword.value, ast.Constant):
-                    if isinstance(keyword.value.value, str):
-                        return keyword.value.value
+                value = keyword.value
+                if keyword.arg in ("help", "short_help") and isinstance(value, ast.Constant):
+                    return value.value if isinstance(value.value, str) else None
     return None
 
 
 def short_help_from_source(entry_point: metadata.EntryPoint, limit: int = 45) -> str | None:
     """The command's one-line help as click would show it, or None when the source does not say."""
-    import click
+    from click import utils
 
+    make_default_short_help = cast(Callable[[str, int], str], utils.make_default_short_help)  # typed as object
     module, _, attr = entry_point.value.partition(":")
     path = _module_file(module.strip())
     if path is None or not attr:
@@ -64,5 +67,5 @@ def short_help_from_source(entry_point: metadata.EntryPoint, limit: int = 45) ->
             text = _decorator_help(node) or ast.get_docstring(node)
             if not text:
                 return None
-            return click.utils.make_default_short_help(inspect.cleandoc(text), limit)
+            return make_default_short_help(inspect.cleandoc(text), limit)
     return None

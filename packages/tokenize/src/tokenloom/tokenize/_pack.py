@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tokenloom.formats import ConfigError, RecordError, check_disjoint, open_writer, smallest_dtype_for_vocab
 from tokenloom.tokenize import _tokenizer
-from tokenloom.tokenize._formats import check_tokenizer_files
 from tokenloom.tokenize._config import OnError, default_num_workers
+from tokenloom.tokenize._formats import check_tokenizer_files
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
 from tokenloom.tokenize._pipeline import (
     EXAMPLES_PER_KIND,
