@@ -9,7 +9,8 @@
   what ``BlendedDataset._build_indices`` runs) at 10^8 samples for the same 10-way blend, against
   tokenloom's MixSchedule for it.
 
-Each figure is the median of 3 runs, each in a fresh subprocess (peak memory is its own).
+Each figure is the median of 3 runs in one fresh subprocess per measurement (after its imports;
+the peak-memory counter, VmHWM, is reset before each run, so each run's extra peak is its own).
 ``--quick`` shrinks every size (a smoke run; its numbers are not the published ones).
 
     uv run --group bench python tools/bench/bench_curriculum.py [--quick]
@@ -54,76 +55,89 @@ def reset_peak():
     except OSError:
         pass
 
-kind, arg = sys.argv[1], json.loads(sys.argv[2])
 import numpy as np
-out = {}
-if kind == "construct":
-    from tokenloom.sampler import CurriculumSchedule
-    tokens, seq_len, phases, buckets = arg["tokens"], 2048, arg["phases"], 10
-    weights = np.random.default_rng(0).random((phases, buckets))
-    reset_peak(); base = rss_mb(); start = time.perf_counter()
-    schedule = CurriculumSchedule([tokens // seq_len // buckets] * buckets, [tokens // buckets] * buckets,
-                                  [tokens // phases] * phases, weights, seed=1)
-    out["seconds"] = time.perf_counter() - start
-    out["extra_mb"] = peak_mb() - base
-    out["segments"] = len(schedule.segments)
-    first = min(10**8, schedule.num_samples - arg["lookups"])
-    positions = np.arange(first, first + arg["lookups"], dtype=np.int64)
-    for name, look_up in (("draws_per_s", schedule.draws), ("locate_per_s", schedule.locate)):
-        start = time.perf_counter()
-        look_up(positions)
-        out[name] = len(positions) / (time.perf_counter() - start)
-elif kind == "megatron":
-    from megatron.core.datasets import helpers
-    size = arg["samples"]
-    weights = np.random.default_rng(0).random(10); weights /= weights.sum()
-    reset_peak(); base = rss_mb(); start = time.perf_counter()
-    dataset_index = np.zeros(size, dtype=np.int16)
-    dataset_sample_index = np.zeros(size, dtype=np.int64)
-    helpers.build_blending_indices(dataset_index, dataset_sample_index, weights, 10, size, False)
-    out["seconds"] = time.perf_counter() - start
-    out["extra_mb"] = peak_mb() - base
-elif kind == "mix":
-    from tokenloom.sampler import MixSchedule
-    size = arg["samples"]
-    weights = np.random.default_rng(0).random(10); weights /= weights.sum()
-    reset_peak(); base = rss_mb(); start = time.perf_counter()
-    schedule = MixSchedule(weights)
-    counts = schedule.counts(size)
-    out["seconds"] = time.perf_counter() - start
-    out["extra_mb"] = peak_mb() - base
-elif kind == "loader":
-    import torch
-    from torch.utils.data import DataLoader
-    from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
-    from tokenloom.datasets import MemoryMappedDataset, collate
-    from tokenloom.sampler import ResumableDistributedSampler
-    root, samples = arg["root"], arg["samples"]
-    if arg["what"] == "curriculum":
-        phase = Phase(duration_tokens=samples * 2048, mix={"a": 0.5, "b": 0.3, "c": 0.2})
-        config = CurriculumConfig(path=root, max_length=2048, packing=False, curriculum=(phase,))
-        ds = CurriculumDataset(config, seed=1)
-        sampler = ResumableDistributedSampler(ds, shuffle=False, seed=1)
-    else:
-        ds = MemoryMappedDataset(root + "/all", 2048)
-        sampler = ResumableDistributedSampler(ds, seed=1)
-    loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2, collate_fn=collate)
-    iterator = iter(loader)
-    for _ in range(20):
-        next(iterator)
-    start = time.perf_counter(); count = 0
-    for batch in iterator:
-        count += len(batch["input_ids"])
-        if count >= samples:
+
+def measure(kind, arg):
+    out = {}
+    if kind == "construct":
+        from tokenloom.sampler import CurriculumSchedule
+        tokens, seq_len, phases, buckets = arg["tokens"], 2048, arg["phases"], 10
+        weights = np.random.default_rng(0).random((phases, buckets))
+        reset_peak(); base = rss_mb(); start = time.perf_counter()
+        schedule = CurriculumSchedule([tokens // seq_len // buckets] * buckets, [tokens // buckets] * buckets,
+                                      [tokens // phases] * phases, weights, seed=1)
+        out["seconds"] = time.perf_counter() - start
+        out["extra_mb"] = peak_mb() - base
+        out["segments"] = len(schedule.segments)
+        first = min(10**8, schedule.num_samples - arg["lookups"])
+        positions = np.arange(first, first + arg["lookups"], dtype=np.int64)
+        for name, look_up in (("draws_per_s", schedule.draws), ("locate_per_s", schedule.locate)):
+            start = time.perf_counter()
+            look_up(positions)
+            out[name] = len(positions) / (time.perf_counter() - start)
+    elif kind == "megatron":
+        from megatron.core.datasets import helpers
+        size = arg["samples"]
+        weights = np.random.default_rng(0).random(10); weights /= weights.sum()
+        reset_peak(); base = rss_mb(); start = time.perf_counter()
+        dataset_index = np.zeros(size, dtype=np.int16)
+        dataset_sample_index = np.zeros(size, dtype=np.int64)
+        helpers.build_blending_indices(dataset_index, dataset_sample_index, weights, 10, size, False)
+        out["seconds"] = time.perf_counter() - start
+        out["extra_mb"] = peak_mb() - base
+    elif kind == "mix":
+        from tokenloom.sampler import MixSchedule
+        size = arg["samples"]
+        weights = np.random.default_rng(0).random(10); weights /= weights.sum()
+        reset_peak(); base = rss_mb(); start = time.perf_counter()
+        schedule = MixSchedule(weights)
+        counts = schedule.counts(size)
+        out["seconds"] = time.perf_counter() - start
+        out["extra_mb"] = peak_mb() - base
+    elif kind == "loader":
+        import torch
+        from torch.utils.data import DataLoader
+        from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
+        from tokenloom.datasets import MemoryMappedDataset, collate
+        from tokenloom.sampler import ResumableDistributedSampler
+        root, samples = arg["root"], arg["samples"]
+        if arg["what"] == "curriculum":
+            phase = Phase(duration_tokens=samples * 2048, mix={"a": 0.5, "b": 0.3, "c": 0.2})
+            config = CurriculumConfig(path=root, max_length=2048, packing=False, curriculum=(phase,))
+            ds = CurriculumDataset(config, seed=1)
+            sampler = ResumableDistributedSampler(ds, shuffle=False, seed=1)
+        else:
+            ds = MemoryMappedDataset(root + "/all", 2048)
+            sampler = ResumableDistributedSampler(ds, seed=1)
+        loader = DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2, collate_fn=collate)
+        iterator = iter(loader)
+        for _ in range(20):
+            next(iterator)
+        start = time.perf_counter(); count = 0
+        for batch in iterator:
+            count += len(batch["input_ids"])
+            if count >= samples:
+                break
+        out["samples_per_s"] = count / (time.perf_counter() - start)
+    return out
+
+for job, (kind, arg, repeats) in enumerate(json.loads(sys.argv[1])):
+    for _ in range(repeats):
+        try:
+            print(json.dumps({"job": job, **measure(kind, arg)}), flush=True)
+        except ImportError as exc:  # megatron-core is in the bench group only
+            print(json.dumps({"job": job, "error": f"{kind} not measured: {exc}"}), flush=True)
             break
-    out["samples_per_s"] = count / (time.perf_counter() - start)
-print(json.dumps(out))
 """
 
 
-def _child(kind: str, arg: dict) -> dict:
+Job = tuple[str, dict, int]  # kind, its argument, runs in this process
+
+
+def _child(jobs: list[Job]) -> list[list[dict]]:
+    """Run ``jobs`` in one fresh process; every run of every job, in order."""
     result = subprocess.run(
-        [sys.executable, "-c", _CHILD, kind, json.dumps(arg)],
+        [sys.executable, "-c", _CHILD, json.dumps(jobs)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -131,13 +145,20 @@ def _child(kind: str, arg: dict) -> dict:
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     if result.returncode != 0:
-        raise RuntimeError(f"{kind} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{[kind for kind, _, _ in jobs]} failed:\n{result.stderr[-3000:]}")
+    runs: list[list[dict]] = [[] for _ in jobs]
+    for line in result.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if "error" in record:
+                print(record["error"], file=sys.stderr)  # that job's list stays empty
+                continue
+            runs[record.pop("job")].append(record)
+    return runs
 
 
-def _median(kind: str, arg: dict, runs: int) -> dict[str, float]:
-    results = [_child(kind, arg) for _ in range(runs)]
-    return {key: statistics.median(r[key] for r in results) for key in results[0]}
+def _median(runs: list[dict]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
 def _corpus(root: Path, samples: int) -> None:
@@ -168,22 +189,27 @@ def run(quick: bool) -> str:
     megatron_samples = 10**6 if quick else 10**8
     loader_samples = 800 if quick else 8000
     lookups = 10**6 if quick else 10**7
-    construct = _median("construct", {"tokens": tokens, "phases": phases, "lookups": lookups}, runs)
-    mix = _median("mix", {"samples": megatron_samples}, runs)
-    try:
-        megatron: dict[str, float] | None = _median("megatron", {"samples": megatron_samples}, runs)
-    except RuntimeError as exc:  # megatron-core missing (it is in the bench group)
-        print(exc, file=sys.stderr)
-        megatron = None
     with tempfile.TemporaryDirectory() as work:
         _corpus(Path(work), loader_samples + 200)
-        ours = _median("loader", {"root": work, "samples": loader_samples, "what": "curriculum"}, runs)
-        baseline = _median("loader", {"root": work, "samples": loader_samples, "what": "mmap"}, runs)
+        jobs: list[Job] = [
+            ("construct", {"tokens": tokens, "phases": phases, "lookups": lookups}, runs),
+            ("mix", {"samples": megatron_samples}, runs),
+            ("loader", {"root": work, "samples": loader_samples, "what": "curriculum"}, runs),
+            ("loader", {"root": work, "samples": loader_samples, "what": "mmap"}, runs),
+            ("megatron", {"samples": megatron_samples}, runs),
+        ]
+        # a smoke run puts every job in one process
+        measured = _child(jobs) if quick else [_child([job])[0] for job in jobs]
+    results = [_median(runs) if runs else None for runs in measured]
+    construct, mix, ours, baseline, megatron = results
+    if construct is None or mix is None or ours is None or baseline is None:
+        raise RuntimeError("a tokenloom measurement returned nothing (see stderr)")
     ratio = ours["samples_per_s"] / baseline["samples_per_s"]
     lines = [
         "## curriculum",
         "",
-        f"Medians of {runs} run(s), each in a fresh process.{' QUICK smoke run: sizes shrunk.' if quick else ''}",
+        f"Medians of {runs} run(s) in one fresh process per measurement (peak memory reset before each run)."
+        + (" QUICK smoke run: sizes shrunk." if quick else ""),
         "",
         "| what | figure | target |",
         "|---|---|---|",

@@ -3,7 +3,7 @@
     uv run --group bench python tools/bench/bench_datasets.py [--quick]
 
 ``run(quick)`` returns the markdown section and (full run only) writes docs/benchmarks/datasets.md
-(about 2 minutes full, 35 s quick, on 2 busy cores).
+(under 2 minutes full, 35 s quick, on 2 cores).
 
 How the figures are made robust on a shared, noisy machine:
 - variants compared with each other run interleaved, round by round
@@ -293,16 +293,16 @@ def worker_memory(dataset: MemoryMappedDataset, batches: int) -> tuple[float, fl
     return statistics.median(anon), statistics.median(rss), statistics.median(pss)
 
 
-def memory_in_fresh_process(path: Path) -> tuple[float, float, float, int, int]:
+def memory_in_fresh_process(path: Path, runs: int = REPEATS) -> tuple[float, float, float, int, int]:
     """(RssAnon, VmRSS, Pss_Anon, pickled bytes, entries), measured by ``--memory`` in a new interpreter."""
-    command = [sys.executable, __file__, "--memory", str(path)]
+    command = [sys.executable, __file__, "--memory", str(path), "--runs", str(runs)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))  # type: ignore[return-value]
 
 
-def memory_main(path: Path) -> None:
+def memory_main(path: Path, runs: int) -> None:
     dataset = MemoryMappedDataset(path, SEQ)  # opened by path, as a training script does
-    readings = [worker_memory(dataset, batches=200) for _ in range(REPEATS)]
+    readings = [worker_memory(dataset, batches=200) for _ in range(runs)]
     anon, rss, pss = (statistics.median(values) for values in zip(*readings, strict=True))
     print(json.dumps([anon, rss, pss, len(pickle.dumps(dataset)), len(open_dataset(path))]))
 
@@ -324,10 +324,11 @@ def plan_seconds(lengths: np.ndarray, capacity: int) -> dict[str, tuple[Spread, 
 def run(quick: bool) -> str:
     num_tokens = 10_000_000 if quick else 50_000_000
     getitem_count = 20_000 if quick else 100_000
-    batches = 300 if quick else 1000
-    rss_sizes_gb = [1, 20] if quick else [1, 5, 20]
+    batches = 300 if quick else 600
+    rss_sizes_gb = [1, 2] if quick else [1, 20]
+    memory_runs = 1 if quick else REPEATS
     plan_docs = 1_000_000 if quick else 10_000_000
-    loader_rounds = REPEATS if quick else 5
+    loader_rounds = REPEATS
     lines = ["## tokenloom-datasets", ""]
     with tempfile.TemporaryDirectory(prefix="bench-datasets-") as tmp:
         work = Path(tmp)
@@ -379,7 +380,11 @@ def run(quick: bool) -> str:
         base = rates["raw numpy per-sample dataset"].median
         normalised = {name: rates[name].median / base for name in peer_names}
         log("mosaic")
-        mosaic = mosaic_rates(tokens_path, num_tokens // (SEQ + 1), batches, loader_rounds, work)
+        mosaic = (
+            {"error": "not run by --quick (it builds an isolated environment)"}
+            if quick
+            else mosaic_rates(tokens_path, num_tokens // (SEQ + 1), batches, loader_rounds, work)
+        )
         mosaic_name = "MosaicML streaming (MDS, local)"
         mosaic_spread = mosaic_raw = None
         if "error" not in mosaic:
@@ -420,14 +425,14 @@ def run(quick: bool) -> str:
         for size_gb in rss_sizes_gb:
             big = work / f"sparse{size_gb}"
             write_native(big, size_gb * (1 << 30) // 2, random_tokens=False)
-            memory_rows.append((size_gb, *memory_in_fresh_process(big)))
+            memory_rows.append((size_gb, *memory_in_fresh_process(big, memory_runs)))
             shutil.rmtree(big)
         first_anon, first_rss = memory_rows[0][1], memory_rows[0][2]
         lines += [
             "### Worker memory as the data grows\n\nNative uint16 shards of 1024-token entries (sparse files, so "
             "20 GB is free; the entry index is real: 10^7 entries at 20 GB), opened by path; a "
             "`DataLoader(batch_size=8, num_workers=2, collate_fn=collate)` worker (fork) after 200 random batches, "
-            f"median of the 2 workers and of {REPEATS} runs, each size in a fresh process (so the parent the "
+            f"median of the 2 workers and of {memory_runs} run(s), each size in a fresh process (so the parent the "
             "workers fork from is the same for every size). RssAnon is the worker's anonymous memory (with fork it "
             "includes pages shared with the parent, so Pss_Anon is shown too), VmRSS adds the file pages it "
             "touched. Target: flat within 10%.",
@@ -486,11 +491,13 @@ def run(quick: bool) -> str:
         start = time.perf_counter()
         interleave(weights, mixture_samples)
         times.append(time.perf_counter() - start)
+    spread = Spread.of(times)
     lines += [
-        f"### Mixture schedule\n\n`MixtureDataset` computes its whole source order at construction (Tijdeman's "
-        f"assignment, a Python loop) and keeps two int64 arrays of its length: {mixture_samples:,} samples over "
-        f"3 sources take {Spread.of(times).cell(2)} s and {16 * mixture_samples / 2**20:,.0f} MiB, "
-        f"median (min-max) of {REPEATS}. No target in issue 5; it grows linearly with num_samples.",
+        f"### Mixture schedule\n\n`MixtureDataset` stores no order: each position's source comes from "
+        "tokenloom.sampler's `MixSchedule` on demand (O(1) per position, vectorised in `__getitems__`). "
+        f"The source of every one of {mixture_samples:,} positions over 3 sources at once (`interleave`) "
+        f"takes {spread.cell(2)} s ({mixture_samples / spread.median / 1e6:,.1f} M positions/s), "
+        f"median (min-max) of {REPEATS}. No target in issue 5.",
         "",
         f"Command: `uv run --group bench python tools/bench/bench_datasets.py{' --quick' if quick else ''}`; "
         f"machine: {os.cpu_count()} cores; torch {torch.__version__}.",
@@ -507,9 +514,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--memory", type=Path, help=argparse.SUPPRESS)  # one worker-memory measurement
+    parser.add_argument("--runs", type=int, default=REPEATS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory is not None:
-        memory_main(args.memory)
+        memory_main(args.memory, args.runs)
         raise SystemExit(0)
     started = time.perf_counter()
     sys.stdout.write(run(args.quick))

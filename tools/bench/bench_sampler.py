@@ -8,7 +8,8 @@ Measures, each in a fresh subprocess (so peak memory is this measurement's own):
 - indices per second on one rank of 8, iterated with ``iter_chunks(65536)``,
   and per sample (Python ints) for reference.
 
-Each figure is the median of 3 runs. ``--quick`` uses small N (a smoke run; its
+Each figure is the median of 3 runs (time to first index and memory: each run a fresh
+process; iteration speed: 3 runs in one process, after the first). ``--quick`` uses small N (a smoke run; its
 numbers are not the published ones). The full run writes docs/benchmarks/sampler.md.
 
     uv run python tools/bench/bench_sampler.py [--quick]
@@ -52,7 +53,6 @@ def reset_peak():
     except OSError:
         pass
 
-kind, n, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 import numpy as np, torch
 from torch.utils.data import DistributedSampler
 from tokenloom.sampler import ResumableDistributedSampler
@@ -61,55 +61,81 @@ class Length:
     def __init__(self, n): self.n = n
     def __len__(self): return self.n
 
-reset_peak()
-before = rss_mb()
-start = time.perf_counter()
-if kind == "first-feistel":
-    next(iter(ResumableDistributedSampler(n, 8, 3, seed=1)))
-elif kind == "first-torch-order":
-    next(iter(ResumableDistributedSampler(n, 8, 3, seed=1, order="torch")))
-elif kind == "first-distributed-sampler":
-    next(iter(DistributedSampler(Length(n), 8, 3, seed=1)))
-elif kind == "chunks":
-    sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
-    while done < count:  # across epochs when one rank's share is smaller than count
-        for chunk in sampler.iter_chunks(65536):
-            done += len(chunk)
-            if done >= count:
-                break
-elif kind == "torch-samples":  # timed after its randperm: iteration only
-    iterator, done = iter(DistributedSampler(Length(n), 8, 3, seed=1)), 0
+def measure(kind, n, count):
+    reset_peak()
+    before = rss_mb()
     start = time.perf_counter()
-    for _ in iterator:
-        done += 1
-        if done >= count:
-            break
-elif kind == "samples":
-    sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
-    while done < count:
-        for _ in sampler:
+    if kind == "first-feistel":
+        next(iter(ResumableDistributedSampler(n, 8, 3, seed=1)))
+    elif kind == "first-torch-order":
+        next(iter(ResumableDistributedSampler(n, 8, 3, seed=1, order="torch")))
+    elif kind == "first-distributed-sampler":
+        next(iter(DistributedSampler(Length(n), 8, 3, seed=1)))
+    elif kind == "chunks":
+        sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
+        while done < count:  # across epochs when one rank's share is smaller than count
+            for chunk in sampler.iter_chunks(65536):
+                done += len(chunk)
+                if done >= count:
+                    break
+    elif kind == "torch-samples":  # timed after its randperm: iteration only
+        iterator, done = iter(DistributedSampler(Length(n), 8, 3, seed=1)), 0
+        start = time.perf_counter()
+        for _ in iterator:
             done += 1
             if done >= count:
                 break
-seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "peak_mb": max(0.0, peak_mb() - before)}))
+    elif kind == "samples":
+        sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
+        while done < count:
+            for _ in sampler:
+                done += 1
+                if done >= count:
+                    break
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mb": max(0.0, peak_mb() - before)}
+
+for job, (kind, n, count, repeats) in enumerate(json.loads(sys.argv[1])):
+    for _ in range(repeats):
+        print(json.dumps({"job": job, **measure(kind, n, count)}), flush=True)
 """
 
 
-def _measure(kind: str, n: int, count: int = 0, runs_wanted: int = RUNS) -> dict[str, float]:
-    runs = []
-    for _ in range(runs_wanted):
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        out = subprocess.run(
-            [sys.executable, "-c", _CHILD, kind, str(n), str(count)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-            env=env,
-        )
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+Job = tuple[str, int, int, int]  # kind, N, count, runs in this process
+
+
+def _child(jobs: list[Job]) -> list[list[dict[str, float]]]:
+    """Run ``jobs`` in one fresh process; every run of every job, in order."""
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        env=env,
+    )
+    runs: list[list[dict[str, float]]] = [[] for _ in jobs]
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            runs[record.pop("job")].append(record)
+    return runs
+
+
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def _measure(kind: str, n: int, count: int = 0, runs_wanted: int = RUNS) -> dict[str, float]:
+    """Median of ``runs_wanted`` runs of one measurement.
+
+    Time to first index and peak memory (``first-*``) need a fresh process per run; iteration speed
+    does not, so its runs share one process (which saves a torch import per run).
+    """
+    if kind.startswith("first-"):
+        return _median([_child([(kind, n, count, 1)])[0][0] for _ in range(runs_wanted)])
+    return _median(_child([(kind, n, count, runs_wanted)])[0])
 
 
 def _n(value: int) -> str:
@@ -120,42 +146,42 @@ def _n(value: int) -> str:
 def run(quick: bool) -> str:
     """Run the benchmark; return it as markdown (the full run is what docs/ quotes)."""
     small, large = (10**6, 10**8) if quick else (10**8, 10**10)
-    repeats = 1 if quick else RUNS  # each measurement is a fresh process importing torch
-    iterate = 2 * 10**6 if quick else 3 * 10**7
+    repeats = 1 if quick else RUNS
+    iterate = 2 * 10**6 if quick else 10**7
     per_sample = 10**5 if quick else 2 * 10**6
-    first = [
-        ("ResumableDistributedSampler (feistel)", small, _measure("first-feistel", small, runs_wanted=repeats)),
-        ("ResumableDistributedSampler (feistel)", large, _measure("first-feistel", large, runs_wanted=repeats)),
+    # the peer's per-sample speed does not depend on N once one rank's share (N / 8) covers the count;
+    # 2 * 10^7 keeps its randperm short
+    torch_n = small if quick else 2 * 10**7
+    jobs: list[tuple[str, Job]] = [
+        ("ResumableDistributedSampler (feistel)", ("first-feistel", small, 0, repeats)),
+        ("ResumableDistributedSampler (feistel)", ("first-feistel", large, 0, repeats)),
+        ('ResumableDistributedSampler (order="torch")', ("first-torch-order", small, 0, repeats)),
+        ("torch DistributedSampler (randperm)", ("first-distributed-sampler", small, 0, repeats)),
+        (f"iter_chunks(65536), N = {_n(large)}", ("chunks", large, iterate, repeats)),
+        (f"iter_chunks(65536), N = {_n(small)}", ("chunks", small, iterate, repeats)),
+        (f"per sample (Python ints), N = {_n(large)}", ("samples", large, per_sample, repeats)),
         (
-            'ResumableDistributedSampler (order="torch")',
-            small,
-            _measure("first-torch-order", small, runs_wanted=repeats),
-        ),
-        (
-            "torch DistributedSampler (randperm)",
-            small,
-            _measure("first-distributed-sampler", small, runs_wanted=repeats),
-        ),
-    ]
-    speed = [
-        (f"iter_chunks(65536), N = {_n(large)}", iterate, _measure("chunks", large, iterate, runs_wanted=repeats)),
-        (f"iter_chunks(65536), N = {_n(small)}", iterate, _measure("chunks", small, iterate, runs_wanted=repeats)),
-        (
-            f"per sample (Python ints), N = {_n(large)}",
-            per_sample,
-            _measure("samples", large, per_sample, runs_wanted=repeats),
-        ),
-        (
-            f"torch DistributedSampler per sample (after its randperm), N = {_n(small)}",
-            per_sample,
-            _measure("torch-samples", small, per_sample, runs_wanted=repeats),
+            f"torch DistributedSampler per sample (after its randperm), N = {_n(torch_n)}",
+            ("torch-samples", torch_n, per_sample, repeats),
         ),
     ]
+    if quick:  # a smoke run: every job in one process (its memory figures are not isolated)
+        results = [_median(runs) for runs in _child([job for _, job in jobs])]
+    else:
+        results = [_measure(kind, n, count, runs) for _, (kind, n, count, runs) in jobs]
+    rows = [(name, job[1], job[2], result) for (name, job), result in zip(jobs, results, strict=True)]
+    first = [(name, n, result) for name, n, _, result in rows[:4]]
+    speed = [(name, count, result) for name, _, count, result in rows[4:]]
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
     lines = [
         "## tokenloom-sampler" + (" (quick smoke run: small N, not the published figures)" if quick else ""),
         "",
-        f"Machine: {machine}; shared with other work. Medians of {repeats} run(s), each in a fresh process.",
+        f"Machine: {machine}; shared with other work. Medians of {repeats} run(s); "
+        + (
+            "quick: every row in one process."
+            if quick
+            else "time to first index and memory: each run a fresh process; iteration: one process per row."
+        ),
         f"Command: `uv run python tools/bench/bench_sampler.py{' --quick' if quick else ''}`; "
         "every row is rank 3 of 8 replicas.",
         "",

@@ -1,7 +1,7 @@
 """Run every package's benchmark and the peers side by side; write docs/benchmarks.md.
 
-    uv run --group bench python tools/bench/run.py            # full run (under 10 minutes here)
-    uv run --group bench python tools/bench/run.py --quick    # smoke run (under 2 minutes)
+    uv run --group bench python tools/bench/run.py            # full run (target: under 12 minutes here)
+    uv run --group bench python tools/bench/run.py --quick    # smoke run (target: under 3 minutes)
     uv run --group bench python tools/bench/run.py --only sampler,formats
 
 Each ``tools/bench/bench_<name>.py`` exposes ``run(quick: bool) -> str`` that

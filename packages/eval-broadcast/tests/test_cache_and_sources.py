@@ -18,7 +18,7 @@ from tokenloom.eval_broadcast import (
     broadcast_eval_set,
     encode_documents,
 )
-from tokenloom.formats import open_writer
+from tokenloom.formats import ConfigError, open_writer
 
 datasets = pytest.importorskip("datasets")
 transformers = pytest.importorskip("transformers")
@@ -172,8 +172,17 @@ def test_a_flip_the_fast_manifest_check_cannot_see_is_caught_by_the_rows_checksu
 
 
 def test_a_plain_callable_needs_a_cache_key(tmp_path):
-    with pytest.raises(EvalBuildError, match="cache_key"):
-        broadcast_eval_set(lambda: np.arange(20), seq_len=4, cache_dir=tmp_path)
+    built = []
+
+    def build():
+        built.append(1)
+        return np.arange(20)
+
+    # the caller's mistake is a ConfigError naming the option, raised before anything is built
+    with pytest.raises(ConfigError, match="cache_key") as caught:
+        broadcast_eval_set(build, seq_len=4, cache_dir=tmp_path)
+    assert not isinstance(caught.value, EvalBuildError) and caught.value.field == "cache_key"
+    assert built == [] and list(tmp_path.iterdir()) == []
 
 
 def test_path_source_reads_any_open_dataset_path(tmp_path):

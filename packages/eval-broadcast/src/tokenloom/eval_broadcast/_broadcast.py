@@ -77,6 +77,8 @@ def broadcast_eval_set(
         EvalBuildError: on every rank, when ``build`` (or validating its output) fails on ``src``.
         EvalTransferError: on the ranks that see a peer die, stall past ``timeout`` or a checksum fail.
         ConfigError: bad arguments, ``src`` outside the group, or ranks that called with different settings.
+            (Without torch.distributed, a ``cache_dir`` whose key is missing is a ConfigError; on ``src`` of a
+            group it reaches every rank as the EvalBuildError that wraps it.)
     """
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
     if not seconds > 0:
@@ -95,6 +97,8 @@ def broadcast_eval_set(
     if not (dist.is_available() and dist.is_initialized()):
         if src != 0:
             raise ConfigError(f"src={src} without torch.distributed: only rank 0 exists", field="src")
+        if cache_dir is not None:
+            _fingerprint(build, cache_key)  # a missing key is the caller's mistake, not a failed build
         try:
             return produce()
         except Exception as exc:
@@ -121,15 +125,7 @@ def _produce(build: Any, settings: dict[str, Any], cache_dir: Any, cache_key: st
         raise ConfigError(f"build is {type(build).__name__}, expected a callable or a source", field="build")
     entry = None
     if cache_dir is not None:
-        fingerprint = cache_key
-        method = getattr(build, "fingerprint", None)
-        if fingerprint is None and method is not None:
-            fingerprint = method()
-        if fingerprint is None:
-            raise ConfigError(
-                "cache_dir is set but build has no fingerprint()", field="cache_key", hint="Pass cache_key=..."
-            )
-        entry = cache_entry(cache_dir, fingerprint, **settings)
+        entry = cache_entry(cache_dir, _fingerprint(build, cache_key), **settings)
         cached = read_cache(entry)
         if cached is not None:
             log.info("eval set read from the cache %s", entry)
@@ -149,6 +145,21 @@ def _produce(build: Any, settings: dict[str, Any], cache_dir: Any, cache_key: st
             cache_path=str(entry),
         )
     return evalset
+
+
+def _fingerprint(build: Any, cache_key: str | None) -> str:
+    """The cache key: ``cache_key``, else the source's ``fingerprint()``."""
+    if cache_key is not None:
+        return cache_key
+    method = getattr(build, "fingerprint", None)
+    fingerprint = method() if callable(method) else None
+    if fingerprint is None:
+        raise ConfigError(
+            f"cache_dir is set but build ({type(build).__name__}) has no fingerprint() to key the cache",
+            field="cache_key",
+            hint="Pass cache_key='<a string that changes whenever the eval set does>', or drop cache_dir",
+        )
+    return str(fingerprint)
 
 
 def _describe(exc: BaseException) -> str:

@@ -269,7 +269,6 @@ class CurriculumSchedule:
                 pick = slice(None) if first == last else np.flatnonzero(epoch == e)
                 index[rows[pick]] = self._permutation(b, e)(within[pick])
         return phase, bucket, index
-        return phase, bucket, index
 
     def _locate_few(self, positions: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`locate` for a handful of positions, in Python integers (same results)."""
