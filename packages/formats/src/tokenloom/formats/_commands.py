@@ -15,6 +15,7 @@ import orjson
 from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats._native import adopt_native
 from tokenloom.formats._optional import require
 from tokenloom.formats._progress import reporting
@@ -311,6 +312,13 @@ def _histogram(pyplot: Any, lengths: Any, path: Path, *, title: str) -> None:
     pyplot.close(figure)
 
 
+def _verify_recorded_checksums(dataset: TokenDataset) -> None:
+    """Every file's xxh3 against the source's manifest, where it has one: a damaged shard is not copied."""
+    root = dataset.root
+    if root.is_dir() and (root / MANIFEST_NAME).is_file():
+        read_manifest(root).verify(root, deep=True)
+
+
 def _writable() -> list[str]:
     return sorted(name for name, spec in available_formats().items() if spec.writer is not None)
 
@@ -358,8 +366,8 @@ def _writable() -> list[str]:
     "--verify/--no-verify",
     default=True,
     show_default=True,
-    help="Check the source deeply first (every recorded checksum, token ids, EOS placement): a damaged "
-    "source is an error, not silently copied. --no-verify skips that extra read.",
+    help="Check every file of the source against the checksums its manifest records (where it has one): a "
+    "damaged source is an error, not silently copied. --no-verify skips that extra read.",
 )
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 def convert(
@@ -402,7 +410,9 @@ def convert(
                 if not _accepts(factory, name):  # type: ignore[arg-type]
                     raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)
                 options[name] = value
-        dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="deep" if verify else "fast")
+        dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast")
+        if verify:
+            _verify_recorded_checksums(dataset)
         progress = Progress(
             TextColumn(f"{dataset.format} -> {to}"),
             BarColumn(),
