@@ -97,7 +97,7 @@ def broadcast_eval_set(
     if not (dist.is_available() and dist.is_initialized()):
         if src != 0:
             raise ConfigError(f"src={src} without torch.distributed: only rank 0 exists", field="src")
-        if cache_dir is not None:
+        if cache_dir is not None and cache_key is None and not callable(getattr(build, "fingerprint", None)):
             _fingerprint(build, cache_key)  # a missing key is the caller's mistake, not a failed build
         try:
             return produce()
