@@ -12,12 +12,13 @@ from tokenloom.demo import run_demo
 
 def test_demo_command_passes_its_resume_check(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "tokenloom.formats", "demo", "--workdir", str(tmp_path / "work"), "--steps", "30"],
+    result = subprocess.run(  # a relative --workdir, as in the help's example (the gloo init file must not be)
+        [sys.executable, "-m", "tokenloom.formats", "demo", "--workdir", "work", "--steps", "30"],
         capture_output=True,
         text=True,
         timeout=300,
         env=env,
+        cwd=tmp_path,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -67,7 +68,7 @@ def test_run_demo_accounts_for_every_sample_and_a_failed_check_fails_it(tmp_path
     assert c is not None and e is not None and s is not None
     assert c.exactly_once and c.mix_ok and (c.duplicates, c.missing, c.wrong_samples) == (0, 0, 0)
     (_, end0), (start1, end1) = c.phase_bounds
-    assert end0 == start1 < c.checkpoint < end1 == c.samples  # the checkpoint falls inside phase 2
+    assert end0 == start1 < c.checkpoint < end1 == c.samples  # the checkpoint falls inside the second phase
     assert c.steps_after > 0 and len(c.mix) == 2
     assert e.ok and e.tokens > 0 and e.loss > 0
     assert s.bit_exact and s.resumed > 0

@@ -16,6 +16,7 @@ cache). Its code runs there through ``gpt_simple_driver.py``.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -30,7 +31,7 @@ import pytest
 
 from tokenloom.datasets import build_sample
 from tokenloom.formats import adopt_native, open_buckets, open_dataset
-from tokenloom.tokenize import default_tokenizer_path
+from tokenloom.tokenize import TokenizeConfig, Windowing, default_tokenizer_path, tokenize
 
 GPT_SIMPLE = "gpt-simple-lm==0.1.2"
 DRIVER = Path(__file__).with_name("gpt_simple_driver.py")
@@ -238,3 +239,108 @@ def test_gpt_simple_trains_on_what_tokenloom_tokenizes(tmp_path: Path, gpt_simpl
 
     assert all(len(item["input_ids"]) <= MAX_LENGTH for item in packed)
     assert Counter(t for item in packed for t in item["input_ids"]) == Counter(t for tokens, _ in ours for t in tokens)
+
+
+# -- `tokenloom tokenize --windowing gpt-simple` against GPT-Simple's own pretokenize --------------------
+
+#: (max_length, overlap_size, min_text_length; None = GPT-Simple's default, 200 characters)
+WINDOWINGS = [(16, 0, None), (16, 4, 0), (16, 10, 0), (16, 20, 1), (2, 1, 0)]
+LONGEST = 10_050  # with max_length 2 and overlap 1 (stride 1) GPT-Simple stops this one at 10,001 windows
+
+
+def text_of_length(tokenizer, target: int, marker: str) -> str:
+    """A text the tokenizer encodes to exactly ``target`` ids (``marker``, an added token, where there is room)."""
+    for k in range(target, -1, -1):
+        text = " ".join(([marker] if marker and target > 4 else []) + ["data"] * k)
+        found = len(tokenizer.encode(text, add_special_tokens=False).ids)
+        if found == target:
+            return text
+        if found < target:
+            break
+    raise AssertionError(f"no text of {target} tokens")
+
+
+def windowing_corpus(directory: Path, tokenizer_path: Path, vocab: str) -> tuple[Path, list[int]]:
+    """Documents of 15, 16, 17 (max_length 16 - 1, = and + 1), 115 (many times), 0, 1, 2, 3 and LONGEST tokens."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path / "tokenizer.json"))
+    marker = f"<x{EXTRA_TOKENS - 1}>" if vocab == "uint32" else ""
+    lengths = [15, 16, 17, 115, 0, 1, 2, 3, LONGEST, 40, 41]
+    texts = [text_of_length(tokenizer, n, marker) if n else "" for n in lengths]
+    directory.mkdir(parents=True)
+    # one file (GPT-Simple loads its tokenizer once per file, seconds for the 66k one), gzipped
+    data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+    (directory / "00000.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+    return directory, lengths
+
+
+@pytest.mark.parametrize("vocab", ["uint16", "uint32"])
+def test_tokenize_windowing_gpt_simple_is_gpt_simples_pretokenize_exactly(
+    tmp_path: Path, gpt_simple_python: Path, vocab: str
+) -> None:
+    tokenizer = tokenizer_dir(tmp_path, vocab)
+    raw, lengths = windowing_corpus(tmp_path / "raw", tokenizer, vocab)
+    jobs = []
+    for max_length, overlap, min_chars in WINDOWINGS:
+        seed_dir = tmp_path / f"seed-{max_length}-{overlap}"
+        argv = ["--input_dir", str(raw), "--output_dir", str(seed_dir), "--tokenizer_path", str(tokenizer)]
+        argv += ["--max_length", str(max_length), "--overlap_size", str(overlap)]
+        argv += [] if min_chars is None else ["--min_text_length", str(min_chars)]
+        jobs += [{"op": "pretokenize", "argv": argv}, {"op": "entries", "dir": str(seed_dir)}]
+    seed_results = run_seed(gpt_simple_python, *jobs)[1::2]
+
+    for number, ((max_length, overlap, min_chars), seed) in enumerate(zip(WINDOWINGS, seed_results, strict=True)):
+        out = tmp_path / f"ours-{max_length}-{overlap}"
+        min_text_length = 200 if min_chars is None else min_chars
+        if number == 0 and vocab == "uint16":  # the command line once; the rest through the API (one tokenizer load)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tokenloom.formats",
+                    "tokenize",
+                    *("--input-dir", str(raw), "--output-dir", str(out), "--tokenizer", str(tokenizer)),
+                    *("--max-length", str(max_length), "--overlap-size", str(overlap), "--windowing", "gpt-simple"),
+                    *("--min-text-length", str(min_text_length), "--num-workers", "0", "--no-progress"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+                check=False,
+                env=ENV,
+            )
+            assert done.returncode == 0, done.stderr[-4000:]
+        else:
+            config = TokenizeConfig(
+                input_dir=raw,
+                output_dir=out,
+                tokenizer=str(tokenizer),
+                max_length=max_length,
+                overlap_size=overlap,
+                windowing=Windowing.GPT_SIMPLE,
+                min_text_length=min_text_length,
+                num_workers=0,
+            )
+            tokenize(config)
+        ds = open_dataset(out, validate="deep")
+        ours = [[ds[i].tolist(), int(ds.overlap_prefix[i])] for i in range(len(ds))]
+        case = f"max_length {max_length}, overlap {overlap}, min_text_length {min_chars}"
+        assert ours == seed["entries"], case
+        assert set(seed["dtype_codes"]) == {2 if vocab == "uint16" else 4} and ds.dtype.name == vocab, case
+        seed_bytes = b"".join(p.read_bytes() for p in sorted((tmp_path / f"seed-{max_length}-{overlap}").glob("*.bin")))
+        our_bytes = b"".join(p.read_bytes() for p in sorted(out.glob("shard_*.bin")))
+        assert our_bytes == seed_bytes, case
+        # what the cases cover, so that the comparison above cannot pass vacuously
+        entry_lengths = [len(tokens) for tokens, _ in ours]
+        if min_chars is None:  # GPT-Simple's default --min_text_length 200 dropped the short documents
+            assert len(ours) < len(seed_results[1]["entries"])
+        if max_length == 16 and min_chars is not None:
+            assert max_length + 1 in entry_lengths  # a last window holding max_length tokens + EOD
+            assert any(tokens[-1] != ds.eos_id for tokens, _ in ours)  # windows without EOD
+        if overlap > max_length // 2:  # stride max_length // 2, yet the recorded prefix is min(overlap, window)
+            assert min(overlap, max_length) in {prefix for _, prefix in ours}
+        if max_length == 2:
+            assert len(ours) > 10_001 and sum(1 for n in lengths if n) < len(ours)
+            summary = json.loads((out / "manifest.json").read_text())["metadata"]["tokenize"]
+            assert summary["dropped"] == {"no_tokens": 1, "truncated": 1}

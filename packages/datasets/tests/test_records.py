@@ -126,7 +126,14 @@ def test_record_mode_bad_input(tmp_path: Path) -> None:
     meta = json.loads((path / "meta.json").read_text())
     del meta["chosen"]["offsets"]
     (path / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(FormatError, match=r"keys \['chosen'\] have no offsets: not a record store"):
+    store = open_records(path)  # chosen is a stream key now, as in AstrAI's MmapStore
+    assert store.stream_keys == ["chosen"] and "chosen" not in store.keys
+    with pytest.raises(MissingKeyError, match=r"reads \['chosen'\] as records, but meta.json gives it no offsets"):
+        DatasetFactory.load("dpo", path)
+    for info in meta.values():
+        info.pop("offsets", None)
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(FormatError, match="has offsets: not a record store"):
         open_records(path)
 
     path = grpo_store(tmp_path / "groups", rewards=[[0.5, -1.0], [1.0, 0.0]])

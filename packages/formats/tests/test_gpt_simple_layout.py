@@ -251,6 +251,21 @@ def test_adopting_writes_a_manifest_that_later_opens_verify(tmp_path: Path) -> N
         adopt_native(root)
 
 
+def test_adopted_windows_without_eod_pass_deep_validation_with_an_eos_id(tmp_path: Path) -> None:
+    # GPT-Simple's windows: only those reaching a document's end carry EOD (0); the first here has none
+    root = tmp_path / "web"
+    write_gpt_simple_shard(root, "00000", [[5, 6, 7, 8], [7, 8, 9, 0], [3, 0]], overlaps=[0, 2, 0])
+    manifest = adopt_native(root, vocab_size=100, eos_id=0)
+    assert manifest.metadata["eos_placement"] == "document_end"
+    assert open_dataset(root, validate="deep").eos_id == 0
+    # the same entries under tokenloom's rule (no placement recorded) are refused by deep validation
+    with open_writer(tmp_path / "ours", format="native", dtype="uint16", vocab_size=100, eos_id=0) as writer:
+        for doc in ([5, 6, 7, 8], [7, 8, 9, 0]):
+            writer.add(doc)
+    with pytest.raises(FormatError, match="entry ends with token 8, expected the EOS id 0"):
+        open_dataset(tmp_path / "ours", validate="deep")
+
+
 def test_adopting_checks_the_vocab_size(tmp_path: Path) -> None:
     write_gpt_simple_shard(tmp_path / "web", "00000", DOCS)
     with pytest.raises(TokenRangeError, match="token id 11"):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import ConfigError
-from tokenloom.tokenize import window_documents
+from tokenloom.tokenize import Windowing, window_documents
 
 EOD = 0
 
@@ -129,3 +129,140 @@ def test_matches_the_plain_reference(docs: list[list[int]], max_length: int, dat
     got = entries_of(docs, max_length, overlap)
     assert got == reference(docs, max_length, overlap)
     assert all(len(e) <= max_length and e[-1] == EOD for e, _ in got)
+
+
+# --- the gpt-simple rule (GPT-Simple's create_windows, deterministic mode) ---
+
+
+def gpt_entries(docs: list[list[int]], max_length: int, overlap: int = 0) -> list[tuple[list[int], int]]:
+    flat = np.array([t for d in docs for t in d], dtype=np.int64)
+    lengths = np.array([len(d) for d in docs], dtype=np.int64)
+    entries = window_documents(
+        flat, lengths, eod_id=EOD, max_length=max_length, overlap_size=overlap, windowing=Windowing.GPT_SIMPLE
+    )
+    ends = np.cumsum(entries.lengths)
+    starts = ends - entries.lengths
+    return [
+        (entries.tokens[s:e].tolist(), int(p)) for s, e, p in zip(starts, ends, entries.overlap_prefix, strict=True)
+    ]
+
+
+def gpt_reference(docs: list[list[int]], max_length: int, overlap: int) -> list[tuple[list[int], int]]:
+    """GPT-Simple's loop, written out plainly: a window per start < n, EOD where a window reaches the end."""
+    out = []
+    for doc in docs:
+        if not doc:
+            continue
+        if len(doc) < max_length:
+            out.append(([*doc, EOD], 0))
+            continue
+        stride = max(max_length - overlap, max_length // 2)
+        start = 0
+        for k in range(10_001):
+            if start >= len(doc):
+                break
+            window = doc[start : start + max_length]
+            prefix = min(overlap, len(window)) if k > 0 and overlap > 0 else 0
+            if start + max_length >= len(doc):
+                window = [*window, EOD]
+            out.append((window, prefix))
+            start += stride
+    return out
+
+
+def test_gpt_simple_short_document_is_one_entry_of_up_to_max_length_tokens() -> None:
+    assert gpt_entries([[1, 2, 3]], max_length=4) == [([1, 2, 3, 0], 0)]
+
+
+def test_gpt_simple_document_of_max_length_tokens_is_one_entry_of_max_length_plus_one() -> None:
+    assert gpt_entries([[1, 2, 3, 4]], max_length=4) == [([1, 2, 3, 4, 0], 0)]
+
+
+def test_gpt_simple_document_one_longer_ends_only_its_last_window_with_eod() -> None:
+    assert gpt_entries([[1, 2, 3, 4, 5]], max_length=4) == [([1, 2, 3, 4], 0), ([5, 0], 0)]
+
+
+def test_gpt_simple_emits_redundant_tail_windows_each_with_eod() -> None:
+    # max_length 4, overlap 1: stride 3; the first window already reaches the end of a 4-token document
+    assert gpt_entries([[1, 2, 3, 4]], max_length=4, overlap=1) == [([1, 2, 3, 4, 0], 0), ([4, 0], 1)]
+    doc = list(range(1, 11))  # 10 tokens: windows at 0, 3, 6, 9
+    assert gpt_entries([doc], max_length=4, overlap=1) == [
+        ([1, 2, 3, 4], 0),
+        ([4, 5, 6, 7], 1),
+        ([7, 8, 9, 10, 0], 1),
+        ([10, 0], 1),
+    ]
+
+
+def test_gpt_simple_stride_is_at_least_half_but_the_recorded_prefix_is_the_overlap() -> None:
+    # overlap 3 > max_length - max_length // 2: stride max(1, 2) = 2, yet each later window records 3
+    assert gpt_entries([[1, 2, 3, 4, 5, 6]], max_length=4, overlap=3) == [
+        ([1, 2, 3, 4], 0),
+        ([3, 4, 5, 6, 0], 3),
+        ([5, 6, 0], 2),  # min(overlap, the window's document tokens)
+    ]
+
+
+def test_gpt_simple_overlap_above_max_length_masks_whole_windows() -> None:
+    assert gpt_entries([[1, 2, 3, 4, 5]], max_length=4, overlap=5) == [
+        ([1, 2, 3, 4], 0),
+        ([3, 4, 5, 0], 3),
+        ([5, 0], 1),
+    ]
+
+
+def test_gpt_simple_drops_documents_of_no_tokens() -> None:
+    flat = np.array([1, 2], dtype=np.int64)
+    entries = window_documents(flat, np.array([0, 2, 0]), eod_id=EOD, max_length=4, windowing=Windowing.GPT_SIMPLE)
+    assert entries.tokens.tolist() == [1, 2, EOD] and entries.lengths.tolist() == [3]
+    assert entries.documents_without_entries == 2 and entries.truncated_documents == 0
+
+
+def test_gpt_simple_max_length_one() -> None:
+    assert gpt_entries([[1, 2]], max_length=1) == [([1], 0), ([2, 0], 0)]
+
+
+def test_gpt_simple_stops_a_document_at_10001_windows() -> None:
+    doc = np.arange(1, 20_005, dtype=np.int64)  # 20,004 tokens, stride 2: 10,002 windows needed
+    entries = window_documents(doc, np.array([len(doc)]), eod_id=EOD, max_length=2, windowing="gpt-simple")
+    assert len(entries) == 10_001 and entries.truncated_documents == 1
+    assert entries.lengths.tolist() == [2] * 10_001  # no window reached the end: no EOD anywhere
+    assert entries.tokens.tolist() == list(range(1, 20_003))
+
+
+@pytest.mark.parametrize(
+    ("max_length", "overlap", "match"),
+    [
+        (None, 0, "needs max_length"),
+        (0, 0, "max_length"),
+        (8, -1, "skip tokens"),
+        (1, 1, "stride of 0"),
+        (70_000, 65_536, "wrap"),
+    ],
+)
+def test_gpt_simple_refuses_what_it_cannot_reproduce(max_length: int | None, overlap: int, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        window_documents(
+            np.array([1]),
+            np.array([1]),
+            eod_id=EOD,
+            max_length=max_length,
+            overlap_size=overlap,
+            windowing=Windowing.GPT_SIMPLE,
+        )
+
+
+def test_unknown_windowing_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="expected one of"):
+        window_documents(np.array([1]), np.array([1]), eod_id=EOD, max_length=4, windowing="megatron")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    docs=st.lists(st.lists(st.integers(1, 50), max_size=40), max_size=8),
+    max_length=st.integers(1, 20),
+    data=st.data(),
+)
+def test_gpt_simple_matches_the_plain_reference(docs: list[list[int]], max_length: int, data: st.DataObject) -> None:
+    overlap = data.draw(st.integers(0, 25) if max_length > 1 else st.just(0))
+    assert gpt_entries(docs, max_length, overlap) == gpt_reference(docs, max_length, overlap)

@@ -22,20 +22,21 @@ def _curriculum_rows(table: Any, report: Any, *, temporary: bool) -> None:
     docs = ", ".join(f"{name} {train:,}+{val:,}" for name, (train, val) in c.documents.items())
     table.add_row("buckets", f"train+val docstrings: {docs}")
     where = " (in the temporary workdir, removed at the end: --workdir DIR keeps it)" if temporary else ""
+    gone = " (removed at the end)" if temporary else ""
     table.add_row("curriculum", f"{c.config}{where}")
     table.add_row(
         "validate",
         _ok(c.validate_exit == 0 and c.plan_exit == 0, f"validate --curriculum exit {c.validate_exit}, "
-            f"curriculum plan exit {c.plan_exit} (output: {c.plan_text})"),
+            f"curriculum plan exit {c.plan_exit} (output: {c.plan_text}{gone})"),
     )  # fmt: skip
     table.add_row("plan plot", str(c.plan_plot) if c.plan_plot and c.plan_plot.is_file() else "-")
     if not c.phase_bounds:
         return
-    bounds = ", ".join(f"phase {p}: samples {a:,}-{b:,}" for p, (a, b) in enumerate(c.phase_bounds, start=1))
+    bounds = ", ".join(f"phase {p}: samples {a:,}-{b:,}" for p, (a, b) in enumerate(c.phase_bounds))
     table.add_row(
         "curriculum run",
         f"{c.samples:,} samples ({bounds}); {c.steps_before} steps x 2 ranks x 2 workers, checkpoint at sample "
-        f"{c.checkpoint:,} (inside phase 2), then {c.steps_after} steps x 3 ranks x 1 worker",
+        f"{c.checkpoint:,} (inside phase 1, the second), then {c.steps_after} steps x 3 ranks x 1 worker",
     )
     table.add_row(
         "schedule oracle",
@@ -76,7 +77,7 @@ def _mix_table(report: Any) -> Any:
     table.add_column("bound", justify="right")
     for p, (shares, tolerance) in enumerate(zip(c.mix, c.tolerance, strict=True)):
         cells = [f"{target:.1%} / {realised:.1%}" for target, realised in shares.values()]
-        table.add_row(str(p + 1), *cells, f"±{tolerance:.2%}")
+        table.add_row(str(p), *cells, f"±{tolerance:.2%}")
     return table
 
 
@@ -96,9 +97,13 @@ Examples:
     type=click.IntRange(min=1),
     default=100,
     show_default=True,
-    help="Steps per rank before the checkpoint of the epoch leg (the curriculum leg checkpoints inside phase 2).",
+    help="Steps per rank before the checkpoint of the epoch leg (the curriculum leg checkpoints in its 2nd phase).",
 )
-@click.option("--keep", is_flag=True, help="Keep the workdir (corpus, tokens, plot) instead of cleaning up.")
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Keep the temporary workdir (default: removed at the end; a --workdir you name is always kept).",
+)
 def demo(workdir: Path | None, steps: int, keep: bool) -> None:
     """Run the whole tokenloom flow on a corpus built from Python's own docstrings.
 
@@ -110,7 +115,7 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
     Then splits the corpus into module / class / function docstring buckets
     (train and val), writes a two-phase curriculum YAML, validates it and plots
     its plan, trains through it on 2 ranks x 2 workers, checkpoints inside
-    phase 2, restarts on 3 ranks x 1 worker and finishes, checking every sample
+    its second phase, restarts on 3 ranks x 1 worker and finishes, checking every sample
     against the schedule and the realised mix against the target; builds the
     eval set on rank 0 of 2 gloo processes and broadcasts it (token-weighted
     eval loss); streams the corpus jsonl, stops and resumes bit-exactly.
@@ -123,7 +128,7 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
 
     console = Console(stderr=False)
     created = workdir is None
-    root = Path(tempfile.mkdtemp(prefix="tokenloom-demo-")) if workdir is None else workdir
+    root = Path(tempfile.mkdtemp(prefix="tokenloom-demo-")) if workdir is None else workdir.resolve()
     root.mkdir(parents=True, exist_ok=True)
     try:
         report = run_demo(root, steps=steps, log=lambda line: console.print(f"[dim]{line}[/dim]"))

@@ -3,7 +3,7 @@
 corpus -> modules / classes / functions buckets (each with a val split) -> tokenize into
 train/<bucket> and val/<bucket> -> curriculum.yaml (two phases) -> ``tokenloom validate
 --curriculum`` and ``tokenloom curriculum plan --plot`` -> 2 ranks x 2 workers until a
-checkpoint inside phase 2 -> restart on 3 ranks x 1 worker -> the end of the curriculum ->
+checkpoint inside the second phase (phase 1) -> restart on 3 ranks x 1 worker -> the end of the curriculum ->
 every position once, each sample the one the schedule puts there, realised vs target mix.
 """
 
@@ -252,13 +252,13 @@ def run_curriculum(workdir: Path, corpus: Path, *, seed: int, log: Callable[[str
     report.phase_bounds = [(int(a), int(b)) for a, b in dataset.schedule.phase_bounds]
     (p1_start, p1_end) = report.phase_bounds[1]
     global_batch = 2 * BATCH
-    steps = -(-(p1_start + (p1_end - p1_start) // 3) // global_batch)  # a third into phase 2, whole steps
+    steps = -(-(p1_start + (p1_end - p1_start) // 3) // global_batch)  # a third into phase 1 (the second), whole steps
     if not p1_start < steps * global_batch < p1_end:
         raise ConfigError(
-            f"the checkpoint at sample {steps * global_batch} is not inside phase 2 {report.phase_bounds[1]}"
+            f"the checkpoint at sample {steps * global_batch} is not inside phase 1 {report.phase_bounds[1]}"
         )
     consumed = _Consumed()
-    log(f"   2 ranks x 2 workers for {steps} steps (the checkpoint falls inside phase 2)")
+    log(f"   2 ranks x 2 workers for {steps} steps (the checkpoint falls inside phase 1, the second)")
     states = []
     for rank in range(2):
         done, state = _run_rank(

@@ -87,7 +87,7 @@ def _rank(rank: int, init_file: str, train: list[str], val: list[str], out: str)
 
         dist.init_process_group(
             "gloo",
-            init_method=f"file://{init_file}",
+            init_method=Path(init_file).resolve().as_uri(),  # absolute: a relative --workdir too
             rank=rank,
             world_size=EVAL_WORLD,
             timeout=datetime.timedelta(seconds=TIMEOUT),

@@ -6,7 +6,7 @@ stdlib docstrings -> jsonl corpus -> tokenize (2 workers, windowed) -> validate
     -> "restart" on 3 simulated ranks -> finish the epoch -> every sample exactly once
 corpus -> modules / classes / functions buckets -> train/<bucket>, val/<bucket>
     -> two-phase curriculum.yaml -> validate --curriculum, curriculum plan --plot
-    -> 2 ranks x 2 workers -> checkpoint inside phase 2 -> 3 ranks x 1 worker -> the end
+    -> 2 ranks x 2 workers -> checkpoint inside the second phase -> 3 ranks x 1 worker -> the end
     -> schedule oracle (exactly once, the right samples) and realised vs target mix
 val/<bucket> -> built on rank 0 of 2 gloo processes, broadcast -> token-weighted eval loss
 corpus jsonl -> StreamingHuggingFaceDataset -> stop, resume -> bit-exact

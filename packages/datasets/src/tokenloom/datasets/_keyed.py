@@ -19,6 +19,7 @@ default (``mask_alignment="labels"``: ``chosen_mask[t]`` says whether
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
@@ -37,13 +38,17 @@ from tokenloom.formats import (
     OPTIONAL_TRAINING_TYPE_KEYS,
     TRAINING_TYPE_KEYS,
     ConfigError,
+    DataError,
     MissingKeyError,
     RecordStore,
     ShapeMismatchError,
+    open_records,
     open_store,
 )
 
 __all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "MaskAlignment", "TrainType"]
+
+log = logging.getLogger("tokenloom.datasets")
 
 
 @runtime_checkable
@@ -297,5 +302,30 @@ class DatasetFactory:
             return RecordDataset(load_path, kind.value)
         if isinstance(load_path, RecordStore):
             raise ConfigError("a RecordStore serves record mode only: drop window_size", field="window_size")
-        store = open_keyed_store(load_path, storage_type, kind)
+        try:
+            store = open_keyed_store(load_path, storage_type, kind)
+        except DataError as exc:
+            records = _record_store_or_none(load_path, kind, storage_type)
+            if records is None:
+                raise
+            log.info(
+                "%s: keys differ in length, so it is a record store (%s): %s serves records and ignores "
+                "window_size, as AstrAI's DatasetFactory does",
+                load_path,
+                exc.problem,
+                kind.value,
+            )
+            return RecordDataset(records, kind.value)
         return KeyedDataset(store, kind, window_size, stride, mask_alignment=mask_alignment)
+
+
+def _record_store_or_none(path: object, kind: TrainType, storage_type: str | None) -> RecordStore | None:
+    """The record store at ``path`` for dpo/grpo (bin + meta.json with offsets), or None if it is not one."""
+    if kind not in (TrainType.DPO, TrainType.GRPO) or storage_type not in (None, "bin"):
+        return None
+    if not isinstance(path, str | os.PathLike):
+        return None
+    try:
+        return open_records(path)
+    except DataError:
+        return None

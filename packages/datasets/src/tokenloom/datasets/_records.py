@@ -53,6 +53,15 @@ class RecordDataset(Dataset[dict[str, Any]]):
         self.train_type = train_type
         self.keys = TRAINING_TYPE_KEYS[train_type]
         missing = [key for key in self.keys if key not in self.store.keys]
+        streams = [key for key in missing if key in self.store.stream_keys]
+        if streams:
+            raise MissingKeyError(
+                f"training type {train_type!r} reads {streams} as records, but meta.json gives "
+                f"{'it' if len(streams) == 1 else 'them'} no offsets (a stream key)",
+                path=self.store.path,
+                field=streams[0],
+                hint=f"Write the store with AstrAI's save_bin(path, tensors, record_keys={list(self.keys)})",
+            )
         if missing:
             raise MissingKeyError(
                 f"training type {train_type!r} needs keys {list(self.keys)}, missing {missing} "

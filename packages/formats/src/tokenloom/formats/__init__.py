@@ -13,7 +13,7 @@ from tokenloom.formats._buckets import bucket_dirs, open_buckets
 from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._cli import main as cli
 from tokenloom.formats._convert import ConvertResult, convert_dataset
-from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dataset import EOS_AT_DOCUMENT_END, EOS_PLACEMENT, Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats._flat import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
 from tokenloom.formats._lock import LOCK_SUFFIX, lock_path, output_lock
@@ -148,6 +148,8 @@ register_format(
 
 __all__ = [
     "DOCUMENT_LENGTHS_NAME",
+    "EOS_AT_DOCUMENT_END",
+    "EOS_PLACEMENT",
     "LOCK_SUFFIX",
     "MANIFEST_NAME",
     "TOKEN_DTYPES",

@@ -27,7 +27,12 @@ from tokenloom.formats._progress import Stage
 from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
 
-__all__ = ["Shard", "TokenDataset"]
+__all__ = ["EOS_AT_DOCUMENT_END", "EOS_PLACEMENT", "Shard", "TokenDataset"]
+
+#: Metadata key saying where the EOS id stands: absent (every entry ends with it, tokenloom's
+#: rule) or EOS_AT_DOCUMENT_END (only entries that reach a document's end: GPT-Simple's windowing).
+EOS_PLACEMENT = "eos_placement"
+EOS_AT_DOCUMENT_END = "document_end"
 
 _bisect_right = bisect.bisect_right
 
@@ -219,8 +224,12 @@ class TokenDataset:
                     )
 
     def check_eos_placement(self) -> None:
-        """Raise FormatError at the first non-empty entry that does not end with ``eos_id``."""
-        if self.eos_id is None:
+        """Raise FormatError at the first non-empty entry that does not end with ``eos_id``.
+
+        Not checked where the metadata says ``eos_placement: document_end``: GPT-Simple's
+        windowing ends only the windows that reach a document's end with EOD.
+        """
+        if self.eos_id is None or self.metadata.get(EOS_PLACEMENT) == EOS_AT_DOCUMENT_END:
             return
         stage = Stage("EOS placement", len(self))
         for shard in self.shards:

@@ -32,7 +32,7 @@ import numpy as np
 import xxhash
 
 from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
-from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dataset import EOS_AT_DOCUMENT_END, EOS_PLACEMENT, Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._gpts import (
     EXTENSION_CODES,
@@ -508,8 +508,10 @@ def adopt_native(
 
     The shards are validated structurally, token ids are checked against
     ``vocab_size`` when given, and every file is checksummed, so later opens verify
-    integrity. EOS placement is not checked (GPT-Simple ends only a document's last
-    window with EOD); pass ``eos_id`` only if it is the EOD id of that tokenizer.
+    integrity. EOS placement is not checked, now or by later deep validation (the
+    metadata records ``eos_placement: document_end``: GPT-Simple ends only the windows
+    that reach a document's end with EOD); pass ``eos_id`` only if it is the EOD id of
+    that tokenizer.
     """
     root = Path(path)
     if (root / MANIFEST_NAME).exists():
@@ -530,7 +532,7 @@ def adopt_native(
         vocab_size=vocab_size,
         eos_id=eos_id,
         tokenizer_fingerprint=tokenizer_fingerprint,
-        metadata={"adopted": True, **(metadata or {})},
+        metadata={"adopted": True, EOS_PLACEMENT: EOS_AT_DOCUMENT_END, **(metadata or {})},
     )
     written = write_manifest(root, manifest)
     fsync_dir(root)

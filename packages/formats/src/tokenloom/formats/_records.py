@@ -1,22 +1,33 @@
 """Record stores: ``<key>.bin`` + ``meta.json`` whose keys are cut into records by their own ``offsets``.
 
-AstrAI's record-mode layout (``save_bin(..., record_keys=...)``): every key
-carries ``offsets`` in meta.json, and keys may differ in length (a DPO pair's
-chosen and rejected sides are as long as they are), so the keys are not aligned
-element by element as in a keyed store; they are aligned record by record::
+AstrAI's record-mode layout, as its code writes and reads it (ViperEkura/AstrAI
+at 75304d0: ``astrai/serialization/dataset.py`` ``save_bin(path, tensors,
+record_keys=...)``, ``astrai/dataset/storage.py`` ``MmapStore``): per key the
+records concatenated in ``<key>.bin`` and ``{"shape": [n], "dtype": <torch dtype
+name>, "offsets": [0, ..., n]}`` in meta.json, ``offsets`` only for the keys
+named in ``record_keys``. Keys may differ in length (a DPO pair's chosen and
+rejected sides are as long as they are), so the keys are not aligned element by
+element as in a keyed store; they are aligned record by record::
 
     meta.json  {"chosen":        {"shape": [C], "dtype": "int32", "offsets": [0, c0, ..., C]},
                 "chosen_mask":   {"shape": [C], "dtype": "bool",  "offsets": [0, c0, ..., C]},
                 "rejected":      {"shape": [R], "dtype": "int32", "offsets": [0, r0, ..., R]},
                 "rejected_mask": {"shape": [R], "dtype": "bool",  "offsets": [0, r0, ..., R]}}
 
-Every key has the same number of records, except for GRPO groups: AstrAI
-cannot store its nested ``responses`` in bin (its save_bin refuses nested keys),
-so tokenloom reads this layout for them: ``prompts`` and ``rewards`` have one
-record per prompt (``rewards`` record i holds the G_i rewards of prompt i), and
-``responses`` / ``masks`` have one record per response, G_0 + G_1 + ... of them,
-in prompt order. A directory with sub-directories holding meta.json files is
-one store (directories in sorted path order, records concatenated).
+Only keys with offsets are record keys; keys without (streams) are listed in
+``RecordStore.stream_keys`` and not served, as AstrAI's record datasets never
+read them. Where AstrAI is lax tokenloom refuses or goes further, on purpose:
+record keys with different record counts are a ShapeMismatchError (AstrAI
+silently serves the smallest count); a directory with several meta.json is one
+store (sub-directories in sorted path order, records concatenated), where
+AstrAI's MmapStore turns record mode off (a warning, then no records).
+
+GRPO: AstrAI's save_bin refuses nested keys (GRPO's ``responses`` / ``masks``,
+G per prompt), so AstrAI keeps GRPO in JSONL and has no bin layout for it; this
+one is tokenloom's: ``prompts`` and ``rewards`` have one record per prompt
+(``rewards`` record i holds the G_i rewards of prompt i), and ``responses`` /
+``masks`` have one record per response, G_0 + G_1 + ... of them, in prompt order.
+AstrAI removed its HDF5 backend (commit 115192c); records are read from bin only.
 """
 
 from __future__ import annotations
@@ -47,8 +58,11 @@ class _RecordPart:
         dtypes: dict[str, np.dtype],
         lengths: dict[str, int],
         offsets: dict[str, np.ndarray],
+        *,
+        stream_keys: list[str] | None = None,
     ) -> None:
         self.directory = directory
+        self.stream_keys = stream_keys or []
         self.files = files
         self.dtypes = dtypes
         self.lengths = lengths
@@ -74,6 +88,8 @@ class RecordStore:
         self.path = path
         self.parts = parts
         self.keys = sorted(parts[0].files)
+        #: keys without offsets (streams), not served as records, as AstrAI's record datasets ignore them
+        self.stream_keys = sorted({key for part in parts for key in part.stream_keys})
         counts = [_record_count(part, path) for part in parts]
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
@@ -145,19 +161,32 @@ def open_records(path: str | os.PathLike[str], *, validate: str = "fast") -> Rec
     parts = []
     for meta in metas:
         part = reader._read_part(root, meta)  # same package: the one meta.json validator
-        no_offsets = sorted(set(part.files) - set(part.offsets))
-        if no_offsets:
+        if not part.offsets:
             raise FormatError(
-                f"keys {no_offsets} have no offsets: not a record store",
+                f"no key of {sorted(part.files)} has offsets: not a record store",
                 path=meta,
-                field=no_offsets[0],
-                hint="Stream stores open with open_store(); records need offsets for every key",
+                hint="Stream stores open with open_store(); a record store is written by AstrAI's "
+                "save_bin(path, tensors, record_keys=[...]), which gives those keys offsets",
             )
-        parts.append(_RecordPart(part.directory, part.files, part.dtypes, part.lengths, part.offsets))
+        # as AstrAI's MmapStore: only keys with offsets are record keys; the others are streams
+        record_keys = sorted(part.offsets)
+        stream_keys = sorted(set(part.files) - set(part.offsets))
+        parts.append(
+            _RecordPart(
+                part.directory,
+                {key: part.files[key] for key in record_keys},
+                {key: part.dtypes[key] for key in record_keys},
+                {key: part.lengths[key] for key in record_keys},
+                part.offsets,
+                stream_keys=stream_keys,
+            )
+        )
         if validate != "none":
-            for key, dtype in part.dtypes.items():
+            for key, dtype in parts[-1].dtypes.items():
                 if dtype.kind == "f":
                     check_finite(parts[-1].array(key), key=key, path=part.files[key], record=None)
-        if sorted(part.files) != sorted(parts[0].files):
-            raise MissingKeyError(f"keys {sorted(part.files)} differ from {sorted(parts[0].files)}", path=meta)
+        if record_keys != sorted(parts[0].files):
+            raise MissingKeyError(
+                f"record keys (keys with offsets) {record_keys} differ from {sorted(parts[0].files)}", path=meta
+            )
     return RecordStore(root, parts)

@@ -30,7 +30,7 @@ from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
 from tokenloom.tokenize.engine import Encoder, Engine, EngineMismatchError, load_encoder
 from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index, index_path
 from tokenloom.tokenize.train import EOS_TOKEN, train_byte_level_bpe
-from tokenloom.tokenize.windowing import Entries, validate_window, window_documents
+from tokenloom.tokenize.windowing import Entries, Windowing, validate_window, window_documents
 
 __all__ = [
     "EOS_TOKEN",
@@ -49,6 +49,7 @@ __all__ = [
     "PackSummary",
     "TokenizeConfig",
     "TokenizeSummary",
+    "Windowing",
     "build_index",
     "build_stdlib_corpus",
     "default_pack_path",

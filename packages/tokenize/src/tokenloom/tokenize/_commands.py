@@ -13,6 +13,7 @@ from tokenloom.tokenize._formats import tokenize as run_tokenize
 from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._progress import progress_bar
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
+from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["index", "pack", "tokenize"]
 
@@ -49,6 +50,11 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         lines.extend(f"    e.g. {example}" for example in summary.examples)
     else:
         lines.append("  skipped 0 records")
+    if summary.dropped:
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.dropped.items()))
+        lines.append(
+            f"  gpt-simple rule: {kinds} (short_text/no_tokens: documents dropped; truncated: cut at 10,001 windows)"
+        )
     return lines
 
 
@@ -87,7 +93,25 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     type=int,
     default=0,
     show_default=True,
-    help="Tokens shared by consecutive windows (<= max-length / 2).",
+    help="Tokens shared by consecutive windows (<= max-length / 2 under --windowing tokenloom).",
+)
+@click.option(
+    "--windowing",
+    type=click.Choice([w.value for w in Windowing]),
+    default=Windowing.TOKENLOOM.value,
+    show_default=True,
+    help="tokenloom: every entry ends with EOD and holds at most --max-length tokens with it; no redundant tail "
+    "windows; empty documents become [EOD]. gpt-simple: GPT-Simple's pretokenize exactly (EOD only where a window "
+    "reaches the document's end, entries of up to --max-length + 1 tokens, its tail windows, documents of no "
+    "tokens dropped, its uint16/uint32 choice); needs --max-length.",
+)
+@click.option(
+    "--min-text-length",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="--windowing gpt-simple only: drop documents of fewer characters, as GPT-Simple's --min_text_length "
+    "(its default is 200; pass the value of the run to reproduce).",
 )
 @click.option(
     "--num-workers",
@@ -163,6 +187,8 @@ def tokenize(
     tokenizer: str | None,
     max_length: int | None,
     overlap_size: int,
+    windowing: str,
+    min_text_length: int,
     num_workers: int,
     format_: str,
     drop_overlap_prefix: bool,
@@ -191,6 +217,8 @@ def tokenize(
             tokenizer=tokenizer,
             max_length=max_length,
             overlap_size=overlap_size,
+            windowing=Windowing(windowing),
+            min_text_length=min_text_length,
             num_workers=num_workers,
             format=format_,
             drop_overlap_prefix=drop_overlap_prefix,

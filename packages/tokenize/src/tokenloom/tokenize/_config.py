@@ -10,7 +10,7 @@ from typing import Any
 
 from tokenloom.formats import ConfigError
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
-from tokenloom.tokenize.windowing import validate_window
+from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
 __all__ = ["SUPPORTED_FORMATS", "OnError", "TokenizeConfig", "default_num_workers"]
 
@@ -48,7 +48,13 @@ class TokenizeConfig:
     max_length: int | None = None
     """Longest entry in tokens, EOD included; longer documents are windowed. None: no windowing."""
     overlap_size: int = 0
-    """Tokens shared by consecutive windows of one document (<= max_length / 2)."""
+    """Tokens shared by consecutive windows of one document (<= max_length / 2 under the tokenloom rule)."""
+    windowing: Windowing = Windowing.TOKENLOOM
+    """The windowing rule: tokenloom (EOD in every window, max_length counts it; the default) or
+    gpt-simple (GPT-Simple's pretokenize exactly; see :mod:`tokenloom.tokenize.windowing`)."""
+    min_text_length: int = 0
+    """gpt-simple only: drop (and count) documents of fewer characters, as GPT-Simple's
+    ``--min_text_length`` does (its default is 200). 0 keeps every document."""
     num_workers: int = field(default_factory=default_num_workers)
     """Encoding processes; 0 encodes in this process (for debugging)."""
     format: str = "native"
@@ -92,7 +98,17 @@ class TokenizeConfig:
         object.__setattr__(self, "input_dir", Path(self.input_dir))
         object.__setattr__(self, "output_dir", Path(self.output_dir))
         object.__setattr__(self, "on_error", _on_error(self.on_error))
-        validate_window(self.max_length, self.overlap_size)
+        object.__setattr__(self, "windowing", as_windowing(self.windowing))
+        validate_window(self.max_length, self.overlap_size, self.windowing)
+        if self.min_text_length < 0:
+            raise ConfigError(f"min_text_length is {self.min_text_length}, expected >= 0", field="min_text_length")
+        if self.min_text_length and self.windowing is not Windowing.GPT_SIMPLE:
+            raise ConfigError(
+                f"min_text_length is {self.min_text_length}, but it applies only to --windowing gpt-simple "
+                "(the tokenloom rule keeps every document)",
+                field="min_text_length",
+                hint="Drop --min-text-length, or pass --windowing gpt-simple",
+            )
         if self.format not in SUPPORTED_FORMATS:
             raise ConfigError(
                 f"format {self.format!r} is not written by tokenize, expected one of {list(SUPPORTED_FORMATS)}",
@@ -141,6 +157,8 @@ class TokenizeConfig:
             "text_field": self.text_field,
             "max_length": self.max_length,
             "overlap_size": self.overlap_size,
+            "windowing": self.windowing.value,
+            "min_text_length": self.min_text_length,
             "shard_size_tokens": self.shard_size_tokens,
             "on_error": self.on_error.value,
             "eos_id": self.eos_id,

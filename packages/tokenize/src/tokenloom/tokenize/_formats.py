@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import (
+    EOS_PLACEMENT,
     LOCK_SUFFIX,
     MANIFEST_NAME,
     WRITING_MARKER,
@@ -170,6 +171,7 @@ def _summary(config: TokenizeConfig, record: dict[str, Any], seconds: float) -> 
         shards=_output_files(config),
         seconds=seconds,
         skipped=dict(record.get("skipped", {})),
+        dropped=dict(record.get("dropped", {})),
         dtype=str(record.get("dtype", "")),
         eos_id=int(record.get("eos_id", -1)),
         vocab_size=int(record.get("vocab_size", 0)),
@@ -203,7 +205,8 @@ def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> d
         "num_entries": len(source),
     }
     if config.format == "flat":
-        options["metadata"] = {"tokenize": record}
+        placement = source.metadata.get(EOS_PLACEMENT)
+        options["metadata"] = {"tokenize": record, **({EOS_PLACEMENT: placement} if placement else {})}
     target = output_path(config)
     convert_dataset(
         source,

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats import (
+    EOS_AT_DOCUMENT_END,
+    EOS_PLACEMENT,
     MANIFEST_NAME,
     WRITING_MARKER,
     ConfigError,
@@ -46,6 +48,7 @@ from tokenloom.formats import (
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, check_gpt_simple_inputs, gpt_simple_dtype
 from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs, read_chunks
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
@@ -62,6 +65,7 @@ from tokenloom.tokenize._worker import (
     warm_up,
 )
 from tokenloom.tokenize.engine import EngineMismatchError
+from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["RunInputs", "TokenizeSummary", "choose_run_engine", "tokenize_native"]
 
@@ -82,6 +86,8 @@ class TokenizeSummary:
     shards: int = 0
     seconds: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    """--windowing gpt-simple: documents dropped by its rule (short_text, no_tokens) or cut (truncated)."""
     examples: list[str] = field(default_factory=list)
     resumed_shards: int = 0
     already_complete: bool = False
@@ -243,6 +249,15 @@ class _Run:
         skip = self.state.skip_entries if result.index == self.state.next_chunk else 0
         self.cutter.feed(result.tokens, result.lengths, result.overlap_prefix, skip_entries=skip)
         self.counts.documents += result.documents
+        for kind, count in (result.dropped or {}).items():
+            self.counts.dropped[kind] = self.counts.dropped.get(kind, 0) + count
+        if result.dropped and result.dropped.get("truncated"):
+            log.warning(
+                "%s: %d document(s) need more than 10,001 windows; as GPT-Simple does, only the first 10,001 are "
+                "written and the rest of each such document is dropped",
+                self.files[result.file_index].path,
+                result.dropped["truncated"],
+            )
         self.counts.input_bytes += result.num_bytes
         self._chunk_counts = self.counts.copy()
         self._chunk_index = result.index + 1
@@ -343,7 +358,9 @@ def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> i
 
 
 def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str, engine: EngineChoice) -> dict[str, Any]:
+    placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if run.config.windowing is Windowing.GPT_SIMPLE else {}
     return {
+        **placement,
         "tokenize": {
             **run_key,
             "tokenizer": tokenizer,
@@ -351,7 +368,8 @@ def _manifest_metadata(run: _Run, run_key: dict[str, Any], tokenizer: str, engin
             "documents": run.counts.documents,
             "input_bytes": run.counts.input_bytes,
             "skipped": dict(sorted(run.counts.skipped.items())),
-        }
+            **({"dropped": dict(sorted(run.counts.dropped.items()))} if run.counts.dropped else {}),
+        },
     }
 
 
@@ -411,6 +429,7 @@ def _summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummar
         shards=sum(1 for f in manifest.files if f.name.endswith(".idx")),
         seconds=seconds,
         skipped=dict(recorded.get("skipped", {})),
+        dropped=dict(recorded.get("dropped", {})),
         dtype=manifest.dtype,
         eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
         vocab_size=manifest.vocab_size or 0,
@@ -431,6 +450,8 @@ class RunInputs:
     def resolve(cls, config: TokenizeConfig) -> RunInputs:
         tokenizer = config.tokenizer or str(_tokenizer.default_tokenizer_path())
         files = discover_inputs(config.input_dir, hash_contents=config.hash_inputs)
+        if config.windowing is Windowing.GPT_SIMPLE:
+            check_gpt_simple_inputs(files)
         return cls(tokenizer, _tokenizer.fingerprint(tokenizer), files)
 
     def run_key(self, config: TokenizeConfig) -> dict[str, Any]:
@@ -527,7 +548,11 @@ def _encode_all(
         if config.num_workers > 0:
             executor = stack.enter_context(executor_for(config.num_workers, tokenizer, serialized))
         eos_id = resolve_eos(config.eos_id, info, tokenizer)
-        dtype = smallest_dtype_for_vocab(info.vocab_size)
+        if config.windowing is Windowing.GPT_SIMPLE:
+            check_gpt_simple_eod(tokenizer, eos_id, eos_id_given=config.eos_id is not None)
+            dtype = gpt_simple_dtype(info.vocab_size)
+        else:
+            dtype = smallest_dtype_for_vocab(info.vocab_size)
         settings = EncodeSettings(
             tokenizer=tokenizer,
             text_field=tuple(config.text_field.split(".")),
@@ -536,6 +561,8 @@ def _encode_all(
             max_length=config.max_length,
             overlap_size=config.overlap_size,
             dtype=dtype.name,
+            windowing=config.windowing.value,
+            min_text_length=config.min_text_length,
         )
         run = _Run(config, state, files, dtype)
         chunks = read_chunks(

@@ -32,16 +32,25 @@ class Counts:
     documents: int = 0
     input_bytes: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    """--windowing gpt-simple: documents its rule drops or cuts, by kind."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"documents": self.documents, "input_bytes": self.input_bytes, "skipped": dict(self.skipped)}
+        data: dict[str, Any] = {
+            "documents": self.documents,
+            "input_bytes": self.input_bytes,
+            "skipped": dict(self.skipped),
+        }
+        if self.dropped:
+            data["dropped"] = dict(self.dropped)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Counts:
-        return cls(data["documents"], data["input_bytes"], dict(data["skipped"]))
+        return cls(data["documents"], data["input_bytes"], dict(data["skipped"]), dict(data.get("dropped", {})))
 
     def copy(self) -> Counts:
-        return Counts(self.documents, self.input_bytes, dict(self.skipped))
+        return Counts(self.documents, self.input_bytes, dict(self.skipped), dict(self.dropped))
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from tokenloom.tokenize.engine import (
     load_encoder,
     refuse_fast,
 )
-from tokenloom.tokenize.windowing import window_documents
+from tokenloom.tokenize.windowing import Windowing, window_documents
 
 __all__ = [
     "ChunkResult",
@@ -61,6 +61,9 @@ class EncodeSettings:
     """The engine chosen before the run (hf or fast; never auto here)."""
     verify_fraction: float = DEFAULT_VERIFY_FRACTION
     """fast: the fraction of documents re-encoded with hf and compared."""
+    windowing: str = Windowing.TOKENLOOM.value
+    min_text_length: int = 0
+    """gpt-simple: documents of fewer characters are dropped (counted as short_text)."""
 
 
 @dataclass(slots=True)
@@ -76,6 +79,8 @@ class ChunkResult:
     issues: list[Issue]
     num_bytes: int
     source_bytes: int
+    dropped: dict[str, int] | None = None
+    """gpt-simple rule: documents dropped (short_text, no_tokens) or cut at 10,001 windows (truncated)."""
 
 
 def describe_tokenizer(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
@@ -229,6 +234,13 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
                 text_lines.append(chunk.first_line + offset)
     issues.sort(key=lambda issue: issue.line)
     dtype = np.dtype(settings.dtype)
+    short_texts = 0
+    if settings.min_text_length:
+        kept = [i for i, text in enumerate(texts) if len(text) >= settings.min_text_length]
+        short_texts = len(texts) - len(kept)
+        if short_texts:
+            texts = [texts[i] for i in kept]
+            text_lines = [text_lines[i] for i in kept]
     if texts:
         try:
             flat, offsets = _encoder(settings).encode_flat(texts)
@@ -264,17 +276,27 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         max_length=settings.max_length,
         overlap_size=settings.overlap_size,
         dtype=dtype,
+        windowing=settings.windowing,
     )
+    dropped = None
+    if settings.windowing == Windowing.GPT_SIMPLE:
+        counts = {
+            "short_text": short_texts,
+            "no_tokens": entries.documents_without_entries,
+            "truncated": entries.truncated_documents,
+        }
+        dropped = {kind: count for kind, count in counts.items() if count}
     return ChunkResult(
         index=chunk.index,
         file_index=chunk.file_index,
         tokens=entries.tokens,
         lengths=entries.lengths,
         overlap_prefix=entries.overlap_prefix,
-        documents=len(texts),
+        documents=len(texts) + short_texts,
         issues=issues,
         num_bytes=chunk.num_bytes,
         source_bytes=chunk.source_bytes,
+        dropped=dropped,
     )
 
 

@@ -1,13 +1,8 @@
-"""Documents -> entries: tokenloom's windowing (EOD in every window) with an overlap prefix, vectorised.
+"""Documents -> entries, vectorised: tokenloom's rule (the default) or GPT-Simple's, exactly.
 
-This is tokenloom's rule, not GPT-Simple's (``gpt_simple/pretokenize.py``,
-``create_windows``), on purpose: GPT-Simple ends only a document's last window
-with EOD, does not count the EOD in ``max_length`` (its last windows can hold
-``max_length + 1`` tokens, whose EOD its packer then cuts), and keeps emitting
-windows after one has reached the document's end (redundant tail windows). Its
-own pretokenize output opens in tokenloom as it is.
+Two rules, chosen by :class:`Windowing` (``tokenloom tokenize --windowing``):
 
-The exact rule (pinned by the tests):
+``tokenloom`` (default; pinned by ``tests/test_windowing.py``):
 
 - A document of ``n`` tokens becomes entries of at most ``max_length`` tokens
   each, *including* the EOD token that ends every entry. So each entry carries
@@ -20,26 +15,74 @@ The exact rule (pinned by the tests):
   tokens of window ``k - 1``; its overlap prefix is ``overlap_size`` (the loss
   masks those tokens). Only the last window can be shorter than ``C``.
 - ``max_length=None`` disables windowing: every document is one entry.
+- ``overlap_size <= max_length / 2`` with a stride of at least one token.
 
-``overlap_size <= max_length / 2`` (and a stride of at least one token) is
-validated by :func:`validate_window`.
+``gpt-simple``: GPT-Simple's ``create_windows`` (``gpt_simple/pretokenize.py``,
+gpt-simple-lm 0.1.2) in its deterministic mode (no ``--probabilistic_overlap``),
+reproduced token for token (pinned here by hand-computed cases and in
+``integration-tests`` against GPT-Simple's own pretokenize):
+
+- A document of no tokens gives no entry.
+- If ``n < max_length`` the document is one entry: its tokens + EOD, prefix 0
+  (so up to ``max_length`` tokens with the EOD).
+- Otherwise the stride is ``S = max(max_length - overlap_size, max_length // 2)``
+  and a window of ``min(max_length, n - kS)`` document tokens starts at every
+  ``kS < n``: ``ceil(n / S)`` windows, but at most 10,001 (GPT-Simple stops
+  there, logging a warning; the document's remaining tokens are dropped).
+- Every window that reaches the document's end (``kS + max_length >= n``) gets
+  an EOD, so last windows hold up to ``max_length + 1`` tokens, and when
+  ``S < max_length`` the windows after the first such one repeat the tail
+  ("redundant tail windows"), each again with an EOD.
+- Window ``k > 0`` records an overlap prefix of ``min(overlap_size, its document
+  tokens)`` when ``overlap_size > 0``; this is ``overlap_size`` even where the
+  stride was raised to ``max_length // 2`` and fewer tokens actually repeat.
+- ``max_length`` is required; ``0 <= overlap_size <= 65535`` (GPT-Simple would
+  wrap larger prefixes modulo 65,536 in its uint16 index).
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
 from tokenloom.formats import ConfigError
 
-__all__ = ["MAX_OVERLAP", "Entries", "validate_window", "window_documents"]
+__all__ = ["GPT_SIMPLE_MAX_WINDOWS", "MAX_OVERLAP", "Entries", "Windowing", "validate_window", "window_documents"]
 
 #: The overlap prefix is stored as uint16 per entry.
 MAX_OVERLAP = 65535
+#: GPT-Simple's create_windows stops a document after this many windows.
+GPT_SIMPLE_MAX_WINDOWS = 10_001
 
 
-def validate_window(max_length: int | None, overlap_size: int) -> None:
-    """Raise ConfigError unless (max_length, overlap_size) is a valid windowing."""
+class Windowing(StrEnum):
+    """Which rule turns a document into entries (see the module docstring)."""
+
+    TOKENLOOM = "tokenloom"
+    """EOD in every window, max_length counts the EOD, no redundant tail windows; empty documents kept."""
+    GPT_SIMPLE = "gpt-simple"
+    """GPT-Simple's pretokenize exactly (deterministic mode): EOD only where a window reaches the end."""
+
+
+def as_windowing(value: object) -> Windowing:
+    """``value`` as a Windowing, or a ConfigError listing the rules."""
+    try:
+        return Windowing(value)
+    except ValueError:
+        raise ConfigError(
+            f"windowing {value!r}, expected one of {[w.value for w in Windowing]}", field="windowing"
+        ) from None
+
+
+def validate_window(
+    max_length: int | None, overlap_size: int, windowing: Windowing | str = Windowing.TOKENLOOM
+) -> None:
+    """Raise ConfigError unless (max_length, overlap_size) is a valid windowing under ``windowing``."""
+    if as_windowing(windowing) is Windowing.GPT_SIMPLE:
+        _validate_gpt_simple(max_length, overlap_size)
+        return
     if max_length is None:
         if overlap_size != 0:
             raise ConfigError(
@@ -67,46 +110,147 @@ def validate_window(max_length: int | None, overlap_size: int) -> None:
         )
 
 
-class Entries:
-    """Entries in order: a flat token array, each entry's length and overlap prefix."""
+def _validate_gpt_simple(max_length: int | None, overlap_size: int) -> None:
+    if max_length is None:
+        raise ConfigError(
+            "windowing 'gpt-simple' needs max_length: GPT-Simple's pretokenize always windows "
+            "(its --max_length defaults to 3072)",
+            field="max_length",
+            hint="Pass --max-length with the --max_length of the GPT-Simple run to reproduce "
+            "(3072 if it used the default)",
+        )
+    if max_length < 1:
+        raise ConfigError(f"max_length is {max_length}, expected >= 1", field="max_length")
+    if overlap_size < 0:
+        raise ConfigError(
+            f"overlap_size is {overlap_size}: GPT-Simple would skip tokens between windows; "
+            "tokenloom does not reproduce that",
+            field="overlap_size",
+            hint="Pass --overlap-size >= 0",
+        )
+    if overlap_size > MAX_OVERLAP:
+        raise ConfigError(
+            f"overlap_size is {overlap_size}: GPT-Simple would wrap overlap prefixes above {MAX_OVERLAP} "
+            "modulo 65,536 in its uint16 index; tokenloom does not reproduce that",
+            field="overlap_size",
+            hint=f"Pass --overlap-size <= {MAX_OVERLAP}",
+        )
+    if max(max_length - overlap_size, max_length // 2) < 1:
+        raise ConfigError(
+            f"max_length {max_length} with overlap_size {overlap_size} gives GPT-Simple a stride of 0 "
+            "(it would emit 10,001 copies of each document's first window)",
+            field="overlap_size",
+            hint="Pass --overlap-size 0 with --max-length 1, or a larger --max-length",
+        )
 
-    __slots__ = ("lengths", "overlap_prefix", "tokens")
+
+class Entries:
+    """Entries in order: a flat token array, each entry's length and overlap prefix.
+
+    ``documents_without_entries`` and ``truncated_documents`` count what the
+    gpt-simple rule drops (documents of no tokens; documents cut at 10,001 windows).
+    """
+
+    __slots__ = ("documents_without_entries", "lengths", "overlap_prefix", "tokens", "truncated_documents")
 
     def __init__(
         self,
         tokens: npt.NDArray[np.integer],
         lengths: npt.NDArray[np.int64],
         overlap_prefix: npt.NDArray[np.uint16],
+        *,
+        documents_without_entries: int = 0,
+        truncated_documents: int = 0,
     ) -> None:
         self.tokens = tokens
         self.lengths = lengths
         self.overlap_prefix = overlap_prefix
+        self.documents_without_entries = documents_without_entries
+        self.truncated_documents = truncated_documents
 
     def __len__(self) -> int:
         return len(self.lengths)
 
 
-def _window_plan(
-    doc_lengths: npt.NDArray[np.int64], max_length: int | None, overlap_size: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.uint16]]:
-    """(content start in the flat doc tokens, content length, overlap prefix) per entry."""
+class _Plan:
+    """Per entry: content start in the flat document tokens, content length, overlap prefix, EOD or not."""
+
+    __slots__ = ("dropped", "has_eod", "lengths", "prefix", "starts", "truncated")
+
+    def __init__(
+        self,
+        starts: npt.NDArray[np.int64],
+        lengths: npt.NDArray[np.int64],
+        prefix: npt.NDArray[np.uint16],
+        has_eod: npt.NDArray[np.bool_] | None = None,
+        *,
+        dropped: int = 0,
+        truncated: int = 0,
+    ) -> None:
+        self.starts = starts
+        self.lengths = lengths
+        self.prefix = prefix
+        self.has_eod = np.ones(len(lengths), dtype=bool) if has_eod is None else has_eod
+        self.dropped = dropped
+        self.truncated = truncated
+
+
+def _doc_starts(doc_lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     doc_starts = np.zeros(len(doc_lengths), dtype=np.int64)
     np.cumsum(doc_lengths[:-1], out=doc_starts[1:])
+    return doc_starts
+
+
+def _expand(
+    windows: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(document of each entry, index k of the entry within its document) for per-document window counts."""
+    doc_of_entry = np.repeat(np.arange(len(windows)), windows)
+    first_entry = np.zeros(len(windows), dtype=np.int64)
+    np.cumsum(windows[:-1], out=first_entry[1:])
+    k = np.arange(len(doc_of_entry), dtype=np.int64) - np.repeat(first_entry, windows)
+    return doc_of_entry, k
+
+
+def _window_plan(doc_lengths: npt.NDArray[np.int64], max_length: int | None, overlap_size: int) -> _Plan:
+    """tokenloom's rule."""
+    doc_starts = _doc_starts(doc_lengths)
     if max_length is None:
-        return doc_starts, doc_lengths.astype(np.int64), np.zeros(len(doc_lengths), dtype=np.uint16)
+        return _Plan(doc_starts, doc_lengths.astype(np.int64), np.zeros(len(doc_lengths), dtype=np.uint16))
     content = max_length - 1
     stride = content - overlap_size
     # windows per document: 1 if it fits, else 1 + ceil((n - C) / S)
     extra = np.maximum(doc_lengths - content, 0)
     windows = 1 + (extra + stride - 1) // stride
-    doc_of_entry = np.repeat(np.arange(len(doc_lengths)), windows)
-    first_entry = np.zeros(len(doc_lengths), dtype=np.int64)
-    np.cumsum(windows[:-1], out=first_entry[1:])
-    k = np.arange(len(doc_of_entry), dtype=np.int64) - np.repeat(first_entry, windows)
+    doc_of_entry, k = _expand(windows)
     start_in_doc = k * stride
     length = np.minimum(content, doc_lengths[doc_of_entry] - start_in_doc)
     prefix = np.where(k > 0, overlap_size, 0).astype(np.uint16)
-    return doc_starts[doc_of_entry] + start_in_doc, length.astype(np.int64), prefix
+    return _Plan(doc_starts[doc_of_entry] + start_in_doc, length.astype(np.int64), prefix)
+
+
+def _gpt_simple_plan(doc_lengths: npt.NDArray[np.int64], max_length: int, overlap_size: int) -> _Plan:
+    """GPT-Simple's create_windows, deterministic mode (see the module docstring)."""
+    doc_starts = _doc_starts(doc_lengths)
+    stride = max(max_length - overlap_size, max_length // 2)
+    natural = np.where(doc_lengths < max_length, 1, -(-doc_lengths // stride))
+    natural = np.where(doc_lengths == 0, 0, natural)
+    windows = np.minimum(natural, GPT_SIMPLE_MAX_WINDOWS)
+    doc_of_entry, k = _expand(windows)
+    n = doc_lengths[doc_of_entry]
+    short = n < max_length
+    start_in_doc = np.where(short, 0, k * stride)
+    length = np.where(short, n, np.minimum(max_length, n - start_in_doc))
+    has_eod = short | (start_in_doc + max_length >= n)
+    prefix = np.where((k > 0) & (overlap_size > 0), np.minimum(overlap_size, length), 0).astype(np.uint16)
+    return _Plan(
+        doc_starts[doc_of_entry] + start_in_doc,
+        length.astype(np.int64),
+        prefix,
+        has_eod,
+        dropped=int(np.count_nonzero(doc_lengths == 0)),
+        truncated=int(np.count_nonzero(natural > GPT_SIMPLE_MAX_WINDOWS)),
+    )
 
 
 def window_documents(
@@ -117,15 +261,23 @@ def window_documents(
     max_length: int | None,
     overlap_size: int = 0,
     dtype: npt.DTypeLike = np.uint32,
+    windowing: Windowing | str = Windowing.TOKENLOOM,
 ) -> Entries:
-    """Split concatenated documents into EOD-terminated entries (see the module docstring)."""
-    validate_window(max_length, overlap_size)
-    starts, lengths, prefix = _window_plan(np.asarray(doc_lengths, dtype=np.int64), max_length, overlap_size)
-    entry_lengths = lengths + 1
+    """Split concatenated documents into entries under ``windowing`` (see the module docstring)."""
+    rule = as_windowing(windowing)
+    validate_window(max_length, overlap_size, rule)
+    doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
+    if rule is Windowing.GPT_SIMPLE and max_length is not None:  # validated: never None here
+        plan = _gpt_simple_plan(doc_lengths, max_length, overlap_size)
+    else:
+        plan = _window_plan(doc_lengths, max_length, overlap_size)
+    lengths = plan.lengths
+    eods = plan.has_eod.astype(np.int64)
+    entry_lengths = lengths + eods
     total = int(entry_lengths.sum())
     out = np.empty(total, dtype=dtype)
     ends = np.cumsum(entry_lengths)
-    eod_positions = ends - 1
+    eod_positions = (ends - 1)[plan.has_eod]
     content_mask = np.ones(total, dtype=bool)
     content_mask[eod_positions] = False
     # gather index of each content token: its entry's start + its rank within the entry
@@ -133,7 +285,13 @@ def window_documents(
     if content_total:
         offsets = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1], out=offsets[1:])
-        gather = np.arange(content_total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
+        gather = np.arange(content_total, dtype=np.int64) + np.repeat(plan.starts - offsets, lengths)
         out[content_mask] = doc_tokens[gather]
     out[eod_positions] = eod_id
-    return Entries(out, entry_lengths.astype(np.int64), prefix)
+    return Entries(
+        out,
+        entry_lengths.astype(np.int64),
+        plan.prefix,
+        documents_without_entries=plan.dropped,
+        truncated_documents=plan.truncated,
+    )

@@ -1,0 +1,166 @@
+"""`tokenize --windowing gpt-simple`: the rule end to end, its run key, and what it refuses.
+
+The rule's exact entries against GPT-Simple's own pretokenize are proven in
+integration-tests/tests/test_gpt_simple_interop.py; here the pipeline around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
+from tokenloom.tokenize import TokenizeConfig, Windowing, tokenize
+from tokenloom.tokenize._commands import tokenize as tokenize_command
+from tokenloom.tokenize._gpt_simple import gpt_simple_dtype
+
+EOD = 0  # tiny_tokenizer's <|endoftext|>
+
+
+def run(tokenizer: Path, input_dir: Path, out: Path, **kw: Any):
+    options: dict[str, Any] = {"num_workers": 0, "shard_size_tokens": 300, "windowing": Windowing.GPT_SIMPLE}
+    options.update(kw)
+    return tokenize(TokenizeConfig(input_dir=input_dir, output_dir=out, tokenizer=str(tokenizer), **options))
+
+
+def expected_entries(texts: list[str], tokenizer: Path, max_length: int, overlap: int, min_chars: int) -> list:
+    """GPT-Simple's rule applied by hand to each document's ids (see test_windowing.gpt_reference)."""
+    tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    out = []
+    for text in texts:
+        if len(text) < min_chars:
+            continue
+        doc = tok.encode(text, add_special_tokens=False).ids
+        if not doc:
+            continue
+        if len(doc) < max_length:
+            out.append(([*doc, EOD], 0))
+            continue
+        stride = max(max_length - overlap, max_length // 2)
+        for k, start in enumerate(range(0, len(doc), stride)):
+            window = doc[start : start + max_length]
+            prefix = min(overlap, len(window)) if k and overlap else 0
+            out.append(([*window, EOD] if start + max_length >= len(doc) else window, prefix))
+    return out
+
+
+@pytest.fixture
+def texts(make_texts: Callable[..., list[str]]) -> list[str]:
+    found = make_texts(120, seed=5, max_words=40)
+    found[3] = ""  # encodes to no tokens
+    found[7] = "doc"  # 3 characters
+    return found
+
+
+@pytest.fixture
+def corpus(jsonl_dir: Callable[..., Path], texts: list[str]) -> Path:
+    return jsonl_dir(
+        {
+            "00000.jsonl": [{"text": t} for t in texts[:70]],
+            "00001.jsonl.gz": [{"text": t} for t in texts[70:]],
+        }
+    )
+
+
+def entries_of(out: Path) -> list:
+    ds = open_dataset(out, validate="deep")
+    return [(ds[i].tolist(), int(ds.overlap_prefix[i])) for i in range(len(ds))]
+
+
+def test_entries_follow_the_rule_and_do_not_depend_on_workers(
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    corpus: Path,
+    texts: list[str],
+    tree_digest: Callable[[Path], dict[str, str]],
+) -> None:
+    one = run(tiny_tokenizer, corpus, tmp_path / "w0", max_length=12, overlap_size=4, min_text_length=5)
+    two = run(tiny_tokenizer, corpus, tmp_path / "w2", max_length=12, overlap_size=4, min_text_length=5, num_workers=2)
+    assert tree_digest(tmp_path / "w0") == tree_digest(tmp_path / "w2")
+    got = entries_of(tmp_path / "w0")
+    assert got == expected_entries(texts, tiny_tokenizer, 12, 4, 5)
+    assert max(len(e) for e, _ in got) == 13  # max_length + 1: a last window with its EOD
+    assert any(e[-1] != EOD for e, _ in got)  # windows before the last carry no EOD
+    assert one.dropped == two.dropped == {"short_text": 2}  # "" and "doc": fewer than 5 characters
+    assert one.documents == 120 and one.skipped == {}
+    recorded = open_dataset(tmp_path / "w0").metadata["tokenize"]
+    assert recorded["settings"]["windowing"] == "gpt-simple" and recorded["settings"]["min_text_length"] == 5
+    assert recorded["dropped"] == {"short_text": 2}
+
+
+def test_tokenloom_rule_is_the_default_and_recorded(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+    summary = run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, windowing=Windowing.TOKENLOOM)
+    got = entries_of(tmp_path / "out")
+    assert summary.dropped == {} and len(got) > 120  # the empty document is kept as [EOD]
+    assert ([EOD], 0) in got and all(len(e) <= 12 and e[-1] == EOD for e, _ in got)
+    assert TokenizeConfig(input_dir=corpus, output_dir=tmp_path / "x").windowing is Windowing.TOKENLOOM
+    assert open_dataset(tmp_path / "out").metadata["tokenize"]["settings"]["windowing"] == "tokenloom"
+
+
+def test_resume_refuses_a_changed_rule_and_names_it(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+    run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, windowing=Windowing.TOKENLOOM)
+    with pytest.raises(ResumeMismatchError, match="windowing 'tokenloom' -> 'gpt-simple'"):
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12)
+    run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, overwrite=True)
+    with pytest.raises(ResumeMismatchError, match="min_text_length 0 -> 200"):
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, min_text_length=200)
+
+
+def test_inputs_in_subdirectories_are_refused(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    corpus = jsonl_dir({"a.jsonl": [{"text": "top"}], "sub/b.jsonl": [{"text": "nested"}]})
+    with pytest.raises(ConfigError, match=r"sub/b\.jsonl.*reads only INPUT/\*\.jsonl"):
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_eod_other_than_gpt_simples_is_refused(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+    with pytest.raises(ConfigError, match=r"GPT-Simple ends documents with <\|endoftext\|> = 0.*--eos-id 0"):
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8, eos_id=5)
+    word_level = tmp_path / "word"
+    word_level.mkdir()
+    tokenizer = Tokenizer(models.WordLevel({"<eos>": 0, "<unk>": 1, "doc": 2}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(word_level / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "eos_token": "<eos>"}
+    (word_level / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    with pytest.raises(ConfigError, match=r"no <\|endoftext\|> token"):
+        run(word_level, corpus, tmp_path / "out2", max_length=8)
+
+
+def test_config_refusals() -> None:
+    with pytest.raises(ConfigError, match="needs max_length"):
+        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing=Windowing.GPT_SIMPLE)
+    with pytest.raises(ConfigError, match="applies only to --windowing gpt-simple"):
+        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), max_length=8, min_text_length=200)
+    with pytest.raises(ConfigError, match="expected one of"):
+        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing="megatron")  # type: ignore[arg-type]
+    # GPT-Simple accepts an overlap above max_length / 2 (its stride becomes max_length // 2)
+    config = TokenizeConfig(
+        input_dir=Path("in"), output_dir=Path("out"), max_length=8, overlap_size=6, windowing=Windowing.GPT_SIMPLE
+    )
+    assert config.output_settings()["windowing"] == "gpt-simple"
+
+
+def test_dtype_follows_gpt_simples_threshold() -> None:
+    assert gpt_simple_dtype(300) == np.uint16 and gpt_simple_dtype(65_534) == np.uint16
+    assert gpt_simple_dtype(65_536) == np.uint32  # tokenloom's own rule would pick uint16 here
+    with pytest.raises(ConfigError, match="65,535 ids"):
+        gpt_simple_dtype(65_535)
+
+
+def test_cli_option_and_summary(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+    args = ["--input-dir", str(corpus), "--output-dir", str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer)]
+    args += ["--max-length", "12", "--windowing", "gpt-simple", "--num-workers", "0"]
+    result = CliRunner().invoke(tokenize_command, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "gpt-simple rule: no_tokens 1 " in result.output  # the empty text
+    assert open_dataset(tmp_path / "out").metadata["tokenize"]["settings"]["windowing"] == "gpt-simple"
