@@ -117,6 +117,152 @@ def build_corpus(root: Path) -> dict[str, tuple[Path, Callable[[Path], object]]]
     for name in ("lines.jsonl", "lines.jsonl.idx.npy", "lines.jsonl.idx.json"):
         shutil.move(root / name, jdir / name)
     corpus["jsonl-index"] = (jdir, read_jsonl)
+    corpus.update(_more_readers(root, read_all))
+    return corpus
+
+
+TATM_YAML = """\
+name: fuzz
+description: a tatm metadata file as yaml.dump writes it, long enough to wrap over more than one
+  line of block-style YAML
+tokenized_info:
+  dtype: uint16
+  file_extension: bin
+  file_prefix: /elsewhere/tokenized
+  tokenizer: bpe
+  vocab_size: 256
+"""
+
+
+def _gpt_simple_shard(directory: Path, stem: str, docs: list[np.ndarray], code: int, dtype: str) -> None:
+    """A shard exactly as GPT-Simple's pretokenize writes it (``<4sIII`` header, no manifest)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype("<i8")
+    overlaps = np.array([min(2, len(d)) if i % 3 == 1 else 0 for i, d in enumerate(docs)], "<u2")
+    (directory / f"{stem}.bin").write_bytes(np.concatenate(docs).astype(dtype).tobytes())
+    header = b"GPTS" + np.array([1, code, len(docs)], "<u4").tobytes()
+    (directory / f"{stem}.idx").write_bytes(header + offsets.tobytes() + overlaps.tobytes())
+
+
+def _record_store(root: Path, groups: dict[str, tuple[list[list], str]]) -> Path:
+    """AstrAI's ``save_bin`` with every key a record key: concatenated records + cumulative offsets."""
+    root.mkdir(parents=True)
+    meta = {}
+    for key, (records, dtype) in groups.items():
+        flat = np.asarray([v for record in records for v in record], dtype=dtype)
+        flat.tofile(root / f"{key}.bin")
+        offsets = np.concatenate([[0], np.cumsum([len(r) for r in records])]).astype(int).tolist()
+        meta[key] = {"shape": [len(flat)], "dtype": dtype, "offsets": offsets}
+    (root / "meta.json").write_text(json.dumps(meta))
+    return root
+
+
+def _more_readers(root: Path, read_all: Callable[..., int]) -> dict[str, tuple[Path, Callable[[Path], object]]]:
+    """Record stores, keyed stores by key, native-v0, manifest-less GPT-Simple and tatm directories."""
+    import dataclasses
+    import struct
+
+    from tokenloom.datasets import DatasetFactory
+    from tokenloom.formats import describe_files, open_records, open_store, read_manifest, write_manifest
+
+    corpus: dict[str, tuple[Path, Callable[[Path], object]]] = {}
+    rng = random.Random("records")
+
+    def side(n: int, lo: int = 1) -> list[list[int]]:
+        return [[rng.randrange(1, 250) for _ in range(rng.randrange(lo, 12))] for _ in range(n)]
+
+    chosen, rejected = side(6), side(6)
+    dpo = _record_store(
+        root / "records-dpo",
+        {
+            "chosen": (chosen, "int32"),
+            "rejected": (rejected, "int32"),
+            "chosen_mask": ([[int(j > 1) for j in range(len(r))] for r in chosen], "bool"),
+            "rejected_mask": ([[int(j > 1) for j in range(len(r))] for r in rejected], "bool"),
+        },
+    )
+
+    def read_records(path: Path, train_type: str) -> int:
+        store = open_records(path, validate="deep")
+        total = 0
+        for i in range(len(store)):
+            for value in store.record(i).values():
+                parts = value if isinstance(value, list) else [value]
+                total += sum(int(np.asarray(v, dtype=np.float64).sum()) for v in parts)
+        dataset = DatasetFactory.load(train_type, path)  # AstrAI's record mode: RecordDataset
+        for i in range(len(dataset)):
+            dataset[i]
+        return total
+
+    corpus["records-dpo"] = (dpo, lambda p: read_records(p, "dpo"))
+    sizes = [rng.randrange(1, 4) for _ in range(4)]
+    responses = side(sum(sizes))
+    grpo = _record_store(
+        root / "records-grpo",
+        {
+            "prompts": (side(4), "int32"),
+            "responses": (responses, "int32"),
+            "masks": ([[1] * len(r) for r in responses], "bool"),
+            "rewards": ([[rng.random() for _ in range(g)] for g in sizes], "float32"),
+        },
+    )
+    corpus["records-grpo"] = (grpo, lambda p: read_records(p, "grpo"))
+
+    def read_store(path: Path) -> int:
+        store = open_store(path, training_type="sft", validate="deep")
+        fetched = store.fetch(0, len(store), list(store.keys))
+        return sum(int(np.asarray(v).sum()) for v in fetched.values())
+
+    for fmt, name in (("h5", "store-sft.h5"), ("bin-meta", "store-sft")):
+        target = root / name
+        with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, training_type="sft") as w:
+            for doc in _docs(random.Random(name), 8):
+                w.add_keyed(
+                    {
+                        "sequence": doc,
+                        "loss_mask": (np.arange(len(doc)) > 1).astype(np.uint8),
+                        "position_ids": np.arange(len(doc)),
+                    }
+                )
+        corpus[f"store-{fmt}"] = (target, read_store)
+
+    v0 = root / "native-v0"
+    with open_writer(v0, format="native", dtype="uint16", vocab_size=256, eos_id=0, shard_size_tokens=60) as w:
+        for doc in _docs(random.Random("native-v0")):
+            w.add(doc)
+    manifest = read_manifest(v0)
+    for f in manifest.files:
+        if f.name.endswith(".idx"):
+            idx = v0 / f.name
+            count = struct.unpack_from("<I", idx.read_bytes(), 12)[0]
+            idx.write_bytes(struct.pack("<4sHHQ", b"GPTS", 1, 2, count) + idx.read_bytes()[16:])
+    files = describe_files(v0, [(f.name, f.role) for f in manifest.files])
+    write_manifest(v0, dataclasses.replace(manifest, version=1, files=files, checksum=""))
+    corpus["native-v0"] = (v0, lambda p: read_all(p, format="native-v0"))
+
+    gpts = root / "gpt-simple"
+    docs = _docs(random.Random("gpt-simple"), 16)
+    _gpt_simple_shard(gpts, "shard_00000", docs[:8], 2, "<u2")
+    _gpt_simple_shard(gpts, "shard_00001", docs[8:], 2, "<u2")
+
+    def read_fast(path: Path, **kw) -> int:
+        ds = open_dataset(path, **kw)  # the default validation
+        return sum(int(ds[i].sum()) for i in range(len(ds))) + int(ds.overlap_prefix.sum())
+
+    corpus["gpt-simple-fast"] = (gpts, read_fast)
+    gpts32 = root / "gpt-simple-u32"
+    _gpt_simple_shard(gpts32, "shard_00000", docs[:8], 4, "<u4")
+    _gpt_simple_shard(gpts32, "shard_00001", docs[8:], 4, "<u4")
+    corpus["gpt-simple-deep"] = (gpts32, read_all)
+
+    tatm = root / "tatm"
+    tatm.mkdir()
+    (tatm / "metadata.yaml").write_text(TATM_YAML)
+    tdocs = _docs(random.Random("tatm"), 16)
+    np.concatenate(tdocs[:8]).astype("<u2").tofile(tatm / "tokenized_0.bin")
+    np.concatenate(tdocs[8:]).astype("<u2").tofile(tatm / "tokenized_1.bin")
+    corpus["tatm-fast"] = (tatm, read_fast)
+    corpus["tatm-deep"] = (tatm, read_all)
     return corpus
 
 

@@ -131,6 +131,22 @@ def test_status_prints_and_halted_exits_3(tmp_path):
     assert run("curriculum", "status", tmp_path / "run").exit_code == 0
 
 
+def test_status_without_a_status_file_names_the_error_class(tmp_path):
+    """Found by tools/fuzz/catalogue.py: the one error line named no DataError class."""
+    (tmp_path / "run").mkdir()
+    for run_dir in (tmp_path / "run", tmp_path / "nowhere"):
+        result = run_cli_errors("curriculum", "status", run_dir)
+        assert result.exit_code == 1
+        assert result.output.strip().splitlines() == [
+            f"Error: MissingFileError: {run_dir} has no run status (run_status.json) [file {run_dir}]. "
+            "Pass the run directory a CurriculumDataset with run_dir= writes into"
+        ]
+
+
+def run_cli_errors(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
 def test_bad_config_is_blocking_with_the_message(tmp_path):
     (tmp_path / "c.yaml").write_text("data:\n  path: .\n  curriculum:\n    - duration_tokens: 5e9\n      mix: {a: 1}\n")
     result = run("validate", "--curriculum", tmp_path / "c.yaml")

@@ -101,3 +101,43 @@ def test_damaged_hf_cache_is_rebuilt(tmp_path, caplog):
         again = HuggingFaceDataset("json", cache_dir=tmp_path / "c", **kwargs)
     assert any("damaged" in r.getMessage() for r in caplog.records)
     assert [again[i]["input_ids"].tolist() for i in range(len(again))] == expected
+
+
+def _word_level_tokenizer(tmp_path, texts):
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    model = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token="<unk>"))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    model.train_from_iterator(texts, tokenizers.trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>"]))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=model, eos_token="<eos>", unk_token="<unk>")
+    fast.save_pretrained(tmp_path / "tok")
+    return tmp_path / "tok"
+
+
+def test_byte_flip_inside_an_hf_cache_shard_is_detected_logged_and_rebuilt(tmp_path, caplog):
+    """The size is unchanged: only the xxh3 recorded in the cache manifest sees the flip."""
+    from tokenloom.datasets import HuggingFaceDataset
+
+    texts = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(3 + i % 5)) for i in range(60)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    kwargs = {
+        "data_files": str(tmp_path / "d.jsonl"),
+        "seq_len": 4,
+        "tokenizer": str(_word_level_tokenizer(tmp_path, texts)),
+    }
+    first = HuggingFaceDataset("json", cache_dir=tmp_path / "c", **kwargs)
+    expected = [first[i]["input_ids"].tolist() for i in range(len(first))]
+    shard = next(first.cache_path.glob("*.bin"))
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0x01  # another valid id: no range check could notice
+    shard.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING, logger="tokenloom.datasets"):
+        trusting = HuggingFaceDataset("json", cache_dir=tmp_path / "c", verify_cache=False, **kwargs)
+    assert not any("damaged" in r.getMessage() for r in caplog.records)  # the switch: sizes only
+    assert [trusting[i]["input_ids"].tolist() for i in range(len(trusting))] != expected
+    with caplog.at_level(logging.WARNING, logger="tokenloom.datasets"):
+        again = HuggingFaceDataset("json", cache_dir=tmp_path / "c", **kwargs)
+    damaged = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(damaged) == 1 and "checksum" in damaged[0] and shard.name in damaged[0]
+    assert [again[i]["input_ids"].tolist() for i in range(len(again))] == expected
+    assert shard.read_bytes() != bytes(raw)  # rebuilt

@@ -235,3 +235,20 @@ def test_inspect_plot_uses_a_log_axis_and_names_entries(tmp_path: Path, monkeypa
     assert result.exit_code == 0, result.output
     assert (tmp_path / "h.png").stat().st_size > 0
     assert seen == {"yscale": "log", "xlabel": "entry length (tokens)"}
+
+
+def test_convert_verifies_the_source_first_unless_told_not_to(tmp_path: Path) -> None:
+    """Found by tools/fuzz/catalogue.py: a byte flipped inside a shard (still a valid id) was copied silently,
+    although the manifest holds the checksum that says so."""
+    root = native(tmp_path / "ds")
+    shard = next(root.glob("*.bin"))
+    raw = bytearray(shard.read_bytes())
+    raw[2] ^= 0x01  # token 5 -> 4: inside the vocabulary, caught only by the checksum
+    shard.write_bytes(bytes(raw))
+    result = run(convert, root, tmp_path / "copy", "--to", "native", "--no-progress")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: ChecksumError: ") and shard.name in result.output
+    assert not (tmp_path / "copy").exists()
+    result = run(convert, root, tmp_path / "copy", "--to", "native", "--no-verify", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert entries(open_dataset(tmp_path / "copy"))[0] != DOCS[0]  # copied as it is, on request

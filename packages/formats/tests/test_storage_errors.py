@@ -133,3 +133,27 @@ def test_simulated_unreadable_shard(native: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(builtins, "open", guarded)
     with pytest.raises(StorageError, match="EACCES"):
         dataset[0]
+
+
+def test_unreadable_manifest_is_a_storage_error_not_an_unknown_layout(
+    native: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by tools/fuzz/catalogue.py: detection could not read manifest.json and said "no reader recognises"."""
+    import builtins
+
+    real_open = builtins.open
+
+    def guarded(file, *args, **kwargs):
+        if str(file).endswith("manifest.json"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+        return real_open(file, *args, **kwargs)
+
+    import io
+
+    monkeypatch.setattr(builtins, "open", guarded)
+    monkeypatch.setattr(io, "open", guarded)  # Path.read_bytes opens through io.open
+    with pytest.raises(StorageError, match="EACCES") as info:
+        open_dataset(native)
+    assert info.value.path == str(native / "manifest.json")
+    result = CliRunner().invoke(main, ["inspect", str(native)])
+    assert result.exit_code == 1 and result.output.startswith("Error: StorageError: ") and "EACCES" in result.output

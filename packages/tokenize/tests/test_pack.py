@@ -61,3 +61,25 @@ def test_default_path_and_cli(tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: C
     )
     assert result.exit_code == 0, result.output
     assert "2 documents" in result.output and len(open_dataset(corpus / "c.pbin")) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated-json", "not-a-tokenizer"])
+def test_pack_with_a_corrupt_tokenizer_is_one_named_line(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], damage: str
+) -> None:
+    """Found by tools/fuzz/catalogue.py: pack raised a bare JSONDecodeError on a truncated tokenizer.json."""
+    import shutil
+
+    corpus = jsonl_dir({"train.jsonl": [{"text": "alpha beta"}]})
+    broken = tmp_path / "broken-tok"
+    shutil.copytree(tiny_tokenizer, broken)
+    if damage == "truncated-json":
+        (broken / "tokenizer.json").write_bytes((broken / "tokenizer.json").read_bytes()[:40])
+    else:
+        (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nonsense"}}')
+    args = [str(corpus / "train.jsonl"), "--output", str(tmp_path / "o.pbin"), "--tokenizer", str(broken)]
+    result = CliRunner().invoke(pack_command, [*args, "--num-workers", "0", "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: ConfigError: ") and len(result.output.strip().splitlines()) == 1
+    assert ("not valid JSON" if damage == "truncated-json" else "could not be loaded") in result.output
+    assert not (tmp_path / "o.pbin").exists()

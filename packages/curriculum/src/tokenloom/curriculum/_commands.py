@@ -14,7 +14,7 @@ from tokenloom.curriculum._config import CurriculumConfig
 from tokenloom.curriculum._dataset import CurriculumDataset
 from tokenloom.curriculum._plan import Finding, plot_plan, validate
 from tokenloom.curriculum._status import read_run_status
-from tokenloom.formats import DataError
+from tokenloom.formats import DataError, MissingFileError
 
 __all__ = ["curriculum", "validate_curriculum"]
 
@@ -286,7 +286,12 @@ def status(run_dir: Path) -> None:
     except DataError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     if record is None:
-        raise click.ClickException(f"{run_dir} has no run status")
+        missing = MissingFileError(
+            f"{run_dir} has no run status (run_status.json)",
+            path=run_dir,
+            hint="Pass the run directory a CurriculumDataset with run_dir= writes into",
+        )
+        raise click.ClickException(f"{type(missing).__name__}: {missing}")
     for key, value in record.items():
         click.echo(f"{key:<12} {value}")
     if record["status"] == "halted":

@@ -113,6 +113,9 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         engine: "auto" (fastokens if proven identical to hf on a probe set and the first texts), "hf" or
             "fast"; never changes the ids, so it is not part of the cache key (it is recorded in the cache).
         verify_fraction: with the fast engine, the fraction of texts re-encoded with hf and compared.
+        verify_cache: on open, compare every cache file's xxh3 with the cache manifest (default True: a
+            flipped byte is caught and the cache rebuilt; it reads the cache once). False: sizes and
+            index checksums only, for caches too large to read at every start.
     """
 
     def __init__(
@@ -134,6 +137,7 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         compat: str | None = None,
         engine: str = "auto",
         verify_fraction: float = 0.001,
+        verify_cache: bool = True,
     ) -> None:
         check_positive(seq_len, "seq_len")
         if compat not in (None, "kempnerforge"):
@@ -167,7 +171,7 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         distributed, rank = _distributed()
         failure: Exception | None = None
         if rank == 0:
-            heal_cache(self.cache_path)
+            heal_cache(self.cache_path, verify_content=verify_cache)
         if rank == 0 and not (self.cache_path / MANIFEST_NAME).exists():
             try:
                 engine_choice = (engine, verify_fraction)

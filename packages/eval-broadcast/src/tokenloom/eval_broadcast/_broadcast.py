@@ -97,7 +97,7 @@ def broadcast_eval_set(
     if not (dist.is_available() and dist.is_initialized()):
         if src != 0:
             raise ConfigError(f"src={src} without torch.distributed: only rank 0 exists", field="src")
-        if cache_dir is not None:
+        if cache_dir is not None and cache_key is None and not callable(getattr(build, "fingerprint", None)):
             _fingerprint(build, cache_key)  # a missing key is the caller's mistake, not a failed build
         try:
             return produce()
@@ -163,7 +163,15 @@ def _fingerprint(build: Any, cache_key: str | None) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """The error, and the innermost cause when a library wrapped it (DatasetGenerationError hides the parse error)."""
+    text = f"{type(exc).__name__}: {exc}"
+    root, seen = exc, {id(exc)}
+    while (inner := root.__cause__ or root.__context__) is not None and id(inner) not in seen:
+        root = inner
+        seen.add(id(inner))
+    if root is not exc:
+        text += f" (cause: {type(root).__name__}: {root})"
+    return text
 
 
 class _Channel:

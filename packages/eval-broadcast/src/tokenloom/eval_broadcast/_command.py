@@ -11,7 +11,8 @@ import click
 
 from tokenloom.eval_broadcast._broadcast import broadcast_eval_set
 from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
-from tokenloom.formats import DataError
+from tokenloom.eval_broadcast.errors import EvalBuildError
+from tokenloom.formats import ConfigError, DataError, real_path
 
 __all__ = ["eval_cache"]
 
@@ -72,6 +73,10 @@ def eval_cache(
     progress: bool,
 ) -> None:
     """Build (or verify) the cached eval set of a Hugging Face split or a token dataset."""
+    try:
+        _check_cache_dir(cache_dir, [path] if path is not None else [Path(f) for f in data_files])
+    except DataError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     if path is not None:
         source: Any = PathEvalSource(path)
     elif tokenizer is None:
@@ -86,14 +91,36 @@ def eval_cache(
             data_files=list(data_files) or None,
             revision=revision,
         )
+    if not progress and isinstance(source, HFEvalSource):
+        with contextlib.suppress(ImportError):  # --no-progress silences the datasets library's own bars too
+            import datasets
+
+            datasets.disable_progress_bars()
     try:
         with _progress(source, progress):
             evalset = broadcast_eval_set(source, seq_len=seq_len, drop_remainder=drop_remainder, cache_dir=cache_dir)
     except DataError as exc:
-        raise click.ClickException(str(exc)) from exc
+        cause = exc.__cause__ if isinstance(exc, EvalBuildError) else None
+        if isinstance(cause, DataError):  # one process: the source's own error says more than the wrapper
+            exc = cause
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     verb = "already cached, verified" if evalset.origin == "cache" else "built and cached"
     click.echo(f"{verb}: {evalset.cache_path}")
     click.echo(
         f"  rows {len(evalset):,} x {evalset.row_len}  tokens {evalset.num_tokens:,}  padding {evalset.tail_padding}  "
         f"dtype {str(evalset.rows.dtype).removeprefix('torch.')}  eos_id {evalset.eos_id}"
     )
+
+
+def _check_cache_dir(cache_dir: Path, sources: list[Path]) -> None:
+    """The cache must not be, or lie inside, what it caches: its entries would land in the source data."""
+    real_cache = real_path(cache_dir)
+    for source in sources:
+        real_source = real_path(source)
+        if real_cache == real_source or real_source in real_cache.parents:
+            raise ConfigError(
+                f"--cache-dir {cache_dir} {'is' if real_cache == real_source else 'lies inside'} the source {source}",
+                path=cache_dir,
+                field="cache_dir",
+                hint="Choose a cache directory outside the data being read",
+            )

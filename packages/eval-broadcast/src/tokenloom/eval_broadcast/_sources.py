@@ -24,10 +24,12 @@ from tokenloom.eval_broadcast._rows import EvalTokens
 from tokenloom.eval_broadcast._tokenize import encode_documents
 from tokenloom.formats import (
     ConfigError,
+    DataError,
     MissingFileError,
     MissingKeyError,
     RecordError,
     TokenDataset,
+    UnsafePathError,
     file_checksum,
     open_dataset,
     require,
@@ -105,7 +107,7 @@ class HFEvalSource:
             transformers = require(
                 "transformers", distribution="tokenloom-eval-broadcast", extra="hf", purpose="HFEvalSource"
             )
-            self._tokenizer = transformers.AutoTokenizer.from_pretrained(os.fspath(self._tokenizer))
+            self._tokenizer = _load_tokenizer(transformers, Path(self._tokenizer))
         if self._tokenizer.eos_token_id is None:
             raise ConfigError("the tokenizer defines no EOS token", field="tokenizer", hint="Use a tokenizer with one")
         return self._tokenizer
@@ -187,11 +189,44 @@ def _local_files(data_files: Any) -> list[str] | None:
         if "://" in text:
             return None  # remote files: fall back to the revision / HF fingerprint
         matches = sorted(glob.glob(text)) if any(c in text for c in "*?[") else [text]
-        if not matches or not all(os.path.isfile(m) for m in matches):
+        if not matches:
             raise MissingFileError(f"data file {text!r} does not exist", path=text, field="data_files")
+        for match in matches:
+            if os.path.isfile(match):
+                continue
+            if os.path.lexists(match):  # a FIFO, a directory, a device, a dangling or looping symlink
+                raise UnsafePathError(
+                    f"data file {match!r} is not a regular file (a FIFO, directory, device or broken symlink)",
+                    path=match,
+                    field="data_files",
+                    hint="Pass regular files only: a FIFO would block the build, a symlink loop has no content",
+                )
+            raise MissingFileError(f"data file {match!r} does not exist", path=match, field="data_files")
         found.extend(matches)
     return sorted(found)
 
 
 def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _load_tokenizer(transformers: Any, directory: Path) -> Any:
+    """AutoTokenizer on a saved directory (or a cached name); failures are named errors, not loader tracebacks."""
+    try:
+        return transformers.AutoTokenizer.from_pretrained(os.fspath(directory))
+    except (DataError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # transformers/tokenizers raise plain exceptions (JSONDecodeError, ...) on bad files
+        if not directory.exists():
+            raise MissingFileError(
+                f"tokenizer {os.fspath(directory)!r} is neither a directory nor a locally cached name",
+                path=directory,
+                field="tokenizer",
+                hint="Pass --tokenizer a directory written by save_pretrained",
+            ) from exc
+        raise ConfigError(
+            f"the tokenizer could not be loaded ({type(exc).__name__}: {exc})",
+            path=directory,
+            field="tokenizer",
+            hint="The tokenizer files are damaged: save the tokenizer again (save_pretrained) or re-copy them",
+        ) from exc

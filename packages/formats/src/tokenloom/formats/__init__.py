@@ -41,6 +41,7 @@ from tokenloom.formats._native_legacy import open_native_v0
 from tokenloom.formats._optional import require
 from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
 from tokenloom.formats._paths import safe_file
+from tokenloom.formats._progress import ProgressCallback
 from tokenloom.formats._records import GROUPED_KEYS, RecordStore, open_records
 from tokenloom.formats._registry import (
     FormatSpec,
@@ -168,6 +169,7 @@ __all__ = [
     "NativeShardWriter",
     "NativeWriter",
     "PackedWriter",
+    "ProgressCallback",
     "Shard",
     "StoreFactory",
     "StoreWriter",

@@ -5,9 +5,10 @@ A package adds commands by declaring, in its pyproject::
     [project.entry-points."tokenloom.commands"]
     validate = "tokenloom.formats._commands:validate"
 
-The value is a click command (a typer app converts with typer.main.get_command). Commands load lazily, so
-``tokenloom --help`` stays fast and a broken or missing package only affects its
-own commands.
+The value is a click command (a typer app converts with typer.main.get_command). Commands load lazily:
+``tokenloom --help`` reads each command's one-line help from its source (``_lazy_help``) and
+imports none of them, ``tokenloom validate --help`` imports only validate's module, and a
+broken or missing package only affects its own commands.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import NoReturn
 
 import click
 
+from tokenloom.formats._lazy_help import short_help_from_source
 from tokenloom.formats._storage import storage_error
 from tokenloom.formats.errors import DataError
 
@@ -103,6 +105,25 @@ class EntryPointGroup(click.Group):
         if ep is None:
             return None
         return _as_click(ep.load(), cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """One line per command, read from the command's source: listing them imports none (no torch)."""
+        points = _entry_points()
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            text = short_help_from_source(points[name], limit)
+            if text is None:  # not readable from the source: load the command as click would
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                text = command.get_short_help_str(limit)
+            rows.append((name, text))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 import orjson
@@ -13,8 +15,10 @@ import orjson
 from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats._native import adopt_native
 from tokenloom.formats._optional import require
+from tokenloom.formats._progress import reporting
 from tokenloom.formats._registry import available_formats, open_dataset
 from tokenloom.formats._safety import dataset_inputs, unlisted_files
 from tokenloom.formats._storage import check_readable
@@ -90,6 +94,12 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 )
 @_format_option
 @_dtype_option
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    show_default=True,
+    help="--deep: a percentage bar with ETA per stage on stderr (only when stderr is a terminal).",
+)
 @click.option("--curriculum", is_flag=True, help="PATH is a curriculum config (needs tokenloom-curriculum).")
 @click.option("--global-batch-size", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
@@ -108,6 +118,7 @@ def validate(
     format_name: str | None,
     dtype: str | None,
     write_manifest: bool,
+    progress: bool = True,
     curriculum: bool = False,
     global_batch_size: int | None = None,
     max_steps: int | None = None,
@@ -130,11 +141,12 @@ def validate(
     try:
         if write_manifest:
             adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
-        dataset = _deep_open(path, format_name, dtype) if deep else _open(path, format_name, dtype, "fast")
+        if deep:
+            dataset, coverage = _deep_open(path, format_name, dtype, progress, vocab_size, eos_id)
+        else:
+            dataset = _open(path, format_name, dtype, "fast")
         check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
         warnings = unlisted_files(dataset)
-        if deep:
-            coverage = _deep_checks(dataset, vocab_size, eos_id)
     except (DataError, OSError) as exc:
         click.echo(f"{'path':<10} {path}")
         click.echo(f"{'problems':<10} 1")
@@ -154,25 +166,64 @@ def validate(
     click.echo(config_snippet(dataset, window))
 
 
-def _deep_open(path: Path, format_name: str | None, dtype: str | None) -> TokenDataset:
-    """Deep validation with a live status line on stderr (files, bytes, elapsed time): it reads every byte."""
+def _deep_open(
+    path: Path, format_name: str | None, dtype: str | None, progress: bool, vocab_size: int | None, eos_id: int | None
+) -> tuple[TokenDataset, list[str]]:
+    """Deep validation with a percentage bar and ETA per stage on stderr (a TTY only; --no-progress: none)."""
     from rich.console import Console
 
     fast = _open(path, format_name, dtype, "fast")
     files = [p for p in dataset_inputs(fast) if p.is_file()]
     total = sum(p.stat().st_size for p in files)
     message = (
-        f"deep validation of {fast.format} {path}: reading {total / 1e6:,.1f} MB in {len(files)} files "
+        f"deep validation of {fast.format} {path}: {total / 1e6:,.1f} MB in {len(files)} files "
         f"({fast.num_tokens:,} tokens)"
     )
     console = Console(stderr=True)
     started = time.perf_counter()
-    with console.status(message, spinner="dots") as status:
-        status.update(message + " ...")
-        dataset = _open(path, format_name, dtype, "deep")
-    if console.is_terminal:
+    with _stage_bars(console, enabled=progress and console.is_terminal) as on_progress:
+        dataset = open_dataset(path, format=format_name, dtype=dtype, validate="deep", on_progress=on_progress)
+        with reporting(on_progress):  # --vocab-size / --eos-id read the tokens once more
+            coverage = _deep_checks(dataset, vocab_size, eos_id)
+    if progress and console.is_terminal:
         console.print(f"{message}: {time.perf_counter() - started:.1f} s", style="dim")
-    return dataset
+    return dataset, coverage
+
+
+class _StageBars:
+    """A rich bar per stage of a deep read (checksums, token ids, EOS placement); call it as ``on_progress``."""
+
+    units: ClassVar[dict[str, str]] = {"checksums": "bytes", "token ids": "tokens", "EOS placement": "entries"}
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description:<14}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.completed:,}/{task.total:,} {task.fields[unit]}"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total, unit=self.units.get(stage, "units"))
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+
+@contextlib.contextmanager
+def _stage_bars(console: Any, *, enabled: bool) -> Iterator[_StageBars | None]:
+    """The bars while the block runs (None when disabled: no terminal, or --no-progress)."""
+    if not enabled:
+        yield None
+        return
+    bars = _StageBars(console)
+    with bars.progress:
+        yield bars
 
 
 def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | None) -> list[str]:
@@ -261,6 +312,13 @@ def _histogram(pyplot: Any, lengths: Any, path: Path, *, title: str) -> None:
     pyplot.close(figure)
 
 
+def _verify_recorded_checksums(dataset: TokenDataset) -> None:
+    """Every file's xxh3 against the source's manifest, where it has one: a damaged shard is not copied."""
+    root = dataset.root
+    if root.is_dir() and (root / MANIFEST_NAME).is_file():
+        read_manifest(root).verify(root, deep=True)
+
+
 def _writable() -> list[str]:
     return sorted(name for name, spec in available_formats().items() if spec.writer is not None)
 
@@ -304,6 +362,13 @@ def _writable() -> list[str]:
     show_default=True,
     help="Tokens per write batch (bounds memory).",
 )
+@click.option(
+    "--verify/--no-verify",
+    default=True,
+    show_default=True,
+    help="Check every file of the source against the checksums its manifest records (where it has one): a "
+    "damaged source is an error, not silently copied. --no-verify skips that extra read.",
+)
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 def convert(
     source: Path,
@@ -318,6 +383,7 @@ def convert(
     file_format: str | None,
     drop_overlap_prefix: bool,
     chunk_tokens: int,
+    verify: bool,
     no_progress: bool,
 ) -> None:
     """Convert a token dataset to another format, losslessly and in constant memory.
@@ -345,6 +411,8 @@ def convert(
                     raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)
                 options[name] = value
         dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast")
+        if verify:
+            _verify_recorded_checksums(dataset)
         progress = Progress(
             TextColumn(f"{dataset.format} -> {to}"),
             BarColumn(),

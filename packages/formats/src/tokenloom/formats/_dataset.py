@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.formats._progress import Stage
 from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
 
@@ -202,10 +203,12 @@ class TokenDataset:
         """Raise TokenRangeError at the first negative id, or id >= vocab_size when the vocab size is known."""
         if self.vocab_size is None and self.dtype.kind != "i":
             return
+        stage = Stage("token ids", self.num_tokens)
         for shard in self.shards:
             tokens = shard.tokens
             for start in range(0, shard.num_tokens, chunk_tokens):
                 chunk = tokens[start : start + chunk_tokens]
+                stage.advance(len(chunk))
                 bad = chunk < 0 if chunk.dtype.kind == "i" else np.zeros(len(chunk), dtype=bool)
                 if self.vocab_size is not None:
                     bad |= chunk >= self.vocab_size
@@ -228,7 +231,9 @@ class TokenDataset:
         """
         if self.eos_id is None or self.metadata.get(EOS_PLACEMENT) == EOS_AT_DOCUMENT_END:
             return
+        stage = Stage("EOS placement", len(self))
         for shard in self.shards:
+            stage.advance(shard.num_entries)
             ends = shard.offsets[1:]
             non_empty = np.flatnonzero(ends > shard.offsets[:-1])
             if len(non_empty) == 0:

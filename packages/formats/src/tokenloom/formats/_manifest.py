@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import xxhash
 
 from tokenloom.formats._atomic import atomic_write_bytes
 from tokenloom.formats._paths import safe_file
+from tokenloom.formats._progress import Stage
 from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileError
 
 __all__ = [
@@ -42,14 +43,19 @@ READABLE_MANIFEST_VERSIONS = (1, 2)
 _CHUNK = 1 << 20
 
 
-def file_checksum(path: str | os.PathLike[str]) -> str:
-    """xxh3-128 of a file's bytes, hex (read through one reused 1 MiB buffer: constant memory)."""
+def file_checksum(path: str | os.PathLike[str], *, on_bytes: Callable[[int], None] | None = None) -> str:
+    """xxh3-128 of a file's bytes, hex (read through one reused 1 MiB buffer: constant memory).
+
+    ``on_bytes(n)`` is called after every chunk read (progress of a long verification).
+    """
     digest = xxhash.xxh3_128()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as handle:
         while count := handle.readinto(buffer):
             digest.update(view[:count])
+            if on_bytes is not None:
+                on_bytes(count)
     return digest.hexdigest()
 
 
@@ -118,6 +124,7 @@ class Manifest:
 
     def verify(self, root: Path, *, deep: bool) -> None:
         """Sizes of every file; checksums of index files always and of data files when ``deep``."""
+        stage = Stage("checksums", sum(e.bytes for e in self.files)) if deep else None
         for entry in self.files:
             path = root / entry.name
             if not path.exists() and not path.is_symlink():
@@ -130,7 +137,8 @@ class Manifest:
                     path=path,
                     field="bytes",
                 )
-            if (deep or entry.role == "index") and file_checksum(path) != entry.xxh3_128:
+            on_bytes = stage.advance if stage is not None else None
+            if (deep or entry.role == "index") and file_checksum(path, on_bytes=on_bytes) != entry.xxh3_128:
                 raise ChecksumError(
                     f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
                     path=path,

@@ -17,8 +17,9 @@ from typing import Any
 
 from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._progress import ProgressCallback, reporting
 from tokenloom.formats._safety import unlisted_files
-from tokenloom.formats._storage import storage_errors
+from tokenloom.formats._storage import check_readable, storage_errors
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
 
@@ -91,6 +92,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
+        # a detector cannot read what it cannot open: an unreadable manifest or shard is the real cause
+        check_readable(p for p in ([target] if target.is_file() else sorted(target.glob("*"))) if p.is_file())
         raise FormatError(
             f"no reader recognises this layout (tried {', '.join(sorted(detectable))})",
             path=target,
@@ -109,16 +112,21 @@ def open_dataset(
     format: str | None = None,
     dtype: Any = None,
     validate: str = "fast",
+    on_progress: ProgressCallback | None = None,
     **options: Any,
 ) -> TokenDataset:
-    """Open any token dataset tokenloom reads; see :class:`Validate` for ``validate``."""
+    """Open any token dataset tokenloom reads; see :class:`Validate` for ``validate``.
+
+    ``on_progress(stage, done, total)`` follows the long reads of deep validation (checksums in
+    bytes, token ids in tokens, EOS placement in entries): see :mod:`tokenloom.formats._progress`.
+    """
     try:
         level = Validate(validate)
     except ValueError:
         raise ConfigError(
             f"validate={validate!r}, expected one of {[v.value for v in Validate]}", field="validate"
         ) from None
-    with storage_errors(path, "opening the dataset"):
+    with storage_errors(path, "opening the dataset"), reporting(on_progress):
         name = format or detect_format(path)
         _check_options(name, options)
         dataset = _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)

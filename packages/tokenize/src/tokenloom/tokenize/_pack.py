@@ -20,6 +20,7 @@ from pathlib import Path
 from tokenloom.formats import ConfigError, RecordError, check_disjoint, open_writer, smallest_dtype_for_vocab
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, default_num_workers
+from tokenloom.tokenize._formats import check_tokenizer_files
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
 from tokenloom.tokenize._pipeline import (
     EXAMPLES_PER_KIND,
@@ -92,6 +93,8 @@ def pack(
     target = Path(output) if output is not None else default_pack_path(source)
     name = tokenizer or str(_tokenizer.default_tokenizer_path())
     check_disjoint([target], [source, *([Path(name)] if Path(name).exists() else [])], target_name="--output")
+    if Path(name).is_dir():
+        check_tokenizer_files(Path(name))  # a corrupt tokenizer.json: a ConfigError naming it, not a parser traceback
     stat = source.stat()
     files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
     summary = PackSummary(output=target)

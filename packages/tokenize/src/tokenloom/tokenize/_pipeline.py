@@ -307,7 +307,23 @@ def run_ordered(
 
 
 def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
-    """EOS id, vocab size and serialized backend, from a short-lived child (or this process)."""
+    """EOS id, vocab size and serialized backend, from a short-lived child (or this process).
+
+    A tokenizer the loaders cannot read (a corrupt tokenizer.json: JSONDecodeError, ...) is a ConfigError.
+    """
+    try:
+        return _tokenizer_info(name, in_process=in_process)
+    except (DataError, OSError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # the tokenizers/transformers loaders raise plain exceptions on bad files
+        raise ConfigError(
+            f"tokenizer {name!r} could not be loaded ({type(exc).__name__}: {exc})",
+            field="tokenizer",
+            hint="Check that --tokenizer names a directory written by save_pretrained (tokenizer.json)",
+        ) from exc
+
+
+def _tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
     if in_process:
         return _tokenizer.local_info(name), None
     plain = _tokenizer.describe_plain(name)  # no transformers import when that is exact
