@@ -40,7 +40,7 @@ def _progress(source: Any, enabled: bool) -> Iterator[None]:
     "eval-cache",
     epilog="Examples:\n\n\b\n"
     "  tokenloom eval-cache --data-files val.jsonl --tokenizer ./tok --seq-len 2048 --cache-dir /scratch/eval\n"
-    "  tokenloom eval-cache --path data/val --seq-len 2048 --cache-dir /scratch/eval\n\n"
+    "  tokenloom eval-cache --path data/val/books --seq-len 2048 --cache-dir /scratch/eval\n\n"
     "A training job that calls broadcast_eval_set with the same source, seq_len and cache_dir then "
     "broadcasts from this cache without tokenizing.",
 )

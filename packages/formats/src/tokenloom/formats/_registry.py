@@ -94,16 +94,40 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if not matches:
         # a detector cannot read what it cannot open: an unreadable manifest or shard is the real cause
         check_readable(p for p in ([target] if target.is_file() else sorted(target.glob("*"))) if p.is_file())
+        inner = _datasets_inside(target, detectable)
+        if inner:
+            shown = ", ".join(inner[:5]) + (f" and {len(inner) - 5} more" if len(inner) > 5 else "")
+            raise FormatError(
+                f"this directory is not one dataset: it holds {len(inner)} dataset directories ({shown})",
+                path=target,
+                hint=f"Open one of them ({target / inner[0]}); for buckets (train/<bucket>, val/<bucket>) "
+                "tokenloom.formats.open_buckets(ROOT) opens them all",
+            )
         raise FormatError(
             f"no reader recognises this layout (tried {', '.join(sorted(detectable))})",
             path=target,
-            hint="Pass format=... (--format) if you know it; `tokenloom validate PATH` shows what was found",
+            hint="Pass format=... (--format in validate, inspect and convert) if you know it; "
+            "`tokenloom validate PATH` shows what was found",
         )
     raise FormatError(
         f"the layout is ambiguous: it could be {' or '.join(sorted(matches))}",
         path=target,
         hint="Pass format=... (--format) to choose",
     )
+
+
+def _datasets_inside(target: Path, detectable: dict[str, FormatSpec]) -> list[str]:
+    """Names of the subdirectories of ``target`` that a reader recognises (a bucket root, say)."""
+    if not target.is_dir():
+        return []
+    found = []
+    for child in sorted(p for p in target.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            if any(spec.detect(child) for spec in detectable.values()):
+                found.append(child.name)
+        except OSError:
+            continue
+    return found
 
 
 def open_dataset(
