@@ -113,3 +113,26 @@ def test_megatron_overwrite_refuses_an_idx_that_is_not_megatron(native: Path, tm
     assert Path(f"{prefix}.idx").read_text() == "my own index of something"
     convert_dataset(native, tmp_path / "m" / "other", to="megatron")
     convert_dataset(native, tmp_path / "m" / "other", to="megatron", writer_options={"overwrite": True})
+
+
+def test_megatron_overwrite_refuses_a_bin_without_its_idx(native: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "m" / "data"
+    prefix.parent.mkdir()
+    Path(f"{prefix}.bin").write_text("a file of mine that happens to end in .bin")
+    with pytest.raises(ConfigError, match="data.bin: it has no .idx"):
+        convert_dataset(native, prefix, to="megatron", writer_options={"overwrite": True})
+    assert Path(f"{prefix}.bin").read_text() == "a file of mine that happens to end in .bin"
+
+
+def test_packed_overwrite_replaces_a_pbin_but_never_another_file(native: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "notes.pbin"
+    mine.write_text("text of mine, not a .pbin")
+    result = CliRunner().invoke(
+        convert, [str(native), str(mine), "--to", "packed", "--overwrite", "--no-progress", "--drop-overlap-prefix"]
+    )
+    assert result.exit_code == 1 and "refusing to overwrite notes.pbin" in result.output, result.output
+    assert mine.read_text() == "text of mine, not a .pbin"
+    packed = tmp_path / "data.pbin"
+    convert_dataset(native, packed, to="packed")
+    convert_dataset(native, packed, to="packed", writer_options={"overwrite": True})  # a real .pbin is replaced
+    assert [len(e) for e in open_dataset(packed)] == [3, 5, 8]

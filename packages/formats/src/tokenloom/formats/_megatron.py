@@ -330,10 +330,13 @@ class MegatronWriter(TokenWriter):
                 path=existing[0],
                 hint="Choose another prefix or pass --overwrite (overwrite=True in Python)",
             )
-        if self.idx_path.is_file() and self.idx_path.read_bytes()[: len(MEGATRON_MAGIC)] != MEGATRON_MAGIC:
+        if existing and not _is_megatron_index(self.idx_path):
+            # a .bin alone, or beside an .idx without the magic, is not a Megatron dataset: not ours to delete
+            what = self.idx_path if self.idx_path.exists() or self.idx_path.is_symlink() else existing[0]
+            reason = "it is not a Megatron index (no MMIDIDX magic)" if what == self.idx_path else "it has no .idx"
             raise ConfigError(
-                f"refusing to overwrite {self.idx_path.name}: it is not a Megatron index (no MMIDIDX magic)",
-                path=self.idx_path,
+                f"refusing to overwrite {what.name}: {reason}",
+                path=what,
                 hint="--overwrite only replaces a Megatron dataset; choose another prefix",
             )
         for stale in existing:
@@ -381,3 +384,12 @@ class MegatronWriter(TokenWriter):
         self._handle.close()
         with contextlib.suppress(FileNotFoundError):
             self._bin_tmp.unlink()
+
+
+def _is_megatron_index(path: Path) -> bool:
+    """A regular file that starts with Megatron's magic (what ``--overwrite`` may replace)."""
+    try:
+        with open(path, "rb") as handle:
+            return path.is_file() and handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
+    except OSError:
+        return False

@@ -402,6 +402,15 @@ class PackedWriter(TokenWriter):
                 path=self.path,
                 hint="Choose a new path or pass --overwrite (overwrite=True in Python)",
             )
+        if self.path.exists() or self.path.is_symlink():
+            try:  # --overwrite replaces a .pbin, never a file of another kind that happens to sit there
+                open_packed(self.path, validate="fast")
+            except DataError as exc:
+                raise ConfigError(
+                    f"refusing to overwrite {self.path.name}: it is not a readable .pbin ({type(exc).__name__})",
+                    path=self.path,
+                    hint="--overwrite only replaces a .pbin file; choose another path",
+                ) from None
         self.legacy = legacy
         self.layout = "legacy" if legacy else "current"
         self.store_dtype = TOKEN_DTYPES["uint32"] if legacy else self.dtype
