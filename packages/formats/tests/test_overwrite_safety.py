@@ -136,3 +136,19 @@ def test_packed_overwrite_replaces_a_pbin_but_never_another_file(native: Path, t
     convert_dataset(native, packed, to="packed")
     convert_dataset(native, packed, to="packed", writer_options={"overwrite": True})  # a real .pbin is replaced
     assert [len(e) for e in open_dataset(packed)] == [3, 5, 8]
+
+
+@pytest.mark.parametrize("to", ["megatron", "packed", "native"])
+def test_a_failed_convert_leaves_no_empty_directories(native: Path, tmp_path: Path, to: str) -> None:
+    with NativeWriter(tmp_path / "windows", dtype="uint16", vocab_size=1000, eos_id=0) as writer:
+        writer.add(np.array([1, 2, 3]))
+        writer.add(np.array([3, 4]), overlap_prefix=1)  # Megatron and .pbin cannot store it
+    writer_dtype = ["--dtype", "uint8"] if to == "native" else []  # native stores it: fail on the ids instead
+    if to == "native":
+        with NativeWriter(tmp_path / "wide", dtype="uint16", vocab_size=1000, eos_id=0) as writer:
+            writer.add(np.array([999, 0]))
+    source = tmp_path / ("wide" if to == "native" else "windows")
+    target = tmp_path / "new" / "deeper" / ("data.pbin" if to == "packed" else "data")
+    result = CliRunner().invoke(convert, [str(source), str(target), "--to", to, "--no-progress", *writer_dtype])
+    assert result.exit_code == 1, result.output
+    assert not (tmp_path / "new").exists(), sorted(p.name for p in (tmp_path / "new").rglob("*"))

@@ -12,7 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["TMP_SUFFIX", "WRITING_MARKER", "atomic_file", "atomic_write_bytes", "fsync_dir"]
+__all__ = [
+    "TMP_SUFFIX",
+    "WRITING_MARKER",
+    "atomic_file",
+    "atomic_write_bytes",
+    "fsync_dir",
+    "make_parents",
+    "remove_empty",
+]
 
 TMP_SUFFIX = ".tmp"
 #: Present in a dataset directory while a writer runs; readers refuse such a directory.
@@ -55,3 +63,23 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` crash-safely."""
     with atomic_file(path) as handle:
         handle.write(data)
+
+
+def make_parents(path: str | os.PathLike[str]) -> list[Path]:
+    """Create the missing parents of ``path``; the ones created, deepest first (for :func:`remove_empty`)."""
+    created = []
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        created.append(parent)
+        parent = parent.parent
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def remove_empty(directories: list[Path]) -> None:
+    """Remove the directories a failed writer created, deepest first, as long as they are empty."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (someone else wrote there) or already gone: leave it
+            return

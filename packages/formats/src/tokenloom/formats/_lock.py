@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from tokenloom.formats._atomic import make_parents, remove_empty
 from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import OutputLockedError
 
@@ -148,8 +149,12 @@ def output_lock(output: str | os.PathLike[str], *, what: str = "output") -> Iter
             _HELD[path] -= 1
         return
     with storage_errors(path, "taking the writer lock"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _take(path, what)
+        created = make_parents(path)
+        try:
+            _take(path, what)
+        except BaseException:
+            remove_empty(created)
+            raise
     _HELD[path] = 1
     try:
         yield path
@@ -158,6 +163,7 @@ def output_lock(output: str | os.PathLike[str], *, what: str = "output") -> Iter
         with contextlib.suppress(OSError):
             if (_read(path) or {}).get("pid") == os.getpid():
                 path.unlink()
+        remove_empty(created)  # a run that failed leaves no empty directories behind (a finished one wrote there)
 
 
 def _take(path: Path, what: str) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._paths import safe_file
@@ -319,7 +319,7 @@ class MegatronWriter(TokenWriter):
                 f"{prefix} is a directory; the megatron writer takes a prefix such as {prefix / 'data'}",
                 path=prefix,
             )
-        prefix.parent.mkdir(parents=True, exist_ok=True)
+        self._created = make_parents(prefix)  # removed again if the writer fails
         self.prefix = prefix
         self.bin_path = prefix.with_name(prefix.name + ".bin")
         self.idx_path = prefix.with_name(prefix.name + ".idx")
@@ -384,6 +384,7 @@ class MegatronWriter(TokenWriter):
         self._handle.close()
         with contextlib.suppress(FileNotFoundError):
             self._bin_tmp.unlink()
+        remove_empty(self._created)
 
 
 def _is_megatron_index(path: Path) -> bool:
