@@ -154,7 +154,8 @@ def main(ctx: click.Context, debug: bool) -> None:
 
     The commands below come from the tokenloom packages installed here;
     installing another package (e.g. tokenloom-tokenize) adds its commands.
-    Errors print one line (exit 1 for data, 2 for usage); --debug shows the traceback.
+    Errors print one line (exit 1 for data and settings, 2 for command-line usage and
+    missing extras); --debug shows the traceback.
     """
     ctx.meta[DEBUG_KEY] = debug
     _log_to_stderr(logging.DEBUG if debug else logging.INFO)
