@@ -166,3 +166,28 @@ def test_under_halt_the_drains_after_the_first_are_not_reached(corpus, tmp_path)
     allowed = _config(tmp_path, corpus, durations=(3000, 30000), allow=True)
     renormalising = json.loads(run("curriculum", "plan", allowed, "--json").output)
     assert {d["effect"] for d in renormalising["plan"]["drains"]} == {"renormalise"}
+
+
+def test_report_names_a_bad_state_file_and_says_when_the_position_is_past_the_end(corpus, tmp_path):
+    config = _config(tmp_path, corpus)
+    junk = tmp_path / "junk.json"
+    junk.write_bytes(b"\xff\xfe not json")
+    result = CliRunner().invoke(main, ["curriculum", "report", str(config), "--state", str(junk)])
+    assert result.exit_code == 1 and "FormatError: the sampler state is not JSON" in result.output
+    assert str(junk) in result.output and "sampler_state_from_loader" in result.output
+    junk.write_text('{"epoch": 0}')
+    result = CliRunner().invoke(main, ["curriculum", "report", str(config), "--state", str(junk)])
+    assert result.exit_code == 1 and "has no 'consumed' position" in result.output
+    length = len(CurriculumDataset(CurriculumConfig.from_file(config), seed=0))
+    past = ["curriculum", "report", str(config), "--step", "10000", "--global-batch-size", "8"]
+    result = CliRunner().invoke(main, past)
+    assert result.exit_code == 0 and f"up to sample {length:,}" in result.output
+    assert f"note: sample 80,000 is past the end: the curriculum ends at sample {length:,}" in result.output
+
+
+def test_a_config_that_does_not_parse_is_one_line_with_its_line_number(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("data:\n  path: .\n  curriculum: [\n")
+    result = run("validate", "--curriculum", broken)
+    line = next(x for x in result.output.splitlines() if "cannot parse" in x)
+    assert "at line 4, column 1" in line and "Fix the YAML syntax" in line and "<unicode string>" not in result.output

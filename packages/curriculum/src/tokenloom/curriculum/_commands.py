@@ -14,7 +14,7 @@ from tokenloom.curriculum._config import CurriculumConfig
 from tokenloom.curriculum._dataset import CurriculumDataset
 from tokenloom.curriculum._plan import Finding, plot_plan, validate
 from tokenloom.curriculum._status import read_run_status
-from tokenloom.formats import DataError, MissingFileError
+from tokenloom.formats import DataError, FormatError, MissingFileError
 
 __all__ = ["curriculum", "validate_curriculum"]
 
@@ -252,15 +252,22 @@ def report(
     """Realised vs target tokens per phase and bucket up to a step, with loss tokens and padding beside them."""
     try:
         if state is not None:
-            saved = orjson.loads(state.read_bytes())
-            position = int(saved["consumed"])
+            position = _consumed(state)
         elif step is not None and global_batch_size is not None:
             position = step * global_batch_size
         else:
             raise click.UsageError("give --step with --global-batch-size, or --state")
         ds = CurriculumDataset(CurriculumConfig.from_file(config), seed=seed, cache_dir=cache_dir)
+        end = ds.halt_position if ds.halt is not None else len(ds)
+        if position > end:  # said, not silently clamped
+            why = (
+                f"the run halts at sample {end:,} (bucket exhaustion)"
+                if ds.halt is not None
+                else (f"the curriculum ends at sample {end:,}")
+            )
+            click.echo(f"note: sample {position:,} is past the end: {why}; reporting up to it", err=True)
         result = realised(ds, position, progress=not as_json)
-    except (DataError, KeyError, orjson.JSONDecodeError) as exc:
+    except DataError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     if as_json:
         click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
@@ -275,6 +282,21 @@ def report(
                 f"{phase['phase']:>5} {name:<12} {row['tokens']:>12,} {row['target_tokens']:>12,} "
                 f"{row['share']:>7.2%} {row['loss_tokens']:>12,} {row['padding']:>10,}"
             )
+
+
+def _consumed(state: Path) -> int:
+    """The ``consumed`` position of a saved sampler state (JSON), or a FormatError naming the file."""
+    hint = "Pass the sampler state JSON saved with the checkpoint (sampler_state_from_loader(loader.state_dict()))"
+    try:
+        saved = orjson.loads(state.read_bytes())
+    except OSError as exc:
+        raise MissingFileError(f"cannot read the sampler state: {exc.strerror}", path=state, hint=hint) from None
+    except orjson.JSONDecodeError as exc:
+        raise FormatError(f"the sampler state is not JSON ({exc})", path=state, hint=hint) from None
+    consumed = saved.get("consumed") if isinstance(saved, dict) else None
+    if isinstance(consumed, bool) or not isinstance(consumed, int) or consumed < 0:
+        raise FormatError(f"the sampler state has no 'consumed' position (got {consumed!r})", path=state, hint=hint)
+    return consumed
 
 
 @curriculum.command(epilog="Example:  tokenloom curriculum status outputs/run1")

@@ -244,8 +244,21 @@ class CurriculumConfig:
         except ConfigError:
             raise
         except Exception as exc:  # yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError
-            raise ConfigError(f"cannot parse the config: {exc}", path=file) from None
+            raise ConfigError(
+                f"cannot parse the config: {_one_line(exc)}",
+                path=file,
+                hint=f"Fix the {suffix.lstrip('.').upper()} syntax at that line",
+            ) from None
         return cls.from_dict(raw, source=str(file))
+
+
+def _one_line(exc: Exception) -> str:
+    """A parser's message on one line, with the line and column it names (YAML's marks are 0-based)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
 
 
 def _phase(raw: object, index: int, source: str | None) -> Phase:

@@ -186,7 +186,11 @@ def load_rank_states(directory: str | os.PathLike[str], world_size: int | None =
         try:
             states.append(orjson.loads(path.read_bytes()))
         except (OSError, orjson.JSONDecodeError) as exc:
-            raise FormatError(f"unreadable state file: {exc}", path=path) from None
+            raise FormatError(
+                f"unreadable state file: {exc}",
+                path=path,
+                hint="The file is damaged or not a state: restore it from the checkpoint, or resume an earlier one",
+            ) from None
     return states
 
 
