@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import pickle
@@ -90,16 +91,33 @@ def test_round_trip_every_training_type(tmp_path: Path, fmt: str, name: str, tra
         store.fetch(0, 10, store.keys[0])
 
 
-def test_astrai_h5_layout_orders_segments_numerically(tmp_path: Path) -> None:
+def test_astrai_h5_layout_orders_segments_numerically(tmp_path: Path, caplog) -> None:
     # astrai/dataset/storage.py save_h5 (ViperEkura/AstrAI): f.create_group(key); grp.create_dataset(f"data_{idx}")
     path = tmp_path / "a.h5"
     with h5py.File(path, "w") as f:
         group = f.create_group("sequence")
         for idx in range(12):
             group.create_dataset(f"data_{idx}", data=np.full(2, idx, dtype=np.int64))
-    store = open_store(path, "h5", training_type="seq")
+    with caplog.at_level(logging.WARNING, logger="tokenloom.formats._store_h5"):
+        store = open_store(path, "h5", training_type="seq")
     assert store.fetch(0, len(store), "sequence").tolist() == [i for i in range(12) for _ in range(2)]
     assert store.segment_lengths.tolist() == [2] * 12
+    assert "AstrAI's H5Store iterated them in name order" in caplog.text  # its runs saw another order: said
+
+
+def test_h5_writer_names_segments_so_that_name_order_is_write_order(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "w.h5"
+    with open_writer(path, format="h5", dtype="uint16", vocab_size=100, eos_id=0) as writer:
+        for i in range(12):
+            writer.add(np.full(2, i + 1))
+    with h5py.File(path, "r") as f:
+        names = list(f["sequence"].keys())  # h5py's order: what AstrAI's H5Store iterated
+        by_name = np.concatenate([f["sequence"][n][()] for n in names]).tolist()
+    assert names == sorted(names) and names[0] == "data_000000"
+    assert by_name == [i + 1 for i in range(12) for _ in range(2)]
+    with caplog.at_level(logging.WARNING, logger="tokenloom.formats._store_h5"):
+        assert [int(e[0]) for e in open_dataset(path)] == list(range(1, 13))
+    assert "name order" not in caplog.text
 
 
 def test_astrai_bin_layout_with_several_directories(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@
     /loss_mask/data_0, /loss_mask/data_1, ...   the same lengths, segment by segment
 
 Segments are ordered by the number in ``data_<n>`` (names that do not follow
-that pattern are ordered by name). A directory of ``.h5`` / ``.hdf5`` files is
+that pattern are ordered by name); tokenloom writes zero-padded names, so name
+order and number order agree. AstrAI's H5Store iterated ``group.keys()`` (name
+order: data_0, data_1, data_10, ...); a store with unpadded names where the two
+orders differ is read in number order with a warning that says so. A directory of ``.h5`` / ``.hdf5`` files is
 one store whose segments follow file order (sorted paths). h5py is the optional
 extra ``tokenloom-formats[h5]``; files are opened lazily in each process.
 """
@@ -14,6 +17,7 @@ extra ``tokenloom-formats[h5]``; files are opened lazily in each process.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -36,6 +40,8 @@ from tokenloom.formats.errors import (
 )
 
 __all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "open_h5_dataset"]
+
+log = logging.getLogger(__name__)
 
 H5_SUFFIXES = (".h5", ".hdf5")
 _SEGMENT_NAME = re.compile(r"data_(\d+)")
@@ -75,9 +81,17 @@ def is_h5_store(path: Path) -> bool:
     return path.is_dir() and any(p.suffix in H5_SUFFIXES for p in path.iterdir())
 
 
-def _segment_order(names: list[str]) -> list[str]:
+def _segment_order(names: list[str], *, path: Path | None = None, key: str = "") -> list[str]:
     if all(_SEGMENT_NAME.fullmatch(n) for n in names):
-        return sorted(names, key=lambda n: int(n[5:]))
+        by_number = sorted(names, key=lambda n: int(n[5:]))
+        if path is not None and by_number != sorted(names):
+            log.warning(
+                "%s: the %d segments of key %r are read in number order (data_0, data_1, ..., data_10); "
+                "AstrAI's H5Store iterated them in name order (data_0, data_1, data_10, ...), so a run there "
+                "read this key's tokens in another order (stores tokenloom writes use zero-padded names)",
+                path, len(names), key,
+            )  # fmt: skip
+        return by_number
     return sorted(names)
 
 
@@ -127,7 +141,7 @@ class H5Store(KeyedStore):
                 for key in keys:
                     group = self._hard_member(handle, key, h5py.Group, "group", file_path)
                     check_key_name(key, path=file_path)
-                    for name in _segment_order(list(group.keys())):
+                    for name in _segment_order(list(group.keys()), path=file_path, key=key):
                         dataset = self._hard_member(group, name, h5py.Dataset, "dataset", file_path)
                         self._check_dataset(dataset, key=key, name=name, path=file_path, dtypes=dtypes)
                         segments.setdefault(key, []).append((index, f"{key}/{name}"))

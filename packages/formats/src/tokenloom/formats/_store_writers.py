@@ -179,7 +179,8 @@ class H5StoreWriter(StoreWriter):
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
         for key, array in arrays.items():
             group = self._file.require_group(key)
-            group.create_dataset(f"data_{self._segments}", data=array)
+            # zero-padded, so that name order (h5py's keys(), what AstrAI's H5Store iterated) is number order
+            group.create_dataset(f"data_{self._segments:06d}", data=array)
         self._segments += 1
 
     def _commit(self) -> None:
