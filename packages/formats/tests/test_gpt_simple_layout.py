@@ -278,6 +278,8 @@ def test_validate_write_manifest_command(tmp_path: Path) -> None:
     result = CliRunner().invoke(validate, [str(tmp_path / "web"), "--write-manifest"])
     assert result.exit_code == 0, result.output
     assert "problems   none" in result.output
+    assert f"wrote {tmp_path / 'web' / 'manifest.json'}: checksums of 2 files" in result.output
+    assert "records checksums" not in result.output  # no advice to run the command that is running
     assert read_manifest(tmp_path / "web").num_documents == 4
     result = CliRunner().invoke(validate, [str(tmp_path / "web"), "--write-manifest"])
     assert result.exit_code == 1 and "already has a manifest.json" in result.output

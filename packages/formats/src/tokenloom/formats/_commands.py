@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -140,7 +141,12 @@ def validate(
     warnings: list[str] = []
     try:
         if write_manifest:
-            adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
+            with _quiet("tokenloom.formats"):  # its info "no manifest: run --write-manifest" hint, now moot
+                adopted = adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
+            click.echo(
+                f"wrote {path / 'manifest.json'}: checksums of {len(adopted.files)} files; later opens verify them",
+                err=True,
+            )
         if deep:
             dataset, coverage = _deep_open(path, format_name, dtype, progress, vocab_size, eos_id)
         else:
@@ -164,6 +170,18 @@ def validate(
     note = "" if seq_len else "  (default; pass --seq-len)"
     click.echo(f"# config snippet for seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Drop one logger's records below WARNING for the block."""
+    target = logging.getLogger(logger)
+    level = target.level
+    target.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        target.setLevel(level)
 
 
 def _deep_open(
