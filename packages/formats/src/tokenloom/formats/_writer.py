@@ -40,11 +40,15 @@ def check_tokens(tokens: np.ndarray, dtype: np.dtype, vocab_size: int | None, *,
     if low < 0 or high >= limit:
         bad = low if low < 0 else high
         position = int(np.argmax(array == bad))
+        narrow = bad > np.iinfo(dtype).max and (vocab_size is None or bad < vocab_size)
         raise TokenRangeError(
             f"token id {bad} at position {position} outside [0, {limit})"
             + ("" if vocab_size is None else f" (vocab_size {vocab_size}, dtype {dtype.name})"),
             path=path,
             record=record,
+            # the id fits the vocabulary but not the chosen dtype: the dtype is what to change
+            hint=f"dtype {dtype.name} holds ids up to {np.iinfo(dtype).max}; choose a wider one (--dtype uint16 or "
+            "uint32), or leave --dtype out to keep the source's" if narrow else None,
         )
     return array.astype(dtype, copy=False)
 
