@@ -157,9 +157,8 @@ def test_a_failed_convert_leaves_no_empty_directories(native: Path, tmp_path: Pa
 def test_a_dtype_too_narrow_for_the_ids_says_to_widen_the_dtype(tmp_path: Path) -> None:
     with NativeWriter(tmp_path / "wide", dtype="uint16", vocab_size=1000, eos_id=0) as writer:
         writer.add(np.array([999, 0]))
-    result = CliRunner().invoke(
-        convert, [str(tmp_path / "wide"), str(tmp_path / "narrow"), "--to", "native", "--dtype", "uint8", "--no-progress"]
-    )
+    args = [str(tmp_path / "wide"), str(tmp_path / "narrow"), "--to", "native", "--dtype", "uint8", "--no-progress"]
+    result = CliRunner().invoke(convert, args)
     assert result.exit_code == 1 and "TokenRangeError" in result.output
     assert "dtype uint8 holds ids up to 255; choose a wider one" in result.output
     assert "re-tokenize" not in result.output  # the vocabulary is fine: only the dtype is wrong

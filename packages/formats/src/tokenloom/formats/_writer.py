@@ -48,7 +48,9 @@ def check_tokens(tokens: np.ndarray, dtype: np.dtype, vocab_size: int | None, *,
             record=record,
             # the id fits the vocabulary but not the chosen dtype: the dtype is what to change
             hint=f"dtype {dtype.name} holds ids up to {np.iinfo(dtype).max}; choose a wider one (--dtype uint16 or "
-            "uint32), or leave --dtype out to keep the source's" if narrow else None,
+            "uint32), or leave --dtype out to keep the source's"
+            if narrow
+            else None,
         )
     return array.astype(dtype, copy=False)
 
