@@ -41,7 +41,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     if not summary.already_complete:
         lines.append(
             f"  {summary.seconds:.1f} s, {summary.tokens_per_second:,.0f} tokens/s, "
-            f"{summary.input_bytes / max(summary.seconds, 1e-9) / 1e6:.1f} MB/s of input"
+            f"{summary.input_bytes / max(summary.seconds, 1e-9) / 1e6:.1f} MB/s of input (over the whole run, start-up "
+            "included; the bar shows the rate while encoding)"
         )
     if summary.skipped:
         total = sum(summary.skipped.values())
