@@ -191,3 +191,20 @@ def test_a_config_that_does_not_parse_is_one_line_with_its_line_number(tmp_path)
     result = run("validate", "--curriculum", broken)
     line = next(x for x in result.output.splitlines() if "cannot parse" in x)
     assert "at line 4, column 1" in line and "Fix the YAML syntax" in line and "<unicode string>" not in result.output
+
+
+def test_an_unknown_bucket_names_the_phase_the_file_and_the_fix(corpus, tmp_path):
+    data = {
+        "path": str(corpus),
+        "max_length": SEQ_LEN,
+        "packing": False,
+        "curriculum": [
+            {"duration_tokens": 3000, "mix": {"a": 1}},
+            {"duration_tokens": 3000, "mix": {"a": 0.5, "bogus": 0.5}},
+        ],
+    }
+    config = write_yaml(tmp_path / "typo.yaml", {"data": data})
+    result = run("validate", "--curriculum", config)
+    line = next(x for x in result.output.splitlines() if "bogus" in x)
+    assert result.exit_code == 1 and "phase(s) [1]" in line and str(config) in line
+    assert "not under" in line and "fix the names in the mix" in line

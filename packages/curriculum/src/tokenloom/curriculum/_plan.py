@@ -140,8 +140,16 @@ def _structure(config: CurriculumConfig) -> list[Finding]:
                 out.append(Finding("error", f"bucket.{name}.{split}.empty", f"empty bucket directory: {directory}"))
     unknown = sorted(config.buckets_named() - set(names))
     if unknown:
+        phases = sorted(
+            i for i, p in enumerate(config.curriculum or ()) if set(p.mix) & set(unknown)
+        )  # where the names are used
         out.append(
-            Finding("error", "curriculum.unknown_buckets", f"the mix names buckets {unknown} not on disk {names}")
+            Finding(
+                "error",
+                "curriculum.unknown_buckets",
+                f"the mix of phase(s) {phases} in {config.source or 'the config'} names buckets {unknown} that are "
+                f"not under {config.path / 'train'} (found {names}): fix the names in the mix or add the directories",
+            )
         )
     if config.curriculum is not None:
         unused = sorted(set(names) - {n for p in config.curriculum for n, w in p.mix.items() if w > 0})
