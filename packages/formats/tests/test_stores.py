@@ -113,7 +113,7 @@ def test_h5_writer_names_segments_so_that_name_order_is_write_order(tmp_path: Pa
     with h5py.File(path, "r") as f:
         names = list(f["sequence"].keys())  # h5py's order: what AstrAI's H5Store iterated
         by_name = np.concatenate([f["sequence"][n][()] for n in names]).tolist()
-    assert names == sorted(names) and names[0] == "data_000000"
+    assert names == sorted(names) and names[0] == "data_000000000000"  # 12 digits: name order holds to 10^12
     assert by_name == [i + 1 for i in range(12) for _ in range(2)]
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats._store_h5"):
         assert [int(e[0]) for e in open_dataset(path)] == list(range(1, 13))
