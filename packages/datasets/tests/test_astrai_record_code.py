@@ -123,18 +123,3 @@ def test_astrai_refuses_nested_grpo_keys_in_bin_so_grpo_uses_tokenloom_layout(tm
     assert [m.tolist() for m in first["masks"]] == [[True], [True, False]]
     assert first["rewards"].dtype == torch.float32 and first["rewards"].tolist() == [0.5, -0.5]
     assert [r.tolist() for r in second["responses"]] == [[7, 8, 9]] and second["rewards"].tolist() == [2.0]
-
-
-def test_records_of_equal_lengths_are_records_whatever_window_size(tmp_path: Path) -> None:
-    # chosen and rejected padded alike: every key has the same length, but the offsets make it a record store
-    same = {
-        "chosen": [torch.tensor([1, 2], dtype=torch.int32), torch.tensor([3, 4], dtype=torch.int32)],
-        "rejected": [torch.tensor([5, 6], dtype=torch.int32), torch.tensor([7, 8], dtype=torch.int32)],
-        "chosen_mask": [torch.tensor([True, True]), torch.tensor([False, True])],
-        "rejected_mask": [torch.tensor([True, True]), torch.tensor([True, False])],
-    }
-    path = astrai_save_bin(tmp_path / "dpo", same, RECORD_KEYS)
-    for window_size in (None, 1, 8):
-        ds = DatasetFactory.load("dpo", path, window_size=window_size)
-        assert isinstance(ds, RecordDataset) and len(ds) == 2, window_size
-        assert ds[1]["chosen"].tolist() == [3, 4] and ds[1]["rejected_mask"].tolist() == [True, False]

@@ -302,18 +302,20 @@ class DatasetFactory:
             return RecordDataset(load_path, kind.value)
         if isinstance(load_path, RecordStore):
             raise ConfigError("a RecordStore serves record mode only: drop window_size", field="window_size")
-        # keys with offsets make a record store, whatever their lengths (equal when chosen and rejected are padded
-        # alike): AstrAI's MmapStore decides by the offsets, and so does this
-        records = _record_store_or_none(load_path, kind, storage_type)
-        if records is not None:
+        try:
+            store = open_keyed_store(load_path, storage_type, kind)
+        except DataError as exc:
+            records = _record_store_or_none(load_path, kind, storage_type)
+            if records is None:
+                raise
             log.info(
-                "%s: its keys carry record offsets, so it is a record store: %s serves records and ignores "
+                "%s: keys differ in length, so it is a record store (%s): %s serves records and ignores "
                 "window_size, as AstrAI's DatasetFactory does",
                 load_path,
+                exc.problem,
                 kind.value,
             )
             return RecordDataset(records, kind.value)
-        store = open_keyed_store(load_path, storage_type, kind)
         return KeyedDataset(store, kind, window_size, stride, mask_alignment=mask_alignment)
 
 
