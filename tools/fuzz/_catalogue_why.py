@@ -222,21 +222,28 @@ def _(tmp: Path) -> Run:
 # -- writer lock, caches, missing extra, silent cases, the newcomer's trap, friction ---------------------
 
 
-@case("two tokenize runs into one output: the second names the holder", "concurrency", "error", "OutputLockedError")
-def _(tmp: Path) -> Run:
-    corpus = copy("corpus", tmp)
-    out = tmp / "out"
+def _hold_lock(out: Path) -> subprocess.Popen[bytes]:
+    """Another process holding the writer lock of ``out`` (killed by the case's cleanup)."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom tokenloom.formats import output_lock\n"
+            "import time\nfrom tokenloom.formats import output_lock\n"
             f"with output_lock({str(out)!r}, what='first run'):\n    print('held', flush=True)\n    time.sleep(60)\n",
         ],
         stdout=subprocess.PIPE,
     )
     if holder.stdout is None or holder.stdout.readline().strip() != b"held":
+        holder.kill()
         raise RuntimeError("the lock holder did not start")
+    return holder
+
+
+@case("two tokenize runs into one output: the second names the holder", "concurrency", "error", "OutputLockedError")
+def _(tmp: Path) -> Run:
+    corpus = copy("corpus", tmp)
+    out = tmp / "out"
+    holder = _hold_lock(out)
     command = _cli(
         "tokenize",
         "--input-dir",
@@ -253,26 +260,16 @@ def _(tmp: Path) -> Run:
     def check(outcome: Outcome) -> str | None:
         return None if str(holder.pid) in outcome.stderr else "the error does not name the holder's pid"
 
-    return Run(process=command, sources=[corpus], check=check, cleanup=lambda: None)
+    return Run(process=command, sources=[corpus], check=check, cleanup=holder.kill)
 
 
 @case("two convert runs into one output: the second names the holder", "concurrency", "error", "OutputLockedError")
 def _(tmp: Path) -> Run:
     src = copy("native", tmp)
     out = tmp / "out"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time\nfrom tokenloom.formats import output_lock\n"
-            f"with output_lock({str(out)!r}, what='first run'):\n    print('held', flush=True)\n    time.sleep(60)\n",
-        ],
-        stdout=subprocess.PIPE,
-    )
-    if holder.stdout is None or holder.stdout.readline().strip() != b"held":
-        raise RuntimeError("the lock holder did not start")
+    holder = _hold_lock(out)
     command = _cli("convert", str(src), str(out), "--to", "native", "--no-progress")
-    return Run(process=command, sources=[src], cleanup=lambda: None)
+    return Run(process=command, sources=[src], cleanup=holder.kill)
 
 
 @case("a stale lock (dead pid) is taken over with a warning", "concurrency", "ok")
