@@ -199,6 +199,7 @@ def test_lines_are_read_as_gpt_simple_reads_them(
         (b'{"text": 5}', "non_string_field"),  # GPT-Simple's pretokenize fails on these
         (b'{"text": NaN}', "non_string_field"),
         (b"[1, 2]", "not_an_object"),
+        (b'{"text": "a\\ud800b"}', "malformed_json"),  # json.loads accepts the lone surrogate; no tokenizer does
     ],
 )
 def test_lines_gpt_simple_cannot_use_are_bad_records(

@@ -141,9 +141,11 @@ def gpt_simple_text_of(line: bytes, text_field: tuple[str, ...], line_number: in
             field="windowing",
             hint="Replace the bare \\r with \\n (or remove it) in the input, or use --windowing tokenloom",
         )
+    fallback = False
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
+        fallback = True
         try:
             decoded = line.decode("utf-8")
         except UnicodeDecodeError as utf8_exc:
@@ -181,6 +183,16 @@ def gpt_simple_text_of(line: bytes, text_field: tuple[str, ...], line_number: in
             f"field {'.'.join(text_field)!r} is a JSON {type(value).__name__}, expected a string "
             "(GPT-Simple's pretokenize fails on it)",
         )
+    if fallback:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # json.loads accepts a lone surrogate escape such as \ud800
+            return Issue(
+                line_number,
+                IssueKind.MALFORMED_JSON,
+                f"field {'.'.join(text_field)!r} holds a lone UTF-16 surrogate escape (character {exc.start}), "
+                "which no tokenizer can encode (GPT-Simple's pretokenize fails on it)",
+            )
     return value
 
 
