@@ -145,7 +145,11 @@ def test_config_refusals() -> None:
         TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing="megatron")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="always reads the field 'text'"):
         TokenizeConfig(
-            input_dir=Path("in"), output_dir=Path("out"), max_length=8, windowing="gpt-simple", text_field="body"
+            input_dir=Path("in"),
+            output_dir=Path("out"),
+            max_length=8,
+            windowing=Windowing.GPT_SIMPLE,
+            text_field="body",
         )
     # GPT-Simple accepts an overlap above max_length / 2 (its stride becomes max_length // 2)
     config = TokenizeConfig(
