@@ -226,6 +226,29 @@ def run(quick: bool) -> str:
                 for attempt in range(1, REPEATS):
                     for suffix in (".idx", ".bin"):
                         (work / "conv" / f"m_{attempt}{suffix}").unlink()
+        # writer.add() one entry at a time: the cost per entry must not grow with the entries already written
+        per_add = {}
+        doc = np.arange(1, 11, dtype=np.int64)
+        for count in (10_000, 100_000) if not quick else (2_000, 20_000):
+
+            def write_entries(count: int = count) -> None:
+                target = work / f"adds_{count}"
+                shutil.rmtree(target, ignore_errors=True)
+                with open_writer(target, dtype="uint16", vocab_size=100, eos_id=0) as writer:
+                    for _ in range(count):
+                        writer.add(doc)
+
+            per_add[count] = median_seconds(write_entries) / count
+        small, large = sorted(per_add)
+        growth = per_add[large] / per_add[small]
+        rows.append(
+            (
+                f"native writer, one add() per 10-token entry: {small:,} vs {large:,} entries",
+                f"{per_add[small] * 1e6:.1f} vs {per_add[large] * 1e6:.1f} us per add ({growth:.2f}x)",
+                "flat (< 1.5x)",
+                "met" if growth < 1.5 else "MISSED",
+            )
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -123,3 +123,22 @@ def test_astrai_refuses_nested_grpo_keys_in_bin_so_grpo_uses_tokenloom_layout(tm
     assert [m.tolist() for m in first["masks"]] == [[True], [True, False]]
     assert first["rewards"].dtype == torch.float32 and first["rewards"].tolist() == [0.5, -0.5]
     assert [r.tolist() for r in second["responses"]] == [[7, 8, 9]] and second["rewards"].tolist() == [2.0]
+
+
+def test_equal_length_records_with_window_size_are_windows_with_a_warning(tmp_path: Path, caplog) -> None:
+    # chosen and rejected padded alike: on disk this is both AstrAI's records and tokenloom's segmented
+    # stream; window_size asks for windows (tokenloom's writer stores segments the same way), and the
+    # warning names what AstrAI would serve and how to get it here
+    same = {
+        "chosen": [torch.tensor([1, 2], dtype=torch.int32), torch.tensor([3, 4], dtype=torch.int32)],
+        "rejected": [torch.tensor([5, 6], dtype=torch.int32), torch.tensor([7, 8], dtype=torch.int32)],
+        "chosen_mask": [torch.tensor([True, True]), torch.tensor([False, True])],
+        "rejected_mask": [torch.tensor([True, True]), torch.tensor([True, False])],
+    }
+    path = astrai_save_bin(tmp_path / "dpo", same, RECORD_KEYS)
+    with caplog.at_level("WARNING"):
+        windows = DatasetFactory.load("dpo", path, window_size=1)
+    assert not isinstance(windows, RecordDataset)
+    assert "AstrAI records" in caplog.text and "window_size=None for records" in caplog.text
+    records = DatasetFactory.load("dpo", path)
+    assert isinstance(records, RecordDataset) and records[1]["chosen"].tolist() == [3, 4]

@@ -8,6 +8,7 @@ import os
 import pickle
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -111,9 +112,10 @@ def test_h5_writer_names_segments_so_that_name_order_is_write_order(tmp_path: Pa
         for i in range(12):
             writer.add(np.full(2, i + 1))
     with h5py.File(path, "r") as f:
-        names = list(f["sequence"].keys())  # h5py's order: what AstrAI's H5Store iterated
-        by_name = np.concatenate([f["sequence"][n][()] for n in names]).tolist()
-    assert names == sorted(names) and names[0] == "data_000000"
+        group: Any = f["sequence"]
+        names = list(group.keys())  # h5py's order: what AstrAI's H5Store iterated
+        by_name = np.concatenate([group[n][()] for n in names]).tolist()
+    assert names == sorted(names) and names[0] == "data_000000000000"  # 12 digits: name order holds to 10^12
     assert by_name == [i + 1 for i in range(12) for _ in range(2)]
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats._store_h5"):
         assert [int(e[0]) for e in open_dataset(path)] == list(range(1, 13))

@@ -316,6 +316,17 @@ class DatasetFactory:
                 kind.value,
             )
             return RecordDataset(records, kind.value)
+        if _record_store_or_none(load_path, kind, storage_type) is not None:
+            # every key carries offsets and the keys have equal lengths: tokenloom's segmented stream and
+            # AstrAI's records look alike on disk; window_size asks for windows, but say what AstrAI would do
+            log.warning(
+                "%s: its keys carry record offsets of equal total length, so it reads both as a %s stream "
+                "(windows of %d, what window_size asks for) and as AstrAI records (what AstrAI's MmapStore "
+                "serves); pass window_size=None for records",
+                load_path,
+                kind.value,
+                window_size,
+            )
         return KeyedDataset(store, kind, window_size, stride, mask_alignment=mask_alignment)
 
 

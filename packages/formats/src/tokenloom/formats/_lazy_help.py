@@ -36,16 +36,30 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
-def _decorator_help(function: ast.FunctionDef) -> str | None:
-    """``help=`` / ``short_help=`` of the ``@click.command(...)`` / ``@x.group(...)`` decorator (not of options)."""
+class _Unreadable(Exception):
+    """The decorator says something this reader does not reproduce: load the command instead."""
+
+
+def _decorator_help(function: ast.FunctionDef) -> tuple[str, bool] | None:
+    """``short_help=`` (which click prefers), else ``help=``, of the ``@click.command(...)`` / ``@x.group(...)``
+    decorator (not of options). Raises _Unreadable for what only click can render: a help that is not a string
+    literal, or ``deprecated`` / ``hidden`` / ``cls`` / ``**kwargs``."""
     for decorator in function.decorator_list:
         target = decorator.func if isinstance(decorator, ast.Call) else None
         name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
         if isinstance(decorator, ast.Call) and name in ("command", "group"):
+            found: dict[str, str] = {}
             for keyword in decorator.keywords:
-                value = keyword.value
-                if keyword.arg in ("help", "short_help") and isinstance(value, ast.Constant):
-                    return value.value if isinstance(value.value, str) else None
+                if keyword.arg is None or keyword.arg in ("deprecated", "hidden", "cls"):
+                    raise _Unreadable(keyword.arg)
+                if keyword.arg in ("help", "short_help"):
+                    value = keyword.value
+                    if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                        raise _Unreadable(keyword.arg)
+                    found[keyword.arg] = value.value
+            if "short_help" in found:  # click shows it as written, untruncated
+                return found["short_help"], True
+            return (found["help"], False) if "help" in found else None
     return None
 
 
@@ -64,7 +78,13 @@ def short_help_from_source(entry_point: metadata.EntryPoint, limit: int = 45) ->
         return None
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == attr.strip():
-            text = _decorator_help(node) or ast.get_docstring(node)
+            try:
+                declared = _decorator_help(node)
+            except _Unreadable:
+                return None
+            if declared is not None and declared[1]:
+                return inspect.cleandoc(declared[0]).strip()
+            text = declared[0] if declared is not None else ast.get_docstring(node)
             if not text:
                 return None
             return make_default_short_help(inspect.cleandoc(text), limit)

@@ -92,6 +92,9 @@ def shard_cut(ends: np.ndarray, begin: int, filled: int, shard_size_tokens: int)
     return max(begin + 1, min(stop, len(ends)))
 
 
+_COMPACT_EVERY = 4096
+
+
 class NativeShardWriter:
     """Writes one ``stem.bin`` / ``stem.idx`` pair; both appear only on ``close``.
 
@@ -110,16 +113,17 @@ class NativeShardWriter:
         self._lengths: list[np.ndarray] = []
         self._overlaps: list[np.ndarray] = []
         self.num_tokens = 0
+        self.num_entries = 0  # kept as a count: add() per entry must stay O(1), not O(entries so far)
 
     def write(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
         self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).tobytes())
         self._lengths.append(lengths.astype(np.int64))
         self._overlaps.append(overlaps.astype("<u2"))
         self.num_tokens += len(tokens)
-
-    @property
-    def num_entries(self) -> int:
-        return sum(len(x) for x in self._lengths)
+        self.num_entries += len(lengths)
+        if len(self._lengths) >= _COMPACT_EVERY:  # one small array per add() would cost ~100 bytes each
+            self._lengths = [np.concatenate(self._lengths)]
+            self._overlaps = [np.concatenate(self._overlaps)]
 
     def close(self) -> None:
         self._handle.flush()

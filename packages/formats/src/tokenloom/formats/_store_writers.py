@@ -180,7 +180,7 @@ class H5StoreWriter(StoreWriter):
         for key, array in arrays.items():
             group = self._file.require_group(key)
             # zero-padded, so that name order (h5py's keys(), what AstrAI's H5Store iterated) is number order
-            group.create_dataset(f"data_{self._segments:06d}", data=array)
+            group.create_dataset(f"data_{self._segments:012d}", data=array)
         self._segments += 1
 
     def _commit(self) -> None:
