@@ -288,7 +288,20 @@ def test_tokenize_windowing_gpt_simple_is_gpt_simples_pretokenize_exactly(
         argv += ["--max_length", str(max_length), "--overlap_size", str(overlap)]
         argv += [] if min_chars is None else ["--min_text_length", str(min_chars)]
         jobs += [{"op": "pretokenize", "argv": argv}, {"op": "entries", "dir": str(seed_dir)}]
+    if vocab == "uint16":  # GPT-Simple's line reading and <|pad|>: one more small directory each, same process
+        lines_dir, pad_dir = reading_corpus(tmp_path)
+        for source in (lines_dir, pad_dir):
+            argv = ["--input_dir", str(source), "--output_dir", str(tmp_path / f"seed-{source.name}")]
+            argv += ["--tokenizer_path", str(tokenizer), "--max_length", "16", "--overlap_size", "4"]
+            argv += ["--min_text_length", "0"]
+            jobs += [
+                {"op": "pretokenize", "argv": argv},
+                {"op": "entries", "dir": str(tmp_path / f"seed-{source.name}")},
+            ]
     seed_results = run_seed(gpt_simple_python, *jobs)[1::2]
+    if vocab == "uint16":
+        seed_results, (seed_lines, seed_pad) = seed_results[: len(WINDOWINGS)], seed_results[len(WINDOWINGS) :]
+        check_reading(tmp_path, tokenizer, lines_dir, seed_lines, pad_dir, seed_pad)
 
     for number, ((max_length, overlap, min_chars), seed) in enumerate(zip(WINDOWINGS, seed_results, strict=True)):
         out = tmp_path / f"ours-{max_length}-{overlap}"
@@ -344,3 +357,46 @@ def test_tokenize_windowing_gpt_simple_is_gpt_simples_pretokenize_exactly(
             assert len(ours) > 10_001 and sum(1 for n in lengths if n) < len(ours)
             summary = json.loads((out / "manifest.json").read_text())["metadata"]["tokenize"]
             assert summary["dropped"] == {"no_tokens": 1, "truncated": 1}
+
+
+def reading_corpus(root: Path) -> tuple[Path, Path]:
+    """Lines GPT-Simple reads its own way (text mode, ``line.strip()``, ``json.loads``); a literal <|pad|>."""
+    lines = root / "lines"
+    lines.mkdir()
+    data = (
+        b'{"text": "plain words here", "score": NaN}\r\n'  # NaN and a \r\n ending
+        b'{"text": "form feed after", "x": Infinity}\x0c\n'  # json.loads only; \x0c stripped
+        b'\xc2\xa0{"text": "no-break spaces around"}\xc2\xa0\n'  # U+00A0 stripped by str.strip()
+        b"\n"  # blank
+        b"\x0c \xc2\xa0\r\n"  # blank after str.strip()
+        b'{"title": "no text field"}\n'
+        b'{"text": "not json",}\n'  # json.loads rejects it too: GPT-Simple skips it
+        b'{"text": "last line, no newline, \\r escaped"}'
+    )
+    (lines / "00000.jsonl").write_bytes(data)
+    pad = root / "pad"
+    pad.mkdir()
+    (pad / "00000.jsonl").write_text(json.dumps({"text": "before <|pad|> after"}) + "\n")
+    return lines, pad
+
+
+def check_reading(tmp_path: Path, tokenizer: Path, lines: Path, seed_lines: dict, pad: Path, seed_pad: dict) -> None:
+    """Same entries as GPT-Simple for the odd lines, each skip counted; <|pad|> refused (GPT-Simple: one new id)."""
+    from tokenloom.formats import RecordError
+
+    common = {"tokenizer": str(tokenizer), "max_length": 16, "overlap_size": 4, "windowing": Windowing.GPT_SIMPLE}
+    config = TokenizeConfig(
+        input_dir=lines, output_dir=tmp_path / "ours-lines", on_error="skip", num_workers=0, **common
+    )
+    summary = tokenize(config)
+    ds = open_dataset(tmp_path / "ours-lines", validate="deep")
+    ours = [[ds[i].tolist(), int(ds.overlap_prefix[i])] for i in range(len(ds))]
+    assert ours == seed_lines["entries"]
+    assert len(ours) == 4  # the NaN, Infinity, no-break-space and last records, each one window + EOD
+    assert summary.dropped == {"blank_line": 2, "no_text_field": 1}
+    assert summary.skipped == {"malformed_json": 1}
+    # GPT-Simple wrote the literal <|pad|> as the id it added (the vocabulary size), which tokenloom refuses
+    assert [summary.vocab_size in tokens for tokens, _ in seed_pad["entries"]] == [True]
+    with pytest.raises(RecordError, match=r"<\|pad\|>") as caught:
+        tokenize(TokenizeConfig(input_dir=pad, output_dir=tmp_path / "ours-pad", num_workers=0, **common))
+    assert caught.value.record == 1

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
+from tokenloom.formats import ConfigError, RecordError, ResumeMismatchError, open_dataset
 from tokenloom.tokenize import TokenizeConfig, Windowing, tokenize
 from tokenloom.tokenize._commands import tokenize as tokenize_command
 from tokenloom.tokenize._gpt_simple import gpt_simple_dtype
@@ -143,6 +143,14 @@ def test_config_refusals() -> None:
         TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), max_length=8, min_text_length=200)
     with pytest.raises(ConfigError, match="expected one of"):
         TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing="megatron")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="always reads the field 'text'"):
+        TokenizeConfig(
+            input_dir=Path("in"),
+            output_dir=Path("out"),
+            max_length=8,
+            windowing=Windowing.GPT_SIMPLE,
+            text_field="body",
+        )
     # GPT-Simple accepts an overlap above max_length / 2 (its stride becomes max_length // 2)
     config = TokenizeConfig(
         input_dir=Path("in"), output_dir=Path("out"), max_length=8, overlap_size=6, windowing=Windowing.GPT_SIMPLE
@@ -164,3 +172,98 @@ def test_cli_option_and_summary(tmp_path: Path, tiny_tokenizer: Path, corpus: Pa
     assert result.exit_code == 0, result.output
     assert "gpt-simple rule: no_tokens 1 " in result.output  # the empty text
     assert open_dataset(tmp_path / "out").metadata["tokenize"]["settings"]["windowing"] == "gpt-simple"
+
+
+LINES = (
+    b'{"text": "alpha beta", "score": NaN}\r\n'  # NaN: json.loads only; a \r\n ending
+    b'\x0c{"text": "gamma delta", "x": -Infinity}\x0c\n'  # form feeds: stripped by str.strip() only
+    b'\xc2\xa0{"text": "epsilon"}\xc2\xa0\n'  # U+00A0
+    b"\n"
+    b"  \xc2\xa0\x0c\n"  # blank after str.strip()
+    b'{"title": "no text"}\n'
+    b'{"text": "zeta eta"}\r'  # a \r right before the end of the file: harmless
+)
+LINE_TEXTS = ["alpha beta", "gamma delta", "epsilon", "zeta eta"]
+
+
+def test_lines_are_read_as_gpt_simple_reads_them(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    corpus = jsonl_dir({}, raw={"a.jsonl": LINES})
+    summary = run(tiny_tokenizer, corpus, tmp_path / "out", max_length=4, overlap_size=1)
+    assert entries_of(tmp_path / "out") == expected_entries(LINE_TEXTS, tiny_tokenizer, 4, 1, 0)
+    assert summary.dropped == {"blank_line": 2, "no_text_field": 1}
+    assert summary.skipped == {}
+    assert open_dataset(tmp_path / "out").metadata["tokenize"]["dropped"] == summary.dropped
+    # the tokenloom rule reads strict JSON: the same file stops at its first line
+    with pytest.raises(RecordError, match="not valid JSON"):
+        run(tiny_tokenizer, corpus, tmp_path / "strict", max_length=4, windowing=Windowing.TOKENLOOM)
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (b'{"text": "a",}', "malformed_json"),  # json.loads rejects it too (GPT-Simple skips it)
+        (b'{"text": 5}', "non_string_field"),  # GPT-Simple's pretokenize fails on these
+        (b'{"text": NaN}', "non_string_field"),
+        (b"[1, 2]", "not_an_object"),
+        (b'{"text": "a\\ud800b"}', "malformed_json"),  # json.loads accepts the lone surrogate; no tokenizer does
+    ],
+)
+def test_lines_gpt_simple_cannot_use_are_bad_records(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], line: bytes, kind: str
+) -> None:
+    corpus = jsonl_dir({}, raw={"a.jsonl": b'{"text": "fine"}\n' + line + b"\n"})
+    with pytest.raises(RecordError) as caught:
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=4)
+    assert caught.value.record == 2 and caught.value.field == kind
+    summary = run(tiny_tokenizer, corpus, tmp_path / "skip", max_length=4, on_error="skip")
+    assert summary.skipped == {kind: 1} and summary.documents == 1
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"text": "one"}\r{"text": "two"}',  # GPT-Simple reads two records here
+        b'{"text":\r"one"}',  # valid JSON for orjson; GPT-Simple reads two broken lines
+    ],
+)
+def test_a_bare_carriage_return_is_refused(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], line: bytes
+) -> None:
+    corpus = jsonl_dir({}, raw={"a.jsonl": b'{"text": "fine"}\r\n' + line + b"\r\n"})
+    with pytest.raises(RecordError, match=r"bare carriage return.*text mode") as caught:
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=4, on_error="skip")
+    assert caught.value.record == 2 and str(caught.value.path).endswith("a.jsonl")
+    run(tiny_tokenizer, corpus, tmp_path / "ours", max_length=4, windowing=Windowing.TOKENLOOM, on_error="skip")
+
+
+def test_a_literal_pad_token_is_refused_unless_the_tokenizer_has_it(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    corpus = jsonl_dir({"a.jsonl": [{"text": "plain"}, {"text": "with <|pad|> inside"}]})
+    with pytest.raises(RecordError, match=r"<\|pad\|>.*one new id") as caught:
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8, on_error="skip")
+    assert caught.value.record == 2 and str(caught.value.path).endswith("a.jsonl")
+    # the tokenloom rule is not GPT-Simple's: the text is ordinary there
+    run(tiny_tokenizer, corpus, tmp_path / "ours", max_length=8, windowing=Windowing.TOKENLOOM)
+    # a tokenizer that has <|pad|> as an added token encodes it as GPT-Simple does: one id, its own
+    with_pad = tmp_path / "with-pad"
+    with_pad.mkdir()
+    for name in tiny_tokenizer.iterdir():
+        (with_pad / name.name).write_bytes(name.read_bytes())
+    tok = Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json"))
+    tok.add_special_tokens(["<|pad|>"])
+    tok.save(str(with_pad / "tokenizer.json"))
+    pad_id = tok.token_to_id("<|pad|>")
+    run(with_pad, corpus, tmp_path / "padded", max_length=32)
+    assert sum(tokens.count(pad_id) for tokens, _ in entries_of(tmp_path / "padded")) == 1
+
+
+def test_inputs_sharing_an_output_name_are_refused(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+) -> None:
+    corpus = jsonl_dir({"a.jsonl": [{"text": "plain"}], "a.jsonl.gz": [{"text": "gzipped"}]})
+    with pytest.raises(ConfigError, match=r"a\.jsonl and a\.jsonl\.gz would share one output.*a\.bin/a\.idx"):
+        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8)
+    assert not (tmp_path / "out").exists()

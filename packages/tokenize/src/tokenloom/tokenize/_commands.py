@@ -54,7 +54,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     if summary.dropped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.dropped.items()))
         lines.append(
-            f"  gpt-simple rule: {kinds} (short_text/no_tokens: documents dropped; truncated: cut at 10,001 windows)"
+            f"  gpt-simple rule: {kinds} (short_text/no_tokens: documents dropped; blank_line/no_text_field: "
+            "lines skipped; truncated: cut at 10,001 windows)"
         )
     return lines
 

@@ -149,6 +149,13 @@ class TokenizeConfig:
             )
         if not self.text_field or any(not part for part in self.text_field.split(".")):
             raise ConfigError(f"text_field {self.text_field!r} is not a field name or dotted path", field="text_field")
+        if self.windowing is Windowing.GPT_SIMPLE and self.text_field != "text":
+            raise ConfigError(
+                f"text_field is {self.text_field!r}, but GPT-Simple's pretokenize always reads the field 'text' "
+                "(a record without it is skipped there), so --windowing gpt-simple would not reproduce its output",
+                field="text_field",
+                hint="Drop --text-field (it defaults to text), or use --windowing tokenloom",
+            )
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""

@@ -48,7 +48,12 @@ from tokenloom.formats import (
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._diff import run_key_differences
-from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, check_gpt_simple_inputs, gpt_simple_dtype
+from tokenloom.tokenize._gpt_simple import (
+    check_gpt_simple_eod,
+    check_gpt_simple_inputs,
+    gpt_simple_dtype,
+    gpt_simple_pad_is_added,
+)
 from tokenloom.tokenize._inputs import Chunk, InputFile, Issue, discover_inputs, read_chunks
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
@@ -563,6 +568,7 @@ def _encode_all(
             dtype=dtype.name,
             windowing=config.windowing.value,
             min_text_length=config.min_text_length,
+            refuse_pad=config.windowing is Windowing.GPT_SIMPLE and not gpt_simple_pad_is_added(tokenizer),
         )
         run = _Run(config, state, files, dtype)
         chunks = read_chunks(

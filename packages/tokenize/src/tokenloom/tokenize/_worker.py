@@ -19,6 +19,7 @@ import orjson
 
 from tokenloom.formats import TokenRangeError
 from tokenloom.tokenize import _tokenizer
+from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
 from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo
 from tokenloom.tokenize.engine import (
@@ -64,6 +65,8 @@ class EncodeSettings:
     windowing: str = Windowing.TOKENLOOM.value
     min_text_length: int = 0
     """gpt-simple: documents of fewer characters are dropped (counted as short_text)."""
+    refuse_pad: bool = False
+    """gpt-simple: refuse documents holding ``<|pad|>`` (GPT-Simple's wrapper adds it; this tokenizer lacks it)."""
 
 
 @dataclass(slots=True)
@@ -218,7 +221,11 @@ def _texts_of_clean_chunk(lines: list[bytes | None], text_field: tuple[str, ...]
 def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     """Parse, encode and window one chunk; bad records become Issues, in line order."""
     issues = list(chunk.issues)
+    gpt_simple = settings.windowing == Windowing.GPT_SIMPLE
     texts = _texts_of_clean_chunk(chunk.lines, settings.text_field)
+    if texts is not None and gpt_simple and any(b"\r" in line for line in chunk.lines if line is not None):
+        texts = None  # a \r inside a line: GPT-Simple's text mode reads it otherwise; the slow path decides
+    line_drops: dict[str, int] = {}
     if texts is not None:  # every line a JSON object with a string at text_field: no per-line checks needed
         text_lines: list[int] | range = range(chunk.first_line, chunk.first_line + len(texts))
     else:
@@ -226,13 +233,20 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         for offset, line in enumerate(chunk.lines):
             if line is None:
                 continue
-            text = _text_of(line, settings.text_field, chunk.first_line + offset)
+            if gpt_simple:
+                text = gpt_simple_text_of(line, settings.text_field, chunk.first_line + offset, chunk.path)
+            else:
+                text = _text_of(line, settings.text_field, chunk.first_line + offset)
             if isinstance(text, Issue):
                 issues.append(text)
+            elif isinstance(text, Dropped):
+                line_drops[text.kind] = line_drops.get(text.kind, 0) + 1
             else:
                 texts.append(text)
                 text_lines.append(chunk.first_line + offset)
     issues.sort(key=lambda issue: issue.line)
+    if gpt_simple and settings.refuse_pad:
+        check_gpt_simple_pad(texts, text_lines, chunk.path)
     dtype = np.dtype(settings.dtype)
     short_texts = 0
     if settings.min_text_length:
@@ -281,6 +295,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     dropped = None
     if settings.windowing == Windowing.GPT_SIMPLE:
         counts = {
+            **line_drops,
             "short_text": short_texts,
             "no_tokens": entries.documents_without_entries,
             "truncated": entries.truncated_documents,
