@@ -421,23 +421,23 @@ def _(tmp: Path) -> Run:
 @case("convert --to h5 with the h5 extra missing", "missing extra", "extra")
 def _(tmp: Path) -> Run:
     src = copy("native", tmp)
-    shim = (
-        "import sys\nsys.modules['h5py'] = None\nfrom tokenloom.formats._cli import main\n"
-        f"sys.argv = ['tokenloom', 'convert', {str(src)!r}, {str(tmp / 'x.h5')!r}, '--to', 'h5', '--no-progress']\n"
-        "main(prog_name='tokenloom')\n"
-    )
-    return Run(process=[sys.executable, "-c", shim], sources=[src])
+    argv = ["convert", str(src), str(tmp / "x.h5"), "--to", "h5", "--no-progress"]
+    return Run(process=_cli_without("h5py", argv), sources=[src])
 
 
 @case("inspect --plot with matplotlib missing", "missing extra", "extra")
 def _(tmp: Path) -> Run:
     src = copy("native", tmp)
+    return Run(process=_cli_without("matplotlib", ["inspect", str(src), "--plot", str(tmp / "p.png")]), sources=[src])
+
+
+def _cli_without(module: str, argv: list[str]) -> list[str]:
+    """``tokenloom ARGV`` in a process where importing ``module`` fails, as when its extra is not installed."""
     shim = (
-        "import sys\nsys.modules['matplotlib'] = None\nfrom tokenloom.formats._cli import main\n"
-        f"sys.argv = ['tokenloom', 'inspect', {str(src)!r}, '--plot', {str(tmp / 'p.png')!r}]\n"
-        "main(prog_name='tokenloom')\n"
+        f"import sys\nsys.modules[{module!r}] = None\nfrom tokenloom.formats._cli import main\n"
+        f"sys.argv = ['tokenloom', *{argv!r}]\nmain(prog_name='tokenloom')\n"
     )
-    return Run(process=[sys.executable, "-c", shim], sources=[src])
+    return [sys.executable, "-c", shim]
 
 
 @case("validate: extra shard file beside a manifest is a warning", "silent", "ok")

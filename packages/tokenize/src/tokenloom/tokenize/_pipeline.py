@@ -539,16 +539,7 @@ def _encode_all(
     out = config.output_dir
     tokenizer, files = inputs.tokenizer, inputs.files
     with contextlib.ExitStack() as stack:
-        try:
-            info, serialized = tokenizer_info(tokenizer, in_process=config.num_workers == 0)
-        except (DataError, OSError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # the tokenizers/transformers loaders raise plain exceptions on bad files
-            raise ConfigError(
-                f"tokenizer {tokenizer!r} could not be loaded ({type(exc).__name__}: {exc})",
-                field="tokenizer",
-                hint="Check that --tokenizer names a directory written by save_pretrained (tokenizer.json)",
-            ) from exc
+        info, serialized = tokenizer_info(tokenizer, in_process=config.num_workers == 0)  # bad files: ConfigError
         executor = None
         if config.num_workers > 0:
             executor = stack.enter_context(executor_for(config.num_workers, tokenizer, serialized))
