@@ -223,3 +223,36 @@ def test_default_tokenizer_is_the_shipped_bpe(tmp_path: Path, jsonl_dir: Callabl
     corpus = jsonl_dir({"x.jsonl": [{"text": "Return the sum of a and b."}]})
     summary = tokenize(TokenizeConfig(input_dir=corpus, output_dir=tmp_path / "out", num_workers=0))
     assert summary.vocab_size == 16384 and summary.dtype == "uint16" and summary.tokens > 2
+
+
+def test_workers_get_the_tokenizer_through_a_file_so_spawn_never_waits_on_a_worker(tiny_tokenizer: Path) -> None:
+    """The initializer's arguments stay far below a pipe's 64 KB whatever the tokenizer's size.
+
+    spawn writes them to a pipe that a worker drains only after its imports; a 1 MB backend
+    there stalled the parent about half a second per worker. The file is private to the run
+    and gone when the pool is.
+    """
+    import pickle
+
+    from tokenloom.tokenize._pipeline import executor_for
+    from tokenloom.tokenize._worker import SerializedHandoff
+
+    serialized = (tiny_tokenizer / "tokenizer.json").read_text() + " " * 2_000_000  # JSON allows trailing blanks
+    with executor_for(1, str(tiny_tokenizer), serialized) as executor:
+        initargs = executor._initargs  # type: ignore[attr-defined]
+        assert len(pickle.dumps(initargs)) < 4096
+        handoff = next(arg for arg in initargs if isinstance(arg, SerializedHandoff))
+        assert Path(handoff.path).read_text() == serialized
+        assert executor.submit(len, "ok").result(timeout=120) == 2  # the worker read it and runs
+    assert not Path(handoff.path).exists()
+    assert not Path(handoff.path).parent.exists()
+
+
+def test_a_tokenizer_handoff_that_changed_is_refused(tmp_path: Path) -> None:
+    from tokenloom.tokenize._worker import SerializedHandoff
+
+    handoff = SerializedHandoff.write(tmp_path / "tokenizer.json", '{"model": 1}')
+    assert handoff.read() == '{"model": 1}'
+    (tmp_path / "tokenizer.json").write_text('{"model": 2}')
+    with pytest.raises(RuntimeError, match="changed after the parent wrote it"):
+        handoff.read()

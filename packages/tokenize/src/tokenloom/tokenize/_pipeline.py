@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import os
 import re
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -62,6 +63,7 @@ from tokenloom.tokenize._worker import (
     ChunkResult,
     EncodeSettings,
     EngineChoice,
+    SerializedHandoff,
     choose_engine,
     describe_tokenizer,
     encode_chunk,
@@ -271,23 +273,35 @@ class _Run:
         self.cutter.finish(0, ensure_one=not self.state.shards)
 
 
-def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> ProcessPoolExecutor:
+@contextlib.contextmanager
+def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> Iterator[ProcessPoolExecutor]:
     """Worker processes that rebuild ``tokenizer`` from its ``serialized`` backend on first use."""
     # spawn, not fork: a tokenizer (or its thread pool) must never cross a fork. Not
     # forkserver either: its workers' parent is the server, which outlives a killed
     # parent, so the workers' watchdog would never fire.
     threads = max(1, default_num_workers() // num_workers)
-    executor = ProcessPoolExecutor(
-        max_workers=num_workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=init_worker,
-        initargs=(threads, tokenizer, serialized, os.getpid()),
-    )
-    # start the workers now (one task each), so that they import and build the tokenizer while
-    # the parent runs the engine probe, instead of after it
-    for _ in range(num_workers):
-        executor.submit(warm_up, tokenizer)
-    return executor
+    with contextlib.ExitStack() as stack:
+        # the backend (about 1 MB of JSON for a 16k vocabulary) goes through a private file, not
+        # the initializer's arguments: spawn writes those to a 64 KB pipe that the worker drains
+        # only after its imports, so a large argument stalls the parent on each worker in turn
+        # (about 0.5 s per worker measured here) instead of letting them start side by side
+        handoff = None
+        if serialized is not None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tokenloom-tokenizer-")))
+            handoff = SerializedHandoff.write(root / "tokenizer.json", serialized)
+        executor = stack.enter_context(
+            ProcessPoolExecutor(
+                max_workers=num_workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=init_worker,
+                initargs=(threads, tokenizer, handoff, os.getpid()),
+            )
+        )
+        # start the workers now (one task each), so that they import and build the tokenizer while
+        # the parent runs the engine probe, instead of after it
+        for _ in range(num_workers):
+            executor.submit(warm_up, tokenizer)
+        yield executor
 
 
 def run_ordered(

@@ -8,10 +8,12 @@ loaded lazily, once per process.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +43,7 @@ __all__ = [
     "choose_engine",
     "describe_tokenizer",
     "encode_chunk",
+    "SerializedHandoff",
     "init_worker",
     "sample_texts",
     "warm_up",
@@ -322,8 +325,38 @@ def warm_up(tokenizer: str) -> None:
         import fastokens  # noqa: F401
 
 
+@dataclass(frozen=True)
+class SerializedHandoff:
+    """A tokenizer backend's JSON, handed to spawned workers through a private file.
+
+    Passing it as an initializer argument instead would stall the parent: spawn writes the
+    arguments to a pipe that each worker drains only after its imports (see executor_for).
+    """
+
+    path: str
+    digest: str
+
+    @classmethod
+    def write(cls, path: Path, serialized: str) -> SerializedHandoff:
+        data = serialized.encode("utf-8")
+        path.write_bytes(data)
+        return cls(str(path), hashlib.blake2b(data, digest_size=16).hexdigest())
+
+    def read(self) -> str:
+        data = Path(self.path).read_bytes()
+        if hashlib.blake2b(data, digest_size=16).hexdigest() != self.digest:
+            raise RuntimeError(
+                f"the tokenizer handed to this worker through {self.path} changed after the parent wrote it; "
+                "something else writes into tokenloom's private temporary directory"
+            )
+        return data.decode("utf-8")
+
+
 def init_worker(
-    rayon_threads: int, tokenizer: str | None = None, serialized: str | None = None, parent_pid: int | None = None
+    rayon_threads: int,
+    tokenizer: str | None = None,
+    serialized: SerializedHandoff | None = None,
+    parent_pid: int | None = None,
 ) -> None:
     """Worker initializer: size the tokenizer's thread pool; exit if the parent dies.
 
@@ -332,11 +365,12 @@ def init_worker(
     the watchdog makes them exit within a second instead of lingering.
     ``parent_pid`` is the pool owner's pid: a worker that starts only after its
     parent died (already re-parented) must not mistake its new parent for it.
+    ``serialized`` is read here, so the parent may remove its file once the workers run.
     """
     os.environ["RAYON_NUM_THREADS"] = str(rayon_threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if rayon_threads > 1 else "false"
     if tokenizer is not None:
-        _tokenizer.register_serialized(tokenizer, serialized)
+        _tokenizer.register_serialized(tokenizer, None if serialized is None else serialized.read())
     parent = os.getppid() if parent_pid is None else parent_pid
 
     def watch() -> None:
