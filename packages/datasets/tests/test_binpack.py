@@ -84,3 +84,33 @@ def test_lengths_are_checked():
         best_fit_decreasing(np.array([5]), 4)
     with pytest.raises(ConfigError, match="capacity"):
         best_fit_decreasing(np.array([1]), 0)
+
+
+def reference_greedy(lengths, capacity, bin_width):
+    """Length-binned greedy one item at a time: longest bin first, dataset order inside, next-fit."""
+    order = sorted((i for i in range(len(lengths)) if lengths[i] > 0), key=lambda i: (-(lengths[i] // bin_width), i))
+    bin_of, current, room = [-1] * len(lengths), -1, 0
+    for i in order:
+        if current < 0 or lengths[i] > room:
+            current, room = current + 1, capacity
+        bin_of[i] = current
+        room -= lengths[i]
+    return bin_of
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda cap: st.tuples(st.just(cap), st.lists(st.integers(0, cap), max_size=80), st.integers(1, 12))
+    )
+)
+def test_greedy_matches_the_sequential_definition(case):
+    capacity, lengths, bin_width = case
+    got = length_binned_greedy(np.array(lengths, dtype=np.int64), capacity, bin_width=bin_width)
+    assert got.tolist() == reference_greedy(lengths, capacity, bin_width)
+
+
+def test_greedy_with_wide_length_bins_keeps_its_order():
+    # capacity // bin_width beyond int16: the sort key stays int64
+    lengths = np.array([70_000, 1, 69_999, 2], dtype=np.int64)
+    assert length_binned_greedy(lengths, 70_000, bin_width=1).tolist() == reference_greedy(lengths.tolist(), 70_000, 1)
