@@ -8,9 +8,11 @@ Measures, each in a fresh subprocess (so peak memory is this measurement's own):
 - indices per second on one rank of 8, iterated with ``iter_chunks(65536)``,
   and per sample (Python ints) for reference.
 
-Each figure is the median of 3 runs (time to first index and memory: each run a fresh
-process; iteration speed: 3 runs in one process, after the first). ``--quick`` uses small N (a smoke run; its
-numbers are not the published ones). The full run writes docs/benchmarks/sampler.md.
+Each figure is the median of 3 rounds; each round is one fresh process that runs every
+row once, ours first (so its first index is a cold start), with VmHWM reset before each
+row. The peer's per-sample iteration continues its first-index job (same N). ``--quick``
+uses small N and one round (a smoke run; its numbers are not the published ones). The full
+run writes docs/benchmarks/sampler.md.
 
     uv run python tools/bench/bench_sampler.py [--quick]
 """
@@ -69,8 +71,17 @@ def measure(kind, n, count):
         next(iter(ResumableDistributedSampler(n, 8, 3, seed=1)))
     elif kind == "first-torch-order":
         next(iter(ResumableDistributedSampler(n, 8, 3, seed=1, order="torch")))
-    elif kind == "first-distributed-sampler":
-        next(iter(DistributedSampler(Length(n), 8, 3, seed=1)))
+    elif kind == "first-distributed-sampler":  # then its per-sample iteration, timed on its own
+        iterator = iter(DistributedSampler(Length(n), 8, 3, seed=1))
+        next(iterator)
+        seconds = time.perf_counter() - start
+        peak = max(0.0, peak_mb() - before)
+        start, done = time.perf_counter(), 0
+        for _ in iterator:
+            done += 1
+            if done >= count:
+                break
+        return {"seconds": seconds, "peak_mb": peak, "iter_seconds": time.perf_counter() - start}
     elif kind == "chunks":
         sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
         while done < count:  # across epochs when one rank's share is smaller than count
@@ -78,13 +89,6 @@ def measure(kind, n, count):
                 done += len(chunk)
                 if done >= count:
                     break
-    elif kind == "torch-samples":  # timed after its randperm: iteration only
-        iterator, done = iter(DistributedSampler(Length(n), 8, 3, seed=1)), 0
-        start = time.perf_counter()
-        for _ in iterator:
-            done += 1
-            if done >= count:
-                break
     elif kind == "samples":
         sampler, done = ResumableDistributedSampler(n, 8, 3, seed=1), 0
         while done < count:
@@ -105,7 +109,7 @@ Job = tuple[str, int, int, int]  # kind, N, count, runs in this process
 
 
 def _child(jobs: list[Job]) -> list[list[dict[str, float]]]:
-    """Run ``jobs`` in one fresh process; every run of every job, in order."""
+    """Run ``jobs`` in one fresh process, in order; every run of every job."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps(jobs)],
@@ -127,17 +131,6 @@ def _median(runs: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
-def _measure(kind: str, n: int, count: int = 0, runs_wanted: int = RUNS) -> dict[str, float]:
-    """Median of ``runs_wanted`` runs of one measurement.
-
-    Time to first index and peak memory (``first-*``) need a fresh process per run; iteration speed
-    does not, so its runs share one process (which saves a torch import per run).
-    """
-    if kind.startswith("first-"):
-        return _median([_child([(kind, n, count, 1)])[0][0] for _ in range(runs_wanted)])
-    return _median(_child([(kind, n, count, runs_wanted)])[0])
-
-
 def _n(value: int) -> str:
     exponent = len(str(value)) - 1
     return f"10^{exponent}" if value == 10**exponent else f"{value:,}"
@@ -146,42 +139,36 @@ def _n(value: int) -> str:
 def run(quick: bool) -> str:
     """Run the benchmark; return it as markdown (the full run is what docs/ quotes)."""
     small, large = (10**6, 10**8) if quick else (10**8, 10**10)
-    repeats = 1 if quick else RUNS
+    rounds = 1 if quick else RUNS
     iterate = 2 * 10**6 if quick else 10**7
     per_sample = 10**5 if quick else 2 * 10**6
-    # the peer's per-sample speed does not depend on N once one rank's share (N / 8) covers the count;
-    # 2 * 10^7 keeps its randperm short
-    torch_n = small if quick else 2 * 10**7
+    # ours first, so that each round's first index is a cold start of the sampler code; the torch
+    # peer's first-index job then iterates per_sample more indices of its list (same N)
     jobs: list[tuple[str, Job]] = [
-        ("ResumableDistributedSampler (feistel)", ("first-feistel", small, 0, repeats)),
-        ("ResumableDistributedSampler (feistel)", ("first-feistel", large, 0, repeats)),
-        ('ResumableDistributedSampler (order="torch")', ("first-torch-order", small, 0, repeats)),
-        ("torch DistributedSampler (randperm)", ("first-distributed-sampler", small, 0, repeats)),
-        (f"iter_chunks(65536), N = {_n(large)}", ("chunks", large, iterate, repeats)),
-        (f"iter_chunks(65536), N = {_n(small)}", ("chunks", small, iterate, repeats)),
-        (f"per sample (Python ints), N = {_n(large)}", ("samples", large, per_sample, repeats)),
-        (
-            f"torch DistributedSampler per sample (after its randperm), N = {_n(torch_n)}",
-            ("torch-samples", torch_n, per_sample, repeats),
-        ),
+        ("ResumableDistributedSampler (feistel)", ("first-feistel", small, 0, 1)),
+        ("ResumableDistributedSampler (feistel)", ("first-feistel", large, 0, 1)),
+        ('ResumableDistributedSampler (order="torch")', ("first-torch-order", small, 0, 1)),
+        ("torch DistributedSampler (randperm)", ("first-distributed-sampler", small, per_sample, 1)),
+        (f"iter_chunks(65536), N = {_n(large)}", ("chunks", large, iterate, 1)),
+        (f"iter_chunks(65536), N = {_n(small)}", ("chunks", small, iterate, 1)),
+        (f"per sample (Python ints), N = {_n(large)}", ("samples", large, per_sample, 1)),
     ]
-    if quick:  # a smoke run: every job in one process (its memory figures are not isolated)
-        results = [_median(runs) for runs in _child([job for _, job in jobs])]
-    else:
-        results = [_measure(kind, n, count, runs) for _, (kind, n, count, runs) in jobs]
+    # each round is a fresh process running every job once, in this order (peak memory: VmHWM is reset
+    # before each job, so each figure is that job's own)
+    per_round = [_child([job for _, job in jobs]) for _ in range(rounds)]
+    results = [_median([r[i][0] for r in per_round]) for i in range(len(jobs))]
     rows = [(name, job[1], job[2], result) for (name, job), result in zip(jobs, results, strict=True)]
     first = [(name, n, result) for name, n, _, result in rows[:4]]
+    peer_iter = {"seconds": first[-1][2]["iter_seconds"]}
     speed = [(name, count, result) for name, _, count, result in rows[4:]]
+    speed.append((f"torch DistributedSampler per sample (after its randperm), N = {_n(small)}", per_sample, peer_iter))
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
     lines = [
         "## tokenloom-sampler" + (" (quick smoke run: small N, not the published figures)" if quick else ""),
         "",
-        f"Machine: {machine}; shared with other work. Medians of {repeats} run(s); "
-        + (
-            "quick: every row in one process."
-            if quick
-            else "time to first index and memory: each run a fresh process; iteration: one process per row."
-        ),
+        f"Machine: {machine}; shared with other work. Medians of {rounds} round(s); each round is one fresh "
+        "process running every row once, in the order of the tables (ours first, so its first index is a cold "
+        "start); peak memory is each row's own (VmHWM reset before it).",
         f"Command: `uv run python tools/bench/bench_sampler.py{' --quick' if quick else ''}`; "
         "every row is rank 3 of 8 replicas.",
         "",

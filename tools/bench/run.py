@@ -105,6 +105,10 @@ def main() -> int:
         for path in sync_readmes(ORDER):
             print(f"updated {path}")
         return 0
+    # Python's default: cache compiled bytecode. Under PYTHONDONTWRITEBYTECODE=1 (some container images set
+    # it) every process, ours and the peers' alike, compiles each imported module again (about 2 s more
+    # per torch import here), which measures the environment, not the code.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     names = [n for n in ORDER if (HERE / f"bench_{n.replace('-', '_')}.py").exists()]
     if args.only:
         wanted = args.only.split(",")
@@ -126,7 +130,8 @@ def main() -> int:
         f"{_dt.date.today().isoformat()}, in {time.perf_counter() - started:.0f} s.",
         f"Machine: {machine()}.",
         "Figures are medians of at least 3 runs; machines here are shared and noisy, so read ratios "
-        "(measured in the same run) rather than absolute numbers.",
+        "(measured in the same run) rather than absolute numbers. Child processes cache bytecode "
+        "(Python's default), whatever PYTHONDONTWRITEBYTECODE says.",
         "",
     ]
     separate = REPO / "docs" / "benchmarks" / "tokenize-rss.md"
