@@ -20,7 +20,7 @@ import orjson
 import xxhash
 
 from tokenloom.formats._atomic import atomic_write_bytes
-from tokenloom.formats._paths import safe_file
+from tokenloom.formats._paths import safe_stat
 from tokenloom.formats._progress import Stage
 from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileError
 
@@ -127,10 +127,12 @@ class Manifest:
         stage = Stage("checksums", sum(e.bytes for e in self.files)) if deep else None
         for entry in self.files:
             path = root / entry.name
-            if not path.exists() and not path.is_symlink():
-                raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=path)
-            safe_file(root, path)
-            size = path.stat().st_size
+            try:
+                size = safe_stat(root, path).st_size
+            except MissingFileError:
+                if path.is_symlink():  # a dangling link: safe_stat's own message says so
+                    raise
+                raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=path) from None
             if size != entry.bytes:
                 raise ChecksumError(
                     f"{entry.name} has {size} bytes, the manifest recorded {entry.bytes}",

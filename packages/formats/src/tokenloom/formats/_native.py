@@ -50,7 +50,7 @@ from tokenloom.formats._manifest import (
     read_manifest,
     write_manifest,
 )
-from tokenloom.formats._paths import safe_file
+from tokenloom.formats._paths import safe_file, safe_stat
 from tokenloom.formats._safety import check_replaceable
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
@@ -306,13 +306,15 @@ def read_native_shard(
     """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard."""
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
-    if not idx_path.exists() and not idx_path.is_symlink():
-        raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
-    if not bin_path.exists() and not bin_path.is_symlink():
-        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
-    safe_file(root, idx_path)
-    safe_file(root, bin_path)
-    idx_bytes = idx_path.stat().st_size
+    infos = []
+    for path, other, missing in ((idx_path, bin_path, "index"), (bin_path, idx_path, "data file")):
+        try:
+            infos.append(safe_stat(root, path))
+        except MissingFileError:
+            if path.is_symlink():  # a dangling link: safe_stat's own message says so
+                raise
+            raise MissingFileError(f"{other.name} has no {missing} {path.name}", path=other) from None
+    idx_bytes, bin_size = infos[0].st_size, infos[1].st_size
     with open(idx_path, "rb") as handle:
         head = handle.read(_HEADER.size)
     dtype, count = header(head, path=idx_path, file_size=idx_bytes)
@@ -328,7 +330,6 @@ def read_native_shard(
         raise TruncatedError(f"index changed size while being read ({len(raw)} bytes)", path=idx_path)
     offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=_HEADER.size).astype(np.int64)
     overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=_HEADER.size + 8 * (count + 1))
-    bin_size = bin_path.stat().st_size
     if bin_size % dtype.itemsize:
         raise TruncatedError(
             f"data file has {bin_size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenloom.formats.errors import MissingFileError, UnsafePathError
 
-__all__ = ["safe_file"]
+__all__ = ["safe_file", "safe_stat"]
 
 
 def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
@@ -18,13 +18,28 @@ def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Pat
     as is a FIFO, socket or device (reading one could hang or never end).
     """
     path = Path(path)
+    safe_stat(root, path)
+    return path
+
+
+def safe_stat(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> os.stat_result:
+    """The checks of :func:`safe_file`; the file's stat (symlinks followed), so callers need no second one."""
+    path = Path(path)
+    if path.parent == Path(root) and path.name not in ("", ".", ".."):
+        # the common case, a plain entry right inside the root: one lstat instead of resolving
+        # both paths (which lstats every component); opening 1,000 shards makes 2,000 of these
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError as exc:
+            raise MissingFileError(f"{path.name} does not exist", path=path) from exc
+        if not stat.S_ISLNK(info.st_mode):
+            _check_regular(path, info)
+            return info  # not a link, directly in the root: its real location is inside the real root
     try:
         info = path.stat()
     except FileNotFoundError as exc:
         raise MissingFileError(f"{path.name} does not exist", path=path) from exc
-    if not stat.S_ISREG(info.st_mode):
-        kind = "FIFO" if stat.S_ISFIFO(info.st_mode) else "directory" if stat.S_ISDIR(info.st_mode) else "special file"
-        raise UnsafePathError(f"{path.name} is a {kind}, expected a regular file", path=path)
+    _check_regular(path, info)
     real_root = Path(root).resolve()
     real = path.resolve()
     if real != real_root and real_root not in real.parents:
@@ -33,4 +48,10 @@ def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Pat
             path=path,
             hint="Copy the file into the dataset directory instead of linking outside it",
         )
-    return path
+    return info
+
+
+def _check_regular(path: Path, info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = "FIFO" if stat.S_ISFIFO(info.st_mode) else "directory" if stat.S_ISDIR(info.st_mode) else "special file"
+        raise UnsafePathError(f"{path.name} is a {kind}, expected a regular file", path=path)
