@@ -187,29 +187,39 @@ def run(quick: bool) -> str:
     tokens = 10**10 if quick else 10**12
     phases = 10 if quick else 100
     megatron_samples = 10**6 if quick else 10**8
-    loader_samples = 800 if quick else 8000
+    loader_samples = 800 if quick else 24000
     lookups = 10**6 if quick else 10**7
     with tempfile.TemporaryDirectory() as work:
         _corpus(Path(work), loader_samples + 200)
         jobs: list[Job] = [
             ("construct", {"tokens": tokens, "phases": phases, "lookups": lookups}, runs),
             ("mix", {"samples": megatron_samples}, runs),
-            ("loader", {"root": work, "samples": loader_samples, "what": "curriculum"}, runs),
-            ("loader", {"root": work, "samples": loader_samples, "what": "mmap"}, runs),
             ("megatron", {"samples": megatron_samples}, runs),
         ]
-        # a smoke run puts every job in one process
-        measured = _child(jobs) if quick else [_child([job])[0] for job in jobs]
+        loaders: list[Job] = [
+            ("loader", {"root": work, "samples": loader_samples, "what": "curriculum"}, 1),
+            ("loader", {"root": work, "samples": loader_samples, "what": "mmap"}, 1),
+        ]
+        if quick:  # a smoke run puts every job in one process
+            measured = _child([*jobs, *loaders])
+        else:
+            measured = [_child([job])[0] for job in jobs]
+            # the two loaders A/B in one process, round by round, so that drift in the machine's load
+            # falls on both alike (their ratio is the target)
+            rounds = _child(loaders * runs)
+            measured += [
+                [run for k, runs_of in enumerate(rounds) if k % 2 == which for run in runs_of] for which in (0, 1)
+            ]
     results = [_median(runs) if runs else None for runs in measured]
-    construct, mix, ours, baseline, megatron = results
+    construct, mix, megatron, ours, baseline = results
     if construct is None or mix is None or ours is None or baseline is None:
         raise RuntimeError("a tokenloom measurement returned nothing (see stderr)")
     ratio = ours["samples_per_s"] / baseline["samples_per_s"]
     lines = [
         "## curriculum",
         "",
-        f"Medians of {runs} run(s) in one fresh process per measurement (peak memory reset before each run)."
-        + (" QUICK smoke run: sizes shrunk." if quick else ""),
+        f"Medians of {runs} run(s) in one fresh process per measurement (peak memory reset before each run); "
+        "the two loaders alternate A/B in one process." + (" QUICK smoke run: sizes shrunk." if quick else ""),
         "",
         "| what | figure | target |",
         "|---|---|---|",

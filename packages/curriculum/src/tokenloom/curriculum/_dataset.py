@@ -30,6 +30,7 @@ __all__ = ["STATE_FORMAT", "CurriculumDataset"]
 log = logging.getLogger("tokenloom.curriculum")
 STATE_FORMAT = "tokenloom.curriculum/1"
 _SEED_RANGE = (-(2**63), 2**64 - 1)
+_FEW = 64  # a list of at most this many ints takes the Python path of __getitems__ (a DataLoader batch)
 
 
 class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
@@ -233,6 +234,8 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """One batched fetch per bucket; the batch carries ``bucket`` (int64 id) beside the sample keys."""
+        if self._plain and type(indices) is list and 0 < len(indices) <= _FEW and all(type(i) is int for i in indices):
+            return self._plain_few(indices)  # a DataLoader batch: the same result without numpy per call
         raw = np.asarray(indices)
         if raw.dtype.kind not in "iu":  # "3", 1.0, True: never coerced into a sample index
             raise TypeError(f"sample indices must be integers, got {raw.dtype} ({list(indices)[:3]!r})")
@@ -257,6 +260,23 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
                 batched[key][torch.from_numpy(rows)] = value
         batched["bucket"] = torch.from_numpy(bucket_ids)
         return SampleBatch(batched)
+
+    def _plain_few(self, indices: list[int]) -> SampleBatch:
+        """:meth:`__getitems__` for fixed windows and a short list of ints, checked as ``_check`` does."""
+        length = len(self)
+        if min(indices) < 0:
+            indices = [i + length if i < 0 else i for i in indices]
+        low, high = min(indices), max(indices)
+        if low < 0 or high >= length:
+            raise IndexError(f"sample indices outside [0, {length})")
+        if self.halt is not None and high >= self.halt_position:
+            raise self.exhausted(high)
+        _, buckets, inner = self.schedule.locate_list(indices)
+        out = np.empty((len(indices), self.config.max_length + 1), dtype=self._window_dtype)
+        datasets = self._datasets
+        for row, (b, i) in enumerate(zip(buckets, inner, strict=True)):
+            out[row] = datasets[b].window(i)
+        return SampleBatch.from_windows(out, extras={"bucket": np.asarray(buckets, dtype=np.int64)})
 
     def budget_tokens(self, positions: Any) -> np.ndarray:
         """Budget tokens of the samples at ``positions`` (the one unit; exact per sample)."""

@@ -134,6 +134,7 @@ class CurriculumSchedule:
         self._mixes: list[MixSchedule] = []
         self._permutations: dict[tuple[int, int], FeistelPermutation] = {}
         self._tables: dict[tuple[int, int], np.ndarray] = {}
+        self._table_views: dict[tuple[int, int], memoryview] = {}
         self._build()
         self._pack()
 
@@ -229,6 +230,8 @@ class CurriculumSchedule:
         bases = [segment.base for segment in self.segments]
         self._base = np.asarray(bases, dtype=np.int64).reshape(len(self.segments), len(self.bucket_samples))
         self._phase = np.asarray([s.phase for s in self.segments], dtype=np.int64)
+        self._phase_list = [s.phase for s in self.segments]  # Python ints for _locate_few
+        self._base_lists = [list(segment.base) for segment in self.segments]
 
     # -- look-ups ----------------------------------------------------------------------
     def draws(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -272,13 +275,21 @@ class CurriculumSchedule:
 
     def _locate_few(self, positions: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`locate` for a handful of positions, in Python integers (same results)."""
+        phases, buckets, indices = self.locate_list(positions)
+        as_array = np.asarray
+        return as_array(phases, np.int64), as_array(buckets, np.int64), as_array(indices, np.int64)
+
+    def locate_list(self, positions: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """:meth:`locate` on a list of Python ints, as lists: the DataLoader-batch path (no numpy per call)."""
         count = len(positions)
         phases, buckets, indices = [0] * count, [0] * count, [0] * count
         starts, roots, tree = self._start_list, self._tree_arrays.roots, self._tree_lists
         fraction, children, source = tree
+        segment_phase, segment_base = self._phase_list, self._base_lists
+        sizes, shuffle, views, limit = self.bucket_samples, self.shuffle, self._table_views, self.num_samples
         for row, position in enumerate(positions):
-            if not 0 <= position < self.num_samples:
-                raise IndexError(f"positions outside [0, {self.num_samples})")
+            if not 0 <= position < limit:
+                raise IndexError(f"positions outside [0, {limit})")
             k = bisect.bisect_right(starts, position) - 1
             x, node = position - starts[k], roots[k]
             while source[node] < 0:
@@ -289,20 +300,25 @@ class CurriculumSchedule:
                 else:
                     x, node = x - before, children[2 * node + 1]
             b = source[node]
-            draw = self.segments[k].base[b] + x
-            epoch, within = divmod(draw, self.bucket_samples[b])
-            phases[row], buckets[row] = self.segments[k].phase, b
-            if not self.shuffle:
+            epoch, within = divmod(segment_base[k][b] + x, sizes[b])
+            phases[row], buckets[row] = segment_phase[k], b
+            if not shuffle:
                 indices[row] = within
                 continue
-            table = self._table(b, epoch)
-            indices[row] = int(table[within]) if table is not None else self._permutation(b, epoch).one(within)
-        as_array = np.asarray
-        return as_array(phases, np.int64), as_array(buckets, np.int64), as_array(indices, np.int64)
+            view = views.get((b, epoch))  # the table's memoryview: a plain int per look-up
+            if view is None:
+                table = self._table(b, epoch)
+                if table is None:
+                    indices[row] = self._permutation(b, epoch).one(within)
+                    continue
+                view = views[(b, epoch)]
+            indices[row] = view[within]
+        return phases, buckets, indices
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_tables"] = {}  # a per-process cache: rebuilt where it is used, never pickled to workers
+        state["_table_views"] = {}  # memoryviews of those tables (they do not pickle either)
         return state
 
     def _table(self, bucket: int, epoch: int) -> np.ndarray | None:
@@ -319,8 +335,10 @@ class CurriculumSchedule:
         if table is None:
             if sum(len(t) for t in self._tables.values()) + size > _TABLE_BUDGET:
                 self._tables.clear()
+                self._table_views.clear()
             positions = np.arange(size, dtype=np.int64)
             table = self._tables[key] = self._permutation(bucket, epoch)(positions).astype(np.int32)
+            self._table_views[key] = table.data
         return table
 
     def _permutation(self, bucket: int, epoch: int) -> FeistelPermutation:
