@@ -202,20 +202,21 @@ def test_workers_receive_no_per_document_index(tmp_path):
 def test_a_short_list_of_ints_takes_the_python_path_with_the_same_samples_and_errors(corpus):
     """DataLoader batches (lists of ints) skip numpy per call; arrays take the vectorised path."""
     ds = CurriculumDataset(config(corpus, policy="renormalise"), seed=7)
+    getitems: Any = ds.__getitems__  # arrays and wrong types on purpose
     rng = np.random.default_rng(3)
     for size in (1, 8, 64):
         positions = rng.integers(-len(ds), len(ds), size=size)
-        fast = ds.__getitems__(positions.tolist()).batched  # Python ints, negatives from the end
-        vectorised = ds.__getitems__(positions).batched  # an int64 array
+        fast = getitems(positions.tolist()).batched  # Python ints, negatives from the end
+        vectorised = getitems(positions).batched  # an int64 array
         assert fast.keys() == vectorised.keys()
         assert all(torch.equal(fast[key], vectorised[key]) for key in fast)
         assert fast["bucket"].dtype == torch.int64
     for bad in ([len(ds)], [0, -len(ds) - 1]):
         with pytest.raises(IndexError, match="outside"):
-            ds.__getitems__(bad)
+            getitems(bad)
         with pytest.raises(IndexError, match="outside"):
-            ds.__getitems__(np.asarray(bad))
+            getitems(np.asarray(bad))
     with pytest.raises(TypeError, match="must be integers"):
-        ds.__getitems__([1.0])
+        getitems([1.0])
     with pytest.raises(TypeError, match="must be integers"):
-        ds.__getitems__([True])
+        getitems([True])
