@@ -216,6 +216,13 @@ def test_a_short_list_of_ints_takes_the_python_path_with_the_same_samples_and_er
             getitems(bad)
         with pytest.raises(IndexError, match="outside"):
             getitems(np.asarray(bad))
+    for huge in ([2**64 - 1], [2**64], [2**63, -1]):  # beyond int64: never wrapped to a valid position
+        with pytest.raises(IndexError, match="outside"):
+            getitems(huge)  # the Python path
+        with pytest.raises(IndexError, match="outside"):
+            getitems(huge * 65)  # too long for it: the numpy path
+    with pytest.raises(IndexError, match="outside"):
+        getitems(np.asarray([2**64 - 1], dtype=np.uint64))
     with pytest.raises(TypeError, match="must be integers"):
         getitems([1.0])
     with pytest.raises(TypeError, match="must be integers"):

@@ -128,6 +128,11 @@ def test_native_idx_without_bin_and_bin_without_idx(tmp_path: Path) -> None:
     with pytest.raises(MissingFileError, match="has no data file shard_00000.bin") as info:
         open_dataset(path, format="native", validate="deep")
     assert info.value.path == str(path / "shard_00000.idx")
+    # the missing partner is named first, whatever is wrong with the file that is there
+    (path / "shard_00000.idx").unlink()
+    (path / "shard_00000.idx").symlink_to(tmp_path / "nowhere.idx")  # dangling
+    with pytest.raises(MissingFileError, match="has no data file shard_00000.bin"):
+        open_dataset(path, format="native", validate="deep")
 
 
 def test_native_data_size_and_final_sentinel(tmp_path: Path) -> None:

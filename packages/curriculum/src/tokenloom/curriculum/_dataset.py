@@ -237,8 +237,14 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         if self._plain and type(indices) is list and 0 < len(indices) <= _FEW and all(type(i) is int for i in indices):
             return self._plain_few(indices)  # a DataLoader batch: the same result without numpy per call
         raw = np.asarray(indices)
+        if raw.dtype.kind in "Of" and raw.size and all(type(i) is int for i in np.asarray(indices, object).ravel()):
+            raise IndexError(
+                f"sample indices outside [0, {len(self)})"
+            )  # Python ints beyond int64 (numpy: object/float)
         if raw.dtype.kind not in "iu":  # "3", 1.0, True: never coerced into a sample index
             raise TypeError(f"sample indices must be integers, got {raw.dtype} ({list(indices)[:3]!r})")
+        if raw.dtype.kind == "u" and raw.size and int(raw.max()) >= len(self):
+            raise IndexError(f"sample indices outside [0, {len(self)})")  # before int64 could wrap 2**64 - 1 to -1
         index = self._check(raw.astype(np.int64, copy=False))
         _, bucket, inner = self.locate(index)
         if self._plain:  # fixed windows: raw tokens straight into one compact batch

@@ -306,15 +306,12 @@ def read_native_shard(
     """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard."""
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
-    infos = []
-    for path, other, missing in ((idx_path, bin_path, "index"), (bin_path, idx_path, "data file")):
-        try:
-            infos.append(safe_stat(root, path))
-        except MissingFileError:
-            if path.is_symlink():  # a dangling link: safe_stat's own message says so
-                raise
-            raise MissingFileError(f"{other.name} has no {missing} {path.name}", path=other) from None
-    idx_bytes, bin_size = infos[0].st_size, infos[1].st_size
+    if not os.path.lexists(idx_path):
+        raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
+    if not os.path.lexists(bin_path):
+        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
+    idx_bytes = safe_stat(root, idx_path).st_size
+    bin_size = safe_stat(root, bin_path).st_size
     with open(idx_path, "rb") as handle:
         head = handle.read(_HEADER.size)
     dtype, count = header(head, path=idx_path, file_size=idx_bytes)

@@ -311,7 +311,7 @@ class CurriculumSchedule:
                 if table is None:
                     indices[row] = self._permutation(b, epoch).one(within)
                     continue
-                view = views[(b, epoch)]
+                view = table.data
             indices[row] = view[within]
         return phases, buckets, indices
 
