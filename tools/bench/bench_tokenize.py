@@ -367,13 +367,16 @@ def rss_scaling(sizes_mb: list[int]) -> str:
             )
             shutil.rmtree(big)
             shutil.rmtree(tmp / f"out-{size}")
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "log", "-1", "--format=%h (%cs)"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     lines = [
         "## tokenize: peak RSS as the input grows",
         "",
         "Command: `uv run python tools/bench/bench_tokenize.py --rss-scaling "
         + ",".join(map(str, sizes_mb))
         + "` (one run per size; copies of the stdlib docstring corpus; the process tree's peak RSS "
-        "sampled every 50 ms; 2 workers).",
+        f"sampled every 50 ms; 2 workers), run on commit {commit or 'unknown'}.",
         "",
         "| input MB | tokens | timed s | tokens/s | peak RSS MiB | vs smallest |",
         "|---:|---:|---:|---:|---:|---:|",

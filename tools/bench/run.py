@@ -9,8 +9,9 @@ returns its markdown section (tables with medians of >= 3 runs and ratios to the
 raw baseline and the best peer) and writes ``docs/benchmarks/<name>.md``. This
 script runs them in a fixed order and joins the sections under one header that
 records the machine and the command. The tokenize peak-RSS scaling to 2 GB takes
-minutes, so it runs on its own (``bench_tokenize.py --rss-scaling 100,500,2000``)
-and its last report is appended here.
+minutes, so it runs on its own (``bench_tokenize.py --rss-scaling 100,500,2000``, which
+records its commit) and its last report is appended here; ``run.py --refresh-separate``
+re-appends it after such a run without rerunning the rest.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def load(name: str):
 
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+SEPARATE = REPO / "docs" / "benchmarks" / "tokenize-rss.md"
+SEPARATE_HEADING = "# Measured separately"
+
+
+def separate_section() -> str:
+    """The tokenize RSS scaling report (its own command and commit), appended after this run's sections."""
+    return f"{SEPARATE_HEADING} (minutes long, so outside this run)\n\n" + SEPARATE.read_text().strip()
 
 
 def sync_readmes(names: list[str]) -> list[Path]:
@@ -100,10 +108,22 @@ def main() -> int:
     parser.add_argument(
         "--sync-readmes", action="store_true", help="only re-quote docs/benchmarks/<pkg>.md in the package READMEs"
     )
+    parser.add_argument(
+        "--refresh-separate",
+        action="store_true",
+        help="only replace the 'measured separately' section of --output with the current "
+        "docs/benchmarks/tokenize-rss.md (after a `bench_tokenize.py --rss-scaling` run)",
+    )
     args = parser.parse_args()
     if args.sync_readmes:
         for path in sync_readmes(ORDER):
             print(f"updated {path}")
+        return 0
+    if args.refresh_separate:
+        out = Path(args.output)
+        head = out.read_text().split(SEPARATE_HEADING, 1)[0].rstrip("\n")
+        out.write_text(head + "\n\n" + separate_section() + "\n")
+        print(f"wrote {out}")
         return 0
     # Python's default: cache compiled bytecode. Under PYTHONDONTWRITEBYTECODE=1 (some container images set
     # it) every process, ours and the peers' alike, compiles each imported module again (about 2 s more
@@ -134,9 +154,8 @@ def main() -> int:
         "(Python's default), whatever PYTHONDONTWRITEBYTECODE says.",
         "",
     ]
-    separate = REPO / "docs" / "benchmarks" / "tokenize-rss.md"
-    if not args.quick and separate.exists():
-        sections.append("# Measured separately (minutes long, so outside this run)\n\n" + separate.read_text().strip())
+    if not args.quick and SEPARATE.exists():
+        sections.append(separate_section())
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
