@@ -238,21 +238,16 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             return self._plain_few(indices)  # a DataLoader batch: the same result without numpy per call
         raw = np.asarray(indices)
         if raw.dtype.kind in "Of" and raw.size and all(type(i) is int for i in np.asarray(indices, object).ravel()):
-            raise IndexError(
-                f"sample indices outside [0, {len(self)})"
-            )  # Python ints beyond int64 (numpy: object/float)
+            # Python ints beyond int64, which numpy holds as object or float
+            raise IndexError(f"sample indices outside [0, {len(self)})")
         if raw.dtype.kind not in "iu":  # "3", 1.0, True: never coerced into a sample index
             raise TypeError(f"sample indices must be integers, got {raw.dtype} ({list(indices)[:3]!r})")
         if raw.dtype.kind == "u" and raw.size and int(raw.max()) >= len(self):
             raise IndexError(f"sample indices outside [0, {len(self)})")  # before int64 could wrap 2**64 - 1 to -1
         index = self._check(raw.astype(np.int64, copy=False))
         _, bucket, inner = self.locate(index)
-        if self._plain:  # fixed windows: raw tokens straight into one compact batch
-            out = np.empty((len(index), self.config.max_length + 1), dtype=self._window_dtype)
-            datasets = self._datasets
-            for row, (b, i) in enumerate(zip(bucket.tolist(), inner.tolist(), strict=True)):
-                out[row] = datasets[b].window(i)
-            return SampleBatch.from_windows(out, extras={"bucket": bucket})
+        if self._plain:
+            return self._windows_batch(bucket.tolist(), inner.tolist(), bucket)
         parts: dict[int, tuple[np.ndarray, SampleBatch]] = {}
         for b in np.flatnonzero(np.bincount(bucket, minlength=len(self.buckets))).tolist():
             rows = np.flatnonzero(bucket == b)
@@ -278,11 +273,15 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         if self.halt is not None and high >= self.halt_position:
             raise self.exhausted(high)
         _, buckets, inner = self.schedule.locate_list(indices)
-        out = np.empty((len(indices), self.config.max_length + 1), dtype=self._window_dtype)
+        return self._windows_batch(buckets, inner, np.asarray(buckets, dtype=np.int64))
+
+    def _windows_batch(self, buckets: list[int], inner: list[int], bucket_ids: np.ndarray) -> SampleBatch:
+        """Fixed windows: raw tokens straight into one compact batch, with ``bucket`` beside them."""
+        out = np.empty((len(buckets), self.config.max_length + 1), dtype=self._window_dtype)
         datasets = self._datasets
         for row, (b, i) in enumerate(zip(buckets, inner, strict=True)):
             out[row] = datasets[b].window(i)
-        return SampleBatch.from_windows(out, extras={"bucket": np.asarray(buckets, dtype=np.int64)})
+        return SampleBatch.from_windows(out, extras={"bucket": bucket_ids})
 
     def budget_tokens(self, positions: Any) -> np.ndarray:
         """Budget tokens of the samples at ``positions`` (the one unit; exact per sample)."""
