@@ -1,0 +1,3 @@
+"""Catalogue rows for wave 3's correctness issue (#21): the tokenize items that are an input or a fault."""
+
+from __future__ import annotations
