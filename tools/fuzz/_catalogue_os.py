@@ -44,7 +44,7 @@ def _simulated(code: int, command: list[str], where: str) -> list[str]:
         "        raise OSError(code, os.strerror(code), os.fspath(path))\n"
         "    return real_mkdir(path, *a, **k)\n"
         "os.mkdir = fake_mkdir\n"
-        "from tokenloom.formats._cli import main\n"
+        "from tokenloom.formats.cli.group import main\n"
         f"sys.argv = ['tokenloom', *{command[3:]!r}]\n"
         "main(prog_name='tokenloom')\n"
     )

@@ -23,7 +23,7 @@ from _catalogue_base import (
 from click.testing import CliRunner
 
 from tokenloom.formats import open_writer
-from tokenloom.formats._cli import main as tokenloom_main
+from tokenloom.formats.cli.group import main as tokenloom_main
 
 # -- other commands: curriculum, stream-state, eval-cache; Python readers --------------------------------
 

@@ -36,7 +36,7 @@ from _catalogue_base import (
 from click.testing import CliRunner
 
 from tokenloom.formats import open_writer
-from tokenloom.formats._cli import main as tokenloom_main
+from tokenloom.formats.cli.group import main as tokenloom_main
 
 # -- the issue's "Why" list ----------------------------------------------------------------------------
 
@@ -434,7 +434,7 @@ def _(tmp: Path) -> Run:
 def _cli_without(module: str, argv: list[str]) -> list[str]:
     """``tokenloom ARGV`` in a process where importing ``module`` fails, as when its extra is not installed."""
     shim = (
-        f"import sys\nsys.modules[{module!r}] = None\nfrom tokenloom.formats._cli import main\n"
+        f"import sys\nsys.modules[{module!r}] = None\nfrom tokenloom.formats.cli.group import main\n"
         f"sys.argv = ['tokenloom', *{argv!r}]\nmain(prog_name='tokenloom')\n"
     )
     return [sys.executable, "-c", shim]

@@ -60,7 +60,7 @@ from _catalogue_base import (
 from click.testing import CliRunner
 
 from tokenloom.formats import DataError
-from tokenloom.formats._cli import main as tokenloom_main
+from tokenloom.formats.cli.group import main as tokenloom_main
 
 # -- running ---------------------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import DataError, open_dataset, open_writer
-from tokenloom.formats._commands import inspect
+from tokenloom.formats.cli.commands import inspect
 
 TIMEOUT_S = 10
 

@@ -4,7 +4,7 @@ DPO fixtures are written as AstrAI's ``save_bin(path, tensors, record_keys=...)`
 writes them (astrai/serialization/dataset.py): per key the concatenated records
 in ``<key>.bin`` and ``{"shape", "dtype", "offsets"}`` in meta.json, torch dtype
 names. AstrAI's bin cannot hold GRPO's nested responses; the GRPO fixture uses the
-grouped layout tokenloom documents (tokenloom.formats._records).
+grouped layout tokenloom documents (tokenloom.formats.keyed.records).
 """
 
 from __future__ import annotations

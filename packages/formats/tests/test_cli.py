@@ -4,7 +4,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import _cli, require
+from tokenloom.formats import require
+from tokenloom.formats.cli import group as _cli
 
 
 def test_version_prints_installed_tokenloom_packages() -> None:

@@ -13,9 +13,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenloom.formats import _cli, open_dataset, open_writer
-from tokenloom.formats._commands import convert, inspect, validate
+from tokenloom.formats import open_dataset, open_writer
 from tokenloom.formats._convert import convert_dataset, iter_batches
+from tokenloom.formats.cli import group as _cli
+from tokenloom.formats.cli.commands import convert, inspect, validate
 
 DOCS = [[5, 6, 0], [7, 0], [1, 2, 3, 4, 0], [9, 9, 9, 9, 9, 9, 0]]
 OVERLAPS = [0, 1, 2, 0]

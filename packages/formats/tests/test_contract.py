@@ -34,7 +34,7 @@ from tokenloom.formats import (
     open_dataset,
     open_writer,
 )
-from tokenloom.formats._commands import convert
+from tokenloom.formats.cli.commands import convert
 
 h5py = pytest.importorskip("h5py") if os.environ.get("TOKENLOOM_ISOLATED_ENV") != "formats" else __import__("h5py")
 

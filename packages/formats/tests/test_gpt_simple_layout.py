@@ -34,7 +34,7 @@ from tokenloom.formats import (
     open_writer,
     read_manifest,
 )
-from tokenloom.formats._commands import convert, validate
+from tokenloom.formats.cli.commands import convert, validate
 
 DOCS = [[5, 6, 0], [7, 0], [], [8, 9, 10, 11, 0]]
 

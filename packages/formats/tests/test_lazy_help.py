@@ -9,12 +9,12 @@ from importlib import metadata
 import click
 import pytest
 
-from tokenloom.formats._cli import ENTRY_POINT_GROUP
-from tokenloom.formats._lazy_help import short_help_from_source
+from tokenloom.formats.cli.group import ENTRY_POINT_GROUP
+from tokenloom.formats.cli.lazy_help import short_help_from_source
 
 PROBE = """
 import sys
-from tokenloom.formats._cli import main
+from tokenloom.formats.cli.group import main
 try:
     main(sys.argv[1:], prog_name="tokenloom")
 except SystemExit:

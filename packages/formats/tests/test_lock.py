@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokenloom.formats import NativeWriter, OutputLockedError, lock_path, open_dataset, output_lock
-from tokenloom.formats._commands import convert
+from tokenloom.formats.cli.commands import convert
 
 HOLD = """
 import sys, time
@@ -55,7 +55,7 @@ def test_second_convert_into_the_same_target_is_refused_naming_the_holder(native
     try:
         _wait_for(lock_path(target))
         second = subprocess.run(
-            [sys.executable, "-c", "from tokenloom.formats._cli import main; main()", "convert", str(native),
+            [sys.executable, "-c", "from tokenloom.formats.cli.group import main; main()", "convert", str(native),
              str(target), "--to", "native", "--no-progress"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from tokenloom.formats import ConfigError, FormatError, NativeWriter, convert_dataset, open_dataset
-from tokenloom.formats._commands import validate
-from tokenloom.formats._npy import npy_header
+from tokenloom.formats.cli.commands import validate
+from tokenloom.formats.flat.npy import npy_header
 
 
 @pytest.fixture

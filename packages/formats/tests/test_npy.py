@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tokenloom.formats import FormatError, ResourceLimitError, TruncatedError, UnsafeFormatError
-from tokenloom.formats._npy import NPY_HEADER_SIZE, npy_header, read_npy_header
+from tokenloom.formats.flat.npy import NPY_HEADER_SIZE, npy_header, read_npy_header
 
 
 def header_file(path: Path, header: str, payload: bytes = b"", *, version: int = 1) -> Path:

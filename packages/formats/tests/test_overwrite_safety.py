@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokenloom.formats import ConfigError, NativeWriter, convert_dataset, open_dataset, prepare_output_dir
-from tokenloom.formats._commands import convert
+from tokenloom.formats.cli.commands import convert
 
 
 def _digest(root: Path) -> dict[str, str]:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import DataError, IndexCorruptError, ResourceLimitError, TruncatedError, UnsafeFormatError
-from tokenloom.formats._pickle_safe import dump_int_tuples, load_int_tuples
+from tokenloom.formats.packed.pickle_safe import dump_int_tuples, load_int_tuples
 
 PAIRS = st.lists(
     st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),

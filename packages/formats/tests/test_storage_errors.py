@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokenloom.formats import NativeWriter, StorageError, convert_dataset, open_dataset, storage_error
-from tokenloom.formats._cli import main
+from tokenloom.formats.cli.group import main
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ def test_unreadable_shard_is_a_storage_error_in_open_and_validate(native: Path) 
     done = subprocess.run([*prefix, "-c", code, str(native)], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == f"ok {errno.EACCES}", done.stderr
     validate = subprocess.run(
-        [*prefix, "-c", "from tokenloom.formats._cli import main; main()", "validate", str(native)],
+        [*prefix, "-c", "from tokenloom.formats.cli.group import main; main()", "validate", str(native)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -99,7 +99,7 @@ def test_astrai_h5_layout_orders_segments_numerically(tmp_path: Path, caplog) ->
         group = f.create_group("sequence")
         for idx in range(12):
             group.create_dataset(f"data_{idx}", data=np.full(2, idx, dtype=np.int64))
-    with caplog.at_level(logging.WARNING, logger="tokenloom.formats._store_h5"):
+    with caplog.at_level(logging.WARNING, logger="tokenloom.formats.keyed.h5"):
         store = open_store(path, "h5", training_type="seq")
     assert store.fetch(0, len(store), "sequence").tolist() == [i for i in range(12) for _ in range(2)]
     assert store.segment_lengths.tolist() == [2] * 12
@@ -117,7 +117,7 @@ def test_h5_writer_names_segments_so_that_name_order_is_write_order(tmp_path: Pa
         by_name = np.concatenate([group[n][()] for n in names]).tolist()
     assert names == sorted(names) and names[0] == "data_000000000000"  # 12 digits: name order holds to 10^12
     assert by_name == [i + 1 for i in range(12) for _ in range(2)]
-    with caplog.at_level(logging.WARNING, logger="tokenloom.formats._store_h5"):
+    with caplog.at_level(logging.WARNING, logger="tokenloom.formats.keyed.h5"):
         assert [int(e[0]) for e in open_dataset(path)] == list(range(1, 13))
     assert "name order" not in caplog.text
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from tokenloom.formats import _commands
+from tokenloom.formats.cli import commands as _commands
 
 
 def test_without_a_registered_validator_the_message_names_the_package(monkeypatch, tmp_path: Path) -> None:

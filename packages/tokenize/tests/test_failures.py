@@ -148,7 +148,7 @@ def _setpriv() -> list[str]:
 def test_unreadable_input_is_a_storage_error(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     prefix = _setpriv()
     (corpus / "a.jsonl").chmod(0)
-    code = "from tokenloom.formats._cli import main; main()"
+    code = "from tokenloom.formats.cli.group import main; main()"
     done = subprocess.run(
         [*prefix, sys.executable, "-c", code, "tokenize", *_args(corpus, tmp_path / "out", tiny_tokenizer)],
         capture_output=True,

@@ -38,7 +38,7 @@ def test_second_tokenize_into_the_same_output_is_refused(
             assert time.monotonic() < deadline and first.poll() is None, first.stderr and first.stderr.read()
             time.sleep(0.05)
         second = subprocess.run(
-            [sys.executable, "-c", "from tokenloom.formats._cli import main; main()", "tokenize", "--input-dir",
+            [sys.executable, "-c", "from tokenloom.formats.cli.group import main; main()", "tokenize", "--input-dir",
              str(corpus), "--output-dir", str(out), "--tokenizer", str(tiny_tokenizer), "--num-workers", "0",
              "--no-progress"],
             capture_output=True, text=True, timeout=120, env=env,

@@ -7,16 +7,10 @@ This package also owns what every tokenloom package shares: the error hierarchy
 (:mod:`tokenloom.formats.errors`) and the ``tokenloom`` command.
 """
 
-from tokenloom.formats import _flat, _megatron, _native
-from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
 from tokenloom.formats._buckets import bucket_dirs, open_buckets
-from tokenloom.formats._cli import cli_errors
-from tokenloom.formats._cli import main as cli
 from tokenloom.formats._convert import ConvertResult, convert_dataset
 from tokenloom.formats._dataset import EOS_AT_DOCUMENT_END, EOS_PLACEMENT, Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
-from tokenloom.formats._flat import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
-from tokenloom.formats._lock import LOCK_SUFFIX, lock_path, output_lock
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     FileEntry,
@@ -26,23 +20,6 @@ from tokenloom.formats._manifest import (
     read_manifest,
     write_manifest,
 )
-from tokenloom.formats._megatron import MegatronWriter, open_megatron
-from tokenloom.formats._native import (
-    WRITING_MARKER,
-    NativeShardWriter,
-    NativeWriter,
-    adopt_native,
-    open_native,
-    prepare_output_dir,
-    read_native_shard,
-    shard_cut,
-)
-from tokenloom.formats._native_legacy import open_native_v0
-from tokenloom.formats._optional import require
-from tokenloom.formats._packed import PackedWriter, is_packed, open_packed, read_packed_file
-from tokenloom.formats._paths import safe_file
-from tokenloom.formats._progress import ProgressCallback
-from tokenloom.formats._records import GROUPED_KEYS, RecordStore, open_records
 from tokenloom.formats._registry import (
     FormatSpec,
     Validate,
@@ -52,14 +29,9 @@ from tokenloom.formats._registry import (
     open_writer,
     register_format,
 )
-from tokenloom.formats._safety import check_disjoint, check_replaceable, real_path
-from tokenloom.formats._storage import storage_error, storage_errors
-from tokenloom.formats._store_bin import BinStore, is_bin_store, open_bin_meta_dataset
-from tokenloom.formats._store_h5 import H5Store, is_h5_store, open_h5_dataset
-from tokenloom.formats._store_open import detect_store_type, open_store
-from tokenloom.formats._store_writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
-from tokenloom.formats._stores import OPTIONAL_TRAINING_TYPE_KEYS, TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
 from tokenloom.formats._writer import TokenWriter, check_tokens
+from tokenloom.formats.cli.group import cli_errors
+from tokenloom.formats.cli.group import main as cli
 from tokenloom.formats.errors import (
     ChecksumError,
     ConfigError,
@@ -79,6 +51,36 @@ from tokenloom.formats.errors import (
     UnsafeFormatError,
     UnsafePathError,
 )
+from tokenloom.formats.flat import reader as _flat
+from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
+from tokenloom.formats.io.atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock
+from tokenloom.formats.io.optional import require
+from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.progress import ProgressCallback
+from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_path
+from tokenloom.formats.io.storage import storage_error, storage_errors
+from tokenloom.formats.keyed.bin_meta import BinStore, is_bin_store, open_bin_meta_dataset
+from tokenloom.formats.keyed.h5 import H5Store, is_h5_store, open_h5_dataset
+from tokenloom.formats.keyed.open import detect_store_type, open_store
+from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
+from tokenloom.formats.keyed.store import OPTIONAL_TRAINING_TYPE_KEYS, TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
+from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
+from tokenloom.formats.megatron import reader as _megatron
+from tokenloom.formats.megatron.reader import MegatronWriter, open_megatron
+from tokenloom.formats.native import writer as _native
+from tokenloom.formats.native.legacy import open_native_v0
+from tokenloom.formats.native.writer import (
+    WRITING_MARKER,
+    NativeShardWriter,
+    NativeWriter,
+    adopt_native,
+    open_native,
+    prepare_output_dir,
+    read_native_shard,
+    shard_cut,
+)
+from tokenloom.formats.packed.reader import PackedWriter, is_packed, open_packed, read_packed_file
 
 register_format(
     FormatSpec(

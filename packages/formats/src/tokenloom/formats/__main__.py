@@ -1,3 +1,3 @@
-from tokenloom.formats._cli import main
+from tokenloom.formats.cli.group import main
 
 main(prog_name="tokenloom")

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats._lock import output_lock
 from tokenloom.formats._registry import available_formats, open_dataset, open_writer
-from tokenloom.formats._safety import check_disjoint, dataset_inputs, remove_on_failure
-from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io.lock import output_lock
+from tokenloom.formats.io.safety import check_disjoint, dataset_inputs, remove_on_failure
+from tokenloom.formats.io.storage import storage_errors
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats._progress import Stage
-from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
+from tokenloom.formats.io.progress import Stage
+from tokenloom.formats.io.storage import storage_errors
 
 __all__ = ["EOS_AT_DOCUMENT_END", "EOS_PLACEMENT", "Shard", "TokenDataset"]
 

@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 import xxhash
 
-from tokenloom.formats._atomic import atomic_write_bytes
-from tokenloom.formats._paths import safe_stat
-from tokenloom.formats._progress import Stage
 from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileError
+from tokenloom.formats.io.atomic import atomic_write_bytes
+from tokenloom.formats.io.paths import safe_stat
+from tokenloom.formats.io.progress import Stage
 
 __all__ = [
     "MANIFEST_NAME",

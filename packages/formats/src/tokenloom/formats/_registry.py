@@ -15,13 +15,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats._progress import ProgressCallback, reporting
-from tokenloom.formats._safety import unlisted_files
-from tokenloom.formats._storage import check_readable, storage_errors
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
+from tokenloom.formats.io.atomic import WRITING_MARKER
+from tokenloom.formats.io.progress import ProgressCallback, reporting
+from tokenloom.formats.io.safety import unlisted_files
+from tokenloom.formats.io.storage import check_readable, storage_errors
 
 _log = logging.getLogger("tokenloom.formats")
 

@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats._store_bin import BinStore, find_meta_files
-from tokenloom.formats._store_h5 import H5_SUFFIXES, H5Store, find_h5_files
-from tokenloom.formats._stores import KeyedStore, StoreFactory
 from tokenloom.formats.errors import FormatError, MissingFileError
+from tokenloom.formats.keyed.bin_meta import BinStore, find_meta_files
+from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files
+from tokenloom.formats.keyed.store import KeyedStore, StoreFactory
 
 __all__ = ["BinStore", "H5Store", "detect_store_type", "open_store"]
 

@@ -17,14 +17,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats._atomic import WRITING_MARKER
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
-from tokenloom.formats._gpts import parse_legacy_header
 from tokenloom.formats._manifest import MANIFEST_NAME, read_manifest
-from tokenloom.formats._native import _stems_without_manifest, read_native_shard
-from tokenloom.formats._paths import safe_file
 from tokenloom.formats.errors import FormatError, IndexCorruptError
+from tokenloom.formats.io.atomic import WRITING_MARKER
+from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.native.layout import parse_legacy_header
+from tokenloom.formats.native.writer import _stems_without_manifest, read_native_shard
 
 __all__ = ["open_native_v0"]
 

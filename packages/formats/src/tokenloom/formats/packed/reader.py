@@ -31,11 +31,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, fsync_dir, make_parents, remove_empty
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
-from tokenloom.formats._paths import safe_file
-from tokenloom.formats._pickle_safe import dump_int_tuples, load_int_tuples
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -47,6 +44,9 @@ from tokenloom.formats.errors import (
     TruncatedError,
     UnsafeFormatError,
 )
+from tokenloom.formats.io.atomic import TMP_SUFFIX, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.packed.pickle_safe import dump_int_tuples, load_int_tuples
 
 __all__ = [
     "PACKED_LAYOUTS",

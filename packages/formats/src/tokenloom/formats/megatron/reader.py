@@ -36,10 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
-from tokenloom.formats._paths import safe_file
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -48,6 +46,8 @@ from tokenloom.formats.errors import (
     MissingFileError,
     TruncatedError,
 )
+from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.paths import safe_file
 
 __all__ = ["MEGATRON_MAGIC", "MegatronWriter", "is_megatron", "megatron_prefixes", "open_megatron"]
 

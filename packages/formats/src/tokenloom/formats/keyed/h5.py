@@ -27,9 +27,6 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats._optional import require
-from tokenloom.formats._paths import safe_file
-from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
 from tokenloom.formats.errors import (
     DataError,
     FormatError,
@@ -38,6 +35,9 @@ from tokenloom.formats.errors import (
     TruncatedError,
     UnsafePathError,
 )
+from tokenloom.formats.io.optional import require
+from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.keyed.store import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
 
 __all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "open_h5_dataset"]
 

@@ -31,18 +31,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import EOS_AT_DOCUMENT_END, EOS_PLACEMENT, Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
-from tokenloom.formats._gpts import (
-    EXTENSION_CODES,
-    LEGACY_CONVERT_HINT,
-    MAX_ENTRIES,
-    NATIVE_MAGIC,
-    pack_header,
-    parse_header,
-)
-from tokenloom.formats._gpts import HEADER as _HEADER
 from tokenloom.formats._manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -50,8 +40,6 @@ from tokenloom.formats._manifest import (
     read_manifest,
     write_manifest,
 )
-from tokenloom.formats._paths import safe_file, safe_stat
-from tokenloom.formats._safety import check_replaceable
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -60,6 +48,18 @@ from tokenloom.formats.errors import (
     MissingFileError,
     TruncatedError,
 )
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.paths import safe_file, safe_stat
+from tokenloom.formats.io.safety import check_replaceable
+from tokenloom.formats.native.layout import (
+    EXTENSION_CODES,
+    LEGACY_CONVERT_HINT,
+    MAX_ENTRIES,
+    NATIVE_MAGIC,
+    pack_header,
+    parse_header,
+)
+from tokenloom.formats.native.layout import HEADER as _HEADER
 
 __all__ = [
     "NATIVE_MAGIC",

@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from tokenloom.formats._atomic import make_parents, remove_empty
-from tokenloom.formats._storage import storage_errors
 from tokenloom.formats.errors import OutputLockedError
+from tokenloom.formats.io.atomic import make_parents, remove_empty
+from tokenloom.formats.io.storage import storage_errors
 
 __all__ = ["LOCK_SUFFIX", "lock_path", "output_lock"]
 

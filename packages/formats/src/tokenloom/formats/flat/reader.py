@@ -39,15 +39,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
-from tokenloom.formats._native import WRITING_MARKER, prepare_output_dir, shard_cut
-from tokenloom.formats._npy import npy_header, read_npy_header
-from tokenloom.formats._paths import safe_file
-from tokenloom.formats._scan import eos_offsets, first_negative
-from tokenloom.formats._tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -57,6 +51,12 @@ from tokenloom.formats.errors import (
     TokenRangeError,
     TruncatedError,
 )
+from tokenloom.formats.flat.npy import npy_header, read_npy_header
+from tokenloom.formats.flat.tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
+from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.scan import eos_offsets, first_negative
+from tokenloom.formats.native.writer import WRITING_MARKER, prepare_output_dir, shard_cut
 
 __all__ = ["DOCUMENT_LENGTHS_NAME", "FLAT_SPLITS", "FlatWriter", "is_flat", "open_flat"]
 

@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from tokenloom.formats._dataset import map_tokens
-from tokenloom.formats._store_bin import META_NAME, BinStore, find_meta_files
-from tokenloom.formats._stores import check_finite
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
+from tokenloom.formats.keyed.store import check_finite
 
 __all__ = ["GROUPED_KEYS", "RecordStore", "open_records"]
 

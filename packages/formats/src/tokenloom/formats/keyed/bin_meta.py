@@ -20,9 +20,6 @@ import numpy as np
 import orjson
 
 from tokenloom.formats._dataset import Shard, TokenDataset, map_tokens
-from tokenloom.formats._native import WRITING_MARKER
-from tokenloom.formats._paths import safe_file
-from tokenloom.formats._stores import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
 from tokenloom.formats.errors import (
     FormatError,
     IndexCorruptError,
@@ -32,6 +29,9 @@ from tokenloom.formats.errors import (
     ShapeMismatchError,
     TruncatedError,
 )
+from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.keyed.store import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
+from tokenloom.formats.native.writer import WRITING_MARKER
 
 __all__ = ["META_NAME", "BinStore", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
 

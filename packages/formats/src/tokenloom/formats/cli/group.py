@@ -23,9 +23,9 @@ from typing import NoReturn
 
 import click
 
-from tokenloom.formats._lazy_help import short_help_from_source
-from tokenloom.formats._storage import storage_error
+from tokenloom.formats.cli.lazy_help import short_help_from_source
 from tokenloom.formats.errors import DataError
+from tokenloom.formats.io.storage import storage_error
 
 ENTRY_POINT_GROUP = "tokenloom.commands"
 DEBUG_KEY = "tokenloom.debug"

@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
-from tokenloom.formats._native import WRITING_MARKER, prepare_output_dir
-from tokenloom.formats._store_bin import META_NAME
-from tokenloom.formats._store_h5 import H5_SUFFIXES, h5py_module
-from tokenloom.formats._stores import (
+from tokenloom.formats._writer import TokenWriter, check_tokens
+from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats.keyed.bin_meta import META_NAME
+from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
+from tokenloom.formats.keyed.store import (
     FLOAT_KEYS,
     KEY_DTYPES,
     OPTIONAL_TRAINING_TYPE_KEYS,
@@ -32,8 +33,7 @@ from tokenloom.formats._stores import (
     check_finite,
     check_key_name,
 )
-from tokenloom.formats._writer import TokenWriter, check_tokens
-from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats.native.writer import WRITING_MARKER, prepare_output_dir
 
 __all__ = ["BinMetaStoreWriter", "H5StoreWriter", "StoreWriter"]
 

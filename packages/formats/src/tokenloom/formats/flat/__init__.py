@@ -1,0 +1,1 @@
+"""Flat shard directories: 1-D ``.npy`` or raw ``.bin`` token files (KempnerForge, tatm)."""

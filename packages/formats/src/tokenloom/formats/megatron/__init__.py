@@ -1,0 +1,1 @@
+"""Megatron-LM indexed datasets (``MMIDIDX`` ``.idx`` + ``.bin``)."""

@@ -1,0 +1,1 @@
+"""Modalities packed files (``.pbin``), with the allow-list pickle parser for their index."""
