@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 
 from tokenloom.datasets import build_sample
-from tokenloom.formats import adopt_native, open_buckets, open_dataset
+from tokenloom.formats import open_buckets, open_dataset
+from tokenloom.formats.native import adopt_native
 from tokenloom.tokenize import TokenizeConfig, Windowing, default_tokenizer_path, tokenize
 
 GPT_SIMPLE = "gpt-simple-lm==0.1.2"

@@ -43,7 +43,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from tokenloom.datasets import MemoryMappedDataset, best_fit_decreasing, collate, interleave, length_binned_greedy
-from tokenloom.formats import FileEntry, Manifest, describe_files, open_dataset, write_manifest
+from tokenloom.formats import Manifest, open_dataset
+from tokenloom.formats.io import FileEntry, describe_files, write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 SEQ = 2048

@@ -34,15 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenloom.formats import (
-    FileEntry,
-    Manifest,
-    convert_dataset,
-    file_checksum,
-    open_dataset,
-    open_writer,
-    write_manifest,
-)
+from tokenloom.formats import Manifest, convert_dataset, open_dataset, open_writer
+from tokenloom.formats.io import FileEntry, file_checksum, write_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks" / "formats.md"

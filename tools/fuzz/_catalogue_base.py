@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats import DataError, describe_files, open_writer, read_manifest, write_manifest
+from tokenloom.formats import DataError, open_writer, read_manifest
+from tokenloom.formats.io import describe_files, write_manifest
 
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[_name] = "1"

@@ -228,7 +228,7 @@ def _hold_lock(out: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-c",
-            "import time\nfrom tokenloom.formats import output_lock\n"
+            "import time\nfrom tokenloom.formats.io import output_lock\n"
             f"with output_lock({str(out)!r}, what='first run'):\n    print('held', flush=True)\n    time.sleep(60)\n",
         ],
         stdout=subprocess.PIPE,

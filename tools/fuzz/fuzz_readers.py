@@ -163,7 +163,8 @@ def _more_readers(root: Path, read_all: Callable[..., int]) -> dict[str, tuple[P
     import struct
 
     from tokenloom.datasets import DatasetFactory
-    from tokenloom.formats import describe_files, open_records, open_store, read_manifest, write_manifest
+    from tokenloom.formats import open_records, open_store, read_manifest
+    from tokenloom.formats.io import describe_files, write_manifest
 
     corpus: dict[str, tuple[Path, Callable[[Path], object]]] = {}
     rng = random.Random("records")

@@ -27,7 +27,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tokenloom.curriculum import BucketExhausted, CurriculumDataset, record_halt, write_run_status
 from tokenloom.datasets import SampleBatch, collate
-from tokenloom.formats import atomic_write_bytes
+from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 
 HALT_EXIT = 3

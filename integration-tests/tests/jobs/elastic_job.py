@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tokenloom.formats import atomic_write_bytes
+from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 
 SEED = 1234

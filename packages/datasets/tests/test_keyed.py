@@ -97,7 +97,7 @@ def test_missing_keys_short_stores_and_bad_types():
 
 
 def test_real_bin_meta_stores_load_for_every_type(tmp_path):
-    from tokenloom.formats import BinMetaStoreWriter
+    from tokenloom.formats.keyed import BinMetaStoreWriter
 
     segments = {
         "sft": [{"sequence": np.array([1, 2, 3, 4, 5]), "loss_mask": np.array([0, 0, 1, 1, 1], dtype=np.uint8)}],

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from tokenloom.formats import (
-    MANIFEST_NAME,
     ChecksumError,
     DataError,
     FormatError,
@@ -28,8 +27,8 @@ from tokenloom.formats import (
     open_store,
     open_writer,
     read_manifest,
-    write_manifest,
 )
+from tokenloom.formats.io import MANIFEST_NAME, write_manifest
 
 h5py = pytest.importorskip("h5py") if os.environ.get("TOKENLOOM_ISOLATED_ENV") != "formats" else __import__("h5py")
 

@@ -4,8 +4,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import require
 from tokenloom.formats.cli import group as _cli
+from tokenloom.formats.io import require
 
 
 def test_version_prints_installed_tokenloom_packages() -> None:

@@ -13,9 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
-    DOCUMENT_LENGTHS_NAME,
-    MANIFEST_NAME,
-    WRITING_MARKER,
     ChecksumError,
     ConfigError,
     DataError,
@@ -29,6 +26,8 @@ from tokenloom.formats import (
     open_dataset,
     open_writer,
 )
+from tokenloom.formats.flat import DOCUMENT_LENGTHS_NAME
+from tokenloom.formats.io import MANIFEST_NAME, WRITING_MARKER
 
 EOS = 0
 DOCS = [[5, 6, 0], [7, 0], [8, 9, 10, 11, 0]]

@@ -19,15 +19,12 @@ import pytest
 from click.testing import CliRunner
 
 from tokenloom.formats import (
-    MANIFEST_NAME,
     ChecksumError,
     ConfigError,
     FormatError,
     IndexCorruptError,
-    NativeWriter,
     TokenRangeError,
     TruncatedError,
-    adopt_native,
     detect_format,
     open_buckets,
     open_dataset,
@@ -35,6 +32,8 @@ from tokenloom.formats import (
     read_manifest,
 )
 from tokenloom.formats.cli.commands import convert, validate
+from tokenloom.formats.io import MANIFEST_NAME
+from tokenloom.formats.native import NativeWriter, adopt_native
 
 DOCS = [[5, 6, 0], [7, 0], [], [8, 9, 10, 11, 0]]
 
@@ -194,7 +193,7 @@ def test_a_bucket_mixing_dtypes(tmp_path: Path) -> None:
 
 def _make_legacy(root: Path) -> None:
     """A dataset in tokenloom's pre-release layout: <4sHHQ headers (code 2 = uint16), manifest version 1."""
-    from tokenloom.formats import describe_files, write_manifest
+    from tokenloom.formats.io import describe_files, write_manifest
 
     with open_writer(root, format="native", dtype="uint16", vocab_size=100, eos_id=0) as writer:
         for doc, overlap in zip(DOCS, [0, 1, 0, 2], strict=True):

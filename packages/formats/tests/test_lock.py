@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import NativeWriter, OutputLockedError, lock_path, open_dataset, output_lock
+from tokenloom.formats import OutputLockedError, open_dataset
 from tokenloom.formats.cli.commands import convert
+from tokenloom.formats.io import lock_path, output_lock
+from tokenloom.formats.native import NativeWriter
 
 HOLD = """
 import sys, time
@@ -112,7 +114,7 @@ def test_a_symlinked_output_shares_the_lock(tmp_path: Path) -> None:
     real.mkdir()
     link = tmp_path / "link"
     link.symlink_to(real, target_is_directory=True)
-    code = "import sys\nfrom tokenloom.formats import output_lock\nwith output_lock(sys.argv[1]):\n    pass\n"
+    code = "import sys\nfrom tokenloom.formats.io import output_lock\nwith output_lock(sys.argv[1]):\n    pass\n"
     with output_lock(real):
         other = subprocess.run([sys.executable, "-c", code, str(link)], capture_output=True, text=True, timeout=60)
         with output_lock(link):  # the same process may nest (tokenize converting into its own OUT)

@@ -11,8 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
-    MANIFEST_NAME,
-    WRITING_MARKER,
     ChecksumError,
     ConfigError,
     DataError,
@@ -26,6 +24,7 @@ from tokenloom.formats import (
     open_dataset,
     open_writer,
 )
+from tokenloom.formats.io import MANIFEST_NAME, WRITING_MARKER
 
 DOCS = [[5, 6, 0], [7, 0], [], [8, 9, 10, 11, 0]]
 

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import ConfigError, FormatError, NativeWriter, convert_dataset, open_dataset
+from tokenloom.formats import ConfigError, FormatError, convert_dataset, open_dataset
 from tokenloom.formats.cli.commands import validate
 from tokenloom.formats.flat.npy import npy_header
+from tokenloom.formats.native import NativeWriter
 
 
 @pytest.fixture

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import ConfigError, NativeWriter, convert_dataset, open_dataset, prepare_output_dir
+from tokenloom.formats import ConfigError, convert_dataset, open_dataset
 from tokenloom.formats.cli.commands import convert
+from tokenloom.formats.io import prepare_output_dir
+from tokenloom.formats.native import NativeWriter
 
 
 def _digest(root: Path) -> dict[str, str]:

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import NativeWriter, StorageError, convert_dataset, open_dataset, storage_error
+from tokenloom.formats import StorageError, convert_dataset, open_dataset
 from tokenloom.formats.cli.group import main
+from tokenloom.formats.io import storage_error
+from tokenloom.formats.native import NativeWriter
 
 
 @pytest.fixture

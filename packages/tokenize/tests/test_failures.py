@@ -77,7 +77,7 @@ def test_simulated_os_error_while_writing_is_a_storage_error(
 def test_cli_prints_one_line_for_a_storage_error_and_debug_shows_the_traceback(
     tmp_path: Path, tiny_tokenizer: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tokenloom.formats import cli as main
+    from tokenloom.formats.cli import main
 
     def failing(*_a, **_k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from tokenloom.formats import WRITING_MARKER, ConfigError, DataError, ResumeMismatchError, open_dataset, read_manifest
+from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, open_dataset, read_manifest
+from tokenloom.formats.io import WRITING_MARKER
 from tokenloom.tokenize import RECORD_NAME, TokenizeConfig, output_path, staging_dir, tokenize
 from tokenloom.tokenize._commands import tokenize as tokenize_command
 

@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tokenloom.formats import lock_path, open_dataset
+from tokenloom.formats import open_dataset
+from tokenloom.formats.io import lock_path
 
 SLOW_RUN = """
 import sys, time

@@ -29,7 +29,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, build_plan
 from tokenloom.datasets import SampleBatch, collate
-from tokenloom.formats import ConfigError, ResumeMismatchError, atomic_write_bytes
+from tokenloom.formats import ConfigError, ResumeMismatchError
+from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import TokenizeConfig, tokenize
 

@@ -17,7 +17,8 @@ import numpy as np
 from tokenloom.curriculum._buckets import discover_buckets
 from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._dataset import CurriculumDataset, drain_effect
-from tokenloom.formats import DataError, require
+from tokenloom.formats import DataError
+from tokenloom.formats.io import require
 
 __all__ = ["Finding", "build_plan", "exit_code", "findings", "plot_plan", "validate"]
 

@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 from tokenloom.curriculum._errors import BucketExhausted
-from tokenloom.formats import ConfigError, FormatError, atomic_write_bytes
+from tokenloom.formats import ConfigError, FormatError
+from tokenloom.formats.io import atomic_write_bytes
 
 __all__ = ["STATUS_FILE", "RunStatus", "read_run_status", "record_halt", "write_run_status"]
 

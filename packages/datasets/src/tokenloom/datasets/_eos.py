@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from tokenloom.formats import ConfigError, require
+from tokenloom.formats import ConfigError
+from tokenloom.formats.io import require
 
 __all__ = ["resolve_eos_id", "tokenizer_eos_id"]
 

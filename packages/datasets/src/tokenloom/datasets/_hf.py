@@ -39,17 +39,8 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch
 from tokenloom.datasets._cache_heal import heal_cache, private_cache_dir
 from tokenloom.datasets._windows import MemoryMappedDataset, check_positive
-from tokenloom.formats import (
-    MANIFEST_NAME,
-    ConfigError,
-    MissingFileError,
-    MissingKeyError,
-    fsync_dir,
-    open_writer,
-    require,
-    smallest_dtype_for_vocab,
-    storage_error,
-)
+from tokenloom.formats import ConfigError, MissingFileError, MissingKeyError, open_writer
+from tokenloom.formats.io import MANIFEST_NAME, fsync_dir, require, smallest_dtype_for_vocab, storage_error
 
 __all__ = ["HuggingFaceDataset", "tokenizer_fingerprint"]
 

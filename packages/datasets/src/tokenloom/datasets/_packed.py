@@ -32,7 +32,8 @@ from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import reopen, token_stream
 from tokenloom.datasets._windows import check_positive
-from tokenloom.formats import ConfigError, TokenDataset, atomic_write_bytes, open_dataset
+from tokenloom.formats import ConfigError, TokenDataset, open_dataset
+from tokenloom.formats.io import atomic_write_bytes
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from tokenloom.formats import file_checksum, fsync_dir
+from tokenloom.formats.io import file_checksum, fsync_dir
 
 __all__ = ["RECORD_NAME", "cached_plan", "plan_damage"]
 

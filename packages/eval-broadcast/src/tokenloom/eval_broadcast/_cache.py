@@ -25,7 +25,8 @@ import torch
 
 from tokenloom.datasets import settings_fingerprint
 from tokenloom.eval_broadcast._rows import DTYPE_CODES, EvalSet, rows_checksum
-from tokenloom.formats import MANIFEST_NAME, ChecksumError, DataError, FormatError, fsync_dir, open_dataset, open_writer
+from tokenloom.formats import ChecksumError, DataError, FormatError, open_dataset, open_writer
+from tokenloom.formats.io import MANIFEST_NAME, fsync_dir
 
 __all__ = ["CacheWarning", "cache_entry", "open_cache", "read_cache", "write_cache"]
 

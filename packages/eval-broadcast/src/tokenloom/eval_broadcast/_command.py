@@ -12,7 +12,8 @@ import click
 from tokenloom.eval_broadcast._broadcast import broadcast_eval_set
 from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
 from tokenloom.eval_broadcast.errors import EvalBuildError
-from tokenloom.formats import ConfigError, DataError, real_path
+from tokenloom.formats import ConfigError, DataError
+from tokenloom.formats.io import real_path
 
 __all__ = ["eval_cache"]
 

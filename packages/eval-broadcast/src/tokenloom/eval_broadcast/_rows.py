@@ -18,7 +18,8 @@ import numpy as np
 import torch
 import xxhash
 
-from tokenloom.formats import ConfigError, TokenDataset, TokenRangeError, smallest_dtype_for_vocab
+from tokenloom.formats import ConfigError, TokenDataset, TokenRangeError
+from tokenloom.formats.io import smallest_dtype_for_vocab
 
 __all__ = ["EvalSet", "EvalTokens", "exact_eval_split", "rows_checksum", "to_rows"]
 

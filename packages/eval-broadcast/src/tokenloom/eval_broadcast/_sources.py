@@ -30,11 +30,9 @@ from tokenloom.formats import (
     RecordError,
     TokenDataset,
     UnsafePathError,
-    file_checksum,
     open_dataset,
-    require,
-    smallest_dtype_for_vocab,
 )
+from tokenloom.formats.io import file_checksum, require, smallest_dtype_for_vocab
 
 __all__ = ["HFEvalSource", "PathEvalSource"]
 

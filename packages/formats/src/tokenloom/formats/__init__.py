@@ -3,241 +3,69 @@
     raw shards (native .bin/.idx, flat .npy/.bin, Megatron, Modalities .pbin, keyed stores)
         -> open_dataset(path) -> TokenDataset (zero-copy views over memory maps)
 
-This package also owns what every tokenloom package shares: the error hierarchy
-(:mod:`tokenloom.formats.errors`) and the ``tokenloom`` command.
+One folder per format (``native/``, ``flat/``, ``megatron/``, ``packed/``, ``keyed/``), each with
+its reader, writer, byte layout and detector, registering its own :class:`FormatSpec`; a third
+party's format plugs in through the ``tokenloom.formats`` entry-point group. Plumbing that sibling
+packages share (atomic writes, locks, path safety, storage errors) lives in
+:mod:`tokenloom.formats.io`, the ``tokenloom`` command in :mod:`tokenloom.formats.cli`, the error
+hierarchy in :mod:`tokenloom.formats.errors`. Importing this package imports neither click nor rich.
 """
 
-from tokenloom.formats._buckets import bucket_dirs, open_buckets
+from tokenloom.formats import errors
+from tokenloom.formats._buckets import open_buckets
+from tokenloom.formats._contract import FormatSpec, StoreSpec, TokenReader, Validate, WriterFactory
 from tokenloom.formats._convert import ConvertResult, convert_dataset
-from tokenloom.formats._dataset import EOS_AT_DOCUMENT_END, EOS_PLACEMENT, Shard, TokenDataset
-from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
-from tokenloom.formats._manifest import (
-    MANIFEST_NAME,
-    FileEntry,
-    Manifest,
-    describe_files,
-    file_checksum,
-    read_manifest,
-    write_manifest,
-)
+from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._registry import (
-    FormatSpec,
-    Validate,
     available_formats,
     detect_format,
+    detect_store_type,
     open_dataset,
+    open_store,
     open_writer,
     register_format,
 )
-from tokenloom.formats._writer import TokenWriter, check_tokens
-from tokenloom.formats.cli.group import cli_errors
-from tokenloom.formats.cli.group import main as cli
-from tokenloom.formats.errors import (
-    ChecksumError,
-    ConfigError,
-    DataError,
-    FormatError,
-    IndexCorruptError,
-    MissingFileError,
-    MissingKeyError,
-    OutputLockedError,
-    RecordError,
-    ResourceLimitError,
-    ResumeMismatchError,
-    ShapeMismatchError,
-    StorageError,
-    TokenRangeError,
-    TruncatedError,
-    UnsafeFormatError,
-    UnsafePathError,
-)
-from tokenloom.formats.flat import reader as _flat
-from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, FlatWriter, open_flat
-from tokenloom.formats.io.atomic import atomic_file, atomic_write_bytes, fsync_dir
-from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock
-from tokenloom.formats.io.optional import require
-from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats.errors import *  # noqa: F403 - the hierarchy, listed once in errors.__all__
+from tokenloom.formats.io.manifest import Manifest, read_manifest
 from tokenloom.formats.io.progress import ProgressCallback
-from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_path
-from tokenloom.formats.io.storage import storage_error, storage_errors
-from tokenloom.formats.keyed.bin_meta import BinStore, is_bin_store, open_bin_meta_dataset
-from tokenloom.formats.keyed.h5 import H5Store, is_h5_store, open_h5_dataset
-from tokenloom.formats.keyed.open import detect_store_type, open_store
-from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
-from tokenloom.formats.keyed.store import OPTIONAL_TRAINING_TYPE_KEYS, TRAINING_TYPE_KEYS, KeyedStore, StoreFactory
-from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
-from tokenloom.formats.megatron import reader as _megatron
-from tokenloom.formats.megatron.reader import MegatronWriter, open_megatron
-from tokenloom.formats.native import writer as _native
-from tokenloom.formats.native.legacy import open_native_v0
-from tokenloom.formats.native.writer import (
-    WRITING_MARKER,
-    NativeShardWriter,
-    NativeWriter,
-    adopt_native,
-    open_native,
-    prepare_output_dir,
-    read_native_shard,
-    shard_cut,
-)
-from tokenloom.formats.packed.reader import PackedWriter, is_packed, open_packed, read_packed_file
 
-register_format(
-    FormatSpec(
-        name="native",
-        description="GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-Simple's own open without)",
-        detect=_native.is_native,
-        open=open_native,
-        writer=NativeWriter,
-    )
-)
-register_format(
-    FormatSpec(
-        name="native-v0",
-        description="read-only: tokenloom's pre-release native layout, to convert (never detected)",
-        detect=lambda path: False,
-        open=open_native_v0,
-        detectable=False,
-    )
-)
-register_format(
-    FormatSpec(
-        name="flat",
-        description="a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)",
-        detect=_flat.is_flat,
-        open=open_flat,
-        writer=FlatWriter,
-    )
-)
-register_format(
-    FormatSpec(
-        name="megatron",
-        description="Megatron-LM MMIDIDX .idx + .bin indexed datasets",
-        detect=_megatron.is_megatron,
-        open=open_megatron,
-        writer=MegatronWriter,
-    )
-)
-
-register_format(
-    FormatSpec(
-        name="packed",
-        description="Modalities .pbin packed files (current and legacy layouts)",
-        detect=is_packed,
-        open=open_packed,
-        writer=PackedWriter,
-    )
-)
-
-register_format(
-    FormatSpec(
-        name="h5",
-        description="HDF5 keyed store (AstrAI): a group per key; its 'sequence' key as tokens",
-        detect=is_h5_store,
-        open=open_h5_dataset,
-        writer=H5StoreWriter,
-    )
-)
-register_format(
-    FormatSpec(
-        name="bin-meta",
-        description="<key>.bin + meta.json keyed store (AstrAI); its 'sequence' key as tokens",
-        detect=is_bin_store,
-        open=open_bin_meta_dataset,
-        writer=BinMetaStoreWriter,
-    )
+# the built-in formats register themselves on import
+from tokenloom.formats import flat, keyed, megatron, native, packed  # noqa: F401  # isort: skip
+from tokenloom.formats.keyed import (
+    OPTIONAL_TRAINING_TYPE_KEYS,
+    TRAINING_TYPE_KEYS,
+    KeyedStore,
+    RecordStore,
+    open_records,
 )
 
 __all__ = [
-    "DOCUMENT_LENGTHS_NAME",
-    "EOS_AT_DOCUMENT_END",
-    "EOS_PLACEMENT",
-    "LOCK_SUFFIX",
-    "MANIFEST_NAME",
-    "TOKEN_DTYPES",
     "OPTIONAL_TRAINING_TYPE_KEYS",
     "TRAINING_TYPE_KEYS",
-    "WRITING_MARKER",
-    "BinMetaStoreWriter",
-    "BinStore",
-    "FileEntry",
-    "FlatWriter",
-    "MegatronWriter",
+    "ConvertResult",
     "FormatSpec",
-    "H5Store",
-    "H5StoreWriter",
     "KeyedStore",
     "Manifest",
-    "NativeShardWriter",
-    "NativeWriter",
-    "PackedWriter",
     "ProgressCallback",
+    "RecordStore",
     "Shard",
-    "StoreFactory",
-    "StoreWriter",
+    "StoreSpec",
     "TokenDataset",
+    "TokenReader",
     "TokenWriter",
     "Validate",
-    "ConvertResult",
-    "GROUPED_KEYS",
-    "RecordStore",
-    "open_records",
-    "adopt_native",
-    "bucket_dirs",
-    "open_buckets",
-    "open_native_v0",
-    "as_token_dtype",
-    "convert_dataset",
-    "atomic_file",
-    "atomic_write_bytes",
+    "WriterFactory",
     "available_formats",
-    "check_disjoint",
-    "cli",
-    "cli_errors",
-    "check_replaceable",
-    "check_tokens",
-    "real_path",
-    "describe_files",
+    "convert_dataset",
     "detect_format",
     "detect_store_type",
-    "file_checksum",
-    "fsync_dir",
-    "lock_path",
-    "output_lock",
+    "open_buckets",
     "open_dataset",
-    "open_flat",
-    "open_megatron",
-    "open_native",
-    "open_packed",
+    "open_records",
     "open_store",
     "open_writer",
-    "prepare_output_dir",
     "read_manifest",
-    "read_native_shard",
-    "read_packed_file",
     "register_format",
-    "safe_file",
-    "shard_cut",
-    "smallest_dtype_for_vocab",
-    "storage_error",
-    "storage_errors",
-    "write_manifest",
-    "ChecksumError",
-    "ConfigError",
-    "DataError",
-    "FormatError",
-    "IndexCorruptError",
-    "MissingFileError",
-    "MissingKeyError",
-    "OutputLockedError",
-    "RecordError",
-    "ResourceLimitError",
-    "ResumeMismatchError",
-    "ShapeMismatchError",
-    "StorageError",
-    "TokenRangeError",
-    "TruncatedError",
-    "UnsafeFormatError",
-    "UnsafePathError",
-    "require",
 ]
+__all__ += errors.__all__

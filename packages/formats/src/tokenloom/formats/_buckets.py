@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._registry import open_dataset
 from tokenloom.formats.errors import FormatError, MissingFileError
@@ -40,7 +41,7 @@ def bucket_dirs(root: str | os.PathLike[str], *, split: str = "train") -> dict[s
 
 
 def open_buckets(
-    root: str | os.PathLike[str], *, split: str = "train", validate: str = "fast", **options: Any
+    root: str | os.PathLike[str], *, split: str = "train", validate: Validate = Validate.FAST, **options: Any
 ) -> dict[str, TokenDataset]:
     """Every bucket of ``root/split/`` opened with ``open_dataset``, by sorted name."""
     return {

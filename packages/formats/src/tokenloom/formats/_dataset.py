@@ -24,15 +24,11 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
+from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.progress import Stage
 from tokenloom.formats.io.storage import storage_errors
 
-__all__ = ["EOS_AT_DOCUMENT_END", "EOS_PLACEMENT", "Shard", "TokenDataset"]
-
-#: Metadata key saying where the EOS id stands: absent (every entry ends with it, tokenloom's
-#: rule) or EOS_AT_DOCUMENT_END (only entries that reach a document's end: GPT-Simple's windowing).
-EOS_PLACEMENT = "eos_placement"
-EOS_AT_DOCUMENT_END = "document_end"
+__all__ = ["Shard", "TokenDataset"]
 
 _bisect_right = bisect.bisect_right
 

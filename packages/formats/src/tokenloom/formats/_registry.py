@@ -1,20 +1,20 @@
-"""Name -> format registry: detection, opening and writing by format name.
+"""One registry: format name -> :class:`FormatSpec` (token formats and keyed stores alike).
 
-Each format module registers a :class:`FormatSpec` when imported (see
-``__init__``). ``detect_format`` asks every detector; exactly one must say yes.
+Each format folder registers its own spec when imported (``native/__init__.py`` and so on); a third
+party's format registers through the ``tokenloom.formats`` entry-point group, whose value is a
+:class:`FormatSpec` (or a function returning one), loaded the first time the registry is asked.
+``detect_format`` asks every detector; exactly one must say yes.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tokenloom.formats._contract import FormatSpec, StoreSpec, Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
@@ -23,57 +23,74 @@ from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.safety import unlisted_files
 from tokenloom.formats.io.storage import check_readable, storage_errors
 
+if TYPE_CHECKING:
+    from tokenloom.formats.keyed.store import KeyedStore
+
 _log = logging.getLogger("tokenloom.formats")
 
 __all__ = [
-    "FormatSpec",
-    "Validate",
+    "ENTRY_POINT_GROUP",
     "available_formats",
     "detect_format",
+    "detect_store_type",
     "open_dataset",
+    "open_store",
     "open_writer",
     "register_format",
+    "store_spec",
 ]
 
-
-class Validate(StrEnum):
-    """How much ``open_dataset`` checks before returning."""
-
-    NONE = "none"  # trust the files (sizes are still read)
-    FAST = "fast"  # headers, sizes, offsets, manifest (and index-file checksums)
-    DEEP = "deep"  # also every checksum, token ids < vocab size, EOS placement
-
-
-@dataclass(frozen=True, slots=True)
-class FormatSpec:
-    """A token format tokenloom can read (and usually write)."""
-
-    name: str
-    description: str
-    detect: Callable[[Path], bool]
-    open: Callable[..., TokenDataset]  # open(path, *, validate, dtype, **options)
-    writer: Callable[..., TokenWriter] | None = None  # writer(path, *, dtype, vocab_size, eos_id, **options)
-    detectable: bool = True  # False: opened only by name (format=...), never chosen by detect_format
-
+#: Third-party formats: ``[project.entry-points."tokenloom.formats"] name = "pkg.module:SPEC"``.
+ENTRY_POINT_GROUP = "tokenloom.formats"
 
 _FORMATS: dict[str, FormatSpec] = {}
+_plugins_loaded = False
 
 
 def register_format(spec: FormatSpec) -> None:
     """Add (or replace) a format under ``spec.name``."""
+    if not isinstance(spec, FormatSpec):
+        raise ConfigError(f"register_format takes a FormatSpec, got {type(spec).__name__}", field="spec")
     _FORMATS[spec.name] = spec
 
 
+def _load_plugins() -> None:
+    """Register every format of the ``tokenloom.formats`` entry-point group (once per process)."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = point.load()
+            spec = loaded if isinstance(loaded, FormatSpec) else loaded()
+        except Exception as exc:
+            raise ConfigError(
+                f"format plugin {point.name!r} ({point.value}) failed to load: {type(exc).__name__}: {exc}",
+                field="format",
+                hint=f"Reinstall or uninstall the package that declares it in the {ENTRY_POINT_GROUP!r} entry points",
+            ) from exc
+        if not isinstance(spec, FormatSpec):
+            raise ConfigError(
+                f"format plugin {point.name!r} ({point.value}) gave a {type(spec).__name__}, expected a FormatSpec",
+                field="format",
+                hint="The entry point must name a FormatSpec or a function that returns one",
+            )
+        register_format(spec)
+
+
 def available_formats() -> dict[str, FormatSpec]:
-    """Registered formats by name."""
+    """Registered formats by name (built in, then entry-point plugins)."""
+    _load_plugins()
     return dict(_FORMATS)
 
 
 def _spec(name: str) -> FormatSpec:
+    formats = available_formats()
     try:
-        return _FORMATS[name]
+        return formats[name]
     except KeyError:
-        raise ConfigError(f"unknown format {name!r}, expected one of {sorted(_FORMATS)}", field="format") from None
+        raise ConfigError(f"unknown format {name!r}, expected one of {sorted(formats)}", field="format") from None
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -87,7 +104,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             path=target,
             hint="Wait for the writer, or rerun the command that writes this dataset",
         )
-    detectable = {name: spec for name, spec in _FORMATS.items() if spec.detectable}
+    detectable = {name: spec for name, spec in available_formats().items() if spec.detectable}
     matches = [name for name, spec in detectable.items() if spec.detect(target)]
     if len(matches) == 1:
         return matches[0]
@@ -135,44 +152,33 @@ def open_dataset(
     *,
     format: str | None = None,
     dtype: Any = None,
-    validate: str = "fast",
+    validate: Validate | str = Validate.FAST,
     on_progress: ProgressCallback | None = None,
     **options: Any,
 ) -> TokenDataset:
     """Open any token dataset tokenloom reads; see :class:`Validate` for ``validate``.
 
     ``on_progress(stage, done, total)`` follows the long reads of deep validation (checksums in
-    bytes, token ids in tokens, EOS placement in entries): see :mod:`tokenloom.formats._progress`.
+    bytes, token ids in tokens, EOS placement in entries): see :mod:`tokenloom.formats.io.progress`.
     """
-    try:
-        level = Validate(validate)
-    except ValueError:
-        raise ConfigError(
-            f"validate={validate!r}, expected one of {[v.value for v in Validate]}", field="validate"
-        ) from None
+    level = as_validate(validate)
     with storage_errors(path, "opening the dataset"), reporting(on_progress):
-        name = format or detect_format(path)
-        _check_options(name, options)
-        dataset = _spec(name).open(Path(path), validate=level.value, dtype=dtype, **options)
+        spec = _spec(format or detect_format(path))
+        _check_options(spec, options)
+        dataset = spec.open(Path(path), validate=level, dtype=dtype, **options)
     for warning in unlisted_files(dataset):
         _log.warning("%s: %s", dataset.root, warning)
     return dataset
 
 
-def _check_options(name: str, options: dict[str, Any]) -> None:
-    """ConfigError for options the reader of ``name`` does not take (e.g. vocab_size for native)."""
-    try:
-        accepted = inspect.signature(_spec(name).open).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
-        return
-    unknown = sorted(set(options) - set(accepted))
+def _check_options(spec: FormatSpec, options: dict[str, Any]) -> None:
+    """ConfigError for options the reader of ``spec`` does not take (e.g. vocab_size for native)."""
+    unknown = sorted(set(options) - set(spec.options))
     if unknown:
         raise ConfigError(
-            f"option(s) {', '.join(unknown)} do not apply to format {name!r}",
+            f"option(s) {', '.join(unknown)} do not apply to format {spec.name!r}",
             field=unknown[0],
-            hint=f"The data was detected as {name}; drop the option or pass the intended format",
+            hint=f"The data was detected as {spec.name}; drop the option or pass the intended format",
         )
 
 
@@ -188,7 +194,63 @@ def open_writer(
     """A crash-safe writer for ``format``: use as a context manager, ``add`` entries."""
     spec = _spec(format)
     if spec.writer is None:
-        writable = sorted(name for name, s in _FORMATS.items() if s.writer is not None)
+        writable = sorted(name for name, s in available_formats().items() if s.writer is not None)
         raise ConfigError(f"format {format!r} is read-only here, writable: {writable}", field="format")
     with storage_errors(path, f"creating the {format} output"):
         return spec.writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)
+
+
+def _stores() -> dict[str, StoreSpec]:
+    """Keyed stores by storage type ("h5", "bin"): the registered formats that have a store side."""
+    return {spec.store.name: spec.store for spec in available_formats().values() if spec.store is not None}
+
+
+def store_spec(storage_type: str) -> StoreSpec:
+    """The keyed store registered as ``storage_type``; ConfigError listing the valid names otherwise."""
+    stores = _stores()
+    try:
+        return stores[storage_type]
+    except KeyError:
+        raise ConfigError(
+            f"unknown storage type {storage_type!r}, expected one of {sorted(stores)}", field="storage_type"
+        ) from None
+
+
+def detect_store_type(path: str | os.PathLike[str]) -> str:
+    """The storage type of the keyed store at ``path`` (``"h5"``: .h5/.hdf5 files, ``"bin"``: meta.json)."""
+    target = Path(path)
+    stores = _stores()
+    if not target.exists():
+        raise MissingFileError(f"{target.name} does not exist", path=target)
+    found = [name for name, store in stores.items() if store.detect(target)]
+    if len(found) == 1:
+        return found[0]
+    if target.is_file() and not found:
+        raise FormatError(f"{target.name} is not a keyed store (expected .h5/.hdf5 or a directory)", path=target)
+    if not found:
+        tried = ", ".join(f"{name}: {store.looks_like}" for name, store in stores.items())
+        raise FormatError(f"no keyed store here (tried {tried})", path=target, field="storage_type")
+    raise FormatError(
+        f"the directory holds more than one kind of keyed store ({', '.join(found)})",
+        path=target,
+        hint=f"Pass storage_type={found[0]!r} or another of {found}",
+    )
+
+
+def open_store(
+    path: str | os.PathLike[str],
+    storage_type: str | None = None,
+    *,
+    training_type: str | None = None,
+    **options: Any,
+) -> KeyedStore:
+    """Load the keyed store at ``path`` (backend detected unless ``storage_type`` is given).
+
+    ``training_type`` (seq / sft / dpo / grpo) checks that its keys are present;
+    ``options`` go to the store (``validate``, ``max_elements``).
+    """
+    store = store_spec(storage_type or detect_store_type(path)).store(**options)
+    store.load(path)
+    if training_type is not None:
+        store.require(training_type)
+    return store

@@ -14,8 +14,8 @@ from typing import Any, Self
 
 import numpy as np
 
-from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats.errors import ConfigError, TokenRangeError
+from tokenloom.formats.io.dtypes import as_token_dtype
 
 __all__ = ["TokenWriter", "check_tokens"]
 

@@ -182,7 +182,7 @@ class StorageError(DataError):
     """The operating system refused a read or write (disk full, read-only, permission, I/O error).
 
     ``errno`` holds the OS error number (``errno.ENOSPC``, ...), ``path`` the file concerned.
-    Build one with :func:`tokenloom.formats.storage_error` so the hint matches the errno.
+    Build one with :func:`tokenloom.formats.io.storage_error` so the hint matches the errno.
     """
 
     default_hint = "Check the path, its permissions and the free space of its file system"

@@ -14,7 +14,8 @@ import xxhash
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.datasets import build_batch
-from tokenloom.formats import ConfigError, ResumeMismatchError, require
+from tokenloom.formats import ConfigError, ResumeMismatchError
+from tokenloom.formats.io import require
 from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, engine_encoder, resolve_tokenizer
 from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items

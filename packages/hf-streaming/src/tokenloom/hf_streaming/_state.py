@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from tokenloom.formats import ConfigError, FormatError, MissingFileError, ResumeMismatchError, atomic_write_bytes
+from tokenloom.formats import ConfigError, FormatError, MissingFileError, ResumeMismatchError
+from tokenloom.formats.io import atomic_write_bytes
 
 __all__ = [
     "FORMAT",

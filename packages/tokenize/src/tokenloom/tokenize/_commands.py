@@ -7,7 +7,8 @@ from typing import NoReturn
 
 import click
 
-from tokenloom.formats import DataError, cli_errors
+from tokenloom.formats import DataError
+from tokenloom.formats.cli import cli_errors
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._formats import tokenize as run_tokenize
 from tokenloom.tokenize._pipeline import TokenizeSummary

@@ -27,23 +27,18 @@ from typing import Any
 
 import orjson
 
-from tokenloom.formats import (
+from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, convert_dataset, open_dataset, read_manifest
+from tokenloom.formats.io import (
     EOS_PLACEMENT,
     LOCK_SUFFIX,
     MANIFEST_NAME,
     WRITING_MARKER,
-    ConfigError,
-    DataError,
-    ResumeMismatchError,
     atomic_write_bytes,
     check_disjoint,
     check_replaceable,
-    convert_dataset,
     fsync_dir,
-    open_dataset,
     output_lock,
     prepare_output_dir,
-    read_manifest,
     real_path,
     storage_errors,
 )

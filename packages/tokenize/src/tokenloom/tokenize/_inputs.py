@@ -21,7 +21,8 @@ from typing import Protocol
 
 import xxhash
 
-from tokenloom.formats import ConfigError, MissingFileError, UnsafePathError, storage_error
+from tokenloom.formats import ConfigError, MissingFileError, UnsafePathError
+from tokenloom.formats.io import storage_error
 
 __all__ = [
     "INPUT_SUFFIXES",

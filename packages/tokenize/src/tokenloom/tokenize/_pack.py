@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenloom.formats import ConfigError, RecordError, check_disjoint, open_writer, smallest_dtype_for_vocab
+from tokenloom.formats import ConfigError, RecordError, open_writer
+from tokenloom.formats.io import check_disjoint, smallest_dtype_for_vocab
 from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._formats import check_tokenizer_files

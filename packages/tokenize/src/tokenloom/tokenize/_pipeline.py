@@ -29,20 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats import (
+from tokenloom.formats import ConfigError, DataError, Manifest, RecordError, ResumeMismatchError, read_manifest
+from tokenloom.formats.io import (
     EOS_AT_DOCUMENT_END,
     EOS_PLACEMENT,
     MANIFEST_NAME,
     WRITING_MARKER,
-    ConfigError,
-    DataError,
     FileEntry,
-    Manifest,
-    RecordError,
-    ResumeMismatchError,
     fsync_dir,
     prepare_output_dir,
-    read_manifest,
     smallest_dtype_for_vocab,
     write_manifest,
 )

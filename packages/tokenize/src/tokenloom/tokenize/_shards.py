@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tokenloom.formats import NativeShardWriter, file_checksum, shard_cut
+from tokenloom.formats.io import file_checksum, shard_cut
+from tokenloom.formats.native import NativeShardWriter
 
 __all__ = ["ShardCutter", "ShardRecord", "shard_stem"]
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from tokenloom.formats import FormatError, atomic_write_bytes
+from tokenloom.formats import FormatError
+from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.tokenize._shards import ShardRecord
 
 __all__ = ["STATE_NAME", "Counts", "RunState", "read_state", "write_state"]

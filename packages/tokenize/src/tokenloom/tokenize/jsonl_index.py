@@ -25,14 +25,8 @@ import numpy.typing as npt
 import orjson
 import xxhash
 
-from tokenloom.formats import (
-    ConfigError,
-    IndexCorruptError,
-    MissingFileError,
-    RecordError,
-    atomic_file,
-    atomic_write_bytes,
-)
+from tokenloom.formats import ConfigError, IndexCorruptError, MissingFileError, RecordError
+from tokenloom.formats.io import atomic_file, atomic_write_bytes
 
 __all__ = ["INDEX_SUFFIX", "RECORD_SUFFIX", "JsonlIndex", "build_index", "index_path"]
 

@@ -15,11 +15,11 @@ import orjson
 
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats._manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats._registry import available_formats, open_dataset
 from tokenloom.formats.cli.group import cli_errors
 from tokenloom.formats.cli.summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
+from tokenloom.formats.io.manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.progress import reporting
 from tokenloom.formats.io.safety import dataset_inputs, unlisted_files

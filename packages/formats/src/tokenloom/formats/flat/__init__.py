@@ -1,1 +1,21 @@
-"""Flat shard directories: 1-D ``.npy`` or raw ``.bin`` token files (KempnerForge, tatm)."""
+"""Flat shard directories: 1-D ``.npy`` or raw ``.bin`` token files (KempnerForge, tatm).
+
+``reader.py`` holds the layout doc, detector, reader and writer; ``npy.py`` the ``.npy`` header
+parser and writer; ``tatm.py`` tatm's ``metadata.json`` / ``metadata.yaml``.
+"""
+
+from tokenloom.formats._contract import FormatSpec
+from tokenloom.formats._registry import register_format
+from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, FlatWriter, is_flat, open_flat
+
+__all__ = ["DOCUMENT_LENGTHS_NAME", "SPEC", "FlatWriter", "is_flat", "open_flat"]
+
+SPEC = FormatSpec(
+    name="flat",
+    description="a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)",
+    detect=is_flat,
+    open=open_flat,
+    writer=FlatWriter,
+    options=("file_pattern", "split", "eos_id", "vocab_size"),
+)
+register_format(SPEC)

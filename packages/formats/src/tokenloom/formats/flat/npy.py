@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenloom.formats._dtypes import TOKEN_DTYPES
 from tokenloom.formats.errors import FormatError, ResourceLimitError, TruncatedError, UnsafeFormatError
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES
 
 __all__ = ["MAX_HEADER_BYTES", "NPY_HEADER_SIZE", "NPY_MAGIC", "NpyHeader", "npy_header", "read_npy_header"]
 

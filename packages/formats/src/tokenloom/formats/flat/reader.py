@@ -39,9 +39,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats._dtypes import as_token_dtype
-from tokenloom.formats._manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -53,10 +52,12 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.flat.npy import npy_header, read_npy_header
 from tokenloom.formats.flat.tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
-from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
+from tokenloom.formats.io.output import prepare_output_dir, shard_cut
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.scan import eos_offsets, first_negative
-from tokenloom.formats.native.writer import WRITING_MARKER, prepare_output_dir, shard_cut
 
 __all__ = ["DOCUMENT_LENGTHS_NAME", "FLAT_SPLITS", "FlatWriter", "is_flat", "open_flat"]
 
@@ -148,7 +149,7 @@ def _candidate_files(root: Path, pattern: str, manifest: Manifest | None) -> lis
 def open_flat(
     path: str | os.PathLike[str],
     *,
-    validate: str = "fast",
+    validate: Validate = Validate.FAST,
     dtype: Any = None,
     file_pattern: str | None = None,
     split: str | None = None,
@@ -183,8 +184,8 @@ def open_flat(
                     field="format",
                     hint=f"Open it with format={manifest.format!r}",
                 )
-            if validate != "none":
-                manifest.verify(root, deep=validate == "deep")
+            if validate != Validate.NONE:
+                manifest.verify(root, deep=validate == Validate.DEEP)
         metadata_path = find_tatm_metadata(root)
         if metadata_path is not None:
             safe_file(root, metadata_path)
@@ -231,7 +232,7 @@ def open_flat(
         if split == "eos":
             shard.offsets = eos_offsets(shard.tokens, int(eos_id))  # type: ignore[arg-type]
             shard.overlap_prefix = np.zeros(shard.num_entries, dtype=np.uint16)
-        if validate != "none":
+        if validate != Validate.NONE:
             _refuse_negative(shard)
     if manifest is not None and file_pattern is None:
         tokens = sum(s.num_tokens for s in shards)
@@ -255,7 +256,7 @@ def open_flat(
             **({"tokenizer": tatm.tokenizer} if tatm and tatm.tokenizer else {}),
         },
     )
-    if validate == "deep":
+    if validate == Validate.DEEP:
         dataset.check_token_range()
         if split == "eos":
             dataset.check_eos_placement()

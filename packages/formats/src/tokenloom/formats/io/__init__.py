@@ -1,1 +1,63 @@
-"""Plumbing shared by the formats and sibling packages: atomic writes, locks, path safety, storage errors."""
+"""Plumbing the formats share and sibling packages take from here (and only here).
+
+- atomic writes: ``atomic_file``, ``atomic_write_bytes``, ``fsync_dir``, ``WRITING_MARKER``
+- locks: ``output_lock``, ``lock_path``, ``LOCK_SUFFIX``
+- path safety: ``safe_file``, ``real_path``, ``check_disjoint``, ``check_replaceable``
+- storage errors: ``storage_error``, ``storage_errors`` (an OSError as a named StorageError)
+- output directories: ``prepare_output_dir``, ``shard_cut``
+- manifests: ``write_manifest``, ``describe_files``, ``file_checksum``, ``FileEntry``
+- token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
+- optional dependencies: ``require``
+
+Everything here imports only from ``io`` itself and ``tokenloom.formats.errors``.
+"""
+
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
+from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock
+from tokenloom.formats.io.manifest import (
+    EOS_AT_DOCUMENT_END,
+    EOS_PLACEMENT,
+    MANIFEST_NAME,
+    FileEntry,
+    describe_files,
+    file_checksum,
+    write_manifest,
+)
+from tokenloom.formats.io.optional import require
+from tokenloom.formats.io.output import prepare_output_dir, shard_cut
+from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_path
+from tokenloom.formats.io.scan import eos_offsets
+from tokenloom.formats.io.storage import storage_error, storage_errors
+
+__all__ = [
+    "EOS_AT_DOCUMENT_END",
+    "EOS_PLACEMENT",
+    "LOCK_SUFFIX",
+    "MANIFEST_NAME",
+    "TMP_SUFFIX",
+    "TOKEN_DTYPES",
+    "WRITING_MARKER",
+    "FileEntry",
+    "as_token_dtype",
+    "atomic_file",
+    "atomic_write_bytes",
+    "check_disjoint",
+    "check_replaceable",
+    "describe_files",
+    "eos_offsets",
+    "file_checksum",
+    "fsync_dir",
+    "lock_path",
+    "output_lock",
+    "prepare_output_dir",
+    "real_path",
+    "require",
+    "safe_file",
+    "shard_cut",
+    "smallest_dtype_for_vocab",
+    "storage_error",
+    "storage_errors",
+    "write_manifest",
+]

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import orjson
 
-from tokenloom.formats._manifest import MANIFEST_NAME
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER
+from tokenloom.formats.io.manifest import MANIFEST_NAME
 
 __all__ = [
     "check_disjoint",

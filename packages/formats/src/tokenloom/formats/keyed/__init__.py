@@ -1,1 +1,69 @@
-"""Keyed stores: HDF5 (``.h5``), ``<key>.bin`` + ``meta.json``, and grouped records."""
+"""Keyed stores: HDF5 (``.h5``), ``<key>.bin`` + ``meta.json``, and grouped records.
+
+``store.py`` holds what every keyed store shares (keys per training type, ``fetch``), ``h5.py`` and
+``bin_meta.py`` each store's layout doc, detector and readers, ``writers.py`` their writers and
+``records.py`` the grouped record layout. Both stores also open as token datasets (their
+``sequence`` key), so they register as formats with a store side.
+"""
+
+from pathlib import Path
+
+from tokenloom.formats._contract import FormatSpec, StoreSpec
+from tokenloom.formats._registry import register_format
+from tokenloom.formats.keyed.bin_meta import BinStore, find_meta_files, is_bin_store, open_bin_meta_dataset
+from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h5_store, open_h5_dataset
+from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
+from tokenloom.formats.keyed.store import (
+    OPTIONAL_TRAINING_TYPE_KEYS,
+    TRAINING_TYPE_KEYS,
+    KeyedStore,
+    StoreFactory,
+)
+from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
+
+__all__ = [
+    "GROUPED_KEYS",
+    "H5_SPEC",
+    "BIN_META_SPEC",
+    "OPTIONAL_TRAINING_TYPE_KEYS",
+    "TRAINING_TYPE_KEYS",
+    "BinMetaStoreWriter",
+    "BinStore",
+    "H5Store",
+    "H5StoreWriter",
+    "KeyedStore",
+    "RecordStore",
+    "StoreFactory",
+    "StoreWriter",
+    "open_records",
+]
+
+
+def _holds_h5(path: Path) -> bool:
+    return path.suffix in H5_SUFFIXES if path.is_file() else path.is_dir() and bool(find_h5_files(path))
+
+
+def _holds_bin_meta(path: Path) -> bool:
+    return path.is_dir() and bool(find_meta_files(path))
+
+
+H5_SPEC = FormatSpec(
+    name="h5",
+    description="HDF5 keyed store (AstrAI): a group per key; its 'sequence' key as tokens",
+    detect=is_h5_store,
+    open=open_h5_dataset,
+    writer=H5StoreWriter,
+    options=("key", "vocab_size", "eos_id"),
+    store=StoreSpec(name="h5", store=H5Store, detect=_holds_h5, looks_like="*.h5/*.hdf5 files"),
+)
+BIN_META_SPEC = FormatSpec(
+    name="bin-meta",
+    description="<key>.bin + meta.json keyed store (AstrAI); its 'sequence' key as tokens",
+    detect=is_bin_store,
+    open=open_bin_meta_dataset,
+    writer=BinMetaStoreWriter,
+    options=("key", "vocab_size", "eos_id"),
+    store=StoreSpec(name="bin", store=BinStore, detect=_holds_bin_meta, looks_like="meta.json + <key>.bin"),
+)
+register_format(H5_SPEC)
+register_format(BIN_META_SPEC)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset, map_tokens
 from tokenloom.formats.errors import (
     FormatError,
@@ -29,9 +30,9 @@ from tokenloom.formats.errors import (
     ShapeMismatchError,
     TruncatedError,
 )
+from tokenloom.formats.io.atomic import WRITING_MARKER
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.keyed.store import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
-from tokenloom.formats.native.writer import WRITING_MARKER
+from tokenloom.formats.keyed.store import KeyedStore, check_finite, check_key_name, token_key_dtype
 
 __all__ = ["META_NAME", "BinStore", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
 
@@ -109,7 +110,7 @@ class BinStore(KeyedStore):
         lengths = self._check_aligned({key: [part.lengths[key] for part in parts] for key in keys}, path=path)
         records = self._records(parts, lengths)
         self._parts, self._keys, self._dtypes = parts, keys, dtypes
-        if self.validate != "none":
+        if self.validate != Validate.NONE:
             for segment, part in enumerate(parts):
                 for key in keys:
                     if dtypes[key].kind == "f":
@@ -211,13 +212,10 @@ class BinStore(KeyedStore):
         return mapped[start:stop]
 
 
-StoreFactory.register("bin", BinStore)
-
-
 def open_bin_meta_dataset(
     path: str | os.PathLike[str],
     *,
-    validate: str = "fast",
+    validate: Validate = Validate.FAST,
     dtype: Any = None,
     key: str = "sequence",
     vocab_size: int | None = None,
@@ -248,7 +246,7 @@ def open_bin_meta_dataset(
         eos_id=eos_id,
         metadata={"key": key, "keys": store.keys},
     )
-    if validate == "deep":  # a store records no vocab size: pass vocab_size= to check ids against it
+    if validate == Validate.DEEP:  # a store records no vocab size: pass vocab_size= to check ids against it
         dataset.check_token_range()
         dataset.check_eos_placement()
     return dataset

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats.errors import (
     DataError,
@@ -37,7 +38,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.keyed.store import KeyedStore, StoreFactory, check_finite, check_key_name, token_key_dtype
+from tokenloom.formats.keyed.store import KeyedStore, check_finite, check_key_name, token_key_dtype
 
 __all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "open_h5_dataset"]
 
@@ -146,7 +147,7 @@ class H5Store(KeyedStore):
                         self._check_dataset(dataset, key=key, name=name, path=file_path, dtypes=dtypes)
                         segments.setdefault(key, []).append((index, f"{key}/{name}"))
                         lengths.setdefault(key, []).append(int(dataset.shape[0]))
-                        if self.validate != "none" and dataset.dtype.kind == "f":
+                        if self.validate != Validate.NONE and dataset.dtype.kind == "f":
                             for start in range(0, dataset.shape[0], _CHUNK):
                                 check_finite(
                                     dataset[start : start + _CHUNK],
@@ -204,13 +205,10 @@ class H5Store(KeyedStore):
             return np.asarray(handle[name][start:stop])
 
 
-StoreFactory.register("h5", H5Store)
-
-
 def open_h5_dataset(
     path: str | os.PathLike[str],
     *,
-    validate: str = "fast",
+    validate: Validate = Validate.FAST,
     dtype: Any = None,
     key: str = "sequence",
     vocab_size: int | None = None,
@@ -263,7 +261,7 @@ def open_h5_dataset(
         eos_id=eos_id,
         metadata={"key": key, "keys": store.keys},
     )
-    if validate == "deep":  # a store records no vocab size: pass vocab_size= to check ids against it
+    if validate == Validate.DEEP:  # a store records no vocab size: pass vocab_size= to check ids against it
         dataset.check_token_range()
         dataset.check_eos_placement()
     return dataset

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats._dataset import map_tokens
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
@@ -149,8 +150,9 @@ def _record_count(part: _RecordPart, path: Path) -> int:
     return records
 
 
-def open_records(path: str | os.PathLike[str], *, validate: str = "fast") -> RecordStore:
+def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Validate.FAST) -> RecordStore:
     """Open a record-mode ``.bin`` + ``meta.json`` store (see the module docstring); every key needs offsets."""
+    validate = as_validate(validate)
     root = Path(path)
     if not root.is_dir():
         raise FormatError("a record store is a directory holding meta.json and <key>.bin files", path=root)
@@ -181,7 +183,7 @@ def open_records(path: str | os.PathLike[str], *, validate: str = "fast") -> Rec
                 stream_keys=stream_keys,
             )
         )
-        if validate != "none":
+        if validate != Validate.NONE:
             for key, dtype in parts[-1].dtypes.items():
                 if dtype.kind == "f":
                     check_finite(parts[-1].array(key), key=key, path=part.files[key], record=None)

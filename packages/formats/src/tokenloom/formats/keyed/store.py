@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from tokenloom.formats._dtypes import as_token_dtype
+from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats.errors import (
     ConfigError,
     DataError,
@@ -38,6 +38,7 @@ from tokenloom.formats.errors import (
     ShapeMismatchError,
     UnsafePathError,
 )
+from tokenloom.formats.io.dtypes import as_token_dtype
 
 __all__ = [
     "FLOAT_KEYS",
@@ -145,10 +146,8 @@ class KeyedStore:
 
     storage_type: ClassVar[str] = ""
 
-    def __init__(self, *, validate: str = "fast", max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
-        if validate not in ("none", "fast", "deep"):
-            raise ConfigError(f"validate={validate!r}, expected 'none', 'fast' or 'deep'", field="validate")
-        self.validate = validate
+    def __init__(self, *, validate: Validate | str = Validate.FAST, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+        self.validate = as_validate(validate)
         self.max_elements = max_elements
         self.path: Path | None = None
         self._keys: list[str] = []
@@ -334,25 +333,17 @@ class KeyedStore:
 
 
 class StoreFactory:
-    """Name -> keyed store class (``"h5"``, ``"bin"``)."""
-
-    _classes: ClassVar[dict[str, type[KeyedStore]]] = {}
-
-    @classmethod
-    def register(cls, name: str, store_class: type[KeyedStore]) -> None:
-        cls._classes[name] = store_class
+    """Keyed stores by storage type (``"h5"``, ``"bin"``): a view of the one format registry."""
 
     @classmethod
     def names(cls) -> list[str]:
-        return sorted(cls._classes)
+        from tokenloom.formats._registry import _stores
+
+        return sorted(_stores())
 
     @classmethod
     def create(cls, name: str, **options: Any) -> KeyedStore:
         """An unloaded store of type ``name``; ConfigError listing the valid names otherwise."""
-        try:
-            store_class = cls._classes[name]
-        except KeyError:
-            raise ConfigError(
-                f"unknown storage type {name!r}, expected one of {cls.names()}", field="storage_type"
-            ) from None
-        return store_class(**options)
+        from tokenloom.formats._registry import store_spec
+
+        return store_spec(name).store(**options)

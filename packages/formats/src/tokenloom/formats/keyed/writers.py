@@ -20,7 +20,8 @@ import orjson
 
 from tokenloom.formats._writer import TokenWriter, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
-from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.output import prepare_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
 from tokenloom.formats.keyed.store import (
@@ -33,7 +34,6 @@ from tokenloom.formats.keyed.store import (
     check_finite,
     check_key_name,
 )
-from tokenloom.formats.native.writer import WRITING_MARKER, prepare_output_dir
 
 __all__ = ["BinMetaStoreWriter", "H5StoreWriter", "StoreWriter"]
 

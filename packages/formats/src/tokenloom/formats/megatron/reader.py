@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -47,6 +47,7 @@ from tokenloom.formats.errors import (
     TruncatedError,
 )
 from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.paths import safe_file
 
 __all__ = ["MEGATRON_MAGIC", "MegatronWriter", "is_megatron", "megatron_prefixes", "open_megatron"]
@@ -233,7 +234,7 @@ def _check_index(
 def open_megatron(
     path: str | os.PathLike[str],
     *,
-    validate: str = "fast",
+    validate: Validate = Validate.FAST,
     dtype: Any = None,
     vocab_size: int | None = None,
     eos_id: int | None = None,
@@ -278,7 +279,7 @@ def open_megatron(
             "multimodal": any(modes),
         },
     )
-    if validate == "deep":
+    if validate == Validate.DEEP:
         dataset.check_token_range()
         dataset.check_eos_placement()
     return dataset

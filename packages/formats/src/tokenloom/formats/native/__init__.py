@@ -1,1 +1,46 @@
-"""The native format: GPT-Simple ``.bin`` + ``.idx`` shards with tokenloom's ``manifest.json``."""
+"""The native format: GPT-Simple ``.bin`` + ``.idx`` shards with tokenloom's ``manifest.json``.
+
+``layout.py`` holds the byte layout (header, offsets, overlap prefixes) and its parser,
+``writer.py`` the writers, reader and detector, ``legacy.py`` the read-only pre-release layout.
+"""
+
+from tokenloom.formats._contract import FormatSpec
+from tokenloom.formats._registry import register_format
+from tokenloom.formats.native.legacy import open_native_v0
+from tokenloom.formats.native.writer import (
+    NativeShardWriter,
+    NativeWriter,
+    adopt_native,
+    is_native,
+    open_native,
+    read_native_shard,
+)
+
+__all__ = [
+    "SPEC",
+    "SPEC_V0",
+    "NativeShardWriter",
+    "NativeWriter",
+    "adopt_native",
+    "is_native",
+    "open_native",
+    "open_native_v0",
+    "read_native_shard",
+]
+
+SPEC = FormatSpec(
+    name="native",
+    description="GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-Simple's own open without)",
+    detect=is_native,
+    open=open_native,
+    writer=NativeWriter,
+)
+SPEC_V0 = FormatSpec(
+    name="native-v0",
+    description="read-only: tokenloom's pre-release native layout, to convert (never detected)",
+    detect=lambda path: False,
+    open=open_native_v0,
+    detectable=False,
+)
+register_format(SPEC)
+register_format(SPEC_V0)

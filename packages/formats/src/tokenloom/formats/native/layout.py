@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats.errors import FormatError, IndexCorruptError, TruncatedError
+from tokenloom.formats.io.dtypes import as_token_dtype
 
 __all__ = [
     "CODE_OF_DTYPE",

@@ -17,11 +17,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats._dtypes import as_token_dtype
-from tokenloom.formats._manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats.errors import FormatError, IndexCorruptError
 from tokenloom.formats.io.atomic import WRITING_MARKER
+from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.native.layout import parse_legacy_header
 from tokenloom.formats.native.writer import _stems_without_manifest, read_native_shard
@@ -29,7 +30,9 @@ from tokenloom.formats.native.writer import _stems_without_manifest, read_native
 __all__ = ["open_native_v0"]
 
 
-def open_native_v0(path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None) -> TokenDataset:
+def open_native_v0(
+    path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None
+) -> TokenDataset:
     """Open a pre-release native directory (manifest version 1, ``<4sHHQ`` headers)."""
     root = Path(path)
     if (root / WRITING_MARKER).exists():
@@ -45,8 +48,8 @@ def open_native_v0(path: str | os.PathLike[str], *, validate: str = "fast", dtyp
                 path=root / MANIFEST_NAME,
                 hint="Only pre-release tokenloom native data needs --from native-v0; open this one as it is",
             )
-        if validate != "none":
-            manifest.verify(root, deep=validate == "deep")
+        if validate != Validate.NONE:
+            manifest.verify(root, deep=validate == Validate.DEEP)
         stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
         dtype_hint = as_token_dtype(manifest.dtype, field="manifest dtype")
     else:
@@ -73,7 +76,7 @@ def open_native_v0(path: str | os.PathLike[str], *, validate: str = "fast", dtyp
         tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
         metadata=manifest.metadata if manifest else None,
     )
-    if validate == "deep":
+    if validate == Validate.DEEP:
         dataset.check_token_range()
         dataset.check_eos_placement()
     return dataset

@@ -31,15 +31,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from tokenloom.formats._dataset import EOS_AT_DOCUMENT_END, EOS_PLACEMENT, Shard, TokenDataset
-from tokenloom.formats._dtypes import as_token_dtype
-from tokenloom.formats._manifest import (
-    MANIFEST_NAME,
-    Manifest,
-    describe_files,
-    read_manifest,
-    write_manifest,
-)
+from tokenloom.formats._contract import Validate
+from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -49,8 +42,18 @@ from tokenloom.formats.errors import (
     TruncatedError,
 )
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.manifest import (
+    EOS_AT_DOCUMENT_END,
+    EOS_PLACEMENT,
+    MANIFEST_NAME,
+    Manifest,
+    describe_files,
+    read_manifest,
+    write_manifest,
+)
+from tokenloom.formats.io.output import prepare_output_dir, shard_cut
 from tokenloom.formats.io.paths import safe_file, safe_stat
-from tokenloom.formats.io.safety import check_replaceable
 from tokenloom.formats.native.layout import (
     EXTENSION_CODES,
     LEGACY_CONVERT_HINT,
@@ -64,32 +67,17 @@ from tokenloom.formats.native.layout import HEADER as _HEADER
 __all__ = [
     "NATIVE_MAGIC",
     "adopt_native",
-    "WRITING_MARKER",
     "NativeShardWriter",
     "NativeWriter",
     "is_native",
     "open_native",
     "read_native_shard",
-    "shard_cut",
 ]
 
 log = logging.getLogger("tokenloom.formats")
 
 #: the manifest version whose native shards are in GPT-Simple's layout (1: tokenloom's pre-release layout)
 NATIVE_MANIFEST_VERSION = 2
-
-
-def shard_cut(ends: np.ndarray, begin: int, filled: int, shard_size_tokens: int) -> int:
-    """Where the entries from ``begin`` stop going into a shard that already holds ``filled`` tokens.
-
-    ``ends`` is the cumulative token count of a batch's entries. Whole entries are
-    taken until the shard holds at least ``shard_size_tokens`` (the entry crossing
-    the target stays in it), and at least one. Every writer that shards by size
-    uses this one rule, so shard files are the same however entries are batched.
-    """
-    base = int(ends[begin - 1]) if begin else 0
-    stop = int(np.searchsorted(ends, base + shard_size_tokens - filled, side="left")) + 1
-    return max(begin + 1, min(stop, len(ends)))
 
 
 _COMPACT_EVERY = 4096
@@ -259,44 +247,6 @@ class NativeWriter(TokenWriter):
             (self.path / WRITING_MARKER).unlink()
 
 
-_COMPLETION_FILES = (MANIFEST_NAME, "meta.json")  # the files whose presence means "complete"
-
-
-def prepare_output_dir(path: Path, *, overwrite: bool, ours: Callable[[str], bool] | None = None) -> None:
-    """Create ``path``; refuse a non-empty one unless ``overwrite`` (then clear its files).
-
-    Only tokenloom output (or files ``ours`` accepts) is ever cleared: see ``_safety.check_replaceable``.
-    """
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{path} exists and is not a directory", path=path)
-    path.mkdir(parents=True, exist_ok=True)
-    existing = [p for p in path.iterdir()]
-    if existing and not overwrite:
-        raise ConfigError(
-            f"output directory is not empty ({len(existing)} entries)",
-            path=path,
-            hint="Choose an empty directory or pass --overwrite (overwrite=True)",
-        )
-    check_replaceable(path, ours)
-    for entry in existing:
-        if entry.is_dir() and not entry.is_symlink():
-            raise ConfigError(
-                f"refusing to overwrite: {entry.name} is a directory", path=path, hint="Remove it by hand"
-            )
-    if existing:
-        # Mark the directory unfinished and drop what declares it complete before deleting
-        # anything else, so a crash while clearing never leaves an old manifest over missing files.
-        (path / WRITING_MARKER).write_bytes(b"")
-        for name in _COMPLETION_FILES:
-            with contextlib.suppress(FileNotFoundError):
-                (path / name).unlink()
-        fsync_dir(path)
-        for entry in existing:
-            if entry.name != WRITING_MARKER:
-                with contextlib.suppress(FileNotFoundError):
-                    entry.unlink()
-
-
 HeaderParser = Callable[..., tuple[np.dtype, int]]
 
 
@@ -426,7 +376,7 @@ def index_fingerprint(shards: list[Shard]) -> str:
     return digest.hexdigest()
 
 
-def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: Any = None) -> TokenDataset:
+def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
     """Open a native dataset directory, with or without a manifest (see the module docstring)."""
     root = Path(path)
     if (root / WRITING_MARKER).exists():
@@ -448,8 +398,8 @@ def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: 
                 field="manifest_version",
                 hint=LEGACY_CONVERT_HINT,
             )
-        if validate != "none":
-            manifest.verify(root, deep=validate == "deep")
+        if validate != Validate.NONE:
+            manifest.verify(root, deep=validate == Validate.DEEP)
         stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
         manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
         if dtype_hint is not None and dtype_hint != manifest_dtype:
@@ -492,7 +442,7 @@ def open_native(path: str | os.PathLike[str], *, validate: str = "fast", dtype: 
         tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
         metadata=manifest.metadata if manifest else {"manifest": False},
     )
-    if validate == "deep":
+    if validate == Validate.DEEP:
         dataset.check_token_range()
         dataset.check_eos_placement()
     return dataset
@@ -518,7 +468,7 @@ def adopt_native(
     root = Path(path)
     if (root / MANIFEST_NAME).exists():
         raise ConfigError(f"{root} already has a {MANIFEST_NAME}", path=root / MANIFEST_NAME, hint="Nothing to adopt")
-    dataset = open_native(root, validate="fast")
+    dataset = open_native(root, validate=Validate.FAST)
     dataset.vocab_size = vocab_size
     dataset.check_token_range()
     names = []

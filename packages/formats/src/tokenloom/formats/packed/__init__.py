@@ -1,1 +1,21 @@
-"""Modalities packed files (``.pbin``), with the allow-list pickle parser for their index."""
+"""Modalities packed files (``.pbin``), with the allow-list pickle parser for their index.
+
+``reader.py`` holds the byte layouts (8- and 12-byte headers), detector, reader and writer;
+``pickle_safe.py`` reads and writes the pickled index without ``pickle.loads``.
+"""
+
+from tokenloom.formats._contract import FormatSpec
+from tokenloom.formats._registry import register_format
+from tokenloom.formats.packed.reader import PackedWriter, is_packed, open_packed, read_packed_file
+
+__all__ = ["SPEC", "PackedWriter", "is_packed", "open_packed", "read_packed_file"]
+
+SPEC = FormatSpec(
+    name="packed",
+    description="Modalities .pbin packed files (current and legacy layouts)",
+    detect=is_packed,
+    open=open_packed,
+    writer=PackedWriter,
+    options=("layout", "eos_id", "vocab_size", "max_index_bytes", "max_entries"),
+)
+register_format(SPEC)

@@ -31,8 +31,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -45,6 +45,7 @@ from tokenloom.formats.errors import (
     UnsafeFormatError,
 )
 from tokenloom.formats.io.atomic import TMP_SUFFIX, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.packed.pickle_safe import dump_int_tuples, load_int_tuples
 
@@ -304,7 +305,7 @@ def is_packed(path: Path) -> bool:
 def open_packed(
     path: str | os.PathLike[str],
     *,
-    validate: str = "fast",
+    validate: Validate = Validate.FAST,
     dtype: Any = None,
     layout: str | None = None,
     eos_id: int | None = None,
@@ -351,7 +352,7 @@ def open_packed(
         vocab_size=vocab_size,
         metadata={"layouts": {item.shard.name: item.layout for item in packed}},
     )
-    if validate == "deep":
+    if validate == Validate.DEEP:
         dataset.check_token_range()
         dataset.check_eos_placement()
     return dataset
@@ -404,7 +405,7 @@ class PackedWriter(TokenWriter):
             )
         if self.path.exists() or self.path.is_symlink():
             try:  # --overwrite replaces a .pbin, never a file of another kind that happens to sit there
-                open_packed(self.path, validate="fast")
+                open_packed(self.path, validate=Validate.FAST)
             except DataError as exc:
                 raise ConfigError(
                     f"refusing to overwrite {self.path.name}: it is not a readable .pbin ({type(exc).__name__})",

@@ -25,6 +25,8 @@ from tokenloom.formats.io.paths import safe_stat
 from tokenloom.formats.io.progress import Stage
 
 __all__ = [
+    "EOS_AT_DOCUMENT_END",
+    "EOS_PLACEMENT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
     "READABLE_MANIFEST_VERSIONS",
@@ -35,6 +37,11 @@ __all__ = [
     "read_manifest",
     "write_manifest",
 ]
+
+#: Metadata key saying where the EOS id stands: absent (every entry ends with it, tokenloom's
+#: rule) or EOS_AT_DOCUMENT_END (only entries that reach a document's end: GPT-Simple's windowing).
+EOS_PLACEMENT = "eos_placement"
+EOS_AT_DOCUMENT_END = "document_end"
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
