@@ -5,6 +5,8 @@
 2. Dependency direction: a package may import only the tokenloom packages it
    declares as dependencies, and never another package's private (``_name``)
    module.
+3. Light imports: importing ``tokenloom.formats`` (what every DataLoader worker that reads a
+   shard does) loads neither click nor rich; the CLI lives in ``tokenloom.formats.cli``.
 
 Run: ``python tools/checks/repo_checks.py [ROOT]``; exits 1 and lists every
 violation.
@@ -13,6 +15,8 @@ violation.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -140,8 +144,40 @@ def check_imports(repo: Path) -> list[Violation]:
     return list(unique.values())
 
 
+#: module -> modules that importing it must not load (checked in a fresh interpreter).
+LIGHT_IMPORTS: dict[str, tuple[str, ...]] = {"tokenloom.formats": ("click", "rich")}
+
+
+def check_light_imports(repo: Path) -> list[Violation]:
+    """Import each module of LIGHT_IMPORTS in a fresh interpreter (the repo's sources first on
+    its path) and name every forbidden module that the import loaded."""
+    violations: list[Violation] = []
+    by_import = {p.import_name: p for p in projects(repo) if p.import_name}
+    sources = [str(p.root / "src") for p in by_import.values()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sources, os.environ.get("PYTHONPATH", "")])}
+    for module, forbidden in LIGHT_IMPORTS.items():
+        project = by_import.get(module.split(".")[1])
+        if project is None:
+            continue
+        code = (
+            f"import importlib, sys\nimportlib.import_module({module!r})\n"
+            f"print(' '.join(m for m in {forbidden!r} if m in sys.modules))"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        init = (project.root / "src" / Path(*module.split(".")) / "__init__.py").relative_to(repo)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            violations.append(Violation(init, 1, f"'import {module}' failed: {last}"))
+        elif done.stdout.split():
+            loaded = ", ".join(done.stdout.split())
+            violations.append(
+                Violation(init, 1, f"'import {module}' loads {loaded}; keep it out of the import path of {module}")
+            )
+    return violations
+
+
 def run(repo: Path) -> list[Violation]:
-    return [*check_namespace(repo), *check_imports(repo)]
+    return [*check_namespace(repo), *check_imports(repo), *check_light_imports(repo)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,3 +80,18 @@ def test_own_private_modules_are_allowed(repo: Path) -> None:
         "from tokenloom.base._impl import X\n"
     )
     assert repo_checks.run(repo) == []
+
+
+def test_formats_importing_click_or_rich_is_caught(repo: Path) -> None:
+    make_package(repo, "formats", ["click"], {})
+    assert repo_checks.run(repo) == []
+    init = repo / "packages" / "formats" / "src" / "tokenloom" / "formats" / "__init__.py"
+    init.write_text("import click\n")
+    violations = repo_checks.run(repo)
+    assert len(violations) == 1
+    assert "'import tokenloom.formats' loads click" in violations[0].message
+    assert violations[0].path == Path("packages/formats/src/tokenloom/formats/__init__.py")
+
+
+def test_this_repo_formats_imports_neither_click_nor_rich() -> None:
+    assert repo_checks.check_light_imports(Path(__file__).resolve().parents[2]) == []
