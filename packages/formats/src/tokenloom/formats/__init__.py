@@ -26,7 +26,7 @@ from tokenloom.formats._registry import (
     register_format,
 )
 from tokenloom.formats._writer import TokenWriter
-from tokenloom.formats.errors import *  # noqa: F403 - the hierarchy, listed once in errors.__all__
+from tokenloom.formats.errors import *  # noqa: F403  # pyright: ignore[reportWildcardImportFromLibrary] - listed once, in errors.__all__
 from tokenloom.formats.io.manifest import Manifest, read_manifest
 from tokenloom.formats.io.progress import ProgressCallback
 

@@ -63,7 +63,7 @@ def _load_plugins() -> None:
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = point.load()
-            spec = loaded if isinstance(loaded, FormatSpec) else loaded()
+            spec = loaded() if callable(loaded) else loaded
         except Exception as exc:
             raise ConfigError(
                 f"format plugin {point.name!r} ({point.value}) failed to load: {type(exc).__name__}: {exc}",
