@@ -18,7 +18,7 @@ from tokenloom.formats._contract import FormatSpec, StoreSpec, Validate, as_vali
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
-from tokenloom.formats.io.atomic import WRITING_MARKER
+from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.safety import unlisted_files
 from tokenloom.formats.io.storage import check_readable, storage_errors
@@ -98,12 +98,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     target = Path(path)
     if not target.exists() and not any(target.parent.glob(target.name + ".*")):
         raise MissingFileError(f"{target} does not exist", path=target)
-    if (target / WRITING_MARKER).exists():
-        raise FormatError(
-            f"{WRITING_MARKER} is present: a writer did not finish (killed or still running)",
-            path=target,
-            hint="Wait for the writer, or rerun the command that writes this dataset",
-        )
+    refuse_unfinished(target)
     detectable = {name: spec for name, spec in available_formats().items() if spec.detectable}
     matches = [name for name, spec in detectable.items() if spec.detect(target)]
     if len(matches) == 1:

@@ -54,8 +54,15 @@ from tokenloom.formats.flat.npy import npy_header, read_npy_header
 from tokenloom.formats.flat.tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
 from tokenloom.formats.io.dtypes import as_token_dtype
-from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
-from tokenloom.formats.io.output import prepare_output_dir, shard_cut
+from tokenloom.formats.io.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    describe_files,
+    manifest_names_format,
+    read_manifest,
+    write_manifest,
+)
+from tokenloom.formats.io.output import prepare_output_dir, refuse_unfinished, shard_cut
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.scan import eos_offsets, first_negative
 
@@ -80,12 +87,9 @@ def is_flat(path: Path) -> bool:
         return path.suffix == ".npy"
     if not path.is_dir():
         return False
-    manifest = path / MANIFEST_NAME
-    if manifest.is_file():
-        try:
-            return b'"format":"flat"' in manifest.read_bytes().replace(b" ", b"")
-        except OSError:
-            return False
+    says_flat = manifest_names_format(path, "flat")
+    if says_flat is not None:
+        return says_flat
     metadata = find_tatm_metadata(path)
     if metadata is not None:
         with contextlib.suppress(OSError):
@@ -168,12 +172,7 @@ def open_flat(
         root = target
         if not root.is_dir():
             raise FormatError("flat shards are a directory or a single .npy/.bin file", path=root)
-        if (root / WRITING_MARKER).exists():
-            raise FormatError(
-                f"{WRITING_MARKER} is present: a writer did not finish (killed or still running)",
-                path=root,
-                hint="Wait for the writer, or rerun the command that writes this dataset",
-            )
+        refuse_unfinished(root)
         if (root / MANIFEST_NAME).exists():
             safe_file(root, root / MANIFEST_NAME)
             manifest = read_manifest(root)

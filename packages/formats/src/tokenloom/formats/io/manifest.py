@@ -34,6 +34,7 @@ __all__ = [
     "Manifest",
     "describe_files",
     "file_checksum",
+    "manifest_names_format",
     "read_manifest",
     "write_manifest",
 ]
@@ -48,6 +49,20 @@ MANIFEST_VERSION = 2
 #: 1: native shards in tokenloom's pre-release .idx layout (flat: unchanged); 2: native shards in GPT-Simple's layout.
 READABLE_MANIFEST_VERSIONS = (1, 2)
 _CHUNK = 1 << 20
+
+
+def manifest_names_format(directory: Path, format_name: str) -> bool | None:
+    """Detection's quick look: whether ``directory``'s manifest says ``format_name`` (None: no manifest).
+
+    An unreadable manifest counts as "not this format"; opening it names the real problem.
+    """
+    manifest = directory / MANIFEST_NAME
+    if not manifest.is_file():
+        return None
+    try:
+        return f'"format":"{format_name}"'.encode() in manifest.read_bytes().replace(b" ", b"")
+    except OSError:
+        return False
 
 
 def file_checksum(path: str | os.PathLike[str], *, on_bytes: Callable[[int], None] | None = None) -> str:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.errors import ConfigError, FormatError
 from tokenloom.formats.io.atomic import WRITING_MARKER, fsync_dir
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.safety import check_replaceable
 
-__all__ = ["prepare_output_dir", "shard_cut"]
+__all__ = ["prepare_output_dir", "refuse_unfinished", "shard_cut"]
 
 
 def shard_cut(ends: np.ndarray, begin: int, filled: int, shard_size_tokens: int) -> int:
@@ -65,3 +65,13 @@ def prepare_output_dir(path: Path, *, overwrite: bool, ours: Callable[[str], boo
             if entry.name != WRITING_MARKER:
                 with contextlib.suppress(FileNotFoundError):
                     entry.unlink()
+
+
+def refuse_unfinished(root: Path, *, what: str = "dataset") -> None:
+    """FormatError if a writer's marker says ``root`` is unfinished (a killed or running writer)."""
+    if (root / WRITING_MARKER).exists():
+        raise FormatError(
+            f"{WRITING_MARKER} is present: a writer did not finish (killed or still running)",
+            path=root,
+            hint=f"Wait for the writer, or rerun the command that writes this {what}",
+        )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-__all__ = ["SCAN_CHUNK_TOKENS", "eos_offsets", "first_negative"]
+from tokenloom.formats.errors import IndexCorruptError
+
+__all__ = ["SCAN_CHUNK_TOKENS", "check_rising_from_zero", "eos_offsets", "first_negative"]
 
 SCAN_CHUNK_TOKENS = 1 << 24
 
@@ -33,3 +37,25 @@ def first_negative(tokens: np.ndarray, *, chunk_tokens: int = SCAN_CHUNK_TOKENS)
         if len(chunk) and chunk.min() < 0:
             return start + int(np.argmax(chunk < 0))
     return None
+
+
+def check_rising_from_zero(
+    values: np.ndarray, *, what: str, one: str, path: Path, at: int, field: str, record_shift: int = 0
+) -> None:
+    """IndexCorruptError unless the int64 ``values`` (stored from byte ``at``) start at 0 and never decrease.
+
+    ``what`` names the values in the plural ("offsets"), ``one`` in the singular; ``record_shift``
+    is added to the index of the step that decreases to give the record a message names.
+    """
+    if values[0] != 0:
+        raise IndexCorruptError(f"first {one} is {int(values[0])}, expected 0", path=path, offset=at, field=field)
+    steps = np.diff(values)
+    if len(steps) and steps.min() < 0:
+        i = int(np.argmax(steps < 0))
+        raise IndexCorruptError(
+            f"{what} decrease ({int(values[i])} then {int(values[i + 1])}), expected non-decreasing",
+            path=path,
+            offset=at + 8 * (i + 1),
+            record=i + record_shift,
+            field=field,
+        )

@@ -30,7 +30,7 @@ from tokenloom.formats.errors import (
     ShapeMismatchError,
     TruncatedError,
 )
-from tokenloom.formats.io.atomic import WRITING_MARKER
+from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.keyed.store import KeyedStore, check_finite, check_key_name, token_key_dtype
 
@@ -81,12 +81,7 @@ class BinStore(KeyedStore):
     def _load(self, path: Path) -> tuple[list[int], np.ndarray | None]:
         if not path.is_dir():
             raise FormatError("a bin store is a directory holding meta.json and <key>.bin files", path=path)
-        if (path / WRITING_MARKER).exists():
-            raise FormatError(
-                f"{WRITING_MARKER} is present: a writer did not finish (killed or still running)",
-                path=path,
-                hint="Wait for the writer, or rerun the command that writes this store",
-            )
+        refuse_unfinished(path, what="store")
         metas = find_meta_files(path)
         if not metas:
             raise MissingFileError(f"no {META_NAME} under the directory", path=path)

@@ -49,6 +49,7 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.scan import check_rising_from_zero
 
 __all__ = ["MEGATRON_MAGIC", "MegatronWriter", "is_megatron", "megatron_prefixes", "open_megatron"]
 
@@ -195,23 +196,15 @@ def _check_index(
                 field="pointers",
             )
     documents_at = _HEADER.size + 12 * seq_count
-    if documents[0] != 0:
-        raise IndexCorruptError(
-            f"first document index is {int(documents[0])}, expected 0",
-            path=idx_path,
-            offset=documents_at,
-            field="document_indices",
-        )
-    steps = np.diff(documents)
-    if len(steps) and steps.min() < 0:
-        i = int(np.argmax(steps < 0))
-        raise IndexCorruptError(
-            f"document indices decrease ({int(documents[i])} then {int(documents[i + 1])})",
-            path=idx_path,
-            offset=documents_at + 8 * (i + 1),
-            record=i + 1,
-            field="document_indices",
-        )
+    check_rising_from_zero(
+        documents,
+        what="document indices",
+        one="document index",
+        path=idx_path,
+        at=documents_at,
+        field="document_indices",
+        record_shift=1,
+    )
     if documents[-1] != seq_count:
         raise IndexCorruptError(
             f"last document index is {int(documents[-1])}, expected the sequence count {seq_count}",

@@ -115,15 +115,7 @@ def parse_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.dtype, 
             offset=8,
             field="dtype",
         )
-    expected = idx_size(count)
-    if file_size != expected:
-        cls = TruncatedError if file_size < expected else IndexCorruptError
-        raise cls(
-            f"entry count {count} implies an index of {expected} bytes, the file has {file_size}",
-            path=path,
-            offset=12,
-            field="count",
-        )
+    check_index_size(count, path=path, file_size=file_size, count_offset=12)
     return as_token_dtype(DTYPE_CODES[code]), count
 
 
@@ -139,13 +131,18 @@ def parse_legacy_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.
             offset=0,
             hint="Open it as format 'native' (GPT-Simple's layout)",
         )
+    check_index_size(count, path=path, file_size=file_size, count_offset=8)
+    return as_token_dtype(_LEGACY_CODES[code]), count
+
+
+def check_index_size(count: int, *, path: Path, file_size: int, count_offset: int) -> None:
+    """TruncatedError or IndexCorruptError unless the ``.idx`` is exactly the size ``count`` entries need."""
     expected = idx_size(count)
     if file_size != expected:
         cls = TruncatedError if file_size < expected else IndexCorruptError
         raise cls(
             f"entry count {count} implies an index of {expected} bytes, the file has {file_size}",
             path=path,
-            offset=8,
+            offset=count_offset,
             field="count",
         )
-    return as_token_dtype(_LEGACY_CODES[code]), count

@@ -20,9 +20,9 @@ from typing import Any
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import FormatError, IndexCorruptError
-from tokenloom.formats.io.atomic import WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.manifest import MANIFEST_NAME, read_manifest
+from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.native.layout import parse_legacy_header
 from tokenloom.formats.native.writer import _stems_without_manifest, read_native_shard
@@ -35,8 +35,7 @@ def open_native_v0(
 ) -> TokenDataset:
     """Open a pre-release native directory (manifest version 1, ``<4sHHQ`` headers)."""
     root = Path(path)
-    if (root / WRITING_MARKER).exists():
-        raise FormatError(f"{WRITING_MARKER} is present: a writer did not finish", path=root)
+    refuse_unfinished(root)
     dtype_hint = as_token_dtype(dtype) if dtype is not None else None
     manifest = None
     if (root / MANIFEST_NAME).exists():

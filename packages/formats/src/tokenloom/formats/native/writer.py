@@ -49,11 +49,13 @@ from tokenloom.formats.io.manifest import (
     MANIFEST_NAME,
     Manifest,
     describe_files,
+    manifest_names_format,
     read_manifest,
     write_manifest,
 )
-from tokenloom.formats.io.output import prepare_output_dir, shard_cut
+from tokenloom.formats.io.output import prepare_output_dir, refuse_unfinished, shard_cut
 from tokenloom.formats.io.paths import safe_file, safe_stat
+from tokenloom.formats.io.scan import check_rising_from_zero
 from tokenloom.formats.native.layout import (
     EXTENSION_CODES,
     LEGACY_CONVERT_HINT,
@@ -298,23 +300,7 @@ def validate_offsets(
     offsets: np.ndarray, overlaps: np.ndarray, num_tokens: int, *, idx_path: Path, bin_path: Path
 ) -> None:
     """Offsets start at 0, never decrease, end at the data's token count; overlaps fit their entries."""
-    if offsets[0] != 0:
-        raise IndexCorruptError(
-            f"first offset is {int(offsets[0])}, expected 0",
-            path=idx_path,
-            offset=_HEADER.size,
-            field="offsets",
-        )
-    steps = np.diff(offsets)
-    if len(steps) and steps.min() < 0:
-        i = int(np.argmax(steps < 0))
-        raise IndexCorruptError(
-            f"offsets decrease ({int(offsets[i])} then {int(offsets[i + 1])}), expected non-decreasing",
-            path=idx_path,
-            offset=_HEADER.size + 8 * (i + 1),
-            record=i,
-            field="offsets",
-        )
+    check_rising_from_zero(offsets, what="offsets", one="offset", path=idx_path, at=_HEADER.size, field="offsets")
     if offsets[-1] != num_tokens:
         cls = TruncatedError if offsets[-1] > num_tokens else IndexCorruptError
         raise cls(
@@ -323,6 +309,7 @@ def validate_offsets(
             field="offsets",
         )
     if len(overlaps):
+        steps = np.diff(offsets)
         bad = overlaps.astype(np.int64) > steps
         if bad.any():
             i = int(np.argmax(bad))
@@ -338,12 +325,9 @@ def is_native(path: Path) -> bool:
     """A directory with a native manifest, or with .idx files that start with the GPTS magic."""
     if not path.is_dir():
         return False
-    manifest = path / MANIFEST_NAME
-    if manifest.is_file():
-        try:
-            return b'"format":"native"' in manifest.read_bytes().replace(b" ", b"")
-        except OSError:
-            return False
+    says_native = manifest_names_format(path, "native")
+    if says_native is not None:
+        return says_native
     for idx in sorted(path.glob("*.idx"))[:1]:
         try:
             with open(idx, "rb") as handle:
@@ -379,12 +363,7 @@ def index_fingerprint(shards: list[Shard]) -> str:
 def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
     """Open a native dataset directory, with or without a manifest (see the module docstring)."""
     root = Path(path)
-    if (root / WRITING_MARKER).exists():
-        raise FormatError(
-            f"{WRITING_MARKER} is present: a writer did not finish (killed or still running)",
-            path=root,
-            hint="Wait for the writer, or rerun the command that writes this dataset",
-        )
+    refuse_unfinished(root)
     dtype_hint = as_token_dtype(dtype) if dtype is not None else None
     manifest: Manifest | None = None
     if (root / MANIFEST_NAME).exists():
