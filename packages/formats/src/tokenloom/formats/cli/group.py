@@ -3,7 +3,7 @@
 A package adds commands by declaring, in its pyproject::
 
     [project.entry-points."tokenloom.commands"]
-    validate = "tokenloom.formats._commands:validate"
+    validate = "tokenloom.formats.cli.commands:validate"
 
 The value is a click command (a typer app converts with typer.main.get_command). Commands load lazily:
 ``tokenloom --help`` reads each command's one-line help from its source (``_lazy_help``) and

@@ -1,12 +1,13 @@
 """Flat shard directories: 1-D ``.npy`` or raw ``.bin`` token files (KempnerForge, tatm).
 
-``reader.py`` holds the layout doc, detector, reader and writer; ``npy.py`` the ``.npy`` header
-parser and writer; ``tatm.py`` tatm's ``metadata.json`` / ``metadata.yaml``.
+``reader.py`` holds the layout doc, detector and reader, ``writer.py`` the writer, ``npy.py`` the
+``.npy`` header parser and writer, ``tatm.py`` tatm's ``metadata.json`` / ``metadata.yaml``.
 """
 
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
-from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, FlatWriter, is_flat, open_flat
+from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, is_flat, open_flat
+from tokenloom.formats.flat.writer import FlatWriter
 
 __all__ = ["DOCUMENT_LENGTHS_NAME", "SPEC", "FlatWriter", "is_flat", "open_flat"]
 

@@ -17,7 +17,7 @@ boundaries of its own. How ``open_flat`` turns shards into entries (``split``):
   reader uses them by default when the manifest says so. The file's name matches
   neither ``*.npy`` nor ``*.bin``, so foreign readers that glob shards skip it.
 
-The dtype of ``.npy`` shards is read from each header (see ``_npy``). Raw
+The dtype of ``.npy`` shards is read from each header (see ``npy.py``). Raw
 ``.bin`` shards have none: it comes from ``dtype=``, the manifest, or tatm's
 metadata, in that order, and they must agree. ``dtype="infer"`` guesses from the
 sizes (all multiples of 4 bytes: uint32, else uint16) and logs the guess; an
@@ -35,13 +35,12 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
     FormatError,
@@ -50,23 +49,21 @@ from tokenloom.formats.errors import (
     TokenRangeError,
     TruncatedError,
 )
-from tokenloom.formats.flat.npy import npy_header, read_npy_header
+from tokenloom.formats.flat.npy import read_npy_header
 from tokenloom.formats.flat.tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.manifest import (
     MANIFEST_NAME,
     Manifest,
-    describe_files,
     manifest_names_format,
     read_manifest,
-    write_manifest,
 )
-from tokenloom.formats.io.output import prepare_output_dir, refuse_unfinished, shard_cut
+from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.scan import eos_offsets, first_negative
 
-__all__ = ["DOCUMENT_LENGTHS_NAME", "FLAT_SPLITS", "FlatWriter", "is_flat", "open_flat"]
+__all__ = ["DOCUMENT_LENGTHS_NAME", "FLAT_SPLITS", "is_flat", "open_flat"]
 
 log = logging.getLogger("tokenloom.formats")
 
@@ -392,190 +389,3 @@ def _refuse_negative(shard: Shard) -> None:
             offset=shard.tokens_offset + position * shard.dtype.itemsize,
             hint="Token ids must be >= 0; the shard is corrupt or not token data",
         )
-
-
-class _ShardFile:
-    """One shard streamed to ``name.tmp`` and published under ``name`` by ``finish``."""
-
-    def __init__(self, path: Path, dtype: np.dtype, *, npy: bool) -> None:
-        self.path = path
-        self.tmp = path.with_name(path.name + TMP_SUFFIX)
-        self.dtype = dtype
-        self.npy = npy
-        self.num_tokens = 0
-        self.num_entries = 0
-        self.handle: BinaryIO = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish/abort
-        if npy:
-            self.handle.write(npy_header(dtype, 0))
-
-    def write(self, tokens: np.ndarray) -> None:
-        self.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
-        self.num_tokens += len(tokens)
-
-    def finish(self) -> None:
-        if self.npy:
-            self.handle.seek(0)
-            self.handle.write(npy_header(self.dtype, self.num_tokens))
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.tmp.unlink()
-
-
-class FlatWriter(TokenWriter):
-    """Flat shards ``{file_prefix}_NNNNN.npy`` (or ``.bin``) of about ``shard_size_tokens`` tokens, manifest last.
-
-    Documents are concatenated and never split across shards. Flat shards cannot
-    hold overlap prefixes: a non-zero one is a ConfigError. See the module
-    docstring for how document boundaries survive.
-
-    Args:
-        path: the dataset directory (created; must be empty unless ``overwrite``).
-        shard_size_tokens: start a new shard once a shard holds at least this many tokens. None: one shard.
-        file_format: ``"npy"`` (self-describing) or ``"bin"`` (raw; the dtype lives in the manifest).
-        file_prefix: shard names start with this.
-    """
-
-    format = "flat"
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        dtype: Any,
-        vocab_size: int | None = None,
-        eos_id: int | None = None,
-        shard_size_tokens: int | None = None,
-        file_format: str = "npy",
-        file_prefix: str = "shard",
-        tokenizer_fingerprint: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        overwrite: bool = False,
-    ) -> None:
-        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
-        if shard_size_tokens is not None and shard_size_tokens < 1:
-            raise ConfigError(f"shard_size_tokens is {shard_size_tokens}, expected >= 1", field="shard_size_tokens")
-        if file_format not in ("npy", "bin"):
-            raise ConfigError(f"file_format={file_format!r}, expected 'npy' or 'bin'", field="file_format")
-        if not file_prefix or any(ch in file_prefix for ch in "/\\*?[") or file_prefix.startswith("."):
-            raise ConfigError(f"file_prefix {file_prefix!r} must be a plain file-name prefix", field="file_prefix")
-        self.shard_size_tokens = shard_size_tokens
-        self.file_format = file_format
-        self.file_prefix = file_prefix
-        self.tokenizer_fingerprint = tokenizer_fingerprint
-        self.metadata = dict(metadata or {})
-        prepare_output_dir(self.path, overwrite=overwrite)
-        (self.path / WRITING_MARKER).write_bytes(b"")
-        fsync_dir(self.path)
-        self._names: list[str] = []
-        self._current: _ShardFile | None = None
-        self._lengths: list[np.ndarray] = []
-        self._shard_entries: list[int] = []
-        self._pending_entries = 0
-
-    @property
-    def file_pattern(self) -> str:
-        return f"{self.file_prefix}_*.{self.file_format}"
-
-    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
-        if overlaps.any():
-            i = int(np.argmax(overlaps > 0))
-            raise ConfigError(
-                f"overlap_prefix {int(overlaps[i])}: flat shards cannot store overlap prefixes",
-                path=self.path,
-                record=self.num_documents + i,
-                field="overlap_prefix",
-                hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
-            )
-        self._lengths.append(lengths.astype("<i8"))
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
-        first = 0  # the first entry of this batch not yet given to a shard
-        while first < len(lengths):
-            base = int(starts[first])
-            if base == len(tokens):  # only empty entries remain: they join the open shard, or the next one
-                self._assign(len(lengths) - first)
-                break
-            shard = self._shard()
-            if self.shard_size_tokens is None:
-                stop = len(lengths)
-            else:
-                stop = shard_cut(ends, first, shard.num_tokens, self.shard_size_tokens)
-            token_end = int(ends[stop - 1])
-            shard.write(tokens[base:token_end])
-            shard.num_entries += stop - first
-            first = stop
-            if self.shard_size_tokens is not None and shard.num_tokens >= self.shard_size_tokens:
-                self._finish_shard()
-
-    def _assign(self, count: int) -> None:
-        if self._current is not None:
-            self._current.num_entries += count
-        else:
-            self._pending_entries += count
-
-    def _shard(self) -> _ShardFile:
-        if self._current is None:
-            name = f"{self.file_prefix}_{len(self._names):05d}.{self.file_format}"
-            self._current = _ShardFile(self.path / name, self.dtype, npy=self.file_format == "npy")
-            self._current.num_entries, self._pending_entries = self._pending_entries, 0
-            self._names.append(name)
-        return self._current
-
-    def _finish_shard(self) -> None:
-        if self._current is not None:
-            self._current.finish()
-            self._shard_entries.append(self._current.num_entries)
-            self._current = None
-
-    def _commit(self) -> None:
-        if self.num_tokens == 0:
-            self._abort()
-            raise ConfigError(
-                "no tokens were written: flat shards cannot hold an empty dataset",
-                path=self.path,
-                hint="Write at least one non-empty document, or use the native format",
-            )
-        self._finish_shard()
-        self._shard_entries[-1] += self._pending_entries  # trailing empty documents join the last shard
-        self._pending_entries = 0
-        lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i8")
-        atomic_write_bytes(self.path / DOCUMENT_LENGTHS_NAME, lengths.astype("<i8").tobytes())
-        fsync_dir(self.path)
-        files = [(name, "data") for name in self._names] + [(DOCUMENT_LENGTHS_NAME, "index")]
-        manifest = Manifest(
-            format="flat",
-            dtype=self.dtype.name,
-            num_tokens=self.num_tokens,
-            num_documents=self.num_documents,
-            files=describe_files(self.path, files),
-            vocab_size=self.vocab_size,
-            eos_id=self.eos_id,
-            tokenizer_fingerprint=self.tokenizer_fingerprint,
-            metadata={
-                **self.metadata,
-                "flat": {
-                    "file_pattern": self.file_pattern,
-                    "document_boundaries": "lengths",
-                    "shard_entries": list(self._shard_entries),
-                },
-            },
-        )
-        write_manifest(self.path, manifest)
-        (self.path / WRITING_MARKER).unlink()
-        fsync_dir(self.path)
-
-    def _abort(self) -> None:
-        if self._current is not None:
-            self._current.abort()
-            self._current = None
-        for name in [*self._names, DOCUMENT_LENGTHS_NAME]:
-            with contextlib.suppress(FileNotFoundError):
-                (self.path / name).unlink()
-        with contextlib.suppress(FileNotFoundError):
-            (self.path / WRITING_MARKER).unlink()

@@ -1,20 +1,15 @@
 """The native format: GPT-Simple ``.bin`` + ``.idx`` shards with tokenloom's ``manifest.json``.
 
 ``layout.py`` holds the byte layout (header, offsets, overlap prefixes) and its parser,
-``writer.py`` the writers, reader and detector, ``legacy.py`` the read-only pre-release layout.
+``reader.py`` the detector and ``open_native``, ``writer.py`` the writers and ``adopt_native``
+(its docstring: the dataset layout), ``legacy.py`` the read-only pre-release layout.
 """
 
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
 from tokenloom.formats.native.legacy import open_native_v0
-from tokenloom.formats.native.writer import (
-    NativeShardWriter,
-    NativeWriter,
-    adopt_native,
-    is_native,
-    open_native,
-    read_native_shard,
-)
+from tokenloom.formats.native.reader import is_native, open_native, read_native_shard
+from tokenloom.formats.native.writer import NativeShardWriter, NativeWriter, adopt_native
 
 __all__ = [
     "SPEC",

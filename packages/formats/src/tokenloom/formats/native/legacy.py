@@ -25,7 +25,7 @@ from tokenloom.formats.io.manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.native.layout import parse_legacy_header
-from tokenloom.formats.native.writer import _stems_without_manifest, read_native_shard
+from tokenloom.formats.native.reader import _stems_without_manifest, read_native_shard
 
 __all__ = ["open_native_v0"]
 

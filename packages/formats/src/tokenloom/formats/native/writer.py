@@ -2,7 +2,7 @@
 
 ``.bin``: the tokens of every entry, concatenated, little-endian, of the dtype
 named in the ``.idx`` header. ``.idx``: GPT-Simple's byte layout exactly (see
-:mod:`tokenloom.formats._gpts`): magic ``GPTS``, uint32 version 1, uint32 dtype
+:mod:`tokenloom.formats.native.layout`): magic ``GPTS``, uint32 version 1, uint32 dtype
 code (2 uint16, 4 uint32), uint32 entry count n, int64 offsets (n + 1), uint16
 overlap-prefix lengths (n).
 
@@ -24,62 +24,37 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
-    FormatError,
-    IndexCorruptError,
-    MissingFileError,
-    TruncatedError,
 )
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
-from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.manifest import (
     EOS_AT_DOCUMENT_END,
     EOS_PLACEMENT,
     MANIFEST_NAME,
     Manifest,
     describe_files,
-    manifest_names_format,
-    read_manifest,
     write_manifest,
 )
-from tokenloom.formats.io.output import prepare_output_dir, refuse_unfinished, shard_cut
-from tokenloom.formats.io.paths import safe_file, safe_stat
-from tokenloom.formats.io.scan import check_rising_from_zero
+from tokenloom.formats.io.output import prepare_output_dir, shard_cut
 from tokenloom.formats.native.layout import (
     EXTENSION_CODES,
-    LEGACY_CONVERT_HINT,
     MAX_ENTRIES,
     NATIVE_MAGIC,
     pack_header,
-    parse_header,
 )
-from tokenloom.formats.native.layout import HEADER as _HEADER
+from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, open_native
 
-__all__ = [
-    "NATIVE_MAGIC",
-    "adopt_native",
-    "NativeShardWriter",
-    "NativeWriter",
-    "is_native",
-    "open_native",
-    "read_native_shard",
-]
+__all__ = ["NATIVE_MAGIC", "adopt_native", "NativeShardWriter", "NativeWriter"]
 
 log = logging.getLogger("tokenloom.formats")
-
-#: the manifest version whose native shards are in GPT-Simple's layout (1: tokenloom's pre-release layout)
-NATIVE_MANIFEST_VERSION = 2
 
 
 _COMPACT_EVERY = 4096
@@ -247,184 +222,6 @@ class NativeWriter(TokenWriter):
                     (self.path / f"{stem}{suffix}").unlink()
         with contextlib.suppress(FileNotFoundError):
             (self.path / WRITING_MARKER).unlink()
-
-
-HeaderParser = Callable[..., tuple[np.dtype, int]]
-
-
-def read_native_shard(
-    root: Path, stem: str, *, dtype_hint: np.dtype | None = None, header: HeaderParser = parse_header
-) -> Shard:
-    """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard."""
-    idx_path = root / f"{stem}.idx"
-    bin_path = root / f"{stem}.bin"
-    if not os.path.lexists(idx_path):
-        raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
-    if not os.path.lexists(bin_path):
-        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
-    idx_bytes = safe_stat(root, idx_path).st_size
-    bin_size = safe_stat(root, bin_path).st_size
-    with open(idx_path, "rb") as handle:
-        head = handle.read(_HEADER.size)
-    dtype, count = header(head, path=idx_path, file_size=idx_bytes)
-    if dtype_hint is not None and dtype != dtype_hint:
-        raise FormatError(
-            f"shard dtype {dtype.name} differs from the dataset's {dtype_hint.name}",
-            path=idx_path,
-            field="dtype",
-            hint="All shards of one dataset (or bucket) need one dtype: convert or re-tokenize the odd ones",
-        )
-    raw = idx_path.read_bytes()
-    if len(raw) != idx_bytes:
-        raise TruncatedError(f"index changed size while being read ({len(raw)} bytes)", path=idx_path)
-    offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=_HEADER.size).astype(np.int64)
-    overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=_HEADER.size + 8 * (count + 1))
-    if bin_size % dtype.itemsize:
-        raise TruncatedError(
-            f"data file has {bin_size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
-            path=bin_path,
-        )
-    num_tokens = bin_size // dtype.itemsize
-    validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
-    return Shard(
-        tokens_path=bin_path,
-        dtype=dtype,
-        num_tokens=num_tokens,
-        offsets=offsets,
-        overlap_prefix=overlaps.astype(np.uint16),
-        name=stem,
-    )
-
-
-def validate_offsets(
-    offsets: np.ndarray, overlaps: np.ndarray, num_tokens: int, *, idx_path: Path, bin_path: Path
-) -> None:
-    """Offsets start at 0, never decrease, end at the data's token count; overlaps fit their entries."""
-    check_rising_from_zero(offsets, what="offsets", one="offset", path=idx_path, at=_HEADER.size, field="offsets")
-    if offsets[-1] != num_tokens:
-        cls = TruncatedError if offsets[-1] > num_tokens else IndexCorruptError
-        raise cls(
-            f"final offset {int(offsets[-1])} differs from the data file's {num_tokens} tokens",
-            path=bin_path if offsets[-1] > num_tokens else idx_path,
-            field="offsets",
-        )
-    if len(overlaps):
-        steps = np.diff(offsets)
-        bad = overlaps.astype(np.int64) > steps
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise IndexCorruptError(
-                f"overlap prefix {int(overlaps[i])} is longer than its entry of {int(steps[i])} tokens",
-                path=idx_path,
-                record=i,
-                field="overlap_prefix",
-            )
-
-
-def is_native(path: Path) -> bool:
-    """A directory with a native manifest, or with .idx files that start with the GPTS magic."""
-    if not path.is_dir():
-        return False
-    says_native = manifest_names_format(path, "native")
-    if says_native is not None:
-        return says_native
-    for idx in sorted(path.glob("*.idx"))[:1]:
-        try:
-            with open(idx, "rb") as handle:
-                return handle.read(4) == NATIVE_MAGIC
-        except OSError:
-            return False
-    return (path / WRITING_MARKER).exists()
-
-
-def _stems_without_manifest(root: Path) -> list[str]:
-    """Shard stems of a directory without a manifest, in GPT-Simple's order (sorted ``.bin`` names)."""
-    stems = [p.name[:-4] for p in root.glob("*.idx")]
-    orphans = sorted(p.name for p in root.glob("*.bin") if not (root / (p.name[:-4] + ".idx")).exists())
-    if orphans:
-        raise MissingFileError(f"{orphans[0]} has no .idx", path=root / orphans[0])
-    if not stems:
-        raise MissingFileError(
-            f"no {MANIFEST_NAME} and no .idx files", path=root, hint="Point at a directory of .bin/.idx shards"
-        )
-    return sorted(stems, key=lambda stem: stem + ".bin")
-
-
-def index_fingerprint(shards: list[Shard]) -> str:
-    """A content id of a manifest-less directory, from what fast validation read (names, offsets, overlaps)."""
-    digest = xxhash.xxh3_128()
-    for shard in shards:
-        digest.update(shard.name.encode() + b"\0" + shard.dtype.name.encode() + b"\0")
-        digest.update(np.ascontiguousarray(shard.offsets, "<i8").tobytes())
-        digest.update(np.ascontiguousarray(shard.overlap_prefix, "<u2").tobytes())
-    return digest.hexdigest()
-
-
-def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
-    """Open a native dataset directory, with or without a manifest (see the module docstring)."""
-    root = Path(path)
-    refuse_unfinished(root)
-    dtype_hint = as_token_dtype(dtype) if dtype is not None else None
-    manifest: Manifest | None = None
-    if (root / MANIFEST_NAME).exists():
-        safe_file(root, root / MANIFEST_NAME)
-        manifest = read_manifest(root)
-        if manifest.format == "native" and manifest.version != NATIVE_MANIFEST_VERSION:
-            raise FormatError(
-                f"manifest version {manifest.version}: the shards are in tokenloom's pre-release native layout, "
-                "not GPT-Simple's",
-                path=root / MANIFEST_NAME,
-                field="manifest_version",
-                hint=LEGACY_CONVERT_HINT,
-            )
-        if validate != Validate.NONE:
-            manifest.verify(root, deep=validate == Validate.DEEP)
-        stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
-        manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
-        if dtype_hint is not None and dtype_hint != manifest_dtype:
-            raise ConfigError(
-                f"dtype {dtype_hint.name} was asked for, the manifest records {manifest_dtype.name}",
-                path=root,
-                field="dtype",
-            )
-        dtype_hint = manifest_dtype
-    else:
-        stems = _stems_without_manifest(root)
-    shards = []
-    for stem in stems:
-        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint))
-        dtype_hint = shards[0].dtype  # without a manifest the first shard sets the dtype of the rest
-    if manifest is not None:
-        tokens = sum(s.num_tokens for s in shards)
-        documents = sum(s.num_entries for s in shards)
-        if (tokens, documents) != (manifest.num_tokens, manifest.num_documents):
-            raise IndexCorruptError(
-                f"shards hold {tokens} tokens in {documents} entries, the manifest records "
-                f"{manifest.num_tokens} in {manifest.num_documents}",
-                path=root / MANIFEST_NAME,
-            )
-    else:
-        log.info(
-            "%s: no manifest (GPT-Simple shards?): opened %d shards after structural validation; "
-            "`tokenloom validate --write-manifest %s` records checksums",
-            root,
-            len(shards),
-            root,
-        )
-    dataset = TokenDataset(
-        shards,
-        format="native",
-        root=root,
-        eos_id=manifest.eos_id if manifest else None,
-        vocab_size=manifest.vocab_size if manifest else None,
-        fingerprint=manifest.fingerprint if manifest else index_fingerprint(shards),
-        tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
-        metadata=manifest.metadata if manifest else {"manifest": False},
-    )
-    if validate == Validate.DEEP:
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
 
 
 def adopt_native(

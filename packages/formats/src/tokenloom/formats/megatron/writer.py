@@ -1,0 +1,137 @@
+"""Writing Megatron-LM indexed datasets: ``MegatronWriter`` (the layout: ``reader.py``'s docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats.errors import (
+    ConfigError,
+)
+from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.megatron.reader import (
+    _HEADER,
+    CODE_OF_DTYPE,
+    MAX_SEQUENCE_TOKENS,
+    MEGATRON_MAGIC,
+    MEGATRON_VERSION,
+)
+
+__all__ = ["MegatronWriter"]
+
+
+class MegatronWriter(TokenWriter):
+    """Writes ``PREFIX.bin`` then ``PREFIX.idx`` (one sequence per document), like megatron-core's builder.
+
+    ``path`` is the prefix (a trailing ``.idx``/``.bin`` is dropped); the .idx is
+    published last, so a prefix with an .idx is complete. Megatron stores no
+    overlap prefix, vocab size or EOS id: a non-zero overlap prefix is a
+    ConfigError, vocab size and EOS id are checked at write time only.
+    """
+
+    format = "megatron"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        if self.dtype.name not in CODE_OF_DTYPE:
+            raise ConfigError(
+                f"Megatron has no dtype code for {self.dtype.name}, expected one of {sorted(CODE_OF_DTYPE)}",
+                field="dtype",
+                hint="Use int32 for vocabularies up to 2**31 (uint16 up to 65,536)",
+            )
+        prefix = self.path
+        if prefix.suffix in (".idx", ".bin"):
+            prefix = prefix.with_name(prefix.name[:-4])
+        if prefix.is_dir():
+            raise ConfigError(
+                f"{prefix} is a directory; the megatron writer takes a prefix such as {prefix / 'data'}",
+                path=prefix,
+            )
+        self._created = make_parents(prefix)  # removed again if the writer fails
+        self.prefix = prefix
+        self.bin_path = prefix.with_name(prefix.name + ".bin")
+        self.idx_path = prefix.with_name(prefix.name + ".idx")
+        existing = [p for p in (self.bin_path, self.idx_path) if p.exists() or p.is_symlink()]
+        if existing and not overwrite:
+            raise ConfigError(
+                f"{existing[0].name} already exists",
+                path=existing[0],
+                hint="Choose another prefix or pass --overwrite (overwrite=True in Python)",
+            )
+        if existing and not _is_megatron_index(self.idx_path):
+            # a .bin alone, or beside an .idx without the magic, is not a Megatron dataset: not ours to delete
+            what = self.idx_path if self.idx_path.exists() or self.idx_path.is_symlink() else existing[0]
+            reason = "it is not a Megatron index (no MMIDIDX magic)" if what == self.idx_path else "it has no .idx"
+            raise ConfigError(
+                f"refusing to overwrite {what.name}: {reason}",
+                path=what,
+                hint="--overwrite only replaces a Megatron dataset; choose another prefix",
+            )
+        for stale in existing:
+            stale.unlink()
+        self._bin_tmp = self.bin_path.with_name(self.bin_path.name + TMP_SUFFIX)
+        self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
+        self._lengths: list[np.ndarray] = []
+
+    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if overlaps.any():
+            i = int(np.argmax(overlaps > 0))
+            raise ConfigError(
+                f"overlap_prefix {int(overlaps[i])}: Megatron indexed datasets cannot store overlap prefixes",
+                path=self.prefix,
+                record=self.num_documents + i,
+                field="overlap_prefix",
+                hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
+            )
+        if len(lengths) and lengths.max() > MAX_SEQUENCE_TOKENS:
+            i = int(np.argmax(lengths > MAX_SEQUENCE_TOKENS))
+            raise ConfigError(
+                f"entry of {int(lengths[i])} tokens does not fit Megatron's int32 size field",
+                path=self.prefix,
+                record=self.num_documents + i,
+            )
+        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
+        self._lengths.append(lengths.astype("<i4"))
+
+    def _commit(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        sizes = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i4")
+        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
+        pointers = (offsets[:-1] * self.dtype.itemsize).astype("<i8")
+        documents = np.arange(len(sizes) + 1, dtype="<i8")
+        code = CODE_OF_DTYPE[self.dtype.name]
+        header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
+        os.replace(self._bin_tmp, self.bin_path)
+        atomic_write_bytes(self.idx_path, header + sizes.tobytes() + pointers.tobytes() + documents.tobytes())
+        fsync_dir(self.idx_path.parent)
+
+    def _abort(self) -> None:
+        self._handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._bin_tmp.unlink()
+        remove_empty(self._created)
+
+
+def _is_megatron_index(path: Path) -> bool:
+    """A regular file that starts with Megatron's magic (what ``--overwrite`` may replace)."""
+    try:
+        with open(path, "rb") as handle:
+            return path.is_file() and handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
+    except OSError:
+        return False

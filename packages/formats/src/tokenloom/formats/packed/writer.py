@@ -1,0 +1,125 @@
+"""Writing Modalities packed files: ``PackedWriter`` (the layouts: ``reader.py``'s docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats._contract import Validate
+from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats.errors import (
+    ConfigError,
+    DataError,
+)
+from tokenloom.formats.io.atomic import TMP_SUFFIX, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES
+from tokenloom.formats.packed.pickle_safe import dump_int_tuples
+from tokenloom.formats.packed.reader import PACKED_SUFFIX, open_packed
+
+__all__ = ["PackedWriter"]
+
+
+class PackedWriter(TokenWriter):
+    """Writes one ``.pbin`` file crash-safely (``name.pbin.tmp``, fsync, rename, directory fsync).
+
+    Args:
+        path: the ``.pbin`` file to create.
+        dtype: uint8, uint16 or uint32 (the token size field) for the current
+            layout. The legacy layout always stores 4-byte tokens; any unsigned
+            dtype of up to 4 bytes is accepted and widened losslessly.
+        legacy: write the seed's 8-byte-header layout instead of the current one.
+        overwrite: replace an existing file.
+    """
+
+    format = "packed"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+        legacy: bool = False,
+        overwrite: bool = False,
+    ) -> None:
+        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        if self.path.suffix != PACKED_SUFFIX:
+            raise ConfigError(
+                f"{self.path.name} does not end in {PACKED_SUFFIX}",
+                path=self.path,
+                hint=f"Name the output *{PACKED_SUFFIX} so that readers recognise it",
+            )
+        if self.dtype.kind != "u" or self.dtype.itemsize > 4:
+            raise ConfigError(
+                f"dtype {self.dtype.name} cannot be stored in a .pbin, expected uint8, uint16 or uint32",
+                path=self.path,
+                field="dtype",
+            )
+        if self.path.is_dir():
+            raise ConfigError(f"{self.path} is a directory, expected a file path", path=self.path)
+        if (self.path.exists() or self.path.is_symlink()) and not overwrite:
+            raise ConfigError(
+                f"{self.path.name} exists",
+                path=self.path,
+                hint="Choose a new path or pass --overwrite (overwrite=True in Python)",
+            )
+        if self.path.exists() or self.path.is_symlink():
+            try:  # --overwrite replaces a .pbin, never a file of another kind that happens to sit there
+                open_packed(self.path, validate=Validate.FAST)
+            except DataError as exc:
+                raise ConfigError(
+                    f"refusing to overwrite {self.path.name}: it is not a readable .pbin ({type(exc).__name__})",
+                    path=self.path,
+                    hint="--overwrite only replaces a .pbin file; choose another path",
+                ) from None
+        self.legacy = legacy
+        self.layout = "legacy" if legacy else "current"
+        self.store_dtype = TOKEN_DTYPES["uint32"] if legacy else self.dtype
+        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self._created = make_parents(self.path)  # removed again if the writer fails
+        self._handle = open(self._tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
+        self._handle.write(b"\0" * 8)
+        if not legacy:
+            self._handle.write(struct.pack("<I", self.store_dtype.itemsize))
+        self._lengths: list[np.ndarray] = []
+
+    def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if overlaps.any():
+            raise ConfigError(
+                "a .pbin has no overlap-prefix field, expected overlap_prefix=0",
+                path=self.path,
+                record=self.num_documents + int(np.argmax(overlaps > 0)),
+                field="overlap_prefix",
+            )
+        self._handle.write(np.ascontiguousarray(tokens, dtype=self.store_dtype).tobytes())
+        self._lengths.append(lengths.astype(np.int64))
+
+    def _commit(self) -> None:
+        lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, np.int64)
+        byte_lengths = lengths * self.store_dtype.itemsize
+        starts = np.zeros(len(byte_lengths), dtype=np.int64)
+        np.cumsum(byte_lengths[:-1], out=starts[1:])
+        data_len = int(byte_lengths.sum())
+        try:
+            self._handle.write(dump_int_tuples(zip(starts.tolist(), byte_lengths.tolist(), strict=True)))
+            self._handle.seek(0)
+            self._handle.write(struct.pack("<Q", data_len))
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            os.replace(self._tmp, self.path)
+            fsync_dir(self.path.parent)
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        self._handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._tmp.unlink()
+        remove_empty(self._created)
