@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Required, Self, TypedDict
 
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError, TokenRangeError
 from tokenloom.formats.io.dtypes import as_token_dtype
 
-__all__ = ["TokenWriter", "check_tokens"]
+__all__ = ["TokenWriter", "WriterBasics", "check_shard_size", "check_tokens"]
 
 MAX_OVERLAP_PREFIX = np.iinfo(np.uint16).max
 
@@ -55,6 +55,21 @@ def check_tokens(tokens: np.ndarray, dtype: np.dtype, vocab_size: int | None, *,
     return array.astype(dtype, copy=False)
 
 
+def check_shard_size(shard_size_tokens: int | None) -> int | None:
+    """``shard_size_tokens`` if None (one shard) or at least 1, else ConfigError."""
+    if shard_size_tokens is not None and shard_size_tokens < 1:
+        raise ConfigError(f"shard_size_tokens is {shard_size_tokens}, expected >= 1", field="shard_size_tokens")
+    return shard_size_tokens
+
+
+class WriterBasics(TypedDict, total=False):
+    """What every writer takes besides its path and own options, passed on to :class:`TokenWriter`."""
+
+    dtype: Required[Any]
+    vocab_size: int | None
+    eos_id: int | None
+
+
 class TokenWriter:
     """Base of every writer: validates input, counts, and publishes on a clean exit."""
 
@@ -79,6 +94,18 @@ class TokenWriter:
         self.num_documents = 0
         self.num_tokens = 0
         self._closed = False
+
+    def _refuse_overlaps(self, overlaps: np.ndarray, what: str, *, path: Path | None = None) -> None:
+        """ConfigError at the first non-zero overlap prefix, for formats (``what``) that cannot store one."""
+        if overlaps.any():
+            i = int(np.argmax(overlaps > 0))
+            raise ConfigError(
+                f"overlap_prefix {int(overlaps[i])}: {what} cannot store overlap prefixes",
+                path=path or self.path,
+                record=self.num_documents + i,
+                field="overlap_prefix",
+                hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
+            )
 
     # -- public API ------------------------------------------------------------------
     def add(self, tokens: Any, overlap_prefix: int = 0) -> None:

@@ -11,12 +11,8 @@ from tokenloom.formats.flat.writer import FlatWriter
 
 __all__ = ["DOCUMENT_LENGTHS_NAME", "SPEC", "FlatWriter", "is_flat", "open_flat"]
 
-SPEC = FormatSpec(
-    name="flat",
-    description="a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)",
-    detect=is_flat,
-    open=open_flat,
-    writer=FlatWriter,
-    options=("file_pattern", "split", "eos_id", "vocab_size"),
-)
+DESCRIPTION = "a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)"
+OPTIONS = ("file_pattern", "split", "eos_id", "vocab_size")
+
+SPEC = FormatSpec("flat", DESCRIPTION, detect=is_flat, open=open_flat, writer=FlatWriter, options=OPTIONS)
 register_format(SPEC)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Unpack
 
 import numpy as np
 
-from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
 from tokenloom.formats.errors import (
     ConfigError,
 )
@@ -21,7 +21,7 @@ from tokenloom.formats.io.manifest import (
     describe_files,
     write_manifest,
 )
-from tokenloom.formats.io.output import prepare_output_dir, shard_cut
+from tokenloom.formats.io.output import shard_cut, start_output_dir
 
 __all__ = ["FlatWriter"]
 
@@ -79,31 +79,25 @@ class FlatWriter(TokenWriter):
         self,
         path: str | os.PathLike[str],
         *,
-        dtype: Any,
-        vocab_size: int | None = None,
-        eos_id: int | None = None,
         shard_size_tokens: int | None = None,
         file_format: str = "npy",
         file_prefix: str = "shard",
         tokenizer_fingerprint: str | None = None,
         metadata: dict[str, Any] | None = None,
         overwrite: bool = False,
+        **basics: Unpack[WriterBasics],
     ) -> None:
-        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
-        if shard_size_tokens is not None and shard_size_tokens < 1:
-            raise ConfigError(f"shard_size_tokens is {shard_size_tokens}, expected >= 1", field="shard_size_tokens")
+        super().__init__(path, **basics)
         if file_format not in ("npy", "bin"):
             raise ConfigError(f"file_format={file_format!r}, expected 'npy' or 'bin'", field="file_format")
         if not file_prefix or any(ch in file_prefix for ch in "/\\*?[") or file_prefix.startswith("."):
             raise ConfigError(f"file_prefix {file_prefix!r} must be a plain file-name prefix", field="file_prefix")
-        self.shard_size_tokens = shard_size_tokens
+        self.shard_size_tokens = check_shard_size(shard_size_tokens)
         self.file_format = file_format
         self.file_prefix = file_prefix
         self.tokenizer_fingerprint = tokenizer_fingerprint
         self.metadata = dict(metadata or {})
-        prepare_output_dir(self.path, overwrite=overwrite)
-        (self.path / WRITING_MARKER).write_bytes(b"")
-        fsync_dir(self.path)
+        start_output_dir(self.path, overwrite=overwrite)
         self._names: list[str] = []
         self._current: _ShardFile | None = None
         self._lengths: list[np.ndarray] = []
@@ -115,15 +109,7 @@ class FlatWriter(TokenWriter):
         return f"{self.file_prefix}_*.{self.file_format}"
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
-        if overlaps.any():
-            i = int(np.argmax(overlaps > 0))
-            raise ConfigError(
-                f"overlap_prefix {int(overlaps[i])}: flat shards cannot store overlap prefixes",
-                path=self.path,
-                record=self.num_documents + i,
-                field="overlap_prefix",
-                hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
-            )
+        self._refuse_overlaps(overlaps, "flat shards")
         self._lengths.append(lengths.astype("<i8"))
         ends = np.cumsum(lengths)
         starts = ends - lengths

@@ -13,7 +13,7 @@ from tokenloom.formats.io.atomic import WRITING_MARKER, fsync_dir
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.safety import check_replaceable
 
-__all__ = ["prepare_output_dir", "refuse_unfinished", "shard_cut"]
+__all__ = ["prepare_output_dir", "refuse_unfinished", "shard_cut", "start_output_dir"]
 
 
 def shard_cut(ends: np.ndarray, begin: int, filled: int, shard_size_tokens: int) -> int:
@@ -75,3 +75,10 @@ def refuse_unfinished(root: Path, *, what: str = "dataset") -> None:
             path=root,
             hint=f"Wait for the writer, or rerun the command that writes this {what}",
         )
+
+
+def start_output_dir(path: Path, *, overwrite: bool) -> None:
+    """``prepare_output_dir``, then mark ``path`` unfinished (durably) until the writer commits."""
+    prepare_output_dir(path, overwrite=overwrite)
+    (path / WRITING_MARKER).write_bytes(b"")
+    fsync_dir(path)

@@ -47,23 +47,22 @@ def _holds_bin_meta(path: Path) -> bool:
     return path.is_dir() and bool(find_meta_files(path))
 
 
-H5_SPEC = FormatSpec(
-    name="h5",
-    description="HDF5 keyed store (AstrAI): a group per key; its 'sequence' key as tokens",
-    detect=is_h5_store,
-    open=open_h5_dataset,
-    writer=H5StoreWriter,
-    options=("key", "vocab_size", "eos_id"),
-    store=StoreSpec(name="h5", store=H5Store, detect=_holds_h5, looks_like="*.h5/*.hdf5 files"),
-)
+#: What the token-dataset view of either store takes (``key``: which key holds the tokens).
+OPTIONS = ("key", "vocab_size", "eos_id")
+H5_DESCRIPTION = "HDF5 keyed store (AstrAI): a group per key; its 'sequence' key as tokens"
+BIN_META_DESCRIPTION = "<key>.bin + meta.json keyed store (AstrAI); its 'sequence' key as tokens"
+H5_STORE = StoreSpec("h5", store=H5Store, detect=_holds_h5, looks_like="*.h5/*.hdf5 files")
+BIN_META_STORE = StoreSpec("bin", store=BinStore, detect=_holds_bin_meta, looks_like="meta.json + <key>.bin")
+
+H5_SPEC = FormatSpec("h5", H5_DESCRIPTION, is_h5_store, open_h5_dataset, H5StoreWriter, OPTIONS, store=H5_STORE)
 BIN_META_SPEC = FormatSpec(
-    name="bin-meta",
-    description="<key>.bin + meta.json keyed store (AstrAI); its 'sequence' key as tokens",
-    detect=is_bin_store,
-    open=open_bin_meta_dataset,
-    writer=BinMetaStoreWriter,
-    options=("key", "vocab_size", "eos_id"),
-    store=StoreSpec(name="bin", store=BinStore, detect=_holds_bin_meta, looks_like="meta.json + <key>.bin"),
+    "bin-meta",
+    BIN_META_DESCRIPTION,
+    is_bin_store,
+    open_bin_meta_dataset,
+    BinMetaStoreWriter,
+    OPTIONS,
+    store=BIN_META_STORE,
 )
 register_format(H5_SPEC)
 register_format(BIN_META_SPEC)

@@ -13,15 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import orjson
 
-from tokenloom.formats._writer import TokenWriter, check_tokens
+from tokenloom.formats._writer import TokenWriter, WriterBasics, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
-from tokenloom.formats.io.output import prepare_output_dir
+from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
 from tokenloom.formats.keyed.store import (
@@ -55,14 +55,12 @@ class StoreWriter(TokenWriter):
         self,
         path: str | os.PathLike[str],
         *,
-        dtype: Any,
-        vocab_size: int | None = None,
-        eos_id: int | None = None,
         training_type: str | None = None,
         key_dtypes: Mapping[str, Any] | None = None,
         overwrite: bool = False,
+        **basics: Unpack[WriterBasics],
     ) -> None:
-        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        super().__init__(path, **basics)
         if training_type is not None and training_type not in TRAINING_TYPE_KEYS:
             raise ConfigError(
                 f"training type {training_type!r}, expected one of {sorted(TRAINING_TYPE_KEYS)}",
@@ -213,9 +211,7 @@ class BinMetaStoreWriter(StoreWriter):
 
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         super().__init__(path, **options)
-        prepare_output_dir(self.path, overwrite=self.overwrite)
-        (self.path / WRITING_MARKER).write_bytes(b"")
-        fsync_dir(self.path)
+        start_output_dir(self.path, overwrite=self.overwrite)
         self._handles: dict[str, Any] = {}
         self._offsets: list[int] = [0]
 

@@ -10,12 +10,10 @@ from tokenloom.formats.megatron.writer import MegatronWriter
 
 __all__ = ["SPEC", "MegatronWriter", "is_megatron", "open_megatron"]
 
+DESCRIPTION = "Megatron-LM MMIDIDX .idx + .bin indexed datasets"
+OPTIONS = ("vocab_size", "eos_id")
+
 SPEC = FormatSpec(
-    name="megatron",
-    description="Megatron-LM MMIDIDX .idx + .bin indexed datasets",
-    detect=is_megatron,
-    open=open_megatron,
-    writer=MegatronWriter,
-    options=("vocab_size", "eos_id"),
+    "megatron", DESCRIPTION, detect=is_megatron, open=open_megatron, writer=MegatronWriter, options=OPTIONS
 )
 register_format(SPEC)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 import numpy as np
 
-from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats._writer import TokenWriter, WriterBasics
 from tokenloom.formats.errors import (
     ConfigError,
 )
@@ -40,12 +40,10 @@ class MegatronWriter(TokenWriter):
         self,
         path: str | os.PathLike[str],
         *,
-        dtype: Any,
-        vocab_size: int | None = None,
-        eos_id: int | None = None,
         overwrite: bool = False,
+        **basics: Unpack[WriterBasics],
     ) -> None:
-        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        super().__init__(path, **basics)
         if self.dtype.name not in CODE_OF_DTYPE:
             raise ConfigError(
                 f"Megatron has no dtype code for {self.dtype.name}, expected one of {sorted(CODE_OF_DTYPE)}",
@@ -87,15 +85,7 @@ class MegatronWriter(TokenWriter):
         self._lengths: list[np.ndarray] = []
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
-        if overlaps.any():
-            i = int(np.argmax(overlaps > 0))
-            raise ConfigError(
-                f"overlap_prefix {int(overlaps[i])}: Megatron indexed datasets cannot store overlap prefixes",
-                path=self.prefix,
-                record=self.num_documents + i,
-                field="overlap_prefix",
-                hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
-            )
+        self._refuse_overlaps(overlaps, "Megatron indexed datasets", path=self.prefix)
         if len(lengths) and lengths.max() > MAX_SEQUENCE_TOKENS:
             i = int(np.argmax(lengths > MAX_SEQUENCE_TOKENS))
             raise ConfigError(

@@ -23,19 +23,10 @@ __all__ = [
     "read_native_shard",
 ]
 
-SPEC = FormatSpec(
-    name="native",
-    description="GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-Simple's own open without)",
-    detect=is_native,
-    open=open_native,
-    writer=NativeWriter,
-)
-SPEC_V0 = FormatSpec(
-    name="native-v0",
-    description="read-only: tokenloom's pre-release native layout, to convert (never detected)",
-    detect=lambda path: False,
-    open=open_native_v0,
-    detectable=False,
-)
+DESCRIPTION = "GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-Simple's own open without)"
+DESCRIPTION_V0 = "read-only: tokenloom's pre-release native layout, to convert (never detected)"
+
+SPEC = FormatSpec("native", DESCRIPTION, detect=is_native, open=open_native, writer=NativeWriter)
+SPEC_V0 = FormatSpec("native-v0", DESCRIPTION_V0, detect=lambda path: False, open=open_native_v0, detectable=False)
 register_format(SPEC)
 register_format(SPEC_V0)

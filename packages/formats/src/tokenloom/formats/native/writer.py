@@ -25,12 +25,12 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
 from tokenloom.formats.errors import (
     ConfigError,
 )
@@ -43,7 +43,7 @@ from tokenloom.formats.io.manifest import (
     describe_files,
     write_manifest,
 )
-from tokenloom.formats.io.output import prepare_output_dir, shard_cut
+from tokenloom.formats.io.output import shard_cut, start_output_dir
 from tokenloom.formats.native.layout import (
     EXTENSION_CODES,
     MAX_ENTRIES,
@@ -135,18 +135,14 @@ class NativeWriter(TokenWriter):
         self,
         path: str | os.PathLike[str],
         *,
-        dtype: Any,
-        vocab_size: int | None = None,
-        eos_id: int | None = None,
         shard_size_tokens: int | None = None,
         tokenizer_fingerprint: str | None = None,
         metadata: dict[str, Any] | None = None,
         overwrite: bool = False,
+        **basics: Unpack[WriterBasics],
     ) -> None:
-        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
-        if shard_size_tokens is not None and shard_size_tokens < 1:
-            raise ConfigError(f"shard_size_tokens is {shard_size_tokens}, expected >= 1", field="shard_size_tokens")
-        self.shard_size_tokens = shard_size_tokens
+        super().__init__(path, **basics)
+        self.shard_size_tokens = check_shard_size(shard_size_tokens)
         self.tokenizer_fingerprint = tokenizer_fingerprint
         self.metadata = dict(metadata or {})
         if self.dtype.name not in ("uint16", "uint32"):
@@ -157,9 +153,7 @@ class NativeWriter(TokenWriter):
                 self.dtype.name,
                 codes[self.dtype.name],
             )
-        prepare_output_dir(self.path, overwrite=overwrite)
-        (self.path / WRITING_MARKER).write_bytes(b"")
-        fsync_dir(self.path)
+        start_output_dir(self.path, overwrite=overwrite)
         self._stems: list[str] = []
         self._current: NativeShardWriter | None = None
 

@@ -11,12 +11,8 @@ from tokenloom.formats.packed.writer import PackedWriter
 
 __all__ = ["SPEC", "PackedWriter", "is_packed", "open_packed", "read_packed_file"]
 
-SPEC = FormatSpec(
-    name="packed",
-    description="Modalities .pbin packed files (current and legacy layouts)",
-    detect=is_packed,
-    open=open_packed,
-    writer=PackedWriter,
-    options=("layout", "eos_id", "vocab_size", "max_index_bytes", "max_entries"),
-)
+DESCRIPTION = "Modalities .pbin packed files (current and legacy layouts)"
+OPTIONS = ("layout", "eos_id", "vocab_size", "max_index_bytes", "max_entries")
+
+SPEC = FormatSpec("packed", DESCRIPTION, detect=is_packed, open=open_packed, writer=PackedWriter, options=OPTIONS)
 register_format(SPEC)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from typing import Any
+from typing import Unpack
 
 import numpy as np
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._writer import TokenWriter
+from tokenloom.formats._writer import TokenWriter, WriterBasics
 from tokenloom.formats.errors import (
     ConfigError,
     DataError,
@@ -41,13 +41,11 @@ class PackedWriter(TokenWriter):
         self,
         path: str | os.PathLike[str],
         *,
-        dtype: Any,
-        vocab_size: int | None = None,
-        eos_id: int | None = None,
         legacy: bool = False,
         overwrite: bool = False,
+        **basics: Unpack[WriterBasics],
     ) -> None:
-        super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        super().__init__(path, **basics)
         if self.path.suffix != PACKED_SUFFIX:
             raise ConfigError(
                 f"{self.path.name} does not end in {PACKED_SUFFIX}",
