@@ -15,7 +15,9 @@ from typing import Any, Required, Self, TypedDict
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError, TokenRangeError
+from tokenloom.formats.io.atomic import WRITING_MARKER, fsync_dir
 from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.manifest import MANIFEST_VERSION, Manifest, describe_files, write_manifest
 
 __all__ = ["TokenWriter", "WriterBasics", "check_shard_size", "check_tokens"]
 
@@ -106,6 +108,32 @@ class TokenWriter:
                 field="overlap_prefix",
                 hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
             )
+
+    def _publish_manifest(
+        self,
+        names_and_roles: list[tuple[str, str]],
+        *,
+        tokenizer_fingerprint: str | None,
+        metadata: dict[str, Any],
+        version: int = MANIFEST_VERSION,
+    ) -> Manifest:
+        """Write the dataset directory's manifest (last), then drop the writing marker, durably."""
+        manifest = Manifest(
+            version=version,
+            format=self.format,
+            dtype=self.dtype.name,
+            num_tokens=self.num_tokens,
+            num_documents=self.num_documents,
+            files=describe_files(self.path, names_and_roles),
+            vocab_size=self.vocab_size,
+            eos_id=self.eos_id,
+            tokenizer_fingerprint=tokenizer_fingerprint,
+            metadata=metadata,
+        )
+        write_manifest(self.path, manifest)
+        (self.path / WRITING_MARKER).unlink()
+        fsync_dir(self.path)
+        return manifest
 
     # -- public API ------------------------------------------------------------------
     def add(self, tokens: Any, overlap_prefix: int = 0) -> None:

@@ -16,11 +16,6 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.flat.npy import npy_header
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
-from tokenloom.formats.io.manifest import (
-    Manifest,
-    describe_files,
-    write_manifest,
-)
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 
 __all__ = ["FlatWriter"]
@@ -166,14 +161,8 @@ class FlatWriter(TokenWriter):
         atomic_write_bytes(self.path / DOCUMENT_LENGTHS_NAME, lengths.astype("<i8").tobytes())
         fsync_dir(self.path)
         files = [(name, "data") for name in self._names] + [(DOCUMENT_LENGTHS_NAME, "index")]
-        manifest = Manifest(
-            format="flat",
-            dtype=self.dtype.name,
-            num_tokens=self.num_tokens,
-            num_documents=self.num_documents,
-            files=describe_files(self.path, files),
-            vocab_size=self.vocab_size,
-            eos_id=self.eos_id,
+        self._publish_manifest(
+            files,
             tokenizer_fingerprint=self.tokenizer_fingerprint,
             metadata={
                 **self.metadata,
@@ -184,9 +173,6 @@ class FlatWriter(TokenWriter):
                 },
             },
         )
-        write_manifest(self.path, manifest)
-        (self.path / WRITING_MARKER).unlink()
-        fsync_dir(self.path)
 
     def _abort(self) -> None:
         if self._current is not None:

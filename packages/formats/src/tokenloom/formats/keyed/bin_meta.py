@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, TokenDataset, map_tokens
+from tokenloom.formats._dataset import Shard, map_tokens
 from tokenloom.formats.errors import (
     FormatError,
     IndexCorruptError,
@@ -32,7 +32,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.keyed.store import KeyedStore, check_finite, check_key_name, token_key_dtype
+from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
 
 __all__ = ["META_NAME", "BinStore", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
 
@@ -207,18 +207,8 @@ class BinStore(KeyedStore):
         return mapped[start:stop]
 
 
-def open_bin_meta_dataset(
-    path: str | os.PathLike[str],
-    *,
-    validate: Validate = Validate.FAST,
-    dtype: Any = None,
-    key: str = "sequence",
-    vocab_size: int | None = None,
-    eos_id: int | None = None,
-) -> TokenDataset:
-    """A bin store's token key as a TokenDataset: one shard per directory, records as entries."""
-    store = BinStore(validate=validate).load(path)
-    token_dtype = token_key_dtype(store, key, dtype, path=path)
+def _bin_meta_shards(store: BinStore, key: str, token_dtype: np.dtype, path: Path) -> list[Shard]:
+    """One shard per directory, records as entries."""
     shards = []
     for part in store._parts:
         length = part.lengths[key]
@@ -230,18 +220,11 @@ def open_bin_meta_dataset(
                 num_tokens=length,
                 offsets=offsets,
                 overlap_prefix=np.zeros(len(offsets) - 1, dtype=np.uint16),
-                name=str(part.directory.relative_to(Path(path))),
+                name=str(part.directory.relative_to(path)),
             )
         )
-    dataset = TokenDataset(
-        shards,
-        format="bin-meta",
-        root=path,
-        vocab_size=vocab_size,
-        eos_id=eos_id,
-        metadata={"key": key, "keys": store.keys},
-    )
-    if validate == Validate.DEEP:  # a store records no vocab size: pass vocab_size= to check ids against it
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return shards
+
+
+#: A bin store's token key (``key=``, default ``sequence``) as a TokenDataset.
+open_bin_meta_dataset = StoreTokenReader("bin-meta", BinStore, _bin_meta_shards)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dataset import Shard
 from tokenloom.formats.errors import (
     DataError,
     FormatError,
@@ -38,7 +38,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.keyed.store import KeyedStore, check_finite, check_key_name, token_key_dtype
+from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
 
 __all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "open_h5_dataset"]
 
@@ -205,23 +205,13 @@ class H5Store(KeyedStore):
             return np.asarray(handle[name][start:stop])
 
 
-def open_h5_dataset(
-    path: str | os.PathLike[str],
-    *,
-    validate: Validate = Validate.FAST,
-    dtype: Any = None,
-    key: str = "sequence",
-    vocab_size: int | None = None,
-    eos_id: int | None = None,
-) -> TokenDataset:
-    """An HDF5 store's token key as a TokenDataset, zero-copy: one shard (one entry) per segment.
+def _h5_shards(store: H5Store, key: str, token_dtype: np.dtype, path: Path) -> list[Shard]:
+    """Zero-copy: one shard (one entry) per segment.
 
     Works for contiguous, uncompressed little-endian datasets (h5py's default
     layout), whose bytes sit at a fixed offset in the file.
     """
     h5py = h5py_module()
-    store = H5Store(validate=validate).load(path)
-    token_dtype = token_key_dtype(store, key, dtype, path=path)
     shards = []
     for file_index, name in store._segments[key]:
         file_path = store._paths[file_index]
@@ -251,17 +241,10 @@ def open_h5_dataset(
             )
         )
     if not shards:  # an empty store: one empty shard, no entries
-        empty = Path(path) if Path(path).is_file() else store._paths[0]
+        empty = path if path.is_file() else store._paths[0]
         shards.append(Shard(empty, token_dtype, 0, np.zeros(1, np.int64), np.zeros(0, np.uint16), name="empty"))
-    dataset = TokenDataset(
-        shards,
-        format="h5",
-        root=path,
-        vocab_size=vocab_size,
-        eos_id=eos_id,
-        metadata={"key": key, "keys": store.keys},
-    )
-    if validate == Validate.DEEP:  # a store records no vocab size: pass vocab_size= to check ids against it
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return shards
+
+
+#: An HDF5 store's token key (``key=``, default ``sequence``) as a TokenDataset.
+open_h5_dataset = StoreTokenReader("h5", H5Store, _h5_shards)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from tokenloom.formats._contract import Validate, as_validate
+from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats.errors import (
     ConfigError,
     DataError,
@@ -52,6 +53,7 @@ __all__ = [
     "check_finite",
     "token_key_dtype",
     "check_key_name",
+    "StoreTokenReader",
     "training_type_of",
 ]
 
@@ -126,6 +128,42 @@ def token_key_dtype(store: KeyedStore, key: str, dtype: Any, *, path: str | os.P
     if dtype is not None and as_token_dtype(dtype) != token_dtype:
         raise ConfigError(f"dtype {dtype} was asked for, {key} is {token_dtype.name}", path=path, field="dtype")
     return token_dtype
+
+
+class StoreTokenReader:
+    """The token-dataset view of a keyed store (a :class:`TokenReader`): one key's data as entries.
+
+    ``shards(store, key, token_dtype, path)`` maps the loaded store's segments of ``key`` to shards.
+    """
+
+    def __init__(
+        self, format: str, store_class: type[KeyedStore], shards: Callable[[Any, str, np.dtype, Path], list[Shard]]
+    ) -> None:
+        self.format = format
+        self.store_class = store_class
+        self.shards = shards
+
+    def __call__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        validate: Validate = Validate.FAST,
+        dtype: Any = None,
+        key: str = "sequence",
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+    ) -> TokenDataset:
+        store = self.store_class(validate=validate).load(path)
+        token_dtype = token_key_dtype(store, key, dtype, path=path)
+        shards = self.shards(store, key, token_dtype, Path(path))
+        metadata = {"key": key, "keys": store.keys}
+        dataset = TokenDataset(
+            shards, format=self.format, root=path, vocab_size=vocab_size, eos_id=eos_id, metadata=metadata
+        )
+        if validate == Validate.DEEP:  # a store records no vocab size: pass vocab_size= to check ids against it
+            dataset.check_token_range()
+            dataset.check_eos_placement()
+        return dataset
 
 
 def training_type_of(keys: Sequence[str]) -> str | None:

@@ -190,21 +190,12 @@ class NativeWriter(TokenWriter):
         names = []
         for stem in self._stems:
             names += [(f"{stem}.idx", "index"), (f"{stem}.bin", "data")]
-        manifest = Manifest(
-            version=NATIVE_MANIFEST_VERSION,
-            format="native",
-            dtype=self.dtype.name,
-            num_tokens=self.num_tokens,
-            num_documents=self.num_documents,
-            files=describe_files(self.path, names),
-            vocab_size=self.vocab_size,
-            eos_id=self.eos_id,
+        self._publish_manifest(
+            names,
             tokenizer_fingerprint=self.tokenizer_fingerprint,
             metadata=self.metadata,
+            version=NATIVE_MANIFEST_VERSION,
         )
-        write_manifest(self.path, manifest)
-        (self.path / WRITING_MARKER).unlink()
-        fsync_dir(self.path)
 
     def _abort(self) -> None:
         if self._current is not None:
