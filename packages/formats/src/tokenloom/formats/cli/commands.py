@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
@@ -246,32 +246,32 @@ def _stage_bars(console: Any, *, enabled: bool) -> Iterator[_StageBars | None]:
 
 def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | None) -> list[str]:
     """Token range and EOS placement with the given or recorded values; what was (not) checked, in words."""
-    lines = []
-    if vocab_size is not None and vocab_size != dataset.vocab_size:
-        recorded = dataset.vocab_size
-        dataset.vocab_size = vocab_size
+    return [
+        _check_with(dataset, "vocab_size", vocab_size, dataset.check_token_range, "token range: every id < {:,}"),
+        _check_with(dataset, "eos_id", eos_id, dataset.check_eos_placement, "EOS placement: every entry ends with {}"),
+    ]
+
+
+_CHECK_WORDS = {  # field -> (the flag that gives it, how the result names a recorded value, what is not checked)
+    "vocab_size": ("--vocab-size", "recorded vocab size", "token range not checked: the format records no vocab size"),
+    "eos_id": ("--eos-id", "recorded EOS id", "EOS placement not checked: the format records no EOS id"),
+}
+
+
+def _check_with(dataset: TokenDataset, field: str, given: int | None, check: Callable[[], None], done: str) -> str:
+    """Run ``check`` with ``given`` in place of the recorded ``field`` (restored after); what was checked, in words."""
+    flag, recorded_as, missing = _CHECK_WORDS[field]
+    recorded = getattr(dataset, field)
+    if given is not None and given != recorded:
+        setattr(dataset, field, given)
         try:
-            dataset.check_token_range()
+            check()
         finally:
-            dataset.vocab_size = recorded
-        lines.append(f"token range: every id < {vocab_size:,} (--vocab-size)")
-    elif dataset.vocab_size is not None:
-        lines.append(f"token range: every id < {dataset.vocab_size:,} (recorded vocab size)")
-    else:
-        lines.append("token range not checked: the format records no vocab size; pass --vocab-size N")
-    if eos_id is not None and eos_id != dataset.eos_id:
-        recorded_eos = dataset.eos_id
-        dataset.eos_id = eos_id
-        try:
-            dataset.check_eos_placement()
-        finally:
-            dataset.eos_id = recorded_eos
-        lines.append(f"EOS placement: every entry ends with {eos_id} (--eos-id)")
-    elif dataset.eos_id is not None:
-        lines.append(f"EOS placement: every entry ends with {dataset.eos_id} (recorded EOS id)")
-    else:
-        lines.append("EOS placement not checked: the format records no EOS id; pass --eos-id N")
-    return lines
+            setattr(dataset, field, recorded)
+        return f"{done.format(given)} ({flag})"
+    if recorded is not None:
+        return f"{done.format(recorded)} ({recorded_as})"
+    return f"{missing}; pass {flag} N"
 
 
 @click.command(

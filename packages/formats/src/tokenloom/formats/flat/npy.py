@@ -23,6 +23,7 @@ import numpy as np
 
 from tokenloom.formats.errors import FormatError, ResourceLimitError, TruncatedError, UnsafeFormatError
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES
+from tokenloom.formats.io.scan import check_exact_size
 
 __all__ = ["MAX_HEADER_BYTES", "NPY_HEADER_SIZE", "NPY_MAGIC", "NpyHeader", "npy_header", "read_npy_header"]
 
@@ -113,14 +114,8 @@ def read_npy_header(path: Path, *, file_size: int, max_header_bytes: int = MAX_H
     data_offset = start + header_len
     payload = file_size - data_offset
     expected = count * dtype.itemsize
-    if payload != expected:
-        cls = TruncatedError if payload < expected else FormatError
-        raise cls(
-            f"shape {shape} of {dtype.name} needs {expected} data bytes, the file has {payload}",
-            path=path,
-            offset=data_offset,
-            field="shape",
-        )
+    problem = f"shape {shape} of {dtype.name} needs {expected} data bytes, the file has {payload}"
+    check_exact_size(payload, expected, problem, larger=FormatError, path=path, offset=data_offset, field="shape")
     return NpyHeader(dtype=dtype, count=count, data_offset=data_offset)
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from tokenloom.formats.errors import IndexCorruptError
+from tokenloom.formats.errors import DataError, IndexCorruptError, TruncatedError
 
-__all__ = ["SCAN_CHUNK_TOKENS", "check_rising_from_zero", "eos_offsets", "first_negative"]
+__all__ = ["SCAN_CHUNK_TOKENS", "check_exact_size", "check_rising_from_zero", "eos_offsets", "first_negative"]
 
 SCAN_CHUNK_TOKENS = 1 << 24
 
@@ -59,3 +60,14 @@ def check_rising_from_zero(
             record=i + record_shift,
             field=field,
         )
+
+
+def check_exact_size(
+    actual: int, expected: int, problem: str, *, larger: type[DataError] = IndexCorruptError, **where: Any
+) -> None:
+    """TruncatedError if ``actual`` bytes fall short of ``expected``, ``larger`` if they exceed it.
+
+    ``problem`` says what was found; ``where`` (path, offset, field) goes to the error.
+    """
+    if actual != expected:
+        raise (TruncatedError if actual < expected else larger)(problem, **where)

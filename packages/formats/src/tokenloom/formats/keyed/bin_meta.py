@@ -28,10 +28,10 @@ from tokenloom.formats.errors import (
     MissingKeyError,
     ResourceLimitError,
     ShapeMismatchError,
-    TruncatedError,
 )
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.scan import check_exact_size
 from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
 
 __all__ = ["META_NAME", "BinStore", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
@@ -146,13 +146,8 @@ class BinStore(KeyedStore):
             safe_file(root, data_path)
             expected = length * dtype.itemsize
             actual = data_path.stat().st_size
-            if actual != expected:
-                cls = TruncatedError if actual < expected else IndexCorruptError
-                raise cls(
-                    f"{data_path.name} has {actual} bytes, {META_NAME} declares {length} x {dtype.name} = {expected}",
-                    path=data_path,
-                    field=key,
-                )
+            problem = f"{data_path.name} has {actual} bytes, {META_NAME} declares {length} x {dtype.name} = {expected}"
+            check_exact_size(actual, expected, problem, path=data_path, field=key)
             if "offsets" in info:
                 part.offsets[key] = self._check_offsets(info["offsets"], length, path=meta_path, key=key)
             part.files[key], part.dtypes[key], part.lengths[key] = data_path, dtype, length

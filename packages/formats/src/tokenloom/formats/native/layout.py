@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenloom.formats.errors import FormatError, IndexCorruptError, TruncatedError
+from tokenloom.formats.errors import FormatError, TruncatedError
 from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.scan import check_exact_size
 
 __all__ = [
     "CODE_OF_DTYPE",
@@ -138,11 +139,5 @@ def parse_legacy_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.
 def check_index_size(count: int, *, path: Path, file_size: int, count_offset: int) -> None:
     """TruncatedError or IndexCorruptError unless the ``.idx`` is exactly the size ``count`` entries need."""
     expected = idx_size(count)
-    if file_size != expected:
-        cls = TruncatedError if file_size < expected else IndexCorruptError
-        raise cls(
-            f"entry count {count} implies an index of {expected} bytes, the file has {file_size}",
-            path=path,
-            offset=count_offset,
-            field="count",
-        )
+    problem = f"entry count {count} implies an index of {expected} bytes, the file has {file_size}"
+    check_exact_size(file_size, expected, problem, path=path, offset=count_offset, field="count")
