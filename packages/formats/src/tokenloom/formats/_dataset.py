@@ -46,6 +46,12 @@ class Shard:
     name: str = ""
     _tokens: np.ndarray | None = field(default=None, repr=False)
 
+    @classmethod
+    def single_entry(cls, path: Path, dtype: np.dtype, count: int, *, tokens_offset: int = 0, name: str) -> Shard:
+        """A shard holding one entry: ``count`` tokens of ``dtype`` from byte ``tokens_offset`` of ``path``."""
+        offsets = np.array([0, count], dtype=np.int64)
+        return cls(path, dtype, count, offsets, np.zeros(1, dtype=np.uint16), tokens_offset=tokens_offset, name=name)
+
     @property
     def num_entries(self) -> int:
         return len(self.offsets) - 1

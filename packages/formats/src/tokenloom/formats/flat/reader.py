@@ -53,12 +53,7 @@ from tokenloom.formats.flat.npy import read_npy_header
 from tokenloom.formats.flat.tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
-from tokenloom.formats.io.manifest import (
-    MANIFEST_NAME,
-    Manifest,
-    manifest_names_format,
-    read_manifest,
-)
+from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.scan import eos_offsets, first_negative
@@ -369,15 +364,7 @@ def _apply_document_lengths(root: Path, manifest: Manifest, recorded: dict[str, 
 
 
 def _shard(path: Path, dtype: np.dtype, count: int, data_offset: int) -> Shard:
-    return Shard(
-        tokens_path=path,
-        dtype=dtype,
-        num_tokens=count,
-        offsets=np.array([0, count], dtype=np.int64),
-        overlap_prefix=np.zeros(1, dtype=np.uint16),
-        tokens_offset=data_offset,
-        name=path.name,
-    )
+    return Shard.single_entry(path, dtype, count, tokens_offset=data_offset, name=path.name)
 
 
 def _refuse_negative(shard: Shard) -> None:

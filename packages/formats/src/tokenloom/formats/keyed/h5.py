@@ -230,15 +230,7 @@ def _h5_shards(store: H5Store, key: str, token_dtype: np.dtype, path: Path) -> l
         if offset + length * token_dtype.itemsize > file_path.stat().st_size:
             raise TruncatedError(f"{name} reaches past the end of the file", path=file_path, offset=offset, field=key)
         shards.append(
-            Shard(
-                tokens_path=file_path,
-                dtype=token_dtype,
-                num_tokens=length,
-                offsets=np.array([0, length], dtype=np.int64),
-                overlap_prefix=np.zeros(1, dtype=np.uint16),
-                tokens_offset=offset,
-                name=f"{file_path.name}:{name}",
-            )
+            Shard.single_entry(file_path, token_dtype, length, tokens_offset=offset, name=f"{file_path.name}:{name}")
         )
     if not shards:  # an empty store: one empty shard, no entries
         empty = path if path.is_file() else store._paths[0]

@@ -20,7 +20,7 @@ import orjson
 
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir, publish
 from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
@@ -191,8 +191,7 @@ class H5StoreWriter(StoreWriter):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(self._tmp, self.path)
-            fsync_dir(self.path.parent)
+            publish(self._tmp, self.path)
         except BaseException:
             self._abort()
             raise

@@ -19,13 +19,13 @@ from typing import Any
 
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats.errors import FormatError, IndexCorruptError
+from tokenloom.formats.errors import FormatError
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.manifest import MANIFEST_NAME, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.native.layout import parse_legacy_header
-from tokenloom.formats.native.reader import _stems_without_manifest, read_native_shard
+from tokenloom.formats.native.reader import _stems_without_manifest, read_native_shard, shards_dataset
 
 __all__ = ["open_native_v0"]
 
@@ -57,25 +57,4 @@ def open_native_v0(
     for stem in stems:
         shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint, header=parse_legacy_header))
         dtype_hint = shards[0].dtype
-    if manifest is not None:
-        found = (sum(s.num_tokens for s in shards), sum(s.num_entries for s in shards))
-        if found != (manifest.num_tokens, manifest.num_documents):
-            raise IndexCorruptError(
-                f"shards hold {found[0]} tokens in {found[1]} entries, the manifest records "
-                f"{manifest.num_tokens} in {manifest.num_documents}",
-                path=root / MANIFEST_NAME,
-            )
-    dataset = TokenDataset(
-        shards,
-        format="native-v0",
-        root=root,
-        eos_id=manifest.eos_id if manifest else None,
-        vocab_size=manifest.vocab_size if manifest else None,
-        fingerprint=manifest.fingerprint if manifest else None,
-        tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
-        metadata=manifest.metadata if manifest else None,
-    )
-    if validate == Validate.DEEP:
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return shards_dataset(shards, "native-v0", root, manifest, validate)

@@ -13,30 +13,15 @@ import xxhash
 
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats.errors import (
-    ConfigError,
-    FormatError,
-    IndexCorruptError,
-    MissingFileError,
-    TruncatedError,
-)
+from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, MissingFileError, TruncatedError
 from tokenloom.formats.io.atomic import WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
-from tokenloom.formats.io.manifest import (
-    MANIFEST_NAME,
-    Manifest,
-    manifest_names_format,
-    read_manifest,
-)
+from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file, safe_stat
 from tokenloom.formats.io.scan import check_rising_from_zero
 from tokenloom.formats.native.layout import HEADER as _HEADER
-from tokenloom.formats.native.layout import (
-    LEGACY_CONVERT_HINT,
-    NATIVE_MAGIC,
-    parse_header,
-)
+from tokenloom.formats.native.layout import LEGACY_CONVERT_HINT, NATIVE_MAGIC, parse_header
 
 log = logging.getLogger("tokenloom.formats")
 
@@ -192,7 +177,31 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
     for stem in stems:
         shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint))
         dtype_hint = shards[0].dtype  # without a manifest the first shard sets the dtype of the rest
-    if manifest is not None:
+    if manifest is None:
+        log.info(
+            "%s: no manifest (GPT-Simple shards?): opened %d shards after structural validation; "
+            "`tokenloom validate --write-manifest %s` records checksums",
+            root,
+            len(shards),
+            root,
+        )
+    without = {"fingerprint": index_fingerprint(shards), "metadata": {"manifest": False}}
+    return shards_dataset(shards, "native", root, manifest, validate, without=without)
+
+
+def shards_dataset(
+    shards: list[Shard],
+    format: str,
+    root: Path,
+    manifest: Manifest | None,
+    validate: Validate,
+    *,
+    without: dict[str, Any] | None = None,
+) -> TokenDataset:
+    """The dataset over native ``shards``, described by ``manifest`` (its totals checked) or by ``without``."""
+    if manifest is None:
+        dataset = TokenDataset(shards, format=format, root=root, **(without or {}))
+    else:
         tokens = sum(s.num_tokens for s in shards)
         documents = sum(s.num_entries for s in shards)
         if (tokens, documents) != (manifest.num_tokens, manifest.num_documents):
@@ -201,24 +210,16 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
                 f"{manifest.num_tokens} in {manifest.num_documents}",
                 path=root / MANIFEST_NAME,
             )
-    else:
-        log.info(
-            "%s: no manifest (GPT-Simple shards?): opened %d shards after structural validation; "
-            "`tokenloom validate --write-manifest %s` records checksums",
-            root,
-            len(shards),
-            root,
+        dataset = TokenDataset(
+            shards,
+            format=format,
+            root=root,
+            eos_id=manifest.eos_id,
+            vocab_size=manifest.vocab_size,
+            fingerprint=manifest.fingerprint,
+            tokenizer_fingerprint=manifest.tokenizer_fingerprint,
+            metadata=manifest.metadata,
         )
-    dataset = TokenDataset(
-        shards,
-        format="native",
-        root=root,
-        eos_id=manifest.eos_id if manifest else None,
-        vocab_size=manifest.vocab_size if manifest else None,
-        fingerprint=manifest.fingerprint if manifest else index_fingerprint(shards),
-        tokenizer_fingerprint=manifest.tokenizer_fingerprint if manifest else None,
-        metadata=manifest.metadata if manifest else {"manifest": False},
-    )
     if validate == Validate.DEEP:
         dataset.check_token_range()
         dataset.check_eos_placement()

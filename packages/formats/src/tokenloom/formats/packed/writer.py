@@ -15,7 +15,7 @@ from tokenloom.formats.errors import (
     ConfigError,
     DataError,
 )
-from tokenloom.formats.io.atomic import TMP_SUFFIX, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.atomic import TMP_SUFFIX, make_parents, publish, remove_empty
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES
 from tokenloom.formats.packed.pickle_safe import dump_int_tuples
 from tokenloom.formats.packed.reader import PACKED_SUFFIX, open_packed
@@ -110,8 +110,7 @@ class PackedWriter(TokenWriter):
             self._handle.flush()
             os.fsync(self._handle.fileno())
             self._handle.close()
-            os.replace(self._tmp, self.path)
-            fsync_dir(self.path.parent)
+            publish(self._tmp, self.path)
         except BaseException:
             self._abort()
             raise
