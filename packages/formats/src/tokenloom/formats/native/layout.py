@@ -116,8 +116,7 @@ def parse_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.dtype, 
             offset=8,
             field="dtype",
         )
-    check_index_size(count, path=path, file_size=file_size, count_offset=12)
-    return as_token_dtype(DTYPE_CODES[code]), count
+    return sized_header(DTYPE_CODES[code], count, path=path, file_size=file_size, count_offset=12)
 
 
 def parse_legacy_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.dtype, int]:
@@ -132,12 +131,12 @@ def parse_legacy_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.
             offset=0,
             hint="Open it as format 'native' (GPT-Simple's layout)",
         )
-    check_index_size(count, path=path, file_size=file_size, count_offset=8)
-    return as_token_dtype(_LEGACY_CODES[code]), count
+    return sized_header(_LEGACY_CODES[code], count, path=path, file_size=file_size, count_offset=8)
 
 
-def check_index_size(count: int, *, path: Path, file_size: int, count_offset: int) -> None:
-    """TruncatedError or IndexCorruptError unless the ``.idx`` is exactly the size ``count`` entries need."""
+def sized_header(dtype_name: str, count: int, *, path: Path, file_size: int, count_offset: int) -> tuple[np.dtype, int]:
+    """(dtype, count), once the ``.idx`` is exactly the size ``count`` entries need (else a named error)."""
     expected = idx_size(count)
     problem = f"entry count {count} implies an index of {expected} bytes, the file has {file_size}"
     check_exact_size(file_size, expected, problem, path=path, offset=count_offset, field="count")
+    return as_token_dtype(dtype_name), count
