@@ -10,8 +10,8 @@ of segments; every key has the same segment lengths, so one global element range
     store.fetch(0, 2048, "sequence")                # one array
     store.fetch(0, 2048, ["sequence", "loss_mask"]) # {key: array}
 
-Two backends: HDF5 (:mod:`._store_h5`) and raw ``<key>.bin`` + ``meta.json``
-(:mod:`._store_bin`). Files are opened lazily in each process and never pickled:
+Two backends: HDF5 (:mod:`.h5`) and raw ``<key>.bin`` + ``meta.json``
+(:mod:`.bin_meta`). Files are opened lazily in each process and never pickled:
 a store sent to a DataLoader worker reopens its files there.
 """
 

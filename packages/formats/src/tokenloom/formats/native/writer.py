@@ -32,15 +32,9 @@ import numpy as np
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
 from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
-from tokenloom.formats.io.manifest import (
-    EOS_AT_DOCUMENT_END,
-    EOS_PLACEMENT,
-    MANIFEST_NAME,
-    Manifest,
-    describe_files,
-    write_manifest,
-)
+from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, write_manifest
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 from tokenloom.formats.native.layout import EXTENSION_CODES, MAX_ENTRIES, NATIVE_MAGIC, pack_header
 from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, open_native
