@@ -91,7 +91,9 @@ def test_diverging_version_is_caught(repo: Path) -> None:
     assert repo_checks.main([str(repo)]) == 1
 
 
-@pytest.mark.parametrize("requirement", ["tokenloom-base", "tokenloom-base>=0", "tokenloom-base[x]==1", "tokenloom-base~=0"])
+@pytest.mark.parametrize(
+    "requirement", ["tokenloom-base", "tokenloom-base>=0", "tokenloom-base[x]==1", "tokenloom-base~=0"]
+)
 def test_sibling_not_pinned_to_the_shared_version_is_caught(repo: Path, requirement: str) -> None:
     pyproject = repo / "packages" / "upper" / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('"tokenloom-base==0"', f'"{requirement}"'))
@@ -103,7 +105,7 @@ def test_sibling_not_pinned_to_the_shared_version_is_caught(repo: Path, requirem
 
 def test_pinned_sibling_with_extras_and_marker_passes(repo: Path) -> None:
     pyproject = repo / "packages" / "upper" / "pyproject.toml"
-    text = pyproject.read_text().replace('"tokenloom-base==0"', '"tokenloom-base[x] == 0 ; python_version >= \'3.11\'"')
+    text = pyproject.read_text().replace('"tokenloom-base==0"', "\"tokenloom-base[x] == 0 ; python_version >= '3.11'\"")
     pyproject.write_text(text + '[project.optional-dependencies]\nall = ["tokenloom-base[y]==0"]\n')
     assert repo_checks.run(repo) == []
 

@@ -200,7 +200,8 @@ def check_wheel(path: Path, policy: Policy, repo: Path = REPO) -> list[str]:
     found = _entry_point_names(entry_points, "tokenloom.commands")
     if found != project.commands:
         problems.append(
-            f"{label}: tokenloom.commands entry points {sorted(found)}, the pyproject declares {sorted(project.commands)}"
+            f"{label}: tokenloom.commands entry points {sorted(found)}, "
+            f"the pyproject declares {sorted(project.commands)}"
         )
     if _entry_point_names(entry_points, "console_scripts") != project.scripts:
         problems.append(f"{label}: console scripts differ from the pyproject's {sorted(project.scripts)}")
@@ -414,8 +415,10 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = (args.out_dir or Path(scratch) / "dist").resolve()
         started = time.perf_counter()
         build(repo, out_dir)
-        print(f"release: built {len(list(out_dir.glob('*.whl')))} wheels and sdists of {policy.version} "
-              f"in {time.perf_counter() - started:.1f} s into {out_dir}")
+        print(
+            f"release: built {len(list(out_dir.glob('*.whl')))} wheels and sdists of {policy.version} "
+            f"in {time.perf_counter() - started:.1f} s into {out_dir}"
+        )
         problems = check_dist_dir(out_dir, policy, repo)
         print(f"release: metadata {'ok' if not problems else f'{len(problems)} problem(s)'}")
         if not args.skip_install:
