@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import io
 import os
 import re
@@ -211,8 +212,7 @@ def test_bump_moves_every_version_and_pin(tmp_path: Path) -> None:
     bumped = release.load_policy(tmp_path)
     assert bumped.version == "0.2.0"
     sys.path.insert(0, str(REPO / "tools" / "checks"))
-    import repo_checks
-
+    repo_checks = importlib.import_module("repo_checks")
     assert repo_checks.check_versions(tmp_path) == []
     assert f"=={POLICY.version}" not in (tmp_path / "pyproject.toml").read_text()
 
@@ -252,7 +252,11 @@ def test_readme_install_command_works_in_a_clean_venv(command: str, tmp_path: Pa
     subprocess.run(
         [uv, "venv", "--quiet", "--python", f"{sys.version_info.major}.{sys.version_info.minor}", str(venv)], check=True
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "UV_PROJECT"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "VIRTUAL_ENV", "UV_PROJECT", "UV_PYTHON", "UV_NO_SOURCES", "UV_SYSTEM"))
+    }
     env["VIRTUAL_ENV"] = str(venv)
     runnable = command.replace("https://github.com/OWNER/tokenloom", REPO.as_uri())
     args = [uv if word == "uv" else word.strip('"') for word in re.findall(r'"[^"]*"|\S+', runnable)]
