@@ -517,8 +517,8 @@ def tokenize_native(
         return summary
     state = prepared
     resumed_shards = len(state.shards)
-    write_state(out, state)  # journal first: from here on a rerun resumes
     try:
+        write_state(out, state)  # journal first: from here on a rerun resumes
         (out / WRITING_MARKER).touch()
         _check_published(out, state)
         fsync_dir(out)
