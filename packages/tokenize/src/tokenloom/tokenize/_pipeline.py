@@ -71,7 +71,7 @@ from tokenloom.tokenize._worker import (
     sample_texts,
     warm_up,
 )
-from tokenloom.tokenize.engine import EngineMismatchError
+from tokenloom.tokenize.engine import EngineMismatchError, announce_engine
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["RunInputs", "TokenizeSummary", "choose_run_engine", "tokenize_native"]
@@ -497,7 +497,7 @@ def choose_run_engine(
     finally:
         getattr(reader, "close", lambda: None)()  # close the file the generator holds open
     choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
-    log.info("encoding engine: %s (%s)", choice.name, choice.reason)
+    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
     return choice
 
 

@@ -1,0 +1,103 @@
+"""Issue #21 (tokenize): rates, the cache hint, the engine line, large vocabularies, odd file names, dead workers."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+from tokenizers import Tokenizer
+
+from tokenloom.formats import ConfigError, UnsafePathError
+from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, load_encoder, tokenize
+from tokenloom.tokenize import _tokenizer
+from tokenloom.tokenize.engine import MAX_FAST_ADDED_TOKENS
+
+
+
+def write_jsonl(path: Path, records: list[dict[str, object]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+
+
+def test_cache_hint_names_the_hf_command_that_huggingface_hub_installs() -> None:
+    with pytest.raises(ConfigError) as info:
+        _tokenizer.fingerprint("no-such-org/no-such-tokenizer")
+    assert "hf download no-such-org/no-such-tokenizer" in str(info.value)
+    assert "huggingface-cli" not in str(info.value)
+    from importlib.metadata import entry_points
+
+    scripts = {e.name for e in entry_points(group="console_scripts") if e.value.startswith("huggingface_hub")}
+    assert "hf" in scripts
+
+
+def test_default_tokenizer_path_is_a_loadable_directory() -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_path())
+    assert tokenizer.eos_token_id == 0 and len(tokenizer) == 16384
+    assert "default_tokenizer_path()" in (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def test_engine_line_is_logged_once_per_process_and_tokenizer(
+    tmp_path: Path, tiny_tokenizer: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": "one document"}, {"text": "another"}])
+    caplog.set_level(logging.DEBUG, logger="tokenloom")
+    for run in range(3):
+        config = TokenizeConfig(
+            input_dir=tmp_path / "in", output_dir=tmp_path / f"out{run}", tokenizer=str(tiny_tokenizer), num_workers=0
+        )
+        tokenize(config)
+    lines = [r for r in caplog.records if r.getMessage().startswith("encoding engine")]
+    assert len(lines) == 3
+    assert [r.levelno for r in lines].count(logging.INFO) <= 1  # the first (unless an earlier test logged it)
+    assert all(r.levelno == logging.DEBUG for r in lines[1:])
+
+
+def _with_added_tokens(count: int) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(default_tokenizer_path() / "tokenizer.json"))
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(count)])
+    return tokenizer
+
+
+def test_many_added_tokens_fall_back_to_hf_with_the_reason_and_how_to_force() -> None:
+    tokenizer = _with_added_tokens(MAX_FAST_ADDED_TOKENS)  # plus its EOS: one over the limit
+    assert len(tokenizer.get_added_tokens_decoder()) == MAX_FAST_ADDED_TOKENS + 1
+    encoder = load_encoder(tokenizer, "auto")
+    assert encoder.name == "hf"
+    assert f"{MAX_FAST_ADDED_TOKENS + 1:,} added tokens" in encoder.reason and "--engine fast" in encoder.reason
+    assert encoder.encode_batch(["x <extra_7> y"]) == [[*encoder.encode_batch(["x "])[0], 16384 + 7, *encoder.encode_batch([" y"])[0]]]
+
+
+def test_few_added_tokens_still_get_the_fast_engine() -> None:
+    assert load_encoder(_with_added_tokens(100), "auto").name == "fast"
+
+
+def test_input_name_not_utf8_is_refused_before_anything_is_created(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    inputs = tmp_path / "in"
+    write_jsonl(inputs / "good.jsonl", [{"text": "fine"}])
+    (Path(os.fsdecode(bytes(inputs))) / os.fsdecode(b"caf\xe9.jsonl")).write_bytes(b'{"text": "caf"}\n')
+    for format_ in ("native", "megatron"):
+        out = tmp_path / f"out-{format_}"
+        config = TokenizeConfig(
+            input_dir=inputs, output_dir=out, tokenizer=str(tiny_tokenizer), num_workers=0, format=format_
+        )
+        with pytest.raises(UnsafePathError) as info:
+            tokenize(config)
+        message = str(info.value)
+        message.encode("utf-8")  # printable: no surrogates
+        assert "caf\\xe9.jsonl" in message and "not valid UTF-8" in message and "Rename" in message
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in"] or not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_a_failed_start_leaves_no_empty_output_directory(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    # a record that fails in the first chunk: the run completed nothing, so OUT must not remain
+    write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": "ok"}, {"nope": 1}])
+    out = tmp_path / "out"
+    with pytest.raises(Exception):
+        tokenize(TokenizeConfig(input_dir=tmp_path / "in", output_dir=out, tokenizer=str(tiny_tokenizer), num_workers=0))
+    assert not out.exists()
