@@ -10,9 +10,11 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
-from tokenloom.formats import ConfigError, UnsafePathError
+from tokenloom.formats import ConfigError, UnsafePathError, open_dataset
 from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, load_encoder, tokenize
 from tokenloom.tokenize import _tokenizer
+from tokenloom.tokenize._commands import _summary_lines
+from tokenloom.tokenize._progress import RunRateColumn, rate_text
 from tokenloom.tokenize.engine import MAX_FAST_ADDED_TOKENS
 
 
@@ -101,3 +103,72 @@ def test_a_failed_start_leaves_no_empty_output_directory(tmp_path: Path, tiny_to
     with pytest.raises(Exception):
         tokenize(TokenizeConfig(input_dir=tmp_path / "in", output_dir=out, tokenizer=str(tiny_tokenizer), num_workers=0))
     assert not out.exists()
+
+
+def _docs(n: int) -> list[dict[str, object]]:
+    return [{"text": f"document {i}: " + "alpha beta gamma delta " * (i % 17 + 1)} for i in range(n)]
+
+
+def test_summary_rates_are_this_runs_amounts_over_this_runs_wall_time(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    write_jsonl(tmp_path / "in" / "a.jsonl", _docs(300))
+    write_jsonl(tmp_path / "in" / "sub" / "b.jsonl", _docs(200))
+    size = sum(p.stat().st_size for p in (tmp_path / "in").rglob("*.jsonl"))
+    config = TokenizeConfig(input_dir=tmp_path / "in", output_dir=tmp_path / "out", tokenizer=str(tiny_tokenizer), num_workers=0)
+    summary = tokenize(config)
+    assert summary.bytes_read == size and summary.run_tokens == summary.tokens == open_dataset(tmp_path / "out").num_tokens
+    assert summary.bytes_per_second * summary.seconds == pytest.approx(size)
+    assert summary.tokens_per_second * summary.seconds == pytest.approx(summary.tokens)
+    printed = "\n".join(_summary_lines(summary))
+    assert f"{summary.tokens:,} tokens and {size:,} input bytes in {summary.seconds:.1f} s" in printed
+    assert rate_text(size, summary.seconds) in printed
+
+
+def test_a_resumed_run_counts_only_what_it_did(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    write_jsonl(tmp_path / "in" / "a.jsonl", _docs(3000))
+    size = (tmp_path / "in" / "a.jsonl").stat().st_size
+    config = TokenizeConfig(
+        input_dir=tmp_path / "in",
+        output_dir=tmp_path / "out",
+        tokenizer=str(tiny_tokenizer),
+        num_workers=0,
+        chunk_lines=100,
+        shard_size_tokens=20_000,
+    )
+    first = {"bytes": 0}
+
+    def stop_after_two_shards(documents: int, tokens: int, source_bytes: int) -> None:
+        first["bytes"] += source_bytes
+        if len(list((tmp_path / "out").glob("shard_*.idx"))) >= 2:
+            raise KeyboardInterrupt  # a real interruption: the journal keeps the completed shards
+
+    with pytest.raises(KeyboardInterrupt):
+        tokenize(config, on_progress=stop_after_two_shards)
+    summary = tokenize(config)
+    assert summary.resumed_shards >= 1
+    manifest = orjson.loads((tmp_path / "out" / "manifest.json").read_bytes())
+    assert 0 < summary.run_tokens < summary.tokens == manifest["num_tokens"]
+    assert 0 < summary.bytes_read < size and summary.bytes_read + first["bytes"] >= size
+    assert summary.tokens_per_second * summary.seconds == pytest.approx(summary.run_tokens)
+
+
+def test_the_bar_shows_the_summarys_rate() -> None:
+    from rich.progress import Progress
+
+    now = [100.0]
+    with Progress(RunRateColumn(), get_time=lambda: now[0], disable=True) as progress:
+        task = progress.add_task("t", total=10_000_000)
+        now[0] += 4.0
+        progress.update(task, advance=6_000_000)
+        now[0] += 2.0  # an idle end (writing the manifest): the bar's rate falls like the summary's
+        shown = RunRateColumn().render(progress.tasks[0]).plain
+    assert shown == rate_text(6_000_000, 6.0) == "1.0 MB/s"
+
+
+def test_pack_summary_rate_is_the_files_bytes_over_its_seconds(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    from tokenloom.tokenize import pack
+
+    source = tmp_path / "a.jsonl"
+    write_jsonl(source, _docs(400))
+    summary = pack(source, tokenizer=str(tiny_tokenizer), num_workers=0)
+    assert summary.bytes_read == source.stat().st_size
+    assert summary.bytes_per_second * summary.seconds == pytest.approx(source.stat().st_size)

@@ -105,10 +105,20 @@ class TokenizeSummary:
     engine: str = ""
     """The encoding engine (hf or fast) of the last session that wrote this output."""
     engine_reason: str = ""
+    run_tokens: int = 0
+    """Tokens written by this run (a resumed run: not those of the shards it resumed after)."""
+    bytes_read: int = 0
+    """Bytes of the input files (as stored: compressed for .gz) this run read; the bar counts the same."""
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+        """This run's tokens over this run's wall time (``seconds``)."""
+        return self.run_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        """This run's input bytes read over this run's wall time, as the progress bar shows it."""
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
 
 ProgressCallback = Callable[[int, int, int], None]  # (documents, tokens, bytes on disk) since last call
@@ -228,6 +238,8 @@ class _Run:
         self._chunk_counts = state.counts.copy()  # counts of the chunks before the current one
         self._file_index = state.file_index
         self._file_first_chunk = state.file_first_chunk
+        self.bytes_read = 0
+        """Input bytes (as stored) consumed by this session, for its rate."""
 
     def _on_shard(self, record: ShardRecord, entries_consumed: int) -> None:
         self.state.shards.append(record)
@@ -266,6 +278,7 @@ class _Run:
                 result.dropped["truncated"],
             )
         self.counts.input_bytes += result.num_bytes
+        self.bytes_read += result.source_bytes
         self._chunk_counts = self.counts.copy()
         self._chunk_index = result.index + 1
 
@@ -531,6 +544,8 @@ def tokenize_native(
     summary = _summary_of(manifest, out, time.perf_counter() - started)
     summary.examples = run.examples
     summary.resumed_shards = resumed_shards
+    summary.run_tokens = sum(record.num_tokens for record in run.state.shards[resumed_shards:])
+    summary.bytes_read = run.bytes_read
     return summary
 
 
