@@ -10,13 +10,11 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
-from tokenloom.formats import ConfigError, UnsafePathError, open_dataset
-from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, load_encoder, tokenize
-from tokenloom.tokenize import _tokenizer
+from tokenloom.formats import ConfigError, RecordError, UnsafePathError, open_dataset
+from tokenloom.tokenize import TokenizeConfig, _tokenizer, default_tokenizer_path, load_encoder, tokenize
 from tokenloom.tokenize._commands import _summary_lines
 from tokenloom.tokenize._progress import RunRateColumn, rate_text
 from tokenloom.tokenize.engine import MAX_FAST_ADDED_TOKENS
-
 
 
 def write_jsonl(path: Path, records: list[dict[str, object]]) -> None:
@@ -36,10 +34,10 @@ def test_cache_hint_names_the_hf_command_that_huggingface_hub_installs() -> None
 
 
 def test_default_tokenizer_path_is_a_loadable_directory() -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_path())
-    assert tokenizer.eos_token_id == 0 and len(tokenizer) == 16384
+    # the README's example loads it with transformers' AutoTokenizer (the README tests run that as written)
+    tokenizer = Tokenizer.from_file(str(default_tokenizer_path() / "tokenizer.json"))
+    assert tokenizer.token_to_id("<|endoftext|>") == 0 and tokenizer.get_vocab_size() == 16384
+    assert (default_tokenizer_path() / "tokenizer_config.json").is_file()
     assert "default_tokenizer_path()" in (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
 
 
@@ -71,7 +69,9 @@ def test_many_added_tokens_fall_back_to_hf_with_the_reason_and_how_to_force() ->
     encoder = load_encoder(tokenizer, "auto")
     assert encoder.name == "hf"
     assert f"{MAX_FAST_ADDED_TOKENS + 1:,} added tokens" in encoder.reason and "--engine fast" in encoder.reason
-    assert encoder.encode_batch(["x <extra_7> y"]) == [[*encoder.encode_batch(["x "])[0], 16384 + 7, *encoder.encode_batch([" y"])[0]]]
+    assert encoder.encode_batch(["x <extra_7> y"]) == [
+        [*encoder.encode_batch(["x "])[0], 16384 + 7, *encoder.encode_batch([" y"])[0]]
+    ]
 
 
 def test_few_added_tokens_still_get_the_fast_engine() -> None:
@@ -100,8 +100,10 @@ def test_a_failed_start_leaves_no_empty_output_directory(tmp_path: Path, tiny_to
     # a record that fails in the first chunk: the run completed nothing, so OUT must not remain
     write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": "ok"}, {"nope": 1}])
     out = tmp_path / "out"
-    with pytest.raises(Exception):
-        tokenize(TokenizeConfig(input_dir=tmp_path / "in", output_dir=out, tokenizer=str(tiny_tokenizer), num_workers=0))
+    with pytest.raises(RecordError):
+        tokenize(
+            TokenizeConfig(input_dir=tmp_path / "in", output_dir=out, tokenizer=str(tiny_tokenizer), num_workers=0)
+        )
     assert not out.exists()
 
 
@@ -113,9 +115,13 @@ def test_summary_rates_are_this_runs_amounts_over_this_runs_wall_time(tmp_path: 
     write_jsonl(tmp_path / "in" / "a.jsonl", _docs(300))
     write_jsonl(tmp_path / "in" / "sub" / "b.jsonl", _docs(200))
     size = sum(p.stat().st_size for p in (tmp_path / "in").rglob("*.jsonl"))
-    config = TokenizeConfig(input_dir=tmp_path / "in", output_dir=tmp_path / "out", tokenizer=str(tiny_tokenizer), num_workers=0)
+    config = TokenizeConfig(
+        input_dir=tmp_path / "in", output_dir=tmp_path / "out", tokenizer=str(tiny_tokenizer), num_workers=0
+    )
     summary = tokenize(config)
-    assert summary.bytes_read == size and summary.run_tokens == summary.tokens == open_dataset(tmp_path / "out").num_tokens
+    assert (
+        summary.bytes_read == size and summary.run_tokens == summary.tokens == open_dataset(tmp_path / "out").num_tokens
+    )
     assert summary.bytes_per_second * summary.seconds == pytest.approx(size)
     assert summary.tokens_per_second * summary.seconds == pytest.approx(summary.tokens)
     printed = "\n".join(_summary_lines(summary))
@@ -172,3 +178,93 @@ def test_pack_summary_rate_is_the_files_bytes_over_its_seconds(tmp_path: Path, t
     summary = pack(source, tokenizer=str(tiny_tokenizer), num_workers=0)
     assert summary.bytes_read == source.stat().st_size
     assert summary.bytes_per_second * summary.seconds == pytest.approx(source.stat().st_size)
+
+
+def test_a_sigkilled_worker_is_a_named_error_and_the_run_resumes(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    import multiprocessing
+    import signal
+
+    from tokenloom.tokenize import WorkerDiedError
+    from tokenloom.tokenize._state import STATE_NAME
+
+    write_jsonl(tmp_path / "in" / "a.jsonl", _docs(3000))
+
+    def config(out: str, workers: int) -> TokenizeConfig:
+        return TokenizeConfig(
+            input_dir=tmp_path / "in",
+            output_dir=tmp_path / out,
+            tokenizer=str(tiny_tokenizer),
+            num_workers=workers,
+            chunk_lines=100,
+            shard_size_tokens=20_000,
+        )
+
+    killed: list[int] = []
+
+    def kill_a_worker(documents: int, tokens: int, source_bytes: int) -> None:
+        if not killed and len(list((tmp_path / "out").glob("shard_*.idx"))) >= 2:
+            worker = multiprocessing.active_children()[0]  # a real pool worker, as the OOM killer would
+            os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            killed.append(worker.pid)  # type: ignore[arg-type]
+
+    with pytest.raises(WorkerDiedError) as info:
+        tokenize(config("out", 2), on_progress=kill_a_worker)
+    message = str(info.value)
+    assert f"worker pid {killed[0]} was killed by SIGKILL (likely out of memory" in message
+    assert "a.jsonl" in message and "lines " in message and "fewer --num-workers" in message
+    assert (tmp_path / "out" / STATE_NAME).exists()  # the journal stays: the run resumes
+    resumed = tokenize(config("out", 2))
+    assert resumed.resumed_shards >= 1
+    tokenize(config("clean", 0))
+    assert (tmp_path / "out" / "shard_00000.bin").read_bytes() == (tmp_path / "clean" / "shard_00000.bin").read_bytes()
+    out_files = sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("shard_"))
+    clean_files = sorted(p.name for p in (tmp_path / "clean").iterdir() if p.name.startswith("shard_"))
+    assert out_files == clean_files
+    for name in out_files:
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()
+
+
+_KILLED_RUN = """
+import sys
+from tokenloom.tokenize import TokenizeConfig, tokenize
+if __name__ == "__main__":
+    tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=sys.argv[3], num_workers=1))
+"""
+
+
+def test_a_sigkilled_run_leaves_a_handoff_dir_that_the_next_run_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from tokenloom.tokenize._pipeline import HANDOFF_PREFIX
+
+    write_jsonl(tmp_path / "in" / "a.jsonl", _docs(20_000))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    script = tmp_path / "run.py"
+    script.write_text(_KILLED_RUN, encoding="utf-8")
+    tokenizer = str(default_tokenizer_path())
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "out"), tokenizer],
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(temp.glob(f"{HANDOFF_PREFIX}{child.pid}-*")):
+            assert child.poll() is None and time.monotonic() < deadline, "the run never wrote its hand-off"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+    stale = list(temp.glob(f"{HANDOFF_PREFIX}{child.pid}-*"))
+    assert len(stale) == 1 and (stale[0] / "tokenizer.json").exists()  # what SIGKILL leaves
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    tokenize(TokenizeConfig(input_dir=tmp_path / "in", output_dir=tmp_path / "out", tokenizer=tokenizer, num_workers=1))
+    assert not stale[0].exists()
+    assert list(temp.iterdir()) == []  # and this run removed its own

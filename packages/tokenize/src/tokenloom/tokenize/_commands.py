@@ -40,8 +40,9 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         lines.append(f"  engine {summary.engine}: {summary.engine_reason}")
     if not summary.already_complete:
         lines.append(
-            f"  this run: {summary.run_tokens:,} tokens and {summary.bytes_read:,} input bytes in {summary.seconds:.1f} s"
-            f" = {summary.tokens_per_second:,.0f} tokens/s, {rate_text(summary.bytes_read, summary.seconds)} "
+            f"  this run: {summary.run_tokens:,} tokens and {summary.bytes_read:,} input bytes in "
+            f"{summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
+            f"{rate_text(summary.bytes_read, summary.seconds)} "
             "(start-up included, as on the bar)"
         )
     if summary.skipped:
