@@ -64,7 +64,7 @@ def _(tmp: Path) -> Run:
             return f"the error does not name the signal and the file: {message[:160]}"
         try:
             resumed = tokenize(config)
-        except Exception as exc:  # noqa: BLE001 - the row reports what a rerun raised
+        except Exception as exc:  # the row reports what a rerun raised
             return f"the rerun failed: {exc!r}"[:200]
         return None if resumed.resumed_shards >= 1 else "the rerun did not resume"
 
