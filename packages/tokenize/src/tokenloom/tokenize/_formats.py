@@ -254,6 +254,7 @@ def tokenize_via_staging(
     summary = _summary(config, record, time.perf_counter() - started)
     summary.examples = native.examples
     summary.resumed_shards = native.resumed_shards
+    summary.run_tokens, summary.bytes_read = native.run_tokens, native.bytes_read
     return summary
 
 
@@ -297,11 +298,14 @@ def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
 
 def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
     """Run (or resume, or confirm) one tokenize job, in any supported format."""
+    started = time.perf_counter()
     with storage_errors(config.output_dir, "tokenizing"):
         inputs = RunInputs.resolve(config)
         check_run_paths(config, inputs)
         with output_lock(config.output_dir, what="--output-dir"):
-            return _tokenize_locked(config, inputs, on_progress)
+            summary = _tokenize_locked(config, inputs, on_progress)
+    summary.seconds = time.perf_counter() - started  # this run's wall time, the clock of its rates
+    return summary
 
 
 def _tokenize_locked(

@@ -48,6 +48,18 @@ class PackSummary:
     eos_id: int = -1
     engine: str = ""
     engine_reason: str = ""
+    bytes_read: int = 0
+    """Bytes of the input file (as stored) read, as the progress bar counts them."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens over the run's wall time (``seconds``, start-up included)."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        """Input bytes read over the run's wall time, the bar's rate."""
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
 
 def default_pack_path(input_file: str | os.PathLike[str]) -> Path:
@@ -136,6 +148,7 @@ def pack(
                 writer.add_batch(result.tokens, result.lengths)
                 summary.documents += result.documents
                 summary.tokens += len(result.tokens)
+                summary.bytes_read += result.source_bytes
                 if on_progress is not None:
                     on_progress(result.documents, len(result.tokens), result.source_bytes)
     summary.seconds = time.perf_counter() - started

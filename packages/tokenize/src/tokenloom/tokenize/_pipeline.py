@@ -18,11 +18,14 @@ import logging
 import multiprocessing
 import os
 import re
+import shutil
+import signal
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,10 +74,10 @@ from tokenloom.tokenize._worker import (
     sample_texts,
     warm_up,
 )
-from tokenloom.tokenize.engine import EngineMismatchError
+from tokenloom.tokenize.engine import EngineMismatchError, announce_engine
 from tokenloom.tokenize.windowing import Windowing
 
-__all__ = ["RunInputs", "TokenizeSummary", "choose_run_engine", "tokenize_native"]
+__all__ = ["RunInputs", "TokenizeSummary", "WorkerDiedError", "choose_run_engine", "tokenize_native"]
 
 log = logging.getLogger("tokenloom.tokenize")
 EXAMPLES_PER_KIND = 3
@@ -105,10 +108,20 @@ class TokenizeSummary:
     engine: str = ""
     """The encoding engine (hf or fast) of the last session that wrote this output."""
     engine_reason: str = ""
+    run_tokens: int = 0
+    """Tokens written by this run (a resumed run: not those of the shards it resumed after)."""
+    bytes_read: int = 0
+    """Bytes of the input files (as stored: compressed for .gz) this run read; the bar counts the same."""
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+        """This run's tokens over this run's wall time (``seconds``)."""
+        return self.run_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        """This run's input bytes read over this run's wall time, as the progress bar shows it."""
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
 
 ProgressCallback = Callable[[int, int, int], None]  # (documents, tokens, bytes on disk) since last call
@@ -228,6 +241,8 @@ class _Run:
         self._chunk_counts = state.counts.copy()  # counts of the chunks before the current one
         self._file_index = state.file_index
         self._file_first_chunk = state.file_first_chunk
+        self.bytes_read = 0
+        """Input bytes (as stored) consumed by this session, for its rate."""
 
     def _on_shard(self, record: ShardRecord, entries_consumed: int) -> None:
         self.state.shards.append(record)
@@ -266,11 +281,61 @@ class _Run:
                 result.dropped["truncated"],
             )
         self.counts.input_bytes += result.num_bytes
+        self.bytes_read += result.source_bytes
         self._chunk_counts = self.counts.copy()
         self._chunk_index = result.index + 1
 
     def finish(self) -> None:
         self.cutter.finish(0, ensure_one=not self.state.shards)
+
+
+HANDOFF_PREFIX = "tokenloom-tokenizer-"
+_HANDOFF_DIR = re.compile(re.escape(HANDOFF_PREFIX) + r"(\d+)-[^/]+")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_handoffs(parent: Path) -> list[Path]:
+    """Remove this user's tokenizer hand-off directories in ``parent`` whose owner process is gone.
+
+    Why: a tokenize killed with SIGKILL cannot remove its own (about 1 MB per run for a 16k
+    vocabulary, more for large ones). The owner's pid is in the name; a live pid (even a reused
+    one) keeps its directory.
+    """
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            match = _HANDOFF_DIR.fullmatch(entry.name)
+            if match is None or _pid_alive(int(match[1])):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
+                    shutil.rmtree(entry)
+                    removed.append(entry)
+    if removed:
+        log.info(
+            "removed %d tokenizer hand-off director%s left by killed runs",
+            len(removed),
+            "y" if len(removed) == 1 else "ies",
+        )
+    return removed
+
+
+def handoff_dir(stack: contextlib.ExitStack) -> Path:
+    """A private temporary directory named after this process, removed when ``stack`` closes."""
+    parent = Path(tempfile.gettempdir())
+    remove_stale_handoffs(parent)
+    root = Path(tempfile.mkdtemp(prefix=f"{HANDOFF_PREFIX}{os.getpid()}-", dir=parent))
+    stack.callback(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 @contextlib.contextmanager
@@ -287,7 +352,7 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> It
         # (about 0.5 s per worker measured here) instead of letting them start side by side
         handoff = None
         if serialized is not None:
-            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tokenloom-tokenizer-")))
+            root = handoff_dir(stack)
             handoff = SerializedHandoff.write(root / "tokenizer.json", serialized)
         executor = stack.enter_context(
             ProcessPoolExecutor(
@@ -312,17 +377,57 @@ def run_ordered(
         for chunk in chunks:
             yield encode_chunk(chunk, settings)
         return
-    pending: deque[Future[ChunkResult]] = deque()
+    pending: deque[tuple[Chunk, Future[ChunkResult]]] = deque()
+    workers: dict[int, Any] = {}  # pid -> multiprocessing.Process, to name how a dead one ended
+    chunk: Chunk | None = None
     try:
         for chunk in chunks:
-            pending.append(executor.submit(encode_chunk, chunk, settings))
+            pending.append((chunk, executor.submit(encode_chunk, chunk, settings)))
+            workers.update(getattr(executor, "_processes", None) or {})
             if len(pending) >= window:
-                yield pending.popleft().result()
+                yield pending.popleft()[1].result()
         while pending:
-            yield pending.popleft().result()
+            yield pending.popleft()[1].result()
+    except BrokenProcessPool:
+        waited = pending[0][0] if pending else chunk  # the chunk whose result the run was waiting for
+        raise _worker_died(waited, workers) from None
     finally:
-        for future in pending:
+        for _chunk, future in pending:
             future.cancel()
+
+
+class WorkerDiedError(DataError):
+    """An encoding worker process ended abruptly (killed by a signal, most often the kernel's OOM killer)."""
+
+    default_hint = (
+        "Rerun with fewer --num-workers (each holds a tokenizer and a few chunks in memory) or with more memory; "
+        "the same tokenize command resumes from its completed shards"
+    )
+
+
+def _worker_died(chunk: Chunk | None, workers: dict[int, Any]) -> WorkerDiedError:
+    how = []
+    for pid, process in sorted(workers.items()):
+        code = getattr(process, "exitcode", None)
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            likely = " (likely out of memory: the kernel's OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
+            how.append(f"worker pid {pid} was killed by {name}{likely}")
+        elif code is not None:
+            how.append(f"worker pid {pid} exited with status {code}")
+    what = "; ".join(how) if how else "it ended abruptly (likely killed: out of memory?)"
+    if chunk is None:
+        return WorkerDiedError(f"an encoding worker process died before the first chunk: {what}", field="num_workers")
+    lines = f"lines {chunk.first_line}-{chunk.first_line + max(len(chunk.lines), 1) - 1}"
+    return WorkerDiedError(
+        f"an encoding worker process died while the run waited for chunk {chunk.index} ({lines}): {what}",
+        path=chunk.path,
+        record=chunk.first_line,
+        field="num_workers",
+    )
 
 
 def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
@@ -497,7 +602,7 @@ def choose_run_engine(
     finally:
         getattr(reader, "close", lambda: None)()  # close the file the generator holds open
     choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
-    log.info("encoding engine: %s (%s)", choice.name, choice.reason)
+    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
     return choice
 
 
@@ -517,8 +622,8 @@ def tokenize_native(
         return summary
     state = prepared
     resumed_shards = len(state.shards)
-    write_state(out, state)  # journal first: from here on a rerun resumes
     try:
+        write_state(out, state)  # journal first: from here on a rerun resumes
         (out / WRITING_MARKER).touch()
         _check_published(out, state)
         fsync_dir(out)
@@ -531,6 +636,8 @@ def tokenize_native(
     summary = _summary_of(manifest, out, time.perf_counter() - started)
     summary.examples = run.examples
     summary.resumed_shards = resumed_shards
+    summary.run_tokens = sum(record.num_tokens for record in run.state.shards[resumed_shards:])
+    summary.bytes_read = run.bytes_read
     return summary
 
 
@@ -596,8 +703,8 @@ def _encode_all(
                 if on_progress is not None:
                     on_progress(result.documents, len(result.tokens), result.source_bytes)
             run.finish()
-        except EngineMismatchError:
-            run.cutter.abort()  # the journaled shards stay: the same command with --engine hf resumes
+        except (EngineMismatchError, WorkerDiedError):
+            run.cutter.abort()  # the journaled shards stay: the same command (with --engine hf) resumes
             raise
         except DataError:
             _discard(out, run)
