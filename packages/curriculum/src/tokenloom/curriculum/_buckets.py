@@ -20,7 +20,15 @@ from tokenloom.curriculum._errors import BucketMismatchError, EmptyBucketError, 
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset, data_fingerprint
 from tokenloom.formats import ConfigError, MissingFileError, TokenDataset, open_dataset
 
-__all__ = ["Bucket", "check_eos", "check_val_twin", "discover_buckets", "open_bucket", "sample_budget_tokens"]
+__all__ = [
+    "Bucket",
+    "check_eos",
+    "check_val_twin",
+    "discover_buckets",
+    "is_empty_dir",
+    "open_bucket",
+    "sample_budget_tokens",
+]
 
 
 @dataclass(slots=True)
@@ -35,7 +43,8 @@ class Bucket:
     budget_tokens: int
     """Budget tokens over one epoch (see the module docstring)."""
     fingerprint: str
-    documents: int
+    entries: int
+    """Index entries of the token data (a document windowed into pieces is several entries)."""
     shards: int
     disk_tokens: int
     eos_id: int | None
@@ -57,6 +66,11 @@ def discover_buckets(root: Path, *, source: str | None = None) -> list[str]:
     if not names:
         raise EmptyBucketError(f"{train} holds no bucket directories", path=train)
     return names
+
+
+def is_empty_dir(directory: Path) -> bool:
+    """A directory holding nothing but hidden entries (no token data to open)."""
+    return not any(p for p in directory.iterdir() if not p.name.startswith("."))
 
 
 def check_val_twin(root: Path, bucket: str) -> None:
@@ -140,7 +154,7 @@ def open_bucket(
         samples=samples,
         budget_tokens=budget,
         fingerprint=fingerprint,
-        documents=len(data),
+        entries=len(data),
         shards=len(data.shards),
         disk_tokens=int(data.num_tokens),
         eos_id=data.eos_id,

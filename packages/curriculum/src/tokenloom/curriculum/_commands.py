@@ -26,6 +26,9 @@ BUDGET_HELP = (
 )
 
 
+_PIPE_WIDTH = 10_000  # columns of a console that is not a terminal: tables keep their natural width
+
+
 def _tokens(n: float) -> str:
     for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= scale:
@@ -38,24 +41,32 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
     from rich.table import Table
 
     console = Console(highlight=False)
+    if not console.is_terminal:  # piped: lay the tables out at their natural width, never cut a name
+        console = Console(highlight=False, width=_PIPE_WIDTH)
     console.print(
         f"curriculum {plan['config']}: {plan['samples']:,} samples, {plan['tokens']:,} budget tokens "
         f"({plan['budget_unit']}), max_length {plan['max_length']}, packing {plan['packing']}, "
         f"policy {plan['policy']}, seed {plan['seed']}"
     )
     inventory = Table(title="buckets (one epoch)", title_justify="left")
-    for column in ("bucket", "samples", "budget tokens", "disk tokens", "documents", "shards", "demand", "of epoch"):
-        inventory.add_column(column, justify="left" if column == "bucket" else "right")
+    for column in ("bucket", "samples", "budget tokens", "disk tokens", "entries", "shards", "demand", "of epoch"):
+        if column == "bucket":
+            inventory.add_column(column, overflow="fold")  # a narrow terminal folds a name, never cuts it
+        else:
+            inventory.add_column(column, justify="right")
     for b in plan["buckets"]:
         share = b["demand_samples"] / b["samples"] if b["samples"] else 0.0
         inventory.add_row(
             b["name"], f"{b['samples']:,}", _tokens(b["budget_tokens"]), _tokens(b["disk_tokens"]),
-            f"{b['documents']:,}", str(b["shards"]), _tokens(b["demand_tokens"]), f"{share:.1%}",
+            f"{b['entries']:,}", str(b["shards"]), _tokens(b["demand_tokens"]), f"{share:.1%}",
         )  # fmt: skip
     console.print(inventory)
     phases = Table(title="phases", title_justify="left")
     for column in ("phase", "samples", "start", "end", "target tokens", "tokens", "mix (token weights)"):
-        phases.add_column(column, justify="left" if column.startswith("mix") else "right")
+        if column.startswith("mix"):
+            phases.add_column(column, overflow="fold")
+        else:
+            phases.add_column(column, justify="right")
     for p in plan["phases"]:
         mix = ", ".join(f"{name} {weight:.3g}" for name, weight in p["mix"].items() if weight > 0)
         phases.add_row(
@@ -66,7 +77,7 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
     if plan["drains"]:
         drains = Table(title="drain points (exact)", title_justify="left")
         for column in ("bucket", "sample", "token", "phase", "epochs", "effect"):
-            drains.add_column(column)
+            drains.add_column(column, overflow="fold")
         for d in plan["drains"]:
             drains.add_row(d["bucket"], f"{d['sample']:,}", f"{d['token']:,}", str(d["phase"]), str(d["epochs"]),
                            d["effect"])  # fmt: skip
@@ -311,7 +322,8 @@ def status(run_dir: Path) -> None:
         missing = MissingFileError(
             f"{run_dir} has no run status (run_status.json)",
             path=run_dir,
-            hint="Pass the run directory a CurriculumDataset with run_dir= writes into",
+            hint="Pass the directory your training loop gives to record_halt(run_dir, error) or "
+            "write_run_status(run_dir, status)",
         )
         raise click.ClickException(f"{type(missing).__name__}: {missing}")
     for key, value in record.items():

@@ -226,7 +226,15 @@ class CurriculumConfig:
         file = Path(path)
         if not file.is_file():
             raise MissingFileError(f"config file {file} does not exist", path=file)
-        text = file.read_text(encoding="utf-8")
+        try:
+            text = file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"the config is not UTF-8 text (byte {exc.object[exc.start]:#04x} at byte offset {exc.start})",
+                path=file,
+                offset=exc.start,
+                hint="Save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+            ) from None
         suffix = file.suffix.lower()
         try:
             if suffix in (".yaml", ".yml"):

@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from tokenloom.curriculum._buckets import (
     Bucket,
     check_eos,
     check_val_twin,
     discover_buckets,
+    is_empty_dir,
     open_bucket,
     sample_budget_tokens,
 )
@@ -68,6 +69,12 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         self._cache_dir = cache_dir
         self._bucket_options = dict(bucket_options or {})
         self.buckets: list[str] = discover_buckets(self.config.path, source=self.config.source)
+        if self.config.curriculum is not None:  # an empty bucket no phase names is skipped, not opened
+            named = self.config.buckets_named()
+            skipped = [n for n in self.buckets if n not in named and is_empty_dir(self.config.path / "train" / n)]
+            if skipped:
+                log.warning("skipping empty bucket(s) %s: no phase of the curriculum uses them", skipped)
+                self.buckets = [n for n in self.buckets if n not in skipped]
         unknown = sorted(self.config.buckets_named() - set(self.buckets))
         if unknown:
             raise ConfigError(
@@ -202,7 +209,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         step = self.halt_step()
         at_step = f", global step {step} at global batch {self.global_batch_size}" if step is not None else ""
         epochs = self.config.max_epochs
-        return BucketExhausted(
+        error = BucketExhausted(
             f"bucket {name!r} runs dry at sample {halt.position} (phase {halt.phase}, "
             f"token {halt.tokens:,}{at_step}): its {self._buckets[halt.bucket].samples:,} samples "
             f"x {epochs} epoch(s) are used up and the policy is {self.policy.value} "
@@ -213,6 +220,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             step=step,
             field="allow_bucket_exhaustion",
         )
+        return error.for_worker() if get_worker_info() is not None else error
 
     # -- fetching -------------------------------------------------------------------------
     def _check(self, index: np.ndarray) -> np.ndarray:
@@ -375,7 +383,15 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
                 hint="Load the state this curriculum saved (state_dict()), unedited",
             )
         if state.get("policy") != self.policy.value or state.get("max_repetition") != self.config.max_repetition:
-            common = min(int(state.get("prefix_end", 0)), self._prefix_end())
+            prefix_end = state.get("prefix_end", 0)
+            if isinstance(prefix_end, bool) or not isinstance(prefix_end, int) or prefix_end < 0:
+                raise ResumeMismatchError(
+                    f"the state's prefix_end (where the exhaustion policies part) is {prefix_end!r}, "
+                    "expected an int >= 0",
+                    field="prefix_end",
+                    hint="Load the state this curriculum saved (state_dict()), unedited",
+                )
+            common = min(prefix_end, self._prefix_end())
             if consumed > common:
                 raise ResumeMismatchError(
                     f"the exhaustion policy changed ({state.get('policy')} -> {self.policy.value}) but the run is "
