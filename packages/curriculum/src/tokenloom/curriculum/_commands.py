@@ -10,7 +10,7 @@ import click
 import numpy as np
 import orjson
 
-from tokenloom.curriculum._config import CurriculumConfig
+from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig
 from tokenloom.curriculum._dataset import CurriculumDataset
 from tokenloom.curriculum._plan import Finding, plot_plan, validate
 from tokenloom.curriculum._status import read_run_status
@@ -44,10 +44,10 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
     if not console.is_terminal:  # piped: lay the tables out at their natural width, never cut a name
         console = Console(highlight=False, width=_PIPE_WIDTH)
     console.print(
-        f"curriculum {plan['config']}: {plan['samples']:,} samples, {plan['tokens']:,} budget tokens "
-        f"({plan['budget_unit']}), max_length {plan['max_length']}, packing {plan['packing']}, "
-        f"policy {plan['policy']}, seed {plan['seed']}"
+        f"curriculum {plan['config']}: {plan['samples']:,} samples, {plan['tokens']:,} budget tokens, "
+        f"max_length {plan['max_length']}, packing {plan['packing']}, policy {plan['policy']}, seed {plan['seed']}"
     )
+    console.print(f"budget unit: {plan['budget_unit_definition']}")
     inventory = Table(title="buckets (one epoch)", title_justify="left")
     for column in ("bucket", "samples", "budget tokens", "disk tokens", "entries", "shards", "demand", "of epoch"):
         if column == "bucket":
@@ -186,7 +186,7 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
             budget = ds.budget_tokens(positions)
             batch = ds.__getitems__(positions.tolist()).batched
             loss = (batch["labels"] != -100).sum(dim=1).numpy()
-            padding = ds.config.max_length - budget
+            padding = ds.config.max_length - ds.budget_tokens(positions, BudgetUnit.INPUT_TOKENS)
             for p, b in {(int(p), int(b)) for p, b in zip(phase, bucket, strict=True)}:
                 mask = (phase == p) & (bucket == b)
                 row = rows.setdefault((p, b), {"samples": 0, "tokens": 0, "loss_tokens": 0, "padding": 0})
@@ -196,7 +196,7 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
                 row["padding"] += int(padding[mask].sum())
             bar.advance(task, len(positions))
     phases = []
-    for p, duration in enumerate(ds.schedule.durations):
+    for p, duration in enumerate(ds.phase_budgets):
         mine = {names[b]: row for (q, b), row in rows.items() if q == p}
         total = sum(row["tokens"] for row in mine.values())
         if not mine:
@@ -227,7 +227,7 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
                 },
             }
         )
-    return {"position": position, "phases": phases}
+    return {"position": position, "budget_unit": ds.config.unit.value, "phases": phases}
 
 
 def _planned(ds: CurriculumDataset, bucket: int, before: int, after: int) -> int:
@@ -283,7 +283,7 @@ def report(
     if as_json:
         click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return
-    click.echo(f"up to sample {result['position']:,} (budget unit: non-padding tokens)")
+    click.echo(f"up to sample {result['position']:,} (budget unit: {ds.config.unit.description})")
     click.echo(
         f"{'phase':>5} {'bucket':<12} {'tokens':>12} {'target':>12} {'share':>7} {'loss tok':>12} {'padding':>10}"
     )

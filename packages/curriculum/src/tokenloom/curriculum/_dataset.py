@@ -20,7 +20,7 @@ from tokenloom.curriculum._buckets import (
     open_bucket,
     sample_budget_tokens,
 )
-from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
+from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.datasets import MemoryMappedDataset, SampleBatch
 from tokenloom.formats import ConfigError, ResumeMismatchError
@@ -92,6 +92,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
                 packing=self.config.packing,
                 cache_dir=cache_dir,
                 options=self._bucket_options,
+                unit=self.config.unit,
             )
             for name in self.buckets
         ]
@@ -144,13 +145,30 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     def _make_schedule(self) -> CurriculumSchedule:
         durations, weights = self._weights()
+        schedule = self._schedule(durations, weights, self.config.max_epochs)
+        self.phase_budgets = list(durations)
+        if self.config.unit is BudgetUnit.LOSS_TOKENS:
+            # GPT-Simple's loop counts each phase from zero: the tokens by which the sample that ends a phase
+            # overshoots its budget do not count toward the next phase (tokenloom's default carries them).
+            # The schedule cuts phases at cumulative targets, so each next target absorbs the overshoot.
+            adjusted = list(durations)
+            for phase in range(len(durations) - 1):
+                if schedule.ended_early is not None:
+                    break
+                overshoot = sum(schedule.phase_tokens[: phase + 1]) - sum(adjusted[: phase + 1])
+                if overshoot > 0:
+                    adjusted[phase + 1] = durations[phase + 1] + overshoot
+                    schedule = self._schedule(adjusted, weights, self.config.max_epochs)
+        return schedule
+
+    def _schedule(self, durations: list[int], weights: np.ndarray, max_epochs: int) -> CurriculumSchedule:
         return CurriculumSchedule(
             [b.samples for b in self._buckets],
             [b.budget_tokens for b in self._buckets],
             durations,
             weights,
             seed=self.seed,
-            max_epochs=self.config.max_epochs,
+            max_epochs=max_epochs,
             shuffle=self.shuffle,
         )
 
@@ -291,13 +309,17 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             out[row] = datasets[b].window(i)
         return SampleBatch.from_windows(out, extras={"bucket": bucket_ids})
 
-    def budget_tokens(self, positions: Any) -> np.ndarray:
-        """Budget tokens of the samples at ``positions`` (the one unit; exact per sample)."""
+    def budget_tokens(self, positions: Any, unit: BudgetUnit | str | None = None) -> np.ndarray:
+        """Budget tokens of the samples at ``positions`` in the config's unit (or ``unit``); exact per sample."""
         _, bucket, inner = self.locate(positions)
         out = np.empty(len(inner), dtype=np.int64)
+        wanted = self.config.unit if unit is None else BudgetUnit(unit)
         for b in np.flatnonzero(np.bincount(bucket, minlength=len(self.buckets))).tolist():
             rows = np.flatnonzero(bucket == b)
-            per_sample = sample_budget_tokens(self._buckets[b].dataset)
+            if wanted is self.config.unit:
+                per_sample = self._buckets[b].per_sample
+            else:
+                per_sample = sample_budget_tokens(self._buckets[b].dataset, wanted)
             out[rows] = per_sample if isinstance(per_sample, int) else per_sample[inner[rows]]
         return out
 
@@ -312,6 +334,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             "data": {b.name: b.fingerprint for b in self._buckets},
             "max_length": self.config.max_length,
             "packing": self.config.packing,
+            "budget_unit": self.config.unit.value,
         }
 
     def _prefix_end(self) -> int:
@@ -323,14 +346,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
     def _first_drain(self) -> int:
         if self.policy is ExhaustionPolicy.REPEAT:
             durations, weights = self._weights()
-            first = CurriculumSchedule(
-                [b.samples for b in self._buckets],
-                [b.budget_tokens for b in self._buckets],
-                durations,
-                weights,
-                seed=self.seed,
-                shuffle=self.shuffle,
-            ).drains
+            first = self._schedule(self.schedule.durations, weights, 1).drains
         else:
             first = self.schedule.drains
         return first[0].position if first else len(self)
@@ -363,10 +379,11 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
                 field="format",
             )
         ours = self.identity()
+        saved = {**state, "budget_unit": state.get("budget_unit", BudgetUnit.INPUT_TOKENS.value)}  # older states
         differences = [
-            f"{key}: saved {state.get(key)!r}, this dataset {value!r}"
+            f"{key}: saved {saved.get(key)!r}, this dataset {value!r}"
             for key, value in ours.items()
-            if state.get(key) != value
+            if saved.get(key) != value
         ]
         if differences:
             raise ResumeMismatchError(
