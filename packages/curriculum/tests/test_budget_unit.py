@@ -123,7 +123,9 @@ def test_loss_tokens_count_overlap_prefixes_as_gpt_simple_masks_them(tmp_path):
             content = np.asarray(data.tokens(int(global_positions.min()), int(global_positions.max()) + 1))
             content = content[global_positions - global_positions.min()]
             expected.append(gpt_simple_loss_tokens(content, len(content), np.flatnonzero(prefix)))
-        assert ds._buckets[0].per_sample.tolist() == expected
+        assert len(ds) == len(bucket)  # one phase reading the bucket once, in storage order (shuffle=False)
+        assert ds.locate(np.arange(len(ds)))[2].tolist() == list(range(len(ds)))
+        assert ds.budget_tokens(np.arange(len(ds))).tolist() == expected
 
 
 def test_the_unit_is_part_of_the_state(tmp_path):

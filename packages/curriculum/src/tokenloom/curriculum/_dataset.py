@@ -345,7 +345,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     def _first_drain(self) -> int:
         if self.policy is ExhaustionPolicy.REPEAT:
-            durations, weights = self._weights()
+            _, weights = self._weights()
             first = self._schedule(self.schedule.durations, weights, 1).drains
         else:
             first = self.schedule.drains
