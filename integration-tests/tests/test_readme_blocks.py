@@ -29,10 +29,12 @@ Rules (also the contract for anyone editing a README):
   to NAME in the README's directory, as the text tells the user to.
 - ``uv``: the tests run inside an environment that already holds every package
   (tox's integration env, or ``uv run`` in the workspace), and must not resolve
-  or download anything. A shim named ``uv`` is first on PATH: ``uv run [uv
-  options] CMD ARGS...`` runs ``CMD ARGS...`` from the active environment (the
-  uv options, e.g. ``--project DIR``, are dropped); any other ``uv`` / ``uvx``
-  command fails and names this rule (mark such a block skip, it is set-up).
+  or download anything. Shims named ``uv`` and ``uvx`` are first on PATH:
+  ``uv run [uv options] CMD ARGS...`` and ``uvx [uvx options] CMD ARGS...`` run
+  ``CMD ARGS...`` from the active environment (the options, e.g. ``--project
+  DIR`` or ``--from PKG``, are dropped; ``python`` is this interpreter); any other
+  ``uv`` command (``uv add``, ``uv sync``...) fails and names this rule: such a
+  line is set-up, so its block is marked skip.
 - No network: HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1, TRANSFORMERS_OFFLINE=1.
 """
 
@@ -53,7 +55,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 READMES = [ROOT / "README.md", *sorted((ROOT / "packages").glob("*/README.md"))]
 RUN_LANGUAGES = {"python", "bash", "sh", "console"}
-MAX_SKIPS = 8  # set-up lines only; raising it needs a reason in the review
+MAX_SKIPS = 5  # set-up lines only (5 today); raising it needs a reason in the review
 BLOCK_TIMEOUT = 240  # seconds; a hang fails the block instead of stalling CI
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,})(?P<lang>[\w+-]*)\s*$")
@@ -126,19 +128,20 @@ def console_commands(code: str) -> str:
 
 
 UV_SHIM = '''#!{python}
-"""readme-test shim: `uv run [uv options] CMD ARGS...` -> CMD ARGS... from the active environment."""
+"""readme-test shim for `uv run` and `uvx`: the command runs from the active environment (see the module doc)."""
 import os, sys
-args = sys.argv[1:]
-if os.path.basename(sys.argv[0]) != "uv" or not args or args[0] != "run":
-    sys.exit(f"readme-test: only `uv run CMD` runs in README tests (got {{sys.argv!r}}); mark set-up blocks skip")
-args = args[1:]
-with_value = {{"--project", "--directory", "--group", "--package", "--extra", "--with", "--python", "--env-file"}}
+name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+if name == "uv" and args[:1] == ["run"]:
+    args = args[1:]
+elif name != "uvx":
+    sys.exit(f"readme-test: only `uv run CMD` and `uvx CMD` run in README tests (got {{sys.argv!r}}); mark set-up blocks skip")
+with_value = {{"--project", "--directory", "--group", "--package", "--extra", "--with", "--python", "--env-file", "--from"}}
 while args and args[0].startswith("-"):
     option = args.pop(0)
     if option in with_value and "=" not in option:
         args.pop(0)
 if not args:
-    sys.exit("readme-test: `uv run` without a command")
+    sys.exit(f"readme-test: `{{name}}` without a command")
 if args[0] == "python":
     args[0] = sys.executable
 os.execvp(args[0], args)
