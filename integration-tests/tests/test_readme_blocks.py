@@ -47,7 +47,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -55,6 +55,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 READMES = [ROOT / "README.md", *sorted((ROOT / "packages").glob("*/README.md"))]
 RUN_LANGUAGES = {"python", "bash", "sh", "console"}
+NOT_CODE = {"", "yaml", "json", "toml", "text"}  # diagrams, file contents, output: not run
 MAX_SKIPS = 5  # set-up lines only (5 today); raising it needs a reason in the review
 BLOCK_TIMEOUT = 240  # seconds; a hang fails the block instead of stalling CI
 
@@ -134,8 +135,8 @@ name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
 if name == "uv" and args[:1] == ["run"]:
     args = args[1:]
 elif name != "uvx":
-    sys.exit(f"readme-test: only `uv run CMD` and `uvx CMD` run in README tests (got {{sys.argv!r}}); mark set-up blocks skip")
-with_value = {{"--project", "--directory", "--group", "--package", "--extra", "--with", "--python", "--env-file", "--from"}}
+    sys.exit(f"readme-test: only `uv run CMD` and `uvx CMD` run here (got {{sys.argv!r}}); mark set-up blocks skip")
+with_value = {{"--project", "--directory", "--group", "--package", "--extra", "--with", "--python", "--from"}}
 while args and args[0].startswith("-"):
     option = args.pop(0)
     if option in with_value and "=" not in option:
@@ -267,6 +268,8 @@ def test_markers_are_well_formed_and_skips_are_few() -> None:
             if number + 1 not in fence_lines:
                 problems.append(f"{readme.relative_to(ROOT)}:{number}: marker not on the line before a fence")
     for block in ALL_BLOCKS:
+        if block.lang not in RUN_LANGUAGES | NOT_CODE:
+            problems.append(f"{block.id}: fence language {block.lang!r} is neither run nor known not to be code")
         if block.nproc is not None and block.lang != "python":
             problems.append(f"{block.id}: torchrun marker on a {block.lang} block")
         if block.file_name is not None and block.lang in RUN_LANGUAGES:
@@ -295,3 +298,20 @@ def test_parser_reads_fences_markers_and_console_lines(tmp_path: Path) -> None:
     assert blocks[0].nproc == 2 and blocks[0].code == "print(1)\n"
     assert console_commands(blocks[2].code) == "echo hi\n"
     assert blocks[3].code == "```\n"
+
+
+def test_uv_shims_run_from_the_active_environment_and_refuse_the_rest(tmp_path: Path) -> None:
+    """``uv run [opts] CMD`` and ``uvx [--from P] CMD`` run CMD here; ``uv add`` fails naming the rule."""
+    run = ReadmeRun(tmp_path / "README.md", tmp_path / "work", tmp_path / "scripts")
+
+    def bash(line: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", line], cwd=run.workdir, env=run.env, capture_output=True, text=True
+        )
+
+    ran = bash("uv run --project /nowhere python -c 'import sys; print(sys.executable)'")
+    assert ran.returncode == 0 and ran.stdout.strip() == sys.executable, ran.stderr
+    ran = bash("uvx --from tokenloom tokenloom --help")
+    assert ran.returncode == 0 and "Usage" in ran.stdout, ran.stderr
+    refused = bash("uv add tokenloom")
+    assert refused.returncode != 0 and "mark set-up blocks skip" in refused.stderr
