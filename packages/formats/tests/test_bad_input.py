@@ -322,3 +322,30 @@ def test_h5_byte_changes_raise_or_read_in_bounds(tmp_path: Path) -> None:
             assert len(store.fetch(0, len(store), "sequence")) == len(store)
         except DataError:
             pass
+
+
+def test_a_nul_byte_in_a_manifest_file_name_is_a_named_error_api_and_cli(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tokenloom.formats._commands import validate
+
+    path = tmp_path / "ds"
+    with open_writer(path, format="native", dtype="uint16", vocab_size=100, eos_id=0) as writer:
+        writer.add([1, 2, 0])
+    manifest = read_manifest(path)
+    files = [dataclasses.replace(f, name=f.name.replace(".bin", "\0.bin")) for f in manifest.files]
+    write_manifest(path, dataclasses.replace(manifest, files=tuple(files)))  # a valid checksum over the bad name
+    with pytest.raises(FormatError, match="contains a NUL byte") as info:
+        open_dataset(path)
+    assert info.value.path == str(path / MANIFEST_NAME) and info.value.field == "files.name"
+    assert info.value.record == 1
+    result = CliRunner().invoke(validate, [str(path)])
+    assert result.exit_code == 1 and "FormatError" in result.output and "NUL byte" in result.output
+    assert "manifest.json" in result.output
+
+
+def test_safe_stat_refuses_a_nul_byte_with_a_named_error(tmp_path: Path) -> None:
+    from tokenloom.formats import safe_file
+
+    with pytest.raises(UnsafePathError, match="NUL byte"):
+        safe_file(tmp_path, tmp_path / "a\0.bin")

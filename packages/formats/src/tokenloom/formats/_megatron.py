@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats._atomic import atomic_write_bytes, fsync_dir, make_parents, remove_empty, temp_path
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._paths import safe_file
@@ -341,7 +341,7 @@ class MegatronWriter(TokenWriter):
             )
         for stale in existing:
             stale.unlink()
-        self._bin_tmp = self.bin_path.with_name(self.bin_path.name + TMP_SUFFIX)
+        self._bin_tmp = temp_path(self.bin_path)
         self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
         self._lengths: list[np.ndarray] = []
 

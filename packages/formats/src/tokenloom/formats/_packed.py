@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, fsync_dir, make_parents, remove_empty
+from tokenloom.formats._atomic import fsync_dir, make_parents, remove_empty, temp_path
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._paths import safe_file
@@ -414,7 +414,7 @@ class PackedWriter(TokenWriter):
         self.legacy = legacy
         self.layout = "legacy" if legacy else "current"
         self.store_dtype = TOKEN_DTYPES["uint32"] if legacy else self.dtype
-        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self._tmp = temp_path(self.path)
         self._created = make_parents(self.path)  # removed again if the writer fails
         self._handle = open(self._tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
         self._handle.write(b"\0" * 8)

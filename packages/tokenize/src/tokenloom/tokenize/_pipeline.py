@@ -44,6 +44,7 @@ from tokenloom.formats import (
     prepare_output_dir,
     read_manifest,
     smallest_dtype_for_vocab,
+    temp_base,
     write_manifest,
 )
 from tokenloom.tokenize import _tokenizer
@@ -183,7 +184,7 @@ def replaceable(out: Path) -> Callable[[str], bool]:
     has_record = (out / _RUN_RECORD).is_file()
 
     def ours(name: str) -> bool:
-        base = name.removesuffix(".tmp")
+        base = temp_base(name)
         if _ours(name) or name in (STATE_NAME, _RUN_RECORD, MANIFEST_NAME):
             return True
         return has_record and _TOKENIZE_OUTPUT.fullmatch(base) is not None
