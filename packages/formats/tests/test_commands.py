@@ -252,3 +252,20 @@ def test_convert_verifies_the_source_first_unless_told_not_to(tmp_path: Path) ->
     result = run(convert, root, tmp_path / "copy", "--to", "native", "--no-verify", "--no-progress")
     assert result.exit_code == 0, result.output
     assert entries(open_dataset(tmp_path / "copy"))[0] != DOCS[0]  # copied as it is, on request
+
+
+@pytest.mark.parametrize("command", ["validate", "inspect", "convert"])
+def test_a_bad_path_hint_does_not_advise_the_command_being_run(tmp_path: Path, command: str) -> None:
+    from tokenloom.formats._cli import main
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "notes.txt").write_text("not tokens")
+    for path, expected in (
+        (tmp_path / "typo" / "data", f"the nearest existing directory is {tmp_path} (it holds real)"),
+        (tmp_path / "real", "the directory holds notes.txt"),
+    ):
+        argv = [command, str(path)] + (["out", "--to", "native"] if command == "convert" else [])
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 1
+        assert expected in result.output
+        assert "tokenloom validate" not in result.output  # the old hint sent validate's user to validate
