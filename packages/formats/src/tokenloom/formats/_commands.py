@@ -168,7 +168,8 @@ def validate(
     click.echo("")
     window = seq_len or DEFAULT_SEQ_LEN
     note = "" if seq_len else "  (default; pass --seq-len)"
-    click.echo(f"# config snippet for seq_len {window}{note}")
+    if note:
+        click.echo(f"# seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
 
 
