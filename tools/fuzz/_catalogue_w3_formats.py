@@ -94,3 +94,31 @@ def _(tmp: Path) -> Run:
         return f"temp files left: {left}" if left else None
 
     return Run(call=call, sources=[path], check=check)
+
+
+# -- item 2: the sidecar that keeps EOS id, vocab size and tokenizer for megatron and packed ---------------
+
+
+@case("open a .pbin whose sidecar describes other data", "input", "error", "FormatError")
+def _(tmp: Path) -> Run:
+    from tokenloom.formats import open_dataset, open_writer
+
+    src = copy("data.pbin", tmp)
+    with open_writer(tmp / "other.pbin", format="packed", dtype="uint16", eos_id=0) as writer:
+        writer.add([1, 2, 0])
+    (tmp / "data.pbin.tokenloom.json").write_bytes((tmp / "other.pbin.tokenloom.json").read_bytes())
+    return Run(call=lambda: open_dataset(src))
+
+
+@case("megatron: a FIFO where the sidecar is expected", "hang", "error", "UnsafePathError")
+def _(tmp: Path) -> Run:
+    src = copy("megatron", tmp)
+    (src / "data.tokenloom.json").unlink(missing_ok=True)
+    os.mkfifo(src / "data.tokenloom.json")
+    return Run(argv=["validate", str(src / "data")])
+
+
+@case("convert --eos-id contradicting the source's recorded EOS id", "input", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    src = copy("native", tmp)
+    return Run(argv=["convert", str(src), str(tmp / "out"), "--to", "megatron", "--eos-id", "7", "--no-progress"])

@@ -152,9 +152,9 @@ def test_convert_round_trip_native_megatron_flat_native(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         assert "converted 4 entries, 17 tokens" in result.output
         assert entries(open_dataset(target)) == DOCS
-    # the flat manifest carries vocab size and EOS id (which give back the boundaries); megatron has no place for them
+    # the flat manifest carries vocab size and EOS id (which give back the boundaries); megatron's sidecar too
     assert (open_dataset(tmp_path / "flat").vocab_size, open_dataset(tmp_path / "flat").eos_id) == (100, 0)
-    assert (open_dataset(tmp_path / "nat2").vocab_size, open_dataset(tmp_path / "nat2").eos_id) == (None, None)
+    assert (open_dataset(tmp_path / "nat2").vocab_size, open_dataset(tmp_path / "nat2").eos_id) == (100, 0)
 
 
 def test_convert_keeps_overlap_prefixes_where_the_target_stores_them(tmp_path: Path) -> None:

@@ -124,6 +124,7 @@ def test_directory_of_pbin_files_is_one_dataset(tmp_path: Path) -> None:
 
 def test_dtype_request_and_deep_validation(tmp_path: Path) -> None:
     path = write(tmp_path / "a.pbin", [[1, 2, 0], [99, 0]])
+    (tmp_path / "a.pbin.tokenloom.json").unlink()  # as Modalities writes it: no vocab size or EOS id
     with pytest.raises(ConfigError, match="2-byte tokens"):
         open_dataset(path, dtype="uint32")
     with pytest.raises(TokenRangeError):

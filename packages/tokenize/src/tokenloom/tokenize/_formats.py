@@ -72,8 +72,8 @@ RECORD_NAME = "tokenize.json"
 STAGING_SUFFIX = ".native-staging"
 
 _OURS = {
-    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx)"),
-    "packed": re.compile(re.escape(PACKED_FILE)),
+    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx|tokenloom\.json)"),  # .tokenloom.json: formats' sidecar
+    "packed": re.compile(re.escape(PACKED_FILE) + r"(\.tokenloom\.json)?"),
     "flat": re.compile(r"shard_\d+\.npy|document_lengths\.i64|" + re.escape(MANIFEST_NAME)),
 }
 

@@ -175,7 +175,9 @@ def _ours(name: str) -> bool:
     return name == WRITING_MARKER or name.endswith(".tmp") or _SHARD_FILE.fullmatch(name) is not None
 
 
-_TOKENIZE_OUTPUT = re.compile(r"data\.(bin|idx|pbin)|shard_\d+\.npy|document_lengths\.i64")
+_TOKENIZE_OUTPUT = re.compile(
+    r"data\.(bin|idx|pbin|tokenloom\.json|pbin\.tokenloom\.json)|shard_\d+\.npy|document_lengths\.i64"
+)
 _RUN_RECORD = "tokenize.json"
 
 
