@@ -8,7 +8,7 @@ This package also owns what every tokenloom package shares: the error hierarchy
 """
 
 from tokenloom.formats import _flat, _megatron, _native
-from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats._atomic import atomic_file, atomic_write_bytes, fsync_dir, temp_base, temp_path
 from tokenloom.formats._buckets import bucket_dirs, open_buckets
 from tokenloom.formats._cli import cli_errors
 from tokenloom.formats._cli import main as cli
@@ -219,6 +219,8 @@ __all__ = [
     "smallest_dtype_for_vocab",
     "storage_error",
     "storage_errors",
+    "temp_base",
+    "temp_path",
     "write_manifest",
     "ChecksumError",
     "ConfigError",

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
@@ -399,7 +399,7 @@ class _ShardFile:
 
     def __init__(self, path: Path, dtype: np.dtype, *, npy: bool) -> None:
         self.path = path
-        self.tmp = path.with_name(path.name + TMP_SUFFIX)
+        self.tmp = temp_path(path)
         self.dtype = dtype
         self.npy = npy
         self.num_tokens = 0

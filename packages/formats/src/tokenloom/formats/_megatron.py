@@ -22,7 +22,9 @@ running byte offsets of the sizes, that the document indices run from 0 to the
 sequence count without decreasing, and that the .bin holds exactly the bytes
 the sizes announce. Token dtypes are uint8, uint16, int32 and int64 (Megatron
 has no uint32; int8/int16/float data cannot hold token ids and is refused).
-The format has no overlap prefix (zeros), and no place for vocab size or EOS id.
+The format has no overlap prefix (zeros), and no place for vocab size, EOS id or
+tokenizer: tokenloom keeps them in ``PREFIX.tokenloom.json`` beside the ``.idx``
+(see :mod:`tokenloom.formats._sidecar`), which other tools ignore.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats._atomic import atomic_write_bytes, fsync_dir, make_parents, remove_empty, temp_path
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._paths import safe_file
+from tokenloom.formats._sidecar import merge_sidecar, read_sidecar, remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -240,16 +243,34 @@ def open_megatron(
 ) -> TokenDataset:
     """Open one prefix, an ``.idx``/``.bin`` file of one, or a directory of prefixes (one shard each).
 
-    Megatron records no vocab size or EOS id; pass them to have ``validate="deep"``
-    check token ids and EOS placement (negative ids are refused either way).
+    Megatron records no vocab size or EOS id: they come from tokenloom's sidecar
+    ``PREFIX.tokenloom.json`` when a tokenloom writer left one, or from these
+    arguments (which must agree with a sidecar); ``validate="deep"`` then checks
+    token ids and EOS placement (negative ids are refused either way).
     """
     root, stems = megatron_prefixes(Path(path))
     shards, documents, modes = [], [], []
+    recorded: dict[str, Any] | None = None
+    recorded_by: Path | None = None
     for stem in stems:
         shard, document_indices, multimodal = read_megatron_shard(root, stem)
         shards.append(shard)
         documents.append(document_indices)
         modes.append(multimodal)
+        sidecar = sidecar_of(root / stem)
+        found = read_sidecar(sidecar, root / f"{stem}.idx", root)
+        if found is not None and recorded is not None and found != recorded:
+            raise FormatError(
+                f"the sidecars of prefixes {recorded_by.name if recorded_by else '?'} and {sidecar.name} record "
+                f"different values ({recorded} vs {found})",
+                path=sidecar,
+                hint="Open the prefixes separately: they come from different tokenizers or settings",
+            )
+        if found is not None:
+            recorded, recorded_by = found, sidecar
+    vocab_size, eos_id, tokenizer_fingerprint = merge_sidecar(
+        recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or root / stems[0]
+    )
     if dtype is not None and not (isinstance(dtype, str) and dtype == "infer"):
         wanted = as_token_dtype(dtype)
         if wanted != shards[0].dtype:
@@ -272,6 +293,7 @@ def open_megatron(
         root=root,
         eos_id=eos_id,
         vocab_size=vocab_size,
+        tokenizer_fingerprint=tokenizer_fingerprint,
         metadata={
             "prefixes": stems,
             "document_indices": documents,
@@ -290,7 +312,9 @@ class MegatronWriter(TokenWriter):
     ``path`` is the prefix (a trailing ``.idx``/``.bin`` is dropped); the .idx is
     published last, so a prefix with an .idx is complete. Megatron stores no
     overlap prefix, vocab size or EOS id: a non-zero overlap prefix is a
-    ConfigError, vocab size and EOS id are checked at write time only.
+    ConfigError; vocab size, EOS id and ``tokenizer_fingerprint`` go to the
+    sidecar ``PREFIX.tokenloom.json`` (written just before the .idx; none when
+    all three are unknown).
     """
 
     format = "megatron"
@@ -302,9 +326,11 @@ class MegatronWriter(TokenWriter):
         dtype: Any,
         vocab_size: int | None = None,
         eos_id: int | None = None,
+        tokenizer_fingerprint: str | None = None,
         overwrite: bool = False,
     ) -> None:
         super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        self.tokenizer_fingerprint = tokenizer_fingerprint
         if self.dtype.name not in CODE_OF_DTYPE:
             raise ConfigError(
                 f"Megatron has no dtype code for {self.dtype.name}, expected one of {sorted(CODE_OF_DTYPE)}",
@@ -341,7 +367,10 @@ class MegatronWriter(TokenWriter):
             )
         for stale in existing:
             stale.unlink()
-        self._bin_tmp = self.bin_path.with_name(self.bin_path.name + TMP_SUFFIX)
+        self.sidecar = sidecar_of(prefix)
+        if existing:
+            remove_sidecar(self.sidecar)  # it described the data just removed
+        self._bin_tmp = temp_path(self.bin_path)
         self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
         self._lengths: list[np.ndarray] = []
 
@@ -376,8 +405,15 @@ class MegatronWriter(TokenWriter):
         documents = np.arange(len(sizes) + 1, dtype="<i8")
         code = CODE_OF_DTYPE[self.dtype.name]
         header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
+        index = header + sizes.tobytes() + pointers.tobytes() + documents.tobytes()
         os.replace(self._bin_tmp, self.bin_path)
-        atomic_write_bytes(self.idx_path, header + sizes.tobytes() + pointers.tobytes() + documents.tobytes())
+        values = {
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+        }
+        write_sidecar(self.sidecar, index, name=self.idx_path.name, values=values)
+        atomic_write_bytes(self.idx_path, index)
         fsync_dir(self.idx_path.parent)
 
     def _abort(self) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats._atomic import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats._dataset import EOS_AT_DOCUMENT_END, EOS_PLACEMENT, Shard, TokenDataset
 from tokenloom.formats._dtypes import as_token_dtype
 from tokenloom.formats._gpts import (
@@ -108,7 +108,7 @@ class NativeShardWriter:
         self.dtype = dtype
         self.bin_path = directory / f"{stem}.bin"
         self.idx_path = directory / f"{stem}.idx"
-        self._bin_tmp = directory / f"{stem}.bin{TMP_SUFFIX}"
+        self._bin_tmp = temp_path(self.bin_path)
         self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in close/abort
         self._lengths: list[np.ndarray] = []
         self._overlaps: list[np.ndarray] = []

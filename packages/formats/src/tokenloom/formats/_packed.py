@@ -18,6 +18,10 @@ parses, its entries are token-aligned, cover the data in order without gaps or
 overlaps and end exactly at D). If both layouts fit, or neither, that is a
 FormatError; ``layout=`` picks one explicitly. The index is read by
 :mod:`tokenloom.formats._pickle_safe`, never by ``pickle.loads``.
+
+A ``.pbin`` has no field for the EOS id, vocab size or tokenizer: tokenloom keeps
+them in ``NAME.pbin.tokenloom.json`` beside the file (see
+:mod:`tokenloom.formats._sidecar`), which Modalities ignores.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokenloom.formats._atomic import TMP_SUFFIX, fsync_dir, make_parents, remove_empty
+from tokenloom.formats._atomic import fsync_dir, make_parents, remove_empty, temp_path
 from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats._paths import safe_file
 from tokenloom.formats._pickle_safe import dump_int_tuples, load_int_tuples
+from tokenloom.formats._sidecar import merge_sidecar, read_sidecar, remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import (
     ConfigError,
@@ -315,9 +320,10 @@ def open_packed(
     """Open a .pbin file or a directory of them (one shard per file, sorted by name).
 
     The index is always read and checked completely (it is the only way to find
-    the documents). ``validate="deep"`` also checks token ids against
-    ``vocab_size`` and EOS placement against ``eos_id`` when they are given (a
-    .pbin records neither).
+    the documents). A .pbin records no vocab size or EOS id: they come from
+    tokenloom's sidecar ``NAME.pbin.tokenloom.json`` when a tokenloom writer left
+    one, or from these arguments (which must agree with a sidecar).
+    ``validate="deep"`` checks token ids and EOS placement against them.
     """
     target = Path(path)
     if target.is_dir():
@@ -333,6 +339,22 @@ def open_packed(
         read_packed_file(f, root, layout=layout, max_index_bytes=max_index_bytes, max_entries=max_entries)
         for f in files
     ]
+    recorded: dict[str, Any] | None = None
+    recorded_by: Path | None = None
+    for f in files:
+        found = read_sidecar(sidecar_of(f), f, root)
+        if found is not None and recorded is not None and found != recorded:
+            raise FormatError(
+                f"the sidecars of {recorded_by.name if recorded_by else '?'} and {sidecar_of(f).name} record "
+                f"different values ({recorded} vs {found})",
+                path=sidecar_of(f),
+                hint="Open the files separately: they come from different tokenizers or settings",
+            )
+        if found is not None:
+            recorded, recorded_by = found, sidecar_of(f)
+    vocab_size, eos_id, tokenizer_fingerprint = merge_sidecar(
+        recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or files[0]
+    )
     if dtype is not None:
         wanted = as_token_dtype(dtype)
         for item in packed:
@@ -349,6 +371,7 @@ def open_packed(
         root=target,
         eos_id=eos_id,
         vocab_size=vocab_size,
+        tokenizer_fingerprint=tokenizer_fingerprint,
         metadata={"layouts": {item.shard.name: item.layout for item in packed}},
     )
     if validate == "deep":
@@ -366,6 +389,8 @@ class PackedWriter(TokenWriter):
             layout. The legacy layout always stores 4-byte tokens; any unsigned
             dtype of up to 4 bytes is accepted and widened losslessly.
         legacy: write the seed's 8-byte-header layout instead of the current one.
+        tokenizer_fingerprint: kept, with vocab_size and eos_id, in the sidecar
+            ``NAME.pbin.tokenloom.json`` (written just before the .pbin is published).
         overwrite: replace an existing file.
     """
 
@@ -379,9 +404,12 @@ class PackedWriter(TokenWriter):
         vocab_size: int | None = None,
         eos_id: int | None = None,
         legacy: bool = False,
+        tokenizer_fingerprint: str | None = None,
         overwrite: bool = False,
     ) -> None:
         super().__init__(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        self.sidecar = sidecar_of(self.path)
         if self.path.suffix != PACKED_SUFFIX:
             raise ConfigError(
                 f"{self.path.name} does not end in {PACKED_SUFFIX}",
@@ -414,7 +442,7 @@ class PackedWriter(TokenWriter):
         self.legacy = legacy
         self.layout = "legacy" if legacy else "current"
         self.store_dtype = TOKEN_DTYPES["uint32"] if legacy else self.dtype
-        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self._tmp = temp_path(self.path)
         self._created = make_parents(self.path)  # removed again if the writer fails
         self._handle = open(self._tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
         self._handle.write(b"\0" * 8)
@@ -439,6 +467,7 @@ class PackedWriter(TokenWriter):
         starts = np.zeros(len(byte_lengths), dtype=np.int64)
         np.cumsum(byte_lengths[:-1], out=starts[1:])
         data_len = int(byte_lengths.sum())
+        wrote = False
         try:
             self._handle.write(dump_int_tuples(zip(starts.tolist(), byte_lengths.tolist(), strict=True)))
             self._handle.seek(0)
@@ -446,9 +475,18 @@ class PackedWriter(TokenWriter):
             self._handle.flush()
             os.fsync(self._handle.fileno())
             self._handle.close()
+            values = {
+                "vocab_size": self.vocab_size,
+                "eos_id": self.eos_id,
+                "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            }
+            remove_sidecar(self.sidecar)  # an overwritten file's sidecar must not outlive it
+            wrote = write_sidecar(self.sidecar, self._tmp, name=self.path.name, values=values)
             os.replace(self._tmp, self.path)
             fsync_dir(self.path.parent)
         except BaseException:
+            if wrote:
+                remove_sidecar(self.sidecar)
             self._abort()
             raise
 

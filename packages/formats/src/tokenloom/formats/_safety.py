@@ -20,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER
+from tokenloom.formats._atomic import TMP_SUFFIX, WRITING_MARKER, temp_base
 from tokenloom.formats._manifest import MANIFEST_NAME
 from tokenloom.formats.errors import ConfigError
 
@@ -69,7 +69,7 @@ def foreign_files(directory: Path, ours: Callable[[str], bool] | None = None) ->
         return []
 
     def mine(name: str) -> bool:
-        base = name.removesuffix(TMP_SUFFIX)
+        base = temp_base(name)
         return (
             name == WRITING_MARKER
             or name.endswith(".tokenloom-lock")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir
+from tokenloom.formats._atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats._native import WRITING_MARKER, prepare_output_dir
 from tokenloom.formats._store_bin import META_NAME
 from tokenloom.formats._store_h5 import H5_SUFFIXES, h5py_module
@@ -172,7 +172,7 @@ class H5StoreWriter(StoreWriter):
             )
         h5py = h5py_module()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self._tmp = temp_path(self.path)
         self._file = h5py.File(self._tmp, "w")
         self._segments = 0
 

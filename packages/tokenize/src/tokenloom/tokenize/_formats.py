@@ -46,6 +46,7 @@ from tokenloom.formats import (
     read_manifest,
     real_path,
     storage_errors,
+    temp_base,
 )
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
@@ -71,8 +72,8 @@ RECORD_NAME = "tokenize.json"
 STAGING_SUFFIX = ".native-staging"
 
 _OURS = {
-    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx)"),
-    "packed": re.compile(re.escape(PACKED_FILE)),
+    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx|tokenloom\.json)"),  # .tokenloom.json: formats' sidecar
+    "packed": re.compile(re.escape(PACKED_FILE) + r"(\.tokenloom\.json)?"),
     "flat": re.compile(r"shard_\d+\.npy|document_lengths\.i64|" + re.escape(MANIFEST_NAME)),
 }
 
@@ -93,7 +94,7 @@ def output_path(config: TokenizeConfig) -> Path:
 
 
 def _ours(config: TokenizeConfig, name: str) -> bool:
-    base = name.removesuffix(".tmp")
+    base = temp_base(name)  # a crashed writer's NAME.<pid>-<hex>.tmp stands for NAME
     return (
         name == WRITING_MARKER
         or name.endswith(LOCK_SUFFIX)

@@ -47,6 +47,7 @@ from tokenloom.formats import (
     prepare_output_dir,
     read_manifest,
     smallest_dtype_for_vocab,
+    temp_base,
     write_manifest,
 )
 from tokenloom.tokenize import _tokenizer
@@ -187,7 +188,9 @@ def _ours(name: str) -> bool:
     return name == WRITING_MARKER or name.endswith(".tmp") or _SHARD_FILE.fullmatch(name) is not None
 
 
-_TOKENIZE_OUTPUT = re.compile(r"data\.(bin|idx|pbin)|shard_\d+\.npy|document_lengths\.i64")
+_TOKENIZE_OUTPUT = re.compile(
+    r"data\.(bin|idx|pbin|tokenloom\.json|pbin\.tokenloom\.json)|shard_\d+\.npy|document_lengths\.i64"
+)
 _RUN_RECORD = "tokenize.json"
 
 
@@ -196,7 +199,7 @@ def replaceable(out: Path) -> Callable[[str], bool]:
     has_record = (out / _RUN_RECORD).is_file()
 
     def ours(name: str) -> bool:
-        base = name.removesuffix(".tmp")
+        base = temp_base(name)
         if _ours(name) or name in (STATE_NAME, _RUN_RECORD, MANIFEST_NAME):
             return True
         return has_record and _TOKENIZE_OUTPUT.fullmatch(base) is not None
