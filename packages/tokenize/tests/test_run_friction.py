@@ -241,7 +241,7 @@ def test_a_sigkilled_run_leaves_a_handoff_dir_that_the_next_run_removes(
     import tempfile
     import time
 
-    from tokenloom.tokenize._pipeline import HANDOFF_PREFIX
+    from tokenloom.tokenize._executor import HANDOFF_PREFIX
 
     write_jsonl(tmp_path / "in" / "a.jsonl", _docs(20_000))
     temp = tmp_path / "tmp"

@@ -9,9 +9,9 @@ import click
 
 from tokenloom.formats import DataError, cli_errors
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
-from tokenloom.tokenize._formats import tokenize as run_tokenize
-from tokenloom.tokenize._pipeline import TokenizeSummary
 from tokenloom.tokenize._progress import progress_bar, rate_text
+from tokenloom.tokenize._summary import TokenizeSummary
+from tokenloom.tokenize._tokenize import tokenize as run_tokenize
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing
 

@@ -336,15 +336,15 @@ def _backend_encoder(backend: Any) -> Callable[[list[str]], list[list[int]]]:
 def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[list[int]]]]:
     """(a ``tokenizers.Tokenizer`` or None for a slow tokenizer, the hf list encoder)."""
     if isinstance(tokenizer, str | os.PathLike):
-        from tokenloom.tokenize import _tokenizer
+        from tokenloom.tokenize._tokenizer import LoadedTokenizer, describe_plain
 
-        plain = _tokenizer.describe_plain(os.fspath(tokenizer))
+        plain = describe_plain(os.fspath(tokenizer))
         if plain is not None:
             from tokenizers import Tokenizer
 
             tokenizer = Tokenizer.from_str(plain[1])
         else:
-            loaded = _tokenizer.LoadedTokenizer(os.fspath(tokenizer))
+            loaded = LoadedTokenizer(os.fspath(tokenizer))
             tokenizer = loaded.backend if loaded.backend is not None else loaded.transformers
     if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "encode_batch"):
         backend = _plain_backend(tokenizer)
