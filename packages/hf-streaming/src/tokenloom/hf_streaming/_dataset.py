@@ -449,8 +449,6 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 self._hf_stream,
                 rank=rank,
                 world_size=self.world_size,
-                worker=worker,
-                num_workers=num_workers,
                 epoch=position["epoch"],
                 row=current[0] if current is not None else 0,
                 token=current[1] if current is not None else 0,

@@ -145,8 +145,6 @@ def compat_blocks(
     *,
     rank: int,
     world_size: int,
-    worker: int,
-    num_workers: int,
     epoch: int,
     row: int,
     token: int,
@@ -157,16 +155,17 @@ def compat_blocks(
     batch: int,
     counters: Counters,
 ) -> Iterator[DocBlock]:
-    """The seed's order: HF buffered shuffle (seed + epoch), rank takes every world_size-th document,
-    worker every num_workers-th of the rank's; resume replays the stream to document ``row``."""
+    """The seed's order: HF buffered shuffle (seed + epoch), rank takes every world_size-th document;
+    resume replays the stream to document ``row``.
+
+    No worker split here: inside a DataLoader worker, ``datasets`` already gives each worker its
+    share of the source shards (every num_workers-th shard, its shuffle keyed by the worker id), and
+    the seed's rank stride applies to that worker's stream. Splitting again dropped documents."""
     while True:
         texts, ids, rows, first = [], [], [], []
         slot_doc = 0
         for doc_index, example in enumerate(stream_for_epoch(epoch)):
             if doc_index % world_size != rank:
-                continue
-            rank_doc = doc_index // world_size
-            if rank_doc % num_workers != worker:
                 continue
             current = slot_doc
             slot_doc += 1
