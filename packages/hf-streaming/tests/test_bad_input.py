@@ -213,3 +213,56 @@ def test_eos_id_outside_the_vocabulary_or_not_an_int_is_refused(tokenizer_dir, e
     with pytest.raises(ConfigError, match="eos_id"):
         resolve_tokenizer(tokenizer_dir, eos_id)
     assert resolve_tokenizer(tokenizer_dir, 5).eos_id == 5
+
+
+def test_an_over_long_line_is_a_named_error_naming_file_offset_and_cap(tmp_path, tokenizer_dir):
+    good = json.dumps({"text": "alpha beta"})
+    long = json.dumps({"text": "gamma " * 400})
+    files = write(tmp_path / "long.jsonl", [good, long, good])
+    with pytest.raises(RecordError, match=f"line has {len(long) + 1} bytes, over the cap of 1000 bytes") as caught:
+        list(make(files, tokenizer_dir, max_line_bytes=1000))
+    assert caught.value.path == files[0]
+    assert caught.value.offset == len(good) + 1
+    assert "max_line_bytes" in str(caught.value)
+    # a line of exactly the cap (newline not counted) is a record
+    assert list(make(files, tokenizer_dir, max_line_bytes=len(long)))
+
+
+def test_over_long_lines_skipped_and_counted_on_request(tmp_path, tokenizer_dir):
+    good = [json.dumps({"text": f"doc{i} alpha beta gamma"}) for i in range(6)]
+    long = json.dumps({"text": "delta " * 500})
+    files = write(tmp_path / "long.jsonl", [good[0], long, *good[1:3], long, *good[3:]])
+    ds = make(files, tokenizer_dir, max_line_bytes=500, on_error="skip", with_provenance=True, unit_bytes=64)
+    samples = list(ds)
+    assert ds.state_dict()["skipped"] == 2
+    seen = {d for s in samples for d in s["doc_index"].tolist() if d >= 0}
+    offsets = {sum(len(x) + 1 for x in [good[0], long, *good[1:3], long, *good[3:]][:i]) for i in (0, 2, 3, 5, 6, 7)}
+    assert seen == offsets  # every good line once, after and between the skipped ones
+
+
+def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path, tokenizer_dir):
+    """A 192 MiB line under the default 64 MiB cap: refused, and the process never holds the line."""
+    path = tmp_path / "huge.jsonl"
+    with open(path, "wb") as f:
+        f.write(b'{"text": "a b"}\n{"text": "')
+        chunk = b"word " * (1 << 18)
+        for _ in range(192 * (1 << 20) // len(chunk)):
+            f.write(chunk)
+        f.write(b'"}\n')
+    code = (
+        "import resource, sys\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
+        "from tokenloom.formats import RecordError\n"
+        f"ds = StreamingHuggingFaceDataset('json', 'train', 'text', 8, {str(tokenizer_dir)!r}, "
+        f"data_files=[{str(path)!r}])\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n"
+        "    list(ds)\n"
+        "except RecordError as exc:\n"
+        "    print('ERR', str(exc).splitlines()[0])\n"
+        "print('GROWTH_MIB', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "over the cap of 67108864 bytes" in proc.stdout, (proc.stdout, proc.stderr[-2000:])
+    growth = int(proc.stdout.split("GROWTH_MIB")[1])
+    assert growth < 160, f"peak RSS grew by {growth} MiB reading a 192 MiB line"

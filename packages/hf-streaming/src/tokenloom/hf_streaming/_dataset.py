@@ -19,6 +19,7 @@ from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, engine_encod
 from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
+from tokenloom.hf_streaming._readers import DEFAULT_MAX_LINE_BYTES
 from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint
 from tokenloom.hf_streaming._units import (
     DEFAULT_UNIT_BYTES,
@@ -89,6 +90,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
             tokenloom-tokenize's engine selection (:func:`engine_encoder`, auto: fastokens where it
             is proven identical to Hugging Face tokenizers, else tokenizers); :func:`hf_encoder` forces
             plain tokenizers.
+        max_line_bytes: a local jsonl line longer than this is a bad record (a RecordError, or
+            skipped and counted with ``on_error="skip"``), never read whole; default 64 MiB, the cap
+            tokenize and pack use.
         **load_kwargs: passed to ``load_dataset`` (``data_files=...``, ...).
     """
 
@@ -117,12 +121,17 @@ class StreamingHuggingFaceDataset(IterableDataset):
         position_ids: bool = False,
         cu_seqlens: bool = False,
         encoder: Callable[[TokenizerSpec], EncodeFn] = engine_encoder,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise ConfigError(f"seq_len is {seq_len!r}, expected an integer >= 1", field="seq_len")
-        for name, value in (("shuffle_buffer_size", shuffle_buffer_size), ("encode_batch_size", encode_batch_size)):
+        for name, value in (
+            ("shuffle_buffer_size", shuffle_buffer_size),
+            ("encode_batch_size", encode_batch_size),
+            ("max_line_bytes", max_line_bytes),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", field=name)
         if on_error not in ("raise", "skip"):
@@ -146,6 +155,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         self.drop_remainder = drop_remainder
         self.encode_batch_size = encode_batch_size
         self.unit_bytes = unit_bytes
+        self.max_line_bytes = max_line_bytes
         if (position_ids or cu_seqlens) and not pack_sequences:
             raise ConfigError(
                 "position_ids / cu_seqlens need document boundaries",
@@ -441,6 +451,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 on_error=self.on_error,
                 hf_dataset=self._hf,
                 counters=counters,
+                max_line_bytes=self.max_line_bytes,
             )
             finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
         else:

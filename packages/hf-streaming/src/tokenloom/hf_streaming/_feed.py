@@ -53,6 +53,7 @@ def _unit_blocks(
     on_error: str,
     hf_dataset: Any,
     counters: Counters,
+    max_line_bytes: int,
 ) -> Iterator[DocBlock]:
     first_block = item.row // block_size
     for block in read_blocks(
@@ -65,6 +66,7 @@ def _unit_blocks(
         text_field=text_field,
         on_error=on_error,
         hf_dataset=hf_dataset,
+        max_line_bytes=max_line_bytes,
     ):
         size = len(block.texts)
         order = block_order(size, seed, epoch, item.unit, block.index)
@@ -104,6 +106,7 @@ def exact_blocks(
     on_error: str,
     hf_dataset: Any,
     counters: Counters,
+    max_line_bytes: int,
 ) -> Iterator[DocBlock]:
     """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``."""
     first_epoch = True
@@ -128,6 +131,7 @@ def exact_blocks(
                 on_error=on_error,
                 hf_dataset=hf_dataset,
                 counters=counters,
+                max_line_bytes=max_line_bytes,
             )
         if not infinite:
             return
