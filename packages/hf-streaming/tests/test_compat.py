@@ -103,7 +103,8 @@ def shard_corpora(tmp_path_factory):
 
 
 def _through_loader(dataset, num_workers):
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers, timeout=120 if num_workers else 0)
+    timeout = 120 if num_workers else 0
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers, timeout=timeout)
     return [(s["input_ids"].tolist(), s["labels"].tolist()) for s in loader]
 
 
@@ -115,9 +116,7 @@ def test_compat_equals_the_seed_loop_in_a_dataloader(shard_corpora, tokenizer_di
     for world_size in (1, 2, 3):
         for rank in range(world_size):
             topology = {"rank": rank, "world_size": world_size}
-            ours = _through_loader(
-                compat(files, tokenizer_dir, shuffle_buffer_size=32, **topology), num_workers
-            )
+            ours = _through_loader(compat(files, tokenizer_dir, shuffle_buffer_size=32, **topology), num_workers)
             seed = SeedLoop(files, tokenizer_dir, seq_len=12, seed=9, buffer=32, **topology)
             reference = _through_loader(seed, num_workers)
             assert len(reference) > 20

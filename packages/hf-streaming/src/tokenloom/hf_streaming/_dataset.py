@@ -20,7 +20,7 @@ from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
 from tokenloom.hf_streaming._readers import DEFAULT_MAX_LINE_BYTES
-from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint
+from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint, check_state
 from tokenloom.hf_streaming._units import (
     DEFAULT_UNIT_BYTES,
     Layout,
@@ -290,10 +290,11 @@ class StreamingHuggingFaceDataset(IterableDataset):
             )
         if state.get("version") != VERSION:
             raise ResumeMismatchError(f"state version {state.get('version')!r}, expected {VERSION}", field="version")
-        check_fingerprint(state["fingerprint"], self.fingerprint)
         kind = state.get("kind")
         if kind not in ("slot", "merged"):
             raise ResumeMismatchError(f"state kind {kind!r}, expected 'slot' or 'merged'", field="kind")
+        check_state(state)
+        check_fingerprint(state["fingerprint"], self.fingerprint)
         if self.mode is Mode.COMPAT and state["world_size"] != self.world_size:
             raise ResumeMismatchError(
                 f"compat mode cannot change the topology: saved on {state['world_size']} ranks, now {self.world_size}",
@@ -345,12 +346,14 @@ class StreamingHuggingFaceDataset(IterableDataset):
                     field="num_workers",
                     hint="Use the saved num_workers, or merge_rank_states(...) to change it",
                 )
-            self._base = Base.from_json(loaded["base"])
+            self._base = self._checked_base(loaded["base"])
+            self._check_position(loaded, self._base)
             return _position_fields(loaded)
         if loaded is not None and loaded["kind"] == "merged":
             if same_topology:
                 mine = [s for s in loaded["slots"] if (s["rank"], s["worker"]) == (rank, worker)]
-                self._base = Base.from_json(loaded["base"])
+                self._base = self._checked_base(loaded["base"])
+                self._check_position(mine[0], self._base)
                 return _position_fields(mine[0])
             if self.mode is Mode.COMPAT:
                 raise ResumeMismatchError(
@@ -363,6 +366,43 @@ class StreamingHuggingFaceDataset(IterableDataset):
             return {"epoch": self._base.start, "item": 0, "current": None, "samples": 0, "skipped": 0}
         epoch = self._pass_epoch(num_workers)
         return {"epoch": epoch, "item": 0, "current": None, "samples": 0, "skipped": 0}
+
+    def _checked_base(self, data: dict[str, Any] | None) -> Base:
+        """The saved base, its unit ids inside this data's units (checked before any range is expanded)."""
+        if self.mode is Mode.EXACT and data is not None:
+            assert self._layout is not None  # noqa: S101 - set by _start_position
+            count = len(self._units(self._layout))
+            for entry in data["epochs"]:
+                units = [end - 1 for _, end in entry["done"]] + [p[0] for p in entry["partial"]]
+                if units and max(units) >= count:
+                    raise ResumeMismatchError(
+                        f"the saved state lists unit {max(units)} in epoch {entry['epoch']}, but the data has "
+                        f"{count} units: the position is past the data",
+                        field="base",
+                        hint="Resume with the data files the state was saved with, or start afresh",
+                    )
+        return Base.from_json(data)
+
+    def _check_position(self, state: dict[str, Any], base: Base) -> None:
+        """A loaded slot position lies inside its slot's units (a unit cursor at most one past the last)."""
+        item, current, epoch = state["item"], state["current"], state["epoch"]
+        if self.mode is Mode.COMPAT:
+            count = 1  # one pass over the stream: 0 while reading, 1 once it ended
+        else:
+            assert self._layout is not None  # noqa: S101 - set by _start_position
+            units = self._units(self._layout)
+            slots = state["world_size"] * max(1, state["num_workers"])
+            slot = state["worker"] * state["world_size"] + state["rank"]
+            sizes = unit_sizes(units, self._sources)
+            count = len(slot_items(base, len(units), self.seed, epoch, slot, slots, sizes))
+        if item > count or (current is not None and item >= count):
+            raise ResumeMismatchError(
+                f"the saved position of rank {state['rank']} worker {state['worker']} is past the data: unit "
+                f"cursor {item}{' inside a unit' if current is not None else ''}, but the slot has {count} "
+                f"unit(s) in epoch {epoch}",
+                field="item",
+                hint="Resume with the data files the state was saved with, or start afresh",
+            )
 
     def _loaded_once(self, worker: int) -> bool:
         return bool(self._next_epoch[worker] >= 0)
@@ -380,10 +420,11 @@ class StreamingHuggingFaceDataset(IterableDataset):
         assert self._layout is not None  # noqa: S101 - set by _start_position
         units = self._units(self._layout)
         sizes = unit_sizes(units, self._sources)
-        base = Base.from_json(merged["base"])
+        base = self._checked_base(merged["base"])
         saved_slots = merged["world_size"] * max(1, merged["num_workers"])
         positions: dict[int, tuple[int, int, Item | None]] = {}
         for slot_state in merged["slots"]:
+            self._check_position(slot_state, base)
             slot = slot_state["worker"] * merged["world_size"] + slot_state["rank"]
             current = slot_state["current"]
             item = None

@@ -108,9 +108,7 @@ def _jsonl_blocks(
                 line = f.readline(max_line_bytes + 1)
                 if not line:
                     break
-                too_long = len(line) > max_line_bytes and not (
-                    len(line) == max_line_bytes + 1 and line.endswith(b"\n")
-                )
+                too_long = len(line) > max_line_bytes and not (len(line) == max_line_bytes + 1 and line.endswith(b"\n"))
                 if too_long:
                     size = _rest_of_line(f, line)
                     line = b""
