@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from enum import StrEnum
@@ -329,7 +330,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         loaded = self._loaded
         slots = self.world_size * num_workers
         if loaded is not None and loaded.get("layout") is not None:
-            self._layout = Layout.from_json(loaded["layout"])
+            self._layout = _checked_layout(Layout.from_json(loaded["layout"]), self._sources)
         elif self.mode is Mode.EXACT:
             self._layout = choose_layout(self._sources, slots, self.unit_bytes)
         same_topology = loaded is not None and (loaded["world_size"], max(1, loaded["num_workers"])) == (
@@ -394,14 +395,39 @@ class StreamingHuggingFaceDataset(IterableDataset):
             slots = state["world_size"] * max(1, state["num_workers"])
             slot = state["worker"] * state["world_size"] + state["rank"]
             sizes = unit_sizes(units, self._sources)
-            count = len(slot_items(base, len(units), self.seed, epoch, slot, slots, sizes))
+            items = slot_items(base, len(units), self.seed, epoch, slot, slots, sizes)
+            count = len(items)
+        where = f"the saved position of rank {state['rank']} worker {state['worker']} is past the data"
+        hint = "Resume with the data files the state was saved with, or start afresh"
         if item > count or (current is not None and item >= count):
             raise ResumeMismatchError(
-                f"the saved position of rank {state['rank']} worker {state['worker']} is past the data: unit "
-                f"cursor {item}{' inside a unit' if current is not None else ''}, but the slot has {count} "
-                f"unit(s) in epoch {epoch}",
+                f"{where}: unit cursor {item}{' inside a unit' if current is not None else ''}, but the slot has "
+                f"{count} unit(s) in epoch {epoch}",
                 field="item",
-                hint="Resume with the data files the state was saved with, or start afresh",
+                hint=hint,
+            )
+        if self.mode is Mode.COMPAT or current is None:
+            return
+        unit = units[items[item].unit]
+        source = self._sources[unit.source]
+        row, _, offset = current
+        rows = None  # an upper bound on the unit's rows, where it is known without reading
+        if source.kind == SourceKind.JSONL and unit.end >= 0:
+            rows = (unit.end - unit.begin) // 2 + 1  # a record line holds at least 2 bytes with its newline
+            if offset >= 0 and not unit.begin <= offset < unit.end:
+                raise ResumeMismatchError(
+                    f"{where}: block offset {offset} outside the unit's bytes [{unit.begin}, {unit.end}) of "
+                    f"{source.path}",
+                    field="current",
+                    hint=hint,
+                )
+        elif source.kind == SourceKind.PARQUET:
+            rows = source.row_groups[unit.begin]
+        if rows is not None and row >= rows:
+            raise ResumeMismatchError(
+                f"{where}: row {row} of a unit of {source.path} that holds at most {rows} rows",
+                field="current",
+                hint=hint,
             )
 
     def _loaded_once(self, worker: int) -> bool:
@@ -577,6 +603,28 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()},
                 window.positions[row],
             )
+
+
+_MAX_UNITS = 1 << 24
+
+
+def _checked_layout(layout: Layout, sources: list[Source]) -> Layout:
+    """A saved layout that cuts these sources into a sane number of units (counted, not built)."""
+    count = 0
+    for source in sources:
+        if source.kind == SourceKind.JSONL:
+            parts = max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split
+            count += max(1, min(parts, source.size))
+        else:
+            count += max(1, len(source.row_groups)) if source.kind == SourceKind.PARQUET else 1
+    if count * layout.stride > _MAX_UNITS:
+        raise ResumeMismatchError(
+            f"the saved layout {layout.to_json()} cuts the data into {count * layout.stride} units, more than "
+            f"{_MAX_UNITS}: it was not written for this data",
+            field="layout",
+            hint="Resume with the data files the state was saved with, or start afresh",
+        )
+    return layout
 
 
 def worker_info_present() -> bool:
