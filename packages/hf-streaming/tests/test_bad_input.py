@@ -380,3 +380,29 @@ def test_stream_state_on_a_damaged_state_is_one_line(tmp_path, corpus, tokenizer
     result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
     assert result.exit_code == 1
     assert result.output.count("\n") == 1 and "'world_size' is missing" in result.output
+
+
+@pytest.mark.parametrize("world_size", [None, 2])
+def test_a_fifo_where_a_rank_state_is_expected_is_refused_not_waited_on(tmp_path, corpus, tokenizer_dir, world_size):
+    import os
+
+    from tokenloom.formats import UnsafePathError
+    from tokenloom.hf_streaming import load_rank_states, save_rank_state
+
+    save_rank_state(tmp_path / "ckpt", 0, _one_state(corpus, tokenizer_dir))
+    os.mkfifo(tmp_path / "ckpt" / "hf_stream_rank00001.json")
+    code = (
+        "import sys\n"
+        "from tokenloom.formats import UnsafePathError\n"
+        "from tokenloom.hf_streaming import load_rank_states\n"
+        "try:\n"
+        f"    load_rank_states({str(tmp_path / 'ckpt')!r}, {world_size!r})\n"
+        "except UnsafePathError as exc:\n"
+        "    print('ERR', exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "ERR hf_stream_rank00001.json is a FIFO, expected a regular state file" in proc.stdout, proc.stderr
+    with pytest.raises(UnsafePathError, match="is a directory"):
+        (tmp_path / "ckpt" / "hf_stream_rank00001.json").unlink()
+        (tmp_path / "ckpt" / "hf_stream_rank00001.json").mkdir()
+        load_rank_states(tmp_path / "ckpt", world_size)

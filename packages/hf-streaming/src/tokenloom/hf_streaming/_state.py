@@ -11,13 +11,21 @@ topology.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tokenloom.formats import ConfigError, FormatError, MissingFileError, ResumeMismatchError, atomic_write_bytes
+from tokenloom.formats import (
+    ConfigError,
+    FormatError,
+    MissingFileError,
+    ResumeMismatchError,
+    UnsafePathError,
+    atomic_write_bytes,
+)
 
 __all__ = [
     "FORMAT",
@@ -326,6 +334,31 @@ def save_rank_state(directory: str | os.PathLike[str], rank: int, loader_state: 
     return path
 
 
+def _read_regular(path: Path) -> bytes:
+    """A regular file's bytes; a FIFO, device or directory is refused before any read can block.
+
+    Opened with O_NONBLOCK (a FIFO with no writer would block open() forever) and checked with
+    fstat on the opened descriptor, so a swap between the check and the read cannot slip through.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "FIFO" if stat.S_ISFIFO(mode) else "directory" if stat.S_ISDIR(mode) else "special file"
+            raise UnsafePathError(
+                f"{path.name} is a {kind}, expected a regular state file",
+                path=path,
+                hint="Point at the directory save_rank_state wrote, with its hf_stream_rank*.json files",
+            )
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the file object owns it now
+            return handle.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def load_rank_states(directory: str | os.PathLike[str], world_size: int | None = None) -> list[dict[str, Any]]:
     """Every rank's state file in ``directory`` (all of ranks 0..world_size-1 when given)."""
     root = Path(directory)
@@ -343,7 +376,7 @@ def load_rank_states(directory: str | os.PathLike[str], world_size: int | None =
     states = []
     for path in files:
         try:
-            states.append(orjson.loads(path.read_bytes()))
+            states.append(orjson.loads(_read_regular(path)))
         except (OSError, orjson.JSONDecodeError) as exc:
             raise FormatError(
                 f"unreadable state file: {exc}",
