@@ -27,6 +27,7 @@ from tokenloom.hf_streaming._units import (
     Layout,
     Source,
     SourceKind,
+    Unit,
     choose_layout,
     enumerate_units,
     file_sources,
@@ -387,6 +388,8 @@ class StreamingHuggingFaceDataset(IterableDataset):
     def _check_position(self, state: dict[str, Any], base: Base) -> None:
         """A loaded slot position lies inside its slot's units (a unit cursor at most one past the last)."""
         item, current, epoch = state["item"], state["current"], state["epoch"]
+        units: list[Unit] = []
+        items: list[Item] = []
         if self.mode is Mode.COMPAT:
             count = 1  # one pass over the stream: 0 while reading, 1 once it ended
         else:
