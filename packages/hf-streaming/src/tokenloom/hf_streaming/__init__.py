@@ -22,9 +22,6 @@ from tokenloom.hf_streaming._dataset import Mode, StreamingHuggingFaceDataset
 from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
 from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
 from tokenloom.hf_streaming._state import load_rank_states, merge_rank_states, save_rank_state, slot_states_in
-from tokenloom.hf_streaming._warnings import silence_torchdata_set_vital
-
-silence_torchdata_set_vital()  # torchdata's StatefulDataLoader calls a torch function that is gone
 
 __all__ = [
     "EncodeFn",

@@ -1,4 +1,4 @@
-"""One narrow warning filter for the loader this package is used with.
+"""One narrow warning filter for the loader every tokenloom resume goes through.
 
 torchdata 0.11's ``StatefulDataLoader.__init__`` calls ``torch.set_vital(...)``, which torch
 (2.6 and later) no longer has: torch's module ``__getattr__`` answers with a no-op and a
