@@ -97,3 +97,21 @@ def test_a_stateful_dataloader_run_shows_no_set_vital_warning(corpus, tokenizer_
     assert proc.stdout.count("BATCHES") == 2
     assert "set_vital" not in proc.stderr, proc.stderr
     assert "other UserWarnings still show" in proc.stderr
+
+
+def test_the_engine_line_comes_from_one_worker_only(corpus, tokenizer_dir):
+    """With 2 DataLoader workers the encoding engine is announced once, by worker 0, not by every worker (#21)."""
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr, format='%(processName)s %(message)s')\n"
+        "from torch.utils.data import DataLoader\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
+        f"ds = StreamingHuggingFaceDataset('json', 'train', 'text', 16, {str(tokenizer_dir)!r}, "
+        f"data_files={corpus[:3]!r})\n"
+        "print('BATCHES', sum(1 for _ in DataLoader(ds, batch_size=4, num_workers=2)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "BATCHES" in proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if "encoding engine" in line]
+    assert len(lines) == 1, lines
