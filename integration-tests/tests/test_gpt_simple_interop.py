@@ -401,3 +401,78 @@ def check_reading(tmp_path: Path, tokenizer: Path, lines: Path, seed_lines: dict
     with pytest.raises(RecordError, match=r"<\|pad\|>") as caught:
         tokenize(TokenizeConfig(input_dir=pad, output_dir=tmp_path / "ours-pad", num_workers=0, **common))
     assert caught.value.record == 1
+
+
+# -- the curriculum's budget_unit: loss_tokens counts as GPT-Simple's training loop does ------------------
+
+
+def test_curriculum_loss_tokens_gives_gpt_simples_phase_lengths(tmp_path: Path, gpt_simple_python: Path) -> None:
+    """GPT-Simple's _train_loop counts (labels != -100).sum() of each batch and ends a phase at the first step
+    where the phase's own count reaches duration_tokens (then counts from zero). Here GPT-Simple's own
+    _finalize_sequence labels every sample tokenloom yields; its rule, one sample per step, must cut the phases
+    where tokenloom's plan does under budget_unit: loss_tokens (and not under the default input_tokens)."""
+    import yaml
+
+    from tokenloom.curriculum import CurriculumConfig, CurriculumDataset
+    from tokenloom.formats import open_writer
+
+    eos, max_length = 65535, 16
+    root = tmp_path / "data"
+    for split, total in (("train", 6000), ("val", 64)):
+        for number, (name, length) in enumerate({"web": 8, "code": 4, "books": 16}.items()):
+            with open_writer(root / split / name, dtype="uint16", eos_id=eos, vocab_size=65536) as writer:
+                for doc in range(total // length):
+                    tokens = (np.arange(length) + doc * length + number * 1000) % 60000
+                    tokens[-1] = eos
+                    writer.add(tokens)
+    durations = [1000, 1500, 900, 600]
+    data = {
+        "path": str(root),
+        "max_length": max_length,
+        "packing": True,
+        "curriculum": [
+            {"duration_tokens": durations[0], "mix": {"web": 1, "code": 1}},
+            {"duration_tokens": durations[1], "mix": {"web": 0.2, "code": 0.3, "books": 0.5}},
+            {"duration_tokens": durations[2], "mix": {"books": 0.6, "code": 0.4}},
+            {"duration_tokens": durations[3], "mix": {"web": 1}},
+        ],
+    }
+    ends = {}
+    for unit in ("input_tokens", "loss_tokens"):
+        config_path = tmp_path / f"{unit}.yaml"
+        config_path.write_text(yaml.safe_dump({"data": {**data, "budget_unit": unit}}))
+        ds = CurriculumDataset(CurriculumConfig.from_file(config_path), seed=11, cache_dir=tmp_path / "cache")
+        ends[unit] = ([end for _, end in ds.schedule.phase_bounds], ds)
+    ds = ends["loss_tokens"][1]
+    batch = ds.__getitems__(list(range(len(ds)))).batched
+    lengths = ds.budget_tokens(np.arange(len(ds)), "input_tokens").tolist()
+    sequences = []
+    for row, n in zip(batch["input_ids"].tolist(), lengths, strict=True):
+        content, docs = row[:n], []
+        while content:
+            cut = content.index(eos) + 1 if eos in content else len(content)
+            docs.append(content[:cut])
+            content = content[cut:]
+        sequences.append(docs)
+    (finalized,) = run_seed(
+        gpt_simple_python,
+        {"op": "finalize", "sequences": sequences, "max_length": max_length, "eod": eos, "pad": eos},
+    )
+    per_sample = [sum(label != -100 for label in item["labels"]) for item in finalized]
+    assert [item["input_ids"] for item in finalized] == [
+        row[:n] for row, n in zip(batch["input_ids"].tolist(), lengths, strict=True)
+    ]
+    assert ds.budget_tokens(np.arange(len(ds))).tolist() == per_sample  # tokenloom's unit is GPT-Simple's count
+    assert set(per_sample) == {15, 13, 16}  # web: 2 documents per sequence, code: 4, books: 1
+
+    seed_ends, phase, consumed = [], 0, 0  # GPT-Simple's phase rule (_train_loop.py), one sample per step
+    for position, tokens in enumerate(per_sample):
+        if phase == len(durations) - 1:
+            break
+        consumed += tokens
+        if consumed >= durations[phase]:
+            seed_ends.append(position + 1)
+            phase, consumed = phase + 1, 0
+    assert ends["loss_tokens"][0][:-1] == seed_ends
+    assert ends["input_tokens"][0][:-1] != seed_ends
+    assert ends["input_tokens"][0][0] < seed_ends[0]  # counting input tokens ends phase 0 early (the issue's report)

@@ -9,9 +9,9 @@ tokenizer (the shipped 16k byte-level BPE), each contender in a fresh process:
   read, parse and encode work done offline, the rate a stream cannot beat.
 - seed loop: KempnerForge's ``StreamingHuggingFaceDataset.__iter__`` as documented:
   ``load_dataset(streaming=True).shuffle(seed, buffer_size=10000)``, one
-  ``AutoTokenizer.encode`` per document, a Python list as packing buffer. The seed
-  strides documents over ranks but not over workers (each worker would repeat the
-  rank's data); here each worker keeps every 2nd document, so no output is repeated.
+  ``AutoTokenizer.encode`` per document, a Python list as packing buffer. Inside each
+  DataLoader worker `datasets` itself gives the worker its share of the stream, so the
+  loop reads every document once, as the seed's does (it does not split by worker again).
 - torchtitan-style: torchtitan's ``HuggingFaceDataset`` as documented:
   ``split_dataset_by_node`` (here over the 2 workers), one ``tokenizer.encode`` per
   document with EOS, a Python list buffer, ``torch.LongTensor`` per window.
@@ -68,16 +68,12 @@ files, tokenizer_path = sys.argv[1].split(","), sys.argv[2]
 
 class SeedLoop(torch.utils.data.IterableDataset):
     def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
         tok = AutoTokenizer.from_pretrained(tokenizer_path)
         eos = tok.eos_token_id
         stream = load_dataset("json", data_files=files, split="train", streaming=True)
         stream = stream.shuffle(seed=1, buffer_size=10000)
         chunk, buffer = %(seq)d + 1, []
-        for doc_idx, example in enumerate(stream):
-            if doc_idx %% workers != worker:
-                continue
+        for example in stream:  # inside a DataLoader worker, `datasets` gives this worker its own share
             tokens = tok.encode(example["text"], add_special_tokens=False)
             if not tokens:
                 continue

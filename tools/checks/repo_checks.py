@@ -7,6 +7,8 @@
    module.
 3. Light imports: importing ``tokenloom.formats`` (what every DataLoader worker that reads a
    shard does) loads neither click nor rich; the CLI lives in ``tokenloom.formats.cli``.
+4. One version policy: every project shares one version, and a published
+   project requires its tokenloom siblings at exactly that version (``==``).
 
 Run: ``python tools/checks/repo_checks.py [ROOT]``; exits 1 and lists every
 violation.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -176,8 +179,56 @@ def check_light_imports(repo: Path) -> list[Violation]:
     return violations
 
 
+def _line_of(path: Path, needle: str) -> int:
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if needle in line:
+            return number
+    return 1
+
+
+def check_versions(repo: Path) -> list[Violation]:
+    """One version across the workspace; tokenloom requirements of published projects pinned to it."""
+    roots = [p.root for p in projects(repo)]
+    data = {root: tomllib.loads((root / "pyproject.toml").read_text()) for root in roots}
+    versions = {root: str(d.get("project", {}).get("version", "")) for root, d in data.items()}
+    expected = versions[repo] if repo in versions else next(iter(versions.values()), "")
+    violations = [
+        Violation(
+            root.relative_to(repo) / "pyproject.toml",
+            _line_of(root / "pyproject.toml", "version ="),
+            f"version {version!r} differs from the workspace's {expected!r} (one version for every package: "
+            "python tools/release/release.py bump VERSION)",
+        )
+        for root, version in versions.items()
+        if version != expected
+    ]
+    for root, d in data.items():
+        if d.get("tool", {}).get("uv", {}).get("package") is False:
+            continue  # not published (integration-tests): its requirements never reach an index
+        project = d.get("project", {})
+        requirements = list(project.get("dependencies", []))
+        for extra in project.get("optional-dependencies", {}).values():
+            requirements.extend(extra)
+        for requirement in requirements:
+            match = re.match(r"\s*([A-Za-z0-9._-]+)\s*(?:\[[^\]]*\])?([^;]*)", requirement)
+            name = _normalise(match[1]) if match else ""
+            if not (name == "tokenloom" or name.startswith("tokenloom-")):
+                continue
+            specifier = match[2].replace(" ", "") if match else ""
+            if specifier != f"=={expected}":
+                violations.append(
+                    Violation(
+                        root.relative_to(repo) / "pyproject.toml",
+                        _line_of(root / "pyproject.toml", f'"{requirement}"'),
+                        f"requires {requirement!r}; a tokenloom package requires its siblings at exactly "
+                        f"=={expected} (the one version policy)",
+                    )
+                )
+    return violations
+
+
 def run(repo: Path) -> list[Violation]:
-    return [*check_namespace(repo), *check_imports(repo), *check_light_imports(repo)]
+    return [*check_namespace(repo), *check_imports(repo), *check_light_imports(repo), *check_versions(repo)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ def make_package(repo: Path, name: str, deps: list[str], code: dict[str, str]) -
 def repo(tmp_path: Path) -> Path:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "tokenloom"\nversion = "0"\n')
     make_package(tmp_path, "base", ["numpy"], {"_impl.py": "X = 1\n"})
-    make_package(tmp_path, "upper", ["tokenloom-base>=0.1"], {"use.py": "from tokenloom.base import X\n"})
+    make_package(tmp_path, "upper", ["tokenloom-base==0"], {"use.py": "from tokenloom.base import X\n"})
     return tmp_path
 
 
@@ -95,3 +95,41 @@ def test_formats_importing_click_or_rich_is_caught(repo: Path) -> None:
 
 def test_this_repo_formats_imports_neither_click_nor_rich() -> None:
     assert repo_checks.check_light_imports(Path(__file__).resolve().parents[2]) == []
+
+
+def test_diverging_version_is_caught(repo: Path) -> None:
+    pyproject = repo / "packages" / "base" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('version = "0"', 'version = "0.2"'))
+    violations = repo_checks.run(repo)
+    assert [(str(v.path), v.line) for v in violations] == [("packages/base/pyproject.toml", 3)]
+    assert "version '0.2' differs from the workspace's '0'" in violations[0].message
+    assert repo_checks.main([str(repo)]) == 1
+
+
+@pytest.mark.parametrize(
+    "requirement", ["tokenloom-base", "tokenloom-base>=0", "tokenloom-base[x]==1", "tokenloom-base~=0"]
+)
+def test_sibling_not_pinned_to_the_shared_version_is_caught(repo: Path, requirement: str) -> None:
+    pyproject = repo / "packages" / "upper" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"tokenloom-base==0"', f'"{requirement}"'))
+    violations = repo_checks.run(repo)
+    assert len(violations) == 1
+    assert f"requires {requirement!r}" in violations[0].message
+    assert "==0" in violations[0].message
+
+
+def test_pinned_sibling_with_extras_and_marker_passes(repo: Path) -> None:
+    pyproject = repo / "packages" / "upper" / "pyproject.toml"
+    text = pyproject.read_text().replace('"tokenloom-base==0"', "\"tokenloom-base[x] == 0 ; python_version >= '3.11'\"")
+    pyproject.write_text(text + '[project.optional-dependencies]\nall = ["tokenloom-base[y]==0"]\n')
+    assert repo_checks.run(repo) == []
+
+
+def test_unpublished_project_may_leave_siblings_unpinned(repo: Path) -> None:
+    tests = repo / "integration-tests"
+    tests.mkdir()
+    (tests / "pyproject.toml").write_text(
+        '[project]\nname = "tokenloom-integration-tests"\nversion = "0"\ndependencies = ["tokenloom-base"]\n'
+        "[tool.uv]\npackage = false\n"
+    )
+    assert repo_checks.run(repo) == []

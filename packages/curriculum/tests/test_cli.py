@@ -95,7 +95,7 @@ def test_unknown_unused_empty_and_missing_twins_are_all_listed(corpus, tmp_path)
     )
     result = run("validate", "--curriculum", config)
     assert result.exit_code == 1
-    for text in ("['web']", "val twin missing", "empty bucket directory", "unused_buckets"):
+    for text in ("['web']", "val twin missing", "is empty and no phase uses it", "unused_buckets"):
         assert text in result.output, text
 
 
@@ -139,7 +139,8 @@ def test_status_without_a_status_file_names_the_error_class(tmp_path):
         assert result.exit_code == 1
         assert result.output.strip().splitlines() == [
             f"Error: MissingFileError: {run_dir} has no run status (run_status.json) [file {run_dir}]. "
-            "Pass the run directory a CurriculumDataset with run_dir= writes into"
+            "Pass the directory your training loop gives to record_halt(run_dir, error) or "
+            "write_run_status(run_dir, status)"
         ]
 
 

@@ -227,3 +227,19 @@ def test_empty_texts_lone_eos_by_default_skipped_under_kempnerforge_compat(token
     assert len(explicit) == len(default)
     with pytest.raises(ConfigError, match="compat='gpt-simple', expected None or 'kempnerforge'"):
         HuggingFaceDataset("json", **common, cache_dir=tmp_path / "c4", compat="gpt-simple")
+
+
+def test_engine_line_is_logged_once_per_process_for_one_tokenizer(tokenizer_dir, jsonl, tmp_path, caplog):
+    """Building several caches with one tokenizer says which encoder it uses once, not once per cache (#21)."""
+    import logging
+
+    from tokenloom.tokenize.engine import _ANNOUNCED
+
+    _ANNOUNCED.clear()
+    with caplog.at_level(logging.INFO, logger="tokenloom"):
+        for name in ("a", "b", "c"):
+            HuggingFaceDataset(
+                "json", data_files=str(jsonl), tokenizer=str(tokenizer_dir), seq_len=8, cache_dir=tmp_path / name
+            )
+    lines = [r for r in caplog.records if "encoding engine" in r.getMessage() and r.levelno >= logging.INFO]
+    assert len(lines) == 1, [r.getMessage() for r in lines]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -112,3 +114,19 @@ def test_a_data_file_that_is_not_a_regular_file_is_named_as_such(tokenizer_dir, 
     result = CliRunner().invoke(eval_cache, [*args, "--cache-dir", str(tmp_path / "c"), "--no-progress"])
     assert result.exit_code == 1
     assert result.output.strip().startswith("Error: UnsafePathError: ") and "not a regular file" in result.output
+
+
+def test_prebuilt_cache_with_compat_kempnerforge_is_what_a_skipping_job_reads(tokenizer_dir, tmp_path):
+    jsonl = tmp_path / "val.jsonl"
+    jsonl.write_text('{"text": "a cat"}\n{"text": ""}\n{"text": "the dog sat"}\n' * 4)
+    args = ["--data-files", str(jsonl), "--tokenizer", str(tokenizer_dir), "--seq-len", "3", "--no-progress"]
+    result = CliRunner().invoke(eval_cache, [*args, "--compat", "kempnerforge", "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    options: dict[str, Any]
+    for options in ({"skip_empty": True}, {"compat": "kempnerforge"}):
+        source = HFEvalSource("json", data_files=str(jsonl), split="train", tokenizer=str(tokenizer_dir), **options)
+        assert broadcast_eval_set(source, seq_len=3, cache_dir=tmp_path / "c").origin == "cache"
+    keeping = HFEvalSource("json", data_files=str(jsonl), split="train", tokenizer=str(tokenizer_dir))
+    assert broadcast_eval_set(keeping, seq_len=3, cache_dir=tmp_path / "c").origin == "built"
+    kept = CliRunner().invoke(eval_cache, [*args, "--keep-empty", "--cache-dir", str(tmp_path / "c")])
+    assert kept.exit_code == 0 and "already cached, verified: " in kept.output

@@ -70,7 +70,9 @@ def test_deep_validation_names_the_first_id_outside_the_vocabulary(tmp_path: Pat
     if fmt in ("native", "flat"):  # the vocab size lives in the manifest: record a smaller one
         write_manifest(path, dataclasses.replace(read_manifest(path), vocab_size=11))
         options: dict[str, Any] = {}
-    else:  # peer formats and stores record none: the caller says what it is
+    else:  # peer formats (without tokenloom's sidecar, as other tools write them) and stores record none
+        for sidecar in path.parent.glob(path.name + ".tokenloom.json"):
+            sidecar.unlink()
         options = {"vocab_size": 11}
     open_dataset(path, **options)  # fast validation reads no tokens
     with pytest.raises(TokenRangeError, match=r"token id 11 outside \[0, 11\)") as info:
@@ -321,3 +323,30 @@ def test_h5_byte_changes_raise_or_read_in_bounds(tmp_path: Path) -> None:
             assert len(store.fetch(0, len(store), "sequence")) == len(store)
         except DataError:
             pass
+
+
+def test_a_nul_byte_in_a_manifest_file_name_is_a_named_error_api_and_cli(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tokenloom.formats.cli.commands import validate
+
+    path = tmp_path / "ds"
+    with open_writer(path, format="native", dtype="uint16", vocab_size=100, eos_id=0) as writer:
+        writer.add([1, 2, 0])
+    manifest = read_manifest(path)
+    files = [dataclasses.replace(f, name=f.name.replace(".bin", "\0.bin")) for f in manifest.files]
+    write_manifest(path, dataclasses.replace(manifest, files=tuple(files)))  # a valid checksum over the bad name
+    with pytest.raises(FormatError, match="contains a NUL byte") as info:
+        open_dataset(path)
+    assert info.value.path == str(path / MANIFEST_NAME) and info.value.field == "files.name"
+    assert info.value.record == 1
+    result = CliRunner().invoke(validate, [str(path)])
+    assert result.exit_code == 1 and "FormatError" in result.output and "NUL byte" in result.output
+    assert "manifest.json" in result.output
+
+
+def test_safe_stat_refuses_a_nul_byte_with_a_named_error(tmp_path: Path) -> None:
+    from tokenloom.formats.io import safe_file
+
+    with pytest.raises(UnsafePathError, match="NUL byte"):
+        safe_file(tmp_path, tmp_path / "a\0.bin")

@@ -67,9 +67,23 @@ def test_validate_clean_dataset_prints_summary_and_snippet(tmp_path: Path) -> No
     ds = open_dataset(root)
     expected = sum(int(n) // 4 for n in ds.shard_num_tokens)
     assert ds.num_shards > 1 and expected != 17 // 4  # counted per shard, not over the whole stream
-    assert f"  num_samples: {expected}  # sum over shards of tokens // (seq_len + 1)" in lines
-    assert f'  path: "{root.resolve()}"' in lines
-    assert "  dtype: uint16" in lines
+    assert any(line.startswith(f"# len(windows) == {expected}: sum over shards") for line in lines)
+    assert f"tokens = open_dataset({str(root.resolve())!r}, format='native', dtype='uint16')" in lines
+    assert "windows = MemoryMappedDataset(tokens, seq_len=3)" in lines
+    assert "data:" not in lines  # not a bucket (ROOT/train/<bucket>): no curriculum block
+
+
+def test_validate_snippet_reopens_the_dataset_as_printed(tmp_path: Path) -> None:
+    """The snippet's open_dataset line, run as printed, opens the same data (MemoryMappedDataset is
+    exercised in tokenloom-datasets' tests, which may import it)."""
+    (tmp_path / "raw").mkdir()
+    np.array([1, 2, 3, 0, 4, 0], dtype="<u2").tofile(tmp_path / "raw" / "part_0.bin")
+    result = run(validate, tmp_path / "raw", "--format", "flat", "--dtype", "uint16", "--seq-len", "2")
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("tokens = open_dataset(")]
+    scope: dict[str, object] = {"open_dataset": open_dataset}
+    exec(line, scope)
+    assert scope["tokens"].tokens(0, 6).tolist() == [1, 2, 3, 0, 4, 0]  # type: ignore[attr-defined]
 
 
 def test_validate_problem_exits_1_with_the_named_error(tmp_path: Path) -> None:
@@ -93,8 +107,7 @@ def test_validate_unknown_layout_and_raw_shards_with_options(tmp_path: Path) -> 
     assert "no reader recognises" in result.output
     result = run(validate, tmp_path / "raw", "--format", "flat", "--dtype", "uint16", "--seq-len", "1")
     assert result.exit_code == 0, result.output
-    assert '  file_pattern: "*.bin"' in result.output
-    assert "  num_samples: 2" in result.output
+    assert "# len(windows) == 2: " in result.output
 
 
 def test_inspect_table_and_json(tmp_path: Path) -> None:
@@ -140,9 +153,9 @@ def test_convert_round_trip_native_megatron_flat_native(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
         assert "converted 4 entries, 17 tokens" in result.output
         assert entries(open_dataset(target)) == DOCS
-    # the flat manifest carries vocab size and EOS id (which give back the boundaries); megatron has no place for them
+    # the flat manifest carries vocab size and EOS id (which give back the boundaries); megatron's sidecar too
     assert (open_dataset(tmp_path / "flat").vocab_size, open_dataset(tmp_path / "flat").eos_id) == (100, 0)
-    assert (open_dataset(tmp_path / "nat2").vocab_size, open_dataset(tmp_path / "nat2").eos_id) == (None, None)
+    assert (open_dataset(tmp_path / "nat2").vocab_size, open_dataset(tmp_path / "nat2").eos_id) == (100, 0)
 
 
 def test_convert_keeps_overlap_prefixes_where_the_target_stores_them(tmp_path: Path) -> None:
@@ -253,3 +266,20 @@ def test_convert_verifies_the_source_first_unless_told_not_to(tmp_path: Path) ->
     result = run(convert, root, tmp_path / "copy", "--to", "native", "--no-verify", "--no-progress")
     assert result.exit_code == 0, result.output
     assert entries(open_dataset(tmp_path / "copy"))[0] != DOCS[0]  # copied as it is, on request
+
+
+@pytest.mark.parametrize("command", ["validate", "inspect", "convert"])
+def test_a_bad_path_hint_does_not_advise_the_command_being_run(tmp_path: Path, command: str) -> None:
+    from tokenloom.formats.cli import main
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "notes.txt").write_text("not tokens")
+    for path, expected in (
+        (tmp_path / "typo" / "data", f"the nearest existing directory is {tmp_path} (it holds real)"),
+        (tmp_path / "real", "the directory holds notes.txt"),
+    ):
+        argv = [command, str(path)] + (["out", "--to", "native"] if command == "convert" else [])
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 1
+        assert expected in result.output
+        assert "tokenloom validate" not in result.output  # the old hint sent validate's user to validate

@@ -122,3 +122,51 @@ def test_a_symlinked_output_shares_the_lock(tmp_path: Path) -> None:
         assert lock_path(real).exists()
     assert other.returncode == 1 and "OutputLockedError" in other.stderr
     assert not lock_path(real).exists()
+
+
+CLI = "from tokenloom.formats.cli import main; main()"
+
+
+def _convert_cli(native: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """`tokenloom convert` in its own process: a hang fails the test at the timeout instead of stalling CI."""
+    argv = [sys.executable, "-c", CLI, "convert", str(native), str(target), "--to", "native", "--no-progress"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def test_a_fifo_where_the_lock_is_expected_is_a_named_error_not_a_hang(native: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    os.mkfifo(lock_path(target))
+    result = _convert_cli(native, target)
+    assert result.returncode == 1
+    assert "UnsafePathError" in result.stderr and "is a FIFO" in result.stderr, result.stderr
+    assert f"rm {lock_path(target)}" in result.stderr
+    assert not target.exists()
+    code = "import sys\nfrom tokenloom.formats.io import output_lock\nwith output_lock(sys.argv[1]):\n    pass\n"
+    api = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=60)
+    assert api.returncode == 1 and "UnsafePathError" in api.stderr
+
+
+def test_a_lock_symlinked_to_dev_zero_is_a_named_error_without_reading_it(native: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    lock_path(target).symlink_to("/dev/zero")
+    code = (
+        "import resource, sys\n"  # 512 MiB of address space: reading /dev/zero to the end would hit it at once
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 29, 1 << 29))\n"
+        "from tokenloom.formats.io import output_lock\n"
+        "with output_lock(sys.argv[1]):\n    pass\n"
+    )
+    api = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=60)
+    assert api.returncode == 1
+    assert "UnsafePathError" in api.stderr and "symbolic link (to /dev/zero)" in api.stderr, api.stderr
+    assert "MemoryError" not in api.stderr
+    result = _convert_cli(native, target)
+    assert result.returncode == 1 and "symbolic link" in result.stderr, result.stderr
+    assert lock_path(target).is_symlink()  # not ours to delete: the message says to
+
+
+def test_a_huge_regular_lock_file_is_read_only_up_to_the_cap(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    lock = lock_path(target)
+    lock.write_bytes(b"{" + b" " * (8 << 20))
+    with pytest.raises(OutputLockedError, match="not yet written"), output_lock(target):
+        pass  # unreadable and new: treated like a lock whose writer has not written its name yet

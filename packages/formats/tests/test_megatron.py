@@ -75,7 +75,8 @@ def test_round_trip_through_every_path_form(tmp_path: Path, form: str) -> None:
     assert entries(ds) == DOCS
     assert ds.doc_lengths.tolist() == [3, 2, 0, 5]
     assert ds.overlap_prefix.tolist() == [0, 0, 0, 0]
-    assert (ds.dtype, ds.num_tokens, ds.eos_id, ds.vocab_size) == (np.dtype("uint16"), 10, None, None)
+    # Megatron has no field for them: tokenloom's sidecar data.tokenloom.json gives them back
+    assert (ds.dtype, ds.num_tokens, ds.eos_id, ds.vocab_size) == (np.dtype("uint16"), 10, 0, 100)
     assert ds.tokens(1, 6).tolist() == [6, 0, 7, 0, 8]
 
 
@@ -172,6 +173,7 @@ def test_deep_validation_refuses_negative_ids(tmp_path: Path) -> None:
 
 def test_deep_validation_checks_ids_and_eos_against_what_the_caller_knows(tmp_path: Path) -> None:
     write(tmp_path / "d", DOCS)
+    (tmp_path / "d.tokenloom.json").unlink()  # as another tool writes it: nothing recorded
     open_dataset(tmp_path / "d", validate="deep", vocab_size=12, eos_id=0)
     with pytest.raises(TokenRangeError, match=r"token id 11 outside \[0, 11\)") as info:
         open_dataset(tmp_path / "d", validate="deep", vocab_size=11)

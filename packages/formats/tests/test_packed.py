@@ -65,7 +65,7 @@ def test_round_trip_both_layouts(tmp_path: Path, dtype: str, legacy: bool) -> No
     assert ds.dtype == np.dtype("uint32" if legacy else dtype)
     assert ds.metadata["layouts"] == {"data.pbin": "legacy" if legacy else "current"}
     assert ds.tokens(2, 6).tolist() == [0, 7, 0, 8]
-    assert not (tmp_path / "data.pbin.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_current_layout_bytes_match_modalities_writer(tmp_path: Path) -> None:
@@ -124,6 +124,7 @@ def test_directory_of_pbin_files_is_one_dataset(tmp_path: Path) -> None:
 
 def test_dtype_request_and_deep_validation(tmp_path: Path) -> None:
     path = write(tmp_path / "a.pbin", [[1, 2, 0], [99, 0]])
+    (tmp_path / "a.pbin.tokenloom.json").unlink()  # as Modalities writes it: no vocab size or EOS id
     with pytest.raises(ConfigError, match="2-byte tokens"):
         open_dataset(path, dtype="uint32")
     with pytest.raises(TokenRangeError):
@@ -161,8 +162,8 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
 def test_an_unfinished_write_is_not_a_pbin(tmp_path: Path) -> None:
     writer = open_writer(tmp_path / "a.pbin", format="packed", dtype="uint16")
     writer.add([1, 2])
-    assert not (tmp_path / "a.pbin").exists()  # only a.pbin.tmp, whose header still says 0 bytes and has no index
-    tmp = tmp_path / "a.pbin.tmp"
+    assert not (tmp_path / "a.pbin").exists()  # only a.pbin.<pid>-<hex>.tmp: its header says 0 bytes, no index
+    (tmp,) = tmp_path.glob("a.pbin.*.tmp")
     (tmp_path / "copy.pbin").write_bytes(tmp.read_bytes())
     with pytest.raises(DataError):
         open_dataset(tmp_path / "copy.pbin")

@@ -213,3 +213,196 @@ def test_eos_id_outside_the_vocabulary_or_not_an_int_is_refused(tokenizer_dir, e
     with pytest.raises(ConfigError, match="eos_id"):
         resolve_tokenizer(tokenizer_dir, eos_id)
     assert resolve_tokenizer(tokenizer_dir, 5).eos_id == 5
+
+
+def test_an_over_long_line_is_a_named_error_naming_file_offset_and_cap(tmp_path, tokenizer_dir):
+    good = json.dumps({"text": "alpha beta"})
+    long = json.dumps({"text": "gamma " * 400})
+    files = write(tmp_path / "long.jsonl", [good, long, good])
+    with pytest.raises(RecordError, match=f"line has {len(long) + 1} bytes, over the cap of 1000 bytes") as caught:
+        list(make(files, tokenizer_dir, max_line_bytes=1000))
+    assert caught.value.path == files[0]
+    assert caught.value.offset == len(good) + 1
+    assert "max_line_bytes" in str(caught.value)
+    # a line of exactly the cap (newline not counted) is a record
+    assert list(make(files, tokenizer_dir, max_line_bytes=len(long)))
+
+
+def test_over_long_lines_skipped_and_counted_on_request(tmp_path, tokenizer_dir):
+    good = [json.dumps({"text": f"doc{i} alpha beta gamma"}) for i in range(6)]
+    long = json.dumps({"text": "delta " * 500})
+    files = write(tmp_path / "long.jsonl", [good[0], long, *good[1:3], long, *good[3:]])
+    ds = make(files, tokenizer_dir, max_line_bytes=500, on_error="skip", with_provenance=True, unit_bytes=64)
+    samples = list(ds)
+    assert ds.state_dict()["skipped"] == 2
+    seen = {d for s in samples for d in s["doc_index"].tolist() if d >= 0}
+    offsets = {sum(len(x) + 1 for x in [good[0], long, *good[1:3], long, *good[3:]][:i]) for i in (0, 2, 3, 5, 6, 7)}
+    assert seen == offsets  # every good line once, after and between the skipped ones
+
+
+def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path, tokenizer_dir):
+    """A 192 MiB line under the default 64 MiB cap: refused, and the process never holds the line."""
+    path = tmp_path / "huge.jsonl"
+    with open(path, "wb") as f:
+        f.write(b'{"text": "a b"}\n{"text": "')
+        chunk = b"word " * (1 << 18)
+        for _ in range(192 * (1 << 20) // len(chunk)):
+            f.write(chunk)
+        f.write(b'"}\n')
+    code = (
+        "import resource, sys\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
+        "from tokenloom.formats import RecordError\n"
+        f"ds = StreamingHuggingFaceDataset('json', 'train', 'text', 8, {str(tokenizer_dir)!r}, "
+        f"data_files=[{str(path)!r}])\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n"
+        "    list(ds)\n"
+        "except RecordError as exc:\n"
+        "    print('ERR', str(exc).splitlines()[0])\n"
+        "print('GROWTH_MIB', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "over the cap of 67108864 bytes" in proc.stdout, (proc.stdout, proc.stderr[-2000:])
+    growth = int(proc.stdout.split("GROWTH_MIB")[1])
+    assert growth < 160, f"peak RSS grew by {growth} MiB reading a 192 MiB line"
+
+
+def _one_state(corpus, tokenizer_dir, **kwargs):
+    ds = make(corpus, tokenizer_dir, **kwargs)
+    stream = iter(ds)
+    for _ in range(3):
+        next(stream)
+    return json.loads(json.dumps(ds.state_dict()))
+
+
+def _without(state, key):
+    return {k: v for k, v in state.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (lambda s: _without(s, "fingerprint"), "'fingerprint' is missing"),
+        (lambda s: _without(s, "world_size"), "'world_size' is missing"),
+        (lambda s: {**s, "fingerprint": {"seed": 42}}, "the fingerprint lacks"),
+        (lambda s: {**s, "layout": "zz"}, "layout is 'zz'"),
+        (lambda s: {**s, "layout": {"unit_bytes": "x", "split": 1, "stride": 1}}, "layout.unit_bytes is 'x'"),
+        (lambda s: {**s, "layout": {"unit_bytes": 1, "split": 1, "stride": 1 << 20}}, "layout .* units, more than"),
+        (
+            lambda s: {**s, "base": {"start": 0, "epochs": [{"epoch": 0, "done": [[0, 10**9]], "partial": []}]}},
+            "unit 999999999 .* past the data",
+        ),
+        (lambda s: {**s, "base": {"start": 0, "epochs": "zz"}}, "base.epochs is 'zz'"),
+        (lambda s: {**s, "item": -1}, "item is -1, expected an integer >= 0"),
+        (lambda s: {**s, "current": [-5, 0, -1]}, "current is -5"),
+        (lambda s: {**s, "current": "row 3"}, "current is 'row 3', expected a list of 3 integers"),
+        (lambda s: {**s, "item": 999}, "past the data: unit cursor 999"),
+        (lambda s: {**s, "current": [10**6, 0, -1]}, "past the data: row 1000000"),
+        (lambda s: {**s, "current": [s["current"][0], 0, 10**9]}, "past the data: block offset 1000000000"),
+        (lambda s: {**s, "current": [s["current"][0], 10**6, s["current"][2]]}, "past the data: token offset 1000000"),
+    ],
+)
+def test_a_damaged_state_is_a_named_error(corpus, tokenizer_dir, damage, named):
+    jsonl = [p for p in corpus if p.endswith(".jsonl")]  # byte-addressed units: every check applies
+    state = _one_state(jsonl, tokenizer_dir)
+    ds = make(jsonl, tokenizer_dir)
+    with pytest.raises(ResumeMismatchError, match=named):
+        ds.load_state_dict(damage(state))
+        list(ds)  # positions past the data are found where the data is known: at the first read
+
+
+def test_a_compat_state_past_the_stream_is_a_named_error(corpus, tokenizer_dir):
+    jsonl = [p for p in corpus if p.endswith(".jsonl")]
+    state = _one_state(jsonl, tokenizer_dir, mode="compat")
+    for damaged, named in (
+        ({**state, "item": 2}, "past the data: unit cursor 2"),
+        ({**state, "current": [10**5, 0, -1]}, "stream has .* documents, the state resumes at document 100000"),
+    ):
+        ds = make(jsonl, tokenizer_dir, mode="compat")
+        with pytest.raises(ResumeMismatchError, match=named):
+            ds.load_state_dict(damaged)
+            list(ds)
+
+
+def test_merge_of_garbage_names_the_field(corpus, tokenizer_dir):
+    from tokenloom.hf_streaming._state import FORMAT
+
+    with pytest.raises(ResumeMismatchError, match="'mode' is missing"):
+        merge_rank_states([{"format": FORMAT, "version": 1, "kind": "slot"}])
+    state = _one_state(corpus, tokenizer_dir)
+    with pytest.raises(ResumeMismatchError, match="'rank' is missing"):
+        merge_rank_states([_without(state, "rank")])
+    with pytest.raises(ResumeMismatchError, match="'fingerprint' is missing"):
+        merge_rank_states([_without(state, "fingerprint")])
+
+
+def _loader_states(corpus, tokenizer_dir, steps, num_workers=0):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    states = []
+    for rank, count in enumerate(steps):
+        ds = make(corpus, tokenizer_dir, rank=rank, world_size=len(steps))
+        loader = StatefulDataLoader(ds, batch_size=2, num_workers=num_workers, timeout=60 if num_workers else 0)
+        iterator = iter(loader)
+        for _ in range(count):
+            next(iterator)
+        states.append(json.loads(json.dumps(loader.state_dict())))
+    return states
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ranks_saved_at_different_steps_are_refused(tmp_path, corpus, tokenizer_dir, num_workers):
+    from click.testing import CliRunner
+
+    from tokenloom.hf_streaming import save_rank_state
+    from tokenloom.hf_streaming._commands import stream_state
+
+    same = _loader_states(corpus, tokenizer_dir, [3, 3], num_workers)
+    assert merge_rank_states(same)["world_size"] == 2
+    skewed = _loader_states(corpus, tokenizer_dir, [3, 5], num_workers)
+    with pytest.raises(ResumeMismatchError, match="saved at different steps: rank 0 at step 3, rank 1 at step 5"):
+        merge_rank_states(skewed)
+    for rank, state in enumerate(skewed):
+        save_rank_state(tmp_path / "ckpt", rank, state)
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "ResumeMismatchError: the rank states were saved at" in result.output
+
+
+def test_stream_state_on_a_damaged_state_is_one_line(tmp_path, corpus, tokenizer_dir):
+    from click.testing import CliRunner
+
+    from tokenloom.hf_streaming import save_rank_state
+    from tokenloom.hf_streaming._commands import stream_state
+
+    save_rank_state(tmp_path / "ckpt", 0, _without(_one_state(corpus, tokenizer_dir), "world_size"))
+    result = CliRunner().invoke(stream_state, [str(tmp_path / "ckpt")])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "'world_size' is missing" in result.output
+
+
+@pytest.mark.parametrize("world_size", [None, 2])
+def test_a_fifo_where_a_rank_state_is_expected_is_refused_not_waited_on(tmp_path, corpus, tokenizer_dir, world_size):
+    import os
+
+    from tokenloom.formats import UnsafePathError
+    from tokenloom.hf_streaming import load_rank_states, save_rank_state
+
+    save_rank_state(tmp_path / "ckpt", 0, _one_state(corpus, tokenizer_dir))
+    os.mkfifo(tmp_path / "ckpt" / "hf_stream_rank00001.json")
+    code = (
+        "import sys\n"
+        "from tokenloom.formats import UnsafePathError\n"
+        "from tokenloom.hf_streaming import load_rank_states\n"
+        "try:\n"
+        f"    load_rank_states({str(tmp_path / 'ckpt')!r}, {world_size!r})\n"
+        "except UnsafePathError as exc:\n"
+        "    print('ERR', exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "ERR hf_stream_rank00001.json is a FIFO, expected a regular state file" in proc.stdout, proc.stderr
+    with pytest.raises(UnsafePathError, match="is a directory"):
+        (tmp_path / "ckpt" / "hf_stream_rank00001.json").unlink()
+        (tmp_path / "ckpt" / "hf_stream_rank00001.json").mkdir()
+        load_rank_states(tmp_path / "ckpt", world_size)

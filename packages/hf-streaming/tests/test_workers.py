@@ -74,3 +74,44 @@ def test_finite_stream_on_three_gloo_ranks_ends_on_the_same_step(tmp_path, corpu
         for key, tokens in r["docs"].items():
             docs.setdefault(int(key), []).extend(tokens)
     assert compare(expected_documents(corpus, tokenizer_dir, eos_id=0), docs) == []
+
+
+def test_a_stateful_dataloader_run_shows_no_set_vital_warning(corpus, tokenizer_dir):
+    """torchdata calls torch.set_vital (gone from torch): the user must not see its warning on every run."""
+    code = (
+        "import warnings, sys\n"
+        "warnings.simplefilter('default')\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
+        "from torchdata.stateful_dataloader import StatefulDataLoader\n"
+        f"ds = StreamingHuggingFaceDataset('json', 'train', 'text', 16, {str(tokenizer_dir)!r}, "
+        f"data_files={corpus[:3]!r})\n"
+        "for workers in (0, 2):\n"
+        "    loader = StatefulDataLoader(ds, batch_size=4, num_workers=workers)\n"
+        "    batches = sum(1 for _ in loader)\n"
+        "    loader.state_dict()\n"
+        "    print('BATCHES', workers, batches)\n"
+        "warnings.warn('other UserWarnings still show')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("BATCHES") == 2
+    assert "set_vital" not in proc.stderr, proc.stderr
+    assert "other UserWarnings still show" in proc.stderr
+
+
+def test_the_engine_line_comes_from_one_worker_only(corpus, tokenizer_dir):
+    """With 2 DataLoader workers the encoding engine is announced once, by worker 0, not by every worker (#21)."""
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr, format='%(processName)s %(message)s')\n"
+        "from torch.utils.data import DataLoader\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
+        f"ds = StreamingHuggingFaceDataset('json', 'train', 'text', 16, {str(tokenizer_dir)!r}, "
+        f"data_files={corpus[:3]!r})\n"
+        "print('BATCHES', sum(1 for _ in DataLoader(ds, batch_size=4, num_workers=2)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "BATCHES" in proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if "encoding engine" in line]
+    assert len(lines) == 1, lines

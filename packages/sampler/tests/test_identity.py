@@ -46,14 +46,36 @@ def test_state_of_another_dataset_of_the_same_length_is_refused(kind) -> None:
     assert same.consumed == 7
 
 
-def test_state_without_a_dataset_fingerprint_still_loads() -> None:
-    plain = ResumableDistributedSampler(100, 1, 0, seed=3)
-    _consume(plain, 5)
-    state = plain.state_dict()
-    assert "data_fingerprint" not in state
-    other = ResumableDistributedSampler(Data(100, "x"), 1, 0, seed=3)
-    other.load_state_dict(state)
-    assert other.consumed == 5
+@pytest.mark.parametrize("how", ["removed", "null", "plain-length"])
+def test_state_without_a_dataset_fingerprint_is_refused_unless_allowed(how: str) -> None:
+    """#21: a state whose data_fingerprint was removed resumed on another dataset of the same length."""
+    if how == "plain-length":  # saved from a plain length (as every state before #11 was saved)
+        saver = ResumableDistributedSampler(100, 1, 0, seed=3)
+    else:
+        saver = ResumableDistributedSampler(Data(100, "aaaa"), 1, 0, seed=3)
+    _consume(saver, 5)
+    state = saver.state_dict()
+    if how == "removed":
+        del state["data_fingerprint"]
+    elif how == "null":
+        state["data_fingerprint"] = None
+    assert state.get("data_fingerprint") is None
+    with pytest.raises(ResumeMismatchError, match="allow_missing_data_fingerprint=True") as caught:
+        ResumableDistributedSampler(Data(100, "bbbb"), 1, 0, seed=3).load_state_dict(state)
+    assert caught.value.field == "data_fingerprint" and "'bbbb'" in str(caught.value)
+    allowed = ResumableDistributedSampler(Data(100, "bbbb"), 1, 0, seed=3, allow_missing_data_fingerprint=True)
+    allowed.load_state_dict(state)
+    assert allowed.consumed == 5
+    plain = ResumableDistributedSampler(100, 1, 0, seed=3)  # nothing of its own to compare: accepted
+    plain.load_state_dict(state)
+    assert plain.consumed == 5
+
+
+def test_a_data_fingerprint_of_the_wrong_type_is_refused() -> None:
+    state = ResumableDistributedSampler(Data(100, "aaaa"), 1, 0).state_dict()
+    state["data_fingerprint"] = 12
+    with pytest.raises(ResumeMismatchError, match="data_fingerprint is int 12, expected a string"):
+        ResumableDistributedSampler(Data(100, "aaaa"), 1, 0).load_state_dict(state)
 
 
 @pytest.mark.parametrize("epoch", [10**30, 2**32, -1])

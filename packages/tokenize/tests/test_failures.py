@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from tokenloom.formats import ResumeMismatchError, StorageError, UnsafePathError, open_dataset
 from tokenloom.tokenize import TokenizeConfig
 from tokenloom.tokenize._commands import tokenize as tokenize_cmd
-from tokenloom.tokenize._formats import tokenize
+from tokenloom.tokenize._tokenize import tokenize
 
 
 def _config(tokenizer: Path, inp: Path, out: Path, **kw) -> TokenizeConfig:

@@ -105,7 +105,13 @@ def test_cli_refuses_overlap_and_writes_megatron(tmp_path: Path, tiny_tokenizer:
     result = CliRunner().invoke(tokenize_command, args)
     assert result.exit_code == 0, result.output
     assert "(megatron)" in result.output
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["data.bin", "data.idx", RECORD_NAME]
+    # data.tokenloom.json: the EOS id, vocab size and tokenizer that Megatron's .idx has no field for
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "data.bin",
+        "data.idx",
+        "data.tokenloom.json",
+        RECORD_NAME,
+    ]
     assert "--drop-overlap-prefix" in CliRunner().invoke(tokenize_command, ["--help"]).output
 
 
@@ -153,7 +159,7 @@ def test_other_settings_and_foreign_files_need_overwrite(tmp_path: Path, tiny_to
     assert max(len(e) for e in _entries(out)) == 16
     tokenize(config(tiny_tokenizer, corpus, out, overwrite=True))  # native over megatron
     tokenize(config(tiny_tokenizer, corpus, out, format="packed", overwrite=True))  # and packed over native
-    assert sorted(p.name for p in out.iterdir()) == ["data.pbin", RECORD_NAME]
+    assert sorted(p.name for p in out.iterdir()) == ["data.pbin", "data.pbin.tokenloom.json", RECORD_NAME]
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")

@@ -113,3 +113,53 @@ def test_damaged_index_files_found_by_the_fuzzer_are_rebuilt(tmp_path):
     assert JsonlIndex(path)[1]["text"] == "bb"
     np.save(idx, np.array([[0, 13], [-50, 14]], dtype=np.int64))  # a negative offset: seek() raised EINVAL
     assert JsonlIndex(path)[1]["text"] == "bb"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"text": "a"}\n\x00\x01\x02\x03binary', "NUL byte"),
+        (b'{"text": "\xff\xfe"}\n', "invalid UTF-8"),
+        (b"\n\n[1, 2, 3]\n", "a JSON list, expected an object"),
+        (b"PK\x03\x04 not json at all\n", "first line is not JSON"),
+    ],
+)
+def test_index_refuses_a_file_that_is_not_text_jsonl(tmp_path: Path, content: bytes, problem: str) -> None:
+    from click.testing import CliRunner
+
+    from tokenloom.formats import FormatError
+    from tokenloom.tokenize._commands import index
+
+    path = tmp_path / "blob.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(FormatError, match=problem) as info:
+        build_index(path)
+    assert info.value.path == str(path) and "one JSON object per line" in str(info.value)
+    result = CliRunner().invoke(index, [str(path)])
+    assert result.exit_code == 1 and "FormatError" in result.output and problem in result.output
+    assert not index_path(path).exists()
+
+
+def test_a_blank_or_empty_file_is_still_indexed(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    assert len(build_index(path)) == 0
+
+
+def test_concurrent_index_runs_on_one_file_all_succeed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"".join(b'{"text": "%d"}\n' % i for i in range(20_000)))
+    code = "from tokenloom.formats.cli import main; main()"
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, "index", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(8)
+    ]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0] * 8, [err for _out, err in outputs]
+    assert len(JsonlIndex(path, create=False)) == 20_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "a.jsonl.idx.json", "a.jsonl.idx.npy"]

@@ -15,7 +15,7 @@ from tokenloom.formats.io import lock_path
 SLOW_RUN = """
 import sys, time
 from tokenloom.tokenize import TokenizeConfig
-from tokenloom.tokenize._formats import tokenize
+from tokenloom.tokenize._tokenize import tokenize
 config = TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=sys.argv[3], num_workers=0,
                         chunk_lines=20)
 summary = tokenize(config, on_progress=lambda *_: time.sleep(0.3))

@@ -234,7 +234,7 @@ def test_workers_get_the_tokenizer_through_a_file_so_spawn_never_waits_on_a_work
     """
     import pickle
 
-    from tokenloom.tokenize._pipeline import executor_for
+    from tokenloom.tokenize._executor import executor_for
     from tokenloom.tokenize._worker import SerializedHandoff
 
     serialized = (tiny_tokenizer / "tokenizer.json").read_text() + " " * 2_000_000  # JSON allows trailing blanks

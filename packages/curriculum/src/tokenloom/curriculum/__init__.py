@@ -18,7 +18,7 @@ Example::
 """
 
 from tokenloom.curriculum._buckets import Bucket, sample_budget_tokens
-from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy, Phase
+from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy, Phase
 from tokenloom.curriculum._dataset import STATE_FORMAT, CurriculumDataset
 from tokenloom.curriculum._errors import BucketExhausted, BucketMismatchError, EmptyBucketError, MissingValTwinError
 from tokenloom.curriculum._plan import Finding, build_plan, findings
@@ -29,6 +29,7 @@ __all__ = [
     "STATUS_FILE",
     "Bucket",
     "BucketExhausted",
+    "BudgetUnit",
     "BucketMismatchError",
     "CurriculumConfig",
     "CurriculumDataset",

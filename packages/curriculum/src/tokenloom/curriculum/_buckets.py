@@ -1,10 +1,19 @@
 """Buckets: ``path/train/<bucket>/`` token shards opened into wave-1 datasets, and their inventory.
 
-The budget unit is defined here, once: **the non-padding tokens of an emitted
-sample's input_ids** (loss-masked positions count, padding does not). Fixed
-windows: L per sample. Bin-packed sequences: the sum of the item lengths of the
-sequence (from the packing plan). Validation, the schedule, the runtime counters
-and the budget-mismatch check all use :func:`sample_budget_tokens`.
+The budget units are defined here, once (``budget_unit`` in the config):
+
+- ``input_tokens`` (default): **the non-padding tokens of an emitted sample's
+  input_ids** (loss-masked positions count, padding does not). Fixed windows: L
+  per sample. Bin-packed sequences: the sum of the item lengths of the sequence
+  (from the packing plan).
+- ``loss_tokens``: GPT-Simple's count (``(labels != -100).sum()`` in its
+  ``_train_loop.py``, over its unshifted labels): of the n non-padding input
+  tokens, those that are neither the first token after an EOS (position p >= 1
+  with input_ids[p - 1] == EOS) nor inside an entry's overlap prefix. Computed
+  once per sample when the bucket is opened (one pass over its tokens).
+
+Validation, the schedule, the runtime counters and the budget-mismatch check all
+use :func:`sample_budget_tokens`.
 """
 
 from __future__ import annotations
@@ -16,11 +25,20 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketMismatchError, EmptyBucketError, MissingValTwinError
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset, data_fingerprint
 from tokenloom.formats import ConfigError, MissingFileError, TokenDataset, open_dataset
 
-__all__ = ["Bucket", "check_eos", "check_val_twin", "discover_buckets", "open_bucket", "sample_budget_tokens"]
+__all__ = [
+    "Bucket",
+    "check_eos",
+    "check_val_twin",
+    "discover_buckets",
+    "is_empty_dir",
+    "open_bucket",
+    "sample_budget_tokens",
+]
 
 
 @dataclass(slots=True)
@@ -34,8 +52,11 @@ class Bucket:
     samples: int
     budget_tokens: int
     """Budget tokens over one epoch (see the module docstring)."""
+    per_sample: np.ndarray | int
+    """Budget tokens of every sample (an int when constant), in the config's unit."""
     fingerprint: str
-    documents: int
+    entries: int
+    """Index entries of the token data (a document windowed into pieces is several entries)."""
     shards: int
     disk_tokens: int
     eos_id: int | None
@@ -57,6 +78,11 @@ def discover_buckets(root: Path, *, source: str | None = None) -> list[str]:
     if not names:
         raise EmptyBucketError(f"{train} holds no bucket directories", path=train)
     return names
+
+
+def is_empty_dir(directory: Path) -> bool:
+    """A directory holding nothing but hidden entries (no token data to open)."""
+    return not any(p for p in directory.iterdir() if not p.name.startswith("."))
 
 
 def check_val_twin(root: Path, bucket: str) -> None:
@@ -99,14 +125,90 @@ def _open_tokens(directory: Path, bucket: str, split: str) -> TokenDataset:
     return data
 
 
-def sample_budget_tokens(dataset: Any) -> np.ndarray | int:
-    """Budget tokens of every sample of a bucket dataset: an int (constant) or one per sample."""
+def sample_budget_tokens(
+    dataset: Any, unit: BudgetUnit | str = BudgetUnit.INPUT_TOKENS, *, eos_id: int | None = None
+) -> np.ndarray | int:
+    """Budget tokens of every sample of a bucket dataset: an int (constant) or one per sample.
+
+    ``unit`` ``loss_tokens`` needs the EOS id (default: the dataset's) and reads every token once.
+    """
+    if BudgetUnit(unit) is BudgetUnit.LOSS_TOKENS:
+        return sample_loss_tokens(dataset, eos_id=eos_id)
     if isinstance(dataset, PackedDocumentDataset):
         plan = dataset.plan
         lengths = np.asarray(plan.length, dtype=np.int64)
         offsets = np.asarray(plan.bin_offsets, dtype=np.int64)
         return np.add.reduceat(lengths, offsets[:-1]) if len(lengths) else np.zeros(0, np.int64)
     return int(dataset.seq_len)
+
+
+def loss_tokens(content: np.ndarray, eos_id: int, prefix: np.ndarray | None = None) -> np.ndarray:
+    """GPT-Simple's loss tokens of rows of non-padding input tokens (2-D, one sample per row).
+
+    A position counts unless it follows an EOS (p >= 1, content[p - 1] == EOS) or ``prefix`` marks it.
+    """
+    masked = np.zeros(content.shape, dtype=bool)
+    masked[:, 1:] = content[:, :-1] == eos_id
+    if prefix is not None:
+        masked |= prefix
+    return content.shape[1] - masked.sum(axis=1, dtype=np.int64)
+
+
+def _overlap_mask(data: TokenDataset, begins: np.ndarray, width: int) -> np.ndarray | None:
+    """Rows of ``width`` flags: which global positions ``begins[row] + k`` lie in an overlap prefix."""
+    prefix = np.asarray(data.overlap_prefix, dtype=np.int64)
+    has = np.flatnonzero(prefix)
+    if not len(has):
+        return None
+    starts = np.concatenate([[0], np.cumsum(np.asarray(data.doc_lengths, dtype=np.int64))[:-1]])
+    low, high = starts[has], starts[has] + prefix[has]
+    mask = np.zeros((len(begins), width), dtype=bool)
+    first = np.searchsorted(high, begins, side="right")
+    last = np.searchsorted(low, begins + width, side="left")
+    for row in np.flatnonzero(last > first).tolist():
+        base = int(begins[row])
+        for j in range(int(first[row]), int(last[row])):
+            mask[row, max(int(low[j]) - base, 0) : min(int(high[j]) - base, width)] = True
+    return mask
+
+
+_CHUNK = 4096
+
+
+def sample_loss_tokens(dataset: Any, *, eos_id: int | None = None) -> np.ndarray:
+    """GPT-Simple's loss tokens of every sample of a bucket dataset (see the module docstring)."""
+    data: TokenDataset = dataset.dataset
+    eos = eos_id if eos_id is not None else data.eos_id
+    if eos is None:
+        raise ConfigError(
+            "budget_unit loss_tokens needs the EOS id, and this bucket's data declares none",
+            path=getattr(data, "path", None),
+            field="budget_unit",
+            hint="Write the EOS id into the bucket's manifest (tokenloom tokenize does) or use input_tokens",
+        )
+    out = np.empty(len(dataset), dtype=np.int64)
+    if isinstance(dataset, PackedDocumentDataset):
+        plan = dataset.plan
+        offsets = np.asarray(plan.bin_offsets, dtype=np.int64)
+        for index in range(len(dataset)):
+            first, last = int(offsets[index]), int(offsets[index + 1])
+            pieces, prefix = [], []
+            for item in range(first, last):
+                start, length = int(plan.token_start[item]), int(plan.length[item])
+                pieces.append(np.asarray(data.tokens(start, start + length)))
+                flags = np.zeros(length, dtype=bool)
+                flags[: int(plan.prefix[item])] = True
+                prefix.append(flags)
+            content = np.concatenate(pieces)[None, :]
+            out[index] = loss_tokens(content, eos, np.concatenate(prefix)[None, :])[0]
+        return out
+    length = int(dataset.seq_len)
+    for begin in range(0, len(dataset), _CHUNK):
+        rows = range(begin, min(begin + _CHUNK, len(dataset)))
+        content = np.stack([np.asarray(dataset.window(i)[:length]) for i in rows])
+        starts = np.asarray([dataset.window_start(i) for i in rows], dtype=np.int64)
+        out[begin : begin + len(rows)] = loss_tokens(content, eos, _overlap_mask(data, starts, length))
+    return out
 
 
 def open_bucket(
@@ -118,6 +220,7 @@ def open_bucket(
     split: str = "train",
     cache_dir: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
+    unit: BudgetUnit | str = BudgetUnit.INPUT_TOKENS,
 ) -> Bucket:
     """Open ``root/split/name`` as a wave-1 dataset and count its budget."""
     directory = root / split / name
@@ -129,7 +232,7 @@ def open_bucket(
             dataset = MemoryMappedDataset(data, max_length, **(options or {}))
     except TypeError as exc:
         raise ConfigError(f"bucket options {sorted(options or {})}: {exc}", field="bucket_options") from None
-    per_sample = sample_budget_tokens(dataset)
+    per_sample = sample_budget_tokens(dataset, unit)
     samples = len(dataset)
     budget = int(per_sample) * samples if isinstance(per_sample, int) else int(per_sample.sum())
     fingerprint = str(dataset.fingerprint()) if hasattr(dataset, "fingerprint") else data_fingerprint(data)
@@ -139,8 +242,9 @@ def open_bucket(
         dataset=dataset,
         samples=samples,
         budget_tokens=budget,
+        per_sample=per_sample,
         fingerprint=fingerprint,
-        documents=len(data),
+        entries=len(data),
         shards=len(data.shards),
         disk_tokens=int(data.num_tokens),
         eos_id=data.eos_id,

@@ -10,7 +10,7 @@ import click
 import numpy as np
 import orjson
 
-from tokenloom.curriculum._config import CurriculumConfig
+from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig
 from tokenloom.curriculum._dataset import CurriculumDataset
 from tokenloom.curriculum._plan import Finding, plot_plan, validate
 from tokenloom.curriculum._status import read_run_status
@@ -26,6 +26,9 @@ BUDGET_HELP = (
 )
 
 
+_PIPE_WIDTH = 10_000  # columns of a console that is not a terminal: tables keep their natural width
+
+
 def _tokens(n: float) -> str:
     for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= scale:
@@ -38,24 +41,32 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
     from rich.table import Table
 
     console = Console(highlight=False)
+    if not console.is_terminal:  # piped: lay the tables out at their natural width, never cut a name
+        console = Console(highlight=False, width=_PIPE_WIDTH)
     console.print(
-        f"curriculum {plan['config']}: {plan['samples']:,} samples, {plan['tokens']:,} budget tokens "
-        f"({plan['budget_unit']}), max_length {plan['max_length']}, packing {plan['packing']}, "
-        f"policy {plan['policy']}, seed {plan['seed']}"
+        f"curriculum {plan['config']}: {plan['samples']:,} samples, {plan['tokens']:,} budget tokens, "
+        f"max_length {plan['max_length']}, packing {plan['packing']}, policy {plan['policy']}, seed {plan['seed']}"
     )
+    console.print(f"budget unit: {plan['budget_unit_definition']}")
     inventory = Table(title="buckets (one epoch)", title_justify="left")
-    for column in ("bucket", "samples", "budget tokens", "disk tokens", "documents", "shards", "demand", "of epoch"):
-        inventory.add_column(column, justify="left" if column == "bucket" else "right")
+    for column in ("bucket", "samples", "budget tokens", "disk tokens", "entries", "shards", "demand", "of epoch"):
+        if column == "bucket":
+            inventory.add_column(column, overflow="fold")  # a narrow terminal folds a name, never cuts it
+        else:
+            inventory.add_column(column, justify="right")
     for b in plan["buckets"]:
         share = b["demand_samples"] / b["samples"] if b["samples"] else 0.0
         inventory.add_row(
             b["name"], f"{b['samples']:,}", _tokens(b["budget_tokens"]), _tokens(b["disk_tokens"]),
-            f"{b['documents']:,}", str(b["shards"]), _tokens(b["demand_tokens"]), f"{share:.1%}",
+            f"{b['entries']:,}", str(b["shards"]), _tokens(b["demand_tokens"]), f"{share:.1%}",
         )  # fmt: skip
     console.print(inventory)
     phases = Table(title="phases", title_justify="left")
     for column in ("phase", "samples", "start", "end", "target tokens", "tokens", "mix (token weights)"):
-        phases.add_column(column, justify="left" if column.startswith("mix") else "right")
+        if column.startswith("mix"):
+            phases.add_column(column, overflow="fold")
+        else:
+            phases.add_column(column, justify="right")
     for p in plan["phases"]:
         mix = ", ".join(f"{name} {weight:.3g}" for name, weight in p["mix"].items() if weight > 0)
         phases.add_row(
@@ -66,7 +77,7 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
     if plan["drains"]:
         drains = Table(title="drain points (exact)", title_justify="left")
         for column in ("bucket", "sample", "token", "phase", "epochs", "effect"):
-            drains.add_column(column)
+            drains.add_column(column, overflow="fold")
         for d in plan["drains"]:
             drains.add_row(d["bucket"], f"{d['sample']:,}", f"{d['token']:,}", str(d["phase"]), str(d["epochs"]),
                            d["effect"])  # fmt: skip
@@ -175,7 +186,7 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
             budget = ds.budget_tokens(positions)
             batch = ds.__getitems__(positions.tolist()).batched
             loss = (batch["labels"] != -100).sum(dim=1).numpy()
-            padding = ds.config.max_length - budget
+            padding = ds.config.max_length - ds.budget_tokens(positions, BudgetUnit.INPUT_TOKENS)
             for p, b in {(int(p), int(b)) for p, b in zip(phase, bucket, strict=True)}:
                 mask = (phase == p) & (bucket == b)
                 row = rows.setdefault((p, b), {"samples": 0, "tokens": 0, "loss_tokens": 0, "padding": 0})
@@ -185,7 +196,7 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
                 row["padding"] += int(padding[mask].sum())
             bar.advance(task, len(positions))
     phases = []
-    for p, duration in enumerate(ds.schedule.durations):
+    for p, duration in enumerate(ds.phase_budgets):
         mine = {names[b]: row for (q, b), row in rows.items() if q == p}
         total = sum(row["tokens"] for row in mine.values())
         if not mine:
@@ -216,7 +227,7 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
                 },
             }
         )
-    return {"position": position, "phases": phases}
+    return {"position": position, "budget_unit": ds.config.unit.value, "phases": phases}
 
 
 def _planned(ds: CurriculumDataset, bucket: int, before: int, after: int) -> int:
@@ -272,7 +283,7 @@ def report(
     if as_json:
         click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         return
-    click.echo(f"up to sample {result['position']:,} (budget unit: non-padding tokens)")
+    click.echo(f"up to sample {result['position']:,} (budget unit: {ds.config.unit.description})")
     click.echo(
         f"{'phase':>5} {'bucket':<12} {'tokens':>12} {'target':>12} {'share':>7} {'loss tok':>12} {'padding':>10}"
     )
@@ -311,7 +322,8 @@ def status(run_dir: Path) -> None:
         missing = MissingFileError(
             f"{run_dir} has no run status (run_status.json)",
             path=run_dir,
-            hint="Pass the run directory a CurriculumDataset with run_dir= writes into",
+            hint="Pass the directory your training loop gives to record_halt(run_dir, error) or "
+            "write_run_status(run_dir, status)",
         )
         raise click.ClickException(f"{type(missing).__name__}: {missing}")
     for key, value in record.items():

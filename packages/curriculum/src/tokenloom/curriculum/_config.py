@@ -5,7 +5,8 @@ only ``data`` is read), or the data block itself at the top level; YAML (``.yaml
 ``.yml``), TOML (``.toml``) or JSON. Every key of GPT-Simple's DataConfig is
 accepted; ``tokenizer``, ``overlap_size`` and ``num_workers`` are recorded and not
 used here (they belong to tokenization and the loader). tokenloom adds
-``bucket_exhaustion`` (halt | renormalise | repeat) and ``max_repetition``.
+``bucket_exhaustion`` (halt | renormalise | repeat), ``max_repetition`` and
+``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from tokenloom.formats import ConfigError, MissingFileError
 
-__all__ = ["CurriculumConfig", "ExhaustionPolicy", "Phase"]
+__all__ = ["BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
 
 _SEED_KEYS = {
     "path",
@@ -38,7 +39,7 @@ _SEED_KEYS = {
     "allow_bucket_exhaustion",
     "allow_budget_mismatch",
 }
-_OUR_KEYS = {"bucket_exhaustion", "max_repetition"}
+_OUR_KEYS = {"bucket_exhaustion", "max_repetition", "budget_unit"}
 _DATA_KEYS = _SEED_KEYS | _OUR_KEYS
 _SECTIONS = {"model", "data", "optimizer", "training"}
 _PHASE_KEYS = {"duration_tokens", "mix"}
@@ -53,6 +54,25 @@ class ExhaustionPolicy(StrEnum):
     """Drop the bucket, renormalise the rest of the phase's weights (allow_bucket_exhaustion: true)."""
     REPEAT = "repeat"
     """Re-read the bucket, a new permutation per epoch, up to ``max_repetition`` epochs; then halt."""
+
+
+class BudgetUnit(StrEnum):
+    """What a phase's ``duration_tokens`` counts, per emitted sample."""
+
+    INPUT_TOKENS = "input_tokens"
+    """The non-padding tokens of the sample's input_ids (tokenloom's default)."""
+    LOSS_TOKENS = "loss_tokens"
+    """GPT-Simple's unit (its ``_train_loop.py`` counts ``(labels != -100).sum()`` of its unshifted labels):
+    the non-padding input tokens minus the first token after every EOS and minus overlap-prefix tokens."""
+
+    @property
+    def description(self) -> str:
+        if self is BudgetUnit.LOSS_TOKENS:
+            return (
+                "loss_tokens: non-padding input tokens minus the token after each EOS and overlap-prefix "
+                "tokens (GPT-Simple's count)"
+            )
+        return "input_tokens: non-padding tokens of emitted samples' input_ids"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,6 +109,8 @@ class CurriculumConfig:
     """Overrides ``allow_bucket_exhaustion``; ``repeat`` needs ``max_repetition`` >= 2."""
     max_repetition: int = 1
     """Epochs a bucket may be read (repeat policy)."""
+    budget_unit: BudgetUnit | str = BudgetUnit.INPUT_TOKENS
+    """What ``duration_tokens`` counts: ``input_tokens`` (default) or ``loss_tokens`` (GPT-Simple's unit)."""
     tokenizer: str | None = None
     """Recorded only (GPT-Simple's key)."""
     format: str = "pretokenized"
@@ -122,6 +144,16 @@ class CurriculumConfig:
                 )
             object.__setattr__(self, "curriculum", phases)
         object.__setattr__(self, "max_repetition", _positive_int(self.max_repetition, "max_repetition", where))
+        try:
+            object.__setattr__(self, "budget_unit", BudgetUnit(self.budget_unit))
+        except ValueError:
+            valid = ", ".join(u.value for u in BudgetUnit)
+            raise ConfigError(
+                f"budget_unit is {self.budget_unit!r}, expected one of {valid}",
+                path=where,
+                field="budget_unit",
+                hint="loss_tokens counts phase budgets as GPT-Simple does; input_tokens is tokenloom's default",
+            ) from None
         if self.bucket_exhaustion is not None:
             try:
                 policy = ExhaustionPolicy(self.bucket_exhaustion)
@@ -160,6 +192,10 @@ class CurriculumConfig:
         return self.policy is ExhaustionPolicy.RENORMALISE
 
     @property
+    def unit(self) -> BudgetUnit:
+        return BudgetUnit(self.budget_unit)
+
+    @property
     def max_epochs(self) -> int:
         return self.max_repetition if self.policy is ExhaustionPolicy.REPEAT else 1
 
@@ -171,7 +207,9 @@ class CurriculumConfig:
         phases = None
         if self.curriculum is not None:
             phases = [[p.duration_tokens, sorted(p.mix.items())] for p in self.curriculum]
-        payload = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
+        payload: dict[str, Any] = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
+        if self.unit is not BudgetUnit.INPUT_TOKENS:  # the default leaves fingerprints of earlier states unchanged
+            payload["budget_unit"] = self.unit.value
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> CurriculumConfig:
@@ -226,7 +264,15 @@ class CurriculumConfig:
         file = Path(path)
         if not file.is_file():
             raise MissingFileError(f"config file {file} does not exist", path=file)
-        text = file.read_text(encoding="utf-8")
+        try:
+            text = file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"the config is not UTF-8 text (byte {exc.object[exc.start]:#04x} at byte offset {exc.start})",
+                path=file,
+                offset=exc.start,
+                hint="Save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+            ) from None
         suffix = file.suffix.lower()
         try:
             if suffix in (".yaml", ".yml"):

@@ -9,17 +9,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from tokenloom.curriculum._buckets import (
     Bucket,
     check_eos,
     check_val_twin,
     discover_buckets,
+    is_empty_dir,
     open_bucket,
     sample_budget_tokens,
 )
-from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
+from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.datasets import MemoryMappedDataset, SampleBatch
 from tokenloom.formats import ConfigError, ResumeMismatchError
@@ -68,6 +69,12 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         self._cache_dir = cache_dir
         self._bucket_options = dict(bucket_options or {})
         self.buckets: list[str] = discover_buckets(self.config.path, source=self.config.source)
+        if self.config.curriculum is not None:  # an empty bucket no phase names is skipped, not opened
+            named = self.config.buckets_named()
+            skipped = [n for n in self.buckets if n not in named and is_empty_dir(self.config.path / "train" / n)]
+            if skipped:
+                log.warning("skipping empty bucket(s) %s: no phase of the curriculum uses them", skipped)
+                self.buckets = [n for n in self.buckets if n not in skipped]
         unknown = sorted(self.config.buckets_named() - set(self.buckets))
         if unknown:
             raise ConfigError(
@@ -85,6 +92,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
                 packing=self.config.packing,
                 cache_dir=cache_dir,
                 options=self._bucket_options,
+                unit=self.config.unit,
             )
             for name in self.buckets
         ]
@@ -137,13 +145,30 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     def _make_schedule(self) -> CurriculumSchedule:
         durations, weights = self._weights()
+        schedule = self._schedule(durations, weights, self.config.max_epochs)
+        self.phase_budgets = list(durations)
+        if self.config.unit is BudgetUnit.LOSS_TOKENS:
+            # GPT-Simple's loop counts each phase from zero: the tokens by which the sample that ends a phase
+            # overshoots its budget do not count toward the next phase (tokenloom's default carries them).
+            # The schedule cuts phases at cumulative targets, so each next target absorbs the overshoot.
+            adjusted = list(durations)
+            for phase in range(len(durations) - 1):
+                if schedule.ended_early is not None:
+                    break
+                overshoot = sum(schedule.phase_tokens[: phase + 1]) - sum(adjusted[: phase + 1])
+                if overshoot > 0:
+                    adjusted[phase + 1] = durations[phase + 1] + overshoot
+                    schedule = self._schedule(adjusted, weights, self.config.max_epochs)
+        return schedule
+
+    def _schedule(self, durations: list[int], weights: np.ndarray, max_epochs: int) -> CurriculumSchedule:
         return CurriculumSchedule(
             [b.samples for b in self._buckets],
             [b.budget_tokens for b in self._buckets],
             durations,
             weights,
             seed=self.seed,
-            max_epochs=self.config.max_epochs,
+            max_epochs=max_epochs,
             shuffle=self.shuffle,
         )
 
@@ -202,7 +227,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
         step = self.halt_step()
         at_step = f", global step {step} at global batch {self.global_batch_size}" if step is not None else ""
         epochs = self.config.max_epochs
-        return BucketExhausted(
+        error = BucketExhausted(
             f"bucket {name!r} runs dry at sample {halt.position} (phase {halt.phase}, "
             f"token {halt.tokens:,}{at_step}): its {self._buckets[halt.bucket].samples:,} samples "
             f"x {epochs} epoch(s) are used up and the policy is {self.policy.value} "
@@ -213,6 +238,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             step=step,
             field="allow_bucket_exhaustion",
         )
+        return error.for_worker() if get_worker_info() is not None else error
 
     # -- fetching -------------------------------------------------------------------------
     def _check(self, index: np.ndarray) -> np.ndarray:
@@ -283,13 +309,17 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             out[row] = datasets[b].window(i)
         return SampleBatch.from_windows(out, extras={"bucket": bucket_ids})
 
-    def budget_tokens(self, positions: Any) -> np.ndarray:
-        """Budget tokens of the samples at ``positions`` (the one unit; exact per sample)."""
+    def budget_tokens(self, positions: Any, unit: BudgetUnit | str | None = None) -> np.ndarray:
+        """Budget tokens of the samples at ``positions`` in the config's unit (or ``unit``); exact per sample."""
         _, bucket, inner = self.locate(positions)
         out = np.empty(len(inner), dtype=np.int64)
+        wanted = self.config.unit if unit is None else BudgetUnit(unit)
         for b in np.flatnonzero(np.bincount(bucket, minlength=len(self.buckets))).tolist():
             rows = np.flatnonzero(bucket == b)
-            per_sample = sample_budget_tokens(self._buckets[b].dataset)
+            if wanted is self.config.unit:
+                per_sample = self._buckets[b].per_sample
+            else:
+                per_sample = sample_budget_tokens(self._buckets[b].dataset, wanted)
             out[rows] = per_sample if isinstance(per_sample, int) else per_sample[inner[rows]]
         return out
 
@@ -304,6 +334,7 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             "data": {b.name: b.fingerprint for b in self._buckets},
             "max_length": self.config.max_length,
             "packing": self.config.packing,
+            "budget_unit": self.config.unit.value,
         }
 
     def _prefix_end(self) -> int:
@@ -314,15 +345,8 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
 
     def _first_drain(self) -> int:
         if self.policy is ExhaustionPolicy.REPEAT:
-            durations, weights = self._weights()
-            first = CurriculumSchedule(
-                [b.samples for b in self._buckets],
-                [b.budget_tokens for b in self._buckets],
-                durations,
-                weights,
-                seed=self.seed,
-                shuffle=self.shuffle,
-            ).drains
+            _, weights = self._weights()
+            first = self._schedule(self.schedule.durations, weights, 1).drains
         else:
             first = self.schedule.drains
         return first[0].position if first else len(self)
@@ -355,10 +379,11 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
                 field="format",
             )
         ours = self.identity()
+        saved = {**state, "budget_unit": state.get("budget_unit", BudgetUnit.INPUT_TOKENS.value)}  # older states
         differences = [
-            f"{key}: saved {state.get(key)!r}, this dataset {value!r}"
+            f"{key}: saved {saved.get(key)!r}, this dataset {value!r}"
             for key, value in ours.items()
-            if state.get(key) != value
+            if saved.get(key) != value
         ]
         if differences:
             raise ResumeMismatchError(
@@ -375,7 +400,15 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
                 hint="Load the state this curriculum saved (state_dict()), unedited",
             )
         if state.get("policy") != self.policy.value or state.get("max_repetition") != self.config.max_repetition:
-            common = min(int(state.get("prefix_end", 0)), self._prefix_end())
+            prefix_end = state.get("prefix_end", 0)
+            if isinstance(prefix_end, bool) or not isinstance(prefix_end, int) or prefix_end < 0:
+                raise ResumeMismatchError(
+                    f"the state's prefix_end (where the exhaustion policies part) is {prefix_end!r}, "
+                    "expected an int >= 0",
+                    field="prefix_end",
+                    hint="Load the state this curriculum saved (state_dict()), unedited",
+                )
+            common = min(prefix_end, self._prefix_end())
             if consumed > common:
                 raise ResumeMismatchError(
                     f"the exhaustion policy changed ({state.get('policy')} -> {self.policy.value}) but the run is "

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.curriculum._buckets import discover_buckets
+from tokenloom.curriculum._buckets import discover_buckets, is_empty_dir
 from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._dataset import CurriculumDataset, drain_effect
 from tokenloom.formats import DataError
@@ -53,7 +53,7 @@ def build_plan(ds: CurriculumDataset) -> dict[str, Any]:
                 "start_sample": start,
                 "end_sample": end,
                 "samples": end - start,
-                "target_tokens": schedule.durations[index],
+                "target_tokens": ds.phase_budgets[index],
                 "tokens": tokens,
                 "mix": mixes[index],
                 "demand_samples": {n: d for n, d in zip(names, draws, strict=True) if d},
@@ -83,7 +83,7 @@ def build_plan(ds: CurriculumDataset) -> dict[str, Any]:
                 "samples": bucket.samples,
                 "budget_tokens": bucket.budget_tokens,
                 "disk_tokens": bucket.disk_tokens,
-                "documents": bucket.documents,
+                "entries": bucket.entries,
                 "shards": bucket.shards,
                 "epochs_allowed": ds.config.max_epochs,
                 "demand_samples": int(schedule.drawn[b]),
@@ -96,7 +96,8 @@ def build_plan(ds: CurriculumDataset) -> dict[str, Any]:
         "policy": ds.policy.value,
         "max_length": ds.config.max_length,
         "packing": ds.config.packing,
-        "budget_unit": "non-padding tokens of emitted samples' input_ids",
+        "budget_unit": ds.config.unit.value,
+        "budget_unit_definition": ds.config.unit.description,
         "samples": len(ds),
         "tokens": schedule.total_tokens,
         "halt_sample": ds.halt_position if ds.halt is not None else None,
@@ -132,12 +133,22 @@ def _structure(config: CurriculumConfig) -> list[Finding]:
         names = discover_buckets(config.path, source=config.source)
     except DataError as exc:
         return [Finding("error", "buckets.missing", f"{type(exc).__name__}: {exc}")]
+    named = config.buckets_named() if config.curriculum is not None else set(names)
     for name in names:
+        if name not in named and is_empty_dir(config.path / "train" / name):
+            out.append(
+                Finding(
+                    "warning",
+                    f"bucket.{name}.unused_empty",
+                    f"bucket {name!r} is empty and no phase uses it: skipped ({config.path / 'train' / name})",
+                )
+            )
+            continue
         for split in ("train", "val"):
             directory = config.path / split / name
             if not directory.is_dir():
                 out.append(Finding("error", f"bucket.{name}.{split}.missing", f"val twin missing: {directory}"))
-            elif not any(p for p in directory.iterdir() if not p.name.startswith(".")):
+            elif is_empty_dir(directory):
                 out.append(Finding("error", f"bucket.{name}.{split}.empty", f"empty bucket directory: {directory}"))
     unknown = sorted(config.buckets_named() - set(names))
     if unknown:

@@ -210,7 +210,9 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
         first = next(batches, None)
         sample = list(first[text_field][:256]) if first is not None else []
         encoder = tokenize.load_encoder(tokenizer, engine[0], sample, verify_fraction=engine[1])
-        log.info("encoding engine: %s (%s)", encoder.name, encoder.reason)
+        from tokenloom.tokenize.engine import announce_engine  # present: required just above
+
+        announce_engine(log, encoder.name, encoder.reason, tokenizer=str(getattr(tokenizer, "name_or_path", "")))
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{self.cache_path.name}-", dir=self.cache_path.parent))
         vocab_size = max(len(tokenizer), eos_id + 1)

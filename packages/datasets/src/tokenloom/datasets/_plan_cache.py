@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from tokenloom.formats.io import file_checksum, fsync_dir
+from tokenloom.formats import DataError, MissingFileError
+from tokenloom.formats.io import file_checksum, fsync_dir, safe_file
 
 __all__ = ["RECORD_NAME", "cached_plan", "plan_damage"]
 
@@ -35,9 +36,17 @@ class _Plan(Protocol):
 
 
 def plan_damage(directory: Path, arrays: tuple[str, ...]) -> str | None:
-    """What is wrong with the published plan in ``directory``, or None if it is intact."""
+    """What is wrong with the published plan in ``directory``, or None if it is intact.
+
+    Every file is checked to be a regular file before it is opened: a FIFO would block
+    ``open()`` forever and a device would never end (either is damage: the plan is rebuilt).
+    """
     try:
-        record = json.loads((directory / RECORD_NAME).read_bytes())
+        record = json.loads(safe_file(directory, directory / RECORD_NAME).read_bytes())
+    except MissingFileError:
+        return f"{RECORD_NAME} is missing"
+    except DataError as exc:  # a FIFO, device or directory where the record belongs, or a link out of the cache
+        return f"{RECORD_NAME} is not a regular file ({exc.problem})"
     except (OSError, ValueError) as exc:
         return f"{RECORD_NAME} is unreadable ({exc})"
     files = record.get("files") if isinstance(record, dict) else None
@@ -49,7 +58,11 @@ def plan_damage(directory: Path, arrays: tuple[str, ...]) -> str | None:
         if not isinstance(expected, dict):
             return f"{RECORD_NAME} does not list {path.name}"
         try:
-            size = path.stat().st_size
+            size = safe_file(directory, path).stat().st_size
+        except MissingFileError:
+            return f"{path.name} is missing"
+        except DataError as exc:
+            return f"{path.name} is not a regular file ({exc.problem})"
         except OSError as exc:
             return f"{path.name} is unreadable ({exc.strerror})"
         if size != expected.get("bytes"):

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import xxhash
 
-from tokenloom.eval_broadcast._cache import cache_entry, open_cache, read_cache, write_cache
+from tokenloom.eval_broadcast._cache import cache_entry, open_cache, read_cache, remove_stale_scratch, write_cache
 from tokenloom.eval_broadcast._protocol import VERSION, Header, Status, encode_message
 from tokenloom.eval_broadcast._rows import CODE_DTYPES, DTYPE_CODES, EvalSet, to_rows
 from tokenloom.eval_broadcast.errors import EvalBuildError, EvalTransferError
@@ -126,6 +126,7 @@ def _produce(build: Any, settings: dict[str, Any], cache_dir: Any, cache_key: st
     entry = None
     if cache_dir is not None:
         entry = cache_entry(cache_dir, _fingerprint(build, cache_key), **settings)
+        remove_stale_scratch(Path(cache_dir))  # what killed builds left behind
         cached = read_cache(entry)
         if cached is not None:
             log.info("eval set read from the cache %s", entry)

@@ -7,15 +7,31 @@ metadata), so the whole set is one contiguous ``(rows, row_len)`` memory map. A
 cache entry whose manifest, sizes or row checksum do not verify is moved aside,
 deleted and rebuilt with a warning, never used. No file locks (Lustre and VAST
 break them): the writer builds in a scratch directory and renames it into place.
+
+A writer killed mid-write (SIGKILL, OOM) leaves its scratch directory
+(``.eval-<key>-build-*``); every later call with the same ``cache_dir`` removes the
+scratch directories whose owner is gone. The owner is recorded inside
+(``owner.json``: host, pid, process start time; the set is written to ``data/`` beside it,
+which is what the rename publishes) the moment the directory exists, as
+tokenloom.formats' writer lock does: a directory is stale when its owner ran on this
+host and that pid no longer runs (or runs another process), or when its record is
+unreadable and the directory has not changed for a grace period. A scratch
+directory of another host is never guessed at (kept, logged): its builder may be
+running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
+import secrets
 import shutil
+import socket
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,11 +44,17 @@ from tokenloom.eval_broadcast._rows import DTYPE_CODES, EvalSet, rows_checksum
 from tokenloom.formats import ChecksumError, DataError, FormatError, open_dataset, open_writer
 from tokenloom.formats.io import MANIFEST_NAME, fsync_dir
 
-__all__ = ["CacheWarning", "cache_entry", "open_cache", "read_cache", "write_cache"]
+__all__ = ["CacheWarning", "cache_entry", "open_cache", "read_cache", "remove_stale_scratch", "write_cache"]
 
 log = logging.getLogger("tokenloom.eval_broadcast")
 CACHE_VERSION = 1
 _WRITE_BLOCK_TOKENS = 1 << 24
+OWNER_NAME = "owner.json"
+#: A scratch directory without a readable owner record (its writer died between mkdtemp and the record, or
+#: it was written before records existed) is stale once nothing in it has changed for this long.
+UNOWNED_GRACE_SECONDS = 3600.0
+_SCRATCH = re.compile(r"^\.eval-[0-9a-f]+-(build-|corrupt-|stale-)?")
+_LIVE: set[Path] = set()  # scratch directories this process is writing now (threads)
 
 
 class CacheWarning(UserWarning):
@@ -95,7 +117,9 @@ def open_cache(path: Path) -> EvalSet:
 def write_cache(path: Path, evalset: EvalSet, settings: dict[str, Any]) -> None:
     """Publish ``evalset`` at ``path`` atomically (scratch directory, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    remove_stale_scratch(path.parent)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}-build-", dir=path.parent))
+    _LIVE.add(scratch)
     rows = evalset.numpy()
     metadata = {
         **settings,
@@ -105,8 +129,9 @@ def write_cache(path: Path, evalset: EvalSet, settings: dict[str, Any]) -> None:
         "checksum": rows_checksum(rows),
     }
     try:
+        (scratch / OWNER_NAME).write_text(json.dumps(_owner_record()))
         with open_writer(
-            scratch,
+            scratch / "data",
             format="native",
             dtype=rows.dtype,
             vocab_size=evalset.vocab_size,
@@ -119,7 +144,7 @@ def write_cache(path: Path, evalset: EvalSet, settings: dict[str, Any]) -> None:
                 part = rows[begin : begin + block]
                 writer.add_batch(part.reshape(-1), np.full(len(part), evalset.row_len, dtype=np.int64))
         try:
-            os.replace(scratch, path)
+            os.replace(scratch / "data", path)
         except OSError:  # published meanwhile by another process: identical content by construction
             if not (path / MANIFEST_NAME).exists():
                 raise
@@ -128,6 +153,87 @@ def write_cache(path: Path, evalset: EvalSet, settings: dict[str, Any]) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(scratch)
+        _LIVE.discard(scratch)
+
+
+def remove_stale_scratch(cache_dir: Path) -> list[Path]:
+    """Remove the scratch directories in ``cache_dir`` whose writer is gone; return them."""
+    try:
+        names = os.listdir(cache_dir)
+    except OSError:  # absent or unreadable: nothing to clean (the build reports real problems)
+        return []
+    removed = []
+    for name in names:
+        if not _SCRATCH.match(name):
+            continue
+        scratch = cache_dir / name
+        reason = _stale_reason(scratch)
+        if reason is None:
+            continue
+        key = name.split("-", 2)[1]
+        aside = cache_dir / f".eval-{key}-stale-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.rename(scratch, aside)  # atomic: one remover wins, a half-removed directory keeps a stale name
+        except OSError:
+            continue
+        shutil.rmtree(aside, ignore_errors=True)
+        removed.append(scratch)
+        log.warning("removed the eval-cache scratch directory %s (%s)", scratch, reason)
+    return removed
+
+
+def _owner_record() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "process_start": _process_start(pid)}
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (as tokenloom.formats' writer lock reads it), None without /proc."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw.rsplit(b")", 1)[-1].split()[19].decode()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stale_reason(scratch: Path) -> str | None:
+    """Why ``scratch`` is left over, or None when its writer may still be running."""
+    if scratch in _LIVE:
+        return None
+    try:
+        owner = json.loads((scratch / OWNER_NAME).read_text())
+    except (OSError, ValueError):
+        owner = None
+    if not isinstance(owner, dict) or "-build-" not in scratch.name:
+        try:
+            inside = [p for p in scratch.iterdir()] + [p for p in (scratch / "data").glob("*")]
+            newest = max([scratch.stat().st_mtime] + [p.stat().st_mtime for p in inside])
+        except OSError:
+            return None  # vanished or unreadable meanwhile: leave it
+        age = time.time() - newest
+        return f"it has no owner record and has not changed for {age:.0f} s" if age > UNOWNED_GRACE_SECONDS else None
+    pid = owner.get("pid")
+    if owner.get("host") != socket.gethostname() or not isinstance(pid, int):
+        log.info("kept the eval-cache scratch directory %s of host %s (pid %s)", scratch, owner.get("host"), pid)
+        return None
+    if pid == os.getpid():
+        return "this process left it behind"
+    if not _pid_alive(pid):
+        return f"its writer, pid {pid} on this host, is gone"
+    recorded = owner.get("process_start")
+    if recorded is not None and _process_start(pid) not in (None, recorded):
+        return f"pid {pid} now belongs to another process"
+    return None
 
 
 def _discard(path: Path, reason: str) -> None:

@@ -53,6 +53,18 @@ def _progress(source: Any, enabled: bool) -> Iterator[None]:
 @click.option("--text-field", default="text", show_default=True, help="The text column.")
 @click.option("--tokenizer", default=None, help="A saved Hugging Face tokenizer directory.")
 @click.option("--revision", default=None, help="Hub revision of the dataset (pin it for a stable cache key).")
+@click.option(
+    "--skip-empty/--keep-empty",
+    default=None,
+    help="Skip texts that encode to no tokens (KempnerForge) or keep each as a lone EOS "
+    "[default: keep; skip with --compat kempnerforge]. Part of the cache key.",
+)
+@click.option(
+    "--compat",
+    type=click.Choice(["kempnerforge"]),
+    default=None,
+    help="The seed's defaults (kempnerforge: skip empty).",
+)
 @click.option("--seq-len", type=int, required=True, help="Rows hold seq_len + 1 tokens.")
 @click.option("--drop-remainder", is_flag=True, help="Drop a last partial row instead of padding it.")
 @click.option(
@@ -68,6 +80,8 @@ def eval_cache(
     text_field: str,
     tokenizer: str | None,
     revision: str | None,
+    skip_empty: bool | None,
+    compat: str | None,
     seq_len: int,
     drop_remainder: bool,
     cache_dir: Path,
@@ -91,6 +105,8 @@ def eval_cache(
             text_field=text_field,
             data_files=list(data_files) or None,
             revision=revision,
+            skip_empty=skip_empty,
+            compat=compat,
         )
     if not progress and isinstance(source, HFEvalSource):
         with contextlib.suppress(ImportError):  # --no-progress silences the datasets library's own bars too

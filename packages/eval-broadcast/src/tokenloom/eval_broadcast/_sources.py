@@ -1,7 +1,9 @@
 """Eval-set sources: callables that ``broadcast_eval_set`` runs on the source rank, with a ``fingerprint()``.
 
 - :class:`HFEvalSource`: a Hugging Face split, KempnerForge semantics (text field,
-  add_special_tokens=False plus EOS, concatenated, cut into seq_len + 1 rows).
+  add_special_tokens=False plus EOS, concatenated, cut into seq_len + 1 rows). A text that
+  encodes to no tokens is a lone EOS by default (as tokenloom.datasets' HuggingFaceDataset);
+  ``compat="kempnerforge"`` or ``skip_empty=True`` skips it, as KempnerForge does.
 - :class:`PathEvalSource`: any dataset ``tokenloom.formats.open_dataset`` opens (a ``val/`` directory).
 - any callable returning rows or a stream (``cache_key=`` makes it cacheable).
 
@@ -12,6 +14,7 @@ named by (name, config, split, revision); the tokenizer by its serialised form.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -35,6 +38,8 @@ from tokenloom.formats import (
 from tokenloom.formats.io import file_checksum, require, smallest_dtype_for_vocab
 
 __all__ = ["HFEvalSource", "PathEvalSource"]
+
+log = logging.getLogger("tokenloom.eval_broadcast")
 
 
 class PathEvalSource:
@@ -69,6 +74,11 @@ class HFEvalSource:
         engine: the encoding engine (tokenloom-tokenize's selection): "auto" (fastokens where it is
             proven identical to Hugging Face tokenizers on a probe set and the split's first texts),
             "hf" or "fast". The ids never depend on it, so neither does the cache key.
+        skip_empty: drop texts that encode to no tokens (an empty string; with some tokenizers a
+            whitespace-only one) instead of emitting a lone EOS for each. Default: False, or True
+            with ``compat="kempnerforge"``. Part of the cache key.
+        compat: "kempnerforge" sets KempnerForge's defaults (``skip_empty=True``): with
+            ``drop_remainder=True`` the set is KempnerForge's eval tensor.
     """
 
     def __init__(
@@ -83,9 +93,16 @@ class HFEvalSource:
         revision: str | None = None,
         batch_size: int = 1000,
         engine: str = "auto",
+        skip_empty: bool | None = None,
+        compat: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"batch_size is {batch_size}, expected >= 1", field="batch_size")
+        if compat not in (None, "kempnerforge"):
+            raise ConfigError(f"compat={compat!r}, expected None or 'kempnerforge'", field="compat")
+        if skip_empty is not None and not isinstance(skip_empty, bool):
+            raise ConfigError(f"skip_empty={skip_empty!r}, expected True, False or None", field="skip_empty")
+        self.skip_empty: bool = skip_empty if skip_empty is not None else compat == "kempnerforge"
         self.name, self.config, self.split = name, config, split
         self.text_field = text_field
         self.data_files = data_files
@@ -96,6 +113,8 @@ class HFEvalSource:
         """The engine the last build used and why (``Encoder.record()``)."""
         self._tokenizer = tokenizer
         self.documents_tokenized = 0
+        self.documents_skipped = 0
+        """Texts that encoded to no tokens and were skipped (``skip_empty``), counted like documents_tokenized."""
         self.on_progress: Callable[[int, int], None] | None = None
         """Called with (documents tokenized, documents in the split) after every batch (a progress bar)."""
 
@@ -135,6 +154,7 @@ class HFEvalSource:
             text_field=self.text_field,
             data=self._data_fingerprint(),
             tokenizer=tokenizer_fingerprint(self.tokenizer),
+            skip_empty=self.skip_empty,
         )
 
     def __call__(self) -> EvalTokens:
@@ -166,13 +186,26 @@ class HFEvalSource:
                         field=self.text_field,
                         hint="Fix or drop that record (every eval text is tokenized; none is skipped silently)",
                     )
-            tokens, _ = encode_documents(tokenizer, texts, eos_id, encoder=encoder)
+            tokens, lengths = encode_documents(tokenizer, texts, eos_id, encoder=encoder)
+            if self.skip_empty:
+                tokens, skipped = _without_empty(tokens, lengths)
+                self.documents_skipped += skipped
             self.documents_tokenized += len(texts)
             parts.append(tokens.astype(dtype))
             if self.on_progress is not None:
                 self.on_progress(self.documents_tokenized, len(source))
         stream = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        if self.documents_skipped:
+            log.info("skipped %d texts that encode to no tokens (skip_empty)", self.documents_skipped)
         return EvalTokens(stream, eos_id=eos_id, vocab_size=vocab_size)
+
+
+def _without_empty(tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, int]:
+    """The stream without the lone EOS of texts that encoded to no tokens (length 1), and how many."""
+    empty = lengths == 1
+    if not empty.any():
+        return tokens, 0
+    return tokens[np.repeat(~empty, lengths)], int(empty.sum())
 
 
 def _local_files(data_files: Any) -> list[str] | None:

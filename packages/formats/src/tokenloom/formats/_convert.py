@@ -26,6 +26,7 @@ from tokenloom.formats._registry import available_formats, open_dataset, open_wr
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io.lock import output_lock
 from tokenloom.formats.io.safety import check_disjoint, dataset_inputs, remove_on_failure
+from tokenloom.formats.io.sidecar import sidecar_of
 from tokenloom.formats.io.storage import storage_errors
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
@@ -75,7 +76,22 @@ def write_targets(target: str | os.PathLike[str], to: str) -> list[Path]:
     if to == "megatron":
         prefix = path.with_name(path.name[:-4]) if path.suffix in (".idx", ".bin") else path
         paths += [prefix, prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx")]
+        paths.append(sidecar_of(prefix))
+    elif to == "packed":
+        paths.append(sidecar_of(path))
     return paths
+
+
+def _settle(name: str, recorded: int | None, given: int | None, source: Path) -> int | None:
+    """The value to write: the source's, or ``given`` where the source has none; a contradiction is an error."""
+    if given is not None and recorded is not None and given != recorded:
+        raise ConfigError(
+            f"{name} {given} was given, the source records {recorded}",
+            path=source,
+            field=name,
+            hint=f"Leave --{name.replace('_', '-')} out to keep the source's value",
+        )
+    return recorded if recorded is not None else given
 
 
 def convert_dataset(
@@ -90,8 +106,14 @@ def convert_dataset(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     writer_options: dict[str, Any] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    eos_id: int | None = None,
+    vocab_size: int | None = None,
 ) -> ConvertResult:
-    """Copy every entry of ``source`` into a new ``to`` dataset at ``target``; ``on_progress(tokens)`` per batch."""
+    """Copy every entry of ``source`` into a new ``to`` dataset at ``target``; ``on_progress(tokens)`` per batch.
+
+    ``eos_id`` / ``vocab_size`` set what a source does not record (a Megatron or .pbin file from another
+    tool); one that contradicts the source's recorded value is a ConfigError.
+    """
     with storage_errors(None if isinstance(source, TokenDataset) else source, "reading the source"):
         dataset = (
             source
@@ -108,6 +130,8 @@ def convert_dataset(
         dataset_inputs(dataset, None if isinstance(source, TokenDataset) else source),
         target_name="the target",
     )
+    eos_id = _settle("eos_id", dataset.eos_id, eos_id, dataset.root)
+    vocab_size = _settle("vocab_size", dataset.vocab_size, vocab_size, dataset.root)
     options = dict(writer_options or {})
     for key, value in (("tokenizer_fingerprint", dataset.tokenizer_fingerprint),):
         if value is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]
@@ -123,8 +147,8 @@ def convert_dataset(
             target,
             format=to,
             dtype=dtype if dtype is not None else dataset.dtype,
-            vocab_size=dataset.vocab_size,
-            eos_id=dataset.eos_id,
+            vocab_size=vocab_size,
+            eos_id=eos_id,
             **options,
         ) as writer,
     ):

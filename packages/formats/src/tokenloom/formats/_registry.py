@@ -93,11 +93,37 @@ def _spec(name: str) -> FormatSpec:
         raise ConfigError(f"unknown format {name!r}, expected one of {sorted(formats)}", field="format") from None
 
 
+def _nearest_hint(target: Path) -> str:
+    """What to check for a path that does not exist: its nearest existing parent, and what that holds."""
+    parent = target.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        names = sorted(p.name for p in parent.iterdir())[:6]
+    except OSError:
+        names = []
+    shown = f" (it holds {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})" if names else " (it is empty)"
+    return f"Check the path for a typo: the nearest existing directory is {parent}{shown}"
+
+
+def _found(target: Path) -> str:
+    """A short account of what is at ``target`` (for the 'no reader recognises' message)."""
+    if target.is_file():
+        return f"it is a {target.stat().st_size}-byte file with suffix {target.suffix or '(none)'!r}"
+    try:
+        names = sorted(p.name for p in target.iterdir())
+    except OSError:
+        return "it cannot be listed"
+    if not names:
+        return "the directory is empty"
+    return f"the directory holds {', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''}"
+
+
 def detect_format(path: str | os.PathLike[str]) -> str:
     """The one registered format that recognises ``path``, or FormatError listing what was tried."""
     target = Path(path)
     if not target.exists() and not any(target.parent.glob(target.name + ".*")):
-        raise MissingFileError(f"{target} does not exist", path=target)
+        raise MissingFileError(f"{target} does not exist", path=target, hint=_nearest_hint(target))
     refuse_unfinished(target)
     detectable = {name: spec for name, spec in available_formats().items() if spec.detectable}
     matches = [name for name, spec in detectable.items() if spec.detect(target)]
@@ -116,10 +142,10 @@ def detect_format(path: str | os.PathLike[str]) -> str:
                 "tokenloom.formats.open_buckets(ROOT) opens them all",
             )
         raise FormatError(
-            f"no reader recognises this layout (tried {', '.join(sorted(detectable))})",
+            f"no reader recognises this layout (tried {', '.join(sorted(detectable))}); {_found(target)}",
             path=target,
-            hint="Pass format=... (--format in validate, inspect and convert) if you know it; "
-            "`tokenloom validate PATH` shows what was found",
+            hint="Point at the dataset directory, a Megatron prefix or a .pbin file; if the format is known "
+            "but not detected, pass format=NAME (--format NAME)",
         )
     raise FormatError(
         f"the layout is ambiguous: it could be {' or '.join(sorted(matches))}",

@@ -97,7 +97,7 @@ def _rebuild(cls, problem, path, offset, record, field, hint):
 class FormatError(DataError):
     """The bytes are not the format they claim to be, or no reader recognises them."""
 
-    default_hint = "Check the path and --format; `tokenloom validate PATH` explains what it found"
+    default_hint = "Check the path and --format (`tokenloom convert --help` lists the formats)"
 
 
 class TruncatedError(DataError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from enum import StrEnum
@@ -20,12 +21,14 @@ from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, engine_encod
 from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
-from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint
+from tokenloom.hf_streaming._readers import DEFAULT_MAX_LINE_BYTES
+from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint, check_state
 from tokenloom.hf_streaming._units import (
     DEFAULT_UNIT_BYTES,
     Layout,
     Source,
     SourceKind,
+    Unit,
     choose_layout,
     enumerate_units,
     file_sources,
@@ -90,6 +93,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
             tokenloom-tokenize's engine selection (:func:`engine_encoder`, auto: fastokens where it
             is proven identical to Hugging Face tokenizers, else tokenizers); :func:`hf_encoder` forces
             plain tokenizers.
+        max_line_bytes: a local jsonl line longer than this is a bad record (a RecordError, or
+            skipped and counted with ``on_error="skip"``), never read whole; default 64 MiB, the cap
+            tokenize and pack use.
         **load_kwargs: passed to ``load_dataset`` (``data_files=...``, ...).
     """
 
@@ -118,12 +124,17 @@ class StreamingHuggingFaceDataset(IterableDataset):
         position_ids: bool = False,
         cu_seqlens: bool = False,
         encoder: Callable[[TokenizerSpec], EncodeFn] = engine_encoder,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise ConfigError(f"seq_len is {seq_len!r}, expected an integer >= 1", field="seq_len")
-        for name, value in (("shuffle_buffer_size", shuffle_buffer_size), ("encode_batch_size", encode_batch_size)):
+        for name, value in (
+            ("shuffle_buffer_size", shuffle_buffer_size),
+            ("encode_batch_size", encode_batch_size),
+            ("max_line_bytes", max_line_bytes),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", field=name)
         if on_error not in ("raise", "skip"):
@@ -147,6 +158,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         self.drop_remainder = drop_remainder
         self.encode_batch_size = encode_batch_size
         self.unit_bytes = unit_bytes
+        self.max_line_bytes = max_line_bytes
         if (position_ids or cu_seqlens) and not pack_sequences:
             raise ConfigError(
                 "position_ids / cu_seqlens need document boundaries",
@@ -281,10 +293,11 @@ class StreamingHuggingFaceDataset(IterableDataset):
             )
         if state.get("version") != VERSION:
             raise ResumeMismatchError(f"state version {state.get('version')!r}, expected {VERSION}", field="version")
-        check_fingerprint(state["fingerprint"], self.fingerprint)
         kind = state.get("kind")
         if kind not in ("slot", "merged"):
             raise ResumeMismatchError(f"state kind {kind!r}, expected 'slot' or 'merged'", field="kind")
+        check_state(state)
+        check_fingerprint(state["fingerprint"], self.fingerprint)
         if self.mode is Mode.COMPAT and state["world_size"] != self.world_size:
             raise ResumeMismatchError(
                 f"compat mode cannot change the topology: saved on {state['world_size']} ranks, now {self.world_size}",
@@ -319,7 +332,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         loaded = self._loaded
         slots = self.world_size * num_workers
         if loaded is not None and loaded.get("layout") is not None:
-            self._layout = Layout.from_json(loaded["layout"])
+            self._layout = _checked_layout(Layout.from_json(loaded["layout"]), self._sources)
         elif self.mode is Mode.EXACT:
             self._layout = choose_layout(self._sources, slots, self.unit_bytes)
         same_topology = loaded is not None and (loaded["world_size"], max(1, loaded["num_workers"])) == (
@@ -336,12 +349,14 @@ class StreamingHuggingFaceDataset(IterableDataset):
                     field="num_workers",
                     hint="Use the saved num_workers, or merge_rank_states(...) to change it",
                 )
-            self._base = Base.from_json(loaded["base"])
+            self._base = self._checked_base(loaded["base"])
+            self._check_position(loaded, self._base)
             return _position_fields(loaded)
         if loaded is not None and loaded["kind"] == "merged":
             if same_topology:
                 mine = [s for s in loaded["slots"] if (s["rank"], s["worker"]) == (rank, worker)]
-                self._base = Base.from_json(loaded["base"])
+                self._base = self._checked_base(loaded["base"])
+                self._check_position(mine[0], self._base)
                 return _position_fields(mine[0])
             if self.mode is Mode.COMPAT:
                 raise ResumeMismatchError(
@@ -354,6 +369,70 @@ class StreamingHuggingFaceDataset(IterableDataset):
             return {"epoch": self._base.start, "item": 0, "current": None, "samples": 0, "skipped": 0}
         epoch = self._pass_epoch(num_workers)
         return {"epoch": epoch, "item": 0, "current": None, "samples": 0, "skipped": 0}
+
+    def _checked_base(self, data: dict[str, Any] | None) -> Base:
+        """The saved base, its unit ids inside this data's units (checked before any range is expanded)."""
+        if self.mode is Mode.EXACT and data is not None:
+            assert self._layout is not None  # noqa: S101 - set by _start_position
+            count = len(self._units(self._layout))
+            for entry in data["epochs"]:
+                units = [end - 1 for _, end in entry["done"]] + [p[0] for p in entry["partial"]]
+                if units and max(units) >= count:
+                    raise ResumeMismatchError(
+                        f"the saved state lists unit {max(units)} in epoch {entry['epoch']}, but the data has "
+                        f"{count} units: the position is past the data",
+                        field="base",
+                        hint="Resume with the data files the state was saved with, or start afresh",
+                    )
+        return Base.from_json(data)
+
+    def _check_position(self, state: dict[str, Any], base: Base) -> None:
+        """A loaded slot position lies inside its slot's units (a unit cursor at most one past the last)."""
+        item, current, epoch = state["item"], state["current"], state["epoch"]
+        units: list[Unit] = []
+        items: list[Item] = []
+        if self.mode is Mode.COMPAT:
+            count = 1  # one pass over the stream: 0 while reading, 1 once it ended
+        else:
+            assert self._layout is not None  # noqa: S101 - set by _start_position
+            units = self._units(self._layout)
+            slots = state["world_size"] * max(1, state["num_workers"])
+            slot = state["worker"] * state["world_size"] + state["rank"]
+            sizes = unit_sizes(units, self._sources)
+            items = slot_items(base, len(units), self.seed, epoch, slot, slots, sizes)
+            count = len(items)
+        where = f"the saved position of rank {state['rank']} worker {state['worker']} is past the data"
+        hint = "Resume with the data files the state was saved with, or start afresh"
+        if item > count or (current is not None and item >= count):
+            raise ResumeMismatchError(
+                f"{where}: unit cursor {item}{' inside a unit' if current is not None else ''}, but the slot has "
+                f"{count} unit(s) in epoch {epoch}",
+                field="item",
+                hint=hint,
+            )
+        if self.mode is Mode.COMPAT or current is None:
+            return
+        unit = units[items[item].unit]
+        source = self._sources[unit.source]
+        row, _, offset = current
+        rows = None  # an upper bound on the unit's rows, where it is known without reading
+        if source.kind == SourceKind.JSONL and unit.end >= 0:
+            rows = (unit.end - unit.begin) // 2 + 1  # a record line holds at least 2 bytes with its newline
+            if offset >= 0 and not unit.begin <= offset < unit.end:
+                raise ResumeMismatchError(
+                    f"{where}: block offset {offset} outside the unit's bytes [{unit.begin}, {unit.end}) of "
+                    f"{source.path}",
+                    field="current",
+                    hint=hint,
+                )
+        elif source.kind == SourceKind.PARQUET:
+            rows = source.row_groups[unit.begin]
+        if rows is not None and row >= rows:
+            raise ResumeMismatchError(
+                f"{where}: row {row} of a unit of {source.path} that holds at most {rows} rows",
+                field="current",
+                hint=hint,
+            )
 
     def _loaded_once(self, worker: int) -> bool:
         return bool(self._next_epoch[worker] >= 0)
@@ -371,10 +450,11 @@ class StreamingHuggingFaceDataset(IterableDataset):
         assert self._layout is not None  # noqa: S101 - set by _start_position
         units = self._units(self._layout)
         sizes = unit_sizes(units, self._sources)
-        base = Base.from_json(merged["base"])
+        base = self._checked_base(merged["base"])
         saved_slots = merged["world_size"] * max(1, merged["num_workers"])
         positions: dict[int, tuple[int, int, Item | None]] = {}
         for slot_state in merged["slots"]:
+            self._check_position(slot_state, base)
             slot = slot_state["worker"] * merged["world_size"] + slot_state["rank"]
             current = slot_state["current"]
             item = None
@@ -442,6 +522,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 on_error=self.on_error,
                 hf_dataset=self._hf,
                 counters=counters,
+                max_line_bytes=self.max_line_bytes,
             )
             finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
         else:
@@ -450,8 +531,6 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 self._hf_stream,
                 rank=rank,
                 world_size=self.world_size,
-                worker=worker,
-                num_workers=num_workers,
                 epoch=position["epoch"],
                 row=current[0] if current is not None else 0,
                 token=current[1] if current is not None else 0,
@@ -528,6 +607,28 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()},
                 window.positions[row],
             )
+
+
+_MAX_UNITS = 1 << 24
+
+
+def _checked_layout(layout: Layout, sources: list[Source]) -> Layout:
+    """A saved layout that cuts these sources into a sane number of units (counted, not built)."""
+    count = 0
+    for source in sources:
+        if source.kind == SourceKind.JSONL:
+            parts = max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split
+            count += max(1, min(parts, source.size))
+        else:
+            count += max(1, len(source.row_groups)) if source.kind == SourceKind.PARQUET else 1
+    if count * layout.stride > _MAX_UNITS:
+        raise ResumeMismatchError(
+            f"the saved layout {layout.to_json()} cuts the data into {count * layout.stride} units, more than "
+            f"{_MAX_UNITS}: it was not written for this data",
+            field="layout",
+            hint="Resume with the data files the state was saved with, or start afresh",
+        )
+    return layout
 
 
 def worker_info_present() -> bool:

@@ -160,15 +160,22 @@ def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: f
     import logging
 
     from tokenizers import Tokenizer
+    from torch.utils.data import get_worker_info
 
     from tokenloom.tokenize import load_encoder
+    from tokenloom.tokenize.engine import announce_engine
 
     try:
         tokenizer = Tokenizer.from_file(spec.json_path)
     except Exception as exc:
         raise FormatError(f"tokenizers cannot load this file: {exc}", path=spec.json_path) from None
     encoder = load_encoder(tokenizer, engine, verify_fraction=verify_fraction)
-    logging.getLogger("tokenloom.hf_streaming").info("encoding engine %s: %s", encoder.name, encoder.reason)
+    log = logging.getLogger("tokenloom.hf_streaming")
+    worker = get_worker_info()
+    if worker is not None and worker.id > 0:  # worker 0 says it; the others would only repeat it
+        log.debug("encoding engine: %s (%s)", encoder.name, encoder.reason)
+    else:
+        announce_engine(log, encoder.name, encoder.reason, tokenizer=spec.json_path)
 
     def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         ids, offsets = encoder.encode_flat(texts)

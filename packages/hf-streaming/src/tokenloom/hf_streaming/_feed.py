@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.formats import ResumeMismatchError
 from tokenloom.hf_streaming._order import Base, Item, block_order, slot_items
 from tokenloom.hf_streaming._pack import DocBlock
 from tokenloom.hf_streaming._readers import read_blocks, text_of
@@ -53,8 +54,10 @@ def _unit_blocks(
     on_error: str,
     hf_dataset: Any,
     counters: Counters,
+    max_line_bytes: int,
 ) -> Iterator[DocBlock]:
     first_block = item.row // block_size
+    reached = item.fresh
     for block in read_blocks(
         unit,
         source,
@@ -65,10 +68,12 @@ def _unit_blocks(
         text_field=text_field,
         on_error=on_error,
         hf_dataset=hf_dataset,
+        max_line_bytes=max_line_bytes,
     ):
         size = len(block.texts)
         order = block_order(size, seed, epoch, item.unit, block.index)
         begin = item.row - block.index * block_size if block.index == first_block else 0
+        reached = reached or (block.index == first_block and begin < size)
         texts, doc_ids, rows, first = [], [], [], []
         for position in range(max(begin, 0), size):
             source_index = int(order[position])
@@ -84,6 +89,16 @@ def _unit_blocks(
             first.append(item.token if row == item.row else 0)
         if texts:
             yield _doc_block(texts, doc_ids, epoch, index, rows, block.hint, first)
+    if not reached:
+        raise _past_the_data(f"unit {item.unit} ({source.path}) has no row {item.row}")
+
+
+def _past_the_data(what: str) -> ResumeMismatchError:
+    return ResumeMismatchError(
+        f"the saved position is past the data: {what}",
+        field="current",
+        hint="Resume with the data files the state was saved with, or start afresh",
+    )
 
 
 def exact_blocks(
@@ -104,6 +119,7 @@ def exact_blocks(
     on_error: str,
     hf_dataset: Any,
     counters: Counters,
+    max_line_bytes: int,
 ) -> Iterator[DocBlock]:
     """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``."""
     first_epoch = True
@@ -128,6 +144,7 @@ def exact_blocks(
                 on_error=on_error,
                 hf_dataset=hf_dataset,
                 counters=counters,
+                max_line_bytes=max_line_bytes,
             )
         if not infinite:
             return
@@ -145,8 +162,6 @@ def compat_blocks(
     *,
     rank: int,
     world_size: int,
-    worker: int,
-    num_workers: int,
     epoch: int,
     row: int,
     token: int,
@@ -157,18 +172,21 @@ def compat_blocks(
     batch: int,
     counters: Counters,
 ) -> Iterator[DocBlock]:
-    """The seed's order: HF buffered shuffle (seed + epoch), rank takes every world_size-th document,
-    worker every num_workers-th of the rank's; resume replays the stream to document ``row``."""
+    """The seed's order: HF buffered shuffle (seed + epoch), rank takes every world_size-th document;
+    resume replays the stream to document ``row``.
+
+    No worker split here: inside a DataLoader worker, ``datasets`` already gives each worker its
+    share of the source shards (every num_workers-th shard, its shuffle keyed by the worker id), and
+    the seed's rank stride applies to that worker's stream. Splitting again dropped documents."""
+    reached = row == 0 and token == 0
     while True:
         texts, ids, rows, first = [], [], [], []
         slot_doc = 0
         for doc_index, example in enumerate(stream_for_epoch(epoch)):
             if doc_index % world_size != rank:
                 continue
-            rank_doc = doc_index // world_size
-            if rank_doc % num_workers != worker:
-                continue
             current = slot_doc
+            reached = reached or current == row
             slot_doc += 1
             if current < row:
                 continue
@@ -186,6 +204,8 @@ def compat_blocks(
                 texts, ids, rows, first = [], [], [], []
         if texts:
             yield _doc_block(texts, ids, epoch, 0, rows, -1, first)
+        if not reached:
+            raise _past_the_data(f"this slot's stream has {slot_doc} documents, the state resumes at document {row}")
         if not infinite:
             return
         epoch, row, token = epoch + 1, 0, 0

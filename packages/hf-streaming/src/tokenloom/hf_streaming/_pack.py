@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenloom.formats import ResumeMismatchError
 from tokenloom.hf_streaming._encode import EncodeFn
 
 __all__ = ["DocBlock", "Packer", "Window"]
@@ -84,6 +85,15 @@ class Packer:
         tokens[~is_eos] = flat
         mask = np.repeat(keep, sizes)
         skip = block.first_token
+        beyond = np.flatnonzero(skip > sizes)
+        if beyond.size:
+            k = int(beyond[0])
+            raise ResumeMismatchError(
+                f"the saved position is past the data: token offset {int(skip[k])} inside document "
+                f"{int(block.doc_ids[k])}, which has {int(sizes[k])} tokens with its EOS",
+                field="current",
+                hint="Resume with the data files and tokenizer the state was saved with, or start afresh",
+            )
         for index in np.flatnonzero(skip > 0):
             mask[starts[index] : starts[index] + min(int(skip[index]), int(sizes[index]))] = False
         kept_sizes = np.where(keep, sizes - np.minimum(skip, sizes), 0)

@@ -20,9 +20,21 @@ import orjson
 from tokenloom.formats import FormatError, MissingKeyError, RecordError
 from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
-__all__ = ["SOURCE_SHIFT", "Block", "read_blocks", "text_of"]
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "SOURCE_SHIFT", "Block", "read_blocks", "text_of"]
 
 SOURCE_SHIFT = 40
+DEFAULT_MAX_LINE_BYTES = 64 << 20
+"""A jsonl line longer than this is a bad record, never read whole (tokenize and pack use the same cap)."""
+_SKIP_CHUNK = 1 << 20
+
+
+def _rest_of_line(f: Any, first: bytes) -> int:
+    """Read past the end of a line whose first part is ``first``, in bounded chunks; its total size."""
+    size, tail = len(first), first
+    while tail and not tail.endswith(b"\n"):
+        tail = f.readline(_SKIP_CHUNK)
+        size += len(tail)
+    return size
 
 
 @dataclass(slots=True)
@@ -68,6 +80,7 @@ def _jsonl_blocks(
     hint: int,
     text_field: str,
     on_error: str,
+    max_line_bytes: int,
 ) -> Iterator[Block]:
     gz = source.kind == SourceKind.JSONL_GZ
     end = unit.end if unit.end >= 0 and not gz else None
@@ -84,7 +97,7 @@ def _jsonl_blocks(
             else:
                 if unit.begin > 0:
                     f.seek(unit.begin - 1)
-                    f.readline()  # a range owns the lines that start inside it
+                    _rest_of_line(f, f.readline(_SKIP_CHUNK))  # a range owns the lines that start inside it
                 to_discard = start_block * block_size
                 skip_before_next = unit.phase
             block = Block(start_block, -1)
@@ -92,17 +105,31 @@ def _jsonl_blocks(
                 offset = f.tell()
                 if end is not None and offset >= end:
                     break
-                line = f.readline()
+                line = f.readline(max_line_bytes + 1)
                 if not line:
                     break
-                if offset == 0 and line.lstrip()[:1] == b"[":
-                    raise FormatError(
-                        "a JSON array file: the streaming reader needs JSON lines (one object per line)",
-                        path=source.path,
-                        hint="Convert it to jsonl, or pass load_dataset(..., streaming=True) as the dataset",
-                    )
-                if not line.strip():
-                    continue
+                too_long = len(line) > max_line_bytes and not (len(line) == max_line_bytes + 1 and line.endswith(b"\n"))
+                if too_long:
+                    size = _rest_of_line(f, line)
+                    line = b""
+                    if on_error != "skip":
+                        raise RecordError(
+                            f"line has {size} bytes, over the cap of {max_line_bytes} bytes",
+                            path=source.path,
+                            offset=offset,
+                            field="max_line_bytes",
+                            hint="Pass a larger max_line_bytes= if the record is genuine, or on_error='skip' "
+                            "to count and skip such records",
+                        )
+                else:
+                    if offset == 0 and line.lstrip()[:1] == b"[":
+                        raise FormatError(
+                            "a JSON array file: the streaming reader needs JSON lines (one object per line)",
+                            path=source.path,
+                            hint="Convert it to jsonl, or pass load_dataset(..., streaming=True) as the dataset",
+                        )
+                    if not line.strip():
+                        continue
                 if skip_before_next:
                     skip_before_next -= 1
                     continue
@@ -110,25 +137,24 @@ def _jsonl_blocks(
                 if to_discard:
                     to_discard -= 1
                     continue
-                try:
-                    record = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    if on_error != "skip":
-                        raise RecordError(
-                            f"not valid JSON: {exc}",
-                            path=source.path,
-                            offset=offset,
-                            hint="Fix the line, or pass on_error='skip' to count and skip such records",
-                        ) from None
-                    record = None
+                text: str | None = None  # a skipped bad record (on_error="skip")
+                if not too_long:
+                    try:
+                        record = orjson.loads(line)
+                    except orjson.JSONDecodeError as exc:
+                        if on_error != "skip":
+                            raise RecordError(
+                                f"not valid JSON: {exc}",
+                                path=source.path,
+                                offset=offset,
+                                hint="Fix the line, or pass on_error='skip' to count and skip such records",
+                            ) from None
+                    else:
+                        text = text_of(record, text_field, on_error, path=source.path, offset=offset, row=None)
                 if block.hint < 0:
                     block.hint = offset
                 block.doc_ids.append(source_index << SOURCE_SHIFT | offset)
-                block.texts.append(
-                    None
-                    if record is None
-                    else text_of(record, text_field, on_error, path=source.path, offset=offset, row=None)
-                )
+                block.texts.append(text)
                 if len(block.texts) == block_size:
                     yield block
                     block = Block(block.index + 1, -1)
@@ -201,6 +227,7 @@ def read_blocks(
     text_field: str,
     on_error: str,
     hf_dataset: Any = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[Block]:
     if source.kind in (SourceKind.JSONL, SourceKind.JSONL_GZ):
         yield from _jsonl_blocks(
@@ -212,6 +239,7 @@ def read_blocks(
             hint=hint,
             text_field=text_field,
             on_error=on_error,
+            max_line_bytes=max_line_bytes,
         )
         return
     if source.kind == SourceKind.PARQUET:

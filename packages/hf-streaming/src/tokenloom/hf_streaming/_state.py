@@ -11,19 +11,22 @@ topology.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tokenloom.formats import ConfigError, FormatError, MissingFileError, ResumeMismatchError
+from tokenloom.formats import ConfigError, FormatError, MissingFileError, ResumeMismatchError, UnsafePathError
 from tokenloom.formats.io import atomic_write_bytes
 
 __all__ = [
     "FORMAT",
     "VERSION",
     "check_fingerprint",
+    "check_slot_state",
+    "check_state",
     "load_rank_states",
     "merge_rank_states",
     "save_rank_state",
@@ -58,6 +61,128 @@ def _check_format(state: Mapping[str, Any]) -> None:
             field="version",
             hint="Resume with the tokenloom release that wrote the state",
         )
+
+
+FINGERPRINT_FIELDS = ("mode", "data", "tokenizer", "text_field", "seq_len", "seed", "block", "eos_id")
+_MAX_LAYOUT_FACTOR = 1 << 20
+_DAMAGED = (
+    "The state is damaged or was not written by tokenloom: restore it from the checkpoint, or resume an earlier one"
+)
+
+
+def _bad(where: str, name: str, value: Any, expected: str) -> ResumeMismatchError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return ResumeMismatchError(f"{where}: {name} is {shown}, expected {expected}", field=name, hint=_DAMAGED)
+
+
+def _field(state: Mapping[str, Any], name: str, where: str) -> Any:
+    if name not in state:
+        raise ResumeMismatchError(f"{where}: the field {name!r} is missing", field=name, hint=_DAMAGED)
+    return state[name]
+
+
+def _int(value: Any, name: str, where: str, *, low: int = 0, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise _bad(where, name, value, f"an integer {span}")
+    return value
+
+
+def _ints(value: Any, count: int, name: str, where: str, lows: Sequence[int]) -> list[int]:
+    if not isinstance(value, list | tuple) or len(value) != count:
+        raise _bad(where, name, value, f"a list of {count} integers")
+    return [_int(v, name, where, low=low) for v, low in zip(value, lows, strict=True)]
+
+
+def _check_layout(layout: Any, where: str) -> None:
+    if layout is None:
+        return
+    if not isinstance(layout, Mapping):
+        raise _bad(where, "layout", layout, "an object {unit_bytes, split, stride} or null")
+    _int(_field(layout, "unit_bytes", where), "layout.unit_bytes", where, low=1)
+    for name in ("split", "stride"):
+        _int(_field(layout, name, where), f"layout.{name}", where, low=1, high=_MAX_LAYOUT_FACTOR)
+
+
+def _check_base(base: Any, where: str) -> None:
+    if base is None:
+        return
+    if not isinstance(base, Mapping):
+        raise _bad(where, "base", base, "an object {start, epochs} or null")
+    start = _int(_field(base, "start", where), "base.start", where)
+    epochs = _field(base, "epochs", where)
+    if not isinstance(epochs, list):
+        raise _bad(where, "base.epochs", epochs, "a list")
+    for entry in epochs:
+        if not isinstance(entry, Mapping):
+            raise _bad(where, "base.epochs", entry, "objects {epoch, done, partial}")
+        _int(_field(entry, "epoch", where), "base.epochs.epoch", where, low=start)
+        done = _field(entry, "done", where)
+        if not isinstance(done, list):
+            raise _bad(where, "base.epochs.done", done, "a list of [begin, end) unit ranges")
+        for pair in done:
+            begin, end = _ints(pair, 2, "base.epochs.done", where, (0, 0))
+            if end <= begin:
+                raise _bad(where, "base.epochs.done", pair, "a [begin, end) range with begin < end")
+        partial = _field(entry, "partial", where)
+        if not isinstance(partial, list):
+            raise _bad(where, "base.epochs.partial", partial, "a list of [unit, row, token, hint]")
+        for item in partial:
+            _ints(item, 4, "base.epochs.partial", where, (0, 0, 0, -1))
+
+
+def _check_common(state: Mapping[str, Any], where: str) -> None:
+    mode = _field(state, "mode", where)
+    if mode not in ("exact", "compat"):
+        raise _bad(where, "mode", mode, "'exact' or 'compat'")
+    fingerprint = _field(state, "fingerprint", where)
+    if not isinstance(fingerprint, Mapping):
+        raise _bad(where, "fingerprint", fingerprint, f"an object with {list(FINGERPRINT_FIELDS)}")
+    missing = [f for f in FINGERPRINT_FIELDS if f not in fingerprint]
+    if missing:
+        raise ResumeMismatchError(f"{where}: the fingerprint lacks {missing}", field="fingerprint", hint=_DAMAGED)
+    if fingerprint["mode"] != mode:
+        raise _bad(where, "fingerprint.mode", fingerprint["mode"], f"the state's mode {mode!r}")
+    _int(_field(state, "world_size", where), "world_size", where, low=1)
+    _int(_field(state, "num_workers", where), "num_workers", where)
+    _check_layout(_field(state, "layout", where), where)
+    _check_base(_field(state, "base", where), where)
+
+
+def check_slot_state(state: Any, where: str = "the state") -> None:
+    """A ResumeMismatchError naming the field if ``state`` is not a well-formed slot state."""
+    if not isinstance(state, Mapping):
+        raise _bad(where, "state", state, "an object")
+    _check_format(state)
+    _check_common(state, where)
+    kind = _field(state, "kind", where)
+    if kind != "slot":
+        raise _bad(where, "kind", kind, "'slot'")
+    world_size, num_workers = state["world_size"], max(1, state["num_workers"])
+    _int(_field(state, "rank", where), "rank", where, high=world_size - 1)
+    _int(_field(state, "worker", where), "worker", where, high=num_workers - 1)
+    _int(_field(state, "epoch", where), "epoch", where)
+    _int(_field(state, "item", where), "item", where)
+    current = _field(state, "current", where)
+    if current is not None:
+        _ints(current, 3, "current", where, (0, 0, -1))
+    for name in ("samples", "skipped"):
+        _int(state.get(name, 0), name, where)
+
+
+def check_state(state: Any, where: str = "the state") -> None:
+    """A ResumeMismatchError naming the field if ``state`` is not a well-formed slot or merged state."""
+    if isinstance(state, Mapping) and state.get("kind") == "merged":
+        _check_format(state)
+        _check_common(state, where)
+        slots = _field(state, "slots", where)
+        if not isinstance(slots, list) or not slots:
+            raise _bad(where, "slots", slots, "a non-empty list of slot states")
+        for slot in slots:
+            check_slot_state(slot, where)
+        return
+    check_slot_state(state, where)
 
 
 def slot_states_in(loader_state: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -96,10 +221,18 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     slots, and every slot of the saved topology present exactly once.
     """
     slots: list[dict[str, Any]] = []
-    for state in states:
+    steps: list[tuple[list[int], int, bool]] = []  # (ranks, loader step, loader finished) per given state
+    for index, state in enumerate(states):
         if not isinstance(state, Mapping):
             raise ConfigError(f"a rank state is a {type(state).__name__}, expected a dict", field="states")
-        slots.extend(slot_states_in(state))
+        found = slot_states_in(state)
+        for slot in found:
+            check_slot_state(slot, f"rank state #{index}")
+        slots.extend(found)
+        step = _loader_step(state, f"rank state #{index}")
+        if step is not None and found:
+            steps.append((sorted({int(s["rank"]) for s in found}), step, state.get("_iterator_finished") is True))
+    _check_same_step(steps)
     if not slots:
         raise ResumeMismatchError(
             "no StreamingHuggingFaceDataset state among the given states",
@@ -152,6 +285,33 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _loader_step(state: Mapping[str, Any], where: str) -> int | None:
+    """The number of batches a StatefulDataLoader state was saved after (None for a bare slot state)."""
+    snapshot = state.get("_snapshot")
+    if isinstance(snapshot, Mapping) and "_snapshot_step" in snapshot:
+        return _int(snapshot["_snapshot_step"], "_snapshot_step", where)
+    if "_num_yielded" in state:
+        return _int(state["_num_yielded"], "_num_yielded", where)
+    return None
+
+
+def _check_same_step(steps: list[tuple[list[int], int, bool]]) -> None:
+    """Ranks saved at one step: every running loader at the same step, a finished one not beyond it."""
+    running = {step for _, step, finished in steps if not finished}
+    latest = max(running) if running else None
+    if len(running) <= 1 and (latest is None or all(step <= latest for _, step, _ in steps)):
+        return
+    shown = ", ".join(
+        f"rank {'/'.join(map(str, ranks))} at step {step}{' (finished)' if finished else ''}"
+        for ranks, step, finished in sorted(steps)
+    )
+    raise ResumeMismatchError(
+        f"the rank states were saved at different steps: {shown}",
+        field="step",
+        hint="Pass the states of one save: every rank's state from the same step",
+    )
+
+
 def _rank_file(directory: Path, rank: int) -> Path:
     return directory / f"hf_stream_rank{rank:05d}.json"
 
@@ -166,6 +326,31 @@ def save_rank_state(directory: str | os.PathLike[str], rank: int, loader_state: 
         raise ConfigError(f"the loader state is not plain JSON: {exc}", field="loader_state") from None
     atomic_write_bytes(path, blob)
     return path
+
+
+def _read_regular(path: Path) -> bytes:
+    """A regular file's bytes; a FIFO, device or directory is refused before any read can block.
+
+    Opened with O_NONBLOCK (a FIFO with no writer would block open() forever) and checked with
+    fstat on the opened descriptor, so a swap between the check and the read cannot slip through.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "FIFO" if stat.S_ISFIFO(mode) else "directory" if stat.S_ISDIR(mode) else "special file"
+            raise UnsafePathError(
+                f"{path.name} is a {kind}, expected a regular state file",
+                path=path,
+                hint="Point at the directory save_rank_state wrote, with its hf_stream_rank*.json files",
+            )
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the file object owns it now
+            return handle.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def load_rank_states(directory: str | os.PathLike[str], world_size: int | None = None) -> list[dict[str, Any]]:
@@ -185,7 +370,7 @@ def load_rank_states(directory: str | os.PathLike[str], world_size: int | None =
     states = []
     for path in files:
         try:
-            states.append(orjson.loads(path.read_bytes()))
+            states.append(orjson.loads(_read_regular(path)))
         except (OSError, orjson.JSONDecodeError) as exc:
             raise FormatError(
                 f"unreadable state file: {exc}",

@@ -23,6 +23,11 @@ from tokenloom.sampler._mix import MixSchedule
 from tokenloom.sampler._order import Order
 from tokenloom.sampler._sampler import ResumableDistributedSampler
 from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_permutation
+from tokenloom.sampler._warnings import silence_torchdata_set_vital
+
+# torchdata's StatefulDataLoader calls a torch function that is gone; every package that resumes
+# through it (datasets, curriculum, hf-streaming) imports this one.
+silence_torchdata_set_vital()
 
 __all__ = [
     "CurriculumSchedule",

@@ -3,8 +3,12 @@
 The sampler's own identity (n, seed, order, ...) cannot tell two datasets of the
 same length apart; the dataset's fingerprint can. It is recorded in the state
 when the dataset has one (``ds.fingerprint`` attribute or ``ds.fingerprint()``),
-and a state that records another is refused. A state without one (saved from a
-plain length, or by an earlier version) is accepted.
+and a state that records another is refused. A sampler over a dataset with a
+fingerprint also refuses a state that records none (the key absent or null): such a
+state was saved from a plain length, by a version before the key existed (#11), or
+had the key removed, and nothing then says it belongs to this dataset. The caller
+opts out explicitly with ``allow_missing_data_fingerprint=True``. A sampler over a
+plain length (no fingerprint of its own) has nothing to compare and accepts any state.
 """
 
 from __future__ import annotations
@@ -33,11 +37,33 @@ def data_fingerprint(dataset: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def check_data_fingerprint(state: Mapping[str, Any], ours: str | None) -> None:
-    """ResumeMismatchError when ``state`` records another dataset's fingerprint than ``ours``."""
+def check_data_fingerprint(state: Mapping[str, Any], ours: str | None, *, allow_missing: bool = False) -> None:
+    """ResumeMismatchError when ``state`` records another dataset's fingerprint than ``ours``, or none.
+
+    ``allow_missing``: accept a state that records no fingerprint (absent or null) although
+    ``ours`` is known (states saved from a plain length or before the key existed).
+    """
     saved = state.get(DATA_FINGERPRINT_KEY)
-    if saved is None or ours is None or saved == ours:
+    if ours is None or saved == ours:
         return
+    if saved is None:
+        if allow_missing:
+            return
+        how = "has data_fingerprint=null" if DATA_FINGERPRINT_KEY in state else "has no data_fingerprint"
+        raise ResumeMismatchError(
+            f"the sampler state {how}, so nothing says it was saved from this dataset (fingerprint {ours!r}); "
+            "a state saved from a plain length, by a version before data fingerprints, or with the key "
+            "removed could belong to any dataset of the same length",
+            field=DATA_FINGERPRINT_KEY,
+            hint="If the state is known to come from this dataset, build the sampler with "
+            "ResumableDistributedSampler(..., allow_missing_data_fingerprint=True); otherwise start afresh",
+        )
+    if not isinstance(saved, str):
+        raise ResumeMismatchError(
+            f"the sampler state's data_fingerprint is {type(saved).__name__} {saved!r}, expected a string",
+            field=DATA_FINGERPRINT_KEY,
+            hint="Pass a state from ResumableDistributedSampler.state_dict(), unedited",
+        )
     raise ResumeMismatchError(
         f"the state belongs to another dataset of the same length: dataset fingerprint saved {saved!r}, "
         f"this dataset {ours!r}",

@@ -46,6 +46,10 @@ class ResumableDistributedSampler(Sampler[int]):
             seed + epoch, as DistributedSampler; O(N) memory).
         start_epoch, start_iter: resume as the seed system does: ``start_iter`` samples
             already yielded by each of the ``num_replicas`` ranks in ``start_epoch``.
+        allow_missing_data_fingerprint: accept in :meth:`load_state_dict` a state that records no
+            dataset fingerprint although this dataset has one (a state saved from a plain length or
+            by a version before the fingerprint was recorded). Default False: such a state is refused
+            with ResumeMismatchError, since it could belong to any dataset of the same length.
     """
 
     def __init__(
@@ -61,8 +65,10 @@ class ResumableDistributedSampler(Sampler[int]):
         order: Order | str = Order.FEISTEL,
         start_epoch: int = 0,
         start_iter: int = 0,
+        allow_missing_data_fingerprint: bool = False,
     ) -> None:
         n = dataset_length(dataset_or_length)
+        self._allow_missing_data_fingerprint = bool(allow_missing_data_fingerprint)
         self._data_fingerprint = data_fingerprint(dataset_or_length)
         self.num_replicas, self.rank = world(num_replicas, rank)
         mode = check_choice("order", order, Order)
@@ -128,7 +134,7 @@ class ResumableDistributedSampler(Sampler[int]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` on this sampler's world size; ResumeMismatchError if foreign."""
         epoch, consumed = check_state(state, self._identity)
-        check_data_fingerprint(state, self._data_fingerprint)
+        check_data_fingerprint(state, self._data_fingerprint, allow_missing=self._allow_missing_data_fingerprint)
         check_epoch("epoch", epoch)
         self._move(epoch, consumed)
 

@@ -21,10 +21,12 @@ library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 """
 
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig
-from tokenloom.tokenize._formats import MEGATRON_PREFIX, PACKED_FILE, RECORD_NAME, output_path, staging_dir, tokenize
+from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._inputs import IssueKind, discover_inputs
 from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
-from tokenloom.tokenize._pipeline import TokenizeSummary
+from tokenloom.tokenize._staged import MEGATRON_PREFIX, PACKED_FILE, RECORD_NAME, output_path, staging_dir
+from tokenloom.tokenize._summary import TokenizeSummary
+from tokenloom.tokenize._tokenize import tokenize
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
 from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
 from tokenloom.tokenize.engine import Encoder, Engine, EngineMismatchError, load_encoder
@@ -50,6 +52,7 @@ __all__ = [
     "TokenizeConfig",
     "TokenizeSummary",
     "Windowing",
+    "WorkerDiedError",
     "build_index",
     "build_stdlib_corpus",
     "default_pack_path",

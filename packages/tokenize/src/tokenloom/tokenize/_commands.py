@@ -10,9 +10,9 @@ import click
 from tokenloom.formats import DataError
 from tokenloom.formats.cli import cli_errors
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
-from tokenloom.tokenize._formats import tokenize as run_tokenize
-from tokenloom.tokenize._pipeline import TokenizeSummary
-from tokenloom.tokenize._progress import progress_bar
+from tokenloom.tokenize._progress import progress_bar, rate_text
+from tokenloom.tokenize._summary import TokenizeSummary
+from tokenloom.tokenize._tokenize import tokenize as run_tokenize
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing
 
@@ -41,9 +41,10 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         lines.append(f"  engine {summary.engine}: {summary.engine_reason}")
     if not summary.already_complete:
         lines.append(
-            f"  {summary.seconds:.1f} s, {summary.tokens_per_second:,.0f} tokens/s, "
-            f"{summary.input_bytes / max(summary.seconds, 1e-9) / 1e6:.1f} MB/s of input (over the whole run, start-up "
-            "included; the bar shows the rate while encoding)"
+            f"  this run: {summary.run_tokens:,} tokens and {summary.bytes_read:,} input bytes in "
+            f"{summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
+            f"{rate_text(summary.bytes_read, summary.seconds)} "
+            "(start-up included, as on the bar)"
         )
     if summary.skipped:
         total = sum(summary.skipped.values())
@@ -338,7 +339,11 @@ def pack(
         fail_command(exc)
     click.echo(
         f"wrote {summary.output}: {summary.documents:,} documents, {summary.tokens:,} tokens, "
-        f"dtype {summary.dtype}, eos_id {summary.eos_id}, {summary.seconds:.1f} s"
+        f"dtype {summary.dtype}, eos_id {summary.eos_id}"
+    )
+    click.echo(
+        f"  {summary.bytes_read:,} input bytes in {summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
+        f"{rate_text(summary.bytes_read, summary.seconds)} (start-up included, as on the bar)"
     )
     click.echo(f"  engine {summary.engine}: {summary.engine_reason}")
     if summary.skipped:

@@ -107,6 +107,29 @@ def _regular_input(path: Path) -> Path:
     return path
 
 
+def _check_utf8_name(path: Path, root: Path) -> None:
+    """Refuse an input whose name is not valid UTF-8, before anything is written.
+
+    Why refuse rather than escape: every input's name goes into the run key, the resume
+    journal and the manifest (JSON text) and into messages; an escaped spelling could
+    collide with a real name in the identity that resume relies on, and a rename is a
+    one-line fix.
+    """
+    relative = str(path.relative_to(root))
+    try:
+        relative.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = relative.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        where = str(root).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise UnsafePathError(
+            f"input file name '{shown}' is not valid UTF-8 (bytes shown as \\xNN)",
+            path=where,
+            field="input_dir",
+            hint="Rename the file to a UTF-8 name (e.g. with `convmv -f latin1 -t utf8` or mv): input names are "
+            "recorded in the run's journal and manifest, which are JSON text",
+        ) from None
+
+
 def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = False) -> list[InputFile]:
     """Every ``.jsonl`` / ``.jsonl.gz`` regular file under ``input_dir``, recursively, sorted by path."""
     root = Path(input_dir)
@@ -132,6 +155,7 @@ def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = 
         )
     files = []
     for path in found:
+        _check_utf8_name(path, root)
         info = path.stat()
         files.append(
             InputFile(

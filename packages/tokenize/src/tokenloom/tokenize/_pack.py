@@ -9,8 +9,6 @@ workers, chunking and bad-record handling as ``tokenize``; no windowing (a
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -18,20 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenloom.formats import ConfigError, RecordError, open_writer
-from tokenloom.formats.io import check_disjoint, smallest_dtype_for_vocab
-from tokenloom.tokenize import _tokenizer
+from tokenloom.formats.io import check_disjoint
 from tokenloom.tokenize._config import OnError, default_num_workers
-from tokenloom.tokenize._formats import check_tokenizer_files
+from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
-from tokenloom.tokenize._pipeline import (
-    EXAMPLES_PER_KIND,
-    choose_run_engine,
-    executor_for,
-    resolve_eos,
-    run_ordered,
-    tokenizer_info,
-)
-from tokenloom.tokenize._worker import EncodeSettings
+from tokenloom.tokenize._plan import check_tokenizer_files
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
+from tokenloom.tokenize._tokenizer import default_tokenizer_path
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 
 __all__ = ["PackSummary", "default_pack_path", "pack"]
@@ -49,6 +40,18 @@ class PackSummary:
     eos_id: int = -1
     engine: str = ""
     engine_reason: str = ""
+    bytes_read: int = 0
+    """Bytes of the input file (as stored) read, as the progress bar counts them."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens over the run's wall time (``seconds``, start-up included)."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        """Input bytes read over the run's wall time, the bar's rate."""
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
 
 def default_pack_path(input_file: str | os.PathLike[str]) -> Path:
@@ -92,41 +95,35 @@ def pack(
     if workers < 0:
         raise ConfigError(f"num_workers is {workers}, expected >= 0", field="num_workers")
     target = Path(output) if output is not None else default_pack_path(source)
-    name = tokenizer or str(_tokenizer.default_tokenizer_path())
+    name = tokenizer or str(default_tokenizer_path())
     check_disjoint([target], [source, *([Path(name)] if Path(name).exists() else [])], target_name="--output")
     if Path(name).is_dir():
         check_tokenizer_files(Path(name))  # a corrupt tokenizer.json: a ConfigError naming it, not a parser traceback
     stat = source.stat()
     files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
     summary = PackSummary(output=target)
-    with contextlib.ExitStack() as stack:
-        info, serialized = tokenizer_info(name, in_process=workers == 0)
-        executor = stack.enter_context(executor_for(workers, name, serialized)) if workers > 0 else None
-        eod = resolve_eos(eos_id, info, name)
-        dtype = smallest_dtype_for_vocab(info.vocab_size)
-        settings = EncodeSettings(
-            tokenizer=name,
-            text_field=tuple(text_field.split(".")),
-            eod_id=eod,
-            vocab_size=info.vocab_size,
-            max_length=None,
-            overlap_size=0,
-            dtype=dtype.name,
-        )
-        choice = choose_run_engine(files, settings, serialized, str(engine), verify_fraction, max_line_bytes)
-        settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
-        summary.engine, summary.engine_reason = choice.name, choice.reason
+    with start_encoding(
+        name,
+        files,
+        num_workers=workers,
+        eos_id=eos_id,
+        text_field=text_field,
+        engine=str(engine),
+        verify_fraction=verify_fraction,
+        max_line_bytes=max_line_bytes,
+    ) as encoding:
+        summary.engine, summary.engine_reason = encoding.engine.name, encoding.engine.reason
         chunks = read_chunks(files, chunk_lines=chunk_lines, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
         with open_writer(
             target,
             format="packed",
-            dtype=dtype,
-            vocab_size=info.vocab_size,
-            eos_id=eod,
+            dtype=encoding.dtype,
+            vocab_size=encoding.info.vocab_size,
+            eos_id=encoding.eos_id,
             legacy=legacy,
             overwrite=overwrite,
         ) as writer:
-            for result in run_ordered(executor, chunks, settings, 2 * max(workers, 1) + 2):
+            for result in encoding.results(chunks):
                 for issue in result.issues:
                     if on_error is OnError.RAISE:
                         raise RecordError(issue.message, path=source, record=issue.line, field=issue.kind.value)
@@ -137,9 +134,10 @@ def pack(
                 writer.add_batch(result.tokens, result.lengths)
                 summary.documents += result.documents
                 summary.tokens += len(result.tokens)
+                summary.bytes_read += result.source_bytes
                 if on_progress is not None:
                     on_progress(result.documents, len(result.tokens), result.source_bytes)
     summary.seconds = time.perf_counter() - started
-    summary.dtype = dtype.name
-    summary.eos_id = eod
+    summary.dtype = encoding.dtype.name
+    summary.eos_id = encoding.eos_id
     return summary

@@ -39,6 +39,9 @@ __all__ = [
 ]
 
 DEFAULT_TOKENIZER = "stdlib-bpe-16k"
+#: The command that fills the local Hugging Face cache with a tokenizer's files: ``hf`` is the CLI that
+#: huggingface_hub installs (from 1.0 on it no longer installs ``huggingface-cli``).
+DOWNLOAD_HINT = 'hf download {name} --include "*.json" --include "*.txt" --include "*.model"'
 
 # Files that define a tokenizer's behaviour (never model weights).
 _TOKENIZER_FILES = (
@@ -56,7 +59,17 @@ _TOKENIZER_FILES = (
 
 
 def default_tokenizer_path() -> Path:
-    """The byte-level BPE shipped in this package (trained on the stdlib docstrings)."""
+    """The directory of the byte-level BPE shipped in this package (16k vocabulary, trained on the stdlib docstrings).
+
+    It is what ``tokenize``, ``pack`` and the demo use when no tokenizer is given, and a
+    plain ``save_pretrained`` directory, so anything that takes a tokenizer path takes it::
+
+        from transformers import AutoTokenizer
+        from tokenloom.tokenize import default_tokenizer_path
+
+        tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_path())
+        print(tokenizer.eos_token, tokenizer.eos_token_id, len(tokenizer))
+    """
     return Path(str(resources.files("tokenloom.tokenize") / "assets" / DEFAULT_TOKENIZER))
 
 
@@ -79,7 +92,8 @@ def _tokenizer_dir(name_or_path: str) -> Path:
             f"Hugging Face cache ({type(exc).__name__}: {exc})",
             field="tokenizer",
             hint="Pass the path of a saved tokenizer directory (tokenizer.json and its config), "
-            "or download it once with `huggingface-cli download NAME` where a network is available",
+            "or, where a network is available, download its tokenizer files once into that cache with "
+            f"`{DOWNLOAD_HINT.format(name=name_or_path)}`",
         ) from exc
 
 

@@ -20,10 +20,10 @@ import numpy.typing as npt
 import orjson
 
 from tokenloom.formats import TokenRangeError
-from tokenloom.tokenize import _tokenizer
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
 from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
-from tokenloom.tokenize._tokenizer import TokenizerInfo
+from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, is_loaded, register_serialized
+from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize.engine import (
     DEFAULT_VERIFY_FRACTION,
     HF_REQUESTED,
@@ -91,7 +91,7 @@ class ChunkResult:
 
 def describe_tokenizer(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
     """Load the tokenizer in this (child) process: its EOS id, vocab size and serialized backend."""
-    return _tokenizer.describe(name_or_path)
+    return describe(name_or_path)
 
 
 def _text_of(line: bytes, text_field: tuple[str, ...], line_number: int) -> str | Issue:
@@ -167,8 +167,8 @@ def choose_engine(
         from tokenizers import Tokenizer
 
         source: object = Tokenizer.from_str(serialized)
-    elif _tokenizer.is_loaded(tokenizer):
-        loaded = _tokenizer.load(tokenizer)  # num_workers=0: loaded here already
+    elif is_loaded(tokenizer):
+        loaded = load_tokenizer(tokenizer)  # num_workers=0: loaded here already
         backend = getattr(loaded, "backend", None)
         source = backend if backend is not None else getattr(loaded, "transformers", loaded)
     else:  # a slow tokenizer, described by a child: no Rust backend, so no fast engine (never load it here)
@@ -186,7 +186,7 @@ def _encoder(settings: EncodeSettings) -> Encoder:
     key = (settings.tokenizer, settings.engine, settings.verify_fraction)
     encoder = _ENCODERS.get(key)
     if encoder is None:
-        loaded = _tokenizer.load(settings.tokenizer)
+        loaded = load_tokenizer(settings.tokenizer)
         backend = getattr(loaded, "backend", None)
         source = backend if backend is not None else getattr(loaded, "transformers", loaded)
         encoder = load_encoder(source, settings.engine, verify_fraction=settings.verify_fraction)
@@ -321,7 +321,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
 def warm_up(tokenizer: str) -> None:
     """Build the hf tokenizer and import fastokens ahead of the first chunk (errors surface there)."""
     with contextlib.suppress(Exception):
-        _tokenizer.load(tokenizer)
+        load_tokenizer(tokenizer)
         import fastokens  # noqa: F401
 
 
@@ -370,7 +370,7 @@ def init_worker(
     os.environ["RAYON_NUM_THREADS"] = str(rayon_threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if rayon_threads > 1 else "false"
     if tokenizer is not None:
-        _tokenizer.register_serialized(tokenizer, None if serialized is None else serialized.read())
+        register_serialized(tokenizer, None if serialized is None else serialized.read())
     parent = os.getppid() if parent_pid is None else parent_pid
 
     def watch() -> None:

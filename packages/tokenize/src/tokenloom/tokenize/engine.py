@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ __all__ = [
     "Encoder",
     "Engine",
     "EngineMismatchError",
+    "announce_engine",
     "load_encoder",
     "probe_set",
 ]
@@ -61,6 +63,10 @@ HF_REQUESTED = "engine hf requested"
 SLOW_TOKENIZER = "a slow (Python) tokenizer has no Rust backend for fastokens to load"
 #: Added tokens whose in-text forms join the probe set (all of them for common tokenizers).
 MAX_ADDED_TOKEN_PROBES = 512
+#: Above this many added tokens, auto uses hf without trying fastokens: loading and probing the fast
+#: engine grows faster than linearly with them (measured: 40k 1.5 s, 160k 5 s, 1M 186 s, 3M over 29 min
+#: and 2.3 GB, where hf takes 10 s for 1M). engine="fast" still tries it.
+MAX_FAST_ADDED_TOKENS = 100_000
 
 FlatIds = tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]
 
@@ -330,15 +336,15 @@ def _backend_encoder(backend: Any) -> Callable[[list[str]], list[list[int]]]:
 def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[list[int]]]]:
     """(a ``tokenizers.Tokenizer`` or None for a slow tokenizer, the hf list encoder)."""
     if isinstance(tokenizer, str | os.PathLike):
-        from tokenloom.tokenize import _tokenizer
+        from tokenloom.tokenize._tokenizer import LoadedTokenizer, describe_plain
 
-        plain = _tokenizer.describe_plain(os.fspath(tokenizer))
+        plain = describe_plain(os.fspath(tokenizer))
         if plain is not None:
             from tokenizers import Tokenizer
 
             tokenizer = Tokenizer.from_str(plain[1])
         else:
-            loaded = _tokenizer.LoadedTokenizer(os.fspath(tokenizer))
+            loaded = LoadedTokenizer(os.fspath(tokenizer))
             tokenizer = loaded.backend if loaded.backend is not None else loaded.transformers
     if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "encode_batch"):
         backend = _plain_backend(tokenizer)
@@ -401,6 +407,14 @@ def load_encoder(
         return HfEncoder(encode_lists, HF_REQUESTED)
     if backend is None:
         return refuse_fast(engine, SLOW_TOKENIZER, encode_lists)
+    added = len(backend.get_added_tokens_decoder())
+    if engine is Engine.AUTO and added > MAX_FAST_ADDED_TOKENS:
+        return HfEncoder(
+            encode_lists,
+            f"the tokenizer has {added:,} added tokens, over {MAX_FAST_ADDED_TOKENS:,}: the fast engine's start-up "
+            "grows faster than linearly with them (minutes from about 1M); pass --engine fast (engine='fast') "
+            "to use it anyway",
+        )
     try:
         fast = _load_fast(backend)
     except ImportError as exc:
@@ -421,6 +435,22 @@ def load_encoder(
         f"({len(probes) - first_input} from the input)"
     )
     return FastEncoder(fast, reference, reason, verify_fraction, _added_tokens(backend))
+
+
+_ANNOUNCED: set[tuple[str, str, str]] = set()
+
+
+def announce_engine(logger: logging.Logger, name: str, reason: str, *, tokenizer: str = "") -> bool:
+    """Log the engine choice at INFO the first time per (logger, tokenizer, engine) in this process, then at DEBUG.
+
+    Why: a process that tokenizes many datasets with one tokenizer (the demo's curriculum
+    buckets, a sweep) would otherwise print the same line for each. Returns True when logged at INFO.
+    """
+    key = (logger.name, tokenizer, name)
+    first = key not in _ANNOUNCED
+    _ANNOUNCED.add(key)
+    logger.log(logging.INFO if first else logging.DEBUG, "encoding engine: %s (%s)", name, reason)
+    return first
 
 
 def _probe(fast: Any, reference: HfEncoder, probes: list[str], first_input: int) -> None:

@@ -14,6 +14,7 @@ rebuilt when it no longer matches the file: size, mtime, either hash, or one of
 
 from __future__ import annotations
 
+import codecs
 import logging
 import mmap
 import os
@@ -25,7 +26,7 @@ import numpy.typing as npt
 import orjson
 import xxhash
 
-from tokenloom.formats import ConfigError, IndexCorruptError, MissingFileError, RecordError
+from tokenloom.formats import ConfigError, FormatError, IndexCorruptError, MissingFileError, RecordError
 from tokenloom.formats.io import atomic_file, atomic_write_bytes
 
 __all__ = ["INDEX_SUFFIX", "RECORD_SUFFIX", "JsonlIndex", "build_index", "index_path"]
@@ -37,6 +38,7 @@ RECORD_SUFFIX = ".idx.json"
 _BLOCK = 16 << 20
 _EDGE = 1 << 20  # bytes hashed at each end of the file
 _SAMPLED_LINES = 64
+_SNIFF = 64 << 10  # bytes read to tell a jsonl file from a binary one
 
 
 def index_path(path: str | os.PathLike[str]) -> Path:
@@ -102,6 +104,46 @@ def _check_input(path: Path) -> None:
         raise MissingFileError("no such jsonl file", path=path)
 
 
+def _check_text(path: Path) -> None:
+    """Refuse a file that is not text jsonl: NUL bytes or invalid UTF-8 in its first 64 KiB, or a first
+    line that is not a JSON object (FormatError naming the file and the byte)."""
+    with open(path, "rb") as handle:
+        head = handle.read(_SNIFF)
+        complete = len(head) < _SNIFF
+    hint = "`tokenloom index` takes a jsonl file: UTF-8 text, one JSON object per line"
+    nul = head.find(b"\0")
+    if nul >= 0:
+        raise FormatError("a NUL byte: this is a binary file, not jsonl", path=path, offset=nul, hint=hint)
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=complete)
+    except UnicodeDecodeError as exc:
+        raise FormatError(
+            f"invalid UTF-8 ({exc.reason}): this is not a jsonl text file", path=path, offset=exc.start, hint=hint
+        ) from None
+    start = len(head) - len(head.lstrip())  # blank lines before the first record are allowed
+    end = head.find(b"\n", start)
+    if end < 0 and not complete:
+        return  # a first line longer than the sniffed block: checked when it is read
+    first = head[start : end if end >= 0 else len(head)]
+    if not first.strip():
+        return  # an empty or blank file: no lines to index
+    line = head[:start].count(b"\n") + 1
+    try:
+        record = orjson.loads(first)
+    except orjson.JSONDecodeError as exc:
+        raise FormatError(
+            f"the first line is not JSON ({exc})", path=path, offset=start, record=line, hint=hint
+        ) from None
+    if not isinstance(record, dict):
+        raise FormatError(
+            f"the first line is a JSON {type(record).__name__}, expected an object",
+            path=path,
+            offset=start,
+            record=line,
+            hint=hint,
+        )
+
+
 def build_index(path: str | os.PathLike[str], *, full_hash: bool = False) -> npt.NDArray[np.int64]:
     """Scan ``path`` for newlines and write its index crash-safely; returns the (n, 2) array.
 
@@ -109,6 +151,7 @@ def build_index(path: str | os.PathLike[str], *, full_hash: bool = False) -> npt
     """
     path = Path(path)
     _check_input(path)
+    _check_text(path)
     record = _content_record(path, full_hash=full_hash)
     newline_positions = []
     size = 0

@@ -168,7 +168,8 @@ def validate(
     click.echo("")
     window = seq_len or DEFAULT_SEQ_LEN
     note = "" if seq_len else "  (default; pass --seq-len)"
-    click.echo(f"# config snippet for seq_len {window}{note}")
+    if note:
+        click.echo(f"# seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
 
 
@@ -346,7 +347,8 @@ def _writable() -> list[str]:
         "\b\nExamples:\n"
         "  tokenloom convert data/native out/train_text_document --to megatron\n"
         "  tokenloom convert out/train_text_document data/native2 --to native --shard-size-tokens 100000000\n"
-        "  tokenloom convert kf_shards/ data/native --to native --from flat --from-dtype uint32"
+        "  tokenloom convert kf_shards/ data/native --to native --from flat --from-dtype uint32\n"
+        "  tokenloom convert megatron/data data/native --to native --eos-id 50256 --vocab-size 50257"
     ),
 )
 @click.argument("source", type=click.Path(path_type=Path))
@@ -387,6 +389,18 @@ def _writable() -> list[str]:
     help="Check every file of the source against the checksums its manifest records (where it has one): a "
     "damaged source is an error, not silently copied. --no-verify skips that extra read.",
 )
+@click.option(
+    "--eos-id",
+    type=click.IntRange(min=0),
+    default=None,
+    help="End-of-document id to record, where the source has none (Megatron or .pbin from another tool).",
+)
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Vocab size to record (and check every token against), where the source has none.",
+)
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 def convert(
     source: Path,
@@ -403,11 +417,15 @@ def convert(
     chunk_tokens: int,
     verify: bool,
     no_progress: bool,
+    eos_id: int | None = None,
+    vocab_size: int | None = None,
 ) -> None:
     """Convert a token dataset to another format, losslessly and in constant memory.
 
     Entries, their order and overlap prefixes are kept where the target can store
-    them; EOS id and vocab size travel with formats that record them.
+    them. EOS id, vocab size and tokenizer fingerprint travel along: in the manifest
+    (native, flat) or in a sidecar NAME.tokenloom.json (megatron, packed). --eos-id
+    and --vocab-size set them where the source records none.
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
@@ -452,6 +470,8 @@ def convert(
                 chunk_tokens=chunk_tokens,
                 writer_options=options,
                 on_progress=lambda n: progress.advance(task, n),
+                eos_id=eos_id,
+                vocab_size=vocab_size,
             )
     rate = result.tokens / result.seconds / 1e6 if result.seconds > 0 else float("inf")
     click.echo(

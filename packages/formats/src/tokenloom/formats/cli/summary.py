@@ -65,22 +65,37 @@ def _yaml_scalar(value: Any) -> str:
 
 
 def config_snippet(dataset: TokenDataset, seq_len: int) -> str:
-    """A YAML block that points training at ``dataset`` with windows of ``seq_len`` tokens."""
+    """Python that reads ``dataset`` as windows of ``seq_len`` tokens, runnable as printed.
+
+    The consumer is named in the first line: ``tokenloom.datasets.MemoryMappedDataset``
+    over ``tokenloom.formats.open_dataset`` (the arguments that reopen exactly this
+    dataset). When the dataset is a bucket (``ROOT/train/<bucket>``), a curriculum
+    ``data:`` block for ROOT follows, with only keys the curriculum config accepts.
+    """
     facts = describe(dataset)
+    samples = samples_for_seq_len(dataset, seq_len)
+    arguments = [repr(facts["path"]), f"format={facts['format']!r}", f"dtype={facts['dtype']!r}"]
     lines = [
-        "data:",
-        f"  path: {_yaml_scalar(facts['path'])}",
-        f"  format: {facts['format']}",
+        f"# Python, read by tokenloom-datasets (pip install tokenloom-datasets): fixed windows of seq_len {seq_len}",
+        "from tokenloom.datasets import MemoryMappedDataset",
+        "from tokenloom.formats import open_dataset",
+        "",
+        f"tokens = open_dataset({', '.join(arguments)})",
+        f"windows = MemoryMappedDataset(tokens, seq_len={seq_len})",
+        f"# len(windows) == {samples}: sum over shards of tokens // (seq_len + 1); "
+        f"vocab_size {_yaml_scalar(facts['vocab_size'])}, eos_id {_yaml_scalar(facts['eos_id'])}",
     ]
-    if "file_pattern" in facts:
-        lines.append(f"  file_pattern: {_yaml_scalar(facts['file_pattern'])}")
-    if "prefixes" in facts:
-        lines.append("  prefixes: [" + ", ".join(_yaml_scalar(p) for p in facts["prefixes"]) + "]")
-    lines += [
-        f"  dtype: {facts['dtype']}",
-        f"  vocab_size: {_yaml_scalar(facts['vocab_size'])}",
-        f"  eos_id: {_yaml_scalar(facts['eos_id'])}",
-        f"  seq_len: {seq_len}",
-        f"  num_samples: {samples_for_seq_len(dataset, seq_len)}  # sum over shards of tokens // (seq_len + 1)",
-    ]
+    root = dataset.root.resolve()
+    if facts["format"] == "native" and root.parent.name == "train":
+        data_root = root.parent.parent
+        lines += [
+            "",
+            f"# curriculum config, read by tokenloom-curriculum (bucket {root.name!r} of {data_root}); "
+            "check it with `tokenloom validate --curriculum FILE`",
+            "data:",
+            f"  path: {_yaml_scalar(str(data_root))}",
+            "  format: pretokenized",
+            f"  max_length: {seq_len}",
+            "  packing: false",
+        ]
     return "\n".join(lines)

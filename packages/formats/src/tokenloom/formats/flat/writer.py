@@ -15,7 +15,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.flat.npy import npy_header
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.atomic import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 
 __all__ = ["FlatWriter"]
@@ -26,7 +26,7 @@ class _ShardFile:
 
     def __init__(self, path: Path, dtype: np.dtype, *, npy: bool) -> None:
         self.path = path
-        self.tmp = path.with_name(path.name + TMP_SUFFIX)
+        self.tmp = temp_path(path)
         self.dtype = dtype
         self.npy = npy
         self.num_tokens = 0

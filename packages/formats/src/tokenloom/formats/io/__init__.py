@@ -1,6 +1,7 @@
 """Plumbing the formats share and sibling packages take from here (and only here).
 
-- atomic writes: ``atomic_file``, ``atomic_write_bytes``, ``fsync_dir``, ``WRITING_MARKER``
+- atomic writes: ``atomic_file``, ``atomic_write_bytes``, ``fsync_dir``, ``WRITING_MARKER``, and the unique
+  per-writer temp names ``temp_path`` / ``temp_base`` (``NAME.<pid>-<hex>.tmp``) every streamed writer uses
 - locks: ``output_lock``, ``lock_path``, ``LOCK_SUFFIX``
 - path safety: ``safe_file``, ``real_path``, ``check_disjoint``, ``check_replaceable``
 - storage errors: ``storage_error``, ``storage_errors`` (an OSError as a named StorageError)
@@ -8,11 +9,20 @@
 - manifests: ``write_manifest``, ``describe_files``, ``file_checksum``, ``FileEntry``
 - token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
 - optional dependencies: ``require``
+- the megatron/packed sidecar (EOS id, vocab size, tokenizer): ``sidecar_of``, ``SIDECAR_SUFFIX``
 
 Everything here imports only from ``io`` itself and ``tokenloom.formats.errors``.
 """
 
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_file, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.atomic import (
+    TMP_SUFFIX,
+    WRITING_MARKER,
+    atomic_file,
+    atomic_write_bytes,
+    fsync_dir,
+    temp_base,
+    temp_path,
+)
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock
 from tokenloom.formats.io.manifest import (
@@ -29,6 +39,7 @@ from tokenloom.formats.io.output import prepare_output_dir, shard_cut
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_path
 from tokenloom.formats.io.scan import eos_offsets
+from tokenloom.formats.io.sidecar import SIDECAR_SUFFIX, sidecar_of
 from tokenloom.formats.io.storage import storage_error, storage_errors
 
 __all__ = [
@@ -36,6 +47,7 @@ __all__ = [
     "EOS_PLACEMENT",
     "LOCK_SUFFIX",
     "MANIFEST_NAME",
+    "SIDECAR_SUFFIX",
     "TMP_SUFFIX",
     "TOKEN_DTYPES",
     "WRITING_MARKER",
@@ -56,8 +68,11 @@ __all__ = [
     "require",
     "safe_file",
     "shard_cut",
+    "sidecar_of",
     "smallest_dtype_for_vocab",
     "storage_error",
     "storage_errors",
+    "temp_base",
+    "temp_path",
     "write_manifest",
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -21,11 +23,30 @@ __all__ = [
     "make_parents",
     "publish",
     "remove_empty",
+    "temp_base",
+    "temp_path",
 ]
 
 TMP_SUFFIX = ".tmp"
 #: Present in a dataset directory while a writer runs; readers refuse such a directory.
 WRITING_MARKER = ".tokenloom-writing"
+_TEMP_TAG = re.compile(r"\.\d+-[0-9a-f]{8}" + re.escape(TMP_SUFFIX) + "$")
+
+
+def temp_path(final: str | os.PathLike[str]) -> Path:
+    """A temp name beside ``final`` that no other writer uses: ``final.<pid>-<8 hex>.tmp``.
+
+    Two processes (or two writers in one process) writing the same file never share
+    a temp file, so one's ``os.replace`` cannot take the other's half-written bytes
+    or leave it with ENOENT; the last complete file wins.
+    """
+    final = Path(final)
+    return final.with_name(f"{final.name}.{os.getpid()}-{secrets.token_hex(4)}{TMP_SUFFIX}")
+
+
+def temp_base(name: str) -> str:
+    """The final name a temp name stands for (``a.idx.123-0a1b2c3d.tmp`` -> ``a.idx``; ``a.tmp`` -> ``a``)."""
+    return _TEMP_TAG.sub("", name) if _TEMP_TAG.search(name) else name.removesuffix(TMP_SUFFIX)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -45,13 +66,13 @@ def publish(tmp: Path, final: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open ``path.tmp`` for binary writing; on success publish it as ``path``.
+    """Open a temp file beside ``path`` (unique per writer: :func:`temp_path`); on success publish it as ``path``.
 
     On an exception the temp file is removed and ``path`` is left untouched.
     """
     final = Path(path)
-    tmp = final.with_name(final.name + TMP_SUFFIX)
-    handle = open(tmp, "wb")  # noqa: SIM115 - closed below on every path
+    tmp = temp_path(final)
+    handle = open(tmp, "xb")  # noqa: SIM115 - closed below on every path
     try:
         yield handle
         handle.flush()

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import logging
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from tokenloom.formats.errors import OutputLockedError
+from tokenloom.formats.errors import OutputLockedError, UnsafePathError
 from tokenloom.formats.io.atomic import make_parents, remove_empty
 from tokenloom.formats.io.storage import storage_errors
 
@@ -36,6 +38,8 @@ __all__ = ["LOCK_SUFFIX", "lock_path", "output_lock"]
 LOCK_SUFFIX = ".tokenloom-lock"
 #: An empty or unparsable lock file (its writer died between create and write) is stale after this many seconds.
 UNREADABLE_GRACE_SECONDS = 30.0
+#: A lock record is a few hundred bytes; a larger file is not one of ours and is read no further.
+MAX_LOCK_BYTES = 64 << 10
 log = logging.getLogger(__name__)
 _HELD: dict[Path, int] = {}  # lock files this process holds -> nesting depth (tokenize's convert step)
 
@@ -80,7 +84,7 @@ def _stale_reason(path: Path, holder: dict[str, Any] | None) -> str | None:
     """Why the lock at ``path`` is stale, or None if its holder may still be running."""
     if holder is None:
         try:
-            age = time.time() - path.stat().st_mtime
+            age = time.time() - path.lstat().st_mtime
         except FileNotFoundError:
             return "it vanished"
         return f"it is unreadable and {age:.0f} s old" if age > UNREADABLE_GRACE_SECONDS else None
@@ -97,10 +101,47 @@ def _stale_reason(path: Path, holder: dict[str, Any] | None) -> str | None:
     return None
 
 
+def _not_a_lock(path: Path, kind: str) -> UnsafePathError:
+    return UnsafePathError(
+        f"{path.name} is {kind}, expected tokenloom's writer-lock file (a small regular file)",
+        path=path,
+        field="lock",
+        hint=f"If no tokenloom process writes this output, delete it (rm {path}) and run again",
+    )
+
+
 def _read(path: Path) -> dict[str, Any] | None:
+    """The holder record of the lock at ``path`` (None: absent, unreadable or not JSON).
+
+    Never blocks and never reads without bound: the file is opened without following a
+    symlink and without waiting on a FIFO, must be a regular file, and at most
+    MAX_LOCK_BYTES are read; a symlink, FIFO, device or directory there is an UnsafePathError.
+    """
     try:
-        payload = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _not_a_lock(path, f"a symbolic link (to {os.readlink(path)})") from None
+        if exc.errno == errno.ENXIO:  # a socket
+            raise _not_a_lock(path, "a socket") from None
+        return None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a special file"
+            raise _not_a_lock(path, kind)
+        raw = os.read(fd, MAX_LOCK_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_LOCK_BYTES:
+        return None  # not a record of ours: unreadable, stale after the grace period
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None
     return payload if isinstance(payload, dict) else None
 
@@ -160,7 +201,7 @@ def output_lock(output: str | os.PathLike[str], *, what: str = "output") -> Iter
         yield path
     finally:
         del _HELD[path]
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, UnsafePathError):
             if (_read(path) or {}).get("pid") == os.getpid():
                 path.unlink()
         remove_empty(created)  # a run that failed leaves no empty directories behind (a finished one wrote there)

@@ -249,8 +249,19 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
                 role=_expect(item, "role", (str,), path),
             )
         )
-        if "/" in files[-1].name or files[-1].name in ("", ".", ".."):
-            raise FormatError(f"manifest lists a file outside the dataset: {files[-1].name!r}", path=path)
+        name = files[-1].name
+        if "\0" in name:  # the OS refuses such a path with a bare ValueError
+            raise FormatError(
+                f"manifest file name {name!r} contains a NUL byte",
+                path=path,
+                record=i,
+                field="files.name",
+                hint="The manifest was edited or damaged; restore it or re-create the dataset",
+            )
+        if "/" in name or name in ("", ".", ".."):
+            raise FormatError(
+                f"manifest lists a file outside the dataset: {name!r}", path=path, record=i, field="files.name"
+            )
     vocab = payload.get("vocab_size")
     eos = payload.get("eos_id")
     tok = payload.get("tokenizer_fingerprint")

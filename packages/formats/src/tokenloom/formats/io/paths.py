@@ -25,6 +25,12 @@ def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Pat
 def safe_stat(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> os.stat_result:
     """The checks of :func:`safe_file`; the file's stat (symlinks followed), so callers need no second one."""
     path = Path(path)
+    if "\0" in os.fspath(path):  # the OS would refuse it with a bare ValueError
+        raise UnsafePathError(
+            f"file name {path.name!r} contains a NUL byte",
+            path=os.fspath(path).replace("\0", "\\0"),
+            hint="The name came from a damaged or hand-edited index/manifest; restore it or re-create the dataset",
+        )
     if path.parent == Path(root) and path.name not in ("", ".", ".."):
         # the common case, a plain entry right inside the root: one lstat instead of resolving
         # both paths (which lstats every component); opening 1,000 shards makes 2,000 of these

@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 
 from tokenloom.formats.errors import ConfigError
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, temp_base
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 
 __all__ = [
@@ -69,7 +69,7 @@ def foreign_files(directory: Path, ours: Callable[[str], bool] | None = None) ->
         return []
 
     def mine(name: str) -> bool:
-        base = name.removesuffix(TMP_SUFFIX)
+        base = temp_base(name)
         return (
             name == WRITING_MARKER
             or name.endswith(".tokenloom-lock")

@@ -20,7 +20,7 @@ import orjson
 
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir, publish
+from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir, publish, temp_path
 from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
@@ -170,7 +170,7 @@ class H5StoreWriter(StoreWriter):
             )
         h5py = h5py_module()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self._tmp = temp_path(self.path)
         self._file = h5py.File(self._tmp, "w")
         self._segments = 0
 

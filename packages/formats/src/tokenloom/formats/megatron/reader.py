@@ -22,7 +22,9 @@ running byte offsets of the sizes, that the document indices run from 0 to the
 sequence count without decreasing, and that the .bin holds exactly the bytes
 the sizes announce. Token dtypes are uint8, uint16, int32 and int64 (Megatron
 has no uint32; int8/int16/float data cannot hold token ids and is refused).
-The format has no overlap prefix (zeros), and no place for vocab size or EOS id.
+The format has no overlap prefix (zeros), and no place for vocab size, EOS id or
+tokenizer: tokenloom keeps them in ``PREFIX.tokenloom.json`` beside the ``.idx``
+(see :mod:`tokenloom.formats.io.sidecar`), which other tools ignore.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.scan import check_rising_from_zero
+from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 
 __all__ = ["MEGATRON_MAGIC", "is_megatron", "megatron_prefixes", "open_megatron"]
 
@@ -231,16 +234,34 @@ def open_megatron(
 ) -> TokenDataset:
     """Open one prefix, an ``.idx``/``.bin`` file of one, or a directory of prefixes (one shard each).
 
-    Megatron records no vocab size or EOS id; pass them to have ``validate="deep"``
-    check token ids and EOS placement (negative ids are refused either way).
+    Megatron records no vocab size or EOS id: they come from tokenloom's sidecar
+    ``PREFIX.tokenloom.json`` when a tokenloom writer left one, or from these
+    arguments (which must agree with a sidecar); ``validate="deep"`` then checks
+    token ids and EOS placement (negative ids are refused either way).
     """
     root, stems = megatron_prefixes(Path(path))
     shards, documents, modes = [], [], []
+    recorded: dict[str, Any] | None = None
+    recorded_by: Path | None = None
     for stem in stems:
         shard, document_indices, multimodal = read_megatron_shard(root, stem)
         shards.append(shard)
         documents.append(document_indices)
         modes.append(multimodal)
+        sidecar = sidecar_of(root / stem)
+        found = read_sidecar(sidecar, root / f"{stem}.idx", root)
+        if found is not None and recorded is not None and found != recorded:
+            raise FormatError(
+                f"the sidecars of prefixes {recorded_by.name if recorded_by else '?'} and {sidecar.name} record "
+                f"different values ({recorded} vs {found})",
+                path=sidecar,
+                hint="Open the prefixes separately: they come from different tokenizers or settings",
+            )
+        if found is not None:
+            recorded, recorded_by = found, sidecar
+    vocab_size, eos_id, tokenizer_fingerprint = merge_sidecar(
+        recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or root / stems[0]
+    )
     if dtype is not None and not (isinstance(dtype, str) and dtype == "infer"):
         wanted = as_token_dtype(dtype)
         if wanted != shards[0].dtype:
@@ -263,6 +284,7 @@ def open_megatron(
         root=root,
         eos_id=eos_id,
         vocab_size=vocab_size,
+        tokenizer_fingerprint=tokenizer_fingerprint,
         metadata={
             "prefixes": stems,
             "document_indices": documents,

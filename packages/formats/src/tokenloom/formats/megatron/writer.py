@@ -13,7 +13,8 @@ from tokenloom.formats._writer import TokenWriter, WriterBasics
 from tokenloom.formats.errors import (
     ConfigError,
 )
-from tokenloom.formats.io.atomic import TMP_SUFFIX, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, make_parents, remove_empty, temp_path
+from tokenloom.formats.io.sidecar import remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats.megatron.reader import (
     _HEADER,
     CODE_OF_DTYPE,
@@ -31,7 +32,9 @@ class MegatronWriter(TokenWriter):
     ``path`` is the prefix (a trailing ``.idx``/``.bin`` is dropped); the .idx is
     published last, so a prefix with an .idx is complete. Megatron stores no
     overlap prefix, vocab size or EOS id: a non-zero overlap prefix is a
-    ConfigError, vocab size and EOS id are checked at write time only.
+    ConfigError; vocab size, EOS id and ``tokenizer_fingerprint`` go to the
+    sidecar ``PREFIX.tokenloom.json`` (written just before the .idx; none when
+    all three are unknown).
     """
 
     format = "megatron"
@@ -40,10 +43,12 @@ class MegatronWriter(TokenWriter):
         self,
         path: str | os.PathLike[str],
         *,
+        tokenizer_fingerprint: str | None = None,
         overwrite: bool = False,
         **basics: Unpack[WriterBasics],
     ) -> None:
         super().__init__(path, **basics)
+        self.tokenizer_fingerprint = tokenizer_fingerprint
         if self.dtype.name not in CODE_OF_DTYPE:
             raise ConfigError(
                 f"Megatron has no dtype code for {self.dtype.name}, expected one of {sorted(CODE_OF_DTYPE)}",
@@ -80,7 +85,10 @@ class MegatronWriter(TokenWriter):
             )
         for stale in existing:
             stale.unlink()
-        self._bin_tmp = self.bin_path.with_name(self.bin_path.name + TMP_SUFFIX)
+        self.sidecar = sidecar_of(prefix)
+        if existing:
+            remove_sidecar(self.sidecar)  # it described the data just removed
+        self._bin_tmp = temp_path(self.bin_path)
         self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
         self._lengths: list[np.ndarray] = []
 
@@ -107,8 +115,15 @@ class MegatronWriter(TokenWriter):
         documents = np.arange(len(sizes) + 1, dtype="<i8")
         code = CODE_OF_DTYPE[self.dtype.name]
         header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
+        index = header + sizes.tobytes() + pointers.tobytes() + documents.tobytes()
         os.replace(self._bin_tmp, self.bin_path)
-        atomic_write_bytes(self.idx_path, header + sizes.tobytes() + pointers.tobytes() + documents.tobytes())
+        values = {
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+        }
+        write_sidecar(self.sidecar, index, name=self.idx_path.name, values=values)
+        atomic_write_bytes(self.idx_path, index)
         fsync_dir(self.idx_path.parent)
 
     def _abort(self) -> None:

@@ -33,7 +33,7 @@ from tokenloom.formats._contract import Validate
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.atomic import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, write_manifest
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 from tokenloom.formats.native.layout import EXTENSION_CODES, MAX_ENTRIES, NATIVE_MAGIC, pack_header
@@ -60,7 +60,7 @@ class NativeShardWriter:
         self.dtype = dtype
         self.bin_path = directory / f"{stem}.bin"
         self.idx_path = directory / f"{stem}.idx"
-        self._bin_tmp = directory / f"{stem}.bin{TMP_SUFFIX}"
+        self._bin_tmp = temp_path(self.bin_path)
         self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in close/abort
         self._lengths: list[np.ndarray] = []
         self._overlaps: list[np.ndarray] = []

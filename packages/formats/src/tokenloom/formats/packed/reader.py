@@ -18,6 +18,10 @@ parses, its entries are token-aligned, cover the data in order without gaps or
 overlaps and end exactly at D). If both layouts fit, or neither, that is a
 FormatError; ``layout=`` picks one explicitly. The index is read by
 :mod:`tokenloom.formats.packed.pickle_safe`, never by ``pickle.loads``.
+
+A ``.pbin`` has no field for the EOS id, vocab size or tokenizer: tokenloom keeps
+them in ``NAME.pbin.tokenloom.json`` beside the file (see
+:mod:`tokenloom.formats.io.sidecar`), which Modalities ignores.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 from tokenloom.formats.packed.pickle_safe import load_int_tuples
 
 __all__ = ["PACKED_LAYOUTS", "PACKED_SUFFIX", "PackedFile", "is_packed", "open_packed", "read_packed_file"]
@@ -305,9 +310,10 @@ def open_packed(
     """Open a .pbin file or a directory of them (one shard per file, sorted by name).
 
     The index is always read and checked completely (it is the only way to find
-    the documents). ``validate="deep"`` also checks token ids against
-    ``vocab_size`` and EOS placement against ``eos_id`` when they are given (a
-    .pbin records neither).
+    the documents). A .pbin records no vocab size or EOS id: they come from
+    tokenloom's sidecar ``NAME.pbin.tokenloom.json`` when a tokenloom writer left
+    one, or from these arguments (which must agree with a sidecar).
+    ``validate="deep"`` checks token ids and EOS placement against them.
     """
     target = Path(path)
     if target.is_dir():
@@ -323,6 +329,22 @@ def open_packed(
         read_packed_file(f, root, layout=layout, max_index_bytes=max_index_bytes, max_entries=max_entries)
         for f in files
     ]
+    recorded: dict[str, Any] | None = None
+    recorded_by: Path | None = None
+    for f in files:
+        found = read_sidecar(sidecar_of(f), f, root)
+        if found is not None and recorded is not None and found != recorded:
+            raise FormatError(
+                f"the sidecars of {recorded_by.name if recorded_by else '?'} and {sidecar_of(f).name} record "
+                f"different values ({recorded} vs {found})",
+                path=sidecar_of(f),
+                hint="Open the files separately: they come from different tokenizers or settings",
+            )
+        if found is not None:
+            recorded, recorded_by = found, sidecar_of(f)
+    vocab_size, eos_id, tokenizer_fingerprint = merge_sidecar(
+        recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or files[0]
+    )
     if dtype is not None:
         wanted = as_token_dtype(dtype)
         for item in packed:
@@ -339,6 +361,7 @@ def open_packed(
         root=target,
         eos_id=eos_id,
         vocab_size=vocab_size,
+        tokenizer_fingerprint=tokenizer_fingerprint,
         metadata={"layouts": {item.shard.name: item.layout for item in packed}},
     )
     if validate == Validate.DEEP:

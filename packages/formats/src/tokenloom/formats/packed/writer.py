@@ -15,8 +15,9 @@ from tokenloom.formats.errors import (
     ConfigError,
     DataError,
 )
-from tokenloom.formats.io.atomic import TMP_SUFFIX, make_parents, publish, remove_empty
+from tokenloom.formats.io.atomic import make_parents, publish, remove_empty, temp_path
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES
+from tokenloom.formats.io.sidecar import remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats.packed.pickle_safe import dump_int_tuples
 from tokenloom.formats.packed.reader import PACKED_SUFFIX, open_packed
 
@@ -24,7 +25,7 @@ __all__ = ["PackedWriter"]
 
 
 class PackedWriter(TokenWriter):
-    """Writes one ``.pbin`` file crash-safely (``name.pbin.tmp``, fsync, rename, directory fsync).
+    """Writes one ``.pbin`` file crash-safely (a unique ``name.pbin.<pid>-<hex>.tmp``, fsync, rename, directory fsync).
 
     Args:
         path: the ``.pbin`` file to create.
@@ -32,6 +33,8 @@ class PackedWriter(TokenWriter):
             layout. The legacy layout always stores 4-byte tokens; any unsigned
             dtype of up to 4 bytes is accepted and widened losslessly.
         legacy: write the seed's 8-byte-header layout instead of the current one.
+        tokenizer_fingerprint: kept, with vocab_size and eos_id, in the sidecar
+            ``NAME.pbin.tokenloom.json`` (written just before the .pbin is published).
         overwrite: replace an existing file.
     """
 
@@ -42,10 +45,13 @@ class PackedWriter(TokenWriter):
         path: str | os.PathLike[str],
         *,
         legacy: bool = False,
+        tokenizer_fingerprint: str | None = None,
         overwrite: bool = False,
         **basics: Unpack[WriterBasics],
     ) -> None:
         super().__init__(path, **basics)
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        self.sidecar = sidecar_of(self.path)
         if self.path.suffix != PACKED_SUFFIX:
             raise ConfigError(
                 f"{self.path.name} does not end in {PACKED_SUFFIX}",
@@ -78,7 +84,7 @@ class PackedWriter(TokenWriter):
         self.legacy = legacy
         self.layout = "legacy" if legacy else "current"
         self.store_dtype = TOKEN_DTYPES["uint32"] if legacy else self.dtype
-        self._tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self._tmp = temp_path(self.path)
         self._created = make_parents(self.path)  # removed again if the writer fails
         self._handle = open(self._tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
         self._handle.write(b"\0" * 8)
@@ -103,6 +109,7 @@ class PackedWriter(TokenWriter):
         starts = np.zeros(len(byte_lengths), dtype=np.int64)
         np.cumsum(byte_lengths[:-1], out=starts[1:])
         data_len = int(byte_lengths.sum())
+        wrote = False
         try:
             self._handle.write(dump_int_tuples(zip(starts.tolist(), byte_lengths.tolist(), strict=True)))
             self._handle.seek(0)
@@ -110,8 +117,17 @@ class PackedWriter(TokenWriter):
             self._handle.flush()
             os.fsync(self._handle.fileno())
             self._handle.close()
+            values = {
+                "vocab_size": self.vocab_size,
+                "eos_id": self.eos_id,
+                "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            }
+            remove_sidecar(self.sidecar)  # an overwritten file's sidecar must not outlive it
+            wrote = write_sidecar(self.sidecar, self._tmp, name=self.path.name, values=values)
             publish(self._tmp, self.path)
         except BaseException:
+            if wrote:
+                remove_sidecar(self.sidecar)
             self._abort()
             raise
 

@@ -34,17 +34,15 @@ from tokenloom.formats.io import (
     MANIFEST_NAME,
     WRITING_MARKER,
     atomic_write_bytes,
-    check_disjoint,
-    check_replaceable,
     fsync_dir,
-    output_lock,
     prepare_output_dir,
-    real_path,
-    storage_errors,
+    temp_base,
 )
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
-from tokenloom.tokenize._pipeline import ProgressCallback, RunInputs, TokenizeSummary, replaceable, tokenize_native
+from tokenloom.tokenize._native import replaceable, tokenize_native
+from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 
 __all__ = [
     "MEGATRON_PREFIX",
@@ -53,21 +51,29 @@ __all__ = [
     "STAGING_SUFFIX",
     "output_path",
     "staging_dir",
-    "tokenize",
+    "tokenize_via_staging",
 ]
+
 
 #: ``OUT/data`` is the Megatron prefix: ``OUT/data.bin`` + ``OUT/data.idx``.
 MEGATRON_PREFIX = "data"
+
+
 #: The packed output file inside OUT.
 PACKED_FILE = "data.pbin"
+
+
 #: The run record beside megatron and packed output (formats without a manifest).
 RECORD_NAME = "tokenize.json"
+
+
 #: The native staging dataset is a sibling of OUT with this suffix.
 STAGING_SUFFIX = ".native-staging"
 
+
 _OURS = {
-    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx)"),
-    "packed": re.compile(re.escape(PACKED_FILE)),
+    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx|tokenloom\.json)"),  # .tokenloom.json: formats' sidecar
+    "packed": re.compile(re.escape(PACKED_FILE) + r"(\.tokenloom\.json)?"),
     "flat": re.compile(r"shard_\d+\.npy|document_lengths\.i64|" + re.escape(MANIFEST_NAME)),
 }
 
@@ -87,8 +93,42 @@ def output_path(config: TokenizeConfig) -> Path:
     return config.output_dir
 
 
+def tokenize_via_staging(
+    config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
+) -> TokenizeSummary:
+    """Run (or resume, or confirm) a megatron / flat / packed tokenize job; see the module docstring."""
+    started = time.perf_counter()
+    run_key = inputs.run_key(config)
+    staging = staging_dir(config.output_dir)
+    done = _check_output(config, run_key)
+    if done is not None:
+        if not config.keep_staging:
+            _remove_staging(staging)
+        summary = _summary(config, done, time.perf_counter() - started)
+        summary.already_complete = True
+        return summary
+    staging_config = dataclasses.replace(
+        config, format="native", output_dir=staging, drop_overlap_prefix=False, keep_staging=False
+    )
+    try:
+        native = tokenize_native(staging_config, inputs, on_progress=on_progress)
+    except DataError:
+        with contextlib.suppress(OSError):
+            staging.rmdir()  # emptied by the native run's discard: publish nothing
+        raise
+    staged = read_manifest(staging).metadata["tokenize"]
+    record = _convert(config, staging, {**staged, **run_key})
+    if not config.keep_staging:
+        _remove_staging(staging)
+    summary = _summary(config, record, time.perf_counter() - started)
+    summary.examples = native.examples
+    summary.resumed_shards = native.resumed_shards
+    summary.run_tokens, summary.bytes_read = native.run_tokens, native.bytes_read
+    return summary
+
+
 def _ours(config: TokenizeConfig, name: str) -> bool:
-    base = name.removesuffix(".tmp")
+    base = temp_base(name)  # a crashed writer's NAME.<pid>-<hex>.tmp stands for NAME
     return (
         name == WRITING_MARKER
         or name.endswith(LOCK_SUFFIX)
@@ -217,91 +257,3 @@ def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> d
     (out / WRITING_MARKER).unlink()
     fsync_dir(out)
     return record
-
-
-def tokenize_via_staging(
-    config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
-) -> TokenizeSummary:
-    """Run (or resume, or confirm) a megatron / flat / packed tokenize job; see the module docstring."""
-    started = time.perf_counter()
-    run_key = inputs.run_key(config)
-    staging = staging_dir(config.output_dir)
-    done = _check_output(config, run_key)
-    if done is not None:
-        if not config.keep_staging:
-            _remove_staging(staging)
-        summary = _summary(config, done, time.perf_counter() - started)
-        summary.already_complete = True
-        return summary
-    staging_config = dataclasses.replace(
-        config, format="native", output_dir=staging, drop_overlap_prefix=False, keep_staging=False
-    )
-    try:
-        native = tokenize_native(staging_config, inputs, on_progress=on_progress)
-    except DataError:
-        with contextlib.suppress(OSError):
-            staging.rmdir()  # emptied by the native run's discard: publish nothing
-        raise
-    staged = read_manifest(staging).metadata["tokenize"]
-    record = _convert(config, staging, {**staged, **run_key})
-    if not config.keep_staging:
-        _remove_staging(staging)
-    summary = _summary(config, record, time.perf_counter() - started)
-    summary.examples = native.examples
-    summary.resumed_shards = native.resumed_shards
-    return summary
-
-
-def check_tokenizer_files(directory: Path) -> None:
-    """A tokenizer directory's JSON files must parse: a ConfigError naming the file, not a parser traceback."""
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        path = directory / name
-        if not path.is_file():
-            continue
-        try:
-            payload = orjson.loads(path.read_bytes())
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(
-                f"{name} is not valid JSON ({exc})",
-                path=path,
-                field="tokenizer",
-                hint="The tokenizer files are damaged; save the tokenizer again (save_pretrained) or re-copy them",
-            ) from None
-        if not isinstance(payload, dict):
-            raise ConfigError(f"{name} is not a JSON object", path=path, field="tokenizer")
-
-
-def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
-    """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
-    targets = [config.output_dir]
-    if config.format != "native":
-        targets.append(staging_dir(config.output_dir))
-    # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
-    if real_path(config.output_dir) == real_path(config.input_dir):
-        check_disjoint([config.output_dir], [config.input_dir], target_name="--output-dir")
-    sources = [*(f.path for f in inputs.files)]
-    tokenizer_dir = Path(inputs.tokenizer)
-    if tokenizer_dir.exists():
-        sources.append(tokenizer_dir)
-    check_disjoint(targets, sources, target_name="--output-dir")
-    if tokenizer_dir.is_dir():
-        check_tokenizer_files(tokenizer_dir)
-    if config.overwrite:
-        check_replaceable(config.output_dir, replaceable(config.output_dir))
-
-
-def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
-    """Run (or resume, or confirm) one tokenize job, in any supported format."""
-    with storage_errors(config.output_dir, "tokenizing"):
-        inputs = RunInputs.resolve(config)
-        check_run_paths(config, inputs)
-        with output_lock(config.output_dir, what="--output-dir"):
-            return _tokenize_locked(config, inputs, on_progress)
-
-
-def _tokenize_locked(
-    config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None
-) -> TokenizeSummary:
-    if config.format == "native":
-        return tokenize_native(config, inputs, on_progress=on_progress)
-    return tokenize_via_staging(config, inputs, on_progress=on_progress)

@@ -1,0 +1,364 @@
+"""The one executor of tokenize: native, staged and pack runs all encode through it.
+
+    start_encoding: tokenizer facts (EOS id, vocabulary, serialized backend)
+        -> worker processes (spawn; the backend handed over through a private file)
+        -> EOS id, dtype, engine probe -> Encoding
+    Encoding.results(chunks): encode_chunk in the workers, results in chunk order,
+        at most ``2 * num_workers + 2`` chunks in flight; a dead worker is a WorkerDiedError
+
+Results are consumed strictly in chunk order, so the bytes never depend on the
+worker count or timing. With ``num_workers=0`` everything runs in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats import ConfigError, DataError
+from tokenloom.formats.io import smallest_dtype_for_vocab
+from tokenloom.tokenize._config import default_num_workers
+from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
+from tokenloom.tokenize._inputs import Chunk, InputFile, read_chunks
+from tokenloom.tokenize._tokenizer import TokenizerInfo, describe_plain, local_info
+from tokenloom.tokenize._worker import (
+    ChunkResult,
+    EncodeSettings,
+    EngineChoice,
+    SerializedHandoff,
+    choose_engine,
+    describe_tokenizer,
+    encode_chunk,
+    init_worker,
+    sample_texts,
+    warm_up,
+)
+from tokenloom.tokenize.engine import announce_engine
+from tokenloom.tokenize.windowing import Windowing
+
+__all__ = [
+    "HANDOFF_PREFIX",
+    "Encoding",
+    "WorkerDiedError",
+    "executor_for",
+    "remove_stale_handoffs",
+    "run_ordered",
+    "spawn_pool",
+    "start_encoding",
+]
+
+log = logging.getLogger("tokenloom.tokenize")
+
+
+@dataclass(frozen=True, slots=True)
+class Encoding:
+    """A started encoder: the tokenizer's facts, the chosen engine, and the workers (None: this process)."""
+
+    settings: EncodeSettings
+    info: TokenizerInfo
+    dtype: np.dtype
+    engine: EngineChoice
+    executor: Executor | None
+    window: int
+    """Chunks in flight at most: ``2 * num_workers + 2``, so memory does not grow with the input."""
+
+    @property
+    def eos_id(self) -> int:
+        return self.settings.eod_id
+
+    def results(self, chunks: Iterator[Chunk]) -> Iterator[ChunkResult]:
+        """Every chunk encoded, results in input order (see :func:`run_ordered`)."""
+        return run_ordered(self.executor, chunks, self.settings, self.window)
+
+
+@contextlib.contextmanager
+def start_encoding(
+    tokenizer: str,
+    files: list[InputFile],
+    *,
+    num_workers: int,
+    eos_id: int | None,
+    text_field: str,
+    engine: str,
+    verify_fraction: float,
+    max_line_bytes: int,
+    max_length: int | None = None,
+    overlap_size: int = 0,
+    windowing: Windowing = Windowing.TOKENLOOM,
+    min_text_length: int = 0,
+) -> Iterator[Encoding]:
+    """Start the encoder of one run (native, staged or pack): facts, workers, EOS, dtype, engine.
+
+    The workers start first, so that they import and build the tokenizer while this
+    process resolves the EOS id and probes the engines. Closing the context stops them.
+    """
+    with contextlib.ExitStack() as stack:
+        info, serialized = tokenizer_info(tokenizer, in_process=num_workers == 0)  # bad files: ConfigError
+        executor = None
+        if num_workers > 0:
+            executor = stack.enter_context(executor_for(num_workers, tokenizer, serialized))
+        eod_id = resolve_eos(eos_id, info, tokenizer)
+        if windowing is Windowing.GPT_SIMPLE:
+            check_gpt_simple_eod(tokenizer, eod_id, eos_id_given=eos_id is not None)
+            dtype = gpt_simple_dtype(info.vocab_size)
+        else:
+            dtype = smallest_dtype_for_vocab(info.vocab_size)
+        settings = EncodeSettings(
+            tokenizer=tokenizer,
+            text_field=tuple(text_field.split(".")),
+            eod_id=eod_id,
+            vocab_size=info.vocab_size,
+            max_length=max_length,
+            overlap_size=overlap_size,
+            dtype=dtype.name,
+            windowing=windowing.value,
+            min_text_length=min_text_length,
+            refuse_pad=windowing is Windowing.GPT_SIMPLE and not gpt_simple_pad_is_added(tokenizer),
+        )
+        choice = choose_run_engine(files, settings, serialized, engine, verify_fraction, max_line_bytes)
+        settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
+        yield Encoding(settings, info, dtype, choice, executor, 2 * max(num_workers, 1) + 2)
+
+
+def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
+    """EOS id, vocab size and serialized backend, from a short-lived child (or this process).
+
+    A tokenizer the loaders cannot read (a corrupt tokenizer.json: JSONDecodeError, ...) is a ConfigError.
+    """
+    try:
+        return _tokenizer_info(name, in_process=in_process)
+    except (DataError, OSError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # the tokenizers/transformers loaders raise plain exceptions on bad files
+        raise ConfigError(
+            f"tokenizer {name!r} could not be loaded ({type(exc).__name__}: {exc})",
+            field="tokenizer",
+            hint="Check that --tokenizer names a directory written by save_pretrained (tokenizer.json)",
+        ) from exc
+
+
+def _tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
+    if in_process:
+        return local_info(name), None
+    plain = describe_plain(name)  # no transformers import when that is exact
+    if plain is not None:
+        log.info("tokenizer %s: read tokenizer.json directly (a plain PreTrainedTokenizerFast; fast start)", name)
+        return plain
+    log.info(
+        "tokenizer %s: loading it with transformers.AutoTokenizer in a child process (about 1 s more start-up): "
+        "it is not a directory with tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast "
+        "with plain settings",
+        name,
+    )
+    with spawn_pool(1) as child:
+        return child.submit(describe_tokenizer, name).result()
+
+
+def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:
+    """The end-of-document id: ``requested`` (--eos-id) or the tokenizer's EOS; never a silent default."""
+    eos_id = requested if requested is not None else info.eos_id
+    if eos_id is None:
+        raise ConfigError(
+            f"tokenizer {tokenizer!r} has no EOS token, so the end-of-document id is unknown",
+            field="eos_id",
+            hint="Pass --eos-id N with the id that ends a document in this vocabulary",
+        )
+    if not 0 <= eos_id < info.vocab_size:
+        raise ConfigError(
+            f"eos_id {eos_id} is outside the tokenizer's vocabulary of {info.vocab_size}",
+            field="eos_id",
+        )
+    return eos_id
+
+
+def choose_run_engine(
+    files: list[InputFile],
+    settings: EncodeSettings,
+    serialized: str | None,
+    engine: str,
+    verify_fraction: float,
+    max_line_bytes: int,
+) -> EngineChoice:
+    """Probe the engines on the fixed set plus the input's first documents (the same on every resume)."""
+    sample: list[str] = []
+    reader = read_chunks(files, chunk_lines=256, chunk_bytes=1 << 20, max_line_bytes=max_line_bytes)
+    try:
+        with contextlib.suppress(DataError):  # the run itself reports bad input
+            for chunk in itertools.islice(reader, 8):
+                sample += sample_texts(chunk, settings.text_field, limit=256 - len(sample))
+                if len(sample) >= 256:
+                    break
+    finally:
+        getattr(reader, "close", lambda: None)()  # close the file the generator holds open
+    choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
+    return choice
+
+
+def spawn_pool(
+    max_workers: int, *, initializer: Callable[..., object] | None = None, initargs: tuple[Any, ...] = ()
+) -> ProcessPoolExecutor:
+    """Every process pool of tokenize (encoding workers, the tokenizer-describing child) is made here.
+
+    spawn, not fork: a tokenizer (or its thread pool) must never cross a fork. Not
+    forkserver either: its workers' parent is the server, which outlives a killed
+    parent, so the workers' watchdog would never fire.
+    """
+    return ProcessPoolExecutor(
+        max_workers=max_workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=initializer,
+        initargs=initargs,
+    )
+
+
+HANDOFF_PREFIX = "tokenloom-tokenizer-"
+
+
+_HANDOFF_DIR = re.compile(re.escape(HANDOFF_PREFIX) + r"(\d+)-[^/]+")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_handoffs(parent: Path) -> list[Path]:
+    """Remove this user's tokenizer hand-off directories in ``parent`` whose owner process is gone.
+
+    Why: a tokenize killed with SIGKILL cannot remove its own (about 1 MB per run for a 16k
+    vocabulary, more for large ones). The owner's pid is in the name; a live pid (even a reused
+    one) keeps its directory.
+    """
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            match = _HANDOFF_DIR.fullmatch(entry.name)
+            if match is None or _pid_alive(int(match[1])):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
+                    shutil.rmtree(entry)
+                    removed.append(entry)
+    if removed:
+        log.info(
+            "removed %d tokenizer hand-off director%s left by killed runs",
+            len(removed),
+            "y" if len(removed) == 1 else "ies",
+        )
+    return removed
+
+
+def handoff_dir(stack: contextlib.ExitStack) -> Path:
+    """A private temporary directory named after this process, removed when ``stack`` closes."""
+    parent = Path(tempfile.gettempdir())
+    remove_stale_handoffs(parent)
+    root = Path(tempfile.mkdtemp(prefix=f"{HANDOFF_PREFIX}{os.getpid()}-", dir=parent))
+    stack.callback(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+@contextlib.contextmanager
+def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> Iterator[ProcessPoolExecutor]:
+    """Worker processes that rebuild ``tokenizer`` from its ``serialized`` backend on first use."""
+    threads = max(1, default_num_workers() // num_workers)
+    with contextlib.ExitStack() as stack:
+        # the backend (about 1 MB of JSON for a 16k vocabulary) goes through a private file, not
+        # the initializer's arguments: spawn writes those to a 64 KB pipe that the worker drains
+        # only after its imports, so a large argument stalls the parent on each worker in turn
+        # (about 0.5 s per worker measured here) instead of letting them start side by side
+        handoff = None
+        if serialized is not None:
+            root = handoff_dir(stack)
+            handoff = SerializedHandoff.write(root / "tokenizer.json", serialized)
+        executor = stack.enter_context(
+            spawn_pool(num_workers, initializer=init_worker, initargs=(threads, tokenizer, handoff, os.getpid()))
+        )
+        # start the workers now (one task each), so that they import and build the tokenizer while
+        # the parent runs the engine probe, instead of after it
+        for _ in range(num_workers):
+            executor.submit(warm_up, tokenizer)
+        yield executor
+
+
+def run_ordered(
+    executor: Executor | None, chunks: Iterator[Chunk], settings: EncodeSettings, window: int
+) -> Iterator[ChunkResult]:
+    """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight."""
+    if executor is None:
+        for chunk in chunks:
+            yield encode_chunk(chunk, settings)
+        return
+    pending: deque[tuple[Chunk, Future[ChunkResult]]] = deque()
+    workers: dict[int, Any] = {}  # pid -> multiprocessing.Process, to name how a dead one ended
+    chunk: Chunk | None = None
+    try:
+        for chunk in chunks:
+            pending.append((chunk, executor.submit(encode_chunk, chunk, settings)))
+            workers.update(getattr(executor, "_processes", None) or {})
+            if len(pending) >= window:
+                yield pending.popleft()[1].result()
+        while pending:
+            yield pending.popleft()[1].result()
+    except BrokenProcessPool:
+        waited = pending[0][0] if pending else chunk  # the chunk whose result the run was waiting for
+        raise _worker_died(waited, workers) from None
+    finally:
+        for _chunk, future in pending:
+            future.cancel()
+
+
+class WorkerDiedError(DataError):
+    """An encoding worker process ended abruptly (killed by a signal, most often the kernel's OOM killer)."""
+
+    default_hint = (
+        "Rerun with fewer --num-workers (each holds a tokenizer and a few chunks in memory) or with more memory; "
+        "the same tokenize command resumes from its completed shards"
+    )
+
+
+def _worker_died(chunk: Chunk | None, workers: dict[int, Any]) -> WorkerDiedError:
+    how = []
+    for pid, process in sorted(workers.items()):
+        code = getattr(process, "exitcode", None)
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            likely = " (likely out of memory: the kernel's OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
+            how.append(f"worker pid {pid} was killed by {name}{likely}")
+        elif code is not None:
+            how.append(f"worker pid {pid} exited with status {code}")
+    what = "; ".join(how) if how else "it ended abruptly (likely killed: out of memory?)"
+    if chunk is None:
+        return WorkerDiedError(f"an encoding worker process died before the first chunk: {what}", field="num_workers")
+    lines = f"lines {chunk.first_line}-{chunk.first_line + max(len(chunk.lines), 1) - 1}"
+    return WorkerDiedError(
+        f"an encoding worker process died while the run waited for chunk {chunk.index} ({lines}): {what}",
+        path=chunk.path,
+        record=chunk.first_line,
+        field="num_workers",
+    )

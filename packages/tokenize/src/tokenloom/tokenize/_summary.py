@@ -1,0 +1,55 @@
+"""What a tokenize run reports: its summary, and the progress callback it feeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "TokenizeSummary"]
+
+#: How many example lines of each skipped-record kind a summary keeps.
+EXAMPLES_PER_KIND = 3
+
+
+@dataclass(slots=True)
+class TokenizeSummary:
+    """What a run did (the CLI prints it)."""
+
+    output_dir: Path
+    documents: int = 0
+    entries: int = 0
+    tokens: int = 0
+    input_bytes: int = 0
+    shards: int = 0
+    seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    """--windowing gpt-simple: documents dropped by its rule (short_text, no_tokens) or cut (truncated)."""
+    examples: list[str] = field(default_factory=list)
+    resumed_shards: int = 0
+    already_complete: bool = False
+    dtype: str = ""
+    eos_id: int = -1
+    vocab_size: int = 0
+    format: str = "native"
+    engine: str = ""
+    """The encoding engine (hf or fast) of the last session that wrote this output."""
+    engine_reason: str = ""
+    run_tokens: int = 0
+    """Tokens written by this run (a resumed run: not those of the shards it resumed after)."""
+    bytes_read: int = 0
+    """Bytes of the input files (as stored: compressed for .gz) this run read; the bar counts the same."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        """This run's tokens over this run's wall time (``seconds``)."""
+        return self.run_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        """This run's input bytes read over this run's wall time, as the progress bar shows it."""
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
+
+
+ProgressCallback = Callable[[int, int, int], None]  # (documents, tokens, bytes on disk) since last call

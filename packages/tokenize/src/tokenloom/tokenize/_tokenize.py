@@ -1,0 +1,62 @@
+"""``tokenize()``: the entry point of a tokenize run, in any supported format.
+
+tokenize(config)
+    -> RunInputs.resolve (_plan: tokenizer, input files, run key) -> check_run_paths
+    -> output lock
+    -> native:                    tokenize_native (_native: journal, shards, manifest)
+       megatron / flat / packed:  tokenize_via_staging (_staged: a native staging run, then convert)
+Both encode through the one executor (_executor), as ``pack`` does.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tokenloom.formats.io import check_disjoint, check_replaceable, output_lock, real_path, storage_errors
+from tokenloom.tokenize._config import TokenizeConfig
+from tokenloom.tokenize._native import replaceable, tokenize_native
+from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
+from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+
+__all__ = ["check_run_paths", "tokenize"]
+
+
+def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = None) -> TokenizeSummary:
+    """Run (or resume, or confirm) one tokenize job, in any supported format."""
+    started = time.perf_counter()
+    with storage_errors(config.output_dir, "tokenizing"):
+        inputs = RunInputs.resolve(config)
+        check_run_paths(config, inputs)
+        with output_lock(config.output_dir, what="--output-dir"):
+            summary = _tokenize_locked(config, inputs, on_progress)
+    summary.seconds = time.perf_counter() - started  # this run's wall time, the clock of its rates
+    return summary
+
+
+def _tokenize_locked(
+    config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None
+) -> TokenizeSummary:
+    if config.format == "native":
+        return tokenize_native(config, inputs, on_progress=on_progress)
+    return tokenize_via_staging(config, inputs, on_progress=on_progress)
+
+
+def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
+    """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
+    targets = [config.output_dir]
+    if config.format != "native":
+        targets.append(staging_dir(config.output_dir))
+    # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
+    if real_path(config.output_dir) == real_path(config.input_dir):
+        check_disjoint([config.output_dir], [config.input_dir], target_name="--output-dir")
+    sources = [*(f.path for f in inputs.files)]
+    tokenizer_dir = Path(inputs.tokenizer)
+    if tokenizer_dir.exists():
+        sources.append(tokenizer_dir)
+    check_disjoint(targets, sources, target_name="--output-dir")
+    if tokenizer_dir.is_dir():
+        check_tokenizer_files(tokenizer_dir)
+    if config.overwrite:
+        check_replaceable(config.output_dir, replaceable(config.output_dir))
