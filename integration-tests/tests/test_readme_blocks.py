@@ -56,7 +56,9 @@ ROOT = Path(__file__).resolve().parents[2]
 READMES = [ROOT / "README.md", *sorted((ROOT / "packages").glob("*/README.md"))]
 RUN_LANGUAGES = {"python", "bash", "sh", "console"}
 NOT_CODE = {"", "yaml", "json", "toml", "text"}  # diagrams, file contents, output: not run
-MAX_SKIPS = 8  # set-up lines only (8 today: 3 are install lines that tools/release/test_release.py runs in clean venvs); raising it needs a reason in the review
+# set-up lines only (8 today: 3 are install lines that tools/release/test_release.py runs in clean venvs);
+# raising it needs a reason in the review
+MAX_SKIPS = 8
 BLOCK_TIMEOUT = 240  # seconds; a hang fails the block instead of stalling CI
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,})(?P<lang>[\w+-]*)\s*$")
