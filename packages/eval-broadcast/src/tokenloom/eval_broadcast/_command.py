@@ -9,8 +9,6 @@ from typing import Any
 
 import click
 
-from tokenloom.eval_broadcast._broadcast import broadcast_eval_set
-from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
 from tokenloom.eval_broadcast.errors import EvalBuildError
 from tokenloom.formats import ConfigError, DataError, real_path
 
@@ -19,6 +17,8 @@ __all__ = ["eval_cache"]
 
 @contextlib.contextmanager
 def _progress(source: Any, enabled: bool) -> Iterator[None]:
+    from tokenloom.eval_broadcast._sources import HFEvalSource
+
     if not enabled or not isinstance(source, HFEvalSource):
         yield
         return
@@ -87,6 +87,10 @@ def eval_cache(
     progress: bool,
 ) -> None:
     """Build (or verify) the cached eval set of a Hugging Face split or a token dataset."""
+    # the sources and the broadcast import torch: loaded here, so `eval-cache --help` starts without it
+    from tokenloom.eval_broadcast._broadcast import broadcast_eval_set
+    from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
+
     try:
         _check_cache_dir(cache_dir, [path] if path is not None else [Path(f) for f in data_files])
     except DataError as exc:
