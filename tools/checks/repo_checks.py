@@ -15,12 +15,14 @@
    its own, so a cycle in one never hides the state of another.
 
 Run: ``python tools/checks/repo_checks.py [ROOT]``; exits 1 and lists every
-violation.
+violation. (Start-up, that no command that does not train imports torch, needs
+the installed environment and runs apart: ``tools/checks/startup_check.py``.)
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import sys
 import tomllib
@@ -336,7 +338,7 @@ def check_cycles(repo: Path, packages: list[str] | None = None) -> list[Violatio
         files = package_modules(directory, dotted)
         for cycle in find_cycles(graph):
             steps = " -> ".join(
-                f"{a.removeprefix(dotted + '.')} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)
+                f"{a.removeprefix(dotted + '.')} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)
             )
             first = files[cycle[0]]
             violations.append(
