@@ -26,10 +26,7 @@ HEAVY = ("torch",)  # what a command that does not train must not import
 
 #: Commands known to import torch still, with the reason; reported, not failed. Delete an entry once
 #: its command is clean (tools/checks/test_startup_check.py's strict xfail says when).
-PENDING = {
-    "stream-state": "tokenloom.hf_streaming's __init__ imports its dataset (torch) eagerly; lazy exports "
-    "(as in tokenloom.curriculum) are left to the engineer editing hf-streaming now",
-}
+PENDING: dict[str, str] = {}
 
 #: The runner: argv after ``-c`` is the tokenloom command line; the report goes to $TOKENLOOM_STARTUP_REPORT.
 RUNNER = r"""

@@ -53,9 +53,8 @@ def test_eval_cache_check_of_an_existing_cache_imports_no_torch(fixtures: dict[s
     assert outcome.heavy == ()
 
 
-@pytest.mark.xfail(strict=True, reason=startup_check.PENDING["stream-state"])
 @pytest.mark.parametrize("arg", ["--help", "streams"])
 def test_stream_state_imports_no_torch(fixtures: dict[str, Path], arg: str) -> None:
-    """Pending: passes (and so fails as strict xfail) once hf-streaming exports lazily; then drop PENDING."""
+    """stream-state reads JSON state files: no torch (hf-streaming exports its dataset lazily)."""
     outcome = startup_check.run_command(["stream-state", str(fixtures[arg]) if arg in fixtures else arg])
     assert outcome.heavy == ()
