@@ -27,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-ORDER = ["formats", "tokenize", "datasets", "sampler", "curriculum", "hf-streaming", "eval_broadcast"]
+ORDER = ["formats", "tokenize", "datasets", "sampler", "curriculum", "hf-streaming", "eval_broadcast", "startup"]
 
 
 def machine() -> str:

@@ -3,7 +3,10 @@
 import subprocess
 import sys
 
-PROGRAM = "import sys, tokenloom.curriculum; print(' '.join(m for m in sys.modules if m[:10] == 'tokenloom.'))"
+# `import *` resolves every lazy export (a bare `import tokenloom.curriculum` loads no dataset, on purpose)
+PROGRAM = (
+    "import sys; from tokenloom.curriculum import *; print(' '.join(m for m in sys.modules if m[:10] == 'tokenloom.'))"
+)
 
 
 def test_importing_the_curriculum_loads_only_its_declared_tokenloom_packages() -> None:

@@ -232,14 +232,13 @@ def test_empty_texts_lone_eos_by_default_skipped_under_kempnerforge_compat(token
 def test_engine_line_is_logged_once_per_process_for_one_tokenizer(tokenizer_dir, jsonl, tmp_path, caplog):
     """Building several caches with one tokenizer says which encoder it uses once, not once per cache (#21)."""
     import logging
+    import shutil
 
-    from tokenloom.tokenize.engine import _ANNOUNCED
-
-    _ANNOUNCED.clear()
+    tokenizer = shutil.copytree(tokenizer_dir, tmp_path / "tok")  # a tokenizer this process has not announced yet
     with caplog.at_level(logging.INFO, logger="tokenloom"):
         for name in ("a", "b", "c"):
             HuggingFaceDataset(
-                "json", data_files=str(jsonl), tokenizer=str(tokenizer_dir), seq_len=8, cache_dir=tmp_path / name
+                "json", data_files=str(jsonl), tokenizer=str(tokenizer), seq_len=8, cache_dir=tmp_path / name
             )
     lines = [r for r in caplog.records if "encoding engine" in r.getMessage() and r.levelno >= logging.INFO]
     assert len(lines) == 1, [r.getMessage() for r in lines]

@@ -302,7 +302,7 @@ def test_default_engine_is_fast_and_identical_to_hf(corpus, tokenizer_dir, caplo
     assert texts
     with caplog.at_level(logging.INFO, logger="tokenloom.hf_streaming"):
         fast = engine_encoder(spec)
-    assert "encoding engine fast" in caplog.text
+    assert "encoding engine: fast" in caplog.text
     hf_ids, hf_lengths = hf_encoder(spec)(texts)
     ids, lengths = fast(texts)
     assert ids.dtype == np.int64 and np.array_equal(ids, hf_ids) and np.array_equal(lengths, hf_lengths)

@@ -10,6 +10,32 @@ Example::
     assert report.consumed_once
 """
 
-from tokenloom.demo._flow import DemoReport, run_demo
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenloom.demo._flow import DemoReport, run_demo
+
+#: Public name -> the module that defines it, imported on first use: ``import tokenloom.demo`` (and every
+#: ``tokenloom ... --help``) costs no torch until something that needs it is asked for.
+_EXPORTS = {
+    "DemoReport": "tokenloom.demo._flow",
+    "run_demo": "tokenloom.demo._flow",
+}
 
 __all__ = ["DemoReport", "run_demo"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

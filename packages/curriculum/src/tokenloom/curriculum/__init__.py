@@ -17,20 +17,51 @@ Example::
     loader = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=8, num_workers=2)
 """
 
-from tokenloom.curriculum._buckets import Bucket, sample_budget_tokens
-from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy, Phase
-from tokenloom.curriculum._dataset import STATE_FORMAT, CurriculumDataset
-from tokenloom.curriculum._errors import BucketExhausted, BucketMismatchError, EmptyBucketError, MissingValTwinError
-from tokenloom.curriculum._plan import Finding, build_plan, findings
-from tokenloom.curriculum._status import STATUS_FILE, read_run_status, record_halt, write_run_status
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenloom.curriculum._buckets import Bucket, sample_budget_tokens
+    from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy, Phase
+    from tokenloom.curriculum._dataset import STATE_FORMAT, CurriculumDataset
+    from tokenloom.curriculum._errors import BucketExhausted, BucketMismatchError, EmptyBucketError, MissingValTwinError
+    from tokenloom.curriculum._findings import Finding, findings
+    from tokenloom.curriculum._plan import build_plan
+    from tokenloom.curriculum._status import STATUS_FILE, read_run_status, record_halt, write_run_status
+
+#: Public name -> the module that defines it, imported on first use: ``import tokenloom.curriculum`` (and
+#: so ``tokenloom curriculum status`` and every ``--help``) costs no torch until a dataset is asked for.
+_EXPORTS = {
+    "Bucket": "tokenloom.curriculum._buckets",
+    "sample_budget_tokens": "tokenloom.curriculum._buckets",
+    "BudgetUnit": "tokenloom.curriculum._config",
+    "CurriculumConfig": "tokenloom.curriculum._config",
+    "ExhaustionPolicy": "tokenloom.curriculum._config",
+    "Phase": "tokenloom.curriculum._config",
+    "STATE_FORMAT": "tokenloom.curriculum._dataset",
+    "CurriculumDataset": "tokenloom.curriculum._dataset",
+    "BucketExhausted": "tokenloom.curriculum._errors",
+    "BucketMismatchError": "tokenloom.curriculum._errors",
+    "EmptyBucketError": "tokenloom.curriculum._errors",
+    "MissingValTwinError": "tokenloom.curriculum._errors",
+    "Finding": "tokenloom.curriculum._findings",
+    "findings": "tokenloom.curriculum._findings",
+    "build_plan": "tokenloom.curriculum._plan",
+    "STATUS_FILE": "tokenloom.curriculum._status",
+    "read_run_status": "tokenloom.curriculum._status",
+    "record_halt": "tokenloom.curriculum._status",
+    "write_run_status": "tokenloom.curriculum._status",
+}
 
 __all__ = [
     "STATE_FORMAT",
     "STATUS_FILE",
     "Bucket",
     "BucketExhausted",
-    "BudgetUnit",
     "BucketMismatchError",
+    "BudgetUnit",
     "CurriculumConfig",
     "CurriculumDataset",
     "EmptyBucketError",
@@ -45,3 +76,16 @@ __all__ = [
     "sample_budget_tokens",
     "write_run_status",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
 import orjson
 
 from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig
-from tokenloom.curriculum._dataset import CurriculumDataset
-from tokenloom.curriculum._plan import Finding, plot_plan, validate
 from tokenloom.curriculum._status import read_run_status
 from tokenloom.formats import DataError, FormatError, MissingFileError
+
+if TYPE_CHECKING:  # the dataset, the findings and the plot import torch or matplotlib: only the commands that
+    # build a dataset import them, so `--help` and `curriculum status` start without torch
+    from tokenloom.curriculum._dataset import CurriculumDataset
+    from tokenloom.curriculum._findings import Finding
 
 __all__ = ["curriculum", "validate_curriculum"]
 
@@ -102,6 +105,9 @@ def validate_curriculum(
     plot: Path | None = None,
 ) -> int:
     """Print the plan and the findings of ``config``; return the exit code (0 clean, 2 warnings, 1 blocking)."""
+    from tokenloom.curriculum._findings import validate
+    from tokenloom.curriculum._plot import plot_plan
+
     code, found, plan = validate(
         config, seed=seed, global_batch_size=global_batch_size, max_steps=max_steps, cache_dir=cache_dir
     )
@@ -268,6 +274,8 @@ def report(
             position = step * global_batch_size
         else:
             raise click.UsageError("give --step with --global-batch-size, or --state")
+        from tokenloom.curriculum._dataset import CurriculumDataset
+
         ds = CurriculumDataset(CurriculumConfig.from_file(config), seed=seed, cache_dir=cache_dir)
         end = ds.halt_position if ds.halt is not None else len(ds)
         if position > end:  # said, not silently clamped

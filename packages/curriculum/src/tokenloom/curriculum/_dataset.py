@@ -21,7 +21,9 @@ from tokenloom.curriculum._buckets import (
     sample_budget_tokens,
 )
 from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy
+from tokenloom.curriculum._drains import drain_effect
 from tokenloom.curriculum._errors import BucketExhausted
+from tokenloom.curriculum._plan import build_plan
 from tokenloom.datasets import MemoryMappedDataset, SampleBatch
 from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.sampler import CurriculumSchedule, Drain
@@ -182,8 +184,6 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
     def plan(self) -> dict[str, Any]:
         """The whole plan as plain JSON: phases (start/end sample, tokens), per-bucket inventory and demand,
         drain points, segments, the halt (see :func:`tokenloom.curriculum.build_plan`)."""
-        from tokenloom.curriculum._plan import build_plan  # the plan module builds on this one
-
         return build_plan(self)
 
     def bucket_dataset(self, bucket: str | int) -> Any:
@@ -425,12 +425,3 @@ class CurriculumDataset(Dataset[dict[str, torch.Tensor]]):
             f"CurriculumDataset(samples={len(self)}, buckets={self.buckets}, "
             f"phases={len(self.schedule.durations)}, policy={self.policy.value!r})"
         )
-
-
-def drain_effect(drain: Drain, halt: Drain | None, otherwise: str = "renormalise") -> str:
-    """What a drain does: the first one under a halting policy stops the run; later ones are never reached."""
-    if halt is None:
-        return otherwise
-    if drain is halt:
-        return "halt"
-    return "not reached (after the halt)"

@@ -17,24 +17,67 @@ implementation of "tokens -> sample" that other packages reuse.
     >>> loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate)
 """
 
-from tokenloom.datasets._batch import SampleBatch, SampleRow, collate
-from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
-from tokenloom.datasets._eos import resolve_eos_id
-from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
-from tokenloom.datasets._keyed import (
-    ArrayStore,
-    DatasetFactory,
-    KeyedDataset,
-    KeyedSource,
-    MaskAlignment,
-    TrainType,
-)
-from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
-from tokenloom.datasets._packed import PackedDocumentDataset, PackingPlan, compute_plan
-from tokenloom.datasets._records import RecordDataset
-from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
-from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
-from tokenloom.datasets._windows import MemoryMappedDataset
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenloom.datasets._batch import SampleBatch, SampleRow, collate
+    from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
+    from tokenloom.datasets._eos import resolve_eos_id
+    from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
+    from tokenloom.datasets._keyed import (
+        ArrayStore,
+        DatasetFactory,
+        KeyedDataset,
+        KeyedSource,
+        MaskAlignment,
+        TrainType,
+    )
+    from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
+    from tokenloom.datasets._packed import PackedDocumentDataset, PackingPlan, compute_plan
+    from tokenloom.datasets._records import RecordDataset
+    from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
+    from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
+    from tokenloom.datasets._windows import MemoryMappedDataset
+
+#: Public name -> the module that defines it, imported on first use: ``import tokenloom.datasets`` (and every
+#: ``tokenloom ... --help``) costs no torch until something that needs it is asked for.
+_EXPORTS = {
+    "IGNORE_INDEX": "tokenloom.datasets._sample",
+    "ArrayStore": "tokenloom.datasets._keyed",
+    "DatasetFactory": "tokenloom.datasets._keyed",
+    "HuggingFaceDataset": "tokenloom.datasets._hf",
+    "KeyedDataset": "tokenloom.datasets._keyed",
+    "KeyedSource": "tokenloom.datasets._keyed",
+    "MemoryMappedDataset": "tokenloom.datasets._windows",
+    "MixtureDataset": "tokenloom.datasets._mixture",
+    "PackedDocumentDataset": "tokenloom.datasets._packed",
+    "Packing": "tokenloom.datasets._sample",
+    "PackingAlgorithm": "tokenloom.datasets._binpack",
+    "PackingPlan": "tokenloom.datasets._packed",
+    "SampleBatch": "tokenloom.datasets._batch",
+    "SampleRow": "tokenloom.datasets._batch",
+    "MaskAlignment": "tokenloom.datasets._keyed",
+    "RecordDataset": "tokenloom.datasets._records",
+    "TrainType": "tokenloom.datasets._keyed",
+    "best_fit_decreasing": "tokenloom.datasets._binpack",
+    "build_batch": "tokenloom.datasets._sample",
+    "build_sample": "tokenloom.datasets._sample",
+    "check_state": "tokenloom.datasets._state",
+    "collate": "tokenloom.datasets._batch",
+    "compute_plan": "tokenloom.datasets._packed",
+    "data_fingerprint": "tokenloom.datasets._state",
+    "interleave": "tokenloom.datasets._mixture",
+    "length_binned_greedy": "tokenloom.datasets._binpack",
+    "pack_order": "tokenloom.datasets._binpack",
+    "resolve_eos_id": "tokenloom.datasets._eos",
+    "settings_fingerprint": "tokenloom.datasets._state",
+    "to_torch": "tokenloom.datasets._sample",
+    "tokenizer_fingerprint": "tokenloom.datasets._hf",
+    "validate_weights": "tokenloom.datasets._mixture",
+}
 
 __all__ = [
     "IGNORE_INDEX",
@@ -70,3 +113,16 @@ __all__ = [
     "tokenizer_fingerprint",
     "validate_weights",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

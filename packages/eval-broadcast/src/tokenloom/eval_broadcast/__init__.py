@@ -10,14 +10,43 @@ every rank: EvalSet -> .split(rank, world) -> EvalDataset (training masks) -> lo
 >>> dataset = EvalDataset(evalset.split(rank, world), pack_sequences=True)
 """
 
-from tokenloom.eval_broadcast._broadcast import DEFAULT_CHUNK_BYTES, DEFAULT_TIMEOUT, broadcast_eval_set
-from tokenloom.eval_broadcast._cache import CacheWarning
-from tokenloom.eval_broadcast._evaluate import EvalDataset, token_weighted_mean
-from tokenloom.eval_broadcast._protocol import MAX_MESSAGE_BYTES, Header, Status
-from tokenloom.eval_broadcast._rows import EvalSet, EvalTokens, exact_eval_split
-from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
-from tokenloom.eval_broadcast._tokenize import encode_documents
-from tokenloom.eval_broadcast.errors import EvalBroadcastError, EvalBuildError, EvalTransferError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenloom.eval_broadcast._broadcast import DEFAULT_CHUNK_BYTES, DEFAULT_TIMEOUT, broadcast_eval_set
+    from tokenloom.eval_broadcast._cache import CacheWarning
+    from tokenloom.eval_broadcast._evaluate import EvalDataset, token_weighted_mean
+    from tokenloom.eval_broadcast._protocol import MAX_MESSAGE_BYTES, Header, Status
+    from tokenloom.eval_broadcast._rows import EvalSet, EvalTokens, exact_eval_split
+    from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
+    from tokenloom.eval_broadcast._tokenize import encode_documents
+    from tokenloom.eval_broadcast.errors import EvalBroadcastError, EvalBuildError, EvalTransferError
+
+#: Public name -> the module that defines it, imported on first use: ``import tokenloom.eval_broadcast`` (and every
+#: ``tokenloom ... --help``) costs no torch until something that needs it is asked for.
+_EXPORTS = {
+    "DEFAULT_CHUNK_BYTES": "tokenloom.eval_broadcast._broadcast",
+    "DEFAULT_TIMEOUT": "tokenloom.eval_broadcast._broadcast",
+    "MAX_MESSAGE_BYTES": "tokenloom.eval_broadcast._protocol",
+    "CacheWarning": "tokenloom.eval_broadcast._cache",
+    "EvalBroadcastError": "tokenloom.eval_broadcast.errors",
+    "EvalBuildError": "tokenloom.eval_broadcast.errors",
+    "EvalDataset": "tokenloom.eval_broadcast._evaluate",
+    "EvalSet": "tokenloom.eval_broadcast._rows",
+    "EvalTokens": "tokenloom.eval_broadcast._rows",
+    "EvalTransferError": "tokenloom.eval_broadcast.errors",
+    "HFEvalSource": "tokenloom.eval_broadcast._sources",
+    "Header": "tokenloom.eval_broadcast._protocol",
+    "PathEvalSource": "tokenloom.eval_broadcast._sources",
+    "Status": "tokenloom.eval_broadcast._protocol",
+    "broadcast_eval_set": "tokenloom.eval_broadcast._broadcast",
+    "encode_documents": "tokenloom.eval_broadcast._tokenize",
+    "exact_eval_split": "tokenloom.eval_broadcast._rows",
+    "token_weighted_mean": "tokenloom.eval_broadcast._evaluate",
+}
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -39,3 +68,16 @@ __all__ = [
     "exact_eval_split",
     "token_weighted_mean",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

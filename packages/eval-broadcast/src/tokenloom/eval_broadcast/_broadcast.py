@@ -27,7 +27,14 @@ import torch
 import torch.distributed as dist
 import xxhash
 
-from tokenloom.eval_broadcast._cache import cache_entry, open_cache, read_cache, remove_stale_scratch, write_cache
+from tokenloom.eval_broadcast._cache import (
+    cache_entry,
+    cache_settings,
+    open_cache,
+    read_cache,
+    remove_stale_scratch,
+    write_cache,
+)
 from tokenloom.eval_broadcast._protocol import VERSION, Header, Status, encode_message
 from tokenloom.eval_broadcast._rows import CODE_DTYPES, DTYPE_CODES, EvalSet, to_rows
 from tokenloom.eval_broadcast.errors import EvalBuildError, EvalTransferError
@@ -89,7 +96,7 @@ def broadcast_eval_set(
         raise ConfigError(f"seq_len is {seq_len!r}, expected an int >= 1", field="seq_len")
     if shared_filesystem and cache_dir is None:
         raise ConfigError("shared_filesystem=True needs cache_dir", field="cache_dir")
-    settings = {"seq_len": seq_len, "vocab_size": vocab_size, "eos_id": eos_id, "drop_remainder": drop_remainder}
+    settings = cache_settings(seq_len=seq_len, vocab_size=vocab_size, eos_id=eos_id, drop_remainder=drop_remainder)
 
     def produce() -> EvalSet:
         return _produce(build, settings, cache_dir, cache_key)

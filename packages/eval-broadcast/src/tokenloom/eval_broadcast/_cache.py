@@ -33,18 +33,28 @@ import socket
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from tokenloom.datasets import settings_fingerprint
 from tokenloom.eval_broadcast._rows import DTYPE_CODES, EvalSet, rows_checksum
 from tokenloom.formats import ChecksumError, DataError, FormatError, open_dataset, open_writer
 from tokenloom.formats.io import MANIFEST_NAME, fsync_dir
 
-__all__ = ["CacheWarning", "cache_entry", "open_cache", "read_cache", "remove_stale_scratch", "write_cache"]
+__all__ = [
+    "CacheWarning",
+    "CachedRows",
+    "cache_entry",
+    "cache_settings",
+    "open_cache",
+    "read_cache",
+    "remove_stale_scratch",
+    "verify_cache",
+    "write_cache",
+]
 
 log = logging.getLogger("tokenloom.eval_broadcast")
 CACHE_VERSION = 1
@@ -59,6 +69,13 @@ _LIVE: set[Path] = set()  # scratch directories this process is writing now (thr
 
 class CacheWarning(UserWarning):
     """A cache entry could not be used and is being rebuilt."""
+
+
+def cache_settings(
+    *, seq_len: int | None, vocab_size: int | None, eos_id: int | None, drop_remainder: bool
+) -> dict[str, Any]:
+    """The build settings that key a cache entry (beside the source's fingerprint)."""
+    return {"seq_len": seq_len, "vocab_size": vocab_size, "eos_id": eos_id, "drop_remainder": drop_remainder}
 
 
 def cache_entry(cache_dir: str | os.PathLike[str], source_fingerprint: str, **settings: Any) -> Path:
@@ -80,8 +97,23 @@ def read_cache(path: Path) -> EvalSet | None:
         return None
 
 
-def open_cache(path: Path) -> EvalSet:
-    """The cached set at ``path``, memory-mapped; DataError when anything fails to verify."""
+@dataclass(frozen=True, slots=True)
+class CachedRows:
+    """A verified cache entry as numpy: what :func:`open_cache` wraps in an EvalSet (no torch needed)."""
+
+    rows: np.ndarray
+    tail_padding: int
+    eos_id: int | None
+    vocab_size: int | None
+    path: Path
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.rows.size) - self.tail_padding
+
+
+def verify_cache(path: Path) -> CachedRows:
+    """The cached rows at ``path``, memory-mapped and checksum-verified; DataError when anything fails to verify."""
     dataset = open_dataset(path, format="native", validate="fast")
     meta = dataset.metadata
     rows, row_len, tail_padding = int(meta["rows"]), int(meta["row_len"]), int(meta["tail_padding"])
@@ -104,11 +136,19 @@ def open_cache(path: Path) -> EvalSet:
     found = rows_checksum(array)
     if found != expected:
         raise ChecksumError(f"rows checksum {found:016x}, the cache recorded {expected:016x}", path=shard.tokens_path)
+    return CachedRows(array, tail_padding, dataset.eos_id, dataset.vocab_size, path)
+
+
+def open_cache(path: Path) -> EvalSet:
+    """The cached set at ``path``, memory-mapped; DataError when anything fails to verify."""
+    import torch
+
+    cached = verify_cache(path)
     return EvalSet(
-        rows=torch.from_numpy(array),
-        tail_padding=tail_padding,
-        eos_id=dataset.eos_id,
-        vocab_size=dataset.vocab_size,
+        rows=torch.from_numpy(cached.rows),
+        tail_padding=cached.tail_padding,
+        eos_id=cached.eos_id,
+        vocab_size=cached.vocab_size,
         origin="cache",
         cache_path=str(path),
     )

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tokenloom.eval_broadcast._broadcast import broadcast_eval_set
-from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
+from tokenloom.eval_broadcast._cache import CachedRows, cache_entry, cache_settings, remove_stale_scratch, verify_cache
 from tokenloom.eval_broadcast.errors import EvalBuildError
 from tokenloom.formats import ConfigError, DataError
-from tokenloom.formats.io import real_path
+from tokenloom.formats.io import MANIFEST_NAME, real_path
 
 __all__ = ["eval_cache"]
+
+log = logging.getLogger("tokenloom.eval_broadcast")
 
 
 @contextlib.contextmanager
 def _progress(source: Any, enabled: bool) -> Iterator[None]:
+    from tokenloom.eval_broadcast._sources import HFEvalSource
+
     if not enabled or not isinstance(source, HFEvalSource):
         yield
         return
@@ -88,6 +92,8 @@ def eval_cache(
     progress: bool,
 ) -> None:
     """Build (or verify) the cached eval set of a Hugging Face split or a token dataset."""
+    from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
+
     try:
         _check_cache_dir(cache_dir, [path] if path is not None else [Path(f) for f in data_files])
     except DataError as exc:
@@ -114,19 +120,53 @@ def eval_cache(
 
             datasets.disable_progress_bars()
     try:
+        key, cached = _cached(source, seq_len, drop_remainder, cache_dir)
+        if cached is not None:
+            _summary("already cached, verified", cached.path, len(cached.rows), cached.rows.shape[1],
+                     cached.num_tokens, cached.tail_padding, str(cached.rows.dtype), cached.eos_id)  # fmt: skip
+            return
+        from tokenloom.eval_broadcast._broadcast import broadcast_eval_set  # a build: torch from here on
+
         with _progress(source, progress):
-            evalset = broadcast_eval_set(source, seq_len=seq_len, drop_remainder=drop_remainder, cache_dir=cache_dir)
+            evalset = broadcast_eval_set(
+                source, seq_len=seq_len, drop_remainder=drop_remainder, cache_dir=cache_dir, cache_key=key
+            )
     except DataError as exc:
         cause = exc.__cause__ if isinstance(exc, EvalBuildError) else None
         if isinstance(cause, DataError):  # one process: the source's own error says more than the wrapper
             exc = cause
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     verb = "already cached, verified" if evalset.origin == "cache" else "built and cached"
-    click.echo(f"{verb}: {evalset.cache_path}")
-    click.echo(
-        f"  rows {len(evalset):,} x {evalset.row_len}  tokens {evalset.num_tokens:,}  padding {evalset.tail_padding}  "
-        f"dtype {str(evalset.rows.dtype).removeprefix('torch.')}  eos_id {evalset.eos_id}"
-    )
+    _summary(verb, evalset.cache_path, len(evalset), evalset.row_len, evalset.num_tokens, evalset.tail_padding,
+             str(evalset.rows.dtype).removeprefix("torch."), evalset.eos_id)  # fmt: skip
+
+
+def _cached(source: Any, seq_len: int, drop_remainder: bool, cache_dir: Path) -> tuple[str | None, CachedRows | None]:
+    """(the source's cache key, its verified cache entry or None), without torch: checking an existing cache
+    reads and checksums it with numpy. Anything unusable is left to broadcast_eval_set, which discards and
+    rebuilds it as before (and raises what a bad source raises)."""
+    if isinstance(seq_len, bool) or seq_len < 1:
+        return None, None
+    try:
+        key = source.fingerprint()
+    except DataError:
+        return None, None
+    settings = cache_settings(seq_len=seq_len, vocab_size=None, eos_id=None, drop_remainder=drop_remainder)
+    entry = cache_entry(cache_dir, key, **settings)
+    if not (entry / MANIFEST_NAME).exists():
+        return key, None
+    remove_stale_scratch(cache_dir)  # what killed builds left behind, as a build would
+    try:
+        cached = verify_cache(entry)
+    except (DataError, OSError, KeyError, TypeError, ValueError):
+        return key, None
+    log.info("eval set read from the cache %s", entry)
+    return key, cached
+
+
+def _summary(verb: str, path: Any, rows: int, row_len: int, tokens: int, padding: int, dtype: str, eos: Any) -> None:
+    click.echo(f"{verb}: {path}")
+    click.echo(f"  rows {rows:,} x {row_len}  tokens {tokens:,}  padding {padding}  dtype {dtype}  eos_id {eos}")
 
 
 def _check_cache_dir(cache_dir: Path, sources: list[Path]) -> None:

@@ -11,15 +11,18 @@ drops it with ``drop_remainder=True``; either way it is logged, never silent.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 import xxhash
 
 from tokenloom.formats import ConfigError, TokenDataset, TokenRangeError
 from tokenloom.formats.io import smallest_dtype_for_vocab
+
+if TYPE_CHECKING:  # rows are tensors, but checking a cache (tokenloom eval-cache) needs no torch
+    import torch
 
 __all__ = ["EvalSet", "EvalTokens", "exact_eval_split", "rows_checksum", "to_rows"]
 
@@ -114,7 +117,8 @@ def rows_checksum(rows: np.ndarray) -> int:
 
 
 def _as_integer_array(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor exists only if torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     if value is None:
         raise ConfigError("build() returned None, expected token ids (rows, a stream or a dataset)", field="build")

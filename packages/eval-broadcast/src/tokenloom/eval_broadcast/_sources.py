@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.datasets import data_fingerprint, settings_fingerprint, tokenizer_fingerprint
+from tokenloom.datasets import data_fingerprint, settings_fingerprint
 from tokenloom.eval_broadcast._rows import EvalTokens
 from tokenloom.eval_broadcast._tokenize import encode_documents
 from tokenloom.formats import (
@@ -146,6 +146,8 @@ class HFEvalSource:
         return {"hf_fingerprint": self._load()._fingerprint}  # a hub dataset without a pinned revision
 
     def fingerprint(self) -> str:
+        from tokenloom.datasets import tokenizer_fingerprint  # its module imports torch: only an HF source needs it
+
         return settings_fingerprint(
             kind="hf",
             name=self.name if not Path(self.name).exists() else Path(self.name).name,

@@ -18,10 +18,33 @@ Example::
     # any topology: ds.load_state_dict(merge_rank_states(all_ranks_saved_loader_states))
 """
 
-from tokenloom.hf_streaming._dataset import Mode, StreamingHuggingFaceDataset
-from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
-from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
-from tokenloom.hf_streaming._state import load_rank_states, merge_rank_states, save_rank_state, slot_states_in
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenloom.hf_streaming._dataset import Mode, StreamingHuggingFaceDataset
+    from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
+    from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
+    from tokenloom.hf_streaming._state import load_rank_states, merge_rank_states, save_rank_state, slot_states_in
+
+#: Public name -> the module that defines it, imported on first use: ``import tokenloom.hf_streaming`` (and every
+#: ``tokenloom ... --help``) costs no torch until something that needs it is asked for.
+_EXPORTS = {
+    "EncodeFn": "tokenloom.hf_streaming._encode",
+    "FiniteStepper": "tokenloom.hf_streaming._finite",
+    "Mode": "tokenloom.hf_streaming._dataset",
+    "StreamingHuggingFaceDataset": "tokenloom.hf_streaming._dataset",
+    "engine_encoder": "tokenloom.hf_streaming._encode",
+    "hf_encoder": "tokenloom.hf_streaming._encode",
+    "load_rank_states": "tokenloom.hf_streaming._state",
+    "merge_rank_states": "tokenloom.hf_streaming._state",
+    "padding_batch": "tokenloom.hf_streaming._finite",
+    "resolve_tokenizer": "tokenloom.hf_streaming._encode",
+    "save_rank_state": "tokenloom.hf_streaming._state",
+    "slot_states_in": "tokenloom.hf_streaming._state",
+}
 
 __all__ = [
     "EncodeFn",
@@ -37,3 +60,16 @@ __all__ = [
     "save_rank_state",
     "slot_states_in",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
