@@ -26,7 +26,7 @@ from tokenloom.formats._registry import available_formats, open_dataset, open_wr
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io.lock import output_lock
 from tokenloom.formats.io.safety import check_disjoint, dataset_inputs, remove_on_failure
-from tokenloom.formats.io.sidecar import sidecar_of
+from tokenloom.formats.io.sidecar import settle, sidecar_of
 from tokenloom.formats.io.storage import storage_errors
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
@@ -82,18 +82,6 @@ def write_targets(target: str | os.PathLike[str], to: str) -> list[Path]:
     return paths
 
 
-def _settle(name: str, recorded: int | None, given: int | None, source: Path) -> int | None:
-    """The value to write: the source's, or ``given`` where the source has none; a contradiction is an error."""
-    if given is not None and recorded is not None and given != recorded:
-        raise ConfigError(
-            f"{name} {given} was given, the source records {recorded}",
-            path=source,
-            field=name,
-            hint=f"Leave --{name.replace('_', '-')} out to keep the source's value",
-        )
-    return recorded if recorded is not None else given
-
-
 def convert_dataset(
     source: str | os.PathLike[str] | TokenDataset,
     target: str | os.PathLike[str],
@@ -130,8 +118,22 @@ def convert_dataset(
         dataset_inputs(dataset, None if isinstance(source, TokenDataset) else source),
         target_name="the target",
     )
-    eos_id = _settle("eos_id", dataset.eos_id, eos_id, dataset.root)
-    vocab_size = _settle("vocab_size", dataset.vocab_size, vocab_size, dataset.root)
+    eos_id = settle(
+        "eos_id",
+        dataset.eos_id,
+        eos_id,
+        where="the source",
+        path=dataset.root,
+        hint="Leave --eos-id out to keep the source's value",
+    )
+    vocab_size = settle(
+        "vocab_size",
+        dataset.vocab_size,
+        vocab_size,
+        where="the source",
+        path=dataset.root,
+        hint="Leave --vocab-size out to keep the source's value",
+    )
     options = dict(writer_options or {})
     for key, value in (("tokenizer_fingerprint", dataset.tokenizer_fingerprint),):
         if value is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]

@@ -69,6 +69,14 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
     return [f"{name:<10} {show(value)}" for name, value in rows]
 
 
+def _eos_id_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--eos-id", type=click.IntRange(min=0), default=None, help=help_text)
+
+
+def _vocab_size_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--vocab-size", type=click.IntRange(min=1), default=None, help=help_text)
+
+
 @click.command(
     epilog="\b\nExamples:\n  tokenloom validate data/tokens --deep --seq-len 4096\n"
     "  tokenloom validate shards/ --format flat --dtype uint16\n"
@@ -81,18 +89,8 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 @click.option(
     "--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length [default: {DEFAULT_SEQ_LEN}]."
 )
-@click.option(
-    "--vocab-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="--deep: check token ids against this vocab size (needed where the format records none).",
-)
-@click.option(
-    "--eos-id",
-    type=click.IntRange(min=0),
-    default=None,
-    help="--deep: check that every entry ends with this id (needed where the format records none).",
-)
+@_vocab_size_option("--deep: check token ids against this vocab size (needed where the format records none).")
+@_eos_id_option("--deep: check that every entry ends with this id (needed where the format records none).")
 @_format_option
 @_dtype_option
 @click.option(
@@ -389,18 +387,8 @@ def _writable() -> list[str]:
     help="Check every file of the source against the checksums its manifest records (where it has one): a "
     "damaged source is an error, not silently copied. --no-verify skips that extra read.",
 )
-@click.option(
-    "--eos-id",
-    type=click.IntRange(min=0),
-    default=None,
-    help="End-of-document id to record, where the source has none (Megatron or .pbin from another tool).",
-)
-@click.option(
-    "--vocab-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Vocab size to record (and check every token against), where the source has none.",
-)
+@_eos_id_option("End-of-document id to record, where the source has none (Megatron or .pbin from another tool).")
+@_vocab_size_option("Vocab size to record (and check every token against), where the source has none.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 def convert(
     source: Path,

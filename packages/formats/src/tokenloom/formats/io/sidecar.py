@@ -132,6 +132,13 @@ def read_sidecar(sidecar: Path, described: Path, root: Path) -> Sidecar | None:
     return {key: payload.get(key) for key in _FIELDS}
 
 
+def settle(name: str, recorded: int | None, given: int | None, *, where: str, path: Path, hint: str) -> int | None:
+    """The recorded value, or ``given`` where nothing is recorded; both present and different is a ConfigError."""
+    if given is not None and recorded is not None and given != recorded:
+        raise ConfigError(f"{name} {given} was given, {where} records {recorded}", path=path, field=name, hint=hint)
+    return recorded if recorded is not None else given
+
+
 def merge_sidecar(
     found: Sidecar | None, *, vocab_size: int | None, eos_id: int | None, path: Path
 ) -> tuple[int | None, int | None, str | None]:
@@ -140,18 +147,17 @@ def merge_sidecar(
     An argument that contradicts the sidecar is a ConfigError naming both values.
     """
     found = found or {}
-    merged = {"vocab_size": vocab_size, "eos_id": eos_id}
-    for key, given in list(merged.items()):
-        recorded = found.get(key)
-        if recorded is not None and given is not None and given != recorded:
-            raise ConfigError(
-                f"{key} {given} was given, the sidecar records {recorded}",
-                path=path,
-                field=key,
-                hint=f"Leave {key} out to use the recorded value, or delete {path.name} if it is wrong",
-            )
-        merged[key] = given if given is not None else recorded
-    return merged["vocab_size"], merged["eos_id"], found.get("tokenizer_fingerprint")
+
+    def hint(key: str) -> str:
+        return f"Leave {key} out to use the recorded value, or delete {path.name} if it is wrong"
+
+    return (
+        settle(
+            "vocab_size", found.get("vocab_size"), vocab_size, where="the sidecar", path=path, hint=hint("vocab_size")
+        ),
+        settle("eos_id", found.get("eos_id"), eos_id, where="the sidecar", path=path, hint=hint("eos_id")),
+        found.get("tokenizer_fingerprint"),
+    )
 
 
 def sidecar_of(path: str | os.PathLike[str]) -> Path:
