@@ -170,3 +170,18 @@ def test_a_huge_regular_lock_file_is_read_only_up_to_the_cap(tmp_path: Path) -> 
     lock.write_bytes(b"{" + b" " * (8 << 20))
     with pytest.raises(OutputLockedError, match="not yet written"), output_lock(target):
         pass  # unreadable and new: treated like a lock whose writer has not written its name yet
+
+
+def test_a_command_line_that_is_not_utf8_still_takes_the_lock(native: Path, tmp_path: Path) -> None:
+    """The lock records the command line; an argument that is not UTF-8 (a latin-1 file name) made
+    every locking command (convert, tokenize, pack) a bare TypeError from the JSON encoder."""
+    source = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    native.rename(source)
+    target = Path(os.fsdecode(bytes(tmp_path) + b"/out\xe9"))
+    ran = subprocess.run(
+        [sys.executable, "-c", "from tokenloom.formats._cli import main; main()", "convert", os.fsencode(source),
+         os.fsencode(target), "--to", "native", "--no-progress"],
+        capture_output=True, encoding="utf-8", errors="replace", timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert len(open_dataset(target)) == 59 and not lock_path(target).exists()

@@ -91,3 +91,16 @@ def test_overwriting_without_metadata_removes_the_old_sidecar(tmp_path: Path) ->
         writer.add(np.array([1, 2], dtype=np.uint16))
     assert not (tmp_path / "m" / "data.tokenloom.json").exists()
     assert _facts(tmp_path / "m" / "data") == (None, None, None, [[1, 2]])
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("packed", b"caf\xe9.pbin"), ("megatron", b"caf\xe9")])
+def test_a_file_name_that_is_not_utf8_gets_its_sidecar(tmp_path: Path, fmt: str, name: bytes) -> None:
+    """The sidecar names the file it describes; a latin-1 name (as `tokenloom pack x.jsonl --output caf\\xe9.pbin`
+    makes) was a bare TypeError from the JSON encoder after the data was written."""
+    import os
+
+    target = Path(os.fsdecode(bytes(tmp_path) + b"/" + name))
+    with open_writer(target, format=fmt, dtype="uint16", vocab_size=300, eos_id=0) as writer:
+        writer.add(np.array([5, 6, 0]))
+    opened = open_dataset(target)
+    assert (opened.eos_id, opened.vocab_size, len(opened)) == (0, 300, 1)

@@ -160,6 +160,36 @@ def test_states_that_do_not_cover_the_topology(corpus, tokenizer_dir):
     assert merge_rank_states(states)["world_size"] == 3
 
 
+def test_a_hand_edited_merged_state_must_still_cover_the_topology(corpus, tokenizer_dir):
+    """load_state_dict(merged) checks what merge_rank_states checks: a merged state with a slot removed,
+    duplicated, or disagreeing with the merged header was an IndexError on the missing rank and a silent
+    re-partition (documents lost or read twice) on any other topology."""
+    import copy
+
+    states = []
+    for rank in range(2):
+        ds = make(corpus, tokenizer_dir, rank=rank, world_size=2)
+        next(iter(ds))
+        states.append(ds.state_dict())
+    merged = merge_rank_states(states)
+    missing = {**copy.deepcopy(merged), "slots": merged["slots"][:1]}
+    for rank, world_size in ((1, 2), (0, 3)):
+        with pytest.raises(ResumeMismatchError, match=r"missing \(rank, worker\) \[\(1, 0\)\]"):
+            ds = make(corpus, tokenizer_dir, rank=rank, world_size=world_size)
+            ds.load_state_dict(missing)
+            next(iter(ds))
+    doubled = {**copy.deepcopy(merged), "slots": [merged["slots"][0], merged["slots"][0]]}
+    with pytest.raises(ResumeMismatchError, match="do not cover"):
+        make(corpus, tokenizer_dir, world_size=3).load_state_dict(doubled)
+    with pytest.raises(ResumeMismatchError, match="world_size 2 differs"):
+        make(corpus, tokenizer_dir).load_state_dict({**copy.deepcopy(merged), "world_size": 1})
+    other = copy.deepcopy(merged)
+    other["slots"][1]["fingerprint"]["seed"] = 99
+    with pytest.raises(ResumeMismatchError, match="seed"):
+        make(corpus, tokenizer_dir, world_size=3).load_state_dict(other)
+    make(corpus, tokenizer_dir, world_size=3).load_state_dict(merged)
+
+
 def test_hub_name_offline_fails_fast_with_a_clear_error(tmp_path):
     code = (
         "import os\n"

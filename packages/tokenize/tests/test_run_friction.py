@@ -268,3 +268,30 @@ def test_a_sigkilled_run_leaves_a_handoff_dir_that_the_next_run_removes(
     tokenize(TokenizeConfig(input_dir=tmp_path / "in", output_dir=tmp_path / "out", tokenizer=tokenizer, num_workers=1))
     assert not stale[0].exists()
     assert list(temp.iterdir()) == []  # and this run removed its own
+
+
+def test_a_handoff_dir_of_another_host_or_pid_namespace_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared temp dir (TMPDIR on a cluster file system for a Slurm array, a bind-mounted /tmp in
+    containers): a pid that is not running here says nothing about a directory made elsewhere, whose
+    run may be live and its workers not yet started. Only this host's and pid namespace's are judged."""
+    import contextlib
+    import subprocess
+    import sys
+    import tempfile
+
+    from tokenloom.tokenize._executor import HANDOFF_PREFIX, handoff_dir, remove_stale_handoffs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    elsewhere = tmp_path / f"{HANDOFF_PREFIX}{dead.pid}-00000000-live"
+    elsewhere.mkdir()
+    (elsewhere / "tokenizer.json").write_text("{}")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with contextlib.ExitStack() as stack:
+        mine = handoff_dir(stack)  # named as a run on this host and pid namespace names it
+        ours_dead = tmp_path / mine.name.replace(f"{HANDOFF_PREFIX}{os.getpid()}-", f"{HANDOFF_PREFIX}{dead.pid}-")
+        mine.rename(ours_dead)
+    assert remove_stale_handoffs(tmp_path) == [ours_dead]  # a dead pid here: its run is gone
+    assert (elsewhere / "tokenizer.json").exists()

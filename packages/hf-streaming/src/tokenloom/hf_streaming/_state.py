@@ -181,8 +181,43 @@ def check_state(state: Any, where: str = "the state") -> None:
             raise _bad(where, "slots", slots, "a non-empty list of slot states")
         for slot in slots:
             check_slot_state(slot, where)
+        for slot in slots:
+            check_fingerprint(slot["fingerprint"], state["fingerprint"])
+            for key in ("mode", "world_size", "num_workers", "base", "layout"):
+                if slot.get(key) != state.get(key):
+                    raise ResumeMismatchError(
+                        f"{where}: a slot's {key} {slot.get(key)!r} differs from the merged state's {state.get(key)!r}",
+                        field=key,
+                        hint=_DAMAGED,
+                    )
+        _check_cover(slots, state["world_size"], max(1, state["num_workers"]))
         return
     check_slot_state(state, where)
+
+
+def _check_cover(slots: list[dict[str, Any]], world_size: int, num_workers: int) -> list[dict[str, Any]]:
+    """The slots, one per (rank, worker) of the saved topology, in (rank, worker) order."""
+    expected = {(r, w) for r in range(world_size) for w in range(num_workers)}
+    seen: dict[tuple[int, int], dict[str, Any]] = {}
+    for slot in slots:
+        key = (int(slot["rank"]), int(slot["worker"]))
+        if key in seen and seen[key] != slot:
+            raise ResumeMismatchError(
+                f"two different states for rank {key[0]} worker {key[1]}",
+                field="states",
+                hint="Pass each rank's state once, all from the same step",
+            )
+        seen[key] = slot
+    if set(seen) != expected:
+        missing = sorted(expected - set(seen))
+        extra = sorted(set(seen) - expected)
+        raise ResumeMismatchError(
+            f"the slot states do not cover the saved topology of {world_size} ranks x {num_workers} workers: "
+            f"missing (rank, worker) {missing[:10]}{'...' if len(missing) > 10 else ''}, unexpected {extra[:10]}",
+            field="states",
+            hint="Pass the saved state of every rank (load_rank_states(directory) reads them all)",
+        )
+    return [seen[key] for key in sorted(seen)]
 
 
 def slot_states_in(loader_state: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -251,26 +286,7 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                     hint="Pass the states of one save: every rank's state from the same step",
                 )
     world_size, num_workers = int(first["world_size"]), max(1, int(first["num_workers"]))
-    expected = {(r, w) for r in range(world_size) for w in range(num_workers)}
-    seen: dict[tuple[int, int], dict[str, Any]] = {}
-    for slot in slots:
-        key = (int(slot["rank"]), int(slot["worker"]))
-        if key in seen and seen[key] != slot:
-            raise ResumeMismatchError(
-                f"two different states for rank {key[0]} worker {key[1]}",
-                field="states",
-                hint="Pass each rank's state once, all from the same step",
-            )
-        seen[key] = slot
-    if set(seen) != expected:
-        missing = sorted(expected - set(seen))
-        extra = sorted(set(seen) - expected)
-        raise ResumeMismatchError(
-            f"the slot states do not cover the saved topology of {world_size} ranks x {num_workers} workers: "
-            f"missing (rank, worker) {missing[:10]}{'...' if len(missing) > 10 else ''}, unexpected {extra[:10]}",
-            field="states",
-            hint="Pass the saved state of every rank (load_rank_states(directory) reads them all)",
-        )
+    covered = _check_cover(slots, world_size, num_workers)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -281,7 +297,7 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "num_workers": int(first["num_workers"]),
         "layout": first["layout"],
         "base": first["base"],
-        "slots": [seen[key] for key in sorted(seen)],
+        "slots": covered,
     }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import logging
 import multiprocessing
@@ -21,6 +22,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -232,7 +234,21 @@ def spawn_pool(
 HANDOFF_PREFIX = "tokenloom-tokenizer-"
 
 
-_HANDOFF_DIR = re.compile(re.escape(HANDOFF_PREFIX) + r"(\d+)-[^/]+")
+_HANDOFF_DIR = re.compile(re.escape(HANDOFF_PREFIX) + r"(\d+)-([0-9a-f]{8})-[^/]+")
+
+
+def _pid_space() -> str:
+    """Where this process's pids mean something: its host and pid namespace, as 8 hex digits.
+
+    A temp dir may be shared by machines (TMPDIR on a cluster file system, one Slurm array
+    on many nodes) or by containers (a bind-mounted /tmp, another pid namespace): a pid is
+    only evidence about a directory made in the same pid space.
+    """
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.blake2b(f"{socket.gethostname()}\0{namespace}".encode(), digest_size=4).hexdigest()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -249,14 +265,16 @@ def remove_stale_handoffs(parent: Path) -> list[Path]:
     """Remove this user's tokenizer hand-off directories in ``parent`` whose owner process is gone.
 
     Why: a tokenize killed with SIGKILL cannot remove its own (about 1 MB per run for a 16k
-    vocabulary, more for large ones). The owner's pid is in the name; a live pid (even a reused
-    one) keeps its directory.
+    vocabulary, more for large ones). The owner's pid and pid space (host, pid namespace) are
+    in the name; a live pid (even a reused one) keeps its directory, and so does a directory made
+    on another host or in another pid namespace, whose pid says nothing here.
     """
     removed = []
+    here = _pid_space()
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             match = _HANDOFF_DIR.fullmatch(entry.name)
-            if match is None or _pid_alive(int(match[1])):
+            if match is None or match[2] != here or _pid_alive(int(match[1])):
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
@@ -275,7 +293,7 @@ def handoff_dir(stack: contextlib.ExitStack) -> Path:
     """A private temporary directory named after this process, removed when ``stack`` closes."""
     parent = Path(tempfile.gettempdir())
     remove_stale_handoffs(parent)
-    root = Path(tempfile.mkdtemp(prefix=f"{HANDOFF_PREFIX}{os.getpid()}-", dir=parent))
+    root = Path(tempfile.mkdtemp(prefix=f"{HANDOFF_PREFIX}{os.getpid()}-{_pid_space()}-", dir=parent))
     stack.callback(shutil.rmtree, root, ignore_errors=True)
     return root
 

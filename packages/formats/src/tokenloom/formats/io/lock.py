@@ -66,7 +66,8 @@ def _holder_record() -> dict[str, Any]:
         "host": socket.gethostname(),
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "process_start": _process_start(pid),
-        "command": " ".join(sys.argv[:6])[:300],
+        # an argument that is not UTF-8 (a file name in latin-1) holds surrogates that JSON cannot carry
+        "command": " ".join(sys.argv[:6])[:300].encode("utf-8", "backslashreplace").decode("utf-8"),
     }
 
 

@@ -81,7 +81,7 @@ def write_sidecar(sidecar: Path, described: Path | bytes, *, name: str, values: 
         edges = _edges(described, size)
     payload = {
         "tokenloom_sidecar": SIDECAR_VERSION,
-        "describes": name,
+        "describes": os.fsencode(name).decode("utf-8", "backslashreplace"),  # a non-UTF-8 name: \xNN
         "bytes": size,
         "edges_xxh3": edges,
         **{key: values.get(key) for key in _FIELDS},
