@@ -222,18 +222,18 @@ def open_bucket(
     cache_dir: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
     unit: BudgetUnit | str = BudgetUnit.INPUT_TOKENS,
-    samples: bool = True,
+    index_only: bool = False,
 ) -> Bucket:
     """Open ``root/split/name`` as a wave-1 dataset and count its budget.
 
-    ``samples=False`` opens the dataset's torch-free index instead (WindowIndex / PackedIndex: the same
+    ``index_only=True`` opens the dataset's torch-free index instead (WindowIndex / PackedIndex: the same
     checks, sizes, budget and fingerprint, no sample building): what a plan needs.
     """
     directory = root / split / name
     data = _open_tokens(directory, name, split)
     windows: Any = WindowIndex
     packed: Any = PackedIndex
-    if samples:  # the wave-1 datasets import torch: only a dataset that serves samples asks for them
+    if not index_only:  # the wave-1 datasets import torch: only a dataset that serves samples asks for them
         from tokenloom.datasets import MemoryMappedDataset as windows
         from tokenloom.datasets import PackedDocumentDataset as packed
     try:

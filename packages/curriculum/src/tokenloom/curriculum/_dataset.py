@@ -41,7 +41,7 @@ class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
     the wave-1 datasets and serves their samples.
     """
 
-    _samples = True
+    _index_only = False
 
     def __init__(
         self,

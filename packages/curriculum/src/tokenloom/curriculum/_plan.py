@@ -47,8 +47,8 @@ class CurriculumPlan:
     the same sample counts, budget tokens and fingerprints, no sample building.
     """
 
-    _samples = False
-    """Open buckets as the wave-1 datasets (True) or as their torch-free indexes (False)."""
+    _index_only = True
+    """Open buckets as their torch-free indexes (True) or as the wave-1 datasets (False)."""
 
     def __init__(
         self,
@@ -95,7 +95,7 @@ class CurriculumPlan:
                 cache_dir=cache_dir,
                 options=self._bucket_options,
                 unit=self.config.unit,
-                samples=self._samples,
+                index_only=self._index_only,
             )
             for name in self.buckets
         ]
@@ -197,7 +197,7 @@ class CurriculumPlan:
             split="val",
             cache_dir=self._cache_dir,
             options={**self._bucket_options, **options},
-            samples=self._samples,
+            index_only=self._index_only,
         ).dataset
 
     def _bucket_index(self, bucket: str | int) -> int:
