@@ -22,34 +22,25 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tokenloom.sampler._feistel import FeistelPermutation, round_keys
+from tokenloom.sampler._loader import sampler_state_from_loader
+from tokenloom.sampler._mix import MixSchedule
+from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_permutation
 from tokenloom.sampler._warnings import silence_torchdata_set_vital
 
 if TYPE_CHECKING:
-    from tokenloom.sampler._feistel import FeistelPermutation, round_keys
-    from tokenloom.sampler._loader import sampler_state_from_loader
-    from tokenloom.sampler._mix import MixSchedule
     from tokenloom.sampler._order import Order
     from tokenloom.sampler._sampler import ResumableDistributedSampler
-    from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_permutation
 
 # torchdata's StatefulDataLoader calls a torch function that is gone; every package that resumes
 # through it (datasets, curriculum, hf-streaming) imports this one.
 silence_torchdata_set_vital()
 
-#: Public name -> the module that defines it, imported on first use: the schedules and the Feistel
-#: permutation are numpy only, so planning a curriculum (``tokenloom validate --curriculum``) imports
-#: no torch; the sampler and ``Order`` do.
+#: The names that need torch, imported on first use: the schedules and the Feistel permutation are
+#: numpy only, so planning a curriculum (``tokenloom validate --curriculum``) imports no torch.
 _EXPORTS = {
-    "CurriculumSchedule": "tokenloom.sampler._schedule",
-    "Drain": "tokenloom.sampler._schedule",
-    "FeistelPermutation": "tokenloom.sampler._feistel",
-    "MixSchedule": "tokenloom.sampler._mix",
     "Order": "tokenloom.sampler._order",
     "ResumableDistributedSampler": "tokenloom.sampler._sampler",
-    "Segment": "tokenloom.sampler._schedule",
-    "bucket_permutation": "tokenloom.sampler._schedule",
-    "round_keys": "tokenloom.sampler._feistel",
-    "sampler_state_from_loader": "tokenloom.sampler._loader",
 }
 
 __all__ = [
