@@ -4,12 +4,13 @@ Each command runs in its own interpreter through a small runner that calls the `
 entry point (``tokenloom.formats.cli.group:main``) and then records which heavy modules are in
 ``sys.modules``. Checked: ``tokenloom --help``, ``--help`` of every installed subcommand and of
 every subcommand of a command group (``curriculum plan|report|status``), ``curriculum status``,
-``validate`` and ``inspect`` of a dataset, ``stream-state`` and ``eval-cache`` on an existing cache.
+``validate`` and ``inspect`` of a dataset, ``stream-state`` and ``eval-cache`` on an existing cache,
+``validate --curriculum`` and ``curriculum plan`` of a small curriculum (fixed windows and packing).
 
     uv run python tools/checks/startup_check.py        # exits 1 and lists every command that imports torch
 
-The fixtures (a small native dataset, a run status, an eval cache) are built in a temporary
-directory; building the eval cache is training-side work and may import torch.
+The fixtures (a small native dataset, a run status, an eval cache, a one-bucket curriculum) are built
+in a temporary directory; building the eval cache is training-side work and may import torch.
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ def help_commands(python: str = sys.executable) -> list[list[str]]:
 
 
 def build_fixtures(root: Path, python: str = sys.executable) -> dict[str, Path]:
-    """A small native dataset, a run directory with its status, an empty stream-state directory and an
-    eval cache built from the dataset (the build may import torch; the later check of it must not)."""
+    """A small native dataset, a run directory with its status, an empty stream-state directory, an
+    eval cache built from the dataset (the build may import torch; the later check of it must not) and a
+    curriculum of one bucket (``train/a`` and ``val/a``) with a config for fixed windows and one for packing."""
     program = f"""
 import numpy as np
 from pathlib import Path
@@ -107,9 +109,26 @@ with open_writer(root / "data", dtype=np.uint16, vocab_size=100, eos_id=0) as wr
         writer.add(np.arange(1, 30 + n, dtype=np.uint16) % 99 + 1)
 write_run_status(root / "run", "running")
 (root / "streams").mkdir()
+for split in ("train", "val"):
+    with open_writer(root / "curriculum" / split / "a", dtype=np.uint16, vocab_size=100, eos_id=0) as writer:
+        for n in range(20):
+            writer.add(np.arange(1, 30 + n, dtype=np.uint16) % 99 + 1)
+for name, packing in (("curriculum.yaml", "false"), ("curriculum-packed.yaml", "true")):
+    (root / name).write_text(
+        "data:\\n  path: " + repr(str(root / "curriculum")) + "\\n  max_length: 16\\n  packing: " + packing
+        + "\\n  curriculum:\\n    - duration_tokens: 64\\n      mix:\\n        a: 1.0\\n"
+    )
 """
     subprocess.run([python, "-c", program], check=True, timeout=300)
-    paths = {"data": root / "data", "run": root / "run", "streams": root / "streams", "cache": root / "eval-cache"}
+    paths = {
+        "data": root / "data",
+        "run": root / "run",
+        "streams": root / "streams",
+        "cache": root / "eval-cache",
+        "curriculum": root / "curriculum.yaml",
+        "curriculum-packed": root / "curriculum-packed.yaml",
+        "plan-cache": root / "plan-cache",
+    }
     built = run_command(eval_cache_args(paths), python=python)
     if built.exit_code != 0:
         raise RuntimeError(f"building the eval cache failed: {built}")
@@ -128,7 +147,14 @@ def work_commands(paths: dict[str, Path]) -> list[list[str]]:
         ["inspect", str(paths["data"])],
         ["stream-state", str(paths["streams"])],
         eval_cache_args(paths),
+        ["validate", "--curriculum", str(paths["curriculum"])],
+        curriculum_plan_args(paths),
     ]
+
+
+def curriculum_plan_args(paths: dict[str, Path]) -> list[str]:
+    """``curriculum plan`` of the packing config (its packing plan cached in the fixtures, not in ~/.cache)."""
+    return ["curriculum", "plan", str(paths["curriculum-packed"]), "--cache-dir", str(paths["plan-cache"])]
 
 
 def check(python: str = sys.executable) -> list[Outcome]:

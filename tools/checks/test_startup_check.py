@@ -1,5 +1,6 @@
 """A command that does not train imports no torch: every ``--help``, ``curriculum status``, ``validate``,
-``inspect``, ``stream-state`` and ``eval-cache`` on an existing cache, each in a fresh interpreter."""
+``inspect``, ``stream-state``, ``eval-cache`` on an existing cache, ``validate --curriculum`` and
+``curriculum plan`` (with ``--plot`` too: matplotlib, not torch), each in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -51,6 +52,29 @@ def test_eval_cache_check_of_an_existing_cache_imports_no_torch(fixtures: dict[s
     outcome = startup_check.run_command(startup_check.eval_cache_args(fixtures))
     assert outcome.exit_code == 0
     assert outcome.heavy == ()
+
+
+def test_validate_curriculum_imports_no_torch(fixtures: dict[str, Path]) -> None:
+    """The plan (bucket sizes, schedule, drains) is numpy: validating a curriculum needs no torch."""
+    outcome = startup_check.run_command(["validate", "--curriculum", str(fixtures["curriculum"])])
+    assert outcome.exit_code == 0
+    assert outcome.heavy == ()
+
+
+def test_curriculum_plan_imports_no_torch(fixtures: dict[str, Path]) -> None:
+    """With packing: the packing plan is computed and cached without torch too."""
+    outcome = startup_check.run_command(startup_check.curriculum_plan_args(fixtures))
+    assert outcome.exit_code == 0
+    assert outcome.heavy == ()
+
+
+def test_curriculum_plan_with_a_plot_imports_no_torch(fixtures: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    picture = tmp_path / "plan.png"
+    outcome = startup_check.run_command([*startup_check.curriculum_plan_args(fixtures), "--plot", str(picture)])
+    assert outcome.exit_code == 0
+    assert outcome.heavy == ()
+    assert picture.stat().st_size > 0
 
 
 @pytest.mark.parametrize("arg", ["--help", "streams"])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-import tokenloom.datasets._packed as packed_module
+import tokenloom.datasets._packing_plan as packed_module
 from tokenloom.datasets import IGNORE_INDEX, PackedDocumentDataset, collate
 from tokenloom.formats import ConfigError
 

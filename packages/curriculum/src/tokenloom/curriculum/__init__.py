@@ -3,6 +3,7 @@
     buckets (PATH/train/<bucket>/ token shards, wave-1 datasets)
         -> plan      phases cut at every drain; exact sample/token positions, known up front
         -> schedule  global position g -> (phase, bucket, index in the bucket's permutation), O(1)
+                     (CurriculumPlan: plan and schedule without torch, what `validate --curriculum` builds)
         -> sampler   ResumableDistributedSampler(shuffle=False) splits g over ranks and workers
         -> loader    DataLoader / StatefulDataLoader; state = one number, any topology
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from tokenloom.curriculum._dataset import STATE_FORMAT, CurriculumDataset
     from tokenloom.curriculum._errors import BucketExhausted, BucketMismatchError, EmptyBucketError, MissingValTwinError
     from tokenloom.curriculum._findings import Finding, findings
-    from tokenloom.curriculum._plan import build_plan
+    from tokenloom.curriculum._plan import CurriculumPlan, build_plan
     from tokenloom.curriculum._status import STATUS_FILE, read_run_status, record_halt, write_run_status
 
 #: Public name -> the module that defines it, imported on first use: ``import tokenloom.curriculum`` (and
@@ -48,6 +49,7 @@ _EXPORTS = {
     "MissingValTwinError": "tokenloom.curriculum._errors",
     "Finding": "tokenloom.curriculum._findings",
     "findings": "tokenloom.curriculum._findings",
+    "CurriculumPlan": "tokenloom.curriculum._plan",
     "build_plan": "tokenloom.curriculum._plan",
     "STATUS_FILE": "tokenloom.curriculum._status",
     "read_run_status": "tokenloom.curriculum._status",
@@ -64,6 +66,7 @@ __all__ = [
     "BudgetUnit",
     "CurriculumConfig",
     "CurriculumDataset",
+    "CurriculumPlan",
     "EmptyBucketError",
     "ExhaustionPolicy",
     "Finding",

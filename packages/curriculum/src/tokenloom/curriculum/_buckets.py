@@ -27,7 +27,7 @@ import numpy as np
 
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketMismatchError, EmptyBucketError, MissingValTwinError
-from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset, data_fingerprint
+from tokenloom.datasets import PackedIndex, WindowIndex, data_fingerprint
 from tokenloom.formats import ConfigError, MissingFileError, TokenDataset, open_dataset
 
 __all__ = [
@@ -48,7 +48,8 @@ class Bucket:
     name: str
     path: Path
     dataset: Any
-    """MemoryMappedDataset (windows) or PackedDocumentDataset (packing); pickles without entry indexes."""
+    """MemoryMappedDataset (windows) or PackedDocumentDataset (packing); pickles without entry indexes.
+    Opened without samples: their torch-free WindowIndex / PackedIndex (same sizes and fingerprint)."""
     samples: int
     budget_tokens: int
     """Budget tokens over one epoch (see the module docstring)."""
@@ -134,7 +135,7 @@ def sample_budget_tokens(
     """
     if BudgetUnit(unit) is BudgetUnit.LOSS_TOKENS:
         return sample_loss_tokens(dataset, eos_id=eos_id)
-    if isinstance(dataset, PackedDocumentDataset):
+    if isinstance(dataset, PackedIndex):
         plan = dataset.plan
         lengths = np.asarray(plan.length, dtype=np.int64)
         offsets = np.asarray(plan.bin_offsets, dtype=np.int64)
@@ -187,7 +188,7 @@ def sample_loss_tokens(dataset: Any, *, eos_id: int | None = None) -> np.ndarray
             hint="Write the EOS id into the bucket's manifest (tokenloom tokenize does) or use input_tokens",
         )
     out = np.empty(len(dataset), dtype=np.int64)
-    if isinstance(dataset, PackedDocumentDataset):
+    if isinstance(dataset, PackedIndex):
         plan = dataset.plan
         offsets = np.asarray(plan.bin_offsets, dtype=np.int64)
         for index in range(len(dataset)):
@@ -221,15 +222,25 @@ def open_bucket(
     cache_dir: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
     unit: BudgetUnit | str = BudgetUnit.INPUT_TOKENS,
+    index_only: bool = False,
 ) -> Bucket:
-    """Open ``root/split/name`` as a wave-1 dataset and count its budget."""
+    """Open ``root/split/name`` as a wave-1 dataset and count its budget.
+
+    ``index_only=True`` opens the dataset's torch-free index instead (WindowIndex / PackedIndex: the same
+    checks, sizes, budget and fingerprint, no sample building): what a plan needs.
+    """
     directory = root / split / name
     data = _open_tokens(directory, name, split)
+    windows: Any = WindowIndex
+    packed: Any = PackedIndex
+    if not index_only:  # the wave-1 datasets import torch: only a dataset that serves samples asks for them
+        from tokenloom.datasets import MemoryMappedDataset as windows
+        from tokenloom.datasets import PackedDocumentDataset as packed
     try:
         if packing:
-            dataset: Any = PackedDocumentDataset(data, max_length, cache_dir=cache_dir, **(options or {}))
+            dataset: Any = packed(data, max_length, cache_dir=cache_dir, **(options or {}))
         else:
-            dataset = MemoryMappedDataset(data, max_length, **(options or {}))
+            dataset = windows(data, max_length, **(options or {}))
     except TypeError as exc:
         raise ConfigError(f"bucket options {sorted(options or {})}: {exc}", field="bucket_options") from None
     per_sample = sample_budget_tokens(dataset, unit)

@@ -1,7 +1,7 @@
 """Drain points: where a bucket runs dry, what that does under the exhaustion policy, and how it is said.
 
-The schedule knows every drain before step 0 (``CurriculumSchedule.drains``); the dataset logs them,
-the plan lists them and the findings judge them, all in the words of this module.
+The schedule knows every drain before step 0 (``CurriculumSchedule.drains``); the plan logs them,
+lists them and the findings judge them, all in the words of this module.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tokenloom.curriculum._config import ExhaustionPolicy
 
 if TYPE_CHECKING:
-    from tokenloom.curriculum._dataset import CurriculumDataset
+    from tokenloom.curriculum._plan import CurriculumPlan
     from tokenloom.sampler import Drain
 
 __all__ = ["drain_effect", "drain_rows", "drain_verdicts"]
@@ -26,7 +26,7 @@ def drain_effect(drain: Drain, halt: Drain | None, otherwise: str = "renormalise
     return "not reached (after the halt)"
 
 
-def drain_rows(ds: CurriculumDataset) -> list[dict[str, Any]]:
+def drain_rows(ds: CurriculumPlan) -> list[dict[str, Any]]:
     """The plan's drain table: bucket, sample, token, phase, epochs and effect of every drain."""
     return [
         {
@@ -41,7 +41,7 @@ def drain_rows(ds: CurriculumDataset) -> list[dict[str, Any]]:
     ]
 
 
-def drain_verdicts(ds: CurriculumDataset) -> list[tuple[str, str, str]]:
+def drain_verdicts(ds: CurriculumPlan) -> list[tuple[str, str, str]]:
     """(severity, code, message) per drain of a phased curriculum: the halting one blocks, a renormalising
     one warns, one after the halt is only said."""
     if ds.config.curriculum is None:

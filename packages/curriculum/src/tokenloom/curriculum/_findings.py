@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokenloom.curriculum._buckets import discover_buckets, is_empty_dir
 from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
-from tokenloom.curriculum._dataset import CurriculumDataset
 from tokenloom.curriculum._drains import drain_verdicts
-from tokenloom.curriculum._plan import build_plan
+from tokenloom.curriculum._plan import CurriculumPlan, build_plan
 from tokenloom.formats import DataError
 
+if TYPE_CHECKING:  # the dataset imports torch: only findings() asks for it, validate() plans without
+    from tokenloom.curriculum._dataset import CurriculumDataset
+
 __all__ = ["Finding", "exit_code", "findings", "validate"]
+
+_Plan = TypeVar("_Plan", bound=CurriculumPlan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +87,33 @@ def findings(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[list[Finding], CurriculumDataset | None]:
     """Every finding for ``config``; the dataset when it could be built."""
+    from tokenloom.curriculum._dataset import CurriculumDataset
+
+    return _findings(
+        CurriculumDataset,
+        config,
+        seed=seed,
+        global_batch_size=global_batch_size,
+        max_steps=max_steps,
+        cache_dir=cache_dir,
+    )
+
+
+def _findings(
+    kind: type[_Plan],
+    config: CurriculumConfig,
+    *,
+    seed: int = 0,
+    global_batch_size: int | None = None,
+    max_steps: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> tuple[list[Finding], _Plan | None]:
+    """Every finding for ``config``; the plan (a :class:`CurriculumPlan` or the dataset) when it could be built."""
     out = _structure(config)
     if any(f.severity == "error" for f in out):
         return out, None
     try:
-        ds = CurriculumDataset(config, seed=seed, global_batch_size=global_batch_size, cache_dir=cache_dir)
+        ds = kind(config, seed=seed, global_batch_size=global_batch_size, cache_dir=cache_dir)
         for name in ds.buckets:
             ds.val_dataset(name)
     except DataError as exc:
@@ -102,7 +128,7 @@ def findings(
     return out, ds
 
 
-def _budget(ds: CurriculumDataset, global_batch_size: int, max_steps: int) -> list[Finding]:
+def _budget(ds: CurriculumPlan, global_batch_size: int, max_steps: int) -> list[Finding]:
     planned = len(ds)
     steps = planned // global_batch_size
     if max_steps == steps:
@@ -135,5 +161,5 @@ def validate(config_path: str | os.PathLike[str], **options: Any) -> tuple[int, 
     except DataError as exc:
         found = [Finding("error", "config", f"{type(exc).__name__}: {exc}")]
         return 1, found, None
-    found, ds = findings(config, **options)
-    return exit_code(found), found, build_plan(ds) if ds is not None else None
+    found, plan = _findings(CurriculumPlan, config, **options)  # the plan only: no torch
+    return exit_code(found), found, build_plan(plan) if plan is not None else None

@@ -36,10 +36,12 @@ if TYPE_CHECKING:
         TrainType,
     )
     from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
-    from tokenloom.datasets._packed import PackedDocumentDataset, PackingPlan, compute_plan
+    from tokenloom.datasets._packed import PackedDocumentDataset
+    from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
     from tokenloom.datasets._records import RecordDataset
     from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
     from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
+    from tokenloom.datasets._window_index import WindowIndex
     from tokenloom.datasets._windows import MemoryMappedDataset
 
 #: Public name -> the module that defines it, imported on first use: ``import tokenloom.datasets`` (and every
@@ -54,9 +56,10 @@ _EXPORTS = {
     "MemoryMappedDataset": "tokenloom.datasets._windows",
     "MixtureDataset": "tokenloom.datasets._mixture",
     "PackedDocumentDataset": "tokenloom.datasets._packed",
-    "Packing": "tokenloom.datasets._sample",
+    "PackedIndex": "tokenloom.datasets._packing_plan",
+    "Packing": "tokenloom.datasets._packing_mode",
     "PackingAlgorithm": "tokenloom.datasets._binpack",
-    "PackingPlan": "tokenloom.datasets._packed",
+    "PackingPlan": "tokenloom.datasets._packing_plan",
     "SampleBatch": "tokenloom.datasets._batch",
     "SampleRow": "tokenloom.datasets._batch",
     "MaskAlignment": "tokenloom.datasets._keyed",
@@ -67,7 +70,7 @@ _EXPORTS = {
     "build_sample": "tokenloom.datasets._sample",
     "check_state": "tokenloom.datasets._state",
     "collate": "tokenloom.datasets._batch",
-    "compute_plan": "tokenloom.datasets._packed",
+    "compute_plan": "tokenloom.datasets._packing_plan",
     "data_fingerprint": "tokenloom.datasets._state",
     "interleave": "tokenloom.datasets._mixture",
     "length_binned_greedy": "tokenloom.datasets._binpack",
@@ -77,6 +80,7 @@ _EXPORTS = {
     "to_torch": "tokenloom.datasets._sample",
     "tokenizer_fingerprint": "tokenloom.datasets._hf",
     "validate_weights": "tokenloom.datasets._mixture",
+    "WindowIndex": "tokenloom.datasets._window_index",
 }
 
 __all__ = [
@@ -89,6 +93,7 @@ __all__ = [
     "MemoryMappedDataset",
     "MixtureDataset",
     "PackedDocumentDataset",
+    "PackedIndex",
     "Packing",
     "PackingAlgorithm",
     "PackingPlan",
@@ -97,6 +102,7 @@ __all__ = [
     "MaskAlignment",
     "RecordDataset",
     "TrainType",
+    "WindowIndex",
     "best_fit_decreasing",
     "build_batch",
     "build_sample",

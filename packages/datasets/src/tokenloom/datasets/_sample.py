@@ -14,44 +14,18 @@ explicit per-token document ids (bin-packed sequences).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from tokenloom.datasets._packing_mode import Packing, as_packing
 from tokenloom.formats import ConfigError
 
 __all__ = ["IGNORE_INDEX", "Packing", "build_batch", "build_sample", "to_torch"]
 
 IGNORE_INDEX = -100
-
-
-class Packing(StrEnum):
-    """How document boundaries inside a window are treated."""
-
-    NONE = "none"
-    """Plain language modelling: every label kept, no document keys."""
-    DOCUMENTS = "documents"
-    """KempnerForge: doc_ids from EOS, labels -100 where input and label token belong to different documents."""
-    GPT_SIMPLE = "gpt-simple"
-    """GPT-Simple: positions continuous (0..L-1), the token after each EOD masked as a label."""
-
-
-def as_packing(value: bool | str | Packing) -> Packing:
-    """``True`` means ``Packing.DOCUMENTS``, ``False`` means ``Packing.NONE``."""
-    if value is True:
-        return Packing.DOCUMENTS
-    if value is False:
-        return Packing.NONE
-    try:
-        return Packing(value)
-    except ValueError:
-        raise ConfigError(
-            f"pack_sequences={value!r}, expected True, False or one of {[p.value for p in Packing]}",
-            field="pack_sequences",
-        ) from None
 
 
 def build_batch(

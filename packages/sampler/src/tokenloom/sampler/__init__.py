@@ -17,17 +17,31 @@ It also owns the mixing schedules (:class:`MixSchedule`, :class:`CurriculumSched
 which source serves each global position, computed in O(1) memory, never stored.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._mix import MixSchedule
-from tokenloom.sampler._order import Order
-from tokenloom.sampler._sampler import ResumableDistributedSampler
 from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_permutation
 from tokenloom.sampler._warnings import silence_torchdata_set_vital
+
+if TYPE_CHECKING:
+    from tokenloom.sampler._order import Order
+    from tokenloom.sampler._sampler import ResumableDistributedSampler
 
 # torchdata's StatefulDataLoader calls a torch function that is gone; every package that resumes
 # through it (datasets, curriculum, hf-streaming) imports this one.
 silence_torchdata_set_vital()
+
+#: The names that need torch, imported on first use: the schedules and the Feistel permutation are
+#: numpy only, so planning a curriculum (``tokenloom validate --curriculum``) imports no torch.
+_EXPORTS = {
+    "Order": "tokenloom.sampler._order",
+    "ResumableDistributedSampler": "tokenloom.sampler._sampler",
+}
 
 __all__ = [
     "CurriculumSchedule",
@@ -41,3 +55,16 @@ __all__ = [
     "round_keys",
     "sampler_state_from_loader",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,185 @@
+"""The packing plan of whole entries in sequences of max_length tokens, and PackedIndex, which sizes them (no torch).
+
+Entries are never split, except entries longer than max_length, which become
+max_length pieces plus a remainder. The plan (which entry goes where) is
+computed once, vectorised, and cached in ``cache_dir`` under a key made of the
+dataset fingerprint and the settings: written into a fresh temporary directory,
+then published by one atomic rename, so concurrent ranks never see half a plan
+and need no file locks. :class:`~tokenloom.datasets.PackedDocumentDataset` turns
+the plan into samples.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
+from tokenloom.datasets._plan_cache import cached_plan
+from tokenloom.datasets._state import data_fingerprint, settings_fingerprint
+from tokenloom.datasets._stream import reopen, token_stream
+from tokenloom.datasets._window_index import check_positive
+from tokenloom.formats import ConfigError, TokenDataset, open_dataset
+from tokenloom.formats.io import atomic_write_bytes
+
+__all__ = ["PLAN_VERSION", "PackedIndex", "PackingPlan", "compute_plan"]
+
+log = logging.getLogger("tokenloom.datasets")
+PLAN_VERSION = 1
+_PLAN_ARRAYS = ("token_start", "length", "prefix", "bin_offsets")
+
+
+class PackingPlan:
+    """Items (token ranges of the global stream) in pack order, and where each sequence's items begin."""
+
+    def __init__(self, token_start: np.ndarray, length: np.ndarray, prefix: np.ndarray, bin_offsets: np.ndarray):
+        self.token_start = token_start
+        self.length = length
+        self.prefix = prefix
+        self.bin_offsets = bin_offsets
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.bin_offsets) - 1
+
+    def padding_fraction(self, max_length: int) -> float:
+        """Share of the packed tokens that are padding."""
+        slots = self.num_sequences * max_length
+        return 0.0 if slots == 0 else 1.0 - float(np.sum(self.length, dtype=np.int64)) / slots
+
+    def save(self, directory: Path, meta: dict[str, Any]) -> None:
+        for name in _PLAN_ARRAYS:
+            buffer = io.BytesIO()
+            np.save(buffer, getattr(self, name), allow_pickle=False)
+            atomic_write_bytes(directory / f"{name}.npy", buffer.getvalue())
+        atomic_write_bytes(directory / "plan.json", json.dumps(meta, sort_keys=True).encode())  # last: complete
+
+    @classmethod
+    def load(cls, directory: Path) -> PackingPlan:
+        arrays = [np.load(directory / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in _PLAN_ARRAYS]
+        return cls(*arrays)
+
+
+def compute_plan(
+    doc_lengths: np.ndarray,
+    overlap_prefix: np.ndarray,
+    max_length: int,
+    algorithm: PackingAlgorithm | str = PackingAlgorithm.BEST_FIT,
+    **options: int,
+) -> PackingPlan:
+    """Split over-long entries, plan the bins, and lay the items out in pack order."""
+    lengths = np.asarray(doc_lengths, dtype=np.int64)
+    entry_start = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=entry_start[1:])
+    pieces = np.maximum(-(-lengths // max_length), 1)
+    entry_of_piece = np.repeat(np.arange(len(lengths)), pieces)
+    first_piece = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(pieces, out=first_piece[1:])
+    piece_index = np.arange(len(entry_of_piece)) - first_piece[entry_of_piece]
+    start = entry_start[entry_of_piece] + piece_index * max_length
+    length = np.minimum(lengths[entry_of_piece] - piece_index * max_length, max_length)
+    prefix = np.where(piece_index == 0, np.asarray(overlap_prefix, dtype=np.int64)[entry_of_piece], 0)
+    bin_of = plan_bins(length, max_length, algorithm, **options)
+    order, bin_offsets = pack_order(bin_of, length)
+    return PackingPlan(
+        start[order].astype(np.int64),
+        length[order].astype(np.int32),
+        np.minimum(prefix[order], length[order]).astype(np.uint16),
+        bin_offsets,
+    )
+
+
+class PackedIndex:
+    """The torch-free half of :class:`PackedDocumentDataset`: the packing plan (cached), ``len`` and fingerprint.
+
+    Takes the same arguments; a plan that only counts samples (``tokenloom validate --curriculum``) builds
+    this, not the dataset.
+    """
+
+    def __init__(
+        self,
+        data: str | os.PathLike[str] | TokenDataset,
+        max_length: int,
+        *,
+        pad_id: int | None = None,
+        algorithm: PackingAlgorithm | str = PackingAlgorithm.BEST_FIT,
+        cache_dir: str | os.PathLike[str] | None = None,
+        position_ids: bool = True,
+        cu_seqlens: bool = False,
+        bin_width: int = 64,
+    ) -> None:
+        self.max_length = check_positive(max_length, "max_length")
+        dataset = data if isinstance(data, TokenDataset) else open_dataset(data)
+        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
+        self._stream = token_stream(dataset)  # what workers read: no per-entry index
+        try:
+            self.algorithm = PackingAlgorithm(algorithm)
+        except ValueError:
+            raise ConfigError(
+                f"algorithm {algorithm!r}, expected one of {[a.value for a in PackingAlgorithm]}", field="algorithm"
+            ) from None
+        self.pad_id = int(pad_id if pad_id is not None else (dataset.eos_id if dataset.eos_id is not None else 0))
+        self.position_ids = position_ids
+        self.cu_seqlens = cu_seqlens
+        options = {"bin_width": bin_width} if self.algorithm is PackingAlgorithm.GREEDY else {}
+        settings = {
+            "version": PLAN_VERSION,
+            "data": data_fingerprint(dataset),
+            "max_length": self.max_length,
+            "algorithm": self.algorithm.value,
+            **options,
+        }
+        key = settings_fingerprint(**settings)
+        directory = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "pack-plans"
+        self.plan_dir, in_memory = cached_plan(
+            directory,
+            key,
+            lambda: compute_plan(
+                dataset.doc_lengths, dataset.overlap_prefix, self.max_length, self.algorithm, **options
+            ),
+            settings,
+            _PLAN_ARRAYS,
+        )
+        self._memory_plan = in_memory  # only when the cache directory could not be written
+        self.plan_in_memory = in_memory is not None
+        self._plan: PackingPlan | None = in_memory if isinstance(in_memory, PackingPlan) else None
+        if self.plan.num_sequences == 0:
+            raise ConfigError(
+                f"the dataset has no tokens to pack ({len(dataset)} entries, {dataset.num_tokens} tokens)",
+                path=dataset.root,
+            )
+        self.padding_fraction = self.plan.padding_fraction(self.max_length)
+        self._fingerprint = settings_fingerprint(**settings, pad_id=self.pad_id)
+
+    @property
+    def plan(self) -> PackingPlan:
+        """The packing plan, memory-mapped from the cache (reopened lazily in each worker)."""
+        if self._plan is None:
+            memory = self._memory_plan
+            self._plan = memory if isinstance(memory, PackingPlan) else PackingPlan.load(self.plan_dir)
+        return self._plan
+
+    @property
+    def dataset(self) -> TokenDataset:
+        """The underlying dataset with its entry index (reopened on first use after pickling)."""
+        if self._dataset is None:
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards])
+        return self._dataset
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_plan"] = None  # pickling a memory map would copy it (an in-memory plan travels as _memory_plan)
+        state["_dataset"] = None
+        return state
+
+    def __len__(self) -> int:
+        return self.plan.num_sequences
+
+    def fingerprint(self) -> str:
+        return self._fingerprint

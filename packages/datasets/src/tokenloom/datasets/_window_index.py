@@ -1,0 +1,168 @@
+"""WindowIndex: fixed windows of seq_len + 1 tokens over memory-mapped shards, counted and addressed (no torch).
+
+KempnerForge semantics by default: windows do not overlap (stride seq_len + 1),
+a shard of n tokens gives ``(n - seq_len - 1) // stride + 1`` samples, the
+remainder of each shard is unused, and sample ``i`` is found by binary search
+over the cumulative per-shard sample counts. ``cross_shard=True`` treats the
+shards as one stream; ``stride=seq_len`` makes every token a label exactly once.
+:class:`~tokenloom.datasets.MemoryMappedDataset` turns the windows into samples.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import Any
+
+import numpy as np
+
+from tokenloom.datasets._eos import resolve_eos_id
+from tokenloom.datasets._packing_mode import Packing, as_packing
+from tokenloom.datasets._state import data_fingerprint, settings_fingerprint
+from tokenloom.datasets._stream import reopen, select_shards, token_stream
+from tokenloom.formats import ConfigError, TokenDataset, open_dataset
+
+__all__ = ["WindowIndex", "check_positive", "overlap_intervals"]
+
+
+def overlap_intervals(dataset: TokenDataset) -> tuple[np.ndarray, np.ndarray]:
+    """Global token ranges ``[begin, end)`` that are overlap prefixes (repeats of the previous entry's end)."""
+    prefix = dataset.overlap_prefix
+    has = np.flatnonzero(prefix)
+    if len(has) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    entry_starts = np.concatenate([[0], np.cumsum(dataset.doc_lengths)[:-1]]).astype(np.int64)
+    begins = entry_starts[has]
+    return begins, begins + prefix[has].astype(np.int64)
+
+
+def check_positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", field=name)
+    return int(value)
+
+
+class WindowIndex:
+    """The torch-free half of :class:`MemoryMappedDataset`: sizing, addressing and fingerprint of the windows.
+
+    Takes the same arguments; ``len``, :meth:`window_start`, :meth:`window` and :meth:`fingerprint` are the
+    dataset's. A plan that only counts samples (``tokenloom validate --curriculum``) builds this, not the dataset.
+    """
+
+    def __init__(
+        self,
+        data: str | os.PathLike[str] | TokenDataset,
+        seq_len: int,
+        *,
+        stride: int | None = None,
+        pack_sequences: bool | str = False,
+        eos_id: int | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        file_pattern: str | None = None,
+        cross_shard: bool = False,
+        position_ids: bool = False,
+        cu_seqlens: bool = False,
+    ) -> None:
+        self.seq_len = check_positive(seq_len, "seq_len")
+        self.stride = check_positive(stride if stride is not None else seq_len + 1, "stride")
+        dataset = data if isinstance(data, TokenDataset) else open_dataset(data)
+        if file_pattern is not None:
+            dataset = select_shards(dataset, pattern=file_pattern)
+        # reads go through the token stream; the full dataset (its per-entry index grows with
+        # the data) is kept only if it was handed in, and never pickled to a worker
+        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
+        self._stream = token_stream(dataset)
+        self.cross_shard = cross_shard
+        self.packing = as_packing(pack_sequences)
+        self.eos_id: int | None = None
+        if self.packing is not Packing.NONE:
+            self.eos_id = resolve_eos_id(eos_id, dataset.eos_id, tokenizer_path, path=dataset.root)
+        elif position_ids or cu_seqlens:
+            raise ConfigError("position_ids / cu_seqlens need pack_sequences", field="pack_sequences")
+        self.position_ids = position_ids
+        self.cu_seqlens = cu_seqlens
+        window = self.seq_len + 1
+        if cross_shard:
+            lengths = np.array([dataset.num_tokens], dtype=np.int64)
+        else:
+            lengths = dataset.shard_num_tokens.astype(np.int64)
+        counts = np.where(lengths >= window, (lengths - window) // self.stride + 1, 0)
+        if counts.sum() == 0:
+            longest = int(np.argmax(dataset.shard_num_tokens))
+            where = "all shards together" if cross_shard else f"its longest shard {dataset.shards[longest].name!r}"
+            raise ConfigError(
+                f"the dataset is shorter than one window: {where} has "
+                f"{int(lengths.max())} tokens, a window needs seq_len + 1 = {window}",
+                path=dataset.shards[longest].tokens_path,
+                field="seq_len",
+                hint="Use a smaller seq_len, or cross_shard=True to join shards",
+            )
+        self.samples_per_shard = counts
+        # plain batches are gathered in the storage dtype (uint16, int32, ...) and widened to int64 late
+        window_dtype = np.result_type(*[shard.dtype for shard in dataset.shards])
+        self._window_dtype = window_dtype if np.can_cast(window_dtype, np.int64, "safe") else np.dtype(np.int64)
+        self._sample_starts = [0, *np.cumsum(counts).tolist()]
+        self._sample_starts_np = np.asarray(self._sample_starts, dtype=np.int64)
+        self._shard_token_starts = np.concatenate([[0], np.cumsum(dataset.shard_num_tokens)]).astype(np.int64)
+        self._length = int(self._sample_starts[-1])
+        self._overlap_begins, self._overlap_ends = overlap_intervals(dataset)
+        self._fingerprint = settings_fingerprint(
+            data=data_fingerprint(dataset),
+            shards=[s.name for s in dataset.shards],
+            seq_len=self.seq_len,
+            stride=self.stride,
+            packing=self.packing.value,
+            eos_id=self.eos_id,
+            cross_shard=cross_shard,
+        )
+
+    @property
+    def dataset(self) -> TokenDataset:
+        """The underlying dataset with its entry index (reopened on first use after pickling)."""
+        if self._dataset is None:
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards])
+        return self._dataset
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_dataset"] = None
+        return state
+
+    # -- addressing -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._length
+
+    def fingerprint(self) -> str:
+        """Changes whenever the data or a setting that changes the samples changes."""
+        return self._fingerprint
+
+    def window_start(self, index: int) -> int:
+        """Global token position where sample ``index``'s window begins."""
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"sample {index} out of range for a dataset of {self._length} samples")
+        k = bisect.bisect_right(self._sample_starts, index) - 1
+        return int(self._shard_token_starts[k]) + (index - self._sample_starts[k]) * self.stride
+
+    @property
+    def plain(self) -> bool:
+        """Samples are the raw windows (no packing, no overlap masking): :meth:`window` is all there is."""
+        return self.packing is Packing.NONE and len(self._overlap_begins) == 0
+
+    @property
+    def window_dtype(self) -> np.dtype:
+        """The dtype :meth:`window` returns (the shards' storage dtype, widened to a common one)."""
+        return self._window_dtype
+
+    def window(self, index: int) -> np.ndarray:
+        """The ``seq_len + 1`` raw tokens of sample ``index`` (a zero-copy view where possible)."""
+        return self._window(self.window_start(index))
+
+    def _window(self, begin: int) -> np.ndarray:
+        end = begin + self.seq_len + 1
+        if self.cross_shard:
+            return self._stream.tokens(begin, end)
+        k = int(np.searchsorted(self._shard_token_starts, begin, side="right")) - 1
+        local = begin - int(self._shard_token_starts[k])
+        return self._stream.shards[k].tokens[local : local + self.seq_len + 1]
