@@ -179,7 +179,7 @@ def test_a_command_line_that_is_not_utf8_still_takes_the_lock(native: Path, tmp_
     native.rename(source)
     target = Path(os.fsdecode(bytes(tmp_path) + b"/out\xe9"))
     ran = subprocess.run(
-        [sys.executable, "-c", "from tokenloom.formats._cli import main; main()", "convert", os.fsencode(source),
+        [sys.executable, "-c", "from tokenloom.formats.cli.group import main; main()", "convert", os.fsencode(source),
          os.fsencode(target), "--to", "native", "--no-progress"],
         capture_output=True, encoding="utf-8", errors="replace", timeout=120,
     )  # fmt: skip
