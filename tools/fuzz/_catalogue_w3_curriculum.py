@@ -33,7 +33,15 @@ def _(tmp: Path) -> Run:
 @case("curriculum budget_unit: an unknown unit", "curriculum", "report")
 def _(tmp: Path) -> Run:
     config = _curriculum_yaml(tmp, budget_unit="tokens")
-    return Run(argv=["validate", "--curriculum", str(config)], sources=[config])
+    return Run(
+        argv=["validate", "--curriculum", str(config)],
+        sources=[config],
+        check=lambda o: (
+            None
+            if "budget_unit" in o.stdout + o.stderr and "loss_tokens" in o.stdout + o.stderr
+            else "the refusal does not name budget_unit and its valid values"
+        ),
+    )
 
 
 def _dataset(tmp: Path, **data):
