@@ -104,3 +104,28 @@ def test_a_file_name_that_is_not_utf8_gets_its_sidecar(tmp_path: Path, fmt: str,
         writer.add(np.array([5, 6, 0]))
     opened = open_dataset(target)
     assert (opened.eos_id, opened.vocab_size, len(opened)) == (0, 300, 1)
+
+
+@pytest.mark.parametrize(
+    ("vocab_size", "eos_id", "says"),
+    [
+        (0, None, "vocab_size 0"),
+        (-5, None, "vocab_size -5"),
+        (256, -1, "eos_id -1"),
+        (256, 300, "outside its vocab_size"),
+    ],
+)
+def test_a_recorded_vocab_size_or_eos_id_out_of_range_is_a_named_error(tmp_path, vocab_size, eos_id, says):
+    """A manifest or sidecar recording an impossible vocab size or EOS id is refused, not trusted (#21 review)."""
+    import dataclasses
+
+    from tokenloom.formats import FormatError, open_dataset, open_writer, read_manifest
+    from tokenloom.formats.io import write_manifest
+
+    out = tmp_path / "native"
+    with open_writer(out, format="native", dtype="uint16", vocab_size=256, eos_id=0) as writer:
+        writer.add([5, 6, 0])
+    manifest = dataclasses.replace(read_manifest(out), vocab_size=vocab_size, eos_id=eos_id)
+    write_manifest(out, manifest)  # a valid checksum over the impossible values
+    with pytest.raises(FormatError, match=says):
+        open_dataset(out)

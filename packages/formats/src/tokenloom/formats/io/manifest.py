@@ -200,6 +200,19 @@ def _expect(payload: dict[str, Any], key: str, kinds: tuple[type, ...], path: Pa
     return value
 
 
+def check_vocab_and_eos(vocab_size: int | None, eos_id: int | None, *, path: Path, what: str) -> None:
+    """A recorded vocab size is >= 1, an EOS id >= 0 and, with both known, below the vocab size (FormatError)."""
+    hint = f"The {what} was edited or damaged; restore it, or re-create the dataset with the tokenizer's values"
+    if vocab_size is not None and vocab_size < 1:
+        raise FormatError(f"{what} records vocab_size {vocab_size}", path=path, field="vocab_size", hint=hint)
+    if eos_id is not None and eos_id < 0:
+        raise FormatError(f"{what} records eos_id {eos_id}", path=path, field="eos_id", hint=hint)
+    if vocab_size is not None and eos_id is not None and eos_id >= vocab_size:
+        raise FormatError(
+            f"{what} records eos_id {eos_id}, outside its vocab_size {vocab_size}", path=path, field="eos_id", hint=hint
+        )
+
+
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     """Parse and self-check ``root/manifest.json``."""
     path = Path(root) / MANIFEST_NAME
@@ -274,6 +287,7 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     ):
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
             raise FormatError(f"manifest field {key!r} has type {type(value).__name__}", path=path, field=key)
+    check_vocab_and_eos(vocab, eos, path=path, what="manifest")
     return Manifest(
         format=_expect(payload, "format", (str,), path),
         dtype=_expect(payload, "dtype", (str,), path),

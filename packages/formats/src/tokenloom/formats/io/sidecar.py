@@ -30,6 +30,7 @@ import xxhash
 
 from tokenloom.formats.errors import ConfigError, FormatError
 from tokenloom.formats.io.atomic import atomic_write_bytes
+from tokenloom.formats.io.manifest import check_vocab_and_eos
 from tokenloom.formats.io.paths import safe_stat
 
 __all__ = [
@@ -129,6 +130,7 @@ def read_sidecar(sidecar: Path, described: Path, root: Path) -> Sidecar | None:
             field="edges_xxh3",
             hint=hint,
         )
+    check_vocab_and_eos(payload.get("vocab_size"), payload.get("eos_id"), path=sidecar, what="sidecar")
     return {key: payload.get(key) for key in _FIELDS}
 
 
