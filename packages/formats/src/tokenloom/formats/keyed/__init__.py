@@ -14,19 +14,20 @@ from tokenloom.formats.keyed.bin_meta import BinStore, find_meta_files, is_bin_s
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h5_store, open_h5_dataset
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
 from tokenloom.formats.keyed.store import (
-    OPTIONAL_TRAINING_TYPE_KEYS,
-    TRAINING_TYPE_KEYS,
+    OPTIONAL_TRAIN_TYPE_KEYS,
+    TRAIN_TYPE_KEYS,
     KeyedStore,
     StoreFactory,
 )
 from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
+from tokenloom.formats.io.renames import module_aliases
 
 __all__ = [
     "GROUPED_KEYS",
     "H5_SPEC",
     "BIN_META_SPEC",
-    "OPTIONAL_TRAINING_TYPE_KEYS",
-    "TRAINING_TYPE_KEYS",
+    "OPTIONAL_TRAIN_TYPE_KEYS",
+    "TRAIN_TYPE_KEYS",
     "BinMetaStoreWriter",
     "BinStore",
     "H5Store",
@@ -66,3 +67,13 @@ BIN_META_SPEC = FormatSpec(
 )
 register_format(H5_SPEC)
 register_format(BIN_META_SPEC)
+
+#: Old names, served with a DeprecationWarning for one release.
+__getattr__ = module_aliases(
+    __name__,
+    {
+        "TRAINING_TYPE_KEYS": "TRAIN_TYPE_KEYS",  # old-name
+        "OPTIONAL_TRAINING_TYPE_KEYS": "OPTIONAL_TRAIN_TYPE_KEYS",  # old-name
+    },
+    globals(),
+)
