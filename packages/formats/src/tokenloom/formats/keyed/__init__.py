@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tokenloom.formats._contract import FormatSpec, StoreSpec
 from tokenloom.formats._registry import register_format
+from tokenloom.formats.io.renames import module_aliases
 from tokenloom.formats.keyed.bin_meta import BinStore, find_meta_files, is_bin_store, open_bin_meta_dataset
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h5_store, open_h5_dataset
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
@@ -20,7 +21,6 @@ from tokenloom.formats.keyed.store import (
     StoreFactory,
 )
 from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
-from tokenloom.formats.io.renames import module_aliases
 
 __all__ = [
     "GROUPED_KEYS",
