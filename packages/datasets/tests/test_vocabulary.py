@@ -81,7 +81,7 @@ def test_an_astrai_name_with_its_new_one_is_a_config_error(tmp_path: Path, new: 
 
 def test_a_missing_path_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="needs path"):
-        DatasetFactory.load("sft", seq_len=4)
+        DatasetFactory.load("sft", seq_len=4)  # pyright: ignore[reportArgumentType]
 
 
 def test_keyed_dataset_window_size_warns_and_agrees() -> None:
