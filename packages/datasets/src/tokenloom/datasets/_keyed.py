@@ -342,7 +342,7 @@ class DatasetFactory:
             ) from None
         if seq_len is None or isinstance(path, RecordStore):
             if kind in (TrainType.SEQ, TrainType.SFT):
-                raise ConfigError(f"{kind.value} needs seq_len (it is a token stream)", field="seq_len")
+                raise ConfigError(f"{kind.value} needs window_size (seq_len): it is a token stream", field="seq_len")
             if not isinstance(path, RecordStore | str | os.PathLike):
                 raise ConfigError("record mode needs a path or a RecordStore", field="path")
             return RecordDataset(path, kind.value)
@@ -368,7 +368,7 @@ class DatasetFactory:
             log.warning(
                 "%s: its keys carry record offsets of equal total length, so it reads both as a %s stream "
                 "(windows of %d, what seq_len asks for) and as AstrAI records (what AstrAI's MmapStore "
-                "serves); pass seq_len=None (window_size=None) for records",
+                "serves); pass seq_len=None (AstrAI: window_size=None for records)",
                 path,
                 kind.value,
                 seq_len,
