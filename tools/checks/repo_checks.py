@@ -15,6 +15,10 @@
    the cycle from the interpreter, it does not remove it); imports under
    ``if TYPE_CHECKING:`` never run and do not count. Each package is checked on
    its own, so a cycle in one never hides the state of another.
+6. One vocabulary: ``train_type``, ``format``, ``path``, ``seq_len``. The old names
+   ``training_type``, ``storage_type`` and ``load_path`` appear in packages/*/src only on lines
+   marked ``# old-name`` (the deprecation shims, and DatasetFactory's seed-API keywords that
+   AstrAI users port from) and in the shim helper itself (``tokenloom/formats/io/renames.py``).
 
 Run: ``python tools/checks/repo_checks.py [ROOT]``; exits 1 and lists every
 violation. (Start-up, that no command that does not train imports torch, needs
@@ -388,6 +392,40 @@ def check_cycles(repo: Path, packages: list[str] | None = None) -> list[Violatio
     return violations
 
 
+#: Names replaced by ``train_type`` / ``format`` / ``path``; kept only where marked with ``OLD_NAME_MARKER``.
+OLD_NAMES = {"training_type": "train_type", "storage_type": "format", "load_path": "path"}
+OLD_NAME_MARKER = "# old-name"
+#: An identifier holding an old name (``training_type``, ``TRAINING_TYPE_KEYS``; not ``download_path``).
+_OLD_NAME = re.compile(r"(?<![a-z0-9])(?:\w*_)?(" + "|".join(OLD_NAMES) + r")\w*", re.IGNORECASE)
+#: The module that implements the shims (its docs name the old names it serves).
+SHIM_MODULES = ("tokenloom/formats/io/renames.py",)
+
+
+def check_vocabulary(repo: Path) -> list[Violation]:
+    """No ``training_type`` / ``storage_type`` / ``load_path`` (any case, e.g. ``TRAINING_TYPE_KEYS``) in
+    package sources outside lines marked ``# old-name``."""
+    violations = []
+    for path in sorted(repo.glob("packages/*/src/**/*.py")):
+        relative = path.relative_to(repo)
+        if relative.as_posix().endswith(SHIM_MODULES):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            found = _OLD_NAME.search(line)
+            if found is None or OLD_NAME_MARKER in line:
+                continue
+            old = found.group(1)
+            new = OLD_NAMES[old.lower()]
+            violations.append(
+                Violation(
+                    relative,
+                    number,
+                    f"{found.group(0)!r} uses the old name {old!r}: say {new!r} (keep an old name only in a "
+                    f"deprecation shim or DatasetFactory's seed API, on a line marked {OLD_NAME_MARKER!r})",
+                )
+            )
+    return violations
+
+
 def run(repo: Path) -> list[Violation]:
     return [
         *check_namespace(repo),
@@ -395,6 +433,7 @@ def run(repo: Path) -> list[Violation]:
         *check_light_imports(repo),
         *check_versions(repo),
         *check_cycles(repo),
+        *check_vocabulary(repo),
     ]
 
 

@@ -190,3 +190,30 @@ def test_curriculum_has_no_import_cycle() -> None:
     Run per package: formats and tokenize are being restructured elsewhere; `repo_checks.py` covers them all.
     """
     assert repo_checks.check_cycles(REPO, ["curriculum", "datasets", "sampler", "eval_broadcast", "demo"]) == []
+
+
+@pytest.mark.parametrize("old", ["training_type", "storage_type", "load_path", "TRAINING_TYPE_KEYS"])
+def test_an_old_name_in_package_sources_is_caught(repo: Path, old: str) -> None:
+    module = repo / "packages" / "base" / "src" / "tokenloom" / "base" / "store.py"
+    module.write_text(f"X = 1\n\n\ndef open_store(path, {old}=None):\n    return path\n")
+    violations = repo_checks.run(repo)
+    assert [(v.path.name, v.line) for v in violations] == [("store.py", 4)]
+    assert old in violations[0].message and "# old-name" in violations[0].message
+    assert repo_checks.main([str(repo)]) == 1
+
+
+def test_old_names_on_marked_lines_and_new_names_pass(repo: Path) -> None:
+    module = repo / "packages" / "base" / "src" / "tokenloom" / "base" / "store.py"
+    module.write_text(
+        "def open_store(path, format=None, *, train_type=None, seq_len=None,\n"
+        "               training_type=None):  # old-name\n"
+        "    download_path = path\n"
+        "    return download_path\n"
+    )
+    (repo / "packages" / "base" / "tests").mkdir()
+    (repo / "packages" / "base" / "tests" / "test_x.py").write_text("storage_type = load_path = None\n")
+    assert repo_checks.check_vocabulary(repo) == []
+
+
+def test_this_repo_uses_one_vocabulary() -> None:
+    assert repo_checks.check_vocabulary(Path(__file__).resolve().parents[2]) == []

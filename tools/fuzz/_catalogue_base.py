@@ -128,7 +128,7 @@ def build_valid() -> None:
             for doc in _docs():
                 w.add(doc)
     for fmt, target in (("h5", VALID / "store.h5"), ("bin-meta", VALID / "store-bin")):
-        with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, training_type="seq") as w:
+        with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, train_type="seq") as w:
             for doc in _docs(8):
                 w.add_keyed({"sequence": doc})
     gpts = VALID / "gpt-simple"

@@ -183,15 +183,15 @@ def register_python_readers() -> None:
         CASES.append(Case(name, "Python readers", lambda tmp: Run(call=make(tmp)), expect, tuple(errors)))
 
     reader("open_store missing path", lambda t: lambda: open_store(t / "none"), "MissingFileError")
-    reader("open_store unknown training type", lambda t: lambda: open_store(copy("store-bin", t), training_type="x"))
+    reader("open_store unknown training type", lambda t: lambda: open_store(copy("store-bin", t), train_type="x"))
     reader(
         "open_store dpo keys absent",
-        lambda t: lambda: open_store(copy("store-bin", t), training_type="dpo"),
+        lambda t: lambda: open_store(copy("store-bin", t), train_type="dpo"),
         "MissingKeyError",
     )
     reader(
         "open_store h5 training type sft, loss_mask absent",
-        lambda t: lambda: open_store(copy("store.h5", t), training_type="sft"),
+        lambda t: lambda: open_store(copy("store.h5", t), train_type="sft"),
         "MissingKeyError",
     )
     reader(

@@ -63,7 +63,7 @@ def _write(root: Path, fmt: str, **options) -> Path:
 def _keyed(root: Path, fmt: str) -> Path:
     rng = random.Random(fmt)
     target = root / ("store.h5" if fmt == "h5" else "store-bin")
-    with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, training_type="seq") as w:
+    with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, train_type="seq") as w:
         for doc in _docs(rng, 8):
             w.add_keyed({"sequence": doc})
     return target
@@ -210,13 +210,13 @@ def _more_readers(root: Path, read_all: Callable[..., int]) -> dict[str, tuple[P
     corpus["records-grpo"] = (grpo, lambda p: read_records(p, "grpo"))
 
     def read_store(path: Path) -> int:
-        store = open_store(path, training_type="sft", validate="deep")
+        store = open_store(path, train_type="sft", validate="deep")
         fetched = store.fetch(0, len(store), list(store.keys))
         return sum(int(np.asarray(v).sum()) for v in fetched.values())
 
     for fmt, name in (("h5", "store-sft.h5"), ("bin-meta", "store-sft")):
         target = root / name
-        with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, training_type="sft") as w:
+        with open_writer(target, format=fmt, dtype="uint16", vocab_size=256, eos_id=0, train_type="sft") as w:
             for doc in _docs(random.Random(name), 8):
                 w.add_keyed(
                     {

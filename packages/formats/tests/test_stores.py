@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
-    TRAINING_TYPE_KEYS,
+    TRAIN_TYPE_KEYS,
     ConfigError,
     DataError,
     FormatError,
@@ -46,11 +46,11 @@ else:
 BACKENDS = [("h5", "store.h5"), ("bin-meta", "store")]
 
 
-def sample_segments(training_type: str, rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+def sample_segments(train_type: str, rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
     segments = []
     for length in (3, 0, 5, 1):
         segment = {}
-        for key in TRAINING_TYPE_KEYS[training_type]:
+        for key in TRAIN_TYPE_KEYS[train_type]:
             if key == "rewards":
                 segment[key] = rng.normal(size=length).astype(np.float32)
             elif "mask" in key:
@@ -69,14 +69,14 @@ def write_store(path: Path, fmt: str, segments, **options) -> Path:
 
 
 @pytest.mark.parametrize(("fmt", "name"), BACKENDS)
-@pytest.mark.parametrize("training_type", sorted(TRAINING_TYPE_KEYS))
-def test_round_trip_every_training_type(tmp_path: Path, fmt: str, name: str, training_type: str) -> None:
-    segments = sample_segments(training_type, np.random.default_rng(0))
-    path = write_store(tmp_path / name, fmt, segments, training_type=training_type)
-    store = open_store(path, training_type=training_type)
-    assert store.storage_type == {"h5": "h5", "bin-meta": "bin"}[fmt] == detect_store_type(path)
-    assert store.keys == sorted(TRAINING_TYPE_KEYS[training_type])
-    assert store.training_type == training_type
+@pytest.mark.parametrize("train_type", sorted(TRAIN_TYPE_KEYS))
+def test_round_trip_every_train_type(tmp_path: Path, fmt: str, name: str, train_type: str) -> None:
+    segments = sample_segments(train_type, np.random.default_rng(0))
+    path = write_store(tmp_path / name, fmt, segments, train_type=train_type)
+    store = open_store(path, train_type=train_type)
+    assert store.format == {"h5": "h5", "bin-meta": "bin"}[fmt] == detect_store_type(path)
+    assert store.keys == sorted(TRAIN_TYPE_KEYS[train_type])
+    assert store.train_type == train_type
     assert len(store) == 9
     assert store.record_offsets.tolist() == [0, 3, 3, 8, 9]
     whole = store.fetch(0, 9, store.keys)
@@ -86,7 +86,7 @@ def test_round_trip_every_training_type(tmp_path: Path, fmt: str, name: str, tra
         np.testing.assert_array_equal(store.fetch(2, 7, key), expected[2:7])  # spans three segments
         np.testing.assert_array_equal(store.fetch(4, 6, key), expected[4:6])  # inside one
         assert len(store.fetch(5, 5, key)) == 0
-    if training_type == "grpo":
+    if train_type == "grpo":
         assert whole["rewards"].dtype == np.float32
     with pytest.raises(IndexError):
         store.fetch(0, 10, store.keys[0])
@@ -100,7 +100,7 @@ def test_astrai_h5_layout_orders_segments_numerically(tmp_path: Path, caplog) ->
         for idx in range(12):
             group.create_dataset(f"data_{idx}", data=np.full(2, idx, dtype=np.int64))
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats.keyed.h5"):
-        store = open_store(path, "h5", training_type="seq")
+        store = open_store(path, "h5", train_type="seq")
     assert store.fetch(0, len(store), "sequence").tolist() == [i for i in range(12) for _ in range(2)]
     assert store.segment_lengths.tolist() == [2] * 12
     assert "AstrAI's H5Store iterated them in name order" in caplog.text  # its runs saw another order: said
@@ -177,13 +177,13 @@ def test_factory_and_fetch_before_load() -> None:
 def test_missing_keys_are_listed(tmp_path: Path, fmt: str, name: str) -> None:
     path = write_store(tmp_path / name, fmt, [{"sequence": [1, 2]}])
     with pytest.raises(MissingKeyError, match=r"the store has \['sequence'\]"):
-        open_store(path, training_type="dpo")
+        open_store(path, train_type="dpo")
     with pytest.raises(MissingKeyError, match="it has"):
         open_store(path).fetch(0, 1, ["sequence", "loss_mask"])
 
 
 def test_writer_checks_keys_lengths_values(tmp_path: Path) -> None:
-    writer = open_writer(tmp_path / "w.h5", format="h5", dtype="uint16", vocab_size=10, training_type="dpo")
+    writer = open_writer(tmp_path / "w.h5", format="h5", dtype="uint16", vocab_size=10, train_type="dpo")
     good = {"chosen": [1, 2], "rejected": [3], "chosen_mask": [1, 1], "rejected_mask": [1]}
     with pytest.raises(ShapeMismatchError, match="rejected"):
         writer.add_keyed(good)  # chosen (2) vs rejected (1): every key of a segment has one length
@@ -194,7 +194,7 @@ def test_writer_checks_keys_lengths_values(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="add_keyed"):
         writer.add([1, 2])
     writer.abort()
-    rewards = open_writer(tmp_path / "r.h5", format="h5", dtype="uint16", training_type="grpo")
+    rewards = open_writer(tmp_path / "r.h5", format="h5", dtype="uint16", train_type="grpo")
     with pytest.raises(RecordError, match="finite"):
         rewards.add_keyed({"prompts": [1], "responses": [1], "masks": [1], "rewards": [float("nan")]})
     rewards.abort()

@@ -2,14 +2,15 @@
 
 A keyed store holds, per key, one flat array over the same positions
 (``sequence``, ``loss_mask``, ``chosen``, ...). Sample ``i`` reads positions
-``[i * stride, i * stride + window_size + 1)`` for the shifted types (seq, sft,
-dpo: inputs are the first ``window_size``, labels the last) and
-``[i * stride, i * stride + window_size)`` for grpo, whose loss is computed by
+``[i * stride, i * stride + seq_len + 1)`` for the shifted types (seq, sft,
+dpo: inputs are the first ``seq_len``, labels the last) and
+``[i * stride, i * stride + seq_len)`` for grpo, whose loss is computed by
 the trainer from prompts, responses, masks and rewards as stored.
+(``seq_len`` is what AstrAI calls ``window_size``.)
 
 sft also returns ``position_ids`` (aligned with ``input_ids``): the store's
 ``position_ids`` key where it has one (AstrAI's SFT stores), else ``0 ..
-window_size - 1`` per sample (a store without that key records no record
+seq_len - 1`` per sample (a store without that key records no record
 boundaries a reset could follow). dpo masks are aligned with the labels by
 default (``mask_alignment="labels"``: ``chosen_mask[t]`` says whether
 ``chosen_labels[t]`` counts) or, as AstrAI does, with the inputs
@@ -35,8 +36,8 @@ from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._windows import check_positive
 from tokenloom.formats import (
-    OPTIONAL_TRAINING_TYPE_KEYS,
-    TRAINING_TYPE_KEYS,
+    OPTIONAL_TRAIN_TYPE_KEYS,
+    TRAIN_TYPE_KEYS,
     ConfigError,
     DataError,
     MissingKeyError,
@@ -45,6 +46,7 @@ from tokenloom.formats import (
     open_records,
     open_store,
 )
+from tokenloom.formats.io import deprecated_property, renamed_keyword
 
 __all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "MaskAlignment", "TrainType"]
 
@@ -120,11 +122,15 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
         self,
         store: KeyedSource,
         train_type: TrainType | str,
-        window_size: int,
+        seq_len: int | None = None,
         stride: int | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        window_size: int | None = None,
     ) -> None:
+        seq_len = renamed_keyword("KeyedDataset", "seq_len", seq_len, "window_size", window_size)
+        if seq_len is None:
+            raise ConfigError("KeyedDataset needs seq_len (tokens per sample)", field="seq_len")
         try:
             self.train_type = TrainType(train_type)
         except ValueError:
@@ -138,32 +144,34 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
                 f"mask_alignment {mask_alignment!r}, expected one of {[m.value for m in MaskAlignment]}",
                 field="mask_alignment",
             ) from None
-        self.window_size = check_positive(window_size, "window_size")
-        self.stride = check_positive(stride if stride is not None else window_size, "stride")
+        self.seq_len = check_positive(seq_len, "seq_len")
+        self.stride = check_positive(stride if stride is not None else seq_len, "stride")
         self.store = store
         present = set(getattr(store, "keys", ()) or ())
-        optional = [k for k in OPTIONAL_TRAINING_TYPE_KEYS.get(self.train_type.value, ()) if k in present]
-        self.keys = (*TRAINING_TYPE_KEYS[self.train_type.value], *optional)
+        optional = [k for k in OPTIONAL_TRAIN_TYPE_KEYS.get(self.train_type.value, ()) if k in present]
+        self.keys = (*TRAIN_TYPE_KEYS[self.train_type.value], *optional)
         where = str(getattr(store, "name", None) or getattr(store, "path", None) or type(store).__name__)
         length = _check_store(store, self.keys, where)
-        self.span = self.window_size + (0 if self.train_type is TrainType.GRPO else 1)
+        self.span = self.seq_len + (0 if self.train_type is TrainType.GRPO else 1)
         if length < self.span:
             raise ConfigError(
                 f"the store has {length} positions, shorter than one window of {self.span}",
                 path=where,
-                field="window_size",
-                hint="Use a smaller window_size",
+                field="seq_len",
+                hint="Use a smaller seq_len",
             )
         self._length = (length - self.span) // self.stride + 1
         self._fingerprint = settings_fingerprint(
             store=where,
             length=length,
             train_type=self.train_type.value,
-            window=self.window_size,
+            window=self.seq_len,  # the fingerprint's key stays "window": saved states keep matching
             stride=self.stride,
             keys=list(self.keys),
             mask_alignment=self.mask_alignment.value,
         )
+
+    window_size = deprecated_property("window_size", "seq_len")
 
     def __len__(self) -> int:
         return self._length
@@ -201,7 +209,7 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
             if "position_ids" in raw:
                 positions = raw["position_ids"][:-1].astype(np.int64)
             else:
-                positions = np.arange(self.window_size, dtype=np.int64)
+                positions = np.arange(self.seq_len, dtype=np.int64)
             return {
                 "input_ids": sample["input_ids"],
                 "labels": sample["labels"],
@@ -238,101 +246,139 @@ def _shifted(tokens: np.ndarray, mask: np.ndarray | None) -> dict[str, np.ndarra
 
 
 def open_keyed_store(
-    load_path: str | os.PathLike[str] | KeyedSource, storage_type: str | None, train_type: TrainType
+    path: str | os.PathLike[str] | KeyedSource, format: str | None, train_type: TrainType
 ) -> KeyedSource:
     """A store object as is, or the store at a path (``tokenloom.formats.open_store``, keys checked)."""
-    if isinstance(load_path, KeyedSource):
-        return load_path
-    return open_store(load_path, storage_type, training_type=train_type.value)
+    if isinstance(path, KeyedSource):
+        return path
+    return open_store(path, format, train_type=train_type.value)
+
+
+_StorePath = str | os.PathLike[str] | KeyedSource
 
 
 class DatasetFactory:
-    """AstrAI's entry point: ``DatasetFactory.load("sft", "data.h5", window_size=1024)``."""
+    """AstrAI's entry point: ``DatasetFactory.load("sft", "data.h5", seq_len=1024)``.
+
+    AstrAI's own keyword names are the seed's API that users port from: they are accepted without a
+    warning, in place of ``path``, ``seq_len`` and ``format`` (passing both spellings is a ConfigError).
+    """
+
+    # AstrAI's names: load_path -> path, window_size -> seq_len, storage_type -> format  # old-name
 
     @overload
     @staticmethod
     def load(
         train_type: TrainType | str,
-        load_path: str | os.PathLike[str] | KeyedSource,
-        window_size: int,
+        path: _StorePath | None,
+        seq_len: int,
         stride: int | None = None,
-        storage_type: str | None = None,
+        format: str | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        load_path: _StorePath | None = None,  # old-name: AstrAI's
+        storage_type: str | None = None,  # old-name: AstrAI's
     ) -> KeyedDataset: ...
 
     @overload
     @staticmethod
     def load(
         train_type: TrainType | str,
-        load_path: str | os.PathLike[str] | RecordStore,
-        window_size: None = None,
+        path: _StorePath | None = None,
+        seq_len: None = None,
+        stride: int | None = None,
+        format: str | None = None,
+        *,
+        window_size: int,
+        mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        load_path: _StorePath | None = None,  # old-name: AstrAI's
+        storage_type: str | None = None,  # old-name: AstrAI's
+    ) -> KeyedDataset: ...
+
+    @overload
+    @staticmethod
+    def load(
+        train_type: TrainType | str,
+        path: str | os.PathLike[str] | RecordStore | None = None,
+        seq_len: None = None,
         stride: None = None,
-        storage_type: None = None,
+        format: None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        load_path: str | os.PathLike[str] | RecordStore | None = None,  # old-name: AstrAI's
+        window_size: None = None,
+        storage_type: None = None,  # old-name: AstrAI's
     ) -> RecordDataset: ...
 
     @staticmethod
     def load(
         train_type: TrainType | str,
-        load_path: str | os.PathLike[str] | KeyedSource | RecordStore,
-        window_size: int | None = None,
+        path: _StorePath | RecordStore | None = None,
+        seq_len: int | None = None,
         stride: int | None = None,
-        storage_type: str | None = None,
+        format: str | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        load_path: _StorePath | RecordStore | None = None,  # old-name: AstrAI's
+        window_size: int | None = None,
+        storage_type: str | None = None,  # old-name: AstrAI's
     ) -> KeyedDataset | RecordDataset:
-        """A :class:`KeyedDataset` of ``train_type`` over the store at ``load_path``.
+        """A :class:`KeyedDataset` of ``train_type`` over the store at ``path``.
 
-        dpo and grpo without ``window_size`` are record mode, as in AstrAI: a
+        dpo and grpo without ``seq_len`` are record mode, as in AstrAI: a
         :class:`RecordDataset` over a store whose keys carry record offsets.
         """
+        path = renamed_keyword("DatasetFactory.load", "path", path, "load_path", load_path, warn=False)  # old-name
+        seq_len = renamed_keyword("DatasetFactory.load", "seq_len", seq_len, "window_size", window_size, warn=False)
+        old = ("storage_type", storage_type)  # old-name: AstrAI's
+        format = renamed_keyword("DatasetFactory.load", "format", format, *old, warn=False)
+        if path is None:
+            raise ConfigError("DatasetFactory.load needs path (the store to read)", field="path")
         try:
             kind = TrainType(train_type)
         except ValueError:
             raise ConfigError(
                 f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
             ) from None
-        if window_size is None or isinstance(load_path, RecordStore):
+        if seq_len is None or isinstance(path, RecordStore):
             if kind in (TrainType.SEQ, TrainType.SFT):
-                raise ConfigError(f"{kind.value} needs window_size (it is a token stream)", field="window_size")
-            if not isinstance(load_path, RecordStore | str | os.PathLike):
-                raise ConfigError("record mode needs a path or a RecordStore", field="load_path")
-            return RecordDataset(load_path, kind.value)
-        if isinstance(load_path, RecordStore):
-            raise ConfigError("a RecordStore serves record mode only: drop window_size", field="window_size")
+                raise ConfigError(f"{kind.value} needs window_size (seq_len): it is a token stream", field="seq_len")
+            if not isinstance(path, RecordStore | str | os.PathLike):
+                raise ConfigError("record mode needs a path or a RecordStore", field="path")
+            return RecordDataset(path, kind.value)
+        if isinstance(path, RecordStore):
+            raise ConfigError("a RecordStore serves record mode only: drop seq_len", field="seq_len")
         try:
-            store = open_keyed_store(load_path, storage_type, kind)
+            store = open_keyed_store(path, format, kind)
         except DataError as exc:
-            records = _record_store_or_none(load_path, kind, storage_type)
+            records = _record_store_or_none(path, kind, format)
             if records is None:
                 raise
             log.info(
                 "%s: keys differ in length, so it is a record store (%s): %s serves records and ignores "
-                "window_size, as AstrAI's DatasetFactory does",
-                load_path,
+                "seq_len (window_size), as AstrAI's DatasetFactory does",
+                path,
                 exc.problem,
                 kind.value,
             )
             return RecordDataset(records, kind.value)
-        if _record_store_or_none(load_path, kind, storage_type) is not None:
+        if _record_store_or_none(path, kind, format) is not None:
             # every key carries offsets and the keys have equal lengths: tokenloom's segmented stream and
-            # AstrAI's records look alike on disk; window_size asks for windows, but say what AstrAI would do
+            # AstrAI's records look alike on disk; seq_len asks for windows, but say what AstrAI would do
             log.warning(
                 "%s: its keys carry record offsets of equal total length, so it reads both as a %s stream "
-                "(windows of %d, what window_size asks for) and as AstrAI records (what AstrAI's MmapStore "
-                "serves); pass window_size=None for records",
-                load_path,
+                "(windows of %d, what seq_len asks for) and as AstrAI records (what AstrAI's MmapStore "
+                "serves); pass seq_len=None (AstrAI: window_size=None for records)",
+                path,
                 kind.value,
-                window_size,
+                seq_len,
             )
-        return KeyedDataset(store, kind, window_size, stride, mask_alignment=mask_alignment)
+        return KeyedDataset(store, kind, seq_len, stride, mask_alignment=mask_alignment)
 
 
-def _record_store_or_none(path: object, kind: TrainType, storage_type: str | None) -> RecordStore | None:
+def _record_store_or_none(path: object, kind: TrainType, format: str | None) -> RecordStore | None:
     """The record store at ``path`` for dpo/grpo (bin + meta.json with offsets), or None if it is not one."""
-    if kind not in (TrainType.DPO, TrainType.GRPO) or storage_type not in (None, "bin"):
+    if kind not in (TrainType.DPO, TrainType.GRPO) or format not in (None, "bin", "bin-meta"):
         return None
     if not isinstance(path, str | os.PathLike):
         return None

@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._state import check_state, settings_fingerprint
-from tokenloom.formats import TRAINING_TYPE_KEYS, ConfigError, MissingKeyError, RecordStore, open_records
+from tokenloom.formats import TRAIN_TYPE_KEYS, ConfigError, MissingKeyError, RecordStore, open_records
 
 __all__ = ["RecordDataset"]
 
@@ -47,11 +47,11 @@ class RecordDataset(Dataset[dict[str, Any]]):
             raise ConfigError(
                 f"record mode serves dpo and grpo, not {train_type!r}",
                 field="train_type",
-                hint="seq and sft are streams: pass window_size",
+                hint="seq and sft are streams: pass seq_len",
             )
         self.store = store if isinstance(store, RecordStore) else open_records(store)
         self.train_type = train_type
-        self.keys = TRAINING_TYPE_KEYS[train_type]
+        self.keys = TRAIN_TYPE_KEYS[train_type]
         missing = [key for key in self.keys if key not in self.store.keys]
         streams = [key for key in missing if key in self.store.stream_keys]
         if streams:

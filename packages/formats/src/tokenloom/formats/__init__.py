@@ -29,20 +29,21 @@ from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import *  # noqa: F403  # pyright: ignore[reportWildcardImportFromLibrary] - listed once, in errors.__all__
 from tokenloom.formats.io.manifest import Manifest, read_manifest
 from tokenloom.formats.io.progress import ProgressCallback
+from tokenloom.formats.io.renames import module_aliases
 
 # the built-in formats register themselves on import
 from tokenloom.formats import flat, keyed, megatron, native, packed  # noqa: F401  # isort: skip
 from tokenloom.formats.keyed import (
-    OPTIONAL_TRAINING_TYPE_KEYS,
-    TRAINING_TYPE_KEYS,
+    OPTIONAL_TRAIN_TYPE_KEYS,
+    TRAIN_TYPE_KEYS,
     KeyedStore,
     RecordStore,
     open_records,
 )
 
 __all__ = [
-    "OPTIONAL_TRAINING_TYPE_KEYS",
-    "TRAINING_TYPE_KEYS",
+    "OPTIONAL_TRAIN_TYPE_KEYS",
+    "TRAIN_TYPE_KEYS",
     "ConvertResult",
     "FormatSpec",
     "KeyedStore",
@@ -69,3 +70,13 @@ __all__ = [
     "register_format",
 ]
 __all__ += errors.__all__
+
+#: Old names, served with a DeprecationWarning for one release.
+__getattr__ = module_aliases(
+    __name__,
+    {
+        "TRAINING_TYPE_KEYS": "TRAIN_TYPE_KEYS",  # old-name
+        "OPTIONAL_TRAINING_TYPE_KEYS": "OPTIONAL_TRAIN_TYPE_KEYS",  # old-name
+    },
+    globals(),
+)

@@ -60,7 +60,7 @@ class WriterFactory(Protocol):
 class StoreSpec:
     """The keyed-store side of a format: ``open_store(path, name)`` builds ``store(validate=...)``."""
 
-    name: str  # the storage_type users pass ("h5", "bin")
+    name: str  # the format users pass to open_store ("h5", "bin")
     store: Callable[..., KeyedStore]  # store(validate=..., max_elements=...) -> an unloaded store
     detect: Callable[[Path], bool]  # does the directory (searched recursively) or file hold this store?
     looks_like: str  # what detection looks for, for the error that lists what was tried

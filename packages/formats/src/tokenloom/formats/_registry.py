@@ -20,6 +20,7 @@ from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.progress import ProgressCallback, reporting
+from tokenloom.formats.io.renames import renamed_keyword
 from tokenloom.formats.io.safety import unlisted_files
 from tokenloom.formats.io.storage import check_readable, storage_errors
 
@@ -226,15 +227,16 @@ def _stores() -> dict[str, StoreSpec]:
     return {spec.store.name: spec.store for spec in available_formats().values() if spec.store is not None}
 
 
-def store_spec(storage_type: str) -> StoreSpec:
-    """The keyed store registered as ``storage_type``; ConfigError listing the valid names otherwise."""
+def store_spec(format: str) -> StoreSpec:
+    """The keyed store registered as ``format`` (a store name, "h5" / "bin", or its token format's name,
+    "bin-meta"); ConfigError listing the valid names otherwise."""
     stores = _stores()
-    try:
-        return stores[storage_type]
-    except KeyError:
-        raise ConfigError(
-            f"unknown storage type {storage_type!r}, expected one of {sorted(stores)}", field="storage_type"
-        ) from None
+    if format not in stores:
+        spec = available_formats().get(format)
+        if spec is not None and spec.store is not None:
+            return spec.store
+        raise ConfigError(f"unknown storage type {format!r}, expected one of {sorted(stores)}", field="format")
+    return stores[format]
 
 
 def detect_store_type(path: str | os.PathLike[str]) -> str:
@@ -250,28 +252,32 @@ def detect_store_type(path: str | os.PathLike[str]) -> str:
         raise FormatError(f"{target.name} is not a keyed store (expected .h5/.hdf5 or a directory)", path=target)
     if not found:
         tried = ", ".join(f"{name}: {store.looks_like}" for name, store in stores.items())
-        raise FormatError(f"no keyed store here (tried {tried})", path=target, field="storage_type")
+        raise FormatError(f"no keyed store here (tried {tried})", path=target, field="format")
     raise FormatError(
         f"the directory holds more than one kind of keyed store ({', '.join(found)})",
         path=target,
-        hint=f"Pass storage_type={found[0]!r} or another of {found}",
+        hint=f"Pass format={found[0]!r} or another of {found}",
     )
 
 
 def open_store(
     path: str | os.PathLike[str],
-    storage_type: str | None = None,
+    format: str | None = None,
     *,
-    training_type: str | None = None,
+    train_type: str | None = None,
+    storage_type: str | None = None,  # old-name
+    training_type: str | None = None,  # old-name
     **options: Any,
 ) -> KeyedStore:
-    """Load the keyed store at ``path`` (backend detected unless ``storage_type`` is given).
+    """Load the keyed store at ``path`` (backend detected unless ``format`` is given: "h5" or "bin").
 
-    ``training_type`` (seq / sft / dpo / grpo) checks that its keys are present;
+    ``train_type`` (seq / sft / dpo / grpo) checks that its keys are present;
     ``options`` go to the store (``validate``, ``max_elements``).
     """
-    store = store_spec(storage_type or detect_store_type(path)).store(**options)
+    format = renamed_keyword("open_store", "format", format, "storage_type", storage_type)  # old-name
+    train_type = renamed_keyword("open_store", "train_type", train_type, "training_type", training_type)  # old-name
+    store = store_spec(format or detect_store_type(path)).store(**options)
     store.load(path)
-    if training_type is not None:
-        store.require(training_type)
+    if train_type is not None:
+        store.require(train_type)
     return store

@@ -9,6 +9,7 @@
 - manifests: ``write_manifest``, ``describe_files``, ``file_checksum``, ``FileEntry``
 - token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
 - optional dependencies: ``require``
+- renamed names kept for one release: ``renamed_keyword``, ``deprecated_property``, ``module_aliases``
 - the megatron/packed sidecar (EOS id, vocab size, tokenizer): ``sidecar_of``, ``SIDECAR_SUFFIX``
 
 Everything here imports only from ``io`` itself and ``tokenloom.formats.errors``.
@@ -37,6 +38,7 @@ from tokenloom.formats.io.manifest import (
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.output import prepare_output_dir, shard_cut
 from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.renames import deprecated_property, module_aliases, renamed_keyword
 from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_path
 from tokenloom.formats.io.scan import eos_offsets
 from tokenloom.formats.io.sidecar import SIDECAR_SUFFIX, sidecar_of
@@ -57,14 +59,17 @@ __all__ = [
     "atomic_write_bytes",
     "check_disjoint",
     "check_replaceable",
+    "deprecated_property",
     "describe_files",
     "eos_offsets",
     "file_checksum",
     "fsync_dir",
     "lock_path",
+    "module_aliases",
     "output_lock",
     "prepare_output_dir",
     "real_path",
+    "renamed_keyword",
     "require",
     "safe_file",
     "shard_cut",

@@ -68,7 +68,7 @@ class _Part:
 class BinStore(KeyedStore):
     """``<key>.bin`` + ``meta.json`` directories, memory-mapped per process (zero-copy reads)."""
 
-    storage_type = "bin"
+    format = "bin"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -99,7 +99,7 @@ def _segment_order(names: list[str], *, path: Path | None = None, key: str = "")
 class H5Store(KeyedStore):
     """HDF5 keyed store; datasets are read (copied) slice by slice, never loaded whole."""
 
-    storage_type = "h5"
+    format = "h5"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -40,25 +40,26 @@ from tokenloom.formats.errors import (
     UnsafePathError,
 )
 from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.renames import deprecated_property, module_aliases, renamed_keyword
 
 __all__ = [
     "FLOAT_KEYS",
     "KEY_DTYPES",
-    "OPTIONAL_TRAINING_TYPE_KEYS",
+    "OPTIONAL_TRAIN_TYPE_KEYS",
     "WIDE_KEYS",
     "TOKEN_KEYS",
-    "TRAINING_TYPE_KEYS",
+    "TRAIN_TYPE_KEYS",
     "KeyedStore",
     "StoreFactory",
     "check_finite",
     "token_key_dtype",
     "check_key_name",
     "StoreTokenReader",
-    "training_type_of",
+    "train_type_of",
 ]
 
 #: The keys each training type reads (as in AstrAI's DatasetFactory).
-TRAINING_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+TRAIN_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "seq": ("sequence",),
         "sft": ("sequence", "loss_mask"),
@@ -67,7 +68,7 @@ TRAINING_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     }
 )
 #: Keys a training type reads when the store has them (AstrAI's SFT stores carry ``position_ids``).
-OPTIONAL_TRAINING_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({"sft": ("position_ids",)})
+OPTIONAL_TRAIN_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({"sft": ("position_ids",)})
 #: dtypes of non-token integer keys that need more than one byte.
 WIDE_KEYS = MappingProxyType({"position_ids": np.dtype("<i4")})
 #: Keys that hold token ids (checked against the vocabulary when written).
@@ -166,10 +167,10 @@ class StoreTokenReader:
         return dataset
 
 
-def training_type_of(keys: Sequence[str]) -> str | None:
+def train_type_of(keys: Sequence[str]) -> str | None:
     """The training type whose keys are exactly ``keys``, else None."""
     wanted = set(keys)
-    for name, names in TRAINING_TYPE_KEYS.items():
+    for name, names in TRAIN_TYPE_KEYS.items():
         if set(names) == wanted:
             return name
     return None
@@ -182,7 +183,8 @@ class KeyedStore:
     and ``_dtypes``) and ``_read(key, segment, start, stop)``.
     """
 
-    storage_type: ClassVar[str] = ""
+    format: ClassVar[str] = ""  # the store name users pass to open_store ("h5", "bin")
+    storage_type = deprecated_property("storage_type", "format")  # old-name
 
     def __init__(self, *, validate: Validate | str = Validate.FAST, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
         self.validate = as_validate(validate)
@@ -231,9 +233,11 @@ class KeyedStore:
         return dict(self._dtypes)
 
     @property
-    def training_type(self) -> str | None:
+    def train_type(self) -> str | None:
         """seq / sft / dpo / grpo when the keys are exactly that type's, else None."""
-        return training_type_of(self._keys)
+        return train_type_of(self._keys)
+
+    training_type = deprecated_property("training_type", "train_type")  # old-name
 
     @property
     def segment_lengths(self) -> np.ndarray:
@@ -254,17 +258,24 @@ class KeyedStore:
     def __len__(self) -> int:
         return self._starts[-1]
 
-    def require(self, training_type: str) -> None:
-        """MissingKeyError listing the keys found unless the store has every key of ``training_type``."""
-        if training_type not in TRAINING_TYPE_KEYS:
+    def require(
+        self,
+        train_type: str | None = None,
+        *,
+        training_type: str | None = None,  # old-name
+    ) -> None:
+        """MissingKeyError listing the keys found unless the store has every key of ``train_type``."""
+        old = ("training_type", training_type)  # old-name
+        train_type = renamed_keyword("KeyedStore.require", "train_type", train_type, *old)
+        if train_type is None or train_type not in TRAIN_TYPE_KEYS:
             raise ConfigError(
-                f"training type {training_type!r}, expected one of {sorted(TRAINING_TYPE_KEYS)}",
-                field="training_type",
+                f"train_type {train_type!r}, expected one of {sorted(TRAIN_TYPE_KEYS)}",
+                field="train_type",
             )
-        missing = [k for k in TRAINING_TYPE_KEYS[training_type] if k not in self._keys]
+        missing = [k for k in TRAIN_TYPE_KEYS[train_type] if k not in self._keys]
         if missing:
             raise MissingKeyError(
-                f"training type {training_type!r} needs keys {list(TRAINING_TYPE_KEYS[training_type])}, "
+                f"train_type {train_type!r} needs keys {list(TRAIN_TYPE_KEYS[train_type])}, "
                 f"missing {missing}; the store has {self._keys}",
                 path=self.path,
                 field=missing[0],
@@ -279,7 +290,7 @@ class KeyedStore:
         """
         if not self.loaded:
             raise DataError(
-                f"the {self.storage_type} store is not loaded",
+                f"the {self.format} store is not loaded",
                 field="fetch",
                 hint="Call store.load(path) (or use open_store(path)) before fetch",
             )
@@ -371,7 +382,7 @@ class KeyedStore:
 
 
 class StoreFactory:
-    """Keyed stores by storage type (``"h5"``, ``"bin"``): a view of the one format registry."""
+    """Keyed stores by format (``"h5"``, ``"bin"``): a view of the one format registry."""
 
     @classmethod
     def names(cls) -> list[str]:
@@ -385,3 +396,14 @@ class StoreFactory:
         from tokenloom.formats._registry import store_spec
 
         return store_spec(name).store(**options)
+
+
+__getattr__ = module_aliases(
+    __name__,
+    {
+        "TRAINING_TYPE_KEYS": "TRAIN_TYPE_KEYS",  # old-name
+        "OPTIONAL_TRAINING_TYPE_KEYS": "OPTIONAL_TRAIN_TYPE_KEYS",  # old-name
+        "training_type_of": "train_type_of",  # old-name
+    },
+    globals(),
+)

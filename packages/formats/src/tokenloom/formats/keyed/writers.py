@@ -22,14 +22,15 @@ from tokenloom.formats._writer import TokenWriter, WriterBasics, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir, publish, temp_path
 from tokenloom.formats.io.output import start_output_dir
+from tokenloom.formats.io.renames import renamed_keyword
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
 from tokenloom.formats.keyed.store import (
     FLOAT_KEYS,
     KEY_DTYPES,
-    OPTIONAL_TRAINING_TYPE_KEYS,
+    OPTIONAL_TRAIN_TYPE_KEYS,
     TOKEN_KEYS,
-    TRAINING_TYPE_KEYS,
+    TRAIN_TYPE_KEYS,
     WIDE_KEYS,
     check_finite,
     check_key_name,
@@ -44,7 +45,7 @@ class StoreWriter(TokenWriter):
     Args:
         path: the store to create.
         dtype: dtype of the token keys (sequence, chosen, rejected, prompts, responses).
-        training_type: seq / sft / dpo / grpo: fixes the keys every ``add_keyed`` must give.
+        train_type: seq / sft / dpo / grpo: fixes the keys every ``add_keyed`` must give.
             Without it, the first ``add_keyed`` fixes them.
         key_dtypes: dtypes of other keys (default: float32 for rewards, int32 for position_ids,
             uint8 otherwise).
@@ -55,19 +56,22 @@ class StoreWriter(TokenWriter):
         self,
         path: str | os.PathLike[str],
         *,
-        training_type: str | None = None,
+        train_type: str | None = None,
+        training_type: str | None = None,  # old-name
         key_dtypes: Mapping[str, Any] | None = None,
         overwrite: bool = False,
         **basics: Unpack[WriterBasics],
     ) -> None:
         super().__init__(path, **basics)
-        if training_type is not None and training_type not in TRAINING_TYPE_KEYS:
+        old = ("training_type", training_type)  # old-name
+        train_type = renamed_keyword(type(self).__name__, "train_type", train_type, *old, stacklevel=5)
+        if train_type is not None and train_type not in TRAIN_TYPE_KEYS:
             raise ConfigError(
-                f"training type {training_type!r}, expected one of {sorted(TRAINING_TYPE_KEYS)}",
-                field="training_type",
+                f"train_type {train_type!r}, expected one of {sorted(TRAIN_TYPE_KEYS)}",
+                field="train_type",
             )
-        self.keys: list[str] | None = sorted(TRAINING_TYPE_KEYS[training_type]) if training_type else None
-        self._optional = OPTIONAL_TRAINING_TYPE_KEYS.get(training_type or "", ())
+        self.keys: list[str] | None = sorted(TRAIN_TYPE_KEYS[train_type]) if train_type else None
+        self._optional = OPTIONAL_TRAIN_TYPE_KEYS.get(train_type or "", ())
         self.key_dtypes = {k: np.dtype(v).newbyteorder("<") for k, v in (key_dtypes or {}).items()}
         for key, key_dtype in self.key_dtypes.items():
             if key_dtype.name not in KEY_DTYPES:
