@@ -182,6 +182,7 @@ def test_a_command_line_that_is_not_utf8_still_takes_the_lock(native: Path, tmp_
         [sys.executable, "-c", "from tokenloom.formats.cli.group import main; main()", "convert", os.fsencode(source),
          os.fsencode(target), "--to", "native", "--no-progress"],
         capture_output=True, encoding="utf-8", errors="replace", timeout=120,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONUTF8": "0", "LC_ALL": "C.UTF-8"},  # strict stdout
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert len(open_dataset(target)) == 59 and not lock_path(target).exists()

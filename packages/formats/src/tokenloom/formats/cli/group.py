@@ -158,7 +158,20 @@ def main(ctx: click.Context, debug: bool) -> None:
     missing extras); --debug shows the traceback.
     """
     ctx.meta[DEBUG_KEY] = debug
+    _file_names_print_as_they_are()
     _log_to_stderr(logging.DEBUG if debug else logging.INFO)
+
+
+def _file_names_print_as_they_are() -> None:
+    """A file name that is not UTF-8 (Python holds its bytes as surrogates) prints as its bytes, as ls does.
+
+    Without this, a strict UTF-8 stdout (a UTF-8 locale, PYTHONIOENCODING=utf-8) ends a command that has
+    done its work with UnicodeEncodeError while it prints the path in its summary or error line.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "encoding", "").lower().replace("-", "") == "utf8":
+            reconfigure(errors="surrogateescape")
 
 
 class _StderrHandler(logging.StreamHandler):
