@@ -187,8 +187,9 @@ def test_a_corrupt_row_group_is_a_named_error_and_nothing_is_published(
     source = write_format(tmp_path / "in", "plain", [])
     pq.write_table(table(parts[0]), source / "a.parquet", row_group_size=100, write_page_checksum=True)
     metadata = pq.ParquetFile(source / "a.parquet").metadata
-    column = metadata.row_group(1).column(metadata.schema.names.index("text"))
-    start = column.data_page_offset
+    group = metadata.row_group(1)
+    column = next(group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema == "text")
+    start = column.dictionary_page_offset or column.data_page_offset  # flip bytes of the first page's payload
     data = bytearray((source / "a.parquet").read_bytes())
     for i in range(start + 40, start + 60):
         data[i] ^= 0x5A

@@ -37,9 +37,9 @@ class ColumnarPiece:
     source_bytes: int
 
 
-def _modules() -> tuple[Any, Any]:
-    pa = require_corpus_extra("pyarrow", InputKind.PARQUET)
-    pc = require_corpus_extra("pyarrow.compute", InputKind.PARQUET)
+def _modules(kind: InputKind) -> tuple[Any, Any]:
+    pa = require_corpus_extra("pyarrow", kind)
+    pc = require_corpus_extra("pyarrow.compute", kind)
     return pa, pc
 
 
@@ -121,7 +121,7 @@ class ColumnarFile:
 
     def __init__(self, path: Path, kind: InputKind, text_field: tuple[str, ...], *, chunk_rows: int) -> None:
         self.path, self.kind, self.text_field = path, kind, text_field
-        self._pa, self._pc = _modules()
+        self._pa, self._pc = _modules(kind)
         pa = self._pa
         self._size = path.stat().st_size
         self._batches: list[Any] = []

@@ -14,7 +14,6 @@ together with the problems the workers find while parsing.
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import stat
 import zlib
@@ -22,14 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import xxhash
 
 from tokenloom.formats import ConfigError, MissingFileError, UnsafePathError
 from tokenloom.formats.io import storage_error
 from tokenloom.tokenize._columnar import ColumnarFile, ColumnarPiece
-from tokenloom.tokenize._sniff import INPUT_SUFFIXES, InputKind, claimed_kind, require_corpus_extra, sniff
+from tokenloom.tokenize._sniff import INPUT_SUFFIXES, InputKind, sniff
+from tokenloom.tokenize._streams import StreamError, open_stream
 
 __all__ = [
     "INPUT_SUFFIXES",
@@ -41,6 +41,7 @@ __all__ = [
     "discover_inputs",
     "read_chunks",
 ]
+
 
 class IssueKind(StrEnum):
     """Why a record could not be used; the keys of the skipped-records summary."""
@@ -215,75 +216,6 @@ class Chunk:
         return len(self.lines) if self.texts is None else len(self.texts)
 
 
-class _ZstdReader(io.RawIOBase):
-    """Decompressed bytes of a zstd file (every frame in turn); a cut or corrupt stream raises ``_StreamError``.
-
-    Why not zstandard's ``stream_reader``: at the end of a truncated file it simply stops, so a
-    cut download would read as a shorter, complete input.
-    """
-
-    def __init__(self, raw: io.BufferedReader) -> None:
-        zstd = require_corpus_extra("zstandard", InputKind.JSONL_ZSTD)
-        self._raw = raw
-        self._context = zstd.ZstdDecompressor()  # type: ignore[attr-defined]
-        self._zstd_error = zstd.ZstdError  # type: ignore[attr-defined]
-        self._frame = self._context.decompressobj()
-        self._in_frame = False
-        self._buffer = b""
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def _fill(self) -> bool:
-        while self._position >= len(self._buffer):
-            data = self._raw.read(1 << 17)
-            if not data:
-                if self._in_frame:
-                    raise _StreamError("the stream ends inside a zstd frame (the file is cut short)")
-                return False
-            out = []
-            try:
-                while data:
-                    out.append(self._frame.decompress(data))
-                    self._in_frame = True
-                    data = b""
-                    if self._frame.eof:
-                        data = self._frame.unused_data
-                        self._frame = self._context.decompressobj()
-                        self._in_frame = False
-            except self._zstd_error as exc:
-                raise _StreamError(f"the zstd data is corrupt ({exc})") from None
-            self._buffer, self._position = b"".join(out), 0
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if not self._fill():
-            return 0
-        size = min(len(buffer), len(self._buffer) - self._position)
-        buffer[:size] = self._buffer[self._position : self._position + size]
-        self._position += size
-        return size
-
-
-class _StreamError(Exception):
-    """A compressed stream that cannot be read to its end."""
-
-
-def _open(path: Path, kind: InputKind) -> tuple[Any, Any]:
-    """The decompressed byte stream of a jsonl input and the raw file under it (whose position is progress)."""
-    raw = open(path, "rb")  # noqa: SIM115 (closed by the returned stream)
-    if kind is InputKind.JSONL_GZIP:
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
-    if kind is InputKind.JSONL_ZSTD:
-        try:
-            return io.BufferedReader(_ZstdReader(raw), 1 << 16), raw
-        except BaseException:
-            raw.close()
-            raise
-    return raw, raw
-
-
 def _too_long(line_number: int, size: int, cap: int) -> Issue:
     return Issue(
         line_number,
@@ -313,7 +245,7 @@ def _read_lines(
     """
     line_number = 0
     pending: tuple[bytes | None, Issue | None, int] | None = None
-    handle, raw = _open(path, kind)
+    handle, raw = open_stream(path, kind)
     opened.append(raw)
     broken: Issue | None = None
     with handle, raw:
@@ -339,7 +271,7 @@ def _read_lines(
                     yield raw_line[:-2] if raw_line.endswith(b"\r\n") else raw_line[:-1], None, size
                 else:
                     pending = (raw_line, None, size)
-        except (EOFError, gzip.BadGzipFile, zlib.error, _StreamError) as exc:
+        except (EOFError, gzip.BadGzipFile, zlib.error, StreamError) as exc:
             line = line_number if pending is not None else line_number + 1
             broken = _truncated(kind, line, raw.tell(), str(exc))
     if broken is not None:
@@ -373,11 +305,11 @@ def _columnar_chunk(piece: ColumnarPiece, index: int, file_index: int, path: str
         if text is None:
             row = piece.first_row + offset
             if offset in missing:
-                chunk.issues.append(
-                    Issue(row, IssueKind.MISSING_FIELD, f"the row has no field {dotted!r} (a struct on the path is null)")
-                )
+                problem = f"the row has no field {dotted!r} (a struct on the path is null)"
+                chunk.issues.append(Issue(row, IssueKind.MISSING_FIELD, problem))
             else:
-                chunk.issues.append(Issue(row, IssueKind.NON_STRING_FIELD, f"field {dotted!r} is null, expected a string"))
+                problem = f"field {dotted!r} is null, expected a string"
+                chunk.issues.append(Issue(row, IssueKind.NON_STRING_FIELD, problem))
     return chunk
 
 

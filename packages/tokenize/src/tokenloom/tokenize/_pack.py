@@ -116,7 +116,11 @@ def pack(
     ) as encoding:
         summary.engine, summary.engine_reason = encoding.engine.name, encoding.engine.reason
         chunks = read_chunks(
-            files, chunk_lines=chunk_lines, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes, text_field=text_field
+            files,
+            chunk_lines=chunk_lines,
+            chunk_bytes=chunk_bytes,
+            max_line_bytes=max_line_bytes,
+            text_field=text_field,
         )
         with open_writer(
             target,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from tokenloom.formats import FormatError, TruncatedError
 from tokenloom.formats.io import require, storage_error
@@ -119,6 +120,6 @@ def sniff(path: Path) -> InputKind:
     return found
 
 
-def require_corpus_extra(module: str, kind: InputKind) -> object:
+def require_corpus_extra(module: str, kind: InputKind) -> Any:
     """Import zstandard or pyarrow, or name the extra that installs them."""
     return require(module, distribution="tokenloom-tokenize", extra="corpus", purpose=f"Reading {kind} input")
