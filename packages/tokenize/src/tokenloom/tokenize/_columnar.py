@@ -48,10 +48,10 @@ def _check_schema(schema: Any, text_field: tuple[str, ...], path: Path, pa: Any)
     dotted = ".".join(text_field)
     names = list(schema.names)
     if text_field[0] not in names:
+        shown = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
         raise MissingKeyError(
-            f"the file has no column {text_field[0]!r} (looking for --text-field {dotted!r}); its columns are "
-            + ", ".join(repr(n) for n in names[:20])
-            + (f" and {len(names) - 20} more" if len(names) > 20 else ""),
+            f"the file has no column {text_field[0]!r} (looking for --text-field {dotted!r}); "
+            + (f"its columns are {shown}" if names else "it has no columns at all"),
             path=path,
             field="text_field",
             hint="Pass --text-field with the column that holds the text (a dotted path for a struct field)",
