@@ -20,7 +20,15 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tokenloom.formats import FormatError, MissingKeyError, RecordError, TruncatedError, open_dataset
+from tokenloom.formats import (
+    ConfigError,
+    FormatError,
+    MissingKeyError,
+    RecordError,
+    ResumeMismatchError,
+    TruncatedError,
+    open_dataset,
+)
 from tokenloom.tokenize import TokenizeConfig, tokenize
 from tokenloom.tokenize._state import read_state
 
@@ -86,7 +94,7 @@ def run(tokenizer: Path, input_dir: Path, out: Path, **options: Any) -> Any:
 
 
 @pytest.mark.parametrize("fmt", ["jsonl.zst", "json.gz", "parquet", "arrow-file", "save_to_disk"])
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [1, 2])
 def test_every_format_gives_the_tokens_of_the_plain_jsonl(
     tmp_path: Path, tiny_tokenizer: Path, parts: list[list[dict[str, Any]]], fmt: str, workers: int
 ) -> None:
@@ -161,9 +169,20 @@ def test_a_truncated_zstd_is_not_read_as_a_shorter_file_even_with_skip(
     tmp_path: Path, tiny_tokenizer: Path, parts: list[list[dict[str, Any]]]
 ) -> None:
     """zstandard's stream reader just stops at the cut; the rest must be counted, never silently missing."""
-    source, _, _ = _truncated(tmp_path, parts, "jsonl.zst")
+    source, path, whole = _truncated(tmp_path, parts, "jsonl.zst")
     summary = run(tiny_tokenizer, source, tmp_path / "out", num_workers=0, on_error="skip")
     assert summary.skipped.get("truncated_zstd") == 1
+    path.write_bytes(whole)  # fixed after a run that counted it: the recorded input differs, never mixed in
+    with pytest.raises(ResumeMismatchError, match="part-1.jsonl.zst"):
+        run(tiny_tokenizer, source, tmp_path / "out", num_workers=0, on_error="skip")
+
+
+def test_gpt_simple_windowing_refuses_inputs_gpt_simple_cannot_read(
+    tmp_path: Path, tiny_tokenizer: Path, parts: list[list[dict[str, Any]]]
+) -> None:
+    source = write_format(tmp_path / "in", "parquet", parts)
+    with pytest.raises(ConfigError, match=r"are not \.jsonl or \.jsonl\.gz \(part-0\.parquet, part-1\.parquet\)"):
+        run(tiny_tokenizer, source, tmp_path / "out", num_workers=0, windowing="gpt-simple", max_length=64)
 
 
 def test_a_parquet_file_without_the_text_column_is_a_named_error(
@@ -206,9 +225,9 @@ def test_a_corrupt_row_group_is_a_named_error_and_nothing_is_published(
     ("name", "data", "found"),
     [
         ("a.jsonl", gzip.compress(b'{"text": "x"}\n'), "gzip-compressed jsonl"),
-        ("a.jsonl.gz", b'{"text": "x"}\n', "jsonl"),
+        ("a.jsonl.gz", b'{"text": "x"}\n', "plain text"),
         ("a.jsonl.zst", gzip.compress(b'{"text": "x"}\n'), "gzip-compressed jsonl"),
-        ("a.parquet", b'{"text": "x"}\n', "jsonl"),
+        ("a.parquet", b'{"text": "x"}\n', "plain text"),
         ("a.jsonl", b"PAR1" + b"\0" * 20 + b"PAR1", "parquet"),
         ("a.arrow", zstandard.ZstdCompressor().compress(b'{"text": "x"}\n'), "zstd-compressed jsonl"),
     ],

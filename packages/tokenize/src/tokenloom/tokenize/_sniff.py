@@ -102,8 +102,9 @@ def sniff(path: Path) -> InputKind:
         return claimed or InputKind.JSONL
     found = _content_kind(head)
     if claimed is not None and found is not claimed:
+        holds = "plain text (no gzip, zstd, parquet or Arrow magic)" if found is InputKind.JSONL else str(found)
         raise FormatError(
-            f"input {path.name} is named as {claimed} but its first bytes ({head[:4].hex(' ')}) are {found}",
+            f"input {path.name} is named as {claimed} but its first bytes ({head[:4].hex(' ')}) are {holds}",
             path=path,
             offset=0,
             hint=f"Rename it to end in {_RENAME[found]} if the content is right, or replace it with the file "

@@ -26,7 +26,7 @@ class ZstdReader(io.RawIOBase):
         self._zstd_error = zstd.ZstdError  # type: ignore[attr-defined]
         self._frame = self._context.decompressobj()
         self._in_frame = False
-        self._buffer = b""
+        self._buffer = memoryview(b"")
         self._position = 0
 
     def readable(self) -> bool:
@@ -51,7 +51,7 @@ class ZstdReader(io.RawIOBase):
                         self._in_frame = False
             except self._zstd_error as exc:
                 raise StreamError(f"the zstd data is corrupt ({exc})") from None
-            self._buffer, self._position = b"".join(out), 0
+            self._buffer, self._position = memoryview(b"".join(out)), 0
         return True
 
     def readinto(self, buffer: Any) -> int:
