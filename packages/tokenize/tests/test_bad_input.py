@@ -118,7 +118,9 @@ def test_first_error_in_input_order_wins(tmp_path: Path, tiny_tokenizer: Path, j
 def test_no_inputs_and_missing_dir_are_config_errors(tmp_path: Path, tiny_tokenizer: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("not an input")
-    with pytest.raises(ConfigError, match=r"no \.jsonl or \.jsonl\.gz files"):
+    with pytest.raises(
+        ConfigError, match=r"no input files \(\.jsonl, \.jsonl\.gz, \.jsonl\.zst, \.json\.gz, \.parquet, \.arrow\)"
+    ):
         tokenize(config(tiny_tokenizer, tmp_path / "empty", tmp_path / "out"))
     with pytest.raises(MissingFileError, match="input directory does not exist"):
         tokenize(config(tiny_tokenizer, tmp_path / "nope", tmp_path / "out"))

@@ -72,7 +72,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     "--input-dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Directory searched recursively for .jsonl and .jsonl.gz files (sorted by path).",
+    help="Directory searched recursively (sorted by path) for .jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .parquet "
+    "and .arrow files (zstd, parquet, Arrow: the corpus extra).",
 )
 @click.option(
     "--output-dir",
@@ -145,7 +146,10 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
 )
 @click.option("--keep-staging", is_flag=True, help="megatron/flat/packed: keep OUT.native-staging after publishing.")
 @click.option(
-    "--text-field", default="text", show_default=True, help="Field with the text; a dotted path for nested fields."
+    "--text-field",
+    default="text",
+    show_default=True,
+    help="Field (parquet/Arrow: column) with the text; a dotted path for nested fields (struct columns).",
 )
 @click.option(
     "--shard-size-tokens",
@@ -208,7 +212,7 @@ def tokenize(
     engine: str,
     verify_fraction: float,
 ) -> None:
-    """Pre-tokenize jsonl / jsonl.gz files into token shards, in parallel, crash-safely.
+    """Pre-tokenize jsonl (.gz, .zst), parquet and Arrow files into token shards, in parallel, crash-safely.
 
     Every entry ends with the tokenizer's EOS token. The output is byte-identical
     for any --num-workers; kill it at any moment and run the same command again

@@ -200,7 +200,9 @@ def choose_run_engine(
 ) -> EngineChoice:
     """Probe the engines on the fixed set plus the input's first documents (the same on every resume)."""
     sample: list[str] = []
-    reader = read_chunks(files, chunk_lines=256, chunk_bytes=1 << 20, max_line_bytes=max_line_bytes)
+    reader = read_chunks(
+        files, chunk_lines=256, chunk_bytes=1 << 20, max_line_bytes=max_line_bytes, text_field=settings.text_field
+    )
     try:
         with contextlib.suppress(DataError):  # the run itself reports bad input
             for chunk in itertools.islice(reader, 8):
@@ -373,7 +375,7 @@ def _worker_died(chunk: Chunk | None, workers: dict[int, Any]) -> WorkerDiedErro
     what = "; ".join(how) if how else "it ended abruptly (likely killed: out of memory?)"
     if chunk is None:
         return WorkerDiedError(f"an encoding worker process died before the first chunk: {what}", field="num_workers")
-    lines = f"lines {chunk.first_line}-{chunk.first_line + max(len(chunk.lines), 1) - 1}"
+    lines = f"lines {chunk.first_line}-{chunk.first_line + max(chunk.num_records, 1) - 1}"
     return WorkerDiedError(
         f"an encoding worker process died while the run waited for chunk {chunk.index} ({lines}): {what}",
         path=chunk.path,

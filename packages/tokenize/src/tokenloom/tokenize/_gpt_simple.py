@@ -58,6 +58,15 @@ def output_stem(name: str) -> str:
 
 def check_gpt_simple_inputs(files: list[InputFile]) -> None:
     """GPT-Simple reads only the top level of its input directory: refuse inputs in subdirectories."""
+    other = [f.relative for f in files if not f.relative.endswith((".jsonl", ".jsonl.gz"))]
+    if other:
+        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        raise ConfigError(
+            f"{len(other)} input file(s) are not .jsonl or .jsonl.gz ({shown}); GPT-Simple's pretokenize reads "
+            "only those, so --windowing gpt-simple would not reproduce its output",
+            field="input_dir",
+            hint="Use --windowing tokenloom for zstd, .json.gz, parquet and Arrow inputs",
+        )
     nested = [f.relative for f in files if "/" in f.relative]
     if nested:
         shown = ", ".join(nested[:3]) + (f" and {len(nested) - 3} more" if len(nested) > 3 else "")

@@ -1,10 +1,14 @@
-"""Input discovery and robust line reading, cut into deterministic chunks.
+"""Input discovery and robust reading, cut into deterministic chunks.
 
-A chunk is at most ``chunk_lines`` lines or ``chunk_bytes`` bytes of one file,
-so the same files always give the same chunks, whatever the worker count.
-Problems found while reading (an over-long line, a truncated gzip, an empty
-file) travel with the chunk as :class:`Issue` values, so they are reported in
-input order together with the problems the workers find while parsing.
+Inputs are jsonl (plain, gzip or zstd; one JSON object per line), parquet and
+Arrow IPC files, told apart by their magic bytes (``_sniff``). A jsonl chunk is
+at most ``chunk_lines`` lines or ``chunk_bytes`` bytes of one file; a parquet
+or Arrow chunk is a row group or record batch, cut into ranges of at most
+``chunk_lines`` rows (``_columnar``). So the same files always give the same
+chunks, whatever the worker count. Problems found while reading (an over-long
+line, a truncated stream, an empty file, a row without the text field) travel
+with the chunk as :class:`Issue` values, so they are reported in input order
+together with the problems the workers find while parsing.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import xxhash
 
 from tokenloom.formats import ConfigError, MissingFileError, UnsafePathError
 from tokenloom.formats.io import storage_error
+from tokenloom.tokenize._columnar import ColumnarFile, ColumnarPiece
+from tokenloom.tokenize._sniff import INPUT_SUFFIXES, InputKind, sniff
+from tokenloom.tokenize._streams import StreamError, open_stream
 
 __all__ = [
     "INPUT_SUFFIXES",
@@ -30,11 +37,10 @@ __all__ = [
     "InputFile",
     "Issue",
     "IssueKind",
+    "InputKind",
     "discover_inputs",
     "read_chunks",
 ]
-
-INPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
 class IssueKind(StrEnum):
@@ -47,16 +53,19 @@ class IssueKind(StrEnum):
     INVALID_UTF8 = "invalid_utf8"
     LINE_TOO_LONG = "line_too_long"
     TRUNCATED_GZIP = "truncated_gzip"
+    TRUNCATED_ZSTD = "truncated_zstd"
     EMPTY_FILE = "empty_file"
 
 
 @dataclass(frozen=True, slots=True)
 class Issue:
-    """One bad record: where (1-based line; 0 for a whole-file problem) and what."""
+    """One bad record: where (1-based line or row; 0 for a whole-file problem) and what."""
 
     line: int
     kind: IssueKind
     message: str
+    offset: int | None = None
+    """The byte offset in the file, where the line number alone does not say it (a cut compressed stream)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +77,8 @@ class InputFile:
     size: int
     mtime_ns: int
     content_hash: str | None = None
+    kind: InputKind | None = None
+    """What the file holds by its magic bytes (None: look when it is read); not part of the run key."""
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {"path": self.relative, "size": self.size, "mtime_ns": self.mtime_ns}
@@ -97,7 +108,8 @@ def _regular_input(path: Path) -> Path:
         raise UnsafePathError(
             f"input {path.name} is a {kind}, not a regular file",
             path=path,
-            hint="Inputs are found by their .jsonl/.jsonl.gz suffix; rename or move this entry out of --input-dir",
+            hint="Inputs are found by their suffix (.jsonl, .jsonl.gz, .parquet, ...); rename or move this entry "
+            "out of --input-dir",
         )
     try:
         with open(path, "rb"):
@@ -131,13 +143,17 @@ def _check_utf8_name(path: Path, root: Path) -> None:
 
 
 def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = False) -> list[InputFile]:
-    """Every ``.jsonl`` / ``.jsonl.gz`` regular file under ``input_dir``, recursively, sorted by path."""
+    """Every input file (by :data:`INPUT_SUFFIXES`) under ``input_dir``, recursively, sorted by path.
+
+    Each file's magic bytes must agree with its suffix (a FormatError otherwise), checked here so that
+    a mislabelled file stops the run before anything is written.
+    """
     root = Path(input_dir)
     if not root.is_dir():
         raise MissingFileError(
             "input directory does not exist or is not a directory",
             path=root,
-            hint="Pass --input-dir DIR holding .jsonl or .jsonl.gz files",
+            hint="Pass --input-dir DIR holding .jsonl(.gz/.zst), .json.gz, .parquet or .arrow files",
         )
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -148,7 +164,7 @@ def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = 
     found.sort(key=lambda p: p.relative_to(root).as_posix())
     if not found:
         raise ConfigError(
-            "no .jsonl or .jsonl.gz files under the input directory",
+            "no input files (.jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .parquet, .arrow) under the input directory",
             path=root,
             field="input_dir",
             hint="Check --input-dir; inputs are found recursively by their suffix",
@@ -164,6 +180,7 @@ def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = 
                 size=info.st_size,
                 mtime_ns=info.st_mtime_ns,
                 content_hash=_hash_file(path) if hash_contents else None,
+                kind=sniff(path),
             )
         )
     return files
@@ -178,7 +195,9 @@ class Chunk:
     """Consecutive lines of one input file, numbered from ``first_line`` (1-based).
 
     ``lines[i]`` is line ``first_line + i`` without its newline, or None when the
-    reader already rejected it (its Issue is in ``issues``).
+    reader already rejected it (its Issue is in ``issues``). A parquet or Arrow
+    chunk has no lines: ``texts[i]`` is the text of row ``first_line + i``, or None
+    when the row has none (its Issue is in ``issues``).
     """
 
     index: int
@@ -190,12 +209,11 @@ class Chunk:
     num_bytes: int = 0
     source_bytes: int = 0
     """Bytes of the file on disk (compressed, for gzip) consumed by this chunk, for progress."""
+    texts: list[str | None] | None = None
 
-
-def _open(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+    @property
+    def num_records(self) -> int:
+        return len(self.lines) if self.texts is None else len(self.texts)
 
 
 def _too_long(line_number: int, size: int, cap: int) -> Issue:
@@ -206,44 +224,58 @@ def _too_long(line_number: int, size: int, cap: int) -> Issue:
     )
 
 
+def _truncated(kind: InputKind, line: int, offset: int, detail: str) -> Issue:
+    issue_kind, name = (
+        (IssueKind.TRUNCATED_ZSTD, "zstd") if kind is InputKind.JSONL_ZSTD else (IssueKind.TRUNCATED_GZIP, "gzip")
+    )
+    message = (
+        f"the {name} stream is truncated or corrupt at line {line}, compressed byte {offset} ({detail}); "
+        "the rest of the file cannot be read: copy or download it again"
+    )
+    return Issue(line, issue_kind, message, offset)
+
+
 def _read_lines(
-    path: Path, max_line_bytes: int, opened: list[_Tell]
+    path: Path, kind: InputKind, max_line_bytes: int, opened: list[_Tell]
 ) -> Iterator[tuple[bytes | None, Issue | None, int]]:
     """(line or None, issue or None, raw byte count) for each line of one file.
 
     A last line without a newline is held back until the end of the stream is
-    confirmed, so a truncated gzip is reported as such, not as a broken record.
+    confirmed, so a truncated gzip or zstd file is reported as such, not as a broken record.
     """
     line_number = 0
     pending: tuple[bytes | None, Issue | None, int] | None = None
-    try:
-        with _open(path) as handle:
-            opened.append(getattr(handle, "fileobj", None) or handle)
+    handle, raw = open_stream(path, kind)
+    opened.append(raw)
+    broken: Issue | None = None
+    with handle, raw:
+        try:
             while True:
-                raw = handle.readline(max_line_bytes + 1)
-                if not raw:
+                raw_line = handle.readline(max_line_bytes + 1)
+                if not raw_line:
                     break
                 if pending is not None:
                     yield pending
                     pending = None
                 line_number += 1
-                size = len(raw)
-                if size > max_line_bytes and not (size == max_line_bytes + 1 and raw.endswith(b"\n")):
-                    while not raw.endswith(b"\n"):
-                        raw = handle.readline(1 << 20)
-                        if not raw:
+                size = len(raw_line)
+                if size > max_line_bytes and not (size == max_line_bytes + 1 and raw_line.endswith(b"\n")):
+                    while not raw_line.endswith(b"\n"):
+                        raw_line = handle.readline(1 << 20)
+                        if not raw_line:
                             break
-                        size += len(raw)
+                        size += len(raw_line)
                     yield None, _too_long(line_number, size, max_line_bytes), size
                     continue
-                if raw.endswith(b"\n"):
-                    yield raw[:-2] if raw.endswith(b"\r\n") else raw[:-1], None, size
+                if raw_line.endswith(b"\n"):
+                    yield raw_line[:-2] if raw_line.endswith(b"\r\n") else raw_line[:-1], None, size
                 else:
-                    pending = (raw, None, size)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        line = line_number if pending is not None else line_number + 1
-        message = f"the gzip stream is truncated or corrupt at line {line} ({exc}); the rest of the file cannot be read"
-        yield None, Issue(line, IssueKind.TRUNCATED_GZIP, message), 0
+                    pending = (raw_line, None, size)
+        except (EOFError, gzip.BadGzipFile, zlib.error, StreamError) as exc:
+            line = line_number if pending is not None else line_number + 1
+            broken = _truncated(kind, line, raw.tell(), str(exc))
+    if broken is not None:
+        yield None, broken, 0
         return
     if pending is not None:
         yield pending
@@ -258,12 +290,36 @@ def _position(opened: list[_Tell], size: int) -> int:
         return size
 
 
+def _columnar_chunk(piece: ColumnarPiece, index: int, file_index: int, path: str, dotted: str) -> Chunk:
+    chunk = Chunk(
+        index=index,
+        file_index=file_index,
+        path=path,
+        first_line=piece.first_row,
+        num_bytes=piece.text_bytes,
+        source_bytes=piece.source_bytes,
+        texts=piece.texts,
+    )
+    missing = set(piece.missing)
+    for offset, text in enumerate(piece.texts):
+        if text is None:
+            row = piece.first_row + offset
+            if offset in missing:
+                problem = f"the row has no field {dotted!r} (a struct on the path is null)"
+                chunk.issues.append(Issue(row, IssueKind.MISSING_FIELD, problem))
+            else:
+                problem = f"field {dotted!r} is null, expected a string"
+                chunk.issues.append(Issue(row, IssueKind.NON_STRING_FIELD, problem))
+    return chunk
+
+
 def read_chunks(
     files: list[InputFile],
     *,
     chunk_lines: int,
     chunk_bytes: int,
     max_line_bytes: int,
+    text_field: tuple[str, ...] | str = "text",
     start_chunk: int = 0,
     first_file: int = 0,
     first_file_chunk: int = 0,
@@ -272,16 +328,32 @@ def read_chunks(
 
     Chunk boundaries depend only on the file contents and the three limits. To
     resume, files before ``first_file`` are skipped unread, and that file's first
-    chunk is numbered ``first_file_chunk``.
+    chunk is numbered ``first_file_chunk``. ``text_field`` (a dotted path) picks
+    the column of parquet and Arrow inputs; jsonl lines are parsed by the workers.
     """
+    field_path = tuple(text_field.split(".")) if isinstance(text_field, str) else text_field
+    dotted = ".".join(field_path)
     index = first_file_chunk
     for file_index, info in enumerate(files):
         if file_index < first_file:
             continue
+        kind = info.kind or sniff(info.path)
+        if kind.columnar and info.size > 0:
+            source = ColumnarFile(info.path, kind, field_path, chunk_rows=chunk_lines)
+            for number in range(len(source.cuts)):
+                if index + number >= start_chunk:
+                    yield _columnar_chunk(source.read(number), index + number, file_index, str(info.path), dotted)
+            if not source.cuts:
+                if index >= start_chunk:
+                    empty = Issue(0, IssueKind.EMPTY_FILE, f"the {kind} file holds no rows")
+                    yield Chunk(index, file_index, str(info.path), 1, [], [empty], 0, info.size, [])
+                index += 1
+            index += len(source.cuts)
+            continue
         opened: list[_Tell] = []
         consumed = 0
         chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=1)
-        for line, issue, size in _read_lines(info.path, max_line_bytes, opened):
+        for line, issue, size in _read_lines(info.path, kind, max_line_bytes, opened):
             if issue is not None:
                 chunk.issues.append(issue)
             if issue is None or issue.line > 0:

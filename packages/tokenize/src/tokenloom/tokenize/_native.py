@@ -122,6 +122,7 @@ def _encode_all(
             chunk_lines=config.chunk_lines,
             chunk_bytes=config.chunk_bytes,
             max_line_bytes=config.max_line_bytes,
+            text_field=config.text_field,
             start_chunk=state.next_chunk,
             first_file=state.file_index,
             first_file_chunk=state.file_first_chunk,
@@ -269,7 +270,7 @@ class _Run:
     def _issue(self, result: ChunkResult, issue: Issue) -> None:
         path = self.files[result.file_index].path
         if self.config.on_error is OnError.RAISE:
-            raise RecordError(issue.message, path=path, record=issue.line, field=issue.kind.value)
+            raise RecordError(issue.message, path=path, offset=issue.offset, record=issue.line, field=issue.kind.value)
         kind = issue.kind.value
         self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
         if self.counts.skipped[kind] <= EXAMPLES_PER_KIND:

@@ -88,7 +88,9 @@ def pack(
     source = Path(input_file)
     if not source.is_file() or not source.name.endswith(INPUT_SUFFIXES):
         raise ConfigError(
-            "expected an existing .jsonl or .jsonl.gz file", path=source, hint="Pass the jsonl file to pack"
+            "expected an existing input file (.jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .parquet or .arrow)",
+            path=source,
+            hint="Pass the file to pack",
         )
     on_error = OnError(on_error)
     workers = default_num_workers() if num_workers is None else num_workers
@@ -113,7 +115,13 @@ def pack(
         max_line_bytes=max_line_bytes,
     ) as encoding:
         summary.engine, summary.engine_reason = encoding.engine.name, encoding.engine.reason
-        chunks = read_chunks(files, chunk_lines=chunk_lines, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
+        chunks = read_chunks(
+            files,
+            chunk_lines=chunk_lines,
+            chunk_bytes=chunk_bytes,
+            max_line_bytes=max_line_bytes,
+            text_field=text_field,
+        )
         with open_writer(
             target,
             format="packed",

@@ -147,6 +147,14 @@ def sample_texts(chunk: Chunk, text_field: tuple[str, ...], *, limit: int = 256,
     """Up to ``limit`` texts (``max_chars`` in all) of the chunk's good records, for the engine probe."""
     texts: list[str] = []
     chars = 0
+    if chunk.texts is not None:  # parquet / Arrow: the reader took the texts out already
+        for text in chunk.texts:
+            if text is not None:
+                if len(texts) >= limit or chars + len(text) > max_chars:
+                    break
+                texts.append(text)
+                chars += len(text)
+        return texts
     for offset, line in enumerate(chunk.lines):
         if line is None:
             continue
@@ -225,28 +233,33 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     """Parse, encode and window one chunk; bad records become Issues, in line order."""
     issues = list(chunk.issues)
     gpt_simple = settings.windowing == Windowing.GPT_SIMPLE
-    texts = _texts_of_clean_chunk(chunk.lines, settings.text_field)
-    if texts is not None and gpt_simple and any(b"\r" in line for line in chunk.lines if line is not None):
-        texts = None  # a \r inside a line: GPT-Simple's text mode reads it otherwise; the slow path decides
     line_drops: dict[str, int] = {}
-    if texts is not None:  # every line a JSON object with a string at text_field: no per-line checks needed
-        text_lines: list[int] | range = range(chunk.first_line, chunk.first_line + len(texts))
+    text_lines: list[int] | range
+    if chunk.texts is not None:  # parquet / Arrow: the reader took the texts out, its bad rows are in issues
+        text_lines = [chunk.first_line + i for i, text in enumerate(chunk.texts) if text is not None]
+        texts = [text for text in chunk.texts if text is not None]
     else:
-        texts, text_lines = [], []
-        for offset, line in enumerate(chunk.lines):
-            if line is None:
-                continue
-            if gpt_simple:
-                text = gpt_simple_text_of(line, settings.text_field, chunk.first_line + offset, chunk.path)
-            else:
-                text = _text_of(line, settings.text_field, chunk.first_line + offset)
-            if isinstance(text, Issue):
-                issues.append(text)
-            elif isinstance(text, Dropped):
-                line_drops[text.kind] = line_drops.get(text.kind, 0) + 1
-            else:
-                texts.append(text)
-                text_lines.append(chunk.first_line + offset)
+        texts = _texts_of_clean_chunk(chunk.lines, settings.text_field)
+        if texts is not None and gpt_simple and any(b"\r" in line for line in chunk.lines if line is not None):
+            texts = None  # a \r inside a line: GPT-Simple's text mode reads it otherwise; the slow path decides
+        if texts is not None:  # every line a JSON object with a string at text_field: no per-line checks needed
+            text_lines = range(chunk.first_line, chunk.first_line + len(texts))
+        else:
+            texts, text_lines = [], []
+            for offset, line in enumerate(chunk.lines):
+                if line is None:
+                    continue
+                if gpt_simple:
+                    text = gpt_simple_text_of(line, settings.text_field, chunk.first_line + offset, chunk.path)
+                else:
+                    text = _text_of(line, settings.text_field, chunk.first_line + offset)
+                if isinstance(text, Issue):
+                    issues.append(text)
+                elif isinstance(text, Dropped):
+                    line_drops[text.kind] = line_drops.get(text.kind, 0) + 1
+                else:
+                    texts.append(text)
+                    text_lines.append(chunk.first_line + offset)
     issues.sort(key=lambda issue: issue.line)
     if gpt_simple and settings.refuse_pad:
         check_gpt_simple_pad(texts, text_lines, chunk.path)
