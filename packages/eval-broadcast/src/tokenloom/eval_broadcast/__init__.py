@@ -12,8 +12,9 @@ every rank: EvalSet -> .split(rank, world) -> EvalDataset (training masks) -> lo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
     from tokenloom.eval_broadcast._broadcast import DEFAULT_CHUNK_BYTES, DEFAULT_TIMEOUT, broadcast_eval_set
@@ -70,14 +71,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

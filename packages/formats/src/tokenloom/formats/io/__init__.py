@@ -25,6 +25,7 @@ from tokenloom.formats.io.atomic import (
     temp_path,
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
+from tokenloom.formats.io.lazy import lazy_exports
 from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock
 from tokenloom.formats.io.manifest import (
     EOS_AT_DOCUMENT_END,
@@ -65,6 +66,7 @@ __all__ = [
     "file_checksum",
     "fsync_dir",
     "lock_path",
+    "lazy_exports",
     "module_aliases",
     "output_lock",
     "prepare_output_dir",
