@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig
+from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.curriculum._plan import CurriculumPlan
 from tokenloom.datasets import MemoryMappedDataset, SampleBatch
@@ -43,26 +42,7 @@ class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
 
     _index_only = False
 
-    def __init__(
-        self,
-        config: CurriculumConfig | str | os.PathLike[str],
-        *,
-        seed: int,
-        global_batch_size: int | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        shuffle: bool = True,
-        bucket_options: dict[str, Any] | None = None,
-        require_val: bool = True,
-    ) -> None:
-        super().__init__(
-            config,
-            seed=seed,
-            global_batch_size=global_batch_size,
-            cache_dir=cache_dir,
-            shuffle=shuffle,
-            bucket_options=bucket_options,
-            require_val=require_val,
-        )
+    def _opened(self) -> None:
         self._datasets = [bucket.dataset for bucket in self._buckets]
         self._plain = all(isinstance(d, MemoryMappedDataset) and d.plain for d in self._datasets)
         self._window_dtype = (

@@ -123,6 +123,10 @@ class CurriculumPlan:
                 self.buckets[drain.bucket], drain.position, drain.phase, drain.tokens,
                 drain_effect(drain, self.halt, "renormalising the rest of the phase"),
             )  # fmt: skip
+        self._opened()
+
+    def _opened(self) -> None:
+        """Called at the end of ``__init__``, buckets open: a subclass that serves samples prepares here."""
 
     # -- the schedule ---------------------------------------------------------------------
     @property
