@@ -42,7 +42,7 @@ import numpy as np
 from tokenloom.datasets import settings_fingerprint
 from tokenloom.eval_broadcast._rows import DTYPE_CODES, EvalSet, rows_checksum
 from tokenloom.formats import ChecksumError, DataError, FormatError, open_dataset, open_writer
-from tokenloom.formats.io import MANIFEST_NAME, fsync_dir
+from tokenloom.formats.io import MANIFEST_NAME, fsync_dir, pid_alive
 
 __all__ = [
     "CacheWarning",
@@ -236,16 +236,6 @@ def _process_start(pid: int) -> str | None:
     return raw.rsplit(b")", 1)[-1].split()[19].decode()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stale_reason(scratch: Path) -> str | None:
     """Why ``scratch`` is left over, or None when its writer may still be running."""
     if scratch in _LIVE:
@@ -268,7 +258,7 @@ def _stale_reason(scratch: Path) -> str | None:
         return None
     if pid == os.getpid():
         return "this process left it behind"
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return f"its writer, pid {pid} on this host, is gone"
     recorded = owner.get("process_start")
     if recorded is not None and _process_start(pid) not in (None, recorded):

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats import ConfigError, DataError
-from tokenloom.formats.io import smallest_dtype_for_vocab
+from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
 from tokenloom.tokenize._config import default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
 from tokenloom.tokenize._inputs import Chunk, InputFile, read_chunks
@@ -253,16 +253,6 @@ def _pid_space() -> str:
     return hashlib.blake2b(f"{socket.gethostname()}\0{namespace}".encode(), digest_size=4).hexdigest()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def remove_stale_handoffs(parent: Path) -> list[Path]:
     """Remove this user's tokenizer hand-off directories in ``parent`` whose owner process is gone.
 
@@ -276,7 +266,7 @@ def remove_stale_handoffs(parent: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             match = _HANDOFF_DIR.fullmatch(entry.name)
-            if match is None or match[2] != here or _pid_alive(int(match[1])):
+            if match is None or match[2] != here or pid_alive(int(match[1])):
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():

@@ -26,7 +26,7 @@ from tokenloom.formats.io.atomic import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats.io.lazy import lazy_exports
-from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock
+from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock, pid_alive
 from tokenloom.formats.io.manifest import (
     EOS_AT_DOCUMENT_END,
     EOS_PLACEMENT,
@@ -69,6 +69,7 @@ __all__ = [
     "lazy_exports",
     "module_aliases",
     "output_lock",
+    "pid_alive",
     "prepare_output_dir",
     "real_path",
     "renamed_keyword",

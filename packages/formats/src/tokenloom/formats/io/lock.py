@@ -71,7 +71,8 @@ def _holder_record() -> dict[str, Any]:
     }
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one owned by another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -94,7 +95,7 @@ def _stale_reason(path: Path, holder: dict[str, Any] | None) -> str | None:
     pid = holder.get("pid")
     if pid == os.getpid() and path not in _HELD:
         return "this process left it behind (an earlier failure)"
-    if not isinstance(pid, int) or not _pid_alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid):
         return f"process {pid} on this host is gone"
     recorded = holder.get("process_start")
     if recorded is not None and _process_start(pid) not in (None, recorded):
