@@ -126,3 +126,21 @@ def test_an_unregistered_path_still_lists_the_readers_tried(tmp_path):
     (tmp_path / "notes.txt").write_text("not tokens")
     with pytest.raises(FormatError, match=r"tried bin-meta, flat, h5, megatron, native, packed\)"):
         detect_format(tmp_path)
+
+
+def test_a_plugin_named_like_a_builtin_is_a_named_error_and_the_builtin_stays(tmp_path, monkeypatch, fresh_registry):
+    clash = TOY_MODULE.replace('FormatSpec(name="toy"', 'FormatSpec(name="native"')
+    _install(tmp_path / "site", module=clash, entry="toy_tokens:SPEC")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    builtin = _registry._FORMATS["native"]
+    with pytest.raises(ConfigError, match=r"format plugin 'toy' \(toy_tokens:SPEC\) registers 'native'.*built in"):
+        available_formats()
+    assert _registry._FORMATS["native"] is builtin
+
+
+def test_a_plugin_that_failed_fails_again_instead_of_vanishing(tmp_path, monkeypatch, fresh_registry):
+    _install(tmp_path / "site", module="raise RuntimeError('broken plugin')\n", entry="toy_tokens:SPEC")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for _ in range(2):  # the second ask must not answer as if the plugin had never been declared
+        with pytest.raises(ConfigError, match="failed to load: RuntimeError"):
+            open_dataset(tmp_path, format="toy")

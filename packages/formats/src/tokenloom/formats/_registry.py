@@ -56,28 +56,48 @@ def register_format(spec: FormatSpec) -> None:
 
 
 def _load_plugins() -> None:
-    """Register every format of the ``tokenloom.formats`` entry-point group (once per process)."""
+    """Register every format of the ``tokenloom.formats`` entry-point group (once per process).
+
+    All or nothing: a plugin that fails to load, is not a FormatSpec or takes a name already
+    registered (a built-in format, or another plugin's) is a ConfigError, raised again on every
+    ask rather than leaving a registry that silently lacks the plugin or lost a built-in.
+    """
     global _plugins_loaded
     if _plugins_loaded:
         return
-    _plugins_loaded = True
+    found: dict[str, tuple[FormatSpec, str]] = {}
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        where = f"format plugin {point.name!r} ({point.value})"
         try:
             loaded = point.load()
             spec = loaded() if callable(loaded) else loaded
         except Exception as exc:
             raise ConfigError(
-                f"format plugin {point.name!r} ({point.value}) failed to load: {type(exc).__name__}: {exc}",
+                f"{where} failed to load: {type(exc).__name__}: {exc}",
                 field="format",
                 hint=f"Reinstall or uninstall the package that declares it in the {ENTRY_POINT_GROUP!r} entry points",
             ) from exc
         if not isinstance(spec, FormatSpec):
             raise ConfigError(
-                f"format plugin {point.name!r} ({point.value}) gave a {type(spec).__name__}, expected a FormatSpec",
+                f"{where} gave a {type(spec).__name__}, expected a FormatSpec",
                 field="format",
                 hint="The entry point must name a FormatSpec or a function that returns one",
             )
+        if spec.name in _FORMATS or spec.name in found:
+            other = (
+                f"plugin {found[spec.name][1]}"
+                if spec.name in found
+                else "a format built in or registered by register_format"
+            )
+            raise ConfigError(
+                f"{where} registers {spec.name!r}, the name of {other}",
+                field="format",
+                hint="Give the plugin's FormatSpec a name of its own; tokenloom does not let a plugin replace a format",
+            )
+        found[spec.name] = (spec, f"{point.name!r} ({point.value})")
+    for spec, _ in found.values():
         register_format(spec)
+    _plugins_loaded = True
 
 
 def available_formats() -> dict[str, FormatSpec]:
