@@ -356,7 +356,13 @@ def install_check(name: str, policy: Policy, out_dir: Path, work: Path) -> list[
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     imported = _run(
-        [str(venv_python), "-I", "-c", f"import {project.module} as m; print(m.__file__)"],
+        # every public name, not just the package: lazily exported names import their module on first use
+        [
+            str(venv_python),
+            "-I",
+            "-c",
+            f"import {project.module} as m; [getattr(m, n) for n in getattr(m, '__all__', ())]; print(m.__file__)",
+        ],
         work,
         env,
     )

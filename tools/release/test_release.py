@@ -287,3 +287,18 @@ def test_readme_install_command_works_in_a_clean_venv(command: str, tmp_path: Pa
         check=False,
     )
     assert imported.returncode == 0, imported.stderr
+
+
+def test_a_lazily_exported_module_left_out_of_the_wheel_fails_the_install_check(dist: Path, tmp_path: Path) -> None:
+    # `import tokenloom.sampler` imports no submodule (lazy exports), so the check must resolve every public name
+    broken = tmp_path / "dist"
+    shutil.copytree(dist, broken)
+    rewrite_wheel(
+        wheel_of(dist, "tokenloom-sampler"),
+        wheel_of(broken, "tokenloom-sampler"),
+        {"tokenloom/sampler/_sampler.py": None},
+    )
+    problems = release.install_check("tokenloom-sampler", POLICY, broken, tmp_path)
+    assert len(problems) == 1
+    assert problems[0].startswith("tokenloom-sampler: import tokenloom.sampler failed:")
+    assert "No module named 'tokenloom.sampler._sampler'" in problems[0]
