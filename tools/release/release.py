@@ -163,6 +163,17 @@ def _path_leaks(members: dict[str, bytes], repo: Path) -> list[str]:
     return sorted(m for m, data in members.items() if needle in data)
 
 
+def _source_files(project: Project) -> list[str]:
+    """What the wheel must ship: every file of the module's source tree (code, py.typed, assets such as the
+    tokenizer json), as wheel member names; a missing asset would still import and fail only when used."""
+    src = project.root / "src"
+    module_root = src / project.module.replace(".", "/")
+    if not module_root.is_dir():
+        return []
+    found = (p.relative_to(src).as_posix() for p in module_root.rglob("*") if p.is_file())
+    return sorted(m for m in found if not _stray(m))
+
+
 def check_wheel(path: Path, policy: Policy, repo: Path = REPO) -> list[str]:
     """Everything wrong with one wheel, as lines naming the wheel; empty when it is good."""
     label = path.name
@@ -196,6 +207,11 @@ def check_wheel(path: Path, policy: Policy, repo: Path = REPO) -> list[str]:
         elif _stray(member):
             problems.append(f"{label}: stray file {member}")
     problems += [f"{label}: {m} contains this machine's path {repo}" for m in _path_leaks(members, repo)]
+    problems += [
+        f"{label}: misses {m} (in the project's source tree, not in the wheel)"
+        for m in _source_files(project)
+        if m not in members and m != module_dir + "__init__.py"  # reported above as the missing module
+    ]
     entry_points = members.get(dist_info + "entry_points.txt", b"").decode()
     found = _entry_point_names(entry_points, "tokenloom.commands")
     if found != project.commands:

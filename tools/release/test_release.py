@@ -302,3 +302,14 @@ def test_a_lazily_exported_module_left_out_of_the_wheel_fails_the_install_check(
     assert len(problems) == 1
     assert problems[0].startswith("tokenloom-sampler: import tokenloom.sampler failed:")
     assert "No module named 'tokenloom.sampler._sampler'" in problems[0]
+
+
+def test_a_wheel_missing_a_source_file_or_asset_is_rejected(dist: Path, tmp_path: Path) -> None:
+    # imports cannot tell: the tokenizer is read only when used, py.typed only by a type checker
+    source = wheel_of(dist, "tokenloom-tokenize")
+    asset = "tokenloom/tokenize/assets/stdlib-bpe-16k/tokenizer.json"
+    bad = rewrite_wheel(source, tmp_path / source.name, {asset: None, "tokenloom/tokenize/py.typed": None})
+    assert release.check_wheel(bad, POLICY) == [
+        f"{bad.name}: misses {asset} (in the project's source tree, not in the wheel)",
+        f"{bad.name}: misses tokenloom/tokenize/py.typed (in the project's source tree, not in the wheel)",
+    ]
