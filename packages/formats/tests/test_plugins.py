@@ -73,6 +73,7 @@ def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The built-in formats only, with the entry points not read yet (restored afterwards)."""
     monkeypatch.setattr(_registry, "_FORMATS", dict(_registry._FORMATS))
     monkeypatch.setattr(_registry, "_plugins_loaded", False)
+    monkeypatch.setattr(_registry, "_PLUGIN_ORIGINS", {})
     monkeypatch.delitem(__import__("sys").modules, "toy_tokens", raising=False)
 
 
@@ -144,3 +145,21 @@ def test_a_plugin_that_failed_fails_again_instead_of_vanishing(tmp_path, monkeyp
     for _ in range(2):  # the second ask must not answer as if the plugin had never been declared
         with pytest.raises(ConfigError, match="failed to load: RuntimeError"):
             open_dataset(tmp_path, format="toy")
+
+
+def test_a_plugin_detector_that_raises_is_named_and_format_skips_it(tmp_path, monkeypatch, fresh_registry):
+    sloppy = TOY_MODULE.replace(
+        "    return path.is_file() and", "    path.read_bytes()  # fails on a directory\n    return"
+    )
+    _install(tmp_path / "site", module=sloppy, entry="toy_tokens:SPEC")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    from tokenloom.formats import open_writer
+
+    with open_writer(tmp_path / "tokens", format="native", dtype="uint16", vocab_size=10, eos_id=0) as writer:
+        writer.add([1, 2, 0])
+    # not a StorageError about the user's (healthy) directory: the plugin is named, and format= is the way round
+    with pytest.raises(
+        ConfigError, match=r"the detector of format plugin 'toy' \(toy_tokens:SPEC\) raised IsADirectoryError"
+    ):
+        open_dataset(tmp_path / "tokens")
+    assert open_dataset(tmp_path / "tokens", format="native")[0].tolist() == [1, 2, 0]

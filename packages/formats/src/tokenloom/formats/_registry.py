@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tokenloom.formats._contract import FormatSpec, StoreSpec, Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._writer import TokenWriter
-from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
+from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.renames import renamed_keyword
@@ -46,6 +46,8 @@ ENTRY_POINT_GROUP = "tokenloom.formats"
 
 _FORMATS: dict[str, FormatSpec] = {}
 _plugins_loaded = False
+#: Formats registered from entry points: name -> "'entry' (module:attr)", to name a plugin in an error.
+_PLUGIN_ORIGINS: dict[str, str] = {}
 
 
 def register_format(spec: FormatSpec) -> None:
@@ -95,8 +97,9 @@ def _load_plugins() -> None:
                 hint="Give the plugin's FormatSpec a name of its own; tokenloom does not let a plugin replace a format",
             )
         found[spec.name] = (spec, f"{point.name!r} ({point.value})")
-    for spec, _ in found.values():
+    for spec, origin in found.values():
         register_format(spec)
+        _PLUGIN_ORIGINS[spec.name] = origin
     _plugins_loaded = True
 
 
@@ -147,7 +150,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         raise MissingFileError(f"{target} does not exist", path=target, hint=_nearest_hint(target))
     refuse_unfinished(target)
     detectable = {name: spec for name, spec in available_formats().items() if spec.detectable}
-    matches = [name for name, spec in detectable.items() if spec.detect(target)]
+    matches = [name for name, spec in detectable.items() if _detects(name, spec, target)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
@@ -175,6 +178,24 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     )
 
 
+def _detects(name: str, spec: FormatSpec, target: Path) -> bool:
+    """``spec.detect(target)``; a plugin's detector that raises is named (it would otherwise read as a
+    fault of the user's data, and make every dataset undetectable)."""
+    origin = _PLUGIN_ORIGINS.get(name)
+    if origin is None or _FORMATS.get(name) is not spec:
+        return spec.detect(target)
+    try:
+        return bool(spec.detect(target))
+    except DataError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"the detector of format plugin {origin} raised {type(exc).__name__} on {target}: {exc}",
+            field="format",
+            hint="Pass format=NAME (--format NAME) to skip detection, and fix or uninstall the plugin",
+        ) from exc
+
+
 def _datasets_inside(target: Path, detectable: dict[str, FormatSpec]) -> list[str]:
     """Names of the subdirectories of ``target`` that a reader recognises (a bucket root, say)."""
     if not target.is_dir():
@@ -182,7 +203,7 @@ def _datasets_inside(target: Path, detectable: dict[str, FormatSpec]) -> list[st
     found = []
     for child in sorted(p for p in target.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
-            if any(spec.detect(child) for spec in detectable.values()):
+            if any(_detects(name, spec, child) for name, spec in detectable.items()):
                 found.append(child.name)
         except OSError:
             continue
