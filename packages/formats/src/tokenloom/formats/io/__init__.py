@@ -9,6 +9,7 @@
 - manifests: ``write_manifest``, ``describe_files``, ``file_checksum``, ``FileEntry``
 - token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
 - optional dependencies: ``require``
+- object-store URLs: ``is_remote_url``, ``parse_url``, ``refuse_remote_output`` (a URL is never a local path)
 - the megatron/packed sidecar (EOS id, vocab size, tokenizer): ``sidecar_of``, ``SIDECAR_SUFFIX``
 
 Everything here imports only from ``io`` itself and ``tokenloom.formats.errors``.
@@ -41,6 +42,7 @@ from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_
 from tokenloom.formats.io.scan import eos_offsets
 from tokenloom.formats.io.sidecar import SIDECAR_SUFFIX, sidecar_of
 from tokenloom.formats.io.storage import storage_error, storage_errors
+from tokenloom.formats.io.urls import is_remote_url, parse_url, refuse_remote_output
 
 __all__ = [
     "EOS_AT_DOCUMENT_END",
@@ -61,10 +63,13 @@ __all__ = [
     "eos_offsets",
     "file_checksum",
     "fsync_dir",
+    "is_remote_url",
     "lock_path",
     "output_lock",
+    "parse_url",
     "prepare_output_dir",
     "real_path",
+    "refuse_remote_output",
     "require",
     "safe_file",
     "shard_cut",
