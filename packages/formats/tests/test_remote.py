@@ -221,7 +221,7 @@ def test_missing_object_bucket_and_bad_secret_are_named(seaweed, local_ds, tmp_p
     options = seaweed.storage_options()
     with pytest.raises(MissingFileError, match=r"s3://tokenloom-test/nope/manifest.json does not exist"):
         open_dataset("s3://tokenloom-test/nope", storage_options=options, cache_dir=tmp_path / "c")
-    with pytest.raises(MissingFileError, match=r"no-such-bucket-x"):
+    with pytest.raises(MissingFileError, match=r"the bucket 'no-such-bucket-x' of s3://no-such-bucket-x/ds does not"):
         open_dataset("s3://no-such-bucket-x/ds", storage_options=options, cache_dir=tmp_path / "c")
     bad = seaweed.storage_options(secret_access_key="WRONG-secret-value-123")
     with pytest.raises(StorageError, match="access to .* was refused") as caught:
@@ -248,3 +248,28 @@ def test_bad_block_size_is_a_config_error(tmp_path):
     pytest.importorskip("obstore")
     with pytest.raises(ConfigError, match="block_size 1000"):
         open_dataset("s3://bucket/ds", cache_dir=tmp_path, block_size=1000)
+
+
+def _read_last_in_child(ds, queue) -> None:
+    queue.put(np.asarray(ds[len(ds) - 1]).tobytes())
+
+
+def test_store_is_rebuilt_after_fork_and_the_dataset_pickles(seaweed, local_ds, tmp_path):
+    import multiprocessing
+    import pickle
+
+    url = _upload(seaweed, local_ds)
+    options = seaweed.storage_options()
+    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+    first = np.asarray(ds[0]).tobytes()  # the parent has a live store and open maps
+    expected = np.asarray(open_dataset(local_ds)[len(ds) - 1]).tobytes()
+    # a DataLoader forks its workers after the parent read: obstore's runtime would hang in the child
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_read_last_in_child, args=(ds, queue))
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and got == expected
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned worker receives: no maps, no helper
+    assert np.asarray(copy[0]).tobytes() == first

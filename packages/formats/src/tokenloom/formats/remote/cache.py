@@ -22,7 +22,8 @@ from pathlib import Path
 
 from tokenloom.formats.errors import ConfigError, TruncatedError
 from tokenloom.formats.io.storage import storage_errors
-from tokenloom.formats.remote.client import ObjectInfo, StoreConfig, fetch_range
+from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
+from tokenloom.formats.remote.helper import fetch_into
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "BlockCache", "default_cache_dir"]
 
@@ -98,13 +99,9 @@ class BlockCache:
             with _locked(folder / (name + ".lock")):
                 if _complete(final, end - start):
                     return final
-                data = fetch_range(self.config, obj, start, end)
                 temp = folder / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
                 try:
-                    with open(temp, "wb") as handle:
-                        handle.write(data)
-                        handle.flush()
-                        os.fsync(handle.fileno())
+                    fetch_into(self.config, obj, start, end, temp)  # written and fsynced by the helper
                     os.replace(temp, final)
                 finally:
                     with contextlib.suppress(FileNotFoundError):

@@ -14,15 +14,16 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, StorageError
+from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, ResumeMismatchError, StorageError
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
 
-__all__ = ["ObjectInfo", "RetryPolicy", "StoreConfig", "fetch_range", "head", "redact"]
+__all__ = ["ObjectInfo", "RetryPolicy", "StoreConfig", "check_bucket", "fetch_range", "head", "redact"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -147,41 +148,34 @@ class ObjectInfo:
 
 def _permanent(exc: BaseException, config: StoreConfig, url: str, doing: str) -> Exception | None:
     """The named error for a permanent failure, or None when ``exc`` is transient (to retry)."""
-    ob = _obstore()
-    errors = ob.exceptions
+    errors = _obstore().exceptions
     text = redact(_first_line(exc), config)
-    if isinstance(exc, FileNotFoundError | errors.NotFoundError):
+    everything = str(exc)
+    found = re.search(r"status code: (\d{3})", everything)
+    status = int(found[1]) if found else None
+    if isinstance(exc, FileNotFoundError | errors.NotFoundError) or status == 404 or "NoSuchBucket" in everything:
         return MissingFileError(
             f"{url} does not exist (404 while {doing})",
             path=url,
             hint="Check the bucket and prefix (list them with your cloud's CLI) and the endpoint (AWS_ENDPOINT_URL)",
         )
-    if isinstance(exc, errors.PreconditionError):
-        from tokenloom.formats.errors import ResumeMismatchError
-
+    if isinstance(exc, errors.PreconditionError) or status == 412:
         return ResumeMismatchError(
             f"{url} changed since it was opened (its ETag no longer matches, 412 while {doing})",
             path=url,
             hint="The object was overwritten under a running reader: reopen the dataset (a saved state of the old "
             "data no longer applies), or restore the original object",
         )
-    if isinstance(exc, errors.PermissionDeniedError | errors.UnauthenticatedError) or any(
-        code in text for code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "403 Forbidden")
-    ):
+    if isinstance(exc, errors.PermissionDeniedError | errors.UnauthenticatedError) or status in (401, 403):
         return StorageError(
             f"access to {url} was refused while {doing} ({text})",
             path=url,
             hint="Check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or storage_options) and that "
             "they may read this bucket",
         )
-    if "NoSuchBucket" in text:
-        return MissingFileError(
-            f"the bucket of {url} does not exist ({doing})", path=url, hint="Check the bucket name and the endpoint"
-        )
     if isinstance(exc, errors.InvalidPathError | errors.NotSupportedError | errors.UnknownConfigurationKeyError):
         return ConfigError(f"{url}: {text}", path=url, hint="Check the URL and the storage_options")
-    status_4xx = any(f" {code} " in text for code in (400, 401, 405, 409, 411, 413, 416))
-    if status_4xx:
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
         return StorageError(f"{url} was refused while {doing} ({text})", path=url, hint="Check the URL and endpoint")
     return None
 
@@ -250,3 +244,22 @@ def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> b
 
     _with_retries(config, obj.url, doing, once)
     return bytes(received)
+
+
+def check_bucket(config: StoreConfig) -> None:
+    """MissingFileError naming the bucket when it does not exist (a 404 on an object cannot tell)."""
+    if config.url.scheme in ("http", "https"):
+        return
+
+    def list_one() -> None:
+        for _chunk in _obstore().list(_store(config), prefix=config.url.prefix or None, chunk_size=1):
+            return
+
+    try:
+        _with_retries(config, config.url.root, "listing the bucket", list_one)
+    except MissingFileError:
+        raise MissingFileError(
+            f"the bucket {config.url.bucket!r} of {config.url} does not exist",
+            path=str(config.url),
+            hint="Check the bucket name and the endpoint (AWS_ENDPOINT_URL or storage_options['endpoint'])",
+        ) from None

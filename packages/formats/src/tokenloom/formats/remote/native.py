@@ -25,7 +25,8 @@ from tokenloom.formats.native.layout import HEADER, parse_header
 from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, shards_dataset, validate_offsets
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.cache import BlockCache
-from tokenloom.formats.remote.client import ObjectInfo, head
+from tokenloom.formats.remote.client import ObjectInfo
+from tokenloom.formats.remote.helper import check_bucket, head
 
 __all__ = ["RemoteShard", "open_remote_native"]
 
@@ -65,6 +66,7 @@ def open_remote_native(cache: BlockCache, *, validate: Validate = Validate.FAST,
     try:
         manifest_obj = head(cache.config, MANIFEST_NAME)
     except MissingFileError:
+        check_bucket(cache.config)
         raise MissingFileError(
             f"{url.url(MANIFEST_NAME)} does not exist: no native dataset at {url}",
             path=url.url(MANIFEST_NAME),
