@@ -2,12 +2,12 @@
 
 obstore (tokio) hangs in a forked child once its runtime ran in the parent, and a DataLoader forks
 its workers after the dataset was opened. So no tokenloom process ever starts that runtime itself:
-each process (parent, worker, rank) starts one helper with ``python -m tokenloom.formats.remote.helper``
-on first use (again after a fork: the process id is checked) and sends it requests as JSON lines on
-a pipe (no pickles): ``head``, ``fetch`` (write bytes ``[start, end)`` of an object into a file) and
-``check_bucket``. Credentials travel only on that pipe, never in argv or the environment of the helper.
-The helper's retry warnings come back with each answer and are logged by the caller, so they count
-in the caller's logs. The helper exits when its pipe closes (its parent exited).
+each process (parent, worker, rank) starts one helper on first use
+(``python -m tokenloom.formats.remote._serve``; again after a fork: the process id is checked) and
+sends it requests as JSON lines on a pipe (no pickles): ``head``, ``fetch`` (write bytes
+``[start, end)`` of an object into a file) and ``check_bucket``. ``storage_options`` credentials
+travel only on that pipe, never in argv. The helper's retry warnings come back with each answer and
+are logged by the caller, so they count in the caller's logs. The helper exits when its pipe closes.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class _Helper:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tokenloom.formats.remote.helper"],
+            [sys.executable, "-m", "tokenloom.formats.remote._serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
@@ -171,7 +171,3 @@ def serve() -> None:
         answer["warnings"] = collect.messages
         stdout.write(orjson.dumps(answer) + b"\n")
         stdout.flush()
-
-
-if __name__ == "__main__":
-    serve()
