@@ -192,6 +192,8 @@ def _with_retries(config: StoreConfig, url: str, doing: str, attempt_once: Any) 
             named = _permanent(exc, config, url, doing)
             if named is not None:
                 raise named from None
+            if not isinstance(exc, OSError | TimeoutError | _obstore().exceptions.BaseError):
+                raise  # not a fault of the store or the network: a bug to see, not to retry
             if attempt >= policy.max_retries:
                 raise StorageError(
                     f"{url} failed {attempt + 1} times while {doing}; last: {redact(_first_line(exc), config)}",

@@ -48,7 +48,7 @@ def _index_dir(cache: BlockCache, manifest: ObjectInfo) -> Path:
     target = folder / MANIFEST_NAME
     if not target.exists():
         folder.mkdir(exist_ok=True)
-        temp = folder / f"{MANIFEST_NAME}.{os.getpid()}.tmp"
+        temp = folder / f"{MANIFEST_NAME}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
         temp.write_bytes(whole.read_bytes())
         temp.replace(target)
     return folder
