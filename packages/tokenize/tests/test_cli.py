@@ -59,3 +59,15 @@ def test_isolated_env_has_no_torch() -> None:
     if os.environ.get("TOKENLOOM_ISOLATED_ENV") != "tokenize":
         pytest.skip("only meaningful inside the isolated tox env for tokenloom-tokenize")
     assert importlib.util.find_spec("torch") is None
+
+
+def test_remote_output_dir_is_refused_not_written_locally(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], monkeypatch
+) -> None:
+    corpus = jsonl_dir({"a.jsonl": [{"text": "one two"}]})
+    monkeypatch.chdir(tmp_path)
+    args = ["--input-dir", str(corpus), "--output-dir", "s3://bucket/tok", "--tokenizer", str(tiny_tokenizer)]
+    result = CliRunner().invoke(tokenize, [*args, "--num-workers", "0", "--no-progress"])
+    assert result.exit_code != 0
+    assert "remote tokenize output is not supported yet: 's3://bucket/tok'" in result.output
+    assert not (tmp_path / "s3:").exists()

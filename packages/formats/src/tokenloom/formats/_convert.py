@@ -28,6 +28,7 @@ from tokenloom.formats.io.lock import output_lock
 from tokenloom.formats.io.safety import check_disjoint, dataset_inputs, remove_on_failure
 from tokenloom.formats.io.sidecar import settle, sidecar_of
 from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.io.urls import refuse_remote_output
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
 
@@ -102,6 +103,7 @@ def convert_dataset(
     ``eos_id`` / ``vocab_size`` set what a source does not record (a Megatron or .pbin file from another
     tool); one that contradicts the source's recorded value is a ConfigError.
     """
+    refuse_remote_output(target, "conversion target")
     with storage_errors(None if isinstance(source, TokenDataset) else source, "reading the source"):
         dataset = (
             source

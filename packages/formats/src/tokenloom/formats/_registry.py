@@ -23,6 +23,7 @@ from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.renames import renamed_keyword
 from tokenloom.formats.io.safety import unlisted_files
 from tokenloom.formats.io.storage import check_readable, storage_errors
+from tokenloom.formats.io.urls import is_remote_url, refuse_remote_output
 
 if TYPE_CHECKING:
     from tokenloom.formats.keyed.store import KeyedStore
@@ -145,6 +146,8 @@ def _found(target: Path) -> str:
 
 def detect_format(path: str | os.PathLike[str]) -> str:
     """The one registered format that recognises ``path``, or FormatError listing what was tried."""
+    if is_remote_url(path):
+        return "native"  # the only format read remotely yet: open_dataset(URL) checks the manifest says so
     target = Path(path)
     if not target.exists() and not any(target.parent.glob(target.name + ".*")):
         raise MissingFileError(f"{target} does not exist", path=target, hint=_nearest_hint(target))
@@ -223,7 +226,14 @@ def open_dataset(
 
     ``on_progress(stage, done, total)`` follows the long reads of deep validation (checksums in
     bytes, token ids in tokens, EOS placement in entries): see :mod:`tokenloom.formats.io.progress`.
+    A URL (``s3://``, ``gs://``, ``az://``, ``https://``) is read through :mod:`tokenloom.formats.remote`
+    (options ``storage_options``, ``cache_dir``, ``block_size``, ``retries``).
     """
+    if is_remote_url(path):
+        from tokenloom.formats.remote import open_remote
+
+        with reporting(on_progress):
+            return open_remote(path, format=format, dtype=dtype, validate=validate, **options)
     level = as_validate(validate)
     with storage_errors(path, "opening the dataset"), reporting(on_progress):
         spec = _spec(format or detect_format(path))
@@ -255,6 +265,7 @@ def open_writer(
     **options: Any,
 ) -> TokenWriter:
     """A crash-safe writer for ``format``: use as a context manager, ``add`` entries."""
+    refuse_remote_output(path)
     spec = _spec(format)
     if spec.writer is None:
         writable = sorted(name for name, s in available_formats().items() if s.writer is not None)

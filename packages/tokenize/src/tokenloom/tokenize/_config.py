@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError
+from tokenloom.formats.io import refuse_remote_output
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
@@ -96,6 +97,7 @@ class TokenizeConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_dir", Path(self.input_dir))
+        refuse_remote_output(self.output_dir, "tokenize output")  # before Path() mangles s3://b into s3:/b
         object.__setattr__(self, "output_dir", Path(self.output_dir))
         object.__setattr__(self, "on_error", _on_error(self.on_error))
         object.__setattr__(self, "windowing", as_windowing(self.windowing))

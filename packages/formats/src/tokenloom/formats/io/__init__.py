@@ -10,6 +10,7 @@
 - token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
 - optional dependencies: ``require``
 - renamed names kept for one release: ``renamed_keyword``, ``deprecated_property``, ``module_aliases``
+- object-store URLs: ``is_remote_url``, ``parse_url``, ``refuse_remote_output`` (a URL is never a local path)
 - the megatron/packed sidecar (EOS id, vocab size, tokenizer): ``sidecar_of``, ``SIDECAR_SUFFIX``
 
 Everything here imports only from ``io`` itself and ``tokenloom.formats.errors``.
@@ -44,6 +45,7 @@ from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_
 from tokenloom.formats.io.scan import eos_offsets
 from tokenloom.formats.io.sidecar import SIDECAR_SUFFIX, sidecar_of
 from tokenloom.formats.io.storage import storage_error, storage_errors
+from tokenloom.formats.io.urls import is_remote_url, parse_url, refuse_remote_output
 
 __all__ = [
     "EOS_AT_DOCUMENT_END",
@@ -65,13 +67,16 @@ __all__ = [
     "eos_offsets",
     "file_checksum",
     "fsync_dir",
+    "is_remote_url",
     "lock_path",
     "lazy_exports",
     "module_aliases",
     "output_lock",
+    "parse_url",
     "pid_alive",
     "prepare_output_dir",
     "real_path",
+    "refuse_remote_output",
     "renamed_keyword",
     "require",
     "safe_file",

@@ -12,6 +12,7 @@ from tokenloom.formats.errors import ConfigError, FormatError
 from tokenloom.formats.io.atomic import WRITING_MARKER, fsync_dir
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.safety import check_replaceable
+from tokenloom.formats.io.urls import refuse_remote_output
 
 __all__ = ["prepare_output_dir", "refuse_unfinished", "shard_cut", "start_output_dir"]
 
@@ -37,6 +38,7 @@ def prepare_output_dir(path: Path, *, overwrite: bool, ours: Callable[[str], boo
 
     Only tokenloom output (or files ``ours`` accepts) is ever cleared: see ``io.safety.check_replaceable``.
     """
+    refuse_remote_output(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a directory", path=path)
     path.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ def first_negative(tokens: np.ndarray, *, chunk_tokens: int = SCAN_CHUNK_TOKENS)
 
 
 def check_rising_from_zero(
-    values: np.ndarray, *, what: str, one: str, path: Path, at: int, field: str, record_shift: int = 0
+    values: np.ndarray, *, what: str, one: str, path: Path | str, at: int, field: str, record_shift: int = 0
 ) -> None:
     """IndexCorruptError unless the int64 ``values`` (stored from byte ``at``) start at 0 and never decrease.
 

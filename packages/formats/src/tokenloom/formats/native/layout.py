@@ -78,7 +78,7 @@ def _looks_legacy(head: bytes, file_size: int) -> bool:
     return version == 1 and code in _LEGACY_CODES and count < (1 << 40) and file_size == idx_size(count)
 
 
-def parse_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.dtype, int]:
+def parse_header(head: bytes, *, path: Path | str, file_size: int) -> tuple[np.dtype, int]:
     """(dtype, entry count) of an ``.idx`` whose first bytes are ``head``, after every header check.
 
     ``file_size`` is the ``.idx``'s size on disk: the count must announce exactly that
@@ -134,7 +134,9 @@ def parse_legacy_header(head: bytes, *, path: Path, file_size: int) -> tuple[np.
     return sized_header(_LEGACY_CODES[code], count, path=path, file_size=file_size, count_offset=8)
 
 
-def sized_header(dtype_name: str, count: int, *, path: Path, file_size: int, count_offset: int) -> tuple[np.dtype, int]:
+def sized_header(
+    dtype_name: str, count: int, *, path: Path | str, file_size: int, count_offset: int
+) -> tuple[np.dtype, int]:
     """(dtype, count), once the ``.idx`` is exactly the size ``count`` entries need (else a named error)."""
     expected = idx_size(count)
     problem = f"entry count {count} implies an index of {expected} bytes, the file has {file_size}"

@@ -80,7 +80,7 @@ def read_native_shard(
 
 
 def validate_offsets(
-    offsets: np.ndarray, overlaps: np.ndarray, num_tokens: int, *, idx_path: Path, bin_path: Path
+    offsets: np.ndarray, overlaps: np.ndarray, num_tokens: int, *, idx_path: Path | str, bin_path: Path | str
 ) -> None:
     """Offsets start at 0, never decrease, end at the data's token count; overlaps fit their entries."""
     check_rising_from_zero(offsets, what="offsets", one="offset", path=idx_path, at=_HEADER.size, field="offsets")

@@ -1,0 +1,82 @@
+"""Datasets in object storage: ``s3://``, ``gs://``, ``az://``, ``https://`` (extra ``remote``, client obstore).
+
+    ds = open_dataset("s3://bucket/ds", storage_options={"endpoint": ...}, cache_dir="/local/nvme/cache")
+
+``client`` builds stores per process and does ranged GETs
+with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node (temp file + rename
+under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks and
+``native`` opens a native dataset. URLs are recognised in
+``tokenloom.formats.io.urls``; remote writes are not supported yet (:func:`refuse_remote_output`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tokenloom.formats._contract import Validate, as_validate
+from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io.urls import REMOTE_SCHEMES, RemoteURL, is_remote_url, parse_url, refuse_remote_output
+from tokenloom.formats.remote.array import BlockArray
+from tokenloom.formats.remote.cache import DEFAULT_BLOCK_SIZE, BlockCache, default_cache_dir
+from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "REMOTE_OPTIONS",
+    "REMOTE_SCHEMES",
+    "BlockArray",
+    "BlockCache",
+    "ObjectInfo",
+    "RemoteURL",
+    "RetryPolicy",
+    "StoreConfig",
+    "default_cache_dir",
+    "is_remote_url",
+    "open_remote",
+    "parse_url",
+    "refuse_remote_output",
+]
+
+#: options of ``open_dataset`` that only a URL takes
+REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries")
+
+
+def open_remote(
+    url: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    dtype: Any = None,
+    validate: Validate | str = Validate.FAST,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    retries: RetryPolicy | int | None = None,
+    **options: Any,
+) -> TokenDataset:
+    """Open the dataset at ``url`` through the per-node block cache (native datasets with a manifest)."""
+    from tokenloom.formats.remote.native import open_remote_native
+
+    parsed = parse_url(url)
+    if format not in (None, "native"):
+        raise ConfigError(
+            f"format {format!r} is not read from object storage yet (only native)",
+            path=str(parsed),
+            field="format",
+            hint="Convert the dataset to native, or copy it to disk",
+        )
+    if options:
+        raise ConfigError(
+            f"option(s) {', '.join(sorted(options))} do not apply to a remote native dataset",
+            path=str(parsed),
+            field=sorted(options)[0],
+        )
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise ConfigError(
+            f"storage_options is a {type(storage_options).__name__}, expected a dict", field="storage_options"
+        )
+    policy = RetryPolicy(max_retries=retries) if isinstance(retries, int) else retries or RetryPolicy()
+    config = StoreConfig(parsed, dict(storage_options or {}), policy)
+    cache = BlockCache(config, cache_dir, block_size)
+    return open_remote_native(cache, validate=as_validate(validate), dtype=dtype)

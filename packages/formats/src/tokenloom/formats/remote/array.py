@@ -1,0 +1,79 @@
+"""BlockArray: a read-only 1-D token array over a remote object, served from the block cache.
+
+A slice inside one block is a zero-copy view of the block's memory map; a slice across blocks is a
+copy of the pieces; ``np.asarray(array)`` reads everything. Only the blocks a slice touches are fetched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats.remote.cache import BlockCache
+from tokenloom.formats.remote.client import ObjectInfo
+
+__all__ = ["BlockArray"]
+
+
+class BlockArray:
+    """``count`` items of ``dtype`` from byte ``byte_offset`` of ``obj``, fetched block by block."""
+
+    def __init__(self, cache: BlockCache, obj: ObjectInfo, dtype: np.dtype, byte_offset: int, count: int) -> None:
+        self.cache = cache
+        self.obj = obj
+        self.dtype = np.dtype(dtype)
+        self.byte_offset = byte_offset
+        self.count = count
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.count,)
+
+    @property
+    def ndim(self) -> int:
+        return 1
+
+    @property
+    def size(self) -> int:
+        return self.count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _read(self, begin: int, end: int) -> np.ndarray:
+        item = self.dtype.itemsize
+        first_byte = self.byte_offset + begin * item
+        last_byte = self.byte_offset + end * item
+        size = self.cache.block_size
+        first_block, last_block = first_byte // size, (last_byte - 1) // size
+        if end <= begin:
+            return np.empty(0, dtype=self.dtype)
+        if first_block == last_block:
+            block = self.cache.block(self.obj, first_block)
+            return np.frombuffer(block, dtype=self.dtype, count=end - begin, offset=first_byte - first_block * size)
+        pieces = bytearray()
+        for number in range(first_block, last_block + 1):
+            block = self.cache.block(self.obj, number)
+            lo = max(first_byte - number * size, 0)
+            hi = min(last_byte - number * size, len(block))
+            pieces += block[lo:hi]
+        return np.frombuffer(bytes(pieces), dtype=self.dtype)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice) and index.step in (None, 1):
+            begin, end, _ = index.indices(self.count)
+            return self._read(begin, max(begin, end))
+        if isinstance(index, (int, np.integer)):
+            position = int(index) + (self.count if index < 0 else 0)
+            if not 0 <= position < self.count:
+                raise IndexError(f"token {index} out of range for {self.count} tokens")
+            return self._read(position, position + 1)[0]
+        return np.asarray(self)[index]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self._read(0, self.count)
+        return whole.astype(dtype) if dtype is not None else whole
+
+    def __repr__(self) -> str:
+        return f"BlockArray({self.obj.url}, {self.count} x {self.dtype.name})"

@@ -1,0 +1,141 @@
+"""The per-node block cache: an object's bytes as aligned blocks in a local directory, read back by memory map.
+
+The cache is a pure function of (URL, ETag, block size, block number): losing it costs time, never data.
+A block is fetched by one process per node: the fetcher holds an ``flock`` on the block's lock file
+(released by the kernel if it dies, so a crash leaves nothing that blocks the next reader), writes a
+unique temp file, fsyncs it and renames it into place; every other process waits on the lock, then
+finds the block published. Small index files are fetched whole the same way.
+
+Layout: ``CACHE/v1/<hash of URL>/<hash of ETag>/{whole, b<block size>-<n>}`` (plus ``.lock`` files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from tokenloom.formats.errors import ConfigError, TruncatedError
+from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
+from tokenloom.formats.remote.helper import fetch_into
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "BlockCache", "default_cache_dir"]
+
+log = logging.getLogger("tokenloom.formats.remote")
+
+#: token data is fetched in aligned blocks of this many bytes unless ``block_size=`` says otherwise
+DEFAULT_BLOCK_SIZE = 8 << 20
+CACHE_ENV = "TOKENLOOM_CACHE_DIR"
+
+
+def default_cache_dir() -> Path:
+    """``$TOKENLOOM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tokenloom/remote``, else ``~/.cache/tokenloom/remote``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tokenloom" / "remote"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class BlockCache:
+    """Blocks of remote objects in ``cache_dir`` (one GET per block per node, whatever the process count)."""
+
+    def __init__(
+        self, config: StoreConfig, cache_dir: str | os.PathLike[str] | None = None, block_size: int = DEFAULT_BLOCK_SIZE
+    ) -> None:
+        if not isinstance(block_size, int) or block_size < 4096 or block_size % 4096:
+            raise ConfigError(
+                f"block_size {block_size!r} is not a positive multiple of 4096 bytes",
+                field="block_size",
+                hint=f"Use a multiple of 4096 (the default is {DEFAULT_BLOCK_SIZE} bytes, 8 MiB)",
+            )
+        self.config = config
+        self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.block_size = block_size
+        self._maps: dict[tuple[str, int], memoryview] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_maps"] = {}  # maps are reopened in the receiving process
+        return state
+
+    def _dir(self, obj: ObjectInfo) -> Path:
+        return self.root / "v1" / _digest(obj.url) / _digest(obj.etag or f"size-{obj.size}")
+
+    def num_blocks(self, obj: ObjectInfo) -> int:
+        return -(-obj.size // self.block_size)
+
+    def block(self, obj: ObjectInfo, number: int) -> memoryview:
+        """Block ``number`` of ``obj`` (read-only, memory-mapped from the cache; fetched first if absent)."""
+        key = (obj.url, number)
+        view = self._maps.get(key)
+        if view is None:
+            start = number * self.block_size
+            end = min(obj.size, start + self.block_size)
+            path = self._publish(obj, f"b{self.block_size}-{number}", start, end)
+            view = self._maps[key] = _map(path, end - start)
+        return view
+
+    def whole(self, obj: ObjectInfo) -> Path:
+        """The local path of all of ``obj`` (index files, manifests: fetched whole, once per node)."""
+        return self._publish(obj, "whole", 0, obj.size)
+
+    def _publish(self, obj: ObjectInfo, name: str, start: int, end: int) -> Path:
+        folder = self._dir(obj)
+        final = folder / name
+        if _complete(final, end - start):
+            return final
+        with storage_errors(folder, "filling the remote-data cache"):
+            folder.mkdir(parents=True, exist_ok=True)
+            with _locked(folder / (name + ".lock")):
+                if _complete(final, end - start):
+                    return final
+                temp = folder / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+                try:
+                    fetch_into(self.config, obj, start, end, temp)  # written and fsynced by the helper
+                    os.replace(temp, final)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        temp.unlink()
+        log.debug("%s: cached bytes %d-%d as %s", obj.url, start, end, final)
+        return final
+
+
+def _complete(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (the kernel drops it when the holder dies: never a stale lock)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _map(path: Path, size: int) -> memoryview:
+    if size == 0:
+        return memoryview(b"")
+    with storage_errors(path, "mapping a cached block"), open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size != size:
+            raise TruncatedError(
+                f"cached block has {os.fstat(handle.fileno()).st_size} bytes, expected {size}",
+                path=path,
+                hint="Something else changed the cache directory; delete it (it is refilled from the store)",
+            )
+        return memoryview(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))

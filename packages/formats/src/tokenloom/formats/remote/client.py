@@ -1,0 +1,267 @@
+"""The object-store client: stores built lazily per process, ranged GETs with If-Match, retries and named errors.
+
+Credentials and endpoint come from the usual environment variables (for S3: AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP=true for a plain-http endpoint;
+GOOGLE_* and AZURE_* likewise, read by obstore) and from an explicit ``storage_options`` dict
+(obstore's config keys: ``endpoint``, ``access_key_id``, ``secret_access_key``, ``region``, ...).
+obstore's runtime is not fork-safe: a store is created on first use in each process and re-created
+when the process id changes (a DataLoader worker after fork). Secret values never reach an error
+message or a log line: :func:`redact` masks them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, ResumeMismatchError, StorageError
+from tokenloom.formats.io.optional import require
+from tokenloom.formats.io.urls import RemoteURL
+
+__all__ = ["ObjectInfo", "RetryPolicy", "StoreConfig", "check_bucket", "fetch_range", "head", "redact"]
+
+log = logging.getLogger("tokenloom.formats.remote")
+
+_SECRET_WORDS = ("secret", "token", "password", "sas", "credential", "key")
+
+
+def _obstore() -> Any:
+    return require(
+        "obstore",
+        distribution="tokenloom-formats",
+        extra="remote",
+        purpose="reading s3://, gs://, az:// and https:// data",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Transient faults (429, 5xx, resets, timeouts, short reads) are retried this many times per request."""
+
+    max_retries: int = 8
+    #: first backoff in seconds; doubled per retry (with full jitter), capped at ``max_backoff``
+    backoff: float = 0.2
+    max_backoff: float = 10.0
+    #: per-request timeout in seconds (a stalled server is a retried timeout)
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.backoff < 0 or self.max_backoff < 0 or self.timeout <= 0:
+            raise ConfigError(
+                f"retry policy {self.max_retries} retries, backoff {self.backoff}s, timeout {self.timeout}s is invalid",
+                field="retries",
+                hint="Use max_retries >= 0, backoff >= 0 and timeout > 0",
+            )
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where and how to reach one store root; ``repr`` and errors never show secret values."""
+
+    url: RemoteURL
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    retries: RetryPolicy = RetryPolicy()
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if _is_secret(k) else v) for k, v in self.storage_options.items()}
+        return f"StoreConfig(url={str(self.url)!r}, storage_options={shown}, retries={self.retries})"
+
+    def secrets(self) -> list[str]:
+        """Secret values this config carries (from the dict and the environment), to mask in messages."""
+        values = [str(v) for k, v in self.storage_options.items() if _is_secret(k) and v]
+        values += [
+            v for k, v in os.environ.items() if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and _is_secret(k) and v
+        ]
+        return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+
+def _is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS) and "id" not in lowered.split("_")[-1:]
+
+
+def redact(text: str, config: StoreConfig) -> str:
+    """``text`` with every secret value of ``config`` replaced by ``***``."""
+    for secret in config.secrets():
+        text = text.replace(secret, "***")
+    return text
+
+
+_STORES: dict[tuple[int, str, str], Any] = {}
+
+
+def _store(config: StoreConfig) -> Any:
+    """The obstore store of ``config`` in this process (built after fork, never inherited)."""
+    key = (os.getpid(), config.url.root, repr(sorted((k, repr(v)) for k, v in config.storage_options.items())))
+    store = _STORES.get(key)
+    if store is None:
+        for stale in [k for k in _STORES if k[0] != key[0]]:
+            del _STORES[stale]  # a parent's store: its runtime does not survive fork
+        obstore_store = require(
+            "obstore.store", distribution="tokenloom-formats", extra="remote", purpose="reading object-store data"
+        )
+        options = dict(config.storage_options)
+        client: dict[str, Any] = {
+            "timeout": f"{config.retries.timeout}s",
+            "connect_timeout": f"{min(config.retries.timeout, 10.0)}s",
+        }
+        client.update(options.pop("client_options", {}) or {})
+        if config.url.scheme == "http" or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true":
+            client.setdefault("allow_http", True)
+        try:
+            store = obstore_store.from_url(
+                config.url.root, client_options=client, retry_config={"max_retries": 0}, **options
+            )
+        except Exception as exc:
+            raise ConfigError(
+                f"cannot build a client for {config.url.root}: {redact(_first_line(exc), config)}",
+                path=str(config.url),
+                field="storage_options",
+                hint="Check the storage_options keys (obstore's config names) and the AWS_/GOOGLE_/AZURE_ variables",
+            ) from None
+        _STORES[key] = store
+    return store
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().split("\n", 1)[0]
+    return text[:300] or type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """An object's identity as recorded at open: its URL, size and ETag (or version)."""
+
+    url: str
+    key: str
+    size: int
+    etag: str
+
+
+def _permanent(exc: BaseException, config: StoreConfig, url: str, doing: str) -> Exception | None:
+    """The named error for a permanent failure, or None when ``exc`` is transient (to retry)."""
+    errors = _obstore().exceptions
+    text = redact(_first_line(exc), config)
+    everything = str(exc)
+    found = re.search(r"status code: (\d{3})", everything)
+    status = int(found[1]) if found else None
+    if isinstance(exc, FileNotFoundError | errors.NotFoundError) or status == 404 or "NoSuchBucket" in everything:
+        return MissingFileError(
+            f"{url} does not exist (404 while {doing})",
+            path=url,
+            hint="Check the bucket and prefix (list them with your cloud's CLI) and the endpoint (AWS_ENDPOINT_URL)",
+        )
+    if isinstance(exc, errors.PreconditionError) or status == 412:
+        return ResumeMismatchError(
+            f"{url} changed since it was opened (its ETag no longer matches, 412 while {doing})",
+            path=url,
+            hint="The object was overwritten under a running reader: reopen the dataset (a saved state of the old "
+            "data no longer applies), or restore the original object",
+        )
+    if isinstance(exc, errors.PermissionDeniedError | errors.UnauthenticatedError) or status in (401, 403):
+        return StorageError(
+            f"access to {url} was refused while {doing} ({text})",
+            path=url,
+            hint="Check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or storage_options) and that "
+            "they may read this bucket",
+        )
+    if isinstance(exc, errors.InvalidPathError | errors.NotSupportedError | errors.UnknownConfigurationKeyError):
+        return ConfigError(f"{url}: {text}", path=url, hint="Check the URL and the storage_options")
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
+        return StorageError(f"{url} was refused while {doing} ({text})", path=url, hint="Check the URL and endpoint")
+    return None
+
+
+def _with_retries(config: StoreConfig, url: str, doing: str, attempt_once: Any) -> Any:
+    policy = config.retries
+    attempt = 0
+    while True:
+        try:
+            return attempt_once()
+        except Exception as exc:
+            if isinstance(exc, DataError):
+                raise
+            named = _permanent(exc, config, url, doing)
+            if named is not None:
+                raise named from None
+            if not isinstance(exc, OSError | TimeoutError | _obstore().exceptions.BaseError):
+                raise  # not a fault of the store or the network: a bug to see, not to retry
+            if attempt >= policy.max_retries:
+                raise StorageError(
+                    f"{url} failed {attempt + 1} times while {doing}; last: {redact(_first_line(exc), config)}",
+                    path=url,
+                    hint="The store kept failing (throttling, 5xx, resets or timeouts): retry later or raise "
+                    "retries=RetryPolicy(max_retries=...)",
+                ) from None
+            wait = policy.delay(attempt)
+            attempt += 1
+            log.warning(
+                "%s: transient failure while %s (retry %d of %d in %.2fs): %s",
+                url,
+                doing,
+                attempt,
+                policy.max_retries,
+                wait,
+                redact(_first_line(exc), config),
+            )
+            time.sleep(wait)
+
+
+def head(config: StoreConfig, name: str) -> ObjectInfo:
+    """Size and ETag of ``name`` under the URL's prefix (retried; a missing object is MissingFileError)."""
+    key = config.url.key(name)
+    url = config.url.url(name)
+    meta = _with_retries(config, url, "reading its size and ETag", lambda: _obstore().head(_store(config), key))
+    etag = meta.get("e_tag") or meta.get("version") or ""
+    return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag))
+
+
+def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``obj``, sent with If-Match; faults are retried from the byte already read."""
+    if end <= start:
+        return b""
+    received = bytearray()
+    doing = f"reading bytes {start}-{end}"
+
+    def once() -> None:
+        begin = start + len(received)
+        options: dict[str, Any] = {"range": (begin, end)}
+        if obj.etag:
+            options["if_match"] = obj.etag
+        result = _obstore().get(_store(config), obj.key, options=options)
+        for chunk in result.stream(min_chunk_size=1 << 20):
+            received.extend(memoryview(chunk))
+            if start + len(received) > end:
+                raise StorageError(f"{obj.url} sent more bytes than asked for ({doing})", path=obj.url)
+        if start + len(received) < end:
+            raise ConnectionError(f"short read: {len(received)} of {end - start} bytes")
+
+    _with_retries(config, obj.url, doing, once)
+    return bytes(received)
+
+
+def check_bucket(config: StoreConfig) -> None:
+    """MissingFileError naming the bucket when it does not exist (a 404 on an object cannot tell)."""
+    if config.url.scheme in ("http", "https"):
+        return
+
+    def list_one() -> None:
+        for _chunk in _obstore().list(_store(config), prefix=config.url.prefix or None, chunk_size=1):
+            return
+
+    try:
+        _with_retries(config, config.url.root, "listing the bucket", list_one)
+    except MissingFileError:
+        raise MissingFileError(
+            f"the bucket {config.url.bucket!r} of {config.url} does not exist",
+            path=str(config.url),
+            hint="Check the bucket name and the endpoint (AWS_ENDPOINT_URL or storage_options['endpoint'])",
+        ) from None
