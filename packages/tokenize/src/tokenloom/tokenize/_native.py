@@ -38,8 +38,8 @@ from tokenloom.tokenize._inputs import InputFile, Issue, read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
-from tokenloom.tokenize._unit_files import is_unit_file
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._unit_files import is_unit_file
 from tokenloom.tokenize._worker import ChunkResult, EngineChoice
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing

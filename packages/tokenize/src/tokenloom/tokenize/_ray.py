@@ -29,7 +29,7 @@ from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
 from tokenloom.tokenize._units import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "TASK_RETRIES", "check_reachable", "encode_with_ray"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "TASK_RETRIES", "check_reachable", "encode_with_ray", "import_ray", "preflight"]
 
 #: How long the driver waits for a TCP connection to the cluster's head before giving up.
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -46,6 +46,20 @@ def _address(config: TokenizeConfig) -> str:
             hint="Pass --ray-address HOST:PORT (the head's GCS port, 6379 by default) or set RAY_ADDRESS",
         )
     return address
+
+
+def import_ray() -> Any:
+    """The ray module, or the ImportError naming the extra."""
+    # under `uv run`, Ray would otherwise start its workers with `uv run` in a copy of the working directory
+    # (a fresh environment, without the ray extra); they must use the cluster's own Python. Read at import.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    return require("ray", distribution="tokenloom-tokenize", extra="ray", purpose="tokenize --executor ray")
+
+
+def preflight(config: TokenizeConfig) -> None:
+    """Before anything is written: ray importable, an address given, something listening there."""
+    import_ray()
+    check_reachable(_address(config))
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
@@ -97,7 +111,7 @@ def encode_with_ray(
     config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
 ) -> Session:
     """Run every uncommitted unit of ``plan`` as a Ray task; see the module docstring."""
-    ray: Any = require("ray", distribution="tokenloom-tokenize", extra="ray", purpose="tokenize --executor ray")
+    ray = import_ray()
     address = _address(config)
     session = Session()
     pending = pending_units(config, plan)

@@ -144,6 +144,10 @@ def run_units(
         summary = summary_of(complete, out, time.perf_counter() - started)
         summary.already_complete = True
         return summary
+    if config.executor is ExecutorKind.RAY and not config.finalize:
+        from tokenloom.tokenize._ray import preflight
+
+        preflight(config)  # an unreachable cluster fails before anything is written
     _prepare(config)
     establish_plan(out, plan)
     (out / WRITING_MARKER).touch()
@@ -158,10 +162,7 @@ def run_units(
             session = _encode_local(config, inputs, plan, on_progress)
     manifest = finalize(out, plan, inputs.tokenizer, required=config.finalize)
     seconds = time.perf_counter() - started
-    if manifest is None:
-        summary = _partial_summary(out, plan, session, seconds)
-    else:
-        summary = summary_of(manifest, out, seconds)
+    summary = summary_of(manifest, out, seconds) if manifest else _partial_summary(out, plan, session, seconds)
     summary.examples = session.examples
     summary.run_tokens = session.tokens
     summary.bytes_read = session.bytes_read
@@ -334,8 +335,9 @@ def _write_manifest(out: Path, plan: UnitPlan, tokenizer: str) -> Manifest:
         return read_manifest(out)
     units = [read_done(out, u, plan.digest) for u in range(len(plan.units))]
     facts = units[0].facts
+    first = (facts.dtype, facts.vocab_size, facts.eos_id)
     for done in units[1:]:
-        if (done.facts.dtype, done.facts.vocab_size, done.facts.eos_id) != (facts.dtype, facts.vocab_size, facts.eos_id):
+        if (done.facts.dtype, done.facts.vocab_size, done.facts.eos_id) != first:
             raise ResumeMismatchError(
                 f"unit {done.unit} was encoded with dtype {done.facts.dtype}, vocab {done.facts.vocab_size}, "
                 f"eos_id {done.facts.eos_id}; unit 0 with {facts.dtype}, {facts.vocab_size}, {facts.eos_id}",
@@ -351,9 +353,7 @@ def _write_manifest(out: Path, plan: UnitPlan, tokenizer: str) -> Manifest:
             files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))
             files.append(FileEntry(f"{stem}.bin", record.bin_bytes, record.bin_xxh3_128, "data"))
     settings = plan.run_key["settings"]
-    placement = (
-        {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if settings.get("windowing") == Windowing.GPT_SIMPLE.value else {}
-    )
+    placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if settings.get("windowing") == Windowing.GPT_SIMPLE.value else {}
     manifest = Manifest(
         format="native",
         dtype=facts.dtype,
