@@ -334,6 +334,7 @@ def _write_manifest(out: Path, plan: UnitPlan, tokenizer: str) -> Manifest:
     if (out / MANIFEST_NAME).is_file() and not (out / WRITING_MARKER).exists():
         return read_manifest(out)
     units = [read_done(out, u, plan.digest) for u in range(len(plan.units))]
+    remove_unit_temps(out, set(range(len(plan.units))))  # a killed attempt's leftovers (Ray retries, kills)
     facts = units[0].facts
     first = (facts.dtype, facts.vocab_size, facts.eos_id)
     for done in units[1:]:
