@@ -205,3 +205,16 @@ def test_nodes_default_to_the_slurm_variables(corpus: Path, tmp_path: Path, tiny
     result = subprocess.run(args, env=env, capture_output=True, check=True)
     assert b"committed 4 unit(s)" in result.stdout
     assert done_path(out, 1).exists() and not done_path(out, 0).exists()
+
+
+def test_overwrite_on_one_node_replaces_a_single_process_output(
+    corpus: Path, tmp_path: Path, tiny_tokenizer: Path, tree_digest: Callable[[Path], dict[str, str]]
+) -> None:
+    reference = tmp_path / "reference"
+    tokenize(_config(corpus, reference, tiny_tokenizer, num_nodes=1, num_workers=0))
+    out = tmp_path / "out"
+    tokenize(_config(corpus, out, tiny_tokenizer, num_workers=0))  # the single-process layout
+    tokenize(_config(corpus, out, tiny_tokenizer, num_nodes=1, num_workers=0, overwrite=True))
+    assert tree_digest(out) == tree_digest(reference)
+    with pytest.raises(ConfigError, match="overwrite with num_nodes > 1"):
+        _config(corpus, out, tiny_tokenizer, num_nodes=2, overwrite=True)

@@ -26,7 +26,7 @@ from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import ProgressCallback
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
-from tokenloom.tokenize._units import Session, UnitWriter, add_counts, pending_units
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "TASK_RETRIES", "check_reachable", "encode_with_ray", "import_ray", "preflight"]

@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from tokenloom.formats import (
     ConfigError,
     DataError,
     Manifest,
     OutputLockedError,
-    RecordError,
     ResumeMismatchError,
     read_manifest,
 )
@@ -40,20 +36,19 @@ from tokenloom.formats.io import (
     prepare_output_dir,
     write_manifest,
 )
-from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
+from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._executor import start_encoding
-from tokenloom.tokenize._inputs import InputFile, read_chunks
+from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._native import replaceable, summary_of
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._shards import ShardCutter, ShardRecord
+from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._state import STATE_NAME, Counts
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     UnitDone,
     UnitFacts,
     UnitPlan,
-    create_once,
     done_path,
     establish_plan,
     is_unit_file,
@@ -61,75 +56,16 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._worker import ChunkResult
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize.windowing import Windowing
 
-__all__ = ["Session", "UnitWriter", "add_counts", "finalize", "pending_units", "plan_of", "run_units"]
+__all__ = ["finalize", "plan_of", "run_units"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
 
 def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
     return UnitPlan({**inputs.run_key(config), "layout": "units"}, tuple(f.relative for f in inputs.files))
-
-
-@dataclass(slots=True)
-class Session:
-    """What this process (or its Ray tasks) encoded."""
-
-    units: int = 0
-    tokens: int = 0
-    bytes_read: int = 0
-    counts: Counts = field(default_factory=Counts)
-    examples: list[str] = field(default_factory=list)
-    facts: UnitFacts | None = None
-
-
-class UnitWriter:
-    """Consumes one unit's chunk results in order into its shards; ``commit`` creates its done marker."""
-
-    def __init__(self, config: TokenizeConfig, unit: int, source: InputFile, facts: UnitFacts, plan: str) -> None:
-        self.config = config
-        self.unit = unit
-        self.source = source
-        self.facts = facts
-        self.plan = plan
-        self.counts = Counts()
-        self.examples: list[str] = []
-        self.records: list[ShardRecord] = []
-        self.cutter = ShardCutter(
-            config.output_dir,
-            dtype=np.dtype(facts.dtype),
-            shard_size_tokens=config.shard_size_tokens,
-            first_shard=0,
-            on_shard=lambda record, _entries: self.records.append(record),
-            stem=lambda part: unit_stem(unit, part),
-        )
-
-    def consume(self, result: ChunkResult) -> None:
-        for issue in result.issues:
-            if self.config.on_error is OnError.RAISE:
-                raise RecordError(issue.message, path=self.source.path, record=issue.line, field=issue.kind.value)
-            kind = issue.kind.value
-            self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
-            if self.counts.skipped[kind] <= EXAMPLES_PER_KIND:
-                self.examples.append(f"{self.source.path}:{issue.line}: {kind}: {issue.message}")
-        self.cutter.feed(result.tokens, result.lengths, result.overlap_prefix)
-        self.counts.documents += result.documents
-        for kind, count in (result.dropped or {}).items():
-            self.counts.dropped[kind] = self.counts.dropped.get(kind, 0) + count
-        self.counts.input_bytes += result.num_bytes
-
-    def commit(self) -> UnitDone:
-        """Close the unit's last shard (an empty one if it has none), then create its done marker."""
-        self.cutter.finish(0, ensure_one=not self.records)
-        done = UnitDone(self.unit, self.plan, tuple(self.records), self.counts, self.facts)
-        if not create_once(done_path(self.config.output_dir, self.unit), done.payload()):
-            log.info("unit %d was already committed by another process (its bytes are the same)", self.unit)
-        return done
-
-    def abort(self) -> None:
-        self.cutter.abort()
 
 
 def run_units(
@@ -139,14 +75,12 @@ def run_units(
     started = time.perf_counter()
     out = config.output_dir
     plan = plan_of(config, inputs)
-    complete = _complete(out, plan)
+    complete = None if config.overwrite else _complete(out, plan)
     if complete is not None:
         summary = summary_of(complete, out, time.perf_counter() - started)
         summary.already_complete = True
         return summary
     if config.executor is ExecutorKind.RAY and not config.finalize:
-        from tokenloom.tokenize._ray import preflight
-
         preflight(config)  # an unreachable cluster fails before anything is written
     _prepare(config)
     establish_plan(out, plan)
@@ -155,8 +89,6 @@ def run_units(
     session = Session()
     if not config.finalize:
         if config.executor is ExecutorKind.RAY:
-            from tokenloom.tokenize._ray import encode_with_ray
-
             session = encode_with_ray(config, inputs, plan, on_progress)
         else:
             session = _encode_local(config, inputs, plan, on_progress)
@@ -228,18 +160,6 @@ def _ours(name: str) -> bool:
     return is_unit_file(name) or name in (WRITING_MARKER, MANIFEST_NAME) or name.startswith(MANIFEST_NAME + ".")
 
 
-def pending_units(config: TokenizeConfig, plan: UnitPlan) -> list[int]:
-    """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
-    num_nodes = config.num_nodes or 1
-    mine = [
-        u
-        for u in range(len(plan.units))
-        if u % num_nodes == config.node_rank and not done_path(config.output_dir, u).exists()
-    ]
-    remove_unit_temps(config.output_dir, set(mine))
-    return mine
-
-
 def _encode_local(
     config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
 ) -> Session:
@@ -293,14 +213,6 @@ def _committed(session: Session, done: UnitDone, writer: UnitWriter) -> None:
     session.units += 1
     add_counts(session.counts, done.counts)
     session.examples += writer.examples
-
-
-def add_counts(total: Counts, part: Counts) -> None:
-    total.documents += part.documents
-    total.input_bytes += part.input_bytes
-    for mine, theirs in ((total.skipped, part.skipped), (total.dropped, part.dropped)):
-        for kind, count in theirs.items():
-            mine[kind] = mine.get(kind, 0) + count
 
 
 def missing_units(out: Path, plan: UnitPlan) -> list[int]:
