@@ -204,7 +204,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     "--num-nodes",
     type=int,
     default=None,
-    help="Processes (machines) sharing this run; each takes the input files (units) u with u %% N == R, commits "
+    help="Processes (machines) sharing this run; each takes the input files (units) u with u % N == R, commits "
     "each unit atomically, and the last to finish writes the manifest. The output is the same bytes for any N. "
     "[default: SLURM_ARRAY_TASK_COUNT, else SLURM_NTASKS, else a single-process run]",
 )
