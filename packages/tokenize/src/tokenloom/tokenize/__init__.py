@@ -16,11 +16,14 @@ The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir token
 (``OUT.native-staging``, resumable) and converts it into OUT when complete.
 Text is encoded by :func:`load_encoder` (:mod:`tokenloom.tokenize.engine`): fastokens when it
 is proven to give the same ids as Hugging Face ``tokenizers``, else ``tokenizers`` itself.
+``num_nodes=N, node_rank=R`` (or ``executor="ray"``) makes a unit-planned run: each input file
+is a unit, committed on its own by whichever process encodes it, and the last to finish writes
+the manifest; the output is the same bytes for any N, worker count or interruption (:mod:`._units`).
 Without ``tokenizer`` the shipped byte-level BPE (trained on the standard
 library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 """
 
-from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig
+from tokenloom.tokenize._config import SUPPORTED_FORMATS, ExecutorKind, OnError, TokenizeConfig
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._inputs import IssueKind, discover_inputs
 from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
@@ -45,6 +48,7 @@ __all__ = [
     "Engine",
     "EngineMismatchError",
     "Entries",
+    "ExecutorKind",
     "IssueKind",
     "JsonlIndex",
     "OnError",

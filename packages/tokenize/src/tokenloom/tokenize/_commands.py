@@ -9,7 +9,14 @@ import click
 
 from tokenloom.formats import DataError
 from tokenloom.formats.cli import cli_errors
-from tokenloom.tokenize._config import SUPPORTED_FORMATS, OnError, TokenizeConfig, default_num_workers
+from tokenloom.tokenize._config import (
+    SUPPORTED_FORMATS,
+    ExecutorKind,
+    OnError,
+    TokenizeConfig,
+    default_num_workers,
+    nodes_from_env,
+)
 from tokenloom.tokenize._progress import progress_bar, rate_text
 from tokenloom.tokenize._summary import TokenizeSummary
 from tokenloom.tokenize._tokenize import tokenize as run_tokenize
@@ -26,6 +33,14 @@ def fail_command(exc: BaseException) -> NoReturn:
 
 
 def _summary_lines(summary: TokenizeSummary) -> list[str]:
+    if summary.units_total:
+        return [
+            f"committed {summary.units_committed} unit(s) into {summary.output_dir}; {summary.units_missing} of "
+            f"{summary.units_total} units are still to be committed by other nodes (the last one to finish writes "
+            "the manifest; or run the same command with --finalize once all are done)",
+            f"  this run: {summary.run_tokens:,} tokens and {summary.bytes_read:,} input bytes in "
+            f"{summary.seconds:.1f} s",
+        ]
     if summary.already_complete:
         head = f"{summary.output_dir} is already complete with these settings; nothing to do."
     else:
@@ -189,6 +204,34 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     help="With the fast engine, re-encode this fraction of documents (by content hash) with hf and stop on a "
     "difference.",
 )
+@click.option(
+    "--num-nodes",
+    type=int,
+    default=None,
+    help="Processes (machines) sharing this run; each takes the input files (units) u with u % N == R, commits "
+    "each unit atomically, and the last to finish writes the manifest. The output is the same bytes for any N. "
+    "[default: SLURM_ARRAY_TASK_COUNT, else SLURM_NTASKS, else a single-process run]",
+)
+@click.option(
+    "--node-rank",
+    type=int,
+    default=None,
+    help="This process's rank in [0, --num-nodes). [default: SLURM_ARRAY_TASK_ID, else SLURM_PROCID, else 0]",
+)
+@click.option(
+    "--executor",
+    type=click.Choice([e.value for e in ExecutorKind]),
+    default=ExecutorKind.LOCAL.value,
+    show_default=True,
+    help="local: this process and its --num-workers pool. ray: every unit as a Ray task on the cluster at "
+    '--ray-address (pip install "tokenloom-tokenize[ray]"); the same output bytes.',
+)
+@click.option("--ray-address", default=None, help="--executor ray: the head's HOST:PORT. [default: RAY_ADDRESS]")
+@click.option(
+    "--finalize",
+    is_flag=True,
+    help="Only write the manifest of a --num-nodes run whose units are all committed (when no node could).",
+)
 def tokenize(
     input_dir: Path,
     output_dir: Path,
@@ -211,6 +254,11 @@ def tokenize(
     progress: bool,
     engine: str,
     verify_fraction: float,
+    num_nodes: int | None,
+    node_rank: int | None,
+    executor: str,
+    ray_address: str | None,
+    finalize: bool,
 ) -> None:
     """Pre-tokenize jsonl (.gz, .zst), parquet and Arrow files into token shards, in parallel, crash-safely.
 
@@ -219,6 +267,7 @@ def tokenize(
     to continue from the completed shards.
     """
     try:
+        num_nodes, node_rank = _nodes(num_nodes, node_rank)
         config = TokenizeConfig(
             input_dir=input_dir,
             output_dir=output_dir,
@@ -240,6 +289,11 @@ def tokenize(
             hash_inputs=hash_inputs,
             engine=engine,
             verify_fraction=verify_fraction,
+            num_nodes=num_nodes,
+            node_rank=node_rank,
+            executor=ExecutorKind(executor),
+            ray_address=ray_address,
+            finalize=finalize,
         )
         with progress_bar(input_dir, enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
@@ -247,6 +301,16 @@ def tokenize(
         fail_command(exc)
     for line in _summary_lines(summary):
         click.echo(line)
+
+
+def _nodes(num_nodes: int | None, node_rank: int | None) -> tuple[int | None, int]:
+    """--num-nodes / --node-rank, each defaulting to the Slurm variables when they are set."""
+    from_env = nodes_from_env()
+    if num_nodes is None and from_env is not None:
+        num_nodes = from_env[0]
+    if node_rank is None:
+        node_rank = from_env[1] if from_env is not None else 0
+    return num_nodes, node_rank
 
 
 @click.command(epilog="Example:\n\n\b\n  tokenloom index data/raw/part-000.jsonl")

@@ -13,7 +13,7 @@ from tokenloom.formats.io import refuse_remote_output
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
-__all__ = ["SUPPORTED_FORMATS", "OnError", "TokenizeConfig", "default_num_workers"]
+__all__ = ["SUPPORTED_FORMATS", "ExecutorKind", "OnError", "TokenizeConfig", "default_num_workers", "nodes_from_env"]
 
 #: Output formats tokenize writes. ``native`` directly (shard-level resume); the
 #: others through a native staging dataset that is then converted.
@@ -27,6 +27,31 @@ class OnError(StrEnum):
     """Stop with RecordError(file, line); publish nothing."""
     SKIP = "skip"
     """Count it by kind, report the counts at the end, and go on."""
+
+
+class ExecutorKind(StrEnum):
+    """Who encodes the units of a unit-planned run."""
+
+    LOCAL = "local"
+    """This process and its --num-workers pool (one of --num-nodes processes)."""
+    RAY = "ray"
+    """Ray tasks on an existing Ray cluster (extra ``ray``)."""
+
+
+def nodes_from_env(environ: dict[str, str] | None = None) -> tuple[int, int] | None:
+    """(num_nodes, node_rank) from a Slurm array (or a multi-task step), or None outside Slurm."""
+    environ = dict(os.environ) if environ is None else environ
+    for count, rank in (("SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_ID"), ("SLURM_NTASKS", "SLURM_PROCID")):
+        if count in environ and rank in environ:
+            try:
+                return int(environ[count]), int(environ[rank])
+            except ValueError:
+                raise ConfigError(
+                    f"{count}={environ[count]!r} / {rank}={environ[rank]!r} are not integers",
+                    field="num_nodes",
+                    hint="Pass --num-nodes N --node-rank R explicitly",
+                ) from None
+    return None
 
 
 def default_num_workers() -> int:
@@ -95,6 +120,21 @@ class TokenizeConfig:
     verify_fraction: float = DEFAULT_VERIFY_FRACTION
     """fast engine: the fraction of documents (chosen by content hash) re-encoded with hf and compared."""
 
+    num_nodes: int | None = None
+    """Processes (machines) that share this run, each taking the units ``u % num_nodes == node_rank``.
+
+    Set (even to 1), the run is unit-planned: each input file is a unit, written as its own shards
+    and committed atomically, so the output is the same bytes for any number of nodes, workers or
+    interruptions. None: the single-process layout (shards cut across files)."""
+    node_rank: int = 0
+    """This process's rank among ``num_nodes``, in [0, num_nodes)."""
+    executor: ExecutorKind = ExecutorKind.LOCAL
+    """local: this process encodes its units; ray: the units run as Ray tasks (unit-planned)."""
+    ray_address: str | None = None
+    """--executor ray: the cluster's address (``HOST:PORT`` of its head); None: ``RAY_ADDRESS``."""
+    finalize: bool = False
+    """Unit-planned runs: only write the manifest once every unit is committed (no encoding)."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_dir", Path(self.input_dir))
         refuse_remote_output(self.output_dir, "tokenize output")  # before Path() mangles s3://b into s3:/b
@@ -134,6 +174,7 @@ class TokenizeConfig:
         for name in ("shard_size_tokens", "max_line_bytes", "chunk_lines", "chunk_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} is {getattr(self, name)}, expected >= 1", field=name)
+        self._check_units()
         if self.num_workers < 0:
             raise ConfigError(f"num_workers is {self.num_workers}, expected >= 0", field="num_workers")
         if self.eos_id is not None and self.eos_id < 0:
@@ -157,6 +198,47 @@ class TokenizeConfig:
                 "(a record without it is skipped there), so --windowing gpt-simple would not reproduce its output",
                 field="text_field",
                 hint="Drop --text-field (it defaults to text), or use --windowing tokenloom",
+            )
+
+    @property
+    def unit_planned(self) -> bool:
+        """True when the run is cut into units (many nodes, Ray, or --finalize)."""
+        return self.num_nodes is not None or self.executor is ExecutorKind.RAY or self.finalize
+
+    def _check_units(self) -> None:
+        try:
+            object.__setattr__(self, "executor", ExecutorKind(self.executor))
+        except ValueError:
+            raise ConfigError(
+                f"executor {self.executor!r}, expected one of {[e.value for e in ExecutorKind]}", field="executor"
+            ) from None
+        if self.num_nodes is not None and self.num_nodes < 1:
+            raise ConfigError(f"num_nodes is {self.num_nodes}, expected >= 1", field="num_nodes")
+        num_nodes = self.num_nodes or 1
+        if not 0 <= self.node_rank < num_nodes:
+            raise ConfigError(
+                f"node_rank is {self.node_rank}, outside [0, {num_nodes}) for num_nodes {num_nodes}",
+                field="node_rank",
+                hint="Pass --node-rank R with 0 <= R < --num-nodes (a Slurm array: --array=0-(N-1))",
+            )
+        if self.executor is ExecutorKind.RAY and num_nodes != 1:
+            raise ConfigError(
+                f"num_nodes is {num_nodes} with executor ray; Ray spreads the units over its cluster itself",
+                field="num_nodes",
+                hint="Run one driver with --executor ray, without --num-nodes",
+            )
+        if self.unit_planned and self.format != "native":
+            raise ConfigError(
+                f"format {self.format!r} with a unit-planned run (--num-nodes, --executor ray or --finalize); "
+                "units are written as native shards",
+                field="format",
+                hint="Use --format native, then tokenloom convert",
+            )
+        if self.unit_planned and self.overwrite and num_nodes > 1:
+            raise ConfigError(
+                "overwrite with num_nodes > 1: every node would clear the output the others are writing",
+                field="overwrite",
+                hint="Remove the output directory once before launching the nodes, without --overwrite",
             )
 
     def output_settings(self) -> dict[str, Any]:

@@ -39,11 +39,12 @@ from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._unit_files import is_unit_file
 from tokenloom.tokenize._worker import ChunkResult, EngineChoice
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing
 
-__all__ = ["replaceable", "tokenize_native"]
+__all__ = ["replaceable", "summary_of", "tokenize_native"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -62,7 +63,7 @@ def tokenize_native(
     prepared = _prepare(config, run_key)
     out = config.output_dir
     if isinstance(prepared, Manifest):
-        summary = _summary_of(prepared, out, time.perf_counter() - started)
+        summary = summary_of(prepared, out, time.perf_counter() - started)
         summary.already_complete = True
         return summary
     state = prepared
@@ -78,7 +79,7 @@ def tokenize_native(
             _leave_nothing(out, created=created)
         raise
     manifest = _publish(config, run, run_key, tokenizer, encoding)
-    summary = _summary_of(manifest, out, time.perf_counter() - started)
+    summary = summary_of(manifest, out, time.perf_counter() - started)
     summary.examples = run.examples
     summary.resumed_shards = resumed_shards
     summary.run_tokens = sum(record.num_tokens for record in run.state.shards[resumed_shards:])
@@ -211,7 +212,7 @@ def replaceable(out: Path) -> Callable[[str], bool]:
 
     def ours(name: str) -> bool:
         base = temp_base(name)  # a crashed writer's NAME.<pid>-<hex>.tmp stands for NAME
-        if _ours(name) or name in (STATE_NAME, _RUN_RECORD, MANIFEST_NAME):
+        if _ours(name) or is_unit_file(name) or name in (STATE_NAME, _RUN_RECORD, MANIFEST_NAME):
             return True
         return has_record and _TOKENIZE_OUTPUT.fullmatch(base) is not None
 
@@ -361,7 +362,7 @@ def _discard(out: Path, run: _Run) -> None:
     fsync_dir(out)
 
 
-def _summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary:
+def summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary:
     recorded = manifest.metadata.get("tokenize", {})
     return TokenizeSummary(
         output_dir=out,

@@ -65,17 +65,19 @@ class ShardCutter:
         shard_size_tokens: int,
         first_shard: int,
         on_shard: Callable[[ShardRecord, int], None],
+        stem: Callable[[int], str] = shard_stem,
     ) -> None:
         self.directory = directory
         self.dtype = dtype
         self.shard_size_tokens = shard_size_tokens
         self.next_index = first_shard
         self.on_shard = on_shard
+        self.stem = stem
         self._current: NativeShardWriter | None = None
 
     def _writer(self) -> NativeShardWriter:
         if self._current is None:
-            self._current = NativeShardWriter(self.directory, shard_stem(self.next_index), self.dtype)
+            self._current = NativeShardWriter(self.directory, self.stem(self.next_index), self.dtype)
         return self._current
 
     def _close(self, entries_consumed: int) -> None:

@@ -40,6 +40,12 @@ class TokenizeSummary:
     """Tokens written by this run (a resumed run: not those of the shards it resumed after)."""
     bytes_read: int = 0
     """Bytes of the input files (as stored: compressed for .gz) this run read; the bar counts the same."""
+    units_committed: int = 0
+    """A unit-planned run: the units this process (or its Ray tasks) committed."""
+    units_total: int = 0
+    """A unit-planned run not yet finalized: the plan's units (0 once the manifest is written)."""
+    units_missing: int = 0
+    """A unit-planned run not yet finalized: units that no node has committed yet."""
 
     @property
     def tokens_per_second(self) -> float:

@@ -1,0 +1,164 @@
+"""``--executor ray``: the units of a plan as Ray tasks on an existing Ray cluster (extra ``ray``).
+
+    driver: the plan, the engine choice and the encoder's facts (one in-process encoder)
+        -> one task per uncommitted unit (``max_retries``: a lost worker's unit runs again)
+        -> each task encodes its unit in its worker and commits it (UnitWriter: shards, done marker)
+        -> the driver waits for all, then finalizes (the manifest) as any node does
+
+A task writes exactly what the local pool writes for the unit, so the output is the
+same bytes. The cluster's workers must see --output-dir and the inputs at the same paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+from tokenloom.formats import ConfigError
+from tokenloom.formats.io import require
+from tokenloom.tokenize._config import TokenizeConfig
+from tokenloom.tokenize._executor import run_ordered, start_encoding
+from tokenloom.tokenize._inputs import InputFile, read_chunks
+from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._state import Counts
+from tokenloom.tokenize._summary import ProgressCallback
+from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
+from tokenloom.tokenize._worker import EncodeSettings
+
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "TASK_RETRIES", "check_reachable", "encode_with_ray", "import_ray", "preflight"]
+
+#: How long the driver waits for a TCP connection to the cluster's head before giving up.
+CONNECT_TIMEOUT_SECONDS = 5.0
+#: Ray re-runs a unit whose worker died this many times (a unit's bytes never depend on the attempt).
+TASK_RETRIES = 3
+
+
+def _address(config: TokenizeConfig) -> str:
+    address = config.ray_address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise ConfigError(
+            "--executor ray needs the address of a running Ray cluster",
+            field="ray_address",
+            hint="Pass --ray-address HOST:PORT (the head's GCS port, 6379 by default) or set RAY_ADDRESS",
+        )
+    return address
+
+
+def import_ray() -> Any:
+    """The ray module, or the ImportError naming the extra."""
+    # under `uv run`, Ray would otherwise start its workers with `uv run` in a copy of the working directory
+    # (a fresh environment, without the ray extra); they must use the cluster's own Python. Read at import.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    return require("ray", distribution="tokenloom-tokenize", extra="ray", purpose="tokenize --executor ray")
+
+
+def preflight(config: TokenizeConfig) -> None:
+    """Before anything is written: ray importable, an address given, something listening there."""
+    import_ray()
+    check_reachable(_address(config))
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+    """A ConfigError within ``timeout`` if nothing listens at ``address`` (ray.init would wait minutes)."""
+    if address == "auto":
+        return  # ray.init itself looks for a local cluster and fails fast without one
+    split = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = split.hostname, split.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise ConfigError(
+            f"ray address {address!r} is not HOST:PORT", field="ray_address", hint="Pass e.g. 10.0.0.1:6379"
+        )
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"the Ray cluster at {address} cannot be reached ({exc or type(exc).__name__}; waited at most "
+            f"{timeout:g} s)",
+            field="ray_address",
+            hint="Start the cluster (ray start --head) or pass the head's address with --ray-address HOST:PORT",
+        ) from None
+
+
+def run_unit_task(
+    config: TokenizeConfig, unit: int, source: InputFile, settings: EncodeSettings, facts: UnitFacts, plan: str
+) -> dict[str, Any]:
+    """One unit, encoded in this (Ray worker) process and committed; plain data back to the driver."""
+    writer = UnitWriter(config, unit, source, facts, plan)
+    tokens = 0
+    reader = read_chunks(
+        [source], chunk_lines=config.chunk_lines, chunk_bytes=config.chunk_bytes, max_line_bytes=config.max_line_bytes
+    )
+    try:
+        for result in run_ordered(None, reader, settings, 1):
+            writer.consume(result)
+            tokens += len(result.tokens)
+        done = writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    return {"counts": done.counts.to_json(), "tokens": tokens, "bytes": source.size, "examples": writer.examples}
+
+
+def encode_with_ray(
+    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
+) -> Session:
+    """Run every uncommitted unit of ``plan`` as a Ray task; see the module docstring."""
+    ray = import_ray()
+    address = _address(config)
+    session = Session()
+    pending = pending_units(config, plan)
+    if not pending:
+        return session
+    check_reachable(address)
+    with start_encoding(
+        inputs.tokenizer,
+        inputs.files,
+        num_workers=0,
+        eos_id=config.eos_id,
+        text_field=config.text_field,
+        engine=config.engine,
+        verify_fraction=config.verify_fraction,
+        max_line_bytes=config.max_line_bytes,
+        max_length=config.max_length,
+        overlap_size=config.overlap_size,
+        windowing=config.windowing,
+        min_text_length=config.min_text_length,
+    ) as encoding:
+        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
+        settings = encoding.settings
+    session.facts = facts
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(run_unit_task)
+        refs = [task.remote(config, u, inputs.files[u], settings, facts, plan.digest) for u in pending]
+        for ref in refs:
+            try:
+                outcome = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # the task's own error (a bad record, ...): raise it here
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, Exception):
+                    raise cause from None
+                raise
+            counts = Counts.from_json(outcome["counts"])
+            session.units += 1
+            session.tokens += outcome["tokens"]
+            session.bytes_read += outcome["bytes"]
+            session.examples += outcome["examples"]
+            add_counts(session.counts, counts)
+            if on_progress is not None:
+                on_progress(counts.documents, outcome["tokens"], outcome["bytes"])
+    finally:
+        if started_here:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+    return session

@@ -1,0 +1,204 @@
+"""The files of a unit-planned output: the plan, unit shards and per-unit done markers.
+
+    OUT/.tokenloom-plan.json            the plan (run key + units), created once, equal on every node
+    OUT/unit_UUUUUU_KKKK.bin/.idx       shard K of unit U (the dataset's order is unit order)
+    OUT/.tokenloom-unit-UUUUUU.done     unit U is committed: its shards, counts and encoder facts
+
+Both the plan and a done marker are created by an atomic create (a hard link of a
+complete temp file, which fails if the name exists), so they are never overwritten
+and never seen half-written, whichever node or Ray task gets there first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import xxhash
+
+from tokenloom.formats import FormatError, ResumeMismatchError
+from tokenloom.formats.io import fsync_dir, temp_base, temp_path
+from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._shards import ShardRecord
+from tokenloom.tokenize._state import Counts
+
+__all__ = [
+    "PLAN_NAME",
+    "UnitDone",
+    "UnitFacts",
+    "UnitPlan",
+    "create_once",
+    "done_path",
+    "establish_plan",
+    "is_unit_file",
+    "read_done",
+    "remove_unit_temps",
+    "unit_stem",
+]
+
+PLAN_NAME = ".tokenloom-plan.json"
+PLAN_VERSION = 1
+_UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx)|\.tokenloom-unit-(\d{6})\.done")
+
+
+def unit_stem(unit: int, part: int) -> str:
+    return f"unit_{unit:06d}_{part:04d}"
+
+
+def done_path(out: Path, unit: int) -> Path:
+    return out / f".tokenloom-unit-{unit:06d}.done"
+
+
+def _unit_of(name: str) -> int | None:
+    match = _UNIT_FILE.fullmatch(temp_base(name))
+    if match is None:
+        return None
+    return int(match[1] or match[4])
+
+
+def is_unit_file(name: str) -> bool:
+    """A file a unit-planned run writes (or a crashed writer's temp of one)."""
+    return name == PLAN_NAME or temp_base(name) == PLAN_NAME or _unit_of(name) is not None
+
+
+def remove_unit_temps(out: Path, units: set[int]) -> None:
+    """Remove temp files of ``units`` (killed writers); only units no live process writes may be passed."""
+    for path in out.iterdir():
+        if path.name.endswith(".tmp") and _unit_of(path.name) in units:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def create_once(path: Path, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` atomically, never over an existing file; False if it existed."""
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class UnitPlan:
+    """The units of a run (unit i is input file i, in sorted path order) and the run key they belong to."""
+
+    run_key: dict[str, Any]
+    units: tuple[str, ...]
+
+    def payload(self) -> bytes:
+        units = [{"index": i, "input": name} for i, name in enumerate(self.units)]
+        body = {"plan_version": PLAN_VERSION, "run_key": self.run_key, "units": units}
+        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+
+    @property
+    def digest(self) -> str:
+        return xxhash.xxh3_128_hexdigest(self.payload())
+
+
+def establish_plan(out: Path, plan: UnitPlan) -> None:
+    """Write the plan if no node has yet; otherwise it must be this one (ResumeMismatchError naming what differs)."""
+    path = out / PLAN_NAME
+    wanted = plan.payload()
+    if create_once(path, wanted):
+        return
+    recorded = path.read_bytes()
+    if recorded == wanted:
+        return
+    try:
+        recorded_key = orjson.loads(recorded)["run_key"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise FormatError(
+            f"the unit plan is unreadable ({exc})", path=path, hint="Start afresh into an empty --output-dir"
+        ) from None
+    differences = run_key_differences(recorded_key, plan.run_key)
+    raise ResumeMismatchError(
+        "the output directory's unit plan was made with other settings, tokenizer or inputs: " + "; ".join(differences),
+        path=path,
+        hint="Every node must run the same command on the same inputs: restore a changed input, or write into "
+        "another --output-dir (or pass --overwrite on a single node) to start afresh",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UnitFacts:
+    """What the encoder was (the same for every unit of a run); the manifest takes unit 0's."""
+
+    dtype: str
+    vocab_size: int
+    eos_id: int
+    engine: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "vocab_size": self.vocab_size, "eos_id": self.eos_id, "engine": self.engine}
+
+
+@dataclass(frozen=True, slots=True)
+class UnitDone:
+    """A committed unit: its shards (in order), its counts and the encoder's facts."""
+
+    unit: int
+    plan: str
+    shards: tuple[ShardRecord, ...]
+    counts: Counts
+    facts: UnitFacts
+
+    def payload(self) -> bytes:
+        body = {
+            "unit": self.unit,
+            "plan": self.plan,
+            "shards": [s.to_json() for s in self.shards],
+            "counts": self.counts.to_json(),
+            "facts": self.facts.to_json(),
+        }
+        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def read_done(out: Path, unit: int, plan_digest: str) -> UnitDone:
+    """Unit ``unit``'s done marker, checked against the plan and its shard files' sizes."""
+    path = done_path(out, unit)
+    try:
+        data = orjson.loads(path.read_bytes())
+        done = UnitDone(
+            unit=int(data["unit"]),
+            plan=str(data["plan"]),
+            shards=tuple(ShardRecord.from_json(s) for s in data["shards"]),
+            counts=Counts.from_json(data["counts"]),
+            facts=UnitFacts(**data["facts"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FormatError(
+            f"the done marker of unit {unit} is unreadable ({exc})",
+            path=path,
+            hint="Delete it and rerun the node that owns the unit: the unit is encoded again",
+        ) from None
+    if done.plan != plan_digest or done.unit != unit:
+        raise ResumeMismatchError(
+            f"the done marker of unit {unit} belongs to another plan ({done.plan[:16]}..., expected "
+            f"{plan_digest[:16]}...)",
+            path=path,
+            hint="Start afresh into an empty --output-dir",
+        )
+    for record in done.shards:
+        for suffix, size in ((".bin", record.bin_bytes), (".idx", record.idx_bytes)):
+            shard = out / f"{unit_stem(unit, record.index)}{suffix}"
+            if not shard.is_file() or shard.stat().st_size != size:
+                raise ResumeMismatchError(
+                    f"{shard.name} of committed unit {unit} is missing or has changed ({size} bytes recorded)",
+                    path=shard,
+                    hint=f"Delete {path.name} and rerun the node that owns unit {unit}",
+                )
+    return done

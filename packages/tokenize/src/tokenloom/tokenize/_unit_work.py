@@ -1,0 +1,111 @@
+"""The work of a unit: its writer (shards, then the done marker), and the units a node still owes.
+
+Shared by the local pool (_units) and Ray tasks (_ray): a unit is written the same way by either.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokenloom.formats import RecordError
+from tokenloom.tokenize._config import OnError, TokenizeConfig
+from tokenloom.tokenize._inputs import InputFile
+from tokenloom.tokenize._shards import ShardCutter, ShardRecord
+from tokenloom.tokenize._state import Counts
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
+from tokenloom.tokenize._unit_files import (
+    UnitDone,
+    UnitFacts,
+    UnitPlan,
+    create_once,
+    done_path,
+    remove_unit_temps,
+    unit_stem,
+)
+from tokenloom.tokenize._worker import ChunkResult
+
+__all__ = ["Session", "UnitWriter", "add_counts", "pending_units"]
+
+log = logging.getLogger("tokenloom.tokenize")
+
+
+@dataclass(slots=True)
+class Session:
+    """What this process (or its Ray tasks) encoded."""
+
+    units: int = 0
+    tokens: int = 0
+    bytes_read: int = 0
+    counts: Counts = field(default_factory=Counts)
+    examples: list[str] = field(default_factory=list)
+    facts: UnitFacts | None = None
+
+
+class UnitWriter:
+    """Consumes one unit's chunk results in order into its shards; ``commit`` creates its done marker."""
+
+    def __init__(self, config: TokenizeConfig, unit: int, source: InputFile, facts: UnitFacts, plan: str) -> None:
+        self.config = config
+        self.unit = unit
+        self.source = source
+        self.facts = facts
+        self.plan = plan
+        self.counts = Counts()
+        self.examples: list[str] = []
+        self.records: list[ShardRecord] = []
+        self.cutter = ShardCutter(
+            config.output_dir,
+            dtype=np.dtype(facts.dtype),
+            shard_size_tokens=config.shard_size_tokens,
+            first_shard=0,
+            on_shard=lambda record, _entries: self.records.append(record),
+            stem=lambda part: unit_stem(unit, part),
+        )
+
+    def consume(self, result: ChunkResult) -> None:
+        for issue in result.issues:
+            if self.config.on_error is OnError.RAISE:
+                raise RecordError(issue.message, path=self.source.path, record=issue.line, field=issue.kind.value)
+            kind = issue.kind.value
+            self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
+            if self.counts.skipped[kind] <= EXAMPLES_PER_KIND:
+                self.examples.append(f"{self.source.path}:{issue.line}: {kind}: {issue.message}")
+        self.cutter.feed(result.tokens, result.lengths, result.overlap_prefix)
+        self.counts.documents += result.documents
+        for kind, count in (result.dropped or {}).items():
+            self.counts.dropped[kind] = self.counts.dropped.get(kind, 0) + count
+        self.counts.input_bytes += result.num_bytes
+
+    def commit(self) -> UnitDone:
+        """Close the unit's last shard (an empty one if it has none), then create its done marker."""
+        self.cutter.finish(0, ensure_one=not self.records)
+        done = UnitDone(self.unit, self.plan, tuple(self.records), self.counts, self.facts)
+        if not create_once(done_path(self.config.output_dir, self.unit), done.payload()):
+            log.info("unit %d was already committed by another process (its bytes are the same)", self.unit)
+        return done
+
+    def abort(self) -> None:
+        self.cutter.abort()
+
+
+def pending_units(config: TokenizeConfig, plan: UnitPlan) -> list[int]:
+    """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
+    num_nodes = config.num_nodes or 1
+    mine = [
+        u
+        for u in range(len(plan.units))
+        if u % num_nodes == config.node_rank and not done_path(config.output_dir, u).exists()
+    ]
+    remove_unit_temps(config.output_dir, set(mine))
+    return mine
+
+
+def add_counts(total: Counts, part: Counts) -> None:
+    total.documents += part.documents
+    total.input_bytes += part.input_bytes
+    for mine, theirs in ((total.skipped, part.skipped), (total.dropped, part.dropped)):
+        for kind, count in theirs.items():
+            mine[kind] = mine.get(kind, 0) + count

@@ -1,0 +1,314 @@
+"""A unit-planned run: many nodes (or Ray tasks) write one dataset, byte-identical to one process.
+
+    RunInputs -> UnitPlan (sorted inputs with sizes/mtimes/hashes, settings, tokenizer; unit i = input file i)
+        -> OUT/.tokenloom-plan.json (the first node creates it; the others verify it is equal)
+    node R of N: its units (u % N == R) without a done marker, in order
+        -> encoded (local pool, or Ray tasks: _ray) -> UnitWriter: unit shards, then the done marker (atomic create)
+    the last node to finish (or ``--finalize``): every unit committed -> manifest.json, under the output lock
+
+A unit's shards depend only on its input's bytes and the settings, so a node killed
+anywhere costs at most its unit in flight, and no interleaving of nodes changes a byte.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from tokenloom.formats import (
+    ConfigError,
+    DataError,
+    Manifest,
+    OutputLockedError,
+    ResumeMismatchError,
+    read_manifest,
+)
+from tokenloom.formats.io import (
+    EOS_AT_DOCUMENT_END,
+    EOS_PLACEMENT,
+    MANIFEST_NAME,
+    WRITING_MARKER,
+    FileEntry,
+    fsync_dir,
+    output_lock,
+    prepare_output_dir,
+    write_manifest,
+)
+from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._executor import start_encoding
+from tokenloom.tokenize._inputs import read_chunks
+from tokenloom.tokenize._native import replaceable, summary_of
+from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._ray import encode_with_ray, preflight
+from tokenloom.tokenize._state import STATE_NAME, Counts
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._unit_files import (
+    PLAN_NAME,
+    UnitDone,
+    UnitFacts,
+    UnitPlan,
+    done_path,
+    establish_plan,
+    is_unit_file,
+    read_done,
+    remove_unit_temps,
+    unit_stem,
+)
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
+from tokenloom.tokenize.windowing import Windowing
+
+__all__ = ["finalize", "plan_of", "run_units"]
+
+log = logging.getLogger("tokenloom.tokenize")
+
+
+def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
+    return UnitPlan({**inputs.run_key(config), "layout": "units"}, tuple(f.relative for f in inputs.files))
+
+
+def run_units(
+    config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
+) -> TokenizeSummary:
+    """This node's share of a unit-planned run (or, with --finalize, only the manifest); see the module docstring."""
+    started = time.perf_counter()
+    out = config.output_dir
+    plan = plan_of(config, inputs)
+    complete = None if config.overwrite else _complete(out, plan)
+    if complete is not None:
+        summary = summary_of(complete, out, time.perf_counter() - started)
+        summary.already_complete = True
+        return summary
+    if config.executor is ExecutorKind.RAY and not config.finalize:
+        preflight(config)  # an unreachable cluster fails before anything is written
+    _prepare(config)
+    establish_plan(out, plan)
+    (out / WRITING_MARKER).touch()
+    fsync_dir(out)
+    session = Session()
+    if not config.finalize:
+        if config.executor is ExecutorKind.RAY:
+            session = encode_with_ray(config, inputs, plan, on_progress)
+        else:
+            session = _encode_local(config, inputs, plan, on_progress)
+    manifest = finalize(out, plan, inputs.tokenizer, required=config.finalize)
+    seconds = time.perf_counter() - started
+    summary = summary_of(manifest, out, seconds) if manifest else _partial_summary(out, plan, session, seconds)
+    summary.examples = session.examples
+    summary.run_tokens = session.tokens
+    summary.bytes_read = session.bytes_read
+    summary.units_committed = session.units
+    return summary
+
+
+def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
+    """The manifest of a finished run with this plan, None if there is none; another run's is a mismatch."""
+    if not (out / MANIFEST_NAME).is_file() or (out / WRITING_MARKER).exists():
+        return None
+    manifest = read_manifest(out)
+    recorded = manifest.metadata.get("tokenize", {})
+    if {k: recorded.get(k) for k in plan.run_key} != plan.run_key:
+        from tokenloom.tokenize._diff import run_key_differences
+
+        raise ResumeMismatchError(
+            "the output directory holds a dataset written with other settings, tokenizer, inputs or layout: "
+            + "; ".join(run_key_differences(recorded, plan.run_key) + _layout_difference(recorded)),
+            path=out,
+            hint="Pass --overwrite to replace it, or choose another --output-dir",
+        )
+    return manifest
+
+
+def _layout_difference(recorded: dict[str, Any]) -> list[str]:
+    layout = recorded.get("layout", "single-process")
+    return [] if layout == "units" else [f"layout {layout!r} -> 'units' (--num-nodes / --executor ray)"]
+
+
+def _prepare(config: TokenizeConfig) -> None:
+    out = config.output_dir
+    if out.exists() and not out.is_dir():
+        raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
+    if config.overwrite and out.exists():
+        prepare_output_dir(out, overwrite=True, ours=replaceable(out))
+        return
+    out.mkdir(parents=True, exist_ok=True)  # nodes may race here: exist_ok
+    if (out / STATE_NAME).exists():
+        raise ResumeMismatchError(
+            "the output directory holds an unfinished single-process tokenize run (no --num-nodes)",
+            path=out / STATE_NAME,
+            hint="Finish it with the command that started it (without --num-nodes), pass --overwrite, "
+            "or choose another --output-dir",
+        )
+    if (out / MANIFEST_NAME).exists() and not (out / PLAN_NAME).exists():
+        raise ResumeMismatchError(
+            "the output directory holds a dataset that is not unit-planned",
+            path=out,
+            hint="Pass --overwrite to replace it, or choose another --output-dir",
+        )
+    foreign = sorted(p.name for p in out.iterdir() if not _ours(p.name))
+    if foreign:
+        raise ConfigError(
+            f"the output directory holds files that no tokenize run wrote: {', '.join(foreign[:5])}",
+            path=out,
+            field="output_dir",
+            hint="Choose an empty --output-dir",
+        )
+
+
+def _ours(name: str) -> bool:
+    return is_unit_file(name) or name in (WRITING_MARKER, MANIFEST_NAME) or name.startswith(MANIFEST_NAME + ".")
+
+
+def _encode_local(
+    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
+) -> Session:
+    session = Session()
+    mine = pending_units(config, plan)
+    if not mine:
+        return session
+    files = [inputs.files[u] for u in mine]
+    with start_encoding(
+        inputs.tokenizer,
+        inputs.files,  # the engine probe reads the same first documents on every node
+        num_workers=config.num_workers,
+        eos_id=config.eos_id,
+        text_field=config.text_field,
+        engine=config.engine,
+        verify_fraction=config.verify_fraction,
+        max_line_bytes=config.max_line_bytes,
+        max_length=config.max_length,
+        overlap_size=config.overlap_size,
+        windowing=config.windowing,
+        min_text_length=config.min_text_length,
+    ) as encoding:
+        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
+        session.facts = facts
+        chunks = read_chunks(
+            files, chunk_lines=config.chunk_lines, chunk_bytes=config.chunk_bytes, max_line_bytes=config.max_line_bytes
+        )
+        writer: UnitWriter | None = None
+        try:
+            for result in encoding.results(chunks):
+                if writer is None or writer.unit != mine[result.file_index]:
+                    if writer is not None:
+                        _committed(session, writer.commit(), writer)
+                    unit = mine[result.file_index]
+                    writer = UnitWriter(config, unit, inputs.files[unit], facts, plan.digest)
+                writer.consume(result)
+                session.tokens += len(result.tokens)
+                session.bytes_read += result.source_bytes
+                if on_progress is not None:
+                    on_progress(result.documents, len(result.tokens), result.source_bytes)
+            if writer is not None:
+                _committed(session, writer.commit(), writer)
+        except BaseException:
+            if writer is not None:
+                writer.abort()  # its shards stay invisible to readers: no done marker names them
+            raise
+    return session
+
+
+def _committed(session: Session, done: UnitDone, writer: UnitWriter) -> None:
+    session.units += 1
+    add_counts(session.counts, done.counts)
+    session.examples += writer.examples
+
+
+def missing_units(out: Path, plan: UnitPlan) -> list[int]:
+    return [u for u in range(len(plan.units)) if not done_path(out, u).exists()]
+
+
+def finalize(out: Path, plan: UnitPlan, tokenizer: str, *, required: bool) -> Manifest | None:
+    """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise."""
+    missing = missing_units(out, plan)
+    if missing:
+        if not required:
+            return None
+        shown = ", ".join(f"{u} ({plan.units[u]})" for u in missing[:10])
+        raise DataError(
+            f"{len(missing)} of {len(plan.units)} units are not committed yet: {shown}"
+            + (" ..." if len(missing) > 10 else ""),
+            path=out,
+            hint="Rerun the nodes that own them (unit u belongs to --node-rank u % --num-nodes), then --finalize",
+        )
+    try:
+        with output_lock(out, what="--output-dir"):
+            return _write_manifest(out, plan, tokenizer)
+    except OutputLockedError:
+        if required:
+            raise
+        log.info("another process holds the output lock (finalizing); this node leaves the manifest to it")
+        return None
+
+
+def _write_manifest(out: Path, plan: UnitPlan, tokenizer: str) -> Manifest:
+    if (out / MANIFEST_NAME).is_file() and not (out / WRITING_MARKER).exists():
+        return read_manifest(out)
+    units = [read_done(out, u, plan.digest) for u in range(len(plan.units))]
+    remove_unit_temps(out, set(range(len(plan.units))))  # a killed attempt's leftovers (Ray retries, kills)
+    facts = units[0].facts
+    first = (facts.dtype, facts.vocab_size, facts.eos_id)
+    for done in units[1:]:
+        if (done.facts.dtype, done.facts.vocab_size, done.facts.eos_id) != first:
+            raise ResumeMismatchError(
+                f"unit {done.unit} was encoded with dtype {done.facts.dtype}, vocab {done.facts.vocab_size}, "
+                f"eos_id {done.facts.eos_id}; unit 0 with {facts.dtype}, {facts.vocab_size}, {facts.eos_id}",
+                path=done_path(out, done.unit),
+                hint="Every node must use the same tokenizer and --eos-id; start afresh into an empty --output-dir",
+            )
+    counts = Counts()
+    files: list[FileEntry] = []
+    for done in units:
+        add_counts(counts, done.counts)
+        for record in done.shards:
+            stem = unit_stem(done.unit, record.index)
+            files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))
+            files.append(FileEntry(f"{stem}.bin", record.bin_bytes, record.bin_xxh3_128, "data"))
+    settings = plan.run_key["settings"]
+    placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if settings.get("windowing") == Windowing.GPT_SIMPLE.value else {}
+    manifest = Manifest(
+        format="native",
+        dtype=facts.dtype,
+        num_tokens=sum(r.num_tokens for done in units for r in done.shards),
+        num_documents=sum(r.num_entries for done in units for r in done.shards),
+        files=tuple(files),
+        vocab_size=facts.vocab_size,
+        eos_id=facts.eos_id,
+        tokenizer_fingerprint=plan.run_key["tokenizer_fingerprint"],
+        metadata={
+            **placement,
+            "tokenize": {
+                **plan.run_key,
+                "units": len(plan.units),
+                "tokenizer": tokenizer,
+                "engine": facts.engine,
+                "documents": counts.documents,
+                "input_bytes": counts.input_bytes,
+                "skipped": dict(sorted(counts.skipped.items())),
+                **({"dropped": dict(sorted(counts.dropped.items()))} if counts.dropped else {}),
+            },
+        },
+    )
+    manifest = write_manifest(out, manifest)
+    (out / WRITING_MARKER).unlink(missing_ok=True)
+    fsync_dir(out)
+    return manifest
+
+
+def _partial_summary(out: Path, plan: UnitPlan, session: Session, seconds: float) -> TokenizeSummary:
+    facts = session.facts
+    summary = TokenizeSummary(
+        output_dir=out,
+        documents=session.counts.documents,
+        input_bytes=session.counts.input_bytes,
+        seconds=seconds,
+        skipped=dict(session.counts.skipped),
+        dropped=dict(session.counts.dropped),
+        dtype=facts.dtype if facts else "",
+        eos_id=facts.eos_id if facts else -1,
+        vocab_size=facts.vocab_size if facts else 0,
+    )
+    summary.units_total = len(plan.units)
+    summary.units_missing = len(missing_units(out, plan))
+    return summary

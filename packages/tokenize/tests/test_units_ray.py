@@ -1,0 +1,161 @@
+"""--executor ray on a real local Ray head (127.0.0.1, 2 CPUs), started once for the module and stopped at the end.
+
+Skipped only when ray cannot be imported (the tokenize tox env installs the ``ray`` extra, so CI runs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# read by ray at import: its workers must use this environment's Python, not a `uv run` of their own
+os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+pytest.importorskip("ray")
+
+from tokenloom.formats import ConfigError, RecordError
+from tokenloom.tokenize import ExecutorKind, TokenizeConfig, tokenize
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="a local Ray head")]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _session_pids(session: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[str]:
+    """``ray start --head --block`` in its own session; stopped (the whole session) when the module ends."""
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="tlray-")  # short: Ray's unix socket paths must stay under 108 bytes
+    command = [
+        str(Path(sys.executable).with_name("ray")),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp}",
+    ]
+    log = open(Path(temp) / "head.log", "wb")  # noqa: SIM115 - closed below
+    head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if head.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Ray head did not start: {(Path(temp) / 'head.log').read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)
+        for pid in _session_pids(head.pid):  # workers the raylet started in the head's session
+            os.kill(pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _config(corpus: Path, out: Path, tokenizer: Path, **extra: object) -> TokenizeConfig:
+    return TokenizeConfig(
+        input_dir=corpus,
+        output_dir=out,
+        tokenizer=str(tokenizer),
+        shard_size_tokens=3000,
+        max_length=64,
+        overlap_size=8,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def corpus(jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]) -> Path:
+    files: dict[str, list[object]] = {}
+    for i in range(5):
+        name = f"part-{i}.jsonl.gz" if i == 2 else f"part-{i}.jsonl"
+        files[name] = [{"text": t} for t in make_texts(120 + 30 * i, seed=i)]
+    return jsonl_dir(files)
+
+
+def test_ray_tasks_write_the_local_pools_bytes(
+    ray_head: str,
+    corpus: Path,
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    tree_digest: Callable[[Path], dict[str, str]],
+) -> None:
+    local = tmp_path / "local"
+    tokenize(_config(corpus, local, tiny_tokenizer, num_nodes=1, num_workers=2))
+    out = tmp_path / "ray"
+    summary = tokenize(_config(corpus, out, tiny_tokenizer, executor=ExecutorKind.RAY, ray_address=ray_head))
+    assert summary.units_committed == 5 and summary.units_total == 0
+    assert tree_digest(out) == tree_digest(local)
+
+
+def test_a_bad_record_in_a_ray_task_is_the_named_error(
+    ray_head: str, jsonl_dir: Callable[..., Path], tmp_path: Path, tiny_tokenizer: Path
+) -> None:
+    corpus = jsonl_dir({"a.jsonl": [{"text": "fine"}]}, raw={"b.jsonl": b'{"text": "ok"}\n{"text": broken\n'})
+    config = TokenizeConfig(
+        input_dir=corpus,
+        output_dir=tmp_path / "out",
+        tokenizer=str(tiny_tokenizer),
+        executor=ExecutorKind.RAY,
+        ray_address=ray_head,
+    )
+    with pytest.raises(RecordError, match="not valid JSON") as caught:
+        tokenize(config)
+    assert caught.value.path is not None and str(caught.value.path).endswith("b.jsonl")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_unreachable_cluster_is_a_config_error_without_a_hang(
+    corpus: Path, tmp_path: Path, tiny_tokenizer: Path
+) -> None:
+    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    config = TokenizeConfig(
+        input_dir=corpus,
+        output_dir=tmp_path / "out",
+        tokenizer=str(tiny_tokenizer),
+        executor=ExecutorKind.RAY,
+        ray_address=address,
+    )
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"the Ray cluster at {address} cannot be reached"):
+        tokenize(config)
+    assert time.monotonic() - started < 15
+    assert not (tmp_path / "out").exists()  # nothing written before the check
