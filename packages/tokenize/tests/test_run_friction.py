@@ -295,3 +295,36 @@ def test_a_handoff_dir_of_another_host_or_pid_namespace_is_kept(
         mine.rename(ours_dead)
     assert remove_stale_handoffs(tmp_path) == [ours_dead]  # a dead pid here: its run is gone
     assert (elsewhere / "tokenizer.json").exists()
+
+
+def test_a_dead_worker_ends_the_wait_even_when_the_pool_never_breaks() -> None:
+    """Under load a SIGKILLed worker once left the parent waiting forever on a pool that never reported
+    it broken (a 14-minute hang here); the wait now checks the workers itself (#21 review, this session)."""
+    import signal
+    import time
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from tokenloom.tokenize._executor import _result, _shutdown, spawn_pool
+    from tokenloom.tokenize._worker import ChunkResult
+
+    def _alarm(_signum: int, _frame: object) -> None:
+        raise AssertionError("the wait did not end: a dead worker went unnoticed")
+
+    executor = spawn_pool(1)
+    try:
+        executor.submit(time.sleep, 0).result(timeout=120)  # the worker is up
+        (worker,) = list(executor._processes.values())  # type: ignore[attr-defined]
+        os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        worker.join(timeout=30)
+        never_done: Future[ChunkResult] = Future()  # what the parent waits on when the pool does not break
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(30)
+        try:
+            with pytest.raises(BrokenProcessPool):
+                _result(never_done, executor)
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    finally:
+        _shutdown(executor)

@@ -303,9 +303,8 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> It
         if serialized is not None:
             root = handoff_dir(stack)
             handoff = SerializedHandoff.write(root / "tokenizer.json", serialized)
-        executor = stack.enter_context(
-            spawn_pool(num_workers, initializer=init_worker, initargs=(threads, tokenizer, handoff, os.getpid()))
-        )
+        executor = spawn_pool(num_workers, initializer=init_worker, initargs=(threads, tokenizer, handoff, os.getpid()))
+        stack.callback(_shutdown, executor)
         # start the workers now (one task each), so that they import and build the tokenizer while
         # the parent runs the engine probe, instead of after it
         for _ in range(num_workers):
@@ -329,15 +328,49 @@ def run_ordered(
             pending.append((chunk, executor.submit(encode_chunk, chunk, settings)))
             workers.update(getattr(executor, "_processes", None) or {})
             if len(pending) >= window:
-                yield pending.popleft()[1].result()
+                yield _result(pending.popleft()[1], executor)
         while pending:
-            yield pending.popleft()[1].result()
+            yield _result(pending.popleft()[1], executor)
     except BrokenProcessPool:
         waited = pending[0][0] if pending else chunk  # the chunk whose result the run was waiting for
         raise _worker_died(waited, workers) from None
     finally:
         for _chunk, future in pending:
             future.cancel()
+
+
+def _dead_worker(executor: Executor) -> bool:
+    processes = (getattr(executor, "_processes", None) or {}).values()
+    return any(getattr(process, "exitcode", None) is not None for process in processes)
+
+
+def _result(future: Future[ChunkResult], executor: Executor) -> ChunkResult:
+    """The future's result; a pool worker that has died ends the wait as BrokenProcessPool.
+
+    Why not only the pool's own detection: a worker SIGKILLed at the wrong moment (observed here
+    under load, once in many runs) left the parent waiting forever on a pool that never broke.
+    Pool workers end only at shutdown, so any exit code while a result is awaited is a death.
+    """
+    while True:
+        try:
+            return future.result(timeout=_POLL_S)
+        except TimeoutError:
+            if _dead_worker(executor):
+                raise BrokenProcessPool("an encoding worker process ended while its pool was in use") from None
+
+
+def _shutdown(executor: ProcessPoolExecutor) -> None:
+    """Shut the pool down; after a worker died, kill the rest instead of waiting on a broken pool."""
+    if not _dead_worker(executor):
+        executor.shutdown(wait=True)
+        return
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        if process.exitcode is None:
+            process.kill()
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+_POLL_S = 0.5
 
 
 class WorkerDiedError(DataError):
