@@ -36,7 +36,7 @@ import numpy as np
 
 from tokenloom.formats import ConfigError, DataError
 from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
-from tokenloom.tokenize._config import default_num_workers
+from tokenloom.tokenize._config import TokenizeConfig, default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
 from tokenloom.tokenize._inputs import Chunk, InputFile, read_chunks
 from tokenloom.tokenize._tokenizer import TokenizerInfo, describe_plain, local_info
@@ -63,6 +63,7 @@ __all__ = [
     "remove_stale_handoffs",
     "run_ordered",
     "spawn_pool",
+    "encoding_for",
     "start_encoding",
 ]
 
@@ -88,6 +89,26 @@ class Encoding:
     def results(self, chunks: Iterator[Chunk]) -> Iterator[ChunkResult]:
         """Every chunk encoded, results in input order (see :func:`run_ordered`)."""
         return run_ordered(self.executor, chunks, self.settings, self.window)
+
+
+def encoding_for(
+    config: TokenizeConfig, tokenizer: str, files: list[InputFile], *, num_workers: int | None = None
+) -> contextlib.AbstractContextManager[Encoding]:
+    """:func:`start_encoding` with a tokenize run's settings (``num_workers`` overrides the config's)."""
+    return start_encoding(
+        tokenizer,
+        files,
+        num_workers=config.num_workers if num_workers is None else num_workers,
+        eos_id=config.eos_id,
+        text_field=config.text_field,
+        engine=config.engine,
+        verify_fraction=config.verify_fraction,
+        max_line_bytes=config.max_line_bytes,
+        max_length=config.max_length,
+        overlap_size=config.overlap_size,
+        windowing=config.windowing,
+        min_text_length=config.min_text_length,
+    )
 
 
 @contextlib.contextmanager

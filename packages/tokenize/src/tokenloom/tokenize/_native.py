@@ -33,7 +33,7 @@ from tokenloom.formats.io import (
 )
 from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
-from tokenloom.tokenize._executor import Encoding, WorkerDiedError, start_encoding
+from tokenloom.tokenize._executor import Encoding, WorkerDiedError, encoding_for
 from tokenloom.tokenize._inputs import InputFile, Issue, read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
@@ -103,20 +103,7 @@ def _encode_all(
     config: TokenizeConfig, state: RunState, inputs: RunInputs, on_progress: ProgressCallback | None
 ) -> tuple[_Run, Encoding]:
     """Encode every chunk after the journal's position into shards; the finished run and its encoder."""
-    with start_encoding(
-        inputs.tokenizer,
-        inputs.files,
-        num_workers=config.num_workers,
-        eos_id=config.eos_id,
-        text_field=config.text_field,
-        engine=config.engine,
-        verify_fraction=config.verify_fraction,
-        max_line_bytes=config.max_line_bytes,
-        max_length=config.max_length,
-        overlap_size=config.overlap_size,
-        windowing=config.windowing,
-        min_text_length=config.min_text_length,
-    ) as encoding:
+    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
         run = _Run(config, state, inputs.files, encoding.dtype)
         chunks = read_chunks(
             inputs.files,

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from tokenloom.formats import ConfigError
 from tokenloom.formats.io import require
 from tokenloom.tokenize._config import TokenizeConfig
-from tokenloom.tokenize._executor import run_ordered, start_encoding
+from tokenloom.tokenize._executor import encoding_for, run_ordered
 from tokenloom.tokenize._inputs import InputFile, read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._state import Counts
@@ -118,20 +118,7 @@ def encode_with_ray(
     if not pending:
         return session
     check_reachable(address)
-    with start_encoding(
-        inputs.tokenizer,
-        inputs.files,
-        num_workers=0,
-        eos_id=config.eos_id,
-        text_field=config.text_field,
-        engine=config.engine,
-        verify_fraction=config.verify_fraction,
-        max_line_bytes=config.max_line_bytes,
-        max_length=config.max_length,
-        overlap_size=config.overlap_size,
-        windowing=config.windowing,
-        min_text_length=config.min_text_length,
-    ) as encoding:
+    with encoding_for(config, inputs.tokenizer, inputs.files, num_workers=0) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         settings = encoding.settings
     session.facts = facts

@@ -37,7 +37,7 @@ from tokenloom.formats.io import (
     write_manifest,
 )
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
-from tokenloom.tokenize._executor import start_encoding
+from tokenloom.tokenize._executor import encoding_for
 from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._native import replaceable, summary_of
 from tokenloom.tokenize._plan import RunInputs
@@ -168,20 +168,8 @@ def _encode_local(
     if not mine:
         return session
     files = [inputs.files[u] for u in mine]
-    with start_encoding(
-        inputs.tokenizer,
-        inputs.files,  # the engine probe reads the same first documents on every node
-        num_workers=config.num_workers,
-        eos_id=config.eos_id,
-        text_field=config.text_field,
-        engine=config.engine,
-        verify_fraction=config.verify_fraction,
-        max_line_bytes=config.max_line_bytes,
-        max_length=config.max_length,
-        overlap_size=config.overlap_size,
-        windowing=config.windowing,
-        min_text_length=config.min_text_length,
-    ) as encoding:
+    # the engine probe reads the same first documents (inputs.files) on every node
+    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
         chunks = read_chunks(
