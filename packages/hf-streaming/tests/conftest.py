@@ -93,3 +93,6 @@ def write_corpus(
 @pytest.fixture
 def corpus(tmp_path) -> list[str]:
     return write_corpus(tmp_path / "data")
+
+
+pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server

@@ -104,3 +104,6 @@ def output_digest_fixture() -> Callable[[Path], dict[str, object]]:
 @pytest.fixture(name="tree_digest")
 def tree_digest_fixture() -> Callable[[Path], dict[str, str]]:
     return tree_digest
+
+
+pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server
