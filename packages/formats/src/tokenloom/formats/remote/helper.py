@@ -29,7 +29,7 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import client
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
-__all__ = ["check_bucket", "fetch_into", "head"]
+__all__ = ["check_bucket", "fetch_into", "head", "list_objects"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -110,6 +110,11 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     return ObjectInfo(**_helper().call("head", config=_config_json(config), name=name))
 
 
+def list_objects(config: StoreConfig) -> list[ObjectInfo]:
+    """Every object under the URL's prefix, sorted by key."""
+    return [ObjectInfo(**item) for item in _helper().call("list", config=_config_json(config))]
+
+
 def fetch_into(config: StoreConfig, obj: ObjectInfo, start: int, end: int, path: str | os.PathLike[str]) -> None:
     """Write bytes ``[start, end)`` of ``obj`` (If-Match its ETag) into the new file ``path``, fsynced."""
     _helper().call(
@@ -145,6 +150,8 @@ def _answer(request: dict[str, Any]) -> Any:
             handle.flush()
             os.fsync(handle.fileno())
         return None
+    if request["op"] == "list":
+        return [dataclasses.asdict(info) for info in client.list_objects(config)]
     if request["op"] == "check_bucket":
         return client.check_bucket(config)
     raise ValueError(f"unknown request {request['op']!r}")
