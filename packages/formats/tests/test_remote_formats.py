@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from tokenloom.formats import open_dataset, open_writer
@@ -314,3 +315,78 @@ def _upload_parallel(seaweed, local: Path) -> str:
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda p: obstore.put(store, f"{prefix}/{p.name}", p.read_bytes()), files))
     return f"s3://{seaweed.bucket}/{prefix}"
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def _cli(args: list[str], env: dict[str, str] | None = None):
+    from click.testing import CliRunner
+
+    from tokenloom.formats.cli.group import main
+
+    return CliRunner().invoke(main, args, env=env, catch_exceptions=False)
+
+
+def test_cli_validate_and_inspect_a_url_with_credentials_from_the_environment(seaweed, tmp_path):
+    from tokenloom.formats.remote.local_servers import S3_SECRET
+
+    local_path, url = _setup(seaweed, tmp_path, "megatron")
+    env = {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
+    result = _cli(["validate", url, "--cache-dir", str(tmp_path / "c")], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"path       {url}" in result.output and "problems   none (fast validation)" in result.output
+    result = _cli(["inspect", url, "--json", "--cache-dir", str(tmp_path / "c")], env=env)
+    assert result.exit_code == 0, result.output
+    facts = orjson.loads(result.output)
+    assert facts["path"] == url and facts["entries"] == len(open_dataset(local_path))
+    assert S3_SECRET not in result.output
+
+
+def test_cli_deep_validate_with_storage_options_never_prints_them(seaweed, tmp_path):
+    from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+
+    _, url = _setup(seaweed, tmp_path, "native")
+    options = [
+        f"endpoint={seaweed.endpoint}",
+        f"access_key_id={S3_ACCESS_KEY}",
+        f"secret_access_key={S3_SECRET}",
+        "region=us-east-1",
+        "allow_http=true",
+    ]
+    args = ["validate", url, "--deep", "--cache-dir", str(tmp_path / "c")]
+    for option in options:
+        args += ["--storage-option", option]
+    result = _cli(args)
+    assert result.exit_code == 0, result.output
+    assert "problems   none (deep validation)" in result.output
+    assert "token range: every id < 1,000" in result.output
+    assert S3_SECRET not in result.output
+    wrong = [a.replace(S3_SECRET, "not-the-SECRET-0000") for a in args]
+    result = _cli([*wrong[:4], str(tmp_path / "c2"), *wrong[5:]])
+    assert result.exit_code == 1 and "not-the-SECRET-0000" not in result.output
+    assert "refused" in result.output or "StorageError" in result.output
+
+
+def test_cli_convert_reads_a_url_and_refuses_a_url_target(seaweed, tmp_path, monkeypatch):
+    local_path, url = _setup(seaweed, tmp_path, "packed")
+    monkeypatch.chdir(tmp_path)
+    env = {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
+    target = tmp_path / "out" / "train"
+    (tmp_path / "out").mkdir()
+    result = _cli(["convert", url, str(target), "--to", "megatron", "--no-progress"], env=env)
+    assert result.exit_code == 0, result.output
+    assert _entries(open_dataset(target)) == _entries(open_dataset(local_path))
+    result = _cli(["convert", url, "s3://bucket/out", "--to", "native"], env=env)
+    assert result.exit_code != 0 and "remote conversion target is not supported yet" in result.output
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_cli_remote_options_on_a_local_path_or_malformed_are_named(tmp_path):
+    native(tmp_path / "ds")
+    result = _cli(["inspect", str(tmp_path / "ds"), "--storage-option", "region=x"])
+    assert result.exit_code != 0 and "applies to s3://" in result.output
+    result = _cli(["validate", "s3://bucket/ds", "--storage-option", "no-equals-sign"])
+    assert result.exit_code == 1 and "is not KEY=VALUE" in result.output
+    result = _cli(["validate", "s3://bucket/ds", "--write-manifest"])
+    assert result.exit_code == 1 and "not supported yet" in result.output
