@@ -100,7 +100,8 @@ _STORES: dict[tuple[int, str, str], Any] = {}
 
 def _store(config: StoreConfig) -> Any:
     """The obstore store of ``config`` in this process (built after fork, never inherited)."""
-    key = (os.getpid(), config.url.root, repr(sorted((k, repr(v)) for k, v in config.storage_options.items())))
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_")))
+    key = (os.getpid(), config.url.root, repr([sorted((k, repr(v)) for k, v in config.storage_options.items()), env]))
     store = _STORES.get(key)
     if store is None:
         for stale in [k for k in _STORES if k[0] != key[0]]:

@@ -34,15 +34,26 @@ __all__ = ["check_bucket", "fetch_into", "head", "list_objects"]
 log = logging.getLogger("tokenloom.formats.remote")
 
 
+#: environment variables obstore reads for credentials and endpoints: sent with each request (on the pipe),
+#: so a helper started earlier sees the caller's current environment
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
+
+
 def _config_json(config: StoreConfig) -> dict[str, Any]:
     return {
         "url": str(config.url),
         "storage_options": config.storage_options,
         "retries": dataclasses.asdict(config.retries),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
     }
 
 
 def _config_from(raw: dict[str, Any]) -> StoreConfig:
+    env = raw.get("env")
+    if isinstance(env, dict):
+        for name in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
+            del os.environ[name]
+        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(_ENV_PREFIXES)})
     return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 

@@ -28,8 +28,8 @@ from tokenloom.formats.remote.source import RemoteSource, build_view, relative_n
 
 __all__ = ["detect_remote", "manifest_format", "open_remote_any"]
 
-#: sidecar and companion suffixes tried beside a single named file where the store cannot be listed (http)
-_COMPANIONS = ("", ".idx", ".bin", ".tokenloom.json", ".idx.tokenloom.json")
+#: what a single named file or Megatron prefix brings along: NAME, NAME.idx + NAME.bin, NAME.tokenloom.json
+_COMPANIONS = ("", ".idx", ".bin", ".tokenloom.json")
 
 
 def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
@@ -111,23 +111,23 @@ def _objects(
         found = {n: head(config, n) for n in names}
         return config, {relative_name(o, url.prefix): o for o in found.values()}, ""
     if listable:
-        listed = list_objects(config)
+        try:
+            listed = list_objects(config)
+        except MissingFileError:
+            check_bucket(config)  # the named error when the bucket itself is missing
+            raise
         if listed:
             return config, {relative_name(o, url.prefix): o for o in listed if not o.key.endswith("/")}, ""
     # a single file (x.pbin, train.h5) or a Megatron prefix: the view is its parent, holding it and its companions
     parent = PurePosixPath(url.prefix).parent.as_posix() if "/" in url.prefix else ""
     basename = PurePosixPath(url.prefix).name
     parent_config = StoreConfig(RemoteURL(url.scheme, url.bucket, parent), config.storage_options, config.retries)
-    if listable:
-        candidates = [o for o in list_objects(parent_config) if "/" not in relative_name(o, parent)]
-        kept = [o for o in candidates if _belongs(relative_name(o, parent), basename)]
-    else:
-        kept = []
-        for suffix in _COMPANIONS:
-            try:
-                kept.append(head(parent_config, basename + suffix))
-            except MissingFileError:
-                continue
+    kept = []  # HEADs, not a listing of the parent (which may be a whole bucket)
+    for suffix in _COMPANIONS:
+        try:
+            kept.append(head(parent_config, basename + suffix))
+        except MissingFileError:
+            continue
     if not kept:
         check_bucket(config)
         raise MissingFileError(
@@ -137,10 +137,6 @@ def _objects(
             "or a Megatron prefix (s3://BUCKET/DIR/NAME for NAME.idx + NAME.bin)",
         )
     return parent_config, {relative_name(o, parent): o for o in kept}, basename
-
-
-def _belongs(name: str, basename: str) -> bool:
-    return name == basename or name.startswith(basename + ".")
 
 
 def _at_url(exc: DataError, view: Path, url: RemoteURL) -> DataError:
