@@ -250,7 +250,7 @@ def test_https_reads_formats_with_a_manifest_or_a_named_file(range_server, tmp_p
 def test_https_without_a_manifest_cannot_list(range_server, tmp_path):
     root: Path = range_server.root  # type: ignore[attr-defined]
     megatron(root / "ds")
-    with pytest.raises(DataError, match="cannot be listed|nothing at"):
+    with pytest.raises(DataError, match="cannot list"):
         open_dataset(f"{range_server.url}/ds", cache_dir=tmp_path / "c", retries=0)
 
 

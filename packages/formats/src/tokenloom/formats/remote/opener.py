@@ -24,7 +24,7 @@ from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
-from tokenloom.formats.remote.source import RemoteSource, build_view, relative_name
+from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
 
 __all__ = ["detect_remote", "manifest_format", "open_remote_any"]
 
@@ -124,10 +124,19 @@ def _objects(
     parent_config = StoreConfig(RemoteURL(url.scheme, url.bucket, parent), config.storage_options, config.retries)
     kept = []  # HEADs, not a listing of the parent (which may be a whole bucket)
     for suffix in _COMPANIONS:
+        if not suffix and not basename.endswith(DATA_SUFFIXES):
+            continue  # only a file of a known kind is opened by name (an http server answers for folders too)
         try:
             kept.append(head(parent_config, basename + suffix))
         except MissingFileError:
             continue
+    if not kept and not listable:
+        raise MissingFileError(
+            f"{url.url(MANIFEST_NAME)} does not exist, and an http(s) server cannot list {url}",
+            path=url.url(MANIFEST_NAME),
+            hint="Over http(s) a dataset needs its manifest.json (`tokenloom validate --write-manifest` on a local "
+            "copy, then upload it), or name the file itself (https://HOST/DIR/data.pbin, .../train.h5)",
+        )
     if not kept:
         check_bucket(config)
         raise MissingFileError(
