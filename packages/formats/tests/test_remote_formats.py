@@ -274,6 +274,7 @@ def test_reader_options_reach_the_reader_and_wrong_ones_are_named(seaweed, tmp_p
         open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", layout="current")
 
 
+@pytest.mark.slow
 def test_ten_thousand_shards_open_with_the_manifest_alone(seaweed, fault_proxy, tmp_path):
     """Opening fetches only the manifest (and lists); the first sample fetches one .idx and one block."""
     local = tmp_path / "many"
@@ -390,3 +391,17 @@ def test_cli_remote_options_on_a_local_path_or_malformed_are_named(tmp_path):
     assert result.exit_code == 1 and "is not KEY=VALUE" in result.output
     result = _cli(["validate", "s3://bucket/ds", "--write-manifest"])
     assert result.exit_code == 1 and "not supported yet" in result.output
+
+
+def test_a_shard_copied_without_its_source_refuses_the_placeholder(seaweed, tmp_path):
+    """A view's data files are holes: code that rebuilds a Shard must pass source=, or it gets an error, not zeros."""
+    from tokenloom.formats import Shard, StorageError
+
+    _, url = _setup(seaweed, tmp_path, "flat")
+    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=BLOCK)
+    shard = ds.shards[0]
+    fields = {"tokens_path": shard.tokens_path, "dtype": shard.dtype, "num_tokens": shard.num_tokens}
+    fields |= {"offsets": shard.offsets, "overlap_prefix": shard.overlap_prefix, "tokens_offset": shard.tokens_offset}
+    with pytest.raises(StorageError, match="placeholder of a remote object"):
+        np.asarray(Shard(**fields).tokens[:10])
+    assert np.array_equal(np.asarray(Shard(**fields, source=shard.source).tokens[:10]), np.asarray(shard.tokens[:10]))

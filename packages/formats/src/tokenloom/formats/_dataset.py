@@ -26,7 +26,7 @@ import numpy as np
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
 from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.progress import Stage
-from tokenloom.formats.io.source import LOCAL, Source, current_source
+from tokenloom.formats.io.source import LOCAL, Source, current_source, refuse_placeholder
 from tokenloom.formats.io.storage import storage_errors
 
 __all__ = ["Shard", "TokenDataset"]
@@ -79,6 +79,7 @@ def map_tokens(path: Path, dtype: np.dtype, byte_offset: int, count: int) -> np.
     """A read-only zero-copy array of ``count`` tokens of ``dtype`` at ``byte_offset`` in ``path``."""
     if count == 0:
         return np.empty(0, dtype=dtype)
+    refuse_placeholder(path)
     with storage_errors(path, "mapping tokens"), open(path, "rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     # A plain ndarray over the mmap slices faster than np.memmap (no subclass overhead).

@@ -20,7 +20,21 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-__all__ = ["LOCAL", "LocalSource", "Source", "current_source", "using_source"]
+__all__ = [
+    "LOCAL",
+    "REMOTE_VIEW_MARKER",
+    "VIEW_DATA_SUFFIXES",
+    "LocalSource",
+    "Source",
+    "current_source",
+    "refuse_placeholder",
+    "using_source",
+]
+
+#: a remote view's folder holds this file; its data files are placeholders (holes), never to be read locally
+REMOTE_VIEW_MARKER = ".tokenloom-remote-view"
+#: objects a view holds as placeholders (read by blocks); every other object is fetched whole
+VIEW_DATA_SUFFIXES = (".bin", ".npy", ".pbin", ".h5", ".hdf5")
 
 
 class Source(Protocol):
@@ -35,6 +49,7 @@ class LocalSource:
     """Files on a local (or mounted) filesystem: ``open`` and a memory map."""
 
     def open(self, path: str | os.PathLike[str]) -> BinaryIO:
+        refuse_placeholder(path)
         return open(path, "rb")  # noqa: SIM115 - the caller closes it
 
     def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> np.ndarray:
@@ -47,6 +62,27 @@ class LocalSource:
 
 
 LOCAL = LocalSource()
+
+
+def refuse_placeholder(path: str | os.PathLike[str]) -> None:
+    """StorageError when ``path`` is a data placeholder of a remote view (its bytes are holes, not data).
+
+    A shard copied without its source (``Shard(tokens_path=...)`` built from a remote dataset's shard)
+    would otherwise read zeros: pass ``source=shard.source`` along instead.
+    """
+    text = os.fspath(path)
+    if "view-" not in text or not text.endswith(VIEW_DATA_SUFFIXES):
+        return
+    for parent in Path(text).parents:
+        if parent.name.startswith("view-") and (parent / REMOTE_VIEW_MARKER).exists():
+            from tokenloom.formats.errors import StorageError
+
+            raise StorageError(
+                f"{Path(text).name} is the local placeholder of a remote object, not its bytes",
+                path=text,
+                hint="Read the dataset opened from the URL (its shards carry their source); code that builds "
+                "Shard(...) from another dataset's shard must pass source=shard.source",
+            )
 
 _CURRENT: ContextVar[Source] = ContextVar("tokenloom_source", default=LOCAL)
 

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from tokenloom.formats.errors import UnsafePathError
-from tokenloom.formats.io.source import LOCAL
+from tokenloom.formats.io.source import LOCAL, REMOTE_VIEW_MARKER, VIEW_DATA_SUFFIXES
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.blockfile import BlockFile
@@ -36,7 +36,7 @@ from tokenloom.formats.remote.client import ObjectInfo
 __all__ = ["DATA_SUFFIXES", "RemoteSource", "build_view"]
 
 #: objects read by blocks (token data, files that hold their own headers); every other object is fetched whole
-DATA_SUFFIXES = (".bin", ".npy", ".pbin", ".h5", ".hdf5")
+DATA_SUFFIXES = VIEW_DATA_SUFFIXES
 
 
 class RemoteSource:
@@ -94,6 +94,7 @@ def build_view(cache: BlockCache, objects: dict[str, ObjectInfo]) -> Path:
         temp = home / f".view-{os.getpid()}-{os.urandom(4).hex()}.tmp"
         try:
             temp.mkdir()
+            (temp / REMOTE_VIEW_MARKER).write_bytes(b"")
             for name, obj in sorted(objects.items()):
                 target = temp / name
                 target.parent.mkdir(parents=True, exist_ok=True)
