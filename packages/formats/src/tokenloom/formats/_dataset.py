@@ -62,12 +62,14 @@ class Shard:
     @property
     def tokens(self) -> np.ndarray:
         """The shard's tokens as a read-only 1-D array over a memory map (opened on first use)."""
-        if self._tokens is None:
+        tokens = self._tokens
+        if tokens is None:
             if self.source is LOCAL:
-                self._tokens = map_tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
+                tokens = map_tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
             else:
-                self._tokens = self.source.tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
-        return self._tokens
+                tokens = self.source.tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
+            self._tokens = tokens
+        return tokens
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -158,7 +160,8 @@ class TokenDataset:
         local = index - starts[k]
         views = self._offset_views
         if views is None:
-            views = self._offset_views = [None] * len(self.shards)
+            fresh: list[memoryview | None] = [None] * len(self.shards)
+            views = self._offset_views = fresh
         offsets = views[k]  # a memoryview indexes to Python ints, faster than numpy scalars
         if offsets is None:  # built per shard on first use: a remote shard's index is fetched only when touched
             offsets = views[k] = np.ascontiguousarray(shard.offsets, np.int64).data

@@ -152,7 +152,7 @@ def validate(
             with _quiet("tokenloom.formats"):  # its info "no manifest: run --write-manifest" hint, now moot
                 adopted = adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
             click.echo(
-                f"wrote {path / 'manifest.json'}: checksums of {len(adopted.files)} files; later opens verify them",
+                f"wrote {Path(path) / MANIFEST_NAME}: checksums of {len(adopted.files)} files; later opens verify them",
                 err=True,
             )
         if deep:

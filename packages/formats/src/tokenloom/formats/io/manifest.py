@@ -75,7 +75,7 @@ def file_checksum(path: str | os.PathLike[str], *, on_bytes: Callable[[int], Non
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
     source = current_source()
-    opened = open(path, "rb", buffering=0) if source is LOCAL else source.open(path)  # noqa: SIM115
+    opened: Any = open(path, "rb", buffering=0) if source is LOCAL else source.open(path)  # noqa: SIM115
     with opened as handle:
         while count := handle.readinto(buffer):
             digest.update(view[:count])

@@ -50,7 +50,7 @@ class LocalSource:
 
     def open(self, path: str | os.PathLike[str]) -> BinaryIO:
         refuse_placeholder(path)
-        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        return open(path, "rb")
 
     def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> np.ndarray:
         from tokenloom.formats._dataset import map_tokens
@@ -83,6 +83,7 @@ def refuse_placeholder(path: str | os.PathLike[str]) -> None:
                 hint="Read the dataset opened from the URL (its shards carry their source); code that builds "
                 "Shard(...) from another dataset's shard must pass source=shard.source",
             )
+
 
 _CURRENT: ContextVar[Source] = ContextVar("tokenloom_source", default=LOCAL)
 

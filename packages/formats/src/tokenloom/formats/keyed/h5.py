@@ -221,7 +221,6 @@ def _h5_shards(store: H5Store, key: str, token_dtype: np.dtype, path: Path) -> l
     Works for contiguous, uncompressed little-endian datasets (h5py's default
     layout), whose bytes sit at a fixed offset in the file.
     """
-    h5py = h5py_module()
     shards = []
     for file_index, name in store._segments[key]:
         file_path = store._paths[file_index]

@@ -4,10 +4,11 @@
 
 ``client`` builds stores per process and does ranged GETs
 with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node (temp file + rename
-under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks, ``blockfile`` a file object over them,
-``source`` the local view every format's own reader runs on (``opener``), and ``native`` opens a
-native dataset lazily (an index is fetched when its shard is first touched). URLs are recognised in
-``tokenloom.formats.io.urls``; remote writes are not supported yet (:func:`refuse_remote_output`).
+under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks,
+``blockfile`` a file object over them, ``source`` the local view every format's own reader runs
+on (``opener``), and ``native`` opens a native dataset lazily (an index is fetched when its shard
+is first touched). URLs are recognised in ``tokenloom.formats.io.urls``; remote writes are not
+supported yet (:func:`refuse_remote_output`).
 """
 
 from __future__ import annotations

@@ -266,4 +266,3 @@ def remote_fingerprint(fingerprint: str | None, objects: Any) -> str:
     for info in sorted(objects, key=lambda o: o.key):
         digest.update(orjson.dumps([info.key, info.size, info.etag]))
     return digest.hexdigest()
-

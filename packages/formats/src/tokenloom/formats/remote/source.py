@@ -40,7 +40,7 @@ DATA_SUFFIXES = VIEW_DATA_SUFFIXES
 
 
 class RemoteSource:
-    """Data bytes of the objects behind a view, from the block cache (a :class:`~tokenloom.formats.io.source.Source`)."""
+    """Data bytes of the objects behind a view, from the block cache (a ``Source``)."""
 
     def __init__(self, cache: BlockCache, view: Path, objects: dict[str, ObjectInfo]) -> None:
         self.cache = cache
