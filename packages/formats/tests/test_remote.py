@@ -219,7 +219,7 @@ def test_object_changed_under_a_reader_is_resume_mismatch(seaweed, local_ds, tmp
 def test_missing_object_bucket_and_bad_secret_are_named(seaweed, local_ds, tmp_path):
     url = _upload(seaweed, local_ds)
     options = seaweed.storage_options()
-    with pytest.raises(MissingFileError, match=r"s3://tokenloom-test/nope/manifest.json does not exist"):
+    with pytest.raises(MissingFileError, match=r"nothing at s3://tokenloom-test/nope: no object"):
         open_dataset("s3://tokenloom-test/nope", storage_options=options, cache_dir=tmp_path / "c")
     with pytest.raises(MissingFileError, match=r"the bucket 'no-such-bucket-x' of s3://no-such-bucket-x/ds does not"):
         open_dataset("s3://no-such-bucket-x/ds", storage_options=options, cache_dir=tmp_path / "c")

@@ -26,6 +26,7 @@ import numpy as np
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
 from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.progress import Stage
+from tokenloom.formats.io.source import LOCAL, Source, current_source, refuse_placeholder
 from tokenloom.formats.io.storage import storage_errors
 
 __all__ = ["Shard", "TokenDataset"]
@@ -45,6 +46,8 @@ class Shard:
     tokens_offset: int = 0  # byte offset of the first token in tokens_path
     name: str = ""
     _tokens: np.ndarray | None = field(default=None, repr=False)
+    #: where the token bytes come from (the reader's source: local files, or the remote block cache)
+    source: Source = field(default_factory=current_source, repr=False)
 
     @classmethod
     def single_entry(cls, path: Path, dtype: np.dtype, count: int, *, tokens_offset: int = 0, name: str) -> Shard:
@@ -59,9 +62,14 @@ class Shard:
     @property
     def tokens(self) -> np.ndarray:
         """The shard's tokens as a read-only 1-D array over a memory map (opened on first use)."""
-        if self._tokens is None:
-            self._tokens = map_tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
-        return self._tokens
+        tokens = self._tokens
+        if tokens is None:
+            if self.source is LOCAL:
+                tokens = map_tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
+            else:
+                tokens = self.source.tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
+            self._tokens = tokens
+        return tokens
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -73,6 +81,7 @@ def map_tokens(path: Path, dtype: np.dtype, byte_offset: int, count: int) -> np.
     """A read-only zero-copy array of ``count`` tokens of ``dtype`` at ``byte_offset`` in ``path``."""
     if count == 0:
         return np.empty(0, dtype=dtype)
+    refuse_placeholder(path)
     with storage_errors(path, "mapping tokens"), open(path, "rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     # A plain ndarray over the mmap slices faster than np.memmap (no subclass overhead).
@@ -126,7 +135,7 @@ class TokenDataset:
         self._length = int(self._entry_starts[-1])
         self._doc_lengths: np.ndarray | None = None
         self._overlap: np.ndarray | None = None
-        self._offset_views: list[memoryview] | None = None
+        self._offset_views: list[memoryview | None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -151,8 +160,11 @@ class TokenDataset:
         local = index - starts[k]
         views = self._offset_views
         if views is None:
-            views = self._offset_views = [np.ascontiguousarray(s.offsets, np.int64).data for s in self.shards]
+            fresh: list[memoryview | None] = [None] * len(self.shards)
+            views = self._offset_views = fresh
         offsets = views[k]  # a memoryview indexes to Python ints, faster than numpy scalars
+        if offsets is None:  # built per shard on first use: a remote shard's index is fetched only when touched
+            offsets = views[k] = np.ascontiguousarray(shard.offsets, np.int64).data
         tokens = shard._tokens
         if tokens is None:
             tokens = shard.tokens

@@ -146,8 +146,10 @@ def _found(target: Path) -> str:
 
 def detect_format(path: str | os.PathLike[str]) -> str:
     """The one registered format that recognises ``path``, or FormatError listing what was tried."""
-    if is_remote_url(path):
-        return "native"  # the only format read remotely yet: open_dataset(URL) checks the manifest says so
+    if is_remote_url(path):  # credentials from the environment; open_dataset(URL, storage_options=...) detects too
+        from tokenloom.formats.remote.opener import detect_remote
+
+        return detect_remote(path)
     target = Path(path)
     if not target.exists() and not any(target.parent.glob(target.name + ".*")):
         raise MissingFileError(f"{target} does not exist", path=target, hint=_nearest_hint(target))

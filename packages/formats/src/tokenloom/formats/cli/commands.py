@@ -17,6 +17,7 @@ from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_d
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._registry import available_formats, open_dataset
 from tokenloom.formats.cli.group import cli_errors
+from tokenloom.formats.cli.remote_options import PATH_OR_URL, remote_kwargs, remote_options
 from tokenloom.formats.cli.summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
 from tokenloom.formats.io.manifest import MANIFEST_NAME, read_manifest
@@ -24,6 +25,7 @@ from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.progress import reporting
 from tokenloom.formats.io.safety import dataset_inputs, unlisted_files
 from tokenloom.formats.io.storage import check_readable
+from tokenloom.formats.io.urls import refuse_remote_output
 from tokenloom.formats.native.writer import adopt_native
 
 __all__ = ["convert", "inspect", "validate"]
@@ -45,8 +47,10 @@ _dtype_option = click.option(
 )
 
 
-def _open(path: Path, format_name: str | None, dtype: str | None, validate: str) -> TokenDataset:
-    return open_dataset(path, format=format_name, dtype=dtype, validate=validate)
+def _open(
+    path: Path | str, format_name: str | None, dtype: str | None, validate: str, remote: dict | None = None
+) -> TokenDataset:
+    return open_dataset(path, format=format_name, dtype=dtype, validate=validate, **(remote or {}))
 
 
 def _summary_lines(facts: dict[str, Any]) -> list[str]:
@@ -82,9 +86,10 @@ def _vocab_size_option(help_text: str) -> Callable[[Callable[..., Any]], Callabl
     "  tokenloom validate shards/ --format flat --dtype uint16\n"
     "  tokenloom validate out/data --deep --vocab-size 50257 --eos-id 50256   # Megatron records neither\n"
     "  tokenloom validate data/tokenized/train/web --write-manifest   # adopt GPT-Simple shards\n"
-    "  tokenloom validate --curriculum curriculum.yaml --global-batch-size 512 --max-steps 20000",
+    "  tokenloom validate --curriculum curriculum.yaml --global-batch-size 512 --max-steps 20000\n"
+    "  tokenloom validate s3://bucket/tokens --deep --storage-option region=eu-west-1   # AWS_* credentials",
 )
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=PATH_OR_URL)
 @click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
 @click.option(
     "--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length [default: {DEFAULT_SEQ_LEN}]."
@@ -108,8 +113,9 @@ def _vocab_size_option(help_text: str) -> Callable[[Callable[..., Any]], Callabl
     help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one "
     "(recording --vocab-size / --eos-id when given).",
 )
+@remote_options
 def validate(
-    path: Path,
+    path: Path | str,
     deep: bool,
     seq_len: int | None,
     vocab_size: int | None,
@@ -121,6 +127,8 @@ def validate(
     curriculum: bool = False,
     global_batch_size: int | None = None,
     max_steps: int | None = None,
+    storage_option: tuple[str, ...] = (),
+    cache_dir: Path | None = None,
 ) -> None:
     """Check a token dataset (or, with --curriculum, a curriculum config) and print the config snippet.
 
@@ -138,19 +146,22 @@ def validate(
     coverage: list[str] = []
     warnings: list[str] = []
     try:
+        remote = remote_kwargs(path, storage_option, cache_dir)
         if write_manifest:
+            refuse_remote_output(path, "manifest write (--write-manifest)")
             with _quiet("tokenloom.formats"):  # its info "no manifest: run --write-manifest" hint, now moot
                 adopted = adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
             click.echo(
-                f"wrote {path / 'manifest.json'}: checksums of {len(adopted.files)} files; later opens verify them",
+                f"wrote {Path(path) / MANIFEST_NAME}: checksums of {len(adopted.files)} files; later opens verify them",
                 err=True,
             )
         if deep:
-            dataset, coverage = _deep_open(path, format_name, dtype, progress, vocab_size, eos_id)
+            dataset, coverage = _deep_open(path, format_name, dtype, progress, vocab_size, eos_id, remote)
         else:
-            dataset = _open(path, format_name, dtype, "fast")
-        check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
-        warnings = unlisted_files(dataset)
+            dataset = _open(path, format_name, dtype, "fast", remote)
+        if not remote:  # a URL's objects were listed and their bytes come from the store, not these files
+            check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
+            warnings = unlisted_files(dataset)
     except (DataError, OSError) as exc:
         click.echo(f"{'path':<10} {path}")
         click.echo(f"{'problems':<10} 1")
@@ -184,22 +195,34 @@ def _quiet(logger: str) -> Iterator[None]:
 
 
 def _deep_open(
-    path: Path, format_name: str | None, dtype: str | None, progress: bool, vocab_size: int | None, eos_id: int | None
+    path: Path | str,
+    format_name: str | None,
+    dtype: str | None,
+    progress: bool,
+    vocab_size: int | None,
+    eos_id: int | None,
+    remote: dict | None = None,
 ) -> tuple[TokenDataset, list[str]]:
-    """Deep validation with a percentage bar and ETA per stage on stderr (a TTY only; --no-progress: none)."""
+    """Deep validation with a percentage bar and ETA per stage on stderr (a TTY only; --no-progress: none).
+
+    On a URL every block is read (into the cache) and checked against the manifest's per-file checksums.
+    """
     from rich.console import Console
 
-    fast = _open(path, format_name, dtype, "fast")
-    files = [p for p in dataset_inputs(fast) if p.is_file()]
-    total = sum(p.stat().st_size for p in files)
-    message = (
-        f"deep validation of {fast.format} {path}: {total / 1e6:,.1f} MB in {len(files)} files "
-        f"({fast.num_tokens:,} tokens)"
-    )
+    fast = _open(path, format_name, dtype, "fast", remote)
+    if remote:
+        message = f"deep validation of {fast.format} {path}: {fast.metadata.get('remote', {}).get('objects')} objects"
+    else:
+        files = [p for p in dataset_inputs(fast) if p.is_file()]
+        total = sum(p.stat().st_size for p in files)
+        message = f"deep validation of {fast.format} {path}: {total / 1e6:,.1f} MB in {len(files)} files"
+    message += f" ({fast.num_tokens:,} tokens)"
     console = Console(stderr=True)
     started = time.perf_counter()
     with _stage_bars(console, enabled=progress and console.is_terminal) as on_progress:
-        dataset = open_dataset(path, format=format_name, dtype=dtype, validate="deep", on_progress=on_progress)
+        dataset = open_dataset(
+            path, format=format_name, dtype=dtype, validate="deep", on_progress=on_progress, **(remote or {})
+        )
         with reporting(on_progress):  # --vocab-size / --eos-id read the tokens once more
             coverage = _deep_checks(dataset, vocab_size, eos_id)
     if progress and console.is_terminal:
@@ -274,9 +297,10 @@ def _check_with(dataset: TokenDataset, field: str, given: int | None, check: Cal
 
 
 @click.command(
-    epilog="\b\nExamples:\n  tokenloom inspect data/tokens --json\n  tokenloom inspect data/tokens --plot lengths.png"
+    epilog="\b\nExamples:\n  tokenloom inspect data/tokens --json\n  tokenloom inspect data/tokens --plot lengths.png\n"
+    "  tokenloom inspect gs://bucket/tokens --cache-dir /local/nvme/cache"
 )
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=PATH_OR_URL)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option(
     "--plot",
@@ -286,11 +310,20 @@ def _check_with(dataset: TokenDataset, field: str, given: int | None, check: Cal
 )
 @_format_option
 @_dtype_option
-def inspect(path: Path, as_json: bool, plot: Path | None, format_name: str | None, dtype: str | None) -> None:
-    """Counts, dtype and document-length percentiles of a token dataset."""
+@remote_options
+def inspect(
+    path: Path | str,
+    as_json: bool,
+    plot: Path | None,
+    format_name: str | None,
+    dtype: str | None,
+    storage_option: tuple[str, ...] = (),
+    cache_dir: Path | None = None,
+) -> None:
+    """Counts, dtype and document-length percentiles of a token dataset (a directory, a file or a URL)."""
     with cli_errors():
         pyplot = _pyplot() if plot is not None else None
-        dataset = _open(path, format_name, dtype, "fast")
+        dataset = _open(path, format_name, dtype, "fast", remote_kwargs(path, storage_option, cache_dir))
     facts = describe(dataset)
     lengths = dataset.doc_lengths
     facts["lengths"] = length_percentiles(lengths)
@@ -329,8 +362,11 @@ def _histogram(pyplot: Any, lengths: Any, path: Path, *, title: str) -> None:
     pyplot.close(figure)
 
 
-def _verify_recorded_checksums(dataset: TokenDataset) -> None:
+def _verify_recorded_checksums(dataset: TokenDataset, source: Path | str, remote: dict) -> None:
     """Every file's xxh3 against the source's manifest, where it has one: a damaged shard is not copied."""
+    if remote:  # a URL: deep validation reads every block and checks the manifest's checksums
+        open_dataset(source, format=dataset.format, validate="deep", **remote)
+        return
     root = dataset.root
     if root.is_dir() and (root / MANIFEST_NAME).is_file():
         read_manifest(root).verify(root, deep=True)
@@ -346,10 +382,11 @@ def _writable() -> list[str]:
         "  tokenloom convert data/native out/train_text_document --to megatron\n"
         "  tokenloom convert out/train_text_document data/native2 --to native --shard-size-tokens 100000000\n"
         "  tokenloom convert kf_shards/ data/native --to native --from flat --from-dtype uint32\n"
-        "  tokenloom convert megatron/data data/native --to native --eos-id 50256 --vocab-size 50257"
+        "  tokenloom convert megatron/data data/native --to native --eos-id 50256 --vocab-size 50257\n"
+        "  tokenloom convert s3://bucket/tokens data/megatron/train --to megatron   # AWS_* credentials"
     ),
 )
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source", type=PATH_OR_URL)
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--to", "to", required=True, metavar="FORMAT", help="Target format (native, flat, megatron, ...).")
 @click.option(
@@ -390,8 +427,9 @@ def _writable() -> list[str]:
 @_eos_id_option("End-of-document id to record, where the source has none (Megatron or .pbin from another tool).")
 @_vocab_size_option("Vocab size to record (and check every token against), where the source has none.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@remote_options
 def convert(
-    source: Path,
+    source: Path | str,
     target: Path,
     to: str,
     from_format: str | None,
@@ -407,6 +445,8 @@ def convert(
     no_progress: bool,
     eos_id: int | None = None,
     vocab_size: int | None = None,
+    storage_option: tuple[str, ...] = (),
+    cache_dir: Path | None = None,
 ) -> None:
     """Convert a token dataset to another format, losslessly and in constant memory.
 
@@ -434,9 +474,10 @@ def convert(
                 if not _accepts(factory, name):  # type: ignore[arg-type]
                     raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)
                 options[name] = value
-        dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast")
+        remote = remote_kwargs(source, storage_option, cache_dir)
+        dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast", **remote)
         if verify:
-            _verify_recorded_checksums(dataset)
+            _verify_recorded_checksums(dataset, source, remote)
         progress = Progress(
             TextColumn(f"{dataset.format} -> {to}"),
             BarColumn(),

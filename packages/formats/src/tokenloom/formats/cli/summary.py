@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,11 +32,18 @@ def length_percentiles(lengths: np.ndarray) -> dict[str, float]:
     }
 
 
+def _where(dataset: TokenDataset) -> str:
+    """The dataset's absolute path, or its URL (never the store's credentials or endpoint)."""
+    if "remote" in dataset.metadata:
+        return str(dataset.metadata["remote"]["url"])
+    return str(dataset.root.resolve())
+
+
 def describe(dataset: TokenDataset) -> dict[str, Any]:
     """Plain-JSON facts about ``dataset`` (counts, dtype, ids, where its files are)."""
     facts: dict[str, Any] = {
         "format": dataset.format,
-        "path": str(dataset.root.resolve()),
+        "path": _where(dataset),
         "shards": dataset.num_shards,
         "entries": len(dataset),
         "tokens": dataset.num_tokens,
@@ -85,8 +93,8 @@ def config_snippet(dataset: TokenDataset, seq_len: int) -> str:
         f"# len(windows) == {samples}: sum over shards of tokens // (seq_len + 1); "
         f"vocab_size {_yaml_scalar(facts['vocab_size'])}, eos_id {_yaml_scalar(facts['eos_id'])}",
     ]
-    root = dataset.root.resolve()
-    if facts["format"] == "native" and root.parent.name == "train":
+    root = Path(facts["path"])
+    if facts["format"] == "native" and root.parent.name == "train" and "remote" not in dataset.metadata:
         data_root = root.parent.parent
         lines += [
             "",

@@ -24,6 +24,7 @@ import numpy as np
 from tokenloom.formats.errors import FormatError, ResourceLimitError, TruncatedError, UnsafeFormatError
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES
 from tokenloom.formats.io.scan import check_exact_size
+from tokenloom.formats.io.source import current_source
 
 __all__ = ["MAX_HEADER_BYTES", "NPY_HEADER_SIZE", "NPY_MAGIC", "NpyHeader", "npy_header", "read_npy_header"]
 
@@ -45,7 +46,7 @@ class NpyHeader:
 
 def read_npy_header(path: Path, *, file_size: int, max_header_bytes: int = MAX_HEADER_BYTES) -> NpyHeader:
     """Validate the header of the 1-D token array in ``path`` (``file_size`` bytes long)."""
-    with open(path, "rb") as handle:
+    with current_source().open(path) as handle:
         prefix = handle.read(12)
         if len(prefix) < 10:
             raise TruncatedError(f"file has {len(prefix)} bytes, shorter than a .npy preamble", path=path)

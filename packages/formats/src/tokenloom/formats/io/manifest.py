@@ -23,6 +23,7 @@ from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileErro
 from tokenloom.formats.io.atomic import atomic_write_bytes
 from tokenloom.formats.io.paths import safe_stat
 from tokenloom.formats.io.progress import Stage
+from tokenloom.formats.io.source import LOCAL, current_source
 
 __all__ = [
     "EOS_AT_DOCUMENT_END",
@@ -73,7 +74,9 @@ def file_checksum(path: str | os.PathLike[str], *, on_bytes: Callable[[int], Non
     digest = xxhash.xxh3_128()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
+    source = current_source()
+    opened: Any = open(path, "rb", buffering=0) if source is LOCAL else source.open(path)  # noqa: SIM115
+    with opened as handle:
         while count := handle.readinto(buffer):
             digest.update(view[:count])
             if on_bytes is not None:

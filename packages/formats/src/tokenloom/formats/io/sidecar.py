@@ -32,6 +32,7 @@ from tokenloom.formats.errors import ConfigError, FormatError
 from tokenloom.formats.io.atomic import atomic_write_bytes
 from tokenloom.formats.io.manifest import check_vocab_and_eos
 from tokenloom.formats.io.paths import safe_stat
+from tokenloom.formats.io.source import current_source
 
 __all__ = [
     "SIDECAR_SUFFIX",
@@ -53,7 +54,7 @@ Sidecar = dict[str, Any]  # vocab_size, eos_id, tokenizer_fingerprint (each may 
 
 
 def _edges(path: Path, size: int) -> str:
-    with open(path, "rb") as handle:
+    with current_source().open(path) as handle:
         digest = xxhash.xxh3_64(handle.read(_EDGE))
         if size > _EDGE:
             handle.seek(max(_EDGE, size - _EDGE))

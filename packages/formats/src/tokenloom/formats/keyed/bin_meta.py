@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, map_tokens
+from tokenloom.formats._dataset import Shard
 from tokenloom.formats.errors import (
     FormatError,
     IndexCorruptError,
@@ -32,6 +32,7 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.scan import check_exact_size
+from tokenloom.formats.io.source import current_source
 from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
 
 __all__ = ["META_NAME", "BinStore", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
@@ -74,6 +75,7 @@ class BinStore(KeyedStore):
         super().__init__(**options)
         self._parts: list[_Part] = []
         self._maps: dict[tuple[int, str], np.ndarray] = {}
+        self._source = current_source()
 
     def _close(self) -> None:
         self._maps = {}
@@ -82,6 +84,7 @@ class BinStore(KeyedStore):
         if not path.is_dir():
             raise FormatError("a bin store is a directory holding meta.json and <key>.bin files", path=path)
         refuse_unfinished(path, what="store")
+        self._source = current_source()
         metas = find_meta_files(path)
         if not metas:
             raise MissingFileError(f"no {META_NAME} under the directory", path=path)
@@ -109,7 +112,7 @@ class BinStore(KeyedStore):
             for segment, part in enumerate(parts):
                 for key in keys:
                     if dtypes[key].kind == "f":
-                        values = map_tokens(part.files[key], dtypes[key], 0, part.lengths[key])
+                        values = self._source.tokens(part.files[key], dtypes[key], 0, part.lengths[key])
                         check_finite(values, key=key, path=part.files[key], record=segment)
         return lengths, records
 
@@ -197,7 +200,7 @@ class BinStore(KeyedStore):
         mapped = self._maps.get((segment, key))
         if mapped is None:
             part = self._parts[segment]
-            mapped = map_tokens(part.files[key], self._dtypes[key], 0, part.lengths[key])
+            mapped = self._source.tokens(part.files[key], self._dtypes[key], 0, part.lengths[key])
             self._maps[(segment, key)] = mapped
         return mapped[start:stop]
 

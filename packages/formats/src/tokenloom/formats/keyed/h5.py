@@ -38,6 +38,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.source import LOCAL, Source, current_source
 from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
 
 __all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "open_h5_dataset"]
@@ -66,6 +67,13 @@ def _h5_errors(path: Path) -> Iterator[None]:
 
 def h5py_module() -> Any:
     return require("h5py", distribution="tokenloom-formats", extra="h5", purpose="HDF5 keyed stores")
+
+
+def _h5_file(source: Source, path: Path) -> Any:
+    """``path`` opened read-only by h5py: by name locally, else through the source's file object."""
+    if source is LOCAL:
+        return h5py_module().File(path, "r")
+    return h5py_module().File(source.open(path), "r")
 
 
 def find_h5_files(root: Path) -> list[Path]:
@@ -106,6 +114,7 @@ class H5Store(KeyedStore):
         self._paths: list[Path] = []
         self._segments: dict[str, list[tuple[int, str]]] = {}  # key -> [(file index, dataset path)]
         self._files: dict[int, Any] = {}
+        self._source: Source = current_source()
 
     def _close(self) -> None:
         files, self._files = getattr(self, "_files", {}), {}
@@ -115,6 +124,7 @@ class H5Store(KeyedStore):
 
     def _load(self, path: Path) -> tuple[list[int], np.ndarray | None]:
         h5py = h5py_module()
+        self._source = current_source()
         if path.is_file() or path.is_symlink():
             root, paths = path.parent, [path]
         elif path.is_dir():
@@ -130,7 +140,7 @@ class H5Store(KeyedStore):
         for index, file_path in enumerate(paths):
             safe_file(root, file_path)
             try:
-                handle = h5py.File(file_path, "r")
+                handle = _h5_file(self._source, file_path)
             except OSError as exc:
                 raise FormatError(f"not a readable HDF5 file ({exc})", path=file_path) from None
             with handle, _h5_errors(file_path):
@@ -200,7 +210,7 @@ class H5Store(KeyedStore):
         with _h5_errors(self._paths[file_index]):
             handle = self._files.get(file_index)
             if handle is None:
-                handle = h5py_module().File(self._paths[file_index], "r")
+                handle = _h5_file(self._source, self._paths[file_index])
                 self._files[file_index] = handle
             return np.asarray(handle[name][start:stop])
 
@@ -211,11 +221,10 @@ def _h5_shards(store: H5Store, key: str, token_dtype: np.dtype, path: Path) -> l
     Works for contiguous, uncompressed little-endian datasets (h5py's default
     layout), whose bytes sit at a fixed offset in the file.
     """
-    h5py = h5py_module()
     shards = []
     for file_index, name in store._segments[key]:
         file_path = store._paths[file_index]
-        with _h5_errors(file_path), h5py.File(file_path, "r") as handle:
+        with _h5_errors(file_path), _h5_file(store._source, file_path) as handle:
             dataset = handle[name]
             length = int(dataset.shape[0])
             offset = dataset.id.get_offset()

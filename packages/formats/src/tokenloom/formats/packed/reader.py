@@ -49,6 +49,7 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
+from tokenloom.formats.io.source import current_source
 from tokenloom.formats.packed.pickle_safe import load_int_tuples
 
 __all__ = ["PACKED_LAYOUTS", "PACKED_SUFFIX", "PackedFile", "is_packed", "open_packed", "read_packed_file"]
@@ -91,7 +92,7 @@ def read_packed_file(
         raise ConfigError(f"layout={layout!r}, expected one of {list(PACKED_LAYOUTS)}", field="layout")
     safe_file(root, path)
     size = path.stat().st_size
-    with open(path, "rb") as handle:
+    with current_source().open(path) as handle:
         head = handle.read(12)
         if len(head) < 8:
             raise TruncatedError(

@@ -4,9 +4,11 @@
 
 ``client`` builds stores per process and does ranged GETs
 with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node (temp file + rename
-under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks and
-``native`` opens a native dataset. URLs are recognised in
-``tokenloom.formats.io.urls``; remote writes are not supported yet (:func:`refuse_remote_output`).
+under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks,
+``blockfile`` a file object over them, ``source`` the local view every format's own reader runs
+on (``opener``), and ``native`` opens a native dataset lazily (an index is fetched when its shard
+is first touched). URLs are recognised in ``tokenloom.formats.io.urls``; remote writes are not
+supported yet (:func:`refuse_remote_output`).
 """
 
 from __future__ import annotations
@@ -55,23 +57,10 @@ def open_remote(
     retries: RetryPolicy | int | None = None,
     **options: Any,
 ) -> TokenDataset:
-    """Open the dataset at ``url`` through the per-node block cache (native datasets with a manifest)."""
-    from tokenloom.formats.remote.native import open_remote_native
+    """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's)."""
+    from tokenloom.formats.remote.opener import open_remote_any
 
     parsed = parse_url(url)
-    if format not in (None, "native"):
-        raise ConfigError(
-            f"format {format!r} is not read from object storage yet (only native)",
-            path=str(parsed),
-            field="format",
-            hint="Convert the dataset to native, or copy it to disk",
-        )
-    if options:
-        raise ConfigError(
-            f"option(s) {', '.join(sorted(options))} do not apply to a remote native dataset",
-            path=str(parsed),
-            field=sorted(options)[0],
-        )
     if storage_options is not None and not isinstance(storage_options, dict):
         raise ConfigError(
             f"storage_options is a {type(storage_options).__name__}, expected a dict", field="storage_options"
@@ -79,4 +68,4 @@ def open_remote(
     policy = RetryPolicy(max_retries=retries) if isinstance(retries, int) else retries or RetryPolicy()
     config = StoreConfig(parsed, dict(storage_options or {}), policy)
     cache = BlockCache(config, cache_dir, block_size)
-    return open_remote_native(cache, validate=as_validate(validate), dtype=dtype)
+    return open_remote_any(cache, format=format, dtype=dtype, validate=as_validate(validate), options=options)

@@ -23,7 +23,7 @@ from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, R
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
 
-__all__ = ["ObjectInfo", "RetryPolicy", "StoreConfig", "check_bucket", "fetch_range", "head", "redact"]
+__all__ = ["ObjectInfo", "RetryPolicy", "StoreConfig", "check_bucket", "fetch_range", "head", "list_objects", "redact"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -100,7 +100,8 @@ _STORES: dict[tuple[int, str, str], Any] = {}
 
 def _store(config: StoreConfig) -> Any:
     """The obstore store of ``config`` in this process (built after fork, never inherited)."""
-    key = (os.getpid(), config.url.root, repr(sorted((k, repr(v)) for k, v in config.storage_options.items())))
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_")))
+    key = (os.getpid(), config.url.root, repr([sorted((k, repr(v)) for k, v in config.storage_options.items()), env]))
     store = _STORES.get(key)
     if store is None:
         for stale in [k for k in _STORES if k[0] != key[0]]:
@@ -222,6 +223,32 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     meta = _with_retries(config, url, "reading its size and ETag", lambda: _obstore().head(_store(config), key))
     etag = meta.get("e_tag") or meta.get("version") or ""
     return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag))
+
+
+def list_objects(config: StoreConfig) -> list[ObjectInfo]:
+    """Every object under the URL's prefix (recursively), sorted by key, with size and ETag (one LIST per 1000)."""
+    if config.url.scheme in ("http", "https"):
+        raise ConfigError(
+            f"{config.url} cannot be listed: an http(s) server has no object listing",
+            path=str(config.url),
+            hint="Open a dataset with a manifest.json there (`tokenloom validate --write-manifest` before uploading), "
+            "or name the file itself (https://HOST/data.pbin)",
+        )
+    prefix = config.url.prefix
+    found: list[ObjectInfo] = []
+
+    def list_all() -> None:
+        found.clear()
+        stream = _obstore().list(_store(config), prefix=f"{prefix}/" if prefix else None, chunk_size=1000)
+        for chunk in stream:
+            for meta in chunk:
+                key = str(meta["path"])
+                etag = meta.get("e_tag") or meta.get("version") or ""
+                url = f"{config.url.root}/{key}"
+                found.append(ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag)))
+
+    _with_retries(config, str(config.url), "listing the prefix", list_all)
+    return sorted(found, key=lambda info: info.key)
 
 
 def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> bytes:

@@ -29,9 +29,14 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import client
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
-__all__ = ["check_bucket", "fetch_into", "head"]
+__all__ = ["check_bucket", "fetch_into", "head", "list_objects"]
 
 log = logging.getLogger("tokenloom.formats.remote")
+
+
+#: environment variables obstore reads for credentials and endpoints: sent with each request (on the pipe),
+#: so a helper started earlier sees the caller's current environment
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
 
 
 def _config_json(config: StoreConfig) -> dict[str, Any]:
@@ -39,10 +44,16 @@ def _config_json(config: StoreConfig) -> dict[str, Any]:
         "url": str(config.url),
         "storage_options": config.storage_options,
         "retries": dataclasses.asdict(config.retries),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
     }
 
 
 def _config_from(raw: dict[str, Any]) -> StoreConfig:
+    env = raw.get("env")
+    if isinstance(env, dict):
+        for name in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
+            del os.environ[name]
+        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(_ENV_PREFIXES)})
     return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 
@@ -110,6 +121,11 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     return ObjectInfo(**_helper().call("head", config=_config_json(config), name=name))
 
 
+def list_objects(config: StoreConfig) -> list[ObjectInfo]:
+    """Every object under the URL's prefix, sorted by key."""
+    return [ObjectInfo(**item) for item in _helper().call("list", config=_config_json(config))]
+
+
 def fetch_into(config: StoreConfig, obj: ObjectInfo, start: int, end: int, path: str | os.PathLike[str]) -> None:
     """Write bytes ``[start, end)`` of ``obj`` (If-Match its ETag) into the new file ``path``, fsynced."""
     _helper().call(
@@ -145,6 +161,8 @@ def _answer(request: dict[str, Any]) -> Any:
             handle.flush()
             os.fsync(handle.fileno())
         return None
+    if request["op"] == "list":
+        return [dataclasses.asdict(info) for info in client.list_objects(config)]
     if request["op"] == "check_bucket":
         return client.check_bucket(config)
     raise ValueError(f"unknown request {request['op']!r}")

@@ -1,9 +1,12 @@
-"""Opening a native dataset (``manifest.json`` + ``.idx``/``.bin`` shards) from object storage.
+"""Opening a native dataset (``manifest.json`` + ``.idx``/``.bin`` shards) from object storage, lazily.
 
-The manifest and every ``.idx`` are fetched whole into the cache and validated exactly as on disk;
-each ``.bin`` is read by blocks (:class:`BlockArray`). Every object's size is checked against the
-manifest, and every object's ETag goes into the dataset fingerprint, so a state saved on these
-bytes does not load on other bytes.
+At open only the manifest is fetched (plus one LIST per 1,000 objects where the store can list:
+every object's size and ETag, checked against the manifest and bound into the fingerprint). Each
+shard's entry count comes from its ``.idx`` size as the manifest records it (a GPT-Simple ``.idx`` of
+``n`` entries has exactly ``idx_size(n)`` bytes), so a 10,000-shard dataset opens without reading
+10,000 indexes: a shard's ``.idx`` is fetched whole, checked against the manifest's checksum and
+validated as on disk when the shard is first touched; its ``.bin`` is read by blocks.
+``validate="deep"`` touches every shard and checksums every object block by block (with progress).
 """
 
 from __future__ import annotations
@@ -18,32 +21,127 @@ import xxhash
 
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset
-from tokenloom.formats.errors import ChecksumError, ConfigError, FormatError, MissingFileError, TruncatedError
+from tokenloom.formats.errors import ChecksumError, ConfigError, FormatError, IndexCorruptError, MissingFileError
 from tokenloom.formats.io.dtypes import as_token_dtype
-from tokenloom.formats.io.manifest import MANIFEST_NAME, file_checksum, read_manifest
-from tokenloom.formats.native.layout import HEADER, parse_header
+from tokenloom.formats.io.manifest import MANIFEST_NAME, FileEntry, Manifest, read_manifest
+from tokenloom.formats.io.progress import Stage
+from tokenloom.formats.native.layout import HEADER, idx_size, parse_header
 from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, shards_dataset, validate_offsets
 from tokenloom.formats.remote.array import BlockArray
+from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
-from tokenloom.formats.remote.helper import check_bucket, head
+from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 
-__all__ = ["RemoteShard", "open_remote_native"]
+__all__ = ["RemoteShard", "check_size", "open_remote_native", "remote_fingerprint"]
 
 
 class RemoteShard(Shard):
-    """A shard whose tokens come from the block cache instead of a local memory map."""
+    """A native shard whose ``.idx`` is fetched and validated on first touch; its tokens come from blocks."""
 
-    array: BlockArray | None = None
+    def __init__(
+        self,
+        cache: BlockCache,
+        stem: str,
+        dtype: np.dtype,
+        entries: tuple[FileEntry, FileEntry],
+        objects: tuple[ObjectInfo | None, ObjectInfo | None],
+        *,
+        validate: Validate,
+    ) -> None:
+        idx_entry, bin_entry = entries
+        self.cache = cache
+        self.name = stem
+        self.dtype = dtype
+        self.tokens_path = Path(cache.config.url.key(bin_entry.name))
+        self.tokens_offset = 0
+        self.num_tokens = bin_entry.bytes // dtype.itemsize
+        self._num_entries = _entry_count(idx_entry, cache)
+        self.entries = entries
+        self.objects = list(objects)
+        self.validate = validate
+        self._index: tuple[np.ndarray, np.ndarray] | None = None
+        self._tokens = None
+
+    @property
+    def num_entries(self) -> int:
+        return self._num_entries
+
+    def _object(self, slot: int) -> ObjectInfo:
+        obj = self.objects[slot]
+        if obj is None:  # a store that cannot list (http): learn the ETag now, once, and pin it
+            entry = self.entries[slot]
+            obj = self.objects[slot] = head(self.cache.config, entry.name)
+            check_size(entry, obj)
+        return obj
+
+    def _load(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._index is None:
+            idx_entry, _ = self.entries
+            idx = self._object(0)
+            raw = self.cache.whole(idx).read_bytes()
+            if self.validate != Validate.NONE and xxhash.xxh3_128(raw).hexdigest() != idx_entry.xxh3_128:
+                raise ChecksumError(
+                    f"{idx_entry.name} differs from the checksum the manifest records",
+                    path=idx.url,
+                    hint="The index changed after the dataset was written: restore it or re-create the dataset",
+                )
+            found_dtype, count = parse_header(raw[: HEADER.size], path=idx.url, file_size=len(raw))
+            if found_dtype != self.dtype:
+                raise FormatError(
+                    f"shard dtype {found_dtype.name} differs from the manifest's {self.dtype.name}",
+                    path=idx.url,
+                    field="dtype",
+                )
+            offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=HEADER.size).astype(np.int64)
+            overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=HEADER.size + 8 * (count + 1))
+            bin_url = self.cache.config.url.url(self.entries[1].name)
+            validate_offsets(offsets, overlaps, self.num_tokens, idx_path=idx.url, bin_path=bin_url)
+            self._index = (offsets, overlaps.astype(np.uint16))
+        return self._index
+
+    @property
+    def offsets(self) -> np.ndarray:  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self._load()[0]
+
+    @property
+    def overlap_prefix(self) -> np.ndarray:  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self._load()[1]
 
     @property
     def tokens(self) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
-        return self.array
+        if self._tokens is None:
+            self._tokens = BlockArray(self.cache, self._object(1), self.dtype, 0, self.num_tokens)  # type: ignore[assignment]
+        return self._tokens
+
+    def __repr__(self) -> str:
+        return f"RemoteShard({self.name!r}, {self.num_entries} entries, {self.num_tokens} tokens)"
 
 
-def _index_dir(cache: BlockCache, manifest: ObjectInfo) -> Path:
-    """A local folder holding the fetched manifest (read_manifest reads a directory)."""
-    whole = cache.whole(manifest)
+def _entry_count(idx_entry: FileEntry, cache: BlockCache) -> int:
+    """The entry count a GPT-Simple ``.idx`` of the recorded size holds (IndexCorruptError if none does)."""
+    count, rest = divmod(idx_entry.bytes - HEADER.size - 8, 10)
+    if rest or count < 0 or idx_size(count) != idx_entry.bytes:
+        raise IndexCorruptError(
+            f"the manifest records {idx_entry.bytes} bytes for {idx_entry.name}, not the size of any GPT-Simple index",
+            path=cache.config.url.url(MANIFEST_NAME),
+            field="files",
+        )
+    return count
+
+
+def check_size(entry: FileEntry, obj: ObjectInfo) -> None:
+    if obj.size != entry.bytes:
+        raise ChecksumError(
+            f"{entry.name} has {obj.size} bytes, the manifest records {entry.bytes}",
+            path=obj.url,
+            hint="The object changed after the dataset was written: restore it or re-create the dataset",
+        )
+
+
+def _manifest(cache: BlockCache, manifest_obj: ObjectInfo) -> Manifest:
+    """The manifest, parsed and checked by the local reader (which reads a directory)."""
+    whole = cache.whole(manifest_obj)
     folder = whole.parent / "as-dir"
     target = folder / MANIFEST_NAME
     if not target.exists():
@@ -51,36 +149,38 @@ def _index_dir(cache: BlockCache, manifest: ObjectInfo) -> Path:
         temp = folder / f"{MANIFEST_NAME}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
         temp.write_bytes(whole.read_bytes())
         temp.replace(target)
-    return folder
+    try:
+        return read_manifest(folder)
+    except FormatError as exc:
+        raise type(exc)(exc.problem, path=manifest_obj.url, field=exc.field, hint=exc.hint) from None
 
 
-def open_remote_native(cache: BlockCache, *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
+def open_remote_native(
+    cache: BlockCache,
+    *,
+    validate: Validate = Validate.FAST,
+    dtype: Any = None,
+    manifest_obj: ObjectInfo | None = None,
+) -> TokenDataset:
     """The TokenDataset of the native dataset at ``cache.config.url`` (manifest required)."""
     url = cache.config.url
-    if validate == Validate.DEEP:
-        raise ConfigError(
-            f"deep validation of {url} is not supported yet (it would read every block)",
-            field="validate",
-            hint="Open with validate='fast', or copy the dataset to disk and run `tokenloom validate --deep` there",
-        )
-    try:
-        manifest_obj = head(cache.config, MANIFEST_NAME)
-    except MissingFileError:
-        check_bucket(cache.config)
-        raise MissingFileError(
-            f"{url.url(MANIFEST_NAME)} does not exist: no native dataset at {url}",
-            path=url.url(MANIFEST_NAME),
-            hint="Reading from object storage needs the manifest (written by `tokenloom tokenize`); check the "
-            "prefix, or run `tokenloom validate --write-manifest` on a local copy and upload it",
-        ) from None
-    local = _index_dir(cache, manifest_obj)
-    manifest = read_manifest(local)
+    if manifest_obj is None:
+        try:
+            manifest_obj = head(cache.config, MANIFEST_NAME)
+        except MissingFileError:
+            check_bucket(cache.config)
+            raise MissingFileError(
+                f"{url.url(MANIFEST_NAME)} does not exist: no native dataset at {url}",
+                path=url.url(MANIFEST_NAME),
+                hint="Check the prefix, or run `tokenloom validate --write-manifest` on a local copy and upload it",
+            ) from None
+    manifest = _manifest(cache, manifest_obj)
     if manifest.format != "native":
         raise FormatError(
-            f"the manifest records format {manifest.format!r}; only native datasets are read remotely yet",
+            f"the manifest records format {manifest.format!r}, not native",
             path=manifest_obj.url,
             field="format",
-            hint="Convert the dataset to native (`tokenloom convert`) or copy it to disk",
+            hint=f"Open it with format={manifest.format!r} (or without format=)",
         )
     if manifest.version != NATIVE_MANIFEST_VERSION:
         raise FormatError(
@@ -95,73 +195,74 @@ def open_remote_native(cache: BlockCache, *, validate: Validate = Validate.FAST,
             path=str(url),
             field="dtype",
         )
-    objects: dict[str, ObjectInfo] = {}
-    for entry in manifest.files:
-        info = head(cache.config, entry.name)
-        if validate != Validate.NONE and info.size != entry.bytes:
-            raise ChecksumError(
-                f"{entry.name} has {info.size} bytes, the manifest records {entry.bytes}",
-                path=info.url,
-                hint="The object changed after the dataset was written: restore it or re-create the dataset",
-            )
-        objects[entry.name] = info
-    if validate != Validate.NONE:
+    listed: dict[str, ObjectInfo] = {}
+    if url.scheme not in ("http", "https"):
+        listed = {o.key: o for o in list_objects(cache.config)}
         for entry in manifest.files:
-            if entry.role == "index" and file_checksum(cache.whole(objects[entry.name])) != entry.xxh3_128:
-                raise ChecksumError(
-                    f"{entry.name} differs from the checksum the manifest records",
-                    path=objects[entry.name].url,
-                    hint="The index changed after the dataset was written: restore it or re-create the dataset",
-                )
-    shards: list[Shard] = [_shard(cache, objects, stem, token_dtype) for stem in _stems(manifest)]
+            obj = listed.get(url.key(entry.name))
+            if obj is None:
+                raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=url.url(entry.name))
+            check_size(entry, obj)
+    by_name = {entry.name: entry for entry in manifest.files}
+    shards: list[Shard] = []
+    for entry in manifest.files:
+        if not entry.name.endswith(".idx"):
+            continue
+        stem = entry.name[:-4]
+        data = by_name.get(f"{stem}.bin")
+        if data is None:
+            raise MissingFileError(f"the manifest lists {entry.name} but not {stem}.bin", path=url.url(f"{stem}.bin"))
+        objects = (listed.get(url.key(entry.name)), listed.get(url.key(data.name)))
+        shards.append(RemoteShard(cache, stem, token_dtype, (entry, data), objects, validate=validate))
+    if validate == Validate.DEEP:
+        _check_every_byte(cache, manifest, shards)
     dataset = shards_dataset(shards, "native", Path(MANIFEST_NAME), manifest, validate)
     dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
-    dataset.fingerprint = remote_fingerprint(manifest.fingerprint, objects.values())
-    dataset.metadata["remote"] = {"url": url.url(), "objects": len(objects)}
+    identity = [manifest_obj, *(o for o in listed.values() if o.key != manifest_obj.key)]
+    dataset.fingerprint = remote_fingerprint(manifest.fingerprint, identity)
+    dataset.metadata["remote"] = {"url": url.url(), "objects": len(manifest.files) + 1}
     return dataset
 
 
-def _stems(manifest: Any) -> list[str]:
-    return [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
+def _check_every_byte(cache: BlockCache, manifest: Manifest, shards: list[Shard]) -> None:
+    """Deep validation: every object read block by block and checked against the manifest's checksum."""
+    stage = Stage("checksums", sum(e.bytes for e in manifest.files))
+    by_name: dict[str, tuple[RemoteShard, int]] = {}
+    for shard in shards:
+        if isinstance(shard, RemoteShard):
+            by_name[shard.entries[0].name] = (shard, 0)
+            by_name[shard.entries[1].name] = (shard, 1)
+    for entry in manifest.files:
+        owner = by_name.get(entry.name)
+        obj = owner[0]._object(owner[1]) if owner else head(cache.config, entry.name)
+        if owner is None:
+            check_size(entry, obj)
+        with BlockFile(cache, obj) as handle:
+            found = _checksum(handle, stage)
+        if found != entry.xxh3_128:
+            raise ChecksumError(
+                f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
+                path=obj.url,
+                field="xxh3_128",
+            )
+    for shard in shards:
+        shard.offsets  # noqa: B018 - fetch and validate every index
 
 
-def _shard(cache: BlockCache, objects: dict[str, ObjectInfo], stem: str, dtype: np.dtype) -> RemoteShard:
-    idx = objects.get(f"{stem}.idx")
-    data = objects.get(f"{stem}.bin")
-    if idx is None or data is None:
-        missing = f"{stem}.idx" if idx is None else f"{stem}.bin"
-        raise MissingFileError(f"the manifest does not list {missing}", path=cache.config.url.url(missing))
-    raw = cache.whole(idx).read_bytes()
-    found_dtype, count = parse_header(raw[: HEADER.size], path=idx.url, file_size=len(raw))
-    if found_dtype != dtype:
-        raise FormatError(
-            f"shard dtype {found_dtype.name} differs from the manifest's {dtype.name}", path=idx.url, field="dtype"
-        )
-    offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=HEADER.size).astype(np.int64)
-    overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=HEADER.size + 8 * (count + 1))
-    if data.size % dtype.itemsize:
-        raise TruncatedError(
-            f"data object has {data.size} bytes, not a multiple of the {dtype.name} item size", path=data.url
-        )
-    num_tokens = data.size // dtype.itemsize
-    validate_offsets(offsets, overlaps, num_tokens, idx_path=idx.url, bin_path=data.url)
-    shard = RemoteShard(
-        tokens_path=Path(data.key),
-        dtype=dtype,
-        num_tokens=num_tokens,
-        offsets=offsets,
-        overlap_prefix=overlaps.astype(np.uint16),
-        name=stem,
-    )
-    shard.array = BlockArray(cache, data, dtype, 0, num_tokens)
-    shard._tokens = shard.array  # type: ignore[assignment]  # the dataset's hot path reads _tokens directly
-    return shard
-
-
-def remote_fingerprint(manifest_fingerprint: str | None, objects: Any) -> str:
-    """The manifest's fingerprint bound to every object's size and ETag (no credentials, no endpoint)."""
+def _checksum(handle: BlockFile, stage: Stage) -> str:
     digest = xxhash.xxh3_128()
-    digest.update((manifest_fingerprint or "").encode())
+    buffer = bytearray(1 << 20)
+    view = memoryview(buffer)
+    while count := handle.readinto(buffer):
+        digest.update(view[:count])
+        stage.advance(count)
+    return digest.hexdigest()
+
+
+def remote_fingerprint(fingerprint: str | None, objects: Any) -> str:
+    """The reader's fingerprint bound to every object's key, size and ETag (no credentials, no endpoint)."""
+    digest = xxhash.xxh3_128()
+    digest.update((fingerprint or "").encode())
     for info in sorted(objects, key=lambda o: o.key):
         digest.update(orjson.dumps([info.key, info.size, info.etag]))
     return digest.hexdigest()

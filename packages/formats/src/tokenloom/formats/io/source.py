@@ -1,0 +1,103 @@
+"""Where a reader's bytes come from: the one place where a dataset path becomes bytes or a token array.
+
+Readers work on paths (stat, glob, small index files read whole) and ask the *current source* for the
+bytes of data files: :meth:`Source.open` (headers, an HDF5 file, checksums) and :meth:`Source.tokens`
+(a shard's token array). The default, :data:`LOCAL`, opens the file and memory-maps it, as readers always
+did. ``tokenloom.formats.remote`` opens a URL by running the same reader on a local *view* of the
+prefix (index files fetched whole, data files as placeholders of their size) inside
+``using_source(remote)``, so data bytes come from the block cache instead. A :class:`~tokenloom.formats._dataset.Shard`
+keeps the source it was created under (it is pickled with it), so a DataLoader worker reads the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+import numpy as np
+
+__all__ = [
+    "LOCAL",
+    "REMOTE_VIEW_MARKER",
+    "VIEW_DATA_SUFFIXES",
+    "LocalSource",
+    "Source",
+    "current_source",
+    "refuse_placeholder",
+    "using_source",
+]
+
+#: a remote view's folder holds this file; its data files are placeholders (holes), never to be read locally
+REMOTE_VIEW_MARKER = ".tokenloom-remote-view"
+#: objects a view holds as placeholders (read by blocks); every other object is fetched whole
+VIEW_DATA_SUFFIXES = (".bin", ".npy", ".pbin", ".h5", ".hdf5")
+
+
+class Source(Protocol):
+    """Data-file bytes for readers: a read-only file object and a 1-D token array."""
+
+    def open(self, path: str | os.PathLike[str]) -> BinaryIO: ...
+
+    def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> Any: ...
+
+
+class LocalSource:
+    """Files on a local (or mounted) filesystem: ``open`` and a memory map."""
+
+    def open(self, path: str | os.PathLike[str]) -> BinaryIO:
+        refuse_placeholder(path)
+        return open(path, "rb")
+
+    def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> np.ndarray:
+        from tokenloom.formats._dataset import map_tokens
+
+        return map_tokens(Path(path), dtype, byte_offset, count)
+
+    def __reduce__(self) -> str:
+        return "LOCAL"  # one instance per process, also after unpickling
+
+
+LOCAL = LocalSource()
+
+
+def refuse_placeholder(path: str | os.PathLike[str]) -> None:
+    """StorageError when ``path`` is a data placeholder of a remote view (its bytes are holes, not data).
+
+    A shard copied without its source (``Shard(tokens_path=...)`` built from a remote dataset's shard)
+    would otherwise read zeros: pass ``source=shard.source`` along instead.
+    """
+    text = os.fspath(path)
+    if "view-" not in text or not text.endswith(VIEW_DATA_SUFFIXES):
+        return
+    for parent in Path(text).parents:
+        if parent.name.startswith("view-") and (parent / REMOTE_VIEW_MARKER).exists():
+            from tokenloom.formats.errors import StorageError
+
+            raise StorageError(
+                f"{Path(text).name} is the local placeholder of a remote object, not its bytes",
+                path=text,
+                hint="Read the dataset opened from the URL (its shards carry their source); code that builds "
+                "Shard(...) from another dataset's shard must pass source=shard.source",
+            )
+
+
+_CURRENT: ContextVar[Source] = ContextVar("tokenloom_source", default=LOCAL)
+
+
+def current_source() -> Source:
+    """The source of the reader running now (:data:`LOCAL` unless inside :func:`using_source`)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def using_source(source: Source) -> Iterator[None]:
+    """Run the readers inside the block against ``source``."""
+    token = _CURRENT.set(source)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)

@@ -1,0 +1,56 @@
+"""BlockFile: a read-only, seekable file object over a remote object, served from the block cache.
+
+What a reader opens where it needs a file rather than an array: a ``.npy`` or ``.pbin`` header, the
+pickled index at the end of a ``.pbin``, an HDF5 file (h5py reads a Python file object), a checksum
+over every byte. Each read touches only the blocks it covers (fetched once per node, then memory-mapped).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from tokenloom.formats.remote.cache import BlockCache
+from tokenloom.formats.remote.client import ObjectInfo
+
+__all__ = ["BlockFile"]
+
+
+class BlockFile(io.RawIOBase):
+    """The bytes of ``obj`` as a read-only binary file (``read``, ``readinto``, ``seek``, ``tell``)."""
+
+    def __init__(self, cache: BlockCache, obj: ObjectInfo) -> None:
+        super().__init__()
+        self.cache = cache
+        self.obj = obj
+        self.name = obj.url
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self.obj.size}[whence]
+        if base + offset < 0:
+            raise OSError(f"negative seek position {base + offset} in {self.obj.url}")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # pyright: ignore[reportIncompatibleMethodOverride]
+        target = memoryview(buffer).cast("B")
+        size = self.cache.block_size
+        done = 0
+        while done < len(target) and self._position < self.obj.size:
+            number, inside = divmod(self._position, size)
+            block = self.cache.block(self.obj, number)
+            count = min(len(target) - done, len(block) - inside)
+            target[done : done + count] = block[inside : inside + count]
+            done += count
+            self._position += count
+        return done

@@ -1,0 +1,167 @@
+"""Opening any format from a URL: list the prefix, build the local view, run the format's own reader on it.
+
+Detection works as on disk (the manifest first, else every detector over the listing, as a view);
+the dataset that comes back reads its token data through :class:`RemoteSource` (blocks), and its
+fingerprint binds the reader's own fingerprint to every object's key, size and ETag. Native datasets
+with a manifest take the lazy path of :mod:`tokenloom.formats.remote.native` instead (no index fetched
+before a shard is touched).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import orjson
+
+from tokenloom.formats._contract import Validate
+from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats.errors import DataError, MissingFileError
+from tokenloom.formats.io.manifest import MANIFEST_NAME
+from tokenloom.formats.io.source import using_source
+from tokenloom.formats.io.urls import RemoteURL
+from tokenloom.formats.remote.cache import BlockCache
+from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
+from tokenloom.formats.remote.helper import check_bucket, head, list_objects
+from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
+from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
+
+__all__ = ["detect_remote", "manifest_format", "open_remote_any"]
+
+#: what a single named file or Megatron prefix brings along: NAME, NAME.idx + NAME.bin, NAME.tokenloom.json
+_COMPANIONS = ("", ".idx", ".bin", ".tokenloom.json")
+
+
+def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
+    """(the manifest object, its parsed JSON) at the URL's prefix, or (None, None) when there is none."""
+    try:
+        info = head(cache.config, MANIFEST_NAME)
+    except MissingFileError:
+        return None, None
+    try:
+        payload = orjson.loads(cache.whole(info).read_bytes())
+    except orjson.JSONDecodeError:
+        payload = None  # the reader names the problem
+    return info, payload
+
+
+def open_remote_any(
+    cache: BlockCache,
+    *,
+    format: str | None,
+    dtype: Any,
+    validate: Validate,
+    options: dict[str, Any],
+) -> TokenDataset:
+    """The dataset at ``cache.config.url`` in any registered format (see the module docstring)."""
+    from tokenloom.formats._registry import _check_options, _spec, detect_format
+
+    url = cache.config.url
+    manifest, payload = manifest_format(cache)
+    recorded = payload.get("format") if isinstance(payload, dict) else None
+    if manifest is not None and recorded == "native" and format in (None, "native") and not options:
+        return open_remote_native(cache, validate=validate, dtype=dtype, manifest_obj=manifest)
+    config, objects, name = _objects(cache.config, manifest, payload)
+    view_cache = BlockCache(config, cache.root, cache.block_size)
+    view = build_view(view_cache, objects)
+    target = view / name if name else view
+    source = RemoteSource(view_cache, view, objects)
+    try:
+        spec = _spec(format or detect_format(target))
+        _check_options(spec, options)
+        with using_source(source):
+            dataset = spec.open(target, validate=validate, dtype=dtype, **options)
+    except DataError as exc:
+        raise _at_url(exc, view, config.url) from None
+    dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
+    dataset.fingerprint = remote_fingerprint(dataset.fingerprint, objects.values())
+    dataset.metadata["remote"] = {"url": url.url(), "objects": len(objects)}
+    return dataset
+
+
+def detect_remote(url: Any, *, storage_options: dict[str, Any] | None = None, cache_dir: Any = None) -> str:
+    """The format at ``url``: the manifest's, else the local detectors run over the listing (as a view)."""
+    from tokenloom.formats._registry import detect_format
+    from tokenloom.formats.io.urls import parse_url
+
+    config = StoreConfig(parse_url(url), dict(storage_options or {}))
+    cache = BlockCache(config, cache_dir)
+    manifest, payload = manifest_format(cache)
+    recorded = payload.get("format") if isinstance(payload, dict) else None
+    if isinstance(recorded, str):
+        return recorded
+    config, objects, name = _objects(config, manifest, payload)
+    view = build_view(BlockCache(config, cache.root), objects)
+    try:
+        return detect_format(view / name if name else view)
+    except DataError as exc:
+        raise _at_url(exc, view, config.url) from None
+
+
+def _objects(
+    config: StoreConfig, manifest: ObjectInfo | None, payload: Any
+) -> tuple[StoreConfig, dict[str, ObjectInfo], str]:
+    """(config of the view's prefix, its objects by relative name, the name to open inside it or "")."""
+    url = config.url
+    listable = url.scheme not in ("http", "https")
+    if manifest is not None and not listable:
+        names = [MANIFEST_NAME]
+        if isinstance(payload, dict) and isinstance(payload.get("files"), list):
+            names += [str(f.get("name")) for f in payload["files"] if isinstance(f, dict)]
+        found = {n: head(config, n) for n in names}
+        return config, {relative_name(o, url.prefix): o for o in found.values()}, ""
+    if listable:
+        try:
+            listed = list_objects(config)
+        except MissingFileError:
+            check_bucket(config)  # the named error when the bucket itself is missing
+            raise
+        if listed:
+            return config, {relative_name(o, url.prefix): o for o in listed if not o.key.endswith("/")}, ""
+    # a single file (x.pbin, train.h5) or a Megatron prefix: the view is its parent, holding it and its companions
+    parent = PurePosixPath(url.prefix).parent.as_posix() if "/" in url.prefix else ""
+    basename = PurePosixPath(url.prefix).name
+    parent_config = StoreConfig(RemoteURL(url.scheme, url.bucket, parent), config.storage_options, config.retries)
+    kept = []  # HEADs, not a listing of the parent (which may be a whole bucket)
+    for suffix in _COMPANIONS:
+        if not suffix and not basename.endswith(DATA_SUFFIXES):
+            continue  # only a file of a known kind is opened by name (an http server answers for folders too)
+        try:
+            kept.append(head(parent_config, basename + suffix))
+        except MissingFileError:
+            continue
+    if not kept and not listable:
+        raise MissingFileError(
+            f"{url.url(MANIFEST_NAME)} does not exist, and an http(s) server cannot list {url}",
+            path=url.url(MANIFEST_NAME),
+            hint="Over http(s) a dataset needs its manifest.json (`tokenloom validate --write-manifest` on a local "
+            "copy, then upload it), or name the file itself (https://HOST/DIR/data.pbin, .../train.h5)",
+        )
+    if not kept:
+        check_bucket(config)
+        raise MissingFileError(
+            f"nothing at {url}: no object of that name and none under it",
+            path=str(url),
+            hint="Check the bucket and prefix; a dataset is a prefix (s3://BUCKET/DIR), a .pbin/.h5 object "
+            "or a Megatron prefix (s3://BUCKET/DIR/NAME for NAME.idx + NAME.bin)",
+        )
+    return parent_config, {relative_name(o, parent): o for o in kept}, basename
+
+
+def _at_url(exc: DataError, view: Path, url: RemoteURL) -> DataError:
+    """``exc`` with the local view's paths written as the URLs they stand for."""
+    local = str(view)
+    base = url.url() if url.prefix else url.root
+
+    def rewrite(text: str | None) -> str | None:
+        return text.replace(local, base) if text else text
+
+    renamed = type(exc)(
+        rewrite(exc.problem) or "",
+        path=rewrite(exc.path),
+        offset=exc.offset,
+        record=exc.record,
+        field=exc.field,
+        hint=rewrite(exc.hint),
+    )
+    return renamed
