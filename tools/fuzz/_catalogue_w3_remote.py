@@ -95,10 +95,3 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
     return Run(call=lambda: open_dataset("s3://bucket/ds", cache_dir=tmp / "c", block_size=1000))
-
-
-@case("open_dataset: deep validation of a URL (not supported yet)", "bad input", "error", "ConfigError")
-def _(tmp: Path) -> Run:
-    from tokenloom.formats import open_dataset
-
-    return Run(call=lambda: open_dataset("s3://bucket/ds", cache_dir=tmp / "c", validate="deep"))
