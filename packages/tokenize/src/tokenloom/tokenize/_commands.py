@@ -10,6 +10,7 @@ import click
 from tokenloom.formats import DataError
 from tokenloom.formats.cli import cli_errors
 from tokenloom.tokenize._config import (
+    DEFAULT_UNIT_BYTES,
     SUPPORTED_FORMATS,
     ExecutorKind,
     OnError,
@@ -226,6 +227,16 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     help="local: this process and its --num-workers pool. ray: every unit as a Ray task on the cluster at "
     '--ray-address (pip install "tokenloom-tokenize[ray]"); the same output bytes.',
 )
+@click.option(
+    "--unit-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_UNIT_BYTES,
+    show_default=True,
+    help="With --num-nodes / --executor ray: an uncompressed .jsonl larger than this is cut into units of line-"
+    "aligned byte ranges, a parquet file into runs of row groups, so one big file spreads over nodes. Compressed "
+    ".jsonl.gz / .jsonl.zst / .json.gz and Arrow files are always whole-file units (a compressed stream cannot be "
+    "entered in the middle).",
+)
 @click.option("--ray-address", default=None, help="--executor ray: the head's HOST:PORT. [default: RAY_ADDRESS]")
 @click.option(
     "--finalize",
@@ -257,6 +268,7 @@ def tokenize(
     num_nodes: int | None,
     node_rank: int | None,
     executor: str,
+    unit_bytes: int,
     ray_address: str | None,
     finalize: bool,
 ) -> None:
@@ -292,6 +304,7 @@ def tokenize(
             num_nodes=num_nodes,
             node_rank=node_rank,
             executor=ExecutorKind(executor),
+            unit_bytes=unit_bytes,
             ray_address=ray_address,
             finalize=finalize,
         )

@@ -18,6 +18,8 @@ __all__ = ["SUPPORTED_FORMATS", "ExecutorKind", "OnError", "TokenizeConfig", "de
 #: Output formats tokenize writes. ``native`` directly (shard-level resume); the
 #: others through a native staging dataset that is then converted.
 SUPPORTED_FORMATS = ("native", "megatron", "flat", "packed")
+#: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
+DEFAULT_UNIT_BYTES = 256 << 20
 
 
 class OnError(StrEnum):
@@ -128,6 +130,10 @@ class TokenizeConfig:
     interruptions. None: the single-process layout (shards cut across files)."""
     node_rank: int = 0
     """This process's rank among ``num_nodes``, in [0, num_nodes)."""
+    unit_bytes: int | None = DEFAULT_UNIT_BYTES
+    """Unit-planned runs: an uncompressed .jsonl or a parquet file larger than this is cut into several units
+    (line-aligned byte ranges; runs of row groups). Compressed .gz/.zst/.json.gz and Arrow files stay whole-file
+    units. None: every file is one unit. Part of the plan (and so of the output's layout into shards)."""
     executor: ExecutorKind = ExecutorKind.LOCAL
     """local: this process encodes its units; ray: the units run as Ray tasks (unit-planned)."""
     ray_address: str | None = None
@@ -212,6 +218,8 @@ class TokenizeConfig:
             raise ConfigError(
                 f"executor {self.executor!r}, expected one of {[e.value for e in ExecutorKind]}", field="executor"
             ) from None
+        if self.unit_bytes is not None and self.unit_bytes < 1:
+            raise ConfigError(f"unit_bytes is {self.unit_bytes}, expected >= 1", field="unit_bytes")
         if self.num_nodes is not None and self.num_nodes < 1:
             raise ConfigError(f"num_nodes is {self.num_nodes}, expected >= 1", field="num_nodes")
         num_nodes = self.num_nodes or 1
