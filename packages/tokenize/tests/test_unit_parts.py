@@ -7,6 +7,7 @@ a changed input is a ResumeMismatchError naming it; compressed files stay whole-
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def test_big_files_are_cut_into_line_aligned_ranges_and_row_group_runs(big_corpu
     assert len(ranges) >= 4 and all(isinstance(r, ByteRange) for r in ranges)
     data = (big_corpus / "big.jsonl").read_bytes()
     assert ranges[0].start == 0 and ranges[-1].stop == len(data)  # type: ignore[union-attr]
-    for before, after in zip(ranges, ranges[1:], strict=False):
+    for before, after in itertools.pairwise(ranges):
         assert before.stop == after.start  # type: ignore[union-attr]
         assert data[after.start - 1 : after.start] == b"\n"  # type: ignore[union-attr]
     runs = by_file["rows.parquet"]
