@@ -13,6 +13,7 @@ from tokenloom.tokenize._config import (
     DEFAULT_UNIT_BYTES,
     SUPPORTED_FORMATS,
     ExecutorKind,
+    Layout,
     OnError,
     TokenizeConfig,
     default_num_workers,
@@ -228,6 +229,24 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     '--ray-address (pip install "tokenloom-tokenize[ray]"); the same output bytes.',
 )
 @click.option(
+    "--layout",
+    type=click.Choice([v.value for v in Layout]),
+    default=Layout.FLAT.value,
+    show_default=True,
+    help="tree: IN/<split>/<bucket>/... becomes the datasets OUT/<split>/<bucket>/ in one run (one tokenizer load, "
+    "one worker pool): the layout curriculum reads. flat: one dataset from every file under IN.",
+)
+@click.option(
+    "--val-fraction",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Carve this fraction of the training documents into a validation split, chosen by an xxh3-64 hash of "
+    "each document's text seeded with --seed (the same documents on any machine or worker count): OUT/train + "
+    "OUT/val, or with --layout tree OUT/val/<bucket> beside OUT/train/<bucket>.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --val-fraction document hash.")
+@click.option(
     "--unit-bytes",
     type=click.IntRange(min=1),
     default=DEFAULT_UNIT_BYTES,
@@ -269,6 +288,9 @@ def tokenize(
     node_rank: int | None,
     executor: str,
     unit_bytes: int,
+    layout: str,
+    val_fraction: float,
+    seed: int,
     ray_address: str | None,
     finalize: bool,
 ) -> None:
@@ -305,6 +327,9 @@ def tokenize(
             node_rank=node_rank,
             executor=ExecutorKind(executor),
             unit_bytes=unit_bytes,
+            layout=Layout(layout),
+            val_fraction=val_fraction,
+            seed=seed,
             ray_address=ray_address,
             finalize=finalize,
         )

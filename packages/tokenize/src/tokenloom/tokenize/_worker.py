@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import orjson
+import xxhash
 
 from tokenloom.formats import TokenRangeError
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
@@ -70,6 +71,10 @@ class EncodeSettings:
     """gpt-simple: documents of fewer characters are dropped (counted as short_text)."""
     refuse_pad: bool = False
     """gpt-simple: refuse documents holding ``<|pad|>`` (GPT-Simple's wrapper adds it; this tokenizer lacks it)."""
+    val_fraction: float = 0.0
+    """--val-fraction: documents whose seeded hash falls below this fraction go to the validation split."""
+    val_seed: int = 0
+    """The seed of that hash (--seed)."""
 
 
 @dataclass(slots=True)
@@ -87,6 +92,21 @@ class ChunkResult:
     source_bytes: int
     dropped: dict[str, int] | None = None
     """gpt-simple rule: documents dropped (short_text, no_tokens) or cut at 10,001 windows (truncated)."""
+    val: ChunkResult | None = None
+    """--val-fraction: the chunk's documents drawn for validation (the fields above hold the others)."""
+
+
+def is_validation(texts: list[str], fraction: float, seed: int) -> npt.NDArray[np.bool_]:
+    """Which documents belong to the validation split: xxh3-64 of the UTF-8 text, seeded, below ``fraction``.
+
+    A pure function of the text and the seed, so a document lands in the same split on any
+    machine, worker count or unit plan (and identical documents land together).
+    """
+    threshold = int(fraction * (1 << 64))
+    digest = xxhash.xxh3_64_intdigest
+    return np.fromiter(
+        (digest(text.encode("utf-8", "surrogatepass"), seed) < threshold for text in texts), np.bool_, len(texts)
+    )
 
 
 def describe_tokenizer(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
@@ -299,6 +319,33 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
             record=text_lines[doc],
             hint="The tokenizer's vocabulary size is inconsistent with its ids; check the tokenizer files",
         )
+    val: ChunkResult | None = None
+    val_no_tokens = val_truncated = 0
+    if settings.val_fraction > 0:
+        chosen = is_validation(texts, settings.val_fraction, settings.val_seed)
+        token_chosen = np.repeat(chosen, doc_lengths)
+        val_entries = window_documents(
+            flat[token_chosen],
+            doc_lengths[chosen],
+            eod_id=settings.eod_id,
+            max_length=settings.max_length,
+            overlap_size=settings.overlap_size,
+            dtype=dtype,
+            windowing=settings.windowing,
+        )
+        val = ChunkResult(
+            index=chunk.index,
+            file_index=chunk.file_index,
+            tokens=val_entries.tokens,
+            lengths=val_entries.lengths,
+            overlap_prefix=val_entries.overlap_prefix,
+            documents=int(chosen.sum()),
+            issues=[],
+            num_bytes=0,
+            source_bytes=0,
+        )
+        flat, doc_lengths = flat[~token_chosen], doc_lengths[~chosen]
+        val_no_tokens, val_truncated = val_entries.documents_without_entries, val_entries.truncated_documents
     entries = window_documents(
         flat,
         doc_lengths,
@@ -313,8 +360,8 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         counts = {
             **line_drops,
             "short_text": short_texts,
-            "no_tokens": entries.documents_without_entries,
-            "truncated": entries.truncated_documents,
+            "no_tokens": entries.documents_without_entries + val_no_tokens,
+            "truncated": entries.truncated_documents + val_truncated,
         }
         dropped = {kind: count for kind, count in counts.items() if count}
     return ChunkResult(
@@ -323,11 +370,12 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         tokens=entries.tokens,
         lengths=entries.lengths,
         overlap_prefix=entries.overlap_prefix,
-        documents=len(texts) + short_texts,
+        documents=len(texts) + short_texts - (val.documents if val is not None else 0),
         issues=issues,
         num_bytes=chunk.num_bytes,
         source_bytes=chunk.source_bytes,
         dropped=dropped,
+        val=val,
     )
 
 
