@@ -21,6 +21,7 @@ import orjson
 import xxhash
 
 from tokenloom.formats import TokenRangeError
+from tokenloom.tokenize import _profile
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
 from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, is_loaded, register_serialized
@@ -46,6 +47,7 @@ __all__ = [
     "encode_chunk",
     "SerializedHandoff",
     "init_worker",
+    "probe_in_worker",
     "sample_texts",
     "warm_up",
 ]
@@ -210,6 +212,20 @@ def choose_engine(
 _ENCODERS: dict[tuple[str, str, float], Encoder] = {}
 
 
+def probe_in_worker(tokenizer: str, engine: str, sample: list[str], verify_fraction: float) -> EngineChoice:
+    """The identity probe, run in a pool worker that builds the encoder anyway (it keeps the one it chose).
+
+    Why not in the parent: there it builds the hf and fastokens tokenizers a third time while the
+    workers build theirs, on the same cores (measured here: 1-3 s of a 5 s run on 110 MB).
+    """
+    loaded = load_tokenizer(tokenizer)
+    backend = getattr(loaded, "backend", None)
+    source = backend if backend is not None else getattr(loaded, "transformers", loaded)
+    encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
+    _ENCODERS[(tokenizer, encoder.name, verify_fraction)] = encoder
+    return EngineChoice(encoder.name, encoder.reason, encoder.record())
+
+
 def _encoder(settings: EncodeSettings) -> Encoder:
     key = (settings.tokenizer, settings.engine, settings.verify_fraction)
     encoder = _ENCODERS.get(key)
@@ -251,6 +267,7 @@ def _texts_of_clean_chunk(lines: list[bytes | None], text_field: tuple[str, ...]
 
 def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     """Parse, encode and window one chunk; bad records become Issues, in line order."""
+    started = time.perf_counter()
     issues = list(chunk.issues)
     gpt_simple = settings.windowing == Windowing.GPT_SIMPLE
     line_drops: dict[str, int] = {}
@@ -291,6 +308,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         if short_texts:
             texts = [texts[i] for i in kept]
             text_lines = [text_lines[i] for i in kept]
+    parsed = time.perf_counter()
     if texts:
         try:
             flat, offsets = _encoder(settings).encode_flat(texts)
@@ -309,6 +327,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     else:
         doc_lengths = np.zeros(0, dtype=np.int64)
         flat = np.zeros(0, dtype=np.uint32)
+    encoded = time.perf_counter()
     max_token_id = int(flat.max()) if len(flat) else -1
     if max_token_id >= settings.vocab_size:
         first_bad = int(np.argmax(flat >= settings.vocab_size))
@@ -364,6 +383,12 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
             "truncated": entries.truncated_documents + val_truncated,
         }
         dropped = {kind: count for kind, count in counts.items() if count}
+    if _profile.enabled():  # TOKENLOOM_PROFILE=DIR: where this worker's time goes
+        _profile.add("parse", parsed - started)
+        _profile.add("encode", encoded - parsed)
+        _profile.add("window", time.perf_counter() - encoded)
+        _profile.add("chunks", 1)
+        _profile.flush()
     return ChunkResult(
         index=chunk.index,
         file_index=chunk.file_index,
