@@ -286,7 +286,7 @@ def run(quick: bool) -> str:
                 notes.append(f"{name}: token count {sorted(counts)} differs from plain {plain_tokens}")
             rows.append((name, tuple(statistics.median(r[i] for r in runs) for i in range(3))))
         rss_rows = []
-        for repeat in (1,) if quick else (1, 18):
+        for repeat in (1,) if quick else (1, 18):  # about 110 MB and 2 GB
             big = tmp / f"rss-{repeat}"
             big.mkdir()
             for copy in range(repeat):
@@ -295,7 +295,15 @@ def run(quick: bool) -> str:
             out = tmp / f"rss-out-{repeat}"
             wall, peak, stdout = _measure(_tokenize_cmd(big, out, "--num-workers=2"), _env(parallel=True))
             size_mb = sum(p.stat().st_size for p in big.iterdir()) / 1e6
-            rss_rows.append((size_mb, _manifest_tokens(out), _timed(stdout), peak))
+            big_files = ",".join(str(p) for p in sorted(big.iterdir()))
+            plain_cmd = [sys.executable, "-c", _PLAIN, big_files, tokenizer, str(tmp / "plain-big.bin"), str(eos)]
+            _wall, plain_peak, plain_out = _measure(plain_cmd, _env(parallel=True))
+            (tmp / "plain-big.bin").unlink()
+            plain_big = json.loads(plain_out.strip().splitlines()[-1])
+            tokens = _manifest_tokens(out)
+            if tokens != plain_big["tokens"]:
+                notes.append(f"{size_mb:.0f} MB: tokenloom wrote {tokens} tokens, plain {plain_big['tokens']}")
+            rss_rows.append((size_mb, tokens, _timed(stdout), peak, plain_big["seconds"], plain_peak))
             shutil.rmtree(big)
             shutil.rmtree(out)
     load_after = os.getloadavg()
@@ -334,12 +342,15 @@ def run(quick: bool) -> str:
             "",
             "Peak RSS of `tokenize --num-workers 2` as the input grows (the corpus repeated; one run each):",
             "",
-            "| input MB | tokens | timed s | peak RSS MiB | vs smallest |",
-            "|---:|---:|---:|---:|---:|",
+            "| input MB | tokens | tokenloom timed s | plain timed s | vs plain | tokenloom peak RSS MiB "
+            "| vs smallest | plain peak RSS MiB |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for size_mb, tokens, timed, peak in rss_rows:
+        for size_mb, tokens, timed, peak, plain_s, plain_peak in rss_rows:
+            ratio = peak / rss_rows[0][3]
             lines.append(
-                f"| {size_mb:,.0f} | {tokens / 1e6:,.1f} M | {timed:.0f} | {peak:.0f} | {peak / rss_rows[0][3]:.2f}x |"
+                f"| {size_mb:,.0f} | {tokens / 1e6:,.1f} M | {timed:.1f} | {plain_s:.1f} | {plain_s / timed:.2f}x "
+                f"| {peak:.0f} | {ratio:.2f}x | {plain_peak:.0f} |"
             )
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
@@ -359,8 +370,10 @@ def main() -> int:
         root = Path(args.profile)
         if not (root / "in").is_dir():
             build_corpus(root / "in", 110 * 10**6)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         print(profile(root / "in", root / "out", root))
         return 0
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as run.py: every process caches bytecode
     print(run(args.quick))
     return 0
 

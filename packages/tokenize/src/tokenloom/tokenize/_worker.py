@@ -308,7 +308,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         if short_texts:
             texts = [texts[i] for i in kept]
             text_lines = [text_lines[i] for i in kept]
-    parsed = time.perf_counter()
+    parsed, parsed_cpu = time.perf_counter(), time.process_time()
     if texts:
         try:
             flat, offsets = _encoder(settings).encode_flat(texts)
@@ -327,7 +327,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     else:
         doc_lengths = np.zeros(0, dtype=np.int64)
         flat = np.zeros(0, dtype=np.uint32)
-    encoded = time.perf_counter()
+    encoded, encoded_cpu = time.perf_counter(), time.process_time()
     max_token_id = int(flat.max()) if len(flat) else -1
     if max_token_id >= settings.vocab_size:
         first_bad = int(np.argmax(flat >= settings.vocab_size))
@@ -386,6 +386,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     if _profile.enabled():  # TOKENLOOM_PROFILE=DIR: where this worker's time goes
         _profile.add("parse", parsed - started)
         _profile.add("encode", encoded - parsed)
+        _profile.add("encode_cpu", encoded_cpu - parsed_cpu)
         _profile.add("window", time.perf_counter() - encoded)
         _profile.add("chunks", 1)
         _profile.flush()
