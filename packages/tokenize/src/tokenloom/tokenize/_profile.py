@@ -45,7 +45,9 @@ def flush() -> None:
         return
     if "first_chunk_after_start" not in _TOTALS:
         _TOTALS["first_chunk_after_start"] = time.perf_counter() - _STARTED
+        _TOTALS["first_chunk_cpu"] = time.process_time()  # CPU since this process started: imports, tokenizer
     _TOTALS["alive"] = time.perf_counter() - _STARTED
+    _TOTALS["alive_cpu"] = time.process_time()
     path = Path(directory) / f"worker-{os.getpid()}.json"
     path.write_text(json.dumps(_TOTALS, sort_keys=True))
 
