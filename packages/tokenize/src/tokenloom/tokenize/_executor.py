@@ -30,7 +30,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -69,6 +69,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("tokenloom.tokenize")
+_T = TypeVar("_T")
 
 #: The engine probe takes at most this many of the input's first documents ...
 PROBE_INPUT_TEXTS = 256
@@ -392,7 +393,7 @@ def _dead_worker(executor: Executor) -> bool:
     return any(getattr(process, "exitcode", None) is not None for process in processes)
 
 
-def _result(future: Future[ChunkResult], executor: Executor) -> ChunkResult:
+def _result(future: Future[_T], executor: Executor) -> _T:
     """The future's result; a pool worker that has died ends the wait as BrokenProcessPool.
 
     Why not only the pool's own detection: a worker SIGKILLed at the wrong moment (observed here
