@@ -76,3 +76,42 @@ def _(tmp: Path) -> Run:
     _first_node(inputs, out)
     argv = [a if not a.startswith("--unit-bytes=") else "--unit-bytes=9000" for a in _node(inputs, out, 1)]
     return Run(argv=argv, check=_unpublished(out, "unit_bytes"))
+
+
+def _tree(directory: Path, *extra: str) -> Path:
+    """IN/train/<bucket>/part.jsonl for two buckets, plus ``extra`` relative files of one document each."""
+    for name in ("train/web/part.jsonl", "train/code/part.jsonl", *extra):
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = (json.dumps({"text": f"{name} document {i}: alpha beta"}) for i in range(20))
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return directory
+
+
+def _tree_run(inputs: Path, out: Path, *extra: str) -> list[str]:
+    return ["tokenize", f"--input-dir={inputs}", f"--output-dir={out}", f"--tokenizer={_tokenizer()}",
+            "--layout=tree", "--num-workers=0", "--no-progress", *extra]  # fmt: skip
+
+
+def _nothing_written(out: Path, *words: str):
+    def check(outcome: Outcome) -> str | None:
+        text = outcome.stdout + outcome.stderr
+        missing = [w for w in words if w not in text]
+        if missing:
+            return f"the error does not say {missing}"
+        return f"{out} was created" if out.exists() else None
+
+    return check
+
+
+@case("tokenize --layout tree: an input file outside IN/<split>/<bucket>/", "bad input", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    inputs, out = _tree(tmp / "in", "train/stray.jsonl"), tmp / "out"
+    return Run(argv=_tree_run(inputs, out), check=_nothing_written(out, "train/stray.jsonl", "<split>/<bucket>"))
+
+
+@case("tokenize --layout tree --val-fraction: the input already has a val split", "bad input", "error",
+      "ConfigError")  # fmt: skip
+def _(tmp: Path) -> Run:
+    inputs, out = _tree(tmp / "in", "val/web/part.jsonl"), tmp / "out"
+    return Run(argv=_tree_run(inputs, out, "--val-fraction=0.1"), check=_nothing_written(out, "val split"))
