@@ -14,6 +14,7 @@ import pytest
 import xxhash
 
 from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
+from tokenloom.formats.io import WRITING_MARKER
 from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 
 OPTIONS = {"shard_size_tokens": 3000, "max_length": 64, "overlap_size": 8}
@@ -136,3 +137,18 @@ def test_files_outside_split_bucket_and_a_val_split_with_val_fraction_are_config
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     with pytest.raises(ConfigError, match="val_fraction is 1.0"):
         _config(raw, tmp_path / "c", tiny_tokenizer, val_fraction=1.0)
+
+
+def test_a_rerun_after_a_kill_between_the_train_and_val_manifests_only_finishes_val(
+    raw: Path, tmp_path: Path, tiny_tokenizer: Path, tree_digest
+) -> None:
+    out = tmp_path / "out"
+    tokenize(_config(raw, out, tiny_tokenizer, num_workers=0, val_fraction=0.2))
+    reference = tree_digest(out / "val" / "web")
+    train_manifest = (out / "train" / "web" / "manifest.json").stat()
+    (out / "val" / "web" / "manifest.json").unlink()  # killed after train/web's manifest, before val/web's
+    (out / "val" / "web" / WRITING_MARKER).touch()
+    summary = tokenize(_config(raw, out, tiny_tokenizer, num_workers=0, val_fraction=0.2))
+    assert summary.run_tokens == 0  # every unit was committed (val before train): nothing is encoded again
+    assert tree_digest(out / "val" / "web") == reference
+    assert (out / "train" / "web" / "manifest.json").stat().st_mtime_ns == train_manifest.st_mtime_ns

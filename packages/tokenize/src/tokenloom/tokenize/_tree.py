@@ -126,8 +126,11 @@ def run_tree(
         summary.already_complete = True
         return summary
     config.output_dir.mkdir(parents=True, exist_ok=True)
+    finished = iter(complete)
     for targets in per_leaf:
         for target in targets:
+            if next(finished) is not None:
+                continue  # a dataset already complete with this plan stays as it is (readers keep reading it)
             out = target.config.output_dir
             _prepare(target.config)
             establish_plan(out, target.plan)
