@@ -55,6 +55,7 @@ def test_a_tree_becomes_one_dataset_per_leaf_each_the_bytes_of_its_own_run(
     out = tmp_path / "out"
     summary = tokenize(_config(raw, out, tiny_tokenizer, num_workers=2))
     assert sorted(str(p.relative_to(out)) for p in out.glob("*/*")) == ["train/code", "train/web", "val/web"]
+    assert summary.datasets == ["train/code", "train/web", "val/web"]
     for leaf in ("train/code", "train/web", "val/web"):
         alone = tmp_path / "alone" / leaf
         tokenize(TokenizeConfig(input_dir=raw / leaf, output_dir=alone, tokenizer=str(tiny_tokenizer), num_nodes=1,

@@ -54,6 +54,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         f"  documents {summary.documents:,}  entries {summary.entries:,}  tokens {summary.tokens:,}  "
         f"shards {summary.shards}  dtype {summary.dtype}  eos_id {summary.eos_id}",
     ]
+    if summary.datasets:
+        lines.append(f"  datasets {', '.join(summary.datasets)}")
     if summary.engine:
         lines.append(f"  engine {summary.engine}: {summary.engine_reason}")
     if not summary.already_complete:

@@ -124,6 +124,7 @@ def run_tree(
     if all(m is not None for m in complete):
         summary = _total(config, [m for m in complete if m is not None], time.perf_counter() - started)
         summary.already_complete = True
+        summary.datasets = _names(config, per_leaf)
         return summary
     config.output_dir.mkdir(parents=True, exist_ok=True)
     finished = iter(complete)
@@ -165,6 +166,7 @@ def run_tree(
     summary.run_tokens = session.tokens
     summary.bytes_read = session.bytes_read
     summary.units_committed = session.units
+    summary.datasets = _names(config, per_leaf)
     if total_units:
         summary.documents = session.counts.documents
     return summary
@@ -229,6 +231,10 @@ def _commit(session: Session, writers: list[UnitWriter]) -> None:
         session.examples += writer.examples
     if writers:
         session.units += 1
+
+
+def _names(config: TokenizeConfig, per_leaf: list[list[_Target]]) -> list[str]:
+    return sorted(t.config.output_dir.relative_to(config.output_dir).as_posix() for ts in per_leaf for t in ts)
 
 
 def _total(config: TokenizeConfig, manifests: list[Manifest], seconds: float) -> TokenizeSummary:
