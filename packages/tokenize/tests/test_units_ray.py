@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 # read by ray at import: its workers must use this environment's Python, not a `uv run` of their own
@@ -123,6 +124,28 @@ def test_ray_tasks_write_the_local_pools_bytes(
     out = tmp_path / "ray"
     summary = tokenize(_config(corpus, out, tiny_tokenizer, executor=ExecutorKind.RAY, ray_address=ray_head))
     assert summary.units_committed == 5 and summary.units_total == 0
+    assert tree_digest(out) == tree_digest(local)
+
+
+def test_ray_tasks_write_the_local_pools_bytes_with_sub_file_units(
+    ray_head: str,
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    make_texts: Callable[..., list[str]],
+    tree_digest: Callable[[Path], dict[str, str]],
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    (corpus / "big.jsonl").write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in make_texts(700, seed=5)))
+    pq.write_table(pa.table({"text": make_texts(400, seed=6)}), corpus / "rows.parquet", row_group_size=100)
+    local = tmp_path / "local"
+    tokenize(_config(corpus, local, tiny_tokenizer, num_nodes=1, num_workers=2, unit_bytes=6000))
+    out = tmp_path / "ray"
+    config = _config(corpus, out, tiny_tokenizer, executor=ExecutorKind.RAY, ray_address=ray_head, unit_bytes=6000)
+    summary = tokenize(config)
+    assert summary.units_committed >= 5 and summary.units_total == 0  # one big file became several units
     assert tree_digest(out) == tree_digest(local)
 
 

@@ -23,7 +23,7 @@ Without ``tokenizer`` the shipped byte-level BPE (trained on the standard
 library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 """
 
-from tokenloom.tokenize._config import SUPPORTED_FORMATS, ExecutorKind, OnError, TokenizeConfig
+from tokenloom.tokenize._config import SUPPORTED_FORMATS, ExecutorKind, Layout, OnError, TokenizeConfig
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._inputs import IssueKind, discover_inputs
 from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
@@ -49,6 +49,7 @@ __all__ = [
     "EngineMismatchError",
     "Entries",
     "ExecutorKind",
+    "Layout",
     "IssueKind",
     "JsonlIndex",
     "OnError",

@@ -119,7 +119,15 @@ def _cuts(units: list[int], chunk_rows: int) -> list[tuple[int, int, int, int]]:
 class ColumnarFile:
     """One parquet or Arrow file: its schema checked, its pieces known; :meth:`read` decodes one piece."""
 
-    def __init__(self, path: Path, kind: InputKind, text_field: tuple[str, ...], *, chunk_rows: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        kind: InputKind,
+        text_field: tuple[str, ...],
+        *,
+        chunk_rows: int,
+        row_groups: tuple[int, int] | None = None,
+    ) -> None:
         self.path, self.kind, self.text_field = path, kind, text_field
         self._pa, self._pc = _modules(kind)
         pa = self._pa
@@ -152,6 +160,8 @@ class ColumnarFile:
         self._units = units
         self.cuts = _cuts(units, chunk_rows)
         """(unit, start, stop, first row) of each piece: row groups or record batches cut at ``chunk_rows`` rows."""
+        if row_groups is not None:  # a sub-file unit: only these row groups (rows keep their numbers in the file)
+            self.cuts = [cut for cut in self.cuts if row_groups[0] <= cut[0] < row_groups[1]]
         self._total_rows = sum(units) or 1
         self._loaded_unit: int = -1
         self._loaded: Any = None

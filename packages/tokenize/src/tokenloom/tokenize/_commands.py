@@ -10,8 +10,10 @@ import click
 from tokenloom.formats import DataError
 from tokenloom.formats.cli import cli_errors
 from tokenloom.tokenize._config import (
+    DEFAULT_UNIT_BYTES,
     SUPPORTED_FORMATS,
     ExecutorKind,
+    Layout,
     OnError,
     TokenizeConfig,
     default_num_workers,
@@ -52,6 +54,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         f"  documents {summary.documents:,}  entries {summary.entries:,}  tokens {summary.tokens:,}  "
         f"shards {summary.shards}  dtype {summary.dtype}  eos_id {summary.eos_id}",
     ]
+    if summary.datasets:
+        lines.append(f"  datasets {', '.join(summary.datasets)}")
     if summary.engine:
         lines.append(f"  engine {summary.engine}: {summary.engine_reason}")
     if not summary.already_complete:
@@ -226,6 +230,34 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     help="local: this process and its --num-workers pool. ray: every unit as a Ray task on the cluster at "
     '--ray-address (pip install "tokenloom-tokenize[ray]"); the same output bytes.',
 )
+@click.option(
+    "--layout",
+    type=click.Choice([v.value for v in Layout]),
+    default=Layout.FLAT.value,
+    show_default=True,
+    help="tree: IN/<split>/<bucket>/... becomes the datasets OUT/<split>/<bucket>/ in one run (one tokenizer load, "
+    "one worker pool): the layout curriculum reads. flat: one dataset from every file under IN.",
+)
+@click.option(
+    "--val-fraction",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Carve this fraction of the training documents into a validation split, chosen by an xxh3-64 hash of "
+    "each document's text seeded with --seed (the same documents on any machine or worker count): OUT/train + "
+    "OUT/val, or with --layout tree OUT/val/<bucket> beside OUT/train/<bucket>.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --val-fraction document hash.")
+@click.option(
+    "--unit-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_UNIT_BYTES,
+    show_default=True,
+    help="With --num-nodes / --executor ray: an uncompressed .jsonl larger than this is cut into units of line-"
+    "aligned byte ranges, a parquet file into runs of row groups, so one big file spreads over nodes. Compressed "
+    ".jsonl.gz / .jsonl.zst / .json.gz and Arrow files are always whole-file units (a compressed stream cannot be "
+    "entered in the middle).",
+)
 @click.option("--ray-address", default=None, help="--executor ray: the head's HOST:PORT. [default: RAY_ADDRESS]")
 @click.option(
     "--finalize",
@@ -257,6 +289,10 @@ def tokenize(
     num_nodes: int | None,
     node_rank: int | None,
     executor: str,
+    unit_bytes: int,
+    layout: str,
+    val_fraction: float,
+    seed: int,
     ray_address: str | None,
     finalize: bool,
 ) -> None:
@@ -292,6 +328,10 @@ def tokenize(
             num_nodes=num_nodes,
             node_rank=node_rank,
             executor=ExecutorKind(executor),
+            unit_bytes=unit_bytes,
+            layout=Layout(layout),
+            val_fraction=val_fraction,
+            seed=seed,
             ray_address=ray_address,
             finalize=finalize,
         )

@@ -18,6 +18,8 @@ __all__ = ["SUPPORTED_FORMATS", "ExecutorKind", "OnError", "TokenizeConfig", "de
 #: Output formats tokenize writes. ``native`` directly (shard-level resume); the
 #: others through a native staging dataset that is then converted.
 SUPPORTED_FORMATS = ("native", "megatron", "flat", "packed")
+#: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
+DEFAULT_UNIT_BYTES = 256 << 20
 
 
 class OnError(StrEnum):
@@ -27,6 +29,15 @@ class OnError(StrEnum):
     """Stop with RecordError(file, line); publish nothing."""
     SKIP = "skip"
     """Count it by kind, report the counts at the end, and go on."""
+
+
+class Layout(StrEnum):
+    """How --input-dir maps to output datasets."""
+
+    FLAT = "flat"
+    """Every input file under --input-dir goes into the one dataset at --output-dir."""
+    TREE = "tree"
+    """``IN/<split>/<bucket>/...`` becomes the dataset ``OUT/<split>/<bucket>/`` (curriculum's layout)."""
 
 
 class ExecutorKind(StrEnum):
@@ -128,12 +139,23 @@ class TokenizeConfig:
     interruptions. None: the single-process layout (shards cut across files)."""
     node_rank: int = 0
     """This process's rank among ``num_nodes``, in [0, num_nodes)."""
+    unit_bytes: int | None = DEFAULT_UNIT_BYTES
+    """Unit-planned runs: an uncompressed .jsonl or a parquet file larger than this is cut into several units
+    (line-aligned byte ranges; runs of row groups). Compressed .gz/.zst/.json.gz and Arrow files stay whole-file
+    units. None: every file is one unit. Part of the plan (and so of the output's layout into shards)."""
     executor: ExecutorKind = ExecutorKind.LOCAL
     """local: this process encodes its units; ray: the units run as Ray tasks (unit-planned)."""
     ray_address: str | None = None
     """--executor ray: the cluster's address (``HOST:PORT`` of its head); None: ``RAY_ADDRESS``."""
     finalize: bool = False
     """Unit-planned runs: only write the manifest once every unit is committed (no encoding)."""
+    layout: Layout = Layout.FLAT
+    """tree: ``IN/<split>/<bucket>/`` -> ``OUT/<split>/<bucket>/`` datasets in one run (unit-planned)."""
+    val_fraction: float = 0.0
+    """Carve this fraction of the training documents (by a seeded hash of each text) into a validation split:
+    ``OUT/train`` + ``OUT/val`` (flat), or ``OUT/val/<bucket>`` beside ``OUT/train/<bucket>`` (tree)."""
+    seed: int = 0
+    """The seed of the --val-fraction document hash."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_dir", Path(self.input_dir))
@@ -202,8 +224,13 @@ class TokenizeConfig:
 
     @property
     def unit_planned(self) -> bool:
-        """True when the run is cut into units (many nodes, Ray, or --finalize)."""
-        return self.num_nodes is not None or self.executor is ExecutorKind.RAY or self.finalize
+        """True when the run is cut into units (many nodes, Ray, --finalize, a tree or a validation split)."""
+        return self.num_nodes is not None or self.executor is ExecutorKind.RAY or self.finalize or self.many_datasets
+
+    @property
+    def many_datasets(self) -> bool:
+        """True when the run writes several datasets under --output-dir (--layout tree or --val-fraction)."""
+        return self.layout is Layout.TREE or self.val_fraction > 0
 
     def _check_units(self) -> None:
         try:
@@ -212,6 +239,24 @@ class TokenizeConfig:
             raise ConfigError(
                 f"executor {self.executor!r}, expected one of {[e.value for e in ExecutorKind]}", field="executor"
             ) from None
+        try:
+            object.__setattr__(self, "layout", Layout(self.layout))
+        except ValueError:
+            raise ConfigError(
+                f"layout {self.layout!r}, expected one of {[v.value for v in Layout]}", field="layout"
+            ) from None
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ConfigError(
+                f"val_fraction is {self.val_fraction}, expected a fraction in [0, 1)", field="val_fraction"
+            )
+        if self.many_datasets and self.executor is ExecutorKind.RAY:
+            raise ConfigError(
+                "--layout tree and --val-fraction do not run with --executor ray yet",
+                field="executor",
+                hint="Use --executor local (with --num-nodes N on several machines), or one Ray run per dataset",
+            )
+        if self.unit_bytes is not None and self.unit_bytes < 1:
+            raise ConfigError(f"unit_bytes is {self.unit_bytes}, expected >= 1", field="unit_bytes")
         if self.num_nodes is not None and self.num_nodes < 1:
             raise ConfigError(f"num_nodes is {self.num_nodes}, expected >= 1", field="num_nodes")
         num_nodes = self.num_nodes or 1
@@ -257,6 +302,9 @@ class TokenizeConfig:
         }
         if self.format != "native":  # kept out of native run keys, so earlier native outputs still resume
             settings["drop_overlap_prefix"] = self.drop_overlap_prefix
+        if self.val_fraction > 0:  # likewise: only runs that carve a validation split record it
+            settings["val_fraction"] = self.val_fraction
+            settings["seed"] = self.seed
         return settings
 
 

@@ -20,7 +20,7 @@ def run_key_differences(recorded: dict[str, Any], wanted: dict[str, Any]) -> lis
     for key in sorted(old_settings.keys() | new_settings.keys()):
         if old_settings.get(key) != new_settings.get(key):
             out.append(f"{key} {old_settings.get(key)!r} -> {new_settings.get(key)!r}")
-    for key in ("chunking",):
+    for key in ("chunking", "unit_bytes"):
         if key in wanted and recorded.get(key) != wanted.get(key):
             out.append(f"{key} {recorded.get(key)!r} -> {wanted.get(key)!r}")
     if recorded.get("tokenizer_fingerprint") != wanted.get("tokenizer_fingerprint"):

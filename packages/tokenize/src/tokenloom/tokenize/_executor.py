@@ -30,7 +30,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from tokenloom.tokenize._worker import (
     describe_tokenizer,
     encode_chunk,
     init_worker,
+    probe_in_worker,
     sample_texts,
     warm_up,
 )
@@ -68,6 +69,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("tokenloom.tokenize")
+_T = TypeVar("_T")
+
+#: The engine probe takes at most this many of the input's first documents ...
+PROBE_INPUT_TEXTS = 256
+#: ... and at most this many characters of them.
+PROBE_INPUT_CHARS = 128 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +162,7 @@ def start_encoding(
             min_text_length=min_text_length,
             refuse_pad=windowing is Windowing.GPT_SIMPLE and not gpt_simple_pad_is_added(tokenizer),
         )
-        choice = choose_run_engine(files, settings, serialized, engine, verify_fraction, max_line_bytes)
+        choice = choose_run_engine(files, settings, serialized, engine, verify_fraction, max_line_bytes, executor)
         settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
         yield Encoding(settings, info, dtype, choice, executor, 2 * max(num_workers, 1) + 2)
 
@@ -218,21 +225,42 @@ def choose_run_engine(
     engine: str,
     verify_fraction: float,
     max_line_bytes: int,
+    executor: Executor | None = None,
 ) -> EngineChoice:
-    """Probe the engines on the fixed set plus the input's first documents (the same on every resume)."""
+    """Probe the engines on the fixed set plus the input's first documents (the same on every resume).
+
+    At most PROBE_INPUT_TEXTS documents and PROBE_INPUT_CHARS characters (the last one cut to fit: both
+    engines must agree on a prefix as on any text): the probe's hf encode runs
+    in this process while the workers start, and measured here a 1 MiB sample alone took 0.5-2 s,
+    as long as the whole run of a 100 MB corpus takes on the fast engine; the run-time check
+    (--verify-fraction) keeps comparing documents after it.
+    """
     sample: list[str] = []
+    chars = 0
     reader = read_chunks(
         files, chunk_lines=256, chunk_bytes=1 << 20, max_line_bytes=max_line_bytes, text_field=settings.text_field
     )
     try:
         with contextlib.suppress(DataError):  # the run itself reports bad input
             for chunk in itertools.islice(reader, 8):
-                sample += sample_texts(chunk, settings.text_field, limit=256 - len(sample))
-                if len(sample) >= 256:
+                for text in sample_texts(chunk, settings.text_field, limit=PROBE_INPUT_TEXTS - len(sample)):
+                    text = text[: PROBE_INPUT_CHARS - chars]  # a prefix is as good a probe: both engines get it
+                    sample.append(text)
+                    chars += len(text)
+                    if chars >= PROBE_INPUT_CHARS:
+                        break
+                if len(sample) >= PROBE_INPUT_TEXTS or chars >= PROBE_INPUT_CHARS:
                     break
     finally:
         getattr(reader, "close", lambda: None)()  # close the file the generator holds open
-    choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+    if executor is not None and serialized is not None:  # a worker probes (and keeps its encoder)
+        future = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
+        try:
+            choice = _result(future, executor)
+        except BrokenProcessPool:
+            raise _worker_died(None, dict(getattr(executor, "_processes", None) or {})) from None
+    else:
+        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
     announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
     return choice
 
@@ -365,7 +393,7 @@ def _dead_worker(executor: Executor) -> bool:
     return any(getattr(process, "exitcode", None) is not None for process in processes)
 
 
-def _result(future: Future[ChunkResult], executor: Executor) -> ChunkResult:
+def _result(future: Future[_T], executor: Executor) -> _T:
     """The future's result; a pool worker that has died ends the wait as BrokenProcessPool.
 
     Why not only the pool's own detection: a worker SIGKILLed at the wrong moment (observed here

@@ -14,10 +14,11 @@ together with the problems the workers find while parsing.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -30,6 +31,7 @@ from tokenloom.formats.io import storage_error
 from tokenloom.tokenize._columnar import ColumnarFile, ColumnarPiece
 from tokenloom.tokenize._sniff import INPUT_SUFFIXES, InputKind, sniff
 from tokenloom.tokenize._streams import StreamError, open_stream
+from tokenloom.tokenize._unit_parts import ByteRange, Part, RangeReader, RowGroups
 
 __all__ = [
     "INPUT_SUFFIXES",
@@ -236,7 +238,7 @@ def _truncated(kind: InputKind, line: int, offset: int, detail: str) -> Issue:
 
 
 def _read_lines(
-    path: Path, kind: InputKind, max_line_bytes: int, opened: list[_Tell]
+    path: Path, kind: InputKind, max_line_bytes: int, opened: list[_Tell], part: ByteRange | None = None
 ) -> Iterator[tuple[bytes | None, Issue | None, int]]:
     """(line or None, issue or None, raw byte count) for each line of one file.
 
@@ -245,7 +247,11 @@ def _read_lines(
     """
     line_number = 0
     pending: tuple[bytes | None, Issue | None, int] | None = None
-    handle, raw = open_stream(path, kind)
+    if part is None:
+        handle, raw = open_stream(path, kind)
+    else:  # a sub-file unit of a plain jsonl file (line-aligned ends: no line crosses them)
+        raw = RangeReader(path, part.start, part.stop)
+        handle = io.BufferedReader(raw, 1 << 20)
     opened.append(raw)
     broken: Issue | None = None
     with handle, raw:
@@ -323,6 +329,7 @@ def read_chunks(
     start_chunk: int = 0,
     first_file: int = 0,
     first_file_chunk: int = 0,
+    parts: Sequence[Part | None] | None = None,
 ) -> Iterator[Chunk]:
     """Chunks of every file in order, numbered from 0; those before ``start_chunk`` are not yielded.
 
@@ -330,6 +337,8 @@ def read_chunks(
     resume, files before ``first_file`` are skipped unread, and that file's first
     chunk is numbered ``first_file_chunk``. ``text_field`` (a dotted path) picks
     the column of parquet and Arrow inputs; jsonl lines are parsed by the workers.
+    ``parts[i]`` (sub-file units) limits file i to a byte range or to some row groups;
+    a byte range's lines are numbered from 1 at its start.
     """
     field_path = tuple(text_field.split(".")) if isinstance(text_field, str) else text_field
     dotted = ".".join(field_path)
@@ -338,8 +347,10 @@ def read_chunks(
         if file_index < first_file:
             continue
         kind = info.kind or sniff(info.path)
+        part = parts[file_index] if parts is not None else None
         if kind.columnar and info.size > 0:
-            source = ColumnarFile(info.path, kind, field_path, chunk_rows=chunk_lines)
+            groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
+            source = ColumnarFile(info.path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
             for number in range(len(source.cuts)):
                 if index + number >= start_chunk:
                     yield _columnar_chunk(source.read(number), index + number, file_index, str(info.path), dotted)
@@ -353,14 +364,16 @@ def read_chunks(
         opened: list[_Tell] = []
         consumed = 0
         chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=1)
-        for line, issue, size in _read_lines(info.path, kind, max_line_bytes, opened):
+        byte_range = part if isinstance(part, ByteRange) else None
+        size_here = info.size if byte_range is None else byte_range.stop - byte_range.start
+        for line, issue, size in _read_lines(info.path, kind, max_line_bytes, opened, byte_range):
             if issue is not None:
                 chunk.issues.append(issue)
             if issue is None or issue.line > 0:
                 chunk.lines.append(line)
             chunk.num_bytes += size
             if len(chunk.lines) >= chunk_lines or chunk.num_bytes >= chunk_bytes:
-                now = _position(opened, info.size)
+                now = _position(opened, size_here)
                 chunk.source_bytes, consumed = now - consumed, now
                 if index >= start_chunk:
                     yield chunk
@@ -368,7 +381,7 @@ def read_chunks(
                 next_line = chunk.first_line + len(chunk.lines)
                 chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=next_line)
         if chunk.lines or chunk.issues:
-            chunk.source_bytes = info.size - consumed
+            chunk.source_bytes = size_here - consumed
             if index >= start_chunk:
                 yield chunk
             index += 1

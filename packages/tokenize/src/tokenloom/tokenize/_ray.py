@@ -21,11 +21,12 @@ from tokenloom.formats import ConfigError
 from tokenloom.formats.io import require
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
-from tokenloom.tokenize._inputs import InputFile, read_chunks
+from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import ProgressCallback
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
+from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
@@ -88,13 +89,18 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> N
 
 
 def run_unit_task(
-    config: TokenizeConfig, unit: int, source: InputFile, settings: EncodeSettings, facts: UnitFacts, plan: str
+    config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
 ) -> dict[str, Any]:
     """One unit, encoded in this (Ray worker) process and committed; plain data back to the driver."""
     writer = UnitWriter(config, unit, source, facts, plan)
     tokens = 0
     reader = read_chunks(
-        [source], chunk_lines=config.chunk_lines, chunk_bytes=config.chunk_bytes, max_line_bytes=config.max_line_bytes
+        [source.file],
+        chunk_lines=config.chunk_lines,
+        chunk_bytes=config.chunk_bytes,
+        max_line_bytes=config.max_line_bytes,
+        text_field=config.text_field,
+        parts=[source.part],
     )
     try:
         for result in run_ordered(None, reader, settings, 1):
@@ -104,7 +110,8 @@ def run_unit_task(
     except BaseException:
         writer.abort()
         raise
-    return {"counts": done.counts.to_json(), "tokens": tokens, "bytes": source.size, "examples": writer.examples}
+    size = source.file.size if source.part is None else done.counts.input_bytes
+    return {"counts": done.counts.to_json(), "tokens": tokens, "bytes": size, "examples": writer.examples}
 
 
 def encode_with_ray(
@@ -127,7 +134,7 @@ def encode_with_ray(
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     try:
         task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(run_unit_task)
-        refs = [task.remote(config, u, inputs.files[u], settings, facts, plan.digest) for u in pending]
+        refs = [task.remote(config, u, plan.units[u], settings, facts, plan.digest) for u in pending]
         for ref in refs:
             try:
                 outcome = ray.get(ref)

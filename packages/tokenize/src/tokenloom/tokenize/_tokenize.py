@@ -2,6 +2,7 @@
 
 tokenize(config)
     -> RunInputs.resolve (_plan: tokenizer, input files, run key) -> check_run_paths
+    -> several datasets (--layout tree, --val-fraction): run_tree (_tree: a unit-planned dataset per leaf)
     -> unit-planned (--num-nodes, --executor ray, --finalize): run_units (_units: plan, unit commits, manifest)
     -> output lock
     -> native:                    tokenize_native (_native: journal, shards, manifest)
@@ -20,6 +21,7 @@ from tokenloom.tokenize._native import replaceable, tokenize_native
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
 from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._tree import run_tree
 from tokenloom.tokenize._units import run_units
 
 __all__ = ["check_run_paths", "tokenize"]
@@ -31,6 +33,10 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     with storage_errors(config.output_dir, "tokenizing"):
         inputs = RunInputs.resolve(config)
         check_run_paths(config, inputs)
+        if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
+            summary = run_tree(config, inputs, on_progress=on_progress)
+            summary.seconds = time.perf_counter() - started
+            return summary
         if config.unit_planned:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
             summary = run_units(config, inputs, on_progress=on_progress)
             summary.seconds = time.perf_counter() - started

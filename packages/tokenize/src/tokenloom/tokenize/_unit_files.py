@@ -1,6 +1,7 @@
 """The files of a unit-planned output: the plan, unit shards and per-unit done markers.
 
-    OUT/.tokenloom-plan.json            the plan (run key + units), created once, equal on every node
+    OUT/.tokenloom-plan.json            the plan (run key + units: whole files or parts of them), created once,
+                                        equal on every node
     OUT/unit_UUUUUU_KKKK.bin/.idx       shard K of unit U (the dataset's order is unit order)
     OUT/.tokenloom-unit-UUUUUU.done     unit U is committed: its shards, counts and encoder facts
 
@@ -26,6 +27,7 @@ from tokenloom.formats.io import fsync_dir, temp_base, temp_path
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._shards import ShardRecord
 from tokenloom.tokenize._state import Counts
+from tokenloom.tokenize._unit_parts import UnitSource
 
 __all__ = [
     "PLAN_NAME",
@@ -94,13 +96,13 @@ def create_once(path: Path, data: bytes) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class UnitPlan:
-    """The units of a run (unit i is input file i, in sorted path order) and the run key they belong to."""
+    """The units of a run (whole input files or parts of them, in path order) and the run key they belong to."""
 
     run_key: dict[str, Any]
-    units: tuple[str, ...]
+    units: tuple[UnitSource, ...]
 
     def payload(self) -> bytes:
-        units = [{"index": i, "input": name} for i, name in enumerate(self.units)]
+        units = [{"index": i, **unit.to_json()} for i, unit in enumerate(self.units)]
         body = {"plan_version": PLAN_VERSION, "run_key": self.run_key, "units": units}
         return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
 

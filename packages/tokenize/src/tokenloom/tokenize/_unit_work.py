@@ -12,7 +12,6 @@ import numpy as np
 
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
-from tokenloom.tokenize._inputs import InputFile
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord
 from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
@@ -25,6 +24,7 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
+from tokenloom.tokenize._unit_parts import ByteRange, UnitSource, lines_before
 from tokenloom.tokenize._worker import ChunkResult
 
 __all__ = ["Session", "UnitWriter", "add_counts", "pending_units"]
@@ -47,7 +47,7 @@ class Session:
 class UnitWriter:
     """Consumes one unit's chunk results in order into its shards; ``commit`` creates its done marker."""
 
-    def __init__(self, config: TokenizeConfig, unit: int, source: InputFile, facts: UnitFacts, plan: str) -> None:
+    def __init__(self, config: TokenizeConfig, unit: int, source: UnitSource, facts: UnitFacts, plan: str) -> None:
         self.config = config
         self.unit = unit
         self.source = source
@@ -56,6 +56,7 @@ class UnitWriter:
         self.counts = Counts()
         self.examples: list[str] = []
         self.records: list[ShardRecord] = []
+        self._line_base: int | None = None
         self.cutter = ShardCutter(
             config.output_dir,
             dtype=np.dtype(facts.dtype),
@@ -65,14 +66,25 @@ class UnitWriter:
             stem=lambda part: unit_stem(unit, part),
         )
 
+    def _line(self, line: int) -> int:
+        """A line number in the file: a byte-range unit numbers its lines from 1 at its start."""
+        part = self.source.part
+        if line <= 0 or not isinstance(part, ByteRange) or part.start == 0:
+            return line
+        if self._line_base is None:  # counted only when a record is bad: the common path never reads the prefix
+            self._line_base = lines_before(self.source.file.path, part.start)
+        return self._line_base + line
+
     def consume(self, result: ChunkResult) -> None:
+        path = self.source.file.path
         for issue in result.issues:
+            line = self._line(issue.line)
             if self.config.on_error is OnError.RAISE:
-                raise RecordError(issue.message, path=self.source.path, record=issue.line, field=issue.kind.value)
+                raise RecordError(issue.message, path=path, record=line, field=issue.kind.value)
             kind = issue.kind.value
             self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
             if self.counts.skipped[kind] <= EXAMPLES_PER_KIND:
-                self.examples.append(f"{self.source.path}:{issue.line}: {kind}: {issue.message}")
+                self.examples.append(f"{path}:{line}: {kind}: {issue.message}")
         self.cutter.feed(result.tokens, result.lengths, result.overlap_prefix)
         self.counts.documents += result.documents
         for kind, count in (result.dropped or {}).items():

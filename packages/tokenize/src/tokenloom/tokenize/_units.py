@@ -1,6 +1,7 @@
 """A unit-planned run: many nodes (or Ray tasks) write one dataset, byte-identical to one process.
 
-    RunInputs -> UnitPlan (sorted inputs with sizes/mtimes/hashes, settings, tokenizer; unit i = input file i)
+    RunInputs -> UnitPlan (sorted inputs with sizes/mtimes/hashes, settings, tokenizer; units = whole files, or
+        line-aligned byte ranges / parquet row-group runs of files over --unit-bytes: _unit_parts)
         -> OUT/.tokenloom-plan.json (the first node creates it; the others verify it is equal)
     node R of N: its units (u % N == R) without a done marker, in order
         -> encoded (local pool, or Ray tasks: _ray) -> UnitWriter: unit shards, then the done marker (atomic create)
@@ -56,6 +57,7 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
+from tokenloom.tokenize._unit_parts import cut_units
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize.windowing import Windowing
 
@@ -65,7 +67,8 @@ log = logging.getLogger("tokenloom.tokenize")
 
 
 def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
-    return UnitPlan({**inputs.run_key(config), "layout": "units"}, tuple(f.relative for f in inputs.files))
+    run_key = {**inputs.run_key(config), "layout": "units", "unit_bytes": config.unit_bytes}
+    return UnitPlan(run_key, tuple(cut_units(inputs.files, config.unit_bytes)))
 
 
 def run_units(
@@ -167,13 +170,18 @@ def _encode_local(
     mine = pending_units(config, plan)
     if not mine:
         return session
-    files = [inputs.files[u] for u in mine]
+    sources = [plan.units[u] for u in mine]
     # the engine probe reads the same first documents (inputs.files) on every node
     with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
         chunks = read_chunks(
-            files, chunk_lines=config.chunk_lines, chunk_bytes=config.chunk_bytes, max_line_bytes=config.max_line_bytes
+            [s.file for s in sources],
+            chunk_lines=config.chunk_lines,
+            chunk_bytes=config.chunk_bytes,
+            max_line_bytes=config.max_line_bytes,
+            text_field=config.text_field,
+            parts=[s.part for s in sources],
         )
         writer: UnitWriter | None = None
         try:
@@ -182,7 +190,7 @@ def _encode_local(
                     if writer is not None:
                         _committed(session, writer.commit(), writer)
                     unit = mine[result.file_index]
-                    writer = UnitWriter(config, unit, inputs.files[unit], facts, plan.digest)
+                    writer = UnitWriter(config, unit, plan.units[unit], facts, plan.digest)
                 writer.consume(result)
                 session.tokens += len(result.tokens)
                 session.bytes_read += result.source_bytes
@@ -213,7 +221,7 @@ def finalize(out: Path, plan: UnitPlan, tokenizer: str, *, required: bool) -> Ma
     if missing:
         if not required:
             return None
-        shown = ", ".join(f"{u} ({plan.units[u]})" for u in missing[:10])
+        shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10])
         raise DataError(
             f"{len(missing)} of {len(plan.units)} units are not committed yet: {shown}"
             + (" ..." if len(missing) > 10 else ""),

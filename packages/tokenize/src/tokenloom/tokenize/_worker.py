@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import orjson
+import xxhash
 
 from tokenloom.formats import TokenRangeError
+from tokenloom.tokenize import _profile
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
 from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, is_loaded, register_serialized
@@ -45,6 +47,7 @@ __all__ = [
     "encode_chunk",
     "SerializedHandoff",
     "init_worker",
+    "probe_in_worker",
     "sample_texts",
     "warm_up",
 ]
@@ -70,6 +73,10 @@ class EncodeSettings:
     """gpt-simple: documents of fewer characters are dropped (counted as short_text)."""
     refuse_pad: bool = False
     """gpt-simple: refuse documents holding ``<|pad|>`` (GPT-Simple's wrapper adds it; this tokenizer lacks it)."""
+    val_fraction: float = 0.0
+    """--val-fraction: documents whose seeded hash falls below this fraction go to the validation split."""
+    val_seed: int = 0
+    """The seed of that hash (--seed)."""
 
 
 @dataclass(slots=True)
@@ -87,6 +94,21 @@ class ChunkResult:
     source_bytes: int
     dropped: dict[str, int] | None = None
     """gpt-simple rule: documents dropped (short_text, no_tokens) or cut at 10,001 windows (truncated)."""
+    val: ChunkResult | None = None
+    """--val-fraction: the chunk's documents drawn for validation (the fields above hold the others)."""
+
+
+def is_validation(texts: list[str], fraction: float, seed: int) -> npt.NDArray[np.bool_]:
+    """Which documents belong to the validation split: xxh3-64 of the UTF-8 text, seeded, below ``fraction``.
+
+    A pure function of the text and the seed, so a document lands in the same split on any
+    machine, worker count or unit plan (and identical documents land together).
+    """
+    threshold = int(fraction * (1 << 64))
+    digest = xxhash.xxh3_64_intdigest
+    return np.fromiter(
+        (digest(text.encode("utf-8", "surrogatepass"), seed) < threshold for text in texts), np.bool_, len(texts)
+    )
 
 
 def describe_tokenizer(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
@@ -190,6 +212,20 @@ def choose_engine(
 _ENCODERS: dict[tuple[str, str, float], Encoder] = {}
 
 
+def probe_in_worker(tokenizer: str, engine: str, sample: list[str], verify_fraction: float) -> EngineChoice:
+    """The identity probe, run in a pool worker that builds the encoder anyway (it keeps the one it chose).
+
+    Why not in the parent: there it builds the hf and fastokens tokenizers a third time while the
+    workers build theirs, on the same cores (measured here: 1-3 s of a 5 s run on 110 MB).
+    """
+    loaded = load_tokenizer(tokenizer)
+    backend = getattr(loaded, "backend", None)
+    source = backend if backend is not None else getattr(loaded, "transformers", loaded)
+    encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
+    _ENCODERS[(tokenizer, encoder.name, verify_fraction)] = encoder
+    return EngineChoice(encoder.name, encoder.reason, encoder.record())
+
+
 def _encoder(settings: EncodeSettings) -> Encoder:
     key = (settings.tokenizer, settings.engine, settings.verify_fraction)
     encoder = _ENCODERS.get(key)
@@ -231,6 +267,7 @@ def _texts_of_clean_chunk(lines: list[bytes | None], text_field: tuple[str, ...]
 
 def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     """Parse, encode and window one chunk; bad records become Issues, in line order."""
+    started = time.perf_counter()
     issues = list(chunk.issues)
     gpt_simple = settings.windowing == Windowing.GPT_SIMPLE
     line_drops: dict[str, int] = {}
@@ -271,6 +308,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         if short_texts:
             texts = [texts[i] for i in kept]
             text_lines = [text_lines[i] for i in kept]
+    parsed, parsed_cpu = time.perf_counter(), time.process_time()
     if texts:
         try:
             flat, offsets = _encoder(settings).encode_flat(texts)
@@ -289,6 +327,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     else:
         doc_lengths = np.zeros(0, dtype=np.int64)
         flat = np.zeros(0, dtype=np.uint32)
+    encoded, encoded_cpu = time.perf_counter(), time.process_time()
     max_token_id = int(flat.max()) if len(flat) else -1
     if max_token_id >= settings.vocab_size:
         first_bad = int(np.argmax(flat >= settings.vocab_size))
@@ -299,6 +338,33 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
             record=text_lines[doc],
             hint="The tokenizer's vocabulary size is inconsistent with its ids; check the tokenizer files",
         )
+    val: ChunkResult | None = None
+    val_no_tokens = val_truncated = 0
+    if settings.val_fraction > 0:
+        chosen = is_validation(texts, settings.val_fraction, settings.val_seed)
+        token_chosen = np.repeat(chosen, doc_lengths)
+        val_entries = window_documents(
+            flat[token_chosen],
+            doc_lengths[chosen],
+            eod_id=settings.eod_id,
+            max_length=settings.max_length,
+            overlap_size=settings.overlap_size,
+            dtype=dtype,
+            windowing=settings.windowing,
+        )
+        val = ChunkResult(
+            index=chunk.index,
+            file_index=chunk.file_index,
+            tokens=val_entries.tokens,
+            lengths=val_entries.lengths,
+            overlap_prefix=val_entries.overlap_prefix,
+            documents=int(chosen.sum()),
+            issues=[],
+            num_bytes=0,
+            source_bytes=0,
+        )
+        flat, doc_lengths = flat[~token_chosen], doc_lengths[~chosen]
+        val_no_tokens, val_truncated = val_entries.documents_without_entries, val_entries.truncated_documents
     entries = window_documents(
         flat,
         doc_lengths,
@@ -313,21 +379,29 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
         counts = {
             **line_drops,
             "short_text": short_texts,
-            "no_tokens": entries.documents_without_entries,
-            "truncated": entries.truncated_documents,
+            "no_tokens": entries.documents_without_entries + val_no_tokens,
+            "truncated": entries.truncated_documents + val_truncated,
         }
         dropped = {kind: count for kind, count in counts.items() if count}
+    if _profile.enabled():  # TOKENLOOM_PROFILE=DIR: where this worker's time goes
+        _profile.add("parse", parsed - started)
+        _profile.add("encode", encoded - parsed)
+        _profile.add("encode_cpu", encoded_cpu - parsed_cpu)
+        _profile.add("window", time.perf_counter() - encoded)
+        _profile.add("chunks", 1)
+        _profile.flush()
     return ChunkResult(
         index=chunk.index,
         file_index=chunk.file_index,
         tokens=entries.tokens,
         lengths=entries.lengths,
         overlap_prefix=entries.overlap_prefix,
-        documents=len(texts) + short_texts,
+        documents=len(texts) + short_texts - (val.documents if val is not None else 0),
         issues=issues,
         num_bytes=chunk.num_bytes,
         source_bytes=chunk.source_bytes,
         dropped=dropped,
+        val=val,
     )
 
 

@@ -1,0 +1,255 @@
+"""``--layout tree`` and ``--val-fraction``: several datasets from one run (one tokenizer load, one pool).
+
+    --layout tree:        IN/<split>/<bucket>/**  ->  OUT/<split>/<bucket>/   (one dataset per leaf)
+    --val-fraction F:     a train leaf's documents whose seeded text hash is below F
+                          -> OUT/val/<bucket> (tree) or OUT/val beside OUT/train (flat input)
+    each output is a unit-planned dataset (_units: plan, unit shards, done markers, manifest),
+    so --num-nodes, kills and reruns work per dataset exactly as for one; a carved leaf commits
+    unit u of its val dataset before unit u of its train dataset (train done => val done)
+    the encoder (tokenizer, engine probe, worker pool) starts once; leaves run through it in turn
+
+This is the layout ``curriculum`` reads (``path`` holding ``train/<bucket>/`` and ``val/<bucket>/``),
+and every leaf opens with ``open_dataset``, so ``eval-broadcast``'s PathEvalSource takes a val leaf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenloom.formats import ConfigError, Manifest
+from tokenloom.formats.io import WRITING_MARKER, fsync_dir
+from tokenloom.tokenize._config import Layout, TokenizeConfig
+from tokenloom.tokenize._executor import Encoding, encoding_for, run_ordered
+from tokenloom.tokenize._inputs import InputFile, read_chunks
+from tokenloom.tokenize._native import summary_of
+from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_plan
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
+from tokenloom.tokenize._units import _complete, _prepare, finalize, missing_units, plan_of
+
+__all__ = ["Leaf", "leaves_of", "run_tree"]
+
+TRAIN, VAL = "train", "val"
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """One input dataset of the run: its files (named relative to the leaf) and where it is written."""
+
+    name: str
+    """``split/bucket`` (tree) or ``train`` (a flat input carved by --val-fraction)."""
+    files: list[InputFile]
+    out: Path
+    val_out: Path | None
+    """Where its validation documents go (--val-fraction on a train leaf), else None."""
+
+
+def leaves_of(config: TokenizeConfig, inputs: RunInputs) -> list[Leaf]:
+    """The leaves of the run in path order; files outside ``<split>/<bucket>/`` are a ConfigError."""
+    out = config.output_dir
+    carve = config.val_fraction > 0
+    if config.layout is not Layout.TREE:
+        return [Leaf(TRAIN, inputs.files, out / TRAIN, out / VAL)]
+    groups: dict[tuple[str, str], list[InputFile]] = {}
+    for info in inputs.files:
+        parts = info.relative.split("/")
+        if len(parts) < 3:
+            raise ConfigError(
+                f"input {info.relative} is not inside a <split>/<bucket>/ directory",
+                path=info.path,
+                field="layout",
+                hint="With --layout tree every input lies under IN/<split>/<bucket>/ (e.g. IN/train/web/part-0.jsonl); "
+                "move the file there, or drop --layout tree",
+            )
+        relative = "/".join(parts[2:])
+        groups.setdefault((parts[0], parts[1]), []).append(dataclasses.replace(info, relative=relative))
+    splits = sorted({split for split, _ in groups})
+    if carve and VAL in splits:
+        raise ConfigError(
+            "--val-fraction would carve OUT/val/<bucket> from train, but the input already has a val split",
+            path=config.input_dir / VAL,
+            field="val_fraction",
+            hint="Drop --val-fraction to keep the given val split, or move IN/val away to carve a new one",
+        )
+    if carve and TRAIN not in splits:
+        raise ConfigError(
+            f"--val-fraction carves from the train split, but the input's splits are {', '.join(splits)}",
+            path=config.input_dir,
+            field="val_fraction",
+            hint="Name the training split's directory train (IN/train/<bucket>/...)",
+        )
+    return [
+        Leaf(f"{split}/{bucket}", files, out / split / bucket, out / VAL / bucket if carve and split == TRAIN else None)
+        for (split, bucket), files in sorted(groups.items())
+    ]
+
+
+@dataclass(slots=True)
+class _Target:
+    """One dataset written by the run: its leaf, config and plan."""
+
+    leaf: Leaf
+    config: TokenizeConfig
+    plan: UnitPlan
+    role: str
+
+
+def _targets(config: TokenizeConfig, inputs: RunInputs, leaf: Leaf) -> list[_Target]:
+    leaf_config = dataclasses.replace(config, output_dir=leaf.out)
+    base = plan_of(leaf_config, RunInputs(inputs.tokenizer, inputs.tokenizer_fingerprint, leaf.files))
+    dataset = {"dataset": leaf.name, "layout_of_input": config.layout.value}
+    targets = [_Target(leaf, leaf_config, UnitPlan({**base.run_key, **dataset, "role": TRAIN}, base.units), TRAIN)]
+    if leaf.val_out is not None:
+        val_config = dataclasses.replace(config, output_dir=leaf.val_out)
+        val_plan = UnitPlan({**base.run_key, **dataset, "role": VAL}, base.units)
+        targets.append(_Target(leaf, val_config, val_plan, VAL))
+    return targets
+
+
+def run_tree(
+    config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
+) -> TokenizeSummary:
+    """Every leaf's share of this node (see the module docstring); one summary over all the datasets."""
+    started = time.perf_counter()
+    leaves = leaves_of(config, inputs)
+    per_leaf = [_targets(config, inputs, leaf) for leaf in leaves]
+    complete: list[Manifest | None] = []
+    for targets in per_leaf:
+        for target in targets:
+            complete.append(None if config.overwrite else _complete(target.config.output_dir, target.plan))
+    if all(m is not None for m in complete):
+        summary = _total(config, [m for m in complete if m is not None], time.perf_counter() - started)
+        summary.already_complete = True
+        summary.datasets = _names(config, per_leaf)
+        return summary
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    finished = iter(complete)
+    for targets in per_leaf:
+        for target in targets:
+            if next(finished) is not None:
+                continue  # a dataset already complete with this plan stays as it is (readers keep reading it)
+            out = target.config.output_dir
+            _prepare(target.config)
+            establish_plan(out, target.plan)
+            (out / WRITING_MARKER).touch()
+            fsync_dir(out)
+    session = Session()
+    if not config.finalize:
+        pending = [pending_units(targets[0].config, targets[0].plan) for targets in per_leaf]
+        if any(pending):
+            with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
+                facts = UnitFacts(
+                    encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record
+                )
+                session.facts = facts
+                for targets, mine in zip(per_leaf, pending, strict=True):
+                    if mine:
+                        _encode_leaf(config, targets, mine, encoding, facts, session, on_progress)
+    manifests: list[Manifest] = []
+    missing = total_units = 0
+    for targets in per_leaf:
+        for target in targets:
+            out = target.config.output_dir
+            manifest = finalize(out, target.plan, inputs.tokenizer, required=config.finalize)
+            if manifest is None:
+                missing += len(missing_units(out, target.plan))
+                total_units += len(target.plan.units)
+            else:
+                manifests.append(manifest)
+    summary = _total(config, manifests, time.perf_counter() - started)
+    summary.units_total, summary.units_missing = total_units, missing
+    summary.examples = session.examples
+    summary.run_tokens = session.tokens
+    summary.bytes_read = session.bytes_read
+    summary.units_committed = session.units
+    summary.datasets = _names(config, per_leaf)
+    if total_units:
+        summary.documents = session.counts.documents
+    return summary
+
+
+def _encode_leaf(
+    config: TokenizeConfig,
+    targets: list[_Target],
+    mine: list[int],
+    encoding: Encoding,
+    facts: UnitFacts,
+    session: Session,
+    on_progress: ProgressCallback | None,
+) -> None:
+    """The leaf's pending units through the shared pool; each unit's val part (if any) is committed first."""
+    train = targets[0]
+    val = targets[1] if len(targets) > 1 else None
+    settings = encoding.settings
+    if val is not None:
+        settings = dataclasses.replace(settings, val_fraction=config.val_fraction, val_seed=config.seed)
+    sources = [train.plan.units[u] for u in mine]
+    chunks = read_chunks(
+        [s.file for s in sources],
+        chunk_lines=config.chunk_lines,
+        chunk_bytes=config.chunk_bytes,
+        max_line_bytes=config.max_line_bytes,
+        text_field=config.text_field,
+        parts=[s.part for s in sources],
+    )
+    writers: list[UnitWriter] = []
+    current = -1
+    try:
+        for result in run_ordered(encoding.executor, chunks, settings, encoding.window):
+            unit = mine[result.file_index]
+            if unit != current:
+                _commit(session, writers)
+                current = unit
+                writers = [UnitWriter(t.config, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
+            writers[0].consume(result)
+            if val is not None and result.val is not None:
+                writers[1].consume(result.val)
+                session.tokens += len(result.val.tokens)
+            session.tokens += len(result.tokens)
+            session.bytes_read += result.source_bytes
+            if on_progress is not None:
+                documents = result.documents + (result.val.documents if result.val is not None else 0)
+                tokens = len(result.tokens) + (len(result.val.tokens) if result.val is not None else 0)
+                on_progress(documents, tokens, result.source_bytes)
+        _commit(session, writers)
+        writers = []
+    except BaseException:
+        for writer in writers:
+            writer.abort()  # their shards stay invisible to readers: no done marker names them
+        raise
+
+
+def _commit(session: Session, writers: list[UnitWriter]) -> None:
+    """Commit a unit's datasets, val before train: a committed train unit means its val part is committed too."""
+    for writer in reversed(writers):
+        done = writer.commit()
+        add_counts(session.counts, done.counts)
+        session.examples += writer.examples
+    if writers:
+        session.units += 1
+
+
+def _names(config: TokenizeConfig, per_leaf: list[list[_Target]]) -> list[str]:
+    return sorted(t.config.output_dir.relative_to(config.output_dir).as_posix() for ts in per_leaf for t in ts)
+
+
+def _total(config: TokenizeConfig, manifests: list[Manifest], seconds: float) -> TokenizeSummary:
+    summary = TokenizeSummary(output_dir=config.output_dir, seconds=seconds)
+    for manifest in manifests:
+        part = summary_of(manifest, config.output_dir, seconds)
+        summary.documents += part.documents
+        summary.entries += part.entries
+        summary.tokens += part.tokens
+        summary.input_bytes += part.input_bytes
+        summary.shards += part.shards
+        for kind, count in part.skipped.items():
+            summary.skipped[kind] = summary.skipped.get(kind, 0) + count
+        for kind, count in part.dropped.items():
+            summary.dropped[kind] = summary.dropped.get(kind, 0) + count
+        summary.dtype, summary.eos_id, summary.vocab_size = part.dtype, part.eos_id, part.vocab_size
+        summary.engine, summary.engine_reason = part.engine, part.engine_reason
+    return summary
