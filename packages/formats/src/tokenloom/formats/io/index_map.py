@@ -27,6 +27,7 @@ import logging
 import mmap
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "index_cache_dir",
     "iter_chunks",
     "map_array",
+    "zeros_index",
 ]
 
 log = logging.getLogger("tokenloom.formats")
@@ -52,6 +54,8 @@ INDEX_CACHE_ENV = "TOKENLOOM_CACHE_DIR"
 SCAN_CHUNK_ENTRIES = 1 << 21  # 16 MiB of int64 per chunk
 _CACHE_VERSION = "index-v1"
 _PAGE = mmap.PAGESIZE
+#: a source modified less than this long ago is derived but not cached (timestamps are coarse)
+_SETTLE_NS = 2_000_000_000
 
 
 class MappedArray(np.ndarray):
@@ -85,6 +89,21 @@ def map_array(path: str | os.PathLike[str], dtype: np.dtype | str, byte_offset: 
     array = np.frombuffer(mapped, dtype=dtype, count=count, offset=byte_offset).view(MappedArray)
     array._source = (os.fspath(path), dtype.str, byte_offset, count)
     return array
+
+
+class _Zeros(np.ndarray):
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self.strides == (0,):
+            return (zeros_index, (len(self), self.dtype.str))
+        return np.asarray(self).__reduce_ex__(protocol)
+
+    def __reduce__(self) -> Any:
+        return self.__reduce_ex__(2)
+
+
+def zeros_index(count: int, dtype: np.dtype | str = "<u2") -> np.ndarray:
+    """``count`` read-only zeros in O(1) memory (one item, stride 0), pickled as their count."""
+    return np.broadcast_to(np.zeros(1, dtype=dtype), (count,)).view(_Zeros)
 
 
 def _backing_map(array: np.ndarray) -> mmap.mmap | None:
@@ -140,33 +159,31 @@ def _key(sources: Sequence[Path], what: str) -> str:
     return digest.hexdigest()
 
 
-def _write_chunks(handle: object, chunks: Iterable[np.ndarray], count: int) -> int:
-    written = 0
-    for chunk in chunks:
-        data = np.ascontiguousarray(chunk, dtype="<i8")
-        handle.write(data.tobytes())  # type: ignore[attr-defined]
-        written += len(data)
-        if written > count:
-            break
-    return written
-
-
 def derived_index(
-    sources: Sequence[Path], what: str, count: int, build: Callable[[], Iterable[np.ndarray]], *, rebuild: bool = False
+    sources: Sequence[Path],
+    what: str,
+    count: int | None,
+    build: Callable[[], Iterable[np.ndarray]],
+    *,
+    rebuild: bool = False,
 ) -> np.ndarray:
-    """``count`` int64 values derived from ``sources`` by ``build`` (chunks, in order; it raises on bad input).
+    """``count`` int64 values (None: as many as ``build`` yields) derived from ``sources`` by ``build``.
 
-    Built once per version of the sources into the index cache and memory-mapped (see the module
-    docstring); ``rebuild`` derives (and checks) again even when a cached copy exists.
+    ``build`` yields chunks in order and raises on bad input. The result is built once per version of
+    the sources into the index cache and memory-mapped (see the module docstring); ``rebuild`` derives
+    (and checks) again even when a cached copy exists. A source changed in the last seconds is not
+    cached (its next change could keep the same timestamps): its derivation goes to an unlinked file.
     """
     key = _key(sources, what)
     directory = index_cache_dir()
     final = directory / f"{key}.i64"
-    if not rebuild and final.is_file() and final.stat().st_size == 8 * count:
-        return map_array(final, "<i8", 0, count)
-    if count == 0:
-        _write_chunks(_Discard(), build(), 0)
-        return np.empty(0, dtype=np.int64)
+    if not rebuild and final.is_file():
+        size = final.stat().st_size
+        if size % 8 == 0 and (count is None or size == 8 * count):
+            return map_array(final, "<i8", 0, size // 8)
+    now = time.time_ns()
+    if any(now - max(os.stat(s).st_mtime_ns, os.stat(s).st_ctime_ns) < _SETTLE_NS for s in sources):
+        return _derive_unlinked(what, count, build)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=directory)
@@ -176,22 +193,26 @@ def derived_index(
     try:
         with os.fdopen(fd, "wb") as handle:
             written = _write_chunks(handle, build(), count)
-        if written != count:
-            raise RuntimeError(f"derived {written} values for {what}, expected {count}")  # a reader's own bug
         os.replace(temp, final)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    return map_array(final, "<i8", 0, count)
+    return map_array(final, "<i8", 0, written)
 
 
-class _Discard:
-    def write(self, data: bytes) -> None:
-        pass
+def _write_chunks(handle: Any, chunks: Iterable[np.ndarray], count: int | None) -> int:
+    written = 0
+    for chunk in chunks:
+        data = np.ascontiguousarray(chunk, dtype="<i8")
+        handle.write(data.tobytes())
+        written += len(data)
+    if count is not None and written != count:
+        raise RuntimeError(f"derived {written} index values, expected {count}")  # a reader's own bug
+    return written
 
 
-def _derive_unlinked(what: str, count: int, build: Callable[[], Iterable[np.ndarray]]) -> np.ndarray:
+def _derive_unlinked(what: str, count: int | None, build: Callable[[], Iterable[np.ndarray]]) -> np.ndarray:
     try:
         handle = tempfile.TemporaryFile()  # noqa: SIM115  (closed by the with below)
     except OSError as exc:
@@ -199,8 +220,8 @@ def _derive_unlinked(what: str, count: int, build: Callable[[], Iterable[np.ndar
         return np.concatenate([np.asarray(c, dtype=np.int64) for c in build()])
     with handle:
         written = _write_chunks(handle, build(), count)
-        if written != count:
-            raise RuntimeError(f"derived {written} values for {what}, expected {count}")
+        if written == 0:
+            return np.empty(0, dtype=np.int64)
         handle.flush()
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    return np.frombuffer(mapped, dtype="<i8", count=count)
+    return np.frombuffer(mapped, dtype="<i8", count=written)

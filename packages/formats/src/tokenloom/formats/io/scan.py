@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ __all__ = [
     "check_exact_size",
     "check_rising_from_zero",
     "eos_offsets",
+    "iter_eos_offsets",
     "first_negative",
 ]
 
@@ -27,22 +29,27 @@ def eos_offsets(tokens: np.ndarray, eos_id: int, *, chunk_tokens: int = SCAN_CHU
 
     Tokens after the last EOS form a final entry of their own.
     """
-    ends = [np.zeros(1, dtype=np.int64)]
-    for start in range(0, len(tokens), chunk_tokens):
-        chunk = tokens[start : start + chunk_tokens]
-        ends.append(np.flatnonzero(chunk == eos_id).astype(np.int64) + (start + 1))
-    offsets = np.concatenate(ends)
-    if offsets[-1] != len(tokens):
-        offsets = np.append(offsets, np.int64(len(tokens)))
-    return offsets
+    return np.concatenate(list(iter_eos_offsets(tokens, eos_id, chunk_tokens=chunk_tokens)))
+
+
+def iter_eos_offsets(tokens: np.ndarray, eos_id: int, *, chunk_tokens: int = SCAN_CHUNK_TOKENS) -> Iterator[np.ndarray]:
+    """:func:`eos_offsets` in chunks, streaming over the tokens (mapped pages are released as it goes)."""
+    yield np.zeros(1, dtype=np.int64)
+    last = 0
+    for start, chunk in iter_chunks(tokens, chunk_tokens):
+        ends = np.flatnonzero(chunk == eos_id).astype(np.int64) + (start + 1)
+        if len(ends):
+            last = int(ends[-1])
+            yield ends
+    if last != len(tokens):
+        yield np.array([len(tokens)], dtype=np.int64)
 
 
 def first_negative(tokens: np.ndarray, *, chunk_tokens: int = SCAN_CHUNK_TOKENS) -> int | None:
     """Position of the first negative id (only signed dtypes can hold one), or None."""
     if tokens.dtype.kind != "i":
         return None
-    for start in range(0, len(tokens), chunk_tokens):
-        chunk = tokens[start : start + chunk_tokens]
+    for start, chunk in iter_chunks(tokens, chunk_tokens):
         if len(chunk) and chunk.min() < 0:
             return start + int(np.argmax(chunk < 0))
     return None
