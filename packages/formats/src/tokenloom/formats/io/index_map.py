@@ -41,6 +41,7 @@ __all__ = [
     "INDEX_CACHE_ENV",
     "MappedArray",
     "SCAN_CHUNK_ENTRIES",
+    "cached_index",
     "derived_index",
     "index_cache_dir",
     "iter_chunks",
@@ -159,6 +160,18 @@ def _key(sources: Sequence[Path], what: str) -> str:
     return digest.hexdigest()
 
 
+def cached_index(sources: Sequence[Path], what: str, count: int | None = None) -> np.ndarray | None:
+    """What :func:`derived_index` published for these versions of ``sources`` and ``what``, or None."""
+    final = index_cache_dir() / f"{_key(sources, what)}.i64"
+    try:
+        size = final.stat().st_size
+    except OSError:
+        return None
+    if size % 8 or (count is not None and size != 8 * count) or not final.is_file():
+        return None
+    return map_array(final, "<i8", 0, size // 8)
+
+
 def derived_index(
     sources: Sequence[Path],
     what: str,
@@ -177,10 +190,9 @@ def derived_index(
     key = _key(sources, what)
     directory = index_cache_dir()
     final = directory / f"{key}.i64"
-    if not rebuild and final.is_file():
-        size = final.stat().st_size
-        if size % 8 == 0 and (count is None or size == 8 * count):
-            return map_array(final, "<i8", 0, size // 8)
+    cached = None if rebuild else cached_index(sources, what, count)
+    if cached is not None:
+        return cached
     now = time.time_ns()
     if any(now - max(os.stat(s).st_mtime_ns, os.stat(s).st_ctime_ns) < _SETTLE_NS for s in sources):
         return _derive_unlinked(what, count, build)
