@@ -14,6 +14,9 @@ not read it into RAM:
   size, mtime and ctime of every source file), so an edited source gives a new key and a new,
   re-checked derivation: the cache is a pure function of its sources and losing it costs time,
   never data. ``validate="deep"`` always derives again.
+- ``remember_checked`` / ``checked_before`` do the same for a check that yields nothing (a native
+  index's offsets, an index file's manifest checksum): an empty ``KEY.ok`` file says it passed on
+  exactly these versions of the files, so fast validation does not stream 10 GB again at each open.
 
 The cache directory is ``$TOKENLOOM_CACHE_DIR/index-v1``, else ``$XDG_CACHE_HOME/tokenloom/index-v1``,
 else ``~/.cache/tokenloom/index-v1``. Where it cannot be written, the derivation goes to an unlinked
@@ -42,10 +45,12 @@ __all__ = [
     "MappedArray",
     "SCAN_CHUNK_ENTRIES",
     "cached_index",
+    "checked_before",
     "derived_index",
     "index_cache_dir",
     "iter_chunks",
     "map_array",
+    "remember_checked",
     "zeros_index",
 ]
 
@@ -152,12 +157,39 @@ def index_cache_dir() -> Path:
 
 
 def _key(sources: Sequence[Path], what: str) -> str:
-    digest = xxhash.xxh3_128(f"{_CACHE_VERSION}\0{what}\0".encode())
+    digest = xxhash.xxh3_128(f"{_CACHE_VERSION}\0{what}\0".encode("utf-8", "surrogateescape"))
     for source in sources:
         info = os.stat(source)
-        fields = (os.path.realpath(source), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        digest.update("\0".join(map(str, fields)).encode() + b"\n")
+        fields = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        digest.update(os.fsencode(os.path.realpath(source)) + "\0".join(map(str, ("", *fields))).encode() + b"\n")
     return digest.hexdigest()
+
+
+def checked_before(sources: Sequence[Path], what: str) -> bool:
+    """Whether :func:`remember_checked` recorded ``what`` for these versions of ``sources``."""
+    try:
+        return (index_cache_dir() / f"{_key(sources, what)}.ok").is_file()
+    except OSError:
+        return False
+
+
+def remember_checked(sources: Sequence[Path], what: str) -> None:
+    """Record that the check ``what`` passed on these versions of ``sources`` (nothing if they are too recent)."""
+    if _recent(sources):
+        return
+    final = index_cache_dir() / f"{_key(sources, what)}.ok"
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=".tmp", dir=final.parent)
+        os.close(fd)
+        os.replace(temp, final)
+    except OSError as exc:
+        log.debug("index cache %s is not writable (%s): %s is checked again next time", final.parent, exc, what)
+
+
+def _recent(sources: Sequence[Path]) -> bool:
+    now = time.time_ns()
+    return any(now - max(info.st_mtime_ns, info.st_ctime_ns) < _SETTLE_NS for info in map(os.stat, sources))
 
 
 def cached_index(sources: Sequence[Path], what: str, count: int | None = None) -> np.ndarray | None:
@@ -193,8 +225,7 @@ def derived_index(
     cached = None if rebuild else cached_index(sources, what, count)
     if cached is not None:
         return cached
-    now = time.time_ns()
-    if any(now - max(os.stat(s).st_mtime_ns, os.stat(s).st_ctime_ns) < _SETTLE_NS for s in sources):
+    if _recent(sources):
         return _derive_unlinked(what, count, build)
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,15 @@ from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, MissingFileError, TruncatedError
 from tokenloom.formats.io.atomic import WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
-from tokenloom.formats.io.index_map import SCAN_CHUNK_ENTRIES, iter_chunks, map_array, release_pages
+from tokenloom.formats.io.index_map import (
+    SCAN_CHUNK_ENTRIES,
+    checked_before,
+    derived_index,
+    iter_chunks,
+    map_array,
+    release_pages,
+    remember_checked,
+)
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file, safe_stat
@@ -34,12 +42,23 @@ NATIVE_MANIFEST_VERSION = 2
 
 
 HeaderParser = Callable[..., tuple[np.dtype, int]]
+_OFFSETS_CHECKED = "native offsets and overlaps checked"
+_FINGERPRINT = "native index fingerprint"
 
 
 def read_native_shard(
-    root: Path, stem: str, *, dtype_hint: np.dtype | None = None, header: HeaderParser = parse_header
+    root: Path,
+    stem: str,
+    *,
+    dtype_hint: np.dtype | None = None,
+    header: HeaderParser = parse_header,
+    recheck: bool = False,
 ) -> Shard:
-    """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard."""
+    """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard.
+
+    The offsets are scanned once per version of the pair (remembered in the index cache,
+    :func:`~tokenloom.formats.io.index_map.remember_checked`); ``recheck`` scans them again.
+    """
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
     if not os.path.lexists(idx_path):
@@ -67,7 +86,11 @@ def read_native_shard(
             path=bin_path,
         )
     num_tokens = bin_size // dtype.itemsize
-    validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
+    if recheck or not checked_before([idx_path, bin_path], _OFFSETS_CHECKED):
+        validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
+        remember_checked([idx_path, bin_path], _OFFSETS_CHECKED)
+    elif offsets[-1] != num_tokens:  # cannot differ for the same file versions; cheap to be sure
+        validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
     return Shard(
         tokens_path=bin_path,
         dtype=dtype,
@@ -162,6 +185,19 @@ def index_fingerprint(shards: list[Shard]) -> str:
     return digest.hexdigest()
 
 
+def _cached_fingerprint(root: Path, shards: list[Shard]) -> str:
+    """:func:`index_fingerprint`, computed once per version of the index files (kept in the index cache)."""
+    sources = [root / f"{shard.name}.idx" for shard in shards]
+    what = f"{_FINGERPRINT} of {[(s.name, s.dtype.name) for s in shards]}"
+
+    def build() -> list[np.ndarray]:
+        digest = index_fingerprint(shards)
+        return [np.array([int(digest[:16], 16), int(digest[16:], 16)], dtype=np.uint64).view(np.int64)]
+
+    halves = derived_index(sources, what, 2, build)
+    return "".join(f"{int(v):016x}" for v in np.asarray(halves).view(np.uint64))
+
+
 def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
     """Open a native dataset directory, with or without a manifest (see the module docstring)."""
     root = Path(path)
@@ -194,7 +230,7 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
         stems = _stems_without_manifest(root)
     shards = []
     for stem in stems:
-        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint))
+        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint, recheck=validate == Validate.DEEP))
         dtype_hint = shards[0].dtype  # without a manifest the first shard sets the dtype of the rest
     if manifest is None:
         log.info(
@@ -204,7 +240,8 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
             len(shards),
             root,
         )
-    without = {"fingerprint": index_fingerprint(shards), "metadata": {"manifest": False}}
+    without = {"fingerprint": _cached_fingerprint(root, shards) if manifest is None else None}
+    without["metadata"] = {"manifest": False}
     return shards_dataset(shards, "native", root, manifest, validate, without=without)
 
 
