@@ -202,7 +202,7 @@ class TokenDataset:
         return np.concatenate(parts)
 
     # -- validation shared by the readers --------------------------------------------
-    def check_token_range(self, *, chunk_tokens: int = 1 << 24) -> None:
+    def check_token_range(self, *, chunk_tokens: int = 1 << 20) -> None:
         """Raise TokenRangeError at the first negative id, or id >= vocab_size when the vocab size is known."""
         if self.vocab_size is None and self.dtype.kind != "i":
             return

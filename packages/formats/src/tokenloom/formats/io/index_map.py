@@ -57,7 +57,7 @@ __all__ = [
 log = logging.getLogger("tokenloom.formats")
 
 INDEX_CACHE_ENV = "TOKENLOOM_CACHE_DIR"
-SCAN_CHUNK_ENTRIES = 1 << 21  # 16 MiB of int64 per chunk
+SCAN_CHUNK_ENTRIES = 1 << 18  # 2 MiB of int64 per chunk: a scan's temporaries stay near 10 MB
 _CACHE_VERSION = "index-v1"
 _PAGE = mmap.PAGESIZE
 #: a source modified less than this long ago is derived but not cached (timestamps are coarse)
@@ -248,8 +248,12 @@ def _write_chunks(handle: Any, chunks: Iterable[np.ndarray], count: int | None) 
     written = 0
     for chunk in chunks:
         data = np.ascontiguousarray(chunk, dtype="<i8")
-        handle.write(data.tobytes())
+        if len(data) >= 512 and not data.any():
+            handle.seek(8 * len(data), os.SEEK_CUR)  # a run of zeros (empty entries) stays a hole
+        else:
+            handle.write(data.tobytes())
         written += len(data)
+    handle.truncate(8 * written)
     if count is not None and written != count:
         raise RuntimeError(f"derived {written} index values, expected {count}")  # a reader's own bug
     return written

@@ -21,7 +21,7 @@ __all__ = [
     "first_negative",
 ]
 
-SCAN_CHUNK_TOKENS = 1 << 24
+SCAN_CHUNK_TOKENS = 1 << 20
 
 
 def eos_offsets(tokens: np.ndarray, eos_id: int, *, chunk_tokens: int = SCAN_CHUNK_TOKENS) -> np.ndarray:

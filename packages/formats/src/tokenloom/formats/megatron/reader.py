@@ -197,9 +197,9 @@ def _checked_offsets(
         ends = np.cumsum(part, dtype=np.int64)
         ends += total
         begins = np.concatenate([np.array([total], dtype=np.int64), ends[:-1]])
-        found = np.asarray(pointers[start : start + len(part)])
-        release_pages(pointers, start, start + len(part))
+        found = pointers[start : start + len(part)]
         wrong = np.flatnonzero(found != begins * dtype.itemsize)
+        release_pages(pointers, start, start + len(part))  # after the last read of them
         if len(wrong):
             i = int(wrong[0])
             value = int(found[i])
