@@ -60,6 +60,7 @@ INDEX_CACHE_ENV = "TOKENLOOM_CACHE_DIR"
 SCAN_CHUNK_ENTRIES = 1 << 18  # 2 MiB of int64 per chunk: a scan's temporaries stay near 10 MB
 _CACHE_VERSION = "index-v1"
 _PAGE = mmap.PAGESIZE
+_FAULT_AROUND = 1 << 20
 #: a source modified less than this long ago is derived but not cached (timestamps are coarse)
 _SETTLE_NS = 2_000_000_000
 
@@ -132,8 +133,10 @@ def release_pages(array: np.ndarray, begin: int, end: int) -> None:
     start = np.frombuffer(mapped, dtype=np.uint8, count=1).__array_interface__["data"][0]
     first = array[begin:end].__array_interface__["data"][0] - start
     last = first + (end - begin) * array.itemsize
-    first -= first % _PAGE
-    last = min(len(mapped), last + (-last) % _PAGE)
+    # widened on both sides: the kernel's fault-around maps neighbouring pages (64 KiB by default) that
+    # this range's reads did not ask for, before and after it; they are in the page cache, cheap to refault
+    first = max(0, first - first % _PAGE - _FAULT_AROUND)
+    last = min(len(mapped), last + (-last) % _PAGE + _FAULT_AROUND)
     if last > first:
         with contextlib.suppress(OSError, ValueError):
             mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
