@@ -30,11 +30,11 @@ def _cache(directory: Path) -> Iterator[None]:
             os.environ["TOKENLOOM_CACHE_DIR"] = saved_env
 
 
-def _open_in(directory: Path, path: Path, **options: object):
+def _open_in(directory: Path, path: Path):
     from tokenloom.formats import open_dataset
 
     with _cache(directory):
-        return open_dataset(path, **options)
+        return open_dataset(path)
 
 
 @case("megatron: a pointer edited after the offsets were derived and cached", "bad input", "error", "IndexCorruptError")

@@ -240,8 +240,8 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
             len(shards),
             root,
         )
-    without = {"fingerprint": _cached_fingerprint(root, shards) if manifest is None else None}
-    without["metadata"] = {"manifest": False}
+    fingerprint = _cached_fingerprint(root, shards) if manifest is None else None
+    without: dict[str, Any] = {"fingerprint": fingerprint, "metadata": {"manifest": False}}
     return shards_dataset(shards, "native", root, manifest, validate, without=without)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -166,7 +167,9 @@ def _publish(found: PackedFile, *, explicit: bool) -> PackedFile:
     return found
 
 
-def _cached_file(path: Path, head: bytes, data_len: int, candidates: list[str], *, explicit: bool) -> PackedFile | None:
+def _cached_file(
+    path: Path, head: bytes, data_len: int, candidates: Sequence[str], *, explicit: bool
+) -> PackedFile | None:
     """The PackedFile a previous open derived for this version of ``path`` (its header re-checked), or None."""
     for name in candidates:
         header_size = _HEADER_SIZE[name]
