@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ORDER = [
     "formats",
+    "open",
     "tokenize",
     "tokenize-prep",
     "datasets",

@@ -44,6 +44,7 @@ import _catalogue_w3_evalsampler  # noqa: F401 - registers its rows on import
 import _catalogue_w3_formats  # noqa: F401 - registers its rows on import
 import _catalogue_w3_inputs  # noqa: F401 - registers its rows on import
 import _catalogue_w3_nodes  # noqa: F401 - registers its rows on import
+import _catalogue_w3_open  # noqa: F401 - registers its rows on import
 import _catalogue_w3_prep  # noqa: F401 - registers its rows on import
 import _catalogue_w3_remote  # noqa: F401 - registers its rows on import
 import _catalogue_w3_rformats  # noqa: F401 - registers its rows on import

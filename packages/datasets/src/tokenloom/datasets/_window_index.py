@@ -21,19 +21,33 @@ from tokenloom.datasets._packing_mode import Packing, as_packing
 from tokenloom.datasets._state import data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import reopen, select_shards, token_stream
 from tokenloom.formats import ConfigError, TokenDataset, open_dataset
+from tokenloom.formats.io import iter_chunks
 
 __all__ = ["WindowIndex", "check_positive", "overlap_intervals"]
 
 
 def overlap_intervals(dataset: TokenDataset) -> tuple[np.ndarray, np.ndarray]:
-    """Global token ranges ``[begin, end)`` that are overlap prefixes (repeats of the previous entry's end)."""
-    prefix = dataset.overlap_prefix
-    has = np.flatnonzero(prefix)
-    if len(has) == 0:
+    """Global token ranges ``[begin, end)`` that are overlap prefixes (repeats of the previous entry's end).
+
+    Scans each shard's overlap prefixes in bounded chunks (they may be a memory map of 10^9 entries);
+    only the entries that have one are gathered.
+    """
+    begins: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    token_start = 0
+    for shard in dataset.shards:
+        prefix = shard.overlap_prefix
+        if len(prefix) and not (prefix.strides == (0,) and prefix[0] == 0):  # a constant zero index: nothing
+            for start, part in iter_chunks(prefix):
+                has = np.flatnonzero(part)
+                if len(has):
+                    first = token_start + np.asarray(shard.offsets[start + has], dtype=np.int64)
+                    begins.append(first)
+                    ends.append(first + part[has].astype(np.int64))
+        token_start += shard.num_tokens
+    if not begins:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    entry_starts = np.concatenate([[0], np.cumsum(dataset.doc_lengths)[:-1]]).astype(np.int64)
-    begins = entry_starts[has]
-    return begins, begins + prefix[has].astype(np.int64)
+    return np.concatenate(begins), np.concatenate(ends)
 
 
 def check_positive(value: int, name: str) -> int:

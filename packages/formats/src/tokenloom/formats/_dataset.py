@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
+from tokenloom.formats.io.index_map import iter_chunks, release_pages
 from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.progress import Stage
 from tokenloom.formats.io.source import LOCAL, Source, current_source, refuse_placeholder
@@ -213,15 +214,14 @@ class TokenDataset:
         return np.concatenate(parts)
 
     # -- validation shared by the readers --------------------------------------------
-    def check_token_range(self, *, chunk_tokens: int = 1 << 24) -> None:
+    def check_token_range(self, *, chunk_tokens: int = 1 << 20) -> None:
         """Raise TokenRangeError at the first negative id, or id >= vocab_size when the vocab size is known."""
         if self.vocab_size is None and self.dtype.kind != "i":
             return
         stage = Stage("token ids", self.num_tokens)
         for shard in self.shards:
             tokens = shard.tokens
-            for start in range(0, shard.num_tokens, chunk_tokens):
-                chunk = tokens[start : start + chunk_tokens]
+            for start, chunk in iter_chunks(tokens, chunk_tokens):  # pages released as it goes
                 stage.advance(len(chunk))
                 bad = chunk < 0 if chunk.dtype.kind == "i" else np.zeros(len(chunk), dtype=bool)
                 if self.vocab_size is not None:
@@ -248,20 +248,27 @@ class TokenDataset:
         stage = Stage("EOS placement", len(self))
         for shard in self.shards:
             stage.advance(shard.num_entries)
-            ends = shard.offsets[1:]
-            non_empty = np.flatnonzero(ends > shard.offsets[:-1])
-            if len(non_empty) == 0:
-                continue
-            last_tokens = shard.tokens[ends[non_empty] - 1]
-            wrong = np.flatnonzero(last_tokens != self.eos_id)
-            if len(wrong):
-                entry = int(non_empty[wrong[0]])
-                raise FormatError(
-                    f"entry ends with token {int(last_tokens[wrong[0]])}, expected the EOS id {self.eos_id}",
-                    path=shard.tokens_path,
-                    record=entry,
-                    hint="The data was not written with this EOS id; check --eos-id or re-tokenize",
-                )
+            tokens = shard.tokens
+            previous: int | None = None
+            for start, part in iter_chunks(shard.offsets):  # bounded chunks of a possibly huge index
+                bounds = part if previous is None else np.concatenate([np.array([previous], np.int64), part])
+                first = 0 if previous is None else start - 1
+                previous = int(part[-1])
+                ends = bounds[1:]
+                non_empty = np.flatnonzero(ends > bounds[:-1])
+                if len(non_empty) == 0:
+                    continue
+                last_tokens = tokens[ends[non_empty] - 1]
+                release_pages(tokens, int(bounds[0]), int(bounds[-1]))
+                wrong = np.flatnonzero(last_tokens != self.eos_id)
+                if len(wrong):
+                    entry = first + int(non_empty[wrong[0]])
+                    raise FormatError(
+                        f"entry ends with token {int(last_tokens[wrong[0]])}, expected the EOS id {self.eos_id}",
+                        path=shard.tokens_path,
+                        record=entry,
+                        hint="The data was not written with this EOS id; check --eos-id or re-tokenize",
+                    )
 
     def __repr__(self) -> str:
         return (

@@ -33,7 +33,9 @@ import contextlib
 import fnmatch
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +55,11 @@ from tokenloom.formats.flat.npy import read_npy_header
 from tokenloom.formats.flat.tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, zeros_index
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.io.scan import eos_offsets, first_negative
+from tokenloom.formats.io.scan import first_negative, iter_eos_offsets
 
 __all__ = ["DOCUMENT_LENGTHS_NAME", "FLAT_SPLITS", "is_flat", "open_flat"]
 
@@ -217,12 +220,13 @@ def open_flat(
         vocab_size = manifest.vocab_size if manifest is not None else (tatm.vocab_size if tatm else None)
 
     shards = _read_shards(root, files, declared, infer=infer)
+    rederive = validate == Validate.DEEP
     if split == "lengths" and manifest is not None:
-        _apply_document_lengths(root, manifest, recorded, shards)
+        _apply_document_lengths(root, manifest, recorded, shards, rederive=rederive)
     for shard in shards:
         if split == "eos":
-            shard.offsets = eos_offsets(shard.tokens, int(eos_id))  # type: ignore[arg-type]
-            shard.overlap_prefix = np.zeros(shard.num_entries, dtype=np.uint16)
+            shard.offsets = _eos_offsets(shard, int(eos_id), rederive=rederive)  # type: ignore[arg-type]
+            shard.overlap_prefix = zeros_index(shard.num_entries)
         if validate != Validate.NONE:
             _refuse_negative(shard)
     if manifest is not None and file_pattern is None:
@@ -307,7 +311,9 @@ def _read_shards(root: Path, files: list[Path], declared: _Declared, *, infer: b
     return shards
 
 
-def _apply_document_lengths(root: Path, manifest: Manifest, recorded: dict[str, Any], shards: list[Shard]) -> None:
+def _apply_document_lengths(
+    root: Path, manifest: Manifest, recorded: dict[str, Any], shards: list[Shard], *, rederive: bool
+) -> None:
     """Set each shard's entry offsets from the recorded document lengths, checking they add up."""
     path = root / DOCUMENT_LENGTHS_NAME
     manifest_path = root / MANIFEST_NAME
@@ -335,20 +341,12 @@ def _apply_document_lengths(root: Path, manifest: Manifest, recorded: dict[str, 
             path=manifest_path,
             field="metadata.flat.shard_entries",
         )
-    lengths = np.fromfile(path, dtype="<i8").astype(np.int64)
-    if len(lengths) and lengths.min() < 0:
-        record = int(np.argmax(lengths < 0))
-        raise IndexCorruptError(
-            f"document length {int(lengths[record])} is negative",
-            path=path,
-            offset=8 * record,
-            record=record,
-            field="document_lengths",
-        )
+    lengths = map_array(path, "<i8", 0, manifest.num_documents)
     first = 0
     for shard, count in zip(shards, counts, strict=True):
-        offsets = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(lengths[first : first + count], out=offsets[1:])
+        what = f"flat document offsets {first}+{count}"
+        build = partial(_cumulated_lengths, lengths, first, count, path=path)
+        offsets = derived_index([path], what, count + 1, build, rebuild=rederive)
         if offsets[-1] != shard.num_tokens:
             raise IndexCorruptError(
                 f"documents {first} to {first + count} add up to {int(offsets[-1])} tokens, "
@@ -359,8 +357,36 @@ def _apply_document_lengths(root: Path, manifest: Manifest, recorded: dict[str, 
                 field="document_lengths",
             )
         shard.offsets = offsets
-        shard.overlap_prefix = np.zeros(count, dtype=np.uint16)
+        shard.overlap_prefix = zeros_index(count)
         first += count
+
+
+def _cumulated_lengths(lengths: np.ndarray, first: int, count: int, *, path: Path) -> Iterator[np.ndarray]:
+    """Offsets 0, l0, l0 + l1, ... of documents ``first`` to ``first + count``, in chunks (negative lengths refused)."""
+    yield np.zeros(1, dtype=np.int64)
+    total = 0
+    for start, part in iter_chunks(lengths[first : first + count]):
+        if part.min() < 0:
+            record = first + start + int(np.argmax(part < 0))
+            raise IndexCorruptError(
+                f"document length {int(lengths[record])} is negative",
+                path=path,
+                offset=8 * record,
+                record=record,
+                field="document_lengths",
+            )
+        ends = np.cumsum(part, dtype=np.int64)
+        ends += total
+        total = int(ends[-1])
+        yield ends
+
+
+def _eos_offsets(shard: Shard, eos_id: int, *, rederive: bool) -> np.ndarray:
+    """Entry offsets ending just after each ``eos_id`` in the shard's tokens: one streamed scan, then cached."""
+    what = f"flat eos offsets {eos_id} {shard.dtype.str} {shard.tokens_offset} {shard.num_tokens}"
+    return derived_index(
+        [shard.tokens_path], what, None, lambda: iter_eos_offsets(shard.tokens, eos_id), rebuild=rederive
+    )
 
 
 def _shard(path: Path, dtype: np.dtype, count: int, data_offset: int) -> Shard:

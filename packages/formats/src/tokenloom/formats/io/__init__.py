@@ -8,6 +8,7 @@
 - output directories: ``prepare_output_dir``, ``shard_cut``
 - manifests: ``write_manifest``, ``describe_files``, ``file_checksum``, ``FileEntry``
 - token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
+- index arrays at O(1) memory: ``map_array``, ``iter_chunks`` (bounded scans), ``derived_index`` (index cache)
 - optional dependencies: ``require``
 - renamed names kept for one release: ``renamed_keyword``, ``deprecated_property``, ``module_aliases``
 - object-store URLs: ``is_remote_url``, ``parse_url``, ``refuse_remote_output`` (a URL is never a local path)
@@ -26,6 +27,7 @@ from tokenloom.formats.io.atomic import (
     temp_path,
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
+from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array
 from tokenloom.formats.io.lazy import lazy_exports
 from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock, pid_alive
 from tokenloom.formats.io.manifest import (
@@ -63,12 +65,15 @@ __all__ = [
     "check_disjoint",
     "check_replaceable",
     "deprecated_property",
+    "derived_index",
     "describe_files",
     "eos_offsets",
     "file_checksum",
     "fsync_dir",
     "is_remote_url",
+    "iter_chunks",
     "lock_path",
+    "map_array",
     "lazy_exports",
     "module_aliases",
     "output_lock",

@@ -21,6 +21,7 @@ import xxhash
 
 from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileError
 from tokenloom.formats.io.atomic import atomic_write_bytes
+from tokenloom.formats.io.index_map import checked_before, remember_checked
 from tokenloom.formats.io.paths import safe_stat
 from tokenloom.formats.io.progress import Stage
 from tokenloom.formats.io.source import LOCAL, current_source
@@ -148,7 +149,11 @@ class Manifest:
         raise MissingFileError(f"{name} is not listed in the manifest", field="files")
 
     def verify(self, root: Path, *, deep: bool) -> None:
-        """Sizes of every file; checksums of index files always and of data files when ``deep``."""
+        """Sizes of every file; checksums of index files always and of data files when ``deep``.
+
+        An index file's checksum is read once per version of the file (see
+        :func:`~tokenloom.formats.io.index_map.remember_checked`); ``deep`` reads every file again.
+        """
         stage = Stage("checksums", sum(e.bytes for e in self.files)) if deep else None
         for entry in self.files:
             path = root / entry.name
@@ -165,12 +170,15 @@ class Manifest:
                     field="bytes",
                 )
             on_bytes = stage.advance if stage is not None else None
-            if (deep or entry.role == "index") and file_checksum(path, on_bytes=on_bytes) != entry.xxh3_128:
+            if not deep and (entry.role != "index" or checked_before([path], f"xxh3_128 {entry.xxh3_128}")):
+                continue  # an index file whose checksum matched this version of it before is not read again
+            if file_checksum(path, on_bytes=on_bytes) != entry.xxh3_128:
                 raise ChecksumError(
                     f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
                     path=path,
                     field="xxh3_128",
                 )
+            remember_checked([path], f"xxh3_128 {entry.xxh3_128}")
 
 
 def describe_files(root: Path, names_and_roles: Iterable[tuple[str, str]]) -> tuple[FileEntry, ...]:

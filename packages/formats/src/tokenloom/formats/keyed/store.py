@@ -40,6 +40,7 @@ from tokenloom.formats.errors import (
     UnsafePathError,
 )
 from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.index_map import iter_chunks
 from tokenloom.formats.io.renames import deprecated_property, module_aliases, renamed_keyword
 
 __all__ = [
@@ -102,8 +103,7 @@ def check_finite(values: np.ndarray, *, key: str, path: Path | None, record: int
     """RecordError at the first NaN or infinity in a float array (checked in chunks)."""
     if values.dtype.kind != "f":
         return
-    for start in range(0, len(values), _CHUNK):
-        chunk = np.asarray(values[start : start + _CHUNK])
+    for start, chunk in iter_chunks(values, _CHUNK):  # a mapped file's pages are released as it goes
         bad = ~np.isfinite(chunk)
         if bad.any():
             position = start + int(np.argmax(bad))

@@ -29,9 +29,9 @@ tokenizer: tokenloom keeps them in ``PREFIX.tokenloom.json`` beside the ``.idx``
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from tokenloom.formats.errors import (
     TruncatedError,
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.scan import check_rising_from_zero
 from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
@@ -93,8 +94,14 @@ def is_megatron(path: Path) -> bool:
     return False
 
 
-def read_megatron_shard(root: Path, stem: str) -> tuple[Shard, np.ndarray, bool]:
-    """Validate ``stem.idx`` / ``stem.bin``; returns the shard, its document indices and whether it is multimodal."""
+def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tuple[Shard, np.ndarray, bool]:
+    """Validate ``stem.idx`` / ``stem.bin``; returns the shard, its document indices and whether it is multimodal.
+
+    The token offsets readers need are derived from the sizes once per version of the ``.idx``
+    (checking sizes, pointers and document indices in one streamed pass) and memory-mapped from the
+    index cache afterwards (:func:`~tokenloom.formats.io.index_map.derived_index`); ``rederive``
+    checks again even when a cached derivation exists.
+    """
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
     if not idx_path.exists() and not idx_path.is_symlink():
@@ -111,8 +118,7 @@ def read_megatron_shard(root: Path, stem: str) -> tuple[Shard, np.ndarray, bool]
             f"index has {idx_size} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path, offset=0
         )
     with open(idx_path, "rb") as handle:
-        raw = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    magic, version, code, seq_count, doc_count = _HEADER.unpack_from(raw)
+        magic, version, code, seq_count, doc_count = _HEADER.unpack(handle.read(_HEADER.size))
     if magic != MEGATRON_MAGIC:
         raise FormatError(f"magic {magic!r}, expected {MEGATRON_MAGIC!r}", path=idx_path, offset=0, field="magic")
     if version != MEGATRON_VERSION:
@@ -140,61 +146,74 @@ def read_megatron_shard(root: Path, stem: str) -> tuple[Shard, np.ndarray, bool]
         )
     if doc_count == 0:
         raise IndexCorruptError("document count is 0, expected at least 1 (the leading 0)", path=idx_path, offset=26)
-    sizes = np.frombuffer(raw, dtype="<i4", count=seq_count, offset=_HEADER.size)
+    sizes = map_array(idx_path, "<i4", _HEADER.size, seq_count)
     pointers_at = _HEADER.size + 4 * seq_count
-    pointers = np.frombuffer(raw, dtype="<i8", count=seq_count, offset=pointers_at)
+    pointers = map_array(idx_path, "<i8", pointers_at, seq_count)
     documents_at = pointers_at + 8 * seq_count
-    documents = np.frombuffer(raw, dtype="<i8", count=doc_count, offset=documents_at).astype(np.int64)
+    documents = map_array(idx_path, "<i8", documents_at, doc_count)
     bin_size = bin_path.stat().st_size
-    offsets = _check_index(sizes, pointers, documents, dtype, bin_size, idx_path=idx_path, bin_path=bin_path)
+    offsets = derived_index(
+        [idx_path],
+        "megatron token offsets",
+        seq_count + 1,
+        lambda: _checked_offsets(sizes, pointers, documents, dtype, idx_path=idx_path, bin_size=bin_size),
+        rebuild=rederive,
+    )
+    _check_data_size(int(offsets[-1]), dtype, bin_size, bin_path=bin_path)
     shard = Shard(
         tokens_path=bin_path,
         dtype=dtype,
         num_tokens=int(offsets[-1]),
         offsets=offsets,
-        overlap_prefix=np.zeros(seq_count, dtype=np.uint16),
+        overlap_prefix=zeros_index(seq_count),
         name=stem,
     )
     return shard, documents, multimodal
 
 
-def _check_index(
+def _checked_offsets(
     sizes: np.ndarray,
     pointers: np.ndarray,
     documents: np.ndarray,
     dtype: np.dtype,
-    bin_size: int,
     *,
     idx_path: Path,
-    bin_path: Path,
-) -> np.ndarray:
-    """Token offsets (int64, 0 .. total) after checking sizes, pointers, document indices and the .bin size."""
+    bin_size: int,
+) -> Iterator[np.ndarray]:
+    """Token offsets (int64, 0 .. total) in chunks, checking sizes, pointers and document indices on the way."""
     seq_count = len(sizes)
-    if seq_count and sizes.min() < 0:
-        i = int(np.argmax(sizes < 0))
-        raise IndexCorruptError(
-            f"sequence size {int(sizes[i])} is negative",
-            path=idx_path,
-            offset=_HEADER.size + 4 * i,
-            record=i,
-            field="sizes",
-        )
-    offsets = np.zeros(seq_count + 1, dtype=np.int64)
-    np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
-    if seq_count:
-        wrong = np.flatnonzero(pointers != offsets[:-1] * dtype.itemsize)
+    yield np.zeros(1, dtype=np.int64)
+    total = 0
+    for start, part in iter_chunks(sizes):
+        if part.min() < 0:
+            i = start + int(np.argmax(part < 0))
+            raise IndexCorruptError(
+                f"sequence size {int(sizes[i])} is negative",
+                path=idx_path,
+                offset=_HEADER.size + 4 * i,
+                record=i,
+                field="sizes",
+            )
+        ends = np.cumsum(part, dtype=np.int64)
+        ends += total
+        begins = np.concatenate([np.array([total], dtype=np.int64), ends[:-1]])
+        found = pointers[start : start + len(part)]
+        wrong = np.flatnonzero(found != begins * dtype.itemsize)
+        release_pages(pointers, start, start + len(part))  # after the last read of them
         if len(wrong):
             i = int(wrong[0])
-            found = int(pointers[i])
-            where = f", past the end of the {bin_size}-byte data file" if found > bin_size else ""
+            value = int(found[i])
+            where = f", past the end of the {bin_size}-byte data file" if value > bin_size else ""
             raise IndexCorruptError(
-                f"pointer {found}{where}, expected {int(offsets[i]) * dtype.itemsize} "
+                f"pointer {value}{where}, expected {int(begins[i]) * dtype.itemsize} "
                 "(the bytes of the sizes before it)",
                 path=idx_path,
-                offset=_HEADER.size + 4 * seq_count + 8 * i,
-                record=i,
+                offset=_HEADER.size + 4 * seq_count + 8 * (start + i),
+                record=start + i,
                 field="pointers",
             )
+        total = int(ends[-1])
+        yield ends
     documents_at = _HEADER.size + 12 * seq_count
     check_rising_from_zero(
         documents,
@@ -212,16 +231,18 @@ def _check_index(
             offset=documents_at + 8 * (len(documents) - 1),
             field="document_indices",
         )
-    data_bytes = int(offsets[-1]) * dtype.itemsize
+
+
+def _check_data_size(num_tokens: int, dtype: np.dtype, bin_size: int, *, bin_path: Path) -> None:
+    data_bytes = num_tokens * dtype.itemsize
     if data_bytes != bin_size:
         cls = TruncatedError if bin_size < data_bytes else IndexCorruptError
         raise cls(
-            f"the index announces {data_bytes} data bytes ({int(offsets[-1])} {dtype.name} tokens), "
+            f"the index announces {data_bytes} data bytes ({num_tokens} {dtype.name} tokens), "
             f"the data file has {bin_size}",
             path=bin_path,
             field="sizes",
         )
-    return offsets
 
 
 def open_megatron(
@@ -244,7 +265,7 @@ def open_megatron(
     recorded: dict[str, Any] | None = None
     recorded_by: Path | None = None
     for stem in stems:
-        shard, document_indices, multimodal = read_megatron_shard(root, stem)
+        shard, document_indices, multimodal = read_megatron_shard(root, stem, rederive=validate == Validate.DEEP)
         shards.append(shard)
         documents.append(document_indices)
         modes.append(multimodal)

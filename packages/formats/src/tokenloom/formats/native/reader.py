@@ -16,10 +16,19 @@ from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, MissingFileError, TruncatedError
 from tokenloom.formats.io.atomic import WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.index_map import (
+    SCAN_CHUNK_ENTRIES,
+    checked_before,
+    derived_index,
+    iter_chunks,
+    map_array,
+    release_pages,
+    remember_checked,
+)
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file, safe_stat
-from tokenloom.formats.io.scan import check_rising_from_zero
+from tokenloom.formats.io.scan import RisingFromZero
 from tokenloom.formats.native.layout import HEADER as _HEADER
 from tokenloom.formats.native.layout import LEGACY_CONVERT_HINT, NATIVE_MAGIC, parse_header
 
@@ -33,12 +42,23 @@ NATIVE_MANIFEST_VERSION = 2
 
 
 HeaderParser = Callable[..., tuple[np.dtype, int]]
+_OFFSETS_CHECKED = "native offsets and overlaps checked"
+_FINGERPRINT = "native index fingerprint"
 
 
 def read_native_shard(
-    root: Path, stem: str, *, dtype_hint: np.dtype | None = None, header: HeaderParser = parse_header
+    root: Path,
+    stem: str,
+    *,
+    dtype_hint: np.dtype | None = None,
+    header: HeaderParser = parse_header,
+    recheck: bool = False,
 ) -> Shard:
-    """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard."""
+    """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard.
+
+    The offsets are scanned once per version of the pair (remembered in the index cache,
+    :func:`~tokenloom.formats.io.index_map.remember_checked`); ``recheck`` scans them again.
+    """
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
     if not os.path.lexists(idx_path):
@@ -57,33 +77,43 @@ def read_native_shard(
             field="dtype",
             hint="All shards of one dataset (or bucket) need one dtype: convert or re-tokenize the odd ones",
         )
-    raw = idx_path.read_bytes()
-    if len(raw) != idx_bytes:
-        raise TruncatedError(f"index changed size while being read ({len(raw)} bytes)", path=idx_path)
-    offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=_HEADER.size).astype(np.int64)
-    overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=_HEADER.size + 8 * (count + 1))
+    # mapped, not read: a 10^9-entry index costs no RAM until entries are used
+    offsets = map_array(idx_path, "<i8", _HEADER.size, count + 1)
+    overlaps = map_array(idx_path, "<u2", _HEADER.size + 8 * (count + 1), count)
     if bin_size % dtype.itemsize:
         raise TruncatedError(
             f"data file has {bin_size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
             path=bin_path,
         )
     num_tokens = bin_size // dtype.itemsize
-    validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
+    if recheck or not checked_before([idx_path, bin_path], _OFFSETS_CHECKED):
+        validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
+        remember_checked([idx_path, bin_path], _OFFSETS_CHECKED)
+    elif offsets[-1] != num_tokens:  # cannot differ for the same file versions; cheap to be sure
+        validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
     return Shard(
         tokens_path=bin_path,
         dtype=dtype,
         num_tokens=num_tokens,
         offsets=offsets,
-        overlap_prefix=overlaps.astype(np.uint16),
+        overlap_prefix=overlaps,
         name=stem,
     )
 
 
 def validate_offsets(
-    offsets: np.ndarray, overlaps: np.ndarray, num_tokens: int, *, idx_path: Path | str, bin_path: Path | str
+    offsets: np.ndarray,
+    overlaps: np.ndarray,
+    num_tokens: int,
+    *,
+    idx_path: Path | str,
+    bin_path: Path | str,
+    chunk: int = SCAN_CHUNK_ENTRIES,
 ) -> None:
-    """Offsets start at 0, never decrease, end at the data's token count; overlaps fit their entries."""
-    check_rising_from_zero(offsets, what="offsets", one="offset", path=idx_path, at=_HEADER.size, field="offsets")
+    """Offsets start at 0, never decrease, end at the data's token count; overlaps fit their entries.
+
+    One pass over both arrays in bounded chunks (a memory-mapped index is never read whole).
+    """
     if offsets[-1] != num_tokens:
         cls = TruncatedError if offsets[-1] > num_tokens else IndexCorruptError
         raise cls(
@@ -91,17 +121,28 @@ def validate_offsets(
             path=bin_path if offsets[-1] > num_tokens else idx_path,
             field="offsets",
         )
-    if len(overlaps):
-        steps = np.diff(offsets)
-        bad = overlaps.astype(np.int64) > steps
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise IndexCorruptError(
-                f"overlap prefix {int(overlaps[i])} is longer than its entry of {int(steps[i])} tokens",
-                path=idx_path,
-                record=i,
-                field="overlap_prefix",
-            )
+    rising = RisingFromZero(what="offsets", one="offset", path=idx_path, at=_HEADER.size, field="offsets")
+    previous: int | None = None
+    for start, part in iter_chunks(offsets, chunk):
+        rising.check(part, start)
+        # entries whose two ends are known so far: from ``first`` to ``start + len(part) - 2``
+        first = start - 1 if previous is not None else 0
+        ends = part if previous is None else np.concatenate([np.array([previous], dtype=part.dtype), part])
+        count = len(ends) - 1
+        if count and len(overlaps):
+            prefix = np.asarray(overlaps[first : first + count], dtype=np.int64)
+            release_pages(overlaps, first, first + count)
+            steps = np.diff(ends)
+            bad = prefix > steps
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise IndexCorruptError(
+                    f"overlap prefix {int(prefix[i])} is longer than its entry of {int(steps[i])} tokens",
+                    path=idx_path,
+                    record=first + i,
+                    field="overlap_prefix",
+                )
+        previous = int(part[-1])
 
 
 def is_native(path: Path) -> bool:
@@ -138,9 +179,23 @@ def index_fingerprint(shards: list[Shard]) -> str:
     digest = xxhash.xxh3_128()
     for shard in shards:
         digest.update(shard.name.encode() + b"\0" + shard.dtype.name.encode() + b"\0")
-        digest.update(np.ascontiguousarray(shard.offsets, "<i8").tobytes())
-        digest.update(np.ascontiguousarray(shard.overlap_prefix, "<u2").tobytes())
+        for array, dtype in ((shard.offsets, "<i8"), (shard.overlap_prefix, "<u2")):
+            for _, part in iter_chunks(array):  # streamed: the index may be a 10^9-entry memory map
+                digest.update(part.astype(dtype, copy=False).tobytes())
     return digest.hexdigest()
+
+
+def _cached_fingerprint(root: Path, shards: list[Shard]) -> str:
+    """:func:`index_fingerprint`, computed once per version of the index files (kept in the index cache)."""
+    sources = [root / f"{shard.name}.idx" for shard in shards]
+    what = f"{_FINGERPRINT} of {[(s.name, s.dtype.name) for s in shards]}"
+
+    def build() -> list[np.ndarray]:
+        digest = index_fingerprint(shards)
+        return [np.array([int(digest[:16], 16), int(digest[16:], 16)], dtype=np.uint64).view(np.int64)]
+
+    halves = derived_index(sources, what, 2, build)
+    return "".join(f"{int(v):016x}" for v in np.asarray(halves).view(np.uint64))
 
 
 def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
@@ -175,7 +230,7 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
         stems = _stems_without_manifest(root)
     shards = []
     for stem in stems:
-        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint))
+        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint, recheck=validate == Validate.DEEP))
         dtype_hint = shards[0].dtype  # without a manifest the first shard sets the dtype of the rest
     if manifest is None:
         log.info(
@@ -185,7 +240,8 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
             len(shards),
             root,
         )
-    without = {"fingerprint": index_fingerprint(shards), "metadata": {"manifest": False}}
+    fingerprint = _cached_fingerprint(root, shards) if manifest is None else None
+    without: dict[str, Any] = {"fingerprint": fingerprint, "metadata": {"manifest": False}}
     return shards_dataset(shards, "native", root, manifest, validate, without=without)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -47,6 +48,7 @@ from tokenloom.formats.errors import (
     UnsafeFormatError,
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats.io.index_map import cached_index, derived_index, zeros_index
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 from tokenloom.formats.io.source import current_source
@@ -86,8 +88,15 @@ def read_packed_file(
     layout: str | None = None,
     max_index_bytes: int = DEFAULT_MAX_INDEX_BYTES,
     max_entries: int | None = None,
+    rederive: bool = False,
 ) -> PackedFile:
-    """Validate one .pbin file (header, sizes, the whole index) and return its shard."""
+    """Validate one .pbin file (header, sizes, the whole index) and return its shard.
+
+    The pickled index has to be parsed (in RAM) once per version of the file: the token offsets it
+    gives are then kept in the index cache (:func:`~tokenloom.formats.io.index_map.derived_index`,
+    keyed by the file's path, inode, size and timestamps) and later opens memory-map them without
+    parsing; ``rederive`` parses and checks again.
+    """
     if layout is not None and layout not in PACKED_LAYOUTS:
         raise ConfigError(f"layout={layout!r}, expected one of {list(PACKED_LAYOUTS)}", field="layout")
     safe_file(root, path)
@@ -107,6 +116,10 @@ def read_packed_file(
                 field="data_length",
             )
         candidates = [layout] if layout is not None else list(PACKED_LAYOUTS)
+        if not rederive:
+            cached = _cached_file(path, head, data_len, candidates, explicit=layout is not None)
+            if cached is not None:
+                return cached
         found: dict[str, PackedFile] = {}
         errors: dict[str, DataError] = {}
         attempts: dict[str, _Attempt] = {}
@@ -119,7 +132,7 @@ def read_packed_file(
             except DataError as exc:
                 errors[name] = exc
     if len(found) == 1:
-        return next(iter(found.values()))
+        return _publish(next(iter(found.values())), explicit=layout is not None)
     if len(found) > 1:
         raise FormatError(
             "the file is consistent with both the current and the legacy .pbin layout",
@@ -140,6 +153,45 @@ def read_packed_file(
         path=path,
         hint="The file is damaged or not a Modalities .pbin; pass layout=... to see that layout's checks in detail",
     )
+
+
+def _cache_what(layout: str, base: int, *, explicit: bool) -> str:
+    return f"pbin token offsets layout={layout} base={base} explicit={explicit}"
+
+
+def _publish(found: PackedFile, *, explicit: bool) -> PackedFile:
+    """``found`` with its offsets moved to the index cache (mapped: the parsed arrays are freed)."""
+    shard = found.shard
+    offsets = shard.offsets
+    what = _cache_what(found.layout, found.index_base, explicit=explicit)
+    shard.offsets = derived_index([shard.tokens_path], what, len(offsets), lambda: [offsets], rebuild=True)
+    return found
+
+
+def _cached_file(
+    path: Path, head: bytes, data_len: int, candidates: Sequence[str], *, explicit: bool
+) -> PackedFile | None:
+    """The PackedFile a previous open derived for this version of ``path`` (its header re-checked), or None."""
+    for name in candidates:
+        header_size = _HEADER_SIZE[name]
+        token_size = struct.unpack_from("<I", head, 8)[0] if name == "current" and len(head) >= 12 else 4
+        if token_size not in _TOKEN_DTYPES or data_len % token_size:
+            continue
+        for base in (0, header_size):
+            offsets = cached_index([path], _cache_what(name, base, explicit=explicit))
+            if offsets is None or len(offsets) == 0 or int(offsets[-1]) != data_len // token_size:
+                continue
+            shard = Shard(
+                tokens_path=path,
+                dtype=_TOKEN_DTYPES[token_size],
+                num_tokens=data_len // token_size,
+                offsets=offsets,
+                overlap_prefix=zeros_index(len(offsets) - 1),
+                tokens_offset=header_size,
+                name=path.name,
+            )
+            return PackedFile(layout=name, token_size=token_size, index_base=base, shard=shard)
+    return None
 
 
 def _read_layout(
@@ -203,7 +255,7 @@ def _read_layout(
         dtype=_TOKEN_DTYPES[token_size],
         num_tokens=data_len // token_size,
         offsets=offsets,
-        overlap_prefix=np.zeros(len(starts), dtype=np.uint16),
+        overlap_prefix=zeros_index(len(starts)),
         tokens_offset=header_size,
         name=path.name,
     )
@@ -310,10 +362,11 @@ def open_packed(
 ) -> TokenDataset:
     """Open a .pbin file or a directory of them (one shard per file, sorted by name).
 
-    The index is always read and checked completely (it is the only way to find
-    the documents). A .pbin records no vocab size or EOS id: they come from
-    tokenloom's sidecar ``NAME.pbin.tokenloom.json`` when a tokenloom writer left
-    one, or from these arguments (which must agree with a sidecar).
+    The index is read and checked completely at the first open of each version of a file (it is
+    the only way to find the documents); later opens map the offsets it gave from the index cache.
+    A .pbin records no vocab size or EOS id: they come from tokenloom's sidecar
+    ``NAME.pbin.tokenloom.json`` when a tokenloom writer left one, or from these arguments
+    (which must agree with a sidecar).
     ``validate="deep"`` checks token ids and EOS placement against them.
     """
     target = Path(path)
@@ -327,7 +380,14 @@ def open_packed(
     else:
         raise MissingFileError(f"{target.name} does not exist", path=target)
     packed = [
-        read_packed_file(f, root, layout=layout, max_index_bytes=max_index_bytes, max_entries=max_entries)
+        read_packed_file(
+            f,
+            root,
+            layout=layout,
+            max_index_bytes=max_index_bytes,
+            max_entries=max_entries,
+            rederive=validate == Validate.DEEP,
+        )
         for f in files
     ]
     recorded: dict[str, Any] | None = None
