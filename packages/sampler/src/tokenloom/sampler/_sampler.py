@@ -11,7 +11,14 @@ from torch.utils.data import Sampler
 
 from tokenloom.formats.errors import ConfigError
 from tokenloom.sampler._config import check_choice, check_int, dataset_length, world
-from tokenloom.sampler._identity import DATA_FINGERPRINT_KEY, check_data_fingerprint, check_epoch, data_fingerprint
+from tokenloom.sampler._identity import (
+    DATA_FINGERPRINT_KEY,
+    DATA_OBJECTS_KEY,
+    check_data_fingerprint,
+    check_epoch,
+    data_fingerprint,
+    data_objects,
+)
 from tokenloom.sampler._order import EpochOrder, Order, epoch_order
 from tokenloom.sampler._plan import RankPlan, Tail, plan_rank
 from tokenloom.sampler._state import SamplerIdentity, check_state, make_state
@@ -70,6 +77,7 @@ class ResumableDistributedSampler(Sampler[int]):
         n = dataset_length(dataset_or_length)
         self._allow_missing_data_fingerprint = bool(allow_missing_data_fingerprint)
         self._data_fingerprint = data_fingerprint(dataset_or_length)
+        self._data_objects = data_objects(dataset_or_length)
         self.num_replicas, self.rank = world(num_replicas, rank)
         mode = check_choice("order", order, Order)
         if drop_last and not pad:
@@ -129,12 +137,16 @@ class ResumableDistributedSampler(Sampler[int]):
         state = make_state(self._identity, epoch=self._epoch, consumed=self.consumed)
         if self._data_fingerprint is not None:
             state[DATA_FINGERPRINT_KEY] = self._data_fingerprint
+        if self._data_objects:
+            state[DATA_OBJECTS_KEY] = dict(self._data_objects)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` on this sampler's world size; ResumeMismatchError if foreign."""
         epoch, consumed = check_state(state, self._identity)
-        check_data_fingerprint(state, self._data_fingerprint, allow_missing=self._allow_missing_data_fingerprint)
+        check_data_fingerprint(
+            state, self._data_fingerprint, allow_missing=self._allow_missing_data_fingerprint, objects=self._data_objects
+        )
         check_epoch("epoch", epoch)
         self._move(epoch, consumed)
 
