@@ -10,6 +10,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from tokenloom.formats.errors import ConfigError
+from tokenloom.sampler._block import check_block_options
 from tokenloom.sampler._config import check_choice, check_int, dataset_length, world
 from tokenloom.sampler._identity import (
     DATA_FINGERPRINT_KEY,
@@ -49,8 +50,11 @@ class ResumableDistributedSampler(Sampler[int]):
         pad: with drop_last False, repeat the epoch's first indices so every rank yields
             the same count (reported); False gives exact evaluation: no duplicates,
             counts differ by at most one.
-        order: ``"feistel"`` (O(1) memory) or ``"torch"`` (torch.randperm(N) seeded with
+        order: ``"feistel"`` (O(1) memory; the default, for local disks), ``"block"`` (O(1) memory,
+            reads in runs: data in object storage) or ``"torch"`` (torch.randperm(N) seeded with
             seed + epoch, as DistributedSampler; O(N) memory).
+        block_samples, window_blocks: ``order="block"`` only: consecutive samples per block (default
+            2048) and blocks shuffled together (default 8); see the README.
         start_epoch, start_iter: resume as the seed system does: ``start_iter`` samples
             already yielded by each of the ``num_replicas`` ranks in ``start_epoch``.
         allow_missing_data_fingerprint: accept in :meth:`load_state_dict` a state that records no
@@ -73,6 +77,8 @@ class ResumableDistributedSampler(Sampler[int]):
         start_epoch: int = 0,
         start_iter: int = 0,
         allow_missing_data_fingerprint: bool = False,
+        block_samples: int | None = None,
+        window_blocks: int | None = None,
     ) -> None:
         n = dataset_length(dataset_or_length)
         self._allow_missing_data_fingerprint = bool(allow_missing_data_fingerprint)
@@ -86,6 +92,7 @@ class ResumableDistributedSampler(Sampler[int]):
                 field="pad",
                 hint="Use drop_last=True (drop the tail) or pad=False (exact evaluation), not both",
             )
+        block, window = check_block_options(mode.value, block_samples, window_blocks)
         self._identity = SamplerIdentity(
             n=n,
             seed=check_int("seed", seed, *_SEED_RANGE),
@@ -93,6 +100,8 @@ class ResumableDistributedSampler(Sampler[int]):
             shuffle=bool(shuffle),
             drop_last=bool(drop_last),
             pad=bool(pad),
+            block_samples=block,
+            window_blocks=window,
         )
         self._tail = Tail.DROP if drop_last else Tail.PAD if pad else Tail.EXACT
         self._epoch = check_epoch("start_epoch", start_epoch)
@@ -178,6 +187,8 @@ class ResumableDistributedSampler(Sampler[int]):
                 epoch=epoch,
                 order=Order(identity.order),
                 shuffle=identity.shuffle,
+                block_samples=identity.block_samples,
+                window_blocks=identity.window_blocks,
             )
             self._order_cache = (epoch, order)
         return self._order_cache[1]
