@@ -123,3 +123,16 @@ def test_an_object_changed_under_a_running_loader_is_named(seaweed, local, remot
     with pytest.raises(ResumeMismatchError, match=rf"{name} changed since it was opened"):
         for _ in iterator:
             pass
+
+
+def test_dataset_factory_passes_remote_options_and_never_makes_a_local_dir(tmp_path, monkeypatch):
+    from tokenloom.datasets import DatasetFactory
+    from tokenloom.formats import DataError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="storage_options apply to a store in object storage"):
+        DatasetFactory.load("sft", tmp_path / "store", seq_len=8, storage_options={"region": "x"})
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: no network
+    with pytest.raises(DataError):
+        DatasetFactory.load("sft", "s3://bucket/store", seq_len=8, cache_dir=tmp_path / "c")
+    assert not (tmp_path / "s3:").exists()
