@@ -113,3 +113,21 @@ def test_bad_remote_settings_are_named(seaweed, remote_corpus, tmp_path):
     missing = CurriculumConfig(path=url + "-nope", storage_options=seaweed.storage_options())
     with pytest.raises(MissingFileError, match=r"data.path s3://.*-nope does not exist"):
         CurriculumPlan(missing, seed=1)
+
+
+def test_curriculum_plan_and_validate_commands_read_a_bucket_prefix(seaweed, remote_corpus, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from tokenloom.formats.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _, url = remote_corpus
+    data = {"path": url, "max_length": 16, "packing": True, "storage_options": seaweed.storage_options()}
+    config_file = write_yaml(tmp_path / "cfg.yaml", {**data, "cache_dir": "node0", "allow_bucket_exhaustion": True})
+    result = CliRunner().invoke(main, ["curriculum", "plan", str(config_file), "--cache-dir", str(tmp_path / "plans")])
+    assert result.exit_code == 0, result.output
+    assert "192 samples" in result.output and "0 blocking" in result.output
+    checked = CliRunner().invoke(main, ["validate", "--curriculum", str(config_file)])
+    assert checked.exit_code == 0, checked.output
+    secret = str(seaweed.storage_options()["secret_access_key"])
+    assert secret not in result.output + checked.output and not (tmp_path / "s3:").exists()
