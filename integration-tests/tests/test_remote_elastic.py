@@ -106,7 +106,9 @@ def test_sampler_over_s3_exactly_once_across_nodes_and_topologies(seaweed, node_
             code, output = finish_job(start_job("elastic_job.py", ranks, *args))
             assert code == 0, output[-4000:]
         else:
-            process = start_job("elastic_job.py", ranks, *args, "--checkpoint-step", str(step), "--hang-after-checkpoint")
+            process = start_job(
+                "elastic_job.py", ranks, *args, "--checkpoint-step", str(step), "--hang-after-checkpoint"
+            )
             wait_for_checkpoint(process, checkpoint, consumed + step * ranks * BATCH, out, ranks, step, "plain")
         for record in records(out):
             if not last and record["step"] >= step:
@@ -164,7 +166,9 @@ def test_curriculum_over_s3_exactly_once_across_nodes_and_topologies(seaweed, no
             code, output = finish_job(start_job("curriculum_job.py", ranks, *args))
             assert code == 0, output[-4000:]
         else:
-            process = start_job("curriculum_job.py", ranks, *args, "--checkpoint-step", str(step), "--hang-after-checkpoint")
+            process = start_job(
+                "curriculum_job.py", ranks, *args, "--checkpoint-step", str(step), "--hang-after-checkpoint"
+            )
             target = (step - first_step) * ranks * BATCH + consumed
             wait_for_checkpoint(process, checkpoint, target, out, ranks, step - 1, "sampler")
         for record in records(out):

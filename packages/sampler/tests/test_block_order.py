@@ -123,9 +123,9 @@ def test_state_is_one_number_plus_the_block_shape() -> None:
     state = sampler.state_dict()
     assert (state["order"], state["consumed"], state["block_samples"], state["window_blocks"]) == ("block", 10, 10, 3)
     with pytest.raises(ResumeMismatchError, match="block_samples: saved 10, this sampler 20"):
-        ResumableDistributedSampler(1000, 3, 1, seed=1, order="block", block_samples=20, window_blocks=3).load_state_dict(
-            state
-        )
+        ResumableDistributedSampler(
+            1000, 3, 1, seed=1, order="block", block_samples=20, window_blocks=3
+        ).load_state_dict(state)
     feistel = ResumableDistributedSampler(1000, 1, 0, seed=1).state_dict()
     assert "block_samples" not in feistel  # states of the other orders are unchanged
     defaults = ResumableDistributedSampler(10, 1, 0, order="block").state_dict()

@@ -114,7 +114,11 @@ def _open_tokens(directory: Path | RemoteDir, bucket: str, split: str) -> TokenD
             hint="Tokenize data into it or remove the directory",
         )
     # a bucket in object storage opens with the root's store options and node-local cache
-    data = open_dataset(str(directory), **directory.open_options()) if isinstance(directory, RemoteDir) else open_dataset(directory)
+    data = (
+        open_dataset(str(directory), **directory.open_options())
+        if isinstance(directory, RemoteDir)
+        else open_dataset(directory)
+    )
     if data.num_tokens == 0:
         raise EmptyBucketError(f"bucket {split}/{bucket} holds no tokens", path=directory)
     dtypes = sorted({shard.dtype.name for shard in data.shards})

@@ -140,7 +140,9 @@ class CurriculumConfig:
                 path=where,
                 field="storage_options",
             )
-        if self.cache_dir is not None and (not isinstance(self.cache_dir, str | os.PathLike) or is_remote_url(self.cache_dir)):
+        if self.cache_dir is not None and (
+            not isinstance(self.cache_dir, str | os.PathLike) or is_remote_url(self.cache_dir)
+        ):
             raise ConfigError(
                 f"cache_dir is {self.cache_dir!r}, expected a local directory",
                 path=where,

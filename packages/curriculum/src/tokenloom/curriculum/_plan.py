@@ -252,8 +252,9 @@ class CurriculumPlan:
         objects: dict[str, str] = {}
         for bucket in self._buckets:
             method = getattr(bucket.dataset, "data_objects", None)
-            if callable(method):
-                objects.update(method())
+            found = method() if callable(method) else None
+            if isinstance(found, dict):
+                objects.update(found)
         return dict(sorted(objects.items()))
 
     def _prefix_end(self) -> int:

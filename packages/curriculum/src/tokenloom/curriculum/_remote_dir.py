@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tokenloom.formats.io import is_remote_url, parse_url
 
@@ -103,5 +103,7 @@ def as_data_root(
     if isinstance(path, RemoteDir):
         return RemoteDir(path.url, storage_options or path.storage_options, cache_dir or path.cache_dir)
     if is_remote_url(path):
-        return RemoteDir(os.fspath(path), storage_options, cache_dir)  # pyright: ignore[reportArgumentType]
+        return RemoteDir(
+            str(path if isinstance(path, str) else os.fspath(cast(os.PathLike[str], path))), storage_options, cache_dir
+        )
     return Path(path)  # pyright: ignore[reportArgumentType]

@@ -257,7 +257,9 @@ def open_keyed_store(
 
     ``storage_options`` and ``cache_dir`` apply to a URL (``s3://``, ``gs://``, ``az://``, ``https://``) only.
     """
-    remote = {k: v for k, v in (("storage_options", storage_options), ("cache_dir", cache_dir)) if v is not None}
+    remote: dict[str, Any] = {
+        k: v for k, v in (("storage_options", storage_options), ("cache_dir", cache_dir)) if v is not None
+    }
     if isinstance(path, KeyedSource) or not is_remote_url(path):
         if remote:
             raise ConfigError(

@@ -26,8 +26,7 @@ from tokenloom.datasets._state import data_fingerprint, data_objects, settings_f
 from tokenloom.datasets._stream import open_data, remote_open_options, reopen, token_stream
 from tokenloom.datasets._window_index import check_positive
 from tokenloom.formats import ConfigError, TokenDataset
-from tokenloom.formats.io import is_remote_url
-from tokenloom.formats.io import atomic_write_bytes
+from tokenloom.formats.io import atomic_write_bytes, is_remote_url
 
 __all__ = ["PLAN_VERSION", "PackedIndex", "PackingPlan", "compute_plan"]
 

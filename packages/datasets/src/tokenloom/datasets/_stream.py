@@ -45,8 +45,7 @@ def open_data(
         if given:
             what = "an open dataset" if isinstance(data, TokenDataset) else f"the local path {os.fspath(data)!r}"
             raise ConfigError(
-                f"{' and '.join(given)} apply to data in object storage (s3://, gs://, az://, https://), "
-                f"not to {what}",
+                f"{' and '.join(given)} apply to data in object storage (s3://, gs://, az://, https://), not to {what}",
                 field=given[0],
                 hint="Drop the option, or pass the dataset's URL",
             )

@@ -74,7 +74,9 @@ class BlockOrder:
         if found is None:
             if len(self._windows) > 64:
                 self._windows.clear()
-            found = self._windows[window] = FeistelPermutation(self.window_size(window), round_keys(self._window_seed, window))
+            found = self._windows[window] = FeistelPermutation(
+                self.window_size(window), round_keys(self._window_seed, window)
+            )
         return found
 
     def block_at(self, slots: np.ndarray) -> np.ndarray:

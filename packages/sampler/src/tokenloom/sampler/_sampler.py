@@ -154,7 +154,10 @@ class ResumableDistributedSampler(Sampler[int]):
         """Continue from ``state`` on this sampler's world size; ResumeMismatchError if foreign."""
         epoch, consumed = check_state(state, self._identity)
         check_data_fingerprint(
-            state, self._data_fingerprint, allow_missing=self._allow_missing_data_fingerprint, objects=self._data_objects
+            state,
+            self._data_fingerprint,
+            allow_missing=self._allow_missing_data_fingerprint,
+            objects=self._data_objects,
         )
         check_epoch("epoch", epoch)
         self._move(epoch, consumed)
