@@ -1,6 +1,7 @@
 """The exactly-once oracle with the data on a real S3 server: save, SIGKILL, resume on other topologies.
 
-Each segment is a real torchrun job (gloo ranks, real DataLoader workers) reading the data from
+Each segment is a real job (gloo ranks, real DataLoader workers; the ranks are started as torchrun would,
+without its agent, which costs a torch import per segment) reading the data from
 S3 (credentials and endpoint from the environment) into its own empty cache directory, as a new node
 would: 1 rank x 0 workers -> 2 x 2 -> 3 x 1. A segment saves the data state at a random step, keeps
 working and is SIGKILLed; the next resumes from the saved state. What a killed segment did after its
@@ -11,6 +12,9 @@ position an uninterrupted run puts it, with the bytes of the local copy of the d
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +23,7 @@ import numpy as np
 import orjson
 import pytest
 import yaml
-from torchrun_helpers import finish_job, kill_job, start_job
+from torchrun_helpers import JOBS, finish_job, kill_job
 
 from tokenloom.curriculum import CurriculumDataset
 from tokenloom.datasets import MemoryMappedDataset
@@ -28,6 +32,34 @@ from tokenloom.sampler import ResumableDistributedSampler
 
 SEQ_LEN, BATCH, EOS = 32, 4, 0
 TOPOLOGIES = [(1, 0), (2, 2), (3, 1)]  # (ranks, DataLoader workers) per segment: a new node each time
+
+
+_LAUNCH = """
+import os, socket, subprocess, sys
+nproc, job, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc)}
+ranks = [
+    subprocess.Popen([sys.executable, job, *args], env={**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r)})
+    for r in range(nproc)
+]
+codes = [rank.wait() for rank in ranks]
+sys.exit(next((code for code in codes if code), 0))
+"""
+
+
+def start_job(job: str, nproc: int, *args: str) -> subprocess.Popen[bytes]:
+    """``nproc`` gloo ranks of ``jobs/<job>`` with torchrun's environment, in one session (killed whole)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-c", _LAUNCH, str(nproc), str(JOBS / job), *args],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def upload_tree(seaweed, local: Path) -> str:
