@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset, collate
+from tokenloom.datasets import MemoryMappedDataset, MixtureDataset, PackedDocumentDataset, collate
 from tokenloom.formats import ConfigError, ResumeMismatchError, open_writer
 from tokenloom.sampler import ResumableDistributedSampler
 
@@ -101,6 +101,7 @@ def test_an_object_changed_between_save_and_resume_is_named(seaweed, local, remo
     for _ in range(7):
         next(iterator)
     sampler_state, dataset_state = sampler.state_dict(), ds.state_dict()
+    mixture_state = MixtureDataset([ds, ds], [0.5, 0.5], seed=0, num_samples=10).state_dict()
     assert set(sampler_state["data_objects"]) == set(dataset_state["data_objects"]) == set(ds.data_objects())
     assert len(ds.data_objects()) == 2 * len(list(local.glob("*.bin")))  # every .bin and .idx
     name = _replace_last_shard(seaweed, local, remote)
@@ -110,6 +111,8 @@ def test_an_object_changed_between_save_and_resume_is_named(seaweed, local, remo
     assert caught.value.path is not None and caught.value.path.endswith(name)
     with pytest.raises(ResumeMismatchError, match=rf"{name} changed \(saved size:ETag"):
         resumed.load_state_dict(dataset_state)
+    with pytest.raises(ResumeMismatchError, match=rf"{name} changed \(saved size:ETag"):
+        MixtureDataset([resumed, resumed], [0.5, 0.5], seed=0, num_samples=10).load_state_dict(mixture_state)
     secret = str(seaweed.storage_options()["secret_access_key"])
     assert secret not in str(sampler_state) and secret not in str(dataset_state)
 
