@@ -110,6 +110,8 @@ def test_bad_remote_settings_are_named(seaweed, remote_corpus, tmp_path):
         CurriculumConfig(path=local, storage_options={"region": "x"})
     with pytest.raises(ConfigError, match="cache_dir is 's3://b/c', expected a local directory"):
         CurriculumConfig(path=url, cache_dir="s3://b/c")
+    with pytest.raises(ConfigError, match="cache_dir is 's3://b/c', expected a local directory"):
+        CurriculumConfig.from_dict({"path": url, "cache_dir": "s3://b/c"}, source=str(tmp_path / "cfg.yaml"))
     missing = CurriculumConfig(path=url + "-nope", storage_options=seaweed.storage_options())
     with pytest.raises(MissingFileError, match=r"data.path s3://.*-nope does not exist"):
         CurriculumPlan(missing, seed=1)

@@ -294,7 +294,8 @@ class CurriculumConfig:
                 path = Path(source).parent / path
             values["path"] = path
         cache_dir = values.get("cache_dir")
-        if isinstance(cache_dir, str) and source is not None and not Path(cache_dir).is_absolute():
+        relative = isinstance(cache_dir, str) and not is_remote_url(cache_dir) and not Path(cache_dir).is_absolute()
+        if relative and source is not None:
             values["cache_dir"] = str(Path(source).parent / cache_dir)
         return cls(**values, source=source)
 
