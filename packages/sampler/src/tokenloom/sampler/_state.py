@@ -96,7 +96,11 @@ def check_state(state: object, identity: SamplerIdentity) -> tuple[int, int]:
     saved_fields = _IDENTITY_FIELDS + (_BLOCK_FIELDS if state["order"] == "block" else ())
     bad = [f"{key}={state.get(key)!r}" for key in saved_fields[len(_IDENTITY_FIELDS) :] if not _is(state.get(key), int)]
     if bad:
-        raise ResumeMismatchError(f"sampler state of order 'block' lacks or mistypes {', '.join(bad)}", field="order")
+        raise ResumeMismatchError(
+            f"sampler state of order 'block' lacks or mistypes {', '.join(bad)}",
+            field="order",
+            hint="Pass a state from ResumableDistributedSampler.state_dict(), unedited",
+        )
     differences = [
         f"{field}: saved {state.get(field)!r}, this sampler {ours.get(field)!r}"
         for field in dict.fromkeys(saved_fields + identity.fields)
