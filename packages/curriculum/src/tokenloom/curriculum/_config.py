@@ -294,9 +294,9 @@ class CurriculumConfig:
                 path = Path(source).parent / path
             values["path"] = path
         cache_dir = values.get("cache_dir")
-        if isinstance(cache_dir, str) and source is not None and not is_remote_url(cache_dir):
-            if not Path(cache_dir).is_absolute():  # relative to the config file, as path is
-                values["cache_dir"] = str(Path(source).parent / cache_dir)
+        local = isinstance(cache_dir, str) and not is_remote_url(cache_dir)
+        if local and source is not None and not Path(str(cache_dir)).is_absolute():  # relative to the file, as path
+            values["cache_dir"] = str(Path(source).parent / str(cache_dir))
         return cls(**values, source=source)
 
     @classmethod
