@@ -7,6 +7,8 @@ SIGKILL loses nothing written). At ``--checkpoint-step`` rank 0 saves the data
 state (crash-safely); with ``--hang-after-checkpoint`` every rank then keeps
 going slowly so the test can kill the job mid-flight. ``--resume`` loads the
 saved state (on whatever world size torchrun gave) and runs to the epoch's end.
+``--data`` may be a URL (``s3://...``): credentials, endpoint and the node's cache directory then come
+from the environment (AWS_*, TOKENLOOM_CACHE_DIR). ``--order block`` uses the sampler's block order.
 """
 
 from __future__ import annotations
@@ -57,12 +59,18 @@ def main() -> None:
     parser.add_argument("--checkpoint-step", type=int, default=-1)
     parser.add_argument("--hang-after-checkpoint", action="store_true")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--order", default="feistel")
+    parser.add_argument("--block-samples", type=int, default=None)
+    parser.add_argument("--window-blocks", type=int, default=None)
     args = parser.parse_args()
+    block = {"block_samples": args.block_samples, "window_blocks": args.window_blocks} if args.order == "block" else {}
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     dataset = build_dataset(args.data, args.seq_len)
-    sampler = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, seed=SEED, pad=False)
+    sampler = ResumableDistributedSampler(
+        dataset, num_replicas=world, rank=rank, seed=SEED, pad=False, order=args.order, **block
+    )
     if args.resume:
         sampler.load_state_dict(orjson.loads(Path(args.checkpoint).read_bytes()))
     loader = StatefulDataLoader(

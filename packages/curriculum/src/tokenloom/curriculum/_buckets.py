@@ -27,6 +27,7 @@ import numpy as np
 
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketMismatchError, EmptyBucketError, MissingValTwinError
+from tokenloom.curriculum._remote_dir import RemoteDir
 from tokenloom.datasets import PackedIndex, WindowIndex, data_fingerprint
 from tokenloom.formats import ConfigError, MissingFileError, TokenDataset, open_dataset
 
@@ -46,7 +47,7 @@ class Bucket:
     """One bucket: its token data, the wave-1 dataset serving it, and its inventory."""
 
     name: str
-    path: Path
+    path: Path | RemoteDir
     dataset: Any
     """MemoryMappedDataset (windows) or PackedDocumentDataset (packing); pickles without entry indexes.
     Opened without samples: their torch-free WindowIndex / PackedIndex (same sizes and fingerprint)."""
@@ -63,7 +64,7 @@ class Bucket:
     eos_id: int | None
 
 
-def discover_buckets(root: Path, *, source: str | None = None) -> list[str]:
+def discover_buckets(root: Path | RemoteDir, *, source: str | None = None) -> list[str]:
     """Sorted bucket names under ``root/train`` (GPT-Simple's layout)."""
     train = root / "train"
     if not root.is_dir():
@@ -81,12 +82,12 @@ def discover_buckets(root: Path, *, source: str | None = None) -> list[str]:
     return names
 
 
-def is_empty_dir(directory: Path) -> bool:
+def is_empty_dir(directory: Path | RemoteDir) -> bool:
     """A directory holding nothing but hidden entries (no token data to open)."""
     return not any(p for p in directory.iterdir() if not p.name.startswith("."))
 
 
-def check_val_twin(root: Path, bucket: str) -> None:
+def check_val_twin(root: Path | RemoteDir, bucket: str) -> None:
     """``val/<bucket>`` exists and is not empty (cheap: nothing is opened)."""
     directory = root / "val" / bucket
     if not directory.is_dir():
@@ -99,7 +100,7 @@ def check_val_twin(root: Path, bucket: str) -> None:
         raise EmptyBucketError(f"bucket directory {directory} (val/{bucket}) is empty", path=directory)
 
 
-def _open_tokens(directory: Path, bucket: str, split: str) -> TokenDataset:
+def _open_tokens(directory: Path | RemoteDir, bucket: str, split: str) -> TokenDataset:
     if not directory.is_dir():
         raise MissingValTwinError(
             f"bucket {bucket!r} has no {split}/ twin: {directory} is missing",
@@ -112,7 +113,12 @@ def _open_tokens(directory: Path, bucket: str, split: str) -> TokenDataset:
             path=directory,
             hint="Tokenize data into it or remove the directory",
         )
-    data = open_dataset(directory)
+    # a bucket in object storage opens with the root's store options and node-local cache
+    data = (
+        open_dataset(str(directory), **directory.open_options())
+        if isinstance(directory, RemoteDir)
+        else open_dataset(directory)
+    )
     if data.num_tokens == 0:
         raise EmptyBucketError(f"bucket {split}/{bucket} holds no tokens", path=directory)
     dtypes = sorted({shard.dtype.name for shard in data.shards})
@@ -213,7 +219,7 @@ def sample_loss_tokens(dataset: Any, *, eos_id: int | None = None) -> np.ndarray
 
 
 def open_bucket(
-    root: Path,
+    root: Path | RemoteDir,
     name: str,
     *,
     max_length: int,

@@ -7,6 +7,10 @@ accepted; ``tokenizer``, ``overlap_size`` and ``num_workers`` are recorded and n
 used here (they belong to tokenization and the loader). tokenloom adds
 ``bucket_exhaustion`` (halt | renormalise | repeat), ``max_repetition`` and
 ``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts).
+
+``path`` may be a URL (``s3://bucket/data``, ``gs://``, ``az://``): the buckets are read from object
+storage with ``storage_options`` (the store's options; credentials are better left to the environment:
+AWS_*, GOOGLE_*, AZURE_*) into the node-local ``cache_dir`` (default ``$TOKENLOOM_CACHE_DIR``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError
+from tokenloom.formats.io import is_remote_url
 
 __all__ = ["BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
 
@@ -39,7 +45,7 @@ _SEED_KEYS = {
     "allow_bucket_exhaustion",
     "allow_budget_mismatch",
 }
-_OUR_KEYS = {"bucket_exhaustion", "max_repetition", "budget_unit"}
+_OUR_KEYS = {"bucket_exhaustion", "max_repetition", "budget_unit", "storage_options", "cache_dir"}
 _DATA_KEYS = _SEED_KEYS | _OUR_KEYS
 _SECTIONS = {"model", "data", "optimizer", "training"}
 _PHASE_KEYS = {"duration_tokens", "mix"}
@@ -93,8 +99,8 @@ class Phase:
 class CurriculumConfig:
     """A curriculum over the buckets under ``path/train``; see the package README."""
 
-    path: Path
-    """Data root holding ``train/<bucket>/`` and ``val/<bucket>/``."""
+    path: Path | RemoteDir
+    """Data root holding ``train/<bucket>/`` and ``val/<bucket>/``: a directory or a URL (``s3://...``)."""
     max_length: int = 2048
     """Tokens per sample (L)."""
     packing: bool = True
@@ -119,12 +125,40 @@ class CurriculumConfig:
     """Recorded only (GPT-Simple's tokenization setting)."""
     num_workers: int | None = None
     """Recorded only (GPT-Simple's loader setting)."""
+    storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    """For a URL ``path``: the store's options (endpoint, region, ...); None: the environment's."""
+    cache_dir: str | None = None
+    """For a URL ``path``: the node-local directory of the buckets' blocks; None: ``$TOKENLOOM_CACHE_DIR``."""
     source: str | None = field(default=None, compare=False)
     """The file this came from, for messages."""
 
     def __post_init__(self) -> None:
         where = self.source
-        object.__setattr__(self, "path", Path(self.path))
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise ConfigError(
+                f"storage_options is a {type(self.storage_options).__name__}, expected a mapping",
+                path=where,
+                field="storage_options",
+            )
+        if self.cache_dir is not None and (
+            not isinstance(self.cache_dir, str | os.PathLike) or is_remote_url(self.cache_dir)
+        ):
+            raise ConfigError(
+                f"cache_dir is {self.cache_dir!r}, expected a local directory",
+                path=where,
+                field="cache_dir",
+                hint="The cache of remote blocks must be on this node (a local disk or NVMe)",
+            )
+        remote = is_remote_url(self.path) or isinstance(self.path, RemoteDir)
+        if not remote and (self.storage_options or self.cache_dir is not None):
+            given = "storage_options" if self.storage_options else "cache_dir"
+            raise ConfigError(
+                f"{given} is set but data.path {os.fspath(self.path)!r} is a local directory",
+                path=where,
+                field=given,
+                hint="storage_options and cache_dir apply to a path in object storage (s3://, gs://, az://)",
+            )
+        object.__setattr__(self, "path", as_data_root(self.path, self.storage_options, self.cache_dir))
         object.__setattr__(self, "max_length", _positive_int(self.max_length, "max_length", where))
         for name in ("packing", "allow_bucket_exhaustion", "allow_budget_mismatch"):
             if not isinstance(getattr(self, name), bool):
@@ -252,10 +286,17 @@ class CurriculumConfig:
                     field="curriculum",
                 )
             values["curriculum"] = tuple(_phase(p, i, source) for i, p in enumerate(phases))
-        path = Path(str(values["path"]))
-        if source is not None and not path.is_absolute():
-            path = Path(source).parent / path
-        values["path"] = path
+        if is_remote_url(values["path"]):
+            values["path"] = str(values["path"])  # a URL is never relative to the config file
+        else:
+            path = Path(str(values["path"]))
+            if source is not None and not path.is_absolute():
+                path = Path(source).parent / path
+            values["path"] = path
+        cache_dir = values.get("cache_dir")
+        local = isinstance(cache_dir, str) and not is_remote_url(cache_dir)
+        if local and source is not None and not Path(str(cache_dir)).is_absolute():  # relative to the file, as path
+            values["cache_dir"] = str(Path(source).parent / str(cache_dir))
         return cls(**values, source=source)
 
     @classmethod

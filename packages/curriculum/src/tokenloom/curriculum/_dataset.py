@@ -13,7 +13,7 @@ from torch.utils.data import Dataset, get_worker_info
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.curriculum._plan import CurriculumPlan
-from tokenloom.datasets import MemoryMappedDataset, SampleBatch
+from tokenloom.datasets import MemoryMappedDataset, SampleBatch, changed_objects, with_objects
 from tokenloom.formats import ResumeMismatchError
 
 __all__ = ["STATE_FORMAT", "CurriculumDataset"]
@@ -153,7 +153,7 @@ class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
         }
         if consumed is not None:
             state["consumed"] = int(consumed)
-        return state
+        return with_objects(state, self.data_objects())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Refuse a state of another config, seed or data (every differing field listed).
@@ -175,6 +175,14 @@ class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
             for key, value in ours.items()
             if saved.get(key) != value
         ]
+        changed = changed_objects(state.get("data_objects"), self.data_objects()) if differences else None
+        if changed is not None:
+            raise ResumeMismatchError(
+                f"the curriculum state was saved on other data: {changed}",
+                field="data",
+                hint="Restore the objects the run was started on, or start afresh (the saved position would "
+                "address other samples)",
+            )
         if differences:
             raise ResumeMismatchError(
                 "the state belongs to another curriculum; differing fields: " + "; ".join(differences),

@@ -247,6 +247,16 @@ class CurriculumPlan:
             "budget_unit": self.config.unit.value,
         }
 
+    def data_objects(self) -> dict[str, str]:
+        """``{URL: "size:ETag"}`` of the train buckets' objects in storage ({} on disk); saved in states."""
+        objects: dict[str, str] = {}
+        for bucket in self._buckets:
+            method = getattr(bucket.dataset, "data_objects", None)
+            found = method() if callable(method) else None
+            if isinstance(found, dict):
+                objects.update(found)
+        return dict(sorted(objects.items()))
+
     def _prefix_end(self) -> int:
         """Up to here every exhaustion policy gives the same schedule (the first one-epoch drain)."""
         if self._shared_prefix is None:

@@ -41,7 +41,14 @@ if TYPE_CHECKING:
     from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
     from tokenloom.datasets._records import RecordDataset
     from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
-    from tokenloom.datasets._state import check_state, data_fingerprint, settings_fingerprint
+    from tokenloom.datasets._state import (
+        changed_objects,
+        check_state,
+        data_fingerprint,
+        data_objects,
+        settings_fingerprint,
+        with_objects,
+    )
     from tokenloom.datasets._window_index import WindowIndex
     from tokenloom.datasets._windows import MemoryMappedDataset
 
@@ -69,7 +76,10 @@ _EXPORTS = {
     "best_fit_decreasing": "tokenloom.datasets._binpack",
     "build_batch": "tokenloom.datasets._sample",
     "build_sample": "tokenloom.datasets._sample",
+    "changed_objects": "tokenloom.datasets._state",
     "check_state": "tokenloom.datasets._state",
+    "data_objects": "tokenloom.datasets._state",
+    "with_objects": "tokenloom.datasets._state",
     "collate": "tokenloom.datasets._batch",
     "compute_plan": "tokenloom.datasets._packing_plan",
     "data_fingerprint": "tokenloom.datasets._state",
@@ -107,10 +117,12 @@ __all__ = [
     "best_fit_decreasing",
     "build_batch",
     "build_sample",
+    "changed_objects",
     "check_state",
     "collate",
     "compute_plan",
     "data_fingerprint",
+    "data_objects",
     "interleave",
     "length_binned_greedy",
     "pack_order",
@@ -119,6 +131,7 @@ __all__ = [
     "to_torch",
     "tokenizer_fingerprint",
     "validate_weights",
+    "with_objects",
 ]
 
 

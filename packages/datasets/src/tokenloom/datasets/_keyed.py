@@ -46,7 +46,7 @@ from tokenloom.formats import (
     open_records,
     open_store,
 )
-from tokenloom.formats.io import deprecated_property, renamed_keyword
+from tokenloom.formats.io import deprecated_property, is_remote_url, renamed_keyword
 
 __all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "MaskAlignment", "TrainType"]
 
@@ -246,12 +246,31 @@ def _shifted(tokens: np.ndarray, mask: np.ndarray | None) -> dict[str, np.ndarra
 
 
 def open_keyed_store(
-    path: str | os.PathLike[str] | KeyedSource, format: str | None, train_type: TrainType
+    path: str | os.PathLike[str] | KeyedSource,
+    format: str | None,
+    train_type: TrainType,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> KeyedSource:
-    """A store object as is, or the store at a path (``tokenloom.formats.open_store``, keys checked)."""
-    if isinstance(path, KeyedSource):
-        return path
-    return open_store(path, format, train_type=train_type.value)
+    """A store object as is, or the store at a path or URL (``tokenloom.formats.open_store``, keys checked).
+
+    ``storage_options`` and ``cache_dir`` apply to a URL (``s3://``, ``gs://``, ``az://``, ``https://``) only.
+    """
+    remote: dict[str, Any] = {
+        k: v for k, v in (("storage_options", storage_options), ("cache_dir", cache_dir)) if v is not None
+    }
+    if isinstance(path, KeyedSource) or not is_remote_url(path):
+        if remote:
+            raise ConfigError(
+                f"{' and '.join(remote)} apply to a store in object storage (s3://, gs://, az://, https://), "
+                f"not to {'a store object' if isinstance(path, KeyedSource) else repr(os.fspath(path))}",
+                field=next(iter(remote)),
+                hint="Drop the option, or pass the store's URL",
+            )
+        if isinstance(path, KeyedSource):
+            return path
+    return open_store(path, format, train_type=train_type.value, **remote)
 
 
 _StorePath = str | os.PathLike[str] | KeyedSource
@@ -276,6 +295,8 @@ class DatasetFactory:
         format: str | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         load_path: _StorePath | None = None,  # old-name: AstrAI's
         storage_type: str | None = None,  # old-name: AstrAI's
     ) -> KeyedDataset: ...
@@ -291,6 +312,8 @@ class DatasetFactory:
         *,
         window_size: int,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         load_path: _StorePath | None = None,  # old-name: AstrAI's
         storage_type: str | None = None,  # old-name: AstrAI's
     ) -> KeyedDataset: ...
@@ -305,6 +328,8 @@ class DatasetFactory:
         format: None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         load_path: str | os.PathLike[str] | RecordStore | None = None,  # old-name: AstrAI's
         window_size: None = None,
         storage_type: None = None,  # old-name: AstrAI's
@@ -319,6 +344,8 @@ class DatasetFactory:
         format: str | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
         load_path: _StorePath | RecordStore | None = None,  # old-name: AstrAI's
         window_size: int | None = None,
         storage_type: str | None = None,  # old-name: AstrAI's
@@ -327,6 +354,8 @@ class DatasetFactory:
 
         dpo and grpo without ``seq_len`` are record mode, as in AstrAI: a
         :class:`RecordDataset` over a store whose keys carry record offsets.
+        ``path`` may be a URL (``s3://``, ...): ``storage_options`` and ``cache_dir`` then go to
+        ``tokenloom.formats.open_store``, which reads the store from object storage.
         """
         path = renamed_keyword("DatasetFactory.load", "path", path, "load_path", load_path, warn=False)  # old-name
         seq_len = renamed_keyword("DatasetFactory.load", "seq_len", seq_len, "window_size", window_size, warn=False)
@@ -349,7 +378,7 @@ class DatasetFactory:
         if isinstance(path, RecordStore):
             raise ConfigError("a RecordStore serves record mode only: drop seq_len", field="seq_len")
         try:
-            store = open_keyed_store(path, format, kind)
+            store = open_keyed_store(path, format, kind, storage_options=storage_options, cache_dir=cache_dir)
         except DataError as exc:
             records = _record_store_or_none(path, kind, format)
             if records is None:

@@ -19,7 +19,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, stack_samples
-from tokenloom.datasets._state import check_state, settings_fingerprint
+from tokenloom.datasets._state import check_state, settings_fingerprint, with_objects
 from tokenloom.formats import ConfigError
 from tokenloom.sampler import MixSchedule
 
@@ -95,6 +95,16 @@ class MixtureDataset(Dataset[dict[str, Any]]):
     def fingerprint(self) -> str:
         return self._fingerprint
 
+    def data_objects(self) -> dict[str, str]:
+        """``{URL: "size:ETag"}`` of the sources' objects in storage ({} on disk); saved in states."""
+        objects: dict[str, str] = {}
+        for dataset in self.datasets:
+            method = getattr(dataset, "data_objects", None)
+            found = method() if callable(method) else None
+            if isinstance(found, dict):
+                objects.update(found)
+        return dict(sorted(objects.items()))
+
     def set_epoch(self, epoch: int) -> None:
         """Epoch e continues each source where epoch e - 1 stopped."""
         if epoch < 0:
@@ -143,10 +153,10 @@ class MixtureDataset(Dataset[dict[str, Any]]):
         return samples if stacked is None else SampleBatch(stacked)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint, "epoch": self.epoch}
+        return with_objects({"fingerprint": self._fingerprint, "epoch": self.epoch}, self.data_objects())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="MixtureDataset")
+        check_state(state, fingerprint=self._fingerprint, owner="MixtureDataset", objects=self.data_objects())
         self.set_epoch(int(state.get("epoch", 0)))
 
 

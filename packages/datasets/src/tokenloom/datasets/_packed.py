@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
 from tokenloom.datasets._sample import build_batch, to_torch
-from tokenloom.datasets._state import check_state
+from tokenloom.datasets._state import check_state, with_objects
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
@@ -33,14 +33,17 @@ class PackedDocumentDataset(PackedIndex, Dataset[dict[str, torch.Tensor]]):
     """Sequences of ``max_length`` tokens made of whole entries, padded; see the README for the keys.
 
     Args:
-        data: a path ``open_dataset`` reads, or an open :class:`TokenDataset`.
+        data: a path or URL (``s3://``, ``gs://``, ``az://``, ``https://``) ``open_dataset`` reads, or an open
+            :class:`TokenDataset`.
         max_length: tokens per sequence (L).
         pad_id: the padding token (its labels are -100); default the EOS id, else 0.
         algorithm: "best-fit" (best-fit decreasing) or "greedy" (length-binned greedy).
-        cache_dir: where plans are cached; None: ``~/.cache/tokenloom/pack-plans``.
+        cache_dir: a local directory where plans are cached (and, for a URL, the data's blocks);
+            None: ``~/.cache/tokenloom/pack-plans`` (blocks: ``$TOKENLOOM_CACHE_DIR``).
         position_ids: emit position_ids restarting at each entry (default True).
         cu_seqlens: emit cu_seqlens (padding is one more segment).
         bin_width: the length-bin width of the greedy algorithm.
+        storage_options: for a URL, the store's options (endpoint, credentials; default: the environment).
     """
 
     def _fill(self, index: int, tokens: np.ndarray, doc_ids: np.ndarray, ignore: np.ndarray) -> None:
@@ -85,10 +88,10 @@ class PackedDocumentDataset(PackedIndex, Dataset[dict[str, torch.Tensor]]):
         return SampleBatch(batch_tensors(self._batch(indices)))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint}
+        return with_objects({"fingerprint": self._fingerprint}, self.data_objects())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="PackedDocumentDataset")
+        check_state(state, fingerprint=self._fingerprint, owner="PackedDocumentDataset", objects=self.data_objects())
 
     def __repr__(self) -> str:
         return (

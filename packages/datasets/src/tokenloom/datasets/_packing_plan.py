@@ -22,11 +22,11 @@ import numpy as np
 
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._plan_cache import cached_plan
-from tokenloom.datasets._state import data_fingerprint, settings_fingerprint
-from tokenloom.datasets._stream import reopen, token_stream
+from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
+from tokenloom.datasets._stream import open_data, remote_open_options, reopen, token_stream
 from tokenloom.datasets._window_index import check_positive
-from tokenloom.formats import ConfigError, TokenDataset, open_dataset
-from tokenloom.formats.io import atomic_write_bytes
+from tokenloom.formats import ConfigError, TokenDataset
+from tokenloom.formats.io import atomic_write_bytes, is_remote_url
 
 __all__ = ["PLAN_VERSION", "PackedIndex", "PackingPlan", "compute_plan"]
 
@@ -113,9 +113,13 @@ class PackedIndex:
         position_ids: bool = True,
         cu_seqlens: bool = False,
         bin_width: int = 64,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.max_length = check_positive(max_length, "max_length")
-        dataset = data if isinstance(data, TokenDataset) else open_dataset(data)
+        remote = not isinstance(data, TokenDataset) and is_remote_url(data)
+        # cache_dir also holds a URL's blocks (CACHE/v1/...) beside the plans (CACHE/packplan-KEY)
+        dataset = open_data(data, storage_options=storage_options, cache_dir=cache_dir if remote else None)
+        self._open_options = remote_open_options(dataset)
         self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
         self._stream = token_stream(dataset)  # what workers read: no per-entry index
         try:
@@ -169,7 +173,7 @@ class PackedIndex:
     def dataset(self) -> TokenDataset:
         """The underlying dataset with its entry index (reopened on first use after pickling)."""
         if self._dataset is None:
-            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards])
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._open_options)
         return self._dataset
 
     def __getstate__(self) -> dict[str, Any]:
@@ -183,3 +187,7 @@ class PackedIndex:
 
     def fingerprint(self) -> str:
         return self._fingerprint
+
+    def data_objects(self) -> dict[str, str]:
+        """``{URL: "size:ETag"}`` of every object of data in object storage ({} on disk); saved in states."""
+        return data_objects(self._stream)

@@ -1,14 +1,30 @@
-"""Fingerprints and the resume-state check every positioned dataset shares (DESIGN contract 3)."""
+"""Fingerprints and the resume-state check every positioned dataset shares (DESIGN contract 3).
+
+Data in object storage adds each object's identity (``{URL: "size:ETag"}``) to the fingerprint and to
+every saved state, so a state saved on other bytes is refused with the object that changed named.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from tokenloom.formats import ResumeMismatchError, TokenDataset
 
-__all__ = ["check_state", "data_fingerprint", "settings_fingerprint"]
+__all__ = [
+    "DATA_OBJECTS_KEY",
+    "changed_objects",
+    "check_state",
+    "data_fingerprint",
+    "data_objects",
+    "settings_fingerprint",
+    "with_objects",
+]
+
+#: the state key holding ``{URL: "size:ETag"}`` of the remote objects the state was saved on
+DATA_OBJECTS_KEY = "data_objects"
 
 
 def settings_fingerprint(**settings: Any) -> str:
@@ -17,21 +33,81 @@ def settings_fingerprint(**settings: Any) -> str:
     return hashlib.blake2b(blob, digest_size=12).hexdigest()
 
 
+def data_objects(dataset: TokenDataset) -> dict[str, str]:
+    """``{URL: "size:ETag"}`` of every object of a dataset in object storage; {} for local data."""
+    found = dataset.metadata.get("remote_objects")
+    objects = {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
+    for shard in dataset.shards:  # the token objects, also where a reader records no map
+        obj = getattr(getattr(shard, "array", None), "obj", None)
+        if obj is not None:
+            objects.setdefault(obj.url, f"{obj.size}:{obj.etag}")
+    return dict(sorted(objects.items()))
+
+
 def data_fingerprint(dataset: TokenDataset) -> str:
-    """The manifest fingerprint, or (formats without one) a hash of shard names, sizes and entry counts."""
+    """The manifest fingerprint, or (formats without one) a hash of shard names, sizes and entry counts
+    (with remote objects' sizes and ETags)."""
     if dataset.fingerprint:
         return dataset.fingerprint
     shards = [(s.tokens_path.name, s.tokens_offset, s.num_tokens, s.num_entries) for s in dataset.shards]
+    objects = data_objects(dataset)
+    if objects:
+        return settings_fingerprint(format=dataset.format, shards=shards, dtype=dataset.dtype.name, objects=objects)
     return settings_fingerprint(format=dataset.format, shards=shards, dtype=dataset.dtype.name)
 
 
-def check_state(state: Any, *, fingerprint: str, owner: str) -> dict[str, Any]:
-    """``state`` as a dict whose fingerprint matches, or ResumeMismatchError."""
+def with_objects(state: dict[str, Any], objects: Mapping[str, str]) -> dict[str, Any]:
+    """``state`` with the remote objects' identities (only when there are any: local states are unchanged)."""
+    if objects:
+        state[DATA_OBJECTS_KEY] = dict(objects)
+    return state
+
+
+def changed_objects(saved: object, ours: Mapping[str, str]) -> str | None:
+    """Which objects differ between a state's ``data_objects`` and ``ours``, in words (None: none named)."""
+    if not isinstance(saved, Mapping) or not ours:
+        return None
+    lines = []
+    for url in sorted(set(saved) | set(ours)):
+        before, now = saved.get(url), ours.get(url)
+        if before == now:
+            continue
+        if before is None:
+            lines.append(f"{url} was not part of the saved data")
+        elif now is None:
+            lines.append(f"{url} was part of the saved data and is not now")
+        else:
+            lines.append(f"{url} changed (saved size:ETag {before}, now {now})")
+    if not lines:
+        return None
+    shown = "; ".join(lines[:5]) + (f"; and {len(lines) - 5} more" if len(lines) > 5 else "")
+    return f"object(s) in storage changed between save and resume: {shown}"
+
+
+def check_state(
+    state: Any, *, fingerprint: str, owner: str, objects: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``state`` as a dict whose fingerprint matches, or ResumeMismatchError (naming a changed remote object)."""
     if not isinstance(state, dict) or "fingerprint" not in state:
         raise ResumeMismatchError(f"{owner} state {state!r} has no fingerprint", field="fingerprint")
     if state["fingerprint"] != fingerprint:
+        changed = changed_objects(state.get(DATA_OBJECTS_KEY), objects or {})
+        if changed is not None:
+            raise ResumeMismatchError(
+                f"{owner} state was saved on other data: {changed}",
+                path=next(iter(_differing(state.get(DATA_OBJECTS_KEY), objects or {})), None),
+                field="fingerprint",
+                hint="Restore the objects the run was started on, or start afresh (the saved position "
+                "would address other samples)",
+            )
         raise ResumeMismatchError(
             f"{owner} state was saved for fingerprint {state['fingerprint']!r}, this one is {fingerprint!r}",
             field="fingerprint",
         )
     return state
+
+
+def _differing(saved: object, ours: Mapping[str, str]) -> list[str]:
+    if not isinstance(saved, Mapping):
+        return []
+    return sorted(url for url in set(saved) | set(ours) if saved.get(url) != ours.get(url))

@@ -6,6 +6,10 @@ The window and packed datasets read tokens by global position, so each keeps a
 and the full dataset only where it was handed in, reopened on demand after
 pickling. A worker then holds nothing that grows with the data: its pickle is
 a few hundred bytes and its memory stays flat from 1 GB to 20 GB of shards.
+
+Data in object storage (``s3://``, ``gs://``, ``az://``, ``https://``) keeps its URL as the root (never a
+local ``Path``) and its shards' block-cache readers; a reopen after pickling uses the same
+``storage_options`` and ``cache_dir``.
 """
 
 from __future__ import annotations
@@ -14,37 +18,83 @@ import fnmatch
 import os
 from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from tokenloom.formats import ConfigError, Shard, TokenDataset, open_dataset
+from tokenloom.formats.io import is_remote_url
 
-__all__ = ["reopen", "select_shards", "token_stream"]
+__all__ = ["open_data", "remote_open_options", "reopen", "select_shards", "token_stream"]
+
+#: options of ``open_dataset`` that only data in object storage takes
+_REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries")
+
+
+def open_data(
+    data: str | os.PathLike[str] | TokenDataset,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    field: str = "data",
+) -> TokenDataset:
+    """``data`` opened (a path or a URL), or as is (an open dataset); remote options only for a URL."""
+    if isinstance(data, TokenDataset) or not is_remote_url(data):
+        given = [name for name, value in (("storage_options", storage_options), ("cache_dir", cache_dir)) if value]
+        if given:
+            what = "an open dataset" if isinstance(data, TokenDataset) else f"the local path {os.fspath(data)!r}"
+            raise ConfigError(
+                f"{' and '.join(given)} apply to data in object storage (s3://, gs://, az://, https://), not to {what}",
+                field=given[0],
+                hint="Drop the option, or pass the dataset's URL",
+            )
+        return data if isinstance(data, TokenDataset) else open_dataset(data)
+    options: dict[str, Any] = {}
+    if storage_options is not None:
+        options["storage_options"] = storage_options
+    if cache_dir is not None:
+        options["cache_dir"] = cache_dir
+    return open_dataset(data, **options)
+
+
+def remote_open_options(dataset: TokenDataset) -> dict[str, Any]:
+    """The ``open_dataset`` options that reopen ``dataset`` as it was opened ({} for local data)."""
+    for shard in dataset.shards:
+        # a remote shard holds its block cache itself (native), in its source (other formats) or in its array
+        holders = (shard, getattr(shard, "source", None), getattr(shard, "array", None))
+        cache = next((c for c in (getattr(h, "cache", None) for h in holders) if c is not None), None)
+        config = getattr(cache, "config", None)
+        if cache is not None and config is not None:
+            return {
+                "storage_options": dict(config.storage_options),
+                "cache_dir": cache.root,
+                "block_size": cache.block_size,
+                "retries": config.retries,
+            }
+    return {}
+
+
+def _bare(shard: Shard) -> Shard:
+    """``shard`` with one entry and no per-document index (same tokens: a remote shard keeps its reader)."""
+    return shard.as_single_entry()
+
+
+def _keep_root(derived: TokenDataset, dataset: TokenDataset) -> TokenDataset:
+    derived.root = dataset.root  # a URL stays a URL (TokenDataset makes a Path of it)
+    return derived
 
 
 def token_stream(dataset: TokenDataset) -> TokenDataset:
     """The same tokens (same files, no copy) with one entry per shard and no per-document index."""
-    shards = [
-        Shard(
-            tokens_path=shard.tokens_path,
-            dtype=shard.dtype,
-            num_tokens=shard.num_tokens,
-            offsets=np.array([0, shard.num_tokens], dtype=np.int64),
-            overlap_prefix=np.zeros(1, dtype=np.uint16),
-            tokens_offset=shard.tokens_offset,
-            name=shard.name,
-        )
-        for shard in dataset.shards
-    ]
-    return TokenDataset(
-        shards,
+    stream = TokenDataset(
+        [_bare(shard) for shard in dataset.shards],
         format=dataset.format,
         root=dataset.root,
         eos_id=dataset.eos_id,
         vocab_size=dataset.vocab_size,
         fingerprint=dataset.fingerprint,
         tokenizer_fingerprint=dataset.tokenizer_fingerprint,
+        metadata={k: v for k, v in dataset.metadata.items() if k in ("remote", "remote_objects")},
     )
+    return _keep_root(stream, dataset)
 
 
 def select_shards(
@@ -71,7 +121,7 @@ def select_shards(
         )
     if names is not None and len(shards) == len(dataset.shards):
         return dataset
-    return TokenDataset(
+    selected = TokenDataset(
         shards,
         format=dataset.format,
         root=dataset.root,
@@ -81,8 +131,15 @@ def select_shards(
         tokenizer_fingerprint=dataset.tokenizer_fingerprint,
         metadata=dataset.metadata,
     )
+    return _keep_root(selected, dataset)
 
 
-def reopen(root: str | os.PathLike[str] | Path, shard_names: Sequence[str]) -> TokenDataset:
-    """The dataset at ``root`` restricted to ``shard_names`` (after pickling, where the index was dropped)."""
-    return select_shards(open_dataset(root), names=shard_names)
+def reopen(
+    root: str | os.PathLike[str] | Path, shard_names: Sequence[str], options: dict[str, Any] | None = None
+) -> TokenDataset:
+    """The dataset at ``root`` restricted to ``shard_names`` (after pickling, where the index was dropped).
+
+    ``options``: :func:`remote_open_options` of the dataset first opened (a URL's storage options and cache).
+    """
+    remote = {k: v for k, v in (options or {}).items() if k in _REMOTE_OPTIONS} if is_remote_url(root) else {}
+    return select_shards(open_dataset(root, **remote), names=shard_names)

@@ -18,9 +18,9 @@ import numpy as np
 
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._packing_mode import Packing, as_packing
-from tokenloom.datasets._state import data_fingerprint, settings_fingerprint
-from tokenloom.datasets._stream import reopen, select_shards, token_stream
-from tokenloom.formats import ConfigError, TokenDataset, open_dataset
+from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
+from tokenloom.datasets._stream import open_data, remote_open_options, reopen, select_shards, token_stream
+from tokenloom.formats import ConfigError, TokenDataset
 from tokenloom.formats.io import iter_chunks
 
 __all__ = ["WindowIndex", "check_positive", "overlap_intervals"]
@@ -76,10 +76,13 @@ class WindowIndex:
         cross_shard: bool = False,
         position_ids: bool = False,
         cu_seqlens: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.seq_len = check_positive(seq_len, "seq_len")
         self.stride = check_positive(stride if stride is not None else seq_len + 1, "stride")
-        dataset = data if isinstance(data, TokenDataset) else open_dataset(data)
+        dataset = open_data(data, storage_options=storage_options, cache_dir=cache_dir)
+        self._open_options = remote_open_options(dataset)
         if file_pattern is not None:
             dataset = select_shards(dataset, pattern=file_pattern)
         # reads go through the token stream; the full dataset (its per-entry index grows with
@@ -134,7 +137,7 @@ class WindowIndex:
     def dataset(self) -> TokenDataset:
         """The underlying dataset with its entry index (reopened on first use after pickling)."""
         if self._dataset is None:
-            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards])
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._open_options)
         return self._dataset
 
     def __getstate__(self) -> dict[str, Any]:
@@ -149,6 +152,10 @@ class WindowIndex:
     def fingerprint(self) -> str:
         """Changes whenever the data or a setting that changes the samples changes."""
         return self._fingerprint
+
+    def data_objects(self) -> dict[str, str]:
+        """``{URL: "size:ETag"}`` of every object of data in object storage ({} on disk); saved in states."""
+        return data_objects(self._stream)
 
     def window_start(self, index: int) -> int:
         """Global token position where sample ``index``'s window begins."""

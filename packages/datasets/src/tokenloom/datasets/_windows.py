@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._sample import Packing, build_batch, to_torch
-from tokenloom.datasets._state import check_state
+from tokenloom.datasets._state import check_state, with_objects
 from tokenloom.datasets._window_index import WindowIndex, check_positive, overlap_intervals
 
 __all__ = ["MemoryMappedDataset", "check_positive", "overlap_intervals"]
@@ -29,7 +29,8 @@ class MemoryMappedDataset(WindowIndex, Dataset[dict[str, torch.Tensor]]):
     """Windows of ``seq_len + 1`` tokens as sample dicts (see the package README for every key).
 
     Args:
-        data: a path ``open_dataset`` reads, or an open :class:`TokenDataset`.
+        data: a path or URL (``s3://``, ``gs://``, ``az://``, ``https://``) ``open_dataset`` reads, or an open
+            :class:`TokenDataset`.
         seq_len: tokens per sample (L); each sample reads L + 1 tokens.
         stride: tokens between window starts; default ``seq_len + 1`` (no overlap).
         pack_sequences: False, True (= "documents", KempnerForge) or "gpt-simple".
@@ -39,6 +40,8 @@ class MemoryMappedDataset(WindowIndex, Dataset[dict[str, torch.Tensor]]):
         cross_shard: windows run across shard boundaries (one stream, one remainder).
         position_ids: emit position_ids reset at each document start (with packing).
         cu_seqlens: emit cu_seqlens (with packing).
+        storage_options: for a URL, the store's options (endpoint, credentials; default: the environment).
+        cache_dir: for a URL, the local directory of its blocks (default ``$TOKENLOOM_CACHE_DIR``).
     """
 
     # -- samples ----------------------------------------------------------------------
@@ -100,10 +103,10 @@ class MemoryMappedDataset(WindowIndex, Dataset[dict[str, torch.Tensor]]):
     # -- resume -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """No position of its own (the sampler holds it); the fingerprint guards a resume."""
-        return {"fingerprint": self._fingerprint}
+        return with_objects({"fingerprint": self._fingerprint}, self.data_objects())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="MemoryMappedDataset")
+        check_state(state, fingerprint=self._fingerprint, owner="MemoryMappedDataset", objects=self.data_objects())
 
     def __repr__(self) -> str:
         return (

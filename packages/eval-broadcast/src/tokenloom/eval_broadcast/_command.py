@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,8 @@ import click
 
 from tokenloom.eval_broadcast._cache import CachedRows, cache_entry, cache_settings, remove_stale_scratch, verify_cache
 from tokenloom.eval_broadcast.errors import EvalBuildError
-from tokenloom.formats import ConfigError, DataError
-from tokenloom.formats.io import MANIFEST_NAME, real_path
+from tokenloom.formats import ConfigError, DataError, MissingFileError
+from tokenloom.formats.io import MANIFEST_NAME, is_remote_url, real_path
 
 __all__ = ["eval_cache"]
 
@@ -49,7 +50,12 @@ def _progress(source: Any, enabled: bool) -> Iterator[None]:
     "A training job that calls broadcast_eval_set with the same source, seq_len and cache_dir then "
     "broadcasts from this cache without tokenizing.",
 )
-@click.option("--path", type=click.Path(exists=True, path_type=Path), help="A token dataset open_dataset reads.")
+@click.option(
+    "--path",
+    default=None,
+    help="A token dataset open_dataset reads: a directory, or a URL (s3://, gs://, az://, https://; credentials "
+    "from the environment, blocks cached in $TOKENLOOM_CACHE_DIR).",
+)
 @click.option("--name", default="json", show_default=True, help="load_dataset builder or name (with --data-files).")
 @click.option("--data-files", multiple=True, help="Local data files of the split (repeatable).")
 @click.option("--config", default=None, help="Dataset configuration name.")
@@ -76,7 +82,7 @@ def _progress(source: Any, enabled: bool) -> Iterator[None]:
 )
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 def eval_cache(
-    path: Path | None,
+    path: str | None,
     name: str,
     data_files: tuple[str, ...],
     config: str | None,
@@ -95,7 +101,12 @@ def eval_cache(
     from tokenloom.eval_broadcast._sources import HFEvalSource, PathEvalSource
 
     try:
-        _check_cache_dir(cache_dir, [path] if path is not None else [Path(f) for f in data_files])
+        local_sources = [Path(f) for f in data_files]
+        if path is not None and not is_remote_url(path):  # a URL never holds the local cache
+            if not os.path.lexists(path):
+                raise MissingFileError(f"--path {path} does not exist", path=path, field="path")
+            local_sources = [Path(path)]
+        _check_cache_dir(cache_dir, local_sources)
     except DataError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     if path is not None:

@@ -4,7 +4,8 @@
   add_special_tokens=False plus EOS, concatenated, cut into seq_len + 1 rows). A text that
   encodes to no tokens is a lone EOS by default (as tokenloom.datasets' HuggingFaceDataset);
   ``compat="kempnerforge"`` or ``skip_empty=True`` skips it, as KempnerForge does.
-- :class:`PathEvalSource`: any dataset ``tokenloom.formats.open_dataset`` opens (a ``val/`` directory).
+- :class:`PathEvalSource`: any dataset ``tokenloom.formats.open_dataset`` opens (a ``val/`` directory, or a URL:
+  ``s3://``, ``gs://``, ``az://``, ``https://``, read through the node-local block cache).
 - any callable returning rows or a stream (``cache_key=`` makes it cacheable).
 
 The fingerprint never tokenizes: local files are hashed (xxh3-128), a hub dataset is
@@ -35,7 +36,7 @@ from tokenloom.formats import (
     UnsafePathError,
     open_dataset,
 )
-from tokenloom.formats.io import file_checksum, require, smallest_dtype_for_vocab
+from tokenloom.formats.io import file_checksum, is_remote_url, require, smallest_dtype_for_vocab
 
 __all__ = ["HFEvalSource", "PathEvalSource"]
 
@@ -43,10 +44,15 @@ log = logging.getLogger("tokenloom.eval_broadcast")
 
 
 class PathEvalSource:
-    """The token stream of a dataset on disk (any format ``open_dataset`` reads)."""
+    """The token stream of a dataset on disk or in object storage (any format ``open_dataset`` reads).
+
+    ``open_options`` go to ``open_dataset``; for a URL: ``storage_options`` and ``cache_dir`` (the local
+    directory of its blocks, default ``$TOKENLOOM_CACHE_DIR``; not the eval-set cache of
+    ``broadcast_eval_set``). The fingerprint of a URL holds every object's size and ETag.
+    """
 
     def __init__(self, path: str | os.PathLike[str], **open_options: Any) -> None:
-        self.path = Path(path)
+        self.path: str | Path = os.fspath(path) if is_remote_url(path) else Path(path)  # a URL stays a URL
         self.open_options = open_options
 
     def _open(self) -> TokenDataset:

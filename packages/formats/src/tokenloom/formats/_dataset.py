@@ -14,6 +14,7 @@ DataLoader worker) copies paths and the small index arrays, never tokens.
 from __future__ import annotations
 
 import bisect
+import copy
 import mmap
 import os
 from collections.abc import Sequence
@@ -71,6 +72,13 @@ class Shard:
                 tokens = self.source.tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
             self._tokens = tokens
         return tokens
+
+    def as_single_entry(self) -> Shard:
+        """The same tokens (same reader, no copy) as one entry with no per-document index."""
+        bare = copy.copy(self)
+        bare.offsets = np.array([0, self.num_tokens], dtype=np.int64)
+        bare.overlap_prefix = np.zeros(1, dtype=np.uint16)
+        return bare
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

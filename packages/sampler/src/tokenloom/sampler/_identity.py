@@ -9,6 +9,9 @@ state was saved from a plain length, by a version before the key existed (#11), 
 had the key removed, and nothing then says it belongs to this dataset. The caller
 opts out explicitly with ``allow_missing_data_fingerprint=True``. A sampler over a
 plain length (no fingerprint of its own) has nothing to compare and accepts any state.
+
+Data in object storage also records each object's identity (``data_objects``: ``{URL: "size:ETag"}``,
+from the dataset's ``data_objects()``), so a refusal names the object that changed.
 """
 
 from __future__ import annotations
@@ -19,11 +22,20 @@ from typing import Any
 from tokenloom.formats.errors import ConfigError, ResumeMismatchError
 from tokenloom.sampler._config import check_int
 
-__all__ = ["DATA_FINGERPRINT_KEY", "MAX_EPOCH", "check_data_fingerprint", "check_epoch", "data_fingerprint"]
+__all__ = [
+    "DATA_FINGERPRINT_KEY",
+    "DATA_OBJECTS_KEY",
+    "MAX_EPOCH",
+    "check_data_fingerprint",
+    "check_epoch",
+    "data_fingerprint",
+    "data_objects",
+]
 
 #: Epochs are counters keyed into the order; more than 2**32 - 1 is a bug (e.g. a step count passed as epoch).
 MAX_EPOCH = 2**32 - 1
 DATA_FINGERPRINT_KEY = "data_fingerprint"
+DATA_OBJECTS_KEY = "data_objects"
 
 
 def data_fingerprint(dataset: object) -> str | None:
@@ -37,7 +49,34 @@ def data_fingerprint(dataset: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def check_data_fingerprint(state: Mapping[str, Any], ours: str | None, *, allow_missing: bool = False) -> None:
+def data_objects(dataset: object) -> dict[str, str]:
+    """``{URL: "size:ETag"}`` of the dataset's objects in storage ({} for local data or a plain length)."""
+    method = getattr(dataset, "data_objects", None)
+    if not callable(method):
+        return {}
+    found = method()
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
+
+
+def _changed(saved: object, ours: Mapping[str, str]) -> list[str]:
+    if not isinstance(saved, Mapping) or not ours:
+        return []
+    lines = []
+    for url in sorted(set(saved) | set(ours)):
+        before, now = saved.get(url), ours.get(url)
+        if before != now:
+            lines.append(f"{url} {'changed' if before and now else 'appeared' if now else 'is gone'} "
+                         f"(saved size:ETag {before}, now {now})")  # fmt: skip
+    return lines
+
+
+def check_data_fingerprint(
+    state: Mapping[str, Any],
+    ours: str | None,
+    *,
+    allow_missing: bool = False,
+    objects: Mapping[str, str] | None = None,
+) -> None:
     """ResumeMismatchError when ``state`` records another dataset's fingerprint than ``ours``, or none.
 
     ``allow_missing``: accept a state that records no fingerprint (absent or null) although
@@ -63,6 +102,16 @@ def check_data_fingerprint(state: Mapping[str, Any], ours: str | None, *, allow_
             f"the sampler state's data_fingerprint is {type(saved).__name__} {saved!r}, expected a string",
             field=DATA_FINGERPRINT_KEY,
             hint="Pass a state from ResumableDistributedSampler.state_dict(), unedited",
+        )
+    changed = _changed(state.get(DATA_OBJECTS_KEY), objects or {})
+    if changed:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise ResumeMismatchError(
+            f"object(s) in storage changed between save and resume: {shown}",
+            path=changed[0].split(" ", 1)[0],
+            field=DATA_FINGERPRINT_KEY,
+            hint="Restore the objects the run was started on, or start afresh (the saved position would "
+            "address other samples)",
         )
     raise ResumeMismatchError(
         f"the state belongs to another dataset of the same length: dataset fingerprint saved {saved!r}, "

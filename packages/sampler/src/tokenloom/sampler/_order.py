@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from tokenloom.sampler._block import BlockOrder
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 
 __all__ = ["EpochOrder", "Order", "epoch_order"]
@@ -25,6 +26,9 @@ class Order(StrEnum):
     TORCH = "torch"
     """``torch.randperm(n, generator=manual_seed(seed + epoch))``, as torch's DistributedSampler
     and the seed system: O(n) memory, for resuming checkpoints of those systems."""
+    BLOCK = "block"
+    """Blocks of consecutive samples in a keyed order, samples shuffled inside a window of blocks:
+    O(1) memory, reads in runs (data in object storage); see :mod:`tokenloom.sampler._block`."""
 
 
 class EpochOrder(Protocol):
@@ -49,10 +53,14 @@ class _TorchRandperm:
         return self._perm[positions]
 
 
-def epoch_order(n: int, *, seed: int, epoch: int, order: Order, shuffle: bool) -> EpochOrder:
+def epoch_order(
+    n: int, *, seed: int, epoch: int, order: Order, shuffle: bool, block_samples: int = 0, window_blocks: int = 0
+) -> EpochOrder:
     """The order of epoch ``epoch``: identity when ``shuffle`` is false."""
     if not shuffle or n <= 1:
         return _Identity()
+    if order is Order.BLOCK:
+        return BlockOrder(n, seed=seed, epoch=epoch, block_samples=block_samples, window_blocks=window_blocks)
     if order is Order.TORCH:
         return _TorchRandperm(n, seed, epoch)
     return FeistelPermutation(n, round_keys(seed, epoch))

@@ -10,8 +10,16 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from tokenloom.formats.errors import ConfigError
+from tokenloom.sampler._block import check_block_options
 from tokenloom.sampler._config import check_choice, check_int, dataset_length, world
-from tokenloom.sampler._identity import DATA_FINGERPRINT_KEY, check_data_fingerprint, check_epoch, data_fingerprint
+from tokenloom.sampler._identity import (
+    DATA_FINGERPRINT_KEY,
+    DATA_OBJECTS_KEY,
+    check_data_fingerprint,
+    check_epoch,
+    data_fingerprint,
+    data_objects,
+)
 from tokenloom.sampler._order import EpochOrder, Order, epoch_order
 from tokenloom.sampler._plan import RankPlan, Tail, plan_rank
 from tokenloom.sampler._state import SamplerIdentity, check_state, make_state
@@ -42,8 +50,11 @@ class ResumableDistributedSampler(Sampler[int]):
         pad: with drop_last False, repeat the epoch's first indices so every rank yields
             the same count (reported); False gives exact evaluation: no duplicates,
             counts differ by at most one.
-        order: ``"feistel"`` (O(1) memory) or ``"torch"`` (torch.randperm(N) seeded with
+        order: ``"feistel"`` (O(1) memory; the default, for local disks), ``"block"`` (O(1) memory,
+            reads in runs: data in object storage) or ``"torch"`` (torch.randperm(N) seeded with
             seed + epoch, as DistributedSampler; O(N) memory).
+        block_samples, window_blocks: ``order="block"`` only: consecutive samples per block (default
+            2048) and blocks shuffled together (default 8); see the README.
         start_epoch, start_iter: resume as the seed system does: ``start_iter`` samples
             already yielded by each of the ``num_replicas`` ranks in ``start_epoch``.
         allow_missing_data_fingerprint: accept in :meth:`load_state_dict` a state that records no
@@ -66,10 +77,13 @@ class ResumableDistributedSampler(Sampler[int]):
         start_epoch: int = 0,
         start_iter: int = 0,
         allow_missing_data_fingerprint: bool = False,
+        block_samples: int | None = None,
+        window_blocks: int | None = None,
     ) -> None:
         n = dataset_length(dataset_or_length)
         self._allow_missing_data_fingerprint = bool(allow_missing_data_fingerprint)
         self._data_fingerprint = data_fingerprint(dataset_or_length)
+        self._data_objects = data_objects(dataset_or_length)
         self.num_replicas, self.rank = world(num_replicas, rank)
         mode = check_choice("order", order, Order)
         if drop_last and not pad:
@@ -78,6 +92,7 @@ class ResumableDistributedSampler(Sampler[int]):
                 field="pad",
                 hint="Use drop_last=True (drop the tail) or pad=False (exact evaluation), not both",
             )
+        block, window = check_block_options(mode.value, block_samples, window_blocks)
         self._identity = SamplerIdentity(
             n=n,
             seed=check_int("seed", seed, *_SEED_RANGE),
@@ -85,6 +100,8 @@ class ResumableDistributedSampler(Sampler[int]):
             shuffle=bool(shuffle),
             drop_last=bool(drop_last),
             pad=bool(pad),
+            block_samples=block,
+            window_blocks=window,
         )
         self._tail = Tail.DROP if drop_last else Tail.PAD if pad else Tail.EXACT
         self._epoch = check_epoch("start_epoch", start_epoch)
@@ -129,12 +146,19 @@ class ResumableDistributedSampler(Sampler[int]):
         state = make_state(self._identity, epoch=self._epoch, consumed=self.consumed)
         if self._data_fingerprint is not None:
             state[DATA_FINGERPRINT_KEY] = self._data_fingerprint
+        if self._data_objects:
+            state[DATA_OBJECTS_KEY] = dict(self._data_objects)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` on this sampler's world size; ResumeMismatchError if foreign."""
         epoch, consumed = check_state(state, self._identity)
-        check_data_fingerprint(state, self._data_fingerprint, allow_missing=self._allow_missing_data_fingerprint)
+        check_data_fingerprint(
+            state,
+            self._data_fingerprint,
+            allow_missing=self._allow_missing_data_fingerprint,
+            objects=self._data_objects,
+        )
         check_epoch("epoch", epoch)
         self._move(epoch, consumed)
 
@@ -166,6 +190,8 @@ class ResumableDistributedSampler(Sampler[int]):
                 epoch=epoch,
                 order=Order(identity.order),
                 shuffle=identity.shuffle,
+                block_samples=identity.block_samples,
+                window_blocks=identity.window_blocks,
             )
             self._order_cache = (epoch, order)
         return self._order_cache[1]

@@ -20,6 +20,7 @@ __all__ = ["FORMAT", "SamplerIdentity", "check_state", "make_state"]
 FORMAT = "tokenloom.sampler/1"
 _ALGORITHM = "feistel6-fmix64-splitmix64/1"
 _IDENTITY_FIELDS = ("n", "seed", "order", "shuffle", "drop_last", "pad")
+_BLOCK_FIELDS = ("block_samples", "window_blocks")
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "format": str,
     "epoch": int,
@@ -44,9 +45,16 @@ class SamplerIdentity:
     shuffle: bool
     drop_last: bool
     pad: bool
+    block_samples: int = 0
+    """order="block" only (0 otherwise, and then absent from states)."""
+    window_blocks: int = 0
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return _IDENTITY_FIELDS + (_BLOCK_FIELDS if self.order == "block" else ())
 
     def as_dict(self) -> dict[str, Any]:
-        return {field: getattr(self, field) for field in _IDENTITY_FIELDS}
+        return {field: getattr(self, field) for field in self.fields}
 
     def fingerprint(self) -> str:
         payload = json.dumps({"algorithm": _ALGORITHM, **self.as_dict()}, sort_keys=True)
@@ -85,12 +93,20 @@ def check_state(state: object, identity: SamplerIdentity) -> tuple[int, int]:
     if state["format"] != FORMAT:
         raise ResumeMismatchError(f"sampler state format is {state['format']!r}, expected {FORMAT!r}", field="format")
     ours = identity.as_dict()
+    saved_fields = _IDENTITY_FIELDS + (_BLOCK_FIELDS if state["order"] == "block" else ())
+    bad = [f"{key}={state.get(key)!r}" for key in saved_fields[len(_IDENTITY_FIELDS) :] if not _is(state.get(key), int)]
+    if bad:
+        raise ResumeMismatchError(
+            f"sampler state of order 'block' lacks or mistypes {', '.join(bad)}",
+            field="order",
+            hint="Pass a state from ResumableDistributedSampler.state_dict(), unedited",
+        )
     differences = [
-        f"{field}: saved {state[field]!r}, this sampler {ours[field]!r}"
-        for field in _IDENTITY_FIELDS
-        if state[field] != ours[field]
+        f"{field}: saved {state.get(field)!r}, this sampler {ours.get(field)!r}"
+        for field in dict.fromkeys(saved_fields + identity.fields)
+        if state.get(field) != ours.get(field)
     ]
-    expected = SamplerIdentity(**{field: state[field] for field in _IDENTITY_FIELDS}).fingerprint()
+    expected = SamplerIdentity(**{field: state[field] for field in saved_fields}).fingerprint()
     if state["fingerprint"] != expected:
         differences.append(
             f"fingerprint: saved {state['fingerprint']!r}, but the saved fields give {expected!r} "

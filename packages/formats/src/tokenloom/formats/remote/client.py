@@ -23,7 +23,17 @@ from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, R
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
 
-__all__ = ["ObjectInfo", "RetryPolicy", "StoreConfig", "check_bucket", "fetch_range", "head", "list_objects", "redact"]
+__all__ = [
+    "ObjectInfo",
+    "RetryPolicy",
+    "StoreConfig",
+    "check_bucket",
+    "fetch_range",
+    "head",
+    "list_dir",
+    "list_objects",
+    "redact",
+]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -292,3 +302,20 @@ def check_bucket(config: StoreConfig) -> None:
             path=str(config.url),
             hint="Check the bucket name and the endpoint (AWS_ENDPOINT_URL or storage_options['endpoint'])",
         ) from None
+
+
+def list_dir(config: StoreConfig, name: str = "") -> tuple[list[str], list[str]]:
+    """``(folders, objects)`` directly under ``name`` of the URL's prefix, as names (sorted; no listing over http)."""
+    key = config.url.key(name) if name else config.url.prefix
+    prefix = f"{key.strip('/')}/" if key.strip("/") else None
+    url = config.url.url(name)
+    if config.url.scheme in ("http", "https"):
+        raise ConfigError(
+            f"{url} cannot be listed: plain HTTP(S) servers have no listing",
+            path=url,
+            hint="Name the objects directly, or put the data in a bucket (s3://, gs://, az://)",
+        )
+    found = _with_retries(config, url, "listing it", lambda: _obstore().list_with_delimiter(_store(config), prefix))
+    folders = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"])
+    objects = sorted(str(o["path"]).rsplit("/", 1)[-1] for o in found["objects"])
+    return folders, objects

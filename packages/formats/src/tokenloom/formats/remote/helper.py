@@ -29,7 +29,7 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import client
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
-__all__ = ["check_bucket", "fetch_into", "head", "list_objects"]
+__all__ = ["check_bucket", "fetch_into", "head", "list_dir", "list_objects"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -138,6 +138,12 @@ def check_bucket(config: StoreConfig) -> None:
     _helper().call("check_bucket", config=_config_json(config))
 
 
+def list_dir(config: StoreConfig, name: str = "") -> tuple[list[str], list[str]]:
+    """``(folders, objects)`` directly under ``name`` of the URL's prefix (names, sorted)."""
+    folders, objects = _helper().call("list_dir", config=_config_json(config), name=name)
+    return list(folders), list(objects)
+
+
 # -- the helper side -------------------------------------------------------------------------------------
 
 
@@ -165,6 +171,8 @@ def _answer(request: dict[str, Any]) -> Any:
         return [dataclasses.asdict(info) for info in client.list_objects(config)]
     if request["op"] == "check_bucket":
         return client.check_bucket(config)
+    if request["op"] == "list_dir":
+        return client.list_dir(config, request["name"])
     raise ValueError(f"unknown request {request['op']!r}")
 
 

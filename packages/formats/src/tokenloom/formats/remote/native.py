@@ -11,6 +11,7 @@ validated as on disk when the shard is first touched; its ``.bin`` is read by bl
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,13 @@ class RemoteShard(Shard):
         if self._tokens is None:
             self._tokens = BlockArray(self.cache, self._object(1), self.dtype, 0, self.num_tokens)  # type: ignore[assignment]
         return self._tokens
+
+    def as_single_entry(self) -> RemoteShard:
+        """The same tokens (same blocks) as one entry: the ``.idx`` is not needed, so it is not fetched."""
+        bare = copy.copy(self)
+        bare._index = (np.array([0, self.num_tokens], dtype=np.int64), np.zeros(1, dtype=np.uint16))
+        bare._num_entries = 1
+        return bare
 
     def __repr__(self) -> str:
         return f"RemoteShard({self.name!r}, {self.num_entries} entries, {self.num_tokens} tokens)"
@@ -221,6 +229,8 @@ def open_remote_native(
     identity = [manifest_obj, *(o for o in listed.values() if o.key != manifest_obj.key)]
     dataset.fingerprint = remote_fingerprint(manifest.fingerprint, identity)
     dataset.metadata["remote"] = {"url": url.url(), "objects": len(manifest.files) + 1}
+    # each object's identity, so that a saved state can name the object that changed (no credentials)
+    dataset.metadata["remote_objects"] = {info.url: f"{info.size}:{info.etag}" for info in identity}
     return dataset
 
 

@@ -76,6 +76,8 @@ def open_remote_any(
     dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
     dataset.fingerprint = remote_fingerprint(dataset.fingerprint, objects.values())
     dataset.metadata["remote"] = {"url": url.url(), "objects": len(objects)}
+    # each object's identity, so that a saved state can name the object that changed (no credentials)
+    dataset.metadata["remote_objects"] = {info.url: f"{info.size}:{info.etag}" for info in objects.values()}
     return dataset
 
 

@@ -1,0 +1,109 @@
+"""A curriculum's data root in object storage: ``s3://bucket/data`` holding ``train/<bucket>/`` and ``val/<bucket>/``.
+
+:class:`RemoteDir` gives a prefix the few directory operations the bucket discovery uses (``/``,
+``name``, ``is_dir``, ``iterdir``) by listing the store, so a URL is never taken for a local path.
+Its ``storage_options`` (credentials) never show in ``str``/``repr`` or messages; ``cache_dir`` is the
+node-local cache of the buckets' blocks (default ``$TOKENLOOM_CACHE_DIR``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from tokenloom.formats.io import is_remote_url, parse_url
+
+__all__ = ["RemoteDir", "as_data_root"]
+
+
+class RemoteDir:
+    """A prefix in object storage seen as a directory (folders = common prefixes, files = objects)."""
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        *,
+        kind: str | None = None,
+    ) -> None:
+        self.url = parse_url(url).url()  # normalised: s3://bucket/prefix, no trailing slash
+        self.storage_options = dict(storage_options or {})
+        self.cache_dir = cache_dir
+        self._kind = kind  # "dir" / "file" when a listing of the parent said so
+        self._listing: tuple[list[str], list[str]] | None = None
+
+    def _child(self, name: str, kind: str | None = None) -> RemoteDir:
+        return RemoteDir(f"{self.url}/{name}", self.storage_options, self.cache_dir, kind=kind)
+
+    def __truediv__(self, name: str) -> RemoteDir:
+        return self._child(str(name).strip("/"))
+
+    @property
+    def name(self) -> str:
+        return parse_url(self.url).prefix.rsplit("/", 1)[-1]
+
+    def listing(self) -> tuple[list[str], list[str]]:
+        """(folders, files) directly under this prefix (listed once)."""
+        if self._listing is None:
+            from tokenloom.formats.remote import StoreConfig
+            from tokenloom.formats.remote.helper import list_dir
+
+            self._listing = list_dir(StoreConfig(parse_url(self.url), dict(self.storage_options)))
+        return self._listing
+
+    def is_dir(self) -> bool:
+        if self._kind is not None:
+            return self._kind == "dir"
+        folders, files = self.listing()
+        return bool(folders or files)
+
+    def is_file(self) -> bool:
+        return self._kind == "file"
+
+    def iterdir(self) -> Iterator[RemoteDir]:
+        folders, files = self.listing()
+        yield from (self._child(name, "dir") for name in folders)
+        yield from (self._child(name, "file") for name in files)
+
+    def open_options(self) -> dict[str, Any]:
+        """The ``open_dataset`` options of the data under this prefix."""
+        options: dict[str, Any] = {}
+        if self.storage_options:
+            options["storage_options"] = dict(self.storage_options)
+        if self.cache_dir is not None:
+            options["cache_dir"] = self.cache_dir
+        return options
+
+    def __fspath__(self) -> str:
+        return self.url  # for messages (DataError paths); is_remote_url() recognises it, never a local path
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"RemoteDir({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemoteDir) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_listing": None}
+
+
+def as_data_root(
+    path: object, storage_options: Mapping[str, Any] | None = None, cache_dir: str | os.PathLike[str] | None = None
+) -> Path | RemoteDir:
+    """``path`` as a local Path or, for a URL, a :class:`RemoteDir` with the store's options."""
+    if isinstance(path, RemoteDir):
+        return RemoteDir(path.url, storage_options or path.storage_options, cache_dir or path.cache_dir)
+    if is_remote_url(path):
+        return RemoteDir(
+            str(path if isinstance(path, str) else os.fspath(cast(os.PathLike[str], path))), storage_options, cache_dir
+        )
+    return Path(path)  # pyright: ignore[reportArgumentType]
