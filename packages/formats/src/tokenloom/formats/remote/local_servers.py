@@ -125,15 +125,22 @@ class SeaweedS3:
 
 
 class FaultProxy:
-    """A threaded HTTP proxy to ``upstream`` that counts GETs per path and injects queued faults.
+    """A threaded HTTP proxy to ``upstream`` that counts GETs and uploads per path and injects queued faults.
 
-    ``faults`` is a list consumed one per GET: ``"503"``, ``"reset"`` (close without answering),
-    ``"truncate"`` (send half the body, then close), ``"stall"`` (sleep ``stall_seconds`` first).
+    ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default):
+    ``"503"``, ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close),
+    ``"stall"`` (sleep ``stall_seconds`` first). ``uploads`` counts completed uploads per path (a PUT
+    or a multipart completion answered 2xx); a request whose path contains a key of ``hold`` waits
+    until that event is set. ``wait_idle()`` returns once no request is in flight.
     """
 
     def __init__(self, upstream: str, stall_seconds: float = 0.2) -> None:
         self.upstream = upstream.rstrip("/")
         self.gets: Counter[str] = Counter()
+        self.uploads: Counter[str] = Counter()
+        self.fault_methods = {"GET"}
+        self.hold: dict[str, threading.Event] = {}
+        self.in_flight = 0
         self.faults: list[str] = []
         self.injected: Counter[str] = Counter()
         self.stall_seconds = stall_seconds
@@ -147,13 +154,27 @@ class FaultProxy:
                 pass
 
             def _forward(self) -> None:
-                fault = None
-                if self.command == "GET":
+                with proxy.lock:
+                    proxy.in_flight += 1
+                try:
+                    self._forward_counted()
+                finally:
                     with proxy.lock:
-                        proxy.gets[self.path.split("?")[0]] += 1
+                        proxy.in_flight -= 1
+
+            def _forward_counted(self) -> None:
+                fault = None
+                path, _, query = self.path.partition("?")
+                with proxy.lock:
+                    if self.command == "GET":
+                        proxy.gets[path] += 1
+                    if self.command in proxy.fault_methods:
                         fault = proxy.faults.pop(0) if proxy.faults else None
                         if fault:
                             proxy.injected[fault] += 1
+                for part, event in list(proxy.hold.items()):
+                    if part in path:
+                        event.wait()
                 if fault == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     self.close_connection = True
@@ -170,6 +191,9 @@ class FaultProxy:
                     time.sleep(proxy.stall_seconds)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                if length and len(body or b"") < length:  # the client went away mid-body: forward nothing
+                    self.close_connection = True
+                    return
                 request = urllib.request.Request(proxy.upstream + self.path, data=body, method=self.command)
                 for name, value in self.headers.items():
                     if name.lower() not in ("host", "connection", "content-length"):
@@ -180,6 +204,12 @@ class FaultProxy:
                 except urllib.error.HTTPError as error:
                     response = error
                 payload = response.read()
+                completed = (self.command == "PUT" and "partNumber=" not in query) or (
+                    self.command == "POST" and "uploadId=" in query
+                )
+                if completed and 200 <= int(response.status or 502) < 300:
+                    with proxy.lock:
+                        proxy.uploads[path] += 1
                 self.send_response(int(response.status or 502))
                 for name, value in response.headers.items():
                     if name.lower() not in ("connection", "transfer-encoding", "content-length"):
@@ -206,6 +236,11 @@ class FaultProxy:
 
     def gets_of(self, name_part: str) -> int:
         return sum(count for path, count in self.gets.items() if name_part in path)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def close(self) -> None:
         self.server.shutdown()
