@@ -180,7 +180,7 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
     shard_names = {p.name for p in local.iterdir() if p.name.startswith("shard_")}
     url = _url(seaweed)
     gate = threading.Event()
-    fault_proxy.hold = {"manifest.json": gate}  # every request for the manifest waits here
+    fault_proxy.hold = {f"PUT /{url[5:]}/manifest.json": gate}  # the manifest's upload waits here
     config = TokenizeConfig(
         input_dir=corpus,
         output_dir=url,
@@ -206,8 +206,16 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
             assert time.monotonic() < deadline and not failed, failed
             time.sleep(0.05)
         assert thread.is_alive()
-        with pytest.raises(MissingFileError, match="no native dataset at"):  # every shard is there, no manifest
-            open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
+        # a reader in another process (this one's object-store helper is busy uploading) finds no dataset yet
+        reader = (
+            "import json, sys\nfrom tokenloom.formats import open_dataset\n"
+            "open_dataset(sys.argv[1], storage_options=json.loads(sys.argv[2]), cache_dir=sys.argv[3])"
+        )
+        options = orjson.dumps(seaweed.storage_options()).decode()
+        done = subprocess.run(
+            [sys.executable, "-c", reader, url, options, str(tmp_path / "rc")], capture_output=True, text=True
+        )
+        assert done.returncode != 0 and "MissingFileError" in done.stderr and "no native dataset at" in done.stderr
     finally:
         gate.set()
         thread.join(timeout=60)

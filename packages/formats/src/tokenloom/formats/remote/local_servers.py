@@ -130,7 +130,7 @@ class FaultProxy:
     ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default):
     ``"503"``, ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close),
     ``"stall"`` (sleep ``stall_seconds`` first). ``uploads`` counts completed uploads per path (a PUT
-    or a multipart completion answered 2xx); a request whose path contains a key of ``hold`` waits
+    or a multipart completion answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` waits
     until that event is set. ``wait_idle()`` returns once no request is in flight.
     """
 
@@ -173,7 +173,7 @@ class FaultProxy:
                         if fault:
                             proxy.injected[fault] += 1
                 for part, event in list(proxy.hold.items()):
-                    if part in path:
+                    if part in f"{self.command} {path}":
                         event.wait()
                 if fault == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
