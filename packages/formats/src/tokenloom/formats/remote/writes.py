@@ -17,7 +17,7 @@ from tokenloom.formats.remote.client import StoreConfig, _obstore, _store, _with
 __all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "list_names", "put_file", "stat"]
 
 #: user metadata holding the uploaded file's xxh3-128 (what a rerun compares instead of re-uploading)
-CHECKSUM_ATTRIBUTE = "tokenloom-xxh3-128"
+CHECKSUM_ATTRIBUTE = "tokenloom_xxh3_128"
 #: files larger than this are uploaded in parts of this size (S3's minimum part is 5 MiB)
 DEFAULT_PART_SIZE = 16 << 20
 _CONCURRENT_PARTS = 4
