@@ -120,3 +120,110 @@ def test_staging_dir_is_keyed_by_url_and_key(tmp_path):
     assert a != staging_dir(parse_url("s3://b/x"), {"k": 2}, tmp_path)
     assert a.parent != staging_dir(parse_url("s3://b/y"), {"k": 1}, tmp_path).parent
     assert a.is_relative_to(tmp_path / "uploads")
+
+
+# -- convert SRC s3://... ----------------------------------------------------------------------------------------
+
+
+def _objects(seaweed, url: str) -> dict[str, bytes]:
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
+    found = {}
+    for chunk in obstore.list(store, prefix=prefix):
+        for meta in chunk:
+            found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
+    return found
+
+
+def _local_files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize(("to", "name"), [("native", ""), ("flat", ""), ("megatron", "data"), ("packed", "d.pbin")])
+def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, name):
+    from tokenloom.formats import convert_dataset
+
+    local = tmp_path / "converted"
+    local.mkdir()
+    convert_dataset(local_ds, local / (name or "ds"), to=to)
+    prefix = _prefix()
+    url = f"s3://{seaweed.bucket}/{prefix}" + (f"/{name}" if name else "")
+    convert_dataset(local_ds, url, to=to, target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path)
+    expected = _local_files(local / "ds") if not name else _local_files(local)
+    assert _objects(seaweed, f"s3://{seaweed.bucket}/{prefix}") == expected
+    assert not any((tmp_path / "uploads").rglob("*.bin")), "the staging directory is removed after the upload"
+    if to == "native":
+        remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
+        assert _entries(remote) == _entries(open_dataset(local_ds))
+    with pytest.raises(ConfigError, match="already holds a dataset"):
+        convert_dataset(local_ds, url, to=to, target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path)
+
+
+def test_convert_to_s3_overwrite_and_overlap(seaweed, tmp_path):
+    from tokenloom.formats import convert_dataset
+
+    first, second = _write_native(tmp_path / "a", seed=1, docs=600), _write_native(tmp_path / "b", seed=2, docs=100)
+    url = f"s3://{seaweed.bucket}/{_prefix()}"
+    opts = {"target_storage_options": seaweed.storage_options(), "target_cache_dir": tmp_path}
+    convert_dataset(first, url, to="native", writer_options={"shard_size_tokens": 20_000}, **opts)
+    assert sum(name.startswith("shard_") for name in _objects(seaweed, url)) > 2
+    convert_dataset(second, url, to="native", writer_options={"overwrite": True}, **opts)
+    converted = tmp_path / "b-copy"
+    convert_dataset(second, converted, to="native")
+    assert _objects(seaweed, url) == _local_files(converted)  # the first dataset's extra shards are gone
+    assert _local_files(first)  # the source of an overwrite is never touched
+    with pytest.raises(ConfigError, match="overlaps the source"):
+        convert_dataset(url, f"{url}/inner", to="native", **opts)
+
+
+CONVERT_SCRIPT = """
+import json, sys
+from tokenloom.formats import convert_dataset
+convert_dataset(sys.argv[1], sys.argv[2], to="native", target_storage_options=json.loads(sys.argv[3]),
+                target_cache_dir=sys.argv[4])
+"""
+
+
+def test_convert_killed_before_manifest_resumes_the_upload(seaweed, fault_proxy, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import orjson
+
+    from tokenloom.formats import convert_dataset
+
+    source = _write_native(tmp_path / "src", seed=4, docs=600)
+    url = f"s3://{seaweed.bucket}/{_prefix()}"
+    gate = threading.Event()
+    fault_proxy.hold = {f"PUT /{url[5:]}/manifest.json": gate}
+    options = orjson.dumps(seaweed.storage_options(fault_proxy.url)).decode()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CONVERT_SCRIPT, str(source), url, options, str(tmp_path / "cache")],
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not fault_proxy.in_flight or not any("shard_" in p for p in fault_proxy.uploads):
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    gate.set()
+    fault_proxy.wait_idle()
+    assert "manifest.json" not in _objects(seaweed, url)
+    convert_dataset(
+        source, url, to="native", target_storage_options=seaweed.storage_options(fault_proxy.url),
+        target_cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    assert {path: n for path, n in fault_proxy.uploads.items() if n != 1} == {}
+    remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
+    assert _entries(remote) == _entries(open_dataset(source))

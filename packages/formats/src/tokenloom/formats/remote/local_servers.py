@@ -138,14 +138,24 @@ class SeaweedS3:
         self.log.close()
 
 
+def _peer_closed(connection: socket.socket) -> bool:
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 class FaultProxy:
     """A threaded HTTP proxy to ``upstream`` that counts GETs and uploads per path and injects queued faults.
 
     ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default):
     ``"503"``, ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close),
     ``"stall"`` (sleep ``stall_seconds`` first). ``uploads`` counts completed uploads per path (a PUT
-    or a multipart completion answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` waits
-    until that event is set. ``wait_idle()`` returns once no request is in flight.
+    or a multipart completion answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` is
+    read, then waits until that event is set, and is dropped if its client died meanwhile (a killed
+    uploader's request never lands). ``wait_idle()`` returns once no request is in flight.
     """
 
     def __init__(self, upstream: str, stall_seconds: float = 0.2) -> None:
@@ -186,9 +196,6 @@ class FaultProxy:
                         fault = proxy.faults.pop(0) if proxy.faults else None
                         if fault:
                             proxy.injected[fault] += 1
-                for part, event in list(proxy.hold.items()):
-                    if part in f"{self.command} {path}":
-                        event.wait()
                 if fault == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     self.close_connection = True
@@ -206,6 +213,12 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 if length and len(body or b"") < length:  # the client went away mid-body: forward nothing
+                    self.close_connection = True
+                    return
+                held = [event for part, event in list(proxy.hold.items()) if part in f"{self.command} {path}"]
+                for event in held:
+                    event.wait()
+                if held and _peer_closed(self.connection):  # the client died while held: the request never lands
                     self.close_connection = True
                     return
                 request = urllib.request.Request(proxy.upstream + self.path, data=body, method=self.command)
