@@ -227,3 +227,30 @@ def test_convert_killed_before_manifest_resumes_the_upload(seaweed, fault_proxy,
     assert {path: n for path, n in fault_proxy.uploads.items() if n != 1} == {}
     remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
     assert _entries(remote) == _entries(open_dataset(source))
+
+
+def test_cli_convert_to_s3(seaweed, local_ds, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+
+    url = f"s3://{seaweed.bucket}/{_prefix()}"
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": seaweed.endpoint,
+        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    command = [str(Path(sys.executable).with_name("tokenloom")), "convert", str(local_ds), url, "--to", "native"]
+    done = subprocess.run([*command, "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert S3_SECRET not in done.stdout + done.stderr
+    remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
+    assert _entries(remote) == _entries(open_dataset(local_ds))
+    again = subprocess.run([*command, "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "already holds a dataset" in again.stderr + again.stdout
