@@ -69,7 +69,9 @@ def _(tmp: Path) -> Run:
     src = copy("native", tmp)
     command = _cli("convert", str(src), "https://host/out", "--to", "native", "--no-progress")
     return Run(
-        process=["sh", "-c", f'cd "{tmp}" && exec "$@"', "sh", *command], sources=[src], check=_says("read-only", cwd=tmp)
+        process=["sh", "-c", f'cd "{tmp}" && exec "$@"', "sh", *command],
+        sources=[src],
+        check=_says("read-only", cwd=tmp),
     )
 
 

@@ -1,4 +1,4 @@
-"""Writes to object storage and the gs:// / az:// schemes, against real servers (SeaweedFS, fake-gcs-server, Azurite)."""
+"""Writes to object storage, and gs:// / az://, against real servers (SeaweedFS, fake-gcs-server, Azurite)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ def local_ds(tmp_path: Path) -> Path:
 
 def test_native_dataset_from_gs_equals_local(fake_gcs, local_ds, tmp_path):
     url = fake_gcs.upload_dir(local_ds, _prefix())
-    remote = open_dataset(url, storage_options=fake_gcs.storage_options(), cache_dir=tmp_path / "cache", block_size=4096)
+    remote = open_dataset(
+        url, storage_options=fake_gcs.storage_options(), cache_dir=tmp_path / "cache", block_size=4096
+    )
     assert len(remote) == len(open_dataset(local_ds)) > 0
     assert _entries(remote) == _entries(open_dataset(local_ds))
 
@@ -159,7 +161,9 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
         remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
         assert _entries(remote) == _entries(open_dataset(local_ds))
     with pytest.raises(ConfigError, match="already holds a dataset"):
-        convert_dataset(local_ds, url, to=to, target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path)
+        convert_dataset(
+            local_ds, url, to=to, target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path
+        )
 
 
 def test_convert_to_s3_overwrite_and_overlap(seaweed, tmp_path):

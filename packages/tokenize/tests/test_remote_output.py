@@ -77,7 +77,7 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
     cache = tmp_path / "cache"
     config = TokenizeConfig(
         input_dir=corpus,
-        output_dir=url,
+        output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
         tokenizer=str(tiny_tokenizer),
         num_workers=2,
         storage_options=seaweed.storage_options(),
@@ -162,7 +162,7 @@ def test_503_bursts_on_uploads_are_retried(seaweed, fault_proxy, corpus, tiny_to
         tokenize(
             TokenizeConfig(
                 input_dir=corpus,
-                output_dir=url,
+                output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
                 tokenizer=str(tiny_tokenizer),
                 num_workers=0,
                 storage_options=seaweed.storage_options(fault_proxy.url),
@@ -183,7 +183,7 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
     fault_proxy.hold = {f"PUT /{url[5:]}/manifest.json": gate}  # the manifest's upload waits here
     config = TokenizeConfig(
         input_dir=corpus,
-        output_dir=url,
+        output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
         tokenizer=str(tiny_tokenizer),
         num_workers=0,
         storage_options=seaweed.storage_options(fault_proxy.url),
@@ -252,7 +252,7 @@ def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
         tokenize(
             TokenizeConfig(
                 input_dir=corpus,
-                output_dir=url,
+                output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
                 tokenizer=str(tiny_tokenizer),
                 num_workers=0,
                 storage_options=seaweed.storage_options(),
@@ -272,7 +272,7 @@ def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
 )
 def test_remote_outputs_still_refused(output, options, match, tmp_path):
     with pytest.raises(ConfigError, match=match):
-        TokenizeConfig(input_dir=tmp_path, output_dir=output, **options)
+        TokenizeConfig(input_dir=tmp_path, output_dir=output, **options)  # pyright: ignore[reportArgumentType]
 
 
 def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
@@ -288,7 +288,14 @@ def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
         "HF_HUB_OFFLINE": "1",
     }
     args = ["--input-dir", str(corpus), "--output-dir", url, "--tokenizer", str(tiny_tokenizer), "--num-workers", "1"]
-    command = [str(Path(sys.executable).with_name("tokenloom")), "tokenize", *args, "--no-progress", "--shard-size-tokens", "3000"]
+    command = [
+        str(Path(sys.executable).with_name("tokenloom")),
+        "tokenize",
+        *args,
+        "--no-progress",
+        "--shard-size-tokens",
+        "3000",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"wrote {url}" in done.stdout

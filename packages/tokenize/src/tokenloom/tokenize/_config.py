@@ -215,7 +215,9 @@ class TokenizeConfig:
         if self.format != "native":
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
         if self.num_nodes is not None or self.executor != ExecutorKind.LOCAL or self.finalize:
-            refuse_remote_output(self.output_dir, "tokenize output of a unit-planned run (--num-nodes, ray, --finalize)")
+            refuse_remote_output(
+                self.output_dir, "tokenize output of a unit-planned run (--num-nodes, ray, --finalize)"
+            )
         from tokenloom.formats.remote.publish import staging_dir, writable_url
 
         url = writable_url(self.output_dir, "tokenize output")

@@ -89,7 +89,9 @@ def convert_to_url(
     if not (staging / _DONE).exists():
         shutil.rmtree(staging, ignore_errors=True)
         local_root.mkdir(parents=True)
-        result = convert_dataset(dataset, local_root / local_name, to=to, **{**options, "writer_options": writer_options})
+        result = convert_dataset(
+            dataset, local_root / local_name, to=to, **{**options, "writer_options": writer_options}
+        )
         (staging / _DONE).touch()
     else:  # a rerun after a kill during the upload: the conversion is done
         result = ConvertResult(dataset.format, to, len(dataset), dataset.num_tokens, 0.0)

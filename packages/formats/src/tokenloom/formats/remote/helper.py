@@ -124,7 +124,11 @@ def check_bucket(config: StoreConfig) -> None:
 
 
 def put_file(
-    config: StoreConfig, path: str | os.PathLike[str], name: str, checksum: str, part_size: int = writes.DEFAULT_PART_SIZE
+    config: StoreConfig,
+    path: str | os.PathLike[str],
+    name: str,
+    checksum: str,
+    part_size: int = writes.DEFAULT_PART_SIZE,
 ) -> str:
     """Upload the local file ``path`` as ``name`` (its checksum as metadata; multipart when large); the ETag."""
     return _helper().call(

@@ -527,8 +527,8 @@ class Azurite:
         }
 
     def upload_dir(self, local: Path, prefix: str) -> str:
-        from tokenloom.formats.remote.publish import RemoteTarget  # through the helper process: fork-safe
         from tokenloom.formats.io.urls import parse_url
+        from tokenloom.formats.remote.publish import RemoteTarget  # through the helper process: fork-safe
 
         target = RemoteTarget(parse_url(f"az://{self.container}/{prefix}"), self.storage_options())
         for path in sorted(local.iterdir()):

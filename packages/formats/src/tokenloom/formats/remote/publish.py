@@ -30,6 +30,7 @@ from tokenloom.formats.io.urls import RemoteURL, is_remote_url, parse_url
 from tokenloom.formats.remote import helper
 from tokenloom.formats.remote.cache import default_cache_dir
 from tokenloom.formats.remote.client import RetryPolicy, StoreConfig
+from tokenloom.formats.remote.writes import DEFAULT_PART_SIZE
 
 __all__ = ["WRITABLE_SCHEMES", "RemoteTarget", "check_apart", "native_files", "staging_dir", "writable_url"]
 
@@ -94,7 +95,7 @@ class RemoteTarget:
     ) -> None:
         self.url = url
         self.config = StoreConfig(url, dict(storage_options or {}), retries or RetryPolicy())
-        self.part_size = part_size or helper.writes.DEFAULT_PART_SIZE
+        self.part_size = part_size or DEFAULT_PART_SIZE
         self.uploaded: list[str] = []
         """Names put by this object (skipped ones are not in it)."""
         self.skipped: list[str] = []
