@@ -221,6 +221,7 @@ def test_convert_killed_before_manifest_resumes_the_upload(seaweed, fault_proxy,
     time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
+    _wait_group_gone(proc.pid)  # the helper too: a request it had in flight is then known to be dead
     gate.set()
     fault_proxy.wait_idle()
     assert "manifest.json" not in _objects(seaweed, url)
@@ -258,3 +259,17 @@ def test_cli_convert_to_s3(seaweed, local_ds, tmp_path):
     assert _entries(remote) == _entries(open_dataset(local_ds))
     again = subprocess.run([*command, "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode != 0 and "already holds a dataset" in again.stderr + again.stdout
+
+
+def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process group {group} still alive {timeout} s after SIGKILL")

@@ -118,6 +118,7 @@ def _run_killed(kwargs: dict[str, Any], ready, timeout: float = 90) -> None:
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)  # the run, its workers and its object-store helper
     proc.wait(timeout=10)
+    _wait_group_gone(proc.pid)  # the helper too: a request it had in flight is then known to be dead
 
 
 def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
@@ -302,3 +303,17 @@ def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
     assert S3_SECRET not in done.stdout + done.stderr
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", shard_size_tokens=3000)
     _same_dataset(local, _objects(seaweed, url))
+
+
+def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process group {group} still alive {timeout} s after SIGKILL")
