@@ -85,6 +85,7 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
         **OPTIONS,
     )
     assert config.output_url == url
+    assert S3_SECRET not in repr(config)  # credentials never in a config's repr (logs, errors)
     summary = tokenize(config)
     assert str(summary.output_dir) == url and summary.shards > 3
     _same_dataset(local, _objects(seaweed, url))

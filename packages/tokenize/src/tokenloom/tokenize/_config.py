@@ -138,7 +138,7 @@ class TokenizeConfig:
     """--executor ray: the cluster's address (``HOST:PORT`` of its head); None: ``RAY_ADDRESS``."""
     finalize: bool = False
     """Unit-planned runs: only write the manifest once every unit is committed (no encoding)."""
-    storage_options: dict[str, Any] | None = None
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
     """An object-store output: obstore's options (endpoint, credentials); None: the AWS_/GOOGLE_/AZURE_ variables."""
     cache_dir: Path | None = None
     """An object-store output: where it is staged before upload; None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom."""
