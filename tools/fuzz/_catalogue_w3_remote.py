@@ -8,37 +8,9 @@ import os
 import threading
 from pathlib import Path
 
-from _catalogue_base import Outcome, Run, _cli, case, copy
+from _catalogue_base import Outcome, Run, case
 
 _SECRET = "catalogue-secret-never-printed"
-
-
-def _no_local_s3_dir(cwd: Path):
-    def check(outcome: Outcome) -> str | None:
-        if (cwd / "s3:").exists():
-            return f"a local directory {cwd / 's3:'} was written for a URL"
-        text = f"{outcome.stdout}{outcome.stderr}{outcome.exception or ''}"
-        return None if "not supported yet" in text else "the refusal does not say remote output is not supported yet"
-
-    return check
-
-
-@case("tokenize: --output-dir s3://bucket/tok", "bad input", "error", "ConfigError")
-def _(tmp: Path) -> Run:
-    inputs = tmp / "in"
-    inputs.mkdir()
-    (inputs / "a.jsonl").write_text('{"text": "one two"}\n', encoding="utf-8")
-    argv = ["tokenize", "--input-dir", str(inputs), "--output-dir", "s3://bucket/tok", "--num-workers", "0"]
-    return Run(argv=[*argv, "--no-progress"], check=_no_local_s3_dir(Path.cwd()))
-
-
-@case("convert: an s3:// target", "bad input", "error", "ConfigError")
-def _(tmp: Path) -> Run:
-    src = copy("native", tmp)
-    command = _cli("convert", str(src), "s3://bucket/out", "--to", "native", "--no-progress")
-    return Run(
-        process=["sh", "-c", f'cd "{tmp}" && exec "$@"', "sh", *command], sources=[src], check=_no_local_s3_dir(tmp)
-    )
 
 
 @case("open_dataset: s3:// with an endpoint where nothing listens", "bad input", "error", "StorageError")

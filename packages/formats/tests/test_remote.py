@@ -64,19 +64,19 @@ def test_remote_output_is_refused_never_a_local_dir(tmp_path, monkeypatch):
             refuse_remote_output(target)
         with pytest.raises(ConfigError, match="not supported yet"):
             open_writer(target, format="native", dtype="uint16", vocab_size=10, eos_id=0)
-    assert not (tmp_path / "s3:").exists()
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "https:").exists()
 
 
-def test_convert_to_a_url_is_refused(local_ds, tmp_path, monkeypatch):
+def test_convert_to_a_read_only_url_is_refused(local_ds, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from tokenloom.formats.cli.group import main
 
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["convert", str(local_ds), "s3://bucket/out", "--to", "native"])
+    result = CliRunner().invoke(main, ["convert", str(local_ds), "https://host/out", "--to", "native"])
     assert result.exit_code != 0
-    assert "remote conversion target is not supported yet" in result.output
-    assert not (tmp_path / "s3:").exists()
+    assert "https:// is read-only" in result.output  # writes to s3/gs/az: test_remote_writes.py
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "https:").exists()
 
 
 def test_open_dataset_url_is_not_a_local_path(tmp_path, monkeypatch):

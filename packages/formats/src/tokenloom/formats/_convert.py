@@ -28,7 +28,7 @@ from tokenloom.formats.io.lock import output_lock
 from tokenloom.formats.io.safety import check_disjoint, dataset_inputs, remove_on_failure
 from tokenloom.formats.io.sidecar import settle, sidecar_of
 from tokenloom.formats.io.storage import storage_errors
-from tokenloom.formats.io.urls import refuse_remote_output
+from tokenloom.formats.io.urls import is_remote_url
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
 
@@ -97,13 +97,22 @@ def convert_dataset(
     on_progress: Callable[[int], None] | None = None,
     eos_id: int | None = None,
     vocab_size: int | None = None,
+    target_storage_options: dict[str, Any] | None = None,
+    target_cache_dir: str | os.PathLike[str] | None = None,
 ) -> ConvertResult:
     """Copy every entry of ``source`` into a new ``to`` dataset at ``target``; ``on_progress(tokens)`` per batch.
 
     ``eos_id`` / ``vocab_size`` set what a source does not record (a Megatron or .pbin file from another
-    tool); one that contradicts the source's recorded value is a ConfigError.
+    tool); one that contradicts the source's recorded value is a ConfigError. An ``s3://``, ``gs://`` or
+    ``az://`` target is converted into a staging directory under ``target_cache_dir`` and uploaded, the
+    manifest last (:mod:`tokenloom.formats.remote.convert_output`; credentials: ``target_storage_options``
+    or the AWS_/GOOGLE_/AZURE_ variables).
     """
-    refuse_remote_output(target, "conversion target")
+    remote_target = is_remote_url(target)
+    if remote_target:  # before the source is opened: a bad or overlapping target costs no read
+        from tokenloom.formats.remote.publish import check_apart, writable_url
+
+        check_apart(writable_url(target, "conversion target"), [source], "the conversion target")
     with storage_errors(None if isinstance(source, TokenDataset) else source, "reading the source"):
         dataset = (
             source
@@ -114,6 +123,20 @@ def convert_dataset(
     if to not in formats or formats[to].writer is None:
         writable = sorted(name for name, spec in formats.items() if spec.writer is not None)
         raise ConfigError(f"cannot write format {to!r}, writable: {writable}", field="to")
+    if remote_target:
+        from tokenloom.formats.remote.convert_output import convert_to_url
+
+        options = {"dtype": dtype, "drop_overlap_prefix": drop_overlap_prefix, "chunk_tokens": chunk_tokens}
+        options.update(writer_options=writer_options, on_progress=on_progress, eos_id=eos_id, vocab_size=vocab_size)
+        return convert_to_url(
+            dataset,
+            None if isinstance(source, TokenDataset) else source,
+            target,
+            to=to,
+            storage_options=target_storage_options,
+            cache_dir=target_cache_dir,
+            options=options,
+        )
     factory = formats[to].writer
     check_disjoint(
         write_targets(target, to),

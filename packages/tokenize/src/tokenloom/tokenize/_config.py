@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError
-from tokenloom.formats.io import refuse_remote_output
+from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
@@ -79,7 +79,11 @@ class TokenizeConfig:
     input_dir: Path
     """Directory searched recursively for ``.jsonl`` and ``.jsonl.gz`` files."""
     output_dir: Path
-    """Dataset directory to write (created; resumed if it holds an unfinished run of the same settings)."""
+    """Dataset directory to write (created; resumed if it holds an unfinished run of the same settings).
+
+    An ``s3://``, ``gs://`` or ``az://`` URL (native format) is built in a local staging directory
+    under ``cache_dir`` and uploaded shard by shard, the manifest last (:mod:`._remote_output`);
+    ``output_url`` then holds the URL."""
     tokenizer: str | None = None
     """Hugging Face tokenizer directory or cached name; None: the shipped stdlib BPE."""
     max_length: int | None = None
@@ -156,10 +160,17 @@ class TokenizeConfig:
     ``OUT/train`` + ``OUT/val`` (flat), or ``OUT/val/<bucket>`` beside ``OUT/train/<bucket>`` (tree)."""
     seed: int = 0
     """The seed of the --val-fraction document hash."""
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
+    """An object-store output: obstore's options (endpoint, credentials); None: the AWS_/GOOGLE_/AZURE_ variables."""
+    cache_dir: Path | None = None
+    """An object-store output: where it is staged before upload; None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom."""
+    output_url: str | None = field(default=None, init=False)
+    """Set from an object-store ``output_dir``: the URL the dataset is uploaded to."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_dir", Path(self.input_dir))
-        refuse_remote_output(self.output_dir, "tokenize output")  # before Path() mangles s3://b into s3:/b
+        if is_remote_url(self.output_dir):  # before Path() mangles s3://b into s3:/b
+            self._remote_output()
         object.__setattr__(self, "output_dir", Path(self.output_dir))
         object.__setattr__(self, "on_error", _on_error(self.on_error))
         object.__setattr__(self, "windowing", as_windowing(self.windowing))
@@ -221,6 +232,20 @@ class TokenizeConfig:
                 field="text_field",
                 hint="Drop --text-field (it defaults to text), or use --windowing tokenloom",
             )
+
+    def _remote_output(self) -> None:
+        if self.format != "native":
+            refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
+        if self.num_nodes is not None or self.executor != ExecutorKind.LOCAL or self.finalize or self.many_datasets:
+            refuse_remote_output(
+                self.output_dir,
+                "tokenize output of a unit-planned run (--num-nodes, ray, --finalize, --layout tree, --val-fraction)",
+            )
+        from tokenloom.formats.remote.publish import staging_dir, writable_url
+
+        url = writable_url(self.output_dir, "tokenize output")
+        object.__setattr__(self, "output_url", str(url))
+        object.__setattr__(self, "output_dir", staging_dir(url, "root", self.cache_dir).parent)
 
     @property
     def unit_planned(self) -> bool:

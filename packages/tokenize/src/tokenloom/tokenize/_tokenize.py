@@ -1,7 +1,9 @@
 """``tokenize()``: the entry point of a tokenize run, in any supported format.
 
 tokenize(config)
-    -> RunInputs.resolve (_plan: tokenizer, input files, run key) -> check_run_paths
+    -> RunInputs.resolve (_plan: tokenizer, input files, run key)
+    -> an s3:// / gs:// / az:// output: tokenize_to_url (_remote_output: this same run staged locally, uploaded)
+    -> check_run_paths
     -> several datasets (--layout tree, --val-fraction): run_tree (_tree: a unit-planned dataset per leaf)
     -> unit-planned (--num-nodes, --executor ray, --finalize): run_units (_units: plan, unit commits, manifest)
     -> output lock
@@ -19,6 +21,7 @@ from tokenloom.formats.io import check_disjoint, check_replaceable, output_lock,
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._native import replaceable, tokenize_native
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
+from tokenloom.tokenize._remote_output import tokenize_to_url
 from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import run_tree
@@ -32,19 +35,22 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     started = time.perf_counter()
     with storage_errors(config.output_dir, "tokenizing"):
         inputs = RunInputs.resolve(config)
-        check_run_paths(config, inputs)
-        if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
-            summary = run_tree(config, inputs, on_progress=on_progress)
-            summary.seconds = time.perf_counter() - started
-            return summary
-        if config.unit_planned:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
-            summary = run_units(config, inputs, on_progress=on_progress)
-            summary.seconds = time.perf_counter() - started
-            return summary
-        with output_lock(config.output_dir, what="--output-dir"):
-            summary = _tokenize_locked(config, inputs, on_progress)
+        if config.output_url is not None:
+            summary = tokenize_to_url(config, inputs, lambda local: _run(local, inputs, on_progress))
+        else:
+            summary = _run(config, inputs, on_progress)
     summary.seconds = time.perf_counter() - started  # this run's wall time, the clock of its rates
     return summary
+
+
+def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None) -> TokenizeSummary:
+    check_run_paths(config, inputs)
+    if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
+        return run_tree(config, inputs, on_progress=on_progress)
+    if config.unit_planned:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
+        return run_units(config, inputs, on_progress=on_progress)
+    with output_lock(config.output_dir, what="--output-dir"):
+        return _tokenize_locked(config, inputs, on_progress)
 
 
 def _tokenize_locked(

@@ -7,8 +7,9 @@ with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node
 under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks,
 ``blockfile`` a file object over them, ``source`` the local view every format's own reader runs
 on (``opener``), and ``native`` opens a native dataset lazily (an index is fetched when its shard
-is first touched). URLs are recognised in ``tokenloom.formats.io.urls``; remote writes are not
-supported yet (:func:`refuse_remote_output`).
+is first touched). URLs are recognised in ``tokenloom.formats.io.urls``. Writes (``publish``: staged locally,
+shards uploaded as committed, the manifest last; ``convert_output`` for ``convert``) go through the
+helper's ``put``; outputs still not supported are refused by :func:`refuse_remote_output`.
 """
 
 from __future__ import annotations

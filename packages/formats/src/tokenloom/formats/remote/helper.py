@@ -5,7 +5,8 @@ its workers after the dataset was opened. So no tokenloom process ever starts th
 each process (parent, worker, rank) starts one helper on first use
 (``python -m tokenloom.formats.remote._serve``; again after a fork: the process id is checked) and
 sends it requests as JSON lines on a pipe (no pickles): ``head``, ``fetch`` (write bytes
-``[start, end)`` of an object into a file) and ``check_bucket``. ``storage_options`` credentials
+``[start, end)`` of an object into a file), ``check_bucket``, and for writes ``put`` (upload a local
+file, multipart when large), ``stat``, ``list`` and ``delete`` (:mod:`.writes`). ``storage_options`` credentials
 travel only on that pipe, never in argv. The helper's retry warnings come back with each answer and
 are logged by the caller, so they count in the caller's logs. The helper exits when its pipe closes.
 """
@@ -26,10 +27,10 @@ from tokenloom.formats import errors
 from tokenloom.formats.errors import DataError, StorageError
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import parse_url
-from tokenloom.formats.remote import client
+from tokenloom.formats.remote import client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
-__all__ = ["check_bucket", "fetch_into", "head", "list_dir", "list_objects"]
+__all__ = ["check_bucket", "delete", "fetch_into", "head", "list_dir", "list_names", "list_objects", "put_file", "stat"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -144,6 +145,34 @@ def list_dir(config: StoreConfig, name: str = "") -> tuple[list[str], list[str]]
     return list(folders), list(objects)
 
 
+def put_file(
+    config: StoreConfig,
+    path: str | os.PathLike[str],
+    name: str,
+    checksum: str,
+    part_size: int = writes.DEFAULT_PART_SIZE,
+) -> str:
+    """Upload the local file ``path`` as ``name`` (its checksum as metadata; multipart when large); the ETag."""
+    return _helper().call(
+        "put", config=_config_json(config), path=os.fspath(path), name=name, checksum=checksum, part_size=part_size
+    )
+
+
+def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
+    """``{"size", "etag", "checksum"}`` of ``name`` (checksum None if it was not put by tokenloom), or None."""
+    return _helper().call("stat", config=_config_json(config), name=name)
+
+
+def list_names(config: StoreConfig) -> list[str]:
+    """Names of the objects directly under the URL's prefix."""
+    return _helper().call("list_names", config=_config_json(config))
+
+
+def delete(config: StoreConfig, name: str) -> None:
+    """Delete ``name`` under the URL's prefix."""
+    _helper().call("delete", config=_config_json(config), name=name)
+
+
 # -- the helper side -------------------------------------------------------------------------------------
 
 
@@ -173,6 +202,14 @@ def _answer(request: dict[str, Any]) -> Any:
         return client.check_bucket(config)
     if request["op"] == "list_dir":
         return client.list_dir(config, request["name"])
+    if request["op"] == "put":
+        return writes.put_file(config, request["path"], request["name"], request["checksum"], request["part_size"])
+    if request["op"] == "stat":
+        return writes.stat(config, request["name"])
+    if request["op"] == "list_names":
+        return writes.list_names(config)
+    if request["op"] == "delete":
+        return writes.delete(config, request["name"])
     raise ValueError(f"unknown request {request['op']!r}")
 
 

