@@ -367,7 +367,7 @@ def test_cli_deep_validate_with_storage_options_never_prints_them(seaweed, tmp_p
     assert "refused" in result.output or "StorageError" in result.output
 
 
-def test_cli_convert_reads_a_url_and_refuses_a_url_target(seaweed, tmp_path, monkeypatch):
+def test_cli_convert_reads_a_url_and_refuses_an_https_target(seaweed, tmp_path, monkeypatch):
     local_path, url = _setup(seaweed, tmp_path, "packed")
     monkeypatch.chdir(tmp_path)
     env = {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
@@ -376,9 +376,9 @@ def test_cli_convert_reads_a_url_and_refuses_a_url_target(seaweed, tmp_path, mon
     result = _cli(["convert", url, str(target), "--to", "megatron", "--no-progress"], env=env)
     assert result.exit_code == 0, result.output
     assert _entries(open_dataset(target)) == _entries(open_dataset(local_path))
-    result = _cli(["convert", url, "s3://bucket/out", "--to", "native"], env=env)
-    assert result.exit_code != 0 and "remote conversion target is not supported yet" in result.output
-    assert not (tmp_path / "s3:").exists()
+    result = _cli(["convert", url, "https://127.0.0.1:9/out", "--to", "native"], env=env)
+    assert result.exit_code != 0 and "ConfigError" in result.output and "https:// is read-only" in result.output
+    assert not (tmp_path / "https:").exists()
 
 
 def test_cli_remote_options_on_a_local_path_or_malformed_are_named(tmp_path):

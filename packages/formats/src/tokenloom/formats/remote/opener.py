@@ -67,7 +67,18 @@ def open_remote_any(
     target = view / name if name else view
     source = RemoteSource(view_cache, view, objects)
     try:
-        spec = _spec(format or detect_format(target))
+        name_of_format = format or detect_format(target)
+        if name_of_format == "native" and manifest is None:
+            # in object storage the manifest is the commit marker: uploaded last, so shards without it are a
+            # dataset still being written (or one written without it), never read as if complete
+            raise MissingFileError(
+                f"{url.url(MANIFEST_NAME)} does not exist: no native dataset at {url} (native shards without "
+                "their manifest are a dataset still being uploaded, or one written without it)",
+                path=url.url(MANIFEST_NAME),
+                hint="Wait for the upload to finish (the manifest is uploaded last), or run `tokenloom validate "
+                "--write-manifest` on a local copy and upload its manifest.json",
+            )
+        spec = _spec(name_of_format)
         _check_options(spec, options)
         with using_source(source):
             dataset = spec.open(target, validate=validate, dtype=dtype, **options)
