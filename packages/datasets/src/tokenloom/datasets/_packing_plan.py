@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._state import data_fingerprint, settings_fingerprint
@@ -95,7 +96,7 @@ def compute_plan(
     )
 
 
-class PackedIndex:
+class PackedIndex(SampleBytes):
     """The torch-free half of :class:`PackedDocumentDataset`: the packing plan (cached), ``len`` and fingerprint.
 
     Takes the same arguments; a plan that only counts samples (``tokenloom validate --curriculum``) builds
@@ -183,3 +184,9 @@ class PackedIndex:
 
     def fingerprint(self) -> str:
         return self._fingerprint
+
+    def _sample_token_ranges(self, index: int) -> list[tuple[int, int]]:
+        plan = self.plan
+        first, last = int(plan.bin_offsets[index]), int(plan.bin_offsets[index + 1])
+        starts = plan.token_start[first:last].astype(np.int64)
+        return list(zip(starts.tolist(), (starts + plan.length[first:last]).tolist(), strict=True))

@@ -24,18 +24,7 @@ __all__ = ["reopen", "select_shards", "token_stream"]
 
 def token_stream(dataset: TokenDataset) -> TokenDataset:
     """The same tokens (same files, no copy) with one entry per shard and no per-document index."""
-    shards = [
-        Shard(
-            tokens_path=shard.tokens_path,
-            dtype=shard.dtype,
-            num_tokens=shard.num_tokens,
-            offsets=np.array([0, shard.num_tokens], dtype=np.int64),
-            overlap_prefix=np.zeros(1, dtype=np.uint16),
-            tokens_offset=shard.tokens_offset,
-            name=shard.name,
-        )
-        for shard in dataset.shards
-    ]
+    shards = [_stream_shard(shard) for shard in dataset.shards]
     return TokenDataset(
         shards,
         format=dataset.format,
@@ -45,6 +34,25 @@ def token_stream(dataset: TokenDataset) -> TokenDataset:
         fingerprint=dataset.fingerprint,
         tokenizer_fingerprint=dataset.tokenizer_fingerprint,
     )
+
+
+def _stream_shard(shard: Shard) -> Shard:
+    whole = Shard(
+        tokens_path=shard.tokens_path,
+        dtype=shard.dtype,
+        num_tokens=shard.num_tokens,
+        offsets=np.array([0, shard.num_tokens], dtype=np.int64),
+        overlap_prefix=np.zeros(1, dtype=np.uint16),
+        tokens_offset=shard.tokens_offset,
+        name=shard.name,
+    )
+    array = getattr(shard, "array", None)
+    if array is None:
+        return whole
+    # a remote shard: its tokens come from the block cache, not a local memory map
+    remote = type(shard)(**{name: getattr(whole, name) for name in whole.__dataclass_fields__})
+    remote.array = array  # pyright: ignore[reportAttributeAccessIssue]
+    return remote
 
 
 def select_shards(

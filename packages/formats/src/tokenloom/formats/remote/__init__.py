@@ -5,7 +5,8 @@
 ``client`` builds stores per process and does ranged GETs
 with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node (temp file + rename
 under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks and
-``native`` opens a native dataset. URLs are recognised in
+``native`` opens a native dataset, ``budget`` keeps the cache under ``cache_limit`` (Belady eviction)
+and ``prefetch`` fetches the blocks of a reader's next samples in a background thread. URLs are recognised in
 ``tokenloom.formats.io.urls``; remote writes are not supported yet (:func:`refuse_remote_output`).
 """
 
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 #: options of ``open_dataset`` that only a URL takes
-REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries")
+REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries", "cache_limit")
 
 
 def open_remote(
@@ -53,9 +54,14 @@ def open_remote(
     cache_dir: str | os.PathLike[str] | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
     retries: RetryPolicy | int | None = None,
+    cache_limit: int | str | None = None,
     **options: Any,
 ) -> TokenDataset:
-    """Open the dataset at ``url`` through the per-node block cache (native datasets with a manifest)."""
+    """Open the dataset at ``url`` through the per-node block cache (native datasets with a manifest).
+
+    ``cache_limit`` (bytes or ``"20GB"``; default ``$TOKENLOOM_CACHE_LIMIT``, else unbounded) bounds the
+    cache directory: blocks are evicted by their next use in the readers' known future (Belady).
+    """
     from tokenloom.formats.remote.native import open_remote_native
 
     parsed = parse_url(url)
@@ -78,5 +84,5 @@ def open_remote(
         )
     policy = RetryPolicy(max_retries=retries) if isinstance(retries, int) else retries or RetryPolicy()
     config = StoreConfig(parsed, dict(storage_options or {}), policy)
-    cache = BlockCache(config, cache_dir, block_size)
+    cache = BlockCache(config, cache_dir, block_size, limit=cache_limit)
     return open_remote_native(cache, validate=as_validate(validate), dtype=dtype)
