@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -34,17 +35,26 @@ def _write_native(root: Path, *, docs: int = 400) -> Path:
 
 
 def cache_bytes(root: Path) -> int:
-    """Bytes of data the cache directory holds (blocks, index files, temp files; not the readers' records)."""
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        if Path(dirpath).name == "readers":
-            continue
-        for name in files:
-            try:
-                total += os.stat(os.path.join(dirpath, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
+    """Bytes of data the cache directory holds (blocks, index files, temp files; not the readers' records).
+
+    Counted under the cache's node-wide lock: a walk over several folders is no snapshot while readers
+    evict in one and fill another; under the lock files only change size inside their reservations.
+    """
+    (root / "v1").mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "v1" / "evict.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        total = 0
+        for dirpath, _, files in os.walk(root):
+            if Path(dirpath).name != "readers":
+                for name in files:
+                    try:
+                        total += os.stat(os.path.join(dirpath, name)).st_size
+                    except FileNotFoundError:
+                        pass
+        return total
+    finally:
+        os.close(fd)
 
 
 class DiskWatch:
