@@ -154,6 +154,15 @@ def test_loader_with_prefetch_and_a_small_limit_reads_like_local_under_the_limit
     assert data_bytes > 2 * limit and 0 < peak[0] <= limit, (peak[0], limit)
 
 
+def test_blocks_of_many_samples_equal_the_blocks_of_each(seaweed, url, tmp_path):
+    remote = _remote(url, seaweed, tmp_path / "c")
+    for ds in (MemoryMappedDataset(remote, seq_len=SEQ), MemoryMappedDataset(remote, seq_len=SEQ, cross_shard=True)):
+        indices = np.random.default_rng(0).permutation(len(ds)).tolist()
+        expected = [[(id(c), o.url, n) for c, o, n in ds._remote_blocks(i)] for i in indices]
+        got = [[(id(c), o.url, n) for c, o, n in blocks] for blocks in ds._remote_blocks_many(indices)]
+        assert got == expected and all(expected)
+
+
 def test_too_small_a_limit_for_the_lookahead_is_a_config_error_at_start(seaweed, url, tmp_path):
     ds = MemoryMappedDataset(_remote(url, seaweed, tmp_path / "c", cache_limit=8 * BLOCK), seq_len=SEQ)
     sampler = ResumableDistributedSampler(ds, num_replicas=1, rank=0)

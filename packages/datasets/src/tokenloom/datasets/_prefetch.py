@@ -120,6 +120,27 @@ class Prefetching(SampleBytes):
             blocks += [(array.cache, array.obj, number) for number in range(start // size, (end - 1) // size + 1)]
         return blocks
 
+    def _remote_blocks_many(self, indices: list[int]) -> list[list[tuple[Any, Any, int]]]:
+        """The blocks of each of ``indices`` (vectorised for windows that stay in one shard)."""
+        starts = getattr(self, "_sample_starts_np", None)
+        if starts is None or getattr(self, "cross_shard", True):
+            return [self._remote_blocks(index) for index in indices]
+        index = np.asarray(indices, dtype=np.int64)
+        shards = self._stream.shards
+        arrays = [getattr(s, "array", None) for s in shards]
+        item = np.asarray([s.dtype.itemsize for s in shards], dtype=np.int64)
+        base = np.asarray([a.byte_offset if a is not None else 0 for a in arrays], dtype=np.int64)
+        size = np.asarray([a.cache.block_size if a is not None else 1 for a in arrays], dtype=np.int64)
+        shard = np.searchsorted(starts, index, side="right") - 1
+        start = base[shard] + (index - starts[shard]) * self.stride * item[shard]  # pyright: ignore[reportAttributeAccessIssue]
+        end = start + (self.seq_len + 1) * item[shard]  # pyright: ignore[reportAttributeAccessIssue]
+        first, last = start // size[shard], (end - 1) // size[shard]
+        blocks = []
+        for k, lo, hi in zip(shard.tolist(), first.tolist(), last.tolist(), strict=True):
+            array = arrays[k]
+            blocks.append([] if array is None else [(array.cache, array.obj, n) for n in range(lo, hi + 1)])
+        return blocks
+
     def _schedule(self, spec: _Spec, worker: int, num_workers: int, *, already: int) -> Iterator[int]:
         sampler = spec.sampler
         return share_schedule(
@@ -179,7 +200,7 @@ class Prefetching(SampleBytes):
                 others=False,
             )
             schedule = self._schedule(spec, worker, num_workers, already=already)
-            prefetcher = live.value = BlockPrefetcher(schedule, self._remote_blocks, spec.lookahead)
+            prefetcher = live.value = BlockPrefetcher(schedule, self._remote_blocks_many, spec.lookahead)
         prefetcher.consumed(indices)
 
     @property

@@ -99,8 +99,19 @@ def check_limit(limit: int, block_size: int, *, readers: int, lookahead_blocks: 
 # -- processes ------------------------------------------------------------------------------------
 
 
+_OWN_START: dict[int, int | None] = {}
+
+
 def _started(pid: int) -> int | None:
     """The start time of ``pid`` in clock ticks (tells a live reader from a reused pid); None if gone."""
+    if pid == os.getpid():
+        if pid not in _OWN_START:
+            _OWN_START[pid] = _read_start(pid)
+        return _OWN_START[pid]
+    return _read_start(pid)
+
+
+def _read_start(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()

@@ -77,6 +77,7 @@ class BlockCache:
         if self.limit is not None:
             budget.check_limit(self.limit, block_size, readers=1)
         self._pins: dict[tuple[str, int], int] = {}  # shared-lock fds of the mapped blocks (bounded cache)
+        self._dirs: dict[tuple[str, str, int], str] = {}  # an object's folder under v1/ (hashed once)
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
@@ -86,7 +87,7 @@ class BlockCache:
 
     def block_key(self, obj: ObjectInfo, number: int) -> str:
         """Block ``number`` of ``obj`` as named in the readers' published needs (its path under ``CACHE/v1``)."""
-        return str(self._dir(obj).relative_to(self.root / "v1") / f"b{self.block_size}-{number}")
+        return f"{self._relative_dir(obj)}/b{self.block_size}-{number}"
 
     def ensure(self, obj: ObjectInfo, number: int) -> bool:
         """Fetch block ``number`` of ``obj`` into the cache without mapping it (prefetch); True if it was absent."""
@@ -99,7 +100,14 @@ class BlockCache:
         return True
 
     def _dir(self, obj: ObjectInfo) -> Path:
-        return self.root / "v1" / _digest(obj.url) / _digest(obj.etag or f"size-{obj.size}")
+        return self.root / "v1" / self._relative_dir(obj)
+
+    def _relative_dir(self, obj: ObjectInfo) -> str:
+        key = (obj.url, obj.etag, obj.size)
+        found = self._dirs.get(key)
+        if found is None:
+            found = self._dirs[key] = f"{_digest(obj.url)}/{_digest(obj.etag or f'size-{obj.size}')}"
+        return found
 
     def num_blocks(self, obj: ObjectInfo) -> int:
         return -(-obj.size // self.block_size)

@@ -2,7 +2,7 @@
 
 The reader knows its future (the sampler's order is a bijection: every future position's index is
 computable), so this is not a guess: ``schedule`` yields the sample indices this process will read, in
-order, and ``blocks_of(index)`` says which blocks each needs. A daemon thread keeps the next
+order, and ``blocks_of(indices)`` says which blocks each needs. A daemon thread keeps the next
 ``lookahead`` samples' blocks fetched, in order of use, and publishes them with their positions (the
 readers' forecast the evictor reads, :mod:`.budget`). The reader reports what it consumed
 (:meth:`BlockPrefetcher.consumed`); indices that differ from the schedule switch prefetching off (logged):
@@ -35,18 +35,26 @@ class BlockPrefetcher:
     """Fetches the blocks of the next ``lookahead`` samples of ``schedule`` in a daemon thread."""
 
     def __init__(
-        self, schedule: Iterable[int], blocks_of: Callable[[int], Sequence[BlockRef]], lookahead: int
+        self,
+        schedule: Iterable[int],
+        blocks_of: Callable[[list[int]], list[Sequence[BlockRef]]],
+        lookahead: int,
     ) -> None:
         self.lookahead = lookahead
         self._schedule: Iterator[int] = iter(schedule)
         self._blocks_of = blocks_of
-        self._window: deque[tuple[int, int, Sequence[BlockRef]]] = deque()  # (position, index, blocks)
+        self._window: deque[tuple[int, int, Sequence[BlockRef], list]] = deque()  # (position, index, blocks, keys)
         self._next_position = 0
         self._cursor = 0
         self._closed = False
         self._exhausted = False
         self._cond = threading.Condition()
         self._roots: set = set()
+        self._keys: dict = {}  # (cache, object, block) -> (cache root, block key): strings built once
+        self._fetched_keys: set = set()  # blocks this thread saw in the cache or put there
+        self._wake_at = 0  # the cursor at which the thread has work again
+        self._published: dict = {}  # what the readers' record holds now, per cache root
+        self._published_cursor = 0
         #: blocks this thread fetched (GETs issued) and samples whose blocks were all ready in time
         self.fetched = 0
         self._thread = threading.Thread(target=self._run, name="tokenloom-prefetch", daemon=True)
@@ -75,7 +83,8 @@ class BlockPrefetcher:
                     self._close_locked()
                     return
             self._cursor += len(indices)
-            self._cond.notify_all()
+            if self._cursor >= self._wake_at:
+                self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
@@ -92,6 +101,7 @@ class BlockPrefetcher:
         step = max(1, self.lookahead // 8)
         with self._cond:
             while not self._closed and (self._exhausted or self._next_position - self._cursor > self.lookahead - step):
+                self._wake_at = self._next_position - self.lookahead + step
                 self._cond.wait()
             if self._closed:
                 return False
@@ -99,8 +109,16 @@ class BlockPrefetcher:
                 self._window.popleft()
             want = self._cursor + self.lookahead - self._next_position
         fresh = []
-        for index in islice(self._schedule, max(0, want)):
-            fresh.append((self._next_position + len(fresh), index, self._blocks_of(index)))
+        indices = list(islice(self._schedule, max(0, want)))
+        for index, blocks in zip(indices, self._blocks_of(indices) if indices else [], strict=True):
+            keys = []
+            for cache, obj, number in blocks:
+                memo = (id(cache), obj.url, number)
+                key = self._keys.get(memo)
+                if key is None:
+                    key = self._keys[memo] = (cache.root, cache.block_key(obj, number))
+                keys.append(key)
+            fresh.append((self._next_position + len(fresh), index, blocks, keys))
         with self._cond:
             self._window.extend(fresh)
             self._next_position += len(fresh)
@@ -109,19 +127,22 @@ class BlockPrefetcher:
         self._publish(cursor, window)
         return True
 
-    def _publish(self, cursor: int, window: list[tuple[int, int, Sequence[BlockRef]]]) -> None:
+    def _publish(self, cursor: int, window: list[tuple[int, int, Sequence[BlockRef], list]]) -> None:
         needs: dict = {}
-        counts: dict = {}
-        for position, _, blocks in window:
-            for cache, obj, number in blocks:
-                per_root = needs.setdefault(cache.root, {})
-                key = cache.block_key(obj, number)
-                if key not in per_root:
-                    per_root[key] = position
-                    counts[cache.root] = counts.get(cache.root, 0) + 1
+        for position, _, _, keys in window:
+            for root, key in keys:
+                needs.setdefault(root, {}).setdefault(key, position)
+        # a write costs about a millisecond: skip it while no new block entered the window and the
+        # published positions are less than half a window old (the eviction order barely changes)
+        fresh_blocks = any(
+            key not in self._published.get(root, ()) for root, per_root in needs.items() for key in per_root
+        )
+        if not fresh_blocks and cursor - self._published_cursor < max(1, self.lookahead // 2):
+            return
         for root, per_root in needs.items():
             self._roots.add(root)
-            budget.publish_needs(root, cursor, per_root, counts[root])
+            budget.publish_needs(root, cursor, per_root, len(per_root))
+        self._published, self._published_cursor = needs, cursor
 
     def _run(self) -> None:
         ensured = 0  # samples before this position had their blocks fetched
@@ -129,12 +150,14 @@ class BlockPrefetcher:
             while self._refill():
                 with self._cond:
                     window = [entry for entry in self._window if entry[0] >= max(self._cursor, ensured)]
-                for position, _, blocks in window:
+                for position, _, blocks, keys in window:
                     ensured = position + 1
                     if self._closed:
                         return
-                    for cache, obj, number in blocks:
-                        self.fetched += cache.ensure(obj, number)
+                    for (cache, obj, number), key in zip(blocks, keys, strict=True):
+                        if key not in self._fetched_keys or cache.limit is not None:
+                            self.fetched += cache.ensure(obj, number)
+                            self._fetched_keys.add(key)
         except Exception as exc:  # prefetch only saves time: the reader fetches (and reports) by itself
             log.warning("prefetch stopped: %s", exc)
             self.close()
