@@ -42,7 +42,9 @@ def _write(root: Path, tokens: int) -> Path:
     from tokenloom.formats import open_writer
 
     rng = np.random.default_rng(0)
-    with open_writer(root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0, shard_size_tokens=1 << 24) as w:
+    with open_writer(
+        root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0, shard_size_tokens=1 << 24
+    ) as w:
         for _ in range(tokens // 100_000):
             w.add(np.append(rng.integers(1, 50_000, size=99_999, dtype=np.uint16), np.uint16(0)))
     return root
@@ -181,7 +183,7 @@ def report(m: dict) -> str:
         "| measure | value | note |",
         "|---|---:|---|",
         f"| fetched bytes / used bytes, cold run ({m['samples']:,} of {m['n']:,} samples, global order) | "
-        f"{m['cold_prefetch_ratio']:.2f} | target <= 1.1 is for `order=\"block\"` (not measured here) |",
+        f'{m["cold_prefetch_ratio"]:.2f} | target <= 1.1 is for `order="block"` (not measured here) |',
         f"| GETs for token data over one full cold epoch, 1 node, {WORKERS} workers | {m['epoch_gets']:,} | "
         f"blocks x nodes = {m['blocks']:,} x 1 |",
         f"| GETs of the cold run with prefetch ({m['samples']:,} samples) | {m['cold_prefetch_gets']:,.0f} | "

@@ -97,4 +97,3 @@ def _(tmp: Path) -> Run:
     ds = MemoryMappedDataset(source, seq_len=4)
     sampler = ResumableDistributedSampler(ds, num_replicas=1, rank=0)
     return Run(call=lambda: ds.prefetch(sampler, lookahead=0), sources=[source])
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -64,10 +65,8 @@ def _cache_bytes(root: Path) -> int:
         for dirpath, _, files in os.walk(root):
             if Path(dirpath).name != "readers":
                 for name in files:
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         total += os.stat(os.path.join(dirpath, name)).st_size
-                    except FileNotFoundError:
-                        pass
         return total
     finally:
         os.close(fd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -48,10 +49,8 @@ def cache_bytes(root: Path) -> int:
         for dirpath, _, files in os.walk(root):
             if Path(dirpath).name != "readers":
                 for name in files:
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         total += os.stat(os.path.join(dirpath, name)).st_size
-                    except FileNotFoundError:
-                        pass
         return total
     finally:
         os.close(fd)

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
+from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._state import check_state
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
+from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._state import data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import reopen, token_stream

@@ -190,9 +190,8 @@ class Prefetching(SampleBytes):
             from tokenloom.formats.remote import budget
             from tokenloom.formats.remote.prefetch import BlockPrefetcher
 
-            live_count = max(
-                [len(budget.live_readers(s.array.cache.root)) for s in self._stream.shards if hasattr(s, "array")]
-            )
+            roots = {a.cache.root for a in (getattr(s, "array", None) for s in self._stream.shards) if a is not None}
+            live_count = max(len(budget.live_readers(root)) for root in roots)
             self._check_limits(
                 self._schedule(spec, worker, num_workers, already=already),
                 spec.lookahead,

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
+from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import Packing, build_batch, to_torch
 from tokenloom.datasets._state import check_state
 from tokenloom.datasets._window_index import WindowIndex, check_positive, overlap_intervals

@@ -169,6 +169,7 @@ def _records(root: Path) -> Iterator[dict]:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             continue
+        record: dict = {}
         try:
             record = orjson.loads(path.read_bytes())
             stale = record["started"] != _started(int(record["pid"]))

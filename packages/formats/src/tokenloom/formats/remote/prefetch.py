@@ -37,7 +37,7 @@ class BlockPrefetcher:
     def __init__(
         self,
         schedule: Iterable[int],
-        blocks_of: Callable[[list[int]], list[Sequence[BlockRef]]],
+        blocks_of: Callable[[list[int]], Sequence[Sequence[BlockRef]]],
         lookahead: int,
     ) -> None:
         self.lookahead = lookahead
@@ -132,12 +132,14 @@ class BlockPrefetcher:
         for position, _, _, keys in window:
             for root, key in keys:
                 needs.setdefault(root, {}).setdefault(key, position)
-        # a write costs about a millisecond: skip it while no new block entered the window and the
-        # published positions are less than half a window old (the eviction order barely changes)
-        fresh_blocks = any(
-            key not in self._published.get(root, ()) for root, per_root in needs.items() for key in per_root
-        )
-        if not fresh_blocks and cursor - self._published_cursor < max(1, self.lookahead // 2):
+        # a write costs about a millisecond: skip it while few new blocks entered the window (an eighth of
+        # it, or none while nothing was ever published) and the published positions are under a quarter
+        # of a window old: the eviction order barely changes meanwhile
+        fresh = sum(key not in self._published.get(root, ()) for root, per_root in needs.items() for key in per_root)
+        total = sum(len(per_root) for per_root in needs.values())
+        if (fresh == 0 or (self._published and fresh * 8 < total)) and cursor - self._published_cursor < max(
+            1, self.lookahead // 4
+        ):
             return
         for root, per_root in needs.items():
             self._roots.add(root)
