@@ -27,7 +27,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-ORDER = ["formats", "tokenize", "datasets", "sampler", "curriculum", "hf-streaming", "eval_broadcast", "startup"]
+ORDER = [
+    "formats",
+    "tokenize",
+    "datasets",
+    "remote_cache",
+    "sampler",
+    "curriculum",
+    "hf-streaming",
+    "eval_broadcast",
+    "startup",
+]
 
 
 def machine() -> str:
