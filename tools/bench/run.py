@@ -33,6 +33,7 @@ ORDER = [
     "tokenize",
     "tokenize-prep",
     "datasets",
+    "remote_cache",
     "sampler",
     "curriculum",
     "hf-streaming",

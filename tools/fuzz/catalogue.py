@@ -39,6 +39,7 @@ import _catalogue_base as base
 import _catalogue_inputs
 import _catalogue_os
 import _catalogue_other
+import _catalogue_w3_cache  # noqa: F401 - registers its rows on import
 import _catalogue_w3_consumers  # noqa: F401 - registers its rows on import
 import _catalogue_w3_curriculum  # noqa: F401 - registers its rows on import
 import _catalogue_w3_evalsampler  # noqa: F401 - registers its rows on import

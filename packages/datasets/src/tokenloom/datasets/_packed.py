@@ -23,13 +23,14 @@ from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
+from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._state import check_state, with_objects
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
 
-class PackedDocumentDataset(PackedIndex, Dataset[dict[str, torch.Tensor]]):
+class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Tensor]]):
     """Sequences of ``max_length`` tokens made of whole entries, padded; see the README for the keys.
 
     Args:
@@ -82,9 +83,13 @@ class PackedDocumentDataset(PackedIndex, Dataset[dict[str, torch.Tensor]]):
         )
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if self._prefetch_spec is not None:
+            self._prefetch_consumed([index])
         return to_torch({key: value[0] for key, value in self._batch([index]).items()})
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        if self._prefetch_spec is not None:
+            self._prefetch_consumed(indices)
         return SampleBatch(batch_tensors(self._batch(indices)))
 
     def state_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
+from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
 from tokenloom.datasets._stream import open_data, remote_open_options, reopen, token_stream
@@ -95,7 +96,7 @@ def compute_plan(
     )
 
 
-class PackedIndex:
+class PackedIndex(SampleBytes):
     """The torch-free half of :class:`PackedDocumentDataset`: the packing plan (cached), ``len`` and fingerprint.
 
     Takes the same arguments; a plan that only counts samples (``tokenloom validate --curriculum``) builds
@@ -191,3 +192,9 @@ class PackedIndex:
     def data_objects(self) -> dict[str, str]:
         """``{URL: "size:ETag"}`` of every object of data in object storage ({} on disk); saved in states."""
         return data_objects(self._stream)
+
+    def _sample_token_ranges(self, index: int) -> list[tuple[int, int]]:
+        plan = self.plan
+        first, last = int(plan.bin_offsets[index]), int(plan.bin_offsets[index + 1])
+        starts = plan.token_start[first:last].astype(np.int64)
+        return list(zip(starts.tolist(), (starts + plan.length[first:last]).tolist(), strict=True))

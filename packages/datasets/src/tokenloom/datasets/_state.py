@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from tokenloom.datasets._byte_ranges import block_array
 from tokenloom.formats import ResumeMismatchError, TokenDataset
 
 __all__ = [
@@ -38,7 +39,7 @@ def data_objects(dataset: TokenDataset) -> dict[str, str]:
     found = dataset.metadata.get("remote_objects")
     objects = {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
     for shard in dataset.shards:  # the token objects, also where a reader records no map
-        obj = getattr(getattr(shard, "array", None), "obj", None)
+        obj = getattr(block_array(shard), "obj", None)
         if obj is not None:
             objects.setdefault(obj.url, f"{obj.size}:{obj.etag}")
     return dict(sorted(objects.items()))

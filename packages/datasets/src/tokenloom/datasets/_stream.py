@@ -68,6 +68,7 @@ def remote_open_options(dataset: TokenDataset) -> dict[str, Any]:
                 "cache_dir": cache.root,
                 "block_size": cache.block_size,
                 "retries": config.retries,
+                "cache_limit": getattr(cache, "limit", None),
             }
     return {}
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._packing_mode import Packing, as_packing
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
@@ -56,7 +57,7 @@ def check_positive(value: int, name: str) -> int:
     return int(value)
 
 
-class WindowIndex:
+class WindowIndex(SampleBytes):
     """The torch-free half of :class:`MemoryMappedDataset`: sizing, addressing and fingerprint of the windows.
 
     Takes the same arguments; ``len``, :meth:`window_start`, :meth:`window` and :meth:`fingerprint` are the
@@ -179,6 +180,10 @@ class WindowIndex:
     def window(self, index: int) -> np.ndarray:
         """The ``seq_len + 1`` raw tokens of sample ``index`` (a zero-copy view where possible)."""
         return self._window(self.window_start(index))
+
+    def _sample_token_ranges(self, index: int) -> list[tuple[int, int]]:
+        begin = self.window_start(index)
+        return [(begin, begin + self.seq_len + 1)]
 
     def _window(self, begin: int) -> np.ndarray:
         end = begin + self.seq_len + 1

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
+from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import Packing, build_batch, to_torch
 from tokenloom.datasets._state import check_state, with_objects
 from tokenloom.datasets._window_index import WindowIndex, check_positive, overlap_intervals
@@ -25,7 +26,7 @@ from tokenloom.datasets._window_index import WindowIndex, check_positive, overla
 __all__ = ["MemoryMappedDataset", "check_positive", "overlap_intervals"]
 
 
-class MemoryMappedDataset(WindowIndex, Dataset[dict[str, torch.Tensor]]):
+class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tensor]]):
     """Windows of ``seq_len + 1`` tokens as sample dicts (see the package README for every key).
 
     Args:
@@ -72,6 +73,8 @@ class MemoryMappedDataset(WindowIndex, Dataset[dict[str, torch.Tensor]]):
 
     # -- fetching -----------------------------------------------------------------------
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if self._prefetch_spec is not None:
+            self._prefetch_consumed([index])
         begin = self.window_start(index)
         window = self._window(begin)
         if self.packing is Packing.NONE and len(self._overlap_begins) == 0:
@@ -82,6 +85,8 @@ class MemoryMappedDataset(WindowIndex, Dataset[dict[str, torch.Tensor]]):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """A whole batch in one call: one gather, one vectorised sample build."""
+        if self._prefetch_spec is not None:
+            self._prefetch_consumed(indices)
         index = np.asarray(indices, dtype=np.int64)
         index = np.where(index < 0, index + self._length, index)
         if len(index) and (index.min() < 0 or index.max() >= self._length):

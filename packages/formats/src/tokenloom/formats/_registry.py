@@ -229,7 +229,7 @@ def open_dataset(
     ``on_progress(stage, done, total)`` follows the long reads of deep validation (checksums in
     bytes, token ids in tokens, EOS placement in entries): see :mod:`tokenloom.formats.io.progress`.
     A URL (``s3://``, ``gs://``, ``az://``, ``https://``) is read through :mod:`tokenloom.formats.remote`
-    (options ``storage_options``, ``cache_dir``, ``block_size``, ``retries``).
+    (options ``storage_options``, ``cache_dir``, ``block_size``, ``retries``, ``cache_limit``).
     """
     if is_remote_url(path):
         from tokenloom.formats.remote import open_remote

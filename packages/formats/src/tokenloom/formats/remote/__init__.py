@@ -7,9 +7,11 @@ with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node
 under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks,
 ``blockfile`` a file object over them, ``source`` the local view every format's own reader runs
 on (``opener``), and ``native`` opens a native dataset lazily (an index is fetched when its shard
-is first touched). URLs are recognised in ``tokenloom.formats.io.urls``. Writes (``publish``: staged locally,
-shards uploaded as committed, the manifest last; ``convert_output`` for ``convert``) go through the
-helper's ``put``; outputs still not supported are refused by :func:`refuse_remote_output`.
+is first touched). ``budget`` keeps the cache under ``cache_limit`` (Belady eviction) and ``prefetch``
+fetches the blocks of a reader's next samples in a background thread. URLs are recognised in
+``tokenloom.formats.io.urls``. Writes (``publish``: staged locally, shards uploaded as committed, the
+manifest last; ``convert_output`` for ``convert``) go through the helper's ``put``; outputs still not
+supported are refused by :func:`refuse_remote_output`.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ __all__ = [
 ]
 
 #: options of ``open_dataset`` that only a URL takes
-REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries")
+REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries", "cache_limit")
 
 
 def open_remote(
@@ -56,9 +58,14 @@ def open_remote(
     cache_dir: str | os.PathLike[str] | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
     retries: RetryPolicy | int | None = None,
+    cache_limit: int | str | None = None,
     **options: Any,
 ) -> TokenDataset:
-    """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's)."""
+    """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's).
+
+    ``cache_limit`` (bytes or ``"20GB"``; default ``$TOKENLOOM_CACHE_LIMIT``, else unbounded) bounds the
+    cache directory: blocks are evicted by their next use in the readers' known future (Belady).
+    """
     from tokenloom.formats.remote.opener import open_remote_any
 
     parsed = parse_url(url)
@@ -68,5 +75,5 @@ def open_remote(
         )
     policy = RetryPolicy(max_retries=retries) if isinstance(retries, int) else retries or RetryPolicy()
     config = StoreConfig(parsed, dict(storage_options or {}), policy)
-    cache = BlockCache(config, cache_dir, block_size)
+    cache = BlockCache(config, cache_dir, block_size, limit=cache_limit)
     return open_remote_any(cache, format=format, dtype=dtype, validate=as_validate(validate), options=options)

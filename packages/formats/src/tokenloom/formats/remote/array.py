@@ -25,6 +25,23 @@ class BlockArray:
         self.dtype = np.dtype(dtype)
         self.byte_offset = byte_offset
         self.count = count
+        self._typed: dict[int, np.ndarray] = {}  # block number -> its items (the hot path slices these)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_typed"] = {}  # views of this process's maps: never pickled (that would copy the data)
+        return state
+
+    def _block_items(self, number: int) -> np.ndarray | None:
+        """Block ``number`` as whole items, when the block boundaries fall on item boundaries."""
+        typed = self._typed.get(number)
+        if typed is None:
+            item = self.dtype.itemsize
+            if self.byte_offset % item or self.cache.block_size % item or self.cache.limit is not None:
+                return None  # (a bounded cache unpins old maps: nothing here may keep them alive)
+            block = self.cache.block(self.obj, number)
+            typed = self._typed[number] = np.frombuffer(block, dtype=self.dtype, count=len(block) // item)
+        return typed
 
     @property
     def shape(self) -> tuple[int]:
@@ -50,6 +67,10 @@ class BlockArray:
         if end <= begin:
             return np.empty(0, dtype=self.dtype)
         if first_block == last_block:
+            typed = self._block_items(first_block)
+            if typed is not None:
+                lo = (first_byte - first_block * size) // item
+                return typed[lo : lo + end - begin]
             block = self.cache.block(self.obj, first_block)
             return np.frombuffer(block, dtype=self.dtype, count=end - begin, offset=first_byte - first_block * size)
         pieces = bytearray()
@@ -61,6 +82,9 @@ class BlockArray:
         return np.frombuffer(bytes(pieces), dtype=self.dtype)
 
     def __getitem__(self, index: Any) -> Any:
+        if type(index) is slice and index.step is None and (index.start or 0) >= 0 and (index.stop or -1) >= 0:
+            begin = index.start or 0
+            return self._read(begin, max(begin, min(self.count, index.stop)))
         if isinstance(index, slice) and index.step in (None, 1):
             begin, end, _ = index.indices(self.count)
             return self._read(begin, max(begin, end))

@@ -7,6 +7,10 @@ unique temp file, fsyncs it and renames it into place; every other process waits
 finds the block published. Small index files are fetched whole the same way.
 
 Layout: ``CACHE/v1/<hash of URL>/<hash of ETag>/{whole, b<block size>-<n>}`` (plus ``.lock`` files).
+
+With ``limit`` (bytes, ``cache_limit=`` or ``$TOKENLOOM_CACHE_LIMIT``) the cache stays under it: see
+:mod:`.budget` (Belady eviction by the readers' published futures; a mapped block holds a shared lock
+and is never deleted under its reader; a deleted block is fetched again, never read wrong).
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import hashlib
 import logging
 import mmap
 import os
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
 from tokenloom.formats.errors import ConfigError, TruncatedError
 from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.remote import budget
+from tokenloom.formats.remote._fdlocks import close_lock, on_fork_in_child, open_lock
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import fetch_into
 
@@ -50,7 +57,11 @@ class BlockCache:
     """Blocks of remote objects in ``cache_dir`` (one GET per block per node, whatever the process count)."""
 
     def __init__(
-        self, config: StoreConfig, cache_dir: str | os.PathLike[str] | None = None, block_size: int = DEFAULT_BLOCK_SIZE
+        self,
+        config: StoreConfig,
+        cache_dir: str | os.PathLike[str] | None = None,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        limit: int | str | None = None,
     ) -> None:
         if not isinstance(block_size, int) or block_size < 4096 or block_size % 4096:
             raise ConfigError(
@@ -61,15 +72,53 @@ class BlockCache:
         self.config = config
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.block_size = block_size
-        self._maps: dict[tuple[str, int], memoryview] = {}
+        self._maps: OrderedDict[tuple[str, int], memoryview] = OrderedDict()
+        #: bytes the cache directory may hold (None: unbounded)
+        self.limit = budget.parse_size(limit if limit is not None else os.environ.get(budget.LIMIT_ENV))
+        if self.limit is not None:
+            budget.check_limit(self.limit, block_size, readers=1)
+        self._pins: dict[tuple[str, int], int] = {}  # shared-lock fds of the mapped blocks (bounded cache)
+        self._dirs: dict[tuple[str, str, int], str] = {}  # an object's folder under v1/ (hashed once)
+        on_fork_in_child(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the pins' fds are closed (see ``_fdlocks``); maps are pinned again on next use."""
+        self._maps = OrderedDict()
+        self._pins = {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        on_fork_in_child(self)
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
-        state["_maps"] = {}  # maps are reopened in the receiving process
+        state["_maps"] = OrderedDict()  # maps are reopened in the receiving process
+        state["_pins"] = {}  # and pinned again there
         return state
 
+    def block_key(self, obj: ObjectInfo, number: int) -> str:
+        """Block ``number`` of ``obj`` as named in the readers' published needs (its path under ``CACHE/v1``)."""
+        return f"{self._relative_dir(obj)}/b{self.block_size}-{number}"
+
+    def ensure(self, obj: ObjectInfo, number: int) -> bool:
+        """Fetch block ``number`` of ``obj`` into the cache without mapping it (prefetch); True if it was absent."""
+        start = number * self.block_size
+        end = min(obj.size, start + self.block_size)
+        final = self._dir(obj) / f"b{self.block_size}-{number}"
+        if _complete(final, end - start):
+            return False
+        self._publish(obj, final.name, start, end)
+        return True
+
     def _dir(self, obj: ObjectInfo) -> Path:
-        return self.root / "v1" / _digest(obj.url) / _digest(obj.etag or f"size-{obj.size}")
+        return self.root / "v1" / self._relative_dir(obj)
+
+    def _relative_dir(self, obj: ObjectInfo) -> str:
+        key = (obj.url, obj.etag, obj.size)
+        found = self._dirs.get(key)
+        if found is None:
+            found = self._dirs[key] = f"{_digest(obj.url)}/{_digest(obj.etag or f'size-{obj.size}')}"
+        return found
 
     def num_blocks(self, obj: ObjectInfo) -> int:
         return -(-obj.size // self.block_size)
@@ -81,9 +130,41 @@ class BlockCache:
         if view is None:
             start = number * self.block_size
             end = min(obj.size, start + self.block_size)
-            path = self._publish(obj, f"b{self.block_size}-{number}", start, end)
-            view = self._maps[key] = _map(path, end - start)
+            if self.limit is not None:
+                view = self._pinned_map(obj, key, f"b{self.block_size}-{number}", start, end)
+            else:
+                path = self._publish(obj, f"b{self.block_size}-{number}", start, end)
+                view = self._maps[key] = _map(path, end - start)
         return view
+
+    def _pinned_map(self, obj: ObjectInfo, key: tuple[str, int], name: str, start: int, end: int) -> memoryview:
+        """Map a block under a shared lock held while the map is live (the evictor then leaves it alone)."""
+        folder = self._dir(obj)
+        final = folder / name
+        while len(self._maps) >= budget.PINNED_PER_READER - 2:
+            old, _ = self._maps.popitem(last=False)  # numpy views of it stay valid: an unlinked map lives on
+            close_lock(self._pins.pop(old))
+        with storage_errors(folder, "filling the remote-data cache"):
+            folder.mkdir(parents=True, exist_ok=True)
+            for _attempt in range(100):
+                fd = open_lock(folder / (name + ".lock"))
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                if _complete(final, end - start):
+                    try:
+                        view = _map(final, end - start)
+                    except FileNotFoundError:
+                        view = None
+                    if view is not None:
+                        self._maps[key], self._pins[key] = view, fd
+                        return view
+                close_lock(fd)
+                self._publish(obj, name, start, end)  # evicted between the fetch and the map: fetch again
+        raise ConfigError(
+            f"{obj.url}: block {start // self.block_size} was evicted 100 times before it could be mapped",
+            path=str(self.root),
+            field="cache_limit",
+            hint="The cache limit is far too small for the readers on this node: raise cache_limit",
+        )
 
     def whole(self, obj: ObjectInfo) -> Path:
         """The local path of all of ``obj`` (index files, manifests: fetched whole, once per node)."""
@@ -100,12 +181,18 @@ class BlockCache:
                 if _complete(final, end - start):
                     return final
                 temp = folder / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+                reservation = None
+                if self.limit is not None:
+                    reservation = budget.reserve(self.root, final, end - start, self.limit)
                 try:
                     fetch_into(self.config, obj, start, end, temp)  # written and fsynced by the helper
                     os.replace(temp, final)
                 finally:
                     with contextlib.suppress(FileNotFoundError):
                         temp.unlink()
+                    if reservation is not None:
+                        with contextlib.suppress(FileNotFoundError):
+                            reservation.unlink()
         log.debug("%s: cached bytes %d-%d as %s", obj.url, start, end, final)
         return final
 
@@ -120,12 +207,12 @@ def _complete(path: Path, size: int) -> bool:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive ``flock`` on ``path`` (the kernel drops it when the holder dies: never a stale lock)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        close_lock(fd)
 
 
 def _map(path: Path, size: int) -> memoryview:

@@ -103,18 +103,18 @@ def _rebuild(error: dict[str, Any]) -> Exception:
     return StorageError(f"the object-store helper failed: {error['cls']}: {error['problem']}")
 
 
-_HELPER: _Helper | None = None
+_LOCAL = threading.local()  # one helper per thread: a prefetch thread's GETs never queue behind the reader's
 _STALE: list[_Helper] = []  # a parent's helper, inherited by fork: never used, never collected
 
 
 def _helper() -> _Helper:
-    global _HELPER
-    if _HELPER is None or _HELPER.pid != os.getpid():
+    helper: _Helper | None = getattr(_LOCAL, "helper", None)
+    if helper is None or helper.pid != os.getpid():
         require("obstore", distribution="tokenloom-formats", extra="remote", purpose="reading object-store data")
-        if _HELPER is not None:
-            _STALE.append(_HELPER)
-        _HELPER = _Helper()
-    return _HELPER
+        if helper is not None:
+            _STALE.append(helper)
+        helper = _LOCAL.helper = _Helper()
+    return helper
 
 
 def head(config: StoreConfig, name: str) -> ObjectInfo:

@@ -62,7 +62,7 @@ def open_remote_any(
     if manifest is not None and recorded == "native" and format in (None, "native") and not options:
         return open_remote_native(cache, validate=validate, dtype=dtype, manifest_obj=manifest)
     config, objects, name = _objects(cache.config, manifest, payload)
-    view_cache = BlockCache(config, cache.root, cache.block_size)
+    view_cache = BlockCache(config, cache.root, cache.block_size, limit=cache.limit)
     view = build_view(view_cache, objects)
     target = view / name if name else view
     source = RemoteSource(view_cache, view, objects)

@@ -1,0 +1,308 @@
+"""The bounded block cache against a real S3 server: limit, Belady eviction, start-time checks, crashes."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io import parse_url
+from tokenloom.formats.remote import BlockCache, StoreConfig, budget
+from tokenloom.formats.remote.helper import head
+
+BLOCK = 4096
+
+
+def _write_native(root: Path, *, docs: int = 400) -> Path:
+    rng = np.random.default_rng(7)
+    with open_writer(root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0, shard_size_tokens=30_000) as w:
+        for _ in range(docs):
+            w.add(np.append(rng.integers(1, 50_000, size=int(rng.integers(5, 400)), dtype=np.uint16), np.uint16(0)))
+    return root
+
+
+def cache_bytes(root: Path) -> int:
+    """Bytes of data the cache directory holds (blocks, index files, temp files; not the readers' records).
+
+    Counted under the cache's node-wide lock: a walk over several folders is no snapshot while readers
+    evict in one and fill another; under the lock files only change size inside their reservations.
+    """
+    (root / "v1").mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "v1" / "evict.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        total = 0
+        for dirpath, _, files in os.walk(root):
+            if Path(dirpath).name != "readers":
+                for name in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        total += os.stat(os.path.join(dirpath, name)).st_size
+        return total
+    finally:
+        os.close(fd)
+
+
+class DiskWatch:
+    """Samples the cache's size on disk in a thread while a run goes on; ``peak`` is the largest seen."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.peak, self.samples, self._stop = root, 0, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, cache_bytes(self.root))
+            self.samples += 1
+            time.sleep(0.002)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+# -- sizes and the pure policy ---------------------------------------------------------------------
+
+
+def test_sizes_parse_and_bad_ones_are_named():
+    assert budget.parse_size("20GB") == 20 * 10**9
+    assert budget.parse_size("512MiB") == 512 * 2**20
+    assert budget.parse_size(" 1.5 kb ") == 1500 and budget.parse_size(4096) == 4096
+    assert budget.parse_size(None) is None and budget.parse_size("") is None
+    for bad in ["twenty", "20 parsecs", "-5GB", 0, True]:
+        with pytest.raises(ConfigError, match="cache_limit"):
+            budget.parse_size(bad)  # pyright: ignore[reportArgumentType]
+
+
+def test_eviction_order_is_belady():
+    blocks = ["a", "b", "c", "d", "e"]
+    next_use = {"a": 3, "c": 40, "d": 0, "e": 12}
+    # never used again first (b), then the furthest next use: c (40), e (12), a (3), d (0: needed now)
+    assert budget.eviction_order(blocks, next_use) == ["b", "c", "e", "a", "d"]
+    assert budget.eviction_order(blocks, {}) == blocks  # nothing known: the given (oldest-first) order
+
+
+def test_readers_nearest_next_use_wins_and_dead_or_reused_pids_are_ignored(tmp_path):
+    budget.publish_needs(tmp_path, 100, {"x/y/b4096-1": 130, "x/y/b4096-2": 105})
+    folder = tmp_path / "v1" / "readers"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    (folder / f"{dead_pid}.json").write_bytes(
+        json.dumps({"pid": dead_pid, "started": 1, "cursor": 0, "blocks": 1, "needs": {"x/y/b4096-1": 1}}).encode()
+    )
+    reused = {"pid": os.getppid(), "started": -12345, "cursor": 0, "blocks": 1, "needs": {"x/y/b4096-9": 0}}
+    (folder / f"{os.getppid()}.json").write_bytes(json.dumps(reused).encode())
+    (folder / f"{dead_pid}.abcd.tmp").write_bytes(b"{")
+    assert budget.read_needs(tmp_path) == {"x/y/b4096-1": 30, "x/y/b4096-2": 5}
+    assert sorted(p.name for p in folder.iterdir()) == [f"{os.getpid()}.json"]  # stale records are gone
+    budget.withdraw_needs(tmp_path)
+    assert budget.read_needs(tmp_path) == {}
+
+
+# -- the evictor on a real cache -------------------------------------------------------------------
+
+
+@pytest.fixture
+def blob(seaweed):
+    """A 20-block object on the S3 server and its store config."""
+    name = f"blob-{uuid.uuid4().hex[:8]}"
+    data = np.random.default_rng(1).integers(0, 256, size=20 * BLOCK, dtype=np.uint8).tobytes()
+    seaweed.put(f"{name}/data.bin", data)
+    config = StoreConfig(parse_url(f"s3://{seaweed.bucket}/{name}"), seaweed.storage_options())
+    return config, head(config, "data.bin"), data
+
+
+def _cached(cache: BlockCache, obj) -> list[int]:
+    folder = cache._dir(obj)
+    return sorted(int(p.name.split("-")[1]) for p in folder.glob(f"b{BLOCK}-*") if "." not in p.name)
+
+
+def test_eviction_follows_the_published_future_not_recency(blob, tmp_path):
+    config, obj, data = blob
+    cache = BlockCache(config, tmp_path / "c", BLOCK, limit=6 * BLOCK)
+    for number in range(6):
+        cache.ensure(obj, number)
+    assert _cached(cache, obj) == [0, 1, 2, 3, 4, 5]
+    key = lambda n: cache.block_key(obj, n)  # noqa: E731
+    # this reader will next use 0 soon, 5 later, 1 much later; 2, 3 and 4 never again
+    budget.publish_needs(cache.root, 10, {key(0): 11, key(5): 20, key(1): 90})
+    for number in (6, 7, 8):
+        cache.ensure(obj, number)
+    assert _cached(cache, obj) == [0, 1, 5, 6, 7, 8]  # the unused ones went first (oldest first)
+    later = {key(n): 10 + n for n in (7, 8, 9, 10, 11)}
+    budget.publish_needs(cache.root, 10, {key(0): 11, key(5): 20, key(1): 90, **later})
+    cache.ensure(obj, 9)
+    assert _cached(cache, obj) == [0, 1, 5, 7, 8, 9]  # 6 is needed by nobody
+    cache.ensure(obj, 10)
+    assert _cached(cache, obj) == [0, 5, 7, 8, 9, 10]  # then the furthest next use: 1 (at 90)
+    cache.ensure(obj, 11)
+    assert _cached(cache, obj) == [0, 7, 8, 9, 10, 11]  # then 5 (at 20); 0 (at 11) stays
+    for number in range(12):
+        assert bytes(cache.block(obj, number)) == data[number * BLOCK : (number + 1) * BLOCK]
+    assert cache_bytes(cache.root) <= 6 * BLOCK
+    budget.withdraw_needs(cache.root)
+
+
+def test_a_mapped_block_is_never_deleted_under_its_reader(blob, tmp_path):
+    config, obj, data = blob
+    reader = BlockCache(config, tmp_path / "c", BLOCK, limit=6 * BLOCK)
+    mapped = reader.block(obj, 0)  # holds a shared lock while the map is live
+    other = BlockCache(config, tmp_path / "c", BLOCK, limit=6 * BLOCK)
+    for number in range(1, 12):
+        other.ensure(obj, number)
+    assert 0 in _cached(reader, obj)  # oldest and needed by nobody, but mapped: kept
+    assert bytes(mapped) == data[:BLOCK]
+    assert cache_bytes(reader.root) <= 6 * BLOCK
+
+
+def test_too_small_limit_is_a_config_error_at_start(blob, tmp_path):
+    config, _, _ = blob
+    with pytest.raises(ConfigError, match=r"cache_limit 8192 bytes is too small for the blocks in flight"):
+        BlockCache(config, tmp_path / "c", BLOCK, limit=2 * BLOCK)
+    with pytest.raises(ConfigError, match="Raise cache_limit to at least"):
+        budget.check_limit(40 * BLOCK, BLOCK, readers=4, lookahead_blocks=8)
+
+
+def test_cache_limit_comes_from_the_environment(blob, tmp_path, monkeypatch):
+    config, _, _ = blob
+    monkeypatch.setenv("TOKENLOOM_CACHE_LIMIT", "1MiB")
+    assert BlockCache(config, tmp_path / "c", BLOCK).limit == 2**20
+    monkeypatch.setenv("TOKENLOOM_CACHE_LIMIT", "lots")
+    with pytest.raises(ConfigError, match="'lots' is not a size"):
+        BlockCache(config, tmp_path / "c", BLOCK)
+
+
+_READER = textwrap.dedent(
+    """
+    import sys, json, numpy as np
+    from tokenloom.formats import open_dataset
+    url, cache, options, limit = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+    ds = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096, cache_limit=limit)
+    order = np.random.default_rng(int(sys.argv[5])).permutation(len(ds))
+    print(sum(int(np.asarray(ds[int(i)]).astype(np.int64).sum()) for i in order))
+    """
+)
+
+
+def test_processes_sharing_a_bounded_cache_stay_under_it_and_read_right(seaweed, tmp_path):
+    local = _write_native(tmp_path / "local")
+    url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
+    expected = open_dataset(local)
+    total = str(sum(int(expected[i].astype(np.int64).sum()) for i in range(len(expected))))
+    cache = tmp_path / "node-cache"
+    open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)  # index files
+    index_bytes = cache_bytes(cache)
+    limit = index_bytes + 3 * budget.PINNED_PER_READER * BLOCK
+    data_bytes = sum(p.stat().st_size for p in local.glob("*.bin"))
+    assert data_bytes > 2 * (limit - index_bytes)  # the data does not fit: the run must evict
+    watch = DiskWatch(cache)
+    options = json.dumps(seaweed.storage_options())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _READER, url, str(cache), options, str(limit), str(seed)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(3)
+    ]
+    sums = [p.communicate(timeout=240)[0].strip() for p in procs]
+    peak = watch.stop()
+    assert all(p.returncode == 0 for p in procs) and sums == [total] * 3
+    assert watch.samples > 10 and 0 < peak <= limit, (peak, limit)
+
+
+_STALLED = textwrap.dedent(
+    """
+    import sys, json
+    from tokenloom.formats.remote import BlockCache, StoreConfig
+    from tokenloom.formats.io import parse_url
+    from tokenloom.formats.remote.helper import head
+    config = StoreConfig(parse_url(sys.argv[1]), json.loads(sys.argv[2]))
+    cache = BlockCache(config, sys.argv[3], 4096, limit=int(sys.argv[4]))
+    obj = head(config, "data.bin")
+    print("fetching", flush=True)
+    cache.block(obj, 3)
+    """
+)
+
+
+def test_a_reader_killed_mid_fetch_leaves_nothing_that_blocks_the_next(blob, seaweed, fault_proxy, tmp_path):
+    config, obj, data = blob
+    fault_proxy.stall_seconds = 30
+    fault_proxy.faults = ["stall"]  # the killed reader's GET hangs: it dies holding the block's lock
+    options = seaweed.storage_options(endpoint=fault_proxy.url)
+    cache_dir = tmp_path / "c"
+    limit = 8 * BLOCK
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STALLED, str(config.url), json.dumps(options), str(cache_dir), str(limit)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "fetching"
+    deadline = time.monotonic() + 30
+    while not list(cache_dir.rglob("*.res")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(cache_dir.rglob("*.res")), "the child never reserved its block"
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    started = time.monotonic()
+    cache = BlockCache(config, cache_dir, BLOCK, limit=limit)
+    for number in range(10):
+        assert bytes(cache.block(obj, number)) == data[number * BLOCK : (number + 1) * BLOCK]
+    assert time.monotonic() - started < 20  # never waited on the dead reader's lock or its reservation
+    assert not list(cache_dir.rglob("*.res")) and not list(cache_dir.rglob("*.tmp"))  # dead pid's files cleaned
+    assert cache_bytes(cache_dir) <= limit
+
+
+def test_a_child_forked_while_a_thread_holds_a_cache_lock_does_not_inherit_it(tmp_path):
+    """A DataLoader forking while a prefetch thread holds the node lock: the workers must not keep it held."""
+    import fcntl
+    import threading
+    import time
+
+    from tokenloom.formats.remote import budget
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with budget._node_lock(tmp_path):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: once the parent's thread lets go, the lock must be free
+        code = 1
+        try:
+            fd = os.open(tmp_path / "v1" / "evict.lock", os.O_RDWR)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    code = 0
+                    break
+                except BlockingIOError:
+                    time.sleep(0.05)
+        finally:
+            os._exit(code)
+    release.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child still held the lock it inherited"
