@@ -23,7 +23,16 @@ from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, R
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
 
-__all__ = ["ObjectInfo", "RetryPolicy", "StoreConfig", "check_bucket", "fetch_range", "head", "redact"]
+__all__ = [
+    "ObjectInfo",
+    "RetryPolicy",
+    "StoreConfig",
+    "check_bucket",
+    "fetch_range",
+    "head",
+    "list_objects",
+    "redact",
+]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -265,3 +274,26 @@ def check_bucket(config: StoreConfig) -> None:
             path=str(config.url),
             hint="Check the bucket name and the endpoint (AWS_ENDPOINT_URL or storage_options['endpoint'])",
         ) from None
+
+
+def list_objects(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
+    """Every object whose key starts with ``prefix`` (sorted by key; retried). http(s) stores cannot list."""
+    if config.url.scheme in ("http", "https"):
+        raise ConfigError(
+            f"{config.url.root} cannot be listed (plain HTTP has no listing)",
+            path=config.url.url(prefix),
+            field="data_files",
+            hint="Name each file explicitly; globs work on s3://, gs:// and az://",
+        )
+    url = config.url.url(prefix)
+
+    def list_all() -> list[ObjectInfo]:
+        found = []
+        for chunk in _obstore().list(_store(config), prefix=prefix or None):
+            for meta in chunk:
+                etag = meta.get("e_tag") or meta.get("version") or ""
+                key = str(meta["path"])
+                found.append(ObjectInfo(url=config.url.url(key), key=key, size=int(meta["size"]), etag=str(etag)))
+        return found
+
+    return sorted(_with_retries(config, url, "listing objects", list_all), key=lambda o: o.key)

@@ -29,7 +29,7 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import client
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
-__all__ = ["check_bucket", "fetch_into", "head"]
+__all__ = ["check_bucket", "fetch_into", "head", "list_objects"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -122,6 +122,11 @@ def check_bucket(config: StoreConfig) -> None:
     _helper().call("check_bucket", config=_config_json(config))
 
 
+def list_objects(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
+    """Every object under ``prefix`` of the store root of ``config``, sorted by key (s3, gs, az)."""
+    return [ObjectInfo(**raw) for raw in _helper().call("list", config=_config_json(config), prefix=prefix)]
+
+
 # -- the helper side -------------------------------------------------------------------------------------
 
 
@@ -147,7 +152,13 @@ def _answer(request: dict[str, Any]) -> Any:
         return None
     if request["op"] == "check_bucket":
         return client.check_bucket(config)
+    if request["op"] == "list":
+        return _answer_list(config, request)
     raise ValueError(f"unknown request {request['op']!r}")
+
+
+def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(info) for info in client.list_objects(config, request["prefix"])]
 
 
 def serve() -> None:
