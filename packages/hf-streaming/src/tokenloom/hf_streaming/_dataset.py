@@ -153,7 +153,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
             raise ConfigError(f"prefetch_blocks is {prefetch_blocks!r}, expected an integer >= 0", field="prefetch_blocks")
         self.prefetch_blocks = prefetch_blocks
         self._access = remote_access(storage_options, retries)
-        if is_remote_source(dataset_name) and "data_files" not in load_kwargs:
+        if is_remote_source(dataset_name) and load_kwargs.get("data_files") is None:
             # a remote dataset path: the files under it (a prefix is listed, a glob expanded, a file taken as is)
             load_kwargs["data_files"] = remote_dataset_files(dataset_name, self._access)
             dataset_name = "json"  # each file is read by its suffix: jsonl(.gz/.zst) or parquet
@@ -320,8 +320,8 @@ class StreamingHuggingFaceDataset(IterableDataset):
         if kind not in ("slot", "merged"):
             raise ResumeMismatchError(f"state kind {kind!r}, expected 'slot' or 'merged'", field="kind")
         check_state(state)
+        check_objects(state.get("objects"), self._objects)  # first: a changed object names its URL
         check_fingerprint(state["fingerprint"], self.fingerprint)
-        check_objects(state.get("objects"), self._objects)
         if self.mode is Mode.COMPAT and state["world_size"] != self.world_size:
             raise ResumeMismatchError(
                 f"compat mode cannot change the topology: saved on {state['world_size']} ranks, now {self.world_size}",

@@ -40,9 +40,14 @@ class ZstdStream(io.RawIOBase):
         self._in_frame = False
         self._buffer = memoryview(b"")
         self._position = 0
+        self._returned = 0
 
     def readable(self) -> bool:
         return True
+
+    def tell(self) -> int:
+        """Decompressed bytes returned so far (what a record's offset counts); the stream cannot seek."""
+        return self._returned
 
     def _fill(self) -> bool:
         while self._position >= len(self._buffer):
@@ -76,6 +81,7 @@ class ZstdStream(io.RawIOBase):
         size = min(len(buffer), len(self._buffer) - self._position)
         buffer[:size] = self._buffer[self._position : self._position + size]
         self._position += size
+        self._returned += size
         return size
 
     def close(self) -> None:
@@ -111,4 +117,15 @@ def parquet_file(source: Source) -> Any:
 
     if source.remote is None:
         return pq.ParquetFile(source.path)
-    return pq.ParquetFile(RangeReader(source.remote, source.access), pre_buffer=True)
+    key = (source.remote.url, source.remote.etag)
+    metadata = _FOOTERS.get(key)
+    parquet = pq.ParquetFile(RangeReader(source.remote, source.access), metadata=metadata, pre_buffer=True)
+    if metadata is None:
+        if len(_FOOTERS) >= 256:
+            _FOOTERS.pop(next(iter(_FOOTERS)))
+        _FOOTERS[key] = parquet.metadata
+    return parquet
+
+
+_FOOTERS: dict[tuple[str, str], Any] = {}
+"""Parquet footers already read in this process, by (URL, ETag): a row group then costs one ranged GET."""
