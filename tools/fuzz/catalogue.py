@@ -45,6 +45,7 @@ import _catalogue_w3_formats  # noqa: F401 - registers its rows on import
 import _catalogue_w3_inputs  # noqa: F401 - registers its rows on import
 import _catalogue_w3_nodes  # noqa: F401 - registers its rows on import
 import _catalogue_w3_remote  # noqa: F401 - registers its rows on import
+import _catalogue_w3_stream  # noqa: F401 - registers its rows on import
 import _catalogue_w3_streaming  # noqa: F401 - registers its rows on import
 import _catalogue_w3_tokenize  # noqa: F401 - registers its rows on import
 import _catalogue_why  # noqa: F401 - registers its rows on import

@@ -66,7 +66,16 @@ def hub_url(url: str, endpoint: str | None = None) -> str:
     org, name = parts[1], parts[2]
     name, _, revision = name.partition("@")
     revision = revision or "main"
-    base = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HF_ENDPOINT).rstrip("/")
+    base = (endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/")
+    if not base:
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise ConfigError(
+                f"{url} is on the Hub, and the Hub is switched off (HF_HUB_OFFLINE=1)",
+                path=url,
+                field="data_files",
+                hint="Unset HF_HUB_OFFLINE, or point HF_ENDPOINT at a mirror that serves the Hub's resolve URLs",
+            )
+        base = DEFAULT_HF_ENDPOINT
     path = "/".join(parts[3:])
     return f"{base}/datasets/{org}/{name}/resolve/{quote(revision, safe='')}/{path}"
 
