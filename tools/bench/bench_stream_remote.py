@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,7 +187,6 @@ def run(quick: bool, resume_mb: float) -> str:
     with tempfile.TemporaryDirectory(prefix="bench-stream-remote-") as tmp_name:
         tmp = Path(tmp_name)
         corpus = build_stdlib_corpus(tmp / "corpus").path
-        corpus_mb = corpus.stat().st_size / 1e6
         files = _concatenated(tmp / "in", corpus, 2 if quick else 10, 2 if quick else 2.5)
         input_mb = sum(f.stat().st_size for f in files) / 1e6
         seaweed = SeaweedS3(tmp / "s3")

@@ -150,7 +150,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", field=name)
         if isinstance(prefetch_blocks, bool) or not isinstance(prefetch_blocks, int) or prefetch_blocks < 0:
-            raise ConfigError(f"prefetch_blocks is {prefetch_blocks!r}, expected an integer >= 0", field="prefetch_blocks")
+            raise ConfigError(
+                f"prefetch_blocks is {prefetch_blocks!r}, expected an integer >= 0", field="prefetch_blocks"
+            )
         self.prefetch_blocks = prefetch_blocks
         self._access = remote_access(storage_options, retries)
         if is_remote_source(dataset_name) and load_kwargs.get("data_files") is None:

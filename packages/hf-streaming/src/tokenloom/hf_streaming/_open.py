@@ -13,7 +13,7 @@ from typing import Any
 
 from tokenloom.formats import TruncatedError
 from tokenloom.formats.io import require
-from tokenloom.hf_streaming._remote import RangeReader
+from tokenloom.hf_streaming._remote import RangeReader, RemoteAccess
 from tokenloom.hf_streaming._units import Source, SourceKind
 
 __all__ = ["READ_BYTES", "ZstdStream", "open_source"]
@@ -91,8 +91,8 @@ class ZstdStream(io.RawIOBase):
 
 def _raw(source: Source) -> Any:
     if source.remote is None:
-        return open(source.path, "rb")  # noqa: SIM115 - closed with the returned stream
-    return io.BufferedReader(RangeReader(source.remote, source.access), READ_BYTES)
+        return open(source.path, "rb")
+    return io.BufferedReader(RangeReader(source.remote, source.access or RemoteAccess()), READ_BYTES)
 
 
 def open_source(source: Source) -> Any:
@@ -119,7 +119,9 @@ def parquet_file(source: Source) -> Any:
         return pq.ParquetFile(source.path)
     key = (source.remote.url, source.remote.etag)
     metadata = _FOOTERS.get(key)
-    parquet = pq.ParquetFile(RangeReader(source.remote, source.access), metadata=metadata, pre_buffer=True)
+    parquet = pq.ParquetFile(
+        RangeReader(source.remote, source.access or RemoteAccess()), metadata=metadata, pre_buffer=True
+    )
     if metadata is None:
         if len(_FOOTERS) >= 256:
             _FOOTERS.pop(next(iter(_FOOTERS)))

@@ -197,7 +197,7 @@ def _scratch_dir() -> str:
     pid = os.getpid()
     found = _SCRATCH.get(pid)
     if found is None:
-        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # noqa: S108 - a private mkdtemp inside
+        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         found = tempfile.mkdtemp(prefix="tokenloom-stream-", dir=base)
         _SCRATCH.clear()
         _SCRATCH[pid] = found

@@ -21,7 +21,9 @@ def remote_access(storage_options: dict[str, Any] | None, retries: Any) -> Remot
         from tokenloom.formats.remote import RetryPolicy
 
         retries = RetryPolicy()
-    if isinstance(retries, int) and not isinstance(retries, bool):
+    if isinstance(retries, bool):
+        raise ConfigError(f"retries={retries!r}, expected an int or a RetryPolicy", field="retries")
+    if isinstance(retries, int):
         if retries < 0:
             raise ConfigError(f"retries={retries}, expected >= 0", field="retries")
         return RemoteAccess(tuple(sorted((storage_options or {}).items())), max_retries=retries)
