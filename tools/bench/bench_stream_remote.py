@@ -187,7 +187,7 @@ def run(quick: bool, resume_mb: float) -> str:
     with tempfile.TemporaryDirectory(prefix="bench-stream-remote-") as tmp_name:
         tmp = Path(tmp_name)
         corpus = build_stdlib_corpus(tmp / "corpus").path
-        files = _concatenated(tmp / "in", corpus, 2 if quick else 10, 2 if quick else 2.5)
+        files = _concatenated(tmp / "in", corpus, 2 if quick else 60, 2 if quick else 10)
         input_mb = sum(f.stat().st_size for f in files) / 1e6
         seaweed = SeaweedS3(tmp / "s3")
         served = tmp / "served"

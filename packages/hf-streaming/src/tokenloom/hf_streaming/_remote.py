@@ -10,12 +10,10 @@ neither mix two versions of an object nor restart it from its first byte.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -189,20 +187,7 @@ def expand_remote(pattern: str, access: RemoteAccess, *, suffixes: tuple[str, ..
 
 # -- ranged reads ------------------------------------------------------------------------------------------
 
-_SCRATCH: dict[int, str] = {}
-
-
-def _scratch_dir() -> str:
-    """A private directory (in memory where /dev/shm exists) for the helper to hand fetched bytes over."""
-    pid = os.getpid()
-    found = _SCRATCH.get(pid)
-    if found is None:
-        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        found = tempfile.mkdtemp(prefix="tokenloom-stream-", dir=base)
-        _SCRATCH.clear()
-        _SCRATCH[pid] = found
-        atexit.register(shutil.rmtree, found, True)
-    return found
+_SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def fetch(obj: RemoteObject, access: RemoteAccess, start: int, end: int) -> bytes:
@@ -211,7 +196,8 @@ def fetch(obj: RemoteObject, access: RemoteAccess, start: int, end: int) -> byte
         return b""
     client, helper = _remote_layer()
     info = client.ObjectInfo(url=obj.url, key=obj.key, size=obj.size, etag=obj.etag)
-    fd, path = tempfile.mkstemp(dir=_scratch_dir())
+    # the helper writes the range into a fresh file (in memory where /dev/shm exists); it is read and removed
+    fd, path = tempfile.mkstemp(prefix="tokenloom-stream-", dir=_SCRATCH)
     os.close(fd)
     os.unlink(path)  # the helper creates it exclusively
     try:
