@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -264,3 +265,23 @@ def test_read_ahead_does_not_change_the_stream_or_the_state(corpus, tokenizer_di
         assert torch.equal(next(a)["input_ids"], next(b)["input_ids"])
     assert plain.state_dict() == ahead.state_dict()
     assert [s["input_ids"].tolist() for s in a] == [s["input_ids"].tolist() for s in b]
+
+
+def test_hand_over_files_of_dead_processes_are_swept(range_server, corpus, tokenizer_dir):
+    import subprocess
+    import sys
+
+    from tokenloom.hf_streaming import _remote
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = Path(_remote._SCRATCH) / f"{_remote._PREFIX}{int(dead.stdout)}-abc"
+    leftover.write_bytes(b"x" * 4096)  # what a SIGKILL between the helper's write and the read leaves
+    mine = Path(_remote._SCRATCH) / f"{_remote._PREFIX}{os.getpid()}-live"
+    mine.write_bytes(b"y")
+    _remote._SWEPT.discard(os.getpid())
+    shutil.copy(corpus[0], range_server.root / "a.jsonl")
+    try:
+        assert stream([f"{range_server.url}/a.jsonl"], tokenizer_dir) == stream([corpus[0]], tokenizer_dir)
+        assert not leftover.exists() and mine.exists()  # a live process's file is never touched
+    finally:
+        mine.unlink()

@@ -187,7 +187,30 @@ def expand_remote(pattern: str, access: RemoteAccess, *, suffixes: tuple[str, ..
 
 # -- ranged reads ------------------------------------------------------------------------------------------
 
-_SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+_SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+_PREFIX = "tokenloom-stream-"
+_SWEPT: set[int] = set()
+
+
+def _sweep_dead() -> None:
+    """Remove hand-over files of processes that died between the helper's write and the read (SIGKILL, a
+    DataLoader worker ending with a read in flight): once per process, by the pid in their names."""
+    pid = os.getpid()
+    if pid in _SWEPT:
+        return
+    _SWEPT.add(pid)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(_SCRATCH):
+            owner = name[len(_PREFIX) :].split("-", 1)[0]
+            if not name.startswith(_PREFIX) or not owner.isdigit():
+                continue
+            try:
+                os.kill(int(owner), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(_SCRATCH, name))
+            except OSError:
+                pass
 
 
 def fetch(obj: RemoteObject, access: RemoteAccess, start: int, end: int) -> bytes:
@@ -197,7 +220,8 @@ def fetch(obj: RemoteObject, access: RemoteAccess, start: int, end: int) -> byte
     client, helper = _remote_layer()
     info = client.ObjectInfo(url=obj.url, key=obj.key, size=obj.size, etag=obj.etag)
     # the helper writes the range into a fresh file (in memory where /dev/shm exists); it is read and removed
-    fd, path = tempfile.mkstemp(prefix="tokenloom-stream-", dir=_SCRATCH)
+    _sweep_dead()
+    fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_SCRATCH)
     os.close(fd)
     os.unlink(path)  # the helper creates it exclusively
     try:
