@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_text
 
 from tokenloom.formats import ConfigError, MissingFileError, ResumeMismatchError, StorageError, TruncatedError
 from tokenloom.hf_streaming import StreamingHuggingFaceDataset
@@ -115,6 +114,8 @@ def test_hf_urls_read_the_hub_layout(range_server, corpus, tokenizer_dir, monkey
 def _big_jsonl(path: Path, docs: int) -> Path:
     import random
 
+    from conftest import make_text
+
     rng = random.Random(3)
     with open(path, "w") as f:
         for i in range(docs):
@@ -167,6 +168,7 @@ def test_resume_is_a_ranged_read_at_the_offset_not_a_replay(range_server, tmp_pa
 def test_parquet_row_groups_are_read_by_range(range_server, tmp_path, tokenizer_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from conftest import make_text
 
     path = range_server.root / "groups.parquet"
     rng = __import__("random").Random(5)
