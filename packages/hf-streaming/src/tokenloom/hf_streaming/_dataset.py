@@ -22,6 +22,8 @@ from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
 from tokenloom.hf_streaming._readers import DEFAULT_MAX_LINE_BYTES
+from tokenloom.hf_streaming._remote import is_remote_source
+from tokenloom.hf_streaming._sources import check_objects, remote_access, remote_dataset_files
 from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint, check_state
 from tokenloom.hf_streaming._units import (
     DEFAULT_UNIT_BYTES,
@@ -96,6 +98,13 @@ class StreamingHuggingFaceDataset(IterableDataset):
         max_line_bytes: a local jsonl line longer than this is a bad record (a RecordError, or
             skipped and counted with ``on_error="skip"``), never read whole; default 64 MiB, the cap
             tokenize and pack use.
+        storage_options: for ``s3://``, ``gs://``, ``az://``, ``https://`` and ``hf://`` data files (or a
+            remote dataset path): obstore's config keys (``endpoint``, ``access_key_id``, ...); default from
+            the environment (AWS_*, GOOGLE_*, AZURE_*; ``HF_ENDPOINT`` for hf://). Never saved in a state.
+        retries: transient faults (429, 5xx, resets, short reads) retried this many times per request
+            (with backoff and jitter), or a ``tokenloom.formats.remote.RetryPolicy``.
+        prefetch_blocks: blocks each slot reads ahead in a background thread (0: none), so that the
+            network (or the disk) waits while the slot tokenizes.
         **load_kwargs: passed to ``load_dataset`` (``data_files=...``, ...).
     """
 
@@ -125,6 +134,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
         cu_seqlens: bool = False,
         encoder: Callable[[TokenizerSpec], EncodeFn] = engine_encoder,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        storage_options: dict[str, Any] | None = None,
+        retries: Any = None,
+        prefetch_blocks: int = 2,
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -137,6 +149,16 @@ class StreamingHuggingFaceDataset(IterableDataset):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", field=name)
+        if isinstance(prefetch_blocks, bool) or not isinstance(prefetch_blocks, int) or prefetch_blocks < 0:
+            raise ConfigError(
+                f"prefetch_blocks is {prefetch_blocks!r}, expected an integer >= 0", field="prefetch_blocks"
+            )
+        self.prefetch_blocks = prefetch_blocks
+        self._access = remote_access(storage_options, retries)
+        if is_remote_source(dataset_name) and load_kwargs.get("data_files") is None:
+            # a remote dataset path: the files under it (a prefix is listed, a glob expanded, a file taken as is)
+            load_kwargs["data_files"] = remote_dataset_files(dataset_name, self._access)
+            dataset_name = "json"  # each file is read by its suffix: jsonl(.gz/.zst) or parquet
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error={on_error!r}, expected 'raise' or 'skip'", field="on_error")
         try:
@@ -182,8 +204,8 @@ class StreamingHuggingFaceDataset(IterableDataset):
             and self.mode is Mode.EXACT
         )
         if local:
-            files = resolve_files(load_kwargs["data_files"], split)
-            self._sources = file_sources(files, dataset_name)
+            files = resolve_files(load_kwargs["data_files"], split, self._access)
+            self._sources = file_sources(files, dataset_name, self._access)
             data = [(os.path.basename(s.path), s.size, list(s.row_groups)) for s in self._sources]
             if all(s.size == 0 for s in self._sources) or (
                 all(s.kind == SourceKind.PARQUET for s in self._sources)
@@ -197,6 +219,8 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 Source(kind=SourceKind.HF, path=f"{self.dataset_name}[shard {i}]", size=0) for i in range(shards)
             ]
             data = [self.dataset_name, dataset_config, split, shards, repr(sorted(load_kwargs.items()))[:2000]]
+        self._objects = [[i, s.path, s.remote.etag] for i, s in enumerate(self._sources) if s.remote is not None]
+        """Each remote source's ETag as opened: saved in every state, checked on load."""
         self.fingerprint = {
             "mode": self.mode.value,
             "data": xxhash.xxh64_hexdigest(repr(data).encode()),
@@ -274,6 +298,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
             "num_workers": num_workers,
             "layout": layout.to_json() if layout is not None else None,
             "base": base.to_json() if self.mode is Mode.EXACT else None,
+            **({"objects": [list(o) for o in self._objects]} if self._objects else {}),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -297,6 +322,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         if kind not in ("slot", "merged"):
             raise ResumeMismatchError(f"state kind {kind!r}, expected 'slot' or 'merged'", field="kind")
         check_state(state)
+        check_objects(state.get("objects"), self._objects)  # first: a changed object names its URL
         check_fingerprint(state["fingerprint"], self.fingerprint)
         if self.mode is Mode.COMPAT and state["world_size"] != self.world_size:
             raise ResumeMismatchError(
@@ -523,6 +549,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 hf_dataset=self._hf,
                 counters=counters,
                 max_line_bytes=self.max_line_bytes,
+                prefetch_blocks=self.prefetch_blocks,
             )
             finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
         else:

@@ -12,8 +12,9 @@ import numpy as np
 from tokenloom.formats import ResumeMismatchError
 from tokenloom.hf_streaming._order import Base, Item, block_order, slot_items
 from tokenloom.hf_streaming._pack import DocBlock
-from tokenloom.hf_streaming._readers import read_blocks, text_of
-from tokenloom.hf_streaming._units import Source, Unit
+from tokenloom.hf_streaming._prefetch import ReadAhead
+from tokenloom.hf_streaming._readers import Block, read_blocks, text_of
+from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
 __all__ = ["Counters", "compat_blocks", "exact_blocks"]
 
@@ -41,35 +42,52 @@ def _doc_block(texts, doc_ids, epoch, item, rows, hint, first_token) -> DocBlock
     )
 
 
+def _reader(
+    item: Item,
+    unit: Unit,
+    source: Source,
+    *,
+    block_size: int,
+    text_field: str,
+    on_error: str,
+    hf_dataset: Any,
+    max_line_bytes: int,
+    prefetch_blocks: int,
+) -> ReadAhead[Block]:
+    """The unit's raw blocks from the item's position on, read ahead in a thread (HF shards: in the caller)."""
+
+    def make() -> Iterator[Block]:
+        return read_blocks(
+            unit,
+            source,
+            unit.source,
+            block_size=block_size,
+            start_block=item.row // block_size,
+            hint=item.hint if item.hint >= 0 and item.row > 0 else -1,
+            text_field=text_field,
+            on_error=on_error,
+            hf_dataset=hf_dataset,
+            max_line_bytes=max_line_bytes,
+        )
+
+    return ReadAhead(make, prefetch_blocks if source.kind != SourceKind.HF else 0)
+
+
 def _unit_blocks(
     item: Item,
     unit: Unit,
     source: Source,
+    blocks: ReadAhead[Block],
     *,
     epoch: int,
     index: int,
     seed: int,
     block_size: int,
-    text_field: str,
-    on_error: str,
-    hf_dataset: Any,
     counters: Counters,
-    max_line_bytes: int,
 ) -> Iterator[DocBlock]:
     first_block = item.row // block_size
     reached = item.fresh
-    for block in read_blocks(
-        unit,
-        source,
-        unit.source,
-        block_size=block_size,
-        start_block=first_block,
-        hint=item.hint if item.hint >= 0 and item.row > 0 else -1,
-        text_field=text_field,
-        on_error=on_error,
-        hf_dataset=hf_dataset,
-        max_line_bytes=max_line_bytes,
-    ):
+    for block in blocks:
         size = len(block.texts)
         order = block_order(size, seed, epoch, item.unit, block.index)
         begin = item.row - block.index * block_size if block.index == first_block else 0
@@ -120,41 +138,66 @@ def exact_blocks(
     hf_dataset: Any,
     counters: Counters,
     max_line_bytes: int,
+    prefetch_blocks: int = 0,
 ) -> Iterator[DocBlock]:
     """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``."""
     first_epoch = True
-    while True:
-        items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
-        records_before = counters.records
-        start = item_index if first_epoch else 0
-        for index in range(start, len(items)):
-            item = items[index]
-            if first_epoch and index == item_index and current is not None:
-                item = Item(item.unit, current.row, current.token, current.hint)
+    readers: dict[int, ReadAhead[Block]] = {}
+
+    def reader(index: int, item: Item) -> ReadAhead[Block]:
+        if index not in readers:
             unit = units[item.unit]
-            yield from _unit_blocks(
+            readers[index] = _reader(
                 item,
                 unit,
                 sources[unit.source],
-                epoch=epoch,
-                index=index,
-                seed=seed,
                 block_size=block_size,
                 text_field=text_field,
                 on_error=on_error,
                 hf_dataset=hf_dataset,
-                counters=counters,
                 max_line_bytes=max_line_bytes,
+                prefetch_blocks=prefetch_blocks,
             )
-        if not infinite:
-            return
-        if epoch not in base.epochs and counters.records == records_before:
-            log.warning(
-                "slot %d of %d read no record in epoch %d: it stops (too few source shards)", slot, slots, epoch
-            )
-            return
-        first_epoch = False
-        epoch += 1
+        return readers[index]
+
+    try:
+        while True:
+            items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
+            records_before = counters.records
+            start = item_index if first_epoch else 0
+            for index in range(start, len(items)):
+                item = items[index]
+                if first_epoch and index == item_index and current is not None:
+                    item = Item(item.unit, current.row, current.token, current.hint)
+                blocks = reader(index, item)
+                if index + 1 < len(items) and prefetch_blocks:
+                    reader(index + 1, items[index + 1])  # the next unit's first blocks arrive meanwhile
+                unit = units[item.unit]
+                yield from _unit_blocks(
+                    item,
+                    unit,
+                    sources[unit.source],
+                    blocks,
+                    epoch=epoch,
+                    index=index,
+                    seed=seed,
+                    block_size=block_size,
+                    counters=counters,
+                )
+                del readers[index]
+            readers.clear()
+            if not infinite:
+                return
+            if epoch not in base.epochs and counters.records == records_before:
+                log.warning(
+                    "slot %d of %d read no record in epoch %d: it stops (too few source shards)", slot, slots, epoch
+                )
+                return
+            first_epoch = False
+            epoch += 1
+    finally:
+        for pending in readers.values():
+            pending.close()
 
 
 def compat_blocks(

@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from tokenloom.formats import FormatError, MissingKeyError, RecordError
+from tokenloom.formats import DataError, FormatError, MissingKeyError, RecordError
+from tokenloom.hf_streaming._open import open_source, parquet_file
 from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "SOURCE_SHIFT", "Block", "read_blocks", "text_of"]
@@ -82,12 +83,13 @@ def _jsonl_blocks(
     on_error: str,
     max_line_bytes: int,
 ) -> Iterator[Block]:
-    gz = source.kind == SourceKind.JSONL_GZ
-    end = unit.end if unit.end >= 0 and not gz else None
+    end = unit.end if unit.end >= 0 and not source.compressed else None
     try:
-        handle = gzip.open(source.path, "rb") if gz else open(source.path, "rb")  # noqa: SIM115
+        handle = open_source(source)
     except OSError as exc:
         raise FormatError(f"cannot open: {exc.strerror}", path=source.path) from None
+    if source.kind == SourceKind.JSONL_ZST:
+        hint = -1  # a zstd stream cannot seek: a resume reads the unit from its start
     with handle as f:
         try:
             if hint >= 0:
@@ -195,10 +197,8 @@ def _rows_blocks(
 
 
 def _parquet_rows(source: Source, group: int, text_field: str) -> Iterator[tuple[int, Any]]:
-    import pyarrow.parquet as pq
-
     try:
-        parquet = pq.ParquetFile(source.path)
+        parquet = parquet_file(source)
         if text_field not in parquet.schema_arrow.names:
             raise MissingKeyError(
                 f"column {text_field!r} is absent, the file has {parquet.schema_arrow.names}",
@@ -208,7 +208,7 @@ def _parquet_rows(source: Source, group: int, text_field: str) -> Iterator[tuple
             )
         column = parquet.read_row_group(group, columns=[text_field]).column(0).to_pylist()
     except (OSError, ValueError) as exc:
-        if isinstance(exc, MissingKeyError):
+        if isinstance(exc, DataError):
             raise
         raise FormatError(f"cannot read row group {group}: {exc}", path=source.path) from None
     first = sum(source.row_groups[:group])
@@ -229,7 +229,7 @@ def read_blocks(
     hf_dataset: Any = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[Block]:
-    if source.kind in (SourceKind.JSONL, SourceKind.JSONL_GZ):
+    if source.kind in (SourceKind.JSONL, SourceKind.JSONL_GZ, SourceKind.JSONL_ZST):
         yield from _jsonl_blocks(
             unit,
             source,

@@ -183,7 +183,7 @@ def check_state(state: Any, where: str = "the state") -> None:
             check_slot_state(slot, where)
         for slot in slots:
             check_fingerprint(slot["fingerprint"], state["fingerprint"])
-            for key in ("mode", "world_size", "num_workers", "base", "layout"):
+            for key in ("mode", "world_size", "num_workers", "base", "layout", "objects"):
                 if slot.get(key) != state.get(key):
                     raise ResumeMismatchError(
                         f"{where}: a slot's {key} {slot.get(key)!r} differs from the merged state's {state.get(key)!r}",
@@ -278,7 +278,7 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     for slot in slots:
         _check_format(slot)
         check_fingerprint(slot["fingerprint"], first["fingerprint"])
-        for key in ("mode", "world_size", "num_workers", "base", "layout"):
+        for key in ("mode", "world_size", "num_workers", "base", "layout", "objects"):
             if slot.get(key) != first.get(key):
                 raise ResumeMismatchError(
                     f"slot states disagree on {key}: {slot.get(key)!r} vs {first.get(key)!r}",
@@ -297,6 +297,7 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "num_workers": int(first["num_workers"]),
         "layout": first["layout"],
         "base": first["base"],
+        **({"objects": first["objects"]} if "objects" in first else {}),
         "slots": covered,
     }
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats import ConfigError, MissingFileError
+from tokenloom.formats import ConfigError, DataError, FormatError, MissingFileError
+from tokenloom.hf_streaming._remote import RemoteAccess, RemoteObject, expand_remote, is_remote_source, stat_remote
 
 __all__ = [
     "DEFAULT_UNIT_BYTES",
@@ -39,19 +40,28 @@ DEFAULT_UNIT_BYTES = 64 * 2**20
 class SourceKind:
     JSONL = "jsonl"
     JSONL_GZ = "jsonl.gz"
+    JSONL_ZST = "jsonl.zst"
     PARQUET = "parquet"
     HF = "hf"
 
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """One input: a local file, or shard ``index`` of a Hugging Face IterableDataset."""
+    """One input: a local file, a remote object, or shard ``index`` of a Hugging Face IterableDataset."""
 
     kind: str
     path: str
+    """The local path or the URL as given (what messages name)."""
     size: int
     row_groups: tuple[int, ...] = ()
     """Rows per row group (parquet only)."""
+    remote: RemoteObject | None = None
+    """A remote object's identity as opened (size, ETag), None for local files."""
+    access: RemoteAccess | None = None
+
+    @property
+    def compressed(self) -> bool:
+        return self.kind in (SourceKind.JSONL_GZ, SourceKind.JSONL_ZST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +99,19 @@ def _kind_of(path: str, builder: str) -> str:
         return SourceKind.PARQUET
     if lower.endswith(".gz"):
         return SourceKind.JSONL_GZ
+    if lower.endswith((".zst", ".zstd")):
+        return SourceKind.JSONL_ZST
     return SourceKind.JSONL
 
 
-def resolve_files(data_files: Any, split: str) -> list[str]:
-    """``data_files`` as ``load_dataset`` takes it (str, list, {split: ...}), globs expanded, in order."""
+#: what a remote prefix (a dataset path) is expanded to
+DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".jsonl.zstd", ".json.zst", ".parquet")
+
+
+def resolve_files(data_files: Any, split: str, access: RemoteAccess | None = None) -> list[str]:
+    """``data_files`` as ``load_dataset`` takes it (str, list, {split: ...}), globs expanded, in order.
+
+    Remote entries stay URLs; a remote glob is expanded by listing the store (s3, gs, az)."""
     if isinstance(data_files, dict):
         if split not in data_files:
             raise ConfigError(
@@ -107,6 +125,12 @@ def resolve_files(data_files: Any, split: str) -> list[str]:
     files: list[str] = []
     for entry in data_files:
         pattern = os.fspath(entry)
+        if is_remote_source(pattern):
+            if any(ch in pattern for ch in "*?["):
+                files.extend(expand_remote(pattern, access or RemoteAccess()))
+            else:
+                files.append(pattern)
+            continue
         if any(ch in pattern for ch in "*?["):
             matched = sorted(glob.glob(pattern, recursive=True))
             if not matched:
@@ -121,23 +145,31 @@ def resolve_files(data_files: Any, split: str) -> list[str]:
     return files
 
 
-def file_sources(files: list[str], builder: str) -> list[Source]:
+def file_sources(files: list[str], builder: str, access: RemoteAccess | None = None) -> list[Source]:
+    """Each file's kind, size and parquet row groups; a remote object's size and ETag from one HEAD."""
     sources = []
     for path in files:
         kind = _kind_of(path, builder)
-        size = os.path.getsize(path)
-        row_groups: tuple[int, ...] = ()
+        remote = stat_remote(path, access or RemoteAccess()) if is_remote_source(path) else None
+        source = Source(
+            kind=kind,
+            path=path,
+            size=remote.size if remote is not None else os.path.getsize(path),
+            remote=remote,
+            access=(access or RemoteAccess()) if remote is not None else None,
+        )
         if kind == SourceKind.PARQUET:
-            import pyarrow.parquet as pq
+            from tokenloom.hf_streaming._open import parquet_file
 
             try:
-                meta = pq.ParquetFile(path).metadata
+                meta = parquet_file(source).metadata
             except Exception as exc:
-                from tokenloom.formats import FormatError
-
+                if isinstance(exc, DataError):
+                    raise
                 raise FormatError(f"not a readable parquet file: {exc}", path=path) from None
             row_groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-        sources.append(Source(kind=kind, path=path, size=size, row_groups=row_groups))
+            source = Source(kind, path, source.size, row_groups, source.remote, source.access)
+        sources.append(source)
     return sources
 
 
@@ -200,7 +232,7 @@ def unit_sizes(units: list[Unit], sources: list[Source]) -> list[int]:
         elif source.kind == SourceKind.PARQUET:
             rows = sum(source.row_groups) or 1
             size = source.size * source.row_groups[unit.begin] // rows
-        elif source.kind == SourceKind.JSONL_GZ:
+        elif source.compressed:
             size = source.size
         else:
             size = 1

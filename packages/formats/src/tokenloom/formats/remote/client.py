@@ -32,6 +32,7 @@ __all__ = [
     "head",
     "list_dir",
     "list_objects",
+    "list_prefix",
     "redact",
 ]
 
@@ -319,3 +320,26 @@ def list_dir(config: StoreConfig, name: str = "") -> tuple[list[str], list[str]]
     folders = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"])
     objects = sorted(str(o["path"]).rsplit("/", 1)[-1] for o in found["objects"])
     return folders, objects
+
+
+def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
+    """Every object whose key starts with ``prefix`` (sorted by key; retried). http(s) stores cannot list."""
+    if config.url.scheme in ("http", "https"):
+        raise ConfigError(
+            f"{config.url.root} cannot be listed (plain HTTP has no listing)",
+            path=config.url.url(prefix),
+            field="data_files",
+            hint="Name each file explicitly; globs work on s3://, gs:// and az://",
+        )
+    url = config.url.url(prefix)
+
+    def list_all() -> list[ObjectInfo]:
+        found = []
+        for chunk in _obstore().list(_store(config), prefix=prefix or None):
+            for meta in chunk:
+                etag = meta.get("e_tag") or meta.get("version") or ""
+                key = str(meta["path"])
+                found.append(ObjectInfo(url=config.url.url(key), key=key, size=int(meta["size"]), etag=str(etag)))
+        return found
+
+    return sorted(_with_retries(config, url, "listing objects", list_all), key=lambda o: o.key)

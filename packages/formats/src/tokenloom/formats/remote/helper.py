@@ -30,7 +30,18 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
-__all__ = ["check_bucket", "delete", "fetch_into", "head", "list_dir", "list_names", "list_objects", "put_file", "stat"]
+__all__ = [
+    "check_bucket",
+    "delete",
+    "fetch_into",
+    "head",
+    "list_dir",
+    "list_names",
+    "list_objects",
+    "list_prefix",
+    "put_file",
+    "stat",
+]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -173,6 +184,11 @@ def delete(config: StoreConfig, name: str) -> None:
     _helper().call("delete", config=_config_json(config), name=name)
 
 
+def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
+    """Every object under ``prefix`` of the store root of ``config``, sorted by key (s3, gs, az)."""
+    return [ObjectInfo(**raw) for raw in _helper().call("list_prefix", config=_config_json(config), prefix=prefix)]
+
+
 # -- the helper side -------------------------------------------------------------------------------------
 
 
@@ -210,7 +226,13 @@ def _answer(request: dict[str, Any]) -> Any:
         return writes.list_names(config)
     if request["op"] == "delete":
         return writes.delete(config, request["name"])
+    if request["op"] == "list_prefix":
+        return _answer_list(config, request)
     raise ValueError(f"unknown request {request['op']!r}")
+
+
+def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(info) for info in client.list_prefix(config, request["prefix"])]
 
 
 def serve() -> None:

@@ -1,0 +1,133 @@
+"""Open a source's decompressed bytes: local or remote, plain, gzip or zstd.
+
+A remote plain jsonl file is read through a buffer of ``READ_BYTES`` (one ranged GET each) from
+wherever the reader seeks, so a resume inside a unit costs one block, not the position. A
+compressed stream cannot seek: it is read from its first byte (a unit is the whole file).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from typing import Any
+
+from tokenloom.formats import TruncatedError
+from tokenloom.formats.io import require
+from tokenloom.hf_streaming._remote import RangeReader, RemoteAccess
+from tokenloom.hf_streaming._units import Source, SourceKind
+
+__all__ = ["READ_BYTES", "ZstdStream", "open_source"]
+
+READ_BYTES = 4 << 20
+"""Bytes per ranged GET of a remote jsonl stream."""
+
+
+class ZstdStream(io.RawIOBase):
+    """Decompressed bytes of a zstd stream (every frame in turn); a cut stream is a TruncatedError.
+
+    zstandard's own ``stream_reader`` simply stops at the end of a truncated file, so a cut upload
+    would read as a shorter, complete input: this reader knows when it is inside a frame.
+    """
+
+    def __init__(self, raw: Any, path: str) -> None:
+        super().__init__()
+        zstd = require("zstandard", distribution="tokenloom-hf-streaming", extra="zstd", purpose="reading .zst jsonl")
+        self._raw = raw
+        self._path = path
+        self._context = zstd.ZstdDecompressor()
+        self._zstd_error = zstd.ZstdError
+        self._frame = self._context.decompressobj()
+        self._in_frame = False
+        self._buffer = memoryview(b"")
+        self._position = 0
+        self._returned = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        """Decompressed bytes returned so far (what a record's offset counts); the stream cannot seek."""
+        return self._returned
+
+    def _fill(self) -> bool:
+        while self._position >= len(self._buffer):
+            data = self._raw.read(1 << 18)
+            if not data:
+                if self._in_frame:
+                    raise TruncatedError(
+                        "the stream ends inside a zstd frame (the file is cut short)",
+                        path=self._path,
+                        hint="Re-upload or re-compress the file (zstd -t checks it)",
+                    )
+                return False
+            out = []
+            try:
+                while data:
+                    out.append(self._frame.decompress(data))
+                    self._in_frame = True
+                    data = b""
+                    if self._frame.eof:
+                        data = self._frame.unused_data
+                        self._frame = self._context.decompressobj()
+                        self._in_frame = False
+            except self._zstd_error as exc:
+                raise OSError(f"the zstd data is corrupt ({exc})") from None
+            self._buffer, self._position = memoryview(b"".join(out)), 0
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._fill():
+            return 0
+        size = min(len(buffer), len(self._buffer) - self._position)
+        buffer[:size] = self._buffer[self._position : self._position + size]
+        self._position += size
+        self._returned += size
+        return size
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _raw(source: Source) -> Any:
+    if source.remote is None:
+        return open(source.path, "rb")
+    return io.BufferedReader(RangeReader(source.remote, source.access or RemoteAccess()), READ_BYTES)
+
+
+def open_source(source: Source) -> Any:
+    """The decompressed, binary byte stream of a jsonl source (seekable unless compressed)."""
+    if source.kind == SourceKind.JSONL_GZ and source.remote is None:
+        return gzip.open(source.path, "rb")
+    raw = _raw(source)
+    try:
+        if source.kind == SourceKind.JSONL_GZ:  # a RangeReader holds no connection: nothing to close under it
+            return gzip.GzipFile(fileobj=raw, mode="rb")
+        if source.kind == SourceKind.JSONL_ZST:
+            return io.BufferedReader(ZstdStream(raw, source.path), 1 << 16)
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
+def parquet_file(source: Source) -> Any:
+    """A ``pyarrow.parquet.ParquetFile``: local, or over ranged reads (footer first, then row groups by range)."""
+    import pyarrow.parquet as pq
+
+    if source.remote is None:
+        return pq.ParquetFile(source.path)
+    key = (source.remote.url, source.remote.etag)
+    metadata = _FOOTERS.get(key)
+    parquet = pq.ParquetFile(
+        RangeReader(source.remote, source.access or RemoteAccess()), metadata=metadata, pre_buffer=True
+    )
+    if metadata is None:
+        if len(_FOOTERS) >= 256:
+            _FOOTERS.pop(next(iter(_FOOTERS)))
+        _FOOTERS[key] = parquet.metadata
+    return parquet
+
+
+_FOOTERS: dict[tuple[str, str], Any] = {}
+"""Parquet footers already read in this process, by (URL, ETag): a row group then costs one ranged GET."""

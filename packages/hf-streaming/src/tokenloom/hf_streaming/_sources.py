@@ -1,0 +1,82 @@
+"""Remote inputs at the dataset level: access options, a remote dataset path, and the ETags in a state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenloom.formats import ConfigError, ResumeMismatchError
+from tokenloom.hf_streaming._remote import RemoteAccess, expand_remote
+from tokenloom.hf_streaming._units import DATA_SUFFIXES
+
+__all__ = ["check_objects", "remote_access", "remote_dataset_files"]
+
+
+def remote_access(storage_options: dict[str, Any] | None, retries: Any) -> RemoteAccess:
+    """The store options and retry policy as one frozen, picklable value."""
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise ConfigError(
+            f"storage_options is a {type(storage_options).__name__}, expected a dict", field="storage_options"
+        )
+    if retries is None:
+        from tokenloom.formats.remote import RetryPolicy
+
+        retries = RetryPolicy()
+    if isinstance(retries, bool):
+        raise ConfigError(f"retries={retries!r}, expected an int or a RetryPolicy", field="retries")
+    if isinstance(retries, int):
+        if retries < 0:
+            raise ConfigError(f"retries={retries}, expected >= 0", field="retries")
+        return RemoteAccess(tuple(sorted((storage_options or {}).items())), max_retries=retries)
+    for name in ("max_retries", "backoff", "timeout"):
+        if not hasattr(retries, name):
+            raise ConfigError(
+                f"retries is a {type(retries).__name__}, expected an int or a RetryPolicy", field="retries"
+            )
+    return RemoteAccess(
+        tuple(sorted((storage_options or {}).items())),
+        max_retries=int(retries.max_retries),
+        backoff=float(retries.backoff),
+        timeout=float(retries.timeout),
+    )
+
+
+def remote_dataset_files(url: str, access: RemoteAccess) -> list[str]:
+    """A remote dataset path as data files: a file as is, a glob expanded, a prefix listed (known suffixes)."""
+    if any(ch in url for ch in "*?["):
+        return expand_remote(url, access)
+    if url.lower().endswith(DATA_SUFFIXES):
+        return [url]
+    return expand_remote(url, access, suffixes=DATA_SUFFIXES)
+
+
+def check_objects(saved: Any, current: list[list[Any]]) -> None:
+    """A ResumeMismatchError naming the URL when an object's ETag differs from the one in the state."""
+    if saved is None:
+        return
+    if not isinstance(saved, list) or not all(
+        isinstance(o, list) and len(o) == 3 and isinstance(o[0], int) and all(isinstance(v, str) for v in o[1:])
+        for o in saved
+    ):
+        raise ResumeMismatchError(
+            "the state's objects are not a list of [source, url, etag]",
+            field="objects",
+            hint="The state is damaged or was not written by tokenloom: restore it from the checkpoint",
+        )
+    now = {index: (url, etag) for index, url, etag in current}
+    for index, url, etag in saved:
+        found = now.get(index)
+        if found is None or found[0] != url:
+            raise ResumeMismatchError(
+                f"the state was saved with {url} as source {index}, now it is {found[0] if found else 'a local file'}",
+                path=url,
+                field="objects",
+                hint="Resume with the data files the state was saved with, or start afresh",
+            )
+        if found[1] != etag:
+            raise ResumeMismatchError(
+                f"{url} changed since the state was saved (ETag {etag!r} then, {found[1]!r} now)",
+                path=url,
+                field="objects",
+                hint="Restore the object the run started with, or start afresh: a saved position in other bytes "
+                "would skip or repeat documents",
+            )
