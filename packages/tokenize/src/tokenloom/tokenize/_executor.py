@@ -53,7 +53,7 @@ from tokenloom.tokenize._worker import (
     sample_texts,
     warm_up,
 )
-from tokenloom.tokenize.engine import announce_engine
+from tokenloom.tokenize.engine import EngineMismatchError, announce_engine
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
@@ -84,18 +84,64 @@ class Encoding:
     settings: EncodeSettings
     info: TokenizerInfo
     dtype: np.dtype
-    engine: EngineChoice
+    chosen: EngineChoice | None
     executor: Executor | None
     window: int
     """Chunks in flight at most: ``2 * num_workers + 2``, so memory does not grow with the input."""
+    probing: Future[EngineChoice] | None = None
+    """The engine probe running in a worker (chosen is None until it is back); see :meth:`results`."""
 
     @property
     def eos_id(self) -> int:
         return self.settings.eod_id
 
+    @property
+    def engine(self) -> EngineChoice:
+        """The engine of this run: waits for the probe if it is still running (its errors are raised here)."""
+        chosen = self.chosen
+        if chosen is None and self.probing is not None and self.executor is not None:
+            try:
+                chosen = _result(self.probing, self.executor)
+            except BrokenProcessPool:
+                raise _worker_died(None, dict(getattr(self.executor, "_processes", None) or {})) from None
+            announce_engine(log, chosen.name, chosen.reason, tokenizer=self.settings.tokenizer)
+            object.__setattr__(self, "chosen", chosen)
+            object.__setattr__(self, "settings", _chosen_settings(self.settings, chosen))
+        if chosen is None:
+            raise RuntimeError("an Encoding without an engine choice or a probe to wait for")
+        return chosen
+
     def results(self, chunks: Iterator[Chunk]) -> Iterator[ChunkResult]:
-        """Every chunk encoded, results in input order (see :func:`run_ordered`)."""
-        return run_ordered(self.executor, chunks, self.settings, self.window)
+        """Every chunk encoded, results in input order (see :func:`run_ordered`).
+
+        While the engine probe still runs in one worker, the first chunks go out with its sample
+        (EncodeSettings.probe) and the workers make the same choice themselves, so that encoding
+        starts without waiting for it; the probe's outcome (or error) comes before the first result.
+        """
+        if self.chosen is not None or self.probing is None:
+            yield from run_ordered(self.executor, chunks, self.settings, self.window)
+            return
+        ordered = run_ordered(self.executor, chunks, self.settings, self.window, now=lambda: self._current_settings())
+        try:
+            first = next(ordered, None)
+        except EngineMismatchError:
+            self.engine  # noqa: B018  (a probe that failed explains it first)
+            raise
+        self.engine  # noqa: B018
+        if first is None:
+            return
+        yield first
+        yield from ordered
+
+    def _current_settings(self) -> EncodeSettings:
+        if self.chosen is None and self.probing is not None and self.probing.done():
+            with contextlib.suppress(Exception):  # its error is raised by results()
+                self.engine  # noqa: B018
+        return self.settings
+
+
+def _chosen_settings(settings: EncodeSettings, choice: EngineChoice) -> EncodeSettings:
+    return dataclasses.replace(settings, engine=choice.name, probe=None)
 
 
 def encoding_for(
@@ -162,9 +208,18 @@ def start_encoding(
             min_text_length=min_text_length,
             refuse_pad=windowing is Windowing.GPT_SIMPLE and not gpt_simple_pad_is_added(tokenizer),
         )
+        window = 2 * max(num_workers, 1) + 2
+        if executor is not None and serialized is not None:  # a worker probes while the first chunks go out
+            sample = probe_sample(files, settings, max_line_bytes)
+            probing = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
+            settings = dataclasses.replace(
+                settings, engine=engine, verify_fraction=verify_fraction, probe=tuple(sample)
+            )
+            yield Encoding(settings, info, dtype, None, executor, window, probing)
+            return
         choice = choose_run_engine(files, settings, serialized, engine, verify_fraction, max_line_bytes, executor)
         settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
-        yield Encoding(settings, info, dtype, choice, executor, 2 * max(num_workers, 1) + 2)
+        yield Encoding(settings, info, dtype, choice, executor, window)
 
 
 def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
@@ -235,6 +290,21 @@ def choose_run_engine(
     as long as the whole run of a 100 MB corpus takes on the fast engine; the run-time check
     (--verify-fraction) keeps comparing documents after it.
     """
+    sample = probe_sample(files, settings, max_line_bytes)
+    if executor is not None and serialized is not None:  # a worker probes (and keeps its encoder)
+        future = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
+        try:
+            choice = _result(future, executor)
+        except BrokenProcessPool:
+            raise _worker_died(None, dict(getattr(executor, "_processes", None) or {})) from None
+    else:
+        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
+    return choice
+
+
+def probe_sample(files: list[InputFile], settings: EncodeSettings, max_line_bytes: int) -> list[str]:
+    """The engine probe's texts: the input's first documents (PROBE_INPUT_TEXTS, PROBE_INPUT_CHARS)."""
     sample: list[str] = []
     chars = 0
     reader = read_chunks(
@@ -253,16 +323,7 @@ def choose_run_engine(
                     break
     finally:
         getattr(reader, "close", lambda: None)()  # close the file the generator holds open
-    if executor is not None and serialized is not None:  # a worker probes (and keeps its encoder)
-        future = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
-        try:
-            choice = _result(future, executor)
-        except BrokenProcessPool:
-            raise _worker_died(None, dict(getattr(executor, "_processes", None) or {})) from None
-    else:
-        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
-    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
-    return choice
+    return sample
 
 
 #: What the fork server imports once, so that each worker forked from it starts with them loaded.
@@ -387,9 +448,17 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> It
 
 
 def run_ordered(
-    executor: Executor | None, chunks: Iterator[Chunk], settings: EncodeSettings, window: int
+    executor: Executor | None,
+    chunks: Iterator[Chunk],
+    settings: EncodeSettings,
+    window: int,
+    *,
+    now: Callable[[], EncodeSettings] | None = None,
 ) -> Iterator[ChunkResult]:
-    """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight."""
+    """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight.
+
+    ``now``: the settings to send with the next chunk (they change once the engine probe is back).
+    """
     if executor is None:
         for chunk in chunks:
             yield encode_chunk(chunk, settings)
@@ -399,7 +468,7 @@ def run_ordered(
     chunk: Chunk | None = None
     try:
         for chunk in chunks:
-            pending.append((chunk, executor.submit(encode_chunk, chunk, settings)))
+            pending.append((chunk, executor.submit(encode_chunk, chunk, settings if now is None else now())))
             workers.update(getattr(executor, "_processes", None) or {})
             if len(pending) >= window:
                 yield _result(pending.popleft()[1], executor)

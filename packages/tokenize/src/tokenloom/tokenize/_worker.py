@@ -65,7 +65,7 @@ class EncodeSettings:
     overlap_size: int
     dtype: str
     engine: str = Engine.HF.value
-    """The engine chosen before the run (hf or fast; never auto here)."""
+    """The engine chosen before the run (hf or fast); with ``probe``, the engine asked for (auto, hf, fast)."""
     verify_fraction: float = DEFAULT_VERIFY_FRACTION
     """fast: the fraction of documents re-encoded with hf and compared."""
     windowing: str = Windowing.TOKENLOOM.value
@@ -77,6 +77,10 @@ class EncodeSettings:
     """--val-fraction: documents whose seeded hash falls below this fraction go to the validation split."""
     val_seed: int = 0
     """The seed of that hash (--seed)."""
+    probe: tuple[str, ...] | None = None
+    """The engine probe's input sample, while the probe's own result is not back yet: a worker then makes the
+    same choice itself (load_encoder is a pure function of the tokenizer, the engine asked for and these texts),
+    so chunks need not wait for the probe."""
 
 
 @dataclass(slots=True)
@@ -221,20 +225,34 @@ def probe_in_worker(tokenizer: str, engine: str, sample: list[str], verify_fract
     loaded = load_tokenizer(tokenizer)
     backend = getattr(loaded, "backend", None)
     source = backend if backend is not None else getattr(loaded, "transformers", loaded)
-    encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
-    _ENCODERS[(tokenizer, encoder.name, verify_fraction)] = encoder
+    key = (tokenizer, _probe_key(engine, sample), verify_fraction)
+    encoder = _ENCODERS.get(key)  # this worker may have probed for a chunk already (EncodeSettings.probe)
+    if encoder is None:
+        encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
+        _ENCODERS[key] = encoder
+    _ENCODERS.setdefault((tokenizer, encoder.name, verify_fraction), encoder)
     return EngineChoice(encoder.name, encoder.reason, encoder.record())
 
 
+def _probe_key(engine: str, sample: list[str] | tuple[str, ...]) -> str:
+    """The name of an encoder chosen by probing ``sample`` (the same sample gives the same choice)."""
+    return f"probe:{engine}:{len(sample)}:{hash(tuple(sample))}"
+
+
 def _encoder(settings: EncodeSettings) -> Encoder:
-    key = (settings.tokenizer, settings.engine, settings.verify_fraction)
+    if settings.probe is not None:  # the probe's result is not back yet: make the same choice here
+        key = (settings.tokenizer, _probe_key(settings.engine, settings.probe), settings.verify_fraction)
+    else:
+        key = (settings.tokenizer, settings.engine, settings.verify_fraction)
     encoder = _ENCODERS.get(key)
     if encoder is None:
         loaded = load_tokenizer(settings.tokenizer)
         backend = getattr(loaded, "backend", None)
         source = backend if backend is not None else getattr(loaded, "transformers", loaded)
-        encoder = load_encoder(source, settings.engine, verify_fraction=settings.verify_fraction)
+        encoder = load_encoder(source, settings.engine, settings.probe or (), verify_fraction=settings.verify_fraction)
         _ENCODERS[key] = encoder
+        if settings.probe is not None:
+            _ENCODERS.setdefault((settings.tokenizer, encoder.name, settings.verify_fraction), encoder)
     return encoder
 
 
