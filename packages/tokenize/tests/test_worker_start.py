@@ -14,7 +14,6 @@ import pytest
 from tokenloom.tokenize import default_tokenizer_path
 from tokenloom.tokenize._executor import executor_for
 
-
 _FIRST_TASK = """
 import os, sys, time
 from tokenloom.tokenize._executor import executor_for
@@ -97,3 +96,40 @@ def test_workers_exit_when_their_owner_is_sigkilled(tmp_path: Path) -> None:
     finally:
         owner.kill()
         owner.wait(timeout=60)
+
+
+def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(tmp_path: Path) -> None:
+    """The first chunks carry the probe's sample; each worker makes the probe's choice itself, so the ids are
+    those of a one-process run, and the run's engine is the probe's."""
+    import numpy as np
+    import orjson
+
+    from tokenloom.tokenize._executor import start_encoding
+    from tokenloom.tokenize._inputs import discover_inputs, read_chunks
+
+    texts = [f"document {i}: " + "word " * (i % 50) + "\u00e9\u6f22 end" for i in range(3000)]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in texts))
+    files = discover_inputs(tmp_path / "in")
+    tokenizer = str(default_tokenizer_path())
+    options = {
+        "eos_id": None,
+        "text_field": "text",
+        "engine": "auto",
+        "verify_fraction": 0.001,
+        "max_line_bytes": 1 << 20,
+    }
+
+    def chunks():
+        return read_chunks(files, chunk_lines=200, chunk_bytes=1 << 20, max_line_bytes=1 << 20)
+
+    with start_encoding(tokenizer, files, num_workers=2, **options) as encoding:  # pyright: ignore[reportArgumentType]
+        assert encoding.chosen is None and encoding.probing is not None
+        assert encoding.settings.probe is not None and encoding.settings.engine == "auto"
+        got = [result.tokens for result in encoding.results(chunks())]
+        assert encoding.engine.name == "fast" and encoding.settings.probe is None
+    with start_encoding(tokenizer, files, num_workers=0, **options) as reference:  # pyright: ignore[reportArgumentType]
+        want = [result.tokens for result in reference.results(chunks())]
+        assert reference.engine.name == "fast"
+    assert len(got) == len(want) == 15
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
