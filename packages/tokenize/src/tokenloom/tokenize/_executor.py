@@ -1,9 +1,11 @@
 """The one executor of tokenize: native, staged and pack runs all encode through it.
 
     start_encoding: tokenizer facts (EOS id, vocabulary, serialized backend)
-        -> worker processes (spawn; the backend handed over through a private file)
-        -> EOS id, dtype, engine probe -> Encoding
-    Encoding.results(chunks): encode_chunk in the workers, results in chunk order,
+        -> worker processes (forked from a fork server with tokenloom imported; spawn where there is
+           none; the backend handed over through a private file)
+        -> EOS id, dtype, engine probe in a worker -> Encoding
+    Encoding.results(chunks): encode_chunk in the workers (the first chunks go out before the probe
+        is back, with its sample), results in chunk order,
         at most ``2 * num_workers + 2`` chunks in flight; a dead worker is a WorkerDiedError
 
 Results are consumed strictly in chunk order, so the bytes never depend on the
