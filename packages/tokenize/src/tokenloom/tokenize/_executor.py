@@ -1,9 +1,11 @@
 """The one executor of tokenize: native, staged and pack runs all encode through it.
 
     start_encoding: tokenizer facts (EOS id, vocabulary, serialized backend)
-        -> worker processes (spawn; the backend handed over through a private file)
-        -> EOS id, dtype, engine probe -> Encoding
-    Encoding.results(chunks): encode_chunk in the workers, results in chunk order,
+        -> worker processes (forked from a fork server with tokenloom imported; spawn where there is
+           none; the backend handed over through a private file)
+        -> EOS id, dtype, engine probe in a worker -> Encoding
+    Encoding.results(chunks): encode_chunk in the workers (the first chunks go out before the probe
+        is back, with its sample), results in chunk order,
         at most ``2 * num_workers + 2`` chunks in flight; a dead worker is a WorkerDiedError
 
 Results are consumed strictly in chunk order, so the bytes never depend on the
@@ -53,7 +55,7 @@ from tokenloom.tokenize._worker import (
     sample_texts,
     warm_up,
 )
-from tokenloom.tokenize.engine import announce_engine
+from tokenloom.tokenize.engine import EngineMismatchError, announce_engine
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
@@ -84,18 +86,64 @@ class Encoding:
     settings: EncodeSettings
     info: TokenizerInfo
     dtype: np.dtype
-    engine: EngineChoice
+    chosen: EngineChoice | None
     executor: Executor | None
     window: int
     """Chunks in flight at most: ``2 * num_workers + 2``, so memory does not grow with the input."""
+    probing: Future[EngineChoice] | None = None
+    """The engine probe running in a worker (chosen is None until it is back); see :meth:`results`."""
 
     @property
     def eos_id(self) -> int:
         return self.settings.eod_id
 
+    @property
+    def engine(self) -> EngineChoice:
+        """The engine of this run: waits for the probe if it is still running (its errors are raised here)."""
+        chosen = self.chosen
+        if chosen is None and self.probing is not None and self.executor is not None:
+            try:
+                chosen = _result(self.probing, self.executor)
+            except BrokenProcessPool:
+                raise _worker_died(None, dict(getattr(self.executor, "_processes", None) or {})) from None
+            announce_engine(log, chosen.name, chosen.reason, tokenizer=self.settings.tokenizer)
+            object.__setattr__(self, "chosen", chosen)
+            object.__setattr__(self, "settings", _chosen_settings(self.settings, chosen))
+        if chosen is None:
+            raise RuntimeError("an Encoding without an engine choice or a probe to wait for")
+        return chosen
+
     def results(self, chunks: Iterator[Chunk]) -> Iterator[ChunkResult]:
-        """Every chunk encoded, results in input order (see :func:`run_ordered`)."""
-        return run_ordered(self.executor, chunks, self.settings, self.window)
+        """Every chunk encoded, results in input order (see :func:`run_ordered`).
+
+        While the engine probe still runs in one worker, the first chunks go out with its sample
+        (EncodeSettings.probe) and the workers make the same choice themselves, so that encoding
+        starts without waiting for it; the probe's outcome (or error) comes before the first result.
+        """
+        if self.chosen is not None or self.probing is None:
+            yield from run_ordered(self.executor, chunks, self.settings, self.window)
+            return
+        ordered = run_ordered(self.executor, chunks, self.settings, self.window, now=lambda: self._current_settings())
+        try:
+            first = next(ordered, None)
+        except EngineMismatchError:
+            self.engine  # noqa: B018  (a probe that failed explains it first)
+            raise
+        self.engine  # noqa: B018
+        if first is None:
+            return
+        yield first
+        yield from ordered
+
+    def _current_settings(self) -> EncodeSettings:
+        if self.chosen is None and self.probing is not None and self.probing.done():
+            with contextlib.suppress(Exception):  # its error is raised by results()
+                self.engine  # noqa: B018
+        return self.settings
+
+
+def _chosen_settings(settings: EncodeSettings, choice: EngineChoice) -> EncodeSettings:
+    return dataclasses.replace(settings, engine=choice.name, probe=None)
 
 
 def encoding_for(
@@ -162,9 +210,18 @@ def start_encoding(
             min_text_length=min_text_length,
             refuse_pad=windowing is Windowing.GPT_SIMPLE and not gpt_simple_pad_is_added(tokenizer),
         )
+        window = 2 * max(num_workers, 1) + 2
+        if executor is not None and serialized is not None:  # a worker probes while the first chunks go out
+            sample = probe_sample(files, settings, max_line_bytes)
+            probing = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
+            settings = dataclasses.replace(
+                settings, engine=engine, verify_fraction=verify_fraction, probe=tuple(sample)
+            )
+            yield Encoding(settings, info, dtype, None, executor, window, probing)
+            return
         choice = choose_run_engine(files, settings, serialized, engine, verify_fraction, max_line_bytes, executor)
         settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
-        yield Encoding(settings, info, dtype, choice, executor, 2 * max(num_workers, 1) + 2)
+        yield Encoding(settings, info, dtype, choice, executor, window)
 
 
 def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
@@ -235,6 +292,21 @@ def choose_run_engine(
     as long as the whole run of a 100 MB corpus takes on the fast engine; the run-time check
     (--verify-fraction) keeps comparing documents after it.
     """
+    sample = probe_sample(files, settings, max_line_bytes)
+    if executor is not None and serialized is not None:  # a worker probes (and keeps its encoder)
+        future = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
+        try:
+            choice = _result(future, executor)
+        except BrokenProcessPool:
+            raise _worker_died(None, dict(getattr(executor, "_processes", None) or {})) from None
+    else:
+        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
+    return choice
+
+
+def probe_sample(files: list[InputFile], settings: EncodeSettings, max_line_bytes: int) -> list[str]:
+    """The engine probe's texts: the input's first documents (PROBE_INPUT_TEXTS, PROBE_INPUT_CHARS)."""
     sample: list[str] = []
     chars = 0
     reader = read_chunks(
@@ -253,16 +325,13 @@ def choose_run_engine(
                     break
     finally:
         getattr(reader, "close", lambda: None)()  # close the file the generator holds open
-    if executor is not None and serialized is not None:  # a worker probes (and keeps its encoder)
-        future = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
-        try:
-            choice = _result(future, executor)
-        except BrokenProcessPool:
-            raise _worker_died(None, dict(getattr(executor, "_processes", None) or {})) from None
-    else:
-        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
-    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
-    return choice
+    return sample
+
+
+#: What the fork server imports once, so that each worker forked from it starts with them loaded.
+FORKSERVER_PRELOAD = ["tokenloom.tokenize._worker"]
+#: Environment variables a worker takes from the pool owner when the pool starts (see :func:`worker_environ`).
+WORKER_ENV_PREFIXES = ("TOKENLOOM_", "HF_", "TOKENIZERS_", "TRANSFORMERS_", "RAYON_", "MALLOC_")
 
 
 def spawn_pool(
@@ -270,16 +339,34 @@ def spawn_pool(
 ) -> ProcessPoolExecutor:
     """Every process pool of tokenize (encoding workers, the tokenizer-describing child) is made here.
 
-    spawn, not fork: a tokenizer (or its thread pool) must never cross a fork. Not
-    forkserver either: its workers' parent is the server, which outlives a killed
-    parent, so the workers' watchdog would never fire.
+    forkserver (spawn where there is none): a tokenizer (or its thread pool) must never cross
+    a fork, and the server never builds one: it only imports numpy and tokenloom's worker
+    modules (FORKSERVER_PRELOAD), once per process, so a worker forked from it skips the
+    0.3 CPU-s of imports that each spawned worker paid (measured here; the server is started
+    once and serves every later pool of this process). A worker's parent is the server, which
+    exits when this process dies (its end of the server's pipe closes); the workers' watchdog
+    (:func:`init_worker`) then sees its parent change.
     """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context: Any = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(FORKSERVER_PRELOAD)  # takes effect when the server first starts
+    else:
+        context = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(
         max_workers=max_workers,
-        mp_context=multiprocessing.get_context("spawn"),
+        mp_context=context,
         initializer=initializer,
         initargs=initargs,
     )
+
+
+def worker_environ() -> dict[str, str]:
+    """The variables (WORKER_ENV_PREFIXES) that tokenize's workers read, as this process has them now.
+
+    Why: a worker forked from the fork server has the server's environment, taken when the
+    server started (maybe many runs earlier in a long-lived process); init_worker applies these.
+    """
+    return {key: value for key, value in os.environ.items() if key.startswith(WORKER_ENV_PREFIXES)}
 
 
 HANDOFF_PREFIX = "tokenloom-tokenizer-"
@@ -352,7 +439,8 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> It
         if serialized is not None:
             root = handoff_dir(stack)
             handoff = SerializedHandoff.write(root / "tokenizer.json", serialized)
-        executor = spawn_pool(num_workers, initializer=init_worker, initargs=(threads, tokenizer, handoff, os.getpid()))
+        initargs = (threads, tokenizer, handoff, os.getpid(), worker_environ(), WORKER_ENV_PREFIXES)
+        executor = spawn_pool(num_workers, initializer=init_worker, initargs=initargs)
         stack.callback(_shutdown, executor)
         # start the workers now (one task each), so that they import and build the tokenizer while
         # the parent runs the engine probe, instead of after it
@@ -362,9 +450,17 @@ def executor_for(num_workers: int, tokenizer: str, serialized: str | None) -> It
 
 
 def run_ordered(
-    executor: Executor | None, chunks: Iterator[Chunk], settings: EncodeSettings, window: int
+    executor: Executor | None,
+    chunks: Iterator[Chunk],
+    settings: EncodeSettings,
+    window: int,
+    *,
+    now: Callable[[], EncodeSettings] | None = None,
 ) -> Iterator[ChunkResult]:
-    """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight."""
+    """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight.
+
+    ``now``: the settings to send with the next chunk (they change once the engine probe is back).
+    """
     if executor is None:
         for chunk in chunks:
             yield encode_chunk(chunk, settings)
@@ -374,7 +470,7 @@ def run_ordered(
     chunk: Chunk | None = None
     try:
         for chunk in chunks:
-            pending.append((chunk, executor.submit(encode_chunk, chunk, settings)))
+            pending.append((chunk, executor.submit(encode_chunk, chunk, settings if now is None else now())))
             workers.update(getattr(executor, "_processes", None) or {})
             if len(pending) >= window:
                 yield _result(pending.popleft()[1], executor)

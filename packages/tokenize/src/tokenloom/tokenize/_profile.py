@@ -15,11 +15,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["ENV", "enabled", "flush", "span", "summarize"]
+__all__ = ["ENV", "enabled", "flush", "restart", "span", "summarize"]
 
 ENV = "TOKENLOOM_PROFILE"
 _STARTED = time.perf_counter()
 _TOTALS: dict[str, float] = {}
+
+
+def restart() -> None:
+    """A worker forked from the fork server starts its clock here (the module was imported in the server)."""
+    global _STARTED
+    _STARTED = time.perf_counter()
 
 
 def enabled() -> bool:

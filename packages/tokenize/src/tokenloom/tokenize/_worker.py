@@ -65,7 +65,7 @@ class EncodeSettings:
     overlap_size: int
     dtype: str
     engine: str = Engine.HF.value
-    """The engine chosen before the run (hf or fast; never auto here)."""
+    """The engine chosen before the run (hf or fast); with ``probe``, the engine asked for (auto, hf, fast)."""
     verify_fraction: float = DEFAULT_VERIFY_FRACTION
     """fast: the fraction of documents re-encoded with hf and compared."""
     windowing: str = Windowing.TOKENLOOM.value
@@ -77,6 +77,10 @@ class EncodeSettings:
     """--val-fraction: documents whose seeded hash falls below this fraction go to the validation split."""
     val_seed: int = 0
     """The seed of that hash (--seed)."""
+    probe: tuple[str, ...] | None = None
+    """The engine probe's input sample, while the probe's own result is not back yet: a worker then makes the
+    same choice itself (load_encoder is a pure function of the tokenizer, the engine asked for and these texts),
+    so chunks need not wait for the probe."""
 
 
 @dataclass(slots=True)
@@ -221,20 +225,34 @@ def probe_in_worker(tokenizer: str, engine: str, sample: list[str], verify_fract
     loaded = load_tokenizer(tokenizer)
     backend = getattr(loaded, "backend", None)
     source = backend if backend is not None else getattr(loaded, "transformers", loaded)
-    encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
-    _ENCODERS[(tokenizer, encoder.name, verify_fraction)] = encoder
+    key = (tokenizer, _probe_key(engine, sample), verify_fraction)
+    encoder = _ENCODERS.get(key)  # this worker may have probed for a chunk already (EncodeSettings.probe)
+    if encoder is None:
+        encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
+        _ENCODERS[key] = encoder
+    _ENCODERS.setdefault((tokenizer, encoder.name, verify_fraction), encoder)
     return EngineChoice(encoder.name, encoder.reason, encoder.record())
 
 
+def _probe_key(engine: str, sample: list[str] | tuple[str, ...]) -> str:
+    """The name of an encoder chosen by probing ``sample`` (the same sample gives the same choice)."""
+    return f"probe:{engine}:{len(sample)}:{hash(tuple(sample))}"
+
+
 def _encoder(settings: EncodeSettings) -> Encoder:
-    key = (settings.tokenizer, settings.engine, settings.verify_fraction)
+    if settings.probe is not None:  # the probe's result is not back yet: make the same choice here
+        key = (settings.tokenizer, _probe_key(settings.engine, settings.probe), settings.verify_fraction)
+    else:
+        key = (settings.tokenizer, settings.engine, settings.verify_fraction)
     encoder = _ENCODERS.get(key)
     if encoder is None:
         loaded = load_tokenizer(settings.tokenizer)
         backend = getattr(loaded, "backend", None)
         source = backend if backend is not None else getattr(loaded, "transformers", loaded)
-        encoder = load_encoder(source, settings.engine, verify_fraction=settings.verify_fraction)
+        encoder = load_encoder(source, settings.engine, settings.probe or (), verify_fraction=settings.verify_fraction)
         _ENCODERS[key] = encoder
+        if settings.probe is not None:
+            _ENCODERS.setdefault((settings.tokenizer, encoder.name, settings.verify_fraction), encoder)
     return encoder
 
 
@@ -444,26 +462,53 @@ def init_worker(
     tokenizer: str | None = None,
     serialized: SerializedHandoff | None = None,
     parent_pid: int | None = None,
+    environ: dict[str, str] | None = None,
+    environ_prefixes: tuple[str, ...] = (),
 ) -> None:
-    """Worker initializer: size the tokenizer's thread pool; exit if the parent dies.
+    """Worker initializer: the owner's environment, the tokenizer's thread pool; exit if the owner dies.
 
     Runs before any tokenizer is loaded in this process, so the environment
-    variables take effect. A parent killed with SIGKILL cannot stop its workers;
-    the watchdog makes them exit within a second instead of lingering.
-    ``parent_pid`` is the pool owner's pid: a worker that starts only after its
-    parent died (already re-parented) must not mistake its new parent for it.
+    variables take effect. ``environ`` holds the owner's variables under ``environ_prefixes``
+    (a worker forked from the fork server has the server's older environment): they are
+    set here, and others under those prefixes removed. A parent killed with SIGKILL cannot
+    stop its workers; the watchdog makes them exit within a second instead of lingering:
+    when this process's parent changes (a spawned worker's parent is the owner, a forked
+    one's the fork server, which exits with the owner) or ``parent_pid`` (the pool owner's
+    pid) is gone, so that a worker that starts only after its owner died (already
+    re-parented) does not run on.
     ``serialized`` is read here, so the parent may remove its file once the workers run.
     """
+    _profile.restart()
+    if environ is not None:
+        for key in [key for key in os.environ if key.startswith(environ_prefixes) and key not in environ]:
+            del os.environ[key]
+        os.environ.update(environ)
     os.environ["RAYON_NUM_THREADS"] = str(rayon_threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if rayon_threads > 1 else "false"
     if tokenizer is not None:
         register_serialized(tokenizer, None if serialized is None else serialized.read())
-    parent = os.getppid() if parent_pid is None else parent_pid
+    parent = os.getppid()
+
+    def owner_gone() -> bool:
+        if os.getppid() != parent:
+            return True
+        if parent_pid is None or parent_pid == parent:
+            return False
+        try:
+            os.kill(parent_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    if parent == 1 or owner_gone():  # re-parented to init already: the owner (and any fork server) is gone
+        os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(0.5)
-            if os.getppid() != parent:
+            if owner_gone():
                 os._exit(1)
 
     threading.Thread(target=watch, name="tokenloom-parent-watchdog", daemon=True).start()
