@@ -20,8 +20,8 @@ import numpy.typing as npt
 import orjson
 import xxhash
 
+import tokenloom.tokenize._profile as _profile
 from tokenloom.formats import TokenRangeError
-from tokenloom.tokenize import _profile
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
 from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, is_loaded, register_serialized
