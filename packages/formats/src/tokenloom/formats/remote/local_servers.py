@@ -129,6 +129,8 @@ class FaultProxy:
 
     ``faults`` is a list consumed one per GET: ``"503"``, ``"reset"`` (close without answering),
     ``"truncate"`` (send half the body, then close), ``"stall"`` (sleep ``stall_seconds`` first).
+    ``latency_seconds`` (settable any time) delays every request, a round-trip latency for benchmarks;
+    ``get_bytes`` counts the body bytes sent per GET path.
     """
 
     def __init__(self, upstream: str, stall_seconds: float = 0.2) -> None:
@@ -137,6 +139,8 @@ class FaultProxy:
         self.faults: list[str] = []
         self.injected: Counter[str] = Counter()
         self.stall_seconds = stall_seconds
+        self.latency_seconds = 0.0
+        self.get_bytes: Counter[str] = Counter()
         self.lock = threading.Lock()
         proxy = self
 
@@ -148,6 +152,8 @@ class FaultProxy:
 
             def _forward(self) -> None:
                 fault = None
+                if proxy.latency_seconds > 0:
+                    time.sleep(proxy.latency_seconds)
                 if self.command == "GET":
                     with proxy.lock:
                         proxy.gets[self.path.split("?")[0]] += 1
@@ -187,6 +193,10 @@ class FaultProxy:
                 length_sent = response.headers.get("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length_sent or str(len(payload)))
                 self.end_headers()
+                if self.command == "GET":
+                    with proxy.lock:
+                        sent = len(payload) // 2 if fault == "truncate" else len(payload)
+                        proxy.get_bytes[self.path.split("?")[0]] += sent
                 if fault == "truncate" and self.command == "GET":
                     self.wfile.write(payload[: len(payload) // 2])
                     self.wfile.flush()
