@@ -3,16 +3,17 @@
 """One contender of bench_remote_peers.py: write its format, or read it from S3 through a DataLoader.
 
 The same script serves the three contenders so that each is measured the same way; its imports are
-lazy, because the MosaicML leg runs in a throwaway environment (``uv run --isolated --no-project
---with mosaicml-streaming ...``) that has neither tokenloom nor litdata:
+lazy, because the MosaicML leg runs in a throwaway venv that has neither tokenloom nor litdata:
 
     python tools/bench/_remote_leg.py write-litdata --tokens T --count N --per-shard S --out DIR
     python tools/bench/_remote_leg.py write-mds --tokens T --count N --per-shard S --out DIR
     python tools/bench/_remote_leg.py read --leg {tokenloom,litdata,mosaic} --url s3://... \
         --endpoint URL --count N --cache DIR --passes cold,warm,...
 
-``read`` runs the passes in order: "cold" starts from a new empty cache directory, "warm" rereads
-with the last one. Before each pass it prints ``{"ready": PASS}`` and waits for a line on stdin (the
+``read`` runs the passes in order: "cold" starts from an empty cache directory (CACHE/cache), "warm"
+rereads with what is there (bench_remote_peers.py runs one pass per process: MosaicML's
+StreamingDataset stalls or reads the wrong shard files when a second one is made in the same
+process). Before each pass it prints ``{"ready": PASS}`` and waits for a line on stdin (the
 benchmark sets the proxy's latency and resets its counters), then reads every sample once through
 ``DataLoader(batch_size=8, num_workers=2)``, sums every token into an int64 accumulator (the token
 sum is checked by the benchmark) and prints one JSON line: seconds, time to first batch, samples.
@@ -25,6 +26,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -154,6 +156,11 @@ def _mosaic(url: str, endpoint: str, cache: Path, count: int):
     dataset = StreamingDataset(remote=url, local=str(cache), shuffle=True, batch_size=BATCH)
     if len(dataset) != count:
         raise SystemExit(f"mosaic sees {len(dataset)} samples, expected {count}")
+    # The parent fetched index.json with a boto3 client that forked workers would inherit and share (one
+    # keep-alive socket, interleaved responses: stalls of its 60 s timeout and shard files holding another
+    # reply). Drop it before the fork, as MosaicML does itself when it pickles a downloader for spawn.
+    for stream in dataset.streams:
+        stream._downloader._s3_client = None
     loader = DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS, multiprocessing_context="fork")
 
     def total(batch) -> tuple[int, int]:
@@ -176,10 +183,10 @@ def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes
     else:
         import tokenloom.datasets
         import tokenloom.sampler  # noqa: F401
-    cache = cache_root / "none"
-    for number, kind in enumerate(passes):
+    cache = cache_root / "cache"
+    for kind in passes:
         if kind == "cold":
-            cache = cache_root / f"cache-{number}"
+            shutil.rmtree(cache, ignore_errors=True)
         print(json.dumps({"ready": kind}), flush=True)
         if not sys.stdin.readline():
             return

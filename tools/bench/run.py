@@ -37,6 +37,7 @@ ORDER = [
     "curriculum",
     "hf-streaming",
     "eval_broadcast",
+    "remote-peers",
     "startup",
 ]
 
