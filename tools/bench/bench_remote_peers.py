@@ -386,6 +386,15 @@ def report(
                 f"- {kind}, {latency * 1000:.0f} ms added: tokenloom {ours:,.0f} samples/s vs the faster peer "
                 f"{max(peers):,.0f}: {ours / max(peers):.2f}x ({verdict})"
             )
+    lines += [
+        "",
+        "Peers' settings: litdata gets `storage_options` (endpoint_url, keys, region) and, because it fetches "
+        "chunks with obstore under fixed client options, `allow_http` added to them (the local endpoint is plain "
+        "http; real S3 is https); MosaicML reads `S3_ENDPOINT_URL` and the `AWS_*` variables, and its parent's "
+        "boto3 client (made to fetch index.json) is dropped before the DataLoader forks, as MosaicML does itself "
+        "for spawn: the forked workers otherwise share its keep-alive socket, which here gave 60 s stalls and "
+        "shard files holding another reply's bytes.",
+    ]
     stored_cells = ", ".join(f"{NAMES[leg].split(' `')[0]} {_mib(size)} MiB" for leg, size in stored.items())
     lines += ["", f"Bytes stored per format: {stored_cells}.", ""]
     if shards:
@@ -417,6 +426,12 @@ def report(
                     f"{r['latency'] * 1000:.0f} ms | {r['first_batch_s']:.2f} | {r['gets']:,} | "
                     f"{'met' if r['first_batch_s'] <= 3 else 'missed'} |"
                 )
+        lines += [
+            "",
+            "More GETs than shards before the first batch means every shard's index was fetched first: "
+            "`MemoryMappedDataset` reads each shard's overlap prefixes (its `.idx`) when it is made, one GET "
+            "at a time, where `open_dataset` needs the manifest alone.",
+        ]
     lines += [
         "",
         f"Load average (1/5/15 min) before: {'/'.join(f'{x:.1f}' for x in load_before)}, after: "
