@@ -38,6 +38,7 @@ ORDER = [
     "curriculum",
     "hf-streaming",
     "eval_broadcast",
+    "remote-peers",
     "startup",
 ]
 

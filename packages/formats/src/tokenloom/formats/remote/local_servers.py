@@ -156,6 +156,8 @@ class FaultProxy:
     or a multipart completion answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` is
     read, then waits until that event is set, and is dropped if its client died meanwhile (a killed
     uploader's request never lands). ``wait_idle()`` returns once no request is in flight.
+    ``latency_seconds`` (settable any time) delays every request, a round-trip latency for benchmarks;
+    ``get_bytes`` counts the body bytes sent per GET path.
     """
 
     def __init__(self, upstream: str, stall_seconds: float = 0.2) -> None:
@@ -168,6 +170,8 @@ class FaultProxy:
         self.faults: list[str] = []
         self.injected: Counter[str] = Counter()
         self.stall_seconds = stall_seconds
+        self.latency_seconds = 0.0
+        self.get_bytes: Counter[str] = Counter()
         self.lock = threading.Lock()
         proxy = self
 
@@ -188,6 +192,8 @@ class FaultProxy:
 
             def _forward_counted(self) -> None:
                 fault = None
+                if proxy.latency_seconds > 0:
+                    time.sleep(proxy.latency_seconds)
                 path, _, query = self.path.partition("?")
                 with proxy.lock:
                     if self.command == "GET":
@@ -244,6 +250,10 @@ class FaultProxy:
                 length_sent = response.headers.get("Content-Length") if self.command == "HEAD" else None
                 self.send_header("Content-Length", length_sent or str(len(payload)))
                 self.end_headers()
+                if self.command == "GET":
+                    with proxy.lock:
+                        sent = len(payload) // 2 if fault == "truncate" else len(payload)
+                        proxy.get_bytes[path] += sent
                 if fault == "truncate" and self.command == "GET":
                     self.wfile.write(payload[: len(payload) // 2])
                     self.wfile.flush()

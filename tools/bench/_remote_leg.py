@@ -1,0 +1,238 @@
+# pyright: reportMissingImports=false
+# (streaming lives only in the throwaway venv the mosaic leg runs in)
+"""One contender of bench_remote_peers.py: write its format, or read it from S3 through a DataLoader.
+
+The same script serves the three contenders so that each is measured the same way; its imports are
+lazy, because the MosaicML leg runs in a throwaway venv that has neither tokenloom nor litdata:
+
+    python tools/bench/_remote_leg.py write-litdata --tokens T --count N --per-shard S --out DIR
+    python tools/bench/_remote_leg.py write-mds --tokens T --count N --per-shard S --out DIR
+    python tools/bench/_remote_leg.py read --leg {tokenloom,litdata,mosaic} --url s3://... \
+        --endpoint URL --count N --cache DIR --passes cold,warm,...
+
+``read`` runs the passes in order: "cold" starts from an empty cache directory (CACHE/cache), "warm"
+rereads with what is there (bench_remote_peers.py runs one pass per process: MosaicML's
+StreamingDataset stalls or reads the wrong shard files when a second one is made in the same
+process). Before each pass it prints ``{"ready": PASS}`` and waits for a line on stdin (the
+benchmark sets the proxy's latency and resets its counters), then reads every sample once through
+``DataLoader(batch_size=8, num_workers=2)``, sums every token into an int64 accumulator (the token
+sum is checked by the benchmark) and prints one JSON line: seconds, time to first batch, samples.
+The clock starts before the dataset object is made (so it includes opening the index).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+SEQ = 2048
+BATCH = 8
+WORKERS = 2
+
+
+def _samples(tokens: str, count: int):
+    data = np.memmap(tokens, dtype=np.uint16, mode="r")
+    for index in range(count):
+        yield np.asarray(data[index * (SEQ + 1) : (index + 1) * (SEQ + 1)])
+
+
+def _litdata_shard(args: tuple[str, int, int]):
+    tokens, start, stop = args
+    data = np.memmap(tokens, dtype=np.uint16, mode="r")
+    for index in range(start, stop):
+        yield np.asarray(data[index * (SEQ + 1) : (index + 1) * (SEQ + 1)])
+
+
+def write_litdata(tokens: str, count: int, per_shard: int, out: str) -> None:
+    import litdata
+    from litdata.streaming.item_loader import TokensLoader
+
+    litdata.optimize(
+        fn=_litdata_shard,
+        inputs=[(tokens, start, min(count, start + per_shard)) for start in range(0, count, per_shard)],
+        output_dir=out,
+        chunk_size=(SEQ + 1) * per_shard,
+        item_loader=TokensLoader(),
+        num_workers=1,
+        mode="overwrite",
+        start_method="fork",
+    )
+
+
+def write_mds(tokens: str, count: int, per_shard: int, out: str) -> None:
+    from streaming import MDSWriter
+
+    limit = per_shard * ((SEQ + 1) * 2 + 4) + 1024  # MDS counts each sample's bytes plus its offset
+    with MDSWriter(out=out, columns={"tokens": f"ndarray:uint16:{SEQ + 1}"}, size_limit=limit) as writer:
+        for sample in _samples(tokens, count):
+            writer.write({"tokens": sample})
+
+
+# -- readers: each returns an iterable of batches, and a function that sums one batch ---------------------
+
+
+def _tokenloom(url: str, endpoint: str, cache: Path, count: int):
+    from tokenloom.datasets import MemoryMappedDataset, collate
+    from tokenloom.sampler import ResumableDistributedSampler
+
+    options = {
+        "endpoint": endpoint,
+        "access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+        "secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+        "region": "us-east-1",
+        "client_options": {"allow_http": True},
+    }
+    dataset = MemoryMappedDataset(url, seq_len=SEQ, storage_options=options, cache_dir=cache)
+    if len(dataset) != count:
+        raise SystemExit(f"tokenloom sees {len(dataset)} samples, expected {count}")
+    # the object-storage order: blocks of consecutive samples (one shard each) shuffled, then samples in a window
+    per_block = max(1, count // 8)
+    sampler = ResumableDistributedSampler(
+        count, num_replicas=1, rank=0, seed=1, order="block", block_samples=per_block, window_blocks=2
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=BATCH,
+        num_workers=WORKERS,
+        sampler=sampler,
+        collate_fn=collate,
+        multiprocessing_context="fork",
+    )
+
+    def total(batch) -> tuple[int, int]:
+        ids = batch["input_ids"]
+        return int(ids.sum(dtype=torch.int64)) + int(batch["labels"][:, -1].sum(dtype=torch.int64)), len(ids)
+
+    return loader, total
+
+
+def _litdata(url: str, endpoint: str, cache: Path, count: int):
+    import litdata
+    import litdata.streaming.downloader as downloader
+    from litdata.streaming.item_loader import TokensLoader
+
+    # litdata fetches chunks with obstore, whose client options it fixes in this module constant and which
+    # refuses a plain-http endpoint unless told (real S3 is https): allow http, change nothing else
+    downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": "true"}
+
+    options = {
+        "endpoint_url": endpoint,
+        "aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+        "region_name": "us-east-1",
+    }
+    dataset = litdata.StreamingDataset(
+        url,
+        cache_dir=str(cache),
+        item_loader=TokensLoader(block_size=SEQ + 1),
+        shuffle=True,
+        storage_options=options,
+    )
+    if len(dataset) != count:
+        raise SystemExit(f"litdata sees {len(dataset)} samples, expected {count}")
+    loader = litdata.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=WORKERS, multiprocessing_context="fork")
+
+    def total(batch) -> tuple[int, int]:
+        return int(batch.sum(dtype=torch.int64)), len(batch)
+
+    return loader, total
+
+
+def _mosaic(url: str, endpoint: str, cache: Path, count: int):
+    from streaming import StreamingDataset
+
+    os.environ["S3_ENDPOINT_URL"] = endpoint
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    dataset = StreamingDataset(remote=url, local=str(cache), shuffle=True, batch_size=BATCH)
+    if len(dataset) != count:
+        raise SystemExit(f"mosaic sees {len(dataset)} samples, expected {count}")
+    # The parent fetched index.json with a boto3 client that forked workers would inherit and share (one
+    # keep-alive socket, interleaved responses: stalls of its 60 s timeout and shard files holding another
+    # reply). Drop it before the fork, as MosaicML does itself when it pickles a downloader for spawn.
+    for stream in dataset.streams:
+        stream._downloader._s3_client = None
+    loader = DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS, multiprocessing_context="fork")
+
+    def total(batch) -> tuple[int, int]:
+        return int(batch["tokens"].sum(dtype=torch.int64)), len(batch["tokens"])
+
+    return loader, total
+
+
+READERS = {"tokenloom": _tokenloom, "litdata": _litdata, "mosaic": _mosaic}
+
+
+def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes: list[str], first_only: bool) -> None:
+    # imports before any clock starts, so that the first pass does not pay for them
+    if leg == "mosaic":
+        from streaming.base.util import clean_stale_shared_memory
+
+        clean_stale_shared_memory()
+    elif leg == "litdata":
+        import litdata  # noqa: F401
+    else:
+        import tokenloom.datasets
+        import tokenloom.sampler  # noqa: F401
+    cache = cache_root / "cache"
+    for kind in passes:
+        if kind == "cold":
+            shutil.rmtree(cache, ignore_errors=True)
+        print(json.dumps({"ready": kind}), flush=True)
+        if not sys.stdin.readline():
+            return
+        started = time.perf_counter()
+        loader, total = READERS[leg](url, endpoint, cache, count)
+        first, samples, token_sum = None, 0, 0
+        for batch in loader:
+            if first is None:
+                first = time.perf_counter() - started
+            batch_sum, batch_samples = total(batch)
+            token_sum += batch_sum
+            samples += batch_samples
+            if first_only:
+                break
+        seconds = time.perf_counter() - started
+        del loader
+        gc.collect()
+        print(
+            json.dumps(
+                {"pass": kind, "seconds": seconds, "first_batch_s": first, "samples": samples, "token_sum": token_sum}
+            ),
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["write-litdata", "write-mds", "read"])
+    parser.add_argument("--tokens")
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--per-shard", type=int)
+    parser.add_argument("--out")
+    parser.add_argument("--leg", choices=sorted(READERS))
+    parser.add_argument("--url")
+    parser.add_argument("--endpoint")
+    parser.add_argument("--cache")
+    parser.add_argument("--passes", default="cold,warm")
+    parser.add_argument("--first-only", action="store_true", help="stop each pass after its first batch")
+    args = parser.parse_args()
+    if args.mode == "write-litdata":
+        write_litdata(args.tokens, args.count, args.per_shard, args.out)
+    elif args.mode == "write-mds":
+        write_mds(args.tokens, args.count, args.per_shard, args.out)
+    else:
+        read(args.leg, args.url, args.endpoint, args.count, Path(args.cache), args.passes.split(","), args.first_only)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,458 @@
+"""From object storage: tokenloom vs litdata vs MosaicML streaming, the same tokens from one local S3 server.
+
+    uv run --group bench python tools/bench/bench_remote_peers.py [--quick]
+
+``run(quick)`` returns the markdown section and (full run only) writes docs/benchmarks/remote-peers.md.
+
+Setup: one SeaweedFS S3 server on 127.0.0.1 (``tokenloom.formats.remote.local_servers.SeaweedS3``)
+behind one ``FaultProxy`` that counts GETs and GET body bytes and, for the latency rows, delays every
+request by 20 ms. One deterministic corpus of uint16 tokens in fixed 2,049-token samples (64 MiB full,
+8 MiB quick), written three ways with 8 shards each and uploaded to the bucket: (a) a tokenloom native
+dataset, (b) litdata ``optimize`` chunks (``TokensLoader``), (c) MosaicML streaming MDS shards
+(``ndarray:uint16:2049``). Every contender runs in its own fresh process (``_remote_leg.py``) and reads
+every sample once through ``DataLoader(batch_size=8, num_workers=2)`` from s3 into an empty cache
+directory (cold), then again from that cache (warm); each batch is summed into an int64 accumulator and
+the total must equal the corpus's token sum. MosaicML streaming is not in the workspace (its pins would
+downgrade numpy / transformers for every package), so its leg (MDS write and reads) runs in a throwaway
+venv (``uv venv`` + ``uv pip install mosaicml-streaming torch==<the workspace's> numpy``, linked from
+uv's cache, offline once cached). Each contender uses its own shuffled order: litdata and MosaicML
+``shuffle=True``, tokenloom ``ResumableDistributedSampler(order="block")`` with one shard per block of
+samples. Every pass runs in a fresh process (a second MosaicML StreamingDataset in one process stalls or
+misreads), the warm one reusing the cold one's cache directory.
+
+Last, tokenloom's time to first batch on a 10,000-shard native dataset on the same server (100 quick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.metadata
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+OUTPUT = REPO / "docs" / "benchmarks" / "remote-peers.md"
+LEG = Path(__file__).with_name("_remote_leg.py")
+SEQ = 2048
+LATENCY = 0.02
+LEGS = ("tokenloom", "litdata", "mosaic")
+NAMES = {
+    "tokenloom": "tokenloom `MemoryMappedDataset` (native)",
+    "litdata": "litdata `StreamingDataset` (TokensLoader)",
+    "mosaic": "MosaicML `StreamingDataset` (MDS)",
+}
+# (pass kind, injected latency in seconds), in the order every leg runs them
+PLAN = (("cold", 0.0), ("warm", 0.0), ("cold", LATENCY), ("warm", LATENCY))
+
+
+def log(message: str) -> None:
+    sys.stderr.write(f"[bench_remote_peers {time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
+
+
+MOSAIC_VENV: list[Path] = []  # set by run(): where the throwaway MosaicML environment goes
+
+
+@functools.cache
+def mosaic_python() -> str:
+    """A throwaway venv with mosaicml-streaming and the workspace's torch (linked from uv's cache), made once per run.
+
+    Not ``uv run --isolated`` per pass: that resolves and links the environment again each time (~25 s here).
+    """
+    venv = MOSAIC_VENV[0]
+    torch_version = importlib.metadata.version("torch").split("+")[0]
+    python = venv / "bin" / "python"
+    steps = [
+        ["uv", "venv", "-q", "--python", sys.executable, str(venv)],
+        [
+            "uv",
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(python),
+            "mosaicml-streaming",
+            f"torch=={torch_version}",
+            "numpy",
+        ],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"no MosaicML environment ({' '.join(step[:3])}): {tail[:200]}")
+    return str(python)
+
+
+def leg_command(leg: str) -> list[str]:
+    return [mosaic_python() if leg == "mosaic" else sys.executable, str(LEG)]
+
+
+def upload(seaweed: Any, local: Path, prefix: str) -> str:
+    """Every file under ``local`` to s3://bucket/prefix/<relative path>, a few at a time."""
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())
+    files = sorted(p for p in local.rglob("*") if p.is_file())
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda p: obstore.put(store, f"{prefix}/{p.relative_to(local)}", p.read_bytes()), files))
+    return f"s3://{seaweed.bucket}/{prefix}"
+
+
+def write_native(tokens: np.ndarray, count: int, per_shard: int, out: Path) -> None:
+    from tokenloom.formats import open_writer
+
+    with open_writer(
+        out, format="native", dtype="uint16", vocab_size=1 << 16, eos_id=0, shard_size_tokens=(SEQ + 1) * per_shard
+    ) as writer:
+        for index in range(count):
+            writer.add(tokens[index * (SEQ + 1) : (index + 1) * (SEQ + 1)])
+
+
+def write_peer(leg: str, tokens_path: Path, count: int, per_shard: int, out: Path, env: dict[str, str]) -> str | None:
+    """Write litdata / MDS shards in a child process; None, or why it failed."""
+    mode = "write-mds" if leg == "mosaic" else "write-litdata"
+    try:
+        command = [*leg_command(leg), mode, "--tokens", str(tokens_path), "--count", str(count)]
+    except RuntimeError as error:
+        return str(error)
+    command += ["--per-shard", str(per_shard), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False, env=env)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"exit {done.returncode}: {tail[:200]}"
+    return None
+
+
+def read_leg(
+    leg: str, url: str, proxy: Any, count: int, cache: Path, env: dict[str, str], plan: tuple, first_only: bool = False
+) -> list[dict[str, Any]] | str:
+    """Run ``plan`` in one fresh process of ``leg``; per pass its JSON plus the proxy's GETs and bytes."""
+    command = [*leg_command(leg), "read", "--leg", leg, "--url", url, "--endpoint", proxy.url]
+    command += ["--count", str(count), "--cache", str(cache), "--passes", ",".join(kind for kind, _ in plan)]
+    command += ["--first-only"] if first_only else []
+    stderr = (cache / "stderr.txt").open("w+")
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=cache
+    )
+    timer = threading.Timer(900, process.kill)
+    timer.start()
+    if process.stdin is None or process.stdout is None:
+        raise RuntimeError("no pipes to the leg")
+    results: list[dict[str, Any]] = []
+    try:
+        for _kind, latency in plan:
+            line = process.stdout.readline()
+            if not line.startswith('{"ready"'):
+                break
+            with proxy.lock:
+                proxy.latency_seconds = latency
+                proxy.gets.clear()
+                proxy.get_bytes.clear()
+            process.stdin.write("\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+            if not line.startswith('{"pass"'):
+                break
+            result = json.loads(line)
+            result.update(latency=latency, gets=sum(proxy.gets.values()), fetched=sum(proxy.get_bytes.values()))
+            results.append(result)
+        process.stdin.close()
+        process.wait(timeout=120)
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        proxy.latency_seconds = 0.0
+    stderr.seek(0)
+    lines = stderr.read().strip().splitlines() or ["no output"]
+    stderr.close()
+    if len(results) < len(plan):
+        log(f"{leg} failed:\n" + "\n".join(lines[-25:]))
+        return f"exit {process.returncode}: {lines[-1][:200]}"
+    return results
+
+
+def many_shards(seaweed: Any, shards: int, work: Path) -> str:
+    """A native dataset of ``shards`` shards of one 2,049-token sample each, uploaded."""
+    from tokenloom.formats import open_writer
+
+    local = work / "many"
+    tokens = np.arange(shards * (SEQ + 1), dtype=np.int64) % 50_000 + 1
+    with open_writer(local, format="native", dtype="uint16", vocab_size=1 << 16, eos_id=0, shard_size_tokens=1) as w:
+        for index in range(shards):
+            w.add(tokens[index * (SEQ + 1) : (index + 1) * (SEQ + 1)])
+    return upload(seaweed, local, "many")
+
+
+def open_first(url: str, seaweed: Any, proxy: Any, cache: Path, latency: float) -> dict[str, Any]:
+    """``open_dataset`` + its first entry, in this process, with an empty cache: seconds and GETs."""
+    from tokenloom.formats import open_dataset
+
+    with proxy.lock:
+        proxy.latency_seconds = latency
+        proxy.gets.clear()
+    try:
+        started = time.perf_counter()
+        dataset = open_dataset(url, storage_options=seaweed.storage_options(endpoint=proxy.url), cache_dir=cache)
+        np.asarray(dataset[0])
+        seconds = time.perf_counter() - started
+    finally:
+        proxy.latency_seconds = 0.0
+    return {"latency": latency, "seconds": seconds, "gets": sum(proxy.gets.values())}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def run(quick: bool, legs: tuple[str, ...] = LEGS, shards: int | None = None) -> str:
+    """The section; ``legs`` and ``shards`` (0: no many-shard row) narrow a run by hand (``--legs``, ``--shards``)."""
+    from tokenloom.formats.remote.local_servers import FaultProxy, SeaweedS3
+
+    rounds = 1 if quick else 3
+    count = 2_048 if quick else 16_384
+    per_shard = count // 8
+    shards = (100 if quick else 10_000) if shards is None else shards
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-remote-peers-") as tmp_name:
+        tmp = Path(tmp_name)
+        MOSAIC_VENV[:] = [tmp / "mosaic-venv"]
+        mosaic_python.cache_clear()
+        rng = np.random.default_rng(20261125)
+        tokens = rng.integers(1, 50_257, size=count * (SEQ + 1), dtype=np.uint16)
+        expected = int(tokens.sum(dtype=np.int64))
+        tokens_path = tmp / "tokens.u16"
+        tokens.tofile(tokens_path)
+        log("starting the S3 server")
+        seaweed = SeaweedS3(tmp / "s3")
+        proxy = FaultProxy(seaweed.endpoint)
+        env = {**os.environ, **seaweed.env, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        try:
+            urls: dict[str, str] = {}
+            errors: dict[str, str] = {}
+            stored: dict[str, int] = {}
+            log("writing and uploading the three copies")
+            write_native(tokens, count, per_shard, tmp / "native")
+            for leg, local in (("tokenloom", tmp / "native"), ("litdata", tmp / "litdata"), ("mosaic", tmp / "mds")):
+                if leg not in legs:
+                    continue
+                if leg != "tokenloom":
+                    error = write_peer(leg, tokens_path, count, per_shard, local, env)
+                    if error is not None:
+                        errors[leg] = f"write failed: {error}"
+                        log(f"{leg}: {errors[leg]}")
+                        continue
+                stored[leg] = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+                urls[leg] = upload(seaweed, local, leg)
+            results: dict[str, list[dict[str, Any]]] = {leg: [] for leg in urls}
+            for number in range(rounds):
+                order = list(urls)[number % len(urls) :] + list(urls)[: number % len(urls)]
+                for leg in order:
+                    if leg in errors:
+                        continue
+                    log(f"round {number + 1}/{rounds}: {leg}")
+                    cache = tmp / "caches" / f"{leg}-{number}"
+                    cache.mkdir(parents=True)
+                    got: list[dict[str, Any]] = []
+                    for step in PLAN:  # one fresh process per pass
+                        one = read_leg(leg, urls[leg], proxy, count, cache, env, (step,))
+                        if isinstance(one, str):
+                            errors[leg] = f"read failed: {one}"
+                            log(f"{leg}: {errors[leg]}")
+                            break
+                        got.extend(one)
+                    shutil.rmtree(cache, ignore_errors=True)
+                    if leg in errors:
+                        continue
+                    for result in got:
+                        if result["samples"] != count or result["token_sum"] != expected:
+                            errors[leg] = (
+                                f"wrong data: {result['samples']} samples (expected {count}), token sum "
+                                f"{result['token_sum']} (expected {expected}) in a {result['pass']} pass"
+                            )
+                    results[leg].extend(got)
+            many: list[dict[str, Any]] | str = "not run (--shards 0)"
+            many_open: list[dict[str, Any]] = []
+            many_upload = 0.0
+            if shards:
+                log(f"{shards:,} shards: writing and uploading")
+                started = time.perf_counter()
+                many_url = many_shards(seaweed, shards, tmp)
+                many_upload = time.perf_counter() - started
+                log(f"{shards:,} shards: open_dataset + first sample")
+                many_open = [open_first(many_url, seaweed, proxy, tmp / "caches" / f"open-{i}-{latency}", latency)
+                             for i in range(rounds) for latency in (0.0, LATENCY)]  # fmt: skip
+                log(f"{shards:,} shards: MemoryMappedDataset, first batch (one pass: it takes minutes)")
+                cache = tmp / "caches" / "many"
+                cache.mkdir(parents=True)
+                many = read_leg("tokenloom", many_url, proxy, shards, cache, env, (("cold", 0.0),), first_only=True)
+        finally:
+            proxy.close()
+            seaweed.stop()
+    load_after = os.getloadavg()
+    return report(
+        quick, rounds, count, per_shard, expected, stored, results, errors, shards, many, many_open, many_upload,
+        load_before, load_after,
+    )  # fmt: skip
+
+
+def report(
+    quick: bool,
+    rounds: int,
+    count: int,
+    per_shard: int,
+    expected: int,
+    stored: dict[str, int],
+    results: dict[str, list[dict[str, Any]]],
+    errors: dict[str, str],
+    shards: int,
+    many: list[dict[str, Any]] | str,
+    many_open: list[dict[str, Any]],
+    many_upload: float,
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+) -> str:
+    used = count * (SEQ + 1) * 2
+
+    def cell(leg: str, kind: str, latency: float, key: str) -> float | None:
+        values = [r[key] for r in results.get(leg, []) if r["pass"] == kind and r["latency"] == latency]
+        return statistics.median(values) if values and leg not in errors else None
+
+    def rate(leg: str, kind: str, latency: float) -> float | None:
+        seconds = cell(leg, kind, latency, "seconds")
+        return None if seconds is None else count / seconds
+
+    lines = [
+        "## From object storage: tokenloom vs litdata vs MosaicML streaming on one local S3 server",
+        "",
+        f"Command: `uv run --group bench python tools/bench/bench_remote_peers.py{' --quick' if quick else ''}`. "
+        f"Data: {count:,} samples of {SEQ + 1:,} uint16 tokens ({_mib(used)} MiB of tokens, token sum "
+        f"{expected:,}), {count // per_shard} shards of {per_shard:,} samples in each format, on one SeaweedFS S3 "
+        "server on 127.0.0.1 behind a Python proxy that counts GETs and bytes (and adds 20 ms to every "
+        "request in the latency rows). Each contender in a fresh process: dataset made, "
+        "`DataLoader(batch_size=8, num_workers=2)` (fork), every sample read once and summed into an int64 "
+        "accumulator; the sum is checked. Cold = empty cache directory; warm = the same pass again from the "
+        f"cache the cold pass filled. Median of {rounds} round(s), contenders interleaved (order rotated per "
+        "round). Time to first batch counts from before the dataset object is made (index fetch, worker "
+        "start-up, first fetches). MosaicML runs in a throwaway venv (mosaicml-streaming with the workspace's torch).",
+        "",
+        "| contender | pass | added latency | samples/s | vs tokenloom | first batch s | GETs | fetched MiB "
+        "| fetched / tokens |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, latency in PLAN:
+        ours = rate("tokenloom", kind, latency)
+        for leg in LEGS:
+            if leg not in results and leg not in errors:
+                continue
+            r = rate(leg, kind, latency)
+            if r is None:
+                continue
+            first = cell(leg, kind, latency, "first_batch_s")
+            fetched = cell(leg, kind, latency, "fetched") or 0.0
+            gets = cell(leg, kind, latency, "gets") or 0
+            ratio = f"{r / ours:.2f}x" if ours else "-"
+            lines.append(
+                f"| {NAMES[leg]} | {kind} | {latency * 1000:.0f} ms | {r:,.0f} | {ratio} | {first:.2f} | "
+                f"{gets:,.0f} | {_mib(fetched)} | {fetched / used:.2f} |"
+            )
+    for leg, error in errors.items():
+        lines.append(f"| {NAMES[leg]} | - | - | - | - | - | - | - | not measured: {error} |")
+    lines += ["", "Ratio to the faster peer (target >= 1.5x, issue 23):", ""]
+    for kind, latency in PLAN:
+        ours = rate("tokenloom", kind, latency)
+        peers = [p for p in (rate(leg, kind, latency) for leg in ("litdata", "mosaic")) if p is not None]
+        if ours is not None and peers:
+            verdict = "met" if ours / max(peers) >= 1.5 else "missed"
+            lines.append(
+                f"- {kind}, {latency * 1000:.0f} ms added: tokenloom {ours:,.0f} samples/s vs the faster peer "
+                f"{max(peers):,.0f}: {ours / max(peers):.2f}x ({verdict})"
+            )
+    lines += [
+        "",
+        "Peers' settings: litdata gets `storage_options` (endpoint_url, keys, region) and, because it fetches "
+        "chunks with obstore under fixed client options, `allow_http` added to them (the local endpoint is plain "
+        "http; real S3 is https); MosaicML reads `S3_ENDPOINT_URL` and the `AWS_*` variables, and its parent's "
+        "boto3 client (made to fetch index.json) is dropped before the DataLoader forks, as MosaicML does itself "
+        "for spawn: the forked workers otherwise share its keep-alive socket, which here gave 60 s stalls and "
+        "shard files holding another reply's bytes.",
+    ]
+    stored_cells = ", ".join(f"{NAMES[leg].split(' `')[0]} {_mib(size)} MiB" for leg, size in stored.items())
+    lines += ["", f"Bytes stored per format: {stored_cells}.", ""]
+    if shards:
+        lines += [f"### Time to first batch on a {shards:,}-shard dataset (tokenloom)", ""]
+        lines += [
+            f"A native dataset of {shards:,} shards of one {SEQ + 1:,}-token sample each (written and uploaded in "
+            f"{many_upload:.0f} s), on the same server, each row with an empty cache; timed from before the "
+            "dataset object is made. Target (issue 23): first batch <= 3 s.",
+            "",
+            "| what | added latency | seconds (min-max) | GETs | target |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for latency in (0.0, LATENCY):
+            rows = [r for r in many_open if r["latency"] == latency]
+            if rows:
+                firsts = [r["seconds"] for r in rows]
+                median = statistics.median(firsts)
+                lines.append(
+                    f"| `open_dataset` + first sample (formats layer), median of {len(rows)} | "
+                    f"{latency * 1000:.0f} ms | {median:.2f} ({min(firsts):.2f}-{max(firsts):.2f}) | "
+                    f"{statistics.median(r['gets'] for r in rows):,.0f} | - |"
+                )
+        if isinstance(many, str):
+            lines.append(f"| `MemoryMappedDataset` first batch | - | not measured: {many} | | |")
+        else:
+            for r in many:
+                lines.append(
+                    f"| `MemoryMappedDataset` + `DataLoader(batch_size=8, num_workers=2)` first batch (one pass) | "
+                    f"{r['latency'] * 1000:.0f} ms | {r['first_batch_s']:.2f} | {r['gets']:,} | "
+                    f"{'met' if r['first_batch_s'] <= 3 else 'missed'} |"
+                )
+        lines += [
+            "",
+            "More GETs than shards before the first batch means every shard's index was fetched first: "
+            "`MemoryMappedDataset` reads each shard's overlap prefixes (its `.idx`) when it is made, one GET "
+            "at a time, where `open_dataset` needs the manifest alone.",
+        ]
+    lines += [
+        "",
+        f"Load average (1/5/15 min) before: {'/'.join(f'{x:.1f}' for x in load_before)}, after: "
+        f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores (a shared machine).",
+    ]
+    text = "\n".join(lines) + "\n"
+    if not quick:
+        OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+        OUTPUT.write_text(text)
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="8 MiB of tokens, 100 shards, one round")
+    parser.add_argument("--legs", default=",".join(LEGS), help="a subset of " + ",".join(LEGS))
+    parser.add_argument("--shards", type=int, default=None, help="shards of the first-batch row (0: skip it)")
+    args = parser.parse_args()
+    print(run(args.quick, tuple(args.legs.split(",")), args.shards))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
