@@ -57,9 +57,9 @@ def _cache_bytes(root: Path) -> int:
     A walk over several folders is no snapshot while readers evict in one and fill another (it would
     count a block's bytes twice); under the lock files only change size inside their reservations.
     """
-    from tokenloom.formats.remote.budget import _node_lock  # its fd is never inherited by a forked worker
+    from tokenloom.formats.remote.budget import node_lock  # its fd is never inherited by a forked worker
 
-    with _node_lock(root):
+    with node_lock(root):
         total = 0
         for dirpath, _, files in os.walk(root):
             if Path(dirpath).name != "readers":

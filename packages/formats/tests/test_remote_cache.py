@@ -280,7 +280,7 @@ def test_a_child_forked_while_a_thread_holds_a_cache_lock_does_not_inherit_it(tm
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with budget._node_lock(tmp_path):
+        with budget.node_lock(tmp_path):
             held.set()
             release.wait(10)
 

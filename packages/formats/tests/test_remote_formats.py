@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import MissingFileError, open_dataset, open_writer
 from tokenloom.formats._registry import detect_format
 from tokenloom.formats.errors import ChecksumError, ConfigError, DataError, ResumeMismatchError
 
@@ -106,7 +106,6 @@ def bin_meta(root: Path, seed: int = 0) -> str:
 
 LAYOUTS: dict[str, Callable[..., str]] = {
     "native": native,
-    "native-no-manifest": native_without_manifest,
     "flat": flat,
     "flat-tatm": flat_tatm,
     "megatron": megatron,
@@ -403,3 +402,12 @@ def test_a_shard_copied_without_its_source_refuses_the_placeholder(seaweed, tmp_
     with pytest.raises(StorageError, match="placeholder of a remote object"):
         np.asarray(Shard(**fields).tokens[:10])
     assert np.array_equal(np.asarray(Shard(**fields, source=shard.source).tokens[:10]), np.asarray(shard.tokens[:10]))
+
+
+def test_native_shards_without_their_manifest_are_not_a_dataset_yet(seaweed, tmp_path):
+    """In object storage the manifest is the commit marker (uploaded last): shards alone are never read as whole."""
+    local = tmp_path / "local"
+    native_without_manifest(local)
+    url = _upload(seaweed, local)
+    with pytest.raises(MissingFileError, match="no native dataset at .*still being uploaded"):
+        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=BLOCK)

@@ -136,6 +136,8 @@ def convert_dataset(
             storage_options=target_storage_options,
             cache_dir=target_cache_dir,
             options=options,
+            convert=convert_dataset,
+            resumed=ConvertResult(dataset.format, to, len(dataset), dataset.num_tokens, 0.0),
         )
     factory = formats[to].writer
     check_disjoint(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import mmap
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,8 +27,7 @@ from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
 from tokenloom.formats.io.index_map import iter_chunks, release_pages
 from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.progress import Stage
-from tokenloom.formats.io.source import LOCAL, Source, current_source, refuse_placeholder
-from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.io.source import LOCAL, Source, current_source, map_tokens
 
 __all__ = ["Shard", "TokenDataset"]
 
@@ -84,17 +82,6 @@ class Shard:
         state = dict(self.__dict__)
         state["_tokens"] = None  # reopened lazily in the receiving process
         return state
-
-
-def map_tokens(path: Path, dtype: np.dtype, byte_offset: int, count: int) -> np.ndarray:
-    """A read-only zero-copy array of ``count`` tokens of ``dtype`` at ``byte_offset`` in ``path``."""
-    if count == 0:
-        return np.empty(0, dtype=dtype)
-    refuse_placeholder(path)
-    with storage_errors(path, "mapping tokens"), open(path, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    # A plain ndarray over the mmap slices faster than np.memmap (no subclass overhead).
-    return np.frombuffer(mapped, dtype=dtype, count=count, offset=byte_offset)
 
 
 class TokenDataset:

@@ -149,7 +149,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if is_remote_url(path):  # credentials from the environment; open_dataset(URL, storage_options=...) detects too
         from tokenloom.formats.remote.opener import detect_remote
 
-        return detect_remote(path)
+        return detect_remote(path, formats=_format_table())
     target = Path(path)
     if not target.exists() and not any(target.parent.glob(target.name + ".*")):
         raise MissingFileError(f"{target} does not exist", path=target, hint=_nearest_hint(target))
@@ -235,7 +235,7 @@ def open_dataset(
         from tokenloom.formats.remote import open_remote
 
         with reporting(on_progress):
-            return open_remote(path, format=format, dtype=dtype, validate=validate, **options)
+            return open_remote(path, format=format, dtype=dtype, validate=validate, formats=_format_table(), **options)
     level = as_validate(validate)
     with storage_errors(path, "opening the dataset"), reporting(on_progress):
         spec = _spec(format or detect_format(path))
@@ -244,6 +244,13 @@ def open_dataset(
     for warning in unlisted_files(dataset):
         _log.warning("%s: %s", dataset.root, warning)
     return dataset
+
+
+def _format_table() -> Any:
+    """The registry's lookups for the remote opener (which runs the same readers over a local view)."""
+    from tokenloom.formats.remote.opener import FormatTable
+
+    return FormatTable(spec=_spec, detect=detect_format, check_options=_check_options)
 
 
 def _check_options(spec: FormatSpec, options: dict[str, Any]) -> None:

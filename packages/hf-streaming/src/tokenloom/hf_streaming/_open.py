@@ -109,25 +109,3 @@ def open_source(source: Source) -> Any:
         raw.close()
         raise
     return raw
-
-
-def parquet_file(source: Source) -> Any:
-    """A ``pyarrow.parquet.ParquetFile``: local, or over ranged reads (footer first, then row groups by range)."""
-    import pyarrow.parquet as pq
-
-    if source.remote is None:
-        return pq.ParquetFile(source.path)
-    key = (source.remote.url, source.remote.etag)
-    metadata = _FOOTERS.get(key)
-    parquet = pq.ParquetFile(
-        RangeReader(source.remote, source.access or RemoteAccess()), metadata=metadata, pre_buffer=True
-    )
-    if metadata is None:
-        if len(_FOOTERS) >= 256:
-            _FOOTERS.pop(next(iter(_FOOTERS)))
-        _FOOTERS[key] = parquet.metadata
-    return parquet
-
-
-_FOOTERS: dict[tuple[str, str], Any] = {}
-"""Parquet footers already read in this process, by (URL, ETag): a row group then costs one ranged GET."""

@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import DataError, FormatError, MissingKeyError, RecordError
-from tokenloom.hf_streaming._open import open_source, parquet_file
+from tokenloom.hf_streaming._open import open_source
+from tokenloom.hf_streaming._parquet import parquet_file
 from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
 __all__ = ["DEFAULT_MAX_LINE_BYTES", "SOURCE_SHIFT", "Block", "read_blocks", "text_of"]

@@ -159,7 +159,7 @@ def file_sources(files: list[str], builder: str, access: RemoteAccess | None = N
             access=(access or RemoteAccess()) if remote is not None else None,
         )
         if kind == SourceKind.PARQUET:
-            from tokenloom.hf_streaming._open import parquet_file
+            from tokenloom.hf_streaming._parquet import parquet_file
 
             try:
                 meta = parquet_file(source).metadata

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from tokenloom.formats._contract import Validate, as_validate
-from tokenloom.formats._dataset import map_tokens
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats.io.source import map_tokens
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
 from tokenloom.formats.keyed.store import check_finite
 

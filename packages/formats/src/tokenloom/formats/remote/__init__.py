@@ -17,7 +17,7 @@ supported are refused by :func:`refuse_remote_output`.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
@@ -26,6 +26,9 @@ from tokenloom.formats.io.urls import REMOTE_SCHEMES, RemoteURL, is_remote_url, 
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.cache import DEFAULT_BLOCK_SIZE, BlockCache, default_cache_dir
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
+
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.opener import FormatTable
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -59,6 +62,7 @@ def open_remote(
     block_size: int = DEFAULT_BLOCK_SIZE,
     retries: RetryPolicy | int | None = None,
     cache_limit: int | str | None = None,
+    formats: FormatTable,
     **options: Any,
 ) -> TokenDataset:
     """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's).
@@ -68,6 +72,8 @@ def open_remote(
     """
     from tokenloom.formats.remote.opener import open_remote_any
 
+    # ``formats``: the registry's lookups (``tokenloom.formats.open_dataset`` passes them; call that instead)
+
     parsed = parse_url(url)
     if storage_options is not None and not isinstance(storage_options, dict):
         raise ConfigError(
@@ -76,4 +82,6 @@ def open_remote(
     policy = RetryPolicy(max_retries=retries) if isinstance(retries, int) else retries or RetryPolicy()
     config = StoreConfig(parsed, dict(storage_options or {}), policy)
     cache = BlockCache(config, cache_dir, block_size, limit=cache_limit)
-    return open_remote_any(cache, format=format, dtype=dtype, validate=as_validate(validate), options=options)
+    return open_remote_any(
+        cache, format=format, dtype=dtype, validate=as_validate(validate), options=options, formats=formats
+    )

@@ -33,6 +33,7 @@ __all__ = [
     "LIMIT_ENV",
     "PINNED_PER_READER",
     "check_limit",
+    "node_lock",
     "eviction_order",
     "live_readers",
     "make_room",
@@ -214,7 +215,8 @@ def eviction_order(blocks: list[str], next_use: Mapping[str, int]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _node_lock(root: Path) -> Iterator[None]:
+def node_lock(root: Path) -> Iterator[None]:
+    """The node-wide lock of the cache under ``root`` (reservations, eviction; its fd is closed in forked children)."""
     folder = root / "v1"
     folder.mkdir(parents=True, exist_ok=True)
     fd = open_lock(folder / "evict.lock")
@@ -312,7 +314,7 @@ def reserve(root: Path, final: Path, size: int, limit: int) -> Path:
     """Make room for ``size`` bytes and record them as reserved for ``final``; returns the reservation file."""
     deadline = time.monotonic() + ROOM_TIMEOUT
     while True:
-        with _node_lock(root):
+        with node_lock(root):
             if make_room(root, limit, size):
                 reservation = final.with_name(f"{final.name}.{os.getpid()}-{os.urandom(4).hex()}.{size}.res")
                 reservation.touch()

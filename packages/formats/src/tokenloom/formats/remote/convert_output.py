@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 from tokenloom.formats.errors import ConfigError
@@ -48,9 +49,15 @@ def convert_to_url(
     storage_options: dict[str, Any] | None,
     cache_dir: str | os.PathLike[str] | None,
     options: dict[str, Any],
+    convert: Callable[..., Any],
+    resumed: Any,
 ) -> Any:
-    """Convert ``dataset`` (``convert_dataset`` with ``options``) into a staging directory, then publish it."""
-    from tokenloom.formats._convert import ConvertResult, convert_dataset
+    """Convert ``dataset`` into a staging directory, then publish it.
+
+    ``convert(dataset, local_target, to=..., **options)`` is the local conversion (``convert_dataset``,
+    passed in so that this module does not import it back); ``resumed`` is the result reported when a
+    rerun finds the conversion already done and only the upload left.
+    """
 
     url = writable_url(target, "conversion target")
     check_apart(url, [source, getattr(dataset, "root", None)], "the conversion target")
@@ -89,12 +96,10 @@ def convert_to_url(
     if not (staging / _DONE).exists():
         shutil.rmtree(staging, ignore_errors=True)
         local_root.mkdir(parents=True)
-        result = convert_dataset(
-            dataset, local_root / local_name, to=to, **{**options, "writer_options": writer_options}
-        )
+        result = convert(dataset, local_root / local_name, to=to, **{**options, "writer_options": writer_options})
         (staging / _DONE).touch()
     else:  # a rerun after a kill during the upload: the conversion is done
-        result = ConvertResult(dataset.format, to, len(dataset), dataset.num_tokens, 0.0)
+        result = resumed
     files_root = local_root / local_name if to in _DIRECTORY_FORMATS else local_root
     names = sorted(path.name for path in files_root.iterdir() if path.is_file())
     for name in names:

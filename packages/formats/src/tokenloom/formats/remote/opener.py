@@ -9,12 +9,14 @@ before a shard is touched).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
 
-from tokenloom.formats._contract import Validate
+from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import DataError, MissingFileError
 from tokenloom.formats.io.manifest import MANIFEST_NAME
@@ -26,7 +28,17 @@ from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
 from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
 
-__all__ = ["detect_remote", "manifest_format", "open_remote_any"]
+__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
+
+
+@dataclass(frozen=True)
+class FormatTable:
+    """The registry's lookups, handed in by ``tokenloom.formats`` (so that this module does not import it back)."""
+
+    spec: Callable[[str], FormatSpec]
+    detect: Callable[[Path], str]
+    check_options: Callable[[FormatSpec, dict[str, Any]], None]
+
 
 #: what a single named file or Megatron prefix brings along: NAME, NAME.idx + NAME.bin, NAME.tokenloom.json
 _COMPANIONS = ("", ".idx", ".bin", ".tokenloom.json")
@@ -52,10 +64,9 @@ def open_remote_any(
     dtype: Any,
     validate: Validate,
     options: dict[str, Any],
+    formats: FormatTable,
 ) -> TokenDataset:
     """The dataset at ``cache.config.url`` in any registered format (see the module docstring)."""
-    from tokenloom.formats._registry import _check_options, _spec, detect_format
-
     url = cache.config.url
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
@@ -67,7 +78,7 @@ def open_remote_any(
     target = view / name if name else view
     source = RemoteSource(view_cache, view, objects)
     try:
-        name_of_format = format or detect_format(target)
+        name_of_format = format or formats.detect(target)
         if name_of_format == "native" and manifest is None:
             # in object storage the manifest is the commit marker: uploaded last, so shards without it are a
             # dataset still being written (or one written without it), never read as if complete
@@ -78,8 +89,8 @@ def open_remote_any(
                 hint="Wait for the upload to finish (the manifest is uploaded last), or run `tokenloom validate "
                 "--write-manifest` on a local copy and upload its manifest.json",
             )
-        spec = _spec(name_of_format)
-        _check_options(spec, options)
+        spec = formats.spec(name_of_format)
+        formats.check_options(spec, options)
         with using_source(source):
             dataset = spec.open(target, validate=validate, dtype=dtype, **options)
     except DataError as exc:
@@ -92,9 +103,10 @@ def open_remote_any(
     return dataset
 
 
-def detect_remote(url: Any, *, storage_options: dict[str, Any] | None = None, cache_dir: Any = None) -> str:
+def detect_remote(
+    url: Any, *, formats: FormatTable, storage_options: dict[str, Any] | None = None, cache_dir: Any = None
+) -> str:
     """The format at ``url``: the manifest's, else the local detectors run over the listing (as a view)."""
-    from tokenloom.formats._registry import detect_format
     from tokenloom.formats.io.urls import parse_url
 
     config = StoreConfig(parse_url(url), dict(storage_options or {}))
@@ -106,7 +118,7 @@ def detect_remote(url: Any, *, storage_options: dict[str, Any] | None = None, ca
     config, objects, name = _objects(config, manifest, payload)
     view = build_view(BlockCache(config, cache.root), objects)
     try:
-        return detect_format(view / name if name else view)
+        return formats.detect(view / name if name else view)
     except DataError as exc:
         raise _at_url(exc, view, config.url) from None
 
