@@ -45,3 +45,26 @@ def test_cli_convert_to_s3_names_the_target_url_not_a_folded_path(s3_env, tmp_pa
     assert result.exit_code == 0, result.output
     assert result.output.rstrip().endswith(f": {url}")  # was "s3:/bucket/...": click.Path folded the URL
     assert len(open_dataset(url, cache_dir=tmp_path / "rc")) == 40
+
+
+def test_an_object_fetched_whole_larger_than_cache_limit_fails_at_once_naming_it(seaweed, tmp_path):
+    """An index (or manifest) bigger than cache_limit can never fit: a named error now, not a 120 s wait."""
+    import time
+
+    from tokenloom.formats.errors import ConfigError
+
+    rng = np.random.default_rng(0)
+    with open_writer(tmp_path / "l", format="native", dtype="uint16", vocab_size=1000, eos_id=0) as writer:
+        for _ in range(5000):  # one shard whose .idx is about 40 kB
+            writer.add(np.append(rng.integers(1, 1000, size=3, dtype=np.uint16), np.uint16(0)))
+    assert (tmp_path / "l" / "shard_00000.idx").stat().st_size > 6 * 4096
+    url = seaweed.upload_dir(tmp_path / "l", f"review-{uuid.uuid4().hex[:8]}")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"shard_00000\.idx.*fetched whole.*cache_limit 24576") as caught:
+        ds = open_dataset(
+            url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=4096,
+            cache_limit=6 * 4096,
+        )  # fmt: skip
+        ds[0]
+    assert time.monotonic() - started < 20, "waited for room that can never be made"
+    assert caught.value.hint and "cache_limit" in caught.value.hint
