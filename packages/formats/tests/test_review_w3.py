@@ -68,3 +68,33 @@ def test_an_object_fetched_whole_larger_than_cache_limit_fails_at_once_naming_it
         ds[0]
     assert time.monotonic() - started < 20, "waited for room that can never be made"
     assert caught.value.hint and "cache_limit" in caught.value.hint
+
+
+@pytest.mark.parametrize("endpoint", ["not-a-url", "127.0.0.1:9000", "ftp://host", "http://", "http://[::1"])
+def test_a_malformed_endpoint_is_a_config_error_not_a_helper_panic(seaweed, tmp_path, endpoint):
+    from tokenloom.formats.errors import ConfigError
+
+    options = seaweed.storage_options(endpoint=endpoint)
+    with pytest.raises(ConfigError, match="is not an http.s. URL") as caught:  # was a Rust panic killing the helper
+        open_dataset(f"s3://{seaweed.bucket}/ds", storage_options=options, cache_dir=tmp_path / "c", retries=0)
+    assert "storage_options['endpoint']" in str(caught.value)
+
+
+def test_reads_go_on_after_the_helper_process_dies(seaweed, tmp_path):
+    """A killed helper (OOM killer, a panic) fails the call in flight; the next call starts a new one."""
+    import os
+    import signal
+
+    from tokenloom.formats.errors import StorageError
+    from tokenloom.formats.remote import helper
+
+    url = seaweed.upload_dir(_write_native(tmp_path / "l"), f"review-{uuid.uuid4().hex[:8]}")
+    options = seaweed.storage_options()
+    open_dataset(url, storage_options=options, cache_dir=tmp_path / "c0")
+    dead = helper._helper()  # pyright: ignore[reportPrivateUsage]
+    os.kill(dead.process.pid, signal.SIGKILL)
+    dead.process.wait()
+    with pytest.raises(StorageError, match="ended unexpectedly"):
+        open_dataset(url, storage_options=options, cache_dir=tmp_path / "c1")
+    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c2")  # was: the same dead helper, forever
+    assert len(ds) == 40 and helper._helper() is not dead  # pyright: ignore[reportPrivateUsage]
