@@ -49,6 +49,7 @@ import _catalogue_w3_nodes  # noqa: F401 - registers its rows on import
 import _catalogue_w3_open  # noqa: F401 - registers its rows on import
 import _catalogue_w3_prep  # noqa: F401 - registers its rows on import
 import _catalogue_w3_remote  # noqa: F401 - registers its rows on import
+import _catalogue_w3_review  # noqa: F401 - registers its rows on import
 import _catalogue_w3_rformats  # noqa: F401 - registers its rows on import
 import _catalogue_w3_stream  # noqa: F401 - registers its rows on import
 import _catalogue_w3_streaming  # noqa: F401 - registers its rows on import

@@ -387,7 +387,7 @@ def _writable() -> list[str]:
     ),
 )
 @click.argument("source", type=PATH_OR_URL)
-@click.argument("target", type=click.Path(path_type=Path))
+@click.argument("target", type=PATH_OR_URL)
 @click.option("--to", "to", required=True, metavar="FORMAT", help="Target format (native, flat, megatron, ...).")
 @click.option(
     "--from", "from_format", default=None, metavar="FORMAT", help="Source format, if detection is not enough."
@@ -430,7 +430,7 @@ def _writable() -> list[str]:
 @remote_options
 def convert(
     source: Path | str,
-    target: Path,
+    target: Path | str,
     to: str,
     from_format: str | None,
     from_dtype: str | None,

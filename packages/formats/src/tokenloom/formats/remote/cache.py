@@ -175,6 +175,13 @@ class BlockCache:
         final = folder / name
         if _complete(final, end - start):
             return final
+        if self.limit is not None and end - start > self.limit:
+            raise ConfigError(  # no eviction can make room: fail now, not after budget.ROOM_TIMEOUT
+                f"{obj.url} ({end - start} bytes) is fetched whole and does not fit cache_limit {self.limit} bytes",
+                path=str(self.root),
+                field="cache_limit",
+                hint=f"Raise cache_limit above {end - start} bytes plus the blocks in flight, or unset it",
+            )
         with storage_errors(folder, "filling the remote-data cache"):
             folder.mkdir(parents=True, exist_ok=True)
             with _locked(folder / (name + ".lock")):

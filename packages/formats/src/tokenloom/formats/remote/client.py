@@ -16,6 +16,7 @@ import os
 import random
 import re
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +122,7 @@ def _store(config: StoreConfig) -> Any:
             "obstore.store", distribution="tokenloom-formats", extra="remote", purpose="reading object-store data"
         )
         options = dict(config.storage_options)
+        _check_endpoints(config, options)
         client: dict[str, Any] = {
             "timeout": f"{config.retries.timeout}s",
             "connect_timeout": f"{min(config.retries.timeout, 10.0)}s",
@@ -141,6 +143,28 @@ def _store(config: StoreConfig) -> Any:
             ) from None
         _STORES[key] = store
     return store
+
+
+def _check_endpoints(config: StoreConfig, options: dict[str, Any]) -> None:
+    """An endpoint that is not an http(s) URL is a ConfigError here (obstore panics on it at the first request)."""
+    found = [(f"storage_options[{k!r}]", v) for k, v in options.items() if k.lower().endswith(("endpoint", "_url"))]
+    found = [(where, v) for where, v in found if where != "storage_options['proxy_url']"]
+    if config.url.scheme == "s3":
+        found += [(name, os.environ[name]) for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT") if name in os.environ]
+    for where, value in found:
+        try:
+            parts = urllib.parse.urlsplit(str(value))
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ConfigError(
+                f"the endpoint {redact(repr(str(value)), config)} ({where}) is not an http(s) URL",
+                path=str(config.url),
+                field="storage_options",
+                hint="Write it as http://HOST:PORT or https://HOST (with AWS_ALLOW_HTTP=true or "
+                "client_options={'allow_http': True} for http)",
+            )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -93,6 +93,8 @@ class _Helper:
             else:
                 cause = None
             if not line:
+                if getattr(_LOCAL, "helper", None) is self:
+                    _LOCAL.helper = None  # the next call starts a new helper: one crash does not fail every later read
                 raise StorageError(
                     f"the object-store helper process (pid {self.process.pid}) ended unexpectedly ({op})",
                     hint="Check memory limits and the helper's output on stderr; rerunning restarts it",
@@ -251,7 +253,9 @@ def serve() -> None:
         except DataError as exc:
             answer = {"error": {"cls": type(exc).__name__, "problem": exc.problem, "path": exc.path}}
             answer["error"].update(field=exc.field, hint=exc.hint)
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): answer, stay alive
             answer = {"error": {"cls": type(exc).__name__, "problem": str(exc).split("\n", 1)[0][:500]}}
         answer["warnings"] = collect.messages
         stdout.write(orjson.dumps(answer) + b"\n")
