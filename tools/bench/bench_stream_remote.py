@@ -178,7 +178,8 @@ def _concatenated(root: Path, corpus: Path, total_mb: float, file_mb: float) -> 
     return out
 
 
-def run(quick: bool, resume_mb: float) -> str:
+def run(quick: bool, resume_mb: float | None = None) -> str:
+    resume_mb = resume_mb if resume_mb is not None else (50.0 if quick else 1000.0)
     from tokenloom.formats.remote.local_servers import FaultProxy, RangeHTTPServer, SeaweedS3
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 

@@ -37,6 +37,7 @@ ORDER = [
     "sampler",
     "curriculum",
     "hf-streaming",
+    "stream_remote",
     "eval_broadcast",
     "remote-peers",
     "startup",
