@@ -53,7 +53,9 @@ def _(tmp: Path) -> Run:
     killed: list[int] = []
 
     def kill_a_worker(_documents: int, _tokens: int, _bytes: int) -> None:
-        workers = [p for p in multiprocessing.active_children() if p.name.startswith("SpawnProcess")]
+        workers = [
+            p for p in multiprocessing.active_children() if p.name.startswith(("SpawnProcess", "ForkServerProcess"))
+        ]
         if not killed and workers and len(list(out.glob("shard_*.idx"))) >= 1:
             os.kill(workers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
             killed.append(workers[0].pid)  # type: ignore[arg-type]
