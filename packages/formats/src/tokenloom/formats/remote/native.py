@@ -49,8 +49,12 @@ class RemoteShard(Shard):
         objects: tuple[ObjectInfo | None, ObjectInfo | None],
         *,
         validate: Validate,
+        zero_overlaps: bool = False,
     ) -> None:
         idx_entry, bin_entry = entries
+        #: the manifest records a tokenize run with overlap_size 0: every overlap prefix is 0, so the
+        #: ``.idx`` is not fetched to learn it (a window index over 10,000 shards would fetch them all)
+        self.zero_overlaps = zero_overlaps
         self.cache = cache
         self.name = stem
         self.dtype = dtype
@@ -98,6 +102,12 @@ class RemoteShard(Shard):
             overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=HEADER.size + 8 * (count + 1))
             bin_url = self.cache.config.url.url(self.entries[1].name)
             validate_offsets(offsets, overlaps, self.num_tokens, idx_path=idx.url, bin_path=bin_url)
+            if self.zero_overlaps and overlaps.any():
+                raise IndexCorruptError(
+                    f"{idx_entry.name} has overlap prefixes, but the manifest records a run with overlap_size 0",
+                    path=idx.url,
+                    hint="The index or the manifest changed after the dataset was written: re-create the dataset",
+                )
             self._index = (offsets, overlaps.astype(np.uint16))
         return self._index
 
@@ -107,6 +117,8 @@ class RemoteShard(Shard):
 
     @property
     def overlap_prefix(self) -> np.ndarray:  # pyright: ignore[reportIncompatibleVariableOverride]
+        if self._index is None and self.zero_overlaps:
+            return np.broadcast_to(np.zeros(1, dtype=np.uint16), (self._num_entries,))  # a constant zero index
         return self._load()[1]
 
     @property
@@ -212,6 +224,9 @@ def open_remote_native(
                 raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=url.url(entry.name))
             check_size(entry, obj)
     by_name = {entry.name: entry for entry in manifest.files}
+    recorded = manifest.metadata.get("tokenize") if isinstance(manifest.metadata, dict) else None
+    settings = recorded.get("settings") if isinstance(recorded, dict) else None
+    zero = isinstance(settings, dict) and settings.get("overlap_size") == 0
     shards: list[Shard] = []
     for entry in manifest.files:
         if not entry.name.endswith(".idx"):
@@ -221,7 +236,9 @@ def open_remote_native(
         if data is None:
             raise MissingFileError(f"the manifest lists {entry.name} but not {stem}.bin", path=url.url(f"{stem}.bin"))
         objects = (listed.get(url.key(entry.name)), listed.get(url.key(data.name)))
-        shards.append(RemoteShard(cache, stem, token_dtype, (entry, data), objects, validate=validate))
+        shards.append(
+            RemoteShard(cache, stem, token_dtype, (entry, data), objects, validate=validate, zero_overlaps=zero)
+        )
     if validate == Validate.DEEP:
         _check_every_byte(cache, manifest, shards)
     dataset = shards_dataset(shards, "native", Path(MANIFEST_NAME), manifest, validate)
