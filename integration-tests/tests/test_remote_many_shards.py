@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from tokenloom.datasets import MemoryMappedDataset
 from tokenloom.formats import open_dataset
@@ -66,3 +67,30 @@ def test_with_overlaps_the_indices_are_read_and_the_windows_still_match(seaweed,
     assert len(remote) == len(here)
     for index in range(0, len(here), max(1, len(here) // 50)):
         assert np.array_equal(np.asarray(remote[index]["input_ids"]), np.asarray(here[index]["input_ids"]))
+
+
+def test_any_native_writer_records_its_largest_overlap_so_remote_readers_skip_the_indices(
+    seaweed, fault_proxy, tmp_path
+):
+    from tokenloom.formats import open_writer
+
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(1, 1000, size=int(n), dtype=np.int64) for n in rng.integers(5, 80, size=40)]
+    for name, overlap in (("plain", 0), ("overlapped", 3)):
+        local = tmp_path / name
+        with open_writer(local, format="native", dtype="uint16", vocab_size=1000, eos_id=0, shard_size_tokens=200) as w:
+            for doc in docs:
+                w.add(doc, overlap_prefix=overlap)
+        assert orjson.loads((local / "manifest.json").read_bytes())["metadata"]["max_overlap_prefix"] == overlap
+        url = _upload(seaweed, local, f"writer-{name}")
+        fault_proxy.gets.clear()
+        remote = MemoryMappedDataset(
+            url, 16, storage_options=seaweed.storage_options(fault_proxy.url), cache_dir=tmp_path / f"cache-{name}"
+        )
+        fetched = fault_proxy.gets_of(".idx")
+        assert fetched == (0 if overlap == 0 else len(list(local.glob("shard_*.idx"))))
+        here = MemoryMappedDataset(open_dataset(local), 16)
+        assert len(remote) == len(here)
+        for index in range(len(here)):
+            assert np.array_equal(np.asarray(remote[index]["input_ids"]), np.asarray(here[index]["input_ids"]))
+            assert np.array_equal(np.asarray(remote[index]["labels"]), np.asarray(here[index]["labels"]))

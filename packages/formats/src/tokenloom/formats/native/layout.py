@@ -53,6 +53,25 @@ HEADER = struct.Struct("<4sIII")
 MAX_ENTRIES = (1 << 32) - 1  # the count is a uint32
 GPT_SIMPLE_CODES = {2: "uint16", 4: "uint32"}
 EXTENSION_CODES = {0x101: "uint8", 0x104: "int32", 0x108: "int64"}  # tokenloom only: 0x100 + item size
+#: manifest metadata key: the largest overlap prefix of any entry, recorded by the native writer
+MAX_OVERLAP_KEY = "max_overlap_prefix"
+
+
+def no_overlaps_recorded(metadata: object) -> bool:
+    """True when a native manifest's metadata says every overlap prefix is 0.
+
+    The native writer records :data:`MAX_OVERLAP_KEY`; a tokenize run records its ``overlap_size``. A reader
+    of a remote copy can then serve the overlap prefixes without fetching each shard's ``.idx``.
+    """
+    if not isinstance(metadata, dict):
+        return False
+    if metadata.get(MAX_OVERLAP_KEY) == 0:
+        return True
+    recorded = metadata.get("tokenize")
+    settings = recorded.get("settings") if isinstance(recorded, dict) else None
+    return isinstance(settings, dict) and settings.get("overlap_size") == 0
+
+
 DTYPE_CODES = {**GPT_SIMPLE_CODES, **EXTENSION_CODES}
 CODE_OF_DTYPE = {name: code for code, name in DTYPE_CODES.items()}
 

@@ -36,7 +36,13 @@ from tokenloom.formats.io import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.atomic import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, write_manifest
 from tokenloom.formats.io.output import shard_cut, start_output_dir
-from tokenloom.formats.native.layout import EXTENSION_CODES, MAX_ENTRIES, NATIVE_MAGIC, pack_header
+from tokenloom.formats.native.layout import (
+    EXTENSION_CODES,
+    MAX_ENTRIES,
+    MAX_OVERLAP_KEY,
+    NATIVE_MAGIC,
+    pack_header,
+)
 from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, open_native
 
 __all__ = ["NATIVE_MAGIC", "adopt_native", "NativeShardWriter", "NativeWriter"]
@@ -143,6 +149,7 @@ class NativeWriter(TokenWriter):
         start_output_dir(self.path, overwrite=overwrite)
         self._stems: list[str] = []
         self._current: NativeShardWriter | None = None
+        self._max_overlap = 0
 
     def _shard(self) -> NativeShardWriter:
         if self._current is None:
@@ -157,6 +164,8 @@ class NativeWriter(TokenWriter):
             self._current = None
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
+        if len(overlaps):
+            self._max_overlap = max(self._max_overlap, int(overlaps.max()))
         ends = np.cumsum(lengths)
         shard_size = self.shard_size_tokens if self.shard_size_tokens is not None else 1 << 62
         begin_entry = 0
@@ -180,7 +189,8 @@ class NativeWriter(TokenWriter):
         self._publish_manifest(
             names,
             tokenizer_fingerprint=self.tokenizer_fingerprint,
-            metadata=self.metadata,
+            # a reader of a remote copy then knows every overlap prefix is 0 without fetching each shard's .idx
+            metadata={**self.metadata, MAX_OVERLAP_KEY: self._max_overlap},
             version=NATIVE_MANIFEST_VERSION,
         )
 

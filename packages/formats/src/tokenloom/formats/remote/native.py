@@ -26,7 +26,7 @@ from tokenloom.formats.errors import ChecksumError, ConfigError, FormatError, In
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.manifest import MANIFEST_NAME, FileEntry, Manifest, read_manifest
 from tokenloom.formats.io.progress import Stage
-from tokenloom.formats.native.layout import HEADER, idx_size, parse_header
+from tokenloom.formats.native.layout import HEADER, idx_size, no_overlaps_recorded, parse_header
 from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, shards_dataset, validate_offsets
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.blockfile import BlockFile
@@ -52,7 +52,7 @@ class RemoteShard(Shard):
         zero_overlaps: bool = False,
     ) -> None:
         idx_entry, bin_entry = entries
-        #: the manifest records a tokenize run with overlap_size 0: every overlap prefix is 0, so the
+        #: the manifest records that every overlap prefix is 0 (writer or tokenize settings), so the
         #: ``.idx`` is not fetched to learn it (a window index over 10,000 shards would fetch them all)
         self.zero_overlaps = zero_overlaps
         self.cache = cache
@@ -104,7 +104,7 @@ class RemoteShard(Shard):
             validate_offsets(offsets, overlaps, self.num_tokens, idx_path=idx.url, bin_path=bin_url)
             if self.zero_overlaps and overlaps.any():
                 raise IndexCorruptError(
-                    f"{idx_entry.name} has overlap prefixes, but the manifest records a run with overlap_size 0",
+                    f"{idx_entry.name} has overlap prefixes, but the manifest records none",
                     path=idx.url,
                     hint="The index or the manifest changed after the dataset was written: re-create the dataset",
                 )
@@ -224,9 +224,7 @@ def open_remote_native(
                 raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=url.url(entry.name))
             check_size(entry, obj)
     by_name = {entry.name: entry for entry in manifest.files}
-    recorded = manifest.metadata.get("tokenize") if isinstance(manifest.metadata, dict) else None
-    settings = recorded.get("settings") if isinstance(recorded, dict) else None
-    zero = isinstance(settings, dict) and settings.get("overlap_size") == 0
+    zero = no_overlaps_recorded(manifest.metadata)
     shards: list[Shard] = []
     for entry in manifest.files:
         if not entry.name.endswith(".idx"):
