@@ -57,11 +57,26 @@ def _(tmp: Path) -> Run:
     return run
 
 
-@case("tokenize: --output-dir s3://bucket/tok --num-nodes 2", "bad input", "error", "ConfigError")
+@case("tokenize: --output-dir s3://bucket/tok --executor ray", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
-    run = _tokenize_to(tmp, "s3://bucket/tok", "--num-nodes", "2", "--node-rank", "0")
+    run = _tokenize_to(tmp, "s3://bucket/tok", "--executor", "ray")
     run.check = _says("not supported yet", cwd=tmp)
     return run
+
+
+@case("tokenize: --output-dir s3://bucket/tok --num-nodes 2 --overwrite", "bad input", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    run = _tokenize_to(tmp, "s3://bucket/tok", "--num-nodes", "2", "--node-rank", "0", "--overwrite")
+    run.check = _says("--overwrite", "Delete the output prefix", cwd=tmp)
+    return run
+
+
+@case("tokenize: --input-dir https://host/raw (not listable)", "bad input", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    command = _cli("tokenize", "--input-dir", "https://host/raw", "--output-dir", "out", "--no-progress")
+    return Run(
+        process=["sh", "-c", f'cd "{tmp}" && exec "$@"', "sh", *command], check=_says("cannot be listed", cwd=tmp)
+    )
 
 
 @case("convert: an https:// target (read-only scheme)", "bad input", "error", "ConfigError")

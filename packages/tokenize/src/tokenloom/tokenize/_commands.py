@@ -92,7 +92,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
     help="Directory searched recursively (sorted by path) for .jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .parquet "
-    "and .arrow files (zstd, parquet, Arrow: the corpus extra).",
+    "and .arrow files (zstd, parquet, Arrow: the corpus extra); or an s3://, gs://, az:// prefix (credentials from "
+    "AWS_*/GOOGLE_*/AZURE_* variables; each object fetched once into TOKENLOOM_CACHE_DIR when first read).",
 )
 @click.option(
     "--output-dir",

@@ -166,8 +166,13 @@ class TokenizeConfig:
     """An object-store output: where it is staged before upload; None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom."""
     output_url: str | None = field(default=None, init=False)
     """Set from an object-store ``output_dir``: the URL the dataset is uploaded to."""
+    input_url: str | None = field(default=None, init=False)
+    """Set from an object-store ``input_dir`` (s3://, gs://, az://): the prefix listed for inputs; ``input_dir``
+    is then the local folder (under ``cache_dir``) each input is fetched into when first read."""
 
     def __post_init__(self) -> None:
+        if is_remote_url(self.input_dir):  # before Path() mangles s3://b into s3:/b
+            self._remote_input()
         object.__setattr__(self, "input_dir", Path(self.input_dir))
         if is_remote_url(self.output_dir):  # before Path() mangles s3://b into s3:/b
             self._remote_output()
@@ -233,13 +238,40 @@ class TokenizeConfig:
                 hint="Drop --text-field (it defaults to text), or use --windowing tokenloom",
             )
 
+    def _remote_input(self) -> None:
+        from tokenloom.formats.io.urls import parse_url
+        from tokenloom.tokenize._remote_inputs import input_staging_dir
+
+        url = parse_url(os.fspath(self.input_dir))
+        if url.scheme in ("http", "https"):
+            raise ConfigError(
+                f"input_dir {str(url)!r}: an http(s) server cannot be listed for input files",
+                field="input_dir",
+                hint="Put the inputs in s3://, gs:// or az:// (or a local directory)",
+            )
+        if str(self.layout) == Layout.TREE.value or self.val_fraction > 0:
+            raise ConfigError(
+                "--layout tree and --val-fraction read a local --input-dir only (not an object-store prefix) yet",
+                field="input_dir",
+                hint="Tokenize each bucket prefix as its own run (one --input-dir URL and --output-dir each), "
+                "or copy the prefix to a local directory first",
+            )
+        object.__setattr__(self, "input_url", str(url))
+        object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.cache_dir))
+
     def _remote_output(self) -> None:
         if self.format != "native":
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
-        if self.num_nodes is not None or self.executor != ExecutorKind.LOCAL or self.finalize or self.many_datasets:
+        if str(self.executor) != ExecutorKind.LOCAL.value or str(self.layout) == Layout.TREE.value or self.val_fraction:
             refuse_remote_output(
-                self.output_dir,
-                "tokenize output of a unit-planned run (--num-nodes, ray, --finalize, --layout tree, --val-fraction)",
+                self.output_dir, "tokenize output of --executor ray, --layout tree or --val-fraction runs"
+            )
+        if self.overwrite and (self.num_nodes is not None or self.finalize):
+            raise ConfigError(
+                "--overwrite with --num-nodes / --finalize into object storage would let one node delete what "
+                "another is writing",
+                field="overwrite",
+                hint="Delete the output prefix once, then run every node without --overwrite",
             )
         from tokenloom.formats.remote.publish import staging_dir, writable_url
 

@@ -22,13 +22,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import xxhash
 
 from tokenloom.formats import ConfigError, MissingFileError, UnsafePathError
 from tokenloom.formats.io import storage_error
 from tokenloom.tokenize._columnar import ColumnarFile, ColumnarPiece
+from tokenloom.tokenize._fetch import local_path
 from tokenloom.tokenize._sniff import INPUT_SUFFIXES, InputKind, sniff
 from tokenloom.tokenize._streams import StreamError, open_stream
 from tokenloom.tokenize._unit_parts import ByteRange, Part, RangeReader, RowGroups
@@ -81,12 +82,25 @@ class InputFile:
     content_hash: str | None = None
     kind: InputKind | None = None
     """What the file holds by its magic bytes (None: look when it is read); not part of the run key."""
+    url: str | None = None
+    """An input in object storage: its URL; ``path`` is then where it is staged when first read."""
+    etag: str | None = None
+    """An input in object storage: its ETag (or version) when listed; part of the run key instead of the mtime."""
+    remote: Any = field(default=None, repr=False, compare=False)
+    """An input in object storage: ``(StoreConfig, ObjectInfo)`` to fetch it (never in the run key or a message)."""
 
     def to_json(self) -> dict[str, object]:
+        if self.etag is not None:
+            return {"path": self.relative, "size": self.size, "etag": self.etag}
         data: dict[str, object] = {"path": self.relative, "size": self.size, "mtime_ns": self.mtime_ns}
         if self.content_hash is not None:
             data["xxh3_128"] = self.content_hash
         return data
+
+    @property
+    def shown(self) -> str:
+        """How messages name the input: its URL, or its path."""
+        return self.url or str(self.path)
 
 
 def _hash_file(path: Path) -> str:
@@ -346,27 +360,28 @@ def read_chunks(
     for file_index, info in enumerate(files):
         if file_index < first_file:
             continue
-        kind = info.kind or sniff(info.path)
+        path = local_path(info)
+        kind = info.kind or sniff(path)
         part = parts[file_index] if parts is not None else None
         if kind.columnar and info.size > 0:
             groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
-            source = ColumnarFile(info.path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
+            source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
             for number in range(len(source.cuts)):
                 if index + number >= start_chunk:
-                    yield _columnar_chunk(source.read(number), index + number, file_index, str(info.path), dotted)
+                    yield _columnar_chunk(source.read(number), index + number, file_index, info.shown, dotted)
             if not source.cuts:
                 if index >= start_chunk:
                     empty = Issue(0, IssueKind.EMPTY_FILE, f"the {kind} file holds no rows")
-                    yield Chunk(index, file_index, str(info.path), 1, [], [empty], 0, info.size, [])
+                    yield Chunk(index, file_index, info.shown, 1, [], [empty], 0, info.size, [])
                 index += 1
             index += len(source.cuts)
             continue
         opened: list[_Tell] = []
         consumed = 0
-        chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=1)
+        chunk = Chunk(index=index, file_index=file_index, path=info.shown, first_line=1)
         byte_range = part if isinstance(part, ByteRange) else None
         size_here = info.size if byte_range is None else byte_range.stop - byte_range.start
-        for line, issue, size in _read_lines(info.path, kind, max_line_bytes, opened, byte_range):
+        for line, issue, size in _read_lines(path, kind, max_line_bytes, opened, byte_range):
             if issue is not None:
                 chunk.issues.append(issue)
             if issue is None or issue.line > 0:
@@ -379,7 +394,7 @@ def read_chunks(
                     yield chunk
                 index += 1
                 next_line = chunk.first_line + len(chunk.lines)
-                chunk = Chunk(index=index, file_index=file_index, path=str(info.path), first_line=next_line)
+                chunk = Chunk(index=index, file_index=file_index, path=info.shown, first_line=next_line)
         if chunk.lines or chunk.issues:
             chunk.source_bytes = size_here - consumed
             if index >= start_chunk:

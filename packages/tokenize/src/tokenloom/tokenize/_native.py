@@ -256,7 +256,7 @@ class _Run:
         write_state(self.config.output_dir, self.state)
 
     def _issue(self, result: ChunkResult, issue: Issue) -> None:
-        path = self.files[result.file_index].path
+        path = self.files[result.file_index].shown
         if self.config.on_error is OnError.RAISE:
             raise RecordError(issue.message, path=path, offset=issue.offset, record=issue.line, field=issue.kind.value)
         kind = issue.kind.value
@@ -279,7 +279,7 @@ class _Run:
             log.warning(
                 "%s: %d document(s) need more than 10,001 windows; as GPT-Simple does, only the first 10,001 are "
                 "written and the rest of each such document is dropped",
-                self.files[result.file_index].path,
+                self.files[result.file_index].shown,
                 result.dropped["truncated"],
             )
         self.counts.input_bytes += result.num_bytes

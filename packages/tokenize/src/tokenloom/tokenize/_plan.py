@@ -12,6 +12,7 @@ from tokenloom.formats import ConfigError
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_inputs
 from tokenloom.tokenize._inputs import InputFile, discover_inputs
+from tokenloom.tokenize._remote_inputs import discover_remote_inputs
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
 from tokenloom.tokenize.windowing import Windowing
 
@@ -37,7 +38,10 @@ class RunInputs:
     @classmethod
     def resolve(cls, config: TokenizeConfig) -> RunInputs:
         tokenizer = config.tokenizer or str(default_tokenizer_path())
-        files = discover_inputs(config.input_dir, hash_contents=config.hash_inputs)
+        if config.input_url is not None:  # listed now, each object fetched when first read
+            files = discover_remote_inputs(config.input_url, config.storage_options, config.input_dir)
+        else:
+            files = discover_inputs(config.input_dir, hash_contents=config.hash_inputs)
         if config.windowing is Windowing.GPT_SIMPLE:
             check_gpt_simple_inputs(files)
         return cls(tokenizer, fingerprint(tokenizer), files)

@@ -2,7 +2,8 @@
 
 tokenize(config)
     -> RunInputs.resolve (_plan: tokenizer, input files, run key)
-    -> an s3:// / gs:// / az:// output: tokenize_to_url (_remote_output: this same run staged locally, uploaded)
+    -> an s3:// / gs:// / az:// output: tokenize_to_url (_remote_output: this same run staged locally, uploaded),
+       or, unit-planned, run_units_to_url (_remote_units: units staged per node, committed at the URL)
     -> check_run_paths
     -> several datasets (--layout tree, --val-fraction): run_tree (_tree: a unit-planned dataset per leaf)
     -> unit-planned (--num-nodes, --executor ray, --finalize): run_units (_units: plan, unit commits, manifest)
@@ -22,6 +23,7 @@ from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._native import replaceable, tokenize_native
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
 from tokenloom.tokenize._remote_output import tokenize_to_url
+from tokenloom.tokenize._remote_units import run_units_to_url
 from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import run_tree
@@ -35,7 +37,9 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     started = time.perf_counter()
     with storage_errors(config.output_dir, "tokenizing"):
         inputs = RunInputs.resolve(config)
-        if config.output_url is not None:
+        if config.output_url is not None and config.unit_planned:
+            summary = run_units_to_url(config, inputs, on_progress)
+        elif config.output_url is not None:
             summary = tokenize_to_url(config, inputs, lambda local: _run(local, inputs, on_progress))
         else:
             summary = _run(config, inputs, on_progress)

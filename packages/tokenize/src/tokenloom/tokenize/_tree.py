@@ -29,7 +29,7 @@ from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_plan
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
-from tokenloom.tokenize._units import _complete, _prepare, finalize, missing_units, plan_of
+from tokenloom.tokenize._units import _complete, finalize, missing_units, plan_of, prepare_units_dir
 
 __all__ = ["Leaf", "leaves_of", "run_tree"]
 
@@ -133,7 +133,7 @@ def run_tree(
             if next(finished) is not None:
                 continue  # a dataset already complete with this plan stays as it is (readers keep reading it)
             out = target.config.output_dir
-            _prepare(target.config)
+            prepare_units_dir(target.config)
             establish_plan(out, target.plan)
             (out / WRITING_MARKER).touch()
             fsync_dir(out)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,8 +170,11 @@ class UnitDone:
         return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
 
 
-def read_done(out: Path, unit: int, plan_digest: str) -> UnitDone:
-    """Unit ``unit``'s done marker, checked against the plan and its shard files' sizes."""
+def read_done(out: Path, unit: int, plan_digest: str, sizes: Mapping[str, int] | None = None) -> UnitDone:
+    """Unit ``unit``'s done marker, checked against the plan and its shard files' sizes.
+
+    ``sizes`` (an object-store output): the sizes of the objects under the URL, checked instead of local files.
+    """
     path = done_path(out, unit)
     try:
         data = orjson.loads(path.read_bytes())
@@ -197,7 +201,11 @@ def read_done(out: Path, unit: int, plan_digest: str) -> UnitDone:
     for record in done.shards:
         for suffix, size in ((".bin", record.bin_bytes), (".idx", record.idx_bytes)):
             shard = out / f"{unit_stem(unit, record.index)}{suffix}"
-            if not shard.is_file() or shard.stat().st_size != size:
+            if sizes is not None:
+                found: int | None = sizes.get(shard.name)
+            else:
+                found = shard.stat().st_size if shard.is_file() else None
+            if found != size:
                 raise ResumeMismatchError(
                     f"{shard.name} of committed unit {unit} is missing or has changed ({size} bytes recorded)",
                     path=shard,

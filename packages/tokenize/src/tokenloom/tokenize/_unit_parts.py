@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokenloom.tokenize._fetch import local_path
 from tokenloom.tokenize._sniff import InputKind, require_corpus_extra, sniff
 
 if TYPE_CHECKING:
@@ -115,13 +116,15 @@ def cut_units(files: list[InputFile], unit_bytes: int | None) -> list[UnitSource
     """The units of ``files`` in order: whole files, or parts of files larger than ``unit_bytes`` (None: never cut)."""
     units: list[UnitSource] = []
     for index, info in enumerate(files):
-        kind = info.kind or sniff(info.path)
         if unit_bytes is None or info.size <= unit_bytes:
             units.append(UnitSource(index, info))
-        elif kind is InputKind.JSONL:
-            cuts = _line_cuts(info.path, info.size, unit_bytes)
+            continue
+        path = local_path(info)
+        kind = info.kind or sniff(path)
+        if kind is InputKind.JSONL:
+            cuts = _line_cuts(path, info.size, unit_bytes)
             units.extend(UnitSource(index, info, ByteRange(a, b)) for a, b in itertools.pairwise(cuts))
-        elif kind is InputKind.PARQUET and len(runs := _row_group_runs(info.path, kind, unit_bytes)) > 1:
+        elif kind is InputKind.PARQUET and len(runs := _row_group_runs(path, kind, unit_bytes)) > 1:
             units.extend(UnitSource(index, info, RowGroups(a, b)) for a, b in runs)
         else:
             units.append(UnitSource(index, info))

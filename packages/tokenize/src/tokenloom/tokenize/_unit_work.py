@@ -12,6 +12,7 @@ import numpy as np
 
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
+from tokenloom.tokenize._fetch import local_path
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord
 from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
@@ -72,11 +73,11 @@ class UnitWriter:
         if line <= 0 or not isinstance(part, ByteRange) or part.start == 0:
             return line
         if self._line_base is None:  # counted only when a record is bad: the common path never reads the prefix
-            self._line_base = lines_before(self.source.file.path, part.start)
+            self._line_base = lines_before(local_path(self.source.file), part.start)
         return self._line_base + line
 
     def consume(self, result: ChunkResult) -> None:
-        path = self.source.file.path
+        path = self.source.file.shown
         for issue in result.issues:
             line = self._line(issue.line)
             if self.config.on_error is OnError.RAISE:

@@ -61,7 +61,15 @@ from tokenloom.tokenize._unit_parts import cut_units
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize.windowing import Windowing
 
-__all__ = ["finalize", "plan_of", "run_units"]
+__all__ = [
+    "encode_local",
+    "finalize",
+    "missing_units",
+    "plan_of",
+    "prepare_units_dir",
+    "run_units",
+    "write_unit_manifest",
+]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -85,7 +93,7 @@ def run_units(
         return summary
     if config.executor is ExecutorKind.RAY and not config.finalize:
         preflight(config)  # an unreachable cluster fails before anything is written
-    _prepare(config)
+    prepare_units_dir(config)
     establish_plan(out, plan)
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
@@ -94,7 +102,7 @@ def run_units(
         if config.executor is ExecutorKind.RAY:
             session = encode_with_ray(config, inputs, plan, on_progress)
         else:
-            session = _encode_local(config, inputs, plan, on_progress)
+            session = encode_local(config, inputs, plan, on_progress)
     manifest = finalize(out, plan, inputs.tokenizer, required=config.finalize)
     seconds = time.perf_counter() - started
     summary = summary_of(manifest, out, seconds) if manifest else _partial_summary(out, plan, session, seconds)
@@ -128,7 +136,7 @@ def _layout_difference(recorded: dict[str, Any]) -> list[str]:
     return [] if layout == "units" else [f"layout {layout!r} -> 'units' (--num-nodes / --executor ray)"]
 
 
-def _prepare(config: TokenizeConfig) -> None:
+def prepare_units_dir(config: TokenizeConfig) -> None:
     out = config.output_dir
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
@@ -163,7 +171,7 @@ def _ours(name: str) -> bool:
     return is_unit_file(name) or name in (WRITING_MARKER, MANIFEST_NAME) or name.startswith(MANIFEST_NAME + ".")
 
 
-def _encode_local(
+def encode_local(
     config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
 ) -> Session:
     session = Session()
@@ -230,7 +238,7 @@ def finalize(out: Path, plan: UnitPlan, tokenizer: str, *, required: bool) -> Ma
         )
     try:
         with output_lock(out, what="--output-dir"):
-            return _write_manifest(out, plan, tokenizer)
+            return write_unit_manifest(out, plan, tokenizer)
     except OutputLockedError:
         if required:
             raise
@@ -238,10 +246,11 @@ def finalize(out: Path, plan: UnitPlan, tokenizer: str, *, required: bool) -> Ma
         return None
 
 
-def _write_manifest(out: Path, plan: UnitPlan, tokenizer: str) -> Manifest:
+def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[str, int] | None = None) -> Manifest:
+    """The manifest of a run whose every unit is committed (``sizes``: shard sizes in object storage)."""
     if (out / MANIFEST_NAME).is_file() and not (out / WRITING_MARKER).exists():
         return read_manifest(out)
-    units = [read_done(out, u, plan.digest) for u in range(len(plan.units))]
+    units = [read_done(out, u, plan.digest, sizes) for u in range(len(plan.units))]
     remove_unit_temps(out, set(range(len(plan.units))))  # a killed attempt's leftovers (Ray retries, kills)
     facts = units[0].facts
     first = (facts.dtype, facts.vocab_size, facts.eos_id)

@@ -40,6 +40,7 @@ __all__ = [
     "list_objects",
     "list_prefix",
     "put_file",
+    "put_once",
     "stat",
 ]
 
@@ -171,6 +172,11 @@ def put_file(
     )
 
 
+def put_once(config: StoreConfig, path: str | os.PathLike[str], name: str, checksum: str) -> bool:
+    """Create ``name`` from the small file ``path`` unless it already exists (an atomic create); False if it did."""
+    return _helper().call("put_once", config=_config_json(config), path=os.fspath(path), name=name, checksum=checksum)
+
+
 def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
     """``{"size", "etag", "checksum"}`` of ``name`` (checksum None if it was not put by tokenloom), or None."""
     return _helper().call("stat", config=_config_json(config), name=name)
@@ -222,6 +228,8 @@ def _answer(request: dict[str, Any]) -> Any:
         return client.list_dir(config, request["name"])
     if request["op"] == "put":
         return writes.put_file(config, request["path"], request["name"], request["checksum"], request["part_size"])
+    if request["op"] == "put_once":
+        return writes.put_once(config, request["path"], request["name"], request["checksum"])
     if request["op"] == "stat":
         return writes.stat(config, request["name"])
     if request["op"] == "list_names":

@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenloom.formats.remote.client import StoreConfig, _obstore, _store, _with_retries
 
-__all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "list_names", "put_file", "stat"]
+__all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "list_names", "put_file", "put_once", "stat"]
 
 #: user metadata holding the uploaded file's xxh3-128 (what a rerun compares instead of re-uploading)
 CHECKSUM_ATTRIBUTE = "tokenloom_xxh3_128"
@@ -42,6 +42,33 @@ def put_file(config: StoreConfig, path: str, name: str, checksum: str, part_size
 
     result = _with_retries(config, url, f"uploading {size} bytes", once)
     return str(result.get("e_tag") or result.get("version") or "")
+
+
+def put_once(config: StoreConfig, path: str, name: str, checksum: str) -> bool:
+    """Create ``name`` from the small local file ``path`` unless it exists (If-None-Match: *); False if it did.
+
+    The object-store form of an atomic create: two writers racing for one name never overwrite each other,
+    and a retried create whose first attempt did land reports the object as existing (the caller compares).
+    """
+    key = config.url.key(name)
+    url = config.url.url(name)
+    errors = _obstore().exceptions
+    data = Path(path).read_bytes()
+
+    def once() -> bool:
+        try:
+            _obstore().put(
+                _store(config),
+                key,
+                data,
+                attributes={CHECKSUM_ATTRIBUTE: checksum, "Content-Type": "application/octet-stream"},
+                mode="create",
+            )
+        except (errors.AlreadyExistsError, errors.PreconditionError):
+            return False
+        return True
+
+    return _with_retries(config, url, "creating it once", once)
 
 
 def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:

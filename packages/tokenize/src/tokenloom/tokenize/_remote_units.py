@@ -1,0 +1,244 @@
+"""A unit-planned run into object storage: many nodes write one dataset under a URL, byte-identical to one process.
+
+    node R of N: CACHE/uploads/<URL>/<run key + node>/ is this node's staging directory
+      -> the URL's plan object fetched (if any) and compared; created once (If-None-Match: *) otherwise
+      -> the URL's done markers of this node's units fetched: those units are skipped (a rerun on any machine)
+      -> its other units encoded into the staging directory as on a shared disk (one unit at a time)
+      -> a thread uploads each committed unit: its shards, then its done marker (an atomic create)
+    every node at the end (or ``--finalize``): when every unit's done marker is at the URL, the done markers are
+      fetched, the manifest is built from them (shard sizes checked against the listing) and uploaded last
+
+A unit's bytes depend only on its input and the settings, so two nodes that both upload a unit put identical
+objects, and two finalizers put identical manifests. A reader sees no dataset until the manifest lands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from tokenloom.formats import ConfigError, DataError, Manifest, ResumeMismatchError
+from tokenloom.formats.io import MANIFEST_NAME
+from tokenloom.formats.io.manifest import file_checksum
+from tokenloom.formats.io.urls import parse_url
+from tokenloom.formats.remote import helper
+from tokenloom.formats.remote.client import ObjectInfo
+from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
+from tokenloom.tokenize._config import TokenizeConfig
+from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._native import summary_of
+from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, done_path, establish_plan, is_unit_file, unit_stem
+from tokenloom.tokenize._unit_work import Session
+from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
+
+__all__ = ["run_units_to_url"]
+
+log = logging.getLogger("tokenloom.tokenize")
+
+#: how often the upload thread looks for newly committed units (seconds)
+POLL_SECONDS = 0.2
+
+
+def run_units_to_url(
+    config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None = None
+) -> TokenizeSummary:
+    """This node's share of a unit-planned run whose output is ``config.output_url`` (see the module docstring)."""
+    started = time.perf_counter()
+    if config.output_url is None:
+        raise ConfigError("run_units_to_url needs an object-store output_dir", field="output_dir")
+    url = parse_url(config.output_url)
+    target = RemoteTarget(url, config.storage_options)
+    plan = plan_of(config, inputs)
+    listed = _listing(target)
+    if MANIFEST_NAME in listed:
+        manifest = target.read_manifest()
+        recorded = manifest.metadata.get("tokenize", {}) if manifest else {}
+        if manifest is None or {k: recorded.get(k) for k in plan.run_key} != plan.run_key:
+            raise ResumeMismatchError(
+                f"{url} holds a dataset written with other settings, tokenizer, inputs or layout: "
+                + "; ".join(run_key_differences(recorded, plan.run_key)),
+                path=str(url),
+                hint="Choose another --output-dir, or delete the prefix and rerun every node",
+            )
+        summary = summary_of(manifest, Path(), time.perf_counter() - started)
+        summary.output_dir = str(url)  # type: ignore[assignment]
+        summary.already_complete = True
+        return summary
+    foreign = sorted(name for name in listed if not is_unit_file(name))
+    if foreign:
+        raise ConfigError(
+            f"{url} holds objects that no unit-planned tokenize run wrote: {', '.join(foreign[:5])}",
+            path=str(url),
+            field="output_dir",
+            hint="Choose an empty prefix for --output-dir",
+        )
+    num_nodes = config.num_nodes or 1
+    key = {**plan.run_key, "node": [num_nodes, config.node_rank]}
+    staging = staging_dir(url, key, config.cache_dir)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    local = dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
+    prepare_units_dir(local)
+    _establish_plan(target, staging, plan, listed)
+    session = Session()
+    if not config.finalize:
+        mine = [u for u in range(len(plan.units)) if u % num_nodes == config.node_rank]
+        for unit in mine:  # committed at the URL (by an earlier run of this node, on any machine): skip it
+            name = done_path(staging, unit).name
+            if name in listed and not done_path(staging, unit).exists():
+                _fetch(target, listed[name], done_path(staging, unit))
+        uploads = _UnitUploads(target, staging, mine, listed)
+        uploads.start()
+        try:
+            session = encode_local(local, inputs, plan, on_progress)
+        finally:
+            uploads.stop()
+        uploads.sweep()  # whatever committed after the thread's last look
+    manifest = _finalize(target, staging, plan, inputs.tokenizer, required=config.finalize)
+    seconds = time.perf_counter() - started
+    if manifest is None:
+        summary = _partial_summary(staging, plan, session, seconds)
+        summary.units_missing = len(_missing(plan, _listing(target)))
+    else:
+        summary = summary_of(manifest, staging, seconds)
+        shutil.rmtree(staging, ignore_errors=True)
+    summary.output_dir = str(url)  # type: ignore[assignment]
+    summary.examples = session.examples
+    summary.run_tokens = session.tokens
+    summary.bytes_read = session.bytes_read
+    summary.units_committed = session.units
+    return summary
+
+
+def _listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
+    """The objects directly under the output prefix, by name (a missing bucket is a named error)."""
+    base = f"{target.url.prefix}/" if target.url.prefix else ""
+    try:
+        objects = helper.list_objects(target.config)
+    except DataError:
+        helper.check_bucket(target.config)
+        raise
+    found = {}
+    for obj in objects:
+        name = obj.key[len(base) :]
+        if "/" not in name:
+            found[name] = obj
+    return found
+
+
+def _fetch(target: RemoteTarget, obj: ObjectInfo, path: Path) -> bytes:
+    """A small object (plan, done marker) fetched whole into ``path`` (replaced atomically); its bytes."""
+    tmp = path.with_name(f".{path.name}.fetch-{time.monotonic_ns()}.tmp")
+    try:
+        helper.fetch_into(target.config, obj, 0, obj.size, tmp)
+        data = tmp.read_bytes()
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return data
+
+
+def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed: dict[str, ObjectInfo]) -> None:
+    """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
+    local_plan = staging / PLAN_NAME
+    if PLAN_NAME in listed and not local_plan.exists():
+        _fetch(target, listed[PLAN_NAME], local_plan)
+    establish_plan(staging, plan)  # a different recorded plan is a ResumeMismatchError naming what differs
+    if PLAN_NAME in listed:
+        return
+    if helper.put_once(target.config, local_plan, PLAN_NAME, file_checksum(local_plan)):
+        return
+    there = _listing(target)[PLAN_NAME]  # another node created it first: it must be the same plan
+    other = staging / f"{PLAN_NAME}.theirs"
+    if _fetch(target, there, other) != local_plan.read_bytes():
+        theirs = orjson.loads(other.read_bytes()).get("run_key", {})
+        raise ResumeMismatchError(
+            f"{target.url}'s unit plan was made with other settings, tokenizer or inputs: "
+            + "; ".join(run_key_differences(theirs, plan.run_key)),
+            path=target.url.url(PLAN_NAME),
+            hint="Every node must run the same command on the same inputs",
+        )
+    other.unlink(missing_ok=True)
+
+
+class _UnitUploads:
+    """A thread that uploads each of this node's units once committed: shards first, the done marker last."""
+
+    def __init__(self, target: RemoteTarget, staging: Path, units: list[int], listed: dict[str, ObjectInfo]) -> None:
+        self.target = target
+        self.staging = staging
+        self.pending = [u for u in units if done_path(staging, u).name not in listed]
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tokenloom-unit-uploads", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(POLL_SECONDS):
+                self._upload_committed()
+        except BaseException as exc:  # raised again by sweep(), on the run's thread
+            self.error = exc
+
+    def sweep(self) -> None:
+        if self.error is not None:
+            raise self.error
+        self._upload_committed()
+
+    def _upload_committed(self) -> None:
+        for unit in list(self.pending):
+            marker = done_path(self.staging, unit)
+            if not marker.exists():
+                continue
+            for record in orjson.loads(marker.read_bytes())["shards"]:
+                stem = unit_stem(unit, int(record["index"]))
+                self.target.upload(self.staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))
+                self.target.upload(self.staging / f"{stem}.bin", checksum=str(record["bin_xxh3_128"]))
+            helper.put_once(self.target.config, marker, marker.name, file_checksum(marker))  # the unit's commit
+            self.pending.remove(unit)
+
+
+def _missing(plan: UnitPlan, listed: dict[str, ObjectInfo]) -> list[int]:
+    return [u for u in range(len(plan.units)) if done_path(Path(), u).name not in listed]
+
+
+def _finalize(
+    target: RemoteTarget, staging: Path, plan: UnitPlan, tokenizer: str, *, required: bool
+) -> Manifest | None:
+    """Upload the manifest once every unit is committed at the URL; None (or, if ``required``, an error) otherwise."""
+    listed = _listing(target)
+    missing = _missing(plan, listed)
+    if missing:
+        if not required:
+            log.info("%s: %d unit(s) not committed yet; the last node (or --finalize) writes the manifest", target.url,
+                     len(missing))  # fmt: skip
+            return None
+        shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10])
+        raise DataError(
+            f"{len(missing)} of {len(plan.units)} units are not committed at {target.url} yet: {shown}"
+            + (" ..." if len(missing) > 10 else ""),
+            path=str(target.url),
+            hint="Rerun the nodes that own them (unit u belongs to --node-rank u % --num-nodes), then --finalize",
+        )
+    for unit in range(len(plan.units)):
+        marker = done_path(staging, unit)
+        if not marker.exists():
+            _fetch(target, listed[marker.name], marker)
+    sizes = {name: obj.size for name, obj in listed.items()}
+    manifest = write_unit_manifest(staging, plan, tokenizer, sizes)
+    target.upload(staging / MANIFEST_NAME)  # last: now the dataset exists at the URL
+    log.info("%s: manifest uploaded (%d units)", target.url, len(plan.units))
+    return manifest
