@@ -428,9 +428,10 @@ def report(
                 )
         lines += [
             "",
-            "More GETs than shards before the first batch means every shard's index was fetched first: "
-            "`MemoryMappedDataset` reads each shard's overlap prefixes (its `.idx`) when it is made, one GET "
-            "at a time, where `open_dataset` needs the manifest alone.",
+            "The manifest records that no entry has an overlap prefix (`max_overlap_prefix: 0`), so "
+            "`MemoryMappedDataset` builds its window index from the manifest alone; GETs beyond the manifest "
+            "and the first samples' blocks would mean shard indices were fetched one by one before the first "
+            "batch (10,054 GETs and 477 s before that record existed).",
         ]
     lines += [
         "",
