@@ -170,6 +170,20 @@ def test_too_small_a_limit_for_the_lookahead_is_a_config_error_at_start(seaweed,
         next(iter(loader))
 
 
+def test_a_refused_prefetch_leaves_the_dataset_reading_without_it(seaweed, url, local, tmp_path):
+    ds = MemoryMappedDataset(_remote(url, seaweed, tmp_path / "c", cache_limit=64 * BLOCK), seq_len=SEQ)
+    sampler = ResumableDistributedSampler(ds, num_replicas=1, rank=0, seed=3)
+    with pytest.raises(ConfigError, match="too small for the blocks in flight"):
+        ds.prefetch(sampler, batch_size=4, lookahead=len(ds), num_workers=2)
+    here = MemoryMappedDataset(local, seq_len=SEQ)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate)  # in order: batch k = 4k..4k+3
+    for step, batch in enumerate(loader):  # no prefetcher, no refusal in the workers: plain reads
+        expected = [np.asarray(here[i]["input_ids"]) for i in range(step * 4, step * 4 + 4)]
+        assert np.array_equal(batch["input_ids"].numpy(), np.stack(expected))
+        if step == 10:
+            break
+
+
 def test_prefetched_window_is_read_with_no_get_on_the_hot_path(seaweed, fault_proxy, url, local, tmp_path):
     ds = MemoryMappedDataset(_remote(url, seaweed, tmp_path / "c", endpoint=fault_proxy.url), seq_len=SEQ)
     sampler = ResumableDistributedSampler(ds, num_replicas=1, rank=0, seed=2)

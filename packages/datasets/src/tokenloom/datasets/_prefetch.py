@@ -103,11 +103,11 @@ class Prefetching(SampleBytes):
                     hint="Use tokenloom.sampler.ResumableDistributedSampler",
                 )
         spec = _Spec(sampler, _positive(batch_size, "batch_size"), _positive(lookahead, "lookahead"))
-        self._prefetch_spec = spec
-        self._prefetch_live = _ProcessLocal()
-        if num_workers is not None:
+        if num_workers is not None:  # checked before the dataset takes the spec: a refusal leaves it as it was
             readers = max(1, int(num_workers))
             self._check_limits(self._schedule(spec, 0, 1, already=0), spec.lookahead, readers, others=True)
+        self._prefetch_spec = spec
+        self._prefetch_live = _ProcessLocal()
         return self
 
     def _remote_blocks(self, index: int) -> list[tuple[Any, Any, int]]:
