@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -164,14 +165,15 @@ class _CacheWatch:
         while not self._stop.wait(0.02):
             self.high_water = max(self.high_water, self._size())
 
-    def __enter__(self) -> _CacheWatch:
+    def start(self) -> _CacheWatch:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> int:
         self._stop.set()
         self._thread.join()
         self.high_water = max(self.high_water, self._size())
+        return self.high_water
 
 
 # -- data prep -----------------------------------------------------------------------------------
@@ -328,10 +330,8 @@ def run_remote_demo(workdir: Path, *, log: Callable[[str], None] = print) -> Rem
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     log("1/7 starting SeaweedFS (S3) on 127.0.0.1 and a counting proxy in front of it")
     server_dir = workdir / "s3-server"
-    if server_dir.exists():
-        import shutil
-
-        shutil.rmtree(server_dir)
+    for stale in (server_dir, *(workdir / f"{name}-cache" for name in ("node0", "node1", "eval"))):
+        shutil.rmtree(stale, ignore_errors=True)  # a rerun in the same --workdir starts cold too
     server = SeaweedS3(server_dir)
     proxy = FaultProxy(server.endpoint)
     report.endpoint = server.endpoint
@@ -397,12 +397,11 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
         with proxy.lock:
             proxy.gets.clear()
             proxy.get_bytes.clear()
-        watches[number] = _CacheWatch(workdir / f"node{number}-cache").__enter__()
+        watches[number] = _CacheWatch(workdir / f"node{number}-cache").start()
         return LegFigures(cache_limit=limit)
 
     def finish(number: int, leg: LegFigures) -> None:
-        watches[number].__exit__()
-        leg.cache_high_water = watches[number].high_water
+        leg.cache_high_water = watches[number].stop()
         with proxy.lock:
             gets, fetched = dict(proxy.gets), dict(proxy.get_bytes)
         leg.fetched_bytes = sum(fetched.values())
