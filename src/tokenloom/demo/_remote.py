@@ -38,19 +38,16 @@ import yaml
 
 from tokenloom.curriculum import CurriculumDataset
 from tokenloom.demo._curriculum import (
-    BATCH,
     BUCKETS,
     CurriculumReport,
-    WithPositions,
     _check,
     _Consumed,
-    _run_rank,
     split_corpus,
+    train_legs,
     write_config,
 )
 from tokenloom.demo._eval import EvalReport, run_eval
-from tokenloom.formats import ResumeMismatchError
-from tokenloom.formats.io import atomic_write_bytes, parse_url
+from tokenloom.formats.io import parse_url
 from tokenloom.tokenize import Layout, TokenizeConfig, build_stdlib_corpus, tokenize
 
 __all__ = ["LegFigures", "RemoteReport", "run_remote_demo"]
@@ -260,64 +257,35 @@ def tokenize_on_nodes(text: Path, out: Path, reference: Path, report: RemoteRepo
 
 
 # -- training legs -------------------------------------------------------------------------------
-def _train_legs(
+def _measured_legs(
     config: Path,
     workdir: Path,
     tag: str,
     consumed: _Consumed,
     report: CurriculumReport,
     *,
-    node_env: Callable[[int], dict[str, str | None]],
+    log: Callable[[str], None],
+    node_env: Callable[[int], Mapping[str, str | None]],
     measure: Callable[[int], LegFigures],
     finish: Callable[[int, LegFigures], None],
     sample_bytes: int,
 ) -> tuple[list[LegFigures], CurriculumDataset]:
-    """2 ranks x 2 workers to a checkpoint a third into phase 1, stop; 3 ranks x 1 worker on a new node to the end."""
-    legs = []
-    with _environment(node_env(0)):
-        leg = measure(0)
-        started = time.perf_counter()
-        dataset = CurriculumDataset(config, seed=SEED)
-        report.samples = len(dataset)
-        report.phase_bounds = [(int(a), int(b)) for a, b in dataset.schedule.phase_bounds]
-        p1_start, p1_end = report.phase_bounds[1]
-        steps = -(-(p1_start + (p1_end - p1_start) // 3) // (2 * BATCH))
-        states = []
-        for rank in range(2):
-            done, state = _run_rank(
-                WithPositions(dataset), world=2, rank=rank, workers=2, state=None, max_steps=steps, consumed=consumed
-            )
-            states.append(state)
-            report.steps_before = max(report.steps_before, done)
-        if any(s != states[0] for s in states[1:]):
-            raise ResumeMismatchError(f"ranks disagree on the data state: {states}")
-        report.checkpoint = int(states[0]["consumed"])
-        checkpoint = workdir / f"{tag}-checkpoint.json"
-        state = {"sampler": states[0], "curriculum": dataset.state_dict(consumed=report.checkpoint)}
-        atomic_write_bytes(checkpoint, orjson.dumps(state))
-        del dataset
-        leg.seconds = time.perf_counter() - started
-        leg.samples = report.checkpoint
-        leg.used_bytes = leg.samples * sample_bytes
-        finish(0, leg)
-        legs.append(leg)
-    with _environment(node_env(1)):  # a new node: its cache directory is empty
-        leg = measure(1)
-        started = time.perf_counter()
-        saved = orjson.loads(checkpoint.read_bytes())
-        resumed = CurriculumDataset(config, seed=SEED)
-        resumed.load_state_dict(saved["curriculum"])
-        for rank in range(3):
-            done, _ = _run_rank(
-                WithPositions(resumed), world=3, rank=rank, workers=1, state=saved["sampler"], max_steps=None,
-                consumed=consumed,
-            )  # fmt: skip
-            report.steps_after = max(report.steps_after, done)
-        leg.seconds = time.perf_counter() - started
-        leg.samples = report.samples - report.checkpoint
-        leg.used_bytes = leg.samples * sample_bytes
-        finish(1, leg)
-        legs.append(leg)
+    """The local demo's two legs (:func:`train_legs`), each on its own node (environment) and measured."""
+    legs: list[LegFigures] = []
+
+    @contextlib.contextmanager
+    def leg(number: int) -> Iterator[None]:
+        with _environment(node_env(number)):  # leg 1: a new node, its cache directory empty
+            figures = measure(number)
+            started = time.perf_counter()
+            yield
+            figures.seconds = time.perf_counter() - started
+            figures.samples = report.checkpoint if number == 0 else report.samples - report.checkpoint
+            figures.used_bytes = figures.samples * sample_bytes
+            finish(number, figures)
+            legs.append(figures)
+
+    resumed = train_legs(config, SEED, workdir / f"{tag}-checkpoint.json", consumed, report, log=log, leg=leg)
     return legs, resumed
 
 
@@ -384,7 +352,7 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
         report.notes.append(f"the data ({report.data_bytes} bytes) is too small for a cache limit below it")
     sample_bytes = (block["data"]["max_length"] + 1) * 2  # uint16 tokens of one sample
 
-    def node_env(number: int) -> dict[str, str | None]:
+    def node_env(number: int) -> Mapping[str, str | None]:
         return {
             "TOKENLOOM_CACHE_DIR": str(workdir / f"node{number}-cache"),
             "TOKENLOOM_CACHE_LIMIT": str(limit),
@@ -413,12 +381,11 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
         f"4/7 curriculum from {report.tokens_url}: 2 ranks x 2 workers (cache_limit {limit:,} bytes < "
         f"{report.data_bytes:,} bytes of train tokens), checkpoint inside phase 1, stop"
     )
-    log("    then a new node with an empty cache: 3 ranks x 1 worker to the end of the curriculum")
     report.remote = CurriculumReport(config=remote_config)
     consumed = _Consumed()
-    report.remote_legs, _ = _train_legs(
+    report.remote_legs, _ = _measured_legs(
         remote_config, workdir, "remote", consumed, report.remote,
-        node_env=node_env, measure=measure, finish=finish, sample_bytes=sample_bytes,
+        log=log, node_env=node_env, measure=measure, finish=finish, sample_bytes=sample_bytes,
     )  # fmt: skip
     log("5/7 the schedule oracle against the local copy of the tokens")
     reference = CurriculumDataset(local_config, seed=SEED)
@@ -427,9 +394,9 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
     log("6/7 the same legs over the local copy (memory maps, no cache), for the figures beside them")
     report.local = CurriculumReport(config=local_config)
     local_consumed = _Consumed()
-    report.local_legs, local_resumed = _train_legs(
+    report.local_legs, local_resumed = _measured_legs(
         local_config, workdir, "local", local_consumed, report.local,
-        node_env=lambda _: {}, measure=lambda _: LegFigures(), finish=lambda _n, _leg: None,
+        log=lambda _line: None, node_env=lambda _: {}, measure=lambda _: LegFigures(), finish=lambda _n, _leg: None,
         sample_bytes=sample_bytes,
     )  # fmt: skip
     _check(local_resumed, local_consumed, report.local)
