@@ -114,7 +114,8 @@ def report(m: dict) -> str:
         f"tokens ({m['data_bytes'] / mib:.0f} MiB) on a local SeaweedFS S3 server behind the counting proxy; one node, "
         f"`DataLoader(batch_size={BATCH}, num_workers={WORKERS})` over `MemoryMappedDataset` windows of {SEQ + 1:,} "
         f"tokens with `prefetch(lookahead={LOOKAHEAD})`; cache blocks of {BLOCK // mib} MiB, `cache_limit` "
-        f"{m['cache_limit'] / mib:.0f} MiB ({m['cache_limit'] / m['data_bytes']:.0%} of the data); one full epoch per order from an empty cache. "
+        f"{m['cache_limit'] / mib:.0f} MiB ({m['cache_limit'] / m['data_bytes']:.0%} of the data); "
+        "one full epoch per order from an empty cache. "
         f'`order="block"` with `block_samples={BLOCK_SAMPLES}`, `window_blocks={WINDOW_BLOCKS}` '
         f"({BLOCK_SAMPLES * (SEQ + 1) * 2 * WINDOW_BLOCKS / mib:.0f} MiB windows). Fetched = `.bin` GET body bytes "
         "counted at the proxy; used = samples x 2,049 x 2 bytes. A count, not a time: load does not move it.",
@@ -126,14 +127,15 @@ def report(m: dict) -> str:
         r = m[order]
         used = r["samples"] * (SEQ + 1) * 2
         ratio = r["fetched"] / used
+        prefetched = "yes" if r["prefetch"] else "no (its lookahead needs more than the limit)"
         target = (
             ("<= 1.1: " + ("met" if ratio <= 1.1 else "MISSED"))
             if order == "block"
             else "(reported: the global keyed order, the default)"
         )
         lines.append(
-            f"| `{order}` | {'yes' if r['prefetch'] else 'no (its lookahead needs more than the limit)'} | {r['samples']:,} | {r['fetched'] / mib:,.1f} | {used / mib:,.1f} | {ratio:.2f} | "
-            f"{r['gets']:,} | {r['seconds']:.1f} | {target} |"
+            f"| `{order}` | {prefetched} | {r['samples']:,} | {r['fetched'] / mib:,.1f} | {used / mib:,.1f} | "
+            f"{ratio:.2f} | {r['gets']:,} | {r['seconds']:.1f} | {target} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -306,3 +306,18 @@ def test_a_child_forked_while_a_thread_holds_a_cache_lock_does_not_inherit_it(tm
     thread.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the forked child still held the lock it inherited"
+
+
+def test_block_size_from_the_environment(monkeypatch, tmp_path):
+    config = StoreConfig(parse_url("s3://bucket/ds"), {})
+    monkeypatch.setenv("TOKENLOOM_BLOCK_SIZE", "64KiB")
+    assert BlockCache(config, tmp_path).block_size == 64 << 10
+    assert BlockCache(config, tmp_path, block_size=8192).block_size == 8192  # an argument wins
+    monkeypatch.setenv("TOKENLOOM_BLOCK_SIZE", "5000")
+    with pytest.raises(ConfigError, match="multiple of 4096"):
+        BlockCache(config, tmp_path)
+    monkeypatch.setenv("TOKENLOOM_BLOCK_SIZE", "big")
+    with pytest.raises(ConfigError, match="TOKENLOOM_BLOCK_SIZE 'big' is not a size"):
+        BlockCache(config, tmp_path)
+    monkeypatch.delenv("TOKENLOOM_BLOCK_SIZE")
+    assert BlockCache(config, tmp_path).block_size == 8 << 20

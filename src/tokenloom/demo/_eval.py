@@ -48,7 +48,7 @@ class EvalReport:
         return self.error is None and self.same_bytes and self.same_loss
 
 
-def _stream(directories: Sequence[Path]) -> tuple[np.ndarray, int, int]:
+def _stream(directories: Sequence[str]) -> tuple[np.ndarray, int, int]:
     datasets = [open_dataset(d) for d in directories]
     tokens = np.concatenate([d.tokens(0, d.num_tokens).astype(np.int64) for d in datasets])
     eos_id, vocab_size = datasets[0].eos_id, datasets[0].vocab_size
@@ -61,7 +61,7 @@ def _stream(directories: Sequence[Path]) -> tuple[np.ndarray, int, int]:
     return tokens, int(eos_id), int(vocab_size)
 
 
-def unigram_log_probs(train: Sequence[Path]) -> np.ndarray:
+def unigram_log_probs(train: Sequence[str]) -> np.ndarray:
     """log p(token) of an add-one smoothed unigram model counted on the train buckets."""
     tokens, _, vocab = _stream(train)
     counts = np.bincount(tokens, minlength=vocab).astype(np.float64) + 1.0
@@ -94,11 +94,11 @@ def _rank(rank: int, init_file: str, train: list[str], val: list[str], out: str)
         )
 
         def build() -> EvalTokens:  # runs on rank 0 only
-            tokens, eos_id, vocab = _stream([Path(v) for v in val])
+            tokens, eos_id, vocab = _stream(val)
             return EvalTokens(tokens, eos_id=eos_id, vocab_size=vocab)
 
         evalset = broadcast_eval_set(build, seq_len=SEQ_LEN, timeout=TIMEOUT)
-        log_probs = unigram_log_probs([Path(t) for t in train])  # every rank counts it from the same files
+        log_probs = unigram_log_probs(train)  # every rank counts it from the same files
         loss_sum, tokens = _score(log_probs, EvalDataset(evalset.split(rank, EVAL_WORLD), pack_sequences=True))
         mean = token_weighted_mean(torch.tensor(loss_sum, dtype=torch.float64), torch.tensor(tokens))
         whole_sum, whole_tokens = _score(log_probs, EvalDataset(evalset, pack_sequences=True))
@@ -118,7 +118,8 @@ def _rank(rank: int, init_file: str, train: list[str], val: list[str], out: str)
     os._exit(0)
 
 
-def run_eval(workdir: Path, data: Path, buckets: Sequence[str]) -> EvalReport:
+def run_eval(workdir: Path, data: Path | str, buckets: Sequence[str]) -> EvalReport:
+    """``data``: a local directory or a URL (``s3://...``, credentials from the environment)."""
     import time
 
     report = EvalReport()
@@ -129,8 +130,9 @@ def run_eval(workdir: Path, data: Path, buckets: Sequence[str]) -> EvalReport:
     init_file.unlink(missing_ok=True)
     for stale in out.glob("eval-rank*.json"):
         stale.unlink()
-    train = [str(data / "train" / b) for b in buckets]
-    val = [str(data / "val" / b) for b in buckets]
+    root = str(data).rstrip("/")  # a URL stays a URL (Path would fold s3://b into s3:/b)
+    train = [f"{root}/train/{b}" for b in buckets]
+    val = [f"{root}/val/{b}" for b in buckets]
     # fork: the ranks start in milliseconds from this process (torch already imported); no tokenizer
     # is used in them and each limits torch to one thread
     context = multiprocessing.get_context("fork")

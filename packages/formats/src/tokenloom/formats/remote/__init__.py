@@ -59,7 +59,7 @@ def open_remote(
     validate: Validate | str = Validate.FAST,
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     retries: RetryPolicy | int | None = None,
     cache_limit: int | str | None = None,
     formats: FormatTable,
@@ -69,6 +69,7 @@ def open_remote(
 
     ``cache_limit`` (bytes or ``"20GB"``; default ``$TOKENLOOM_CACHE_LIMIT``, else unbounded) bounds the
     cache directory: blocks are evicted by their next use in the readers' known future (Belady).
+    ``block_size`` (bytes, a multiple of 4096) defaults to ``$TOKENLOOM_BLOCK_SIZE``, else 8 MiB.
     """
     from tokenloom.formats.remote.opener import open_remote_any
 

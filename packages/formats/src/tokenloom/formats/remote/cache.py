@@ -32,13 +32,20 @@ from tokenloom.formats.remote._fdlocks import close_lock, on_fork_in_child, open
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import fetch_into
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "BlockCache", "default_cache_dir"]
+__all__ = ["BLOCK_SIZE_ENV", "DEFAULT_BLOCK_SIZE", "BlockCache", "default_block_size", "default_cache_dir"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
 #: token data is fetched in aligned blocks of this many bytes unless ``block_size=`` says otherwise
 DEFAULT_BLOCK_SIZE = 8 << 20
 CACHE_ENV = "TOKENLOOM_CACHE_DIR"
+#: the block size of a cache built without ``block_size=`` (a size: ``64KiB``, ``1MiB``; a multiple of 4096)
+BLOCK_SIZE_ENV = "TOKENLOOM_BLOCK_SIZE"
+
+
+def default_block_size() -> int:
+    """``$TOKENLOOM_BLOCK_SIZE`` (e.g. ``1MiB``), else :data:`DEFAULT_BLOCK_SIZE` (8 MiB)."""
+    return budget.parse_size(os.environ.get(BLOCK_SIZE_ENV), field=BLOCK_SIZE_ENV) or DEFAULT_BLOCK_SIZE
 
 
 def default_cache_dir() -> Path:
@@ -60,9 +67,10 @@ class BlockCache:
         self,
         config: StoreConfig,
         cache_dir: str | os.PathLike[str] | None = None,
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        block_size: int | None = None,
         limit: int | str | None = None,
     ) -> None:
+        block_size = default_block_size() if block_size is None else block_size
         if not isinstance(block_size, int) or block_size < 4096 or block_size % 4096:
             raise ConfigError(
                 f"block_size {block_size!r} is not a positive multiple of 4096 bytes",
