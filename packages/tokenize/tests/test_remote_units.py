@@ -149,3 +149,11 @@ def test_remote_input_refusals_are_named(seaweed, tiny_tokenizer, tmp_path, monk
         _config("https://example.invalid/raw", tmp_path / "out", tiny_tokenizer)
     with pytest.raises(ConfigError, match="--layout tree"):
         _config(f"s3://{seaweed.bucket}/raw", tmp_path / "out", tiny_tokenizer, layout="tree")
+
+
+def test_hash_inputs_with_an_input_prefix_is_refused_not_ignored(tiny_tokenizer, tmp_path):
+    # objects are identified by their ETag; --hash-inputs would silently do nothing
+    with pytest.raises(ConfigError, match="hash.inputs") as info:
+        _config("s3://bucket/raw", tmp_path / "out", tiny_tokenizer, hash_inputs=True, cache_dir=tmp_path / "cache")
+    assert info.value.field == "hash_inputs"
+
