@@ -157,3 +157,22 @@ def test_hash_inputs_with_an_input_prefix_is_refused_not_ignored(tiny_tokenizer,
         _config("s3://bucket/raw", tmp_path / "out", tiny_tokenizer, hash_inputs=True, cache_dir=tmp_path / "cache")
     assert info.value.field == "hash_inputs"
 
+
+def test_a_short_staged_input_copy_is_fetched_again_not_read_as_whole(
+    seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
+):
+    source = _prefix(seaweed, corpus, "raw")
+    _credentials(seaweed, monkeypatch)
+    cache = tmp_path / "cache"
+    local = tokenize(_config(corpus, tmp_path / "local", tiny_tokenizer))
+    config = _config(source, tmp_path / "from-s3", tiny_tokenizer, cache_dir=cache)
+    from tokenloom.tokenize._plan import RunInputs
+
+    first = RunInputs.resolve(config).files[0]
+    first.path.parent.mkdir(parents=True)  # what a crash after an unsynced rename leaves: a short copy
+    first.path.write_bytes((corpus / first.relative).read_bytes()[: first.size // 2])
+    remote = tokenize(config)
+    assert remote.documents == local.documents == 600
+    assert first.path.stat().st_size == first.size
+    assert _tokens(open_dataset(tmp_path / "from-s3")) == _tokens(open_dataset(tmp_path / "local"))
+

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenloom.formats.io import fsync_dir
+
 if TYPE_CHECKING:
     from tokenloom.tokenize._inputs import InputFile
 
@@ -13,26 +15,36 @@ __all__ = ["local_path"]
 
 
 def local_path(info: InputFile) -> Path:
-    """The local file to read for ``info``: its path; an object-store input is fetched there first (once)."""
-    if info.url is None or info.path.is_file():
+    """The local file to read for ``info``: its path; an object-store input is fetched there first (once).
+
+    A staged copy is used only when it has the listed size (a copy cut short, by a crash after an unsynced
+    rename or a full disk, is fetched again, never read as whole); a fetched copy is fsynced before its rename.
+    """
+    if info.url is None:
+        return info.path
+    if info.path.is_file() and info.path.stat().st_size == info.size:
         return info.path
     from tokenloom.formats.remote import helper
 
     config, obj = info.remote
     info.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = info.path.with_name(f".{info.path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    part = tmp.with_name(tmp.name + ".part")
     try:
         with open(tmp, "wb") as out:
             for start in range(0, info.size, _FETCH_BYTES):
                 end = min(info.size, start + _FETCH_BYTES)
-                part = tmp.with_name(tmp.name + ".part")
                 helper.fetch_into(config, obj, start, end, part)  # If-Match the listed ETag
                 with open(part, "rb") as piece:
                     out.write(piece.read())
                 part.unlink()
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, info.path)
+        fsync_dir(info.path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
     return info.path
 
 
