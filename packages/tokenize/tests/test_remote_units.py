@@ -176,3 +176,26 @@ def test_a_short_staged_input_copy_is_fetched_again_not_read_as_whole(
     assert first.path.stat().st_size == first.size
     assert _tokens(open_dataset(tmp_path / "from-s3")) == _tokens(open_dataset(tmp_path / "local"))
 
+
+def test_a_node_keeps_no_staged_shards_once_its_units_are_committed_at_the_url(
+    seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
+):
+    _credentials(seaweed, monkeypatch)
+    target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
+    cache = tmp_path / "cache-0"
+    summary = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, cache_dir=cache))
+    assert summary.units_missing == 3  # not the last node: its staging stays, but not a copy of its output
+    assert sorted(p.name for p in cache.rglob("unit_*")) == []
+    again = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, cache_dir=cache))
+    assert again.units_committed == 0
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    obstore.delete(store, f"{target.split(f'{seaweed.bucket}/', 1)[1]}/.tokenloom-unit-000002.done")
+    redone = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, cache_dir=cache))
+    assert redone.units_committed == 1  # the marker the bucket lost: its unit encoded and committed again
+    tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=1, cache_dir=tmp_path / "cache-1"))
+    one = tmp_path / "one"
+    tokenize(_config(corpus, one, tiny_tokenizer, num_nodes=1))
+    assert _shards(seaweed, target) == {p.name: p.read_bytes() for p in one.iterdir() if p.suffix in (".bin", ".idx")}
