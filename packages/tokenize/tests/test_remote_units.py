@@ -51,7 +51,7 @@ def _tokens(dataset) -> list[bytes]:
     return [np.asarray(dataset[i]).tobytes() for i in range(len(dataset))]
 
 
-def _shards(seaweed, url: str) -> dict[str, bytes]:
+def _shards(seaweed, url: str, *, everything: bool = False) -> dict[str, bytes]:
     import obstore
     from obstore.store import S3Store
 
@@ -61,7 +61,7 @@ def _shards(seaweed, url: str) -> dict[str, bytes]:
     for chunk in obstore.list(store, prefix=prefix):
         for meta in chunk:
             name = meta["path"][len(prefix) :]
-            if name.endswith((".bin", ".idx")):
+            if everything or name.endswith((".bin", ".idx")):
                 found[name] = bytes(obstore.get(store, meta["path"]).bytes())
     return found
 
@@ -199,3 +199,26 @@ def test_a_node_keeps_no_staged_shards_once_its_units_are_committed_at_the_url(
     one = tmp_path / "one"
     tokenize(_config(corpus, one, tiny_tokenizer, num_nodes=1))
     assert _shards(seaweed, target) == {p.name: p.read_bytes() for p in one.iterdir() if p.suffix in (".bin", ".idx")}
+
+
+def test_a_node_staged_for_another_plan_is_refused_before_it_writes_into_the_prefix(
+    seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
+):
+    import obstore
+    from obstore.store import S3Store
+
+    _credentials(seaweed, monkeypatch)
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
+    key = target.split(f"{seaweed.bucket}/", 1)[1]
+    old = {"num_nodes": 2, "node_rank": 0, "cache_dir": tmp_path / "cache-0"}
+    tokenize(_config(corpus, target, tiny_tokenizer, **old))
+    for chunk in obstore.list(store, prefix=f"{key}/"):  # the prefix emptied, then a run with other settings
+        for meta in chunk:
+            obstore.delete(store, meta["path"])
+    with pytest.raises(DataError, match="not committed"):  # --finalize: the new plan created, nothing encoded
+        tokenize(_config(corpus, target, tiny_tokenizer, **old, max_length=32, finalize=True))
+    before = sorted(_shards(seaweed, target, everything=True))
+    with pytest.raises(ResumeMismatchError, match=r"unit plan.*max_length"):  # the old command again, same machine
+        tokenize(_config(corpus, target, tiny_tokenizer, **old))
+    assert sorted(_shards(seaweed, target, everything=True)) == before  # nothing of the old plan written there

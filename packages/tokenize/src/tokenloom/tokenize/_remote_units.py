@@ -158,7 +158,7 @@ def _fetch(target: RemoteTarget, obj: ObjectInfo, path: Path) -> bytes:
 def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed: dict[str, ObjectInfo]) -> None:
     """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
     local_plan = staging / PLAN_NAME
-    if PLAN_NAME in listed and not local_plan.exists():
+    if PLAN_NAME in listed:  # even over a staged one: the prefix may have been emptied and reused by another run
         _fetch(target, listed[PLAN_NAME], local_plan)
     establish_plan(staging, plan)  # a different recorded plan is a ResumeMismatchError naming what differs
     if PLAN_NAME in listed:
