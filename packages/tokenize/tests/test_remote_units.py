@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tokenloom.formats import open_dataset
-from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, ResumeMismatchError
+from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError, ResumeMismatchError
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
 OPTIONS: dict[str, Any] = {"shard_size_tokens": 2000, "chunk_lines": 30, "max_length": 64, "overlap_size": 0}
@@ -222,3 +222,16 @@ def test_a_node_staged_for_another_plan_is_refused_before_it_writes_into_the_pre
     with pytest.raises(ResumeMismatchError, match=r"unit plan.*max_length"):  # the old command again, same machine
         tokenize(_config(corpus, target, tiny_tokenizer, **old))
     assert sorted(_shards(seaweed, target, everything=True)) == before  # nothing of the old plan written there
+
+
+def test_a_mislabelled_input_object_is_named_by_its_url_not_its_staged_copy(
+    seaweed, tiny_tokenizer, tmp_path, monkeypatch
+):
+    _credentials(seaweed, monkeypatch)
+    key = f"raw-{uuid.uuid4().hex[:8]}"
+    seaweed.put(f"{key}/a.jsonl", b'{"text": "fine"}\n')
+    seaweed.put(f"{key}/b.parquet", b'{"text": "not parquet"}\n')
+    config = _config(f"s3://{seaweed.bucket}/{key}", tmp_path / "out", tiny_tokenizer, cache_dir=tmp_path / "cache")
+    with pytest.raises(FormatError, match="named as parquet") as info:
+        tokenize(config)
+    assert info.value.path == f"s3://{seaweed.bucket}/{key}/b.parquet"

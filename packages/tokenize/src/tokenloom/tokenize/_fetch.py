@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenloom.formats import DataError
 from tokenloom.formats.io import fsync_dir
 
 if TYPE_CHECKING:
     from tokenloom.tokenize._inputs import InputFile
 
-__all__ = ["local_path"]
+__all__ = ["local_path", "named_by_url"]
 
 
 def local_path(info: InputFile) -> Path:
@@ -46,6 +49,19 @@ def local_path(info: InputFile) -> Path:
         tmp.unlink(missing_ok=True)
         part.unlink(missing_ok=True)
     return info.path
+
+
+@contextlib.contextmanager
+def named_by_url(info: InputFile) -> Iterator[None]:
+    """An error about an object-store input's staged copy (a mislabelled or cut file) names the object's URL."""
+    try:
+        yield
+    except DataError as exc:
+        if info.url is None or exc.path != os.fspath(info.path):
+            raise
+        raise type(exc)(
+            exc.problem, path=info.url, offset=exc.offset, record=exc.record, field=exc.field, hint=exc.hint
+        ) from None
 
 
 #: an object-store input is fetched in ranges of this many bytes (the helper holds one range in memory)
