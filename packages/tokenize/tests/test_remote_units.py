@@ -235,3 +235,25 @@ def test_a_mislabelled_input_object_is_named_by_its_url_not_its_staged_copy(
     with pytest.raises(FormatError, match="named as parquet") as info:
         tokenize(config)
     assert info.value.path == f"s3://{seaweed.bucket}/{key}/b.parquet"
+
+
+def test_an_input_object_replaced_after_the_listing_is_a_named_mismatch_not_other_data(
+    seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
+):
+    import tokenloom.tokenize._plan as plan_module
+
+    source = _prefix(seaweed, corpus, "raw")
+    _credentials(seaweed, monkeypatch)
+    key = source.split(f"{seaweed.bucket}/", 1)[1]
+    listed = plan_module.discover_remote_inputs  # pyright: ignore[reportPrivateImportUsage]
+
+    def listed_then_replaced(*args: Any, **kwargs: Any) -> Any:
+        files = listed(*args, **kwargs)
+        seaweed.put(f"{key}/sub/part0.jsonl", b'{"text": "other data"}\n')
+        return files
+
+    monkeypatch.setattr(plan_module, "discover_remote_inputs", listed_then_replaced)
+    with pytest.raises(ResumeMismatchError, match="replaced after this run listed it") as info:
+        tokenize(_config(source, tmp_path / "out", tiny_tokenizer, cache_dir=tmp_path / "cache"))
+    assert info.value.path == f"{source}/sub/part0.jsonl" and "--output-dir" in info.value.hint
+    assert not list((tmp_path / "cache").rglob("part0.jsonl*"))  # no copy of either version staged

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenloom.formats import DataError
+from tokenloom.formats import DataError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir
 
 if TYPE_CHECKING:
@@ -37,7 +37,15 @@ def local_path(info: InputFile) -> Path:
         with open(tmp, "wb") as out:
             for start in range(0, info.size, _FETCH_BYTES):
                 end = min(info.size, start + _FETCH_BYTES)
-                helper.fetch_into(config, obj, start, end, part)  # If-Match the listed ETag
+                try:
+                    helper.fetch_into(config, obj, start, end, part)  # If-Match the listed ETag
+                except ResumeMismatchError:
+                    raise ResumeMismatchError(
+                        f"input {info.url} was replaced after this run listed it (its ETag no longer matches)",
+                        path=info.url,
+                        hint="Restore the object, or start the run afresh so that the new object is listed (a new "
+                        "--output-dir, or --overwrite; into object storage, an emptied prefix)",
+                    ) from None
                 with open(part, "rb") as piece:
                     out.write(piece.read())
                 part.unlink()
