@@ -120,7 +120,8 @@ class TokenizeConfig:
     max_line_bytes: int = 64 << 20
     """A line longer than this is a bad record (line_too_long)."""
     hash_inputs: bool = False
-    """Identify inputs by content hash (xxh3-128) instead of size + mtime."""
+    """Identify inputs by content hash (xxh3-128) instead of size + mtime (a local ``input_dir`` only: objects
+    in a store are identified by their ETag)."""
     chunk_lines: int = 1024
     """Lines per unit of work (affects speed and resume granularity, never the output)."""
     chunk_bytes: int = 4 << 20
@@ -255,6 +256,13 @@ class TokenizeConfig:
                 field="input_dir",
                 hint="Tokenize each bucket prefix as its own run (one --input-dir URL and --output-dir each), "
                 "or copy the prefix to a local directory first",
+            )
+        if self.hash_inputs:
+            raise ConfigError(
+                "--hash-inputs identifies local input files by content; an object-store input is identified by "
+                "its ETag (in the plan), so the flag would be ignored",
+                field="hash_inputs",
+                hint="Drop --hash-inputs for an s3://, gs:// or az:// --input-dir",
             )
         object.__setattr__(self, "input_url", str(url))
         object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.cache_dir))

@@ -2,38 +2,74 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tokenloom.formats import DataError, ResumeMismatchError
+from tokenloom.formats.io import fsync_dir
 
 if TYPE_CHECKING:
     from tokenloom.tokenize._inputs import InputFile
 
-__all__ = ["local_path"]
+__all__ = ["local_path", "named_by_url"]
 
 
 def local_path(info: InputFile) -> Path:
-    """The local file to read for ``info``: its path; an object-store input is fetched there first (once)."""
-    if info.url is None or info.path.is_file():
+    """The local file to read for ``info``: its path; an object-store input is fetched there first (once).
+
+    A staged copy is used only when it has the listed size (a copy cut short, by a crash after an unsynced
+    rename or a full disk, is fetched again, never read as whole); a fetched copy is fsynced before its rename.
+    """
+    if info.url is None:
+        return info.path
+    if info.path.is_file() and info.path.stat().st_size == info.size:
         return info.path
     from tokenloom.formats.remote import helper
 
     config, obj = info.remote
     info.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = info.path.with_name(f".{info.path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    part = tmp.with_name(tmp.name + ".part")
     try:
         with open(tmp, "wb") as out:
             for start in range(0, info.size, _FETCH_BYTES):
                 end = min(info.size, start + _FETCH_BYTES)
-                part = tmp.with_name(tmp.name + ".part")
-                helper.fetch_into(config, obj, start, end, part)  # If-Match the listed ETag
+                try:
+                    helper.fetch_into(config, obj, start, end, part)  # If-Match the listed ETag
+                except ResumeMismatchError:
+                    raise ResumeMismatchError(
+                        f"input {info.url} was replaced after this run listed it (its ETag no longer matches)",
+                        path=info.url,
+                        hint="Restore the object, or start the run afresh so that the new object is listed (a new "
+                        "--output-dir, or --overwrite; into object storage, an emptied prefix)",
+                    ) from None
                 with open(part, "rb") as piece:
                     out.write(piece.read())
                 part.unlink()
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, info.path)
+        fsync_dir(info.path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
     return info.path
+
+
+@contextlib.contextmanager
+def named_by_url(info: InputFile) -> Iterator[None]:
+    """An error about an object-store input's staged copy (a mislabelled or cut file) names the object's URL."""
+    try:
+        yield
+    except DataError as exc:
+        if info.url is None or exc.path != os.fspath(info.path):
+            raise
+        raise type(exc)(
+            exc.problem, path=info.url, offset=exc.offset, record=exc.record, field=exc.field, hint=exc.hint
+        ) from None
 
 
 #: an object-store input is fetched in ranges of this many bytes (the helper holds one range in memory)

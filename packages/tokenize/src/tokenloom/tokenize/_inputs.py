@@ -29,7 +29,7 @@ import xxhash
 from tokenloom.formats import ConfigError, MissingFileError, UnsafePathError
 from tokenloom.formats.io import storage_error
 from tokenloom.tokenize._columnar import ColumnarFile, ColumnarPiece
-from tokenloom.tokenize._fetch import local_path
+from tokenloom.tokenize._fetch import local_path, named_by_url
 from tokenloom.tokenize._sniff import INPUT_SUFFIXES, InputKind, sniff
 from tokenloom.tokenize._streams import StreamError, open_stream
 from tokenloom.tokenize._unit_parts import ByteRange, Part, RangeReader, RowGroups
@@ -361,14 +361,18 @@ def read_chunks(
         if file_index < first_file:
             continue
         path = local_path(info)
-        kind = info.kind or sniff(path)
+        with named_by_url(info):
+            kind = info.kind or sniff(path)
         part = parts[file_index] if parts is not None else None
         if kind.columnar and info.size > 0:
             groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
-            source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
+            with named_by_url(info):
+                source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
             for number in range(len(source.cuts)):
                 if index + number >= start_chunk:
-                    yield _columnar_chunk(source.read(number), index + number, file_index, info.shown, dotted)
+                    with named_by_url(info):
+                        piece = source.read(number)
+                    yield _columnar_chunk(piece, index + number, file_index, info.shown, dotted)
             if not source.cuts:
                 if index >= start_chunk:
                     empty = Issue(0, IssueKind.EMPTY_FILE, f"the {kind} file holds no rows")

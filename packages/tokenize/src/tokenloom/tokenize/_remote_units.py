@@ -35,7 +35,15 @@ from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, done_path, establish_plan, is_unit_file, unit_stem
+from tokenloom.tokenize._unit_files import (
+    PLAN_NAME,
+    UnitPlan,
+    done_path,
+    establish_plan,
+    is_unit_file,
+    read_done,
+    unit_stem,
+)
 from tokenloom.tokenize._unit_work import Session
 from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
 
@@ -91,9 +99,11 @@ def run_units_to_url(
     if not config.finalize:
         mine = [u for u in range(len(plan.units)) if u % num_nodes == config.node_rank]
         for unit in mine:  # committed at the URL (by an earlier run of this node, on any machine): skip it
-            name = done_path(staging, unit).name
-            if name in listed and not done_path(staging, unit).exists():
-                _fetch(target, listed[name], done_path(staging, unit))
+            marker = done_path(staging, unit)
+            if marker.name in listed and not marker.exists():
+                _fetch(target, listed[marker.name], marker)
+            elif marker.name not in listed and marker.exists() and not _staged_whole(staging, unit, plan):
+                marker.unlink()  # the URL lost its marker, and its staged shards are gone (uploaded): encode it again
         uploads = _UnitUploads(target, staging, mine, listed)
         uploads.start()
         try:
@@ -148,7 +158,7 @@ def _fetch(target: RemoteTarget, obj: ObjectInfo, path: Path) -> bytes:
 def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed: dict[str, ObjectInfo]) -> None:
     """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
     local_plan = staging / PLAN_NAME
-    if PLAN_NAME in listed and not local_plan.exists():
+    if PLAN_NAME in listed:  # even over a staged one: the prefix may have been emptied and reused by another run
         _fetch(target, listed[PLAN_NAME], local_plan)
     establish_plan(staging, plan)  # a different recorded plan is a ResumeMismatchError naming what differs
     if PLAN_NAME in listed:
@@ -203,12 +213,25 @@ class _UnitUploads:
             marker = done_path(self.staging, unit)
             if not marker.exists():
                 continue
-            for record in orjson.loads(marker.read_bytes())["shards"]:
-                stem = unit_stem(unit, int(record["index"]))
+            records = orjson.loads(marker.read_bytes())["shards"]
+            stems = [unit_stem(unit, int(record["index"])) for record in records]
+            for stem, record in zip(stems, records, strict=True):
                 self.target.upload(self.staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))
                 self.target.upload(self.staging / f"{stem}.bin", checksum=str(record["bin_xxh3_128"]))
             helper.put_once(self.target.config, marker, marker.name, file_checksum(marker))  # the unit's commit
             self.pending.remove(unit)
+            for stem in stems:  # in the bucket now: the local marker alone tells a rerun here to skip the unit
+                for suffix in (".bin", ".idx"):
+                    (self.staging / f"{stem}{suffix}").unlink(missing_ok=True)
+
+
+def _staged_whole(staging: Path, unit: int, plan: UnitPlan) -> bool:
+    """True when the unit's staged done marker still has its shard files beside it (to upload)."""
+    try:
+        read_done(staging, unit, plan.digest)
+    except DataError:
+        return False
+    return True
 
 
 def _missing(plan: UnitPlan, listed: dict[str, ObjectInfo]) -> list[int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokenloom.tokenize._fetch import local_path
+from tokenloom.tokenize._fetch import local_path, named_by_url
 from tokenloom.tokenize._sniff import InputKind, require_corpus_extra, sniff
 
 if TYPE_CHECKING:
@@ -120,11 +120,13 @@ def cut_units(files: list[InputFile], unit_bytes: int | None) -> list[UnitSource
             units.append(UnitSource(index, info))
             continue
         path = local_path(info)
-        kind = info.kind or sniff(path)
+        with named_by_url(info):
+            kind = info.kind or sniff(path)
+            runs = _row_group_runs(path, kind, unit_bytes) if kind is InputKind.PARQUET else []
         if kind is InputKind.JSONL:
             cuts = _line_cuts(path, info.size, unit_bytes)
             units.extend(UnitSource(index, info, ByteRange(a, b)) for a, b in itertools.pairwise(cuts))
-        elif kind is InputKind.PARQUET and len(runs := _row_group_runs(path, kind, unit_bytes)) > 1:
+        elif kind is InputKind.PARQUET and len(runs) > 1:
             units.extend(UnitSource(index, info, RowGroups(a, b)) for a, b in runs)
         else:
             units.append(UnitSource(index, info))
