@@ -34,6 +34,7 @@ ORDER = [
     "tokenize-prep",
     "datasets",
     "remote_cache",
+    "block_order",
     "sampler",
     "curriculum",
     "hf-streaming",

@@ -257,6 +257,14 @@ class TokenizeConfig:
                 hint="Tokenize each bucket prefix as its own run (one --input-dir URL and --output-dir each), "
                 "or copy the prefix to a local directory first",
             )
+        if str(self.executor) == ExecutorKind.RAY.value:
+            raise ConfigError(
+                "--executor ray with an object-store --input-dir is not supported yet: the Ray tasks would fetch "
+                "into this machine's cache path on other machines",
+                field="executor",
+                hint="Run --num-nodes N --node-rank R on each machine (Slurm array), or copy the inputs to a "
+                "file system every Ray worker mounts",
+            )
         if self.hash_inputs:
             raise ConfigError(
                 "--hash-inputs identifies local input files by content; an object-store input is identified by "
