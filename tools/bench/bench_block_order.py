@@ -97,7 +97,7 @@ def measure(quick: bool) -> dict:
         local = _write(tmp / "local", tokens)
         data_bytes = sum(p.stat().st_size for p in local.glob("*.bin"))
         out["data_bytes"] = data_bytes
-        out["cache_limit"] = cache_limit = max(48 << 20, data_bytes // 4)
+        out["cache_limit"] = cache_limit = max(96 << 20, data_bytes // 2)
         server = SeaweedS3(tmp / "seaweed")
         try:
             url = server.upload_dir(local, f"bench-{uuid.uuid4().hex[:8]}")
