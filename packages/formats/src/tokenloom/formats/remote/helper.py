@@ -157,7 +157,11 @@ def list_objects(config: StoreConfig) -> list[ObjectInfo]:
 
 
 def fetch_into(config: StoreConfig, obj: ObjectInfo, start: int, end: int, path: str | os.PathLike[str]) -> None:
-    """Write bytes ``[start, end)`` of ``obj`` (If-Match its ETag) into the new file ``path``, fsynced."""
+    """Write bytes ``[start, end)`` of ``obj`` (If-Match its ETag) into the new file ``path`` (not fsynced).
+
+    The caller publishes it by rename: other processes never see it partly written. See :mod:`.cache` for
+    why a cached block needs no fsync.
+    """
     _call("fetch", config, obj=dataclasses.asdict(obj), start=start, end=end, path=os.fspath(path))
 
 
@@ -222,8 +226,6 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
         data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
         with open(request["path"], "xb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         return None
     if op == "list":
         return [dataclasses.asdict(info) for info in client.list_objects(config)]
