@@ -38,11 +38,13 @@ __all__ = [
     "delete",
     "fetch_into",
     "head",
+    "in_process",
     "list_dir",
     "list_names",
     "list_objects",
     "list_prefix",
     "put_file",
+    "read_range",
     "stat",
 ]
 
@@ -165,6 +167,18 @@ def fetch_into(config: StoreConfig, obj: ObjectInfo, start: int, end: int, path:
     _call("fetch", config, obj=dataclasses.asdict(obj), start=start, end=end, path=os.fspath(path))
 
 
+def in_process() -> bool:
+    """True when this process calls obstore itself (then :func:`read_range` hands bytes over without a file)."""
+    return _runtime.in_process()
+
+
+def read_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``obj`` (If-Match its ETag); only where :func:`in_process` (else: fetch_into)."""
+    if not _runtime.in_process():
+        raise RuntimeError("read_range runs only where obstore is called in process; use fetch_into")
+    return _call("read", config, obj=dataclasses.asdict(obj), start=start, end=end)
+
+
 def check_bucket(config: StoreConfig) -> None:
     """MissingFileError naming the bucket when it does not exist."""
     _call("check_bucket", config)
@@ -227,6 +241,8 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
         with open(request["path"], "xb") as handle:
             handle.write(data)
         return None
+    if op == "read":
+        return client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
     if op == "list":
         return [dataclasses.asdict(info) for info in client.list_objects(config)]
     if op == "check_bucket":
