@@ -36,6 +36,15 @@ _PRELUDE = textwrap.dedent(
         target = Path(ARGS["tmp"]) / f"{tag}-{os.getpid()}"
         helper.fetch_into(CONFIG, obj, 4096, 12288, target)
         assert target.read_bytes() == bytes.fromhex(ARGS["middle"]), tag
+        if helper.in_process():  # the bytes without a hand-over file
+            assert helper.read_range(CONFIG, obj, 4096, 12288) == bytes.fromhex(ARGS["middle"]), tag
+        else:
+            try:
+                helper.read_range(CONFIG, obj, 4096, 12288)
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError(f"{tag}: read_range ran outside an in-process reader")
         return {"in_process": _runtime.in_process(), "owner_is_me": _runtime.runtime_owner() == os.getpid()}
 
     def run_child(target, *args):
