@@ -80,13 +80,17 @@ def test_a_malformed_endpoint_is_a_config_error_not_a_helper_panic(seaweed, tmp_
     assert "storage_options['endpoint']" in str(caught.value)
 
 
-def test_reads_go_on_after_the_helper_process_dies(seaweed, tmp_path):
+def test_reads_go_on_after_the_helper_process_dies(seaweed, tmp_path, monkeypatch):
     """A killed helper (OOM killer, a panic) fails the call in flight; the next call starts a new one."""
     import os
     import signal
 
     from tokenloom.formats.errors import StorageError
-    from tokenloom.formats.remote import helper
+    from tokenloom.formats.remote import _runtime, helper
+
+    # this process may have run obstore itself (the fixtures upload with it): as a top-level process
+    # that never did, it goes through the helper
+    monkeypatch.setattr(_runtime, "_owner", None)
 
     url = seaweed.upload_dir(_write_native(tmp_path / "l"), f"review-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options()

@@ -219,8 +219,10 @@ def fetch(obj: RemoteObject, access: RemoteAccess, start: int, end: int) -> byte
         return b""
     client, helper = _remote_layer()
     info = client.ObjectInfo(url=obj.url, key=obj.key, size=obj.size, etag=obj.etag)
+    _sweep_dead()  # also where no hand-over file is needed: other processes' leftovers go all the same
+    if helper.in_process():  # a DataLoader worker calls obstore itself: the bytes need no hand-over file
+        return helper.read_range(access.config(obj.root), info, start, end)
     # the helper writes the range into a fresh file (in memory where /dev/shm exists); it is read and removed
-    _sweep_dead()
     fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_SCRATCH)
     os.close(fd)
     os.unlink(path)  # the helper creates it exclusively

@@ -142,11 +142,14 @@ def _readers_dir(root: Path) -> Path:
 def publish_needs(root: Path, cursor: int, needs: Mapping[str, int], lookahead_blocks: int = 0) -> None:
     """Replace this process's record: ``needs`` maps a block (path under ``CACHE/v1``) to its next use."""
     folder = _readers_dir(root)
-    folder.mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
     record = {"pid": pid, "started": _started(pid), "cursor": cursor, "blocks": lookahead_blocks, "needs": needs}
     temp = folder / f"{pid}.{os.urandom(4).hex()}.tmp"
-    temp.write_bytes(orjson.dumps(record))
+    try:
+        temp.write_bytes(orjson.dumps(record))
+    except FileNotFoundError:  # first record here, or the cache directory was deleted meanwhile
+        folder.mkdir(parents=True, exist_ok=True)
+        temp.write_bytes(orjson.dumps(record))
     os.replace(temp, folder / f"{pid}.json")
 
 

@@ -1,14 +1,17 @@
-"""Every object-store call runs in a helper process: obstore's runtime does not survive ``fork``.
+"""Object-store calls: in-process where obstore's runtime is safe, else through a helper process.
 
 obstore (tokio) hangs in a forked child once its runtime ran in the parent, and a DataLoader forks
-its workers after the dataset was opened. So no tokenloom process ever starts that runtime itself:
-each process (parent, worker, rank) starts one helper on first use
-(``python -m tokenloom.formats.remote._serve``; again after a fork: the process id is checked) and
-sends it requests as JSON lines on a pipe (no pickles): ``head``, ``fetch`` (write bytes
-``[start, end)`` of an object into a file), ``check_bucket``, and for writes ``put`` (upload a local
-file, multipart when large), ``stat``, ``list`` and ``delete`` (:mod:`.writes`). ``storage_options`` credentials
-travel only on that pipe, never in argv. The helper's retry warnings come back with each answer and
-are logged by the caller, so they count in the caller's logs. The helper exits when its pipe closes.
+its workers after the dataset was opened. :mod:`._runtime` decides per process: a child process
+(a DataLoader worker) whose address space never ran the runtime calls obstore itself; every other
+process (the top-level process that forks the workers, a child forked after the runtime ran) starts
+one helper per thread on first use (``python -m tokenloom.formats.remote._serve``; again after a
+fork: the process id is checked) and sends it requests as JSON lines on a pipe (no pickles): ``head``,
+``fetch`` (write bytes ``[start, end)`` of an object into a file), ``check_bucket``, and for writes
+``put`` (upload a local file, multipart when large), ``stat``, ``list`` and ``delete`` (:mod:`.writes`).
+Both paths answer the same requests with the same code (:func:`_answer`) and the same errors.
+``storage_options`` credentials travel only on that pipe, never in argv. The helper's retry warnings
+come back with each answer and are logged by the caller, so they count in the caller's logs. The
+helper exits when its pipe closes.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from tokenloom.formats import errors
 from tokenloom.formats.errors import DataError, StorageError
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import parse_url
-from tokenloom.formats.remote import client, writes
+from tokenloom.formats.remote import _runtime, client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
 __all__ = [
@@ -35,12 +38,14 @@ __all__ = [
     "delete",
     "fetch_into",
     "head",
+    "in_process",
     "list_dir",
     "list_names",
     "list_objects",
     "list_prefix",
     "put_file",
     "put_once",
+    "read_range",
     "stat",
 ]
 
@@ -121,6 +126,19 @@ _LOCAL = threading.local()  # one helper per thread: a prefetch thread's GETs ne
 _STALE: list[_Helper] = []  # a parent's helper, inherited by fork: never used, never collected
 
 
+def _call(op: str, config: StoreConfig, **payload: Any) -> Any:
+    """Run request ``op`` in this process when the runtime is safe here, else in this thread's helper."""
+    if _runtime.in_process():
+        try:
+            return _answer(op, config, payload)
+        except (DataError, ImportError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): a named error
+            problem = str(exc).split("\n", 1)[0][:500]
+            raise StorageError(f"the object-store client failed: {type(exc).__name__}: {problem}") from exc
+    return _helper().call(op, config=_config_json(config), **payload)
+
+
 def _helper() -> _Helper:
     helper: _Helper | None = getattr(_LOCAL, "helper", None)
     if helper is None or helper.pid != os.getpid():
@@ -133,29 +151,43 @@ def _helper() -> _Helper:
 
 def head(config: StoreConfig, name: str) -> ObjectInfo:
     """Size and ETag of ``name`` under the URL's prefix."""
-    return ObjectInfo(**_helper().call("head", config=_config_json(config), name=name))
+    return ObjectInfo(**_call("head", config, name=name))
 
 
 def list_objects(config: StoreConfig) -> list[ObjectInfo]:
     """Every object under the URL's prefix, sorted by key."""
-    return [ObjectInfo(**item) for item in _helper().call("list", config=_config_json(config))]
+    return [ObjectInfo(**item) for item in _call("list", config)]
 
 
 def fetch_into(config: StoreConfig, obj: ObjectInfo, start: int, end: int, path: str | os.PathLike[str]) -> None:
-    """Write bytes ``[start, end)`` of ``obj`` (If-Match its ETag) into the new file ``path``, fsynced."""
-    _helper().call(
-        "fetch", config=_config_json(config), obj=dataclasses.asdict(obj), start=start, end=end, path=os.fspath(path)
-    )
+    """Write bytes ``[start, end)`` of ``obj`` (If-Match its ETag) into the new file ``path`` (not fsynced).
+
+    The caller publishes it by rename: other processes never see it partly written. See :mod:`.cache` for
+    why a cached block needs no fsync.
+    """
+    _call("fetch", config, obj=dataclasses.asdict(obj), start=start, end=end, path=os.fspath(path))
+
+
+def in_process() -> bool:
+    """True when this process calls obstore itself (then :func:`read_range` hands bytes over without a file)."""
+    return _runtime.in_process()
+
+
+def read_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``obj`` (If-Match its ETag); only where :func:`in_process` (else: fetch_into)."""
+    if not _runtime.in_process():
+        raise RuntimeError("read_range runs only where obstore is called in process; use fetch_into")
+    return _call("read", config, obj=dataclasses.asdict(obj), start=start, end=end)
 
 
 def check_bucket(config: StoreConfig) -> None:
     """MissingFileError naming the bucket when it does not exist."""
-    _helper().call("check_bucket", config=_config_json(config))
+    _call("check_bucket", config)
 
 
 def list_dir(config: StoreConfig, name: str = "") -> tuple[list[str], list[str]]:
     """``(folders, objects)`` directly under ``name`` of the URL's prefix (names, sorted)."""
-    folders, objects = _helper().call("list_dir", config=_config_json(config), name=name)
+    folders, objects = _call("list_dir", config, name=name)
     return list(folders), list(objects)
 
 
@@ -167,34 +199,32 @@ def put_file(
     part_size: int = writes.DEFAULT_PART_SIZE,
 ) -> str:
     """Upload the local file ``path`` as ``name`` (its checksum as metadata; multipart when large); the ETag."""
-    return _helper().call(
-        "put", config=_config_json(config), path=os.fspath(path), name=name, checksum=checksum, part_size=part_size
-    )
+    return _call("put", config, path=os.fspath(path), name=name, checksum=checksum, part_size=part_size)
 
 
 def put_once(config: StoreConfig, path: str | os.PathLike[str], name: str, checksum: str) -> bool:
     """Create ``name`` from the small file ``path`` unless it already exists (an atomic create); False if it did."""
-    return _helper().call("put_once", config=_config_json(config), path=os.fspath(path), name=name, checksum=checksum)
+    return _call("put_once", config, path=os.fspath(path), name=name, checksum=checksum)
 
 
 def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
     """``{"size", "etag", "checksum"}`` of ``name`` (checksum None if it was not put by tokenloom), or None."""
-    return _helper().call("stat", config=_config_json(config), name=name)
+    return _call("stat", config, name=name)
 
 
 def list_names(config: StoreConfig) -> list[str]:
     """Names of the objects directly under the URL's prefix."""
-    return _helper().call("list_names", config=_config_json(config))
+    return _call("list_names", config)
 
 
 def delete(config: StoreConfig, name: str) -> None:
     """Delete ``name`` under the URL's prefix."""
-    _helper().call("delete", config=_config_json(config), name=name)
+    _call("delete", config, name=name)
 
 
 def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
     """Every object under ``prefix`` of the store root of ``config``, sorted by key (s3, gs, az)."""
-    return [ObjectInfo(**raw) for raw in _helper().call("list_prefix", config=_config_json(config), prefix=prefix)]
+    return [ObjectInfo(**raw) for raw in _call("list_prefix", config, prefix=prefix)]
 
 
 # -- the helper side -------------------------------------------------------------------------------------
@@ -209,36 +239,35 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def _answer(request: dict[str, Any]) -> Any:
-    config = _config_from(request["config"])
-    if request["op"] == "head":
+def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
+    if op == "head":
         return dataclasses.asdict(client.head(config, request["name"]))
-    if request["op"] == "fetch":
+    if op == "fetch":
         data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
         with open(request["path"], "xb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         return None
-    if request["op"] == "list":
+    if op == "read":
+        return client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
+    if op == "list":
         return [dataclasses.asdict(info) for info in client.list_objects(config)]
-    if request["op"] == "check_bucket":
+    if op == "check_bucket":
         return client.check_bucket(config)
-    if request["op"] == "list_dir":
+    if op == "list_dir":
         return client.list_dir(config, request["name"])
-    if request["op"] == "put":
+    if op == "put":
         return writes.put_file(config, request["path"], request["name"], request["checksum"], request["part_size"])
-    if request["op"] == "put_once":
+    if op == "put_once":
         return writes.put_once(config, request["path"], request["name"], request["checksum"])
-    if request["op"] == "stat":
+    if op == "stat":
         return writes.stat(config, request["name"])
-    if request["op"] == "list_names":
+    if op == "list_names":
         return writes.list_names(config)
-    if request["op"] == "delete":
+    if op == "delete":
         return writes.delete(config, request["name"])
-    if request["op"] == "list_prefix":
+    if op == "list_prefix":
         return _answer_list(config, request)
-    raise ValueError(f"unknown request {request['op']!r}")
+    raise ValueError(f"unknown request {op!r}")
 
 
 def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -257,7 +286,8 @@ def serve() -> None:
         collect.messages = []
         answer: dict[str, Any]
         try:
-            answer = {"result": _answer(orjson.loads(line))}
+            request = orjson.loads(line)
+            answer = {"result": _answer(request["op"], _config_from(request["config"]), request)}
         except DataError as exc:
             answer = {"error": {"cls": type(exc).__name__, "problem": exc.problem, "path": exc.path}}
             answer["error"].update(field=exc.field, hint=exc.hint)

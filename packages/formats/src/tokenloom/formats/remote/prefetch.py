@@ -50,6 +50,7 @@ class BlockPrefetcher:
         self._exhausted = False
         self._cond = threading.Condition()
         self._roots: set = set()
+        self._limited_roots: set = set()  # roots of caches with a limit: the only ones whose evictor reads needs
         self._keys: dict = {}  # (cache, object, block) -> (cache root, block key): strings built once
         self._fetched_keys: set = set()  # blocks this thread saw in the cache or put there
         self._wake_at = 0  # the cursor at which the thread has work again
@@ -117,6 +118,8 @@ class BlockPrefetcher:
                 key = self._keys.get(memo)
                 if key is None:
                     key = self._keys[memo] = (cache.root, cache.block_key(obj, number))
+                    if cache.limit is not None:
+                        self._limited_roots.add(cache.root)
                 keys.append(key)
             fresh.append((self._next_position + len(fresh), index, blocks, keys))
         with self._cond:
@@ -128,10 +131,13 @@ class BlockPrefetcher:
         return True
 
     def _publish(self, cursor: int, window: list[tuple[int, int, Sequence[BlockRef], list]]) -> None:
+        if not self._limited_roots:
+            return
         needs: dict = {}
         for position, _, _, keys in window:
             for root, key in keys:
-                needs.setdefault(root, {}).setdefault(key, position)
+                if root in self._limited_roots:
+                    needs.setdefault(root, {}).setdefault(key, position)
         # a write costs about a millisecond: skip it while few new blocks entered the window (an eighth of
         # it, or none while nothing was ever published) and the published positions are under a quarter
         # of a window old: the eviction order barely changes meanwhile
