@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_remote_cache import _write  # noqa: E402  (the same random native dataset)
+
 OUTPUT = REPO / "docs" / "benchmarks" / "block_order.md"
 SEQ = 2048
 BATCH = 8
@@ -33,18 +36,6 @@ LOOKAHEAD = 128
 BLOCK_SAMPLES = 4096  # 16 MiB of windows: 16 cache blocks (17 when unaligned)
 WINDOW_BLOCKS = 2  # a shuffle window of 32 MiB
 GLOBAL_SAMPLES = 4_000  # the global order thrashes a bounded cache: a part of its epoch shows the ratio
-
-
-def _write(root: Path, tokens: int) -> Path:
-    from tokenloom.formats import open_writer
-
-    rng = np.random.default_rng(0)
-    with open_writer(
-        root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0, shard_size_tokens=1 << 24
-    ) as w:
-        for _ in range(tokens // 100_000):
-            w.add(np.append(rng.integers(1, 50_000, size=99_999, dtype=np.uint16), np.uint16(0)))
-    return root
 
 
 def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samples: int | None = None) -> dict:

@@ -33,7 +33,7 @@ from tokenloom.tokenize._shards import shard_stem
 from tokenloom.tokenize._state import read_state
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 
-__all__ = ["tokenize_to_url"]
+__all__ = ["UploadPoller", "tokenize_to_url"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -100,16 +100,21 @@ def tokenize_to_url(
     return summary
 
 
-class _ShardUploads:
-    """A thread that uploads each shard as soon as the run's journal records it (failures surface at the end)."""
+class UploadPoller:
+    """A thread that uploads what a run has committed, every POLL_SECONDS and once more when stopped.
+
+    Subclasses say what is committed and how it goes up (:meth:`_upload_committed`, idempotent); a failure
+    is kept in ``error`` for the caller, which uploads again (or raises it) on its own thread.
+    """
+
+    name = "tokenloom-uploads"
 
     def __init__(self, target: RemoteTarget, staging: Path) -> None:
         self.target = target
         self.staging = staging
-        self.done: set[str] = set()
         self.error: BaseException | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tokenloom-uploads", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -126,9 +131,20 @@ class _ShardUploads:
                 if stopping:
                     return
                 self._stop.wait(POLL_SECONDS)
-        except BaseException as exc:  # the final pass in the caller uploads again and raises the named error
+        except BaseException as exc:  # the caller's final pass uploads again and raises the named error
             self.error = exc
-            log.warning("uploading committed shards failed (retried after the run): %s", exc)
+            log.warning("uploading committed files failed (retried after the run): %s", exc)
+
+    def _upload_committed(self) -> None:
+        raise NotImplementedError
+
+
+class _ShardUploads(UploadPoller):
+    """Uploads each shard as soon as the run's journal records it (failures surface at the end)."""
+
+    def __init__(self, target: RemoteTarget, staging: Path) -> None:
+        super().__init__(target, staging)
+        self.done: set[str] = set()
 
     def _upload_committed(self) -> None:
         try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._remote_output import UploadPoller
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
@@ -50,9 +50,6 @@ from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, p
 __all__ = ["run_units_to_url"]
 
 log = logging.getLogger("tokenloom.tokenize")
-
-#: how often the upload thread looks for newly committed units (seconds)
-POLL_SECONDS = 0.2
 
 
 def run_units_to_url(
@@ -178,30 +175,14 @@ def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed:
     other.unlink(missing_ok=True)
 
 
-class _UnitUploads:
-    """A thread that uploads each of this node's units once committed: shards first, the done marker last."""
+class _UnitUploads(UploadPoller):
+    """Uploads each of this node's units once committed: shards first, the done marker last."""
+
+    name = "tokenloom-unit-uploads"
 
     def __init__(self, target: RemoteTarget, staging: Path, units: list[int], listed: dict[str, ObjectInfo]) -> None:
-        self.target = target
-        self.staging = staging
+        super().__init__(target, staging)
         self.pending = [u for u in units if done_path(staging, u).name not in listed]
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tokenloom-unit-uploads", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(POLL_SECONDS):
-                self._upload_committed()
-        except BaseException as exc:  # raised again by sweep(), on the run's thread
-            self.error = exc
 
     def sweep(self) -> None:
         if self.error is not None:
