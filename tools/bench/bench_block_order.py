@@ -21,8 +21,6 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_remote_cache import _write  # noqa: E402  (the same random native dataset)
