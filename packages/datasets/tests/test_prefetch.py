@@ -155,7 +155,7 @@ def test_blocks_of_many_samples_equal_the_blocks_of_each(seaweed, url, tmp_path)
     for ds in (MemoryMappedDataset(remote, seq_len=SEQ), MemoryMappedDataset(remote, seq_len=SEQ, cross_shard=True)):
         indices = np.random.default_rng(0).permutation(len(ds)).tolist()
         expected = [[(id(c), o.url, n) for c, o, n in ds._remote_blocks(i)] for i in indices]
-        got = [[(id(c), o.url, n) for c, o, n in blocks] for blocks in ds._remote_blocks_many(indices)]
+        got = [[(id(c), o.url, n) for c, o, n in blocks] for blocks in ds.blocks_of(indices)]
         assert got == expected and all(expected)
 
 

@@ -13,7 +13,13 @@ from torch.utils.data import Dataset, get_worker_info
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.curriculum._plan import CurriculumPlan
-from tokenloom.datasets import MemoryMappedDataset, SampleBatch, changed_objects, with_objects
+from tokenloom.datasets import (
+    MemoryMappedDataset,
+    PrefetchFromSampler,
+    SampleBatch,
+    changed_objects,
+    with_objects,
+)
 from tokenloom.formats import ResumeMismatchError
 
 __all__ = ["STATE_FORMAT", "CurriculumDataset"]
@@ -23,7 +29,7 @@ STATE_FORMAT = "tokenloom.curriculum/1"
 _FEW = 64  # a list of at most this many ints takes the Python path of __getitems__ (a DataLoader batch)
 
 
-class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
+class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
     """The whole curriculum as one map-style dataset; ``len`` is its sample count.
 
     Args:
@@ -37,7 +43,9 @@ class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
         require_val: every train bucket needs its ``val/<bucket>`` twin (GPT-Simple's layout).
 
     The schedule, the halt and the plan are :class:`CurriculumPlan`'s; this class opens the buckets as
-    the wave-1 datasets and serves their samples.
+    the wave-1 datasets and serves their samples. Over buckets in object storage,
+    ``prefetch(sampler, batch_size=, lookahead=, num_workers=)`` fetches the blocks of each reader's next
+    samples ahead of use and lets the cache evict by that known future (as the wave-1 datasets do).
     """
 
     _index_only = False
@@ -71,6 +79,25 @@ class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
         )
         return error.for_worker() if get_worker_info() is not None else error
 
+    # -- prefetch: the schedule maps each future position to its bucket's blocks ---------
+    def remote_caches(self) -> list[Any]:
+        return [cache for dataset in self._datasets for cache in dataset.remote_caches()]
+
+    def blocks_of(self, indices: list[int]) -> list[list[tuple[Any, Any, int]]]:
+        """The cache blocks each curriculum position of ``indices`` reads, from its bucket dataset."""
+        blocks: list[list[tuple[Any, Any, int]]] = [[] for _ in indices]
+        position = np.asarray(indices, dtype=np.int64)
+        rows = np.flatnonzero(position < self.halt_position)  # past a halt the reader raises: nothing to fetch
+        if not len(rows):
+            return blocks
+        _, bucket, inner = self.locate(position[rows])
+        for b in np.unique(bucket).tolist():
+            picked = bucket == b
+            per_sample = self._datasets[b].blocks_of(inner[picked].tolist())
+            for row, sample_blocks in zip(rows[picked].tolist(), per_sample, strict=True):
+                blocks[row] = sample_blocks
+        return blocks
+
     # -- fetching -------------------------------------------------------------------------
     def _check(self, index: np.ndarray) -> np.ndarray:
         if not index.size:
@@ -91,6 +118,8 @@ class CurriculumDataset(CurriculumPlan, Dataset[dict[str, torch.Tensor]]):
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """One batched fetch per bucket; the batch carries ``bucket`` (int64 id) beside the sample keys."""
+        if self._prefetch_spec is not None:
+            self._prefetch_consumed(indices)
         if self._plain and type(indices) is list and 0 < len(indices) <= _FEW and all(type(i) is int for i in indices):
             return self._plain_few(indices)  # a DataLoader batch: the same result without numpy per call
         raw = np.asarray(indices)

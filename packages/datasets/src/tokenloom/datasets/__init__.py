@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
     from tokenloom.datasets._packed import PackedDocumentDataset
     from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
+    from tokenloom.datasets._prefetch import PrefetchFromSampler
     from tokenloom.datasets._records import RecordDataset
     from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
     from tokenloom.datasets._state import (
@@ -68,6 +69,7 @@ _EXPORTS = {
     "Packing": "tokenloom.datasets._packing_mode",
     "PackingAlgorithm": "tokenloom.datasets._binpack",
     "PackingPlan": "tokenloom.datasets._packing_plan",
+    "PrefetchFromSampler": "tokenloom.datasets._prefetch",
     "SampleBatch": "tokenloom.datasets._batch",
     "SampleRow": "tokenloom.datasets._batch",
     "MaskAlignment": "tokenloom.datasets._keyed",
@@ -108,6 +110,7 @@ __all__ = [
     "Packing",
     "PackingAlgorithm",
     "PackingPlan",
+    "PrefetchFromSampler",
     "SampleBatch",
     "SampleRow",
     "MaskAlignment",

@@ -6,6 +6,11 @@ its own share too. In each process that reads (the main process, or every worker
 (:class:`tokenloom.formats.remote.prefetch.BlockPrefetcher`) keeps the blocks of that process's next
 ``lookahead`` samples in the node's cache and publishes them as the forecast the cache's Belady
 eviction reads. Local shards need nothing: there prefetch is a no-op.
+
+:class:`PrefetchFromSampler` is that machinery for any map-style dataset that can name the cache blocks
+each sample reads (:meth:`~PrefetchFromSampler.blocks_of`) and its remote caches
+(:meth:`~PrefetchFromSampler.remote_caches`); :class:`Prefetching` names them for a dataset over a token
+stream, and a dataset over other datasets (a curriculum) asks its parts.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -22,7 +28,7 @@ from torch.utils.data import get_worker_info
 from tokenloom.datasets._byte_ranges import SampleBytes, block_array
 from tokenloom.formats import ConfigError
 
-__all__ = ["DEFAULT_LOOKAHEAD", "Prefetching"]
+__all__ = ["DEFAULT_LOOKAHEAD", "PrefetchFromSampler", "Prefetching"]
 
 log = logging.getLogger("tokenloom.datasets")
 
@@ -80,8 +86,13 @@ def share_schedule(
         first += _CHUNK
 
 
-class Prefetching(SampleBytes):
-    """Mixin: :meth:`prefetch` and the hook the dataset's reads call."""
+class PrefetchFromSampler:
+    """Mixin: :meth:`prefetch` and the hook the dataset's reads call (``_prefetch_consumed``).
+
+    A dataset using it has ``len`` (the sampler's ``n``), names the blocks of its samples
+    (:meth:`blocks_of`) and its remote caches (:meth:`remote_caches`), and calls
+    ``self._prefetch_consumed(indices)`` from ``__getitem__``/``__getitems__`` while ``_prefetch_spec`` is set.
+    """
 
     _prefetch_spec: _Spec | None = None
     _prefetch_live: _ProcessLocal | None = None
@@ -105,10 +116,91 @@ class Prefetching(SampleBytes):
         spec = _Spec(sampler, _positive(batch_size, "batch_size"), _positive(lookahead, "lookahead"))
         if num_workers is not None:  # checked before the dataset takes the spec: a refusal leaves it as it was
             readers = max(1, int(num_workers))
-            self._check_limits(self._schedule(spec, 0, 1, already=0), spec.lookahead, readers, others=True)
+            self._check_limits(self._prefetch_schedule(spec, 0, 1, already=0), spec.lookahead, readers, others=True)
         self._prefetch_spec = spec
         self._prefetch_live = _ProcessLocal()
         return self
+
+    def blocks_of(self, indices: list[int]) -> list[list[tuple[Any, Any, int]]]:
+        """``(cache, object, block number)`` of every cache block each sample of ``indices`` reads ([] on disk)."""
+        raise NotImplementedError
+
+    def remote_caches(self) -> list[Any]:
+        """The block caches of this dataset's remote data; none: prefetch has nothing to do."""
+        raise NotImplementedError
+
+    def _prefetch_schedule(self, spec: _Spec, worker: int, num_workers: int, *, already: int) -> Iterator[int]:
+        sampler = spec.sampler
+        return share_schedule(
+            sampler,
+            len(self),  # pyright: ignore[reportArgumentType]
+            consumed=sampler.consumed - already * sampler.num_replicas,
+            remaining=len(sampler) + already,
+            batch_size=spec.batch_size,
+            worker=worker,
+            num_workers=num_workers,
+        )
+
+    def _check_limits(self, schedule: Iterator[int], lookahead: int, readers: int, *, others: bool) -> None:
+        from tokenloom.formats.remote import budget
+
+        per_root: dict[Any, tuple[Any, set]] = {}  # one node cache may serve several datasets (a curriculum's buckets)
+        for blocks_of_index in self.blocks_of(list(islice(schedule, lookahead))):
+            for cache, obj, number in blocks_of_index:
+                per_root.setdefault(cache.root, (cache, set()))[1].add((obj.url, number))
+        for cache, blocks in per_root.values():
+            if cache.limit is None:
+                continue
+            live = {r["pid"] for r in budget.live_readers(cache.root)} - {os.getpid()}
+            budget.check_limit(
+                cache.limit,
+                cache.block_size,
+                readers=readers + (len(live) if others else 0),
+                lookahead_blocks=len(blocks),
+                where=f" of {cache.root} (lookahead {lookahead} samples)",
+            )
+
+    def _prefetch_consumed(self, indices: Sequence[int]) -> None:
+        """The reader took ``indices``: start this process's prefetcher on first use, then move it on."""
+        spec, live = self._prefetch_spec, self._prefetch_live
+        if spec is None or live is None:
+            return
+        prefetcher = live.get()
+        if prefetcher is False:
+            return  # nothing remote to prefetch in this process
+        if prefetcher is None:
+            live.pid, live.value = os.getpid(), False
+            info = get_worker_info()
+            worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+            already = 0 if info is not None else len(indices)  # the main process's sampler counted this batch
+            caches = self.remote_caches()
+            if not caches:
+                return
+            from tokenloom.formats.remote import budget
+            from tokenloom.formats.remote.prefetch import BlockPrefetcher
+
+            roots = {cache.root for cache in caches}
+            live_count = max(len(budget.live_readers(root)) for root in roots)
+            self._check_limits(
+                self._prefetch_schedule(spec, worker, num_workers, already=already),
+                spec.lookahead,
+                max(num_workers, live_count),
+                others=False,
+            )
+            schedule = self._prefetch_schedule(spec, worker, num_workers, already=already)
+            prefetcher = live.value = BlockPrefetcher(schedule, self.blocks_of, spec.lookahead)
+        prefetcher.consumed(indices)
+
+    @property
+    def prefetcher(self) -> Any:
+        """This process's :class:`~tokenloom.formats.remote.prefetch.BlockPrefetcher` (None before the first read)."""
+        live = self._prefetch_live
+        value = live.get() if live is not None else None
+        return value or None
+
+
+class Prefetching(PrefetchFromSampler, SampleBytes):
+    """:class:`PrefetchFromSampler` for a dataset over a token stream: a sample's blocks from its byte ranges."""
 
     def _remote_blocks(self, index: int) -> list[tuple[Any, Any, int]]:
         blocks = []
@@ -120,7 +212,7 @@ class Prefetching(SampleBytes):
             blocks += [(array.cache, array.obj, number) for number in range(start // size, (end - 1) // size + 1)]
         return blocks
 
-    def _remote_blocks_many(self, indices: list[int]) -> list[list[tuple[Any, Any, int]]]:
+    def blocks_of(self, indices: list[int]) -> list[list[tuple[Any, Any, int]]]:
         """The blocks of each of ``indices`` (vectorised for windows that stay in one shard)."""
         starts = getattr(self, "_sample_starts_np", None)
         if starts is None or getattr(self, "cross_shard", True):
@@ -141,70 +233,5 @@ class Prefetching(SampleBytes):
             blocks.append([] if array is None else [(array.cache, array.obj, n) for n in range(lo, hi + 1)])
         return blocks
 
-    def _schedule(self, spec: _Spec, worker: int, num_workers: int, *, already: int) -> Iterator[int]:
-        sampler = spec.sampler
-        return share_schedule(
-            sampler,
-            len(self),  # pyright: ignore[reportArgumentType]
-            consumed=sampler.consumed - already * sampler.num_replicas,
-            remaining=len(sampler) + already,
-            batch_size=spec.batch_size,
-            worker=worker,
-            num_workers=num_workers,
-        )
-
-    def _check_limits(self, schedule: Iterator[int], lookahead: int, readers: int, *, others: bool) -> None:
-        from tokenloom.formats.remote import budget
-
-        per_cache: dict[int, tuple[Any, set]] = {}
-        for index, _ in zip(schedule, range(lookahead), strict=False):
-            for cache, obj, number in self._remote_blocks(index):
-                per_cache.setdefault(id(cache), (cache, set()))[1].add((obj.url, number))
-        for cache, blocks in per_cache.values():
-            if cache.limit is None:
-                continue
-            live = {r["pid"] for r in budget.live_readers(cache.root)} - {os.getpid()}
-            budget.check_limit(
-                cache.limit,
-                cache.block_size,
-                readers=readers + (len(live) if others else 0),
-                lookahead_blocks=len(blocks),
-                where=f" of {cache.root} (lookahead {lookahead} samples)",
-            )
-
-    def _prefetch_consumed(self, indices: Sequence[int]) -> None:
-        """The reader took ``indices``: start this process's prefetcher on first use, then move it on."""
-        spec, live = self._prefetch_spec, self._prefetch_live
-        if spec is None or live is None:
-            return
-        prefetcher = live.get()
-        if prefetcher is None:
-            if live.pid == os.getpid() and live.value is False:
-                return  # nothing remote to prefetch in this process
-            live.pid, live.value = os.getpid(), False
-            info = get_worker_info()
-            worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-            already = 0 if info is not None else len(indices)  # the main process's sampler counted this batch
-            if not any(block_array(s) is not None for s in self._stream.shards):
-                return
-            from tokenloom.formats.remote import budget
-            from tokenloom.formats.remote.prefetch import BlockPrefetcher
-
-            roots = {a.cache.root for a in (block_array(s) for s in self._stream.shards) if a is not None}
-            live_count = max(len(budget.live_readers(root)) for root in roots)
-            self._check_limits(
-                self._schedule(spec, worker, num_workers, already=already),
-                spec.lookahead,
-                max(num_workers, live_count),
-                others=False,
-            )
-            schedule = self._schedule(spec, worker, num_workers, already=already)
-            prefetcher = live.value = BlockPrefetcher(schedule, self._remote_blocks_many, spec.lookahead)
-        prefetcher.consumed(indices)
-
-    @property
-    def prefetcher(self) -> Any:
-        """This process's :class:`~tokenloom.formats.remote.prefetch.BlockPrefetcher` (None before the first read)."""
-        live = self._prefetch_live
-        value = live.get() if live is not None else None
-        return value or None
+    def remote_caches(self) -> list[Any]:
+        return [array.cache for array in (block_array(s) for s in self._stream.shards) if array is not None]
