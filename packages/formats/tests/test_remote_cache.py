@@ -170,6 +170,32 @@ def test_a_mapped_block_is_never_deleted_under_its_reader(blob, tmp_path):
     assert cache_bytes(reader.root) <= 6 * BLOCK
 
 
+def test_a_reader_that_found_a_block_absent_never_waits_on_another_readers_pin(blob, tmp_path, monkeypatch):
+    """Two DataLoader workers deadlocked: B found block 0 absent, then A published and pinned it (a shared
+    lock held while mapped, for as long as A idles) while B waited for the exclusive lock to publish it."""
+    import threading
+
+    config, obj, data = blob
+    a = BlockCache(config, tmp_path / "c", BLOCK, limit=6 * BLOCK)
+    b = BlockCache(config, tmp_path / "c", BLOCK, limit=6 * BLOCK)
+    mapped = a.block(obj, 0)  # A published block 0 and holds its pin
+    got: list[object] = []
+    from tokenloom.formats.remote import cache as cache_module
+
+    real, calls = cache_module._complete, []
+
+    def first_check_sees_nothing(path, size):  # B's first look ran before A's publish
+        calls.append(path)
+        return False if len(calls) == 1 else real(path, size)
+
+    monkeypatch.setattr(cache_module, "_complete", first_check_sees_nothing)
+    waiter = threading.Thread(target=lambda: got.append(b._publish(obj, f"b{BLOCK}-0", 0, BLOCK)), daemon=True)
+    waiter.start()
+    waiter.join(timeout=20)
+    assert not waiter.is_alive(), "the reader waited on another reader's pin (deadlock)"
+    assert got and bytes(b.block(obj, 0)) == data[:BLOCK] == bytes(mapped)
+
+
 def test_too_small_limit_is_a_config_error_at_start(blob, tmp_path):
     config, _, _ = blob
     with pytest.raises(ConfigError, match=r"cache_limit 8192 bytes is too small for the blocks in flight"):

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import mmap
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,8 +198,8 @@ class BlockCache:
             )
         with storage_errors(folder, "filling the remote-data cache"):
             folder.mkdir(parents=True, exist_ok=True)
-            with _locked(folder / (name + ".lock")):
-                if _complete(final, end - start):
+            with _exclusive_unless_complete(folder / (name + ".lock"), final, end - start) as acquired:
+                if not acquired or _complete(final, end - start):
                     return final
                 temp = folder / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
                 reservation = None
@@ -225,12 +226,25 @@ def _complete(path: Path, size: int) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` (the kernel drops it when the holder dies: never a stale lock)."""
+def _exclusive_unless_complete(path: Path, final: Path, size: int) -> Iterator[bool]:
+    """The exclusive lock to publish ``final`` (True), or False as soon as another reader has published it.
+
+    A reader that found the block absent must not wait for the exclusive lock unconditionally: the reader
+    that published the block meanwhile holds a shared lock on it while it stays mapped (a pin), possibly for
+    as long as that reader idles, so a blocking wait would deadlock two DataLoader workers.
+    """
     fd = open_lock(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if _complete(final, size):
+                    yield False
+                    return
+                time.sleep(0.005)
+        yield True
     finally:
         close_lock(fd)
 
