@@ -120,10 +120,6 @@ def _fetched_per_used(url, seaweed, proxy, tmp_path, monkeypatch, *, limit, pref
     return (bin_bytes() - before) / (samples * SAMPLE_BYTES)  # each sample reads its window's bytes once
 
 
-@pytest.mark.skip(
-    reason="intermittent: 2 of 3 runs stalled for minutes in the loader (first seen in the prefetch, storage-order "
-    "run at a limit of half the data); the third ran in 48 s; to be diagnosed before it is enabled"
-)
 def test_prefetch_keeps_fetched_bytes_near_the_used_bytes_under_a_small_limit(
     seaweed, fault_proxy, url, tmp_path, monkeypatch
 ):

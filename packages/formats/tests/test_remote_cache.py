@@ -213,6 +213,19 @@ def test_cache_limit_comes_from_the_environment(blob, tmp_path, monkeypatch):
         BlockCache(config, tmp_path / "c", BLOCK)
 
 
+def _index_bytes(url: str, seaweed, cache: Path) -> int:
+    """The bytes a full pass leaves in ``cache`` besides the data blocks: the index files, fetched whole and never
+    evicted (each shard's ``.idx`` on its first read, after the manifest at open)."""
+    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)
+    for i in range(len(ds)):
+        ds[i]
+    del ds
+    for block in cache.rglob(f"b{BLOCK}-*"):
+        if not block.name.endswith(".lock"):
+            block.unlink()
+    return cache_bytes(cache)
+
+
 _READER = textwrap.dedent(
     """
     import sys, json, numpy as np
@@ -231,8 +244,7 @@ def test_processes_sharing_a_bounded_cache_stay_under_it_and_read_right(seaweed,
     expected = open_dataset(local)
     total = str(sum(int(expected[i].astype(np.int64).sum()) for i in range(len(expected))))
     cache = tmp_path / "node-cache"
-    open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)  # index files
-    index_bytes = cache_bytes(cache)
+    index_bytes = _index_bytes(url, seaweed, cache)
     limit = index_bytes + 3 * budget.PINNED_PER_READER * BLOCK
     data_bytes = sum(p.stat().st_size for p in local.glob("*.bin"))
     assert data_bytes > 2 * (limit - index_bytes)  # the data does not fit: the run must evict
@@ -347,3 +359,85 @@ def test_block_size_from_the_environment(monkeypatch, tmp_path):
         BlockCache(config, tmp_path)
     monkeypatch.delenv("TOKENLOOM_BLOCK_SIZE")
     assert BlockCache(config, tmp_path).block_size == 8 << 20
+
+
+_WAITING_READER = textwrap.dedent(
+    """
+    import sys, json, time, pathlib, numpy as np
+    from tokenloom.formats import open_dataset
+    from tokenloom.formats.errors import ConfigError
+    url, cache, barrier = sys.argv[1], sys.argv[2], sys.argv[5]
+    options, limit = json.loads(sys.argv[3]), int(sys.argv[4])
+    ds = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096, cache_limit=limit)
+    started = time.monotonic()
+    try:
+        first = int(np.asarray(ds[0]).astype(np.int64).sum())  # this reader's first block: it joins the cache
+    except ConfigError as error:
+        print("refused", round(time.monotonic() - started, 1), str(error).replace(chr(10), " "), flush=True)
+        raise SystemExit(3)
+    pathlib.Path(barrier, str(__import__("os").getpid())).touch()
+    while len(list(pathlib.Path(barrier).iterdir())) < int(sys.argv[6]):
+        time.sleep(0.05)  # the readers that fit stay alive, pinning, until the others have tried
+    print("read", first + sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(1, len(ds))), flush=True)
+    """
+)
+
+
+def test_a_limit_too_small_for_the_live_readers_pins_is_a_named_error_at_once_not_a_wait(seaweed, tmp_path):
+    """Two readers fit the limit, a third does not: it is refused at its first block, naming the numbers,
+    while the two read on. Before, a reader without prefetch waited ROOM_TIMEOUT (120 s) for room that the
+    others' pinned blocks could never leave."""
+    local = _write_native(tmp_path / "local")
+    url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
+    expected = open_dataset(local)
+    total = sum(int(expected[i].astype(np.int64).sum()) for i in range(len(expected)))
+    cache = tmp_path / "node-cache"
+    index_bytes = _index_bytes(url, seaweed, cache)
+    limit = index_bytes + 2 * budget.PINNED_PER_READER * BLOCK  # the pins of 2 readers, not 3
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    options = json.dumps(seaweed.storage_options())
+
+    def start(fitting: int) -> subprocess.Popen:
+        args = [url, str(cache), options, str(limit), str(barrier), str(fitting)]
+        return subprocess.Popen([sys.executable, "-c", _WAITING_READER, *args], stdout=subprocess.PIPE, text=True)
+
+    fitting = [start(2), start(2)]
+    deadline = time.monotonic() + 120
+    while len(list(barrier.iterdir())) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    third = start(2)  # joins while at least one reader holds its pins (the barrier keeps both alive)
+    out, _ = third.communicate(timeout=60)
+    outs = [p.communicate(timeout=240)[0] for p in fitting]
+    assert all(p.returncode == 0 for p in fitting) and outs == [f"read {total}\n"] * 2, outs
+    assert third.returncode == 3, out
+    seconds = float(out.split()[1])
+    assert seconds < budget.ROOM_TIMEOUT / 4, out  # at once, not after the wait for room
+    assert f"cache_limit {limit} bytes is too small for the blocks in flight" in out, out
+    assert f"x {budget.PINNED_PER_READER} pinned blocks x block_size {BLOCK}" in out, out
+    assert "reader(s)" in out and "Raise cache_limit to at least" in out, out
+
+
+def test_a_reader_that_fits_is_not_refused_and_the_floor_counts_only_live_readers(blob, tmp_path):
+    config, obj, data = blob
+    limit = budget.PINNED_PER_READER * BLOCK
+    cache = BlockCache(config, tmp_path / "c", BLOCK, limit=limit)
+    readers = tmp_path / "c" / "v1" / "readers"
+    readers.mkdir(parents=True)
+    (readers / "999999999.json").write_bytes(b'{"pid": 999999999, "started": 1, "cursor": 0, "needs": {}}')
+    for number in range(12):  # one live reader (this one): 6 pinned blocks fit; the dead record is ignored
+        assert bytes(cache.block(obj, number)) == data[number * BLOCK : (number + 1) * BLOCK]
+    assert cache_bytes(cache.root) <= limit
+    assert [r["pid"] for r in budget.live_readers(cache.root)] == [os.getpid()]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # another live reader of a second cache: 2 x 6 pinned blocks cannot fit, said at this reader's first block
+        second = BlockCache(config, tmp_path / "d", BLOCK, limit=limit)
+        (tmp_path / "d" / "v1" / "readers").mkdir(parents=True)
+        record = {"pid": other.pid, "started": budget._read_start(other.pid), "cursor": 0, "needs": {}}
+        (tmp_path / "d" / "v1" / "readers" / f"{other.pid}.json").write_bytes(json.dumps(record).encode())
+        with pytest.raises(ConfigError, match=r"2 reader\(s\) x 6 pinned blocks x block_size 4096 \+ 0 bytes"):
+            second.block(obj, 0)
+        assert [r["pid"] for r in budget.live_readers(second.root)] == [other.pid]  # the refused one withdrew
+    finally:
+        other.kill()
+        other.wait()

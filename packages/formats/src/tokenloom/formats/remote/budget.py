@@ -33,6 +33,7 @@ __all__ = [
     "LIMIT_ENV",
     "PINNED_PER_READER",
     "check_limit",
+    "join",
     "node_lock",
     "eviction_order",
     "live_readers",
@@ -230,9 +231,12 @@ def node_lock(root: Path) -> Iterator[None]:
         close_lock(fd)
 
 
-def _scan(root: Path) -> tuple[int, list[tuple[float, str, Path, int]]]:
-    """Bytes the cache holds or has reserved, and its blocks as (mtime, key, path, size); dead pids' files go."""
-    used = 0
+def _scan(root: Path) -> tuple[int, list[tuple[float, str, Path, int]], int]:
+    """Bytes the cache holds or has reserved, its blocks as (mtime, key, path, size), and the bytes reserved.
+
+    Temp and reservation files of dead processes are deleted on the way.
+    """
+    used = reserved = 0
     blocks: list[tuple[float, str, Path, int]] = []
     top = root / "v1"
     for url_dir in _subdirs(top):
@@ -255,6 +259,7 @@ def _scan(root: Path) -> tuple[int, list[tuple[float, str, Path, int]]]:
                             os.unlink(entry.path)
                     elif name.endswith(".res"):
                         used += int(temp[2])
+                        reserved += int(temp[2])
                     continue
                 try:
                     stat = entry.stat()
@@ -267,7 +272,7 @@ def _scan(root: Path) -> tuple[int, list[tuple[float, str, Path, int]]]:
                 if _BLOCK.match(name):
                     key = f"{url_dir.name}/{version_dir.name}/{name}"
                     blocks.append((stat.st_mtime, key, Path(entry.path), stat.st_size))
-    return used, blocks
+    return used, blocks, reserved
 
 
 def _subdirs(folder: Path) -> list[Path]:
@@ -297,7 +302,7 @@ def make_room(root: Path, limit: int, incoming: int) -> bool:
 
     The caller holds the node-wide lock.
     """
-    used, blocks = _scan(root)
+    used, blocks, _ = _scan(root)
     if used + incoming <= limit:
         return True
     blocks.sort()  # oldest first among the unused
@@ -313,8 +318,12 @@ def make_room(root: Path, limit: int, incoming: int) -> bool:
     return False
 
 
-def reserve(root: Path, final: Path, size: int, limit: int) -> Path:
-    """Make room for ``size`` bytes and record them as reserved for ``final``; returns the reservation file."""
+def reserve(root: Path, final: Path, size: int, limit: int, block_size: int | None = None) -> Path:
+    """Make room for ``size`` bytes and record them as reserved for ``final``; returns the reservation file.
+
+    While the pinned blocks of other readers leave no room, it waits for them to move on; when the live
+    readers' pins alone cannot fit under ``limit`` (:func:`check_floor`), no wait can end: a ConfigError now.
+    """
     deadline = time.monotonic() + ROOM_TIMEOUT
     while True:
         with node_lock(root):
@@ -322,6 +331,7 @@ def reserve(root: Path, final: Path, size: int, limit: int) -> Path:
                 reservation = final.with_name(f"{final.name}.{os.getpid()}-{os.urandom(4).hex()}.{size}.res")
                 reservation.touch()
                 return reservation
+            check_floor(root, limit, block_size or size)
         if time.monotonic() > deadline:
             raise ConfigError(
                 f"cache_limit {limit} bytes: no room for {size} more bytes in {root} after {ROOM_TIMEOUT:.0f}s "
@@ -331,3 +341,49 @@ def reserve(root: Path, final: Path, size: int, limit: int) -> Path:
                 hint="Raise cache_limit, or run fewer readers on this node",
             )
         time.sleep(0.05)
+
+
+_JOINED: set[tuple[int, Path]] = set()
+
+
+def join(root: Path, limit: int, block_size: int) -> None:
+    """Count this process among the readers of the bounded cache at ``root``, once per process, and check the floor.
+
+    A reader without a prefetcher publishes an empty future (a prefetcher replaces it with its own), so
+    that every live reader counts: a limit too small for the blocks all of them pin at once is a
+    ConfigError at this reader's first block, not a wait for room that cannot come.
+    """
+    key = (os.getpid(), root)
+    if key in _JOINED:
+        return
+    if not (_readers_dir(root) / f"{os.getpid()}.json").exists():
+        publish_needs(root, 0, {})
+    try:
+        with node_lock(root):
+            check_floor(root, limit, block_size)
+    except ConfigError:
+        withdraw_needs(root)
+        raise
+    _JOINED.add(key)
+
+
+def check_floor(root: Path, limit: int, block_size: int) -> None:
+    """ConfigError when the live readers' pinned blocks and the index files cannot fit under ``limit`` at once.
+
+    Each live reader may hold ``PINNED_PER_READER`` blocks that no eviction can delete (mapped, or being
+    fetched); whole objects (index files, manifests) are never evicted. The caller holds the node-wide lock.
+    """
+    readers = max(1, len(live_readers(root)))
+    used, blocks, reserved = _scan(root)
+    fixed = used - reserved - sum(size for *_, size in blocks)
+    needed = fixed + readers * PINNED_PER_READER * block_size
+    if limit < needed:
+        raise ConfigError(
+            f"cache_limit {limit} bytes is too small for the blocks in flight of {root}: {readers} reader(s) x "
+            f"{PINNED_PER_READER} pinned blocks x block_size {block_size} + {fixed} bytes of index files = "
+            f"{needed} bytes",
+            path=root,
+            field="cache_limit",
+            hint=f"Raise cache_limit to at least {needed} bytes, or run fewer readers on this node (DataLoader "
+            "workers x ranks), or lower block_size",
+        )

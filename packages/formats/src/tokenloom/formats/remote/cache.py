@@ -121,6 +121,8 @@ class BlockCache:
         final = self._dir(obj) / f"b{self.block_size}-{number}"
         if _complete(final, end - start):
             return False
+        if self.limit is not None:
+            budget.join(self.root, self.limit, self.block_size)
         self._publish(obj, final.name, start, end)
         return True
 
@@ -145,6 +147,7 @@ class BlockCache:
             start = number * self.block_size
             end = min(obj.size, start + self.block_size)
             if self.limit is not None:
+                budget.join(self.root, self.limit, self.block_size)
                 view = self._pinned_map(obj, key, f"b{self.block_size}-{number}", start, end)
             else:
                 path = self._publish(obj, f"b{self.block_size}-{number}", start, end)
@@ -204,7 +207,7 @@ class BlockCache:
                 temp = folder / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
                 reservation = None
                 if self.limit is not None:
-                    reservation = budget.reserve(self.root, final, end - start, self.limit)
+                    reservation = budget.reserve(self.root, final, end - start, self.limit, self.block_size)
                 try:
                     fetch_into(self.config, obj, start, end, temp)
                     os.replace(temp, final)
