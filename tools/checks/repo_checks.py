@@ -19,6 +19,9 @@
    ``training_type``, ``storage_type`` and ``load_path`` appear in packages/*/src only on lines
    marked ``# old-name`` (the deprecation shims, and DatasetFactory's seed-API keywords that
    AstrAI users port from) and in the shim helper itself (``tokenloom/formats/io/renames.py``).
+7. Nothing machine-specific is tracked: no built artifacts (wheels, eggs, shared objects, sdists)
+   and no absolute path of a build machine (``/work/...``, ``/root/...``, ``/home/<user>/...``,
+   pytest's ``/tmp/pytest-of-...``) in a tracked text file.
 
 Run: ``python tools/checks/repo_checks.py [ROOT]``; exits 1 and lists every
 violation. (Start-up, that no command that does not train imports torch, needs
@@ -426,6 +429,55 @@ def check_vocabulary(repo: Path) -> list[Violation]:
     return violations
 
 
+SELF = {"tools/checks/repo_checks.py", "tools/checks/test_repo_checks.py"}  # they name the patterns
+ARTIFACT_SUFFIXES = (".whl", ".egg", ".so", ".pyd", ".dylib", ".tar.gz", ".pyc")
+_MACHINE_PATH = re.compile(r"(?<![\w.])(/work/|/root/|/home/[a-z_][\w-]*/|/tmp/pytest-of-)")
+
+
+def _tracked_files(repo: Path) -> list[Path]:
+    """The files git tracks (every file under ``repo``, minus dot-directories, outside a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [p.relative_to(repo) for p in repo.rglob("*") if p.is_file() and not _hidden(p.relative_to(repo))]
+    return [Path(name) for name in out.decode().split("\0") if name]
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts[:-1])
+
+
+def check_machine_specific(repo: Path) -> list[Violation]:
+    """No tracked build artifact and no absolute path of this machine in a tracked text file."""
+    violations = []
+    for relative in _tracked_files(repo):
+        if relative.name.endswith(ARTIFACT_SUFFIXES):
+            violations.append(
+                Violation(relative, 1, "a built artifact is tracked: remove it (git rm --cached) and build it instead")
+            )
+            continue
+        if relative.name == "uv.lock" or relative.as_posix() in SELF:
+            continue
+        try:
+            text = (repo / relative).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary data (test fixtures) or a file deleted in the work tree
+        for number, line in enumerate(text.splitlines(), 1):
+            found = _MACHINE_PATH.search(line)
+            if found is not None:
+                violations.append(
+                    Violation(
+                        relative,
+                        number,
+                        f"{found.group(1)!r} is a path of one machine: use a path relative to the repository, "
+                        "tmp_path, or an environment variable",
+                    )
+                )
+    return violations
+
+
 def run(repo: Path) -> list[Violation]:
     return [
         *check_namespace(repo),
@@ -434,6 +486,7 @@ def run(repo: Path) -> list[Violation]:
         *check_versions(repo),
         *check_cycles(repo),
         *check_vocabulary(repo),
+        *check_machine_specific(repo),
     ]
 
 

@@ -217,3 +217,17 @@ def test_old_names_on_marked_lines_and_new_names_pass(repo: Path) -> None:
 
 def test_this_repo_uses_one_vocabulary() -> None:
     assert repo_checks.check_vocabulary(Path(__file__).resolve().parents[2]) == []
+
+
+def test_a_tracked_wheel_and_a_machine_path_are_caught(repo: Path) -> None:
+    (repo / "py_spy-0.4.3-py2.py3-none-manylinux1_x86_64.whl").write_bytes(b"PK\x03\x04")
+    (repo / "packages" / "base" / "README.md").write_text("Run it:\n\n    cd /work/main && ls /root/.cache\n")
+    found = [str(v) for v in repo_checks.check_machine_specific(repo)]
+    assert any("py_spy" in v and "built artifact" in v for v in found), found
+    assert any("README.md:3" in v and "'/work/'" in v for v in found), found
+    assert len(found) == 2, found  # one violation per line: /root/ on the same line is not a second one
+    assert repo_checks.check_machine_specific(repo / "packages" / "upper") == []
+
+
+def test_this_repo_tracks_nothing_machine_specific() -> None:
+    assert repo_checks.check_machine_specific(Path(__file__).resolve().parents[2]) == []
