@@ -203,9 +203,37 @@ def test_val_fraction_on_a_flat_prefix_writes_train_and_val_at_the_url(
     values = {**OPTIONS, "val_fraction": 0.1}
     local = tmp_path / "local"
     tokenize(TokenizeConfig(input_dir=flat, output_dir=local, tokenizer=str(tiny_tokenizer), num_workers=0, **values))  # type: ignore[arg-type]
+    from tokenloom.formats.remote import helper
+
+    commits: list[str] = []  # every done marker created at the URL, in order
+    puts: list[str] = []  # every object put at the URL (done markers too), in order
+    put_once, put_file = helper.put_once, helper.put_file
+
+    def name_of(config: Any, name: str) -> str:
+        return f"{str(config.url).removeprefix(target + '/')}/{name}"
+
+    def recorded_once(config: Any, path: Any, name: str, checksum: str) -> bool:
+        if name.endswith(".done"):
+            commits.append(name_of(config, name))
+            puts.append(name_of(config, name))
+        return put_once(config, path, name, checksum)
+
+    def recorded_put(config: Any, path: Any, name: str, checksum: str, *args: Any) -> str:
+        puts.append(name_of(config, name))
+        return put_file(config, path, name, checksum, *args)
+
+    monkeypatch.setattr(helper, "put_once", recorded_once)
+    monkeypatch.setattr(helper, "put_file", recorded_put)
     summary = tokenize(TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer),  # type: ignore[arg-type]
                                       num_workers=0, **values))  # fmt: skip
     assert summary.datasets == ["train", "val"]
+    units = sorted(name.rsplit("/", 1)[1] for name in commits if name.startswith("train/"))
+    assert len(units) > 1  # --unit-bytes cut the file: several units, each committed val first
+    assert commits == [f"{split}/{unit}" for unit in units for split in ("val", "train")]
+    for split in ("train", "val"):  # each manifest after every shard and done marker of its dataset
+        mine = [name for name in puts if name.startswith(f"{split}/")]
+        assert mine[-1] == f"{split}/manifest.json" and mine.count(f"{split}/manifest.json") == 1
+        assert sum(name.endswith(".bin") for name in mine) == len(list((local / split).glob("*.bin")))
     objects = _objects(seaweed, target)
     for split in ("train", "val"):
         for shard in (local / split).glob("unit_*"):
