@@ -7,6 +7,7 @@
     so --num-nodes, kills and reruns work per dataset exactly as for one; a carved leaf commits
     unit u of its val dataset before unit u of its train dataset (train done => val done)
     the encoder (tokenizer, engine probe, worker pool) starts once; leaves run through it in turn
+    into object storage (_remote_tree): the same datasets staged on each node, each at OUT/<split>/<bucket>
 
 This is the layout ``curriculum`` reads (``path`` holding ``train/<bucket>/`` and ``val/<bucket>/``),
 and every leaf opens with ``open_dataset``, so ``eval-broadcast``'s PathEvalSource takes a val leaf.
