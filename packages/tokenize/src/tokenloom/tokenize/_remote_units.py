@@ -10,6 +10,8 @@
 
 A unit's bytes depend only on its input and the settings, so two nodes that both upload a unit put identical
 objects, and two finalizers put identical manifests. A reader sees no dataset until the manifest lands.
+RemoteDataset (one dataset at a URL) and UnitUploads (the upload thread) are what _remote_tree uses for each
+dataset of a --layout tree / --val-fraction run.
 """
 
 from __future__ import annotations
