@@ -144,8 +144,8 @@ def demo(workdir: Path | None, steps: int, keep: bool, remote: bool) -> None:
     eval loss); streams the corpus jsonl, stops and resumes bit-exactly.
 
     With --remote: starts SeaweedFS on 127.0.0.1, uploads the bucket texts,
-    tokenizes them on 2 node processes (--num-nodes 2, then --finalize) and
-    uploads the datasets, trains the curriculum from the bucket with a cache
+    tokenizes them from the bucket into the bucket on 2 node processes
+    (--num-nodes 2 --layout tree, then --finalize), trains the curriculum from the bucket with a cache
     limit below the data (2 ranks x 2 workers, stop inside phase 1, resume on
     a new node with an empty cache on 3 ranks x 1 worker), checks the schedule
     oracle, broadcasts the eval set from the bucket, and prints fetched and used
@@ -252,9 +252,10 @@ def _remote_demo(root: Path, console: Any) -> None:
     )
     table.add_row(
         "tokenize",
-        _ok(report.tokenize_identical, f"--layout tree on 2 nodes (--num-nodes 2, --node-rank 0/1) + --finalize "
-            f"({report.tokenize_seconds:.1f} s): {report.tokenize_files} files byte-identical to one process; "
-            f"uploaded to {report.tokens_url} (manifests last)"),
+        _ok(report.tokenize_identical, f"--layout tree from the bucket into {report.tokens_url} on 2 nodes "
+            f"(--num-nodes 2, --node-rank 0/1) + --finalize ({report.tokenize_seconds:.1f} s), each manifest after "
+            f"its shards: {report.tokenize_files} files byte-identical to one process on local disk (manifests but "
+            f"for the inputs' identity: ETags, not mtimes)"),
     )  # fmt: skip
     for name, c in (("remote", report.remote), ("local", report.local)):
         if c is None:

