@@ -149,8 +149,6 @@ def test_remote_input_refusals_are_named(seaweed, tiny_tokenizer, tmp_path, monk
         _config("https://example.invalid/raw", tmp_path / "out", tiny_tokenizer)
     with pytest.raises(ConfigError, match="--executor ray with an object-store --input-dir"):
         _config(f"s3://{seaweed.bucket}/raw", tmp_path / "out", tiny_tokenizer, executor="ray")
-    with pytest.raises(ConfigError, match="--layout tree"):
-        _config(f"s3://{seaweed.bucket}/raw", tmp_path / "out", tiny_tokenizer, layout="tree")
 
 
 def test_hash_inputs_with_an_input_prefix_is_refused_not_ignored(tiny_tokenizer, tmp_path):

@@ -250,13 +250,6 @@ class TokenizeConfig:
                 field="input_dir",
                 hint="Put the inputs in s3://, gs:// or az:// (or a local directory)",
             )
-        if str(self.layout) == Layout.TREE.value or self.val_fraction > 0:
-            raise ConfigError(
-                "--layout tree and --val-fraction read a local --input-dir only (not an object-store prefix) yet",
-                field="input_dir",
-                hint="Tokenize each bucket prefix as its own run (one --input-dir URL and --output-dir each), "
-                "or copy the prefix to a local directory first",
-            )
         if str(self.executor) == ExecutorKind.RAY.value:
             raise ConfigError(
                 "--executor ray with an object-store --input-dir is not supported yet: the Ray tasks would fetch "
@@ -278,14 +271,13 @@ class TokenizeConfig:
     def _remote_output(self) -> None:
         if self.format != "native":
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
-        if str(self.executor) != ExecutorKind.LOCAL.value or str(self.layout) == Layout.TREE.value or self.val_fraction:
-            refuse_remote_output(
-                self.output_dir, "tokenize output of --executor ray, --layout tree or --val-fraction runs"
-            )
-        if self.overwrite and (self.num_nodes is not None or self.finalize):
+        if str(self.executor) != ExecutorKind.LOCAL.value:
+            refuse_remote_output(self.output_dir, "tokenize output of --executor ray runs")
+        many = str(self.layout) == Layout.TREE.value or self.val_fraction > 0
+        if self.overwrite and (self.num_nodes is not None or self.finalize or many):
             raise ConfigError(
-                "--overwrite with --num-nodes / --finalize into object storage would let one node delete what "
-                "another is writing",
+                "--overwrite with --num-nodes / --finalize / --layout tree / --val-fraction into object storage "
+                "would let one node delete what another is writing",
                 field="overwrite",
                 hint="Delete the output prefix once, then run every node without --overwrite",
             )

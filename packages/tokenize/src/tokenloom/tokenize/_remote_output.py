@@ -109,9 +109,7 @@ class UploadPoller:
 
     name = "tokenloom-uploads"
 
-    def __init__(self, target: RemoteTarget, staging: Path) -> None:
-        self.target = target
-        self.staging = staging
+    def __init__(self) -> None:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -143,7 +141,9 @@ class _ShardUploads(UploadPoller):
     """Uploads each shard as soon as the run's journal records it (failures surface at the end)."""
 
     def __init__(self, target: RemoteTarget, staging: Path) -> None:
-        super().__init__(target, staging)
+        super().__init__()
+        self.target = target
+        self.staging = staging
         self.done: set[str] = set()
 
     def _upload_committed(self) -> None:

@@ -47,7 +47,7 @@ from tokenloom.tokenize._unit_files import (
 from tokenloom.tokenize._unit_work import Session
 from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
 
-__all__ = ["run_units_to_url"]
+__all__ = ["RemoteDataset", "UnitUploads", "local_config", "run_units_to_url"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -60,59 +60,38 @@ def run_units_to_url(
     if config.output_url is None:
         raise ConfigError("run_units_to_url needs an object-store output_dir", field="output_dir")
     url = parse_url(config.output_url)
-    target = RemoteTarget(url, config.storage_options)
     plan = plan_of(config, inputs)
-    listed = _listing(target)
-    if MANIFEST_NAME in listed:
-        manifest = target.read_manifest()
-        recorded = manifest.metadata.get("tokenize", {}) if manifest else {}
-        if manifest is None or {k: recorded.get(k) for k in plan.run_key} != plan.run_key:
-            raise ResumeMismatchError(
-                f"{url} holds a dataset written with other settings, tokenizer, inputs or layout: "
-                + "; ".join(run_key_differences(recorded, plan.run_key)),
-                path=str(url),
-                hint="Choose another --output-dir, or delete the prefix and rerun every node",
-            )
+    num_nodes = config.num_nodes or 1
+    key = {**plan.run_key, "node": [num_nodes, config.node_rank]}
+    staging = staging_dir(url, key, config.cache_dir)
+    dataset = RemoteDataset(RemoteTarget(url, config.storage_options), staging, plan)
+    manifest = dataset.complete()
+    if manifest is not None:
         summary = summary_of(manifest, Path(), time.perf_counter() - started)
         summary.output_dir = str(url)  # type: ignore[assignment]
         summary.already_complete = True
         return summary
-    foreign = sorted(name for name in listed if not is_unit_file(name))
-    if foreign:
-        raise ConfigError(
-            f"{url} holds objects that no unit-planned tokenize run wrote: {', '.join(foreign[:5])}",
-            path=str(url),
-            field="output_dir",
-            hint="Choose an empty prefix for --output-dir",
-        )
-    num_nodes = config.num_nodes or 1
-    key = {**plan.run_key, "node": [num_nodes, config.node_rank]}
-    staging = staging_dir(url, key, config.cache_dir)
+    dataset.check_foreign()
     staging.parent.mkdir(parents=True, exist_ok=True)
-    local = dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
+    local = local_config(config, staging)
     prepare_units_dir(local)
-    _establish_plan(target, staging, plan, listed)
+    dataset.establish_plan()
     session = Session()
     if not config.finalize:
         mine = [u for u in range(len(plan.units)) if u % num_nodes == config.node_rank]
-        for unit in mine:  # committed at the URL (by an earlier run of this node, on any machine): skip it
-            marker = done_path(staging, unit)
-            if marker.name in listed and not marker.exists():
-                _fetch(target, listed[marker.name], marker)
-            elif marker.name not in listed and marker.exists() and not _staged_whole(staging, unit, plan):
-                marker.unlink()  # the URL lost its marker, and its staged shards are gone (uploaded): encode it again
-        uploads = _UnitUploads(target, staging, mine, listed)
+        dataset.sync_markers(mine)
+        uploads = UnitUploads([[(dataset, unit)] for unit in mine])
         uploads.start()
         try:
             session = encode_local(local, inputs, plan, on_progress)
         finally:
             uploads.stop()
         uploads.sweep()  # whatever committed after the thread's last look
-    manifest = _finalize(target, staging, plan, inputs.tokenizer, required=config.finalize)
+    manifest = dataset.finalize(inputs.tokenizer, required=config.finalize)
     seconds = time.perf_counter() - started
     if manifest is None:
         summary = _partial_summary(staging, plan, session, seconds)
-        summary.units_missing = len(_missing(plan, _listing(target)))
+        summary.units_missing = dataset.missing()
     else:
         summary = summary_of(manifest, staging, seconds)
         shutil.rmtree(staging, ignore_errors=True)
@@ -122,6 +101,72 @@ def run_units_to_url(
     summary.bytes_read = session.bytes_read
     summary.units_committed = session.units
     return summary
+
+
+def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
+    """The run's config writing into the local ``staging`` directory (the URL's copy on this node)."""
+    return dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
+
+
+class RemoteDataset:
+    """One unit-planned dataset at a URL and its staging directory on this node (plan, done markers, manifest)."""
+
+    def __init__(self, target: RemoteTarget, staging: Path, plan: UnitPlan) -> None:
+        self.target = target
+        self.staging = staging
+        self.plan = plan
+        self.listed = _listing(target)
+        """The objects directly under the URL when this node started (markers, plan, shards, manifest)."""
+
+    def complete(self) -> Manifest | None:
+        """The URL's manifest when it was written with this plan's run key; another run's is a mismatch."""
+        if MANIFEST_NAME not in self.listed:
+            return None
+        manifest = self.target.read_manifest()
+        recorded = manifest.metadata.get("tokenize", {}) if manifest else {}
+        if manifest is None or {k: recorded.get(k) for k in self.plan.run_key} != self.plan.run_key:
+            raise ResumeMismatchError(
+                f"{self.target.url} holds a dataset written with other settings, tokenizer, inputs or layout: "
+                + "; ".join(run_key_differences(recorded, self.plan.run_key)),
+                path=str(self.target.url),
+                hint="Choose another --output-dir, or delete the prefix and rerun every node",
+            )
+        return manifest
+
+    def check_foreign(self) -> None:
+        """ConfigError when the URL holds objects no unit-planned run wrote (before anything is put there)."""
+        foreign = sorted(name for name in self.listed if not is_unit_file(name) and name != MANIFEST_NAME)
+        if foreign:
+            raise ConfigError(
+                f"{self.target.url} holds objects that no unit-planned tokenize run wrote: {', '.join(foreign[:5])}",
+                path=str(self.target.url),
+                field="output_dir",
+                hint="Choose an empty prefix for --output-dir",
+            )
+
+    def establish_plan(self) -> None:
+        """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
+        _establish_plan(self.target, self.staging, self.plan, self.listed)
+
+    def sync_markers(self, units: list[int]) -> None:
+        """Staged done markers of ``units`` agree with the URL: a unit committed there is skipped here (fetched
+        marker), and a staged marker whose shards were uploaded but whose URL marker is gone is encoded again."""
+        for unit in units:
+            marker = done_path(self.staging, unit)
+            if marker.name in self.listed and not marker.exists():
+                _fetch(self.target, self.listed[marker.name], marker)
+            elif marker.name in self.listed or not marker.exists():
+                continue
+            elif not _staged_whole(self.staging, unit, self.plan):
+                marker.unlink()  # the URL lost its marker, and its staged shards are gone (uploaded): encode it again
+
+    def missing(self) -> int:
+        """Units not committed at the URL now."""
+        return len(_missing(self.plan, _listing(self.target)))
+
+    def finalize(self, tokenizer: str, *, required: bool) -> Manifest | None:
+        """The manifest, uploaded once every unit is committed at the URL; None (or, if ``required``, an error)."""
+        return _finalize(self.target, self.staging, self.plan, tokenizer, required=required)
 
 
 def _listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
@@ -175,14 +220,20 @@ def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed:
     other.unlink(missing_ok=True)
 
 
-class _UnitUploads(UploadPoller):
-    """Uploads each of this node's units once committed: shards first, the done marker last."""
+class UnitUploads(UploadPoller):
+    """Uploads each unit once committed: shards first, the done marker last.
+
+    ``groups``: units committed together, in the order their markers must reach the URL (a leaf carved by
+    --val-fraction: its val dataset's unit, then its train dataset's), so that a train marker at the URL
+    always means the val part is there too; a group goes up only as far as its members are committed.
+    """
 
     name = "tokenloom-unit-uploads"
 
-    def __init__(self, target: RemoteTarget, staging: Path, units: list[int], listed: dict[str, ObjectInfo]) -> None:
-        super().__init__(target, staging)
-        self.pending = [u for u in units if done_path(staging, u).name not in listed]
+    def __init__(self, groups: list[list[tuple[RemoteDataset, int]]]) -> None:
+        super().__init__()
+        waiting = ([(d, u) for d, u in group if done_path(d.staging, u).name not in d.listed] for group in groups)
+        self.pending = [group for group in waiting if group]
 
     def sweep(self) -> None:
         if self.error is not None:
@@ -190,20 +241,27 @@ class _UnitUploads(UploadPoller):
         self._upload_committed()
 
     def _upload_committed(self) -> None:
-        for unit in list(self.pending):
-            marker = done_path(self.staging, unit)
-            if not marker.exists():
-                continue
-            records = orjson.loads(marker.read_bytes())["shards"]
-            stems = [unit_stem(unit, int(record["index"])) for record in records]
-            for stem, record in zip(stems, records, strict=True):
-                self.target.upload(self.staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))
-                self.target.upload(self.staging / f"{stem}.bin", checksum=str(record["bin_xxh3_128"]))
-            helper.put_once(self.target.config, marker, marker.name, file_checksum(marker))  # the unit's commit
-            self.pending.remove(unit)
-            for stem in stems:  # in the bucket now: the local marker alone tells a rerun here to skip the unit
-                for suffix in (".bin", ".idx"):
-                    (self.staging / f"{stem}{suffix}").unlink(missing_ok=True)
+        for group in list(self.pending):
+            while group and done_path(group[0][0].staging, group[0][1]).exists():
+                _upload_unit(*group[0])
+                group.pop(0)
+            if not group:
+                self.pending.remove(group)
+
+
+def _upload_unit(dataset: RemoteDataset, unit: int) -> None:
+    """A committed unit's shards, then its done marker (the unit's commit at the URL); then its staged shards go."""
+    staging, target = dataset.staging, dataset.target
+    marker = done_path(staging, unit)
+    records = orjson.loads(marker.read_bytes())["shards"]
+    stems = [unit_stem(unit, int(record["index"])) for record in records]
+    for stem, record in zip(stems, records, strict=True):
+        target.upload(staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))
+        target.upload(staging / f"{stem}.bin", checksum=str(record["bin_xxh3_128"]))
+    helper.put_once(target.config, marker, marker.name, file_checksum(marker))
+    for stem in stems:  # in the bucket now: the local marker alone tells a rerun here to skip the unit
+        for suffix in (".bin", ".idx"):
+            (staging / f"{stem}{suffix}").unlink(missing_ok=True)
 
 
 def _staged_whole(staging: Path, unit: int, plan: UnitPlan) -> bool:

@@ -31,7 +31,7 @@ from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_plan
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._units import _complete, finalize, missing_units, plan_of, prepare_units_dir
 
-__all__ = ["Leaf", "leaves_of", "run_tree"]
+__all__ = ["Leaf", "TreeDataset", "encode_tree", "leaves_of", "run_tree", "tree_datasets", "tree_summary"]
 
 TRAIN, VAL = "train", "val"
 
@@ -48,9 +48,13 @@ class Leaf:
     """Where its validation documents go (--val-fraction on a train leaf), else None."""
 
 
-def leaves_of(config: TokenizeConfig, inputs: RunInputs) -> list[Leaf]:
-    """The leaves of the run in path order; files outside ``<split>/<bucket>/`` are a ConfigError."""
-    out = config.output_dir
+def leaves_of(config: TokenizeConfig, inputs: RunInputs, out: Path | None = None) -> list[Leaf]:
+    """The leaves of the run in path order; files outside ``<split>/<bucket>/`` are a ConfigError.
+
+    ``out``: where the datasets are written (a run into object storage: its local staging root); default
+    ``config.output_dir``.
+    """
+    out = config.output_dir if out is None else out
     carve = config.val_fraction > 0
     if config.layout is not Layout.TREE:
         return [Leaf(TRAIN, inputs.files, out / TRAIN, out / VAL)]
@@ -60,7 +64,7 @@ def leaves_of(config: TokenizeConfig, inputs: RunInputs) -> list[Leaf]:
         if len(parts) < 3:
             raise ConfigError(
                 f"input {info.relative} is not inside a <split>/<bucket>/ directory",
-                path=info.path,
+                path=info.shown,
                 field="layout",
                 hint="With --layout tree every input lies under IN/<split>/<bucket>/ (e.g. IN/train/web/part-0.jsonl); "
                 "move the file there, or drop --layout tree",
@@ -68,17 +72,18 @@ def leaves_of(config: TokenizeConfig, inputs: RunInputs) -> list[Leaf]:
         relative = "/".join(parts[2:])
         groups.setdefault((parts[0], parts[1]), []).append(dataclasses.replace(info, relative=relative))
     splits = sorted({split for split, _ in groups})
+    root = config.input_url or str(config.input_dir)  # how messages name IN: its URL, or its path
     if carve and VAL in splits:
         raise ConfigError(
             "--val-fraction would carve OUT/val/<bucket> from train, but the input already has a val split",
-            path=config.input_dir / VAL,
+            path=f"{root.rstrip('/')}/{VAL}",
             field="val_fraction",
             hint="Drop --val-fraction to keep the given val split, or move IN/val away to carve a new one",
         )
     if carve and TRAIN not in splits:
         raise ConfigError(
             f"--val-fraction carves from the train split, but the input's splits are {', '.join(splits)}",
-            path=config.input_dir,
+            path=root,
             field="val_fraction",
             hint="Name the training split's directory train (IN/train/<bucket>/...)",
         )
@@ -89,25 +94,38 @@ def leaves_of(config: TokenizeConfig, inputs: RunInputs) -> list[Leaf]:
 
 
 @dataclass(slots=True)
-class _Target:
-    """One dataset written by the run: its leaf, config and plan."""
+class TreeDataset:
+    """One dataset written by the run: its leaf, config (``output_dir``: where it is written) and plan."""
 
     leaf: Leaf
     config: TokenizeConfig
     plan: UnitPlan
     role: str
 
+    @property
+    def name(self) -> str:
+        """Where it lies under OUT: ``split/bucket``; a carved one ``val/bucket`` (tree) or ``val`` (flat input)."""
+        if self.role == TRAIN:
+            return self.leaf.name
+        _, _, bucket = self.leaf.name.partition("/")
+        return f"{VAL}/{bucket}" if bucket else VAL
 
-def _targets(config: TokenizeConfig, inputs: RunInputs, leaf: Leaf) -> list[_Target]:
+
+def _targets(config: TokenizeConfig, inputs: RunInputs, leaf: Leaf) -> list[TreeDataset]:
     leaf_config = dataclasses.replace(config, output_dir=leaf.out)
     base = plan_of(leaf_config, RunInputs(inputs.tokenizer, inputs.tokenizer_fingerprint, leaf.files))
     dataset = {"dataset": leaf.name, "layout_of_input": config.layout.value}
-    targets = [_Target(leaf, leaf_config, UnitPlan({**base.run_key, **dataset, "role": TRAIN}, base.units), TRAIN)]
+    targets = [TreeDataset(leaf, leaf_config, UnitPlan({**base.run_key, **dataset, "role": TRAIN}, base.units), TRAIN)]
     if leaf.val_out is not None:
         val_config = dataclasses.replace(config, output_dir=leaf.val_out)
         val_plan = UnitPlan({**base.run_key, **dataset, "role": VAL}, base.units)
-        targets.append(_Target(leaf, val_config, val_plan, VAL))
+        targets.append(TreeDataset(leaf, val_config, val_plan, VAL))
     return targets
+
+
+def tree_datasets(config: TokenizeConfig, inputs: RunInputs, out: Path | None = None) -> list[list[TreeDataset]]:
+    """The run's datasets, grouped by leaf: ``[train]`` or ``[train, val]`` (a leaf carved by --val-fraction)."""
+    return [_targets(config, inputs, leaf) for leaf in leaves_of(config, inputs, out)]
 
 
 def run_tree(
@@ -115,16 +133,15 @@ def run_tree(
 ) -> TokenizeSummary:
     """Every leaf's share of this node (see the module docstring); one summary over all the datasets."""
     started = time.perf_counter()
-    leaves = leaves_of(config, inputs)
-    per_leaf = [_targets(config, inputs, leaf) for leaf in leaves]
+    per_leaf = tree_datasets(config, inputs)
     complete: list[Manifest | None] = []
     for targets in per_leaf:
         for target in targets:
             complete.append(None if config.overwrite else _complete(target.config.output_dir, target.plan))
     if all(m is not None for m in complete):
-        summary = _total(config, [m for m in complete if m is not None], time.perf_counter() - started)
+        summary = tree_summary(config, [m for m in complete if m is not None], time.perf_counter() - started)
         summary.already_complete = True
-        summary.datasets = _names(config, per_leaf)
+        summary.datasets = _names(per_leaf)
         return summary
     config.output_dir.mkdir(parents=True, exist_ok=True)
     finished = iter(complete)
@@ -139,16 +156,7 @@ def run_tree(
             fsync_dir(out)
     session = Session()
     if not config.finalize:
-        pending = [pending_units(targets[0].config, targets[0].plan) for targets in per_leaf]
-        if any(pending):
-            with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
-                facts = UnitFacts(
-                    encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record
-                )
-                session.facts = facts
-                for targets, mine in zip(per_leaf, pending, strict=True):
-                    if mine:
-                        _encode_leaf(config, targets, mine, encoding, facts, session, on_progress)
+        session = encode_tree(config, inputs, per_leaf, on_progress)
     manifests: list[Manifest] = []
     missing = total_units = 0
     for targets in per_leaf:
@@ -160,21 +168,37 @@ def run_tree(
                 total_units += len(target.plan.units)
             else:
                 manifests.append(manifest)
-    summary = _total(config, manifests, time.perf_counter() - started)
+    summary = tree_summary(config, manifests, time.perf_counter() - started, session)
     summary.units_total, summary.units_missing = total_units, missing
-    summary.examples = session.examples
-    summary.run_tokens = session.tokens
-    summary.bytes_read = session.bytes_read
-    summary.units_committed = session.units
-    summary.datasets = _names(config, per_leaf)
-    if total_units:
+    summary.datasets = _names(per_leaf)
+    if total_units:  # not finished: what this node encoded
         summary.documents = session.counts.documents
     return summary
 
 
+def encode_tree(
+    config: TokenizeConfig,
+    inputs: RunInputs,
+    per_leaf: list[list[TreeDataset]],
+    on_progress: ProgressCallback | None,
+) -> Session:
+    """This node's pending units of every leaf (by its train dataset's done markers), through one encoder."""
+    session = Session()
+    pending = [pending_units(targets[0].config, targets[0].plan) for targets in per_leaf]
+    if not any(pending):
+        return session
+    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
+        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
+        session.facts = facts
+        for targets, mine in zip(per_leaf, pending, strict=True):
+            if mine:
+                _encode_leaf(config, targets, mine, encoding, facts, session, on_progress)
+    return session
+
+
 def _encode_leaf(
     config: TokenizeConfig,
-    targets: list[_Target],
+    targets: list[TreeDataset],
     mine: list[int],
     encoding: Encoding,
     facts: UnitFacts,
@@ -233,11 +257,14 @@ def _commit(session: Session, writers: list[UnitWriter]) -> None:
         session.units += 1
 
 
-def _names(config: TokenizeConfig, per_leaf: list[list[_Target]]) -> list[str]:
-    return sorted(t.config.output_dir.relative_to(config.output_dir).as_posix() for ts in per_leaf for t in ts)
+def _names(per_leaf: list[list[TreeDataset]]) -> list[str]:
+    return sorted(t.name for targets in per_leaf for t in targets)
 
 
-def _total(config: TokenizeConfig, manifests: list[Manifest], seconds: float) -> TokenizeSummary:
+def tree_summary(
+    config: TokenizeConfig, manifests: list[Manifest], seconds: float, session: Session | None = None
+) -> TokenizeSummary:
+    """One summary over the datasets' manifests (and what this process encoded, if anything)."""
     summary = TokenizeSummary(output_dir=config.output_dir, seconds=seconds)
     for manifest in manifests:
         part = summary_of(manifest, config.output_dir, seconds)
@@ -252,4 +279,9 @@ def _total(config: TokenizeConfig, manifests: list[Manifest], seconds: float) ->
             summary.dropped[kind] = summary.dropped.get(kind, 0) + count
         summary.dtype, summary.eos_id, summary.vocab_size = part.dtype, part.eos_id, part.vocab_size
         summary.engine, summary.engine_reason = part.engine, part.engine_reason
+    if session is not None:
+        summary.examples = session.examples
+        summary.run_tokens = session.tokens
+        summary.bytes_read = session.bytes_read
+        summary.units_committed = session.units
     return summary

@@ -1,0 +1,303 @@
+"""--layout tree and --val-fraction from a bucket into a bucket, on node processes, against a real S3 server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
+from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
+
+OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "max_length": 64, "overlap_size": 8, "unit_bytes": 6000}
+BUCKETS = ("code", "web")
+#: the datasets of the trees below: val/<bucket> carved from train/<bucket> by --val-fraction, or given
+DATASETS = ("train/code", "train/web", "val/code", "val/web")
+
+
+def _write(path: Path, texts: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in texts))
+
+
+@pytest.fixture
+def raw(tmp_path: Path, make_texts: Callable[..., list[str]]) -> Path:
+    root = tmp_path / "raw"
+    for b, bucket in enumerate(BUCKETS):
+        _write(root / "train" / bucket / "part-0.jsonl", make_texts(300, seed=10 + b))
+        _write(root / "train" / bucket / "more" / "part-1.jsonl", make_texts(120, seed=20 + b))
+    return root
+
+
+def _env(seaweed: Any, cache: Path) -> dict[str, str]:
+    """The S3 server's endpoint and keys in the environment, as on a cluster; a cache of the node's own."""
+    return {
+        **os.environ,
+        **seaweed.env,
+        "AWS_ENDPOINT_URL": seaweed.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "TOKENLOOM_CACHE_DIR": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def _upload(seaweed: Any, local: Path, name: str) -> str:
+    key = f"{name}-{uuid.uuid4().hex[:8]}"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            seaweed.put(f"{key}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    return f"s3://{seaweed.bucket}/{key}"
+
+
+def _objects(seaweed: Any, url: str) -> dict[str, bytes]:
+    """Every object under ``url`` by its name relative to it."""
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
+    found = {}
+    for chunk in obstore.list(store, prefix=prefix):
+        for meta in chunk:
+            found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
+    return found
+
+
+def _command(input_dir: object, output_dir: object, tokenizer: Path, *extra: str) -> list[str]:
+    options = [f"--{k.replace('_', '-')}={v}" for k, v in OPTIONS.items()]
+    return [
+        sys.executable, "-m", "tokenloom.formats", "tokenize", f"--input-dir={input_dir}", f"--output-dir={output_dir}",
+        f"--tokenizer={tokenizer}", "--layout=tree", "--num-workers=0", "--no-progress", *options, *extra,
+    ]  # fmt: skip
+
+
+def _manifest(data: bytes) -> dict[str, Any]:
+    """A manifest without what legitimately differs between a bucket run and a local one.
+
+    The inputs are identified by ETag (from a bucket) or size + mtime (a local directory), the engine's
+    record says how it was chosen, and the manifest's checksum covers those; everything else is equal.
+    """
+    record = orjson.loads(data)
+    tokenize_record = record["metadata"]["tokenize"]
+    tokenize_record.pop("engine")
+    inputs = tokenize_record.pop("inputs")
+    tokenize_record["input_names"] = [(i["path"], i["size"]) for i in inputs]
+    record.pop("checksum", None)
+    return record
+
+
+def _assert_same_as_local(objects: dict[str, bytes], local: Path) -> None:
+    """Every dataset file at the URL is the local run's bytes (manifests modulo :func:`_manifest`)."""
+    expected = {
+        p.relative_to(local).as_posix(): p.read_bytes()
+        for p in sorted(local.rglob("*"))
+        if p.is_file() and (p.suffix in (".bin", ".idx") or p.name == "manifest.json")
+    }
+    found = {name: data for name, data in objects.items() if name.endswith((".bin", ".idx", "manifest.json"))}
+    assert sorted(found) == sorted(expected)
+    assert {name.rsplit("/", 1)[0] for name in expected if name.endswith("manifest.json")} == set(DATASETS)
+    for name, data in expected.items():
+        if name.endswith("manifest.json"):
+            assert _manifest(found[name]) == _manifest(data), name
+        else:
+            assert found[name] == data, name
+    # the run files: each dataset's plan and one done marker per unit, as on local disk
+    run_files = {p.relative_to(local).as_posix() for p in local.rglob(".tokenloom-*") if "lock" not in p.name}
+    assert {name for name in objects if "/.tokenloom-" in name} == run_files
+
+
+def _local_reference(raw: Path, out: Path, tokenizer: Path, **extra: Any) -> Path:
+    values = {**OPTIONS, "layout": Layout.TREE, **extra}
+    tokenize(TokenizeConfig(input_dir=raw, output_dir=out, tokenizer=str(tokenizer), num_workers=0, **values))  # type: ignore[arg-type]
+    return out
+
+
+def test_tree_with_val_fraction_from_a_bucket_into_a_bucket_on_three_nodes_is_the_local_run(
+    seaweed, raw, tmp_path, tiny_tokenizer
+) -> None:
+    source = _upload(seaweed, raw, "raw")
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
+    local = _local_reference(raw, tmp_path / "local", tiny_tokenizer, val_fraction=0.2, seed=3)
+    carve = ("--val-fraction=0.2", "--seed=3", "--num-nodes=3")
+    nodes = [
+        subprocess.Popen(
+            _command(source, target, tiny_tokenizer, *carve, f"--node-rank={rank}"),
+            env=_env(seaweed, tmp_path / f"cache-{rank}"),  # separate machines: nothing shared but the bucket
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for rank in range(3)
+    ]
+    for node in nodes:
+        _, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err.decode()[-3000:]
+    objects = _objects(seaweed, target)
+    if not any(name.endswith("manifest.json") for name in objects):  # every node finished before the others
+        done = subprocess.run(
+            _command(source, target, tiny_tokenizer, *carve, "--finalize"),
+            env=_env(seaweed, tmp_path / "cache-f"), capture_output=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        objects = _objects(seaweed, target)
+    _assert_same_as_local(objects, local)
+    for dataset in DATASETS:
+        options = {"cache_dir": tmp_path / "read", "storage_options": seaweed.storage_options()}
+        remote = open_dataset(f"{target}/{dataset}", **options)
+        assert remote.num_tokens == open_dataset(local / dataset).num_tokens > 0
+    again = subprocess.run(
+        _command(source, target, tiny_tokenizer, *carve, "--node-rank=1"),
+        env=_env(seaweed, tmp_path / "cache-new-machine"), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0 and "already complete" in again.stdout, again.stderr[-3000:]
+
+
+def test_a_tree_with_its_own_val_split_from_a_bucket_into_a_bucket_in_one_process(
+    seaweed, raw, tmp_path, tiny_tokenizer, make_texts, monkeypatch
+) -> None:
+    _write(raw / "val" / "web" / "given.jsonl", make_texts(60, seed=30))
+    _write(raw / "val" / "code" / "given.jsonl", make_texts(40, seed=31))
+    source = _upload(seaweed, raw, "raw")
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
+    local = _local_reference(raw, tmp_path / "local", tiny_tokenizer)
+    for name, value in _env(seaweed, tmp_path / "cache").items():
+        monkeypatch.setenv(name, value)
+    config = TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer), num_workers=1,  # type: ignore[arg-type]
+                            layout=Layout.TREE, **OPTIONS)  # fmt: skip
+    summary = tokenize(config)
+    assert summary.datasets == list(DATASETS)
+    assert summary.tokens == sum(open_dataset(local / d).num_tokens for d in DATASETS)
+    _assert_same_as_local(_objects(seaweed, target), local)
+    assert not list((tmp_path / "cache" / "uploads").rglob("*.bin"))  # the staging copy is gone
+    assert tokenize(config).already_complete
+    # the same tree from the bucket onto local disk: the same datasets
+    from_bucket = tmp_path / "from-bucket"
+    tokenize(TokenizeConfig(input_dir=source, output_dir=from_bucket, tokenizer=str(tiny_tokenizer), num_workers=0,  # type: ignore[arg-type]
+                            layout=Layout.TREE, **OPTIONS))  # fmt: skip
+    for dataset in DATASETS:
+        for shard in (local / dataset).glob("unit_*"):
+            assert (from_bucket / dataset / shard.name).read_bytes() == shard.read_bytes()
+
+
+def test_val_fraction_on_a_flat_prefix_writes_train_and_val_at_the_url(
+    seaweed, tmp_path, tiny_tokenizer, make_texts, monkeypatch
+) -> None:
+    flat = tmp_path / "flat"
+    _write(flat / "a.jsonl", make_texts(400, seed=1))
+    source = _upload(seaweed, flat, "flat")
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
+    for name, value in _env(seaweed, tmp_path / "cache").items():
+        monkeypatch.setenv(name, value)
+    values = {**OPTIONS, "val_fraction": 0.1}
+    local = tmp_path / "local"
+    tokenize(TokenizeConfig(input_dir=flat, output_dir=local, tokenizer=str(tiny_tokenizer), num_workers=0, **values))  # type: ignore[arg-type]
+    summary = tokenize(TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer),  # type: ignore[arg-type]
+                                      num_workers=0, **values))  # fmt: skip
+    assert summary.datasets == ["train", "val"]
+    objects = _objects(seaweed, target)
+    for split in ("train", "val"):
+        for shard in (local / split).glob("unit_*"):
+            assert objects[f"{split}/{shard.name}"] == shard.read_bytes()
+        assert _manifest(objects[f"{split}/manifest.json"]) == _manifest((local / split / "manifest.json").read_bytes())
+
+
+def _run_killed(command: list[str], env: dict[str, str], ready: Callable[[], bool], timeout: float = 120) -> None:
+    """Start ``command`` in its own process group and SIGKILL the group once ``ready()`` holds."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            if proc.poll() is not None:
+                pytest.fail(f"the node ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the node never reached the kill point"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the node and its object-store helper
+        proc.wait(timeout=30)
+
+
+def test_a_node_killed_mid_tree_is_rerun_and_the_output_is_the_local_run(seaweed, raw, tmp_path, tiny_tokenizer):
+    source = _upload(seaweed, raw, "raw")
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
+    local = _local_reference(raw, tmp_path / "local", tiny_tokenizer, val_fraction=0.2)
+    carve = ("--val-fraction=0.2", "--num-nodes=2")
+
+    def committed() -> int:
+        return sum(1 for name in _objects(seaweed, target) if name.endswith(".done"))
+
+    env0 = _env(seaweed, tmp_path / "cache-0")
+    _run_killed(_command(source, target, tiny_tokenizer, *carve, "--node-rank=0"), env0, lambda: committed() >= 3)
+    killed_at = committed()
+    assert not any(name.endswith("manifest.json") for name in _objects(seaweed, target))
+    # the carved val marker goes up before its train marker: no train unit in the bucket lacks its val part
+    objects = _objects(seaweed, target)
+    for name in objects:
+        if name.startswith("train/") and name.endswith(".done"):
+            assert "val/" + name.removeprefix("train/") in objects, name
+    node1 = subprocess.run(_command(source, target, tiny_tokenizer, *carve, "--node-rank=1"),
+                           env=_env(seaweed, tmp_path / "cache-1"), capture_output=True, text=True, timeout=300,
+                           check=False)  # fmt: skip
+    assert node1.returncode == 0, node1.stderr[-3000:]
+    assert "units" in node1.stdout and not any(n.endswith("manifest.json") for n in _objects(seaweed, target))
+    rerun = subprocess.run(_command(source, target, tiny_tokenizer, *carve, "--node-rank=0"),
+                           env=env0, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert killed_at > 0
+    _assert_same_as_local(_objects(seaweed, target), local)
+
+
+def test_bad_input_and_settings_are_the_local_named_errors_and_nothing_is_written(
+    seaweed, raw, tmp_path, tiny_tokenizer, make_texts, monkeypatch
+) -> None:
+    for name, value in _env(seaweed, tmp_path / "cache").items():
+        monkeypatch.setenv(name, value)
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
+
+    def config(source: str, **extra: Any) -> TokenizeConfig:
+        values = {**OPTIONS, "layout": Layout.TREE, "num_workers": 0, **extra}
+        return TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer), **values)  # type: ignore[arg-type]
+
+    _write(raw / "train" / "stray.jsonl", make_texts(5))
+    stray = _upload(seaweed, raw, "stray")
+    with pytest.raises(ConfigError, match=r"input train/stray\.jsonl is not inside a <split>/<bucket>/") as info:
+        tokenize(config(stray))
+    assert info.value.path == f"{stray}/train/stray.jsonl"
+    (raw / "train" / "stray.jsonl").unlink()
+    _write(raw / "val" / "web" / "v.jsonl", make_texts(5))
+    with_val = _upload(seaweed, raw, "with-val")
+    with pytest.raises(ConfigError, match="already has a val split") as info:
+        tokenize(config(with_val, val_fraction=0.1))
+    assert info.value.path == f"{with_val}/val"
+    assert _objects(seaweed, target) == {}
+    tokenize(config(with_val, num_nodes=2))  # node 0 of a run
+    with pytest.raises(ResumeMismatchError, match="max_length"):  # node 1 with other settings
+        tokenize(config(with_val, num_nodes=2, node_rank=1, max_length=32))
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"layout": "tree", "executor": "ray"}, "not supported yet"),
+        ({"val_fraction": 0.1, "executor": "ray"}, "not supported yet"),
+        ({"layout": "tree", "overwrite": True}, "Delete the output prefix"),
+        ({"val_fraction": 0.1, "overwrite": True}, "Delete the output prefix"),
+    ],
+)
+def test_what_stays_refused_into_a_bucket(options: dict[str, Any], match: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=match):
+        TokenizeConfig(input_dir=tmp_path, output_dir="s3://b/tokens", **options)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="executor ray"):  # from a bucket: the tasks' fetches
+        TokenizeConfig(input_dir="s3://b/raw", output_dir=tmp_path, layout="tree", executor="ray")  # type: ignore[arg-type]
