@@ -153,3 +153,23 @@ def test_a_rerun_after_a_kill_between_the_train_and_val_manifests_only_finishes_
     assert summary.run_tokens == 0  # every unit was committed (val before train): nothing is encoded again
     assert tree_digest(out / "val" / "web") == reference
     assert (out / "train" / "web" / "manifest.json").stat().st_mtime_ns == train_manifest.st_mtime_ns
+
+
+def test_nodes_are_dealt_units_across_the_leaves_of_a_tree(
+    tmp_path: Path, tiny_tokenizer: Path, make_texts: Callable[..., list[str]], tree_digest
+) -> None:
+    """Three leaves of one unit each on 3 nodes: each node encodes one leaf (dealt per leaf, node 0 took all three
+    and nodes 1 and 2 had nothing to do); the result is the bytes of one process."""
+    raw = tmp_path / "raw"
+    leaves = ("train/a", "train/b", "val/a")
+    for n, leaf in enumerate(leaves):
+        _write(raw / leaf / "part.jsonl", make_texts(60, seed=40 + n))
+    out, alone = tmp_path / "out", tmp_path / "alone"
+    encoded = []
+    for rank in range(3):
+        summary = tokenize(_config(raw, out, tiny_tokenizer, num_workers=0, num_nodes=3, node_rank=rank))
+        encoded.append(summary.units_committed)
+    assert encoded == [1, 1, 1]  # one unit each: the last node to finish also wrote the manifests
+    tokenize(_config(raw, alone, tiny_tokenizer, num_workers=0, num_nodes=1))
+    for leaf in leaves:
+        assert tree_digest(out / leaf) == tree_digest(alone / leaf)

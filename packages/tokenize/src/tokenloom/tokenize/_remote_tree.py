@@ -29,9 +29,9 @@ from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._remote_units import RemoteDataset, UnitUploads, local_config
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._tree import TreeDataset, encode_tree, tree_datasets, tree_summary
+from tokenloom.tokenize._tree import TreeDataset, encode_tree, first_units, tree_datasets, tree_summary
 from tokenloom.tokenize._unit_files import done_path
-from tokenloom.tokenize._unit_work import Session
+from tokenloom.tokenize._unit_work import Session, node_units
 from tokenloom.tokenize._units import prepare_units_dir
 
 __all__ = ["run_tree_to_url"]
@@ -113,12 +113,10 @@ def _sync(
     A unit is skipped (pending_units looks at its train dataset's staged marker) only when every dataset of
     its leaf has it committed: a train marker without its val part is removed, so the unit is encoded again.
     """
-    num_nodes = config.num_nodes or 1
     groups: list[list[tuple[RemoteDataset, int]]] = []
-    for targets in per_leaf:
+    for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
         datasets = [remote[id(target)] for target in targets]
-        units = len(targets[0].plan.units)
-        mine = [u for u in range(units) if u % num_nodes == config.node_rank]
+        mine = node_units(config, len(targets[0].plan.units), first)
         for dataset in datasets:
             dataset.sync_markers(mine)
         for unit in mine:

@@ -129,6 +129,16 @@ def tree_datasets(config: TokenizeConfig, inputs: RunInputs, out: Path | None = 
     return [_targets(config, inputs, leaf) for leaf in leaves_of(config, inputs, out)]
 
 
+def first_units(per_leaf: list[list[TreeDataset]]) -> list[int]:
+    """Where each leaf's units start in the count over the whole tree: nodes are dealt units across leaves, so a
+    tree of many small leaves (each with fewer units than nodes) still spreads over every node."""
+    firsts, total = [], 0
+    for targets in per_leaf:
+        firsts.append(total)
+        total += len(targets[0].plan.units)
+    return firsts
+
+
 def run_tree(
     config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
 ) -> TokenizeSummary:
@@ -185,7 +195,10 @@ def encode_tree(
 ) -> Session:
     """This node's pending units of every leaf (by its train dataset's done markers), through one encoder."""
     session = Session()
-    pending = [pending_units(targets[0].config, targets[0].plan) for targets in per_leaf]
+    pending = [
+        pending_units(targets[0].config, targets[0].plan, first)
+        for targets, first in zip(per_leaf, first_units(per_leaf), strict=True)
+    ]
     if not any(pending):
         return session
     with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:

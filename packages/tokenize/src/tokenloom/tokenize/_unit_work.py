@@ -104,14 +104,15 @@ class UnitWriter:
         self.cutter.abort()
 
 
-def pending_units(config: TokenizeConfig, plan: UnitPlan) -> list[int]:
-    """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
+def node_units(config: TokenizeConfig, units: int, first: int = 0) -> list[int]:
+    """The units this node takes: dealt round-robin, counted from ``first`` (a tree deals across all its leaves)."""
     num_nodes = config.num_nodes or 1
-    mine = [
-        u
-        for u in range(len(plan.units))
-        if u % num_nodes == config.node_rank and not done_path(config.output_dir, u).exists()
-    ]
+    return [u for u in range(units) if (first + u) % num_nodes == config.node_rank]
+
+
+def pending_units(config: TokenizeConfig, plan: UnitPlan, first: int = 0) -> list[int]:
+    """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
+    mine = [u for u in node_units(config, len(plan.units), first) if not done_path(config.output_dir, u).exists()]
     remove_unit_temps(config.output_dir, set(mine))
     return mine
 
