@@ -150,8 +150,12 @@ class _CacheWatch:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _size(self) -> int:
+        """Bytes of cached data (blocks, index files, fetches in flight); the readers' published futures
+        (``v1/readers/*.json``) are bookkeeping, not cached data, and the limit does not count them."""
         total = 0
-        for folder, _, files in os.walk(self.root / "v1"):
+        for folder, subfolders, files in os.walk(self.root / "v1"):
+            if folder == str(self.root / "v1"):
+                subfolders[:] = [name for name in subfolders if name != "readers"]
             for name in files:
                 with contextlib.suppress(OSError):
                     total += os.stat(os.path.join(folder, name)).st_size
