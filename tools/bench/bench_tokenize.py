@@ -185,7 +185,7 @@ def _tokenloom(input_dir: Path, out: Path, workers: int, engine: str = "auto") -
     cmd += ["--output-dir", str(out), "--num-workers", str(workers), "--no-progress", "--overwrite"]
     cmd += ["--engine", engine]
     wall, peak, out_text = _measure(cmd, _env(parallel=True))
-    timed = float(re.search(r"([0-9.]+) s, [0-9,]+ tokens/s", out_text)[1])  # type: ignore[index]
+    timed = float(re.search(r"([0-9.]+) s(?:,| =) [0-9,]+ tokens/s", out_text)[1])  # type: ignore[index]
     manifest = json.loads((out / "manifest.json").read_text())
     return timed, wall, peak, manifest["num_tokens"] - manifest["num_documents"]
 
