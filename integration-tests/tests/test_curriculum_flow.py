@@ -1,9 +1,9 @@
 """Curriculum over buckets tokenized by the real pipeline: plan, plot, packed samples, resume on other workers.
 
 Three buckets of stdlib docstrings are tokenized with the shipped BPE into GPT-Simple's
-layout (train/<bucket>, val/<bucket>) by one `tokenize --layout tree` run, a GPT-Simple-style YAML drives the curriculum,
-`tokenloom curriculum plan` draws the plot, and a StatefulDataLoader run interrupted on
-2 workers and finished on 3 consumes every scheduled sample exactly once, in order.
+layout (train/<bucket>, val/<bucket>) by one `tokenize --layout tree` run, a GPT-Simple-style
+YAML drives the curriculum, `tokenloom curriculum plan` draws the plot, and a StatefulDataLoader
+run interrupted on 2 workers and finished on 3 consumes every scheduled sample exactly once, in order.
 """
 
 from __future__ import annotations
