@@ -1,9 +1,9 @@
 """Curriculum over buckets tokenized by the real pipeline: plan, plot, packed samples, resume on other workers.
 
 Three buckets of stdlib docstrings are tokenized with the shipped BPE into GPT-Simple's
-layout (train/<bucket>, val/<bucket>), a GPT-Simple-style YAML drives the curriculum,
-`tokenloom curriculum plan` draws the plot, and a StatefulDataLoader run interrupted on
-2 workers and finished on 3 consumes every scheduled sample exactly once, in order.
+layout (train/<bucket>, val/<bucket>) by one `tokenize --layout tree` run, a GPT-Simple-style
+YAML drives the curriculum, `tokenloom curriculum plan` draws the plot, and a StatefulDataLoader
+run interrupted on 2 workers and finished on 3 consumes every scheduled sample exactly once, in order.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for bucket, (train_modules, val_modules) in BUCKETS.items():
         for split, modules in (("train", train_modules), ("val", val_modules)):
             build_stdlib_corpus(root / "corpus" / split / bucket, modules=modules, min_chars=40)
-            result = tokenloom(
-                "tokenize", "--input-dir", str(root / "corpus" / split / bucket),
-                "--output-dir", str(root / "data" / split / bucket),
-                "--max-length", "256", "--overlap-size", "32", "--num-workers", "0", "--no-progress",
-            )  # fmt: skip
-            assert result.returncode == 0, result.stderr
+    # one run writes every <split>/<bucket> leaf (one interpreter and tokenizer load, not six)
+    result = tokenloom(
+        "tokenize", "--input-dir", str(root / "corpus"), "--output-dir", str(root / "data"), "--layout", "tree",
+        "--max-length", "256", "--overlap-size", "32", "--num-workers", "0", "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
     ds = CurriculumDataset(CurriculumConfig(path=root / "data", max_length=128, packing=True), seed=0,
                            cache_dir=root / "plans")  # fmt: skip
     smallest = min(ds.schedule.bucket_tokens)

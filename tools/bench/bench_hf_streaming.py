@@ -199,7 +199,7 @@ def _tokenize(input_dir: Path, out: Path) -> tuple[dict, float]:
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"tokenize failed: {proc.stderr[-2000:]}")
-    found = re.search(r"([0-9.]+) s, [0-9,]+ tokens/s", proc.stdout + proc.stderr)
+    found = re.search(r"([0-9.]+) s(?:,| =) [0-9,]+ tokens/s", proc.stdout + proc.stderr)
     manifest = json.loads((out / "manifest.json").read_text())
     seconds = float(found[1]) if found else wall
     return {"seconds": seconds, "tokens": manifest["num_tokens"]}, wall

@@ -4,18 +4,18 @@
 
 ``run(quick)`` returns the markdown section and (full run only) writes docs/benchmarks/remote-peers.md.
 
-Setup: one SeaweedFS S3 server on 127.0.0.1 (``tokenloom.formats.remote.local_servers.SeaweedS3``)
-behind one ``FaultProxy`` that counts GETs and GET body bytes and, for the latency rows, delays every
-request by 20 ms. One deterministic corpus of uint16 tokens in fixed 2,049-token samples (64 MiB full,
-8 MiB quick), written three ways with 8 shards each and uploaded to the bucket: (a) a tokenloom native
-dataset, (b) litdata ``optimize`` chunks (``TokensLoader``), (c) MosaicML streaming MDS shards
-(``ndarray:uint16:2049``). Every contender runs in its own fresh process (``_remote_leg.py``) and reads
-every sample once through ``DataLoader(batch_size=8, num_workers=2)`` from s3 into an empty cache
-directory (cold), then again from that cache (warm); each batch is summed into an int64 accumulator and
-the total must equal the corpus's token sum. MosaicML streaming is not in the workspace (its pins would
-downgrade numpy / transformers for every package), so its leg (MDS write and reads) runs in a throwaway
-venv (``uv venv`` + ``uv pip install mosaicml-streaming torch==<the workspace's> numpy``, linked from
-uv's cache, offline once cached). Each contender uses its own shuffled order: litdata and MosaicML
+Setup: one SeaweedFS S3 server on 127.0.0.1 (``tokenloom.formats.remote.local_servers.SeaweedS3``) behind
+one ``FaultProxy`` that counts GETs and GET body bytes and, for the latency rows, delays every request by 20
+ms. One deterministic corpus of uint16 tokens in fixed 2,049-token samples (32 MiB full, in 4 shards of
+2,048 samples as the 64 MiB runs before had 8; 8 MiB quick, in 8 shards), written three ways and uploaded to
+the bucket: (a) a tokenloom native dataset, (b) litdata ``optimize`` chunks (``TokensLoader``), (c) MosaicML
+streaming MDS shards (``ndarray:uint16:2049``). Every contender runs in its own fresh process
+(``_remote_leg.py``) and reads every sample once through ``DataLoader(batch_size=8, num_workers=2)`` from s3
+into an empty cache directory (cold), then again from that cache (warm); each batch is summed into an int64
+accumulator and the total must equal the corpus's token sum. MosaicML streaming is not in the workspace (its
+pins would downgrade numpy / transformers for every package), so its leg (MDS write and reads) runs in a
+throwaway venv (``uv venv`` + ``uv pip install mosaicml-streaming torch==<the workspace's> numpy``, linked
+from uv's cache, offline once cached). Each contender uses its own shuffled order: litdata and MosaicML
 ``shuffle=True``, tokenloom ``ResumableDistributedSampler(order="block")`` with one shard per block of
 samples. Every pass runs in a fresh process (a second MosaicML StreamingDataset in one process stalls or
 misreads), the warm one reusing the cold one's cache directory.
@@ -226,8 +226,9 @@ def run(quick: bool, legs: tuple[str, ...] = LEGS, shards: int | None = None) ->
     from tokenloom.formats.remote.local_servers import FaultProxy, SeaweedS3
 
     rounds = 1 if quick else 3
-    count = 2_048 if quick else 16_384
-    per_shard = count // 8
+    # 32 MiB: 36 fresh processes read it (3 legs x 4 passes x 3 rounds); 64 MiB cost 10 minutes a run
+    count = 2_048 if quick else 8_192
+    per_shard = count // 8 if quick else 2_048
     shards = (100 if quick else 10_000) if shards is None else shards
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-remote-peers-") as tmp_name:

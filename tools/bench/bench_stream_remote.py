@@ -18,6 +18,10 @@ dataset, timed to the first batch of 8 (one process, no workers); beside it HF `
 position).
 
     uv run --group bench python tools/bench/bench_stream_remote.py [--quick] [--resume-mb 1000]
+
+The resume input is 256 MB by default (4 files of 64 MB: 10% and 90% fall in different files, each position
+is one ranged read); ``--resume-mb 1000`` reproduces the 1 GB rows (1 GB written and uploaded to the server
+before the first resume row; the published run of 2026-11-26 used ``--resume-mb 100``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "hf-streaming-remote.md"
 RUNS = 3
+RESUME_MB = 256.0
 SEQ_LEN = 2048
 STALL = 0.02
 
@@ -179,7 +184,7 @@ def _concatenated(root: Path, corpus: Path, total_mb: float, file_mb: float) -> 
 
 
 def run(quick: bool, resume_mb: float | None = None) -> str:
-    resume_mb = resume_mb if resume_mb is not None else (50.0 if quick else 1000.0)
+    resume_mb = resume_mb if resume_mb is not None else (50.0 if quick else RESUME_MB)
     from tokenloom.formats.remote.local_servers import FaultProxy, RangeHTTPServer, SeaweedS3
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
@@ -311,7 +316,7 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small inputs, one run: a smoke run")
-    parser.add_argument("--resume-mb", type=float, default=1000.0, help="size of the resume input (default 1000 MB)")
+    parser.add_argument("--resume-mb", type=float, default=RESUME_MB, help="size of the resume input (default 256 MB)")
     args = parser.parse_args()
     print(run(args.quick, args.resume_mb))
     return 0

@@ -1,6 +1,6 @@
 """Run every package's benchmark and the peers side by side; write docs/benchmarks.md.
 
-    uv run --group bench python tools/bench/run.py            # full run (target: under 12 minutes here)
+    uv run --group bench python tools/bench/run.py            # full run (target: under 15 minutes here)
     uv run --group bench python tools/bench/run.py --quick    # smoke run (target: under 3 minutes)
     uv run --group bench python tools/bench/run.py --only sampler,formats
 
@@ -8,10 +8,11 @@ Each ``tools/bench/bench_<name>.py`` exposes ``run(quick: bool) -> str`` that
 returns its markdown section (tables with medians of >= 3 runs and ratios to the
 raw baseline and the best peer) and writes ``docs/benchmarks/<name>.md``. This
 script runs them in a fixed order and joins the sections under one header that
-records the machine and the command. The tokenize peak-RSS scaling to 2 GB takes
-minutes, so it runs on its own (``bench_tokenize.py --rss-scaling 100,500,2000``, which
-records its commit) and its last report is appended here; ``run.py --refresh-separate``
-re-appends it after such a run without rerunning the rest.
+records the machine and the command. Measurements that take minutes run on their own and their last reports are appended
+here: the tokenize peak-RSS scaling to 2 GB (``bench_tokenize.py --rss-scaling 100,500,2000``,
+which records its commit) and the first open of 10^9-entry indices (``bench_open.py``; this
+run opens 10^8); ``run.py --refresh-separate`` re-appends them after such a run without
+rerunning the rest. Each section's time is printed as it ends and listed at the end.
 """
 
 from __future__ import annotations
@@ -76,13 +77,14 @@ def load(name: str):
 
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-SEPARATE = REPO / "docs" / "benchmarks" / "tokenize-rss.md"
+SEPARATE = [REPO / "docs" / "benchmarks" / name for name in ("tokenize-rss.md", "open-huge.md")]
 SEPARATE_HEADING = "# Measured separately"
 
 
 def separate_section() -> str:
-    """The tokenize RSS scaling report (its own command and commit), appended after this run's sections."""
-    return f"{SEPARATE_HEADING} (minutes long, so outside this run)\n\n" + SEPARATE.read_text().strip()
+    """The minutes-long reports (each with its own command), appended after this run's sections."""
+    reports = [path.read_text().strip() for path in SEPARATE if path.exists()]
+    return f"{SEPARATE_HEADING} (minutes long, so outside this run)\n\n" + "\n\n".join(reports)
 
 
 def sync_readmes(names: list[str]) -> list[Path]:
@@ -127,7 +129,8 @@ def main() -> int:
         "--refresh-separate",
         action="store_true",
         help="only replace the 'measured separately' section of --output with the current "
-        "docs/benchmarks/tokenize-rss.md (after a `bench_tokenize.py --rss-scaling` run)",
+        "docs/benchmarks/tokenize-rss.md and open-huge.md (after a `bench_tokenize.py --rss-scaling` "
+        "or `bench_open.py` run)",
     )
     args = parser.parse_args()
     if args.sync_readmes:
@@ -152,24 +155,31 @@ def main() -> int:
             parser.error(f"unknown benchmark(s) {unknown}; available: {names}")
         names = [n for n in names if n in wanted]
     sections = []
+    took: list[tuple[str, float]] = []
+    load_at_start = os.getloadavg()[0]
     started = time.perf_counter()
     for name in names:
         print(f"== {name}", flush=True)
         t0 = time.perf_counter()
         sections.append(load(name).run(args.quick).strip())
-        print(f"   {name} took {time.perf_counter() - t0:.0f} s", flush=True)
+        took.append((name, time.perf_counter() - t0))
+        print(f"   {name} took {took[-1][1]:.0f} s", flush=True)
+    print("section times: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in took), flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     header = [
         "# tokenloom benchmarks",
         "",
         f"Produced by `{' '.join(['python', 'tools/bench/run.py', *sys.argv[1:]])}` on "
         f"{_dt.date.today().isoformat()}, in {time.perf_counter() - started:.0f} s.",
-        f"Machine: {machine()}.",
+        f"Machine: {machine()}; load average (1 min) {load_at_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end.",
+        "Seconds per section: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in took) + ".",
         "Figures are medians of at least 3 runs; machines here are shared and noisy, so read ratios "
         "(measured in the same run) rather than absolute numbers. Child processes cache bytecode "
         "(Python's default), whatever PYTHONDONTWRITEBYTECODE says.",
         "",
     ]
-    if not args.quick and SEPARATE.exists():
+    if not args.quick and any(path.exists() for path in SEPARATE):
         sections.append(separate_section())
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -191,8 +191,11 @@ def test_prefetched_window_is_read_with_no_get_on_the_hot_path(seaweed, fault_pr
     ds.prefetch(sampler, batch_size=4, lookahead=lookahead, num_workers=2)
     loader = iter(DataLoader(ds, batch_size=4, sampler=sampler, num_workers=2, collate_fn=collate))
     first = [next(loader)["input_ids"].numpy().copy()]
-    seen, stable_since = -1, time.monotonic()
-    while time.monotonic() - stable_since < 1.5:  # until both workers' prefetchers are done
+    blocks = sum(-(-(local / f"{s.name}.bin").stat().st_size // BLOCK) for s in ds._stream.shards)
+    seen, stable_since, deadline = -1, time.monotonic(), time.monotonic() + 60
+    # until both workers' prefetchers are done: every block fetched (the whole data is in the window), or, if
+    # some block is never asked for, no new GET for 1.5 s (a quiet spell alone ended it early under load)
+    while (seen < blocks and time.monotonic() < deadline) or time.monotonic() - stable_since < 1.5:
         count = _bin_gets(fault_proxy, url)
         if count != seen:
             seen, stable_since = count, time.monotonic()
@@ -200,7 +203,6 @@ def test_prefetched_window_is_read_with_no_get_on_the_hot_path(seaweed, fault_pr
     before = _bin_gets(fault_proxy, url)
     rest = [batch["input_ids"].numpy().copy() for batch in loader]
     assert _bin_gets(fault_proxy, url) == before  # the pass over the window issued no GET
-    blocks = sum(-(-(local / f"{s.name}.bin").stat().st_size // BLOCK) for s in ds._stream.shards)
     assert before <= blocks  # one GET per block per node, whichever process asked first
     local_sampler = ResumableDistributedSampler(MemoryMappedDataset(local, seq_len=SEQ), num_replicas=1, rank=0, seed=2)
     expected = _batches(DataLoader(MemoryMappedDataset(local, seq_len=SEQ), batch_size=4, sampler=local_sampler))
@@ -246,7 +248,7 @@ def test_a_200ms_stall_is_hidden_by_prefetch(seaweed, fault_proxy, url, tmp_path
     loader = DataLoader(ds, batch_size=1, sampler=sampler, num_workers=1, collate_fn=collate)
     for step, _ in enumerate(loader):
         time.sleep(0.1)  # the training step: 8 windows (one block) take 0.8 s, a GET 0.2 s
-        if step == 5 * lookahead:
+        if step == 3 * lookahead:  # 8 blocks past the first lookahead
             break
     asked = {}
     for line in ds.log_path.read_text().splitlines():
@@ -259,4 +261,4 @@ def test_a_200ms_stall_is_hidden_by_prefetch(seaweed, fault_proxy, url, tmp_path
         assert not late, f"samples whose blocks arrived after the reader asked: {late}"
     else:
         # without prefetch, each block's first sample waits for its GET (8 windows per block)
-        assert len(late) >= len(range(lookahead, 5 * lookahead)) // 8 - 1 and len(on_time) > 0
+        assert len(late) >= len(range(lookahead, 3 * lookahead)) // 8 - 1 and len(on_time) > 0

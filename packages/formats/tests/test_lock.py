@@ -19,12 +19,15 @@ from tokenloom.formats.cli.commands import convert
 from tokenloom.formats.io import lock_path, output_lock
 from tokenloom.formats.native import NativeWriter
 
+# holds the lock mid-convert until the test creates the release file (120 s at most), then finishes
 HOLD = """
-import sys, time
+import pathlib, sys, time
 from tokenloom.formats import convert_dataset
-def slow(_n):
-    time.sleep(0.4)
-convert_dataset(sys.argv[1], sys.argv[2], to="native", chunk_tokens=64, on_progress=slow)
+release, deadline = pathlib.Path(sys.argv[3]), time.monotonic() + 120
+def hold(_n):
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+convert_dataset(sys.argv[1], sys.argv[2], to="native", chunk_tokens=64, on_progress=hold)
 print("done")
 """
 
@@ -47,9 +50,9 @@ def _wait_for(path: Path, timeout: float = 60.0) -> None:
 
 
 def test_second_convert_into_the_same_target_is_refused_naming_the_holder(native: Path, tmp_path: Path) -> None:
-    target = tmp_path / "out"
+    target, release = tmp_path / "out", tmp_path / "release"
     first = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(native), str(target)],
+        [sys.executable, "-c", HOLD, str(native), str(target), str(release)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -61,6 +64,7 @@ def test_second_convert_into_the_same_target_is_refused_naming_the_holder(native
              str(target), "--to", "native", "--no-progress"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
+        release.touch()  # the holder was mid-convert all along: no fixed sleep to outlast the second start-up
         assert second.returncode == 1, second.stderr
         assert "OutputLockedError" in second.stderr and f"pid {first.pid}" in second.stderr
         assert socket.gethostname() in second.stderr

@@ -29,9 +29,14 @@ def main(config_path: str) -> None:
     state_dir = Path(config["state_dir"])
     resume = config.get("resume", "none")
     saved = load_rank_states(state_dir / "current") if resume != "none" else None
+    dataset = dict(config["dataset"])
+    if isinstance(dataset.get("retries"), dict):  # JSON carries the policy's fields
+        from tokenloom.formats.remote import RetryPolicy
+
+        dataset["retries"] = RetryPolicy(**dataset["retries"])
     loaders = []
     for rank in range(world):
-        ds = StreamingHuggingFaceDataset(**config["dataset"], rank=rank, world_size=world)
+        ds = StreamingHuggingFaceDataset(**dataset, rank=rank, world_size=world)
         if resume == "merge" and saved is not None:
             ds.load_state_dict(merge_rank_states([s["loader"] for s in saved]))
         loader = StatefulDataLoader(

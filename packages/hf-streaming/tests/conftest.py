@@ -95,4 +95,20 @@ def corpus(tmp_path) -> list[str]:
     return write_corpus(tmp_path / "data")
 
 
+@pytest.fixture(scope="session")
+def packed_reference(tmp_path_factory, tokenizer_dir) -> list[dict]:
+    """The uninterrupted local run (2 ranks x 2 workers, packed) that the SIGKILL tests compare against, run once.
+
+    ``corpus`` writes the same bytes in every test and doc_index does not depend on the path, so one run serves
+    the local and the remote test alike."""
+    from _hfs_oracle import read_log
+    from test_resume import dataset_kwargs, run_driver
+
+    root = tmp_path_factory.mktemp("reference")
+    files = write_corpus(root / "data")
+    kwargs = dataset_kwargs(files, tokenizer_dir, pack_sequences=True)
+    config = {"dataset": kwargs, "world_size": 2, "num_workers": 2, "batch_size": 3, "state_dir": str(root / "state")}
+    return read_log(run_driver(root, "reference", config))
+
+
 pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server

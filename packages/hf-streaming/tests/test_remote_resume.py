@@ -11,6 +11,9 @@ from _hfs_oracle import compare, expected_documents, read_log, rebuild
 from test_resume import committed_step, dataset_kwargs, run_driver
 
 FAULTS = ["503", "reset", "truncate", "503", "truncate", "reset"]
+# the default retries (8 per request, enough for all six faults on one request) without the default 0.2 s first
+# backoff doubling per retry: the retry paths are the same, the jittered sleeps between them were seconds a segment
+RETRIES = {"max_retries": 8, "backoff": 0.01}
 
 
 def upload(seaweed, files: list[str]) -> list[str]:
@@ -23,15 +26,14 @@ def upload(seaweed, files: list[str]) -> list[str]:
 def remote_kwargs(seaweed, fault_proxy, corpus, tokenizer_dir, **extra):
     urls = upload(seaweed, corpus)
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    return dataset_kwargs(urls, tokenizer_dir, storage_options=options, **extra)
+    return dataset_kwargs(urls, tokenizer_dir, storage_options=options, retries=RETRIES, **extra)
 
 
 @pytest.mark.slow
-def test_sigkill_resume_from_s3_is_bit_exact(tmp_path, corpus, tokenizer_dir, seaweed, fault_proxy):
+def test_sigkill_resume_from_s3_is_bit_exact(tmp_path, corpus, tokenizer_dir, seaweed, fault_proxy, packed_reference):
     kwargs = remote_kwargs(seaweed, fault_proxy, corpus, tokenizer_dir, pack_sequences=True)
     base = {"dataset": kwargs, "world_size": 2, "num_workers": 2, "batch_size": 3}
-    local = {**base, "dataset": dataset_kwargs(corpus, tokenizer_dir, pack_sequences=True)}
-    reference = read_log(run_driver(tmp_path, "reference", {**local, "state_dir": str(tmp_path / "ref-state")}))
+    reference = packed_reference  # the local stream of the same bytes, uninterrupted (one run per session)
 
     state = tmp_path / "state"
     state.mkdir()

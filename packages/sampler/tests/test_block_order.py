@@ -16,7 +16,7 @@ def _order(n: int, seed: int = 0, epoch: int = 0, block: int = 16, window: int =
     return BlockOrder(n, seed=seed, epoch=epoch, block_samples=block, window_blocks=window)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     n=st.integers(1, 3000),
     seed=st.integers(0, 2**64 - 1),
