@@ -1,13 +1,15 @@
 """Loading a Hugging Face tokenizer lazily, its fingerprint, and batch encoding.
 
-The parent process never builds a tokenizer: a tokenizer used before a fork
-can deadlock the children (the `tokenizers` fork issue). :func:`describe` runs
-in a short-lived child: it loads the tokenizer through ``AutoTokenizer`` and
+The parent process never loads a tokenizer through transformers: :func:`describe`
+runs in a short-lived child: it loads the tokenizer through ``AutoTokenizer`` and
 sends back plain values (EOS id, vocab size) and the fast backend serialized
-as JSON. Encoding workers rebuild the Rust tokenizer from that JSON on first
-use, so they never import transformers (which imports torch when installed:
-seconds and hundreds of MB per worker). Slow (Python) tokenizers are loaded
-through ``AutoTokenizer`` in each worker.
+as JSON (:func:`describe_plain` reads a plain ``tokenizer.json`` directly). Encoding
+workers rebuild the Rust tokenizer from that JSON on first use, so they never import
+transformers (which imports torch when installed: seconds and hundreds of MB per
+worker); with the fast engine the encoding threads of the parent do the same. A
+tokenizer used before a fork can deadlock the children (the `tokenizers` fork issue):
+worker processes come from a fork server or spawn, never from a fork of a process that
+holds one. Slow (Python) tokenizers are loaded through ``AutoTokenizer`` in each worker.
 """
 
 from __future__ import annotations
