@@ -44,7 +44,7 @@ from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
 from tokenloom.tokenize._config import TokenizeConfig, default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
 from tokenloom.tokenize._inputs import Chunk, InputFile, read_chunks
-from tokenloom.tokenize._tokenizer import TokenizerInfo, describe_plain, local_info
+from tokenloom.tokenize._tokenizer import TokenizerInfo, local_info, plain_backend
 from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize._worker import (
     ChunkResult,
@@ -205,15 +205,22 @@ def start_encoding(
 ) -> Iterator[Encoding]:
     """Start the encoder of one run (native, staged or pack): facts, workers, EOS, dtype, engine.
 
-    The workers start first, so that they import and build the tokenizer while this
-    process resolves the EOS id and probes the engines. Closing the context stops them.
+    Worker processes start first, so that they import and build the tokenizer while this
+    process resolves the EOS id and probes the engines; threads start with fastokens'
+    build. Closing the context stops them.
     """
     with contextlib.ExitStack() as stack:
-        info, serialized = tokenizer_info(tokenizer, in_process=num_workers == 0)  # bad files: ConfigError
+        info, serialized, backend = _tokenizer_info_here(tokenizer, in_process=num_workers == 0)  # ConfigError
         # the fast engine needs a Rust backend; on it, threads of this process replace worker processes
         threads = 0 < num_workers <= THREAD_WORKERS_MAX and serialized is not None and engine != Engine.HF
         executor: Executor | None = None
-        if num_workers > 0 and not threads:
+        fast = None
+        if threads and serialized is not None and wants_fast(backend, engine):
+            # fastokens builds on a thread of the pool (without the GIL) while this one reads the probe's sample
+            remove_stale_handoffs(Path(tempfile.gettempdir()))  # as a run on worker processes does
+            executor = stack.enter_context(thread_pool(num_workers))
+            fast = executor.submit(build_fast, serialized).result
+        elif num_workers > 0 and not threads:
             executor = stack.enter_context(executor_for(num_workers, tokenizer, serialized))
         eod_id = resolve_eos(eos_id, info, tokenizer)
         if windowing is Windowing.GPT_SIMPLE:
@@ -235,12 +242,7 @@ def start_encoding(
         )
         window = 2 * max(num_workers, 1) + 2
         if num_workers == 0 or threads:  # the probe here, and the encoder it chose kept for the run
-            source = local_source(tokenizer, serialized)
-            fast = None
-            if threads and wants_fast(source, engine):  # fastokens builds without the GIL while the sample is read
-                remove_stale_handoffs(Path(tempfile.gettempdir()))  # as a run on worker processes does
-                executor = stack.enter_context(thread_pool(num_workers))
-                fast = executor.submit(build_fast, serialized).result
+            source = backend if backend is not None else local_source(tokenizer, serialized)
             sample = probe_sample(files, settings, max_line_bytes)
             built = load_encoder(source, engine, sample, verify_fraction=verify_fraction, fast_engine=fast)
             choice = EngineChoice(built.name, built.reason, built.record())
@@ -298,8 +300,14 @@ def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
 
     A tokenizer the loaders cannot read (a corrupt tokenizer.json: JSONDecodeError, ...) is a ConfigError.
     """
+    info, serialized, _backend = _tokenizer_info_here(name, in_process=in_process)
+    return info, serialized
+
+
+def _tokenizer_info_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None, Any]:
+    """:func:`tokenizer_info`, and the ``tokenizers.Tokenizer`` read from a plain tokenizer.json (else None)."""
     try:
-        return _tokenizer_info(name, in_process=in_process)
+        return _describe_here(name, in_process=in_process)
     except (DataError, OSError, KeyboardInterrupt):
         raise
     except Exception as exc:  # the tokenizers/transformers loaders raise plain exceptions on bad files
@@ -310,13 +318,13 @@ def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
         ) from exc
 
 
-def _tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
-    plain = describe_plain(name)  # no transformers import when that is exact
+def _describe_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None, Any]:
+    plain = plain_backend(name)  # no transformers import when that is exact
     if in_process and plain is None:
-        return local_info(name), None
+        return local_info(name), None, None
     if plain is not None:
         log.info("tokenizer %s: read tokenizer.json directly (a plain PreTrainedTokenizerFast; fast start)", name)
-        return plain
+        return plain[0], plain[1].to_str(), plain[1]
     log.info(
         "tokenizer %s: loading it with transformers.AutoTokenizer in a child process (about 1 s more start-up): "
         "it is not a directory with tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast "
@@ -324,7 +332,7 @@ def _tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str 
         name,
     )
     with spawn_pool(1) as child:
-        return child.submit(describe_tokenizer, name).result()
+        return (*child.submit(describe_tokenizer, name).result(), None)
 
 
 def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:

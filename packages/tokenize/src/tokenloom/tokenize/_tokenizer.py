@@ -37,6 +37,7 @@ __all__ = [
     "fingerprint",
     "load",
     "local_info",
+    "plain_backend",
     "register_serialized",
 ]
 
@@ -262,7 +263,13 @@ def _token_name(value: Any) -> str | None:
 
 
 def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:
-    """The same facts as :func:`describe` without importing transformers, where that is exact.
+    """The same facts as :func:`describe` without importing transformers, where that is exact (see plain_backend)."""
+    plain = plain_backend(name_or_path)
+    return None if plain is None else (plain[0], plain[1].to_str())
+
+
+def plain_backend(name_or_path: str) -> tuple[TokenizerInfo, Any] | None:
+    """:func:`describe_plain`'s facts and the ``tokenizers.Tokenizer`` it read (to encode with in this process).
 
     Why: importing transformers costs about a second per run. For a local directory
     whose ``tokenizer_config.json`` names the generic ``PreTrainedTokenizerFast`` and
@@ -312,7 +319,7 @@ def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:
     info = TokenizerInfo(
         eos_id=eos_id, eos_token=eos_token, vocab_size=backend.get_vocab_size(with_added_tokens=True), fast=True
     )
-    return info, backend.to_str()
+    return info, backend
 
 
 _CACHE: dict[str, Encoder] = {}
