@@ -122,3 +122,23 @@ def test_a_mismatch_found_on_a_thread_stops_the_run_with_the_record(
         with pytest.raises(EngineMismatchError, match="planted") as err:
             list(encoding.results(chunks))
     assert err.value.record == 3 and err.value.path == str(files[0].path)  # line 3 of the first chunk
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("layout", ["native", "units", "val-split"])
+def test_every_run_encodes_with_the_one_encoder_it_probed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_workers: int, layout: str
+) -> None:
+    """Threads and num_workers=0 never build a second encoder per chunk (a worker process's own path)."""
+    import tokenloom.tokenize._worker as worker_module
+
+    corpus = _real_corpus(tmp_path / "in")
+
+    def no_second_encoder(settings: Any) -> Any:
+        raise AssertionError("a chunk was encoded without the run's encoder")
+
+    monkeypatch.setattr(worker_module, "_encoder", no_second_encoder)
+    options: dict[str, Any] = {"native": {}, "units": {"num_nodes": 1}, "val-split": {"val_fraction": 0.3}}[layout]
+    _run(corpus, tmp_path / "out", num_workers=num_workers, **options)
+    name = "val/manifest.json" if layout == "val-split" else "manifest.json"
+    assert orjson.loads((tmp_path / "out" / name).read_bytes())["metadata"]["tokenize"]["engine"]["name"] == "fast"
