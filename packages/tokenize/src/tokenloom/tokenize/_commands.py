@@ -81,35 +81,6 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     return lines
 
 
-#: glibc's mallopt parameter for the number of malloc arenas.
-_M_ARENA_MAX = -8
-#: Arenas a tokenize command's process keeps (glibc's default: 8 per core).
-MALLOC_ARENAS = 2
-
-
-def limit_malloc_arenas() -> None:
-    """In this command's own process, let glibc's malloc keep at most MALLOC_ARENAS arenas.
-
-    Why: with the fast engine the encoding threads of the process parse and window while fastokens'
-    threads encode, and each thread's arena keeps freed blocks of its own; the process's peak RSS
-    then rose with the input (measured here, --num-workers 2: 253 MiB at 110 MB, 284 MiB at 660 MB;
-    with 2 arenas 258). A command is its process's owner, so it sets this; the library API does not.
-    MALLOC_ARENA_MAX in the environment wins; elsewhere than glibc nothing happens.
-    """
-    import ctypes
-    import ctypes.util
-    import os
-    import platform
-
-    if os.environ.get("MALLOC_ARENA_MAX") or platform.libc_ver()[0] != "glibc":
-        return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
-    except (OSError, AttributeError):  # no libc to load, or no mallopt in it
-        return
-
-
 @click.command(
     epilog="Example:\n\n\b\n  tokenloom tokenize --input-dir data/raw --output-dir data/tokens \\\n"
     "      --tokenizer ./my-tokenizer --max-length 2048 --overlap-size 128 --num-workers 8\n"
@@ -366,7 +337,6 @@ def tokenize(
             ray_address=ray_address,
             finalize=finalize,
         )
-        limit_malloc_arenas()
         with progress_bar(input_dir, enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
     except (DataError, OSError, ImportError) as exc:
@@ -461,7 +431,6 @@ def pack(
     from tokenloom.tokenize._pack import pack as run_pack
 
     try:
-        limit_malloc_arenas()
         with progress_bar(input_file, enabled=progress, label="pack") as on_progress:
             summary = run_pack(
                 input_file,
