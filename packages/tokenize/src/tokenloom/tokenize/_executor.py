@@ -92,9 +92,10 @@ PROBE_INPUT_TEXTS = 256
 PROBE_INPUT_CHARS = 128 << 10
 #: With the fast engine, up to this many --num-workers are threads of this process: one tokenizer
 #: build, no process start, no lines or ids pickled between processes. fastokens encodes a batch on
-#: its own threads without the GIL; what holds the GIL (reading lines, orjson, windowing, writing) is
-#: about a third of the CPU of a run measured on 2 cores (docs/benchmarks.md, #24), so one process
-#: keeps about that many cores busy; more workers than this run as processes, which scale the rest.
+#: its own threads without the GIL; what holds the GIL (reading lines, orjson, handing texts to
+#: fastokens, windowing) is most of a run's wall time on 2 cores (py-spy, docs/benchmarks.md #24), so
+#: one process keeps about 2-3 cores busy; more workers than this run as processes. An estimate from
+#: a 2-core machine, not measured on more cores.
 THREAD_WORKERS_MAX = 4
 
 
