@@ -21,7 +21,7 @@ peers against plain on their quarter).
 ``TOKENLOOM_PROFILE=DIR`` makes tokenize's workers write per-chunk time spans there (see
 tokenloom.tokenize._profile); ``--profile`` prints the split of one run.
 
-    uv run --group bench python tools/bench/bench_tokenize_prep.py [--quick] [--profile]
+    uv run --group bench python tools/bench/bench_tokenize_prep.py [--quick] [--no-peers] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def profile(input_dir: Path, out: Path, tmp: Path) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool) -> str:
+def run(quick: bool, peers: bool = True) -> str:
     from tokenloom.tokenize import default_tokenizer_path
 
     tokenizer = str(default_tokenizer_path())
@@ -270,16 +270,16 @@ def run(quick: bool) -> str:
             ("HF `datasets` load_dataset + `.map(num_proc=2)`", hf_datasets),
             ("litdata `optimize` (2 workers, TokensLoader)", litdata),
         ]
-        peers = {"HF `datasets` load_dataset + `.map(num_proc=2)`", "litdata `optimize` (2 workers, TokensLoader)"}
-        if quick:
+        peer_names = {"HF `datasets` load_dataset + `.map(num_proc=2)`", "litdata `optimize` (2 workers, TokensLoader)"}
+        if quick or not peers:
             contenders = contenders[:4]
-            notes.append("HF datasets and litdata not run by --quick")
+            notes.append(f"HF datasets and litdata not run by {'--quick' if quick else '--no-peers'}")
         else:
             notes.append(
                 f"HF `datasets` and litdata read the first {len(peer_files)} of the {len(files)} files "
                 f"({peer_mb:.0f} MB); their tokens/s and ratio are over those files' tokens"
             )
-        peer_tokens = 0 if quick else plain(peer_list)[3]
+        peer_tokens = 0 if (quick or not peers) else plain(peer_list)[3]
         results: dict[str, list[Result]] = {name: [] for name, _ in contenders}
         plain_tokens = 0
         for _ in range(1 if quick else RUNS):  # interleaved, so load from other processes drifts over all rows
@@ -294,7 +294,7 @@ def run(quick: bool) -> str:
         rows = []
         for name, runs in results.items():
             counts = {r[3] for r in runs}
-            expected_tokens = peer_tokens if name in peers else plain_tokens
+            expected_tokens = peer_tokens if name in peer_names else plain_tokens
             if counts != {expected_tokens}:
                 notes.append(f"{name}: token count {sorted(counts)} differs from plain {expected_tokens}")
             rows.append((name, (*(statistics.median(r[i] for r in runs) for i in range(3)), expected_tokens)))
@@ -325,7 +325,8 @@ def run(quick: bool) -> str:
     lines = [
         "## tokenize: data preparation at cluster scale (#24)",
         "",
-        f"Command: `uv run --group bench python tools/bench/bench_tokenize_prep.py{' --quick' if quick else ''}`. "
+        f"Command: `uv run --group bench python tools/bench/bench_tokenize_prep.py{' --quick' if quick else ''}"
+        f"{'' if peers else ' --no-peers'}`. "
         f"Input: {input_mb:.0f} MB of jsonl in {len(files)} files, {plain_tokens / 1e6:.1f} M document tokens: "
         "the .py/.pyi/.md/.rst/.txt files of this environment's site-packages, one document each (not the demo "
         "corpus); tokenizer: the shipped 16k byte-level BPE. Fresh processes, rows interleaved, median of "
@@ -378,6 +379,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20 MB, no peers, no 2 GB point: a smoke run")
     parser.add_argument("--profile", metavar="DIR", help="build the corpus in DIR (kept) and profile one run")
+    parser.add_argument(
+        "--no-peers", action="store_true", help="skip HF datasets and litdata (minutes per round on a loaded machine)"
+    )
     args = parser.parse_args()
     if args.profile:
         root = Path(args.profile)
@@ -387,7 +391,7 @@ def main() -> int:
         print(profile(root / "in", root / "out", root))
         return 0
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as run.py: every process caches bytecode
-    print(run(args.quick))
+    print(run(args.quick, peers=not args.no_peers))
     return 0
 
 

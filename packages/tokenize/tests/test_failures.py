@@ -235,5 +235,5 @@ def test_valid_json_that_is_no_tokenizer_is_a_config_error(tmp_path: Path, tiny_
     (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nonsense"}}')
     result = CliRunner().invoke(tokenize_cmd, _args(corpus, tmp_path / "out", broken))
     assert result.exit_code == 1, result.output
-    assert "could not be loaded" in result.output and "Traceback" not in result.output
+    assert "cannot load this tokenizer.json" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()

@@ -81,5 +81,5 @@ def test_pack_with_a_corrupt_tokenizer_is_one_named_line(
     result = CliRunner().invoke(pack_command, [*args, "--num-workers", "0", "--no-progress"])
     assert result.exit_code == 1, result.output
     assert result.output.startswith("Error: ConfigError: ") and len(result.output.strip().splitlines()) == 1
-    assert ("not valid JSON" if damage == "truncated-json" else "could not be loaded") in result.output
+    assert ("not valid JSON" if damage == "truncated-json" else "cannot load this tokenizer.json") in result.output
     assert not (tmp_path / "o.pbin").exists()

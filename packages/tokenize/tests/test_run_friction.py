@@ -180,12 +180,17 @@ def test_pack_summary_rate_is_the_files_bytes_over_its_seconds(tmp_path: Path, t
     assert summary.bytes_per_second * summary.seconds == pytest.approx(source.stat().st_size)
 
 
-def test_a_sigkilled_worker_is_a_named_error_and_the_run_resumes(tmp_path: Path, tiny_tokenizer: Path) -> None:
+def test_a_sigkilled_worker_is_a_named_error_and_the_run_resumes(
+    tmp_path: Path, tiny_tokenizer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import multiprocessing
     import signal
 
+    import tokenloom.tokenize._executor as executor_module
     from tokenloom.tokenize import WorkerDiedError
     from tokenloom.tokenize._state import STATE_NAME
+
+    monkeypatch.setattr(executor_module, "THREAD_WORKERS_MAX", 0)  # worker processes (the fast engine runs threads)
 
     write_jsonl(tmp_path / "in" / "a.jsonl", _docs(3000))
 
@@ -226,8 +231,10 @@ def test_a_sigkilled_worker_is_a_named_error_and_the_run_resumes(tmp_path: Path,
 
 _KILLED_RUN = """
 import sys
+import tokenloom.tokenize._executor
 from tokenloom.tokenize import TokenizeConfig, tokenize
 if __name__ == "__main__":
+    tokenloom.tokenize._executor.THREAD_WORKERS_MAX = 0  # worker processes, which get the hand-off
     tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=sys.argv[3], num_workers=1))
 """
 
@@ -266,7 +273,7 @@ def test_a_sigkilled_run_leaves_a_handoff_dir_that_the_next_run_removes(
     assert len(stale) == 1 and (stale[0] / "tokenizer.json").exists()  # what SIGKILL leaves
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     tokenize(TokenizeConfig(input_dir=tmp_path / "in", output_dir=tmp_path / "out", tokenizer=tokenizer, num_workers=1))
-    assert not stale[0].exists()
+    assert not stale[0].exists()  # removed by a run on threads (the fast engine) too
     # and this run removed its own (pymp-*: multiprocessing's directory for the fork server's socket,
     # kept while this process lives and removed at its exit)
     assert [path for path in temp.iterdir() if not path.name.startswith("pymp-")] == []

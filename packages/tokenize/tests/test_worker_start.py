@@ -98,13 +98,18 @@ def test_workers_exit_when_their_owner_is_sigkilled(tmp_path: Path) -> None:
         owner.wait(timeout=60)
 
 
-def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(tmp_path: Path) -> None:
+def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The first chunks carry the probe's sample; each worker makes the probe's choice itself, so the ids are
     those of a one-process run, and the run's engine is the probe's."""
     import numpy as np
     import orjson
 
+    import tokenloom.tokenize._executor as executor_module
     from tokenloom.tokenize._executor import start_encoding
+
+    monkeypatch.setattr(executor_module, "THREAD_WORKERS_MAX", 0)  # worker processes, as with many workers
     from tokenloom.tokenize._inputs import discover_inputs, read_chunks
 
     texts = [f"document {i}: " + "word " * (i % 50) + "\u00e9\u6f22 end" for i in range(3000)]

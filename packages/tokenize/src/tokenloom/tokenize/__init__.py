@@ -1,7 +1,7 @@
 """tokenloom.tokenize: pre-tokenize jsonl into token shards, in parallel and crash-safely.
 
     *.jsonl / *.jsonl.gz (recursive, sorted)
-        -> chunks of lines (parent) -> parse + encode_batch + window (worker processes)
+        -> chunks of lines (parent) -> parse + encode_batch + window (threads with fastokens, else processes)
         -> entries in input order -> shard_NNNNN.bin/.idx (published one by one) -> manifest.json
 
 Example::

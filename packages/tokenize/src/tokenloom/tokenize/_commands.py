@@ -143,7 +143,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     type=int,
     default=default_num_workers(),
     show_default=True,
-    help="Encoding processes (0: in this process).",
+    help="Encoding workers: threads of this process with the fast engine (up to 4), else processes "
+    "(0: all on the calling thread). The output is the same for any count.",
 )
 @click.option(
     "--format",

@@ -97,7 +97,8 @@ class TokenizeConfig:
     """gpt-simple only: drop (and count) documents of fewer characters, as GPT-Simple's
     ``--min_text_length`` does (its default is 200). 0 keeps every document."""
     num_workers: int = field(default_factory=default_num_workers)
-    """Encoding processes; 0 encodes in this process (for debugging)."""
+    """Encoding workers: threads of this process when the fast engine encodes (up to THREAD_WORKERS_MAX of
+    tokenize's executor), else processes; 0 encodes on the calling thread. The output is the same for any count."""
     format: str = "native"
     """Output format: native, megatron (OUT/data.bin + .idx), flat (OUT/shard_NNNNN.npy) or packed (OUT/data.pbin)."""
     drop_overlap_prefix: bool = False

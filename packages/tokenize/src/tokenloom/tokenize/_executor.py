@@ -1,15 +1,18 @@
 """The one executor of tokenize: native, staged and pack runs all encode through it.
 
-    start_encoding: tokenizer facts (EOS id, vocabulary, serialized backend)
-        -> worker processes (forked from a fork server with tokenloom imported; spawn where there is
-           none; the backend handed over through a private file)
-        -> EOS id, dtype, engine probe in a worker -> Encoding
-    Encoding.results(chunks): encode_chunk in the workers (the first chunks go out before the probe
-        is back, with its sample), results in chunk order,
+    start_encoding: tokenizer facts (EOS id, vocabulary, serialized backend), EOS id, dtype, then
+        fast engine possible (a Rust backend, --engine auto/fast, --num-workers <= THREAD_WORKERS_MAX):
+            the engine probe in this process -> fast: threads of this process share its one encoder
+                                             -> hf (auto fell back): worker processes, as below
+        otherwise: worker processes (forked from a fork server with tokenloom imported; spawn where
+            there is none; the backend handed over through a private file), the engine probe in a
+            worker while the first chunks go out
+        --num-workers 0: everything in this process, the engine probed here
+    Encoding.results(chunks): encode_chunk on the threads or workers, results in chunk order,
         at most ``2 * num_workers + 2`` chunks in flight; a dead worker is a WorkerDiedError
 
 Results are consumed strictly in chunk order, so the bytes never depend on the
-worker count or timing. With ``num_workers=0`` everything runs in this process.
+worker count, the kind of worker or timing.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import socket
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +44,8 @@ from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
 from tokenloom.tokenize._config import TokenizeConfig, default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
 from tokenloom.tokenize._inputs import Chunk, InputFile, read_chunks
-from tokenloom.tokenize._tokenizer import TokenizerInfo, describe_plain, local_info
+from tokenloom.tokenize._tokenizer import TokenizerInfo, local_info, plain_backend
+from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize._worker import (
     ChunkResult,
     EncodeSettings,
@@ -55,11 +59,20 @@ from tokenloom.tokenize._worker import (
     sample_texts,
     warm_up,
 )
-from tokenloom.tokenize.engine import EngineMismatchError, announce_engine
+from tokenloom.tokenize.engine import (
+    MAX_FAST_ADDED_TOKENS,
+    Encoder,
+    Engine,
+    EngineMismatchError,
+    announce_engine,
+    build_fast,
+    load_encoder,
+)
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
     "HANDOFF_PREFIX",
+    "THREAD_WORKERS_MAX",
     "Encoding",
     "WorkerDiedError",
     "executor_for",
@@ -77,6 +90,13 @@ _T = TypeVar("_T")
 PROBE_INPUT_TEXTS = 256
 #: ... and at most this many characters of them.
 PROBE_INPUT_CHARS = 128 << 10
+#: With the fast engine, up to this many --num-workers are threads of this process: one tokenizer
+#: build, no process start, no lines or ids pickled between processes. fastokens encodes a batch on
+#: its own threads without the GIL; what holds the GIL (reading lines, orjson, handing texts to
+#: fastokens, windowing) is most of a run's wall time on 2 cores (py-spy, docs/benchmarks.md #24), so
+#: one process keeps about 2-3 cores busy; more workers than this run as processes. An estimate from
+#: a 2-core machine, not measured on more cores.
+THREAD_WORKERS_MAX = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +112,8 @@ class Encoding:
     """Chunks in flight at most: ``2 * num_workers + 2``, so memory does not grow with the input."""
     probing: Future[EngineChoice] | None = None
     """The engine probe running in a worker (chosen is None until it is back); see :meth:`results`."""
+    encoder: Encoder | None = None
+    """The encoder, when chunks are encoded in this process (threads, or ``num_workers=0``)."""
 
     @property
     def eos_id(self) -> int:
@@ -121,7 +143,7 @@ class Encoding:
         starts without waiting for it; the probe's outcome (or error) comes before the first result.
         """
         if self.chosen is not None or self.probing is None:
-            yield from run_ordered(self.executor, chunks, self.settings, self.window)
+            yield from run_ordered(self.executor, chunks, self.settings, self.window, encoder=self.encoder)
             return
         ordered = run_ordered(self.executor, chunks, self.settings, self.window, now=lambda: self._current_settings())
         try:
@@ -184,13 +206,22 @@ def start_encoding(
 ) -> Iterator[Encoding]:
     """Start the encoder of one run (native, staged or pack): facts, workers, EOS, dtype, engine.
 
-    The workers start first, so that they import and build the tokenizer while this
-    process resolves the EOS id and probes the engines. Closing the context stops them.
+    Worker processes start first, so that they import and build the tokenizer while this
+    process resolves the EOS id and probes the engines; threads start with fastokens'
+    build. Closing the context stops them.
     """
     with contextlib.ExitStack() as stack:
-        info, serialized = tokenizer_info(tokenizer, in_process=num_workers == 0)  # bad files: ConfigError
-        executor = None
-        if num_workers > 0:
+        info, serialized, backend = _tokenizer_info_here(tokenizer, in_process=num_workers == 0)  # ConfigError
+        # the fast engine needs a Rust backend; on it, threads of this process replace worker processes
+        threads = 0 < num_workers <= THREAD_WORKERS_MAX and serialized is not None and engine != Engine.HF
+        executor: Executor | None = None
+        fast = None
+        if threads and serialized is not None and wants_fast(backend, engine):
+            # fastokens builds on a thread of the pool (without the GIL) while this one reads the probe's sample
+            remove_stale_handoffs(Path(tempfile.gettempdir()))  # as a run on worker processes does
+            executor = stack.enter_context(thread_pool(num_workers))
+            fast = executor.submit(build_fast, serialized).result
+        elif num_workers > 0 and not threads:
             executor = stack.enter_context(executor_for(num_workers, tokenizer, serialized))
         eod_id = resolve_eos(eos_id, info, tokenizer)
         if windowing is Windowing.GPT_SIMPLE:
@@ -211,6 +242,19 @@ def start_encoding(
             refuse_pad=windowing is Windowing.GPT_SIMPLE and not gpt_simple_pad_is_added(tokenizer),
         )
         window = 2 * max(num_workers, 1) + 2
+        if num_workers == 0 or threads:  # the probe here, and the encoder it chose kept for the run
+            source = backend if backend is not None else local_source(tokenizer, serialized)
+            sample = probe_sample(files, settings, max_line_bytes)
+            built = load_encoder(source, engine, sample, verify_fraction=verify_fraction, fast_engine=fast)
+            choice = EngineChoice(built.name, built.reason, built.record())
+            encoder: Encoder | None = built
+            announce_engine(log, choice.name, choice.reason, tokenizer=tokenizer)
+            if threads and choice.name != Engine.FAST:  # auto fell back to hf: its Python lists want processes
+                executor = stack.enter_context(executor_for(num_workers, tokenizer, serialized))
+                encoder = None
+            settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
+            yield Encoding(settings, info, dtype, choice, executor, window, encoder=encoder)
+            return
         if executor is not None and serialized is not None:  # a worker probes while the first chunks go out
             sample = probe_sample(files, settings, max_line_bytes)
             probing = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
@@ -224,13 +268,47 @@ def start_encoding(
         yield Encoding(settings, info, dtype, choice, executor, window)
 
 
+def local_source(tokenizer: str, serialized: str | None) -> object:
+    """The tokenizer to encode with in this process: its serialized backend rebuilt, else loaded here."""
+    if serialized is not None:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_str(serialized)
+    loaded = load_tokenizer(tokenizer)  # num_workers=0, a tokenizer only transformers describes: local_info loaded it
+    backend = getattr(loaded, "backend", None)
+    return backend if backend is not None else getattr(loaded, "transformers", loaded)
+
+
+def wants_fast(source: object, engine: str) -> bool:
+    """Whether load_encoder will build fastokens for ``source`` (so that building it early is not wasted)."""
+    if engine == Engine.HF or not hasattr(source, "get_added_tokens_decoder"):
+        return False
+    return engine == Engine.FAST or len(source.get_added_tokens_decoder()) <= MAX_FAST_ADDED_TOKENS  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def thread_pool(num_workers: int) -> Iterator[ThreadPoolExecutor]:
+    """Encoding threads of this process; closing waits for the chunks they hold (queued ones are dropped)."""
+    executor = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="tokenloom-encode")
+    try:
+        yield executor
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
 def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
     """EOS id, vocab size and serialized backend, from a short-lived child (or this process).
 
     A tokenizer the loaders cannot read (a corrupt tokenizer.json: JSONDecodeError, ...) is a ConfigError.
     """
+    info, serialized, _backend = _tokenizer_info_here(name, in_process=in_process)
+    return info, serialized
+
+
+def _tokenizer_info_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None, Any]:
+    """:func:`tokenizer_info`, and the ``tokenizers.Tokenizer`` read from a plain tokenizer.json (else None)."""
     try:
-        return _tokenizer_info(name, in_process=in_process)
+        return _describe_here(name, in_process=in_process)
     except (DataError, OSError, KeyboardInterrupt):
         raise
     except Exception as exc:  # the tokenizers/transformers loaders raise plain exceptions on bad files
@@ -241,13 +319,13 @@ def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
         ) from exc
 
 
-def _tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
-    if in_process:
-        return local_info(name), None
-    plain = describe_plain(name)  # no transformers import when that is exact
+def _describe_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None, Any]:
+    plain = plain_backend(name)  # no transformers import when that is exact
+    if in_process and plain is None:
+        return local_info(name), None, None
     if plain is not None:
         log.info("tokenizer %s: read tokenizer.json directly (a plain PreTrainedTokenizerFast; fast start)", name)
-        return plain
+        return plain[0], plain[1].to_str(), plain[1]
     log.info(
         "tokenizer %s: loading it with transformers.AutoTokenizer in a child process (about 1 s more start-up): "
         "it is not a directory with tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast "
@@ -255,7 +333,7 @@ def _tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str 
         name,
     )
     with spawn_pool(1) as child:
-        return child.submit(describe_tokenizer, name).result()
+        return (*child.submit(describe_tokenizer, name).result(), None)
 
 
 def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:
@@ -456,21 +534,24 @@ def run_ordered(
     window: int,
     *,
     now: Callable[[], EncodeSettings] | None = None,
+    encoder: Encoder | None = None,
 ) -> Iterator[ChunkResult]:
     """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight.
 
     ``now``: the settings to send with the next chunk (they change once the engine probe is back).
+    ``encoder``: the run's encoder for threads of this process (never sent to a worker process).
     """
     if executor is None:
         for chunk in chunks:
-            yield encode_chunk(chunk, settings)
+            yield encode_chunk(chunk, settings, encoder)
         return
+    extra = () if encoder is None else (encoder,)
     pending: deque[tuple[Chunk, Future[ChunkResult]]] = deque()
     workers: dict[int, Any] = {}  # pid -> multiprocessing.Process, to name how a dead one ended
     chunk: Chunk | None = None
     try:
         for chunk in chunks:
-            pending.append((chunk, executor.submit(encode_chunk, chunk, settings if now is None else now())))
+            pending.append((chunk, executor.submit(encode_chunk, chunk, settings if now is None else now(), *extra)))
             workers.update(getattr(executor, "_processes", None) or {})
             if len(pending) >= window:
                 yield _result(pending.popleft()[1], executor)

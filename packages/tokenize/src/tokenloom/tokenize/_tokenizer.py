@@ -1,13 +1,15 @@
 """Loading a Hugging Face tokenizer lazily, its fingerprint, and batch encoding.
 
-The parent process never builds a tokenizer: a tokenizer used before a fork
-can deadlock the children (the `tokenizers` fork issue). :func:`describe` runs
-in a short-lived child: it loads the tokenizer through ``AutoTokenizer`` and
+The parent process never loads a tokenizer through transformers: :func:`describe`
+runs in a short-lived child: it loads the tokenizer through ``AutoTokenizer`` and
 sends back plain values (EOS id, vocab size) and the fast backend serialized
-as JSON. Encoding workers rebuild the Rust tokenizer from that JSON on first
-use, so they never import transformers (which imports torch when installed:
-seconds and hundreds of MB per worker). Slow (Python) tokenizers are loaded
-through ``AutoTokenizer`` in each worker.
+as JSON (:func:`describe_plain` reads a plain ``tokenizer.json`` directly). Encoding
+workers rebuild the Rust tokenizer from that JSON on first use, so they never import
+transformers (which imports torch when installed: seconds and hundreds of MB per
+worker); with the fast engine the encoding threads of the parent do the same. A
+tokenizer used before a fork can deadlock the children (the `tokenizers` fork issue):
+worker processes come from a fork server or spawn, never from a fork of a process that
+holds one. Slow (Python) tokenizers are loaded through ``AutoTokenizer`` in each worker.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "fingerprint",
     "load",
     "local_info",
+    "plain_backend",
     "register_serialized",
 ]
 
@@ -260,7 +263,13 @@ def _token_name(value: Any) -> str | None:
 
 
 def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:
-    """The same facts as :func:`describe` without importing transformers, where that is exact.
+    """The same facts as :func:`describe` without importing transformers, where that is exact (see plain_backend)."""
+    plain = plain_backend(name_or_path)
+    return None if plain is None else (plain[0], plain[1].to_str())
+
+
+def plain_backend(name_or_path: str) -> tuple[TokenizerInfo, Any] | None:
+    """:func:`describe_plain`'s facts and the ``tokenizers.Tokenizer`` it read (to encode with in this process).
 
     Why: importing transformers costs about a second per run. For a local directory
     whose ``tokenizer_config.json`` names the generic ``PreTrainedTokenizerFast`` and
@@ -310,7 +319,7 @@ def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:
     info = TokenizerInfo(
         eos_id=eos_id, eos_token=eos_token, vocab_size=backend.get_vocab_size(with_added_tokens=True), fast=True
     )
-    return info, backend.to_str()
+    return info, backend
 
 
 _CACHE: dict[str, Encoder] = {}

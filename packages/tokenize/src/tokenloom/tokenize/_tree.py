@@ -237,7 +237,7 @@ def _encode_leaf(
     writers: list[UnitWriter] = []
     current = -1
     try:
-        for result in run_ordered(encoding.executor, chunks, settings, encoding.window):
+        for result in run_ordered(encoding.executor, chunks, settings, encoding.window, encoder=encoding.encoder):
             unit = mine[result.file_index]
             if unit != current:
                 _commit(session, writers)

@@ -283,8 +283,12 @@ def _texts_of_clean_chunk(lines: list[bytes | None], text_field: tuple[str, ...]
     return texts
 
 
-def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
-    """Parse, encode and window one chunk; bad records become Issues, in line order."""
+def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None = None) -> ChunkResult:
+    """Parse, encode and window one chunk; bad records become Issues, in line order.
+
+    ``encoder``: the run's encoder when it runs in this process (threads or ``num_workers=0``);
+    None in a pool worker, which builds its own once (:func:`_encoder`).
+    """
     started = time.perf_counter()
     issues = list(chunk.issues)
     gpt_simple = settings.windowing == Windowing.GPT_SIMPLE
@@ -329,7 +333,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings) -> ChunkResult:
     parsed, parsed_cpu = time.perf_counter(), time.process_time()
     if texts:
         try:
-            flat, offsets = _encoder(settings).encode_flat(texts)
+            flat, offsets = (encoder if encoder is not None else _encoder(settings)).encode_flat(texts)
         except EngineMismatchError as exc:
             record = text_lines[exc.record] if exc.record is not None and exc.record < len(text_lines) else None
             raise EngineMismatchError(

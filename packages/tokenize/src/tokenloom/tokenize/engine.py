@@ -368,14 +368,22 @@ def _added_tokens(backend: Any) -> list[str]:
     return [decoder[index].content for index in sorted(decoder)]
 
 
-def _load_fast(backend: Any) -> Any:
-    """fastokens over the same serialized tokenizer; raises ValueError/ImportError with the reason."""
+def build_fast(serialized: str) -> Any:
+    """fastokens over a serialized tokenizer, truncation and padding off (ValueError/ImportError: why it cannot).
+
+    It releases the GIL while it builds (a few tenths of a second for a 16k vocabulary), so a caller
+    may run it on a thread and pass the result to :func:`load_encoder` (``fast_engine``).
+    """
     import fastokens
 
-    fast = fastokens.Tokenizer.from_json_str(backend.to_str())
+    fast = fastokens.Tokenizer.from_json_str(serialized)
     fast.no_truncation()
     fast.no_padding()
     return fast
+
+
+def _load_fast(backend: Any) -> Any:
+    return build_fast(backend.to_str())
 
 
 def load_encoder(
@@ -384,6 +392,7 @@ def load_encoder(
     probe_texts: Sequence[str] = (),
     *,
     verify_fraction: float = DEFAULT_VERIFY_FRACTION,
+    fast_engine: Callable[[], Any] | None = None,
 ) -> Encoder:
     """The encoder for ``tokenizer`` with the requested engine; see the module docstring.
 
@@ -393,6 +402,8 @@ def load_encoder(
         engine: auto, hf or fast.
         probe_texts: texts of the actual input, compared on top of the fixed probe set.
         verify_fraction: fraction of texts the fast encoder re-checks against hf while it runs (0: none).
+        fast_engine: returns the fastokens tokenizer :func:`build_fast` made of this tokenizer's serialized
+            backend (started earlier on a thread); its errors count as fastokens failing to load it.
 
     Raises:
         ConfigError: engine="fast" and fastokens cannot load the tokenizer (the message names the
@@ -416,7 +427,7 @@ def load_encoder(
             "to use it anyway",
         )
     try:
-        fast = _load_fast(backend)
+        fast = _load_fast(backend) if fast_engine is None else fast_engine()
     except ImportError as exc:
         return refuse_fast(engine, f"fastokens is not installed ({exc})", encode_lists)
     except Exception as exc:  # fastokens reports the unsupported component in a ValueError

@@ -74,7 +74,8 @@ class NativeShardWriter:
         self.num_entries = 0  # kept as a count: add() per entry must stay O(1), not O(entries so far)
 
     def write(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
-        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).tobytes())
+        # the array's own buffer, not a tobytes() copy: the write is the only pass over the tokens here
+        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).data)
         self._lengths.append(lengths.astype(np.int64))
         self._overlaps.append(overlaps.astype("<u2"))
         self.num_tokens += len(tokens)

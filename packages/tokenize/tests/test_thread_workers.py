@@ -1,0 +1,144 @@
+"""Threads of one process encode with the fast engine: the same bytes as worker processes and as one process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import tokenloom.tokenize._executor as executor_module
+from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
+from tokenloom.tokenize._executor import start_encoding
+from tokenloom.tokenize._inputs import discover_inputs, read_chunks
+from tokenloom.tokenize.engine import EngineMismatchError
+
+OPTIONS: dict[str, Any] = {"eos_id": None, "text_field": "text", "verify_fraction": 0.001, "max_line_bytes": 1 << 20}
+
+
+def _real_corpus(root: Path) -> Path:
+    """This package's own source files and docs (text no test wrote), plus non-ASCII and empty documents."""
+    package = Path(executor_module.__file__).parent
+    texts = [path.read_text(encoding="utf-8") for path in sorted(package.glob("*.py"))]
+    texts += ["", "\u00e9\u6f22\u5b57 \U0001f642 <|endoftext|> inside", "x" * 5000]
+    root.mkdir(parents=True)
+    half = len(texts) // 2
+    for name, part in (("a.jsonl", texts[:half]), ("b/c.jsonl", texts[half:] * 3)):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in part))
+    return root
+
+
+def _run(corpus: Path, out: Path, **options: Any) -> None:
+    config = TokenizeConfig(
+        input_dir=corpus, output_dir=out, tokenizer=str(default_tokenizer_path()), chunk_lines=7, **options
+    )
+    tokenize(config)
+
+
+def test_threads_processes_and_one_process_write_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output_digest: Callable[[Path], dict[str, object]]
+) -> None:
+    corpus = _real_corpus(tmp_path / "in")
+    kinds: list[str] = []
+    real_pool = executor_module.thread_pool
+
+    def seen_pool(num_workers: int) -> Any:
+        kinds.append("threads")
+        return real_pool(num_workers)
+
+    monkeypatch.setattr(executor_module, "thread_pool", seen_pool)
+    for windowing in ({}, {"max_length": 64, "overlap_size": 16}):
+        outputs = {}
+        _run(corpus, tmp_path / "threads", num_workers=2, shard_size_tokens=5000, overwrite=True, **windowing)
+        outputs["threads"] = output_digest(tmp_path / "threads")
+        assert kinds == ["threads"]
+        with monkeypatch.context() as patched:
+            patched.setattr(executor_module, "THREAD_WORKERS_MAX", 0)  # the same run on worker processes
+            _run(corpus, tmp_path / "processes", num_workers=2, shard_size_tokens=5000, overwrite=True, **windowing)
+        outputs["processes"] = output_digest(tmp_path / "processes")
+        _run(corpus, tmp_path / "one", num_workers=0, shard_size_tokens=5000, overwrite=True, **windowing)
+        outputs["one"] = output_digest(tmp_path / "one")
+        assert kinds == ["threads"]
+        kinds.clear()
+        assert outputs["threads"] == outputs["processes"] == outputs["one"]
+        assert sum(name.endswith(".bin") for name in outputs["threads"]) > 3
+        for out in ("threads", "processes", "one"):  # every run recorded the fast engine
+            manifest = orjson.loads((tmp_path / out / "manifest.json").read_bytes())
+            assert manifest["metadata"]["tokenize"]["engine"]["name"] == "fast"
+
+
+def test_the_engine_decides_the_kind_of_worker(tmp_path: Path) -> None:
+    """fast: a thread pool of this process with the one encoder; hf (asked for): worker processes."""
+    corpus = _real_corpus(tmp_path / "in")
+    files = discover_inputs(corpus)
+    tokenizer = str(default_tokenizer_path())
+
+    def chunks() -> Any:
+        return read_chunks(files, chunk_lines=5, chunk_bytes=1 << 20, max_line_bytes=1 << 20)
+
+    with start_encoding(tokenizer, files, num_workers=2, engine="auto", **OPTIONS) as threads:
+        assert isinstance(threads.executor, ThreadPoolExecutor) and threads.encoder is not None
+        assert threads.engine.name == "fast" and threads.settings.engine == "fast"
+        fast = [result.tokens for result in threads.results(chunks())]
+    with start_encoding(tokenizer, files, num_workers=2, engine="hf", **OPTIONS) as processes:
+        assert isinstance(processes.executor, ProcessPoolExecutor) and processes.encoder is None
+        assert processes.engine.name == "hf"
+        hf = [result.tokens for result in processes.results(chunks())]
+    assert len(fast) == len(hf) > 5 and all(np.array_equal(a, b) for a, b in zip(fast, hf, strict=True))
+
+
+def test_auto_falling_back_to_hf_runs_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = _real_corpus(tmp_path / "in")
+    files = discover_inputs(corpus)
+
+    def refused(backend: Any) -> Any:
+        raise ValueError("unsupported component: planted by the test")
+
+    monkeypatch.setattr(executor_module, "build_fast", refused)  # fastokens, built early on a thread, fails
+    with start_encoding(str(default_tokenizer_path()), files, num_workers=2, engine="auto", **OPTIONS) as encoding:
+        assert encoding.engine.name == "hf" and "planted by the test" in encoding.engine.reason
+        assert isinstance(encoding.executor, ProcessPoolExecutor) and encoding.encoder is None
+
+
+def test_a_mismatch_found_on_a_thread_stops_the_run_with_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error raised while a thread encodes reaches the caller as it would from a worker process."""
+    corpus = _real_corpus(tmp_path / "in")
+    files = discover_inputs(corpus)
+    with start_encoding(str(default_tokenizer_path()), files, num_workers=2, engine="fast", **OPTIONS) as encoding:
+        assert encoding.encoder is not None
+
+        def broken(texts: list[str]) -> Any:
+            raise EngineMismatchError("the fast engine and hf encode document 2 differently (planted)", record=2)
+
+        monkeypatch.setattr(encoding.encoder, "encode_flat", broken)
+        chunks = read_chunks(files, chunk_lines=5, chunk_bytes=1 << 20, max_line_bytes=1 << 20)
+        with pytest.raises(EngineMismatchError, match="planted") as err:
+            list(encoding.results(chunks))
+    assert err.value.record == 3 and err.value.path == str(files[0].path)  # line 3 of the first chunk
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("layout", ["native", "units", "val-split"])
+def test_every_run_encodes_with_the_one_encoder_it_probed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_workers: int, layout: str
+) -> None:
+    """Threads and num_workers=0 never build a second encoder per chunk (a worker process's own path)."""
+    import tokenloom.tokenize._worker as worker_module
+
+    corpus = _real_corpus(tmp_path / "in")
+
+    def no_second_encoder(settings: Any) -> Any:
+        raise AssertionError("a chunk was encoded without the run's encoder")
+
+    monkeypatch.setattr(worker_module, "_encoder", no_second_encoder)
+    options: dict[str, Any] = {"native": {}, "units": {"num_nodes": 1}, "val-split": {"val_fraction": 0.3}}[layout]
+    _run(corpus, tmp_path / "out", num_workers=num_workers, **options)
+    name = "val/manifest.json" if layout == "val-split" else "manifest.json"
+    assert orjson.loads((tmp_path / "out" / name).read_bytes())["metadata"]["tokenize"]["engine"]["name"] == "fast"
