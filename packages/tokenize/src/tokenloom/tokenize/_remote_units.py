@@ -199,12 +199,26 @@ def _fetch(target: RemoteTarget, obj: ObjectInfo, path: Path) -> bytes:
     return data
 
 
+_PLAN_HINT = (
+    "Every node must run the same command on the same inputs: restore a changed input, or write into another "
+    "--output-dir prefix (or delete this prefix and rerun every node) to start afresh"
+)
+
+
 def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed: dict[str, ObjectInfo]) -> None:
     """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
     local_plan = staging / PLAN_NAME
     if PLAN_NAME in listed:  # even over a staged one: the prefix may have been emptied and reused by another run
         _fetch(target, listed[PLAN_NAME], local_plan)
-    establish_plan(staging, plan)  # a different recorded plan is a ResumeMismatchError naming what differs
+    try:
+        establish_plan(staging, plan)  # a different recorded plan is a ResumeMismatchError naming what differs
+    except ResumeMismatchError as error:  # named at the URL (the staged copy is this node's cache), no --overwrite
+        raise ResumeMismatchError(
+            f"{target.url}'s unit plan was made with other settings, tokenizer or inputs: "
+            + error.problem.split(": ", 1)[-1],
+            path=target.url.url(PLAN_NAME),
+            hint=_PLAN_HINT,
+        ) from None
     if PLAN_NAME in listed:
         return
     if helper.put_once(target.config, local_plan, PLAN_NAME, file_checksum(local_plan)):
@@ -217,7 +231,7 @@ def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed:
             f"{target.url}'s unit plan was made with other settings, tokenizer or inputs: "
             + "; ".join(run_key_differences(theirs, plan.run_key)),
             path=target.url.url(PLAN_NAME),
-            hint="Every node must run the same command on the same inputs",
+            hint=_PLAN_HINT,
         )
     other.unlink(missing_ok=True)
 
