@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
+from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, open_dataset
 from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -354,3 +354,31 @@ def test_an_input_replaced_between_nodes_is_named_at_the_url_with_what_to_do_the
     assert info.value.path == f"{target}/train/web/.tokenloom-plan.json"
     assert str(tmp_path) not in str(info.value)
     assert "--overwrite" not in info.value.hint and "delete this prefix" in info.value.hint
+
+
+@pytest.mark.parametrize("into", ["bucket", "local"])
+def test_finalize_before_every_unit_is_done_names_the_node_that_owns_them(
+    into, seaweed, tmp_path, tiny_tokenizer, make_texts, monkeypatch
+) -> None:
+    """Two one-unit leaves on 2 nodes: a's unit is node 0's, b's is node 1's (units are dealt across the tree).
+    Node 0 alone, then --finalize: the error must send the user to --node-rank 1. Before, its hint said unit u
+    belongs to --node-rank u % --num-nodes, which for b's unit 0 is node 0: the node that had already run."""
+    for name, value in _env(seaweed, tmp_path / "cache").items():
+        monkeypatch.setenv(name, value)
+    raw = tmp_path / "small"
+    _write(raw / "train" / "a" / "a.jsonl", make_texts(20, seed=1))
+    _write(raw / "train" / "b" / "b.jsonl", make_texts(20, seed=2))
+    source = _upload(seaweed, raw, "small") if into == "bucket" else raw
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}" if into == "bucket" else tmp_path / "out"
+
+    def config(**extra: Any) -> TokenizeConfig:
+        values = {**OPTIONS, "layout": Layout.TREE, "num_workers": 0, "num_nodes": 2, **extra}
+        return TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer), **values)  # type: ignore[arg-type]
+
+    tokenize(config())  # node 0: train/a's only unit
+    with pytest.raises(DataError, match=r"1 of 1 units are not committed") as info:
+        tokenize(config(finalize=True))
+    assert str(info.value.path).endswith("train/b")
+    assert info.value.hint.startswith("Rerun --node-rank 1 of --num-nodes 2"), info.value.hint
+    tokenize(config(node_rank=1))
+    assert tokenize(config(finalize=True)).already_complete
