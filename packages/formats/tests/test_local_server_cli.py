@@ -82,3 +82,19 @@ def test_bad_arguments_are_refused_before_a_server_starts(tmp_path):
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert done.stdout == ""
     assert not (tmp_path / "new").exists()
+
+
+def test_a_relative_directory_holds_the_servers_data_itself(tmp_path):
+    """``s3 s3-server`` (relative, as in the README recipe) keeps the data in s3-server/data. Before, the server
+    ran with its directory as working directory and the relative -dir again: s3-server/s3-server/data."""
+    done = subprocess.run([*CLI, "s3", "s3-server"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    pid = int(_exports(done.stdout)["TOKENLOOM_S3_PID"])
+    try:
+        assert sorted(p.name for p in (tmp_path / "s3-server").iterdir()) == ["data", "weed.log"]
+        assert any((tmp_path / "s3-server" / "data").iterdir())
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)

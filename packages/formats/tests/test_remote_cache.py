@@ -441,3 +441,72 @@ def test_a_reader_that_fits_is_not_refused_and_the_floor_counts_only_live_reader
     finally:
         other.kill()
         other.wait()
+
+
+_SECOND_READER = textwrap.dedent(
+    """
+    import sys, json, time
+    from tokenloom.formats.errors import ConfigError
+    from tokenloom.formats.io import parse_url
+    from tokenloom.formats.remote import BlockCache, StoreConfig
+    from tokenloom.formats.remote.helper import head
+    url, name, root, options, limit = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
+    config = StoreConfig(parse_url(url), options)
+    cache = BlockCache(config, root, 4096, limit=limit)
+    obj = head(config, name)
+    started = time.monotonic()
+    try:
+        for number in range(10, 20):
+            cache.block(obj, number)
+    except ConfigError as error:
+        print("refused", round(time.monotonic() - started, 1), str(error).replace(chr(10), " "), flush=True)
+        raise SystemExit(3)
+    print("read", flush=True)
+    """
+)
+
+
+def test_a_reader_whose_prefetcher_closed_still_counts_while_it_reads_on(blob, tmp_path):
+    """A prefetcher that closes (the loader left the sampler's order, an epoch ended, a fetch failed) must not
+    take its reader out of the count: the reader reads on, pinning blocks, and a second reader that cannot fit
+    beside it is refused at once. Before, the close deleted the record and the reader never published again
+    (it had joined), so the second reader passed the floor check and waited ROOM_TIMEOUT for room."""
+    from tokenloom.formats.remote.prefetch import BlockPrefetcher
+
+    config, obj, data = blob
+    limit = budget.PINNED_PER_READER * BLOCK  # one reader's pins, not two
+    cache = BlockCache(config, tmp_path / "c", BLOCK, limit=limit)
+    prefetcher = BlockPrefetcher(range(20), lambda indices: [[(cache, obj, i)] for i in indices], lookahead=2)
+    deadline = time.monotonic() + 30
+    while not prefetcher.fetched and time.monotonic() < deadline:
+        time.sleep(0.02)
+    prefetcher.consumed([0])
+    prefetcher.close()
+    for number in range(6):  # reads on without prefetch: its last maps stay pinned
+        assert bytes(cache.block(obj, number)) == data[number * BLOCK : (number + 1) * BLOCK]
+    assert os.getpid() in [r["pid"] for r in budget.live_readers(cache.root)]
+    args = [str(config.url), "data.bin", str(cache.root), json.dumps(config.storage_options), str(limit)]
+    second = subprocess.Popen([sys.executable, "-c", _SECOND_READER, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = second.communicate(timeout=budget.ROOM_TIMEOUT / 4)
+    finally:
+        second.kill()
+        second.wait()
+    assert second.returncode == 3, out
+    assert "2 reader(s) x 6 pinned blocks" in out, out
+    budget.withdraw_needs(cache.root)
+
+
+def test_a_reader_whose_pid_has_a_stale_record_still_counts(blob, tmp_path):
+    """A record left under this process's pid by an earlier process (a container restarted with the same pids
+    over a kept cache directory) is stale: this reader must publish its own, not take the stale one for it
+    and then be dropped from the count when the stale record is deleted."""
+    config, obj, data = blob
+    cache = BlockCache(config, tmp_path / "c", BLOCK, limit=budget.PINNED_PER_READER * BLOCK)
+    readers = tmp_path / "c" / "v1" / "readers"
+    readers.mkdir(parents=True)
+    stale = {"pid": os.getpid(), "started": 1, "cursor": 0, "needs": {}}
+    (readers / f"{os.getpid()}.json").write_bytes(json.dumps(stale).encode())
+    assert bytes(cache.block(obj, 0)) == data[:BLOCK]
+    assert [r["pid"] for r in budget.live_readers(cache.root)] == [os.getpid()]
+    budget.withdraw_needs(cache.root)

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
+from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, open_dataset
 from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -329,3 +329,56 @@ def test_what_stays_refused_into_a_bucket(options: dict[str, Any], match: str, t
         TokenizeConfig(input_dir=tmp_path, output_dir="s3://b/tokens", **options)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="executor ray"):  # from a bucket: the tasks' fetches
         TokenizeConfig(input_dir="s3://b/raw", output_dir=tmp_path, layout="tree", executor="ray")  # type: ignore[arg-type]
+
+
+def test_an_input_replaced_between_nodes_is_named_at_the_url_with_what_to_do_there(
+    seaweed, raw, tmp_path, tiny_tokenizer, make_texts, monkeypatch
+) -> None:
+    """Node 1 runs after an input object was replaced: a ResumeMismatchError naming the input and the plan's URL
+    (not this node's staged copy under the cache) with a remedy that works for a bucket. Before, it named
+    CACHE/uploads/.../.tokenloom-plan.json and said to pass --overwrite, which a bucket output refuses."""
+    for name, value in _env(seaweed, tmp_path / "cache").items():
+        monkeypatch.setenv(name, value)
+    source = _upload(seaweed, raw, "raw")
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
+
+    def config(**extra: Any) -> TokenizeConfig:
+        values = {**OPTIONS, "layout": Layout.TREE, "num_workers": 0, "num_nodes": 2, "val_fraction": 0.2, **extra}
+        return TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer), **values)  # type: ignore[arg-type]
+
+    tokenize(config())
+    key = source.split(f"{seaweed.bucket}/", 1)[1]
+    seaweed.put(f"{key}/train/web/part-0.jsonl", b"".join(orjson.dumps({"text": t}) + b"\n" for t in make_texts(9)))
+    with pytest.raises(ResumeMismatchError, match="input part-0.jsonl changed") as info:
+        tokenize(config(node_rank=1))
+    assert info.value.path == f"{target}/train/web/.tokenloom-plan.json"
+    assert str(tmp_path) not in str(info.value)
+    assert "--overwrite" not in info.value.hint and "delete this prefix" in info.value.hint
+
+
+@pytest.mark.parametrize("into", ["bucket", "local"])
+def test_finalize_before_every_unit_is_done_names_the_node_that_owns_them(
+    into, seaweed, tmp_path, tiny_tokenizer, make_texts, monkeypatch
+) -> None:
+    """Two one-unit leaves on 2 nodes: a's unit is node 0's, b's is node 1's (units are dealt across the tree).
+    Node 0 alone, then --finalize: the error must send the user to --node-rank 1. Before, its hint said unit u
+    belongs to --node-rank u % --num-nodes, which for b's unit 0 is node 0: the node that had already run."""
+    for name, value in _env(seaweed, tmp_path / "cache").items():
+        monkeypatch.setenv(name, value)
+    raw = tmp_path / "small"
+    _write(raw / "train" / "a" / "a.jsonl", make_texts(20, seed=1))
+    _write(raw / "train" / "b" / "b.jsonl", make_texts(20, seed=2))
+    source = _upload(seaweed, raw, "small") if into == "bucket" else raw
+    target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}" if into == "bucket" else tmp_path / "out"
+
+    def config(**extra: Any) -> TokenizeConfig:
+        values = {**OPTIONS, "layout": Layout.TREE, "num_workers": 0, "num_nodes": 2, **extra}
+        return TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer), **values)  # type: ignore[arg-type]
+
+    tokenize(config())  # node 0: train/a's only unit
+    with pytest.raises(DataError, match=r"1 of 1 units are not committed") as info:
+        tokenize(config(finalize=True))
+    assert str(info.value.path).endswith("train/b")
+    assert info.value.hint.startswith("Rerun --node-rank 1 of --num-nodes 2"), info.value.hint
+    tokenize(config(node_rank=1))
+    assert tokenize(config(finalize=True)).already_complete

@@ -138,7 +138,8 @@ class TokenizeConfig:
     """fast engine: the fraction of documents (chosen by content hash) re-encoded with hf and compared."""
 
     num_nodes: int | None = None
-    """Processes (machines) that share this run, each taking the units ``u % num_nodes == node_rank``.
+    """Processes (machines) that share this run, each taking the units ``u % num_nodes == node_rank`` (a tree
+    counts ``u`` across all its leaves in order).
 
     Set (even to 1), the run is unit-planned: each input file is a unit, written as its own shards
     and committed atomically, so the output is the same bytes for any number of nodes, workers or

@@ -84,8 +84,12 @@ def run_tree_to_url(
         uploads.sweep()  # whatever committed after the thread's last look
     manifests: list[Manifest] = []
     missing = total_units = 0
+    first_of = {
+        id(target): first for targets, first in zip(per_leaf, first_units(per_leaf), strict=True) for target in targets
+    }
     for key, dataset in remote.items():
-        manifest = complete[key] or dataset.finalize(inputs.tokenizer, required=config.finalize)
+        dealt = {"first": first_of[key], "num_nodes": config.num_nodes}
+        manifest = complete[key] or dataset.finalize(inputs.tokenizer, required=config.finalize, **dealt)
         if manifest is None:
             missing += dataset.missing()
             total_units += len(dataset.plan.units)

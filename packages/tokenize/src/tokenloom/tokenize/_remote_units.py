@@ -46,7 +46,7 @@ from tokenloom.tokenize._unit_files import (
     read_done,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import Session
+from tokenloom.tokenize._unit_work import Session, rerun_hint
 from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
 
 __all__ = ["RemoteDataset", "UnitUploads", "local_config", "run_units_to_url"]
@@ -89,7 +89,7 @@ def run_units_to_url(
         finally:
             uploads.stop()
         uploads.sweep()  # whatever committed after the thread's last look
-    manifest = dataset.finalize(inputs.tokenizer, required=config.finalize)
+    manifest = dataset.finalize(inputs.tokenizer, required=config.finalize, num_nodes=config.num_nodes)
     seconds = time.perf_counter() - started
     if manifest is None:
         summary = _partial_summary(staging, plan, session, seconds)
@@ -166,9 +166,15 @@ class RemoteDataset:
         """Units not committed at the URL now."""
         return len(_missing(self.plan, _listing(self.target)))
 
-    def finalize(self, tokenizer: str, *, required: bool) -> Manifest | None:
-        """The manifest, uploaded once every unit is committed at the URL; None (or, if ``required``, an error)."""
-        return _finalize(self.target, self.staging, self.plan, tokenizer, required=required)
+    def finalize(
+        self, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None
+    ) -> Manifest | None:
+        """The manifest, uploaded once every unit is committed at the URL; None (or, if ``required``, an error).
+
+        ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+        """
+        dealt = (first, num_nodes)
+        return _finalize(self.target, self.staging, self.plan, tokenizer, required=required, dealt=dealt)
 
 
 def _listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
@@ -199,12 +205,26 @@ def _fetch(target: RemoteTarget, obj: ObjectInfo, path: Path) -> bytes:
     return data
 
 
+_PLAN_HINT = (
+    "Every node must run the same command on the same inputs: restore a changed input, or write into another "
+    "--output-dir prefix (or delete this prefix and rerun every node) to start afresh"
+)
+
+
 def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed: dict[str, ObjectInfo]) -> None:
     """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
     local_plan = staging / PLAN_NAME
     if PLAN_NAME in listed:  # even over a staged one: the prefix may have been emptied and reused by another run
         _fetch(target, listed[PLAN_NAME], local_plan)
-    establish_plan(staging, plan)  # a different recorded plan is a ResumeMismatchError naming what differs
+    try:
+        establish_plan(staging, plan)  # a different recorded plan is a ResumeMismatchError naming what differs
+    except ResumeMismatchError as error:  # named at the URL (the staged copy is this node's cache), no --overwrite
+        raise ResumeMismatchError(
+            f"{target.url}'s unit plan was made with other settings, tokenizer or inputs: "
+            + error.problem.split(": ", 1)[-1],
+            path=target.url.url(PLAN_NAME),
+            hint=_PLAN_HINT,
+        ) from None
     if PLAN_NAME in listed:
         return
     if helper.put_once(target.config, local_plan, PLAN_NAME, file_checksum(local_plan)):
@@ -217,7 +237,7 @@ def _establish_plan(target: RemoteTarget, staging: Path, plan: UnitPlan, listed:
             f"{target.url}'s unit plan was made with other settings, tokenizer or inputs: "
             + "; ".join(run_key_differences(theirs, plan.run_key)),
             path=target.url.url(PLAN_NAME),
-            hint="Every node must run the same command on the same inputs",
+            hint=_PLAN_HINT,
         )
     other.unlink(missing_ok=True)
 
@@ -280,7 +300,13 @@ def _missing(plan: UnitPlan, listed: dict[str, ObjectInfo]) -> list[int]:
 
 
 def _finalize(
-    target: RemoteTarget, staging: Path, plan: UnitPlan, tokenizer: str, *, required: bool
+    target: RemoteTarget,
+    staging: Path,
+    plan: UnitPlan,
+    tokenizer: str,
+    *,
+    required: bool,
+    dealt: tuple[int, int | None] = (0, None),
 ) -> Manifest | None:
     """Upload the manifest once every unit is committed at the URL; None (or, if ``required``, an error) otherwise."""
     listed = _listing(target)
@@ -295,7 +321,7 @@ def _finalize(
             f"{len(missing)} of {len(plan.units)} units are not committed at {target.url} yet: {shown}"
             + (" ..." if len(missing) > 10 else ""),
             path=str(target.url),
-            hint="Rerun the nodes that own them (unit u belongs to --node-rank u % --num-nodes), then --finalize",
+            hint=rerun_hint(missing, *dealt),
         )
     for unit in range(len(plan.units)):
         marker = done_path(staging, unit)

@@ -170,10 +170,11 @@ def run_tree(
         session = encode_tree(config, inputs, per_leaf, on_progress)
     manifests: list[Manifest] = []
     missing = total_units = 0
-    for targets in per_leaf:
+    for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
         for target in targets:
             out = target.config.output_dir
-            manifest = finalize(out, target.plan, inputs.tokenizer, required=config.finalize)
+            dealt = {"first": first, "num_nodes": config.num_nodes}
+            manifest = finalize(out, target.plan, inputs.tokenizer, required=config.finalize, **dealt)
             if manifest is None:
                 missing += len(missing_units(out, target.plan))
                 total_units += len(target.plan.units)

@@ -110,6 +110,17 @@ def node_units(config: TokenizeConfig, units: int, first: int = 0) -> list[int]:
     return [u for u in range(units) if (first + u) % num_nodes == config.node_rank]
 
 
+def rerun_hint(missing: list[int], first: int = 0, num_nodes: int | None = None) -> str:
+    """Which nodes to rerun for the ``missing`` units of a dataset whose units are dealt from ``first`` on."""
+    if num_nodes is not None and num_nodes > 1:
+        ranks = ", ".join(str(r) for r in sorted({(first + u) % num_nodes for u in missing}))
+        return f"Rerun --node-rank {ranks} of --num-nodes {num_nodes} (the nodes that own them), then --finalize"
+    owner = "u % --num-nodes"
+    if first:
+        owner = f"(u + {first}) % --num-nodes: a tree deals units across its leaves in order"
+    return f"Rerun the nodes that own them (unit u belongs to --node-rank {owner}), then --finalize"
+
+
 def pending_units(config: TokenizeConfig, plan: UnitPlan, first: int = 0) -> list[int]:
     """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
     mine = [u for u in node_units(config, len(plan.units), first) if not done_path(config.output_dir, u).exists()]

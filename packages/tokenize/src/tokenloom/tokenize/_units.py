@@ -58,7 +58,7 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_parts import cut_units
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units, rerun_hint
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
@@ -103,7 +103,7 @@ def run_units(
             session = encode_with_ray(config, inputs, plan, on_progress)
         else:
             session = encode_local(config, inputs, plan, on_progress)
-    manifest = finalize(out, plan, inputs.tokenizer, required=config.finalize)
+    manifest = finalize(out, plan, inputs.tokenizer, required=config.finalize, num_nodes=config.num_nodes)
     seconds = time.perf_counter() - started
     summary = summary_of(manifest, out, seconds) if manifest else _partial_summary(out, plan, session, seconds)
     summary.examples = session.examples
@@ -223,8 +223,13 @@ def missing_units(out: Path, plan: UnitPlan) -> list[int]:
     return [u for u in range(len(plan.units)) if not done_path(out, u).exists()]
 
 
-def finalize(out: Path, plan: UnitPlan, tokenizer: str, *, required: bool) -> Manifest | None:
-    """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise."""
+def finalize(
+    out: Path, plan: UnitPlan, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None
+) -> Manifest | None:
+    """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise.
+
+    ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+    """
     missing = missing_units(out, plan)
     if missing:
         if not required:
@@ -234,7 +239,7 @@ def finalize(out: Path, plan: UnitPlan, tokenizer: str, *, required: bool) -> Ma
             f"{len(missing)} of {len(plan.units)} units are not committed yet: {shown}"
             + (" ..." if len(missing) > 10 else ""),
             path=out,
-            hint="Rerun the nodes that own them (unit u belongs to --node-rank u % --num-nodes), then --finalize",
+            hint=rerun_hint(missing, first, num_nodes),
         )
     try:
         with output_lock(out, what="--output-dir"):

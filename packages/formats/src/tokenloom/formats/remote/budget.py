@@ -103,6 +103,8 @@ def check_limit(limit: int, block_size: int, *, readers: int, lookahead_blocks: 
 
 
 _OWN_START: dict[int, int | None] = {}
+#: (pid, cache root) of the bounded caches this process reads: it counts among their readers while it lives
+_JOINED: set[tuple[int, Path]] = set()
 
 
 def _started(pid: int) -> int | None:
@@ -155,8 +157,22 @@ def publish_needs(root: Path, cursor: int, needs: Mapping[str, int], lookahead_b
 
 
 def withdraw_needs(root: Path) -> None:
+    """Take back this process's forecast. A process that joined the bounded cache still pins blocks while it
+    lives, so it keeps an empty record and still counts (its prefetcher closing does not end its reading)."""
+    if (os.getpid(), root) in _JOINED:
+        publish_needs(root, 0, {})
+        return
     with contextlib.suppress(FileNotFoundError):
         (_readers_dir(root) / f"{os.getpid()}.json").unlink()
+
+
+def _has_own_record(root: Path) -> bool:
+    """True when the record under this pid is this process's (not one left by an earlier process of that pid)."""
+    try:
+        record = orjson.loads((_readers_dir(root) / f"{os.getpid()}.json").read_bytes())
+        return record["started"] == _started(os.getpid())
+    except (FileNotFoundError, orjson.JSONDecodeError, KeyError, TypeError):
+        return False
 
 
 def _records(root: Path) -> Iterator[dict]:
@@ -343,9 +359,6 @@ def reserve(root: Path, final: Path, size: int, limit: int, block_size: int | No
         time.sleep(0.05)
 
 
-_JOINED: set[tuple[int, Path]] = set()
-
-
 def join(root: Path, limit: int, block_size: int) -> None:
     """Count this process among the readers of the bounded cache at ``root``, once per process, and check the floor.
 
@@ -356,7 +369,7 @@ def join(root: Path, limit: int, block_size: int) -> None:
     key = (os.getpid(), root)
     if key in _JOINED:
         return
-    if not (_readers_dir(root) / f"{os.getpid()}.json").exists():
+    if not _has_own_record(root):
         publish_needs(root, 0, {})
     try:
         with node_lock(root):

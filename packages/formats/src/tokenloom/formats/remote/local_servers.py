@@ -70,6 +70,7 @@ class SeaweedS3:
     """One ``weed mini`` on 127.0.0.1: ``endpoint``, ``bucket``, ``env`` (credentials) and ``storage_options``."""
 
     def __init__(self, root: Path) -> None:
+        root = root.absolute()  # the server runs in root: a relative -dir would land in root/root/data
         binary = weed_binary()
         if binary is None:
             raise FileNotFoundError(
