@@ -441,12 +441,13 @@ def _tracked_files(repo: Path) -> list[Path]:
             ["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True, timeout=60
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return [p.relative_to(repo) for p in repo.rglob("*") if p.is_file() and not _hidden(p.relative_to(repo))]
+        return [p.relative_to(repo) for p in repo.rglob("*") if p.is_file() and not _generated(p.relative_to(repo))]
     return [Path(name) for name in out.decode().split("\0") if name]
 
 
-def _hidden(relative: Path) -> bool:
-    return any(part.startswith(".") for part in relative.parts[:-1])
+def _generated(relative: Path) -> bool:
+    """Outside git: what a checkout would not track (dot-directories, bytecode caches)."""
+    return any(part.startswith(".") or part == "__pycache__" for part in relative.parts[:-1])
 
 
 def check_machine_specific(repo: Path) -> list[Violation]:

@@ -227,6 +227,10 @@ def test_a_tracked_wheel_and_a_machine_path_are_caught(repo: Path) -> None:
     assert any("README.md:3" in v and "'/work/'" in v for v in found), found
     assert len(found) == 2, found  # one violation per line: /root/ on the same line is not a second one
     assert repo_checks.check_machine_specific(repo / "packages" / "upper") == []
+    cache = repo / "packages" / "upper" / "src" / "tokenloom" / "upper" / "__pycache__"
+    cache.mkdir()
+    (cache / "use.cpython-311.pyc").write_bytes(b"\x00")  # what importing it writes: not tracked, not reported
+    assert repo_checks.check_machine_specific(repo / "packages" / "upper") == []
 
 
 def test_this_repo_tracks_nothing_machine_specific() -> None:
