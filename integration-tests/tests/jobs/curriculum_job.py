@@ -74,6 +74,7 @@ def main() -> int:
             dataset.load_state_dict(saved["curriculum"])  # a state at a halt halts again here, at once
             sampler.load_state_dict(saved["sampler"])
             start_step = int(saved["sampler"]["consumed"]) // (world * args.batch_size)
+        dist.barrier()  # every rank has read the saved state before rank 0 may overwrite it
         if rank == 0:
             write_run_status(args.run_dir, "running", after_halt=args.after_halt, world=world)
         loader = StatefulDataLoader(

@@ -73,6 +73,10 @@ def main() -> None:
     )
     if args.resume:
         sampler.load_state_dict(orjson.loads(Path(args.checkpoint).read_bytes()))
+    # Every rank has read the saved state before any rank may overwrite it: without this barrier rank 0 could
+    # save its first checkpoint into the same file before a slower rank has read the old one (seen in CI:
+    # rank 1 resumed from rank 0's new state, 8 samples late). A real training step's all-reduce does the same.
+    dist.barrier()
     loader = StatefulDataLoader(
         dataset,
         sampler=sampler,

@@ -53,6 +53,7 @@ def main() -> None:
     loader = StatefulDataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers, timeout=120)
     if args.resume == "same":
         loader.load_state_dict(load_rank_states(args.state_dir, world)[rank])
+    dist.barrier()  # every rank has read the saved states before any rank may overwrite its own
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / f"rank{rank}.jsonl", "ab")  # noqa: SIM115 - open for the job's life
