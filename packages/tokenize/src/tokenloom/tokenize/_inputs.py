@@ -18,9 +18,11 @@ import io
 import os
 import stat
 import zlib
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -251,56 +253,99 @@ def _truncated(kind: InputKind, line: int, offset: int, detail: str) -> Issue:
     return Issue(line, issue_kind, message, offset)
 
 
+#: Bytes read from a stream at a time: lines are cut out of each block by one ``bytes.split`` (a per-line
+#: ``readline`` held the GIL for a fifth of a threaded run, docs/benchmarks.md #24).
+READ_BLOCK = 1 << 20
+
+#: What the line reader yields: (lines, raw byte counts, None) for a run of good lines, or
+#: ([None], [raw byte count], issue) for one rejected line or a file-level issue.
+Batch = tuple[list[bytes | None], list[int], "Issue | None"]
+
+
+def _good_lines(lines: list[bytes], line_number: int, max_line_bytes: int, crlf: bool) -> Iterator[Batch]:
+    """Complete lines (each still with a trailing \r, if any) -> batches; ``line_number`` is the first's."""
+    sizes = [len(line) + 1 for line in lines]
+    if crlf:
+        lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    if max(sizes) - 1 <= max_line_bytes:
+        yield lines, sizes, None  # type: ignore[misc]
+        return
+    start = 0  # a line over the cap: the good runs around it, and it as an issue, in order
+    for i, size in enumerate(sizes):
+        if size - 1 > max_line_bytes:
+            if i > start:
+                yield lines[start:i], sizes[start:i], None  # type: ignore[misc]
+            yield [None], [size], _too_long(line_number + i, size, max_line_bytes)
+            start = i + 1
+    if start < len(lines):
+        yield lines[start:], sizes[start:], None  # type: ignore[misc]
+
+
 def _read_lines(
     path: Path, kind: InputKind, max_line_bytes: int, opened: list[_Tell], part: ByteRange | None = None
-) -> Iterator[tuple[bytes | None, Issue | None, int]]:
-    """(line or None, issue or None, raw byte count) for each line of one file.
+) -> Iterator[Batch]:
+    """The lines of one file in batches (see :data:`Batch`), read a block at a time.
 
-    A last line without a newline is held back until the end of the stream is
-    confirmed, so a truncated gzip or zstd file is reported as such, not as a broken record.
+    A line is its bytes without the newline (and without the \r of a \r\n); its raw byte count includes
+    them. A line over ``max_line_bytes`` is never held whole: it becomes a LINE_TOO_LONG issue. A last line
+    without a newline is held back until the end of the stream is confirmed, so a truncated gzip or zstd
+    file is reported as such, not as a broken record.
     """
-    line_number = 0
-    pending: tuple[bytes | None, Issue | None, int] | None = None
+    line_number = 0  # lines yielded so far
     if part is None:
         handle, raw = open_stream(path, kind)
     else:  # a sub-file unit of a plain jsonl file (line-aligned ends: no line crosses them)
         raw = RangeReader(path, part.start, part.stop)
-        handle = io.BufferedReader(raw, 1 << 20)
+        handle = io.BufferedReader(raw, READ_BLOCK)
     opened.append(raw)
     broken: Issue | None = None
+    tail: list[bytes] = []  # the start of a line whose newline is not read yet
+    tail_bytes = 0
+    skipping = -1  # >= 0: the bytes so far of a line over the cap, being skipped to its newline
     with handle, raw:
         try:
             while True:
-                raw_line = handle.readline(max_line_bytes + 1)
-                if not raw_line:
+                block = handle.read1(READ_BLOCK)  # one read of the stream: the lines before a fault are kept
+                if not block:
                     break
-                if pending is not None:
-                    yield pending
-                    pending = None
-                line_number += 1
-                size = len(raw_line)
-                if size > max_line_bytes and not (size == max_line_bytes + 1 and raw_line.endswith(b"\n")):
-                    while not raw_line.endswith(b"\n"):
-                        raw_line = handle.readline(1 << 20)
-                        if not raw_line:
-                            break
-                        size += len(raw_line)
-                    yield None, _too_long(line_number, size, max_line_bytes), size
-                    continue
-                if raw_line.endswith(b"\n"):
-                    yield raw_line[:-2] if raw_line.endswith(b"\r\n") else raw_line[:-1], None, size
-                else:
-                    pending = (raw_line, None, size)
+                if skipping >= 0:
+                    newline = block.find(b"\n")
+                    if newline < 0:
+                        skipping += len(block)
+                        continue
+                    line_number += 1
+                    size = skipping + newline + 1
+                    yield [None], [size], _too_long(line_number, size, max_line_bytes)
+                    skipping = -1
+                    block = block[newline + 1 :]
+                lines = block.split(b"\n")
+                rest = lines.pop()  # after the last newline: the start of the next line
+                if lines:
+                    if tail:
+                        tail.append(lines[0])
+                        lines[0] = b"".join(tail)
+                        tail, tail_bytes = [], 0
+                    crlf = b"\r" in block or lines[0].endswith(b"\r")  # (the \r of a \r\n may end the last block)
+                    yield from _good_lines(lines, line_number + 1, max_line_bytes, crlf)
+                    line_number += len(lines)
+                if rest:
+                    tail.append(rest)
+                    tail_bytes += len(rest)
+                    if tail_bytes > max_line_bytes:
+                        skipping, tail, tail_bytes = tail_bytes, [], 0
         except (EOFError, gzip.BadGzipFile, zlib.error, StreamError) as exc:
-            line = line_number if pending is not None else line_number + 1
-            broken = _truncated(kind, line, raw.tell(), str(exc))
+            broken = _truncated(kind, line_number + 1, raw.tell(), str(exc))
     if broken is not None:
-        yield None, broken, 0
+        yield [None], [0], broken
         return
-    if pending is not None:
-        yield pending
+    if skipping >= 0:  # a last line over the cap, without a newline
+        line_number += 1
+        yield [None], [skipping], _too_long(line_number, skipping, max_line_bytes)
+    elif tail:  # a last line without a newline, kept as it is (a trailing \r included)
+        line_number += 1
+        yield [b"".join(tail)], [tail_bytes], None
     if line_number == 0:
-        yield None, Issue(0, IssueKind.EMPTY_FILE, "the file holds no lines (an empty input file)"), 0
+        yield [None], [0], Issue(0, IssueKind.EMPTY_FILE, "the file holds no lines (an empty input file)")
 
 
 def _position(opened: list[_Tell], size: int) -> int:
@@ -385,20 +430,31 @@ def read_chunks(
         chunk = Chunk(index=index, file_index=file_index, path=info.shown, first_line=1)
         byte_range = part if isinstance(part, ByteRange) else None
         size_here = info.size if byte_range is None else byte_range.stop - byte_range.start
-        for line, issue, size in _read_lines(path, kind, max_line_bytes, opened, byte_range):
+        for lines, sizes, issue in _read_lines(path, kind, max_line_bytes, opened, byte_range):
             if issue is not None:
                 chunk.issues.append(issue)
-            if issue is None or issue.line > 0:
-                chunk.lines.append(line)
-            chunk.num_bytes += size
-            if len(chunk.lines) >= chunk_lines or chunk.num_bytes >= chunk_bytes:
-                now = _position(opened, size_here)
-                chunk.source_bytes, consumed = now - consumed, now
-                if index >= start_chunk:
-                    yield chunk
-                index += 1
-                next_line = chunk.first_line + len(chunk.lines)
-                chunk = Chunk(index=index, file_index=file_index, path=info.shown, first_line=next_line)
+                if issue.line == 0:  # a file-level issue holds no line
+                    lines = []
+            # A chunk ends after the line that brings it to chunk_lines lines or chunk_bytes bytes: cut the
+            # batch where that happens (the cumulative byte counts, searched), as a line-by-line loop would.
+            ends = list(accumulate(sizes))
+            taken, before, count = 0, 0, len(lines)
+            while taken < count:
+                byte_end = bisect_left(ends, before + chunk_bytes - chunk.num_bytes, taken)
+                take = min(byte_end + 1 - taken, chunk_lines - len(chunk.lines), count - taken)
+                chunk.lines.extend(lines[taken : taken + take])
+                taken += take
+                chunk.num_bytes += ends[taken - 1] - before
+                before = ends[taken - 1]
+                if len(chunk.lines) >= chunk_lines or chunk.num_bytes >= chunk_bytes:
+                    # a plain file's bytes are its lines' (exact); a compressed one's, where its reader is
+                    now = consumed + chunk.num_bytes if kind is InputKind.JSONL else _position(opened, size_here)
+                    chunk.source_bytes, consumed = now - consumed, now
+                    if index >= start_chunk:
+                        yield chunk
+                    index += 1
+                    next_line = chunk.first_line + len(chunk.lines)
+                    chunk = Chunk(index=index, file_index=file_index, path=info.shown, first_line=next_line)
         if chunk.lines or chunk.issues:
             chunk.source_bytes = size_here - consumed
             if index >= start_chunk:

@@ -330,7 +330,8 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
         if short_texts:
             texts = [texts[i] for i in kept]
             text_lines = [text_lines[i] for i in kept]
-    parsed, parsed_cpu = time.perf_counter(), time.process_time()
+    profiling = _profile.enabled()  # TOKENLOOM_PROFILE=DIR: where this worker's time goes
+    parsed, parsed_cpu = time.perf_counter(), time.process_time() if profiling else 0.0
     if texts:
         try:
             flat, offsets = (encoder if encoder is not None else _encoder(settings)).encode_flat(texts)
@@ -349,7 +350,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
     else:
         doc_lengths = np.zeros(0, dtype=np.int64)
         flat = np.zeros(0, dtype=np.uint32)
-    encoded, encoded_cpu = time.perf_counter(), time.process_time()
+    encoded, encoded_cpu = time.perf_counter(), time.process_time() if profiling else 0.0
     max_token_id = int(flat.max()) if len(flat) else -1
     if max_token_id >= settings.vocab_size:
         first_bad = int(np.argmax(flat >= settings.vocab_size))
@@ -405,7 +406,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
             "truncated": entries.truncated_documents + val_truncated,
         }
         dropped = {kind: count for kind, count in counts.items() if count}
-    if _profile.enabled():  # TOKENLOOM_PROFILE=DIR: where this worker's time goes
+    if profiling:
         _profile.add("parse", parsed - started)
         _profile.add("encode", encoded - parsed)
         _profile.add("encode_cpu", encoded_cpu - parsed_cpu)
