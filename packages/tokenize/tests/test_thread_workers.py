@@ -142,3 +142,38 @@ def test_every_run_encodes_with_the_one_encoder_it_probed(
     _run(corpus, tmp_path / "out", num_workers=num_workers, **options)
     name = "val/manifest.json" if layout == "val-split" else "manifest.json"
     assert orjson.loads((tmp_path / "out" / name).read_bytes())["metadata"]["tokenize"]["engine"]["name"] == "fast"
+
+
+_THREADS_SCRIPT = """
+import json, os, sys
+from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
+tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=str(default_tokenizer_path()),
+                        num_workers=int(sys.argv[3]), engine="fast"))
+print(json.dumps({"env": os.environ.get("FASTOKENS_BPE_THREADS")}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("workers", "preset", "env"),
+    [(2, None, "1"), (1, None, None), (2, "3", "3")],
+)
+def test_encoding_threads_do_not_start_fastokens_threads_of_their_own(
+    tmp_path: Path, workers: int, preset: str | None, env: str | None
+) -> None:
+    """With two encoding threads fastokens runs each encode on the calling thread (FASTOKENS_BPE_THREADS=1,
+    read at its first encode); one encoding thread keeps fastokens' default, and a value the user set is kept."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = _real_corpus(tmp_path / "in")
+    environ = {k: v for k, v in os.environ.items() if k != "FASTOKENS_BPE_THREADS"}
+    if preset is not None:
+        environ["FASTOKENS_BPE_THREADS"] = preset
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS_SCRIPT, str(corpus), str(tmp_path / "out"), str(workers)],
+        capture_output=True, text=True, timeout=300, env=environ, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = orjson.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["env"] == env

@@ -97,6 +97,11 @@ PROBE_INPUT_CHARS = 128 << 10
 #: one process keeps about 2-3 cores busy; more workers than this run as processes. An estimate from
 #: a 2-core machine, not measured on more cores.
 THREAD_WORKERS_MAX = 4
+#: With more than one encoding thread, each encodes its own chunk on its own thread: fastokens' own
+#: worker threads (one more per encode by default) would only contend for the same cores, and each keeps
+#: per-thread memory that grows with the input before it levels off (110 -> 660 MB of input here: peak RSS
+#: 245 -> 291 MiB with them, 211 -> 236 MiB without, at the same speed; docs/benchmarks.md #24).
+FASTOKENS_THREADS_ENV = "FASTOKENS_BPE_THREADS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +224,8 @@ def start_encoding(
         if threads and serialized is not None and wants_fast(backend, engine):
             # fastokens builds on a thread of the pool (without the GIL) while this one reads the probe's sample
             remove_stale_handoffs(Path(tempfile.gettempdir()))  # as a run on worker processes does
+            if num_workers > 1:  # before fastokens' first encode, which starts its threads (unless the user chose)
+                os.environ.setdefault(FASTOKENS_THREADS_ENV, "1")
             executor = stack.enter_context(thread_pool(num_workers))
             fast = executor.submit(build_fast, serialized).result
         elif num_workers > 0 and not threads:
