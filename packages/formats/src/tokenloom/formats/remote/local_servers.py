@@ -34,6 +34,7 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "AZURITE_VERSION",
@@ -296,7 +297,7 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -313,6 +314,15 @@ class FaultProxy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a reader that stops early, an injected reset) is not an error
+    here: socketserver would print its traceback on stderr for each one."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            super().handle_error(request, client_address)
 
 
 class RangeHTTPServer:
@@ -372,7 +382,7 @@ class RangeHTTPServer:
                 if not head:
                     self.wfile.write(data[start:end])
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
