@@ -130,7 +130,8 @@ def test_sampler_over_s3_exactly_once_across_nodes_and_topologies(seaweed, node_
         cache = node_env(number)
         out = tmp_path / f"segment{number}"
         args = [*common, "--workers", str(workers), "--out", str(out), "--checkpoint", str(checkpoint)]
-        args += ["--resume"] if number else []
+        # ranks > 0 read the saved state 2 s late: the job must keep rank 0 from saving over it first
+        args += ["--resume", "--late-resume", "2"] if number else []
         last = number == len(TOPOLOGIES) - 1
         remaining_steps = (n - consumed) // (ranks * BATCH)
         step = 0 if last else int(rng.integers(1, max(2, remaining_steps // 2)))

@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--order", default="feistel")
     parser.add_argument("--block-samples", type=int, default=None)
     parser.add_argument("--window-blocks", type=int, default=None)
+    parser.add_argument("--late-resume", type=float, default=0.0, help="ranks > 0 read the state this late (s)")
     args = parser.parse_args()
     block = {"block_samples": args.block_samples, "window_blocks": args.window_blocks} if args.order == "block" else {}
 
@@ -72,6 +73,7 @@ def main() -> None:
         dataset, num_replicas=world, rank=rank, seed=SEED, pad=False, order=args.order, **block
     )
     if args.resume:
+        time.sleep(args.late_resume if rank else 0.0)  # a slow rank: rank 0 must not overwrite the file before
         sampler.load_state_dict(orjson.loads(Path(args.checkpoint).read_bytes()))
     # Every rank has read the saved state before any rank may overwrite it: without this barrier rank 0 could
     # save its first checkpoint into the same file before a slower rank has read the old one (seen in CI:

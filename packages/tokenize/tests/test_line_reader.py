@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 from pathlib import Path
 
 import pytest
 import zstandard
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tokenloom.tokenize import _inputs
 from tokenloom.tokenize._inputs import Issue, IssueKind, discover_inputs, read_chunks
+from tokenloom.tokenize._sniff import InputKind, _content_kind
 from tokenloom.tokenize._streams import StreamError, open_stream
 from tokenloom.tokenize._unit_parts import ByteRange, RangeReader
 
@@ -177,9 +179,9 @@ def check_ranges(tmp_path_factory, lines, cut, max_line_bytes):
     middle = starts[min(cut, len(starts) - 1)]  # a line start: units are cut there
     root = tmp_path_factory.mktemp("in")
     (root / "a.jsonl").write_bytes(data)
-    [info] = discover_inputs(root) if data else [None]
-    if info is None:
-        return
+    if not data or _content_kind(data[:8]) is not InputKind.JSONL:
+        return  # no file, or bytes the sniffer takes for another format (a named error: not this test's subject)
+    [info] = discover_inputs(root)
     for part in (ByteRange(0, middle), ByteRange(middle, len(data))):
         if part.stop == part.start:
             continue
@@ -217,3 +219,132 @@ def test_a_truncated_stream_names_the_line_after_the_last_whole_one(tmp_path: Pa
     whole = lines[:-1]
     assert lines[-1] is None and all(line == b'{"text": "%d"}' % i for i, line in enumerate(whole))
     assert issue.line == len(whole) + 1
+
+
+# Wider (from review): longer lines, many blocks, truncation anywhere, multi-member gzip and multi-frame zstd,
+# resume from any chunk, and the progress bytes (none negative, summing to the file; a plain file's exact).
+piece = st.one_of(
+    st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")),
+    st.sampled_from([b"", b"\r", b"\r\r", b'{"text": "a"}\r', b"x" * 40]),
+    st.integers(0, 300).map(lambda n: b"y" * n),
+    st.integers(0, 300).map(lambda n: b"z" * n + b"\r"),
+)
+
+
+def compress_members(kind, data, members):
+    if kind == "plain":
+        return data
+    cuts = sorted({0, len(data), *members})
+    parts = [data[a:b] for a, b in itertools.pairwise(cuts)] or [b""]
+    if kind == "gz":
+        return b"".join(gzip.compress(p, mtime=0) for p in parts)
+    return b"".join(zstandard.ZstdCompressor().compress(p) for p in parts)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    lines=st.lists(piece, max_size=60),
+    final_newline=st.booleans(),
+    compression=st.sampled_from(["plain", "gz", "zst"]),
+    members=st.lists(st.integers(0, 3000), max_size=3),
+    cut=st.one_of(st.none(), st.floats(0.05, 0.999)),
+    chunk_lines=st.integers(1, 12),
+    chunk_bytes=st.integers(1, 700),
+    max_line_bytes=st.integers(1, 320),
+    block=st.integers(1, 700),
+    start_chunk=st.integers(0, 8),
+)
+def test_resumes_progress_and_multi_member_streams_match_the_line_reader(
+    tmp_path_factory,
+    lines,
+    final_newline,
+    compression,
+    members,
+    cut,
+    chunk_lines,
+    chunk_bytes,
+    max_line_bytes,
+    block,
+    start_chunk,
+):
+    data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    blob = compress_members(compression, data, members)
+    if compression != "plain" and cut is not None:
+        blob = blob[: max(int(len(blob) * cut), 1)]
+    root = tmp_path_factory.mktemp("in")
+    name = {"plain": "a.jsonl", "gz": "a.jsonl.gz", "zst": "a.jsonl.zst"}[compression]
+    (root / name).write_bytes(blob)
+    try:
+        [info] = discover_inputs(root)
+    except Exception:
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_inputs, "READ_BLOCK", block)
+        kw = dict(chunk_lines=chunk_lines, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
+        full = list(read_chunks([info], **kw))
+        resumed = list(read_chunks([info], start_chunk=start_chunk, **kw))
+    want = reference_chunks(root / name, info.kind, chunk_lines, chunk_bytes, max_line_bytes)
+    assert comparable([(c.first_line, c.lines, c.issues, c.num_bytes) for c in full]) == comparable(want)
+
+    # resume: the same chunks from start_chunk on, source bytes included
+    def key(c):
+        return c.index, c.first_line, c.lines, [(i.line, i.kind) for i in c.issues], c.num_bytes, c.source_bytes
+
+    assert [key(c) for c in resumed] == [key(c) for c in full if c.index >= start_chunk]
+    # progress: every source byte is counted once, none negative
+    assert all(c.source_bytes >= 0 for c in full), [c.source_bytes for c in full]
+    assert sum(c.source_bytes for c in full) == len(blob)
+    if compression == "plain":
+        assert [c.source_bytes for c in full] == [c.num_bytes for c in full]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    lines=st.lists(piece, max_size=40),
+    cut=st.integers(0, 40),
+    block=st.integers(1, 400),
+    max_line_bytes=st.integers(1, 320),
+    chunk_lines=st.integers(1, 9),
+    chunk_bytes=st.integers(1, 400),
+)
+def test_byte_ranges_with_any_limits_match_the_line_reader(
+    tmp_path_factory, lines, cut, block, max_line_bytes, chunk_lines, chunk_bytes
+):
+    data = b"".join(line + b"\n" for line in lines)
+    if not data:
+        return
+    starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == 0x0A]
+    middle = starts[min(cut, len(starts) - 1)]
+    root = tmp_path_factory.mktemp("in")
+    (root / "a.jsonl").write_bytes(data)
+    if _content_kind(data[:8]) is not InputKind.JSONL:
+        return  # bytes the sniffer takes for another format (a named error: not this test's subject)
+    [info] = discover_inputs(root)
+    for part in (ByteRange(0, middle), ByteRange(middle, len(data))):
+        if part.stop == part.start:
+            continue
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_inputs, "READ_BLOCK", block)
+            got = list(
+                read_chunks(
+                    [info],
+                    chunk_lines=chunk_lines,
+                    chunk_bytes=chunk_bytes,
+                    max_line_bytes=max_line_bytes,
+                    parts=[part],
+                )
+            )
+        want = reference_chunks(root / "a.jsonl", info.kind, chunk_lines, chunk_bytes, max_line_bytes, part)
+        assert comparable([(c.first_line, c.lines, c.issues, c.num_bytes) for c in got]) == comparable(want)
+        assert sum(c.source_bytes for c in got) == part.stop - part.start
+
+
+def test_a_plain_file_that_grew_after_listing_never_counts_negative_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"text": "x"}\n' * 10)
+    [info] = discover_inputs(tmp_path)
+    with open(path, "ab") as handle:
+        handle.write(b'{"text": "y"}\n' * 10)
+    chunks = list(read_chunks([info], chunk_lines=3, chunk_bytes=1 << 30, max_line_bytes=1 << 20))
+    assert all(chunk.source_bytes >= 0 for chunk in chunks), [chunk.source_bytes for chunk in chunks]
+    assert sum(chunk.source_bytes for chunk in chunks) == info.size

@@ -147,9 +147,16 @@ def test_every_run_encodes_with_the_one_encoder_it_probed(
 _THREADS_SCRIPT = """
 import json, os, sys
 from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
+from tokenloom.tokenize import engine
+seen = set()
+real = engine.FastEncoder.encode_flat
+def spy(self, texts):  # what fastokens sees while it encodes
+    seen.add(os.environ.get("FASTOKENS_BPE_THREADS"))
+    return real(self, texts)
+engine.FastEncoder.encode_flat = spy
 tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=str(default_tokenizer_path()),
                         num_workers=int(sys.argv[3]), engine="fast"))
-print(json.dumps({"env": os.environ.get("FASTOKENS_BPE_THREADS")}))
+print(json.dumps({"env": sorted(seen, key=str)}))
 """
 
 
@@ -176,4 +183,33 @@ def test_encoding_threads_do_not_start_fastokens_threads_of_their_own(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     seen = orjson.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["env"] == env
+    assert seen["env"] == [env]
+
+
+_TWO_RUNS = """
+import os, sys
+from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
+seen = []
+for n, workers in enumerate((2, 1)):
+    tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2] + str(n),
+                            tokenizer=str(default_tokenizer_path()), num_workers=workers, engine="fast"))
+    seen.append(str(os.environ.get("FASTOKENS_BPE_THREADS")))
+print(" ".join(seen))
+"""
+
+
+def test_a_threaded_run_leaves_the_process_environment_as_it_found_it(tmp_path: Path) -> None:
+    """The setting is the run's, not the process's: gone after it, so a later 1-worker run (or any other
+    fastokens user, or a child process) keeps fastokens' default."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = _real_corpus(tmp_path / "in")
+    environ = {k: v for k, v in os.environ.items() if k != "FASTOKENS_BPE_THREADS"}
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_RUNS, str(corpus), str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, env=environ, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["None", "None"]

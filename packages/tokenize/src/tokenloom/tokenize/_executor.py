@@ -224,8 +224,9 @@ def start_encoding(
         if threads and serialized is not None and wants_fast(backend, engine):
             # fastokens builds on a thread of the pool (without the GIL) while this one reads the probe's sample
             remove_stale_handoffs(Path(tempfile.gettempdir()))  # as a run on worker processes does
-            if num_workers > 1:  # before fastokens' first encode, which starts its threads (unless the user chose)
-                os.environ.setdefault(FASTOKENS_THREADS_ENV, "1")
+            if num_workers > 1 and FASTOKENS_THREADS_ENV not in os.environ:  # (unless the user chose)
+                os.environ[FASTOKENS_THREADS_ENV] = "1"  # read when fastokens starts a thread: before the first encode
+                stack.callback(os.environ.pop, FASTOKENS_THREADS_ENV, None)  # the run's own setting, not the process's
             executor = stack.enter_context(thread_pool(num_workers))
             fast = executor.submit(build_fast, serialized).result
         elif num_workers > 0 and not threads:

@@ -448,7 +448,11 @@ def read_chunks(
                 before = ends[taken - 1]
                 if len(chunk.lines) >= chunk_lines or chunk.num_bytes >= chunk_bytes:
                     # a plain file's bytes are its lines' (exact); a compressed one's, where its reader is
-                    now = consumed + chunk.num_bytes if kind is InputKind.JSONL else _position(opened, size_here)
+                    now = (
+                        min(consumed + chunk.num_bytes, size_here)
+                        if kind is InputKind.JSONL
+                        else _position(opened, size_here)
+                    )
                     chunk.source_bytes, consumed = now - consumed, now
                     if index >= start_chunk:
                         yield chunk
@@ -456,7 +460,7 @@ def read_chunks(
                     next_line = chunk.first_line + len(chunk.lines)
                     chunk = Chunk(index=index, file_index=file_index, path=info.shown, first_line=next_line)
         if chunk.lines or chunk.issues:
-            chunk.source_bytes = size_here - consumed
+            chunk.source_bytes = max(size_here - consumed, 0)
             if index >= start_chunk:
                 yield chunk
             index += 1

@@ -7,7 +7,7 @@
               tokenizer's added tokens inside text, and ``probe_texts``)
         auto  fast when that holds, else hf; ``encoder.reason`` says why
     encoder.encode_flat(texts) -> (ids: uint32[total], offsets: int64[len(texts) + 1])
-        fast: every text whose xxh3 content hash falls in the ``verify_fraction`` (default 1/1000), and
+        fast: every text whose content key (:func:`_content_key`) falls in the ``verify_fraction`` (default 1/1000), and
         every text holding an added token's text (where the engines are known to part), is re-encoded
         with hf and compared; any difference raises EngineMismatchError
 
@@ -245,8 +245,8 @@ class FastEncoder(Encoder):
         return ids, offsets
 
     def selected(self, texts: Sequence[str]) -> list[int]:
-        """Indices of the texts this encoder re-checks: those whose xxh3-64 hash is below the threshold,
-        and (with any checking on) those that contain an added token's text."""
+        """Indices of the texts this encoder re-checks: those whose content key (:func:`_content_key`) is below
+        the threshold, and (with any checking on) those that contain an added token's text."""
         if not self._threshold:
             return []
         threshold = self._threshold

@@ -19,6 +19,7 @@ It prints ``export`` lines: ``AWS_ENDPOINT_URL``, the test credentials, ``AWS_RE
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import os
 import re
@@ -265,10 +266,13 @@ class FaultProxy:
                         request.add_header(name, value)
                 request.add_header("Host", self.headers["Host"])  # signed by the client: keep it
                 try:
-                    response = urllib.request.urlopen(request, timeout=30)
-                except urllib.error.HTTPError as error:
-                    response = error
-                payload = response.read()
+                    try:
+                        response = urllib.request.urlopen(request, timeout=30)
+                    except urllib.error.HTTPError as error:
+                        response = error
+                    payload = response.read()
+                except (ConnectionError, http.client.HTTPException) as error:  # the server's fault, not the client's
+                    raise UpstreamError(f"{self.command} {path} to {proxy.upstream}: {error!r}") from error
                 completed = (self.command == "PUT" and "partNumber=" not in query) or (
                     self.command == "POST" and "uploadId=" in query
                 )
@@ -316,9 +320,14 @@ class FaultProxy:
         self.server.server_close()
 
 
+class UpstreamError(RuntimeError):
+    """The server behind a FaultProxy failed (reset, closed, malformed answer): printed, never swallowed."""
+
+
 class _QuietServer(http.server.ThreadingHTTPServer):
     """A client that hangs up mid-answer (a reader that stops early, an injected reset) is not an error
-    here: socketserver would print its traceback on stderr for each one."""
+    here: socketserver would print its traceback on stderr for each one. A fault of the server behind a
+    proxy is an UpstreamError, printed as before."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
