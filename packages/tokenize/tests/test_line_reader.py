@@ -241,7 +241,11 @@ def compress_members(kind, data, members):
     return b"".join(zstandard.ZstdCompressor().compress(p) for p in parts)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 @given(
     lines=st.lists(piece, max_size=60),
     final_newline=st.booleans(),
@@ -298,7 +302,11 @@ def test_resumes_progress_and_multi_member_streams_match_the_line_reader(
         assert [c.source_bytes for c in full] == [c.num_bytes for c in full]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 @given(
     lines=st.lists(piece, max_size=40),
     cut=st.integers(0, 40),
