@@ -163,36 +163,6 @@ def check_file(tmp_path_factory, lines, final_newline, compression, truncate, ch
     assert comparable(got) == comparable(want)
 
 
-@settings(max_examples=60, deadline=None)
-@given(lines=lines_strategy, cut=st.integers(0, 30), block=st.integers(1, 40), max_line_bytes=st.integers(1, 60))
-def test_a_byte_range_reads_the_lines_the_line_reader_reads(
-    tmp_path_factory, lines, cut, block, max_line_bytes
-) -> None:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_inputs, "READ_BLOCK", block)
-        check_ranges(tmp_path_factory, lines, cut, max_line_bytes)
-
-
-def check_ranges(tmp_path_factory, lines, cut, max_line_bytes):
-    data = b"".join(line + b"\n" for line in lines)
-    starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == 0x0A]
-    middle = starts[min(cut, len(starts) - 1)]  # a line start: units are cut there
-    root = tmp_path_factory.mktemp("in")
-    (root / "a.jsonl").write_bytes(data)
-    if not data or _content_kind(data[:8]) is not InputKind.JSONL:
-        return  # no file, or bytes the sniffer takes for another format (a named error: not this test's subject)
-    [info] = discover_inputs(root)
-    for part in (ByteRange(0, middle), ByteRange(middle, len(data))):
-        if part.stop == part.start:
-            continue
-        got = [
-            (c.first_line, c.lines, c.issues, c.num_bytes)
-            for c in read_chunks([info], chunk_lines=3, chunk_bytes=50, max_line_bytes=max_line_bytes, parts=[part])
-        ]
-        want = reference_chunks(root / "a.jsonl", info.kind, 3, 50, max_line_bytes, part)
-        assert comparable(got) == comparable(want)
-
-
 def test_a_line_over_the_cap_across_many_blocks_is_skipped_not_held(tmp_path: Path, monkeypatch) -> None:
     """A 3 MB line with a 1 KB cap: one LINE_TOO_LONG issue with its full size, the lines around it kept."""
     monkeypatch.setattr(_inputs, "READ_BLOCK", 4096)
