@@ -1,12 +1,12 @@
 # pyright: reportMissingImports=false
-# (streaming lives only in the throwaway venv this script runs in)
+# (streaming lives only in the MosaicML venv this script runs in: _mosaic_env.py)
 """MosaicML streaming (MDS, local) through a DataLoader, with its own raw per-sample baseline.
 
-Runs in a throwaway environment, never the workspace (its pins would downgrade
-numpy / transformers / huggingface-hub for every package):
+Runs in the MosaicML venv of _mosaic_env.py, never the workspace (its pins would downgrade
+numpy / transformers / huggingface-hub for every package); PYTHON is that venv's python
+(``_mosaic_env.mosaic_python()``, which makes the venv if needed):
 
-    uv run --isolated --no-project --with mosaicml-streaming --with numpy \
-        python tools/bench/_peer_mosaic.py --tokens PATH --count N --batches B --repeats R --work DIR
+    PYTHON tools/bench/_peer_mosaic.py --tokens PATH --count N --batches B --repeats R --work DIR
 
 Writes the windows of the uint16 token file PATH as MDS (``ndarray:uint16:L+1``
 column), then alternates raw / MDS loaders (A/B per round, warm-up excluded)

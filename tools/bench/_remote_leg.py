@@ -1,9 +1,9 @@
 # pyright: reportMissingImports=false
-# (streaming lives only in the throwaway venv the mosaic leg runs in)
+# (streaming lives only in the MosaicML venv the mosaic leg runs in: _mosaic_env.py)
 """One contender of bench_remote_peers.py: write its format, or read it from S3 through a DataLoader.
 
 The same script serves the three contenders so that each is measured the same way; its imports are
-lazy, because the MosaicML leg runs in a throwaway venv that has neither tokenloom nor litdata:
+lazy, because the MosaicML leg runs in a venv (_mosaic_env.py) that has neither tokenloom nor litdata:
 
     python tools/bench/_remote_leg.py write-litdata --tokens T --count N --per-shard S --out DIR
     python tools/bench/_remote_leg.py write-mds --tokens T --count N --per-shard S --out DIR

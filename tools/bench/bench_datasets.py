@@ -14,8 +14,8 @@ How the figures are made robust on a shared, noisy machine:
   are ratios of medians measured in the same run.
 
 Peers: litdata (TokensLoader StreamingDataset) and megatron-core GPTDataset
-from the ``bench`` group, in process; MosaicML streaming (MDS) in a throwaway
-``uv run --isolated`` environment (it cannot join the workspace lock), which
+from the ``bench`` group, in process; MosaicML streaming (MDS) in a venv of its own
+(``_mosaic_env.py``: it cannot join the workspace lock; made once, kept between runs), which
 measures its own raw baseline A/B so that it is compared by ratio.
 """
 
@@ -45,6 +45,9 @@ from torch.utils.data import DataLoader, Dataset
 from tokenloom.datasets import MemoryMappedDataset, best_fit_decreasing, collate, interleave, length_binned_greedy
 from tokenloom.formats import Manifest, open_dataset
 from tokenloom.formats.io import FileEntry, describe_files, write_manifest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _mosaic_env import mosaic_python
 
 REPO = Path(__file__).resolve().parents[2]
 SEQ = 2048
@@ -244,16 +247,12 @@ def setup_megatron(tokens_path: Path, num_tokens: int, work: Path) -> Callable[[
 
 def mosaic_rates(tokens_path: Path, count: int, batches: int, rounds: int, work: Path) -> dict[str, Any]:
     """Raw and MDS rates measured A/B in an isolated environment, or why not."""
+    try:
+        python = mosaic_python()
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
     command = [
-        "uv",
-        "run",
-        "--isolated",
-        "--no-project",
-        "--with",
-        "mosaicml-streaming",
-        "--with",
-        "numpy",
-        "python",
+        python,
         str(Path(__file__).with_name("_peer_mosaic.py")),
         *("--tokens", str(tokens_path), "--count", str(count), "--batches", str(batches)),
         *("--repeats", str(rounds), "--work", str(work)),

@@ -14,10 +14,10 @@ streaming MDS shards (``ndarray:uint16:2049``). Every contender runs in its own 
 into an empty cache directory (cold), then again from that cache (warm); each batch is summed into an int64
 accumulator and the total must equal the corpus's token sum. MosaicML streaming is not in the workspace (its
 pins would downgrade numpy / transformers for every package), so its leg (MDS write and reads) runs in a
-throwaway venv (``uv venv`` + ``uv pip install mosaicml-streaming torch==<the workspace's> numpy``, linked
-from uv's cache, offline once cached). Each contender uses its own shuffled order: litdata and MosaicML
-``shuffle=True``, tokenloom ``ResumableDistributedSampler(order="block")`` with one shard per block of
-samples. Every pass runs in a fresh process (a second MosaicML StreamingDataset in one process stalls or
+venv of its own (``_mosaic_env.py``: ``uv venv`` + ``uv pip install mosaicml-streaming torch==<the workspace's>
+numpy``, linked from uv's cache, made once and kept between runs). Each contender uses its own shuffled order:
+litdata and MosaicML ``shuffle=True``, tokenloom ``ResumableDistributedSampler(order="block")`` with one shard
+per block of samples. Every pass runs in a fresh process (a second MosaicML StreamingDataset in one process stalls or
 misreads), the warm one reusing the cold one's cache directory.
 
 Last, tokenloom's time to first batch on a 10,000-shard native dataset on the same server (100 quick).
@@ -26,8 +26,6 @@ Last, tokenloom's time to first batch on a 10,000-shard native dataset on the sa
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.metadata
 import json
 import os
 import shutil
@@ -42,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _mosaic_env import mosaic_python
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "remote-peers.md"
@@ -61,40 +62,6 @@ PLAN = (("cold", 0.0), ("warm", 0.0), ("cold", LATENCY), ("warm", LATENCY))
 def log(message: str) -> None:
     sys.stderr.write(f"[bench_remote_peers {time.strftime('%H:%M:%S')}] {message}\n")
     sys.stderr.flush()
-
-
-MOSAIC_VENV: list[Path] = []  # set by run(): where the throwaway MosaicML environment goes
-
-
-@functools.cache
-def mosaic_python() -> str:
-    """A throwaway venv with mosaicml-streaming and the workspace's torch (linked from uv's cache), made once per run.
-
-    Not ``uv run --isolated`` per pass: that resolves and links the environment again each time (~25 s here).
-    """
-    venv = MOSAIC_VENV[0]
-    torch_version = importlib.metadata.version("torch").split("+")[0]
-    python = venv / "bin" / "python"
-    steps = [
-        ["uv", "venv", "-q", "--python", sys.executable, str(venv)],
-        [
-            "uv",
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(python),
-            "mosaicml-streaming",
-            f"torch=={torch_version}",
-            "numpy",
-        ],
-    ]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"no MosaicML environment ({' '.join(step[:3])}): {tail[:200]}")
-    return str(python)
 
 
 def leg_command(leg: str) -> list[str]:
@@ -233,8 +200,6 @@ def run(quick: bool, legs: tuple[str, ...] = LEGS, shards: int | None = None) ->
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-remote-peers-") as tmp_name:
         tmp = Path(tmp_name)
-        MOSAIC_VENV[:] = [tmp / "mosaic-venv"]
-        mosaic_python.cache_clear()
         rng = np.random.default_rng(20261125)
         tokens = rng.integers(1, 50_257, size=count * (SEQ + 1), dtype=np.uint16)
         expected = int(tokens.sum(dtype=np.int64))
@@ -353,7 +318,7 @@ def report(
         "accumulator; the sum is checked. Cold = empty cache directory; warm = the same pass again from the "
         f"cache the cold pass filled. Median of {rounds} round(s), contenders interleaved (order rotated per "
         "round). Time to first batch counts from before the dataset object is made (index fetch, worker "
-        "start-up, first fetches). MosaicML runs in a throwaway venv (mosaicml-streaming with the workspace's torch).",
+        "start-up, first fetches). MosaicML runs in a venv of its own (mosaicml-streaming with the workspace's torch).",
         "",
         "| contender | pass | added latency | samples/s | vs tokenloom | first batch s | GETs | fetched MiB "
         "| fetched / tokens |",

@@ -65,6 +65,31 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}){mem}, {system}, Python {platform.python_version()}"
 
 
+def trace_children() -> None:
+    """Log each child process of the benchmarks (its command and seconds) to stderr, for finding where a section's
+    time goes (``--trace``)."""
+    import subprocess
+
+    init, wait = subprocess.Popen.__init__, subprocess.Popen._wait  # type: ignore[attr-defined]
+
+    def traced_init(self, args, *rest, **kwargs):
+        self._bench_started = time.perf_counter()
+        init(self, args, *rest, **kwargs)
+
+    def traced_wait(self, timeout):
+        code = wait(self, timeout)
+        if code is not None and not getattr(self, "_bench_logged", False):
+            self._bench_logged = True
+            words = [str(w) for w in (self.args if isinstance(self.args, (list, tuple)) else [self.args])]
+            shown = " ".join(Path(w).name if w.startswith("/") else w[:60] for w in words)[:160]
+            seconds = time.perf_counter() - self._bench_started
+            sys.stderr.write(f"[trace {time.strftime('%H:%M:%S')} {seconds:6.1f} s] {shown}\n")
+        return code
+
+    subprocess.Popen.__init__ = traced_init  # type: ignore[method-assign]
+    subprocess.Popen._wait = traced_wait  # type: ignore[attr-defined]
+
+
 def load(name: str):
     path = HERE / f"bench_{name.replace('-', '_')}.py"
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
@@ -123,6 +148,9 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated subset of " + ",".join(ORDER))
     parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
     parser.add_argument(
+        "--trace", action="store_true", help="log every child process (command, seconds) to stderr, to find slow parts"
+    )
+    parser.add_argument(
         "--sync-readmes", action="store_true", help="only re-quote docs/benchmarks/<pkg>.md in the package READMEs"
     )
     parser.add_argument(
@@ -147,6 +175,8 @@ def main() -> int:
     # it) every process, ours and the peers' alike, compiles each imported module again (about 2 s more
     # per torch import here), which measures the environment, not the code.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    if args.trace:
+        trace_children()
     names = [n for n in ORDER if (HERE / f"bench_{n.replace('-', '_')}.py").exists()]
     if args.only:
         wanted = args.only.split(",")

@@ -89,14 +89,38 @@ def map_array(path: str | os.PathLike[str], dtype: np.dtype | str, byte_offset: 
 
     Pages are read on first touch; pickling sends the location (see :class:`MappedArray`).
     """
+    return map_arrays(path, [(dtype, byte_offset, count)])[0]
+
+
+def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
+    """A read-only map of the whole file at ``path`` (None if it is empty), for :func:`array_in`."""
+    with storage_errors(Path(path), "mapping an index"), open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def array_in(
+    mapped: mmap.mmap | None, path: str | os.PathLike[str], dtype: np.dtype | str, byte_offset: int, count: int
+) -> np.ndarray:
+    """The :func:`map_array` array of ``count`` items at ``byte_offset`` over ``mapped`` (:func:`map_file` of
+    ``path``): several arrays of one file share one open and one map."""
     dtype = np.dtype(dtype)
     if count == 0:
         return np.empty(0, dtype=dtype)
-    with storage_errors(Path(path), "mapping an index"), open(path, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    if mapped is None:
+        raise ValueError(f"{os.fspath(path)} is empty: no {count} items to map")
     array = np.frombuffer(mapped, dtype=dtype, count=count, offset=byte_offset).view(MappedArray)
     array._source = (os.fspath(path), dtype.str, byte_offset, count)
     return array
+
+
+def map_arrays(path: str | os.PathLike[str], specs: Sequence[tuple[np.dtype | str, int, int]]) -> list[np.ndarray]:
+    """:func:`map_array` for each ``(dtype, byte_offset, count)`` of ``specs``, over one map of ``path``."""
+    if all(count == 0 for _, _, count in specs):
+        return [np.empty(0, dtype=np.dtype(dtype)) for dtype, _, _ in specs]
+    mapped = map_file(path)
+    return [array_in(mapped, path, dtype, offset, count) for dtype, offset, count in specs]
 
 
 class _Zeros(np.ndarray):
@@ -166,22 +190,24 @@ def _cache_dir(explicit: str | None, xdg: str | None, home: str | None) -> Path:
     return Path(base) / "tokenloom" / _CACHE_VERSION
 
 
-def _key(sources: Sequence[Path], what: str) -> str:
+def _key(sources: Sequence[Path], what: str, infos: Sequence[os.stat_result] | None = None) -> str:
     """The sources' versions (device, inode, size, mtime, ctime: a file, whatever path or link names it) and
     ``what``. Not the resolved path: resolving cost a stat per path component of every shard (a third of
-    opening 1,000 local shards)."""
+    opening 1,000 local shards). ``infos``: the sources' stats (symlinks followed), when the caller has them."""
     digest = xxhash.xxh3_128(f"{_CACHE_VERSION}\0{what}\0".encode("utf-8", "surrogateescape"))
-    for source in sources:
-        info = os.stat(source)
+    for info in infos if infos is not None else [os.stat(source) for source in sources]:
         fields = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
         digest.update("\0".join(map(str, fields)).encode() + b"\n")
     return digest.hexdigest()
 
 
-def checked_before(sources: Sequence[Path], what: str) -> bool:
-    """Whether :func:`remember_checked` recorded ``what`` for these versions of ``sources``."""
+def checked_before(sources: Sequence[Path], what: str, infos: Sequence[os.stat_result] | None = None) -> bool:
+    """Whether :func:`remember_checked` recorded ``what`` for these versions of ``sources``.
+
+    ``infos``: the sources' current stats (symlinks followed), if the caller just took them (one stat fewer each).
+    """
     try:
-        return (index_cache_dir() / f"{_key(sources, what)}.ok").is_file()
+        return os.path.isfile(os.path.join(index_cache_dir(), f"{_key(sources, what, infos)}.ok"))
     except OSError:
         return False
 

@@ -158,19 +158,19 @@ class Manifest:
         for entry in self.files:
             path = root / entry.name
             try:
-                size = safe_stat(root, path).st_size
+                info = safe_stat(root, path)
             except MissingFileError:
                 if path.is_symlink():  # a dangling link: safe_stat's own message says so
                     raise
                 raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=path) from None
-            if size != entry.bytes:
+            if info.st_size != entry.bytes:
                 raise ChecksumError(
-                    f"{entry.name} has {size} bytes, the manifest recorded {entry.bytes}",
+                    f"{entry.name} has {info.st_size} bytes, the manifest recorded {entry.bytes}",
                     path=path,
                     field="bytes",
                 )
             on_bytes = stage.advance if stage is not None else None
-            if not deep and (entry.role != "index" or checked_before([path], f"xxh3_128 {entry.xxh3_128}")):
+            if not deep and (entry.role != "index" or checked_before([path], f"xxh3_128 {entry.xxh3_128}", [info])):
                 continue  # an index file whose checksum matched this version of it before is not read again
             if file_checksum(path, on_bytes=on_bytes) != entry.xxh3_128:
                 raise ChecksumError(

@@ -18,10 +18,11 @@ from tokenloom.formats.io.atomic import WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.index_map import (
     SCAN_CHUNK_ENTRIES,
+    array_in,
     checked_before,
     derived_index,
     iter_chunks,
-    map_array,
+    map_file,
     release_pages,
     remember_checked,
 )
@@ -61,14 +62,19 @@ def read_native_shard(
     """
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
-    if not os.path.lexists(idx_path):
-        raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
-    if not os.path.lexists(bin_path):
-        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
-    idx_bytes = safe_stat(root, idx_path).st_size
-    bin_size = safe_stat(root, bin_path).st_size
-    with open(idx_path, "rb") as handle:
-        head = handle.read(_HEADER.size)
+    try:
+        idx_info, bin_info = safe_stat(root, idx_path), safe_stat(root, bin_path)
+    except Exception:
+        # a missing partner is named first, whatever is wrong with the file that is there
+        if not os.path.lexists(idx_path):
+            raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path) from None
+        if not os.path.lexists(bin_path):
+            raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path) from None
+        raise
+    idx_bytes, bin_size = idx_info.st_size, bin_info.st_size
+    # one open and one map of the .idx serve its header and both arrays (opening 1,000 shards: 1,000 opens)
+    mapped = map_file(idx_path) if idx_bytes >= _HEADER.size else None
+    head = mapped[: _HEADER.size] if mapped is not None else idx_path.read_bytes()[: _HEADER.size]
     dtype, count = header(head, path=idx_path, file_size=idx_bytes)
     if dtype_hint is not None and dtype != dtype_hint:
         raise FormatError(
@@ -78,15 +84,15 @@ def read_native_shard(
             hint="All shards of one dataset (or bucket) need one dtype: convert or re-tokenize the odd ones",
         )
     # mapped, not read: a 10^9-entry index costs no RAM until entries are used
-    offsets = map_array(idx_path, "<i8", _HEADER.size, count + 1)
-    overlaps = map_array(idx_path, "<u2", _HEADER.size + 8 * (count + 1), count)
+    offsets = array_in(mapped, idx_path, "<i8", _HEADER.size, count + 1)
+    overlaps = array_in(mapped, idx_path, "<u2", _HEADER.size + 8 * (count + 1), count)
     if bin_size % dtype.itemsize:
         raise TruncatedError(
             f"data file has {bin_size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
             path=bin_path,
         )
     num_tokens = bin_size // dtype.itemsize
-    if recheck or not checked_before([idx_path, bin_path], _OFFSETS_CHECKED):
+    if recheck or not checked_before([idx_path, bin_path], _OFFSETS_CHECKED, [idx_info, bin_info]):
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
         remember_checked([idx_path, bin_path], _OFFSETS_CHECKED)
     elif offsets[-1] != num_tokens:  # cannot differ for the same file versions; cheap to be sure
