@@ -9,6 +9,9 @@ lazy, because the MosaicML leg runs in a venv (_mosaic_env.py) that has neither 
     python tools/bench/_remote_leg.py write-mds --tokens T --count N --per-shard S --out DIR
     python tools/bench/_remote_leg.py read --leg {tokenloom,litdata,mosaic} --url s3://... \
         --endpoint URL --count N --cache DIR --passes cold,warm,...
+    python tools/bench/_remote_leg.py serve --leg {tokenloom,litdata,mosaic}   # jobs as JSON lines on stdin
+
+``serve`` imports once and forks a child per job, each doing what ``read`` does (see :func:`serve`).
 
 ``read`` runs the passes in order: "cold" starts from an empty cache directory (CACHE/cache), "warm"
 rereads with what is there (bench_remote_peers.py runs one pass per process: MosaicML's
@@ -28,7 +31,9 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -172,17 +177,23 @@ def _mosaic(url: str, endpoint: str, cache: Path, count: int):
 READERS = {"tokenloom": _tokenloom, "litdata": _litdata, "mosaic": _mosaic}
 
 
-def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes: list[str], first_only: bool) -> None:
-    # imports before any clock starts, so that the first pass does not pay for them
+def _imports(leg: str) -> None:
+    """The leg's imports, before any clock starts (so that no pass pays for them)."""
     if leg == "mosaic":
-        from streaming.base.util import clean_stale_shared_memory
-
-        clean_stale_shared_memory()
+        import streaming.base.util  # noqa: F401
     elif leg == "litdata":
         import litdata  # noqa: F401
     else:
         import tokenloom.datasets
         import tokenloom.sampler  # noqa: F401
+
+
+def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes: list[str], first_only: bool) -> None:
+    _imports(leg)
+    if leg == "mosaic":
+        from streaming.base.util import clean_stale_shared_memory
+
+        clean_stale_shared_memory()
     cache = cache_root / "cache"
     for kind in passes:
         if kind == "cold":
@@ -212,11 +223,44 @@ def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes
         )
 
 
+def serve(leg: str) -> None:
+    """Import once, then fork a fresh child per job read from stdin: each pass in a process that never made a dataset.
+
+    A job is one JSON line (url, endpoint, count, cache, passes, first_only); the child speaks ``read``'s protocol
+    on the same stdin/stdout, and after it ends this process prints ``{"exit": code}``. Forking from here saves
+    each pass the interpreter start and imports (2-3 s each, 36 passes a run), which no pass's clock counted.
+    """
+    _imports(leg)
+    print(json.dumps({"serving": leg}), flush=True)
+    for line in sys.stdin:
+        job = json.loads(line)
+        # (native thread pools that imports start, e.g. OpenBLAS's, are idle: every fork-started DataLoader worker
+        # is forked with them too; a Python thread could hold a lock the child would then wait for forever)
+        if threading.active_count() != 1:
+            raise SystemExit("the server has started Python threads: forking it would not give a clean process")
+        pid = os.fork()
+        if pid == 0:  # the child: one job, then out without the parent's exit handlers
+            code = 0
+            try:
+                read(
+                    leg, job["url"], job["endpoint"], job["count"], Path(job["cache"]), job["passes"], job["first_only"]
+                )
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"exit": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["write-litdata", "write-mds", "read"])
+    parser.add_argument("mode", choices=["write-litdata", "write-mds", "read", "serve"])
     parser.add_argument("--tokens")
-    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--count", type=int)
     parser.add_argument("--per-shard", type=int)
     parser.add_argument("--out")
     parser.add_argument("--leg", choices=sorted(READERS))
@@ -230,6 +274,8 @@ def main() -> None:
         write_litdata(args.tokens, args.count, args.per_shard, args.out)
     elif args.mode == "write-mds":
         write_mds(args.tokens, args.count, args.per_shard, args.out)
+    elif args.mode == "serve":
+        serve(args.leg)
     else:
         read(args.leg, args.url, args.endpoint, args.count, Path(args.cache), args.passes.split(","), args.first_only)
 

@@ -187,7 +187,7 @@ def run(quick: bool) -> str:
     tokens = 10**10 if quick else 10**12
     phases = 10 if quick else 100
     megatron_samples = 10**6 if quick else 10**8
-    loader_samples = 800 if quick else 24000
+    loader_samples = 800 if quick else 12000
     lookups = 10**6 if quick else 10**7
     with tempfile.TemporaryDirectory() as work:
         _corpus(Path(work), loader_samples + 200)

@@ -18,7 +18,9 @@ venv of its own (``_mosaic_env.py``: ``uv venv`` + ``uv pip install mosaicml-str
 numpy``, linked from uv's cache, made once and kept between runs). Each contender uses its own shuffled order:
 litdata and MosaicML ``shuffle=True``, tokenloom ``ResumableDistributedSampler(order="block")`` with one shard
 per block of samples. Every pass runs in a fresh process (a second MosaicML StreamingDataset in one process stalls or
-misreads), the warm one reusing the cold one's cache directory.
+misreads), the warm one reusing the cold one's cache directory: a child forked from one server process per
+contender that has done the contender's imports and nothing else (``_remote_leg.py serve``), so that the 36 passes
+do not each pay an interpreter start and 2-3 s of imports (which no pass's clock counts).
 
 Last, tokenloom's time to first batch on a 10,000-shard native dataset on the same server (100 quick).
 """
@@ -26,9 +28,11 @@ Last, tokenloom's time to first batch on a 10,000-shard native dataset on the sa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -105,53 +109,88 @@ def write_peer(leg: str, tokens_path: Path, count: int, per_shard: int, out: Pat
     return None
 
 
+class LegServer:
+    """``_remote_leg.py serve`` for one leg: imported once, a forked fresh child per pass (see its docstring)."""
+
+    def __init__(self, leg: str, env: dict[str, str], work: Path) -> None:
+        self.leg = leg
+        work.mkdir(parents=True, exist_ok=True)
+        self.stderr = (work / f"{leg}-stderr.txt").open("w+")
+        self.process = subprocess.Popen(
+            [*leg_command(leg), "serve", "--leg", leg],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            env=env,
+            cwd=work,
+            start_new_session=True,  # a timeout kills the server and the child it forked
+        )
+        if self.process.stdin is None or self.process.stdout is None:
+            raise RuntimeError("no pipes to the leg")
+        self.stdin, self.stdout = self.process.stdin, self.process.stdout
+        line = self.stdout.readline()
+        if not line.startswith('{"serving"'):
+            raise RuntimeError(f"{leg} server did not start: {self.tail()}")
+
+    def tail(self, lines: int = 1) -> str:
+        self.stderr.seek(0)
+        return "\n".join((self.stderr.read().strip().splitlines() or ["no output"])[-lines:])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.stderr.close()
+
+
 def read_leg(
-    leg: str, url: str, proxy: Any, count: int, cache: Path, env: dict[str, str], plan: tuple, first_only: bool = False
+    server: LegServer, url: str, proxy: Any, count: int, cache: Path, plan: tuple, first_only: bool = False
 ) -> list[dict[str, Any]] | str:
-    """Run ``plan`` in one fresh process of ``leg``; per pass its JSON plus the proxy's GETs and bytes."""
-    command = [*leg_command(leg), "read", "--leg", leg, "--url", url, "--endpoint", proxy.url]
-    command += ["--count", str(count), "--cache", str(cache), "--passes", ",".join(kind for kind, _ in plan)]
-    command += ["--first-only"] if first_only else []
-    stderr = (cache / "stderr.txt").open("w+")
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=cache
-    )
-    timer = threading.Timer(900, process.kill)
+    """Run ``plan`` in one fresh (forked) process of ``server``'s leg; per pass its JSON plus the proxy's counts."""
+    job = {"url": url, "endpoint": proxy.url, "count": count, "cache": str(cache)}
+    job.update(passes=[kind for kind, _ in plan], first_only=first_only)
+    timer = threading.Timer(900, lambda: os.killpg(server.process.pid, signal.SIGKILL))
     timer.start()
-    if process.stdin is None or process.stdout is None:
-        raise RuntimeError("no pipes to the leg")
     results: list[dict[str, Any]] = []
+    exit_code: int | None = None
     try:
+        server.stdin.write(json.dumps(job) + "\n")
+        server.stdin.flush()
         for _kind, latency in plan:
-            line = process.stdout.readline()
+            line = server.stdout.readline()
             if not line.startswith('{"ready"'):
+                exit_code = json.loads(line)["exit"] if line.startswith('{"exit"') else None
                 break
             with proxy.lock:
                 proxy.latency_seconds = latency
                 proxy.gets.clear()
                 proxy.get_bytes.clear()
-            process.stdin.write("\n")
-            process.stdin.flush()
-            line = process.stdout.readline()
+            server.stdin.write("\n")
+            server.stdin.flush()
+            line = server.stdout.readline()
             if not line.startswith('{"pass"'):
+                exit_code = json.loads(line)["exit"] if line.startswith('{"exit"') else None
                 break
             result = json.loads(line)
             result.update(latency=latency, gets=sum(proxy.gets.values()), fetched=sum(proxy.get_bytes.values()))
             results.append(result)
-        process.stdin.close()
-        process.wait(timeout=120)
+        else:
+            line = server.stdout.readline()
+            exit_code = json.loads(line)["exit"] if line.startswith('{"exit"') else None
+    except (OSError, ValueError, KeyError) as error:  # the server is gone (a broken pipe) or spoke out of turn
+        log(f"{server.leg}: {type(error).__name__}: {error}")
     finally:
         timer.cancel()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
         proxy.latency_seconds = 0.0
-    stderr.seek(0)
-    lines = stderr.read().strip().splitlines() or ["no output"]
-    stderr.close()
-    if len(results) < len(plan):
-        log(f"{leg} failed:\n" + "\n".join(lines[-25:]))
-        return f"exit {process.returncode}: {lines[-1][:200]}"
+    if len(results) < len(plan) or exit_code != 0:
+        log(f"{server.leg} failed:\n" + server.tail(25))
+        return f"exit {exit_code}: {server.tail()[:200]}"
     return results
 
 
@@ -211,6 +250,7 @@ def run(quick: bool, legs: tuple[str, ...] = LEGS, shards: int | None = None) ->
         env = {**os.environ, **seaweed.env, "AWS_DEFAULT_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
         env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+        servers: dict[str, LegServer] = {}
         try:
             urls: dict[str, str] = {}
             errors: dict[str, str] = {}
@@ -229,6 +269,12 @@ def run(quick: bool, legs: tuple[str, ...] = LEGS, shards: int | None = None) ->
                 stored[leg] = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
                 urls[leg] = upload(seaweed, local, leg)
             results: dict[str, list[dict[str, Any]]] = {leg: [] for leg in urls}
+            for leg in urls:
+                try:
+                    servers[leg] = LegServer(leg, env, tmp / "servers")
+                except (OSError, RuntimeError) as error:
+                    errors[leg] = f"read failed: {error}"
+                    log(f"{leg}: {errors[leg]}")
             for number in range(rounds):
                 order = list(urls)[number % len(urls) :] + list(urls)[: number % len(urls)]
                 for leg in order:
@@ -239,7 +285,7 @@ def run(quick: bool, legs: tuple[str, ...] = LEGS, shards: int | None = None) ->
                     cache.mkdir(parents=True)
                     got: list[dict[str, Any]] = []
                     for step in PLAN:  # one fresh process per pass
-                        one = read_leg(leg, urls[leg], proxy, count, cache, env, (step,))
+                        one = read_leg(servers[leg], urls[leg], proxy, count, cache, (step,))
                         if isinstance(one, str):
                             errors[leg] = f"read failed: {one}"
                             log(f"{leg}: {errors[leg]}")
@@ -269,8 +315,12 @@ def run(quick: bool, legs: tuple[str, ...] = LEGS, shards: int | None = None) ->
                 log(f"{shards:,} shards: MemoryMappedDataset, first batch (one pass: it takes minutes)")
                 cache = tmp / "caches" / "many"
                 cache.mkdir(parents=True)
-                many = read_leg("tokenloom", many_url, proxy, shards, cache, env, (("cold", 0.0),), first_only=True)
+                if "tokenloom" in servers:
+                    plan = (("cold", 0.0),)
+                    many = read_leg(servers["tokenloom"], many_url, proxy, shards, cache, plan, first_only=True)
         finally:
+            for server in servers.values():
+                server.close()
             proxy.close()
             seaweed.stop()
     load_after = os.getloadavg()
@@ -313,7 +363,8 @@ def report(
         f"Data: {count:,} samples of {SEQ + 1:,} uint16 tokens ({_mib(used)} MiB of tokens, token sum "
         f"{expected:,}), {count // per_shard} shards of {per_shard:,} samples in each format, on one SeaweedFS S3 "
         "server on 127.0.0.1 behind a Python proxy that counts GETs and bytes (and adds 20 ms to every "
-        "request in the latency rows). Each contender in a fresh process: dataset made, "
+        "request in the latency rows). Each pass in a fresh process (forked from a server that did only the "
+        "contender's imports): dataset made, "
         "`DataLoader(batch_size=8, num_workers=2)` (fork), every sample read once and summed into an int64 "
         "accumulator; the sum is checked. Cold = empty cache directory; warm = the same pass again from the "
         f"cache the cold pass filled. Median of {rounds} round(s), contenders interleaved (order rotated per "
