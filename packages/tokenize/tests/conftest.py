@@ -157,7 +157,9 @@ def ray_head(ray_head_env: dict[str, str]) -> Iterator[str]:
             time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
+        # `ray start --block` alone: it stops its raylet and GCS itself (a few seconds); signalled with the whole
+        # group, it waits 30 s to drain a node whose processes are already gone
+        head.send_signal(signal.SIGTERM)
         try:
             head.wait(timeout=30)
         except subprocess.TimeoutExpired:
