@@ -5,7 +5,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import orjson
@@ -89,6 +96,79 @@ def jsonl_dir(tmp_path: Path) -> Callable[..., Path]:
         return root
 
     return make
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _session_pids(session: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def ray_head_env() -> dict[str, str]:
+    """Variables added to the Ray head's environment, and so its workers' (a module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def ray_head(ray_head_env: dict[str, str]) -> Iterator[str]:
+    """``ray start --head --block`` in its own session; stopped (the whole session) when the module ends.
+
+    A module that uses it imports ray first (``pytest.importorskip``), with ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0``.
+    """
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="tlray-")  # short: Ray's unix socket paths must stay under 108 bytes
+    command = [
+        str(Path(sys.executable).with_name("ray")),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp}",
+    ]
+    log = open(Path(temp) / "head.log", "wb")  # noqa: SIM115 - closed below
+    env = {**os.environ, **ray_head_env}
+    head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if head.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Ray head did not start: {(Path(temp) / 'head.log').read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        # `ray start --block` alone: it stops its raylet and GCS itself (a few seconds); signalled with the whole
+        # group, it waits 30 s to drain a node whose processes are already gone
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)
+        for pid in _session_pids(head.pid):  # workers the raylet started in the head's session
+            os.kill(pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(name="make_texts")

@@ -267,7 +267,7 @@ def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
     ("output", "options", "match"),
     [
         ("s3://b/ds", {"format": "megatron"}, "not supported yet"),
-        ("s3://b/ds", {"executor": "ray"}, "not supported yet"),
+        ("s3://b/ds", {"executor": "ray", "overwrite": True}, "Delete the output prefix"),
         ("s3://b/ds", {"layout": "tree", "overwrite": True}, "Delete the output prefix"),
         ("s3://b/ds", {"num_nodes": 2, "overwrite": True}, "Delete the output prefix"),
         ("https://host/ds", {}, "read-only"),

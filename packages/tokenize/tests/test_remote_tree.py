@@ -318,8 +318,8 @@ def test_bad_input_and_settings_are_the_local_named_errors_and_nothing_is_writte
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"layout": "tree", "executor": "ray"}, "not supported yet"),
-        ({"val_fraction": 0.1, "executor": "ray"}, "not supported yet"),
+        ({"layout": "tree", "executor": "ray"}, "--layout tree and --val-fraction do not run with --executor ray"),
+        ({"val_fraction": 0.1, "executor": "ray"}, "--layout tree and --val-fraction do not run with --executor ray"),
         ({"layout": "tree", "overwrite": True}, "Delete the output prefix"),
         ({"val_fraction": 0.1, "overwrite": True}, "Delete the output prefix"),
     ],

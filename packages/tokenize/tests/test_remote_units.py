@@ -147,8 +147,13 @@ def test_remote_input_refusals_are_named(seaweed, tiny_tokenizer, tmp_path, monk
         tokenize(_config("s3://no-such-bucket/raw", tmp_path / "out", tiny_tokenizer))
     with pytest.raises(ConfigError, match="cannot be listed"):
         _config("https://example.invalid/raw", tmp_path / "out", tiny_tokenizer)
-    with pytest.raises(ConfigError, match="--executor ray with an object-store --input-dir"):
-        _config(f"s3://{seaweed.bucket}/raw", tmp_path / "out", tiny_tokenizer, executor="ray")
+    bucket = f"s3://{seaweed.bucket}"
+    with pytest.raises(ConfigError, match="--overwrite with --num-nodes / --executor ray") as info:
+        _config(f"{bucket}/raw", f"{bucket}/out", tiny_tokenizer, executor="ray", overwrite=True)
+    assert info.value.field == "overwrite"
+    with pytest.raises(ConfigError, match="--layout tree and --val-fraction do not run with --executor ray") as info:
+        _config(f"{bucket}/raw", f"{bucket}/out", tiny_tokenizer, executor="ray", val_fraction=0.1)
+    assert info.value.field == "executor"
 
 
 def test_hash_inputs_with_an_input_prefix_is_refused_not_ignored(tiny_tokenizer, tmp_path):

@@ -1,4 +1,5 @@
-"""--executor ray on a real local Ray head (127.0.0.1, 2 CPUs), started once for the module and stopped at the end.
+"""--executor ray on a real local Ray head (127.0.0.1, 2 CPUs; the ``ray_head`` fixture of conftest), started once
+for the module and stopped at the end.
 
 Skipped only when ray cannot be imported (the tokenize tox env installs the ``ray`` extra, so CI runs it).
 """
@@ -6,14 +7,10 @@ Skipped only when ray cannot be imported (the tokenize tox env installs the ``ra
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -34,61 +31,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _session_pids(session: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] != "Z":
-                pids.append(int(entry.name))
-    return pids
-
-
-@pytest.fixture(scope="module")
-def ray_head() -> Iterator[str]:
-    """``ray start --head --block`` in its own session; stopped (the whole session) when the module ends."""
-    port = _free_port()
-    temp = tempfile.mkdtemp(prefix="tlray-")  # short: Ray's unix socket paths must stay under 108 bytes
-    command = [
-        str(Path(sys.executable).with_name("ray")),
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address=127.0.0.1",
-        f"--port={port}",
-        "--num-cpus=2",
-        "--include-dashboard=false",
-        "--disable-usage-stats",
-        f"--temp-dir={temp}",
-    ]
-    log = open(Path(temp) / "head.log", "wb")  # noqa: SIM115 - closed below
-    head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if head.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the Ray head did not start: {(Path(temp) / 'head.log').read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait(timeout=30)
-        for pid in _session_pids(head.pid):  # workers the raylet started in the head's session
-            os.kill(pid, signal.SIGKILL)
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _config(corpus: Path, out: Path, tokenizer: Path, **extra: object) -> TokenizeConfig:

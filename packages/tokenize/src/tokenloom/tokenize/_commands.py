@@ -230,7 +230,9 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     default=ExecutorKind.LOCAL.value,
     show_default=True,
     help="local: this process and its --num-workers pool. ray: every unit as a Ray task on the cluster at "
-    '--ray-address (pip install "tokenloom-tokenize[ray]"); the same output bytes.',
+    '--ray-address (pip install "tokenloom-tokenize[ray]"); the same output bytes. With an s3://, gs://, az:// '
+    "--input-dir or --output-dir, each task fetches its unit's input and uploads its unit from its own machine "
+    "(its TOKENLOOM_CACHE_DIR); --layout tree and --val-fraction do not run under ray yet.",
 )
 @click.option(
     "--layout",

@@ -166,7 +166,10 @@ class TokenizeConfig:
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
     """An object-store output: obstore's options (endpoint, credentials); None: the AWS_/GOOGLE_/AZURE_ variables."""
     cache_dir: Path | None = None
-    """An object-store output: where it is staged before upload; None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom."""
+    """An object-store output: where it is staged before upload; None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom.
+
+    Ray tasks (--executor ray) stage in their own machine's cache (the worker's ``TOKENLOOM_CACHE_DIR``, else the
+    default), never in this path of the driver's."""
     output_url: str | None = field(default=None, init=False)
     """Set from an object-store ``output_dir``: the URL the dataset is uploaded to."""
     input_url: str | None = field(default=None, init=False)
@@ -252,14 +255,6 @@ class TokenizeConfig:
                 field="input_dir",
                 hint="Put the inputs in s3://, gs:// or az:// (or a local directory)",
             )
-        if str(self.executor) == ExecutorKind.RAY.value:
-            raise ConfigError(
-                "--executor ray with an object-store --input-dir is not supported yet: the Ray tasks would fetch "
-                "into this machine's cache path on other machines",
-                field="executor",
-                hint="Run --num-nodes N --node-rank R on each machine (Slurm array), or copy the inputs to a "
-                "file system every Ray worker mounts",
-            )
         if self.hash_inputs:
             raise ConfigError(
                 "--hash-inputs identifies local input files by content; an object-store input is identified by "
@@ -273,13 +268,12 @@ class TokenizeConfig:
     def _remote_output(self) -> None:
         if self.format != "native":
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
-        if str(self.executor) != ExecutorKind.LOCAL.value:
-            refuse_remote_output(self.output_dir, "tokenize output of --executor ray runs")
         many = str(self.layout) == Layout.TREE.value or self.val_fraction > 0
-        if self.overwrite and (self.num_nodes is not None or self.finalize or many):
+        ray = str(self.executor) == ExecutorKind.RAY.value
+        if self.overwrite and (self.num_nodes is not None or self.finalize or many or ray):
             raise ConfigError(
-                "--overwrite with --num-nodes / --finalize / --layout tree / --val-fraction into object storage "
-                "would let one node delete what another is writing",
+                "--overwrite with --num-nodes / --executor ray / --finalize / --layout tree / --val-fraction into "
+                "object storage would let one node delete what another is writing",
                 field="overwrite",
                 hint="Delete the output prefix once, then run every node without --overwrite",
             )

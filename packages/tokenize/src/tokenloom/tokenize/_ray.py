@@ -6,27 +6,43 @@
         -> the driver waits for all, then finalizes (the manifest) as any node does
 
 A task writes exactly what the local pool writes for the unit, so the output is the
-same bytes. The cluster's workers must see --output-dir and the inputs at the same paths.
+same bytes. The cluster's workers must see the tokenizer, and a local --output-dir and
+local inputs, at the same paths as the driver.
+
+Object storage (s3://, gs://, az://) is reached from each task's own machine, never through the driver's paths:
+
+    an input prefix: the task fetches its unit's input object into this machine's cache
+        (TOKENLOOM_CACHE_DIR/inputs/ of the worker's environment, or the default cache directory)
+    an output prefix: the task stages its unit in this machine's cache (.../uploads/), uploads its shards,
+        then its done marker (an atomic create), and removes the staged copy; the driver established the
+        plan at the URL before, skipped the units committed there, and writes the manifest last
+        (_remote_units)
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import shutil
 import socket
 from typing import Any
 from urllib.parse import urlsplit
 
 from tokenloom.formats import ConfigError
 from tokenloom.formats.io import require
+from tokenloom.formats.io.urls import parse_url
+from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
 from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._remote_inputs import input_staging_dir
 from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import ProgressCallback
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
 from tokenloom.tokenize._unit_parts import UnitSource
+from tokenloom.tokenize._unit_upload import local_config, upload_unit
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
@@ -91,7 +107,39 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> N
 def run_unit_task(
     config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
 ) -> dict[str, Any]:
-    """One unit, encoded in this (Ray worker) process and committed; plain data back to the driver."""
+    """One unit, encoded in this (Ray worker) process and committed; plain data back to the driver.
+
+    Object storage is reached from this machine: see the module docstring.
+    """
+    source = _inputs_here(config, source)
+    if config.output_url is None:
+        return _write_unit(config, unit, source, settings, facts, plan)
+    url = parse_url(config.output_url)
+    # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
+    staging = staging_dir(url, {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
+    shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
+    staging.mkdir(parents=True)
+    try:
+        outcome = _write_unit(local_config(config, staging), unit, source, settings, facts, plan)
+        upload_unit(RemoteTarget(url, config.storage_options), staging, unit)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return outcome
+
+
+def _inputs_here(config: TokenizeConfig, source: UnitSource) -> UnitSource:
+    """``source`` with an object-store input staged under this machine's cache, not the driver's ``input_dir``."""
+    if source.file.url is None or config.input_url is None:
+        return source
+    relative = source.file.path.relative_to(config.input_dir)  # <hash of ETag>/<key under the prefix>
+    file = dataclasses.replace(source.file, path=input_staging_dir(config.input_url, None) / relative)
+    return dataclasses.replace(source, file=file)
+
+
+def _write_unit(
+    config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
+) -> dict[str, Any]:
+    """Encode ``source`` in this process and commit it as unit ``unit`` in ``config.output_dir``."""
     writer = UnitWriter(config, unit, source, facts, plan)
     tokens = 0
     reader = read_chunks(
@@ -115,13 +163,22 @@ def run_unit_task(
 
 
 def encode_with_ray(
-    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
+    config: TokenizeConfig,
+    inputs: RunInputs,
+    plan: UnitPlan,
+    on_progress: ProgressCallback | None,
+    *,
+    units: list[int] | None = None,
 ) -> Session:
-    """Run every uncommitted unit of ``plan`` as a Ray task; see the module docstring."""
+    """Run every uncommitted unit of ``plan`` as a Ray task; see the module docstring.
+
+    ``units``: the uncommitted units, when the caller knows them (an object-store output: those without a done
+    marker at the URL); None: those without a done marker in ``config.output_dir``.
+    """
     ray = import_ray()
     address = _address(config)
     session = Session()
-    pending = pending_units(config, plan)
+    pending = pending_units(config, plan) if units is None else units
     if not pending:
         return session
     check_reachable(address)

@@ -27,10 +27,11 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._remote_units import RemoteDataset, UnitUploads, local_config
+from tokenloom.tokenize._remote_units import RemoteDataset, UnitUploads
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import TreeDataset, encode_tree, first_units, tree_datasets, tree_summary
 from tokenloom.tokenize._unit_files import done_path
+from tokenloom.tokenize._unit_upload import local_config
 from tokenloom.tokenize._unit_work import Session, node_units
 from tokenloom.tokenize._units import prepare_units_dir
 

@@ -7,6 +7,8 @@
       -> a thread uploads each committed unit: its shards, then its done marker (an atomic create)
     every node at the end (or ``--finalize``): when every unit's done marker is at the URL, the done markers are
       fetched, the manifest is built from them (shard sizes checked against the listing) and uploaded last
+    --executor ray: the driver establishes the plan and skips committed units as a node does; each other unit is a
+      Ray task that stages, uploads and commits it on its own machine (_ray); the driver then finalizes
 
 A unit's bytes depend only on its input and the settings, so two nodes that both upload a unit put identical
 objects, and two finalizers put identical manifests. A reader sees no dataset until the manifest lands.
@@ -16,7 +18,6 @@ dataset of a --layout tree / --val-fraction run.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import time
@@ -31,10 +32,11 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import helper
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
-from tokenloom.tokenize._config import TokenizeConfig
+from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._remote_output import UploadPoller
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
@@ -44,12 +46,12 @@ from tokenloom.tokenize._unit_files import (
     establish_plan,
     is_unit_file,
     read_done,
-    unit_stem,
 )
+from tokenloom.tokenize._unit_upload import local_config, upload_unit
 from tokenloom.tokenize._unit_work import Session, rerun_hint
 from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
 
-__all__ = ["RemoteDataset", "UnitUploads", "local_config", "run_units_to_url"]
+__all__ = ["RemoteDataset", "UnitUploads", "run_units_to_url"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -74,12 +76,18 @@ def run_units_to_url(
         summary.already_complete = True
         return summary
     dataset.check_foreign()
+    ray = config.executor is ExecutorKind.RAY and not config.finalize
+    if ray:
+        preflight(config)  # an unreachable cluster fails before anything is put at the URL
     staging.parent.mkdir(parents=True, exist_ok=True)
     local = local_config(config, staging)
     prepare_units_dir(local)
     dataset.establish_plan()
     session = Session()
-    if not config.finalize:
+    if ray:  # each task stages, uploads and commits its unit on its own machine
+        pending = [u for u in range(len(plan.units)) if done_path(staging, u).name not in dataset.listed]
+        session = encode_with_ray(config, inputs, plan, on_progress, units=pending)
+    elif not config.finalize:
         mine = [u for u in range(len(plan.units)) if u % num_nodes == config.node_rank]
         dataset.sync_markers(mine)
         uploads = UnitUploads([[(dataset, unit)] for unit in mine])
@@ -103,11 +111,6 @@ def run_units_to_url(
     summary.bytes_read = session.bytes_read
     summary.units_committed = session.units
     return summary
-
-
-def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
-    """The run's config writing into the local ``staging`` directory (the URL's copy on this node)."""
-    return dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
 
 
 class RemoteDataset:
@@ -265,25 +268,11 @@ class UnitUploads(UploadPoller):
     def _upload_committed(self) -> None:
         for group in list(self.pending):
             while group and done_path(group[0][0].staging, group[0][1]).exists():
-                _upload_unit(*group[0])
+                dataset, unit = group[0]
+                upload_unit(dataset.target, dataset.staging, unit)
                 group.pop(0)
             if not group:
                 self.pending.remove(group)
-
-
-def _upload_unit(dataset: RemoteDataset, unit: int) -> None:
-    """A committed unit's shards, then its done marker (the unit's commit at the URL); then its staged shards go."""
-    staging, target = dataset.staging, dataset.target
-    marker = done_path(staging, unit)
-    records = orjson.loads(marker.read_bytes())["shards"]
-    stems = [unit_stem(unit, int(record["index"])) for record in records]
-    for stem, record in zip(stems, records, strict=True):
-        target.upload(staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))
-        target.upload(staging / f"{stem}.bin", checksum=str(record["bin_xxh3_128"]))
-    helper.put_once(target.config, marker, marker.name, file_checksum(marker))
-    for stem in stems:  # in the bucket now: the local marker alone tells a rerun here to skip the unit
-        for suffix in (".bin", ".idx"):
-            (staging / f"{stem}{suffix}").unlink(missing_ok=True)
 
 
 def _staged_whole(staging: Path, unit: int, plan: UnitPlan) -> bool:
