@@ -4,8 +4,8 @@ MosaicML streaming is not in the workspace (its pins would downgrade numpy / tra
 so bench_datasets.py and bench_remote_peers.py run it in a venv of its own: ``uv venv`` + ``uv pip install
 mosaicml-streaming torch==<the workspace's> numpy`` (linked from uv's cache). It lives under
 ``$XDG_CACHE_HOME/tokenloom-bench`` (``~/.cache`` by default), named by the Python and torch versions, so a
-run makes it at most once (about 20 s) and later runs and sections reuse it; it is rebuilt when it no longer
-imports ``streaming``. ``TOKENLOOM_BENCH_CACHE`` puts it elsewhere.
+run makes it at most once (about 20 s) and later runs and sections reuse it; it is rebuilt when
+``streaming`` or ``torch`` is no longer found in it. ``TOKENLOOM_BENCH_CACHE`` puts it elsewhere.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def _root() -> Path:
 def _works(python: Path) -> bool:
     if not python.exists():
         return False
-    done = subprocess.run([str(python), "-c", "import streaming, torch"], capture_output=True, timeout=120, check=False)
+    # found, not imported: importing torch there takes seconds, and an install that breaks at import shows in the leg
+    probe = "import importlib.util as u, sys; sys.exit(not (u.find_spec('streaming') and u.find_spec('torch')))"
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, timeout=120, check=False)
     return done.returncode == 0
 
 

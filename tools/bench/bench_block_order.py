@@ -80,7 +80,7 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
 def measure(quick: bool) -> dict:
     from tokenloom.formats.remote.local_servers import SeaweedS3
 
-    tokens = 30_000_000 if quick else 100_000_000
+    tokens = 10_000_000 if quick else 100_000_000
     out: dict = {"tokens": tokens}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -144,7 +144,7 @@ def run(quick: bool) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="30 M tokens: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="10 M tokens: a smoke run")
     print(run(parser.parse_args().quick))
     return 0
 

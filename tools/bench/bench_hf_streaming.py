@@ -255,7 +255,7 @@ def run(quick: bool) -> str:
                 results[name].append(measure())
 
         # resume latency on a larger input: many copies, so 10% and 90% fall in different files
-        resume_copies = max(4, round((10 if quick else 1000) / corpus_mb))
+        resume_copies = max(4, round((10 if quick else 250) / corpus_mb))
         big = _copies(tmp / "big", corpus, resume_copies)
         big_list = ",".join(map(str, big))
         big_mb = sum(f.stat().st_size for f in big) / 1e6

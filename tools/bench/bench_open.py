@@ -1,6 +1,6 @@
 """Benchmark opening huge datasets: time and RSS growth of open + first sample, every format, local files.
 
-Each dataset has N entries (in ``run.py``: 10^8, ``--quick``: 10^7; on its own: 10^9) built sparsely: the
+Each dataset has N entries (in ``run.py``: 10^8, ``--quick``: 10^6; on its own: 10^9) built sparsely: the
 data file is a hole made by ``truncate``, every entry is empty except the last (which holds all T tokens),
 so every index array is zeros but its last page, written with numpy memory maps in chunks. Opening
 therefore reads the same index sizes a real dataset of N documents has, while building it costs seconds
@@ -215,7 +215,7 @@ def _fmt(result: dict) -> tuple[str, str, str]:
 
 def run(quick: bool, entries: int | None = None) -> str:
     """The section at ``entries`` (default: what run.py measures); 10^9 entries write open-huge.md instead."""
-    n = entries or (10**7 if quick else RUN_PY_ENTRIES)
+    n = entries or (10**6 if quick else RUN_PY_ENTRIES)
     n_packed = 10**5 if quick else 10**6
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-open-") as tmp:
@@ -268,7 +268,7 @@ def run(quick: bool, entries: int | None = None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="10^7 entries instead of 10^9")
+    parser.add_argument("--quick", action="store_true", help="10^6 entries instead of 10^9")
     parser.add_argument("--entries", type=int, default=HUGE_ENTRIES, help="N (default 10^9: open-huge.md)")
     args = parser.parse_args()
     print(run(args.quick, None if args.quick else args.entries))

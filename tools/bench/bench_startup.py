@@ -2,7 +2,7 @@
 
 Each command runs as a user runs it (the ``tokenloom`` console script of this environment), one fresh
 process per run, against ``python -c pass`` in the same rounds (commands alternate round by round, so
-drift in the machine's load falls on all alike). Figures are medians of 5 runs (``--quick``: 1), after
+drift in the machine's load falls on all alike). Figures are medians of 3 runs (``--quick``: 1), after
 one unmeasured warm-up run of each command (bytecode written, files in the page cache). Target: under
 1 s on a quiet 2-core machine.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "startup.md"
-RUNS = 5
+RUNS = 3
 TARGET_S = 1.0
 
 
