@@ -179,7 +179,7 @@ def run(quick: bool) -> str:
             )
 
         ds = opened
-        lookups = 200_000 if quick else 1_000_000
+        lookups = 200_000 if quick else 500_000
         indices = np.random.default_rng(1).integers(0, len(ds), size=lookups).tolist()
 
         def access() -> None:
@@ -224,7 +224,7 @@ def run(quick: bool) -> str:
         # writer.add() one entry at a time: the cost per entry must not grow with the entries already written
         per_add = {}
         doc = np.arange(1, 11, dtype=np.int64)
-        for count in (10_000, 100_000) if not quick else (2_000, 20_000):
+        for count in (5_000, 50_000) if not quick else (2_000, 20_000):
 
             def write_entries(count: int = count) -> None:
                 target = work / f"adds_{count}"
