@@ -86,8 +86,8 @@ def measure(quick: bool) -> dict:
     from tokenloom.formats.io import parse_url
     from tokenloom.formats.remote.local_servers import FaultProxy, SeaweedS3
 
-    tokens = 5_000_000 if quick else 60_000_000
-    samples = 2_000 if quick else 12_000
+    tokens = 5_000_000 if quick else 40_000_000
+    samples = 2_000 if quick else 8_000
     runs = 1 if quick else RUNS
     out: dict = {"tokens": tokens, "samples": samples}
     with tempfile.TemporaryDirectory() as tmp_name:
