@@ -21,7 +21,7 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 pytest.importorskip("ray")
 pytest.importorskip("obstore")
 
-from tokenloom.formats import MissingFileError, RecordError, open_dataset
+from tokenloom.formats import ConfigError, MissingFileError, RecordError, open_dataset
 from tokenloom.tokenize import ExecutorKind, TokenizeConfig, tokenize
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="a local Ray head")]
@@ -184,3 +184,11 @@ def test_a_bad_record_in_a_ray_task_from_s3_is_named_by_its_url_and_nothing_is_p
     assert "manifest.json" not in _objects(seaweed, target)
     with pytest.raises(MissingFileError):  # a reader finds no dataset there
         open_dataset(target, cache_dir=tmp_path / "read")
+
+
+def test_an_unreachable_cluster_puts_nothing_at_the_output_url(seaweed, driver, corpus, tiny_tokenizer):
+    source = _upload(seaweed, corpus, "raw")
+    target = _target(seaweed, "ray")
+    with pytest.raises(ConfigError, match="the Ray cluster at 127.0.0.1:1 cannot be reached"):
+        tokenize(_ray(source, target, tiny_tokenizer, "127.0.0.1:1"))
+    assert _objects(seaweed, target) == {}  # not even the plan: the cluster is checked before the URL is written

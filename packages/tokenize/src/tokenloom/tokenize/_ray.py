@@ -29,7 +29,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from tokenloom.formats import ConfigError
+from tokenloom.formats import ConfigError, StorageError
 from tokenloom.formats.io import require
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
@@ -111,6 +111,25 @@ def run_unit_task(
 
     Object storage is reached from this machine: see the module docstring.
     """
+    try:
+        return _run_unit_here(config, unit, source, settings, facts, plan)
+    except StorageError as error:  # credentials, disk: this machine's, which the driver's message would not say
+        raise type(error)(
+            error.problem,
+            errno=error.errno,
+            path=error.path,
+            offset=error.offset,
+            record=error.record,
+            field=error.field,
+            hint=f"{error.hint} (raised on the Ray worker on {socket.gethostname()}: its credentials are the variables "
+            "of the environment `ray start` ran in there, its cache that environment's TOKENLOOM_CACHE_DIR, not the "
+            "driver's)",
+        ) from None
+
+
+def _run_unit_here(
+    config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
+) -> dict[str, Any]:
     source = _inputs_here(config, source)
     if config.output_url is None:
         return _write_unit(config, unit, source, settings, facts, plan)
