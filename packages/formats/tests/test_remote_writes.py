@@ -127,19 +127,6 @@ def test_staging_dir_is_keyed_by_url_and_key(tmp_path):
 # -- convert SRC s3://... ----------------------------------------------------------------------------------------
 
 
-def _objects(seaweed, url: str) -> dict[str, bytes]:
-    import obstore
-    from obstore.store import S3Store
-
-    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
-    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
-    found = {}
-    for chunk in obstore.list(store, prefix=prefix):
-        for meta in chunk:
-            found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
-    return found
-
-
 def _local_files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
 
@@ -155,7 +142,7 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
     url = f"s3://{seaweed.bucket}/{prefix}" + (f"/{name}" if name else "")
     convert_dataset(local_ds, url, to=to, target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path)
     expected = _local_files(local / "ds") if not name else _local_files(local)
-    assert _objects(seaweed, f"s3://{seaweed.bucket}/{prefix}") == expected
+    assert seaweed.objects(f"s3://{seaweed.bucket}/{prefix}") == expected
     assert not any((tmp_path / "uploads").rglob("*.bin")), "the staging directory is removed after the upload"
     if to == "native":
         remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
@@ -173,11 +160,11 @@ def test_convert_to_s3_overwrite_and_overlap(seaweed, tmp_path):
     url = f"s3://{seaweed.bucket}/{_prefix()}"
     opts = {"target_storage_options": seaweed.storage_options(), "target_cache_dir": tmp_path}
     convert_dataset(first, url, to="native", writer_options={"shard_size_tokens": 20_000}, **opts)
-    assert sum(name.startswith("shard_") for name in _objects(seaweed, url)) > 2
+    assert sum(name.startswith("shard_") for name in seaweed.objects(url)) > 2
     convert_dataset(second, url, to="native", writer_options={"overwrite": True}, **opts)
     converted = tmp_path / "b-copy"
     convert_dataset(second, converted, to="native")
-    assert _objects(seaweed, url) == _local_files(converted)  # the first dataset's extra shards are gone
+    assert seaweed.objects(url) == _local_files(converted)  # the first dataset's extra shards are gone
     assert _local_files(first)  # the source of an overwrite is never touched
     with pytest.raises(ConfigError, match="overlaps the source"):
         convert_dataset(url, f"{url}/inner", to="native", **opts)
@@ -224,7 +211,7 @@ def test_convert_killed_before_manifest_resumes_the_upload(seaweed, fault_proxy,
     _wait_group_gone(proc.pid)  # the helper too: a request it had in flight is then known to be dead
     gate.set()
     fault_proxy.wait_idle()
-    assert "manifest.json" not in _objects(seaweed, url)
+    assert "manifest.json" not in seaweed.objects(url)
     convert_dataset(
         source, url, to="native", target_storage_options=seaweed.storage_options(fault_proxy.url),
         target_cache_dir=tmp_path / "cache",

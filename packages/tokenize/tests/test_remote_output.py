@@ -41,19 +41,6 @@ def _local(corpus: Path, tokenizer: Path, out: Path, **options: Any) -> Path:
     return out
 
 
-def _objects(seaweed, url: str) -> dict[str, bytes]:
-    import obstore
-    from obstore.store import S3Store
-
-    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
-    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
-    found = {}
-    for chunk in obstore.list(store, prefix=prefix):
-        for meta in chunk:
-            found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
-    return found
-
-
 def _same_dataset(local: Path, objects: dict[str, bytes]) -> None:
     assert sorted(objects) == sorted(p.name for p in local.iterdir())
     for name, data in objects.items():
@@ -88,7 +75,7 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
     assert S3_SECRET not in repr(config)  # credentials never in a config's repr (logs, errors)
     summary = tokenize(config)
     assert str(summary.output_dir) == url and summary.shards > 3
-    _same_dataset(local, _objects(seaweed, url))
+    _same_dataset(local, seaweed.objects(url))
     remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "read-cache")
     assert _tokens(remote) == _tokens(open_dataset(local))
     assert not any((cache / "uploads").rglob("shard_*")), "the staging directory is removed after the upload"
@@ -149,7 +136,7 @@ def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy
         open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc0")
     fault_proxy.faults = []
     tokenize(TokenizeConfig(**{**kwargs, "input_dir": corpus, "cache_dir": tmp_path / "cache"}))
-    _same_dataset(local, _objects(seaweed, url))
+    _same_dataset(local, seaweed.objects(url))
     twice = {path: count for path, count in fault_proxy.uploads.items() if count != 1}
     assert twice == {}, f"uploaded more than once: {twice}"
     assert set(before) < set(fault_proxy.uploads)
@@ -174,7 +161,7 @@ def test_503_bursts_on_uploads_are_retried(seaweed, fault_proxy, corpus, tiny_to
         )
     assert fault_proxy.injected["503"] == 4 and fault_proxy.faults == []
     assert sum("transient failure while uploading" in r.getMessage() for r in caplog.records) >= 5
-    _same_dataset(local, _objects(seaweed, url))
+    _same_dataset(local, seaweed.objects(url))
 
 
 def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
@@ -204,7 +191,7 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while set(_objects(seaweed, url)) != shard_names or not fault_proxy.in_flight:
+        while set(seaweed.objects(url)) != shard_names or not fault_proxy.in_flight:
             assert time.monotonic() < deadline and not failed, failed
             time.sleep(0.05)
         assert thread.is_alive()
@@ -222,7 +209,7 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
         gate.set()
         thread.join(timeout=60)
     assert not failed
-    _same_dataset(local, _objects(seaweed, url))
+    _same_dataset(local, seaweed.objects(url))
 
 
 def test_existing_dataset_refused_unless_overwrite(seaweed, corpus, tiny_tokenizer, tmp_path, tree_digest):
@@ -243,7 +230,7 @@ def test_existing_dataset_refused_unless_overwrite(seaweed, corpus, tiny_tokeniz
     assert "--overwrite" in (info.value.hint or "")
     tokenize(TokenizeConfig(**common, **other, overwrite=True))
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", **other)
-    _same_dataset(local, _objects(seaweed, url))  # the first run's extra shards are gone
+    _same_dataset(local, seaweed.objects(url))  # the first run's extra shards are gone
     assert tree_digest(corpus) == inputs_before  # --overwrite never touches the source
 
 
@@ -305,7 +292,7 @@ def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
     assert f"wrote {url}" in done.stdout
     assert S3_SECRET not in done.stdout + done.stderr
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", shard_size_tokens=3000)
-    _same_dataset(local, _objects(seaweed, url))
+    _same_dataset(local, seaweed.objects(url))
 
 
 def _wait_group_gone(group: int, timeout: float = 10.0) -> None:

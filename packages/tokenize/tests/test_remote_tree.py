@@ -62,20 +62,6 @@ def _upload(seaweed: Any, local: Path, name: str) -> str:
     return f"s3://{seaweed.bucket}/{key}"
 
 
-def _objects(seaweed: Any, url: str) -> dict[str, bytes]:
-    """Every object under ``url`` by its name relative to it."""
-    import obstore
-    from obstore.store import S3Store
-
-    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
-    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
-    found = {}
-    for chunk in obstore.list(store, prefix=prefix):
-        for meta in chunk:
-            found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
-    return found
-
-
 def _command(input_dir: object, output_dir: object, tokenizer: Path, *extra: str) -> list[str]:
     options = [f"--{k.replace('_', '-')}={v}" for k, v in OPTIONS.items()]
     return [
@@ -144,14 +130,14 @@ def test_tree_with_val_fraction_from_a_bucket_into_a_bucket_on_three_nodes_is_th
     for node in nodes:
         _, err = node.communicate(timeout=300)
         assert node.returncode == 0, err.decode()[-3000:]
-    objects = _objects(seaweed, target)
+    objects = seaweed.objects(target)
     if not any(name.endswith("manifest.json") for name in objects):  # every node finished before the others
         done = subprocess.run(
             _command(source, target, tiny_tokenizer, *carve, "--finalize"),
             env=_env(seaweed, tmp_path / "cache-f"), capture_output=True, timeout=300, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr.decode()[-3000:]
-        objects = _objects(seaweed, target)
+        objects = seaweed.objects(target)
     _assert_same_as_local(objects, local)
     for dataset in DATASETS:
         options = {"cache_dir": tmp_path / "read", "storage_options": seaweed.storage_options()}
@@ -179,7 +165,7 @@ def test_a_tree_with_its_own_val_split_from_a_bucket_into_a_bucket_in_one_proces
     summary = tokenize(config)
     assert summary.datasets == list(DATASETS)
     assert summary.tokens == sum(open_dataset(local / d).num_tokens for d in DATASETS)
-    _assert_same_as_local(_objects(seaweed, target), local)
+    _assert_same_as_local(seaweed.objects(target), local)
     assert not list((tmp_path / "cache" / "uploads").rglob("*.bin"))  # the staging copy is gone
     assert tokenize(config).already_complete
     # the same tree from the bucket onto local disk: the same datasets
@@ -234,7 +220,7 @@ def test_val_fraction_on_a_flat_prefix_writes_train_and_val_at_the_url(
         mine = [name for name in puts if name.startswith(f"{split}/")]
         assert mine[-1] == f"{split}/manifest.json" and mine.count(f"{split}/manifest.json") == 1
         assert sum(name.endswith(".bin") for name in mine) == len(list((local / split).glob("*.bin")))
-    objects = _objects(seaweed, target)
+    objects = seaweed.objects(target)
     for split in ("train", "val"):
         for shard in (local / split).glob("unit_*"):
             assert objects[f"{split}/{shard.name}"] == shard.read_bytes()
@@ -264,14 +250,14 @@ def test_a_node_killed_mid_tree_is_rerun_and_the_output_is_the_local_run(seaweed
     carve = ("--val-fraction=0.2", "--num-nodes=2")
 
     def committed() -> int:
-        return sum(1 for name in _objects(seaweed, target) if name.endswith(".done"))
+        return sum(1 for name in seaweed.objects(target) if name.endswith(".done"))
 
     env0 = _env(seaweed, tmp_path / "cache-0")
     _run_killed(_command(source, target, tiny_tokenizer, *carve, "--node-rank=0"), env0, lambda: committed() >= 3)
     killed_at = committed()
-    assert not any(name.endswith("manifest.json") for name in _objects(seaweed, target))
+    assert not any(name.endswith("manifest.json") for name in seaweed.objects(target))
     # the carved val marker goes up before its train marker: no train unit in the bucket lacks its val part
-    objects = _objects(seaweed, target)
+    objects = seaweed.objects(target)
     for name in objects:
         if name.startswith("train/") and name.endswith(".done"):
             assert "val/" + name.removeprefix("train/") in objects, name
@@ -279,12 +265,12 @@ def test_a_node_killed_mid_tree_is_rerun_and_the_output_is_the_local_run(seaweed
                            env=_env(seaweed, tmp_path / "cache-1"), capture_output=True, text=True, timeout=300,
                            check=False)  # fmt: skip
     assert node1.returncode == 0, node1.stderr[-3000:]
-    assert "units" in node1.stdout and not any(n.endswith("manifest.json") for n in _objects(seaweed, target))
+    assert "units" in node1.stdout and not any(n.endswith("manifest.json") for n in seaweed.objects(target))
     rerun = subprocess.run(_command(source, target, tiny_tokenizer, *carve, "--node-rank=0"),
                            env=env0, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert killed_at > 0
-    _assert_same_as_local(_objects(seaweed, target), local)
+    _assert_same_as_local(seaweed.objects(target), local)
 
 
 def test_bad_input_and_settings_are_the_local_named_errors_and_nothing_is_written(
@@ -309,7 +295,7 @@ def test_bad_input_and_settings_are_the_local_named_errors_and_nothing_is_writte
     with pytest.raises(ConfigError, match="already has a val split") as info:
         tokenize(config(with_val, val_fraction=0.1))
     assert info.value.path == f"{with_val}/val"
-    assert _objects(seaweed, target) == {}
+    assert seaweed.objects(target) == {}
     tokenize(config(with_val, num_nodes=2))  # node 0 of a run
     with pytest.raises(ResumeMismatchError, match="max_length"):  # node 1 with other settings
         tokenize(config(with_val, num_nodes=2, node_rank=1, max_length=32))

@@ -88,20 +88,6 @@ def _pool(input_dir: object, output_dir: object, tokenizer: Path, **extra: Any) 
     return _config(input_dir, output_dir, tokenizer, num_nodes=1, num_workers=2, **extra)
 
 
-def _objects(seaweed, url: str) -> dict[str, bytes]:
-    """Every object under the prefix ``url``, by name: shards, done markers, the plan, the manifest."""
-    import obstore
-    from obstore.store import S3Store
-
-    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
-    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
-    found = {}
-    for chunk in obstore.list(store, prefix=prefix):
-        for meta in chunk:
-            found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
-    return found
-
-
 def _files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
@@ -119,9 +105,9 @@ def test_ray_from_s3_into_s3_puts_the_objects_the_local_pool_puts(
     summary = tokenize(_ray(source, ray, tiny_tokenizer, ray_head))
     assert summary.units_committed == 5 and summary.documents == 500
     assert summary.output_dir == ray
-    expected = _objects(seaweed, pool)
+    expected = seaweed.objects(pool)
     assert "manifest.json" in expected and ".tokenloom-plan.json" in expected
-    assert _objects(seaweed, ray) == expected  # plan, done markers, shards and manifest: the same bytes
+    assert seaweed.objects(ray) == expected  # plan, done markers, shards and manifest: the same bytes
     disk = tmp_path / "disk"  # and the shards a local-disk run writes from the local copy of the inputs
     tokenize(_pool(corpus, disk, tiny_tokenizer))
     assert _shards(expected) == _shards(_files(disk))
@@ -149,9 +135,9 @@ def test_ray_from_a_local_dir_into_s3_equals_the_local_pool(seaweed, ray_head, d
     tokenize(_pool(corpus, pool, tiny_tokenizer))
     summary = tokenize(_ray(corpus, ray, tiny_tokenizer, ray_head))
     assert summary.units_committed == 5
-    expected = _objects(seaweed, pool)
+    expected = seaweed.objects(pool)
     assert "manifest.json" in expected
-    assert _objects(seaweed, ray) == expected
+    assert seaweed.objects(ray) == expected
 
 
 def test_a_ray_rerun_runs_only_the_units_not_committed_in_the_bucket(seaweed, ray_head, driver, corpus, tiny_tokenizer):
@@ -161,12 +147,12 @@ def test_a_ray_rerun_runs_only_the_units_not_committed_in_the_bucket(seaweed, ra
     # node 0 of 2 commits units 0, 2 and 4 there (no manifest yet); then Ray takes over the run
     first = tokenize(_config(source, ray, tiny_tokenizer, num_nodes=2, node_rank=0))
     assert first.units_committed == 3 and first.units_missing == 2
-    committed = {name: data for name, data in _objects(seaweed, ray).items() if name.endswith(".done")}
+    committed = {name: data for name, data in seaweed.objects(ray).items() if name.endswith(".done")}
     assert len(committed) == 3
     summary = tokenize(_ray(source, ray, tiny_tokenizer, ray_head))
     assert summary.units_committed == 2  # units 1 and 3 alone ran as tasks
-    found = _objects(seaweed, ray)
-    assert found == _objects(seaweed, pool)
+    found = seaweed.objects(ray)
+    assert found == seaweed.objects(pool)
     assert {name: found[name] for name in committed} == committed
 
 
@@ -181,7 +167,7 @@ def test_a_bad_record_in_a_ray_task_from_s3_is_named_by_its_url_and_nothing_is_p
     with pytest.raises(RecordError, match="not valid JSON") as caught:
         tokenize(_ray(f"s3://{seaweed.bucket}/{key}", target, tiny_tokenizer, ray_head))
     assert caught.value.path == f"s3://{seaweed.bucket}/{key}/b.jsonl" and caught.value.record == 2
-    assert "manifest.json" not in _objects(seaweed, target)
+    assert "manifest.json" not in seaweed.objects(target)
     with pytest.raises(MissingFileError):  # a reader finds no dataset there
         open_dataset(target, cache_dir=tmp_path / "read")
 
@@ -191,4 +177,4 @@ def test_an_unreachable_cluster_puts_nothing_at_the_output_url(seaweed, driver, 
     target = _target(seaweed, "ray")
     with pytest.raises(ConfigError, match="the Ray cluster at 127.0.0.1:1 cannot be reached"):
         tokenize(_ray(source, target, tiny_tokenizer, "127.0.0.1:1"))
-    assert _objects(seaweed, target) == {}  # not even the plan: the cluster is checked before the URL is written
+    assert seaweed.objects(target) == {}  # not even the plan: the cluster is checked before the URL is written

@@ -89,7 +89,9 @@ def map_array(path: str | os.PathLike[str], dtype: np.dtype | str, byte_offset: 
 
     Pages are read on first touch; pickling sends the location (see :class:`MappedArray`).
     """
-    return map_arrays(path, [(dtype, byte_offset, count)])[0]
+    if count == 0:
+        return np.empty(0, dtype=np.dtype(dtype))
+    return array_in(map_file(path), path, dtype, byte_offset, count)
 
 
 def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
@@ -113,14 +115,6 @@ def array_in(
     array = np.frombuffer(mapped, dtype=dtype, count=count, offset=byte_offset).view(MappedArray)
     array._source = (os.fspath(path), dtype.str, byte_offset, count)
     return array
-
-
-def map_arrays(path: str | os.PathLike[str], specs: Sequence[tuple[np.dtype | str, int, int]]) -> list[np.ndarray]:
-    """:func:`map_array` for each ``(dtype, byte_offset, count)`` of ``specs``, over one map of ``path``."""
-    if all(count == 0 for _, _, count in specs):
-        return [np.empty(0, dtype=np.dtype(dtype)) for dtype, _, _ in specs]
-    mapped = map_file(path)
-    return [array_in(mapped, path, dtype, offset, count) for dtype, offset, count in specs]
 
 
 class _Zeros(np.ndarray):

@@ -139,6 +139,19 @@ class SeaweedS3:
                 self.put(f"{prefix}/{path.name}", path.read_bytes())
         return f"s3://{self.bucket}/{prefix}"
 
+    def objects(self, url: str) -> dict[str, bytes]:
+        """Every object under the prefix ``url`` (``s3://BUCKET/PREFIX``), by its name relative to the prefix."""
+        import obstore
+        from obstore.store import S3Store
+
+        store = S3Store(self.bucket, **self.storage_options())  # pyright: ignore[reportArgumentType]
+        prefix = url.split(f"{self.bucket}/", 1)[1] + "/"
+        found = {}
+        for chunk in obstore.list(store, prefix=prefix):
+            for meta in chunk:
+                found[meta["path"][len(prefix) :]] = bytes(obstore.get(store, meta["path"]).bytes())
+        return found
+
     def upload_tree(self, local: Path, prefix: str) -> int:
         """Every file below ``local`` to ``prefix/<its relative path>``; returns the number of files."""
         files = sorted(path for path in local.rglob("*") if path.is_file())
