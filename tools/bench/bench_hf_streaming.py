@@ -1,7 +1,8 @@
 """Benchmark tokenloom's streaming dataset against the offline rate and two streaming peers.
 
 On the same jsonl files (copies of the stdlib docstring corpus) and the same
-tokenizer (the shipped 16k byte-level BPE), each contender in a fresh process:
+tokenizer (the shipped 16k byte-level BPE), each contender in a fresh process (forked from a server that did
+only the script's own imports: ``_forkserver.py``):
 
 - tokenloom stream: ``StreamingHuggingFaceDataset`` (exact mode, seq_len 2048) through
   ``StatefulDataLoader(batch_size=8, num_workers=2)``, read to the end of the pass.
@@ -38,6 +39,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _forkserver import ForkServers
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "hf-streaming.md"
@@ -182,9 +186,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _child(script: Path, *args: str) -> tuple[dict, float]:
+def _child(servers: ForkServers, script: Path, *args: str) -> tuple[dict, float]:
+    """One run of ``script`` in a fresh process (forked from a server that did only the script's imports)."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=_env(), timeout=900)
+    proc = servers.run([str(script), *args], timeout=900)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{script.name} failed: {proc.stderr[-2000:]}")
@@ -220,7 +225,7 @@ def run(quick: bool) -> str:
 
     tokenizer = str(default_tokenizer_path())
     runs = 1 if quick else RUNS
-    with tempfile.TemporaryDirectory(prefix="bench-hf-streaming-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="bench-hf-streaming-") as tmp_name, ForkServers(_env()) as servers:
         tmp = Path(tmp_name)
         corpus = build_stdlib_corpus(tmp / "corpus").path
         corpus_mb = corpus.stat().st_size / 1e6
@@ -241,11 +246,14 @@ def run(quick: bool) -> str:
         contenders = [
             (
                 "tokenloom stream, `StatefulDataLoader(batch_size=8, num_workers=2)`",
-                lambda: _child(scripts["ours"], file_list, tokenizer),
+                lambda: _child(servers, scripts["ours"], file_list, tokenizer),
             ),
             ("`tokenloom tokenize --num-workers 2` (offline, same files)", lambda: _tokenize(tmp / "in", tmp / "out")),
-            ("seed loop (KempnerForge, per-document encode)", lambda: _child(scripts["seed"], file_list, tokenizer)),
-            ("torchtitan-style HF streaming dataset", lambda: _child(scripts["titan"], file_list, tokenizer)),
+            (
+                "seed loop (KempnerForge, per-document encode)",
+                lambda: _child(servers, scripts["seed"], file_list, tokenizer),
+            ),
+            ("torchtitan-style HF streaming dataset", lambda: _child(servers, scripts["titan"], file_list, tokenizer)),
         ]
         if quick:  # a smoke run: the two peers' imports and per-document encodes take most of it
             contenders = contenders[:2]
@@ -262,14 +270,14 @@ def run(quick: bool) -> str:
         resume: dict[str, list[float]] = {"10%": [], "90%": []}
         for _ in range(runs):
             for label, fraction in (("10%", "0.1"), ("90%", "0.9")):
-                resume[label].append(_child(scripts["resume"], big_list, tokenizer, fraction)[0]["seconds"])
+                resume[label].append(_child(servers, scripts["resume"], big_list, tokenizer, fraction)[0]["seconds"])
         docs = corpus.read_bytes().count(b"\n") * copies
         seed_resume: dict[str, float] = {}
         for label, fraction in () if quick else (("10%", 0.1), ("90%", 0.9)):
             # one run: a contrast, not a target (it replays the stream, so it is slow by construction)
-            seed_resume[label] = _child(scripts["seed_resume"], file_list, tokenizer, str(int(fraction * docs)))[0][
-                "seconds"
-            ]
+            seed_resume[label] = _child(
+                servers, scripts["seed_resume"], file_list, tokenizer, str(int(fraction * docs))
+            )[0]["seconds"]
 
     def rate(name: str) -> float:
         return statistics.median(r["tokens"] / r["seconds"] for r, _ in results[name])
@@ -282,7 +290,8 @@ def run(quick: bool) -> str:
         "",
         f"Command: `uv run --group bench python tools/bench/bench_hf_streaming.py{' --quick' if quick else ''}`. "
         f"Input: {copies} copies of the stdlib docstring corpus ({input_mb:.0f} MB of jsonl); tokenizer: the shipped "
-        f"16k byte-level BPE; seq_len {SEQ_LEN}; each row in fresh processes, interleaved, median of {runs}. "
+        f"16k byte-level BPE; seq_len {SEQ_LEN}; each row in fresh processes (streams: forked from a server that did "
+        f"only the script's imports), interleaved, median of {runs}. "
         "Streams are timed after their imports to the end of the pass (dataset construction, worker start, "
         "reading, parsing, encoding, packing, collation); tokenize as it reports its own run (tokenizer load, "
         "workers, read, parse, encode, write). Tokens include EOS.",

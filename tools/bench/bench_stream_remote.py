@@ -3,7 +3,8 @@ latency at 10% and 90% of a large remote input, and HF ``datasets`` streaming of
 
 Servers are the project's local ones (tokenloom.formats.remote.local_servers): SeaweedFS for S3, a ranged
 HTTP server, and a FaultProxy in front of each that stalls every GET by 20 ms (its "stall" fault; HEADs pass
-unstalled). Nothing reaches the network. Each contender runs in a fresh process, interleaved, median of 3:
+unstalled). Nothing reaches the network. Each contender runs in a fresh process (forked from a server that did
+only the script's own imports: ``_forkserver.py``), interleaved, median of 3:
 
 - tokenloom stream from local disk, ``StatefulDataLoader(batch_size=8, num_workers=2)``, seq_len 2048;
 - the same from ``s3://`` through the 20 ms proxy (read-ahead on: 2 blocks; and off: ``prefetch_blocks=0``);
@@ -31,10 +32,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _forkserver import ForkServers
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "hf-streaming-remote.md"
@@ -154,14 +157,9 @@ def _env(offline_datasets: bool = True) -> dict[str, str]:
     return env
 
 
-def _child(script: Path, *args: str, offline_datasets: bool = True) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        env=_env(offline_datasets),
-        timeout=1800,
-    )
+def _child(servers: ForkServers, script: Path, *args: str, offline_datasets: bool = True) -> dict:
+    """One run of ``script`` in a fresh process (forked from a server that did only the script's imports)."""
+    proc = servers.run([str(script), *args], timeout=1800, env=_env(offline_datasets))
     if proc.returncode != 0:
         raise RuntimeError(f"{script.name} failed: {proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -190,7 +188,7 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
 
     tokenizer = str(default_tokenizer_path())
     runs = 1 if quick else RUNS
-    with tempfile.TemporaryDirectory(prefix="bench-stream-remote-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="bench-stream-remote-") as tmp_name, ForkServers(_env()) as servers:
         tmp = Path(tmp_name)
         corpus = build_stdlib_corpus(tmp / "corpus").path
         # 20 MB: the rows' ratios hold (s3 + 20 ms vs local disk 0.73x at 20 MB and at 60 MB on 2026-11-27); 60 MB
@@ -221,22 +219,25 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
                 scripts[name].write_text(source % {"seq": SEQ_LEN})
             local_list, url_list = ",".join(map(str, files)), ",".join(urls)
             contenders = [
-                ("tokenloom stream, local disk", lambda: _child(scripts["ours"], local_list, tokenizer, "{}", "2")),
+                (
+                    "tokenloom stream, local disk",
+                    lambda: _child(servers, scripts["ours"], local_list, tokenizer, "{}", "2"),
+                ),
                 (
                     "tokenloom stream, `s3://` + 20 ms per GET (read-ahead 2 blocks, the default)",
-                    lambda: _child(scripts["ours"], url_list, tokenizer, s3_options, "2"),
+                    lambda: _child(servers, scripts["ours"], url_list, tokenizer, s3_options, "2"),
                 ),
                 (
                     "tokenloom stream, `s3://` + 20 ms per GET, read-ahead off (`prefetch_blocks=0`)",
-                    lambda: _child(scripts["ours"], url_list, tokenizer, s3_options, "0"),
+                    lambda: _child(servers, scripts["ours"], url_list, tokenizer, s3_options, "0"),
                 ),
                 (
                     "tokenloom stream, `http://` + 20 ms per GET",
-                    lambda: _child(scripts["ours"], ",".join(http_urls), tokenizer, "{}", "2"),
+                    lambda: _child(servers, scripts["ours"], ",".join(http_urls), tokenizer, "{}", "2"),
                 ),
                 (
                     "HF `datasets` streaming, same `http://` files + 20 ms per GET",
-                    lambda: _child(scripts["hf"], ",".join(http_urls), tokenizer, offline_datasets=False),
+                    lambda: _child(servers, scripts["hf"], ",".join(http_urls), tokenizer, offline_datasets=False),
                 ),
             ]
             if quick:  # a smoke run: local and s3 (HF datasets' streaming imports and its slow pass are most of it)
@@ -257,13 +258,17 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
             big_local, big_list = ",".join(map(str, big)), ",".join(big_urls)
             for _ in range(runs):
                 for label, fraction in (("10%", "0.1"), ("90%", "0.9")):
-                    answer = _child(scripts["resume"], big_local, big_list, tokenizer, fraction, s3_options)
+                    answer = _child(servers, scripts["resume"], big_local, big_list, tokenizer, fraction, s3_options)
                     resume[label].append(answer["seconds"])
             docs = sum(p.read_bytes().count(b"\n") for p in files)
             hf_resume: dict[str, float] = {}
             for label, fraction in () if quick else (("10%", 0.1), ("90%", 0.9)):
                 answer = _child(
-                    scripts["hf_resume"], ",".join(http_urls), str(int(fraction * docs)), offline_datasets=False
+                    servers,
+                    scripts["hf_resume"],
+                    ",".join(http_urls),
+                    str(int(fraction * docs)),
+                    offline_datasets=False,
                 )
                 hf_resume[label] = answer["seconds"]
         finally:
@@ -284,7 +289,8 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
         f"Input: {len(files)} jsonl files of whole copies of the stdlib docstring corpus ({input_mb:.0f} MB); "
         f"tokenizer: the shipped 16k byte-level BPE; seq_len {SEQ_LEN}; `StatefulDataLoader(batch_size=8, "
         f"num_workers=2)`; servers on 127.0.0.1 (SeaweedFS S3, a ranged HTTP server), each behind a FaultProxy that "
-        f"stalls every GET by {STALL * 1000:.0f} ms; each row in fresh processes, interleaved, median of {runs}, "
+        f"stalls every GET by {STALL * 1000:.0f} ms; each row in fresh processes (forked from a server that did only "
+        f"the script's imports), interleaved, median of {runs}, "
         "timed from after the imports to the end of the pass. Tokens include EOS.",
         "",
         "| what | tokens/s | vs local disk | seconds (median) |",

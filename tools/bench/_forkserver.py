@@ -1,0 +1,254 @@
+"""Run benchmark children in processes forked from one server that has already done their imports.
+
+A fresh interpreter here spends 3-5 s importing torch (and `datasets`, litdata...) before a child's clock
+starts; the benchmarks that run a child per pass paid that 40-50 times a run, outside every figure. A
+:class:`ForkServer` imports the modules once, then forks a child per job that runs the script exactly as
+``python SCRIPT ARGS`` / ``python -c CODE ARGS`` would after those imports: own ``__main__``, ``sys.argv``,
+``sys.path[0]``, working directory, stdout/stderr to files, its own process group (a timeout kills it and
+every DataLoader worker it forked), exit code from ``SystemExit`` or 1 with the traceback on stderr, and the
+interpreter's exit handlers run at the end. Each child is a process that never made a dataset; the clocks the
+scripts keep (started after their imports) measure the same thing as in a fresh process.
+
+A server imports exactly a script's own top-level imports (:func:`script_imports`) and nothing else: a
+module the script imports lazily, inside its clock, stays inside it. :class:`ForkServers` starts one server per
+set of imports and environment (``datasets`` reads ``HF_DATASETS_OFFLINE`` when imported) and reuses a server
+only when the new script's imports would load exactly the modules the server has loaded.
+
+    with ForkServers(env) as servers:
+        done = servers.run([script, "arg"])            # returncode, stdout, stderr, like subprocess.run
+        done = servers.run(["-c", CODE, "arg"], timeout=600)
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+
+class ForkServer:
+    """A server process that imports ``modules`` once; :meth:`run` runs one script in a fresh fork of it."""
+
+    def __init__(
+        self, modules: Sequence[str], env: Mapping[str, str] | None = None, python: str = sys.executable
+    ) -> None:
+        self._files = Path(tempfile.mkdtemp(prefix="bench-forkserver-"))
+        self._stderr = (self._files / "server-stderr.txt").open("w+")
+        self.process = subprocess.Popen(
+            [python, __file__, "serve", ",".join(modules)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+        if self.process.stdin is None or self.process.stdout is None:
+            raise RuntimeError("no pipes to the fork server")
+        self._stdin, self._stdout = self.process.stdin, self.process.stdout
+        line = self._stdout.readline()
+        if not line.startswith('{"serving"'):
+            raise RuntimeError(f"the fork server did not start: {self._tail()}")
+        self.modules = tuple(modules)
+        self.loaded = frozenset(json.loads(line)["loaded"])
+        self._jobs = 0
+
+    def _tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()[-3000:] or "no output"
+
+    def run(
+        self, argv: Sequence[str], timeout: float = 900, cwd: str | Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``python *argv`` in a fork of the server (``argv`` = script and args, or ``-c``, code and args)."""
+        self._jobs += 1
+        out, err = self._files / f"{self._jobs}.out", self._files / f"{self._jobs}.err"
+        job = {"argv": [str(a) for a in argv], "stdout": str(out), "stderr": str(err), "cwd": str(cwd or os.getcwd())}
+        self._stdin.write(json.dumps(job) + "\n")
+        self._stdin.flush()
+        started = self._stdout.readline()
+        if not started.startswith('{"pid"'):
+            raise RuntimeError(f"the fork server died: {self._tail()}")
+        pid = json.loads(started)["pid"]
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            line = self._stdout.readline()
+        finally:
+            timer.cancel()
+        if not line.startswith('{"exit"'):
+            raise RuntimeError(f"the fork server died: {self._tail()}")
+        code = json.loads(line)["exit"]
+        done = subprocess.CompletedProcess(list(argv), code, out.read_text(), err.read_text())
+        out.unlink()
+        err.unlink()
+        if killed.is_set():
+            raise subprocess.TimeoutExpired(list(argv), timeout, done.stdout, done.stderr)
+        return done
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._stderr.close()
+        for path in self._files.iterdir():
+            path.unlink()
+        self._files.rmdir()
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def script_imports(source: str) -> list[str]:
+    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b)."""
+    names: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return list(dict.fromkeys(names))
+
+
+class ForkServers:
+    """Fork servers started on demand, one per (imports of the script, environment); see the module docstring."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(env if env is not None else os.environ)
+        self._servers: list[tuple[dict[str, str], ForkServer]] = []
+
+    def server_for(self, modules: Sequence[str], env: Mapping[str, str]) -> ForkServer:
+        wanted = set(modules)
+        for server_env, server in self._servers:
+            # same modules loaded as a fresh process would have: the server's imports are among the script's,
+            # and the script's extra ones are already loaded by the server's
+            if server_env == env and set(server.modules) <= wanted <= server.loaded:
+                return server
+        server = ForkServer(list(modules), env=env)
+        self._servers.append((dict(env), server))
+        return server
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float = 900,
+        cwd: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """``python *argv`` (script and args, or ``-c``, code and args) in a fork of the server for its imports."""
+        source = str(argv[1]) if argv[0] == "-c" else Path(argv[0]).read_text()
+        server = self.server_for(script_imports(source), dict(env) if env is not None else self.env)
+        return server.run(argv, timeout=timeout, cwd=cwd)
+
+    def close(self) -> None:
+        for _, server in self._servers:
+            server.close()
+        self._servers.clear()
+
+    def __enter__(self) -> ForkServers:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _child(job: dict) -> int:
+    """In the forked child: become ``python *argv`` after the server's imports; return the exit code."""
+    import atexit
+    import runpy
+    import traceback
+    import types
+
+    os.setpgid(0, 0)
+    for fd, path, flags in (
+        (0, os.devnull, os.O_RDONLY),
+        (1, job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        (2, job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+    ):
+        opened = os.open(path, flags, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    os.chdir(job["cwd"])
+    argv = job["argv"]
+    code = 0
+    try:
+        if argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            sys.path[0] = ""
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        else:
+            sys.argv = list(argv)
+            sys.path[0] = str(Path(argv[0]).resolve().parent)
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
+
+
+def serve(modules: list[str]) -> None:
+    """Import ``modules``, then per job line on stdin: fork, report ``{"pid"}``, wait, report ``{"exit"}``."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    print(json.dumps({"serving": modules, "loaded": sorted(sys.modules)}), flush=True)
+    for line in sys.stdin:
+        job = json.loads(line)
+        # a Python thread could hold a lock the child would wait for forever (idle native pools are forked
+        # by every fork-started DataLoader worker too)
+        if threading.active_count() != 1:
+            raise SystemExit("the fork server has started Python threads: a fork of it would not be a clean process")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(_child(job))
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"exit": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "serve":
+        raise SystemExit("usage: _forkserver.py serve MODULE[,MODULE...]   (started by ForkServer)")
+    serve([name for name in sys.argv[2].split(",") if name])
