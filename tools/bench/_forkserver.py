@@ -55,12 +55,19 @@ class ForkServer:
         if self.process.stdin is None or self.process.stdout is None:
             raise RuntimeError("no pipes to the fork server")
         self._stdin, self._stdout = self.process.stdin, self.process.stdout
-        line = self._stdout.readline()
-        if not line.startswith('{"serving"'):
-            raise RuntimeError(f"the fork server did not start: {self._tail()}")
         self.modules = tuple(modules)
-        self.loaded = frozenset(json.loads(line)["loaded"])
+        self._loaded: frozenset[str] | None = None
         self._jobs = 0
+
+    @property
+    def loaded(self) -> frozenset[str]:
+        """The modules loaded in the server after its imports (waits for them)."""
+        if self._loaded is None:
+            line = self._stdout.readline()
+            if not line.startswith('{"serving"'):
+                raise RuntimeError(f"the fork server did not start: {self._tail()}")
+            self._loaded = frozenset(json.loads(line)["loaded"])
+        return self._loaded
 
     def _tail(self) -> str:
         self._stderr.seek(0)
@@ -70,6 +77,7 @@ class ForkServer:
         self, argv: Sequence[str], timeout: float = 900, cwd: str | Path | None = None
     ) -> subprocess.CompletedProcess[str]:
         """``python *argv`` in a fork of the server (``argv`` = script and args, or ``-c``, code and args)."""
+        _ = self.loaded  # the server is ready
         self._jobs += 1
         out, err = self._files / f"{self._jobs}.out", self._files / f"{self._jobs}.err"
         job = {"argv": [str(a) for a in argv], "stdout": str(out), "stderr": str(err), "cwd": str(cwd or os.getcwd())}
@@ -135,12 +143,29 @@ def script_imports(source: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _source(argv: Sequence[str]) -> str:
+    return str(argv[1]) if argv[0] == "-c" else Path(argv[0]).read_text()
+
+
 class ForkServers:
     """Fork servers started on demand, one per (imports of the script, environment); see the module docstring."""
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = dict(env if env is not None else os.environ)
         self._servers: list[tuple[dict[str, str], ForkServer]] = []
+
+    def prestart(self, *argvs: Sequence[str], env: Mapping[str, str] | None = None, wait: bool = True) -> None:
+        """Start the servers of these scripts (as :meth:`run` takes them) side by side, and (``wait``) wait until
+        all are ready: their imports then overlap, before any measurement, instead of adding up one by one."""
+        chosen = dict(env) if env is not None else self.env
+        known = {(server.modules, tuple(sorted(e.items()))) for e, server in self._servers}
+        for argv in argvs:
+            modules = tuple(script_imports(_source(argv)))
+            if (modules, tuple(sorted(chosen.items()))) not in known:
+                known.add((modules, tuple(sorted(chosen.items()))))
+                self._servers.append((chosen, ForkServer(modules, env=chosen)))
+        for _, server in self._servers if wait else ():
+            _ = server.loaded
 
     def server_for(self, modules: Sequence[str], env: Mapping[str, str]) -> ForkServer:
         wanted = set(modules)
@@ -161,8 +186,7 @@ class ForkServers:
         env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``python *argv`` (script and args, or ``-c``, code and args) in a fork of the server for its imports."""
-        source = str(argv[1]) if argv[0] == "-c" else Path(argv[0]).read_text()
-        server = self.server_for(script_imports(source), dict(env) if env is not None else self.env)
+        server = self.server_for(script_imports(_source(argv)), dict(env) if env is not None else self.env)
         return server.run(argv, timeout=timeout, cwd=cwd)
 
     def close(self) -> None:

@@ -4,23 +4,23 @@
 
 ``run(quick)`` returns the markdown section and (full run only) writes docs/benchmarks/remote-peers.md.
 
-Setup: one SeaweedFS S3 server on 127.0.0.1 (``tokenloom.formats.remote.local_servers.SeaweedS3``) behind
-one ``FaultProxy`` that counts GETs and GET body bytes and, for the latency rows, delays every request by 20
-ms. One deterministic corpus of uint16 tokens in fixed 2,049-token samples (32 MiB full, in 4 shards of
-2,048 samples as the 64 MiB runs before had 8; 8 MiB quick, in 8 shards), written three ways and uploaded to
-the bucket: (a) a tokenloom native dataset, (b) litdata ``optimize`` chunks (``TokensLoader``), (c) MosaicML
-streaming MDS shards (``ndarray:uint16:2049``). Every contender runs in its own fresh process
-(``_remote_leg.py``) and reads every sample once through ``DataLoader(batch_size=8, num_workers=2)`` from s3
-into an empty cache directory (cold), then again from that cache (warm); each batch is summed into an int64
-accumulator and the total must equal the corpus's token sum. MosaicML streaming is not in the workspace (its
-pins would downgrade numpy / transformers for every package), so its leg (MDS write and reads) runs in a
-venv of its own (``_mosaic_env.py``: ``uv venv`` + ``uv pip install mosaicml-streaming torch==<the workspace's>
-numpy``, linked from uv's cache, made once and kept between runs). Each contender uses its own shuffled order:
-litdata and MosaicML ``shuffle=True``, tokenloom ``ResumableDistributedSampler(order="block")`` with one shard
-per block of samples. Every pass runs in a fresh process (a second MosaicML StreamingDataset in one process stalls or
-misreads), the warm one reusing the cold one's cache directory: a child forked from one server process per
-contender that has done the contender's imports and nothing else (``_remote_leg.py serve``), so that the 36 passes
-do not each pay an interpreter start and 2-3 s of imports (which no pass's clock counts).
+Setup: one SeaweedFS S3 server on 127.0.0.1 (``tokenloom.formats.remote.local_servers.SeaweedS3``) behind one
+``FaultProxy`` that counts GETs and GET body bytes and delays every request by 20 ms (issue 26's setting;
+``--latencies 0,20`` adds passes with no delay). One deterministic corpus of uint16 tokens in fixed 2,049-token
+samples (32 MiB full, in 4 shards of 2,048 samples as the 64 MiB runs before had 8; 8 MiB quick, in 8 shards),
+written three ways and uploaded to the bucket: (a) a tokenloom native dataset, (b) litdata ``optimize`` chunks
+(``TokensLoader``), (c) MosaicML streaming MDS shards (``ndarray:uint16:2049``). Every contender runs in its own
+fresh process (``_remote_leg.py``) and reads every sample once through ``DataLoader(batch_size=8, num_workers=2)``
+from s3 into an empty cache directory (cold), then again from that cache (warm); each batch is summed into an int64
+accumulator and the total must equal the corpus's token sum. MosaicML streaming is not in the workspace (its pins
+would downgrade numpy / transformers for every package), so its leg (MDS write and reads) runs in a venv of its own
+(``_mosaic_env.py``: ``uv venv`` + ``uv pip install mosaicml-streaming torch==<the workspace's> numpy``, linked
+from uv's cache, made once and kept between runs). Each contender uses its own shuffled order: litdata and MosaicML
+``shuffle=True``, tokenloom ``ResumableDistributedSampler(order="block")`` with one shard per block of samples.
+Every pass runs in a fresh process (a second MosaicML StreamingDataset in one process stalls or misreads), the warm
+one reusing the cold one's cache directory: a child forked from one server process per contender that has done the
+contender's imports and nothing else (``_remote_leg.py serve``), so that the 18 passes do not each pay an
+interpreter start and 2-3 s of imports (which no pass's clock counts).
 
 Last, tokenloom's time to first batch on a 10,000-shard native dataset on the same server (100 quick).
 """
@@ -59,8 +59,14 @@ NAMES = {
     "litdata": "litdata `StreamingDataset` (TokensLoader)",
     "mosaic": "MosaicML `StreamingDataset` (MDS)",
 }
-# (pass kind, injected latency in seconds), in the order every leg runs them
-PLAN = (("cold", 0.0), ("warm", 0.0), ("cold", LATENCY), ("warm", LATENCY))
+# the passes a leg runs, in order: (kind, injected latency in seconds) for each latency of the run. The published run
+# has issue 26's rows: cold and warm at 20 ms (``--latencies 0,20`` adds the 0 ms rows, published before 2026-11-27:
+# within 7% of the 20 ms ones, and a minute a run)
+LATENCIES_MS = (20,)
+
+
+def plan_of(latencies_ms: tuple[int, ...]) -> tuple[tuple[str, float], ...]:
+    return tuple((kind, ms / 1000) for ms in latencies_ms for kind in ("cold", "warm"))
 
 
 def log(message: str) -> None:
@@ -236,7 +242,12 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f}"
 
 
-def run(quick: bool, legs: tuple[str, ...] | None = None, shards: int | None = None) -> str:
+def run(
+    quick: bool,
+    legs: tuple[str, ...] | None = None,
+    shards: int | None = None,
+    latencies_ms: tuple[int, ...] = LATENCIES_MS,
+) -> str:
     """The section; ``legs`` and ``shards`` (0: no many-shard row) narrow a run by hand (``--legs``, ``--shards``).
 
     ``--quick`` leaves MosaicML out unless ``legs`` names it (its venv, MDS write and passes: half the smoke run).
@@ -245,7 +256,7 @@ def run(quick: bool, legs: tuple[str, ...] | None = None, shards: int | None = N
     from tokenloom.formats.remote.local_servers import FaultProxy, SeaweedS3
 
     rounds = 1 if quick else 3
-    # 32 MiB: 36 fresh processes read it (3 legs x 4 passes x 3 rounds); 64 MiB cost 10 minutes a run
+    # 32 MiB: 18 fresh processes read it (3 legs x 2 passes x 3 rounds); 64 MiB cost 10 minutes a run
     count = 2_048 if quick else 8_192
     per_shard = count // 8 if quick else 2_048
     shards = (100 if quick else 10_000) if shards is None else shards
@@ -297,7 +308,7 @@ def run(quick: bool, legs: tuple[str, ...] | None = None, shards: int | None = N
                     cache = tmp / "caches" / f"{leg}-{number}"
                     cache.mkdir(parents=True)
                     got: list[dict[str, Any]] = []
-                    for step in PLAN:  # one fresh process per pass
+                    for step in plan_of(latencies_ms):  # one fresh process per pass
                         one = read_leg(servers[leg], urls[leg], proxy, count, cache, (step,))
                         if isinstance(one, str):
                             errors[leg] = f"read failed: {one}"
@@ -339,7 +350,7 @@ def run(quick: bool, legs: tuple[str, ...] | None = None, shards: int | None = N
     load_after = os.getloadavg()
     return report(
         quick, rounds, count, per_shard, expected, stored, results, errors, shards, many, many_open, many_upload,
-        load_before, load_after,
+        load_before, load_after, plan_of(latencies_ms),
     )  # fmt: skip
 
 
@@ -358,6 +369,7 @@ def report(
     many_upload: float,
     load_before: tuple[float, float, float],
     load_after: tuple[float, float, float],
+    plan: tuple[tuple[str, float], ...],
 ) -> str:
     used = count * (SEQ + 1) * 2
 
@@ -388,7 +400,7 @@ def report(
         "| fetched / tokens |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for kind, latency in PLAN:
+    for kind, latency in plan:
         ours = rate("tokenloom", kind, latency)
         for leg in LEGS:
             if leg not in results and leg not in errors:
@@ -407,7 +419,7 @@ def report(
     for leg, error in errors.items():
         lines.append(f"| {NAMES[leg]} | - | - | - | - | - | - | - | not measured: {error} |")
     lines += ["", "Ratio to the faster peer (target >= 1.5x, issue 23):", ""]
-    for kind, latency in PLAN:
+    for kind, latency in plan:
         ours = rate("tokenloom", kind, latency)
         peers = [p for p in (rate(leg, kind, latency) for leg in ("litdata", "mosaic")) if p is not None]
         if ours is not None and peers:
@@ -431,8 +443,8 @@ def report(
         lines += [f"### Time to first batch on a {shards:,}-shard dataset (tokenloom)", ""]
         lines += [
             f"A native dataset of {shards:,} shards of one {SEQ + 1:,}-token sample each (written without fsync and "
-            f"uploaded in {many_upload:.0f} s), on the same server, each row with an empty cache; timed from before the "
-            "dataset object is made. Target (issue 23): first batch <= 3 s.",
+            f"uploaded in {many_upload:.0f} s), on the same server, each row with an empty cache; timed from before "
+            "the dataset object is made. Target (issue 23): first batch <= 3 s.",
             "",
             "| what | added latency | seconds (min-max) | GETs | target |",
             "|---|---:|---:|---:|---|",
@@ -482,8 +494,14 @@ def main() -> int:
         "--legs", default="", help="a subset of " + ",".join(LEGS) + " (default: all; --quick: no mosaic)"
     )
     parser.add_argument("--shards", type=int, default=None, help="shards of the first-batch row (0: skip it)")
+    parser.add_argument(
+        "--latencies",
+        default=",".join(map(str, LATENCIES_MS)),
+        help="added latencies in ms, one cold and one warm pass each (default: 20; 0,20 adds the 0 ms rows)",
+    )
     args = parser.parse_args()
-    print(run(args.quick, tuple(args.legs.split(",")) if args.legs else None, args.shards))
+    latencies = tuple(int(ms) for ms in args.latencies.split(","))
+    print(run(args.quick, tuple(args.legs.split(",")) if args.legs else None, args.shards, latencies))
     return 0
 
 

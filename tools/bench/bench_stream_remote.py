@@ -242,6 +242,10 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
             ]
             if quick:  # a smoke run: local and s3 (HF datasets' streaming imports and its slow pass are most of it)
                 contenders = contenders[:2]
+            # every script's server imports at once, before the first measurement
+            servers.prestart([scripts["ours"]], [scripts["resume"]], wait=quick)
+            if not quick:
+                servers.prestart([scripts["hf"]], [scripts["hf_resume"]], env=_env(offline_datasets=False))
             results: dict[str, list[dict]] = {name: [] for name, _ in contenders}
             for _ in range(runs):
                 for name, measure in contenders:

@@ -68,3 +68,16 @@ def test_a_server_is_reused_only_for_the_same_loaded_modules() -> None:
         # csv is not loaded by json's server: a fork of it would import csv inside the script's clock
         assert servers.server_for(["csv"], servers.env) is not plain
         assert servers.server_for(["json"], {**servers.env, "EXTRA": "1"}) is not plain
+
+
+def test_prestart_starts_each_script_server_once(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text("import json\nprint(json.dumps('first'))\n")
+    second.write_text("import csv, json\nprint(json.dumps(csv.__name__))\n")
+    with forkserver.ForkServers() as servers:
+        servers.prestart([str(first)], [str(second)], [str(first)])
+        started = [server for _, server in servers._servers]
+        assert [server.modules for server in started] == [("json",), ("csv", "json")]
+        assert servers.run([str(first)]).stdout == '"first"\n'
+        assert servers.run([str(second)]).stdout == '"csv"\n'
+        assert [server for _, server in servers._servers] == started
