@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -74,9 +74,14 @@ class ForkServer:
         return self._stderr.read()[-3000:] or "no output"
 
     def run(
-        self, argv: Sequence[str], timeout: float = 900, cwd: str | Path | None = None
+        self,
+        argv: Sequence[str],
+        timeout: float = 900,
+        cwd: str | Path | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """``python *argv`` in a fork of the server (``argv`` = script and args, or ``-c``, code and args)."""
+        """``python *argv`` in a fork of the server (``argv`` = script and args, or ``-c``, code and args);
+        ``on_start`` gets the child's pid as it starts (e.g. to sample its memory)."""
         _ = self.loaded  # the server is ready
         self._jobs += 1
         out, err = self._files / f"{self._jobs}.out", self._files / f"{self._jobs}.err"
@@ -87,6 +92,8 @@ class ForkServer:
         if not started.startswith('{"pid"'):
             raise RuntimeError(f"the fork server died: {self._tail()}")
         pid = json.loads(started)["pid"]
+        if on_start is not None:
+            on_start(pid)
         killed = threading.Event()
 
         def kill() -> None:
@@ -133,9 +140,14 @@ class ForkServer:
 
 
 def script_imports(source: str) -> list[str]:
-    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b)."""
+    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b), and at
+    the top of its ``if __name__ == "__main__":`` block."""
     names: list[str] = []
-    for node in ast.parse(source).body:
+    body = ast.parse(source).body
+    for node in body:
+        if isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == '__name__ == "__main__"':
+            body += node.body
+    for node in body:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -184,10 +196,11 @@ class ForkServers:
         timeout: float = 900,
         cwd: str | Path | None = None,
         env: Mapping[str, str] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``python *argv`` (script and args, or ``-c``, code and args) in a fork of the server for its imports."""
         server = self.server_for(script_imports(_source(argv)), dict(env) if env is not None else self.env)
-        return server.run(argv, timeout=timeout, cwd=cwd)
+        return server.run(argv, timeout=timeout, cwd=cwd, on_start=on_start)
 
     def close(self) -> None:
         for _, server in self._servers:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -43,7 +44,8 @@ import orjson
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_tokenize import _LITDATA, _env, _measure  # noqa: E402  (the peers and the RSS sampler, shared)
+from _forkserver import ForkServers  # noqa: E402
+from bench_tokenize import _LITDATA, _env, _measure, _measure_forked  # noqa: E402  (the peers, the RSS samplers)
 
 REPO = HERE.parents[1]
 OUTPUT = REPO / "docs" / "benchmarks" / "tokenize-prep.md"
@@ -219,7 +221,7 @@ def run(quick: bool, peers: bool = True) -> str:
     eos = _eos(tokenizer)
     notes: list[str] = []
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="bench-tokenize-prep-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="bench-tokenize-prep-") as tmp_name, ForkServers(_env(False)) as servers:
         tmp = Path(tmp_name)
         files = build_corpus(tmp / "in", (20 if quick else 110) * 10**6)
         input_dir = tmp / "in"
@@ -250,15 +252,21 @@ def run(quick: bool, peers: bool = True) -> str:
 
             return measure
 
+        def peer(argv: list[str]) -> tuple[float, float, float, dict[str, float]]:
+            """A peer's run forked from a server that did its imports: no process time (NaN), see _measure_forked."""
+            peak, out = _measure_forked(servers, argv, _env(False))
+            data = json.loads(out.strip().splitlines()[-1])
+            return data["seconds"], math.nan, peak, data
+
         def hf_datasets() -> Result:
             cache = tmp / "hf-cache"
-            timed, wall, peak, data = child([sys.executable, "-c", _DATASETS, peer_list, tokenizer, str(cache)], False)
+            timed, wall, peak, data = peer(["-c", _DATASETS, peer_list, tokenizer, str(cache)])
             shutil.rmtree(cache, ignore_errors=True)
             return timed, wall, peak, int(data["tokens"])
 
         def litdata() -> Result:
             out_dir = tmp / "litdata-out"
-            timed, wall, peak, _ = child([sys.executable, str(script), peer_list, tokenizer, str(out_dir)], False)
+            timed, wall, peak, _ = peer([str(script), peer_list, tokenizer, str(out_dir)])
             shutil.rmtree(out_dir, ignore_errors=True)
             return timed, wall, peak, peer_tokens
 
@@ -281,6 +289,8 @@ def run(quick: bool, peers: bool = True) -> str:
                 f"({peer_mb:.0f} MB); their tokens/s and ratio are over those files' tokens"
             )
         peer_tokens = 0 if (quick or not peers) else plain(peer_list)[3]
+        if not (quick or not peers):  # the peers' servers import side by side, before the first measurement
+            servers.prestart(["-c", _DATASETS], [str(script)])
         results: dict[str, list[Result]] = {name: [] for name, _ in contenders}
         plain_tokens = 0
         for _ in range(1 if quick else RUNS):  # interleaved, so load from other processes drifts over all rows
@@ -336,7 +346,9 @@ def run(quick: bool, peers: bool = True) -> str:
         "write; tokenloom, the run as the command reports it (tokenizer load, workers, read, parse, encode, "
         "write, fsync, manifest); the 2-node row, "
         "both processes' wall time including interpreter start; datasets, `load_dataset` + `.map`; litdata, "
-        f"`optimize`. Load average during the run: {load_before[0]:.1f} before, {load_after[0]:.1f} after "
+        "`optimize` (the two peers run forked from a server that did their imports, so they have no process time; "
+        "their peak RSS leaves out the library pages only their imports touched). "
+        f"Load average during the run: {load_before[0]:.1f} before, {load_after[0]:.1f} after "
         "(2 cores shared with other jobs).",
         "",
         "| what | tokens/s timed | vs plain | timed s | process s | vs plain (process s) | peak RSS MiB |",
@@ -344,9 +356,10 @@ def run(quick: bool, peers: bool = True) -> str:
     ]
     for name, (timed, wall, peak, tokens) in rows:
         rss = f"{peak:.0f}" if peak else "-"
+        process = "- | -" if math.isnan(wall) else f"{wall:.2f} | {tokens / wall / plain_process_rate:.2f}x"
         lines.append(
             f"| {name} | {tokens / timed / 1e6:.2f} M | {tokens / timed / plain_rate:.2f}x | {timed:.2f} "
-            f"| {wall:.2f} | {tokens / wall / plain_process_rate:.2f}x | {rss} |"
+            f"| {process} | {rss} |"
         )
     one, two = measured.get(ONE_NODE), measured.get(TWO_NODES)
     if one and two:
