@@ -135,9 +135,12 @@ class LegServer:
         if self.process.stdin is None or self.process.stdout is None:
             raise RuntimeError("no pipes to the leg")
         self.stdin, self.stdout = self.process.stdin, self.process.stdout
+
+    def wait_ready(self) -> None:
+        """Wait until the server has done its imports (servers are started side by side, then waited for)."""
         line = self.stdout.readline()
         if not line.startswith('{"serving"'):
-            raise RuntimeError(f"{leg} server did not start: {self.tail()}")
+            raise RuntimeError(f"{self.leg} server did not start: {self.tail()}")
 
     def tail(self, lines: int = 1) -> str:
         self.stderr.seek(0)
@@ -279,13 +282,24 @@ def run(
             urls: dict[str, str] = {}
             errors: dict[str, str] = {}
             stored: dict[str, int] = {}
+            # the servers' imports and the two peers' writers (child processes) run side by side: set-up, untimed
+            for leg in legs:
+                with contextlib.suppress(OSError, RuntimeError):  # a leg that cannot start fails in wait_ready
+                    servers[leg] = LegServer(leg, env, tmp / "servers")
             log("writing and uploading the three copies")
-            write_native(tokens, count, per_shard, tmp / "native")
-            for leg, local in (("tokenloom", tmp / "native"), ("litdata", tmp / "litdata"), ("mosaic", tmp / "mds")):
+            locals_ = {"tokenloom": tmp / "native", "litdata": tmp / "litdata", "mosaic": tmp / "mds"}
+            with ThreadPoolExecutor(2) as pool:
+                writes = {
+                    leg: pool.submit(write_peer, leg, tokens_path, count, per_shard, locals_[leg], env)
+                    for leg in legs
+                    if leg != "tokenloom"
+                }
+                write_native(tokens, count, per_shard, tmp / "native")
+            for leg, local in locals_.items():
                 if leg not in legs:
                     continue
                 if leg != "tokenloom":
-                    error = write_peer(leg, tokens_path, count, per_shard, local, env)
+                    error = writes[leg].result()
                     if error is not None:
                         errors[leg] = f"write failed: {error}"
                         log(f"{leg}: {errors[leg]}")
@@ -295,7 +309,9 @@ def run(
             results: dict[str, list[dict[str, Any]]] = {leg: [] for leg in urls}
             for leg in urls:
                 try:
-                    servers[leg] = LegServer(leg, env, tmp / "servers")
+                    if leg not in servers:
+                        servers[leg] = LegServer(leg, env, tmp / "servers")  # raises what stopped it
+                    servers[leg].wait_ready()
                 except (OSError, RuntimeError) as error:
                     errors[leg] = f"read failed: {error}"
                     log(f"{leg}: {errors[leg]}")
