@@ -198,3 +198,16 @@ def test_positions_outside_the_domain_are_refused(bad) -> None:
     permutation = FeistelPermutation(1000, round_keys(0, 0))
     with pytest.raises(IndexError, match=r"\[0, 1000\)"):
         permutation(np.array([3, bad], dtype=np.int64))
+
+
+def test_threads_sharing_one_permutation_get_the_reference_indices() -> None:
+    """The work arrays are per thread: numpy releases the GIL inside each pass of the network."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = 10**10
+    permutation, reference = FeistelPermutation(n, round_keys(9, 1)), ReferencePermutation(n, round_keys(9, 1))
+    chunks = [np.arange(k * 50_000, (k + 1) * 50_000, dtype=np.int64) * 1_000 for k in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(permutation, chunks))
+    for got, positions in zip(results, chunks, strict=True):
+        _same(got, reference(positions))
