@@ -48,8 +48,10 @@ class RankPlan:
 
     def positions(self, first: int, stop: int) -> np.ndarray:
         """Epoch positions of this rank's samples ``first .. stop - 1``, padding wrapped."""
-        steps = np.arange(first, stop, dtype=np.int64)
-        positions = self.start + self.rank + steps * self.num_replicas
+        base = self.start + self.rank
+        positions = np.arange(
+            base + first * self.num_replicas, base + stop * self.num_replicas, self.num_replicas, dtype=np.int64
+        )
         if self.padded:
             beyond = positions >= self.n
             positions[beyond] = (positions[beyond] - self.n) % self.n
