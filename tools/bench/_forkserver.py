@@ -139,15 +139,38 @@ class ForkServer:
         self.close()
 
 
+_CLOCKS = frozenset({"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time"})
+
+
+def _starts_a_clock(node: ast.stmt) -> bool:
+    """Whether a statement (not the bodies of the functions it defines) reads a clock, e.g. ``start = time.time()``."""
+    stack: list[ast.AST] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Call):
+            func = current.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in _CLOCKS:
+                return True
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                stack.append(child)
+    return False
+
+
 def script_imports(source: str) -> list[str]:
-    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b), and at
-    the top of its ``if __name__ == "__main__":`` block."""
+    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b), and in
+    its ``if __name__ == "__main__":`` block, up to the first statement that reads a clock: an import after it is
+    inside the script's clock, and stays there."""
     names: list[str] = []
-    body = ast.parse(source).body
-    for node in body:
+    pending = list(ast.parse(source).body)
+    while pending:
+        node = pending.pop(0)
         if isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == '__name__ == "__main__"':
-            body += node.body
-    for node in body:
+            pending = [*node.body, *pending]
+            continue
+        if _starts_a_clock(node):
+            break
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
