@@ -5,8 +5,9 @@ starts; the benchmarks that run a child per pass paid that 40-50 times a run, ou
 :class:`ForkServer` imports the modules once, then forks a child per job that runs the script exactly as
 ``python SCRIPT ARGS`` / ``python -c CODE ARGS`` would after those imports: own ``__main__``, ``sys.argv``,
 ``sys.path[0]``, working directory, stdout/stderr to files, its own process group (a timeout kills it and
-every DataLoader worker it forked), exit code from ``SystemExit`` or 1 with the traceback on stderr, and the
-interpreter's exit handlers run at the end. Each child is a process that never made a dataset; the clocks the
+every DataLoader worker it forked), exit code from ``SystemExit`` or 1 with the traceback on stderr, its non-daemon
+threads joined and then the interpreter's exit handlers run at the end, and the run done only when every process of
+its group has ended (as ``subprocess.run`` waits for all holders of the output). Each child is a process that never made a dataset; the clocks the
 scripts keep (started after their imports) measure the same thing as in a fresh process.
 
 A server imports exactly a script's own top-level imports (:func:`script_imports`) and nothing else: a
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -58,6 +60,7 @@ class ForkServer:
         self.modules = tuple(modules)
         self._loaded: frozenset[str] | None = None
         self._jobs = 0
+        self._running: int | None = None  # the pid (and process group) of the child running now
 
     @property
     def loaded(self) -> frozenset[str]:
@@ -92,6 +95,7 @@ class ForkServer:
         if not started.startswith('{"pid"'):
             raise RuntimeError(f"the fork server died: {self._tail()}")
         pid = json.loads(started)["pid"]
+        self._running = pid
         if on_start is not None:
             on_start(pid)
         killed = threading.Event()
@@ -107,7 +111,10 @@ class ForkServer:
             line = self._stdout.readline()
         finally:
             timer.cancel()
+        self._running = None
         if not line.startswith('{"exit"'):
+            with contextlib.suppress(ProcessLookupError):  # its child would go on alone
+                os.killpg(pid, signal.SIGKILL)
             raise RuntimeError(f"the fork server died: {self._tail()}")
         code = json.loads(line)["exit"]
         done = subprocess.CompletedProcess(list(argv), code, out.read_text(), err.read_text())
@@ -118,6 +125,11 @@ class ForkServer:
         return done
 
     def close(self) -> None:
+        """Stop the server; a child still running (a run cut short by an exception) is killed with its group."""
+        running = self._running
+        if running is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(running, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self._stdin.close()
         try:
@@ -139,15 +151,38 @@ class ForkServer:
         self.close()
 
 
+_CLOCKS = frozenset({"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time"})
+
+
+def _starts_a_clock(node: ast.stmt) -> bool:
+    """Whether a statement (not the bodies of the functions it defines) reads a clock, e.g. ``start = time.time()``."""
+    stack: list[ast.AST] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Call):
+            func = current.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in _CLOCKS:
+                return True
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                stack.append(child)
+    return False
+
+
 def script_imports(source: str) -> list[str]:
-    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b), and at
-    the top of its ``if __name__ == "__main__":`` block."""
+    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b), and in
+    its ``if __name__ == "__main__":`` block, up to the first statement that reads a clock: an import after it is
+    inside the script's clock, and stays there."""
     names: list[str] = []
-    body = ast.parse(source).body
-    for node in body:
+    pending = list(ast.parse(source).body)
+    while pending:
+        node = pending.pop(0)
         if isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == '__name__ == "__main__"':
-            body += node.body
-    for node in body:
+            pending = [*node.body, *pending]
+            continue
+        if _starts_a_clock(node):
+            break
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -256,15 +291,49 @@ def _child(job: dict) -> int:
         traceback.print_exc()
         code = 1
     finally:
+        # as the interpreter's own exit does: wait for the non-daemon threads, then run the exit handlers
+        threading._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
     return code
 
 
+def _become_subreaper() -> bool:
+    """Make this process the parent of the orphans of its children (Linux ``PR_SET_CHILD_SUBREAPER``)."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _wait_for_group(pgid: int) -> None:
+    """Wait until no process of the child's group is left (its workers, a process it started and left running).
+
+    ``python SCRIPT`` under ``subprocess.run(capture_output=True)`` returns only when every process holding its
+    output has ended; here they would go on running, unseen, beside the next measurement. A group that never ends
+    is a timeout, as it would be for a fresh process. The orphans are this server's children (a subreaper), so
+    reaping them ends the wait; without that, the group is polled until it is gone.
+    """
+    while True:
+        try:
+            os.waitpid(-pgid, 0)
+        except ChildProcessError:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
+
+
 def serve(modules: list[str]) -> None:
-    """Import ``modules``, then per job line on stdin: fork, report ``{"pid"}``, wait, report ``{"exit"}``."""
+    """Import ``modules``, then per job line on stdin: fork, report ``{"pid"}``, wait for the child and whatever it
+    left running in its process group, report ``{"exit"}``."""
     import importlib
+
+    _become_subreaper()
 
     for name in modules:
         importlib.import_module(name)
@@ -280,8 +349,13 @@ def serve(modules: list[str]) -> None:
         pid = os.fork()
         if pid == 0:
             os._exit(_child(job))
+        # the child's group exists before its pid is reported (as a shell does it): a kill of the group right away
+        # would otherwise find none and leave the child running
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.setpgid(pid, pid)
         print(json.dumps({"pid": pid}), flush=True)
         _, status = os.waitpid(pid, 0)
+        _wait_for_group(pid)
         print(json.dumps({"exit": os.waitstatus_to_exitcode(status)}), flush=True)
 
 

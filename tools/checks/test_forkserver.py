@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import subprocess
@@ -68,6 +69,15 @@ def test_a_server_is_reused_only_for_the_same_loaded_modules() -> None:
         # csv is not loaded by json's server: a fork of it would import csv inside the script's clock
         assert servers.server_for(["csv"], servers.env) is not plain
         assert servers.server_for(["json"], {**servers.env, "EXTRA": "1"}) is not plain
+        # a server that imported more than the script does: csv would be loaded before the script's clock starts
+        both = servers.server_for(["csv", "json"], servers.env)
+        assert servers.server_for(["csv", "json"], servers.env) is both
+        fresh = forkserver.ForkServers()
+        try:
+            first = fresh.server_for(["csv", "json"], fresh.env)
+            assert fresh.server_for(["json"], fresh.env) is not first
+        finally:
+            fresh.close()
 
 
 def test_prestart_starts_each_script_server_once(tmp_path: Path) -> None:
@@ -81,3 +91,103 @@ def test_prestart_starts_each_script_server_once(tmp_path: Path) -> None:
         assert servers.run([str(first)]).stdout == '"first"\n'
         assert servers.run([str(second)]).stdout == '"csv"\n'
         assert [server for _, server in servers._servers] == started
+
+
+def test_an_import_after_the_clock_starts_stays_inside_it() -> None:
+    # the server must not do an import the script makes inside its clock: the fork would skip it and the figure
+    # would leave out time a fresh process spends
+    source = (
+        "import json, time\n"
+        "def helper():\n    return time.perf_counter()\n"
+        "start = time.perf_counter()\n"
+        "import csv\n"
+        "if __name__ == '__main__':\n"
+        "    import email\n"
+        "    begin = time.perf_counter()\n"
+        "    import html\n"
+    )
+    assert forkserver.script_imports(source) == ["json", "time"]
+    main_block = "import json, time\nif __name__ == '__main__':\n    import email\n    t0 = time.perf_counter()\n"
+    assert forkserver.script_imports(main_block) == ["json", "time", "email"]
+
+
+def test_non_daemon_threads_finish_before_the_exit_handlers() -> None:
+    # python joins non-daemon threads at exit, then runs the exit handlers: the fork must not cut a thread short
+    code = (
+        "import atexit, threading, time\n"
+        "atexit.register(lambda: print('exit handler', flush=True))\n"
+        "def late():\n    time.sleep(0.5)\n    print('thread', flush=True)\n"
+        "threading.Thread(target=late).start()\n"
+    )
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    with forkserver.ForkServers() as servers:
+        forked = servers.run(["-c", code])
+    assert fresh.stdout.splitlines() == ["thread", "exit handler"]
+    assert forked.stdout == fresh.stdout
+
+
+def test_a_run_waits_for_the_processes_its_child_left_running(tmp_path: Path) -> None:
+    # `python SCRIPT` under subprocess.run(capture_output=True) returns only when every process holding its output
+    # has ended: a worker left running by a script must not go on loading the machine after the run returns
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1); print(\"grandchild\", flush=True)'])\n"
+    )
+    with forkserver.ForkServers() as servers:
+        done = servers.run(["-c", code])
+    assert done.stdout == "grandchild\n"
+
+
+def test_closing_kills_a_running_child() -> None:
+    import os
+    import threading
+    import time
+
+    started: list[int] = []
+    with forkserver.ForkServers() as servers:
+
+        def cut_short() -> None:
+            with contextlib.suppress(Exception):  # close() removes the output files under it
+                servers.run(["-c", "import time; time.sleep(60)"], on_start=started.append)
+
+        runner = threading.Thread(target=cut_short, daemon=True)
+        runner.start()
+        while not started:
+            time.sleep(0.05)
+    # an exception in the benchmark (Ctrl-C in a run) must not leave the child running (in its own process group,
+    # it outlived the server)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(started[0], 0)
+
+
+def test_a_timeout_kills_the_childs_whole_process_group(tmp_path: Path) -> None:
+    import os
+    import time
+
+    marker = tmp_path / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(marker)!r}, 'w').write(str(worker.pid))\n"
+        "time.sleep(300)\n"
+    )
+    begun = time.perf_counter()
+    with forkserver.ForkServers() as servers, pytest.raises(subprocess.TimeoutExpired):
+        servers.run(["-c", code], timeout=3)
+    # killed at the timeout, not when the child ended on its own (a generous bound: 2 shared cores), and gone (not
+    # even a zombie) when the run returns
+    assert time.perf_counter() - begun < 120
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(marker.read_text()), 0)
+
+
+def test_a_server_whose_imports_start_threads_refuses_to_fork(tmp_path: Path) -> None:
+    (tmp_path / "starts_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    env = {**forkserver.ForkServers().env, "PYTHONPATH": str(tmp_path)}
+    with (
+        forkserver.ForkServer(["starts_a_thread"], env=env) as server,
+        pytest.raises(RuntimeError, match="started Python threads"),
+    ):
+        server.run(["-c", "pass"])
