@@ -262,7 +262,8 @@ def test_a_sigkilled_run_leaves_a_handoff_dir_that_the_next_run_removes(
     )
     try:
         deadline = time.monotonic() + 120
-        while not list(temp.glob(f"{HANDOFF_PREFIX}{child.pid}-*")):
+        # the directory is made before its tokenizer.json is written: wait for the file, not the directory
+        while not list(temp.glob(f"{HANDOFF_PREFIX}{child.pid}-*/tokenizer.json")):
             assert child.poll() is None and time.monotonic() < deadline, "the run never wrote its hand-off"
             time.sleep(0.01)
         child.send_signal(signal.SIGKILL)
