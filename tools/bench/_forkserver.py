@@ -7,8 +7,9 @@ starts; the benchmarks that run a child per pass paid that 40-50 times a run, ou
 ``sys.path[0]``, working directory, stdout/stderr to files, its own process group (a timeout kills it and
 every DataLoader worker it forked), exit code from ``SystemExit`` or 1 with the traceback on stderr, its non-daemon
 threads joined and then the interpreter's exit handlers run at the end, and the run done only when every process of
-its group has ended (as ``subprocess.run`` waits for all holders of the output). Each child is a process that never made a dataset; the clocks the
-scripts keep (started after their imports) measure the same thing as in a fresh process.
+its group has ended (as ``subprocess.run`` waits for all holders of the output). Each child is a process that
+never made a dataset; the clocks the scripts keep (started after their imports) measure the same thing as in a
+fresh process.
 
 A server imports exactly a script's own top-level imports (:func:`script_imports`) and nothing else: a
 module the script imports lazily, inside its clock, stays inside it. :class:`ForkServers` starts one server per
