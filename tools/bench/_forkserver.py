@@ -172,9 +172,13 @@ def _starts_a_clock(node: ast.stmt) -> bool:
 
 
 def script_imports(source: str) -> list[str]:
-    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b), and in
-    its ``if __name__ == "__main__":`` block, up to the first statement that reads a clock: an import after it is
-    inside the script's clock, and stays there."""
+    """The modules a script imports at its top level (``import a.b`` -> a.b; ``from a.b import c`` -> a.b and
+    ``a.b:c``), and in its ``if __name__ == "__main__":`` block, up to the first statement that reads a clock: an
+    import after it is inside the script's clock, and stays there.
+
+    A ``module:name`` entry is the name a ``from`` import takes: the server looks it up as the script would (a
+    library's lazy attribute such as transformers' ``AutoTokenizer`` loads its modules only then), or imports
+    ``module.name`` when it is a submodule."""
     names: list[str] = []
     pending = list(ast.parse(source).body)
     while pending:
@@ -188,6 +192,7 @@ def script_imports(source: str) -> list[str]:
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append(node.module)
+            names += [f"{node.module}:{alias.name}" for alias in node.names if alias.name != "*"]
     return list(dict.fromkeys(names))
 
 
@@ -329,16 +334,27 @@ def _wait_for_group(pgid: int) -> None:
             time.sleep(0.05)
 
 
+def _import(entry: str) -> None:
+    """Import ``module``, or for ``module:name`` look the name up as ``from module import name`` does (an attribute,
+    which may load a library's lazy module, else the submodule ``module.name``)."""
+    import importlib
+
+    module_name, _, attribute = entry.partition(":")
+    module = importlib.import_module(module_name)
+    if attribute and not hasattr(module, attribute):
+        importlib.import_module(f"{module_name}.{attribute}")
+
+
 def serve(modules: list[str]) -> None:
     """Import ``modules``, then per job line on stdin: fork, report ``{"pid"}``, wait for the child and whatever it
     left running in its process group, report ``{"exit"}``."""
-    import importlib
-
     _become_subreaper()
 
     for name in modules:
-        importlib.import_module(name)
-    print(json.dumps({"serving": modules, "loaded": sorted(sys.modules)}), flush=True)
+        _import(name)
+    # a resolved ``module:name`` counts as loaded, so a script importing the same name can reuse this server
+    loaded = sorted({*sys.modules, *(name for name in modules if ":" in name)})
+    print(json.dumps({"serving": modules, "loaded": loaded}), flush=True)
     for line in sys.stdin:
         job = json.loads(line)
         # a Python thread could hold a lock the child would wait for forever (idle native pools are forked

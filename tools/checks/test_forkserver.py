@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,39 @@ _SPEC.loader.exec_module(forkserver)
 
 def test_script_imports_are_the_top_level_ones() -> None:
     source = "import json, os.path as p\nfrom email import message\nfrom . import x\ndef f():\n    import csv\n"
-    assert forkserver.script_imports(source) == ["json", "os.path", "email"]
+    assert forkserver.script_imports(source) == ["json", "os.path", "email", "email:message"]
+
+
+def test_a_from_import_resolves_lazy_names_and_submodules_in_the_server(tmp_path: Path) -> None:
+    # transformers' AutoTokenizer is a lazy attribute: `from transformers import AutoTokenizer` loads its modules
+    # only when the name is looked up, so the server must look it up as the script's own import would
+    package = tmp_path / "lazypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "def __getattr__(name):\n"
+        "    if name == 'Thing':\n"
+        "        from lazypkg._heavy import Thing\n"
+        "        return Thing\n"
+        "    raise AttributeError(name)\n"
+    )
+    (package / "_heavy.py").write_text("class Thing:\n    pass\n")
+    (package / "sub.py").write_text("VALUE = 7\n")
+    code = (
+        "import sys\n"
+        "preloaded = sorted(m for m in ('lazypkg._heavy', 'lazypkg.sub') if m in sys.modules)\n"
+        "from lazypkg import Thing, sub\n"
+        "print(preloaded, Thing.__name__, sub.VALUE)\n"
+    )
+    assert forkserver.script_imports(code) == ["sys", "lazypkg", "lazypkg:Thing", "lazypkg:sub"]
+    with forkserver.ForkServers({**os.environ, "PYTHONPATH": str(tmp_path)}) as servers:
+        done = servers.run(["-c", code])
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "['lazypkg._heavy', 'lazypkg.sub'] Thing 7\n"
+        (server,) = [server for _, server in servers._servers]
+        assert {"lazypkg._heavy", "lazypkg.sub", "lazypkg:Thing", "lazypkg:sub"} <= server.loaded
+        # the same names again reuse it; a script that takes only the package does not (it would find _heavy loaded)
+        assert servers.server_for(["sys", "lazypkg", "lazypkg:Thing", "lazypkg:sub"], servers.env) is server
+        assert servers.server_for(["sys", "lazypkg"], servers.env) is not server
 
 
 def test_a_script_sees_its_argv_path_cwd_and_main(tmp_path: Path) -> None:
