@@ -18,7 +18,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.datasets import build_batch
 from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.formats.io import require
-from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, engine_encoder, resolve_tokenizer
+from tokenloom.hf_streaming._encode import (
+    EncodeFn,
+    TokenizerSpec,
+    engine_encoder,
+    limit_worker_threads,
+    resolve_tokenizer,
+)
 from tokenloom.hf_streaming._feed import Counters, Feed, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
@@ -510,9 +516,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         # never reuse a tokenizer across fork: the parent's Rust thread pool does not survive it
         load = self._encode is None or self._encode_pid != os.getpid()
         if load and worker_info_present():
-            # DataLoader workers are the parallelism; a Rust thread pool inherited through fork can deadlock.
-            # Set before the read-ahead threads start: setenv is not thread-safe
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+            limit_worker_threads(num_workers)  # before the read-ahead threads start: setenv is not thread-safe
         feed = self._feed(rank, worker, num_workers)  # with read-ahead, the first reads start here ...
         if load:
             try:
