@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -699,7 +699,7 @@ def _position_fields(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rebatch(blocks: Iterator[Any], size: int) -> Iterator[Any]:
+def _rebatch(blocks: Iterable[Any], size: int) -> Iterator[Any]:
     """Split large reader blocks so one tokenizer call holds at most ``size`` documents."""
     for block in blocks:
         count = len(block.texts)
