@@ -356,3 +356,30 @@ def test_read_ahead_of_an_unused_iterator_stops(corpus, tokenizer_dir):
     with pytest.raises(RuntimeError, match="no tokenizer today"):
         iter(failing)
     assert settled(before)
+
+
+def test_read_ahead_started_in_iter_stops_when_a_later_reader_fails_to_start(corpus, tokenizer_dir, monkeypatch):
+    """iter() starts the first unit's reader, then the next one's: when the second cannot start (no thread left),
+    the first one's thread must not keep polling for a consumer that never comes."""
+    import time
+
+    from tokenloom.hf_streaming import _feed
+
+    real = _feed._reader
+    calls = []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("can't start new thread")
+        return real(*args, **kwargs)
+
+    before = len(_read_ahead_threads())
+    monkeypatch.setattr(_feed, "_reader", second_fails)
+    ds = StreamingHuggingFaceDataset("json", "train", "text", **kwargs(corpus, tokenizer_dir, prefetch_blocks=1))
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        iter(ds)
+    deadline = time.monotonic() + 5
+    while len(_read_ahead_threads()) > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(_read_ahead_threads()) == before

@@ -211,8 +211,12 @@ def exact_blocks(
 
     if prefetch_blocks:
         items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
-        for index in range(item_index, min(item_index + 2, len(items))):
-            reader(index, first_item(items, index))
+        try:
+            for index in range(item_index, min(item_index + 2, len(items))):
+                reader(index, first_item(items, index))
+        except BaseException:
+            _close_all(readers)  # the second one failed to start: no Feed will ever stop the first
+            raise
     feed = documents()
     # a generator dropped (or closed) before its first next() never runs its finally: stop the threads then
     return Feed(feed, weakref.finalize(feed, _close_all, readers))
