@@ -145,3 +145,19 @@ def test_spawned_workers_call_obstore_in_process(seaweed, tmp_path, method):
         """,
     )
     assert found == {"in_process": True, "owner_is_me": True}
+
+
+def test_the_helper_loads_only_what_serving_needs(seaweed, tmp_path):
+    """The helper's interpreter skips the package __init__s above helper.py (every format, numpy: most of a
+    helper's start, which a top-level process's first remote call waits for) and still serves head and fetch."""
+    found = _run(
+        seaweed,
+        tmp_path,
+        """
+        parent = read("parent")  # head and fetch through this thread's helper
+        process = helper._LOCAL.helper.process
+        maps = Path(f"/proc/{process.pid}/maps").read_text()
+        print(json.dumps({"parent": parent, "alive": process.poll() is None, "numpy": "_multiarray_umath" in maps}))
+        """,
+    )
+    assert found == {"parent": {"in_process": False, "owner_is_me": False}, "alive": True, "numpy": False}

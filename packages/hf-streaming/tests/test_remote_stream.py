@@ -287,3 +287,99 @@ def test_hand_over_files_of_dead_processes_are_swept(range_server, corpus, token
         assert not leftover.exists() and mine.exists()  # a live process's file is never touched
     finally:
         mine.unlink()
+
+
+def _read_ahead_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "tokenloom-read-ahead" and t.is_alive()]
+
+
+def _waiting_encoder(gets, seen: list[int], wait: float):
+    """An encoder factory that waits (inside iter()) until the server has answered a GET, and records how many."""
+    import time
+
+    from tokenloom.hf_streaming import hf_encoder
+
+    def factory(spec):
+        deadline = time.monotonic() + wait
+        while not gets and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(sum(gets.values()))
+        return hf_encoder(spec)
+
+    return factory
+
+
+def test_first_reads_start_while_the_tokenizer_loads(range_server, corpus, tokenizer_dir):
+    """With read-ahead, iter() starts the slot's first GETs before it loads the encoder (fastokens: ~0.3 s), so
+    the first block's network wait overlaps the load instead of following it; the stream is the same."""
+    shutil.copy(corpus[0], range_server.root / "a.jsonl")
+    url = f"{range_server.url}/a.jsonl"
+    expected = stream([corpus[0]], tokenizer_dir)
+    seen: list[int] = []
+    assert stream([url], tokenizer_dir, encoder=_waiting_encoder(range_server.gets, seen, 30)) == expected
+    assert seen[0] >= 1
+    range_server.gets.clear()
+    seen.clear()  # without read-ahead nothing is read before the first next()
+    got = stream([url], tokenizer_dir, prefetch_blocks=0, encoder=_waiting_encoder(range_server.gets, seen, 0.3))
+    assert got == expected
+    assert seen == [0]
+
+
+def test_read_ahead_of_an_unused_iterator_stops(corpus, tokenizer_dir):
+    """Readers start in iter(): an iterator dropped before its first sample, or an encoder that fails to load,
+    stops them (no thread keeps polling)."""
+    import gc
+    import time
+
+    def settled(count: int) -> bool:
+        deadline = time.monotonic() + 10
+        while len(_read_ahead_threads()) > count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return len(_read_ahead_threads()) == count
+
+    before = len(_read_ahead_threads())
+    ds = StreamingHuggingFaceDataset("json", "train", "text", **kwargs(corpus, tokenizer_dir, prefetch_blocks=1))
+    iterator = iter(ds)
+    assert len(_read_ahead_threads()) > before  # the first unit and the next one are being read
+    del iterator
+    gc.collect()
+    assert settled(before)
+
+    def broken(spec):
+        raise RuntimeError("no tokenizer today")
+
+    failing = StreamingHuggingFaceDataset(
+        "json", "train", "text", **kwargs(corpus, tokenizer_dir, prefetch_blocks=1, encoder=broken)
+    )
+    with pytest.raises(RuntimeError, match="no tokenizer today"):
+        iter(failing)
+    assert settled(before)
+
+
+def test_read_ahead_started_in_iter_stops_when_a_later_reader_fails_to_start(corpus, tokenizer_dir, monkeypatch):
+    """iter() starts the first unit's reader, then the next one's: when the second cannot start (no thread left),
+    the first one's thread must not keep polling for a consumer that never comes."""
+    import time
+
+    from tokenloom.hf_streaming import _feed
+
+    real = _feed._reader
+    calls = []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("can't start new thread")
+        return real(*args, **kwargs)
+
+    before = len(_read_ahead_threads())
+    monkeypatch.setattr(_feed, "_reader", second_fails)
+    ds = StreamingHuggingFaceDataset("json", "train", "text", **kwargs(corpus, tokenizer_dir, prefetch_blocks=1))
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        iter(ds)
+    deadline = time.monotonic() + 5
+    while len(_read_ahead_threads()) > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(_read_ahead_threads()) == before

@@ -115,3 +115,42 @@ def test_the_engine_line_comes_from_one_worker_only(corpus, tokenizer_dir):
     assert "BATCHES" in proc.stdout
     lines = [line for line in proc.stderr.splitlines() if "encoding engine" in line]
     assert len(lines) == 1, lines
+
+
+def test_workers_run_fastokens_on_their_share_of_the_cores(corpus, tokenizer_dir, tmp_path):
+    """Each of N DataLoader workers encodes on cores // N fastokens threads (at least 1) unless the user chose;
+    the parent's environment is left alone and the stream is the same."""
+    code = (
+        "import os, sys\n"
+        "from torch.utils.data import DataLoader\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset, engine_encoder\n"
+        "out = sys.argv[1]\n"
+        "def encoder(spec):\n"
+        "    with open(os.path.join(out, str(os.getpid())), 'w') as f:\n"
+        "        f.write(os.environ.get('FASTOKENS_BPE_THREADS', 'unset'))\n"
+        "    return engine_encoder(spec)\n"
+        f"ds = StreamingHuggingFaceDataset('json', 'train', 'text', 16, {str(tokenizer_dir)!r}, "
+        f"data_files={corpus!r}, encoder=encoder)\n"
+        "loader = DataLoader(ds, batch_size=4, num_workers=2)\n"
+        "rows = sorted(tuple(r.tolist()) for b in loader for r in b['input_ids'])\n"
+        "print('ROWS', hash(tuple(rows)), len(rows))\n"
+        "print('PARENT', os.environ.get('FASTOKENS_BPE_THREADS', 'unset'))\n"
+    )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    seen = {}
+    for preset in (None, "3"):
+        out = tmp_path / str(preset)
+        out.mkdir()
+        env = {k: v for k, v in os.environ.items() if k != "FASTOKENS_BPE_THREADS"}
+        env["PYTHONHASHSEED"] = "0"
+        if preset is not None:
+            env["FASTOKENS_BPE_THREADS"] = preset
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=240, env=env
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        workers = sorted(p.read_text() for p in out.iterdir())
+        assert workers == [preset or str(max(1, cores // 2))] * 2
+        assert f"PARENT {preset or 'unset'}" in proc.stdout
+        seen[preset] = next(line for line in proc.stdout.splitlines() if line.startswith("ROWS"))
+    assert seen[None] == seen["3"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -17,8 +18,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.datasets import build_batch
 from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.formats.io import require
-from tokenloom.hf_streaming._encode import EncodeFn, TokenizerSpec, engine_encoder, resolve_tokenizer
-from tokenloom.hf_streaming._feed import Counters, compat_blocks, exact_blocks
+from tokenloom.hf_streaming._encode import (
+    EncodeFn,
+    TokenizerSpec,
+    engine_encoder,
+    limit_worker_threads,
+    resolve_tokenizer,
+)
+from tokenloom.hf_streaming._feed import Counters, Feed, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
 from tokenloom.hf_streaming._readers import DEFAULT_MAX_LINE_BYTES
@@ -50,6 +57,15 @@ class Mode(StrEnum):
     """Counter-based order: exact resume on the same topology, exactly-once on any other."""
     COMPAT = "compat"
     """The seed's order (HF buffered shuffle, rank strides); resumes on the same topology only."""
+
+
+@dataclass(slots=True)
+class _SlotFeed:
+    blocks: Feed
+    counters: Counters
+    pass_epoch: int
+    finished_items: int
+    """Items of the slot's list in ``pass_epoch``: the item cursor once the pass ends."""
 
 
 def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -497,14 +513,19 @@ class StreamingHuggingFaceDataset(IterableDataset):
             # a state saved after its pass ended: StatefulDataLoader may discard this iterator and start
             # a fresh one from the main process's copy, which then reads the next epoch from here
             self._next_epoch[worker] = self._position["epoch"] + 1
-        if self._encode is None or self._encode_pid != os.getpid():
-            # never reuse a tokenizer across fork: the parent's Rust thread pool does not survive it
+        # never reuse a tokenizer across fork: the parent's Rust thread pool does not survive it
+        load = self._encode is None or self._encode_pid != os.getpid()
+        if load and worker_info_present():
+            limit_worker_threads(num_workers)  # before the read-ahead threads start: setenv is not thread-safe
+        feed = self._feed(rank, worker, num_workers)  # with read-ahead, the first reads start here ...
+        if load:
+            try:
+                self._encode = self.encoder(self.tokenizer)  # ... while the tokenizer loads (fastokens: ~0.3 s)
+            except BaseException:
+                feed.blocks.close()
+                raise
             self._encode_pid = os.getpid()
-            if worker_info_present():
-                # DataLoader workers are the parallelism; a Rust thread pool inherited through fork can deadlock
-                os.environ["TOKENIZERS_PARALLELISM"] = "false"
-            self._encode = self.encoder(self.tokenizer)
-        return self._generate(rank, worker, num_workers)
+        return self._generate(feed, rank, worker, num_workers)
 
     def _at_end_of_pass(self, position: dict[str, Any], rank: int, worker: int, num_workers: int) -> bool:
         if position["current"] is not None or self.infinite:
@@ -519,41 +540,14 @@ class StreamingHuggingFaceDataset(IterableDataset):
         )
         return position["item"] >= len(items) > 0
 
-    def _generate(self, rank: int, worker: int, num_workers: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _feed(self, rank: int, worker: int, num_workers: int) -> _SlotFeed:
+        """This slot's documents from its position on (exact mode with read-ahead: already being read)."""
         position = self._position
         assert position is not None  # noqa: S101 - set by __iter__
         counters = Counters(skipped=position.get("skipped", 0))
         current = position["current"]
-        if self.mode is Mode.EXACT:
-            assert self._layout is not None  # noqa: S101
-            units = self._units(self._layout)
-            sizes = unit_sizes(units, self._sources)
-            slots = self.world_size * num_workers
-            slot = worker * self.world_size + rank
-            pass_epoch = position["epoch"]
-            blocks = exact_blocks(
-                units=units,
-                sizes=sizes,
-                sources=self._sources,
-                base=self._base,
-                slot=slot,
-                slots=slots,
-                epoch=position["epoch"],
-                item_index=position["item"],
-                current=None if current is None else Item(-1, current[0], current[1], current[2]),
-                infinite=self.infinite,
-                seed=self.seed,
-                block_size=self.shuffle_buffer_size,
-                text_field=self.text_field,
-                on_error=self.on_error,
-                hf_dataset=self._hf,
-                counters=counters,
-                max_line_bytes=self.max_line_bytes,
-                prefetch_blocks=self.prefetch_blocks,
-            )
-            finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
-        else:
-            pass_epoch = position["epoch"]
+        pass_epoch = position["epoch"]
+        if self.mode is Mode.COMPAT:
             blocks = compat_blocks(
                 self._hf_stream,
                 rank=rank,
@@ -568,7 +562,40 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 batch=self.encode_batch_size,
                 counters=counters,
             )
-            finished_items = 1
+            return _SlotFeed(Feed(blocks), counters, pass_epoch, 1)
+        assert self._layout is not None  # noqa: S101
+        units = self._units(self._layout)
+        sizes = unit_sizes(units, self._sources)
+        slots = self.world_size * num_workers
+        slot = worker * self.world_size + rank
+        feed = exact_blocks(
+            units=units,
+            sizes=sizes,
+            sources=self._sources,
+            base=self._base,
+            slot=slot,
+            slots=slots,
+            epoch=position["epoch"],
+            item_index=position["item"],
+            current=None if current is None else Item(-1, current[0], current[1], current[2]),
+            infinite=self.infinite,
+            seed=self.seed,
+            block_size=self.shuffle_buffer_size,
+            text_field=self.text_field,
+            on_error=self.on_error,
+            hf_dataset=self._hf,
+            counters=counters,
+            max_line_bytes=self.max_line_bytes,
+            prefetch_blocks=self.prefetch_blocks,
+        )
+        finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
+        return _SlotFeed(feed, counters, pass_epoch, finished_items)
+
+    def _generate(self, feed: _SlotFeed, rank: int, worker: int, num_workers: int) -> Iterator[dict[str, torch.Tensor]]:
+        position = self._position
+        assert position is not None  # noqa: S101 - set by __iter__
+        blocks, counters, pass_epoch, finished_items = feed.blocks, feed.counters, feed.pass_epoch, feed.finished_items
+        current = position["current"]
         assert self._encode is not None  # noqa: S101 - loaded by __iter__
         packer = Packer(self._encode, eos_id=self.eos_id, seq_len=self.seq_len, skip_empty=self.mode is Mode.COMPAT)
         samples = position.get("samples", 0)
@@ -672,7 +699,7 @@ def _position_fields(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rebatch(blocks: Iterator[Any], size: int) -> Iterator[Any]:
+def _rebatch(blocks: Iterable[Any], size: int) -> Iterator[Any]:
     """Split large reader blocks so one tokenizer call holds at most ``size`` documents."""
     for block in blocks:
         count = len(block.texts)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from tokenloom.hf_streaming._prefetch import ReadAhead
 from tokenloom.hf_streaming._readers import Block, read_blocks, text_of
 from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
-__all__ = ["Counters", "compat_blocks", "exact_blocks"]
+__all__ = ["Counters", "Feed", "compat_blocks", "exact_blocks"]
 
 log = logging.getLogger("tokenloom.hf_streaming")
 
@@ -139,9 +140,12 @@ def exact_blocks(
     counters: Counters,
     max_line_bytes: int,
     prefetch_blocks: int = 0,
-) -> Iterator[DocBlock]:
-    """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``."""
-    first_epoch = True
+) -> Feed:
+    """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``.
+
+    With ``prefetch_blocks``, the readers of the first unit (and of the one after it) start here, before
+    the first ``next()``: the slot's first reads and GETs run while the caller loads its tokenizer.
+    """
     readers: dict[int, ReadAhead[Block]] = {}
 
     def reader(index: int, item: Item) -> ReadAhead[Block]:
@@ -160,44 +164,87 @@ def exact_blocks(
             )
         return readers[index]
 
-    try:
-        while True:
-            items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
-            records_before = counters.records
-            start = item_index if first_epoch else 0
-            for index in range(start, len(items)):
-                item = items[index]
-                if first_epoch and index == item_index and current is not None:
-                    item = Item(item.unit, current.row, current.token, current.hint)
-                blocks = reader(index, item)
-                if index + 1 < len(items) and prefetch_blocks:
-                    reader(index + 1, items[index + 1])  # the next unit's first blocks arrive meanwhile
-                unit = units[item.unit]
-                yield from _unit_blocks(
-                    item,
-                    unit,
-                    sources[unit.source],
-                    blocks,
-                    epoch=epoch,
-                    index=index,
-                    seed=seed,
-                    block_size=block_size,
-                    counters=counters,
-                )
-                del readers[index]
-            readers.clear()
-            if not infinite:
-                return
-            if epoch not in base.epochs and counters.records == records_before:
-                log.warning(
-                    "slot %d of %d read no record in epoch %d: it stops (too few source shards)", slot, slots, epoch
-                )
-                return
-            first_epoch = False
-            epoch += 1
-    finally:
-        for pending in readers.values():
-            pending.close()
+    def first_item(items: list[Item], index: int) -> Item:
+        item = items[index]
+        if index == item_index and current is not None:
+            item = Item(item.unit, current.row, current.token, current.hint)
+        return item
+
+    def documents() -> Iterator[DocBlock]:
+        nonlocal epoch
+        first_epoch = True
+        try:
+            while True:
+                items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
+                records_before = counters.records
+                start = item_index if first_epoch else 0
+                for index in range(start, len(items)):
+                    item = first_item(items, index) if first_epoch else items[index]
+                    blocks = reader(index, item)
+                    if index + 1 < len(items) and prefetch_blocks:
+                        reader(index + 1, items[index + 1])  # the next unit's first blocks arrive meanwhile
+                    unit = units[item.unit]
+                    yield from _unit_blocks(
+                        item,
+                        unit,
+                        sources[unit.source],
+                        blocks,
+                        epoch=epoch,
+                        index=index,
+                        seed=seed,
+                        block_size=block_size,
+                        counters=counters,
+                    )
+                    del readers[index]
+                readers.clear()
+                if not infinite:
+                    return
+                if epoch not in base.epochs and counters.records == records_before:
+                    log.warning(
+                        "slot %d of %d read no record in epoch %d: it stops (too few source shards)", slot, slots, epoch
+                    )
+                    return
+                first_epoch = False
+                epoch += 1
+        finally:
+            _close_all(readers)
+
+    if prefetch_blocks:
+        items = slot_items(base, len(units), seed, epoch, slot, slots, sizes)
+        try:
+            for index in range(item_index, min(item_index + 2, len(items))):
+                reader(index, first_item(items, index))
+        except BaseException:
+            _close_all(readers)  # the second one failed to start: no Feed will ever stop the first
+            raise
+    feed = documents()
+    # a generator dropped (or closed) before its first next() never runs its finally: stop the threads then
+    return Feed(feed, weakref.finalize(feed, _close_all, readers))
+
+
+def _close_all(readers: dict[int, ReadAhead[Block]]) -> None:
+    for pending in list(readers.values()):
+        pending.close()
+
+
+class Feed:
+    """A slot's DocBlocks, whose readers may already be reading: iterate it once; ``close()`` stops them."""
+
+    __slots__ = ("_documents", "_stop")
+
+    def __init__(self, documents: Iterator[DocBlock], stop: Callable[[], Any] | None = None) -> None:
+        self._documents = documents
+        self._stop = stop
+
+    def __iter__(self) -> Iterator[DocBlock]:
+        return self._documents
+
+    def close(self) -> None:
+        close = getattr(self._documents, "close", None)
+        if close is not None:
+            close()
+        if self._stop is not None:
+            self._stop()
 
 
 def compat_blocks(

@@ -4,10 +4,11 @@ obstore (tokio) hangs in a forked child once its runtime ran in the parent, and 
 its workers after the dataset was opened. :mod:`._runtime` decides per process: a child process
 (a DataLoader worker) whose address space never ran the runtime calls obstore itself; every other
 process (the top-level process that forks the workers, a child forked after the runtime ran) starts
-one helper per thread on first use (``python -m tokenloom.formats.remote._serve``; again after a
-fork: the process id is checked) and sends it requests as JSON lines on a pipe (no pickles): ``head``,
-``fetch`` (write bytes ``[start, end)`` of an object into a file), ``check_bucket``, and for writes
-``put`` (upload a local file, multipart when large), ``stat``, ``list`` and ``delete`` (:mod:`.writes`).
+one helper per thread on first use (a fresh interpreter that imports only what serving needs: see
+``_BOOTSTRAP``; again after a fork: the process id is checked) and sends it requests as JSON lines on a
+pipe (no pickles): ``head``, ``fetch`` (write bytes ``[start, end)`` of an object into a file),
+``check_bucket``, and for writes ``put`` (upload a local file, multipart when large), ``stat``, ``list``
+and ``delete`` (:mod:`.writes`).
 Both paths answer the same requests with the same code (:func:`_answer`) and the same errors.
 ``storage_options`` credentials travel only on that pipe, never in argv. The helper's retry warnings
 come back with each answer and are logged by the caller, so they count in the caller's logs. The
@@ -75,12 +76,30 @@ def _config_from(raw: dict[str, Any]) -> StoreConfig:
     return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 
+#: What a helper's interpreter runs. The package ``__init__``s above this module import every format and
+#: numpy (0.3-0.5 s of a helper's 0.4-0.5 s start here, paid by a top-level process's first remote call, e.g.
+#: a streaming dataset's HEADs at construction); serving needs none of it, so the packages are made bare over
+#: their folders, and only this module and its imports load (about 0.1 s). ``python -m
+#: tokenloom.formats.remote._serve`` serves the same requests after the full imports.
+_BOOTSTRAP = """\
+import importlib.util, sys, types
+for name in ("tokenloom.formats", "tokenloom.formats.io", "tokenloom.formats.remote"):
+    spec = importlib.util.find_spec(name)
+    package = types.ModuleType(name)
+    package.__spec__, package.__loader__, package.__package__ = spec, spec.loader, name
+    package.__path__ = list(spec.submodule_search_locations)
+    sys.modules[name] = package
+from tokenloom.formats.remote.helper import serve
+serve()
+"""
+
+
 class _Helper:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tokenloom.formats.remote._serve"],
+            [sys.executable, "-c", _BOOTSTRAP],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
