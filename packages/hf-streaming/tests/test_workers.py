@@ -154,3 +154,22 @@ def test_workers_run_fastokens_on_their_share_of_the_cores(corpus, tokenizer_dir
         assert f"PARENT {preset or 'unset'}" in proc.stdout
         seen[preset] = next(line for line in proc.stdout.splitlines() if line.startswith("ROWS"))
     assert seen[None] == seen["3"]
+
+
+def test_worker_threads_divide_the_cores_by_the_ranks_sharing_the_node(monkeypatch):
+    """torchrun's ranks on one node share its cores (LOCAL_WORLD_SIZE) unless each rank is pinned to its own."""
+    from tokenloom.hf_streaming import _encode
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert _encode._threads_per_worker(2) == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert _encode._threads_per_worker(2) == 2
+    assert _encode._threads_per_worker(8) == 1  # at least one
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "not a number")
+    assert _encode._threads_per_worker(2) == 8
+    # a rank pinned to 4 of the 16 cores: those 4 are its share already
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert _encode._threads_per_worker(2) == 2
