@@ -148,19 +148,22 @@ class Manifest:
                 return entry
         raise MissingFileError(f"{name} is not listed in the manifest", field="files")
 
-    def verify(self, root: Path, *, deep: bool) -> None:
+    def verify(self, root: Path, *, deep: bool) -> dict[str, os.stat_result]:
         """Sizes of every file; checksums of index files always and of data files when ``deep``.
 
-        An index file's checksum is read once per version of the file (see
+        An index file's checksum is read once per version of the file, and all of them are looked up
+        at once when every index file is a version seen before (see
         :func:`~tokenloom.formats.io.index_map.remember_checked`); ``deep`` reads every file again.
+        Returns each listed file's stat (symlinks followed) by name, so a reader need not stat it again.
         """
-        stage = Stage("checksums", sum(e.bytes for e in self.files)) if deep else None
+        folder = os.path.join(root, "")  # ends with a separator: + name is a child path (faster than join)
+        infos: dict[str, os.stat_result] = {}
         for entry in self.files:
-            path = root / entry.name
+            path = folder + entry.name  # a plain name: read_manifest refuses others
             try:
                 info = safe_stat(root, path)
             except MissingFileError:
-                if path.is_symlink():  # a dangling link: safe_stat's own message says so
+                if os.path.islink(path):  # a dangling link: safe_stat's own message says so
                     raise
                 raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=path) from None
             if info.st_size != entry.bytes:
@@ -169,16 +172,38 @@ class Manifest:
                     path=path,
                     field="bytes",
                 )
-            on_bytes = stage.advance if stage is not None else None
-            if not deep and (entry.role != "index" or checked_before([path], f"xxh3_128 {entry.xxh3_128}", [info])):
-                continue  # an index file whose checksum matched this version of it before is not read again
-            if file_checksum(path, on_bytes=on_bytes) != entry.xxh3_128:
-                raise ChecksumError(
-                    f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
-                    path=path,
-                    field="xxh3_128",
-                )
-            remember_checked([path], f"xxh3_128 {entry.xxh3_128}")
+            infos[entry.name] = info
+        if deep:
+            stage = Stage("checksums", sum(e.bytes for e in self.files))
+            for entry in self.files:
+                self._check_checksum(folder, entry, infos[entry.name], on_bytes=stage.advance)
+            return infos
+        indexes = [entry for entry in self.files if entry.role == "index"]
+        paths = [folder + entry.name for entry in indexes]
+        versions = [infos[entry.name] for entry in indexes]
+        recorded = xxhash.xxh3_128("\0".join(entry.xxh3_128 for entry in indexes).encode()).hexdigest()
+        every_index = f"xxh3_128 of {len(indexes)} index files: {recorded}"
+        if not indexes or checked_before(paths, every_index, versions):
+            return infos
+        for entry, path, info in zip(indexes, paths, versions, strict=True):
+            if not checked_before([path], f"xxh3_128 {entry.xxh3_128}", [info]):
+                self._check_checksum(folder, entry, info)
+        remember_checked(paths, every_index, versions)
+        return infos
+
+    @staticmethod
+    def _check_checksum(
+        folder: str, entry: FileEntry, info: os.stat_result, *, on_bytes: Callable[[int], None] | None = None
+    ) -> None:
+        """ChecksumError unless the file's xxh3-128 is the recorded one; remembered for this version of it."""
+        path = folder + entry.name
+        if file_checksum(path, on_bytes=on_bytes) != entry.xxh3_128:
+            raise ChecksumError(
+                f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
+                path=path,
+                field="xxh3_128",
+            )
+        remember_checked([path], f"xxh3_128 {entry.xxh3_128}", [info])
 
 
 def describe_files(root: Path, names_and_roles: Iterable[tuple[str, str]]) -> tuple[FileEntry, ...]:
