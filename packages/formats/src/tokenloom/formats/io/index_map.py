@@ -26,6 +26,7 @@ temporary file (still memory-mapped, logged once); only where that fails too doe
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import mmap
@@ -100,7 +101,7 @@ def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
     """A read-only map of the whole file at ``path`` (None if it is empty), for :func:`array_in`."""
     # os.open, not open(): no file object (opening 1,000 native shards maps 1,000 of these)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY)
         try:
             return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         except ValueError:  # with length 0, mmap refuses only an empty file
@@ -108,7 +109,10 @@ def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise storage_error(exc, path, "mapping an index") from exc
+        named = exc
+        if os.path.isdir(path):  # os.open opens a directory (mmap then says ENODEV); open() named it
+            named = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        raise storage_error(named, path, "mapping an index") from exc
 
 
 def array_in(
