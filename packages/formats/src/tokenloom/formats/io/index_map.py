@@ -202,9 +202,11 @@ def _key(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] 
     ``what``. Not the resolved path: resolving cost a stat per path component of every shard (a third of
     opening 1,000 local shards). ``infos``: the sources' stats (symlinks followed), when the caller has them."""
     digest = xxhash.xxh3_128(f"{_CACHE_VERSION}\0{what}\0".encode("utf-8", "surrogateescape"))
-    for info in infos if infos is not None else [os.stat(source) for source in sources]:
-        fields = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        digest.update("\0".join(map(str, fields)).encode() + b"\n")
+    versions = "".join(  # one line per source, hashed in one call (a dataset-wide key covers 2,000 files)
+        f"{info.st_dev}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\n"
+        for info in (infos if infos is not None else [os.stat(source) for source in sources])
+    )
+    digest.update(versions.encode())
     return digest.hexdigest()
 
 
