@@ -10,6 +10,7 @@ manifest's own canonical content, so a flipped byte in the manifest is caught.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -73,11 +74,15 @@ def file_checksum(path: str | os.PathLike[str], *, on_bytes: Callable[[int], Non
     ``on_bytes(n)`` is called after every chunk read (progress of a long verification).
     """
     digest = xxhash.xxh3_128()
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
     source = current_source()
     opened: Any = open(path, "rb", buffering=0) if source is LOCAL else source.open(path)  # noqa: SIM115
     with opened as handle:
+        try:  # a small file gets a buffer of its size: a zeroed 1 MiB each costs more than reading 1,000 indexes
+            size = os.fstat(handle.fileno()).st_size
+        except (OSError, AttributeError, io.UnsupportedOperation):
+            size = _CHUNK
+        buffer = bytearray(min(max(size, 1), _CHUNK))
+        view = memoryview(buffer)
         while count := handle.readinto(buffer):
             digest.update(view[:count])
             if on_bytes is not None:
