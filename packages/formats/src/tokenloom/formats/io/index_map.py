@@ -159,11 +159,19 @@ def _backing_map(array: np.ndarray) -> mmap.mmap | None:
 
 def release_pages(array: np.ndarray, begin: int, end: int) -> None:
     """Drop the pages of ``array[begin:end]`` from this process if it lies in a memory map (else nothing)."""
-    mapped = _backing_map(array)
-    if mapped is None or end <= begin or not array.flags.c_contiguous:
+    if end <= begin:
         return
-    start = np.frombuffer(mapped, dtype=np.uint8, count=1).__array_interface__["data"][0]
-    first = array[begin:end].__array_interface__["data"][0] - start
+    mapped = _backing_map(array)
+    if mapped is None:
+        return
+    source = array._source if isinstance(array, MappedArray) else None
+    if source is not None and array.shape == (source[3],):
+        first = source[2] + begin * array.itemsize  # a whole array_in array: at its byte offset in the map
+    elif array.flags.c_contiguous:
+        start = np.frombuffer(mapped, dtype=np.uint8, count=1).__array_interface__["data"][0]
+        first = array[begin:end].__array_interface__["data"][0] - start
+    else:
+        return
     last = first + (end - begin) * array.itemsize
     # widened on both sides: the kernel's fault-around maps neighbouring pages (64 KiB by default) that
     # this range's reads did not ask for, before and after it; they are in the page cache, cheap to refault
