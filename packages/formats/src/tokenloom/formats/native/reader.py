@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -188,15 +189,12 @@ def validate_offsets(
     rising = RisingFromZero(what="offsets", one="offset", path=idx_path, at=_HEADER.size, field="offsets")
     previous: int | None = None
     for start, part in iter_chunks(offsets, chunk):
-        rising.check(part, start)
-        # entries whose two ends are known so far: from ``first`` to ``start + len(part) - 2``
-        first = start - 1 if previous is not None else 0
-        ends = part if previous is None else np.concatenate([np.array([previous], dtype=part.dtype), part])
-        count = len(ends) - 1
+        steps = rising.check(part, start)  # the lengths of the entries whose two ends are known so far:
+        first = start - 1 if previous is not None else 0  # from ``first`` to ``start + len(part) - 2``
+        count = len(steps)
         if count and len(overlaps):
             prefix = np.asarray(overlaps[first : first + count], dtype=np.int64)
             release_pages(overlaps, first, first + count)
-            steps = np.diff(ends)
             bad = prefix > steps
             if bad.any():
                 i = int(np.argmax(bad))
@@ -228,8 +226,19 @@ def is_native(path: Path) -> bool:
 
 def _stems_without_manifest(root: Path) -> list[str]:
     """Shard stems of a directory without a manifest, in GPT-Simple's order (sorted ``.bin`` names)."""
-    stems = [p.name[:-4] for p in root.glob("*.idx")]
-    orphans = sorted(p.name for p in root.glob("*.bin") if not (root / (p.name[:-4] + ".idx")).exists())
+    names: set[str] = set()  # one listing, no Path per file (1,000 shards: 2,000 names)
+    links: set[str] = set()
+    with contextlib.suppress(PermissionError), os.scandir(root) as listing:  # as glob: unlistable is empty
+        for entry in listing:
+            names.add(entry.name)
+            if entry.is_symlink():
+                links.add(entry.name)
+
+    def exists(name: str) -> bool:  # Path.exists: a dangling link is no file
+        return name in names and (name not in links or os.path.exists(os.path.join(root, name)))
+
+    stems = [name[:-4] for name in names if name.endswith(".idx")]
+    orphans = sorted(name for name in names if name.endswith(".bin") and not exists(name[:-4] + ".idx"))
     if orphans:
         raise MissingFileError(f"{orphans[0]} has no .idx", path=root / orphans[0])
     if not stems:
