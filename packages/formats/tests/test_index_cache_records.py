@@ -80,6 +80,27 @@ def test_a_marker_path_taken_by_a_directory_is_no_record(tmp_path: Path) -> None
     assert not index_map.checked_before([source], "check")
 
 
+@pytest.mark.parametrize("broken", ["dangling link", "file"])
+def test_a_cache_directory_that_cannot_be_made_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, broken: str
+) -> None:
+    # mkdir raises FileExistsError for a dangling link or a file in the way: that is no record made already
+    blocked = tmp_path / "blocked"
+    if broken == "file":
+        blocked.write_bytes(b"")
+        cache = blocked
+    else:
+        blocked.symlink_to(tmp_path / "nowhere")
+        cache = blocked / "sub"
+    monkeypatch.setenv(index_map.INDEX_CACHE_ENV, str(cache))
+    source = tmp_path / "source"
+    source.write_bytes(b"abc")
+    with caplog.at_level(logging.DEBUG, logger="tokenloom.formats"):
+        index_map.remember_checked([source], "check")
+    assert not index_map.checked_before([source], "check")
+    assert "is not writable" in caplog.text
+
+
 def test_two_records_at_once_both_succeed(tmp_path: Path) -> None:
     source = tmp_path / "source"
     source.write_bytes(b"abc")

@@ -251,9 +251,10 @@ def remember_checked(sources: Sequence[StrPath], what: str, infos: Sequence[os.s
         except FileNotFoundError:  # no cache directory yet
             directory.mkdir(parents=True, exist_ok=True)
             os.close(os.open(final, flags, 0o600))
-    except FileExistsError:
-        pass  # recorded already (by another process, or a deep check that read the files again)
     except OSError as exc:
+        if isinstance(exc, FileExistsError) and exc.filename == final:
+            return  # recorded already (by another process, or a deep check that read the files again)
+        # (mkdir's FileExistsError is no record: a file or a dangling link stands where the directory goes)
         log.debug("index cache %s is not writable (%s): %s is checked again next time", directory, exc, what)
 
 
