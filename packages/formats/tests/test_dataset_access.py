@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenloom.formats import Shard, TokenDataset, open_dataset, open_writer
+from tokenloom.formats import Shard, TokenDataset, _dataset, open_dataset, open_writer
 
 
 def test_random_access_across_shards_matches_the_documents(tmp_path: Path) -> None:
@@ -63,3 +63,38 @@ def test_every_entry_found_whatever_the_shard_sizes(tmp_path: Path, entry_counts
         for bad in (len(docs), -len(docs) - 1):
             with pytest.raises(IndexError, match="out of range"):
                 dataset[bad]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    entry_counts=st.lists(st.one_of(st.just(0), st.integers(1, 3), st.integers(1, 300)), min_size=1, max_size=60),
+    blocks_per_shard=st.integers(1, 8),
+    max_blocks=st.integers(1, 64),
+    data=st.data(),
+)
+def test_entry_lookup_matches_a_linear_reference_under_any_block_table(
+    entry_counts: list[int], blocks_per_shard: int, max_blocks: int, data: st.DataObject
+) -> None:
+    # a capped table (few blocks, many shards each, runs of empty shards) takes the bisect path most of the time
+    shards, owner = [], []
+    for k, count in enumerate(entry_counts):
+        first = len(owner)
+        tokens = np.arange(first, first + count, dtype=np.int64)  # entry i is the one token i
+        offsets = np.arange(count + 1, dtype=np.int64)
+        shards.append(
+            Shard(Path(f"{k}.bin"), np.dtype("<i8"), count, offsets, np.zeros(count, np.uint16), _tokens=tokens)
+        )
+        owner += [k] * count
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_dataset, "_BLOCKS_PER_SHARD", blocks_per_shard)
+        patch.setattr(_dataset, "_MAX_BLOCKS", max_blocks)
+        ds = TokenDataset(shards, format="native", root=".")
+    length = len(owner)
+    assert len(ds) == length
+    probe = list(range(length)) if length <= 400 else data.draw(st.lists(st.integers(0, length - 1), max_size=400))
+    for i in probe:
+        for index in (i, i - length, np.int64(i), np.int32(i - length)):
+            assert ds[index].tolist() == [i]  # pyright: ignore[reportArgumentType]  # numpy ints index too
+    for bad in (length, -length - 1, np.int64(length), 2**64):
+        with pytest.raises(IndexError, match=f"entry {bad} out of range"):
+            ds[bad]  # pyright: ignore[reportArgumentType]
