@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 
 from tokenloom.formats import (
     ChecksumError,
@@ -350,3 +351,60 @@ def test_safe_stat_refuses_a_nul_byte_with_a_named_error(tmp_path: Path) -> None
 
     with pytest.raises(UnsafePathError, match="NUL byte"):
         safe_file(tmp_path, tmp_path / "a\0.bin")
+
+
+@pytest.mark.parametrize(
+    ("change", "message", "field"),
+    [
+        ({"bytes": True}, "manifest field 'bytes' is bool, expected int", "bytes"),
+        ({"bytes": 54.0}, "manifest field 'bytes' is float, expected int", "bytes"),
+        ({"bytes": "54"}, "manifest field 'bytes' is str, expected int", "bytes"),
+        ({"name": 5}, "manifest field 'name' is int, expected str", "name"),
+        ({"xxh3_128": None}, "manifest field 'xxh3_128' is NoneType, expected str", "xxh3_128"),
+        ({"role": False}, "manifest field 'role' is bool, expected str", "role"),
+        ({"name": ...}, "manifest has no 'name'", "name"),
+        ({"bytes": ...}, "manifest has no 'bytes'", "bytes"),
+        ({"xxh3_128": ...}, "manifest has no 'xxh3_128'", "xxh3_128"),
+        ({"role": ...}, "manifest has no 'role'", "role"),
+        ([1, 2], "manifest file entry is not an object", "files"),
+        (None, "manifest file entry is not an object", "files"),
+    ],
+)
+def test_a_malformed_manifest_file_entry_is_named(tmp_path: Path, change: Any, message: str, field: str) -> None:
+    # a well-formed entry takes a fast path of exact type checks; any other is named as before it existed
+    import orjson
+
+    from tokenloom.formats.io.manifest import _canonical, _serialise
+
+    path = write(tmp_path, "native")
+    payload = orjson.loads((path / MANIFEST_NAME).read_bytes())
+    entry = payload["files"][1]
+    if isinstance(change, dict):
+        entry.update({k: v for k, v in change.items() if v is not ...})
+        for key in [k for k, v in change.items() if v is ...]:
+            del entry[key]
+    else:
+        payload["files"][1] = change
+    del payload["checksum"]
+    payload["checksum"] = xxhash.xxh3_128(_canonical(payload)).hexdigest()  # a valid checksum over the bad entry
+    (path / MANIFEST_NAME).write_bytes(_serialise(payload))
+    with pytest.raises(FormatError) as info:
+        read_manifest(path)
+    assert str(info.value).startswith(message + " [file ")
+    assert info.value.field == field and info.value.path == str(path / MANIFEST_NAME)
+
+
+def test_extra_keys_in_a_manifest_file_entry_are_ignored(tmp_path: Path) -> None:
+    import orjson
+
+    from tokenloom.formats.io.manifest import _canonical, _serialise
+
+    path = write(tmp_path, "native")
+    before = read_manifest(path).files
+    payload = orjson.loads((path / MANIFEST_NAME).read_bytes())
+    for entry in payload["files"]:
+        entry["written_by"] = "a later tokenloom"
+    del payload["checksum"]
+    payload["checksum"] = xxhash.xxh3_128(_canonical(payload)).hexdigest()
+    (path / MANIFEST_NAME).write_bytes(_serialise(payload))
+    assert read_manifest(path).files == before

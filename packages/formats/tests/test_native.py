@@ -147,6 +147,27 @@ def test_without_manifest_opens_with_fast_and_deep_validation(tmp_path: Path) ->
         assert ds.fingerprint and (ds.eos_id, ds.vocab_size) == (None, None)
 
 
+def test_without_manifest_the_listing_follows_links_and_skips_other_names(tmp_path: Path) -> None:
+    # one scandir: a link inside the root counts as its target, a dangling one as no file; other names are skipped
+    root = tmp_path / "ds"
+    write(root, DOCS, shard_size_tokens=2)
+    (root / MANIFEST_NAME).unlink()
+    stems = sorted(p.stem for p in root.glob("*.idx"))
+    assert len(stems) >= 3
+    (root / "real").mkdir()
+    (root / f"{stems[1]}.idx").rename(root / "real" / f"{stems[1]}.idx")
+    (root / f"{stems[1]}.idx").symlink_to(root / "real" / f"{stems[1]}.idx")
+    (root / "x.bin.tmp").write_bytes(b"\0\0")
+    (root / ".x.idx.tmp").write_bytes(b"")
+    ds = open_dataset(root)
+    assert [s.name for s in ds.shards] == stems
+    assert [ds[i].tolist() for i in range(len(ds))] == DOCS
+    (root / f"{stems[2]}.idx").unlink()
+    (root / f"{stems[2]}.idx").symlink_to(root / "gone.idx")
+    with pytest.raises(MissingFileError, match=f"{stems[2]}.bin has no .idx"):
+        open_dataset(root)
+
+
 def test_deep_validation_checks_token_range_and_eos(tmp_path: Path) -> None:
     write(tmp_path / "ds", [[1, 2, 3]])
     with pytest.raises(FormatError, match="expected the EOS id 0"):

@@ -159,3 +159,19 @@ def test_unreadable_manifest_is_a_storage_error_not_an_unknown_layout(
     assert info.value.path == str(native / "manifest.json")
     result = CliRunner().invoke(main, ["inspect", str(native)])
     assert result.exit_code == 1 and result.output.startswith("Error: StorageError: ") and "EACCES" in result.output
+
+
+def test_mapping_an_index_names_a_directory_a_missing_file_and_maps_an_empty_one_as_none(tmp_path: Path) -> None:
+    from tokenloom.formats.io.index_map import map_array, map_file
+
+    (tmp_path / "empty.idx").write_bytes(b"")
+    assert map_file(tmp_path / "empty.idx") is None
+    assert map_array(tmp_path / "empty.idx", "<i8", 0, 0).tolist() == []
+    (tmp_path / "one.idx").write_bytes(b"\x07")
+    assert map_array(str(tmp_path / "one.idx"), "<u1", 0, 1).tolist() == [7]
+    (tmp_path / "dir.idx").mkdir()
+    (tmp_path / "dangling.idx").symlink_to(tmp_path / "nowhere")
+    for name, code in (("dir.idx", errno.EISDIR), ("missing.idx", errno.ENOENT), ("dangling.idx", errno.ENOENT)):
+        with pytest.raises(StorageError, match=f"\\({errno.errorcode[code]}\\) while mapping an index") as info:
+            map_file(tmp_path / name)
+        assert info.value.errno == code and info.value.path == str(tmp_path / name)

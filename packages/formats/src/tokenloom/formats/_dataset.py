@@ -84,6 +84,26 @@ class Shard:
         return state
 
 
+#: ``ds[i]`` finds entry i's shard in a table of about this many blocks per shard (at most _MAX_BLOCKS)
+_BLOCKS_PER_SHARD = 4
+_MAX_BLOCKS = 1 << 16
+
+
+def _shard_of_block(entry_starts: np.ndarray) -> tuple[int, list[int]]:
+    """``(shift, table)``: ``table[b]`` is the shard holding entry ``b << shift`` (the last shard past the end).
+
+    Entry ``i`` lies in a shard from ``table[i >> shift]`` to ``table[(i >> shift) + 1]``: with blocks
+    smaller than most shards that is one shard, and otherwise a bisect over a few.
+    """
+    length = int(entry_starts[-1])
+    num_shards = len(entry_starts) - 1
+    blocks = min(_BLOCKS_PER_SHARD * num_shards, _MAX_BLOCKS)
+    shift = max(0, (length - 1) // blocks).bit_length() if length else 0
+    firsts = np.arange((length >> shift) + 2, dtype=np.int64) << shift
+    table = np.searchsorted(entry_starts, np.minimum(firsts, max(length - 1, 0)), side="right") - 1
+    return shift, np.minimum(table, num_shards - 1).tolist()
+
+
 class TokenDataset:
     """Entries (documents or windows) over one or more shards, addressed globally.
 
@@ -125,46 +145,59 @@ class TokenDataset:
         token_counts = np.array([s.num_tokens for s in self.shards], dtype=np.int64)
         self.shard_num_tokens = token_counts
         self.shard_num_entries = entry_counts
-        self._entry_starts = [0, *np.cumsum(entry_counts).tolist()]  # python ints: fast bisect
+        entry_starts = np.concatenate([[0], np.cumsum(entry_counts)]).astype(np.int64)
+        self._entry_starts = entry_starts.tolist()  # python ints: fast compares and bisect
         self._token_starts = np.concatenate([[0], np.cumsum(token_counts)]).astype(np.int64)
         self.num_tokens = int(self._token_starts[-1])
-        self._length = int(self._entry_starts[-1])
+        self._length = int(entry_starts[-1])
+        self._block_shift, self._block_shards = _shard_of_block(entry_starts)
         self._doc_lengths: np.ndarray | None = None
         self._overlap: np.ndarray | None = None
-        self._offset_views: list[memoryview | None] | None = None
+        self._entry_ends = self._entry_starts[1:]
+        self._entry_views: list[tuple[Any, memoryview, memoryview, int] | None] = [None] * len(self.shards)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_offset_views"] = None  # memoryviews do not pickle; rebuilt on first use
+        del state["_entry_views"]  # memoryviews do not pickle; rebuilt on first use
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._entry_views = [None] * len(self.shards)
 
     # -- the reading contract -------------------------------------------------------
     def __len__(self) -> int:
         return self._length
 
     def __getitem__(self, index: int) -> np.ndarray:
-        # The hot path of every random-access reader: local names, no property calls
-        # (benchmarked in tools/bench/bench_formats.py).
+        # The hot path of every random-access reader (benchmarked in tools/bench/bench_formats.py): local
+        # names, no property calls, no numpy scalars, and the shard found from a table of blocks of entries
+        # instead of a bisect over every shard's start.
+        if not 0 <= index < self._length:
+            index = self._checked_index(index)
+        ends = self._entry_ends
+        block = index >> self._block_shift
+        k = self._block_shards[block]  # the shard holding the block's first entry
+        if index >= ends[k]:  # a later shard of the same block: search only the block's shards
+            k = _bisect_right(ends, index, k + 1, self._block_shards[block + 1])
+        tokens, begins, stops, start = self._entry_views[k] or self._entry_view(k)
+        local = index - start
+        return tokens[begins[local] : stops[local]]
+
+    def _checked_index(self, index: int) -> int:
         length = self._length
-        if index < 0:
-            index += length
-        if index < 0 or index >= length:
-            raise IndexError(f"entry {index} out of range for a dataset of {length} entries")
-        starts = self._entry_starts
-        k = _bisect_right(starts, index) - 1
+        if -length <= index < 0:
+            return index + length
+        raise IndexError(f"entry {index} out of range for a dataset of {length} entries")
+
+    def _entry_view(self, k: int) -> tuple[Any, memoryview, memoryview, int]:
+        """Shard ``k``'s tokens, its entries' first and end offsets (memoryviews: they index to Python ints,
+        faster than numpy scalars) and its first entry's global index; made on first use (a remote shard's
+        index is fetched only when touched)."""
         shard = self.shards[k]
-        local = index - starts[k]
-        views = self._offset_views
-        if views is None:
-            fresh: list[memoryview | None] = [None] * len(self.shards)
-            views = self._offset_views = fresh
-        offsets = views[k]  # a memoryview indexes to Python ints, faster than numpy scalars
-        if offsets is None:  # built per shard on first use: a remote shard's index is fetched only when touched
-            offsets = views[k] = np.ascontiguousarray(shard.offsets, np.int64).data
-        tokens = shard._tokens
-        if tokens is None:
-            tokens = shard.tokens
-        return tokens[offsets[local] : offsets[local + 1]]
+        offsets = np.ascontiguousarray(shard.offsets, np.int64).data
+        view = self._entry_views[k] = (shard.tokens, offsets, offsets[1:], self._entry_starts[k])
+        return view
 
     @property
     def num_shards(self) -> int:

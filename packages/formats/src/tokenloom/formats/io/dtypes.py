@@ -16,6 +16,8 @@ TOKEN_DTYPES: dict[str, np.dtype] = {
 
 def as_token_dtype(value: object, *, field: str = "dtype") -> np.dtype:
     """Normalise ``value`` (a name, numpy dtype or type) to a little-endian token dtype."""
+    if isinstance(value, str) and value in TOKEN_DTYPES:  # a name: the table's entry (np.dtype(name) is slow)
+        return TOKEN_DTYPES[value]
     try:
         dtype = np.dtype(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, SyntaxError) as exc:  # np.dtype(",u2") raises SyntaxError

@@ -26,6 +26,7 @@ temporary file (still memory-mapped, logged once); only where that fails too doe
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import mmap
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.io.storage import storage_error
 
 __all__ = [
     "INDEX_CACHE_ENV",
@@ -56,6 +57,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("tokenloom.formats")
+
+StrPath = str | os.PathLike[str]
 
 INDEX_CACHE_ENV = "TOKENLOOM_CACHE_DIR"
 SCAN_CHUNK_ENTRIES = 1 << 18  # 2 MiB of int64 per chunk: a scan's temporaries stay near 10 MB
@@ -96,10 +99,20 @@ def map_array(path: str | os.PathLike[str], dtype: np.dtype | str, byte_offset: 
 
 def map_file(path: str | os.PathLike[str]) -> mmap.mmap | None:
     """A read-only map of the whole file at ``path`` (None if it is empty), for :func:`array_in`."""
-    with storage_errors(Path(path), "mapping an index"), open(path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
+    # os.open, not open(): no file object (opening 1,000 native shards maps 1,000 of these)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except ValueError:  # with length 0, mmap refuses only an empty file
             return None
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        named = exc
+        if os.path.isdir(path):  # os.open opens a directory (mmap then says ENODEV); open() named it
+            named = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        raise storage_error(named, path, "mapping an index") from exc
 
 
 def array_in(
@@ -146,11 +159,19 @@ def _backing_map(array: np.ndarray) -> mmap.mmap | None:
 
 def release_pages(array: np.ndarray, begin: int, end: int) -> None:
     """Drop the pages of ``array[begin:end]`` from this process if it lies in a memory map (else nothing)."""
-    mapped = _backing_map(array)
-    if mapped is None or end <= begin or not array.flags.c_contiguous:
+    if end <= begin:
         return
-    start = np.frombuffer(mapped, dtype=np.uint8, count=1).__array_interface__["data"][0]
-    first = array[begin:end].__array_interface__["data"][0] - start
+    mapped = _backing_map(array)
+    if mapped is None:
+        return
+    source = array._source if isinstance(array, MappedArray) else None
+    if source is not None and array.shape == (source[3],):
+        first = source[2] + begin * array.itemsize  # a whole array_in array: at its byte offset in the map
+    elif array.flags.c_contiguous:
+        start = np.frombuffer(mapped, dtype=np.uint8, count=1).__array_interface__["data"][0]
+        first = array[begin:end].__array_interface__["data"][0] - start
+    else:
+        return
     last = first + (end - begin) * array.itemsize
     # widened on both sides: the kernel's fault-around maps neighbouring pages (64 KiB by default) that
     # this range's reads did not ask for, before and after it; they are in the page cache, cheap to refault
@@ -184,18 +205,20 @@ def _cache_dir(explicit: str | None, xdg: str | None, home: str | None) -> Path:
     return Path(base) / "tokenloom" / _CACHE_VERSION
 
 
-def _key(sources: Sequence[Path], what: str, infos: Sequence[os.stat_result] | None = None) -> str:
+def _key(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] | None = None) -> str:
     """The sources' versions (device, inode, size, mtime, ctime: a file, whatever path or link names it) and
     ``what``. Not the resolved path: resolving cost a stat per path component of every shard (a third of
     opening 1,000 local shards). ``infos``: the sources' stats (symlinks followed), when the caller has them."""
     digest = xxhash.xxh3_128(f"{_CACHE_VERSION}\0{what}\0".encode("utf-8", "surrogateescape"))
-    for info in infos if infos is not None else [os.stat(source) for source in sources]:
-        fields = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        digest.update("\0".join(map(str, fields)).encode() + b"\n")
+    versions = "".join(  # one line per source, hashed in one call (a dataset-wide key covers 2,000 files)
+        f"{info.st_dev}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\n"
+        for info in (infos if infos is not None else [os.stat(source) for source in sources])
+    )
+    digest.update(versions.encode())
     return digest.hexdigest()
 
 
-def checked_before(sources: Sequence[Path], what: str, infos: Sequence[os.stat_result] | None = None) -> bool:
+def checked_before(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] | None = None) -> bool:
     """Whether :func:`remember_checked` recorded ``what`` for these versions of ``sources``.
 
     ``infos``: the sources' current stats (symlinks followed), if the caller just took them (one stat fewer each).
@@ -206,28 +229,48 @@ def checked_before(sources: Sequence[Path], what: str, infos: Sequence[os.stat_r
         return False
 
 
-def remember_checked(sources: Sequence[Path], what: str) -> None:
-    """Record that the check ``what`` passed on these versions of ``sources`` (nothing if they are too recent)."""
-    if _recent(sources):
+def remember_checked(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] | None = None) -> None:
+    """Record that the check ``what`` passed on these versions of ``sources`` (nothing if they are too recent).
+
+    ``infos``: the sources' stats taken *before* the check read them (symlinks followed). Recording those
+    versions, not stats taken after the check, never marks a version checked that the check did not read
+    (a file replaced meanwhile is another version).
+    """
+    if infos is None:
+        infos = [os.stat(source) for source in sources]
+    if _recent(infos):
         return
-    final = index_cache_dir() / f"{_key(sources, what)}.ok"
+    directory = index_cache_dir()
+    final = os.path.join(directory, f"{_key(sources, what, infos)}.ok")
+    # an empty marker is whole as soon as it exists: created in one step, no temp file and rename (a first
+    # open of 1,000 native shards records 2,000 checks); O_EXCL neither follows a link nor opens a FIFO
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=".tmp", dir=final.parent)
-        os.close(fd)
-        os.replace(temp, final)
+        try:
+            os.close(os.open(final, flags, 0o600))
+        except FileNotFoundError:  # no cache directory yet
+            directory.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(final, flags, 0o600))
     except OSError as exc:
-        log.debug("index cache %s is not writable (%s): %s is checked again next time", final.parent, exc, what)
+        if isinstance(exc, FileExistsError) and exc.filename == final:
+            return  # recorded already (by another process, or a deep check that read the files again)
+        # (mkdir's FileExistsError is no record: a file or a dangling link stands where the directory goes)
+        log.debug("index cache %s is not writable (%s): %s is checked again next time", directory, exc, what)
 
 
-def _recent(sources: Sequence[Path]) -> bool:
+def _recent(infos: Iterable[os.stat_result]) -> bool:
     now = time.time_ns()
-    return any(now - max(info.st_mtime_ns, info.st_ctime_ns) < _SETTLE_NS for info in map(os.stat, sources))
+    return any(now - max(info.st_mtime_ns, info.st_ctime_ns) < _SETTLE_NS for info in infos)
 
 
-def cached_index(sources: Sequence[Path], what: str, count: int | None = None) -> np.ndarray | None:
-    """What :func:`derived_index` published for these versions of ``sources`` and ``what``, or None."""
-    final = index_cache_dir() / f"{_key(sources, what)}.i64"
+def cached_index(
+    sources: Sequence[StrPath], what: str, count: int | None = None, infos: Sequence[os.stat_result] | None = None
+) -> np.ndarray | None:
+    """What :func:`derived_index` published for these versions of ``sources`` and ``what``, or None.
+
+    ``infos``: the sources' current stats, if the caller just took them (one stat fewer each).
+    """
+    final = index_cache_dir() / f"{_key(sources, what, infos)}.i64"
     try:
         size = final.stat().st_size
     except OSError:
@@ -238,12 +281,13 @@ def cached_index(sources: Sequence[Path], what: str, count: int | None = None) -
 
 
 def derived_index(
-    sources: Sequence[Path],
+    sources: Sequence[StrPath],
     what: str,
     count: int | None,
     build: Callable[[], Iterable[np.ndarray]],
     *,
     rebuild: bool = False,
+    infos: Sequence[os.stat_result] | None = None,
 ) -> np.ndarray:
     """``count`` int64 values (None: as many as ``build`` yields) derived from ``sources`` by ``build``.
 
@@ -251,14 +295,17 @@ def derived_index(
     the sources into the index cache and memory-mapped (see the module docstring); ``rebuild`` derives
     (and checks) again even when a cached copy exists. A source changed in the last seconds is not
     cached (its next change could keep the same timestamps): its derivation goes to an unlinked file.
+    ``infos``: the sources' stats, taken before ``build`` reads them (as for :func:`remember_checked`).
     """
-    key = _key(sources, what)
+    if infos is None:
+        infos = [os.stat(source) for source in sources]
+    key = _key(sources, what, infos)
     directory = index_cache_dir()
     final = directory / f"{key}.i64"
-    cached = None if rebuild else cached_index(sources, what, count)
+    cached = None if rebuild else cached_index(sources, what, count, infos)
     if cached is not None:
         return cached
-    if _recent(sources):
+    if _recent(infos):
         return _derive_unlinked(what, count, build)
     try:
         directory.mkdir(parents=True, exist_ok=True)

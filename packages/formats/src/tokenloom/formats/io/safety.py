@@ -170,7 +170,7 @@ def unlisted_files(dataset: object) -> list[str]:
         listed = {entry["name"] for entry in payload.get("files", ())}
     except (OSError, orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
         return []
-    names = sorted(p.name for p in Path(root).iterdir() if p.name.endswith(_DATA_SUFFIXES) and p.name not in listed)
+    names = sorted(name for name in os.listdir(root) if name.endswith(_DATA_SUFFIXES) and name not in listed)
     return [
         f"{name} is not listed in {MANIFEST_NAME} and is not read (a copy left over? remove it or re-create "
         "the dataset)"

@@ -77,9 +77,10 @@ class RisingFromZero:
         self.record_shift = record_shift
         self._last: int | None = None
 
-    def check(self, part: np.ndarray, start: int) -> None:
+    def check(self, part: np.ndarray, start: int) -> np.ndarray:
+        """Raise at a decrease; returns the steps from the previous part's last value through ``part``."""
         if not len(part):
-            return
+            return np.empty(0, dtype=np.int64)
         if self._last is None:
             if part[0] != 0:
                 raise IndexCorruptError(
@@ -99,6 +100,7 @@ class RisingFromZero:
                 field=self.field,
             )
         self._last = int(part[-1])
+        return steps
 
 
 def check_exact_size(

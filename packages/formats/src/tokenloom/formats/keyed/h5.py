@@ -87,7 +87,13 @@ def find_h5_files(root: Path) -> list[Path]:
 def is_h5_store(path: Path) -> bool:
     if path.is_file():
         return path.suffix in H5_SUFFIXES
-    return path.is_dir() and any(p.suffix in H5_SUFFIXES for p in path.iterdir())
+    return path.is_dir() and any(_suffix(name) in H5_SUFFIXES for name in os.listdir(path))
+
+
+def _suffix(name: str) -> str:
+    """``Path(name).suffix``, without making a Path (a directory may hold thousands of shard files)."""
+    dot = name.rfind(".")
+    return name[dot:] if 0 < dot < len(name) - 1 else ""
 
 
 def _segment_order(names: list[str], *, path: Path | None = None, key: str = "") -> list[str]:

@@ -48,7 +48,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
-from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.paths import names_in, safe_file
 from tokenloom.formats.io.scan import check_rising_from_zero
 from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 
@@ -80,7 +80,8 @@ def megatron_prefixes(path: Path) -> tuple[Path, list[str]]:
 def is_megatron(path: Path) -> bool:
     """An .idx (or a directory's first .idx) that starts with the MMIDIDX magic."""
     if path.is_dir():
-        candidates = sorted(path.glob("*.idx"))[:1]
+        names = [name for name in names_in(path) if name.endswith(".idx")]
+        candidates = [path / min(names)] if names else []  # the first by name
     elif path.suffix in (".idx", ".bin"):
         candidates = [path.with_name(path.name[:-4] + ".idx")]
     else:

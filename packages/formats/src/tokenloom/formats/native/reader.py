@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -28,14 +29,14 @@ from tokenloom.formats.io.index_map import (
 )
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.paths import safe_file, safe_stat
+from tokenloom.formats.io.paths import names_in, safe_file, safe_stat
 from tokenloom.formats.io.scan import RisingFromZero
 from tokenloom.formats.native.layout import HEADER as _HEADER
 from tokenloom.formats.native.layout import LEGACY_CONVERT_HINT, NATIVE_MAGIC, parse_header
 
 log = logging.getLogger("tokenloom.formats")
 
-__all__ = ["is_native", "open_native", "read_native_shard"]
+__all__ = ["every_shard_stats", "is_native", "open_native", "read_native_shard", "read_native_shards", "shard_stats"]
 
 
 #: the manifest version whose native shards are in GPT-Simple's layout (1: tokenloom's pre-release layout)
@@ -54,27 +55,24 @@ def read_native_shard(
     dtype_hint: np.dtype | None = None,
     header: HeaderParser = parse_header,
     recheck: bool = False,
+    stats: tuple[os.stat_result, os.stat_result] | None = None,
+    offsets_checked: bool = False,
 ) -> Shard:
     """Validate one ``stem.idx`` / ``stem.bin`` pair (headers, sizes, offsets) and return its shard.
 
     The offsets are scanned once per version of the pair (remembered in the index cache,
     :func:`~tokenloom.formats.io.index_map.remember_checked`); ``recheck`` scans them again.
+    ``stats``: the pair's :func:`shard_stats`, when the caller took them; ``offsets_checked``: the caller
+    found in the index cache that the offsets of this version of the pair passed (with every other shard).
     """
-    idx_path = root / f"{stem}.idx"
-    bin_path = root / f"{stem}.bin"
-    try:
-        idx_info, bin_info = safe_stat(root, idx_path), safe_stat(root, bin_path)
-    except Exception:
-        # a missing partner is named first, whatever is wrong with the file that is there
-        if not os.path.lexists(idx_path):
-            raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path) from None
-        if not os.path.lexists(bin_path):
-            raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path) from None
-        raise
+    folder = os.path.join(root, "")  # ends with a separator: + name is a child path (faster than join)
+    idx_path = folder + stem + ".idx"
+    bin_path = Path(folder + stem + ".bin")
+    idx_info, bin_info = stats if stats is not None else shard_stats(root, stem)
     idx_bytes, bin_size = idx_info.st_size, bin_info.st_size
     # one open and one map of the .idx serve its header and both arrays (opening 1,000 shards: 1,000 opens)
     mapped = map_file(idx_path) if idx_bytes >= _HEADER.size else None
-    head = mapped[: _HEADER.size] if mapped is not None else idx_path.read_bytes()[: _HEADER.size]
+    head = mapped[: _HEADER.size] if mapped is not None else Path(idx_path).read_bytes()[: _HEADER.size]
     dtype, count = header(head, path=idx_path, file_size=idx_bytes)
     if dtype_hint is not None and dtype != dtype_hint:
         raise FormatError(
@@ -92,9 +90,10 @@ def read_native_shard(
             path=bin_path,
         )
     num_tokens = bin_size // dtype.itemsize
-    if recheck or not checked_before([idx_path, bin_path], _OFFSETS_CHECKED, [idx_info, bin_info]):
+    pair = [idx_path, bin_path]
+    if recheck or not (offsets_checked or checked_before(pair, _OFFSETS_CHECKED, [idx_info, bin_info])):
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
-        remember_checked([idx_path, bin_path], _OFFSETS_CHECKED)
+        remember_checked(pair, _OFFSETS_CHECKED, [idx_info, bin_info])
     elif offsets[-1] != num_tokens:  # cannot differ for the same file versions; cheap to be sure
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
     return Shard(
@@ -105,6 +104,66 @@ def read_native_shard(
         overlap_prefix=overlaps,
         name=stem,
     )
+
+
+def shard_stats(root: Path, stem: str) -> tuple[os.stat_result, os.stat_result]:
+    """The stats (symlinks followed) of ``stem.idx`` and ``stem.bin`` after :func:`safe_stat`'s checks.
+
+    A missing partner is named first, whatever is wrong with the file that is there.
+    """
+    folder = os.path.join(root, "")
+    idx_path, bin_path = folder + stem + ".idx", folder + stem + ".bin"
+    try:
+        return safe_stat(root, idx_path), safe_stat(root, bin_path)
+    except Exception:
+        if not os.path.lexists(idx_path):
+            raise MissingFileError(f"{stem}.bin has no index {stem}.idx", path=bin_path) from None
+        if not os.path.lexists(bin_path):
+            raise MissingFileError(f"{stem}.idx has no data file {stem}.bin", path=idx_path) from None
+        raise
+
+
+def every_shard_stats(
+    root: Path, stems: list[str], listed: dict[str, os.stat_result] | None = None
+) -> list[tuple[os.stat_result, os.stat_result]]:
+    """:func:`shard_stats` of every stem; ``listed``: stats the manifest check took, by file name (reused)."""
+    stats = []
+    for stem in stems:
+        pair = (listed.get(stem + ".idx"), listed.get(stem + ".bin")) if listed is not None else (None, None)
+        stats.append((pair[0], pair[1]) if pair[0] is not None and pair[1] is not None else shard_stats(root, stem))
+    return stats
+
+
+def read_native_shards(
+    root: Path,
+    stems: list[str],
+    stats: list[tuple[os.stat_result, os.stat_result]],
+    *,
+    dtype_hint: np.dtype | None,
+    recheck: bool = False,
+    header: HeaderParser = parse_header,
+) -> list[Shard]:
+    """:func:`read_native_shard` of every stem, in order (the first shard sets the dtype of the rest).
+
+    ``stats``: :func:`every_shard_stats`. With every pair's version known first, the index cache is asked
+    once whether all of them passed the offsets check, not once per shard.
+    """
+    folder = os.path.join(root, "")
+    sources = [folder + stem + suffix for stem in stems for suffix in (".idx", ".bin")]
+    versions = [info for pair in stats for info in pair]
+    every_shard = f"{_OFFSETS_CHECKED} in {len(stems)} shards"
+    checked = not recheck and checked_before(sources, every_shard, versions)
+    shards: list[Shard] = []
+    for stem, pair in zip(stems, stats, strict=True):
+        shards.append(
+            read_native_shard(
+                root, stem, dtype_hint=dtype_hint, header=header, recheck=recheck, stats=pair, offsets_checked=checked
+            )
+        )
+        dtype_hint = shards[0].dtype
+    if not checked:
+        remember_checked(sources, every_shard, versions)
+    return shards
 
 
 def validate_offsets(
@@ -130,15 +189,12 @@ def validate_offsets(
     rising = RisingFromZero(what="offsets", one="offset", path=idx_path, at=_HEADER.size, field="offsets")
     previous: int | None = None
     for start, part in iter_chunks(offsets, chunk):
-        rising.check(part, start)
-        # entries whose two ends are known so far: from ``first`` to ``start + len(part) - 2``
-        first = start - 1 if previous is not None else 0
-        ends = part if previous is None else np.concatenate([np.array([previous], dtype=part.dtype), part])
-        count = len(ends) - 1
+        steps = rising.check(part, start)  # the lengths of the entries whose two ends are known so far:
+        first = start - 1 if previous is not None else 0  # from ``first`` to ``start + len(part) - 2``
+        count = len(steps)
         if count and len(overlaps):
             prefix = np.asarray(overlaps[first : first + count], dtype=np.int64)
             release_pages(overlaps, first, first + count)
-            steps = np.diff(ends)
             bad = prefix > steps
             if bad.any():
                 i = int(np.argmax(bad))
@@ -158,9 +214,10 @@ def is_native(path: Path) -> bool:
     says_native = manifest_names_format(path, "native")
     if says_native is not None:
         return says_native
-    for idx in sorted(path.glob("*.idx"))[:1]:
+    names = [name for name in names_in(path) if name.endswith(".idx")]
+    if names:  # the first by name
         try:
-            with open(idx, "rb") as handle:
+            with open(path / min(names), "rb") as handle:
                 return handle.read(4) == NATIVE_MAGIC
         except OSError:
             return False
@@ -169,8 +226,19 @@ def is_native(path: Path) -> bool:
 
 def _stems_without_manifest(root: Path) -> list[str]:
     """Shard stems of a directory without a manifest, in GPT-Simple's order (sorted ``.bin`` names)."""
-    stems = [p.name[:-4] for p in root.glob("*.idx")]
-    orphans = sorted(p.name for p in root.glob("*.bin") if not (root / (p.name[:-4] + ".idx")).exists())
+    names: set[str] = set()  # one listing, no Path per file (1,000 shards: 2,000 names)
+    links: set[str] = set()
+    with contextlib.suppress(PermissionError), os.scandir(root) as listing:  # as glob: unlistable is empty
+        for entry in listing:
+            names.add(entry.name)
+            if entry.is_symlink():
+                links.add(entry.name)
+
+    def exists(name: str) -> bool:  # Path.exists: a dangling link is no file
+        return name in names and (name not in links or os.path.exists(os.path.join(root, name)))
+
+    stems = [name[:-4] for name in names if name.endswith(".idx")]
+    orphans = sorted(name for name in names if name.endswith(".bin") and not exists(name[:-4] + ".idx"))
     if orphans:
         raise MissingFileError(f"{orphans[0]} has no .idx", path=root / orphans[0])
     if not stems:
@@ -191,16 +259,21 @@ def index_fingerprint(shards: list[Shard]) -> str:
     return digest.hexdigest()
 
 
-def _cached_fingerprint(root: Path, shards: list[Shard]) -> str:
-    """:func:`index_fingerprint`, computed once per version of the index files (kept in the index cache)."""
-    sources = [root / f"{shard.name}.idx" for shard in shards]
-    what = f"{_FINGERPRINT} of {[(s.name, s.dtype.name) for s in shards]}"
+def _cached_fingerprint(root: Path, shards: list[Shard], idx_infos: list[os.stat_result]) -> str:
+    """:func:`index_fingerprint`, computed once per version of the index files (kept in the index cache).
+
+    ``idx_infos``: the index files' stats, taken before they were read.
+    """
+    folder = os.path.join(root, "")
+    sources = [f"{folder}{shard.name}.idx" for shard in shards]
+    dtype_name = shards[0].dtype.name  # every shard's: read_native_shards refuses another (dtype.name is slow)
+    what = f"{_FINGERPRINT} of {[(s.name, dtype_name) for s in shards]}"
 
     def build() -> list[np.ndarray]:
         digest = index_fingerprint(shards)
         return [np.array([int(digest[:16], 16), int(digest[16:], 16)], dtype=np.uint64).view(np.int64)]
 
-    halves = derived_index(sources, what, 2, build)
+    halves = derived_index(sources, what, 2, build, infos=idx_infos)
     return "".join(f"{int(v):016x}" for v in np.asarray(halves).view(np.uint64))
 
 
@@ -210,6 +283,7 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
     refuse_unfinished(root)
     dtype_hint = as_token_dtype(dtype) if dtype is not None else None
     manifest: Manifest | None = None
+    listed: dict[str, os.stat_result] | None = None  # the manifest check's stats, by file name
     if (root / MANIFEST_NAME).exists():
         safe_file(root, root / MANIFEST_NAME)
         manifest = read_manifest(root)
@@ -222,7 +296,7 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
                 hint=LEGACY_CONVERT_HINT,
             )
         if validate != Validate.NONE:
-            manifest.verify(root, deep=validate == Validate.DEEP)
+            listed = manifest.verify(root, deep=validate == Validate.DEEP)
         stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
         manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
         if dtype_hint is not None and dtype_hint != manifest_dtype:
@@ -234,10 +308,8 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
         dtype_hint = manifest_dtype
     else:
         stems = _stems_without_manifest(root)
-    shards = []
-    for stem in stems:
-        shards.append(read_native_shard(root, stem, dtype_hint=dtype_hint, recheck=validate == Validate.DEEP))
-        dtype_hint = shards[0].dtype  # without a manifest the first shard sets the dtype of the rest
+    stats = every_shard_stats(root, stems, listed)
+    shards = read_native_shards(root, stems, stats, dtype_hint=dtype_hint, recheck=validate == Validate.DEEP)
     if manifest is None:
         log.info(
             "%s: no manifest (GPT-Simple shards?): opened %d shards after structural validation; "
@@ -246,7 +318,7 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
             len(shards),
             root,
         )
-    fingerprint = _cached_fingerprint(root, shards) if manifest is None else None
+    fingerprint = _cached_fingerprint(root, shards, [idx for idx, _ in stats]) if manifest is None else None
     without: dict[str, Any] = {"fingerprint": fingerprint, "metadata": {"manifest": False}}
     return shards_dataset(shards, "native", root, manifest, validate, without=without)
 

@@ -49,7 +49,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.index_map import cached_index, derived_index, zeros_index
-from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.paths import names_in, safe_file
 from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 from tokenloom.formats.io.source import current_source
 from tokenloom.formats.packed.pickle_safe import load_int_tuples
@@ -345,7 +345,8 @@ def is_packed(path: Path) -> bool:
     if path.is_file():
         return path.suffix == PACKED_SUFFIX
     if path.is_dir():
-        return any(path.glob(f"*{PACKED_SUFFIX}")) and not any(path.glob("*.idx"))
+        names = names_in(path)
+        return any(name.endswith(PACKED_SUFFIX) for name in names) and not any(name.endswith(".idx") for name in names)
     return False
 
 
