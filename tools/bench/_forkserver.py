@@ -350,8 +350,10 @@ def serve(modules: list[str]) -> None:
     left running in its process group, report ``{"exit"}``."""
     _become_subreaper()
 
+    started: dict[int, str] = {}  # thread ident -> the import (or name lookup) that started it
     for name in modules:
         _import(name)
+        started.update({thread.ident or 0: name for thread in threading.enumerate() if thread.ident not in started})
     # a resolved ``module:name`` counts as loaded, so a script importing the same name can reuse this server
     loaded = sorted({*sys.modules, *(name for name in modules if ":" in name)})
     print(json.dumps({"serving": modules, "loaded": loaded}), flush=True)
@@ -359,8 +361,12 @@ def serve(modules: list[str]) -> None:
         job = json.loads(line)
         # a Python thread could hold a lock the child would wait for forever (idle native pools are forked
         # by every fork-started DataLoader worker too)
-        if threading.active_count() != 1:
-            raise SystemExit("the fork server has started Python threads: a fork of it would not be a clean process")
+        threads = [thread for thread in threading.enumerate() if thread is not threading.main_thread()]
+        if threads:
+            named = ", ".join(f"{thread.name!r} (from {started.get(thread.ident or 0, '?')})" for thread in threads)
+            raise SystemExit(
+                f"the fork server has started Python threads: a fork of it would not be a clean process: {named}"
+            )
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -379,4 +385,19 @@ def serve(modules: list[str]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "serve":
         raise SystemExit("usage: _forkserver.py serve MODULE[,MODULE...]   (started by ForkServer)")
-    serve([name for name in sys.argv[2].split(",") if name])
+    try:
+        serve([name for name in sys.argv[2].split(",") if name])
+    except BaseException as failed:  # reported, then an exit that does not wait for threads
+        # a plain exit would first join the non-daemon threads an import started, which may never end: the client
+        # would wait for this server's output forever
+        code = 1
+        if not isinstance(failed, SystemExit):
+            import traceback
+
+            traceback.print_exc()
+        elif failed.code is None or isinstance(failed.code, int):
+            code = failed.code or 0
+        else:
+            print(failed.code, file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(code)

@@ -6,8 +6,10 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -224,3 +226,31 @@ def test_a_server_whose_imports_start_threads_refuses_to_fork(tmp_path: Path) ->
         pytest.raises(RuntimeError, match="started Python threads"),
     ):
         server.run(["-c", "pass"])
+
+
+@pytest.mark.parametrize("lookup", ["import", "from"])
+def test_a_non_daemon_thread_from_the_imports_is_an_error_naming_its_import_not_a_hang(
+    tmp_path: Path, lookup: str
+) -> None:
+    # a thread that never ends: a server that exits normally joins it first, and the run would wait forever
+    starts = "import threading\nthreading.Thread(target=threading.Event().wait, name='forever').start()\n"
+    (tmp_path / "spins.py").write_text(
+        starts
+        if lookup == "import"
+        else "def __getattr__(name):\n"
+        "    import threading\n"
+        "    threading.Thread(target=threading.Event().wait, name='forever').start()\n"
+        "    return 1\n"
+    )
+    code = "import spins" if lookup == "import" else "from spins import Thing"
+    modules = forkserver.script_imports(code)
+    env = {**forkserver.ForkServers().env, "PYTHONPATH": str(tmp_path)}
+    with forkserver.ForkServer(modules, env=env) as server:
+        # without the fix this run never returns: the timer kills the server so that the test fails instead
+        guard = threading.Timer(60, lambda: os.killpg(server.process.pid, signal.SIGKILL))
+        guard.start()
+        try:
+            with pytest.raises(RuntimeError, match=rf"started Python threads.*'forever' \(from {modules[-1]}\)"):
+                server.run(["-c", code])
+        finally:
+            guard.cancel()

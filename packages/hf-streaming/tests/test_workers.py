@@ -161,6 +161,7 @@ def test_worker_threads_divide_the_cores_by_the_ranks_sharing_the_node(monkeypat
     from tokenloom.hf_streaming import _encode
 
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(_encode, "_cgroup_cpus", lambda: None, raising=False)  # no cpuset to read: the machine's
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert _encode._threads_per_worker(2) == 8
@@ -173,3 +174,51 @@ def test_worker_threads_divide_the_cores_by_the_ranks_sharing_the_node(monkeypat
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert _encode._threads_per_worker(2) == 2
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    for value in ("0", "-3", "1" * 30):  # 0 and negative count as 1; a huge node still gives each worker a thread
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+        assert _encode._threads_per_worker(2) == (1 if value.startswith("1") else 8)
+
+
+def test_ranks_in_a_container_or_slurm_job_cpuset_share_it(monkeypatch):
+    """A Slurm job or a container narrower than the machine is every rank's mask: its cores are divided by the
+    ranks (4 ranks x 2 workers in a 16-CPU job on a 64-core node ran 8 threads each, 64 on 16 cores)."""
+    from tokenloom.hf_streaming import _encode
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(_encode, "_cgroup_cpus", lambda: 16, raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert _encode._threads_per_worker(2) == 2
+    # a rank pinned to 4 of the job's 16 CPUs: those 4 are its own share
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert _encode._threads_per_worker(2) == 2
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "files", "expected"),
+    [
+        ("0::/slurm/job_7/step_0\n", {"sys/fs/cgroup/slurm/job_7/cpuset.cpus.effective": "0-7,16-23\n"}, 16),
+        ("0::/a/b\n", {"sys/fs/cgroup/cpuset.cpus.effective": "0-63\n"}, 64),  # the nearest ancestor's
+        (
+            "5:cpu,cpuacct:/\n3:cpuset:/docker/x\n0::/\n",
+            {"sys/fs/cgroup/cpuset/docker/x/cpuset.effective_cpus": "3"},
+            1,
+        ),
+        ("0::/\n", {}, None),  # no cpuset controller
+        ("0::/\n", {"sys/fs/cgroup/cpuset.cpus.effective": "\n"}, None),  # empty
+        ("0::/\n", {"sys/fs/cgroup/cpuset.cpus.effective": "garbage"}, None),
+        (None, {}, None),  # no /proc/self/cgroup
+    ],
+)
+def test_cgroup_cpus_reads_the_cpuset_of_the_process_cgroup(tmp_path, cgroup, files, expected):
+    from tokenloom.hf_streaming._encode import _cgroup_cpus
+
+    if cgroup is not None:
+        (tmp_path / "proc/self").mkdir(parents=True)
+        (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _cgroup_cpus(tmp_path) == expected

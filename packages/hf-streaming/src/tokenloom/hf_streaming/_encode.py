@@ -151,10 +151,13 @@ def limit_worker_threads(num_workers: int) -> None:
 
 
 def _threads_per_worker(num_workers: int) -> int:
-    """``cores // (num_workers x ranks on this node)``, at least 1. The ranks torchrun started on this node
-    (``LOCAL_WORLD_SIZE``) share its cores unless each is pinned: an affinity mask narrower than the machine is
-    taken as this rank's own share already."""
-    machine = os.cpu_count() or 1
+    """``cores // (num_workers x ranks on this node)``, at least 1, where cores is this process's affinity mask.
+
+    The ranks torchrun started on this node (``LOCAL_WORLD_SIZE``; unset, 0, negative or not a number: 1) share
+    its cores unless each is pinned: a mask narrower than the CPUs the process's cgroup allows (a container's or a
+    Slurm job's cpuset, all the ranks' together; without one, ``os.cpu_count()``) is taken as this rank's own share
+    already. A cgroup CPU quota (``cpu.max``) is not read: the mask's cores are divided as if all were there."""
+    machine = _cgroup_cpus() or os.cpu_count() or 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else machine
     ranks = 1
     if cores >= machine:
@@ -163,6 +166,43 @@ def _threads_per_worker(num_workers: int) -> int:
         except ValueError:
             ranks = 1  # not ours to validate: torch.distributed names a bad value when it starts
     return max(1, cores // (max(1, num_workers) * ranks))
+
+
+def _cgroup_cpus(root: Path = Path("/")) -> int | None:
+    """How many CPUs this process's cpuset cgroup allows (v2 ``cpuset.cpus.effective`` or v1
+    ``cpuset.effective_cpus`` of its cgroup or the nearest ancestor that has it), None when there is none to read.
+
+    The ranks torchrun starts inside a container or a Slurm job all have that cpuset as their affinity mask: it is
+    the node's cores they share, not one rank's pinned share."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+        if controllers == "":  # cgroup v2
+            base, name = root / "sys/fs/cgroup", "cpuset.cpus.effective"
+        elif "cpuset" in controllers.split(","):
+            base, name = root / "sys/fs/cgroup/cpuset", "cpuset.effective_cpus"
+        else:
+            continue
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts), -1, -1):
+            try:
+                text = (base.joinpath(*parts[:depth]) / name).read_text().strip()
+            except OSError:
+                continue
+            count = 0
+            try:
+                for span in filter(None, text.split(",")):
+                    first, _, last = span.partition("-")
+                    count += int(last or first) - int(first) + 1
+            except ValueError:
+                break
+            if count > 0:
+                return count
+            break
+    return None
 
 
 def hf_encoder(spec: TokenizerSpec) -> EncodeFn:
