@@ -195,7 +195,12 @@ class FaultProxy:
 
     ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default):
     ``"503"``, ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close),
-    ``"stall"`` (sleep ``stall_seconds`` first). ``uploads`` counts completed uploads per path (a PUT
+    ``"stall"`` (sleep ``stall_seconds`` first), ``"flip"`` (a GET answered in full, with the right length,
+    but one body byte inverted: silent corruption on the wire), ``"blackhole"`` (accept the request and never
+    answer until the client goes away or the proxy closes). ``fault_paths`` (a substring, settable any time)
+    limits queued faults to requests whose path contains it. ``down_for(seconds, mode)`` makes the store
+    unavailable for that long: every request in the window is answered by ``mode`` (``"503"``, ``"reset"`` or
+    ``"blackhole"``), counted in ``injected["down"]``. ``uploads`` counts completed uploads per path (a PUT
     or a multipart completion answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` is
     read, then waits until that event is set, and is dropped if its client died meanwhile (a killed
     uploader's request never lands). ``wait_idle()`` returns once no request is in flight.
@@ -215,6 +220,10 @@ class FaultProxy:
         self.stall_seconds = stall_seconds
         self.latency_seconds = 0.0
         self.get_bytes: Counter[str] = Counter()
+        self.fault_paths: str | None = None
+        self.down_until = 0.0
+        self.down_mode = "503"
+        self.closed = threading.Event()
         self.lock = threading.Lock()
         proxy = self
 
@@ -244,10 +253,20 @@ class FaultProxy:
                 with proxy.lock:
                     if self.command == "GET":
                         proxy.gets[path] += 1
-                    if self.command in proxy.fault_methods:
+                    if time.monotonic() < proxy.down_until:
+                        fault = proxy.down_mode
+                        proxy.injected["down"] += 1
+                    elif self.command in proxy.fault_methods and (
+                        proxy.fault_paths is None or proxy.fault_paths in path
+                    ):
                         fault = proxy.faults.pop(0) if proxy.faults else None
                         if fault:
                             proxy.injected[fault] += 1
+                if fault == "blackhole":
+                    while not proxy.closed.is_set() and not _peer_closed(self.connection):
+                        proxy.closed.wait(0.05)
+                    self.close_connection = True
+                    return
                 if fault == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     self.close_connection = True
@@ -309,6 +328,9 @@ class FaultProxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
+                if fault == "flip" and self.command == "GET" and payload:
+                    middle = len(payload) // 2
+                    payload = payload[:middle] + bytes([payload[middle] ^ 0xFF]) + payload[middle + 1 :]
                 if self.command != "HEAD":
                     self.wfile.write(payload)
 
@@ -328,7 +350,16 @@ class FaultProxy:
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def down_for(self, seconds: float, mode: str = "503") -> None:
+        """Make the store unavailable for ``seconds`` from now: every request is answered by ``mode``."""
+        if mode not in ("503", "reset", "blackhole"):
+            raise ValueError(f"down_for mode must be 503, reset or blackhole, not {mode!r}")
+        with self.lock:
+            self.down_mode = mode
+            self.down_until = time.monotonic() + seconds
+
     def close(self) -> None:
+        self.closed.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -410,7 +441,16 @@ class RangeHTTPServer:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def down_for(self, seconds: float, mode: str = "503") -> None:
+        """Make the store unavailable for ``seconds`` from now: every request is answered by ``mode``."""
+        if mode not in ("503", "reset", "blackhole"):
+            raise ValueError(f"down_for mode must be 503, reset or blackhole, not {mode!r}")
+        with self.lock:
+            self.down_mode = mode
+            self.down_until = time.monotonic() + seconds
+
     def close(self) -> None:
+        self.closed.set()
         self.server.shutdown()
         self.server.server_close()
 
