@@ -262,3 +262,17 @@ def test_a_200ms_stall_is_hidden_by_prefetch(seaweed, fault_proxy, url, tmp_path
     else:
         # without prefetch, each block's first sample waits for its GET (8 windows per block)
         assert len(late) >= len(range(lookahead, 3 * lookahead)) // 8 - 1 and len(on_time) > 0
+
+
+def test_a_reopen_after_pickling_keeps_the_cache_limit(seaweed, url, tmp_path):
+    """A worker's reopen (after pickling) kept storage options and cache but dropped ``cache_limit``: its cache was unbounded."""
+    import pickle
+
+    from tokenloom.datasets._stream import remote_open_options, reopen
+
+    limit = 512 * BLOCK
+    remote = _remote(url, seaweed, tmp_path / "c", cache_limit=limit)
+    options = remote_open_options(remote)
+    assert options["cache_limit"] == limit
+    again = reopen(url, [s.name for s in remote.shards], pickle.loads(pickle.dumps(options)))
+    assert remote_open_options(again)["cache_limit"] == limit

@@ -26,7 +26,7 @@ from tokenloom.formats.io import is_remote_url
 __all__ = ["open_data", "remote_open_options", "reopen", "select_shards", "token_stream"]
 
 #: options of ``open_dataset`` that only data in object storage takes
-_REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries")
+_REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries", "cache_limit")
 
 
 def open_data(
