@@ -441,16 +441,7 @@ class RangeHTTPServer:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def down_for(self, seconds: float, mode: str = "503") -> None:
-        """Make the store unavailable for ``seconds`` from now: every request is answered by ``mode``."""
-        if mode not in ("503", "reset", "blackhole"):
-            raise ValueError(f"down_for mode must be 503, reset or blackhole, not {mode!r}")
-        with self.lock:
-            self.down_mode = mode
-            self.down_until = time.monotonic() + seconds
-
     def close(self) -> None:
-        self.closed.set()
         self.server.shutdown()
         self.server.server_close()
 
