@@ -91,7 +91,7 @@ class BlockCache:
         #: bytes the cache directory may hold (None: unbounded)
         self.limit = budget.parse_size(limit if limit is not None else os.environ.get(budget.LIMIT_ENV))
         if self.limit is not None:
-            budget.check_limit(self.limit, block_size, readers=1)
+            budget.check_limit(self.limit, block_size, readers=budget.planned_readers())
         self._pins: dict[tuple[str, int], int] = {}  # shared-lock fds of the mapped blocks (bounded cache)
         self._dirs: dict[tuple[str, str, int], str] = {}  # an object's folder under v1/ (hashed once)
         on_fork_in_child(self)
