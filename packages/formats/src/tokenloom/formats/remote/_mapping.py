@@ -37,5 +37,5 @@ def map_readonly(fd: int, size: int) -> memoryview:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
     pages = (ctypes.c_ubyte * size).from_address(address)
-    weakref.finalize(pages, _libc.munmap, address, size)
+    weakref.finalize(pages, _libc.munmap, address, size).atexit = False  # never under a view still in use at exit
     return memoryview(pages).cast("B").toreadonly()
