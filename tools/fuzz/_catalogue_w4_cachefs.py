@@ -78,6 +78,14 @@ def _(tmp: Path) -> Run:
     )
 
 
+@case("remote cache: cache_dir a symlink to nowhere", "faults", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    server, url, source = _served(tmp)
+    link = tmp / "link"
+    link.symlink_to(tmp / "nowhere")
+    return Run(call=lambda: _read_all(url, link), check=_names(link), cleanup=lambda: _close(server), sources=[source])
+
+
 @case("remote cache: cache_dir read-only (root without DAC override, or simulated)", "faults", "error", "StorageError")
 def _(tmp: Path) -> Run:
     server, url, source = _served(tmp)

@@ -82,6 +82,18 @@ def test_a_cache_dir_on_a_symlink_loop_is_a_config_error_naming_it(seaweed, url,
         assert f"Point the link {loop} at a real directory" in str(caught.value)
 
 
+def test_a_cache_dir_that_is_a_dangling_symlink_is_a_config_error_naming_it(seaweed, url, tmp_path):
+    """Before: a StorageError "file exists (EEXIST)" with a hint about permissions and free space."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    for cache in (link, link / "cache"):
+        with pytest.raises(ConfigError) as caught:
+            _read_all(url, seaweed, cache)
+        message = str(caught.value)
+        assert f"the cache directory {cache} cannot be used: {link} is a symlink to {tmp_path / 'nowhere'}" in message
+        assert "Create the directory it points to" in message
+
+
 # -- a directory this process may not write ---------------------------------------------------------
 
 _READ = textwrap.dedent(

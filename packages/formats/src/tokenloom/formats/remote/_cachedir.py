@@ -48,7 +48,7 @@ def _culprit(root: Path, failed: str | None) -> tuple[Path, str] | None:
         try:
             info = os.stat(part)
         except FileNotFoundError:
-            return None
+            return (part, "dangling") if os.path.islink(part) else None
         except OSError as exc:
             if exc.errno == errnos.ELOOP:
                 return part, "loop"
@@ -78,6 +78,14 @@ def cache_dir_error(root: str | os.PathLike[str], exc: BaseException) -> DataErr
         if found is None:
             return None
         part, kind = found
+        if kind == "dangling":
+            return ConfigError(
+                f"the cache directory {root} cannot be used: {part} is a symlink to {os.readlink(part)}, which does "
+                "not exist",
+                path=root,
+                field="cache_dir",
+                hint=f"Create the directory it points to, or set {_SETTING} to another directory",
+            )
         if kind == "loop":
             return ConfigError(
                 f"the cache directory {root} cannot be used: {part} is a symlink loop",

@@ -119,8 +119,8 @@ def planned_readers(num_workers: int | None = None) -> int:
     if num_workers is None:
         data = sys.modules.get("torch.utils.data")  # only where torch is in use: never imported from here
         info = data.get_worker_info() if data is not None else None
-        num_workers = info.num_workers if info is not None else 1
-    return ranks * max(1, int(num_workers))
+        num_workers = int(info.num_workers) if info is not None else 1
+    return ranks * max(1, num_workers)
 
 
 def floor_readers(live: int, num_workers: int | None = None) -> int:
