@@ -115,8 +115,8 @@ class PrefetchFromSampler:
                 )
         spec = _Spec(sampler, _positive(batch_size, "batch_size"), _positive(lookahead, "lookahead"))
         if num_workers is not None:  # checked before the dataset takes the spec: a refusal leaves it as it was
-            readers = max(1, int(num_workers))
-            self._check_limits(self._prefetch_schedule(spec, 0, 1, already=0), spec.lookahead, readers, others=True)
+            workers = max(1, int(num_workers))
+            self._check_limits(self._prefetch_schedule(spec, 0, 1, already=0), spec.lookahead, workers)
         self._prefetch_spec = spec
         self._prefetch_live = _ProcessLocal()
         return self
@@ -141,7 +141,12 @@ class PrefetchFromSampler:
             num_workers=num_workers,
         )
 
-    def _check_limits(self, schedule: Iterator[int], lookahead: int, readers: int, *, others: bool) -> None:
+    def _check_limits(self, schedule: Iterator[int], lookahead: int, num_workers: int) -> None:
+        """ConfigError when a cache limit cannot hold the blocks in flight of the job's readers on this node.
+
+        The readers are what the job runs (ranks on the node x ``num_workers``, :func:`budget.planned_readers`),
+        not the ones that registered so far: the same job is refused, or not, every time.
+        """
         from tokenloom.formats.remote import budget
 
         per_root: dict[Any, tuple[Any, set]] = {}  # one node cache may serve several datasets (a curriculum's buckets)
@@ -151,11 +156,11 @@ class PrefetchFromSampler:
         for cache, blocks in per_root.values():
             if cache.limit is None:
                 continue
-            live = {r["pid"] for r in budget.live_readers(cache.root)} - {os.getpid()}
+            others = {r["pid"] for r in budget.live_readers(cache.root)} - {os.getpid()}  # more than planned: counted
             budget.check_limit(
                 cache.limit,
                 cache.block_size,
-                readers=readers + (len(live) if others else 0),
+                readers=budget.floor_readers(len(others), num_workers),
                 lookahead_blocks=len(blocks),
                 where=f" of {cache.root} (lookahead {lookahead} samples)",
             )
@@ -176,16 +181,10 @@ class PrefetchFromSampler:
             caches = self.remote_caches()
             if not caches:
                 return
-            from tokenloom.formats.remote import budget
             from tokenloom.formats.remote.prefetch import BlockPrefetcher
 
-            roots = {cache.root for cache in caches}
-            live_count = max(len(budget.live_readers(root)) for root in roots)
             self._check_limits(
-                self._prefetch_schedule(spec, worker, num_workers, already=already),
-                spec.lookahead,
-                max(num_workers, live_count),
-                others=False,
+                self._prefetch_schedule(spec, worker, num_workers, already=already), spec.lookahead, num_workers
             )
             schedule = self._prefetch_schedule(spec, worker, num_workers, already=already)
             prefetcher = live.value = BlockPrefetcher(schedule, self.blocks_of, spec.lookahead)

@@ -20,6 +20,7 @@ import fcntl
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -36,9 +37,11 @@ __all__ = [
     "join",
     "node_lock",
     "eviction_order",
+    "floor_readers",
     "live_readers",
     "make_room",
     "parse_size",
+    "planned_readers",
     "publish_needs",
     "read_needs",
     "reserve",
@@ -48,6 +51,8 @@ __all__ = [
 log = logging.getLogger("tokenloom.formats.remote")
 
 LIMIT_ENV = "TOKENLOOM_CACHE_LIMIT"
+#: the ranks torchrun started on this node (each reads through its own DataLoader workers)
+LOCAL_RANKS_ENV = "LOCAL_WORLD_SIZE"
 #: blocks one reader may hold mapped or in flight at once (its maps, the fetch of its main thread and
 #: of its prefetch thread): the floor of any cache limit
 PINNED_PER_READER = 6
@@ -97,6 +102,31 @@ def check_limit(limit: int, block_size: int, *, readers: int, lookahead_blocks: 
             hint=f"Raise cache_limit to at least {needed} bytes, or lower lookahead, block_size or the number "
             "of readers (DataLoader workers x ranks on this node)",
         )
+
+
+def planned_readers(num_workers: int | None = None) -> int:
+    """The readers this job runs on this node, from its settings, not from who has started reading yet.
+
+    Ranks on the node (``$LOCAL_WORLD_SIZE``, set by torchrun; unset, 0 or not a number: 1) x readers per
+    rank: ``num_workers`` when the caller knows it (the DataLoader's), else the worker count torch reports
+    inside a DataLoader worker, else 1 (a rank that reads in its main process). Every process of a job sees
+    the same count at its first read, so a cache limit is accepted or refused the same way every run.
+    """
+    try:
+        ranks = max(1, int(os.environ.get(LOCAL_RANKS_ENV, "1")))
+    except ValueError:
+        ranks = 1
+    if num_workers is None:
+        data = sys.modules.get("torch.utils.data")  # only where torch is in use: never imported from here
+        info = data.get_worker_info() if data is not None else None
+        num_workers = int(info.num_workers) if info is not None else 1
+    return ranks * max(1, num_workers)
+
+
+def floor_readers(live: int, num_workers: int | None = None) -> int:
+    """The readers a limit must hold: the job's :func:`planned_readers`, or more when more are live (another
+    job sharing the node's cache); a job's own readers registering late or early never change it."""
+    return max(planned_readers(num_workers), live)
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -383,10 +413,11 @@ def join(root: Path, limit: int, block_size: int) -> None:
 def check_floor(root: Path, limit: int, block_size: int) -> None:
     """ConfigError when the live readers' pinned blocks and the index files cannot fit under ``limit`` at once.
 
-    Each live reader may hold ``PINNED_PER_READER`` blocks that no eviction can delete (mapped, or being
-    fetched); whole objects (index files, manifests) are never evicted. The caller holds the node-wide lock.
+    Each reader may hold ``PINNED_PER_READER`` blocks that no eviction can delete (mapped, or being fetched);
+    whole objects (index files, manifests) are never evicted. The readers counted are the job's planned ones
+    (:func:`floor_readers`), not the ones that happened to register first. The caller holds the node-wide lock.
     """
-    readers = max(1, len(live_readers(root)))
+    readers = floor_readers(len(live_readers(root)))
     used, blocks, reserved = _scan(root)
     fixed = used - reserved - sum(size for *_, size in blocks)
     needed = fixed + readers * PINNED_PER_READER * block_size

@@ -24,7 +24,6 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import mmap
 import os
 import time
 from collections import OrderedDict
@@ -34,7 +33,9 @@ from pathlib import Path
 from tokenloom.formats.errors import ConfigError, TruncatedError
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.remote import budget
+from tokenloom.formats.remote._cachedir import named_cache_errors
 from tokenloom.formats.remote._fdlocks import close_lock, on_fork_in_child, open_lock
+from tokenloom.formats.remote._mapping import map_readonly
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import fetch_into
 
@@ -90,7 +91,7 @@ class BlockCache:
         #: bytes the cache directory may hold (None: unbounded)
         self.limit = budget.parse_size(limit if limit is not None else os.environ.get(budget.LIMIT_ENV))
         if self.limit is not None:
-            budget.check_limit(self.limit, block_size, readers=1)
+            budget.check_limit(self.limit, block_size, readers=budget.planned_readers())
         self._pins: dict[tuple[str, int], int] = {}  # shared-lock fds of the mapped blocks (bounded cache)
         self._dirs: dict[tuple[str, str, int], str] = {}  # an object's folder under v1/ (hashed once)
         on_fork_in_child(self)
@@ -114,6 +115,7 @@ class BlockCache:
         """Block ``number`` of ``obj`` as named in the readers' published needs (its path under ``CACHE/v1``)."""
         return f"{self._relative_dir(obj)}/b{self.block_size}-{number}"
 
+    @named_cache_errors
     def ensure(self, obj: ObjectInfo, number: int) -> bool:
         """Fetch block ``number`` of ``obj`` into the cache without mapping it (prefetch); True if it was absent."""
         start = number * self.block_size
@@ -139,6 +141,7 @@ class BlockCache:
     def num_blocks(self, obj: ObjectInfo) -> int:
         return -(-obj.size // self.block_size)
 
+    @named_cache_errors
     def block(self, obj: ObjectInfo, number: int) -> memoryview:
         """Block ``number`` of ``obj`` (read-only, memory-mapped from the cache; fetched first if absent)."""
         key = (obj.url, number)
@@ -183,6 +186,7 @@ class BlockCache:
             hint="The cache limit is far too small for the readers on this node: raise cache_limit",
         )
 
+    @named_cache_errors
     def whole(self, obj: ObjectInfo) -> Path:
         """The local path of all of ``obj`` (index files, manifests: fetched whole, once per node)."""
         return self._publish(obj, "whole", 0, obj.size)
@@ -262,4 +266,4 @@ def _map(path: Path, size: int) -> memoryview:
                 path=path,
                 hint="Something else changed the cache directory; delete it (it is refilled from the store)",
             )
-        return memoryview(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))
+        return map_readonly(handle.fileno(), size)  # holds no fd: the file closes here

@@ -28,6 +28,7 @@ import orjson
 from tokenloom.formats.errors import UnsafePathError
 from tokenloom.formats.io.source import LOCAL, REMOTE_VIEW_MARKER, VIEW_DATA_SUFFIXES
 from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.remote._cachedir import named_cache_errors
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
@@ -82,6 +83,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
 
+@named_cache_errors
 def build_view(cache: BlockCache, objects: dict[str, ObjectInfo]) -> Path:
     """The local view of ``objects`` (relative name -> object): index objects whole, data objects as placeholders."""
     listing = orjson.dumps(sorted((name, o.size, o.etag) for name, o in objects.items()))
