@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError, RecordError, TemplatePrefixError
-from tokenloom.tokenize.chat._masks import MaskedTokens, derive_mask
+from tokenloom.tokenize.chat._masks import MaskedTokens, _common, derive_mask
 from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
 from tokenloom.tokenize.chat._template import ChatTokenizer, RecordPlace
 
@@ -140,8 +140,8 @@ class ChatEncoder:
         self.stats.records += 1
         return arrays
 
-    def _derive(self, conversation: Conversation, place: RecordPlace) -> MaskedTokens:
-        return derive_mask(self.chat, conversation, self.train_roles, place)
+    def _derive(self, conversation: Conversation, place: RecordPlace, after: str | None = None) -> MaskedTokens:
+        return derive_mask(self.chat, conversation, self.train_roles, place, after=after)
 
     def _cut(self, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The record within max_length, or None for a skip."""
@@ -172,11 +172,11 @@ class ChatEncoder:
 
     def _dpo(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
         chosen, rejected = (self._derive(side, place) for side in dpo_pair(record, place))
-        first = [int(np.argmax(side.mask)) for side in (chosen, rejected)]
-        if not np.array_equal(chosen.ids[: first[0]], rejected.ids[: first[1]]):
+        starts = [side.spans[0].start for side in (chosen, rejected)]
+        if chosen.text[: starts[0]] != rejected.text[: starts[1]]:
             raise TemplatePrefixError(
-                "the prompt's tokens differ between chosen and rejected (the template renders the prompt "
-                "depending on the continuation)",
+                "the prompt renders differently before chosen and before rejected (the template renders the "
+                f"prompt depending on the continuation; they part at character {_common(chosen.text, rejected.text)})",
                 field="prompt",
                 **place.where(),
             )
@@ -192,18 +192,10 @@ class ChatEncoder:
         prompt_text = self.chat.render(prompt, tools=tools, add_generation_prompt=True, place=place)
         prompt_ids, _ = self.chat.encode(prompt_text)
         responses, masks = [], []
-        for i, continuation in enumerate(turns):
-            masked = self._derive(Conversation(prompt + continuation, tools, len(prompt)), place)
-            head = masked.ids[: len(prompt_ids)]
-            if not np.array_equal(head, prompt_ids) or masked.mask[: len(prompt_ids)].any():
-                raise TemplatePrefixError(
-                    f"response {i}'s conversation does not start with the prompt's tokens (the prompt rendered with "
-                    "the generation prompt is not a prefix of the prompt and response rendered together)",
-                    field=f"responses[{i}]",
-                    **place.where(),
-                )
-            responses.append(masked.ids[len(prompt_ids) :])
-            masks.append(masked.mask[len(prompt_ids) :])
+        for continuation in turns:
+            masked = self._derive(Conversation(prompt + continuation, tools, len(prompt)), place, after=prompt_text)
+            responses.append(masked.ids)
+            masks.append(masked.mask)
         longest = max(len(r) for r in responses)
         limit = self.max_length
         truncated = False

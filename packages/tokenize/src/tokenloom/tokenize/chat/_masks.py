@@ -143,12 +143,29 @@ def derive_mask(
     conversation: Conversation,
     train_roles: Collection[str] = ("assistant",),
     place: RecordPlace = RecordPlace(),
+    *,
+    after: str | None = None,
 ) -> MaskedTokens:
-    """Render, encode and mask one conversation; verified (MaskError / ChatTemplateError otherwise)."""
+    """Render, encode and mask one conversation; verified (MaskError / ChatTemplateError otherwise).
+
+    ``after``: a prefix of the rendering (a grpo prompt with its generation prompt) that is not
+    encoded: the tokens are those of the rest, which is what a model generates after that prompt.
+    """
     renders = _Renders(chat, conversation, place)
     messages = conversation.messages
     full = renders(len(messages))
-    ids, offsets = chat.encode(full)
+    skip = 0
+    if after is not None:
+        if not full.startswith(after):
+            raise TemplatePrefixError(
+                "the prompt rendered with the generation prompt is not a prefix of the prompt and a response "
+                f"rendered together (they part at character {_common(after, full)})",
+                field="prompt",
+                **place.where(),
+            )
+        skip = len(after)
+    ids, offsets = chat.encode(full[skip:])
+    offsets = offsets + skip
     special = np.fromiter((int(i) in chat.special_ids for i in ids), dtype=bool, count=len(ids))
     trained_chars = np.zeros(len(full) + 1, dtype=np.int64)
     spans = []
@@ -157,6 +174,10 @@ def derive_mask(
         if turn < conversation.trained_from or role not in train_roles:
             continue
         start, content_end = _locate(full, renders, turn, role, place)
+        if start < skip:
+            raise TemplatePrefixError(
+                f"message {turn} ({role}) is trained but renders inside the prompt", field="prompt", **place.where()
+            )
         last = turn == len(messages) - 1
         alone = full if last else renders(turn + 1)
         if alone[:content_end] != full[:content_end]:
@@ -172,7 +193,7 @@ def derive_mask(
         trained_chars[start:end] = 1
     mask = _token_mask(trained_chars, offsets, spans, full, ids, chat, place)
     masked = MaskedTokens(full, ids, mask, offsets, spans)
-    verify_mask(chat, masked, messages, place)
+    verify_mask(chat, masked, messages, place, whole=after is None)
     return masked
 
 

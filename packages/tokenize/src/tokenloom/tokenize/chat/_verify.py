@@ -27,7 +27,16 @@ def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
-def verify_mask(chat: ChatTokenizer, masked: MaskedTokens, messages: list[dict[str, Any]], place: RecordPlace) -> None:
+def verify_mask(
+    chat: ChatTokenizer,
+    masked: MaskedTokens,
+    messages: list[dict[str, Any]],
+    place: RecordPlace,
+    *,
+    whole: bool = True,
+) -> None:
+    """MaskError unless the mask is proven (see the module docstring); ``whole=False``: a response after
+    a masked prompt, which may be trained throughout."""
     mask, ids, text = masked.mask, masked.ids, masked.text
     if not masked.spans or not mask.any():
         raise MaskError(
@@ -37,7 +46,7 @@ def verify_mask(chat: ChatTokenizer, masked: MaskedTokens, messages: list[dict[s
             "such records",
             **place.where(),
         )
-    if mask.all():
+    if whole and mask.all():
         raise MaskError(
             "every token is trained: the template renders no prompt, header or marker around the trained turns",
             field="messages",
