@@ -19,13 +19,14 @@ import numpy as np
 import orjson
 
 from tokenloom.formats import RecordStoreWriter
+from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.tokenize.chat._encode import ChatEncoder, PostTrainingStats
 from tokenloom.tokenize.chat._template import RecordPlace
 
 __all__ = ["SIDECAR_NAME", "write_post_training"]
 
-SIDECAR_NAME = "post_training.json"
+SIDECAR_NAME = POST_TRAINING_SIDECAR
 SIDECAR_VERSION = 1
 
 
@@ -66,7 +67,7 @@ def write_post_training(
             "tokenloom_post_training": SIDECAR_VERSION,
             **encoder.settings(),
             "chat_template_sha256": hashlib.sha256(encoder.chat.template.encode()).hexdigest(),
-            "tokenizer": str(getattr(encoder.chat.hf, "name_or_path", "")),
+            "tokenizer": _tokenizer_name(encoder),
             "stats": encoder.stats.as_dict(),
         }
         del sidecar["chat_template"]
@@ -78,3 +79,9 @@ def write_post_training(
         raise
     writer.close()
     return encoder.stats
+
+
+def _tokenizer_name(encoder: ChatEncoder) -> str:
+    """The tokenizer's directory (absolute, so inspect finds it from anywhere) or name."""
+    name = str(getattr(encoder.chat.hf, "name_or_path", "") or "")
+    return str(Path(name).resolve()) if name and Path(name).exists() else name
