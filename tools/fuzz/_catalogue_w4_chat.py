@@ -22,7 +22,9 @@ def _encoder(train_type: str = "sft", template: str | None = None) -> Any:
     from tokenloom.tokenize import default_tokenizer_path
     from tokenloom.tokenize.chat import ChatEncoder, default_chat_template
 
-    return ChatEncoder(default_tokenizer_path(), chat_template=template or default_chat_template(), train_type=train_type)
+    return ChatEncoder(
+        default_tokenizer_path(), chat_template=template or default_chat_template(), train_type=train_type
+    )
 
 
 def _names_record(outcome: Outcome) -> str | None:
@@ -140,13 +142,19 @@ def _(tmp: Path) -> Run:
 
 @case("chat: a template that rewrites the content (upper)", "bad input", "error", "ChatTemplateError")
 def _(tmp: Path) -> Run:
-    template = _template(tmp, "upper.jinja", "{% for m in messages %}### {{ m.role }}\n{{ m.content | upper }}<|endoftext|>\n{% endfor %}")
+    template = _template(
+        tmp,
+        "upper.jinja",
+        "{% for m in messages %}### {{ m.role }}\n{{ m.content | upper }}<|endoftext|>\n{% endfor %}",
+    )
     return _encode({"messages": [Q, A]}, template=template)
 
 
 @case("chat: a token straddles header and content", "bad input", "error", "MaskError")
 def _(tmp: Path) -> Run:
-    template = _template(tmp, "colon.jinja", "{% for m in messages %}{{ m.role }}: {{ m.content }}<|endoftext|>{% endfor %}")
+    template = _template(
+        tmp, "colon.jinja", "{% for m in messages %}{{ m.role }}: {{ m.content }}<|endoftext|>{% endfor %}"
+    )
     return _encode({"messages": [Q, A]}, template=template)
 
 
@@ -165,7 +173,11 @@ def _(tmp: Path) -> Run:
 
     def run() -> Any:
         return write_post_training(
-            records, tmp / "out", "sft", tokenizer=default_tokenizer_path(), chat_template=default_chat_template(),
+            records,
+            tmp / "out",
+            "sft",
+            tokenizer=default_tokenizer_path(),
+            chat_template=default_chat_template(),
             on_error="skip",
         )
 

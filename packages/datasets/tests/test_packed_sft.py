@@ -118,4 +118,6 @@ def test_the_same_store_serves_sft_windows(tmp_path: Path) -> None:
     mask = np.concatenate([m for _, m in convs])
     sample = ds[0]
     assert sample["input_ids"].tolist() == tokens[:16].tolist()
-    assert sample["labels"].tolist() == [int(t) if m else IGNORE_INDEX for t, m in zip(tokens[1:17], mask[1:17])]
+    assert sample["labels"].tolist() == [
+        int(t) if m else IGNORE_INDEX for t, m in zip(tokens[1:17], mask[1:17], strict=True)
+    ]

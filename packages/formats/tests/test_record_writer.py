@@ -54,6 +54,8 @@ def test_sft_records_open_as_a_keyed_store_too(tmp_path: Path) -> None:
 
     with RecordStoreWriter(tmp_path / "sft", train_type="sft", dtype="uint16") as writer:
         for n in (3, 5):
-            writer.add_record({"sequence": np.arange(n), "loss_mask": np.ones(n, dtype=np.uint8), "position_ids": np.arange(n)})
+            writer.add_record(
+                {"sequence": np.arange(n), "loss_mask": np.ones(n, dtype=np.uint8), "position_ids": np.arange(n)}
+            )
     assert len(open_records(tmp_path / "sft")) == 2
     assert open_store(tmp_path / "sft").fetch(0, 8, "sequence").tolist() == [0, 1, 2, 0, 1, 2, 3, 4]

@@ -88,9 +88,7 @@ def test_generation_tags_mask_equals_transformers(index: int, chat_tokenizer_dir
     directory = chat_tokenizer_dir("generation_tags")
     messages = assistant_conversations()[index]
     hf = AutoTokenizer.from_pretrained(directory)
-    reference = hf.apply_chat_template(
-        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-    )
+    reference = hf.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     sft = ChatEncoder(directory).encode({"messages": messages})
     assert sft["sequence"].tolist() == list(reference["input_ids"])
     assert sft["loss_mask"].tolist() == list(reference["assistant_masks"])
@@ -171,7 +169,9 @@ def test_dpo_sides_share_the_prompt(chat_tokenizer_dir) -> None:
 
 def test_grpo_groups(chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(chat_tokenizer_dir("header_bos"), train_type="grpo")
-    group = encoder.encode({"prompt": CONVERSATION[:2], "responses": ["one", "two words", "3"], "rewards": [1, 0, -0.5]})
+    group = encoder.encode(
+        {"prompt": CONVERSATION[:2], "responses": ["one", "two words", "3"], "rewards": [1, 0, -0.5]}
+    )
     chat = encoder.chat
     hf = AutoTokenizer.from_pretrained(chat_tokenizer_dir("header_bos"))
     prompt = hf.apply_chat_template(CONVERSATION[:2], tokenize=True, add_generation_prompt=True, return_dict=True)
@@ -208,7 +208,11 @@ def test_bad_sft_records(record, field, chat_tokenizer_dir) -> None:
     [
         ("dpo", {"prompt": "q", "chosen": "a"}, "rejected"),
         ("dpo", {"prompt": "q", "rejected": "a"}, "chosen"),
-        ("dpo", {"chosen": [{"role": "user", "content": "a"}], "rejected": [{"role": "user", "content": "b"}]}, "prompt"),
+        (
+            "dpo",
+            {"chosen": [{"role": "user", "content": "a"}], "rejected": [{"role": "user", "content": "b"}]},
+            "prompt",
+        ),
         ("grpo", {"prompt": "q", "responses": ["a"]}, "rewards"),
         ("grpo", {"prompt": "q", "rewards": [1]}, "responses"),
         ("grpo", {"prompt": "q", "responses": ["a", "b"], "rewards": [1]}, "rewards"),
@@ -315,3 +319,21 @@ def test_derive_mask_spans_point_into_the_rendering(chat_tokenizer_dir) -> None:
     for span in masked.spans:
         assert masked.text[span.start : span.content_end] == CONVERSATION[span.turn]["content"]
         assert masked.text[span.content_end : span.end] == "<|im_end|>"
+
+
+def test_tools_are_rendered_and_masked(chat_tokenizer_dir) -> None:
+    directory = chat_tokenizer_dir("chatml")
+    tools = [{"type": "function", "function": {"name": "ls", "description": "list files", "parameters": {}}}]
+    messages = assistant_conversations()[3]
+    encoder = ChatEncoder(directory)
+    sft = encoder.encode({"messages": messages, "tools": tools})
+    hf = AutoTokenizer.from_pretrained(directory)
+    expected = hf.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True)["input_ids"]
+    assert sft["sequence"].tolist() == list(expected)
+    assert "# Tools" in encoder.chat.decode(sft["sequence"][sft["loss_mask"] == 0])
+    assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
+        "calling ls<|im_end|>",
+        "a and b<|im_end|>",
+    ]
+    with pytest.raises(ConversationError):
+        encoder.encode({"messages": messages, "tools": "ls"})

@@ -70,8 +70,9 @@ def test_sft_error_publishes_nothing(tmp_path: Path, chat_tokenizer_dir) -> None
 def test_truncation_counts_in_the_sidecar(tmp_path: Path, chat_tokenizer_dir) -> None:
     records = sft_records(8)
     lengths = [len(ChatEncoder(chat_tokenizer_dir("chatml")).encode(r)["sequence"]) for r in records[:1]]
-    stats = write_post_training(records, tmp_path / "s", "sft", tokenizer=chat_tokenizer_dir("chatml"),
-                                max_length=lengths[0] + 2)
+    stats = write_post_training(
+        records, tmp_path / "s", "sft", tokenizer=chat_tokenizer_dir("chatml"), max_length=lengths[0] + 2
+    )
     assert stats.skipped_too_long > 0 and stats.records + stats.skipped_too_long == 8
     assert len(open_records(tmp_path / "s")) == stats.records
     sidecar = orjson.loads((tmp_path / "s" / SIDECAR_NAME).read_bytes())

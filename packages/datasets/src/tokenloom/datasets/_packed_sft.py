@@ -71,7 +71,8 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
                 path=self.store.path,
                 record=int(over[0]),
                 field="seq_len",
-                hint="Raise seq_len, pass too_long='skip' to leave them out (counted), or re-tokenize with --max-length",
+                hint="Raise seq_len, pass too_long='skip' to leave them out (counted), "
+                "or re-tokenize with --max-length",
             )
         self.num_too_long = len(over)
         fits = np.where(lengths <= self.seq_len, lengths, 0)  # 0: best_fit_decreasing places it nowhere
@@ -85,7 +86,8 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         packed = int(fits.sum())
         self.packing_efficiency = packed / (len(self) * self.seq_len)
         log.info(
-            "packed sft: %d conversations in %d sequences of %d tokens, packing efficiency %.1f%% (%d too long, left out)",
+            "packed sft: %d conversations in %d sequences of %d tokens, packing efficiency %.1f%% "
+            "(%d too long, left out)",
             int((fits > 0).sum()),
             len(self),
             self.seq_len,
@@ -125,10 +127,10 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
             records = self.conversations(index % size)
             for number, record in enumerate(records):
                 arrays = self.store.record(record, ("sequence", "loss_mask"))
-                sequence, mask = arrays["sequence"], arrays["loss_mask"]
+                sequence, mask = np.asarray(arrays["sequence"]), np.asarray(arrays["loss_mask"])
                 end = position + len(sequence)
                 tokens[row, position:end] = sequence
-                ignore[row, position:end] = np.asarray(mask) == 0
+                ignore[row, position:end] = mask == 0
                 doc_ids[row, position:end] = number
                 position = end
             doc_ids[row, position:] = len(records)

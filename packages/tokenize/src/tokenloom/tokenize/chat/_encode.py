@@ -24,7 +24,7 @@ import numpy as np
 from tokenloom.formats.errors import ConfigError, RecordError, TemplatePrefixError
 from tokenloom.tokenize.chat._masks import MaskedTokens, _common, derive_mask
 from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
-from tokenloom.tokenize.chat._template import ChatTokenizer, RecordPlace
+from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
 
 __all__ = ["ChatEncoder", "PostTrainingStats", "TrainType", "Truncate"]
 
@@ -91,7 +91,9 @@ class ChatEncoder:
         truncate: Truncate | str = Truncate.SKIP,
         on_error: str = "raise",
     ) -> None:
-        self.chat = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer, chat_template=chat_template)
+        self.chat = (
+            tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer, chat_template=chat_template)
+        )
         self.train_type = _choice(TrainType, train_type, "train_type")
         self.truncate = _choice(Truncate, truncate, "truncate")
         roles = tuple(train_roles)
@@ -117,7 +119,7 @@ class ChatEncoder:
             "chat_template": self.chat.template,
         }
 
-    def encode(self, record: Any, place: RecordPlace = RecordPlace()) -> dict[str, Any] | None:
+    def encode(self, record: Any, place: RecordPlace = NOWHERE) -> dict[str, Any] | None:
         """The store arrays of one record, or None when it is skipped (counted in ``stats``)."""
         try:
             if self.train_type is TrainType.SFT:
@@ -180,10 +182,10 @@ class ChatEncoder:
                 field="prompt",
                 **place.where(),
             )
-        cuts = [self._cut(side.ids, side.mask) for side in (chosen, rejected)]
-        if cuts[0] is None or cuts[1] is None:
+        chosen_cut, rejected_cut = self._cut(chosen.ids, chosen.mask), self._cut(rejected.ids, rejected.mask)
+        if chosen_cut is None or rejected_cut is None:
             return None
-        (c_ids, c_mask), (r_ids, r_mask) = cuts
+        (c_ids, c_mask), (r_ids, r_mask) = chosen_cut, rejected_cut
         self._count(c_mask, r_mask, truncated=len(c_ids) < len(chosen.ids) or len(r_ids) < len(rejected.ids))
         return {"chosen": c_ids, "chosen_mask": c_mask, "rejected": r_ids, "rejected_mask": r_mask}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenloom.formats.errors import ConversationError
-from tokenloom.tokenize.chat._template import RecordPlace
+from tokenloom.tokenize.chat._template import NOWHERE, RecordPlace
 
 __all__ = ["ROLES", "Conversation", "dpo_pair", "grpo_group", "sft_conversation"]
 
@@ -35,8 +35,9 @@ def _fail(problem: str, place: RecordPlace, field: str) -> ConversationError:
 def check_messages(value: Any, place: RecordPlace, field: str) -> list[dict[str, Any]]:
     """``value`` as a list of role/content messages, or ConversationError naming the bad one."""
     if not isinstance(value, list) or not value:
-        raise _fail(f"{field} is {type(value).__name__}, expected a non-empty list of {{role, content}} objects",
-                    place, field)
+        raise _fail(
+            f"{field} is {type(value).__name__}, expected a non-empty list of {{role, content}} objects", place, field
+        )
     for i, message in enumerate(value):
         if not isinstance(message, dict):
             raise _fail(f"{field}[{i}] is {type(message).__name__}, expected a {{role, content}} object", place, field)
@@ -45,8 +46,9 @@ def check_messages(value: Any, place: RecordPlace, field: str) -> list[dict[str,
             raise _fail(f"{field}[{i}] has role {role!r}, expected one of {list(ROLES)}", place, field)
         content = message.get("content")
         if not isinstance(content, str):
-            raise _fail(f"{field}[{i}] ({role}) has content of type {type(content).__name__}, expected text",
-                        place, field)
+            raise _fail(
+                f"{field}[{i}] ({role}) has content of type {type(content).__name__}, expected text", place, field
+            )
     return value
 
 
@@ -70,7 +72,7 @@ def _record(record: Any, place: RecordPlace) -> dict[str, Any]:
     return record
 
 
-def sft_conversation(record: Any, place: RecordPlace = RecordPlace()) -> Conversation:
+def sft_conversation(record: Any, place: RecordPlace = NOWHERE) -> Conversation:
     """``{"messages": [...]}`` (every trained-role turn trained) or ``{"prompt", "completion"}``."""
     record = _record(record, place)
     tools = _tools(record, place)
@@ -80,8 +82,9 @@ def sft_conversation(record: Any, place: RecordPlace = RecordPlace()) -> Convers
         prompt = _turns(record["prompt"], place, "prompt", "user")
         completion = _turns(record["completion"], place, "completion", "assistant")
         return Conversation(prompt + completion, tools, len(prompt))
-    raise _fail(f"the record has keys {sorted(record)[:8]}, expected 'messages' or 'prompt' and 'completion'",
-                place, "messages")
+    raise _fail(
+        f"the record has keys {sorted(record)[:8]}, expected 'messages' or 'prompt' and 'completion'", place, "messages"
+    )
 
 
 def _continuation(prompt: list[dict[str, Any]], value: Any, place: RecordPlace, field: str) -> list[dict[str, Any]]:
@@ -99,7 +102,7 @@ def _shared_prefix(chosen: list[dict[str, Any]], rejected: list[dict[str, Any]])
     return n
 
 
-def dpo_pair(record: Any, place: RecordPlace = RecordPlace()) -> tuple[Conversation, Conversation]:
+def dpo_pair(record: Any, place: RecordPlace = NOWHERE) -> tuple[Conversation, Conversation]:
     """``{"prompt", "chosen", "rejected"}``: chosen/rejected as the continuation, or as whole conversations.
 
     Without ``prompt``, chosen and rejected must be whole conversations; their shared leading
@@ -122,8 +125,9 @@ def dpo_pair(record: Any, place: RecordPlace = RecordPlace()) -> tuple[Conversat
     return tuple(Conversation(prompt + side, tools, len(prompt)) for side in sides)  # type: ignore[return-value]
 
 
-def grpo_group(record: Any, place: RecordPlace = RecordPlace()) -> tuple[list[dict[str, Any]], list[Any] | None,
-                                                                       list[list[dict[str, Any]]], list[float]]:
+def grpo_group(
+    record: Any, place: RecordPlace = NOWHERE
+) -> tuple[list[dict[str, Any]], list[Any] | None, list[list[dict[str, Any]]], list[float]]:
     """``{"prompt", "responses": [...], "rewards": [...]}``: the prompt, each response's turns, the rewards."""
     record = _record(record, place)
     tools = _tools(record, place)
@@ -137,8 +141,9 @@ def grpo_group(record: Any, place: RecordPlace = RecordPlace()) -> tuple[list[di
     if not isinstance(rewards, list):
         raise _fail(f"rewards is {type(rewards).__name__}, expected a list of numbers", place, "rewards")
     if len(rewards) != len(responses):
-        raise _fail(f"{len(rewards)} rewards for {len(responses)} responses, expected one per response",
-                    place, "rewards")
+        raise _fail(
+            f"{len(rewards)} rewards for {len(responses)} responses, expected one per response", place, "rewards"
+        )
     for i, reward in enumerate(rewards):
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             raise _fail(f"rewards[{i}] is {reward!r}, expected a finite number", place, "rewards")

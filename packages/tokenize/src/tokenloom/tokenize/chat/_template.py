@@ -16,7 +16,7 @@ import numpy as np
 
 from tokenloom.formats.errors import ChatTemplateError, ConfigError
 
-__all__ = ["ChatTokenizer", "RecordPlace"]
+__all__ = ["NOWHERE", "ChatTokenizer", "RecordPlace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,10 @@ class RecordPlace:
 
     def where(self) -> dict[str, Any]:
         return {"path": self.path, "record": self.line}
+
+
+#: A record whose origin is unknown.
+NOWHERE = RecordPlace()
 
 
 class ChatTokenizer:
@@ -46,21 +50,23 @@ class ChatTokenizer:
             tokenizer = LoadedTokenizer(os.fspath(tokenizer)).transformers
         self.hf = tokenizer
         name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+        template: Any
         if chat_template is not None:
-            self.template = _read_template(chat_template)
+            template = _read_template(chat_template)
             self.template_source = os.fspath(chat_template) if _is_file(chat_template) else "<text>"
         else:
-            self.template = getattr(tokenizer, "chat_template", None)
+            template = getattr(tokenizer, "chat_template", None)
             self.template_source = f"{name}/tokenizer_config.json"
-        if isinstance(self.template, dict):  # several named templates: the default one
-            self.template = self.template.get("default")
-        if not isinstance(self.template, str) or not self.template.strip():
+        if isinstance(template, dict):  # several named templates: the default one
+            template = template.get("default")
+        if not isinstance(template, str) or not template.strip():
             raise ConfigError(
                 f"the tokenizer {name} has no chat template and none was given",
                 field="chat_template",
                 hint="Pass --chat-template FILE.jinja (chat_template= in Python), or use a tokenizer whose "
                 "tokenizer_config.json holds a chat_template",
             )
+        self.template: str = template
         self.special_ids = frozenset(int(i) for i in tokenizer.all_special_ids) | frozenset(
             int(i) for i, token in tokenizer.added_tokens_decoder.items() if getattr(token, "special", False)
         )
@@ -72,7 +78,7 @@ class ChatTokenizer:
         *,
         tools: list[Any] | None = None,
         add_generation_prompt: bool = False,
-        place: RecordPlace = RecordPlace(),
+        place: RecordPlace = NOWHERE,
         turn: int | None = None,
     ) -> str:
         """The template's rendering of ``messages`` (a ChatTemplateError carrying the record if it raises)."""
@@ -109,9 +115,7 @@ class ChatTokenizer:
         return ids, offsets
 
     def decode(self, ids: np.ndarray) -> str:
-        return self.hf.decode(
-            [int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
-        )
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 def _is_file(value: str | os.PathLike[str]) -> bool:

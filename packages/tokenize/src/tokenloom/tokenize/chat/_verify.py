@@ -64,7 +64,9 @@ def verify_mask(
         previous_end = span.end
     found = [chat.decode(ids[begin:end]) for begin, end in runs(mask)]
     if found != expected:
-        bad = next((i for i, (a, b) in enumerate(zip(found, expected, strict=False)) if a != b), min(len(found), len(expected)))
+        bad = next(
+            (i for i, (a, b) in enumerate(zip(found, expected, strict=False)) if a != b), min(len(found), len(expected))
+        )
         turn = masked.spans[min(bad, len(masked.spans) - 1)].turn
         got = found[bad] if bad < len(found) else None
         want = expected[bad] if bad < len(expected) else None

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tokenloom.formats import RecordStoreWriter
-from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
+from tokenloom.formats import ConfigError, RecordStoreWriter
 from tokenloom.formats.io import atomic_write_bytes
+from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.tokenize.chat._encode import ChatEncoder, PostTrainingStats
-from tokenloom.tokenize.chat._template import RecordPlace
+from tokenloom.tokenize.chat._template import NOWHERE
 
 __all__ = ["SIDECAR_NAME", "write_post_training"]
 
@@ -47,19 +47,25 @@ def write_post_training(
     """
     if encoder is None:
         encoder = ChatEncoder(tokenizer, train_type=train_type, **options)
-    elif options or encoder.train_type.value != train_type:
-        raise TypeError("pass either an encoder (of this train_type) or a tokenizer and options, not both")
+    elif options or tokenizer is not None or encoder.train_type.value != train_type:
+        raise ConfigError(
+            "pass either an encoder (of this train_type) or a tokenizer and options, not both", field="encoder"
+        )
     vocab = encoder.chat.vocab_size
     dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
     out = Path(out_dir)
     mask_dtypes = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "bool", "masks": "bool"}
     writer = RecordStoreWriter(
-        out, train_type=encoder.train_type.value, dtype=dtype, vocab_size=vocab, key_dtypes=mask_dtypes,
+        out,
+        train_type=encoder.train_type.value,
+        dtype=dtype,
+        vocab_size=vocab,
+        key_dtypes=mask_dtypes,
         overwrite=overwrite,
     )
     try:
         for item in records:
-            record, place = item if isinstance(item, tuple) else (item, RecordPlace())
+            record, place = item if isinstance(item, tuple) else (item, NOWHERE)
             arrays = encoder.encode(record, place)
             if arrays is not None:
                 writer.add_record(arrays)
