@@ -71,6 +71,8 @@ class ChatTokenizer:
             int(i) for i, token in tokenizer.added_tokens_decoder.items() if getattr(token, "special", False)
         )
         self.vocab_size = len(tokenizer)
+        # the Rust tokenizer transformers configured (what its fast path calls), None for a slow tokenizer
+        self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
 
     def render(
         self,
@@ -109,12 +111,18 @@ class ChatTokenizer:
 
     def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (int64) and their character spans ``(n, 2)`` in ``text``; no special tokens added."""
+        if self._backend is not None:
+            encoded = self._backend.encode(text, add_special_tokens=False)
+            ids = np.asarray(encoded.ids, dtype=np.int64)
+            return ids, np.asarray(encoded.offsets, dtype=np.int64).reshape(-1, 2)
         encoding = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)
         ids = np.asarray(encoding["input_ids"], dtype=np.int64)
         offsets = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)
         return ids, offsets
 
     def decode(self, ids: np.ndarray) -> str:
+        if self._backend is not None:
+            return self._backend.decode([int(i) for i in ids], skip_special_tokens=False)
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
