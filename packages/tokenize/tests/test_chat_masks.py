@@ -337,3 +337,84 @@ def test_tools_are_rendered_and_masked(chat_tokenizer_dir) -> None:
     ]
     with pytest.raises(ConversationError):
         encoder.encode({"messages": messages, "tools": "ls"})
+
+
+FORCED_THINKING = (  # the generation prompt opens a <think> block the conversation's own turns do not have
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+def test_generation_prompt_unlike_the_turns(tmp_path: Path, chat_tokenizer_dir) -> None:
+    """sft finds the turns without the generation prompt; grpo, whose prompt it is, gets a named error."""
+    template = tmp_path / "forced.jinja"
+    template.write_text(FORCED_THINKING)
+    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
+    sft = encoder.encode({"messages": CONVERSATION})
+    assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
+        "It joins path components.<|im_end|>",
+        "Serialize an object to a JSON formatted str. ünïcode<|im_end|>",
+    ]
+    grpo = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template, train_type="grpo")
+    with pytest.raises(TemplatePrefixError) as caught:
+        grpo.encode({"prompt": "q", "responses": ["a"], "rewards": [1]}, RecordPlace("in/g.jsonl", 5))
+    assert caught.value.record == 5
+
+
+def test_dropped_reasoning_in_a_prompt_does_not_matter(chat_tokenizer_dir) -> None:
+    prompt = [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "<think>hmm</think>a1"},
+        {"role": "user", "content": "q2"},
+    ]
+    dpo = ChatEncoder(chat_tokenizer_dir("drops_reasoning"), train_type="dpo")
+    pair = dpo.encode({"prompt": prompt, "chosen": "<think>ok</think>yes", "rejected": "no"})
+    assert trained_texts(dpo.chat, pair["chosen"], pair["chosen_mask"]) == ["<think>ok</think>yes<|im_end|>"]
+    assert "hmm" not in dpo.chat.decode(pair["chosen"])  # the template dropped it: the model sees what it sees
+    grpo = ChatEncoder(chat_tokenizer_dir("drops_reasoning"), train_type="grpo")
+    group = grpo.encode({"prompt": prompt, "responses": ["<think>x</think>y"], "rewards": [0.5]})
+    assert trained_texts(grpo.chat, group["responses"][0], group["masks"][0]) == ["<think>x</think>y<|im_end|>"]
+
+
+def test_dpo_and_grpo_length_policies(chat_tokenizer_dir) -> None:
+    directory = chat_tokenizer_dir("chatml")
+    pair = {"prompt": CONVERSATION[:4], "chosen": "good answer " * 5, "rejected": "bad"}
+    whole = ChatEncoder(directory, train_type="dpo").encode(pair)
+    limit = len(whole["chosen"]) - 3
+    skip = ChatEncoder(directory, train_type="dpo", max_length=limit)
+    assert skip.encode(pair) is None and skip.stats.skipped_too_long == 1
+    kept = ChatEncoder(directory, train_type="dpo", max_length=limit, truncate="keep-start").encode(pair)
+    assert kept["chosen"].tolist() == whole["chosen"][:limit].tolist()
+    assert kept["rejected"].tolist() == whole["rejected"].tolist()  # within the limit: untouched
+    group = {"prompt": CONVERSATION[:2], "responses": ["short", "a much longer answer " * 4], "rewards": [0, 1]}
+    full = ChatEncoder(directory, train_type="grpo").encode(group)
+    prompt, longest = len(full["prompts"]), max(len(r) for r in full["responses"])
+    start = ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 4, truncate="keep-start")
+    cut = start.encode(group)
+    assert cut["prompts"].tolist() == full["prompts"].tolist()
+    assert [len(r) for r in cut["responses"]] == [len(full["responses"][0]), longest - 4]
+    end = ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 4, truncate="keep-end")
+    cut = end.encode(group)
+    assert cut["prompts"].tolist() == full["prompts"][4:].tolist() and end.stats.truncated == 1
+    assert ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 1).encode(group) is None
+
+
+def test_shipped_template_on_a_stdlib_conversation() -> None:
+    from tokenloom.tokenize import default_tokenizer_path
+
+    encoder = ChatEncoder(default_tokenizer_path(), chat_template=default_chat_template())
+    tools = [{"type": "function", "function": {"name": "help", "parameters": {}}}]
+    messages = [
+        {"role": "system", "content": ""},
+        *CONVERSATION[1:3],
+        {"role": "user", "content": "Call help(len)."},
+        {"role": "assistant", "content": "Calling help."},
+        {"role": "tool", "content": "len(obj, /)\n    Return the number of items in a container."},
+        {"role": "assistant", "content": "\n  It returns the number of items.  \n"},
+    ]
+    sft = encoder.encode({"messages": messages, "tools": tools})
+    assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
+        "It joins path components.<|endoftext|>",
+        "Calling help.<|endoftext|>",
+        "It returns the number of items.<|endoftext|>",
+    ]
