@@ -109,3 +109,20 @@ def test_grpo_store_keeps_groups(tmp_path: Path, chat_tokenizer_dir) -> None:
     for response, mask, text in zip(first["responses"], first["masks"], ["a", "bb", "ccc"], strict=True):
         assert [chat.decode(response[b:e]) for b, e in runs(mask)] == [f"{text}<|im_end|>"]
     assert chat.decode(first["prompts"]).endswith("<|im_start|>assistant\n")
+
+
+def test_chat_encoding_imports_no_torch() -> None:
+    """A data-prep box has no torch: loading the tokenizer and encoding a record must not import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tokenloom.tokenize import default_tokenizer_path\n"
+        "from tokenloom.tokenize.chat import ChatEncoder, default_chat_template\n"
+        "e = ChatEncoder(default_tokenizer_path(), chat_template=default_chat_template())\n"
+        "assert e.encode({'messages': [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': 'b'}]})\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip() == "False", done.stderr

@@ -47,7 +47,7 @@ class ChatTokenizer:
         if isinstance(tokenizer, (str, os.PathLike)):
             from tokenloom.tokenize._tokenizer import LoadedTokenizer
 
-            tokenizer = LoadedTokenizer(os.fspath(tokenizer)).transformers
+            tokenizer = LoadedTokenizer(os.fspath(tokenizer), hide_torch=True).transformers
         self.hf = tokenizer
         name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
         template: Any
