@@ -121,3 +121,27 @@ def test_the_same_store_serves_sft_windows(tmp_path: Path) -> None:
     assert sample["labels"].tolist() == [
         int(t) if m else IGNORE_INDEX for t, m in zip(tokens[1:17], mask[1:17], strict=True)
     ]
+
+
+def test_record_writer_output_reads_as_astrai_reads_it(tmp_path: Path) -> None:
+    """dpo records from RecordStoreWriter, read the way AstrAI's load_bin + fetch_record do, and by DatasetFactory."""
+    import json
+
+    from tokenloom.datasets import DatasetFactory
+
+    pairs = [([1, 2, 3], [0, 1, 1], [1, 4], [0, 1]), ([5, 6], [0, 1], [5, 7, 8, 9], [0, 0, 1, 1])]
+    mask_dtypes = {"chosen_mask": "bool", "rejected_mask": "bool"}
+    with RecordStoreWriter(tmp_path / "dpo", train_type="dpo", dtype="uint16", key_dtypes=mask_dtypes) as writer:
+        for chosen, chosen_mask, rejected, rejected_mask in pairs:
+            writer.add_record(
+                {"chosen": chosen, "chosen_mask": chosen_mask, "rejected": rejected, "rejected_mask": rejected_mask}
+            )
+    meta = json.loads((tmp_path / "dpo" / "meta.json").read_text())
+    for key, column in zip(("chosen", "chosen_mask", "rejected", "rejected_mask"), range(4), strict=True):
+        info = meta[key]
+        data = np.memmap(tmp_path / "dpo" / f"{key}.bin", dtype=info["dtype"], mode="c", shape=tuple(info["shape"]))
+        offsets = info["offsets"]
+        for i, pair in enumerate(pairs):
+            assert torch.from_numpy(data[offsets[i] : offsets[i + 1]]).to(torch.long).tolist() == pair[column]
+    ds = DatasetFactory.load("dpo", tmp_path / "dpo")
+    assert ds[1]["rejected"].tolist() == [5, 7, 8, 9] and ds[1]["rejected_mask"].tolist() == [False, False, True, True]
