@@ -418,3 +418,19 @@ def test_shipped_template_on_a_stdlib_conversation() -> None:
         "Calling help.<|endoftext|>",
         "It returns the number of items.<|endoftext|>",
     ]
+
+
+def test_an_empty_turn_the_template_leaves_out_trains_nothing(tmp_path: Path, chat_tokenizer_dir) -> None:
+    template = tmp_path / "skips_empty.jinja"
+    template.write_text(
+        "{% for m in messages %}{% if m.content %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
+    messages = [CONVERSATION[1], {"role": "assistant", "content": ""}, *CONVERSATION[3:]]
+    sft = encoder.encode({"messages": messages})
+    assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
+        "Serialize an object to a JSON formatted str. ünïcode<|im_end|>"
+    ]
+    with pytest.raises(MaskError, match="no token is trained"):
+        encoder.encode({"messages": messages[:2]})

@@ -98,8 +98,8 @@ def _common(a: str, b: str) -> int:
     return low
 
 
-def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPlace) -> tuple[int, int]:
-    """Start and end of message ``turn``'s content in ``full``."""
+def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPlace) -> tuple[int, int] | None:
+    """Start and end of message ``turn``'s content in ``full``; None for an empty message the template leaves out."""
     content = renders.conversation.messages[turn]["content"]
     candidates = [content] if content == content.strip() else [content, content.strip()]
     head = renders(turn, generation=role == "assistant")
@@ -114,7 +114,7 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
             if found >= 0:
                 return found, found + len(candidate)
     if not any(candidates):
-        return low, low
+        return None  # empty, and not where the generation prompt puts a turn: the template left it out
     alone = renders(turn + 1)
     if any(candidate in alone for candidate in candidates):
         raise TemplatePrefixError(
@@ -181,7 +181,10 @@ def derive_mask(
         role = message["role"]
         if turn < conversation.trained_from or role not in train_roles:
             continue
-        start, content_end = _locate(full, renders, turn, role, place)
+        located = _locate(full, renders, turn, role, place)
+        if located is None:
+            continue
+        start, content_end = located
         if start < skip:
             raise TemplatePrefixError(
                 f"message {turn} ({role}) is trained but renders inside the prompt", field="prompt", **place.where()
