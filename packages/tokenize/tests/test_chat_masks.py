@@ -434,3 +434,12 @@ def test_an_empty_turn_the_template_leaves_out_trains_nothing(tmp_path: Path, ch
     ]
     with pytest.raises(MaskError, match="no token is trained"):
         encoder.encode({"messages": messages[:2]})
+
+
+def test_content_that_repeats_the_header_is_found_after_it(tmp_path: Path, chat_tokenizer_dir) -> None:
+    template = tmp_path / "forced.jinja"
+    template.write_text(FORCED_THINKING)
+    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
+    messages = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "assistant"}]
+    sft = encoder.encode({"messages": messages})
+    assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == ["assistant<|im_end|>"]

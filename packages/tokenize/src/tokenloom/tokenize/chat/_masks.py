@@ -107,7 +107,9 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
         for candidate in candidates:
             if full.startswith(candidate, len(head)):
                 return len(head), len(head) + len(candidate)
-    low = _common(renders(turn), full)
+    # after what the conversation so far and the generation prompt share with the rendering (the turn's header,
+    # so a content that also appears in the header, "assistant" say, is not found there)
+    low = max(_common(renders(turn), full), _common(head, full))
     for candidate in candidates:
         if candidate:
             found = full.find(candidate, low)
