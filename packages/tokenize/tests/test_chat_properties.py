@@ -80,3 +80,38 @@ def test_random_conversations(kind: str, messages, chat_tokenizer_dir) -> None:
         )["assistant_masks"]
         assert mask.tolist() == list(reference)
     assert np.array_equal(sft["position_ids"], np.arange(len(ids)))
+
+
+@cache
+def typed_encoder(directory: str, train_type: str) -> ChatEncoder:
+    return ChatEncoder(directory, train_type=train_type)
+
+
+@pytest.mark.parametrize("kind", ["chatml", "header_bos"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=conversations(), answers=st.lists(CONTENT, min_size=2, max_size=3))
+def test_random_pairs_and_groups(kind: str, prompt, answers, chat_tokenizer_dir) -> None:
+    """dpo sides share the prompt's rendering; a grpo prompt's text plus a response's is the whole rendering."""
+    directory = str(chat_tokenizer_dir(kind))
+    prompt = [*prompt, {"role": "user", "content": "and?"}]
+    end = "<|eot_id|>" if kind == "header_bos" else "<|im_end|>"
+    expect = [(a.strip() if kind == "header_bos" else a) + end for a in answers]
+    dpo = typed_encoder(directory, "dpo")
+    try:
+        pair = dpo.encode({"prompt": prompt, "chosen": answers[0], "rejected": answers[1]})
+    except MaskError as exc:
+        assert kind == "chatml" and "straddles" in str(exc)
+    else:
+        for side, text in (("chosen", expect[0]), ("rejected", expect[1])):
+            assert [dpo.chat.decode(pair[side][b:e]) for b, e in runs(pair[f"{side}_mask"])] == [text]
+    grpo = typed_encoder(directory, "grpo")
+    try:
+        group = grpo.encode({"prompt": prompt, "responses": answers, "rewards": list(range(len(answers)))})
+    except MaskError as exc:
+        assert kind == "chatml" and "straddles" in str(exc)
+        return
+    hf = grpo.chat.hf
+    for answer, response, mask, text in zip(answers, group["responses"], group["masks"], expect, strict=True):
+        whole = hf.apply_chat_template([*prompt, {"role": "assistant", "content": answer}], tokenize=False)
+        assert grpo.chat.decode(group["prompts"]) + grpo.chat.decode(response) == whole
+        assert [grpo.chat.decode(response[b:e]) for b, e in runs(mask)] == [text]
