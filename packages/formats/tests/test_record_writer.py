@@ -59,3 +59,16 @@ def test_sft_records_open_as_a_keyed_store_too(tmp_path: Path) -> None:
             )
     assert len(open_records(tmp_path / "sft")) == 2
     assert open_store(tmp_path / "sft").fetch(0, 8, "sequence").tolist() == [0, 1, 2, 0, 1, 2, 3, 4]
+
+
+def test_inspect_records_without_a_tokenizer_shows_ids(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tokenloom.formats.cli.commands import inspect
+
+    with RecordStoreWriter(tmp_path / "sft", train_type="sft", dtype="uint16") as writer:
+        writer.add_record({"sequence": [7, 8, 9, 10], "loss_mask": np.array([0, 0, 1, 1], dtype=np.uint8)})
+    result = CliRunner().invoke(inspect, [str(tmp_path / "sft"), "--records", "5"])
+    assert result.exit_code == 0, result.output
+    assert "7 8 \u27e69 10\u27e7" in result.output and "mask share 50.0%" in result.output
+    assert "token ids (no tokenizer" in result.output

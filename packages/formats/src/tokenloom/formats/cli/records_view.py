@@ -60,7 +60,7 @@ def _pieces(tokens: np.ndarray, mask: np.ndarray, decoder: Any) -> list[tuple[st
         if begin == end:
             continue
         ids = [int(i) for i in tokens[begin:end]]
-        text = decoder.decode(ids, skip_special_tokens=False) if decoder is not None else " ".join(map(str, ids)) + " "
+        text = decoder.decode(ids, skip_special_tokens=False) if decoder is not None else " ".join(map(str, ids))
         out.append((text, bool(flags[begin])))
     return out
 
@@ -144,7 +144,9 @@ def show_records(facts: dict[str, Any]) -> None:
                 style="bold",
             )
             text = Text()
-            for piece, trained in side["pieces"]:
+            for number, (piece, trained) in enumerate(side["pieces"]):
+                if number and not facts["decoded"]:
+                    text.append(" ")
                 if plain and trained:
                     text.append(f"{_OPEN}{piece}{_CLOSE}")
                 else:
