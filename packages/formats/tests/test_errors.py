@@ -9,7 +9,7 @@ ALL = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_every_error_is_a_data_error_and_a_value_error() -> None:
-    assert len(ALL) == 17
+    assert len(ALL) == 21
     for cls in ALL:
         assert issubclass(cls, DataError)
         assert issubclass(cls, ValueError)

@@ -187,3 +187,49 @@ def tree_digest_fixture() -> Callable[[Path], dict[str, str]]:
 
 
 pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server
+
+
+CHAT_TEMPLATES = Path(__file__).parent / "chat_templates"
+#: per test template: its special tokens, BOS and EOS
+CHAT_TOKENS = {
+    "chatml": (["<|im_start|>", "<|im_end|>"], None, "<|im_end|>"),
+    "generation_tags": (["<|im_start|>", "<|im_end|>"], None, "<|im_end|>"),
+    "drops_reasoning": (["<|im_start|>", "<|im_end|>"], None, "<|im_end|>"),
+    "header_bos": (
+        ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+    ),
+    "next_role_marker": (["<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"], "<s>", "</s>"),
+}
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A Hugging Face tokenizer directory per test template: the shipped BPE plus the template's special tokens."""
+    from tokenizers import AddedToken, Tokenizer
+
+    from tokenloom.tokenize import default_tokenizer_path
+
+    built: dict[str, Path] = {}
+
+    def make(kind: str) -> Path:
+        if kind not in built:
+            specials, bos, eos = CHAT_TOKENS[kind]
+            directory = tmp_path_factory.mktemp(f"chat-{kind}")
+            tokenizer = Tokenizer.from_file(str(Path(default_tokenizer_path()) / "tokenizer.json"))
+            tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+            tokenizer.save(str(directory / "tokenizer.json"))
+            config = {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "clean_up_tokenization_spaces": False,
+                "eos_token": eos,
+                "chat_template": (CHAT_TEMPLATES / f"{kind}.jinja").read_text(encoding="utf-8"),
+            }
+            if bos is not None:
+                config["bos_token"] = bos
+            (directory / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+            built[kind] = directory
+        return built[kind]
+
+    return make

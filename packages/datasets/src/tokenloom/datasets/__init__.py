@@ -3,6 +3,7 @@
     open_dataset(path)              (tokenloom.formats: memory-mapped shards)
         -> MemoryMappedDataset      fixed windows, optional document packing
         -> PackedDocumentDataset    whole documents bin-packed into max_length
+        -> PackedSFTDataset         whole sft conversations bin-packed into seq_len, labels from loss_mask
         -> DatasetFactory.load      seq / sft / dpo / grpo over keyed stores
         -> MixtureDataset           weighted interleaving of any of them
         -> torch DataLoader         (``collate`` keeps ``__getitems__`` batches batched)
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     )
     from tokenloom.datasets._mixture import MixtureDataset, interleave, validate_weights
     from tokenloom.datasets._packed import PackedDocumentDataset
+    from tokenloom.datasets._packed_sft import PackedSFTDataset
     from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
     from tokenloom.datasets._prefetch import PrefetchFromSampler
     from tokenloom.datasets._records import RecordDataset
@@ -66,6 +68,7 @@ _EXPORTS = {
     "MixtureDataset": "tokenloom.datasets._mixture",
     "PackedDocumentDataset": "tokenloom.datasets._packed",
     "PackedIndex": "tokenloom.datasets._packing_plan",
+    "PackedSFTDataset": "tokenloom.datasets._packed_sft",
     "Packing": "tokenloom.datasets._packing_mode",
     "PackingAlgorithm": "tokenloom.datasets._binpack",
     "PackingPlan": "tokenloom.datasets._packing_plan",
@@ -107,6 +110,7 @@ __all__ = [
     "MixtureDataset",
     "PackedDocumentDataset",
     "PackedIndex",
+    "PackedSFTDataset",
     "Packing",
     "PackingAlgorithm",
     "PackingPlan",

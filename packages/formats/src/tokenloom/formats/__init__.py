@@ -38,6 +38,7 @@ from tokenloom.formats.keyed import (
     TRAIN_TYPE_KEYS,
     KeyedStore,
     RecordStore,
+    RecordStoreWriter,
     open_records,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "Manifest",
     "ProgressCallback",
     "RecordStore",
+    "RecordStoreWriter",
     "Shard",
     "StoreSpec",
     "TokenDataset",

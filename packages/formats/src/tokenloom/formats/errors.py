@@ -14,11 +14,14 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "ChatTemplateError",
     "ChecksumError",
+    "ConversationError",
     "ConfigError",
     "DataError",
     "FormatError",
     "IndexCorruptError",
+    "MaskError",
     "MissingFileError",
     "MissingKeyError",
     "OutputLockedError",
@@ -27,6 +30,7 @@ __all__ = [
     "ResumeMismatchError",
     "ShapeMismatchError",
     "StorageError",
+    "TemplatePrefixError",
     "TokenRangeError",
     "TruncatedError",
     "UnsafeFormatError",
@@ -164,6 +168,43 @@ class RecordError(DataError):
     """One input record (a jsonl line, a document) is malformed."""
 
     default_hint = "Fix the record, or pass --on-error skip to count and skip such records"
+
+
+class ConversationError(RecordError):
+    """A post-training record's fields are malformed (messages, roles, chosen/rejected, responses, rewards)."""
+
+    default_hint = (
+        "Fix the record (sft: messages [{role, content}, ...] or prompt/completion; dpo: prompt, chosen, "
+        "rejected; grpo: prompt, responses, rewards), or pass --on-error skip to count and skip such records"
+    )
+
+
+class ChatTemplateError(RecordError):
+    """A chat template raised on a record, or its turns cannot be found in its rendering."""
+
+    default_hint = "Fix the template (--chat-template FILE), or pass --on-error skip to count and skip such records"
+
+
+class TemplatePrefixError(ChatTemplateError):
+    """A chat template renders a turn differently depending on what follows it, where the mask depends on it.
+
+    (A template that drops earlier turns' reasoning, say: the trained text would not be the message.)
+    """
+
+    default_hint = (
+        "Use a template that renders every turn the same whatever follows, or train only the turns it keeps "
+        "(split the conversation), or pass --on-error skip to count and skip such records"
+    )
+
+
+class MaskError(RecordError):
+    """A loss mask cannot be derived or verified: a token straddles a trained/masked boundary, no token
+    or every token is trained, or the trained tokens do not decode to the trained text."""
+
+    default_hint = (
+        "Check the chat template and the tokenizer together (`tokenloom inspect OUT --records 3`), "
+        "or pass --on-error skip to count and skip such records"
+    )
 
 
 class ConfigError(DataError):

@@ -298,7 +298,8 @@ def _check_with(dataset: TokenDataset, field: str, given: int | None, check: Cal
 
 @click.command(
     epilog="\b\nExamples:\n  tokenloom inspect data/tokens --json\n  tokenloom inspect data/tokens --plot lengths.png\n"
-    "  tokenloom inspect gs://bucket/tokens --cache-dir /local/nvme/cache"
+    "  tokenloom inspect gs://bucket/tokens --cache-dir /local/nvme/cache\n"
+    "  tokenloom inspect out/sft --records 3       # post-training records, trained spans highlighted"
 )
 @click.argument("path", type=PATH_OR_URL)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
@@ -307,6 +308,19 @@ def _check_with(dataset: TokenDataset, field: str, given: int | None, check: Cal
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Write a PNG histogram of entry lengths, log count axis (needs the 'plot' extra).",
+)
+@click.option(
+    "--records",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Show the first N records of a record store (sft/dpo/grpo) with trained spans highlighted.",
+)
+@click.option(
+    "--tokenizer",
+    default=None,
+    metavar="DIR",
+    help="With --records: decode with this tokenizer (default: the one the store was written with).",
 )
 @_format_option
 @_dtype_option
@@ -319,8 +333,22 @@ def inspect(
     dtype: str | None,
     storage_option: tuple[str, ...] = (),
     cache_dir: Path | None = None,
+    records: int | None = None,
+    tokenizer: str | None = None,
 ) -> None:
     """Counts, dtype and document-length percentiles of a token dataset (a directory, a file or a URL)."""
+    if records is not None:
+        from tokenloom.formats.cli.records_view import record_facts, show_records
+
+        with cli_errors():
+            if not isinstance(path, Path):
+                raise ConfigError("--records reads a local record store", field="records")
+            facts = record_facts(path, records, tokenizer)
+        if as_json:
+            click.echo(orjson.dumps(facts, option=orjson.OPT_INDENT_2).decode())
+        else:
+            show_records(facts)
+        return
     with cli_errors():
         pyplot = _pyplot() if plot is not None else None
         dataset = _open(path, format_name, dtype, "fast", remote_kwargs(path, storage_option, cache_dir))

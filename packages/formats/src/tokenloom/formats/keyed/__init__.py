@@ -20,7 +20,7 @@ from tokenloom.formats.keyed.store import (
     KeyedStore,
     StoreFactory,
 )
-from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, StoreWriter
+from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, RecordStoreWriter, StoreWriter
 
 __all__ = [
     "GROUPED_KEYS",
@@ -34,6 +34,7 @@ __all__ = [
     "H5StoreWriter",
     "KeyedStore",
     "RecordStore",
+    "RecordStoreWriter",
     "StoreFactory",
     "StoreWriter",
     "open_records",

@@ -43,8 +43,10 @@ from tokenloom.formats.io.source import map_tokens
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
 from tokenloom.formats.keyed.store import check_finite
 
-__all__ = ["GROUPED_KEYS", "RecordStore", "open_records"]
+__all__ = ["GROUPED_KEYS", "POST_TRAINING_SIDECAR", "RecordStore", "open_records"]
 
+#: The settings and counts a post-training run writes beside its record store (tokenize's chat writer).
+POST_TRAINING_SIDECAR = "post_training.json"
 #: GRPO keys with one record per response (grouped by the record lengths of ``rewards``).
 GROUPED_KEYS = frozenset({"responses", "masks"})
 

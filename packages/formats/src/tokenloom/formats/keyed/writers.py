@@ -25,6 +25,7 @@ from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.io.renames import renamed_keyword
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
+from tokenloom.formats.keyed.records import GROUPED_KEYS
 from tokenloom.formats.keyed.store import (
     FLOAT_KEYS,
     KEY_DTYPES,
@@ -36,7 +37,7 @@ from tokenloom.formats.keyed.store import (
     check_key_name,
 )
 
-__all__ = ["BinMetaStoreWriter", "H5StoreWriter", "StoreWriter"]
+__all__ = ["BinMetaStoreWriter", "H5StoreWriter", "RecordStoreWriter", "StoreWriter"]
 
 
 class StoreWriter(TokenWriter):
@@ -100,12 +101,7 @@ class StoreWriter(TokenWriter):
             self.keys = keys
         if self.num_documents == 0 and self.keys is not None and keys == sorted([*self.keys, *self._optional]):
             self.keys = keys  # an optional key (sft position_ids), then required in every segment
-        if keys != self.keys:
-            raise MissingKeyError(
-                f"segment {self.num_documents} has keys {keys}, expected {self.keys}",
-                path=self.path,
-                record=self.num_documents,
-            )
+        self._check_keys(keys)
         checked = {key: self._checked(key, arrays[key]) for key in keys}
         length = len(checked[keys[0]])
         for key in keys[1:]:
@@ -119,6 +115,14 @@ class StoreWriter(TokenWriter):
         self._write_segment(checked)
         self.num_documents += 1
         self.num_tokens += length
+
+    def _check_keys(self, keys: list[str]) -> None:
+        if keys != self.keys:
+            raise MissingKeyError(
+                f"segment {self.num_documents} has keys {keys}, expected {self.keys}",
+                path=self.path,
+                record=self.num_documents,
+            )
 
     def _checked(self, key: str, values: Any) -> np.ndarray:
         array = np.asarray(values)
@@ -237,7 +241,8 @@ class BinMetaStoreWriter(StoreWriter):
                 os.fsync(handle.fileno())
                 handle.close()
                 os.replace(self.path / f"{key}.bin{TMP_SUFFIX}", self.path / f"{key}.bin")
-                meta[key] = {"shape": [self._offsets[-1]], "dtype": self.dtype_of(key).name, "offsets": self._offsets}
+                offsets = self._offsets_of(key)
+                meta[key] = {"shape": [offsets[-1]], "dtype": self.dtype_of(key).name, "offsets": offsets}
             fsync_dir(self.path)
             atomic_write_bytes(self.path / META_NAME, orjson.dumps(meta))
             (self.path / WRITING_MARKER).unlink()
@@ -246,6 +251,9 @@ class BinMetaStoreWriter(StoreWriter):
             self._abort()
             raise
 
+    def _offsets_of(self, key: str) -> list[int]:
+        return self._offsets
+
     def _abort(self) -> None:
         for handle in self._handles.values():
             handle.close()
@@ -253,3 +261,92 @@ class BinMetaStoreWriter(StoreWriter):
             if entry.name.endswith(".bin") or entry.name.endswith(TMP_SUFFIX) or entry.name == WRITING_MARKER:
                 with contextlib.suppress(FileNotFoundError):
                     entry.unlink()
+
+
+class RecordStoreWriter(BinMetaStoreWriter):
+    """A record store (:func:`open_records`): each key has its own record offsets.
+
+    ``add_record({key: array})`` appends one record; keys may differ in length (a DPO pair's chosen
+    and rejected sides), a token key and its mask may not. GRPO's grouped keys (``responses``,
+    ``masks``) take a list of arrays, one per response, as many as the record's ``rewards``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(path, **options)
+        self._key_offsets: dict[str, list[int]] = {}
+
+    def add_keyed(self, arrays: Mapping[str, Any]) -> None:
+        self.add_record(arrays)
+
+    def add_record(self, arrays: Mapping[str, Any]) -> None:
+        """Append one record (see the class docstring)."""
+        if self._closed:
+            raise ConfigError("the writer is closed", path=self.path)
+        keys = sorted(arrays)
+        for key in keys:
+            check_key_name(key, path=self.path)
+        if self.keys is None:
+            if not keys:
+                raise ConfigError("add_record needs at least one key", path=self.path)
+            self.keys = keys
+        if self.num_documents == 0 and keys == sorted([*self.keys, *self._optional]):
+            self.keys = keys
+        self._check_keys(keys)
+        record = self.num_documents
+        pieces: dict[str, list[np.ndarray]] = {}
+        for key in keys:
+            value = arrays[key]
+            if key in GROUPED_KEYS:
+                if not isinstance(value, (list, tuple)):
+                    raise ShapeMismatchError(
+                        f"{key} is one array, expected a list of arrays (one per response)",
+                        path=self.path,
+                        record=record,
+                        field=key,
+                    )
+                pieces[key] = [self._checked(key, part) for part in value]
+            else:
+                pieces[key] = [self._checked(key, value)]
+        self._check_record(pieces, record)
+        for key, parts in pieces.items():
+            offsets = self._key_offsets.setdefault(key, [0])
+            for part in parts:
+                self._write_segment({key: part})
+                offsets.append(offsets[-1] + len(part))
+        self.num_documents += 1
+        self.num_tokens += sum(len(p) for key in keys if key in TOKEN_KEYS for p in pieces[key])
+
+    def _check_record(self, pieces: dict[str, list[np.ndarray]], record: int) -> None:
+        def lengths(key: str) -> list[int]:
+            return [len(part) for part in pieces[key]]
+
+        pairs = [("chosen", "chosen_mask"), ("rejected", "rejected_mask"), ("responses", "masks")]
+        pairs += [("sequence", key) for key in ("loss_mask", "position_ids")]
+        for tokens, mask in pairs:
+            if tokens in pieces and mask in pieces and lengths(tokens) != lengths(mask):
+                raise ShapeMismatchError(
+                    f"{mask} has lengths {lengths(mask)}, {tokens} has {lengths(tokens)}",
+                    path=self.path,
+                    record=record,
+                    field=mask,
+                )
+        if "rewards" in pieces:
+            for key in GROUPED_KEYS & set(pieces):
+                if len(pieces[key]) != len(pieces["rewards"][0]):
+                    raise ShapeMismatchError(
+                        f"{key} has {len(pieces[key])} responses, rewards has {len(pieces['rewards'][0])}",
+                        path=self.path,
+                        record=record,
+                        field=key,
+                    )
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        for key, array in arrays.items():
+            handle = self._handles.get(key)
+            if handle is None:
+                handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
+                self._handles[key] = handle
+            handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+
+    def _offsets_of(self, key: str) -> list[int]:
+        return self._key_offsets.get(key, [0])

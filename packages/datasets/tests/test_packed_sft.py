@@ -1,0 +1,147 @@
+"""PackedSFTDataset: whole sft conversations best-fit packed into seq_len, labels from loss_mask."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tokenloom.datasets import IGNORE_INDEX, PackedSFTDataset, best_fit_decreasing, collate
+from tokenloom.formats import ConfigError, MissingKeyError, RecordStoreWriter, ResumeMismatchError
+from tokenloom.sampler import ResumableDistributedSampler
+
+
+def conversations(n: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        length = int(rng.integers(3, 40))
+        tokens = rng.integers(1, 500, length)
+        mask = np.zeros(length, dtype=np.uint8)
+        start = int(rng.integers(1, length - 1))
+        mask[start:] = 1  # a prompt, then the trained answer
+        out.append((tokens, mask))
+    return out
+
+
+def write_store(path: Path, convs: list[tuple[np.ndarray, np.ndarray]]) -> Path:
+    with RecordStoreWriter(path, train_type="sft", dtype="uint16", key_dtypes={"loss_mask": "bool"}) as writer:
+        for tokens, mask in convs:
+            writer.add_record({"sequence": tokens, "loss_mask": mask, "position_ids": np.arange(len(tokens))})
+    return path
+
+
+def test_every_conversation_once_with_masked_labels(tmp_path: Path) -> None:
+    convs = conversations(60)
+    ds = PackedSFTDataset(write_store(tmp_path / "sft", convs), 64)
+    lengths = np.array([len(t) for t, _ in convs])
+    assert len(ds) == int(best_fit_decreasing(lengths, 64).max()) + 1
+    assert ds.packing_efficiency == pytest.approx(lengths.sum() / (len(ds) * 64))
+    seen = []
+    for i in range(len(ds)):
+        sample = ds[i]
+        assert all(v.shape[-1] in (64, 65) for v in sample.values())
+        position = 0
+        for record in ds.conversations(i):
+            tokens, mask = convs[record]
+            n = len(tokens)
+            assert sample["input_ids"][position : position + n].tolist() == tokens.tolist()
+            assert sample["position_ids"][position : position + n].tolist() == list(range(n))
+            labels = sample["labels"][position : position + n].tolist()
+            # label t predicts token t + 1 of the same conversation, only where that token is trained
+            expected = [int(tokens[t + 1]) if mask[t + 1] else IGNORE_INDEX for t in range(n - 1)]
+            if position + n < 64:
+                expected.append(IGNORE_INDEX)  # never across into the next conversation or padding
+            assert labels[: len(expected)] == expected
+            assert position in sample["cu_seqlens"].tolist()
+            position += n
+            seen.append(record)
+        assert (sample["labels"][position:] == IGNORE_INDEX).all()
+    assert sorted(seen) == list(range(60))
+
+
+def test_too_long_conversations_are_counted_or_refused(tmp_path: Path) -> None:
+    convs = conversations(20)
+    store = write_store(tmp_path / "sft", convs)
+    longest = max(len(t) for t, _ in convs)
+    ds = PackedSFTDataset(store, longest - 1)
+    over = sum(len(t) > longest - 1 for t, _ in convs)
+    assert ds.num_too_long == over > 0
+    assert sum(len(ds.conversations(i)) for i in range(len(ds))) == 20 - over
+    with pytest.raises(ConfigError, match="longer than seq_len"):
+        PackedSFTDataset(store, longest - 1, too_long="error")
+
+
+def test_plan_is_deterministic_and_resumes_with_the_sampler(tmp_path: Path) -> None:
+    store = write_store(tmp_path / "sft", conversations(80, seed=3))
+    a, b = PackedSFTDataset(store, 48), PackedSFTDataset(store, 48)
+    assert [a.conversations(i) for i in range(len(a))] == [b.conversations(i) for i in range(len(b))]
+    b.load_state_dict(a.state_dict())
+    with pytest.raises(ResumeMismatchError):
+        PackedSFTDataset(store, 64).load_state_dict(a.state_dict())
+    # two ranks consume 3 samples each, then one rank resumes: every sample exactly once
+    ranks = [ResumableDistributedSampler(a, num_replicas=2, rank=r, seed=7) for r in range(2)]
+    taken = []
+    for sampler in ranks:
+        it = iter(sampler)
+        taken += [next(it) for _ in range(3)]
+    resumed = ResumableDistributedSampler(a, num_replicas=1, rank=0, seed=7)
+    resumed.load_state_dict(ranks[0].state_dict())
+    rest = list(resumed)
+    assert sorted(taken + rest) == list(range(len(a)))
+
+
+def test_batches_through_a_dataloader(tmp_path: Path) -> None:
+    ds = PackedSFTDataset(write_store(tmp_path / "sft", conversations(30)), 64)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=collate)
+    batch = next(iter(loader))
+    assert batch["input_ids"].shape == (4, 64) and batch["labels"].dtype == torch.int64
+    assert torch.equal(batch["input_ids"][1], ds[1]["input_ids"])
+    assert torch.equal(batch["labels"][1], ds[1]["labels"])
+
+
+def test_store_without_loss_mask(tmp_path: Path) -> None:
+    with RecordStoreWriter(tmp_path / "seq", dtype="uint16") as writer:
+        writer.add_record({"sequence": [1, 2, 3]})
+    with pytest.raises(MissingKeyError):
+        PackedSFTDataset(tmp_path / "seq", 8)
+
+
+def test_the_same_store_serves_sft_windows(tmp_path: Path) -> None:
+    from tokenloom.datasets import DatasetFactory
+
+    convs = conversations(10)
+    ds = DatasetFactory.load("sft", write_store(tmp_path / "sft", convs), 16)
+    tokens = np.concatenate([t for t, _ in convs])
+    mask = np.concatenate([m for _, m in convs])
+    sample = ds[0]
+    assert sample["input_ids"].tolist() == tokens[:16].tolist()
+    assert sample["labels"].tolist() == [
+        int(t) if m else IGNORE_INDEX for t, m in zip(tokens[1:17], mask[1:17], strict=True)
+    ]
+
+
+def test_record_writer_output_reads_as_astrai_reads_it(tmp_path: Path) -> None:
+    """dpo records from RecordStoreWriter, read the way AstrAI's load_bin + fetch_record do, and by DatasetFactory."""
+    import json
+
+    from tokenloom.datasets import DatasetFactory
+
+    pairs = [([1, 2, 3], [0, 1, 1], [1, 4], [0, 1]), ([5, 6], [0, 1], [5, 7, 8, 9], [0, 0, 1, 1])]
+    mask_dtypes = {"chosen_mask": "bool", "rejected_mask": "bool"}
+    with RecordStoreWriter(tmp_path / "dpo", train_type="dpo", dtype="uint16", key_dtypes=mask_dtypes) as writer:
+        for chosen, chosen_mask, rejected, rejected_mask in pairs:
+            writer.add_record(
+                {"chosen": chosen, "chosen_mask": chosen_mask, "rejected": rejected, "rejected_mask": rejected_mask}
+            )
+    meta = json.loads((tmp_path / "dpo" / "meta.json").read_text())
+    for key, column in zip(("chosen", "chosen_mask", "rejected", "rejected_mask"), range(4), strict=True):
+        info = meta[key]
+        data = np.memmap(tmp_path / "dpo" / f"{key}.bin", dtype=info["dtype"], mode="c", shape=tuple(info["shape"]))
+        offsets = info["offsets"]
+        for i, pair in enumerate(pairs):
+            assert torch.from_numpy(data[offsets[i] : offsets[i + 1]]).to(torch.long).tolist() == pair[column]
+    ds = DatasetFactory.load("dpo", tmp_path / "dpo")
+    assert ds[1]["rejected"].tolist() == [5, 7, 8, 9] and ds[1]["rejected_mask"].tolist() == [False, False, True, True]

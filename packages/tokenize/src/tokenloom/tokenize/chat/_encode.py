@@ -1,0 +1,227 @@
+"""Records -> the arrays a post-training store holds, with the length policy and counts.
+
+- sft: ``sequence``, ``loss_mask``, ``position_ids`` (one record per conversation);
+- dpo: ``chosen``, ``rejected``, ``chosen_mask``, ``rejected_mask`` (one record per pair; the two sides
+  share the prompt's tokens, checked);
+- grpo: ``prompts`` (the prompt rendered with the generation prompt), ``responses`` and ``masks`` (one
+  per response: the tokens after the prompt's), ``rewards``.
+
+A record longer than ``max_length`` follows ``truncate``: ``skip`` (the default: counted, never a
+silent cut), ``keep-start`` or ``keep-end``; a cut that leaves no trained token is a counted skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from tokenloom.formats.errors import ConfigError, RecordError, TemplatePrefixError
+from tokenloom.tokenize.chat._masks import MaskedTokens, _common, derive_mask
+from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
+from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
+
+__all__ = ["ChatEncoder", "PostTrainingStats", "TrainType", "Truncate"]
+
+
+class TrainType(StrEnum):
+    SFT = "sft"
+    DPO = "dpo"
+    GRPO = "grpo"
+
+
+class Truncate(StrEnum):
+    """What happens to a record longer than ``max_length``."""
+
+    SKIP = "skip"
+    KEEP_START = "keep-start"
+    KEEP_END = "keep-end"
+
+
+@dataclass(slots=True)
+class PostTrainingStats:
+    """Counts of one run, saved beside the store (``tokenloom inspect --records`` shows them)."""
+
+    records: int = 0
+    tokens: int = 0
+    trained_tokens: int = 0
+    truncated: int = 0
+    skipped_too_long: int = 0
+    skipped_errors: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _choice(enum: type[StrEnum], value: Any, name: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        raise ConfigError(f"{name} {value!r}, expected one of {[v.value for v in enum]}", field=name) from None
+
+
+class ChatEncoder:
+    """Turn post-training records into store arrays (see the module docstring).
+
+    Args:
+        tokenizer: a tokenizer directory or a loaded transformers tokenizer, or a :class:`ChatTokenizer`.
+        chat_template: a Jinja file (or text) replacing the tokenizer's template.
+        train_type: sft, dpo or grpo.
+        train_roles: the roles whose turns are trained (default: assistant).
+        max_length: the longest record kept as it is (tokens of a record, of each dpo side, of a grpo
+            prompt plus its longest response); None: no limit.
+        truncate: skip, keep-start or keep-end (see :class:`Truncate`).
+        on_error: "raise" (the first bad record stops the run) or "skip" (count it by error name).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        chat_template: str | os.PathLike[str] | None = None,
+        train_type: TrainType | str = TrainType.SFT,
+        train_roles: Collection[str] = ("assistant",),
+        max_length: int | None = None,
+        truncate: Truncate | str = Truncate.SKIP,
+        on_error: str = "raise",
+    ) -> None:
+        self.chat = (
+            tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer, chat_template=chat_template)
+        )
+        self.train_type = _choice(TrainType, train_type, "train_type")
+        self.truncate = _choice(Truncate, truncate, "truncate")
+        roles = tuple(train_roles)
+        bad = [role for role in roles if role not in ROLES]
+        if not roles or bad:
+            raise ConfigError(f"train roles {list(roles)}, expected some of {list(ROLES)}", field="train_roles")
+        self.train_roles = roles
+        if max_length is not None and (isinstance(max_length, bool) or max_length < 2):
+            raise ConfigError(f"max_length is {max_length}, expected >= 2", field="max_length")
+        self.max_length = max_length
+        if on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error {on_error!r}, expected 'raise' or 'skip'", field="on_error")
+        self.on_error = on_error
+        self.stats = PostTrainingStats()
+
+    def settings(self) -> dict[str, Any]:
+        """What changes the output (saved beside the store)."""
+        return {
+            "train_type": self.train_type.value,
+            "train_roles": list(self.train_roles),
+            "max_length": self.max_length,
+            "truncate": self.truncate.value,
+            "chat_template": self.chat.template,
+        }
+
+    def encode(self, record: Any, place: RecordPlace = NOWHERE) -> dict[str, Any] | None:
+        """The store arrays of one record, or None when it is skipped (counted in ``stats``)."""
+        try:
+            if self.train_type is TrainType.SFT:
+                arrays = self._sft(record, place)
+            elif self.train_type is TrainType.DPO:
+                arrays = self._dpo(record, place)
+            else:
+                arrays = self._grpo(record, place)
+        except RecordError as exc:
+            if self.on_error == "raise":
+                raise
+            self.stats.skipped_errors += 1
+            counts = Counter(self.stats.errors)
+            counts[type(exc).__name__] += 1
+            self.stats.errors = dict(sorted(counts.items()))
+            return None
+        if arrays is None:
+            self.stats.skipped_too_long += 1
+            return None
+        self.stats.records += 1
+        return arrays
+
+    def _derive(self, conversation: Conversation, place: RecordPlace, after: str | None = None) -> MaskedTokens:
+        return derive_mask(self.chat, conversation, self.train_roles, place, after=after)
+
+    def _cut(self, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The record within max_length, or None for a skip."""
+        limit = self.max_length
+        if limit is None or len(ids) <= limit:
+            return ids, mask
+        if self.truncate is Truncate.SKIP:
+            return None
+        piece = slice(0, limit) if self.truncate is Truncate.KEEP_START else slice(len(ids) - limit, len(ids))
+        ids, mask = ids[piece], mask[piece]
+        if not mask.any() or mask.all():
+            return None
+        return ids, mask
+
+    def _count(self, *masks: np.ndarray, truncated: bool) -> None:
+        self.stats.tokens += sum(len(m) for m in masks)
+        self.stats.trained_tokens += sum(int(m.sum()) for m in masks)
+        self.stats.truncated += int(truncated)
+
+    def _sft(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
+        masked = self._derive(sft_conversation(record, place), place)
+        cut = self._cut(masked.ids, masked.mask)
+        if cut is None:
+            return None
+        ids, mask = cut
+        self._count(mask, truncated=len(ids) < len(masked.ids))
+        return {"sequence": ids, "loss_mask": mask, "position_ids": np.arange(len(ids), dtype=np.int32)}
+
+    def _dpo(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
+        chosen, rejected = (self._derive(side, place) for side in dpo_pair(record, place))
+        starts = [side.spans[0].start for side in (chosen, rejected)]
+        if chosen.text[: starts[0]] != rejected.text[: starts[1]]:
+            raise TemplatePrefixError(
+                "the prompt renders differently before chosen and before rejected (the template renders the "
+                f"prompt depending on the continuation; they part at character {_common(chosen.text, rejected.text)})",
+                field="prompt",
+                **place.where(),
+            )
+        chosen_cut, rejected_cut = self._cut(chosen.ids, chosen.mask), self._cut(rejected.ids, rejected.mask)
+        if chosen_cut is None or rejected_cut is None:
+            return None
+        (c_ids, c_mask), (r_ids, r_mask) = chosen_cut, rejected_cut
+        self._count(c_mask, r_mask, truncated=len(c_ids) < len(chosen.ids) or len(r_ids) < len(rejected.ids))
+        return {"chosen": c_ids, "chosen_mask": c_mask, "rejected": r_ids, "rejected_mask": r_mask}
+
+    def _grpo(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
+        prompt, tools, turns, rewards = grpo_group(record, place)
+        prompt_text = self.chat.render(prompt, tools=tools, add_generation_prompt=True, place=place)
+        prompt_ids, _ = self.chat.encode(prompt_text)
+        responses, masks = [], []
+        for continuation in turns:
+            masked = self._derive(Conversation(prompt + continuation, tools, len(prompt)), place, after=prompt_text)
+            responses.append(masked.ids)
+            masks.append(masked.mask)
+        longest = max(len(r) for r in responses)
+        limit = self.max_length
+        truncated = False
+        if limit is not None and len(prompt_ids) + longest > limit:
+            if self.truncate is Truncate.SKIP:
+                return None
+            truncated = True
+            if self.truncate is Truncate.KEEP_START:
+                room = limit - len(prompt_ids)
+                if room < 1:
+                    return None
+                responses, masks = [r[:room] for r in responses], [m[:room] for m in masks]
+                if not all(m.any() for m in masks):
+                    return None
+            else:
+                room = limit - longest
+                if room < 1:
+                    return None
+                prompt_ids = prompt_ids[len(prompt_ids) - room :]
+        self._count(*masks, truncated=truncated)
+        self.stats.tokens += len(prompt_ids)
+        return {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "masks": masks,
+            "rewards": np.asarray(rewards, dtype=np.float32),
+        }

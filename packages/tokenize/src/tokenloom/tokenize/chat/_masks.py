@@ -1,0 +1,241 @@
+"""Loss masks from the rendering itself: each trained message's character span, mapped to tokens.
+
+For a trained message i (a trained role, at or after the conversation's ``trained_from``):
+
+1. **Where its content starts.** The conversation before it, rendered with the generation prompt
+   (``render(messages[:i], add_generation_prompt=True)``), is a prefix of the whole rendering in
+   every prefix-preserving template; the content (verbatim, or trimmed as templates often do)
+   starts right there. Otherwise the content is searched after the part of the rendering that
+   ``messages[:i]`` shares with it.
+2. **Where its turn ends.** The template's closing text is what the rendering of ``messages[:i+1]``
+   and the whole rendering both have after the content: the text the template emits after this
+   turn whatever follows (``<|im_end|>\n``, ``<|eot_id|>``).
+3. **The end marker** (trained with the content): the closing text up to and including its first
+   special token (what the model emits to stop; a newline after it is not trained). A closing text
+   without a special token is trained whole, and when another turn follows, so is the first token
+   after it: a template that ends an assistant turn with the next role's marker (``<|user|>``) stops
+   generation on that marker, so that is the stop token the model must learn.
+
+Characters map to tokens through the encoding's offsets; a token that covers both trained and masked
+characters is a MaskError. Every record is then verified (:mod:`._verify`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokenloom.formats.errors import ChatTemplateError, MaskError, TemplatePrefixError
+from tokenloom.tokenize.chat._records import Conversation
+from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
+from tokenloom.tokenize.chat._verify import verify_mask
+
+__all__ = ["MaskedTokens", "TrainedSpan", "derive_mask"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedSpan:
+    """One trained turn in the rendering: ``text[start:content_end]`` is its content, then its end marker."""
+
+    turn: int
+    start: int
+    content_end: int
+    end: int = -1
+
+
+@dataclass(slots=True)
+class MaskedTokens:
+    """A rendered, encoded conversation: ids, loss mask (1 = trained) and the trained spans."""
+
+    text: str
+    ids: np.ndarray
+    mask: np.ndarray
+    offsets: np.ndarray
+    spans: list[TrainedSpan] = field(default_factory=list)
+
+
+class _Renders:
+    """Renders of a conversation's prefixes, each done once."""
+
+    def __init__(self, chat: ChatTokenizer, conversation: Conversation, place: RecordPlace) -> None:
+        self.chat, self.conversation, self.place = chat, conversation, place
+        self._cache: dict[tuple[int, bool], str] = {}
+
+    def __call__(self, count: int, generation: bool = False) -> str:
+        key = (count, generation)
+        if key not in self._cache:
+            messages = self.conversation.messages[:count]
+            if count == 0:
+                try:
+                    text = self.chat.render(messages, tools=self.conversation.tools, add_generation_prompt=generation)
+                except ChatTemplateError:
+                    text = ""  # many templates cannot render an empty conversation: nothing comes before
+            else:
+                text = self.chat.render(
+                    messages,
+                    tools=self.conversation.tools,
+                    add_generation_prompt=generation,
+                    place=self.place,
+                    turn=count,
+                )
+            self._cache[key] = text
+        return self._cache[key]
+
+
+def _common(a: str, b: str) -> int:
+    """Length of the common prefix of two texts (bisection over slice comparisons, which run in C)."""
+    low, high = 0, min(len(a), len(b))
+    if a[:high] == b[:high]:
+        return high
+    while high - low > 1:  # a[:low] == b[:low], a[:high] != b[:high]
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPlace) -> tuple[int, int] | None:
+    """Start and end of message ``turn``'s content in ``full``; None for an empty message the template leaves out."""
+    content = renders.conversation.messages[turn]["content"]
+    candidates = [content] if content == content.strip() else [content, content.strip()]
+    head = renders(turn, generation=role == "assistant")
+    if full.startswith(head):
+        for candidate in candidates:
+            if full.startswith(candidate, len(head)):
+                return len(head), len(head) + len(candidate)
+    # after what the conversation so far and the generation prompt share with the rendering (the turn's header,
+    # so a content that also appears in the header, "assistant" say, is not found there)
+    low = max(_common(renders(turn), full), _common(head, full))
+    for candidate in candidates:
+        if candidate:
+            found = full.find(candidate, low)
+            if found >= 0:
+                return found, found + len(candidate)
+    if not any(candidates):
+        return None  # empty, and not where the generation prompt puts a turn: the template left it out
+    alone = renders(turn + 1)
+    if any(candidate in alone for candidate in candidates):
+        raise TemplatePrefixError(
+            f"the chat template renders message {turn} ({role}) differently when more turns follow it "
+            f"(it drops or rewrites part of it): its content {content[:60]!r} is not in the whole rendering",
+            field=f"messages[{turn}]",
+            **place.where(),
+        )
+    raise ChatTemplateError(
+        f"message {turn} ({role}) is not in the template's rendering: its content {content[:60]!r} "
+        "appears neither verbatim nor trimmed",
+        field=f"messages[{turn}]",
+        **place.where(),
+    )
+
+
+def _marker_end(offsets: np.ndarray, special: np.ndarray, content_end: int, closing: int, last: bool) -> int:
+    """Character end of the end marker after ``content_end`` (see the module docstring, point 3)."""
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    after = np.flatnonzero((ends > content_end) & (starts < content_end + closing))
+    for token in after.tolist():
+        if special[token]:
+            return int(ends[token])
+    end = content_end + closing
+    if not last:
+        following = np.flatnonzero(ends > end)
+        if len(following):
+            return int(ends[following[0]])
+    return end
+
+
+def derive_mask(
+    chat: ChatTokenizer,
+    conversation: Conversation,
+    train_roles: Collection[str] = ("assistant",),
+    place: RecordPlace = NOWHERE,
+    *,
+    after: str | None = None,
+) -> MaskedTokens:
+    """Render, encode and mask one conversation; verified (MaskError / ChatTemplateError otherwise).
+
+    ``after``: a prefix of the rendering (a grpo prompt with its generation prompt) that is not
+    encoded: the tokens are those of the rest, which is what a model generates after that prompt.
+    """
+    renders = _Renders(chat, conversation, place)
+    messages = conversation.messages
+    full = renders(len(messages))
+    skip = 0
+    if after is not None:
+        if not full.startswith(after):
+            raise TemplatePrefixError(
+                "the prompt rendered with the generation prompt is not a prefix of the prompt and a response "
+                f"rendered together (they part at character {_common(after, full)})",
+                field="prompt",
+                **place.where(),
+            )
+        skip = len(after)
+    ids, offsets = chat.encode(full[skip:])
+    offsets = offsets + skip
+    special = np.fromiter((int(i) in chat.special_ids for i in ids), dtype=bool, count=len(ids))
+    trained_chars = np.zeros(len(full) + 1, dtype=np.int64)
+    spans = []
+    for turn, message in enumerate(messages):
+        role = message["role"]
+        if turn < conversation.trained_from or role not in train_roles:
+            continue
+        located = _locate(full, renders, turn, role, place)
+        if located is None:
+            continue
+        start, content_end = located
+        if start < skip:
+            raise TemplatePrefixError(
+                f"message {turn} ({role}) is trained but renders inside the prompt", field="prompt", **place.where()
+            )
+        last = turn == len(messages) - 1
+        alone = full if last else renders(turn + 1)
+        if alone[:content_end] != full[:content_end]:
+            raise TemplatePrefixError(
+                f"the chat template renders the conversation up to message {turn} ({role}) differently when "
+                "it ends there: the turn's end cannot be found",
+                field=f"messages[{turn}]",
+                **place.where(),
+            )
+        closing = _common(alone[content_end:], full[content_end:])
+        end = _marker_end(offsets, special, content_end, closing, last)
+        spans.append(TrainedSpan(turn, start, content_end, end))
+        trained_chars[start:end] = 1
+    mask = _token_mask(trained_chars, offsets, spans, full, ids, place)
+    masked = MaskedTokens(full, ids, mask, offsets, spans)
+    verify_mask(chat, masked, messages, place, whole=after is None)
+    return masked
+
+
+def _token_mask(
+    trained_chars: np.ndarray,
+    offsets: np.ndarray,
+    spans: list[TrainedSpan],
+    full: str,
+    ids: np.ndarray,
+    place: RecordPlace,
+) -> np.ndarray:
+    csum = np.concatenate([[0], np.cumsum(trained_chars[: len(full)])])
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    covered = csum[ends] - csum[starts]
+    width = ends - starts
+    straddle = (covered > 0) & (covered < width)
+    if straddle.any():
+        token = int(np.argmax(straddle))
+        s, e = int(starts[token]), int(ends[token])
+        turn = next((span.turn for span in spans if span.start < e and s < span.end), None)
+        raise MaskError(
+            f"token {token} (id {int(ids[token])}, {full[s:e]!r}) straddles the boundary of trained message "
+            f"{turn}: part of it is trained text, part is not",
+            field=f"messages[{turn}]",
+            hint="The tokenizer merges the template's text with the message's across the boundary (a message "
+            "starting or ending with whitespace, say): trim the messages or end the template's headers with a "
+            "special token or newline, or pass --on-error skip to count and skip such records",
+            **place.where(),
+        )
+    zero_width_inside = (width == 0) & (trained_chars[np.minimum(starts, len(full))] > 0) & (starts > 0)
+    zero_width_inside &= trained_chars[np.maximum(starts - 1, 0)] > 0
+    return ((width > 0) & (covered == width) | zero_width_inside).astype(np.uint8)
