@@ -26,7 +26,7 @@ from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
     from tokenloom.curriculum._buckets import Bucket, sample_budget_tokens
-    from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy, Phase
+    from tokenloom.curriculum._config import BucketOrder, BudgetUnit, CurriculumConfig, ExhaustionPolicy, Phase
     from tokenloom.curriculum._dataset import STATE_FORMAT, CurriculumDataset
     from tokenloom.curriculum._errors import BucketExhausted, BucketMismatchError, EmptyBucketError, MissingValTwinError
     from tokenloom.curriculum._findings import Finding, findings
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Bucket": "tokenloom.curriculum._buckets",
     "sample_budget_tokens": "tokenloom.curriculum._buckets",
+    "BucketOrder": "tokenloom.curriculum._config",
     "BudgetUnit": "tokenloom.curriculum._config",
     "CurriculumConfig": "tokenloom.curriculum._config",
     "ExhaustionPolicy": "tokenloom.curriculum._config",
@@ -64,6 +65,7 @@ __all__ = [
     "Bucket",
     "BucketExhausted",
     "BucketMismatchError",
+    "BucketOrder",
     "BudgetUnit",
     "CurriculumConfig",
     "CurriculumDataset",

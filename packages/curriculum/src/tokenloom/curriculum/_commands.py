@@ -336,6 +336,12 @@ def status(run_dir: Path) -> None:
         raise click.ClickException(f"{type(missing).__name__}: {missing}")
     for key, value in record.items():
         click.echo(f"{key:<12} {value}")
+    fetched, used = record.get("fetched_bytes"), record.get("used_bytes")
+    if type(fetched) is int and type(used) is int and used > 0:  # from CurriculumDataset.fetch_figures
+        click.echo(
+            f"fetched/used {fetched / used:.2f}: {fetched:,} bytes of token blocks fetched by this node for "
+            f"{used:,} bytes of samples used" + (" (order: block keeps it near 1)" if fetched > 1.5 * used else "")
+        )
     if record["status"] == "halted":
         click.echo("halted is terminal: change the exhaustion policy before resuming (see the message)")
         raise SystemExit(3)

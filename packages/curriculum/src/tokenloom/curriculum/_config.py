@@ -6,7 +6,9 @@ only ``data`` is read), or the data block itself at the top level; YAML (``.yaml
 accepted; ``tokenizer``, ``overlap_size`` and ``num_workers`` are recorded and not
 used here (they belong to tokenization and the loader). tokenloom adds
 ``bucket_exhaustion`` (halt | renormalise | repeat), ``max_repetition`` and
-``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts).
+``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts) and
+``order`` (feistel | block, for every bucket or per bucket) with ``block_samples``/``window_blocks``:
+the order of each bucket's draws (block: reads in runs, for buckets in object storage).
 
 ``path`` may be a URL (``s3://bucket/data``, ``gs://``, ``az://``): the buckets are read from object
 storage with ``storage_options`` (the store's options; credentials are better left to the environment:
@@ -31,7 +33,7 @@ from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError
 from tokenloom.formats.io import is_remote_url
 
-__all__ = ["BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
+__all__ = ["BucketOrder", "BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
 
 _SEED_KEYS = {
     "path",
@@ -45,7 +47,16 @@ _SEED_KEYS = {
     "allow_bucket_exhaustion",
     "allow_budget_mismatch",
 }
-_OUR_KEYS = {"bucket_exhaustion", "max_repetition", "budget_unit", "storage_options", "cache_dir"}
+_OUR_KEYS = {
+    "bucket_exhaustion",
+    "max_repetition",
+    "budget_unit",
+    "storage_options",
+    "cache_dir",
+    "order",
+    "block_samples",
+    "window_blocks",
+}
 _DATA_KEYS = _SEED_KEYS | _OUR_KEYS
 _SECTIONS = {"model", "data", "optimizer", "training"}
 _PHASE_KEYS = {"duration_tokens", "mix"}
@@ -60,6 +71,16 @@ class ExhaustionPolicy(StrEnum):
     """Drop the bucket, renormalise the rest of the phase's weights (allow_bucket_exhaustion: true)."""
     REPEAT = "repeat"
     """Re-read the bucket, a new permutation per epoch, up to ``max_repetition`` epochs; then halt."""
+
+
+class BucketOrder(StrEnum):
+    """The order of a bucket's draws inside its epoch (which bucket serves a position does not change)."""
+
+    FEISTEL = "feistel"
+    """A keyed bijection of the whole bucket (the default): draws land anywhere in its data."""
+    BLOCK = "block"
+    """The sampler's block order: blocks of ``block_samples`` consecutive samples in a keyed order, shuffled
+    inside windows of ``window_blocks`` blocks; a bucket in object storage is fetched in runs (fetched ~ used)."""
 
 
 class BudgetUnit(StrEnum):
@@ -125,6 +146,14 @@ class CurriculumConfig:
     """Recorded only (GPT-Simple's tokenization setting)."""
     num_workers: int | None = None
     """Recorded only (GPT-Simple's loader setting)."""
+    order: BucketOrder | str | Mapping[str, BucketOrder | str] = BucketOrder.FEISTEL
+    """Every bucket's draw order (``feistel`` or ``block``), or a mapping bucket -> order (others: feistel)."""
+    block_samples: int | None = None
+    """order block: consecutive samples per block (default: the sampler's 16,384, 64 MiB of 2,049-token uint16
+    windows); size it to span several of the cache's blocks (fetched / used ~ 1 + 1 / cache blocks spanned)."""
+    window_blocks: int | None = None
+    """order block: blocks shuffled together (default: the sampler's 8); a bucket's draws touch one window
+    at a time, so its fetched bytes are its draws rounded up to whole windows."""
     storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     """For a URL ``path``: the store's options (endpoint, region, ...); None: the environment's."""
     cache_dir: str | None = None
@@ -188,6 +217,7 @@ class CurriculumConfig:
                 field="budget_unit",
                 hint="loss_tokens counts phase budgets as GPT-Simple does; input_tokens is tokenloom's default",
             ) from None
+        self._check_order(where)
         if self.bucket_exhaustion is not None:
             try:
                 policy = ExhaustionPolicy(self.bucket_exhaustion)
@@ -213,6 +243,57 @@ class CurriculumConfig:
                 field="max_repetition",
                 hint="Set bucket_exhaustion: repeat to re-read buckets",
             )
+
+    def _check_order(self, where: str | None) -> None:
+        valid = ", ".join(o.value for o in BucketOrder)
+
+        def parse(value: object, name: str) -> BucketOrder:
+            try:
+                return BucketOrder(value)  # pyright: ignore[reportArgumentType]
+            except (ValueError, TypeError):
+                raise ConfigError(
+                    f"{name} is {value!r}, expected one of {valid}",
+                    path=where,
+                    field=name,
+                    hint="order: block reads buckets in object storage in runs; feistel (the default) anywhere",
+                ) from None
+
+        if isinstance(self.order, Mapping):
+            orders = {}
+            for bucket, value in self.order.items():
+                if not isinstance(bucket, str) or not bucket:
+                    raise ConfigError(
+                        f"order has the key {bucket!r}, expected a bucket name", path=where, field="order"
+                    )
+                orders[bucket] = parse(value, f"order.{bucket}")
+            object.__setattr__(self, "order", dict(sorted(orders.items())))
+        else:
+            object.__setattr__(self, "order", parse(self.order, "order"))
+        uses_block = BucketOrder.BLOCK in (self.order.values() if isinstance(self.order, dict) else [self.order])
+        for name in ("block_samples", "window_blocks"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not uses_block:
+                raise ConfigError(
+                    f"{name} is set but no bucket has order block",
+                    path=where,
+                    field=name,
+                    hint="Set order: block (for every bucket, or per bucket), or drop the option",
+                )
+            object.__setattr__(self, name, _positive_int(value, name, where))
+
+    def bucket_order(self, bucket: str) -> tuple[int, int] | None:
+        """The schedule's order of ``bucket``: None (feistel) or (block_samples, window_blocks)."""
+        from tokenloom.sampler import DEFAULT_BLOCK_SAMPLES, DEFAULT_WINDOW_BLOCKS
+
+        order = self.order.get(bucket, BucketOrder.FEISTEL) if isinstance(self.order, dict) else self.order
+        if order is not BucketOrder.BLOCK:
+            return None
+        return (
+            self.block_samples if self.block_samples is not None else DEFAULT_BLOCK_SAMPLES,
+            self.window_blocks if self.window_blocks is not None else DEFAULT_WINDOW_BLOCKS,
+        )
 
     @property
     def policy(self) -> ExhaustionPolicy:
@@ -244,6 +325,10 @@ class CurriculumConfig:
         payload: dict[str, Any] = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
         if self.unit is not BudgetUnit.INPUT_TOKENS:  # the default leaves fingerprints of earlier states unchanged
             payload["budget_unit"] = self.unit.value
+        if self.order != BucketOrder.FEISTEL:  # so does the default order
+            order = self.order
+            payload["order"] = {k: v.value for k, v in order.items()} if isinstance(order, dict) else order.value
+            payload["block"] = [self.block_samples, self.window_blocks]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> CurriculumConfig:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from tokenloom.curriculum._buckets import sample_budget_tokens
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.curriculum._plan import CurriculumPlan
@@ -97,6 +98,44 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
             for row, sample_blocks in zip(rows[picked].tolist(), per_sample, strict=True):
                 blocks[row] = sample_blocks
         return blocks
+
+    def used_bytes(self, end: int, start: int = 0) -> int:
+        """Token bytes the samples at positions [start, end) read: (L + 1) tokens a fixed window; a packed
+        sequence's non-padding tokens (the plan's per-bucket mean). Exact for windows, O(buckets)."""
+        if not 0 <= start <= end <= len(self):
+            raise IndexError(f"positions [{start}, {end}) outside [0, {len(self)}]")
+        draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
+        total = 0
+        for b, count in enumerate(draws):
+            bucket = self._buckets[b]
+            itemsize = int(np.dtype(self._datasets[b].dataset.dtype).itemsize)
+            if isinstance(bucket.per_sample, int) and not self.config.packing:
+                total += count * (self.config.max_length + 1) * itemsize
+            else:
+                inputs = sample_budget_tokens(bucket.dataset, BudgetUnit.INPUT_TOKENS)
+                per = float(inputs) if isinstance(inputs, int) else float(np.mean(inputs)) if len(inputs) else 0.0
+                total += round(count * per) * itemsize
+        return total
+
+    def fetch_figures(self, consumed: int, *, start: int = 0) -> dict[str, Any]:
+        """What this node fetched for the buckets against what the samples [start, consumed) used, in bytes.
+
+        ``fetched_bytes``: token blocks this node's cache fetched for the train buckets' objects, read from the
+        cache's ledger (all processes of the node; evicted and fetched again counts twice). ``used_bytes``:
+        :meth:`used_bytes`. Pass them to :func:`write_run_status` and ``tokenloom curriculum status`` shows
+        them; local buckets fetch nothing (``fetched_bytes`` 0). On several nodes, add the nodes' fetched bytes.
+        """
+        from tokenloom.formats.remote.cache import fetched_bytes
+
+        used = self.used_bytes(consumed, start)
+        roots = sorted({str(cache.root) for cache in self.remote_caches()})
+        objects = self.data_objects()
+        fetched = sum(fetched_bytes(root, objects) for root in roots)
+        return {
+            "used_bytes": used,
+            "fetched_bytes": fetched,
+            "fetched_per_used": round(fetched / used, 4) if used else None,
+        }
 
     # -- fetching -------------------------------------------------------------------------
     def _check(self, index: np.ndarray) -> np.ndarray:
