@@ -6,7 +6,7 @@
        --num-nodes 2 --node-rank 0/1, each with a cache of its own), then --finalize: each unit committed in the
        bucket by an atomic create, each manifest after its shards; compared object by object with one local
        process on the local texts (the local copy of the tokens)
-    -> curriculum from the bucket: 2 ranks x 2 workers, cache_limit below the data, checkpoint inside
+    -> curriculum from the bucket (each bucket in block order): 2 ranks x 2 workers, cache_limit below the data, checkpoint inside
        phase 1, stop -> a new node (empty cache) on 3 ranks x 1 worker to the end -> the schedule oracle
        against the local copy of the tokens
     -> the eval set built on rank 0 from the bucket, broadcast to 2 gloo ranks
@@ -56,6 +56,9 @@ BLOCK_SIZE = 8 << 10  # small blocks: the demo's train buckets are about 500 KB
 CACHE_FRACTION = 0.75  # cache_limit / the train buckets' token bytes
 NODES = 2
 UNIT_BYTES = 128 << 10  # the 1.3 MB of bucket texts as about a dozen units, dealt to the 2 nodes
+# each bucket's draws in block order: 64 consecutive windows (16 KiB, 2 cache blocks) a block, one block shuffled
+# at a time, so a leg fetches the blocks it uses (the global order touched every block: 6.4x and 11.9x fetched/used)
+ORDER = {"order": "block", "block_samples": 64, "window_blocks": 1}
 
 
 @dataclass
@@ -398,7 +401,7 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
     report.data_bytes = sum(p.stat().st_size for p in train_bins)
     sizes = {f"/{bucket}/{run}/tokens/{p.relative_to(tokens).as_posix()}": p.stat().st_size for p in train_bins}
 
-    local_config = write_config(tokens, workdir / "curriculum-local.yaml")
+    local_config = write_config(tokens, workdir / "curriculum-local.yaml", order=ORDER)
     block = yaml.safe_load(local_config.read_text())
     block["data"]["path"] = report.tokens_url
     remote_config = workdir / "curriculum-remote.yaml"
