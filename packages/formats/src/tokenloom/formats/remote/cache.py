@@ -12,9 +12,10 @@ their default options (they grow a new file's on-disk size only as its data is w
 again; on a filesystem without that ordering, delete the cache directory after a machine crash.
 
 Layout: ``CACHE/v1/<hash of URL>/<hash of ETag>/{whole, b<block size>-<n>}`` (plus ``.lock`` files).
-Every block fetched adds a line (its bytes) to ``CACHE/fetched/<hash of URL>-<hash of ETag>.log``: what the
-node fetched per object, whatever evicted since (:func:`fetched_bytes`; a curriculum reports it beside the
-bytes its samples used).
+Every block fetched adds a line (its bytes) to ``CACHE/v1/readers/fetched-<hash of URL>-<hash of ETag>.log``:
+what the node fetched per object, whatever was evicted since (:func:`fetched_bytes`; a curriculum reports it
+beside the bytes its samples used). Like the readers' records beside it, it is bookkeeping, not cached data:
+the cache limit does not count it.
 
 With ``limit`` (bytes, ``cache_limit=`` or ``$TOKENLOOM_CACHE_LIMIT``) the cache stays under it: see
 :mod:`.budget` (Belady eviction by the readers' published futures; a mapped block holds a shared lock
@@ -77,7 +78,7 @@ def _digest(text: str) -> str:
 
 
 def _ledger(root: Path, url: str, etag: str, size: int) -> Path:
-    return root / "fetched" / f"{_digest(url)}-{_digest(etag or f'size-{size}')}.log"
+    return root / "v1" / "readers" / f"fetched-{_digest(url)}-{_digest(etag or f'size-{size}')}.log"
 
 
 def _record_fetch(root: Path, obj: ObjectInfo, size: int) -> None:
