@@ -27,7 +27,9 @@ def _names(*words: str):
 @case("curriculum order: an unknown order", "curriculum", "report")
 def _(tmp: Path) -> Run:
     config = _curriculum_yaml(tmp, order="blocks")
-    return Run(argv=["validate", "--curriculum", str(config)], sources=[config], check=_names("order", "feistel, block"))
+    return Run(
+        argv=["validate", "--curriculum", str(config)], sources=[config], check=_names("order", "feistel, block")
+    )
 
 
 @case("curriculum order: a mapping naming a bucket that does not exist", "curriculum", "report")

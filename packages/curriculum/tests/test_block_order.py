@@ -95,7 +95,9 @@ def test_the_mix_per_phase_is_the_one_of_the_global_order(local):
     assert len(block) == len(feistel)
     assert np.array_equal(phase_b, phase_f) and np.array_equal(bucket_b, bucket_f)  # which bucket: unchanged
     plan = build_plan(block)
-    tolerance = (float(plan["discrepancy_samples"]) + 1) / min(end - start for start, end in block.schedule.phase_bounds)
+    tolerance = (float(plan["discrepancy_samples"]) + 1) / min(
+        end - start for start, end in block.schedule.phase_bounds
+    )
     for p, phase in enumerate(block.config.curriculum or ()):
         shares = np.bincount(bucket_b[phase_b == p], minlength=3) / (phase_b == p).sum()
         for b, name in enumerate(block.buckets):

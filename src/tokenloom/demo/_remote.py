@@ -6,9 +6,9 @@
        --num-nodes 2 --node-rank 0/1, each with a cache of its own), then --finalize: each unit committed in the
        bucket by an atomic create, each manifest after its shards; compared object by object with one local
        process on the local texts (the local copy of the tokens)
-    -> curriculum from the bucket (each bucket in block order): 2 ranks x 2 workers, cache_limit below the data, checkpoint inside
-       phase 1, stop -> a new node (empty cache) on 3 ranks x 1 worker to the end -> the schedule oracle
-       against the local copy of the tokens
+    -> curriculum from the bucket (each bucket in block order): 2 ranks x 2 workers, cache_limit below the
+       data, checkpoint inside phase 1, stop -> a new node (empty cache) on 3 ranks x 1 worker to the end
+       -> the schedule oracle against the local copy of the tokens
     -> the eval set built on rank 0 from the bucket, broadcast to 2 gloo ranks
     the same two legs over the local copy, for the figures beside them
 

@@ -29,11 +29,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tokenloom.curriculum._order import BucketOrder, check_order, resolve_order
 from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError
 from tokenloom.formats.io import is_remote_url
 
-__all__ = ["BucketOrder", "BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
+__all__ = ["BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
 
 _SEED_KEYS = {
     "path",
@@ -71,16 +72,6 @@ class ExhaustionPolicy(StrEnum):
     """Drop the bucket, renormalise the rest of the phase's weights (allow_bucket_exhaustion: true)."""
     REPEAT = "repeat"
     """Re-read the bucket, a new permutation per epoch, up to ``max_repetition`` epochs; then halt."""
-
-
-class BucketOrder(StrEnum):
-    """The order of a bucket's draws inside its epoch (which bucket serves a position does not change)."""
-
-    FEISTEL = "feistel"
-    """A keyed bijection of the whole bucket (the default): draws land anywhere in its data."""
-    BLOCK = "block"
-    """The sampler's block order: blocks of ``block_samples`` consecutive samples in a keyed order, shuffled
-    inside windows of ``window_blocks`` blocks; a bucket in object storage is fetched in runs (fetched ~ used)."""
 
 
 class BudgetUnit(StrEnum):
@@ -245,55 +236,14 @@ class CurriculumConfig:
             )
 
     def _check_order(self, where: str | None) -> None:
-        valid = ", ".join(o.value for o in BucketOrder)
-
-        def parse(value: object, name: str) -> BucketOrder:
-            try:
-                return BucketOrder(value)  # pyright: ignore[reportArgumentType]
-            except (ValueError, TypeError):
-                raise ConfigError(
-                    f"{name} is {value!r}, expected one of {valid}",
-                    path=where,
-                    field=name,
-                    hint="order: block reads buckets in object storage in runs; feistel (the default) anywhere",
-                ) from None
-
-        if isinstance(self.order, Mapping):
-            orders = {}
-            for bucket, value in self.order.items():
-                if not isinstance(bucket, str) or not bucket:
-                    raise ConfigError(
-                        f"order has the key {bucket!r}, expected a bucket name", path=where, field="order"
-                    )
-                orders[bucket] = parse(value, f"order.{bucket}")
-            object.__setattr__(self, "order", dict(sorted(orders.items())))
-        else:
-            object.__setattr__(self, "order", parse(self.order, "order"))
-        uses_block = BucketOrder.BLOCK in (self.order.values() if isinstance(self.order, dict) else [self.order])
-        for name in ("block_samples", "window_blocks"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if not uses_block:
-                raise ConfigError(
-                    f"{name} is set but no bucket has order block",
-                    path=where,
-                    field=name,
-                    hint="Set order: block (for every bucket, or per bucket), or drop the option",
-                )
-            object.__setattr__(self, name, _positive_int(value, name, where))
+        order, block_samples, window_blocks = check_order(self.order, self.block_samples, self.window_blocks, where)
+        object.__setattr__(self, "order", order)
+        object.__setattr__(self, "block_samples", block_samples)
+        object.__setattr__(self, "window_blocks", window_blocks)
 
     def bucket_order(self, bucket: str) -> tuple[int, int] | None:
         """The schedule's order of ``bucket``: None (feistel) or (block_samples, window_blocks)."""
-        from tokenloom.sampler import DEFAULT_BLOCK_SAMPLES, DEFAULT_WINDOW_BLOCKS
-
-        order = self.order.get(bucket, BucketOrder.FEISTEL) if isinstance(self.order, dict) else self.order
-        if order is not BucketOrder.BLOCK:
-            return None
-        return (
-            self.block_samples if self.block_samples is not None else DEFAULT_BLOCK_SAMPLES,
-            self.window_blocks if self.window_blocks is not None else DEFAULT_WINDOW_BLOCKS,
-        )
+        return resolve_order(self.order, self.block_samples, self.window_blocks, bucket)
 
     @property
     def policy(self) -> ExhaustionPolicy:
@@ -327,7 +277,7 @@ class CurriculumConfig:
             payload["budget_unit"] = self.unit.value
         if self.order != BucketOrder.FEISTEL:  # so does the default order
             order = self.order
-            payload["order"] = {k: v.value for k, v in order.items()} if isinstance(order, dict) else order.value
+            payload["order"] = {k: str(v) for k, v in order.items()} if isinstance(order, Mapping) else str(order)
             payload["block"] = [self.block_samples, self.window_blocks]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tokenloom.formats.io import lazy_exports
-from tokenloom.sampler._block import DEFAULT_BLOCK_SAMPLES, DEFAULT_WINDOW_BLOCKS, BlockOrder, check_block_options
+from tokenloom.sampler._block import DEFAULT_BLOCK_SAMPLES, DEFAULT_WINDOW_BLOCKS, BlockOrder
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._mix import MixSchedule
