@@ -529,3 +529,4 @@ def test_the_ledger_counts_every_block_fetched_once_per_fetch_and_not_toward_the
     assert fetched_bytes(cache.root, identity) == 11 * BLOCK
     assert cache_bytes(cache.root) <= 6 * BLOCK  # the ledger is bookkeeping, not cached data
     assert fetched_bytes(cache.root, {obj.url: f"{obj.size}:another-etag"}) == 0  # per object version
+    assert fetched_bytes(cache.root) == 11 * BLOCK  # every object of the node

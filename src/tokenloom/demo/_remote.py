@@ -70,6 +70,7 @@ class LegFigures:
     used_bytes: int = 0  # token bytes of the samples consumed
     fetched_bytes: int = 0  # every GET body (.bin blocks, .idx, manifests)
     data_fetched_bytes: int = 0  # .bin blocks only
+    ledger_bytes: int = 0  # token blocks the node's cache says it fetched (its ledger: what curriculum status shows)
     data_gets: int = 0
     blocks: int = 0  # distinct blocks of the .bin objects the leg read
     cache_high_water: int = 0
@@ -430,11 +431,14 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
         return LegFigures(cache_limit=limit)
 
     def finish(number: int, leg: LegFigures) -> None:
+        from tokenloom.formats.remote.cache import fetched_bytes
+
         leg.cache_high_water = watches[number].stop()
         with proxy.lock:
             gets, fetched = dict(proxy.gets), dict(proxy.get_bytes)
         leg.fetched_bytes = sum(fetched.values())
         leg.data_fetched_bytes = sum(n for path, n in fetched.items() if path.endswith(".bin"))
+        leg.ledger_bytes = fetched_bytes(workdir / f"node{number}-cache")
         leg.data_gets = sum(n for path, n in gets.items() if path.endswith(".bin"))
         leg.blocks = sum(-(-sizes.get(path, 0) // BLOCK_SIZE) for path in gets if path.endswith(".bin"))
 

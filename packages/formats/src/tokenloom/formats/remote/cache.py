@@ -95,13 +95,21 @@ def _record_fetch(root: Path, obj: ObjectInfo, size: int) -> None:
         os.close(fd)
 
 
-def fetched_bytes(root: str | os.PathLike[str], objects: dict[str, str]) -> int:
-    """Bytes of token blocks the node's cache at ``root`` has fetched for ``objects`` ({URL: "size:ETag"})."""
+def fetched_bytes(root: str | os.PathLike[str], objects: dict[str, str] | None = None) -> int:
+    """Bytes of token blocks the node's cache at ``root`` has fetched for ``objects`` ({URL: "size:ETag"});
+    None: for every object."""
+    if objects is None:
+        ledgers = list((Path(root) / "v1" / "readers").glob("fetched-*.log"))
+    else:
+        ledgers = []
+        for url, identity in objects.items():
+            size, _, etag = identity.partition(":")
+            with contextlib.suppress(ValueError):
+                ledgers.append(_ledger(Path(root), url, etag, int(size)))
     total = 0
-    for url, identity in objects.items():
-        size, _, etag = identity.partition(":")
+    for ledger in ledgers:
         with contextlib.suppress(FileNotFoundError, ValueError):
-            total += sum(int(line) for line in _ledger(Path(root), url, etag, int(size)).read_bytes().split())
+            total += sum(int(line) for line in ledger.read_bytes().split())
     return total
 
 
