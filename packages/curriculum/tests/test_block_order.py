@@ -217,3 +217,21 @@ def test_a_three_bucket_mix_in_block_order_fetches_about_what_it_uses(
     print(f"fetched / used: block {block:.3f}, feistel {feistel:.3f} ({figures})")
     assert block <= 1.5, figures
     assert feistel > 1.5  # the global order touches nearly every block of each bucket
+
+
+def test_block_order_over_packed_buckets_serves_the_samples_the_schedule_names(local):
+    phases = [{"duration_tokens": 1200, "mix": {"a": 1, "b": 1}}, {"duration_tokens": 1600, "mix": {"c": 1}}]
+    config = CurriculumConfig.from_dict(
+        {"path": str(local), "max_length": 32, "packing": True, "curriculum": phases, **BLOCK}
+    )
+    ds = CurriculumDataset(config, seed=SEED, cache_dir=local.parent / "plans")
+    _, bucket, index = ds.locate(np.arange(len(ds)))
+    assert len({(int(b), int(i)) for b, i in zip(bucket, index, strict=True)}) == len(ds)
+    batch = ds.__getitems__(list(range(len(ds))))
+    for g in range(0, len(ds), 5):
+        expected = ds.bucket_dataset(int(bucket[g]))[int(index[g])]["input_ids"].numpy()
+        assert np.array_equal(batch.batched["input_ids"][g].numpy(), expected)
+    tokens = int(ds.budget_tokens(np.arange(len(ds)), "input_tokens").sum())
+    assert ds.used_bytes(len(ds)) == 2 * tokens and ds.used_bytes(40, 10) == 2 * int(
+        ds.budget_tokens(np.arange(10, 40), "input_tokens").sum()
+    )

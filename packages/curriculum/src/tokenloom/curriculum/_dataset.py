@@ -27,6 +27,7 @@ __all__ = ["STATE_FORMAT", "CurriculumDataset"]
 
 log = logging.getLogger("tokenloom.curriculum")
 STATE_FORMAT = "tokenloom.curriculum/1"
+_EXACT_USED = 1 << 22  # used_bytes over packed buckets: exact up to this many positions
 _FEW = 64  # a list of at most this many ints takes the Python path of __getitems__ (a DataLoader batch)
 
 
@@ -100,21 +101,28 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
         return blocks
 
     def used_bytes(self, end: int, start: int = 0) -> int:
-        """Token bytes the samples at positions [start, end) read: (L + 1) tokens a fixed window; a packed
-        sequence's non-padding tokens (the plan's per-bucket mean). Exact for windows, O(buckets)."""
+        """Token bytes the samples at positions [start, end) read: (L + 1) tokens a fixed window (exact,
+        O(buckets)); a packed sequence's non-padding tokens (exact up to 2^22 positions, O(positions); beyond,
+        each bucket's mean sample)."""
         if not 0 <= start <= end <= len(self):
             raise IndexError(f"positions [{start}, {end}) outside [0, {len(self)}]")
-        draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
+        itemsize = [int(np.dtype(d.dataset.dtype).itemsize) for d in self._datasets]
+        if not self.config.packing:
+            draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
+            return sum(n * (self.config.max_length + 1) * size for n, size in zip(draws, itemsize, strict=True))
+        inputs = [sample_budget_tokens(b.dataset, BudgetUnit.INPUT_TOKENS) for b in self._buckets]
+        if end - start > _EXACT_USED:
+            draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
+            means = [float(np.mean(t)) if len(t) else 0.0 for t in (np.atleast_1d(x) for x in inputs)]
+            return sum(round(n * m) * size for n, m, size in zip(draws, means, itemsize, strict=True))
         total = 0
-        for b, count in enumerate(draws):
-            bucket = self._buckets[b]
-            itemsize = int(np.dtype(self._datasets[b].dataset.dtype).itemsize)
-            if isinstance(bucket.per_sample, int) and not self.config.packing:
-                total += count * (self.config.max_length + 1) * itemsize
-            else:
-                inputs = sample_budget_tokens(bucket.dataset, BudgetUnit.INPUT_TOKENS)
-                per = float(inputs) if isinstance(inputs, int) else float(np.mean(inputs)) if len(inputs) else 0.0
-                total += round(count * per) * itemsize
+        for first in range(start, end, 1 << 20):
+            _, bucket, inner = self.locate(np.arange(first, min(first + (1 << 20), end)))
+            for b in np.unique(bucket).tolist():
+                per_sample = np.atleast_1d(inputs[b])
+                picked = inner[bucket == b]
+                tokens = per_sample[picked] if len(per_sample) > 1 else np.full(len(picked), per_sample[0])
+                total += int(tokens.sum()) * itemsize[b]
         return total
 
     def fetch_figures(self, consumed: int, *, start: int = 0) -> dict[str, Any]:
