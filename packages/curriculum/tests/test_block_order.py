@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
 from curriculum_helpers import EOS, make_corpus, write_bucket
 from torch.utils.data import DataLoader
@@ -235,3 +236,18 @@ def test_block_order_over_packed_buckets_serves_the_samples_the_schedule_names(l
     assert ds.used_bytes(len(ds)) == 2 * tokens and ds.used_bytes(40, 10) == 2 * int(
         ds.budget_tokens(np.arange(10, 40), "input_tokens").sum()
     )
+
+
+def test_the_plan_names_each_buckets_order(local):
+    plan = build_plan(CurriculumPlan(_config(local, order={"b": "block"}, window_blocks=3), seed=SEED))
+    orders = {b["name"]: (b["order"], b.get("block_samples"), b.get("window_blocks")) for b in plan["buckets"]}
+    assert orders == {"a": ("feistel", None, None), "b": ("block", 16384, 3), "c": ("feistel", None, None)}
+
+
+def test_curriculum_plan_prints_the_block_orders(local, tmp_path):
+    config = tmp_path / "c.yaml"
+    data = {"path": str(local), "max_length": 16, "packing": False, "curriculum": PHASES, "order": {"c": "block"}}
+    config.write_text(yaml.safe_dump({"data": data}))
+    result = CliRunner().invoke(curriculum, ["plan", str(config), "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    assert "order block: c (blocks of 16,384 samples, 8 a window); the other buckets feistel" in result.output

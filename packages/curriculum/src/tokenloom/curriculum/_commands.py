@@ -64,6 +64,13 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
             f"{b['entries']:,}", str(b["shards"]), _tokens(b["demand_tokens"]), f"{share:.1%}",
         )  # fmt: skip
     console.print(inventory)
+    block = [b for b in plan["buckets"] if b.get("order") == "block"]
+    if block:
+        named = [
+            f"{b['name']} (blocks of {b['block_samples']:,} samples, {b['window_blocks']} a window)" for b in block
+        ]
+        rest = "; the other buckets feistel" if len(block) < len(plan["buckets"]) else ""
+        console.print("order block: " + ", ".join(named) + rest)
     phases = Table(title="phases", title_justify="left")
     for column in ("phase", "samples", "start", "end", "target tokens", "tokens", "mix (token weights)"):
         if column.startswith("mix"):

@@ -331,6 +331,7 @@ def build_plan(ds: CurriculumPlan) -> dict[str, Any]:
         )
     buckets = []
     for b, bucket in enumerate(ds._buckets):
+        block = ds.orders[b]
         buckets.append(
             {
                 "name": bucket.name,
@@ -342,6 +343,8 @@ def build_plan(ds: CurriculumPlan) -> dict[str, Any]:
                 "epochs_allowed": ds.config.max_epochs,
                 "demand_samples": int(schedule.drawn[b]),
                 "demand_tokens": _tokens(schedule, b, int(schedule.drawn[b])),
+                "order": "feistel" if block is None else "block",
+                **({"block_samples": block[0], "window_blocks": block[1]} if block is not None else {}),
             }
         )
     return {
