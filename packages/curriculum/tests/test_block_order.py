@@ -12,7 +12,14 @@ from click.testing import CliRunner
 from curriculum_helpers import EOS, make_corpus, write_bucket
 from torch.utils.data import DataLoader
 
-from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, CurriculumPlan, build_plan, write_run_status
+from tokenloom.curriculum import (
+    CurriculumConfig,
+    CurriculumDataset,
+    CurriculumPlan,
+    build_plan,
+    findings,
+    write_run_status,
+)
 from tokenloom.curriculum._commands import curriculum
 from tokenloom.datasets import collate
 from tokenloom.formats import ConfigError, ResumeMismatchError
@@ -207,6 +214,8 @@ def _fetched_per_used(seaweed, proxy, local: Path, cache: Path, monkeypatch, **o
     figures = ds.fetch_figures(samples)
     assert samples == len(ds) and figures["used_bytes"] == samples * S3_SAMPLE_BYTES
     assert figures["fetched_bytes"] == bin_bytes() - before  # the cache's ledger: what went over the wire
+    hints = [f for f in findings(config, seed=SEED)[0] if f.code == "data.order"]
+    assert len(hints) == (0 if order else 1) and all(f.severity == "info" for f in hints)  # exit codes unchanged
     return figures["fetched_bytes"] / figures["used_bytes"], figures
 
 
