@@ -33,7 +33,7 @@ def test_demo_remote_passes_its_oracles(tmp_path: Path) -> None:
     assert "byte-identical to one process" in out
     assert out.count("every position once, each the sample the schedule names (0 duplicated, 0 missing, 0 wrong)") == 2
     assert "rows built on rank 0 from the bucket, broadcast to 2 gloo ranks" in out
-    for row in ("S3 2x2", "S3 3x1 new", "local 2x2", "local 3x1 new", "GETs/blk", "peak"):
+    for row in ("S3 2x2", "S3 3x1 new", "local 2x2", "local 3x1 new", "GETs/blk", "peak", "ledger"):
         assert row in out, out
     assert S3_SECRET not in out + result.stderr
     work = tmp_path / "work"

@@ -510,3 +510,23 @@ def test_a_reader_whose_pid_has_a_stale_record_still_counts(blob, tmp_path):
     assert bytes(cache.block(obj, 0)) == data[:BLOCK]
     assert [r["pid"] for r in budget.live_readers(cache.root)] == [os.getpid()]
     budget.withdraw_needs(cache.root)
+
+
+def test_the_ledger_counts_every_block_fetched_once_per_fetch_and_not_toward_the_limit(blob, tmp_path):
+    from tokenloom.formats.remote.cache import fetched_bytes
+
+    config, obj, _ = blob
+    cache = BlockCache(config, tmp_path / "c", BLOCK, limit=6 * BLOCK)
+    identity = {obj.url: f"{obj.size}:{obj.etag}"}
+    assert fetched_bytes(cache.root, identity) == 0
+    for number in (0, 1, 2):
+        cache.ensure(obj, number)
+    cache.ensure(obj, 1)  # cached: no fetch
+    assert fetched_bytes(cache.root, identity) == 3 * BLOCK
+    for number in range(3, 10):  # the limit evicts the first blocks ...
+        cache.ensure(obj, number)
+    cache.ensure(obj, 0)  # ... so block 0 is fetched again and counted again
+    assert fetched_bytes(cache.root, identity) == 11 * BLOCK
+    assert cache_bytes(cache.root) <= 6 * BLOCK  # the ledger is bookkeeping, not cached data
+    assert fetched_bytes(cache.root, {obj.url: f"{obj.size}:another-etag"}) == 0  # per object version
+    assert fetched_bytes(cache.root) == 11 * BLOCK  # every object of the node

@@ -151,3 +151,45 @@ def test_the_few_positions_path_equals_the_vectorised_one():
         few = schedule.locate(positions)
         many = schedule.locate(np.concatenate([positions, np.arange(100)]))
         assert all(np.array_equal(a, b[: len(positions)]) for a, b in zip(few, many, strict=True))
+
+
+def test_a_block_order_per_bucket_keeps_the_mix_and_reads_each_epoch_once_in_windows():
+    blocks = [(16, 2), None, (50, 1)]
+    feistel = _schedule(max_epochs=2)
+    block = _schedule(max_epochs=2, orders=blocks)
+    positions = np.arange(block.num_samples)
+    phase_f, bucket_f, index_f = feistel.locate(positions)
+    phase_b, bucket_b, index_b = block.locate(positions)
+    assert block.num_samples == feistel.num_samples and block.drains == feistel.drains
+    assert np.array_equal(phase_f, phase_b) and np.array_equal(bucket_f, bucket_b)  # the mix is the order's
+    assert np.array_equal(index_f[bucket_b == 1], index_b[bucket_b == 1])  # a feistel bucket is unchanged
+    _, _, draw = block.draws(positions)
+    for b, shape in enumerate(blocks):
+        if shape is None:
+            continue
+        size, window = block.bucket_samples[b], shape[0] * shape[1]
+        rows = np.flatnonzero(bucket_b == b)
+        for epoch in np.unique(draw[rows] // size).tolist():
+            picked = index_b[rows[draw[rows] // size == epoch]]
+            assert len(np.unique(picked)) == len(picked)  # each epoch: every sample at most once
+            for first in range(0, len(picked) - window + 1, window):
+                assert len(np.unique(picked[first : first + window] // shape[0])) <= shape[1]
+    few = block.locate(positions[::37][:40])  # the DataLoader-batch path agrees
+    assert all(np.array_equal(a, b[::37][:40]) for a, b in zip(few, (phase_b, bucket_b, index_b), strict=True))
+
+
+@pytest.mark.parametrize("orders", [[(16, 2)], [(0, 2), None, None], [(16, True), None, None], ["block", None, None]])
+def test_bad_block_orders_are_named(orders):
+    with pytest.raises(ConfigError, match="orders"):
+        _schedule(orders=orders)
+
+
+def test_a_block_ordered_bucket_too_big_for_a_table_agrees_on_both_paths():
+    big = 3 << 20  # above the 2^20-sample table limit: the batch path evaluates the block order per index
+    schedule = _schedule(
+        bucket_samples=[big, 300, 900], bucket_tokens=[big * 128, 300 * 128, 900 * 128], orders=[(4096, 4), None, None]
+    )
+    positions = np.arange(0, schedule.num_samples, 7)[:40]
+    few = schedule.locate(positions)
+    many = schedule.locate(np.concatenate([positions, np.arange(100)]))
+    assert all(np.array_equal(a, b[: len(positions)]) for a, b in zip(few, many, strict=True))

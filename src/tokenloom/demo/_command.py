@@ -283,25 +283,36 @@ def _remote_demo(root: Path, console: Any) -> None:
         f"{_mib(report.remote_legs[0].cache_limit if report.remote_legs else 0)} < train tokens "
         f"{_mib(report.data_bytes)}) and from the local copy; bytes in MiB"
     )
-    for column in ("leg", "samples", "s", "used", "fetched", ".bin", "/used", "GETs/blk", "peak"):
+    for column in ("leg", "samples", "s", "used", "fetched", ".bin", "/used", "ledger", "GETs/blk", "peak"):
         legs.add_column(column, justify="left" if column == "leg" else "right")
     names = ("2x2", "3x1 new")
     for name, leg in zip(names, report.remote_legs, strict=False):
         legs.add_row(
             f"S3 {name}", f"{leg.samples:,}", f"{leg.seconds:.1f}", _num(leg.used_bytes), _num(leg.fetched_bytes),
             _num(leg.data_fetched_bytes), f"{leg.data_fetched_bytes / leg.used_bytes:.2f}" if leg.used_bytes else "-",
-            f"{leg.gets_per_block:.2f}", _num(leg.cache_high_water),
+            _num(leg.ledger_bytes), f"{leg.gets_per_block:.2f}", _num(leg.cache_high_water),
         )  # fmt: skip
     for name, leg in zip(names, report.local_legs, strict=False):
         legs.add_row(
-            f"local {name}", f"{leg.samples:,}", f"{leg.seconds:.1f}", _num(leg.used_bytes), "0", "0", "-", "-", "-"
+            f"local {name}",
+            f"{leg.samples:,}",
+            f"{leg.seconds:.1f}",
+            _num(leg.used_bytes),
+            "0",
+            "0",
+            "-",
+            "0",
+            "-",
+            "-",
         )
     if report.remote_legs:
         gets = ", ".join(f"{leg.data_gets} GETs for {leg.blocks} blocks" for leg in report.remote_legs)
         legs.caption = (
             f"used: token bytes of the samples consumed; fetched: GET bodies (.bin blocks, .idx, manifests), .bin: "
-            f"of them the token blocks, /used: .bin / used; GETs/blk: GETs per .bin block ({gets}); peak: the "
-            f"high-water mark of the node's cache directory; 3x1 new: 3 ranks x 1 worker on a new node, empty cache"
+            f"of them the token blocks, /used: .bin / used (each bucket in block order); ledger: the token blocks "
+            f"the node's cache recorded fetching (what CurriculumDataset.fetch_figures and `curriculum status` "
+            f"report); GETs/blk: GETs per .bin block ({gets}); peak: the high-water mark of the node's cache "
+            f"directory; 3x1 new: 3 ranks x 1 worker on a new node, empty cache"
         )
     console.print(legs)
     failures = report.failures()

@@ -129,8 +129,11 @@ def tokenize_buckets(text: Path, data: Path) -> None:
             )
 
 
-def write_config(data: Path, path: Path) -> Path:
-    """Two phases sized from the buckets' budget tokens so that no bucket runs dry (85% of the tightest)."""
+def write_config(data: Path, path: Path, *, order: dict[str, Any] | None = None) -> Path:
+    """Two phases sized from the buckets' budget tokens so that no bucket runs dry (85% of the tightest).
+
+    ``order``: the data block's ``order``/``block_samples``/``window_blocks`` keys (the remote demo reads its
+    buckets in block order)."""
     probe = CurriculumDataset(CurriculumConfig(path=data, max_length=MAX_LENGTH, packing=False), seed=0)
     budget = {b["name"]: b["budget_tokens"] for b in build_plan(probe)["buckets"]}
     demand = {name: sum(m[name] / sum(m.values()) for m in MIXES) for name in BUCKETS}
@@ -142,6 +145,7 @@ def write_config(data: Path, path: Path) -> Path:
             "packing": False,
             "curriculum": [{"duration_tokens": duration, "mix": dict(mix)} for mix in MIXES],
             "allow_bucket_exhaustion": False,
+            **(order or {}),
         }
     }
     path.write_text(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tokenloom.curriculum._dataset import STATE_FORMAT, CurriculumDataset
     from tokenloom.curriculum._errors import BucketExhausted, BucketMismatchError, EmptyBucketError, MissingValTwinError
     from tokenloom.curriculum._findings import Finding, findings
+    from tokenloom.curriculum._order import BucketOrder
     from tokenloom.curriculum._plan import CurriculumPlan, build_plan
     from tokenloom.curriculum._status import STATUS_FILE, read_run_status, record_halt, write_run_status
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Bucket": "tokenloom.curriculum._buckets",
     "sample_budget_tokens": "tokenloom.curriculum._buckets",
+    "BucketOrder": "tokenloom.curriculum._order",
     "BudgetUnit": "tokenloom.curriculum._config",
     "CurriculumConfig": "tokenloom.curriculum._config",
     "ExhaustionPolicy": "tokenloom.curriculum._config",
@@ -64,6 +66,7 @@ __all__ = [
     "Bucket",
     "BucketExhausted",
     "BucketMismatchError",
+    "BucketOrder",
     "BudgetUnit",
     "CurriculumConfig",
     "CurriculumDataset",

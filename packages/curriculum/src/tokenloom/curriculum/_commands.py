@@ -64,6 +64,13 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
             f"{b['entries']:,}", str(b["shards"]), _tokens(b["demand_tokens"]), f"{share:.1%}",
         )  # fmt: skip
     console.print(inventory)
+    block = [b for b in plan["buckets"] if b.get("order") == "block"]
+    if block:
+        named = [
+            f"{b['name']} (blocks of {b['block_samples']:,} samples, {b['window_blocks']} a window)" for b in block
+        ]
+        rest = "; the other buckets feistel" if len(block) < len(plan["buckets"]) else ""
+        console.print("order block: " + ", ".join(named) + rest)
     phases = Table(title="phases", title_justify="left")
     for column in ("phase", "samples", "start", "end", "target tokens", "tokens", "mix (token weights)"):
         if column.startswith("mix"):
@@ -336,6 +343,12 @@ def status(run_dir: Path) -> None:
         raise click.ClickException(f"{type(missing).__name__}: {missing}")
     for key, value in record.items():
         click.echo(f"{key:<12} {value}")
+    fetched, used = record.get("fetched_bytes"), record.get("used_bytes")
+    if type(fetched) is int and type(used) is int and used > 0:  # from CurriculumDataset.fetch_figures
+        click.echo(
+            f"fetched/used {fetched / used:.2f}: {fetched:,} bytes of token blocks fetched by this node for "
+            f"{used:,} bytes of samples used" + (" (order: block keeps it near 1)" if fetched > 1.5 * used else "")
+        )
     if record["status"] == "halted":
         click.echo("halted is terminal: change the exhaustion policy before resuming (see the message)")
         raise SystemExit(3)

@@ -6,7 +6,9 @@ only ``data`` is read), or the data block itself at the top level; YAML (``.yaml
 accepted; ``tokenizer``, ``overlap_size`` and ``num_workers`` are recorded and not
 used here (they belong to tokenization and the loader). tokenloom adds
 ``bucket_exhaustion`` (halt | renormalise | repeat), ``max_repetition`` and
-``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts).
+``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts) and
+``order`` (feistel | block, for every bucket or per bucket) with ``block_samples``/``window_blocks``:
+the order of each bucket's draws (block: reads in runs, for buckets in object storage).
 
 ``path`` may be a URL (``s3://bucket/data``, ``gs://``, ``az://``): the buckets are read from object
 storage with ``storage_options`` (the store's options; credentials are better left to the environment:
@@ -27,6 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tokenloom.curriculum._order import BucketOrder, check_order, resolve_order
 from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError
 from tokenloom.formats.io import is_remote_url
@@ -45,7 +48,16 @@ _SEED_KEYS = {
     "allow_bucket_exhaustion",
     "allow_budget_mismatch",
 }
-_OUR_KEYS = {"bucket_exhaustion", "max_repetition", "budget_unit", "storage_options", "cache_dir"}
+_OUR_KEYS = {
+    "bucket_exhaustion",
+    "max_repetition",
+    "budget_unit",
+    "storage_options",
+    "cache_dir",
+    "order",
+    "block_samples",
+    "window_blocks",
+}
 _DATA_KEYS = _SEED_KEYS | _OUR_KEYS
 _SECTIONS = {"model", "data", "optimizer", "training"}
 _PHASE_KEYS = {"duration_tokens", "mix"}
@@ -125,6 +137,14 @@ class CurriculumConfig:
     """Recorded only (GPT-Simple's tokenization setting)."""
     num_workers: int | None = None
     """Recorded only (GPT-Simple's loader setting)."""
+    order: BucketOrder | str | Mapping[str, BucketOrder | str] = BucketOrder.FEISTEL
+    """Every bucket's draw order (``feistel`` or ``block``), or a mapping bucket -> order (others: feistel)."""
+    block_samples: int | None = None
+    """order block: consecutive samples per block (default: the sampler's 16,384, 64 MiB of 2,049-token uint16
+    windows); size it to span several of the cache's blocks (fetched / used ~ 1 + 1 / cache blocks spanned)."""
+    window_blocks: int | None = None
+    """order block: blocks shuffled together (default: the sampler's 8); a bucket's draws touch one window
+    at a time, so its fetched bytes are its draws rounded up to whole windows."""
     storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     """For a URL ``path``: the store's options (endpoint, region, ...); None: the environment's."""
     cache_dir: str | None = None
@@ -188,6 +208,7 @@ class CurriculumConfig:
                 field="budget_unit",
                 hint="loss_tokens counts phase budgets as GPT-Simple does; input_tokens is tokenloom's default",
             ) from None
+        self._check_order(where)
         if self.bucket_exhaustion is not None:
             try:
                 policy = ExhaustionPolicy(self.bucket_exhaustion)
@@ -213,6 +234,16 @@ class CurriculumConfig:
                 field="max_repetition",
                 hint="Set bucket_exhaustion: repeat to re-read buckets",
             )
+
+    def _check_order(self, where: str | None) -> None:
+        order, block_samples, window_blocks = check_order(self.order, self.block_samples, self.window_blocks, where)
+        object.__setattr__(self, "order", order)
+        object.__setattr__(self, "block_samples", block_samples)
+        object.__setattr__(self, "window_blocks", window_blocks)
+
+    def bucket_order(self, bucket: str) -> tuple[int, int] | None:
+        """The schedule's order of ``bucket``: None (feistel) or (block_samples, window_blocks)."""
+        return resolve_order(self.order, self.block_samples, self.window_blocks, bucket)
 
     @property
     def policy(self) -> ExhaustionPolicy:
@@ -244,6 +275,10 @@ class CurriculumConfig:
         payload: dict[str, Any] = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
         if self.unit is not BudgetUnit.INPUT_TOKENS:  # the default leaves fingerprints of earlier states unchanged
             payload["budget_unit"] = self.unit.value
+        if self.order != BucketOrder.FEISTEL:  # so does the default order
+            order = self.order
+            payload["order"] = {k: str(v) for k, v in order.items()} if isinstance(order, Mapping) else str(order)
+            payload["block"] = [self.block_samples, self.window_blocks]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> CurriculumConfig:

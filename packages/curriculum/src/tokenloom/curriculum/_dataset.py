@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from tokenloom.curriculum._buckets import sample_budget_tokens
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketExhausted
 from tokenloom.curriculum._plan import CurriculumPlan
@@ -26,6 +27,7 @@ __all__ = ["STATE_FORMAT", "CurriculumDataset"]
 
 log = logging.getLogger("tokenloom.curriculum")
 STATE_FORMAT = "tokenloom.curriculum/1"
+_EXACT_USED = 1 << 22  # used_bytes over packed buckets: exact up to this many positions
 _FEW = 64  # a list of at most this many ints takes the Python path of __getitems__ (a DataLoader batch)
 
 
@@ -97,6 +99,51 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
             for row, sample_blocks in zip(rows[picked].tolist(), per_sample, strict=True):
                 blocks[row] = sample_blocks
         return blocks
+
+    def used_bytes(self, end: int, start: int = 0) -> int:
+        """Token bytes the samples at positions [start, end) read: (L + 1) tokens a fixed window (exact,
+        O(buckets)); a packed sequence's non-padding tokens (exact up to 2^22 positions, O(positions); beyond,
+        each bucket's mean sample)."""
+        if not 0 <= start <= end <= len(self):
+            raise IndexError(f"positions [{start}, {end}) outside [0, {len(self)}]")
+        itemsize = [int(np.dtype(d.dataset.dtype).itemsize) for d in self._datasets]
+        if not self.config.packing:
+            draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
+            return sum(n * (self.config.max_length + 1) * size for n, size in zip(draws, itemsize, strict=True))
+        inputs = [sample_budget_tokens(b.dataset, BudgetUnit.INPUT_TOKENS) for b in self._buckets]
+        if end - start > _EXACT_USED:
+            draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
+            means = [float(np.mean(t)) if len(t) else 0.0 for t in (np.atleast_1d(x) for x in inputs)]
+            return sum(round(n * m) * size for n, m, size in zip(draws, means, itemsize, strict=True))
+        total = 0
+        for first in range(start, end, 1 << 20):
+            _, bucket, inner = self.locate(np.arange(first, min(first + (1 << 20), end)))
+            for b in np.unique(bucket).tolist():
+                per_sample = np.atleast_1d(inputs[b])
+                picked = inner[bucket == b]
+                tokens = per_sample[picked] if len(per_sample) > 1 else np.full(len(picked), per_sample[0])
+                total += int(tokens.sum()) * itemsize[b]
+        return total
+
+    def fetch_figures(self, consumed: int, *, start: int = 0) -> dict[str, Any]:
+        """What this node fetched for the buckets against what the samples [start, consumed) used, in bytes.
+
+        ``fetched_bytes``: token blocks this node's cache fetched for the train buckets' objects, read from the
+        cache's ledger (all processes of the node; evicted and fetched again counts twice). ``used_bytes``:
+        :meth:`used_bytes`. Pass them to :func:`write_run_status` and ``tokenloom curriculum status`` shows
+        them; local buckets fetch nothing (``fetched_bytes`` 0). On several nodes, add the nodes' fetched bytes.
+        """
+        from tokenloom.formats.remote.cache import fetched_bytes
+
+        used = self.used_bytes(consumed, start)
+        roots = sorted({str(cache.root) for cache in self.remote_caches()})
+        objects = self.data_objects()
+        fetched = sum(fetched_bytes(root, objects) for root in roots)
+        return {
+            "used_bytes": used,
+            "fetched_bytes": fetched,
+            "fetched_per_used": round(fetched / used, 4) if used else None,
+        }
 
     # -- fetching -------------------------------------------------------------------------
     def _check(self, index: np.ndarray) -> np.ndarray:

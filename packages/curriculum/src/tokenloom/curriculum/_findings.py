@@ -13,6 +13,7 @@ from tokenloom.curriculum._buckets import discover_buckets, is_empty_dir
 from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._drains import drain_verdicts
 from tokenloom.curriculum._plan import CurriculumPlan, build_plan
+from tokenloom.curriculum._remote_dir import RemoteDir
 from tokenloom.formats import DataError
 
 if TYPE_CHECKING:  # the dataset imports torch: only findings() asks for it, validate() plans without
@@ -125,7 +126,30 @@ def _findings(
         out.append(Finding(severity, "curriculum.ended_early", f"the curriculum ends early: {schedule.ended_early}"))
     if global_batch_size is not None and max_steps is not None:
         out.extend(_budget(ds, global_batch_size, max_steps))
+    out.extend(_order_hints(ds))
     return out, ds
+
+
+def _order_hints(ds: CurriculumPlan) -> list[Finding]:
+    """Buckets in object storage, read in part in the Feistel order: their draws touch every block."""
+    if not isinstance(ds.config.path, RemoteDir) or not ds.shuffle:
+        return []
+    partial = []
+    for b, name in enumerate(ds.buckets):
+        samples, drawn = ds.schedule.bucket_samples[b], int(ds.schedule.drawn[b])
+        if ds.orders[b] is None and samples and drawn < samples // 2:
+            partial.append(f"{name} ({drawn / samples:.0%})")
+    if not partial:
+        return []
+    return [
+        Finding(
+            "info",
+            "data.order",
+            f"buckets read in part from object storage in the feistel order: {', '.join(partial)} of their samples; "
+            "their draws touch every block, so a node fetches about all of each bucket. order: block reads the "
+            "blocks the curriculum uses (see the curriculum README, 'Block order')",
+        )
+    ]
 
 
 def _budget(ds: CurriculumPlan, global_batch_size: int, max_steps: int) -> list[Finding]:

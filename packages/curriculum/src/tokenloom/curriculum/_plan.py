@@ -100,6 +100,7 @@ class CurriculumPlan:
             for name in self.buckets
         ]
         check_eos(self._buckets)
+        self._check_orders()
         if require_val:
             for name in self.buckets:
                 check_val_twin(self.config.path, name)
@@ -124,6 +125,18 @@ class CurriculumPlan:
                 drain_effect(drain, self.halt, "renormalising the rest of the phase"),
             )  # fmt: skip
         self._opened()
+
+    def _check_orders(self) -> None:
+        order = self.config.order
+        unknown = sorted(set(order) - set(self.buckets)) if isinstance(order, dict) else []
+        if unknown:
+            raise ConfigError(
+                f"order names buckets {unknown} that are not under {self.config.path / 'train'}; found {self.buckets}",
+                path=self.config.source,
+                field=f"order.{unknown[0]}",
+                hint="Fix the bucket names in the order mapping",
+            )
+        self.orders = [self.config.bucket_order(name) for name in self.buckets]
 
     def _opened(self) -> None:
         """Called at the end of ``__init__``, buckets open: a subclass that serves samples prepares here."""
@@ -172,6 +185,7 @@ class CurriculumPlan:
             seed=self.seed,
             max_epochs=max_epochs,
             shuffle=self.shuffle,
+            orders=self.orders,
         )
 
     def __len__(self) -> int:
@@ -245,7 +259,14 @@ class CurriculumPlan:
             "max_length": self.config.max_length,
             "packing": self.config.packing,
             "budget_unit": self.config.unit.value,
+            **self._order_identity(),
         }
+
+    def _order_identity(self) -> dict[str, Any]:
+        """The block orders as resolved (defaults filled in); nothing when every bucket is feistel (older states)."""
+        if all(o is None for o in self.orders) or not self.shuffle:
+            return {}
+        return {"orders": {n: list(o) for n, o in zip(self.buckets, self.orders, strict=True) if o is not None}}
 
     def data_objects(self) -> dict[str, str]:
         """``{URL: "size:ETag"}`` of the train buckets' objects in storage ({} on disk); saved in states."""
@@ -310,6 +331,7 @@ def build_plan(ds: CurriculumPlan) -> dict[str, Any]:
         )
     buckets = []
     for b, bucket in enumerate(ds._buckets):
+        block = ds.orders[b]
         buckets.append(
             {
                 "name": bucket.name,
@@ -321,6 +343,8 @@ def build_plan(ds: CurriculumPlan) -> dict[str, Any]:
                 "epochs_allowed": ds.config.max_epochs,
                 "demand_samples": int(schedule.drawn[b]),
                 "demand_tokens": _tokens(schedule, b, int(schedule.drawn[b])),
+                "order": "feistel" if block is None else "block",
+                **({"block_samples": block[0], "window_blocks": block[1]} if block is not None else {}),
             }
         )
     return {

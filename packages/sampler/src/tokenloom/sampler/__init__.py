@@ -22,10 +22,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tokenloom.formats.io import lazy_exports
+from tokenloom.sampler._block import DEFAULT_BLOCK_SAMPLES, DEFAULT_WINDOW_BLOCKS, BlockOrder
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._mix import MixSchedule
-from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_permutation
+from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_order, bucket_permutation
 from tokenloom.sampler._warnings import silence_torchdata_set_vital
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "DEFAULT_BLOCK_SAMPLES",
+    "DEFAULT_WINDOW_BLOCKS",
+    "BlockOrder",
     "CurriculumSchedule",
     "Drain",
     "FeistelPermutation",
@@ -51,6 +55,7 @@ __all__ = [
     "Order",
     "ResumableDistributedSampler",
     "Segment",
+    "bucket_order",
     "bucket_permutation",
     "round_keys",
     "sampler_state_from_loader",

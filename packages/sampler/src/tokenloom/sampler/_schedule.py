@@ -8,7 +8,10 @@ reach its capacity); a new segment renormalises the remaining buckets. Every
 boundary is found at construction by inverting the monotone per-bucket counts
 (binary search), so a lookup is a ``searchsorted`` over O(phases + buckets)
 segment starts plus a tree walk. Inside a bucket the ``j``-th draw is epoch
-``j // n`` and index ``feistel(seed, bucket, epoch)(j % n)``.
+``j // n`` and index ``feistel(seed, bucket, epoch)(j % n)``; a bucket given a block order
+(``orders[b] = (block_samples, window_blocks)``) takes ``BlockOrder`` instead of the global Feistel
+bijection (the sampler's ``order="block"``): its draws stay inside one window of blocks at a time, so a
+bucket in object storage is read in runs (fetched ~ used bytes) and the schedule is still O(1).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError
+from tokenloom.sampler._block import BlockOrder
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._mix import _FRACTION_BITS, _HALF, MAX_SEGMENT, MixSchedule, Tree, mix64
 
-__all__ = ["CurriculumSchedule", "Drain", "Segment", "bucket_permutation"]
+__all__ = ["CurriculumSchedule", "Drain", "Segment", "bucket_order", "bucket_permutation"]
 
 _CHUNK = 1 << 15
 _MASK64 = (1 << 64) - 1
@@ -35,6 +39,18 @@ _TABLE_BUDGET = 1 << 23
 def bucket_permutation(seed: int, bucket: int, epoch: int, size: int) -> FeistelPermutation:
     """The keyed order of one bucket epoch (the sampler's Feistel network)."""
     return FeistelPermutation(size, round_keys(mix64(seed, 0xB0C4E7, bucket), epoch))
+
+
+def bucket_order(
+    seed: int, bucket: int, epoch: int, size: int, block: tuple[int, int] | None = None
+) -> FeistelPermutation | BlockOrder:
+    """One bucket epoch's order: the global Feistel bijection, or with ``block = (block_samples,
+    window_blocks)`` the block-local one (same key: the bucket's seed and the epoch)."""
+    if block is None:
+        return bucket_permutation(seed, bucket, epoch, size)
+    block_samples, window_blocks = block
+    key = mix64(seed, 0xB0C4E7, bucket)
+    return BlockOrder(size, seed=key, epoch=epoch, block_samples=block_samples, window_blocks=window_blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +104,9 @@ class CurriculumSchedule:
         seed: keys the in-bucket permutations and the interleavings.
         max_epochs: epochs a bucket may be read before it drains (1 = each sample at most once).
         shuffle: False reads each bucket epoch in storage order.
+        orders: per bucket, None (the global Feistel order) or ``(block_samples, window_blocks)``: the
+            block-local order of :class:`~tokenloom.sampler._block.BlockOrder`. Only the in-bucket
+            order changes: which bucket serves each position (the mix) does not.
     """
 
     def __init__(
@@ -100,6 +119,7 @@ class CurriculumSchedule:
         seed: int,
         max_epochs: int = 1,
         shuffle: bool = True,
+        orders: Sequence[tuple[int, int] | None] | None = None,
     ) -> None:
         self.bucket_samples = [int(n) for n in bucket_samples]
         self.bucket_tokens = [int(t) for t in bucket_tokens]
@@ -118,6 +138,20 @@ class CurriculumSchedule:
         self.seed = int(seed) & _MASK64
         self.max_epochs = int(max_epochs)
         self.shuffle = bool(shuffle)
+        self.orders: list[tuple[int, int] | None] = list(orders) if orders is not None else [None] * len(bucket_samples)
+        if len(self.orders) != len(self.bucket_samples):
+            raise ConfigError(
+                f"orders has {len(self.orders)} entries, expected one per bucket ({len(self.bucket_samples)})",
+                field="order",
+            )
+        for b, block in enumerate(self.orders):
+            if block is not None and (
+                len(block) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in block)
+            ):
+                raise ConfigError(
+                    f"orders[{b}] is {block!r}, expected None or (block_samples, window_blocks), both >= 1",
+                    field="order",
+                )
         if any(n < 0 for n in self.bucket_samples) or any(
             t <= 0 < n for n, t in zip(self.bucket_samples, self.bucket_tokens, strict=True)
         ):
@@ -132,7 +166,7 @@ class CurriculumSchedule:
         self.phase_tokens: list[int] = []
         self.ended_early: str | None = None
         self._mixes: list[MixSchedule] = []
-        self._permutations: dict[tuple[int, int], FeistelPermutation] = {}
+        self._permutations: dict[tuple[int, int], FeistelPermutation | BlockOrder] = {}
         self._tables: dict[tuple[int, int], np.ndarray] = {}
         self._table_views: dict[tuple[int, int], memoryview] = {}
         self._build()
@@ -309,7 +343,11 @@ class CurriculumSchedule:
             if view is None:
                 table = self._table(b, epoch)
                 if table is None:
-                    indices[row] = self._permutation(b, epoch).one(within)
+                    order = self._permutation(b, epoch)
+                    if isinstance(order, BlockOrder):
+                        indices[row] = int(order(np.asarray([within], dtype=np.int64))[0])
+                    else:
+                        indices[row] = order.one(within)
                     continue
                 view = table.data
             indices[row] = view[within]
@@ -341,14 +379,14 @@ class CurriculumSchedule:
             self._table_views[key] = table.data
         return table
 
-    def _permutation(self, bucket: int, epoch: int) -> FeistelPermutation:
+    def _permutation(self, bucket: int, epoch: int) -> FeistelPermutation | BlockOrder:
         key = (bucket, epoch)
         permutation = self._permutations.get(key)
         if permutation is None:
             if len(self._permutations) > 256:
                 self._permutations.clear()
-            permutation = self._permutations[key] = bucket_permutation(
-                self.seed, bucket, epoch, self.bucket_samples[bucket]
+            permutation = self._permutations[key] = bucket_order(
+                self.seed, bucket, epoch, self.bucket_samples[bucket], self.orders[bucket]
             )
         return permutation
 

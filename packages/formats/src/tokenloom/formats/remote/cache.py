@@ -12,6 +12,10 @@ their default options (they grow a new file's on-disk size only as its data is w
 again; on a filesystem without that ordering, delete the cache directory after a machine crash.
 
 Layout: ``CACHE/v1/<hash of URL>/<hash of ETag>/{whole, b<block size>-<n>}`` (plus ``.lock`` files).
+Every block fetched adds a line (its bytes) to ``CACHE/v1/readers/fetched-<hash of URL>-<hash of ETag>.log``:
+what the node fetched per object, whatever was evicted since (:func:`fetched_bytes`; a curriculum reports it
+beside the bytes its samples used). Like the readers' records beside it, it is bookkeeping, not cached data:
+the cache limit does not count it.
 
 With ``limit`` (bytes, ``cache_limit=`` or ``$TOKENLOOM_CACHE_LIMIT``) the cache stays under it: see
 :mod:`.budget` (Belady eviction by the readers' published futures; a mapped block holds a shared lock
@@ -39,7 +43,14 @@ from tokenloom.formats.remote._mapping import map_readonly
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import fetch_into
 
-__all__ = ["BLOCK_SIZE_ENV", "DEFAULT_BLOCK_SIZE", "BlockCache", "default_block_size", "default_cache_dir"]
+__all__ = [
+    "BLOCK_SIZE_ENV",
+    "DEFAULT_BLOCK_SIZE",
+    "BlockCache",
+    "default_block_size",
+    "default_cache_dir",
+    "fetched_bytes",
+]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -65,6 +76,42 @@ def default_cache_dir() -> Path:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _ledger(root: Path, url: str, etag: str, size: int) -> Path:
+    return root / "v1" / "readers" / f"fetched-{_digest(url)}-{_digest(etag or f'size-{size}')}.log"
+
+
+def _record_fetch(root: Path, obj: ObjectInfo, size: int) -> None:
+    """One line of ``size`` in the object's ledger (an O_APPEND write: whole lines from any process)."""
+    path = _ledger(root, obj.url, obj.etag, obj.size)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"%d\n" % size)
+    finally:
+        os.close(fd)
+
+
+def fetched_bytes(root: str | os.PathLike[str], objects: dict[str, str] | None = None) -> int:
+    """Bytes of token blocks the node's cache at ``root`` has fetched for ``objects`` ({URL: "size:ETag"});
+    None: for every object."""
+    if objects is None:
+        ledgers = list((Path(root) / "v1" / "readers").glob("fetched-*.log"))
+    else:
+        ledgers = []
+        for url, identity in objects.items():
+            size, _, etag = identity.partition(":")
+            with contextlib.suppress(ValueError):
+                ledgers.append(_ledger(Path(root), url, etag, int(size)))
+    total = 0
+    for ledger in ledgers:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            total += sum(int(line) for line in ledger.read_bytes().split())
+    return total
 
 
 class BlockCache:
@@ -215,6 +262,9 @@ class BlockCache:
                 try:
                     fetch_into(self.config, obj, start, end, temp)
                     os.replace(temp, final)
+                    if name != "whole":
+                        with contextlib.suppress(OSError):  # a figure, never a reason to fail a read
+                            _record_fetch(self.root, obj, end - start)
                 finally:
                     with contextlib.suppress(FileNotFoundError):
                         temp.unlink()
