@@ -19,6 +19,7 @@ import orjson
 from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import DataError, MissingFileError
+from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import using_source
 from tokenloom.formats.io.urls import RemoteURL
@@ -27,6 +28,7 @@ from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
 from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
+from tokenloom.formats.remote.verify import say_unverified
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
 
@@ -74,6 +76,8 @@ def open_remote_any(
         return open_remote_native(cache, validate=validate, dtype=dtype, manifest_obj=manifest)
     config, objects, name = _objects(cache.config, manifest, payload)
     view_cache = BlockCache(config, cache.root, cache.block_size, limit=cache.limit)
+    if validate != Validate.NONE:
+        _expect(view_cache, objects, payload, url.url())
     view = build_view(view_cache, objects)
     target = view / name if name else view
     source = RemoteSource(view_cache, view, objects)
@@ -101,6 +105,41 @@ def open_remote_any(
     # each object's identity, so that a saved state can name the object that changed (no credentials)
     dataset.metadata["remote_objects"] = {info.url: f"{info.size}:{info.etag}" for info in objects.values()}
     return dataset
+
+
+def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url: str) -> None:
+    """Register what a manifest records (block hashes, checksums) with ``cache``; say once what stays unchecked."""
+    recorded: dict[str, dict[str, Any]] = {}
+    if isinstance(payload, dict) and isinstance(payload.get("files"), list):
+        recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
+    unhashed = unchecked = 0
+    for name, obj in objects.items():
+        if name == MANIFEST_NAME:
+            continue  # checks itself
+        item = recorded.get(name, {})
+        if name.endswith(DATA_SUFFIXES):
+            try:
+                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0) if item else None
+            except DataError:
+                blocks = None  # the format's reader names a malformed manifest
+            cache.expected.add(obj.key, blocks=blocks)
+            unhashed += blocks is None or cache.block_size % blocks.block_size != 0
+        elif isinstance(item.get("xxh3_128"), str):
+            cache.expected.add(obj.key, checksum=item["xxh3_128"])
+        else:
+            unchecked += 1
+    reasons = []
+    if unhashed:
+        reasons.append(f"{unhashed} data objects have no block hashes usable with block_size {cache.block_size}")
+    if unchecked:
+        reasons.append(f"{unchecked} objects fetched whole have no checksum in a manifest")
+    say_unverified(
+        url,
+        reasons,
+        "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, or a "
+        "dataset with an older manifest), or `tokenloom convert` to a format tokenloom writes; a block_size that "
+        "is a multiple of 1 MiB",
+    )
 
 
 def detect_remote(
