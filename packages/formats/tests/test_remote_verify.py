@@ -189,7 +189,9 @@ def test_a_corrupt_cached_block_is_discarded_and_fetched_again(seaweed, local_ds
     assert str(block) in warning and "fetching it again" in warning
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=LOGGER):  # the next open is clean: the cache healed
-        assert _entries(open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)) == expected
+        assert (
+            _entries(open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)) == expected
+        )
     assert not _warnings(caplog, "")
 
 
