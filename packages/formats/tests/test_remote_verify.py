@@ -260,3 +260,22 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
         open_dataset(megatron_url, cache_dir=tmp_path / "c3", **options)
     (said,) = _warnings(caplog, "unverified")
     assert megatron_url in said
+
+
+def test_a_corrupt_cached_index_of_a_foreign_format_is_fetched_again(seaweed, tmp_path, caplog):
+    flat = _write(tmp_path / "flat", "flat")
+    url = _upload(seaweed, flat)
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    expected = _entries(open_dataset(flat))
+    assert _entries(open_dataset(url, **options)) == expected
+    (cached,) = [p for p in (tmp_path / "c").rglob("whole") if p.stat().st_size == 48]  # document_lengths.i64
+    raw = bytearray(cached.read_bytes())
+    raw[9] ^= 0x01
+    cached.write_bytes(bytes(raw))  # the view links this file: the flat reader would see it
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert _entries(open_dataset(url, **options)) == expected
+    assert [w for w in _warnings(caplog, "corrupt") if str(cached) in w]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert _entries(open_dataset(url, **options)) == expected
+    assert not _warnings(caplog, "")

@@ -200,6 +200,7 @@ class BlockCache:
                 fd = open_lock(folder / (name + ".lock"))
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 view = problem = None
+                inode = 0
                 if _complete(final, end - start):
                     try:
                         inode = os.stat(final).st_ino
@@ -299,6 +300,7 @@ class BlockCache:
         if not self.expected.checks(obj.key, self.block_size, whole):
             fetch_into(self.config, obj, start, end, temp)
             return
+        problem = None
         for attempt in range(FETCH_RETRIES + 1):
             fetch_into(self.config, obj, start, end, temp)
             problem = read_problem(self.expected, obj.url, obj.key, temp, start, whole)
@@ -317,7 +319,7 @@ class BlockCache:
                 FETCH_RETRIES,
             )
         number = name if whole else str(start // self.block_size)
-        raise fetch_error(obj.url, number, start, end, problem, FETCH_RETRIES + 1)
+        raise fetch_error(obj.url, number, start, end, problem or ("", "", ""), FETCH_RETRIES + 1)
 
 
 def _complete(path: Path, size: int) -> bool:

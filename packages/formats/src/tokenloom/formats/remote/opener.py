@@ -9,6 +9,8 @@ before a shard is touched).
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -22,6 +24,7 @@ from tokenloom.formats.errors import DataError, MissingFileError
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import using_source
+from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
@@ -79,6 +82,7 @@ def open_remote_any(
     if validate != Validate.NONE:
         _expect(view_cache, objects, payload, url.url())
     view = build_view(view_cache, objects)
+    _heal_view(view, view_cache, objects)
     target = view / name if name else view
     source = RemoteSource(view_cache, view, objects)
     try:
@@ -140,6 +144,30 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
         "dataset with an older manifest), or `tokenloom convert` to a format tokenloom writes; a block_size that "
         "is a multiple of 1 MiB",
     )
+
+
+def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
+    """Check each whole-fetched object the manifest has a checksum for, the first time this process uses it.
+
+    A corrupt cached copy is fetched again by :meth:`BlockCache.whole`; the view still links the bad one
+    (a hard link to the old file), so it is linked again.
+    """
+    for name, obj in objects.items():
+        if name == MANIFEST_NAME or name.endswith(DATA_SUFFIXES):
+            continue
+        if not cache.expected.checks(obj.key, cache.block_size, True):
+            continue
+        whole = cache.whole(obj)
+        target = view / name
+        with storage_errors(view, "relinking a healed index file into the remote view"):
+            if os.stat(whole).st_ino == os.stat(target).st_ino:
+                continue
+            temp = target.with_name(f"{target.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+            try:
+                os.link(whole, temp)
+            except OSError:
+                shutil.copyfile(whole, temp)
+            os.replace(temp, target)
 
 
 def detect_remote(
