@@ -157,7 +157,9 @@ class Manifest:
         if self.checksum and all(f.blocks is None for f in self.files):
             return self.checksum
         payload = self.payload()
-        payload["files"] = [dataclasses.replace(f, blocks=None).to_json() for f in self.files]
+        payload["files"] = [
+            {"name": f.name, "bytes": f.bytes, "xxh3_128": f.xxh3_128, "role": f.role} for f in self.files
+        ]
         return xxhash.xxh3_128(_canonical(payload)).hexdigest()
 
     def file(self, name: str) -> FileEntry:
