@@ -35,6 +35,7 @@ ORDER = [
     "tokenize-prep",
     "datasets",
     "remote_cache",
+    "verify",
     "block_order",
     "sampler",
     "curriculum",

@@ -318,7 +318,7 @@ def _publish(
     for record in run.state.shards:
         stem = shard_stem(record.index)
         files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))
-        files.append(FileEntry(f"{stem}.bin", record.bin_bytes, record.bin_xxh3_128, "data"))
+        files.append(record.bin_entry(stem))
     manifest = Manifest(
         format="native",
         dtype=encoding.dtype.name,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tokenloom.formats.io import file_checksum, shard_cut
+from tokenloom.formats.io import BlockHashes, FileEntry, file_checksum, file_digests, shard_cut
 from tokenloom.formats.native import NativeShardWriter
 
 __all__ = ["ShardCutter", "ShardRecord", "shard_stem"]
@@ -37,9 +37,13 @@ class ShardRecord:
     bin_xxh3_128: str
     idx_bytes: int
     idx_xxh3_128: str
+    #: the ``.bin``'s block hashes (records of runs before wave 4 have none)
+    bin_blocks: BlockHashes | None = None
 
     def to_json(self) -> dict[str, object]:
+        blocks = {} if self.bin_blocks is None else {"bin_" + k: v for k, v in self.bin_blocks.to_json().items()}
         return {
+            **blocks,
             "index": self.index,
             "num_tokens": self.num_tokens,
             "num_entries": self.num_entries,
@@ -51,7 +55,14 @@ class ShardRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ShardRecord:
-        return cls(**{name: data[name] for name in cls.__slots__})  # type: ignore[arg-type]
+        found = {name: data[name] for name in cls.__slots__ if name != "bin_blocks"}
+        if "bin_block_size" in data:
+            found["bin_blocks"] = BlockHashes(int(data["bin_block_size"]), str(data["bin_block_xxh3_64"]))  # type: ignore[arg-type]
+        return cls(**found)  # type: ignore[arg-type]
+
+    def bin_entry(self, stem: str) -> FileEntry:
+        """The manifest entry of this shard's ``.bin``."""
+        return FileEntry(f"{stem}.bin", self.bin_bytes, self.bin_xxh3_128, "data", self.bin_blocks)
 
 
 class ShardCutter:
@@ -87,12 +98,14 @@ class ShardCutter:
         num_entries = writer.num_entries
         writer.close()
         self._current = None
+        bin_checksum, bin_blocks = file_digests(writer.bin_path)
         record = ShardRecord(
             index=self.next_index,
             num_tokens=writer.num_tokens,
             num_entries=num_entries,
             bin_bytes=writer.bin_path.stat().st_size,
-            bin_xxh3_128=file_checksum(writer.bin_path),
+            bin_xxh3_128=bin_checksum,
+            bin_blocks=bin_blocks,
             idx_bytes=writer.idx_path.stat().st_size,
             idx_xxh3_128=file_checksum(writer.idx_path),
         )

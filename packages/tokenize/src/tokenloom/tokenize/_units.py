@@ -274,7 +274,7 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
         for record in done.shards:
             stem = unit_stem(done.unit, record.index)
             files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))
-            files.append(FileEntry(f"{stem}.bin", record.bin_bytes, record.bin_xxh3_128, "data"))
+            files.append(record.bin_entry(stem))
     settings = plan.run_key["settings"]
     placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if settings.get("windowing") == Windowing.GPT_SIMPLE.value else {}
     manifest = Manifest(

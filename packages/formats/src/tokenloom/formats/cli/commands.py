@@ -20,7 +20,7 @@ from tokenloom.formats.cli.group import cli_errors
 from tokenloom.formats.cli.remote_options import PATH_OR_URL, remote_kwargs, remote_options
 from tokenloom.formats.cli.summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
-from tokenloom.formats.io.manifest import MANIFEST_NAME, read_manifest
+from tokenloom.formats.io.manifest import MANIFEST_NAME, add_block_hashes, read_manifest
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.progress import reporting
 from tokenloom.formats.io.safety import dataset_inputs, unlisted_files
@@ -111,7 +111,8 @@ def _vocab_size_option(help_text: str) -> Callable[[Callable[..., Any]], Callabl
     "--write-manifest",
     is_flag=True,
     help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one "
-    "(recording --vocab-size / --eos-id when given).",
+    "(recording --vocab-size / --eos-id when given). On a dataset whose manifest has no block hashes "
+    "(written before they were recorded): check every data file and add them.",
 )
 @remote_options
 def validate(
@@ -149,12 +150,18 @@ def validate(
         remote = remote_kwargs(path, storage_option, cache_dir)
         if write_manifest:
             refuse_remote_output(path, "manifest write (--write-manifest)")
-            with _quiet("tokenloom.formats"):  # its info "no manifest: run --write-manifest" hint, now moot
-                adopted = adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
-            click.echo(
-                f"wrote {Path(path) / MANIFEST_NAME}: checksums of {len(adopted.files)} files; later opens verify them",
-                err=True,
-            )
+            if (Path(path) / MANIFEST_NAME).is_file():
+                _, added = add_block_hashes(path, read_manifest(path))
+                done = f"added block hashes of {added} data files" if added else "block hashes already recorded"
+                click.echo(f"{Path(path) / MANIFEST_NAME}: {done}; remote reads verify every block", err=True)
+            else:
+                with _quiet("tokenloom.formats"):  # its info "no manifest: run --write-manifest" hint, now moot
+                    adopted = adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
+                click.echo(
+                    f"wrote {Path(path) / MANIFEST_NAME}: checksums of {len(adopted.files)} files; later opens "
+                    "verify them",
+                    err=True,
+                )
         if deep:
             dataset, coverage = _deep_open(path, format_name, dtype, progress, vocab_size, eos_id, remote)
         else:

@@ -6,7 +6,8 @@
 - path safety: ``safe_file``, ``real_path``, ``check_disjoint``, ``check_replaceable``
 - storage errors: ``storage_error``, ``storage_errors`` (an OSError as a named StorageError)
 - output directories: ``prepare_output_dir``, ``shard_cut``
-- manifests: ``write_manifest``, ``describe_files``, ``file_checksum``, ``FileEntry``
+- manifests: ``write_manifest``, ``describe_files``, ``file_checksum``, ``FileEntry``; block hashes:
+  ``BlockHashes``, ``file_digests``, ``HASH_BLOCK_SIZE``
 - token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
 - index arrays at O(1) memory: ``map_array``, ``iter_chunks`` (bounded scans), ``derived_index`` (index cache)
 - optional dependencies: ``require``
@@ -26,6 +27,7 @@ from tokenloom.formats.io.atomic import (
     temp_base,
     temp_path,
 )
+from tokenloom.formats.io.blockhash import HASH_BLOCK_SIZE, BlockHashes, file_digests
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array
 from tokenloom.formats.io.lazy import lazy_exports
@@ -50,6 +52,9 @@ from tokenloom.formats.io.storage import storage_error, storage_errors
 from tokenloom.formats.io.urls import is_remote_url, parse_url, refuse_remote_output
 
 __all__ = [
+    "HASH_BLOCK_SIZE",
+    "BlockHashes",
+    "file_digests",
     "EOS_AT_DOCUMENT_END",
     "EOS_PLACEMENT",
     "LOCK_SUFFIX",

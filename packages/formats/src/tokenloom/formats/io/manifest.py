@@ -2,7 +2,9 @@
 
 Written last by every writer, so its presence means "complete". It records the
 format, dtype, vocab size, EOS id, tokenizer fingerprint, token and document
-counts, every file with its byte size and xxh3-128 checksum, free-form
+counts, every file with its byte size and xxh3-128 checksum (data files also an
+xxh3-64 per 1 MiB block, :mod:`.blockhash`, so a remote reader verifies each block it
+fetches), free-form
 ``metadata`` (the settings that produced the data), and a ``checksum`` of the
 manifest's own canonical content, so a flipped byte in the manifest is caught.
 """
@@ -22,6 +24,7 @@ import xxhash
 
 from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileError
 from tokenloom.formats.io.atomic import atomic_write_bytes
+from tokenloom.formats.io.blockhash import BlockHashes, file_digests
 from tokenloom.formats.io.index_map import checked_before, remember_checked
 from tokenloom.formats.io.paths import safe_stat
 from tokenloom.formats.io.progress import Stage
@@ -32,9 +35,11 @@ __all__ = [
     "EOS_PLACEMENT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "add_block_hashes",
     "READABLE_MANIFEST_VERSIONS",
     "FileEntry",
     "Manifest",
+    "describe_file",
     "describe_files",
     "file_checksum",
     "manifest_names_format",
@@ -107,9 +112,12 @@ class FileEntry:
     bytes: int
     xxh3_128: str
     role: str = "data"  # "data" (large, checked in deep mode) or "index" (small, checked always)
+    #: an xxh3-64 per block (data files written since wave 4; None in older manifests and for index files)
+    blocks: BlockHashes | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "bytes": self.bytes, "xxh3_128": self.xxh3_128, "role": self.role}
+        found = {"name": self.name, "bytes": self.bytes, "xxh3_128": self.xxh3_128, "role": self.role}
+        return found if self.blocks is None else {**found, **self.blocks.to_json()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +152,15 @@ class Manifest:
 
     @property
     def fingerprint(self) -> str:
-        """A stable id of this dataset's content (the manifest's own checksum)."""
-        return self.checksum or xxhash.xxh3_128(_canonical(self.payload())).hexdigest()
+        """A stable id of this dataset's content (the manifest's own checksum, block hashes left out: adding
+        them with ``tokenloom validate --write-manifest`` keeps the fingerprint, and saved states resume)."""
+        if self.checksum and all(f.blocks is None for f in self.files):
+            return self.checksum
+        payload = self.payload()
+        payload["files"] = [
+            {"name": f.name, "bytes": f.bytes, "xxh3_128": f.xxh3_128, "role": f.role} for f in self.files
+        ]
+        return xxhash.xxh3_128(_canonical(payload)).hexdigest()
 
     def file(self, name: str) -> FileEntry:
         for entry in self.files:
@@ -212,11 +227,44 @@ class Manifest:
 
 
 def describe_files(root: Path, names_and_roles: Iterable[tuple[str, str]]) -> tuple[FileEntry, ...]:
-    """FileEntry for each (name, role), measuring size and checksum from disk."""
-    return tuple(
-        FileEntry(name=name, bytes=(root / name).stat().st_size, xxh3_128=file_checksum(root / name), role=role)
-        for name, role in names_and_roles
-    )
+    """FileEntry for each (name, role), measuring size and checksum from disk (data files: block hashes too)."""
+    return tuple(describe_file(root, name, role) for name, role in names_and_roles)
+
+
+def describe_file(root: Path, name: str, role: str) -> FileEntry:
+    """The FileEntry of ``root/name``: size, xxh3-128 and, for a data file, its block hashes (one read)."""
+    size = (root / name).stat().st_size
+    if role != "data":
+        return FileEntry(name=name, bytes=size, xxh3_128=file_checksum(root / name), role=role)
+    checksum, blocks = file_digests(root / name)
+    return FileEntry(name=name, bytes=size, xxh3_128=checksum, role=role, blocks=blocks)
+
+
+def add_block_hashes(root: str | os.PathLike[str], manifest: Manifest) -> tuple[Manifest, int]:
+    """Rewrite ``root``'s manifest with block hashes for every data file that has none; (manifest, files added).
+
+    Each such file is read once: its checksum must be the recorded one (ChecksumError otherwise: hashes of
+    damaged data would bless it), and its block hashes come from the same read.
+    """
+    folder = Path(root)
+    files, added = [], 0
+    for entry in manifest.files:
+        if entry.role != "data" or entry.blocks is not None:
+            files.append(entry)
+            continue
+        checksum, blocks = file_digests(folder / entry.name)
+        if checksum != entry.xxh3_128:
+            raise ChecksumError(
+                f"{entry.name} content checksum {checksum} differs from the manifest's {entry.xxh3_128}",
+                path=folder / entry.name,
+                field="xxh3_128",
+                hint="The file changed after the dataset was written: restore it before adding block hashes",
+            )
+        files.append(dataclasses.replace(entry, blocks=blocks))
+        added += 1
+    if not added:
+        return manifest, 0
+    return write_manifest(folder, dataclasses.replace(manifest, files=tuple(files), checksum="")), added
 
 
 def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> Manifest:
@@ -261,7 +309,7 @@ def _plain_entry(item: object) -> FileEntry | None:
     if type(item) is not dict:
         return None
     name, size, digest, role = item.get("name"), item.get("bytes"), item.get("xxh3_128"), item.get("role")
-    if type(name) is str and type(size) is int and type(digest) is str and type(role) is str:
+    if type(name) is str and type(size) is int and type(digest) is str and type(role) is str and len(item) == 4:
         return FileEntry(name, size, digest, role)
     return None
 
@@ -270,11 +318,13 @@ def _file_entry(item: object, record: int, path: Path) -> FileEntry:
     """The FileEntry of one item of the manifest's ``files`` (FormatError naming what is wrong)."""
     if not isinstance(item, dict):
         raise FormatError("manifest file entry is not an object", path=path, record=record, field="files")
+    size = _expect(item, "bytes", (int,), path)
     return FileEntry(
         name=_expect(item, "name", (str,), path),
-        bytes=_expect(item, "bytes", (int,), path),
+        bytes=size,
         xxh3_128=_expect(item, "xxh3_128", (str,), path),
         role=_expect(item, "role", (str,), path),
+        blocks=BlockHashes.from_json(item, size, path=path, record=record),
     )
 
 

@@ -20,6 +20,9 @@ the cache limit does not count it.
 With ``limit`` (bytes, ``cache_limit=`` or ``$TOKENLOOM_CACHE_LIMIT``) the cache stays under it: see
 :mod:`.budget` (Belady eviction by the readers' published futures; a mapped block holds a shared lock
 and is never deleted under its reader; a deleted block is fetched again, never read wrong).
+
+Every byte is checked where the manifest lets it be (:mod:`.verify`, hashes in :attr:`BlockCache.expected`):
+a block before it is published, and again the first time a process maps it from the cache.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from tokenloom.formats.remote._fdlocks import close_lock, on_fork_in_child, open
 from tokenloom.formats.remote._mapping import map_readonly
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import fetch_into
+from tokenloom.formats.remote.verify import FETCH_RETRIES, Expected, discard, fetch_error, read_problem
 
 __all__ = [
     "BLOCK_SIZE_ENV",
@@ -141,12 +145,16 @@ class BlockCache:
             budget.check_limit(self.limit, block_size, readers=budget.planned_readers())
         self._pins: dict[tuple[str, int], int] = {}  # shared-lock fds of the mapped blocks (bounded cache)
         self._dirs: dict[tuple[str, str, int], str] = {}  # an object's folder under v1/ (hashed once)
+        #: the block hashes and checksums (by object key) that fetched and cached bytes are checked against
+        self.expected = Expected()
+        self._verified: set[tuple[str, str, str]] = set()  # (key, etag, file name) checked in this process
         on_fork_in_child(self)
 
     def _forget_after_fork(self) -> None:
         """In a forked child: the pins' fds are closed (see ``_fdlocks``); maps are pinned again on next use."""
         self._maps = OrderedDict()
         self._pins = {}
+        self._verified = set()
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
@@ -156,6 +164,7 @@ class BlockCache:
         state = dict(self.__dict__)
         state["_maps"] = OrderedDict()  # maps are reopened in the receiving process
         state["_pins"] = {}  # and pinned again there
+        state["_verified"] = set()  # and checked again there, at first map
         return state
 
     def block_key(self, obj: ObjectInfo, number: int) -> str:
@@ -200,9 +209,33 @@ class BlockCache:
                 budget.join(self.root, self.limit, self.block_size)
                 view = self._pinned_map(obj, key, f"b{self.block_size}-{number}", start, end)
             else:
-                path = self._publish(obj, f"b{self.block_size}-{number}", start, end)
-                view = self._maps[key] = _map(path, end - start)
+                name = f"b{self.block_size}-{number}"
+                view = self._maps[key] = self._checked_map(obj, name, self._publish(obj, name, start, end), start, end)
         return view
+
+    def _checked_map(self, obj: ObjectInfo, name: str, path: Path, start: int, end: int) -> memoryview:
+        """The map of ``path``, checked the first time this process maps it (a bad file is fetched again)."""
+        for _attempt in range(2):
+            inode = os.stat(path).st_ino if end > start else 0
+            view = _map(path, end - start)
+            problem = self._map_problem(obj, name, view, start)
+            if problem is None:
+                return view
+            view.release()
+            discard(path, inode, problem)
+            path = self._replace_bad(obj, name, start, end, path)
+        return _map(path, end - start)  # fetched and checked just now, by this process or another
+
+    def _map_problem(self, obj: ObjectInfo, name: str, view: memoryview, start: int) -> tuple[str, str, str] | None:
+        """Why the mapped cache file ``name`` of ``obj`` is wrong, the first time this process maps it (else None)."""
+        seen = (obj.key, obj.etag, name)
+        whole = name == "whole"
+        if seen in self._verified or not self.expected.checks(obj.key, self.block_size, whole):
+            return None
+        problem = self.expected.problem(obj.url, obj.key, view, start, whole=whole)
+        if problem is None:
+            self._verified.add(seen)
+        return problem
 
     def _pinned_map(self, obj: ObjectInfo, key: tuple[str, int], name: str, start: int, end: int) -> memoryview:
         """Map a block under a shared lock held while the map is live (the evictor then leaves it alone)."""
@@ -216,15 +249,24 @@ class BlockCache:
             for _attempt in range(100):
                 fd = open_lock(folder / (name + ".lock"))
                 fcntl.flock(fd, fcntl.LOCK_SH)
+                view = problem = None
+                inode = 0
                 if _complete(final, end - start):
                     try:
+                        inode = os.stat(final).st_ino
                         view = _map(final, end - start)
                     except FileNotFoundError:
                         view = None
-                    if view is not None:
+                    problem = None if view is None else self._map_problem(obj, name, view, start)
+                    if view is not None and problem is None:
                         self._maps[key], self._pins[key] = view, fd
                         return view
                 close_lock(fd)
+                if view is not None and problem is not None:
+                    view.release()
+                    discard(final, inode, problem)
+                    self._replace_bad(obj, name, start, end, final)
+                    continue
                 self._publish(obj, name, start, end)  # evicted between the fetch and the map: fetch again
         raise ConfigError(
             f"{obj.url}: block {start // self.block_size} was evicted 100 times before it could be mapped",
@@ -235,8 +277,29 @@ class BlockCache:
 
     @named_cache_errors
     def whole(self, obj: ObjectInfo) -> Path:
-        """The local path of all of ``obj`` (index files, manifests: fetched whole, once per node)."""
-        return self._publish(obj, "whole", 0, obj.size)
+        """The local path of all of ``obj`` (index files, manifests: fetched whole, once per node).
+
+        With a checksum in :attr:`expected`, the file is checked at fetch and the first time this process
+        uses it (a corrupt cached copy is discarded and fetched again).
+        """
+        path = self._publish(obj, "whole", 0, obj.size)
+        if self.expected.checks(obj.key, self.block_size, True) and (obj.key, obj.etag, "whole") not in self._verified:
+            self._checked_map(obj, "whole", path, 0, obj.size).release()
+            path = self._dir(obj) / "whole"
+        return path
+
+    def discard(self, obj: ObjectInfo) -> None:
+        """Forget and delete every cached block of ``obj`` (a whole-file check failed: fetch it all again)."""
+        for key in [k for k in self._maps if k[0] == obj.url]:
+            self._maps.pop(key)
+            if key in self._pins:
+                close_lock(self._pins.pop(key))
+        self._verified = {seen for seen in self._verified if seen[0] != obj.key}
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self._dir(obj)):
+                if entry.name.startswith(f"b{self.block_size}-") and not entry.name.endswith((".lock", ".tmp")):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
 
     def _publish(self, obj: ObjectInfo, name: str, start: int, end: int) -> Path:
         folder = self._dir(obj)
@@ -255,24 +318,62 @@ class BlockCache:
             with _exclusive_unless_complete(folder / (name + ".lock"), final, end - start) as acquired:
                 if not acquired or _complete(final, end - start):
                     return final
-                temp = folder / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
-                reservation = None
-                if self.limit is not None:
-                    reservation = budget.reserve(self.root, final, end - start, self.limit, self.block_size)
-                try:
-                    fetch_into(self.config, obj, start, end, temp)
-                    os.replace(temp, final)
-                    if name != "whole":
-                        with contextlib.suppress(OSError):  # a figure, never a reason to fail a read
-                            _record_fetch(self.root, obj, end - start)
-                finally:
-                    with contextlib.suppress(FileNotFoundError):
-                        temp.unlink()
-                    if reservation is not None:
-                        with contextlib.suppress(FileNotFoundError):
-                            reservation.unlink()
-        log.debug("%s: cached bytes %d-%d as %s", obj.url, start, end, final)
+                self._fetch_into_place(obj, name, start, end, final)
         return final
+
+    def _fetch_into_place(self, obj: ObjectInfo, name: str, start: int, end: int, final: Path) -> None:
+        """Fetch, check and rename into ``final`` (the caller holds its exclusive lock, or replaces a bad copy)."""
+        temp = final.parent / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        reservation = None
+        if self.limit is not None:
+            reservation = budget.reserve(self.root, final, end - start, self.limit, self.block_size)
+        try:
+            self._fetch_checked(obj, name, start, end, temp)
+            os.replace(temp, final)
+            if name != "whole":
+                with contextlib.suppress(OSError):  # a figure, never a reason to fail a read
+                    _record_fetch(self.root, obj, end - start)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+            if reservation is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    reservation.unlink()
+        log.debug("%s: cached bytes %d-%d as %s", obj.url, start, end, final)
+
+    def _replace_bad(self, obj: ObjectInfo, name: str, start: int, end: int, path: Path) -> Path:
+        """Fetch a discarded bad cache file again, without its exclusive lock: another reader that maps the bad
+        copy may pin it (hold its shared lock) for as long as it idles. The rename replaces it atomically."""
+        with storage_errors(path.parent, "replacing a corrupt cached block"):
+            self._fetch_into_place(obj, name, start, end, path)
+        return path
+
+    def _fetch_checked(self, obj: ObjectInfo, name: str, start: int, end: int, temp: Path) -> None:
+        """Fetch bytes ``[start, end)`` into ``temp``, checked against the manifest (fetched again on a mismatch)."""
+        whole = name == "whole"
+        if not self.expected.checks(obj.key, self.block_size, whole):
+            fetch_into(self.config, obj, start, end, temp)
+            return
+        problem = None
+        for attempt in range(FETCH_RETRIES + 1):
+            fetch_into(self.config, obj, start, end, temp)
+            problem = read_problem(self.expected, obj.url, obj.key, temp, start, whole)
+            if problem is None:
+                self._verified.add((obj.key, obj.etag, name))
+                return
+            temp.unlink()
+            if attempt == FETCH_RETRIES:
+                break
+            log.warning(
+                "%s: %s arrived with a wrong hash (%s is %s, the manifest records %s): fetching it again (%d of %d)",
+                obj.url,
+                "the object" if whole else f"block {start // self.block_size}",
+                *problem,
+                attempt + 1,
+                FETCH_RETRIES,
+            )
+        number = name if whole else str(start // self.block_size)
+        raise fetch_error(obj.url, number, start, end, problem or ("", "", ""), FETCH_RETRIES + 1)
 
 
 def _complete(path: Path, size: int) -> bool:

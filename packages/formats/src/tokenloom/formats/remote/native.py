@@ -7,6 +7,10 @@ shard's entry count comes from its ``.idx`` size as the manifest records it (a G
 10,000 indexes: a shard's ``.idx`` is fetched whole, checked against the manifest's checksum and
 validated as on disk when the shard is first touched; its ``.bin`` is read by blocks.
 ``validate="deep"`` touches every shard and checksums every object block by block (with progress).
+
+Every ``.bin`` block is checked against the manifest's block hashes when fetched and when a process first
+maps it, and every ``.idx`` against its checksum (:mod:`.verify`); what cannot be checked (a manifest
+written before block hashes, a cache block size that is not a multiple of the hash block) is said once.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
+from tokenloom.formats.remote.verify import log, say_unverified
 
 __all__ = ["RemoteShard", "check_size", "open_remote_native", "remote_fingerprint"]
 
@@ -223,6 +228,8 @@ def open_remote_native(
             if obj is None:
                 raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=url.url(entry.name))
             check_size(entry, obj)
+    if validate != Validate.NONE:
+        expect_manifest(cache, manifest)
     by_name = {entry.name: entry for entry in manifest.files}
     zero = no_overlaps_recorded(manifest.metadata)
     shards: list[Shard] = []
@@ -249,6 +256,35 @@ def open_remote_native(
     return dataset
 
 
+def expect_manifest(cache: BlockCache, manifest: Manifest) -> None:
+    """Register the manifest's block hashes and index checksums with ``cache``; say once what stays unchecked."""
+    url = cache.config.url
+    missing, misaligned = 0, set()
+    data = [entry for entry in manifest.files if entry.role == "data"]
+    for entry in manifest.files:
+        if entry.role == "data":
+            cache.expected.add(url.key(entry.name), blocks=entry.blocks)
+            if entry.blocks is None:
+                missing += 1
+            elif cache.block_size % entry.blocks.block_size:
+                misaligned.add(entry.blocks.block_size)
+        else:
+            cache.expected.add(url.key(entry.name), checksum=entry.xxh3_128)
+    reasons, hints = [], []
+    if missing:
+        reasons.append(f"{missing} of {len(data)} data files have no block hashes (a manifest written before them)")
+        hints.append(
+            "Add them: `tokenloom validate --write-manifest DIR` on a local copy, then upload its manifest.json"
+        )
+    if misaligned:
+        reasons.append(
+            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
+            f"{', '.join(map(str, sorted(misaligned)))}"
+        )
+        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB")
+    say_unverified(url.url(), reasons, " ".join(hints) + " (validate='deep' still checks whole-file checksums)")
+
+
 def _check_every_byte(cache: BlockCache, manifest: Manifest, shards: list[Shard]) -> None:
     """Deep validation: every object read block by block and checked against the manifest's checksum."""
     stage = Stage("checksums", sum(e.bytes for e in manifest.files))
@@ -264,9 +300,16 @@ def _check_every_byte(cache: BlockCache, manifest: Manifest, shards: list[Shard]
             check_size(entry, obj)
         with BlockFile(cache, obj) as handle:
             found = _checksum(handle, stage)
+        if found != entry.xxh3_128:  # the cached copy or the object: fetch it all again to know which
+            cache.discard(obj)
+            with BlockFile(cache, obj) as handle:
+                found = _checksum(handle, Stage("checksums (fetched again)", entry.bytes))
+            if found == entry.xxh3_128:
+                log.warning("%s: its cached blocks were corrupt; discarded and fetched again", obj.url)
         if found != entry.xxh3_128:
             raise ChecksumError(
-                f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
+                f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128} "
+                "(fetched afresh from the store)",
                 path=obj.url,
                 field="xxh3_128",
             )

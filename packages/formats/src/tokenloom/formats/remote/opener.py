@@ -9,6 +9,8 @@ before a shard is touched).
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -19,14 +21,17 @@ import orjson
 from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import DataError, MissingFileError
+from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import using_source
+from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
 from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
+from tokenloom.formats.remote.verify import say_unverified
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
 
@@ -74,7 +79,10 @@ def open_remote_any(
         return open_remote_native(cache, validate=validate, dtype=dtype, manifest_obj=manifest)
     config, objects, name = _objects(cache.config, manifest, payload)
     view_cache = BlockCache(config, cache.root, cache.block_size, limit=cache.limit)
+    if validate != Validate.NONE:
+        _expect(view_cache, objects, payload, url.url())
     view = build_view(view_cache, objects)
+    _heal_view(view, view_cache, objects)
     target = view / name if name else view
     source = RemoteSource(view_cache, view, objects)
     try:
@@ -101,6 +109,65 @@ def open_remote_any(
     # each object's identity, so that a saved state can name the object that changed (no credentials)
     dataset.metadata["remote_objects"] = {info.url: f"{info.size}:{info.etag}" for info in objects.values()}
     return dataset
+
+
+def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url: str) -> None:
+    """Register what a manifest records (block hashes, checksums) with ``cache``; say once what stays unchecked."""
+    recorded: dict[str, dict[str, Any]] = {}
+    if isinstance(payload, dict) and isinstance(payload.get("files"), list):
+        recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
+    unhashed = unchecked = 0
+    for name, obj in objects.items():
+        if name == MANIFEST_NAME:
+            continue  # checks itself
+        item = recorded.get(name, {})
+        if name.endswith(DATA_SUFFIXES):
+            try:
+                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0) if item else None
+            except DataError:
+                blocks = None  # the format's reader names a malformed manifest
+            cache.expected.add(obj.key, blocks=blocks)
+            unhashed += blocks is None or cache.block_size % blocks.block_size != 0
+        elif isinstance(item.get("xxh3_128"), str):
+            cache.expected.add(obj.key, checksum=item["xxh3_128"])
+        else:
+            unchecked += 1
+    reasons = []
+    if unhashed:
+        reasons.append(f"{unhashed} data objects have no block hashes usable with block_size {cache.block_size}")
+    if unchecked:
+        reasons.append(f"{unchecked} objects fetched whole have no checksum in a manifest")
+    say_unverified(
+        url,
+        reasons,
+        "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, or a "
+        "dataset with an older manifest), or `tokenloom convert` to a format tokenloom writes; a block_size that "
+        "is a multiple of 1 MiB",
+    )
+
+
+def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
+    """Check each whole-fetched object the manifest has a checksum for, the first time this process uses it.
+
+    A corrupt cached copy is fetched again by :meth:`BlockCache.whole`; the view still links the bad one
+    (a hard link to the old file), so it is linked again.
+    """
+    for name, obj in objects.items():
+        if name == MANIFEST_NAME or name.endswith(DATA_SUFFIXES):
+            continue
+        if not cache.expected.checks(obj.key, cache.block_size, True):
+            continue
+        whole = cache.whole(obj)
+        target = view / name
+        with storage_errors(view, "relinking a healed index file into the remote view"):
+            if os.stat(whole).st_ino == os.stat(target).st_ino:
+                continue
+            temp = target.with_name(f"{target.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+            try:
+                os.link(whole, temp)
+            except OSError:
+                shutil.copyfile(whole, temp)
+            os.replace(temp, target)
 
 
 def detect_remote(
