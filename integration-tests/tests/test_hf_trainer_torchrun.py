@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pytest
 from torchrun_helpers import finish_job, start_job
 
 from tokenloom.datasets import MemoryMappedDataset
@@ -59,9 +58,7 @@ def trained(out: Path, index_of: dict[str, int], *, up_to: int | None = None) ->
 def expected(order: np.ndarray, consumed: int, world: int, first_step: int, steps: int) -> dict[tuple[int, int], list]:
     """The uninterrupted order from global position ``consumed`` on ``world`` processes."""
     return {
-        (first_step + step, rank): [
-            int(order[consumed + (step * BATCH + i) * world + rank]) for i in range(BATCH)
-        ]
+        (first_step + step, rank): [int(order[consumed + (step * BATCH + i) * world + rank]) for i in range(BATCH)]
         for step in range(steps)
         for rank in range(world)
     }
@@ -78,9 +75,20 @@ def test_trainer_resumes_exactly_on_one_and_three_processes(tmp_path: Path) -> N
     killed = tmp_path / "killed"
     code, output = finish_job(
         start_job(
-            "trainer_job.py", 2, *common, "--out", str(killed), "--max-steps", "12",
-            "--save-steps", str(CHECKPOINT_STEP), "--workers", "1", "--kill-at-step", str(KILL_STEP),
-        )  # fmt: skip
+            "trainer_job.py",
+            2,
+            *common,
+            "--out",
+            str(killed),
+            "--max-steps",
+            "12",
+            "--save-steps",
+            str(CHECKPOINT_STEP),
+            "--workers",
+            "1",
+            "--kill-at-step",
+            str(KILL_STEP),
+        )
     )
     assert code != 0, output[-3000:]
     checkpoint = killed / "checkpoints" / f"checkpoint-{CHECKPOINT_STEP}"
@@ -98,9 +106,16 @@ def test_trainer_resumes_exactly_on_one_and_three_processes(tmp_path: Path) -> N
         remaining_steps = (NUM_SAMPLES - 24) // (world * BATCH)
         code, output = finish_job(
             start_job(
-                "trainer_job.py", world, *common, "--out", str(resumed),
-                "--max-steps", str(CHECKPOINT_STEP + remaining_steps), "--resume", str(start),
-            )  # fmt: skip
+                "trainer_job.py",
+                world,
+                *common,
+                "--out",
+                str(resumed),
+                "--max-steps",
+                str(CHECKPOINT_STEP + remaining_steps),
+                "--resume",
+                str(start),
+            )
         )
         assert code == 0, output[-3000:]
         after = trained(resumed, index_of)

@@ -41,7 +41,7 @@ class KillAt(TrainerCallback):
     def __init__(self, step: int) -> None:
         self.step = step
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+    def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.step and args.process_index == 0:
             os.kill(os.getpid(), signal.SIGKILL)
 

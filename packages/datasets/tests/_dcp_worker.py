@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 
-def row_hash(row) -> str:  # noqa: ANN001
+def row_hash(row) -> str:
     return hashlib.blake2b(row.numpy().astype("int64").tobytes(), digest_size=8).hexdigest()
 
 

@@ -33,7 +33,7 @@ def write_tokens(root: Path, seed: int = 4) -> MemoryMappedDataset:
     return MemoryMappedDataset(root, seq_len=SEQ_LEN, pack_sequences=True)
 
 
-def run_ranks(worker, world_size: int, *args) -> None:  # noqa: ANN001
+def run_ranks(worker, world_size: int, *args) -> None:
     context = spawn(worker.run, args=(world_size, *args), nprocs=world_size, join=False)
     assert context is not None
     deadline = time.monotonic() + 180
@@ -68,7 +68,13 @@ def test_saved_on_two_gloo_ranks_resumed_on_three_consumes_every_sample_once(tmp
         for rank in range(world):  # rank r, batch b, row i: global position start + (2 b + i) W + r
             expected = [[int(order[start + (2 * b + i) * world + rank]) for i in range(2)] for b in range(batches)]
             assert indices(f"{phase}-rank{rank}.json") == expected, (phase, rank)
-    consumed = [i for world, phase in ((2, "save"), (3, "load")) for r in range(world) for b in indices(f"{phase}-rank{r}.json") for i in b]
+    consumed = [
+        i
+        for world, phase in ((2, "save"), (3, "load"))
+        for r in range(world)
+        for b in indices(f"{phase}-rank{r}.json")
+        for i in b
+    ]
     assert sorted(consumed) == list(range(NUM_SAMPLES))  # exactly once: nothing repeated, nothing skipped
     lost = [index_of[h] for r in range(2) for h in json.loads((tmp_path / f"lost-rank{r}.json").read_text())]
     assert set(lost) <= set(consumed[12:])  # read after the checkpoint, so served again after the resume

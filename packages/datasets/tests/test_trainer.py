@@ -34,7 +34,7 @@ def write_tokens(root: Path, seed: int = 1) -> MemoryMappedDataset:
     return MemoryMappedDataset(root, seq_len=SEQ_LEN, pack_sequences=True, position_ids=True)
 
 
-def row_hash(row) -> str:  # noqa: ANN001
+def row_hash(row) -> str:
     return hashlib.blake2b(row.numpy().astype("int64").tobytes(), digest_size=8).hexdigest()
 
 
@@ -48,7 +48,7 @@ class RecordingTrainer(transformers.Trainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-def make_trainer(out: Path, dataset, *, max_steps: int, workers: int = 0, helper: bool = True) -> RecordingTrainer:  # noqa: ANN001
+def make_trainer(out: Path, dataset, *, max_steps: int, workers: int = 0, helper: bool = True) -> RecordingTrainer:
     import torch
 
     torch.manual_seed(0)
@@ -95,12 +95,16 @@ def test_a_checkpoint_without_the_sampler_state_or_of_another_dataset_is_refused
     dataset = write_tokens(tmp_path / "tokens")
     make_trainer(tmp_path / "plain", dataset, max_steps=3, helper=False).train()
     with pytest.raises(ResumeMismatchError, match="holds no tokenloom sampler state"):
-        make_trainer(tmp_path / "a", dataset, max_steps=6).train(resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-3"))
+        make_trainer(tmp_path / "a", dataset, max_steps=6).train(
+            resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-3")
+        )
 
     make_trainer(tmp_path / "ours", dataset, max_steps=3).train()
     other = write_tokens(tmp_path / "other", seed=2)  # same length, other tokens
     with pytest.raises(ResumeMismatchError, match="data_fingerprint|dataset"):
-        make_trainer(tmp_path / "b", other, max_steps=6).train(resume_from_checkpoint=str(tmp_path / "ours" / "checkpoint-3"))
+        make_trainer(tmp_path / "b", other, max_steps=6).train(
+            resume_from_checkpoint=str(tmp_path / "ours" / "checkpoint-3")
+        )
 
 
 def test_the_helper_owns_the_ranks_and_needs_a_map_style_dataset(tmp_path):

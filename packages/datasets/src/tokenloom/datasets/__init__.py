@@ -25,8 +25,8 @@ from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
     from tokenloom.datasets._batch import SampleBatch, SampleRow, collate
-    from tokenloom.datasets._checkpoint import SamplerCheckpoint
     from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
+    from tokenloom.datasets._checkpoint import SamplerCheckpoint
     from tokenloom.datasets._eos import resolve_eos_id
     from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
     from tokenloom.datasets._keyed import (
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from tokenloom.datasets._prefetch import PrefetchFromSampler
     from tokenloom.datasets._records import RecordDataset
     from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
-    from tokenloom.datasets._trainer import ResumableSamplerCallback, use_resumable_sampler
     from tokenloom.datasets._state import (
         changed_objects,
         check_state,
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
         settings_fingerprint,
         with_objects,
     )
+    from tokenloom.datasets._trainer import ResumableSamplerCallback, use_resumable_sampler
     from tokenloom.datasets._window_index import WindowIndex
     from tokenloom.datasets._windows import MemoryMappedDataset
 

@@ -1,4 +1,4 @@
-"""The data position as a ``torch.distributed.checkpoint`` (DCP) ``Stateful``: saved with the model, resumed on any world size.
+"""The data position as a ``torch.distributed.checkpoint`` (DCP) ``Stateful``: resumed on any world size.
 
 Why: torchtitan-style loops checkpoint everything through DCP, which calls ``state_dict()`` on each
 ``Stateful`` value at save and ``load_state_dict()`` after load. torchtitan's own loader state is per rank
@@ -15,7 +15,8 @@ word. One string arrives whole and is checked field by field by the sampler (Res
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from tokenloom.formats.errors import ConfigError, FormatError
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
@@ -49,14 +50,14 @@ class SamplerCheckpoint:
                 f"SamplerCheckpoint takes a ResumableDistributedSampler or a loader built on one, "
                 f"got {type(loader_or_sampler).__name__}",
                 field="loader_or_sampler",
-                hint="Pass StatefulDataLoader(dataset, sampler=ResumableDistributedSampler(dataset), ...) or the sampler",
+                hint="Pass StatefulDataLoader(dataset, sampler=ResumableDistributedSampler(dataset)) or the sampler",
             )
 
     def sampler_state(self) -> dict[str, Any]:
         """The position to resume from (see the class docstring for what counts as consumed)."""
         loader_state = getattr(self.loader, "state_dict", None)
         if callable(loader_state):
-            return sampler_state_from_loader(loader_state())
+            return sampler_state_from_loader(cast("Mapping[str, Any]", loader_state()))
         if self.loader is not None and getattr(self.loader, "num_workers", 0) > 0:
             raise ConfigError(
                 f"a plain DataLoader with num_workers={self.loader.num_workers} draws indices ahead of the batches "
@@ -81,7 +82,9 @@ class SamplerCheckpoint:
         try:
             state = json.loads(text)
         except ValueError as exc:
-            raise FormatError(f"the checkpoint's sampler state is not JSON ({exc})", field=STATE_ENTRY, hint=hint) from None
+            raise FormatError(
+                f"the checkpoint's sampler state is not JSON ({exc})", field=STATE_ENTRY, hint=hint
+            ) from None
         self.sampler.load_state_dict(state)  # ResumeMismatchError for another dataset, seed or order
         reset = getattr(self.loader, "load_state_dict", None)
         if callable(reset):

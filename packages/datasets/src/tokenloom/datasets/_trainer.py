@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import DataLoader
 
@@ -103,8 +103,8 @@ class _CommittedBatches:
 class _TrainerLoader(DataLoader):
     """A DataLoader that commits its batch sampler's state for each batch it yields to the training loop."""
 
-    def __iter__(self) -> Iterator[Any]:
-        batches: _CommittedBatches = self.batch_sampler  # type: ignore[assignment]
+    def __iter__(self) -> Iterator[Any]:  # pyright: ignore[reportIncompatibleMethodOverride] - a generator
+        batches = cast(_CommittedBatches, self.batch_sampler)
         for batch in super().__iter__():
             batches.commit()
             yield batch
@@ -129,6 +129,8 @@ def _model_inputs(trainer: Trainer) -> frozenset[str] | None:
     if not trainer.args.remove_unused_columns:
         return None
     model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+    if model is None:
+        return None
     names = set(inspect.signature(model.forward).parameters)
     return frozenset(names | {"label", "label_ids", "labels"} | set(trainer.args.label_names or ()))
 
@@ -163,7 +165,8 @@ class ResumableSamplerCallback(TrainerCallback):
         sampler = ResumableDistributedSampler(
             dataset, num_replicas=args.world_size, rank=args.process_index, **self.sampler_options
         )
-        batch_size = getattr(trainer, "_train_batch_size", None) or args.train_batch_size  # auto_find_batch_size may lower it
+        # Trainer's own batch size: auto_find_batch_size may lower it below the argument
+        batch_size = getattr(trainer, "_train_batch_size", None) or args.train_batch_size
         self.batches = _CommittedBatches(sampler, batch_size, args.dataloader_drop_last)
         workers = args.dataloader_num_workers
         extra: dict[str, Any] = {}
@@ -174,7 +177,7 @@ class ResumableSamplerCallback(TrainerCallback):
                 "multiprocessing_context": args.dataloader_multiprocessing_context,
             }
         return _TrainerLoader(
-            dataset,
+            cast(Any, dataset),
             batch_sampler=self.batches,
             collate_fn=_KeepModelInputs(trainer.data_collator, _model_inputs(trainer)),
             num_workers=workers,
