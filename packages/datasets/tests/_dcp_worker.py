@@ -36,7 +36,9 @@ def run(rank: int, world_size: int, phase: str, data: str, tmp: str, steps: int)
     )
     dataset = MemoryMappedDataset(data, seq_len=16, pack_sequences=True)
     sampler = ResumableDistributedSampler(dataset, world_size, rank, seed=99)
-    loader = StatefulDataLoader(dataset, sampler=sampler, batch_size=2, num_workers=1, collate_fn=collate)
+    loader = StatefulDataLoader(  # fork: a spawned worker would import torch again (10-20 s)
+        dataset, sampler=sampler, batch_size=2, num_workers=1, collate_fn=collate, multiprocessing_context="fork"
+    )
     state = {"model": {"weight": torch.ones(4)}, "data": SamplerCheckpoint(loader)}
     checkpoint = f"{tmp}/dcp"
     consumed: list[list[str]] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch.distributed.checkpoint as dcp
-from torch.multiprocessing.spawn import spawn
+from torch.multiprocessing.spawn import start_processes
 
 from tokenloom.datasets import MemoryMappedDataset, SamplerCheckpoint
 from tokenloom.datasets._checkpoint import STATE_ENTRY
@@ -34,7 +34,8 @@ def write_tokens(root: Path, seed: int = 4) -> MemoryMappedDataset:
 
 
 def run_ranks(worker, world_size: int, *args) -> None:
-    context = spawn(worker.run, args=(world_size, *args), nprocs=world_size, join=False)
+    # fork: the ranks start at once with torch already imported (a spawned rank imports it again: 10-20 s each)
+    context = start_processes(worker.run, args=(world_size, *args), nprocs=world_size, join=False, start_method="fork")
     assert context is not None
     deadline = time.monotonic() + 180
     try:
