@@ -27,6 +27,7 @@ from tokenloom.formats.io import lazy_exports
 if TYPE_CHECKING:
     from tokenloom.datasets._batch import SampleBatch, SampleRow, collate
     from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
+    from tokenloom.datasets._checkpoint import SamplerCheckpoint
     from tokenloom.datasets._eos import resolve_eos_id
     from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
     from tokenloom.datasets._keyed import (
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
         settings_fingerprint,
         with_objects,
     )
+    from tokenloom.datasets._trainer import ResumableSamplerCallback, use_resumable_sampler
     from tokenloom.datasets._window_index import WindowIndex
     from tokenloom.datasets._windows import MemoryMappedDataset
 
@@ -74,9 +76,11 @@ _EXPORTS = {
     "PackingPlan": "tokenloom.datasets._packing_plan",
     "PrefetchFromSampler": "tokenloom.datasets._prefetch",
     "SampleBatch": "tokenloom.datasets._batch",
+    "SamplerCheckpoint": "tokenloom.datasets._checkpoint",
     "SampleRow": "tokenloom.datasets._batch",
     "MaskAlignment": "tokenloom.datasets._keyed",
     "RecordDataset": "tokenloom.datasets._records",
+    "ResumableSamplerCallback": "tokenloom.datasets._trainer",
     "TrainType": "tokenloom.datasets._keyed",
     "best_fit_decreasing": "tokenloom.datasets._binpack",
     "build_batch": "tokenloom.datasets._sample",
@@ -97,6 +101,7 @@ _EXPORTS = {
     "tokenizer_fingerprint": "tokenloom.datasets._hf",
     "validate_weights": "tokenloom.datasets._mixture",
     "WindowIndex": "tokenloom.datasets._window_index",
+    "use_resumable_sampler": "tokenloom.datasets._trainer",
 }
 
 __all__ = [
@@ -116,9 +121,11 @@ __all__ = [
     "PackingPlan",
     "PrefetchFromSampler",
     "SampleBatch",
+    "SamplerCheckpoint",
     "SampleRow",
     "MaskAlignment",
     "RecordDataset",
+    "ResumableSamplerCallback",
     "TrainType",
     "WindowIndex",
     "best_fit_decreasing",
@@ -137,6 +144,7 @@ __all__ = [
     "settings_fingerprint",
     "to_torch",
     "tokenizer_fingerprint",
+    "use_resumable_sampler",
     "validate_weights",
     "with_objects",
 ]
