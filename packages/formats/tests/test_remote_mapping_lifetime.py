@@ -110,3 +110,24 @@ def test_a_view_in_a_reference_cycle_is_unmapped_after_the_cycles_finalizers_rea
     )
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert sorted(ast.literal_eval(run.stdout)) == [b"head", b"tail"]
+
+
+def test_an_unbounded_cache_keeps_only_its_resident_maps_mapped(seaweed, local, tmp_path, monkeypatch):
+    """Each map is one of the kernel's ``vm.max_map_count`` (65,530) per process: an unbounded cache that kept
+    every block it read mapped (in the cache and as typed views in each array) failed with ENOMEM, named as a
+    path/permissions/free-space problem, after ~65,000 blocks. 4 resident maps here stand for the 4,096."""
+    from tokenloom.formats.remote import BlockCache
+    from tokenloom.formats.remote import array as array_module
+
+    monkeypatch.setattr(BlockCache, "resident_maps", 4, raising=False)
+    url = seaweed.upload_dir(local, f"resident-{uuid.uuid4().hex[:8]}")
+    expected = open_dataset(local)
+    want = [np.asarray(expected[i]).tobytes() for i in range(len(expected))]
+    cache = tmp_path / "cache"
+    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)
+    blocks = sum(-(-p.stat().st_size // BLOCK) for p in local.glob("*.bin"))
+    shards = len(list(local.glob("*.bin")))
+    for _ in range(2):  # the second pass maps evicted blocks again
+        assert [np.asarray(ds[i]).tobytes() for i in range(len(ds))] == want
+        gc.collect()
+        assert _mapped_blocks(cache) <= 4 + getattr(array_module, "_TYPED_BLOCKS", 8) * shards < blocks

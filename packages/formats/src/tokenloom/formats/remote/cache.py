@@ -70,6 +70,12 @@ def _digest(text: str) -> str:
 class BlockCache:
     """Blocks of remote objects in ``cache_dir`` (one GET per block per node, whatever the process count)."""
 
+    #: maps an unbounded cache keeps at hand: each is one of the kernel's ``vm.max_map_count`` (65,530 by
+    #: default) per process, so keeping every block read mapped failed with ENOMEM after ~65,000 blocks (about
+    #: 500 GiB at 8 MiB). Older ones are unmapped once the views handed out of them are gone, and mapped again
+    #: if read again.
+    resident_maps = 4096
+
     def __init__(
         self,
         config: StoreConfig,
@@ -155,6 +161,8 @@ class BlockCache:
             else:
                 path = self._publish(obj, f"b{self.block_size}-{number}", start, end)
                 view = self._maps[key] = _map(path, end - start)
+                if len(self._maps) > self.resident_maps:
+                    self._maps.popitem(last=False)
         return view
 
     def _pinned_map(self, obj: ObjectInfo, key: tuple[str, int], name: str, start: int, end: int) -> memoryview:
