@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +132,12 @@ def test_an_unbounded_cache_keeps_only_its_resident_maps_mapped(seaweed, local, 
         assert [np.asarray(ds[i]).tobytes() for i in range(len(ds))] == want
         gc.collect()
         assert _mapped_blocks(cache) <= 4 + getattr(array_module, "_TYPED_BLOCKS", 8) * shards < blocks
+
+    def read(seed: int) -> bool:  # threads sharing the dataset trim the same maps and typed blocks
+        order = np.random.default_rng(seed).integers(0, len(ds), size=400)
+        return all(np.asarray(ds[int(i)]).tobytes() == want[int(i)] for i in order)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(read, range(8)))
+    gc.collect()
+    assert _mapped_blocks(cache) <= 4 + 4 + getattr(array_module, "_TYPED_BLOCKS", 8) * shards  # (+ a race's)

@@ -6,6 +6,7 @@ copy of the pieces; ``np.asarray(array)`` reads everything. Only the blocks a sl
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,8 @@ class BlockArray:
             block = self.cache.block(self.obj, number)
             typed = self._typed[number] = np.frombuffer(block, dtype=self.dtype, count=len(block) // item)
             if len(self._typed) > _TYPED_BLOCKS:  # each keeps its block mapped: see BlockCache.resident_maps
-                del self._typed[next(iter(self._typed))]
+                with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread trimmed it first
+                    del self._typed[next(iter(self._typed))]
         return typed
 
     @property

@@ -162,7 +162,8 @@ class BlockCache:
                 path = self._publish(obj, f"b{self.block_size}-{number}", start, end)
                 view = self._maps[key] = _map(path, end - start)
                 if len(self._maps) > self.resident_maps:
-                    self._maps.popitem(last=False)
+                    with contextlib.suppress(KeyError):  # another thread popped that one first
+                        self._maps.popitem(last=False)
         return view
 
     def _pinned_map(self, obj: ObjectInfo, key: tuple[str, int], name: str, start: int, end: int) -> memoryview:
