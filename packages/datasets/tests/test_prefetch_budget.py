@@ -117,6 +117,17 @@ def test_planned_readers_are_ranks_on_the_node_times_workers(monkeypatch):
         assert budget.planned_readers(2) == 2
 
 
+def test_a_refusal_names_local_world_size_when_it_multiplied_the_readers(monkeypatch, tmp_path):
+    """A ``LOCAL_WORLD_SIZE`` left exported outside torchrun counts 8 ranks for one process: the refusal said
+    "8 reader(s)" and blamed workers and ranks without naming where the 8 came from."""
+    config = StoreConfig(parse_url("s3://bucket/ds"), {})
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    with pytest.raises(ConfigError, match=r"\$LOCAL_WORLD_SIZE \(now '8'\): unset it outside torchrun"):
+        BlockCache(config, tmp_path, BLOCK, limit=2 * budget.PINNED_PER_READER * BLOCK)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    BlockCache(config, tmp_path, BLOCK, limit=2 * budget.PINNED_PER_READER * BLOCK)  # one process: it fits
+
+
 # -- a torchrun-style job: 2 ranks x 2 DataLoader workers -----------------------------------------------
 
 _RANK = textwrap.dedent(

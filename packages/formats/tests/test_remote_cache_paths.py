@@ -211,3 +211,17 @@ def test_an_epoch_over_4000_blocks_passes_under_ulimit_256(seaweed, tmp_path):
     assert run.stdout.strip() == str(total)
     cached = [p for p in cache.rglob(f"b{BLOCK}-*") if "." not in p.name]
     assert len(cached) >= 4000  # every block went through the cache and its map
+
+
+def test_a_dangling_symlink_inside_the_cache_dir_is_named(seaweed, url, tmp_path):
+    """A link where the cache keeps its folders (``v1`` moved to a scratch disk that is gone). Before: a
+    StorageError "file exists (EEXIST) while filling the remote-data cache" naming the link, with the generic
+    hint about permissions and free space: the link is the path that failed, and only its parents were looked at."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "v1").symlink_to(tmp_path / "scratch-gone")
+    with pytest.raises(ConfigError) as caught:
+        _read_all(url, seaweed, cache)
+    message = str(caught.value)
+    assert caught.value.field == "cache_dir" and caught.value.path == str(cache)
+    assert f"{cache / 'v1'} is a symlink to {tmp_path / 'scratch-gone'}, which does not exist" in message

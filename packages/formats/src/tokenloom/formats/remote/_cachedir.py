@@ -42,8 +42,15 @@ def _code(exc: BaseException) -> int | None:
 
 
 def _culprit(root: Path, failed: str | None) -> tuple[Path, str] | None:
-    """The first folder (from the top) of ``root`` or of the path that ``failed`` in it that is a loop or a file."""
-    below = [p for p in reversed(Path(failed).parents) if p.is_relative_to(root) and p != root] if failed else []
+    """The first folder (from the top) of ``root`` or of the path that ``failed`` in it that is a loop or a file.
+
+    The failed path itself counts when it is a link: ``mkdir`` of a dangling one (``v1`` pointing at a scratch
+    disk that is gone) fails with EEXIST on the link.
+    """
+    chain = [*reversed(Path(failed).parents)] if failed else []
+    if failed and os.path.islink(failed):
+        chain.append(Path(failed))
+    below = [p for p in chain if p.is_relative_to(root) and p != root]
     for part in [*reversed(root.parents), root, *below]:
         try:
             info = os.stat(part)

@@ -6,6 +6,11 @@ than ``ulimit -n`` failed with EMFILE mid-way (1,533 blocks under the usual 1024
 descriptor once made, so below 3.13 the map is made with libc's ``mmap`` and the descriptor closed by
 the caller right after; the pages are unmapped when the last view of them (a numpy array, a slice) is
 released.
+
+The views export the pages through a numpy array, which the cycle collector never tracks: a view left in a
+reference cycle is then unmapped only when it is freed, after the cycle's finalizers (``__del__``, a
+generator's ``finally``) ran. Exported straight from the ctypes array (tracked), the unmap was a weakref
+callback the collector runs first, and a finalizer reading the view crashed the process (SIGSEGV).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import mmap
 import os
 import sys
 import weakref
+
+import numpy as np
 
 __all__ = ["map_readonly"]
 
@@ -38,4 +45,6 @@ def map_readonly(fd: int, size: int) -> memoryview:
         raise OSError(code, os.strerror(code))
     pages = (ctypes.c_ubyte * size).from_address(address)
     weakref.finalize(pages, _libc.munmap, address, size).atexit = False  # never under a view still in use at exit
-    return memoryview(pages).cast("B").toreadonly()
+    exporter = np.frombuffer(pages, dtype=np.uint8)  # untracked by gc: see the module's note
+    exporter.flags.writeable = False
+    return memoryview(exporter)

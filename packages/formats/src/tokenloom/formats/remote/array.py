@@ -6,6 +6,7 @@ copy of the pieces; ``np.asarray(array)`` reads everything. Only the blocks a sl
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,8 @@ from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 
 __all__ = ["BlockArray"]
+
+_TYPED_BLOCKS = 8  # blocks of one array kept as typed views (reads go block after block)
 
 
 class BlockArray:
@@ -25,7 +28,7 @@ class BlockArray:
         self.dtype = np.dtype(dtype)
         self.byte_offset = byte_offset
         self.count = count
-        self._typed: dict[int, np.ndarray] = {}  # block number -> its items (the hot path slices these)
+        self._typed: dict[int, np.ndarray] = {}  # block number -> its items (the hot path slices these; the last few)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -41,6 +44,9 @@ class BlockArray:
                 return None  # (a bounded cache unpins old maps: nothing here may keep them alive)
             block = self.cache.block(self.obj, number)
             typed = self._typed[number] = np.frombuffer(block, dtype=self.dtype, count=len(block) // item)
+            if len(self._typed) > _TYPED_BLOCKS:  # each keeps its block mapped: see BlockCache.resident_maps
+                with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread trimmed it first
+                    del self._typed[next(iter(self._typed))]
         return typed
 
     @property

@@ -100,8 +100,16 @@ def check_limit(limit: int, block_size: int, *, readers: int, lookahead_blocks: 
             f"{needed} bytes",
             field="cache_limit",
             hint=f"Raise cache_limit to at least {needed} bytes, or lower lookahead, block_size or the number "
-            "of readers (DataLoader workers x ranks on this node)",
+            f"of readers (DataLoader workers x ranks on this node){_ranks_note()}",
         )
+
+
+def _ranks_note() -> str:
+    """Where the ranks counted came from, for a hint: a stale export outside torchrun multiplies them unseen."""
+    ranks = os.environ.get(LOCAL_RANKS_ENV)
+    return (
+        f"; the ranks on this node are ${LOCAL_RANKS_ENV} (now {ranks!r}): unset it outside torchrun" if ranks else ""
+    )
 
 
 def planned_readers(num_workers: int | None = None) -> int:
@@ -429,5 +437,5 @@ def check_floor(root: Path, limit: int, block_size: int) -> None:
             path=root,
             field="cache_limit",
             hint=f"Raise cache_limit to at least {needed} bytes, or run fewer readers on this node (DataLoader "
-            "workers x ranks), or lower block_size",
+            f"workers x ranks), or lower block_size{_ranks_note()}",
         )

@@ -121,6 +121,12 @@ def fetched_bytes(root: str | os.PathLike[str], objects: dict[str, str] | None =
 class BlockCache:
     """Blocks of remote objects in ``cache_dir`` (one GET per block per node, whatever the process count)."""
 
+    #: maps an unbounded cache keeps at hand: each is one of the kernel's ``vm.max_map_count`` (65,530 by
+    #: default) per process, so keeping every block read mapped failed with ENOMEM after ~65,000 blocks (about
+    #: 500 GiB at 8 MiB). Older ones are unmapped once the views handed out of them are gone, and mapped again
+    #: if read again.
+    resident_maps = 4096
+
     def __init__(
         self,
         config: StoreConfig,
@@ -211,6 +217,9 @@ class BlockCache:
             else:
                 name = f"b{self.block_size}-{number}"
                 view = self._maps[key] = self._checked_map(obj, name, self._publish(obj, name, start, end), start, end)
+                if len(self._maps) > self.resident_maps:
+                    with contextlib.suppress(KeyError):  # another thread popped that one first
+                        self._maps.popitem(last=False)
         return view
 
     def _checked_map(self, obj: ObjectInfo, name: str, path: Path, start: int, end: int) -> memoryview:
