@@ -31,7 +31,7 @@ from tokenloom.formats import errors
 from tokenloom.formats.errors import DataError, StorageError
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import parse_url
-from tokenloom.formats.remote import _runtime, client, writes
+from tokenloom.formats.remote import _runtime, _waits, client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
 __all__ = [
@@ -62,9 +62,14 @@ def _config_json(config: StoreConfig) -> dict[str, Any]:
     return {
         "url": str(config.url),
         "storage_options": config.storage_options,
-        "retries": dataclasses.asdict(config.retries),
+        "retries": dataclasses.asdict(config.retries.resolved()),  # the budget of this process's environment
         "env": {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
     }
+
+
+def client_config(raw: dict[str, Any]) -> StoreConfig:
+    """The StoreConfig a request's ``config`` describes, without touching the environment."""
+    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 
 def _config_from(raw: dict[str, Any]) -> StoreConfig:
@@ -73,7 +78,7 @@ def _config_from(raw: dict[str, Any]) -> StoreConfig:
         for name in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
             del os.environ[name]
         os.environ.update({k: str(v) for k, v in env.items() if k.startswith(_ENV_PREFIXES)})
-    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
+    return client_config(raw)
 
 
 #: What a helper's interpreter runs. The package ``__init__``s above this module import every format and
@@ -125,10 +130,19 @@ class _Helper:
                     hint="Check memory limits and the helper's output on stderr; rerunning restarts it",
                 ) from cause
         answer = orjson.loads(line)
+        config = payload.get("config")
+        endpoint = _waits.endpoint_of(client_config(config)) if config else None
         for message in answer.get("warnings", []):
-            log.warning("%s", message)
+            if isinstance(message, dict):  # a wait: one line per (endpoint, reason) over all this process's helpers
+                key = message.get("key") or ["", ""]
+                if _waits.first_of_wait(str(key[0]), str(key[1]), False):
+                    log.warning("%s", message["message"])
+            else:
+                log.warning("%s", message)
         if "error" in answer:
             raise _rebuild(answer["error"])
+        if endpoint is not None:
+            _waits.answered(endpoint)
         return answer.get("result")
 
 
@@ -252,10 +266,12 @@ def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
 class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.messages: list[str] = []
+        self.messages: list[str | dict[str, Any]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        key = getattr(record, "wait_key", None)
+        message = record.getMessage()
+        self.messages.append({"key": key, "message": message} if key else message)
 
 
 def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
