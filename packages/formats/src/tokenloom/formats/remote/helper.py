@@ -18,6 +18,7 @@ helper exits when its pipe closes.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import subprocess
@@ -30,6 +31,7 @@ import orjson
 from tokenloom.formats import errors
 from tokenloom.formats.errors import DataError, StorageError
 from tokenloom.formats.io.optional import require
+from tokenloom.formats.io.storage import storage_error
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import _runtime, _waits, client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
@@ -148,6 +150,9 @@ class _Helper:
 
 def _rebuild(error: dict[str, Any]) -> Exception:
     cls = getattr(errors, error["cls"], None)
+    if isinstance(cls, type) and issubclass(cls, StorageError):
+        where = {"path": error.get("path"), "field": error.get("field"), "hint": error.get("hint")}
+        return cls(error["problem"], errno=error.get("errno"), **where)
     if isinstance(cls, type) and issubclass(cls, DataError):
         return cls(error["problem"], path=error.get("path"), field=error.get("field"), hint=error.get("hint"))
     if error["cls"] == "ImportError":
@@ -279,8 +284,11 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
         return dataclasses.asdict(client.head(config, request["name"]))
     if op == "fetch":
         data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
-        with open(request["path"], "xb") as handle:
-            handle.write(data)
+        try:
+            with open(request["path"], "xb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise _cache_write_error(exc, request["path"], len(data)) from None
         return None
     if op == "read":
         return client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
@@ -305,6 +313,19 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
     raise ValueError(f"unknown request {op!r}")
 
 
+def _cache_write_error(exc: OSError, path: str, size: int) -> StorageError:
+    """A fetched block that cannot be written: the error names the cache directory (and its free space)."""
+    folder = os.path.dirname(path)
+    named = storage_error(OSError(exc.errno, exc.strerror), folder, f"writing a fetched block ({size} bytes) into it")
+    hint = named.hint
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = (
+            f"The file system holding the cache directory {folder} is full: free space there, point "
+            "TOKENLOOM_CACHE_DIR (or cache_dir=) at a larger one, or bound the cache with TOKENLOOM_CACHE_LIMIT"
+        )
+    return StorageError(f"cache directory {folder}: {named.problem}", errno=exc.errno, path=folder, hint=hint)
+
+
 def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str, Any]]:
     return [dataclasses.asdict(info) for info in client.list_prefix(config, request["prefix"])]
 
@@ -325,7 +346,7 @@ def serve() -> None:
             answer = {"result": _answer(request["op"], _config_from(request["config"]), request)}
         except DataError as exc:
             answer = {"error": {"cls": type(exc).__name__, "problem": exc.problem, "path": exc.path}}
-            answer["error"].update(field=exc.field, hint=exc.hint)
+            answer["error"].update(field=exc.field, hint=exc.hint, errno=getattr(exc, "errno", None))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): answer, stay alive
