@@ -17,7 +17,12 @@ from tokenloom.formats.io import parse_url
 
 @pytest.mark.parametrize(
     ("url", "segment"),
-    [("s3://bucket/a/../ds", ".."), ("s3://bucket/./ds", "."), ("https://host/data/../x.bin", ".."), ("gs://b/..", "..")],
+    [
+        ("s3://bucket/a/../ds", ".."),
+        ("s3://bucket/./ds", "."),
+        ("https://host/data/../x.bin", ".."),
+        ("gs://b/..", ".."),
+    ],
 )
 def test_a_url_with_dot_segments_is_a_config_error_that_says_so(url, segment):
     with pytest.raises(ConfigError, match=f"has a '{segment}' segment") as caught:

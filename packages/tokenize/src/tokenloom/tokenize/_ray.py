@@ -40,7 +40,7 @@ from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._remote_inputs import input_staging_dir
 from tokenloom.tokenize._state import Counts
-from tokenloom.tokenize._summary import ProgressCallback
+from tokenloom.tokenize._summary import ProgressCallback, report_progress
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
 from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
@@ -221,7 +221,8 @@ def _write_unit(
         writer.abort()
         raise
     size = source.file.size if source.part is None else done.counts.input_bytes
-    return {"counts": done.counts.to_json(), "tokens": tokens, "bytes": size, "examples": writer.examples}
+    outcome = {"counts": done.counts.to_json(), "tokens": tokens, "bytes": size, "examples": writer.examples}
+    return {**outcome, "text_bytes": done.counts.input_bytes}
 
 
 def encode_with_ray(
@@ -274,10 +275,10 @@ def encode_with_ray(
             session.units += 1
             session.tokens += outcome["tokens"]
             session.bytes_read += outcome["bytes"]
+            session.text_bytes += outcome["text_bytes"]
             session.examples += outcome["examples"]
             add_counts(session.counts, counts)
-            if on_progress is not None:
-                on_progress(counts.documents, outcome["tokens"], outcome["bytes"])
+            report_progress(on_progress, counts.documents, outcome["tokens"], outcome["bytes"], outcome["text_bytes"])
     finally:
         if started_here:
             with contextlib.suppress(Exception):
