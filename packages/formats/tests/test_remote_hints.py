@@ -75,3 +75,19 @@ def test_a_full_cache_disk_names_the_directory(seaweed, tmp_path, small_disk):
     assert error.errno == errno.ENOSPC, error
     assert error.path is not None and Path(error.path).is_relative_to(small_disk)
     assert str(small_disk) in (error.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("distribution", "folder"),
+    [("tokenloom-formats", "packages/formats"), ("tokenloom-hf-streaming", "packages/hf-streaming"), ("tokenloom", ".")],
+)
+def test_the_missing_extra_hint_says_how_to_install_from_a_checkout(distribution, folder):
+    from tokenloom.formats.io.optional import require
+
+    with pytest.raises(ImportError) as caught:
+        require("tokenloom_no_such_module", distribution=distribution, extra="remote", purpose="reading s3://")
+    message = str(caught.value)
+    assert f'pip install "{distribution}[remote]"' in message
+    assert f'uv pip install -e "{folder}[remote]"' in message and "uv sync --all-packages --all-extras" in message
+    root = Path(__file__).resolve().parents[3]
+    assert (root / folder / "pyproject.toml").is_file()  # the folder the hint names exists in this checkout
