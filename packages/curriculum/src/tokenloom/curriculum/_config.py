@@ -6,7 +6,9 @@ only ``data`` is read), or the data block itself at the top level; YAML (``.yaml
 accepted; ``tokenizer``, ``overlap_size`` and ``num_workers`` are recorded and not
 used here (they belong to tokenization and the loader). tokenloom adds
 ``bucket_exhaustion`` (halt | renormalise | repeat), ``max_repetition`` and
-``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts).
+``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts) and ``eos_id``
+(for loss_tokens over data that declares no EOS id, GPT-Simple's own output: GPT-Simple takes it from its
+tokenizer, and so does this config when ``tokenizer`` is a local directory).
 
 ``path`` may be a URL (``s3://bucket/data``, ``gs://``, ``az://``): the buckets are read from object
 storage with ``storage_options`` (the store's options; credentials are better left to the environment:
@@ -27,6 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tokenloom.curriculum._eos import config_eos_id
 from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError
 from tokenloom.formats.io import is_remote_url
@@ -45,7 +48,7 @@ _SEED_KEYS = {
     "allow_bucket_exhaustion",
     "allow_budget_mismatch",
 }
-_OUR_KEYS = {"bucket_exhaustion", "max_repetition", "budget_unit", "storage_options", "cache_dir"}
+_OUR_KEYS = {"bucket_exhaustion", "max_repetition", "budget_unit", "storage_options", "cache_dir", "eos_id"}
 _DATA_KEYS = _SEED_KEYS | _OUR_KEYS
 _SECTIONS = {"model", "data", "optimizer", "training"}
 _PHASE_KEYS = {"duration_tokens", "mix"}
@@ -129,6 +132,9 @@ class CurriculumConfig:
     """For a URL ``path``: the store's options (endpoint, region, ...); None: the environment's."""
     cache_dir: str | None = None
     """For a URL ``path``: the node-local directory of the buckets' blocks; None: ``$TOKENLOOM_CACHE_DIR``."""
+    eos_id: int | None = None
+    """The data's EOS id where its shards declare none (loss_tokens needs it); None: the shards', else the
+    local ``tokenizer``'s."""
     source: str | None = field(default=None, compare=False)
     """The file this came from, for messages."""
 
@@ -178,6 +184,7 @@ class CurriculumConfig:
                 )
             object.__setattr__(self, "curriculum", phases)
         object.__setattr__(self, "max_repetition", _positive_int(self.max_repetition, "max_repetition", where))
+        object.__setattr__(self, "eos_id", config_eos_id(self.eos_id, self.tokenizer, where))
         try:
             object.__setattr__(self, "budget_unit", BudgetUnit(self.budget_unit))
         except ValueError:
@@ -244,6 +251,8 @@ class CurriculumConfig:
         payload: dict[str, Any] = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
         if self.unit is not BudgetUnit.INPUT_TOKENS:  # the default leaves fingerprints of earlier states unchanged
             payload["budget_unit"] = self.unit.value
+            if self.eos_id is not None:  # it decides which tokens count
+                payload["eos_id"] = self.eos_id
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> CurriculumConfig:
