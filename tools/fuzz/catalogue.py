@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     logging.getLogger("tokenloom").setLevel(logging.WARNING)
+    # rows reach dead endpoints on purpose: 15 s each (as the 8 retries before the budget was in time), not 600
+    os.environ.setdefault("TOKENLOOM_RETRY_BUDGET", "15")
     build_valid()
     base.MOUNT_OK = _can_mount()
     register_all()
