@@ -1,4 +1,4 @@
-"""Outages, waited out within a time budget: what a failure was, one log line per wait, the final named error.
+"""The retry policy and outages: waited out within a time budget, one log line per wait, the final named error.
 
 A request that fails transiently is retried until the retry budget (seconds, ``RetryPolicy.budget``, default
 ``$TOKENLOOM_RETRY_BUDGET``, else 600) is spent. While a store is down every request of the process fails the
@@ -10,16 +10,20 @@ AWS_ENDPOINT_URL or a server that is not running looks like an outage that never
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import random
 import re
 import threading
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 from tokenloom.formats.errors import ConfigError, StorageError
 
 __all__ = [
     "BUDGET_ENV",
+    "RetryPolicy",
     "DEFAULT_BUDGET",
     "answered",
     "budget_from_env",
@@ -55,6 +59,57 @@ def budget_from_env() -> float:
             hint=f"Set it to how long an outage may last before reading fails, e.g. {BUDGET_ENV}=600 (the default)",
         )
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Transient faults (429, 5xx, resets, timeouts, short reads) are retried until a time budget is spent.
+
+    An outage is waited out: a request is retried (backoff with full jitter) for up to ``budget`` seconds, then
+    it is a StorageError naming the URL and, when nothing there ever answered, the endpoint. Each distinct wait
+    is logged once (``waiting for URL: 503, attempt 1, 0 s of 600``), not each retry.
+    """
+
+    #: at most this many retries per request as well (None: only the time budget counts)
+    max_retries: int | None = None
+    #: first backoff in seconds; doubled per retry (with full jitter), capped at ``max_backoff``
+    backoff: float = 0.2
+    max_backoff: float = 10.0
+    #: per-request timeout in seconds, the whole request (a stalled server is a retried timeout)
+    timeout: float = 30.0
+    #: seconds a request may keep failing before it is an error; None: ``$TOKENLOOM_RETRY_BUDGET``, else 600
+    budget: float | None = None
+    #: seconds to establish a connection
+    connect_timeout: float = 10.0
+    #: seconds without a byte from the server (the first byte of an answer, or the next one of a body)
+    read_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        timeouts = (self.timeout, self.connect_timeout, self.read_timeout)
+        if (
+            (self.max_retries is not None and self.max_retries < 0)
+            or self.backoff < 0
+            or self.max_backoff < 0
+            or min(timeouts) <= 0
+            or (self.budget is not None and not self.budget > 0)
+        ):
+            raise ConfigError(
+                f"retry policy {self.max_retries} retries, backoff {self.backoff}s, timeouts {timeouts}s, "
+                f"budget {self.budget}s is invalid",
+                field="retries",
+                hint="Use max_retries >= 0 (or None), backoff >= 0, timeouts > 0 and budget > 0 seconds (or None)",
+            )
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** min(attempt, 60)))
+
+    def seconds(self) -> float:
+        """The retry budget in seconds (``budget``, else ``$TOKENLOOM_RETRY_BUDGET``, else 600)."""
+        return self.budget if self.budget is not None else budget_from_env()
+
+    def resolved(self) -> RetryPolicy:
+        """This policy with its budget fixed (read from the environment here, before it travels elsewhere)."""
+        return self if self.budget is not None else dataclasses.replace(self, budget=self.seconds())
 
 
 def endpoint_of(config: Any) -> str:

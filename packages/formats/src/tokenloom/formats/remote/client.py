@@ -11,10 +11,8 @@ message or a log line: :func:`redact` masks them.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-import random
 import re
 import time
 import urllib.parse
@@ -25,6 +23,7 @@ from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, R
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote import _waits
+from tokenloom.formats.remote._waits import RetryPolicy
 
 __all__ = [
     "ObjectInfo",
@@ -53,64 +52,13 @@ def _obstore() -> Any:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Transient faults (429, 5xx, resets, timeouts, short reads) are retried until a time budget is spent.
-
-    An outage is waited out: a request is retried (backoff with full jitter) for up to ``budget`` seconds, then
-    it is a StorageError naming the URL and, when nothing there ever answered, the endpoint. Each distinct wait
-    is logged once (``waiting for URL: 503, attempt 1, 0 s of 600``), not each retry.
-    """
-
-    #: at most this many retries per request as well (None: only the time budget counts)
-    max_retries: int | None = None
-    #: first backoff in seconds; doubled per retry (with full jitter), capped at ``max_backoff``
-    backoff: float = 0.2
-    max_backoff: float = 10.0
-    #: per-request timeout in seconds, the whole request (a stalled server is a retried timeout)
-    timeout: float = 30.0
-    #: seconds a request may keep failing before it is an error; None: ``$TOKENLOOM_RETRY_BUDGET``, else 600
-    budget: float | None = None
-    #: seconds to establish a connection
-    connect_timeout: float = 10.0
-    #: seconds without a byte from the server (the first byte of an answer, or the next one of a body)
-    read_timeout: float = 30.0
-
-    def __post_init__(self) -> None:
-        timeouts = (self.timeout, self.connect_timeout, self.read_timeout)
-        if (
-            (self.max_retries is not None and self.max_retries < 0)
-            or self.backoff < 0
-            or self.max_backoff < 0
-            or min(timeouts) <= 0
-            or (self.budget is not None and not self.budget > 0)
-        ):
-            raise ConfigError(
-                f"retry policy {self.max_retries} retries, backoff {self.backoff}s, timeouts {timeouts}s, "
-                f"budget {self.budget}s is invalid",
-                field="retries",
-                hint="Use max_retries >= 0 (or None), backoff >= 0, timeouts > 0 and budget > 0 seconds (or None)",
-            )
-
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** min(attempt, 60)))
-
-    def seconds(self) -> float:
-        """The retry budget in seconds (``budget``, else ``$TOKENLOOM_RETRY_BUDGET``, else 600)."""
-        return self.budget if self.budget is not None else _waits.budget_from_env()
-
-    def resolved(self) -> RetryPolicy:
-        """This policy with its budget fixed (read from the environment here, before it travels elsewhere)."""
-        return self if self.budget is not None else dataclasses.replace(self, budget=self.seconds())
-
-
 @dataclass(frozen=True)
 class StoreConfig:
     """Where and how to reach one store root; ``repr`` and errors never show secret values."""
 
     url: RemoteURL
     storage_options: dict[str, Any] = field(default_factory=dict)
-    retries: RetryPolicy = RetryPolicy()
+    retries: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __repr__(self) -> str:
         shown = {k: ("***" if _is_secret(k) else v) for k, v in self.storage_options.items()}
@@ -266,7 +214,8 @@ def _with_retries(config: StoreConfig, url: str, doing: str, attempt_once: Any) 
                 raise
             named = _permanent(exc, config, url, doing)
             if named is not None:
-                _waits.answered(endpoint)
+                if not isinstance(named, ConfigError):  # an HTTP status: the server answered
+                    _waits.answered(endpoint)
                 raise named from None
             if not isinstance(exc, OSError | TimeoutError | _obstore().exceptions.BaseError):
                 raise  # not a fault of the store or the network: a bug to see, not to retry
