@@ -79,7 +79,11 @@ def test_a_full_cache_disk_names_the_directory(seaweed, tmp_path, small_disk):
 
 @pytest.mark.parametrize(
     ("distribution", "folder"),
-    [("tokenloom-formats", "packages/formats"), ("tokenloom-hf-streaming", "packages/hf-streaming"), ("tokenloom", ".")],
+    [
+        ("tokenloom-formats", "packages/formats"),
+        ("tokenloom-hf-streaming", "packages/hf-streaming"),
+        ("tokenloom", "."),
+    ],
 )
 def test_the_missing_extra_hint_says_how_to_install_from_a_checkout(distribution, folder):
     from tokenloom.formats.io.optional import require
