@@ -107,14 +107,16 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_dead_endpoint_is_named_in_the_hint(seaweed, tmp_path, monkeypatch):
+def test_a_dead_endpoint_is_named_in_the_hint(seaweed, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "2")
     endpoint = f"http://127.0.0.1:{_closed_port()}"
     options = seaweed.storage_options(endpoint=endpoint)
     began = time.monotonic()
-    with pytest.raises(StorageError) as caught:
+    with pytest.raises(StorageError) as caught, caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
         open_dataset(f"s3://{seaweed.bucket}/nothing-here", storage_options=options, cache_dir=tmp_path / "c")
     assert time.monotonic() - began < 15
+    waits = _waits(caplog)
+    assert len(waits) == 1 and f"nothing at {endpoint} has answered yet" in waits[0]  # said at once, not at the end
     error = caught.value
     assert str(error).startswith(f"no answer from {endpoint} ever: ")
     assert "cannot connect" in str(error)

@@ -227,14 +227,16 @@ def _with_retries(config: StoreConfig, url: str, doing: str, attempt_once: Any) 
                 last = redact(_first_line(exc), config)
                 raise _waits.exhausted(url, endpoint, doing, reason, attempt, elapsed, budget, last) from None
             if _waits.first_of_wait(endpoint, reason, server_answered):
+                never = "" if _waits.ever_answered(endpoint) else f"; nothing at {endpoint} has answered yet"
                 log.warning(
-                    "waiting for %s: %s, attempt %d, %.0f s of %g (%s)",
+                    "waiting for %s: %s, attempt %d, %.0f s of %g (%s%s)",
                     url,
                     reason,
                     attempt,
                     elapsed,
                     budget,
                     doing,
+                    never,
                     extra={"wait_key": [endpoint, reason]},
                 )
             time.sleep(min(policy.delay(attempt - 1), max(0.0, budget - elapsed)))
