@@ -61,6 +61,7 @@ import _catalogue_w4_currblock  # noqa: F401 - registers its rows on import
 import _catalogue_w4_verify  # noqa: F401 - registers its rows on import
 import _catalogue_w4_trainer  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revcachefs  # noqa: F401 - registers its rows on import
+import _catalogue_w4_outage  # noqa: F401 - registers its rows on import
 import _catalogue_why  # noqa: F401 - registers its rows on import
 from _catalogue_base import (
     BASE,
@@ -197,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     logging.getLogger("tokenloom").setLevel(logging.WARNING)
+    # rows reach dead endpoints on purpose: 15 s each (as the 8 retries before the budget was in time), not 600
+    os.environ.setdefault("TOKENLOOM_RETRY_BUDGET", "15")
     build_valid()
     base.MOUNT_OK = _can_mount()
     register_all()

@@ -188,10 +188,12 @@ def sample_loss_tokens(dataset: Any, *, eos_id: int | None = None) -> np.ndarray
     eos = eos_id if eos_id is not None else data.eos_id
     if eos is None:
         raise ConfigError(
-            "budget_unit loss_tokens needs the EOS id, and this bucket's data declares none",
+            "budget_unit loss_tokens needs the EOS id, and neither this bucket's data nor the config declares one",
             path=getattr(data, "path", None),
-            field="budget_unit",
-            hint="Write the EOS id into the bucket's manifest (tokenloom tokenize does) or use input_tokens",
+            field="eos_id",
+            hint="Add eos_id: ID to the data block of the curriculum config (GPT-Simple takes it from its tokenizer; "
+            "a local tokenizer directory as `tokenizer:` is read for it), or write it into the bucket's manifest "
+            "(tokenloom validate --write-manifest --eos-id ID), or use budget_unit: input_tokens",
         )
     out = np.empty(len(dataset), dtype=np.int64)
     if isinstance(dataset, PackedIndex):
@@ -229,6 +231,7 @@ def open_bucket(
     options: dict[str, Any] | None = None,
     unit: BudgetUnit | str = BudgetUnit.INPUT_TOKENS,
     index_only: bool = False,
+    eos_id: int | None = None,
 ) -> Bucket:
     """Open ``root/split/name`` as a wave-1 dataset and count its budget.
 
@@ -249,7 +252,14 @@ def open_bucket(
             dataset = windows(data, max_length, **(options or {}))
     except TypeError as exc:
         raise ConfigError(f"bucket options {sorted(options or {})}: {exc}", field="bucket_options") from None
-    per_sample = sample_budget_tokens(dataset, unit)
+    if eos_id is not None and data.eos_id is not None and eos_id != data.eos_id:
+        raise BucketMismatchError(
+            f"the config's eos_id {eos_id} differs from the EOS id {data.eos_id} bucket {name!r} declares",
+            path=getattr(data, "path", None),
+            field="eos_id",
+            hint="Drop eos_id from the config (the data's own id is used) or fix it to match the tokenizer",
+        )
+    per_sample = sample_budget_tokens(dataset, unit, eos_id=eos_id)
     samples = len(dataset)
     budget = int(per_sample) * samples if isinstance(per_sample, int) else int(per_sample.sum())
     fingerprint = str(dataset.fingerprint()) if hasattr(dataset, "fingerprint") else data_fingerprint(data)
@@ -264,7 +274,7 @@ def open_bucket(
         entries=len(data),
         shards=len(data.shards),
         disk_tokens=int(data.num_tokens),
-        eos_id=data.eos_id,
+        eos_id=data.eos_id if data.eos_id is not None else eos_id,
     )
 
 

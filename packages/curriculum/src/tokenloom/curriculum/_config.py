@@ -6,7 +6,9 @@ only ``data`` is read), or the data block itself at the top level; YAML (``.yaml
 accepted; ``tokenizer``, ``overlap_size`` and ``num_workers`` are recorded and not
 used here (they belong to tokenization and the loader). tokenloom adds
 ``bucket_exhaustion`` (halt | renormalise | repeat), ``max_repetition`` and
-``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts) and
+``budget_unit`` (input_tokens | loss_tokens: what a phase's ``duration_tokens`` counts), ``eos_id``
+(for loss_tokens over data that declares no EOS id, GPT-Simple's own output: GPT-Simple takes it from its
+tokenizer, and so does this config when ``tokenizer`` is a local directory) and
 ``order`` (feistel | block, for every bucket or per bucket) with ``block_samples``/``window_blocks``:
 the order of each bucket's draws (block: reads in runs, for buckets in object storage).
 
@@ -29,6 +31,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tokenloom.curriculum._eos import config_eos_id
 from tokenloom.curriculum._order import BucketOrder, check_order, resolve_order
 from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError
@@ -54,6 +57,7 @@ _OUR_KEYS = {
     "budget_unit",
     "storage_options",
     "cache_dir",
+    "eos_id",
     "order",
     "block_samples",
     "window_blocks",
@@ -149,6 +153,9 @@ class CurriculumConfig:
     """For a URL ``path``: the store's options (endpoint, region, ...); None: the environment's."""
     cache_dir: str | None = None
     """For a URL ``path``: the node-local directory of the buckets' blocks; None: ``$TOKENLOOM_CACHE_DIR``."""
+    eos_id: int | None = None
+    """The data's EOS id where its shards declare none (loss_tokens needs it); None: the shards', else the
+    local ``tokenizer``'s."""
     source: str | None = field(default=None, compare=False)
     """The file this came from, for messages."""
 
@@ -198,6 +205,7 @@ class CurriculumConfig:
                 )
             object.__setattr__(self, "curriculum", phases)
         object.__setattr__(self, "max_repetition", _positive_int(self.max_repetition, "max_repetition", where))
+        object.__setattr__(self, "eos_id", config_eos_id(self.eos_id, self.tokenizer, where))
         try:
             object.__setattr__(self, "budget_unit", BudgetUnit(self.budget_unit))
         except ValueError:
@@ -275,6 +283,8 @@ class CurriculumConfig:
         payload: dict[str, Any] = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
         if self.unit is not BudgetUnit.INPUT_TOKENS:  # the default leaves fingerprints of earlier states unchanged
             payload["budget_unit"] = self.unit.value
+            if self.eos_id is not None:  # it decides which tokens count
+                payload["eos_id"] = self.eos_id
         if self.order != BucketOrder.FEISTEL:  # so does the default order
             order = self.order
             payload["order"] = {k: str(v) for k, v in order.items()} if isinstance(order, Mapping) else str(order)

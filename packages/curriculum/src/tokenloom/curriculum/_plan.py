@@ -95,6 +95,7 @@ class CurriculumPlan:
                 cache_dir=cache_dir,
                 options=self._bucket_options,
                 unit=self.config.unit,
+                eos_id=self.config.eos_id,
                 index_only=self._index_only,
             )
             for name in self.buckets

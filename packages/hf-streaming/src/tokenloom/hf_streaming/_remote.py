@@ -83,14 +83,18 @@ class RemoteAccess:
     """How to reach the stores: obstore ``storage_options`` and the retry policy (never shown in messages)."""
 
     storage_options: tuple[tuple[str, Any], ...] = ()
-    max_retries: int = 8
+    #: None: retried until the time budget is spent (``budget``, else ``$TOKENLOOM_RETRY_BUDGET``, else 600 s)
+    max_retries: int | None = None
     backoff: float = 0.2
     timeout: float = 30.0
+    budget: float | None = None
 
     def config(self, root_url: str) -> Any:
         from tokenloom.formats.remote import RetryPolicy, StoreConfig
 
-        policy = RetryPolicy(max_retries=self.max_retries, backoff=self.backoff, timeout=self.timeout)
+        policy = RetryPolicy(
+            max_retries=self.max_retries, backoff=self.backoff, timeout=self.timeout, budget=self.budget
+        )
         return StoreConfig(parse_url(root_url), dict(self.storage_options), policy)
 
 

@@ -34,9 +34,10 @@ def remote_access(storage_options: dict[str, Any] | None, retries: Any) -> Remot
             )
     return RemoteAccess(
         tuple(sorted((storage_options or {}).items())),
-        max_retries=int(retries.max_retries),
+        max_retries=None if retries.max_retries is None else int(retries.max_retries),
         backoff=float(retries.backoff),
         timeout=float(retries.timeout),
+        budget=getattr(retries, "budget", None),
     )
 
 

@@ -40,8 +40,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
             f"committed {summary.units_committed} unit(s) into {summary.output_dir}; {summary.units_missing} of "
             f"{summary.units_total} units are still to be committed by other nodes (the last one to finish writes "
             "the manifest; or run the same command with --finalize once all are done)",
-            f"  this run: {summary.run_tokens:,} tokens and {summary.bytes_read:,} input bytes in "
-            f"{summary.seconds:.1f} s",
+            f"  this run: {summary.run_tokens:,} tokens from {summary.text_bytes:,} decompressed bytes "
+            f"({summary.bytes_read:,} input bytes as stored) in {summary.seconds:.1f} s",
         ]
     if summary.already_complete:
         head = f"{summary.output_dir} is already complete with these settings; nothing to do."
@@ -60,9 +60,9 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         lines.append(f"  engine {summary.engine}: {summary.engine_reason}")
     if not summary.already_complete:
         lines.append(
-            f"  this run: {summary.run_tokens:,} tokens and {summary.bytes_read:,} input bytes in "
-            f"{summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
-            f"{rate_text(summary.bytes_read, summary.seconds)} "
+            f"  this run: {summary.run_tokens:,} tokens from {summary.text_bytes:,} decompressed bytes "
+            f"({summary.bytes_read:,} input bytes as stored) in {summary.seconds:.1f} s = "
+            f"{summary.tokens_per_second:,.0f} tokens/s, {rate_text(summary.text_bytes, summary.seconds)} decompressed "
             "(start-up included, as on the bar)"
         )
     if summary.skipped:
@@ -454,8 +454,9 @@ def pack(
         f"dtype {summary.dtype}, eos_id {summary.eos_id}"
     )
     click.echo(
-        f"  {summary.bytes_read:,} input bytes in {summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
-        f"{rate_text(summary.bytes_read, summary.seconds)} (start-up included, as on the bar)"
+        f"  {summary.text_bytes:,} decompressed bytes ({summary.bytes_read:,} input bytes as stored) in "
+        f"{summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
+        f"{rate_text(summary.text_bytes, summary.seconds)} decompressed (start-up included, as on the bar)"
     )
     click.echo(f"  engine {summary.engine}: {summary.engine_reason}")
     if summary.skipped:

@@ -38,7 +38,7 @@ from tokenloom.tokenize._inputs import InputFile, Issue, read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import is_unit_file
 from tokenloom.tokenize._worker import ChunkResult, EngineChoice
 from tokenloom.tokenize.engine import EngineMismatchError
@@ -84,6 +84,7 @@ def tokenize_native(
     summary.resumed_shards = resumed_shards
     summary.run_tokens = sum(record.num_tokens for record in run.state.shards[resumed_shards:])
     summary.bytes_read = run.bytes_read
+    summary.text_bytes = run.text_bytes
     return summary
 
 
@@ -118,8 +119,9 @@ def _encode_all(
         try:
             for result in encoding.results(chunks):
                 run.consume(result)
-                if on_progress is not None:
-                    on_progress(result.documents, len(result.tokens), result.source_bytes)
+                report_progress(
+                    on_progress, result.documents, len(result.tokens), result.source_bytes, result.num_bytes
+                )
             run.finish()
         except (EngineMismatchError, WorkerDiedError):
             run.cutter.abort()  # the journaled shards stay: the same command (with --engine hf) resumes
@@ -244,7 +246,9 @@ class _Run:
         self._file_index = state.file_index
         self._file_first_chunk = state.file_first_chunk
         self.bytes_read = 0
-        """Input bytes (as stored) consumed by this session, for its rate."""
+        """Input bytes (as stored) consumed by this session."""
+        self.text_bytes = 0
+        """Bytes of text (decompressed) this session encoded, for its rate."""
 
     def _on_shard(self, record: ShardRecord, entries_consumed: int) -> None:
         self.state.shards.append(record)
@@ -284,6 +288,7 @@ class _Run:
             )
         self.counts.input_bytes += result.num_bytes
         self.bytes_read += result.source_bytes
+        self.text_bytes += result.num_bytes
         self._chunk_counts = self.counts.copy()
         self._chunk_index = result.index + 1
 

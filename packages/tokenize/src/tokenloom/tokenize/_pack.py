@@ -21,7 +21,7 @@ from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
 from tokenloom.tokenize._plan import check_tokenizer_files
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, report_progress
 from tokenloom.tokenize._tokenizer import default_tokenizer_path
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 
@@ -41,7 +41,9 @@ class PackSummary:
     engine: str = ""
     engine_reason: str = ""
     bytes_read: int = 0
-    """Bytes of the input file (as stored) read, as the progress bar counts them."""
+    """Bytes of the input file (as stored) read, as the progress bar's fill counts them."""
+    text_bytes: int = 0
+    """Bytes of text (decompressed) encoded: the rate the bar and the summary show."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -50,8 +52,13 @@ class PackSummary:
 
     @property
     def bytes_per_second(self) -> float:
-        """Input bytes read over the run's wall time, the bar's rate."""
+        """Input bytes read (as stored) over the run's wall time."""
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def text_bytes_per_second(self) -> float:
+        """Text bytes (decompressed) over the run's wall time: the bar's and the summary's rate."""
+        return self.text_bytes / self.seconds if self.seconds > 0 else 0.0
 
 
 def default_pack_path(input_file: str | os.PathLike[str]) -> Path:
@@ -143,8 +150,10 @@ def pack(
                 summary.documents += result.documents
                 summary.tokens += len(result.tokens)
                 summary.bytes_read += result.source_bytes
-                if on_progress is not None:
-                    on_progress(result.documents, len(result.tokens), result.source_bytes)
+                summary.text_bytes += result.num_bytes
+                report_progress(
+                    on_progress, result.documents, len(result.tokens), result.source_bytes, result.num_bytes
+                )
     summary.seconds = time.perf_counter() - started
     summary.dtype = encoding.dtype.name
     summary.eos_id = encoding.eos_id

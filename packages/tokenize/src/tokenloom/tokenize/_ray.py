@@ -26,6 +26,7 @@ import dataclasses
 import os
 import shutil
 import socket
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,7 +40,7 @@ from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._remote_inputs import input_staging_dir
 from tokenloom.tokenize._state import Counts
-from tokenloom.tokenize._summary import ProgressCallback
+from tokenloom.tokenize._summary import ProgressCallback, report_progress
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
 from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
@@ -92,9 +93,10 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> N
         raise ConfigError(
             f"ray address {address!r} is not HOST:PORT", field="ray_address", hint="Pass e.g. 10.0.0.1:6379"
         )
+    deadline = time.monotonic() + timeout
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            answer = _grpc_answer(sock, deadline)
     except OSError as exc:
         raise ConfigError(
             f"the Ray cluster at {address} cannot be reached ({exc or type(exc).__name__}; waited at most "
@@ -102,6 +104,47 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> N
             field="ray_address",
             hint="Start the cluster (ray start --head) or pass the head's address with --ray-address HOST:PORT",
         ) from None
+    if answer is not None:
+        raise ConfigError(
+            f"something at {address} accepts connections but is not a running Ray head: {answer} (waited at most "
+            f"{timeout:g} s)",
+            field="ray_address",
+            hint="Check that the head is up (`ray status --address HOST:PORT`; its log: ray start's output or "
+            "/tmp/ray/session_latest/logs/gcs_server.out) and that HOST:PORT is its GCS port (6379 by default)",
+        )
+
+
+#: an HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (a Ray head's GCS) answers with SETTINGS
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _grpc_answer(sock: socket.socket, deadline: float) -> str | None:
+    """None when the peer answers as a gRPC server (HTTP/2 SETTINGS) before ``deadline``, else what it did instead.
+
+    A port that accepts and never answers (a hung or half-started head, another program), or one that closes at
+    once, made ray.init wait minutes before a StorageError. With TLS (RAY_USE_TLS) the check is the connection only.
+    """
+    if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true"):
+        return None
+    try:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        sock.sendall(_HTTP2_HELLO)
+        head = b""
+        while len(head) < 9:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                return "it closed the connection without answering"
+            head += chunk
+    except TimeoutError:
+        return "it never answered"
+    except ConnectionError:
+        return "it closed the connection without answering"
+    except OSError as exc:
+        return f"the connection failed ({exc.strerror or exc})"
+    if head[3] != 0x04:  # the frame type of the server's first frame must be SETTINGS
+        return f"it does not answer as a gRPC server (first bytes {head[:9].hex()})"
+    return None
 
 
 def run_unit_task(
@@ -178,7 +221,8 @@ def _write_unit(
         writer.abort()
         raise
     size = source.file.size if source.part is None else done.counts.input_bytes
-    return {"counts": done.counts.to_json(), "tokens": tokens, "bytes": size, "examples": writer.examples}
+    outcome = {"counts": done.counts.to_json(), "tokens": tokens, "bytes": size, "examples": writer.examples}
+    return {**outcome, "text_bytes": done.counts.input_bytes}
 
 
 def encode_with_ray(
@@ -207,7 +251,15 @@ def encode_with_ray(
     session.facts = facts
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except Exception as exc:  # a head that died after the check: ray's ConnectionError, not a disk's error
+            problem = str(exc).strip().split("\n", 1)[0][:300] or type(exc).__name__
+            raise ConfigError(
+                f"could not join the Ray cluster at {address}: {problem}",
+                field="ray_address",
+                hint="Check that the head is up (`ray status --address HOST:PORT`) and reachable from this machine",
+            ) from None
     try:
         task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(run_unit_task)
         refs = [task.remote(config, u, plan.units[u], settings, facts, plan.digest) for u in pending]
@@ -223,10 +275,10 @@ def encode_with_ray(
             session.units += 1
             session.tokens += outcome["tokens"]
             session.bytes_read += outcome["bytes"]
+            session.text_bytes += outcome["text_bytes"]
             session.examples += outcome["examples"]
             add_counts(session.counts, counts)
-            if on_progress is not None:
-                on_progress(counts.documents, outcome["tokens"], outcome["bytes"])
+            report_progress(on_progress, counts.documents, outcome["tokens"], outcome["bytes"], outcome["text_bytes"])
     finally:
         if started_here:
             with contextlib.suppress(Exception):

@@ -109,6 +109,7 @@ def run_units_to_url(
     summary.examples = session.examples
     summary.run_tokens = session.tokens
     summary.bytes_read = session.bytes_read
+    summary.text_bytes = session.text_bytes
     summary.units_committed = session.units
     return summary
 

@@ -124,6 +124,7 @@ def tokenize_via_staging(
     summary.examples = native.examples
     summary.resumed_shards = native.resumed_shards
     summary.run_tokens, summary.bytes_read = native.run_tokens, native.bytes_read
+    summary.text_bytes = native.text_bytes
     return summary
 
 

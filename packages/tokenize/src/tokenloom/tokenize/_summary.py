@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "TokenizeSummary"]
+__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "TokenizeSummary", "report_progress"]
 
 #: How many example lines of each skipped-record kind a summary keeps.
 EXAMPLES_PER_KIND = 3
@@ -39,7 +39,9 @@ class TokenizeSummary:
     run_tokens: int = 0
     """Tokens written by this run (a resumed run: not those of the shards it resumed after)."""
     bytes_read: int = 0
-    """Bytes of the input files (as stored: compressed for .gz) this run read; the bar counts the same."""
+    """Bytes of the input files (as stored: compressed for .gz) this run read; the bar's fill counts the same."""
+    text_bytes: int = 0
+    """Bytes this run encoded, decompressed (jsonl lines; parquet text columns): the rate shown counts these."""
     units_committed: int = 0
     """A unit-planned run: the units this process (or its Ray tasks) committed."""
     units_total: int = 0
@@ -56,8 +58,27 @@ class TokenizeSummary:
 
     @property
     def bytes_per_second(self) -> float:
-        """This run's input bytes read over this run's wall time, as the progress bar shows it."""
+        """This run's input bytes read (as stored) over this run's wall time."""
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def text_bytes_per_second(self) -> float:
+        """This run's text bytes (decompressed) over this run's wall time: the rate the bar and summary show."""
+        return self.text_bytes / self.seconds if self.seconds > 0 else 0.0
 
-ProgressCallback = Callable[[int, int, int], None]  # (documents, tokens, bytes on disk) since last call
+
+ProgressCallback = Callable[..., None]
+"""``(documents, tokens, bytes on disk)`` since the last call; a callback whose attribute ``text_bytes`` is
+True gets a fourth argument, the bytes of text (decompressed) those documents held (the progress bar's rate)."""
+
+
+def report_progress(
+    callback: ProgressCallback | None, documents: int, tokens: int, source_bytes: int, text_bytes: int
+) -> None:
+    """Call ``callback`` (if any) with what it takes: see :data:`ProgressCallback`."""
+    if callback is None:
+        return
+    if getattr(callback, "text_bytes", False):
+        callback(documents, tokens, source_bytes, text_bytes)
+    else:
+        callback(documents, tokens, source_bytes)

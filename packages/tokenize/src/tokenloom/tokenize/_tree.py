@@ -27,7 +27,7 @@ from tokenloom.tokenize._executor import Encoding, encoding_for, run_ordered
 from tokenloom.tokenize._inputs import InputFile, read_chunks
 from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_plan
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._units import _complete, finalize, missing_units, plan_of, prepare_units_dir
@@ -250,10 +250,12 @@ def _encode_leaf(
                 session.tokens += len(result.val.tokens)
             session.tokens += len(result.tokens)
             session.bytes_read += result.source_bytes
+            text = result.num_bytes + (result.val.num_bytes if result.val is not None else 0)
+            session.text_bytes += text
             if on_progress is not None:
                 documents = result.documents + (result.val.documents if result.val is not None else 0)
                 tokens = len(result.tokens) + (len(result.val.tokens) if result.val is not None else 0)
-                on_progress(documents, tokens, result.source_bytes)
+                report_progress(on_progress, documents, tokens, result.source_bytes, text)
         _commit(session, writers)
         writers = []
     except BaseException:
@@ -298,5 +300,6 @@ def tree_summary(
         summary.examples = session.examples
         summary.run_tokens = session.tokens
         summary.bytes_read = session.bytes_read
+        summary.text_bytes = session.text_bytes
         summary.units_committed = session.units
     return summary

@@ -40,6 +40,7 @@ class Session:
     units: int = 0
     tokens: int = 0
     bytes_read: int = 0
+    text_bytes: int = 0
     counts: Counts = field(default_factory=Counts)
     examples: list[str] = field(default_factory=list)
     facts: UnitFacts | None = None

@@ -44,7 +44,7 @@ from tokenloom.tokenize._native import replaceable, summary_of
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._state import STATE_NAME, Counts
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     UnitDone,
@@ -109,6 +109,7 @@ def run_units(
     summary.examples = session.examples
     summary.run_tokens = session.tokens
     summary.bytes_read = session.bytes_read
+    summary.text_bytes = session.text_bytes
     summary.units_committed = session.units
     return summary
 
@@ -202,8 +203,10 @@ def encode_local(
                 writer.consume(result)
                 session.tokens += len(result.tokens)
                 session.bytes_read += result.source_bytes
-                if on_progress is not None:
-                    on_progress(result.documents, len(result.tokens), result.source_bytes)
+                session.text_bytes += result.num_bytes
+                report_progress(
+                    on_progress, result.documents, len(result.tokens), result.source_bytes, result.num_bytes
+                )
             if writer is not None:
                 _committed(session, writer.commit(), writer)
         except BaseException:

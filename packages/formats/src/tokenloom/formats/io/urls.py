@@ -81,6 +81,14 @@ def parse_url(path: str | os.PathLike[str]) -> RemoteURL:
             field="path",
             hint=f"Write it as {scheme}://BUCKET/PREFIX",
         )
+    dots = [segment for segment in prefix.split("/") if segment in (".", "..")]
+    if dots:
+        raise ConfigError(
+            f"{os.fspath(path)!r} has a {dots[0]!r} segment: object keys are names, not paths, and the store "
+            "would not resolve it",
+            field="path",
+            hint=f"Write the key without '.' and '..' segments ({scheme}://{bucket}/PREFIX/NAME)",
+        )
     return RemoteURL(scheme, bucket, prefix.strip("/"))
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import re
 import time
 import urllib.parse
@@ -23,6 +22,8 @@ from typing import Any
 from tokenloom.formats.errors import ConfigError, DataError, MissingFileError, ResumeMismatchError, StorageError
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
+from tokenloom.formats.remote import _waits
+from tokenloom.formats.remote._waits import RetryPolicy
 
 __all__ = [
     "ObjectInfo",
@@ -51,36 +52,13 @@ def _obstore() -> Any:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Transient faults (429, 5xx, resets, timeouts, short reads) are retried this many times per request."""
-
-    max_retries: int = 8
-    #: first backoff in seconds; doubled per retry (with full jitter), capped at ``max_backoff``
-    backoff: float = 0.2
-    max_backoff: float = 10.0
-    #: per-request timeout in seconds (a stalled server is a retried timeout)
-    timeout: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.max_retries < 0 or self.backoff < 0 or self.max_backoff < 0 or self.timeout <= 0:
-            raise ConfigError(
-                f"retry policy {self.max_retries} retries, backoff {self.backoff}s, timeout {self.timeout}s is invalid",
-                field="retries",
-                hint="Use max_retries >= 0, backoff >= 0 and timeout > 0",
-            )
-
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
-
-
 @dataclass(frozen=True)
 class StoreConfig:
     """Where and how to reach one store root; ``repr`` and errors never show secret values."""
 
     url: RemoteURL
     storage_options: dict[str, Any] = field(default_factory=dict)
-    retries: RetryPolicy = RetryPolicy()
+    retries: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __repr__(self) -> str:
         shown = {k: ("***" if _is_secret(k) else v) for k, v in self.storage_options.items()}
@@ -113,7 +91,10 @@ _STORES: dict[tuple[int, str, str], Any] = {}
 def _store(config: StoreConfig) -> Any:
     """The obstore store of ``config`` in this process (built after fork, never inherited)."""
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_")))
-    key = (os.getpid(), config.url.root, repr([sorted((k, repr(v)) for k, v in config.storage_options.items()), env]))
+    policy = config.retries
+    timeouts = (policy.timeout, policy.connect_timeout, policy.read_timeout, policy.seconds())
+    options = sorted((k, repr(v)) for k, v in config.storage_options.items())
+    key = (os.getpid(), config.url.root, repr([options, env, timeouts]))
     store = _STORES.get(key)
     if store is None:
         for stale in [k for k in _STORES if k[0] != key[0]]:
@@ -123,9 +104,12 @@ def _store(config: StoreConfig) -> Any:
         )
         options = dict(config.storage_options)
         _check_endpoints(config, options)
+        policy = config.retries
+        budget = policy.seconds()  # no single attempt outlasts the budget (a silent server is named within it)
         client: dict[str, Any] = {
-            "timeout": f"{config.retries.timeout}s",
-            "connect_timeout": f"{min(config.retries.timeout, 10.0)}s",
+            "timeout": f"{min(policy.timeout, budget)}s",
+            "connect_timeout": f"{min(policy.connect_timeout, policy.timeout, budget)}s",
+            "read_timeout": f"{min(policy.read_timeout, budget)}s",
         }
         client.update(options.pop("client_options", {}) or {})
         if config.url.scheme == "http" or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true":
@@ -217,38 +201,48 @@ def _permanent(exc: BaseException, config: StoreConfig, url: str, doing: str) ->
 
 
 def _with_retries(config: StoreConfig, url: str, doing: str, attempt_once: Any) -> Any:
+    """``attempt_once()``, retried on transient faults until the policy's time budget is spent (see _waits)."""
     policy = config.retries
+    endpoint = _waits.endpoint_of(config)
     attempt = 0
+    began = time.monotonic()
     while True:
         try:
-            return attempt_once()
+            result = attempt_once()
         except Exception as exc:
             if isinstance(exc, DataError):
                 raise
             named = _permanent(exc, config, url, doing)
             if named is not None:
+                if not isinstance(named, ConfigError):  # an HTTP status: the server answered
+                    _waits.answered(endpoint)
                 raise named from None
             if not isinstance(exc, OSError | TimeoutError | _obstore().exceptions.BaseError):
                 raise  # not a fault of the store or the network: a bug to see, not to retry
-            if attempt >= policy.max_retries:
-                raise StorageError(
-                    f"{url} failed {attempt + 1} times while {doing}; last: {redact(_first_line(exc), config)}",
-                    path=url,
-                    hint="The store kept failing (throttling, 5xx, resets or timeouts): retry later or raise "
-                    "retries=RetryPolicy(max_retries=...)",
-                ) from None
-            wait = policy.delay(attempt)
+            budget = policy.seconds()
+            elapsed = time.monotonic() - began
+            reason, server_answered = _waits.describe(exc)
             attempt += 1
-            log.warning(
-                "%s: transient failure while %s (retry %d of %d in %.2fs): %s",
-                url,
-                doing,
-                attempt,
-                policy.max_retries,
-                wait,
-                redact(_first_line(exc), config),
-            )
-            time.sleep(wait)
+            if elapsed >= budget or (policy.max_retries is not None and attempt > policy.max_retries):
+                last = redact(_first_line(exc), config)
+                raise _waits.exhausted(url, endpoint, doing, reason, attempt, elapsed, budget, last) from None
+            if _waits.first_of_wait(endpoint, reason, server_answered):
+                never = "" if _waits.ever_answered(endpoint) else f"; nothing at {endpoint} has answered yet"
+                log.warning(
+                    "waiting for %s: %s, attempt %d, %.0f s of %g (%s%s)",
+                    url,
+                    reason,
+                    attempt,
+                    elapsed,
+                    budget,
+                    doing,
+                    never,
+                    extra={"wait_key": [endpoint, reason]},
+                )
+            time.sleep(min(policy.delay(attempt - 1), max(0.0, budget - elapsed)))
+        else:
+            _waits.answered(endpoint)
+            return result
 
 
 def head(config: StoreConfig, name: str) -> ObjectInfo:

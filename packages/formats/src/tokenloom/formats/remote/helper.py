@@ -18,6 +18,7 @@ helper exits when its pipe closes.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import subprocess
@@ -30,8 +31,9 @@ import orjson
 from tokenloom.formats import errors
 from tokenloom.formats.errors import DataError, StorageError
 from tokenloom.formats.io.optional import require
+from tokenloom.formats.io.storage import storage_error
 from tokenloom.formats.io.urls import parse_url
-from tokenloom.formats.remote import _runtime, client, writes
+from tokenloom.formats.remote import _runtime, _waits, client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
 
 __all__ = [
@@ -62,9 +64,14 @@ def _config_json(config: StoreConfig) -> dict[str, Any]:
     return {
         "url": str(config.url),
         "storage_options": config.storage_options,
-        "retries": dataclasses.asdict(config.retries),
+        "retries": dataclasses.asdict(config.retries.resolved()),  # the budget of this process's environment
         "env": {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
     }
+
+
+def client_config(raw: dict[str, Any]) -> StoreConfig:
+    """The StoreConfig a request's ``config`` describes, without touching the environment."""
+    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 
 def _config_from(raw: dict[str, Any]) -> StoreConfig:
@@ -73,7 +80,7 @@ def _config_from(raw: dict[str, Any]) -> StoreConfig:
         for name in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
             del os.environ[name]
         os.environ.update({k: str(v) for k, v in env.items() if k.startswith(_ENV_PREFIXES)})
-    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
+    return client_config(raw)
 
 
 #: What a helper's interpreter runs. The package ``__init__``s above this module import every format and
@@ -125,15 +132,27 @@ class _Helper:
                     hint="Check memory limits and the helper's output on stderr; rerunning restarts it",
                 ) from cause
         answer = orjson.loads(line)
+        config = payload.get("config")
+        endpoint = _waits.endpoint_of(client_config(config)) if config else None
         for message in answer.get("warnings", []):
-            log.warning("%s", message)
+            if isinstance(message, dict):  # a wait: one line per (endpoint, reason) over all this process's helpers
+                key = message.get("key") or ["", ""]
+                if _waits.first_of_wait(str(key[0]), str(key[1]), False):
+                    log.warning("%s", message["message"])
+            else:
+                log.warning("%s", message)
         if "error" in answer:
             raise _rebuild(answer["error"])
+        if endpoint is not None:
+            _waits.answered(endpoint)
         return answer.get("result")
 
 
 def _rebuild(error: dict[str, Any]) -> Exception:
     cls = getattr(errors, error["cls"], None)
+    if isinstance(cls, type) and issubclass(cls, StorageError):
+        where = {"path": error.get("path"), "field": error.get("field"), "hint": error.get("hint")}
+        return cls(error["problem"], errno=error.get("errno"), **where)
     if isinstance(cls, type) and issubclass(cls, DataError):
         return cls(error["problem"], path=error.get("path"), field=error.get("field"), hint=error.get("hint"))
     if error["cls"] == "ImportError":
@@ -252,10 +271,12 @@ def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
 class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.messages: list[str] = []
+        self.messages: list[str | dict[str, Any]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        key = getattr(record, "wait_key", None)
+        message = record.getMessage()
+        self.messages.append({"key": key, "message": message} if key else message)
 
 
 def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
@@ -263,8 +284,11 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
         return dataclasses.asdict(client.head(config, request["name"]))
     if op == "fetch":
         data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
-        with open(request["path"], "xb") as handle:
-            handle.write(data)
+        try:
+            with open(request["path"], "xb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            raise _cache_write_error(exc, request["path"], len(data)) from None
         return None
     if op == "read":
         return client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
@@ -289,6 +313,19 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
     raise ValueError(f"unknown request {op!r}")
 
 
+def _cache_write_error(exc: OSError, path: str, size: int) -> StorageError:
+    """A fetched block that cannot be written: the error names the cache directory (and its free space)."""
+    folder = os.path.dirname(path)
+    named = storage_error(OSError(exc.errno, exc.strerror), folder, f"writing a fetched block ({size} bytes) into it")
+    hint = named.hint
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = (
+            f"The file system holding the cache directory {folder} is full: free space there, point "
+            "TOKENLOOM_CACHE_DIR (or cache_dir=) at a larger one, or bound the cache with TOKENLOOM_CACHE_LIMIT"
+        )
+    return StorageError(f"cache directory {folder}: {named.problem}", errno=exc.errno, path=folder, hint=hint)
+
+
 def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str, Any]]:
     return [dataclasses.asdict(info) for info in client.list_prefix(config, request["prefix"])]
 
@@ -309,7 +346,7 @@ def serve() -> None:
             answer = {"result": _answer(request["op"], _config_from(request["config"]), request)}
         except DataError as exc:
             answer = {"error": {"cls": type(exc).__name__, "problem": exc.problem, "path": exc.path}}
-            answer["error"].update(field=exc.field, hint=exc.hint)
+            answer["error"].update(field=exc.field, hint=exc.hint, errno=getattr(exc, "errno", None))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): answer, stay alive

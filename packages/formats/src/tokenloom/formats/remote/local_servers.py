@@ -383,6 +383,10 @@ class RangeHTTPServer:
 
     def __init__(self, root: Path) -> None:
         self.gets: Counter[str] = Counter()
+        self.closed = threading.Event()  # close() sets it (it raised AttributeError without it)
+        self.lock = threading.Lock()
+        self.down_until = 0.0
+        self.down_mode = "503"
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):

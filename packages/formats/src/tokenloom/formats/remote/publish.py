@@ -132,7 +132,7 @@ class RemoteTarget:
             return False
         helper.put_file(self.config, path, name, checksum, self.part_size)
         self.uploaded.append(name)
-        log.info("%s: uploaded %s (%d bytes)", self.url, name, size)
+        log.debug("%s: uploaded %s (%d bytes)", self.url, name, size)  # one line per run, not per shard (--debug)
         return True
 
     def delete(self, name: str) -> None:

@@ -28,7 +28,16 @@ from tokenloom.formats.remote.local_servers import (
     weed_binary,
 )
 
-__all__ = ["azurite", "fake_gcs", "fault_proxy", "range_server", "seaweed"]
+__all__ = ["TEST_RETRY_BUDGET", "azurite", "fake_gcs", "fault_proxy", "range_server", "seaweed"]
+
+#: The retry budget (seconds) of the tests' processes unless TOKENLOOM_RETRY_BUDGET is set: tests reach dead
+#: endpoints on purpose, and wait about what 8 retries took before the budget was in time; the default 600 s is
+#: for real outages (tests of it unset the variable).
+TEST_RETRY_BUDGET = "15"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("TOKENLOOM_RETRY_BUDGET", TEST_RETRY_BUDGET)  # subprocesses inherit it too
 
 
 @pytest.fixture(scope="session")

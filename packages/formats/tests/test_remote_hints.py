@@ -1,0 +1,97 @@
+"""Wrong input to the remote layer is the named error with the right hint: dot segments in a URL, a full cache disk."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats.errors import ConfigError, StorageError
+from tokenloom.formats.io import parse_url
+
+
+@pytest.mark.parametrize(
+    ("url", "segment"),
+    [
+        ("s3://bucket/a/../ds", ".."),
+        ("s3://bucket/./ds", "."),
+        ("https://host/data/../x.bin", ".."),
+        ("gs://b/..", ".."),
+    ],
+)
+def test_a_url_with_dot_segments_is_a_config_error_that_says_so(url, segment):
+    with pytest.raises(ConfigError, match=f"has a '{segment}' segment") as caught:
+        parse_url(url)
+    assert "free space" not in str(caught.value) and "without '.' and '..' segments" in str(caught.value)
+
+
+def test_open_dataset_refuses_dot_segments_before_any_request(tmp_path):
+    with pytest.raises(ConfigError, match="has a '..' segment"):
+        open_dataset("s3://bucket/tokens/../other", cache_dir=tmp_path / "c")
+
+
+def test_names_with_dots_inside_are_fine():
+    assert parse_url("s3://bucket/v1.2/..data/x..y").prefix == "v1.2/..data/x..y"
+
+
+def test_a_block_that_cannot_be_written_names_the_cache_directory(tmp_path):
+    from tokenloom.formats.remote.helper import _cache_write_error
+
+    path = tmp_path / "cache" / "ab" / "b4096-000001.123-ab.tmp"
+    error = _cache_write_error(OSError(errno.ENOSPC, "No space left on device", str(path)), str(path), 4096)
+    assert error.errno == errno.ENOSPC and error.path == str(path.parent)
+    assert str(error).startswith(f"cache directory {path.parent}: no space left on device")
+    assert error.hint is not None and "TOKENLOOM_CACHE_DIR" in error.hint and "--output-dir" not in error.hint
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_cache_disk_names_the_directory(seaweed, tmp_path, small_disk):
+    local = tmp_path / "local"
+    rng = np.random.default_rng(5)
+    with open_writer(local, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
+        for _ in range(1000):
+            writer.add(np.append(rng.integers(1, 50_000, size=300, dtype=np.uint16), np.uint16(0)))
+    url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(StorageError) as caught:
+        ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=small_disk, block_size=4096)
+        for i in range(len(ds)):
+            np.asarray(ds[i]).sum()
+    error = caught.value
+    assert error.errno == errno.ENOSPC, error
+    assert error.path is not None and Path(error.path).is_relative_to(small_disk)
+    assert str(small_disk) in (error.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("distribution", "folder"),
+    [
+        ("tokenloom-formats", "packages/formats"),
+        ("tokenloom-hf-streaming", "packages/hf-streaming"),
+        ("tokenloom", "."),
+    ],
+)
+def test_the_missing_extra_hint_says_how_to_install_from_a_checkout(distribution, folder):
+    from tokenloom.formats.io.optional import require
+
+    with pytest.raises(ImportError) as caught:
+        require("tokenloom_no_such_module", distribution=distribution, extra="remote", purpose="reading s3://")
+    message = str(caught.value)
+    assert f'pip install "{distribution}[remote]"' in message
+    assert f'uv pip install -e "{folder}[remote]"' in message and "uv sync --all-packages --all-extras" in message
+    root = Path(__file__).resolve().parents[3]
+    assert (root / folder / "pyproject.toml").is_file()  # the folder the hint names exists in this checkout
