@@ -62,7 +62,9 @@ def test_a_valid_zstd_source_reads_the_same_at_any_fill(tmp_path, tokenizer_dir,
 
     lines = b"".join(b'{"text": "doc %d %s"}\n' % (i, b"word " * (i % 97)) for i in range(3000))
     path = tmp_path / "a.jsonl.zst"
-    path.write_bytes(zstandard.ZstdCompressor().compress(lines[:50000]) + zstandard.ZstdCompressor().compress(lines[50000:]))
+    path.write_bytes(
+        zstandard.ZstdCompressor().compress(lines[:50000]) + zstandard.ZstdCompressor().compress(lines[50000:])
+    )
 
     def samples():
         ds = StreamingHuggingFaceDataset("json", "train", "text", 16, str(tokenizer_dir), data_files=[str(path)])

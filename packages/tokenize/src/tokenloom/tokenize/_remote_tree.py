@@ -73,6 +73,7 @@ def run_tree_to_url(
             prepare_units_dir(target.config)  # its staging directory
             if complete[id(target)] is None:
                 remote[id(target)].establish_plan()
+                remote[id(target)].establish_nodes(config.num_nodes if config.finalize else (config.num_nodes or 1))
     session = Session()
     if not config.finalize:
         groups = _sync(config, per_leaf, remote)

@@ -40,11 +40,14 @@ from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._remote_output import UploadPoller
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
+    NODES_NAME,
     PLAN_NAME,
     UnitPlan,
+    check_nodes,
     done_path,
     establish_plan,
     is_unit_file,
+    nodes_payload,
     read_done,
 )
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
@@ -83,6 +86,7 @@ def run_units_to_url(
     local = local_config(config, staging)
     prepare_units_dir(local)
     dataset.establish_plan()
+    recorded = dataset.establish_nodes(config.num_nodes if config.finalize else num_nodes)
     session = Session()
     if ray:  # each task stages, uploads and commits its unit on its own machine
         pending = [u for u in range(len(plan.units)) if done_path(staging, u).name not in dataset.listed]
@@ -97,7 +101,7 @@ def run_units_to_url(
         finally:
             uploads.stop()
         uploads.sweep()  # whatever committed after the thread's last look
-    manifest = dataset.finalize(inputs.tokenizer, required=config.finalize, num_nodes=config.num_nodes)
+    manifest = dataset.finalize(inputs.tokenizer, required=config.finalize, num_nodes=recorded)
     seconds = time.perf_counter() - started
     if manifest is None:
         summary = _partial_summary(staging, plan, session, seconds)
@@ -152,6 +156,21 @@ class RemoteDataset:
     def establish_plan(self) -> None:
         """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
         _establish_plan(self.target, self.staging, self.plan, self.listed)
+
+    def establish_nodes(self, num_nodes: int | None) -> int | None:
+        """The run's node count at the URL: put once (the first node), or fetched and checked (a ConfigError
+        naming both counts); None when nothing is recorded and ``num_nodes`` is None (--finalize alone)."""
+        local = self.staging / NODES_NAME
+        if NODES_NAME in self.listed:
+            there = self.listed[NODES_NAME]
+        elif num_nodes is None:
+            return None
+        else:
+            local.write_bytes(nodes_payload(self.plan, num_nodes))
+            if helper.put_once(self.target.config, local, NODES_NAME, file_checksum(local)):
+                return num_nodes
+            there = _listing(self.target)[NODES_NAME]  # another node put it first: its count must be ours
+        return check_nodes(_fetch(self.target, there, local), num_nodes, self.target.url.url(NODES_NAME))
 
     def sync_markers(self, units: list[int]) -> None:
         """Staged done markers of ``units`` agree with the URL: a unit committed there is skipped here (fetched
