@@ -164,7 +164,8 @@ def _(tmp: Path) -> Run:
     return Run(argv=_node(inputs, out, 3, 1), check=check)
 
 
-@case("tokenize --finalize without --num-nodes, units of node 1 of 2 missing: named, with the recorded count", "bad input",
+@case("tokenize --finalize without --num-nodes, node 1 of 2 missing: its units named, with the recorded count",
+      "bad input",
       "error", "DataError")  # fmt: skip
 def _(tmp: Path) -> Run:
     inputs, out = _corpus(tmp / "in"), tmp / "out"
