@@ -131,3 +131,17 @@ def test_nodes_with_another_num_nodes_are_refused_at_a_bucket_url(
     assert finalize.returncode == 1
     assert "2 of 4 units are not committed at" in finalize.stdout + finalize.stderr
     assert "Rerun --node-rank 1 of --num-nodes 2" in finalize.stdout + finalize.stderr
+    # node 1 of the recorded count finishes the run; the node count's object goes with the manifest's arrival
+    code, output = _finish(_node(corpus, target, tiny_tokenizer, 2, 1, env=env))
+    assert code == 0, output
+    assert "manifest.json" in _names_at(seaweed, target)
+    assert NODES_NAME not in _names_at(seaweed, target)
+
+
+def _names_at(seaweed, url: str) -> set[str]:
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
+    return {meta["path"][len(prefix) :] for chunk in obstore.list(store, prefix=prefix) for meta in chunk}

@@ -338,5 +338,7 @@ def _finalize(
     sizes = {name: obj.size for name, obj in listed.items()}
     manifest = write_unit_manifest(staging, plan, tokenizer, sizes)
     target.upload(staging / MANIFEST_NAME)  # last: now the dataset exists at the URL
+    if NODES_NAME in listed:  # the dataset's objects do not depend on how many nodes wrote it
+        target.delete(NODES_NAME)
     log.info("%s: manifest uploaded (%d units)", target.url, len(plan.units))
     return manifest
