@@ -51,7 +51,7 @@ from tokenloom.tokenize._unit_files import (
     read_done,
 )
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
-from tokenloom.tokenize._unit_work import Session, rerun_hint
+from tokenloom.tokenize._unit_work import Session, dealt_nodes, rerun_hint
 from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
 
 __all__ = ["RemoteDataset", "UnitUploads", "run_units_to_url"]
@@ -86,7 +86,7 @@ def run_units_to_url(
     local = local_config(config, staging)
     prepare_units_dir(local)
     dataset.establish_plan()
-    recorded = dataset.establish_nodes(config.num_nodes if config.finalize else num_nodes)
+    recorded = dataset.establish_nodes(dealt_nodes(config))
     session = Session()
     if ray:  # each task stages, uploads and commits its unit on its own machine
         pending = [u for u in range(len(plan.units)) if done_path(staging, u).name not in dataset.listed]

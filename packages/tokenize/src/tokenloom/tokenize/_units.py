@@ -62,7 +62,7 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_parts import cut_units
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units, rerun_hint
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units, rerun_hint
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
@@ -99,8 +99,7 @@ def run_units(
         preflight(config)  # an unreachable cluster fails before anything is written
     prepare_units_dir(config)
     establish_plan(out, plan)
-    given = config.num_nodes if config.finalize else (config.num_nodes or 1)
-    num_nodes = establish_nodes(out, plan, given)  # another --num-nodes than the run's is a ConfigError
+    num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     session = Session()
@@ -109,7 +108,7 @@ def run_units(
             session = encode_with_ray(config, inputs, plan, on_progress)
         else:
             session = encode_local(config, inputs, plan, on_progress)
-        mark_node_finished(out, config.node_rank)
+            mark_node_finished(out, config.node_rank)
     everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
     manifest = finalize(
         out, plan, inputs.tokenizer, required=config.finalize or everyone, num_nodes=num_nodes, everyone=everyone
