@@ -91,3 +91,20 @@ def test_a_bomb_is_a_named_record_error_in_seconds_under_twice_the_cap(
     assert growth < 2 * CAP // MIB, f"peak RSS {rss} MiB, {growth} MiB over the baseline ({baseline_mib} MiB)"
     assert seconds < 30, f"{seconds:.1f} s"
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_plain_line_of_a_gigabyte_is_never_held_whole_when_units_are_cut(tmp_path: Path, baseline_mib: int) -> None:
+    """--num-nodes cuts a plain .jsonl at line starts after each --unit-bytes: finding the end of a 1 GiB line
+    (a sparse file of NUL) reads it a MiB at a time (it held the line whole: +1.5 GB)."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "big.jsonl"
+    with open(path, "wb") as handle:
+        handle.write(b'{"text": "a"}\n')
+        handle.truncate(1 << 30)
+    code, rss, seconds, output = run_cli(tmp_path / "in", tmp_path / "out", "--num-nodes", "1")
+    assert code == 1, output
+    assert f"line has {(1 << 30) - 14} bytes, over the cap of 67108864" in output, output
+    assert f"file {path}, record 2" in output and "Traceback" not in output, output
+    growth = rss - baseline_mib
+    assert growth < 2 * CAP // MIB, f"peak RSS {rss} MiB, {growth} MiB over the baseline ({baseline_mib} MiB)"
+    assert seconds < 60, f"{seconds:.1f} s"
