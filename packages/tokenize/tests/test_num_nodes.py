@@ -77,6 +77,27 @@ def test_nodes_with_another_num_nodes_are_refused_and_finalize_names_the_missing
     assert not (out / NODES_NAME).exists() and not list(out.glob("*.finished"))
 
 
+def test_three_nodes_started_at_once_with_two_counts_leave_no_unit_silently_missing(
+    tmp_path, tiny_tokenizer, jsonl_dir, make_texts
+):
+    """Whichever count is recorded first wins; every node of the other count is the named ConfigError."""
+    corpus = _corpus(jsonl_dir, make_texts)
+    out = tmp_path / "out"
+    counts = (2, 3, 3)
+    procs = [_node(corpus, out, tiny_tokenizer, n, rank) for n, rank in zip(counts, (0, 1, 2), strict=True)]
+    results = [_finish(p) for p in procs]
+    refused = [n for n, (code, _) in zip(counts, results, strict=True) if code != 0]
+    assert refused and len(set(refused)) == 1, results  # the nodes of one count, never a mix
+    for code, output in results:
+        if code != 0:
+            assert code == 1 and "ConfigError: this node was started with --num-nodes" in output, output
+            assert "--num-nodes 2" in output and "--num-nodes 3" in output, output
+    if not (out / "manifest.json").exists():  # what is missing is named, with the nodes to rerun
+        with pytest.raises(DataError, match="units are not committed yet") as info:
+            tokenize(TokenizeConfig(input_dir=corpus, output_dir=out, tokenizer=str(tiny_tokenizer), finalize=True))
+        assert "Rerun --node-rank" in str(info.value)
+
+
 def test_the_last_node_names_units_no_node_took(tmp_path, tiny_tokenizer, jsonl_dir, make_texts):
     corpus = _corpus(jsonl_dir, make_texts)
     out = tmp_path / "out"
