@@ -166,3 +166,38 @@ def _names_at(seaweed, url: str) -> set[str]:
     store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
     prefix = url.split(f"{seaweed.bucket}/", 1)[1] + "/"
     return {meta["path"][len(prefix) :] for chunk in obstore.list(store, prefix=prefix) for meta in chunk}
+
+
+def test_the_last_node_names_units_no_node_took_at_a_bucket_url(
+    seaweed, tmp_path, tiny_tokenizer, jsonl_dir, make_texts, monkeypatch
+):
+    import obstore
+    from obstore.store import S3Store
+
+    corpus = _corpus(jsonl_dir, make_texts)
+    env = {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    key = f"nodes-{uuid.uuid4().hex[:8]}"
+    target = f"s3://{seaweed.bucket}/{key}"
+
+    def node(rank: int):
+        monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / f"cache-{rank}"))  # a machine of its own
+        config = TokenizeConfig(
+            input_dir=corpus, output_dir=target, tokenizer=str(tiny_tokenizer), num_workers=0, num_nodes=2,
+            node_rank=rank,
+        )  # fmt: skip
+        return tokenize(config)
+
+    node(0)
+    assert ".tokenloom-node-000000.finished" in _names_at(seaweed, target)
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    obstore.delete(store, f"{key}/.tokenloom-unit-000002.done")  # lost after node 0 finished: no node takes it
+    with pytest.raises(DataError, match=r"every node of --num-nodes 2 has finished, yet 1 of 4 units were taken by no "
+                       r"node at s3://.*: 2 \(part2.jsonl\)") as info:  # fmt: skip
+        node(1)
+    assert "Rerun --node-rank 0 of --num-nodes 2" in str(info.value)
+    monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "cache-new-machine"))
+    node(0)  # the rerun the hint names encodes the unit again and, last, uploads the manifest
+    names = _names_at(seaweed, target)
+    assert "manifest.json" in names and not [n for n in names if n.endswith(".finished") or n == NODES_NAME]

@@ -46,6 +46,8 @@ from tokenloom.tokenize._unit_files import (
     check_nodes,
     done_path,
     establish_plan,
+    finished_path,
+    is_node_record,
     is_unit_file,
     nodes_payload,
     read_done,
@@ -101,7 +103,11 @@ def run_units_to_url(
         finally:
             uploads.stop()
         uploads.sweep()  # whatever committed after the thread's last look
-    manifest = dataset.finalize(inputs.tokenizer, required=config.finalize, num_nodes=recorded)
+        dataset.mark_finished(config.node_rank)
+    everyone = not config.finalize and not ray and recorded is not None and dataset.all_finished(recorded)
+    manifest = dataset.finalize(
+        inputs.tokenizer, required=config.finalize or everyone, num_nodes=recorded, everyone=everyone
+    )
     seconds = time.perf_counter() - started
     if manifest is None:
         summary = _partial_summary(staging, plan, session, seconds)
@@ -172,6 +178,16 @@ class RemoteDataset:
             there = _listing(self.target)[NODES_NAME]  # another node put it first: its count must be ours
         return check_nodes(_fetch(self.target, there, local), num_nodes, self.target.url.url(NODES_NAME))
 
+    def mark_finished(self, rank: int) -> None:
+        """Node ``rank`` has committed its every unit at the URL (the last node knows it is last)."""
+        marker = finished_path(self.staging, rank)
+        marker.write_bytes(b"")
+        self.target.upload(marker)
+
+    def all_finished(self, num_nodes: int) -> bool:
+        listed = _listing(self.target)
+        return all(finished_path(self.staging, rank).name in listed for rank in range(num_nodes))
+
     def sync_markers(self, units: list[int]) -> None:
         """Staged done markers of ``units`` agree with the URL: a unit committed there is skipped here (fetched
         marker), and a staged marker whose shards were uploaded but whose URL marker is gone is encoded again."""
@@ -189,14 +205,17 @@ class RemoteDataset:
         return len(_missing(self.plan, _listing(self.target)))
 
     def finalize(
-        self, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None
+        self, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None, everyone: bool = False
     ) -> Manifest | None:
         """The manifest, uploaded once every unit is committed at the URL; None (or, if ``required``, an error).
 
         ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+        ``everyone``: every node has finished, so a unit still missing was taken by no node (said as such).
         """
         dealt = (first, num_nodes)
-        return _finalize(self.target, self.staging, self.plan, tokenizer, required=required, dealt=dealt)
+        return _finalize(
+            self.target, self.staging, self.plan, tokenizer, required=required, dealt=dealt, everyone=everyone
+        )
 
 
 def _listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
@@ -315,6 +334,7 @@ def _finalize(
     *,
     required: bool,
     dealt: tuple[int, int | None] = (0, None),
+    everyone: bool = False,
 ) -> Manifest | None:
     """Upload the manifest once every unit is committed at the URL; None (or, if ``required``, an error) otherwise."""
     listed = _listing(target)
@@ -325,9 +345,14 @@ def _finalize(
                      len(missing))  # fmt: skip
             return None
         shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10])
+        why = (
+            f"every node of --num-nodes {dealt[1]} has finished, yet {len(missing)} of {len(plan.units)} units "
+            f"were taken by no node at {target.url}: {shown}"
+            if everyone
+            else f"{len(missing)} of {len(plan.units)} units are not committed at {target.url} yet: {shown}"
+        )
         raise DataError(
-            f"{len(missing)} of {len(plan.units)} units are not committed at {target.url} yet: {shown}"
-            + (" ..." if len(missing) > 10 else ""),
+            why + (" ..." if len(missing) > 10 else ""),
             path=str(target.url),
             hint=rerun_hint(missing, *dealt),
         )
@@ -338,7 +363,8 @@ def _finalize(
     sizes = {name: obj.size for name, obj in listed.items()}
     manifest = write_unit_manifest(staging, plan, tokenizer, sizes)
     target.upload(staging / MANIFEST_NAME)  # last: now the dataset exists at the URL
-    if NODES_NAME in listed:  # the dataset's objects do not depend on how many nodes wrote it
-        target.delete(NODES_NAME)
+    for name in listed:  # the dataset's objects do not depend on how many nodes wrote it
+        if is_node_record(name):
+            target.delete(name)
     log.info("%s: manifest uploaded (%d units)", target.url, len(plan.units))
     return manifest

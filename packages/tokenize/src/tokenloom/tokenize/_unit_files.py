@@ -46,6 +46,8 @@ __all__ = [
     "establish_nodes",
     "establish_plan",
     "finished_nodes",
+    "finished_path",
+    "is_node_record",
     "mark_node_finished",
     "nodes_payload",
     "remove_node_records",
@@ -269,22 +271,27 @@ def establish_nodes(out: Path, plan: UnitPlan, num_nodes: int | None) -> int | N
     return check_nodes(recorded, num_nodes, str(path))
 
 
-def _finished_path(out: Path, rank: int) -> Path:
+def finished_path(out: Path, rank: int) -> Path:
     return out / f".tokenloom-node-{rank:06d}.finished"
 
 
 def mark_node_finished(out: Path, rank: int) -> None:
-    create_once(_finished_path(out, rank), b"")
+    create_once(finished_path(out, rank), b"")
 
 
 def finished_nodes(out: Path, num_nodes: int) -> int:
     """How many of the run's nodes have committed their every unit."""
-    return sum(_finished_path(out, rank).exists() for rank in range(num_nodes))
+    return sum(finished_path(out, rank).exists() for rank in range(num_nodes))
+
+
+def is_node_record(name: str) -> bool:
+    """The node count's record or a node's finished marker (removed with the manifest's arrival)."""
+    return name == NODES_NAME or _FINISHED.fullmatch(name) is not None
 
 
 def remove_node_records(out: Path) -> None:
     """Once the manifest is written: the dataset does not depend on how many nodes wrote it."""
     for path in out.iterdir():
-        if path.name == NODES_NAME or _FINISHED.fullmatch(path.name):
+        if is_node_record(path.name):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
