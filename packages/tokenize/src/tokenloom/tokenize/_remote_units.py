@@ -2,11 +2,14 @@
 
     node R of N: CACHE/uploads/<URL>/<run key + node>/ is this node's staging directory
       -> the URL's plan object fetched (if any) and compared; created once (If-None-Match: *) otherwise
+      -> the URL's node-count object the same way: another --num-nodes is a ConfigError naming both
       -> the URL's done markers of this node's units fetched: those units are skipped (a rerun on any machine)
       -> its other units encoded into the staging directory as on a shared disk (one unit at a time)
       -> a thread uploads each committed unit: its shards, then its done marker (an atomic create)
+      -> its finished marker: when every node's is there, a unit still missing is named (taken by no node)
     every node at the end (or ``--finalize``): when every unit's done marker is at the URL, the done markers are
-      fetched, the manifest is built from them (shard sizes checked against the listing) and uploaded last
+      fetched, the manifest is built from them (shard sizes checked against the listing) and uploaded last;
+      the node records are deleted then
     --executor ray: the driver establishes the plan and skips committed units as a node does; each other unit is a
       Ray task that stages, uploads and commits it on its own machine (_ray); the driver then finalizes
 
