@@ -22,11 +22,19 @@ READ_BYTES = 4 << 20
 """Bytes per ranged GET of a remote jsonl stream."""
 
 
+#: Compressed bytes given to the decompressor per call. A zstd block of 128 KiB can be 4 bytes (an RLE
+#: block), so one call returns at most about FEED_BYTES x 32 Ki = 8 MiB: a bomb never lands in memory whole.
+FEED_BYTES = 256
+#: Decompressed bytes gathered per fill (at most one call's output more).
+FILL_BYTES = 1 << 20
+
+
 class ZstdStream(io.RawIOBase):
     """Decompressed bytes of a zstd stream (every frame in turn); a cut stream is a TruncatedError.
 
     zstandard's own ``stream_reader`` simply stops at the end of a truncated file, so a cut upload
-    would read as a shorter, complete input: this reader knows when it is inside a frame.
+    would read as a shorter, complete input: this reader knows when it is inside a frame. Its output
+    is bounded whatever the input (:data:`FEED_BYTES`), so the line cap holds while a bomb is read.
     """
 
     def __init__(self, raw: Any, path: str) -> None:
@@ -38,6 +46,7 @@ class ZstdStream(io.RawIOBase):
         self._zstd_error = zstd.ZstdError
         self._frame = self._context.decompressobj()
         self._in_frame = False
+        self._pending = memoryview(b"")  # compressed bytes read, not yet given to the decompressor
         self._buffer = memoryview(b"")
         self._position = 0
         self._returned = 0
@@ -51,28 +60,35 @@ class ZstdStream(io.RawIOBase):
 
     def _fill(self) -> bool:
         while self._position >= len(self._buffer):
-            data = self._raw.read(1 << 18)
-            if not data:
-                if self._in_frame:
-                    raise TruncatedError(
-                        "the stream ends inside a zstd frame (the file is cut short)",
-                        path=self._path,
-                        hint="Re-upload or re-compress the file (zstd -t checks it)",
-                    )
-                return False
-            out = []
-            try:
-                while data:
-                    out.append(self._frame.decompress(data))
-                    self._in_frame = True
-                    data = b""
-                    if self._frame.eof:
-                        data = self._frame.unused_data
-                        self._frame = self._context.decompressobj()
-                        self._in_frame = False
+            if not self._pending:
+                data = self._raw.read(1 << 18)
+                if not data:
+                    if self._in_frame:
+                        raise TruncatedError(
+                            "the stream ends inside a zstd frame (the file is cut short)",
+                            path=self._path,
+                            hint="Re-upload or re-compress the file (zstd -t checks it)",
+                        )
+                    return False
+                self._pending = memoryview(data)
+            out: list[bytes] = []
+            size = 0
+            try:  # a few compressed bytes at a time: no call can return more than FEED_BYTES expand to
+                while self._pending and size < FILL_BYTES:
+                    data, self._pending = self._pending[:FEED_BYTES], self._pending[FEED_BYTES:]
+                    while data:
+                        piece = self._frame.decompress(data)
+                        out.append(piece)
+                        size += len(piece)
+                        self._in_frame = True
+                        data = b""
+                        if self._frame.eof:
+                            data = self._frame.unused_data
+                            self._frame = self._context.decompressobj()
+                            self._in_frame = False
             except self._zstd_error as exc:
                 raise OSError(f"the zstd data is corrupt ({exc})") from None
-            self._buffer, self._position = memoryview(b"".join(out)), 0
+            self._buffer, self._position = memoryview(out[0] if len(out) == 1 else b"".join(out)), 0
         return True
 
     def readinto(self, buffer: Any) -> int:

@@ -39,6 +39,30 @@ def _rest_of_line(f: Any, first: bytes) -> int:
     return size
 
 
+def _capped_line(f: Any, cap: int) -> tuple[bytes, int]:
+    """The next line (with its newline) and its size; b"" and the whole size for a line over ``cap``.
+
+    Read 1 MiB at a time and never joined when over the cap, so a line without end (a decompression
+    bomb) costs at most the cap in memory, not its size.
+    """
+    want = min(cap + 1, _SKIP_CHUNK)
+    first = f.readline(want)
+    if len(first) < want or first.endswith(b"\n"):
+        return first, len(first)
+    pieces, size = [first], len(first)
+    while size <= cap and not pieces[-1].endswith(b"\n"):
+        piece = f.readline(min(cap + 1 - size, _SKIP_CHUNK))
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    if size > cap and not (size == cap + 1 and pieces[-1].endswith(b"\n")):
+        last = pieces.pop()
+        pieces.clear()
+        return b"", size - len(last) + _rest_of_line(f, last)
+    return b"".join(pieces), size
+
+
 @dataclass(slots=True)
 class Block:
     index: int
@@ -108,13 +132,11 @@ def _jsonl_blocks(
                 offset = f.tell()
                 if end is not None and offset >= end:
                     break
-                line = f.readline(max_line_bytes + 1)
-                if not line:
+                line, size = _capped_line(f, max_line_bytes)
+                if not size:
                     break
-                too_long = len(line) > max_line_bytes and not (len(line) == max_line_bytes + 1 and line.endswith(b"\n"))
+                too_long = not line
                 if too_long:
-                    size = _rest_of_line(f, line)
-                    line = b""
                     if on_error != "skip":
                         raise RecordError(
                             f"line has {size} bytes, over the cap of {max_line_bytes} bytes",

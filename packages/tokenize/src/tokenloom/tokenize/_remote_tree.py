@@ -32,7 +32,7 @@ from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import TreeDataset, encode_tree, first_units, tree_datasets, tree_summary
 from tokenloom.tokenize._unit_files import done_path
 from tokenloom.tokenize._unit_upload import local_config
-from tokenloom.tokenize._unit_work import Session, node_units
+from tokenloom.tokenize._unit_work import Session, dealt_nodes, node_units
 from tokenloom.tokenize._units import prepare_units_dir
 
 __all__ = ["run_tree_to_url"]
@@ -73,6 +73,7 @@ def run_tree_to_url(
             prepare_units_dir(target.config)  # its staging directory
             if complete[id(target)] is None:
                 remote[id(target)].establish_plan()
+                remote[id(target)].establish_nodes(dealt_nodes(config))
     session = Session()
     if not config.finalize:
         groups = _sync(config, per_leaf, remote)

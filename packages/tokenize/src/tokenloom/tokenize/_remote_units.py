@@ -2,11 +2,14 @@
 
     node R of N: CACHE/uploads/<URL>/<run key + node>/ is this node's staging directory
       -> the URL's plan object fetched (if any) and compared; created once (If-None-Match: *) otherwise
+      -> the URL's node-count object the same way: another --num-nodes is a ConfigError naming both
       -> the URL's done markers of this node's units fetched: those units are skipped (a rerun on any machine)
       -> its other units encoded into the staging directory as on a shared disk (one unit at a time)
       -> a thread uploads each committed unit: its shards, then its done marker (an atomic create)
+      -> its finished marker: when every node's is there, a unit still missing is named (taken by no node)
     every node at the end (or ``--finalize``): when every unit's done marker is at the URL, the done markers are
-      fetched, the manifest is built from them (shard sizes checked against the listing) and uploaded last
+      fetched, the manifest is built from them (shard sizes checked against the listing) and uploaded last;
+      the node records are deleted then
     --executor ray: the driver establishes the plan and skips committed units as a node does; each other unit is a
       Ray task that stages, uploads and commits it on its own machine (_ray); the driver then finalizes
 
@@ -40,15 +43,20 @@ from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._remote_output import UploadPoller
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
+    NODES_NAME,
     PLAN_NAME,
     UnitPlan,
+    check_nodes,
     done_path,
     establish_plan,
+    finished_path,
+    is_node_record,
     is_unit_file,
+    nodes_payload,
     read_done,
 )
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
-from tokenloom.tokenize._unit_work import Session, rerun_hint
+from tokenloom.tokenize._unit_work import Session, dealt_nodes, rerun_hint
 from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
 
 __all__ = ["RemoteDataset", "UnitUploads", "run_units_to_url"]
@@ -83,6 +91,7 @@ def run_units_to_url(
     local = local_config(config, staging)
     prepare_units_dir(local)
     dataset.establish_plan()
+    recorded = dataset.establish_nodes(dealt_nodes(config))
     session = Session()
     if ray:  # each task stages, uploads and commits its unit on its own machine
         pending = [u for u in range(len(plan.units)) if done_path(staging, u).name not in dataset.listed]
@@ -97,7 +106,11 @@ def run_units_to_url(
         finally:
             uploads.stop()
         uploads.sweep()  # whatever committed after the thread's last look
-    manifest = dataset.finalize(inputs.tokenizer, required=config.finalize, num_nodes=config.num_nodes)
+        dataset.mark_finished(config.node_rank)
+    everyone = not config.finalize and not ray and recorded is not None and dataset.all_finished(recorded)
+    manifest = dataset.finalize(
+        inputs.tokenizer, required=config.finalize or everyone, num_nodes=recorded, everyone=everyone
+    )
     seconds = time.perf_counter() - started
     if manifest is None:
         summary = _partial_summary(staging, plan, session, seconds)
@@ -154,6 +167,31 @@ class RemoteDataset:
         """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
         _establish_plan(self.target, self.staging, self.plan, self.listed)
 
+    def establish_nodes(self, num_nodes: int | None) -> int | None:
+        """The run's node count at the URL: put once (the first node), or fetched and checked (a ConfigError
+        naming both counts); None when nothing is recorded and ``num_nodes`` is None (--finalize alone)."""
+        local = self.staging / NODES_NAME
+        if NODES_NAME in self.listed:
+            there = self.listed[NODES_NAME]
+        elif num_nodes is None:
+            return None
+        else:
+            local.write_bytes(nodes_payload(self.plan, num_nodes))
+            if helper.put_once(self.target.config, local, NODES_NAME, file_checksum(local)):
+                return num_nodes
+            there = _listing(self.target)[NODES_NAME]  # another node put it first: its count must be ours
+        return check_nodes(_fetch(self.target, there, local), num_nodes, self.target.url.url(NODES_NAME))
+
+    def mark_finished(self, rank: int) -> None:
+        """Node ``rank`` has committed its every unit at the URL (the last node knows it is last)."""
+        marker = finished_path(self.staging, rank)
+        marker.write_bytes(b"")
+        self.target.upload(marker)
+
+    def all_finished(self, num_nodes: int) -> bool:
+        listed = _listing(self.target)
+        return all(finished_path(self.staging, rank).name in listed for rank in range(num_nodes))
+
     def sync_markers(self, units: list[int]) -> None:
         """Staged done markers of ``units`` agree with the URL: a unit committed there is skipped here (fetched
         marker), and a staged marker whose shards were uploaded but whose URL marker is gone is encoded again."""
@@ -171,14 +209,17 @@ class RemoteDataset:
         return len(_missing(self.plan, _listing(self.target)))
 
     def finalize(
-        self, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None
+        self, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None, everyone: bool = False
     ) -> Manifest | None:
         """The manifest, uploaded once every unit is committed at the URL; None (or, if ``required``, an error).
 
         ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+        ``everyone``: every node has finished, so a unit still missing was taken by no node (said as such).
         """
         dealt = (first, num_nodes)
-        return _finalize(self.target, self.staging, self.plan, tokenizer, required=required, dealt=dealt)
+        return _finalize(
+            self.target, self.staging, self.plan, tokenizer, required=required, dealt=dealt, everyone=everyone
+        )
 
 
 def _listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
@@ -297,6 +338,7 @@ def _finalize(
     *,
     required: bool,
     dealt: tuple[int, int | None] = (0, None),
+    everyone: bool = False,
 ) -> Manifest | None:
     """Upload the manifest once every unit is committed at the URL; None (or, if ``required``, an error) otherwise."""
     listed = _listing(target)
@@ -307,9 +349,14 @@ def _finalize(
                      len(missing))  # fmt: skip
             return None
         shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10])
+        why = (
+            f"every node of --num-nodes {dealt[1]} has finished, yet {len(missing)} of {len(plan.units)} units "
+            f"were taken by no node at {target.url}: {shown}"
+            if everyone
+            else f"{len(missing)} of {len(plan.units)} units are not committed at {target.url} yet: {shown}"
+        )
         raise DataError(
-            f"{len(missing)} of {len(plan.units)} units are not committed at {target.url} yet: {shown}"
-            + (" ..." if len(missing) > 10 else ""),
+            why + (" ..." if len(missing) > 10 else ""),
             path=str(target.url),
             hint=rerun_hint(missing, *dealt),
         )
@@ -320,5 +367,8 @@ def _finalize(
     sizes = {name: obj.size for name, obj in listed.items()}
     manifest = write_unit_manifest(staging, plan, tokenizer, sizes)
     target.upload(staging / MANIFEST_NAME)  # last: now the dataset exists at the URL
+    for name in listed:  # the dataset's objects do not depend on how many nodes wrote it
+        if is_node_record(name):
+            target.delete(name)
     log.info("%s: manifest uploaded (%d units)", target.url, len(plan.units))
     return manifest

@@ -12,11 +12,21 @@ from tokenloom.tokenize._sniff import InputKind, require_corpus_extra
 __all__ = ["StreamError", "ZstdReader", "open_stream"]
 
 
+#: Compressed bytes read from the file at a time.
+RAW_READ_BYTES = 1 << 17
+#: Compressed bytes given to the decompressor per call. A zstd block of 128 KiB can be 4 bytes (an RLE
+#: block), so one call returns at most about FEED_BYTES x 32 Ki = 8 MiB: a bomb never lands in memory whole.
+FEED_BYTES = 256
+#: Decompressed bytes gathered per fill (at most one call's output more).
+FILL_BYTES = 1 << 20
+
+
 class ZstdReader(io.RawIOBase):
     """Decompressed bytes of a zstd file (every frame in turn); a cut or corrupt stream raises ``StreamError``.
 
     Why not zstandard's ``stream_reader``: at the end of a truncated file it simply stops, so a
-    cut download would read as a shorter, complete input.
+    cut download would read as a shorter, complete input. The output is bounded whatever the input
+    (see :data:`FEED_BYTES`): a line cap is enforced while the stream is read, not after a bomb expands.
     """
 
     def __init__(self, raw: io.BufferedReader) -> None:
@@ -26,6 +36,7 @@ class ZstdReader(io.RawIOBase):
         self._zstd_error = zstd.ZstdError  # type: ignore[attr-defined]
         self._frame = self._context.decompressobj()
         self._in_frame = False
+        self._pending = memoryview(b"")  # compressed bytes read, not yet given to the decompressor
         self._buffer = memoryview(b"")
         self._position = 0
 
@@ -34,24 +45,31 @@ class ZstdReader(io.RawIOBase):
 
     def _fill(self) -> bool:
         while self._position >= len(self._buffer):
-            data = self._raw.read(1 << 17)
-            if not data:
-                if self._in_frame:
-                    raise StreamError("the stream ends inside a zstd frame (the file is cut short)")
-                return False
-            out = []
-            try:
-                while data:
-                    out.append(self._frame.decompress(data))
-                    self._in_frame = True
-                    data = b""
-                    if self._frame.eof:
-                        data = self._frame.unused_data
-                        self._frame = self._context.decompressobj()
-                        self._in_frame = False
+            if not self._pending:
+                data = self._raw.read(RAW_READ_BYTES)
+                if not data:
+                    if self._in_frame:
+                        raise StreamError("the stream ends inside a zstd frame (the file is cut short)")
+                    return False
+                self._pending = memoryview(data)
+            out: list[bytes] = []
+            size = 0
+            try:  # a few compressed bytes at a time: no call can return more than FEED_BYTES expand to
+                while self._pending and size < FILL_BYTES:
+                    data, self._pending = self._pending[:FEED_BYTES], self._pending[FEED_BYTES:]
+                    while data:
+                        piece = self._frame.decompress(data)
+                        out.append(piece)
+                        size += len(piece)
+                        self._in_frame = True
+                        data = b""
+                        if self._frame.eof:
+                            data = self._frame.unused_data
+                            self._frame = self._context.decompressobj()
+                            self._in_frame = False
             except self._zstd_error as exc:
                 raise StreamError(f"the zstd data is corrupt ({exc})") from None
-            self._buffer, self._position = memoryview(b"".join(out)), 0
+            self._buffer, self._position = memoryview(out[0] if len(out) == 1 else b"".join(out)), 0
         return True
 
     def readinto(self, buffer: Any) -> int:

@@ -28,8 +28,8 @@ from tokenloom.tokenize._inputs import InputFile, read_chunks
 from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
-from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_plan
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
+from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_nodes, establish_plan
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units
 from tokenloom.tokenize._units import _complete, finalize, missing_units, plan_of, prepare_units_dir
 
 __all__ = ["Leaf", "TreeDataset", "encode_tree", "leaves_of", "run_tree", "tree_datasets", "tree_summary"]
@@ -163,6 +163,7 @@ def run_tree(
             out = target.config.output_dir
             prepare_units_dir(target.config)
             establish_plan(out, target.plan)
+            establish_nodes(out, target.plan, dealt_nodes(config))
             (out / WRITING_MARKER).touch()
             fsync_dir(out)
     session = Session()

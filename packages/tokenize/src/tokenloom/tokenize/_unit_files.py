@@ -4,6 +4,10 @@
                                         equal on every node
     OUT/unit_UUUUUU_KKKK.bin/.idx       shard K of unit U (the dataset's order is unit order)
     OUT/.tokenloom-unit-UUUUUU.done     unit U is committed: its shards, counts and encoder facts
+    OUT/.tokenloom-nodes.json           how many nodes share the run (--num-nodes), the unit count and the plan
+                                        hash, created once: a node started with another count is refused
+    OUT/.tokenloom-node-RRRRRR.finished node R has committed its every unit (the last node knows it is last)
+    (the last two are removed once the manifest is written: the dataset does not depend on the node count)
 
 Both the plan and a done marker are created by an atomic create (a hard link of a
 complete temp file, which fails if the name exists), so they are never overwritten
@@ -23,7 +27,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from tokenloom.formats import FormatError, ResumeMismatchError
+from tokenloom.formats import ConfigError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir, temp_base, temp_path
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._shards import ShardRecord
@@ -31,13 +35,22 @@ from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._unit_parts import UnitSource
 
 __all__ = [
+    "NODES_NAME",
     "PLAN_NAME",
     "UnitDone",
     "UnitFacts",
     "UnitPlan",
     "create_once",
     "done_path",
+    "check_nodes",
+    "establish_nodes",
     "establish_plan",
+    "finished_nodes",
+    "finished_path",
+    "is_node_record",
+    "mark_node_finished",
+    "nodes_payload",
+    "remove_node_records",
     "is_unit_file",
     "read_done",
     "remove_unit_temps",
@@ -45,8 +58,10 @@ __all__ = [
 ]
 
 PLAN_NAME = ".tokenloom-plan.json"
+NODES_NAME = ".tokenloom-nodes.json"
 PLAN_VERSION = 1
 _UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx)|\.tokenloom-unit-(\d{6})\.done")
+_FINISHED = re.compile(r"\.tokenloom-node-(\d{6})\.finished")
 
 
 def unit_stem(unit: int, part: int) -> str:
@@ -66,7 +81,8 @@ def _unit_of(name: str) -> int | None:
 
 def is_unit_file(name: str) -> bool:
     """A file a unit-planned run writes (or a crashed writer's temp of one)."""
-    return name == PLAN_NAME or temp_base(name) == PLAN_NAME or _unit_of(name) is not None
+    base = temp_base(name)
+    return base in (PLAN_NAME, NODES_NAME) or _FINISHED.fullmatch(base) is not None or _unit_of(name) is not None
 
 
 def remove_unit_temps(out: Path, units: set[int]) -> None:
@@ -212,3 +228,70 @@ def read_done(out: Path, unit: int, plan_digest: str, sizes: Mapping[str, int] |
                     hint=f"Delete {path.name} and rerun the node that owns unit {unit}",
                 )
     return done
+
+
+def nodes_payload(plan: UnitPlan, num_nodes: int) -> bytes:
+    body = {"num_nodes": num_nodes, "units": len(plan.units), "plan": plan.digest}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def check_nodes(recorded: bytes, num_nodes: int | None, where: str) -> int:
+    """The node count a run recorded (``where``: its file or URL); a ConfigError if this node was given another."""
+    try:
+        body = orjson.loads(recorded)
+        theirs, units = int(body["num_nodes"]), int(body["units"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise FormatError(
+            f"the record of the run's node count is unreadable ({exc})",
+            path=where,
+            hint="Delete it and rerun every node with the same --num-nodes",
+        ) from None
+    if num_nodes is not None and num_nodes != theirs:
+        raise ConfigError(
+            f"this node was started with --num-nodes {num_nodes}, but the run it joins was planned for --num-nodes "
+            f"{theirs} ({units} units dealt as unit % {theirs}): with two counts some units would be taken by no "
+            "node and others twice",
+            path=where,
+            field="num_nodes",
+            hint=f"Start every node of this run with --num-nodes {theirs} (and its --node-rank below {theirs}), "
+            "or write into another --output-dir to deal the units afresh",
+        )
+    return theirs
+
+
+def establish_nodes(out: Path, plan: UnitPlan, num_nodes: int | None) -> int | None:
+    """Record the node count once (the first node) or check it; the run's count (None: nothing recorded yet)."""
+    path = out / NODES_NAME
+    if num_nodes is not None and create_once(path, nodes_payload(plan, num_nodes)):
+        return num_nodes
+    try:
+        recorded = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return check_nodes(recorded, num_nodes, str(path))
+
+
+def finished_path(out: Path, rank: int) -> Path:
+    return out / f".tokenloom-node-{rank:06d}.finished"
+
+
+def mark_node_finished(out: Path, rank: int) -> None:
+    create_once(finished_path(out, rank), b"")
+
+
+def finished_nodes(out: Path, num_nodes: int) -> int:
+    """How many of the run's nodes have committed their every unit."""
+    return sum(finished_path(out, rank).exists() for rank in range(num_nodes))
+
+
+def is_node_record(name: str) -> bool:
+    """The node count's record or a node's finished marker (removed with the manifest's arrival)."""
+    return name == NODES_NAME or _FINISHED.fullmatch(name) is not None
+
+
+def remove_node_records(out: Path) -> None:
+    """Once the manifest is written: the dataset does not depend on how many nodes wrote it."""
+    for path in out.iterdir():
+        if is_node_record(path.name):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()

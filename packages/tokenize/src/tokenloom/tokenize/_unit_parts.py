@@ -79,13 +79,15 @@ class UnitSource:
 def _line_cuts(path: Path, size: int, unit_bytes: int) -> list[int]:
     """Line starts at or after each multiple of ``unit_bytes`` (deduplicated), plus 0 and ``size``."""
     cuts = [0]
+    reached = 0  # the end of the last line scanned
     with open(path, "rb") as handle:
         for target in range(unit_bytes, size, unit_bytes):
-            if target <= cuts[-1]:
+            if target <= reached:
                 continue  # a line longer than unit_bytes already covers this target
-            handle.seek(target - 1)
-            handle.readline()  # from the byte before: a target that is already a line start stays one
-            cut = handle.tell()
+            handle.seek(target - 1)  # from the byte before: a target that is already a line start stays one
+            while (piece := handle.readline(1 << 20)) and not piece.endswith(b"\n"):
+                pass  # a MiB at a time: a line of gigabytes is never held whole
+            cut = reached = handle.tell()
             if cut < size and cut > cuts[-1]:
                 cuts.append(cut)
     cuts.append(size)

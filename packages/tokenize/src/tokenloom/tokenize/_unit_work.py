@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tokenloom.formats import RecordError
-from tokenloom.tokenize._config import OnError, TokenizeConfig
+from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
 from tokenloom.tokenize._fetch import local_path
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord
 from tokenloom.tokenize._state import Counts
@@ -28,7 +28,7 @@ from tokenloom.tokenize._unit_files import (
 from tokenloom.tokenize._unit_parts import ByteRange, UnitSource, lines_before
 from tokenloom.tokenize._worker import ChunkResult
 
-__all__ = ["Session", "UnitWriter", "add_counts", "pending_units"]
+__all__ = ["Session", "UnitWriter", "add_counts", "dealt_nodes", "pending_units"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -109,6 +109,14 @@ def node_units(config: TokenizeConfig, units: int, first: int = 0) -> list[int]:
     """The units this node takes: dealt round-robin, counted from ``first`` (a tree deals across all its leaves)."""
     num_nodes = config.num_nodes or 1
     return [u for u in range(units) if (first + u) % num_nodes == config.node_rank]
+
+
+def dealt_nodes(config: TokenizeConfig) -> int | None:
+    """The node count this process deals units by, to record or check; None when it deals none of its own
+    (--finalize, or Ray, whose tasks take every unit still missing, whatever count began the run)."""
+    if config.finalize:
+        return config.num_nodes
+    return None if config.executor is ExecutorKind.RAY else (config.num_nodes or 1)
 
 
 def rerun_hint(missing: list[int], first: int = 0, num_nodes: int | None = None) -> str:

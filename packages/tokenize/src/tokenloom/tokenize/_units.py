@@ -51,14 +51,18 @@ from tokenloom.tokenize._unit_files import (
     UnitFacts,
     UnitPlan,
     done_path,
+    establish_nodes,
     establish_plan,
+    finished_nodes,
     is_unit_file,
+    mark_node_finished,
     read_done,
+    remove_node_records,
     remove_unit_temps,
     unit_stem,
 )
 from tokenloom.tokenize._unit_parts import cut_units
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units, rerun_hint
+from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units, rerun_hint
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
@@ -95,6 +99,7 @@ def run_units(
         preflight(config)  # an unreachable cluster fails before anything is written
     prepare_units_dir(config)
     establish_plan(out, plan)
+    num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     session = Session()
@@ -103,7 +108,11 @@ def run_units(
             session = encode_with_ray(config, inputs, plan, on_progress)
         else:
             session = encode_local(config, inputs, plan, on_progress)
-    manifest = finalize(out, plan, inputs.tokenizer, required=config.finalize, num_nodes=config.num_nodes)
+            mark_node_finished(out, config.node_rank)
+    everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
+    manifest = finalize(
+        out, plan, inputs.tokenizer, required=config.finalize or everyone, num_nodes=num_nodes, everyone=everyone
+    )
     seconds = time.perf_counter() - started
     summary = summary_of(manifest, out, seconds) if manifest else _partial_summary(out, plan, session, seconds)
     summary.examples = session.examples
@@ -227,20 +236,33 @@ def missing_units(out: Path, plan: UnitPlan) -> list[int]:
 
 
 def finalize(
-    out: Path, plan: UnitPlan, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None
+    out: Path,
+    plan: UnitPlan,
+    tokenizer: str,
+    *,
+    required: bool,
+    first: int = 0,
+    num_nodes: int | None = None,
+    everyone: bool = False,
 ) -> Manifest | None:
     """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise.
 
     ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+    ``everyone``: every node has finished, so a unit still missing was taken by no node (said as such).
     """
     missing = missing_units(out, plan)
     if missing:
         if not required:
             return None
         shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10])
+        why = (
+            f"every node of --num-nodes {num_nodes} has finished, yet {len(missing)} of {len(plan.units)} units "
+            f"were taken by no node: {shown}"
+            if everyone
+            else f"{len(missing)} of {len(plan.units)} units are not committed yet: {shown}"
+        )
         raise DataError(
-            f"{len(missing)} of {len(plan.units)} units are not committed yet: {shown}"
-            + (" ..." if len(missing) > 10 else ""),
+            why + (" ..." if len(missing) > 10 else ""),
             path=out,
             hint=rerun_hint(missing, first, num_nodes),
         )
@@ -305,6 +327,7 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
     )
     manifest = write_manifest(out, manifest)
     (out / WRITING_MARKER).unlink(missing_ok=True)
+    remove_node_records(out)
     fsync_dir(out)
     return manifest
 

@@ -1,0 +1,76 @@
+"""A zstd bomb in a jsonl source ends in the named RecordError in seconds, holding about the line cap."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+zstandard = pytest.importorskip("zstandard")
+
+CAP = 64 << 20  # max_line_bytes' default
+MIB = 1 << 20
+
+
+def write_zstd_bomb(path: Path, fill: bytes, mib: int) -> Path:
+    """``mib`` MiB of ``fill`` bytes, compressed a MiB at a time (65 KB on disk for 2 GiB)."""
+    chunk = fill * MIB
+    with open(path, "wb") as raw:
+        writer = zstandard.ZstdCompressor(level=3).stream_writer(raw)
+        for _ in range(mib):
+            writer.write(chunk)
+        writer.flush(zstandard.FLUSH_FRAME)
+    return path
+
+
+def test_a_zstd_bomb_without_a_newline_is_refused_in_seconds_under_twice_the_cap(tmp_path, tokenizer_dir):
+    bomb = write_zstd_bomb(tmp_path / "bomb.jsonl.zst", b"\0", 2048)
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b'{"text": "alpha beta"}\n' * 50)
+    code = (
+        "import resource, time\n"
+        "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
+        "from tokenloom.formats import RecordError\n"
+        "def make(path):\n"
+        f"    return StreamingHuggingFaceDataset('json', 'train', 'text', 8, {str(tokenizer_dir)!r}, "
+        "data_files=[path])\n"
+        f"list(make({str(small)!r}))  # the baseline: the tokenizer and the reader set up once\n"
+        f"ds = make({str(bomb)!r})\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n"
+        "    list(ds)\n"
+        "except RecordError as exc:\n"
+        "    print('ERR', str(exc).splitlines()[0])\n"
+        "print('GROWTH_MIB', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - started
+    assert "ERR line has 2147483648 bytes, over the cap of 67108864 bytes" in proc.stdout, proc.stderr[-2000:]
+    assert f"file {bomb}, offset 0" in proc.stdout
+    growth = int(proc.stdout.split("GROWTH_MIB")[1])
+    assert growth < 2 * CAP // MIB, f"peak RSS grew by {growth} MiB reading a 2 GiB zstd bomb"
+    assert seconds < 30, f"{seconds:.1f} s"
+
+
+def test_a_valid_zstd_source_reads_the_same_at_any_fill(tmp_path, tokenizer_dir, monkeypatch):
+    """The bounded feed changes no byte: records read with a tiny feed equal those read with the default."""
+    from tokenloom.hf_streaming import StreamingHuggingFaceDataset, _open
+
+    lines = b"".join(b'{"text": "doc %d %s"}\n' % (i, b"word " * (i % 97)) for i in range(3000))
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(
+        zstandard.ZstdCompressor().compress(lines[:50000]) + zstandard.ZstdCompressor().compress(lines[50000:])
+    )
+
+    def samples():
+        ds = StreamingHuggingFaceDataset("json", "train", "text", 16, str(tokenizer_dir), data_files=[str(path)])
+        return [s["input_ids"].tolist() for s in ds]
+
+    default = samples()
+    monkeypatch.setattr(_open, "FEED_BYTES", 7)
+    monkeypatch.setattr(_open, "FILL_BYTES", 100)
+    assert samples() == default and len(default) > 10

@@ -1,0 +1,110 @@
+"""Decompression bombs end in a named RecordError within seconds, holding at most about the line cap.
+
+The bombs are built here, streaming (a MiB of zeros or newlines compressed again and again): a 2 GiB
+zstd stream of NUL bytes without a newline is 65 KB on disk. The CLI runs in a child process whose
+peak RSS is read from ``getrusage(RUSAGE_CHILDREN)`` by a small runner of its own.
+"""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+zstandard = pytest.importorskip("zstandard")
+
+CAP = 64 << 20  # --max-line-bytes' default
+MIB = 1 << 20
+
+RUNNER = """
+import resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+print(proc.stdout[-3000:] + proc.stderr[-3000:])
+"""
+
+
+def write_bomb(path: Path, fill: bytes, mib: int) -> Path:
+    """``mib`` MiB of ``fill`` bytes, compressed by the suffix's codec a MiB at a time."""
+    chunk = fill * MIB
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wb", compresslevel=9) as handle:
+            for _ in range(mib):
+                handle.write(chunk)
+        return path
+    with open(path, "wb") as raw:
+        writer = zstandard.ZstdCompressor(level=3).stream_writer(raw)
+        for _ in range(mib):
+            writer.write(chunk)
+        writer.flush(zstandard.FLUSH_FRAME)
+    return path
+
+
+def run_cli(input_dir: Path, out: Path, *extra: str) -> tuple[int, int, float, str]:
+    """(exit code, peak RSS in MiB, seconds, output) of ``tokenloom tokenize`` in a child process."""
+    cli = Path(sys.executable).with_name("tokenloom")
+    command = [str(cli), "tokenize", "--input-dir", str(input_dir), "--output-dir", str(out), "--no-progress", *extra]
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", RUNNER, *command], capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - started
+    first, _, output = proc.stdout.partition("\n")
+    code, rss = (int(x) for x in first.split())
+    return code, rss, seconds, output
+
+
+@pytest.fixture(scope="module")
+def baseline_mib(tmp_path_factory: pytest.TempPathFactory) -> int:
+    """Peak RSS of the same CLI on a one-line input: the interpreter, the tokenizer and the workers."""
+    root = tmp_path_factory.mktemp("baseline")
+    (root / "in").mkdir()
+    (root / "in" / "a.jsonl").write_bytes(b'{"text": "hello world"}\n')
+    code, rss, _, output = run_cli(root / "in", root / "out")
+    assert code == 0, output
+    return rss
+
+
+BOMBS = [
+    # (file name, fill byte, MiB decompressed, what the error says)
+    ("nul.jsonl.zst", b"\0", 2048, "line has 2147483648 bytes, over the cap of 67108864"),
+    ("newlines.jsonl.zst", b"\n", 1024, "the line is blank"),
+    ("nul.json.gz", b"\0", 512, "line has 536870912 bytes, over the cap of 67108864"),
+]
+
+
+@pytest.mark.parametrize(("name", "fill", "mib", "says"), BOMBS, ids=[b[0] for b in BOMBS])
+def test_a_bomb_is_a_named_record_error_in_seconds_under_twice_the_cap(
+    tmp_path: Path, baseline_mib: int, name: str, fill: bytes, mib: int, says: str
+) -> None:
+    (tmp_path / "in").mkdir()
+    bomb = write_bomb(tmp_path / "in" / name, fill, mib)
+    assert bomb.stat().st_size < 2 * MIB
+    code, rss, seconds, output = run_cli(tmp_path / "in", tmp_path / "out")
+    assert code == 1, output
+    assert "RecordError" in output and says in output, output
+    assert f"file {bomb}, record 1" in output, output
+    assert "Traceback" not in output, output
+    growth = rss - baseline_mib
+    assert growth < 2 * CAP // MIB, f"peak RSS {rss} MiB, {growth} MiB over the baseline ({baseline_mib} MiB)"
+    assert seconds < 30, f"{seconds:.1f} s"
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_plain_line_of_a_gigabyte_is_never_held_whole_when_units_are_cut(tmp_path: Path, baseline_mib: int) -> None:
+    """--num-nodes cuts a plain .jsonl at line starts after each --unit-bytes: finding the end of a 1 GiB line
+    (a sparse file of NUL) reads it a MiB at a time (it held the line whole: +1.5 GB)."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "big.jsonl"
+    with open(path, "wb") as handle:
+        handle.write(b'{"text": "a"}\n')
+        handle.truncate(1 << 30)
+    code, rss, seconds, output = run_cli(tmp_path / "in", tmp_path / "out", "--num-nodes", "1")
+    assert code == 1, output
+    assert f"line has {(1 << 30) - 14} bytes, over the cap of 67108864" in output, output
+    assert f"file {path}, record 2" in output and "Traceback" not in output, output
+    growth = rss - baseline_mib
+    assert growth < 2 * CAP // MIB, f"peak RSS {rss} MiB, {growth} MiB over the baseline ({baseline_mib} MiB)"
+    assert seconds < 60, f"{seconds:.1f} s"
