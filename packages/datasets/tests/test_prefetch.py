@@ -265,7 +265,7 @@ def test_a_200ms_stall_is_hidden_by_prefetch(seaweed, fault_proxy, url, tmp_path
 
 
 def test_a_reopen_after_pickling_keeps_the_cache_limit(seaweed, url, tmp_path):
-    """A worker's reopen (after pickling) kept storage options and cache but dropped ``cache_limit``: its cache was unbounded."""
+    """A worker's reopen (after pickling) dropped ``cache_limit``: its block cache was unbounded."""
     import pickle
 
     from tokenloom.datasets._stream import remote_open_options, reopen
