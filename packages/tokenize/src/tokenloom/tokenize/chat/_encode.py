@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats.errors import ConfigError, RecordError, TemplatePrefixError
+from tokenloom.formats.errors import ConfigError, ConversationError, RecordError, TemplatePrefixError
 from tokenloom.tokenize.chat._masks import MaskedTokens, _common, derive_mask
 from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
@@ -173,7 +173,18 @@ class ChatEncoder:
         return {"sequence": ids, "loss_mask": mask, "position_ids": np.arange(len(ids), dtype=np.int32)}
 
     def _dpo(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
-        chosen, rejected = (self._derive(side, place) for side in dpo_pair(record, place))
+        sides = dpo_pair(record, place)
+        chosen, rejected = (self._derive(side, place) for side in sides)
+        before = [side.messages[: masked.spans[0].turn] for side, masked in zip(sides, (chosen, rejected), strict=True)]
+        if before[0] != before[1]:
+            raise ConversationError(
+                f"chosen and rejected have different prompts: {len(before[0])} and {len(before[1])} messages "
+                "before their first trained turn, not the same messages",
+                field="prompt",
+                hint="A preference pair continues one prompt: give chosen and rejected the same messages up to "
+                "their first trained turn, or pass --on-error skip to count and skip such records",
+                **place.where(),
+            )
         starts = [side.spans[0].start for side in (chosen, rejected)]
         if chosen.text[: starts[0]] != rejected.text[: starts[1]]:
             raise TemplatePrefixError(
