@@ -260,3 +260,20 @@ def test_rewards_beyond_float32_are_a_record_error(reward, tokenizer_dir) -> Non
     assert encoder.encode({"prompt": "q", "responses": ["a"], "rewards": [3e38]})["rewards"].tolist() == [
         pytest.approx(3e38)
     ]
+
+
+def test_dpo_keep_end_cuts_both_sides_alike(tokenizer_dir) -> None:
+    """keep-end cut each side alone: the longer side lost prompt tokens the shorter kept, two prompts."""
+    directory = tokenizer_dir(DEFAULT_SYSTEM, IM, eos="<|im_end|>")
+    pair = {"prompt": "question " * 10, "chosen": "a long chosen answer " * 3, "rejected": "no"}
+    whole = ChatEncoder(directory, train_type="dpo").encode(pair)
+    limit = len(whole["chosen"]) - 4
+    encoder = ChatEncoder(directory, train_type="dpo", max_length=limit, truncate="keep-end")
+    cut = encoder.encode(pair)
+    for side in ("chosen", "rejected"):
+        assert cut[side].tolist() == whole[side][4:].tolist()
+        assert cut[f"{side}_mask"].tolist() == whole[f"{side}_mask"][4:].tolist()
+    assert encoder.stats.truncated == 1 and len(cut["chosen"]) == limit
+    prompt = int(whole["rejected_mask"].argmax())  # a cut that leaves no prompt: skipped, counted
+    short = ChatEncoder(directory, train_type="dpo", max_length=len(whole["chosen"]) - prompt, truncate="keep-end")
+    assert short.encode(pair) is None and short.stats.skipped_too_long == 1

@@ -8,6 +8,8 @@
 
 A record longer than ``max_length`` follows ``truncate``: ``skip`` (the default: counted, never a
 silent cut), ``keep-start`` or ``keep-end``; a cut that leaves no trained token is a counted skip.
+A dpo pair cut ``keep-end`` loses the same prompt tokens on both sides (so they still share a
+prompt); one whose cut would leave no prompt is a counted skip.
 """
 
 from __future__ import annotations
@@ -193,7 +195,16 @@ class ChatEncoder:
                 field="prompt",
                 **place.where(),
             )
-        chosen_cut, rejected_cut = self._cut(chosen.ids, chosen.mask), self._cut(rejected.ids, rejected.mask)
+        if self.truncate is Truncate.KEEP_END and self.max_length is not None:
+            # both sides lose the same prompt tokens, so they still continue one prompt (no prompt left: skip)
+            drop = max(len(chosen.ids), len(rejected.ids)) - self.max_length
+            if drop >= min(int(np.argmax(side.mask)) for side in (chosen, rejected)):
+                return None
+            chosen_cut, rejected_cut = (
+                (side.ids[max(drop, 0) :], side.mask[max(drop, 0) :]) for side in (chosen, rejected)
+            )
+        else:
+            chosen_cut, rejected_cut = self._cut(chosen.ids, chosen.mask), self._cut(rejected.ids, rejected.mask)
         if chosen_cut is None or rejected_cut is None:
             return None
         (c_ids, c_mask), (r_ids, r_mask) = chosen_cut, rejected_cut
