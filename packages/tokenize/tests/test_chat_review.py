@@ -157,6 +157,13 @@ def test_default_system_prompt_and_an_assistant_first_turn(tokenizer_dir) -> Non
     ]
     again = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "You are a helpful assistant."}]
     assert check_against_transformers(directory, again) == ["You are a helpful assistant.<|im_end|>"]
+    # an empty (or blank) first turn: only its <|im_end|>, not the injected system turn before it
+    for blank in ("", "\u3000"):
+        first = [{"role": "assistant", "content": blank}, {"role": "user", "content": "hi"}]
+        assert check_against_transformers(directory, [*first, {"role": "assistant", "content": "x"}]) == [
+            f"{blank}<|im_end|>",
+            "x<|im_end|>",
+        ]
 
 
 def test_tool_calls_between_special_markers_train_through_the_turns_end(tokenizer_dir) -> None:

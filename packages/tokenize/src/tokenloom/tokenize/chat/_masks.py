@@ -120,7 +120,9 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
     head = renders(turn, generation=role == "assistant")
     if full.startswith(head):
         for candidate in candidates:
-            if full.startswith(candidate, len(head)):
+            # an empty content right at an empty head proves nothing (a template that cannot render an empty
+            # conversation, or injects a default system prompt only into a non-empty one): probe it below
+            if (candidate or head) and full.startswith(candidate, len(head)):
                 return len(head), len(head) + len(candidate)
     # where the template puts this message's content: its rendering with a probe in place of the content (a
     # template that injects a default system prompt cannot render an empty conversation, so ``head`` is empty)
@@ -129,7 +131,7 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
     at = -1 if probe is None else probe.find(_PROBE)
     if at >= 0 and probe is not None and probe[:at] == full[:at]:
         for candidate in candidates:
-            if candidate and full.startswith(candidate, at):
+            if full.startswith(candidate, at):
                 return at, at + len(candidate)
     # after what the conversation so far and the generation prompt share with the rendering (the turn's header,
     # so a content that also appears in the header, "assistant" say, is not found there)
