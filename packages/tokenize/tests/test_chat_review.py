@@ -13,7 +13,7 @@ import orjson
 import pytest
 from transformers import AutoTokenizer
 
-from tokenloom.formats import ConversationError
+from tokenloom.formats import ChatTemplateError, ConversationError
 from tokenloom.tokenize.chat import ChatEncoder, RecordPlace, runs
 
 IM = ["<|im_start|>", "<|im_end|>"]
@@ -284,3 +284,14 @@ def test_dpo_keep_end_cuts_both_sides_alike(tokenizer_dir) -> None:
     prompt = int(whole["rejected_mask"].argmax())  # a cut that leaves no prompt: skipped, counted
     short = ChatEncoder(directory, train_type="dpo", max_length=len(whole["chosen"]) - prompt, truncate="keep-end")
     assert short.encode(pair) is None and short.stats.skipped_too_long == 1
+
+
+@pytest.mark.parametrize("expression", ["10 // (m.content | length)", "m.content.encode('no-such-codec')"])
+def test_a_template_expression_that_raises_carries_the_record(expression: str, tokenizer_dir) -> None:
+    """Not only Jinja's own errors: ZeroDivisionError, LookupError from the template's expressions too."""
+    template = "{% for m in messages %}{{ m.content }}{{ " + expression + " }}<|im_end|>{% endfor %}"
+    encoder = ChatEncoder(tokenizer_dir(DEFAULT_SYSTEM, IM, eos="<|im_end|>"), chat_template=template)
+    record = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": ""}]}
+    with pytest.raises(ChatTemplateError, match="raised") as caught:
+        encoder.encode(record, RecordPlace("in/t.jsonl", 5))
+    assert (caught.value.path, caught.value.record) == ("in/t.jsonl", 5)
