@@ -295,3 +295,29 @@ def test_a_template_expression_that_raises_carries_the_record(expression: str, t
     with pytest.raises(ChatTemplateError, match="raised") as caught:
         encoder.encode(record, RecordPlace("in/t.jsonl", 5))
     assert (caught.value.path, caught.value.record) == ("in/t.jsonl", 5)
+
+
+#: the assistant header is part of every user turn: the generation prompt adds nothing
+HEADER_IN_USER_TURN = (
+    "{% for m in messages %}{% if m.role == 'user' %}<|user|>{{ m.content }}<|end|><|assistant|>"
+    "{% elif m.role == 'assistant' %}{% generation %}{{ m.content }}<|end|>{% endgeneration %}"
+    "{% else %}<|system|>{{ m.content }}<|end|>{% endif %}{% endfor %}"
+)
+
+
+def test_assistant_header_rendered_with_the_user_turn(tokenizer_dir) -> None:
+    directory = tokenizer_dir(
+        HEADER_IN_USER_TURN, ["<|user|>", "<|assistant|>", "<|system|>", "<|end|>"], eos="<|end|>"
+    )
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "u2"},
+    ]
+    assert check_against_transformers(directory, messages) == ["a<|end|>", "u2<|end|>"]
+    encoder = ChatEncoder(directory, train_type="grpo")
+    group = encoder.encode({"prompt": messages[:2], "responses": ["x", ""], "rewards": [0, 1]})
+    assert [encoder.chat.decode(r) for r in group["responses"]] == ["x<|end|>", "<|end|>"]
+    assert all(m.all() for m in group["masks"])  # a response after its prompt: all of it is generated
