@@ -36,19 +36,30 @@ def _sidecar(root: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _decoder(tokenizer: str | None) -> Any:
-    """A ``tokenizers.Tokenizer`` for ``tokenizer`` (a directory or tokenizer.json), or None."""
+def _decoder(tokenizer: str | None, *, given: bool = False) -> Any:
+    """A ``tokenizers.Tokenizer`` for ``tokenizer`` (a directory or tokenizer.json), or None.
+
+    ``given``: the user named it (--tokenizer), so one that cannot be read is a ConfigError; the one the
+    store recorded may be gone or broken on this machine, and the records show as token ids.
+    """
     if not tokenizer:
         return None
     path = Path(tokenizer)
     path = path / "tokenizer.json" if path.is_dir() else path
     if not path.is_file():
+        if given:
+            raise ConfigError(f"--tokenizer {tokenizer}: no tokenizer.json there", path=path, field="tokenizer")
         return None
     try:
         from tokenizers import Tokenizer
     except ImportError:
         return None
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises plain Exception for a file it cannot parse
+        if given:
+            raise ConfigError(f"cannot read the tokenizer ({exc})", path=path, field="tokenizer") from None
+        return None
 
 
 def _pieces(tokens: np.ndarray, mask: np.ndarray, decoder: Any) -> list[tuple[str, bool]]:
@@ -86,7 +97,7 @@ def record_facts(path: Path, count: int, tokenizer: str | None = None) -> dict[s
     """The first ``count`` records as (key, pieces, trained, tokens), plus the store's recorded settings."""
     store: RecordStore = open_records(path)
     sidecar = _sidecar(Path(path))
-    decoder = _decoder(tokenizer or sidecar.get("tokenizer"))
+    decoder = _decoder(tokenizer, given=True) if tokenizer else _decoder(sidecar.get("tokenizer"))
     records = []
     for index in range(min(count, len(store))):
         sides = []
@@ -110,7 +121,7 @@ def record_facts(path: Path, count: int, tokenizer: str | None = None) -> dict[s
         "keys": store.keys,
         "decoded": decoder is not None,
         "settings": {k: v for k, v in sidecar.items() if k not in ("stats", "tokenloom_post_training")},
-        "stats": sidecar.get("stats"),
+        "stats": sidecar.get("stats") if isinstance(sidecar.get("stats"), dict) else None,
         "shown": records,
     }
 
@@ -125,7 +136,7 @@ def show_records(facts: dict[str, Any]) -> None:
     console.print(f"{facts['path']}: {facts['records']:,} records, keys {', '.join(facts['keys'])}")
     stats = facts.get("stats") or {}
     if stats:
-        share = stats["trained_tokens"] / stats["tokens"] if stats.get("tokens") else 0.0
+        share = stats.get("trained_tokens", 0) / stats["tokens"] if stats.get("tokens") else 0.0
         console.print(
             f"written {stats.get('records', 0):,}  truncated {stats.get('truncated', 0):,}  "
             f"skipped (too long) {stats.get('skipped_too_long', 0):,}  skipped (errors) "

@@ -8,6 +8,8 @@
 
 A record longer than ``max_length`` follows ``truncate``: ``skip`` (the default: counted, never a
 silent cut), ``keep-start`` or ``keep-end``; a cut that leaves no trained token is a counted skip.
+A dpo pair cut ``keep-end`` loses the same prompt tokens on both sides (so they still share a
+prompt); one whose cut would leave no prompt is a counted skip.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats.errors import ConfigError, RecordError, TemplatePrefixError
+from tokenloom.formats.errors import ConfigError, ConversationError, RecordError, TemplatePrefixError
 from tokenloom.tokenize.chat._masks import MaskedTokens, _common, derive_mask
 from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
@@ -173,7 +175,18 @@ class ChatEncoder:
         return {"sequence": ids, "loss_mask": mask, "position_ids": np.arange(len(ids), dtype=np.int32)}
 
     def _dpo(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
-        chosen, rejected = (self._derive(side, place) for side in dpo_pair(record, place))
+        sides = dpo_pair(record, place)
+        chosen, rejected = (self._derive(side, place) for side in sides)
+        before = [side.messages[: masked.spans[0].turn] for side, masked in zip(sides, (chosen, rejected), strict=True)]
+        if before[0] != before[1]:
+            raise ConversationError(
+                f"chosen and rejected have different prompts: {len(before[0])} and {len(before[1])} messages "
+                "before their first trained turn, not the same messages",
+                field="prompt",
+                hint="A preference pair continues one prompt: give chosen and rejected the same messages up to "
+                "their first trained turn, or pass --on-error skip to count and skip such records",
+                **place.where(),
+            )
         starts = [side.spans[0].start for side in (chosen, rejected)]
         if chosen.text[: starts[0]] != rejected.text[: starts[1]]:
             raise TemplatePrefixError(
@@ -182,7 +195,16 @@ class ChatEncoder:
                 field="prompt",
                 **place.where(),
             )
-        chosen_cut, rejected_cut = self._cut(chosen.ids, chosen.mask), self._cut(rejected.ids, rejected.mask)
+        if self.truncate is Truncate.KEEP_END and self.max_length is not None:
+            # both sides lose the same prompt tokens, so they still continue one prompt (no prompt left: skip)
+            drop = max(len(chosen.ids), len(rejected.ids)) - self.max_length
+            if drop >= min(int(np.argmax(side.mask)) for side in (chosen, rejected)):
+                return None
+            chosen_cut, rejected_cut = (
+                (side.ids[max(drop, 0) :], side.mask[max(drop, 0) :]) for side in (chosen, rejected)
+            )
+        else:
+            chosen_cut, rejected_cut = self._cut(chosen.ids, chosen.mask), self._cut(rejected.ids, rejected.mask)
         if chosen_cut is None or rejected_cut is None:
             return None
         (c_ids, c_mask), (r_ids, r_mask) = chosen_cut, rejected_cut

@@ -10,11 +10,14 @@ For a trained message i (a trained role, at or after the conversation's ``traine
 2. **Where its turn ends.** The template's closing text is what the rendering of ``messages[:i+1]``
    and the whole rendering both have after the content: the text the template emits after this
    turn whatever follows (``<|im_end|>\n``, ``<|eot_id|>``).
-3. **The end marker** (trained with the content): the closing text up to and including its first
-   special token (what the model emits to stop; a newline after it is not trained). A closing text
-   without a special token is trained whole, and when another turn follows, so is the first token
-   after it: a template that ends an assistant turn with the next role's marker (``<|user|>``) stops
-   generation on that marker, so that is the stop token the model must learn.
+3. **The end marker** (trained with the content): the closing text up to and including its last
+   special token (what the model emits to stop; a newline after it is not trained). Special tokens the
+   turn renders before its end (a tool call's ``<tool_call>``, ``<|python_tag|>``) are trained with
+   it; for the conversation's last turn, only the closing that a following turn would share counts
+   (not what the template appends to a finished conversation). A closing text without a special token
+   is trained whole, and when another turn follows, so is the first token after it: a template that
+   ends an assistant turn with the next role's marker (``<|user|>``) stops generation on that marker,
+   so that is the stop token the model must learn.
 
 Characters map to tokens through the encoding's offsets; a token that covers both trained and masked
 characters is a MaskError. Every record is then verified (:mod:`._verify`).
@@ -22,8 +25,10 @@ characters is a MaskError. Every record is then verified (:mod:`._verify`).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +38,9 @@ from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlac
 from tokenloom.tokenize.chat._verify import verify_mask
 
 __all__ = ["MaskedTokens", "TrainedSpan", "derive_mask"]
+
+#: stands in for a message's content where the template is probed (text no real message holds)
+_PROBE = "\u2063tokenloom-probe\u2063"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,13 @@ class _Renders:
             self._cache[key] = text
         return self._cache[key]
 
+    def probe(self, messages: list[dict[str, Any]]) -> str | None:
+        """The rendering of ``messages`` (a probe the record does not hold), None if the template refuses it."""
+        try:
+            return self.chat.render(messages, tools=self.conversation.tools)
+        except ChatTemplateError:
+            return None
+
 
 def _common(a: str, b: str) -> int:
     """Length of the common prefix of two texts (bisection over slice comparisons, which run in C)."""
@@ -105,8 +120,19 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
     head = renders(turn, generation=role == "assistant")
     if full.startswith(head):
         for candidate in candidates:
-            if full.startswith(candidate, len(head)):
+            # an empty content right at an empty head proves nothing (a template that cannot render an empty
+            # conversation, or injects a default system prompt only into a non-empty one): probe it below
+            if (candidate or head) and full.startswith(candidate, len(head)):
                 return len(head), len(head) + len(candidate)
+    # where the template puts this message's content: its rendering with a probe in place of the content (a
+    # template that injects a default system prompt cannot render an empty conversation, so ``head`` is empty)
+    message = renders.conversation.messages[turn]
+    probe = renders.probe([*renders.conversation.messages[:turn], {**message, "content": _PROBE}])
+    at = -1 if probe is None else probe.find(_PROBE)
+    if at >= 0 and probe is not None and probe[:at] == full[:at]:
+        for candidate in candidates:
+            if full.startswith(candidate, at):
+                return at, at + len(candidate)
     # after what the conversation so far and the generation prompt share with the rendering (the turn's header,
     # so a content that also appears in the header, "assistant" say, is not found there)
     low = max(_common(renders(turn), full), _common(head, full))
@@ -133,13 +159,23 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
     )
 
 
-def _marker_end(offsets: np.ndarray, special: np.ndarray, content_end: int, closing: int, last: bool) -> int:
-    """Character end of the end marker after ``content_end`` (see the module docstring, point 3)."""
+def _marker_end(
+    offsets: np.ndarray, special: np.ndarray, content_end: int, closing: int, last: bool, turn_end: Callable[[], int]
+) -> int:
+    """Character end of the end marker after ``content_end`` (see the module docstring, point 3).
+
+    ``turn_end()``: for the last turn, the length of its closing that a following turn would share (the
+    turn's own text, without what the template appends to a finished conversation).
+    """
     starts, ends = offsets[:, 0], offsets[:, 1]
     after = np.flatnonzero((ends > content_end) & (starts < content_end + closing))
-    for token in after.tolist():
-        if special[token]:
-            return int(ends[token])
+    # special tokens wholly in the closing (a common prefix of characters may end inside a token: "<|" of two)
+    marks = [token for token in after.tolist() if special[token] and ends[token] <= content_end + closing]
+    if len(marks) > 1 and last:  # which of them end the turn itself
+        limit = content_end + turn_end()
+        marks = [token for token in marks if ends[token] <= limit] or marks[:1]
+    if marks:  # the turn's last special token: tool calls and the like (<tool_call>) come before its end
+        return int(ends[marks[-1]])
     end = content_end + closing
     if not last:
         following = np.flatnonzero(ends > end)
@@ -201,13 +237,19 @@ def derive_mask(
                 **place.where(),
             )
         closing = _common(alone[content_end:], full[content_end:])
-        end = _marker_end(offsets, special, content_end, closing, last)
+        end = _marker_end(offsets, special, content_end, closing, last, partial(_turn_end, renders, full, content_end))
         spans.append(TrainedSpan(turn, start, content_end, end))
         trained_chars[start:end] = 1
     mask = _token_mask(trained_chars, offsets, spans, full, ids, place)
     masked = MaskedTokens(full, ids, mask, offsets, spans)
     verify_mask(chat, masked, messages, place, whole=after is None)
     return masked
+
+
+def _turn_end(renders: _Renders, full: str, content_end: int) -> int:
+    """Length of the last turn's closing that the rendering with one more (user) turn shares."""
+    following = renders.probe([*renders.conversation.messages, {"role": "user", "content": _PROBE}])
+    return len(full) - content_end if following is None else _common(full[content_end:], following[content_end:])
 
 
 def _token_mask(

@@ -18,6 +18,7 @@ from tokenloom.tokenize.chat._template import NOWHERE, RecordPlace
 __all__ = ["ROLES", "Conversation", "dpo_pair", "grpo_group", "sft_conversation"]
 
 ROLES = ("system", "user", "assistant", "tool")
+_FLOAT32_MAX = 3.4028234663852886e38  # rewards are stored as float32: a larger one would be inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,13 @@ def dpo_pair(record: Any, place: RecordPlace = NOWHERE) -> tuple[Conversation, C
     return tuple(Conversation(prompt + side, tools, len(prompt)) for side in sides)  # type: ignore[return-value]
 
 
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value) and abs(value) <= _FLOAT32_MAX
+    except OverflowError:  # an integer beyond float range (json.loads reads 1e400 written as digits)
+        return False
+
+
 def grpo_group(
     record: Any, place: RecordPlace = NOWHERE
 ) -> tuple[list[dict[str, Any]], list[Any] | None, list[list[dict[str, Any]]], list[float]]:
@@ -145,7 +153,11 @@ def grpo_group(
             f"{len(rewards)} rewards for {len(responses)} responses, expected one per response", place, "rewards"
         )
     for i, reward in enumerate(rewards):
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            raise _fail(f"rewards[{i}] is {reward!r}, expected a finite number", place, "rewards")
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not _finite(reward):
+            raise _fail(
+                f"rewards[{i}] is {reward!r:.40}, expected a finite number (stored as float32: |r| <= 3.4e38)",
+                place,
+                "rewards",
+            )
     turns = [_turns(r, place, f"responses[{i}]", "assistant") for i, r in enumerate(responses)]
     return prompt, tools, turns, [float(r) for r in rewards]
