@@ -1,0 +1,94 @@
+"""Attack on order: block: an exactly-once oracle over save/kill/resume on changing topologies; bad YAML."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from curriculum_helpers import SEQ_LEN, make_corpus
+from test_oracle import _segment
+
+from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
+from tokenloom.formats import ConfigError
+
+SEED = 77
+# a: not a multiple of block_samples; b: fewer samples than one block; c: a multiple
+SIZES = {"a": 101, "b": 5, "c": 48}
+TOPOLOGIES = [(2, 1), (1, 0), (4, 2), (3, 0)]
+
+
+@pytest.fixture(scope="module")
+def odd_corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("cbo-oracle") / "data", SIZES)
+
+
+def _config(root, policy, max_repetition=None):
+    phases = (
+        Phase(duration_tokens=900, mix={"a": 1, "b": 1}),
+        Phase(duration_tokens=2200, mix={"a": 0.3, "b": 0.3, "c": 0.4}),
+    )
+    return CurriculumConfig(
+        path=root, max_length=SEQ_LEN, packing=False, curriculum=phases, bucket_exhaustion=policy,
+        **({"max_repetition": max_repetition} if max_repetition else {}),
+        order="block", block_samples=16, window_blocks=3,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("policy", "repetition", "seed"), [("repeat", 30, 3), ("renormalise", None, 4)])
+def test_block_order_is_exactly_once_on_random_resumes(odd_corpus, policy, repetition, seed):
+    ds = CurriculumDataset(_config(odd_corpus, policy, repetition), seed=SEED)
+    _, bucket, index = ds.locate(np.arange(len(ds)))
+    expected = list(zip(bucket.tolist(), index.tolist(), strict=True))
+    for b, n in enumerate(SIZES.values()):  # the reference: every bucket epoch a permutation of the bucket
+        draws = [i for bucket_id, i in expected if bucket_id == b]
+        for first in range(0, len(draws), n):
+            epoch = draws[first : first + n]
+            assert len(set(epoch)) == len(epoch) and (len(epoch) < n or sorted(epoch) == list(range(n)))
+    if policy == "repeat":
+        assert sum(1 for bucket_id, _ in expected if bucket_id == 1) > 3 * SIZES["b"]  # the tiny bucket, re-read
+    rng = np.random.default_rng(seed)
+    targets = sorted(rng.choice(np.arange(5, len(ds) - 5), size=4, replace=False).tolist())
+    seen: dict[int, tuple[int, int]] = {}
+    state = None
+    for number, target in enumerate(targets):
+        world, workers = TOPOLOGIES[number % len(TOPOLOGIES)]
+        if state is not None and target <= state["consumed"]:
+            continue
+        resumed = CurriculumDataset(_config(odd_corpus, policy, repetition), seed=SEED)
+        if state is not None:
+            resumed.load_state_dict(ds.state_dict(consumed=state["consumed"]))
+        state = _segment(resumed, world, workers, state, int(target), seen)
+    _segment(ds, 3, 1, state, len(ds) + 3, seen, final=True)
+    assert [seen[p] for p in range(len(ds))] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("order: blocky", r"order is 'blocky', expected one of feistel, block"),
+        ("order: block\nblock_samples: 0", r"block_samples is 0, expected an integer >= 1"),
+        ("order: block\nblock_samples: -1", r"block_samples is -1"),
+        ("order: block\nblock_samples: 1.5", r"block_samples is 1.5"),
+        ("order: block\nblock_samples: x", r"block_samples is 'x'"),
+        (
+            "order: block\nwindow_blocks: 100000000000000000000",
+            r"window_blocks is 100000000000000000000, .* <= 1,048,576",
+        ),
+        ("order: block\nblock_samples: 9223372036854775807", r"block_samples is 9223372036854775807"),
+        ("order: {a: block}\nblock_samples: 1099511627776\nwindow_blocks: 1048576", None),
+    ],
+)
+def test_bad_block_values_in_yaml_are_named_before_the_first_sample(odd_corpus, tmp_path, text, match):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"path: {odd_corpus}\nmax_length: {SEQ_LEN}\npacking: false\n"
+        "curriculum: [{duration_tokens: 400, mix: {a: 1}}]\n" + text + "\n"
+    )
+    if match is None:  # the largest sizes accepted serve samples (no int64 overflow)
+        ds = CurriculumDataset(CurriculumConfig.from_file(config), seed=SEED)
+        index = ds.locate(np.arange(len(ds)))[2].tolist()
+        assert len(set(index)) == len(index) and all(0 <= i < SIZES["a"] for i in index)
+        assert int(ds[0]["bucket"]) == 0
+        return
+    with pytest.raises(ConfigError, match=match) as caught:
+        CurriculumConfig.from_file(config)
+    assert caught.value.path == str(config)
