@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 import pytest
-from curriculum_helpers import SEQ_LEN, make_corpus
+from curriculum_helpers import EOS, SEQ_LEN, make_corpus, write_bucket
 from test_oracle import _segment
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
@@ -92,3 +94,47 @@ def test_bad_block_values_in_yaml_are_named_before_the_first_sample(odd_corpus, 
     with pytest.raises(ConfigError, match=match) as caught:
         CurriculumConfig.from_file(config)
     assert caught.value.path == str(config)
+
+
+# -- fetched/used from a real S3 server: a second run and a resume on the same node's cache ---------------
+S3_BLOCK = 8192
+S3_MAX_LENGTH = 127
+
+
+def test_fetch_figures_count_this_run_not_the_earlier_runs_on_the_same_cache(seaweed, tmp_path, monkeypatch):
+    local = tmp_path / "data"
+    rng = np.random.default_rng(9)
+    for split, count in (("train", 512), ("val", 4)):
+        write_bucket(local / split / "a", rng.integers(0, EOS, size=count * S3_MAX_LENGTH + 1), doc_length=4000)
+    prefix = f"cbo-attack-{uuid.uuid4().hex[:8]}"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            seaweed.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    monkeypatch.setenv("TOKENLOOM_BLOCK_SIZE", str(S3_BLOCK))
+    monkeypatch.delenv("TOKENLOOM_CACHE_LIMIT", raising=False)
+    config = CurriculumConfig.from_dict(
+        {
+            "path": f"s3://{seaweed.bucket}/{prefix}", "max_length": S3_MAX_LENGTH, "packing": False,
+            "curriculum": [{"duration_tokens": 256 * S3_MAX_LENGTH, "mix": {"a": 1}}],
+            "storage_options": seaweed.storage_options(), "cache_dir": str(tmp_path / "node-cache"),
+            "order": "block", "block_samples": 64, "window_blocks": 2,
+        }
+    )  # fmt: skip
+    sample_bytes = (S3_MAX_LENGTH + 1) * 2
+
+    first = CurriculumDataset(config, seed=SEED)
+    assert first.fetch_figures(0)["fetched_bytes"] == 0
+    first.__getitems__(list(range(len(first))))
+    ran = first.fetch_figures(len(first))
+    assert ran["used_bytes"] == len(first) * sample_bytes and ran["fetched_bytes"] >= ran["used_bytes"]
+
+    again = CurriculumDataset(config, seed=SEED)  # a second run on the warm cache fetches nothing
+    again.__getitems__(list(range(len(again))))
+    assert again.fetch_figures(len(again))["fetched_bytes"] == 0
+
+    resumed = CurriculumDataset(config.replace(cache_dir=str(tmp_path / "new-node")), seed=SEED)
+    resumed.load_state_dict(first.state_dict(consumed=100))  # a resume on a node with an empty cache
+    resumed.__getitems__(list(range(100, len(resumed))))
+    figures = resumed.fetch_figures(len(resumed))
+    assert figures["used_bytes"] == (len(resumed) - 100) * sample_bytes  # what this run used, since the resume
+    assert figures["used_bytes"] <= figures["fetched_bytes"] <= 2 * 128 * sample_bytes, figures  # its 2 windows
