@@ -10,7 +10,7 @@ from curriculum_helpers import EOS, SEQ_LEN, make_corpus, write_bucket
 from test_oracle import _segment
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
-from tokenloom.formats import ConfigError
+from tokenloom.formats import ConfigError, ResumeMismatchError
 
 SEED = 77
 # a: not a multiple of block_samples; b: fewer samples than one block; c: a multiple
@@ -138,3 +138,32 @@ def test_fetch_figures_count_this_run_not_the_earlier_runs_on_the_same_cache(sea
     figures = resumed.fetch_figures(len(resumed))
     assert figures["used_bytes"] == (len(resumed) - 100) * sample_bytes  # what this run used, since the resume
     assert figures["used_bytes"] <= figures["fetched_bytes"] <= 2 * 128 * sample_bytes, figures  # its 2 windows
+
+
+@pytest.mark.parametrize(
+    ("saved", "loaded", "loads"),
+    [
+        ({}, {"order": "block"}, False),  # global -> block
+        ({"order": "block"}, {}, False),  # block -> global
+        ({"order": "block", "block_samples": 16}, {"order": "block", "block_samples": 32}, False),
+        ({"order": {"a": "block"}}, {"order": {"c": "block"}}, False),
+        ({"order": "block"}, {"order": "block", "block_samples": 16384, "window_blocks": 8}, True),  # the defaults
+        ({}, {"order": {"a": "feistel"}}, True),
+        ({"order": "block"}, {"order": {"a": "block", "b": "block", "c": "block"}}, True),
+    ],
+)
+def test_a_state_loads_exactly_when_the_resolved_orders_agree(odd_corpus, saved, loaded, loads):
+    def dataset(**order):
+        config = CurriculumConfig.from_dict(
+            {"path": str(odd_corpus), "max_length": SEQ_LEN, "packing": False,
+             "curriculum": [{"duration_tokens": 900, "mix": {"a": 1, "c": 1}}], **order}
+        )  # fmt: skip
+        return CurriculumDataset(config, seed=SEED)
+
+    state = dataset(**saved).state_dict(consumed=7)
+    target = dataset(**loaded)
+    if loads:
+        target.load_state_dict(state)
+        return
+    with pytest.raises(ResumeMismatchError, match=r"differing fields: orders: saved"):
+        target.load_state_dict(state)

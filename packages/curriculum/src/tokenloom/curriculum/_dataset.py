@@ -254,7 +254,7 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
                 f"expected {STATE_FORMAT!r})",
                 field="format",
             )
-        ours = self.identity()
+        ours = {"orders": None, **self.identity()}  # a state in block order never loads into the feistel order
         saved = {**state, "budget_unit": state.get("budget_unit", BudgetUnit.INPUT_TOKENS.value)}  # older states
         differences = [
             f"{key}: saved {saved.get(key)!r}, this dataset {value!r}"
