@@ -31,6 +31,11 @@ def test_each_bucket_epoch_is_a_permutation_read_a_window_at_a_time(sizes, order
     )  # fmt: skip
     positions = np.arange(schedule.num_samples)
     _, bucket, index = schedule.locate(positions)
+    feistel = CurriculumSchedule(
+        bucket_samples=sizes, bucket_tokens=[n * 8 for n in sizes], durations=[sum(sizes) * 8 * epochs],
+        weights=[[1.0] * len(sizes)], seed=seed, max_epochs=epochs,
+    )  # fmt: skip
+    assert np.array_equal(feistel.locate(positions)[1], bucket)  # which bucket serves each position: unchanged
     _, _, draw = schedule.draws(positions)
     few = schedule.locate_list(positions.tolist())  # the DataLoader path (per-process tables) agrees
     assert few[1] == bucket.tolist() and few[2] == index.tolist()
