@@ -167,3 +167,14 @@ def test_a_state_loads_exactly_when_the_resolved_orders_agree(odd_corpus, saved,
         return
     with pytest.raises(ResumeMismatchError, match=r"differing fields: orders: saved"):
         target.load_state_dict(state)
+
+
+def test_an_order_for_an_empty_bucket_no_phase_uses_is_moot_as_the_bucket(tmp_path):
+    root = make_corpus(tmp_path / "data", {"a": 40, "b": 40})
+    (root / "train" / "spare").mkdir()  # skipped: empty and no phase names it
+    config = CurriculumConfig.from_dict(
+        {"path": str(root), "max_length": SEQ_LEN, "packing": False, "order": {"a": "block", "spare": "block"},
+         "curriculum": [{"duration_tokens": 300, "mix": {"a": 1, "b": 1}}]}
+    )  # fmt: skip
+    ds = CurriculumDataset(config, seed=SEED)  # was: "order names buckets ['spare'] that are not under .../train"
+    assert ds.buckets == ["a", "b"] and ds.orders == [(16384, 8), None]
