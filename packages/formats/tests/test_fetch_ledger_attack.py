@@ -39,3 +39,10 @@ def test_a_damaged_line_costs_that_line_not_the_whole_ledger(tmp_path):
     _record_fetch(tmp_path, OBJ, 4096)
     assert fetched_bytes(tmp_path, IDENTITY) == 8192 + 4096  # was 0: the whole ledger was dropped
     assert fetched_bytes(Path(tmp_path)) == 8192 + 4096
+
+
+def test_an_unreadable_ledger_folder_is_no_figure_and_no_error(tmp_path):
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "readers").write_bytes(b"")  # not a folder: every ledger under it is unreadable
+    assert fetched_bytes(tmp_path, IDENTITY) == 0  # was NotADirectoryError (CurriculumDataset reads it at open)
+    assert fetched_bytes(tmp_path) == 0
