@@ -285,10 +285,8 @@ class CurriculumConfig:
             payload["budget_unit"] = self.unit.value
             if self.eos_id is not None:  # it decides which tokens count
                 payload["eos_id"] = self.eos_id
-        if self.order != BucketOrder.FEISTEL:  # so does the default order
-            order = self.order
-            payload["order"] = {k: str(v) for k, v in order.items()} if isinstance(order, Mapping) else str(order)
-            payload["block"] = [self.block_samples, self.window_blocks]
+        # the order is not here: the plan's identity holds each bucket's order as resolved (defaults filled in),
+        # so spelling out a default (block_samples: 16384, order: {web: feistel}) still resumes
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> CurriculumConfig:

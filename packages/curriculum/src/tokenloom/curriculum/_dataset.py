@@ -58,6 +58,8 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
         self._window_dtype = (
             np.result_type(*[d.window_dtype for d in self._datasets]) if self._plain else np.dtype(np.int64)
         )
+        self._resumed_at = 0  # fetch_figures' default start: the position load_state_dict resumed at
+        self._fetched_at_open = self._node_fetched()  # the node's ledger may hold earlier runs' fetches
 
     def exhausted(self, position: int) -> BucketExhausted:
         """The error for a fetch at or past the halt position (same message on every rank)."""
@@ -125,25 +127,33 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
                 total += int(tokens.sum()) * itemsize[b]
         return total
 
-    def fetch_figures(self, consumed: int, *, start: int = 0) -> dict[str, Any]:
-        """What this node fetched for the buckets against what the samples [start, consumed) used, in bytes.
+    def fetch_figures(self, consumed: int, *, start: int | None = None) -> dict[str, Any]:
+        """What this node fetched for the buckets since this dataset was opened, against what the samples
+        [start, consumed) used, in bytes (``start`` None: where :meth:`load_state_dict` resumed, 0 without a resume).
 
-        ``fetched_bytes``: token blocks this node's cache fetched for the train buckets' objects, read from the
-        cache's ledger (all processes of the node; evicted and fetched again counts twice). ``used_bytes``:
-        :meth:`used_bytes`. Pass them to :func:`write_run_status` and ``tokenloom curriculum status`` shows
-        them; local buckets fetch nothing (``fetched_bytes`` 0). On several nodes, add the nodes' fetched bytes.
+        ``fetched_bytes``: token blocks this node's cache fetched for the train buckets' objects since the
+        dataset was opened, read from the cache's ledger (all processes of the node; evicted and fetched again
+        counts twice; earlier runs on the same cache directory do not count). ``used_bytes``: :meth:`used_bytes`.
+        Pass them to :func:`write_run_status` and ``tokenloom curriculum status`` shows them; local buckets fetch
+        nothing (``fetched_bytes`` 0). On several nodes, add the nodes' fetched bytes.
         """
-        from tokenloom.formats.remote.cache import fetched_bytes
-
-        used = self.used_bytes(consumed, start)
-        roots = sorted({str(cache.root) for cache in self.remote_caches()})
-        objects = self.data_objects()
-        fetched = sum(fetched_bytes(root, objects) for root in roots)
+        used = self.used_bytes(consumed, self._resumed_at if start is None else start)
+        fetched = self._node_fetched() - self._fetched_at_open
         return {
             "used_bytes": used,
             "fetched_bytes": fetched,
             "fetched_per_used": round(fetched / used, 4) if used else None,
         }
+
+    def _node_fetched(self) -> int:
+        """Bytes the node's caches have fetched for the train buckets' objects, as their ledgers say."""
+        roots = sorted({str(cache.root) for cache in self.remote_caches()})
+        if not roots:
+            return 0
+        from tokenloom.formats.remote.cache import fetched_bytes
+
+        objects = self.data_objects()
+        return sum(fetched_bytes(root, objects) for root in roots)
 
     # -- fetching -------------------------------------------------------------------------
     def _check(self, index: np.ndarray) -> np.ndarray:
@@ -244,7 +254,7 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
                 f"expected {STATE_FORMAT!r})",
                 field="format",
             )
-        ours = self.identity()
+        ours = {"orders": None, **self.identity()}  # a state in block order never loads into the feistel order
         saved = {**state, "budget_unit": state.get("budget_unit", BudgetUnit.INPUT_TOKENS.value)}  # older states
         differences = [
             f"{key}: saved {saved.get(key)!r}, this dataset {value!r}"
@@ -291,5 +301,6 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
                     hint="Resume with the saved policy",
                 )
             log.info("exhaustion policy %s -> %s at sample %d", state.get("policy"), self.policy.value, consumed)
+        self._resumed_at = consumed
         if self.halt is not None and consumed >= self.halt_position:
             raise self.exhausted(int(consumed))

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 
 from tokenloom.formats import ConfigError
+from tokenloom.sampler._block import MAX_BLOCK_SAMPLES, MAX_WINDOW_BLOCKS
 
 __all__ = ["BucketOrder", "check_order", "resolve_order"]
 
@@ -66,8 +67,15 @@ def check_order(
                 field=name,
                 hint="Set order: block (for every bucket, or per bucket), or drop the option",
             )
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-            raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", path=where, field=name)
+        most = MAX_BLOCK_SAMPLES if name == "block_samples" else MAX_WINDOW_BLOCKS
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= int(value) <= most:
+            raise ConfigError(
+                f"{name} is {value!r}, expected an integer >= 1 and <= {most:,}",
+                path=where,
+                field=name,
+                hint="block_samples * window_blocks samples are shuffled together: size a window to what a node "
+                "may fetch ahead (the defaults: 16,384 samples, 8 a window)",
+            )
         sizes.append(int(value))
     return parsed, sizes[0], sizes[1]
 

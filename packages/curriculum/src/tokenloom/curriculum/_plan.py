@@ -71,6 +71,7 @@ class CurriculumPlan:
         self._cache_dir = cache_dir
         self._bucket_options = dict(bucket_options or {})
         self.buckets: list[str] = discover_buckets(self.config.path, source=self.config.source)
+        skipped: list[str] = []
         if self.config.curriculum is not None:  # an empty bucket no phase names is skipped, not opened
             named = self.config.buckets_named()
             skipped = [n for n in self.buckets if n not in named and is_empty_dir(self.config.path / "train" / n)]
@@ -101,7 +102,7 @@ class CurriculumPlan:
             for name in self.buckets
         ]
         check_eos(self._buckets)
-        self._check_orders()
+        self._check_orders(skipped)
         if require_val:
             for name in self.buckets:
                 check_val_twin(self.config.path, name)
@@ -127,9 +128,10 @@ class CurriculumPlan:
             )  # fmt: skip
         self._opened()
 
-    def _check_orders(self) -> None:
+    def _check_orders(self, skipped: list[str]) -> None:
         order = self.config.order
-        unknown = sorted(set(order) - set(self.buckets)) if isinstance(order, dict) else []
+        # an order for an empty bucket no phase uses is moot, as the bucket is (skipped, not opened)
+        unknown = sorted(set(order) - set(self.buckets) - set(skipped)) if isinstance(order, dict) else []
         if unknown:
             raise ConfigError(
                 f"order names buckets {unknown} that are not under {self.config.path / 'train'}; found {self.buckets}",

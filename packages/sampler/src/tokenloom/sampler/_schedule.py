@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError
-from tokenloom.sampler._block import BlockOrder
+from tokenloom.sampler._block import MAX_BLOCK_SAMPLES, MAX_WINDOW_BLOCKS, BlockOrder
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._mix import _FRACTION_BITS, _HALF, MAX_SEGMENT, MixSchedule, Tree, mix64
 
@@ -146,10 +146,14 @@ class CurriculumSchedule:
             )
         for b, block in enumerate(self.orders):
             if block is not None and (
-                len(block) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in block)
+                len(block) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in block)
+                or block[0] > MAX_BLOCK_SAMPLES
+                or block[1] > MAX_WINDOW_BLOCKS
             ):
                 raise ConfigError(
-                    f"orders[{b}] is {block!r}, expected None or (block_samples, window_blocks), both >= 1",
+                    f"orders[{b}] is {block!r}, expected None or (block_samples, window_blocks), both >= 1 "
+                    f"and at most ({MAX_BLOCK_SAMPLES}, {MAX_WINDOW_BLOCKS})",
                     field="order",
                 )
         if any(n < 0 for n in self.bucket_samples) or any(
