@@ -122,3 +122,36 @@ def test_a_dead_endpoint_is_named_in_the_hint(seaweed, tmp_path, monkeypatch, ca
     assert "cannot connect" in str(error)
     assert error.hint is not None and f"Check the endpoint {endpoint}" in error.hint
     assert "retry later" not in str(error)
+
+
+def test_a_wait_is_said_when_it_begins_not_when_the_store_comes_back(seaweed, fault_proxy, tmp_path, monkeypatch):
+    """The helper process sent its wait lines with the answer, after the outage: 5 minutes of silence, then the line."""
+    import threading
+
+    monkeypatch.delenv("TOKENLOOM_RETRY_BUDGET", raising=False)
+    local = _write_native(tmp_path / "local")
+    url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
+    options = seaweed.storage_options(endpoint=fault_proxy.url)
+    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+    seen: list[float] = []
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("waiting for "):
+                seen.append(time.monotonic())
+
+    watch = Watch(logging.WARNING)
+    logger = logging.getLogger("tokenloom.formats.remote")
+    logger.addHandler(watch)
+    try:
+        outage = 12.0
+        fault_proxy.down_for(outage, "503")
+        began = time.monotonic()
+        reader = threading.Thread(target=lambda: _entries(ds), daemon=True)
+        reader.start()
+        reader.join(timeout=120)
+        assert not reader.is_alive()
+    finally:
+        logger.removeHandler(watch)
+    assert seen, "no wait was logged"
+    assert seen[0] - began < outage / 2, f"the wait was said {seen[0] - began:.1f} s into a {outage:.0f} s outage"

@@ -119,6 +119,9 @@ class _Helper:
                 stdin.write(orjson.dumps({"op": op, **payload}) + b"\n")
                 stdin.flush()
                 line = stdout.readline()
+                while line.startswith(b'{"interim"'):  # a wait begins: said now, not when the answer comes
+                    _log_wait(orjson.loads(line)["interim"])
+                    line = stdout.readline()
             except OSError as exc:
                 line = b""
                 cause: BaseException | None = exc
@@ -136,9 +139,7 @@ class _Helper:
         endpoint = _waits.endpoint_of(client_config(config)) if config else None
         for message in answer.get("warnings", []):
             if isinstance(message, dict):  # a wait: one line per (endpoint, reason) over all this process's helpers
-                key = message.get("key") or ["", ""]
-                if _waits.first_of_wait(str(key[0]), str(key[1]), False):
-                    log.warning("%s", message["message"])
+                _log_wait(message)
             else:
                 log.warning("%s", message)
         if "error" in answer:
@@ -146,6 +147,13 @@ class _Helper:
         if endpoint is not None:
             _waits.answered(endpoint)
         return answer.get("result")
+
+
+def _log_wait(message: dict[str, Any]) -> None:
+    """Log a helper's wait once per (endpoint, reason) over all this process's helpers."""
+    key = message.get("key") or ["", ""]
+    if _waits.first_of_wait(str(key[0]), str(key[1]), False):
+        log.warning("%s", message["message"])
 
 
 def _rebuild(error: dict[str, Any]) -> Exception:
@@ -269,13 +277,23 @@ def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
 
 
 class _Collect(logging.Handler):
-    def __init__(self) -> None:
+    """Warnings of a request go back with its answer; a wait is sent at once (an interim line), so an outage of
+    minutes is seen when it begins, not when it ends."""
+
+    def __init__(self, out: IO[bytes] | None = None) -> None:
         super().__init__(logging.WARNING)
         self.messages: list[str | dict[str, Any]] = []
+        self.out = out
+        self.out_lock = threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
         key = getattr(record, "wait_key", None)
         message = record.getMessage()
+        if key and self.out is not None:
+            with self.out_lock:
+                self.out.write(orjson.dumps({"interim": {"key": key, "message": message}}) + b"\n")
+                self.out.flush()
+            return
         self.messages.append({"key": key, "message": message} if key else message)
 
 
@@ -332,12 +350,12 @@ def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str,
 
 def serve() -> None:
     """Answer requests from stdin until it closes."""
-    collect = _Collect()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    collect = _Collect(stdout)
     logger = logging.getLogger("tokenloom.formats.remote")
     logger.addHandler(collect)
     logger.setLevel(logging.WARNING)
     logger.propagate = False
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     for line in stdin:
         collect.messages = []
         answer: dict[str, Any]
@@ -352,5 +370,6 @@ def serve() -> None:
         except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): answer, stay alive
             answer = {"error": {"cls": type(exc).__name__, "problem": str(exc).split("\n", 1)[0][:500]}}
         answer["warnings"] = collect.messages
-        stdout.write(orjson.dumps(answer) + b"\n")
-        stdout.flush()
+        with collect.out_lock:
+            stdout.write(orjson.dumps(answer) + b"\n")
+            stdout.flush()
