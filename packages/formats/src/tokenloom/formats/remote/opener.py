@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import orjson
-
 from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import DataError, MissingFileError
@@ -31,7 +29,7 @@ from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
 from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
-from tokenloom.formats.remote.verify import say_unverified
+from tokenloom.formats.remote.verify import fetch_manifest, say_unverified
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
 
@@ -55,11 +53,7 @@ def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
         info = head(cache.config, MANIFEST_NAME)
     except MissingFileError:
         return None, None
-    try:
-        payload = orjson.loads(cache.whole(info).read_bytes())
-    except orjson.JSONDecodeError:
-        payload = None  # the reader names the problem
-    return info, payload
+    return info, fetch_manifest(cache, info)[1]  # None: the reader names the problem
 
 
 def open_remote_any(
@@ -153,10 +147,10 @@ def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) ->
     (a hard link to the old file), so it is linked again.
     """
     for name, obj in objects.items():
-        if name == MANIFEST_NAME or name.endswith(DATA_SUFFIXES):
+        if name.endswith(DATA_SUFFIXES):
             continue
-        if not cache.expected.checks(obj.key, cache.block_size, True):
-            continue
+        if name != MANIFEST_NAME and not cache.expected.checks(obj.key, cache.block_size, True):
+            continue  # the manifest checks itself (:func:`.verify.fetch_manifest`): relinked when refetched
         whole = cache.whole(obj)
         target = view / name
         with storage_errors(view, "relinking a healed index file into the remote view"):

@@ -1,0 +1,120 @@
+"""Review attacks on verified bytes (issue 35 item 1): block sizes, the last short block, the manifest itself."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats.errors import ChecksumError, DataError
+
+MIB = 1 << 20
+LOGGER = "tokenloom.formats.remote"
+
+
+@pytest.fixture(scope="module")
+def big_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One .bin of about 10.5 MiB: an 8 MiB cache block and a short last one, a short last hash block."""
+    root = tmp_path_factory.mktemp("attack") / "local"
+    rng = np.random.default_rng(5)
+    with open_writer(root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
+        for _ in range(11):
+            writer.add(np.append(rng.integers(1, 50_000, size=500_000, dtype=np.int64), 0))
+    return root
+
+
+def _entries(ds) -> list[bytes]:
+    return [np.asarray(ds[i]).tobytes() for i in range(len(ds))]
+
+
+def _warnings(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and text in r.getMessage()]
+
+
+@pytest.mark.parametrize(("block_size", "where"), [(8 * MIB, "last"), (3 * MIB, "first"), (2 * MIB, "last")])
+def test_a_flip_is_caught_at_aligned_block_sizes(seaweed, fault_proxy, big_ds, tmp_path, caplog, block_size, where):
+    """The default 8 MiB, 3 MiB (hash blocks 3k..3k+2) and the file's short last cache and hash block."""
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    local = open_dataset(big_ds)
+    index = 0 if where == "first" else len(local) - 1
+    fault_proxy.fault_paths = ".bin"
+    fault_proxy.faults = ["flip"]
+    options = seaweed.storage_options(endpoint=fault_proxy.url)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=block_size)
+        assert np.asarray(ds[index]).tobytes() == np.asarray(local[index]).tobytes()
+    assert fault_proxy.injected["flip"] == 1
+    assert len(_warnings(caplog, "arrived with a wrong hash")) == 1
+    assert not _warnings(caplog, "unverified")
+
+
+def test_a_flip_in_the_index_on_the_wire_is_fetched_again(seaweed, fault_proxy, big_ds, tmp_path):
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    fault_proxy.fault_paths = ".idx"
+    fault_proxy.faults = ["flip"]
+    options = seaweed.storage_options(endpoint=fault_proxy.url)
+    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)
+    assert _entries(ds) == _entries(open_dataset(big_ds))
+    assert fault_proxy.injected["flip"] == 1
+
+
+def test_a_flip_in_the_manifest_on_the_wire_does_not_poison_the_cache(seaweed, fault_proxy, big_ds, tmp_path):
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    fault_proxy.fault_paths = "manifest.json"
+    fault_proxy.faults = ["flip"]
+    options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "cache_dir": tmp_path / "c"}
+    try:
+        first = open_dataset(url, block_size=MIB, **options)
+    except DataError as exc:
+        first = exc
+    assert fault_proxy.injected["flip"] == 1
+    # whatever the first open said, the next one (nothing flipped) reads the right data
+    assert _entries(open_dataset(url, block_size=MIB, **options)) == _entries(open_dataset(big_ds)), first
+
+
+def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, tmp_path, caplog):
+    block_size = 1536 << 10  # 1.5 MiB: covers some hash blocks whole, but not all
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": block_size}
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        ds = open_dataset(url, **options)
+        assert _entries(ds) == _entries(open_dataset(big_ds))
+    (said,) = _warnings(caplog, "unverified")
+    assert str(block_size) in said and "1 MiB" in said
+
+
+def test_a_shard_replaced_in_the_bucket_under_a_reader(seaweed, big_ds, tmp_path):
+    prefix = f"attack-{uuid.uuid4().hex[:8]}"
+    url = seaweed.upload_dir(big_ds, prefix)
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    ds = open_dataset(url, **options)
+    raw = bytearray((big_ds / "shard_00000.bin").read_bytes())
+    raw[5 * MIB] ^= 0xFF
+    seaweed.put(f"{prefix}/shard_00000.bin", bytes(raw))  # the same size, another ETag
+    with pytest.raises(DataError) as caught:
+        _entries(ds)
+    assert type(caught.value).__name__ == "ResumeMismatchError"
+    with pytest.raises(ChecksumError) as reopened:  # a fresh open: the object differs from the manifest
+        _entries(open_dataset(url, **options))
+    assert "shard_00000.bin" in str(reopened.value)
+
+
+def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_path, caplog):
+    """A digit changed in the cached manifest (still valid JSON), and in the copy the native reader parses."""
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    expected = _entries(open_dataset(url, **options))
+    raw = (big_ds / "manifest.json").read_bytes()
+    at = raw.index(b'"block_xxh3_64": "') + 20
+    bad = raw[:at] + (b"0" if raw[at : at + 1] != b"0" else b"1") + raw[at + 1 :]
+    copies = [p for p in (tmp_path / "c").rglob("*") if p.is_file() and p.read_bytes() == raw]
+    assert len(copies) >= 2  # the cached object and the reader's copy
+    for path in copies:
+        path.write_bytes(bad)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert _entries(open_dataset(url, **options)) == expected
+    assert _warnings(caplog, "does not match its own checksum")
