@@ -118,3 +118,20 @@ def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_p
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert _entries(open_dataset(url, **options)) == expected
     assert _warnings(caplog, "does not match its own checksum")
+
+
+def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fault_proxy, big_ds, tmp_path):
+    """A packed file's sidecar has no checksum anywhere: the reader names it, and the next open fetches it again."""
+    from tokenloom.formats import convert_dataset
+
+    url = f"s3://{seaweed.bucket}/attack-{uuid.uuid4().hex[:8]}/d.pbin"
+    convert_dataset(
+        big_ds, url, to="packed", target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path
+    )
+    fault_proxy.fault_paths = ".tokenloom.json"
+    fault_proxy.faults = ["flip"]
+    options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "cache_dir": tmp_path / "c"}
+    with pytest.raises(DataError, match="sidecar"):
+        open_dataset(url, **options)
+    assert fault_proxy.injected["flip"] == 1
+    assert _entries(open_dataset(url, **options)) == _entries(open_dataset(big_ds))

@@ -288,6 +288,11 @@ class BlockCache:
             path = self._dir(obj) / "whole"
         return path
 
+    def forget_whole(self, obj: ObjectInfo) -> None:
+        """Delete the cached copy of ``obj`` fetched whole (a reader failed on it: fetched again next time)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._dir(obj) / "whole")
+
     def discard(self, obj: ObjectInfo) -> None:
         """Forget and delete every cached block of ``obj`` (a whole-file check failed: fetch it all again)."""
         for key in [k for k in self._maps if k[0] == obj.url]:

@@ -9,6 +9,7 @@ before a shard is touched).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
@@ -96,6 +97,7 @@ def open_remote_any(
         with using_source(source):
             dataset = spec.open(target, validate=validate, dtype=dtype, **options)
     except DataError as exc:
+        _forget_unchecked(view, view_cache, objects)
         raise _at_url(exc, view, config.url) from None
     dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
     dataset.fingerprint = remote_fingerprint(dataset.fingerprint, objects.values())
@@ -135,8 +137,8 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
         url,
         reasons,
         "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, or a "
-        "dataset with an older manifest), or `tokenloom convert` to a format tokenloom writes; a block_size that "
-        "is a multiple of 1 MiB",
+        "dataset with an older manifest), or `tokenloom convert` to native or flat (Megatron and packed files have no "
+        "manifest to record them); a block_size that is a multiple of 1 MiB",
     )
 
 
@@ -162,6 +164,19 @@ def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) ->
             except OSError:
                 shutil.copyfile(whole, temp)
             os.replace(temp, target)
+
+
+def _forget_unchecked(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
+    """After the reader failed on ``view``: drop the cached copies no checksum covers (a sidecar, a Megatron
+    ``.idx``), and the view that links them, so the next open fetches them again. A byte flipped on the way
+    then costs one failed open, never every later one."""
+    for name, obj in objects.items():
+        if not name.endswith(DATA_SUFFIXES) and not cache.expected.checks(obj.key, cache.block_size, True):
+            cache.forget_whole(obj)
+    away = view.with_name(f".{view.name}-{os.getpid()}-{os.urandom(4).hex()}.gone")
+    with contextlib.suppress(OSError):
+        os.rename(view, away)
+        shutil.rmtree(away, ignore_errors=True)
 
 
 def detect_remote(
