@@ -135,3 +135,58 @@ def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fau
         open_dataset(url, **options)
     assert fault_proxy.injected["flip"] == 1
     assert _entries(open_dataset(url, **options)) == _entries(open_dataset(big_ds))
+
+
+def _digest_of_all(ds) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for i in range(len(ds)):
+        digest.update(np.asarray(ds[i]).tobytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("limit", [None, "64MiB"])
+def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds, tmp_path, limit):
+    """DataLoader-style workers forked after the open; each cached block corrupted on disk before they start."""
+    import multiprocessing
+
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    ds = open_dataset(url, cache_limit=limit, **options)
+    expected = _digest_of_all(open_dataset(big_ds))
+    assert _digest_of_all(ds) == expected
+    blocks = sorted((tmp_path / "c").rglob(f"b{MIB}-*"))
+    blocks = [b for b in blocks if b.suffix not in (".lock", ".tmp")]
+    assert len(blocks) == 11
+    for block in blocks:
+        raw = bytearray(block.read_bytes())
+        raw[len(raw) // 3] ^= 0x10
+        block.write_bytes(bytes(raw))
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert pool.map(_digest_of_all, [ds, ds]) == [expected, expected]
+    assert _digest_of_all(open_dataset(url, cache_limit=limit, **options)) == expected
+
+
+def test_a_block_discarded_by_another_reader_between_publish_and_map_is_fetched_again(
+    seaweed, big_ds, tmp_path, monkeypatch
+):
+    """The interleaving the forked readers above hit at times, made certain: another reader's discard unlinks
+    the cached block just after this reader found it published, before it maps it."""
+    from tokenloom.formats.remote.cache import BlockCache
+
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    expected = _digest_of_all(open_dataset(url, **options))
+    publish, vanished = BlockCache._publish, []
+
+    def publish_then_vanish(self, obj, name, start, end):
+        path = publish(self, obj, name, start, end)
+        if name == f"b{MIB}-4" and not vanished:
+            vanished.append(path)
+            path.unlink()
+        return path
+
+    monkeypatch.setattr(BlockCache, "_publish", publish_then_vanish)
+    assert _digest_of_all(open_dataset(url, **options)) == expected
+    assert vanished
