@@ -190,3 +190,65 @@ def test_a_block_discarded_by_another_reader_between_publish_and_map_is_fetched_
     monkeypatch.setattr(BlockCache, "_publish", publish_then_vanish)
     assert _digest_of_all(open_dataset(url, **options)) == expected
     assert vanished
+
+
+def test_a_zero_byte_shard_is_verified_without_a_word(seaweed, tmp_path, caplog):
+    """A .bin of 0 bytes (one empty document) has an empty hash list: nothing to fetch, nothing unverified."""
+    empty = tmp_path / "empty"
+    with open_writer(empty, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
+        writer.add(np.array([], dtype=np.int64))
+    url = seaweed.upload_dir(empty, f"attack-{uuid.uuid4().hex[:8]}")
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert _entries(open_dataset(url, validate="deep", **options)) == [b""]
+    assert not _warnings(caplog, "")
+
+
+def test_truncated_cache_files_are_fetched_again(seaweed, big_ds, tmp_path):
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    expected = _entries(open_dataset(url, **options))
+    for path in [*(tmp_path / "c").rglob(f"b{MIB}-3"), *(tmp_path / "c").rglob("whole")]:
+        with open(path, "r+b") as handle:
+            handle.truncate(max(0, path.stat().st_size - 100))
+    assert _entries(open_dataset(url, **options)) == expected
+
+
+def _rehashed(local: Path, target: Path, change) -> Path:
+    """A copy whose manifest's first data entry is changed by ``change``, its own checksum made right again."""
+    import shutil
+
+    import orjson
+    import xxhash
+
+    shutil.copytree(local, target)
+    payload = orjson.loads((target / "manifest.json").read_bytes())
+    payload.pop("checksum")
+    change(next(f for f in payload["files"] if f["role"] == "data"))
+    payload["checksum"] = xxhash.xxh3_128(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    (target / "manifest.json").write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    return target
+
+
+@pytest.mark.parametrize(
+    ("fmt", "change"),
+    [
+        ("native", lambda f: f.update(block_xxh3_64=f["block_xxh3_64"][:-16])),  # one hash short
+        ("native", lambda f: f.update(block_xxh3_64=f["block_xxh3_64"] + "0" * 16)),  # one too many
+        ("flat", lambda f: f.update(block_xxh3_64=[f["block_xxh3_64"]])),  # a list, not a string
+    ],
+)
+def test_a_malformed_hash_list_in_a_remote_manifest_is_a_format_error_naming_it(seaweed, tmp_path, fmt, change):
+    from tokenloom.formats import convert_dataset
+    from tokenloom.formats.errors import FormatError
+
+    local = tmp_path / "local"
+    with open_writer(local, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
+        writer.add(np.arange(1, 1000, dtype=np.int64))
+    if fmt == "flat":
+        convert_dataset(local, tmp_path / "flat", to="flat")
+        local = tmp_path / "flat"
+    url = seaweed.upload_dir(_rehashed(local, tmp_path / "bad", change), f"attack-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(FormatError) as caught:
+        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c")
+    assert caught.value.field == "files.block_xxh3_64" and f"{url}/manifest.json" in str(caught.value)
