@@ -120,7 +120,7 @@ def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_p
     assert _warnings(caplog, "does not match its own checksum")
 
 
-def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fault_proxy, big_ds, tmp_path):
+def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fault_proxy, big_ds, tmp_path, caplog):
     """A packed file's sidecar has no checksum anywhere: the reader names it, and the next open fetches it again."""
     from tokenloom.formats import convert_dataset
 
@@ -131,10 +131,12 @@ def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fau
     fault_proxy.fault_paths = ".tokenloom.json"
     fault_proxy.faults = ["flip"]
     options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "cache_dir": tmp_path / "c"}
-    with pytest.raises(DataError, match="sidecar"):
+    with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(DataError, match="sidecar"):
         open_dataset(url, **options)
     assert fault_proxy.injected["flip"] == 1
     assert _entries(open_dataset(url, **options)) == _entries(open_dataset(big_ds))
+    (said,) = _warnings(caplog, "unverified")  # what is unverified and why, without blaming the block size
+    assert "no block hashes in a manifest" in said and "block_size" not in said
 
 
 def _digest_of_all(ds) -> str:
@@ -252,3 +254,26 @@ def test_a_malformed_hash_list_in_a_remote_manifest_is_a_format_error_naming_it(
     with pytest.raises(FormatError) as caught:
         open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c")
     assert caught.value.field == "files.block_xxh3_64" and f"{url}/manifest.json" in str(caught.value)
+
+
+def test_truncated_and_reset_bodies_among_flips_read_right(seaweed, fault_proxy, big_ds, tmp_path):
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    fault_proxy.fault_paths = ".bin"
+    fault_proxy.faults = ["truncate", "flip", "reset", "flip"]
+    options = seaweed.storage_options(endpoint=fault_proxy.url)
+    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=2 * MIB)
+    assert _entries(ds) == _entries(open_dataset(big_ds))
+    assert sum(fault_proxy.injected.values()) == 4
+
+
+def test_deep_validation_with_block_hashes_heals_at_first_map(seaweed, big_ds, tmp_path, caplog):
+    url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
+    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": 2 * MIB}
+    open_dataset(url, validate="deep", **options)
+    (block,) = list((tmp_path / "c").rglob(f"b{2 * MIB}-5"))  # the short last block
+    raw = bytearray(block.read_bytes())
+    raw[-1] ^= 0x01
+    block.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert _entries(open_dataset(url, validate="deep", **options)) == _entries(open_dataset(big_ds))
+    assert [w for w in _warnings(caplog, "corrupt on disk") if str(block) in w]

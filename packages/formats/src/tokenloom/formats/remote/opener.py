@@ -112,7 +112,7 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
     recorded: dict[str, dict[str, Any]] = {}
     if isinstance(payload, dict) and isinstance(payload.get("files"), list):
         recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
-    unhashed = unchecked = 0
+    unhashed = unchecked = misaligned = 0
     for name, obj in objects.items():
         if name == MANIFEST_NAME:
             continue  # checks itself
@@ -123,23 +123,30 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
             except DataError:
                 blocks = None  # the format's reader names a malformed manifest
             cache.expected.add(obj.key, blocks=blocks)
-            unhashed += blocks is None or cache.block_size % blocks.block_size != 0
+            unhashed += blocks is None
+            misaligned += blocks is not None and cache.block_size % blocks.block_size != 0
         elif isinstance(item.get("xxh3_128"), str):
             cache.expected.add(obj.key, checksum=item["xxh3_128"])
         else:
             unchecked += 1
-    reasons = []
+    reasons, hints = [], []
     if unhashed:
-        reasons.append(f"{unhashed} data objects have no block hashes usable with block_size {cache.block_size}")
+        reasons.append(f"{unhashed} data objects have no block hashes in a manifest")
     if unchecked:
         reasons.append(f"{unchecked} objects fetched whole have no checksum in a manifest")
-    say_unverified(
-        url,
-        reasons,
-        "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, or a "
-        "dataset with an older manifest), or `tokenloom convert` to native or flat (Megatron and packed files have no "
-        "manifest to record them); a block_size that is a multiple of 1 MiB",
-    )
+    if unhashed or unchecked:
+        hints.append(
+            "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, "
+            "or a dataset with an older manifest), or `tokenloom convert` to native or flat (Megatron and packed "
+            "files have no manifest to record them)."
+        )
+    if misaligned:
+        reasons.append(
+            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
+            f"({misaligned} data objects)"
+        )
+        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB.")
+    say_unverified(url, reasons, " ".join(hints))
 
 
 def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
