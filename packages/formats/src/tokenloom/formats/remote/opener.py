@@ -19,7 +19,7 @@ from typing import Any
 
 from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats.errors import DataError, MissingFileError
+from tokenloom.formats.errors import ConfigError, DataError, MissingFileError
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import using_source
@@ -97,7 +97,8 @@ def open_remote_any(
         with using_source(source):
             dataset = spec.open(target, validate=validate, dtype=dtype, **options)
     except DataError as exc:
-        _forget_unchecked(view, view_cache, objects)
+        if not isinstance(exc, ConfigError):  # a setting of this call, not the bytes: nothing to fetch again
+            _forget_unchecked(view, view_cache, objects)
         raise _at_url(exc, view, config.url) from None
     dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
     dataset.fingerprint = remote_fingerprint(dataset.fingerprint, objects.values())
@@ -153,17 +154,20 @@ def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) ->
     """Check each whole-fetched object the manifest has a checksum for, the first time this process uses it.
 
     A corrupt cached copy is fetched again by :meth:`BlockCache.whole`; the view still links the bad one
-    (a hard link to the old file), so it is linked again.
+    (a hard link to the old file), so it is linked again. An object no checksum covers whose link a failed
+    open removed (:func:`_forget_unchecked`) is fetched and linked again.
     """
     for name, obj in objects.items():
         if name.endswith(DATA_SUFFIXES):
             continue
-        if name != MANIFEST_NAME and not cache.expected.checks(obj.key, cache.block_size, True):
-            continue  # the manifest checks itself (:func:`.verify.fetch_manifest`): relinked when refetched
-        whole = cache.whole(obj)
         target = view / name
+        # the manifest checks itself (:func:`.verify.fetch_manifest`): relinked when it was fetched again
+        checked = name == MANIFEST_NAME or cache.expected.checks(obj.key, cache.block_size, True)
+        if not checked and os.path.lexists(target):
+            continue
+        whole = cache.whole(obj)
         with storage_errors(view, "relinking a healed index file into the remote view"):
-            if os.stat(whole).st_ino == os.stat(target).st_ino:
+            if os.path.lexists(target) and os.stat(whole).st_ino == os.stat(target).st_ino:
                 continue
             temp = target.with_name(f"{target.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
             try:
@@ -175,15 +179,13 @@ def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) ->
 
 def _forget_unchecked(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
     """After the reader failed on ``view``: drop the cached copies no checksum covers (a sidecar, a Megatron
-    ``.idx``), and the view that links them, so the next open fetches them again. A byte flipped on the way
-    then costs one failed open, never every later one."""
+    ``.idx``) and their links in the view, so the next open fetches them again (:func:`_heal_view`). A byte
+    flipped on the way then costs one failed open, never every later one."""
     for name, obj in objects.items():
         if not name.endswith(DATA_SUFFIXES) and not cache.expected.checks(obj.key, cache.block_size, True):
             cache.forget_whole(obj)
-    away = view.with_name(f".{view.name}-{os.getpid()}-{os.urandom(4).hex()}.gone")
-    with contextlib.suppress(OSError):
-        os.rename(view, away)
-        shutil.rmtree(away, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                (view / name).unlink()
 
 
 def detect_remote(
