@@ -206,7 +206,7 @@ def test_a_zero_byte_shard_is_verified_without_a_word(seaweed, tmp_path, caplog)
     assert not _warnings(caplog, "")
 
 
-def test_truncated_cache_files_are_fetched_again(seaweed, big_ds, tmp_path):
+def test_truncated_cache_files_and_a_flipped_cached_index_are_fetched_again(seaweed, big_ds, tmp_path, caplog):
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
     options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
     expected = _entries(open_dataset(url, **options))
@@ -214,6 +214,12 @@ def test_truncated_cache_files_are_fetched_again(seaweed, big_ds, tmp_path):
         with open(path, "r+b") as handle:
             handle.truncate(max(0, path.stat().st_size - 100))
     assert _entries(open_dataset(url, **options)) == expected
+    idx = (big_ds / "shard_00000.idx").read_bytes()
+    (cached,) = [p for p in (tmp_path / "c").rglob("whole") if p.read_bytes() == idx]
+    cached.write_bytes(idx[:-3] + bytes([idx[-3] ^ 0x01]) + idx[-2:])  # an offset, one bit
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert _entries(open_dataset(url, **options)) == expected
+    assert [w for w in _warnings(caplog, "corrupt on disk") if str(cached) in w]
 
 
 def _rehashed(local: Path, target: Path, change) -> Path:
