@@ -35,3 +35,36 @@ def test_a_shard_record_journaled_before_block_hashes_still_loads() -> None:
     record = ShardRecord.from_json({**old, "idx_bytes": 40, "idx_xxh3_128": "b" * 32})
     assert record.bin_blocks is None and record.bin_entry("s").blocks is None
     assert ShardRecord.from_json(record.to_json()) == record
+
+
+def test_nodes_with_workers_into_s3_record_the_block_hashes_of_the_uploaded_bins(
+    seaweed, jsonl_dir, make_texts, tmp_path: Path, tiny_tokenizer: Path, monkeypatch
+) -> None:
+    """Two nodes, two worker processes each, into a bucket: the manifest's hashes are those of the objects."""
+    import uuid
+
+    import obstore
+    import orjson
+    from obstore.store import S3Store
+
+    from tokenloom.formats.io.blockhash import hash_blocks
+
+    corpus = jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in make_texts(100, seed=i)] for i in range(4)})
+    for name, value in {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true"}.items():
+        monkeypatch.setenv(name, value)
+    prefix = f"tok-{uuid.uuid4().hex[:8]}"
+    for rank in (0, 1):
+        monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / f"cache-{rank}"))
+        config = {**OPTIONS, "num_workers": 2, "num_nodes": 2, "node_rank": rank}
+        tokenize(
+            TokenizeConfig(
+                input_dir=corpus, output_dir=f"s3://{seaweed.bucket}/{prefix}", tokenizer=str(tiny_tokenizer), **config
+            )
+        )  # type: ignore[arg-type]
+    store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
+    manifest = orjson.loads(bytes(obstore.get(store, f"{prefix}/manifest.json").bytes()))
+    data = [f for f in manifest["files"] if f["role"] == "data"]
+    assert len(data) >= 2
+    for entry in data:
+        uploaded = bytes(obstore.get(store, f"{prefix}/{entry['name']}").bytes())
+        assert (entry["block_size"], entry["block_xxh3_64"]) == (1 << 20, hash_blocks(uploaded)), entry["name"]

@@ -153,7 +153,8 @@ class Manifest:
     @property
     def fingerprint(self) -> str:
         """A stable id of this dataset's content (the manifest's own checksum, block hashes left out: adding
-        them with ``tokenloom validate --write-manifest`` keeps the fingerprint, and saved states resume)."""
+        them with ``tokenloom validate --write-manifest`` keeps the fingerprint, and saved states resume; a
+        remote dataset's fingerprint also binds the manifest object's ETag, which an upload changes)."""
         if self.checksum and all(f.blocks is None for f in self.files):
             return self.checksum
         payload = self.payload()

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tokenloom.formats.errors import ConfigError, TruncatedError
-from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.io.storage import storage_error, storage_errors
 from tokenloom.formats.remote import budget
 from tokenloom.formats.remote._cachedir import named_cache_errors
 from tokenloom.formats.remote._fdlocks import close_lock, on_fork_in_child, open_lock
@@ -225,9 +225,12 @@ class BlockCache:
 
     def _checked_map(self, obj: ObjectInfo, name: str, path: Path, start: int, end: int) -> memoryview:
         """The map of ``path``, checked the first time this process maps it (a bad file is fetched again)."""
-        for _attempt in range(2):
-            inode = os.stat(path).st_ino if end > start else 0
-            view = _map(path, end - start)
+        for _attempt in range(3):
+            try:
+                view, inode = _map_inode(path, end - start)
+            except FileNotFoundError:  # another reader discarded a bad copy: fetch it (or wait for its fetch)
+                path = self._publish(obj, name, start, end)
+                continue
             problem = self._map_problem(obj, name, view, start)
             if problem is None:
                 return view
@@ -263,8 +266,7 @@ class BlockCache:
                 inode = 0
                 if _complete(final, end - start):
                     try:
-                        inode = os.stat(final).st_ino
-                        view = _map(final, end - start)
+                        view, inode = _map_inode(final, end - start)
                     except FileNotFoundError:
                         view = None
                     problem = None if view is None else self._map_problem(obj, name, view, start)
@@ -297,6 +299,11 @@ class BlockCache:
             self._checked_map(obj, "whole", path, 0, obj.size).release()
             path = self._dir(obj) / "whole"
         return path
+
+    def forget_whole(self, obj: ObjectInfo) -> None:
+        """Delete the cached copy of ``obj`` fetched whole (a reader failed on it: fetched again next time)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._dir(obj) / "whole")
 
     def discard(self, obj: ObjectInfo) -> None:
         """Forget and delete every cached block of ``obj`` (a whole-file check failed: fetch it all again)."""
@@ -418,13 +425,29 @@ def _exclusive_unless_complete(path: Path, final: Path, size: int) -> Iterator[b
 
 
 def _map(path: Path, size: int) -> memoryview:
+    return _map_inode(path, size)[0]
+
+
+def _map_inode(path: Path, size: int) -> tuple[memoryview, int]:
+    """The read-only map of ``path`` and the inode mapped; FileNotFoundError as such (another reader discarded
+    a bad copy: the caller fetches it again), any other OSError a StorageError."""
     if size == 0:
-        return memoryview(b"")
-    with storage_errors(path, "mapping a cached block"), open(path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size != size:
-            raise TruncatedError(
-                f"cached block has {os.fstat(handle.fileno()).st_size} bytes, expected {size}",
-                path=path,
-                hint="Something else changed the cache directory; delete it (it is refilled from the store)",
-            )
-        return map_readonly(handle.fileno(), size)  # holds no fd: the file closes here
+        return memoryview(b""), 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise storage_error(exc, path, "mapping a cached block") from exc
+    try:
+        with storage_errors(path, "mapping a cached block"):
+            found = os.fstat(fd)
+            if found.st_size != size:
+                raise TruncatedError(
+                    f"cached block has {found.st_size} bytes, expected {size}",
+                    path=path,
+                    hint="Something else changed the cache directory; delete it (it is refilled from the store)",
+                )
+            return map_readonly(fd, size), found.st_ino  # holds no fd: the file closes here
+    finally:
+        os.close(fd)

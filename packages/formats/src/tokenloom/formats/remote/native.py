@@ -37,7 +37,7 @@ from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
-from tokenloom.formats.remote.verify import log, say_unverified
+from tokenloom.formats.remote.verify import fetch_manifest, log, say_unverified
 
 __all__ = ["RemoteShard", "check_size", "open_remote_native", "remote_fingerprint"]
 
@@ -166,10 +166,10 @@ def check_size(entry: FileEntry, obj: ObjectInfo) -> None:
 
 def _manifest(cache: BlockCache, manifest_obj: ObjectInfo) -> Manifest:
     """The manifest, parsed and checked by the local reader (which reads a directory)."""
-    whole = cache.whole(manifest_obj)
+    whole, _ = fetch_manifest(cache, manifest_obj)
     folder = whole.parent / "as-dir"
     target = folder / MANIFEST_NAME
-    if not target.exists():
+    if not target.exists() or target.read_bytes() != whole.read_bytes():  # a copy of a discarded bad one
         folder.mkdir(exist_ok=True)
         temp = folder / f"{MANIFEST_NAME}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
         temp.write_bytes(whole.read_bytes())

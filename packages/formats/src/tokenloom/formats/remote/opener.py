@@ -9,6 +9,7 @@ before a shard is touched).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
@@ -16,11 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import orjson
-
 from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats.errors import DataError, MissingFileError
+from tokenloom.formats.errors import ConfigError, DataError, MissingFileError
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import using_source
@@ -31,7 +30,7 @@ from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
 from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
-from tokenloom.formats.remote.verify import say_unverified
+from tokenloom.formats.remote.verify import fetch_manifest, say_unverified
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
 
@@ -55,11 +54,7 @@ def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
         info = head(cache.config, MANIFEST_NAME)
     except MissingFileError:
         return None, None
-    try:
-        payload = orjson.loads(cache.whole(info).read_bytes())
-    except orjson.JSONDecodeError:
-        payload = None  # the reader names the problem
-    return info, payload
+    return info, fetch_manifest(cache, info)[1]  # None: the reader names the problem
 
 
 def open_remote_any(
@@ -102,6 +97,8 @@ def open_remote_any(
         with using_source(source):
             dataset = spec.open(target, validate=validate, dtype=dtype, **options)
     except DataError as exc:
+        if not isinstance(exc, ConfigError):  # a setting of this call, not the bytes: nothing to fetch again
+            _forget_unchecked(view, view_cache, objects)
         raise _at_url(exc, view, config.url) from None
     dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
     dataset.fingerprint = remote_fingerprint(dataset.fingerprint, objects.values())
@@ -116,7 +113,7 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
     recorded: dict[str, dict[str, Any]] = {}
     if isinstance(payload, dict) and isinstance(payload.get("files"), list):
         recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
-    unhashed = unchecked = 0
+    unhashed = unchecked = misaligned = 0
     for name, obj in objects.items():
         if name == MANIFEST_NAME:
             continue  # checks itself
@@ -127,40 +124,50 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
             except DataError:
                 blocks = None  # the format's reader names a malformed manifest
             cache.expected.add(obj.key, blocks=blocks)
-            unhashed += blocks is None or cache.block_size % blocks.block_size != 0
+            unhashed += blocks is None
+            misaligned += blocks is not None and cache.block_size % blocks.block_size != 0
         elif isinstance(item.get("xxh3_128"), str):
             cache.expected.add(obj.key, checksum=item["xxh3_128"])
         else:
             unchecked += 1
-    reasons = []
+    reasons, hints = [], []
     if unhashed:
-        reasons.append(f"{unhashed} data objects have no block hashes usable with block_size {cache.block_size}")
+        reasons.append(f"{unhashed} data objects have no block hashes in a manifest")
     if unchecked:
         reasons.append(f"{unchecked} objects fetched whole have no checksum in a manifest")
-    say_unverified(
-        url,
-        reasons,
-        "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, or a "
-        "dataset with an older manifest), or `tokenloom convert` to a format tokenloom writes; a block_size that "
-        "is a multiple of 1 MiB",
-    )
+    if unhashed or unchecked:
+        hints.append(
+            "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, "
+            "or a dataset with an older manifest), or `tokenloom convert` to native or flat (Megatron and packed "
+            "files have no manifest to record them)."
+        )
+    if misaligned:
+        reasons.append(
+            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
+            f"({misaligned} data objects)"
+        )
+        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB.")
+    say_unverified(url, reasons, " ".join(hints))
 
 
 def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
     """Check each whole-fetched object the manifest has a checksum for, the first time this process uses it.
 
     A corrupt cached copy is fetched again by :meth:`BlockCache.whole`; the view still links the bad one
-    (a hard link to the old file), so it is linked again.
+    (a hard link to the old file), so it is linked again. An object no checksum covers whose link a failed
+    open removed (:func:`_forget_unchecked`) is fetched and linked again.
     """
     for name, obj in objects.items():
-        if name == MANIFEST_NAME or name.endswith(DATA_SUFFIXES):
+        if name.endswith(DATA_SUFFIXES):
             continue
-        if not cache.expected.checks(obj.key, cache.block_size, True):
+        target = view / name
+        # the manifest checks itself (:func:`.verify.fetch_manifest`): relinked when it was fetched again
+        checked = name == MANIFEST_NAME or cache.expected.checks(obj.key, cache.block_size, True)
+        if not checked and os.path.lexists(target):
             continue
         whole = cache.whole(obj)
-        target = view / name
         with storage_errors(view, "relinking a healed index file into the remote view"):
-            if os.stat(whole).st_ino == os.stat(target).st_ino:
+            if os.path.lexists(target) and os.stat(whole).st_ino == os.stat(target).st_ino:
                 continue
             temp = target.with_name(f"{target.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
             try:
@@ -168,6 +175,17 @@ def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) ->
             except OSError:
                 shutil.copyfile(whole, temp)
             os.replace(temp, target)
+
+
+def _forget_unchecked(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
+    """After the reader failed on ``view``: drop the cached copies no checksum covers (a sidecar, a Megatron
+    ``.idx``) and their links in the view, so the next open fetches them again (:func:`_heal_view`). A byte
+    flipped on the way then costs one failed open, never every later one."""
+    for name, obj in objects.items():
+        if not name.endswith(DATA_SUFFIXES) and not cache.expected.checks(obj.key, cache.block_size, True):
+            cache.forget_whole(obj)
+            with contextlib.suppress(FileNotFoundError):
+                (view / name).unlink()
 
 
 def detect_remote(

@@ -19,12 +19,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
 import xxhash
 
 from tokenloom.formats.errors import ChecksumError
 from tokenloom.formats.io.blockhash import BlockHashes
 
-__all__ = ["FETCH_RETRIES", "Expected", "say_unverified"]
+__all__ = ["FETCH_RETRIES", "Expected", "fetch_manifest", "say_unverified"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -130,3 +131,42 @@ def say_unverified(url: str, reasons: list[str], hint: str) -> None:
         return
     _SAID.add(url)
     log.warning("%s: %s: those bytes are read unverified. %s", url, "; ".join(reasons), hint)
+
+
+def _self_checked(raw: bytes) -> Any:
+    """The parsed manifest when its bytes match the checksum they record (or record none), else None."""
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("checksum"), str):
+        return payload if isinstance(payload, dict) else None
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    actual = xxhash.xxh3_128(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return payload if actual == payload["checksum"] else None
+
+
+def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
+    """(the cached manifest, its JSON or None): a copy that does not parse or does not match its own checksum
+    (corrupt on the wire or on disk) is discarded and fetched again (:data:`FETCH_RETRIES` times); one that
+    stays bad is left for the reader to name. The manifest is what every other check trusts."""
+    for attempt in range(FETCH_RETRIES + 1):
+        path = cache.whole(obj)
+        inode = os.stat(path).st_ino
+        payload = _self_checked(path.read_bytes())
+        if payload is not None or attempt == FETCH_RETRIES:
+            return path, payload
+        log.warning(
+            "%s: the cached manifest %s does not parse or does not match its own checksum: discarded, fetching it "
+            "again (%d of %d)",
+            obj.url,
+            path,
+            attempt + 1,
+            FETCH_RETRIES,
+        )
+        try:
+            if os.stat(path).st_ino == inode:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+    raise AssertionError("unreachable")
