@@ -21,6 +21,7 @@ from tokenloom.curriculum import (
     write_run_status,
 )
 from tokenloom.curriculum._commands import curriculum
+from tokenloom.curriculum._remote_dir import RemoteDir
 from tokenloom.datasets import collate
 from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.formats.io import parse_url
@@ -202,6 +203,7 @@ def _fetched_per_used(seaweed, proxy, local: Path, cache: Path, monkeypatch, **o
     ds = CurriculumDataset(config, seed=SEED)
     sampler = ResumableDistributedSampler(ds, shuffle=False, seed=0)
     ds.prefetch(sampler, batch_size=16, lookahead=64, num_workers=2)
+    assert isinstance(config.path, RemoteDir)
     path_prefix = parse_url(config.path.url).prefix
 
     def bin_bytes() -> int:

@@ -21,7 +21,7 @@ def row_hash(row) -> str:
 def run(rank: int, world_size: int, phase: str, data: str, tmp: str, steps: int) -> None:
     import torch
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     from tokenloom.datasets import MemoryMappedDataset, SamplerCheckpoint, collate
@@ -46,12 +46,12 @@ def run(rank: int, world_size: int, phase: str, data: str, tmp: str, steps: int)
         iterator = iter(loader)
         for _ in range(steps):
             consumed.append([row_hash(row) for row in next(iterator)["input_ids"]])
-        dcp.save(state, checkpoint_id=checkpoint)
+        state_dict_saver.save(state, checkpoint_id=checkpoint)
         lost = [row_hash(row) for row in next(iterator)["input_ids"]]  # read after the checkpoint: lost in a crash
         Path(tmp, f"lost-rank{rank}.json").write_text(json.dumps(lost))
     else:
         state["model"]["weight"] = torch.zeros(4)
-        dcp.load(state, checkpoint_id=checkpoint)
+        state_dict_loader.load(state, checkpoint_id=checkpoint)
         assert state["model"]["weight"].tolist() == [1.0] * 4  # the model half of the checkpoint came back too
         consumed = [[row_hash(row) for row in batch["input_ids"]] for batch in loader]
     Path(tmp, f"{phase}-rank{rank}.json").write_text(json.dumps(consumed))

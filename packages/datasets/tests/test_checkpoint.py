@@ -8,10 +8,11 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
-import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
 from torch.multiprocessing.spawn import start_processes
 
 from tokenloom.datasets import MemoryMappedDataset, SamplerCheckpoint
@@ -86,14 +87,14 @@ def test_single_process_round_trip_and_a_foreign_state_is_refused(tmp_path):
     sampler = ResumableDistributedSampler(dataset, 1, 0, seed=3)
     iterator = iter(sampler)
     head = [next(iterator) for _ in range(5)]
-    dcp.save({"data": SamplerCheckpoint(sampler)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    state_dict_saver.save({"data": SamplerCheckpoint(sampler)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
     fresh = ResumableDistributedSampler(dataset, 1, 0, seed=3)
-    dcp.load({"data": SamplerCheckpoint(fresh)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    state_dict_loader.load({"data": SamplerCheckpoint(fresh)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
     assert head + list(fresh) == list(ResumableDistributedSampler(dataset, 1, 0, seed=3))
 
     other = ResumableDistributedSampler(write_tokens(tmp_path / "b", seed=5), 1, 0, seed=3)  # same length
     with pytest.raises(ResumeMismatchError, match="data_fingerprint|dataset"):
-        dcp.load({"data": SamplerCheckpoint(other)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+        state_dict_loader.load({"data": SamplerCheckpoint(other)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
 
 
 def test_bad_entries_and_loaders_are_named_errors(tmp_path):
@@ -106,6 +107,8 @@ def test_bad_entries_and_loaders_are_named_errors(tmp_path):
         SamplerCheckpoint(object())
     import torch.utils.data
 
-    loader = torch.utils.data.DataLoader(range(NUM_SAMPLES), sampler=sampler, num_workers=2)
+    # a range is a map-style dataset at run time (__getitem__, __len__); torch's Dataset type does not say so
+    dataset = cast("torch.utils.data.Dataset[int]", range(NUM_SAMPLES))
+    loader = torch.utils.data.DataLoader(dataset, sampler=sampler, num_workers=2)
     with pytest.raises(ConfigError, match="StatefulDataLoader"):
         SamplerCheckpoint(loader).state_dict()

@@ -53,6 +53,7 @@ def test_tokens_are_apply_chat_template(kind: str, chat_tokenizer_dir) -> None:
 def test_chatml_trains_contents_and_im_end(chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"))
     sft = encoder.encode({"messages": CONVERSATION})
+    assert sft is not None
     assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
         "It joins path components.<|im_end|>",
         "Serialize an object to a JSON formatted str. ünïcode<|im_end|>",
@@ -63,6 +64,7 @@ def test_header_template_masks_bos_and_headers(chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(chat_tokenizer_dir("header_bos"))
     messages = [*CONVERSATION[:2], {"role": "assistant", "content": "  padded answer \n"}]
     sft = encoder.encode({"messages": messages})
+    assert sft is not None
     ids, mask = sft["sequence"], sft["loss_mask"]
     assert encoder.chat.decode(ids[:1]) == "<|begin_of_text|>" and mask[0] == 0
     assert trained_texts(encoder.chat, ids, mask) == ["padded answer<|eot_id|>"]  # the template trims
@@ -90,6 +92,7 @@ def test_generation_tags_mask_equals_transformers(index: int, chat_tokenizer_dir
     hf = AutoTokenizer.from_pretrained(directory)
     reference = hf.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     sft = ChatEncoder(directory).encode({"messages": messages})
+    assert sft is not None
     assert sft["sequence"].tolist() == list(reference["input_ids"])
     assert sft["loss_mask"].tolist() == list(reference["assistant_masks"])
 
@@ -98,6 +101,7 @@ def test_next_role_marker_template_trains_the_stop_token(chat_tokenizer_dir) -> 
     """The turn ends with the next role's marker: that marker is the end marker, so the model learns to stop."""
     encoder = ChatEncoder(chat_tokenizer_dir("next_role_marker"))
     sft = encoder.encode({"messages": CONVERSATION})
+    assert sft is not None
     texts = trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"])
     assert texts == [
         "It joins path components.<|user|>",
@@ -120,6 +124,7 @@ def test_dropped_reasoning_is_a_named_error_where_it_matters(chat_tokenizer_dir)
     last = ChatEncoder(chat_tokenizer_dir("drops_reasoning"), train_type="sft").encode(
         {"prompt": thinking[:3], "completion": thinking[3:]}
     )
+    assert last is not None
     assert trained_texts(encoder.chat, last["sequence"], last["loss_mask"]) == ["<think>so</think>a2<|im_end|>"]
     # without reasoning in earlier turns, the template renders every turn as given
     plain = encoder.encode({"messages": CONVERSATION})
@@ -129,8 +134,10 @@ def test_dropped_reasoning_is_a_named_error_where_it_matters(chat_tokenizer_dir)
 def test_prompt_completion_trains_only_the_completion(chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"))
     sft = encoder.encode({"prompt": CONVERSATION[:3] + CONVERSATION[3:4], "completion": "done"})
+    assert sft is not None
     assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == ["done<|im_end|>"]
     text = encoder.encode({"prompt": "hi", "completion": "hello"})
+    assert text is not None
     assert trained_texts(encoder.chat, text["sequence"], text["loss_mask"]) == ["hello<|im_end|>"]
 
 
@@ -138,6 +145,7 @@ def test_train_roles(chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"), train_roles=("assistant", "tool"))
     messages = assistant_conversations()[3]
     sft = encoder.encode({"messages": messages})
+    assert sft is not None
     assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
         "calling ls<|im_end|>",
         '{"files": ["a", "b"]}<|im_end|>',
@@ -148,6 +156,7 @@ def test_train_roles(chat_tokenizer_dir) -> None:
 def test_dpo_sides_share_the_prompt(chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"), train_type="dpo")
     pair = encoder.encode({"prompt": CONVERSATION[:4], "chosen": "good answer", "rejected": "bad"})
+    assert pair is not None
     chat = encoder.chat
     assert trained_texts(chat, pair["chosen"], pair["chosen_mask"]) == ["good answer<|im_end|>"]
     assert trained_texts(chat, pair["rejected"], pair["rejected_mask"]) == ["bad<|im_end|>"]
@@ -160,10 +169,12 @@ def test_dpo_sides_share_the_prompt(chat_tokenizer_dir) -> None:
             "rejected": [*CONVERSATION[:4], {"role": "assistant", "content": "bad"}],
         }
     )
+    assert whole is not None
     assert all(np.array_equal(whole[k], pair[k]) for k in pair)
     listed = encoder.encode(
         {"prompt": CONVERSATION[:4], "chosen": [{"role": "assistant", "content": "good answer"}], "rejected": "bad"}
     )
+    assert listed is not None
     assert all(np.array_equal(listed[k], pair[k]) for k in pair)
 
 
@@ -172,6 +183,7 @@ def test_grpo_groups(chat_tokenizer_dir) -> None:
     group = encoder.encode(
         {"prompt": CONVERSATION[:2], "responses": ["one", "two words", "3"], "rewards": [1, 0, -0.5]}
     )
+    assert group is not None
     chat = encoder.chat
     hf = AutoTokenizer.from_pretrained(chat_tokenizer_dir("header_bos"))
     prompt = hf.apply_chat_template(CONVERSATION[:2], tokenize=True, add_generation_prompt=True, return_dict=True)
@@ -295,16 +307,19 @@ def test_on_error_skip_counts(chat_tokenizer_dir) -> None:
 def test_max_length_policies(chat_tokenizer_dir) -> None:
     directory = chat_tokenizer_dir("chatml")
     full = ChatEncoder(directory).encode({"messages": CONVERSATION})
+    assert full is not None
     n = len(full["sequence"])
     skip = ChatEncoder(directory, max_length=n - 1)
     assert skip.encode({"messages": CONVERSATION}) is None and skip.stats.skipped_too_long == 1
     assert skip.stats.records == 0
     start = ChatEncoder(directory, max_length=n - 5, truncate="keep-start")
     cut = start.encode({"messages": CONVERSATION})
+    assert cut is not None
     assert cut["sequence"].tolist() == full["sequence"][: n - 5].tolist()
     assert cut["loss_mask"].tolist() == full["loss_mask"][: n - 5].tolist() and start.stats.truncated == 1
     end = ChatEncoder(directory, max_length=n - 5, truncate="keep-end")
     cut = end.encode({"messages": CONVERSATION})
+    assert cut is not None
     assert cut["sequence"].tolist() == full["sequence"][5:].tolist()
     assert ChatEncoder(directory, max_length=n).encode({"messages": CONVERSATION}) is not None
     with pytest.raises(ConfigError):
@@ -327,6 +342,7 @@ def test_tools_are_rendered_and_masked(chat_tokenizer_dir) -> None:
     messages = assistant_conversations()[3]
     encoder = ChatEncoder(directory)
     sft = encoder.encode({"messages": messages, "tools": tools})
+    assert sft is not None
     hf = AutoTokenizer.from_pretrained(directory)
     expected = hf.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True)["input_ids"]
     assert sft["sequence"].tolist() == list(expected)
@@ -351,6 +367,7 @@ def test_generation_prompt_unlike_the_turns(tmp_path: Path, chat_tokenizer_dir) 
     template.write_text(FORCED_THINKING)
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
     sft = encoder.encode({"messages": CONVERSATION})
+    assert sft is not None
     assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
         "It joins path components.<|im_end|>",
         "Serialize an object to a JSON formatted str. ünïcode<|im_end|>",
@@ -369,10 +386,12 @@ def test_dropped_reasoning_in_a_prompt_does_not_matter(chat_tokenizer_dir) -> No
     ]
     dpo = ChatEncoder(chat_tokenizer_dir("drops_reasoning"), train_type="dpo")
     pair = dpo.encode({"prompt": prompt, "chosen": "<think>ok</think>yes", "rejected": "no"})
+    assert pair is not None
     assert trained_texts(dpo.chat, pair["chosen"], pair["chosen_mask"]) == ["<think>ok</think>yes<|im_end|>"]
     assert "hmm" not in dpo.chat.decode(pair["chosen"])  # the template dropped it: the model sees what it sees
     grpo = ChatEncoder(chat_tokenizer_dir("drops_reasoning"), train_type="grpo")
     group = grpo.encode({"prompt": prompt, "responses": ["<think>x</think>y"], "rewards": [0.5]})
+    assert group is not None
     assert trained_texts(grpo.chat, group["responses"][0], group["masks"][0]) == ["<think>x</think>y<|im_end|>"]
 
 
@@ -380,21 +399,26 @@ def test_dpo_and_grpo_length_policies(chat_tokenizer_dir) -> None:
     directory = chat_tokenizer_dir("chatml")
     pair = {"prompt": CONVERSATION[:4], "chosen": "good answer " * 5, "rejected": "bad"}
     whole = ChatEncoder(directory, train_type="dpo").encode(pair)
+    assert whole is not None
     limit = len(whole["chosen"]) - 3
     skip = ChatEncoder(directory, train_type="dpo", max_length=limit)
     assert skip.encode(pair) is None and skip.stats.skipped_too_long == 1
     kept = ChatEncoder(directory, train_type="dpo", max_length=limit, truncate="keep-start").encode(pair)
+    assert kept is not None
     assert kept["chosen"].tolist() == whole["chosen"][:limit].tolist()
     assert kept["rejected"].tolist() == whole["rejected"].tolist()  # within the limit: untouched
     group = {"prompt": CONVERSATION[:2], "responses": ["short", "a much longer answer " * 4], "rewards": [0, 1]}
     full = ChatEncoder(directory, train_type="grpo").encode(group)
+    assert full is not None
     prompt, longest = len(full["prompts"]), max(len(r) for r in full["responses"])
     start = ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 4, truncate="keep-start")
     cut = start.encode(group)
+    assert cut is not None
     assert cut["prompts"].tolist() == full["prompts"].tolist()
     assert [len(r) for r in cut["responses"]] == [len(full["responses"][0]), longest - 4]
     end = ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 4, truncate="keep-end")
     cut = end.encode(group)
+    assert cut is not None
     assert cut["prompts"].tolist() == full["prompts"][4:].tolist() and end.stats.truncated == 1
     assert ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 1).encode(group) is None
 
@@ -413,6 +437,7 @@ def test_shipped_template_on_a_stdlib_conversation() -> None:
         {"role": "assistant", "content": "\n  It returns the number of items.  \n"},
     ]
     sft = encoder.encode({"messages": messages, "tools": tools})
+    assert sft is not None
     assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
         "It joins path components.<|endoftext|>",
         "Calling help.<|endoftext|>",
@@ -429,6 +454,7 @@ def test_an_empty_turn_the_template_leaves_out_trains_nothing(tmp_path: Path, ch
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
     messages = [CONVERSATION[1], {"role": "assistant", "content": ""}, *CONVERSATION[3:]]
     sft = encoder.encode({"messages": messages})
+    assert sft is not None
     assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == [
         "Serialize an object to a JSON formatted str. ünïcode<|im_end|>"
     ]
@@ -442,4 +468,5 @@ def test_content_that_repeats_the_header_is_found_after_it(tmp_path: Path, chat_
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
     messages = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "assistant"}]
     sft = encoder.encode({"messages": messages})
+    assert sft is not None
     assert trained_texts(encoder.chat, sft["sequence"], sft["loss_mask"]) == ["assistant<|im_end|>"]

@@ -66,9 +66,11 @@ def test_random_conversations(kind: str, messages, chat_tokenizer_dir) -> None:
     except MaskError as exc:
         assert kind != "header_bos", "a trimming template never straddles"
         assert "straddles" in str(exc)
+        assert exc.field is not None
         turn = int(exc.field.split("[")[1].rstrip("]"))
         assert messages[turn]["content"][:1].isspace()
         return
+    assert sft is not None
     ids, mask = sft["sequence"], sft["loss_mask"]
     assert ids.tolist() == list(hf.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"])
     assert 0 < int(mask.sum()) < len(mask)
@@ -102,6 +104,7 @@ def test_random_pairs_and_groups(kind: str, prompt, answers, chat_tokenizer_dir)
     except MaskError as exc:
         assert kind == "chatml" and "straddles" in str(exc)
     else:
+        assert pair is not None
         for side, text in (("chosen", expect[0]), ("rejected", expect[1])):
             assert [dpo.chat.decode(pair[side][b:e]) for b, e in runs(pair[f"{side}_mask"])] == [text]
     grpo = typed_encoder(directory, "grpo")
@@ -110,6 +113,7 @@ def test_random_pairs_and_groups(kind: str, prompt, answers, chat_tokenizer_dir)
     except MaskError as exc:
         assert kind == "chatml" and "straddles" in str(exc)
         return
+    assert group is not None
     hf = grpo.chat.hf
     for answer, response, mask, text in zip(answers, group["responses"], group["masks"], expect, strict=True):
         whole = hf.apply_chat_template([*prompt, {"role": "assistant", "content": answer}], tokenize=False)

@@ -85,6 +85,7 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pat
         tokenizer = Tokenizer.from_file(str(Path(default_tokenizer_path()) / "tokenizer.json"))
         tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
         if bos_post_processor:
+            assert bos is not None, "a bos post-processor needs the bos token"
             bos_id = tokenizer.token_to_id(bos)
             tokenizer.post_processor = processors.TemplateProcessing(
                 single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
@@ -114,6 +115,7 @@ def check_against_transformers(directory: Path, messages: list[dict], tools: lis
     )
     encoder = ChatEncoder(directory)
     sft = encoder.encode({"messages": messages, **({"tools": tools} if tools else {})})
+    assert sft is not None
     assert sft["sequence"].tolist() == list(reference["input_ids"])
     assert sft["loss_mask"].tolist() == list(reference["assistant_masks"])
     assert 0 < sft["loss_mask"].sum() < len(sft["loss_mask"])
@@ -144,7 +146,9 @@ def test_eos_only_after_the_last_turn_still_trains_a_stop_for_every_turn(tokeniz
     ]
     encoder = ChatEncoder(directory)
     # an earlier turn stops on the next [INST] (what follows it in the rendering), the last on </s>
-    assert trained(encoder, encoder.encode({"messages": messages})) == ["4[INST]", "6</s>"]
+    sft = encoder.encode({"messages": messages})
+    assert sft is not None
+    assert trained(encoder, sft) == ["4[INST]", "6</s>"]
 
 
 def test_default_system_prompt_and_an_assistant_first_turn(tokenizer_dir) -> None:
@@ -223,6 +227,7 @@ def test_header_template_with_a_bos_adding_tokenizer(tokenizer_dir) -> None:
     group = ChatEncoder(directory, train_type="grpo").encode(
         {"prompt": messages[:2], "responses": ["ok"], "rewards": [1]}
     )
+    assert group is not None
     prompt = hf.apply_chat_template(messages[:2], add_generation_prompt=True, tokenize=True, return_dict=True)
     assert group["prompts"].tolist() == list(prompt["input_ids"])
     assert group["prompts"].tolist().count(hf.convert_tokens_to_ids("<|begin_of_text|>")) == 1
@@ -264,9 +269,9 @@ def test_rewards_beyond_float32_are_a_record_error(reward, tokenizer_dir) -> Non
     with pytest.raises(ConversationError, match="finite") as caught:
         encoder.encode({"prompt": "q", "responses": ["a"], "rewards": [reward]}, RecordPlace("in/g.jsonl", 2))
     assert (caught.value.record, caught.value.field) == (2, "rewards")
-    assert encoder.encode({"prompt": "q", "responses": ["a"], "rewards": [3e38]})["rewards"].tolist() == [
-        pytest.approx(3e38)
-    ]
+    group = encoder.encode({"prompt": "q", "responses": ["a"], "rewards": [3e38]})
+    assert group is not None
+    assert group["rewards"].tolist() == [pytest.approx(3e38)]
 
 
 def test_dpo_keep_end_cuts_both_sides_alike(tokenizer_dir) -> None:
@@ -274,9 +279,11 @@ def test_dpo_keep_end_cuts_both_sides_alike(tokenizer_dir) -> None:
     directory = tokenizer_dir(DEFAULT_SYSTEM, IM, eos="<|im_end|>")
     pair = {"prompt": "question " * 10, "chosen": "a long chosen answer " * 3, "rejected": "no"}
     whole = ChatEncoder(directory, train_type="dpo").encode(pair)
+    assert whole is not None
     limit = len(whole["chosen"]) - 4
     encoder = ChatEncoder(directory, train_type="dpo", max_length=limit, truncate="keep-end")
     cut = encoder.encode(pair)
+    assert cut is not None
     for side in ("chosen", "rejected"):
         assert cut[side].tolist() == whole[side][4:].tolist()
         assert cut[f"{side}_mask"].tolist() == whole[f"{side}_mask"][4:].tolist()
@@ -319,5 +326,6 @@ def test_assistant_header_rendered_with_the_user_turn(tokenizer_dir) -> None:
     assert check_against_transformers(directory, messages) == ["a<|end|>", "u2<|end|>"]
     encoder = ChatEncoder(directory, train_type="grpo")
     group = encoder.encode({"prompt": messages[:2], "responses": ["x", ""], "rewards": [0, 1]})
+    assert group is not None
     assert [encoder.chat.decode(r) for r in group["responses"]] == ["x<|end|>", "<|end|>"]
     assert all(m.all() for m in group["masks"])  # a response after its prompt: all of it is generated

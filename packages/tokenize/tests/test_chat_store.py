@@ -11,6 +11,23 @@ import pytest
 from tokenloom.formats import MaskError, open_records, open_store
 from tokenloom.tokenize.chat import SIDECAR_NAME, ChatEncoder, RecordPlace, runs, write_post_training
 
+
+def array(record: dict[str, object], key: str) -> np.ndarray:
+    """A plain key of a stored record: one array."""
+    value = record[key]
+    assert isinstance(value, np.ndarray)
+    return value
+
+
+def arrays(record: dict[str, object], key: str) -> list[np.ndarray]:
+    """A grouped key of a stored record (grpo responses, masks): one array per response."""
+    value = record[key]
+    assert isinstance(value, list)
+    out = [v for v in value if isinstance(v, np.ndarray)]
+    assert len(out) == len(value)
+    return out
+
+
 CHAT = [
     {"role": "system", "content": ""},
     {"role": "user", "content": "What does str.upper do?"},
@@ -41,13 +58,14 @@ def test_sft_store(tmp_path: Path, chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(directory)
     for i, record in enumerate([*records[:5], records[6]]):
         expected = encoder.encode(record)
+        assert expected is not None
         got = store.record(i)
-        assert np.array_equal(got["sequence"], expected["sequence"])
-        assert np.array_equal(got["loss_mask"], expected["loss_mask"].astype(bool))
-        assert got["position_ids"].tolist() == list(range(len(expected["sequence"])))
+        assert np.array_equal(array(got, "sequence"), expected["sequence"])
+        assert np.array_equal(array(got, "loss_mask"), expected["loss_mask"].astype(bool))
+        assert array(got, "position_ids").tolist() == list(range(len(expected["sequence"])))
     # the same files also open as an sft keyed store (one segment per conversation)
     keyed = open_store(tmp_path / "sft")
-    assert len(keyed) == sum(len(store.record(i)["sequence"]) for i in range(6))
+    assert len(keyed) == sum(len(array(store.record(i), "sequence")) for i in range(6))
     sidecar = orjson.loads((tmp_path / "sft" / SIDECAR_NAME).read_bytes())
     assert sidecar["train_type"] == "sft" and sidecar["stats"]["skipped_errors"] == 1
     assert sidecar["stats"]["trained_tokens"] == stats.trained_tokens > 0
@@ -69,7 +87,9 @@ def test_sft_error_publishes_nothing(tmp_path: Path, chat_tokenizer_dir) -> None
 
 def test_truncation_counts_in_the_sidecar(tmp_path: Path, chat_tokenizer_dir) -> None:
     records = sft_records(8)
-    lengths = [len(ChatEncoder(chat_tokenizer_dir("chatml")).encode(r)["sequence"]) for r in records[:1]]
+    first = ChatEncoder(chat_tokenizer_dir("chatml")).encode(records[0])
+    assert first is not None
+    lengths = [len(first["sequence"])]
     stats = write_post_training(
         records, tmp_path / "s", "sft", tokenizer=chat_tokenizer_dir("chatml"), max_length=lengths[0] + 2
     )
@@ -88,9 +108,11 @@ def test_dpo_store(tmp_path: Path, chat_tokenizer_dir) -> None:
     encoder = ChatEncoder(chat_tokenizer_dir("header_bos"), train_type="dpo")
     for i, pair in enumerate(pairs):
         got, expected = store.record(i), encoder.encode(pair)
+        assert expected is not None
         for key in expected:
-            assert got[key].tolist() == expected[key].astype(got[key].dtype).tolist()
-        trained = [encoder.chat.decode(got["rejected"][b:e]) for b, e in runs(got["rejected_mask"])]
+            stored = array(got, key)
+            assert stored.tolist() == expected[key].astype(stored.dtype).tolist()
+        trained = [encoder.chat.decode(array(got, "rejected")[b:e]) for b, e in runs(array(got, "rejected_mask"))]
         assert trained == [("bad " * (i + 1)).strip() + "<|eot_id|>"]
 
 
@@ -103,12 +125,13 @@ def test_grpo_store_keeps_groups(tmp_path: Path, chat_tokenizer_dir) -> None:
     store = open_records(tmp_path / "grpo")
     assert len(store) == 2
     first, second = store.record(0), store.record(1)
-    assert len(first["responses"]) == 3 and len(second["responses"]) == 1
-    assert first["rewards"].tolist() == [1.0, 0.0, 0.5] and second["rewards"].tolist() == [-1.0]
+    assert len(arrays(first, "responses")) == 3 and len(arrays(second, "responses")) == 1
+    assert array(first, "rewards").tolist() == [1.0, 0.0, 0.5] and array(second, "rewards").tolist() == [-1.0]
     chat = ChatEncoder(chat_tokenizer_dir("chatml"), train_type="grpo").chat
-    for response, mask, text in zip(first["responses"], first["masks"], ["a", "bb", "ccc"], strict=True):
+    responses, masks = arrays(first, "responses"), arrays(first, "masks")
+    for response, mask, text in zip(responses, masks, ["a", "bb", "ccc"], strict=True):
         assert [chat.decode(response[b:e]) for b, e in runs(mask)] == [f"{text}<|im_end|>"]
-    assert chat.decode(first["prompts"]).endswith("<|im_start|>assistant\n")
+    assert chat.decode(array(first, "prompts")).endswith("<|im_start|>assistant\n")
 
 
 def test_chat_encoding_imports_no_torch() -> None:

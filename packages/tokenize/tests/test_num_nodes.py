@@ -184,8 +184,8 @@ def test_the_last_node_names_units_no_node_took_at_a_bucket_url(
     def node(rank: int):
         monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / f"cache-{rank}"))  # a machine of its own
         config = TokenizeConfig(
-            input_dir=corpus, output_dir=target, tokenizer=str(tiny_tokenizer), num_workers=0, num_nodes=2,
-            node_rank=rank,
+            input_dir=corpus, tokenizer=str(tiny_tokenizer), num_workers=0, num_nodes=2, node_rank=rank,
+            output_dir=target,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
         )  # fmt: skip
         return tokenize(config)
 

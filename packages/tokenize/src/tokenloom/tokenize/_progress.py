@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -20,6 +20,7 @@ from rich.progress import (
 from rich.text import Text
 
 from tokenloom.tokenize._inputs import INPUT_SUFFIXES
+from tokenloom.tokenize._summary import ProgressCallback
 
 __all__ = ["RunRateColumn", "progress_bar", "rate", "rate_text"]
 
@@ -64,9 +65,7 @@ def _input_size(input_dir: Path) -> int | None:
 
 
 @contextlib.contextmanager
-def progress_bar(
-    input_dir: Path, *, enabled: bool, label: str = "tokenize"
-) -> Iterator[Callable[[int, int, int], None] | None]:
+def progress_bar(input_dir: Path, *, enabled: bool, label: str = "tokenize") -> Iterator[ProgressCallback | None]:
     """Yields the ``on_progress`` callback for ``tokenize`` (None when disabled)."""
     if not enabled:
         yield None

@@ -45,6 +45,8 @@ def map_readonly(fd: int, size: int) -> memoryview:
         raise OSError(code, os.strerror(code))
     pages = (ctypes.c_ubyte * size).from_address(address)
     weakref.finalize(pages, _libc.munmap, address, size).atexit = False  # never under a view still in use at exit
-    exporter = np.frombuffer(pages, dtype=np.uint8)  # untracked by gc: see the module's note
+    # untracked by gc: see the module's note. A ctypes array exports the buffer protocol; numpy's stubs for
+    # Python 3.11 name the buffer types one by one, so the checker cannot see that
+    exporter = np.frombuffer(pages, dtype=np.uint8)  # pyright: ignore[reportCallIssue, reportArgumentType]
     exporter.flags.writeable = False
     return memoryview(exporter)
