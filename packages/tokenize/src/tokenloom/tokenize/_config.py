@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -13,11 +14,24 @@ from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
-__all__ = ["SUPPORTED_FORMATS", "ExecutorKind", "OnError", "TokenizeConfig", "default_num_workers", "nodes_from_env"]
+__all__ = [
+    "RECORD_FORMATS",
+    "SUPPORTED_FORMATS",
+    "TRAIN_TYPES",
+    "ExecutorKind",
+    "OnError",
+    "TokenizeConfig",
+    "default_num_workers",
+    "nodes_from_env",
+]
 
 #: Output formats tokenize writes. ``native`` directly (shard-level resume); the
 #: others through a native staging dataset that is then converted.
 SUPPORTED_FORMATS = ("native", "megatron", "flat", "packed")
+#: Output formats of post-training records (--train-type): a record store (``open_records``).
+RECORD_FORMATS = ("bin-meta",)
+#: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
+TRAIN_TYPES = ("sft", "dpo", "grpo")
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 
@@ -170,6 +184,15 @@ class TokenizeConfig:
 
     Ray tasks (--executor ray) stage in their own machine's cache (the worker's ``TOKENLOOM_CACHE_DIR``, else the
     default), never in this path of the driver's."""
+    train_type: str | None = None
+    """sft, dpo or grpo: each input record is a conversation, preference pair or reward group, written to a record
+    store (``open_records``) with its loss masks, one unit-planned run at any node count; None: text documents."""
+    chat_template: Path | None = None
+    """--train-type: a Jinja chat template replacing the tokenizer's own."""
+    train_roles: tuple[str, ...] = ("assistant",)
+    """--train-type: the roles whose turns are trained."""
+    truncate: str = "skip"
+    """--train-type: a record over --max-length is skipped (counted), or cut to keep-start / keep-end."""
     output_url: str | None = field(default=None, init=False)
     """Set from an object-store ``output_dir``: the URL the dataset is uploaded to."""
     input_url: str | None = field(default=None, init=False)
@@ -185,7 +208,10 @@ class TokenizeConfig:
         object.__setattr__(self, "output_dir", Path(self.output_dir))
         object.__setattr__(self, "on_error", _on_error(self.on_error))
         object.__setattr__(self, "windowing", as_windowing(self.windowing))
-        validate_window(self.max_length, self.overlap_size, self.windowing)
+        if self.train_type is not None:
+            self._check_post_training()
+        else:
+            validate_window(self.max_length, self.overlap_size, self.windowing)
         if self.min_text_length < 0:
             raise ConfigError(f"min_text_length is {self.min_text_length}, expected >= 0", field="min_text_length")
         if self.min_text_length and self.windowing is not Windowing.GPT_SIMPLE:
@@ -195,7 +221,7 @@ class TokenizeConfig:
                 field="min_text_length",
                 hint="Drop --min-text-length, or pass --windowing gpt-simple",
             )
-        if self.format not in SUPPORTED_FORMATS:
+        if self.format not in SUPPORTED_FORMATS and self.train_type is None:
             raise ConfigError(
                 f"format {self.format!r} is not written by tokenize, expected one of {list(SUPPORTED_FORMATS)}",
                 field="format",
@@ -285,8 +311,14 @@ class TokenizeConfig:
 
     @property
     def unit_planned(self) -> bool:
-        """True when the run is cut into units (many nodes, Ray, --finalize, a tree or a validation split)."""
-        return self.num_nodes is not None or self.executor is ExecutorKind.RAY or self.finalize or self.many_datasets
+        """True when the run is cut into units (many nodes, Ray, --finalize, a tree, a validation split, records)."""
+        return (
+            self.num_nodes is not None
+            or self.executor is ExecutorKind.RAY
+            or self.finalize
+            or self.many_datasets
+            or self.train_type is not None
+        )
 
     @property
     def many_datasets(self) -> bool:
@@ -333,7 +365,7 @@ class TokenizeConfig:
                 field="num_nodes",
                 hint="Run one driver with --executor ray, without --num-nodes",
             )
-        if self.unit_planned and self.format != "native":
+        if self.unit_planned and self.format != "native" and self.train_type is None:
             raise ConfigError(
                 f"format {self.format!r} with a unit-planned run (--num-nodes, --executor ray or --finalize); "
                 "units are written as native shards",
@@ -347,8 +379,71 @@ class TokenizeConfig:
                 hint="Remove the output directory once before launching the nodes, without --overwrite",
             )
 
+    def _check_post_training(self) -> None:
+        """--train-type: the record settings, and the text-only options refused."""
+        if self.train_type not in TRAIN_TYPES:
+            raise ConfigError(
+                f"train_type {self.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type"
+            )
+        if self.format == "native":  # the default: a record store
+            object.__setattr__(self, "format", RECORD_FORMATS[0])
+        if self.format not in RECORD_FORMATS:
+            raise ConfigError(
+                f"format {self.format!r} with --train-type {self.train_type}; post-training records are written as a "
+                f"record store, one of {list(RECORD_FORMATS)}",
+                field="format",
+                hint="Drop --format (bin-meta is the default), or convert the store afterwards",
+            )
+        if self.chat_template is not None:
+            object.__setattr__(self, "chat_template", Path(self.chat_template))
+            if not self.chat_template.is_file():
+                raise ConfigError(
+                    "the chat template file does not exist", path=self.chat_template, field="chat_template"
+                )
+        object.__setattr__(self, "train_roles", tuple(self.train_roles))
+        from tokenloom.tokenize.chat import ROLES, Truncate
+
+        bad = [role for role in self.train_roles if role not in ROLES]
+        if not self.train_roles or bad:
+            raise ConfigError(
+                f"train roles {list(self.train_roles)}, expected some of {list(ROLES)}", field="train_roles"
+            )
+        if self.truncate not in [t.value for t in Truncate]:
+            raise ConfigError(
+                f"truncate {self.truncate!r}, expected one of {[t.value for t in Truncate]}", field="truncate"
+            )
+        if self.max_length is not None and self.max_length < 2:
+            raise ConfigError(f"max_length is {self.max_length}, expected >= 2", field="max_length")
+        for name, value in (("overlap_size", self.overlap_size), ("min_text_length", self.min_text_length)):
+            if value:
+                raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)
+        if self.windowing is not Windowing.TOKENLOOM or self.many_datasets or self.output_url or self.input_url:
+            raise ConfigError(
+                "--train-type runs do not take --windowing, --layout tree, --val-fraction or object-store paths yet",
+                field="train_type",
+                hint="Write to a local --output-dir from a local --input-dir",
+            )
+
+    def record_settings(self) -> dict[str, Any]:
+        """--train-type: the settings that change the record store (in the plan's run key)."""
+        template = None
+        if self.chat_template is not None:
+            template = hashlib.sha256(self.chat_template.read_bytes()).hexdigest()
+        return {
+            "train_type": self.train_type,
+            "format": self.format,
+            "chat_template_sha256": template,
+            "train_roles": list(self.train_roles),
+            "max_length": self.max_length,
+            "truncate": self.truncate,
+            "on_error": self.on_error.value,
+            "max_line_bytes": self.max_line_bytes,
+        }
+
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""
+        if self.train_type is not None:
+            return self.record_settings()
         settings: dict[str, Any] = {
             "format": self.format,
             "text_field": self.text_field,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,8 @@ def run_units(
     started = time.perf_counter()
     out = config.output_dir
     plan = plan_of(config, inputs)
+    if config.train_type is not None:  # the record transform: post-training records into a record store
+        return _run_record_units(config, inputs, plan, started, on_progress)
     complete = None if config.overwrite else _complete(out, plan)
     if complete is not None:
         summary = summary_of(complete, out, time.perf_counter() - started)
@@ -110,6 +113,43 @@ def run_units(
     summary.run_tokens = session.tokens
     summary.bytes_read = session.bytes_read
     summary.units_committed = session.units
+    return summary
+
+
+def _run_record_units(
+    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, started: float, on_progress: ProgressCallback | None
+) -> TokenizeSummary:
+    """The same plan, dealing, done markers and last-node finalize; the units hold records, merged into one store."""
+    from tokenloom.tokenize._transform import transform_for
+    from tokenloom.tokenize._unit_records import encode_records, publish_records, record_summary, records_complete
+
+    out = config.output_dir
+    published = None if config.overwrite else records_complete(out, plan)
+    if published is not None:
+        summary = record_summary(out, published, {}, 0)
+        summary.already_complete = True
+        return summary
+    if config.executor is ExecutorKind.RAY and not config.finalize:
+        preflight(config)
+    transform_for(config, inputs.tokenizer)  # a tokenizer without a chat template fails before anything is written
+    prepare_units_dir(config)
+    establish_plan(out, plan)
+    (out / WRITING_MARKER).touch()
+    fsync_dir(out)
+    units, counts = (0, {}) if config.finalize else encode_records(config, inputs.tokenizer, plan, on_progress)
+    sidecar = finalize(
+        out,
+        plan,
+        inputs.tokenizer,
+        required=config.finalize,
+        num_nodes=config.num_nodes,
+        publish=lambda: publish_records(out, plan, config, inputs.tokenizer),
+    )
+    summary = record_summary(out, sidecar, counts, units)
+    if sidecar is None:
+        summary.units_total = len(plan.units)
+        summary.units_missing = len(missing_units(out, plan))
+    summary.seconds = time.perf_counter() - started
     return summary
 
 
@@ -140,6 +180,11 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
     out = config.output_dir
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
+    if config.overwrite and out.exists() and config.train_type is not None:
+        from tokenloom.tokenize._unit_records import clear_record_output
+
+        clear_record_output(out)
+        return
     if config.overwrite and out.exists():
         prepare_output_dir(out, overwrite=True, ours=replaceable(out))
         return
@@ -168,7 +213,14 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
 
 
 def _ours(name: str) -> bool:
-    return is_unit_file(name) or name in (WRITING_MARKER, MANIFEST_NAME) or name.startswith(MANIFEST_NAME + ".")
+    from tokenloom.tokenize._unit_records import is_record_store_file
+
+    return (
+        is_unit_file(name)
+        or is_record_store_file(name)
+        or name in (WRITING_MARKER, MANIFEST_NAME)
+        or name.startswith(MANIFEST_NAME + ".")
+    )
 
 
 def encode_local(
@@ -224,11 +276,19 @@ def missing_units(out: Path, plan: UnitPlan) -> list[int]:
 
 
 def finalize(
-    out: Path, plan: UnitPlan, tokenizer: str, *, required: bool, first: int = 0, num_nodes: int | None = None
-) -> Manifest | None:
+    out: Path,
+    plan: UnitPlan,
+    tokenizer: str,
+    *,
+    required: bool,
+    first: int = 0,
+    num_nodes: int | None = None,
+    publish: Callable[[], Any] | None = None,
+) -> Any:
     """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise.
 
     ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+    ``publish``: what the unit writer's outputs become (default: the manifest of the unit shards).
     """
     missing = missing_units(out, plan)
     if missing:
@@ -243,7 +303,7 @@ def finalize(
         )
     try:
         with output_lock(out, what="--output-dir"):
-            return write_unit_manifest(out, plan, tokenizer)
+            return publish() if publish is not None else write_unit_manifest(out, plan, tokenizer)
     except OutputLockedError:
         if required:
             raise
