@@ -255,7 +255,8 @@ def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer
                     raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
                 with open(unit_store(out, u) / f"{key}.bin", "rb") as part:
                     shutil.copyfileobj(part, handle, 8 << 20)
-                offsets.extend(offsets[-1] + o for o in entry["offsets"][1:])
+                base = offsets[-1]
+                offsets.extend(base + o for o in entry["offsets"][1:])
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
