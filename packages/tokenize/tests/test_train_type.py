@@ -85,7 +85,7 @@ def run_cli(*args: object) -> tuple[int, str]:
 
 
 def store_bytes(out: Path) -> dict[str, bytes]:
-    names = sorted(p.name for p in out.iterdir() if p.suffix == ".bin") + ["meta.json", SIDECAR_NAME]
+    names = [*sorted(p.name for p in out.iterdir() if p.suffix == ".bin"), "meta.json", SIDECAR_NAME]
     return {name: (out / name).read_bytes() for name in names}
 
 

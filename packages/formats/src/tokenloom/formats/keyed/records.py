@@ -39,8 +39,8 @@ import numpy as np
 
 from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
-from tokenloom.formats.io.source import map_tokens
 from tokenloom.formats.io.output import refuse_unfinished
+from tokenloom.formats.io.source import map_tokens
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
 from tokenloom.formats.keyed.store import check_finite
 
