@@ -58,8 +58,10 @@ def _lines(records: list[dict]) -> bytes:
     return b"".join(orjson.dumps(r) + b"\n" for r in records)
 
 
-def write_corpus(directory: Path, train_type: str, n: int = 60) -> list[tuple[dict, RecordPlace]]:
-    """Records over a plain .jsonl (cut into byte-range units), a .jsonl.gz and a .jsonl.zst; in input order."""
+def write_corpus(
+    directory: Path, train_type: str, n: int = 60, *, parquet: bool = False
+) -> list[tuple[dict, RecordPlace]]:
+    """Records over a plain .jsonl (cut into byte-range units), a .jsonl.gz, a .jsonl.zst (and a parquet file)."""
     import zstandard
 
     make = MAKERS[train_type]
@@ -76,6 +78,12 @@ def write_corpus(directory: Path, train_type: str, n: int = 60) -> list[tuple[di
             data = zstandard.ZstdCompressor().compress(data)
         (directory / name).write_bytes(data)
         placed += [(r, RecordPlace(name, i + 1)) for i, r in enumerate(chunk)]
+    if parquet:  # rows as objects (a messages column of structs); in row groups of 7, cut into units by --unit-bytes
+        pa = pytest.importorskip("pyarrow")
+        pq = pytest.importorskip("pyarrow.parquet")
+        rows = [r for r in (make(n + i) for i in range(n // 2)) if "messages" in r or train_type != "sft"]
+        pq.write_table(pa.Table.from_pylist(rows), directory / "d.parquet", row_group_size=7)
+        placed += [(r, RecordPlace("d.parquet", i + 1)) for i, r in enumerate(rows)]
     return placed
 
 
@@ -92,7 +100,7 @@ def store_bytes(out: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
 def test_cli_store_equals_the_librarys(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
     tok = chat_tokenizer_dir("chatml")
-    placed = write_corpus(tmp_path / "in", train_type)
+    placed = write_corpus(tmp_path / "in", train_type, parquet=True)
     out = tmp_path / "out"
     code, output = run_cli(
         "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", train_type, "--tokenizer", tok,
@@ -277,3 +285,21 @@ def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(tmp_path: Path, chat_to
     assert np.array_equal(
         open_records(out).record(7)["sequence"], open_records(tmp_path / "clean").record(7)["sequence"]
     )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="a local Ray head")
+def test_ray_tasks_write_the_same_record_store(tmp_path: Path, chat_tokenizer_dir, request) -> None:
+    os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"  # read by ray at import: its workers use this Python
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    pytest.importorskip("ray")
+    ray_head = request.getfixturevalue("ray_head")  # a real local head (conftest), started for this module
+    tok = chat_tokenizer_dir("chatml")
+    placed = write_corpus(tmp_path / "in", "grpo", 45, parquet=True)
+    common = ["--input-dir", tmp_path / "in", "--train-type", "grpo", "--tokenizer", tok, "--unit-bytes", 600]
+    code, output = run_cli(*common, "--output-dir", tmp_path / "local", "--num-workers", 0)
+    assert code == 0, output
+    code, output = run_cli(*common, "--output-dir", tmp_path / "ray", "--executor", "ray", "--ray-address", ray_head)
+    assert code == 0, output
+    assert f"records {len(placed)}" in output
+    assert store_bytes(tmp_path / "ray") == store_bytes(tmp_path / "local")
