@@ -57,6 +57,7 @@ import _catalogue_w3_tokenize  # noqa: F401 - registers its rows on import
 import _catalogue_w3_writes  # noqa: F401 - registers its rows on import
 import _catalogue_w4_cachefs  # noqa: F401 - registers its rows on import
 import _catalogue_w4_chat  # noqa: F401 - registers its rows on import
+import _catalogue_w4_sftcli  # noqa: F401 - registers its rows on import
 import _catalogue_why  # noqa: F401 - registers its rows on import
 from _catalogue_base import (
     BASE,
