@@ -104,7 +104,8 @@ def _(tmp: Path) -> Run:
     (inputs / "chat.jsonl").write_text(json.dumps(SFT) + "\n")
     out = tmp / "out"
     first = CliRunner().invoke(tokenize, _argv(inputs, out, "sft")[1:])
-    assert first.exit_code == 0, first.output
+    if first.exit_code != 0:
+        raise RuntimeError(f"the first run failed: {first.output}")
     before = (out / "meta.json").read_bytes()
 
     def check(_outcome: Outcome) -> str | None:
