@@ -37,7 +37,7 @@ from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import transform_for, unit_records
 from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, create_once, done_path, unit_stem
-from tokenloom.tokenize._unit_parts import UnitSource
+from tokenloom.tokenize._unit_parts import ByteRange, UnitSource
 from tokenloom.tokenize._unit_work import pending_units
 
 __all__ = [
@@ -148,12 +148,19 @@ def encode_records(
         outcomes = _pool_units(config, tokenizer, plan, mine)
     total: dict[str, Any] = {}
     done = 0
-    for counts in outcomes:
+    for unit, counts in zip(mine, outcomes, strict=False):  # each path yields in the order of ``mine``
         done += 1
         total = add_stats(total, counts)
         if on_progress is not None:
-            on_progress(counts["records"], counts["tokens"], 0)
+            on_progress(counts["records"], counts["tokens"], _source_bytes(plan.units[unit]))
     return done, total
+
+
+def _source_bytes(source: UnitSource) -> int:
+    """The input bytes of a unit, for the progress bar (a row-group unit: its share is not known; 0)."""
+    if source.part is None:
+        return source.file.size
+    return source.part.stop - source.part.start if isinstance(source.part, ByteRange) else 0
 
 
 def _pool_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: list[int]) -> Any:
