@@ -402,7 +402,7 @@ def _record_lines(summary: TokenizeSummary) -> list[str]:
     trained = int(stats.get("trained_tokens", 0) or 0)
     share = f" ({trained / tokens:.1%} trained)" if tokens else ""
     errors = stats.get("errors") or {}
-    shown = ", ".join(f"{k} {v}" for k, v in errors.items())  # type: ignore[union-attr]
+    shown = ", ".join(f"{k} {v}" for k, v in errors.items())
     return [
         head,
         f"  records {int(stats.get('records', 0) or 0):,}  tokens {tokens:,}{share}  "
