@@ -227,6 +227,21 @@ def test_bad_input_is_a_named_error_and_nothing_is_published(
     assert not (out / "meta.json").exists() and not (out / SIDECAR_NAME).exists()
 
 
+def test_a_bad_record_deep_in_a_cut_file_names_its_line_in_the_file(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    (tmp_path / "in").mkdir()
+    lines = _lines([sft_record(i) for i in range(40)]) + b'{"messages": 7}\n' + _lines([sft_record(1)])
+    (tmp_path / "in" / "c.jsonl").write_bytes(lines)
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
+        "--num-workers", 0, "--unit-bytes", 1000,
+    )  # fmt: skip
+    assert code == 1 and "ConversationError" in output and "record 41" in output, output
+    plan = orjson.loads((out / ".tokenloom-plan.json").read_bytes())
+    assert len(plan["units"]) > 3  # the bad line is not in the first unit
+
+
 def test_no_chat_template_fails_before_writing(tmp_path: Path) -> None:
     from tokenloom.tokenize import default_tokenizer_path
 

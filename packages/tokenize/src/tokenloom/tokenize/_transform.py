@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from tokenloom.formats import RecordError
+from tokenloom.formats import DataError, RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._fetch import local_path, named_by_url
 from tokenloom.tokenize._inputs import _read_lines
@@ -27,7 +27,7 @@ from tokenloom.tokenize._sniff import InputKind, require_corpus_extra, sniff
 from tokenloom.tokenize._unit_parts import ByteRange, RowGroups, UnitSource, lines_before
 from tokenloom.tokenize.chat import ChatEncoder, RecordPlace
 
-__all__ = ["ChatTransform", "RecordTransform", "transform_for", "unit_records"]
+__all__ = ["ChatTransform", "RecordTransform", "in_file", "transform_for", "unit_records"]
 
 
 class RecordTransform(Protocol):
@@ -97,7 +97,11 @@ def unit_records(
     source: UnitSource, config: TokenizeConfig, transform: RecordTransform
 ) -> Iterator[tuple[Any, RecordPlace]]:
     """The records of one unit in input order, each with its file and line (or row); bad lines are raised
-    (RecordError naming file and line) or counted by ``transform.skip_input``, as ``--on-error`` says."""
+    (RecordError naming file and line) or counted by ``transform.skip_input``, as ``--on-error`` says.
+
+    A byte-range unit numbers its lines from 1 at its start (counting the lines before it would read the
+    file's prefix for every unit); :func:`in_file` turns an error's line into the file's.
+    """
     info = source.file
     path = local_path(info)
     with named_by_url(info):
@@ -106,16 +110,15 @@ def unit_records(
         yield from _rows(source, kind)
         return
     part = source.part if isinstance(source.part, ByteRange) else None
-    base = lines_before(path, part.start) if part is not None and part.start > 0 else 0
-    line = base
+    line = 0
     for lines, _sizes, issue in _read_lines(path, kind, config.max_line_bytes, [], part):
         if issue is not None:
             if issue.line == 0 and issue.kind.value == "empty_file":
                 continue  # an empty input holds no records: nothing to count
-            where = base + issue.line if issue.line else None
+            where = issue.line or None
             _bad(config, transform, info.shown, where, issue.kind.value, issue.message)
             if issue.line:
-                line = base + issue.line
+                line = issue.line
             continue
         for raw in lines:
             line += 1
@@ -126,6 +129,17 @@ def unit_records(
                 _bad(config, transform, info.shown, line, "malformed_json", f"the line is not valid JSON ({exc})")
                 continue
             yield record, place
+
+
+def in_file(error: DataError, source: UnitSource) -> DataError:
+    """``error`` with its line counted in the whole file, not from the start of a byte-range unit."""
+    part = source.part
+    if error.record is None or not isinstance(part, ByteRange) or part.start == 0:
+        return error
+    line = error.record + lines_before(local_path(source.file), part.start)
+    return type(error)(
+        error.problem, path=error.path, offset=error.offset, record=line, field=error.field, hint=error.hint
+    )
 
 
 def _bad(

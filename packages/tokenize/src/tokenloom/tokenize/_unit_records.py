@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tokenloom.formats import ConfigError, FormatError, RecordStoreWriter, ResumeMismatchError
+from tokenloom.formats import ConfigError, DataError, FormatError, RecordStoreWriter, ResumeMismatchError
 from tokenloom.formats.io import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_base, temp_path
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
@@ -35,7 +35,7 @@ from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_K
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._transform import transform_for, unit_records
+from tokenloom.tokenize._transform import in_file, transform_for, unit_records
 from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, create_once, done_path, unit_stem
 from tokenloom.tokenize._unit_parts import ByteRange, UnitSource
 from tokenloom.tokenize._unit_work import pending_units
@@ -115,6 +115,9 @@ def write_record_unit(
             arrays = transform.apply(record, place)
             if arrays is not None:
                 writer.add_record(arrays)
+    except DataError as error:
+        writer.abort()
+        raise in_file(error, source) from None
     except BaseException:
         writer.abort()
         raise
