@@ -159,27 +159,6 @@ def test_workers_and_nodes_write_the_same_bytes(tmp_path: Path, chat_tokenizer_d
     assert store_bytes(tmp_path / "one") == one
 
 
-def test_opens_as_sft_training_views(tmp_path: Path, chat_tokenizer_dir) -> None:
-    torch = pytest.importorskip("torch")
-    from tokenloom.datasets import DatasetFactory, PackedSFTDataset
-
-    tok = chat_tokenizer_dir("chatml")
-    write_corpus(tmp_path / "in", "sft", 30)
-    out = tmp_path / "out"
-    code, output = run_cli(
-        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
-        "--num-workers", 0,
-    )  # fmt: skip
-    assert code == 0, output
-    windows = DatasetFactory.load("sft", str(out), 32)
-    sample = windows[0]
-    assert set(sample) >= {"input_ids", "loss_mask"} and len(sample["input_ids"]) == 32
-    packed = PackedSFTDataset(out, 128)
-    item = packed[0]
-    labels = item["labels"]
-    assert isinstance(labels, torch.Tensor) and (labels == -100).any() and (labels != -100).any()
-
-
 def test_skips_and_truncations_are_counted(tmp_path: Path, chat_tokenizer_dir) -> None:
     tok = chat_tokenizer_dir("chatml")
     good = [sft_record(i) for i in range(6)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -11,6 +10,7 @@ from typing import Any
 
 from tokenloom.formats import ConfigError
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
+from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
@@ -28,10 +28,6 @@ __all__ = [
 #: Output formats tokenize writes. ``native`` directly (shard-level resume); the
 #: others through a native staging dataset that is then converted.
 SUPPORTED_FORMATS = ("native", "megatron", "flat", "packed")
-#: Output formats of post-training records (--train-type): a record store (``open_records``).
-RECORD_FORMATS = ("bin-meta",)
-#: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
-TRAIN_TYPES = ("sft", "dpo", "grpo")
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 
@@ -209,7 +205,7 @@ class TokenizeConfig:
         object.__setattr__(self, "on_error", _on_error(self.on_error))
         object.__setattr__(self, "windowing", as_windowing(self.windowing))
         if self.train_type is not None:
-            self._check_post_training()
+            check_post_training(self)
         else:
             validate_window(self.max_length, self.overlap_size, self.windowing)
         if self.min_text_length < 0:
@@ -379,66 +375,9 @@ class TokenizeConfig:
                 hint="Remove the output directory once before launching the nodes, without --overwrite",
             )
 
-    def _check_post_training(self) -> None:
-        """--train-type: the record settings, and the text-only options refused."""
-        if self.train_type not in TRAIN_TYPES:
-            raise ConfigError(
-                f"train_type {self.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type"
-            )
-        if self.format == "native":  # the default: a record store
-            object.__setattr__(self, "format", RECORD_FORMATS[0])
-        if self.format not in RECORD_FORMATS:
-            raise ConfigError(
-                f"format {self.format!r} with --train-type {self.train_type}; post-training records are written as a "
-                f"record store, one of {list(RECORD_FORMATS)}",
-                field="format",
-                hint="Drop --format (bin-meta is the default), or convert the store afterwards",
-            )
-        if self.chat_template is not None:
-            object.__setattr__(self, "chat_template", Path(self.chat_template))
-            if not self.chat_template.is_file():
-                raise ConfigError(
-                    "the chat template file does not exist", path=self.chat_template, field="chat_template"
-                )
-        object.__setattr__(self, "train_roles", tuple(self.train_roles))
-        from tokenloom.tokenize.chat import ROLES, Truncate
-
-        bad = [role for role in self.train_roles if role not in ROLES]
-        if not self.train_roles or bad:
-            raise ConfigError(
-                f"train roles {list(self.train_roles)}, expected some of {list(ROLES)}", field="train_roles"
-            )
-        if self.truncate not in [t.value for t in Truncate]:
-            raise ConfigError(
-                f"truncate {self.truncate!r}, expected one of {[t.value for t in Truncate]}", field="truncate"
-            )
-        if self.max_length is not None and self.max_length < 2:
-            raise ConfigError(f"max_length is {self.max_length}, expected >= 2", field="max_length")
-        for name, value in (("overlap_size", self.overlap_size), ("min_text_length", self.min_text_length)):
-            if value:
-                raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)
-        if self.windowing is not Windowing.TOKENLOOM or self.many_datasets or self.output_url or self.input_url:
-            raise ConfigError(
-                "--train-type runs do not take --windowing, --layout tree, --val-fraction or object-store paths yet",
-                field="train_type",
-                hint="Write to a local --output-dir from a local --input-dir",
-            )
-
     def record_settings(self) -> dict[str, Any]:
         """--train-type: the settings that change the record store (in the plan's run key)."""
-        template = None
-        if self.chat_template is not None:
-            template = hashlib.sha256(self.chat_template.read_bytes()).hexdigest()
-        return {
-            "train_type": self.train_type,
-            "format": self.format,
-            "chat_template_sha256": template,
-            "train_roles": list(self.train_roles),
-            "max_length": self.max_length,
-            "truncate": self.truncate,
-            "on_error": self.on_error.value,
-            "max_line_bytes": self.max_line_bytes,
-        }
+        return record_settings(self)
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""
