@@ -167,6 +167,8 @@ def test_skips_and_truncations_are_counted(tmp_path: Path, chat_tokenizer_dir) -
     lines += _lines([{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "x " * 400}]}])
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "c.jsonl").write_bytes(lines)
+    (tmp_path / "in" / "d.jsonl.gz").write_bytes(gzip.compress(_lines(good[:2]), mtime=0)[:-12])  # cut short
+    (tmp_path / "in" / "e.jsonl").write_bytes(b'{"messages": []}\n')  # a unit of no good record
     out = tmp_path / "out"
     code, output = run_cli(
         "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
@@ -174,11 +176,12 @@ def test_skips_and_truncations_are_counted(tmp_path: Path, chat_tokenizer_dir) -
     )  # fmt: skip
     assert code == 0, output
     stats = orjson.loads((out / SIDECAR_NAME).read_bytes())["stats"]
-    assert stats["records"] == 6 and stats["skipped_too_long"] == 1
-    assert stats["errors"] == {"ConversationError": 1, "MaskError": 1, "malformed_json": 1}
-    assert stats["skipped_errors"] == 3
+    assert stats["skipped_too_long"] == 1
+    assert stats["errors"] == {"ConversationError": 2, "MaskError": 1, "malformed_json": 1, "truncated_gzip": 1}
+    assert stats["skipped_errors"] == 5
+    assert stats["records"] == 6 + 1  # the lines of d.jsonl.gz before the cut are kept
     assert "skipped too long 1" in output and "malformed_json 1" in output
-    assert len(open_records(out)) == 6
+    assert len(open_records(out)) == 7
 
 
 @pytest.mark.parametrize(
