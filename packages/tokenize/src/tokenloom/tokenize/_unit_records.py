@@ -16,6 +16,7 @@ in flight, and the merged store is the same bytes for any number of processes, n
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import multiprocessing
 import os
 import shutil
@@ -34,9 +35,10 @@ from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._ray import TASK_RETRIES, _address, check_reachable, import_ray
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import in_file, transform_for, unit_records
-from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, create_once, done_path, unit_stem
+from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, create_once, done_path, is_unit_file, unit_stem
 from tokenloom.tokenize._unit_parts import ByteRange, UnitSource
 from tokenloom.tokenize._unit_work import pending_units
 
@@ -63,8 +65,6 @@ def is_record_store_file(name: str) -> bool:
 
 def clear_record_output(out: Path) -> None:
     """--overwrite of a --train-type output: remove what tokenize wrote there (a foreign file: refused)."""
-    from tokenloom.tokenize._unit_files import is_unit_file
-
     foreign = sorted(
         p.name
         for p in out.iterdir()
@@ -180,8 +180,6 @@ def _pool_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: li
 
 
 def _ray_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: list[int]) -> Any:
-    from tokenloom.tokenize._ray import TASK_RETRIES, _address, check_reachable, import_ray
-
     if not mine:
         return
     ray = import_ray()
@@ -297,8 +295,6 @@ def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer
 
 
 def _sha256(text: str) -> str:
-    import hashlib
-
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -46,6 +46,7 @@ from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._state import STATE_NAME, Counts
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._transform import transform_for
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     UnitDone,
@@ -59,6 +60,14 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_parts import cut_units
+from tokenloom.tokenize._unit_records import (
+    clear_record_output,
+    encode_records,
+    is_record_store_file,
+    publish_records,
+    record_summary,
+    records_complete,
+)
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units, rerun_hint
 from tokenloom.tokenize.windowing import Windowing
 
@@ -120,9 +129,6 @@ def _run_record_units(
     config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, started: float, on_progress: ProgressCallback | None
 ) -> TokenizeSummary:
     """The same plan, dealing, done markers and last-node finalize; the units hold records, merged into one store."""
-    from tokenloom.tokenize._transform import transform_for
-    from tokenloom.tokenize._unit_records import encode_records, publish_records, record_summary, records_complete
-
     out = config.output_dir
     published = None if config.overwrite else records_complete(out, plan)
     if published is not None:
@@ -181,8 +187,6 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
     if config.overwrite and out.exists() and config.train_type is not None:
-        from tokenloom.tokenize._unit_records import clear_record_output
-
         clear_record_output(out)
         return
     if config.overwrite and out.exists():
@@ -213,8 +217,6 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
 
 
 def _ours(name: str) -> bool:
-    from tokenloom.tokenize._unit_records import is_record_store_file
-
     return (
         is_unit_file(name)
         or is_record_store_file(name)
