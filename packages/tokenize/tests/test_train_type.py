@@ -253,6 +253,28 @@ def test_other_settings_into_the_same_output_are_refused(tmp_path: Path, chat_to
     assert orjson.loads((out / SIDECAR_NAME).read_bytes())["max_length"] == 20
 
 
+def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(tmp_path: Path, chat_tokenizer_dir) -> None:
+    """The state a kill leaves after the merge and the removal of the unit stores, before meta.json."""
+    from tokenloom.formats.io import WRITING_MARKER
+
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "sft", 30)
+    out = tmp_path / "out"
+    args = ["--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok]
+    args += ["--num-workers", 0, "--unit-bytes", 900]
+    code, output = run_cli(*args)
+    assert code == 0, output
+    published = store_bytes(out)
+    (out / "meta.json").rename(out / ".tokenloom-records-meta.json")
+    (out / WRITING_MARKER).touch()
+    with pytest.raises(FormatError, match="tokenloom-writing"):
+        open_records(out)
+    code, output = run_cli(*args)
+    assert code == 0, output
+    assert store_bytes(out) == published and not (out / WRITING_MARKER).exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
+
+
 def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(tmp_path: Path, chat_tokenizer_dir) -> None:
     tok = chat_tokenizer_dir("chatml")
     make = MAKERS["sft"]

@@ -2,12 +2,13 @@
 
     node R's pending units (pending_units: the dealing and done markers of text runs)
         -> each unit: unit_records -> ChatTransform (_transform) -> RecordStoreWriter OUT/unit_UUUUUU_0000.records/
-           (its meta.json last), then the unit's done marker (its counts) by an atomic create;
-           in this process, in a pool of --num-workers processes, or as Ray tasks: the same bytes
+           (its meta.json renamed unit-meta.json: never a part of OUT for a reader), then the unit's done marker
+           (its counts) by an atomic create; in this process, a pool of --num-workers processes, or Ray tasks
     the last node (every unit committed), under the output lock (_units.finalize):
-        the unit stores concatenated in plan order -> OUT/<key>.bin, then post_training.json, then meta.json
-        (the store is published) -> the unit stores and done markers removed; the plan stays, so a later run
-        with other settings into OUT is a ResumeMismatchError before anything is written
+        the unit stores concatenated in plan order -> OUT/<key>.bin, post_training.json, MERGED_META
+        -> the unit stores and done markers removed -> MERGED_META renamed meta.json -> the writer's marker
+        removed (published); the plan stays, so a later run with other settings into OUT is a
+        ResumeMismatchError before anything is written
 
 A unit's store depends only on its input bytes and the settings, so a kill anywhere costs at most the units
 in flight, and the merged store is the same bytes for any number of processes, nodes or Ray tasks.
@@ -55,12 +56,23 @@ RecordOutcome = dict[str, Any]
 _MASK_DTYPES = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "bool", "masks": "bool"}
 _STORE_KEYS = frozenset(k for keys in (*TRAIN_TYPE_KEYS.values(), *OPTIONAL_TRAIN_TYPE_KEYS.values()) for k in keys)
 SIDECAR_VERSION = 1
+#: A committed unit store's meta.json, renamed (no reader takes the unit for a part of OUT's store).
+UNIT_META = "unit-meta.json"
+#: OUT's meta.json once the merge is complete, before the unit stores are removed; renamed to meta.json last.
+MERGED_META = ".tokenloom-records-meta.json"
+
+
+def merged(out: Path) -> bool:
+    """The unit stores are merged into OUT (only their removal and the publish may be left to do)."""
+    return (out / MERGED_META).is_file() or (out / META_NAME).is_file()
 
 
 def is_record_store_file(name: str) -> bool:
     """A file of the merged record store (or a killed merge's temp of one)."""
     stem = temp_base(name)
-    return stem in (META_NAME, POST_TRAINING_SIDECAR) or (stem.endswith(".bin") and stem[:-4] in _STORE_KEYS)
+    return stem in (META_NAME, POST_TRAINING_SIDECAR, MERGED_META) or (
+        stem.endswith(".bin") and stem[:-4] in _STORE_KEYS
+    )
 
 
 def clear_record_output(out: Path) -> None:
@@ -122,6 +134,10 @@ def write_record_unit(
         writer.abort()
         raise
     writer.close()
+    # hidden before the unit is committed: OUT's readers walk subdirectories for meta.json, and a unit store
+    # must never look like a part of the published store
+    os.replace(store / META_NAME, store / UNIT_META)
+    fsync_dir(store)
     counts = transform.counts()
     payload = {"unit": unit, "plan": plan, "counts": counts}
     create_once(done_path(out, unit), orjson.dumps(payload, option=orjson.OPT_SORT_KEYS))
@@ -140,7 +156,7 @@ def encode_records(
     config: TokenizeConfig, tokenizer: str, plan: UnitPlan, on_progress: ProgressCallback | None
 ) -> tuple[int, dict[str, Any]]:
     """This node's pending units (or, with --executor ray, every pending unit as a Ray task): (units, counts)."""
-    mine = pending_units(config, plan)
+    mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
     for unit in mine:
         shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
@@ -225,7 +241,7 @@ def _read_done(out: Path, unit: int, digest: str) -> dict[str, Any]:
     path = done_path(out, unit)
     try:
         data = orjson.loads(path.read_bytes())
-        meta = orjson.loads((unit_store(out, unit) / META_NAME).read_bytes())
+        meta = orjson.loads((unit_store(out, unit) / UNIT_META).read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
         raise FormatError(
             f"unit {unit} is committed but its record store or done marker is unreadable ({exc})",
@@ -240,10 +256,29 @@ def _read_done(out: Path, unit: int, digest: str) -> dict[str, Any]:
 
 
 def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> dict[str, Any]:
-    """Merge every committed unit's store in plan order into OUT's record store; meta.json last (see module doc)."""
+    """Merge every committed unit's store in plan order into OUT's record store; meta.json last (see module doc).
+
+    Each step is redone or skipped on a rerun after a kill: merge (until MERGED_META exists), remove the
+    unit stores and done markers, rename MERGED_META to meta.json, remove the writer's marker.
+    """
     published = records_complete(out, plan)
     if published is not None:
         return published
+    if not merged(out):  # else a killed publish merged already: its unit stores may be gone
+        _merge(out, plan, config, tokenizer)
+    for u in range(len(plan.units)):  # before meta.json: a published OUT holds no unit store
+        shutil.rmtree(unit_store(out, u), ignore_errors=True)
+        done_path(out, u).unlink(missing_ok=True)
+    fsync_dir(out)
+    if (out / MERGED_META).is_file():
+        os.replace(out / MERGED_META, out / META_NAME)  # published (readers still wait for the marker's removal)
+    (out / WRITING_MARKER).unlink(missing_ok=True)
+    fsync_dir(out)
+    return orjson.loads((out / POST_TRAINING_SIDECAR).read_bytes())
+
+
+def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> None:
+    """The unit stores concatenated in plan order into OUT's ``<key>.bin``, the sidecar, then MERGED_META."""
     units = [_read_done(out, u, plan.digest) for u in range(len(plan.units))]
     keys = sorted({key for unit in units for key in unit["meta"]})
     meta: dict[str, Any] = {}
@@ -284,14 +319,7 @@ def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer
     }
     fsync_dir(out)
     atomic_write_bytes(out / POST_TRAINING_SIDECAR, orjson.dumps(sidecar, option=orjson.OPT_INDENT_2))
-    atomic_write_bytes(out / META_NAME, orjson.dumps(meta))  # published
-    (out / WRITING_MARKER).unlink(missing_ok=True)
-    fsync_dir(out)
-    for u in range(len(plan.units)):
-        shutil.rmtree(unit_store(out, u), ignore_errors=True)
-        done_path(out, u).unlink(missing_ok=True)
-    fsync_dir(out)
-    return sidecar
+    atomic_write_bytes(out / MERGED_META, orjson.dumps(meta))
 
 
 def _sha256(text: str) -> str:

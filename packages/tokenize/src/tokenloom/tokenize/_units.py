@@ -64,6 +64,7 @@ from tokenloom.tokenize._unit_records import (
     clear_record_output,
     encode_records,
     is_record_store_file,
+    merged,
     publish_records,
     record_summary,
     records_complete,
@@ -143,14 +144,14 @@ def _run_record_units(
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     units, counts = (0, {}) if config.finalize else encode_records(config, inputs.tokenizer, plan, on_progress)
-    sidecar = finalize(
-        out,
-        plan,
-        inputs.tokenizer,
-        required=config.finalize,
-        num_nodes=config.num_nodes,
-        publish=lambda: publish_records(out, plan, config, inputs.tokenizer),
-    )
+    publish = lambda: publish_records(out, plan, config, inputs.tokenizer)  # noqa: E731
+    if merged(out):  # a publish was killed after the merge: finish it (the done markers may be gone)
+        with output_lock(out, what="--output-dir"):
+            sidecar = publish()
+    else:
+        sidecar = finalize(
+            out, plan, inputs.tokenizer, required=config.finalize, num_nodes=config.num_nodes, publish=publish
+        )
     summary = record_summary(out, sidecar, counts, units)
     if sidecar is None:
         summary.units_total = len(plan.units)
