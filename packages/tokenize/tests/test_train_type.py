@@ -224,6 +224,23 @@ def test_a_bad_record_deep_in_a_cut_file_names_its_line_in_the_file(tmp_path: Pa
     assert len(plan["units"]) > 3  # the bad line is not in the first unit
 
 
+def test_a_damaged_parquet_file_is_a_format_error(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "dpo", 9, parquet=True)
+    damaged = tmp_path / "in" / "d.parquet"
+    data = bytearray(damaged.read_bytes())
+    data[8:48] = b"\xff" * 40  # the first pages overwritten: the footer (and so discovery) is intact
+    damaged.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "dpo", "--tokenizer", tok,
+        "--num-workers", 0, "--on-error", "skip",
+    )  # fmt: skip
+    assert code == 1 and output.count("\n") == 1, output
+    assert "FormatError" in output and "d.parquet" in output and "Traceback" not in output
+    assert not (out / "meta.json").exists()
+
+
 def test_no_chat_template_fails_before_writing(tmp_path: Path) -> None:
     from tokenloom.tokenize import default_tokenizer_path
 

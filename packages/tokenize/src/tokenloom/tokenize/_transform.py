@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from tokenloom.formats import DataError, RecordError
+from tokenloom.formats import DataError, FormatError, RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._fetch import local_path, named_by_url
 from tokenloom.tokenize._inputs import _read_lines
@@ -157,8 +157,22 @@ def _bad(
 
 
 def _rows(source: UnitSource, kind: InputKind) -> Iterator[tuple[Any, RecordPlace]]:
-    """Parquet / Arrow rows as objects (a nested ``messages`` column becomes lists of dicts), numbered from 1."""
+    """Parquet / Arrow rows as objects (a nested ``messages`` column becomes lists of dicts), numbered from 1.
+
+    An unreadable file (a damaged footer, page or batch) is a FormatError naming it, whatever --on-error says.
+    """
     pa = require_corpus_extra("pyarrow", kind)
+    try:
+        yield from _read_rows(source, kind, pa)
+    except (OSError, pa.ArrowException) as exc:
+        raise FormatError(
+            f"this {kind} file cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())})",
+            path=source.file.shown,
+            hint="The file is corrupt or cut short: copy or download it again (nothing was published)",
+        ) from None
+
+
+def _read_rows(source: UnitSource, kind: InputKind, pa: Any) -> Iterator[tuple[Any, RecordPlace]]:
     path = local_path(source.file)
     shown = source.file.shown
     if kind is InputKind.PARQUET:
