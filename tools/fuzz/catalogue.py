@@ -64,6 +64,7 @@ import _catalogue_w4_outage  # noqa: F401 - registers its rows on import
 import _catalogue_w4_rev_verify  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revcachefs  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revcurr  # noqa: F401 - registers its rows on import
+import _catalogue_w4_sftcli  # noqa: F401 - registers its rows on import
 import _catalogue_w4_trainer  # noqa: F401 - registers its rows on import
 import _catalogue_w4_verify  # noqa: F401 - registers its rows on import
 import _catalogue_why  # noqa: F401 - registers its rows on import

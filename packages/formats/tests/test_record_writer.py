@@ -89,3 +89,16 @@ def test_inspect_records_without_a_tokenizer_shows_ids(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "7 8 \u27e69 10\u27e7" in result.output and "mask share 50.0%" in result.output
     assert "token ids (no tokenizer" in result.output
+
+
+def test_a_directory_with_a_writers_marker_does_not_open(tmp_path: Path) -> None:
+    """A killed tokenize --train-type run leaves committed unit stores (each with meta.json) under the marker."""
+    from tokenloom.formats import FormatError
+    from tokenloom.formats.io import WRITING_MARKER
+
+    with RecordStoreWriter(tmp_path / "out" / "unit_000000_0000.records", train_type="sft", dtype=np.uint16) as w:
+        w.add_record({"sequence": np.array([1, 2, 3]), "loss_mask": np.array([0, 1, 1], dtype=np.uint8)})
+    assert len(open_records(tmp_path / "out")) == 1  # a directory of stores opens as their union
+    (tmp_path / "out" / WRITING_MARKER).touch()
+    with pytest.raises(FormatError, match="a writer did not finish"):
+        open_records(tmp_path / "out")

@@ -11,7 +11,9 @@ from tokenloom.formats import DataError
 from tokenloom.formats.cli import cli_errors
 from tokenloom.tokenize._config import (
     DEFAULT_UNIT_BYTES,
+    RECORD_FORMATS,
     SUPPORTED_FORMATS,
+    TRAIN_TYPES,
     ExecutorKind,
     Layout,
     OnError,
@@ -35,6 +37,8 @@ def fail_command(exc: BaseException) -> NoReturn:
 
 
 def _summary_lines(summary: TokenizeSummary) -> list[str]:
+    if summary.post_training is not None:
+        return _record_lines(summary)
     if summary.units_total:
         return [
             f"committed {summary.units_committed} unit(s) into {summary.output_dir}; {summary.units_missing} of "
@@ -149,7 +153,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
 @click.option(
     "--format",
     "format_",
-    type=click.Choice(SUPPORTED_FORMATS),
+    type=click.Choice(SUPPORTED_FORMATS + RECORD_FORMATS),
     default="native",
     show_default=True,
     help="Output format. native: OUT/shard_NNNNN.bin/.idx + manifest.json. megatron: the prefix OUT/data "
@@ -264,6 +268,33 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
 )
 @click.option("--ray-address", default=None, help="--executor ray: the head's HOST:PORT. [default: RAY_ADDRESS]")
 @click.option(
+    "--train-type",
+    type=click.Choice(TRAIN_TYPES),
+    default=None,
+    help="Post-training records instead of text: sft ({messages} or {prompt, completion}), dpo ({prompt, chosen, "
+    "rejected}) or grpo ({prompt, responses, rewards}), rendered with the chat template, loss masks derived and "
+    "verified per record, written to a record store (--format bin-meta); one unit-planned run at any node count.",
+)
+@click.option(
+    "--chat-template",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="--train-type: a Jinja chat template file replacing the tokenizer's own.",
+)
+@click.option(
+    "--train-roles",
+    default="assistant",
+    show_default=True,
+    help="--train-type: the roles whose turns are trained, comma-separated.",
+)
+@click.option(
+    "--truncate",
+    type=click.Choice(["skip", "keep-start", "keep-end"]),
+    default="skip",
+    show_default=True,
+    help="--train-type: a record over --max-length is skipped and counted (never a silent cut), or cut.",
+)
+@click.option(
     "--finalize",
     is_flag=True,
     help="Only write the manifest of a --num-nodes run whose units are all committed (when no node could).",
@@ -299,6 +330,10 @@ def tokenize(
     seed: int,
     ray_address: str | None,
     finalize: bool,
+    train_type: str | None,
+    chat_template: Path | None,
+    train_roles: str,
+    truncate: str,
 ) -> None:
     """Pre-tokenize jsonl (.gz, .zst), parquet and Arrow files into token shards, in parallel, crash-safely.
 
@@ -338,6 +373,10 @@ def tokenize(
             seed=seed,
             ray_address=ray_address,
             finalize=finalize,
+            train_type=train_type,
+            chat_template=chat_template,
+            train_roles=tuple(r.strip() for r in train_roles.split(",") if r.strip()),
+            truncate=truncate,
         )
         with progress_bar(input_dir, enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
@@ -345,6 +384,31 @@ def tokenize(
         fail_command(exc)
     for line in _summary_lines(summary):
         click.echo(line)
+
+
+def _record_lines(summary: TokenizeSummary) -> list[str]:
+    stats = summary.post_training or {}
+    if summary.units_total:
+        head = (
+            f"committed {summary.units_committed} unit(s) into {summary.output_dir}; {summary.units_missing} of "
+            f"{summary.units_total} units are still to be committed by other nodes (the last one to finish "
+            "publishes the store; or run the same command with --finalize once all are done)"
+        )
+    elif summary.already_complete:
+        head = f"{summary.output_dir} is already complete with these settings; nothing to do."
+    else:
+        head = f"wrote {summary.output_dir} ({stats.get('train_type', 'records')} record store, bin-meta)"
+    tokens = int(stats.get("tokens", 0) or 0)
+    trained = int(stats.get("trained_tokens", 0) or 0)
+    share = f" ({trained / tokens:.1%} trained)" if tokens else ""
+    errors = stats.get("errors") or {}
+    shown = ", ".join(f"{k} {v}" for k, v in errors.items())
+    return [
+        head,
+        f"  records {int(stats.get('records', 0) or 0):,}  tokens {tokens:,}{share}  "
+        f"truncated {stats.get('truncated', 0)}  skipped too long {stats.get('skipped_too_long', 0)}  "
+        f"skipped bad records {stats.get('skipped_errors', 0)}" + (f" ({shown})" if shown else ""),
+    ]
 
 
 def _nodes(num_nodes: int | None, node_rank: int | None) -> tuple[int | None, int]:

@@ -10,10 +10,20 @@ from typing import Any
 
 from tokenloom.formats import ConfigError
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
+from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
-__all__ = ["SUPPORTED_FORMATS", "ExecutorKind", "OnError", "TokenizeConfig", "default_num_workers", "nodes_from_env"]
+__all__ = [
+    "RECORD_FORMATS",
+    "SUPPORTED_FORMATS",
+    "TRAIN_TYPES",
+    "ExecutorKind",
+    "OnError",
+    "TokenizeConfig",
+    "default_num_workers",
+    "nodes_from_env",
+]
 
 #: Output formats tokenize writes. ``native`` directly (shard-level resume); the
 #: others through a native staging dataset that is then converted.
@@ -170,6 +180,15 @@ class TokenizeConfig:
 
     Ray tasks (--executor ray) stage in their own machine's cache (the worker's ``TOKENLOOM_CACHE_DIR``, else the
     default), never in this path of the driver's."""
+    train_type: str | None = None
+    """sft, dpo or grpo: each input record is a conversation, preference pair or reward group, written to a record
+    store (``open_records``) with its loss masks, one unit-planned run at any node count; None: text documents."""
+    chat_template: Path | None = None
+    """--train-type: a Jinja chat template replacing the tokenizer's own."""
+    train_roles: tuple[str, ...] = ("assistant",)
+    """--train-type: the roles whose turns are trained."""
+    truncate: str = "skip"
+    """--train-type: a record over --max-length is skipped (counted), or cut to keep-start / keep-end."""
     output_url: str | None = field(default=None, init=False)
     """Set from an object-store ``output_dir``: the URL the dataset is uploaded to."""
     input_url: str | None = field(default=None, init=False)
@@ -185,7 +204,10 @@ class TokenizeConfig:
         object.__setattr__(self, "output_dir", Path(self.output_dir))
         object.__setattr__(self, "on_error", _on_error(self.on_error))
         object.__setattr__(self, "windowing", as_windowing(self.windowing))
-        validate_window(self.max_length, self.overlap_size, self.windowing)
+        if self.train_type is not None:
+            check_post_training(self)
+        else:
+            validate_window(self.max_length, self.overlap_size, self.windowing)
         if self.min_text_length < 0:
             raise ConfigError(f"min_text_length is {self.min_text_length}, expected >= 0", field="min_text_length")
         if self.min_text_length and self.windowing is not Windowing.GPT_SIMPLE:
@@ -195,7 +217,7 @@ class TokenizeConfig:
                 field="min_text_length",
                 hint="Drop --min-text-length, or pass --windowing gpt-simple",
             )
-        if self.format not in SUPPORTED_FORMATS:
+        if self.format not in SUPPORTED_FORMATS and self.train_type is None:
             raise ConfigError(
                 f"format {self.format!r} is not written by tokenize, expected one of {list(SUPPORTED_FORMATS)}",
                 field="format",
@@ -285,8 +307,14 @@ class TokenizeConfig:
 
     @property
     def unit_planned(self) -> bool:
-        """True when the run is cut into units (many nodes, Ray, --finalize, a tree or a validation split)."""
-        return self.num_nodes is not None or self.executor is ExecutorKind.RAY or self.finalize or self.many_datasets
+        """True when the run is cut into units (many nodes, Ray, --finalize, a tree, a validation split, records)."""
+        return (
+            self.num_nodes is not None
+            or self.executor is ExecutorKind.RAY
+            or self.finalize
+            or self.many_datasets
+            or self.train_type is not None
+        )
 
     @property
     def many_datasets(self) -> bool:
@@ -333,7 +361,7 @@ class TokenizeConfig:
                 field="num_nodes",
                 hint="Run one driver with --executor ray, without --num-nodes",
             )
-        if self.unit_planned and self.format != "native":
+        if self.unit_planned and self.format != "native" and self.train_type is None:
             raise ConfigError(
                 f"format {self.format!r} with a unit-planned run (--num-nodes, --executor ray or --finalize); "
                 "units are written as native shards",
@@ -347,8 +375,14 @@ class TokenizeConfig:
                 hint="Remove the output directory once before launching the nodes, without --overwrite",
             )
 
+    def record_settings(self) -> dict[str, Any]:
+        """--train-type: the settings that change the record store (in the plan's run key)."""
+        return record_settings(self)
+
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""
+        if self.train_type is not None:
+            return self.record_settings()
         settings: dict[str, Any] = {
             "format": self.format,
             "text_field": self.text_field,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "TokenizeSummary", "report_progress"]
 
@@ -48,6 +49,8 @@ class TokenizeSummary:
     """A unit-planned run not yet finalized: the plan's units (0 once the manifest is written)."""
     units_missing: int = 0
     """A unit-planned run not yet finalized: units that no node has committed yet."""
+    post_training: dict[str, Any] | None = None
+    """--train-type: records, tokens, trained tokens, truncated and skipped counts (post_training.json's stats)."""
     datasets: list[str] = field(default_factory=list)
     """--layout tree / --val-fraction: the datasets under output_dir (``train/web``, ...)."""
 

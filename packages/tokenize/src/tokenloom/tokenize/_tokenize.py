@@ -72,7 +72,7 @@ def _tokenize_locked(
 def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
     """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
     targets = [config.output_dir]
-    if config.format != "native":
+    if config.format != "native" and config.train_type is None:
         targets.append(staging_dir(config.output_dir))
     # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
     if real_path(config.output_dir) == real_path(config.input_dir):
@@ -84,5 +84,5 @@ def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
     check_disjoint(targets, sources, target_name="--output-dir")
     if tokenizer_dir.is_dir():
         check_tokenizer_files(tokenizer_dir)
-    if config.overwrite:
+    if config.overwrite and config.train_type is None:  # a record store's own --overwrite check: _unit_records
         check_replaceable(config.output_dir, replaceable(config.output_dir))

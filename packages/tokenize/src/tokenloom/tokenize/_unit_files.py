@@ -60,7 +60,7 @@ __all__ = [
 PLAN_NAME = ".tokenloom-plan.json"
 NODES_NAME = ".tokenloom-nodes.json"
 PLAN_VERSION = 1
-_UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx)|\.tokenloom-unit-(\d{6})\.done")
+_UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx|records)|\.tokenloom-unit-(\d{6})\.done")
 _FINISHED = re.compile(r"\.tokenloom-node-(\d{6})\.finished")
 
 

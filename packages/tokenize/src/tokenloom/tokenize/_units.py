@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._state import STATE_NAME, Counts
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
+from tokenloom.tokenize._transform import transform_for
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     UnitDone,
@@ -62,6 +64,15 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_parts import cut_units
+from tokenloom.tokenize._unit_records import (
+    clear_record_output,
+    encode_records,
+    is_record_store_file,
+    merged,
+    publish_records,
+    record_summary,
+    records_complete,
+)
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units, rerun_hint
 from tokenloom.tokenize.windowing import Windowing
 
@@ -90,6 +101,8 @@ def run_units(
     started = time.perf_counter()
     out = config.output_dir
     plan = plan_of(config, inputs)
+    if config.train_type is not None:  # the record transform: post-training records into a record store
+        return _run_record_units(config, inputs, plan, started, on_progress)
     complete = None if config.overwrite else _complete(out, plan)
     if complete is not None:
         summary = summary_of(complete, out, time.perf_counter() - started)
@@ -123,6 +136,58 @@ def run_units(
     return summary
 
 
+def _run_record_units(
+    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, started: float, on_progress: ProgressCallback | None
+) -> TokenizeSummary:
+    """The same plan, dealing, done markers and last-node finalize; the units hold records, merged into one store."""
+    out = config.output_dir
+    published = None if config.overwrite else records_complete(out, plan)
+    if published is not None:
+        summary = record_summary(out, published, {}, 0)
+        summary.already_complete = True
+        return summary
+    if config.executor is ExecutorKind.RAY and not config.finalize:
+        preflight(config)
+    transform_for(config, inputs.tokenizer)  # a tokenizer without a chat template fails before anything is written
+    prepare_units_dir(config)
+    establish_plan(out, plan)
+    num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
+    (out / WRITING_MARKER).touch()
+    fsync_dir(out)
+    units, counts = (0, {}) if config.finalize else encode_records(config, inputs.tokenizer, plan, on_progress)
+    if not config.finalize and config.executor is not ExecutorKind.RAY:
+        mark_node_finished(out, config.node_rank)
+    everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
+    publish = lambda: _published_records(out, plan, config, inputs.tokenizer)  # noqa: E731
+    if merged(out):  # a publish was killed after the merge: finish it (the done markers may be gone)
+        with output_lock(out, what="--output-dir"):
+            sidecar = publish()
+    else:
+        sidecar = finalize(
+            out,
+            plan,
+            inputs.tokenizer,
+            required=config.finalize or everyone,
+            num_nodes=num_nodes,
+            everyone=everyone,
+            publish=publish,
+        )
+    summary = record_summary(out, sidecar, counts, units)
+    if sidecar is None:
+        summary.units_total = len(plan.units)
+        summary.units_missing = len(missing_units(out, plan))
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _published_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> dict[str, Any]:
+    """The record store published, then the node records removed (as after a text run's manifest)."""
+    sidecar = publish_records(out, plan, config, tokenizer)
+    remove_node_records(out)
+    fsync_dir(out)
+    return sidecar
+
+
 def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
     """The manifest of a finished run with this plan, None if there is none; another run's is a mismatch."""
     if not (out / MANIFEST_NAME).is_file() or (out / WRITING_MARKER).exists():
@@ -150,6 +215,9 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
     out = config.output_dir
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
+    if config.overwrite and out.exists() and config.train_type is not None:
+        clear_record_output(out)
+        return
     if config.overwrite and out.exists():
         prepare_output_dir(out, overwrite=True, ours=replaceable(out))
         return
@@ -178,7 +246,12 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
 
 
 def _ours(name: str) -> bool:
-    return is_unit_file(name) or name in (WRITING_MARKER, MANIFEST_NAME) or name.startswith(MANIFEST_NAME + ".")
+    return (
+        is_unit_file(name)
+        or is_record_store_file(name)
+        or name in (WRITING_MARKER, MANIFEST_NAME)
+        or name.startswith(MANIFEST_NAME + ".")
+    )
 
 
 def encode_local(
@@ -244,11 +317,13 @@ def finalize(
     first: int = 0,
     num_nodes: int | None = None,
     everyone: bool = False,
-) -> Manifest | None:
+    publish: Callable[[], Any] | None = None,
+) -> Any:
     """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise.
 
     ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
     ``everyone``: every node has finished, so a unit still missing was taken by no node (said as such).
+    ``publish``: what the unit writer's outputs become (default: the manifest of the unit shards).
     """
     missing = missing_units(out, plan)
     if missing:
@@ -268,7 +343,7 @@ def finalize(
         )
     try:
         with output_lock(out, what="--output-dir"):
-            return write_unit_manifest(out, plan, tokenizer)
+            return publish() if publish is not None else write_unit_manifest(out, plan, tokenizer)
     except OutputLockedError:
         if required:
             raise

@@ -39,6 +39,7 @@ import numpy as np
 
 from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.source import map_tokens
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
 from tokenloom.formats.keyed.store import check_finite
@@ -158,6 +159,7 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
     root = Path(path)
     if not root.is_dir():
         raise FormatError("a record store is a directory holding meta.json and <key>.bin files", path=root)
+    refuse_unfinished(root, what="record store")  # as open_store: a writer's marker (a killed tokenize run)
     metas = find_meta_files(root)
     if not metas:
         raise MissingFileError(f"no {META_NAME} under the directory", path=root)

@@ -1,0 +1,79 @@
+"""--train-type settings of a tokenize run: checked up front, and those that change the record store."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tokenloom.formats import ConfigError
+from tokenloom.tokenize.chat import ROLES, Truncate
+from tokenloom.tokenize.windowing import Windowing
+
+if TYPE_CHECKING:
+    from tokenloom.tokenize._config import TokenizeConfig
+
+__all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_settings"]
+
+#: Output formats of post-training records (--train-type): a record store (``open_records``).
+RECORD_FORMATS = ("bin-meta",)
+#: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
+TRAIN_TYPES = ("sft", "dpo", "grpo")
+
+
+def check_post_training(config: TokenizeConfig) -> None:
+    """--train-type: the record settings, and the text-only options refused."""
+    if config.train_type not in TRAIN_TYPES:
+        raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
+    if config.format == "native":  # the default: a record store
+        object.__setattr__(config, "format", RECORD_FORMATS[0])
+    if config.format not in RECORD_FORMATS:
+        raise ConfigError(
+            f"format {config.format!r} with --train-type {config.train_type}; post-training records are written as a "
+            f"record store, one of {list(RECORD_FORMATS)}",
+            field="format",
+            hint="Drop --format (bin-meta is the default), or convert the store afterwards",
+        )
+    if config.chat_template is not None:
+        object.__setattr__(config, "chat_template", Path(config.chat_template))
+        if not config.chat_template.is_file():
+            raise ConfigError("the chat template file does not exist", path=config.chat_template, field="chat_template")
+    object.__setattr__(config, "train_roles", tuple(config.train_roles))
+
+    bad = [role for role in config.train_roles if role not in ROLES]
+    if not config.train_roles or bad:
+        raise ConfigError(
+            f"train roles {list(config.train_roles)}, expected some of {list(ROLES)}", field="train_roles"
+        )
+    if config.truncate not in [t.value for t in Truncate]:
+        raise ConfigError(
+            f"truncate {config.truncate!r}, expected one of {[t.value for t in Truncate]}", field="truncate"
+        )
+    if config.max_length is not None and config.max_length < 2:
+        raise ConfigError(f"max_length is {config.max_length}, expected >= 2", field="max_length")
+    for name, value in (("overlap_size", config.overlap_size), ("min_text_length", config.min_text_length)):
+        if value:
+            raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)
+    if config.windowing is not Windowing.TOKENLOOM or config.many_datasets or config.output_url or config.input_url:
+        raise ConfigError(
+            "--train-type runs do not take --windowing, --layout tree, --val-fraction or object-store paths yet",
+            field="train_type",
+            hint="Write to a local --output-dir from a local --input-dir",
+        )
+
+
+def record_settings(config: TokenizeConfig) -> dict[str, Any]:
+    """--train-type: the settings that change the record store (in the plan's run key)."""
+    template = None
+    if config.chat_template is not None:
+        template = hashlib.sha256(config.chat_template.read_bytes()).hexdigest()
+    return {
+        "train_type": config.train_type,
+        "format": config.format,
+        "chat_template_sha256": template,
+        "train_roles": list(config.train_roles),
+        "max_length": config.max_length,
+        "truncate": config.truncate,
+        "on_error": config.on_error.value,
+        "max_line_bytes": config.max_line_bytes,
+    }

@@ -1,0 +1,341 @@
+"""Post-training records in the unit-planned pipeline: a unit's records -> its record store, merged in plan order.
+
+    node R's pending units (pending_units: the dealing and done markers of text runs)
+        -> each unit: unit_records -> ChatTransform (_transform) -> RecordStoreWriter OUT/unit_UUUUUU_0000.records/
+           (its meta.json renamed unit-meta.json: never a part of OUT for a reader), then the unit's done marker
+           (its counts) by an atomic create; in this process, a pool of --num-workers processes, or Ray tasks
+    the last node (every unit committed), under the output lock (_units.finalize):
+        the unit stores concatenated in plan order -> OUT/<key>.bin, post_training.json, MERGED_META
+        -> the unit stores and done markers removed -> MERGED_META renamed meta.json -> the writer's marker
+        removed (published); the plan stays, so a later run with other settings into OUT is a
+        ResumeMismatchError before anything is written
+
+A unit's store depends only on its input bytes and the settings, so a kill anywhere costs at most the units
+in flight, and the merged store is the same bytes for any number of processes, nodes or Ray tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import multiprocessing
+import os
+import shutil
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tokenloom.formats import ConfigError, DataError, FormatError, RecordStoreWriter, ResumeMismatchError
+from tokenloom.formats.io import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_base, temp_path
+from tokenloom.formats.keyed.bin_meta import META_NAME
+from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
+from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS
+from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._ray import TASK_RETRIES, _address, check_reachable, import_ray
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._transform import in_file, transform_for, unit_records
+from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, create_once, done_path, is_unit_file, unit_stem
+from tokenloom.tokenize._unit_parts import ByteRange, UnitSource
+from tokenloom.tokenize._unit_work import pending_units
+
+__all__ = [
+    "RecordOutcome",
+    "encode_records",
+    "is_record_store_file",
+    "publish_records",
+    "records_complete",
+    "write_record_unit",
+]
+
+RecordOutcome = dict[str, Any]
+_MASK_DTYPES = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "bool", "masks": "bool"}
+_STORE_KEYS = frozenset(k for keys in (*TRAIN_TYPE_KEYS.values(), *OPTIONAL_TRAIN_TYPE_KEYS.values()) for k in keys)
+SIDECAR_VERSION = 1
+#: A committed unit store's meta.json, renamed (no reader takes the unit for a part of OUT's store).
+UNIT_META = "unit-meta.json"
+#: OUT's meta.json once the merge is complete, before the unit stores are removed; renamed to meta.json last.
+MERGED_META = ".tokenloom-records-meta.json"
+
+
+def merged(out: Path) -> bool:
+    """The unit stores are merged into OUT (only their removal and the publish may be left to do)."""
+    return (out / MERGED_META).is_file() or (out / META_NAME).is_file()
+
+
+def is_record_store_file(name: str) -> bool:
+    """A file of the merged record store (or a killed merge's temp of one)."""
+    stem = temp_base(name)
+    return stem in (META_NAME, POST_TRAINING_SIDECAR, MERGED_META) or (
+        stem.endswith(".bin") and stem[:-4] in _STORE_KEYS
+    )
+
+
+def clear_record_output(out: Path) -> None:
+    """--overwrite of a --train-type output: remove what tokenize wrote there (a foreign file: refused)."""
+    foreign = sorted(
+        p.name
+        for p in out.iterdir()
+        if not (is_unit_file(p.name) or is_record_store_file(p.name) or p.name.startswith(".tokenloom"))
+    )
+    if foreign:
+        raise ConfigError(
+            f"--overwrite would delete files that no tokenize run wrote: {', '.join(foreign[:5])}",
+            path=out,
+            field="overwrite",
+            hint="Choose another --output-dir, or remove those files yourself",
+        )
+    (out / WRITING_MARKER).write_bytes(b"")  # unpublished first: no meta.json over missing files
+    (out / META_NAME).unlink(missing_ok=True)
+    fsync_dir(out)
+    for path in out.iterdir():
+        if path.name == WRITING_MARKER or path.name.startswith(".tokenloom-lock"):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    fsync_dir(out)
+
+
+def unit_store(out: Path, unit: int) -> Path:
+    return out / f"{unit_stem(unit, 0)}.records"
+
+
+def write_record_unit(
+    config: TokenizeConfig, unit: int, source: UnitSource, tokenizer: str, plan: str
+) -> RecordOutcome:
+    """Encode unit ``unit``'s records into its record store, then commit it (the done marker holds its counts)."""
+    transform = transform_for(config, tokenizer)
+    out = config.output_dir
+    store = unit_store(out, unit)
+    shutil.rmtree(store, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
+    vocab = transform.encoder.chat.vocab_size
+    writer = RecordStoreWriter(
+        store,
+        train_type=config.train_type,
+        dtype=np.uint16 if vocab <= 1 << 16 else np.uint32,
+        vocab_size=vocab,
+        key_dtypes=_MASK_DTYPES,
+    )
+    try:
+        for record, place in unit_records(source, config, transform):
+            arrays = transform.apply(record, place)
+            if arrays is not None:
+                writer.add_record(arrays)
+    except DataError as error:
+        writer.abort()
+        raise in_file(error, source) from None
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    # hidden before the unit is committed: OUT's readers walk subdirectories for meta.json, and a unit store
+    # must never look like a part of the published store
+    os.replace(store / META_NAME, store / UNIT_META)
+    fsync_dir(store)
+    counts = transform.counts()
+    payload = {"unit": unit, "plan": plan, "counts": counts}
+    create_once(done_path(out, unit), orjson.dumps(payload, option=orjson.OPT_SORT_KEYS))
+    return counts
+
+
+def add_stats(total: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """The sum of two units' counts (errors summed by name)."""
+    merged = {k: total.get(k, 0) + v for k, v in part.items() if k != "errors"}
+    errors = Counter(total.get("errors", {})) + Counter(part.get("errors", {}))
+    merged["errors"] = dict(sorted(errors.items()))
+    return merged
+
+
+def encode_records(
+    config: TokenizeConfig, tokenizer: str, plan: UnitPlan, on_progress: ProgressCallback | None
+) -> tuple[int, dict[str, Any]]:
+    """This node's pending units (or, with --executor ray, every pending unit as a Ray task): (units, counts)."""
+    mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
+    for unit in mine:
+        shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
+    if config.executor is ExecutorKind.RAY:
+        outcomes = _ray_units(config, tokenizer, plan, mine)
+    elif min(config.num_workers, len(mine)) <= 1:
+        outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
+    else:
+        outcomes = _pool_units(config, tokenizer, plan, mine)
+    total: dict[str, Any] = {}
+    done = 0
+    for unit, counts in zip(mine, outcomes, strict=False):  # each path yields in the order of ``mine``
+        done += 1
+        total = add_stats(total, counts)
+        if on_progress is not None:
+            on_progress(counts["records"], counts["tokens"], _source_bytes(plan.units[unit]))
+    return done, total
+
+
+def _source_bytes(source: UnitSource) -> int:
+    """The input bytes of a unit, for the progress bar (a row-group unit: its share is not known; 0)."""
+    if source.part is None:
+        return source.file.size
+    return source.part.stop - source.part.start if isinstance(source.part, ByteRange) else 0
+
+
+def _pool_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: list[int]) -> Any:
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding tokenizer threads
+    pool = ProcessPoolExecutor(min(config.num_workers, len(mine)), mp_context=context)
+    try:
+        futures = [pool.submit(write_record_unit, config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
+        for future in futures:
+            yield future.result()
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _ray_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: list[int]) -> Any:
+    if not mine:
+        return
+    ray = import_ray()
+    address = _address(config)
+    check_reachable(address)
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(write_record_unit)
+        refs = [task.remote(config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
+        for ref in refs:
+            try:
+                yield ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # the task's own error (a bad record, ...): raise it here
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, Exception):
+                    raise cause from None
+                raise
+    finally:
+        if started_here:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+
+
+def records_complete(out: Path, plan: UnitPlan) -> dict[str, Any] | None:
+    """The sidecar of a published store with this plan; None if none is published; another plan's: a mismatch."""
+    if not (out / META_NAME).is_file() or (out / WRITING_MARKER).exists():
+        return None
+    plan_path = out / PLAN_NAME
+    recorded = orjson.loads(plan_path.read_bytes())["run_key"] if plan_path.is_file() else {}
+    if recorded != plan.run_key:
+        raise ResumeMismatchError(
+            "the output directory holds a record store written with other settings, tokenizer or inputs: "
+            + "; ".join(run_key_differences(recorded, plan.run_key) or ["it was not written by tokenize"]),
+            path=out,
+            hint="Pass --overwrite to replace it, or choose another --output-dir",
+        )
+    return orjson.loads((out / POST_TRAINING_SIDECAR).read_bytes())
+
+
+def _read_done(out: Path, unit: int, digest: str) -> dict[str, Any]:
+    path = done_path(out, unit)
+    try:
+        data = orjson.loads(path.read_bytes())
+        meta = orjson.loads((unit_store(out, unit) / UNIT_META).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise FormatError(
+            f"unit {unit} is committed but its record store or done marker is unreadable ({exc})",
+            path=path,
+            hint="Delete the done marker and rerun the node that owns the unit",
+        ) from None
+    if data.get("plan") != digest:
+        raise ResumeMismatchError(
+            f"the done marker of unit {unit} belongs to another plan", path=path, hint="Start afresh"
+        )
+    return {"counts": data["counts"], "meta": meta}
+
+
+def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> dict[str, Any]:
+    """Merge every committed unit's store in plan order into OUT's record store; meta.json last (see module doc).
+
+    Each step is redone or skipped on a rerun after a kill: merge (until MERGED_META exists), remove the
+    unit stores and done markers, rename MERGED_META to meta.json, remove the writer's marker.
+    """
+    published = records_complete(out, plan)
+    if published is not None:
+        return published
+    if not merged(out):  # else a killed publish merged already: its unit stores may be gone
+        _merge(out, plan, config, tokenizer)
+    for u in range(len(plan.units)):  # before meta.json: a published OUT holds no unit store
+        shutil.rmtree(unit_store(out, u), ignore_errors=True)
+        done_path(out, u).unlink(missing_ok=True)
+    fsync_dir(out)
+    if (out / MERGED_META).is_file():
+        os.replace(out / MERGED_META, out / META_NAME)  # published (readers still wait for the marker's removal)
+    (out / WRITING_MARKER).unlink(missing_ok=True)
+    fsync_dir(out)
+    return orjson.loads((out / POST_TRAINING_SIDECAR).read_bytes())
+
+
+def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> None:
+    """The unit stores concatenated in plan order into OUT's ``<key>.bin``, the sidecar, then MERGED_META."""
+    units = [_read_done(out, u, plan.digest) for u in range(len(plan.units))]
+    keys = sorted({key for unit in units for key in unit["meta"]})
+    meta: dict[str, Any] = {}
+    for key in keys:
+        offsets, dtype = [0], None
+        target = out / f"{key}.bin"
+        tmp = temp_path(target)
+        with open(tmp, "wb") as handle:
+            for u, unit in enumerate(units):
+                entry = unit["meta"].get(key)
+                if entry is None:
+                    if unit["counts"]["records"]:
+                        raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
+                    continue
+                dtype = dtype or entry["dtype"]
+                if entry["dtype"] != dtype:
+                    raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
+                with open(unit_store(out, u) / f"{key}.bin", "rb") as part:
+                    shutil.copyfileobj(part, handle, 8 << 20)
+                base = offsets[-1]
+                offsets.extend(base + o for o in entry["offsets"][1:])
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        meta[key] = {"shape": [offsets[-1]], "dtype": dtype, "offsets": offsets}
+    stats: dict[str, Any] = {}
+    for unit in units:
+        stats = add_stats(stats, unit["counts"])
+    transform = transform_for(config, tokenizer)
+    sidecar = {
+        "tokenloom_post_training": SIDECAR_VERSION,
+        **{k: v for k, v in transform.encoder.settings().items() if k != "chat_template"},
+        "chat_template_sha256": config.record_settings()["chat_template_sha256"]
+        or _sha256(transform.encoder.chat.template),
+        "tokenizer": str(Path(tokenizer).resolve()) if Path(tokenizer).exists() else tokenizer,
+        "units": len(plan.units),
+        "stats": stats,
+    }
+    fsync_dir(out)
+    atomic_write_bytes(out / POST_TRAINING_SIDECAR, orjson.dumps(sidecar, option=orjson.OPT_INDENT_2))
+    atomic_write_bytes(out / MERGED_META, orjson.dumps(meta))
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def record_summary(out: Path, sidecar: dict[str, Any] | None, counts: dict[str, Any], units: int) -> TokenizeSummary:
+    """The summary of a --train-type run: the store's counts once published, else this node's."""
+    stats = sidecar["stats"] if sidecar is not None else counts
+    summary = TokenizeSummary(output_dir=out, format="bin-meta")
+    summary.documents = stats.get("records", 0)
+    summary.tokens = summary.run_tokens = stats.get("tokens", 0)
+    skipped = dict(stats.get("errors", {}))
+    if stats.get("skipped_too_long"):
+        skipped["too_long"] = stats["skipped_too_long"]
+    summary.skipped = skipped
+    summary.post_training = {**stats, "train_type": sidecar["train_type"]} if sidecar else dict(stats)
+    summary.units_committed = units
+    return summary

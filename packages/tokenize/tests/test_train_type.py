@@ -1,0 +1,360 @@
+"""tokenize --train-type sft|dpo|grpo: post-training records through the unit-planned pipeline.
+
+The CLI's store equals write_post_training's over the same records in input order; it is the same bytes for
+one process, two workers and two node processes, and after a SIGKILL and a rerun; bad input is a named error
+with file and line and nothing published; settings that differ from the output's are refused.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from tokenloom.formats import FormatError, open_records
+from tokenloom.tokenize._commands import tokenize as tokenize_command
+from tokenloom.tokenize.chat import SIDECAR_NAME, RecordPlace, write_post_training
+
+
+def sft_record(i: int) -> dict:
+    if i % 3 == 0:
+        return {"prompt": f"what is {i}?", "completion": f"it is {i} " + "and more " * (i % 5)}
+    messages = [
+        {"role": "system", "content": "" if i % 2 else "You answer briefly."},
+        {"role": "user", "content": f"question {i}: what does str.upper do? ünïcode ✓"},
+        {"role": "assistant", "content": f"answer {i} " + "word " * (i % 7)},
+    ]
+    if i % 4 == 1:
+        messages += [{"role": "user", "content": "and then?"}, {"role": "assistant", "content": "then done."}]
+    return {"messages": messages}
+
+
+def dpo_record(i: int) -> dict:
+    return {"prompt": f"pick {i}", "chosen": f"good answer {i}", "rejected": "bad " * (1 + i % 4)}
+
+
+def grpo_record(i: int) -> dict:
+    return {
+        "prompt": [{"role": "user", "content": f"solve {i}"}],
+        "responses": [f"try {j} of {i}" for j in range(1 + i % 3)],
+        "rewards": [float(j) - 0.5 for j in range(1 + i % 3)],
+    }
+
+
+MAKERS: dict[str, Callable[[int], dict]] = {"sft": sft_record, "dpo": dpo_record, "grpo": grpo_record}
+
+
+def _lines(records: list[dict]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def write_corpus(
+    directory: Path, train_type: str, n: int = 60, *, parquet: bool = False
+) -> list[tuple[dict, RecordPlace]]:
+    """Records over a plain .jsonl (cut into byte-range units), a .jsonl.gz, a .jsonl.zst (and a parquet file)."""
+    import zstandard
+
+    make = MAKERS[train_type]
+    records = [make(i) for i in range(n)]
+    third = n // 3
+    parts = {"a.jsonl": records[:third], "b.jsonl.gz": records[third : 2 * third], "c.jsonl.zst": records[2 * third :]}
+    directory.mkdir(parents=True, exist_ok=True)
+    placed = []
+    for name, chunk in parts.items():
+        data = _lines(chunk)
+        if name.endswith(".gz"):
+            data = gzip.compress(data, mtime=0)
+        elif name.endswith(".zst"):
+            data = zstandard.ZstdCompressor().compress(data)
+        (directory / name).write_bytes(data)
+        placed += [(r, RecordPlace(name, i + 1)) for i, r in enumerate(chunk)]
+    if parquet:  # rows as objects (a messages column of structs); in row groups of 7, cut into units by --unit-bytes
+        pa = pytest.importorskip("pyarrow")
+        pq = pytest.importorskip("pyarrow.parquet")
+        rows = [r for r in (make(n + i) for i in range(n // 2)) if "messages" in r or train_type != "sft"]
+        pq.write_table(pa.Table.from_pylist(rows), directory / "d.parquet", row_group_size=7)
+        placed += [(r, RecordPlace("d.parquet", i + 1)) for i, r in enumerate(rows)]
+    return placed
+
+
+def run_cli(*args: object) -> tuple[int, str]:
+    result = CliRunner().invoke(tokenize_command, [str(a) for a in args] + ["--no-progress"])
+    return result.exit_code, result.output
+
+
+def store_bytes(out: Path) -> dict[str, bytes]:
+    names = [*sorted(p.name for p in out.iterdir() if p.suffix == ".bin"), "meta.json", SIDECAR_NAME]
+    return {name: (out / name).read_bytes() for name in names}
+
+
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_cli_store_equals_the_librarys(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    placed = write_corpus(tmp_path / "in", train_type, parquet=True)
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", train_type, "--tokenizer", tok,
+        "--num-workers", 1, "--unit-bytes", 700,
+    )  # fmt: skip
+    assert code == 0, output
+    assert f"records {len(placed)}" in output and "(bin-meta)" not in output.splitlines()[1]
+    plan = orjson.loads((out / ".tokenloom-plan.json").read_bytes())
+    assert len(plan["units"]) > 3  # a.jsonl was cut into byte ranges
+    stats = write_post_training(placed, tmp_path / "lib", train_type, tokenizer=tok)
+    assert stats.records == len(placed)
+    mine, theirs = store_bytes(out), store_bytes(tmp_path / "lib")
+    assert {k: v for k, v in mine.items() if k != SIDECAR_NAME} == {
+        k: v for k, v in theirs.items() if k != SIDECAR_NAME
+    }
+    sidecar = orjson.loads(mine[SIDECAR_NAME])
+    assert sidecar["stats"]["records"] == len(placed) and sidecar["train_type"] == train_type
+    assert sidecar["units"] == len(plan["units"])
+    store = open_records(out)
+    assert len(store) == len(placed)
+    # nothing of the units is left beside the store
+    assert not [p.name for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
+
+
+def test_workers_and_nodes_write_the_same_bytes(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("header_bos")
+    write_corpus(tmp_path / "in", "sft", 90)
+    common = ["--input-dir", tmp_path / "in", "--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 900]
+    common += ["--max-length", 60, "--truncate", "keep-start"]
+    code, output = run_cli(*common, "--output-dir", tmp_path / "one", "--num-workers", 0)
+    assert code == 0, output
+    code, output = run_cli(*common, "--output-dir", tmp_path / "two", "--num-workers", 2)
+    assert code == 0, output
+    cmd = [
+        sys.executable,
+        "-m",
+        "tokenloom.formats",
+        "tokenize",
+        *map(str, common),
+        "--output-dir",
+        str(tmp_path / "nodes"),
+    ]
+    nodes = [
+        subprocess.Popen([*cmd, "--num-nodes", "2", "--node-rank", str(r), "--num-workers", "1", "--no-progress"])
+        for r in (0, 1)
+    ]
+    assert [n.wait(timeout=300) for n in nodes] == [0, 0]
+    one = store_bytes(tmp_path / "one")
+    assert store_bytes(tmp_path / "two") == one
+    assert store_bytes(tmp_path / "nodes") == one
+    stats = orjson.loads(one[SIDECAR_NAME])["stats"]
+    assert stats["truncated"] > 0 and stats["records"] == 90  # counted in post_training.json
+    # the same command again: already complete, nothing rewritten
+    code, output = run_cli(*common, "--output-dir", tmp_path / "one", "--num-workers", 0)
+    assert code == 0 and "already complete" in output
+    assert store_bytes(tmp_path / "one") == one
+
+
+def test_a_node_with_another_num_nodes_is_refused_and_no_record_store_left_behind(
+    tmp_path: Path, chat_tokenizer_dir
+) -> None:
+    """The record path keeps the node-count rule of text runs: a node of another --num-nodes is a ConfigError."""
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "sft", 30)
+    out = tmp_path / "out"
+    common = ["--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok]
+    common += ["--unit-bytes", 900, "--num-workers", 0]
+    code, output = run_cli(*common, "--num-nodes", 2, "--node-rank", 0)
+    assert code == 0, output
+    code, output = run_cli(*common, "--num-nodes", 3, "--node-rank", 1)
+    assert code == 1 and "ConfigError: this node was started with --num-nodes 3" in output, output
+    assert not (out / "meta.json").exists()
+    code, output = run_cli(*common, "--num-nodes", 2, "--node-rank", 1)  # the right count: the last node publishes
+    assert code == 0, output
+    assert (out / "meta.json").is_file() and not list(out.glob(".tokenloom-node*"))
+
+
+def test_skips_and_truncations_are_counted(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    good = [sft_record(i) for i in range(6)]
+    lines = _lines(good[:3]) + b"{not json\n" + _lines([{"messages": "hi"}]) + _lines(good[3:])
+    lines += _lines([{"messages": [{"role": "user", "content": "no answer"}]}])
+    lines += _lines([{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "x " * 400}]}])
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "c.jsonl").write_bytes(lines)
+    (tmp_path / "in" / "d.jsonl.gz").write_bytes(gzip.compress(_lines(good[:2]), mtime=0)[:-12])  # cut short
+    (tmp_path / "in" / "e.jsonl").write_bytes(b'{"messages": []}\n')  # a unit of no good record
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
+        "--on-error", "skip", "--max-length", 200, "--num-workers", 0,
+    )  # fmt: skip
+    assert code == 0, output
+    stats = orjson.loads((out / SIDECAR_NAME).read_bytes())["stats"]
+    assert stats["skipped_too_long"] == 1
+    assert stats["errors"] == {"ConversationError": 2, "MaskError": 1, "malformed_json": 1, "truncated_gzip": 1}
+    assert stats["skipped_errors"] == 5
+    assert stats["records"] == 6 + 1  # the lines of d.jsonl.gz before the cut are kept
+    assert "skipped too long 1" in output and "malformed_json 1" in output
+    assert len(open_records(out)) == 7
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "words"),
+    [
+        (b'{"messages": "hi"}', "ConversationError", "messages is str"),
+        (b'{"messages": [{"role": "robot", "content": "x"}]}', "ConversationError", "role 'robot'"),
+        (b"{broken", "RecordError", "not valid JSON"),
+    ],
+)
+def test_bad_input_is_a_named_error_and_nothing_is_published(
+    line: bytes, name: str, words: str, tmp_path: Path, chat_tokenizer_dir
+) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "c.jsonl").write_bytes(_lines([sft_record(1), sft_record(2)]) + line + b"\n")
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
+        "--num-workers", 0,
+    )  # fmt: skip
+    assert code == 1
+    assert output.count("\n") == 1 and name in output and words in output
+    assert "c.jsonl" in output and "record 3" in output and "Traceback" not in output
+    assert not (out / "meta.json").exists() and not (out / SIDECAR_NAME).exists()
+
+
+def test_a_bad_record_deep_in_a_cut_file_names_its_line_in_the_file(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    (tmp_path / "in").mkdir()
+    lines = _lines([sft_record(i) for i in range(40)]) + b'{"messages": 7}\n' + _lines([sft_record(1)])
+    (tmp_path / "in" / "c.jsonl").write_bytes(lines)
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
+        "--num-workers", 0, "--unit-bytes", 1000,
+    )  # fmt: skip
+    assert code == 1 and "ConversationError" in output and "record 41" in output, output
+    plan = orjson.loads((out / ".tokenloom-plan.json").read_bytes())
+    assert len(plan["units"]) > 3  # the bad line is not in the first unit
+
+
+def test_a_damaged_parquet_file_is_a_format_error(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "dpo", 9, parquet=True)
+    damaged = tmp_path / "in" / "d.parquet"
+    data = bytearray(damaged.read_bytes())
+    data[8:48] = b"\xff" * 40  # the first pages overwritten: the footer (and so discovery) is intact
+    damaged.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "dpo", "--tokenizer", tok,
+        "--num-workers", 0, "--on-error", "skip",
+    )  # fmt: skip
+    assert code == 1 and output.count("\n") == 1, output
+    assert "FormatError" in output and "d.parquet" in output and "Traceback" not in output
+    assert not (out / "meta.json").exists()
+
+
+def test_no_chat_template_fails_before_writing(tmp_path: Path) -> None:
+    from tokenloom.tokenize import default_tokenizer_path
+
+    write_corpus(tmp_path / "in", "sft", 6)
+    out = tmp_path / "out"
+    code, output = run_cli(
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer",
+        default_tokenizer_path(),
+    )  # fmt: skip
+    assert code == 1 and "ConfigError" in output and "chat template" in output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_other_settings_into_the_same_output_are_refused(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "dpo", 12)
+    out = tmp_path / "out"
+    base = ["--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "dpo", "--tokenizer", tok]
+    code, output = run_cli(*base, "--num-workers", 0)
+    assert code == 0, output
+    before = store_bytes(out)
+    code, output = run_cli(*base, "--num-workers", 0, "--max-length", 20)
+    assert code == 1 and "ResumeMismatchError" in output and "max_length None -> 20" in output
+    assert store_bytes(out) == before
+    code, output = run_cli(*base, "--num-workers", 0, "--max-length", 20, "--overwrite")
+    assert code == 0, output
+    assert orjson.loads((out / SIDECAR_NAME).read_bytes())["max_length"] == 20
+
+
+def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(tmp_path: Path, chat_tokenizer_dir) -> None:
+    """The state a kill leaves after the merge and the removal of the unit stores, before meta.json."""
+    from tokenloom.formats.io import WRITING_MARKER
+
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "sft", 30)
+    out = tmp_path / "out"
+    args = ["--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok]
+    args += ["--num-workers", 0, "--unit-bytes", 900]
+    code, output = run_cli(*args)
+    assert code == 0, output
+    published = store_bytes(out)
+    (out / "meta.json").rename(out / ".tokenloom-records-meta.json")
+    (out / WRITING_MARKER).touch()
+    with pytest.raises(FormatError, match="tokenloom-writing"):
+        open_records(out)
+    code, output = run_cli(*args)
+    assert code == 0, output
+    assert store_bytes(out) == published and not (out / WRITING_MARKER).exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
+
+
+def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(tmp_path: Path, chat_tokenizer_dir) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    make = MAKERS["sft"]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "big.jsonl").write_bytes(_lines([make(i) for i in range(900)]))
+    args = ["--input-dir", tmp_path / "in", "--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 8000]
+    args = [*map(str, args), "--num-workers", "1", "--no-progress"]
+    code, output = run_cli(*args, "--output-dir", tmp_path / "clean")
+    assert code == 0, output
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tokenloom.formats", "tokenize", *args, "--output-dir", str(out)]
+    victim = subprocess.Popen(cmd, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (out / ".tokenloom-unit-000003.done").exists():
+        assert victim.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert not (out / "meta.json").exists()
+    with pytest.raises(FormatError, match="tokenloom-writing"):  # the committed units do not open as a store
+        open_records(out)
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert store_bytes(out) == store_bytes(tmp_path / "clean")
+    assert len(open_records(out)) == 900
+    assert np.array_equal(
+        open_records(out).record(7)["sequence"], open_records(tmp_path / "clean").record(7)["sequence"]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="a local Ray head")
+def test_ray_tasks_write_the_same_record_store(tmp_path: Path, chat_tokenizer_dir, request) -> None:
+    os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"  # read by ray at import: its workers use this Python
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    pytest.importorskip("ray")
+    ray_head = request.getfixturevalue("ray_head")  # a real local head (conftest), started for this module
+    tok = chat_tokenizer_dir("chatml")
+    placed = write_corpus(tmp_path / "in", "grpo", 45, parquet=True)
+    common = ["--input-dir", tmp_path / "in", "--train-type", "grpo", "--tokenizer", tok, "--unit-bytes", 600]
+    code, output = run_cli(*common, "--output-dir", tmp_path / "local", "--num-workers", 0)
+    assert code == 0, output
+    code, output = run_cli(*common, "--output-dir", tmp_path / "ray", "--executor", "ray", "--ray-address", ray_head)
+    assert code == 0, output
+    assert f"records {len(placed)}" in output
+    assert store_bytes(tmp_path / "ray") == store_bytes(tmp_path / "local")
