@@ -155,3 +155,23 @@ def test_a_wait_is_said_when_it_begins_not_when_the_store_comes_back(seaweed, fa
         logger.removeHandler(watch)
     assert seen, "no wait was logged"
     assert seen[0] - began < outage / 2, f"the wait was said {seen[0] - began:.1f} s into a {outage:.0f} s outage"
+
+
+def test_a_new_helper_does_not_call_an_endpoint_that_answered_its_caller_never_answered(
+    seaweed, fault_proxy, tmp_path, caplog, monkeypatch
+):
+    """A DataLoader worker's helper process is new: its first wait said "nothing has answered yet" of a live store."""
+    monkeypatch.delenv("TOKENLOOM_RETRY_BUDGET", raising=False)
+    from tokenloom.formats.remote import helper
+
+    local = _write_native(tmp_path / "local")
+    url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
+    options = seaweed.storage_options(endpoint=fault_proxy.url)
+    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)  # answered here
+    helper._LOCAL.helper = None  # the next read starts a new helper process, as a forked worker's does
+    monkeypatch.setattr(helper._runtime, "in_process", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
+        fault_proxy.down_for(3, "reset")
+        _entries(ds, 0, 5)
+    waits = _waits(caplog)
+    assert waits and all("has answered yet" not in w for w in waits), waits

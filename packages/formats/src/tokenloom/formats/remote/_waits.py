@@ -160,6 +160,12 @@ def answered(endpoint: str) -> None:
             _WAITING.discard(wait)
 
 
+def known_alive(endpoint: str) -> None:
+    """Another process (a helper's caller) saw ``endpoint`` answer: a wait on it is not "never answered"."""
+    with _LOCK:
+        _ANSWERED.add(endpoint)
+
+
 def first_of_wait(endpoint: str, reason: str, server_answered: bool) -> bool:
     """Record a failure; True when it starts a wait not yet logged (then the caller logs one line)."""
     with _LOCK:

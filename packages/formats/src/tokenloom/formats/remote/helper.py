@@ -182,7 +182,8 @@ def _call(op: str, config: StoreConfig, **payload: Any) -> Any:
         except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): a named error
             problem = str(exc).split("\n", 1)[0][:500]
             raise StorageError(f"the object-store client failed: {type(exc).__name__}: {problem}") from exc
-    return _helper().call(op, config=_config_json(config), **payload)
+    answered = _waits.ever_answered(_waits.endpoint_of(config))  # the helper is new: tell it what this process saw
+    return _helper().call(op, config=_config_json(config), answered=answered, **payload)
 
 
 def _helper() -> _Helper:
@@ -361,7 +362,10 @@ def serve() -> None:
         answer: dict[str, Any]
         try:
             request = orjson.loads(line)
-            answer = {"result": _answer(request["op"], _config_from(request["config"]), request)}
+            config = _config_from(request["config"])
+            if request.get("answered"):  # the caller's endpoint has answered before: a wait is not "never answered"
+                _waits.known_alive(_waits.endpoint_of(config))
+            answer = {"result": _answer(request["op"], config, request)}
         except DataError as exc:
             answer = {"error": {"cls": type(exc).__name__, "problem": exc.problem, "path": exc.path}}
             answer["error"].update(field=exc.field, hint=exc.hint, errno=getattr(exc, "errno", None))
