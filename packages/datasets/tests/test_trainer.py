@@ -119,6 +119,7 @@ def test_the_helper_owns_the_ranks_and_needs_a_map_style_dataset(tmp_path):
     with pytest.raises(ConfigError, match="map-style"):
         trainer.get_train_dataloader()
 
+
 RAGGED_SEED, RAGGED_BATCH, ACCUMULATE = 5, 5, 2  # 24 samples: batches 5, 5, 5, 5, 4 per epoch; a step takes 2 batches
 
 
@@ -160,9 +161,11 @@ def test_accumulation_ragged_batches_workers_eval_and_two_chained_resumes_consum
     def rows(trainer, steps) -> list[int]:
         return [index_of[h] for step in steps for h in trainer.steps[step]]
 
-    whole = make_accumulating(tmp_path / "whole", dataset, max_steps=7, eval_dataset=dataset)  # evaluates at steps 3 and 6
+    # evaluates at steps 3, 6 and the last (Trainer's own eval loader, untouched by the helper)
+    whole = make_accumulating(tmp_path / "whole", dataset, max_steps=7, eval_dataset=dataset)
     whole.train()
     assert sorted(whole.steps) == list(range(1, 8))
+    assert [log["step"] for log in whole.state.log_history if "eval_loss" in log] == [3, 6, 7]
     assert rows(whole, range(1, 8)) == [i for batch in batches[:12] for i in batch]  # 12 batches: 5 + 5 + 2
 
     # resume from checkpoint-2 although checkpoints 4 and 6 exist, save again, resume from that resume
