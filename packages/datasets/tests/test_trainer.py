@@ -223,3 +223,38 @@ def test_an_iterable_dataset_with_a_length_is_a_config_error(tmp_path):
     trainer.train_dataset = Stream()  # has __len__ and (Dataset's) __getitem__, yet is not map-style
     with pytest.raises(ConfigError, match="map-style"):
         trainer.get_train_dataloader()
+
+
+class Wrapped(torch.nn.Module):
+    """Stands in for a PEFT model: forward(*args, **kwargs) names no input, get_base_model() does."""
+
+    def __init__(self, base):
+        super().__init__()
+        self.base = base
+        self.config = base.config
+
+    def get_base_model(self):
+        return self.base
+
+    def forward(self, *args, **kwargs):
+        return self.base(*args, **kwargs)
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_the_helper_keeps_the_batch_keys_trainer_keeps(tmp_path, monkeypatch, wrapped):
+    trainer = make_trainer(tmp_path / "x", write_tokens(tmp_path / "tokens"), max_steps=1, helper=False)
+    if wrapped:  # what Trainer does for a PEFT model (LoRA): inspect the base model's forward
+        monkeypatch.setattr(transformers.trainer, "_is_peft_model", lambda model: isinstance(model, Wrapped))
+        trainer.model = Wrapped(trainer.model)
+    own = sorted(next(iter(trainer.get_train_dataloader())))
+    assert "input_ids" in own and "position_ids" in own and "doc_ids" not in own
+    use_resumable_sampler(trainer, seed=SEED)
+    assert sorted(next(iter(trainer.get_train_dataloader()))) == own
+
+
+def test_a_peft_model_keeps_its_inputs(tmp_path):
+    peft = pytest.importorskip("peft")
+    trainer = make_trainer(tmp_path / "x", write_tokens(tmp_path / "tokens"), max_steps=1, helper=False)
+    trainer.model = peft.get_peft_model(trainer.model, peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    use_resumable_sampler(trainer, seed=SEED)
+    assert sorted(next(iter(trainer.get_train_dataloader()))) == ["input_ids", "labels", "position_ids"]

@@ -128,6 +128,12 @@ class _KeepModelInputs:
 def _model_inputs(trainer: Trainer) -> frozenset[str] | None:
     if not trainer.args.remove_unused_columns:
         return None
+    own = getattr(trainer, "_set_signature_columns_if_needed", None)
+    if callable(own):  # Trainer's own columns: it inspects a PEFT model's base model, whose forward names its inputs
+        own()
+        columns = getattr(trainer, "_signature_columns", None)
+        if columns:
+            return frozenset(columns)
     model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
     if model is None:
         return None
