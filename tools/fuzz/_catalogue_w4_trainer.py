@@ -81,3 +81,59 @@ def _(tmp: Path) -> Run:
     ours = copy("native", tmp)
     saved = ResumableDistributedSampler(MemoryMappedDataset(_other_native(tmp), seq_len=4), 1, 0, seed=1).state_dict()
     return _trainer_resume(tmp, ours, saved)
+
+
+def _plain_trainer(tmp: Path, cls: type | None = None):
+    import transformers
+
+    from tokenloom.datasets import MemoryMappedDataset, collate
+
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=1
+    )
+    args = transformers.TrainingArguments(str(tmp / "run"), max_steps=2, report_to=[], use_cpu=True)
+    dataset = MemoryMappedDataset(copy("native", tmp), seq_len=4)
+    return (cls or transformers.Trainer)(
+        model=transformers.LlamaForCausalLM(config), args=args, train_dataset=dataset, data_collator=collate
+    )
+
+
+@case("Trainer sampler with pad=False (ranks out of lock-step)", "silent", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    from tokenloom.datasets import use_resumable_sampler
+
+    trainer = _plain_trainer(tmp)
+    return Run(call=lambda: use_resumable_sampler(trainer, pad=False))
+
+
+@case("Trainer subclass overriding get_train_dataloader", "silent", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    import transformers
+
+    from tokenloom.datasets import use_resumable_sampler
+
+    class OwnLoader(transformers.Trainer):
+        def get_train_dataloader(self):
+            return super().get_train_dataloader()
+
+    trainer = _plain_trainer(tmp, OwnLoader)
+    return Run(call=lambda: use_resumable_sampler(trainer))
+
+
+@case("Trainer train_dataset an IterableDataset with a length", "traceback", "error", "ConfigError")
+def _(tmp: Path) -> Run:
+    import torch.utils.data
+
+    from tokenloom.datasets import use_resumable_sampler
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+        def __len__(self):
+            return 4
+
+    trainer = _plain_trainer(tmp)
+    use_resumable_sampler(trainer)
+    trainer.train_dataset = Stream()
+    return Run(call=trainer.get_train_dataloader)

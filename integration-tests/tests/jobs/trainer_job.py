@@ -3,6 +3,8 @@
 A tiny Llama built from a local config (random weights, no download) trains on CPU under torchrun (gloo).
 Every rank writes, for each optimizer step, the rows of ``input_ids`` it trained on to ``<out>/rank<r>.jsonl``
 (as hashes): the test's oracle of consumed samples. ``--kill-at-step`` SIGKILLs rank 0 at the end of that step.
+Run it with ``torchrun --nproc-per-node=N trainer_job.py ...``; the test calls :func:`main` through torchrun's
+launcher with forked ranks instead (one import of transformers for every run).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class KillAt(TrainerCallback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", required=True)
@@ -57,7 +59,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--kill-at-step", type=int, default=0)
     parser.add_argument("--resume", default=None)
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -87,6 +89,7 @@ def main() -> None:
         disable_tqdm=True,
         learning_rate=1e-3,
         seed=0,
+        ddp_timeout=90,  # a rank left alone in a collective fails instead of hanging the test
     )
     trainer = RecordingTrainer(model=LlamaForCausalLM(config), args=args, train_dataset=dataset, data_collator=collate)
     trainer.record_path = out / f"rank{args.process_index}.jsonl"

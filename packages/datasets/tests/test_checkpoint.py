@@ -81,6 +81,11 @@ def test_saved_on_two_gloo_ranks_resumed_on_three_consumes_every_sample_once(tmp
     lost = [index_of[h] for r in range(2) for h in json.loads((tmp_path / f"lost-rank{r}.json").read_text())]
     assert set(lost) <= set(consumed[12:])  # read after the checkpoint, so served again after the resume
 
+    # the same 2-rank checkpoint on 1 process (no process group): the data entry alone, the order from 12 on
+    single = ResumableDistributedSampler(dataset, 1, 0, seed=99)
+    state_dict_loader.load({"data": SamplerCheckpoint(single)}, checkpoint_id=tmp_path / "dcp", no_dist=True)
+    assert list(single) == order[12:].tolist()
+
 
 def test_single_process_round_trip_and_a_foreign_state_is_refused(tmp_path):
     dataset = write_tokens(tmp_path / "a")
@@ -95,6 +100,26 @@ def test_single_process_round_trip_and_a_foreign_state_is_refused(tmp_path):
     other = ResumableDistributedSampler(write_tokens(tmp_path / "b", seed=5), 1, 0, seed=3)  # same length
     with pytest.raises(ResumeMismatchError, match="data_fingerprint|dataset"):
         state_dict_loader.load({"data": SamplerCheckpoint(other)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    reseeded = ResumableDistributedSampler(dataset, 1, 0, seed=4)
+    with pytest.raises(ResumeMismatchError, match="seed"):
+        state_dict_loader.load({"data": SamplerCheckpoint(reseeded)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    assert list(reseeded) == list(ResumableDistributedSampler(dataset, 1, 0, seed=4))  # refused: not moved
+
+
+def test_a_plain_dataloader_without_workers_saves_what_it_yielded(tmp_path):
+    import torch.utils.data
+
+    dataset = write_tokens(tmp_path / "a")
+    sampler = ResumableDistributedSampler(dataset, 1, 0, seed=3)
+    loader = torch.utils.data.DataLoader(
+        cast("torch.utils.data.Dataset[int]", range(NUM_SAMPLES)), sampler=sampler, batch_size=5, num_workers=0
+    )
+    iterator = iter(loader)
+    head = [int(i) for _ in range(3) for i in next(iterator)]
+    state_dict_saver.save({"data": SamplerCheckpoint(loader)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    fresh = ResumableDistributedSampler(dataset, 1, 0, seed=3)
+    state_dict_loader.load({"data": SamplerCheckpoint(fresh)}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    assert head + list(fresh) == list(ResumableDistributedSampler(dataset, 1, 0, seed=3))
 
 
 def test_bad_entries_and_loaders_are_named_errors(tmp_path):

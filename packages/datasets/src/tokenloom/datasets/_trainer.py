@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from tokenloom.formats.errors import ConfigError, ResumeMismatchError
 from tokenloom.sampler import ResumableDistributedSampler
@@ -128,6 +128,12 @@ class _KeepModelInputs:
 def _model_inputs(trainer: Trainer) -> frozenset[str] | None:
     if not trainer.args.remove_unused_columns:
         return None
+    own = getattr(trainer, "_set_signature_columns_if_needed", None)
+    if callable(own):  # Trainer's own columns: it inspects a PEFT model's base model, whose forward names its inputs
+        own()
+        columns = getattr(trainer, "_signature_columns", None)
+        if columns:
+            return frozenset(columns)
     model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
     if model is None:
         return None
@@ -156,7 +162,12 @@ class ResumableSamplerCallback(TrainerCallback):
         """Replaces ``trainer.get_train_dataloader``: this rank's batches from the resumable sampler."""
         trainer, args = self.trainer, self.trainer.args
         dataset = trainer.train_dataset
-        if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        if (
+            dataset is None
+            or isinstance(dataset, IterableDataset)  # has Dataset's __getitem__, maybe a __len__: still a stream
+            or not hasattr(dataset, "__len__")
+            or not hasattr(dataset, "__getitem__")
+        ):
             raise ConfigError(
                 f"the resumable sampler needs a map-style train_dataset (len and [i]), got {type(dataset).__name__}",
                 field="train_dataset",
@@ -221,6 +232,22 @@ def use_resumable_sampler(trainer: Trainer, **sampler_options: Any) -> Resumable
                 f"use_resumable_sampler sets {name} itself (from trainer.args and trainer.train_dataset)",
                 field=name,
                 hint=f"Leave {name} out",
+            )
+    if not sampler_options.get("pad", True):
+        raise ConfigError(
+            "use_resumable_sampler with pad=False: the ranks would get unequal shares of an epoch, drift apart "
+            "across Trainer's lock-step steps, and the saved position would repeat or skip samples",
+            field="pad",
+            hint="Leave pad at its default (True) or pass drop_last=True",
+        )
+    for method in ("get_train_dataloader", "_get_train_sampler"):
+        if getattr(type(trainer), method, None) is not getattr(Trainer, method, None):
+            raise ConfigError(
+                f"{type(trainer).__name__} overrides Trainer.{method}; use_resumable_sampler replaces the training "
+                "loader and its sampler, so that override would be silently ignored",
+                field=method,
+                hint=f"Drop the {method} override (the helper builds the loader), or build the loader yourself "
+                "around ResumableDistributedSampler without use_resumable_sampler",
             )
     callback = ResumableSamplerCallback(trainer, sampler_options)
     trainer.get_train_dataloader = callback.make_train_dataloader  # type: ignore[method-assign]
