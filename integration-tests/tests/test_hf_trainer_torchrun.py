@@ -15,6 +15,7 @@ on the loaded machine). ``jobs/trainer_job.py`` still runs under the torchrun co
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -85,10 +86,8 @@ def launch(entrypoint, nproc: int, *argv: str) -> bool:
     def kill_all() -> None:
         hung.set()
         for pid in descendants(os.getpid()):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}  # the agent sets its own
     watchdog = threading.Timer(JOB_TIMEOUT, kill_all)

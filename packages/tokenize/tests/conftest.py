@@ -21,6 +21,11 @@ import pytest
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Read by ray when it is imported, by whichever test module imports it first: with uv's run-time environment on,
+# a local Ray cluster's workers run `uv run` in a copy of the working directory and re-point this environment's
+# editable installs at that copy (deleted with the session): every later subprocess lost `tokenloom`.
+os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 from tokenloom.tokenize import train_byte_level_bpe  # noqa: E402
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 
 from tokenloom.formats import ConfigError
-from tokenloom.sampler._block import MAX_BLOCK_SAMPLES, MAX_WINDOW_BLOCKS
+from tokenloom.sampler import MAX_BLOCK_SAMPLES, MAX_WINDOW_BLOCKS
 
 __all__ = ["BucketOrder", "check_order", "resolve_order"]
 

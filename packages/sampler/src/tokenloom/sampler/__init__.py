@@ -22,7 +22,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tokenloom.formats.io import lazy_exports
-from tokenloom.sampler._block import DEFAULT_BLOCK_SAMPLES, DEFAULT_WINDOW_BLOCKS, BlockOrder
+from tokenloom.sampler._block import (
+    DEFAULT_BLOCK_SAMPLES,
+    DEFAULT_WINDOW_BLOCKS,
+    MAX_BLOCK_SAMPLES,
+    MAX_WINDOW_BLOCKS,
+    BlockOrder,
+)
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._mix import MixSchedule
@@ -47,6 +53,8 @@ _EXPORTS = {
 __all__ = [
     "DEFAULT_BLOCK_SAMPLES",
     "DEFAULT_WINDOW_BLOCKS",
+    "MAX_BLOCK_SAMPLES",
+    "MAX_WINDOW_BLOCKS",
     "BlockOrder",
     "CurriculumSchedule",
     "Drain",
