@@ -105,3 +105,21 @@ def test_a_capped_line_is_the_old_readline_at_any_chunk(monkeypatch):
                 assert got == old(old_f, cap) and new_f.tell() == old_f.tell(), (chunk, cap, data)
                 if not got[1]:
                     break
+
+
+def test_a_frame_with_a_window_over_128_mib_is_named_as_such(tmp_path, tokenizer_dir):
+    """Review: a whole .jsonl.zst made with zstd --long=28 was "cannot read: the zstd data is corrupt" with the
+    hint "Check the path and --format"; it is the window, and the hint says how to recompress."""
+    from tokenloom.formats import FormatError
+    from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=28, enable_ldm=True)
+    path = tmp_path / "long.jsonl.zst"
+    with open(path, "wb") as raw:
+        writer = zstandard.ZstdCompressor(compression_params=params).stream_writer(raw)  # no size: the window stays
+        writer.write(b'{"text": "hello"}\n' * 100)
+        writer.flush(zstandard.FLUSH_FRAME)
+    ds = StreamingHuggingFaceDataset("json", "train", "text", 16, str(tokenizer_dir), data_files=[str(path)])
+    with pytest.raises(FormatError, match="needs a decoding window over 128 MiB") as info:
+        list(ds)
+    assert "--long=27" in str(info.value) and "corrupt" not in str(info.value)
