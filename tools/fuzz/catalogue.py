@@ -56,12 +56,12 @@ import _catalogue_w3_streaming  # noqa: F401 - registers its rows on import
 import _catalogue_w3_tokenize  # noqa: F401 - registers its rows on import
 import _catalogue_w3_writes  # noqa: F401 - registers its rows on import
 import _catalogue_w4_bounded  # noqa: F401 - registers its rows on import
-import _catalogue_w4_revbounded  # noqa: F401 - registers its rows on import
 import _catalogue_w4_cachefs  # noqa: F401 - registers its rows on import
 import _catalogue_w4_chat  # noqa: F401 - registers its rows on import
 import _catalogue_w4_chatreview  # noqa: F401 - registers its rows on import
 import _catalogue_w4_currblock  # noqa: F401 - registers its rows on import
 import _catalogue_w4_outage  # noqa: F401 - registers its rows on import
+import _catalogue_w4_revbounded  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revcachefs  # noqa: F401 - registers its rows on import
 import _catalogue_w4_trainer  # noqa: F401 - registers its rows on import
 import _catalogue_w4_verify  # noqa: F401 - registers its rows on import
