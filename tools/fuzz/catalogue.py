@@ -62,6 +62,7 @@ import _catalogue_w4_chatreview  # noqa: F401 - registers its rows on import
 import _catalogue_w4_currblock  # noqa: F401 - registers its rows on import
 import _catalogue_w4_outage  # noqa: F401 - registers its rows on import
 import _catalogue_w4_rev_verify  # noqa: F401 - registers its rows on import
+import _catalogue_w4_revbounded  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revcachefs  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revcurr  # noqa: F401 - registers its rows on import
 import _catalogue_w4_sftcli  # noqa: F401 - registers its rows on import

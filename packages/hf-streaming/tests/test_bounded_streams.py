@@ -74,3 +74,52 @@ def test_a_valid_zstd_source_reads_the_same_at_any_fill(tmp_path, tokenizer_dir,
     monkeypatch.setattr(_open, "FEED_BYTES", 7)
     monkeypatch.setattr(_open, "FILL_BYTES", 100)
     assert samples() == default and len(default) > 10
+
+
+def test_a_capped_line_is_the_old_readline_at_any_chunk(monkeypatch):
+    """Review: _capped_line (1 MiB pieces, never joined past the cap) keeps the whole-readline rule exactly: a
+    line of cap bytes plus its newline is kept, cap + 1 bytes is over, \\r\\n and a last line without a newline
+    alike, and the stream is left at the same position, whatever the piece size."""
+    import io
+    import random
+
+    from tokenloom.hf_streaming import _readers
+
+    def old(f, cap):
+        line = f.readline(cap + 1)
+        if len(line) > cap and not (len(line) == cap + 1 and line.endswith(b"\n")):
+            return b"", _readers._rest_of_line(f, line)
+        return line, len(line)
+
+    rng = random.Random(1)
+    for chunk in (1, 2, 3, 5, 1 << 20):
+        monkeypatch.setattr(_readers, "_SKIP_CHUNK", chunk)
+        for _ in range(500):
+            cap = rng.randint(1, 12)
+            ends = (b"\n", b"\r\n")
+            data = b"".join(b"x" * rng.randint(0, 15) + rng.choice(ends) for _ in range(rng.randint(0, 5)))
+            data += b"y" * rng.randint(0, 15) * rng.randint(0, 1)
+            new_f, old_f = io.BytesIO(data), io.BytesIO(data)
+            while True:
+                got = _readers._capped_line(new_f, cap)
+                assert got == old(old_f, cap) and new_f.tell() == old_f.tell(), (chunk, cap, data)
+                if not got[1]:
+                    break
+
+
+def test_a_frame_with_a_window_over_128_mib_is_named_as_such(tmp_path, tokenizer_dir):
+    """Review: a whole .jsonl.zst made with zstd --long=28 was "cannot read: the zstd data is corrupt" with the
+    hint "Check the path and --format"; it is the window, and the hint says how to recompress."""
+    from tokenloom.formats import FormatError
+    from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=28, enable_ldm=True)
+    path = tmp_path / "long.jsonl.zst"
+    with open(path, "wb") as raw:
+        writer = zstandard.ZstdCompressor(compression_params=params).stream_writer(raw)  # no size: the window stays
+        writer.write(b'{"text": "hello"}\n' * 100)
+        writer.flush(zstandard.FLUSH_FRAME)
+    ds = StreamingHuggingFaceDataset("json", "train", "text", 16, str(tokenizer_dir), data_files=[str(path)])
+    with pytest.raises(FormatError, match="needs a decoding window over 128 MiB") as info:
+        list(ds)
+    assert "--long=27" in str(info.value) and "corrupt" not in str(info.value)

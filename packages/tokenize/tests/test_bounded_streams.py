@@ -108,3 +108,23 @@ def test_a_plain_line_of_a_gigabyte_is_never_held_whole_when_units_are_cut(tmp_p
     growth = rss - baseline_mib
     assert growth < 2 * CAP // MIB, f"peak RSS {rss} MiB, {growth} MiB over the baseline ({baseline_mib} MiB)"
     assert seconds < 60, f"{seconds:.1f} s"
+
+
+def test_a_frame_with_a_window_over_128_mib_is_named_as_such_not_as_a_cut_file(tmp_path: Path, tiny_tokenizer) -> None:
+    """A whole file made with zstd --long=28 needs a 256 MiB window, over the decoder's 128 MiB: it was named
+    "truncated or corrupt ... copy or download it again", a remedy that cannot work (review of #35 item 2)."""
+    from tokenloom.formats import DataError
+    from tokenloom.tokenize import TokenizeConfig, tokenize
+
+    (tmp_path / "in").mkdir()
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=28, enable_ldm=True)
+    with open(tmp_path / "in" / "long.jsonl.zst", "wb") as raw:
+        writer = zstandard.ZstdCompressor(compression_params=params).stream_writer(raw)  # no size: the window stays
+        writer.write(b'{"text": "hello"}\n' * 100)
+        writer.flush(zstandard.FLUSH_FRAME)
+    config = TokenizeConfig(
+        input_dir=tmp_path / "in", output_dir=tmp_path / "out", tokenizer=str(tiny_tokenizer), num_workers=0
+    )
+    with pytest.raises(DataError, match="needs a decoding window over 128 MiB") as info:
+        tokenize(config)
+    assert "copy or download it again" not in str(info.value) and "--long=27" in str(info.value)

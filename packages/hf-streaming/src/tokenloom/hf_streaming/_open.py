@@ -16,7 +16,7 @@ from tokenloom.formats.io import require
 from tokenloom.hf_streaming._remote import RangeReader, RemoteAccess
 from tokenloom.hf_streaming._units import Source, SourceKind
 
-__all__ = ["READ_BYTES", "ZstdStream", "open_source"]
+__all__ = ["READ_BYTES", "WindowError", "ZstdStream", "open_source"]
 
 READ_BYTES = 4 << 20
 """Bytes per ranged GET of a remote jsonl stream."""
@@ -27,6 +27,10 @@ READ_BYTES = 4 << 20
 FEED_BYTES = 256
 #: Decompressed bytes gathered per fill (at most one call's output more).
 FILL_BYTES = 1 << 20
+
+
+class WindowError(OSError):
+    """A valid zstd frame whose window is over the decoder's 128 MiB (not a cut or corrupt file)."""
 
 
 class ZstdStream(io.RawIOBase):
@@ -87,6 +91,10 @@ class ZstdStream(io.RawIOBase):
                             self._frame = self._context.decompressobj()
                             self._in_frame = False
             except self._zstd_error as exc:
+                if "too much memory" in str(exc):  # a whole file made with zstd --long=28 or more
+                    raise WindowError(
+                        "a zstd frame needs a decoding window over 128 MiB, the most zstd decodes by default"
+                    ) from None
                 raise OSError(f"the zstd data is corrupt ({exc})") from None
             self._buffer, self._position = memoryview(out[0] if len(out) == 1 else b"".join(out)), 0
         return True

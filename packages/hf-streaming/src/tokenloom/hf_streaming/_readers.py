@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import DataError, FormatError, MissingKeyError, RecordError
-from tokenloom.hf_streaming._open import open_source
+from tokenloom.hf_streaming._open import WindowError, open_source
 from tokenloom.hf_streaming._parquet import parquet_file
 from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
@@ -185,6 +185,12 @@ def _jsonl_blocks(
                     block = Block(block.index + 1, -1)
             if block.texts:
                 yield block
+        except WindowError as exc:
+            raise FormatError(
+                str(exc),
+                path=source.path,
+                hint="Recompress it with a window of 128 MiB or less: zstd -dc --long=31 FILE | zstd --long=27 -o NEW",
+            ) from None
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise FormatError(f"cannot read: {exc}", path=source.path) from None
 

@@ -33,7 +33,7 @@ from tokenloom.formats.io import storage_error
 from tokenloom.tokenize._columnar import ColumnarFile, ColumnarPiece
 from tokenloom.tokenize._fetch import local_path, named_by_url
 from tokenloom.tokenize._sniff import INPUT_SUFFIXES, InputKind, sniff
-from tokenloom.tokenize._streams import StreamError, open_stream
+from tokenloom.tokenize._streams import StreamError, WindowError, open_stream
 from tokenloom.tokenize._unit_parts import ByteRange, Part, RangeReader, RowGroups
 
 __all__ = [
@@ -242,10 +242,16 @@ def _too_long(line_number: int, size: int, cap: int) -> Issue:
     )
 
 
-def _truncated(kind: InputKind, line: int, offset: int, detail: str) -> Issue:
+def _truncated(kind: InputKind, line: int, offset: int, detail: str, window: bool = False) -> Issue:
     issue_kind, name = (
         (IssueKind.TRUNCATED_ZSTD, "zstd") if kind is InputKind.JSONL_ZSTD else (IssueKind.TRUNCATED_GZIP, "gzip")
     )
+    if window:  # the file is whole: it was compressed for a larger window than is decoded
+        message = (
+            f"the zstd stream cannot be read from line {line}, compressed byte {offset}: {detail}; recompress it "
+            "with a window of 128 MiB or less (zstd -dc --long=31 FILE | zstd --long=27 -o NEW)"
+        )
+        return Issue(line, issue_kind, message, offset)
     message = (
         f"the {name} stream is truncated or corrupt at line {line}, compressed byte {offset} ({detail}); "
         "the rest of the file cannot be read: copy or download it again"
@@ -334,7 +340,7 @@ def _read_lines(
                     if tail_bytes > max_line_bytes:
                         skipping, tail, tail_bytes = tail_bytes, [], 0
         except (EOFError, gzip.BadGzipFile, zlib.error, StreamError) as exc:
-            broken = _truncated(kind, line_number + 1, raw.tell(), str(exc))
+            broken = _truncated(kind, line_number + 1, raw.tell(), str(exc), window=isinstance(exc, WindowError))
     if broken is not None:
         yield [None], [0], broken
         return

@@ -9,7 +9,7 @@ from typing import Any
 
 from tokenloom.tokenize._sniff import InputKind, require_corpus_extra
 
-__all__ = ["StreamError", "ZstdReader", "open_stream"]
+__all__ = ["StreamError", "WindowError", "ZstdReader", "open_stream"]
 
 
 #: Compressed bytes read from the file at a time.
@@ -19,6 +19,9 @@ RAW_READ_BYTES = 1 << 17
 FEED_BYTES = 256
 #: Decompressed bytes gathered per fill (at most one call's output more).
 FILL_BYTES = 1 << 20
+#: The largest zstd window decoded (zstandard's and the zstd CLI's default limit): a frame's window is
+#: held in memory beside the line cap, so a stream costs at most about the cap + this + 8 MiB.
+MAX_WINDOW = 1 << 27
 
 
 class ZstdReader(io.RawIOBase):
@@ -68,6 +71,11 @@ class ZstdReader(io.RawIOBase):
                             self._frame = self._context.decompressobj()
                             self._in_frame = False
             except self._zstd_error as exc:
+                if "too much memory" in str(exc):  # a valid frame made with zstd --long=28 or more
+                    raise WindowError(
+                        f"a zstd frame needs a decoding window over {MAX_WINDOW >> 20} MiB, the most zstd decodes "
+                        "by default"
+                    ) from None
                 raise StreamError(f"the zstd data is corrupt ({exc})") from None
             self._buffer, self._position = memoryview(out[0] if len(out) == 1 else b"".join(out)), 0
         return True
@@ -83,6 +91,10 @@ class ZstdReader(io.RawIOBase):
 
 class StreamError(Exception):
     """A compressed stream that cannot be read to its end."""
+
+
+class WindowError(StreamError):
+    """A valid zstd frame whose window is over :data:`MAX_WINDOW` (not a cut or corrupt file)."""
 
 
 def open_stream(path: Path, kind: InputKind) -> tuple[Any, Any]:
