@@ -258,3 +258,23 @@ def test_a_peft_model_keeps_its_inputs(tmp_path):
     trainer.model = peft.get_peft_model(trainer.model, peft.LoraConfig(r=2, target_modules=["q_proj"]))
     use_resumable_sampler(trainer, seed=SEED)
     assert sorted(next(iter(trainer.get_train_dataloader()))) == ["input_ids", "labels", "position_ids"]
+
+
+def test_without_transformers_the_names_import_and_using_them_names_the_extra() -> None:
+    """The release check imports every public name of a wheel installed alone: the module raised at import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['transformers'] = None  # as if the hf extra were not installed\n"
+        "import tokenloom.datasets as d\n"
+        "d.ResumableSamplerCallback, d.use_resumable_sampler\n"
+        "try:\n"
+        "    d.use_resumable_sampler(object())\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert 'pip install "tokenloom-datasets[hf]"' in done.stdout

@@ -24,19 +24,32 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from tokenloom.formats.errors import ConfigError, ResumeMismatchError
 from tokenloom.sampler import ResumableDistributedSampler
 
-try:
+_MISSING_HF = (
+    'the Trainer helper needs transformers and accelerate: pip install "tokenloom-datasets[hf]" (from a checkout: '
+    "uv sync --all-packages --all-extras)"
+)
+
+_HAVE_HF = True
+if TYPE_CHECKING:
     from transformers import Trainer, TrainerCallback
-except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(
-        'the Trainer helper needs transformers and accelerate: pip install "tokenloom-datasets[hf]"'
-    ) from exc
+else:
+    try:
+        from transformers import Trainer, TrainerCallback
+    except ImportError:  # without the hf extra the names still import (tokenloom.datasets.__all__); use says why
+        _HAVE_HF = False
+        Trainer = Any
+
+        class TrainerCallback:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                raise ImportError(_MISSING_HF)
+
 
 __all__ = ["STATE_KEY", "ResumableSamplerCallback", "use_resumable_sampler"]
 
@@ -226,6 +239,8 @@ def use_resumable_sampler(trainer: Trainer, **sampler_options: Any) -> Resumable
     ``trainer.train(resume_from_checkpoint=...)`` then continues the order exactly, also on another number
     of processes (set ``max_steps`` for the whole run: a step trains ``world_size x batch size`` samples).
     """
+    if not _HAVE_HF:
+        raise ImportError(_MISSING_HF)
     for name in ("num_replicas", "rank", "dataset_or_length"):
         if name in sampler_options:
             raise ConfigError(

@@ -53,6 +53,13 @@ def _decoder(tokenizer: str | None, *, given: bool = False) -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError:
+        if given:  # the user asked for text: say what is missing instead of showing ids
+            raise ConfigError(
+                f"--tokenizer {tokenizer}: decoding needs the tokenizers package, which is not installed",
+                path=path,
+                field="tokenizer",
+                hint="pip install tokenizers (it comes with tokenloom-tokenize), or leave --tokenizer out to see ids",
+            ) from None
         return None
     try:
         return Tokenizer.from_file(str(path))
