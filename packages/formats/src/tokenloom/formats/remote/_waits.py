@@ -31,6 +31,7 @@ __all__ = [
     "endpoint_of",
     "exhausted",
     "first_of_wait",
+    "heard",
 ]
 
 #: the environment variable that sets the retry budget, in seconds, where a RetryPolicy leaves it unset
@@ -158,6 +159,12 @@ def answered(endpoint: str) -> None:
         _ANSWERED.add(endpoint)
         for wait in [w for w in _WAITING if w[0] == endpoint]:
             _WAITING.discard(wait)
+
+
+def heard(endpoint: str) -> None:
+    """``endpoint`` sent an answer's head (a status line), even if its body then failed: it exists and runs."""
+    with _LOCK:
+        _ANSWERED.add(endpoint)
 
 
 def first_of_wait(endpoint: str, reason: str, server_answered: bool) -> bool:

@@ -106,10 +106,10 @@ def _store(config: StoreConfig) -> Any:
         _check_endpoints(config, options)
         policy = config.retries
         budget = policy.seconds()  # no single attempt outlasts the budget (a silent server is named within it)
-        client: dict[str, Any] = {
-            "timeout": f"{min(policy.timeout, budget)}s",
-            "connect_timeout": f"{min(policy.connect_timeout, policy.timeout, budget)}s",
-            "read_timeout": f"{min(policy.read_timeout, budget)}s",
+        client: dict[str, Any] = {  # "%.3fs": obstore cannot parse "1e-05s"
+            "timeout": f"{max(min(policy.timeout, budget), 0.001):.3f}s",
+            "connect_timeout": f"{max(min(policy.connect_timeout, policy.timeout, budget), 0.001):.3f}s",
+            "read_timeout": f"{max(min(policy.read_timeout, budget), 0.001):.3f}s",
         }
         client.update(options.pop("client_options", {}) or {})
         if config.url.scheme == "http" or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true":
@@ -286,6 +286,7 @@ def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> b
         return b""
     received = bytearray()
     doing = f"reading bytes {start}-{end}"
+    endpoint = _waits.endpoint_of(config)
 
     def once() -> None:
         begin = start + len(received)
@@ -293,6 +294,7 @@ def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> b
         if obj.etag:
             options["if_match"] = obj.etag
         result = _obstore().get(_store(config), obj.key, options=options)
+        _waits.heard(endpoint)  # headers came: a body that stalls or breaks later is not "nothing ever answered"
         for chunk in result.stream(min_chunk_size=1 << 20):
             received.extend(memoryview(chunk))
             if start + len(received) > end:

@@ -1,0 +1,95 @@
+"""Review of the outage work (issue 35 item 5): a body that stalls after the headers, tiny budgets, two workers.
+
+A server that sent a status line and part of a body did answer: the wait and the final error must not say that
+nothing at the endpoint ever answered (that hint sends the user to check host, port and scheme).
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tokenloom.formats.errors import StorageError
+from tokenloom.formats.io.urls import parse_url
+from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig, fetch_range
+
+DATA = bytes(range(256)) * 1024  # 256 KiB
+
+
+@pytest.fixture
+def stalling_server() -> Iterator[tuple[str, dict[str, float]]]:
+    """An http server whose first ``stall_first`` answers send the headers and half the body, then go silent."""
+    state = {"stall_first": 1.0, "seconds": 30.0, "gets": 0.0}
+    done = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            begin, end = (int(x) for x in self.headers["Range"].split("=")[1].split("-"))
+            body = DATA[begin : end + 1]
+            state["gets"] += 1
+            self.send_response(206)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Range", f"bytes {begin}-{end}/{len(DATA)}")
+            self.end_headers()
+            if state["gets"] <= state["stall_first"]:
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                done.wait(state["seconds"])
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", state
+    done.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _fetch(root: str, policy: RetryPolicy) -> bytes:
+    config = StoreConfig(parse_url(f"{root}/d"), {}, policy)
+    obj = ObjectInfo(url=f"{root}/d/x.bin", key="d/x.bin", size=len(DATA), etag="")
+    return fetch_range(config, obj, 0, len(DATA))
+
+
+def test_a_body_that_stalls_after_the_headers_is_not_a_server_that_never_answered(stalling_server, caplog):
+    root, state = stalling_server
+    state["stall_first"] = 100  # every answer stalls mid-body
+    began = time.monotonic()
+    with pytest.raises(StorageError) as caught, caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
+        _fetch(root, RetryPolicy(read_timeout=1, budget=2))
+    assert time.monotonic() - began < 8
+    message = str(caught.value)
+    assert not message.startswith("no answer from") and f"{root} stopped answering" in message, message
+    assert "Check the endpoint" not in (caught.value.hint or "")
+    waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for ")]
+    assert waits and not any("has answered yet" in w for w in waits), waits
+
+
+def test_a_mid_body_stall_ends_at_the_read_timeout_and_resumes_with_identical_bytes(stalling_server):
+    root, state = stalling_server
+    began = time.monotonic()
+    assert _fetch(root, RetryPolicy(read_timeout=1, budget=20)) == DATA
+    assert time.monotonic() - began < 6 and state["gets"] == 2  # not the 30 s stall, nor the whole-request timeout
+
+
+def test_a_budget_below_a_millisecond_is_a_named_outage_not_a_storage_options_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(StorageError, match="retry budget") as caught:
+        _fetch(f"http://127.0.0.1:{port}", RetryPolicy(budget=1e-5))
+    assert "cannot build a client" not in str(caught.value) and "failed to parse" not in str(caught.value)
