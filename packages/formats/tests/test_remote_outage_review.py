@@ -93,3 +93,47 @@ def test_a_budget_below_a_millisecond_is_a_named_outage_not_a_storage_options_er
     with pytest.raises(StorageError, match="retry budget") as caught:
         _fetch(f"http://127.0.0.1:{port}", RetryPolicy(budget=1e-5))
     assert "cannot build a client" not in str(caught.value) and "failed to parse" not in str(caught.value)
+
+
+def test_a_new_thread_in_an_outage_knows_the_endpoint_answered_before(
+    seaweed, fault_proxy, tmp_path, monkeypatch, caplog
+):
+    """Each thread has its own helper process: one started during an outage (a prefetch thread, a DataLoader worker
+    of the next epoch) must not report that nothing at the endpoint ever answered, when this process read from it."""
+    import uuid
+
+    import numpy as np
+
+    from tokenloom.formats import open_dataset, open_writer
+
+    monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "2")
+    with open_writer(tmp_path / "local", format="native", dtype="uint16", vocab_size=1000, eos_id=0) as writer:
+        for n in range(300):
+            writer.add(np.arange(1, 2 + n % 50, dtype=np.uint16))
+    url = seaweed.upload_dir(tmp_path / "local", f"ds-{uuid.uuid4().hex[:8]}")
+    ds = open_dataset(
+        url,
+        storage_options=seaweed.storage_options(endpoint=fault_proxy.url),
+        cache_dir=tmp_path / "c",
+        block_size=4096,
+    )
+    ds[0]  # this process has read from the endpoint
+    fault_proxy.down_for(60, "reset")
+    caught: list[BaseException] = []
+
+    def read_all() -> None:
+        try:
+            for i in range(len(ds)):
+                ds[i]
+        except BaseException as exc:
+            caught.append(exc)
+
+    with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
+        thread = threading.Thread(target=read_all)
+        thread.start()
+        thread.join(30)
+    assert caught and isinstance(caught[0], StorageError), caught
+    message = str(caught[0])
+    assert not message.startswith("no answer from") and "Check the endpoint" not in (caught[0].hint or ""), message
+    waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for ")]
+    assert waits and not any("has answered yet" in w for w in waits), waits

@@ -113,6 +113,10 @@ class _Helper:
         )
 
     def call(self, op: str, **payload: Any) -> Any:
+        config = payload.get("config")
+        endpoint = _waits.endpoint_of(client_config(config)) if config else None
+        if endpoint is not None and _waits.ever_answered(endpoint):
+            payload["answered"] = True  # a helper started mid-outage must not say that nothing there ever answered
         with self.lock:
             stdin, stdout = cast(IO[bytes], self.process.stdin), cast(IO[bytes], self.process.stdout)
             try:
@@ -132,8 +136,6 @@ class _Helper:
                     hint="Check memory limits and the helper's output on stderr; rerunning restarts it",
                 ) from cause
         answer = orjson.loads(line)
-        config = payload.get("config")
-        endpoint = _waits.endpoint_of(client_config(config)) if config else None
         for message in answer.get("warnings", []):
             if isinstance(message, dict):  # a wait: one line per (endpoint, reason) over all this process's helpers
                 key = message.get("key") or ["", ""]
@@ -343,7 +345,10 @@ def serve() -> None:
         answer: dict[str, Any]
         try:
             request = orjson.loads(line)
-            answer = {"result": _answer(request["op"], _config_from(request["config"]), request)}
+            config = _config_from(request["config"])
+            if request.get("answered"):
+                _waits.heard(_waits.endpoint_of(config))
+            answer = {"result": _answer(request["op"], config, request)}
         except DataError as exc:
             answer = {"error": {"cls": type(exc).__name__, "problem": exc.problem, "path": exc.path}}
             answer["error"].update(field=exc.field, hint=exc.hint, errno=getattr(exc, "errno", None))
