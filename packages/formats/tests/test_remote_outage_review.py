@@ -137,3 +137,31 @@ def test_a_new_thread_in_an_outage_knows_the_endpoint_answered_before(
     assert not message.startswith("no answer from") and "Check the endpoint" not in (caught[0].hint or ""), message
     waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for ")]
     assert waits and not any("has answered yet" in w for w in waits), waits
+
+
+@pytest.mark.parametrize("status", [501, 505])
+def test_a_server_that_does_not_implement_the_request_is_not_waited_out(status):
+    """501/505 are permanent: with the default 10-minute budget they were retried as an outage (the tests' 15 s
+    budget hid it); a store that cannot do a conditional PUT must say so at once."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        began = time.monotonic()
+        with pytest.raises(StorageError, match="does not implement this request"):
+            _fetch(f"http://127.0.0.1:{server.server_port}", RetryPolicy(budget=30))
+        assert time.monotonic() - began < 5
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -195,6 +195,13 @@ def _permanent(exc: BaseException, config: StoreConfig, url: str, doing: str) ->
         )
     if isinstance(exc, errors.InvalidPathError | errors.NotSupportedError | errors.UnknownConfigurationKeyError):
         return ConfigError(f"{url}: {text}", path=url, hint="Check the URL and the storage_options")
+    if status in (501, 505):  # permanent (AWS S3 answered a conditional PUT with 501 before it supported it)
+        return StorageError(
+            f"{url} was refused while {doing}: the server does not implement this request ({text})",
+            path=url,
+            hint="Check that the endpoint is an S3-compatible store (not a web server or proxy) whose version "
+            "supports ranged GETs and conditional PUTs (If-Match, If-None-Match)",
+        )
     if status is not None and 400 <= status < 500 and status not in (408, 429):
         return StorageError(f"{url} was refused while {doing} ({text})", path=url, hint="Check the URL and endpoint")
     return None
