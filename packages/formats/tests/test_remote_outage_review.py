@@ -165,3 +165,145 @@ def test_a_server_that_does_not_implement_the_request_is_not_waited_out(status):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- attacks that held: kept for coverage the outage tests did not have ---------------------------------------
+
+
+def _native(root):
+    import numpy as np
+
+    from tokenloom.formats import open_writer
+
+    rng = np.random.default_rng(3)
+    with open_writer(root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
+        for _ in range(200):
+            writer.add(np.append(rng.integers(1, 50_000, size=int(rng.integers(5, 300)), dtype=np.uint16), 0))
+    return root
+
+
+def _all(ds) -> list[bytes]:
+    import numpy as np
+
+    return [np.asarray(ds[i]).tobytes() for i in range(len(ds))]
+
+
+def test_wrong_credentials_and_404_are_not_retried_with_the_default_budget(seaweed, tmp_path, monkeypatch):
+    import uuid
+
+    from tokenloom.formats import open_dataset
+    from tokenloom.formats.errors import MissingFileError
+
+    monkeypatch.delenv("TOKENLOOM_RETRY_BUDGET", raising=False)  # 600 s: a retried 403 would hang the test
+    url = seaweed.upload_dir(_native(tmp_path / "l"), f"ds-{uuid.uuid4().hex[:8]}")
+    began = time.monotonic()
+    for options in (
+        seaweed.storage_options(secret_access_key="wrong-secret"),
+        seaweed.storage_options(access_key_id="nobody", secret_access_key="wrong-secret"),
+    ):
+        with pytest.raises(StorageError, match="access to .* was refused"):
+            open_dataset(url, storage_options=options, cache_dir=tmp_path / "c")
+    with pytest.raises(MissingFileError):
+        open_dataset(f"{url}-absent", storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c")
+    assert time.monotonic() - began < 10
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf", "-0"])
+def test_a_budget_variable_that_is_not_a_positive_number_is_a_config_error(monkeypatch, value):
+    from tokenloom.formats.errors import ConfigError
+
+    monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", value)
+    with pytest.raises(ConfigError, match=f"TOKENLOOM_RETRY_BUDGET={value!r} is not a number of seconds"):
+        RetryPolicy().seconds()
+
+
+def test_a_huge_budget_is_accepted_and_attempts_keep_their_own_timeouts(monkeypatch):
+    from tokenloom.formats.remote.client import _store
+
+    monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "1e9")
+    assert RetryPolicy().seconds() == 1e9
+    _store(StoreConfig(parse_url("http://127.0.0.1:9/d"), {}, RetryPolicy()))  # "30.000s", not "1e9s"
+
+
+def test_a_host_that_does_not_resolve_names_the_endpoint(seaweed, tmp_path, monkeypatch, caplog):
+    from tokenloom.formats import open_dataset
+
+    monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "2")
+    endpoint = "http://no-such-host.invalid:8333"
+    with pytest.raises(StorageError) as caught, caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
+        open_dataset(
+            f"s3://{seaweed.bucket}/x",
+            storage_options=seaweed.storage_options(endpoint=endpoint),
+            cache_dir=tmp_path / "c",
+        )
+    assert str(caught.value).startswith(f"no answer from {endpoint} ever: ") and "cannot connect" in str(caught.value)
+    waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for ")]
+    assert len(waits) == 1 and f"nothing at {endpoint} has answered yet" in waits[0]
+
+
+def test_a_connect_that_never_completes_is_named_within_the_budget(seaweed, tmp_path, monkeypatch):
+    """A listening socket whose backlog is full: SYNs are dropped, connect() hangs (not refused)."""
+    from tokenloom.formats import open_dataset
+
+    monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "2")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(8)]
+        for filler in fillers:
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+        began = time.monotonic()
+        with pytest.raises(StorageError) as caught:
+            open_dataset(
+                f"s3://{seaweed.bucket}/x",
+                storage_options=seaweed.storage_options(endpoint=f"http://127.0.0.1:{port}"),
+                cache_dir=tmp_path / "c",
+            )
+        took = time.monotonic() - began
+        for filler in fillers:
+            filler.close()
+    assert took < 8, took
+    assert str(caught.value).startswith(f"no answer from http://127.0.0.1:{port} ever: ")
+    assert "2 s retry budget" in str(caught.value)
+
+
+@pytest.mark.parametrize("mode", ["503", "reset"])
+def test_an_outage_longer_than_the_budget_names_the_url_and_the_budget_in_time(
+    seaweed, fault_proxy, tmp_path, monkeypatch, mode
+):
+    from tokenloom.formats import open_dataset
+
+    monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "2")
+    import uuid
+
+    url = seaweed.upload_dir(_native(tmp_path / "l"), f"ds-{uuid.uuid4().hex[:8]}")
+    options = seaweed.storage_options(endpoint=fault_proxy.url)
+    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=4096)
+    fault_proxy.down_for(60, mode)
+    began = time.monotonic()
+    with pytest.raises(StorageError) as caught:
+        _all(ds)
+    took = time.monotonic() - began
+    fault_proxy.down_for(0)
+    assert 2 <= took < 5, took
+    message = str(caught.value)
+    assert f"{url}/shard_" in message and "2 s of a 2 s retry budget" in message and "TOKENLOOM_RETRY_BUDGET" in message
+    assert not message.startswith("no answer from")  # the store answered before the outage
+
+
+@pytest.mark.parametrize("mode", ["503", "reset"])
+def test_an_outage_while_opening_is_waited_out(seaweed, fault_proxy, tmp_path, monkeypatch, mode):
+    """The manifest and index fetches at open wait out a short outage like the data reads do."""
+    import uuid
+
+    from tokenloom.formats import open_dataset
+
+    monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "30")
+    local = _native(tmp_path / "l")
+    url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
+    fault_proxy.down_for(3, mode)
+    ds = open_dataset(url, storage_options=seaweed.storage_options(endpoint=fault_proxy.url), cache_dir=tmp_path / "c")
+    assert fault_proxy.injected["down"] >= 2
+    assert _all(ds) == _all(open_dataset(local))
