@@ -307,3 +307,30 @@ def test_an_outage_while_opening_is_waited_out(seaweed, fault_proxy, tmp_path, m
     ds = open_dataset(url, storage_options=seaweed.storage_options(endpoint=fault_proxy.url), cache_dir=tmp_path / "c")
     assert fault_proxy.injected["down"] >= 2
     assert _all(ds) == _all(open_dataset(local))
+
+
+def test_a_retry_count_that_ends_the_wait_is_named_as_the_count_not_the_budget():
+    """``retries=2`` ends a wait long before the budget: the error must not tell the user to raise the budget."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(StorageError, match="failed 3 times") as caught:
+            _fetch(f"http://127.0.0.1:{server.server_port}", RetryPolicy(max_retries=2, backoff=0.01, budget=600))
+    finally:
+        server.shutdown()
+        server.server_close()
+    message = str(caught.value)
+    assert "max_retries=2 was reached" in message and "of a 600 s retry budget" not in message
+    assert "raise the retry count" in (caught.value.hint or "")

@@ -230,9 +230,11 @@ def _with_retries(config: StoreConfig, url: str, doing: str, attempt_once: Any) 
             elapsed = time.monotonic() - began
             reason, server_answered = _waits.describe(exc)
             attempt += 1
-            if elapsed >= budget or (policy.max_retries is not None and attempt > policy.max_retries):
+            by_count = policy.max_retries is not None and attempt > policy.max_retries and elapsed < budget
+            if elapsed >= budget or by_count:
                 last = redact(_first_line(exc), config)
-                raise _waits.exhausted(url, endpoint, doing, reason, attempt, elapsed, budget, last) from None
+                limit = policy.max_retries if by_count else None
+                raise _waits.exhausted(url, endpoint, doing, reason, attempt, elapsed, budget, last, limit) from None
             if _waits.first_of_wait(endpoint, reason, server_answered):
                 never = "" if _waits.ever_answered(endpoint) else f"; nothing at {endpoint} has answered yet"
                 log.warning(
