@@ -334,3 +334,44 @@ def test_a_retry_count_that_ends_the_wait_is_named_as_the_count_not_the_budget()
     message = str(caught.value)
     assert "max_retries=2 was reached" in message and "of a 600 s retry budget" not in message
     assert "raise the retry count" in (caught.value.hint or "")
+
+
+def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_path):
+    """A wrong port that reaches another HTTP service (a filer, a web page) answers 200 to a ranged GET: that
+    never changes, so it must not be waited out for the budget as 'down or throttling'."""
+    from tokenloom.formats import open_dataset
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = b"<html><body>not a store</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_port}"
+    options = {"endpoint": endpoint, "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1"}
+    try:
+        began = time.monotonic()
+        with pytest.raises(StorageError, match="ignored the byte range") as caught:
+            open_dataset(
+                "s3://bucket/ds",
+                storage_options={**options, "client_options": {"allow_http": True}},
+                cache_dir=tmp_path / "c",
+                retries=RetryPolicy(budget=30),
+            )
+        assert time.monotonic() - began < 5
+        assert f"Check the endpoint {endpoint}" in (caught.value.hint or "")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -195,6 +195,14 @@ def _permanent(exc: BaseException, config: StoreConfig, url: str, doing: str) ->
         )
     if isinstance(exc, errors.InvalidPathError | errors.NotSupportedError | errors.UnknownConfigurationKeyError):
         return ConfigError(f"{url}: {text}", path=url, hint="Check the URL and the storage_options")
+    if "non-partial response when range requested" in everything:  # a web server, not the store: never changes
+        endpoint = _waits.endpoint_of(config)
+        return StorageError(
+            f"{url}: the server at {endpoint} ignored the byte range while {doing} (200 with a whole body, not 206)",
+            path=url,
+            hint=f"Check the endpoint {endpoint}: it must be the store's S3 API (SeaweedFS: its s3 port, 8333 by "
+            "default; not the filer or master port), or, for an https:// URL, a server that supports Range requests",
+        )
     if status in (501, 505):  # permanent (AWS S3 answered a conditional PUT with 501 before it supported it)
         return StorageError(
             f"{url} was refused while {doing}: the server does not implement this request ({text})",
