@@ -57,3 +57,30 @@ def _(tmp: Path) -> Run:
         return None
 
     return Run(call=call, check=check, cleanup=close)
+
+
+@case("open_dataset: s3 endpoint is a web server answering 200 to everything", "outage", "error", "StorageError")
+def _(tmp: Path) -> Run:
+    from tokenloom.formats import open_dataset
+    from tokenloom.formats.remote import RetryPolicy
+
+    root, close = _answering(200)
+    options = {"endpoint": root, "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1"}
+    started: list[float] = []
+
+    def call() -> Any:
+        started.append(time.monotonic())
+        options["client_options"] = {"allow_http": True}
+        return open_dataset(
+            "s3://bucket/ds", storage_options=options, cache_dir=tmp / "c", retries=RetryPolicy(budget=60)
+        )
+
+    def check(outcome: Outcome) -> str | None:
+        text = f"{outcome.exception or ''}"
+        if "the server at" not in text or f"Check the endpoint {root}" not in text:
+            return f"a web server as the endpoint is not named: {text[-300:]}"
+        if time.monotonic() - started[0] > 10:
+            return f"it was waited out as an outage ({time.monotonic() - started[0]:.0f} s)"
+        return None
+
+    return Run(call=call, check=check, cleanup=close)

@@ -336,7 +336,11 @@ def test_a_retry_count_that_ends_the_wait_is_named_as_the_count_not_the_budget()
     assert "raise the retry count" in (caught.value.hint or "")
 
 
-def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_path):
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [(b"<html><body>not a store</body></html>", "ignored the byte range"), (b"", "sent a listing that is not S3's")],
+)
+def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_path, body, said):
     """A wrong port that reaches another HTTP service (a filer, a web page) answers 200 to a ranged GET: that
     never changes, so it must not be waited out for the budget as 'down or throttling'."""
     from tokenloom.formats import open_dataset
@@ -348,7 +352,6 @@ def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_pa
             pass
 
         def do_GET(self) -> None:
-            body = b"<html><body>not a store</body></html>"
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -363,7 +366,7 @@ def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_pa
     options = {"endpoint": endpoint, "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1"}
     try:
         began = time.monotonic()
-        with pytest.raises(StorageError, match="ignored the byte range") as caught:
+        with pytest.raises(StorageError, match=said) as caught:
             open_dataset(
                 "s3://bucket/ds",
                 storage_options={**options, "client_options": {"allow_http": True}},

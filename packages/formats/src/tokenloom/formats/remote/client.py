@@ -195,10 +195,12 @@ def _permanent(exc: BaseException, config: StoreConfig, url: str, doing: str) ->
         )
     if isinstance(exc, errors.InvalidPathError | errors.NotSupportedError | errors.UnknownConfigurationKeyError):
         return ConfigError(f"{url}: {text}", path=url, hint="Check the URL and the storage_options")
-    if "non-partial response when range requested" in everything:  # a web server, not the store: never changes
+    not_s3 = re.search(r"non-partial response when range requested|invalid list response", everything)
+    if not_s3:  # a web server or another service, not the store's API: that never changes, so no wait
         endpoint = _waits.endpoint_of(config)
+        what = "ignored the byte range" if not_s3[0].startswith("non") else "sent a listing that is not S3's"
         return StorageError(
-            f"{url}: the server at {endpoint} ignored the byte range while {doing} (200 with a whole body, not 206)",
+            f"{url}: the server at {endpoint} {what} while {doing} ({text})",
             path=url,
             hint=f"Check the endpoint {endpoint}: it must be the store's S3 API (SeaweedFS: its s3 port, 8333 by "
             "default; not the filer or master port), or, for an https:// URL, a server that supports Range requests",
