@@ -61,6 +61,7 @@ import _catalogue_w4_chat  # noqa: F401 - registers its rows on import
 import _catalogue_w4_chatreview  # noqa: F401 - registers its rows on import
 import _catalogue_w4_currblock  # noqa: F401 - registers its rows on import
 import _catalogue_w4_outage  # noqa: F401 - registers its rows on import
+import _catalogue_w4_rev_outage  # noqa: F401 - registers its rows on import
 import _catalogue_w4_rev_verify  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revbounded  # noqa: F401 - registers its rows on import
 import _catalogue_w4_revcachefs  # noqa: F401 - registers its rows on import

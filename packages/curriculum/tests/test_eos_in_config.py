@@ -72,3 +72,12 @@ def test_an_eos_id_that_contradicts_the_data_is_refused(tmp_path):
 def test_a_bad_eos_id_is_a_config_error(tmp_path, bad):
     with pytest.raises(ConfigError, match="eos_id is"):
         CurriculumConfig.from_dict(_data(tmp_path, eos_id=bad))
+
+
+def test_an_eos_id_the_data_type_cannot_hold_is_refused_not_counted_as_no_document_ends(tmp_path):
+    """GPT-Simple's shards are uint16: eos_id 100257 (another tokenizer's) can never occur, so every token would
+    count as a loss token and the budgets would be silently wrong."""
+    root = _corpus(tmp_path / "data", manifest=False)
+    with pytest.raises(ConfigError, match="eos_id 100257 cannot occur in bucket") as caught:
+        _boundaries(write_yaml(tmp_path / "c.yaml", {"data": _data(root, eos_id=100257)}))
+    assert "uint16" in str(caught.value)

@@ -259,6 +259,14 @@ def open_bucket(
             field="eos_id",
             hint="Drop eos_id from the config (the data's own id is used) or fix it to match the tokenizer",
         )
+    dtype = getattr(data, "dtype", None)
+    if eos_id is not None and dtype is not None and dtype.kind in "ui" and eos_id > np.iinfo(dtype).max:
+        raise ConfigError(  # it could never match: every token would count as a loss token, silently
+            f"the config's eos_id {eos_id} cannot occur in bucket {name!r}: its tokens are {dtype.name}",
+            path=getattr(data, "path", None),
+            field="eos_id",
+            hint="Use the EOS id of the tokenizer that wrote this data (its vocabulary fits the token type)",
+        )
     per_sample = sample_budget_tokens(dataset, unit, eos_id=eos_id)
     samples = len(dataset)
     budget = int(per_sample) * samples if isinstance(per_sample, int) else int(per_sample.sum())

@@ -88,12 +88,21 @@ class RemoteAccess:
     backoff: float = 0.2
     timeout: float = 30.0
     budget: float | None = None
+    max_backoff: float = 10.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
 
     def config(self, root_url: str) -> Any:
         from tokenloom.formats.remote import RetryPolicy, StoreConfig
 
         policy = RetryPolicy(
-            max_retries=self.max_retries, backoff=self.backoff, timeout=self.timeout, budget=self.budget
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            timeout=self.timeout,
+            budget=self.budget,
+            max_backoff=self.max_backoff,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
         )
         return StoreConfig(parse_url(root_url), dict(self.storage_options), policy)
 

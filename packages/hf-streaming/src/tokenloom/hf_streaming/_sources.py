@@ -38,6 +38,9 @@ def remote_access(storage_options: dict[str, Any] | None, retries: Any) -> Remot
         backoff=float(retries.backoff),
         timeout=float(retries.timeout),
         budget=getattr(retries, "budget", None),
+        max_backoff=float(getattr(retries, "max_backoff", 10.0)),
+        connect_timeout=float(getattr(retries, "connect_timeout", 10.0)),
+        read_timeout=float(getattr(retries, "read_timeout", 30.0)),
     )
 
 

@@ -122,7 +122,7 @@ def cache_dir_error(root: str | os.PathLike[str], exc: BaseException) -> DataErr
             f"the cache directory {root} is {what} ({errnos.errorcode[code]}, {_free(root)})",
             errno=code,
             path=root,
-            hint=f"Free space there, set {_SETTING} to a larger disk, or bound the cache below the free space with "
+            hint=f"Free space in {root}, set {_SETTING} to a larger disk, or bound the cache below the free space with "
             "cache_limit= (or $TOKENLOOM_CACHE_LIMIT, e.g. 20GB): blocks are then evicted and fetched again",
         )
     return None

@@ -31,6 +31,7 @@ __all__ = [
     "endpoint_of",
     "exhausted",
     "first_of_wait",
+    "heard",
 ]
 
 #: the environment variable that sets the retry budget, in seconds, where a RetryPolicy leaves it unset
@@ -160,8 +161,8 @@ def answered(endpoint: str) -> None:
             _WAITING.discard(wait)
 
 
-def known_alive(endpoint: str) -> None:
-    """Another process (a helper's caller) saw ``endpoint`` answer: a wait on it is not "never answered"."""
+def heard(endpoint: str) -> None:
+    """``endpoint`` sent an answer's head (a status line), even if its body then failed: it exists and runs."""
     with _LOCK:
         _ANSWERED.add(endpoint)
 
@@ -183,12 +184,25 @@ def ever_answered(endpoint: str) -> bool:
 
 
 def exhausted(
-    url: str, endpoint: str, doing: str, reason: str, attempts: int, elapsed: float, budget: float, last: str
+    url: str,
+    endpoint: str,
+    doing: str,
+    reason: str,
+    attempts: int,
+    elapsed: float,
+    budget: float,
+    last: str,
+    max_retries: int | None = None,
 ) -> StorageError:
-    """The named error once the budget (or the retry count) is spent."""
+    """The named error once the budget (or, when ``max_retries`` is given, the retry count) is spent."""
     failed = f"{url} failed {attempts} time{'s' if attempts != 1 else ''} while {doing}"
     spent = f"{reason}; {elapsed:.0f} s of a {budget:g} s retry budget; last: {last}"
     raise_it = f"raise the budget with {BUDGET_ENV}=SECONDS or retries=RetryPolicy(budget=SECONDS)"
+    if max_retries is not None:  # the count ended it, not the time: raising the budget would change nothing
+        spent = f"{reason}; the retry limit max_retries={max_retries} was reached after {elapsed:.0f} s; last: {last}"
+        raise_it = "raise the retry count (retries=N or RetryPolicy(max_retries=N)), or leave it unset so that " + (
+            f"only the time budget ({BUDGET_ENV}, default 600 s) counts"
+        )
     if not ever_answered(endpoint):
         return StorageError(
             f"no answer from {endpoint} ever: {failed} ({spent})",

@@ -106,10 +106,10 @@ def _store(config: StoreConfig) -> Any:
         _check_endpoints(config, options)
         policy = config.retries
         budget = policy.seconds()  # no single attempt outlasts the budget (a silent server is named within it)
-        client: dict[str, Any] = {
-            "timeout": f"{min(policy.timeout, budget)}s",
-            "connect_timeout": f"{min(policy.connect_timeout, policy.timeout, budget)}s",
-            "read_timeout": f"{min(policy.read_timeout, budget)}s",
+        client: dict[str, Any] = {  # "%.3fs": obstore cannot parse "1e-05s"
+            "timeout": f"{max(min(policy.timeout, budget), 0.001):.3f}s",
+            "connect_timeout": f"{max(min(policy.connect_timeout, policy.timeout, budget), 0.001):.3f}s",
+            "read_timeout": f"{max(min(policy.read_timeout, budget), 0.001):.3f}s",
         }
         client.update(options.pop("client_options", {}) or {})
         if config.url.scheme == "http" or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true":
@@ -195,6 +195,23 @@ def _permanent(exc: BaseException, config: StoreConfig, url: str, doing: str) ->
         )
     if isinstance(exc, errors.InvalidPathError | errors.NotSupportedError | errors.UnknownConfigurationKeyError):
         return ConfigError(f"{url}: {text}", path=url, hint="Check the URL and the storage_options")
+    not_s3 = re.search(r"non-partial response when range requested|invalid list response", everything)
+    if not_s3:  # a web server or another service, not the store's API: that never changes, so no wait
+        endpoint = _waits.endpoint_of(config)
+        what = "ignored the byte range" if not_s3[0].startswith("non") else "sent a listing that is not S3's"
+        return StorageError(
+            f"{url}: the server at {endpoint} {what} while {doing} ({text})",
+            path=url,
+            hint=f"Check the endpoint {endpoint}: it must be the store's S3 API (SeaweedFS: its s3 port, 8333 by "
+            "default; not the filer or master port), or, for an https:// URL, a server that supports Range requests",
+        )
+    if status in (501, 505):  # permanent (AWS S3 answered a conditional PUT with 501 before it supported it)
+        return StorageError(
+            f"{url} was refused while {doing}: the server does not implement this request ({text})",
+            path=url,
+            hint="Check that the endpoint is an S3-compatible store (not a web server or proxy) whose version "
+            "supports ranged GETs and conditional PUTs (If-Match, If-None-Match)",
+        )
     if status is not None and 400 <= status < 500 and status not in (408, 429):
         return StorageError(f"{url} was refused while {doing} ({text})", path=url, hint="Check the URL and endpoint")
     return None
@@ -223,9 +240,11 @@ def _with_retries(config: StoreConfig, url: str, doing: str, attempt_once: Any) 
             elapsed = time.monotonic() - began
             reason, server_answered = _waits.describe(exc)
             attempt += 1
-            if elapsed >= budget or (policy.max_retries is not None and attempt > policy.max_retries):
+            by_count = policy.max_retries is not None and attempt > policy.max_retries and elapsed < budget
+            if elapsed >= budget or by_count:
                 last = redact(_first_line(exc), config)
-                raise _waits.exhausted(url, endpoint, doing, reason, attempt, elapsed, budget, last) from None
+                limit = policy.max_retries if by_count else None
+                raise _waits.exhausted(url, endpoint, doing, reason, attempt, elapsed, budget, last, limit) from None
             if _waits.first_of_wait(endpoint, reason, server_answered):
                 never = "" if _waits.ever_answered(endpoint) else f"; nothing at {endpoint} has answered yet"
                 log.warning(
@@ -286,6 +305,7 @@ def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> b
         return b""
     received = bytearray()
     doing = f"reading bytes {start}-{end}"
+    endpoint = _waits.endpoint_of(config)
 
     def once() -> None:
         begin = start + len(received)
@@ -293,6 +313,7 @@ def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> b
         if obj.etag:
             options["if_match"] = obj.etag
         result = _obstore().get(_store(config), obj.key, options=options)
+        _waits.heard(endpoint)  # headers came: a body that stalls or breaks later is not "nothing ever answered"
         for chunk in result.stream(min_chunk_size=1 << 20):
             received.extend(memoryview(chunk))
             if start + len(received) > end:

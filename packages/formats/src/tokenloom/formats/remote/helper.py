@@ -113,6 +113,10 @@ class _Helper:
         )
 
     def call(self, op: str, **payload: Any) -> Any:
+        config = payload.get("config")
+        endpoint = _waits.endpoint_of(client_config(config)) if config else None
+        if endpoint is not None and _waits.ever_answered(endpoint):
+            payload["answered"] = True  # a helper started mid-outage must not say that nothing there ever answered
         with self.lock:
             stdin, stdout = cast(IO[bytes], self.process.stdin), cast(IO[bytes], self.process.stdout)
             try:
@@ -135,8 +139,6 @@ class _Helper:
                     hint="Check memory limits and the helper's output on stderr; rerunning restarts it",
                 ) from cause
         answer = orjson.loads(line)
-        config = payload.get("config")
-        endpoint = _waits.endpoint_of(client_config(config)) if config else None
         for message in answer.get("warnings", []):
             if isinstance(message, dict):  # a wait: one line per (endpoint, reason) over all this process's helpers
                 _log_wait(message)
@@ -182,8 +184,7 @@ def _call(op: str, config: StoreConfig, **payload: Any) -> Any:
         except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): a named error
             problem = str(exc).split("\n", 1)[0][:500]
             raise StorageError(f"the object-store client failed: {type(exc).__name__}: {problem}") from exc
-    answered = _waits.ever_answered(_waits.endpoint_of(config))  # the helper is new: tell it what this process saw
-    return _helper().call(op, config=_config_json(config), answered=answered, **payload)
+    return _helper().call(op, config=_config_json(config), **payload)
 
 
 def _helper() -> _Helper:
@@ -363,8 +364,8 @@ def serve() -> None:
         try:
             request = orjson.loads(line)
             config = _config_from(request["config"])
-            if request.get("answered"):  # the caller's endpoint has answered before: a wait is not "never answered"
-                _waits.known_alive(_waits.endpoint_of(config))
+            if request.get("answered"):
+                _waits.heard(_waits.endpoint_of(config))
             answer = {"result": _answer(request["op"], config, request)}
         except DataError as exc:
             answer = {"error": {"cls": type(exc).__name__, "problem": exc.problem, "path": exc.path}}

@@ -273,6 +273,8 @@ class FaultProxy:
                     self.connection.close()
                     return
                 if fault == "503":
+                    if int(self.headers.get("Content-Length") or 0):  # read the request's body first: left unread,
+                        self.rfile.read(int(self.headers["Content-Length"]))  # it was the next "request" (a 501)
                     body = b"<Error><Code>SlowDown</Code></Error>"
                     self.send_response(503)
                     self.send_header("Content-Length", str(len(body)))
