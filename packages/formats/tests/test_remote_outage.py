@@ -169,7 +169,9 @@ def test_a_new_helper_does_not_call_an_endpoint_that_answered_its_caller_never_a
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)  # answered here
     helper._LOCAL.helper = None  # the next read starts a new helper process, as a forked worker's does
-    monkeypatch.setattr(helper._runtime, "in_process", lambda: False)
+    from tokenloom.formats.remote import _runtime
+
+    monkeypatch.setattr(_runtime, "in_process", lambda: False)
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
         fault_proxy.down_for(3, "reset")
         _entries(ds, 0, 5)

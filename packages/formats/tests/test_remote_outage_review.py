@@ -31,7 +31,7 @@ def stalling_server() -> Iterator[tuple[str, dict[str, float]]]:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args: object) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
         def do_GET(self) -> None:
@@ -147,7 +147,7 @@ def test_a_server_that_does_not_implement_the_request_is_not_waited_out(status):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args: object) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
         def do_GET(self) -> None:
@@ -315,7 +315,7 @@ def test_a_retry_count_that_ends_the_wait_is_named_as_the_count_not_the_budget()
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args: object) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
         def do_GET(self) -> None:
@@ -348,7 +348,7 @@ def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_pa
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args: object) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
         def do_GET(self) -> None:

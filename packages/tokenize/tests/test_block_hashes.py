@@ -58,9 +58,12 @@ def test_nodes_with_workers_into_s3_record_the_block_hashes_of_the_uploaded_bins
         config = {**OPTIONS, "num_workers": 2, "num_nodes": 2, "node_rank": rank}
         tokenize(
             TokenizeConfig(
-                input_dir=corpus, output_dir=f"s3://{seaweed.bucket}/{prefix}", tokenizer=str(tiny_tokenizer), **config
+                input_dir=corpus,
+                output_dir=f"s3://{seaweed.bucket}/{prefix}",  # pyright: ignore[reportArgumentType]  # a URL is accepted
+                tokenizer=str(tiny_tokenizer),
+                **config,  # pyright: ignore[reportArgumentType]  # the test's options, each of its field's type
             )
-        )  # type: ignore[arg-type]
+        )
     store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
     manifest = orjson.loads(bytes(obstore.get(store, f"{prefix}/manifest.json").bytes()))
     data = [f for f in manifest["files"] if f["role"] == "data"]
