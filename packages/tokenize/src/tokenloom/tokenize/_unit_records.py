@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import multiprocessing
 import os
 import shutil
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._ray import TASK_RETRIES, _address, check_reachable, import_ray
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import in_file, transform_for, unit_records
@@ -183,8 +182,7 @@ def _source_bytes(source: UnitSource) -> int:
 
 
 def _pool_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: list[int]) -> Any:
-    context = multiprocessing.get_context("spawn")  # no fork of a process holding tokenizer threads
-    pool = ProcessPoolExecutor(min(config.num_workers, len(mine)), mp_context=context)
+    pool = spawn_pool(min(config.num_workers, len(mine)))  # tokenize's one pool maker: no fork of tokenizer threads
     try:
         futures = [pool.submit(write_record_unit, config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
         for future in futures:
