@@ -28,6 +28,8 @@ from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._inputs import IssueKind, discover_inputs
 from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
 from tokenloom.tokenize._staged import MEGATRON_PREFIX, PACKED_FILE, RECORD_NAME, output_path, staging_dir
+from tokenloom.tokenize._streams import CutStreamError, StreamError, ZstdReader
+from tokenloom.tokenize._streams import WindowError as ZstdWindowError
 from tokenloom.tokenize._summary import TokenizeSummary
 from tokenloom.tokenize._tokenize import tokenize
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
@@ -44,6 +46,7 @@ __all__ = [
     "RECORD_NAME",
     "SUPPORTED_FORMATS",
     "CorpusInfo",
+    "CutStreamError",
     "Encoder",
     "Engine",
     "EngineMismatchError",
@@ -54,10 +57,13 @@ __all__ = [
     "JsonlIndex",
     "OnError",
     "PackSummary",
+    "StreamError",
     "TokenizeConfig",
     "TokenizeSummary",
     "Windowing",
     "WorkerDiedError",
+    "ZstdReader",
+    "ZstdWindowError",
     "build_index",
     "build_stdlib_corpus",
     "default_pack_path",

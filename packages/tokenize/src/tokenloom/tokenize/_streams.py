@@ -9,7 +9,7 @@ from typing import Any
 
 from tokenloom.tokenize._sniff import InputKind, require_corpus_extra
 
-__all__ = ["StreamError", "WindowError", "ZstdReader", "open_stream"]
+__all__ = ["CutStreamError", "StreamError", "WindowError", "ZstdReader", "open_stream"]
 
 
 #: Compressed bytes read from the file at a time.
@@ -32,9 +32,21 @@ class ZstdReader(io.RawIOBase):
     (see :data:`FEED_BYTES`): a line cap is enforced while the stream is read, not after a bomb expands.
     """
 
-    def __init__(self, raw: io.BufferedReader) -> None:
-        zstd = require_corpus_extra("zstandard", InputKind.JSONL_ZSTD)
+    def __init__(
+        self,
+        raw: Any,
+        *,
+        zstd: Any = None,
+        raw_read_bytes: int | None = None,
+        feed_bytes: int | None = None,
+        fill_bytes: int | None = None,
+    ) -> None:
+        """``zstd``: the zstandard module (a caller's own missing-extra error); the sizes: this module's by default."""
+        zstd = zstd if zstd is not None else require_corpus_extra("zstandard", InputKind.JSONL_ZSTD)
         self._raw = raw
+        self._raw_read_bytes = raw_read_bytes or RAW_READ_BYTES
+        self._feed_bytes = feed_bytes or FEED_BYTES
+        self._fill_bytes = fill_bytes or FILL_BYTES
         self._context = zstd.ZstdDecompressor()  # type: ignore[attr-defined]
         self._zstd_error = zstd.ZstdError  # type: ignore[attr-defined]
         self._frame = self._context.decompressobj()
@@ -49,17 +61,17 @@ class ZstdReader(io.RawIOBase):
     def _fill(self) -> bool:
         while self._position >= len(self._buffer):
             if not self._pending:
-                data = self._raw.read(RAW_READ_BYTES)
+                data = self._raw.read(self._raw_read_bytes)
                 if not data:
                     if self._in_frame:
-                        raise StreamError("the stream ends inside a zstd frame (the file is cut short)")
+                        raise CutStreamError("the stream ends inside a zstd frame (the file is cut short)")
                     return False
                 self._pending = memoryview(data)
             out: list[bytes] = []
             size = 0
             try:  # a few compressed bytes at a time: no call can return more than FEED_BYTES expand to
-                while self._pending and size < FILL_BYTES:
-                    data, self._pending = self._pending[:FEED_BYTES], self._pending[FEED_BYTES:]
+                while self._pending and size < self._fill_bytes:
+                    data, self._pending = self._pending[: self._feed_bytes], self._pending[self._feed_bytes :]
                     while data:
                         piece = self._frame.decompress(data)
                         out.append(piece)
@@ -91,6 +103,10 @@ class ZstdReader(io.RawIOBase):
 
 class StreamError(Exception):
     """A compressed stream that cannot be read to its end."""
+
+
+class CutStreamError(StreamError):
+    """A stream that ends inside a zstd frame: the file was cut short."""
 
 
 class WindowError(StreamError):
