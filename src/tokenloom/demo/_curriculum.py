@@ -21,6 +21,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 import orjson
 import torch
@@ -34,7 +35,7 @@ from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
-__all__ = ["BUCKETS", "CurriculumReport", "run_curriculum", "split_corpus", "train_legs"]
+__all__ = ["BUCKETS", "CurriculumReport", "run_command", "run_curriculum", "split_corpus", "train_legs"]
 
 BUCKETS = ("modules", "classes", "functions")
 MIXES = (
@@ -155,7 +156,7 @@ def write_config(data: Path, path: Path, *, order: dict[str, Any] | None = None)
     return path
 
 
-def _run_command(name: str, args: Sequence[str], log: Path) -> int:
+def run_command(name: str, args: Sequence[str], log: Path) -> int:
     """A ``tokenloom`` subcommand in this process (via its entry point); its output appended to ``log``."""
     commands = {ep.name: ep for ep in entry_points(group="tokenloom.commands")}
     command = commands[name].load()
@@ -166,6 +167,9 @@ def _run_command(name: str, args: Sequence[str], log: Path) -> int:
             command.main(list(args), prog_name=f"tokenloom {name}", standalone_mode=False)
         except SystemExit as exc:
             code = int(exc.code or 0)
+        except click.ClickException as exc:  # a DataError, as the command line prints it (exit 1)
+            exc.show(out)
+            code = exc.exit_code
     with log.open("a") as handle:
         handle.write(f"$ tokenloom {name} {' '.join(args)}\n{out.getvalue()}(exit {code})\n\n")
     return code
@@ -244,9 +248,9 @@ def run_curriculum(workdir: Path, corpus: Path, *, seed: int, log: Callable[[str
     log(f"   curriculum config: {config}")
     report.plan_text = workdir / "curriculum-plan.txt"
     report.plan_text.unlink(missing_ok=True)
-    report.validate_exit = _run_command("validate", ["--curriculum", str(config)], report.plan_text)
+    report.validate_exit = run_command("validate", ["--curriculum", str(config)], report.plan_text)
     report.plan_plot = workdir / "curriculum-plan.png"
-    report.plan_exit = _run_command(
+    report.plan_exit = run_command(
         "curriculum", ["plan", str(config), "--seed", str(seed), "--plot", str(report.plan_plot)], report.plan_text
     )
     if report.validate_exit != 0 or report.plan_exit != 0:
