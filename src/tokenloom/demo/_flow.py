@@ -18,23 +18,19 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset
-from tokenloom.demo._curriculum import BUCKETS, CurriculumReport, run_curriculum
+from tokenloom.demo._curriculum import BUCKETS, CurriculumReport, run_curriculum, run_rank
 from tokenloom.demo._eval import EvalReport, run_eval
 from tokenloom.demo._posttrain import PostTrainReport, run_posttrain
 from tokenloom.demo._stream import StreamReport, run_stream
 from tokenloom.formats import ResumeMismatchError, TokenDataset, open_dataset
-from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import TokenizeConfig, build_stdlib_corpus, tokenize
 
 __all__ = ["DemoReport", "run_demo"]
@@ -123,31 +119,6 @@ class DemoReport:
         return failed
 
 
-def _run_rank(
-    dataset: WithSampleIds,
-    *,
-    world: int,
-    rank: int,
-    state: dict[str, Any] | None,
-    max_steps: int | None,
-) -> tuple[list[int], int, dict[str, Any]]:
-    sampler = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, seed=SEED, pad=False)
-    if state is not None:
-        sampler.load_state_dict(state)
-    with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch API on every loader
-        warnings.filterwarnings("ignore", message=".*set_vital.*")
-        loader = StatefulDataLoader(dataset, sampler=sampler, batch_size=BATCH_SIZE, num_workers=2)
-        iterator = iter(loader)
-    ids: list[int] = []
-    steps = 0
-    for batch in iterator:
-        ids.extend(batch["sample_id"].tolist())
-        steps += 1
-        if max_steps is not None and steps == max_steps:
-            break
-    return ids, steps, sampler_state_from_loader(loader.state_dict())
-
-
 def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = print, plot: bool = True) -> DemoReport:
     """Run the flow in ``workdir`` and return what it measured (raises on any failed check)."""
     report = DemoReport()
@@ -196,10 +167,16 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     log(f"5/10 training on {WORLD_BEFORE} simulated ranks for {steps} steps, then a checkpoint")
     t0 = time.perf_counter()
     consumed: list[int] = []
+
+    def take(batch: dict[str, torch.Tensor]) -> None:
+        consumed.extend(batch["sample_id"].tolist())
+
     states = []
     for rank in range(WORLD_BEFORE):
-        ids, done, state = _run_rank(dataset, world=WORLD_BEFORE, rank=rank, state=None, max_steps=steps)
-        consumed += ids
+        done, state = run_rank(
+            dataset, world=WORLD_BEFORE, rank=rank, batch_size=BATCH_SIZE, workers=2, state=None, max_steps=steps,
+            on_batch=take, seed=SEED,
+        )  # fmt: skip
         states.append(state)
         report.steps_before = max(report.steps_before, done)
     if any(s != states[0] for s in states[1:]):
@@ -208,8 +185,10 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
 
     log(f"6/10 restarting on {WORLD_AFTER} simulated ranks from the checkpoint and finishing the epoch")
     for rank in range(WORLD_AFTER):
-        ids, done, _ = _run_rank(dataset, world=WORLD_AFTER, rank=rank, state=checkpoint, max_steps=None)
-        consumed += ids
+        done, _ = run_rank(
+            dataset, world=WORLD_AFTER, rank=rank, batch_size=BATCH_SIZE, workers=2, state=checkpoint, max_steps=None,
+            on_batch=take, seed=SEED,
+        )  # fmt: skip
         report.steps_after = max(report.steps_after, done)
     report.samples_per_second = len(consumed) / (time.perf_counter() - t0)
 

@@ -1,8 +1,8 @@
 """The demo's post-training leg: stdlib conversations -> an sft store with verified masks -> packed SFT, resumed.
 
 corpus (module.name -> docstring) -> conversations: a user asks what `module.name` does, the assistant answers
-    with its docstring (one to three turns from one module, a system prompt on every third, every seventh as
-    prompt/completion) -> ``tokenloom tokenize --train-type sft --chat-template <shipped>`` (2 workers)
+    with its docstring (one to three turns from one module; some with a system prompt, some as prompt/completion)
+    -> ``tokenloom tokenize --train-type sft --chat-template <shipped>`` (2 workers)
     -> the mask oracle: each record's trained tokens decode to its answers, each with its end marker, nothing else
     -> ``tokenloom inspect OUT --records 3`` -> PackedSFTDataset (best-fit decreasing into SEQ_LEN bins)
     -> 2 ranks x 2 workers -> checkpoint -> 3 ranks x 2 workers -> the record oracle: the store records consumed
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +23,11 @@ import numpy as np
 import orjson
 import torch
 from tokenizers import Tokenizer
-from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tokenloom.datasets import PackedSFTDataset, SampleBatch, collate
-from tokenloom.demo._curriculum import run_command
+from tokenloom.datasets import PackedSFTDataset, SampleBatch
+from tokenloom.demo._curriculum import run_command, run_rank
 from tokenloom.formats import ResumeMismatchError, open_records
 from tokenloom.formats.io import atomic_write_bytes
-from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import default_tokenizer_path
 from tokenloom.tokenize.chat import SIDECAR_NAME, default_chat_template
 
@@ -198,29 +195,6 @@ class WithRecordIds(torch.utils.data.Dataset):
         return {key: value[0] for key, value in self.__getitems__([index]).batched.items()}
 
 
-def _run_rank(
-    dataset: WithRecordIds, *, world: int, rank: int, workers: int, state: dict[str, Any] | None,
-    max_steps: int | None, seed: int, batches: list[dict[str, torch.Tensor]],
-) -> tuple[int, dict[str, Any]]:  # fmt: skip
-    sampler = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, seed=seed, pad=False)
-    if state is not None:
-        sampler.load_state_dict(state)
-    with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch API on every loader
-        warnings.filterwarnings("ignore", message=".*set_vital.*")
-        loader = StatefulDataLoader(
-            dataset, sampler=sampler, batch_size=BATCH, num_workers=workers, collate_fn=collate,
-            timeout=120 if workers else 0,
-        )  # fmt: skip
-        iterator = iter(loader)
-    steps = 0
-    for batch in iterator:
-        batches.append(batch)
-        steps += 1
-        if max_steps is not None and steps == max_steps:
-            break
-    return steps, sampler_state_from_loader(loader.state_dict())
-
-
 def _wrong_content(store: Any, batches: list[dict[str, torch.Tensor]]) -> int:
     """Packed segments whose input_ids or labels are not what the store's record gives (tokens; mask shifted)."""
     wrong = 0
@@ -258,8 +232,8 @@ def train_packed(store_path: Path, checkpoint: Path, report: PostTrainReport, *,
     batches: list[dict[str, torch.Tensor]] = []
     states = []
     for rank in range(2):
-        done, state = _run_rank(dataset, world=2, rank=rank, workers=2, state=None, max_steps=steps, seed=seed,
-                                batches=batches)  # fmt: skip
+        done, state = run_rank(dataset, world=2, rank=rank, batch_size=BATCH, workers=2, state=None,
+                               max_steps=steps, on_batch=batches.append, seed=seed)  # fmt: skip
         states.append(state)
         report.steps_before = max(report.steps_before, done)
     if any(s != states[0] for s in states[1:]):
@@ -274,13 +248,14 @@ def train_packed(store_path: Path, checkpoint: Path, report: PostTrainReport, *,
     resumed.load_state_dict(saved["dataset"])  # refuses another store or seq_len
     dataset = WithRecordIds(resumed)
     for rank in range(3):
-        done, _ = _run_rank(dataset, world=3, rank=rank, workers=2, state=saved["sampler"], max_steps=None,
-                            seed=seed, batches=batches)  # fmt: skip
+        done, _ = run_rank(dataset, world=3, rank=rank, batch_size=BATCH, workers=2, state=saved["sampler"],
+                           max_steps=None, on_batch=batches.append, seed=seed)  # fmt: skip
         report.steps_after = max(report.steps_after, done)
 
     reference: list[dict[str, torch.Tensor]] = []  # the same 2 ranks, never stopped (in-process loaders)
     for rank in range(2):
-        _run_rank(dataset, world=2, rank=rank, workers=0, state=None, max_steps=None, seed=seed, batches=reference)
+        run_rank(dataset, world=2, rank=rank, batch_size=BATCH, workers=0, state=None, max_steps=None,
+                 on_batch=reference.append, seed=seed)  # fmt: skip
     consumed, uninterrupted = Counter(_record_ids(batches)), Counter(_record_ids(reference))
     records = len(resumed.store)
     report.consumed = sum(consumed.values())
