@@ -203,6 +203,9 @@ def _wrong_content(store: Any, batches: list[dict[str, torch.Tensor]]) -> int:
             doc_ids, inputs, labels = batch["doc_ids"][row], batch["input_ids"][row], batch["labels"][row]
             for number, record in enumerate(r for r in batch["record_ids"][row].tolist() if r >= 0):
                 where = torch.nonzero(doc_ids == number).flatten()
+                if len(where) == 0:
+                    wrong += 1
+                    continue
                 arrays = store.record(record, ("sequence", "loss_mask"))
                 sequence = torch.as_tensor(np.asarray(arrays["sequence"], dtype=np.int64))
                 mask = torch.as_tensor(np.asarray(arrays["loss_mask"]).astype(bool))
@@ -281,7 +284,7 @@ def run_posttrain(workdir: Path, corpus: Path, *, seed: int, log: Callable[[str]
     store = workdir / "sft"
     args = ["--input-dir", str(chat), "--output-dir", str(store), "--train-type", "sft"]
     args += ["--chat-template", str(default_chat_template()), "--max-length", str(SEQ_LEN)]
-    args += ["--num-workers", "2", "--no-progress"]
+    args += ["--num-workers", "2", "--overwrite", "--no-progress"]  # --overwrite: a rerun into --workdir
     report.command = (
         f"tokenloom tokenize --input-dir chat --output-dir sft --train-type sft --chat-template "
         f"{default_chat_template().name} --max-length {SEQ_LEN} --num-workers 2"
