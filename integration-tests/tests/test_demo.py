@@ -32,9 +32,12 @@ def test_demo_command_passes_its_resume_check(tmp_path: Path) -> None:
         for split in ("train", "val"):
             assert (tmp_path / "work" / "buckets" / split / bucket / "manifest.json").is_file()
     for line in ("validate --curriculum exit 0", "each the sample the schedule names", "broadcast to 2 gloo ranks",
-                 "resumed batches byte-identical", "curriculum mix: target vs realised"):  # fmt: skip
+                 "resumed batches byte-identical", "curriculum mix: target vs realised", "--train-type sft",
+                 "each with its end marker", "the records of an uninterrupted run"):  # fmt: skip
         assert line in result.stdout, result.stdout
     assert "FAILED" not in result.stdout
+    inspected = (tmp_path / "work" / "sft-inspect.txt").read_text()  # `tokenloom inspect --records 3` output
+    assert "── record 2 ·" in inspected and "What does `" in inspected
 
 
 def test_demo_without_workdir_cleans_up(tmp_path: Path) -> None:
@@ -72,6 +75,14 @@ def test_run_demo_accounts_for_every_sample_and_a_failed_check_fails_it(tmp_path
     assert c.steps_after > 0 and len(c.mix) == 2
     assert e.ok and e.tokens > 0 and e.loss > 0
     assert s.bit_exact and s.resumed > 0
+    p = report.posttrain
+    assert p is not None and p.tokenize_exit == 0 and p.inspect_exit == 0
+    assert p.multi_turn > 0 and p.with_system > 0 and p.prompt_completion > 0
+    assert p.records + p.skipped_too_long == p.conversations and p.masks_ok and p.masks_checked == p.records
+    assert 0 < p.trained_tokens < p.tokens
+    assert 0 < p.checkpoint < p.packed and p.steps_after > 0
+    assert p.exactly_once and p.same_as_uninterrupted and p.consumed == p.records
+    assert (p.duplicates, p.missing, p.wrong_content) == (0, 0, 0)
     assert report.failures() == []
 
     # each check can fail the demo (the command exits 1 when failures() is not empty)
@@ -83,6 +94,11 @@ def test_run_demo_accounts_for_every_sample_and_a_failed_check_fails_it(tmp_path
         (e, "same_loss", False),
         (e, "error", "eval ranks [1] did not finish"),
         (s, "matching", s.matching - 1),
+        (p, "tokenize_exit", 1),
+        (p, "mask_errors", ["record 0: trained text differs"]),
+        (p, "inspect_exit", 1),
+        (p, "exactly_once", False),
+        (p, "same_as_uninterrupted", False),
     ]:
         saved = getattr(leg, name)
         setattr(leg, name, value)

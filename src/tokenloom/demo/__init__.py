@@ -2,6 +2,8 @@
 
     stdlib docstrings -> jsonl -> tokenize -> validate -> pack -> DataLoader x elastic sampler
         -> checkpoint on 2 ranks -> resume on 3 ranks -> every sample exactly once
+    stdlib conversations -> tokenize --train-type sft (masks checked) -> packed SFT on 2 ranks x 2 workers
+        -> checkpoint -> resume on 3 ranks -> every record exactly once
 
 Example::
 

@@ -82,6 +82,46 @@ def _eval_and_stream_rows(table: Any, report: Any) -> None:
         )  # fmt: skip
 
 
+def _posttrain_rows(table: Any, report: Any, *, temporary: bool) -> None:
+    p = report.posttrain
+    if p is None:
+        return
+    table.add_row(
+        "conversations",
+        f"{p.conversations:,} from the docstrings (a user asks what `module.name` does, the docstring answers): "
+        f"{p.multi_turn:,} multi-turn, {p.with_system:,} with a system prompt, {p.prompt_completion:,} as "
+        "prompt/completion",
+    )
+    if p.tokenize_exit != 0:
+        table.add_row("sft store", _ok(False, f"{p.command} exited {p.tokenize_exit} (output: {p.inspect_text})"))
+        return
+    gone = " (removed at the end)" if temporary else ""
+    table.add_row(
+        "sft store",
+        f"{p.command} (in the workdir; the template is the one tokenloom ships): {p.records:,} records, "
+        f"{p.tokens:,} tokens, {p.trained_tokens / max(p.tokens, 1):.1%} trained, {p.skipped_too_long} skipped "
+        f"as too long (counted, never cut) ({p.tokenize_seconds:.1f} s); "
+        f"tokenloom inspect --records 3: {p.inspect_text}{gone}",
+    )
+    table.add_row(
+        "sft masks",
+        _ok(p.masks_ok, f"{p.masks_checked:,} of {p.records:,} records: the trained tokens decode to the record's "
+            "answers, each with its end marker, and nothing else"),
+    )  # fmt: skip
+    table.add_row(
+        "packed sft",
+        f"{p.packed:,} sequences of {p.seq_len} tokens, {p.packing_efficiency:.1%} full (best-fit decreasing); "
+        f"{p.steps_before} steps x 2 ranks x 2 workers, checkpoint at sample {p.checkpoint:,}, then "
+        f"{p.steps_after} steps x 3 ranks x 2 workers",
+    )
+    table.add_row(
+        "sft resume",
+        _ok(p.exactly_once and p.same_as_uninterrupted, f"every record once ({p.consumed:,} consumed, "
+            f"{p.duplicates} duplicated, {p.missing} missing), the records of an uninterrupted run, each with the "
+            f"store's tokens and labels ({p.wrong_content} wrong)"),
+    )  # fmt: skip
+
+
 def _mix_table(report: Any) -> Any:
     from rich.table import Table
 
@@ -142,6 +182,14 @@ def demo(workdir: Path | None, steps: int, keep: bool, remote: bool) -> None:
     against the schedule and the realised mix against the target; builds the
     eval set on rank 0 of 2 gloo processes and broadcasts it (token-weighted
     eval loss); streams the corpus jsonl, stops and resumes bit-exactly.
+
+    Then turns the docstrings into conversations (a user asks what `module.name`
+    does, the assistant answers with its docstring; multi-turn, system prompts),
+    tokenizes them with `tokenloom tokenize --train-type sft` and the shipped chat
+    template, checks every record's loss mask, shows 3 records with `tokenloom
+    inspect --records 3`, packs whole conversations into 1024-token sequences,
+    trains on 2 ranks x 2 workers, checkpoints, resumes on 3 ranks and checks
+    that every record was consumed exactly once, as in an uninterrupted run.
 
     With --remote: starts SeaweedFS on 127.0.0.1, uploads the bucket texts,
     tokenizes them from the bucket into the bucket on 2 node processes
@@ -209,6 +257,7 @@ def demo(workdir: Path | None, steps: int, keep: bool, remote: bool) -> None:
         table.add_row("resume check", verdict)
         _curriculum_rows(table, report, temporary=created and not keep)
         _eval_and_stream_rows(table, report)
+        _posttrain_rows(table, report, temporary=created and not keep)
         table.add_row("plot", str(plot_path) if plot_path else "-")
         legs = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in report.leg_seconds.items())
         table.add_row("time", f"{report.seconds:.1f} s ({legs})")

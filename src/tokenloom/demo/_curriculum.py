@@ -21,6 +21,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 import orjson
 import torch
@@ -34,7 +35,7 @@ from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
-__all__ = ["BUCKETS", "CurriculumReport", "run_curriculum", "split_corpus", "train_legs"]
+__all__ = ["BUCKETS", "CurriculumReport", "run_command", "run_curriculum", "run_rank", "split_corpus", "train_legs"]
 
 BUCKETS = ("modules", "classes", "functions")
 MIXES = (
@@ -155,7 +156,7 @@ def write_config(data: Path, path: Path, *, order: dict[str, Any] | None = None)
     return path
 
 
-def _run_command(name: str, args: Sequence[str], log: Path) -> int:
+def run_command(name: str, args: Sequence[str], log: Path) -> int:
     """A ``tokenloom`` subcommand in this process (via its entry point); its output appended to ``log``."""
     commands = {ep.name: ep for ep in entry_points(group="tokenloom.commands")}
     command = commands[name].load()
@@ -166,6 +167,9 @@ def _run_command(name: str, args: Sequence[str], log: Path) -> int:
             command.main(list(args), prog_name=f"tokenloom {name}", standalone_mode=False)
         except SystemExit as exc:
             code = int(exc.code or 0)
+        except click.ClickException as exc:  # a DataError, as the command line prints it (exit 1)
+            exc.show(out)
+            code = exc.exit_code
     with log.open("a") as handle:
         handle.write(f"$ tokenloom {name} {' '.join(args)}\n{out.getvalue()}(exit {code})\n\n")
     return code
@@ -201,17 +205,22 @@ class _Consumed:
         self.inputs.append(batch["input_ids"].numpy())
 
 
-def _run_rank(
-    dataset: WithPositions,
+def run_rank(
+    dataset: torch.utils.data.Dataset,
     *,
     world: int,
     rank: int,
+    batch_size: int,
     workers: int,
     state: dict[str, Any] | None,
     max_steps: int | None,
-    consumed: _Consumed,
+    on_batch: Callable[[dict[str, torch.Tensor]], None],
+    shuffle: bool = True,
+    seed: int = 0,
 ) -> tuple[int, dict[str, Any]]:
-    sampler = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False, seed=0, pad=False)
+    """One simulated rank of ``world``: its loader from ``state`` (None: the start) for ``max_steps`` batches
+    (None: to the end of the epoch), each handed to ``on_batch``. Returns the steps and the sampler state."""
+    sampler = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle, seed=seed, pad=False)
     if state is not None:
         sampler.load_state_dict(state)
     with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch API on every loader
@@ -219,7 +228,7 @@ def _run_rank(
         loader = StatefulDataLoader(
             dataset,
             sampler=sampler,
-            batch_size=BATCH,
+            batch_size=batch_size,
             num_workers=workers,
             collate_fn=collate,
             timeout=LOADER_TIMEOUT if workers else 0,
@@ -227,7 +236,7 @@ def _run_rank(
         iterator = iter(loader)
     steps = 0
     for batch in iterator:
-        consumed.add(batch)
+        on_batch(batch)
         steps += 1
         if max_steps is not None and steps == max_steps:
             break
@@ -244,9 +253,9 @@ def run_curriculum(workdir: Path, corpus: Path, *, seed: int, log: Callable[[str
     log(f"   curriculum config: {config}")
     report.plan_text = workdir / "curriculum-plan.txt"
     report.plan_text.unlink(missing_ok=True)
-    report.validate_exit = _run_command("validate", ["--curriculum", str(config)], report.plan_text)
+    report.validate_exit = run_command("validate", ["--curriculum", str(config)], report.plan_text)
     report.plan_plot = workdir / "curriculum-plan.png"
-    report.plan_exit = _run_command(
+    report.plan_exit = run_command(
         "curriculum", ["plan", str(config), "--seed", str(seed), "--plot", str(report.plan_plot)], report.plan_text
     )
     if report.validate_exit != 0 or report.plan_exit != 0:
@@ -287,9 +296,10 @@ def train_legs(
         log(f"   2 ranks x 2 workers for {steps} steps (the checkpoint falls inside phase 1, the second)")
         states = []
         for rank in range(2):
-            done, state = _run_rank(
-                WithPositions(dataset), world=2, rank=rank, workers=2, state=None, max_steps=steps, consumed=consumed
-            )
+            done, state = run_rank(
+                WithPositions(dataset), world=2, rank=rank, batch_size=BATCH, workers=2, state=None, max_steps=steps,
+                on_batch=consumed.add, shuffle=False,
+            )  # fmt: skip
             states.append(state)
             report.steps_before = max(report.steps_before, done)
         if any(s != states[0] for s in states[1:]):
@@ -307,9 +317,9 @@ def train_legs(
         resumed = CurriculumDataset(config, seed=seed)
         resumed.load_state_dict(saved["curriculum"])  # refuses another config, seed or data
         for rank in range(3):
-            done, _ = _run_rank(
-                WithPositions(resumed), world=3, rank=rank, workers=1, state=saved["sampler"], max_steps=None,
-                consumed=consumed,
+            done, _ = run_rank(
+                WithPositions(resumed), world=3, rank=rank, batch_size=BATCH, workers=1, state=saved["sampler"],
+                max_steps=None, on_batch=consumed.add, shuffle=False,
             )  # fmt: skip
             report.steps_after = max(report.steps_after, done)
     return resumed

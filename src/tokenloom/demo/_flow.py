@@ -10,28 +10,27 @@ corpus -> modules / classes / functions buckets -> train/<bucket>, val/<bucket>
     -> schedule oracle (exactly once, the right samples) and realised vs target mix
 val/<bucket> -> built on rank 0 of 2 gloo processes, broadcast -> token-weighted eval loss
 corpus jsonl -> StreamingHuggingFaceDataset -> stop, resume -> bit-exact
+corpus -> conversations (a user asks what `module.name` does, the docstring answers) -> tokenize --train-type sft
+    -> every record's mask checked -> packed SFT, 2 ranks x 2 workers -> checkpoint -> 3 ranks -> every record once
 """
 
 from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset
-from tokenloom.demo._curriculum import BUCKETS, CurriculumReport, run_curriculum
+from tokenloom.demo._curriculum import BUCKETS, CurriculumReport, run_curriculum, run_rank
 from tokenloom.demo._eval import EvalReport, run_eval
+from tokenloom.demo._posttrain import PostTrainReport, run_posttrain
 from tokenloom.demo._stream import StreamReport, run_stream
 from tokenloom.formats import ResumeMismatchError, TokenDataset, open_dataset
-from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 from tokenloom.tokenize import TokenizeConfig, build_stdlib_corpus, tokenize
 
 __all__ = ["DemoReport", "run_demo"]
@@ -83,6 +82,7 @@ class DemoReport:
     curriculum: CurriculumReport | None = None
     eval: EvalReport | None = None
     stream: StreamReport | None = None
+    posttrain: PostTrainReport | None = None
     leg_seconds: dict[str, float] = field(default_factory=dict)
 
     def failures(self) -> list[str]:
@@ -115,32 +115,8 @@ class DemoReport:
                 "streaming resume: "
                 + (f"{s.matching} of {s.resumed} resumed batches identical" if s else "did not run")
             )
+        failed += ["post-training leg did not run"] if self.posttrain is None else self.posttrain.failures()
         return failed
-
-
-def _run_rank(
-    dataset: WithSampleIds,
-    *,
-    world: int,
-    rank: int,
-    state: dict[str, Any] | None,
-    max_steps: int | None,
-) -> tuple[list[int], int, dict[str, Any]]:
-    sampler = ResumableDistributedSampler(dataset, num_replicas=world, rank=rank, seed=SEED, pad=False)
-    if state is not None:
-        sampler.load_state_dict(state)
-    with warnings.catch_warnings():  # torchdata 0.11 calls a deprecated torch API on every loader
-        warnings.filterwarnings("ignore", message=".*set_vital.*")
-        loader = StatefulDataLoader(dataset, sampler=sampler, batch_size=BATCH_SIZE, num_workers=2)
-        iterator = iter(loader)
-    ids: list[int] = []
-    steps = 0
-    for batch in iterator:
-        ids.extend(batch["sample_id"].tolist())
-        steps += 1
-        if max_steps is not None and steps == max_steps:
-            break
-    return ids, steps, sampler_state_from_loader(loader.state_dict())
 
 
 def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = print, plot: bool = True) -> DemoReport:
@@ -151,11 +127,11 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     # later forks DataLoader workers and gloo ranks is what NOTES.md warns about
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    log("1/9 building the corpus from the standard library's docstrings")
+    log("1/10 building the corpus from the standard library's docstrings")
     corpus = build_stdlib_corpus(workdir / "corpus")
     report.corpus_documents, report.corpus_bytes = corpus.documents, corpus.num_bytes
 
-    log("2/9 tokenizing with the shipped byte-level BPE on 2 workers (windowed)")
+    log("2/10 tokenizing with the shipped byte-level BPE on 2 workers (windowed)")
     summary = tokenize(
         TokenizeConfig(
             input_dir=workdir / "corpus",
@@ -170,11 +146,11 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     report.tokenize_seconds = summary.seconds
     report.tokenize_tokens_per_second = summary.tokens_per_second
 
-    log("3/9 validating (deep: checksums, token ids, EOS placement)")
+    log("3/10 validating (deep: checksums, token ids, EOS placement)")
     tokens = open_dataset(workdir / "tokens", validate="deep")
     report.entries, report.tokens, report.shards = len(tokens), tokens.num_tokens, tokens.num_shards
 
-    log("4/9 packing: document-aware windows and best-fit bin packing")
+    log("4/10 packing: document-aware windows and best-fit bin packing")
     packed = PackedDocumentDataset(tokens, MAX_LENGTH, cache_dir=workdir / "plans")
     report.packing_padding, report.packed_sequences = packed.padding_fraction, len(packed)
     dataset = WithSampleIds(MemoryMappedDataset(tokens, SEQ_LEN, pack_sequences=True, position_ids=True))
@@ -188,23 +164,31 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
             f"--steps {steps} would end the epoch before the checkpoint; checkpointing at step {epoch_steps // 2}"
         )
         steps = max(1, epoch_steps // 2)
-    log(f"5/9 training on {WORLD_BEFORE} simulated ranks for {steps} steps, then a checkpoint")
+    log(f"5/10 training on {WORLD_BEFORE} simulated ranks for {steps} steps, then a checkpoint")
     t0 = time.perf_counter()
     consumed: list[int] = []
+
+    def take(batch: dict[str, torch.Tensor]) -> None:
+        consumed.extend(batch["sample_id"].tolist())
+
     states = []
     for rank in range(WORLD_BEFORE):
-        ids, done, state = _run_rank(dataset, world=WORLD_BEFORE, rank=rank, state=None, max_steps=steps)
-        consumed += ids
+        done, state = run_rank(
+            dataset, world=WORLD_BEFORE, rank=rank, batch_size=BATCH_SIZE, workers=2, state=None, max_steps=steps,
+            on_batch=take, seed=SEED,
+        )  # fmt: skip
         states.append(state)
         report.steps_before = max(report.steps_before, done)
     if any(s != states[0] for s in states[1:]):
         raise ResumeMismatchError(f"ranks disagree on the data state: {states}")
     checkpoint = states[0]
 
-    log(f"6/9 restarting on {WORLD_AFTER} simulated ranks from the checkpoint and finishing the epoch")
+    log(f"6/10 restarting on {WORLD_AFTER} simulated ranks from the checkpoint and finishing the epoch")
     for rank in range(WORLD_AFTER):
-        ids, done, _ = _run_rank(dataset, world=WORLD_AFTER, rank=rank, state=checkpoint, max_steps=None)
-        consumed += ids
+        done, _ = run_rank(
+            dataset, world=WORLD_AFTER, rank=rank, batch_size=BATCH_SIZE, workers=2, state=checkpoint, max_steps=None,
+            on_batch=take, seed=SEED,
+        )  # fmt: skip
         report.steps_after = max(report.steps_after, done)
     report.samples_per_second = len(consumed) / (time.perf_counter() - t0)
 
@@ -215,19 +199,24 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     report.leg_seconds["corpus, tokenize, pack, epoch resume"] = time.perf_counter() - started
 
     t0 = time.perf_counter()
-    log("7/9 curriculum: module / class / function docstring buckets, two phases, 2x2 -> 3x1 ranks x workers")
+    log("7/10 curriculum: module / class / function docstring buckets, two phases, 2x2 -> 3x1 ranks x workers")
     report.curriculum = run_curriculum(workdir, corpus.path, seed=SEED, log=log)
     report.leg_seconds["curriculum"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    log("8/9 eval set built on rank 0 of 2 gloo processes and broadcast; token-weighted eval loss")
+    log("8/10 eval set built on rank 0 of 2 gloo processes and broadcast; token-weighted eval loss")
     report.eval = run_eval(workdir, workdir / "buckets", BUCKETS)
     report.leg_seconds["eval broadcast"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    log("9/9 streaming the corpus jsonl (StreamingHuggingFaceDataset, 2 workers), stop, resume")
+    log("9/10 streaming the corpus jsonl (StreamingHuggingFaceDataset, 2 workers), stop, resume")
     report.stream = run_stream(workdir, corpus.path, seed=SEED)
     report.leg_seconds["streaming"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    log("10/10 post-training: stdlib conversations -> tokenize --train-type sft -> packed SFT, 2x2 -> 3 ranks")
+    report.posttrain = run_posttrain(workdir, corpus.path, seed=SEED, log=log)
+    report.leg_seconds["post-training"] = time.perf_counter() - t0
     report.seconds = time.perf_counter() - started
     return report
 
