@@ -4,6 +4,8 @@
 ``.npy`` header parser and writer, ``tatm.py`` tatm's ``metadata.json`` / ``metadata.yaml``.
 """
 
+import re
+
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, is_flat, open_flat
@@ -14,5 +16,14 @@ __all__ = ["DOCUMENT_LENGTHS_NAME", "SPEC", "FlatWriter", "is_flat", "open_flat"
 DESCRIPTION = "a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)"
 OPTIONS = ("file_pattern", "split", "eos_id", "vocab_size")
 
-SPEC = FormatSpec("flat", DESCRIPTION, detect=is_flat, open=open_flat, writer=FlatWriter, options=OPTIONS)
+SPEC = FormatSpec(
+    "flat",
+    DESCRIPTION,
+    detect=is_flat,
+    open=open_flat,
+    writer=FlatWriter,
+    options=OPTIONS,
+    suffixes=(".bin", ".npy"),
+    file_names=rf"shard_\d+\.(npy|bin)|{re.escape(DOCUMENT_LENGTHS_NAME)}|manifest\.json",
+)
 register_format(SPEC)
