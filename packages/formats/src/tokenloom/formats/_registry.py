@@ -276,9 +276,15 @@ def open_writer(
         return writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)  # pyright: ignore[reportOptionalCall]
 
 
-def writable_formats() -> list[str]:
-    """The registered formats that have a writer, sorted: what ``tokenize --format`` and ``convert --to`` take."""
-    return sorted(name for name, spec in available_formats().items() if spec.writer is not None)
+def writable_formats(*, keyed: bool = True) -> list[str]:
+    """The registered formats that have a writer, sorted: what ``convert --to`` takes.
+
+    ``keyed=False`` leaves out the keyed stores (formats with a store side): what ``tokenize --format``
+    writes documents into.
+    """
+    return sorted(
+        name for name, spec in available_formats().items() if spec.writer is not None and (keyed or spec.store is None)
+    )
 
 
 def writer_spec(format: str, *, field: str = "format") -> FormatSpec:
