@@ -32,8 +32,6 @@ __all__ = [
     "Validate",
     "WriterFactory",
     "as_validate",
-    "directory_targets",
-    "file_targets",
 ]
 
 
@@ -79,16 +77,6 @@ class StoreSpec:
     looks_like: str  # what detection looks for, for the error that lists what was tried
 
 
-def directory_targets(target: Path) -> list[Path]:
-    """A dataset that is the directory ``target``: its writer fills it and publishes ``manifest.json`` last."""
-    return [target, target / MANIFEST_NAME]
-
-
-def file_targets(target: Path) -> list[Path]:
-    """A dataset that is the file ``target``, with its sidecar (EOS id, vocab size), uploaded last."""
-    return [target, sidecar_of(target)]
-
-
 @dataclass(frozen=True, slots=True)
 class FormatSpec:
     """A token format tokenloom reads (and usually writes), registered under ``name``."""
@@ -102,9 +90,7 @@ class FormatSpec:
     detectable: bool = True  # False: opened only by name (format=...), never chosen by detect_format
     store: StoreSpec | None = None  # keyed stores: how open_store reads all of its keys
     suffixes: tuple[str, ...] = ()  # its data files' suffixes: read by blocks, never whole, from object storage
-    #: every path a writer at ``target`` may create or replace: the first is locked while it converts,
-    #: the last is uploaded last (a reader of the bucket finds a dataset only once it is there)
-    targets: Callable[[Path], list[Path]] = directory_targets
+    targets: Callable[[Path], list[Path]] | None = None  # see write_targets; None: the usual paths
     #: None: a dataset is a directory of its own; else its name inside an output directory (a file or
     #: a Megatron prefix) among files that may belong to others
     output_name: str | None = None
@@ -115,6 +101,15 @@ class FormatSpec:
         """Is a dataset of this format a whole directory (not named files in a shared one)?"""
         return self.output_name is None
 
+    def write_targets(self, target: str | os.PathLike[str]) -> list[Path]:
+        """Every path a writer at ``target`` may create or replace: the first is locked while it converts, the
+        last uploaded last (a reader of a bucket finds the dataset once it is there). Unless ``targets`` says
+        otherwise: the directory and its manifest, or the file and its sidecar (EOS id, vocab size)."""
+        path = Path(target)
+        if self.targets is not None:
+            return self.targets(path)
+        return [path, path / MANIFEST_NAME] if self.output_name is None else [path, sidecar_of(path)]
+
     def output_path(self, directory: str | os.PathLike[str]) -> Path:
         """Where a dataset of this format goes when written into ``directory`` (what its writer is given)."""
         return Path(directory) if self.output_name is None else Path(directory, self.output_name)
@@ -123,4 +118,4 @@ class FormatSpec:
         """Is ``name``, a file in an output directory, one that a writer of this format puts there?"""
         if self.output_name is None:
             return bool(self.file_names) and re.fullmatch(self.file_names, name) is not None
-        return name in {path.name for path in self.targets(Path(self.output_name))}
+        return name in {path.name for path in self.write_targets(self.output_name)}

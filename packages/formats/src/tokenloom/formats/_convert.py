@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,7 +124,7 @@ def convert_dataset(
         )
     factory = spec.writer
     source_spec = available_formats().get(dataset.format)
-    targets = spec.targets(Path(target))
+    targets = spec.write_targets(target)
     check_disjoint(
         targets,
         dataset_inputs(

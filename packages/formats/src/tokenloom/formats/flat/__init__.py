@@ -15,15 +15,9 @@ __all__ = ["DOCUMENT_LENGTHS_NAME", "SPEC", "FlatWriter", "is_flat", "open_flat"
 
 DESCRIPTION = "a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)"
 OPTIONS = ("file_pattern", "split", "eos_id", "vocab_size")
+FILE_NAMES = rf"shard_\d+\.(npy|bin)|{re.escape(DOCUMENT_LENGTHS_NAME)}|manifest\.json"  # what its writer puts there
 
 SPEC = FormatSpec(
-    "flat",
-    DESCRIPTION,
-    detect=is_flat,
-    open=open_flat,
-    writer=FlatWriter,
-    options=OPTIONS,
-    suffixes=(".bin", ".npy"),
-    file_names=rf"shard_\d+\.(npy|bin)|{re.escape(DOCUMENT_LENGTHS_NAME)}|manifest\.json",
+    "flat", DESCRIPTION, is_flat, open_flat, FlatWriter, OPTIONS, suffixes=(".bin", ".npy"), file_names=FILE_NAMES
 )
 register_format(SPEC)

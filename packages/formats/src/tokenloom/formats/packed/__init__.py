@@ -4,7 +4,7 @@
 the writer, ``pickle_safe.py`` reads and writes the pickled index without ``pickle.loads``.
 """
 
-from tokenloom.formats._contract import FormatSpec, file_targets
+from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
 from tokenloom.formats.packed.reader import is_packed, open_packed, read_packed_file
 from tokenloom.formats.packed.writer import PackedWriter
@@ -15,14 +15,6 @@ DESCRIPTION = "Modalities .pbin packed files (current and legacy layouts)"
 OPTIONS = ("layout", "eos_id", "vocab_size", "max_index_bytes", "max_entries")
 
 SPEC = FormatSpec(
-    "packed",
-    DESCRIPTION,
-    detect=is_packed,
-    open=open_packed,
-    writer=PackedWriter,
-    options=OPTIONS,
-    suffixes=(".pbin",),
-    targets=file_targets,
-    output_name="data.pbin",
+    "packed", DESCRIPTION, is_packed, open_packed, PackedWriter, OPTIONS, suffixes=(".pbin",), output_name="data.pbin"
 )
 register_format(SPEC)

@@ -2,7 +2,7 @@
 
     source -> convert_dataset into CACHE/uploads/<URL>/<key>/out (a ``.converted`` marker when done)
            -> every data file put (skipped when the object already holds its size and checksum)
-           -> the last of the format's targets (``FormatSpec.targets``: manifest.json, a sidecar) last
+           -> the last of the format's targets (``FormatSpec.write_targets``: manifest.json, a sidecar) last
 
 The staging key is the source's identity (its path and fingerprint) and every option that changes the
 output, so a rerun after a kill reuses a finished conversion and uploads only what is missing. A target
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokenloom.formats.errors import ConfigError
@@ -33,9 +32,9 @@ _DONE = ".converted"
 def _layout(url: RemoteURL, spec: FormatSpec) -> tuple[RemoteURL, str, str]:
     """(the prefix the files go under, the local target's name, the name uploaded last)."""
     if spec.owns_directory:
-        return url, "dataset", spec.targets(Path("dataset"))[-1].name
+        return url, "dataset", spec.write_targets("dataset")[-1].name
     parent, _, base = url.prefix.rpartition("/")
-    targets = spec.targets(Path(base))
+    targets = spec.write_targets(base)
     return RemoteURL(url.scheme, url.bucket, parent), targets[0].name, targets[-1].name
 
 
