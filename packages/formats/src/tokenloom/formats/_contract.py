@@ -25,14 +25,7 @@ if TYPE_CHECKING:
     from tokenloom.formats._dataset import TokenDataset
     from tokenloom.formats._writer import TokenWriter
 
-__all__ = [
-    "FormatSpec",
-    "StoreSpec",
-    "TokenReader",
-    "Validate",
-    "WriterFactory",
-    "as_validate",
-]
+__all__ = ["FormatSpec", "StoreSpec", "TokenReader", "Validate", "WriterFactory", "as_validate"]
 
 
 class Validate(StrEnum):

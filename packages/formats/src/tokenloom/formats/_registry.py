@@ -35,6 +35,7 @@ __all__ = [
     "open_writer",
     "register_format",
     "writable_formats",
+    "writer_spec",
 ]
 
 #: Third-party formats: ``[project.entry-points."tokenloom.formats"] name = "pkg.module:SPEC"``.
