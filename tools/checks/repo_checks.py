@@ -10,11 +10,11 @@
 4. One version policy: every project shares one version, and a published
    project requires its tokenloom siblings at exactly that version (``==``).
 5. No import cycle inside a package: the graph of every package's imports of
-   its own modules has no cycle. Every import that can run counts, at module
-   level or inside a function (a function-local import that closes a loop hides
-   the cycle from the interpreter, it does not remove it); imports under
-   ``if TYPE_CHECKING:`` never run and do not count. Each package is checked on
-   its own, so a cycle in one never hides the state of another.
+   its own modules has no cycle. Every import counts, at module level, inside a
+   function (a function-local import that closes a loop hides the cycle from the
+   interpreter, it does not remove it) or under ``if TYPE_CHECKING:``. Each
+   package is checked on its own; the few cycles other work is reshaping are
+   listed in ``import_cycles.ALLOWED_CYCLES`` (see ``import_cycles.py``).
 6. One vocabulary: ``train_type``, ``format``, ``path``, ``seq_len``. The old names
    ``training_type``, ``storage_type`` and ``load_path`` appear in packages/*/src only on lines
    marked ``# old-name`` (the deprecation shims, and DatasetFactory's seed-API keywords that
@@ -31,7 +31,6 @@ the installed environment and runs apart: ``tools/checks/startup_check.py``.)
 from __future__ import annotations
 
 import ast
-import itertools
 import os
 import re
 import subprocess
@@ -39,6 +38,8 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from import_cycles import ALLOWED_CYCLES, disallowed, find_cycles
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,157 +243,18 @@ def check_versions(repo: Path) -> list[Violation]:
     return violations
 
 
-Edge = tuple[str, int]  # (imported module, line of the import)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _running_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement that can run: module level and function-local, not under ``if TYPE_CHECKING:``."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
-
-
-def package_modules(package_dir: Path, dotted: str) -> dict[str, Path]:
-    """Module name -> file for a package directory (``__init__.py`` is the package's own name)."""
-    modules = {}
-    for path in sorted(package_dir.rglob("*.py")):
-        parts = list(path.relative_to(package_dir).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join([dotted, *parts])] = path
-    return modules
-
-
-def import_graph(package_dir: Path, dotted: str) -> dict[str, dict[str, int]]:
-    """module -> {module of the same package it imports: line of the first such import}."""
-    modules = package_modules(package_dir, dotted)
-    graph: dict[str, dict[str, int]] = {name: {} for name in modules}
-
-    def owner(target: str) -> str | None:  # the package module that `target` names (a name inside it counts)
-        while target and target not in modules:
-            target = target.rpartition(".")[0]
-        return target or None
-
-    for name, path in modules.items():
-        is_package = path.name == "__init__.py"
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in _running_imports(tree):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    anchor = name.split(".")
-                    anchor = anchor if is_package else anchor[:-1]
-                    anchor = anchor[: len(anchor) - (node.level - 1)]
-                    base = ".".join([*anchor, *([base] if base else [])])
-                for alias in node.names:  # `from pkg import sub` imports the submodule; `from m import x` m
-                    child = f"{base}.{alias.name}"
-                    targets.append(child if child in modules else base)
-            for target in targets:
-                module = owner(target) if target == dotted or target.startswith(dotted + ".") else None
-                if module is not None and module != name:
-                    graph[name].setdefault(module, node.lineno)
-    return graph
-
-
-def find_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-    """One cycle (as a closed path) per strongly connected component with more than one module."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-
-    def connect(node: str) -> None:  # Tarjan; packages are small, recursion depth is fine
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph[node]:
-            if nxt not in index:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                top = stack.pop()
-                on_stack.discard(top)
-                component.append(top)
-                if top == node:
-                    break
-            if len(component) > 1:
-                components.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            connect(node)
-    cycles = []
-    for component in sorted(components):
-        members, start = set(component), component[0]
-        path, seen = [start], {start}
-        while True:  # walk inside the component until the walk closes; every node there has an edge back in
-            nxt = next((m for m in graph[path[-1]] if m == start), None) or next(
-                (m for m in sorted(graph[path[-1]]) if m in members and m not in seen), None
-            )
-            if nxt is None:
-                nxt = next(m for m in sorted(graph[path[-1]]) if m in members)
-            path.append(nxt)
-            if nxt in seen:
-                path = path[path.index(nxt) :]
-                break
-            seen.add(nxt)
-        cycles.append(path)
-    return cycles
-
-
-def package_dirs(repo: Path) -> list[tuple[Path, str]]:
-    """(directory, dotted name) of every tokenloom package under packages/*/src and the root src."""
-    found = [*repo.glob("packages/*/src/tokenloom/*/__init__.py"), *repo.glob("src/tokenloom/*/__init__.py")]
-    return [(p.parent, f"tokenloom.{p.parent.name}") for p in sorted(found)]
-
-
-def check_cycles(repo: Path, packages: list[str] | None = None) -> list[Violation]:
-    """No import cycle inside any package (or inside the packages named, e.g. ``["curriculum"]``)."""
-    violations = []
-    for directory, dotted in package_dirs(repo):
-        if packages is not None and dotted.split(".")[1] not in packages:
-            continue
-        graph = import_graph(directory, dotted)
-        files = package_modules(directory, dotted)
-        for cycle in find_cycles(graph):
-            steps = " -> ".join(
-                f"{a.removeprefix(dotted + '.')} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)
-            )
-            first = files[cycle[0]]
-            violations.append(
-                Violation(
-                    first.relative_to(repo),
-                    graph[cycle[0]][cycle[1]],
-                    f"import cycle in {dotted}: {steps} -> {cycle[-1].removeprefix(dotted + '.')}; move what both "
-                    "need into a module of its own, or import under `if TYPE_CHECKING:` if only annotations need it",
-                )
-            )
-    return violations
+def check_cycles(
+    repo: Path, packages: list[str] | None = None, allowed: frozenset[frozenset[str]] = ALLOWED_CYCLES
+) -> list[Violation]:
+    """No import cycle inside any package (or inside the packages named), beyond ``allowed``: see import_cycles."""
+    return [
+        Violation(
+            cycle.file.relative_to(repo),
+            cycle.lines[0],
+            f"{cycle.describe()}; move what both need into a module of its own, or pass the value in",
+        )
+        for cycle in disallowed(find_cycles(repo, packages), allowed)
+    ]
 
 
 #: Names replaced by ``train_type`` / ``format`` / ``path``; kept only where marked with ``OLD_NAME_MARKER``.

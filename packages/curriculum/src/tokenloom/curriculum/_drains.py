@@ -6,15 +6,26 @@ lists them and the findings judge them, all in the words of this module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tokenloom.curriculum._config import ExhaustionPolicy
+from tokenloom.curriculum._config import CurriculumConfig, ExhaustionPolicy
 
 if TYPE_CHECKING:
-    from tokenloom.curriculum._plan import CurriculumPlan
-    from tokenloom.sampler import Drain
+    from tokenloom.sampler import CurriculumSchedule, Drain
 
 __all__ = ["drain_effect", "drain_rows", "drain_verdicts"]
+
+
+class PlannedDrains(Protocol):
+    """What the drain table and verdicts read of a plan (``CurriculumPlan`` meets it)."""
+
+    config: CurriculumConfig
+    buckets: list[str]
+    schedule: CurriculumSchedule
+    halt: Drain | None
+
+    @property
+    def policy(self) -> ExhaustionPolicy: ...
 
 
 def drain_effect(drain: Drain, halt: Drain | None, otherwise: str = "renormalise") -> str:
@@ -26,7 +37,7 @@ def drain_effect(drain: Drain, halt: Drain | None, otherwise: str = "renormalise
     return "not reached (after the halt)"
 
 
-def drain_rows(ds: CurriculumPlan) -> list[dict[str, Any]]:
+def drain_rows(ds: PlannedDrains) -> list[dict[str, Any]]:
     """The plan's drain table: bucket, sample, token, phase, epochs and effect of every drain."""
     return [
         {
@@ -41,7 +52,7 @@ def drain_rows(ds: CurriculumPlan) -> list[dict[str, Any]]:
     ]
 
 
-def drain_verdicts(ds: CurriculumPlan) -> list[tuple[str, str, str]]:
+def drain_verdicts(ds: PlannedDrains) -> list[tuple[str, str, str]]:
     """(severity, code, message) per drain of a phased curriculum: the halting one blocks, a renormalising
     one warns, one after the halt is only said."""
     if ds.config.curriculum is None:

@@ -19,11 +19,10 @@ from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats._registry import (
     available_formats,
     detect_format,
-    detect_store_type,
     open_dataset,
-    open_store,
     open_writer,
     register_format,
+    writable_formats,
 )
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import *  # noqa: F403  # pyright: ignore[reportWildcardImportFromLibrary] - listed once, in errors.__all__
@@ -39,7 +38,9 @@ from tokenloom.formats.keyed import (
     KeyedStore,
     RecordStore,
     RecordStoreWriter,
+    detect_store_type,
     open_records,
+    open_store,
 )
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "open_writer",
     "read_manifest",
     "register_format",
+    "writable_formats",
 ]
 __all__ += errors.__all__
 

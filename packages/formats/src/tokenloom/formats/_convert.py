@@ -16,17 +16,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats._registry import available_formats, open_dataset, open_writer
+from tokenloom.formats._registry import available_formats, open_dataset, open_writer, writer_spec
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io.lock import output_lock
 from tokenloom.formats.io.safety import check_disjoint, dataset_inputs, remove_on_failure
-from tokenloom.formats.io.sidecar import settle, sidecar_of
+from tokenloom.formats.io.sidecar import settle
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import is_remote_url
 
@@ -70,19 +69,6 @@ def _accepts(factory: Callable[..., Any], name: str) -> bool:
         return False
 
 
-def write_targets(target: str | os.PathLike[str], to: str) -> list[Path]:
-    """Every path a writer of format ``to`` at ``target`` may create or replace."""
-    path = Path(target)
-    paths = [path]
-    if to == "megatron":
-        prefix = path.with_name(path.name[:-4]) if path.suffix in (".idx", ".bin") else path
-        paths += [prefix, prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx")]
-        paths.append(sidecar_of(prefix))
-    elif to == "packed":
-        paths.append(sidecar_of(path))
-    return paths
-
-
 def convert_dataset(
     source: str | os.PathLike[str] | TokenDataset,
     target: str | os.PathLike[str],
@@ -119,10 +105,7 @@ def convert_dataset(
             if isinstance(source, TokenDataset)
             else open_dataset(source, format=source_format, validate=validate)
         )
-    formats = available_formats()
-    if to not in formats or formats[to].writer is None:
-        writable = sorted(name for name, spec in formats.items() if spec.writer is not None)
-        raise ConfigError(f"cannot write format {to!r}, writable: {writable}", field="to")
+    spec = writer_spec(to, field="to")
     if remote_target:
         from tokenloom.formats.remote.convert_output import convert_to_url
 
@@ -132,17 +115,23 @@ def convert_dataset(
             dataset,
             None if isinstance(source, TokenDataset) else source,
             target,
-            to=to,
+            spec=spec,
             storage_options=target_storage_options,
             cache_dir=target_cache_dir,
             options=options,
             convert=convert_dataset,
             resumed=ConvertResult(dataset.format, to, len(dataset), dataset.num_tokens, 0.0),
         )
-    factory = formats[to].writer
+    factory = spec.writer
+    source_spec = available_formats().get(dataset.format)
+    targets = spec.write_targets(target)
     check_disjoint(
-        write_targets(target, to),
-        dataset_inputs(dataset, None if isinstance(source, TokenDataset) else source),
+        targets,
+        dataset_inputs(
+            dataset,
+            None if isinstance(source, TokenDataset) else source,
+            owns_root=source_spec is None or source_spec.owns_directory,
+        ),
         target_name="the target",
     )
     eos_id = settle(
@@ -166,10 +155,9 @@ def convert_dataset(
         if value is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]
             options[key] = value
     start = time.perf_counter()
-    targets = write_targets(target, to)
     created = [p for p in targets if not p.exists()]
     with (
-        output_lock(targets[1] if to == "megatron" else target, what="conversion target"),
+        output_lock(targets[0], what="conversion target"),
         remove_on_failure(created),
         storage_errors(target, f"converting to {to}"),
         open_writer(

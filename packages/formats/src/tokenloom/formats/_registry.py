@@ -12,21 +12,18 @@ import logging
 import os
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tokenloom.formats._contract import FormatSpec, StoreSpec, Validate, as_validate
+from tokenloom.formats._contract import FormatSpec, Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.progress import ProgressCallback, reporting
-from tokenloom.formats.io.renames import renamed_keyword
 from tokenloom.formats.io.safety import unlisted_files
+from tokenloom.formats.io.source import add_data_suffixes
 from tokenloom.formats.io.storage import check_readable, storage_errors
 from tokenloom.formats.io.urls import is_remote_url, refuse_remote_output
-
-if TYPE_CHECKING:
-    from tokenloom.formats.keyed.store import KeyedStore
 
 _log = logging.getLogger("tokenloom.formats")
 
@@ -34,12 +31,11 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "available_formats",
     "detect_format",
-    "detect_store_type",
     "open_dataset",
-    "open_store",
     "open_writer",
     "register_format",
-    "store_spec",
+    "writable_formats",
+    "writer_spec",
 ]
 
 #: Third-party formats: ``[project.entry-points."tokenloom.formats"] name = "pkg.module:SPEC"``.
@@ -56,6 +52,7 @@ def register_format(spec: FormatSpec) -> None:
     if not isinstance(spec, FormatSpec):
         raise ConfigError(f"register_format takes a FormatSpec, got {type(spec).__name__}", field="spec")
     _FORMATS[spec.name] = spec
+    add_data_suffixes(spec.suffixes)
 
 
 def _load_plugins() -> None:
@@ -275,70 +272,25 @@ def open_writer(
 ) -> TokenWriter:
     """A crash-safe writer for ``format``: use as a context manager, ``add`` entries."""
     refuse_remote_output(path)
-    spec = _spec(format)
-    if spec.writer is None:
-        writable = sorted(name for name, s in available_formats().items() if s.writer is not None)
-        raise ConfigError(f"format {format!r} is read-only here, writable: {writable}", field="format")
+    writer = writer_spec(format).writer
     with storage_errors(path, f"creating the {format} output"):
-        return spec.writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)
+        return writer(path, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, **options)  # pyright: ignore[reportOptionalCall]
 
 
-def _stores() -> dict[str, StoreSpec]:
-    """Keyed stores by storage type ("h5", "bin"): the registered formats that have a store side."""
-    return {spec.store.name: spec.store for spec in available_formats().values() if spec.store is not None}
+def writable_formats(*, keyed: bool = True) -> list[str]:
+    """The registered formats that have a writer, sorted: what ``convert --to`` takes.
 
-
-def store_spec(format: str) -> StoreSpec:
-    """The keyed store registered as ``format`` (a store name, "h5" / "bin", or its token format's name,
-    "bin-meta"); ConfigError listing the valid names otherwise."""
-    stores = _stores()
-    if format not in stores:
-        spec = available_formats().get(format)
-        if spec is not None and spec.store is not None:
-            return spec.store
-        raise ConfigError(f"unknown storage type {format!r}, expected one of {sorted(stores)}", field="format")
-    return stores[format]
-
-
-def detect_store_type(path: str | os.PathLike[str]) -> str:
-    """The storage type of the keyed store at ``path`` (``"h5"``: .h5/.hdf5 files, ``"bin"``: meta.json)."""
-    target = Path(path)
-    stores = _stores()
-    if not target.exists():
-        raise MissingFileError(f"{target.name} does not exist", path=target)
-    found = [name for name, store in stores.items() if store.detect(target)]
-    if len(found) == 1:
-        return found[0]
-    if target.is_file() and not found:
-        raise FormatError(f"{target.name} is not a keyed store (expected .h5/.hdf5 or a directory)", path=target)
-    if not found:
-        tried = ", ".join(f"{name}: {store.looks_like}" for name, store in stores.items())
-        raise FormatError(f"no keyed store here (tried {tried})", path=target, field="format")
-    raise FormatError(
-        f"the directory holds more than one kind of keyed store ({', '.join(found)})",
-        path=target,
-        hint=f"Pass format={found[0]!r} or another of {found}",
+    ``keyed=False`` leaves out the keyed stores (formats with a store side): what ``tokenize --format``
+    writes documents into.
+    """
+    return sorted(
+        name for name, spec in available_formats().items() if spec.writer is not None and (keyed or spec.store is None)
     )
 
 
-def open_store(
-    path: str | os.PathLike[str],
-    format: str | None = None,
-    *,
-    train_type: str | None = None,
-    storage_type: str | None = None,  # old-name
-    training_type: str | None = None,  # old-name
-    **options: Any,
-) -> KeyedStore:
-    """Load the keyed store at ``path`` (backend detected unless ``format`` is given: "h5" or "bin").
-
-    ``train_type`` (seq / sft / dpo / grpo) checks that its keys are present;
-    ``options`` go to the store (``validate``, ``max_elements``).
-    """
-    format = renamed_keyword("open_store", "format", format, "storage_type", storage_type)  # old-name
-    train_type = renamed_keyword("open_store", "train_type", train_type, "training_type", training_type)  # old-name
-    store = store_spec(format or detect_store_type(path)).store(**options)
-    store.load(path)
-    if train_type is not None:
-        store.require(train_type)
-    return store
+def writer_spec(format: str, *, field: str = "format") -> FormatSpec:
+    """The spec of ``format`` if it has a writer; ConfigError listing the writable formats otherwise."""
+    spec = available_formats().get(format)
+    if spec is None or spec.writer is None:
+        raise ConfigError(f"cannot write format {format!r}, writable: {writable_formats()}", field=field)
+    return spec

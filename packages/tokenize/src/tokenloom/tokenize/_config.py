@@ -8,7 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats import ConfigError
+from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
@@ -27,7 +27,7 @@ __all__ = [
 
 #: Output formats tokenize writes. ``native`` directly (shard-level resume); the
 #: others through a native staging dataset that is then converted.
-SUPPORTED_FORMATS = ("native", "megatron", "flat", "packed")
+SUPPORTED_FORMATS = tuple(writable_formats(keyed=False))
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 

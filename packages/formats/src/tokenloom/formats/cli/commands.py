@@ -15,7 +15,7 @@ import orjson
 
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats._registry import available_formats, open_dataset
+from tokenloom.formats._registry import open_dataset, writer_spec
 from tokenloom.formats.cli.group import cli_errors
 from tokenloom.formats.cli.remote_options import PATH_OR_URL, remote_kwargs, remote_options
 from tokenloom.formats.cli.summary import config_snippet, describe, length_percentiles
@@ -407,10 +407,6 @@ def _verify_recorded_checksums(dataset: TokenDataset, source: Path | str, remote
         read_manifest(root).verify(root, deep=True)
 
 
-def _writable() -> list[str]:
-    return sorted(name for name, spec in available_formats().items() if spec.writer is not None)
-
-
 @click.command(
     epilog=(
         "\b\nExamples:\n"
@@ -494,11 +490,8 @@ def convert(
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
     with cli_errors():
-        formats = available_formats()
-        if to not in _writable():
-            raise ConfigError(f"cannot write format {to!r}, writable: {_writable()}", field="--to")
+        factory = writer_spec(to, field="--to").writer
         options: dict[str, Any] = {}
-        factory = formats[to].writer
         for name, value in (
             ("overwrite", overwrite),
             ("shard_size_tokens", shard_size_tokens),

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats._registry import available_formats
 
 __all__ = ["PERCENTILES", "config_snippet", "describe", "length_percentiles", "samples_for_seq_len"]
 
@@ -94,7 +95,9 @@ def config_snippet(dataset: TokenDataset, seq_len: int) -> str:
         f"vocab_size {_yaml_scalar(facts['vocab_size'])}, eos_id {_yaml_scalar(facts['eos_id'])}",
     ]
     root = Path(facts["path"])
-    if facts["format"] == "native" and root.parent.name == "train" and "remote" not in dataset.metadata:
+    spec = available_formats().get(dataset.format)
+    bucket = spec is not None and spec.owns_directory and root.parent.name == "train"
+    if bucket and "remote" not in dataset.metadata:  # a directory dataset in train/<bucket>: curriculum reads it
         data_root = root.parent.parent
         lines += [
             "",

@@ -4,6 +4,8 @@
 ``.npy`` header parser and writer, ``tatm.py`` tatm's ``metadata.json`` / ``metadata.yaml``.
 """
 
+import re
+
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, is_flat, open_flat
@@ -13,6 +15,9 @@ __all__ = ["DOCUMENT_LENGTHS_NAME", "SPEC", "FlatWriter", "is_flat", "open_flat"
 
 DESCRIPTION = "a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)"
 OPTIONS = ("file_pattern", "split", "eos_id", "vocab_size")
+FILE_NAMES = rf"shard_\d+\.(npy|bin)|{re.escape(DOCUMENT_LENGTHS_NAME)}|manifest\.json"  # what its writer puts there
 
-SPEC = FormatSpec("flat", DESCRIPTION, detect=is_flat, open=open_flat, writer=FlatWriter, options=OPTIONS)
+SPEC = FormatSpec(
+    "flat", DESCRIPTION, is_flat, open_flat, FlatWriter, OPTIONS, suffixes=(".bin", ".npy"), file_names=FILE_NAMES
+)
 register_format(SPEC)

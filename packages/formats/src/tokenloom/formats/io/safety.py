@@ -121,8 +121,14 @@ def check_disjoint(
             )
 
 
-def dataset_inputs(dataset: object, given: str | os.PathLike[str] | None = None) -> list[Path]:
-    """The files (and directory) a TokenDataset reads: its shard files, index siblings and root."""
+def dataset_inputs(
+    dataset: object, given: str | os.PathLike[str] | None = None, *, owns_root: bool = True
+) -> list[Path]:
+    """The files (and directory) a TokenDataset reads: its shard files, index siblings and root.
+
+    ``owns_root`` False: the root is a directory the dataset shares with others (Megatron prefixes, .pbin
+    files: ``FormatSpec.owns_directory``), so writing elsewhere in it is no overlap.
+    """
     paths: list[Path] = []
     if given is not None:
         paths.append(Path(given))
@@ -132,7 +138,7 @@ def dataset_inputs(dataset: object, given: str | os.PathLike[str] | None = None)
         if tokens_path.suffix == ".bin":
             paths.append(tokens_path.with_suffix(".idx"))
     root = getattr(dataset, "root", None)
-    if root is not None and Path(root).is_dir() and getattr(dataset, "format", "") != "megatron":
+    if owns_root and root is not None and Path(root).is_dir():
         paths.append(Path(root))
     return paths
 

@@ -26,10 +26,11 @@ from tokenloom.formats.io.storage import storage_errors
 __all__ = [
     "LOCAL",
     "REMOTE_VIEW_MARKER",
-    "VIEW_DATA_SUFFIXES",
     "LocalSource",
     "Source",
+    "add_data_suffixes",
     "current_source",
+    "data_suffixes",
     "map_tokens",
     "refuse_placeholder",
     "using_source",
@@ -37,8 +38,20 @@ __all__ = [
 
 #: a remote view's folder holds this file; its data files are placeholders (holes), never to be read locally
 REMOTE_VIEW_MARKER = ".tokenloom-remote-view"
-#: objects a view holds as placeholders (read by blocks); every other object is fetched whole
-VIEW_DATA_SUFFIXES = (".bin", ".npy", ".pbin", ".h5", ".hdf5")
+#: objects a view holds as placeholders (read by blocks); every other object is fetched whole. Each format's
+#: spec names its own (``FormatSpec.suffixes``); ``register_format`` adds them here.
+_data_suffixes: tuple[str, ...] = ()
+
+
+def add_data_suffixes(suffixes: tuple[str, ...]) -> None:
+    """Count ``suffixes`` as data-file suffixes (called by ``register_format`` with a format's own)."""
+    global _data_suffixes
+    _data_suffixes = tuple(sorted({*_data_suffixes, *suffixes}))
+
+
+def data_suffixes() -> tuple[str, ...]:
+    """The suffixes of every registered format's data files (what a remote view holds as placeholders)."""
+    return _data_suffixes
 
 
 class Source(Protocol):
@@ -73,7 +86,7 @@ def refuse_placeholder(path: str | os.PathLike[str]) -> None:
     would otherwise read zeros: pass ``source=shard.source`` along instead.
     """
     text = os.fspath(path)
-    if "view-" not in text or not text.endswith(VIEW_DATA_SUFFIXES):
+    if "view-" not in text or not text.endswith(_data_suffixes):
         return
     for parent in Path(text).parents:
         if parent.name.startswith("view-") and (parent / REMOTE_VIEW_MARKER).exists():

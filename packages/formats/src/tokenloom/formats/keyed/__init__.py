@@ -6,20 +6,17 @@
 ``sequence`` key), so they register as formats with a store side.
 """
 
+import re
 from pathlib import Path
 
 from tokenloom.formats._contract import FormatSpec, StoreSpec
 from tokenloom.formats._registry import register_format
 from tokenloom.formats.io.renames import module_aliases
-from tokenloom.formats.keyed.bin_meta import BinStore, find_meta_files, is_bin_store, open_bin_meta_dataset
+from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files, is_bin_store, open_bin_meta_dataset
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h5_store, open_h5_dataset
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
-from tokenloom.formats.keyed.store import (
-    OPTIONAL_TRAIN_TYPE_KEYS,
-    TRAIN_TYPE_KEYS,
-    KeyedStore,
-    StoreFactory,
-)
+from tokenloom.formats.keyed.registry import StoreFactory, detect_store_type, open_store
+from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS, KeyedStore
 from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, RecordStoreWriter, StoreWriter
 
 __all__ = [
@@ -37,7 +34,9 @@ __all__ = [
     "RecordStoreWriter",
     "StoreFactory",
     "StoreWriter",
+    "detect_store_type",
     "open_records",
+    "open_store",
 ]
 
 
@@ -56,7 +55,18 @@ BIN_META_DESCRIPTION = "<key>.bin + meta.json keyed store (AstrAI); its 'sequenc
 H5_STORE = StoreSpec("h5", store=H5Store, detect=_holds_h5, looks_like="*.h5/*.hdf5 files")
 BIN_META_STORE = StoreSpec("bin", store=BinStore, detect=_holds_bin_meta, looks_like="meta.json + <key>.bin")
 
-H5_SPEC = FormatSpec("h5", H5_DESCRIPTION, is_h5_store, open_h5_dataset, H5StoreWriter, OPTIONS, store=H5_STORE)
+H5_SPEC = FormatSpec(
+    "h5",
+    H5_DESCRIPTION,
+    is_h5_store,
+    open_h5_dataset,
+    H5StoreWriter,
+    OPTIONS,
+    store=H5_STORE,
+    suffixes=H5_SUFFIXES,
+    targets=lambda target: [target],  # one file, published by a rename
+    output_name="data.h5",
+)
 BIN_META_SPEC = FormatSpec(
     "bin-meta",
     BIN_META_DESCRIPTION,
@@ -65,6 +75,9 @@ BIN_META_SPEC = FormatSpec(
     BinMetaStoreWriter,
     OPTIONS,
     store=BIN_META_STORE,
+    suffixes=(".bin",),
+    targets=lambda target: [target, target / META_NAME],
+    file_names=rf"[\w.-]+\.bin|{re.escape(META_NAME)}",
 )
 register_format(H5_SPEC)
 register_format(BIN_META_SPEC)

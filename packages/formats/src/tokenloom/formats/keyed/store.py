@@ -51,7 +51,6 @@ __all__ = [
     "TOKEN_KEYS",
     "TRAIN_TYPE_KEYS",
     "KeyedStore",
-    "StoreFactory",
     "check_finite",
     "token_key_dtype",
     "check_key_name",
@@ -379,23 +378,6 @@ class KeyedStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(path={self.path!r}, keys={self._keys}, elements={len(self)})"
-
-
-class StoreFactory:
-    """Keyed stores by format (``"h5"``, ``"bin"``): a view of the one format registry."""
-
-    @classmethod
-    def names(cls) -> list[str]:
-        from tokenloom.formats._registry import _stores
-
-        return sorted(_stores())
-
-    @classmethod
-    def create(cls, name: str, **options: Any) -> KeyedStore:
-        """An unloaded store of type ``name``; ConfigError listing the valid names otherwise."""
-        from tokenloom.formats._registry import store_spec
-
-        return store_spec(name).store(**options)
 
 
 __getattr__ = module_aliases(

@@ -6,7 +6,7 @@
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
 from tokenloom.formats.megatron.reader import is_megatron, open_megatron
-from tokenloom.formats.megatron.writer import MegatronWriter
+from tokenloom.formats.megatron.writer import MegatronWriter, megatron_targets
 
 __all__ = ["SPEC", "MegatronWriter", "is_megatron", "open_megatron"]
 
@@ -14,6 +14,14 @@ DESCRIPTION = "Megatron-LM MMIDIDX .idx + .bin indexed datasets"
 OPTIONS = ("vocab_size", "eos_id")
 
 SPEC = FormatSpec(
-    "megatron", DESCRIPTION, detect=is_megatron, open=open_megatron, writer=MegatronWriter, options=OPTIONS
+    "megatron",
+    DESCRIPTION,
+    detect=is_megatron,
+    open=open_megatron,
+    writer=MegatronWriter,
+    options=OPTIONS,
+    suffixes=(".bin",),
+    targets=megatron_targets,
+    output_name="data",  # data.bin + data.idx inside an output directory
 )
 register_format(SPEC)

@@ -23,7 +23,19 @@ from tokenloom.formats.megatron.reader import (
     MEGATRON_VERSION,
 )
 
-__all__ = ["MegatronWriter"]
+__all__ = ["MegatronWriter", "megatron_targets", "prefix_of"]
+
+
+def prefix_of(path: Path) -> Path:
+    """The dataset prefix a path names (``PREFIX``, ``PREFIX.bin`` or ``PREFIX.idx``)."""
+    return path.with_name(path.name[:-4]) if path.suffix in (".idx", ".bin") else path
+
+
+def megatron_targets(target: Path) -> list[Path]:
+    """The prefix (locked), the path given, ``.bin``, ``.idx`` and the sidecar (uploaded last)."""
+    prefix = prefix_of(target)
+    paths = [prefix, target, prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx")]
+    return [*dict.fromkeys(paths), sidecar_of(prefix)]
 
 
 class MegatronWriter(TokenWriter):
@@ -55,9 +67,7 @@ class MegatronWriter(TokenWriter):
                 field="dtype",
                 hint="Use int32 for vocabularies up to 2**31 (uint16 up to 65,536)",
             )
-        prefix = self.path
-        if prefix.suffix in (".idx", ".bin"):
-            prefix = prefix.with_name(prefix.name[:-4])
+        prefix = prefix_of(self.path)
         if prefix.is_dir():
             raise ConfigError(
                 f"{prefix} is a directory; the megatron writer takes a prefix such as {prefix / 'data'}",

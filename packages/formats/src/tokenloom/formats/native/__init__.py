@@ -24,9 +24,12 @@ __all__ = [
 ]
 
 DESCRIPTION = "GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-Simple's own open without)"
+FILE_NAMES = r"shard_\d+\.(bin|idx)|manifest\.json"  # what its writer puts in its directory
 DESCRIPTION_V0 = "read-only: tokenloom's pre-release native layout, to convert (never detected)"
 
-SPEC = FormatSpec("native", DESCRIPTION, detect=is_native, open=open_native, writer=NativeWriter)
+SPEC = FormatSpec(
+    "native", DESCRIPTION, is_native, open_native, NativeWriter, suffixes=(".bin",), file_names=FILE_NAMES
+)
 SPEC_V0 = FormatSpec("native-v0", DESCRIPTION_V0, detect=lambda path: False, open=open_native_v0, detectable=False)
 register_format(SPEC)
 register_format(SPEC_V0)

@@ -14,5 +14,7 @@ __all__ = ["SPEC", "PackedWriter", "is_packed", "open_packed", "read_packed_file
 DESCRIPTION = "Modalities .pbin packed files (current and legacy layouts)"
 OPTIONS = ("layout", "eos_id", "vocab_size", "max_index_bytes", "max_entries")
 
-SPEC = FormatSpec("packed", DESCRIPTION, detect=is_packed, open=open_packed, writer=PackedWriter, options=OPTIONS)
+SPEC = FormatSpec(
+    "packed", DESCRIPTION, is_packed, open_packed, PackedWriter, OPTIONS, suffixes=(".pbin",), output_name="data.pbin"
+)
 register_format(SPEC)

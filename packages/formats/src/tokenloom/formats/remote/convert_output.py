@@ -2,7 +2,7 @@
 
     source -> convert_dataset into CACHE/uploads/<URL>/<key>/out (a ``.converted`` marker when done)
            -> every data file put (skipped when the object already holds its size and checksum)
-           -> manifest.json (native, flat) or NAME.tokenloom.json (megatron, packed) last
+           -> the last of the format's targets (``FormatSpec.write_targets``: manifest.json, a sidecar) last
 
 The staging key is the source's identity (its path and fingerprint) and every option that changes the
 output, so a rerun after a kill reuses a finished conversion and uploads only what is missing. A target
@@ -13,31 +13,29 @@ manifest; a target overlapping the source is always refused.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenloom.formats.errors import ConfigError
-from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote.publish import RemoteTarget, check_apart, staging_dir, writable_url
 
+if TYPE_CHECKING:
+    from tokenloom.formats._contract import FormatSpec
+
 __all__ = ["convert_to_url"]
 
-_DIRECTORY_FORMATS = ("native", "flat")
 _DONE = ".converted"
-_OURS = re.compile(r"manifest\.json|shard_\d+\.(bin|idx|npy)|document_lengths\.i64")
 
 
-def _layout(url: RemoteURL, to: str) -> tuple[RemoteURL, str, str]:
+def _layout(url: RemoteURL, spec: FormatSpec) -> tuple[RemoteURL, str, str]:
     """(the prefix the files go under, the local target's name, the name uploaded last)."""
-    if to in _DIRECTORY_FORMATS:
-        return url, "dataset", MANIFEST_NAME
+    if spec.owns_directory:
+        return url, "dataset", spec.write_targets("dataset")[-1].name
     parent, _, base = url.prefix.rpartition("/")
-    if to == "megatron" and base.endswith((".bin", ".idx")):
-        base = base[:-4]
-    return RemoteURL(url.scheme, url.bucket, parent), base, f"{base}.tokenloom.json"
+    targets = spec.write_targets(base)
+    return RemoteURL(url.scheme, url.bucket, parent), targets[0].name, targets[-1].name
 
 
 def convert_to_url(
@@ -45,14 +43,14 @@ def convert_to_url(
     source: object,
     target: str | os.PathLike[str],
     *,
-    to: str,
+    spec: FormatSpec,
     storage_options: dict[str, Any] | None,
     cache_dir: str | os.PathLike[str] | None,
     options: dict[str, Any],
     convert: Callable[..., Any],
     resumed: Any,
 ) -> Any:
-    """Convert ``dataset`` into a staging directory, then publish it.
+    """Convert ``dataset`` into a staging directory in the format of ``spec``, then publish it.
 
     ``convert(dataset, local_target, to=..., **options)`` is the local conversion (``convert_dataset``,
     passed in so that this module does not import it back); ``resumed`` is the result reported when a
@@ -63,7 +61,8 @@ def convert_to_url(
     check_apart(url, [source, getattr(dataset, "root", None)], "the conversion target")
     writer_options = dict(options.get("writer_options") or {})
     overwrite = bool(writer_options.pop("overwrite", False))
-    prefix, local_name, last = _layout(url, to)
+    to = spec.name
+    prefix, local_name, last = _layout(url, spec)
     remote = RemoteTarget(prefix, storage_options)
     existing = remote.existing()
     if last in existing:
@@ -75,8 +74,8 @@ def convert_to_url(
                 hint="Pass --overwrite to replace it, or choose another target",
             )
         remote.delete(last)  # first: from here on no reader sees a dataset there
-    if to in _DIRECTORY_FORMATS:
-        foreign = [name for name in existing if not _OURS.fullmatch(name)]
+    if spec.owns_directory:
+        foreign = [name for name in existing if not spec.owns_file(name)]
         if foreign:
             raise ConfigError(
                 f"{url} holds objects that are not a dataset ({', '.join(foreign[:5])})",
@@ -100,13 +99,13 @@ def convert_to_url(
         (staging / _DONE).touch()
     else:  # a rerun after a kill during the upload: the conversion is done
         result = resumed
-    files_root = local_root / local_name if to in _DIRECTORY_FORMATS else local_root
+    files_root = local_root / local_name if spec.owns_directory else local_root
     names = sorted(path.name for path in files_root.iterdir() if path.is_file())
     for name in names:
         if name != last:
             remote.upload(files_root / name)
-    if to in _DIRECTORY_FORMATS:
-        remote.remove_stale(names, lambda name: _OURS.fullmatch(name) is not None and name != MANIFEST_NAME)
+    if spec.owns_directory:
+        remote.remove_stale(names, lambda name: spec.owns_file(name) and name != last)
     remote.upload(files_root / last)  # last: now the dataset exists at the URL
     shutil.rmtree(staging, ignore_errors=True)
     return result

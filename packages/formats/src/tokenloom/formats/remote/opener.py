@@ -22,14 +22,14 @@ from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import ConfigError, DataError, MissingFileError
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
-from tokenloom.formats.io.source import using_source
+from tokenloom.formats.io.source import data_suffixes, using_source
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
-from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
+from tokenloom.formats.remote.source import RemoteSource, build_view, relative_name
 from tokenloom.formats.remote.verify import fetch_manifest, say_unverified
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
@@ -118,7 +118,7 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
         if name == MANIFEST_NAME:
             continue  # checks itself
         item = recorded.get(name, {})
-        if name.endswith(DATA_SUFFIXES):
+        if name.endswith(data_suffixes()):
             try:
                 blocks = BlockHashes.from_json(item, obj.size, path=url, record=0) if item else None
             except DataError:
@@ -158,7 +158,7 @@ def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) ->
     open removed (:func:`_forget_unchecked`) is fetched and linked again.
     """
     for name, obj in objects.items():
-        if name.endswith(DATA_SUFFIXES):
+        if name.endswith(data_suffixes()):
             continue
         target = view / name
         # the manifest checks itself (:func:`.verify.fetch_manifest`): relinked when it was fetched again
@@ -182,7 +182,7 @@ def _forget_unchecked(view: Path, cache: BlockCache, objects: dict[str, ObjectIn
     ``.idx``) and their links in the view, so the next open fetches them again (:func:`_heal_view`). A byte
     flipped on the way then costs one failed open, never every later one."""
     for name, obj in objects.items():
-        if not name.endswith(DATA_SUFFIXES) and not cache.expected.checks(obj.key, cache.block_size, True):
+        if not name.endswith(data_suffixes()) and not cache.expected.checks(obj.key, cache.block_size, True):
             cache.forget_whole(obj)
             with contextlib.suppress(FileNotFoundError):
                 (view / name).unlink()
@@ -234,7 +234,7 @@ def _objects(
     parent_config = StoreConfig(RemoteURL(url.scheme, url.bucket, parent), config.storage_options, config.retries)
     kept = []  # HEADs, not a listing of the parent (which may be a whole bucket)
     for suffix in _COMPANIONS:
-        if not suffix and not basename.endswith(DATA_SUFFIXES):
+        if not suffix and not basename.endswith(data_suffixes()):
             continue  # only a file of a known kind is opened by name (an http server answers for folders too)
         try:
             kept.append(head(parent_config, basename + suffix))

@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from tokenloom.formats.errors import UnsafePathError
-from tokenloom.formats.io.source import LOCAL, REMOTE_VIEW_MARKER, VIEW_DATA_SUFFIXES
+from tokenloom.formats.io.source import LOCAL, REMOTE_VIEW_MARKER, data_suffixes
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.remote._cachedir import named_cache_errors
 from tokenloom.formats.remote.array import BlockArray
@@ -34,10 +34,7 @@ from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 
-__all__ = ["DATA_SUFFIXES", "RemoteSource", "build_view"]
-
-#: objects read by blocks (token data, files that hold their own headers); every other object is fetched whole
-DATA_SUFFIXES = VIEW_DATA_SUFFIXES
+__all__ = ["RemoteSource", "build_view"]
 
 
 class RemoteSource:
@@ -100,7 +97,7 @@ def build_view(cache: BlockCache, objects: dict[str, ObjectInfo]) -> Path:
             for name, obj in sorted(objects.items()):
                 target = temp / name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                if name.endswith(DATA_SUFFIXES):
+                if name.endswith(data_suffixes()):
                     with open(target, "xb") as handle:
                         handle.truncate(obj.size)  # sparse: its bytes come from the blocks, never from here
                     continue
