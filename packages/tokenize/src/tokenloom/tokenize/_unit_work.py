@@ -5,8 +5,10 @@ Shared by the local pool (_units) and Ray tasks (_ray): a unit is written the sa
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -14,9 +16,9 @@ from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
 from tokenloom.tokenize._fetch import local_path
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord
-from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
 from tokenloom.tokenize._unit_files import (
+    Counts,
     UnitDone,
     UnitFacts,
     UnitPlan,
@@ -28,7 +30,7 @@ from tokenloom.tokenize._unit_files import (
 from tokenloom.tokenize._unit_parts import ByteRange, UnitSource, lines_before
 from tokenloom.tokenize._worker import ChunkResult
 
-__all__ = ["Session", "UnitWriter", "add_counts", "dealt_nodes", "pending_units"]
+__all__ = ["Session", "UnitWriter", "dealt_nodes", "node_units", "pending_units"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -38,6 +40,8 @@ class Session:
     """What this process (or its Ray tasks) encoded."""
 
     units: int = 0
+    resumed: int = 0
+    """Units of this node committed before this session (a rerun resumes after them)."""
     tokens: int = 0
     bytes_read: int = 0
     text_bytes: int = 0
@@ -58,7 +62,6 @@ class UnitWriter:
         self.counts = Counts()
         self.examples: list[str] = []
         self.records: list[ShardRecord] = []
-        self._line_base: int | None = None
         self.cutter = ShardCutter(
             config.output_dir,
             dtype=np.dtype(facts.dtype),
@@ -68,21 +71,12 @@ class UnitWriter:
             stem=lambda part: unit_stem(unit, part),
         )
 
-    def _line(self, line: int) -> int:
-        """A line number in the file: a byte-range unit numbers its lines from 1 at its start."""
-        part = self.source.part
-        if line <= 0 or not isinstance(part, ByteRange) or part.start == 0:
-            return line
-        if self._line_base is None:  # counted only when a record is bad: the common path never reads the prefix
-            self._line_base = lines_before(local_path(self.source.file), part.start)
-        return self._line_base + line
-
     def consume(self, result: ChunkResult) -> None:
         path = self.source.file.shown
         for issue in result.issues:
-            line = self._line(issue.line)
+            line = unit_line(self.source, issue.line)
             if self.config.on_error is OnError.RAISE:
-                raise RecordError(issue.message, path=path, record=line, field=issue.kind.value)
+                raise RecordError(issue.message, path=path, offset=issue.offset, record=line, field=issue.kind.value)
             kind = issue.kind.value
             self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
             if self.counts.skipped[kind] <= EXAMPLES_PER_KIND:
@@ -103,6 +97,21 @@ class UnitWriter:
 
     def abort(self) -> None:
         self.cutter.abort()
+
+
+def unit_line(source: UnitSource, line: int) -> int:
+    """A line number in the file: a byte-range unit numbers its lines from 1 at its start.
+
+    The prefix is counted only for a bad record: the common path never reads it."""
+    part = source.part
+    if line <= 0 or not isinstance(part, ByteRange) or part.start == 0:
+        return line
+    return _lines_before(local_path(source.file), part.start) + line
+
+
+@functools.lru_cache(maxsize=16)
+def _lines_before(path: Path, start: int) -> int:
+    return lines_before(path, start)
 
 
 def node_units(config: TokenizeConfig, units: int, first: int = 0) -> list[int]:
@@ -135,11 +144,3 @@ def pending_units(config: TokenizeConfig, plan: UnitPlan, first: int = 0) -> lis
     mine = [u for u in node_units(config, len(plan.units), first) if not done_path(config.output_dir, u).exists()]
     remove_unit_temps(config.output_dir, set(mine))
     return mine
-
-
-def add_counts(total: Counts, part: Counts) -> None:
-    total.documents += part.documents
-    total.input_bytes += part.input_bytes
-    for mine, theirs in ((total.skipped, part.skipped), (total.dropped, part.dropped)):
-        for kind, count in theirs.items():
-            mine[kind] = mine.get(kind, 0) + count

@@ -1,4 +1,4 @@
-"""A unit-planned run: many nodes (or Ray tasks) write one dataset, byte-identical to one process.
+"""tokenize's one pipeline: a unit plan, run by one process (N=1), many nodes or Ray tasks, byte-identical.
 
     RunInputs -> UnitPlan (sorted inputs with sizes/mtimes/hashes, settings, tokenizer; units = whole files, or
         line-aligned byte ranges / parquet row-group runs of files over --unit-bytes: _unit_parts)
@@ -9,11 +9,15 @@
 
 A unit's shards depend only on its input's bytes and the settings, so a node killed
 anywhere costs at most its unit in flight, and no interleaving of nodes changes a byte.
+A single process (no --num-nodes) is node 0 of 1 and holds the output lock for the whole run; a data
+error there (or a kill before any unit is committed) leaves nothing behind, as a run that never started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,19 +40,19 @@ from tokenloom.formats.io import (
     fsync_dir,
     output_lock,
     prepare_output_dir,
+    temp_base,
     write_manifest,
 )
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
-from tokenloom.tokenize._executor import encoding_for
+from tokenloom.tokenize._executor import WorkerDiedError, encoding_for
 from tokenloom.tokenize._inputs import read_chunks
-from tokenloom.tokenize._native import replaceable, summary_of
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
-from tokenloom.tokenize._state import STATE_NAME, Counts
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._transform import transform_for
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
+    Counts,
     UnitDone,
     UnitFacts,
     UnitPlan,
@@ -73,7 +77,16 @@ from tokenloom.tokenize._unit_records import (
     record_summary,
     records_complete,
 )
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units, rerun_hint
+from tokenloom.tokenize._unit_work import (
+    Session,
+    UnitWriter,
+    dealt_nodes,
+    node_units,
+    pending_units,
+    rerun_hint,
+    unit_line,
+)
+from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
@@ -82,11 +95,22 @@ __all__ = [
     "missing_units",
     "plan_of",
     "prepare_units_dir",
+    "replaceable",
     "run_units",
+    "summary_of",
     "write_unit_manifest",
 ]
 
 log = logging.getLogger("tokenloom.tokenize")
+
+#: The resume journal of the single-process layout before the one pipeline (shard_NNNNN.bin/.idx beside it).
+OLD_JOURNAL = ".tokenloom-tokenize-state.json"
+_OLD_SHARD = re.compile(r"shard_\d+\.(bin|idx)")
+#: Files of a megatron / packed / flat tokenize output, which --overwrite may replace (with tokenize.json beside).
+_CONVERTED_OUTPUT = re.compile(
+    r"data\.(bin|idx|pbin|tokenloom\.json|pbin\.tokenloom\.json)|shard_\d+\.npy|document_lengths\.i64"
+)
+_RUN_RECORD = "tokenize.json"
 
 
 def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
@@ -110,18 +134,23 @@ def run_units(
         return summary
     if config.executor is ExecutorKind.RAY and not config.finalize:
         preflight(config)  # an unreachable cluster fails before anything is written
+    created = not out.exists()
     prepare_units_dir(config)
     establish_plan(out, plan)
     num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     session = Session()
-    if not config.finalize:
-        if config.executor is ExecutorKind.RAY:
-            session = encode_with_ray(config, inputs, plan, on_progress)
-        else:
+    if config.executor is ExecutorKind.RAY and not config.finalize:
+        session = encode_with_ray(config, inputs, plan, on_progress)
+    elif not config.finalize:
+        try:
             session = encode_local(config, inputs, plan, on_progress)
-            mark_node_finished(out, config.node_rank)
+        except BaseException as error:
+            if alone(config):
+                _leave_nothing(out, created=created, error=error)
+            raise
+        mark_node_finished(out, config.node_rank)
     everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
     manifest = finalize(
         out, plan, inputs.tokenizer, required=config.finalize or everyone, num_nodes=num_nodes, everyone=everyone
@@ -133,7 +162,32 @@ def run_units(
     summary.bytes_read = session.bytes_read
     summary.text_bytes = session.text_bytes
     summary.units_committed = session.units
+    summary.resumed_units = session.resumed
+    if session.facts is not None:  # this session's engine (the manifest names unit 0's)
+        summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
     return summary
+
+
+def alone(config: TokenizeConfig) -> bool:
+    """A single process writes OUT (no --num-nodes, no Ray, no --finalize): it may hold the lock throughout."""
+    return config.num_nodes is None and config.executor is ExecutorKind.LOCAL and not config.finalize
+
+
+def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
+    """A single process's failed run: a data error (raise mode) discards every unit; a kill or any other error
+    before the first committed unit leaves no file either (and no OUT if this run created it)."""
+    discard = isinstance(error, DataError) and not isinstance(error, (EngineMismatchError, WorkerDiedError))
+    with contextlib.suppress(OSError):
+        committed = any(path.name.endswith(".done") for path in out.iterdir())
+        if committed and not discard:
+            return  # committed units stay: the same command resumes after them
+        for path in out.iterdir():
+            if is_unit_file(path.name) or path.name == WRITING_MARKER:
+                path.unlink()
+        if created and not committed:
+            out.rmdir()
+        else:
+            fsync_dir(out)
 
 
 def _run_record_units(
@@ -208,7 +262,7 @@ def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
 
 def _layout_difference(recorded: dict[str, Any]) -> list[str]:
     layout = recorded.get("layout", "single-process")
-    return [] if layout == "units" else [f"layout {layout!r} -> 'units' (--num-nodes / --executor ray)"]
+    return [] if layout == "units" else [f"layout {layout!r} (shard_NNNNN, an earlier tokenize) -> 'units'"]
 
 
 def prepare_units_dir(config: TokenizeConfig) -> None:
@@ -222,23 +276,24 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
         prepare_output_dir(out, overwrite=True, ours=replaceable(out))
         return
     out.mkdir(parents=True, exist_ok=True)  # nodes may race here: exist_ok
-    if (out / STATE_NAME).exists():
+    if (out / OLD_JOURNAL).exists():
         raise ResumeMismatchError(
-            "the output directory holds an unfinished single-process tokenize run (no --num-nodes)",
-            path=out / STATE_NAME,
-            hint="Finish it with the command that started it (without --num-nodes), pass --overwrite, "
-            "or choose another --output-dir",
+            "the output directory holds an unfinished run of an earlier tokenize (its resume journal and "
+            "shard_NNNNN files), which this version cannot resume",
+            path=out / OLD_JOURNAL,
+            hint="Pass --overwrite to start afresh, or choose another --output-dir",
         )
     if (out / MANIFEST_NAME).exists() and not (out / PLAN_NAME).exists():
         raise ResumeMismatchError(
-            "the output directory holds a dataset that is not unit-planned",
+            "the output directory holds a dataset that tokenize's unit plan did not write (an earlier tokenize's "
+            "shard_NNNNN layout, or another tool's)",
             path=out,
             hint="Pass --overwrite to replace it, or choose another --output-dir",
         )
     foreign = sorted(p.name for p in out.iterdir() if not _ours(p.name))
     if foreign:
         raise ConfigError(
-            f"the output directory holds files that no tokenize run wrote: {', '.join(foreign[:5])}",
+            f"the output directory is not empty: it holds files that no tokenize run wrote: {', '.join(foreign[:5])}",
             path=out,
             field="output_dir",
             hint="Choose an empty --output-dir",
@@ -254,11 +309,48 @@ def _ours(name: str) -> bool:
     )
 
 
+def replaceable(out: Path) -> Callable[[str], bool]:
+    """Names in ``out`` that --overwrite may delete: files of a tokenize run of any format or layout."""
+    has_record = (out / _RUN_RECORD).is_file()
+
+    def ours(name: str) -> bool:
+        base = temp_base(name)  # a crashed writer's NAME.<pid>-<hex>.tmp stands for NAME
+        if _ours(name) or name.endswith(".tmp") or base in (OLD_JOURNAL, _RUN_RECORD):
+            return True
+        if _OLD_SHARD.fullmatch(base) is not None:
+            return True
+        return has_record and _CONVERTED_OUTPUT.fullmatch(base) is not None
+
+    return ours
+
+
+def summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary:
+    """The summary of a published native dataset, from its manifest."""
+    recorded = manifest.metadata.get("tokenize", {})
+    return TokenizeSummary(
+        output_dir=out,
+        documents=int(recorded.get("documents", 0)),
+        entries=manifest.num_documents,
+        tokens=manifest.num_tokens,
+        input_bytes=int(recorded.get("input_bytes", 0)),
+        shards=sum(1 for f in manifest.files if f.name.endswith(".idx")),
+        seconds=seconds,
+        skipped=dict(recorded.get("skipped", {})),
+        dropped=dict(recorded.get("dropped", {})),
+        dtype=manifest.dtype,
+        eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
+        vocab_size=manifest.vocab_size or 0,
+        engine=str(recorded.get("engine", {}).get("name", "")),
+        engine_reason=str(recorded.get("engine", {}).get("reason", "")),
+    )
+
+
 def encode_local(
     config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
 ) -> Session:
     session = Session()
     mine = pending_units(config, plan)
+    session.resumed = len(node_units(config, len(plan.units))) - len(mine)
     if not mine:
         return session
     sources = [plan.units[u] for u in mine]
@@ -274,9 +366,11 @@ def encode_local(
             text_field=config.text_field,
             parts=[s.part for s in sources],
         )
+        source_of: dict[int, int] = {}  # chunk index -> its unit's place in ``mine``, until its result is in
         writer: UnitWriter | None = None
         try:
-            for result in encoding.results(chunks):
+            for result in encoding.results(c for c in chunks if source_of.setdefault(c.index, c.file_index) >= 0):
+                del source_of[result.index]
                 if writer is None or writer.unit != mine[result.file_index]:
                     if writer is not None:
                         _committed(session, writer.commit(), writer)
@@ -291,6 +385,15 @@ def encode_local(
                 )
             if writer is not None:
                 _committed(session, writer.commit(), writer)
+        except EngineMismatchError as error:  # its line counts from its unit's start: name the file's line
+            if writer is not None:
+                writer.abort()
+            if error.record is None or not source_of:
+                raise
+            line = unit_line(sources[source_of[min(source_of)]], error.record)
+            raise EngineMismatchError(
+                error.problem, path=error.path, record=line, field=error.field, hint=error.hint
+            ) from None
         except BaseException:
             if writer is not None:
                 writer.abort()  # its shards stay invisible to readers: no done marker names them
@@ -300,7 +403,7 @@ def encode_local(
 
 def _committed(session: Session, done: UnitDone, writer: UnitWriter) -> None:
     session.units += 1
-    add_counts(session.counts, done.counts)
+    session.counts.add(done.counts)
     session.examples += writer.examples
 
 
@@ -370,7 +473,7 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
     counts = Counts()
     files: list[FileEntry] = []
     for done in units:
-        add_counts(counts, done.counts)
+        counts.add(done.counts)
         for record in done.shards:
             stem = unit_stem(done.unit, record.index)
             files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))
