@@ -9,14 +9,16 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
 from tokenloom.tokenize._fetch import local_path
+from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
     Counts,
     UnitDone,
@@ -30,7 +32,7 @@ from tokenloom.tokenize._unit_files import (
 from tokenloom.tokenize._unit_parts import ByteRange, UnitSource, lines_before
 from tokenloom.tokenize._worker import ChunkResult
 
-__all__ = ["Session", "UnitWriter", "dealt_nodes", "node_units", "pending_units"]
+__all__ = ["Session", "UnitOutput", "UnitWriter", "dealt_nodes", "node_units", "pending_units", "unit_line"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -48,6 +50,37 @@ class Session:
     counts: Counts = field(default_factory=Counts)
     examples: list[str] = field(default_factory=list)
     facts: UnitFacts | None = None
+    records: dict[str, Any] = field(default_factory=dict)
+    """--train-type: the post-training counts of the units this session wrote."""
+
+
+class UnitOutput(Protocol):
+    """What a unit-planned run's units hold and become: token shards and a manifest (_units.TokenShards), or
+    record stores merged into one (_unit_records.RecordStore); the plan, dealing and commits are the same."""
+
+    def complete(self, out: Path, plan: UnitPlan) -> Any:
+        """What a finished run with this plan published (None: nothing; another plan's: ResumeMismatchError)."""
+        ...
+
+    def check(self) -> None:
+        """Fail before anything is written (a tokenizer without a chat template, ...)."""
+        ...
+
+    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
+        """This node's pending units (or, with Ray, every pending unit), each committed by its done marker."""
+        ...
+
+    def publishing(self, out: Path) -> bool:
+        """A publish was killed midway (it finishes without every done marker)."""
+        ...
+
+    def publish(self, out: Path, plan: UnitPlan) -> Any:
+        """Every unit committed: what readers open, published under the output lock."""
+        ...
+
+    def summary(
+        self, out: Path, plan: UnitPlan, published: Any, session: Session, seconds: float
+    ) -> TokenizeSummary: ...
 
 
 class UnitWriter:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,6 @@ from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
-from tokenloom.tokenize._transform import transform_for
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     Counts,
@@ -68,17 +68,10 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_parts import cut_units
-from tokenloom.tokenize._unit_records import (
-    clear_record_output,
-    encode_records,
-    is_record_store_file,
-    merged,
-    publish_records,
-    record_summary,
-    records_complete,
-)
+from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
 from tokenloom.tokenize._unit_work import (
     Session,
+    UnitOutput,
     UnitWriter,
     dealt_nodes,
     node_units,
@@ -121,19 +114,23 @@ def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
 def run_units(
     config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
 ) -> TokenizeSummary:
-    """This node's share of a unit-planned run (or, with --finalize, only the manifest); see the module docstring."""
+    """This node's share of a unit-planned run (or, with --finalize, only the manifest); see the module docstring.
+
+    What a unit holds is its transform's (_transform): token shards (text -> documents) or a record store
+    (--train-type: conversations -> sft / dpo / grpo records); the plan, dealing, commits and finalize are one.
+    """
     started = time.perf_counter()
     out = config.output_dir
     plan = plan_of(config, inputs)
-    if config.train_type is not None:  # the record transform: post-training records into a record store
-        return _run_record_units(config, inputs, plan, started, on_progress)
-    complete = None if config.overwrite else _complete(out, plan)
-    if complete is not None:
-        summary = summary_of(complete, out, time.perf_counter() - started)
+    output: UnitOutput = (TokenShards if config.train_type is None else RecordStore)(config, inputs.tokenizer)
+    published = None if config.overwrite else output.complete(out, plan)
+    if published is not None:
+        summary = output.summary(out, plan, published, Session(), time.perf_counter() - started)
         summary.already_complete = True
         return summary
     if config.executor is ExecutorKind.RAY and not config.finalize:
         preflight(config)  # an unreachable cluster fails before anything is written
+    output.check()
     created = not out.exists()
     prepare_units_dir(config)
     establish_plan(out, plan)
@@ -141,31 +138,66 @@ def run_units(
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     session = Session()
-    if config.executor is ExecutorKind.RAY and not config.finalize:
-        session = encode_with_ray(config, inputs, plan, on_progress)
-    elif not config.finalize:
+    if not config.finalize:
         try:
-            session = encode_local(config, inputs, plan, on_progress)
+            session = output.encode(inputs, plan, on_progress)
         except BaseException as error:
             if alone(config):
                 _leave_nothing(out, created=created, error=error)
             raise
-        mark_node_finished(out, config.node_rank)
+        if config.executor is not ExecutorKind.RAY:
+            mark_node_finished(out, config.node_rank)
     everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
-    manifest = finalize(
-        out, plan, inputs.tokenizer, required=config.finalize or everyone, num_nodes=num_nodes, everyone=everyone
-    )
-    seconds = time.perf_counter() - started
-    summary = summary_of(manifest, out, seconds) if manifest else _partial_summary(out, plan, session, seconds)
-    summary.examples = session.examples
-    summary.run_tokens = session.tokens
-    summary.bytes_read = session.bytes_read
-    summary.text_bytes = session.text_bytes
+    if output.publishing(out):  # a publish was killed midway: finish it (the done markers may be gone)
+        with output_lock(out, what="--output-dir"):
+            published = output.publish(out, plan)
+    else:
+        required = config.finalize or everyone
+        published = finalize(
+            out, plan, inputs.tokenizer, required=required, num_nodes=num_nodes, everyone=everyone,
+            publish=lambda: output.publish(out, plan),
+        )  # fmt: skip
+    summary = output.summary(out, plan, published, session, time.perf_counter() - started)
     summary.units_committed = session.units
     summary.resumed_units = session.resumed
-    if session.facts is not None:  # this session's engine (the manifest names unit 0's)
-        summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
     return summary
+
+
+class TokenShards:
+    """Text -> documents: each unit's token shards, the manifest at finalize (a native dataset)."""
+
+    def __init__(self, config: TokenizeConfig, tokenizer: str) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+
+    def complete(self, out: Path, plan: UnitPlan) -> Manifest | None:
+        return _complete(out, plan)
+
+    def check(self) -> None:
+        """Nothing to check before writing: the encoder's probe runs at the start of encoding."""
+
+    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
+        if self.config.executor is ExecutorKind.RAY:
+            return encode_with_ray(self.config, inputs, plan, on_progress)
+        return encode_local(self.config, inputs, plan, on_progress)
+
+    def publishing(self, out: Path) -> bool:
+        return False  # the manifest is one atomic write
+
+    def publish(self, out: Path, plan: UnitPlan) -> Manifest:
+        return write_unit_manifest(out, plan, self.tokenizer)
+
+    def summary(
+        self, out: Path, plan: UnitPlan, published: Manifest | None, session: Session, seconds: float
+    ) -> TokenizeSummary:
+        summary = summary_of(published, out, seconds) if published else _partial_summary(out, plan, session, seconds)
+        summary.examples = session.examples
+        summary.run_tokens = session.tokens
+        summary.bytes_read = session.bytes_read
+        summary.text_bytes = session.text_bytes
+        if session.facts is not None:  # this session's engine (the manifest names unit 0's)
+            summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
+        return summary
 
 
 def alone(config: TokenizeConfig) -> bool:
@@ -182,64 +214,14 @@ def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
         if committed and not discard:
             return  # committed units stay: the same command resumes after them
         for path in out.iterdir():
-            if is_unit_file(path.name) or path.name == WRITING_MARKER:
+            if path.is_dir() and is_unit_file(path.name):
+                shutil.rmtree(path)  # a unit's record store
+            elif is_unit_file(path.name) or path.name == WRITING_MARKER:
                 path.unlink()
         if created and not committed:
             out.rmdir()
         else:
             fsync_dir(out)
-
-
-def _run_record_units(
-    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, started: float, on_progress: ProgressCallback | None
-) -> TokenizeSummary:
-    """The same plan, dealing, done markers and last-node finalize; the units hold records, merged into one store."""
-    out = config.output_dir
-    published = None if config.overwrite else records_complete(out, plan)
-    if published is not None:
-        summary = record_summary(out, published, {}, 0)
-        summary.already_complete = True
-        return summary
-    if config.executor is ExecutorKind.RAY and not config.finalize:
-        preflight(config)
-    transform_for(config, inputs.tokenizer)  # a tokenizer without a chat template fails before anything is written
-    prepare_units_dir(config)
-    establish_plan(out, plan)
-    num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
-    (out / WRITING_MARKER).touch()
-    fsync_dir(out)
-    units, counts = (0, {}) if config.finalize else encode_records(config, inputs.tokenizer, plan, on_progress)
-    if not config.finalize and config.executor is not ExecutorKind.RAY:
-        mark_node_finished(out, config.node_rank)
-    everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
-    publish = lambda: _published_records(out, plan, config, inputs.tokenizer)  # noqa: E731
-    if merged(out):  # a publish was killed after the merge: finish it (the done markers may be gone)
-        with output_lock(out, what="--output-dir"):
-            sidecar = publish()
-    else:
-        sidecar = finalize(
-            out,
-            plan,
-            inputs.tokenizer,
-            required=config.finalize or everyone,
-            num_nodes=num_nodes,
-            everyone=everyone,
-            publish=publish,
-        )
-    summary = record_summary(out, sidecar, counts, units)
-    if sidecar is None:
-        summary.units_total = len(plan.units)
-        summary.units_missing = len(missing_units(out, plan))
-    summary.seconds = time.perf_counter() - started
-    return summary
-
-
-def _published_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> dict[str, Any]:
-    """The record store published, then the node records removed (as after a text run's manifest)."""
-    sidecar = publish_records(out, plan, config, tokenizer)
-    remove_node_records(out)
-    fsync_dir(out)
-    return sidecar
 
 
 def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
