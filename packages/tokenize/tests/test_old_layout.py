@@ -42,4 +42,3 @@ def test_tokenize_into_an_old_layout_dataset_needs_overwrite(
     summary = tokenize(dataclasses.replace(config, overwrite=True))
     assert summary.documents == 50
     assert not list(out.glob("shard_*")) and list(out.glob("unit_000000_0000.*"))
-
