@@ -55,10 +55,9 @@ from tokenloom.tokenize._unit_files import (
     read_done,
 )
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
-from tokenloom.tokenize._unit_work import Session, dealt_nodes, rerun_hint
+from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, rerun_hint
 from tokenloom.tokenize._units import (
     _partial_summary,
-    encode_local,
     plan_of,
     prepare_units_dir,
     summary_of,

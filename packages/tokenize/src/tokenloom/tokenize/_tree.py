@@ -29,10 +29,9 @@ from tokenloom.tokenize._inputs import Chunk, InputFile
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_nodes, establish_plan
-from tokenloom.tokenize._unit_work import Session, UnitWriter, dealt_nodes, pending_units
+from tokenloom.tokenize._unit_work import Session, UnitWriter, dealt_nodes, encode_units, pending_units
 from tokenloom.tokenize._units import (
     _complete,
-    encode_units,
     finalize,
     missing_units,
     plan_of,

@@ -20,7 +20,7 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +45,13 @@ from tokenloom.formats.io import (
     write_manifest,
 )
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
-from tokenloom.tokenize._executor import WorkerDiedError, encoding_for
-from tokenloom.tokenize._inputs import Chunk, read_chunks
+from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     Counts,
-    UnitFacts,
     UnitPlan,
     done_path,
     establish_nodes,
@@ -66,24 +64,19 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._unit_parts import UnitSource, cut_units
+from tokenloom.tokenize._unit_parts import cut_units
 from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
 from tokenloom.tokenize._unit_work import (
     Session,
     UnitOutput,
-    UnitWriter,
     dealt_nodes,
-    node_units,
-    pending_units,
+    encode_local,
     rerun_hint,
-    unit_line,
 )
-from tokenloom.tokenize._worker import ChunkResult
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
-    "encode_local",
     "finalize",
     "missing_units",
     "plan_of",
@@ -325,88 +318,6 @@ def summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary
         engine=str(recorded.get("engine", {}).get("name", "")),
         engine_reason=str(recorded.get("engine", {}).get("reason", "")),
     )
-
-
-def encode_local(
-    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
-) -> Session:
-    session = Session()
-    mine = pending_units(config, plan)
-    session.resumed = len(node_units(config, len(plan.units))) - len(mine)
-    if not mine:
-        return session
-    # the engine probe reads the same first documents (inputs.files) on every node
-    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
-        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
-        session.facts = facts
-        writers = lambda unit: [UnitWriter(config, unit, plan.units[unit], facts, plan.digest)]  # noqa: E731
-        encode_units(config, [plan.units[u] for u in mine], mine, encoding.results, writers, session, on_progress)
-    return session
-
-
-def encode_units(
-    config: TokenizeConfig,
-    sources: list[UnitSource],
-    units: list[int],
-    encode: Callable[[Iterator[Chunk]], Iterator[ChunkResult]],
-    writers_for: Callable[[int], list[UnitWriter]],
-    session: Session,
-    on_progress: ProgressCallback | None,
-) -> None:
-    """Units ``units`` (reading ``sources``) through ``encode`` in order, each into its writers: ``[dataset]``, or
-    ``[train, val]`` (a unit's --val-fraction part is its results' ``val``); a unit commits when the next begins."""
-    chunks = read_chunks(
-        [s.file for s in sources],
-        chunk_lines=config.chunk_lines,
-        chunk_bytes=config.chunk_bytes,
-        max_line_bytes=config.max_line_bytes,
-        text_field=config.text_field,
-        parts=[s.part for s in sources],
-    )
-    source_of: dict[int, int] = {}  # chunk index -> its unit's place in ``units``, until its result is in
-    writers: list[UnitWriter] = []
-    current = -1
-    try:
-        for result in encode(c for c in chunks if source_of.setdefault(c.index, c.file_index) >= 0):
-            del source_of[result.index]
-            if units[result.file_index] != current:
-                _commit(session, writers)
-                current = units[result.file_index]
-                writers = writers_for(current)
-            parts = [result] if result.val is None else [result, result.val]
-            for writer, part in zip(writers, parts, strict=False):
-                writer.consume(part)
-                session.tokens += len(part.tokens)
-                session.text_bytes += part.num_bytes
-            session.bytes_read += result.source_bytes
-            if on_progress is not None:
-                documents, tokens = sum(p.documents for p in parts), sum(len(p.tokens) for p in parts)
-                report_progress(on_progress, documents, tokens, result.source_bytes, sum(p.num_bytes for p in parts))
-        _commit(session, writers)
-    except EngineMismatchError as error:  # its line counts from its unit's start: name the file's line
-        for writer in writers:
-            writer.abort()
-        if error.record is None or not source_of:
-            raise
-        line = unit_line(sources[source_of[min(source_of)]], error.record)
-        raise EngineMismatchError(
-            error.problem, path=error.path, record=line, field=error.field, hint=error.hint
-        ) from None
-    except BaseException:
-        for writer in writers:
-            writer.abort()  # their shards stay invisible to readers: no done marker names them
-        raise
-
-
-def _commit(session: Session, writers: list[UnitWriter]) -> None:
-    """Commit a unit's datasets, val before train: a committed train unit means its val part is committed too."""
-    for writer in reversed(writers):
-        done = writer.commit()
-        session.counts.add(done.counts)
-        session.examples += writer.examples
-    if writers:
-        session.units += 1
-    writers.clear()  # committed: an error after this must not abort them
 
 
 def missing_units(out: Path, plan: UnitPlan) -> list[int]:
