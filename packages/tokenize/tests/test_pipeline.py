@@ -132,7 +132,7 @@ def test_kill_before_the_first_shard_then_rerun(
     with pytest.raises(Interrupt):
         tokenize(config, on_progress=stop)
     assert not out.exists()  # an interrupted run that committed no unit leaves nothing (issue #11)
-    out.mkdir()  # as if SIGKILLed before the journal was written: only our marker is left
+    out.mkdir()  # as if SIGKILLed before the plan was written: only our marker is left
     (out / ".tokenloom-writing").touch()
     run(tiny_tokenizer, corpus, out, shard_size_tokens=10**9)
     assert tree_digest(out) == tree_digest(tmp_path / "whole")
