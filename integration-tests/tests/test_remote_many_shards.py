@@ -88,7 +88,7 @@ def test_any_native_writer_records_its_largest_overlap_so_remote_readers_skip_th
             url, 16, storage_options=seaweed.storage_options(fault_proxy.url), cache_dir=tmp_path / f"cache-{name}"
         )
         fetched = fault_proxy.gets_of(".idx")
-        assert fetched == (0 if overlap == 0 else len(list(local.glob("unit_*.idx"))))
+        assert fetched == (0 if overlap == 0 else len(list(local.glob("shard_*.idx"))))
         here = MemoryMappedDataset(open_dataset(local), 16)
         assert len(remote) == len(here)
         for index in range(len(here)):
