@@ -343,7 +343,7 @@ def test_tokenize_windowing_gpt_simple_is_gpt_simples_pretokenize_exactly(
         assert ours == seed["entries"], case
         assert set(seed["dtype_codes"]) == {2 if vocab == "uint16" else 4} and ds.dtype.name == vocab, case
         seed_bytes = b"".join(p.read_bytes() for p in sorted((tmp_path / f"seed-{max_length}-{overlap}").glob("*.bin")))
-        our_bytes = b"".join(p.read_bytes() for p in sorted(out.glob("shard_*.bin")))
+        our_bytes = b"".join(p.read_bytes() for p in sorted(out.glob("unit_*.bin")))
         assert our_bytes == seed_bytes, case
         # what the cases cover, so that the comparison above cannot pass vacuously
         entry_lengths = [len(tokens) for tokens, _ in ours]

@@ -42,7 +42,7 @@ def _tokenize(tmp: Path, inputs: Path, *, names: str, extra: tuple[str, ...] = (
         message = f"{outcome.exception}{outcome.stdout}{outcome.stderr}"
         if names not in message:
             return f"the error does not name {names!r}: {message[-200:]}"
-        if (out / "manifest.json").exists() or list(out.glob("shard_*")):
+        if (out / "manifest.json").exists() or list(out.glob("unit_*")):
             return "a dataset or shards were left in the output directory"
         return None
 

@@ -49,6 +49,7 @@ def _(tmp: Path) -> Run:
         num_workers=2,
         chunk_lines=100,
         shard_size_tokens=20_000,
+        unit_bytes=max(1, sum(p.stat().st_size for p in inputs.rglob("*.jsonl")) // 6),  # units to resume after
     )
     killed: list[int] = []
 
@@ -56,7 +57,7 @@ def _(tmp: Path) -> Run:
         workers = [
             p for p in multiprocessing.active_children() if p.name.startswith(("SpawnProcess", "ForkServerProcess"))
         ]
-        if not killed and workers and len(list(out.glob("shard_*.idx"))) >= 1:
+        if not killed and workers and len(list(out.glob(".tokenloom-unit-*.done"))) >= 1:
             os.kill(workers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
             killed.append(workers[0].pid)  # type: ignore[arg-type]
 
@@ -68,7 +69,7 @@ def _(tmp: Path) -> Run:
             resumed = tokenize(config)
         except Exception as exc:  # the row reports what a rerun raised
             return f"the rerun failed: {exc!r}"[:200]
-        return None if resumed.resumed_shards >= 1 else "the rerun did not resume"
+        return None if resumed.resumed_units >= 1 else "the rerun did not resume"
 
     return Run(call=lambda: tokenize(config, on_progress=kill_a_worker), check=check)
 

@@ -63,7 +63,7 @@ def tree_digest(directory: Path) -> dict[str, str]:
 
 
 def output_digest(directory: Path) -> dict[str, object]:
-    """tree_digest, with the run record (manifest.json / tokenize.json) compared without its engine entry.
+    """tree_digest, with the run record (manifest.json / tokenize.json, done markers) compared without its engine.
 
     The engine (hf or fast) and why it was chosen are recorded; everything else must be the same bytes.
     """
@@ -74,6 +74,10 @@ def output_digest(directory: Path) -> dict[str, object]:
             (record.get("metadata", {}).get("tokenize") or record).pop("engine")
             record.pop("checksum", None)  # the manifest's checksum of itself
             found[name] = record
+        elif name.endswith(".done"):  # a unit's done marker records its session's engine too
+            done = orjson.loads((directory / name).read_bytes())
+            done["facts"].pop("engine")
+            found[name] = done
         else:
             found[name] = digest
     return found

@@ -17,7 +17,6 @@ from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_to
 
 from tokenloom.formats import ConfigError, open_dataset
 from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
-from tokenloom.tokenize._state import read_state
 from tokenloom.tokenize.engine import PROBE_TEXTS, EngineMismatchError, load_encoder, probe_set
 
 BYTES = pre_tokenizers.ByteLevel.alphabet()
@@ -291,16 +290,17 @@ def test_a_mismatch_during_the_run_stops_it_resumably(
     texts[700] = "here the engines part: <pad> zebra"  # after the probed sample, in a later shard
     corpus = jsonl_dir({"a.jsonl": [{"text": t} for t in texts]})
     out = tmp_path / "out"
-    options: dict[str, Any] = {"num_workers": workers, "chunk_lines": 50}  # the default verify_fraction
+    size = (corpus / "a.jsonl").stat().st_size
+    options: dict[str, Any] = {"num_workers": workers, "chunk_lines": 50, "unit_bytes": size // 6}  # default verify
     with pytest.raises(EngineMismatchError, match=r"encode the document differently during the run") as err:
         tokenize(_config(tokenizer, corpus, out, **options))
     assert err.value.record == 701 and err.value.path == str(corpus / "a.jsonl")
     assert "--engine hf" in str(err.value)
-    state = read_state(out)
-    assert state is not None and state.shards  # shards before the mismatch are kept: resumable
+    committed = len(list(out.glob(".tokenloom-unit-*.done")))
+    assert committed  # units before the mismatch are kept: resumable
     resumed = tokenize(_config(tokenizer, corpus, out, **{**options, "engine": "hf"}))
-    assert resumed.resumed_shards == len(state.shards) and resumed.engine == "hf"
-    whole = tokenize(_config(tokenizer, corpus, tmp_path / "whole", engine="hf"))
+    assert resumed.resumed_units == committed and resumed.engine == "hf"
+    whole = tokenize(_config(tokenizer, corpus, tmp_path / "whole", engine="hf", unit_bytes=size // 6))
     assert whole.tokens == resumed.tokens
     assert output_digest(out) == output_digest(tmp_path / "whole")
 

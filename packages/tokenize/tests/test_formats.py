@@ -183,3 +183,18 @@ def test_uint32_vocab_is_int32_in_megatron(tmp_path: Path, jsonl_dir: Callable[.
     assert summary.dtype == "int32"
     ds = open_dataset(out)
     assert ds[0].tolist() == [5, 65_999, 69_000, 0] and np.dtype(ds.dtype) == np.int32
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_two_nodes_give_the_bytes_of_one_process(
+    tmp_path: Path, tiny_tokenizer: Path, corpus: Path, tree_digest: Callable[[Path], dict[str, str]], fmt: str
+) -> None:
+    """The units are staged natively by every node; the node that finalizes the staging run converts."""
+    single = tmp_path / "single"
+    tokenize(config(tiny_tokenizer, corpus, single, format=fmt))
+    out = tmp_path / "nodes"
+    first = tokenize(config(tiny_tokenizer, corpus, out, format=fmt, num_nodes=2, node_rank=1))
+    assert first.units_missing == 1 and not out.exists() and staging_dir(out).is_dir()
+    last = tokenize(config(tiny_tokenizer, corpus, out, format=fmt, num_nodes=2, node_rank=0))
+    assert last.units_missing == 0 and last.format == fmt and last.documents == 400
+    assert tree_digest(out) == tree_digest(single) and not staging_dir(out).exists()

@@ -16,7 +16,6 @@ import orjson
 import pytest
 
 from tokenloom.tokenize import TokenizeConfig, staging_dir, tokenize
-from tokenloom.tokenize._state import read_state
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and /proc")
 
@@ -26,7 +25,13 @@ from tokenloom.tokenize import TokenizeConfig, tokenize
 tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer=sys.argv[3], num_workers=2,
                         **json.loads(sys.argv[4])))
 """
-OPTIONS: dict[str, Any] = {"shard_size_tokens": 4000, "chunk_lines": 40, "max_length": 64, "overlap_size": 16}
+OPTIONS: dict[str, Any] = {
+    "shard_size_tokens": 4000,
+    "chunk_lines": 40,
+    "max_length": 64,
+    "overlap_size": 16,
+    "unit_bytes": 20_000,  # many units: a kill costs at most the units in flight
+}
 
 
 def _session_pids(session: int) -> list[int]:
@@ -68,16 +73,15 @@ def _kill_when(args: list[str], ready: Callable[[], bool], rng: random.Random, *
     assert _session_pids(proc.pid) == []
 
 
-def _journaled(out: Path) -> int:
-    state = read_state(out) if out.is_dir() else None
-    return 0 if state is None else len(state.shards)
+def _committed(out: Path) -> int:
+    return len(list(out.glob(".tokenloom-unit-*.done"))) if out.is_dir() else 0
 
 
-def _kill_after_shards(args: list[str], out: Path, shards: int, rng: random.Random) -> int:
-    """Start a run, SIGKILL it once at least ``shards`` shards are journaled (plus a random delay)."""
-    _kill_when(args, lambda: _journaled(out) >= shards, rng)
-    assert read_state(out) is not None
-    return _journaled(out)
+def _kill_after_units(args: list[str], out: Path, units: int, rng: random.Random) -> int:
+    """Start a run, SIGKILL it once at least ``units`` units are committed (plus a random delay)."""
+    _kill_when(args, lambda: _committed(out) >= units, rng)
+    assert (out / ".tokenloom-plan.json").is_file()
+    return _committed(out)
 
 
 def test_kill_9_at_random_points_then_rerun_is_byte_identical(
@@ -98,20 +102,21 @@ def test_kill_9_at_random_points_then_rerun_is_byte_identical(
             input_dir=corpus, output_dir=whole, tokenizer=str(tiny_tokenizer), num_workers=0, engine="hf", **OPTIONS
         )
     )
-    assert expected.shards >= 20
+    units = _committed(whole)
+    assert units >= 20
     out = tmp_path / "killed"
 
     def args(engine: str) -> list[str]:
         return [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps({**OPTIONS, "engine": engine}).decode()]
 
-    first = _kill_after_shards(args("fast"), out, rng.randint(1, expected.shards // 3), rng)
+    first = _kill_after_units(args("fast"), out, rng.randint(1, units // 3), rng)
     assert not (out / "manifest.json").exists()
-    second = _kill_after_shards(args("hf"), out, rng.randint(first + 1, 2 * expected.shards // 3), rng)
+    second = _kill_after_units(args("hf"), out, rng.randint(first + 1, 2 * units // 3), rng)
     assert second > first, f"seed {seed}"
     final = _start(args("auto"))
     _, stderr = final.communicate(timeout=120)
     assert final.returncode == 0, stderr.decode()[-2000:]
-    assert output_digest(out) == output_digest(whole), f"seed {seed}: killed after {first} and {second} shards"
+    assert output_digest(out) == output_digest(whole), f"seed {seed}: killed after {first} and {second} units"
     manifest = orjson.loads((out / "manifest.json").read_bytes())
     assert manifest["num_tokens"] == expected.tokens
     assert manifest["metadata"]["tokenize"]["engine"]["name"] == "fast"  # the session that finished
@@ -131,20 +136,20 @@ def test_kill_9_of_a_megatron_run_then_rerun_is_byte_identical(
     corpus = jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in texts[i::2]] for i in range(2)})
     options = {**OPTIONS, "format": "megatron", "drop_overlap_prefix": True}
     whole = tmp_path / "whole"
-    expected = tokenize(
+    tokenize(
         TokenizeConfig(input_dir=corpus, output_dir=whole, tokenizer=str(tiny_tokenizer), num_workers=0, **options)
     )
     out = tmp_path / "killed"
     staging = staging_dir(out)
     args = [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps(options).decode()]
-    shards = expected.tokens // OPTIONS["shard_size_tokens"]
-    first = _kill_after_shards(args, staging, rng.randint(1, shards // 3), rng)
-    second = _kill_after_shards(args, staging, rng.randint(first + 1, 2 * shards // 3), rng)
+    units = sum(p.stat().st_size for p in corpus.iterdir()) // OPTIONS["unit_bytes"]  # at least this many
+    first = _kill_after_units(args, staging, rng.randint(1, units // 3), rng)
+    second = _kill_after_units(args, staging, rng.randint(first + 1, 2 * units // 3), rng)
     assert second > first and not (out / "data.idx").exists(), f"seed {seed}"
     _kill_when(args, lambda: (staging / "manifest.json").exists() or out.exists(), rng, may_finish=True)
     final = _start(args)
     _, stderr = final.communicate(timeout=120)
     assert final.returncode == 0, stderr.decode()[-2000:]
-    assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} and {second} shards"
+    assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} and {second} units"
     assert sorted(tree_digest(out)) == ["data.bin", "data.idx", "data.tokenloom.json", "tokenize.json"]
     assert not staging.exists()

@@ -11,9 +11,8 @@ import orjson
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
+from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset, read_manifest
 from tokenloom.tokenize import TokenizeConfig, tokenize
-from tokenloom.tokenize._state import STATE_NAME, read_state
 
 
 def run(tokenizer: Path | str, input_dir: Path, out: Path, **kw: Any):
@@ -44,7 +43,7 @@ def test_worker_counts_give_identical_bytes(
         assert summary.documents == 600 and summary.shards > 3
         outputs[workers] = tree_digest(out)
     assert outputs[0] == outputs[1] == outputs[2]
-    assert "manifest.json" in outputs[2] and STATE_NAME not in outputs[2]
+    assert "manifest.json" in outputs[2] and ".tokenloom-writing" not in outputs[2]
 
 
 def test_output_follows_input_order_and_ignores_chunking_and_file_splits(
@@ -61,11 +60,11 @@ def test_output_follows_input_order_and_ignores_chunking_and_file_splits(
     many = jsonl_dir({f"p{i:02d}.jsonl": [{"text": t} for t in texts[i * 30 : (i + 1) * 30]] for i in range(10)})
     run(tiny_tokenizer, one, tmp_path / "o1", chunk_lines=1000)
     run(tiny_tokenizer, many, tmp_path / "o2", chunk_lines=7)
-    first, second = tree_digest(tmp_path / "o1"), tree_digest(tmp_path / "o2")
-    # the manifests list different input files; the shards must be the same bytes
-    assert first.pop("manifest.json") != second.pop("manifest.json")
-    assert first == second
-    ds = open_dataset(tmp_path / "o1", validate="deep")
+    # each input file is a unit with its own shards: the documents must be the same tokens, in input order
+    first, second = open_dataset(tmp_path / "o1", validate="deep"), open_dataset(tmp_path / "o2", validate="deep")
+    assert len(first) == len(second) == 300
+    assert all(first[i].tolist() == second[i].tolist() for i in range(300))
+    ds = first
     tok = Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json"))
     for i in (0, 17, 299):
         assert ds[i].tolist() == [*tok.encode(texts[i], add_special_tokens=False).ids, 0]
@@ -74,10 +73,13 @@ def test_output_follows_input_order_and_ignores_chunking_and_file_splits(
 def test_shards_are_cut_at_the_token_target(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     run(tiny_tokenizer, corpus, tmp_path / "out", shard_size_tokens=5000)
     ds = open_dataset(tmp_path / "out", validate="deep")
-    sizes = [ds.shard_tokens(k).size for k in range(ds.num_shards)]
     longest = int(ds.doc_lengths.max())
-    assert all(5000 <= s < 5000 + longest for s in sizes[:-1])
-    assert 0 < sizes[-1] < 5000 + longest
+    manifest = read_manifest(tmp_path / "out")
+    units = [entry.name[:11] for entry in manifest.files if entry.name.endswith(".idx")]  # unit_UUUUUU
+    for k in range(ds.num_shards):  # every shard but a unit's (an input file's) last reaches the target
+        size = ds.shard_tokens(k).size
+        last = k + 1 == ds.num_shards or units[k + 1] != units[k]
+        assert (0 if last else 5000) < size < 5000 + longest
     assert ds.eos_id == 0 and ds.vocab_size == 300 and ds.dtype == np.uint16
 
 
@@ -91,7 +93,6 @@ def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
     options: dict[str, Any] = {"chunk_lines": 50, "shard_size_tokens": 1500, "max_length": 24, "overlap_size": 6}
     run(tiny_tokenizer, corpus, tmp_path / "whole", **options)
     out = tmp_path / "cut"
-    resumed_in_file = []
     for stop_after in (3, 6):
         calls: list[int] = []
 
@@ -107,15 +108,12 @@ def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
                 ),
                 on_progress=on_progress,
             )
-        state = read_state(out)
-        assert state is not None and state.shards and state.skip_entries > 0  # resumes inside a chunk
-        resumed_in_file.append(state.file_index)
         assert not (out / "manifest.json").exists()
-        with pytest.raises(Exception, match="writer did not finish"):
-            open_dataset(out)
-    assert resumed_in_file[-1] > 0  # the last resume starts in a later file and skips the first unread
+    assert len(list(out.glob(".tokenloom-unit-*.done"))) == 1  # the first file (3 chunks) is a committed unit
+    with pytest.raises(Exception, match="writer did not finish"):
+        open_dataset(out)
     summary = run(tiny_tokenizer, corpus, out, **options)
-    assert summary.resumed_shards > 0
+    assert summary.resumed_units == 1
     assert tree_digest(out) == tree_digest(tmp_path / "whole")
 
 
@@ -133,8 +131,8 @@ def test_kill_before_the_first_shard_then_rerun(
     )
     with pytest.raises(Interrupt):
         tokenize(config, on_progress=stop)
-    assert not out.exists()  # an interrupted run that completed no shard leaves nothing (issue #11)
-    out.mkdir()  # as if SIGKILLed before the journal was written: only our marker is left
+    assert not out.exists()  # an interrupted run that committed no unit leaves nothing (issue #11)
+    out.mkdir()  # as if SIGKILLed before the plan was written: only our marker is left
     (out / ".tokenloom-writing").touch()
     run(tiny_tokenizer, corpus, out, shard_size_tokens=10**9)
     assert tree_digest(out) == tree_digest(tmp_path / "whole")

@@ -42,5 +42,8 @@ def test_the_engine_probe_in_a_worker_chooses_and_records_as_in_process(
                                 num_workers=workers)  # fmt: skip
         summary = tokenize(config)
         assert summary.engine == "fast" and "(1 from the input)" in summary.engine_reason  # its prefix, then the cap
-        records[workers] = (open_dataset(out).metadata["tokenize"]["engine"], tree_digest(out).get("shard_00000.bin"))
+        records[workers] = (
+            open_dataset(out).metadata["tokenize"]["engine"],
+            tree_digest(out).get("unit_000000_0000.bin"),
+        )
     assert records[0] == records[2]

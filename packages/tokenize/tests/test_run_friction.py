@@ -139,18 +139,19 @@ def test_a_resumed_run_counts_only_what_it_did(tmp_path: Path, tiny_tokenizer: P
         num_workers=0,
         chunk_lines=100,
         shard_size_tokens=20_000,
+        unit_bytes=size // 6,
     )
     first = {"bytes": 0}
 
-    def stop_after_two_shards(documents: int, tokens: int, source_bytes: int) -> None:
+    def stop_after_two_units(documents: int, tokens: int, source_bytes: int) -> None:
         first["bytes"] += source_bytes
-        if len(list((tmp_path / "out").glob("shard_*.idx"))) >= 2:
-            raise KeyboardInterrupt  # a real interruption: the journal keeps the completed shards
+        if len(list((tmp_path / "out").glob(".tokenloom-unit-*.done"))) >= 2:
+            raise KeyboardInterrupt  # a real interruption: the committed units stay
 
     with pytest.raises(KeyboardInterrupt):
-        tokenize(config, on_progress=stop_after_two_shards)
+        tokenize(config, on_progress=stop_after_two_units)
     summary = tokenize(config)
-    assert summary.resumed_shards >= 1
+    assert summary.resumed_units >= 2
     manifest = orjson.loads((tmp_path / "out" / "manifest.json").read_bytes())
     assert 0 < summary.run_tokens < summary.tokens == manifest["num_tokens"]
     assert 0 < summary.bytes_read < size and summary.bytes_read + first["bytes"] >= size
@@ -188,7 +189,6 @@ def test_a_sigkilled_worker_is_a_named_error_and_the_run_resumes(
 
     import tokenloom.tokenize._executor as executor_module
     from tokenloom.tokenize import WorkerDiedError
-    from tokenloom.tokenize._state import STATE_NAME
 
     monkeypatch.setattr(executor_module, "THREAD_WORKERS_MAX", 0)  # worker processes (the fast engine runs threads)
 
@@ -202,12 +202,13 @@ def test_a_sigkilled_worker_is_a_named_error_and_the_run_resumes(
             num_workers=workers,
             chunk_lines=100,
             shard_size_tokens=20_000,
+            unit_bytes=(tmp_path / "in" / "a.jsonl").stat().st_size // 6,
         )
 
     killed: list[int] = []
 
     def kill_a_worker(documents: int, tokens: int, source_bytes: int) -> None:
-        if not killed and len(list((tmp_path / "out").glob("shard_*.idx"))) >= 2:
+        if not killed and len(list((tmp_path / "out").glob(".tokenloom-unit-*.done"))) >= 2:
             worker = multiprocessing.active_children()[0]  # a real pool worker, as the OOM killer would
             os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
             killed.append(worker.pid)  # type: ignore[arg-type]
@@ -217,13 +218,12 @@ def test_a_sigkilled_worker_is_a_named_error_and_the_run_resumes(
     message = str(info.value)
     assert f"worker pid {killed[0]} was killed by SIGKILL (likely out of memory" in message
     assert "a.jsonl" in message and "lines " in message and "fewer --num-workers" in message
-    assert (tmp_path / "out" / STATE_NAME).exists()  # the journal stays: the run resumes
+    assert len(list((tmp_path / "out").glob(".tokenloom-unit-*.done"))) >= 2  # committed units stay: it resumes
     resumed = tokenize(config("out", 2))
-    assert resumed.resumed_shards >= 1
+    assert resumed.resumed_units >= 2
     tokenize(config("clean", 0))
-    assert (tmp_path / "out" / "shard_00000.bin").read_bytes() == (tmp_path / "clean" / "shard_00000.bin").read_bytes()
-    out_files = sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("shard_"))
-    clean_files = sorted(p.name for p in (tmp_path / "clean").iterdir() if p.name.startswith("shard_"))
+    out_files = sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith("unit_"))
+    clean_files = sorted(p.name for p in (tmp_path / "clean").iterdir() if p.name.startswith("unit_"))
     assert out_files == clean_files
     for name in out_files:
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "clean" / name).read_bytes()

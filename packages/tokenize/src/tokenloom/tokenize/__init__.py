@@ -1,8 +1,8 @@
 """tokenloom.tokenize: pre-tokenize jsonl into token shards, in parallel and crash-safely.
 
-    *.jsonl / *.jsonl.gz (recursive, sorted)
+    *.jsonl / *.jsonl.gz (recursive, sorted) -> a unit plan (files, or parts of large ones)
         -> chunks of lines (parent) -> parse + encode_batch + window (threads with fastokens, else processes)
-        -> entries in input order -> shard_NNNNN.bin/.idx (published one by one) -> manifest.json
+        -> entries in input order -> unit_UUUUUU_KKKK.bin/.idx, each unit committed on its own -> manifest.json
 
 Example::
 
@@ -13,12 +13,13 @@ Example::
 
 The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir tokens --max-length 2048``.
 ``format="megatron" | "flat" | "packed"`` tokenizes into a native staging dataset
-(``OUT.native-staging``, resumable) and converts it into OUT when complete.
+(``OUT.native-staging``, resumable) and converts it into OUT at its finalize.
 Text is encoded by :func:`load_encoder` (:mod:`tokenloom.tokenize.engine`): fastokens when it
 is proven to give the same ids as Hugging Face ``tokenizers``, else ``tokenizers`` itself.
-``num_nodes=N, node_rank=R`` (or ``executor="ray"``) makes a unit-planned run: each input file
-is a unit, committed on its own by whichever process encodes it, and the last to finish writes
-the manifest; the output is the same bytes for any N, worker count or interruption (:mod:`._units`).
+Every run is unit-planned (:mod:`._units`); one process is node 0 of 1. ``num_nodes=N, node_rank=R``
+(or ``executor="ray"``) shares the units: each is committed on its own by whichever process encodes
+it, and the last to finish writes the manifest; the output is the same bytes for any N, worker count
+or interruption.
 Without ``tokenizer`` the shipped byte-level BPE (trained on the standard
 library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 """

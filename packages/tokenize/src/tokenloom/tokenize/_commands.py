@@ -51,8 +51,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
         head = f"{summary.output_dir} is already complete with these settings; nothing to do."
     else:
         head = f"wrote {summary.output_dir} ({summary.format})"
-        if summary.resumed_shards:
-            head += f" (resumed after {summary.resumed_shards} completed shards)"
+        if summary.resumed_units:
+            head += f" (resumed after {summary.resumed_units} committed units)"
     lines = [
         head,
         f"  documents {summary.documents:,}  entries {summary.entries:,}  tokens {summary.tokens:,}  "

@@ -361,12 +361,12 @@ class TokenizeConfig:
                 field="num_nodes",
                 hint="Run one driver with --executor ray, without --num-nodes",
             )
-        if self.unit_planned and self.format != "native" and self.train_type is None:
+        if self.many_datasets and self.format != "native" and self.train_type is None:
             raise ConfigError(
-                f"format {self.format!r} with a unit-planned run (--num-nodes, --executor ray or --finalize); "
-                "units are written as native shards",
+                f"format {self.format!r} with --layout tree or --val-fraction: each leaf is a native dataset "
+                "(curriculum and eval-broadcast read the tree as native leaves)",
                 field="format",
-                hint="Use --format native, then tokenloom convert",
+                hint="Use --format native, then tokenloom convert a leaf",
             )
         if self.unit_planned and self.overwrite and num_nodes > 1:
             raise ConfigError(

@@ -39,12 +39,11 @@ from tokenloom.tokenize._executor import encoding_for, run_ordered
 from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._remote_inputs import input_staging_dir
-from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import ProgressCallback, report_progress
-from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
+from tokenloom.tokenize._unit_files import Counts, UnitFacts, UnitPlan
 from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
+from tokenloom.tokenize._unit_work import Session, UnitWriter, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "TASK_RETRIES", "check_reachable", "encode_with_ray", "import_ray", "preflight"]
@@ -277,7 +276,7 @@ def encode_with_ray(
             session.bytes_read += outcome["bytes"]
             session.text_bytes += outcome["text_bytes"]
             session.examples += outcome["examples"]
-            add_counts(session.counts, counts)
+            session.counts.add(counts)
             report_progress(on_progress, counts.documents, outcome["tokens"], outcome["bytes"], outcome["text_bytes"])
     finally:
         if started_here:

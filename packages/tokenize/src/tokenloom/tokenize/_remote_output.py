@@ -4,7 +4,7 @@
       -> the URL's manifest: same run key: complete, nothing to do; other settings: refused unless --overwrite
          (which deletes that manifest first, so no reader ever sees it beside the new shards)
       -> a native run into CACHE/uploads/<URL>/<run key> (resumable, exactly as on disk)
-         while a thread uploads every shard the journal records as committed
+         while a thread uploads the shards of every unit its done marker commits
       -> the rest of the shards, stale shard objects of an old dataset removed, then manifest.json
       -> the staging directory removed
 
@@ -21,23 +21,24 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
+
 from tokenloom.formats import ConfigError, ResumeMismatchError, read_manifest
 from tokenloom.formats.io import MANIFEST_NAME
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.publish import RemoteTarget, native_files, staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
-from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._shards import shard_stem
-from tokenloom.tokenize._state import read_state
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._unit_files import is_unit_file, unit_stem
+from tokenloom.tokenize._units import summary_of
 
 __all__ = ["UploadPoller", "tokenize_to_url"]
 
 log = logging.getLogger("tokenloom.tokenize")
 
-#: how often the upload thread looks at the journal for newly committed shards (seconds)
+#: how often the upload thread looks for newly committed units (seconds)
 POLL_SECONDS = 0.2
 
 
@@ -70,7 +71,7 @@ def tokenize_to_url(
             summary.already_complete = True
             return summary
         target.delete(MANIFEST_NAME)  # first: from here on no reader sees a dataset at the URL
-    foreign = [name for name in existing if not native_files(name)]
+    foreign = [name for name in existing if not (native_files(name) or is_unit_file(name))]
     if foreign and not config.overwrite:
         raise ConfigError(
             f"{url} holds objects that are not a tokenize output ({', '.join(foreign[:5])})",
@@ -92,7 +93,10 @@ def tokenize_to_url(
     for entry in manifest.files:
         if entry.name not in uploads.done:
             target.upload(staging / entry.name, entry.name, entry.xxh3_128)
-    target.remove_stale([f.name for f in manifest.files], lambda name: native_files(name) and name != MANIFEST_NAME)
+    target.remove_stale(
+        [f.name for f in manifest.files],
+        lambda name: (native_files(name) or is_unit_file(name)) and name != MANIFEST_NAME,
+    )
     target.upload(staging / MANIFEST_NAME)  # last: now the dataset exists at the URL
     shutil.rmtree(staging, ignore_errors=True)
     log.info("%s: %d object(s) uploaded, %d already there", url, len(target.uploaded), len(target.skipped))
@@ -138,7 +142,7 @@ class UploadPoller:
 
 
 class _ShardUploads(UploadPoller):
-    """Uploads each shard as soon as the run's journal records it (failures surface at the end)."""
+    """Uploads each unit's shards as soon as its done marker commits it (failures surface at the end)."""
 
     def __init__(self, target: RemoteTarget, staging: Path) -> None:
         super().__init__()
@@ -148,15 +152,15 @@ class _ShardUploads(UploadPoller):
 
     def _upload_committed(self) -> None:
         try:
-            state = read_state(self.staging)
-        except FileNotFoundError:
+            markers = sorted(self.staging.glob(".tokenloom-unit-*.done"))
+            dones = [orjson.loads(marker.read_bytes()) for marker in markers]
+        except (FileNotFoundError, orjson.JSONDecodeError):
             return
-        if state is None:
-            return
-        for record in state.shards:
-            stem = shard_stem(record.index)
-            for suffix, checksum in ((".idx", record.idx_xxh3_128), (".bin", record.bin_xxh3_128)):
-                name = stem + suffix
-                if name not in self.done:
-                    self.target.upload(self.staging / name, name, checksum)
-                    self.done.add(name)
+        for done in dones:
+            for record in done["shards"]:
+                stem = unit_stem(done["unit"], record["index"])
+                for suffix, checksum in ((".idx", record["idx_xxh3_128"]), (".bin", record["bin_xxh3_128"])):
+                    name = stem + suffix
+                    if name not in self.done:
+                        self.target.upload(self.staging / name, name, checksum)
+                        self.done.add(name)

@@ -37,7 +37,6 @@ from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
-from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._remote_output import UploadPoller
@@ -56,8 +55,14 @@ from tokenloom.tokenize._unit_files import (
     read_done,
 )
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
-from tokenloom.tokenize._unit_work import Session, dealt_nodes, rerun_hint
-from tokenloom.tokenize._units import _partial_summary, encode_local, plan_of, prepare_units_dir, write_unit_manifest
+from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, rerun_hint
+from tokenloom.tokenize._units import (
+    _partial_summary,
+    plan_of,
+    prepare_units_dir,
+    summary_of,
+    write_unit_manifest,
+)
 
 __all__ = ["RemoteDataset", "UnitUploads", "run_units_to_url"]
 

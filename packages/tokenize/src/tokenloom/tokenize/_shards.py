@@ -1,10 +1,10 @@
-"""Cutting the entry stream into native shards, one published shard at a time.
+"""Cutting a unit's entry stream into native shards, one closed shard at a time.
 
 The cut rule is the formats package's ``shard_cut`` (the one NativeWriter uses): a
 shard is closed once it holds at least ``shard_size_tokens`` tokens; entries are
-never split. It depends only on
-the entry stream, so the shards are the same however the inputs are split into
-files or chunks. Each closed shard is reported to ``on_shard`` (to journal it).
+never split. It depends only on the entry stream, so a unit's shards are the same
+however its input is cut into chunks. Each closed shard's record is kept in ``records``
+(for the unit's done marker).
 """
 
 from __future__ import annotations
@@ -19,11 +19,7 @@ import numpy.typing as npt
 from tokenloom.formats.io import BlockHashes, FileEntry, file_checksum, file_digests, shard_cut
 from tokenloom.formats.native import NativeShardWriter
 
-__all__ = ["ShardCutter", "ShardRecord", "shard_stem"]
-
-
-def shard_stem(index: int) -> str:
-    return f"shard_{index:05d}"
+__all__ = ["ShardCutter", "ShardRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,24 +70,21 @@ class ShardCutter:
         *,
         dtype: np.dtype,
         shard_size_tokens: int,
-        first_shard: int,
-        on_shard: Callable[[ShardRecord, int], None],
-        stem: Callable[[int], str] = shard_stem,
+        stem: Callable[[int], str],
     ) -> None:
         self.directory = directory
         self.dtype = dtype
         self.shard_size_tokens = shard_size_tokens
-        self.next_index = first_shard
-        self.on_shard = on_shard
         self.stem = stem
+        self.records: list[ShardRecord] = []
         self._current: NativeShardWriter | None = None
 
     def _writer(self) -> NativeShardWriter:
         if self._current is None:
-            self._current = NativeShardWriter(self.directory, self.stem(self.next_index), self.dtype)
+            self._current = NativeShardWriter(self.directory, self.stem(len(self.records)), self.dtype)
         return self._current
 
-    def _close(self, entries_consumed: int) -> None:
+    def _close(self) -> None:
         writer = self._current
         if writer is None:
             return
@@ -100,7 +93,7 @@ class ShardCutter:
         self._current = None
         bin_checksum, bin_blocks = file_digests(writer.bin_path)
         record = ShardRecord(
-            index=self.next_index,
+            index=len(self.records),
             num_tokens=writer.num_tokens,
             num_entries=num_entries,
             bin_bytes=writer.bin_path.stat().st_size,
@@ -109,20 +102,14 @@ class ShardCutter:
             idx_bytes=writer.idx_path.stat().st_size,
             idx_xxh3_128=file_checksum(writer.idx_path),
         )
-        self.next_index += 1
-        self.on_shard(record, entries_consumed)
+        self.records.append(record)
 
     def feed(
-        self,
-        tokens: npt.NDArray[np.integer],
-        lengths: npt.NDArray[np.int64],
-        overlap_prefix: npt.NDArray[np.uint16],
-        *,
-        skip_entries: int = 0,
+        self, tokens: npt.NDArray[np.integer], lengths: npt.NDArray[np.int64], overlap_prefix: npt.NDArray[np.uint16]
     ) -> None:
-        """Append entries ``skip_entries:`` of one chunk; ``on_shard`` gets how many of its entries are written."""
+        """Append one chunk's entries."""
         ends = np.cumsum(lengths)
-        begin = skip_entries
+        begin = 0
         while begin < len(lengths):
             writer = self._writer()
             base = int(ends[begin - 1]) if begin else 0
@@ -130,13 +117,13 @@ class ShardCutter:
             writer.write(tokens[base : int(ends[stop - 1])], lengths[begin:stop], overlap_prefix[begin:stop])
             begin = stop
             if writer.num_tokens >= self.shard_size_tokens:
-                self._close(begin)
+                self._close()
 
-    def finish(self, entries_consumed: int, *, ensure_one: bool) -> None:
-        """Close the last (partial) shard; with ``ensure_one`` write an empty shard if none exists."""
-        if self._current is None and ensure_one:
+    def finish(self) -> None:
+        """Close the last (partial) shard; an empty one if the unit has none."""
+        if self._current is None and not self.records:
             self._writer()
-        self._close(entries_consumed)
+        self._close()
 
     def abort(self) -> None:
         if self._current is not None:

@@ -1,7 +1,9 @@
-"""megatron / flat / packed output: tokenize into a native staging dataset, then convert and publish.
+"""megatron / flat / packed output: the unit pipeline into a native staging dataset, then converted at finalize.
 
-    OUT.native-staging/   the native run, resumable shard by shard exactly as for --format native
-        -> convert_dataset (tokenloom.formats) -> OUT/   megatron: data.bin + data.idx
+    OUT.native-staging/   the unit-planned native run (_units: one process, --num-nodes or Ray), resumable
+                          unit by unit exactly as for --format native
+        -> whoever finalizes it (its manifest), under OUT's output lock:
+           convert_dataset (tokenloom.formats) -> OUT/   megatron: data.bin + data.idx
                                                         packed:   data.pbin
                                                         flat:     shard_NNNNN.npy, document_lengths.i64, manifest.json
         -> the run record, written last (flat: manifest metadata "tokenize"; megatron, packed: OUT/tokenize.json)
@@ -11,13 +13,13 @@ While the conversion runs, OUT holds ``.tokenloom-writing``, so readers refuse
 it. A rerun looks at OUT first: a complete output with the same run key is
 done (a leftover staging directory is removed); otherwise the staging run
 resumes (or confirms itself complete) and the conversion is redone from the
-start. Conversion is deterministic, so a kill at any moment followed by a rerun
+start. A node of several that finds OUT's lock held leaves the conversion to its
+holder. Conversion is deterministic, so a kill at any moment followed by a rerun
 gives the same bytes as an uninterrupted run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import shutil
@@ -27,7 +29,14 @@ from typing import Any
 
 import orjson
 
-from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, convert_dataset, open_dataset, read_manifest
+from tokenloom.formats import (
+    ConfigError,
+    OutputLockedError,
+    ResumeMismatchError,
+    convert_dataset,
+    open_dataset,
+    read_manifest,
+)
 from tokenloom.formats.io import (
     EOS_PLACEMENT,
     LOCK_SUFFIX,
@@ -35,14 +44,15 @@ from tokenloom.formats.io import (
     WRITING_MARKER,
     atomic_write_bytes,
     fsync_dir,
+    output_lock,
     prepare_output_dir,
     temp_base,
 )
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
-from tokenloom.tokenize._native import replaceable, tokenize_native
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._units import replaceable, run_units
 
 __all__ = [
     "MEGATRON_PREFIX",
@@ -110,19 +120,26 @@ def tokenize_via_staging(
     staging_config = dataclasses.replace(
         config, format="native", output_dir=staging, drop_overlap_prefix=False, keep_staging=False
     )
+    native = run_units(staging_config, inputs, on_progress=on_progress)
+    if native.units_missing:  # another node finalizes (and converts)
+        native.output_dir, native.format = config.output_dir, config.format
+        return native
     try:
-        native = tokenize_native(staging_config, inputs, on_progress=on_progress)
-    except DataError:
-        with contextlib.suppress(OSError):
-            staging.rmdir()  # emptied by the native run's discard: publish nothing
-        raise
-    staged = read_manifest(staging).metadata["tokenize"]
-    record = _convert(config, staging, {**staged, **run_key})
+        with output_lock(config.output_dir, what="--output-dir"):
+            record = _check_output(config, run_key)
+            if record is None:  # not converted by another node meanwhile
+                staged = read_manifest(staging).metadata["tokenize"]
+                record = _convert(config, staging, {**staged, **run_key})
+    except OutputLockedError:
+        if config.finalize:
+            raise
+        native.output_dir, native.format = config.output_dir, config.format
+        return native  # another node holds OUT: it converts
     if not config.keep_staging:
         _remove_staging(staging)
     summary = _summary(config, record, time.perf_counter() - started)
     summary.examples = native.examples
-    summary.resumed_shards = native.resumed_shards
+    summary.resumed_units, summary.units_committed = native.resumed_units, native.units_committed
     summary.run_tokens, summary.bytes_read = native.run_tokens, native.bytes_read
     summary.text_bytes = native.text_bytes
     return summary

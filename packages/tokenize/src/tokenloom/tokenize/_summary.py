@@ -28,7 +28,7 @@ class TokenizeSummary:
     dropped: dict[str, int] = field(default_factory=dict)
     """--windowing gpt-simple: documents dropped by its rule (short_text, no_tokens) or cut (truncated)."""
     examples: list[str] = field(default_factory=list)
-    resumed_shards: int = 0
+    resumed_units: int = 0
     already_complete: bool = False
     dtype: str = ""
     eos_id: int = -1

@@ -7,11 +7,10 @@ tokenize(config)
        or, several datasets, run_tree_to_url (_remote_tree: the same, one sub-prefix per dataset)
     -> check_run_paths
     -> several datasets (--layout tree, --val-fraction): run_tree (_tree: a unit-planned dataset per leaf)
-    -> unit-planned (--num-nodes, --executor ray, --finalize): run_units (_units: plan, unit commits, manifest)
-    -> output lock
-    -> native:                    tokenize_native (_native: journal, shards, manifest)
-       megatron / flat / packed:  tokenize_via_staging (_staged: a native staging run, then convert)
-Both encode through the one executor (_executor), as ``pack`` does.
+    -> one process (no --num-nodes, no Ray, no --finalize): the output lock, held for the whole run
+    -> run_units (_units: plan, unit commits, manifest; one process is node 0 of 1)
+       megatron / flat / packed: the same run into a staging dataset, converted at finalize (_staged)
+All encode through the one executor (_executor), as ``pack`` does.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from pathlib import Path
 
 from tokenloom.formats.io import check_disjoint, check_replaceable, output_lock, real_path, storage_errors
 from tokenloom.tokenize._config import TokenizeConfig
-from tokenloom.tokenize._native import replaceable, tokenize_native
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
 from tokenloom.tokenize._remote_output import tokenize_to_url
 from tokenloom.tokenize._remote_tree import run_tree_to_url
@@ -29,7 +27,7 @@ from tokenloom.tokenize._remote_units import run_units_to_url
 from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import run_tree
-from tokenloom.tokenize._units import run_units
+from tokenloom.tokenize._units import alone, replaceable, run_units
 
 __all__ = ["check_run_paths", "tokenize"]
 
@@ -55,18 +53,11 @@ def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallbac
     check_run_paths(config, inputs)
     if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
         return run_tree(config, inputs, on_progress=on_progress)
-    if config.unit_planned:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
-        return run_units(config, inputs, on_progress=on_progress)
+    run = run_units if config.format == "native" or config.train_type is not None else tokenize_via_staging
+    if not alone(config):  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
+        return run(config, inputs, on_progress=on_progress)
     with output_lock(config.output_dir, what="--output-dir"):
-        return _tokenize_locked(config, inputs, on_progress)
-
-
-def _tokenize_locked(
-    config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None
-) -> TokenizeSummary:
-    if config.format == "native":
-        return tokenize_native(config, inputs, on_progress=on_progress)
-    return tokenize_via_staging(config, inputs, on_progress=on_progress)
+        return run(config, inputs, on_progress=on_progress)
 
 
 def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:

@@ -24,7 +24,8 @@ from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._fetch import local_path, named_by_url
 from tokenloom.tokenize._inputs import _read_lines
 from tokenloom.tokenize._sniff import InputKind, require_corpus_extra, sniff
-from tokenloom.tokenize._unit_parts import ByteRange, RowGroups, UnitSource, lines_before
+from tokenloom.tokenize._unit_parts import ByteRange, RowGroups, UnitSource
+from tokenloom.tokenize._unit_work import unit_line
 from tokenloom.tokenize.chat import ChatEncoder, RecordPlace
 
 __all__ = ["ChatTransform", "RecordTransform", "in_file", "transform_for", "unit_records"]
@@ -133,10 +134,9 @@ def unit_records(
 
 def in_file(error: DataError, source: UnitSource) -> DataError:
     """``error`` with its line counted in the whole file, not from the start of a byte-range unit."""
-    part = source.part
-    if error.record is None or not isinstance(part, ByteRange) or part.start == 0:
+    if error.record is None or unit_line(source, error.record) == error.record:
         return error
-    line = error.record + lines_before(local_path(source.file), part.start)
+    line = unit_line(source, error.record)
     return type(error)(
         error.problem, path=error.path, offset=error.offset, record=line, field=error.field, hint=error.hint
     )

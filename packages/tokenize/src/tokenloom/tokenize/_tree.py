@@ -17,20 +17,28 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenloom.formats import ConfigError, Manifest
 from tokenloom.formats.io import WRITING_MARKER, fsync_dir
 from tokenloom.tokenize._config import Layout, TokenizeConfig
-from tokenloom.tokenize._executor import Encoding, encoding_for, run_ordered
-from tokenloom.tokenize._inputs import InputFile, read_chunks
-from tokenloom.tokenize._native import summary_of
+from tokenloom.tokenize._executor import encoding_for, run_ordered
+from tokenloom.tokenize._inputs import Chunk, InputFile
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_nodes, establish_plan
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units
-from tokenloom.tokenize._units import _complete, finalize, missing_units, plan_of, prepare_units_dir
+from tokenloom.tokenize._unit_work import Session, UnitWriter, dealt_nodes, encode_units, pending_units
+from tokenloom.tokenize._units import (
+    _complete,
+    finalize,
+    missing_units,
+    plan_of,
+    prepare_units_dir,
+    summary_of,
+)
+from tokenloom.tokenize._worker import ChunkResult, EncodeSettings
 
 __all__ = ["Leaf", "TreeDataset", "encode_tree", "leaves_of", "run_tree", "tree_datasets", "tree_summary"]
 
@@ -206,73 +214,23 @@ def encode_tree(
     with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
+        settings = encoding.settings
+        if config.val_fraction > 0:  # a train leaf's documents below the seeded hash go to its val dataset
+            settings = dataclasses.replace(settings, val_fraction=config.val_fraction, val_seed=config.seed)
         for targets, mine in zip(per_leaf, pending, strict=True):
-            if mine:
-                _encode_leaf(config, targets, mine, encoding, facts, session, on_progress)
+            if not mine:
+                continue
+            leaf = settings if len(targets) > 1 else encoding.settings
+
+            def encode(chunks: Iterator[Chunk], leaf: EncodeSettings = leaf) -> Iterator[ChunkResult]:
+                return run_ordered(encoding.executor, chunks, leaf, encoding.window, encoder=encoding.encoder)
+
+            def writers(unit: int, targets: list[TreeDataset] = targets) -> list[UnitWriter]:
+                return [UnitWriter(t.config, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
+
+            sources = [targets[0].plan.units[u] for u in mine]
+            encode_units(config, sources, mine, encode, writers, session, on_progress)
     return session
-
-
-def _encode_leaf(
-    config: TokenizeConfig,
-    targets: list[TreeDataset],
-    mine: list[int],
-    encoding: Encoding,
-    facts: UnitFacts,
-    session: Session,
-    on_progress: ProgressCallback | None,
-) -> None:
-    """The leaf's pending units through the shared pool; each unit's val part (if any) is committed first."""
-    train = targets[0]
-    val = targets[1] if len(targets) > 1 else None
-    settings = encoding.settings
-    if val is not None:
-        settings = dataclasses.replace(settings, val_fraction=config.val_fraction, val_seed=config.seed)
-    sources = [train.plan.units[u] for u in mine]
-    chunks = read_chunks(
-        [s.file for s in sources],
-        chunk_lines=config.chunk_lines,
-        chunk_bytes=config.chunk_bytes,
-        max_line_bytes=config.max_line_bytes,
-        text_field=config.text_field,
-        parts=[s.part for s in sources],
-    )
-    writers: list[UnitWriter] = []
-    current = -1
-    try:
-        for result in run_ordered(encoding.executor, chunks, settings, encoding.window, encoder=encoding.encoder):
-            unit = mine[result.file_index]
-            if unit != current:
-                _commit(session, writers)
-                current = unit
-                writers = [UnitWriter(t.config, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
-            writers[0].consume(result)
-            if val is not None and result.val is not None:
-                writers[1].consume(result.val)
-                session.tokens += len(result.val.tokens)
-            session.tokens += len(result.tokens)
-            session.bytes_read += result.source_bytes
-            text = result.num_bytes + (result.val.num_bytes if result.val is not None else 0)
-            session.text_bytes += text
-            if on_progress is not None:
-                documents = result.documents + (result.val.documents if result.val is not None else 0)
-                tokens = len(result.tokens) + (len(result.val.tokens) if result.val is not None else 0)
-                report_progress(on_progress, documents, tokens, result.source_bytes, text)
-        _commit(session, writers)
-        writers = []
-    except BaseException:
-        for writer in writers:
-            writer.abort()  # their shards stay invisible to readers: no done marker names them
-        raise
-
-
-def _commit(session: Session, writers: list[UnitWriter]) -> None:
-    """Commit a unit's datasets, val before train: a committed train unit means its val part is committed too."""
-    for writer in reversed(writers):
-        done = writer.commit()
-        add_counts(session.counts, done.counts)
-        session.examples += writer.examples
-    if writers:
-        session.units += 1
 
 
 def _names(per_leaf: list[list[TreeDataset]]) -> list[str]:

@@ -20,7 +20,7 @@ import contextlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,11 @@ from tokenloom.formats import ConfigError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir, temp_base, temp_path
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._shards import ShardRecord
-from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._unit_parts import UnitSource
 
 __all__ = [
     "NODES_NAME",
+    "Counts",
     "PLAN_NAME",
     "UnitDone",
     "UnitFacts",
@@ -62,6 +62,34 @@ NODES_NAME = ".tokenloom-nodes.json"
 PLAN_VERSION = 1
 _UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx|records)|\.tokenloom-unit-(\d{6})\.done")
 _FINISHED = re.compile(r"\.tokenloom-node-(\d{6})\.finished")
+
+
+@dataclass(slots=True)
+class Counts:
+    """Running totals over the input read so far (a unit's, a node's or the run's)."""
+
+    documents: int = 0
+    input_bytes: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    """--windowing gpt-simple: documents its rule drops or cuts, by kind."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"documents": self.documents, "input_bytes": self.input_bytes, "skipped": self.skipped}
+        if self.dropped:
+            data["dropped"] = dict(self.dropped)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Counts:
+        return cls(data["documents"], data["input_bytes"], dict(data["skipped"]), dict(data.get("dropped", {})))
+
+    def add(self, part: Counts) -> None:
+        self.documents += part.documents
+        self.input_bytes += part.input_bytes
+        for mine, theirs in ((self.skipped, part.skipped), (self.dropped, part.dropped)):
+            for kind, count in theirs.items():
+                mine[kind] = mine.get(kind, 0) + count
 
 
 def unit_stem(unit: int, part: int) -> str:

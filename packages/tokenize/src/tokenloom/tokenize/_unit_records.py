@@ -17,17 +17,15 @@ in flight, and the merged store is the same bytes for any number of processes, n
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
-from tokenloom.formats import ConfigError, DataError, FormatError, RecordStoreWriter, ResumeMismatchError
+from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_base, temp_path
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
@@ -35,15 +33,26 @@ from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_K
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._executor import spawn_pool
+from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import TASK_RETRIES, _address, check_reachable, import_ray
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import in_file, transform_for, unit_records
-from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, create_once, done_path, is_unit_file, unit_stem
+from tokenloom.tokenize._unit_files import (
+    PLAN_NAME,
+    UnitPlan,
+    create_once,
+    done_path,
+    is_unit_file,
+    remove_node_records,
+    unit_stem,
+)
 from tokenloom.tokenize._unit_parts import ByteRange, UnitSource
-from tokenloom.tokenize._unit_work import pending_units
+from tokenloom.tokenize._unit_work import Session, pending_units
+from tokenloom.tokenize.chat._write import sidecar, write_store
 
 __all__ = [
     "RecordOutcome",
+    "RecordStore",
     "encode_records",
     "is_record_store_file",
     "publish_records",
@@ -52,9 +61,7 @@ __all__ = [
 ]
 
 RecordOutcome = dict[str, Any]
-_MASK_DTYPES = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "bool", "masks": "bool"}
 _STORE_KEYS = frozenset(k for keys in (*TRAIN_TYPE_KEYS.values(), *OPTIONAL_TRAIN_TYPE_KEYS.values()) for k in keys)
-SIDECAR_VERSION = 1
 #: A committed unit store's meta.json, renamed (no reader takes the unit for a part of OUT's store).
 UNIT_META = "unit-meta.json"
 #: OUT's meta.json once the merge is complete, before the unit stores are removed; renamed to meta.json last.
@@ -113,26 +120,10 @@ def write_record_unit(
     out = config.output_dir
     store = unit_store(out, unit)
     shutil.rmtree(store, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
-    vocab = transform.encoder.chat.vocab_size
-    writer = RecordStoreWriter(
-        store,
-        train_type=config.train_type,
-        dtype=np.uint16 if vocab <= 1 << 16 else np.uint32,
-        vocab_size=vocab,
-        key_dtypes=_MASK_DTYPES,
-    )
     try:
-        for record, place in unit_records(source, config, transform):
-            arrays = transform.apply(record, place)
-            if arrays is not None:
-                writer.add_record(arrays)
+        write_store(store, transform.encoder, unit_records(source, config, transform))
     except DataError as error:
-        writer.abort()
         raise in_file(error, source) from None
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
     # hidden before the unit is committed: OUT's readers walk subdirectories for meta.json, and a unit store
     # must never look like a part of the published store
     os.replace(store / META_NAME, store / UNIT_META)
@@ -151,10 +142,44 @@ def add_stats(total: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+class RecordStore:
+    """Post-training: each unit's records (the chat transform's) in a record store, merged into one at finalize."""
+
+    def __init__(self, config: TokenizeConfig, tokenizer: str) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+
+    def complete(self, out: Path, plan: UnitPlan) -> dict[str, Any] | None:
+        return records_complete(out, plan)
+
+    def check(self) -> None:
+        transform_for(self.config, self.tokenizer)  # a tokenizer without a chat template fails here
+
+    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
+        return encode_records(self.config, self.tokenizer, plan, on_progress)
+
+    def publishing(self, out: Path) -> bool:
+        return merged(out)
+
+    def publish(self, out: Path, plan: UnitPlan) -> dict[str, Any]:
+        """The record store published, then the node records removed (as after a text run's manifest)."""
+        sidecar = publish_records(out, plan, self.config, self.tokenizer)
+        remove_node_records(out)
+        fsync_dir(out)
+        return sidecar
+
+    def summary(
+        self, out: Path, plan: UnitPlan, published: dict[str, Any] | None, session: Session, seconds: float
+    ) -> TokenizeSummary:
+        summary = record_summary(out, published, session.records, session.units)
+        summary.seconds = seconds
+        return summary
+
+
 def encode_records(
     config: TokenizeConfig, tokenizer: str, plan: UnitPlan, on_progress: ProgressCallback | None
-) -> tuple[int, dict[str, Any]]:
-    """This node's pending units (or, with --executor ray, every pending unit as a Ray task): (units, counts)."""
+) -> Session:
+    """This node's pending units (or, with --executor ray, every pending unit as a Ray task)."""
     mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
     for unit in mine:
         shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
@@ -164,14 +189,13 @@ def encode_records(
         outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
     else:
         outcomes = _pool_units(config, tokenizer, plan, mine)
-    total: dict[str, Any] = {}
-    done = 0
+    session = Session()
     for unit, counts in zip(mine, outcomes, strict=False):  # each path yields in the order of ``mine``
-        done += 1
-        total = add_stats(total, counts)
+        session.units += 1
+        session.records = add_stats(session.records, counts)
         if on_progress is not None:
             on_progress(counts["records"], counts["tokens"], _source_bytes(plan.units[unit]))
-    return done, total
+    return session
 
 
 def _source_bytes(source: UnitSource) -> int:
@@ -305,23 +329,12 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
     stats: dict[str, Any] = {}
     for unit in units:
         stats = add_stats(stats, unit["counts"])
-    transform = transform_for(config, tokenizer)
-    sidecar = {
-        "tokenloom_post_training": SIDECAR_VERSION,
-        **{k: v for k, v in transform.encoder.settings().items() if k != "chat_template"},
-        "chat_template_sha256": config.record_settings()["chat_template_sha256"]
-        or _sha256(transform.encoder.chat.template),
-        "tokenizer": str(Path(tokenizer).resolve()) if Path(tokenizer).exists() else tokenizer,
-        "units": len(plan.units),
-        "stats": stats,
-    }
+    encoder = transform_for(config, tokenizer).encoder
+    template = config.record_settings()["chat_template_sha256"]
     fsync_dir(out)
-    atomic_write_bytes(out / POST_TRAINING_SIDECAR, orjson.dumps(sidecar, option=orjson.OPT_INDENT_2))
+    body = sidecar(encoder, stats, tokenizer=tokenizer, template_sha256=template, units=len(plan.units))
+    atomic_write_bytes(out / POST_TRAINING_SIDECAR, body)
     atomic_write_bytes(out / MERGED_META, orjson.dumps(meta))
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def record_summary(out: Path, sidecar: dict[str, Any] | None, counts: dict[str, Any], units: int) -> TokenizeSummary:

@@ -1,22 +1,30 @@
-"""The work of a unit: its writer (shards, then the done marker), and the units a node still owes.
+"""The work of a unit: its writer (shards, then the done marker), the units a node still owes, and the one
+loop that encodes units through a local pool (a dataset's, or a tree's leaves').
 
-Shared by the local pool (_units) and Ray tasks (_ray): a unit is written the same way by either.
+Shared by the local pool (_units, _tree) and Ray tasks (_ray): a unit is written the same way by either.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
+from tokenloom.tokenize._executor import encoding_for
 from tokenloom.tokenize._fetch import local_path
-from tokenloom.tokenize._shards import ShardCutter, ShardRecord
-from tokenloom.tokenize._state import Counts
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
+from tokenloom.tokenize._inputs import Chunk, read_chunks
+from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._shards import ShardCutter
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import (
+    Counts,
     UnitDone,
     UnitFacts,
     UnitPlan,
@@ -27,8 +35,19 @@ from tokenloom.tokenize._unit_files import (
 )
 from tokenloom.tokenize._unit_parts import ByteRange, UnitSource, lines_before
 from tokenloom.tokenize._worker import ChunkResult
+from tokenloom.tokenize.engine import EngineMismatchError
 
-__all__ = ["Session", "UnitWriter", "add_counts", "dealt_nodes", "pending_units"]
+__all__ = [
+    "Session",
+    "UnitOutput",
+    "UnitWriter",
+    "dealt_nodes",
+    "encode_local",
+    "encode_units",
+    "node_units",
+    "pending_units",
+    "unit_line",
+]
 
 log = logging.getLogger("tokenloom.tokenize")
 
@@ -38,12 +57,45 @@ class Session:
     """What this process (or its Ray tasks) encoded."""
 
     units: int = 0
+    resumed: int = 0
+    """Units of this node committed before this session (a rerun resumes after them)."""
     tokens: int = 0
     bytes_read: int = 0
     text_bytes: int = 0
     counts: Counts = field(default_factory=Counts)
     examples: list[str] = field(default_factory=list)
     facts: UnitFacts | None = None
+    records: dict[str, Any] = field(default_factory=dict)
+    """--train-type: the post-training counts of the units this session wrote."""
+
+
+class UnitOutput(Protocol):
+    """What a unit-planned run's units hold and become: token shards and a manifest (_units.TokenShards), or
+    record stores merged into one (_unit_records.RecordStore); the plan, dealing and commits are the same."""
+
+    def complete(self, out: Path, plan: UnitPlan) -> Any:
+        """What a finished run with this plan published (None: nothing; another plan's: ResumeMismatchError)."""
+        ...
+
+    def check(self) -> None:
+        """Fail before anything is written (a tokenizer without a chat template, ...)."""
+        ...
+
+    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
+        """This node's pending units (or, with Ray, every pending unit), each committed by its done marker."""
+        ...
+
+    def publishing(self, out: Path) -> bool:
+        """A publish was killed midway (it finishes without every done marker)."""
+        ...
+
+    def publish(self, out: Path, plan: UnitPlan) -> Any:
+        """Every unit committed: what readers open, published under the output lock."""
+        ...
+
+    def summary(
+        self, out: Path, plan: UnitPlan, published: Any, session: Session, seconds: float
+    ) -> TokenizeSummary: ...
 
 
 class UnitWriter:
@@ -57,32 +109,19 @@ class UnitWriter:
         self.plan = plan
         self.counts = Counts()
         self.examples: list[str] = []
-        self.records: list[ShardRecord] = []
-        self._line_base: int | None = None
         self.cutter = ShardCutter(
             config.output_dir,
             dtype=np.dtype(facts.dtype),
             shard_size_tokens=config.shard_size_tokens,
-            first_shard=0,
-            on_shard=lambda record, _entries: self.records.append(record),
             stem=lambda part: unit_stem(unit, part),
         )
-
-    def _line(self, line: int) -> int:
-        """A line number in the file: a byte-range unit numbers its lines from 1 at its start."""
-        part = self.source.part
-        if line <= 0 or not isinstance(part, ByteRange) or part.start == 0:
-            return line
-        if self._line_base is None:  # counted only when a record is bad: the common path never reads the prefix
-            self._line_base = lines_before(local_path(self.source.file), part.start)
-        return self._line_base + line
 
     def consume(self, result: ChunkResult) -> None:
         path = self.source.file.shown
         for issue in result.issues:
-            line = self._line(issue.line)
+            line = unit_line(self.source, issue.line)
             if self.config.on_error is OnError.RAISE:
-                raise RecordError(issue.message, path=path, record=line, field=issue.kind.value)
+                raise RecordError(issue.message, path=path, offset=issue.offset, record=line, field=issue.kind.value)
             kind = issue.kind.value
             self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
             if self.counts.skipped[kind] <= EXAMPLES_PER_KIND:
@@ -95,14 +134,111 @@ class UnitWriter:
 
     def commit(self) -> UnitDone:
         """Close the unit's last shard (an empty one if it has none), then create its done marker."""
-        self.cutter.finish(0, ensure_one=not self.records)
-        done = UnitDone(self.unit, self.plan, tuple(self.records), self.counts, self.facts)
+        self.cutter.finish()
+        done = UnitDone(self.unit, self.plan, tuple(self.cutter.records), self.counts, self.facts)
         if not create_once(done_path(self.config.output_dir, self.unit), done.payload()):
             log.info("unit %d was already committed by another process (its bytes are the same)", self.unit)
         return done
 
     def abort(self) -> None:
         self.cutter.abort()
+
+
+def encode_local(
+    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
+) -> Session:
+    session = Session()
+    mine = pending_units(config, plan)
+    session.resumed = len(node_units(config, len(plan.units))) - len(mine)
+    if not mine:
+        return session
+    # the engine probe reads the same first documents (inputs.files) on every node
+    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
+        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
+        session.facts = facts
+        writers = lambda unit: [UnitWriter(config, unit, plan.units[unit], facts, plan.digest)]  # noqa: E731
+        encode_units(config, [plan.units[u] for u in mine], mine, encoding.results, writers, session, on_progress)
+    return session
+
+
+def encode_units(
+    config: TokenizeConfig,
+    sources: list[UnitSource],
+    units: list[int],
+    encode: Callable[[Iterator[Chunk]], Iterator[ChunkResult]],
+    writers_for: Callable[[int], list[UnitWriter]],
+    session: Session,
+    on_progress: ProgressCallback | None,
+) -> None:
+    """Units ``units`` (reading ``sources``) through ``encode`` in order, each into its writers: ``[dataset]``, or
+    ``[train, val]`` (a unit's --val-fraction part is its results' ``val``); a unit commits when the next begins."""
+    chunks = read_chunks(
+        [s.file for s in sources],
+        chunk_lines=config.chunk_lines,
+        chunk_bytes=config.chunk_bytes,
+        max_line_bytes=config.max_line_bytes,
+        text_field=config.text_field,
+        parts=[s.part for s in sources],
+    )
+    source_of: dict[int, int] = {}  # chunk index -> its unit's place in ``units``, until its result is in
+    writers: list[UnitWriter] = []
+    current = -1
+    try:
+        for result in encode(c for c in chunks if source_of.setdefault(c.index, c.file_index) >= 0):
+            del source_of[result.index]
+            if units[result.file_index] != current:
+                _commit(session, writers)
+                current = units[result.file_index]
+                writers = writers_for(current)
+            parts = [result] if result.val is None else [result, result.val]
+            for writer, part in zip(writers, parts, strict=False):
+                writer.consume(part)
+                session.tokens += len(part.tokens)
+                session.text_bytes += part.num_bytes
+            session.bytes_read += result.source_bytes
+            if on_progress is not None:
+                documents, tokens = sum(p.documents for p in parts), sum(len(p.tokens) for p in parts)
+                report_progress(on_progress, documents, tokens, result.source_bytes, sum(p.num_bytes for p in parts))
+        _commit(session, writers)
+    except EngineMismatchError as error:  # its line counts from its unit's start: name the file's line
+        for writer in writers:
+            writer.abort()
+        if error.record is None or not source_of:
+            raise
+        line = unit_line(sources[source_of[min(source_of)]], error.record)
+        raise EngineMismatchError(
+            error.problem, path=error.path, record=line, field=error.field, hint=error.hint
+        ) from None
+    except BaseException:
+        for writer in writers:
+            writer.abort()  # their shards stay invisible to readers: no done marker names them
+        raise
+
+
+def _commit(session: Session, writers: list[UnitWriter]) -> None:
+    """Commit a unit's datasets, val before train: a committed train unit means its val part is committed too."""
+    for writer in reversed(writers):
+        done = writer.commit()
+        session.counts.add(done.counts)
+        session.examples += writer.examples
+    if writers:
+        session.units += 1
+    writers.clear()  # committed: an error after this must not abort them
+
+
+def unit_line(source: UnitSource, line: int) -> int:
+    """A line number in the file: a byte-range unit numbers its lines from 1 at its start.
+
+    The prefix is counted only for a bad record: the common path never reads it."""
+    part = source.part
+    if line <= 0 or not isinstance(part, ByteRange) or part.start == 0:
+        return line
+    return _lines_before(local_path(source.file), part.start) + line
+
+
+@functools.lru_cache(maxsize=16)
+def _lines_before(path: Path, start: int) -> int:
+    return lines_before(path, start)
 
 
 def node_units(config: TokenizeConfig, units: int, first: int = 0) -> list[int]:
@@ -135,11 +271,3 @@ def pending_units(config: TokenizeConfig, plan: UnitPlan, first: int = 0) -> lis
     mine = [u for u in node_units(config, len(plan.units), first) if not done_path(config.output_dir, u).exists()]
     remove_unit_temps(config.output_dir, set(mine))
     return mine
-
-
-def add_counts(total: Counts, part: Counts) -> None:
-    total.documents += part.documents
-    total.input_bytes += part.input_bytes
-    for mine, theirs in ((total.skipped, part.skipped), (total.dropped, part.dropped)):
-        for kind, count in theirs.items():
-            mine[kind] = mine.get(kind, 0) + count

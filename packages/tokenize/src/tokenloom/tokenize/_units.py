@@ -1,4 +1,4 @@
-"""A unit-planned run: many nodes (or Ray tasks) write one dataset, byte-identical to one process.
+"""tokenize's one pipeline: a unit plan, run by one process (N=1), many nodes or Ray tasks, byte-identical.
 
     RunInputs -> UnitPlan (sorted inputs with sizes/mtimes/hashes, settings, tokenizer; units = whole files, or
         line-aligned byte ranges / parquet row-group runs of files over --unit-bytes: _unit_parts)
@@ -9,11 +9,16 @@
 
 A unit's shards depend only on its input's bytes and the settings, so a node killed
 anywhere costs at most its unit in flight, and no interleaving of nodes changes a byte.
+A single process (no --num-nodes) is node 0 of 1 and holds the output lock for the whole run; a data
+error there (or a kill before any unit is committed) leaves nothing behind, as a run that never started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,21 +41,17 @@ from tokenloom.formats.io import (
     fsync_dir,
     output_lock,
     prepare_output_dir,
+    temp_base,
     write_manifest,
 )
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
-from tokenloom.tokenize._executor import encoding_for
-from tokenloom.tokenize._inputs import read_chunks
-from tokenloom.tokenize._native import replaceable, summary_of
+from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
-from tokenloom.tokenize._state import STATE_NAME, Counts
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
-from tokenloom.tokenize._transform import transform_for
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
-    UnitDone,
-    UnitFacts,
+    Counts,
     UnitPlan,
     done_path,
     establish_nodes,
@@ -64,29 +65,38 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_parts import cut_units
-from tokenloom.tokenize._unit_records import (
-    clear_record_output,
-    encode_records,
-    is_record_store_file,
-    merged,
-    publish_records,
-    record_summary,
-    records_complete,
+from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
+from tokenloom.tokenize._unit_work import (
+    Session,
+    UnitOutput,
+    dealt_nodes,
+    encode_local,
+    rerun_hint,
 )
-from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units, rerun_hint
+from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
-    "encode_local",
     "finalize",
     "missing_units",
     "plan_of",
     "prepare_units_dir",
+    "replaceable",
     "run_units",
+    "summary_of",
     "write_unit_manifest",
 ]
 
 log = logging.getLogger("tokenloom.tokenize")
+
+#: The resume journal of the single-process layout before the one pipeline (shard_NNNNN.bin/.idx beside it).
+OLD_JOURNAL = ".tokenloom-tokenize-state.json"
+_OLD_SHARD = re.compile(r"shard_\d+\.(bin|idx)")
+#: Files of a megatron / packed / flat tokenize output, which --overwrite may replace (with tokenize.json beside).
+_CONVERTED_OUTPUT = re.compile(
+    r"data\.(bin|idx|pbin|tokenloom\.json|pbin\.tokenloom\.json)|shard_\d+\.npy|document_lengths\.i64"
+)
+_RUN_RECORD = "tokenize.json"
 
 
 def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
@@ -97,19 +107,24 @@ def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
 def run_units(
     config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
 ) -> TokenizeSummary:
-    """This node's share of a unit-planned run (or, with --finalize, only the manifest); see the module docstring."""
+    """This node's share of a unit-planned run (or, with --finalize, only the manifest); see the module docstring.
+
+    What a unit holds is its transform's (_transform): token shards (text -> documents) or a record store
+    (--train-type: conversations -> sft / dpo / grpo records); the plan, dealing, commits and finalize are one.
+    """
     started = time.perf_counter()
     out = config.output_dir
     plan = plan_of(config, inputs)
-    if config.train_type is not None:  # the record transform: post-training records into a record store
-        return _run_record_units(config, inputs, plan, started, on_progress)
-    complete = None if config.overwrite else _complete(out, plan)
-    if complete is not None:
-        summary = summary_of(complete, out, time.perf_counter() - started)
+    output: UnitOutput = (TokenShards if config.train_type is None else RecordStore)(config, inputs.tokenizer)
+    published = None if config.overwrite else output.complete(out, plan)
+    if published is not None:
+        summary = output.summary(out, plan, published, Session(), time.perf_counter() - started)
         summary.already_complete = True
         return summary
     if config.executor is ExecutorKind.RAY and not config.finalize:
         preflight(config)  # an unreachable cluster fails before anything is written
+    output.check()
+    created = not out.exists()
     prepare_units_dir(config)
     establish_plan(out, plan)
     num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
@@ -117,75 +132,89 @@ def run_units(
     fsync_dir(out)
     session = Session()
     if not config.finalize:
-        if config.executor is ExecutorKind.RAY:
-            session = encode_with_ray(config, inputs, plan, on_progress)
-        else:
-            session = encode_local(config, inputs, plan, on_progress)
+        try:
+            session = output.encode(inputs, plan, on_progress)
+        except BaseException as error:
+            if alone(config):
+                _leave_nothing(out, created=created, error=error)
+            raise
+        if config.executor is not ExecutorKind.RAY:
             mark_node_finished(out, config.node_rank)
     everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
-    manifest = finalize(
-        out, plan, inputs.tokenizer, required=config.finalize or everyone, num_nodes=num_nodes, everyone=everyone
-    )
-    seconds = time.perf_counter() - started
-    summary = summary_of(manifest, out, seconds) if manifest else _partial_summary(out, plan, session, seconds)
-    summary.examples = session.examples
-    summary.run_tokens = session.tokens
-    summary.bytes_read = session.bytes_read
-    summary.text_bytes = session.text_bytes
-    summary.units_committed = session.units
-    return summary
-
-
-def _run_record_units(
-    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, started: float, on_progress: ProgressCallback | None
-) -> TokenizeSummary:
-    """The same plan, dealing, done markers and last-node finalize; the units hold records, merged into one store."""
-    out = config.output_dir
-    published = None if config.overwrite else records_complete(out, plan)
-    if published is not None:
-        summary = record_summary(out, published, {}, 0)
-        summary.already_complete = True
-        return summary
-    if config.executor is ExecutorKind.RAY and not config.finalize:
-        preflight(config)
-    transform_for(config, inputs.tokenizer)  # a tokenizer without a chat template fails before anything is written
-    prepare_units_dir(config)
-    establish_plan(out, plan)
-    num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
-    (out / WRITING_MARKER).touch()
-    fsync_dir(out)
-    units, counts = (0, {}) if config.finalize else encode_records(config, inputs.tokenizer, plan, on_progress)
-    if not config.finalize and config.executor is not ExecutorKind.RAY:
-        mark_node_finished(out, config.node_rank)
-    everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
-    publish = lambda: _published_records(out, plan, config, inputs.tokenizer)  # noqa: E731
-    if merged(out):  # a publish was killed after the merge: finish it (the done markers may be gone)
+    if output.publishing(out):  # a publish was killed midway: finish it (the done markers may be gone)
         with output_lock(out, what="--output-dir"):
-            sidecar = publish()
+            published = output.publish(out, plan)
     else:
-        sidecar = finalize(
-            out,
-            plan,
-            inputs.tokenizer,
-            required=config.finalize or everyone,
-            num_nodes=num_nodes,
-            everyone=everyone,
-            publish=publish,
-        )
-    summary = record_summary(out, sidecar, counts, units)
-    if sidecar is None:
-        summary.units_total = len(plan.units)
-        summary.units_missing = len(missing_units(out, plan))
-    summary.seconds = time.perf_counter() - started
+        required = config.finalize or everyone
+        published = finalize(
+            out, plan, inputs.tokenizer, required=required, num_nodes=num_nodes, everyone=everyone,
+            publish=lambda: output.publish(out, plan),
+        )  # fmt: skip
+    summary = output.summary(out, plan, published, session, time.perf_counter() - started)
+    summary.units_committed = session.units
+    summary.resumed_units = session.resumed
     return summary
 
 
-def _published_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> dict[str, Any]:
-    """The record store published, then the node records removed (as after a text run's manifest)."""
-    sidecar = publish_records(out, plan, config, tokenizer)
-    remove_node_records(out)
-    fsync_dir(out)
-    return sidecar
+class TokenShards:
+    """Text -> documents: each unit's token shards, the manifest at finalize (a native dataset)."""
+
+    def __init__(self, config: TokenizeConfig, tokenizer: str) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+
+    def complete(self, out: Path, plan: UnitPlan) -> Manifest | None:
+        return _complete(out, plan)
+
+    def check(self) -> None:
+        """Nothing to check before writing: the encoder's probe runs at the start of encoding."""
+
+    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
+        if self.config.executor is ExecutorKind.RAY:
+            return encode_with_ray(self.config, inputs, plan, on_progress)
+        return encode_local(self.config, inputs, plan, on_progress)
+
+    def publishing(self, out: Path) -> bool:
+        return False  # the manifest is one atomic write
+
+    def publish(self, out: Path, plan: UnitPlan) -> Manifest:
+        return write_unit_manifest(out, plan, self.tokenizer)
+
+    def summary(
+        self, out: Path, plan: UnitPlan, published: Manifest | None, session: Session, seconds: float
+    ) -> TokenizeSummary:
+        summary = summary_of(published, out, seconds) if published else _partial_summary(out, plan, session, seconds)
+        summary.examples = session.examples
+        summary.run_tokens = session.tokens
+        summary.bytes_read = session.bytes_read
+        summary.text_bytes = session.text_bytes
+        if session.facts is not None:  # this session's engine (the manifest names unit 0's)
+            summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
+        return summary
+
+
+def alone(config: TokenizeConfig) -> bool:
+    """A single process writes OUT (no --num-nodes, no Ray, no --finalize): it may hold the lock throughout."""
+    return config.num_nodes is None and config.executor is ExecutorKind.LOCAL and not config.finalize
+
+
+def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
+    """A single process's failed run: a data error (raise mode) discards every unit; a kill or any other error
+    before the first committed unit leaves no file either (and no OUT if this run created it)."""
+    discard = isinstance(error, DataError) and not isinstance(error, (EngineMismatchError, WorkerDiedError))
+    with contextlib.suppress(OSError):
+        committed = any(path.name.endswith(".done") for path in out.iterdir())
+        if committed and not discard:
+            return  # committed units stay: the same command resumes after them
+        for path in out.iterdir():
+            if path.is_dir() and is_unit_file(path.name):
+                shutil.rmtree(path)  # a unit's record store
+            elif is_unit_file(path.name) or path.name == WRITING_MARKER:
+                path.unlink()
+        if created and not committed:
+            out.rmdir()
+        else:
+            fsync_dir(out)
 
 
 def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
@@ -208,7 +237,7 @@ def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
 
 def _layout_difference(recorded: dict[str, Any]) -> list[str]:
     layout = recorded.get("layout", "single-process")
-    return [] if layout == "units" else [f"layout {layout!r} -> 'units' (--num-nodes / --executor ray)"]
+    return [] if layout == "units" else [f"layout {layout!r} (shard_NNNNN, an earlier tokenize) -> 'units'"]
 
 
 def prepare_units_dir(config: TokenizeConfig) -> None:
@@ -222,23 +251,24 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
         prepare_output_dir(out, overwrite=True, ours=replaceable(out))
         return
     out.mkdir(parents=True, exist_ok=True)  # nodes may race here: exist_ok
-    if (out / STATE_NAME).exists():
+    if (out / OLD_JOURNAL).exists():
         raise ResumeMismatchError(
-            "the output directory holds an unfinished single-process tokenize run (no --num-nodes)",
-            path=out / STATE_NAME,
-            hint="Finish it with the command that started it (without --num-nodes), pass --overwrite, "
-            "or choose another --output-dir",
+            "the output directory holds an unfinished run of an earlier tokenize (its resume journal and "
+            "shard_NNNNN files), which this version cannot resume",
+            path=out / OLD_JOURNAL,
+            hint="Pass --overwrite to start afresh, or choose another --output-dir",
         )
     if (out / MANIFEST_NAME).exists() and not (out / PLAN_NAME).exists():
         raise ResumeMismatchError(
-            "the output directory holds a dataset that is not unit-planned",
+            "the output directory holds a dataset that tokenize's unit plan did not write (an earlier tokenize's "
+            "shard_NNNNN layout, or another tool's)",
             path=out,
             hint="Pass --overwrite to replace it, or choose another --output-dir",
         )
     foreign = sorted(p.name for p in out.iterdir() if not _ours(p.name))
     if foreign:
         raise ConfigError(
-            f"the output directory holds files that no tokenize run wrote: {', '.join(foreign[:5])}",
+            f"the output directory is not empty: it holds files that no tokenize run wrote: {', '.join(foreign[:5])}",
             path=out,
             field="output_dir",
             hint="Choose an empty --output-dir",
@@ -254,54 +284,40 @@ def _ours(name: str) -> bool:
     )
 
 
-def encode_local(
-    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
-) -> Session:
-    session = Session()
-    mine = pending_units(config, plan)
-    if not mine:
-        return session
-    sources = [plan.units[u] for u in mine]
-    # the engine probe reads the same first documents (inputs.files) on every node
-    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
-        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
-        session.facts = facts
-        chunks = read_chunks(
-            [s.file for s in sources],
-            chunk_lines=config.chunk_lines,
-            chunk_bytes=config.chunk_bytes,
-            max_line_bytes=config.max_line_bytes,
-            text_field=config.text_field,
-            parts=[s.part for s in sources],
-        )
-        writer: UnitWriter | None = None
-        try:
-            for result in encoding.results(chunks):
-                if writer is None or writer.unit != mine[result.file_index]:
-                    if writer is not None:
-                        _committed(session, writer.commit(), writer)
-                    unit = mine[result.file_index]
-                    writer = UnitWriter(config, unit, plan.units[unit], facts, plan.digest)
-                writer.consume(result)
-                session.tokens += len(result.tokens)
-                session.bytes_read += result.source_bytes
-                session.text_bytes += result.num_bytes
-                report_progress(
-                    on_progress, result.documents, len(result.tokens), result.source_bytes, result.num_bytes
-                )
-            if writer is not None:
-                _committed(session, writer.commit(), writer)
-        except BaseException:
-            if writer is not None:
-                writer.abort()  # its shards stay invisible to readers: no done marker names them
-            raise
-    return session
+def replaceable(out: Path) -> Callable[[str], bool]:
+    """Names in ``out`` that --overwrite may delete: files of a tokenize run of any format or layout."""
+    has_record = (out / _RUN_RECORD).is_file()
+
+    def ours(name: str) -> bool:
+        base = temp_base(name)  # a crashed writer's NAME.<pid>-<hex>.tmp stands for NAME
+        if _ours(name) or name.endswith(".tmp") or base in (OLD_JOURNAL, _RUN_RECORD):
+            return True
+        if _OLD_SHARD.fullmatch(base) is not None:
+            return True
+        return has_record and _CONVERTED_OUTPUT.fullmatch(base) is not None
+
+    return ours
 
 
-def _committed(session: Session, done: UnitDone, writer: UnitWriter) -> None:
-    session.units += 1
-    add_counts(session.counts, done.counts)
-    session.examples += writer.examples
+def summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary:
+    """The summary of a published native dataset, from its manifest."""
+    recorded = manifest.metadata.get("tokenize", {})
+    return TokenizeSummary(
+        output_dir=out,
+        documents=int(recorded.get("documents", 0)),
+        entries=manifest.num_documents,
+        tokens=manifest.num_tokens,
+        input_bytes=int(recorded.get("input_bytes", 0)),
+        shards=sum(1 for f in manifest.files if f.name.endswith(".idx")),
+        seconds=seconds,
+        skipped=dict(recorded.get("skipped", {})),
+        dropped=dict(recorded.get("dropped", {})),
+        dtype=manifest.dtype,
+        eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
+        vocab_size=manifest.vocab_size or 0,
+        engine=str(recorded.get("engine", {}).get("name", "")),
+        engine_reason=str(recorded.get("engine", {}).get("reason", "")),
+    )
 
 
 def missing_units(out: Path, plan: UnitPlan) -> list[int]:
@@ -370,7 +386,7 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
     counts = Counts()
     files: list[FileEntry] = []
     for done in units:
-        add_counts(counts, done.counts)
+        counts.add(done.counts)
         for record in done.shards:
             stem = unit_stem(done.unit, record.index)
             files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))

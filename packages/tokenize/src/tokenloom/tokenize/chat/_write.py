@@ -1,9 +1,11 @@
-"""Write post-training records into a record store (:class:`tokenloom.formats.RecordStoreWriter`).
+"""Write post-training records into a record store (:class:`tokenloom.formats.RecordStoreWriter`): one writer.
 
-The store opens with :func:`tokenloom.formats.open_records` (and sft also as a keyed store:
-``DatasetFactory.load("sft", OUT, window_size)``); ``post_training.json`` beside it holds the
-settings and counts (records, truncated, skipped) that ``tokenloom inspect OUT --records N`` shows.
-It is written before the store's meta.json, which is published last.
+``write_store`` is the one place records become a store: ``write_post_training`` (a library call on records in
+memory) and each unit of a ``tokenize --train-type`` run (``_unit_records``) both write through it. The store
+opens with :func:`tokenloom.formats.open_records` (and sft also as a keyed store:
+``DatasetFactory.load("sft", OUT, window_size)``); ``post_training.json`` beside it (``sidecar``) holds the
+settings and counts (records, truncated, skipped) that ``tokenloom inspect OUT --records N`` shows. It is
+written before the store's meta.json, which is published last.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,62 @@ from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.tokenize.chat._encode import ChatEncoder, PostTrainingStats
 from tokenloom.tokenize.chat._template import NOWHERE
 
-__all__ = ["SIDECAR_NAME", "write_post_training"]
+__all__ = ["SIDECAR_NAME", "sidecar", "write_post_training", "write_store"]
 
 SIDECAR_NAME = POST_TRAINING_SIDECAR
 SIDECAR_VERSION = 1
+MASK_DTYPES = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "bool", "masks": "bool"}
+
+
+def write_store(
+    out: Path,
+    encoder: ChatEncoder,
+    records: Iterable[Any],
+    *,
+    overwrite: bool = False,
+    before_close: Callable[[], None] | None = None,
+) -> None:
+    """Encode ``records`` (dicts, or ``(record, RecordPlace)`` pairs) in order into a record store at ``out``.
+
+    ``before_close``: what to write beside the store before its meta.json publishes it. On any error the
+    writer is aborted: nothing is published.
+    """
+    vocab = encoder.chat.vocab_size
+    writer = RecordStoreWriter(
+        out,
+        train_type=encoder.train_type.value,
+        dtype=np.uint16 if vocab <= 1 << 16 else np.uint32,
+        vocab_size=vocab,
+        key_dtypes=MASK_DTYPES,
+        overwrite=overwrite,
+    )
+    try:
+        for item in records:
+            record, place = item if isinstance(item, tuple) else (item, NOWHERE)
+            arrays = encoder.encode(record, place)
+            if arrays is not None:
+                writer.add_record(arrays)
+        if before_close is not None:
+            before_close()
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+
+
+def sidecar(
+    encoder: ChatEncoder, stats: dict[str, Any], *, tokenizer: str, template_sha256: str | None = None, **extra: Any
+) -> bytes:
+    """``post_training.json``: the encoder's settings (its template by hash), the tokenizer, ``extra``, the counts."""
+    body = {
+        "tokenloom_post_training": SIDECAR_VERSION,
+        **{k: v for k, v in encoder.settings().items() if k != "chat_template"},
+        "chat_template_sha256": template_sha256 or hashlib.sha256(encoder.chat.template.encode()).hexdigest(),
+        "tokenizer": str(Path(tokenizer).resolve()) if tokenizer and Path(tokenizer).exists() else tokenizer,
+        **extra,
+        "stats": stats,
+    }
+    return orjson.dumps(body, option=orjson.OPT_INDENT_2)
 
 
 def write_post_training(
@@ -51,43 +105,15 @@ def write_post_training(
         raise ConfigError(
             "pass either an encoder (of this train_type) or a tokenizer and options, not both", field="encoder"
         )
-    vocab = encoder.chat.vocab_size
-    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
     out = Path(out_dir)
-    mask_dtypes = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "bool", "masks": "bool"}
-    writer = RecordStoreWriter(
-        out,
-        train_type=encoder.train_type.value,
-        dtype=dtype,
-        vocab_size=vocab,
-        key_dtypes=mask_dtypes,
-        overwrite=overwrite,
+    name = str(getattr(encoder.chat.hf, "name_or_path", "") or "")
+    publish = lambda: atomic_write_bytes(  # noqa: E731
+        out / SIDECAR_NAME, sidecar(encoder, encoder.stats.as_dict(), tokenizer=name)
     )
     try:
-        for item in records:
-            record, place = item if isinstance(item, tuple) else (item, NOWHERE)
-            arrays = encoder.encode(record, place)
-            if arrays is not None:
-                writer.add_record(arrays)
-        sidecar = {
-            "tokenloom_post_training": SIDECAR_VERSION,
-            **encoder.settings(),
-            "chat_template_sha256": hashlib.sha256(encoder.chat.template.encode()).hexdigest(),
-            "tokenizer": _tokenizer_name(encoder),
-            "stats": encoder.stats.as_dict(),
-        }
-        del sidecar["chat_template"]
-        atomic_write_bytes(out / SIDECAR_NAME, orjson.dumps(sidecar, option=orjson.OPT_INDENT_2))
+        write_store(out, encoder, records, overwrite=overwrite, before_close=publish)
     except BaseException:
-        writer.abort()
         with contextlib.suppress(FileNotFoundError):
             (out / SIDECAR_NAME).unlink()
         raise
-    writer.close()
     return encoder.stats
-
-
-def _tokenizer_name(encoder: ChatEncoder) -> str:
-    """The tokenizer's directory (absolute, so inspect finds it from anywhere) or name."""
-    name = str(getattr(encoder.chat.hf, "name_or_path", "") or "")
-    return str(Path(name).resolve()) if name and Path(name).exists() else name
