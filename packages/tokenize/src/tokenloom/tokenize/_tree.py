@@ -7,7 +7,7 @@
     so --num-nodes, kills and reruns work per dataset exactly as for one; a carved leaf commits
     unit u of its val dataset before unit u of its train dataset (train done => val done)
     the encoder (tokenizer, engine probe, worker pool) starts once; leaves run through it in turn
-    into object storage (_remote_tree): the same datasets staged on each node, each at OUT/<split>/<bucket>
+    into object storage (_publish): the same datasets staged on each node, each at OUT/<split>/<bucket>
 
 This is the layout ``curriculum`` reads (``path`` holding ``train/<bucket>/`` and ``val/<bucket>/``),
 and every leaf opens with ``open_dataset``, so ``eval-broadcast``'s PathEvalSource takes a val leaf.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,8 +195,10 @@ def encode_tree(
     inputs: RunInputs,
     per_leaf: list[list[TreeDataset]],
     on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None = None,
 ) -> Session:
-    """This node's pending units of every leaf (by its train dataset's done markers), through one encoder."""
+    """This node's pending units of every leaf (by its train dataset's done markers), through one encoder;
+    ``on_commit(out, unit)`` after each dataset's commit of a unit (_publish: a bucket's upload)."""
     session = Session()
     pending = [
         pending_units(targets[0].config, targets[0].plan, first)
@@ -208,7 +211,7 @@ def encode_tree(
         session.facts = facts
         for targets, mine in zip(per_leaf, pending, strict=True):
             if mine:
-                _encode_leaf(config, targets, mine, encoding, facts, session, on_progress)
+                _encode_leaf(config, targets, mine, encoding, facts, session, on_progress, on_commit)
     return session
 
 
@@ -220,6 +223,7 @@ def _encode_leaf(
     facts: UnitFacts,
     session: Session,
     on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None,
 ) -> None:
     """The leaf's pending units through the shared pool; each unit's val part (if any) is committed first."""
     train = targets[0]
@@ -242,7 +246,7 @@ def _encode_leaf(
         for result in run_ordered(encoding.executor, chunks, settings, encoding.window, encoder=encoding.encoder):
             unit = mine[result.file_index]
             if unit != current:
-                _commit(session, writers)
+                _commit(session, writers, on_commit)
                 current = unit
                 writers = [UnitWriter(t.config, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
             writers[0].consume(result)
@@ -257,7 +261,7 @@ def _encode_leaf(
                 documents = result.documents + (result.val.documents if result.val is not None else 0)
                 tokens = len(result.tokens) + (len(result.val.tokens) if result.val is not None else 0)
                 report_progress(on_progress, documents, tokens, result.source_bytes, text)
-        _commit(session, writers)
+        _commit(session, writers, on_commit)
         writers = []
     except BaseException:
         for writer in writers:
@@ -265,12 +269,14 @@ def _encode_leaf(
         raise
 
 
-def _commit(session: Session, writers: list[UnitWriter]) -> None:
+def _commit(session: Session, writers: list[UnitWriter], on_commit: Callable[[Path, int], None] | None) -> None:
     """Commit a unit's datasets, val before train: a committed train unit means its val part is committed too."""
     for writer in reversed(writers):
         done = writer.commit()
         add_counts(session.counts, done.counts)
         session.examples += writer.examples
+        if on_commit is not None:
+            on_commit(writer.config.output_dir, writer.unit)
     if writers:
         session.units += 1
 

@@ -255,8 +255,13 @@ def _ours(name: str) -> bool:
 
 
 def encode_local(
-    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
+    config: TokenizeConfig,
+    inputs: RunInputs,
+    plan: UnitPlan,
+    on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None = None,
 ) -> Session:
+    """This node's pending units; ``on_commit(out, unit)`` after each commit (_publish: a bucket's upload)."""
     session = Session()
     mine = pending_units(config, plan)
     if not mine:
@@ -279,7 +284,7 @@ def encode_local(
             for result in encoding.results(chunks):
                 if writer is None or writer.unit != mine[result.file_index]:
                     if writer is not None:
-                        _committed(session, writer.commit(), writer)
+                        _committed(session, writer.commit(), writer, on_commit)
                     unit = mine[result.file_index]
                     writer = UnitWriter(config, unit, plan.units[unit], facts, plan.digest)
                 writer.consume(result)
@@ -290,7 +295,7 @@ def encode_local(
                     on_progress, result.documents, len(result.tokens), result.source_bytes, result.num_bytes
                 )
             if writer is not None:
-                _committed(session, writer.commit(), writer)
+                _committed(session, writer.commit(), writer, on_commit)
         except BaseException:
             if writer is not None:
                 writer.abort()  # its shards stay invisible to readers: no done marker names them
@@ -298,10 +303,14 @@ def encode_local(
     return session
 
 
-def _committed(session: Session, done: UnitDone, writer: UnitWriter) -> None:
+def _committed(
+    session: Session, done: UnitDone, writer: UnitWriter, on_commit: Callable[[Path, int], None] | None
+) -> None:
     session.units += 1
     add_counts(session.counts, done.counts)
     session.examples += writer.examples
+    if on_commit is not None:
+        on_commit(writer.config.output_dir, writer.unit)
 
 
 def missing_units(out: Path, plan: UnitPlan) -> list[int]:
