@@ -18,9 +18,7 @@ Object storage (s3://, gs://, az://) is reached from each task's own machine, ne
         removes the staged copy; the driver established the plan at the URL before, skipped the units committed
         there, and writes the manifest last (_publish)
 
-Text units (run_unit_task) and record units (_unit_records.write_record_unit) go through one helper, ray_tasks:
-the cluster joined (a failure is a ConfigError), one task per unit, results in unit order, a task's own error
-raised as itself.
+Text units (run_unit_task) and record units (_unit_records.write_record_unit) run through one helper, ray_tasks.
 """
 
 from __future__ import annotations
@@ -52,15 +50,7 @@ from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
-__all__ = [
-    "CONNECT_TIMEOUT_SECONDS",
-    "TASK_RETRIES",
-    "check_reachable",
-    "encode_with_ray",
-    "import_ray",
-    "preflight",
-    "ray_tasks",
-]
+__all__ = ["check_reachable", "encode_with_ray", "import_ray", "preflight", "ray_tasks"]
 
 #: How long the driver waits for a TCP connection to the cluster's head before giving up.
 CONNECT_TIMEOUT_SECONDS = 5.0
