@@ -255,6 +255,35 @@ def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
         )
 
 
+def test_a_dataset_of_the_old_shard_layout_is_refused_then_replaced_by_overwrite(
+    seaweed, corpus, tiny_tokenizer, tmp_path
+):
+    from tokenloom.formats import open_writer
+
+    old = tmp_path / "old"  # what one process put at a URL before: shard_NNNNN.bin/.idx beside the manifest
+    with open_writer(old, format="native", dtype="uint16", vocab_size=1000, eos_id=0, shard_size_tokens=50) as writer:
+        for length in range(5, 40):
+            writer.add(np.arange(1, length + 1, dtype=np.int64))
+    url = _url(seaweed)
+    key = url.split(f"{seaweed.bucket}/", 1)[1]
+    for path in old.iterdir():
+        seaweed.put(f"{key}/{path.name}", path.read_bytes())
+    assert any(name.startswith("shard_") for name in seaweed.objects(url))
+    common: dict[str, Any] = {
+        "input_dir": corpus,
+        "output_dir": url,
+        "tokenizer": str(tiny_tokenizer),
+        "num_workers": 0,
+        "storage_options": seaweed.storage_options(),
+        "cache_dir": tmp_path / "cache",
+    }
+    with pytest.raises(ResumeMismatchError, match="layout") as info:
+        tokenize(TokenizeConfig(**common, **OPTIONS))
+    assert "--overwrite" in (info.value.hint or "")
+    tokenize(TokenizeConfig(**common, **OPTIONS, overwrite=True))
+    _same_dataset(_local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS), seaweed.objects(url))
+
+
 @pytest.mark.parametrize(
     ("output", "options", "match"),
     [

@@ -168,7 +168,20 @@ def run_unit_task(
     Object storage is reached from this machine: see the module docstring.
     """
     try:
-        return _run_unit_here(config, unit, source, settings, facts, plan, upload)
+        source = _inputs_here(config, source)
+        if upload is None or config.output_url is None:
+            return _write_unit(config, unit, source, settings, facts, plan)
+        # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
+        staging = staging_dir(parse_url(config.output_url), {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
+        shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
+        staging.mkdir(parents=True)
+        try:
+            here = dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
+            outcome = _write_unit(here, unit, source, settings, facts, plan)
+            upload(staging, unit)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return outcome
     except StorageError as error:  # credentials, disk: this machine's, which the driver's message would not say
         raise type(error)(
             error.problem,
@@ -181,31 +194,6 @@ def run_unit_task(
             "of the environment `ray start` ran in there, its cache that environment's TOKENLOOM_CACHE_DIR, not the "
             "driver's)",
         ) from None
-
-
-def _run_unit_here(
-    config: TokenizeConfig,
-    unit: int,
-    source: UnitSource,
-    settings: EncodeSettings,
-    facts: UnitFacts,
-    plan: str,
-    upload: Upload | None,
-) -> dict[str, Any]:
-    source = _inputs_here(config, source)
-    if upload is None or config.output_url is None:
-        return _write_unit(config, unit, source, settings, facts, plan)
-    # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
-    staging = staging_dir(parse_url(config.output_url), {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
-    shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
-    staging.mkdir(parents=True)
-    try:
-        here = dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
-        outcome = _write_unit(here, unit, source, settings, facts, plan)
-        upload(staging, unit)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return outcome
 
 
 def _inputs_here(config: TokenizeConfig, source: UnitSource) -> UnitSource:
