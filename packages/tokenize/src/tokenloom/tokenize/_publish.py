@@ -21,7 +21,6 @@ objects, and two finalizers put identical manifests. A reader sees no dataset un
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import queue
@@ -44,7 +43,7 @@ from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
-from tokenloom.tokenize._ray import encode_with_ray, preflight
+from tokenloom.tokenize._ray import encode_with_ray, local_config, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import TreeDataset, encode_tree, first_units, tree_datasets, tree_summary
 from tokenloom.tokenize._unit_files import (
@@ -80,10 +79,11 @@ def publish_to_url(
         check_tokenizer_files(Path(inputs.tokenizer))
     with BucketPublisher(config) as publisher:
         per_leaf, datasets = publisher.datasets(inputs)
-        if config.overwrite:  # one process only (_config): the old dataset goes, its manifest first
+        if config.overwrite:  # the old dataset goes, its manifest first
             datasets[0].clear()
+        alone = config.num_nodes is None and not (config.finalize or per_leaf or config.executor is ExecutorKind.RAY)
         for dataset in datasets:
-            dataset.manifest = dataset.complete(overwrite_hint=config.num_nodes is None)
+            dataset.manifest = dataset.complete(overwrite_hint=alone)  # --overwrite: one process only (_config)
         if all(d.manifest is not None for d in datasets):
             return _summary(config, publisher.root, per_leaf, datasets, Session(), started, already_complete=True)
         for dataset in datasets:  # before anything is put under the URL
@@ -458,11 +458,6 @@ def _plan_mismatch(target: RemoteTarget, differences: str) -> ResumeMismatchErro
         hint="Every node must run the same command on the same inputs: restore a changed input, or write into "
         "another --output-dir prefix (or delete this prefix and rerun every node) to start afresh",
     )
-
-
-def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
-    """The run's config writing into the local ``staging`` directory (the URL's copy on this machine)."""
-    return dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
 
 
 def upload_unit(target: RemoteTarget, staging: Path, unit: int) -> None:

@@ -50,7 +50,7 @@ from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
-__all__ = ["check_reachable", "encode_with_ray", "import_ray", "preflight", "ray_tasks"]
+__all__ = ["check_reachable", "encode_with_ray", "import_ray", "local_config", "preflight", "ray_tasks"]
 
 #: How long the driver waits for a TCP connection to the cluster's head before giving up.
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -154,6 +154,11 @@ def _grpc_answer(sock: socket.socket, deadline: float) -> str | None:
 Upload = Callable[[Path, int], None]
 
 
+def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
+    """The run's config writing into the local ``staging`` directory (a bucket's copy on this machine)."""
+    return dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
+
+
 def run_unit_task(
     config: TokenizeConfig,
     unit: int,
@@ -176,8 +181,7 @@ def run_unit_task(
         shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
         staging.mkdir(parents=True)
         try:
-            here = dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
-            outcome = _write_unit(here, unit, source, settings, facts, plan)
+            outcome = _write_unit(local_config(config, staging), unit, source, settings, facts, plan)
             upload(staging, unit)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
