@@ -1,4 +1,4 @@
-"""tokenize --output-dir s3://...: staged locally, shards uploaded as committed, manifest last (real S3 server)."""
+"""tokenize --output-dir s3://...: units staged locally, each uploaded as it commits, manifest last (real S3 server)."""
 
 from __future__ import annotations
 
@@ -37,12 +37,15 @@ def _url(seaweed) -> str:
 
 
 def _local(corpus: Path, tokenizer: Path, out: Path, **options: Any) -> Path:
-    tokenize(TokenizeConfig(input_dir=corpus, output_dir=out, tokenizer=str(tokenizer), num_workers=0, **options))
+    """The local run of one node: what one process puts at a URL (the unit layout)."""
+    config = TokenizeConfig(input_dir=corpus, output_dir=out, tokenizer=str(tokenizer), num_workers=0, num_nodes=1,
+                            **options)  # fmt: skip
+    tokenize(config)
     return out
 
 
 def _same_dataset(local: Path, objects: dict[str, bytes]) -> None:
-    assert sorted(objects) == sorted(p.name for p in local.iterdir() if not p.name.startswith("."))  # not the plan
+    assert sorted(objects) == sorted(p.name for p in local.iterdir())
     for name, data in objects.items():
         if name == "manifest.json":
             ours, theirs = orjson.loads((local / name).read_bytes()), orjson.loads(data)
@@ -126,7 +129,7 @@ def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy
     fault_proxy.faults = ["stall"] * 10_000  # every upload is slow: the kill lands mid-upload
 
     def uploaded_shards() -> int:
-        return sum(1 for path in fault_proxy.uploads if "unit_" in path)
+        return sum(1 for path in fault_proxy.uploads if "/unit_" in path)
 
     _run_killed(kwargs, lambda: uploaded_shards() >= 4)
     fault_proxy.wait_idle()
@@ -160,14 +163,15 @@ def test_503_bursts_on_uploads_are_retried(seaweed, fault_proxy, corpus, tiny_to
             )
         )
     assert fault_proxy.injected["503"] == 4 and fault_proxy.faults == []
-    waits = sum(("waiting for" in r.getMessage() and "uploading" in r.getMessage()) for r in caplog.records)
+    writes = ("uploading", "creating it once")  # the first PUTs: the plan's create, then the units' uploads
+    waits = sum("waiting for" in r.getMessage() and any(w in r.getMessage() for w in writes) for r in caplog.records)
     assert 1 <= waits <= 4  # one line per distinct wait, not one per retry
     _same_dataset(local, seaweed.objects(url))
 
 
 def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
-    shard_names = {p.name for p in local.iterdir() if p.name.startswith("unit_")}
+    before_manifest = {p.name for p in local.iterdir() if p.name != "manifest.json"}
     url = _url(seaweed)
     gate = threading.Event()
     fault_proxy.hold = {f"PUT /{url[5:]}/manifest.json": gate}  # the manifest's upload waits here
@@ -192,7 +196,7 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while set(seaweed.objects(url)) != shard_names or not fault_proxy.in_flight:
+        while not before_manifest <= set(seaweed.objects(url)) or not fault_proxy.in_flight:
             assert time.monotonic() < deadline and not failed, failed
             time.sleep(0.05)
         assert thread.is_alive()
@@ -249,6 +253,35 @@ def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
                 cache_dir=tmp_path / "cache",
             )
         )
+
+
+def test_a_dataset_of_the_old_shard_layout_is_refused_then_replaced_by_overwrite(
+    seaweed, corpus, tiny_tokenizer, tmp_path
+):
+    from tokenloom.formats import open_writer
+
+    old = tmp_path / "old"  # what one process put at a URL before: shard_NNNNN.bin/.idx beside the manifest
+    with open_writer(old, format="native", dtype="uint16", vocab_size=1000, eos_id=0, shard_size_tokens=50) as writer:
+        for length in range(5, 40):
+            writer.add(np.arange(1, length + 1, dtype=np.int64))
+    url = _url(seaweed)
+    key = url.split(f"{seaweed.bucket}/", 1)[1]
+    for path in old.iterdir():
+        seaweed.put(f"{key}/{path.name}", path.read_bytes())
+    assert any(name.startswith("shard_") for name in seaweed.objects(url))
+    common: dict[str, Any] = {
+        "input_dir": corpus,
+        "output_dir": url,
+        "tokenizer": str(tiny_tokenizer),
+        "num_workers": 0,
+        "storage_options": seaweed.storage_options(),
+        "cache_dir": tmp_path / "cache",
+    }
+    with pytest.raises(ResumeMismatchError, match="layout") as info:
+        tokenize(TokenizeConfig(**common, **OPTIONS))
+    assert "--overwrite" in (info.value.hint or "")
+    tokenize(TokenizeConfig(**common, **OPTIONS, overwrite=True))
+    _same_dataset(_local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS), seaweed.objects(url))
 
 
 @pytest.mark.parametrize(

@@ -92,7 +92,7 @@ class TokenizeConfig:
     """Dataset directory to write (created; resumed if it holds an unfinished run of the same settings).
 
     An ``s3://``, ``gs://`` or ``az://`` URL (native format) is built in a local staging directory
-    under ``cache_dir`` and uploaded shard by shard, the manifest last (:mod:`._remote_output`);
+    under ``cache_dir`` and uploaded unit by unit as each commits, the manifest last (:mod:`._publish`);
     ``output_url`` then holds the URL."""
     tokenizer: str | None = None
     """Hugging Face tokenizer directory or cached name; None: the shipped stdlib BPE."""

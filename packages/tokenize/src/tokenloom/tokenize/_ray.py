@@ -13,10 +13,12 @@ Object storage (s3://, gs://, az://) is reached from each task's own machine, ne
 
     an input prefix: the task fetches its unit's input object into this machine's cache
         (TOKENLOOM_CACHE_DIR/inputs/ of the worker's environment, or the default cache directory)
-    an output prefix: the task stages its unit in this machine's cache (.../uploads/), uploads its shards,
-        then its done marker (an atomic create), and removes the staged copy; the driver established the
-        plan at the URL before, skipped the units committed there, and writes the manifest last
-        (_remote_units)
+    an output prefix: the task stages its unit in this machine's cache (.../uploads/) and hands it to the
+        driver's ``upload`` (_publish.upload_unit: its shards, then its done marker, an atomic create), then
+        removes the staged copy; the driver established the plan at the URL before, skipped the units committed
+        there, and writes the manifest last (_publish)
+
+Text units (run_unit_task) and record units (_unit_records.write_record_unit) run through one helper, ray_tasks.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from tokenloom.formats import ConfigError, StorageError
 from tokenloom.formats.io import require
 from tokenloom.formats.io.urls import parse_url
-from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
+from tokenloom.formats.remote.publish import staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
 from tokenloom.tokenize._inputs import read_chunks
@@ -42,11 +46,10 @@ from tokenloom.tokenize._remote_inputs import input_staging_dir
 from tokenloom.tokenize._summary import ProgressCallback, report_progress
 from tokenloom.tokenize._unit_files import Counts, UnitFacts, UnitPlan
 from tokenloom.tokenize._unit_parts import UnitSource
-from tokenloom.tokenize._unit_upload import local_config, upload_unit
 from tokenloom.tokenize._unit_work import Session, UnitWriter, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "TASK_RETRIES", "check_reachable", "encode_with_ray", "import_ray", "preflight"]
+__all__ = ["check_reachable", "encode_with_ray", "import_ray", "local_config", "preflight", "ray_tasks"]
 
 #: How long the driver waits for a TCP connection to the cluster's head before giving up.
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -146,15 +149,42 @@ def _grpc_answer(sock: socket.socket, deadline: float) -> str | None:
     return None
 
 
+#: ``upload(staging, unit)``: a unit committed in a local staging directory, put into the output bucket
+Upload = Callable[[Path, int], None]
+
+
+def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
+    """The run's config writing into the local ``staging`` directory (a bucket's copy on this machine)."""
+    return dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
+
+
 def run_unit_task(
-    config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
+    config: TokenizeConfig,
+    unit: int,
+    source: UnitSource,
+    settings: EncodeSettings,
+    facts: UnitFacts,
+    plan: str,
+    upload: Upload | None = None,
 ) -> dict[str, Any]:
     """One unit, encoded in this (Ray worker) process and committed; plain data back to the driver.
 
     Object storage is reached from this machine: see the module docstring.
     """
     try:
-        return _run_unit_here(config, unit, source, settings, facts, plan)
+        source = _inputs_here(config, source)
+        if upload is None or config.output_url is None:
+            return _write_unit(config, unit, source, settings, facts, plan)
+        # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
+        staging = staging_dir(parse_url(config.output_url), {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
+        shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
+        staging.mkdir(parents=True)
+        try:
+            outcome = _write_unit(local_config(config, staging), unit, source, settings, facts, plan)
+            upload(staging, unit)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return outcome
     except StorageError as error:  # credentials, disk: this machine's, which the driver's message would not say
         raise type(error)(
             error.problem,
@@ -167,25 +197,6 @@ def run_unit_task(
             "of the environment `ray start` ran in there, its cache that environment's TOKENLOOM_CACHE_DIR, not the "
             "driver's)",
         ) from None
-
-
-def _run_unit_here(
-    config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
-) -> dict[str, Any]:
-    source = _inputs_here(config, source)
-    if config.output_url is None:
-        return _write_unit(config, unit, source, settings, facts, plan)
-    url = parse_url(config.output_url)
-    # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
-    staging = staging_dir(url, {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
-    shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
-    staging.mkdir(parents=True)
-    try:
-        outcome = _write_unit(local_config(config, staging), unit, source, settings, facts, plan)
-        upload_unit(RemoteTarget(url, config.storage_options), staging, unit)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return outcome
 
 
 def _inputs_here(config: TokenizeConfig, source: UnitSource) -> UnitSource:
@@ -231,23 +242,46 @@ def encode_with_ray(
     on_progress: ProgressCallback | None,
     *,
     units: list[int] | None = None,
+    upload: Upload | None = None,
 ) -> Session:
     """Run every uncommitted unit of ``plan`` as a Ray task; see the module docstring.
 
     ``units``: the uncommitted units, when the caller knows them (an object-store output: those without a done
-    marker at the URL); None: those without a done marker in ``config.output_dir``.
+    marker at the URL); None: those without a done marker in ``config.output_dir``. ``upload``: where a task's
+    committed unit goes (an object-store output); None: it is committed in ``config.output_dir``.
     """
-    ray = import_ray()
-    address = _address(config)
     session = Session()
     pending = pending_units(config, plan) if units is None else units
     if not pending:
         return session
-    check_reachable(address)
     with encoding_for(config, inputs.tokenizer, inputs.files, num_workers=0) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         settings = encoding.settings
     session.facts = facts
+    calls = [(config, u, plan.units[u], settings, facts, plan.digest, upload) for u in pending]
+    for outcome in ray_tasks(config, run_unit_task, calls):
+        counts = Counts.from_json(outcome["counts"])
+        session.units += 1
+        session.tokens += outcome["tokens"]
+        session.bytes_read += outcome["bytes"]
+        session.text_bytes += outcome["text_bytes"]
+        session.examples += outcome["examples"]
+        session.counts.add(counts)
+        report_progress(on_progress, counts.documents, outcome["tokens"], outcome["bytes"], outcome["text_bytes"])
+    return session
+
+
+def ray_tasks(config: TokenizeConfig, function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
+    """``function(*call)`` for every call as a Ray task on the cluster at --ray-address; the results in call order.
+
+    The cluster is joined here (and left again if this process joined it); an address that does not answer, or a
+    head that fails to take us, is a ConfigError. A task's own error (a bad record, ...) is raised as itself.
+    """
+    if not calls:
+        return
+    ray = import_ray()
+    address = _address(config)
+    check_reachable(address)
     started_here = not ray.is_initialized()
     if started_here:
         try:
@@ -260,26 +294,17 @@ def encode_with_ray(
                 hint="Check that the head is up (`ray status --address HOST:PORT`) and reachable from this machine",
             ) from None
     try:
-        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(run_unit_task)
-        refs = [task.remote(config, u, plan.units[u], settings, facts, plan.digest) for u in pending]
+        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(function)
+        refs = [task.remote(*call) for call in calls]
         for ref in refs:
             try:
-                outcome = ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:  # the task's own error (a bad record, ...): raise it here
+                yield ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # the task's own error: raise it here
                 cause = getattr(exc, "cause", None)
                 if isinstance(cause, Exception):
                     raise cause from None
                 raise
-            counts = Counts.from_json(outcome["counts"])
-            session.units += 1
-            session.tokens += outcome["tokens"]
-            session.bytes_read += outcome["bytes"]
-            session.text_bytes += outcome["text_bytes"]
-            session.examples += outcome["examples"]
-            session.counts.add(counts)
-            report_progress(on_progress, counts.documents, outcome["tokens"], outcome["bytes"], outcome["text_bytes"])
     finally:
         if started_here:
             with contextlib.suppress(Exception):
                 ray.shutdown()
-    return session

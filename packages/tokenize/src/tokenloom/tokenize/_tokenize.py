@@ -2,9 +2,8 @@
 
 tokenize(config)
     -> RunInputs.resolve (_plan: tokenizer, input files, run key)
-    -> an s3:// / gs:// / az:// output: tokenize_to_url (_remote_output: this same run staged locally, uploaded),
-       or, unit-planned, run_units_to_url (_remote_units: units staged per node, committed at the URL),
-       or, several datasets, run_tree_to_url (_remote_tree: the same, one sub-prefix per dataset)
+    -> an s3:// / gs:// / az:// output: publish_to_url (_publish: the unit pipeline staged per node, each unit
+       uploaded as it commits, the manifest last; one process is --num-nodes 1; a tree: one sub-prefix per dataset)
     -> check_run_paths
     -> several datasets (--layout tree, --val-fraction): run_tree (_tree: a unit-planned dataset per leaf)
     -> one process (no --num-nodes, no Ray, no --finalize): the output lock, held for the whole run
@@ -21,9 +20,7 @@ from pathlib import Path
 from tokenloom.formats.io import check_disjoint, check_replaceable, output_lock, real_path, storage_errors
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
-from tokenloom.tokenize._remote_output import tokenize_to_url
-from tokenloom.tokenize._remote_tree import run_tree_to_url
-from tokenloom.tokenize._remote_units import run_units_to_url
+from tokenloom.tokenize._publish import publish_to_url
 from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import run_tree
@@ -37,12 +34,8 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     started = time.perf_counter()
     with storage_errors(config.output_dir, "tokenizing"):
         inputs = RunInputs.resolve(config)
-        if config.output_url is not None and config.many_datasets:
-            summary = run_tree_to_url(config, inputs, on_progress)
-        elif config.output_url is not None and config.unit_planned:
-            summary = run_units_to_url(config, inputs, on_progress)
-        elif config.output_url is not None:
-            summary = tokenize_to_url(config, inputs, lambda local: _run(local, inputs, on_progress))
+        if config.output_url is not None:
+            summary = publish_to_url(config, inputs, on_progress)
         else:
             summary = _run(config, inputs, on_progress)
     summary.seconds = time.perf_counter() - started  # this run's wall time, the clock of its rates

@@ -7,7 +7,7 @@
     so --num-nodes, kills and reruns work per dataset exactly as for one; a carved leaf commits
     unit u of its val dataset before unit u of its train dataset (train done => val done)
     the encoder (tokenizer, engine probe, worker pool) starts once; leaves run through it in turn
-    into object storage (_remote_tree): the same datasets staged on each node, each at OUT/<split>/<bucket>
+    into object storage (_publish): the same datasets staged on each node, each at OUT/<split>/<bucket>
 
 This is the layout ``curriculum`` reads (``path`` holding ``train/<bucket>/`` and ``val/<bucket>/``),
 and every leaf opens with ``open_dataset``, so ``eval-broadcast``'s PathEvalSource takes a val leaf.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,8 +202,10 @@ def encode_tree(
     inputs: RunInputs,
     per_leaf: list[list[TreeDataset]],
     on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None = None,
 ) -> Session:
-    """This node's pending units of every leaf (by its train dataset's done markers), through one encoder."""
+    """This node's pending units of every leaf (by its train dataset's done markers), through one encoder;
+    ``on_commit(out, unit)`` after each dataset's commit of a unit (_publish: a bucket's upload)."""
     session = Session()
     pending = [
         pending_units(targets[0].config, targets[0].plan, first)
@@ -229,7 +231,7 @@ def encode_tree(
                 return [UnitWriter(t.config, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
 
             sources = [targets[0].plan.units[u] for u in mine]
-            encode_units(config, sources, mine, encode, writers, session, on_progress)
+            encode_units(config, sources, mine, encode, writers, session, on_progress, on_commit)
     return session
 
 

@@ -16,7 +16,6 @@ in flight, and the merged store is the same bytes for any number of processes, n
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from collections import Counter
@@ -34,7 +33,7 @@ from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import TASK_RETRIES, _address, check_reachable, import_ray
+from tokenloom.tokenize._ray import ray_tasks
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import in_file, transform_for, unit_records
 from tokenloom.tokenize._unit_files import (
@@ -184,7 +183,9 @@ def encode_records(
     for unit in mine:
         shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
-        outcomes = _ray_units(config, tokenizer, plan, mine)
+        outcomes = ray_tasks(
+            config, write_record_unit, [(config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
+        )
     elif min(config.num_workers, len(mine)) <= 1:
         outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
     else:
@@ -215,32 +216,6 @@ def _pool_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: li
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-
-
-def _ray_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: list[int]) -> Any:
-    if not mine:
-        return
-    ray = import_ray()
-    address = _address(config)
-    check_reachable(address)
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
-    try:
-        task = ray.remote(max_retries=TASK_RETRIES, num_cpus=1)(write_record_unit)
-        refs = [task.remote(config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
-        for ref in refs:
-            try:
-                yield ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:  # the task's own error (a bad record, ...): raise it here
-                cause = getattr(exc, "cause", None)
-                if isinstance(cause, Exception):
-                    raise cause from None
-                raise
-    finally:
-        if started_here:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
 
 
 def records_complete(out: Path, plan: UnitPlan) -> dict[str, Any] | None:

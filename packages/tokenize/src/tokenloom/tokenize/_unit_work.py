@@ -145,8 +145,13 @@ class UnitWriter:
 
 
 def encode_local(
-    config: TokenizeConfig, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None
+    config: TokenizeConfig,
+    inputs: RunInputs,
+    plan: UnitPlan,
+    on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None = None,
 ) -> Session:
+    """This node's pending units; ``on_commit(out, unit)`` after each commit (_publish: a bucket's upload)."""
     session = Session()
     mine = pending_units(config, plan)
     session.resumed = len(node_units(config, len(plan.units))) - len(mine)
@@ -157,7 +162,9 @@ def encode_local(
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
         writers = lambda unit: [UnitWriter(config, unit, plan.units[unit], facts, plan.digest)]  # noqa: E731
-        encode_units(config, [plan.units[u] for u in mine], mine, encoding.results, writers, session, on_progress)
+        encode_units(
+            config, [plan.units[u] for u in mine], mine, encoding.results, writers, session, on_progress, on_commit
+        )
     return session
 
 
@@ -169,6 +176,7 @@ def encode_units(
     writers_for: Callable[[int], list[UnitWriter]],
     session: Session,
     on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None = None,
 ) -> None:
     """Units ``units`` (reading ``sources``) through ``encode`` in order, each into its writers: ``[dataset]``, or
     ``[train, val]`` (a unit's --val-fraction part is its results' ``val``); a unit commits when the next begins."""
@@ -187,7 +195,7 @@ def encode_units(
         for result in encode(c for c in chunks if source_of.setdefault(c.index, c.file_index) >= 0):
             del source_of[result.index]
             if units[result.file_index] != current:
-                _commit(session, writers)
+                _commit(session, writers, on_commit)
                 current = units[result.file_index]
                 writers = writers_for(current)
             parts = [result] if result.val is None else [result, result.val]
@@ -199,7 +207,7 @@ def encode_units(
             if on_progress is not None:
                 documents, tokens = sum(p.documents for p in parts), sum(len(p.tokens) for p in parts)
                 report_progress(on_progress, documents, tokens, result.source_bytes, sum(p.num_bytes for p in parts))
-        _commit(session, writers)
+        _commit(session, writers, on_commit)
     except EngineMismatchError as error:  # its line counts from its unit's start: name the file's line
         for writer in writers:
             writer.abort()
@@ -215,12 +223,14 @@ def encode_units(
         raise
 
 
-def _commit(session: Session, writers: list[UnitWriter]) -> None:
+def _commit(session: Session, writers: list[UnitWriter], on_commit: Callable[[Path, int], None] | None) -> None:
     """Commit a unit's datasets, val before train: a committed train unit means its val part is committed too."""
     for writer in reversed(writers):
         done = writer.commit()
         session.counts.add(done.counts)
         session.examples += writer.examples
+        if on_commit is not None:
+            on_commit(writer.config.output_dir, writer.unit)
     if writers:
         session.units += 1
     writers.clear()  # committed: an error after this must not abort them

@@ -115,7 +115,7 @@ def run_units(
     started = time.perf_counter()
     out = config.output_dir
     plan = plan_of(config, inputs)
-    output: UnitOutput = (TokenShards if config.train_type is None else RecordStore)(config, inputs.tokenizer)
+    output = _output_of(config, inputs.tokenizer)
     published = None if config.overwrite else output.complete(out, plan)
     if published is not None:
         summary = output.summary(out, plan, published, Session(), time.perf_counter() - started)
@@ -191,6 +191,11 @@ class TokenShards:
         if session.facts is not None:  # this session's engine (the manifest names unit 0's)
             summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
         return summary
+
+
+def _output_of(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
+    """What a unit holds, by the run's transform: token shards, or a --train-type record store."""
+    return (TokenShards if config.train_type is None else RecordStore)(config, tokenizer)
 
 
 def alone(config: TokenizeConfig) -> bool:

@@ -1,0 +1,476 @@
+"""Where a unit-planned run's committed units go: a local OUT, or a bucket prefix, each unit uploaded as it commits.
+
+    the one unit pipeline (_units: one dataset; _tree: a dataset per leaf) writes unit u into the dataset's
+    directory (OUT, or OUT's staging copy on this node: CACHE/uploads/<URL>/<run key + node>/[<split>/<bucket>])
+      -> on_commit(directory, u), i.e. publisher.commit_unit:
+           local OUT:  nothing more, the done marker's atomic create in OUT was the commit (commit_unit=None)
+           a bucket:   BucketPublisher queues it; one thread uploads, in commit order, the unit's shards, then its
+                       done marker (If-None-Match: the unit's commit at the URL), then removes the staged shards
+      -> BucketDataset.finish: every unit's marker at the URL -> the manifest from them, uploaded last; the
+         node records (.tokenloom-nodes.json, finished markers) deleted
+    publish_to_url: a run into a bucket (one process is --num-nodes 1; Ray tasks upload their own units):
+      -> each dataset's manifest with this plan: complete; another's: refused (one process: --overwrite deletes
+         the manifest first, then the prefix's other tokenize objects)
+      -> its plan and node count: fetched and compared, or created once (If-None-Match: *)
+      -> this node's units committed at the URL: skipped; staged whole but not at the URL: uploaded first
+      -> its finished marker; the last node (or --finalize) writes the manifest
+
+A unit's bytes depend only on its input and the settings, so two nodes that both upload a unit put identical
+objects, and two finalizers put identical manifests. A reader sees no dataset until the manifest lands.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tokenloom.formats import ConfigError, DataError, Manifest, ResumeMismatchError
+from tokenloom.formats.io import MANIFEST_NAME
+from tokenloom.formats.io.manifest import file_checksum
+from tokenloom.formats.io.urls import parse_url
+from tokenloom.formats.remote import helper
+from tokenloom.formats.remote.client import ObjectInfo
+from tokenloom.formats.remote.publish import RemoteTarget, native_files, staging_dir
+from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
+from tokenloom.tokenize._ray import encode_with_ray, local_config, preflight
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._tree import TreeDataset, encode_tree, first_units, tree_datasets, tree_summary
+from tokenloom.tokenize._unit_files import (
+    NODES_NAME,
+    PLAN_NAME,
+    UnitPlan,
+    check_nodes,
+    done_path,
+    establish_plan,
+    finished_path,
+    is_node_record,
+    is_unit_file,
+    nodes_payload,
+    read_done,
+    unit_stem,
+)
+from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, node_units, rerun_hint
+from tokenloom.tokenize._units import _partial_summary, plan_of, prepare_units_dir, summary_of, write_unit_manifest
+
+__all__ = ["BucketDataset", "BucketPublisher", "publish_to_url", "upload_unit"]
+
+log = logging.getLogger("tokenloom.tokenize")
+
+
+def publish_to_url(
+    config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None = None
+) -> TokenizeSummary:
+    """This node's share of a run whose output is ``config.output_url`` (see the module docstring)."""
+    started = time.perf_counter()
+    if config.output_url is None:
+        raise ConfigError("publish_to_url needs an object-store output_dir", field="output_dir")
+    if Path(inputs.tokenizer).is_dir():  # damaged tokenizer files: a ConfigError before anything is put
+        check_tokenizer_files(Path(inputs.tokenizer))
+    with BucketPublisher(config) as publisher:
+        per_leaf, datasets = publisher.datasets(inputs)
+        if config.overwrite:  # the old dataset goes, its manifest first
+            datasets[0].clear()
+        alone = config.num_nodes is None and not (config.finalize or per_leaf or config.executor is ExecutorKind.RAY)
+        for dataset in datasets:
+            dataset.manifest = dataset.complete(overwrite_hint=alone)  # --overwrite: one process only (_config)
+        if all(d.manifest is not None for d in datasets):
+            return _summary(config, publisher.root, per_leaf, datasets, Session(), started, already_complete=True)
+        for dataset in datasets:  # before anything is put under the URL
+            if dataset.manifest is None and not config.overwrite:
+                dataset.check_foreign()
+        ray = config.executor is ExecutorKind.RAY and not config.finalize
+        if ray:
+            preflight(config)  # an unreachable cluster fails before anything is put at the URL
+        recorded: int | None = None
+        for dataset in datasets:
+            prepare_units_dir(local_config(config, dataset.staging))
+            if dataset.manifest is None:
+                dataset.establish_plan()
+                recorded = dataset.establish_nodes(dealt_nodes(config))
+        local = local_config(config, publisher.root)
+        session = Session()
+        if ray:  # each task stages, uploads and commits its unit on its own machine
+            (only,) = datasets
+            pending = [u for u in range(len(only.plan.units)) if not only.at_url(u)]
+            session = encode_with_ray(config, inputs, only.plan, on_progress, units=pending, upload=only.upload)
+        elif not config.finalize:
+            publisher.sync()
+            if per_leaf:
+                session = encode_tree(local, inputs, per_leaf, on_progress, on_commit=publisher.commit_unit)
+            else:
+                session = encode_local(local, inputs, datasets[0].plan, on_progress, on_commit=publisher.commit_unit)
+            publisher.drain()  # every unit committed here is at the URL now
+            if not per_leaf:
+                datasets[0].mark_finished(config.node_rank)
+        single = not (config.finalize or ray or per_leaf)
+        everyone = single and recorded is not None and datasets[0].all_finished(recorded)
+        for dataset in datasets:
+            dataset.manifest = dataset.manifest or dataset.finish(
+                inputs.tokenizer,
+                required=config.finalize or everyone,
+                num_nodes=config.num_nodes if per_leaf else recorded,
+                everyone=everyone,
+            )
+        summary = _summary(config, publisher.root, per_leaf, datasets, session, started)
+        if all(d.manifest is not None for d in datasets):
+            shutil.rmtree(publisher.root, ignore_errors=True)
+    return summary
+
+
+def _summary(
+    config: TokenizeConfig,
+    root: Path,
+    per_leaf: list[list[TreeDataset]],
+    datasets: list[BucketDataset],
+    session: Session,
+    started: float,
+    *,
+    already_complete: bool = False,
+) -> TokenizeSummary:
+    """One summary over the datasets' manifests; while some are not published, what this node encoded."""
+    seconds = time.perf_counter() - started
+    manifests = [d.manifest for d in datasets if d.manifest is not None]
+    unfinished = [d for d in datasets if d.manifest is None]
+    if per_leaf:
+        summary = tree_summary(local_config(config, root), manifests, seconds, session)
+        summary.datasets = sorted(t.name for ts in per_leaf for t in ts)
+        if unfinished:
+            summary.units_total = sum(len(d.plan.units) for d in unfinished)
+            summary.documents = session.counts.documents
+    elif manifests:
+        summary = summary_of(manifests[0], root, seconds)
+    else:
+        summary = _partial_summary(root, datasets[0].plan, session, seconds)
+    if unfinished:
+        summary.units_missing = sum(d.missing() for d in unfinished)
+    summary.output_dir = config.output_url  # type: ignore[assignment]
+    summary.already_complete = already_complete
+    summary.examples = session.examples
+    summary.run_tokens = session.tokens
+    summary.bytes_read = session.bytes_read
+    summary.text_bytes = session.text_bytes
+    summary.units_committed = session.units
+    return summary
+
+
+class BucketPublisher:
+    """The datasets of a run at their URLs, and the one thread that uploads each unit as it commits (in order).
+
+    ``options``: the store options every target of the run is built with (one place, one value).
+    """
+
+    def __init__(self, config: TokenizeConfig) -> None:
+        self.config = config
+        self.url = parse_url(str(config.output_url))
+        self.options = config.storage_options
+        self.root = Path()
+        self.groups: list[list[BucketDataset]] = []
+        """The datasets by leaf (a tree) or the one dataset: ``[train]`` or ``[train, val]``."""
+        self._by_dir: dict[Path, BucketDataset] = {}
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[tuple[BucketDataset, int] | None] = queue.Queue()
+        self._failed: list[tuple[BucketDataset, int]] = []
+        self._thread = threading.Thread(target=self._run, name="tokenloom-unit-uploads", daemon=True)
+
+    def datasets(self, inputs: RunInputs) -> tuple[list[list[TreeDataset]], list[BucketDataset]]:
+        """The run's datasets, each staged under this node's staging root (a tree: one per leaf and role)."""
+        config = self.config
+        key: dict[str, Any] = {"node": [config.num_nodes or 1, config.node_rank]}
+        if not config.many_datasets:
+            plan = plan_of(config, inputs)
+            self.root = staging_dir(self.url, {**plan.run_key, **key}, config.cache_dir)
+            self.groups = [[BucketDataset(RemoteTarget(self.url, self.options), self.root, plan)]]
+            self._by_dir = {self.root: self.groups[0][0]}
+            return [], self.groups[0]
+        key.update(inputs.run_key(config), layout=config.layout.value, unit_bytes=config.unit_bytes)
+        self.root = staging_dir(self.url, key, config.cache_dir)
+        per_leaf = tree_datasets(config, inputs, self.root)
+        for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
+            self.groups.append([self._tree_dataset(target, first) for target in targets])
+        return per_leaf, list(self._by_dir.values())
+
+    def _tree_dataset(self, target: TreeDataset, first: int) -> BucketDataset:
+        out = target.config.output_dir
+        url = parse_url(f"{str(self.url).rstrip('/')}/{out.relative_to(self.root).as_posix()}")
+        self._by_dir[out] = BucketDataset(RemoteTarget(url, self.options), out, target.plan, first)
+        return self._by_dir[out]
+
+    def sync(self) -> None:
+        """This node's staged done markers as the URLs have them; what is staged but not at a URL is queued.
+
+        A leaf's unit is skipped (pending_units looks at its first dataset's staged marker) only when every
+        dataset of the leaf has it: a train marker without its val part is removed, so the unit is encoded again.
+        """
+        for group in self.groups:
+            mine = node_units(self.config, len(group[0].plan.units), group[0].first)
+            for dataset in group:
+                dataset.sync_markers(mine)
+            for unit in mine:
+                markers = [done_path(dataset.staging, unit) for dataset in group]
+                if markers[0].exists() and not all(marker.exists() for marker in markers[1:]):
+                    markers[0].unlink()
+                for dataset in reversed(group):  # val before train: a train marker at the URL means val is there
+                    if done_path(dataset.staging, unit).exists() and not dataset.at_url(unit):
+                        self._queue.put((dataset, unit))
+
+    def commit_unit(self, out: Path, unit: int) -> None:
+        """Unit ``unit`` of the dataset staged in ``out`` is committed there: queued for its upload."""
+        self._queue.put((self._by_dir[out], unit))
+
+    def drain(self) -> None:
+        """Wait until every queued unit is at its URL; an upload that failed is retried here (or raises)."""
+        self._queue.put(None)
+        self._thread.join()
+        failed, self._failed = self._failed, []
+        for dataset, unit in failed:
+            upload_unit(dataset.target, dataset.staging, unit)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self.error is not None:  # after a failure the rest waits for drain(), in order
+                self._failed.append(item)
+                continue
+            try:
+                upload_unit(item[0].target, item[0].staging, item[1])
+            except BaseException as exc:
+                self.error = exc
+                self._failed.append(item)
+                log.warning("uploading a committed unit failed (retried after the run): %s", exc)
+
+    def __enter__(self) -> BucketPublisher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():  # an error: what was committed still goes up, the error is the caller's
+            self._queue.put(None)
+            self._thread.join()
+
+
+class BucketDataset:
+    """One unit-planned dataset at a URL and its staging directory on this node (plan, done markers, manifest)."""
+
+    def __init__(self, target: RemoteTarget, staging: Path, plan: UnitPlan, first: int = 0) -> None:
+        self.target = target
+        self.staging = staging
+        self.plan = plan
+        self.first = first
+        """Where its units start in the count a tree deals to nodes (0 for one dataset)."""
+        self.manifest: Manifest | None = None
+        self.listed = _listing(target)
+        """The objects directly under the URL when this node started (markers, plan, shards, manifest)."""
+        self.upload = functools.partial(upload_unit, target)
+        """``upload(staging, unit)``: a unit staged elsewhere (a Ray task's machine) into this dataset."""
+
+    def at_url(self, unit: int) -> bool:
+        return done_path(self.staging, unit).name in self.listed
+
+    def complete(self, *, overwrite_hint: bool = False) -> Manifest | None:
+        """The URL's manifest when it was written with this plan's run key; another run's is a mismatch."""
+        if MANIFEST_NAME not in self.listed:
+            return None
+        manifest = self.target.read_manifest()
+        recorded = manifest.metadata.get("tokenize", {}) if manifest else {}
+        if manifest is None or {k: recorded.get(k) for k in self.plan.run_key} != self.plan.run_key:
+            raise ResumeMismatchError(
+                f"{self.target.url} holds a dataset written with other settings, tokenizer, inputs or layout: "
+                + "; ".join(run_key_differences(recorded, self.plan.run_key)),
+                path=str(self.target.url),
+                hint="Pass --overwrite to replace it, or choose another --output-dir"
+                if overwrite_hint
+                else "Choose another --output-dir, or delete the prefix and rerun every node",
+            )
+        return manifest
+
+    def check_foreign(self) -> None:
+        """ConfigError when the URL holds objects no tokenize run wrote (before anything is put there)."""
+        foreign = sorted(name for name in self.listed if not is_unit_file(name) and name != MANIFEST_NAME)
+        if foreign:
+            raise ConfigError(
+                f"{self.target.url} holds objects that are not a tokenize output: {', '.join(foreign[:5])}",
+                path=str(self.target.url),
+                field="output_dir",
+                hint="Choose an empty prefix, or pass --overwrite (it replaces the dataset, other objects stay)",
+            )
+
+    def clear(self) -> None:
+        """--overwrite (one process): the manifest first (no reader pairs it with new shards), then the rest of
+        every tokenize output under the prefix; other objects stay. The staged copy is started afresh too."""
+        if MANIFEST_NAME in self.listed:
+            self.target.delete(MANIFEST_NAME)
+        for name in self.listed:
+            if name != MANIFEST_NAME and (is_unit_file(name) or native_files(name)):
+                self.target.delete(name)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.listed = _listing(self.target)
+
+    def establish_plan(self) -> None:
+        """The URL's plan is this plan: fetched and compared, or created once (another node may race us)."""
+        local_plan = self.staging / PLAN_NAME
+        if PLAN_NAME in self.listed:  # even over a staged one: the prefix may have been emptied and reused
+            _fetch(self.target, self.listed[PLAN_NAME], local_plan)
+        try:
+            establish_plan(self.staging, self.plan)  # another recorded plan: a ResumeMismatchError naming it
+        except ResumeMismatchError as error:  # named at the URL (the staged copy is this node's cache)
+            raise _plan_mismatch(self.target, error.problem.split(": ", 1)[-1]) from None
+        if PLAN_NAME in self.listed or helper.put_once(
+            self.target.config, local_plan, PLAN_NAME, file_checksum(local_plan)
+        ):
+            return
+        other = self.staging / f"{PLAN_NAME}.theirs"  # another node created it first: it must be the same plan
+        if _fetch(self.target, _listing(self.target)[PLAN_NAME], other) != local_plan.read_bytes():
+            theirs = orjson.loads(other.read_bytes()).get("run_key", {})
+            raise _plan_mismatch(self.target, "; ".join(run_key_differences(theirs, self.plan.run_key)))
+        other.unlink(missing_ok=True)
+
+    def establish_nodes(self, num_nodes: int | None) -> int | None:
+        """The run's node count at the URL: put once (the first node), or fetched and checked (a ConfigError
+        naming both counts); None when nothing is recorded and ``num_nodes`` is None (--finalize alone)."""
+        local = self.staging / NODES_NAME
+        if NODES_NAME in self.listed:
+            there = self.listed[NODES_NAME]
+        elif num_nodes is None:
+            return None
+        else:
+            local.write_bytes(nodes_payload(self.plan, num_nodes))
+            if helper.put_once(self.target.config, local, NODES_NAME, file_checksum(local)):
+                return num_nodes
+            there = _listing(self.target)[NODES_NAME]  # another node put it first: its count must be ours
+        return check_nodes(_fetch(self.target, there, local), num_nodes, self.target.url.url(NODES_NAME))
+
+    def sync_markers(self, units: list[int]) -> None:
+        """Staged done markers of ``units`` agree with the URL: a unit committed there is skipped here (fetched
+        marker), and a staged marker whose shards were uploaded but whose URL marker is gone is encoded again."""
+        for unit in units:
+            marker = done_path(self.staging, unit)
+            if marker.name in self.listed and not marker.exists():
+                _fetch(self.target, self.listed[marker.name], marker)
+            elif marker.name in self.listed or not marker.exists():
+                continue
+            else:
+                try:
+                    read_done(self.staging, unit, self.plan.digest)  # its shards still staged beside it: uploaded
+                except DataError:
+                    marker.unlink()  # the URL lost its marker, and the staged shards are gone: encode it again
+
+    def mark_finished(self, rank: int) -> None:
+        """Node ``rank`` has committed its every unit at the URL (the last node knows it is last)."""
+        marker = finished_path(self.staging, rank)
+        marker.write_bytes(b"")
+        self.target.upload(marker)
+
+    def all_finished(self, num_nodes: int) -> bool:
+        listed = _listing(self.target)
+        return all(finished_path(self.staging, rank).name in listed for rank in range(num_nodes))
+
+    def missing(self) -> int:
+        """Units not committed at the URL now."""
+        return len(_missing(self.plan, _listing(self.target)))
+
+    def finish(
+        self, tokenizer: str, *, required: bool, num_nodes: int | None = None, everyone: bool = False
+    ) -> Manifest | None:
+        """The manifest, uploaded last once every unit is committed at the URL; None (or, if ``required``, an error).
+
+        ``num_nodes``: how the units were dealt, for the error's list of nodes to rerun. ``everyone``: every node
+        has finished, so a unit still missing was taken by no node (said as such).
+        """
+        listed = _listing(self.target)
+        missing = _missing(self.plan, listed)
+        units = len(self.plan.units)
+        if missing and not required:
+            log.info("%s: %d unit(s) not committed yet; the last node (or --finalize) writes the manifest",
+                     self.target.url, len(missing))  # fmt: skip
+            return None
+        if missing:
+            shown = ", ".join(f"{u} ({self.plan.units[u].label})" for u in missing[:10])
+            why = (
+                f"every node of --num-nodes {num_nodes} has finished, yet {len(missing)} of {units} units "
+                f"were taken by no node at {self.target.url}: {shown}"
+                if everyone
+                else f"{len(missing)} of {units} units are not committed at {self.target.url} yet: {shown}"
+            )
+            raise DataError(
+                why + (" ..." if len(missing) > 10 else ""),
+                path=str(self.target.url),
+                hint=rerun_hint(missing, self.first, num_nodes),
+            )
+        for unit in range(units):
+            marker = done_path(self.staging, unit)
+            if not marker.exists():
+                _fetch(self.target, listed[marker.name], marker)
+        manifest = write_unit_manifest(self.staging, self.plan, tokenizer, {n: o.size for n, o in listed.items()})
+        self.target.upload(self.staging / MANIFEST_NAME)  # last: now the dataset exists at the URL
+        for name in listed:  # the dataset's objects do not depend on how many nodes wrote it
+            if is_node_record(name):
+                self.target.delete(name)
+        log.info("%s: manifest uploaded (%d units)", self.target.url, units)
+        return manifest
+
+
+def _listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
+    """The objects directly under the output prefix, by name (a missing bucket is a named error)."""
+    base = f"{target.url.prefix}/" if target.url.prefix else ""
+    try:
+        objects = helper.list_objects(target.config)
+    except DataError:
+        helper.check_bucket(target.config)
+        raise
+    found = {}
+    for obj in objects:
+        name = obj.key[len(base) :]
+        if "/" not in name:
+            found[name] = obj
+    return found
+
+
+def _fetch(target: RemoteTarget, obj: ObjectInfo, path: Path) -> bytes:
+    """A small object (plan, done marker) fetched whole into ``path`` (replaced atomically); its bytes."""
+    tmp = path.with_name(f".{path.name}.fetch-{time.monotonic_ns()}.tmp")
+    try:
+        helper.fetch_into(target.config, obj, 0, obj.size, tmp)
+        data = tmp.read_bytes()
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return data
+
+
+def _missing(plan: UnitPlan, listed: dict[str, ObjectInfo]) -> list[int]:
+    return [u for u in range(len(plan.units)) if done_path(Path(), u).name not in listed]
+
+
+def _plan_mismatch(target: RemoteTarget, differences: str) -> ResumeMismatchError:
+    return ResumeMismatchError(
+        f"{target.url}'s unit plan was made with other settings, tokenizer or inputs: {differences}",
+        path=target.url.url(PLAN_NAME),
+        hint="Every node must run the same command on the same inputs: restore a changed input, or write into "
+        "another --output-dir prefix (or delete this prefix and rerun every node) to start afresh",
+    )
+
+
+def upload_unit(target: RemoteTarget, staging: Path, unit: int) -> None:
+    """A committed unit's shards, then its done marker (the unit's commit at the URL); then its staged shards go.
+
+    The one way a unit reaches a bucket: a node's upload thread and a Ray task (on its own machine) call it.
+    """
+    marker = done_path(staging, unit)
+    records = orjson.loads(marker.read_bytes())["shards"]
+    stems = [unit_stem(unit, int(record["index"])) for record in records]
+    for stem, record in zip(stems, records, strict=True):
+        target.upload(staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))
+        target.upload(staging / f"{stem}.bin", checksum=str(record["bin_xxh3_128"]))
+    helper.put_once(target.config, marker, marker.name, file_checksum(marker))
+    for stem in stems:  # in the bucket now: the local marker alone tells a rerun here to skip the unit
+        for suffix in (".bin", ".idx"):
+            (staging / f"{stem}{suffix}").unlink(missing_ok=True)
