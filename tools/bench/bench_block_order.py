@@ -42,8 +42,8 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
 
     from tokenloom.datasets import MemoryMappedDataset, collate
     from tokenloom.formats import ConfigError, open_dataset
-    from tokenloom.testing.servers import FaultProxy
     from tokenloom.sampler import ResumableDistributedSampler
+    from tokenloom.testing.servers import FaultProxy
 
     proxy = FaultProxy(server.endpoint)
     try:
