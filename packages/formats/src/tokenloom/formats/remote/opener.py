@@ -10,6 +10,7 @@ before a shard is touched).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
+from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
 from tokenloom.formats.remote.verify import fetch_manifest, say_unverified
 
@@ -73,7 +75,7 @@ def open_remote_any(
     if manifest is not None and recorded == "native" and format in (None, "native") and not options:
         return open_remote_native(cache, validate=validate, dtype=dtype, manifest_obj=manifest)
     config, objects, name = _objects(cache.config, manifest, payload)
-    view_cache = BlockCache(config, cache.root, cache.block_size, limit=cache.limit)
+    view_cache = cache.at(config)
     if validate != Validate.NONE:
         _expect(view_cache, objects, payload, url.url())
     view = build_view(view_cache, objects)
@@ -188,20 +190,19 @@ def _forget_unchecked(view: Path, cache: BlockCache, objects: dict[str, ObjectIn
                 (view / name).unlink()
 
 
-def detect_remote(
-    url: Any, *, formats: FormatTable, storage_options: dict[str, Any] | None = None, cache_dir: Any = None
-) -> str:
+def detect_remote(url: Any, *, formats: FormatTable, remote: RemoteOptions | None = None) -> str:
     """The format at ``url``: the manifest's, else the local detectors run over the listing (as a view)."""
     from tokenloom.formats.io.urls import parse_url
 
-    config = StoreConfig(parse_url(url), dict(storage_options or {}))
-    cache = BlockCache(config, cache_dir)
+    remote = remote or RemoteOptions()
+    config = remote.store(parse_url(url))
+    cache = BlockCache.of(config, remote)
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
     if isinstance(recorded, str):
         return recorded
     config, objects, name = _objects(config, manifest, payload)
-    view = build_view(BlockCache(config, cache.root), objects)
+    view = build_view(cache.at(config), objects)
     try:
         return formats.detect(view / name if name else view)
     except DataError as exc:
@@ -231,7 +232,7 @@ def _objects(
     # a single file (x.pbin, train.h5) or a Megatron prefix: the view is its parent, holding it and its companions
     parent = PurePosixPath(url.prefix).parent.as_posix() if "/" in url.prefix else ""
     basename = PurePosixPath(url.prefix).name
-    parent_config = StoreConfig(RemoteURL(url.scheme, url.bucket, parent), config.storage_options, config.retries)
+    parent_config = dataclasses.replace(config, url=RemoteURL(url.scheme, url.bucket, parent))
     kept = []  # HEADs, not a listing of the parent (which may be a whole bucket)
     for suffix in _COMPANIONS:
         if not suffix and not basename.endswith(DATA_SUFFIXES):
