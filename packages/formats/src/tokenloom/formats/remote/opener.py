@@ -81,7 +81,7 @@ def open_remote_any(
     view = build_view(view_cache, objects)
     _heal_view(view, view_cache, objects)
     target = view / name if name else view
-    source = RemoteSource(view_cache, view, objects)
+    source = RemoteSource(view_cache, {os.fspath(view / name): obj for name, obj in objects.items()})
     try:
         name_of_format = format or formats.detect(target)
         if name_of_format == "native" and manifest is None:
