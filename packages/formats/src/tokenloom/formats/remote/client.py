@@ -24,6 +24,7 @@ from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote import _waits
 from tokenloom.formats.remote._waits import RetryPolicy
+from tokenloom.formats.remote.options import is_credential
 
 __all__ = [
     "ObjectInfo",
@@ -39,8 +40,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tokenloom.formats.remote")
-
-_SECRET_WORDS = ("secret", "token", "password", "sas", "credential", "key")
 
 
 def _obstore() -> Any:
@@ -74,8 +73,7 @@ class StoreConfig:
 
 
 def _is_secret(name: str) -> bool:
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_WORDS) and "id" not in lowered.split("_")[-1:]
+    return is_credential(name) and "id" not in name.lower().split("_")[-1:]  # a key id is shown, its secret never
 
 
 def redact(text: str, config: StoreConfig) -> str:

@@ -37,7 +37,7 @@ from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.source import RemoteSource
-from tokenloom.formats.remote.verify import fetch_manifest, log, say_unverified
+from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
 
 __all__ = ["RemoteShard", "check_size", "open_remote_native", "remote_fingerprint"]
 
@@ -260,30 +260,8 @@ def open_remote_native(
 def expect_manifest(cache: BlockCache, manifest: Manifest) -> None:
     """Register the manifest's block hashes and index checksums with ``cache``; say once what stays unchecked."""
     url = cache.config.url
-    missing, misaligned = 0, set()
-    data = [entry for entry in manifest.files if entry.role == "data"]
-    for entry in manifest.files:
-        if entry.role == "data":
-            cache.expected.add(url.key(entry.name), blocks=entry.blocks)
-            if entry.blocks is None:
-                missing += 1
-            elif cache.block_size % entry.blocks.block_size:
-                misaligned.add(entry.blocks.block_size)
-        else:
-            cache.expected.add(url.key(entry.name), checksum=entry.xxh3_128)
-    reasons, hints = [], []
-    if missing:
-        reasons.append(f"{missing} of {len(data)} data files have no block hashes (a manifest written before them)")
-        hints.append(
-            "Add them: `tokenloom validate --write-manifest DIR` on a local copy, then upload its manifest.json"
-        )
-    if misaligned:
-        reasons.append(
-            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
-            f"{', '.join(map(str, sorted(misaligned)))}"
-        )
-        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB")
-    say_unverified(url.url(), reasons, " ".join(hints) + " (validate='deep' still checks whole-file checksums)")
+    files = [(url.key(e.name), e.role == "data", e.blocks, e.xxh3_128) for e in manifest.files]
+    expect_files(cache, url.url(), files)
 
 
 def _check_every_byte(cache: BlockCache, manifest: Manifest, shards: list[Shard]) -> None:

@@ -32,7 +32,7 @@ from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import DATA_SUFFIXES, RemoteSource, build_view, relative_name
-from tokenloom.formats.remote.verify import fetch_manifest, say_unverified
+from tokenloom.formats.remote.verify import expect_files, fetch_manifest
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
 
@@ -115,41 +115,18 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
     recorded: dict[str, dict[str, Any]] = {}
     if isinstance(payload, dict) and isinstance(payload.get("files"), list):
         recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
-    unhashed = unchecked = misaligned = 0
+    files = []
     for name, obj in objects.items():
         if name == MANIFEST_NAME:
             continue  # checks itself
         item = recorded.get(name, {})
-        if name.endswith(DATA_SUFFIXES):
-            try:
-                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0) if item else None
-            except DataError:
-                blocks = None  # the format's reader names a malformed manifest
-            cache.expected.add(obj.key, blocks=blocks)
-            unhashed += blocks is None
-            misaligned += blocks is not None and cache.block_size % blocks.block_size != 0
-        elif isinstance(item.get("xxh3_128"), str):
-            cache.expected.add(obj.key, checksum=item["xxh3_128"])
-        else:
-            unchecked += 1
-    reasons, hints = [], []
-    if unhashed:
-        reasons.append(f"{unhashed} data objects have no block hashes in a manifest")
-    if unchecked:
-        reasons.append(f"{unchecked} objects fetched whole have no checksum in a manifest")
-    if unhashed or unchecked:
-        hints.append(
-            "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, "
-            "or a dataset with an older manifest), or `tokenloom convert` to native or flat (Megatron and packed "
-            "files have no manifest to record them)."
-        )
-    if misaligned:
-        reasons.append(
-            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
-            f"({misaligned} data objects)"
-        )
-        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB.")
-    say_unverified(url, reasons, " ".join(hints))
+        blocks = None
+        if name.endswith(DATA_SUFFIXES) and item:
+            with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
+                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0)
+        checksum = item.get("xxh3_128")
+        files.append((obj.key, name.endswith(DATA_SUFFIXES), blocks, checksum if isinstance(checksum, str) else None))
+    expect_files(cache, url, files)
 
 
 def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
