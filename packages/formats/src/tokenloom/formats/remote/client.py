@@ -24,13 +24,13 @@ from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote import _waits
 from tokenloom.formats.remote._waits import RetryPolicy
-from tokenloom.formats.remote.options import is_credential
 
 __all__ = [
     "ObjectInfo",
     "RetryPolicy",
     "StoreConfig",
     "check_bucket",
+    "is_credential",
     "fetch_range",
     "head",
     "list_dir",
@@ -70,6 +70,15 @@ class StoreConfig:
             v for k, v in os.environ.items() if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and _is_secret(k) and v
         ]
         return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+
+_SECRET_WORDS = ("secret", "token", "password", "sas", "credential", "key")
+
+
+def is_credential(name: str) -> bool:
+    """A store setting whose value is a credential (kept apart in ``RemoteOptions.credentials``)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
 
 
 def _is_secret(name: str) -> bool:

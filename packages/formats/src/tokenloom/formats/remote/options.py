@@ -19,18 +19,12 @@ from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote import budget
 from tokenloom.formats.remote._waits import RetryPolicy
+from tokenloom.formats.remote.client import StoreConfig, is_credential
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "RemoteOptions", "check_block_size", "is_credential"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "RemoteOptions", "check_block_size"]
 
 #: token data is fetched in aligned blocks of this many bytes unless ``block_size`` says otherwise
 DEFAULT_BLOCK_SIZE = 8 << 20
-_SECRET_WORDS = ("secret", "token", "password", "sas", "credential", "key")
-
-
-def is_credential(name: str) -> bool:
-    """A store setting whose value is a credential (masked in every message; kept apart in ``credentials``)."""
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_WORDS)
 
 
 def check_block_size(size: Any) -> int:
@@ -125,10 +119,8 @@ class RemoteOptions:
             merged["endpoint"] = self.endpoint
         return merged
 
-    def store(self, url: RemoteURL) -> Any:
-        """The connection to ``url``'s store root (a :class:`~tokenloom.formats.remote.client.StoreConfig`)."""
-        from tokenloom.formats.remote.client import StoreConfig
-
+    def store(self, url: RemoteURL) -> StoreConfig:
+        """The connection to ``url``'s store root."""
         return StoreConfig(url, self.storage_options, self.retries)
 
     def __repr__(self) -> str:
