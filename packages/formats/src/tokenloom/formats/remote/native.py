@@ -45,6 +45,8 @@ __all__ = ["RemoteShard", "check_size", "open_remote_native", "remote_fingerprin
 class RemoteShard(Shard):
     """A native shard whose ``.idx`` is fetched and validated on first touch; its tokens come from blocks."""
 
+    source: RemoteSource  # pyright: ignore[reportIncompatibleVariableOverride]
+
     def __init__(
         self,
         cache: BlockCache,
@@ -61,7 +63,7 @@ class RemoteShard(Shard):
         #: ``.idx`` is not fetched to learn it (a window index over 10,000 shards would fetch them all)
         self.zero_overlaps = zero_overlaps
         #: its block cache, in the one place every remote shard keeps it (the ``.bin`` is added when first read)
-        self.source = RemoteSource(cache, {})
+        self.source = RemoteSource(cache, {})  # pyright: ignore[reportIncompatibleVariableOverride]
         self.name = stem
         self.dtype = dtype
         self.tokens_path = Path(cache.config.url.key(bin_entry.name))
@@ -131,7 +133,7 @@ class RemoteShard(Shard):
     def tokens(self) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
         if self._tokens is None:
             self.source.objects[os.fspath(self.tokens_path)] = self._object(1)
-        return Shard.tokens.fget(self)  # pyright: ignore[reportAttributeAccessIssue]
+        return super().tokens
 
     def as_single_entry(self) -> RemoteShard:
         """The same tokens (same blocks) as one entry: the ``.idx`` is not needed, so it is not fetched."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,7 @@ def discard(path: Path, inode: int, problem: tuple[str, str, str]) -> None:
         pass
 
 
-def expect_files(cache: Any, url: str, files: list[tuple[str, bool, BlockHashes | None, str | None]]) -> None:
+def expect_files(cache: Any, url: str, files: Sequence[tuple[str, bool, BlockHashes | None, str | None]]) -> None:
     """Register what a manifest records with ``cache`` (``files``: object key, is it data read by blocks, its
     block hashes, its checksum); say once per dataset URL and process what stays unverified, and why."""
     unhashed = unchecked = 0
