@@ -4,5 +4,3 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-
-pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tokenloom.demo import RemoteReport
-from tokenloom.formats.remote.local_servers import S3_SECRET, weed_binary
+from tokenloom.testing.servers import S3_SECRET, weed_binary
 
 
 @pytest.mark.skipif(weed_binary() is None, reason="the seaweedfs binary `weed` is not installed (extra remote)")

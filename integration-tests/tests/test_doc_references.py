@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"formats", "tokenize", "sampler", "datasets", "curriculum", "hf_streaming", "eval_broadcast"}
+PACKAGES = {"formats", "tokenize", "sampler", "datasets", "curriculum", "hf_streaming", "eval_broadcast", "testing"}
 DOTTED = re.compile(r"(?<![\w/])(tokenloom(?:\.[A-Za-z_]\w*)+)")
 FROM_IMPORT = re.compile(r"^\s*from (tokenloom(?:\.\w+)+) import \(?([\w, ]+)", re.MULTILINE)
 

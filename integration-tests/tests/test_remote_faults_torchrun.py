@@ -29,7 +29,7 @@ from torchrun_helpers import finish_job, start_job
 from tokenloom.curriculum import CurriculumDataset
 from tokenloom.eval_broadcast import PathEvalSource, broadcast_eval_set
 from tokenloom.formats import open_writer
-from tokenloom.formats.remote.local_servers import FaultProxy
+from tokenloom.testing.servers import FaultProxy
 
 SEQ_LEN, BATCH = 32, 4
 BLOCK = 4096

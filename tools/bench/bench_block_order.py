@@ -42,8 +42,8 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
 
     from tokenloom.datasets import MemoryMappedDataset, collate
     from tokenloom.formats import ConfigError, open_dataset
-    from tokenloom.formats.remote.local_servers import FaultProxy
     from tokenloom.sampler import ResumableDistributedSampler
+    from tokenloom.testing.servers import FaultProxy
 
     proxy = FaultProxy(server.endpoint)
     try:
@@ -78,7 +78,7 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
 
 
 def measure(quick: bool) -> dict:
-    from tokenloom.formats.remote.local_servers import SeaweedS3
+    from tokenloom.testing.servers import SeaweedS3
 
     tokens = 10_000_000 if quick else 100_000_000
     out: dict = {"tokens": tokens}

@@ -84,7 +84,7 @@ def measure(quick: bool) -> dict:
     from tokenloom.datasets import MemoryMappedDataset
     from tokenloom.formats import open_dataset
     from tokenloom.formats.io import parse_url
-    from tokenloom.formats.remote.local_servers import FaultProxy, SeaweedS3
+    from tokenloom.testing.servers import FaultProxy, SeaweedS3
 
     tokens = 5_000_000 if quick else 40_000_000
     samples = 2_000 if quick else 8_000

@@ -4,7 +4,7 @@
 
 ``run(quick)`` returns the markdown section and (full run only) writes docs/benchmarks/remote-peers.md.
 
-Setup: one SeaweedFS S3 server on 127.0.0.1 (``tokenloom.formats.remote.local_servers.SeaweedS3``) behind one
+Setup: one SeaweedFS S3 server on 127.0.0.1 (``tokenloom.testing.servers.SeaweedS3``) behind one
 ``FaultProxy`` that counts GETs and GET body bytes and delays every request by 20 ms (issue 26's setting;
 ``--latencies 0,20`` adds passes with no delay). One deterministic corpus of uint16 tokens in fixed 2,049-token
 samples (32 MiB full, in 4 shards of 2,048 samples as the 64 MiB runs before had 8; 8 MiB quick, in 8 shards),
@@ -256,7 +256,7 @@ def run(
     ``--quick`` leaves MosaicML out unless ``legs`` names it (its venv, MDS write and passes: half the smoke run).
     """
     legs = legs or (("tokenloom", "litdata") if quick else LEGS)
-    from tokenloom.formats.remote.local_servers import FaultProxy, SeaweedS3
+    from tokenloom.testing.servers import FaultProxy, SeaweedS3
 
     rounds = 1 if quick else 3
     # 32 MiB: 18 fresh processes read it (3 legs x 2 passes x 3 rounds); 64 MiB cost 10 minutes a run

@@ -1,7 +1,7 @@
 """Benchmark hf-streaming from object storage: remote vs local tokens/s with 20 ms added latency, resume
 latency at 10% and 90% of a large remote input, and HF ``datasets`` streaming of the same remote files.
 
-Servers are the project's local ones (tokenloom.formats.remote.local_servers): SeaweedFS for S3, a ranged
+Servers are the project's local ones (tokenloom.testing.servers): SeaweedFS for S3, a ranged
 HTTP server, and a FaultProxy in front of each that stalls every GET by 20 ms (its "stall" fault; HEADs pass
 unstalled). Nothing reaches the network. Each contender runs in a fresh process (forked from a server that did
 only the script's own imports: ``_forkserver.py``), interleaved, median of 3:
@@ -184,7 +184,7 @@ def _concatenated(root: Path, corpus: Path, total_mb: float, file_mb: float) -> 
 
 def run(quick: bool, resume_mb: float | None = None) -> str:
     resume_mb = resume_mb if resume_mb is not None else (50.0 if quick else RESUME_MB)
-    from tokenloom.formats.remote.local_servers import FaultProxy, RangeHTTPServer, SeaweedS3
+    from tokenloom.testing.servers import FaultProxy, RangeHTTPServer, SeaweedS3
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
     tokenizer = str(default_tokenizer_path())

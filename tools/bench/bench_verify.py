@@ -104,7 +104,7 @@ def _page_in(folder: Path) -> None:
 
 
 def measure(quick: bool) -> dict:
-    from tokenloom.formats.remote.local_servers import SeaweedS3
+    from tokenloom.testing.servers import SeaweedS3
 
     tokens = 32_000_000 if quick else 64_000_000
     runs = 2 if quick else RUNS

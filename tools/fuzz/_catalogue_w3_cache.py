@@ -41,7 +41,7 @@ def _(tmp: Path) -> Run:
 
 @case("bounded cache: a dead reader's reservation, temp file and torn record", "faults", "ok")
 def _(tmp: Path) -> Run:
-    from tokenloom.formats.remote.local_servers import RangeHTTPServer
+    from tokenloom.testing.servers import RangeHTTPServer
 
     served = tmp / "served"
     (served / "ds").mkdir(parents=True)

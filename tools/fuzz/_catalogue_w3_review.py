@@ -32,7 +32,7 @@ def _(tmp: Path) -> Run:
     import numpy as np
 
     from tokenloom.formats import open_dataset, open_writer
-    from tokenloom.formats.remote.local_servers import RangeHTTPServer
+    from tokenloom.testing.servers import RangeHTTPServer
 
     with open_writer(tmp / "ds", format="native", dtype="uint16", vocab_size=1000, eos_id=0) as writer:
         for _ in range(5000):  # one shard, a .idx of about 40 kB

@@ -1,6 +1,6 @@
 """Catalogue rows for issue #23, every format from object storage: faults of remote inputs (127.0.0.1 only).
 
-The rows serve datasets with tokenloom.formats.remote.local_servers.RangeHTTPServer (HEAD, ranged GET,
+The rows serve datasets with tokenloom.testing.servers.RangeHTTPServer (HEAD, ranged GET,
 ETag and If-Match, as an https:// store answers them) and read them through the remote layer.
 """
 
@@ -19,7 +19,7 @@ BLOCK = 4096
 
 def _served(tmp: Path, *names: str) -> tuple[str, Path, object]:
     """(URL of the served root, the served folder, the server) with copies of the catalogue's valid datasets."""
-    from tokenloom.formats.remote.local_servers import RangeHTTPServer
+    from tokenloom.testing.servers import RangeHTTPServer
 
     root = tmp / "served"
     root.mkdir()

@@ -1,6 +1,6 @@
 """Catalogue rows for issue #25 (hf-streaming at scale): remote and Hub sources, .jsonl.zst, faults, ETags.
 
-Servers are tokenloom.formats.remote.local_servers on 127.0.0.1 (no network)."""
+Servers are tokenloom.testing.servers on 127.0.0.1 (no network)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _corpus(tmp: Path) -> list[Path]:
 
 
 def _served(tmp: Path) -> tuple[Any, Path]:
-    from tokenloom.formats.remote.local_servers import RangeHTTPServer
+    from tokenloom.testing.servers import RangeHTTPServer
 
     root = tmp / "served"
     root.mkdir()
@@ -107,7 +107,7 @@ def _(tmp: Path) -> Run:
 @case("hf-streaming: https server answering 503 to every GET", "hf-streaming remote", "error", "StorageError")
 def _(tmp: Path) -> Run:
     from tokenloom.formats.remote import RetryPolicy
-    from tokenloom.formats.remote.local_servers import FaultProxy
+    from tokenloom.testing.servers import FaultProxy
 
     server, root = _served(tmp)
     shutil.copy(_corpus(tmp)[0], root / "a.jsonl")

@@ -105,7 +105,7 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats.io import parse_url
     from tokenloom.formats.remote.client import RetryPolicy, StoreConfig
     from tokenloom.formats.remote.helper import put_file
-    from tokenloom.formats.remote.local_servers import FaultProxy
+    from tokenloom.testing.servers import FaultProxy
 
     proxy = FaultProxy("http://127.0.0.1:9")  # nothing behind it: every PUT is answered 503 by the proxy
     proxy.fault_methods = {"PUT"}

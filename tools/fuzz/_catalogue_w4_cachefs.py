@@ -28,7 +28,7 @@ def _close(server) -> None:
 
 def _served(tmp: Path, name: str = "native"):
     """A ranged HTTP server over a copy of a catalogue dataset: (server, url, the local copy)."""
-    from tokenloom.formats.remote.local_servers import RangeHTTPServer
+    from tokenloom.testing.servers import RangeHTTPServer
 
     source = copy(name, tmp)
     served = tmp / "served"
@@ -126,7 +126,7 @@ def _served_tokens(tmp: Path, docs: int) -> tuple[object, str]:
     import numpy as np
 
     from tokenloom.formats import open_writer
-    from tokenloom.formats.remote.local_servers import RangeHTTPServer
+    from tokenloom.testing.servers import RangeHTTPServer
 
     served = tmp / "served"
     rng = np.random.default_rng(5)

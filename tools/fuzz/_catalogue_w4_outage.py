@@ -118,7 +118,7 @@ def _(tmp: Path) -> Run:
 @case("open_dataset: store down 8 s mid-read (SeaweedFS + fault proxy)", "outage", "ok")
 def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset, open_writer
-    from tokenloom.formats.remote.local_servers import FaultProxy, SeaweedS3
+    from tokenloom.testing.servers import FaultProxy, SeaweedS3
 
     server = SeaweedS3(tmp / "seaweed")
     proxy = FaultProxy(server.endpoint)

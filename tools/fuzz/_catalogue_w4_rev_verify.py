@@ -10,7 +10,7 @@ from _catalogue_w4_verify import _dataset, _entries
 
 def _behind_proxy(tmp: Path, local: Path, fault_paths: str) -> tuple[str, object, object]:
     """(URL of ``local``'s folder behind a proxy flipping the first GET with ``fault_paths``, proxy, server)."""
-    from tokenloom.formats.remote.local_servers import FaultProxy, RangeHTTPServer
+    from tokenloom.testing.servers import FaultProxy, RangeHTTPServer
 
     server = RangeHTTPServer(local.parent)
     proxy = FaultProxy(server.url)

@@ -39,7 +39,7 @@ def _entries(ds) -> list[bytes]:
 
 def _served(tmp: Path, *, block_hashes: bool = True, flips: int = 0) -> tuple[Path, str, Callable[[], None], object]:
     """(local dataset, its URL behind a fault proxy flipping the first ``flips`` .bin GETs, cleanup, proxy)."""
-    from tokenloom.formats.remote.local_servers import FaultProxy, RangeHTTPServer
+    from tokenloom.testing.servers import FaultProxy, RangeHTTPServer
 
     local = _dataset(tmp, block_hashes=block_hashes)
     server = RangeHTTPServer(tmp / "served")

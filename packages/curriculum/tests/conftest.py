@@ -15,6 +15,3 @@ from curriculum_helpers import make_corpus
 @pytest.fixture
 def corpus(tmp_path):
     return make_corpus(tmp_path / "data", {"a": 300, "b": 200, "c": 400})
-
-
-pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server

@@ -38,6 +38,3 @@ def native(tmp_path):
         return write_native(tmp_path / f"ds{next(counter)}", docs, **kwargs)
 
     return make
-
-
-pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server

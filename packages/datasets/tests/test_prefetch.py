@@ -268,11 +268,12 @@ def test_a_reopen_after_pickling_keeps_the_cache_limit(seaweed, url, tmp_path):
     """A worker's reopen (after pickling) dropped ``cache_limit``: its block cache was unbounded."""
     import pickle
 
-    from tokenloom.datasets._stream import remote_open_options, reopen
+    from tokenloom.datasets._stream import reopen
 
     limit = 512 * BLOCK
     remote = _remote(url, seaweed, tmp_path / "c", cache_limit=limit)
-    options = remote_open_options(remote)
-    assert options["cache_limit"] == limit
+    options = remote.remote
+    assert options.cache_limit == limit
     again = reopen(url, [s.name for s in remote.shards], pickle.loads(pickle.dumps(options)))
-    assert remote_open_options(again)["cache_limit"] == limit
+    assert again.remote.cache_limit == limit
+    assert again.shards[0].source.cache.limit == limit

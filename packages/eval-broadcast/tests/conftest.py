@@ -99,6 +99,3 @@ def jsonl(tmp_path):
 @pytest.fixture
 def texts():
     return list(TEXTS)
-
-
-pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server

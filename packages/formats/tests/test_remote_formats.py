@@ -334,7 +334,7 @@ def _cli(args: list[str], env: dict[str, str] | None = None):
 
 
 def test_cli_validate_and_inspect_a_url_with_credentials_from_the_environment(seaweed, tmp_path):
-    from tokenloom.formats.remote.local_servers import S3_SECRET
+    from tokenloom.testing.servers import S3_SECRET
 
     local_path, url = _setup(seaweed, tmp_path, "megatron")
     env = {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
@@ -349,7 +349,7 @@ def test_cli_validate_and_inspect_a_url_with_credentials_from_the_environment(se
 
 
 def test_cli_deep_validate_with_storage_options_never_prints_them(seaweed, tmp_path):
-    from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
 
     _, url = _setup(seaweed, tmp_path, "native")
     options = [

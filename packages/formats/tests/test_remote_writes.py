@@ -226,7 +226,7 @@ def test_cli_convert_to_s3(seaweed, local_ds, tmp_path):
     import subprocess
     import sys
 
-    from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
 
     url = f"s3://{seaweed.bucket}/{_prefix()}"
     env = {

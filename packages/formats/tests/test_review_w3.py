@@ -22,7 +22,7 @@ def _write_native(root: Path) -> Path:
 
 @pytest.fixture
 def s3_env(seaweed, monkeypatch, tmp_path):
-    from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
 
     for name, value in {
         "AWS_ENDPOINT_URL": seaweed.endpoint,

@@ -109,6 +109,3 @@ def packed_reference(tmp_path_factory, tokenizer_dir) -> list[dict]:
     kwargs = dataset_kwargs(files, tokenizer_dir, pack_sequences=True)
     config = {"dataset": kwargs, "world_size": 2, "num_workers": 2, "batch_size": 3, "state_dir": str(root / "state")}
     return read_log(run_driver(root, "reference", config))
-
-
-pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server

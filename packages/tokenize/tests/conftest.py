@@ -195,9 +195,6 @@ def tree_digest_fixture() -> Callable[[Path], dict[str, str]]:
     return tree_digest
 
 
-pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]  # seaweed, fault_proxy, range_server
-
-
 CHAT_TEMPLATES = Path(__file__).parent / "chat_templates"
 #: per test template: its special tokens, BOS and EOS
 CHAT_TOKENS = {

@@ -81,7 +81,7 @@ def test_a_three_argument_callback_still_works(tmp_path: Path, tiny_tokenizer: P
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a subprocess with the S3 server's variables")
 def test_no_progress_prints_no_line_per_uploaded_shard(seaweed, tmp_path: Path, tiny_tokenizer: Path) -> None:
-    from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_bytes(_lines(300))

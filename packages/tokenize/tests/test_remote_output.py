@@ -18,7 +18,7 @@ import pytest
 
 from tokenloom.formats import open_dataset
 from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError
-from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET
+from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")

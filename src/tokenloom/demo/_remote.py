@@ -351,7 +351,7 @@ def _measured_legs(
 
 def run_remote_demo(workdir: Path, *, log: Callable[[str], None] = print) -> RemoteReport:
     """The flow from a bucket of a local SeaweedFS (stopped at the end); what it measured, and its checks."""
-    from tokenloom.formats.remote.local_servers import S3_ACCESS_KEY, S3_SECRET, FaultProxy, SeaweedS3
+    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET, FaultProxy, SeaweedS3
 
     report = RemoteReport()
     started = time.perf_counter()

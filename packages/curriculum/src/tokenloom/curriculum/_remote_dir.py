@@ -2,8 +2,8 @@
 
 :class:`RemoteDir` gives a prefix the few directory operations the bucket discovery uses (``/``,
 ``name``, ``is_dir``, ``iterdir``) by listing the store, so a URL is never taken for a local path.
-Its ``storage_options`` (credentials) never show in ``str``/``repr`` or messages; ``cache_dir`` is the
-node-local cache of the buckets' blocks (default ``$TOKENLOOM_CACHE_DIR``).
+It carries one ``RemoteOptions`` (endpoint and credentials, which never show in ``str``/``repr`` or messages,
+and the node-local block cache, default ``$TOKENLOOM_CACHE_DIR``) and hands it to every bucket it opens.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from tokenloom.formats import RemoteOptions
 from tokenloom.formats.io import is_remote_url, parse_url
 
 __all__ = ["RemoteDir", "as_data_root"]
@@ -21,22 +22,14 @@ __all__ = ["RemoteDir", "as_data_root"]
 class RemoteDir:
     """A prefix in object storage seen as a directory (folders = common prefixes, files = objects)."""
 
-    def __init__(
-        self,
-        url: str,
-        storage_options: Mapping[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        *,
-        kind: str | None = None,
-    ) -> None:
+    def __init__(self, url: str, remote: RemoteOptions | None = None, *, kind: str | None = None) -> None:
         self.url = parse_url(url).url()  # normalised: s3://bucket/prefix, no trailing slash
-        self.storage_options = dict(storage_options or {})
-        self.cache_dir = cache_dir
+        self.remote = remote if remote is not None else RemoteOptions()
         self._kind = kind  # "dir" / "file" when a listing of the parent said so
         self._listing: tuple[list[str], list[str]] | None = None
 
     def _child(self, name: str, kind: str | None = None) -> RemoteDir:
-        return RemoteDir(f"{self.url}/{name}", self.storage_options, self.cache_dir, kind=kind)
+        return RemoteDir(f"{self.url}/{name}", self.remote, kind=kind)
 
     def __truediv__(self, name: str) -> RemoteDir:
         return self._child(str(name).strip("/"))
@@ -48,10 +41,9 @@ class RemoteDir:
     def listing(self) -> tuple[list[str], list[str]]:
         """(folders, files) directly under this prefix (listed once)."""
         if self._listing is None:
-            from tokenloom.formats.remote import StoreConfig
             from tokenloom.formats.remote.helper import list_dir
 
-            self._listing = list_dir(StoreConfig(parse_url(self.url), dict(self.storage_options)))
+            self._listing = list_dir(self.remote.store(parse_url(self.url)))
         return self._listing
 
     def is_dir(self) -> bool:
@@ -70,12 +62,7 @@ class RemoteDir:
 
     def open_options(self) -> dict[str, Any]:
         """The ``open_dataset`` options of the data under this prefix."""
-        options: dict[str, Any] = {}
-        if self.storage_options:
-            options["storage_options"] = dict(self.storage_options)
-        if self.cache_dir is not None:
-            options["cache_dir"] = self.cache_dir
-        return options
+        return {"remote": self.remote}
 
     def __fspath__(self) -> str:
         return self.url  # for messages (DataError paths); is_remote_url() recognises it, never a local path
@@ -101,9 +88,11 @@ def as_data_root(
 ) -> Path | RemoteDir:
     """``path`` as a local Path or, for a URL, a :class:`RemoteDir` with the store's options."""
     if isinstance(path, RemoteDir):
-        return RemoteDir(path.url, storage_options or path.storage_options, cache_dir or path.cache_dir)
-    if is_remote_url(path):
-        return RemoteDir(
-            str(path if isinstance(path, str) else os.fspath(cast(os.PathLike[str], path))), storage_options, cache_dir
+        remote = RemoteOptions.from_keywords(
+            storage_options=storage_options or None, cache_dir=cache_dir, remote=path.remote
         )
+        return RemoteDir(path.url, remote)
+    if is_remote_url(path):
+        remote = RemoteOptions.from_keywords(storage_options=storage_options, cache_dir=cache_dir)
+        return RemoteDir(str(path if isinstance(path, str) else os.fspath(cast(os.PathLike[str], path))), remote)
     return Path(path)  # pyright: ignore[reportArgumentType]

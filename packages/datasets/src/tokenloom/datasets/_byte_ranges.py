@@ -21,13 +21,9 @@ __all__ = ["SampleBytes", "block_array", "token_byte_ranges"]
 def block_array(shard: object) -> Any:
     """The remote token array behind ``shard`` (a BlockArray: ``.cache``, ``.obj``, ``.byte_offset``); None on disk.
 
-    Remote shards come in three kinds: a lazily indexed native shard (holds ``cache``), a shard of any
-    other format reading through a remote ``source``, and a derived shard carrying its ``array``.
+    A remote shard of any format reads through its remote ``source`` (which holds its block cache).
     """
-    array = getattr(shard, "array", None)
-    if array is not None:
-        return array
-    if getattr(shard, "cache", None) is None and getattr(shard, "source", None) in (None, LOCAL):
+    if getattr(shard, "source", LOCAL) is LOCAL:
         return None
     tokens = getattr(shard, "tokens", None)
     return tokens if hasattr(tokens, "obj") and hasattr(tokens, "cache") else None

@@ -45,6 +45,7 @@ class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Te
         cu_seqlens: emit cu_seqlens (padding is one more segment).
         bin_width: the length-bin width of the greedy algorithm.
         storage_options: for a URL, the store's options (endpoint, credentials; default: the environment).
+        remote: for a URL, a ``tokenloom.formats.RemoteOptions`` (the keywords above win over it).
     """
 
     def _fill(self, index: int, tokens: np.ndarray, doc_ids: np.ndarray, ignore: np.ndarray) -> None:

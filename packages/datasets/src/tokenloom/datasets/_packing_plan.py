@@ -24,7 +24,7 @@ from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
-from tokenloom.datasets._stream import open_data, remote_open_options, reopen, token_stream
+from tokenloom.datasets._stream import open_data, reopen, token_stream
 from tokenloom.datasets._window_index import check_positive
 from tokenloom.formats import ConfigError, TokenDataset
 from tokenloom.formats.io import atomic_write_bytes, is_remote_url
@@ -115,12 +115,13 @@ class PackedIndex(SampleBytes):
         cu_seqlens: bool = False,
         bin_width: int = 64,
         storage_options: dict[str, Any] | None = None,
+        remote: Any = None,
     ) -> None:
         self.max_length = check_positive(max_length, "max_length")
-        remote = not isinstance(data, TokenDataset) and is_remote_url(data)
+        url = not isinstance(data, TokenDataset) and is_remote_url(data)
         # cache_dir also holds a URL's blocks (CACHE/v1/...) beside the plans (CACHE/packplan-KEY)
-        dataset = open_data(data, storage_options=storage_options, cache_dir=cache_dir if remote else None)
-        self._open_options = remote_open_options(dataset)
+        dataset = open_data(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir if url else None)
+        self._remote = dataset.remote
         self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
         self._stream = token_stream(dataset)  # what workers read: no per-entry index
         try:
@@ -174,7 +175,7 @@ class PackedIndex(SampleBytes):
     def dataset(self) -> TokenDataset:
         """The underlying dataset with its entry index (reopened on first use after pickling)."""
         if self._dataset is None:
-            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._open_options)
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._remote)
         return self._dataset
 
     def __getstate__(self) -> dict[str, Any]:

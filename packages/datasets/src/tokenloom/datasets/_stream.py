@@ -8,8 +8,8 @@ pickling. A worker then holds nothing that grows with the data: its pickle is
 a few hundred bytes and its memory stays flat from 1 GB to 20 GB of shards.
 
 Data in object storage (``s3://``, ``gs://``, ``az://``, ``https://``) keeps its URL as the root (never a
-local ``Path``) and its shards' block-cache readers; a reopen after pickling uses the same
-``storage_options`` and ``cache_dir``.
+local ``Path``) and its shards' block-cache readers; a reopen after pickling uses the dataset's own
+``RemoteOptions`` (``dataset.remote``: endpoint, credentials, block cache and its limit, retry budget).
 """
 
 from __future__ import annotations
@@ -23,22 +23,23 @@ from typing import Any
 from tokenloom.formats import ConfigError, Shard, TokenDataset, open_dataset
 from tokenloom.formats.io import is_remote_url
 
-__all__ = ["open_data", "remote_open_options", "reopen", "select_shards", "token_stream"]
-
-#: options of ``open_dataset`` that only data in object storage takes
-_REMOTE_OPTIONS = ("storage_options", "cache_dir", "block_size", "retries", "cache_limit")
+__all__ = ["open_data", "reopen", "select_shards", "token_stream"]
 
 
 def open_data(
     data: str | os.PathLike[str] | TokenDataset,
     *,
+    remote: Any = None,
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
-    field: str = "data",
 ) -> TokenDataset:
-    """``data`` opened (a path or a URL), or as is (an open dataset); remote options only for a URL."""
+    """``data`` opened (a path or a URL), or as is (an open dataset); remote settings only for a URL.
+
+    ``remote`` (a ``tokenloom.formats.RemoteOptions``) and the user's keywords ``storage_options`` and
+    ``cache_dir`` (the block cache) say how a URL is read; the dataset carries them (``dataset.remote``).
+    """
+    given = [n for n, v in (("remote", remote), ("storage_options", storage_options), ("cache_dir", cache_dir)) if v]
     if isinstance(data, TokenDataset) or not is_remote_url(data):
-        given = [name for name, value in (("storage_options", storage_options), ("cache_dir", cache_dir)) if value]
         if given:
             what = "an open dataset" if isinstance(data, TokenDataset) else f"the local path {os.fspath(data)!r}"
             raise ConfigError(
@@ -47,30 +48,7 @@ def open_data(
                 hint="Drop the option, or pass the dataset's URL",
             )
         return data if isinstance(data, TokenDataset) else open_dataset(data)
-    options: dict[str, Any] = {}
-    if storage_options is not None:
-        options["storage_options"] = storage_options
-    if cache_dir is not None:
-        options["cache_dir"] = cache_dir
-    return open_dataset(data, **options)
-
-
-def remote_open_options(dataset: TokenDataset) -> dict[str, Any]:
-    """The ``open_dataset`` options that reopen ``dataset`` as it was opened ({} for local data)."""
-    for shard in dataset.shards:
-        # a remote shard holds its block cache itself (native), in its source (other formats) or in its array
-        holders = (shard, getattr(shard, "source", None), getattr(shard, "array", None))
-        cache = next((c for c in (getattr(h, "cache", None) for h in holders) if c is not None), None)
-        config = getattr(cache, "config", None)
-        if cache is not None and config is not None:
-            return {
-                "storage_options": dict(config.storage_options),
-                "cache_dir": cache.root,
-                "block_size": cache.block_size,
-                "retries": config.retries,
-                "cache_limit": getattr(cache, "limit", None),
-            }
-    return {}
+    return open_dataset(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir)
 
 
 def _bare(shard: Shard) -> Shard:
@@ -80,6 +58,7 @@ def _bare(shard: Shard) -> Shard:
 
 def _keep_root(derived: TokenDataset, dataset: TokenDataset) -> TokenDataset:
     derived.root = dataset.root  # a URL stays a URL (TokenDataset makes a Path of it)
+    derived.remote = dataset.remote
     return derived
 
 
@@ -135,12 +114,10 @@ def select_shards(
     return _keep_root(selected, dataset)
 
 
-def reopen(
-    root: str | os.PathLike[str] | Path, shard_names: Sequence[str], options: dict[str, Any] | None = None
-) -> TokenDataset:
+def reopen(root: str | os.PathLike[str] | Path, shard_names: Sequence[str], remote: Any = None) -> TokenDataset:
     """The dataset at ``root`` restricted to ``shard_names`` (after pickling, where the index was dropped).
 
-    ``options``: :func:`remote_open_options` of the dataset first opened (a URL's storage options and cache).
+    ``remote``: the ``RemoteOptions`` of the dataset first opened (``dataset.remote``; None for local data).
     """
-    remote = {k: v for k, v in (options or {}).items() if k in _REMOTE_OPTIONS} if is_remote_url(root) else {}
-    return select_shards(open_dataset(root, **remote), names=shard_names)
+    opened = open_dataset(root, remote=remote) if remote is not None and is_remote_url(root) else open_dataset(root)
+    return select_shards(opened, names=shard_names)

@@ -20,7 +20,7 @@ from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._packing_mode import Packing, as_packing
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
-from tokenloom.datasets._stream import open_data, remote_open_options, reopen, select_shards, token_stream
+from tokenloom.datasets._stream import open_data, reopen, select_shards, token_stream
 from tokenloom.formats import ConfigError, TokenDataset
 from tokenloom.formats.io import iter_chunks
 
@@ -79,11 +79,12 @@ class WindowIndex(SampleBytes):
         cu_seqlens: bool = False,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        remote: Any = None,
     ) -> None:
         self.seq_len = check_positive(seq_len, "seq_len")
         self.stride = check_positive(stride if stride is not None else seq_len + 1, "stride")
-        dataset = open_data(data, storage_options=storage_options, cache_dir=cache_dir)
-        self._open_options = remote_open_options(dataset)
+        dataset = open_data(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir)
+        self._remote = dataset.remote
         if file_pattern is not None:
             dataset = select_shards(dataset, pattern=file_pattern)
         # reads go through the token stream; the full dataset (its per-entry index grows with
@@ -138,7 +139,7 @@ class WindowIndex(SampleBytes):
     def dataset(self) -> TokenDataset:
         """The underlying dataset with its entry index (reopened on first use after pickling)."""
         if self._dataset is None:
-            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._open_options)
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._remote)
         return self._dataset
 
     def __getstate__(self) -> dict[str, Any]:

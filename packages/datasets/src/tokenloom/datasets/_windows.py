@@ -43,6 +43,7 @@ class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tens
         cu_seqlens: emit cu_seqlens (with packing).
         storage_options: for a URL, the store's options (endpoint, credentials; default: the environment).
         cache_dir: for a URL, the local directory of its blocks (default ``$TOKENLOOM_CACHE_DIR``).
+        remote: for a URL, a ``tokenloom.formats.RemoteOptions`` (the keywords above win over it).
     """
 
     # -- samples ----------------------------------------------------------------------

@@ -11,6 +11,8 @@ packages share (atomic writes, locks, path safety, storage errors) lives in
 hierarchy in :mod:`tokenloom.formats.errors`. Importing this package imports neither click nor rich.
 """
 
+from typing import TYPE_CHECKING
+
 from tokenloom.formats import errors
 from tokenloom.formats._buckets import open_buckets
 from tokenloom.formats._contract import FormatSpec, StoreSpec, TokenReader, Validate, WriterFactory
@@ -29,6 +31,9 @@ from tokenloom.formats.errors import *  # noqa: F403  # pyright: ignore[reportWi
 from tokenloom.formats.io.manifest import Manifest, read_manifest
 from tokenloom.formats.io.progress import ProgressCallback
 from tokenloom.formats.io.renames import module_aliases
+
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.options import RemoteOptions
 
 # the built-in formats register themselves on import
 from tokenloom.formats import flat, keyed, megatron, native, packed  # noqa: F401  # isort: skip
@@ -52,6 +57,7 @@ __all__ = [
     "Manifest",
     "ProgressCallback",
     "RecordStore",
+    "RemoteOptions",
     "RecordStoreWriter",
     "Shard",
     "StoreSpec",
@@ -76,7 +82,7 @@ __all__ = [
 __all__ += errors.__all__
 
 #: Old names, served with a DeprecationWarning for one release.
-__getattr__ = module_aliases(
+_old_names = module_aliases(
     __name__,
     {
         "TRAINING_TYPE_KEYS": "TRAIN_TYPE_KEYS",  # old-name
@@ -84,3 +90,11 @@ __getattr__ = module_aliases(
     },
     globals(),
 )
+
+
+def __getattr__(name: str) -> object:
+    if name == "RemoteOptions":  # imported on first use: the remote layer is not needed to read local data
+        from tokenloom.formats.remote.options import RemoteOptions
+
+        return RemoteOptions
+    return _old_names(name)

@@ -111,6 +111,9 @@ class TokenDataset:
     of the global token stream (shards concatenated in order).
     """
 
+    #: how data in object storage is reached and cached (a RemoteOptions, pickled with the dataset); None: local
+    remote: Any = None
+
     def __init__(
         self,
         shards: Sequence[Shard],

@@ -11,9 +11,9 @@ import gzip
 import io
 from typing import Any
 
-from tokenloom.formats import TruncatedError
+from tokenloom.formats import RemoteOptions, TruncatedError
 from tokenloom.formats.io import require
-from tokenloom.hf_streaming._remote import RangeReader, RemoteAccess
+from tokenloom.hf_streaming._remote import RangeReader
 from tokenloom.hf_streaming._units import Source, SourceKind
 
 __all__ = ["READ_BYTES", "WindowError", "ZstdStream", "open_source"]
@@ -83,7 +83,7 @@ class ZstdStream(io.RawIOBase):
 def _raw(source: Source) -> Any:
     if source.remote is None:
         return open(source.path, "rb")
-    return io.BufferedReader(RangeReader(source.remote, source.access or RemoteAccess()), READ_BYTES)
+    return io.BufferedReader(RangeReader(source.remote, source.access or RemoteOptions()), READ_BYTES)
 
 
 def open_source(source: Source) -> Any:

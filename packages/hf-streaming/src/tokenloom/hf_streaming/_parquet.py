@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tokenloom.hf_streaming._remote import RangeReader, RemoteAccess
+from tokenloom.formats import RemoteOptions
+from tokenloom.hf_streaming._remote import RangeReader
 
 if TYPE_CHECKING:
     from tokenloom.hf_streaming._units import Source
@@ -21,7 +22,7 @@ def parquet_file(source: Source) -> Any:
     key = (source.remote.url, source.remote.etag)
     metadata = _FOOTERS.get(key)
     parquet = pq.ParquetFile(
-        RangeReader(source.remote, source.access or RemoteAccess()), metadata=metadata, pre_buffer=True
+        RangeReader(source.remote, source.access or RemoteOptions()), metadata=metadata, pre_buffer=True
     )
     if metadata is None:
         if len(_FOOTERS) >= 256:

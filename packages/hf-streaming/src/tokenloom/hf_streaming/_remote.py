@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from tokenloom.formats import ConfigError, MissingFileError
+from tokenloom.formats import ConfigError, MissingFileError, RemoteOptions
 from tokenloom.formats.io import is_remote_url, parse_url, require
 
 __all__ = [
-    "RemoteAccess",
     "RemoteObject",
     "RangeReader",
     "expand_remote",
@@ -79,35 +78,6 @@ def hub_url(url: str, endpoint: str | None = None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class RemoteAccess:
-    """How to reach the stores: obstore ``storage_options`` and the retry policy (never shown in messages)."""
-
-    storage_options: tuple[tuple[str, Any], ...] = ()
-    #: None: retried until the time budget is spent (``budget``, else ``$TOKENLOOM_RETRY_BUDGET``, else 600 s)
-    max_retries: int | None = None
-    backoff: float = 0.2
-    timeout: float = 30.0
-    budget: float | None = None
-    max_backoff: float = 10.0
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-
-    def config(self, root_url: str) -> Any:
-        from tokenloom.formats.remote import RetryPolicy, StoreConfig
-
-        policy = RetryPolicy(
-            max_retries=self.max_retries,
-            backoff=self.backoff,
-            timeout=self.timeout,
-            budget=self.budget,
-            max_backoff=self.max_backoff,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-        )
-        return StoreConfig(parse_url(root_url), dict(self.storage_options), policy)
-
-
-@dataclass(frozen=True, slots=True)
 class RemoteObject:
     """One remote input as opened: the URL as given, where it is fetched from, its size and ETag."""
 
@@ -127,11 +97,11 @@ def _root_and_key(url: str) -> tuple[str, str]:
     return parsed.root, parsed.prefix
 
 
-def stat_remote(url: str, access: RemoteAccess) -> RemoteObject:
+def stat_remote(url: str, access: RemoteOptions) -> RemoteObject:
     """HEAD ``url``: its size and ETag (a missing object is a MissingFileError naming it)."""
     _, helper = _remote_layer()
     root, key = _root_and_key(url)
-    info = helper.head(access.config(root), key)
+    info = helper.head(access.store(parse_url(root)), key)
     return RemoteObject(url=url, root=root, key=key, size=info.size, etag=info.etag)
 
 
@@ -166,7 +136,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
-def expand_remote(pattern: str, access: RemoteAccess, *, suffixes: tuple[str, ...] = ()) -> list[str]:
+def expand_remote(pattern: str, access: RemoteOptions, *, suffixes: tuple[str, ...] = ()) -> list[str]:
     """The URLs a remote glob (or, with ``suffixes``, a prefix) names, in key order, by listing the store.
 
     Only stores that list (s3, gs, az) take globs; an http(s) or hf:// glob is a ConfigError.
@@ -190,7 +160,7 @@ def expand_remote(pattern: str, access: RemoteAccess, *, suffixes: tuple[str, ..
     else:
         listed_prefix = key_pattern.rstrip("/") + "/" if key_pattern else ""
         keep = lambda key: key.lower().endswith(suffixes)  # noqa: E731
-    listed = helper.list_prefix(access.config(parsed.root), listed_prefix)
+    listed = helper.list_prefix(access.store(parse_url(parsed.root)), listed_prefix)
     urls = [f"{parsed.root}/{info.key}" for info in listed if keep(info.key) and info.size >= 0]
     if not urls:
         what = "the pattern" if found else f"the prefix (files ending {', '.join(suffixes)})"
@@ -226,7 +196,7 @@ def _sweep_dead() -> None:
                 pass
 
 
-def fetch(obj: RemoteObject, access: RemoteAccess, start: int, end: int) -> bytes:
+def fetch(obj: RemoteObject, access: RemoteOptions, start: int, end: int) -> bytes:
     """Bytes ``[start, end)`` of ``obj`` (If-Match its ETag; faults retried from the byte already received)."""
     if end <= start:
         return b""
@@ -234,13 +204,13 @@ def fetch(obj: RemoteObject, access: RemoteAccess, start: int, end: int) -> byte
     info = client.ObjectInfo(url=obj.url, key=obj.key, size=obj.size, etag=obj.etag)
     _sweep_dead()  # also where no hand-over file is needed: other processes' leftovers go all the same
     if helper.in_process():  # a DataLoader worker calls obstore itself: the bytes need no hand-over file
-        return helper.read_range(access.config(obj.root), info, start, end)
+        return helper.read_range(access.store(parse_url(obj.root)), info, start, end)
     # the helper writes the range into a fresh file (in memory where /dev/shm exists); it is read and removed
     fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_SCRATCH)
     os.close(fd)
     os.unlink(path)  # the helper creates it exclusively
     try:
-        helper.fetch_into(access.config(obj.root), info, start, end, path)
+        helper.fetch_into(access.store(parse_url(obj.root)), info, start, end, path)
         with open(path, "rb") as handle:
             return handle.read()
     finally:
@@ -255,7 +225,7 @@ class RangeReader(io.RawIOBase):
     pyarrow reads a parquet footer and then each row group's column chunks through it by range.
     """
 
-    def __init__(self, obj: RemoteObject, access: RemoteAccess) -> None:
+    def __init__(self, obj: RemoteObject, access: RemoteOptions) -> None:
         super().__init__()
         self.obj = obj
         self.access = access

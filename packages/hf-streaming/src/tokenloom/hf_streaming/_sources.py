@@ -4,47 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenloom.formats import ConfigError, ResumeMismatchError
-from tokenloom.hf_streaming._remote import RemoteAccess, expand_remote
+from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError
+from tokenloom.hf_streaming._remote import expand_remote
 from tokenloom.hf_streaming._units import DATA_SUFFIXES
 
 __all__ = ["check_objects", "remote_access", "remote_dataset_files"]
 
 
-def remote_access(storage_options: dict[str, Any] | None, retries: Any) -> RemoteAccess:
+def remote_access(storage_options: dict[str, Any] | None, retries: Any) -> RemoteOptions:
     """The store options and retry policy as one frozen, picklable value."""
-    if storage_options is not None and not isinstance(storage_options, dict):
-        raise ConfigError(
-            f"storage_options is a {type(storage_options).__name__}, expected a dict", field="storage_options"
-        )
-    if retries is None:
-        from tokenloom.formats.remote import RetryPolicy
-
-        retries = RetryPolicy()
     if isinstance(retries, bool):
         raise ConfigError(f"retries={retries!r}, expected an int or a RetryPolicy", field="retries")
-    if isinstance(retries, int):
-        if retries < 0:
-            raise ConfigError(f"retries={retries}, expected >= 0", field="retries")
-        return RemoteAccess(tuple(sorted((storage_options or {}).items())), max_retries=retries)
-    for name in ("max_retries", "backoff", "timeout"):
-        if not hasattr(retries, name):
-            raise ConfigError(
-                f"retries is a {type(retries).__name__}, expected an int or a RetryPolicy", field="retries"
-            )
-    return RemoteAccess(
-        tuple(sorted((storage_options or {}).items())),
-        max_retries=None if retries.max_retries is None else int(retries.max_retries),
-        backoff=float(retries.backoff),
-        timeout=float(retries.timeout),
-        budget=getattr(retries, "budget", None),
-        max_backoff=float(getattr(retries, "max_backoff", 10.0)),
-        connect_timeout=float(getattr(retries, "connect_timeout", 10.0)),
-        read_timeout=float(getattr(retries, "read_timeout", 30.0)),
-    )
+    return RemoteOptions.from_keywords(storage_options=storage_options, retries=retries)
 
 
-def remote_dataset_files(url: str, access: RemoteAccess) -> list[str]:
+def remote_dataset_files(url: str, access: RemoteOptions) -> list[str]:
     """A remote dataset path as data files: a file as is, a glob expanded, a prefix listed (known suffixes)."""
     if any(ch in url for ch in "*?["):
         return expand_remote(url, access)

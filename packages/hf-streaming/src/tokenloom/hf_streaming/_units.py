@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats import ConfigError, DataError, FormatError, MissingFileError
-from tokenloom.hf_streaming._remote import RemoteAccess, RemoteObject, expand_remote, is_remote_source, stat_remote
+from tokenloom.formats import ConfigError, DataError, FormatError, MissingFileError, RemoteOptions
+from tokenloom.hf_streaming._remote import RemoteObject, expand_remote, is_remote_source, stat_remote
 
 __all__ = [
     "DEFAULT_UNIT_BYTES",
@@ -57,7 +57,7 @@ class Source:
     """Rows per row group (parquet only)."""
     remote: RemoteObject | None = None
     """A remote object's identity as opened (size, ETag), None for local files."""
-    access: RemoteAccess | None = None
+    access: RemoteOptions | None = None
 
     @property
     def compressed(self) -> bool:
@@ -108,7 +108,7 @@ def _kind_of(path: str, builder: str) -> str:
 DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".jsonl.zstd", ".json.zst", ".parquet")
 
 
-def resolve_files(data_files: Any, split: str, access: RemoteAccess | None = None) -> list[str]:
+def resolve_files(data_files: Any, split: str, access: RemoteOptions | None = None) -> list[str]:
     """``data_files`` as ``load_dataset`` takes it (str, list, {split: ...}), globs expanded, in order.
 
     Remote entries stay URLs; a remote glob is expanded by listing the store (s3, gs, az)."""
@@ -127,7 +127,7 @@ def resolve_files(data_files: Any, split: str, access: RemoteAccess | None = Non
         pattern = os.fspath(entry)
         if is_remote_source(pattern):
             if any(ch in pattern for ch in "*?["):
-                files.extend(expand_remote(pattern, access or RemoteAccess()))
+                files.extend(expand_remote(pattern, access or RemoteOptions()))
             else:
                 files.append(pattern)
             continue
@@ -145,18 +145,18 @@ def resolve_files(data_files: Any, split: str, access: RemoteAccess | None = Non
     return files
 
 
-def file_sources(files: list[str], builder: str, access: RemoteAccess | None = None) -> list[Source]:
+def file_sources(files: list[str], builder: str, access: RemoteOptions | None = None) -> list[Source]:
     """Each file's kind, size and parquet row groups; a remote object's size and ETag from one HEAD."""
     sources = []
     for path in files:
         kind = _kind_of(path, builder)
-        remote = stat_remote(path, access or RemoteAccess()) if is_remote_source(path) else None
+        remote = stat_remote(path, access or RemoteOptions()) if is_remote_source(path) else None
         source = Source(
             kind=kind,
             path=path,
             size=remote.size if remote is not None else os.path.getsize(path),
             remote=remote,
-            access=(access or RemoteAccess()) if remote is not None else None,
+            access=(access or RemoteOptions()) if remote is not None else None,
         )
         if kind == SourceKind.PARQUET:
             from tokenloom.hf_streaming._parquet import parquet_file

@@ -56,7 +56,8 @@ def remote_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def remote_kwargs(path: str | os.PathLike[str], storage_option: tuple[str, ...], cache_dir: Path | None) -> dict:
-    """The ``open_dataset`` keywords for ``path``: remote settings for a URL, ConfigError if given for a local path."""
+    """``{"remote": RemoteOptions}`` for a URL (``open_dataset``'s keyword), {} for a local path (ConfigError if
+    the flags were given for one)."""
     if not is_remote_url(path):
         if storage_option or cache_dir is not None:
             flag = "--storage-option" if storage_option else "--cache-dir"
@@ -81,7 +82,6 @@ def remote_kwargs(path: str | os.PathLike[str], storage_option: tuple[str, ...],
             options[key] = value
     if client:
         options["client_options"] = client
-    kwargs: dict[str, Any] = {"storage_options": options}
-    if cache_dir is not None:
-        kwargs["cache_dir"] = cache_dir
-    return kwargs
+    from tokenloom.formats.remote.options import RemoteOptions
+
+    return {"remote": RemoteOptions.from_keywords(storage_options=options, cache_dir=cache_dir)}

@@ -45,6 +45,7 @@ from tokenloom.formats.remote._fdlocks import close_lock, on_fork_in_child, open
 from tokenloom.formats.remote._mapping import map_readonly
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import fetch_into
+from tokenloom.formats.remote.options import DEFAULT_BLOCK_SIZE, RemoteOptions, check_block_size
 from tokenloom.formats.remote.verify import FETCH_RETRIES, Expected, discard, fetch_error, read_problem
 
 __all__ = [
@@ -58,8 +59,6 @@ __all__ = [
 
 log = logging.getLogger("tokenloom.formats.remote")
 
-#: token data is fetched in aligned blocks of this many bytes unless ``block_size=`` says otherwise
-DEFAULT_BLOCK_SIZE = 8 << 20
 CACHE_ENV = "TOKENLOOM_CACHE_DIR"
 #: the block size of a cache built without ``block_size=`` (a size: ``64KiB``, ``1MiB``; a multiple of 4096)
 BLOCK_SIZE_ENV = "TOKENLOOM_BLOCK_SIZE"
@@ -135,13 +134,7 @@ class BlockCache:
         block_size: int | None = None,
         limit: int | str | None = None,
     ) -> None:
-        block_size = default_block_size() if block_size is None else block_size
-        if not isinstance(block_size, int) or block_size < 4096 or block_size % 4096:
-            raise ConfigError(
-                f"block_size {block_size!r} is not a positive multiple of 4096 bytes",
-                field="block_size",
-                hint=f"Use a multiple of 4096 (the default is {DEFAULT_BLOCK_SIZE} bytes, 8 MiB)",
-            )
+        block_size = check_block_size(default_block_size() if block_size is None else block_size)
         self.config = config
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.block_size = block_size
@@ -156,6 +149,15 @@ class BlockCache:
         self.expected = Expected()
         self._verified: set[tuple[str, str, str]] = set()  # (key, etag, file name) checked in this process
         on_fork_in_child(self)
+
+    @classmethod
+    def of(cls, config: StoreConfig, options: RemoteOptions) -> BlockCache:
+        """The cache ``options`` name, for the store root of ``config``."""
+        return cls(config, options.block_cache_dir, options.block_size, limit=options.cache_limit)
+
+    def at(self, config: StoreConfig) -> BlockCache:
+        """This cache (same directory, block size and limit) for another prefix of the store."""
+        return BlockCache(config, self.root, self.block_size, limit=self.limit)
 
     def _forget_after_fork(self) -> None:
         """In a forked child: the pins' fds are closed (see ``_fdlocks``); maps are pinned again on next use."""

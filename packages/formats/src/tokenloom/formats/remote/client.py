@@ -30,6 +30,7 @@ __all__ = [
     "RetryPolicy",
     "StoreConfig",
     "check_bucket",
+    "is_credential",
     "fetch_range",
     "head",
     "list_dir",
@@ -39,8 +40,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tokenloom.formats.remote")
-
-_SECRET_WORDS = ("secret", "token", "password", "sas", "credential", "key")
 
 
 def _obstore() -> Any:
@@ -73,9 +72,17 @@ class StoreConfig:
         return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
-def _is_secret(name: str) -> bool:
+_SECRET_WORDS = ("secret", "token", "password", "sas", "credential", "key")
+
+
+def is_credential(name: str) -> bool:
+    """A store setting whose value is a credential (kept apart in ``RemoteOptions.credentials``)."""
     lowered = name.lower()
-    return any(word in lowered for word in _SECRET_WORDS) and "id" not in lowered.split("_")[-1:]
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def _is_secret(name: str) -> bool:
+    return is_credential(name) and "id" not in name.lower().split("_")[-1:]  # a key id is shown, its secret never
 
 
 def redact(text: str, config: StoreConfig) -> str:

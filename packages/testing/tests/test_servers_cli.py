@@ -1,4 +1,4 @@
-"""`python -m tokenloom.formats.remote.local_servers s3`: a local S3 server for a shell (the README recipe)."""
+"""`python -m tokenloom.testing.servers s3`: a local S3 server for a shell (the README recipe)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tokenloom.formats import open_dataset, open_writer
-from tokenloom.formats.remote.local_servers import weed_binary
+from tokenloom.testing.servers import weed_binary
 
 pytestmark = pytest.mark.skipif(weed_binary() is None, reason="the seaweedfs binary `weed` is not installed")
 
-CLI = [sys.executable, "-m", "tokenloom.formats.remote.local_servers"]
+CLI = [sys.executable, "-m", "tokenloom.testing.servers"]
 
 
 def _exports(text: str) -> dict[str, str]:

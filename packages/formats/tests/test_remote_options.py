@@ -1,0 +1,55 @@
+"""RemoteOptions: the one value a dataset in object storage carries (built from the user's keywords once)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from tokenloom.formats import ConfigError, RemoteOptions
+from tokenloom.formats.io import parse_url
+from tokenloom.formats.remote import RetryPolicy
+
+
+def test_the_keywords_become_one_value_that_gives_obstore_the_same_settings():
+    given = {"endpoint": "http://127.0.0.1:8333", "access_key_id": "AK", "secret_access_key": "S3CRET", "region": "x"}
+    remote = RemoteOptions.from_keywords(storage_options=given, cache_dir="c", cache_limit="20GB", retries=3)
+    assert remote.endpoint == "http://127.0.0.1:8333"
+    assert remote.credentials == {"access_key_id": "AK", "secret_access_key": "S3CRET"}
+    assert remote.store_options == {"region": "x"}
+    assert remote.block_cache_dir == Path("c") and remote.cache_limit == 20_000_000_000
+    assert remote.retries == RetryPolicy(max_retries=3)
+    assert remote.storage_options == given
+    config = remote.store(parse_url("s3://bucket/ds"))
+    assert config.storage_options == given and config.retries == remote.retries
+    assert pickle.loads(pickle.dumps(remote)) == remote
+
+
+def test_a_keyword_wins_over_the_value_it_is_given_with():
+    base = RemoteOptions(endpoint="http://a:1", cache_limit=1 << 30, block_size=1 << 20)
+    changed = RemoteOptions.from_keywords(cache_dir="/tmp/x", remote=base)
+    assert changed.endpoint == "http://a:1" and changed.block_size == 1 << 20 and changed.cache_limit == 1 << 30
+    assert changed.block_cache_dir == Path("/tmp/x")
+    assert RemoteOptions.from_keywords(remote=base) is base
+
+
+def test_repr_never_shows_a_credential():
+    remote = RemoteOptions.from_keywords(storage_options={"secret_access_key": "S3CRET-VALUE", "token": "T0KEN-X"})
+    assert "S3CRET-VALUE" not in repr(remote) and "T0KEN-X" not in repr(remote)
+    assert "secret_access_key" in repr(remote)
+
+
+@pytest.mark.parametrize(
+    ("keywords", "field"),
+    [
+        ({"storage_options": ["endpoint"]}, "storage_options"),
+        ({"block_size": 1000}, "block_size"),
+        ({"cache_limit": "lots"}, "cache_limit"),
+        ({"retries": "three"}, "retries"),
+    ],
+)
+def test_a_bad_setting_is_a_config_error_naming_its_field(keywords, field):
+    with pytest.raises(ConfigError) as caught:
+        RemoteOptions.from_keywords(**keywords)
+    assert caught.value.field == field

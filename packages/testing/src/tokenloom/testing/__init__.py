@@ -1,0 +1,43 @@
+"""Real local servers for tests and demos of data in object storage; never a dependency of a shipped package.
+
+    from tokenloom.testing import SeaweedS3
+
+    server = SeaweedS3(tmp_path)         # SeaweedFS `weed mini` on 127.0.0.1, its own ports
+    server.upload_tree(local_dir, "ds")  # then open_dataset(f"s3://{server.bucket}/ds", storage_options=...)
+
+``servers``: SeaweedFS (S3), fake-gcs-server (GCS), Azurite (Azure), a ranged HTTP server and a fault-injecting
+proxy. ``pytest_plugin`` (registered by the entry point ``pytest11`` when this distribution is installed): the
+fixtures ``seaweed``, ``fault_proxy``, ``range_server``, ``fake_gcs`` and ``azurite``.
+"""
+
+from __future__ import annotations
+
+from tokenloom.testing.servers import (
+    AZURITE_VERSION,
+    S3_ACCESS_KEY,
+    S3_BUCKET,
+    S3_SECRET,
+    Azurite,
+    FakeGCS,
+    FaultProxy,
+    RangeHTTPServer,
+    SeaweedS3,
+    azurite_binary,
+    fake_gcs_binary,
+    weed_binary,
+)
+
+__all__ = [
+    "AZURITE_VERSION",
+    "S3_ACCESS_KEY",
+    "S3_BUCKET",
+    "S3_SECRET",
+    "Azurite",
+    "FakeGCS",
+    "FaultProxy",
+    "RangeHTTPServer",
+    "SeaweedS3",
+    "azurite_binary",
+    "fake_gcs_binary",
+    "weed_binary",
+]
