@@ -34,7 +34,6 @@ from tokenloom.formats.io import (
 from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._executor import Encoding, WorkerDiedError, encoding_for
-from tokenloom.tokenize._inputs import InputFile, Issue, read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord, shard_stem
 from tokenloom.tokenize._state import STATE_NAME, RunState, read_state, write_state
@@ -42,6 +41,7 @@ from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, Tok
 from tokenloom.tokenize._unit_files import is_unit_file
 from tokenloom.tokenize._worker import ChunkResult, EngineChoice
 from tokenloom.tokenize.engine import EngineMismatchError
+from tokenloom.tokenize.inputs import InputFile, Issue, read_chunks
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["replaceable", "summary_of", "tokenize_native"]

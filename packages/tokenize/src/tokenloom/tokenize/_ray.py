@@ -36,16 +36,14 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
-from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._remote_inputs import input_staging_dir
 from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import ProgressCallback, report_progress
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
-from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_upload import local_config, upload_unit
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
+from tokenloom.tokenize.inputs import UnitSource, input_staging_dir, read_chunks
 
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "TASK_RETRIES", "check_reachable", "encode_with_ray", "import_ray", "preflight"]
 

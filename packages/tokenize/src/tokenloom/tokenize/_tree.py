@@ -24,13 +24,13 @@ from tokenloom.formats import ConfigError, Manifest
 from tokenloom.formats.io import WRITING_MARKER, fsync_dir
 from tokenloom.tokenize._config import Layout, TokenizeConfig
 from tokenloom.tokenize._executor import Encoding, encoding_for, run_ordered
-from tokenloom.tokenize._inputs import InputFile, read_chunks
 from tokenloom.tokenize._native import summary_of
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_nodes, establish_plan
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units
 from tokenloom.tokenize._units import _complete, finalize, missing_units, plan_of, prepare_units_dir
+from tokenloom.tokenize.inputs import InputFile, read_chunks
 
 __all__ = ["Leaf", "TreeDataset", "encode_tree", "leaves_of", "run_tree", "tree_datasets", "tree_summary"]
 

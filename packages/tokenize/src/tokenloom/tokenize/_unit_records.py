@@ -39,8 +39,8 @@ from tokenloom.tokenize._ray import TASK_RETRIES, _address, check_reachable, imp
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import in_file, transform_for, unit_records
 from tokenloom.tokenize._unit_files import PLAN_NAME, UnitPlan, create_once, done_path, is_unit_file, unit_stem
-from tokenloom.tokenize._unit_parts import ByteRange, UnitSource
 from tokenloom.tokenize._unit_work import pending_units
+from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
     "RecordOutcome",

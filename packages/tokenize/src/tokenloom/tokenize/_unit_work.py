@@ -12,7 +12,6 @@ import numpy as np
 
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
-from tokenloom.tokenize._fetch import local_path
 from tokenloom.tokenize._shards import ShardCutter, ShardRecord
 from tokenloom.tokenize._state import Counts
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND
@@ -25,8 +24,8 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._unit_parts import ByteRange, UnitSource, lines_before
 from tokenloom.tokenize._worker import ChunkResult
+from tokenloom.tokenize.inputs import ByteRange, UnitSource, lines_before, local_path
 
 __all__ = ["Session", "UnitWriter", "add_counts", "dealt_nodes", "pending_units"]
 

@@ -40,7 +40,6 @@ from tokenloom.formats.io import (
 )
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for
-from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._native import replaceable, summary_of
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
@@ -63,7 +62,6 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._unit_parts import cut_units
 from tokenloom.tokenize._unit_records import (
     clear_record_output,
     encode_records,
@@ -74,6 +72,7 @@ from tokenloom.tokenize._unit_records import (
     records_complete,
 )
 from tokenloom.tokenize._unit_work import Session, UnitWriter, add_counts, dealt_nodes, pending_units, rerun_hint
+from tokenloom.tokenize.inputs import cut_units, read_chunks
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [

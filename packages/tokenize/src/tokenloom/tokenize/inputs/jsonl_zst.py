@@ -1,15 +1,13 @@
-"""The decompressed bytes of a jsonl input: plain, gzip or zstd (every frame in turn)."""
+"""zstd-compressed jsonl (every frame in turn), decoded in bounded steps: a bomb never lands in memory whole."""
 
 from __future__ import annotations
 
-import gzip
 import io
-from pathlib import Path
 from typing import Any
 
-from tokenloom.tokenize._sniff import InputKind, require_corpus_extra
+from tokenloom.tokenize.inputs._registry import Cut, InputReader, register, require_corpus_extra
 
-__all__ = ["CutStreamError", "StreamError", "WindowError", "ZstdReader", "open_stream"]
+__all__ = ["JSONL_ZSTD", "CutStreamError", "StreamError", "WindowError", "ZstdReader"]
 
 
 #: Compressed bytes read from the file at a time.
@@ -42,7 +40,7 @@ class ZstdReader(io.RawIOBase):
         fill_bytes: int | None = None,
     ) -> None:
         """``zstd``: the zstandard module (a caller's own missing-extra error); the sizes: this module's by default."""
-        zstd = zstd if zstd is not None else require_corpus_extra("zstandard", InputKind.JSONL_ZSTD)
+        zstd = zstd if zstd is not None else require_corpus_extra("zstandard", JSONL_ZSTD)
         self._raw = raw
         self._raw_read_bytes = raw_read_bytes or RAW_READ_BYTES
         self._feed_bytes = feed_bytes or FEED_BYTES
@@ -113,15 +111,18 @@ class WindowError(StreamError):
     """A valid zstd frame whose window is over :data:`MAX_WINDOW` (not a cut or corrupt file)."""
 
 
-def open_stream(path: Path, kind: InputKind) -> tuple[Any, Any]:
-    """The decompressed byte stream of a jsonl input and the raw file under it (whose position is progress)."""
-    raw = open(path, "rb")  # noqa: SIM115 (closed by the returned stream)
-    if kind is InputKind.JSONL_GZIP:
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
-    if kind is InputKind.JSONL_ZSTD:
-        try:
-            return io.BufferedReader(ZstdReader(raw), 1 << 16), raw
-        except BaseException:
-            raw.close()
-            raise
-    return raw, raw
+class _ZstdJsonl(InputReader):
+    name = "zstd-compressed jsonl"
+    suffixes = (".jsonl.zst", ".jsonl.zstd", ".json.zst", ".json.zstd")
+    magic = (b"\x28\xb5\x2f\xfd",)
+    trailer = b""
+    rows = False
+    cut = Cut.WHOLE
+    stream_name = "zstd"
+    stream_errors = (StreamError,)
+
+    def open(self, source: Any, **options: Any) -> Any:
+        return io.BufferedReader(ZstdReader(source, **options), 1 << 16)
+
+
+JSONL_ZSTD = register(_ZstdJsonl())
