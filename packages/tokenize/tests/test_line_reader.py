@@ -31,7 +31,6 @@ from tokenloom.tokenize.inputs import (
     read_chunks,
 )
 from tokenloom.tokenize.inputs import _lines as _inputs
-from tokenloom.tokenize.inputs._lines import RangeReader
 from tokenloom.tokenize.inputs.jsonl import JSONL
 
 
@@ -41,8 +40,7 @@ def reference_lines(path: Path, kind, max_line_bytes: int, part: ByteRange | Non
     if part is None:
         handle, raw = open_lines(path, kind)
     else:
-        raw = RangeReader(path, part.start, part.stop)
-        handle = io.BufferedReader(raw, 1 << 20)
+        raw = handle = io.BytesIO(path.read_bytes()[part.start : part.stop])
     broken = None
     with handle, raw:
         try:

@@ -219,6 +219,7 @@ def _rows_blocks(
 
 
 def _file_rows(source: Source, group: int, text_field: str) -> Iterator[tuple[int, Any]]:
+    """(0-based row, record) of one row group, the record holding only ``text_field``."""
     try:
         rows = open_rows(source)
         if text_field not in rows.schema.names:
@@ -233,8 +234,7 @@ def _file_rows(source: Source, group: int, text_field: str) -> Iterator[tuple[in
         if isinstance(exc, DataError):
             raise
         raise FormatError(f"cannot read row group {group}: {exc}", path=source.path) from None
-    for record in records:
-        yield record.line - 1, record.value
+    return ((record.line - 1, record.value) for record in records)
 
 
 def read_blocks(
@@ -250,31 +250,13 @@ def read_blocks(
     hf_dataset: Any = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[Block]:
+    options = {"block_size": block_size, "start_block": start_block, "text_field": text_field, "on_error": on_error}
     if source.kind != SourceKind.HF and not source.reader.rows:
-        yield from _line_blocks(
-            unit,
-            source,
-            source_index,
-            block_size=block_size,
-            start_block=start_block,
-            hint=hint,
-            text_field=text_field,
-            on_error=on_error,
-            max_line_bytes=max_line_bytes,
-        )
+        yield from _line_blocks(unit, source, source_index, hint=hint, max_line_bytes=max_line_bytes, **options)
         return
     if source.kind != SourceKind.HF:
         rows = _file_rows(source, unit.begin, text_field)
     else:
         shard = hf_dataset.shard(num_shards=hf_dataset.num_shards, index=source_index, contiguous=True)
         rows = enumerate(shard)
-    yield from _rows_blocks(
-        rows,
-        unit,
-        block_size=block_size,
-        start_block=start_block,
-        text_field=text_field,
-        on_error=on_error,
-        path=source.path,
-        source_index=source_index,
-    )
+    yield from _rows_blocks(rows, unit, path=source.path, source_index=source_index, **options)

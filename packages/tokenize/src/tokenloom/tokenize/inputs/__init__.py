@@ -21,17 +21,14 @@ from tokenloom.tokenize.inputs import jsonl, jsonl_gz, jsonl_zst, parquet, arrow
 # isort: on
 from tokenloom.tokenize.inputs._chunks import Chunk, read_chunks
 from tokenloom.tokenize.inputs._discover import discover_inputs, discover_remote_inputs, input_staging_dir
-from tokenloom.tokenize.inputs._files import InputFile, local_path, named_by_url, reader_of
+from tokenloom.tokenize.inputs._files import InputFile, local_path
 from tokenloom.tokenize.inputs._lines import (
-    READ_BLOCK,
-    Batch,
     Issue,
     IssueKind,
     line_cuts,
     line_start,
     lines_before,
     open_lines,
-    read_lines,
     stream_lines,
 )
 from tokenloom.tokenize.inputs._records import Record, line_records, read_records, row_records
@@ -44,33 +41,27 @@ from tokenloom.tokenize.inputs._registry import (
     input_suffixes,
     readers,
     register,
-    require_corpus_extra,
     sniff,
 )
-from tokenloom.tokenize.inputs._rows import ColumnarFile, RowFile
-from tokenloom.tokenize.inputs._units import ByteRange, Part, RowGroups, UnitSource, cut_units
-from tokenloom.tokenize.inputs.jsonl_zst import CutStreamError, StreamError, WindowError, ZstdReader
+from tokenloom.tokenize.inputs._rows import RowFile
+from tokenloom.tokenize.inputs._units import ByteRange, RowGroups, UnitSource, cut_units
+from tokenloom.tokenize.inputs.jsonl_zst import CutStreamError, StreamError, WindowError
 
 __all__ = [
-    "READ_BLOCK",
-    "Batch",
     "ByteRange",
     "Chunk",
-    "ColumnarFile",
     "Cut",
     "CutStreamError",
     "InputFile",
     "InputReader",
     "Issue",
     "IssueKind",
-    "Part",
     "Record",
     "RowFile",
     "RowGroups",
     "StreamError",
     "UnitSource",
     "WindowError",
-    "ZstdReader",
     "claimed_format",
     "cut_units",
     "detect",
@@ -84,15 +75,11 @@ __all__ = [
     "line_start",
     "lines_before",
     "local_path",
-    "named_by_url",
     "open_lines",
     "read_chunks",
-    "read_lines",
     "read_records",
-    "reader_of",
     "readers",
     "register",
-    "require_corpus_extra",
     "row_records",
     "sniff",
     "stream_lines",

@@ -1,10 +1,8 @@
-"""Input discovery and robust reading, cut into deterministic chunks.
+"""Inputs read as deterministic chunks: tokenize's text runs.
 
-Inputs are jsonl (plain, gzip or zstd; one JSON object per line), parquet and
-Arrow IPC files, told apart by their magic bytes (``_sniff``). A jsonl chunk is
-at most ``chunk_lines`` lines or ``chunk_bytes`` bytes of one file; a parquet
-or Arrow chunk is a row group or record batch, cut into ranges of at most
-``chunk_lines`` rows (``_columnar``). So the same files always give the same
+A line input's chunk is at most ``chunk_lines`` lines or ``chunk_bytes`` bytes of one file; a row
+input's chunk is a row group or record batch, cut into ranges of at most ``chunk_lines`` rows
+(``_rows``). So the same files always give the same
 chunks, whatever the worker count. Problems found while reading (an over-long
 line, a truncated stream, an empty file, a row without the text field) travel
 with the chunk as :class:`Issue` values, so they are reported in input order

@@ -12,9 +12,8 @@ blocks) decides whether a bad line is raised or counted.
 from __future__ import annotations
 
 import contextlib
-import io
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import accumulate
@@ -29,7 +28,6 @@ __all__ = [
     "Batch",
     "Issue",
     "IssueKind",
-    "RangeReader",
     "line_cuts",
     "line_start",
     "lines_before",
@@ -78,7 +76,10 @@ def _too_long(line_number: int, size: int, cap: int) -> Issue:
 
 def _truncated(kind: InputReader, line: int, offset: int, exc: BaseException) -> Issue:
     name = kind.stream_name or "gzip"
-    issue_kind = IssueKind._value2member_map_.get(f"truncated_{name}", IssueKind.TRUNCATED_STREAM)
+    try:
+        issue_kind = IssueKind(f"truncated_{name}")
+    except ValueError:  # a registered reader's own compression
+        issue_kind = IssueKind.TRUNCATED_STREAM
     detail = str(exc)
     if isinstance(exc, WindowError):  # the file is whole: it was compressed for a larger window than is decoded
         message = (
@@ -124,14 +125,13 @@ def _good_lines(lines: list[bytes], line_number: int, max_line_bytes: int, crlf:
 def open_lines(path: Path, kind: InputReader, part: tuple[int, int] | None = None) -> tuple[Any, Any]:
     """The decompressed stream of a line input and the raw file under it (whose position is progress).
 
-    ``part``: bytes ``[start, stop)`` of an uncompressed file, whose ends are line starts, read as a stream of
-    their own.
+    ``part``: bytes ``[start, stop)`` of an uncompressed file (line starts): the stream starts at ``start``.
     """
-    if part is not None:
-        raw = RangeReader(path, *part)
-        return io.BufferedReader(raw, READ_BLOCK), raw
     raw = open(path, "rb")  # noqa: SIM115 (closed with the stream)
     try:
+        if part is not None:
+            raw.seek(part[0])
+            return raw, raw
         return kind.open(raw), raw
     except BaseException:
         raw.close()
@@ -144,7 +144,7 @@ def read_lines(
     """The lines of one file (or byte range) in batches; ``opened`` gets the raw file (its position is progress)."""
     handle, raw = open_lines(path, kind, part)
     opened.append(raw)
-    return stream_lines(handle, raw, kind, max_line_bytes)
+    return stream_lines(handle, raw, kind, max_line_bytes, stop=None if part is None else part[1] - part[0])
 
 
 def stream_lines(
@@ -164,7 +164,7 @@ def stream_lines(
     return _until(batches, stop)
 
 
-def _until(batches: Iterator[Batch], stop: int) -> Iterator[Batch]:
+def _until(batches: Generator[Batch], stop: int) -> Iterator[Batch]:
     position = 0
     with contextlib.closing(batches):
         for lines, sizes, issue in batches:
@@ -183,7 +183,7 @@ def _until(batches: Iterator[Batch], stop: int) -> Iterator[Batch]:
             yield lines, sizes, issue
 
 
-def _batches(handle: Any, raw: Any, kind: InputReader, max_line_bytes: int) -> Iterator[Batch]:
+def _batches(handle: Any, raw: Any, kind: InputReader, max_line_bytes: int) -> Generator[Batch]:
     line_number = 0  # lines yielded so far
     broken: Issue | None = None
     tail: list[bytes] = []  # the start of a line whose newline is not read yet
@@ -263,33 +263,6 @@ def line_cuts(path: Path, size: int, unit_bytes: int) -> list[int]:
                 cuts.append(cut)
     cuts.append(size)
     return cuts
-
-
-class RangeReader(io.RawIOBase):
-    """Bytes ``[start, stop)`` of a file, read as a stream of their own (position 0 = ``start``)."""
-
-    def __init__(self, path: Path, start: int, stop: int) -> None:
-        self._handle = open(path, "rb")  # noqa: SIM115 (closed with this reader)
-        self._handle.seek(start)
-        self._left = stop - start
-        self._read = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer)
-        size = self._handle.readinto(view[: min(len(view), self._left)]) or 0
-        self._left -= size
-        self._read += size
-        return size
-
-    def tell(self) -> int:
-        return self._read
-
-    def close(self) -> None:
-        self._handle.close()
-        super().close()
 
 
 def lines_before(path: Path, offset: int) -> int:

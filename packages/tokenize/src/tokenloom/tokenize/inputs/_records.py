@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tokenloom.formats import FormatError
 from tokenloom.tokenize.inputs._files import reader_of
 from tokenloom.tokenize.inputs._lines import Batch, Issue, IssueKind, read_lines
 from tokenloom.tokenize.inputs._rows import RowFile
@@ -68,7 +67,7 @@ def row_records(rows: RowFile, units: range, path: str, columns: list[str] | Non
 def read_records(source: UnitSource, max_line_bytes: int) -> Iterator[Record | Issue]:
     """The records of one unit in input order. A byte-range unit numbers its lines from 1 at its start.
 
-    An unreadable row file (a damaged footer, page or batch) is a FormatError naming it.
+    An unreadable row file (a damaged footer, page or batch) is a FormatError naming it and the rows.
     """
     info = source.file
     path, kind = reader_of(info)
@@ -77,20 +76,7 @@ def read_records(source: UnitSource, max_line_bytes: int) -> Iterator[Record | I
         span = None if part is None else (part.start, part.stop)
         yield from line_records(read_lines(path, kind, max_line_bytes, [], span), info.shown)
         return
-    rows: RowFile | None = None
-    try:
-        rows = kind.open(path, shown=info.shown)
-        units = range(len(rows.units))
-        if isinstance(source.part, RowGroups):
-            units = range(source.part.first, source.part.stop)
-        yield from row_records(rows, units, info.shown)
-    except FormatError:
-        raise
-    except Exception as exc:
-        if rows is None or not isinstance(exc, rows.errors):
-            raise
-        raise FormatError(
-            f"this {kind.name} file cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())})",
-            path=info.shown,
-            hint="The file is corrupt or cut short: copy or download it again (nothing was published)",
-        ) from None
+    rows: RowFile = kind.open(path, shown=info.shown)
+    part = source.part
+    units = range(part.first, part.stop) if isinstance(part, RowGroups) else range(len(rows.units))
+    yield from row_records(rows, units, info.shown)

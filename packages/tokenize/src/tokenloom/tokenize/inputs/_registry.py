@@ -53,17 +53,17 @@ class InputReader(Protocol):
     """How messages name the kind ("zstd-compressed jsonl")."""
     suffixes: tuple[str, ...]
     """File name endings that promise this kind; the first is the one a rename hint suggests."""
-    magic: tuple[bytes, ...]
+    magic: tuple[bytes, ...] = ()
     """Leading bytes of a file of this kind; () for the plain-text kind every other file is."""
-    trailer: bytes
-    """Bytes a whole file ends with (a parquet footer's ``PAR1``), or b"" if none is required."""
-    rows: bool
+    trailer: bytes = b""
+    """Bytes a whole file ends with (a parquet footer's ``PAR1``), if any."""
+    rows: bool = False
     """Records are table rows (parquet, Arrow), not lines."""
-    cut: Cut
-    stream_name: str
-    """The compression a truncated stream is named by ("gzip", "zstd"); "" for an uncompressed kind."""
-    stream_errors: tuple[type[BaseException], ...]
-    """What its decompressor raises on a cut or corrupt stream (a line format)."""
+    cut: Cut = Cut.WHOLE
+    stream_name: str = ""
+    """The compression a cut stream is named by ("gzip", "zstd"); "" for an uncompressed kind."""
+    stream_errors: tuple[type[BaseException], ...] = ()
+    """What its decompressor raises on a cut or corrupt stream."""
 
     def open(self, source: Any, **options: Any) -> Any: ...
 

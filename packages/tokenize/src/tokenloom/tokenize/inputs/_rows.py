@@ -24,13 +24,12 @@ __all__ = ["ColumnarFile", "ColumnarPiece", "RowFile", "unreadable"]
 
 
 class RowFile(Protocol):
-    """An open row input: ``units[i]`` rows in unit i (a row group or record batch)."""
+    """An open row input: ``units[i]`` rows in unit i (a row group or record batch); a damaged unit's ``read``
+    is a FormatError naming the file and its rows."""
 
     units: list[int]
     schema: Any
     """Its Arrow schema."""
-    errors: tuple[type[BaseException], ...]
-    """What reading a damaged unit raises."""
 
     def unit_bytes(self, unit: int) -> int: ...
 
@@ -149,21 +148,16 @@ class ColumnarFile:
         self._loaded_unit: int = -1
         self._loaded: Any = None
 
-    def _unit(self, unit: int, first_row: int) -> Any:
+    def _unit(self, unit: int) -> Any:
         if self._loaded is None or unit != self._loaded_unit:
-            try:
-                self._loaded = self._rows.read(unit, [self.text_field[0]])
-            except self._rows.errors as exc:
-                rows = f"rows {first_row}-{first_row + self._units[unit] - 1}"
-                what = f"row group {unit} (of {len(self._units)}, {rows})"
-                raise unreadable(self.kind, what, exc, self.path, first_row) from None
+            self._loaded = self._rows.read(unit, [self.text_field[0]])
             self._loaded_unit = unit
         return self._loaded
 
     def read(self, number: int) -> ColumnarPiece:
         """Piece ``number``: its texts, the rows without the field and its share of the file's bytes."""
         unit, start, stop, row = self.cuts[number]
-        loaded = self._unit(unit, row - start + 1)
+        loaded = self._unit(unit)
         size, total = self._size, self._total_rows
         source_bytes = size * (row + stop - start) // total - size * row // total
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenloom.tokenize.inputs._registry import Cut, InputReader, register, require_corpus_extra
+from tokenloom.tokenize.inputs._registry import InputReader, register, require_corpus_extra
 from tokenloom.tokenize.inputs._rows import unreadable
 
 __all__ = ["ARROW", "ArrowRows"]
@@ -13,13 +13,12 @@ FILE_MAGIC = b"ARROW1"
 
 
 class ArrowRows:
-    """An Arrow IPC file's record batches as units (see :class:`~tokenloom.tokenize.inputs.RowFile`)."""
+    """An Arrow IPC file's record batches as units (a :class:`~tokenloom.tokenize.inputs.RowFile`), read whole."""
 
     def __init__(self, source: Any, *, shown: Any = None) -> None:
         pa = require_corpus_extra("pyarrow", ARROW)
-        self.errors = (OSError, pa.ArrowException)
         try:
-            mapped = pa.memory_map(str(source)) if not hasattr(source, "read") else source
+            mapped = source if hasattr(source, "read") else pa.memory_map(str(source))
             head = mapped.read(6)
             mapped.seek(0)
             if head == FILE_MAGIC:
@@ -28,7 +27,7 @@ class ArrowRows:
             else:
                 reader = pa.ipc.open_stream(mapped)
                 self._batches = list(reader)
-        except self.errors as exc:
+        except (OSError, pa.ArrowException) as exc:
             raise unreadable(ARROW, "a record batch", exc, shown if shown is not None else source, 1) from None
         self.schema = reader.schema
         self.units = [batch.num_rows for batch in self._batches]
@@ -45,11 +44,7 @@ class _Arrow(InputReader):
     name = "Arrow IPC"
     suffixes = (".arrow",)
     magic = (FILE_MAGIC, b"\xff\xff\xff\xff")
-    trailer = b""
     rows = True
-    cut = Cut.WHOLE
-    stream_name = ""
-    stream_errors: tuple[type[BaseException], ...] = ()
 
     def open(self, source: Any, **options: Any) -> ArrowRows:
         return ArrowRows(source, **options)

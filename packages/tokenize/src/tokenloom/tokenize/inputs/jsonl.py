@@ -12,12 +12,7 @@ __all__ = ["JSONL"]
 class _Jsonl(InputReader):
     name = "jsonl"
     suffixes = (".jsonl",)
-    magic: tuple[bytes, ...] = ()
-    trailer = b""
-    rows = False
     cut = Cut.BYTES
-    stream_name = ""
-    stream_errors: tuple[type[BaseException], ...] = ()
 
     def open(self, source: Any, **options: Any) -> Any:
         return source

@@ -6,7 +6,7 @@ import gzip
 import zlib
 from typing import Any
 
-from tokenloom.tokenize.inputs._registry import Cut, InputReader, register
+from tokenloom.tokenize.inputs._registry import InputReader, register
 
 __all__ = ["JSONL_GZIP"]
 
@@ -15,9 +15,6 @@ class _GzipJsonl(InputReader):
     name = "gzip-compressed jsonl"
     suffixes = (".jsonl.gz", ".json.gz")
     magic = (b"\x1f\x8b",)
-    trailer = b""
-    rows = False
-    cut = Cut.WHOLE
     stream_name = "gzip"
     stream_errors = (EOFError, gzip.BadGzipFile, zlib.error)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from tokenloom.tokenize.inputs._registry import Cut, InputReader, register, require_corpus_extra
+from tokenloom.tokenize.inputs._registry import InputReader, register, require_corpus_extra
 
 __all__ = ["JSONL_ZSTD", "CutStreamError", "StreamError", "WindowError", "ZstdReader"]
 
@@ -30,21 +30,10 @@ class ZstdReader(io.RawIOBase):
     (see :data:`FEED_BYTES`): a line cap is enforced while the stream is read, not after a bomb expands.
     """
 
-    def __init__(
-        self,
-        raw: Any,
-        *,
-        zstd: Any = None,
-        raw_read_bytes: int | None = None,
-        feed_bytes: int | None = None,
-        fill_bytes: int | None = None,
-    ) -> None:
-        """``zstd``: the zstandard module (a caller's own missing-extra error); the sizes: this module's by default."""
-        zstd = zstd if zstd is not None else require_corpus_extra("zstandard", JSONL_ZSTD)
+    def __init__(self, raw: Any) -> None:
+        zstd = require_corpus_extra("zstandard", JSONL_ZSTD)
         self._raw = raw
-        self._raw_read_bytes = raw_read_bytes or RAW_READ_BYTES
-        self._feed_bytes = feed_bytes or FEED_BYTES
-        self._fill_bytes = fill_bytes or FILL_BYTES
+        self._raw_read_bytes, self._feed_bytes, self._fill_bytes = RAW_READ_BYTES, FEED_BYTES, FILL_BYTES
         self._context = zstd.ZstdDecompressor()  # type: ignore[attr-defined]
         self._zstd_error = zstd.ZstdError  # type: ignore[attr-defined]
         self._frame = self._context.decompressobj()
@@ -115,14 +104,11 @@ class _ZstdJsonl(InputReader):
     name = "zstd-compressed jsonl"
     suffixes = (".jsonl.zst", ".jsonl.zstd", ".json.zst", ".json.zstd")
     magic = (b"\x28\xb5\x2f\xfd",)
-    trailer = b""
-    rows = False
-    cut = Cut.WHOLE
     stream_name = "zstd"
     stream_errors = (StreamError,)
 
     def open(self, source: Any, **options: Any) -> Any:
-        return io.BufferedReader(ZstdReader(source, **options), 1 << 16)
+        return io.BufferedReader(ZstdReader(source), 1 << 16)
 
 
 JSONL_ZSTD = register(_ZstdJsonl())
