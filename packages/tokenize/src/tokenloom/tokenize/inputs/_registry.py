@@ -101,26 +101,16 @@ def format_named(name: str) -> InputReader:
 
 def claimed_format(name: str) -> InputReader | None:
     """The kind a file name promises (longest matching suffix), or None if it is not an input name."""
-    best: tuple[int, InputReader] | None = None
-    for reader in _READERS.values():
-        for suffix in reader.suffixes:
-            if name.endswith(suffix) and (best is None or len(suffix) > best[0]):
-                best = (len(suffix), reader)
-    return best[1] if best is not None else None
+    found = [(len(suffix), r) for r in _READERS.values() for suffix in r.suffixes if name.endswith(suffix)]
+    return max(found, key=lambda pair: pair[0])[1] if found else None
 
 
 def detect(head: bytes) -> InputReader:
     """The kind whose magic bytes start ``head`` (the longest match), else the plain-text kind."""
-    best: tuple[int, InputReader] | None = None
-    plain = None
-    for reader in _READERS.values():
-        if not reader.magic:
-            plain = plain or reader
-        for magic in reader.magic:
-            if head.startswith(magic) and (best is None or len(magic) > best[0]):
-                best = (len(magic), reader)
-    if best is not None:
-        return best[1]
+    found = [(len(magic), r) for r in _READERS.values() for magic in r.magic if head.startswith(magic)]
+    if found:
+        return max(found, key=lambda pair: pair[0])[1]
+    plain = next((r for r in _READERS.values() if not r.magic), None)
     if plain is None:
         raise ConfigError("no plain-text input reader is registered", field="input_kind")
     return plain
