@@ -105,7 +105,7 @@ def _texts(columns: Any, text_field: tuple[str, ...], pa: Any, pc: Any) -> tuple
 
 def unreadable(kind: InputReader, what: str, exc: BaseException, path: Any, first_row: int) -> FormatError:
     return FormatError(
-        f"{what} of this {kind.name} file cannot be read ({type(exc).__name__}: {exc})",
+        f"{what} of this {kind.name} file cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())})",
         path=path,
         record=first_row,
         hint="The file is corrupt or cut short: copy or download it again (nothing was published)",
