@@ -25,9 +25,7 @@ from pathlib import Path
 ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
         frozenset({"tokenloom.tokenize._config", "tokenloom.tokenize._record_settings"}),
-        frozenset({"tokenloom.tokenize._fetch", "tokenloom.tokenize._inputs", "tokenloom.tokenize._unit_parts"}),
         frozenset({"tokenloom.tokenize.chat._masks", "tokenloom.tokenize.chat._verify"}),
-        frozenset({"tokenloom.hf_streaming._parquet", "tokenloom.hf_streaming._units"}),
     }
 )
 

@@ -58,7 +58,8 @@ def test_a_zstd_bomb_without_a_newline_is_refused_in_seconds_under_twice_the_cap
 
 def test_a_valid_zstd_source_reads_the_same_at_any_fill(tmp_path, tokenizer_dir, monkeypatch):
     """The bounded feed changes no byte: records read with a tiny feed equal those read with the default."""
-    from tokenloom.hf_streaming import StreamingHuggingFaceDataset, _open
+    from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+    from tokenloom.tokenize.inputs import jsonl_zst
 
     lines = b"".join(b'{"text": "doc %d %s"}\n' % (i, b"word " * (i % 97)) for i in range(3000))
     path = tmp_path / "a.jsonl.zst"
@@ -71,40 +72,47 @@ def test_a_valid_zstd_source_reads_the_same_at_any_fill(tmp_path, tokenizer_dir,
         return [s["input_ids"].tolist() for s in ds]
 
     default = samples()
-    monkeypatch.setattr(_open, "FEED_BYTES", 7)
-    monkeypatch.setattr(_open, "FILL_BYTES", 100)
+    monkeypatch.setattr(jsonl_zst, "FEED_BYTES", 7)
+    monkeypatch.setattr(jsonl_zst, "FILL_BYTES", 100)
     assert samples() == default and len(default) > 10
 
 
-def test_a_capped_line_is_the_old_readline_at_any_chunk(monkeypatch):
-    """Review: _capped_line (1 MiB pieces, never joined past the cap) keeps the whole-readline rule exactly: a
-    line of cap bytes plus its newline is kept, cap + 1 bytes is over, \\r\\n and a last line without a newline
-    alike, and the stream is left at the same position, whatever the piece size."""
+def test_a_capped_line_is_the_old_readline_at_any_block(monkeypatch):
+    """Review: the input room's line reader (1 MiB blocks, a line over the cap never joined) keeps the
+    whole-readline rule exactly: a line of cap bytes plus its newline is kept, cap + 1 bytes is over, \\r\\n and
+    a last line without a newline alike, with the same byte offsets, whatever the block size."""
     import io
     import random
 
-    from tokenloom.hf_streaming import _readers
+    from tokenloom.tokenize.inputs import _lines, format_named, line_records, stream_lines
 
     def old(f, cap):
-        line = f.readline(cap + 1)
-        if len(line) > cap and not (len(line) == cap + 1 and line.endswith(b"\n")):
-            return b"", _readers._rest_of_line(f, line)
-        return line, len(line)
+        rows, offset = [], 0
+        while line := f.readline(cap + 1):
+            size = len(line)
+            if size > cap and not (size == cap + 1 and line.endswith(b"\n")):
+                while line and not line.endswith(b"\n"):
+                    line = f.readline(1 << 20)
+                    size += len(line)
+                rows.append((None, offset, size))
+            else:
+                rows.append((line.rstrip(b"\n").removesuffix(b"\r"), offset, size))
+            offset += size
+        return rows
 
     rng = random.Random(1)
-    for chunk in (1, 2, 3, 5, 1 << 20):
-        monkeypatch.setattr(_readers, "_SKIP_CHUNK", chunk)
+    plain = format_named("jsonl")
+    for block in (1, 2, 3, 5, 1 << 20):
+        monkeypatch.setattr(_lines, "READ_BLOCK", block)
         for _ in range(500):
             cap = rng.randint(1, 12)
             ends = (b"\n", b"\r\n")
             data = b"".join(b"x" * rng.randint(0, 15) + rng.choice(ends) for _ in range(rng.randint(0, 5)))
             data += b"y" * rng.randint(0, 15) * rng.randint(0, 1)
-            new_f, old_f = io.BytesIO(data), io.BytesIO(data)
-            while True:
-                got = _readers._capped_line(new_f, cap)
-                assert got == old(old_f, cap) and new_f.tell() == old_f.tell(), (chunk, cap, data)
-                if not got[1]:
-                    break
+            handle = io.BufferedReader(io.BytesIO(data), 16)
+            records = line_records(stream_lines(handle, handle, plain, cap), "x")
+            got = [(r.value, r.offset, r.size) for r in records if not isinstance(r, _lines.Issue)]
+            assert got == old(io.BytesIO(data), cap), (block, cap, data)
 
 
 def test_a_frame_with_a_window_over_128_mib_is_named_as_such(tmp_path, tokenizer_dir):

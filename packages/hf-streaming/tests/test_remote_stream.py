@@ -145,9 +145,9 @@ def _gets_to_resume(ds_kwargs, tokenizer_dir, fraction: float, counter, name: st
 
 
 def test_resume_is_a_ranged_read_at_the_offset_not_a_replay(range_server, tmp_path, tokenizer_dir, monkeypatch):
-    from tokenloom.hf_streaming import _open
+    from tokenloom.hf_streaming import _blocks
 
-    monkeypatch.setattr(_open, "READ_BYTES", 4096)  # many GETs per unit, so a replay would show
+    monkeypatch.setattr(_blocks, "READ_BYTES", 4096)  # many GETs per unit, so a replay would show
     local = _big_jsonl(tmp_path / "big.jsonl", 3000)
     shutil.copy(local, range_server.root / "big.jsonl")
     url = f"{range_server.url}/big.jsonl"

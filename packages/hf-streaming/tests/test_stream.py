@@ -147,7 +147,7 @@ def test_rows_match_hugging_face_streaming(corpus, tokenizer_dir):
     """Our readers see the records load_dataset(..., streaming=True) sees, file by file."""
     import datasets
 
-    from tokenloom.hf_streaming._readers import read_blocks
+    from tokenloom.hf_streaming._blocks import read_blocks
     from tokenloom.hf_streaming._units import Layout, enumerate_units, file_sources
 
     sources = file_sources(corpus, "json")
@@ -227,7 +227,7 @@ def test_resume_seeks_instead_of_replaying(tmp_path, tokenizer_dir, monkeypatch)
     """A late position starts reading at its block's byte offset, not at the file start."""
     from conftest import write_corpus
 
-    from tokenloom.hf_streaming import _readers
+    from tokenloom.hf_streaming import _blocks
 
     files = write_corpus(tmp_path / "big", docs_per_file=(400,), gz_docs=0, parquet_groups=())
     ds = make(files, tokenizer_dir)
@@ -237,13 +237,13 @@ def test_resume_seeks_instead_of_replaying(tmp_path, tokenizer_dir, monkeypatch)
     state = ds.state_dict()
     assert state["current"] is not None and state["current"][2] > 0
     seen: list[int] = []
-    original = _readers._jsonl_blocks
+    original = _blocks._line_blocks
 
     def spy(unit, source, source_index, **kwargs):
         seen.append(kwargs["hint"])
         return original(unit, source, source_index, **kwargs)
 
-    monkeypatch.setattr(_readers, "_jsonl_blocks", spy)
+    monkeypatch.setattr(_blocks, "_line_blocks", spy)
     resumed = make(files, tokenizer_dir)
     resumed.load_state_dict(state)
     next(iter(resumed))

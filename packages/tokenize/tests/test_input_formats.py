@@ -262,7 +262,7 @@ import sys
 sys.modules["zstandard"] = None
 sys.modules["pyarrow"] = None
 from pathlib import Path
-from tokenloom.tokenize._inputs import discover_inputs, read_chunks
+from tokenloom.tokenize.inputs import discover_inputs, read_chunks
 for info in discover_inputs(sys.argv[1]):
     try:
         list(read_chunks([info], chunk_lines=10, chunk_bytes=1 << 20, max_line_bytes=1 << 20))

@@ -14,8 +14,8 @@ import pytest
 import tokenloom.tokenize._executor as executor_module
 from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
 from tokenloom.tokenize._executor import start_encoding
-from tokenloom.tokenize._inputs import discover_inputs, read_chunks
 from tokenloom.tokenize.engine import EngineMismatchError
+from tokenloom.tokenize.inputs import discover_inputs, read_chunks
 
 OPTIONS: dict[str, Any] = {"eos_id": None, "text_field": "text", "verify_fraction": 0.001, "max_line_bytes": 1 << 20}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenloom.tokenize._unit_parts import _line_cuts
+from tokenloom.tokenize.inputs import line_cuts as _line_cuts
 
 MIB = 1 << 20
 

@@ -110,7 +110,7 @@ def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
     from tokenloom.tokenize._executor import start_encoding
 
     monkeypatch.setattr(executor_module, "THREAD_WORKERS_MAX", 0)  # worker processes, as with many workers
-    from tokenloom.tokenize._inputs import discover_inputs, read_chunks
+    from tokenloom.tokenize.inputs import discover_inputs, read_chunks
 
     texts = [f"document {i}: " + "word " * (i % 50) + "\u00e9\u6f22 end" for i in range(3000)]
     (tmp_path / "in").mkdir()

@@ -18,6 +18,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.datasets import build_batch
 from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.formats.io import require
+from tokenloom.hf_streaming._blocks import DEFAULT_MAX_LINE_BYTES
 from tokenloom.hf_streaming._encode import (
     EncodeFn,
     TokenizerSpec,
@@ -28,7 +29,6 @@ from tokenloom.hf_streaming._encode import (
 from tokenloom.hf_streaming._feed import Counters, Feed, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._pack import Packer, Window
-from tokenloom.hf_streaming._readers import DEFAULT_MAX_LINE_BYTES
 from tokenloom.hf_streaming._remote import is_remote_source
 from tokenloom.hf_streaming._sources import check_objects, remote_access, remote_dataset_files
 from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint, check_state

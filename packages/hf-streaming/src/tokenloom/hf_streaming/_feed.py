@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats import ResumeMismatchError
+from tokenloom.hf_streaming._blocks import Block, read_blocks, text_of
 from tokenloom.hf_streaming._order import Base, Item, block_order, slot_items
 from tokenloom.hf_streaming._pack import DocBlock
 from tokenloom.hf_streaming._prefetch import ReadAhead
-from tokenloom.hf_streaming._readers import Block, read_blocks, text_of
 from tokenloom.hf_streaming._units import Source, SourceKind, Unit
 
 __all__ = ["Counters", "Feed", "compat_blocks", "exact_blocks"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError
 from tokenloom.hf_streaming._remote import expand_remote
-from tokenloom.hf_streaming._units import DATA_SUFFIXES
+from tokenloom.hf_streaming._units import data_suffixes
 
 __all__ = ["check_objects", "remote_access", "remote_dataset_files"]
 
@@ -22,9 +22,9 @@ def remote_dataset_files(url: str, access: RemoteOptions) -> list[str]:
     """A remote dataset path as data files: a file as is, a glob expanded, a prefix listed (known suffixes)."""
     if any(ch in url for ch in "*?["):
         return expand_remote(url, access)
-    if url.lower().endswith(DATA_SUFFIXES):
+    if url.lower().endswith(data_suffixes()):
         return [url]
-    return expand_remote(url, access, suffixes=DATA_SUFFIXES)
+    return expand_remote(url, access, suffixes=data_suffixes())
 
 
 def check_objects(saved: Any, current: list[list[Any]]) -> None:

@@ -2,7 +2,8 @@
 
 A unit is a file, a byte range of a plain jsonl file, a parquet row group or a
 shard of a Hugging Face ``IterableDataset``, optionally strided by example
-(``stride`` > 1 keeps every ``stride``-th record starting at ``phase``). The unit
+(``stride`` > 1 keeps every ``stride``-th record starting at ``phase``). What a file
+holds and how it may be cut is its input reader's (``tokenloom.tokenize.inputs``). The unit
 list is a pure function of the sources and a :class:`Layout`; the layout is
 chosen once, at the first start, so that there are at least as many units as
 slots where the sources allow, and is stored in every state so that a resume on
@@ -20,7 +21,22 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError, DataError, FormatError, MissingFileError, RemoteOptions
-from tokenloom.hf_streaming._remote import RemoteObject, expand_remote, is_remote_source, stat_remote
+from tokenloom.hf_streaming._remote import (
+    RangeReader,
+    RemoteObject,
+    expand_remote,
+    is_remote_source,
+    stat_remote,
+)
+from tokenloom.tokenize.inputs import (
+    Cut,
+    InputReader,
+    claimed_format,
+    format_named,
+    input_suffixes,
+    readers,
+    sniff,
+)
 
 __all__ = [
     "DEFAULT_UNIT_BYTES",
@@ -30,6 +46,7 @@ __all__ = [
     "Unit",
     "choose_layout",
     "enumerate_units",
+    "open_rows",
     "unit_sizes",
 ]
 
@@ -38,9 +55,9 @@ DEFAULT_UNIT_BYTES = 64 * 2**20
 
 
 class SourceKind:
+    """Kinds the dataset tells apart: a file's kind is its input reader's name."""
+
     JSONL = "jsonl"
-    JSONL_GZ = "jsonl.gz"
-    JSONL_ZST = "jsonl.zst"
     PARQUET = "parquet"
     HF = "hf"
 
@@ -50,6 +67,7 @@ class Source:
     """One input: a local file, a remote object, or shard ``index`` of a Hugging Face IterableDataset."""
 
     kind: str
+    """Its input reader's name, or ``hf``."""
     path: str
     """The local path or the URL as given (what messages name)."""
     size: int
@@ -60,8 +78,12 @@ class Source:
     access: RemoteOptions | None = None
 
     @property
-    def compressed(self) -> bool:
-        return self.kind in (SourceKind.JSONL_GZ, SourceKind.JSONL_ZST)
+    def reader(self) -> InputReader:
+        return format_named(self.kind)
+
+    @property
+    def cut(self) -> Cut:
+        return Cut.WHOLE if self.kind == SourceKind.HF else self.reader.cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,19 +115,21 @@ class Layout:
         return cls(unit_bytes=int(data["unit_bytes"]), split=int(data["split"]), stride=int(data["stride"]))
 
 
-def _kind_of(path: str, builder: str) -> str:
+def _reader_of(path: str, builder: str) -> InputReader:
+    """A local file's reader by its magic bytes (its suffix must agree); a remote one's by its name."""
+    if builder == "parquet":
+        return format_named("parquet")
+    if not is_remote_source(path):
+        return sniff(Path(path))
     lower = path.lower()
-    if builder == "parquet" or lower.endswith(".parquet"):
-        return SourceKind.PARQUET
-    if lower.endswith(".gz"):
-        return SourceKind.JSONL_GZ
-    if lower.endswith((".zst", ".zstd")):
-        return SourceKind.JSONL_ZST
-    return SourceKind.JSONL
+    ends = [(r, "." + s.rsplit(".", 1)[-1]) for r in readers() if r.magic for s in r.suffixes]
+    fallback = next((r for r, end in ends if lower.endswith(end)), None)  # data.gz, data.zst
+    return claimed_format(lower) or fallback or format_named("jsonl")
 
 
-#: what a remote prefix (a dataset path) is expanded to
-DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".jsonl.zstd", ".json.zst", ".parquet")
+def data_suffixes() -> tuple[str, ...]:
+    """What a remote prefix (a dataset path) is expanded to: every reader's suffixes, and ``.json``."""
+    return (".json", *input_suffixes())
 
 
 def resolve_files(data_files: Any, split: str, access: RemoteOptions | None = None) -> list[str]:
@@ -149,26 +173,23 @@ def file_sources(files: list[str], builder: str, access: RemoteOptions | None = 
     """Each file's kind, size and parquet row groups; a remote object's size and ETag from one HEAD."""
     sources = []
     for path in files:
-        kind = _kind_of(path, builder)
+        reader = _reader_of(path, builder)
         remote = stat_remote(path, access or RemoteOptions()) if is_remote_source(path) else None
         source = Source(
-            kind=kind,
+            kind=reader.name,
             path=path,
             size=remote.size if remote is not None else os.path.getsize(path),
             remote=remote,
             access=(access or RemoteOptions()) if remote is not None else None,
         )
-        if kind == SourceKind.PARQUET:
-            from tokenloom.hf_streaming._parquet import parquet_file
-
+        if reader.rows:
             try:
-                meta = parquet_file(source).metadata
+                row_groups = tuple(open_rows(source).units)
             except Exception as exc:
                 if isinstance(exc, DataError):
                     raise
-                raise FormatError(f"not a readable parquet file: {exc}", path=path) from None
-            row_groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-            source = Source(kind, path, source.size, row_groups, source.remote, source.access)
+                raise FormatError(f"not a readable {reader.name} file: {exc}", path=path) from None
+            source = Source(source.kind, path, source.size, row_groups, source.remote, source.access)
         sources.append(source)
     return sources
 
@@ -176,11 +197,11 @@ def file_sources(files: list[str], builder: str, access: RemoteOptions | None = 
 def _natural_units(sources: list[Source], layout: Layout) -> list[Unit]:
     units: list[Unit] = []
     for index, source in enumerate(sources):
-        if source.kind == SourceKind.JSONL:
+        if source.cut is Cut.BYTES:
             parts = max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split
             parts = max(1, min(parts, source.size))
             units.extend(Unit(index, source.size * i // parts, source.size * (i + 1) // parts) for i in range(parts))
-        elif source.kind == SourceKind.PARQUET:
+        elif source.kind != SourceKind.HF and source.reader.rows:
             units.extend(Unit(index, group, -1) for group in range(len(source.row_groups)))
         else:
             units.append(Unit(index, 0, -1))
@@ -205,7 +226,7 @@ def choose_layout(sources: list[Source], slots: int, unit_bytes: int = DEFAULT_U
     count = len(_natural_units(sources, layout))
     if count >= slots or count == 0:
         return layout
-    if any(s.kind == SourceKind.JSONL for s in sources):
+    if any(s.cut is Cut.BYTES for s in sources):
         layout = Layout(unit_bytes=unit_bytes, split=math.ceil(slots / count))
         count = len(_natural_units(sources, layout))
         if count >= slots:
@@ -227,14 +248,33 @@ def unit_sizes(units: list[Unit], sources: list[Source]) -> list[int]:
     sizes = []
     for unit in units:
         source = sources[unit.source]
-        if source.kind == SourceKind.JSONL:
+        if source.cut is Cut.BYTES:
             size = unit.end - unit.begin
-        elif source.kind == SourceKind.PARQUET:
+        elif source.kind != SourceKind.HF and source.reader.rows:
             rows = sum(source.row_groups) or 1
             size = source.size * source.row_groups[unit.begin] // rows
-        elif source.compressed:
+        elif source.kind != SourceKind.HF:
             size = source.size
         else:
             size = 1
         sizes.append(max(1, size // unit.stride))
     return sizes
+
+
+def open_rows(source: Source) -> Any:
+    """The source's RowFile: local, or over ranged reads (a parquet footer read once per process, by URL and
+    ETag: a row group then costs one ranged GET)."""
+    reader = source.reader
+    if source.remote is None:
+        return reader.open(source.path)
+    key = (source.remote.url, source.remote.etag)
+    options = {"metadata": _FOOTERS.get(key), "pre_buffer": True} if reader.cut is Cut.ROW_GROUPS else {}
+    rows = reader.open(RangeReader(source.remote, source.access or RemoteOptions()), shown=source.path, **options)
+    if options and options["metadata"] is None:
+        if len(_FOOTERS) >= 256:
+            _FOOTERS.pop(next(iter(_FOOTERS)))
+        _FOOTERS[key] = rows.metadata
+    return rows
+
+
+_FOOTERS: dict[tuple[str, str], Any] = {}

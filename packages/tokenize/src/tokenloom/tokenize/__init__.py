@@ -1,7 +1,7 @@
 """tokenloom.tokenize: pre-tokenize jsonl into token shards, in parallel and crash-safely.
 
-    *.jsonl / *.jsonl.gz (recursive, sorted) -> a unit plan (files, or parts of large ones)
-        -> chunks of lines (parent) -> parse + encode_batch + window (threads with fastokens, else processes)
+    inputs by suffix, read by their InputReader (jsonl, .gz, .zst, parquet, Arrow: :mod:`.inputs`)
+        -> chunks of lines or rows (parent) -> parse + encode_batch + window (threads with fastokens, else processes)
         -> entries in input order -> unit_UUUUUU_KKKK.bin/.idx, each unit committed on its own -> manifest.json
 
 Example::
@@ -26,16 +26,14 @@ library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, ExecutorKind, Layout, OnError, TokenizeConfig
 from tokenloom.tokenize._executor import WorkerDiedError
-from tokenloom.tokenize._inputs import IssueKind, discover_inputs
 from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
 from tokenloom.tokenize._staged import MEGATRON_PREFIX, PACKED_FILE, RECORD_NAME, output_path, staging_dir
-from tokenloom.tokenize._streams import CutStreamError, StreamError, ZstdReader
-from tokenloom.tokenize._streams import WindowError as ZstdWindowError
 from tokenloom.tokenize._summary import TokenizeSummary
 from tokenloom.tokenize._tokenize import tokenize
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
 from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
 from tokenloom.tokenize.engine import Encoder, Engine, EngineMismatchError, load_encoder
+from tokenloom.tokenize.inputs import IssueKind, discover_inputs
 from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index, index_path
 from tokenloom.tokenize.train import EOS_TOKEN, train_byte_level_bpe
 from tokenloom.tokenize.windowing import Entries, Windowing, validate_window, window_documents
@@ -47,7 +45,6 @@ __all__ = [
     "RECORD_NAME",
     "SUPPORTED_FORMATS",
     "CorpusInfo",
-    "CutStreamError",
     "Encoder",
     "Engine",
     "EngineMismatchError",
@@ -58,13 +55,10 @@ __all__ = [
     "JsonlIndex",
     "OnError",
     "PackSummary",
-    "StreamError",
     "TokenizeConfig",
     "TokenizeSummary",
     "Windowing",
     "WorkerDiedError",
-    "ZstdReader",
-    "ZstdWindowError",
     "build_index",
     "build_stdlib_corpus",
     "default_pack_path",

@@ -268,7 +268,7 @@ class TokenizeConfig:
 
     def _remote_input(self) -> None:
         from tokenloom.formats.io.urls import parse_url
-        from tokenloom.tokenize._remote_inputs import input_staging_dir
+        from tokenloom.tokenize.inputs import input_staging_dir
 
         url = parse_url(os.fspath(self.input_dir))
         if url.scheme in ("http", "https"):

@@ -43,7 +43,6 @@ from tokenloom.formats import ConfigError, DataError
 from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
 from tokenloom.tokenize._config import TokenizeConfig, default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
-from tokenloom.tokenize._inputs import Chunk, InputFile, read_chunks
 from tokenloom.tokenize._tokenizer import TokenizerInfo, local_info, plain_backend
 from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize._worker import (
@@ -68,6 +67,7 @@ from tokenloom.tokenize.engine import (
     build_fast,
     load_encoder,
 )
+from tokenloom.tokenize.inputs import Chunk, InputFile, read_chunks
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [

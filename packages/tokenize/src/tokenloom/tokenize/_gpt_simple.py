@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from tokenloom.formats import ConfigError, RecordError
-from tokenloom.tokenize._inputs import InputFile, Issue, IssueKind
+from tokenloom.tokenize.inputs import InputFile, Issue, IssueKind
 
 __all__ = [
     "BLANK_LINE",

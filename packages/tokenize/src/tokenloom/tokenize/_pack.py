@@ -19,11 +19,11 @@ from tokenloom.formats import ConfigError, RecordError, open_writer
 from tokenloom.formats.io import check_disjoint
 from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._executor import start_encoding
-from tokenloom.tokenize._inputs import INPUT_SUFFIXES, InputFile, read_chunks
 from tokenloom.tokenize._plan import check_tokenizer_files
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, report_progress
 from tokenloom.tokenize._tokenizer import default_tokenizer_path
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
+from tokenloom.tokenize.inputs import InputFile, input_suffixes, read_chunks
 
 __all__ = ["PackSummary", "default_pack_path", "pack"]
 
@@ -65,10 +65,8 @@ def default_pack_path(input_file: str | os.PathLike[str]) -> Path:
     """``data.jsonl`` / ``data.jsonl.gz`` -> ``data.pbin`` beside it."""
     path = Path(input_file)
     name = path.name
-    for suffix in INPUT_SUFFIXES[::-1]:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
+    suffix = max((s for s in input_suffixes() if name.endswith(s)), key=len, default="")
+    name = name[: len(name) - len(suffix)]
     return path.with_name(name + ".pbin")
 
 
@@ -93,7 +91,7 @@ def pack(
     """Tokenize ``input_file`` into the packed file ``output`` (default: beside it, ``.pbin``)."""
     started = time.perf_counter()
     source = Path(input_file)
-    if not source.is_file() or not source.name.endswith(INPUT_SUFFIXES):
+    if not source.is_file() or not source.name.endswith(input_suffixes()):
         raise ConfigError(
             "expected an existing input file (.jsonl, .jsonl.gz, .jsonl.zst, .json.gz, .parquet or .arrow)",
             path=source,

@@ -11,9 +11,8 @@ import orjson
 from tokenloom.formats import ConfigError
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_inputs
-from tokenloom.tokenize._inputs import InputFile, discover_inputs
-from tokenloom.tokenize._remote_inputs import discover_remote_inputs
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
+from tokenloom.tokenize.inputs import InputFile, discover_inputs, discover_remote_inputs
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["RunInputs", "check_tokenizer_files"]

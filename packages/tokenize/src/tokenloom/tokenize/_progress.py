@@ -19,8 +19,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from tokenloom.tokenize._inputs import INPUT_SUFFIXES
 from tokenloom.tokenize._summary import ProgressCallback
+from tokenloom.tokenize.inputs import input_suffixes
 
 __all__ = ["RunRateColumn", "progress_bar", "rate", "rate_text"]
 
@@ -58,7 +58,7 @@ def _input_size(input_dir: Path) -> int | None:
     total = 0
     for dirpath, _dirs, names in os.walk(input_dir):
         for name in names:
-            if name.endswith(INPUT_SUFFIXES):
+            if name.endswith(input_suffixes()):
                 with contextlib.suppress(OSError):
                     total += (Path(dirpath) / name).stat().st_size
     return total or None

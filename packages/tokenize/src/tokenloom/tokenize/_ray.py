@@ -40,14 +40,12 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.publish import staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
-from tokenloom.tokenize._inputs import read_chunks
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._remote_inputs import input_staging_dir
 from tokenloom.tokenize._summary import ProgressCallback, report_progress
 from tokenloom.tokenize._unit_files import Counts, UnitFacts, UnitPlan
-from tokenloom.tokenize._unit_parts import UnitSource
 from tokenloom.tokenize._unit_work import Session, UnitWriter, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
+from tokenloom.tokenize.inputs import UnitSource, input_staging_dir, read_chunks
 
 __all__ = ["check_reachable", "encode_with_ray", "import_ray", "local_config", "preflight", "ray_tasks"]
 

@@ -1,8 +1,8 @@
 """The record transform seam of the unit-planned pipeline: what a unit's input records become.
 
     a unit's source (a whole input file, a byte range, some row groups)
-        -> unit_records: (record, place) in input order, through the input readers tokenize has
-           (jsonl plain/.gz/.zst via the line reader; parquet and Arrow rows as objects)
+        -> unit_records: (record, place) in input order, from the input room's records
+           (:func:`tokenloom.tokenize.inputs.read_records`: lines parsed here, rows as objects)
         -> a RecordTransform: record -> the arrays the unit writer writes (None: skipped, counted)
 
 text -> document is the transform of text runs (the workers' encode of ``--text-field``, written as
@@ -19,14 +19,11 @@ from typing import Any, Protocol
 
 import orjson
 
-from tokenloom.formats import DataError, FormatError, RecordError
+from tokenloom.formats import DataError, RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
-from tokenloom.tokenize._fetch import local_path, named_by_url
-from tokenloom.tokenize._inputs import _read_lines
-from tokenloom.tokenize._sniff import InputKind, require_corpus_extra, sniff
-from tokenloom.tokenize._unit_parts import ByteRange, RowGroups, UnitSource
 from tokenloom.tokenize._unit_work import unit_line
 from tokenloom.tokenize.chat import ChatEncoder, RecordPlace
+from tokenloom.tokenize.inputs import Issue, IssueKind, UnitSource, read_records
 
 __all__ = ["ChatTransform", "RecordTransform", "in_file", "transform_for", "unit_records"]
 
@@ -103,33 +100,24 @@ def unit_records(
     A byte-range unit numbers its lines from 1 at its start (counting the lines before it would read the
     file's prefix for every unit); :func:`in_file` turns an error's line into the file's.
     """
-    info = source.file
-    path = local_path(info)
-    with named_by_url(info):
-        kind = info.kind or sniff(path)
-    if kind.columnar:
-        yield from _rows(source, kind)
-        return
-    part = source.part if isinstance(source.part, ByteRange) else None
-    line = 0
-    for lines, _sizes, issue in _read_lines(path, kind, config.max_line_bytes, [], part):
-        if issue is not None:
-            if issue.line == 0 and issue.kind.value == "empty_file":
+    shown = source.file.shown
+    for record in read_records(source, config.max_line_bytes):
+        if isinstance(record, Issue) or record.issue is not None:
+            issue = record if isinstance(record, Issue) else record.issue
+            if issue is None or issue.kind is IssueKind.EMPTY_FILE:
                 continue  # an empty input holds no records: nothing to count
-            where = issue.line or None
-            _bad(config, transform, info.shown, where, issue.kind.value, issue.message)
-            if issue.line:
-                line = issue.line
+            _bad(config, transform, shown, issue.line or None, issue.kind.value, issue.message)
             continue
-        for raw in lines:
-            line += 1
-            place = RecordPlace(info.shown, line)
-            try:
-                record = orjson.loads(raw)  # type: ignore[arg-type]
-            except orjson.JSONDecodeError as exc:
-                _bad(config, transform, info.shown, line, "malformed_json", f"the line is not valid JSON ({exc})")
-                continue
-            yield record, place
+        place = RecordPlace(shown, record.line)
+        if not isinstance(record.value, bytes):  # a row of a parquet or Arrow file
+            yield record.value, place
+            continue
+        try:
+            value = orjson.loads(record.value)
+        except orjson.JSONDecodeError as exc:
+            _bad(config, transform, shown, record.line, "malformed_json", f"the line is not valid JSON ({exc})")
+            continue
+        yield value, place
 
 
 def in_file(error: DataError, source: UnitSource) -> DataError:
@@ -154,43 +142,3 @@ def _bad(
             hint="Fix or remove the record, or pass --on-error skip to count and skip bad records",
         )
     transform.skip_input(kind)
-
-
-def _rows(source: UnitSource, kind: InputKind) -> Iterator[tuple[Any, RecordPlace]]:
-    """Parquet / Arrow rows as objects (a nested ``messages`` column becomes lists of dicts), numbered from 1.
-
-    An unreadable file (a damaged footer, page or batch) is a FormatError naming it, whatever --on-error says.
-    """
-    pa = require_corpus_extra("pyarrow", kind)
-    try:
-        yield from _read_rows(source, kind, pa)
-    except (OSError, pa.ArrowException) as exc:
-        raise FormatError(
-            f"this {kind} file cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())})",
-            path=source.file.shown,
-            hint="The file is corrupt or cut short: copy or download it again (nothing was published)",
-        ) from None
-
-
-def _read_rows(source: UnitSource, kind: InputKind, pa: Any) -> Iterator[tuple[Any, RecordPlace]]:
-    path = local_path(source.file)
-    shown = source.file.shown
-    if kind is InputKind.PARQUET:
-        pq = require_corpus_extra("pyarrow.parquet", kind)
-        parquet = pq.ParquetFile(path)
-        groups = range(parquet.metadata.num_row_groups)
-        if isinstance(source.part, RowGroups):
-            groups = range(source.part.first, source.part.stop)
-        row = sum(parquet.metadata.row_group(g).num_rows for g in range(groups.start))
-        tables = (parquet.read_row_group(g) for g in groups)
-    else:
-        mapped = pa.memory_map(str(path))
-        head = mapped.read(6)
-        mapped.seek(0)
-        reader = pa.ipc.open_file(mapped) if head == b"ARROW1" else pa.ipc.open_stream(mapped)
-        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)] if head == b"ARROW1" else reader
-        row, tables = 0, iter(batches)
-    for table in tables:
-        for record in table.to_pylist():
-            row += 1
-            yield record, RecordPlace(shown, row)

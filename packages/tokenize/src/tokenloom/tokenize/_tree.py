@@ -25,7 +25,6 @@ from tokenloom.formats import ConfigError, Manifest
 from tokenloom.formats.io import WRITING_MARKER, fsync_dir
 from tokenloom.tokenize._config import Layout, TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
-from tokenloom.tokenize._inputs import Chunk, InputFile
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_nodes, establish_plan
@@ -39,6 +38,7 @@ from tokenloom.tokenize._units import (
     summary_of,
 )
 from tokenloom.tokenize._worker import ChunkResult, EncodeSettings
+from tokenloom.tokenize.inputs import Chunk, InputFile
 
 __all__ = ["Leaf", "TreeDataset", "encode_tree", "leaves_of", "run_tree", "tree_datasets", "tree_summary"]
 

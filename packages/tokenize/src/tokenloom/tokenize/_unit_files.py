@@ -31,7 +31,7 @@ from tokenloom.formats import ConfigError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir, temp_base, temp_path
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._shards import ShardRecord
-from tokenloom.tokenize._unit_parts import UnitSource
+from tokenloom.tokenize.inputs import UnitSource
 
 __all__ = [
     "NODES_NAME",

@@ -45,9 +45,9 @@ from tokenloom.tokenize._unit_files import (
     remove_node_records,
     unit_stem,
 )
-from tokenloom.tokenize._unit_parts import ByteRange, UnitSource
 from tokenloom.tokenize._unit_work import Session, pending_units
 from tokenloom.tokenize.chat._write import sidecar, write_store
+from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
     "RecordOutcome",

@@ -18,8 +18,6 @@ import numpy as np
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for
-from tokenloom.tokenize._fetch import local_path
-from tokenloom.tokenize._inputs import Chunk, read_chunks
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
@@ -33,9 +31,9 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._unit_parts import ByteRange, UnitSource, lines_before
 from tokenloom.tokenize._worker import ChunkResult
 from tokenloom.tokenize.engine import EngineMismatchError
+from tokenloom.tokenize.inputs import ByteRange, Chunk, UnitSource, lines_before, local_path, read_chunks
 
 __all__ = [
     "Session",

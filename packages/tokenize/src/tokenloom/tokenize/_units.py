@@ -64,7 +64,6 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._unit_parts import cut_units
 from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
 from tokenloom.tokenize._unit_work import (
     Session,
@@ -74,6 +73,7 @@ from tokenloom.tokenize._unit_work import (
     rerun_hint,
 )
 from tokenloom.tokenize.engine import EngineMismatchError
+from tokenloom.tokenize.inputs import cut_units
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [

@@ -23,7 +23,6 @@ import xxhash
 import tokenloom.tokenize._profile as _profile
 from tokenloom.formats import TokenRangeError
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
-from tokenloom.tokenize._inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, is_loaded, register_serialized
 from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize.engine import (
@@ -36,6 +35,7 @@ from tokenloom.tokenize.engine import (
     load_encoder,
     refuse_fast,
 )
+from tokenloom.tokenize.inputs import Chunk, Issue, IssueKind
 from tokenloom.tokenize.windowing import Windowing, window_documents
 
 __all__ = [

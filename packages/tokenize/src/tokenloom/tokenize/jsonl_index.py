@@ -28,6 +28,7 @@ import xxhash
 
 from tokenloom.formats import ConfigError, FormatError, IndexCorruptError, MissingFileError, RecordError
 from tokenloom.formats.io import atomic_file, atomic_write_bytes
+from tokenloom.tokenize.inputs import Cut, claimed_format, detect
 
 __all__ = ["INDEX_SUFFIX", "RECORD_SUFFIX", "JsonlIndex", "build_index", "index_path"]
 
@@ -94,14 +95,17 @@ def _stale_reason(path: Path, index: npt.NDArray[np.int64]) -> str | None:
 
 
 def _check_input(path: Path) -> None:
-    if path.name.endswith(".gz"):
-        raise ConfigError(
-            "a gzip file has no byte offsets to index",
-            path=path,
-            hint="Decompress it first (gunzip -k FILE.jsonl.gz) and index the .jsonl",
-        )
+    """Only a plain line input has byte offsets (a compressed stream or a row file does not)."""
     if not path.is_file():
         raise MissingFileError("no such jsonl file", path=path)
+    with open(path, "rb") as handle:
+        kind = claimed_format(path.name) or detect(handle.read(8))
+    if kind.cut is not Cut.BYTES:
+        raise ConfigError(
+            f"a {kind.name} file has no byte offsets to index",
+            path=path,
+            hint="Decompress or convert it to a plain .jsonl first (e.g. gunzip -k FILE.jsonl.gz) and index that",
+        )
 
 
 def _check_text(path: Path) -> None:

@@ -1,20 +1,52 @@
-"""Where an input is read from: its own path, or, for an object-store input, a copy fetched at first read."""
+"""An input file, and where it is read from: its own path, or, for an object-store input, a copy fetched at
+first read."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from tokenloom.formats import DataError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir
+from tokenloom.tokenize.inputs._registry import InputReader, sniff
 
-if TYPE_CHECKING:
-    from tokenloom.tokenize._inputs import InputFile
+__all__ = ["InputFile", "local_path", "named_by_url", "reader_of"]
 
-__all__ = ["local_path", "named_by_url"]
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """An input file and what identifies its content for resume checks."""
+
+    path: Path
+    relative: str
+    size: int
+    mtime_ns: int
+    content_hash: str | None = None
+    kind: InputReader | None = None
+    """What the file holds by its magic bytes (None: look when it is read); not part of the run key."""
+    url: str | None = None
+    """An input in object storage: its URL; ``path`` is then where it is staged when first read."""
+    etag: str | None = None
+    """An input in object storage: its ETag (or version) when listed; part of the run key instead of the mtime."""
+    remote: Any = field(default=None, repr=False, compare=False)
+    """An input in object storage: ``(StoreConfig, ObjectInfo)`` to fetch it (never in the run key or a message)."""
+
+    def to_json(self) -> dict[str, object]:
+        if self.etag is not None:
+            return {"path": self.relative, "size": self.size, "etag": self.etag}
+        data: dict[str, object] = {"path": self.relative, "size": self.size, "mtime_ns": self.mtime_ns}
+        if self.content_hash is not None:
+            data["xxh3_128"] = self.content_hash
+        return data
+
+    @property
+    def shown(self) -> str:
+        """How messages name the input: its URL, or its path."""
+        return self.url or str(self.path)
 
 
 def local_path(info: InputFile) -> Path:
@@ -74,3 +106,10 @@ def named_by_url(info: InputFile) -> Iterator[None]:
 
 #: an object-store input is fetched in ranges of this many bytes (the helper holds one range in memory)
 _FETCH_BYTES = 64 << 20
+
+
+def reader_of(info: InputFile) -> tuple[Path, InputReader]:
+    """The local path of ``info`` (fetched first if remote) and its input reader (by its magic bytes)."""
+    path = local_path(info)
+    with named_by_url(info):
+        return path, info.kind or sniff(path)

@@ -1,15 +1,13 @@
-"""The decompressed bytes of a jsonl input: plain, gzip or zstd (every frame in turn)."""
+"""zstd-compressed jsonl (every frame in turn), decoded in bounded steps: a bomb never lands in memory whole."""
 
 from __future__ import annotations
 
-import gzip
 import io
-from pathlib import Path
 from typing import Any
 
-from tokenloom.tokenize._sniff import InputKind, require_corpus_extra
+from tokenloom.tokenize.inputs._registry import InputReader, register, require_corpus_extra
 
-__all__ = ["CutStreamError", "StreamError", "WindowError", "ZstdReader", "open_stream"]
+__all__ = ["JSONL_ZSTD", "CutStreamError", "StreamError", "WindowError", "ZstdReader"]
 
 
 #: Compressed bytes read from the file at a time.
@@ -32,21 +30,10 @@ class ZstdReader(io.RawIOBase):
     (see :data:`FEED_BYTES`): a line cap is enforced while the stream is read, not after a bomb expands.
     """
 
-    def __init__(
-        self,
-        raw: Any,
-        *,
-        zstd: Any = None,
-        raw_read_bytes: int | None = None,
-        feed_bytes: int | None = None,
-        fill_bytes: int | None = None,
-    ) -> None:
-        """``zstd``: the zstandard module (a caller's own missing-extra error); the sizes: this module's by default."""
-        zstd = zstd if zstd is not None else require_corpus_extra("zstandard", InputKind.JSONL_ZSTD)
+    def __init__(self, raw: Any) -> None:
+        zstd = require_corpus_extra("zstandard", JSONL_ZSTD)
         self._raw = raw
-        self._raw_read_bytes = raw_read_bytes or RAW_READ_BYTES
-        self._feed_bytes = feed_bytes or FEED_BYTES
-        self._fill_bytes = fill_bytes or FILL_BYTES
+        self._raw_read_bytes, self._feed_bytes, self._fill_bytes = RAW_READ_BYTES, FEED_BYTES, FILL_BYTES
         self._context = zstd.ZstdDecompressor()  # type: ignore[attr-defined]
         self._zstd_error = zstd.ZstdError  # type: ignore[attr-defined]
         self._frame = self._context.decompressobj()
@@ -113,15 +100,15 @@ class WindowError(StreamError):
     """A valid zstd frame whose window is over :data:`MAX_WINDOW` (not a cut or corrupt file)."""
 
 
-def open_stream(path: Path, kind: InputKind) -> tuple[Any, Any]:
-    """The decompressed byte stream of a jsonl input and the raw file under it (whose position is progress)."""
-    raw = open(path, "rb")  # noqa: SIM115 (closed by the returned stream)
-    if kind is InputKind.JSONL_GZIP:
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
-    if kind is InputKind.JSONL_ZSTD:
-        try:
-            return io.BufferedReader(ZstdReader(raw), 1 << 16), raw
-        except BaseException:
-            raw.close()
-            raise
-    return raw, raw
+class _ZstdJsonl(InputReader):
+    name = "zstd-compressed jsonl"
+    suffixes = (".jsonl.zst", ".jsonl.zstd", ".json.zst", ".json.zstd")
+    magic = (b"\x28\xb5\x2f\xfd",)
+    stream_name = "zstd"
+    stream_errors = (StreamError,)
+
+    def open(self, source: Any, **options: Any) -> Any:
+        return io.BufferedReader(ZstdReader(source), 1 << 16)
+
+
+JSONL_ZSTD = register(_ZstdJsonl())

@@ -1,11 +1,9 @@
-"""Parquet and Arrow IPC inputs: the text column, cut into deterministic row ranges.
+"""Row inputs (parquet, Arrow IPC): the text column, cut into deterministic row ranges.
 
-A parquet file's units are its row groups, an Arrow file's its record batches
-(a ``datasets`` ``save_to_disk`` directory is Arrow stream files plus JSON, so
-its ``.arrow`` files are found like any other input). A unit of more than
-``chunk_rows`` rows is cut into fixed ranges of ``chunk_rows``, so the pieces of
-a file depend only on its layout and that number, whatever the worker count;
-resume skips whole row groups unread.
+A row file's units are its row groups or record batches (:class:`RowFile`, opened by its
+reader). A unit of more than ``chunk_rows`` rows is cut into fixed ranges of ``chunk_rows``,
+so the pieces of a file depend only on its layout and that number, whatever the worker count;
+resume skips whole units unread.
 
 ``--text-field a.b`` names a struct column ``a`` and its field ``b``. A column
 the schema lacks, or that is not a string, is an error before any row is read;
@@ -17,12 +15,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tokenloom.formats import FormatError, MissingKeyError
-from tokenloom.tokenize._sniff import InputKind, require_corpus_extra
+from tokenloom.tokenize.inputs._registry import InputReader, require_corpus_extra
 
-__all__ = ["ColumnarFile", "ColumnarPiece"]
+__all__ = ["ColumnarFile", "ColumnarPiece", "RowFile", "unreadable"]
+
+
+class RowFile(Protocol):
+    """An open row input: ``units[i]`` rows in unit i (a row group or record batch); a damaged unit's ``read``
+    is a FormatError naming the file and its rows."""
+
+    units: list[int]
+    schema: Any
+    """Its Arrow schema."""
+
+    def unit_bytes(self, unit: int) -> int: ...
+
+    def read(self, unit: int, columns: list[str] | None = None) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -35,12 +46,6 @@ class ColumnarPiece:
     """Offsets (into ``texts``) of rows where a struct on the text field's path is null."""
     text_bytes: int
     source_bytes: int
-
-
-def _modules(kind: InputKind) -> tuple[Any, Any]:
-    pa = require_corpus_extra("pyarrow", kind)
-    pc = require_corpus_extra("pyarrow.compute", kind)
-    return pa, pc
 
 
 def _check_schema(schema: Any, text_field: tuple[str, ...], path: Path, pa: Any) -> None:
@@ -98,9 +103,9 @@ def _texts(columns: Any, text_field: tuple[str, ...], pa: Any, pc: Any) -> tuple
     return column.to_pylist(), missing, int(text_bytes)
 
 
-def _unreadable(kind: InputKind, what: str, exc: Exception, path: Path, first_row: int) -> FormatError:
+def unreadable(kind: InputReader, what: str, exc: BaseException, path: Any, first_row: int) -> FormatError:
     return FormatError(
-        f"{what} of this {kind} file cannot be read ({type(exc).__name__}: {exc})",
+        f"{what} of this {kind.name} file cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())})",
         path=path,
         record=first_row,
         hint="The file is corrupt or cut short: copy or download it again (nothing was published)",
@@ -117,47 +122,24 @@ def _cuts(units: list[int], chunk_rows: int) -> list[tuple[int, int, int, int]]:
 
 
 class ColumnarFile:
-    """One parquet or Arrow file: its schema checked, its pieces known; :meth:`read` decodes one piece."""
+    """One row file: its schema checked, its pieces known; :meth:`read` decodes one piece."""
 
     def __init__(
         self,
         path: Path,
-        kind: InputKind,
+        kind: InputReader,
         text_field: tuple[str, ...],
         *,
         chunk_rows: int,
         row_groups: tuple[int, int] | None = None,
     ) -> None:
         self.path, self.kind, self.text_field = path, kind, text_field
-        self._pa, self._pc = _modules(kind)
-        pa = self._pa
+        self._pa = require_corpus_extra("pyarrow", kind)
+        self._pc = require_corpus_extra("pyarrow.compute", kind)
         self._size = path.stat().st_size
-        self._batches: list[Any] = []
-        if kind is InputKind.PARQUET:
-            pq = require_corpus_extra("pyarrow.parquet", kind)
-            try:
-                self._parquet: Any = pq.ParquetFile(path, page_checksum_verification=True)
-                metadata = self._parquet.metadata
-                units = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-            except (OSError, pa.ArrowException) as exc:
-                raise _unreadable(kind, "the footer (schema and row-group index)", exc, path, 1) from None
-            _check_schema(self._parquet.schema_arrow, text_field, path, pa)
-        else:
-            try:
-                mapped = pa.memory_map(str(path))
-                if mapped.read(6) == b"ARROW1":
-                    mapped.seek(0)
-                    reader = pa.ipc.open_file(mapped)
-                    self._batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-                else:
-                    mapped.seek(0)
-                    reader = pa.ipc.open_stream(mapped)
-                    self._batches = list(reader)
-            except (OSError, pa.ArrowException) as exc:
-                raise _unreadable(kind, "a record batch", exc, path, 1) from None
-            _check_schema(reader.schema, text_field, path, pa)
-            units = [batch.num_rows for batch in self._batches]
-        self._units = units
+        self._rows: RowFile = kind.open(path)
+        _check_schema(self._rows.schema, text_field, path, self._pa)
+        units = self._units = self._rows.units
         self.cuts = _cuts(units, chunk_rows)
         """(unit, start, stop, first row) of each piece: row groups or record batches cut at ``chunk_rows`` rows."""
         if row_groups is not None:  # a sub-file unit: only these row groups (rows keep their numbers in the file)
@@ -166,29 +148,21 @@ class ColumnarFile:
         self._loaded_unit: int = -1
         self._loaded: Any = None
 
-    def _unit(self, unit: int, first_row: int) -> Any:
+    def _unit(self, unit: int) -> Any:
         if self._loaded is None or unit != self._loaded_unit:
-            if self.kind is InputKind.PARQUET:
-                try:
-                    self._loaded = self._parquet.read_row_group(unit, columns=[self.text_field[0]])
-                except (OSError, self._pa.ArrowException) as exc:
-                    rows = f"rows {first_row}-{first_row + self._units[unit] - 1}"
-                    what = f"row group {unit} (of {len(self._units)}, {rows})"
-                    raise _unreadable(self.kind, what, exc, self.path, first_row) from None
-            else:
-                self._loaded = self._batches[unit]
+            self._loaded = self._rows.read(unit, [self.text_field[0]])
             self._loaded_unit = unit
         return self._loaded
 
     def read(self, number: int) -> ColumnarPiece:
         """Piece ``number``: its texts, the rows without the field and its share of the file's bytes."""
         unit, start, stop, row = self.cuts[number]
-        loaded = self._unit(unit, row - start + 1)
+        loaded = self._unit(unit)
         size, total = self._size, self._total_rows
         source_bytes = size * (row + stop - start) // total - size * row // total
         try:
             texts, missing, text_bytes = _texts(loaded.slice(start, stop - start), self.text_field, self._pa, self._pc)
         except (UnicodeDecodeError, self._pa.ArrowException) as exc:
             what = f"the text of rows {row + 1}-{row + stop - start}"
-            raise _unreadable(self.kind, what, exc, self.path, row + 1) from None
+            raise unreadable(self.kind, what, exc, self.path, row + 1) from None
         return ColumnarPiece(row + 1, texts, missing, text_bytes, source_bytes)
