@@ -280,3 +280,42 @@ def test_written_store_reads_back(tmp_path: Path) -> None:
     writer.close()
     store = open_records(tmp_path / "out")
     assert len(store) == 2
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from tokenloom.tokenize._commands import tokenize
+
+    result = CliRunner().invoke(tokenize, list(args))
+    return result.exit_code, result.output
+
+
+def test_cli_flag(tmp_path: Path) -> None:
+    """--astrai-config: the config is read and checked up front; the run writes what records_from_astrai_config
+    gives once tokenize's record transform takes it (the hook in ChatTransform), and says so until then."""
+    from tokenloom.tokenize._transform import ChatTransform
+
+    directory = make_dir(tmp_path)
+    (tmp_path / "in").mkdir()
+    records = [{"messages": CHAT}, {"messages": CHAT[:3]}]
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    config = tmp_path / "pipeline.json"
+    common = ["--input-dir", str(tmp_path / "in"), "--tokenizer", str(directory), "--astrai-config", str(config)]
+    config.write_bytes(orjson.dumps({**SFT_CHAT, "mask": {"assistant": "trian"}}))
+    code, output = _cli(*common, "--output-dir", str(tmp_path / "bad"))
+    assert code != 0 and "trian" in output
+    config.write_bytes(orjson.dumps(SFT_CHAT))
+    for extra in (["--max-length", "10"], ["--train-type", "dpo"], ["--truncate", "keep-end"]):
+        code, output = _cli(*common, "--output-dir", str(tmp_path / "bad"), *extra)
+        assert code != 0 and "astrai" in output.lower(), output
+    code, output = _cli(*common, "--output-dir", str(tmp_path / "out"))
+    if not getattr(ChatTransform, "reads_astrai_config", False):
+        assert code != 0 and "does not use it yet" in output
+        return
+    assert code == 0, output
+    store = open_records(tmp_path / "out")
+    want = run(SFT_CHAT, records, directory)
+    for i, arrays in enumerate(want):
+        got = store.record(i)
+        assert all(np.array_equal(np.asarray(got[k]), arrays[k]) for k in arrays)

@@ -103,11 +103,7 @@ class AstraiTokenizer:
 
     def render(self, message: Any, place: RecordPlace, turn: int) -> str:
         if self._compiled is None:
-            raise ConfigError(
-                "the config has a template section but the tokenizer has no chat template",
-                field="chat_template",
-                hint="Pass --chat-template FILE.jinja, or add chat_template to tokenizer_config.json",
-            )
+            raise _no_template()
         try:
             return self._compiled.render(messages=[message], add_generation_prompt=False)
         except Exception as exc:  # whatever the template raises is its error, carried with the record
@@ -151,6 +147,8 @@ class AstraiEncoder:
             if isinstance(tokenizer, AstraiTokenizer)
             else AstraiTokenizer(tokenizer, chat_template=chat_template, engine=engine)
         )
+        if self.config.has_template and self.chat.template is None:
+            raise _no_template()
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error {on_error!r}, expected 'raise' or 'skip'", field="on_error")
         self.on_error = on_error
@@ -267,6 +265,14 @@ class AstraiEncoder:
         self.stats.trained_tokens += int(mask.sum()) if not config.text_config else len(ids)
         self.stats.truncated += int(len(ids) < sum(len(p) for p, _ in pieces))
         return arrays
+
+
+def _no_template() -> ConfigError:
+    return ConfigError(
+        "the config has a template section but the tokenizer has no chat template",
+        field="chat_template",
+        hint="Pass --chat-template FILE.jinja, or add chat_template to tokenizer_config.json",
+    )
 
 
 def records_from_astrai_config(
