@@ -187,8 +187,9 @@ class ChatEncoder:
                 "their first trained turn, or pass --on-error skip to count and skip such records",
                 **place.where(),
             )
-        starts = [side.spans[0].start for side in (chosen, rejected)]
-        if chosen.text[: starts[0]] != rejected.text[: starts[1]]:
+        # up to the earlier trained start (a start may sit at a token's edge, off the content's first character)
+        start = min(side.spans[0].start for side in (chosen, rejected))
+        if chosen.text[:start] != rejected.text[:start]:
             raise TemplatePrefixError(
                 "the prompt renders differently before chosen and before rejected (the template renders the "
                 f"prompt depending on the continuation; they part at character {_common(chosen.text, rejected.text)})",
