@@ -193,3 +193,41 @@ def test_metaspace_inst_template(turns, metaspace_dir) -> None:
         piece = whole[len(encoder.chat.decode(ids[:begin])) : len(encoder.chat.decode(ids[:end]))]
         assert piece.endswith("</s>")
         assert any(f" {m['content']}".endswith(piece[:-4].lstrip(" ")) for m in messages if m["role"] == "assistant")
+
+
+@cache
+def engine_encoder(directory: str, engine: str) -> ChatEncoder:
+    return ChatEncoder(directory, engine=engine)
+
+
+@pytest.mark.parametrize("kind", ["chatml", "header_bos", "generation_tags", "next_role_marker"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=conversations())
+def test_fast_engine_gives_the_same_records(kind: str, messages, chat_tokenizer_dir) -> None:
+    """The renderings encoded by fastokens (ids; offsets summed from token bytes) give the records hf gives."""
+    directory = str(chat_tokenizer_dir(kind))
+    fast, hf = engine_encoder(directory, "fast"), engine_encoder(directory, "hf")
+    assert fast.chat.engine == "fast" and hf.chat.engine == "hf"
+    a, b = fast.encode({"messages": messages}), hf.encode({"messages": messages})
+    assert a is not None and b is not None
+    assert all(np.array_equal(a[key], b[key]) for key in b)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    text=st.lists(st.one_of(TEXT, st.sampled_from(["<|im_start|>", "<|im_end|>", "a😀b", "🇫🇷", "\u200d"]))).map("".join)
+)
+def test_fast_offsets_are_tokenizers_offsets(text: str, chat_tokenizer_dir) -> None:
+    chat = engine_encoder(str(chat_tokenizer_dir("chatml")), "fast").chat
+    ids, offsets = chat.encode(text)
+    reference = chat.hf.backend_tokenizer.encode(text, add_special_tokens=False)
+    assert ids.tolist() == reference.ids
+    assert offsets.tolist() == [list(span) for span in reference.offsets]
+
+
+def test_engine_fast_refused_where_offsets_cannot_be_summed(metaspace_dir) -> None:
+    from tokenloom.formats import ConfigError
+
+    assert ChatEncoder(str(metaspace_dir)).chat.engine == "hf"  # auto: hf, with the reason
+    with pytest.raises(ConfigError, match="not ByteLevel"):
+        ChatEncoder(str(metaspace_dir), engine="fast")

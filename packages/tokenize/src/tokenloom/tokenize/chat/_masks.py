@@ -219,7 +219,7 @@ def derive_mask(
         skip = len(after)
     ids, offsets = chat.encode(full[skip:])
     offsets = offsets + skip
-    special = np.fromiter((int(i) in chat.special_ids for i in ids), dtype=bool, count=len(ids))
+    special = chat.is_special[ids]
     trained_chars = np.zeros(len(full) + 1, dtype=np.int64)
     spans = []
     for turn, message in enumerate(messages):
