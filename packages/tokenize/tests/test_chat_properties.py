@@ -231,3 +231,22 @@ def test_engine_fast_refused_where_offsets_cannot_be_summed(metaspace_dir) -> No
     assert ChatEncoder(str(metaspace_dir)).chat.engine == "hf"  # auto: hf, with the reason
     with pytest.raises(ConfigError, match="not ByteLevel"):
         ChatEncoder(str(metaspace_dir), engine="fast")
+
+
+def test_fast_engine_not_used_with_stripping_added_tokens(tmp_path) -> None:
+    """An added token that takes in the whitespace beside it holds more than its text: offsets cannot be summed."""
+    import orjson
+    from tokenizers import AddedToken, Tokenizer
+
+    from tokenloom.tokenize import default_tokenizer_path
+
+    tokenizer = Tokenizer.from_file(f"{default_tokenizer_path()}/tokenizer.json")
+    tokenizer.add_special_tokens(
+        [AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True, lstrip=True)]
+    )
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }} <|im_end|>\n{% endfor %}"
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "chat_template": template}
+    (tmp_path / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    chat = ChatEncoder(str(tmp_path)).chat
+    assert chat.engine == "hf" and "whitespace beside them" in chat.engine_reason

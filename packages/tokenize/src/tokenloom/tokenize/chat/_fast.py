@@ -5,7 +5,8 @@ normalizer, ``ByteLevel`` pre-tokenizer without an added prefix space, ``ByteLev
 post-processor that trims offsets) a token's bytes are its vocabulary string, one character per byte
 (an added token: its content's UTF-8); the tokens' bytes add up to the text's, so each token's byte span
 is a running sum, mapped to characters as ``tokenizers`` does (a token holding part of a character covers
-that character). Checked equal to ``tokenizers``' offsets in the tests.
+that character). Added tokens that strip the whitespace beside them (``lstrip`` / ``rstrip``) break the sum:
+such a tokenizer encodes with ``tokenizers``. Checked equal to ``tokenizers``' offsets in the tests.
 
 The engine is used only when :func:`tokenloom.tokenize.engine.load_encoder` proves it on its probe set plus
 renderings of probe conversations through the record's own template; while it runs, a deterministic
@@ -41,6 +42,9 @@ def byte_offsets_hold(backend: Any) -> str | None:
         return "the model is not BPE"
     if post is not None and post.get("type") != "TemplateProcessing" and post.get("trim_offsets", True):
         return f"the post-processor ({post.get('type')}) trims offsets"
+    stripping = [t["content"] for t in spec.get("added_tokens") or [] if t.get("lstrip") or t.get("rstrip")]
+    if stripping:
+        return f"added tokens that take in the whitespace beside them ({stripping[:3]}) hold more than their text"
     return None
 
 
