@@ -294,7 +294,7 @@ def _cli(*args: str) -> tuple[int, str]:
 def test_cli_flag(tmp_path: Path) -> None:
     """--astrai-config: the config is read and checked up front; the run writes what records_from_astrai_config
     gives once tokenize's record transform takes it (the hook in ChatTransform), and says so until then."""
-    from tokenloom.tokenize._transform import ChatTransform
+    from tokenloom.tokenize import _record_settings
 
     directory = make_dir(tmp_path)
     (tmp_path / "in").mkdir()
@@ -310,7 +310,7 @@ def test_cli_flag(tmp_path: Path) -> None:
         code, output = _cli(*common, "--output-dir", str(tmp_path / "bad"), *extra)
         assert code != 0 and "astrai" in output.lower(), output
     code, output = _cli(*common, "--output-dir", str(tmp_path / "out"))
-    if not getattr(ChatTransform, "reads_astrai_config", False):
+    if not _record_settings._RUN_TAKES_ASTRAI:
         assert code != 0 and "does not use it yet" in output
         return
     assert code == 0, output

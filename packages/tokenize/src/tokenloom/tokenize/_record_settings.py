@@ -19,6 +19,8 @@ __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_setti
 RECORD_FORMATS = ("bin-meta",)
 #: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
 TRAIN_TYPES = ("sft", "dpo", "grpo")
+#: whether tokenize's record transform encodes with AstraiEncoder when --astrai-config is given
+_RUN_TAKES_ASTRAI = False
 
 
 def check_post_training(config: TokenizeConfig) -> None:
@@ -66,7 +68,6 @@ def check_post_training(config: TokenizeConfig) -> None:
 
 def _check_astrai(config: TokenizeConfig) -> None:
     """--astrai-config: the config read (a ConfigError naming its field), its training type, the options it owns."""
-    from tokenloom.tokenize._transform import ChatTransform
     from tokenloom.tokenize.chat import AstraiConfig
 
     object.__setattr__(config, "astrai_config", Path(config.astrai_config))  # type: ignore[arg-type]
@@ -94,7 +95,7 @@ def _check_astrai(config: TokenizeConfig) -> None:
             field="output.position_ids_mode" if astrai.max_items is None else "preprocessing.max_items",
             hint="Use doc_reset and no max_items, or tokenloom.tokenize.chat.records_from_astrai_config in one process",
         )
-    if not getattr(ChatTransform, "reads_astrai_config", False):
+    if _RUN_TAKES_ASTRAI is False:  # until _transform.ChatTransform builds an AstraiEncoder for it
         raise ConfigError(
             "--astrai-config is read (tokenloom.tokenize.chat.AstraiEncoder) but the tokenize run does not use it yet",
             field="astrai_config",
