@@ -33,6 +33,7 @@ ORDER = [
     "open",
     "tokenize",
     "tokenize-prep",
+    "sft",
     "datasets",
     "remote_cache",
     "verify",

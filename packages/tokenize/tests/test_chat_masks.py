@@ -268,12 +268,34 @@ def test_jinja_error_carries_the_record(tmp_path: Path, chat_tokenizer_dir) -> N
 
 
 def test_straddling_token_is_a_mask_error(tmp_path: Path, chat_tokenizer_dir) -> None:
-    template = tmp_path / "colon.jinja"  # "assistant: " then the content: the BPE merges " word"
+    template = tmp_path / "glued.jinja"  # "assistant:de" then the content: the BPE merges "de" + "fine"
+    template.write_text("{% for m in messages %}{{ m.role }}:de{{ m.content }}<|im_end|>{% endfor %}")
+    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine thanks"}]
+    with pytest.raises(MaskError, match="straddles") as caught:
+        encoder.encode({"messages": messages}, RecordPlace("in/s.jsonl", 2))
+    assert caught.value.record == 2 and caught.value.field == "messages[1]"
+
+
+def test_whitespace_at_a_trained_start_moves_to_a_token_edge(tmp_path: Path, chat_tokenizer_dir) -> None:
+    """The template's separating space in the content's first token: that token is trained whole (the model
+    emits " It" after "assistant:"); the content's leading whitespace in the header's token: that token is masked."""
+    template = tmp_path / "colon.jinja"  # "assistant: " then the content: the BPE merges " It"
     template.write_text("{% for m in messages %}{{ m.role }}: {{ m.content }}<|im_end|>{% endfor %}")
     encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
-    with pytest.raises(MaskError, match="straddles") as caught:
-        encoder.encode({"messages": CONVERSATION[1:3]}, RecordPlace("in/s.jsonl", 2))
-    assert caught.value.record == 2 and caught.value.field == "messages[1]"
+    sft = encoder.encode({"messages": CONVERSATION[1:3]})
+    assert sft is not None
+    found = [encoder.chat.decode(sft["sequence"][b:e]) for b, e in runs(sft["loss_mask"])]
+    assert found == [" It joins path components.<|im_end|>"]
+    chatml = ChatEncoder(chat_tokenizer_dir("chatml"))
+    for content in ("  two spaces", "\n\n  newlines", " \t tab", "   "):
+        sft = chatml.encode({"messages": [CONVERSATION[1], {"role": "assistant", "content": content}]})
+        assert sft is not None
+        ids, mask = sft["sequence"], sft["loss_mask"]
+        [(begin, end)] = runs(mask)
+        trained = chatml.chat.decode(ids[begin:end])
+        assert trained.endswith("<|im_end|>") and content.endswith(trained.removesuffix("<|im_end|>"))
+        assert not chatml.chat.decode(ids[begin - 1 : begin]).strip()  # what is left out is whitespace
 
 
 def test_no_trained_token_and_all_trained_are_errors(tmp_path: Path, chat_tokenizer_dir) -> None:

@@ -295,6 +295,13 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     help="--train-type: a record over --max-length is skipped and counted (never a silent cut), or cut.",
 )
 @click.option(
+    "--astrai-config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="AstrAI's preprocessing config (pipeline.json): the sequence, loss_mask and position_ids AstrAI's Pipeline "
+    "writes for its sft and pretrain configs (per-message rendering, role masks, max_seq_len, truncation_mode).",
+)
+@click.option(
     "--finalize",
     is_flag=True,
     help="Only write the manifest of a --num-nodes run whose units are all committed (when no node could).",
@@ -334,6 +341,7 @@ def tokenize(
     chat_template: Path | None,
     train_roles: str,
     truncate: str,
+    astrai_config: Path | None,
 ) -> None:
     """Pre-tokenize jsonl (.gz, .zst), parquet and Arrow files into token shards, in parallel, crash-safely.
 
@@ -373,8 +381,9 @@ def tokenize(
             seed=seed,
             ray_address=ray_address,
             finalize=finalize,
-            train_type=train_type,
+            train_type=train_type or ("sft" if astrai_config else None),
             chat_template=chat_template,
+            astrai_config=astrai_config,
             train_roles=tuple(r.strip() for r in train_roles.split(",") if r.strip()),
             truncate=truncate,
         )

@@ -189,6 +189,8 @@ class TokenizeConfig:
     """--train-type: the roles whose turns are trained."""
     truncate: str = "skip"
     """--train-type: a record over --max-length is skipped (counted), or cut to keep-start / keep-end."""
+    astrai_config: Path | None = None
+    """--train-type sft: AstrAI's preprocessing config (pipeline.json), giving the arrays AstrAI's Pipeline writes."""
     output_url: str | None = field(default=None, init=False)
     """Set from an object-store ``output_dir``: the URL the dataset is uploaded to."""
     input_url: str | None = field(default=None, init=False)

@@ -19,11 +19,13 @@ __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_setti
 RECORD_FORMATS = ("bin-meta",)
 #: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
 TRAIN_TYPES = ("sft", "dpo", "grpo")
+#: whether tokenize's record transform encodes with AstraiEncoder when --astrai-config is given
+_RUN_TAKES_ASTRAI = False
 
 
 def check_post_training(config: TokenizeConfig) -> None:
     """--train-type: the record settings, and the text-only options refused."""
-    if config.train_type not in TRAIN_TYPES:
+    if config.train_type not in TRAIN_TYPES and not (config.train_type == "seq" and config.astrai_config):
         raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
     if config.format == "native":  # the default: a record store
         object.__setattr__(config, "format", RECORD_FORMATS[0])
@@ -39,6 +41,8 @@ def check_post_training(config: TokenizeConfig) -> None:
         if not config.chat_template.is_file():
             raise ConfigError("the chat template file does not exist", path=config.chat_template, field="chat_template")
     object.__setattr__(config, "train_roles", tuple(config.train_roles))
+    if config.astrai_config is not None:
+        _check_astrai(config)
 
     bad = [role for role in config.train_roles if role not in ROLES]
     if not config.train_roles or bad:
@@ -62,6 +66,44 @@ def check_post_training(config: TokenizeConfig) -> None:
         )
 
 
+def _check_astrai(config: TokenizeConfig) -> None:
+    """--astrai-config: the config read (a ConfigError naming its field), its training type, the options it owns."""
+    from tokenloom.tokenize.chat import AstraiConfig
+
+    object.__setattr__(config, "astrai_config", Path(config.astrai_config))  # type: ignore[arg-type]
+    astrai = AstraiConfig.from_file(config.astrai_config)  # type: ignore[arg-type]
+    if config.train_type not in ("sft", astrai.train_type):
+        raise ConfigError(
+            f"--astrai-config with --train-type {config.train_type}: AstrAI's sft and pretrain configs are read",
+            field="astrai_config",
+            hint="Drop --train-type (or pass sft); for dpo and grpo use --train-type without --astrai-config",
+        )
+    owned = {"train_roles": config.train_roles != ("assistant",), "max_length": config.max_length is not None}
+    owned["truncate"] = config.truncate != "skip"
+    for name, given in owned.items():
+        if given:
+            raise ConfigError(
+                f"{name} with --astrai-config: the AstrAI config decides it (mask, max_seq_len, truncation_mode)",
+                field=name,
+                hint=f"Drop --{name.replace('_', '-')} and set it in the AstrAI config",
+            )
+    if astrai.position_ids_mode.value == "continuous" or astrai.max_items:
+        raise ConfigError(
+            "position_ids_mode continuous and max_items count across the whole input, which a unit-planned run "
+            "does not see in one process",
+            path=config.astrai_config,
+            field="output.position_ids_mode" if astrai.max_items is None else "preprocessing.max_items",
+            hint="Use doc_reset and no max_items, or tokenloom.tokenize.chat.records_from_astrai_config in one process",
+        )
+    if _RUN_TAKES_ASTRAI is False:  # until _transform.ChatTransform builds an AstraiEncoder for it
+        raise ConfigError(
+            "--astrai-config is read (tokenloom.tokenize.chat.AstraiEncoder) but the tokenize run does not use it yet",
+            field="astrai_config",
+            hint="Encode in Python with tokenloom.tokenize.chat.records_from_astrai_config for now",
+        )
+    object.__setattr__(config, "train_type", astrai.train_type)
+
+
 def record_settings(config: TokenizeConfig) -> dict[str, Any]:
     """--train-type: the settings that change the record store (in the plan's run key)."""
     template = None
@@ -76,4 +118,9 @@ def record_settings(config: TokenizeConfig) -> dict[str, Any]:
         "truncate": config.truncate,
         "on_error": config.on_error.value,
         "max_line_bytes": config.max_line_bytes,
+        **({"astrai_config_sha256": _sha256_file(config.astrai_config)} if config.astrai_config else {}),
     }
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -68,7 +68,9 @@ TRAIN_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     }
 )
 #: Keys a training type reads when the store has them (AstrAI's SFT stores carry ``position_ids``).
-OPTIONAL_TRAIN_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType({"sft": ("position_ids",)})
+OPTIONAL_TRAIN_TYPE_KEYS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"seq": ("position_ids",), "sft": ("position_ids",)}
+)
 #: dtypes of non-token integer keys that need more than one byte.
 WIDE_KEYS = MappingProxyType({"position_ids": np.dtype("<i4")})
 #: Keys that hold token ids (checked against the vocabulary when written).

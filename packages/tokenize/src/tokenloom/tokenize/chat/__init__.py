@@ -11,6 +11,9 @@
     ...                                       {"role": "assistant", "content": "hello"}]})
     >>> write_post_training(records, "out/sft", "sft", tokenizer="my-tokenizer-dir")
 
+``--astrai-config pipeline.json``: :class:`AstraiEncoder` gives what AstrAI's own ``Pipeline`` writes for
+its sft and pretrain configs (its per-message rendering, role masks, cuts and position ids; see :mod:`._astrai`).
+
 The mask rules (what is trained, what the end marker is) are in :mod:`._masks`' docstring.
 """
 
@@ -19,6 +22,8 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
+from tokenloom.tokenize.chat._astrai import AstraiEncoder, AstraiStats, AstraiTokenizer, records_from_astrai_config
+from tokenloom.tokenize.chat._astrai_config import AstraiConfig, AstraiSection, PositionIds
 from tokenloom.tokenize.chat._encode import ChatEncoder, PostTrainingStats, TrainType, Truncate
 from tokenloom.tokenize.chat._masks import MaskedTokens, TrainedSpan, derive_mask
 from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
@@ -29,10 +34,16 @@ from tokenloom.tokenize.chat._write import SIDECAR_NAME, write_post_training
 __all__ = [
     "ROLES",
     "SIDECAR_NAME",
+    "AstraiConfig",
+    "AstraiEncoder",
+    "AstraiSection",
+    "AstraiStats",
+    "AstraiTokenizer",
     "ChatEncoder",
     "ChatTokenizer",
     "Conversation",
     "MaskedTokens",
+    "PositionIds",
     "PostTrainingStats",
     "RecordPlace",
     "TrainType",
@@ -42,6 +53,7 @@ __all__ = [
     "derive_mask",
     "dpo_pair",
     "grpo_group",
+    "records_from_astrai_config",
     "runs",
     "sft_conversation",
     "verify_mask",

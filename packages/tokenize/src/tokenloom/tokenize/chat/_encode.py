@@ -80,6 +80,8 @@ class ChatEncoder:
             prompt plus its longest response); None: no limit.
         truncate: skip, keep-start or keep-end (see :class:`Truncate`).
         on_error: "raise" (the first bad record stops the run) or "skip" (count it by error name).
+        engine: auto (the renderings encoded by fastokens where proven equal to tokenizers, see
+            :mod:`._fast`), hf or fast (an error where it is not proven). Never changes the output.
     """
 
     def __init__(
@@ -92,9 +94,12 @@ class ChatEncoder:
         max_length: int | None = None,
         truncate: Truncate | str = Truncate.SKIP,
         on_error: str = "raise",
+        engine: str = "auto",
     ) -> None:
         self.chat = (
-            tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer, chat_template=chat_template)
+            tokenizer
+            if isinstance(tokenizer, ChatTokenizer)
+            else ChatTokenizer(tokenizer, chat_template=chat_template, engine=engine)
         )
         self.train_type = _choice(TrainType, train_type, "train_type")
         self.truncate = _choice(Truncate, truncate, "truncate")
@@ -187,8 +192,9 @@ class ChatEncoder:
                 "their first trained turn, or pass --on-error skip to count and skip such records",
                 **place.where(),
             )
-        starts = [side.spans[0].start for side in (chosen, rejected)]
-        if chosen.text[: starts[0]] != rejected.text[: starts[1]]:
+        # up to the earlier trained start (a start may sit at a token's edge, off the content's first character)
+        start = min(side.spans[0].start for side in (chosen, rejected))
+        if chosen.text[:start] != rejected.text[:start]:
             raise TemplatePrefixError(
                 "the prompt renders differently before chosen and before rejected (the template renders the "
                 f"prompt depending on the continuation; they part at character {_common(chosen.text, rejected.text)})",

@@ -19,8 +19,15 @@ For a trained message i (a trained role, at or after the conversation's ``traine
    ends an assistant turn with the next role's marker (``<|user|>``) stops generation on that marker,
    so that is the stop token the model must learn.
 
-Characters map to tokens through the encoding's offsets; a token that covers both trained and masked
-characters is a MaskError. Every record is then verified (:mod:`._verify`).
+4. **Token boundaries.** Characters map to tokens through the encoding's offsets. Where a trained turn's
+   start falls inside a token, and one side of the cut is only whitespace, the start moves to the
+   token's edge: a token of the content's leading whitespace merged with the header's (``"\n "`` of
+   ``assistant\n`` + ``"  hi"`` under byte-level BPE) is masked, so that whitespace is not trained; a
+   token holding the template's separating whitespace and the content's first word (Metaspace's
+   ``"▁hi"`` after ``[/INST] ``) is trained whole, as the model emits it after the prompt. Any other
+   token that covers both trained and masked characters is a MaskError.
+
+Every record is then verified (:mod:`._verify`).
 """
 
 from __future__ import annotations
@@ -212,7 +219,7 @@ def derive_mask(
         skip = len(after)
     ids, offsets = chat.encode(full[skip:])
     offsets = offsets + skip
-    special = np.fromiter((int(i) in chat.special_ids for i in ids), dtype=bool, count=len(ids))
+    special = chat.is_special[ids]
     trained_chars = np.zeros(len(full) + 1, dtype=np.int64)
     spans = []
     for turn, message in enumerate(messages):
@@ -240,6 +247,7 @@ def derive_mask(
         end = _marker_end(offsets, special, content_end, closing, last, partial(_turn_end, renders, full, content_end))
         spans.append(TrainedSpan(turn, start, content_end, end))
         trained_chars[start:end] = 1
+    spans = _settle_starts(trained_chars, offsets, spans, full)
     mask = _token_mask(trained_chars, offsets, spans, full, ids, place)
     masked = MaskedTokens(full, ids, mask, offsets, spans)
     verify_mask(chat, masked, messages, place, whole=after is None)
@@ -250,6 +258,28 @@ def _turn_end(renders: _Renders, full: str, content_end: int) -> int:
     """Length of the last turn's closing that the rendering with one more (user) turn shares."""
     following = renders.probe([*renders.conversation.messages, {"role": "user", "content": _PROBE}])
     return len(full) - content_end if following is None else _common(full[content_end:], following[content_end:])
+
+
+def _settle_starts(
+    trained_chars: np.ndarray, offsets: np.ndarray, spans: list[TrainedSpan], full: str
+) -> list[TrainedSpan]:
+    """Trained spans whose start falls inside a token, moved to a token boundary where that is sound
+    (see the module docstring, point 4); ``trained_chars`` is updated with them. Other straddles stay
+    (``_token_mask`` names them)."""
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    settled = []
+    for span in spans:
+        inside = np.flatnonzero((starts < span.start) & (ends > span.start))
+        if len(inside):
+            s, e = int(starts[inside[0]]), int(ends[inside[0]])
+            if e <= span.content_end and not full[span.start : e].strip():
+                trained_chars[span.start : e] = 0  # the content's leading whitespace, merged into the header's token
+                span = TrainedSpan(span.turn, e, span.content_end, span.end)
+            elif not full[s : span.start].strip() and not trained_chars[s : span.start].any():
+                trained_chars[s : span.start] = 1  # the template's separating whitespace, in the content's token
+                span = TrainedSpan(span.turn, s, span.content_end, span.end)
+        settled.append(span)
+    return settled
 
 
 def _token_mask(

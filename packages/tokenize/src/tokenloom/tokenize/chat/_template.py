@@ -43,7 +43,9 @@ class ChatTokenizer:
         chat_template: a Jinja template file (or the template text) replacing the tokenizer's own.
     """
 
-    def __init__(self, tokenizer: Any, *, chat_template: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, *, chat_template: str | os.PathLike[str] | None = None, engine: str = "auto"
+    ) -> None:
         if isinstance(tokenizer, (str, os.PathLike)):
             from tokenloom.tokenize._tokenizer import LoadedTokenizer
 
@@ -71,8 +73,46 @@ class ChatTokenizer:
             int(i) for i, token in tokenizer.added_tokens_decoder.items() if getattr(token, "special", False)
         )
         self.vocab_size = len(tokenizer)
+        self.is_special = np.zeros(max([self.vocab_size, *(i + 1 for i in self.special_ids)]), dtype=bool)
+        self.is_special[list(self.special_ids)] = True
         # the Rust tokenizer transformers configured (what its fast path calls), None for a slow tokenizer
         self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        self._fast: Any = None
+        self.engine = "hf"
+        self.engine_reason = "asked for" if engine == "hf" else "a slow tokenizer"
+        if engine != "hf" and self._backend is not None:
+            self._fast_engine(engine)
+
+    def _fast_engine(self, engine: str) -> None:
+        """fastokens for the renderings when proven equal (chat/_fast.py); engine "fast": an error otherwise."""
+        from tokenloom.tokenize.chat._fast import FastChatEncoding, byte_offsets_hold
+        from tokenloom.tokenize.engine import EngineMismatchError
+
+        why = byte_offsets_hold(self._backend)
+        if why is None:
+            try:
+                self._fast = FastChatEncoding(self._backend, self._probe_renderings())
+            except (ConfigError, EngineMismatchError) as exc:
+                why = exc.problem
+        if self._fast is not None:
+            self.engine, self.engine_reason = "fast", self._fast.reason
+            return
+        self.engine_reason = f"the fast engine is not used for chat: {why}"
+        if engine == "fast":
+            raise ConfigError(self.engine_reason, field="engine", hint="Use engine auto (falls back to hf) or hf")
+
+    def _probe_renderings(self) -> list[str]:
+        """The template's rendering of probe conversations (each role, odd whitespace, unicode), for the proof."""
+        texts = []
+        contents = ["You are helpful.", "x  y\n\n z", " 数据 😀 café\t", "", "  lead", "trail  "]
+        for roles in (("system", "user", "assistant"), ("user", "assistant", "tool", "assistant")):
+            messages = [{"role": r, "content": contents[i % len(contents)]} for i, r in enumerate(roles)]
+            for generation in (False, True):
+                try:
+                    texts.append(self.render(messages, add_generation_prompt=generation))
+                except ChatTemplateError:
+                    continue
+        return texts
 
     def render(
         self,
@@ -109,6 +149,8 @@ class ChatTokenizer:
 
     def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """Token ids (int64) and their character spans ``(n, 2)`` in ``text``; no special tokens added."""
+        if self._fast is not None:
+            return self._fast.encode(text)
         if self._backend is not None:
             encoded = self._backend.encode(text, add_special_tokens=False)
             ids = np.asarray(encoded.ids, dtype=np.int64)
@@ -120,8 +162,8 @@ class ChatTokenizer:
 
     def decode(self, ids: np.ndarray) -> str:
         if self._backend is not None:
-            return self._backend.decode([int(i) for i in ids], skip_special_tokens=False)
-        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            return self._backend.decode(np.asarray(ids).tolist(), skip_special_tokens=False)
+        return self.hf.decode(np.asarray(ids).tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 def _is_file(value: str | os.PathLike[str]) -> bool:

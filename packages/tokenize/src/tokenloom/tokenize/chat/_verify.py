@@ -27,6 +27,16 @@ def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
+def _decoded(chat: ChatTokenizer, ids: np.ndarray, begin: int, end: int, expected: str) -> str:
+    """The text of ``ids[begin:end]``; decoded after the tokens before it when alone it differs from
+    ``expected`` (a Metaspace decoder drops the first token's leading space of a decode, not of a run inside one)."""
+    alone = chat.decode(ids[begin:end])
+    if alone == expected or begin == 0:
+        return alone
+    before, whole = chat.decode(ids[:begin]), chat.decode(ids[:end])
+    return whole[len(before) :] if whole.startswith(before) else alone
+
+
 def verify_mask(
     chat: ChatTokenizer,
     masked: MaskedTokens,
@@ -62,7 +72,8 @@ def verify_mask(
         else:
             expected.append(piece)
         previous_end = span.end
-    found = [chat.decode(ids[begin:end]) for begin, end in runs(mask)]
+    found = [_decoded(chat, ids, begin, end, want) for (begin, end), want in zip(runs(mask), expected, strict=False)]
+    found += [chat.decode(ids[begin:end]) for begin, end in runs(mask)[len(found) :]]
     if found != expected:
         bad = next(
             (i for i, (a, b) in enumerate(zip(found, expected, strict=False)) if a != b), min(len(found), len(expected))
@@ -79,7 +90,8 @@ def verify_mask(
     for span in masked.spans:
         content = messages[span.turn]["content"]
         rendered = text[span.start : span.content_end]
-        if rendered not in (content, content.strip()):
+        # verbatim, trimmed, or with leading whitespace moved to a token's edge (_masks point 4)
+        if rendered not in (content, content.strip()) and rendered.lstrip() not in (content.lstrip(), content.strip()):
             raise MaskError(
                 f"message {span.turn}'s rendered content {rendered!r:.60} is not its content {content!r:.60}",
                 field=f"messages[{span.turn}]",

@@ -1,0 +1,350 @@
+"""Benchmark post-training data prep (#37): sft conversations -> sequence + loss_mask, and the packed SFT loader.
+
+Conversations are generated deterministically (``random.Random(0)`` over the shipped 16k BPE's word tokens: a
+system prompt half the time, 1-4 user/assistant turns, answers of 20-400 words) into jsonl files of about
+8 MB, >= 50 MB in all (``--quick``: about 1 MB, a check that every row runs). The tokenizer is the shipped
+BPE plus ``<|im_start|>`` and ``<|im_end|>``, with a ChatML template written here that has
+``{% generation %}`` tags (the peers need them; tokenloom does not). Each row runs as its own
+process; wall seconds and CPU seconds (``getrusage`` of the children) are whole-process; "in-process" is
+the process's own clock after its imports, where it reports one.
+
+- ``tokenloom tokenize --train-type sft --num-workers 2``: masks derived and every record verified, record store.
+- plain: one process that orjson-parses, renders each conversation with ``apply_chat_template(tokenize=False)``,
+  encodes the renderings with ``tokenizers``' ``encode_batch`` (offsets on), marks the tokens that start inside
+  an assistant turn (found by ChatML's markers: the template's own knowledge) and writes uint16 + uint8.
+  Target: tokenloom >= 0.8x its speed.
+- TRL: ``SFTTrainer``'s dataset preparation (``_prepare_dataset`` with ``assistant_only_loss=True``,
+  ``dataset_num_proc=2``) on ``load_dataset("json")``; and ``datasets.map(num_proc=2)`` calling
+  ``apply_chat_template(return_assistant_tokens_mask=True)``. Target: tokenloom >= 3x.
+- packed SFT loader: ``PackedSFTDataset(store, 2048)`` in a DataLoader (2 workers, batch 8) vs a plain packed
+  loader over the same bins (a map-style dataset whose ``__getitems__`` fills one preallocated int64 batch with
+  input_ids, labels -100 where masked and across conversations, position_ids reset). Target: >= 1.0x.
+
+Token and trained-token counts are checked equal between the rows.
+
+    uv run --group bench python tools/bench/bench_sft.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+OUTPUT = REPO / "docs" / "benchmarks" / "sft.md"
+PART_BYTES = 8 << 20
+SEQ_LEN = 2048
+TEMPLATE = (
+    "{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['role'] == 'assistant' -%}{% generation %}{{- message['content'] + '<|im_end|>' -}}"
+    "{% endgeneration %}{%- else -%}{{- message['content'] + '<|im_end|>' -}}{%- endif -%}{{- '\\n' -}}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+_PLAIN = r"""
+import json, sys, time, orjson, numpy as np
+from transformers import AutoTokenizer
+files, tokdir, out = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+start = time.perf_counter()
+tok = AutoTokenizer.from_pretrained(tokdir)
+backend = tok.backend_tokenizer
+head, end = "<|im_start|>assistant\n", "<|im_end|>"
+tokens = trained = 0
+with open(out + "/sequence.bin", "wb") as seq, open(out + "/loss_mask.bin", "wb") as lm:
+    for path in files:
+        with open(path, "rb") as handle:
+            conversations = [orjson.loads(line)["messages"] for line in handle]
+        texts = [tok.apply_chat_template(c, tokenize=False) for c in conversations]
+        for text, encoding in zip(texts, backend.encode_batch(texts, add_special_tokens=False)):
+            chars = np.zeros(len(text) + 1, dtype=np.uint8)
+            at = text.find(head)
+            while at >= 0:
+                begin = at + len(head)
+                stop = text.find(end, begin) + len(end)
+                chars[begin:stop] = 1
+                at = text.find(head, stop)
+            ids = np.asarray(encoding.ids, dtype=np.uint16)
+            mask = chars[np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)[:, 0]]
+            seq.write(ids.tobytes())
+            lm.write(mask.tobytes())
+            tokens += len(ids)
+            trained += int(mask.sum())
+print(json.dumps({"seconds": time.perf_counter() - start, "tokens": tokens, "trained": trained}))
+"""
+
+_TRL = r"""
+import json, sys, time
+files, tokdir, cache = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+from datasets import load_dataset, disable_progress_bars
+from transformers import AutoTokenizer
+from trl import SFTConfig, SFTTrainer
+disable_progress_bars()
+start = time.perf_counter()
+tok = AutoTokenizer.from_pretrained(tokdir)
+ds = load_dataset("json", data_files=files, split="train", cache_dir=cache)
+trainer = SFTTrainer.__new__(SFTTrainer)  # the preparation only: no model
+trainer._tokenizer, trainer.chat_template, trainer.completion_only_loss = tok, None, False
+args = SFTConfig(output_dir=cache + "/trl", assistant_only_loss=True, dataset_num_proc=2, max_length=None,
+                 report_to=[], use_cpu=True, bf16=False)
+out = trainer._prepare_dataset(ds, tok, args, packing=False, formatting_func=None, dataset_name="train")
+seconds = time.perf_counter() - start
+labels = out["labels"]
+print(json.dumps({"seconds": seconds, "tokens": sum(map(len, labels)),
+                  "trained": sum(sum(1 for x in row if x != -100) for row in labels)}))
+"""
+
+_MAP = r"""
+import json, sys, time
+files, tokdir, cache = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+from datasets import load_dataset, disable_progress_bars
+from transformers import AutoTokenizer
+disable_progress_bars()
+start = time.perf_counter()
+tok = AutoTokenizer.from_pretrained(tokdir)
+ds = load_dataset("json", data_files=files, split="train", cache_dir=cache)
+def encode(batch):
+    out = tok.apply_chat_template(batch["messages"], tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=True)
+    return {"input_ids": out["input_ids"], "assistant_masks": out["assistant_masks"]}
+out = ds.map(encode, batched=True, num_proc=2, remove_columns=ds.column_names)
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "tokens": sum(map(len, out["input_ids"])),
+                  "trained": sum(map(sum, out["assistant_masks"]))}))
+"""
+
+_LOADER = r"""
+import json, sys, time
+import numpy as np, torch
+from torch.utils.data import DataLoader
+from tokenloom.datasets import PackedSFTDataset
+store, kind, seq_len, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+packed = PackedSFTDataset(store, seq_len)
+
+class Plain(torch.utils.data.Dataset):
+    # the same bins, one preallocated int64 batch per call
+    def __init__(self):
+        from tokenloom.formats import open_records
+        part = open_records(store).parts[0]
+        self.seq = part.array("sequence")
+        self.mask = part.array("loss_mask")
+        self.off = np.asarray(part.offsets["sequence"], dtype=np.int64)
+        self.bins = [packed.conversations(i) for i in range(len(packed))]
+    def __len__(self):
+        return len(self.bins)
+    def __getitems__(self, indices):
+        n = len(indices)
+        ids = np.zeros((n, seq_len), dtype=np.int64)
+        labels = np.full((n, seq_len), -100, dtype=np.int64)
+        pos = np.zeros((n, seq_len), dtype=np.int64)
+        for row, index in enumerate(indices):
+            at = 0
+            for c in self.bins[index]:
+                b, e = self.off[c], self.off[c + 1]
+                k = e - b
+                ids[row, at:at + k] = self.seq[b:e]
+                keep = self.mask[b + 1:e].astype(bool)
+                lab = labels[row, at:at + k - 1]
+                lab[keep] = self.seq[b + 1:e][keep]
+                pos[row, at:at + k] = np.arange(k)
+                at += k
+        return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
+                "position_ids": torch.from_numpy(pos)}
+
+dataset = packed if kind == "tokenloom" else Plain()
+loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=lambda b: b, shuffle=False)
+start = time.perf_counter()
+seen = 0
+for i, batch in enumerate(loader):
+    seen += len(batch["input_ids"]) if isinstance(batch, dict) else len(batch)
+    if i + 1 >= batches:
+        break
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "samples": seen, "per_second": seen / seconds}))
+"""
+
+
+def make_tokenizer(root: Path) -> Path:
+    from tokenizers import AddedToken, Tokenizer
+
+    from tokenloom.tokenize import default_tokenizer_path
+
+    directory = root / "tokenizer"
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer.from_file(str(Path(default_tokenizer_path()) / "tokenizer.json"))
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in ("<|im_start|>", "<|im_end|>")]
+    )
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+              "clean_up_tokenization_spaces": False, "chat_template": TEMPLATE}  # fmt: skip
+    (directory / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    return directory
+
+
+def make_corpus(root: Path, tokenizer: Path, target_bytes: int) -> list[Path]:
+    """Deterministic conversations in jsonl parts of about PART_BYTES (see the module docstring)."""
+    vocab = orjson.loads((tokenizer / "tokenizer.json").read_bytes())["model"]["vocab"]
+    words = sorted(w[1:] for w in vocab if w.startswith("\u0120") and w[1:].isalpha())
+    rng = random.Random(0)
+    root.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    lines: list[bytes] = []
+    size = total = 0
+
+    def text(low: int, high: int) -> str:
+        return " ".join(rng.choices(words, k=rng.randint(low, high))) + rng.choice([".", "?", " 😀", " données.", ""])
+
+    while total < target_bytes:
+        messages = [{"role": "system", "content": text(3, 20)}] if rng.random() < 0.5 else []
+        for _ in range(rng.randint(1, 4)):
+            messages += [{"role": "user", "content": text(5, 80)}, {"role": "assistant", "content": text(20, 400)}]
+        line = orjson.dumps({"messages": messages}) + b"\n"
+        lines.append(line)
+        size += len(line)
+        total += len(line)
+        if size >= PART_BYTES or total >= target_bytes:
+            files.append(root / f"part-{len(files):04d}.jsonl")
+            files[-1].write_bytes(b"".join(lines))
+            lines, size = [], 0
+    return files
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="true")
+    return env
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall s, CPU s of the process and its children, stdout) of one subprocess."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, env=_env(), check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:5]} failed ({proc.returncode}): {proc.stderr.decode()[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout.decode()
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def measure(quick: bool) -> dict:
+    runs = 1 if quick else 3
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sft-"))
+    try:
+        tokenizer = make_tokenizer(tmp)
+        files = make_corpus(tmp / "in", tokenizer, (1 << 20) if quick else (55 << 20))
+        data_mb = sum(f.stat().st_size for f in files) / 1e6
+        joined = ",".join(map(str, files))
+        out = tmp / "out"
+        rows: dict[str, list[tuple[float, float, dict]]] = {}
+
+        def add(name: str, cmd: list[str], parse) -> None:
+            for _ in range(runs):
+                wall, cpu, stdout = timed(cmd)
+                rows.setdefault(name, []).append((wall, cpu, parse(stdout)))
+
+        tokenize = [sys.executable, "-m", "tokenloom.formats", "tokenize", f"--input-dir={tmp / 'in'}",
+                    f"--output-dir={out}", "--train-type=sft", f"--tokenizer={tokenizer}", "--num-workers=2",
+                    "--no-progress", "--overwrite"]  # fmt: skip
+
+        def tokenloom_counts(_stdout: str) -> dict:
+            stats = orjson.loads((out / "post_training.json").read_bytes())["stats"]
+            return {"tokens": stats["tokens"], "trained": stats["trained_tokens"]}
+
+        add("tokenloom `tokenize --train-type sft --num-workers 2`", tokenize, tokenloom_counts)
+        plain_out = tmp / "plain"
+        plain_out.mkdir()
+        add("plain (orjson, apply_chat_template, tokenizers offsets, masks, write)",
+            [sys.executable, "-c", _PLAIN, joined, str(tokenizer), str(plain_out)], _last_json)  # fmt: skip
+        peers = (
+            ("TRL SFTTrainer preparation (assistant_only_loss, 2 procs)", _TRL),
+            ("datasets.map + apply_chat_template(return_assistant_tokens_mask), 2 procs", _MAP),
+        )
+        for name, code in peers:
+            try:
+                add(name, [sys.executable, "-c", code, joined, str(tokenizer), str(tmp / f"cache-{len(rows)}")],
+                    _last_json)  # fmt: skip
+            except RuntimeError as exc:
+                rows[name] = [(float("nan"), float("nan"), {"error": str(exc).splitlines()[-1][:200]})]
+        loader: dict[str, list[tuple[float, float, dict]]] = {}
+        batches = 20 if quick else 400
+        for kind in ("tokenloom", "plain"):
+            for _ in range(runs):
+                wall, cpu, stdout = timed([sys.executable, "-c", _LOADER, str(out), kind, str(SEQ_LEN), str(batches)])
+                loader.setdefault(kind, []).append((wall, cpu, _last_json(stdout)))
+        return {"data_mb": data_mb, "files": len(files), "runs": runs, "rows": rows, "loader": loader}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(result: dict) -> str:
+    rows, loader = result["rows"], result["loader"]
+    median = statistics.median
+    lines = [
+        "## Post-training data: sft prep and the packed SFT loader (#37)",
+        "",
+        f"{result['data_mb']:.1f} MB of generated conversations in {result['files']} jsonl files; medians of "
+        f"{result['runs']} runs; whole-process wall and CPU seconds (CPU: the process and its children).",
+        "",
+        "| row | wall s | CPU s | in-process s | MB/s (wall) | tokenloom faster by (wall) | tokens | trained |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    ours = median(w for w, _, _ in next(iter(rows.values())))
+    for name, runs in rows.items():
+        info = runs[0][2]
+        if "error" in info:
+            lines.append(f"| {name} | failed: {info['error']} | | | | | | |")
+            continue
+        wall, cpu = median(w for w, _, _ in runs), median(c for _, c, _ in runs)
+        inside = median(r[2]["seconds"] for r in runs) if "seconds" in info else None
+        lines.append(
+            f"| {name} | {wall:.2f} | {cpu:.2f} | {'' if inside is None else f'{inside:.2f}'} | "
+            f"{result['data_mb'] / wall:.1f} | {wall / ours:.2f}x | {info['tokens']:,} | {info['trained']:,} |"
+        )
+    counts = {(r[0][2].get("tokens"), r[0][2].get("trained")) for r in rows.values() if "error" not in r[0][2]}
+    lines += ["", f"Token and trained-token counts equal across rows: {'yes' if len(counts) == 1 else f'no {counts}'}."]
+    lines += ["", f"Packed SFT loader ({SEQ_LEN} tokens, batch 8, 2 workers):", ""]
+    lines += ["| loader | samples/s (in-process) | wall s | CPU s | tokenloom / plain |", "|---|---:|---:|---:|---:|"]
+    speeds = {kind: median(r[2]["per_second"] for r in runs) for kind, runs in loader.items()}
+    for kind, runs in loader.items():
+        wall, cpu = median(w for w, _, _ in runs), median(c for _, c, _ in runs)
+        lines.append(f"| {kind} | {speeds[kind]:,.0f} | {wall:.2f} | {cpu:.2f} | "
+                     f"{speeds['tokenloom'] / speeds[kind]:.2f}x |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def run(quick: bool) -> str:
+    text = report(measure(quick))
+    if not quick:
+        OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+        OUTPUT.write_text(text)
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    sys.stdout.write(run(parser.parse_args().quick))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
