@@ -19,8 +19,6 @@ __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_setti
 RECORD_FORMATS = ("bin-meta",)
 #: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
 TRAIN_TYPES = ("sft", "dpo", "grpo")
-#: whether tokenize's record transform encodes with AstraiEncoder when --astrai-config is given
-_RUN_TAKES_ASTRAI = False
 
 
 def check_post_training(config: TokenizeConfig) -> None:
@@ -94,12 +92,6 @@ def _check_astrai(config: TokenizeConfig) -> None:
             path=config.astrai_config,
             field="output.position_ids_mode" if astrai.max_items is None else "preprocessing.max_items",
             hint="Use doc_reset and no max_items, or tokenloom.tokenize.chat.records_from_astrai_config in one process",
-        )
-    if _RUN_TAKES_ASTRAI is False:  # until _transform.ChatTransform builds an AstraiEncoder for it
-        raise ConfigError(
-            "--astrai-config is read (tokenloom.tokenize.chat.AstraiEncoder) but the tokenize run does not use it yet",
-            field="astrai_config",
-            hint="Encode in Python with tokenloom.tokenize.chat.records_from_astrai_config for now",
         )
     object.__setattr__(config, "train_type", astrai.train_type)
 

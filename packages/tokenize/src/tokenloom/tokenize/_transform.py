@@ -22,7 +22,7 @@ import orjson
 from tokenloom.formats import DataError, RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._unit_work import unit_line
-from tokenloom.tokenize.chat import ChatEncoder, RecordPlace
+from tokenloom.tokenize.chat import AstraiEncoder, ChatEncoder, RecordPlace
 from tokenloom.tokenize.inputs import Issue, IssueKind, UnitSource, read_records
 
 __all__ = ["ChatTransform", "RecordTransform", "in_file", "transform_for", "unit_records"]
@@ -48,6 +48,13 @@ class ChatTransform:
     """Post-training: a record -> sft / dpo / grpo arrays with proven loss masks (ChatEncoder)."""
 
     def __init__(self, config: TokenizeConfig, tokenizer: str) -> None:
+        self.encoder: ChatEncoder | AstraiEncoder
+        self.input_skips: Counter[str] = Counter()
+        if config.astrai_config is not None:  # AstraiEncoder: AstrAI's per-message rendering, masks and cuts
+            self.encoder = AstraiEncoder(
+                config.astrai_config, tokenizer, chat_template=config.chat_template, on_error=config.on_error.value
+            )
+            return
         self.encoder = ChatEncoder(
             tokenizer,
             chat_template=config.chat_template,
@@ -57,7 +64,6 @@ class ChatTransform:
             truncate=config.truncate,
             on_error=config.on_error.value,
         )
-        self.input_skips: Counter[str] = Counter()
 
     def apply(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
         return self.encoder.encode(record, place)
@@ -74,7 +80,10 @@ class ChatTransform:
 
     def reset(self) -> None:
         """Zero the counts (one encoder serves many units of a worker)."""
-        self.encoder.stats = type(self.encoder.stats)()
+        if isinstance(self.encoder, AstraiEncoder):
+            self.encoder.stats = type(self.encoder.stats)()
+        else:
+            self.encoder.stats = type(self.encoder.stats)()
         self.input_skips = Counter()
 
 

@@ -23,6 +23,7 @@ import orjson
 from tokenloom.formats import ConfigError, RecordStoreWriter
 from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
+from tokenloom.tokenize.chat._astrai import AstraiEncoder
 from tokenloom.tokenize.chat._encode import ChatEncoder, PostTrainingStats
 from tokenloom.tokenize.chat._template import NOWHERE
 
@@ -35,7 +36,7 @@ MASK_DTYPES = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "boo
 
 def write_store(
     out: Path,
-    encoder: ChatEncoder,
+    encoder: ChatEncoder | AstraiEncoder,
     records: Iterable[Any],
     *,
     overwrite: bool = False,
@@ -49,7 +50,7 @@ def write_store(
     vocab = encoder.chat.vocab_size
     writer = RecordStoreWriter(
         out,
-        train_type=encoder.train_type.value,
+        train_type=str(encoder.train_type),
         dtype=np.uint16 if vocab <= 1 << 16 else np.uint32,
         vocab_size=vocab,
         key_dtypes=MASK_DTYPES,
@@ -70,13 +71,18 @@ def write_store(
 
 
 def sidecar(
-    encoder: ChatEncoder, stats: dict[str, Any], *, tokenizer: str, template_sha256: str | None = None, **extra: Any
+    encoder: ChatEncoder | AstraiEncoder,
+    stats: dict[str, Any],
+    *,
+    tokenizer: str,
+    template_sha256: str | None = None,
+    **extra: Any,
 ) -> bytes:
     """``post_training.json``: the encoder's settings (its template by hash), the tokenizer, ``extra``, the counts."""
     body = {
         "tokenloom_post_training": SIDECAR_VERSION,
         **{k: v for k, v in encoder.settings().items() if k != "chat_template"},
-        "chat_template_sha256": template_sha256 or hashlib.sha256(encoder.chat.template.encode()).hexdigest(),
+        "chat_template_sha256": template_sha256 or hashlib.sha256((encoder.chat.template or "").encode()).hexdigest(),
         "tokenizer": str(Path(tokenizer).resolve()) if tokenizer and Path(tokenizer).exists() else tokenizer,
         **extra,
         "stats": stats,
@@ -101,7 +107,7 @@ def write_post_training(
     """
     if encoder is None:
         encoder = ChatEncoder(tokenizer, train_type=train_type, **options)
-    elif options or tokenizer is not None or encoder.train_type.value != train_type:
+    elif options or tokenizer is not None or str(encoder.train_type) != train_type:
         raise ConfigError(
             "pass either an encoder (of this train_type) or a tokenizer and options, not both", field="encoder"
         )
