@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import lzma
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from tokenloom.hf_streaming import StreamingHuggingFaceDataset
 from tokenloom.tokenize import TokenizeConfig, tokenize
-from tokenloom.tokenize.inputs import Cut, InputReader, _registry, register, sniff
+from tokenloom.tokenize.inputs import Cut, InputReader, register, sniff, unregister
 
 
 class XzJsonl(InputReader):
@@ -32,9 +33,9 @@ class XzJsonl(InputReader):
 
 
 @pytest.fixture
-def xz_registered(monkeypatch: pytest.MonkeyPatch) -> InputReader:
-    monkeypatch.setattr(_registry, "_READERS", dict(_registry._READERS))  # the registration ends with the test
-    return register(XzJsonl())
+def xz_registered() -> Iterator[InputReader]:
+    yield register(XzJsonl())
+    unregister(XzJsonl.name)  # the registration ends with the test
 
 
 def _corpus(root: Path, compress: bool) -> Path:

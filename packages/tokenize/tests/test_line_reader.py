@@ -332,3 +332,41 @@ def test_a_plain_file_that_grew_after_listing_never_counts_negative_bytes(tmp_pa
     chunks = list(read_chunks([info], chunk_lines=3, chunk_bytes=1 << 30, max_line_bytes=1 << 20))
     assert all(chunk.source_bytes >= 0 for chunk in chunks), [chunk.source_bytes for chunk in chunks]
     assert sum(chunk.source_bytes for chunk in chunks) == info.size
+
+
+def test_a_capped_line_is_the_old_readline_at_any_block(monkeypatch):
+    """Review: the input room's line reader (1 MiB blocks, a line over the cap never joined) keeps the
+    whole-readline rule exactly: a line of cap bytes plus its newline is kept, cap + 1 bytes is over, \\r\\n and
+    a last line without a newline alike, with the same byte offsets, whatever the block size."""
+    import io
+    import random
+
+    from tokenloom.tokenize.inputs import _lines, format_named, line_records, stream_lines
+
+    def old(f, cap):
+        rows, offset = [], 0
+        while line := f.readline(cap + 1):
+            size = len(line)
+            if size > cap and not (size == cap + 1 and line.endswith(b"\n")):
+                while line and not line.endswith(b"\n"):
+                    line = f.readline(1 << 20)
+                    size += len(line)
+                rows.append((None, offset, size))
+            else:
+                rows.append((line.rstrip(b"\n").removesuffix(b"\r"), offset, size))
+            offset += size
+        return rows
+
+    rng = random.Random(1)
+    plain = format_named("jsonl")
+    for block in (1, 2, 3, 5, 1 << 20):
+        monkeypatch.setattr(_lines, "READ_BLOCK", block)
+        for _ in range(500):
+            cap = rng.randint(1, 12)
+            ends = (b"\n", b"\r\n")
+            data = b"".join(b"x" * rng.randint(0, 15) + rng.choice(ends) for _ in range(rng.randint(0, 5)))
+            data += b"y" * rng.randint(0, 15) * rng.randint(0, 1)
+            handle = io.BufferedReader(io.BytesIO(data), 16)
+            records = line_records(stream_lines(handle, handle, plain, cap), "x")
+            got = [(r.value, r.offset, r.size) for r in records if not isinstance(r, _lines.Issue)]
+            assert got == old(io.BytesIO(data), cap), (block, cap, data)

@@ -42,6 +42,7 @@ from tokenloom.tokenize.inputs._registry import (
     readers,
     register,
     sniff,
+    unregister,
 )
 from tokenloom.tokenize.inputs._rows import RowFile
 from tokenloom.tokenize.inputs._units import ByteRange, RowGroups, UnitSource, cut_units
@@ -83,4 +84,5 @@ __all__ = [
     "row_records",
     "sniff",
     "stream_lines",
+    "unregister",
 ]

@@ -81,6 +81,11 @@ def register(reader: InputReader) -> InputReader:
     return reader
 
 
+def unregister(name: str) -> None:
+    """Remove the reader registered as ``name`` (a test's, or a plugin's that is unloaded); unknown names pass."""
+    _READERS.pop(name, None)
+
+
 def readers() -> tuple[InputReader, ...]:
     return tuple(_READERS.values())
 
