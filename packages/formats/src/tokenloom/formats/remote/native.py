@@ -36,7 +36,7 @@ from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.helper import head
 from tokenloom.formats.remote.source import RemoteSource
-from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
+from tokenloom.formats.remote.verify import fetch_manifest, log
 
 __all__ = ["RemoteShard", "check_size", "open_remote_native"]
 
@@ -208,8 +208,6 @@ def open_remote_native(
             if obj is None:
                 raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=url.url(entry.name))
             check_size(entry, obj)
-    if validate != Validate.NONE:
-        expect_manifest(cache, manifest)
     by_name = {entry.name: entry for entry in manifest.files}
     zero = no_overlaps_recorded(manifest.metadata)
     shards: list[Shard] = []
@@ -227,13 +225,6 @@ def open_remote_native(
     if validate == Validate.DEEP:
         _check_every_byte(cache, manifest, shards)
     return shards_dataset(shards, manifest.format, Path(MANIFEST_NAME), manifest, validate)
-
-
-def expect_manifest(cache: BlockCache, manifest: Manifest) -> None:
-    """Register the manifest's block hashes and index checksums with ``cache``; say once what stays unchecked."""
-    url = cache.config.url
-    files = [(url.key(e.name), e.role == "data", e.blocks, e.xxh3_128) for e in manifest.files]
-    expect_files(cache, url.url(), files)
 
 
 def _check_every_byte(cache: BlockCache, manifest: Manifest, shards: list[Shard]) -> None:

@@ -86,6 +86,8 @@ def open_remote_any(
             )
         # over http(s) nothing is listed: each object is HEADed when first used
         objects = _listing(cache.config) if url.scheme not in ("http", "https") else {}
+        if validate != Validate.NONE:
+            _expect(cache, {}, payload, url.url())
         dataset = spec.remote(cache, manifest, objects, validate=validate, dtype=dtype)
         return _identified(dataset, url, {MANIFEST_NAME: manifest, **objects})
     config, objects, name = _objects(cache.config, manifest, payload)
@@ -148,16 +150,18 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
     if isinstance(payload, dict) and isinstance(payload.get("files"), list):
         recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
     files = []
-    for name, obj in objects.items():
-        if name == MANIFEST_NAME:
-            continue  # checks itself
+    for name in objects or recorded:  # no listing (a lazy open over http): what the manifest records
         item = recorded.get(name, {})
+        size = objects[name].size if objects else item.get("bytes")
+        if name == MANIFEST_NAME or not isinstance(size, int):
+            continue  # the manifest checks itself; a malformed entry is named by the format's reader
         blocks = None
         if name.endswith(data_suffixes()) and item:
             with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
-                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0)
+                blocks = BlockHashes.from_json(item, size, path=url, record=0)
         checksum = item.get("xxh3_128")
-        files.append((obj.key, name.endswith(data_suffixes()), blocks, checksum if isinstance(checksum, str) else None))
+        data = name.endswith(data_suffixes())
+        files.append((cache.config.url.key(name), data, blocks, checksum if isinstance(checksum, str) else None))
     expect_files(cache, url, files)
 
 
