@@ -88,6 +88,9 @@ class FormatSpec:
     #: a Megatron prefix) among files that may belong to others
     output_name: str | None = None
     file_names: str = ""  # for a directory dataset: a regex of the names its writer creates there
+    #: opens the dataset from object storage off its manifest alone (indexes fetched as shards are touched);
+    #: its manifest is then required. None: the reader runs on a local view (``tokenloom.formats.remote.opener``)
+    remote: Callable[..., TokenDataset] | None = None
 
     @property
     def owns_directory(self) -> bool:

@@ -10,6 +10,7 @@ from tokenloom.formats._registry import register_format
 from tokenloom.formats.native.legacy import open_native_v0
 from tokenloom.formats.native.reader import is_native, open_native, read_native_shard
 from tokenloom.formats.native.writer import NativeShardWriter, NativeWriter, adopt_native
+from tokenloom.formats.remote.native import open_remote_native
 
 __all__ = [
     "SPEC",
@@ -28,7 +29,14 @@ FILE_NAMES = r"shard_\d+\.(bin|idx)|manifest\.json"  # what its writer puts in i
 DESCRIPTION_V0 = "read-only: tokenloom's pre-release native layout, to convert (never detected)"
 
 SPEC = FormatSpec(
-    "native", DESCRIPTION, is_native, open_native, NativeWriter, suffixes=(".bin",), file_names=FILE_NAMES
+    "native",
+    DESCRIPTION,
+    is_native,
+    open_native,
+    NativeWriter,
+    suffixes=(".bin",),
+    file_names=FILE_NAMES,
+    remote=open_remote_native,
 )
 SPEC_V0 = FormatSpec("native-v0", DESCRIPTION_V0, detect=lambda path: False, open=open_native_v0, detectable=False)
 register_format(SPEC)

@@ -7,9 +7,10 @@
 and pickled with a dataset); ``client`` builds stores per process and does ranged GETs
 with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node (temp file + rename
 under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks,
-``blockfile`` a file object over them, ``source`` the local view every format's own reader runs
-on (``opener``), and ``native`` opens a native dataset lazily (an index is fetched when its shard
-is first touched). ``budget`` keeps the cache under ``cache_limit`` (Belady eviction) and ``prefetch``
+``blockfile`` a file object over them, ``opener`` the one open path (manifest, listing, identity) and
+``source`` the local view a format's own reader runs on, unless its ``FormatSpec.remote`` opens it off the
+manifest (``native``: an index is fetched when its shard is first touched). ``budget`` keeps the cache
+under ``cache_limit`` (Belady eviction) and ``prefetch``
 fetches the blocks of a reader's next samples in a background thread. URLs are recognised in
 ``tokenloom.formats.io.urls``. Writes (``publish``: staged locally, shards uploaded as committed, the
 manifest last; ``convert_output`` for ``convert``) go through the helper's ``put``; outputs still not

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import xxhash
 
 from tokenloom.formats._contract import Validate
@@ -35,11 +34,11 @@ from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, shards_data
 from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
-from tokenloom.formats.remote.helper import check_bucket, head, list_objects
+from tokenloom.formats.remote.helper import head
 from tokenloom.formats.remote.source import RemoteSource
-from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
+from tokenloom.formats.remote.verify import fetch_manifest, log
 
-__all__ = ["RemoteShard", "check_size", "open_remote_native", "remote_fingerprint"]
+__all__ = ["RemoteShard", "check_size", "open_remote_native"]
 
 
 class RemoteShard(Shard):
@@ -184,32 +183,12 @@ def _manifest(cache: BlockCache, manifest_obj: ObjectInfo) -> Manifest:
 
 
 def open_remote_native(
-    cache: BlockCache,
-    *,
-    validate: Validate = Validate.FAST,
-    dtype: Any = None,
-    manifest_obj: ObjectInfo | None = None,
+    cache: BlockCache, manifest_obj: ObjectInfo, listed: dict[str, ObjectInfo], *, validate: Validate, dtype: Any
 ) -> TokenDataset:
-    """The TokenDataset of the native dataset at ``cache.config.url`` (manifest required)."""
+    """The native dataset at ``cache.config.url`` off its manifest (``FormatSpec.remote``): ``listed`` holds every
+    object by relative name where the store lists (sizes checked here), nothing over http(s) (HEAD at first use)."""
     url = cache.config.url
-    if manifest_obj is None:
-        try:
-            manifest_obj = head(cache.config, MANIFEST_NAME)
-        except MissingFileError:
-            check_bucket(cache.config)
-            raise MissingFileError(
-                f"{url.url(MANIFEST_NAME)} does not exist: no native dataset at {url}",
-                path=url.url(MANIFEST_NAME),
-                hint="Check the prefix, or run `tokenloom validate --write-manifest` on a local copy and upload it",
-            ) from None
     manifest = _manifest(cache, manifest_obj)
-    if manifest.format != "native":
-        raise FormatError(
-            f"the manifest records format {manifest.format!r}, not native",
-            path=manifest_obj.url,
-            field="format",
-            hint=f"Open it with format={manifest.format!r} (or without format=)",
-        )
     if manifest.version != NATIVE_MANIFEST_VERSION:
         raise FormatError(
             f"manifest version {manifest.version}, expected {NATIVE_MANIFEST_VERSION}",
@@ -223,16 +202,12 @@ def open_remote_native(
             path=str(url),
             field="dtype",
         )
-    listed: dict[str, ObjectInfo] = {}
-    if url.scheme not in ("http", "https"):
-        listed = {o.key: o for o in list_objects(cache.config)}
+    if listed:
         for entry in manifest.files:
-            obj = listed.get(url.key(entry.name))
+            obj = listed.get(entry.name)
             if obj is None:
                 raise MissingFileError(f"{entry.name} is listed in the manifest but absent", path=url.url(entry.name))
             check_size(entry, obj)
-    if validate != Validate.NONE:
-        expect_manifest(cache, manifest)
     by_name = {entry.name: entry for entry in manifest.files}
     zero = no_overlaps_recorded(manifest.metadata)
     shards: list[Shard] = []
@@ -243,27 +218,13 @@ def open_remote_native(
         data = by_name.get(f"{stem}.bin")
         if data is None:
             raise MissingFileError(f"the manifest lists {entry.name} but not {stem}.bin", path=url.url(f"{stem}.bin"))
-        objects = (listed.get(url.key(entry.name)), listed.get(url.key(data.name)))
+        objects = (listed.get(entry.name), listed.get(data.name))
         shards.append(
             RemoteShard(cache, stem, token_dtype, (entry, data), objects, validate=validate, zero_overlaps=zero)
         )
     if validate == Validate.DEEP:
         _check_every_byte(cache, manifest, shards)
-    dataset = shards_dataset(shards, "native", Path(MANIFEST_NAME), manifest, validate)
-    dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
-    identity = [manifest_obj, *(o for o in listed.values() if o.key != manifest_obj.key)]
-    dataset.fingerprint = remote_fingerprint(manifest.fingerprint, identity)
-    dataset.metadata["remote"] = {"url": url.url(), "objects": len(manifest.files) + 1}
-    # each object's identity, so that a saved state can name the object that changed (no credentials)
-    dataset.metadata["remote_objects"] = {info.url: f"{info.size}:{info.etag}" for info in identity}
-    return dataset
-
-
-def expect_manifest(cache: BlockCache, manifest: Manifest) -> None:
-    """Register the manifest's block hashes and index checksums with ``cache``; say once what stays unchecked."""
-    url = cache.config.url
-    files = [(url.key(e.name), e.role == "data", e.blocks, e.xxh3_128) for e in manifest.files]
-    expect_files(cache, url.url(), files)
+    return shards_dataset(shards, manifest.format, Path(MANIFEST_NAME), manifest, validate)
 
 
 def _check_every_byte(cache: BlockCache, manifest: Manifest, shards: list[Shard]) -> None:
@@ -305,13 +266,4 @@ def _checksum(handle: BlockFile, stage: Stage) -> str:
     while count := handle.readinto(buffer):
         digest.update(view[:count])
         stage.advance(count)
-    return digest.hexdigest()
-
-
-def remote_fingerprint(fingerprint: str | None, objects: Any) -> str:
-    """The reader's fingerprint bound to every object's key, size and ETag (no credentials, no endpoint)."""
-    digest = xxhash.xxh3_128()
-    digest.update((fingerprint or "").encode())
-    for info in sorted(objects, key=lambda o: o.key):
-        digest.update(orjson.dumps([info.key, info.size, info.etag]))
     return digest.hexdigest()

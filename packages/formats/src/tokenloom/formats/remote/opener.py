@@ -2,9 +2,9 @@
 
 Detection works as on disk (the manifest first, else every detector over the listing, as a view);
 the dataset that comes back reads its token data through :class:`RemoteSource` (blocks), and its
-fingerprint binds the reader's own fingerprint to every object's key, size and ETag. Native datasets
-with a manifest take the lazy path of :mod:`tokenloom.formats.remote.native` instead (no index fetched
-before a shard is touched).
+fingerprint binds the reader's own fingerprint to every object's key, size and ETag. A format whose spec
+has a ``remote`` reader (native: :mod:`tokenloom.formats.remote.native`) opens off its manifest instead,
+after the same manifest fetch and listing, with no view and no index fetched before a shard is touched.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import orjson
+import xxhash
+
 from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats.errors import ConfigError, DataError, MissingFileError
+from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import data_suffixes, using_source
@@ -29,7 +32,6 @@ from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
-from tokenloom.formats.remote.native import open_remote_native, remote_fingerprint
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import RemoteSource, build_view, relative_name
 from tokenloom.formats.remote.verify import expect_files, fetch_manifest
@@ -72,8 +74,22 @@ def open_remote_any(
     url = cache.config.url
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
-    if manifest is not None and recorded == "native" and format in (None, "native") and not options:
-        return open_remote_native(cache, validate=validate, dtype=dtype, manifest_obj=manifest)
+    spec = formats.spec(format or recorded) if format or isinstance(recorded, str) else None
+    if spec is not None and spec.remote is not None and manifest is not None:
+        formats.check_options(spec, options)
+        if recorded != spec.name:
+            raise FormatError(
+                f"the manifest records format {recorded!r}, not {spec.name}",
+                path=manifest.url,
+                field="format",
+                hint=f"Open it with format={recorded!r} (or without format=)",
+            )
+        # over http(s) nothing is listed: each object is HEADed when first used
+        objects = _listing(cache.config) if url.scheme not in ("http", "https") else {}
+        if validate != Validate.NONE:
+            _expect(cache, {}, payload, url.url())
+        dataset = spec.remote(cache, manifest, objects, validate=validate, dtype=dtype)
+        return _identified(dataset, url, {MANIFEST_NAME: manifest, **objects})
     config, objects, name = _objects(cache.config, manifest, payload)
     view_cache = cache.at(config)
     if validate != Validate.NONE:
@@ -83,18 +99,17 @@ def open_remote_any(
     target = view / name if name else view
     source = RemoteSource(view_cache, {os.fspath(view / name): obj for name, obj in objects.items()})
     try:
-        name_of_format = format or formats.detect(target)
-        if name_of_format == "native" and manifest is None:
+        spec = spec or formats.spec(formats.detect(target))
+        if spec.remote is not None and manifest is None:
             # in object storage the manifest is the commit marker: uploaded last, so shards without it are a
             # dataset still being written (or one written without it), never read as if complete
             raise MissingFileError(
-                f"{url.url(MANIFEST_NAME)} does not exist: no native dataset at {url} (native shards without "
-                "their manifest are a dataset still being uploaded, or one written without it)",
+                f"{url.url(MANIFEST_NAME)} does not exist: no {spec.name} dataset at {url} ({spec.name} files "
+                "without their manifest are a dataset still being uploaded, or one written without it)",
                 path=url.url(MANIFEST_NAME),
                 hint="Wait for the upload to finish (the manifest is uploaded last), or run `tokenloom validate "
                 "--write-manifest` on a local copy and upload its manifest.json",
             )
-        spec = formats.spec(name_of_format)
         formats.check_options(spec, options)
         with using_source(source):
             dataset = spec.open(target, validate=validate, dtype=dtype, **options)
@@ -102,12 +117,31 @@ def open_remote_any(
         if not isinstance(exc, ConfigError):  # a setting of this call, not the bytes: nothing to fetch again
             _forget_unchecked(view, view_cache, objects)
         raise _at_url(exc, view, config.url) from None
+    return _identified(dataset, url, objects)
+
+
+def _identified(dataset: TokenDataset, url: RemoteURL, objects: dict[str, ObjectInfo]) -> TokenDataset:
+    """``dataset`` named by its URL, its fingerprint bound to every object's key, size and ETag (no credentials)."""
+    digest = xxhash.xxh3_128()
+    digest.update((dataset.fingerprint or "").encode())
+    for info in sorted(objects.values(), key=lambda o: o.key):
+        digest.update(orjson.dumps([info.key, info.size, info.etag]))
     dataset.root = url.url()  # type: ignore[assignment]  # a URL, never a local Path
-    dataset.fingerprint = remote_fingerprint(dataset.fingerprint, objects.values())
+    dataset.fingerprint = digest.hexdigest()
     dataset.metadata["remote"] = {"url": url.url(), "objects": len(objects)}
     # each object's identity, so that a saved state can name the object that changed (no credentials)
     dataset.metadata["remote_objects"] = {info.url: f"{info.size}:{info.etag}" for info in objects.values()}
     return dataset
+
+
+def _listing(config: StoreConfig) -> dict[str, ObjectInfo]:
+    """Every object under the prefix by relative name (MissingFileError naming a missing bucket)."""
+    try:
+        listed = list_objects(config)
+    except MissingFileError:
+        check_bucket(config)  # the named error when the bucket itself is missing
+        raise
+    return {relative_name(o, config.url.prefix): o for o in listed if not o.key.endswith("/")}
 
 
 def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url: str) -> None:
@@ -116,16 +150,18 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
     if isinstance(payload, dict) and isinstance(payload.get("files"), list):
         recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
     files = []
-    for name, obj in objects.items():
-        if name == MANIFEST_NAME:
-            continue  # checks itself
+    for name in objects or recorded:  # no listing (a lazy open over http): what the manifest records
         item = recorded.get(name, {})
+        size = objects[name].size if objects else item.get("bytes")
+        if name == MANIFEST_NAME or not isinstance(size, int):
+            continue  # the manifest checks itself; a malformed entry is named by the format's reader
         blocks = None
         if name.endswith(data_suffixes()) and item:
             with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
-                blocks = BlockHashes.from_json(item, obj.size, path=url, record=0)
+                blocks = BlockHashes.from_json(item, size, path=url, record=0)
         checksum = item.get("xxh3_128")
-        files.append((obj.key, name.endswith(data_suffixes()), blocks, checksum if isinstance(checksum, str) else None))
+        data = name.endswith(data_suffixes())
+        files.append((cache.config.url.key(name), data, blocks, checksum if isinstance(checksum, str) else None))
     expect_files(cache, url, files)
 
 
@@ -199,13 +235,9 @@ def _objects(
         found = {n: head(config, n) for n in names}
         return config, {relative_name(o, url.prefix): o for o in found.values()}, ""
     if listable:
-        try:
-            listed = list_objects(config)
-        except MissingFileError:
-            check_bucket(config)  # the named error when the bucket itself is missing
-            raise
+        listed = _listing(config)
         if listed:
-            return config, {relative_name(o, url.prefix): o for o in listed if not o.key.endswith("/")}, ""
+            return config, listed, ""
     # a single file (x.pbin, train.h5) or a Megatron prefix: the view is its parent, holding it and its companions
     parent = PurePosixPath(url.prefix).parent.as_posix() if "/" in url.prefix else ""
     basename = PurePosixPath(url.prefix).name
