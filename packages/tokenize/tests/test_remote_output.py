@@ -343,7 +343,6 @@ def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"process group {group} still alive {timeout} s after SIGKILL")
 
 
-
 def test_faults_on_every_method_of_a_bucket_output_are_retried(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
     """Reads too (the plan's probe, listings, the done markers' checks), not only uploads: the local bytes."""
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
