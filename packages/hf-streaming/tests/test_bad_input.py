@@ -436,3 +436,25 @@ def test_a_fifo_where_a_rank_state_is_expected_is_refused_not_waited_on(tmp_path
         (tmp_path / "ckpt" / "hf_stream_rank00001.json").unlink()
         (tmp_path / "ckpt" / "hf_stream_rank00001.json").mkdir()
         load_rank_states(tmp_path / "ckpt", world_size)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_a_cut_compressed_file_is_a_truncated_error_with_a_hint_that_fits(tmp_path, tokenizer_dir, suffix):
+    """A .jsonl.gz cut short was "cannot read: ..." with the hint of `tokenloom convert --format` (review)."""
+    import gzip
+
+    from tokenloom.formats import TruncatedError
+
+    data = "".join(json.dumps({"text": f"document number {i} " * 5}) + "\n" for i in range(2000)).encode()
+    if suffix == ".jsonl.gz":
+        packed = gzip.compress(data)
+    else:
+        import zstandard
+
+        packed = zstandard.ZstdCompressor().compress(data)
+    path = tmp_path / f"cut{suffix}"
+    path.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(TruncatedError) as info:
+        list(make([str(path)], tokenizer_dir))
+    assert info.value.path == str(path)
+    assert "convert" not in str(info.value) and "again" in str(info.value)

@@ -207,6 +207,12 @@ CHAT_TOKENS = {
         "<|eot_id|>",
     ),
     "next_role_marker": (["<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>"], "<s>", "</s>"),
+    "turn_markers": (["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], "<bos>", "<eos>"),
+    "end_marker": (
+        ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>"],
+        None,
+        "<|endoftext|>",
+    ),
 }
 
 

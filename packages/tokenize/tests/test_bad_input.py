@@ -41,6 +41,7 @@ CASES = [
     ("latin1.jsonl", lines(GOOD[0], b'{"text": "caf\xe9"}', GOOD[1]), 2, "invalid_utf8"),
     ("long.jsonl", lines(GOOD[0], {"text": "x" * 500}, GOOD[1]), 2, "line_too_long"),
     ("empty.jsonl", b"", 0, "empty_file"),
+    ("empty.parquet", b"", 0, "empty_file"),  # a 0-byte row file is an empty file too, not a TypeError
     ("cut.jsonl.gz", truncated_gzip(), None, "truncated_gzip"),
 ]
 

@@ -153,3 +153,69 @@ def test_kill_9_of_a_megatron_run_then_rerun_is_byte_identical(
     assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} and {second} units"
     assert sorted(tree_digest(out)) == ["data.bin", "data.idx", "data.tokenloom.json", "tokenize.json"]
     assert not staging.exists()
+
+
+@pytest.mark.parametrize("fmt", ["flat", "packed"])
+def test_kill_9_of_a_flat_or_packed_run_then_rerun_is_byte_identical(
+    fmt: str,
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    jsonl_dir: Callable[..., Path],
+    make_texts: Callable[..., list[str]],
+    tree_digest: Callable[[Path], dict[str, str]],
+) -> None:
+    """The converting formats other than megatron: killed while staging and around conversion, then rerun."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    texts = make_texts(1500, seed=7, max_words=120)
+    corpus = jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in texts[i::2]] for i in range(2)})
+    options = {**OPTIONS, "format": fmt, "drop_overlap_prefix": True}
+    whole = tmp_path / "whole"
+    tokenize(
+        TokenizeConfig(input_dir=corpus, output_dir=whole, tokenizer=str(tiny_tokenizer), num_workers=0, **options)
+    )
+    out = tmp_path / "killed"
+    staging = staging_dir(out)
+    args = [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps(options).decode()]
+    units = sum(p.stat().st_size for p in corpus.iterdir()) // OPTIONS["unit_bytes"]
+    first = _kill_after_units(args, staging, rng.randint(1, units // 2), rng)
+    _kill_when(args, lambda: (staging / "manifest.json").exists() or out.exists(), rng, may_finish=True)
+    final = _start(args)
+    _, stderr = final.communicate(timeout=120)
+    assert final.returncode == 0, stderr.decode()[-2000:]
+    assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} units"
+    assert not staging.exists()
+
+
+@pytest.mark.parametrize("again", ["resume", "overwrite"])
+def test_kill_9_of_an_overwrite_over_an_old_layout_then_rerun_is_byte_identical(
+    again: str,
+    tmp_path: Path,
+    tiny_tokenizer: Path,
+    jsonl_dir: Callable[..., Path],
+    make_texts: Callable[..., list[str]],
+    output_digest: Callable[[Path], dict[str, object]],
+) -> None:
+    """--overwrite over a dataset of the old shard layout, killed mid-run; rerun with or without --overwrite."""
+    import shutil
+
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    texts = make_texts(1500, seed=8, max_words=120)
+    corpus = jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in texts[i::2]] for i in range(2)})
+    whole = tmp_path / "whole"
+    tokenize(
+        TokenizeConfig(input_dir=corpus, output_dir=whole, tokenizer=str(tiny_tokenizer), num_workers=0, **OPTIONS)
+    )
+    out = tmp_path / "old"
+    shutil.copytree(Path(__file__).parent / "data" / "old_layout_native", out)
+
+    def args(overwrite: bool) -> list[str]:
+        return [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps({**OPTIONS, "overwrite": overwrite}).decode()]
+
+    first = _kill_after_units(args(True), out, rng.randint(1, 4), rng)
+    final = _start(args(again == "overwrite"))
+    _, stderr = final.communicate(timeout=120)
+    assert final.returncode == 0, stderr.decode()[-2000:]
+    assert output_digest(out) == output_digest(whole), f"seed {seed}: killed after {first} units"
+    assert not list(out.glob("shard_*"))

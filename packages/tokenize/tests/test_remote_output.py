@@ -341,3 +341,24 @@ def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"process group {group} still alive {timeout} s after SIGKILL")
+
+
+def test_faults_on_every_method_of_a_bucket_output_are_retried(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
+    """Reads too (the plan's probe, listings, the done markers' checks), not only uploads: the local bytes."""
+    local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
+    url = _url(seaweed)
+    fault_proxy.fault_methods = {"PUT", "POST", "GET", "HEAD", "DELETE"}
+    fault_proxy.faults = ["503", "reset", "503", "503", "reset", "503", "503", "reset"]
+    tokenize(
+        TokenizeConfig(
+            input_dir=corpus,
+            output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
+            tokenizer=str(tiny_tokenizer),
+            num_workers=0,
+            storage_options=seaweed.storage_options(fault_proxy.url),
+            cache_dir=tmp_path / "cache",
+            **OPTIONS,
+        )
+    )
+    assert fault_proxy.faults == []
+    _same_dataset(local, seaweed.objects(url))

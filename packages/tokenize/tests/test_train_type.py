@@ -170,6 +170,8 @@ def test_a_node_with_another_num_nodes_is_refused_and_no_record_store_left_behin
     common += ["--unit-bytes", 900, "--num-workers", 0]
     code, output = run_cli(*common, "--num-nodes", 2, "--node-rank", 0)
     assert code == 0, output
+    # the first node published nothing: it says what it committed, not "wrote OUT (records record store" (review)
+    assert "committed" in output and "still to be committed by other nodes" in output and "wrote" not in output
     code, output = run_cli(*common, "--num-nodes", 3, "--node-rank", 1)
     assert code == 1 and "ConfigError: this node was started with --num-nodes 3" in output, output
     assert not (out / "meta.json").exists()

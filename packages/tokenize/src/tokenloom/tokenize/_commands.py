@@ -156,7 +156,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     type=click.Choice(SUPPORTED_FORMATS + RECORD_FORMATS),
     default="native",
     show_default=True,
-    help="Output format. native: OUT/shard_NNNNN.bin/.idx + manifest.json. megatron: the prefix OUT/data "
+    help="Output format. native: OUT/unit_UUUUUU_KKKK.bin/.idx + manifest.json. megatron: the prefix OUT/data "
     "(OUT/data.bin + OUT/data.idx). packed: OUT/data.pbin. flat: OUT/shard_NNNNN.npy + manifest.json. "
     "megatron/packed also get OUT/tokenize.json (tokenizer fingerprint, inputs, settings). Non-native formats "
     "are tokenized into the native staging dataset OUT.native-staging (resumable), then converted; the staging "

@@ -172,6 +172,9 @@ class RecordStore:
     ) -> TokenizeSummary:
         summary = record_summary(out, published, session.records, session.units)
         summary.seconds = seconds
+        if published is None:  # other nodes' units are still to come: the CLI says so, not "wrote OUT"
+            summary.units_total = len(plan.units)
+            summary.units_missing = sum(not done_path(out, u).exists() for u in range(len(plan.units)))
         return summary
 
 

@@ -114,21 +114,24 @@ def read_chunks(
             continue
         path, kind = reader_of(info)
         part = parts[file_index] if parts is not None else None
-        if kind.rows and info.size > 0:
-            groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
-            with named_by_url(info):
-                source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
-            for number in range(len(source.cuts)):
+        if kind.rows:
+            cuts = 0
+            if info.size > 0:  # a 0-byte row file has no footer to read: an empty file, as a 0-byte jsonl
+                groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
+                with named_by_url(info):
+                    source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
+                cuts = len(source.cuts)
+            for number in range(cuts):
                 if index + number >= start_chunk:
                     with named_by_url(info):
                         piece = source.read(number)
                     yield _columnar_chunk(piece, index + number, file_index, info.shown, dotted)
-            if not source.cuts:
+            if not cuts:
                 if index >= start_chunk:
                     empty = Issue(0, IssueKind.EMPTY_FILE, f"the {kind.name} file holds no rows")
                     yield Chunk(index, file_index, info.shown, 1, [], [empty], 0, info.size, [])
                 index += 1
-            index += len(source.cuts)
+            index += cuts
             continue
         opened: list[_Tell] = []
         consumed = 0
