@@ -53,3 +53,12 @@ def test_a_bad_setting_is_a_config_error_naming_its_field(keywords, field):
     with pytest.raises(ConfigError) as caught:
         RemoteOptions.from_keywords(**keywords)
     assert caught.value.field == field
+
+
+def test_the_repr_masks_secrets_nested_in_store_options():
+    """Review: an Authorization header inside client_options.default_headers was printed in clear."""
+    options = RemoteOptions(
+        store_options={"client_options": {"default_headers": {"Authorization": "Bearer s3cr3t", "X-Trace": "on"}}}
+    )
+    shown = repr(options)
+    assert "s3cr3t" not in shown and "***" in shown and "X-Trace" in shown

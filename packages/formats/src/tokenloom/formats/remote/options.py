@@ -126,6 +126,20 @@ class RemoteOptions:
     def __repr__(self) -> str:
         shown = [f"endpoint={self.endpoint!r}"] if self.endpoint else []
         shown += [f"credentials={{{', '.join(f'{k!r}: ***' for k in self.credentials)}}}"] if self.credentials else []
-        shown += [f"{name}={getattr(self, name)!r}" for name in ("store_options", "block_cache_dir", "cache_limit")]
+        shown += [f"store_options={_masked(self.store_options)!r}"]
+        shown += [f"{name}={getattr(self, name)!r}" for name in ("block_cache_dir", "cache_limit")]
         shown += [f"block_size={self.block_size!r}", f"retries={self.retries!r}"]
         return f"RemoteOptions({', '.join(shown)})"
+
+
+def _masked(value: Any) -> Any:
+    """``value`` with every credential-named or header-authorising entry, at any depth, shown as ``***``."""
+    if isinstance(value, Mapping):
+        return {k: "***" if _secret_key(str(k)) else _masked(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_masked(v) for v in value)
+    return value
+
+
+def _secret_key(name: str) -> bool:
+    return is_credential(name) or name.lower() in ("authorization", "proxy-authorization", "cookie")
