@@ -51,8 +51,8 @@ def check_post_training(config: TokenizeConfig) -> None:
         raise ConfigError(
             f"truncate {config.truncate!r}, expected one of {[t.value for t in Truncate]}", field="truncate"
         )
-    if config.max_length is not None and config.max_length < 2:
-        raise ConfigError(f"max_length is {config.max_length}, expected >= 2", field="max_length")
+    if config.seq_len is not None and config.seq_len < 2:
+        raise ConfigError(f"seq_len is {config.seq_len}, expected >= 2", field="seq_len")
     for name, value in (("overlap_size", config.overlap_size), ("min_text_length", config.min_text_length)):
         if value:
             raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)
@@ -76,7 +76,7 @@ def _check_astrai(config: TokenizeConfig) -> None:
             field="astrai_config",
             hint="Drop --train-type (or pass sft); for dpo and grpo use --train-type without --astrai-config",
         )
-    owned = {"train_roles": config.train_roles != ("assistant",), "max_length": config.max_length is not None}
+    owned = {"train_roles": config.train_roles != ("assistant",), "seq_len": config.seq_len is not None}
     owned["truncate"] = config.truncate != "skip"
     for name, given in owned.items():
         if given:
@@ -106,7 +106,7 @@ def record_settings(config: TokenizeConfig) -> dict[str, Any]:
         "format": config.format,
         "chat_template_sha256": template,
         "train_roles": list(config.train_roles),
-        "max_length": config.max_length,
+        "max_length": config.seq_len,  # recorded key: earlier run keys resume
         "truncate": config.truncate,
         "on_error": config.on_error.value,
         "max_line_bytes": config.max_line_bytes,
