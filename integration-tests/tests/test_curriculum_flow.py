@@ -52,7 +52,7 @@ def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--max-length", "256", "--overlap-size", "32", "--num-workers", "0", "--no-progress",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    ds = CurriculumDataset(CurriculumConfig(path=root / "data", max_length=128, packing=True), seed=0,
+    ds = CurriculumDataset(CurriculumConfig(path=root / "data", seq_len=128, packing=True), seed=0,
                            cache_dir=root / "plans")  # fmt: skip
     smallest = min(ds.schedule.bucket_tokens)
     phase_tokens = int(0.9 * smallest / 0.7)  # no bucket is asked for more than 0.7 of two phases

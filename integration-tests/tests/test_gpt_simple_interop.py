@@ -330,7 +330,7 @@ def test_tokenize_windowing_gpt_simple_is_gpt_simples_pretokenize_exactly(
                 input_dir=raw,
                 output_dir=out,
                 tokenizer=str(tokenizer),
-                max_length=max_length,
+                seq_len=max_length,
                 overlap_size=overlap,
                 windowing=Windowing.GPT_SIMPLE,
                 min_text_length=min_text_length,
@@ -385,7 +385,7 @@ def check_reading(tmp_path: Path, tokenizer: Path, lines: Path, seed_lines: dict
     """Same entries as GPT-Simple for the odd lines, each skip counted; <|pad|> refused (GPT-Simple: one new id)."""
     from tokenloom.formats import RecordError
 
-    common = {"tokenizer": str(tokenizer), "max_length": 16, "overlap_size": 4, "windowing": Windowing.GPT_SIMPLE}
+    common = {"tokenizer": str(tokenizer), "seq_len": 16, "overlap_size": 4, "windowing": Windowing.GPT_SIMPLE}
     config = TokenizeConfig(
         input_dir=lines, output_dir=tmp_path / "ours-lines", on_error="skip", num_workers=0, **common
     )

@@ -27,7 +27,7 @@ def _tokenized(tmp_path: Path, overlap_size: int) -> Path:
         tokenizer=str(default_tokenizer_path()),
         num_workers=0,
         shard_size_tokens=500,
-        max_length=128,
+        seq_len=128,
         overlap_size=overlap_size,
     )
     tokenize(config)

@@ -103,7 +103,7 @@ def measure(kind, arg):
         root, samples = arg["root"], arg["samples"]
         if arg["what"] == "curriculum":
             phase = Phase(duration_tokens=samples * 2048, mix={"a": 0.5, "b": 0.3, "c": 0.2})
-            config = CurriculumConfig(path=root, max_length=2048, packing=False, curriculum=(phase,))
+            config = CurriculumConfig(path=root, seq_len=2048, packing=False, curriculum=(phase,))
             ds = CurriculumDataset(config, seed=1)
             sampler = ResumableDistributedSampler(ds, shuffle=False, seed=1)
         else:

@@ -13,12 +13,11 @@
    its own modules has no cycle. Every import counts, at module level, inside a
    function (a function-local import that closes a loop hides the cycle from the
    interpreter, it does not remove it) or under ``if TYPE_CHECKING:``. Each
-   package is checked on its own; the few cycles other work is reshaping are
-   listed in ``import_cycles.ALLOWED_CYCLES`` (see ``import_cycles.py``).
+   package is checked on its own; ``import_cycles.ALLOWED_CYCLES`` (empty) would list
+   an accepted exception (see ``import_cycles.py``).
 6. One vocabulary: ``train_type``, ``format``, ``path``, ``seq_len``. The old names
    ``training_type``, ``storage_type`` and ``load_path`` appear in packages/*/src only on lines
-   marked ``# old-name`` (the deprecation shims, and DatasetFactory's seed-API keywords that
-   AstrAI users port from) and in the shim helper itself (``tokenloom/formats/io/renames.py``).
+   marked ``# old-name`` (DatasetFactory's seed-API keywords that AstrAI users port from).
 7. Nothing machine-specific is tracked: no built artifacts (wheels, eggs, shared objects, sdists)
    and no absolute path of a build machine (``/work/...``, ``/root/...``, ``/home/<user>/...``,
    pytest's ``/tmp/pytest-of-...``) in a tracked text file.
@@ -262,8 +261,6 @@ OLD_NAMES = {"training_type": "train_type", "storage_type": "format", "load_path
 OLD_NAME_MARKER = "# old-name"
 #: An identifier holding an old name (``training_type``, ``TRAINING_TYPE_KEYS``; not ``download_path``).
 _OLD_NAME = re.compile(r"(?<![a-z0-9])(?:\w*_)?(" + "|".join(OLD_NAMES) + r")\w*", re.IGNORECASE)
-#: The module that implements the shims (its docs name the old names it serves).
-SHIM_MODULES = ("tokenloom/formats/io/renames.py",)
 
 
 def check_vocabulary(repo: Path) -> list[Violation]:
@@ -272,8 +269,6 @@ def check_vocabulary(repo: Path) -> list[Violation]:
     violations = []
     for path in sorted(repo.glob("packages/*/src/**/*.py")):
         relative = path.relative_to(repo)
-        if relative.as_posix().endswith(SHIM_MODULES):
-            continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             found = _OLD_NAME.search(line)
             if found is None or OLD_NAME_MARKER in line:
@@ -284,8 +279,8 @@ def check_vocabulary(repo: Path) -> list[Violation]:
                 Violation(
                     relative,
                     number,
-                    f"{found.group(0)!r} uses the old name {old!r}: say {new!r} (keep an old name only in a "
-                    f"deprecation shim or DatasetFactory's seed API, on a line marked {OLD_NAME_MARKER!r})",
+                    f"{found.group(0)!r} uses the old name {old!r}: say {new!r} (keep an old name only in "
+                    f"DatasetFactory's seed API, on a line marked {OLD_NAME_MARKER!r})",
                 )
             )
     return violations

@@ -115,7 +115,7 @@ for split in ("train", "val"):
             writer.add(np.arange(1, 30 + n, dtype=np.uint16) % 99 + 1)
 for name, packing in (("curriculum.yaml", "false"), ("curriculum-packed.yaml", "true")):
     (root / name).write_text(
-        "data:\\n  path: " + repr(str(root / "curriculum")) + "\\n  max_length: 16\\n  packing: " + packing
+        "data:\\n  path: " + repr(str(root / "curriculum")) + "\\n  seq_len: 16\\n  packing: " + packing
         + "\\n  curriculum:\\n    - duration_tokens: 64\\n      mix:\\n        a: 1.0\\n"
     )
 """

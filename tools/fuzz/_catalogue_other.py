@@ -47,7 +47,7 @@ def _curriculum_yaml(tmp: Path, text: str | None = None, **data: Any) -> Path:
         return path
     base = {
         "path": str(_curriculum_corpus(tmp)),
-        "max_length": 16,
+        "seq_len": 16,
         "packing": False,
         "curriculum": [{"duration_tokens": 400, "mix": {"a": 1, "b": 1}}],
     }
@@ -229,7 +229,7 @@ def register_python_readers() -> None:
         "ConfigError",
     )
     reader(
-        "PackedDocumentDataset max_length 0",
+        "PackedDocumentDataset seq_len 0",
         lambda t: lambda: __import__("tokenloom.datasets").datasets.PackedDocumentDataset(copy("native", t), 0),
         "ConfigError",
     )

@@ -115,7 +115,7 @@ def _(tmp: Path) -> Run:
 
         from tokenloom.curriculum import BucketExhausted, record_halt
 
-        ds = _dataset(tmp, curriculum=[{"duration_tokens": 3000, "mix": {"a": 3, "b": 1}}], max_length=16)
+        ds = _dataset(tmp, curriculum=[{"duration_tokens": 3000, "mix": {"a": 3, "b": 1}}], seq_len=16)
         try:
             for _ in DataLoader(ds, batch_size=4, num_workers=2):
                 pass

@@ -38,7 +38,7 @@ def _node(inputs: Path, out: Path, nodes: int, rank: int, *extra: str) -> list[s
     ]
 
 
-def _first_node(inputs: Path, out: Path, max_length: int | None = None) -> None:
+def _first_node(inputs: Path, out: Path, seq_len: int | None = None) -> None:
     """Node 0 of 2 commits its units (and the plan) into ``out``."""
     from tokenloom.tokenize import TokenizeConfig, tokenize
 
@@ -48,7 +48,7 @@ def _first_node(inputs: Path, out: Path, max_length: int | None = None) -> None:
             input_dir=inputs,
             output_dir=out,
             tokenizer=tokenizer,
-            max_length=max_length,
+            seq_len=seq_len,
             num_nodes=2,
             node_rank=0,
             num_workers=0,
@@ -81,7 +81,7 @@ def _(tmp: Path) -> Run:
       "ResumeMismatchError")  # fmt: skip
 def _(tmp: Path) -> Run:
     inputs, out = _corpus(tmp / "in"), tmp / "out"
-    _first_node(inputs, out, max_length=64)
+    _first_node(inputs, out, seq_len=64)
     return Run(argv=_node(inputs, out, 2, 1, "--max-length", "32"), check=_unpublished(out, "max_length 64 -> 32"))
 
 

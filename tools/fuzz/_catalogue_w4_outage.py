@@ -211,7 +211,7 @@ def _(tmp: Path) -> Run:
     from tokenloom.curriculum import CurriculumConfig, CurriculumDataset
 
     root = _loss_tokens_corpus(tmp)
-    data = {"path": str(root), "max_length": 16, "budget_unit": "loss_tokens", "eos_id": 65535}
+    data = {"path": str(root), "seq_len": 16, "budget_unit": "loss_tokens", "eos_id": 65535}
     return Run(call=lambda: len(CurriculumDataset(CurriculumConfig.from_dict(data), seed=1, shuffle=False)))
 
 
@@ -221,7 +221,7 @@ def _(tmp: Path) -> Run:
     from tokenloom.curriculum import CurriculumConfig, CurriculumDataset
 
     root = _loss_tokens_corpus(tmp)
-    data = {"path": str(root), "max_length": 16, "budget_unit": "loss_tokens"}
+    data = {"path": str(root), "seq_len": 16, "budget_unit": "loss_tokens"}
     return Run(
         call=lambda: CurriculumDataset(CurriculumConfig.from_dict(data), seed=1, shuffle=False),
         check=_says("eos_id: ID"),

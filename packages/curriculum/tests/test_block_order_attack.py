@@ -29,7 +29,7 @@ def _config(root, policy, max_repetition=None):
         Phase(duration_tokens=2200, mix={"a": 0.3, "b": 0.3, "c": 0.4}),
     )
     return CurriculumConfig(
-        path=root, max_length=SEQ_LEN, packing=False, curriculum=phases, bucket_exhaustion=policy,
+        path=root, seq_len=SEQ_LEN, packing=False, curriculum=phases, bucket_exhaustion=policy,
         **({"max_repetition": max_repetition} if max_repetition else {}),
         order="block", block_samples=16, window_blocks=3,
     )  # fmt: skip

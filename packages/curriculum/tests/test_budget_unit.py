@@ -65,9 +65,7 @@ def test_loss_tokens_reproduces_gpt_simples_phase_lengths(tmp_path, packing):
     )
     ends = {}
     for unit in BudgetUnit:
-        config = CurriculumConfig(
-            path=root, max_length=max_length, packing=packing, curriculum=phases, budget_unit=unit
-        )
+        config = CurriculumConfig(path=root, seq_len=max_length, packing=packing, curriculum=phases, budget_unit=unit)
         ds = CurriculumDataset(config, seed=3)
         batch = ds.__getitems__(list(range(len(ds)))).batched
         inputs = ds.budget_tokens(np.arange(len(ds)), BudgetUnit.INPUT_TOKENS)
@@ -99,7 +97,7 @@ def test_loss_tokens_count_overlap_prefixes_as_gpt_simple_masks_them(tmp_path):
                     doc[int(rng.integers(0, len(doc)))] = EOS  # an EOS inside
                 writer.add(doc, overlap_prefix=prefix) if prefix else writer.add(doc)
     for packing in (True, False):
-        config = CurriculumConfig(path=tmp_path, max_length=12, packing=packing, budget_unit="loss_tokens")
+        config = CurriculumConfig(path=tmp_path, seq_len=12, packing=packing, budget_unit="loss_tokens")
         ds = CurriculumDataset(config, seed=1, shuffle=False)
         bucket = ds.bucket_dataset("w")
         data = bucket.dataset
@@ -132,9 +130,9 @@ def test_the_unit_is_part_of_the_state(tmp_path):
     root = corpus(tmp_path / "data", {"a": 8, "b": 4})
     phases = (Phase(duration_tokens=1000, mix={"a": 1, "b": 1}),)
     loss = CurriculumDataset(
-        CurriculumConfig(path=root, max_length=16, curriculum=phases, budget_unit="loss_tokens"), seed=3
+        CurriculumConfig(path=root, seq_len=16, curriculum=phases, budget_unit="loss_tokens"), seed=3
     )
-    plain = CurriculumDataset(CurriculumConfig(path=root, max_length=16, curriculum=phases), seed=3)
+    plain = CurriculumDataset(CurriculumConfig(path=root, seq_len=16, curriculum=phases), seed=3)
     with pytest.raises(ResumeMismatchError, match="budget_unit: saved 'loss_tokens', this dataset 'input_tokens'"):
         plain.load_state_dict(loss.state_dict(consumed=4))
     with pytest.raises(ResumeMismatchError, match="budget_unit"):

@@ -53,7 +53,7 @@ training:
 def test_gpt_simple_yaml_is_accepted_unchanged(corpus, tmp_path):
     (tmp_path / "run.yaml").write_text(GPT_SIMPLE_YAML)
     cfg = CurriculumConfig.from_file(tmp_path / "run.yaml")
-    assert cfg.path == tmp_path / "data" and cfg.max_length == 16 and cfg.packing is False
+    assert cfg.path == tmp_path / "data" and cfg.seq_len == 16 and cfg.packing is False
     assert cfg.curriculum is not None
     assert [p.duration_tokens for p in cfg.curriculum] == [3000, 4000]
     assert cfg.curriculum[1].mix == {"a": 0.25, "b": 0.25, "c": 0.5}  # normalised as the seed does
@@ -69,7 +69,7 @@ def test_toml_and_the_python_api_give_the_same_config(corpus, tmp_path):
     )
     from_toml = CurriculumConfig.from_file(tmp_path / "c.toml")
     from_api = CurriculumConfig(
-        path=corpus, max_length=16, packing=False, curriculum=(Phase(duration_tokens=3000, mix={"a": 3, "b": 2}),)
+        path=corpus, seq_len=16, packing=False, curriculum=(Phase(duration_tokens=3000, mix={"a": 3, "b": 2}),)
     )
     assert from_toml.schedule_fingerprint() == from_api.schedule_fingerprint()
     assert from_toml.curriculum == from_api.curriculum
@@ -107,7 +107,7 @@ def test_yaml_5e9_is_refused_with_the_fix(tmp_path):
     ("data", "match"),
     [
         ({"path": ".", "max_lenght": 5}, "unknown keys \\['max_lenght'\\]"),
-        ({"path": ".", "max_length": 0}, "max_length"),
+        ({"path": ".", "max_length": 0}, "seq_len"),
         ({"path": ".", "packing": "yes"}, "packing"),
         ({"path": ".", "format": "jsonl"}, "token shards"),
         ({"path": ".", "bucket_exhaustion": "skip"}, "expected one of halt, renormalise, repeat"),
@@ -133,13 +133,13 @@ def test_unknown_bucket_empty_bucket_and_missing_val_twin(corpus):
         CurriculumDataset(bad_mix, seed=0)
     (corpus / "train" / "d").mkdir()
     with pytest.raises(EmptyBucketError, match="train/d"):
-        CurriculumDataset(CurriculumConfig(path=corpus, max_length=16, packing=False), seed=0)
+        CurriculumDataset(CurriculumConfig(path=corpus, seq_len=16, packing=False), seed=0)
     (corpus / "train" / "d").rmdir()
     import shutil
 
     shutil.rmtree(corpus / "val" / "b")
     with pytest.raises(MissingValTwinError, match="'b' has no val/ twin"):
-        CurriculumDataset(CurriculumConfig(path=corpus, max_length=16, packing=False), seed=0)
+        CurriculumDataset(CurriculumConfig(path=corpus, seq_len=16, packing=False), seed=0)
     assert issubclass(MissingValTwinError, DataError)
 
 
@@ -154,13 +154,13 @@ def test_buckets_with_different_eos_ids_and_shards_with_different_dtypes(tmp_pat
             with open_writer(tmp_path / split / name, dtype="uint16", eos_id=eos, vocab_size=100) as writer:
                 writer.add(np.arange(2, 90))
     with pytest.raises(BucketMismatchError, match="different EOS ids"):
-        CurriculumDataset(CurriculumConfig(path=tmp_path, max_length=16, packing=False), seed=0)
+        CurriculumDataset(CurriculumConfig(path=tmp_path, seq_len=16, packing=False), seed=0)
     mixed = tmp_path / "mixed"
     (mixed / "train" / "c").mkdir(parents=True)
     np.save(mixed / "train" / "c" / "s0.npy", np.arange(100, dtype=np.uint16))
     np.save(mixed / "train" / "c" / "s1.npy", np.arange(100, dtype=np.int32))
     with pytest.raises(DataError, match="different dtypes"):
-        CurriculumDataset(CurriculumConfig(path=mixed, max_length=16, packing=False), seed=0)
+        CurriculumDataset(CurriculumConfig(path=mixed, seq_len=16, packing=False), seed=0)
 
 
 def test_gpt_simple_directories_without_manifests_read_the_same(corpus, tmp_path):
@@ -173,8 +173,8 @@ def test_gpt_simple_directories_without_manifests_read_the_same(corpus, tmp_path
     for manifest in bare.glob("*/*/manifest.json"):
         manifest.unlink()
     assert not list(bare.glob("*/*/manifest.json"))
-    with_manifest = CurriculumDataset(CurriculumConfig(path=corpus, max_length=16, packing=False), seed=4)
-    without = CurriculumDataset(CurriculumConfig(path=bare, max_length=16, packing=False), seed=4)
+    with_manifest = CurriculumDataset(CurriculumConfig(path=corpus, seq_len=16, packing=False), seed=4)
+    without = CurriculumDataset(CurriculumConfig(path=bare, seq_len=16, packing=False), seed=4)
     assert len(without) == len(with_manifest)
     positions = list(range(0, len(without), 7))
     assert all(

@@ -25,7 +25,7 @@ def config(root, *, policy=None, **overrides):
         Phase(duration_tokens=4000, mix={"a": 0.2, "b": 0.3, "c": 0.5}),
         Phase(duration_tokens=4000, mix={"b": 0.6, "c": 0.4}),
     )
-    values: dict[str, Any] = dict(path=root, max_length=SEQ_LEN, packing=False, curriculum=phases)
+    values: dict[str, Any] = dict(path=root, seq_len=SEQ_LEN, packing=False, curriculum=phases)
     if policy is not None:
         values["bucket_exhaustion"] = policy
     values.update(overrides)
@@ -114,7 +114,7 @@ def test_state_round_trip_and_every_differing_field_listed(corpus, tmp_path):
     state = ds.state_dict(consumed=10)
     CurriculumDataset(config(corpus), seed=7).load_state_dict(state)
     with pytest.raises(ResumeMismatchError, match="seed") as caught:
-        CurriculumDataset(config(corpus, max_length=8), seed=8).load_state_dict(state)
+        CurriculumDataset(config(corpus, seq_len=8), seed=8).load_state_dict(state)
     assert "max_length" in str(caught.value) and "config" in str(caught.value)
 
 
@@ -150,7 +150,7 @@ def test_a_halted_state_loaded_with_the_same_policy_halts_at_once_and_a_new_poli
 
 
 def test_no_curriculum_reads_every_bucket_once_in_proportion_to_its_tokens(corpus):
-    ds = CurriculumDataset(CurriculumConfig(path=corpus, max_length=SEQ_LEN, packing=False), seed=1)
+    ds = CurriculumDataset(CurriculumConfig(path=corpus, seq_len=SEQ_LEN, packing=False), seed=1)
     assert len(ds) == 300 + 200 + 400
     _, bucket, index = ds.locate(np.arange(len(ds)))
     assert np.bincount(bucket).tolist() == [300, 200, 400]
@@ -164,7 +164,7 @@ def test_no_curriculum_reads_every_bucket_once_in_proportion_to_its_tokens(corpu
 def test_packing_buckets_count_non_padding_tokens(corpus, tmp_path):
     cfg = CurriculumConfig(
         path=corpus,
-        max_length=64,
+        seq_len=64,
         packing=True,
         curriculum=(Phase(duration_tokens=5000, mix={"a": 0.5, "c": 0.5}),),
     )
@@ -192,7 +192,7 @@ def test_workers_receive_no_per_document_index(tmp_path):
     from curriculum_helpers import make_corpus
 
     root = make_corpus(tmp_path / "data", {"a": 1500, "b": 1500}, doc_length=2)  # 12,750 documents per bucket
-    ds = CurriculumDataset(CurriculumConfig(path=root, max_length=SEQ_LEN, packing=False), seed=0)
+    ds = CurriculumDataset(CurriculumConfig(path=root, seq_len=SEQ_LEN, packing=False), seed=0)
     size = len(pickle.dumps(ds))
     assert size < 50_000, size  # the entry offsets alone would be 2 x 102 kB
     clone = pickle.loads(pickle.dumps(ds))

@@ -22,7 +22,7 @@ def _config(root, policy="renormalise"):
         Phase(duration_tokens=4000, mix={"a": 0.2, "b": 0.3, "c": 0.5}),
         Phase(duration_tokens=4000, mix={"b": 0.6, "c": 0.4}),
     )
-    return CurriculumConfig(path=root, max_length=SEQ_LEN, packing=False, curriculum=phases, bucket_exhaustion=policy)
+    return CurriculumConfig(path=root, seq_len=SEQ_LEN, packing=False, curriculum=phases, bucket_exhaustion=policy)
 
 
 def _identities(batch):

@@ -87,7 +87,7 @@ def test_a_bucket_changed_between_save_and_resume_is_named(seaweed, remote_corpu
     local, url = remote_corpus
     config = CurriculumConfig(
         path=url,
-        max_length=16,
+        seq_len=16,
         packing=False,
         curriculum=tuple(Phase(**p) for p in PHASES),
         storage_options=seaweed.storage_options(),

@@ -25,6 +25,6 @@ def test_the_printed_curriculum_block_is_accepted_as_printed(tmp_path: Path) -> 
     config_file = tmp_path / "curriculum.yaml"
     config_file.write_text(block)
     config = CurriculumConfig.from_file(config_file)  # unknown keys would be a ConfigError
-    assert config.path == root.resolve() and config.max_length == 16 and config.packing is False
+    assert config.path == root.resolve() and config.seq_len == 16 and config.packing is False
     checked = CliRunner().invoke(validate, ["--curriculum", str(config_file)])
     assert checked.exit_code in (0, 2), checked.output  # 2: warnings only

@@ -70,7 +70,7 @@ def test_sft_without_position_ids_counts_from_zero_in_every_sample() -> None:
 
 
 def test_tokenloom_writes_sft_stores_astrai_reads(tmp_path: Path) -> None:
-    with open_writer(tmp_path / "sft", format="bin-meta", dtype="uint16", vocab_size=100, training_type="sft") as w:
+    with open_writer(tmp_path / "sft", format="bin-meta", dtype="uint16", vocab_size=100, train_type="sft") as w:
         w.add_keyed({"sequence": SEQUENCE[:4], "loss_mask": LOSS_MASK[:4], "position_ids": POSITIONS[:4]})
         w.add_keyed({"sequence": SEQUENCE[4:], "loss_mask": LOSS_MASK[4:], "position_ids": POSITIONS[4:]})
     meta = json.loads((tmp_path / "sft" / "meta.json").read_text())
@@ -92,7 +92,7 @@ def test_sft_writer_needs_position_ids_in_every_record_once_given(tmp_path: Path
 
     with (
         pytest.raises(MissingKeyError, match="expected \\['loss_mask', 'position_ids', 'sequence'\\]"),
-        open_writer(tmp_path / "sft", format="bin-meta", dtype="uint16", training_type="sft") as w,
+        open_writer(tmp_path / "sft", format="bin-meta", dtype="uint16", train_type="sft") as w,
     ):
         w.add_keyed({"sequence": [1, 2], "loss_mask": [1, 1], "position_ids": [0, 1]})
         w.add_keyed({"sequence": [1, 2], "loss_mask": [1, 1]})
@@ -126,7 +126,7 @@ def test_unknown_mask_alignment() -> None:
 
 def test_sft_position_ids_in_an_h5_store(tmp_path: Path) -> None:
     pytest.importorskip("h5py")
-    with open_writer(tmp_path / "sft.h5", format="h5", dtype="uint16", vocab_size=100, training_type="sft") as w:
+    with open_writer(tmp_path / "sft.h5", format="h5", dtype="uint16", vocab_size=100, train_type="sft") as w:
         w.add_keyed({"sequence": SEQUENCE, "loss_mask": LOSS_MASK, "position_ids": POSITIONS})
     ds = DatasetFactory.load("sft", tmp_path / "sft.h5", window_size=4)
     assert [ds[i]["position_ids"].tolist() for i in range(len(ds))] == [POSITIONS[0:4], POSITIONS[4:8]]

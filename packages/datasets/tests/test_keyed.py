@@ -126,7 +126,7 @@ def test_real_bin_meta_stores_load_for_every_type(tmp_path):
     }
     for kind, parts in segments.items():
         path = tmp_path / kind
-        with BinMetaStoreWriter(path, dtype="uint16", vocab_size=100, training_type=kind) as writer:
+        with BinMetaStoreWriter(path, dtype="uint16", vocab_size=100, train_type=kind) as writer:
             for part in parts:
                 writer.add_keyed(part)
         ds = DatasetFactory.load(kind, path, window_size=3 if kind != "grpo" else 2, stride=2)

@@ -75,7 +75,7 @@ def test_greedy_algorithm_and_errors(native, tmp_path):
     assert tokens == [1, 2, 3, 4]
     with pytest.raises(ConfigError, match="algorithm"):
         PackedDocumentDataset(data, 4, algorithm="worst-fit", cache_dir=tmp_path / "c")
-    with pytest.raises(ConfigError, match="max_length"):
+    with pytest.raises(ConfigError, match="seq_len"):
         PackedDocumentDataset(data, 0, cache_dir=tmp_path / "c")
 
 

@@ -89,7 +89,7 @@ def test_byte_ranges_are_exactly_the_bytes_a_sample_reads(local):
         assert pieces == windows.window(index).tobytes()
         assert all(windows.data_object(k).endswith(".bin") for k, _, _ in windows.byte_ranges(index))
     assert any(len(windows.byte_ranges(i)) == 2 for i in range(len(windows)))  # windows across a shard end
-    packed = PackedDocumentDataset(local, max_length=SEQ + 1, cache_dir=local.parent / "plans")
+    packed = PackedDocumentDataset(local, seq_len=SEQ + 1, cache_dir=local.parent / "plans")
     for index in range(len(packed)):
         pieces = b"".join(files[k][a:b] for k, a, b in packed.byte_ranges(index))
         sample = packed[index]
@@ -276,4 +276,4 @@ def test_a_reopen_after_pickling_keeps_the_cache_limit(seaweed, url, tmp_path):
     assert options.cache_limit == limit
     again = reopen(url, [s.name for s in remote.shards], pickle.loads(pickle.dumps(options)))
     assert again.remote.cache_limit == limit
-    assert again.shards[0].source.cache.limit == limit
+    assert again.shards[0].source.cache.limit == limit  # pyright: ignore[reportAttributeAccessIssue]

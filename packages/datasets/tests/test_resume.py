@@ -74,7 +74,7 @@ def test_keyed_datasets_pickle_without_their_data(tmp_path, store_format, name):
     sizes = []
     for length in (100, 200_000):
         path = tmp_path / f"{length}-{name}"
-        with open_writer(path, format=store_format, dtype="uint16", vocab_size=1000, training_type="sft") as writer:
+        with open_writer(path, format=store_format, dtype="uint16", vocab_size=1000, train_type="sft") as writer:
             writer.add_keyed({"sequence": np.arange(length) % 999, "loss_mask": np.ones(length, dtype=np.uint8)})
         ds = DatasetFactory.load("sft", path, window_size=8)
         ds[0]  # open the files in this process

@@ -70,7 +70,7 @@ FORMATS = {"h5": ("store.h5", "h5"), "bin-meta": ("store", "bin")}
 def write_store(tmp_path, store_format, train_type):
     name, _ = FORMATS[store_format]
     path = tmp_path / f"{train_type}-{name}"
-    with open_writer(path, format=store_format, dtype="uint16", vocab_size=100, training_type=train_type) as writer:
+    with open_writer(path, format=store_format, dtype="uint16", vocab_size=100, train_type=train_type) as writer:
         for segment in SEGMENTS[train_type]:
             writer.add_keyed({key: np.asarray(value) for key, value in segment.items()})
     return path

@@ -1,8 +1,7 @@
 """One vocabulary: ``path``, ``seq_len``, ``format`` and ``train_type``.
 
 ``DatasetFactory.load`` takes AstrAI's names (``load_path``, ``window_size``, ``storage_type``) silently:
-they are the seed's API users port from. ``KeyedDataset`` still takes ``window_size`` for one release, with
-a DeprecationWarning. Either way an old name together with its new one is a ConfigError.
+they are the seed's API users port from. An AstrAI name together with its tokenloom one is a ConfigError.
 """
 
 from __future__ import annotations
@@ -84,20 +83,9 @@ def test_a_missing_path_is_a_config_error() -> None:
         DatasetFactory.load("sft", seq_len=4)  # pyright: ignore[reportArgumentType]
 
 
-def test_keyed_dataset_window_size_warns_and_agrees() -> None:
+def test_keyed_dataset_needs_seq_len() -> None:
     store = ArrayStore({"sequence": SEQUENCE, "loss_mask": LOSS_MASK})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        new = KeyedDataset(store, "sft", seq_len=4)
-        assert new.seq_len == 4
-    with pytest.warns(DeprecationWarning, match="KeyedDataset: window_size= is deprecated, use seq_len=") as caught:
-        old = KeyedDataset(store, "sft", window_size=4)
-    assert caught[0].filename == __file__
-    assert samples(old) == samples(new) and old.fingerprint() == new.fingerprint()
-    with pytest.warns(DeprecationWarning, match=r"KeyedDataset.window_size is deprecated, use .seq_len"):
-        assert old.window_size == 4
-    with pytest.raises(ConfigError, match="got both seq_len= and window_size="):
-        KeyedDataset(store, "sft", 4, window_size=4)
+    assert KeyedDataset(store, "sft", seq_len=4).seq_len == 4
     with pytest.raises(ConfigError, match="needs seq_len"):
         KeyedDataset(store, "sft")
 

@@ -12,7 +12,7 @@ from tokenloom.formats.io.manifest import read_manifest
 from tokenloom.tokenize import TokenizeConfig, tokenize
 from tokenloom.tokenize._shards import ShardRecord
 
-OPTIONS = {"shard_size_tokens": 3000, "max_length": 64, "overlap_size": 8, "num_workers": 0}
+OPTIONS = {"shard_size_tokens": 3000, "seq_len": 64, "overlap_size": 8, "num_workers": 0}
 
 
 @pytest.mark.parametrize("nodes", [None, 1])

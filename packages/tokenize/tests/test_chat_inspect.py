@@ -18,7 +18,7 @@ MESSAGES = [
 
 def test_sft_records_shown_with_trained_spans(tmp_path: Path, chat_tokenizer_dir) -> None:
     records = [{"messages": MESSAGES}] * 4 + [{"messages": [*MESSAGES, *MESSAGES]}] * 2
-    write_post_training(records, tmp_path / "sft", "sft", tokenizer=chat_tokenizer_dir("chatml"), max_length=30)
+    write_post_training(records, tmp_path / "sft", "sft", tokenizer=chat_tokenizer_dir("chatml"), seq_len=30)
     result = CliRunner().invoke(inspect, [str(tmp_path / "sft"), "--records", "3"])
     assert result.exit_code == 0, result.output
     out = result.output

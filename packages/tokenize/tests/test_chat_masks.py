@@ -331,19 +331,19 @@ def test_max_length_policies(chat_tokenizer_dir) -> None:
     full = ChatEncoder(directory).encode({"messages": CONVERSATION})
     assert full is not None
     n = len(full["sequence"])
-    skip = ChatEncoder(directory, max_length=n - 1)
+    skip = ChatEncoder(directory, seq_len=n - 1)
     assert skip.encode({"messages": CONVERSATION}) is None and skip.stats.skipped_too_long == 1
     assert skip.stats.records == 0
-    start = ChatEncoder(directory, max_length=n - 5, truncate="keep-start")
+    start = ChatEncoder(directory, seq_len=n - 5, truncate="keep-start")
     cut = start.encode({"messages": CONVERSATION})
     assert cut is not None
     assert cut["sequence"].tolist() == full["sequence"][: n - 5].tolist()
     assert cut["loss_mask"].tolist() == full["loss_mask"][: n - 5].tolist() and start.stats.truncated == 1
-    end = ChatEncoder(directory, max_length=n - 5, truncate="keep-end")
+    end = ChatEncoder(directory, seq_len=n - 5, truncate="keep-end")
     cut = end.encode({"messages": CONVERSATION})
     assert cut is not None
     assert cut["sequence"].tolist() == full["sequence"][5:].tolist()
-    assert ChatEncoder(directory, max_length=n).encode({"messages": CONVERSATION}) is not None
+    assert ChatEncoder(directory, seq_len=n).encode({"messages": CONVERSATION}) is not None
     with pytest.raises(ConfigError):
         ChatEncoder(directory, truncate="middle")
     with pytest.raises(ConfigError):
@@ -423,9 +423,9 @@ def test_dpo_and_grpo_length_policies(chat_tokenizer_dir) -> None:
     whole = ChatEncoder(directory, train_type="dpo").encode(pair)
     assert whole is not None
     limit = len(whole["chosen"]) - 3
-    skip = ChatEncoder(directory, train_type="dpo", max_length=limit)
+    skip = ChatEncoder(directory, train_type="dpo", seq_len=limit)
     assert skip.encode(pair) is None and skip.stats.skipped_too_long == 1
-    kept = ChatEncoder(directory, train_type="dpo", max_length=limit, truncate="keep-start").encode(pair)
+    kept = ChatEncoder(directory, train_type="dpo", seq_len=limit, truncate="keep-start").encode(pair)
     assert kept is not None
     assert kept["chosen"].tolist() == whole["chosen"][:limit].tolist()
     assert kept["rejected"].tolist() == whole["rejected"].tolist()  # within the limit: untouched
@@ -433,16 +433,16 @@ def test_dpo_and_grpo_length_policies(chat_tokenizer_dir) -> None:
     full = ChatEncoder(directory, train_type="grpo").encode(group)
     assert full is not None
     prompt, longest = len(full["prompts"]), max(len(r) for r in full["responses"])
-    start = ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 4, truncate="keep-start")
+    start = ChatEncoder(directory, train_type="grpo", seq_len=prompt + longest - 4, truncate="keep-start")
     cut = start.encode(group)
     assert cut is not None
     assert cut["prompts"].tolist() == full["prompts"].tolist()
     assert [len(r) for r in cut["responses"]] == [len(full["responses"][0]), longest - 4]
-    end = ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 4, truncate="keep-end")
+    end = ChatEncoder(directory, train_type="grpo", seq_len=prompt + longest - 4, truncate="keep-end")
     cut = end.encode(group)
     assert cut is not None
     assert cut["prompts"].tolist() == full["prompts"][4:].tolist() and end.stats.truncated == 1
-    assert ChatEncoder(directory, train_type="grpo", max_length=prompt + longest - 1).encode(group) is None
+    assert ChatEncoder(directory, train_type="grpo", seq_len=prompt + longest - 1).encode(group) is None
 
 
 def test_shipped_template_on_a_stdlib_conversation() -> None:

@@ -281,7 +281,7 @@ def test_dpo_keep_end_cuts_both_sides_alike(tokenizer_dir) -> None:
     whole = ChatEncoder(directory, train_type="dpo").encode(pair)
     assert whole is not None
     limit = len(whole["chosen"]) - 4
-    encoder = ChatEncoder(directory, train_type="dpo", max_length=limit, truncate="keep-end")
+    encoder = ChatEncoder(directory, train_type="dpo", seq_len=limit, truncate="keep-end")
     cut = encoder.encode(pair)
     assert cut is not None
     for side in ("chosen", "rejected"):
@@ -289,7 +289,7 @@ def test_dpo_keep_end_cuts_both_sides_alike(tokenizer_dir) -> None:
         assert cut[f"{side}_mask"].tolist() == whole[f"{side}_mask"][4:].tolist()
     assert encoder.stats.truncated == 1 and len(cut["chosen"]) == limit
     prompt = int(whole["rejected_mask"].argmax())  # a cut that leaves no prompt: skipped, counted
-    short = ChatEncoder(directory, train_type="dpo", max_length=len(whole["chosen"]) - prompt, truncate="keep-end")
+    short = ChatEncoder(directory, train_type="dpo", seq_len=len(whole["chosen"]) - prompt, truncate="keep-end")
     assert short.encode(pair) is None and short.stats.skipped_too_long == 1
 
 

@@ -91,7 +91,7 @@ def test_truncation_counts_in_the_sidecar(tmp_path: Path, chat_tokenizer_dir) ->
     assert first is not None
     lengths = [len(first["sequence"])]
     stats = write_post_training(
-        records, tmp_path / "s", "sft", tokenizer=chat_tokenizer_dir("chatml"), max_length=lengths[0] + 2
+        records, tmp_path / "s", "sft", tokenizer=chat_tokenizer_dir("chatml"), seq_len=lengths[0] + 2
     )
     assert stats.skipped_too_long > 0 and stats.records + stats.skipped_too_long == 8
     assert len(open_records(tmp_path / "s")) == stats.records

@@ -218,7 +218,7 @@ def _save(tokenizer: Tokenizer, directory: Path, eos: str = "<eos>") -> Path:
 
 
 def _config(tokenizer: Path, corpus: Path, out: Path, **kw: Any) -> TokenizeConfig:
-    options: dict[str, Any] = {"num_workers": 0, "shard_size_tokens": 3000, "max_length": 32, "overlap_size": 8}
+    options: dict[str, Any] = {"num_workers": 0, "shard_size_tokens": 3000, "seq_len": 32, "overlap_size": 8}
     return TokenizeConfig(input_dir=corpus, output_dir=out, tokenizer=str(tokenizer), **{**options, **kw})
 
 
@@ -270,7 +270,7 @@ def test_the_chosen_engine_and_reason_are_recorded(tmp_path: Path, jsonl_dir: Ca
     with pytest.raises(ConfigError, match="Metaspace"):
         tokenize(_config(metaspace, corpus, tmp_path / "out2", engine="fast"))
     fast = tokenize(
-        _config(default_tokenizer_path(), corpus, tmp_path / "out3", engine="fast", max_length=None, overlap_size=0)
+        _config(default_tokenizer_path(), corpus, tmp_path / "out3", engine="fast", seq_len=None, overlap_size=0)
     )
     record = open_dataset(tmp_path / "out3").metadata["tokenize"]["engine"]
     assert fast.engine == record["name"] == "fast" and record["verify_fraction"] == 0.001
@@ -421,7 +421,7 @@ def test_truncation_and_padding_stored_in_tokenizer_json_never_cut_a_document(
     corpus = jsonl_dir({"a.jsonl": [{"text": text}, {"text": "a"}]})
     for engine in ("hf", "fast"):
         out = tmp_path / engine
-        tokenize(_config(directory, corpus, out, engine=engine, max_length=None, overlap_size=0))
+        tokenize(_config(directory, corpus, out, engine=engine, seq_len=None, overlap_size=0))
         ds = open_dataset(out)
         assert ds[0].tolist() == [*full, 0] and len(full) > 4  # not truncated to 4, not padded to 64
         assert ds[1].tolist() == [*tokenizer.encode("a", add_special_tokens=False).ids[:1], 0]

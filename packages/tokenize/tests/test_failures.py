@@ -199,16 +199,16 @@ def test_rerun_with_other_settings_is_accepted_when_no_shard_was_completed(
     with pytest.raises(Exception, match="eos_id"):
         tokenize(_config(tiny_tokenizer, corpus, out, eos_id=10**6))
     assert list(out.iterdir()) == []  # the pre-existing empty directory stays, empty
-    summary = tokenize(_config(tiny_tokenizer, corpus, out, max_length=32))
+    summary = tokenize(_config(tiny_tokenizer, corpus, out, seq_len=32))
     assert summary.entries > 0
 
 
 def test_resume_mismatch_lists_every_difference(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     out = tmp_path / "out"
-    tokenize(_config(tiny_tokenizer, corpus, out, max_length=64))
+    tokenize(_config(tiny_tokenizer, corpus, out, seq_len=64))
     (corpus / "b.jsonl").write_text('{"text": "more"}\n')
     with pytest.raises(ResumeMismatchError) as info:
-        tokenize(_config(tiny_tokenizer, corpus, out, max_length=32, text_field="body"))
+        tokenize(_config(tiny_tokenizer, corpus, out, seq_len=32, text_field="body"))
     message = str(info.value)
     assert "max_length 64 -> 32" in message
     assert "text_field 'text' -> 'body'" in message

@@ -21,7 +21,7 @@ FORMATS = ("megatron", "flat", "packed")
 
 
 def config(tokenizer: Path, input_dir: Path, out: Path, **kw: Any) -> TokenizeConfig:
-    options: dict[str, Any] = {"num_workers": 0, "shard_size_tokens": 2000, "max_length": 32, "chunk_lines": 37}
+    options: dict[str, Any] = {"num_workers": 0, "shard_size_tokens": 2000, "seq_len": 32, "chunk_lines": 37}
     options.update(kw)
     return TokenizeConfig(input_dir=input_dir, output_dir=out, tokenizer=str(tokenizer), **options)
 
@@ -153,8 +153,8 @@ def test_other_settings_and_foreign_files_need_overwrite(tmp_path: Path, tiny_to
     out = tmp_path / "out"
     tokenize(config(tiny_tokenizer, corpus, out, format="megatron"))
     with pytest.raises(ResumeMismatchError):
-        tokenize(config(tiny_tokenizer, corpus, out, format="megatron", max_length=16))
-    summary = tokenize(config(tiny_tokenizer, corpus, out, format="megatron", max_length=16, overwrite=True))
+        tokenize(config(tiny_tokenizer, corpus, out, format="megatron", seq_len=16))
+    summary = tokenize(config(tiny_tokenizer, corpus, out, format="megatron", seq_len=16, overwrite=True))
     assert not summary.already_complete
     assert max(len(e) for e in _entries(out)) == 16
     tokenize(config(tiny_tokenizer, corpus, out, overwrite=True))  # native over megatron

@@ -81,8 +81,8 @@ def test_entries_follow_the_rule_and_do_not_depend_on_workers(
     texts: list[str],
     tree_digest: Callable[[Path], dict[str, str]],
 ) -> None:
-    one = run(tiny_tokenizer, corpus, tmp_path / "w0", max_length=12, overlap_size=4, min_text_length=5)
-    two = run(tiny_tokenizer, corpus, tmp_path / "w2", max_length=12, overlap_size=4, min_text_length=5, num_workers=2)
+    one = run(tiny_tokenizer, corpus, tmp_path / "w0", seq_len=12, overlap_size=4, min_text_length=5)
+    two = run(tiny_tokenizer, corpus, tmp_path / "w2", seq_len=12, overlap_size=4, min_text_length=5, num_workers=2)
     assert tree_digest(tmp_path / "w0") == tree_digest(tmp_path / "w2")
     got = entries_of(tmp_path / "w0")
     assert got == expected_entries(texts, tiny_tokenizer, 12, 4, 5)
@@ -96,7 +96,7 @@ def test_entries_follow_the_rule_and_do_not_depend_on_workers(
 
 
 def test_tokenloom_rule_is_the_default_and_recorded(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
-    summary = run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, windowing=Windowing.TOKENLOOM)
+    summary = run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=12, windowing=Windowing.TOKENLOOM)
     got = entries_of(tmp_path / "out")
     assert summary.dropped == {} and len(got) > 120  # the empty document is kept as [EOD]
     assert ([EOD], 0) in got and all(len(e) <= 12 and e[-1] == EOD for e, _ in got)
@@ -105,12 +105,12 @@ def test_tokenloom_rule_is_the_default_and_recorded(tmp_path: Path, tiny_tokeniz
 
 
 def test_resume_refuses_a_changed_rule_and_names_it(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
-    run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, windowing=Windowing.TOKENLOOM)
+    run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=12, windowing=Windowing.TOKENLOOM)
     with pytest.raises(ResumeMismatchError, match="windowing 'tokenloom' -> 'gpt-simple'"):
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12)
-    run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, overwrite=True)
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=12)
+    run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=12, overwrite=True)
     with pytest.raises(ResumeMismatchError, match="min_text_length 0 -> 200"):
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=12, min_text_length=200)
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=12, min_text_length=200)
 
 
 def test_inputs_in_subdirectories_are_refused(
@@ -118,13 +118,13 @@ def test_inputs_in_subdirectories_are_refused(
 ) -> None:
     corpus = jsonl_dir({"a.jsonl": [{"text": "top"}], "sub/b.jsonl": [{"text": "nested"}]})
     with pytest.raises(ConfigError, match=r"sub/b\.jsonl.*reads only INPUT/\*\.jsonl"):
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8)
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=8)
     assert not (tmp_path / "out").exists()
 
 
 def test_an_eod_other_than_gpt_simples_is_refused(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     with pytest.raises(ConfigError, match=r"GPT-Simple ends documents with <\|endoftext\|> = 0.*--eos-id 0"):
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8, eos_id=5)
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=8, eos_id=5)
     word_level = tmp_path / "word"
     word_level.mkdir()
     tokenizer = Tokenizer(models.WordLevel({"<eos>": 0, "<unk>": 1, "doc": 2}, unk_token="<unk>"))
@@ -133,27 +133,27 @@ def test_an_eod_other_than_gpt_simples_is_refused(tmp_path: Path, tiny_tokenizer
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "eos_token": "<eos>"}
     (word_level / "tokenizer_config.json").write_bytes(orjson.dumps(config))
     with pytest.raises(ConfigError, match=r"no <\|endoftext\|> token"):
-        run(word_level, corpus, tmp_path / "out2", max_length=8)
+        run(word_level, corpus, tmp_path / "out2", seq_len=8)
 
 
 def test_config_refusals() -> None:
-    with pytest.raises(ConfigError, match="needs max_length"):
+    with pytest.raises(ConfigError, match="needs seq_len"):
         TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing=Windowing.GPT_SIMPLE)
     with pytest.raises(ConfigError, match="applies only to --windowing gpt-simple"):
-        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), max_length=8, min_text_length=200)
+        TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), seq_len=8, min_text_length=200)
     with pytest.raises(ConfigError, match="expected one of"):
         TokenizeConfig(input_dir=Path("in"), output_dir=Path("out"), windowing="megatron")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="always reads the field 'text'"):
         TokenizeConfig(
             input_dir=Path("in"),
             output_dir=Path("out"),
-            max_length=8,
+            seq_len=8,
             windowing=Windowing.GPT_SIMPLE,
             text_field="body",
         )
     # GPT-Simple accepts an overlap above max_length / 2 (its stride becomes max_length // 2)
     config = TokenizeConfig(
-        input_dir=Path("in"), output_dir=Path("out"), max_length=8, overlap_size=6, windowing=Windowing.GPT_SIMPLE
+        input_dir=Path("in"), output_dir=Path("out"), seq_len=8, overlap_size=6, windowing=Windowing.GPT_SIMPLE
     )
     assert config.output_settings()["windowing"] == "gpt-simple"
 
@@ -190,14 +190,14 @@ def test_lines_are_read_as_gpt_simple_reads_them(
     tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
 ) -> None:
     corpus = jsonl_dir({}, raw={"a.jsonl": LINES})
-    summary = run(tiny_tokenizer, corpus, tmp_path / "out", max_length=4, overlap_size=1)
+    summary = run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=4, overlap_size=1)
     assert entries_of(tmp_path / "out") == expected_entries(LINE_TEXTS, tiny_tokenizer, 4, 1, 0)
     assert summary.dropped == {"blank_line": 2, "no_text_field": 1}
     assert summary.skipped == {}
     assert open_dataset(tmp_path / "out").metadata["tokenize"]["dropped"] == summary.dropped
     # the tokenloom rule reads strict JSON: the same file stops at its first line
     with pytest.raises(RecordError, match="not valid JSON"):
-        run(tiny_tokenizer, corpus, tmp_path / "strict", max_length=4, windowing=Windowing.TOKENLOOM)
+        run(tiny_tokenizer, corpus, tmp_path / "strict", seq_len=4, windowing=Windowing.TOKENLOOM)
 
 
 @pytest.mark.parametrize(
@@ -215,9 +215,9 @@ def test_lines_gpt_simple_cannot_use_are_bad_records(
 ) -> None:
     corpus = jsonl_dir({}, raw={"a.jsonl": b'{"text": "fine"}\n' + line + b"\n"})
     with pytest.raises(RecordError) as caught:
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=4)
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=4)
     assert caught.value.record == 2 and caught.value.field == kind
-    summary = run(tiny_tokenizer, corpus, tmp_path / "skip", max_length=4, on_error="skip")
+    summary = run(tiny_tokenizer, corpus, tmp_path / "skip", seq_len=4, on_error="skip")
     assert summary.skipped == {kind: 1} and summary.documents == 1
 
 
@@ -233,9 +233,9 @@ def test_a_bare_carriage_return_is_refused(
 ) -> None:
     corpus = jsonl_dir({}, raw={"a.jsonl": b'{"text": "fine"}\r\n' + line + b"\r\n"})
     with pytest.raises(RecordError, match=r"bare carriage return.*text mode") as caught:
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=4, on_error="skip")
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=4, on_error="skip")
     assert caught.value.record == 2 and str(caught.value.path).endswith("a.jsonl")
-    run(tiny_tokenizer, corpus, tmp_path / "ours", max_length=4, windowing=Windowing.TOKENLOOM, on_error="skip")
+    run(tiny_tokenizer, corpus, tmp_path / "ours", seq_len=4, windowing=Windowing.TOKENLOOM, on_error="skip")
 
 
 def test_a_literal_pad_token_is_refused_unless_the_tokenizer_has_it(
@@ -243,10 +243,10 @@ def test_a_literal_pad_token_is_refused_unless_the_tokenizer_has_it(
 ) -> None:
     corpus = jsonl_dir({"a.jsonl": [{"text": "plain"}, {"text": "with <|pad|> inside"}]})
     with pytest.raises(RecordError, match=r"<\|pad\|>.*one new id") as caught:
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8, on_error="skip")
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=8, on_error="skip")
     assert caught.value.record == 2 and str(caught.value.path).endswith("a.jsonl")
     # the tokenloom rule is not GPT-Simple's: the text is ordinary there
-    run(tiny_tokenizer, corpus, tmp_path / "ours", max_length=8, windowing=Windowing.TOKENLOOM)
+    run(tiny_tokenizer, corpus, tmp_path / "ours", seq_len=8, windowing=Windowing.TOKENLOOM)
     # a tokenizer that has <|pad|> as an added token encodes it as GPT-Simple does: one id, its own
     with_pad = tmp_path / "with-pad"
     with_pad.mkdir()
@@ -256,7 +256,7 @@ def test_a_literal_pad_token_is_refused_unless_the_tokenizer_has_it(
     tok.add_special_tokens(["<|pad|>"])
     tok.save(str(with_pad / "tokenizer.json"))
     pad_id = tok.token_to_id("<|pad|>")
-    run(with_pad, corpus, tmp_path / "padded", max_length=32)
+    run(with_pad, corpus, tmp_path / "padded", seq_len=32)
     assert sum(tokens.count(pad_id) for tokens, _ in entries_of(tmp_path / "padded")) == 1
 
 
@@ -265,5 +265,5 @@ def test_inputs_sharing_an_output_name_are_refused(
 ) -> None:
     corpus = jsonl_dir({"a.jsonl": [{"text": "plain"}], "a.jsonl.gz": [{"text": "gzipped"}]})
     with pytest.raises(ConfigError, match=r"a\.jsonl and a\.jsonl\.gz would share one output.*a\.bin/a\.idx"):
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=8)
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=8)
     assert not (tmp_path / "out").exists()

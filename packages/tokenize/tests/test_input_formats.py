@@ -180,7 +180,7 @@ def test_gpt_simple_windowing_refuses_inputs_gpt_simple_cannot_read(
 ) -> None:
     source = write_format(tmp_path / "in", "parquet", parts)
     with pytest.raises(ConfigError, match=r"are not \.jsonl or \.jsonl\.gz \(part-0\.parquet, part-1\.parquet\)"):
-        run(tiny_tokenizer, source, tmp_path / "out", num_workers=0, windowing="gpt-simple", max_length=64)
+        run(tiny_tokenizer, source, tmp_path / "out", num_workers=0, windowing="gpt-simple", seq_len=64)
 
 
 def test_a_parquet_file_without_the_text_column_is_a_named_error(

@@ -28,7 +28,7 @@ tokenize(TokenizeConfig(input_dir=sys.argv[1], output_dir=sys.argv[2], tokenizer
 OPTIONS: dict[str, Any] = {
     "shard_size_tokens": 4000,
     "chunk_lines": 40,
-    "max_length": 64,
+    "seq_len": 64,
     "overlap_size": 16,
     "unit_bytes": 20_000,  # many units: a kill costs at most the units in flight
 }

@@ -39,7 +39,7 @@ def test_worker_counts_give_identical_bytes(
     outputs = {}
     for workers in (0, 1, 2):
         out = tmp_path / f"out{workers}"
-        summary = run(tiny_tokenizer, corpus, out, num_workers=workers, max_length=32, overlap_size=8, chunk_lines=37)
+        summary = run(tiny_tokenizer, corpus, out, num_workers=workers, seq_len=32, overlap_size=8, chunk_lines=37)
         assert summary.documents == 600 and summary.shards > 3
         outputs[workers] = tree_digest(out)
     assert outputs[0] == outputs[1] == outputs[2]
@@ -90,7 +90,7 @@ class Interrupt(Exception):
 def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
     tmp_path: Path, tiny_tokenizer: Path, corpus: Path, tree_digest: Callable[[Path], dict[str, str]]
 ) -> None:
-    options: dict[str, Any] = {"chunk_lines": 50, "shard_size_tokens": 1500, "max_length": 24, "overlap_size": 6}
+    options: dict[str, Any] = {"chunk_lines": 50, "shard_size_tokens": 1500, "seq_len": 24, "overlap_size": 6}
     run(tiny_tokenizer, corpus, tmp_path / "whole", **options)
     out = tmp_path / "cut"
     for stop_after in (3, 6):
@@ -149,11 +149,11 @@ def test_rerun_of_a_complete_run_does_nothing(tmp_path: Path, tiny_tokenizer: Pa
 def test_other_settings_need_overwrite(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     run(tiny_tokenizer, corpus, tmp_path / "out")
     with pytest.raises(ResumeMismatchError, match="--overwrite"):
-        run(tiny_tokenizer, corpus, tmp_path / "out", max_length=16)
+        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=16)
     (corpus / "new.jsonl").write_bytes(b'{"text": "one more"}\n')
     with pytest.raises(ResumeMismatchError):
         run(tiny_tokenizer, corpus, tmp_path / "out")
-    summary = run(tiny_tokenizer, corpus, tmp_path / "out", max_length=16, overwrite=True)
+    summary = run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=16, overwrite=True)
     assert summary.documents == 601 and not summary.already_complete
     assert open_dataset(tmp_path / "out").metadata["tokenize"]["settings"]["max_length"] == 16
 

@@ -20,7 +20,7 @@ from tokenloom.tokenize.windowing import _window_plan, window_documents
 def test_whole_documents_are_what_the_general_plan_gives(lengths: list[int], max_length: int | None) -> None:
     doc_lengths = np.array(lengths, dtype=np.int64)
     tokens = (np.arange(int(doc_lengths.sum()), dtype=np.uint32) * 7919) % 60000
-    entries = window_documents(tokens, doc_lengths, eod_id=5, max_length=max_length, dtype=np.uint16)
+    entries = window_documents(tokens, doc_lengths, eod_id=5, seq_len=max_length, dtype=np.uint16)
     plan = _window_plan(doc_lengths, max_length, 0)  # the general rule's plan: one entry per document here
     expected: list[int] = []
     for start, length in zip(plan.starts.tolist(), plan.lengths.tolist(), strict=True):

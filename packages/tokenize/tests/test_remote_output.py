@@ -23,7 +23,7 @@ from tokenloom.tokenize import TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
 
-OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "chunk_lines": 40, "max_length": 64, "overlap_size": 16}
+OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "chunk_lines": 40, "seq_len": 64, "overlap_size": 16}
 
 
 @pytest.fixture

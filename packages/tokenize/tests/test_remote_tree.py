@@ -21,7 +21,7 @@ from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
 
-OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "max_length": 64, "overlap_size": 8, "unit_bytes": 6000}
+OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "seq_len": 64, "overlap_size": 8, "unit_bytes": 6000}
 BUCKETS = ("code", "web")
 #: the datasets of the trees below: val/<bucket> carved from train/<bucket> by --val-fraction, or given
 DATASETS = ("train/code", "train/web", "val/code", "val/web")
@@ -314,7 +314,7 @@ def test_bad_input_and_settings_are_the_local_named_errors_and_nothing_is_writte
     assert seaweed.objects(target) == {}
     tokenize(config(with_val, num_nodes=2))  # node 0 of a run
     with pytest.raises(ResumeMismatchError, match="max_length"):  # node 1 with other settings
-        tokenize(config(with_val, num_nodes=2, node_rank=1, max_length=32))
+        tokenize(config(with_val, num_nodes=2, node_rank=1, seq_len=32))
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from tokenloom.formats import open_dataset
 from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError, ResumeMismatchError
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
-OPTIONS: dict[str, Any] = {"shard_size_tokens": 2000, "chunk_lines": 30, "max_length": 64, "overlap_size": 0}
+OPTIONS: dict[str, Any] = {"shard_size_tokens": 2000, "chunk_lines": 30, "seq_len": 64, "overlap_size": 0}
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_other_settings_or_a_changed_input_object_are_refused(seaweed, corpus, t
     target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
     tokenize(_config(source, target, tiny_tokenizer, num_nodes=2, node_rank=0))
     with pytest.raises(ResumeMismatchError, match="max_length"):
-        tokenize(_config(source, target, tiny_tokenizer, num_nodes=2, node_rank=1, max_length=32))
+        tokenize(_config(source, target, tiny_tokenizer, num_nodes=2, node_rank=1, seq_len=32))
     key = source.split(f"{seaweed.bucket}/", 1)[1]
     seaweed.put(f"{key}/sub/part1.jsonl", b'{"text": "replaced"}\n')
     with pytest.raises(ResumeMismatchError, match="part1.jsonl"):
@@ -222,7 +222,7 @@ def test_a_node_staged_for_another_plan_is_refused_before_it_writes_into_the_pre
         for meta in chunk:
             obstore.delete(store, meta["path"])
     with pytest.raises(DataError, match="not committed"):  # --finalize: the new plan created, nothing encoded
-        tokenize(_config(corpus, target, tiny_tokenizer, **old, max_length=32, finalize=True))
+        tokenize(_config(corpus, target, tiny_tokenizer, **old, seq_len=32, finalize=True))
     before = sorted(_shards(seaweed, target, everything=True))
     with pytest.raises(ResumeMismatchError, match=r"unit plan.*max_length"):  # the old command again, same machine
         tokenize(_config(corpus, target, tiny_tokenizer, **old))

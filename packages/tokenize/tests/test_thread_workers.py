@@ -52,7 +52,7 @@ def test_threads_processes_and_one_process_write_the_same_bytes(
         return real_pool(num_workers)
 
     monkeypatch.setattr(executor_module, "thread_pool", seen_pool)
-    for windowing in ({}, {"max_length": 64, "overlap_size": 16}):
+    for windowing in ({}, {"seq_len": 64, "overlap_size": 16}):
         outputs = {}
         _run(corpus, tmp_path / "threads", num_workers=2, shard_size_tokens=5000, overwrite=True, **windowing)
         outputs["threads"] = output_digest(tmp_path / "threads")

@@ -17,7 +17,7 @@ from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
 from tokenloom.formats.io import WRITING_MARKER
 from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 
-OPTIONS = {"shard_size_tokens": 3000, "max_length": 64, "overlap_size": 8}
+OPTIONS = {"shard_size_tokens": 3000, "seq_len": 64, "overlap_size": 8}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 BUCKETS = ("code", "web")
 

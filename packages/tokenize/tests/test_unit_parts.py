@@ -23,7 +23,7 @@ from tokenloom.tokenize import TokenizeConfig, tokenize
 from tokenloom.tokenize._unit_files import PLAN_NAME
 from tokenloom.tokenize.inputs import ByteRange, RowGroups, cut_units, discover_inputs
 
-OPTIONS = {"shard_size_tokens": 3000, "max_length": 64, "overlap_size": 8, "unit_bytes": 6000}
+OPTIONS = {"shard_size_tokens": 3000, "seq_len": 64, "overlap_size": 8, "unit_bytes": 6000}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 

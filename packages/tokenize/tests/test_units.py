@@ -20,7 +20,7 @@ from tokenloom.tokenize._unit_files import PLAN_NAME, done_path
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL")
 
-OPTIONS = {"shard_size_tokens": 3000, "max_length": 64, "overlap_size": 8}
+OPTIONS = {"shard_size_tokens": 3000, "seq_len": 64, "overlap_size": 8}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -163,7 +163,7 @@ def test_two_runs_with_other_settings_into_one_output_are_refused(
     out = tmp_path / "out"
     tokenize(_config(corpus, out, tiny_tokenizer, num_nodes=2, node_rank=0, num_workers=0))
     with pytest.raises(ResumeMismatchError, match=r"max_length 64 -> 32"):
-        tokenize(_config(corpus, out, tiny_tokenizer, num_nodes=2, node_rank=1, num_workers=0, max_length=32))
+        tokenize(_config(corpus, out, tiny_tokenizer, num_nodes=2, node_rank=1, num_workers=0, seq_len=32))
     # a single process is node 0 of 1 of the same plan: its complete output is complete for two nodes too
     plain = tmp_path / "plain"
     tokenize(_config(corpus, plain, tiny_tokenizer, num_workers=0))

@@ -39,7 +39,7 @@ def _config(corpus: Path, out: Path, tokenizer: Path, **extra: object) -> Tokeni
         output_dir=out,
         tokenizer=str(tokenizer),
         shard_size_tokens=3000,
-        max_length=64,
+        seq_len=64,
         overlap_size=8,
         **extra,  # type: ignore[arg-type]
     )

@@ -26,7 +26,7 @@ from tokenloom.tokenize import ExecutorKind, TokenizeConfig, tokenize
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="a local Ray head")]
 
-OPTIONS: dict[str, Any] = {"shard_size_tokens": 2000, "chunk_lines": 30, "max_length": 64, "overlap_size": 8}
+OPTIONS: dict[str, Any] = {"shard_size_tokens": 2000, "chunk_lines": 30, "seq_len": 64, "overlap_size": 8}
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ def test_a_worker_refused_by_the_bucket_is_named_as_the_ray_worker(
         input_dir=source,  # type: ignore[arg-type]
         output_dir=target,  # type: ignore[arg-type]
         tokenizer=str(tiny_tokenizer),
-        max_length=64,
+        seq_len=64,
         executor=ExecutorKind.RAY,
         ray_address=ray_head,
     )

@@ -135,14 +135,14 @@ def write_config(data: Path, path: Path, *, order: dict[str, Any] | None = None)
 
     ``order``: the data block's ``order``/``block_samples``/``window_blocks`` keys (the remote demo reads its
     buckets in block order)."""
-    probe = CurriculumDataset(CurriculumConfig(path=data, max_length=MAX_LENGTH, packing=False), seed=0)
+    probe = CurriculumDataset(CurriculumConfig(path=data, seq_len=MAX_LENGTH, packing=False), seed=0)
     budget = {b["name"]: b["budget_tokens"] for b in build_plan(probe)["buckets"]}
     demand = {name: sum(m[name] / sum(m.values()) for m in MIXES) for name in BUCKETS}
     duration = int(0.85 * min(budget[name] / demand[name] for name in BUCKETS)) // 1000 * 1000
     block = {
         "data": {
             "path": "./" + data.name if data.parent == path.parent else str(data),
-            "max_length": MAX_LENGTH,
+            "seq_len": MAX_LENGTH,
             "packing": False,
             "curriculum": [{"duration_tokens": duration, "mix": dict(mix)} for mix in MIXES],
             "allow_bucket_exhaustion": False,

@@ -136,7 +136,7 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
         TokenizeConfig(
             input_dir=workdir / "corpus",
             output_dir=workdir / "tokens",
-            max_length=MAX_LENGTH,
+            seq_len=MAX_LENGTH,
             overlap_size=OVERLAP,
             num_workers=2,
             shard_size_tokens=1_000_000,

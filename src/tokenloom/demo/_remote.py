@@ -412,7 +412,7 @@ def _run(workdir: Path, bucket: str, proxy: Any, report: RemoteReport, log: Call
     limit = max(int(report.data_bytes * CACHE_FRACTION) // BLOCK_SIZE * BLOCK_SIZE, 24 * BLOCK_SIZE)
     if limit >= report.data_bytes:
         report.notes.append(f"the data ({report.data_bytes} bytes) is too small for a cache limit below it")
-    sample_bytes = (block["data"]["max_length"] + 1) * 2  # uint16 tokens of one sample
+    sample_bytes = (block["data"]["seq_len"] + 1) * 2  # uint16 tokens of one sample
 
     def node_env(number: int) -> Mapping[str, str | None]:
         return {

@@ -224,7 +224,7 @@ def open_bucket(
     root: Path | RemoteDir,
     name: str,
     *,
-    max_length: int,
+    seq_len: int,
     packing: bool,
     split: str = "train",
     cache_dir: str | os.PathLike[str] | None = None,
@@ -247,9 +247,9 @@ def open_bucket(
         from tokenloom.datasets import PackedDocumentDataset as packed
     try:
         if packing:
-            dataset: Any = packed(data, max_length, cache_dir=cache_dir, **(options or {}))
+            dataset: Any = packed(data, seq_len, cache_dir=cache_dir, **(options or {}))
         else:
-            dataset = windows(data, max_length, **(options or {}))
+            dataset = windows(data, seq_len, **(options or {}))
     except TypeError as exc:
         raise ConfigError(f"bucket options {sorted(options or {})}: {exc}", field="bucket_options") from None
     if eos_id is not None and data.eos_id is not None and eos_id != data.eos_id:

@@ -48,7 +48,7 @@ def _print_plan(plan: dict[str, Any], found: list[Finding]) -> None:
         console = Console(highlight=False, width=_PIPE_WIDTH)
     console.print(
         f"curriculum {plan['config']}: {plan['samples']:,} samples, {plan['tokens']:,} budget tokens, "
-        f"max_length {plan['max_length']}, packing {plan['packing']}, policy {plan['policy']}, seed {plan['seed']}"
+        f"seq_len {plan['max_length']}, packing {plan['packing']}, policy {plan['policy']}, seed {plan['seed']}"
     )
     console.print(f"budget unit: {plan['budget_unit_definition']}")
     inventory = Table(title="buckets (one epoch)", title_justify="left")
@@ -199,7 +199,7 @@ def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progres
             budget = ds.budget_tokens(positions)
             batch = ds.__getitems__(positions.tolist()).batched
             loss = (batch["labels"] != -100).sum(dim=1).numpy()
-            padding = ds.config.max_length - ds.budget_tokens(positions, BudgetUnit.INPUT_TOKENS)
+            padding = ds.config.seq_len - ds.budget_tokens(positions, BudgetUnit.INPUT_TOKENS)
             for p, b in {(int(p), int(b)) for p, b in zip(phase, bucket, strict=True)}:
                 mask = (phase == p) & (bucket == b)
                 row = rows.setdefault((p, b), {"samples": 0, "tokens": 0, "loss_tokens": 0, "padding": 0})

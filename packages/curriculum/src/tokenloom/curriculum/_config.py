@@ -43,7 +43,7 @@ _SEED_KEYS = {
     "path",
     "tokenizer",
     "format",
-    "max_length",
+    "max_length",  # GPT-Simple's name of seq_len
     "overlap_size",
     "packing",
     "num_workers",
@@ -52,6 +52,7 @@ _SEED_KEYS = {
     "allow_budget_mismatch",
 }
 _OUR_KEYS = {
+    "seq_len",
     "bucket_exhaustion",
     "max_repetition",
     "budget_unit",
@@ -117,7 +118,7 @@ class CurriculumConfig:
 
     path: Path | RemoteDir
     """Data root holding ``train/<bucket>/`` and ``val/<bucket>/``: a directory or a URL (``s3://...``)."""
-    max_length: int = 2048
+    seq_len: int = 2048
     """Tokens per sample (L)."""
     packing: bool = True
     """True: whole documents bin-packed into L tokens; False: fixed windows of L tokens."""
@@ -186,7 +187,7 @@ class CurriculumConfig:
                 hint="storage_options and cache_dir apply to a path in object storage (s3://, gs://, az://)",
             )
         object.__setattr__(self, "path", as_data_root(self.path, self.storage_options, self.cache_dir))
-        object.__setattr__(self, "max_length", _positive_int(self.max_length, "max_length", where))
+        object.__setattr__(self, "seq_len", _positive_int(self.seq_len, "seq_len", where))
         for name in ("packing", "allow_bucket_exhaustion", "allow_budget_mismatch"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} is {getattr(self, name)!r}, expected true or false", path=where, field=name)
@@ -280,7 +281,7 @@ class CurriculumConfig:
         phases = None
         if self.curriculum is not None:
             phases = [[p.duration_tokens, sorted(p.mix.items())] for p in self.curriculum]
-        payload: dict[str, Any] = {"max_length": self.max_length, "packing": self.packing, "curriculum": phases}
+        payload: dict[str, Any] = {"max_length": self.seq_len, "packing": self.packing, "curriculum": phases}
         if self.unit is not BudgetUnit.INPUT_TOKENS:  # the default leaves fingerprints of earlier states unchanged
             payload["budget_unit"] = self.unit.value
             if self.eos_id is not None:  # it decides which tokens count
@@ -320,6 +321,15 @@ class CurriculumConfig:
         if "path" not in raw:
             raise ConfigError("the data block has no 'path'", path=source, field="path")
         values = dict(raw)
+        if "max_length" in values:
+            if "seq_len" in values:
+                raise ConfigError(
+                    "the data block has both seq_len and max_length (GPT-Simple's name of seq_len)",
+                    path=source,
+                    field="seq_len",
+                    hint="Keep one of them",
+                )
+            values["seq_len"] = values.pop("max_length")
         phases = values.pop("curriculum", None)
         if phases is not None:
             if not isinstance(phases, list):

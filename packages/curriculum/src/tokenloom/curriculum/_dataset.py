@@ -111,7 +111,7 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
         itemsize = [int(np.dtype(d.dataset.dtype).itemsize) for d in self._datasets]
         if not self.config.packing:
             draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
-            return sum(n * (self.config.max_length + 1) * size for n, size in zip(draws, itemsize, strict=True))
+            return sum(n * (self.config.seq_len + 1) * size for n, size in zip(draws, itemsize, strict=True))
         inputs = [sample_budget_tokens(b.dataset, BudgetUnit.INPUT_TOKENS) for b in self._buckets]
         if end - start > _EXACT_USED:
             draws = (self.schedule.counts_before(end) - self.schedule.counts_before(start)).tolist()
@@ -220,7 +220,7 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
 
     def _windows_batch(self, buckets: list[int], inner: list[int], bucket_ids: np.ndarray) -> SampleBatch:
         """Fixed windows: raw tokens straight into one compact batch, with ``bucket`` beside them."""
-        out = np.empty((len(buckets), self.config.max_length + 1), dtype=self._window_dtype)
+        out = np.empty((len(buckets), self.config.seq_len + 1), dtype=self._window_dtype)
         datasets = self._datasets
         for row, (b, i) in enumerate(zip(buckets, inner, strict=True)):
             out[row] = datasets[b].window(i)

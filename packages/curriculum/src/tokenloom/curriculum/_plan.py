@@ -91,7 +91,7 @@ class CurriculumPlan:
             open_bucket(
                 self.config.path,
                 name,
-                max_length=self.config.max_length,
+                seq_len=self.config.seq_len,
                 packing=self.config.packing,
                 cache_dir=cache_dir,
                 options=self._bucket_options,
@@ -213,7 +213,7 @@ class CurriculumPlan:
         return open_bucket(
             self.config.path,
             name,
-            max_length=self.config.max_length,
+            seq_len=self.config.seq_len,
             packing=self.config.packing,
             split="val",
             cache_dir=self._cache_dir,
@@ -259,7 +259,7 @@ class CurriculumPlan:
             "shuffle": self.shuffle,
             "buckets": list(self.buckets),
             "data": {b.name: b.fingerprint for b in self._buckets},
-            "max_length": self.config.max_length,
+            "max_length": self.config.seq_len,  # the recorded key keeps its first name: old plans resume
             "packing": self.config.packing,
             "budget_unit": self.config.unit.value,
             **self._order_identity(),
@@ -354,7 +354,7 @@ def build_plan(ds: CurriculumPlan) -> dict[str, Any]:
         "config": ds.config.source,
         "seed": ds.seed,
         "policy": ds.policy.value,
-        "max_length": ds.config.max_length,
+        "max_length": ds.config.seq_len,
         "packing": ds.config.packing,
         "budget_unit": ds.config.unit.value,
         "budget_unit_definition": ds.config.unit.description,

@@ -2,7 +2,7 @@
 
     open_dataset(path)              (tokenloom.formats: memory-mapped shards)
         -> MemoryMappedDataset      fixed windows, optional document packing
-        -> PackedDocumentDataset    whole documents bin-packed into max_length
+        -> PackedDocumentDataset    whole documents bin-packed into seq_len
         -> PackedSFTDataset         whole sft conversations bin-packed into seq_len, labels from loss_mask
         -> DatasetFactory.load      seq / sft / dpo / grpo over keyed stores
         -> MixtureDataset           weighted interleaving of any of them

@@ -36,12 +36,12 @@ def _check(lengths: np.ndarray, capacity: int) -> np.ndarray:
     if lengths.ndim != 1:
         raise ConfigError(f"lengths have shape {lengths.shape}, expected 1-D", field="lengths")
     if capacity < 1:
-        raise ConfigError(f"capacity is {capacity}, expected >= 1", field="max_length")
+        raise ConfigError(f"capacity is {capacity}, expected >= 1", field="seq_len")
     if len(lengths) and (lengths.min() < 0 or lengths.max() > capacity):
         raise ConfigError(
             f"item lengths span [{int(lengths.min())}, {int(lengths.max())}], expected within [0, {capacity}]",
             field="lengths",
-            hint="Split items longer than max_length first",
+            hint="Split items longer than seq_len first",
         )
     return lengths
 

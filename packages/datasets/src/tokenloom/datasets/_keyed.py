@@ -46,7 +46,7 @@ from tokenloom.formats import (
     open_records,
     open_store,
 )
-from tokenloom.formats.io import deprecated_property, is_remote_url, renamed_keyword
+from tokenloom.formats.io import is_remote_url
 
 __all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "MaskAlignment", "TrainType"]
 
@@ -126,9 +126,7 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
         stride: int | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
-        window_size: int | None = None,
     ) -> None:
-        seq_len = renamed_keyword("KeyedDataset", "seq_len", seq_len, "window_size", window_size)
         if seq_len is None:
             raise ConfigError("KeyedDataset needs seq_len (tokens per sample)", field="seq_len")
         try:
@@ -170,8 +168,6 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
             keys=list(self.keys),
             mask_alignment=self.mask_alignment.value,
         )
-
-    window_size = deprecated_property("window_size", "seq_len")
 
     def __len__(self) -> int:
         return self._length
@@ -357,10 +353,9 @@ class DatasetFactory:
         ``path`` may be a URL (``s3://``, ...): ``storage_options`` and ``cache_dir`` then go to
         ``tokenloom.formats.open_store``, which reads the store from object storage.
         """
-        path = renamed_keyword("DatasetFactory.load", "path", path, "load_path", load_path, warn=False)  # old-name
-        seq_len = renamed_keyword("DatasetFactory.load", "seq_len", seq_len, "window_size", window_size, warn=False)
-        old = ("storage_type", storage_type)  # old-name: AstrAI's
-        format = renamed_keyword("DatasetFactory.load", "format", format, *old, warn=False)
+        path = _astrai_name("path", path, "load_path", load_path)  # old-name
+        seq_len = _astrai_name("seq_len", seq_len, "window_size", window_size)
+        format = _astrai_name("format", format, "storage_type", storage_type)  # old-name
         if path is None:
             raise ConfigError("DatasetFactory.load needs path (the store to read)", field="path")
         try:
@@ -403,6 +398,19 @@ class DatasetFactory:
                 seq_len,
             )
         return KeyedDataset(store, kind, seq_len, stride, mask_alignment=mask_alignment)
+
+
+def _astrai_name(new: str, value: Any, old: str, old_value: Any) -> Any:
+    """``value``, or AstrAI's spelling ``old`` of keyword ``new`` (the seed's own name, accepted silently)."""
+    if old_value is None:
+        return value
+    if value is not None:
+        raise ConfigError(
+            f"DatasetFactory.load got both {new}= and {old}= (AstrAI's name of {new})",
+            field=new,
+            hint=f"Pass only {new}=",
+        )
+    return old_value
 
 
 def _record_store_or_none(path: object, kind: TrainType, format: str | None) -> RecordStore | None:

@@ -1,7 +1,7 @@
-"""PackedDocumentDataset: whole entries bin-packed into sequences of max_length tokens.
+"""PackedDocumentDataset: whole entries bin-packed into sequences of seq_len tokens.
 
-Entries are never split, except entries longer than max_length, which become
-max_length pieces plus a remainder (their overlap prefix masks the first
+Entries are never split, except entries longer than seq_len, which become
+seq_len pieces plus a remainder (their overlap prefix masks the first
 piece). Each sequence is padded with ``pad_id`` (labels -100); labels never
 cross from one entry to the next; ``position_ids`` restart at every entry.
 
@@ -31,12 +31,12 @@ __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
 
 class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Tensor]]):
-    """Sequences of ``max_length`` tokens made of whole entries, padded; see the README for the keys.
+    """Sequences of ``seq_len`` tokens made of whole entries, padded; see the README for the keys.
 
     Args:
         data: a path or URL (``s3://``, ``gs://``, ``az://``, ``https://``) ``open_dataset`` reads, or an open
             :class:`TokenDataset`.
-        max_length: tokens per sequence (L).
+        seq_len: tokens per sequence (L).
         pad_id: the padding token (its labels are -100); default the EOS id, else 0.
         algorithm: "best-fit" (best-fit decreasing) or "greedy" (length-binned greedy).
         cache_dir: a local directory where plans are cached (and, for a URL, the data's blocks);
@@ -68,7 +68,7 @@ class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Te
             if not -size <= index < size:
                 raise IndexError(f"sequence {index} out of range for {size} packed sequences")
             rows.append(index % size)
-        width = self.max_length + 1  # one trailing pad so labels line up with input_ids
+        width = self.seq_len + 1  # one trailing pad so labels line up with input_ids
         tokens = np.empty((len(rows), width), dtype=np.int64)
         doc_ids = np.empty((len(rows), width), dtype=np.int64)
         ignore = np.zeros((len(rows), width), dtype=bool)
@@ -101,6 +101,6 @@ class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Te
 
     def __repr__(self) -> str:
         return (
-            f"PackedDocumentDataset(sequences={len(self)}, max_length={self.max_length}, "
+            f"PackedDocumentDataset(sequences={len(self)}, seq_len={self.seq_len}, "
             f"algorithm={self.algorithm.value!r}, padding={self.padding_fraction:.2%})"
         )

@@ -1,7 +1,7 @@
-"""The packing plan of whole entries in sequences of max_length tokens, and PackedIndex, which sizes them (no torch).
+"""The packing plan of whole entries in sequences of seq_len tokens, and PackedIndex, which sizes them (no torch).
 
-Entries are never split, except entries longer than max_length, which become
-max_length pieces plus a remainder. The plan (which entry goes where) is
+Entries are never split, except entries longer than seq_len, which become
+seq_len pieces plus a remainder. The plan (which entry goes where) is
 computed once, vectorised, and cached in ``cache_dir`` under a key made of the
 dataset fingerprint and the settings: written into a fresh temporary directory,
 then published by one atomic rename, so concurrent ranks never see half a plan
@@ -49,9 +49,9 @@ class PackingPlan:
     def num_sequences(self) -> int:
         return len(self.bin_offsets) - 1
 
-    def padding_fraction(self, max_length: int) -> float:
+    def padding_fraction(self, seq_len: int) -> float:
         """Share of the packed tokens that are padding."""
-        slots = self.num_sequences * max_length
+        slots = self.num_sequences * seq_len
         return 0.0 if slots == 0 else 1.0 - float(np.sum(self.length, dtype=np.int64)) / slots
 
     def save(self, directory: Path, meta: dict[str, Any]) -> None:
@@ -70,7 +70,7 @@ class PackingPlan:
 def compute_plan(
     doc_lengths: np.ndarray,
     overlap_prefix: np.ndarray,
-    max_length: int,
+    seq_len: int,
     algorithm: PackingAlgorithm | str = PackingAlgorithm.BEST_FIT,
     **options: int,
 ) -> PackingPlan:
@@ -78,15 +78,15 @@ def compute_plan(
     lengths = np.asarray(doc_lengths, dtype=np.int64)
     entry_start = np.zeros(len(lengths), dtype=np.int64)
     np.cumsum(lengths[:-1], out=entry_start[1:])
-    pieces = np.maximum(-(-lengths // max_length), 1)
+    pieces = np.maximum(-(-lengths // seq_len), 1)
     entry_of_piece = np.repeat(np.arange(len(lengths)), pieces)
     first_piece = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(pieces, out=first_piece[1:])
     piece_index = np.arange(len(entry_of_piece)) - first_piece[entry_of_piece]
-    start = entry_start[entry_of_piece] + piece_index * max_length
-    length = np.minimum(lengths[entry_of_piece] - piece_index * max_length, max_length)
+    start = entry_start[entry_of_piece] + piece_index * seq_len
+    length = np.minimum(lengths[entry_of_piece] - piece_index * seq_len, seq_len)
     prefix = np.where(piece_index == 0, np.asarray(overlap_prefix, dtype=np.int64)[entry_of_piece], 0)
-    bin_of = plan_bins(length, max_length, algorithm, **options)
+    bin_of = plan_bins(length, seq_len, algorithm, **options)
     order, bin_offsets = pack_order(bin_of, length)
     return PackingPlan(
         start[order].astype(np.int64),
@@ -106,7 +106,7 @@ class PackedIndex(SampleBytes):
     def __init__(
         self,
         data: str | os.PathLike[str] | TokenDataset,
-        max_length: int,
+        seq_len: int,
         *,
         pad_id: int | None = None,
         algorithm: PackingAlgorithm | str = PackingAlgorithm.BEST_FIT,
@@ -117,7 +117,7 @@ class PackedIndex(SampleBytes):
         storage_options: dict[str, Any] | None = None,
         remote: Any = None,
     ) -> None:
-        self.max_length = check_positive(max_length, "max_length")
+        self.seq_len = check_positive(seq_len, "seq_len")
         url = not isinstance(data, TokenDataset) and is_remote_url(data)
         # cache_dir also holds a URL's blocks (CACHE/v1/...) beside the plans (CACHE/packplan-KEY)
         dataset = open_data(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir if url else None)
@@ -137,7 +137,7 @@ class PackedIndex(SampleBytes):
         settings = {
             "version": PLAN_VERSION,
             "data": data_fingerprint(dataset),
-            "max_length": self.max_length,
+            "max_length": self.seq_len,  # recorded key: earlier plans stay valid
             "algorithm": self.algorithm.value,
             **options,
         }
@@ -146,9 +146,7 @@ class PackedIndex(SampleBytes):
         self.plan_dir, in_memory = cached_plan(
             directory,
             key,
-            lambda: compute_plan(
-                dataset.doc_lengths, dataset.overlap_prefix, self.max_length, self.algorithm, **options
-            ),
+            lambda: compute_plan(dataset.doc_lengths, dataset.overlap_prefix, self.seq_len, self.algorithm, **options),
             settings,
             _PLAN_ARRAYS,
         )
@@ -160,7 +158,7 @@ class PackedIndex(SampleBytes):
                 f"the dataset has no tokens to pack ({len(dataset)} entries, {dataset.num_tokens} tokens)",
                 path=dataset.root,
             )
-        self.padding_fraction = self.plan.padding_fraction(self.max_length)
+        self.padding_fraction = self.plan.padding_fraction(self.seq_len)
         self._fingerprint = settings_fingerprint(**settings, pad_id=self.pad_id)
 
     @property

@@ -30,7 +30,6 @@ from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import *  # noqa: F403  # pyright: ignore[reportWildcardImportFromLibrary] - listed once, in errors.__all__
 from tokenloom.formats.io.manifest import Manifest, read_manifest
 from tokenloom.formats.io.progress import ProgressCallback
-from tokenloom.formats.io.renames import module_aliases
 
 if TYPE_CHECKING:
     from tokenloom.formats.remote.options import RemoteOptions
@@ -81,20 +80,10 @@ __all__ = [
 ]
 __all__ += errors.__all__
 
-#: Old names, served with a DeprecationWarning for one release.
-_old_names = module_aliases(
-    __name__,
-    {
-        "TRAINING_TYPE_KEYS": "TRAIN_TYPE_KEYS",  # old-name
-        "OPTIONAL_TRAINING_TYPE_KEYS": "OPTIONAL_TRAIN_TYPE_KEYS",  # old-name
-    },
-    globals(),
-)
-
 
 def __getattr__(name: str) -> object:
     if name == "RemoteOptions":  # imported on first use: the remote layer is not needed to read local data
         from tokenloom.formats.remote.options import RemoteOptions
 
         return RemoteOptions
-    return _old_names(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

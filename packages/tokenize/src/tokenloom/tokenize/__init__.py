@@ -8,7 +8,7 @@ Example::
 
     from tokenloom.tokenize import TokenizeConfig, tokenize
 
-    summary = tokenize(TokenizeConfig(input_dir="raw", output_dir="tokens", max_length=2048, overlap_size=128))
+    summary = tokenize(TokenizeConfig(input_dir="raw", output_dir="tokens", seq_len=2048, overlap_size=128))
     print(summary.tokens, summary.skipped)
 
 The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir tokens --max-length 2048``.

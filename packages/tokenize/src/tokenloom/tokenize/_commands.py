@@ -111,7 +111,9 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     help="Hugging Face tokenizer directory or locally cached name. Default: the shipped stdlib BPE (16k).",
 )
 @click.option(
+    "--seq-len",
     "--max-length",
+    "seq_len",
     type=int,
     default=None,
     help="Longest entry in tokens, EOD included; longer documents are windowed. "
@@ -310,7 +312,7 @@ def tokenize(
     input_dir: Path,
     output_dir: Path,
     tokenizer: str | None,
-    max_length: int | None,
+    seq_len: int | None,
     overlap_size: int,
     windowing: str,
     min_text_length: int,
@@ -355,7 +357,7 @@ def tokenize(
             input_dir=input_dir,
             output_dir=output_dir,
             tokenizer=tokenizer,
-            max_length=max_length,
+            seq_len=seq_len,
             overlap_size=overlap_size,
             windowing=Windowing(windowing),
             min_text_length=min_text_length,

@@ -96,12 +96,12 @@ class TokenizeConfig:
     ``output_url`` then holds the URL."""
     tokenizer: str | None = None
     """Hugging Face tokenizer directory or cached name; None: the shipped stdlib BPE."""
-    max_length: int | None = None
+    seq_len: int | None = None
     """Longest entry in tokens, EOD included; longer documents are windowed. None: no windowing."""
     overlap_size: int = 0
-    """Tokens shared by consecutive windows of one document (<= max_length / 2 under the tokenloom rule)."""
+    """Tokens shared by consecutive windows of one document (<= seq_len / 2 under the tokenloom rule)."""
     windowing: Windowing = Windowing.TOKENLOOM
-    """The windowing rule: tokenloom (EOD in every window, max_length counts it; the default) or
+    """The windowing rule: tokenloom (EOD in every window, seq_len counts it; the default) or
     gpt-simple (GPT-Simple's pretokenize exactly; see :mod:`tokenloom.tokenize.windowing`)."""
     min_text_length: int = 0
     """gpt-simple only: drop (and count) documents of fewer characters, as GPT-Simple's
@@ -209,7 +209,7 @@ class TokenizeConfig:
         if self.train_type is not None:
             check_post_training(self)
         else:
-            validate_window(self.max_length, self.overlap_size, self.windowing)
+            validate_window(self.seq_len, self.overlap_size, self.windowing)
         if self.min_text_length < 0:
             raise ConfigError(f"min_text_length is {self.min_text_length}, expected >= 0", field="min_text_length")
         if self.min_text_length and self.windowing is not Windowing.GPT_SIMPLE:
@@ -388,7 +388,7 @@ class TokenizeConfig:
         settings: dict[str, Any] = {
             "format": self.format,
             "text_field": self.text_field,
-            "max_length": self.max_length,
+            "max_length": self.seq_len,  # recorded key: earlier manifests resume
             "overlap_size": self.overlap_size,
             "windowing": self.windowing.value,
             "min_text_length": self.min_text_length,

@@ -1,17 +1,17 @@
-"""--train-type settings of a tokenize run: checked up front, and those that change the record store."""
+"""--train-type settings of a tokenize run: checked up front, and those that change the record store.
+
+``config`` is a ``TokenizeConfig``, typed ``Any`` here: ``_config`` imports this module, not the reverse.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tokenloom.formats import ConfigError
 from tokenloom.tokenize.chat import ROLES, Truncate
 from tokenloom.tokenize.windowing import Windowing
-
-if TYPE_CHECKING:
-    from tokenloom.tokenize._config import TokenizeConfig
 
 __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_settings"]
 
@@ -21,7 +21,7 @@ RECORD_FORMATS = ("bin-meta",)
 TRAIN_TYPES = ("sft", "dpo", "grpo")
 
 
-def check_post_training(config: TokenizeConfig) -> None:
+def check_post_training(config: Any) -> None:
     """--train-type: the record settings, and the text-only options refused."""
     if config.train_type not in TRAIN_TYPES and not (config.train_type == "seq" and config.astrai_config):
         raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
@@ -51,8 +51,8 @@ def check_post_training(config: TokenizeConfig) -> None:
         raise ConfigError(
             f"truncate {config.truncate!r}, expected one of {[t.value for t in Truncate]}", field="truncate"
         )
-    if config.max_length is not None and config.max_length < 2:
-        raise ConfigError(f"max_length is {config.max_length}, expected >= 2", field="max_length")
+    if config.seq_len is not None and config.seq_len < 2:
+        raise ConfigError(f"seq_len is {config.seq_len}, expected >= 2", field="seq_len")
     for name, value in (("overlap_size", config.overlap_size), ("min_text_length", config.min_text_length)):
         if value:
             raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)
@@ -64,7 +64,7 @@ def check_post_training(config: TokenizeConfig) -> None:
         )
 
 
-def _check_astrai(config: TokenizeConfig) -> None:
+def _check_astrai(config: Any) -> None:
     """--astrai-config: the config read (a ConfigError naming its field), its training type, the options it owns."""
     from tokenloom.tokenize.chat import AstraiConfig
 
@@ -76,7 +76,7 @@ def _check_astrai(config: TokenizeConfig) -> None:
             field="astrai_config",
             hint="Drop --train-type (or pass sft); for dpo and grpo use --train-type without --astrai-config",
         )
-    owned = {"train_roles": config.train_roles != ("assistant",), "max_length": config.max_length is not None}
+    owned = {"train_roles": config.train_roles != ("assistant",), "seq_len": config.seq_len is not None}
     owned["truncate"] = config.truncate != "skip"
     for name, given in owned.items():
         if given:
@@ -96,7 +96,7 @@ def _check_astrai(config: TokenizeConfig) -> None:
     object.__setattr__(config, "train_type", astrai.train_type)
 
 
-def record_settings(config: TokenizeConfig) -> dict[str, Any]:
+def record_settings(config: Any) -> dict[str, Any]:
     """--train-type: the settings that change the record store (in the plan's run key)."""
     template = None
     if config.chat_template is not None:
@@ -106,7 +106,7 @@ def record_settings(config: TokenizeConfig) -> dict[str, Any]:
         "format": config.format,
         "chat_template_sha256": template,
         "train_roles": list(config.train_roles),
-        "max_length": config.max_length,
+        "max_length": config.seq_len,  # recorded key: earlier run keys resume
         "truncate": config.truncate,
         "on_error": config.on_error.value,
         "max_line_bytes": config.max_line_bytes,

@@ -60,7 +60,7 @@ class ChatTransform:
             chat_template=config.chat_template,
             train_type=config.train_type or "sft",
             train_roles=config.train_roles,
-            max_length=config.max_length,
+            seq_len=config.seq_len,
             truncate=config.truncate,
             on_error=config.on_error.value,
         )

@@ -61,7 +61,7 @@ class EncodeSettings:
     text_field: tuple[str, ...]
     eod_id: int
     vocab_size: int
-    max_length: int | None
+    seq_len: int | None
     overlap_size: int
     dtype: str
     engine: str = Engine.HF.value
@@ -370,7 +370,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
             flat[token_chosen],
             doc_lengths[chosen],
             eod_id=settings.eod_id,
-            max_length=settings.max_length,
+            seq_len=settings.seq_len,
             overlap_size=settings.overlap_size,
             dtype=dtype,
             windowing=settings.windowing,
@@ -392,7 +392,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
         flat,
         doc_lengths,
         eod_id=settings.eod_id,
-        max_length=settings.max_length,
+        seq_len=settings.seq_len,
         overlap_size=settings.overlap_size,
         dtype=dtype,
         windowing=settings.windowing,

@@ -4,18 +4,18 @@ Two rules, chosen by :class:`Windowing` (``tokenloom tokenize --windowing``):
 
 ``tokenloom`` (default; pinned by ``tests/test_windowing.py``):
 
-- A document of ``n`` tokens becomes entries of at most ``max_length`` tokens
+- A document of ``n`` tokens becomes entries of at most ``seq_len`` tokens
   each, *including* the EOD token that ends every entry. So each entry carries
-  up to ``max_length - 1`` document tokens (its *content*).
-- If ``n <= max_length - 1`` the document is one entry: its tokens + EOD, with
+  up to ``seq_len - 1`` document tokens (its *content*).
+- If ``n <= seq_len - 1`` the document is one entry: its tokens + EOD, with
   overlap prefix 0. An empty document is one entry ``[EOD]``.
-- Otherwise windows of content length ``C = max_length - 1`` start at
+- Otherwise windows of content length ``C = seq_len - 1`` start at
   ``0, S, 2S, ...`` with stride ``S = C - overlap_size``, until a window reaches
   the document's end. Window ``k > 0`` repeats the last ``overlap_size`` content
   tokens of window ``k - 1``; its overlap prefix is ``overlap_size`` (the loss
   masks those tokens). Only the last window can be shorter than ``C``.
-- ``max_length=None`` disables windowing: every document is one entry.
-- ``overlap_size <= max_length / 2`` with a stride of at least one token.
+- ``seq_len=None`` disables windowing: every document is one entry.
+- ``overlap_size <= seq_len / 2`` with a stride of at least one token.
 
 ``gpt-simple``: GPT-Simple's ``create_windows`` (``gpt_simple/pretokenize.py``,
 gpt-simple-lm 0.1.2) in its deterministic mode (no ``--probabilistic_overlap``),
@@ -23,20 +23,20 @@ reproduced token for token (pinned here by hand-computed cases and in
 ``integration-tests`` against GPT-Simple's own pretokenize):
 
 - A document of no tokens gives no entry.
-- If ``n < max_length`` the document is one entry: its tokens + EOD, prefix 0
-  (so up to ``max_length`` tokens with the EOD).
-- Otherwise the stride is ``S = max(max_length - overlap_size, max_length // 2)``
-  and a window of ``min(max_length, n - kS)`` document tokens starts at every
+- If ``n < seq_len`` the document is one entry: its tokens + EOD, prefix 0
+  (so up to ``seq_len`` tokens with the EOD).
+- Otherwise the stride is ``S = max(seq_len - overlap_size, seq_len // 2)``
+  and a window of ``min(seq_len, n - kS)`` document tokens starts at every
   ``kS < n``: ``ceil(n / S)`` windows, but at most 10,001 (GPT-Simple stops
   there, logging a warning; the document's remaining tokens are dropped).
-- Every window that reaches the document's end (``kS + max_length >= n``) gets
-  an EOD, so last windows hold up to ``max_length + 1`` tokens, and when
-  ``S < max_length`` the windows after the first such one repeat the tail
+- Every window that reaches the document's end (``kS + seq_len >= n``) gets
+  an EOD, so last windows hold up to ``seq_len + 1`` tokens, and when
+  ``S < seq_len`` the windows after the first such one repeat the tail
   ("redundant tail windows"), each again with an EOD.
 - Window ``k > 0`` records an overlap prefix of ``min(overlap_size, its document
   tokens)`` when ``overlap_size > 0``; this is ``overlap_size`` even where the
-  stride was raised to ``max_length // 2`` and fewer tokens actually repeat.
-- ``max_length`` is required; ``0 <= overlap_size <= 65535`` (GPT-Simple would
+  stride was raised to ``seq_len // 2`` and fewer tokens actually repeat.
+- ``seq_len`` is required; ``0 <= overlap_size <= 65535`` (GPT-Simple would
   wrap larger prefixes modulo 65,536 in its uint16 index).
 """
 
@@ -61,7 +61,7 @@ class Windowing(StrEnum):
     """Which rule turns a document into entries (see the module docstring)."""
 
     TOKENLOOM = "tokenloom"
-    """EOD in every window, max_length counts the EOD, no redundant tail windows; empty documents kept."""
+    """EOD in every window, seq_len counts the EOD, no redundant tail windows; empty documents kept."""
     GPT_SIMPLE = "gpt-simple"
     """GPT-Simple's pretokenize exactly (deterministic mode): EOD only where a window reaches the end."""
 
@@ -76,32 +76,30 @@ def as_windowing(value: object) -> Windowing:
         ) from None
 
 
-def validate_window(
-    max_length: int | None, overlap_size: int, windowing: Windowing | str = Windowing.TOKENLOOM
-) -> None:
-    """Raise ConfigError unless (max_length, overlap_size) is a valid windowing under ``windowing``."""
+def validate_window(seq_len: int | None, overlap_size: int, windowing: Windowing | str = Windowing.TOKENLOOM) -> None:
+    """Raise ConfigError unless (seq_len, overlap_size) is a valid windowing under ``windowing``."""
     if as_windowing(windowing) is Windowing.GPT_SIMPLE:
-        _validate_gpt_simple(max_length, overlap_size)
+        _validate_gpt_simple(seq_len, overlap_size)
         return
-    if max_length is None:
+    if seq_len is None:
         if overlap_size != 0:
             raise ConfigError(
-                f"overlap_size is {overlap_size} but max_length is not set",
+                f"overlap_size is {overlap_size} but seq_len is not set",
                 field="overlap_size",
                 hint="Pass --max-length N together with --overlap-size, or drop --overlap-size",
             )
         return
-    if max_length < 2:
+    if seq_len < 2:
         raise ConfigError(
-            f"max_length is {max_length}, expected >= 2 (at least one document token plus EOD)",
-            field="max_length",
+            f"seq_len is {seq_len}, expected >= 2 (at least one document token plus EOD)",
+            field="seq_len",
         )
-    if overlap_size < 0 or 2 * overlap_size > max_length or overlap_size > max_length - 2:
+    if overlap_size < 0 or 2 * overlap_size > seq_len or overlap_size > seq_len - 2:
         raise ConfigError(
-            f"overlap_size is {overlap_size}, expected 0 <= overlap_size <= max_length / 2 "
-            f"(max_length is {max_length}) with each window advancing by at least one token",
+            f"overlap_size is {overlap_size}, expected 0 <= overlap_size <= seq_len / 2 "
+            f"(seq_len is {seq_len}) with each window advancing by at least one token",
             field="overlap_size",
-            hint=f"Pass --overlap-size between 0 and {min(max_length // 2, max_length - 2)}",
+            hint=f"Pass --overlap-size between 0 and {min(seq_len // 2, seq_len - 2)}",
         )
     if overlap_size > MAX_OVERLAP:
         raise ConfigError(
@@ -110,17 +108,17 @@ def validate_window(
         )
 
 
-def _validate_gpt_simple(max_length: int | None, overlap_size: int) -> None:
-    if max_length is None:
+def _validate_gpt_simple(seq_len: int | None, overlap_size: int) -> None:
+    if seq_len is None:
         raise ConfigError(
-            "windowing 'gpt-simple' needs max_length: GPT-Simple's pretokenize always windows "
+            "windowing 'gpt-simple' needs seq_len: GPT-Simple's pretokenize always windows "
             "(its --max_length defaults to 3072)",
-            field="max_length",
+            field="seq_len",
             hint="Pass --max-length with the --max_length of the GPT-Simple run to reproduce "
             "(3072 if it used the default)",
         )
-    if max_length < 1:
-        raise ConfigError(f"max_length is {max_length}, expected >= 1", field="max_length")
+    if seq_len < 1:
+        raise ConfigError(f"seq_len is {seq_len}, expected >= 1", field="seq_len")
     if overlap_size < 0:
         raise ConfigError(
             f"overlap_size is {overlap_size}: GPT-Simple would skip tokens between windows; "
@@ -135,9 +133,9 @@ def _validate_gpt_simple(max_length: int | None, overlap_size: int) -> None:
             field="overlap_size",
             hint=f"Pass --overlap-size <= {MAX_OVERLAP}",
         )
-    if max(max_length - overlap_size, max_length // 2) < 1:
+    if max(seq_len - overlap_size, seq_len // 2) < 1:
         raise ConfigError(
-            f"max_length {max_length} with overlap_size {overlap_size} gives GPT-Simple a stride of 0 "
+            f"seq_len {seq_len} with overlap_size {overlap_size} gives GPT-Simple a stride of 0 "
             "(it would emit 10,001 copies of each document's first window)",
             field="overlap_size",
             hint="Pass --overlap-size 0 with --max-length 1, or a larger --max-length",
@@ -212,12 +210,12 @@ def _expand(
     return doc_of_entry, k
 
 
-def _window_plan(doc_lengths: npt.NDArray[np.int64], max_length: int | None, overlap_size: int) -> _Plan:
+def _window_plan(doc_lengths: npt.NDArray[np.int64], seq_len: int | None, overlap_size: int) -> _Plan:
     """tokenloom's rule."""
     doc_starts = _doc_starts(doc_lengths)
-    if max_length is None:
+    if seq_len is None:
         return _Plan(doc_starts, doc_lengths.astype(np.int64), np.zeros(len(doc_lengths), dtype=np.uint16))
-    content = max_length - 1
+    content = seq_len - 1
     stride = content - overlap_size
     # windows per document: 1 if it fits, else 1 + ceil((n - C) / S)
     extra = np.maximum(doc_lengths - content, 0)
@@ -229,19 +227,19 @@ def _window_plan(doc_lengths: npt.NDArray[np.int64], max_length: int | None, ove
     return _Plan(doc_starts[doc_of_entry] + start_in_doc, length.astype(np.int64), prefix)
 
 
-def _gpt_simple_plan(doc_lengths: npt.NDArray[np.int64], max_length: int, overlap_size: int) -> _Plan:
+def _gpt_simple_plan(doc_lengths: npt.NDArray[np.int64], seq_len: int, overlap_size: int) -> _Plan:
     """GPT-Simple's create_windows, deterministic mode (see the module docstring)."""
     doc_starts = _doc_starts(doc_lengths)
-    stride = max(max_length - overlap_size, max_length // 2)
-    natural = np.where(doc_lengths < max_length, 1, -(-doc_lengths // stride))
+    stride = max(seq_len - overlap_size, seq_len // 2)
+    natural = np.where(doc_lengths < seq_len, 1, -(-doc_lengths // stride))
     natural = np.where(doc_lengths == 0, 0, natural)
     windows = np.minimum(natural, GPT_SIMPLE_MAX_WINDOWS)
     doc_of_entry, k = _expand(windows)
     n = doc_lengths[doc_of_entry]
-    short = n < max_length
+    short = n < seq_len
     start_in_doc = np.where(short, 0, k * stride)
-    length = np.where(short, n, np.minimum(max_length, n - start_in_doc))
-    has_eod = short | (start_in_doc + max_length >= n)
+    length = np.where(short, n, np.minimum(seq_len, n - start_in_doc))
+    has_eod = short | (start_in_doc + seq_len >= n)
     prefix = np.where((k > 0) & (overlap_size > 0), np.minimum(overlap_size, length), 0).astype(np.uint16)
     return _Plan(
         doc_starts[doc_of_entry] + start_in_doc,
@@ -276,21 +274,21 @@ def window_documents(
     doc_lengths: npt.NDArray[np.int64],
     *,
     eod_id: int,
-    max_length: int | None,
+    seq_len: int | None,
     overlap_size: int = 0,
     dtype: npt.DTypeLike = np.uint32,
     windowing: Windowing | str = Windowing.TOKENLOOM,
 ) -> Entries:
     """Split concatenated documents into entries under ``windowing`` (see the module docstring)."""
     rule = as_windowing(windowing)
-    validate_window(max_length, overlap_size, rule)
+    validate_window(seq_len, overlap_size, rule)
     doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
-    if rule is Windowing.TOKENLOOM and (max_length is None or not len(doc_lengths) or doc_lengths.max() < max_length):
+    if rule is Windowing.TOKENLOOM and (seq_len is None or not len(doc_lengths) or doc_lengths.max() < seq_len):
         return _whole_documents(doc_tokens, doc_lengths, eod_id, np.dtype(dtype))
-    if rule is Windowing.GPT_SIMPLE and max_length is not None:  # validated: never None here
-        plan = _gpt_simple_plan(doc_lengths, max_length, overlap_size)
+    if rule is Windowing.GPT_SIMPLE and seq_len is not None:  # validated: never None here
+        plan = _gpt_simple_plan(doc_lengths, seq_len, overlap_size)
     else:
-        plan = _window_plan(doc_lengths, max_length, overlap_size)
+        plan = _window_plan(doc_lengths, seq_len, overlap_size)
     lengths = plan.lengths
     eods = plan.has_eod.astype(np.int64)
     entry_lengths = lengths + eods

@@ -106,7 +106,7 @@ def config_snippet(dataset: TokenDataset, seq_len: int) -> str:
             "data:",
             f"  path: {_yaml_scalar(str(data_root))}",
             "  format: pretokenized",
-            f"  max_length: {seq_len}",
+            f"  seq_len: {seq_len}",
             "  packing: false",
         ]
     return "\n".join(lines)

@@ -11,7 +11,6 @@
 - token dtypes and scans: ``smallest_dtype_for_vocab``, ``as_token_dtype``, ``eos_offsets``
 - index arrays at O(1) memory: ``map_array``, ``iter_chunks`` (bounded scans), ``derived_index`` (index cache)
 - optional dependencies: ``require``
-- renamed names kept for one release: ``renamed_keyword``, ``deprecated_property``, ``module_aliases``
 - object-store URLs: ``is_remote_url``, ``parse_url``, ``refuse_remote_output`` (a URL is never a local path)
 - the megatron/packed sidecar (EOS id, vocab size, tokenizer): ``sidecar_of``, ``SIDECAR_SUFFIX``
 
@@ -44,7 +43,6 @@ from tokenloom.formats.io.manifest import (
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.output import prepare_output_dir, shard_cut
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.io.renames import deprecated_property, module_aliases, renamed_keyword
 from tokenloom.formats.io.safety import check_disjoint, check_replaceable, real_path
 from tokenloom.formats.io.scan import eos_offsets
 from tokenloom.formats.io.sidecar import SIDECAR_SUFFIX, sidecar_of
@@ -69,7 +67,6 @@ __all__ = [
     "atomic_write_bytes",
     "check_disjoint",
     "check_replaceable",
-    "deprecated_property",
     "derived_index",
     "describe_files",
     "eos_offsets",
@@ -80,14 +77,12 @@ __all__ = [
     "lock_path",
     "map_array",
     "lazy_exports",
-    "module_aliases",
     "output_lock",
     "parse_url",
     "pid_alive",
     "prepare_output_dir",
     "real_path",
     "refuse_remote_output",
-    "renamed_keyword",
     "require",
     "safe_file",
     "shard_cut",

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from tokenloom.formats._contract import FormatSpec, StoreSpec
 from tokenloom.formats._registry import register_format
-from tokenloom.formats.io.renames import module_aliases
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files, is_bin_store, open_bin_meta_dataset
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h5_store, open_h5_dataset
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
@@ -81,13 +80,3 @@ BIN_META_SPEC = FormatSpec(
 )
 register_format(H5_SPEC)
 register_format(BIN_META_SPEC)
-
-#: Old names, served with a DeprecationWarning for one release.
-__getattr__ = module_aliases(
-    __name__,
-    {
-        "TRAINING_TYPE_KEYS": "TRAIN_TYPE_KEYS",  # old-name
-        "OPTIONAL_TRAINING_TYPE_KEYS": "OPTIONAL_TRAIN_TYPE_KEYS",  # old-name
-    },
-    globals(),
-)

@@ -13,7 +13,6 @@ from typing import Any
 from tokenloom.formats._contract import StoreSpec
 from tokenloom.formats._registry import available_formats
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
-from tokenloom.formats.io.renames import renamed_keyword
 from tokenloom.formats.keyed.store import KeyedStore
 
 __all__ = ["StoreFactory", "detect_store_type", "open_store", "store_spec"]
@@ -62,8 +61,6 @@ def open_store(
     format: str | None = None,
     *,
     train_type: str | None = None,
-    storage_type: str | None = None,  # old-name
-    training_type: str | None = None,  # old-name
     **options: Any,
 ) -> KeyedStore:
     """Load the keyed store at ``path`` (backend detected unless ``format`` is given: "h5" or "bin").
@@ -71,8 +68,6 @@ def open_store(
     ``train_type`` (seq / sft / dpo / grpo) checks that its keys are present;
     ``options`` go to the store (``validate``, ``max_elements``).
     """
-    format = renamed_keyword("open_store", "format", format, "storage_type", storage_type)  # old-name
-    train_type = renamed_keyword("open_store", "train_type", train_type, "training_type", training_type)  # old-name
     store = store_spec(format or detect_store_type(path)).store(**options)
     store.load(path)
     if train_type is not None:

@@ -41,7 +41,6 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.index_map import iter_chunks
-from tokenloom.formats.io.renames import deprecated_property, module_aliases, renamed_keyword
 
 __all__ = [
     "FLOAT_KEYS",
@@ -185,7 +184,6 @@ class KeyedStore:
     """
 
     format: ClassVar[str] = ""  # the store name users pass to open_store ("h5", "bin")
-    storage_type = deprecated_property("storage_type", "format")  # old-name
 
     def __init__(self, *, validate: Validate | str = Validate.FAST, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
         self.validate = as_validate(validate)
@@ -238,8 +236,6 @@ class KeyedStore:
         """seq / sft / dpo / grpo when the keys are exactly that type's, else None."""
         return train_type_of(self._keys)
 
-    training_type = deprecated_property("training_type", "train_type")  # old-name
-
     @property
     def segment_lengths(self) -> np.ndarray:
         """Elements in each segment (the same for every key), int64."""
@@ -259,15 +255,8 @@ class KeyedStore:
     def __len__(self) -> int:
         return self._starts[-1]
 
-    def require(
-        self,
-        train_type: str | None = None,
-        *,
-        training_type: str | None = None,  # old-name
-    ) -> None:
+    def require(self, train_type: str | None = None) -> None:
         """MissingKeyError listing the keys found unless the store has every key of ``train_type``."""
-        old = ("training_type", training_type)  # old-name
-        train_type = renamed_keyword("KeyedStore.require", "train_type", train_type, *old)
         if train_type is None or train_type not in TRAIN_TYPE_KEYS:
             raise ConfigError(
                 f"train_type {train_type!r}, expected one of {sorted(TRAIN_TYPE_KEYS)}",
@@ -380,14 +369,3 @@ class KeyedStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(path={self.path!r}, keys={self._keys}, elements={len(self)})"
-
-
-__getattr__ = module_aliases(
-    __name__,
-    {
-        "TRAINING_TYPE_KEYS": "TRAIN_TYPE_KEYS",  # old-name
-        "OPTIONAL_TRAINING_TYPE_KEYS": "OPTIONAL_TRAIN_TYPE_KEYS",  # old-name
-        "training_type_of": "train_type_of",  # old-name
-    },
-    globals(),
-)

@@ -22,7 +22,6 @@ from tokenloom.formats._writer import TokenWriter, WriterBasics, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir, publish, temp_path
 from tokenloom.formats.io.output import start_output_dir
-from tokenloom.formats.io.renames import renamed_keyword
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
 from tokenloom.formats.keyed.records import GROUPED_KEYS
@@ -58,14 +57,11 @@ class StoreWriter(TokenWriter):
         path: str | os.PathLike[str],
         *,
         train_type: str | None = None,
-        training_type: str | None = None,  # old-name
         key_dtypes: Mapping[str, Any] | None = None,
         overwrite: bool = False,
         **basics: Unpack[WriterBasics],
     ) -> None:
         super().__init__(path, **basics)
-        old = ("training_type", training_type)  # old-name
-        train_type = renamed_keyword(type(self).__name__, "train_type", train_type, *old, stacklevel=5)
         if train_type is not None and train_type not in TRAIN_TYPE_KEYS:
             raise ConfigError(
                 f"train_type {train_type!r}, expected one of {sorted(TRAIN_TYPE_KEYS)}",

@@ -6,7 +6,7 @@
         -> ChatEncoder.encode -> store arrays -> write_post_training (a record store)
 
     >>> from tokenloom.tokenize.chat import ChatEncoder, write_post_training
-    >>> encoder = ChatEncoder("my-tokenizer-dir", train_type="sft", max_length=4096)
+    >>> encoder = ChatEncoder("my-tokenizer-dir", train_type="sft", seq_len=4096)
     >>> arrays = encoder.encode({"messages": [{"role": "user", "content": "hi"},
     ...                                       {"role": "assistant", "content": "hello"}]})
     >>> write_post_training(records, "out/sft", "sft", tokenizer="my-tokenizer-dir")

@@ -6,7 +6,7 @@
 - grpo: ``prompts`` (the prompt rendered with the generation prompt), ``responses`` and ``masks`` (one
   per response: the tokens after the prompt's), ``rewards``.
 
-A record longer than ``max_length`` follows ``truncate``: ``skip`` (the default: counted, never a
+A record longer than ``seq_len`` follows ``truncate``: ``skip`` (the default: counted, never a
 silent cut), ``keep-start`` or ``keep-end``; a cut that leaves no trained token is a counted skip.
 A dpo pair cut ``keep-end`` loses the same prompt tokens on both sides (so they still share a
 prompt); one whose cut would leave no prompt is a counted skip.
@@ -38,7 +38,7 @@ class TrainType(StrEnum):
 
 
 class Truncate(StrEnum):
-    """What happens to a record longer than ``max_length``."""
+    """What happens to a record longer than ``seq_len``."""
 
     SKIP = "skip"
     KEEP_START = "keep-start"
@@ -76,7 +76,7 @@ class ChatEncoder:
         chat_template: a Jinja file (or text) replacing the tokenizer's template.
         train_type: sft, dpo or grpo.
         train_roles: the roles whose turns are trained (default: assistant).
-        max_length: the longest record kept as it is (tokens of a record, of each dpo side, of a grpo
+        seq_len: the longest record kept as it is (tokens of a record, of each dpo side, of a grpo
             prompt plus its longest response); None: no limit.
         truncate: skip, keep-start or keep-end (see :class:`Truncate`).
         on_error: "raise" (the first bad record stops the run) or "skip" (count it by error name).
@@ -91,7 +91,7 @@ class ChatEncoder:
         chat_template: str | os.PathLike[str] | None = None,
         train_type: TrainType | str = TrainType.SFT,
         train_roles: Collection[str] = ("assistant",),
-        max_length: int | None = None,
+        seq_len: int | None = None,
         truncate: Truncate | str = Truncate.SKIP,
         on_error: str = "raise",
         engine: str = "auto",
@@ -108,9 +108,9 @@ class ChatEncoder:
         if not roles or bad:
             raise ConfigError(f"train roles {list(roles)}, expected some of {list(ROLES)}", field="train_roles")
         self.train_roles = roles
-        if max_length is not None and (isinstance(max_length, bool) or max_length < 2):
-            raise ConfigError(f"max_length is {max_length}, expected >= 2", field="max_length")
-        self.max_length = max_length
+        if seq_len is not None and (isinstance(seq_len, bool) or seq_len < 2):
+            raise ConfigError(f"seq_len is {seq_len}, expected >= 2", field="seq_len")
+        self.seq_len = seq_len
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error {on_error!r}, expected 'raise' or 'skip'", field="on_error")
         self.on_error = on_error
@@ -121,7 +121,7 @@ class ChatEncoder:
         return {
             "train_type": self.train_type.value,
             "train_roles": list(self.train_roles),
-            "max_length": self.max_length,
+            "max_length": self.seq_len,  # recorded key: earlier manifests resume
             "truncate": self.truncate.value,
             "chat_template": self.chat.template,
         }
@@ -153,8 +153,8 @@ class ChatEncoder:
         return derive_mask(self.chat, conversation, self.train_roles, place, after=after)
 
     def _cut(self, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """The record within max_length, or None for a skip."""
-        limit = self.max_length
+        """The record within seq_len, or None for a skip."""
+        limit = self.seq_len
         if limit is None or len(ids) <= limit:
             return ids, mask
         if self.truncate is Truncate.SKIP:
@@ -201,9 +201,9 @@ class ChatEncoder:
                 field="prompt",
                 **place.where(),
             )
-        if self.truncate is Truncate.KEEP_END and self.max_length is not None:
+        if self.truncate is Truncate.KEEP_END and self.seq_len is not None:
             # both sides lose the same prompt tokens, so they still continue one prompt (no prompt left: skip)
-            drop = max(len(chosen.ids), len(rejected.ids)) - self.max_length
+            drop = max(len(chosen.ids), len(rejected.ids)) - self.seq_len
             if drop >= min(int(np.argmax(side.mask)) for side in (chosen, rejected)):
                 return None
             chosen_cut, rejected_cut = (
@@ -227,7 +227,7 @@ class ChatEncoder:
             responses.append(masked.ids)
             masks.append(masked.mask)
         longest = max(len(r) for r in responses)
-        limit = self.max_length
+        limit = self.seq_len
         truncated = False
         if limit is not None and len(prompt_ids) + longest > limit:
             if self.truncate is Truncate.SKIP:

@@ -33,7 +33,6 @@ Every record is then verified (:mod:`._verify`).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -42,33 +41,12 @@ import numpy as np
 from tokenloom.formats.errors import ChatTemplateError, MaskError, TemplatePrefixError
 from tokenloom.tokenize.chat._records import Conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
-from tokenloom.tokenize.chat._verify import verify_mask
+from tokenloom.tokenize.chat._verify import MaskedTokens, TrainedSpan, verify_mask
 
 __all__ = ["MaskedTokens", "TrainedSpan", "derive_mask"]
 
 #: stands in for a message's content where the template is probed (text no real message holds)
 _PROBE = "\u2063tokenloom-probe\u2063"
-
-
-@dataclass(frozen=True, slots=True)
-class TrainedSpan:
-    """One trained turn in the rendering: ``text[start:content_end]`` is its content, then its end marker."""
-
-    turn: int
-    start: int
-    content_end: int
-    end: int = -1
-
-
-@dataclass(slots=True)
-class MaskedTokens:
-    """A rendered, encoded conversation: ids, loss mask (1 = trained) and the trained spans."""
-
-    text: str
-    ids: np.ndarray
-    mask: np.ndarray
-    offsets: np.ndarray
-    spans: list[TrainedSpan] = field(default_factory=list)
 
 
 class _Renders:

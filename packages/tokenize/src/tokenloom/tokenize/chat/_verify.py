@@ -7,17 +7,36 @@ up as a difference. A mask with no trained token or with every token trained is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from tokenloom.formats.errors import MaskError
 from tokenloom.tokenize.chat._template import ChatTokenizer, RecordPlace
 
-if TYPE_CHECKING:
-    from tokenloom.tokenize.chat._masks import MaskedTokens
+__all__ = ["MaskedTokens", "TrainedSpan", "runs", "verify_mask"]
 
-__all__ = ["runs", "verify_mask"]
+
+@dataclass(frozen=True, slots=True)
+class TrainedSpan:
+    """One trained turn in the rendering: ``text[start:content_end]`` is its content, then its end marker."""
+
+    turn: int
+    start: int
+    content_end: int
+    end: int = -1
+
+
+@dataclass(slots=True)
+class MaskedTokens:
+    """A rendered, encoded conversation: ids, loss mask (1 = trained) and the trained spans."""
+
+    text: str
+    ids: np.ndarray
+    mask: np.ndarray
+    offsets: np.ndarray
+    spans: list[TrainedSpan] = field(default_factory=list)
 
 
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:

@@ -103,7 +103,7 @@ def write_post_training(
     """Encode ``records`` (dicts, or ``(record, RecordPlace)`` pairs) and write them to ``out_dir``, in order.
 
     Either pass an ``encoder`` or a ``tokenizer`` plus :class:`ChatEncoder`'s options (``chat_template``,
-    ``train_roles``, ``max_length``, ``truncate``, ``on_error``). Returns the counts.
+    ``train_roles``, ``seq_len``, ``truncate``, ``on_error``). Returns the counts.
     """
     if encoder is None:
         encoder = ChatEncoder(tokenizer, train_type=train_type, **options)
