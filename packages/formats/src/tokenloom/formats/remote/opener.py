@@ -74,7 +74,8 @@ def open_remote_any(
     url = cache.config.url
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
-    spec = formats.spec(format or recorded) if format or isinstance(recorded, str) else None
+    named = format or (recorded if isinstance(recorded, str) else None)
+    spec = formats.spec(named) if named else None
     if spec is not None and spec.remote is not None and manifest is not None:
         formats.check_options(spec, options)
         if recorded != spec.name:

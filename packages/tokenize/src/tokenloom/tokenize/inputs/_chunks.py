@@ -115,16 +115,16 @@ def read_chunks(
         path, kind = reader_of(info)
         part = parts[file_index] if parts is not None else None
         if kind.rows:
-            cuts = 0
+            source: ColumnarFile | None = None
             if info.size > 0:  # a 0-byte row file has no footer to read: an empty file, as a 0-byte jsonl
                 groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
                 with named_by_url(info):
                     source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
-                cuts = len(source.cuts)
+            cuts = len(source.cuts) if source is not None else 0
             for number in range(cuts):
                 if index + number >= start_chunk:
                     with named_by_url(info):
-                        piece = source.read(number)
+                        piece = source.read(number)  # pyright: ignore[reportOptionalMemberAccess] (cuts > 0)
                     yield _columnar_chunk(piece, index + number, file_index, info.shown, dotted)
             if not cuts:
                 if index >= start_chunk:
