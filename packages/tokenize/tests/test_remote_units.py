@@ -159,7 +159,9 @@ def test_remote_input_refusals_are_named(seaweed, tiny_tokenizer, tmp_path, monk
 def test_hash_inputs_with_an_input_prefix_is_refused_not_ignored(tiny_tokenizer, tmp_path):
     # objects are identified by their ETag; --hash-inputs would silently do nothing
     with pytest.raises(ConfigError, match="hash.inputs") as info:
-        _config("s3://bucket/raw", tmp_path / "out", tiny_tokenizer, hash_inputs=True, plan_cache_dir=tmp_path / "cache")
+        _config(
+            "s3://bucket/raw", tmp_path / "out", tiny_tokenizer, hash_inputs=True, plan_cache_dir=tmp_path / "cache"
+        )
     assert info.value.field == "hash_inputs"
 
 
@@ -236,7 +238,9 @@ def test_a_mislabelled_input_object_is_named_by_its_url_not_its_staged_copy(
     key = f"raw-{uuid.uuid4().hex[:8]}"
     seaweed.put(f"{key}/a.jsonl", b'{"text": "fine"}\n')
     seaweed.put(f"{key}/b.parquet", b'{"text": "not parquet"}\n')
-    config = _config(f"s3://{seaweed.bucket}/{key}", tmp_path / "out", tiny_tokenizer, plan_cache_dir=tmp_path / "cache")
+    config = _config(
+        f"s3://{seaweed.bucket}/{key}", tmp_path / "out", tiny_tokenizer, plan_cache_dir=tmp_path / "cache"
+    )
     with pytest.raises(FormatError, match="named as parquet") as info:
         tokenize(config)
     assert info.value.path == f"s3://{seaweed.bucket}/{key}/b.parquet"
