@@ -276,4 +276,4 @@ def test_a_reopen_after_pickling_keeps_the_cache_limit(seaweed, url, tmp_path):
     assert options.cache_limit == limit
     again = reopen(url, [s.name for s in remote.shards], pickle.loads(pickle.dumps(options)))
     assert again.remote.cache_limit == limit
-    assert again.shards[0].source.cache.limit == limit
+    assert again.shards[0].source.cache.limit == limit  # pyright: ignore[reportAttributeAccessIssue]

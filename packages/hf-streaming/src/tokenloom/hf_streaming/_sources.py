@@ -11,7 +11,9 @@ from tokenloom.hf_streaming._units import data_suffixes
 __all__ = ["check_objects", "remote_access", "remote_dataset_files"]
 
 
-def remote_access(storage_options: dict[str, Any] | None, retries: Any, remote: RemoteOptions | None) -> RemoteOptions:
+def remote_access(
+    storage_options: dict[str, Any] | None, retries: Any, remote: RemoteOptions | None = None
+) -> RemoteOptions:
     """The store options and retry policy as one frozen, picklable value (the keywords over ``remote``)."""
     if isinstance(retries, bool):
         raise ConfigError(f"retries={retries!r}, expected an int or a RetryPolicy", field="retries")
