@@ -62,21 +62,23 @@ def _(tmp: Path) -> Run:
 def _(tmp: Path) -> Run:
     from tokenloom.curriculum import CurriculumConfig
 
-    return Run(call=lambda: CurriculumConfig(path=tmp, storage_options={"region": "x"}))
+    return Run(call=lambda: CurriculumConfig.from_dict({"path": str(tmp), "storage_options": {"region": "x"}}))
 
 
-@case("curriculum: cache_dir is a URL", "bad input", "error", "ConfigError")
+@case("curriculum: block_cache_dir is a URL", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
     from tokenloom.curriculum import CurriculumConfig
 
-    return Run(call=lambda: CurriculumConfig(path=_url("s3://bucket/data"), cache_dir="s3://bucket/cache"))
+    return Run(
+        call=lambda: CurriculumConfig.from_dict({"path": "s3://bucket/data", "block_cache_dir": "s3://bucket/cache"})
+    )
 
 
 @case("curriculum: storage_options is a list", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
     from tokenloom.curriculum import CurriculumConfig
 
-    return Run(call=lambda: CurriculumConfig(path=_url("s3://bucket/data"), storage_options=["endpoint"]))  # type: ignore[arg-type]
+    return Run(call=lambda: CurriculumConfig.from_dict({"path": "s3://bucket/data", "storage_options": ["endpoint"]}))
 
 
 @case("curriculum: data.path s3:// where nothing listens", "bad input", "error", "StorageError")
@@ -84,7 +86,9 @@ def _(tmp: Path) -> Run:
     from tokenloom.curriculum import CurriculumConfig, CurriculumPlan
 
     url = "s3://bucket/data"
-    config = CurriculumConfig(path=_url(url), storage_options=_NOWHERE, cache_dir=str(tmp / "c"))
+    config = CurriculumConfig.from_dict(
+        {"path": _url(url), "storage_options": _NOWHERE, "block_cache_dir": str(tmp / "c")}
+    )
     return Run(call=lambda: CurriculumPlan(config, seed=1), check=_names_url_no_dir(url, Path.cwd()))
 
 

@@ -95,7 +95,7 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats import convert_dataset
 
     return Run(
-        call=lambda: convert_dataset("s3://bucket/ds", "s3://bucket/ds/copy", to="native", target_cache_dir=tmp),
+        call=lambda: convert_dataset("s3://bucket/ds", "s3://bucket/ds/copy", to="native", target_plan_cache_dir=tmp),
         check=_says("overlaps the source"),
     )
 

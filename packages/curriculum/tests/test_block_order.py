@@ -196,7 +196,7 @@ def _fetched_per_used(seaweed, proxy, local: Path, cache: Path, monkeypatch, **o
             "packing": False,
             "curriculum": S3_PHASES,
             "storage_options": seaweed.storage_options(endpoint=proxy.url),
-            "cache_dir": str(cache),
+            "block_cache_dir": str(cache),
             **order,
         }
     )
@@ -236,7 +236,7 @@ def test_block_order_over_packed_buckets_serves_the_samples_the_schedule_names(l
     config = CurriculumConfig.from_dict(
         {"path": str(local), "max_length": 32, "packing": True, "curriculum": phases, **BLOCK}
     )
-    ds = CurriculumDataset(config, seed=SEED, cache_dir=local.parent / "plans")
+    ds = CurriculumDataset(config, seed=SEED, plan_cache_dir=local.parent / "plans")
     _, bucket, index = ds.locate(np.arange(len(ds)))
     assert len({(int(b), int(i)) for b, i in zip(bucket, index, strict=True)}) == len(ds)
     batch = ds.__getitems__(list(range(len(ds))))

@@ -10,7 +10,7 @@ from curriculum_helpers import EOS, SEQ_LEN, make_corpus, write_bucket
 from test_oracle import _segment
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
-from tokenloom.formats import ConfigError, ResumeMismatchError
+from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError
 
 SEED = 77
 # a: not a multiple of block_samples; b: fewer samples than one block; c: a multiple
@@ -116,7 +116,7 @@ def test_fetch_figures_count_this_run_not_the_earlier_runs_on_the_same_cache(sea
         {
             "path": f"s3://{seaweed.bucket}/{prefix}", "max_length": S3_MAX_LENGTH, "packing": False,
             "curriculum": [{"duration_tokens": 256 * S3_MAX_LENGTH, "mix": {"a": 1}}],
-            "storage_options": seaweed.storage_options(), "cache_dir": str(tmp_path / "node-cache"),
+            "storage_options": seaweed.storage_options(), "block_cache_dir": str(tmp_path / "node-cache"),
             "order": "block", "block_samples": 64, "window_blocks": 2,
         }
     )  # fmt: skip
@@ -132,7 +132,10 @@ def test_fetch_figures_count_this_run_not_the_earlier_runs_on_the_same_cache(sea
     again.__getitems__(list(range(len(again))))
     assert again.fetch_figures(len(again))["fetched_bytes"] == 0
 
-    resumed = CurriculumDataset(config.replace(cache_dir=str(tmp_path / "new-node")), seed=SEED)
+    resumed = CurriculumDataset(
+        config.replace(remote=RemoteOptions.from_keywords(remote=config.remote, cache_dir=tmp_path / "new-node")),
+        seed=SEED,
+    )
     resumed.load_state_dict(first.state_dict(consumed=100))  # a resume on a node with an empty cache
     resumed.__getitems__(list(range(100, len(resumed))))
     figures = resumed.fetch_figures(len(resumed))

@@ -168,7 +168,7 @@ def test_packing_buckets_count_non_padding_tokens(corpus, tmp_path):
         packing=True,
         curriculum=(Phase(duration_tokens=5000, mix={"a": 0.5, "c": 0.5}),),
     )
-    ds = CurriculumDataset(cfg, seed=3, cache_dir=tmp_path / "plans")
+    ds = CurriculumDataset(cfg, seed=3, plan_cache_dir=tmp_path / "plans")
     batch = ds.__getitems__(list(range(8))).batched
     assert {"input_ids", "labels", "doc_ids", "position_ids", "bucket"} <= set(batch)
     counted = ds.budget_tokens(np.arange(8))

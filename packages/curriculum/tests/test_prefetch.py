@@ -58,7 +58,7 @@ def _remote(url, seaweed, cache: Path, monkeypatch, *, limit: int | None = None,
     else:
         monkeypatch.setenv("TOKENLOOM_CACHE_LIMIT", str(limit))
     options = seaweed.storage_options(endpoint=endpoint)
-    return CurriculumDataset(_config(url, storage_options=options, cache_dir=str(cache)), seed=5, shuffle=shuffle)
+    return CurriculumDataset(_config(url, storage_options=options, block_cache_dir=str(cache)), seed=5, shuffle=shuffle)
 
 
 def _cache_bytes(root: Path) -> int:

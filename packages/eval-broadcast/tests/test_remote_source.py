@@ -27,13 +27,15 @@ def test_a_url_source_gives_the_local_rows_and_caches_locally(seaweed, tmp_path,
     url = seaweed.upload_dir(local, prefix)
     options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "blocks"}
     source = PathEvalSource(url, **options)
-    assert source.path == url
+    assert source.path == url and source.remote is not None and source.remote.block_cache_dir == tmp_path / "blocks"
     evalset = broadcast_eval_set(source, seq_len=3, cache_dir=tmp_path / "evalcache")
     reference = broadcast_eval_set(PathEvalSource(local), seq_len=3)
     assert evalset.numpy().tolist() == reference.numpy().tolist()
     assert evalset.cache_path is not None and tmp_path / "evalcache" in Path(evalset.cache_path).parents
     again = broadcast_eval_set(PathEvalSource(url, **options), seq_len=3, cache_dir=tmp_path / "evalcache")
     assert again.origin == "cache"
+    as_value = PathEvalSource(url, remote=source.remote)  # the keywords above, as one RemoteOptions
+    assert as_value.fingerprint() == source.fingerprint()
     assert not (tmp_path / "s3:").exists() and list((tmp_path / "blocks").rglob("whole"))
     before = source.fingerprint()
     changed = bytearray((local / "shard_00000.bin").read_bytes())

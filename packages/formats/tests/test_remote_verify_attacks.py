@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ChecksumError, DataError
 
 MIB = 1 << 20
@@ -126,7 +126,11 @@ def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fau
 
     url = f"s3://{seaweed.bucket}/attack-{uuid.uuid4().hex[:8]}/d.pbin"
     convert_dataset(
-        big_ds, url, to="packed", target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path
+        big_ds,
+        url,
+        to="packed",
+        target_remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+        target_plan_cache_dir=tmp_path,
     )
     fault_proxy.fault_paths = ".tokenloom.json"
     fault_proxy.faults = ["flip"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, MissingFileError, StorageError
 from tokenloom.formats.io import file_checksum, parse_url
 from tokenloom.formats.remote import helper
@@ -53,7 +53,9 @@ def test_native_dataset_from_az_equals_local(azurite, local_ds, tmp_path):
 
 def test_az_upload_is_skipped_when_already_there(azurite, tmp_path):
     url = parse_url(f"az://{azurite.container}/{_prefix()}")
-    target = RemoteTarget(url, azurite.storage_options(), part_size=5 << 20)
+    target = RemoteTarget(
+        url, RemoteOptions.from_keywords(storage_options=azurite.storage_options()), part_size=5 << 20
+    )
     big = tmp_path / "big.bin"
     big.write_bytes(np.random.default_rng(1).bytes(11 << 20))  # three parts
     assert target.upload(big) is True
@@ -66,7 +68,9 @@ def test_az_upload_is_skipped_when_already_there(azurite, tmp_path):
 
 def test_multipart_upload_retries_503_and_is_not_repeated(seaweed, fault_proxy, tmp_path):
     url = parse_url(f"s3://{seaweed.bucket}/{_prefix()}")
-    target = RemoteTarget(url, seaweed.storage_options(fault_proxy.url), part_size=5 << 20)
+    target = RemoteTarget(
+        url, RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)), part_size=5 << 20
+    )
     big = tmp_path / "shard_00000.bin"
     big.write_bytes(np.random.default_rng(3).bytes(12 << 20))
     fault_proxy.fault_methods = {"PUT", "POST"}
@@ -86,7 +90,11 @@ def test_upload_failing_every_time_is_a_named_error(seaweed, fault_proxy, tmp_pa
     from tokenloom.formats.remote.client import RetryPolicy
 
     url = parse_url(f"s3://{seaweed.bucket}/{_prefix()}")
-    target = RemoteTarget(url, seaweed.storage_options(fault_proxy.url), RetryPolicy(max_retries=2, backoff=0.01))
+    target = RemoteTarget(
+        url,
+        RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
+        RetryPolicy(max_retries=2, backoff=0.01),
+    )
     small = tmp_path / "x.bin"
     small.write_bytes(b"abc")
     fault_proxy.fault_methods = {"PUT"}
@@ -97,7 +105,9 @@ def test_upload_failing_every_time_is_a_named_error(seaweed, fault_proxy, tmp_pa
 
 
 def test_missing_bucket_is_named_on_write(seaweed, tmp_path):
-    target = RemoteTarget(parse_url("s3://no-such-bucket-w3/ds"), seaweed.storage_options())
+    target = RemoteTarget(
+        parse_url("s3://no-such-bucket-w3/ds"), RemoteOptions.from_keywords(storage_options=seaweed.storage_options())
+    )
     with pytest.raises(MissingFileError, match="no-such-bucket-w3"):
         target.existing()
 
@@ -140,7 +150,13 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
     convert_dataset(local_ds, local / (name or "ds"), to=to)
     prefix = _prefix()
     url = f"s3://{seaweed.bucket}/{prefix}" + (f"/{name}" if name else "")
-    convert_dataset(local_ds, url, to=to, target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path)
+    convert_dataset(
+        local_ds,
+        url,
+        to=to,
+        target_remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+        target_plan_cache_dir=tmp_path,
+    )
     expected = _local_files(local / "ds") if not name else _local_files(local)
     assert seaweed.objects(f"s3://{seaweed.bucket}/{prefix}") == expected
     assert not any((tmp_path / "uploads").rglob("*.bin")), "the staging directory is removed after the upload"
@@ -149,7 +165,11 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
         assert _entries(remote) == _entries(open_dataset(local_ds))
     with pytest.raises(ConfigError, match="already holds a dataset"):
         convert_dataset(
-            local_ds, url, to=to, target_storage_options=seaweed.storage_options(), target_cache_dir=tmp_path
+            local_ds,
+            url,
+            to=to,
+            target_remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+            target_plan_cache_dir=tmp_path,
         )
 
 
@@ -158,7 +178,10 @@ def test_convert_to_s3_overwrite_and_overlap(seaweed, tmp_path):
 
     first, second = _write_native(tmp_path / "a", seed=1, docs=600), _write_native(tmp_path / "b", seed=2, docs=100)
     url = f"s3://{seaweed.bucket}/{_prefix()}"
-    opts = {"target_storage_options": seaweed.storage_options(), "target_cache_dir": tmp_path}
+    opts = {
+        "target_remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+        "target_plan_cache_dir": tmp_path,
+    }
     convert_dataset(first, url, to="native", writer_options={"shard_size_tokens": 20_000}, **opts)
     assert sum(name.startswith("shard_") for name in seaweed.objects(url)) > 2
     convert_dataset(second, url, to="native", writer_options={"overwrite": True}, **opts)
@@ -172,9 +195,10 @@ def test_convert_to_s3_overwrite_and_overlap(seaweed, tmp_path):
 
 CONVERT_SCRIPT = """
 import json, sys
-from tokenloom.formats import convert_dataset
-convert_dataset(sys.argv[1], sys.argv[2], to="native", target_storage_options=json.loads(sys.argv[3]),
-                target_cache_dir=sys.argv[4])
+from tokenloom.formats import RemoteOptions, convert_dataset
+remote = RemoteOptions.from_keywords(storage_options=json.loads(sys.argv[3]))
+convert_dataset(sys.argv[1], sys.argv[2], to="native", target_remote=remote,
+                target_plan_cache_dir=sys.argv[4])
 """
 
 
@@ -213,8 +237,9 @@ def test_convert_killed_before_manifest_resumes_the_upload(seaweed, fault_proxy,
     fault_proxy.wait_idle()
     assert "manifest.json" not in seaweed.objects(url)
     convert_dataset(
-        source, url, to="native", target_storage_options=seaweed.storage_options(fault_proxy.url),
-        target_cache_dir=tmp_path / "cache",
+        source, url, to="native",
+        target_remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
+        target_plan_cache_dir=tmp_path / "cache",
     )  # fmt: skip
     assert {path: n for path, n in fault_proxy.uploads.items() if n != 1} == {}
     remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")

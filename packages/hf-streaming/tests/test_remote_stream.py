@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenloom.formats import ConfigError, MissingFileError, ResumeMismatchError, StorageError, TruncatedError
+from tokenloom.formats import (
+    ConfigError,
+    MissingFileError,
+    RemoteOptions,
+    ResumeMismatchError,
+    StorageError,
+    TruncatedError,
+)
 from tokenloom.hf_streaming import StreamingHuggingFaceDataset
 
 zstandard = pytest.importorskip("zstandard")
@@ -77,6 +84,8 @@ def test_s3_glob_and_prefix_expand_by_listing(seaweed, corpus, tokenizer_dir):
     options = seaweed.storage_options()
     expected = stream(corpus, tokenizer_dir)
     assert stream([f"{prefix}/*"], tokenizer_dir, storage_options=options) == expected
+    remote = RemoteOptions.from_keywords(storage_options=options)  # one value, as a tokenloom dataset carries it
+    assert stream([f"{prefix}/*"], tokenizer_dir, remote=remote) == expected
     # a dataset path that is a prefix: every data file under it, in key order
     ds = StreamingHuggingFaceDataset(prefix, "train", "text", **kwargs(None, tokenizer_dir, storage_options=options))
     assert [s.path for s in ds._sources] == urls

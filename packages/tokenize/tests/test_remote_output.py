@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tokenloom.formats import open_dataset
+from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError
 from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
 from tokenloom.tokenize import TokenizeConfig, tokenize
@@ -70,8 +70,8 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
         output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
         tokenizer=str(tiny_tokenizer),
         num_workers=2,
-        storage_options=seaweed.storage_options(),
-        cache_dir=cache,
+        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+        plan_cache_dir=cache,
         **OPTIONS,
     )
     assert config.output_url == url
@@ -88,8 +88,11 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
 
 SCRIPT = """
 import json, sys
+from tokenloom.formats import RemoteOptions
 from tokenloom.tokenize import TokenizeConfig, tokenize
-tokenize(TokenizeConfig(**json.loads(sys.argv[1])))
+kwargs = json.loads(sys.argv[1])
+remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
+tokenize(TokenizeConfig(**kwargs, remote=remote))
 """
 
 
@@ -120,8 +123,8 @@ def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy
         "output_dir": url,
         "tokenizer": str(tiny_tokenizer),
         "num_workers": 1,
-        "storage_options": seaweed.storage_options(fault_proxy.url),
-        "cache_dir": str(tmp_path / "cache"),
+        "storage_options": seaweed.storage_options(fault_proxy.url),  # JSON for the killed run: see SCRIPT
+        "plan_cache_dir": str(tmp_path / "cache"),
         **OPTIONS,
     }
     fault_proxy.fault_methods = {"PUT"}
@@ -138,7 +141,8 @@ def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy
     with pytest.raises(MissingFileError, match="no native dataset at"):
         open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc0")
     fault_proxy.faults = []
-    tokenize(TokenizeConfig(**{**kwargs, "input_dir": corpus, "cache_dir": tmp_path / "cache"}))
+    remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
+    tokenize(TokenizeConfig(**{**kwargs, "input_dir": corpus, "plan_cache_dir": tmp_path / "cache"}, remote=remote))
     _same_dataset(local, seaweed.objects(url))
     twice = {path: count for path, count in fault_proxy.uploads.items() if count != 1}
     assert twice == {}, f"uploaded more than once: {twice}"
@@ -157,8 +161,8 @@ def test_503_bursts_on_uploads_are_retried(seaweed, fault_proxy, corpus, tiny_to
                 output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
                 tokenizer=str(tiny_tokenizer),
                 num_workers=0,
-                storage_options=seaweed.storage_options(fault_proxy.url),
-                cache_dir=tmp_path / "cache",
+                remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
+                plan_cache_dir=tmp_path / "cache",
                 **OPTIONS,
             )
         )
@@ -180,8 +184,8 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
         output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
         tokenizer=str(tiny_tokenizer),
         num_workers=0,
-        storage_options=seaweed.storage_options(fault_proxy.url),
-        cache_dir=tmp_path / "cache",
+        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
+        plan_cache_dir=tmp_path / "cache",
         **OPTIONS,
     )
     failed: list[BaseException] = []
@@ -224,8 +228,8 @@ def test_existing_dataset_refused_unless_overwrite(seaweed, corpus, tiny_tokeniz
         "output_dir": url,
         "tokenizer": str(tiny_tokenizer),
         "num_workers": 0,
-        "storage_options": seaweed.storage_options(),
-        "cache_dir": tmp_path / "cache",
+        "remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+        "plan_cache_dir": tmp_path / "cache",
     }
     tokenize(TokenizeConfig(**common, **OPTIONS))
     inputs_before = tree_digest(corpus)
@@ -249,8 +253,8 @@ def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
                 output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
                 tokenizer=str(tiny_tokenizer),
                 num_workers=0,
-                storage_options=seaweed.storage_options(),
-                cache_dir=tmp_path / "cache",
+                remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+                plan_cache_dir=tmp_path / "cache",
             )
         )
 
@@ -274,8 +278,8 @@ def test_a_dataset_of_the_old_shard_layout_is_refused_then_replaced_by_overwrite
         "output_dir": url,
         "tokenizer": str(tiny_tokenizer),
         "num_workers": 0,
-        "storage_options": seaweed.storage_options(),
-        "cache_dir": tmp_path / "cache",
+        "remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
+        "plan_cache_dir": tmp_path / "cache",
     }
     with pytest.raises(ResumeMismatchError, match="layout") as info:
         tokenize(TokenizeConfig(**common, **OPTIONS))

@@ -159,7 +159,9 @@ def test_remote_input_refusals_are_named(seaweed, tiny_tokenizer, tmp_path, monk
 def test_hash_inputs_with_an_input_prefix_is_refused_not_ignored(tiny_tokenizer, tmp_path):
     # objects are identified by their ETag; --hash-inputs would silently do nothing
     with pytest.raises(ConfigError, match="hash.inputs") as info:
-        _config("s3://bucket/raw", tmp_path / "out", tiny_tokenizer, hash_inputs=True, cache_dir=tmp_path / "cache")
+        _config(
+            "s3://bucket/raw", tmp_path / "out", tiny_tokenizer, hash_inputs=True, plan_cache_dir=tmp_path / "cache"
+        )
     assert info.value.field == "hash_inputs"
 
 
@@ -170,7 +172,7 @@ def test_a_short_staged_input_copy_is_fetched_again_not_read_as_whole(
     _credentials(seaweed, monkeypatch)
     cache = tmp_path / "cache"
     local = tokenize(_config(corpus, tmp_path / "local", tiny_tokenizer))
-    config = _config(source, tmp_path / "from-s3", tiny_tokenizer, cache_dir=cache)
+    config = _config(source, tmp_path / "from-s3", tiny_tokenizer, plan_cache_dir=cache)
     from tokenloom.tokenize._plan import RunInputs
 
     first = RunInputs.resolve(config).files[0]
@@ -188,19 +190,19 @@ def test_a_node_keeps_no_staged_shards_once_its_units_are_committed_at_the_url(
     _credentials(seaweed, monkeypatch)
     target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
     cache = tmp_path / "cache-0"
-    summary = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, cache_dir=cache))
+    summary = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, plan_cache_dir=cache))
     assert summary.units_missing == 3  # not the last node: its staging stays, but not a copy of its output
     assert sorted(p.name for p in cache.rglob("unit_*")) == []
-    again = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, cache_dir=cache))
+    again = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, plan_cache_dir=cache))
     assert again.units_committed == 0
     import obstore
     from obstore.store import S3Store
 
     store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
     obstore.delete(store, f"{target.split(f'{seaweed.bucket}/', 1)[1]}/.tokenloom-unit-000002.done")
-    redone = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, cache_dir=cache))
+    redone = tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=0, plan_cache_dir=cache))
     assert redone.units_committed == 1  # the marker the bucket lost: its unit encoded and committed again
-    tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=1, cache_dir=tmp_path / "cache-1"))
+    tokenize(_config(corpus, target, tiny_tokenizer, num_nodes=2, node_rank=1, plan_cache_dir=tmp_path / "cache-1"))
     one = tmp_path / "one"
     tokenize(_config(corpus, one, tiny_tokenizer, num_nodes=1))
     assert _shards(seaweed, target) == {p.name: p.read_bytes() for p in one.iterdir() if p.suffix in (".bin", ".idx")}
@@ -216,7 +218,7 @@ def test_a_node_staged_for_another_plan_is_refused_before_it_writes_into_the_pre
     store = S3Store(seaweed.bucket, **seaweed.storage_options())  # pyright: ignore[reportArgumentType]
     target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
     key = target.split(f"{seaweed.bucket}/", 1)[1]
-    old = {"num_nodes": 2, "node_rank": 0, "cache_dir": tmp_path / "cache-0"}
+    old = {"num_nodes": 2, "node_rank": 0, "plan_cache_dir": tmp_path / "cache-0"}
     tokenize(_config(corpus, target, tiny_tokenizer, **old))
     for chunk in obstore.list(store, prefix=f"{key}/"):  # the prefix emptied, then a run with other settings
         for meta in chunk:
@@ -236,7 +238,9 @@ def test_a_mislabelled_input_object_is_named_by_its_url_not_its_staged_copy(
     key = f"raw-{uuid.uuid4().hex[:8]}"
     seaweed.put(f"{key}/a.jsonl", b'{"text": "fine"}\n')
     seaweed.put(f"{key}/b.parquet", b'{"text": "not parquet"}\n')
-    config = _config(f"s3://{seaweed.bucket}/{key}", tmp_path / "out", tiny_tokenizer, cache_dir=tmp_path / "cache")
+    config = _config(
+        f"s3://{seaweed.bucket}/{key}", tmp_path / "out", tiny_tokenizer, plan_cache_dir=tmp_path / "cache"
+    )
     with pytest.raises(FormatError, match="named as parquet") as info:
         tokenize(config)
     assert info.value.path == f"s3://{seaweed.bucket}/{key}/b.parquet"
@@ -259,6 +263,6 @@ def test_an_input_object_replaced_after_the_listing_is_a_named_mismatch_not_othe
 
     monkeypatch.setattr(plan_module, "discover_remote_inputs", listed_then_replaced)
     with pytest.raises(ResumeMismatchError, match="replaced after this run listed it") as info:
-        tokenize(_config(source, tmp_path / "out", tiny_tokenizer, cache_dir=tmp_path / "cache"))
+        tokenize(_config(source, tmp_path / "out", tiny_tokenizer, plan_cache_dir=tmp_path / "cache"))
     assert info.value.path == f"{source}/sub/part0.jsonl" and "--output-dir" in info.value.hint
     assert not list((tmp_path / "cache").rglob("part0.jsonl*"))  # no copy of either version staged

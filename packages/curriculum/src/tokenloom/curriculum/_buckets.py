@@ -227,7 +227,7 @@ def open_bucket(
     seq_len: int,
     packing: bool,
     split: str = "train",
-    cache_dir: str | os.PathLike[str] | None = None,
+    plan_cache_dir: str | os.PathLike[str] | None = None,
     options: dict[str, Any] | None = None,
     unit: BudgetUnit | str = BudgetUnit.INPUT_TOKENS,
     index_only: bool = False,
@@ -247,7 +247,7 @@ def open_bucket(
         from tokenloom.datasets import PackedDocumentDataset as packed
     try:
         if packing:
-            dataset: Any = packed(data, seq_len, cache_dir=cache_dir, **(options or {}))
+            dataset: Any = packed(data, seq_len, cache_dir=plan_cache_dir, **(options or {}))
         else:
             dataset = windows(data, seq_len, **(options or {}))
     except TypeError as exc:

@@ -107,7 +107,7 @@ def validate_curriculum(
     seed: int = 0,
     global_batch_size: int | None = None,
     max_steps: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    plan_cache_dir: str | os.PathLike[str] | None = None,
     as_json: bool = False,
     plot: Path | None = None,
 ) -> int:
@@ -116,7 +116,7 @@ def validate_curriculum(
     from tokenloom.curriculum._plot import plot_plan
 
     code, found, plan = validate(
-        config, seed=seed, global_batch_size=global_batch_size, max_steps=max_steps, cache_dir=cache_dir
+        config, seed=seed, global_batch_size=global_batch_size, max_steps=max_steps, plan_cache_dir=plan_cache_dir
     )
     if as_json:
         payload = {"exit_code": code, "findings": [f.as_dict() for f in found], "plan": plan}
@@ -140,7 +140,15 @@ def curriculum() -> None:
 
 
 _seed = click.option("--seed", type=int, default=0, show_default=True, help="The training seed (keys the order).")
-_cache = click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Packing-plan cache.")
+
+
+def _cache(command: Any) -> Any:
+    """``--plan-cache-dir`` (the packing-plan cache), with ``--cache-dir`` its old name kept as a hidden alias."""
+    kind = click.Path(path_type=Path)
+    command = click.option("--cache-dir", "plan_cache_dir", type=kind, default=None, hidden=True)(command)
+    return click.option("--plan-cache-dir", "plan_cache_dir", type=kind, default=None, help="Packing-plan cache.")(
+        command
+    )
 
 
 @curriculum.command(
@@ -161,7 +169,7 @@ def plan(
     max_steps: int | None,
     as_json: bool,
     plot: Path | None,
-    cache_dir: Path | None,
+    plan_cache_dir: Path | None,
 ) -> None:
     """The exact plan: inventory per bucket, demand per phase, every drain point, findings.
 
@@ -173,7 +181,7 @@ def plan(
             seed=seed,
             global_batch_size=global_batch_size,
             max_steps=max_steps,
-            cache_dir=cache_dir,
+            plan_cache_dir=plan_cache_dir,
             as_json=as_json,
             plot=plot,
         )
@@ -271,7 +279,7 @@ def report(
     global_batch_size: int | None,
     state: Path | None,
     as_json: bool,
-    cache_dir: Path | None,
+    plan_cache_dir: Path | None,
 ) -> None:
     """Realised vs target tokens per phase and bucket up to a step, with loss tokens and padding beside them."""
     try:
@@ -283,7 +291,7 @@ def report(
             raise click.UsageError("give --step with --global-batch-size, or --state")
         from tokenloom.curriculum._dataset import CurriculumDataset
 
-        ds = CurriculumDataset(CurriculumConfig.from_file(config), seed=seed, cache_dir=cache_dir)
+        ds = CurriculumDataset(CurriculumConfig.from_file(config), seed=seed, plan_cache_dir=plan_cache_dir)
         end = ds.halt_position if ds.halt is not None else len(ds)
         if position > end:  # said, not silently clamped
             why = (

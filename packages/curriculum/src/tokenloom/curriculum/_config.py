@@ -14,7 +14,8 @@ the order of each bucket's draws (block: reads in runs, for buckets in object st
 
 ``path`` may be a URL (``s3://bucket/data``, ``gs://``, ``az://``): the buckets are read from object
 storage with ``storage_options`` (the store's options; credentials are better left to the environment:
-AWS_*, GOOGLE_*, AZURE_*) into the node-local ``cache_dir`` (default ``$TOKENLOOM_CACHE_DIR``).
+AWS_*, GOOGLE_*, AZURE_*) into the node-local ``block_cache_dir`` (default ``$TOKENLOOM_CACHE_DIR``); the
+file's two keys become one ``RemoteOptions``, the Python API's ``remote``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 from tokenloom.curriculum._eos import config_eos_id
 from tokenloom.curriculum._order import BucketOrder, check_order, resolve_order
 from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
-from tokenloom.formats import ConfigError, MissingFileError
+from tokenloom.formats import ConfigError, MissingFileError, RemoteOptions
 from tokenloom.formats.io import is_remote_url
 
 __all__ = ["BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
@@ -57,7 +58,7 @@ _OUR_KEYS = {
     "max_repetition",
     "budget_unit",
     "storage_options",
-    "cache_dir",
+    "block_cache_dir",
     "eos_id",
     "order",
     "block_samples",
@@ -150,10 +151,9 @@ class CurriculumConfig:
     window_blocks: int | None = None
     """order block: blocks shuffled together (default: the sampler's 8); a bucket's draws touch one window
     at a time, so its fetched bytes are its draws rounded up to whole windows."""
-    storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
-    """For a URL ``path``: the store's options (endpoint, region, ...); None: the environment's."""
-    cache_dir: str | None = None
-    """For a URL ``path``: the node-local directory of the buckets' blocks; None: ``$TOKENLOOM_CACHE_DIR``."""
+    remote: RemoteOptions | None = field(default=None, repr=False, compare=False)
+    """For a URL ``path``: the store's options and the node-local block cache (a file's ``storage_options`` and
+    ``block_cache_dir``); None: the environment's and ``$TOKENLOOM_CACHE_DIR``."""
     eos_id: int | None = None
     """The data's EOS id where its shards declare none (loss_tokens needs it); None: the shards', else the
     local ``tokenizer``'s."""
@@ -162,31 +162,18 @@ class CurriculumConfig:
 
     def __post_init__(self) -> None:
         where = self.source
-        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
-            raise ConfigError(
-                f"storage_options is a {type(self.storage_options).__name__}, expected a mapping",
-                path=where,
-                field="storage_options",
-            )
-        if self.cache_dir is not None and (
-            not isinstance(self.cache_dir, str | os.PathLike) or is_remote_url(self.cache_dir)
-        ):
-            raise ConfigError(
-                f"cache_dir is {self.cache_dir!r}, expected a local directory",
-                path=where,
-                field="cache_dir",
-                hint="The cache of remote blocks must be on this node (a local disk or NVMe)",
-            )
+        if self.remote is not None and not isinstance(self.remote, RemoteOptions):
+            raise ConfigError(f"remote is a {type(self.remote).__name__}, expected a RemoteOptions", field="remote")
         remote = is_remote_url(self.path) or isinstance(self.path, RemoteDir)
-        if not remote and (self.storage_options or self.cache_dir is not None):
-            given = "storage_options" if self.storage_options else "cache_dir"
+        if not remote and self.remote is not None:
             raise ConfigError(
-                f"{given} is set but data.path {os.fspath(self.path)!r} is a local directory",
+                f"remote (storage_options, block_cache_dir) is set but data.path {os.fspath(self.path)!r} is a "
+                "local directory",
                 path=where,
-                field=given,
-                hint="storage_options and cache_dir apply to a path in object storage (s3://, gs://, az://)",
+                field="remote",
+                hint="storage_options and block_cache_dir apply to a path in object storage (s3://, gs://, az://)",
             )
-        object.__setattr__(self, "path", as_data_root(self.path, self.storage_options, self.cache_dir))
+        object.__setattr__(self, "path", as_data_root(self.path, self.remote))
         object.__setattr__(self, "seq_len", _positive_int(self.seq_len, "seq_len", where))
         for name in ("packing", "allow_bucket_exhaustion", "allow_budget_mismatch"):
             if not isinstance(getattr(self, name), bool):
@@ -346,10 +333,10 @@ class CurriculumConfig:
             if source is not None and not path.is_absolute():
                 path = Path(source).parent / path
             values["path"] = path
-        cache_dir = values.get("cache_dir")
-        local = isinstance(cache_dir, str) and not is_remote_url(cache_dir)
-        if local and source is not None and not Path(str(cache_dir)).is_absolute():  # relative to the file, as path
-            values["cache_dir"] = str(Path(source).parent / str(cache_dir))
+        if "storage_options" in values or "block_cache_dir" in values:
+            values["remote"] = _remote_of(
+                values.pop("storage_options", None), values.pop("block_cache_dir", None), source
+            )
         return cls(**values, source=source)
 
     @classmethod
@@ -469,3 +456,24 @@ def _normalised(mix: object, name: str, source: str | None = None) -> dict[str, 
             f"every weight of {name} is zero", path=source, field=name, hint="Give at least one bucket a weight > 0"
         )
     return {bucket: weight / total for bucket, weight in weights.items()}
+
+
+def _remote_of(storage_options: Any, block_cache_dir: Any, source: str | None) -> RemoteOptions:
+    """A file's ``storage_options`` and ``block_cache_dir`` (relative to the file, as ``path``) as one value."""
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise ConfigError(
+            f"storage_options is a {type(storage_options).__name__}, expected a mapping",
+            path=source,
+            field="storage_options",
+        )
+    if block_cache_dir is not None:
+        if not isinstance(block_cache_dir, str) or is_remote_url(block_cache_dir):
+            raise ConfigError(
+                f"block_cache_dir is {block_cache_dir!r}, expected a local directory",
+                path=source,
+                field="block_cache_dir",
+                hint="The cache of remote blocks must be on this node (a local disk or NVMe)",
+            )
+        if source is not None and not Path(block_cache_dir).is_absolute():
+            block_cache_dir = str(Path(source).parent / block_cache_dir)
+    return RemoteOptions.from_keywords(storage_options=storage_options, cache_dir=block_cache_dir)

@@ -39,7 +39,7 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
         seed: keys every in-bucket permutation and interleaving.
         global_batch_size: rounds a halt down to the step that contains it, so every
             rank raises at the same step (a step is all or nothing).
-        cache_dir: where packing plans are cached (default: tokenloom-datasets' default).
+        plan_cache_dir: where packing plans are cached (default: tokenloom-datasets' default).
         shuffle: False reads every bucket epoch in storage order.
         bucket_options: passed to every bucket's MemoryMappedDataset / PackedDocumentDataset.
         require_val: every train bucket needs its ``val/<bucket>`` twin (GPT-Simple's layout).

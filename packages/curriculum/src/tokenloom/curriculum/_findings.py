@@ -85,7 +85,7 @@ def findings(
     seed: int = 0,
     global_batch_size: int | None = None,
     max_steps: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    plan_cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[list[Finding], CurriculumDataset | None]:
     """Every finding for ``config``; the dataset when it could be built."""
     from tokenloom.curriculum._dataset import CurriculumDataset
@@ -96,7 +96,7 @@ def findings(
         seed=seed,
         global_batch_size=global_batch_size,
         max_steps=max_steps,
-        cache_dir=cache_dir,
+        plan_cache_dir=plan_cache_dir,
     )
 
 
@@ -107,14 +107,14 @@ def _findings(
     seed: int = 0,
     global_batch_size: int | None = None,
     max_steps: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    plan_cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[list[Finding], _Plan | None]:
     """Every finding for ``config``; the plan (a :class:`CurriculumPlan` or the dataset) when it could be built."""
     out = _structure(config)
     if any(f.severity == "error" for f in out):
         return out, None
     try:
-        ds = kind(config, seed=seed, global_batch_size=global_batch_size, cache_dir=cache_dir)
+        ds = kind(config, seed=seed, global_batch_size=global_batch_size, plan_cache_dir=plan_cache_dir)
         for name in ds.buckets:
             ds.val_dataset(name)
     except DataError as exc:

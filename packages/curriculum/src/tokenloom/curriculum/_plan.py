@@ -56,7 +56,7 @@ class CurriculumPlan:
         *,
         seed: int,
         global_batch_size: int | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
+        plan_cache_dir: str | os.PathLike[str] | None = None,
         shuffle: bool = True,
         bucket_options: dict[str, Any] | None = None,
         require_val: bool = True,
@@ -68,7 +68,7 @@ class CurriculumPlan:
         if global_batch_size is not None and (isinstance(global_batch_size, bool) or global_batch_size < 1):
             raise ConfigError(f"global_batch_size is {global_batch_size!r}, expected >= 1", field="global_batch_size")
         self.global_batch_size = global_batch_size
-        self._cache_dir = cache_dir
+        self._plan_cache_dir = plan_cache_dir
         self._bucket_options = dict(bucket_options or {})
         self.buckets: list[str] = discover_buckets(self.config.path, source=self.config.source)
         skipped: list[str] = []
@@ -93,7 +93,7 @@ class CurriculumPlan:
                 name,
                 seq_len=self.config.seq_len,
                 packing=self.config.packing,
-                cache_dir=cache_dir,
+                plan_cache_dir=plan_cache_dir,
                 options=self._bucket_options,
                 unit=self.config.unit,
                 eos_id=self.config.eos_id,
@@ -216,7 +216,7 @@ class CurriculumPlan:
             seq_len=self.config.seq_len,
             packing=self.config.packing,
             split="val",
-            cache_dir=self._cache_dir,
+            plan_cache_dir=self._plan_cache_dir,
             options={**self._bucket_options, **options},
             index_only=self._index_only,
         ).dataset

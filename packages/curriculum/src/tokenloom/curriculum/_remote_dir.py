@@ -9,7 +9,7 @@ and the node-local block cache, default ``$TOKENLOOM_CACHE_DIR``) and hands it t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -83,16 +83,12 @@ class RemoteDir:
         return {**self.__dict__, "_listing": None}
 
 
-def as_data_root(
-    path: object, storage_options: Mapping[str, Any] | None = None, cache_dir: str | os.PathLike[str] | None = None
-) -> Path | RemoteDir:
-    """``path`` as a local Path or, for a URL, a :class:`RemoteDir` with the store's options."""
+def as_data_root(path: object, remote: RemoteOptions | None = None) -> Path | RemoteDir:
+    """``path`` as a local Path or, for a URL, a :class:`RemoteDir` with the store's options (``remote``, else
+    the RemoteDir's own, else the environment's)."""
     if isinstance(path, RemoteDir):
-        remote = RemoteOptions.from_keywords(
-            storage_options=storage_options or None, cache_dir=cache_dir, remote=path.remote
-        )
-        return RemoteDir(path.url, remote)
+        return RemoteDir(path.url, remote or path.remote)
     if is_remote_url(path):
-        remote = RemoteOptions.from_keywords(storage_options=storage_options, cache_dir=cache_dir)
-        return RemoteDir(str(path if isinstance(path, str) else os.fspath(cast(os.PathLike[str], path))), remote)
+        url = str(path if isinstance(path, str) else os.fspath(cast(os.PathLike[str], path)))
+        return RemoteDir(url, remote or RemoteOptions())
     return Path(path)  # pyright: ignore[reportArgumentType]

@@ -42,6 +42,7 @@ from tokenloom.formats import (
     DataError,
     MissingKeyError,
     RecordStore,
+    RemoteOptions,
     ShapeMismatchError,
     open_records,
     open_store,
@@ -246,27 +247,23 @@ def open_keyed_store(
     format: str | None,
     train_type: TrainType,
     *,
-    storage_options: dict[str, Any] | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    remote: RemoteOptions | None = None,
 ) -> KeyedSource:
     """A store object as is, or the store at a path or URL (``tokenloom.formats.open_store``, keys checked).
 
-    ``storage_options`` and ``cache_dir`` apply to a URL (``s3://``, ``gs://``, ``az://``, ``https://``) only.
+    ``remote`` applies to a URL (``s3://``, ``gs://``, ``az://``, ``https://``) only.
     """
-    remote: dict[str, Any] = {
-        k: v for k, v in (("storage_options", storage_options), ("cache_dir", cache_dir)) if v is not None
-    }
     if isinstance(path, KeyedSource) or not is_remote_url(path):
-        if remote:
+        if remote is not None:
             raise ConfigError(
-                f"{' and '.join(remote)} apply to a store in object storage (s3://, gs://, az://, https://), "
-                f"not to {'a store object' if isinstance(path, KeyedSource) else repr(os.fspath(path))}",
-                field=next(iter(remote)),
+                "remote (storage_options, cache_dir) applies to a store in object storage (s3://, gs://, az://, "
+                f"https://), not to {'a store object' if isinstance(path, KeyedSource) else repr(os.fspath(path))}",
+                field="remote",
                 hint="Drop the option, or pass the store's URL",
             )
         if isinstance(path, KeyedSource):
             return path
-    return open_store(path, format, train_type=train_type.value, **remote)
+    return open_store(path, format, train_type=train_type.value)  # keyed stores are not read from a store yet
 
 
 _StorePath = str | os.PathLike[str] | KeyedSource
@@ -373,7 +370,11 @@ class DatasetFactory:
         if isinstance(path, RecordStore):
             raise ConfigError("a RecordStore serves record mode only: drop seq_len", field="seq_len")
         try:
-            store = open_keyed_store(path, format, kind, storage_options=storage_options, cache_dir=cache_dir)
+            given = storage_options is not None or cache_dir is not None  # the user's keywords, made one value
+            remote = (
+                RemoteOptions.from_keywords(storage_options=storage_options, cache_dir=cache_dir) if given else None
+            )
+            store = open_keyed_store(path, format, kind, remote=remote)
         except DataError as exc:
             records = _record_store_or_none(path, kind, format)
             if records is None:

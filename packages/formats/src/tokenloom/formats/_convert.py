@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from tokenloom.formats.io.safety import check_disjoint, dataset_inputs, remove_o
 from tokenloom.formats.io.sidecar import settle
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import is_remote_url
+
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.options import RemoteOptions
 
 __all__ = ["ConvertResult", "convert_dataset", "iter_batches"]
 
@@ -83,16 +86,16 @@ def convert_dataset(
     on_progress: Callable[[int], None] | None = None,
     eos_id: int | None = None,
     vocab_size: int | None = None,
-    target_storage_options: dict[str, Any] | None = None,
-    target_cache_dir: str | os.PathLike[str] | None = None,
+    target_remote: RemoteOptions | None = None,
+    target_plan_cache_dir: str | os.PathLike[str] | None = None,
 ) -> ConvertResult:
     """Copy every entry of ``source`` into a new ``to`` dataset at ``target``; ``on_progress(tokens)`` per batch.
 
     ``eos_id`` / ``vocab_size`` set what a source does not record (a Megatron or .pbin file from another
     tool); one that contradicts the source's recorded value is a ConfigError. An ``s3://``, ``gs://`` or
-    ``az://`` target is converted into a staging directory under ``target_cache_dir`` and uploaded, the
-    manifest last (:mod:`tokenloom.formats.remote.convert_output`; credentials: ``target_storage_options``
-    or the AWS_/GOOGLE_/AZURE_ variables).
+    ``az://`` target is converted into a staging directory under ``target_plan_cache_dir`` and uploaded, the
+    manifest last (:mod:`tokenloom.formats.remote.convert_output`; store and credentials: ``target_remote``, a
+    :class:`~tokenloom.formats.RemoteOptions`, else the AWS_/GOOGLE_/AZURE_ variables).
     """
     remote_target = is_remote_url(target)
     if remote_target:  # before the source is opened: a bad or overlapping target costs no read
@@ -116,8 +119,8 @@ def convert_dataset(
             None if isinstance(source, TokenDataset) else source,
             target,
             spec=spec,
-            storage_options=target_storage_options,
-            cache_dir=target_cache_dir,
+            remote=target_remote,
+            plan_cache_dir=target_plan_cache_dir,
             options=options,
             convert=convert_dataset,
             resumed=ConvertResult(dataset.format, to, len(dataset), dataset.num_tokens, 0.0),

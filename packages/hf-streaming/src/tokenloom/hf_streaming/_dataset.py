@@ -16,7 +16,7 @@ import xxhash
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.datasets import build_batch
-from tokenloom.formats import ConfigError, ResumeMismatchError
+from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError
 from tokenloom.formats.io import require
 from tokenloom.hf_streaming._blocks import DEFAULT_MAX_LINE_BYTES
 from tokenloom.hf_streaming._encode import (
@@ -119,6 +119,8 @@ class StreamingHuggingFaceDataset(IterableDataset):
             the environment (AWS_*, GOOGLE_*, AZURE_*; ``HF_ENDPOINT`` for hf://). Never saved in a state.
         retries: transient faults (429, 5xx, resets, short reads) retried this many times per request
             (with backoff and jitter), or a ``tokenloom.formats.remote.RetryPolicy``.
+        remote: the store options as one ``tokenloom.formats.RemoteOptions`` (endpoint, credentials, retry
+            budget), as a tokenloom dataset carries them; ``storage_options`` and ``retries`` win over it.
         prefetch_blocks: blocks each slot reads ahead in a background thread (0: none), so that the
             network (or the disk) waits while the slot tokenizes.
         **load_kwargs: passed to ``load_dataset`` (``data_files=...``, ...).
@@ -152,6 +154,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         storage_options: dict[str, Any] | None = None,
         retries: Any = None,
+        remote: RemoteOptions | None = None,
         prefetch_blocks: int = 2,
         **load_kwargs: Any,
     ) -> None:
@@ -170,7 +173,7 @@ class StreamingHuggingFaceDataset(IterableDataset):
                 f"prefetch_blocks is {prefetch_blocks!r}, expected an integer >= 0", field="prefetch_blocks"
             )
         self.prefetch_blocks = prefetch_blocks
-        self._access = remote_access(storage_options, retries)
+        self._access = remote_access(storage_options, retries, remote)
         if is_remote_source(dataset_name) and load_kwargs.get("data_files") is None:
             # a remote dataset path: the files under it (a prefix is listed, a glob expanded, a file taken as is)
             load_kwargs["data_files"] = remote_dataset_files(dataset_name, self._access)

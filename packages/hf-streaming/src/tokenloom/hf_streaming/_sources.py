@@ -11,11 +11,15 @@ from tokenloom.hf_streaming._units import data_suffixes
 __all__ = ["check_objects", "remote_access", "remote_dataset_files"]
 
 
-def remote_access(storage_options: dict[str, Any] | None, retries: Any) -> RemoteOptions:
-    """The store options and retry policy as one frozen, picklable value."""
+def remote_access(
+    storage_options: dict[str, Any] | None, retries: Any, remote: RemoteOptions | None = None
+) -> RemoteOptions:
+    """The store options and retry policy as one frozen, picklable value (the keywords over ``remote``)."""
     if isinstance(retries, bool):
         raise ConfigError(f"retries={retries!r}, expected an int or a RetryPolicy", field="retries")
-    return RemoteOptions.from_keywords(storage_options=storage_options, retries=retries)
+    if remote is not None and not isinstance(remote, RemoteOptions):
+        raise ConfigError(f"remote is a {type(remote).__name__}, expected a RemoteOptions", field="remote")
+    return RemoteOptions.from_keywords(storage_options=storage_options, retries=retries, remote=remote)
 
 
 def remote_dataset_files(url: str, access: RemoteOptions) -> list[str]:

@@ -642,9 +642,11 @@ class Azurite:
 
     def upload_dir(self, local: Path, prefix: str) -> str:
         from tokenloom.formats.io.urls import parse_url
+        from tokenloom.formats.remote.options import RemoteOptions
         from tokenloom.formats.remote.publish import RemoteTarget  # through the helper process: fork-safe
 
-        target = RemoteTarget(parse_url(f"az://{self.container}/{prefix}"), self.storage_options())
+        remote = RemoteOptions.from_keywords(storage_options=self.storage_options())
+        target = RemoteTarget(parse_url(f"az://{self.container}/{prefix}"), remote)
         for path in sorted(local.iterdir()):
             if path.is_file():
                 target.upload(path)

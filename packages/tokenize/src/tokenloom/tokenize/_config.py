@@ -10,6 +10,7 @@ from typing import Any
 
 from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
+from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
@@ -92,7 +93,7 @@ class TokenizeConfig:
     """Dataset directory to write (created; resumed if it holds an unfinished run of the same settings).
 
     An ``s3://``, ``gs://`` or ``az://`` URL (native format) is built in a local staging directory
-    under ``cache_dir`` and uploaded unit by unit as each commits, the manifest last (:mod:`._publish`);
+    under ``plan_cache_dir`` and uploaded unit by unit as each commits, the manifest last (:mod:`._publish`);
     ``output_url`` then holds the URL."""
     tokenizer: str | None = None
     """Hugging Face tokenizer directory or cached name; None: the shipped stdlib BPE."""
@@ -173,10 +174,12 @@ class TokenizeConfig:
     ``OUT/train`` + ``OUT/val`` (flat), or ``OUT/val/<bucket>`` beside ``OUT/train/<bucket>`` (tree)."""
     seed: int = 0
     """The seed of the --val-fraction document hash."""
-    storage_options: dict[str, Any] | None = field(default=None, repr=False)
-    """An object-store output: obstore's options (endpoint, credentials); None: the AWS_/GOOGLE_/AZURE_ variables."""
-    cache_dir: Path | None = None
-    """An object-store output: where it is staged before upload; None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom.
+    remote: RemoteOptions = field(default_factory=RemoteOptions)
+    """An object-store input or output: how the store is reached (``RemoteOptions.from_keywords(storage_options=
+    {"endpoint": ...})``); the default: the AWS_/GOOGLE_/AZURE_ variables."""
+    plan_cache_dir: Path | None = None
+    """An object-store input or output: where inputs are fetched to and the output is staged before upload;
+    None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom.
 
     Ray tasks (--executor ray) stage in their own machine's cache (the worker's ``TOKENLOOM_CACHE_DIR``, else the
     default), never in this path of the driver's."""
@@ -195,7 +198,7 @@ class TokenizeConfig:
     """Set from an object-store ``output_dir``: the URL the dataset is uploaded to."""
     input_url: str | None = field(default=None, init=False)
     """Set from an object-store ``input_dir`` (s3://, gs://, az://): the prefix listed for inputs; ``input_dir``
-    is then the local folder (under ``cache_dir``) each input is fetched into when first read."""
+    is then the local folder (under ``plan_cache_dir``) each input is fetched into when first read."""
 
     def __post_init__(self) -> None:
         if is_remote_url(self.input_dir):  # before Path() mangles s3://b into s3:/b
@@ -287,7 +290,7 @@ class TokenizeConfig:
                 hint="Drop --hash-inputs for an s3://, gs:// or az:// --input-dir",
             )
         object.__setattr__(self, "input_url", str(url))
-        object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.cache_dir))
+        object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.plan_cache_dir))
 
     def _remote_output(self) -> None:
         if self.format != "native":
@@ -305,7 +308,7 @@ class TokenizeConfig:
 
         url = writable_url(self.output_dir, "tokenize output")
         object.__setattr__(self, "output_url", str(url))
-        object.__setattr__(self, "output_dir", staging_dir(url, "root", self.cache_dir).parent)
+        object.__setattr__(self, "output_dir", staging_dir(url, "root", self.plan_cache_dir).parent)
 
     @property
     def unit_planned(self) -> bool:

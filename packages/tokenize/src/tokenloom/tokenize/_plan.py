@@ -38,7 +38,7 @@ class RunInputs:
     def resolve(cls, config: TokenizeConfig) -> RunInputs:
         tokenizer = config.tokenizer or str(default_tokenizer_path())
         if config.input_url is not None:  # listed now, each object fetched when first read
-            files = discover_remote_inputs(config.input_url, config.storage_options, config.input_dir)
+            files = discover_remote_inputs(config.input_url, config.remote, config.input_dir)
         else:
             files = discover_inputs(config.input_dir, hash_contents=config.hash_inputs)
         if config.windowing is Windowing.GPT_SIMPLE:

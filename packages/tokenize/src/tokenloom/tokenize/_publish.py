@@ -172,7 +172,7 @@ class BucketPublisher:
     def __init__(self, config: TokenizeConfig) -> None:
         self.config = config
         self.url = parse_url(str(config.output_url))
-        self.options = config.storage_options
+        self.options = config.remote
         self.root = Path()
         self.groups: list[list[BucketDataset]] = []
         """The datasets by leaf (a tree) or the one dataset: ``[train]`` or ``[train, val]``."""
@@ -188,12 +188,12 @@ class BucketPublisher:
         key: dict[str, Any] = {"node": [config.num_nodes or 1, config.node_rank]}
         if not config.many_datasets:
             plan = plan_of(config, inputs)
-            self.root = staging_dir(self.url, {**plan.run_key, **key}, config.cache_dir)
+            self.root = staging_dir(self.url, {**plan.run_key, **key}, config.plan_cache_dir)
             self.groups = [[BucketDataset(RemoteTarget(self.url, self.options), self.root, plan)]]
             self._by_dir = {self.root: self.groups[0][0]}
             return [], self.groups[0]
         key.update(inputs.run_key(config), layout=config.layout.value, unit_bytes=config.unit_bytes)
-        self.root = staging_dir(self.url, key, config.cache_dir)
+        self.root = staging_dir(self.url, key, config.plan_cache_dir)
         per_leaf = tree_datasets(config, inputs, self.root)
         for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
             self.groups.append([self._tree_dataset(target, first) for target in targets])

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from tokenloom.formats import ConfigError, StorageError
 from tokenloom.formats.io import require
 from tokenloom.formats.io.urls import parse_url
+from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.publish import staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
@@ -153,7 +154,7 @@ Upload = Callable[[Path, int], None]
 
 def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
     """The run's config writing into the local ``staging`` directory (a bucket's copy on this machine)."""
-    return dataclasses.replace(config, output_dir=staging, overwrite=False, storage_options=None)
+    return dataclasses.replace(config, output_dir=staging, overwrite=False, remote=RemoteOptions())
 
 
 def run_unit_task(

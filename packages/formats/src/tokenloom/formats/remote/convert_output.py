@@ -23,6 +23,7 @@ from tokenloom.formats.remote.publish import RemoteTarget, check_apart, staging_
 
 if TYPE_CHECKING:
     from tokenloom.formats._contract import FormatSpec
+    from tokenloom.formats.remote.options import RemoteOptions
 
 __all__ = ["convert_to_url"]
 
@@ -44,8 +45,8 @@ def convert_to_url(
     target: str | os.PathLike[str],
     *,
     spec: FormatSpec,
-    storage_options: dict[str, Any] | None,
-    cache_dir: str | os.PathLike[str] | None,
+    remote: RemoteOptions | None,
+    plan_cache_dir: str | os.PathLike[str] | None,
     options: dict[str, Any],
     convert: Callable[..., Any],
     resumed: Any,
@@ -63,8 +64,8 @@ def convert_to_url(
     overwrite = bool(writer_options.pop("overwrite", False))
     to = spec.name
     prefix, local_name, last = _layout(url, spec)
-    remote = RemoteTarget(prefix, storage_options)
-    existing = remote.existing()
+    store = RemoteTarget(prefix, remote)
+    existing = store.existing()
     if last in existing:
         if not overwrite:
             raise ConfigError(
@@ -73,7 +74,7 @@ def convert_to_url(
                 field="target",
                 hint="Pass --overwrite to replace it, or choose another target",
             )
-        remote.delete(last)  # first: from here on no reader sees a dataset there
+        store.delete(last)  # first: from here on no reader sees a dataset there
     if spec.owns_directory:
         foreign = [name for name in existing if not spec.owns_file(name)]
         if foreign:
@@ -90,7 +91,7 @@ def convert_to_url(
         "options": {k: repr(v) for k, v in sorted(options.items()) if k not in ("on_progress", "writer_options")},
         "writer_options": {k: repr(v) for k, v in sorted(writer_options.items())},
     }
-    staging = staging_dir(url, key, cache_dir)
+    staging = staging_dir(url, key, plan_cache_dir)
     local_root = staging / "out"
     if not (staging / _DONE).exists():
         shutil.rmtree(staging, ignore_errors=True)
@@ -103,9 +104,9 @@ def convert_to_url(
     names = sorted(path.name for path in files_root.iterdir() if path.is_file())
     for name in names:
         if name != last:
-            remote.upload(files_root / name)
+            store.upload(files_root / name)
     if spec.owns_directory:
-        remote.remove_stale(names, lambda name: spec.owns_file(name) and name != last)
-    remote.upload(files_root / last)  # last: now the dataset exists at the URL
+        store.remove_stale(names, lambda name: spec.owns_file(name) and name != last)
+    store.upload(files_root / last)  # last: now the dataset exists at the URL
     shutil.rmtree(staging, ignore_errors=True)
     return result

@@ -20,7 +20,6 @@ import re
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -90,13 +89,11 @@ class RemoteTarget:
     def __init__(
         self,
         url: RemoteURL,
-        remote: RemoteOptions | dict[str, Any] | None = None,
+        remote: RemoteOptions | None = None,
         retries: RetryPolicy | None = None,
         part_size: int | None = None,
     ) -> None:
-        """``remote``: the store's RemoteOptions (a dict: its ``storage_options``); ``retries`` wins over its own."""
-        if not isinstance(remote, RemoteOptions):
-            remote = RemoteOptions.from_keywords(storage_options=remote)
+        """``remote``: the store's RemoteOptions (None: the environment's); ``retries`` wins over its own."""
         self.url = url
         self.config = RemoteOptions.from_keywords(retries=retries, remote=remote).store(url)
         self.part_size = part_size or DEFAULT_PART_SIZE

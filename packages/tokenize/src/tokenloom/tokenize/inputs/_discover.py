@@ -22,7 +22,7 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import xxhash
 
@@ -31,6 +31,9 @@ from tokenloom.formats.io import storage_error
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.tokenize.inputs._files import InputFile
 from tokenloom.tokenize.inputs._registry import input_suffixes, sniff
+
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.options import RemoteOptions
 
 __all__ = ["discover_inputs", "discover_remote_inputs", "input_staging_dir"]
 
@@ -138,21 +141,20 @@ def discover_inputs(input_dir: str | os.PathLike[str], *, hash_contents: bool = 
     return files
 
 
-def input_staging_dir(url: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+def input_staging_dir(url: str, plan_cache_dir: str | os.PathLike[str] | None) -> Path:
     """``CACHE/inputs/<hash of URL>``: where the objects of an input prefix are staged when read."""
     from tokenloom.formats.remote.cache import default_cache_dir
 
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = Path(plan_cache_dir) if plan_cache_dir is not None else default_cache_dir()
     return root / "inputs" / hashlib.sha256(url.encode()).hexdigest()[:24]
 
 
-def discover_remote_inputs(url: str, storage_options: dict[str, Any] | None, staging: Path) -> list[InputFile]:
+def discover_remote_inputs(url: str, remote: RemoteOptions, staging: Path) -> list[InputFile]:
     """Every input object (by suffix) under the prefix ``url``, sorted by relative key; nothing is fetched."""
     from tokenloom.formats.remote import helper
-    from tokenloom.formats.remote.client import RetryPolicy, StoreConfig
 
     parsed = parse_url(url)
-    config = StoreConfig(parsed, dict(storage_options or {}), RetryPolicy())
+    config = remote.store(parsed)
     listed = helper.list_objects(config)
     base = f"{parsed.prefix}/" if parsed.prefix else ""
     files = []
