@@ -359,8 +359,8 @@ def test_faults_on_every_method_of_a_bucket_output_are_retried(seaweed, fault_pr
             output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
             tokenizer=str(tiny_tokenizer),
             num_workers=0,
-            storage_options=seaweed.storage_options(fault_proxy.url),
-            cache_dir=tmp_path / "cache",
+            remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
+            plan_cache_dir=tmp_path / "cache",
             **OPTIONS,
         )
     )
