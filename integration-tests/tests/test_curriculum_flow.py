@@ -53,7 +53,7 @@ def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     ds = CurriculumDataset(CurriculumConfig(path=root / "data", seq_len=128, packing=True), seed=0,
-                           cache_dir=root / "plans")  # fmt: skip
+                           plan_cache_dir=root / "plans")  # fmt: skip
     smallest = min(ds.schedule.bucket_tokens)
     phase_tokens = int(0.9 * smallest / 0.7)  # no bucket is asked for more than 0.7 of two phases
     config = {
@@ -96,7 +96,7 @@ def _loader(ds: CurriculumDataset, workers: int, state: dict | None) -> Stateful
 
 
 def test_packed_curriculum_resumes_on_another_worker_count(config_file: Path) -> None:
-    ds = CurriculumDataset(CurriculumConfig.from_file(config_file), seed=3, cache_dir=config_file.parent / "plans")
+    ds = CurriculumDataset(CurriculumConfig.from_file(config_file), seed=3, plan_cache_dir=config_file.parent / "plans")
     full = [batch for batch in _loader(ds, 0, None)]
     assert {"input_ids", "labels", "doc_ids", "position_ids", "bucket"} <= set(full[0])
     loader = _loader(ds, 2, None)

@@ -441,7 +441,7 @@ def test_curriculum_loss_tokens_gives_gpt_simples_phase_lengths(tmp_path: Path, 
     for unit in ("input_tokens", "loss_tokens"):
         config_path = tmp_path / f"{unit}.yaml"
         config_path.write_text(yaml.safe_dump({"data": {**data, "budget_unit": unit}}))
-        ds = CurriculumDataset(CurriculumConfig.from_file(config_path), seed=11, cache_dir=tmp_path / "cache")
+        ds = CurriculumDataset(CurriculumConfig.from_file(config_path), seed=11, plan_cache_dir=tmp_path / "cache")
         ends[unit] = ([end for _, end in ds.schedule.phase_bounds], ds)
     ds = ends["loss_tokens"][1]
     batch = ds.__getitems__(list(range(len(ds)))).batched

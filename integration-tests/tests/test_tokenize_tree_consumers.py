@@ -42,7 +42,7 @@ def test_a_tree_run_is_what_curriculum_and_eval_broadcast_open(tmp_path: Path) -
                                  "curriculum": [{"duration_tokens": 2000, "mix": mix}]}})
     )  # fmt: skip
     config = CurriculumConfig.from_file(config_path)
-    dataset = CurriculumDataset(config, seed=0, cache_dir=tmp_path / "plans")
+    dataset = CurriculumDataset(config, seed=0, plan_cache_dir=tmp_path / "plans")
     assert len(dataset) > 0
     sample = dataset[0]
     assert sample["input_ids"].shape[-1] == 128
