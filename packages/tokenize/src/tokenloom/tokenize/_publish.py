@@ -209,7 +209,7 @@ class BucketPublisher:
         """This node's staged done markers as the URLs have them; what is staged but not at a URL is queued.
 
         A leaf's unit is skipped (pending_units looks at its first dataset's staged marker) only when every
-        dataset of the leaf has it: a train marker without its val part is removed, so the unit is encoded again.
+        dataset of the leaf has it: otherwise every staged marker of it is removed, so the unit is encoded again.
         """
         for group in self.groups:
             mine = node_units(self.config, len(group[0].plan.units), group[0].first)
@@ -217,8 +217,13 @@ class BucketPublisher:
                 dataset.sync_markers(mine)
             for unit in mine:
                 markers = [done_path(dataset.staging, unit) for dataset in group]
-                if markers[0].exists() and not all(marker.exists() for marker in markers[1:]):
-                    markers[0].unlink()
+                if not all(marker.exists() for marker in markers):
+                    # a leaf's unit lacking a part (a val marker without its train one, after a kill between the
+                    # two commits) is encoded again whole: none of its parts is queued here, or the re-encoded
+                    # part would be queued twice and the first upload would remove the second one's shards
+                    for marker in markers:
+                        marker.unlink(missing_ok=True)
+                    continue
                 for dataset in reversed(group):  # val before train: a train marker at the URL means val is there
                     if done_path(dataset.staging, unit).exists() and not dataset.at_url(unit):
                         self._queue.put((dataset, unit))
