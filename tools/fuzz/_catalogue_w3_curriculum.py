@@ -47,7 +47,9 @@ def _(tmp: Path) -> Run:
 def _dataset(tmp: Path, **data):
     from tokenloom.curriculum import CurriculumConfig, CurriculumDataset
 
-    return CurriculumDataset(CurriculumConfig.from_file(_curriculum_yaml(tmp, **data)), seed=0, plan_cache_dir=tmp / "c")
+    return CurriculumDataset(
+        CurriculumConfig.from_file(_curriculum_yaml(tmp, **data)), seed=0, plan_cache_dir=tmp / "c"
+    )
 
 
 @case("curriculum state with a garbage prefix_end under another policy", "curriculum", "error", "ResumeMismatchError")
