@@ -49,7 +49,7 @@ def entries(directory: Path) -> dict:
 def samples(directory: Path, max_length: int, pack: bool, eod: int, pad: int) -> list[dict]:
     dataset = PreTokenizedDataset(
         sorted(directory.glob("*.bin")),
-        seq_len=max_length,
+        max_length=max_length,
         seed=1234,
         pad_token_id=pad,
         eod_token_id=eod,
@@ -72,7 +72,7 @@ def run(job: dict) -> object:
     if job["op"] == "finalize":
         builder = PreTokenizedDataset(
             [],
-            seq_len=job["max_length"],
+            max_length=job["max_length"],
             seed=0,
             pad_token_id=job["pad"],
             eod_token_id=job["eod"],
