@@ -22,6 +22,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import os
+import random
 import re
 import shutil
 import signal
@@ -205,7 +206,8 @@ class FaultProxy:
     read, then waits until that event is set, and is dropped if its client died meanwhile (a killed
     uploader's request never lands). ``wait_idle()`` returns once no request is in flight.
     ``latency_seconds`` (settable any time) delays every request, a round-trip latency for benchmarks;
-    ``get_bytes`` counts the body bytes sent per GET path.
+    ``get_bytes`` counts the body bytes sent per GET path. ``random_faults(rates, ...)`` adds faults drawn at
+    random (seeded) to every request the queue leaves alone: chaos over a whole run rather than a script.
     """
 
     def __init__(self, upstream: str, stall_seconds: float = 0.2) -> None:
@@ -223,6 +225,10 @@ class FaultProxy:
         self.fault_paths: str | None = None
         self.down_until = 0.0
         self.down_mode = "503"
+        self.rates: dict[str, float] = {}
+        self.rate_paths: dict[str, str] = {}
+        self.burst = 1
+        self.random = random.Random(0)
         self.closed = threading.Event()
         self.lock = threading.Lock()
         proxy = self
@@ -259,7 +265,7 @@ class FaultProxy:
                     elif self.command in proxy.fault_methods and (
                         proxy.fault_paths is None or proxy.fault_paths in path
                     ):
-                        fault = proxy.faults.pop(0) if proxy.faults else None
+                        fault = proxy.faults.pop(0) if proxy.faults else proxy._draw(path)
                         if fault:
                             proxy.injected[fault] += 1
                 if fault == "blackhole":
@@ -343,6 +349,36 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def random_faults(
+        self, rates: dict[str, float], *, seed: int = 0, paths: dict[str, str] | None = None, burst: int = 1
+    ) -> None:
+        """Each request the queue leaves alone gets fault ``kind`` with probability ``rates[kind]`` (``{}``: none).
+
+        ``paths`` limits a kind to paths containing a substring (``{"flip": "/native/"}``: only objects whose bytes
+        are verified); a drawn ``"503"`` is a burst: the next ``burst - 1`` requests are answered 503 as well.
+        """
+        unknown = set(rates) - {"503", "reset", "truncate", "stall", "flip", "blackhole"}
+        if unknown or sum(rates.values()) > 1:
+            raise ValueError(f"random_faults: unknown kinds {sorted(unknown)} or rates summing over 1: {rates}")
+        with self.lock:
+            self.rates, self.rate_paths, self.burst = dict(rates), dict(paths or {}), burst
+            self.random = random.Random(seed)
+
+    def _draw(self, path: str) -> str | None:
+        """A random fault for ``path`` (the caller holds the lock), queueing the rest of a 503 burst."""
+        if not self.rates:
+            return None
+        draw = self.random.random()
+        for kind, rate in self.rates.items():
+            draw -= rate
+            if draw < 0:
+                if self.rate_paths.get(kind, "") not in path:
+                    return None
+                if kind == "503":
+                    self.faults[:0] = ["503"] * (self.burst - 1)
+                return kind
+        return None
 
     def gets_of(self, name_part: str) -> int:
         return sum(count for path, count in self.gets.items() if name_part in path)
