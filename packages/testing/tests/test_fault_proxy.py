@@ -69,8 +69,10 @@ def test_random_faults_are_seeded_limited_by_path_and_503_comes_in_bursts(proxy)
     statuses = [status for _, status, _ in first]
     starts = [i for i in range(len(statuses)) if statuses[i] == 503 and (i == 0 or statuses[i - 1] != 503)]
     assert starts and all(statuses[i : i + 3] == [503] * 3 for i in starts if i + 3 <= len(statuses))
-    proxy.random_faults({})
     proxy.faults.clear()  # the rest of a burst drawn last
+    proxy.random_faults({"flip": 1.0}, limits={"flip": 2})
+    assert [_get(proxy, "a.bin")[1] == BODY for _ in range(4)] == [False, False, True, True]
+    proxy.random_faults({})
     assert _get(proxy, "a.bin") == (200, BODY)
     with pytest.raises(ValueError, match="unknown kinds"):
         proxy.random_faults({"teapot": 0.1})

@@ -228,6 +228,8 @@ class FaultProxy:
         self.rates: dict[str, float] = {}
         self.rate_paths: dict[str, str] = {}
         self.burst = 1
+        self.limits: dict[str, int] = {}
+        self.drawn: Counter[str] = Counter()
         self.random = random.Random(0)
         self.closed = threading.Event()
         self.lock = threading.Lock()
@@ -351,18 +353,26 @@ class FaultProxy:
         self.thread.start()
 
     def random_faults(
-        self, rates: dict[str, float], *, seed: int = 0, paths: dict[str, str] | None = None, burst: int = 1
+        self,
+        rates: dict[str, float],
+        *,
+        seed: int = 0,
+        paths: dict[str, str] | None = None,
+        burst: int = 1,
+        limits: dict[str, int] | None = None,
     ) -> None:
         """Each request the queue leaves alone gets fault ``kind`` with probability ``rates[kind]`` (``{}``: none).
 
         ``paths`` limits a kind to paths containing a substring (``{"flip": "/native/"}``: only objects whose bytes
-        are verified); a drawn ``"503"`` is a burst: the next ``burst - 1`` requests are answered 503 as well.
+        are verified); a drawn ``"503"`` is a burst: the next ``burst - 1`` requests are answered 503 as well;
+        ``limits`` caps how many of a kind are drawn (``{"flip": 2}``: fewer than a reader's re-fetches of a block).
         """
         unknown = set(rates) - {"503", "reset", "truncate", "stall", "flip", "blackhole"}
         if unknown or sum(rates.values()) > 1:
             raise ValueError(f"random_faults: unknown kinds {sorted(unknown)} or rates summing over 1: {rates}")
         with self.lock:
             self.rates, self.rate_paths, self.burst = dict(rates), dict(paths or {}), burst
+            self.limits, self.drawn = dict(limits or {}), Counter()
             self.random = random.Random(seed)
 
     def _draw(self, path: str) -> str | None:
@@ -373,8 +383,9 @@ class FaultProxy:
         for kind, rate in self.rates.items():
             draw -= rate
             if draw < 0:
-                if self.rate_paths.get(kind, "") not in path:
+                if self.rate_paths.get(kind, "") not in path or self.drawn[kind] >= self.limits.get(kind, 1 << 62):
                     return None
+                self.drawn[kind] += 1
                 if kind == "503":
                     self.faults[:0] = ["503"] * (self.burst - 1)
                 return kind
