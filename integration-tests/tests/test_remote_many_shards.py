@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 
 from tokenloom.datasets import MemoryMappedDataset
-from tokenloom.formats import open_dataset
+from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.tokenize import TokenizeConfig, build_stdlib_corpus, default_tokenizer_path, tokenize
 
 
@@ -85,7 +85,11 @@ def test_any_native_writer_records_its_largest_overlap_so_remote_readers_skip_th
         url = _upload(seaweed, local, f"writer-{name}")
         fault_proxy.gets.clear()
         remote = MemoryMappedDataset(
-            url, 16, storage_options=seaweed.storage_options(fault_proxy.url), cache_dir=tmp_path / f"cache-{name}"
+            url,
+            16,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(fault_proxy.url), block_cache_dir=tmp_path / f"cache-{name}"
+            ),
         )
         fetched = fault_proxy.gets_of(".idx")
         assert fetched == (0 if overlap == 0 else len(list(local.glob("shard_*.idx"))))

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from _catalogue_base import Outcome, Run, case, copy
 
+from tokenloom.formats import RemoteOptions
+
 _ERROR_EXIT = (
     "from tokenloom.formats.errors import DataError\n"
     "try:\n    main()\n"
@@ -42,7 +44,7 @@ def _served(tmp: Path, name: str = "native"):
 def _read_all(url: str, cache: Path) -> int:
     from tokenloom.formats import open_dataset
 
-    ds = open_dataset(url, cache_dir=cache, block_size=4096)
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=cache, block_size=4096))
     return sum(len(bytes(ds[i])) for i in range(len(ds)))
 
 
@@ -181,7 +183,12 @@ def _(tmp: Path) -> Run:
 
     server, url, source = _served(tmp)
     limit = 80 << 10  # 2 readers x (6 pinned + at most 4 prefetched) blocks of 4 KiB fit; 4 x (6 + 1) do not
-    ds = MemoryMappedDataset(open_dataset(url, cache_dir=tmp / "c", block_size=4096, cache_limit=limit), seq_len=4)
+    ds = MemoryMappedDataset(
+        open_dataset(
+            url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=4096, cache_limit=limit)
+        ),
+        seq_len=4,
+    )
     sampler = ResumableDistributedSampler(ds, num_replicas=2, rank=0)
 
     def call() -> object:

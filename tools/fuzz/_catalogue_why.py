@@ -296,7 +296,7 @@ def _plan_dataset(tmp: Path) -> tuple[Any, Path]:
     from tokenloom.datasets import PackedDocumentDataset
 
     src = copy("native", tmp)
-    return (lambda: PackedDocumentDataset(src, 16, cache_dir=tmp / "plans")), src
+    return (lambda: PackedDocumentDataset(src, 16, plan_cache_dir=tmp / "plans")), src
 
 
 @case("truncated packing-plan cache is detected and rebuilt", "caches", "ok")

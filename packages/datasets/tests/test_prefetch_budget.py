@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from tokenloom.datasets import MemoryMappedDataset, collate
 from tokenloom.datasets._prefetch import share_schedule
-from tokenloom.formats import ConfigError, open_dataset, open_writer
+from tokenloom.formats import ConfigError, RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.io import parse_url
 from tokenloom.formats.remote import BlockCache, StoreConfig, budget
 from tokenloom.formats.remote.helper import head
@@ -182,7 +182,12 @@ def test_a_two_rank_two_worker_job_is_refused_every_time_or_stays_under_the_stat
     here = MemoryMappedDataset(local, seq_len=SEQ)
     probe_cache = tmp_path / "probe"
     remote = MemoryMappedDataset(
-        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=probe_cache, block_size=BLOCK),
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=probe_cache, block_size=BLOCK
+            ),
+        ),
         seq_len=SEQ,
     )
     index_bytes = _cache_bytes(probe_cache)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io import parse_url
 from tokenloom.formats.remote import BlockCache, StoreConfig, budget
@@ -216,7 +216,12 @@ def test_cache_limit_comes_from_the_environment(blob, tmp_path, monkeypatch):
 def _index_bytes(url: str, seaweed, cache: Path) -> int:
     """The bytes a full pass leaves in ``cache`` besides the data blocks: the index files, fetched whole and never
     evicted (each shard's ``.idx`` on its first read, after the manifest at open)."""
-    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=cache, block_size=BLOCK
+        ),
+    )
     for i in range(len(ds)):
         ds[i]
     del ds

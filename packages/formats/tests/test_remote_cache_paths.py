@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, StorageError
 from tokenloom.formats.remote import cache as cache_module
 
@@ -42,7 +42,12 @@ def url(seaweed, small) -> str:
 
 
 def _read_all(url: str, seaweed, cache: Path) -> int:
-    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=cache, block_size=BLOCK
+        ),
+    )
     return sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(len(ds)))
 
 

@@ -45,7 +45,12 @@ def test_a_flip_is_caught_at_aligned_block_sizes(seaweed, fault_proxy, big_ds, t
     fault_proxy.faults = ["flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=block_size)
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=options, block_cache_dir=tmp_path / "c", block_size=block_size
+            ),
+        )
         assert np.asarray(ds[index]).tobytes() == np.asarray(local[index]).tobytes()
     assert fault_proxy.injected["flip"] == 1
     assert len(_warnings(caplog, "arrived with a wrong hash")) == 1
@@ -57,7 +62,9 @@ def test_a_flip_in_the_index_on_the_wire_is_fetched_again(seaweed, fault_proxy, 
     fault_proxy.fault_paths = ".idx"
     fault_proxy.faults = ["flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)
+    ds = open_dataset(
+        url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB)
+    )
     assert _entries(ds) == _entries(open_dataset(big_ds))
     assert fault_proxy.injected["flip"] == 1
 
@@ -68,12 +75,14 @@ def test_a_flip_in_the_manifest_on_the_wire_does_not_poison_the_cache(seaweed, f
     fault_proxy.faults = ["flip"]
     options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "cache_dir": tmp_path / "c"}
     try:
-        first = open_dataset(url, block_size=MIB, **options)
+        first = open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB), **options)
     except DataError as exc:
         first = exc
     assert fault_proxy.injected["flip"] == 1
     # whatever the first open said, the next one (nothing flipped) reads the right data
-    assert _entries(open_dataset(url, block_size=MIB, **options)) == _entries(open_dataset(big_ds)), first
+    assert _entries(open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB), **options)) == _entries(
+        open_dataset(big_ds)
+    ), first
 
 
 def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, tmp_path, caplog):
@@ -159,7 +168,7 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
 
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
     options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
-    ds = open_dataset(url, cache_limit=limit, **options)
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit), **options)
     expected = _digest_of_all(open_dataset(big_ds))
     assert _digest_of_all(ds) == expected
     blocks = sorted((tmp_path / "c").rglob(f"b{MIB}-*"))
@@ -171,7 +180,9 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
         block.write_bytes(bytes(raw))
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert pool.map(_digest_of_all, [ds, ds]) == [expected, expected]
-    assert _digest_of_all(open_dataset(url, cache_limit=limit, **options)) == expected
+    assert (
+        _digest_of_all(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit), **options)) == expected
+    )
 
 
 def test_a_block_discarded_by_another_reader_between_publish_and_map_is_fetched_again(
@@ -262,7 +273,12 @@ def test_a_malformed_hash_list_in_a_remote_manifest_is_a_format_error_naming_it(
         local = tmp_path / "flat"
     url = seaweed.upload_dir(_rehashed(local, tmp_path / "bad", change), f"attack-{uuid.uuid4().hex[:8]}")
     with pytest.raises(FormatError) as caught:
-        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c")
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c"
+            ),
+        )
     assert caught.value.field == "files.block_xxh3_64" and f"{url}/manifest.json" in str(caught.value)
 
 
@@ -271,7 +287,10 @@ def test_truncated_and_reset_bodies_among_flips_read_right(seaweed, fault_proxy,
     fault_proxy.fault_paths = ".bin"
     fault_proxy.faults = ["truncate", "flip", "reset", "flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=2 * MIB)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=2 * MIB),
+    )
     assert _entries(ds) == _entries(open_dataset(big_ds))
     assert sum(fault_proxy.injected.values()) == 4
 

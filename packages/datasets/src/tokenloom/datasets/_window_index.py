@@ -21,7 +21,7 @@ from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._packing_mode import Packing, as_packing
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
 from tokenloom.datasets._stream import open_data, reopen, select_shards, token_stream
-from tokenloom.formats import ConfigError, TokenDataset
+from tokenloom.formats import ConfigError, RemoteOptions, TokenDataset
 from tokenloom.formats.io import iter_chunks
 
 __all__ = ["WindowIndex", "check_positive", "overlap_intervals"]
@@ -77,13 +77,11 @@ class WindowIndex(SampleBytes):
         cross_shard: bool = False,
         position_ids: bool = False,
         cu_seqlens: bool = False,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        remote: Any = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.seq_len = check_positive(seq_len, "seq_len")
         self.stride = check_positive(stride if stride is not None else seq_len + 1, "stride")
-        dataset = open_data(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir)
+        dataset = open_data(data, remote=remote)
         self._remote = dataset.remote
         if file_pattern is not None:
             dataset = select_shards(dataset, pattern=file_pattern)
