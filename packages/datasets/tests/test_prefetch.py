@@ -46,13 +46,9 @@ def url(seaweed, local) -> str:
 
 
 def _remote(url, seaweed, cache: Path, endpoint: str | None = None, **options):
-    return open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(endpoint=endpoint), block_cache_dir=cache, block_size=BLOCK
-        ),
-        **options,
-    )
+    storage = seaweed.storage_options(endpoint=endpoint)
+    remote = RemoteOptions.from_keywords(storage_options=storage, block_cache_dir=cache, block_size=BLOCK, **options)
+    return open_dataset(url, remote=remote)
 
 
 def _cache_bytes(root: Path) -> int:

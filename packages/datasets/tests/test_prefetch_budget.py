@@ -136,12 +136,15 @@ _RANK = textwrap.dedent(
     import numpy as np
     from torch.utils.data import DataLoader
     from tokenloom.datasets import MemoryMappedDataset, collate
-    from tokenloom.formats import ConfigError, open_dataset
+    from tokenloom.formats import ConfigError, RemoteOptions, open_dataset
     from tokenloom.sampler import ResumableDistributedSampler
     url, cache, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     limit, lookahead = int(sys.argv[4]), int(sys.argv[5])
     rank = int(os.environ["RANK"])
-    remote = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096, cache_limit=limit)
+    settings = RemoteOptions.from_keywords(
+        storage_options=options, block_cache_dir=cache, block_size=4096, cache_limit=limit
+    )
+    remote = open_dataset(url, remote=settings)
     ds = MemoryMappedDataset(remote, seq_len=255)
     sampler = ResumableDistributedSampler(ds, num_replicas=2, rank=rank, seed=5)
     ds.prefetch(sampler, batch_size=4, lookahead=lookahead)  # workers unknown here: each worker's first batch checks

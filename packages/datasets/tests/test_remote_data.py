@@ -38,7 +38,9 @@ def remote(seaweed, local: Path) -> str:
 
 
 def _open(cls, data, seaweed, cache: Path, **kwargs):
-    return cls(data, SEQ_LEN, storage_options=seaweed.storage_options(), cache_dir=cache, **kwargs)
+    remote = RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=cache)
+    plans = {"plan_cache_dir": cache} if cls is PackedDocumentDataset else {}
+    return cls(data, SEQ_LEN, remote=remote, **plans, **kwargs)
 
 
 def _rows(ds) -> list[bytes]:
@@ -84,9 +86,9 @@ def test_file_pattern_on_a_url_keeps_the_etags_in_the_fingerprint(seaweed, local
 
 
 def test_remote_options_on_local_data_are_a_config_error(local, tmp_path):
-    with pytest.raises(ConfigError, match="storage_options apply to data in object storage"):
+    with pytest.raises(ConfigError, match="remote applies to data in object storage"):
         MemoryMappedDataset(local, SEQ_LEN, remote=RemoteOptions.from_keywords(storage_options={"region": "x"}))
-    with pytest.raises(ConfigError, match="cache_dir apply to data in object storage"):
+    with pytest.raises(ConfigError, match="remote applies to data in object storage"):
         MemoryMappedDataset(local, SEQ_LEN, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path))
 
 

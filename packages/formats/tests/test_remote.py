@@ -100,9 +100,9 @@ def test_missing_extra_is_the_named_install_error(tmp_path):
         """
         import sys
         sys.modules["obstore"] = None  # as if the extra were not installed
-        from tokenloom.formats import open_dataset
+        from tokenloom.formats import RemoteOptions, open_dataset
         try:
-            open_dataset("s3://bucket/ds", cache_dir=sys.argv[1])
+            open_dataset("s3://bucket/ds", remote=RemoteOptions(block_cache_dir=sys.argv[1]))
         except ImportError as exc:
             print(exc)
         """
@@ -184,9 +184,10 @@ def test_retries_are_bounded(seaweed, fault_proxy, local_ds, tmp_path):
 _READER = textwrap.dedent(
     """
     import sys, json, numpy as np
-    from tokenloom.formats import open_dataset
+    from tokenloom.formats import RemoteOptions, open_dataset
     url, cache, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    ds = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096)
+    remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache, block_size=4096)
+    ds = open_dataset(url, remote=remote)
     print(sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(len(ds))))
     """
 )
