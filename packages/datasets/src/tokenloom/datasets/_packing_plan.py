@@ -24,7 +24,7 @@ from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
-from tokenloom.datasets._stream import open_data, reopen, token_stream
+from tokenloom.datasets._stream import open_data
 from tokenloom.datasets._window_index import check_positive
 from tokenloom.formats import ConfigError, RemoteOptions, TokenDataset
 from tokenloom.formats.io import atomic_write_bytes
@@ -118,9 +118,7 @@ class PackedIndex(SampleBytes):
     ) -> None:
         self.seq_len = check_positive(seq_len, "seq_len")
         dataset = open_data(data, remote=remote)
-        self._remote = dataset.remote
-        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
-        self._stream = token_stream(dataset)  # what workers read: no per-entry index
+        self._hold(data, dataset)
         try:
             self.algorithm = PackingAlgorithm(algorithm)
         except ValueError:
@@ -168,18 +166,9 @@ class PackedIndex(SampleBytes):
             self._plan = memory if isinstance(memory, PackingPlan) else PackingPlan.load(self.plan_dir)
         return self._plan
 
-    @property
-    def dataset(self) -> TokenDataset:
-        """The underlying dataset with its entry index (reopened on first use after pickling)."""
-        if self._dataset is None:
-            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._remote)
-        return self._dataset
-
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_plan"] = None  # pickling a memory map would copy it (an in-memory plan travels as _memory_plan)
-        state["_dataset"] = None
-        return state
+        # pickling a memory map would copy it (an in-memory plan travels as _memory_plan)
+        return {**super().__getstate__(), "_plan": None}
 
     def __len__(self) -> int:
         return self.plan.num_sequences
