@@ -48,8 +48,10 @@ def test_a_window_index_over_remote_shards_fetches_no_idx_when_the_manifest_rule
     shards = sorted(local.glob("unit_*.idx"))
     assert len(shards) >= 5, "the corpus should make several shards"
     url = _upload(seaweed, local, "many-shards")
-    options = {"storage_options": seaweed.storage_options(fault_proxy.url), "cache_dir": tmp_path / "cache"}
-    remote = MemoryMappedDataset(url, 32, **options)
+    options = RemoteOptions.from_keywords(
+        storage_options=seaweed.storage_options(fault_proxy.url), block_cache_dir=tmp_path / "cache"
+    )
+    remote = MemoryMappedDataset(url, 32, remote=options)
     assert fault_proxy.gets_of(".idx") == 0, "constructing the window index fetched shard indices"
     here = MemoryMappedDataset(open_dataset(local), 32)
     assert len(remote) == len(here)
@@ -60,8 +62,10 @@ def test_a_window_index_over_remote_shards_fetches_no_idx_when_the_manifest_rule
 def test_with_overlaps_the_indices_are_read_and_the_windows_still_match(seaweed, fault_proxy, tmp_path):
     local = _tokenized(tmp_path, overlap_size=16)
     url = _upload(seaweed, local, "overlapping-shards")
-    options = {"storage_options": seaweed.storage_options(fault_proxy.url), "cache_dir": tmp_path / "cache"}
-    remote = MemoryMappedDataset(url, 32, **options)
+    options = RemoteOptions.from_keywords(
+        storage_options=seaweed.storage_options(fault_proxy.url), block_cache_dir=tmp_path / "cache"
+    )
+    remote = MemoryMappedDataset(url, 32, remote=options)
     assert fault_proxy.gets_of(".idx") == len(list(local.glob("unit_*.idx")))  # overlaps must be read
     here = MemoryMappedDataset(open_dataset(local), 32)
     assert len(remote) == len(here)

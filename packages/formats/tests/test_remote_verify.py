@@ -234,7 +234,11 @@ def test_a_corrupt_cached_block_is_discarded_and_fetched_again(seaweed, local_ds
 def test_a_corrupt_cached_block_heals_under_a_cache_limit(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, local_ds)
     expected = _entries(open_dataset(local_ds))
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     assert _entries(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB"), **options)) == expected
     block = _corrupt_one_cached_block(tmp_path / "c", 2)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
@@ -247,7 +251,11 @@ def test_a_corrupt_cached_block_heals_under_a_cache_limit(seaweed, local_ds, tmp
 def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(seaweed, local_ds, tmp_path, caplog):
     """Without usable block hashes (4 KiB cache blocks), deep validation's whole-file checksum finds it."""
     url = _upload(seaweed, local_ds)
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": 4096}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=4096
+        )
+    }
     open_dataset(url, validate="deep", **options)
     (block,) = list((tmp_path / "c").rglob("b4096-300"))
     raw = bytearray(block.read_bytes())
@@ -265,7 +273,11 @@ def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(sea
 
 def test_an_old_manifest_opens_and_says_once_that_it_is_unverified(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, _without_block_hashes(local_ds, tmp_path / "old"))
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         ds = open_dataset(url, **options)
         assert _entries(ds) == _entries(open_dataset(local_ds))
@@ -291,7 +303,11 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
     flat = _write(tmp_path / "flat", "flat")
     (tmp_path / "megatron").mkdir()
     megatron = _write(tmp_path / "megatron" / "part", "megatron").parent
-    options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_size=MIB
+        )
+    }
     flat_url, megatron_url = _upload(seaweed, flat), _upload(seaweed, megatron)
     fault_proxy.fault_paths = ".npy"
     fault_proxy.faults = ["flip"]
@@ -308,7 +324,11 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
 def test_a_corrupt_cached_index_of_a_foreign_format_is_fetched_again(seaweed, tmp_path, caplog):
     flat = _write(tmp_path / "flat", "flat")
     url = _upload(seaweed, flat)
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     expected = _entries(open_dataset(flat))
     assert _entries(open_dataset(url, **options)) == expected
     (cached,) = [p for p in (tmp_path / "c").rglob("whole") if p.stat().st_size == 48]  # document_lengths.i64
