@@ -239,11 +239,17 @@ def test_a_corrupt_cached_block_heals_under_a_cache_limit(seaweed, local_ds, tmp
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
     }
-    assert _entries(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB"), **options)) == expected
+    assert (
+        _entries(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB", remote=options["remote"])))
+        == expected
+    )
     block = _corrupt_one_cached_block(tmp_path / "c", 2)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert (
-            _entries(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB"), **options)) == expected
+            _entries(
+                open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB", remote=options["remote"]))
+            )
+            == expected
         )
     assert [w for w in _warnings(caplog, "corrupt") if str(block) in w]
 
@@ -312,11 +318,17 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
     fault_proxy.fault_paths = ".npy"
     fault_proxy.faults = ["flip"]
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(flat_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c1"), **options)
+        ds = open_dataset(
+            flat_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c1", remote=options["remote"])
+        )
         assert _entries(ds) == _entries(open_dataset(flat))  # the flat manifest's hashes caught the flip
         assert fault_proxy.injected["flip"] == 1 and not _warnings(caplog, "unverified")
-        open_dataset(megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c2"), **options)
-        open_dataset(megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c3"), **options)
+        open_dataset(
+            megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c2", remote=options["remote"])
+        )
+        open_dataset(
+            megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c3", remote=options["remote"])
+        )
     (said,) = _warnings(caplog, "unverified")
     assert megatron_url in said
 

@@ -79,14 +79,14 @@ def test_a_flip_in_the_manifest_on_the_wire_does_not_poison_the_cache(seaweed, f
         )
     }
     try:
-        first = open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB), **options)
+        first = open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB, remote=options["remote"]))
     except DataError as exc:
         first = exc
     assert fault_proxy.injected["flip"] == 1
     # whatever the first open said, the next one (nothing flipped) reads the right data
-    assert _entries(open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB), **options)) == _entries(
-        open_dataset(big_ds)
-    ), first
+    assert _entries(
+        open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB, remote=options["remote"]))
+    ) == _entries(open_dataset(big_ds)), first
 
 
 def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, tmp_path, caplog):
@@ -192,7 +192,7 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
     }
-    ds = open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit), **options)
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit, remote=options["remote"]))
     expected = _digest_of_all(open_dataset(big_ds))
     assert _digest_of_all(ds) == expected
     blocks = sorted((tmp_path / "c").rglob(f"b{MIB}-*"))
@@ -205,7 +205,10 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert pool.map(_digest_of_all, [ds, ds]) == [expected, expected]
     assert (
-        _digest_of_all(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit), **options)) == expected
+        _digest_of_all(
+            open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit, remote=options["remote"]))
+        )
+        == expected
     )
 
 
