@@ -41,8 +41,9 @@ def _(tmp: Path) -> Run:
 @case("open_dataset: TOKENLOOM_CACHE_LIMIT=20 parsecs", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
     code = (
-        "import sys\nfrom tokenloom.formats import open_dataset\nfrom tokenloom.formats.errors import DataError\n"
-        "try:\n    open_dataset('s3://bucket/ds', cache_dir=sys.argv[1])\n"
+        "import sys\nfrom tokenloom.formats import RemoteOptions, open_dataset\n"
+        "from tokenloom.formats.errors import DataError\n"
+        "try:\n    open_dataset('s3://bucket/ds', remote=RemoteOptions(block_cache_dir=sys.argv[1]))\n"
         "except DataError as exc:\n    print(f'Error: {type(exc).__name__}: {exc}', file=sys.stderr); sys.exit(1)\n"
     )
     return Run(process=[sys.executable, "-c", code, str(tmp / "c")], env={"TOKENLOOM_CACHE_LIMIT": "20 parsecs"})

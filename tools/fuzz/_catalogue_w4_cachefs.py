@@ -96,8 +96,9 @@ def _(tmp: Path) -> Run:
     cache.chmod(0o555)
     if os.geteuid() == 0 and shutil.which("setpriv"):
         code = (
-            "import sys\nfrom tokenloom.formats import open_dataset\n"
-            "def main():\n    ds = open_dataset(sys.argv[1], cache_dir=sys.argv[2], block_size=4096)\n"
+            "import sys\nfrom tokenloom.formats import RemoteOptions, open_dataset\n"
+            "def main():\n    remote = RemoteOptions(block_cache_dir=sys.argv[2], block_size=4096)\n"
+            "    ds = open_dataset(sys.argv[1], remote=remote)\n"
             "    [bytes(ds[i]) for i in range(len(ds))]\n" + _ERROR_EXIT
         )
         drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
@@ -161,8 +162,9 @@ def _(tmp: Path) -> Run:
     server, url = _served_tokens(tmp, 1000)  # 4 MB: 1,000 blocks of 4 KiB, each mapped once and kept mapped
     code = (
         "import resource, sys\nresource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))\n"
-        "from tokenloom.formats import open_dataset\n"
-        "def main():\n    ds = open_dataset(sys.argv[1], cache_dir=sys.argv[2], block_size=4096)\n"
+        "from tokenloom.formats import RemoteOptions, open_dataset\n"
+        "def main():\n    remote = RemoteOptions(block_cache_dir=sys.argv[2], block_size=4096)\n"
+        "    ds = open_dataset(sys.argv[1], remote=remote)\n"
         "    print(sum(len(bytes(ds[i])) for i in range(len(ds))))\n" + _ERROR_EXIT
     )
 

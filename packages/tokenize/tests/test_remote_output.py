@@ -216,8 +216,10 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
         assert thread.is_alive()
         # a reader in another process (this one's object-store helper is busy uploading) finds no dataset yet
         reader = (
-            "import json, sys\nfrom tokenloom.formats import open_dataset\n"
-            "open_dataset(sys.argv[1], storage_options=json.loads(sys.argv[2]), cache_dir=sys.argv[3])"
+            "import json, sys\nfrom tokenloom.formats import RemoteOptions, open_dataset\n"
+            "options = json.loads(sys.argv[2])\n"
+            "remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=sys.argv[3])\n"
+            "open_dataset(sys.argv[1], remote=remote)"
         )
         options = orjson.dumps(seaweed.storage_options()).decode()
         done = subprocess.run(
