@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 
 from tokenloom.datasets import MemoryMappedDataset
-from tokenloom.formats import open_dataset
+from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.tokenize import TokenizeConfig, build_stdlib_corpus, default_tokenizer_path, tokenize
 
 
@@ -48,8 +48,10 @@ def test_a_window_index_over_remote_shards_fetches_no_idx_when_the_manifest_rule
     shards = sorted(local.glob("unit_*.idx"))
     assert len(shards) >= 5, "the corpus should make several shards"
     url = _upload(seaweed, local, "many-shards")
-    options = {"storage_options": seaweed.storage_options(fault_proxy.url), "cache_dir": tmp_path / "cache"}
-    remote = MemoryMappedDataset(url, 32, **options)
+    options = RemoteOptions.from_keywords(
+        storage_options=seaweed.storage_options(fault_proxy.url), block_cache_dir=tmp_path / "cache"
+    )
+    remote = MemoryMappedDataset(url, 32, remote=options)
     assert fault_proxy.gets_of(".idx") == 0, "constructing the window index fetched shard indices"
     here = MemoryMappedDataset(open_dataset(local), 32)
     assert len(remote) == len(here)
@@ -60,8 +62,10 @@ def test_a_window_index_over_remote_shards_fetches_no_idx_when_the_manifest_rule
 def test_with_overlaps_the_indices_are_read_and_the_windows_still_match(seaweed, fault_proxy, tmp_path):
     local = _tokenized(tmp_path, overlap_size=16)
     url = _upload(seaweed, local, "overlapping-shards")
-    options = {"storage_options": seaweed.storage_options(fault_proxy.url), "cache_dir": tmp_path / "cache"}
-    remote = MemoryMappedDataset(url, 32, **options)
+    options = RemoteOptions.from_keywords(
+        storage_options=seaweed.storage_options(fault_proxy.url), block_cache_dir=tmp_path / "cache"
+    )
+    remote = MemoryMappedDataset(url, 32, remote=options)
     assert fault_proxy.gets_of(".idx") == len(list(local.glob("unit_*.idx")))  # overlaps must be read
     here = MemoryMappedDataset(open_dataset(local), 32)
     assert len(remote) == len(here)
@@ -85,7 +89,11 @@ def test_any_native_writer_records_its_largest_overlap_so_remote_readers_skip_th
         url = _upload(seaweed, local, f"writer-{name}")
         fault_proxy.gets.clear()
         remote = MemoryMappedDataset(
-            url, 16, storage_options=seaweed.storage_options(fault_proxy.url), cache_dir=tmp_path / f"cache-{name}"
+            url,
+            16,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(fault_proxy.url), block_cache_dir=tmp_path / f"cache-{name}"
+            ),
         )
         fetched = fault_proxy.gets_of(".idx")
         assert fetched == (0 if overlap == 0 else len(list(local.glob("shard_*.idx"))))

@@ -40,6 +40,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from tokenloom.formats import RemoteOptions
+
 SEQ = 2048
 BATCH = 8
 WORKERS = 2
@@ -97,7 +99,9 @@ def _tokenloom(url: str, endpoint: str, cache: Path, count: int):
         "region": "us-east-1",
         "client_options": {"allow_http": True},
     }
-    dataset = MemoryMappedDataset(url, seq_len=SEQ, storage_options=options, cache_dir=cache)
+    dataset = MemoryMappedDataset(
+        url, seq_len=SEQ, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache)
+    )
     if len(dataset) != count:
         raise SystemExit(f"tokenloom sees {len(dataset)} samples, expected {count}")
     # the object-storage order: blocks of consecutive samples (one shard each) shuffled, then samples in a window

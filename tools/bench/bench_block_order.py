@@ -21,6 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tokenloom.formats import RemoteOptions
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_remote_cache import _write  # noqa: E402  (the same random native dataset)
@@ -49,10 +51,12 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
     try:
         opened = open_dataset(
             url,
-            storage_options=server.storage_options(endpoint=proxy.url),
-            cache_dir=cache,
-            block_size=BLOCK,
-            cache_limit=cache_limit,
+            remote=RemoteOptions.from_keywords(
+                storage_options=server.storage_options(endpoint=proxy.url),
+                block_cache_dir=cache,
+                block_size=BLOCK,
+                cache_limit=cache_limit,
+            ),
         )
         ds = MemoryMappedDataset(opened, seq_len=SEQ)
         options = {"block_samples": BLOCK_SAMPLES, "window_blocks": WINDOW_BLOCKS} if order == "block" else {}

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenloom.formats import RemoteOptions
+
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "remote_cache.md"
 RUNS = 3
@@ -101,7 +103,12 @@ def measure(quick: bool) -> dict:
 
             def remote(cache: Path, endpoint: str | None = None):
                 opened = open_dataset(
-                    url, storage_options=server.storage_options(endpoint=endpoint), cache_dir=cache, block_size=BLOCK
+                    url,
+                    remote=RemoteOptions.from_keywords(
+                        storage_options=server.storage_options(endpoint=endpoint),
+                        block_cache_dir=cache,
+                        block_size=BLOCK,
+                    ),
                 )
                 return MemoryMappedDataset(opened, seq_len=SEQ)
 

@@ -48,6 +48,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _mosaic_env import mosaic_python
 
+from tokenloom.formats import RemoteOptions
+
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "remote-peers.md"
 LEG = Path(__file__).with_name("_remote_leg.py")
@@ -233,7 +235,12 @@ def open_first(url: str, seaweed: Any, proxy: Any, cache: Path, latency: float) 
         proxy.gets.clear()
     try:
         started = time.perf_counter()
-        dataset = open_dataset(url, storage_options=seaweed.storage_options(endpoint=proxy.url), cache_dir=cache)
+        dataset = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(endpoint=proxy.url), block_cache_dir=cache
+            ),
+        )
         np.asarray(dataset[0])
         seconds = time.perf_counter() - started
     finally:

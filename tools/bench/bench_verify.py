@@ -40,7 +40,7 @@ RUNS = 3
 _CHILD = """
 import json, sys, time
 import numpy as np
-from tokenloom.formats import open_dataset
+from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.remote import verify
 url, cache, options, enabled = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "on"
 verify.ENABLED = enabled
@@ -58,7 +58,7 @@ def timed(function):
 from tokenloom.formats.remote import cache as cache_module
 cache_module.read_problem = timed(cache_module.read_problem)
 cache_module.BlockCache._map_problem = timed(cache_module.BlockCache._map_problem)
-ds = open_dataset(url, storage_options=options, cache_dir=cache)
+ds = open_dataset(url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache))
 total, wall, cpu = 0, time.perf_counter(), time.process_time()
 for shard in ds.shards:
     tokens, step = shard.tokens, (8 << 20) // shard.dtype.itemsize

@@ -8,12 +8,18 @@ from pathlib import Path
 
 from _catalogue_base import Outcome, Run, case, copy
 
+from tokenloom.formats import RemoteOptions
+
 
 @case("open_dataset: cache_limit='lots' (not a size)", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
-    return Run(call=lambda: open_dataset("s3://bucket/ds", cache_dir=tmp / "c", cache_limit="lots"))
+    return Run(
+        call=lambda: open_dataset(
+            "s3://bucket/ds", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", cache_limit="lots")
+        )
+    )
 
 
 @case("open_dataset: cache_limit below the blocks in flight", "bad input", "error", "ConfigError")
@@ -24,7 +30,10 @@ def _(tmp: Path) -> Run:
         return None if "Raise cache_limit to at least" in str(outcome.exception) else "no minimum named"
 
     return Run(
-        call=lambda: open_dataset("s3://bucket/ds", cache_dir=tmp / "c", block_size=4096, cache_limit="8KB"),
+        call=lambda: open_dataset(
+            "s3://bucket/ds",
+            remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=4096, cache_limit="8KB"),
+        ),
         check=check,
     )
 
@@ -32,8 +41,9 @@ def _(tmp: Path) -> Run:
 @case("open_dataset: TOKENLOOM_CACHE_LIMIT=20 parsecs", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
     code = (
-        "import sys\nfrom tokenloom.formats import open_dataset\nfrom tokenloom.formats.errors import DataError\n"
-        "try:\n    open_dataset('s3://bucket/ds', cache_dir=sys.argv[1])\n"
+        "import sys\nfrom tokenloom.formats import RemoteOptions, open_dataset\n"
+        "from tokenloom.formats.errors import DataError\n"
+        "try:\n    open_dataset('s3://bucket/ds', remote=RemoteOptions(block_cache_dir=sys.argv[1]))\n"
         "except DataError as exc:\n    print(f'Error: {type(exc).__name__}: {exc}', file=sys.stderr); sys.exit(1)\n"
     )
     return Run(process=[sys.executable, "-c", code, str(tmp / "c")], env={"TOKENLOOM_CACHE_LIMIT": "20 parsecs"})
@@ -53,7 +63,9 @@ def _(tmp: Path) -> Run:
     cache = tmp / "cache"
     from tokenloom.formats import open_dataset
 
-    open_dataset(url, cache_dir=cache, block_size=4096)  # the index files, so the dead files sit beside them
+    open_dataset(
+        url, remote=RemoteOptions.from_keywords(block_cache_dir=cache, block_size=4096)
+    )  # the index files, so the dead files sit beside them
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)
     version_dir = next(p.parent for p in cache.rglob("whole"))
@@ -64,7 +76,9 @@ def _(tmp: Path) -> Run:
     (readers / f"{pid}.json").write_bytes(b'{"pid": ')  # torn by a crash
 
     def call() -> int:
-        ds = open_dataset(url, cache_dir=cache, block_size=4096, cache_limit="1MB")
+        ds = open_dataset(
+            url, remote=RemoteOptions.from_keywords(block_cache_dir=cache, block_size=4096, cache_limit="1MB")
+        )
         expected = open_dataset(source)
         if any(bytes(ds[i]) != bytes(expected[i]) for i in range(len(ds))):
             raise AssertionError("different entries")

@@ -7,6 +7,8 @@ from typing import Any
 
 from _catalogue_base import Outcome, Run, case, copy
 
+from tokenloom.formats import RemoteOptions
+
 _SECRET = "consumer-secret-never-printed"
 _NOWHERE = {
     "endpoint": "http://127.0.0.1:9",  # nothing listens: no network
@@ -37,7 +39,10 @@ def _(tmp: Path) -> Run:
     from tokenloom.datasets import MemoryMappedDataset
 
     src = copy("native", tmp)
-    return Run(call=lambda: MemoryMappedDataset(src, 4, storage_options={"region": "x"}), sources=[src])
+    return Run(
+        call=lambda: MemoryMappedDataset(src, 4, remote=RemoteOptions.from_keywords(storage_options={"region": "x"})),
+        sources=[src],
+    )
 
 
 @case("MemoryMappedDataset: s3:// where nothing listens", "bad input", "error", "StorageError")
@@ -45,7 +50,8 @@ def _(tmp: Path) -> Run:
     from tokenloom.datasets import MemoryMappedDataset
 
     url = "s3://bucket/ds"
-    call = lambda: MemoryMappedDataset(url, 4, storage_options=_NOWHERE, cache_dir=tmp / "c")  # noqa: E731
+    remote = RemoteOptions.from_keywords(storage_options=_NOWHERE, block_cache_dir=tmp / "c")
+    call = lambda: MemoryMappedDataset(url, 4, remote=remote)  # noqa: E731
     return Run(call=call, check=_names_url_no_dir(url, Path.cwd()))
 
 
@@ -54,7 +60,8 @@ def _(tmp: Path) -> Run:
     from tokenloom.datasets import PackedDocumentDataset
 
     url = "s3://bucket/packed"
-    call = lambda: PackedDocumentDataset(url, 8, storage_options=_NOWHERE, cache_dir=tmp / "c")  # noqa: E731
+    remote = RemoteOptions.from_keywords(storage_options=_NOWHERE, block_cache_dir=tmp / "c")
+    call = lambda: PackedDocumentDataset(url, 8, plan_cache_dir=tmp / "c", remote=remote)  # noqa: E731
     return Run(call=call, check=_names_url_no_dir(url, Path.cwd()))
 
 
@@ -105,7 +112,9 @@ def _(tmp: Path) -> Run:
     from tokenloom.eval_broadcast import PathEvalSource
 
     url = "s3://bucket/val"
-    source = PathEvalSource(url, storage_options=_NOWHERE, cache_dir=tmp / "c")
+    source = PathEvalSource(
+        url, remote=RemoteOptions.from_keywords(storage_options=_NOWHERE, block_cache_dir=tmp / "c")
+    )
     return Run(call=source.fingerprint, check=_names_url_no_dir(url, Path.cwd()))
 
 

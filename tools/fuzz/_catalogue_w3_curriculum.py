@@ -138,11 +138,11 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
     data = open_dataset(_curriculum_corpus(tmp) / "train" / "a")
-    first = PackedDocumentDataset(data, 64, cache_dir=tmp / "c")
+    first = PackedDocumentDataset(data, 64, plan_cache_dir=tmp / "c")
     (first.plan_dir / "plan.json").unlink()
     os.mkfifo(first.plan_dir / "plan.json")
 
     def call() -> int:
-        return len(PackedDocumentDataset(data, 64, cache_dir=tmp / "c"))
+        return len(PackedDocumentDataset(data, 64, plan_cache_dir=tmp / "c"))
 
     return Run(call=call, check=lambda o: None if o.value == len(first) else "another plan")

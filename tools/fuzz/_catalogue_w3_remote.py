@@ -10,6 +10,8 @@ from pathlib import Path
 
 from _catalogue_base import Outcome, Run, case
 
+from tokenloom.formats import RemoteOptions
+
 _SECRET = "catalogue-secret-never-printed"
 
 
@@ -27,7 +29,10 @@ def _(tmp: Path) -> Run:
         return None if "s3://bucket/ds/manifest.json" in text else "the error does not name the object URL"
 
     return Run(
-        call=lambda: open_dataset("s3://bucket/ds", storage_options=options, cache_dir=tmp / "c", retries=0),
+        call=lambda: open_dataset(
+            "s3://bucket/ds",
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp / "c", retries=0),
+        ),
         check=check,
     )
 
@@ -52,18 +57,24 @@ def _(tmp: Path) -> Run:
         server.shutdown()
         server.server_close()
 
-    return Run(call=lambda: open_dataset(url, cache_dir=tmp / "c"), cleanup=cleanup)
+    return Run(
+        call=lambda: open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c")), cleanup=cleanup
+    )
 
 
 @case("open_dataset: an s3:// URL without a bucket", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
-    return Run(call=lambda: open_dataset("s3://", cache_dir=tmp / "c"))
+    return Run(call=lambda: open_dataset("s3://", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c")))
 
 
 @case("open_dataset: block_size not a multiple of 4096", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
-    return Run(call=lambda: open_dataset("s3://bucket/ds", cache_dir=tmp / "c", block_size=1000))
+    return Run(
+        call=lambda: open_dataset(
+            "s3://bucket/ds", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=1000)
+        )
+    )

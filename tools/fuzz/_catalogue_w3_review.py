@@ -6,6 +6,8 @@ from pathlib import Path
 
 from _catalogue_base import Outcome, Run, case
 
+from tokenloom.formats import RemoteOptions
+
 _SECRET = "catalogue-review-secret-never-printed"
 
 
@@ -22,7 +24,10 @@ def _(tmp: Path) -> Run:
         return None if "not an http(s) URL" in text else "the error does not say what is wrong with the endpoint"
 
     return Run(
-        call=lambda: open_dataset("s3://bucket/ds", storage_options=options, cache_dir=tmp / "c", retries=0),
+        call=lambda: open_dataset(
+            "s3://bucket/ds",
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp / "c", retries=0),
+        ),
         check=check,
     )
 
@@ -43,7 +48,10 @@ def _(tmp: Path) -> Run:
         return None if "fetched whole" in str(outcome.exception) else "the error does not name the object too big"
 
     def call() -> object:
-        ds = open_dataset(f"{server.url}/ds", cache_dir=tmp / "c", block_size=4096, cache_limit=6 * 4096)
+        ds = open_dataset(
+            f"{server.url}/ds",
+            remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=4096, cache_limit=6 * 4096),
+        )
         return ds[0]
 
     return Run(call=call, check=check, cleanup=server.close)

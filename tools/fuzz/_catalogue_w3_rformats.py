@@ -14,6 +14,8 @@ from pathlib import Path
 
 from _catalogue_base import Outcome, Run, case, copy
 
+from tokenloom.formats import RemoteOptions
+
 BLOCK = 4096
 
 
@@ -42,7 +44,9 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
     url, root, server = _served(tmp, "data.pbin")
-    ds = open_dataset(f"{url}/data.pbin", cache_dir=tmp / "c", block_size=BLOCK)
+    ds = open_dataset(
+        f"{url}/data.pbin", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=BLOCK)
+    )
     time.sleep(0.01)
     data = (root / "data.pbin").read_bytes()
     (root / "data.pbin").write_bytes(data[:12] + bytes(len(data) - 12 - 1) + data[-1:])  # same size, new ETag
@@ -66,7 +70,11 @@ def _(tmp: Path) -> Run:
     data[-1] ^= 0x01
     shard.write_bytes(bytes(data))
     return Run(
-        call=lambda: open_dataset(f"{url}/flat", cache_dir=tmp / "c", block_size=BLOCK, validate="deep"),
+        call=lambda: open_dataset(
+            f"{url}/flat",
+            remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=BLOCK),
+            validate="deep",
+        ),
         check=_names_url(shard.name),
         cleanup=server.close,  # type: ignore[attr-defined]
     )
@@ -82,7 +90,9 @@ def _(tmp: Path) -> Run:
     idx.write_bytes(idx.read_bytes() + b"\0\0")
 
     def first_sample() -> object:
-        ds = open_dataset(f"{url}/native", cache_dir=tmp / "c", block_size=BLOCK)
+        ds = open_dataset(
+            f"{url}/native", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=BLOCK)
+        )
         return [ds[i] for i in range(len(ds))]  # the .idx is checked when its shard is first touched
 
     return Run(call=first_sample, check=_names_url(idx.name), cleanup=server.close)  # type: ignore[attr-defined]
@@ -93,7 +103,10 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
     url, _, server = _served(tmp, "gpt-simple")
-    return Run(call=lambda: open_dataset(f"{url}/gpt-simple", cache_dir=tmp / "c"), cleanup=server.close)  # type: ignore[attr-defined]
+    return Run(
+        call=lambda: open_dataset(f"{url}/gpt-simple", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c")),
+        cleanup=server.close,
+    )  # type: ignore[attr-defined]
 
 
 @case("open_dataset: http .pbin cut short", "corruption", "error", "TruncatedError", "FormatError")
@@ -104,7 +117,9 @@ def _(tmp: Path) -> Run:
     data = (root / "data.pbin").read_bytes()
     (root / "data.pbin").write_bytes(data[: len(data) // 2])
     return Run(
-        call=lambda: open_dataset(f"{url}/data.pbin", cache_dir=tmp / "c", block_size=BLOCK),
+        call=lambda: open_dataset(
+            f"{url}/data.pbin", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=BLOCK)
+        ),
         check=_names_url("data.pbin"),
         cleanup=server.close,  # type: ignore[attr-defined]
     )

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from _catalogue_base import Outcome, Run, case, copy
 
+from tokenloom.formats import RemoteOptions
+
 _ERROR_EXIT = (
     "from tokenloom.formats.errors import DataError\n"
     "try:\n    main()\n"
@@ -42,7 +44,7 @@ def _served(tmp: Path, name: str = "native"):
 def _read_all(url: str, cache: Path) -> int:
     from tokenloom.formats import open_dataset
 
-    ds = open_dataset(url, cache_dir=cache, block_size=4096)
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=cache, block_size=4096))
     return sum(len(bytes(ds[i])) for i in range(len(ds)))
 
 
@@ -94,8 +96,9 @@ def _(tmp: Path) -> Run:
     cache.chmod(0o555)
     if os.geteuid() == 0 and shutil.which("setpriv"):
         code = (
-            "import sys\nfrom tokenloom.formats import open_dataset\n"
-            "def main():\n    ds = open_dataset(sys.argv[1], cache_dir=sys.argv[2], block_size=4096)\n"
+            "import sys\nfrom tokenloom.formats import RemoteOptions, open_dataset\n"
+            "def main():\n    remote = RemoteOptions(block_cache_dir=sys.argv[2], block_size=4096)\n"
+            "    ds = open_dataset(sys.argv[1], remote=remote)\n"
             "    [bytes(ds[i]) for i in range(len(ds))]\n" + _ERROR_EXIT
         )
         drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
@@ -159,8 +162,9 @@ def _(tmp: Path) -> Run:
     server, url = _served_tokens(tmp, 1000)  # 4 MB: 1,000 blocks of 4 KiB, each mapped once and kept mapped
     code = (
         "import resource, sys\nresource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))\n"
-        "from tokenloom.formats import open_dataset\n"
-        "def main():\n    ds = open_dataset(sys.argv[1], cache_dir=sys.argv[2], block_size=4096)\n"
+        "from tokenloom.formats import RemoteOptions, open_dataset\n"
+        "def main():\n    remote = RemoteOptions(block_cache_dir=sys.argv[2], block_size=4096)\n"
+        "    ds = open_dataset(sys.argv[1], remote=remote)\n"
         "    print(sum(len(bytes(ds[i])) for i in range(len(ds))))\n" + _ERROR_EXIT
     )
 
@@ -181,7 +185,12 @@ def _(tmp: Path) -> Run:
 
     server, url, source = _served(tmp)
     limit = 80 << 10  # 2 readers x (6 pinned + at most 4 prefetched) blocks of 4 KiB fit; 4 x (6 + 1) do not
-    ds = MemoryMappedDataset(open_dataset(url, cache_dir=tmp / "c", block_size=4096, cache_limit=limit), seq_len=4)
+    ds = MemoryMappedDataset(
+        open_dataset(
+            url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=4096, cache_limit=limit)
+        ),
+        seq_len=4,
+    )
     sampler = ResumableDistributedSampler(ds, num_replicas=2, rank=0)
 
     def call() -> object:

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from _catalogue_base import Outcome, Run, case
 
+from tokenloom.formats import RemoteOptions
+
 
 @contextlib.contextmanager
 def _env(**values: str) -> Iterator[None]:
@@ -80,7 +82,10 @@ def _(tmp: Path) -> Run:
     def call() -> Any:
         started.append(time.monotonic())
         with _env(TOKENLOOM_RETRY_BUDGET="2"):
-            return open_dataset("s3://bucket/ds", storage_options=_options(endpoint), cache_dir=tmp / "c")
+            return open_dataset(
+                "s3://bucket/ds",
+                remote=RemoteOptions.from_keywords(storage_options=_options(endpoint), block_cache_dir=tmp / "c"),
+            )
 
     return Run(call=call, check=_says(f"no answer from {endpoint} ever", f"Check the endpoint {endpoint}",
                                       within=15, started=started))  # fmt: skip
@@ -97,7 +102,9 @@ def _(tmp: Path) -> Run:
         started.append(time.monotonic())
         with _env(TOKENLOOM_RETRY_BUDGET="3"):
             options = _options(f"http://{address}")
-            return open_dataset("s3://bucket/ds", storage_options=options, cache_dir=tmp / "c")
+            return open_dataset(
+                "s3://bucket/ds", remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp / "c")
+            )
 
     return Run(call=call, check=_says("no answer (timed out)", "3 s retry budget", within=20, started=started),
                cleanup=close)  # fmt: skip
@@ -110,7 +117,9 @@ def _(tmp: Path) -> Run:
     def call() -> Any:
         with _env(TOKENLOOM_RETRY_BUDGET="ten"):
             options = _options(f"http://127.0.0.1:{_closed_port()}")
-            return open_dataset("s3://bucket/ds", storage_options=options, cache_dir=tmp / "c")
+            return open_dataset(
+                "s3://bucket/ds", remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp / "c")
+            )
 
     return Run(call=call, check=_says("TOKENLOOM_RETRY_BUDGET='ten' is not a number of seconds"))
 
@@ -140,8 +149,9 @@ def _(tmp: Path) -> Run:
         logger = logging.getLogger("tokenloom.formats.remote")
         logger.addHandler(handler)
         try:
-            ds = open_dataset(url, storage_options=server.storage_options(proxy.url), cache_dir=tmp / "c",
-                              block_size=4096)  # fmt: skip
+            options = server.storage_options(proxy.url)
+            remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp / "c", block_size=4096)
+            ds = open_dataset(url, remote=remote)
             got = [np.asarray(ds[i]).tobytes() for i in range(50)]
             proxy.down_for(8, "503")
             return got + [np.asarray(ds[i]).tobytes() for i in range(50, len(ds))]
@@ -166,7 +176,7 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
     return Run(
-        call=lambda: open_dataset("s3://bucket/a/../ds", cache_dir=tmp / "c"),
+        call=lambda: open_dataset("s3://bucket/a/../ds", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c")),
         check=_says("has a '..' segment", "without '.' and '..' segments"),
     )
 

@@ -11,6 +11,8 @@ from typing import Any
 
 from _catalogue_base import Outcome, Run, case
 
+from tokenloom.formats import RemoteOptions
+
 
 def _answering(status: int) -> tuple[str, Any]:
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -46,7 +48,10 @@ def _(tmp: Path) -> Run:
 
     def call() -> Any:
         started.append(time.monotonic())
-        return open_dataset(f"{root}/ds/data.bin", cache_dir=tmp / "c", retries=RetryPolicy(budget=60))
+        return open_dataset(
+            f"{root}/ds/data.bin",
+            remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", retries=RetryPolicy(budget=60)),
+        )
 
     def check(outcome: Outcome) -> str | None:
         text = f"{outcome.exception or ''}"
@@ -72,7 +77,10 @@ def _(tmp: Path) -> Run:
         started.append(time.monotonic())
         options["client_options"] = {"allow_http": True}
         return open_dataset(
-            "s3://bucket/ds", storage_options=options, cache_dir=tmp / "c", retries=RetryPolicy(budget=60)
+            "s3://bucket/ds",
+            remote=RemoteOptions.from_keywords(
+                storage_options=options, block_cache_dir=tmp / "c", retries=RetryPolicy(budget=60)
+            ),
         )
 
     def check(outcome: Outcome) -> str | None:

@@ -7,6 +7,8 @@ from pathlib import Path
 from _catalogue_base import Outcome, Run, case
 from _catalogue_w4_verify import _dataset, _entries
 
+from tokenloom.formats import RemoteOptions
+
 
 def _behind_proxy(tmp: Path, local: Path, fault_paths: str) -> tuple[str, object, object]:
     """(URL of ``local``'s folder behind a proxy flipping the first GET with ``fault_paths``, proxy, server)."""
@@ -37,7 +39,9 @@ def _(tmp: Path) -> Run:
 
     def call() -> int:
         for _ in range(2):  # the flip is fetched again at the first open; the second reads the healed cache
-            if _entries(open_dataset(url, cache_dir=tmp / "c")) != _entries(open_dataset(local)):
+            if _entries(open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c"))) != _entries(
+                open_dataset(local)
+            ):
                 raise AssertionError("wrong data")
         return 2
 
@@ -58,11 +62,11 @@ def _(tmp: Path) -> Run:
 
     def call() -> int:
         try:  # the sidecar has no checksum anywhere: the first open names it ...
-            open_dataset(f"{url}/d.pbin", cache_dir=tmp / "c")
+            open_dataset(f"{url}/d.pbin", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c"))
             raise AssertionError("the flipped sidecar was read")
         except FormatError:
             pass
         # ... and costs that open only: the next one fetches it again
-        return len(open_dataset(f"{url}/d.pbin", cache_dir=tmp / "c"))
+        return len(open_dataset(f"{url}/d.pbin", remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c")))
 
     return Run(call=call, cleanup=_closer(proxy, server))

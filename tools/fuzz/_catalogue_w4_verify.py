@@ -10,6 +10,8 @@ from pathlib import Path
 
 from _catalogue_base import Outcome, Run, case
 
+from tokenloom.formats import RemoteOptions
+
 MIB = 1 << 20
 
 
@@ -78,7 +80,7 @@ def _(tmp: Path) -> Run:
     local, url, cleanup, proxy = _served(tmp, flips=1)
 
     def call() -> int:
-        ds = open_dataset(url, cache_dir=tmp / "c", block_size=MIB)
+        ds = open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=MIB))
         if _entries(ds) != _entries(open_dataset(local)):
             raise AssertionError("the flipped byte was served")
         return len(ds)
@@ -102,7 +104,11 @@ def _(tmp: Path) -> Run:
         return f"the error does not say {missing}" if missing else None
 
     return Run(
-        call=lambda: _entries(open_dataset(url, cache_dir=tmp / "c", block_size=MIB)), check=check, cleanup=cleanup
+        call=lambda: _entries(
+            open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=MIB))
+        ),
+        check=check,
+        cleanup=cleanup,
     )
 
 
@@ -111,7 +117,7 @@ def _(tmp: Path) -> Run:
     from tokenloom.formats import open_dataset
 
     local, url, cleanup, _ = _served(tmp)
-    _entries(open_dataset(url, cache_dir=tmp / "c", block_size=MIB))
+    _entries(open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=MIB)))
     (block,) = list((tmp / "c").rglob(f"b{MIB}-1"))
     raw = bytearray(block.read_bytes())
     raw[999] ^= 0x10
@@ -120,7 +126,9 @@ def _(tmp: Path) -> Run:
 
     def call() -> int:
         for _ in range(2):  # healed, then clean
-            if _entries(open_dataset(url, cache_dir=tmp / "c", block_size=MIB)) != _entries(open_dataset(local)):
+            if _entries(
+                open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=MIB))
+            ) != _entries(open_dataset(local)):
                 raise AssertionError("the corrupt cached block was served")
         return len(said.lines)
 
@@ -151,7 +159,10 @@ def _(tmp: Path) -> Run:
         cleanup()
 
     def call() -> int:
-        return sum(len(open_dataset(url, cache_dir=tmp / "c", block_size=MIB)) for _ in range(2))
+        return sum(
+            len(open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp / "c", block_size=MIB)))
+            for _ in range(2)
+        )
 
     return Run(call=call, check=check, cleanup=done)
 

@@ -296,7 +296,7 @@ def _plan_dataset(tmp: Path) -> tuple[Any, Path]:
     from tokenloom.datasets import PackedDocumentDataset
 
     src = copy("native", tmp)
-    return (lambda: PackedDocumentDataset(src, 16, cache_dir=tmp / "plans")), src
+    return (lambda: PackedDocumentDataset(src, 16, plan_cache_dir=tmp / "plans")), src
 
 
 @case("truncated packing-plan cache is detected and rebuilt", "caches", "ok")
@@ -349,7 +349,7 @@ def _(tmp: Path) -> Run:
         "-c",
         "import logging, sys\nlogging.basicConfig(level=logging.WARNING)\n"
         "from tokenloom.datasets import PackedDocumentDataset\n"
-        f"ds = PackedDocumentDataset({str(src)!r}, 16, cache_dir={str(tmp / 'plans')!r})\n"
+        f"ds = PackedDocumentDataset({str(src)!r}, 16, plan_cache_dir={str(tmp / 'plans')!r})\n"
         "assert ds.plan_in_memory\nprint(len(ds), [ds[i]['input_ids'].tolist() for i in range(len(ds))])\n",
     ]
     expected = _rows(__import__("tokenloom.datasets", fromlist=["x"]).PackedDocumentDataset(src, 16))

@@ -133,7 +133,7 @@ def test_fetch_figures_count_this_run_not_the_earlier_runs_on_the_same_cache(sea
     assert again.fetch_figures(len(again))["fetched_bytes"] == 0
 
     resumed = CurriculumDataset(
-        config.replace(remote=RemoteOptions.from_keywords(remote=config.remote, cache_dir=tmp_path / "new-node")),
+        config.replace(remote=RemoteOptions.from_keywords(remote=config.remote, block_cache_dir=tmp_path / "new-node")),
         seed=SEED,
     )
     resumed.load_state_dict(first.state_dict(consumed=100))  # a resume on a node with an empty cache

@@ -90,7 +90,9 @@ def test_a_bucket_changed_between_save_and_resume_is_named(seaweed, remote_corpu
         seq_len=16,
         packing=False,
         curriculum=tuple(Phase(**p) for p in PHASES),
-        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), cache_dir=tmp_path / "node0"),
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "node0"
+        ),
     )
     state = CurriculumDataset(config, seed=SEED).state_dict(consumed=5)
     assert any(key.endswith("train/c/shard_00000.bin") for key in state["data_objects"])
@@ -99,7 +101,7 @@ def test_a_bucket_changed_between_save_and_resume_is_named(seaweed, remote_corpu
     changed[:2] = b"\x01\x00"
     seaweed.put(f"{url.split('/', 3)[3]}/train/c/shard_00000.bin", bytes(changed))
     resumed = CurriculumDataset(
-        config.replace(remote=RemoteOptions.from_keywords(remote=config.remote, cache_dir=tmp_path / "node1")),
+        config.replace(remote=RemoteOptions.from_keywords(remote=config.remote, block_cache_dir=tmp_path / "node1")),
         seed=SEED,
     )
     with pytest.raises(ResumeMismatchError, match=r"train/c/shard_00000\.bin changed \(saved size:ETag"):

@@ -19,7 +19,7 @@ def test_getitems_puts_every_key_in_one_storage(native, tmp_path):
     data = native([[1, 2, 3, 0], [4, 5, 0], [6, 7, 8, 9, 0]] * 4, eos_id=0)
     plain = MemoryMappedDataset(data, seq_len=4).__getitems__([0, 2, 1])
     packed = MemoryMappedDataset(data, seq_len=4, pack_sequences=True, position_ids=True, cu_seqlens=True)
-    documents = PackedDocumentDataset(data, 6, cache_dir=tmp_path / "c", cu_seqlens=True)
+    documents = PackedDocumentDataset(data, 6, plan_cache_dir=tmp_path / "c", cu_seqlens=True)
     for batch in (plain, packed.__getitems__([1, 0]), documents.__getitems__([0, 1])):
         assert len(storages(batch.batched)) == 1
         for value in batch.batched.values():

@@ -25,7 +25,7 @@ def _rows(ds: PackedDocumentDataset) -> list[list[int]]:
 @pytest.mark.parametrize("damage", ["truncate", "flip", "no-record", "bad-record"])
 def test_damaged_plan_cache_is_detected_logged_and_rebuilt(native, tmp_path, caplog, damage):
     data = native(DOCS, eos_id=0)
-    first = PackedDocumentDataset(data, 6, cache_dir=tmp_path / "c")
+    first = PackedDocumentDataset(data, 6, plan_cache_dir=tmp_path / "c")
     expected = _rows(first)
     target = first.plan_dir / "token_start.npy"
     if damage == "truncate":
@@ -39,7 +39,7 @@ def test_damaged_plan_cache_is_detected_logged_and_rebuilt(native, tmp_path, cap
     else:
         (first.plan_dir / "plan.json").write_text("{not json")
     with caplog.at_level(logging.WARNING, logger="tokenloom.datasets"):
-        again = PackedDocumentDataset(data, 6, cache_dir=tmp_path / "c")
+        again = PackedDocumentDataset(data, 6, plan_cache_dir=tmp_path / "c")
     assert any("damaged" in r.getMessage() for r in caplog.records)
     assert _rows(again) == expected
     record = json.loads((again.plan_dir / "plan.json").read_bytes())
@@ -48,14 +48,14 @@ def test_damaged_plan_cache_is_detected_logged_and_rebuilt(native, tmp_path, cap
 
 def test_unwritable_plan_cache_falls_back_to_memory_simulated(native, tmp_path, caplog, monkeypatch):
     data = native(DOCS, eos_id=0)
-    expected = _rows(PackedDocumentDataset(data, 6, cache_dir=tmp_path / "good"))
+    expected = _rows(PackedDocumentDataset(data, 6, plan_cache_dir=tmp_path / "good"))
 
     def read_only(*_args, **_kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
     monkeypatch.setattr(tempfile, "mkdtemp", read_only)
     with caplog.at_level(logging.WARNING, logger="tokenloom.datasets"):
-        ds = PackedDocumentDataset(data, 6, cache_dir=tmp_path / "ro")
+        ds = PackedDocumentDataset(data, 6, plan_cache_dir=tmp_path / "ro")
     assert ds.plan_in_memory and not ds.plan_dir.exists()
     assert any("keeping the plan in memory" in r.getMessage() for r in caplog.records)
     assert _rows(ds) == expected
@@ -73,7 +73,7 @@ def test_plan_cache_on_a_read_only_mount_falls_back_to_memory(native, tmp_path, 
     try:
         data = native(DOCS, eos_id=0)
         with caplog.at_level(logging.WARNING, logger="tokenloom.datasets"):
-            ds = PackedDocumentDataset(data, 6, cache_dir=point / "plans")
+            ds = PackedDocumentDataset(data, 6, plan_cache_dir=point / "plans")
         assert ds.plan_in_memory and len(ds) > 0
         assert any("Read-only file system" in r.getMessage() for r in caplog.records)
     finally:

@@ -37,7 +37,7 @@ def test_windows_and_packing_over_a_gpt_simple_bucket(tmp_path: Path) -> None:
     windows = MemoryMappedDataset(bucket, seq_len=3, pack_sequences="gpt-simple", eos_id=EOD)
     assert len(windows) == 2  # 11 tokens // 4
     assert windows[0]["input_ids"].tolist() == [5, 6, 7]
-    packed = PackedDocumentDataset(bucket, seq_len=4, pad_id=EOD, cache_dir=tmp_path / "plans")
+    packed = PackedDocumentDataset(bucket, seq_len=4, pad_id=EOD, plan_cache_dir=tmp_path / "plans")
     samples = [packed[i] for i in range(len(packed))]
     by_first = {tuple(s["input_ids"].tolist()): s["labels"].tolist() for s in samples}
     # the repeated window's overlap prefix (7, 8) is not trained on a second time

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset, collate
 from tokenloom.datasets._byte_ranges import block_array
 from tokenloom.datasets._prefetch import share_schedule
-from tokenloom.formats import ConfigError, open_dataset, open_writer
+from tokenloom.formats import ConfigError, RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.io import parse_url
 from tokenloom.sampler import ResumableDistributedSampler
 
@@ -46,9 +46,9 @@ def url(seaweed, local) -> str:
 
 
 def _remote(url, seaweed, cache: Path, endpoint: str | None = None, **options):
-    return open_dataset(
-        url, storage_options=seaweed.storage_options(endpoint=endpoint), cache_dir=cache, block_size=BLOCK, **options
-    )
+    storage = seaweed.storage_options(endpoint=endpoint)
+    remote = RemoteOptions.from_keywords(storage_options=storage, block_cache_dir=cache, block_size=BLOCK, **options)
+    return open_dataset(url, remote=remote)
 
 
 def _cache_bytes(root: Path) -> int:
@@ -89,7 +89,7 @@ def test_byte_ranges_are_exactly_the_bytes_a_sample_reads(local):
         assert pieces == windows.window(index).tobytes()
         assert all(windows.data_object(k).endswith(".bin") for k, _, _ in windows.byte_ranges(index))
     assert any(len(windows.byte_ranges(i)) == 2 for i in range(len(windows)))  # windows across a shard end
-    packed = PackedDocumentDataset(local, seq_len=SEQ + 1, cache_dir=local.parent / "plans")
+    packed = PackedDocumentDataset(local, seq_len=SEQ + 1, plan_cache_dir=local.parent / "plans")
     for index in range(len(packed)):
         pieces = b"".join(files[k][a:b] for k, a, b in packed.byte_ranges(index))
         sample = packed[index]

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from tokenloom.datasets import MemoryMappedDataset, collate
 from tokenloom.datasets._prefetch import share_schedule
-from tokenloom.formats import ConfigError, open_dataset, open_writer
+from tokenloom.formats import ConfigError, RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.io import parse_url
 from tokenloom.formats.remote import BlockCache, StoreConfig, budget
 from tokenloom.formats.remote.helper import head
@@ -136,12 +136,15 @@ _RANK = textwrap.dedent(
     import numpy as np
     from torch.utils.data import DataLoader
     from tokenloom.datasets import MemoryMappedDataset, collate
-    from tokenloom.formats import ConfigError, open_dataset
+    from tokenloom.formats import ConfigError, RemoteOptions, open_dataset
     from tokenloom.sampler import ResumableDistributedSampler
     url, cache, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     limit, lookahead = int(sys.argv[4]), int(sys.argv[5])
     rank = int(os.environ["RANK"])
-    remote = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096, cache_limit=limit)
+    settings = RemoteOptions.from_keywords(
+        storage_options=options, block_cache_dir=cache, block_size=4096, cache_limit=limit
+    )
+    remote = open_dataset(url, remote=settings)
     ds = MemoryMappedDataset(remote, seq_len=255)
     sampler = ResumableDistributedSampler(ds, num_replicas=2, rank=rank, seed=5)
     ds.prefetch(sampler, batch_size=4, lookahead=lookahead)  # workers unknown here: each worker's first batch checks
@@ -182,7 +185,12 @@ def test_a_two_rank_two_worker_job_is_refused_every_time_or_stays_under_the_stat
     here = MemoryMappedDataset(local, seq_len=SEQ)
     probe_cache = tmp_path / "probe"
     remote = MemoryMappedDataset(
-        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=probe_cache, block_size=BLOCK),
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=probe_cache, block_size=BLOCK
+            ),
+        ),
         seq_len=SEQ,
     )
     index_bytes = _cache_bytes(probe_cache)

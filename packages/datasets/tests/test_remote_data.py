@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tokenloom.datasets import MemoryMappedDataset, MixtureDataset, PackedDocumentDataset, collate
-from tokenloom.formats import ConfigError, ResumeMismatchError, open_writer
+from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError, open_writer
 from tokenloom.sampler import ResumableDistributedSampler
 
 BLOCK = 4096
@@ -38,7 +38,9 @@ def remote(seaweed, local: Path) -> str:
 
 
 def _open(cls, data, seaweed, cache: Path, **kwargs):
-    return cls(data, SEQ_LEN, storage_options=seaweed.storage_options(), cache_dir=cache, **kwargs)
+    remote = RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=cache)
+    plans = {"plan_cache_dir": cache} if cls is PackedDocumentDataset else {}
+    return cls(data, SEQ_LEN, remote=remote, **plans, **kwargs)
 
 
 def _rows(ds) -> list[bytes]:
@@ -63,8 +65,13 @@ def test_windows_from_s3_equal_local_in_workers_and_no_local_s3_dir(seaweed, loc
 def test_packed_from_s3_keeps_its_plan_in_the_local_cache(seaweed, local, remote, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cache = tmp_path / "node0"
-    ds = PackedDocumentDataset(remote, 64, storage_options=seaweed.storage_options(), cache_dir=cache)
-    reference = PackedDocumentDataset(local, 64, cache_dir=tmp_path / "plans")
+    ds = PackedDocumentDataset(
+        remote,
+        64,
+        plan_cache_dir=cache,
+        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=cache),
+    )
+    reference = PackedDocumentDataset(local, 64, plan_cache_dir=tmp_path / "plans")
     assert len(ds) == len(reference)
     for i in range(len(ds)):
         assert torch.equal(ds[i]["input_ids"], reference[i]["input_ids"])
@@ -79,10 +86,10 @@ def test_file_pattern_on_a_url_keeps_the_etags_in_the_fingerprint(seaweed, local
 
 
 def test_remote_options_on_local_data_are_a_config_error(local, tmp_path):
-    with pytest.raises(ConfigError, match="storage_options apply to data in object storage"):
-        MemoryMappedDataset(local, SEQ_LEN, storage_options={"region": "x"})
-    with pytest.raises(ConfigError, match="cache_dir apply to data in object storage"):
-        MemoryMappedDataset(local, SEQ_LEN, cache_dir=tmp_path)
+    with pytest.raises(ConfigError, match="remote applies to data in object storage"):
+        MemoryMappedDataset(local, SEQ_LEN, remote=RemoteOptions.from_keywords(storage_options={"region": "x"}))
+    with pytest.raises(ConfigError, match="remote applies to data in object storage"):
+        MemoryMappedDataset(local, SEQ_LEN, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path))
 
 
 def _replace_last_shard(seaweed, local: Path, url: str) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tokenloom.datasets import MemoryMappedDataset
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 
 BLOCK = 64 << 10
 
@@ -36,7 +36,10 @@ def test_a_worker_reopen_keeps_the_credentials_cache_dir_and_limit(seaweed, tmp_
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(elsewhere))
     cache, limit = tmp_path / "c", 64 * BLOCK * 4
     opened = open_dataset(
-        url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK, cache_limit=limit
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=cache, block_size=BLOCK, cache_limit=limit
+        ),
     )
     ds = MemoryMappedDataset(opened, seq_len=32)
     worker = pickle.loads(pickle.dumps(ds))

@@ -24,7 +24,7 @@ def build_all(native, tmp_path, *, seq_len):
     windows = MemoryMappedDataset(data, seq_len=seq_len)
     return {
         "windows": windows,
-        "packed": PackedDocumentDataset(data, seq_len + 2, cache_dir=tmp_path / "c"),
+        "packed": PackedDocumentDataset(data, seq_len + 2, plan_cache_dir=tmp_path / "c"),
         "keyed": DatasetFactory.load("sft", store, window_size=seq_len),
         "mixture": MixtureDataset([windows, windows], [0.5, 0.5], seed=1),
     }

@@ -176,7 +176,7 @@ def test_pickled_size_does_not_grow_with_the_number_of_entries(native, tmp_path)
         docs = np.split(tokens, np.linspace(0, len(tokens), entries + 1, dtype=np.int64)[1:-1])
         path = native(docs, eos_id=None).root
         windows = MemoryMappedDataset(path, seq_len=64)
-        packed = PackedDocumentDataset(path, 4096, cache_dir=tmp_path / "c", pad_id=0)
+        packed = PackedDocumentDataset(path, 4096, plan_cache_dir=tmp_path / "c", pad_id=0)
         sizes[entries] = (len(pickle.dumps(windows)), len(pickle.dumps(packed)))
         clone = pickle.loads(pickle.dumps(windows))
         assert len(clone.dataset) == entries  # the entry index is reopened where it is asked for

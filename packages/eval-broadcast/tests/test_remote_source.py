@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tokenloom.eval_broadcast import PathEvalSource, broadcast_eval_set
 from tokenloom.eval_broadcast._command import eval_cache
-from tokenloom.formats import open_writer
+from tokenloom.formats import RemoteOptions, open_writer
 
 
 def _val(root):
@@ -25,23 +25,23 @@ def test_a_url_source_gives_the_local_rows_and_caches_locally(seaweed, tmp_path,
     local = _val(tmp_path / "val")
     prefix = f"val-{uuid.uuid4().hex[:8]}"
     url = seaweed.upload_dir(local, prefix)
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "blocks"}
-    source = PathEvalSource(url, **options)
+    remote = RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "blocks")
+    source = PathEvalSource(url, remote=remote)
     assert source.path == url and source.remote is not None and source.remote.block_cache_dir == tmp_path / "blocks"
     evalset = broadcast_eval_set(source, seq_len=3, cache_dir=tmp_path / "evalcache")
     reference = broadcast_eval_set(PathEvalSource(local), seq_len=3)
     assert evalset.numpy().tolist() == reference.numpy().tolist()
     assert evalset.cache_path is not None and tmp_path / "evalcache" in Path(evalset.cache_path).parents
-    again = broadcast_eval_set(PathEvalSource(url, **options), seq_len=3, cache_dir=tmp_path / "evalcache")
+    again = broadcast_eval_set(PathEvalSource(url, remote=remote), seq_len=3, cache_dir=tmp_path / "evalcache")
     assert again.origin == "cache"
-    as_value = PathEvalSource(url, remote=source.remote)  # the keywords above, as one RemoteOptions
+    as_value = PathEvalSource(url, remote=source.remote)  # the value it carries
     assert as_value.fingerprint() == source.fingerprint()
     assert not (tmp_path / "s3:").exists() and list((tmp_path / "blocks").rglob("whole"))
     before = source.fingerprint()
     changed = bytearray((local / "shard_00000.bin").read_bytes())
     changed[:2] = b"\x05\x00"
     seaweed.put(f"{prefix}/shard_00000.bin", bytes(changed))  # same size, new ETag
-    assert PathEvalSource(url, **options).fingerprint() != before  # a changed object is never served from the cache
+    assert PathEvalSource(url, remote=remote).fingerprint() != before  # a changed object is never served from the cache
 
 
 def test_the_command_takes_a_url(seaweed, tmp_path, monkeypatch):

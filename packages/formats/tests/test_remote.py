@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError, StorageError
 from tokenloom.formats.io import is_remote_url, parse_url, refuse_remote_output
 
@@ -88,7 +88,9 @@ def test_open_dataset_url_is_not_a_local_path(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-never-shown")
     with pytest.raises(StorageError) as caught:
-        open_dataset("s3://bucket/ds", cache_dir=tmp_path / "cache", retries=0)
+        open_dataset(
+            "s3://bucket/ds", remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "cache", retries=0)
+        )
     assert "s3://bucket/ds/manifest.json" in str(caught.value)
     assert "s3cr3t-never-shown" not in str(caught.value)
 
@@ -98,9 +100,9 @@ def test_missing_extra_is_the_named_install_error(tmp_path):
         """
         import sys
         sys.modules["obstore"] = None  # as if the extra were not installed
-        from tokenloom.formats import open_dataset
+        from tokenloom.formats import RemoteOptions, open_dataset
         try:
-            open_dataset("s3://bucket/ds", cache_dir=sys.argv[1])
+            open_dataset("s3://bucket/ds", remote=RemoteOptions(block_cache_dir=sys.argv[1]))
         except ImportError as exc:
             print(exc)
         """
@@ -115,7 +117,12 @@ def test_missing_extra_is_the_named_install_error(tmp_path):
 def test_remote_native_reads_identical_bytes(seaweed, local_ds, tmp_path):
     url = _upload(seaweed, local_ds)
     local = open_dataset(local_ds)
-    remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=BLOCK)
+    remote = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
+        ),
+    )
     assert len(remote) == len(local) and remote.num_tokens == local.num_tokens
     assert remote.eos_id == 0 and remote.vocab_size == 50_000
     assert _entries(remote) == _entries(local)
@@ -128,7 +135,7 @@ def test_remote_native_reads_identical_bytes(seaweed, local_ds, tmp_path):
 def test_fingerprint_holds_no_secret_and_no_endpoint(seaweed, local_ds, tmp_path):
     url = _upload(seaweed, local_ds)
     options = seaweed.storage_options()
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c")
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c"))
     shown = f"{ds.fingerprint} {ds.metadata}"
     assert str(options["secret_access_key"]) not in shown and seaweed.endpoint not in shown
     from tokenloom.formats.remote import StoreConfig
@@ -143,7 +150,12 @@ def test_faults_are_retried_and_reads_stay_identical(seaweed, fault_proxy, local
     fault_proxy.faults = ["503", "503", "reset", "truncate", "stall", "503", "reset", "truncate"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
-        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK
+            ),
+        )
         assert _entries(ds) == expected
     assert not fault_proxy.faults and sum(fault_proxy.injected.values()) == 8
     waits = [r for r in caplog.records if "waiting for" in r.getMessage()]
@@ -159,7 +171,12 @@ def test_retries_are_bounded(seaweed, fault_proxy, local_ds, tmp_path):
 
     with pytest.raises(StorageError, match=r"failed 3 times while reading bytes") as caught:
         open_dataset(
-            url, storage_options=options, cache_dir=tmp_path / "c", retries=RetryPolicy(max_retries=2, backoff=0.01)
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=options,
+                block_cache_dir=tmp_path / "c",
+                retries=RetryPolicy(max_retries=2, backoff=0.01),
+            ),
         )
     assert "manifest.json" in str(caught.value)
 
@@ -167,9 +184,10 @@ def test_retries_are_bounded(seaweed, fault_proxy, local_ds, tmp_path):
 _READER = textwrap.dedent(
     """
     import sys, json, numpy as np
-    from tokenloom.formats import open_dataset
+    from tokenloom.formats import RemoteOptions, open_dataset
     url, cache, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    ds = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096)
+    remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache, block_size=4096)
+    ds = open_dataset(url, remote=remote)
     print(sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(len(ds))))
     """
 )
@@ -201,7 +219,12 @@ def test_one_get_per_block_per_node_with_concurrent_processes(seaweed, fault_pro
 
 def test_object_changed_under_a_reader_is_resume_mismatch(seaweed, local_ds, tmp_path):
     url = _upload(seaweed, local_ds)
-    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
+        ),
+    )
     first = np.asarray(ds[0]).copy()
     prefix = parse_url(url).prefix
     shard = ds.shards[-1]
@@ -211,7 +234,12 @@ def test_object_changed_under_a_reader_is_resume_mismatch(seaweed, local_ds, tmp
     with pytest.raises(ResumeMismatchError, match=rf"{shard.name}\.bin changed since it was opened"):
         np.asarray(ds[len(ds) - 1])
     assert np.array_equal(np.asarray(ds[0]), first)  # an already cached block is the opened version
-    reopened = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=BLOCK)
+    reopened = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
+        ),
+    )
     assert reopened.fingerprint != ds.fingerprint
     assert int(np.asarray(reopened[len(reopened) - 1])[-1]) == 1
 
@@ -220,12 +248,20 @@ def test_missing_object_bucket_and_bad_secret_are_named(seaweed, local_ds, tmp_p
     url = _upload(seaweed, local_ds)
     options = seaweed.storage_options()
     with pytest.raises(MissingFileError, match=r"nothing at s3://tokenloom-test/nope: no object"):
-        open_dataset("s3://tokenloom-test/nope", storage_options=options, cache_dir=tmp_path / "c")
+        open_dataset(
+            "s3://tokenloom-test/nope",
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c"),
+        )
     with pytest.raises(MissingFileError, match=r"the bucket 'no-such-bucket-x' of s3://no-such-bucket-x/ds does not"):
-        open_dataset("s3://no-such-bucket-x/ds", storage_options=options, cache_dir=tmp_path / "c")
+        open_dataset(
+            "s3://no-such-bucket-x/ds",
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c"),
+        )
     bad = seaweed.storage_options(secret_access_key="WRONG-secret-value-123")
     with pytest.raises(StorageError, match="access to .* was refused") as caught:
-        open_dataset(url, storage_options=bad, cache_dir=tmp_path / "c", retries=0)
+        open_dataset(
+            url, remote=RemoteOptions.from_keywords(storage_options=bad, block_cache_dir=tmp_path / "c", retries=0)
+        )
     message = str(caught.value)
     assert "WRONG-secret-value-123" not in message and "AWS_SECRET_ACCESS_KEY" in message
 
@@ -236,9 +272,9 @@ def test_https_style_reads_from_a_range_server(range_server, local_ds, tmp_path)
     for path in local_ds.iterdir():
         (served / path.name).write_bytes(path.read_bytes())
     url = f"{range_server.url}/ds"
-    ds = open_dataset(url, cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c", block_size=BLOCK))
     assert _entries(ds) == _entries(open_dataset(local_ds))
-    again = open_dataset(url, cache_dir=tmp_path / "c", block_size=BLOCK)
+    again = open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c", block_size=BLOCK))
     before = sum(range_server.gets.values())
     assert _entries(again) == _entries(ds)
     assert sum(range_server.gets.values()) == before  # the warm cache serves everything
@@ -247,7 +283,7 @@ def test_https_style_reads_from_a_range_server(range_server, local_ds, tmp_path)
 def test_bad_block_size_is_a_config_error(tmp_path):
     pytest.importorskip("obstore")
     with pytest.raises(ConfigError, match="block_size 1000"):
-        open_dataset("s3://bucket/ds", cache_dir=tmp_path, block_size=1000)
+        open_dataset("s3://bucket/ds", remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path, block_size=1000))
 
 
 def _read_last_in_child(ds, queue) -> None:
@@ -260,7 +296,10 @@ def test_store_is_rebuilt_after_fork_and_the_dataset_pickles(seaweed, local_ds, 
 
     url = _upload(seaweed, local_ds)
     options = seaweed.storage_options()
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
+    )
     first = np.asarray(ds[0]).tobytes()  # the parent has a live store and open maps
     expected = np.asarray(open_dataset(local_ds)[len(ds) - 1]).tobytes()
     # a DataLoader forks its workers after the parent read: obstore's runtime would hang in the child

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io import parse_url
 from tokenloom.formats.remote import BlockCache, StoreConfig, budget
@@ -216,7 +216,12 @@ def test_cache_limit_comes_from_the_environment(blob, tmp_path, monkeypatch):
 def _index_bytes(url: str, seaweed, cache: Path) -> int:
     """The bytes a full pass leaves in ``cache`` besides the data blocks: the index files, fetched whole and never
     evicted (each shard's ``.idx`` on its first read, after the manifest at open)."""
-    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=cache, block_size=BLOCK
+        ),
+    )
     for i in range(len(ds)):
         ds[i]
     del ds
@@ -229,9 +234,11 @@ def _index_bytes(url: str, seaweed, cache: Path) -> int:
 _READER = textwrap.dedent(
     """
     import sys, json, numpy as np
-    from tokenloom.formats import open_dataset
+    from tokenloom.formats import RemoteOptions, open_dataset
     url, cache, options, limit = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
-    ds = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096, cache_limit=limit)
+    remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache)
+    remote = RemoteOptions.from_keywords(remote=remote, block_size=4096, cache_limit=limit)
+    ds = open_dataset(url, remote=remote)
     order = np.random.default_rng(int(sys.argv[5])).permutation(len(ds))
     print(sum(int(np.asarray(ds[int(i)]).astype(np.int64).sum()) for i in order))
     """
@@ -364,11 +371,13 @@ def test_block_size_from_the_environment(monkeypatch, tmp_path):
 _WAITING_READER = textwrap.dedent(
     """
     import sys, json, time, pathlib, numpy as np
-    from tokenloom.formats import open_dataset
+    from tokenloom.formats import RemoteOptions, open_dataset
     from tokenloom.formats.errors import ConfigError
     url, cache, barrier = sys.argv[1], sys.argv[2], sys.argv[5]
     options, limit = json.loads(sys.argv[3]), int(sys.argv[4])
-    ds = open_dataset(url, storage_options=options, cache_dir=cache, block_size=4096, cache_limit=limit)
+    remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache)
+    remote = RemoteOptions.from_keywords(remote=remote, block_size=4096, cache_limit=limit)
+    ds = open_dataset(url, remote=remote)
     started = time.monotonic()
     try:
         first = int(np.asarray(ds[0]).astype(np.int64).sum())  # this reader's first block: it joins the cache

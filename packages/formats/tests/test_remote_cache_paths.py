@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, StorageError
 from tokenloom.formats.remote import cache as cache_module
 
@@ -42,7 +42,12 @@ def url(seaweed, small) -> str:
 
 
 def _read_all(url: str, seaweed, cache: Path) -> int:
-    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=cache, block_size=BLOCK
+        ),
+    )
     return sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(len(ds)))
 
 
@@ -99,10 +104,12 @@ def test_a_cache_dir_that_is_a_dangling_symlink_is_a_config_error_naming_it(seaw
 _READ = textwrap.dedent(
     """
     import sys, json, numpy as np
-    from tokenloom.formats import open_dataset
+    from tokenloom.formats import RemoteOptions, open_dataset
     from tokenloom.formats.errors import DataError
     try:
-        ds = open_dataset(sys.argv[1], storage_options=json.loads(sys.argv[2]), cache_dir=sys.argv[3], block_size=4096)
+        options = json.loads(sys.argv[2])
+        remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=sys.argv[3], block_size=4096)
+        ds = open_dataset(sys.argv[1], remote=remote)
         print(sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(len(ds))))
     except DataError as error:
         print(type(error).__name__, getattr(error, "errno", None), str(error).replace(chr(10), " "))
@@ -189,8 +196,10 @@ _UNDER_ULIMIT = textwrap.dedent(
     """
     import resource, sys, json, numpy as np
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-    from tokenloom.formats import open_dataset
-    ds = open_dataset(sys.argv[1], storage_options=json.loads(sys.argv[2]), cache_dir=sys.argv[3], block_size=4096)
+    from tokenloom.formats import RemoteOptions, open_dataset
+    options = json.loads(sys.argv[2])
+    remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=sys.argv[3], block_size=4096)
+    ds = open_dataset(sys.argv[1], remote=remote)
     print(sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(len(ds))))
     """
 )

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tokenloom.formats import MissingFileError, open_dataset, open_writer
+from tokenloom.formats import MissingFileError, RemoteOptions, open_dataset, open_writer
 from tokenloom.formats._registry import detect_format
 from tokenloom.formats.errors import ChecksumError, ConfigError, DataError, ResumeMismatchError
 
@@ -138,7 +138,10 @@ def test_every_format_reads_identical_bytes_from_s3(seaweed, tmp_path, layout):
     local = open_dataset(local_path)
     options = seaweed.storage_options()
     assert detect_format(local_path) == local.format
-    remote = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+    remote = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
+    )
     assert remote.format == local.format
     assert str(remote.root) == url
     assert len(remote) == len(local) and remote.num_tokens == local.num_tokens
@@ -146,7 +149,10 @@ def test_every_format_reads_identical_bytes_from_s3(seaweed, tmp_path, layout):
     assert _entries(remote) == _entries(local)
     assert np.array_equal(remote.tokens(0, remote.num_tokens), local.tokens(0, local.num_tokens))
     assert remote.fingerprint and remote.fingerprint != local.fingerprint  # every object's size and ETag count
-    reopened = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c2", block_size=BLOCK)
+    reopened = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c2", block_size=BLOCK),
+    )
     assert reopened.fingerprint == remote.fingerprint  # a pure function of the objects, not of the cache
     # token data was read by blocks into the cache, never fetched whole
     blocks = list((tmp_path / "c").rglob(f"b{BLOCK}-*"))
@@ -160,9 +166,9 @@ def test_deep_validation_on_a_url_reads_every_block(seaweed, tmp_path, layout):
     reader: dict[str, Any] = {"vocab_size": 1000} if layout in ("h5", "bin-meta") else {}  # a keyed store records none
     ds = open_dataset(
         url,
-        storage_options=seaweed.storage_options(),
-        cache_dir=tmp_path / "c",
-        block_size=BLOCK,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
+        ),
         validate="deep",
         on_progress=lambda stage, done, total: stages.__setitem__(stage, done),
         **reader,
@@ -178,9 +184,9 @@ def test_native_deep_validation_checks_every_object_against_the_manifest(seaweed
     stages: dict[str, int] = {}
     ds = open_dataset(
         url,
-        storage_options=seaweed.storage_options(),
-        cache_dir=tmp_path / "c",
-        block_size=BLOCK,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
+        ),
         validate="deep",
         on_progress=lambda stage, done, total: stages.__setitem__(stage, done),
     )
@@ -193,10 +199,19 @@ def test_native_deep_validation_checks_every_object_against_the_manifest(seaweed
     data[100] ^= 0xFF
     (damaged / "shard_00000.bin").write_bytes(bytes(data))
     bad_url = _upload(seaweed, damaged)
-    open_dataset(bad_url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c")  # fast: opens
+    open_dataset(
+        bad_url,
+        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c"),
+    )  # fast: opens
     # (its blocks fit the default 8 MiB cache block: the block hashes catch it as it is fetched)
     with pytest.raises(ChecksumError, match=r"never matched the manifest") as caught:
-        open_dataset(bad_url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", validate="deep")
+        open_dataset(
+            bad_url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c"
+            ),
+            validate="deep",
+        )
     assert bad_url in str(caught.value)
 
 
@@ -204,7 +219,10 @@ def test_native_deep_validation_checks_every_object_against_the_manifest(seaweed
 def test_a_changed_object_is_a_resume_mismatch_naming_it(seaweed, tmp_path, layout):
     local_path, url = _setup(seaweed, tmp_path, layout)
     options = seaweed.storage_options()
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
+    )
     first = ds.fingerprint
     data_name = sorted(p.name for p in local_path.iterdir() if p.suffix in (".bin", ".npy", ".pbin", ".h5"))[0]
     key = url.split(f"s3://{seaweed.bucket}/", 1)[1] + "/" + data_name
@@ -218,7 +236,12 @@ def test_a_changed_object_is_a_resume_mismatch_naming_it(seaweed, tmp_path, layo
         _entries(clone)
     assert data_name in str(caught.value)
     try:
-        again = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+        again = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK
+            ),
+        )
     except DataError:
         return  # a reader whose fast checks see the change refuses at open: never other data silently
     assert again.fingerprint != first  # a saved state of the first open does not load on this one
@@ -231,7 +254,12 @@ def test_faults_are_retried_and_every_format_reads_identical_bytes(seaweed, faul
     fault_proxy.faults = ["503", "truncate", "reset", "503", "truncate", "stall", "503", "truncate"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
-        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK, retries=10)
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK, retries=10
+            ),
+        )
         assert _entries(ds) == expected
     assert not fault_proxy.faults
     waits = [r for r in caplog.records if "waiting for" in r.getMessage()]
@@ -244,7 +272,7 @@ def test_https_reads_formats_with_a_manifest_or_a_named_file(range_server, tmp_p
     name = LAYOUTS[layout](root / "ds") or ("train.h5" if layout == "h5" else "")
     local_path = root / "ds" / name if name else root / "ds"
     url = f"{range_server.url}/ds/{name}" if name else f"{range_server.url}/ds"
-    ds = open_dataset(url, cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c", block_size=BLOCK))
     assert _entries(ds) == _entries(open_dataset(local_path))
 
 
@@ -252,7 +280,9 @@ def test_https_without_a_manifest_cannot_list(range_server, tmp_path):
     root: Path = range_server.root  # type: ignore[attr-defined]
     megatron(root / "ds")
     with pytest.raises(DataError, match="cannot list"):
-        open_dataset(f"{range_server.url}/ds", cache_dir=tmp_path / "c", retries=0)
+        open_dataset(
+            f"{range_server.url}/ds", remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c", retries=0)
+        )
 
 
 def test_a_key_leaving_the_prefix_is_refused(seaweed, tmp_path):
@@ -269,10 +299,16 @@ def test_a_key_leaving_the_prefix_is_refused(seaweed, tmp_path):
 def test_reader_options_reach_the_reader_and_wrong_ones_are_named(seaweed, tmp_path):
     local_path, url = _setup(seaweed, tmp_path, "flat")
     options = seaweed.storage_options()
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", split="eos")
+    ds = open_dataset(
+        url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c"), split="eos"
+    )
     assert _entries(ds) == _entries(open_dataset(local_path, split="eos"))
     with pytest.raises(ConfigError, match="do not apply to format 'flat'"):
-        open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", layout="current")
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c"),
+            layout="current",
+        )
 
 
 @pytest.mark.slow
@@ -292,7 +328,7 @@ def test_thousands_of_shards_open_with_the_manifest_alone(seaweed, fault_proxy, 
     url = _upload_parallel(seaweed, local)
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     started = time.perf_counter()
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c")
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c"))
     opened = time.perf_counter() - started
     first = np.asarray(ds[0]).tolist()
     first_sample = time.perf_counter() - started
@@ -402,7 +438,12 @@ def test_a_shard_copied_without_its_source_refuses_the_placeholder(seaweed, tmp_
     from tokenloom.formats import Shard, StorageError
 
     _, url = _setup(seaweed, tmp_path, "flat")
-    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
+        ),
+    )
     shard = ds.shards[0]
     fields = {"tokens_path": shard.tokens_path, "dtype": shard.dtype, "num_tokens": shard.num_tokens}
     fields |= {"offsets": shard.offsets, "overlap_prefix": shard.overlap_prefix, "tokens_offset": shard.tokens_offset}
@@ -417,4 +458,9 @@ def test_native_shards_without_their_manifest_are_not_a_dataset_yet(seaweed, tmp
     native_without_manifest(local)
     url = _upload(seaweed, local)
     with pytest.raises(MissingFileError, match="no native dataset at .*still being uploaded"):
-        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=BLOCK)
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
+            ),
+        )

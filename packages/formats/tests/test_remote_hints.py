@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, StorageError
 from tokenloom.formats.io import parse_url
 
@@ -32,7 +32,7 @@ def test_a_url_with_dot_segments_is_a_config_error_that_says_so(url, segment):
 
 def test_open_dataset_refuses_dot_segments_before_any_request(tmp_path):
     with pytest.raises(ConfigError, match="has a '..' segment"):
-        open_dataset("s3://bucket/tokens/../other", cache_dir=tmp_path / "c")
+        open_dataset("s3://bucket/tokens/../other", remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c"))
 
 
 def test_names_with_dots_inside_are_fine():
@@ -68,7 +68,12 @@ def test_a_full_cache_disk_names_the_directory(seaweed, tmp_path, small_disk):
             writer.add(np.append(rng.integers(1, 50_000, size=300, dtype=np.uint16), np.uint16(0)))
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     with pytest.raises(StorageError) as caught:
-        ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=small_disk, block_size=4096)
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=small_disk, block_size=4096
+            ),
+        )
         for i in range(len(ds)):
             np.asarray(ds[i]).sum()
     error = caught.value

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 
 BLOCK = 4096
 
@@ -43,10 +43,12 @@ def test_views_outlive_eviction_under_a_tight_limit_and_are_unmapped_after(seawe
     cache = tmp_path / "cache"
     ds = open_dataset(
         url,
-        storage_options=seaweed.storage_options(),
-        cache_dir=cache,
-        block_size=BLOCK,
-        cache_limit=6 * BLOCK + 64 * 1024,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(),
+            block_cache_dir=cache,
+            block_size=BLOCK,
+            cache_limit=6 * BLOCK + 64 * 1024,
+        ),
     )
     doc = sliced = halves = raw = None  # bound even if no loop ran: the del below drops the last views
     kept = []
@@ -126,7 +128,12 @@ def test_an_unbounded_cache_keeps_only_its_resident_maps_mapped(seaweed, local, 
     expected = open_dataset(local)
     want = [np.asarray(expected[i]).tobytes() for i in range(len(expected))]
     cache = tmp_path / "cache"
-    ds = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=cache, block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=cache, block_size=BLOCK
+        ),
+    )
     blocks = sum(-(-p.stat().st_size // BLOCK) for p in local.glob("*.bin"))
     shards = len(list(local.glob("*.bin")))
     for _ in range(2):  # the second pass maps evicted blocks again

@@ -8,7 +8,7 @@ import uuid
 import numpy as np
 import pytest
 
-from tokenloom.formats import _registry, open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, _registry, open_dataset, open_writer
 
 BLOCK = 4096
 
@@ -28,15 +28,30 @@ def _spec(monkeypatch: pytest.MonkeyPatch, **changes: object) -> None:
 def test_the_spec_says_whether_a_format_opens_lazily_and_both_ways_agree(seaweed, tmp_path, monkeypatch):
     url = _native(seaweed, tmp_path)
     options = seaweed.storage_options()
-    lazy = open_dataset(url, storage_options=options, cache_dir=tmp_path / "lazy", block_size=BLOCK)
+    lazy = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=options, block_cache_dir=tmp_path / "lazy", block_size=BLOCK
+        ),
+    )
     assert not list((tmp_path / "lazy").rglob("view-*"))  # off the manifest: no view, no index fetched yet
     calls = []
     native = _registry._FORMATS["native"]
     _spec(monkeypatch, remote=lambda *a, **k: calls.append(1) or native.remote(*a, **k))  # pyright: ignore
-    open_dataset(url, storage_options=options, cache_dir=tmp_path / "again", block_size=BLOCK)
+    open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=options, block_cache_dir=tmp_path / "again", block_size=BLOCK
+        ),
+    )
     assert calls == [1]  # the opener asks the spec, whatever the format's name
     _spec(monkeypatch, remote=None)  # the format's own reader on the local view
-    viewed = open_dataset(url, storage_options=options, cache_dir=tmp_path / "view", block_size=BLOCK)
+    viewed = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=options, block_cache_dir=tmp_path / "view", block_size=BLOCK
+        ),
+    )
     assert list((tmp_path / "view").rglob("view-*"))
     assert viewed.fingerprint == lazy.fingerprint  # the same objects, the same identity
     assert len(viewed) == len(lazy) and all(np.array_equal(viewed[i], lazy[i]) for i in range(len(lazy)))

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tokenloom.formats import ConfigError, RemoteOptions
+from tokenloom.formats import ConfigError, RemoteOptions, open_dataset
 from tokenloom.formats.io import parse_url
 from tokenloom.formats.remote import RetryPolicy
 
 
 def test_the_keywords_become_one_value_that_gives_obstore_the_same_settings():
     given = {"endpoint": "http://127.0.0.1:8333", "access_key_id": "AK", "secret_access_key": "S3CRET", "region": "x"}
-    remote = RemoteOptions.from_keywords(storage_options=given, cache_dir="c", cache_limit="20GB", retries=3)
+    remote = RemoteOptions.from_keywords(storage_options=given, block_cache_dir="c", cache_limit="20GB", retries=3)
     assert remote.endpoint == "http://127.0.0.1:8333"
     assert remote.credentials == {"access_key_id": "AK", "secret_access_key": "S3CRET"}
     assert remote.store_options == {"region": "x"}
@@ -28,7 +28,7 @@ def test_the_keywords_become_one_value_that_gives_obstore_the_same_settings():
 
 def test_a_keyword_wins_over_the_value_it_is_given_with():
     base = RemoteOptions(endpoint="http://a:1", cache_limit=1 << 30, block_size=1 << 20)
-    changed = RemoteOptions.from_keywords(cache_dir="/tmp/x", remote=base)
+    changed = RemoteOptions.from_keywords(block_cache_dir="/tmp/x", remote=base)
     assert changed.endpoint == "http://a:1" and changed.block_size == 1 << 20 and changed.cache_limit == 1 << 30
     assert changed.block_cache_dir == Path("/tmp/x")
     assert RemoteOptions.from_keywords(remote=base) is base
@@ -62,3 +62,12 @@ def test_the_repr_masks_secrets_nested_in_store_options():
     )
     shown = repr(options)
     assert "s3cr3t" not in shown and "***" in shown and "X-Trace" in shown
+
+
+@pytest.mark.parametrize("keyword", ["storage_options", "cache_dir", "block_cache_dir", "cache_limit", "block_size"])
+def test_a_loose_store_keyword_is_named_and_points_at_remote(keyword, tmp_path):
+    """open_dataset takes a URL's settings as one RemoteOptions; a keyword of the old spelling says so, before any
+    request."""
+    with pytest.raises(ConfigError, match=f"{keyword} is not a keyword of open_dataset") as caught:
+        open_dataset("s3://bucket/ds", **{keyword: tmp_path})
+    assert caught.value.field == keyword and "remote=RemoteOptions(" in str(caught.value)

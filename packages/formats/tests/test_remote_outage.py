@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, StorageError
 
 BLOCK = 4096
@@ -70,7 +70,12 @@ def test_a_store_down_mid_read_is_waited_out_with_identical_bytes_and_one_log_li
     expected = _entries(open_dataset(local))
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
-        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK
+            ),
+        )
         half = len(ds) // 2
         got = _entries(ds, 0, half)
         fault_proxy.down_for(20, "503")  # a 20 s outage: the old 8 retries were spent in about 16 s
@@ -89,7 +94,10 @@ def test_a_server_that_never_answers_is_named_within_the_budget(seaweed, fault_p
     local = _write_native(tmp_path / "local")
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
+    )
     fault_proxy.down_for(120, "blackhole")  # accepts every request, answers none
     began = time.monotonic()
     with pytest.raises(StorageError) as caught:
@@ -113,7 +121,10 @@ def test_a_dead_endpoint_is_named_in_the_hint(seaweed, tmp_path, monkeypatch, ca
     options = seaweed.storage_options(endpoint=endpoint)
     began = time.monotonic()
     with pytest.raises(StorageError) as caught, caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
-        open_dataset(f"s3://{seaweed.bucket}/nothing-here", storage_options=options, cache_dir=tmp_path / "c")
+        open_dataset(
+            f"s3://{seaweed.bucket}/nothing-here",
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c"),
+        )
     assert time.monotonic() - began < 15
     waits = _waits(caplog)
     assert len(waits) == 1 and f"nothing at {endpoint} has answered yet" in waits[0]  # said at once, not at the end
@@ -132,7 +143,10 @@ def test_a_wait_is_said_when_it_begins_not_when_the_store_comes_back(seaweed, fa
     local = _write_native(tmp_path / "local")
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
+    )
     seen: list[float] = []
 
     class Watch(logging.Handler):
@@ -167,7 +181,10 @@ def test_a_new_helper_does_not_call_an_endpoint_that_answered_its_caller_never_a
     local = _write_native(tmp_path / "local")
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=BLOCK)  # answered here
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
+    )  # answered here
     helper._LOCAL.helper = None  # the next read starts a new helper process, as a forked worker's does
     from tokenloom.formats.remote import _runtime
 

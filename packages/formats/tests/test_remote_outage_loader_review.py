@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 
 torch = pytest.importorskip("torch")
 
@@ -41,9 +41,11 @@ def test_outage_during_a_two_worker_epoch(seaweed, fault_proxy, tmp_path, monkey
     expected = [np.asarray(e).tobytes() for e in open_dataset(local)]
     ds = open_dataset(
         url,
-        storage_options=seaweed.storage_options(endpoint=fault_proxy.url),
-        cache_dir=tmp_path / "c",
-        block_size=4096,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(endpoint=fault_proxy.url),
+            block_cache_dir=tmp_path / "c",
+            block_size=4096,
+        ),
     )
     logfile = tmp_path / "log.txt"
     handler = logging.FileHandler(logfile)

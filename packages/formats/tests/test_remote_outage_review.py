@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tokenloom.formats import RemoteOptions
 from tokenloom.formats.errors import StorageError
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig, fetch_range
@@ -113,9 +114,11 @@ def test_a_new_thread_in_an_outage_knows_the_endpoint_answered_before(
     url = seaweed.upload_dir(tmp_path / "local", f"ds-{uuid.uuid4().hex[:8]}")
     ds = open_dataset(
         url,
-        storage_options=seaweed.storage_options(endpoint=fault_proxy.url),
-        cache_dir=tmp_path / "c",
-        block_size=4096,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(endpoint=fault_proxy.url),
+            block_cache_dir=tmp_path / "c",
+            block_size=4096,
+        ),
     )
     ds[0]  # this process has read from the endpoint
     fault_proxy.down_for(60, "reset")
@@ -202,9 +205,16 @@ def test_wrong_credentials_and_404_are_not_retried_with_the_default_budget(seawe
         seaweed.storage_options(access_key_id="nobody", secret_access_key="wrong-secret"),
     ):
         with pytest.raises(StorageError, match="access to .* was refused"):
-            open_dataset(url, storage_options=options, cache_dir=tmp_path / "c")
+            open_dataset(
+                url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c")
+            )
     with pytest.raises(MissingFileError):
-        open_dataset(f"{url}-absent", storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c")
+        open_dataset(
+            f"{url}-absent",
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c"
+            ),
+        )
     assert time.monotonic() - began < 10
 
 
@@ -233,8 +243,9 @@ def test_a_host_that_does_not_resolve_names_the_endpoint(seaweed, tmp_path, monk
     with pytest.raises(StorageError) as caught, caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
         open_dataset(
             f"s3://{seaweed.bucket}/x",
-            storage_options=seaweed.storage_options(endpoint=endpoint),
-            cache_dir=tmp_path / "c",
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(endpoint=endpoint), block_cache_dir=tmp_path / "c"
+            ),
         )
     assert str(caught.value).startswith(f"no answer from {endpoint} ever: ") and "cannot connect" in str(caught.value)
     waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for ")]
@@ -258,8 +269,10 @@ def test_a_connect_that_never_completes_is_named_within_the_budget(seaweed, tmp_
         with pytest.raises(StorageError) as caught:
             open_dataset(
                 f"s3://{seaweed.bucket}/x",
-                storage_options=seaweed.storage_options(endpoint=f"http://127.0.0.1:{port}"),
-                cache_dir=tmp_path / "c",
+                remote=RemoteOptions.from_keywords(
+                    storage_options=seaweed.storage_options(endpoint=f"http://127.0.0.1:{port}"),
+                    block_cache_dir=tmp_path / "c",
+                ),
             )
         took = time.monotonic() - began
         for filler in fillers:
@@ -280,7 +293,10 @@ def test_an_outage_longer_than_the_budget_names_the_url_and_the_budget_in_time(
 
     url = seaweed.upload_dir(_native(tmp_path / "l"), f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=4096)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=4096),
+    )
     fault_proxy.down_for(60, mode)
     began = time.monotonic()
     with pytest.raises(StorageError) as caught:
@@ -304,7 +320,12 @@ def test_an_outage_while_opening_is_waited_out(seaweed, fault_proxy, tmp_path, m
     local = _native(tmp_path / "l")
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     fault_proxy.down_for(3, mode)
-    ds = open_dataset(url, storage_options=seaweed.storage_options(endpoint=fault_proxy.url), cache_dir=tmp_path / "c")
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_cache_dir=tmp_path / "c"
+        ),
+    )
     assert fault_proxy.injected["down"] >= 2
     assert _all(ds) == _all(open_dataset(local))
 
@@ -369,9 +390,11 @@ def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_pa
         with pytest.raises(StorageError, match=said) as caught:
             open_dataset(
                 "s3://bucket/ds",
-                storage_options={**options, "client_options": {"allow_http": True}},
-                cache_dir=tmp_path / "c",
-                retries=RetryPolicy(budget=30),
+                remote=RemoteOptions.from_keywords(
+                    storage_options={**options, "client_options": {"allow_http": True}},
+                    block_cache_dir=tmp_path / "c",
+                    retries=RetryPolicy(budget=30),
+                ),
             )
         assert time.monotonic() - began < 5
         assert f"Check the endpoint {endpoint}" in (caught.value.hint or "")

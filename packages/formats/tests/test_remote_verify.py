@@ -17,7 +17,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.cli.commands import validate
 from tokenloom.formats.errors import ChecksumError, FormatError
 from tokenloom.formats.io import HASH_BLOCK_SIZE, file_digests
@@ -139,13 +139,26 @@ def test_a_flipped_byte_on_the_wire_is_fetched_again(seaweed, fault_proxy, local
     fault_proxy.faults = ["flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)  # validate="fast"
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB),
+        )  # validate="fast"
         assert _entries(ds) == expected
     assert fault_proxy.injected["flip"] == 1
     assert len(_warnings(caplog, "arrived with a wrong hash")) == 1
     # nothing wrong was cached: a fresh open from the same cache reads the right bytes with no GET
     gets = sum(fault_proxy.gets.values())
-    assert _entries(open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)) == expected
+    assert (
+        _entries(
+            open_dataset(
+                url,
+                remote=RemoteOptions.from_keywords(
+                    storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB
+                ),
+            )
+        )
+        == expected
+    )
     assert sum(fault_proxy.gets.values()) - gets <= 1  # the manifest's HEAD/list only, never a .bin block
 
 
@@ -154,7 +167,9 @@ def test_a_block_that_never_arrives_right_is_a_checksum_error(seaweed, fault_pro
     fault_proxy.fault_paths = ".bin"
     fault_proxy.faults = ["flip"] * 10
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)
+    ds = open_dataset(
+        url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB)
+    )
     with pytest.raises(ChecksumError) as caught:
         _entries(ds)
     message = str(caught.value)
@@ -180,17 +195,38 @@ def test_a_corrupt_cached_block_is_discarded_and_fetched_again(seaweed, local_ds
     url = _upload(seaweed, local_ds)
     expected = _entries(open_dataset(local_ds))
     options = seaweed.storage_options()
-    assert _entries(open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)) == expected
+    assert (
+        _entries(
+            open_dataset(
+                url,
+                remote=RemoteOptions.from_keywords(
+                    storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB
+                ),
+            )
+        )
+        == expected
+    )
     block = _corrupt_one_cached_block(tmp_path / "c")
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB),
+        )
         assert _entries(ds) == expected
     (warning,) = _warnings(caplog, "corrupt")
     assert str(block) in warning and "fetching it again" in warning
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=LOGGER):  # the next open is clean: the cache healed
         assert (
-            _entries(open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)) == expected
+            _entries(
+                open_dataset(
+                    url,
+                    remote=RemoteOptions.from_keywords(
+                        storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB
+                    ),
+                )
+            )
+            == expected
         )
     assert not _warnings(caplog, "")
 
@@ -198,18 +234,34 @@ def test_a_corrupt_cached_block_is_discarded_and_fetched_again(seaweed, local_ds
 def test_a_corrupt_cached_block_heals_under_a_cache_limit(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, local_ds)
     expected = _entries(open_dataset(local_ds))
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
-    assert _entries(open_dataset(url, cache_limit="64MiB", **options)) == expected
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
+    assert (
+        _entries(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB", remote=options["remote"])))
+        == expected
+    )
     block = _corrupt_one_cached_block(tmp_path / "c", 2)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, cache_limit="64MiB", **options)) == expected
+        assert (
+            _entries(
+                open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB", remote=options["remote"]))
+            )
+            == expected
+        )
     assert [w for w in _warnings(caplog, "corrupt") if str(block) in w]
 
 
 def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(seaweed, local_ds, tmp_path, caplog):
     """Without usable block hashes (4 KiB cache blocks), deep validation's whole-file checksum finds it."""
     url = _upload(seaweed, local_ds)
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": 4096}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=4096
+        )
+    }
     open_dataset(url, validate="deep", **options)
     (block,) = list((tmp_path / "c").rglob("b4096-300"))
     raw = bytearray(block.read_bytes())
@@ -227,7 +279,11 @@ def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(sea
 
 def test_an_old_manifest_opens_and_says_once_that_it_is_unverified(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, _without_block_hashes(local_ds, tmp_path / "old"))
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         ds = open_dataset(url, **options)
         assert _entries(ds) == _entries(open_dataset(local_ds))
@@ -239,7 +295,12 @@ def test_an_old_manifest_opens_and_says_once_that_it_is_unverified(seaweed, loca
 def test_a_cache_block_not_a_multiple_of_the_hash_block_is_said(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, local_ds)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=64 << 10)
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=64 << 10
+            ),
+        )
     (said,) = _warnings(caplog, "unverified")
     assert "not a multiple of the manifest's hash block 1048576" in said
 
@@ -248,16 +309,26 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
     flat = _write(tmp_path / "flat", "flat")
     (tmp_path / "megatron").mkdir()
     megatron = _write(tmp_path / "megatron" / "part", "megatron").parent
-    options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_size=MIB
+        )
+    }
     flat_url, megatron_url = _upload(seaweed, flat), _upload(seaweed, megatron)
     fault_proxy.fault_paths = ".npy"
     fault_proxy.faults = ["flip"]
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(flat_url, cache_dir=tmp_path / "c1", **options)
+        ds = open_dataset(
+            flat_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c1", remote=options["remote"])
+        )
         assert _entries(ds) == _entries(open_dataset(flat))  # the flat manifest's hashes caught the flip
         assert fault_proxy.injected["flip"] == 1 and not _warnings(caplog, "unverified")
-        open_dataset(megatron_url, cache_dir=tmp_path / "c2", **options)
-        open_dataset(megatron_url, cache_dir=tmp_path / "c3", **options)
+        open_dataset(
+            megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c2", remote=options["remote"])
+        )
+        open_dataset(
+            megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c3", remote=options["remote"])
+        )
     (said,) = _warnings(caplog, "unverified")
     assert megatron_url in said
 
@@ -265,7 +336,11 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
 def test_a_corrupt_cached_index_of_a_foreign_format_is_fetched_again(seaweed, tmp_path, caplog):
     flat = _write(tmp_path / "flat", "flat")
     url = _upload(seaweed, flat)
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     expected = _entries(open_dataset(flat))
     assert _entries(open_dataset(url, **options)) == expected
     (cached,) = [p for p in (tmp_path / "c").rglob("whole") if p.stat().st_size == 48]  # document_lengths.i64

@@ -45,7 +45,12 @@ def test_a_flip_is_caught_at_aligned_block_sizes(seaweed, fault_proxy, big_ds, t
     fault_proxy.faults = ["flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=block_size)
+        ds = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=options, block_cache_dir=tmp_path / "c", block_size=block_size
+            ),
+        )
         assert np.asarray(ds[index]).tobytes() == np.asarray(local[index]).tobytes()
     assert fault_proxy.injected["flip"] == 1
     assert len(_warnings(caplog, "arrived with a wrong hash")) == 1
@@ -57,7 +62,9 @@ def test_a_flip_in_the_index_on_the_wire_is_fetched_again(seaweed, fault_proxy, 
     fault_proxy.fault_paths = ".idx"
     fault_proxy.faults = ["flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=MIB)
+    ds = open_dataset(
+        url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB)
+    )
     assert _entries(ds) == _entries(open_dataset(big_ds))
     assert fault_proxy.injected["flip"] == 1
 
@@ -66,20 +73,30 @@ def test_a_flip_in_the_manifest_on_the_wire_does_not_poison_the_cache(seaweed, f
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
     fault_proxy.fault_paths = "manifest.json"
     fault_proxy.faults = ["flip"]
-    options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "cache_dir": tmp_path / "c"}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_cache_dir=tmp_path / "c"
+        )
+    }
     try:
-        first = open_dataset(url, block_size=MIB, **options)
+        first = open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB, remote=options["remote"]))
     except DataError as exc:
         first = exc
     assert fault_proxy.injected["flip"] == 1
     # whatever the first open said, the next one (nothing flipped) reads the right data
-    assert _entries(open_dataset(url, block_size=MIB, **options)) == _entries(open_dataset(big_ds)), first
+    assert _entries(
+        open_dataset(url, remote=RemoteOptions.from_keywords(block_size=MIB, remote=options["remote"]))
+    ) == _entries(open_dataset(big_ds)), first
 
 
 def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, tmp_path, caplog):
     block_size = 1536 << 10  # 1.5 MiB: covers some hash blocks whole, but not all
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": block_size}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=block_size
+        )
+    }
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         ds = open_dataset(url, **options)
         assert _entries(ds) == _entries(open_dataset(big_ds))
@@ -90,7 +107,11 @@ def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, t
 def test_a_shard_replaced_in_the_bucket_under_a_reader(seaweed, big_ds, tmp_path):
     prefix = f"attack-{uuid.uuid4().hex[:8]}"
     url = seaweed.upload_dir(big_ds, prefix)
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     ds = open_dataset(url, **options)
     raw = bytearray((big_ds / "shard_00000.bin").read_bytes())
     raw[5 * MIB] ^= 0xFF
@@ -106,7 +127,11 @@ def test_a_shard_replaced_in_the_bucket_under_a_reader(seaweed, big_ds, tmp_path
 def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_path, caplog):
     """A digit changed in the cached manifest (still valid JSON), and in the copy the native reader parses."""
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     expected = _entries(open_dataset(url, **options))
     raw = (big_ds / "manifest.json").read_bytes()
     at = raw.index(b'"block_xxh3_64": "') + 20
@@ -134,7 +159,11 @@ def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fau
     )
     fault_proxy.fault_paths = ".tokenloom.json"
     fault_proxy.faults = ["flip"]
-    options = {"storage_options": seaweed.storage_options(endpoint=fault_proxy.url), "cache_dir": tmp_path / "c"}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_cache_dir=tmp_path / "c"
+        )
+    }
     with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(DataError, match="sidecar"):
         open_dataset(url, **options)
     assert fault_proxy.injected["flip"] == 1
@@ -158,8 +187,12 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
     import multiprocessing
 
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
-    ds = open_dataset(url, cache_limit=limit, **options)
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
+    ds = open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit, remote=options["remote"]))
     expected = _digest_of_all(open_dataset(big_ds))
     assert _digest_of_all(ds) == expected
     blocks = sorted((tmp_path / "c").rglob(f"b{MIB}-*"))
@@ -171,7 +204,12 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
         block.write_bytes(bytes(raw))
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert pool.map(_digest_of_all, [ds, ds]) == [expected, expected]
-    assert _digest_of_all(open_dataset(url, cache_limit=limit, **options)) == expected
+    assert (
+        _digest_of_all(
+            open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit, remote=options["remote"]))
+        )
+        == expected
+    )
 
 
 def test_a_block_discarded_by_another_reader_between_publish_and_map_is_fetched_again(
@@ -182,7 +220,11 @@ def test_a_block_discarded_by_another_reader_between_publish_and_map_is_fetched_
     from tokenloom.formats.remote.cache import BlockCache
 
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     expected = _digest_of_all(open_dataset(url, **options))
     publish, vanished = BlockCache._publish, []
 
@@ -204,7 +246,11 @@ def test_a_zero_byte_shard_is_verified_without_a_word(seaweed, tmp_path, caplog)
     with open_writer(empty, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
         writer.add(np.array([], dtype=np.int64))
     url = seaweed.upload_dir(empty, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert _entries(open_dataset(url, validate="deep", **options)) == [b""]
     assert not _warnings(caplog, "")
@@ -212,7 +258,11 @@ def test_a_zero_byte_shard_is_verified_without_a_word(seaweed, tmp_path, caplog)
 
 def test_truncated_cache_files_and_a_flipped_cached_index_are_fetched_again(seaweed, big_ds, tmp_path, caplog):
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
+        )
+    }
     expected = _entries(open_dataset(url, **options))
     for path in [*(tmp_path / "c").rglob(f"b{MIB}-3"), *(tmp_path / "c").rglob("whole")]:
         with open(path, "r+b") as handle:
@@ -262,7 +312,12 @@ def test_a_malformed_hash_list_in_a_remote_manifest_is_a_format_error_naming_it(
         local = tmp_path / "flat"
     url = seaweed.upload_dir(_rehashed(local, tmp_path / "bad", change), f"attack-{uuid.uuid4().hex[:8]}")
     with pytest.raises(FormatError) as caught:
-        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c")
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c"
+            ),
+        )
     assert caught.value.field == "files.block_xxh3_64" and f"{url}/manifest.json" in str(caught.value)
 
 
@@ -271,14 +326,21 @@ def test_truncated_and_reset_bodies_among_flips_read_right(seaweed, fault_proxy,
     fault_proxy.fault_paths = ".bin"
     fault_proxy.faults = ["truncate", "flip", "reset", "flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c", block_size=2 * MIB)
+    ds = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=2 * MIB),
+    )
     assert _entries(ds) == _entries(open_dataset(big_ds))
     assert sum(fault_proxy.injected.values()) == 4
 
 
 def test_deep_validation_with_block_hashes_heals_at_first_map(seaweed, big_ds, tmp_path, caplog):
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {"storage_options": seaweed.storage_options(), "cache_dir": tmp_path / "c", "block_size": 2 * MIB}
+    options = {
+        "remote": RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=2 * MIB
+        )
+    }
     open_dataset(url, validate="deep", **options)
     (block,) = list((tmp_path / "c").rglob(f"b{2 * MIB}-5"))  # the short last block
     raw = bytearray(block.read_bytes())

@@ -39,7 +39,10 @@ def local_ds(tmp_path: Path) -> Path:
 def test_native_dataset_from_gs_equals_local(fake_gcs, local_ds, tmp_path):
     url = fake_gcs.upload_dir(local_ds, _prefix())
     remote = open_dataset(
-        url, storage_options=fake_gcs.storage_options(), cache_dir=tmp_path / "cache", block_size=4096
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=fake_gcs.storage_options(), block_cache_dir=tmp_path / "cache", block_size=4096
+        ),
     )
     assert len(remote) == len(open_dataset(local_ds)) > 0
     assert _entries(remote) == _entries(open_dataset(local_ds))
@@ -47,7 +50,12 @@ def test_native_dataset_from_gs_equals_local(fake_gcs, local_ds, tmp_path):
 
 def test_native_dataset_from_az_equals_local(azurite, local_ds, tmp_path):
     url = azurite.upload_dir(local_ds, _prefix())
-    remote = open_dataset(url, storage_options=azurite.storage_options(), cache_dir=tmp_path / "cache", block_size=4096)
+    remote = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=azurite.storage_options(), block_cache_dir=tmp_path / "cache", block_size=4096
+        ),
+    )
     assert _entries(remote) == _entries(open_dataset(local_ds))
 
 
@@ -161,7 +169,12 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
     assert seaweed.objects(f"s3://{seaweed.bucket}/{prefix}") == expected
     assert not any((tmp_path / "uploads").rglob("*.bin")), "the staging directory is removed after the upload"
     if to == "native":
-        remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
+        remote = open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "rc"
+            ),
+        )
         assert _entries(remote) == _entries(open_dataset(local_ds))
     with pytest.raises(ConfigError, match="already holds a dataset"):
         convert_dataset(
@@ -242,7 +255,10 @@ def test_convert_killed_before_manifest_resumes_the_upload(seaweed, fault_proxy,
         target_plan_cache_dir=tmp_path / "cache",
     )  # fmt: skip
     assert {path: n for path, n in fault_proxy.uploads.items() if n != 1} == {}
-    remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
+    remote = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "rc"),
+    )
     assert _entries(remote) == _entries(open_dataset(source))
 
 
@@ -267,7 +283,10 @@ def test_cli_convert_to_s3(seaweed, local_ds, tmp_path):
     done = subprocess.run([*command, "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert S3_SECRET not in done.stdout + done.stderr
-    remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc")
+    remote = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "rc"),
+    )
     assert _entries(remote) == _entries(open_dataset(local_ds))
     again = subprocess.run([*command, "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode != 0 and "already holds a dataset" in again.stderr + again.stdout

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 
 
 def _write_native(root: Path) -> Path:
@@ -44,7 +44,7 @@ def test_cli_convert_to_s3_names_the_target_url_not_a_folded_path(s3_env, tmp_pa
     result = CliRunner().invoke(main, ["convert", str(local), url, "--to", "native", "--no-progress"])
     assert result.exit_code == 0, result.output
     assert result.output.rstrip().endswith(f": {url}")  # was "s3:/bucket/...": click.Path folded the URL
-    assert len(open_dataset(url, cache_dir=tmp_path / "rc")) == 40
+    assert len(open_dataset(url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "rc"))) == 40
 
 
 def test_an_object_fetched_whole_larger_than_cache_limit_fails_at_once_naming_it(seaweed, tmp_path):
@@ -61,10 +61,13 @@ def test_an_object_fetched_whole_larger_than_cache_limit_fails_at_once_naming_it
     url = seaweed.upload_dir(tmp_path / "l", f"review-{uuid.uuid4().hex[:8]}")
     started = time.monotonic()
     with pytest.raises(ConfigError, match=r"shard_00000\.idx.*fetched whole.*cache_limit 24576") as caught:
-        ds = open_dataset(
-            url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "c", block_size=4096,
+        remote = RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(),
+            block_cache_dir=tmp_path / "c",
+            block_size=4096,
             cache_limit=6 * 4096,
-        )  # fmt: skip
+        )
+        ds = open_dataset(url, remote=remote)
         ds[0]
     assert time.monotonic() - started < 20, "waited for room that can never be made"
     assert caught.value.hint and "cache_limit" in caught.value.hint
@@ -76,7 +79,10 @@ def test_a_malformed_endpoint_is_a_config_error_not_a_helper_panic(seaweed, tmp_
 
     options = seaweed.storage_options(endpoint=endpoint)
     with pytest.raises(ConfigError, match="is not an http.s. URL") as caught:  # was a Rust panic killing the helper
-        open_dataset(f"s3://{seaweed.bucket}/ds", storage_options=options, cache_dir=tmp_path / "c", retries=0)
+        open_dataset(
+            f"s3://{seaweed.bucket}/ds",
+            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", retries=0),
+        )
     assert "storage_options['endpoint']" in str(caught.value)
 
 
@@ -94,11 +100,13 @@ def test_reads_go_on_after_the_helper_process_dies(seaweed, tmp_path, monkeypatc
 
     url = seaweed.upload_dir(_write_native(tmp_path / "l"), f"review-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options()
-    open_dataset(url, storage_options=options, cache_dir=tmp_path / "c0")
+    open_dataset(url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c0"))
     dead = helper._helper()  # pyright: ignore[reportPrivateUsage]
     os.kill(dead.process.pid, signal.SIGKILL)
     dead.process.wait()
     with pytest.raises(StorageError, match="ended unexpectedly"):
-        open_dataset(url, storage_options=options, cache_dir=tmp_path / "c1")
-    ds = open_dataset(url, storage_options=options, cache_dir=tmp_path / "c2")  # was: the same dead helper, forever
+        open_dataset(url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c1"))
+    ds = open_dataset(
+        url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c2")
+    )  # was: the same dead helper, forever
     assert len(ds) == 40 and helper._helper() is not dead  # pyright: ignore[reportPrivateUsage]

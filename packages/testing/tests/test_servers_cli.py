@@ -48,8 +48,9 @@ def test_the_server_outlives_the_command_and_the_exports_reach_it(tmp_path):
     try:
         # a new process that knows only the environment variables reads the uploaded tree as a dataset
         code = (
-            "from tokenloom.formats import open_dataset; import sys; "
-            "ds = open_dataset(sys.argv[1], cache_dir=sys.argv[2]); print(len(ds), int(ds[48].sum()))"
+            "from tokenloom.formats import RemoteOptions, open_dataset; import sys; "
+            "ds = open_dataset(sys.argv[1], remote=RemoteOptions(block_cache_dir=sys.argv[2])); "
+            "print(len(ds), int(ds[48].sum()))"
         )
         url = f"s3://{env['TOKENLOOM_S3_BUCKET']}/data/tokens/train/code"
         read = subprocess.run(

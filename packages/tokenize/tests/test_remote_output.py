@@ -79,7 +79,12 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
     summary = tokenize(config)
     assert str(summary.output_dir) == url and summary.shards > 3
     _same_dataset(local, seaweed.objects(url))
-    remote = open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "read-cache")
+    remote = open_dataset(
+        url,
+        remote=RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "read-cache"
+        ),
+    )
     assert _tokens(remote) == _tokens(open_dataset(local))
     assert not any((cache / "uploads").rglob("unit_*")), "the staging directory is removed after the upload"
     again = tokenize(config)
@@ -139,7 +144,12 @@ def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy
     before = dict(fault_proxy.uploads)
     assert 4 <= len(before) < 2 * sum(1 for p in local.iterdir() if p.name.startswith("unit_"))
     with pytest.raises(MissingFileError, match="no native dataset at"):
-        open_dataset(url, storage_options=seaweed.storage_options(), cache_dir=tmp_path / "rc0")
+        open_dataset(
+            url,
+            remote=RemoteOptions.from_keywords(
+                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "rc0"
+            ),
+        )
     fault_proxy.faults = []
     remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
     tokenize(TokenizeConfig(**{**kwargs, "input_dir": corpus, "plan_cache_dir": tmp_path / "cache"}, remote=remote))
@@ -206,8 +216,10 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
         assert thread.is_alive()
         # a reader in another process (this one's object-store helper is busy uploading) finds no dataset yet
         reader = (
-            "import json, sys\nfrom tokenloom.formats import open_dataset\n"
-            "open_dataset(sys.argv[1], storage_options=json.loads(sys.argv[2]), cache_dir=sys.argv[3])"
+            "import json, sys\nfrom tokenloom.formats import RemoteOptions, open_dataset\n"
+            "options = json.loads(sys.argv[2])\n"
+            "remote = RemoteOptions.from_keywords(storage_options=options, block_cache_dir=sys.argv[3])\n"
+            "open_dataset(sys.argv[1], remote=remote)"
         )
         options = orjson.dumps(seaweed.storage_options()).decode()
         done = subprocess.run(

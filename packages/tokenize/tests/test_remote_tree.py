@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, open_dataset
+from tokenloom.formats import ConfigError, DataError, RemoteOptions, ResumeMismatchError, open_dataset
 from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -141,7 +141,11 @@ def test_tree_with_val_fraction_from_a_bucket_into_a_bucket_on_three_nodes_is_th
         objects = seaweed.objects(target)
     _assert_same_as_local(objects, local)
     for dataset in DATASETS:
-        options = {"cache_dir": tmp_path / "read", "storage_options": seaweed.storage_options()}
+        options = {
+            "remote": RemoteOptions.from_keywords(
+                block_cache_dir=tmp_path / "read", storage_options=seaweed.storage_options()
+            )
+        }
         remote = open_dataset(f"{target}/{dataset}", **options)
         assert remote.num_tokens == open_dataset(local / dataset).num_tokens > 0
     again = subprocess.run(

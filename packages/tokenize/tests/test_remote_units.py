@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset
+from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError, ResumeMismatchError
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
@@ -99,7 +99,7 @@ def test_three_nodes_from_s3_into_s3_equal_one_local_unit_planned_run(
     assert summaries[2].units_missing in (None, 0)
     shards = _shards(seaweed, target)
     assert shards == {p.name: p.read_bytes() for p in one.iterdir() if p.suffix in (".bin", ".idx")}
-    remote = open_dataset(target, cache_dir=tmp_path / "read")
+    remote = open_dataset(target, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "read"))
     assert _tokens(remote) == _tokens(open_dataset(one))
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "cache-new-machine"))
     assert tokenize(_config(source, target, tiny_tokenizer, num_nodes=3, node_rank=0)).already_complete
@@ -114,14 +114,14 @@ def test_a_node_that_did_not_run_is_named_and_a_rerun_on_a_new_machine_finishes(
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "cache-a"))
     tokenize(_config(source, target, tiny_tokenizer, num_nodes=2, node_rank=0))
     with pytest.raises(MissingFileError):  # no manifest yet: a reader sees no dataset
-        open_dataset(target, cache_dir=tmp_path / "read")
+        open_dataset(target, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "read"))
     with pytest.raises(DataError, match=r"3 of 6 units are not committed"):
         tokenize(_config(source, target, tiny_tokenizer, num_nodes=2, node_rank=0, finalize=True))
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "cache-b"))  # node 0 again, elsewhere: nothing redone
     rerun = tokenize(_config(source, target, tiny_tokenizer, num_nodes=2, node_rank=0))
     assert rerun.units_committed == 0
     tokenize(_config(source, target, tiny_tokenizer, num_nodes=2, node_rank=1))
-    assert len(open_dataset(target, cache_dir=tmp_path / "read2")) > 0
+    assert len(open_dataset(target, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "read2"))) > 0
 
 
 def test_other_settings_or_a_changed_input_object_are_refused(seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch):

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tokenloom.formats import RemoteOptions
+
 # read by ray at import: its workers must use this environment's Python, not a `uv run` of their own
 os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -169,7 +171,7 @@ def test_a_bad_record_in_a_ray_task_from_s3_is_named_by_its_url_and_nothing_is_p
     assert caught.value.path == f"s3://{seaweed.bucket}/{key}/b.jsonl" and caught.value.record == 2
     assert "manifest.json" not in seaweed.objects(target)
     with pytest.raises(MissingFileError):  # a reader finds no dataset there
-        open_dataset(target, cache_dir=tmp_path / "read")
+        open_dataset(target, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "read"))
 
 
 def test_an_unreachable_cluster_puts_nothing_at_the_output_url(seaweed, driver, corpus, tiny_tokenizer):

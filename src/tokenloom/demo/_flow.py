@@ -151,7 +151,7 @@ def run_demo(workdir: Path, *, steps: int = 200, log: Callable[[str], None] = pr
     report.entries, report.tokens, report.shards = len(tokens), tokens.num_tokens, tokens.num_shards
 
     log("4/10 packing: document-aware windows and best-fit bin packing")
-    packed = PackedDocumentDataset(tokens, MAX_LENGTH, cache_dir=workdir / "plans")
+    packed = PackedDocumentDataset(tokens, MAX_LENGTH, plan_cache_dir=workdir / "plans")
     report.packing_padding, report.packed_sequences = packed.padding_fraction, len(packed)
     dataset = WithSampleIds(MemoryMappedDataset(tokens, SEQ_LEN, pack_sequences=True, position_ids=True))
     report.samples = len(dataset)

@@ -247,7 +247,7 @@ def open_bucket(
         from tokenloom.datasets import PackedDocumentDataset as packed
     try:
         if packing:
-            dataset: Any = packed(data, seq_len, cache_dir=plan_cache_dir, **(options or {}))
+            dataset: Any = packed(data, seq_len, plan_cache_dir=plan_cache_dir, **(options or {}))
         else:
             dataset = windows(data, seq_len, **(options or {}))
     except TypeError as exc:

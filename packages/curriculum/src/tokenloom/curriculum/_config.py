@@ -476,4 +476,4 @@ def _remote_of(storage_options: Any, block_cache_dir: Any, source: str | None) -
             )
         if source is not None and not Path(block_cache_dir).is_absolute():
             block_cache_dir = str(Path(source).parent / block_cache_dir)
-    return RemoteOptions.from_keywords(storage_options=storage_options, cache_dir=block_cache_dir)
+    return RemoteOptions.from_keywords(storage_options=storage_options, block_cache_dir=block_cache_dir)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.datasets._stream import reopen, token_stream
 from tokenloom.formats import TokenDataset
 from tokenloom.formats.io.source import LOCAL
 
@@ -57,7 +58,25 @@ class SampleBytes:
     """Mixin for datasets over a token stream: sample index -> the byte ranges it reads."""
 
     _stream: TokenDataset
+    _dataset: TokenDataset | None
     _stream_token_starts: np.ndarray | None = None
+
+    def _hold(self, data: object, dataset: TokenDataset) -> None:
+        """Read through the token stream; keep the full dataset (its per-entry index grows with the data) only
+        where it was handed in (``data``), and never pickle it to a worker."""
+        self._dataset = dataset if isinstance(data, TokenDataset) else None
+        self._stream = token_stream(dataset)
+
+    @property
+    def dataset(self) -> TokenDataset:
+        """The underlying dataset with its entry index (reopened on first use after pickling, with the
+        stream's own ``RemoteOptions`` for a URL)."""
+        if self._dataset is None:
+            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._stream.remote)
+        return self._dataset
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_dataset": None}
 
     def _sample_token_ranges(self, index: int) -> list[tuple[int, int]]:
         raise NotImplementedError

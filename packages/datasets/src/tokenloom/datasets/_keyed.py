@@ -372,7 +372,9 @@ class DatasetFactory:
         try:
             given = storage_options is not None or cache_dir is not None  # the user's keywords, made one value
             remote = (
-                RemoteOptions.from_keywords(storage_options=storage_options, cache_dir=cache_dir) if given else None
+                RemoteOptions.from_keywords(storage_options=storage_options, block_cache_dir=cache_dir)
+                if given
+                else None
             )
             store = open_keyed_store(path, format, kind, remote=remote)
         except DataError as exc:

@@ -6,7 +6,7 @@ piece). Each sequence is padded with ``pad_id`` (labels -100); labels never
 cross from one entry to the next; ``position_ids`` restart at every entry.
 
 The plan (which entry goes where) is computed once, vectorised, and cached in
-``cache_dir`` under a key made of the dataset fingerprint and the settings:
+``plan_cache_dir`` under a key made of the dataset fingerprint and the settings:
 written into a fresh temporary directory, then published by one atomic
 rename, so concurrent ranks never see half a plan and need no file locks.
 The plan and the sizing live in :mod:`._packing_plan` (no torch); this module builds the samples.
@@ -39,13 +39,12 @@ class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Te
         seq_len: tokens per sequence (L).
         pad_id: the padding token (its labels are -100); default the EOS id, else 0.
         algorithm: "best-fit" (best-fit decreasing) or "greedy" (length-binned greedy).
-        cache_dir: a local directory where plans are cached (and, for a URL, the data's blocks);
-            None: ``~/.cache/tokenloom/pack-plans`` (blocks: ``$TOKENLOOM_CACHE_DIR``).
+        plan_cache_dir: a local directory where plans are cached; None: ``~/.cache/tokenloom/pack-plans``.
         position_ids: emit position_ids restarting at each entry (default True).
         cu_seqlens: emit cu_seqlens (padding is one more segment).
         bin_width: the length-bin width of the greedy algorithm.
-        storage_options: for a URL, the store's options (endpoint, credentials; default: the environment).
-        remote: for a URL, a ``tokenloom.formats.RemoteOptions`` (the keywords above win over it).
+        remote: for a URL, a ``tokenloom.formats.RemoteOptions`` (endpoint, credentials, block cache; default:
+            the environment and ``$TOKENLOOM_CACHE_DIR``).
     """
 
     def _fill(self, index: int, tokens: np.ndarray, doc_ids: np.ndarray, ignore: np.ndarray) -> None:

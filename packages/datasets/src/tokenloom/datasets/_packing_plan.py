@@ -2,7 +2,7 @@
 
 Entries are never split, except entries longer than seq_len, which become
 seq_len pieces plus a remainder. The plan (which entry goes where) is
-computed once, vectorised, and cached in ``cache_dir`` under a key made of the
+computed once, vectorised, and cached in ``plan_cache_dir`` under a key made of the
 dataset fingerprint and the settings: written into a fresh temporary directory,
 then published by one atomic rename, so concurrent ranks never see half a plan
 and need no file locks. :class:`~tokenloom.datasets.PackedDocumentDataset` turns
@@ -24,10 +24,10 @@ from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
-from tokenloom.datasets._stream import open_data, reopen, token_stream
+from tokenloom.datasets._stream import open_data
 from tokenloom.datasets._window_index import check_positive
-from tokenloom.formats import ConfigError, TokenDataset
-from tokenloom.formats.io import atomic_write_bytes, is_remote_url
+from tokenloom.formats import ConfigError, RemoteOptions, TokenDataset
+from tokenloom.formats.io import atomic_write_bytes
 
 __all__ = ["PLAN_VERSION", "PackedIndex", "PackingPlan", "compute_plan"]
 
@@ -110,20 +110,15 @@ class PackedIndex(SampleBytes):
         *,
         pad_id: int | None = None,
         algorithm: PackingAlgorithm | str = PackingAlgorithm.BEST_FIT,
-        cache_dir: str | os.PathLike[str] | None = None,
+        plan_cache_dir: str | os.PathLike[str] | None = None,
         position_ids: bool = True,
         cu_seqlens: bool = False,
         bin_width: int = 64,
-        storage_options: dict[str, Any] | None = None,
-        remote: Any = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.seq_len = check_positive(seq_len, "seq_len")
-        url = not isinstance(data, TokenDataset) and is_remote_url(data)
-        # cache_dir also holds a URL's blocks (CACHE/v1/...) beside the plans (CACHE/packplan-KEY)
-        dataset = open_data(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir if url else None)
-        self._remote = dataset.remote
-        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
-        self._stream = token_stream(dataset)  # what workers read: no per-entry index
+        dataset = open_data(data, remote=remote)
+        self._hold(data, dataset)
         try:
             self.algorithm = PackingAlgorithm(algorithm)
         except ValueError:
@@ -142,7 +137,9 @@ class PackedIndex(SampleBytes):
             **options,
         }
         key = settings_fingerprint(**settings)
-        directory = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "pack-plans"
+        directory = (
+            Path(plan_cache_dir) if plan_cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "pack-plans"
+        )
         self.plan_dir, in_memory = cached_plan(
             directory,
             key,
@@ -169,18 +166,9 @@ class PackedIndex(SampleBytes):
             self._plan = memory if isinstance(memory, PackingPlan) else PackingPlan.load(self.plan_dir)
         return self._plan
 
-    @property
-    def dataset(self) -> TokenDataset:
-        """The underlying dataset with its entry index (reopened on first use after pickling)."""
-        if self._dataset is None:
-            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._remote)
-        return self._dataset
-
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_plan"] = None  # pickling a memory map would copy it (an in-memory plan travels as _memory_plan)
-        state["_dataset"] = None
-        return state
+        # pickling a memory map would copy it (an in-memory plan travels as _memory_plan)
+        return {**super().__getstate__(), "_plan": None}
 
     def __len__(self) -> int:
         return self.plan.num_sequences

@@ -18,37 +18,26 @@ import fnmatch
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from tokenloom.formats import ConfigError, Shard, TokenDataset, open_dataset
+from tokenloom.formats import ConfigError, RemoteOptions, Shard, TokenDataset, open_dataset
 from tokenloom.formats.io import is_remote_url
 
 __all__ = ["open_data", "reopen", "select_shards", "token_stream"]
 
 
-def open_data(
-    data: str | os.PathLike[str] | TokenDataset,
-    *,
-    remote: Any = None,
-    storage_options: dict[str, Any] | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-) -> TokenDataset:
-    """``data`` opened (a path or a URL), or as is (an open dataset); remote settings only for a URL.
-
-    ``remote`` (a ``tokenloom.formats.RemoteOptions``) and the user's keywords ``storage_options`` and
-    ``cache_dir`` (the block cache) say how a URL is read; the dataset carries them (``dataset.remote``).
-    """
-    given = [n for n, v in (("remote", remote), ("storage_options", storage_options), ("cache_dir", cache_dir)) if v]
+def open_data(data: str | os.PathLike[str] | TokenDataset, *, remote: RemoteOptions | None = None) -> TokenDataset:
+    """``data`` opened (a path or a URL), or as is (an open dataset); ``remote`` (how a URL is read: store,
+    credentials, block cache) only for a URL, carried by the dataset (``dataset.remote``)."""
     if isinstance(data, TokenDataset) or not is_remote_url(data):
-        if given:
+        if remote is not None:
             what = "an open dataset" if isinstance(data, TokenDataset) else f"the local path {os.fspath(data)!r}"
             raise ConfigError(
-                f"{' and '.join(given)} apply to data in object storage (s3://, gs://, az://, https://), not to {what}",
-                field=given[0],
+                f"remote applies to data in object storage (s3://, gs://, az://, https://), not to {what}",
+                field="remote",
                 hint="Drop the option, or pass the dataset's URL",
             )
         return data if isinstance(data, TokenDataset) else open_dataset(data)
-    return open_dataset(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir)
+    return open_dataset(data, remote=remote)
 
 
 def _bare(shard: Shard) -> Shard:
@@ -114,7 +103,9 @@ def select_shards(
     return _keep_root(selected, dataset)
 
 
-def reopen(root: str | os.PathLike[str] | Path, shard_names: Sequence[str], remote: Any = None) -> TokenDataset:
+def reopen(
+    root: str | os.PathLike[str] | Path, shard_names: Sequence[str], remote: RemoteOptions | None = None
+) -> TokenDataset:
     """The dataset at ``root`` restricted to ``shard_names`` (after pickling, where the index was dropped).
 
     ``remote``: the ``RemoteOptions`` of the dataset first opened (``dataset.remote``; None for local data).

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Any
 
 import numpy as np
 
@@ -20,8 +19,8 @@ from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._packing_mode import Packing, as_packing
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
-from tokenloom.datasets._stream import open_data, reopen, select_shards, token_stream
-from tokenloom.formats import ConfigError, TokenDataset
+from tokenloom.datasets._stream import open_data, select_shards
+from tokenloom.formats import ConfigError, RemoteOptions, TokenDataset
 from tokenloom.formats.io import iter_chunks
 
 __all__ = ["WindowIndex", "check_positive", "overlap_intervals"]
@@ -77,20 +76,14 @@ class WindowIndex(SampleBytes):
         cross_shard: bool = False,
         position_ids: bool = False,
         cu_seqlens: bool = False,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        remote: Any = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.seq_len = check_positive(seq_len, "seq_len")
         self.stride = check_positive(stride if stride is not None else seq_len + 1, "stride")
-        dataset = open_data(data, remote=remote, storage_options=storage_options, cache_dir=cache_dir)
-        self._remote = dataset.remote
+        dataset = open_data(data, remote=remote)
         if file_pattern is not None:
             dataset = select_shards(dataset, pattern=file_pattern)
-        # reads go through the token stream; the full dataset (its per-entry index grows with
-        # the data) is kept only if it was handed in, and never pickled to a worker
-        self._dataset: TokenDataset | None = dataset if isinstance(data, TokenDataset) else None
-        self._stream = token_stream(dataset)
+        self._hold(data, dataset)
         self.cross_shard = cross_shard
         self.packing = as_packing(pack_sequences)
         self.eos_id: int | None = None
@@ -134,18 +127,6 @@ class WindowIndex(SampleBytes):
             eos_id=self.eos_id,
             cross_shard=cross_shard,
         )
-
-    @property
-    def dataset(self) -> TokenDataset:
-        """The underlying dataset with its entry index (reopened on first use after pickling)."""
-        if self._dataset is None:
-            self._dataset = reopen(self._stream.root, [s.name for s in self._stream.shards], self._remote)
-        return self._dataset
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_dataset"] = None
-        return state
 
     # -- addressing -------------------------------------------------------------------
     def __len__(self) -> int:

@@ -41,9 +41,8 @@ class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tens
         cross_shard: windows run across shard boundaries (one stream, one remainder).
         position_ids: emit position_ids reset at each document start (with packing).
         cu_seqlens: emit cu_seqlens (with packing).
-        storage_options: for a URL, the store's options (endpoint, credentials; default: the environment).
-        cache_dir: for a URL, the local directory of its blocks (default ``$TOKENLOOM_CACHE_DIR``).
-        remote: for a URL, a ``tokenloom.formats.RemoteOptions`` (the keywords above win over it).
+        remote: for a URL, a ``tokenloom.formats.RemoteOptions`` (endpoint, credentials, block cache; default:
+            the environment and ``$TOKENLOOM_CACHE_DIR``).
     """
 
     # -- samples ----------------------------------------------------------------------

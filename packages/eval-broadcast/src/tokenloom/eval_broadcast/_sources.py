@@ -43,24 +43,17 @@ __all__ = ["HFEvalSource", "PathEvalSource"]
 
 log = logging.getLogger("tokenloom.eval_broadcast")
 
-#: open_dataset's keywords for a URL's store and block cache: PathEvalSource makes them one RemoteOptions
-_REMOTE_KEYWORDS = ("storage_options", "cache_dir", "block_size", "retries", "cache_limit")
-
 
 class PathEvalSource:
     """The token stream of a dataset on disk or in object storage (any format ``open_dataset`` reads).
 
-    ``open_options`` go to ``open_dataset``. A URL is read with ``remote`` (a ``RemoteOptions``), or with
-    ``open_dataset``'s store keywords (``storage_options``, ``cache_dir``: the local directory of its blocks,
-    default ``$TOKENLOOM_CACHE_DIR``, not the eval-set cache of ``broadcast_eval_set``), made into one
-    ``RemoteOptions`` here (``self.remote``). The fingerprint of a URL holds every object's size and ETag.
+    ``open_options`` go to ``open_dataset``. A URL is read with ``remote`` (a ``RemoteOptions``: store,
+    credentials, block cache, default ``$TOKENLOOM_CACHE_DIR``, not the eval-set cache of ``broadcast_eval_set``).
+    The fingerprint of a URL holds every object's size and ETag.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, remote: RemoteOptions | None = None, **open_options: Any):
         self.path: str | Path = os.fspath(path) if is_remote_url(path) else Path(path)  # a URL stays a URL
-        if isinstance(self.path, str):
-            given = {name: open_options.pop(name) for name in _REMOTE_KEYWORDS if name in open_options}
-            remote = RemoteOptions.from_keywords(**given, remote=remote)
         self.remote = remote
         self.open_options = open_options
 

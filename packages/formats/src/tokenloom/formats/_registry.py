@@ -143,7 +143,7 @@ def _found(target: Path) -> str:
 
 def detect_format(path: str | os.PathLike[str]) -> str:
     """The one registered format that recognises ``path``, or FormatError listing what was tried."""
-    if is_remote_url(path):  # credentials from the environment; open_dataset(URL, storage_options=...) detects too
+    if is_remote_url(path):  # credentials from the environment; open_dataset(URL, remote=...) detects too
         from tokenloom.formats.remote.opener import detect_remote
 
         return detect_remote(path, formats=_format_table())
@@ -226,7 +226,7 @@ def open_dataset(
     ``on_progress(stage, done, total)`` follows the long reads of deep validation (checksums in
     bytes, token ids in tokens, EOS placement in entries): see :mod:`tokenloom.formats.io.progress`.
     A URL (``s3://``, ``gs://``, ``az://``, ``https://``) is read through :mod:`tokenloom.formats.remote`
-    (options ``storage_options``, ``cache_dir``, ``block_size``, ``retries``, ``cache_limit``).
+    with ``remote=`` (a :class:`RemoteOptions`: endpoint, credentials, ``block_cache_dir``, ``cache_limit``, ...).
     """
     if is_remote_url(path):
         from tokenloom.formats.remote import open_remote

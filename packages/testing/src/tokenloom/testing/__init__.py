@@ -3,7 +3,7 @@
     from tokenloom.testing import SeaweedS3
 
     server = SeaweedS3(tmp_path)         # SeaweedFS `weed mini` on 127.0.0.1, its own ports
-    server.upload_tree(local_dir, "ds")  # then open_dataset(f"s3://{server.bucket}/ds", storage_options=...)
+    server.upload_tree(local_dir, "ds")  # then open_dataset(f"s3://{server.bucket}/ds", remote=...)
 
 ``servers``: SeaweedFS (S3), fake-gcs-server (GCS), Azurite (Azure), a ranged HTTP server and a fault-injecting
 proxy. ``pytest_plugin`` (registered by the entry point ``pytest11`` when this distribution is installed): the

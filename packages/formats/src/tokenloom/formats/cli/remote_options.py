@@ -84,4 +84,4 @@ def remote_kwargs(path: str | os.PathLike[str], storage_option: tuple[str, ...],
         options["client_options"] = client
     from tokenloom.formats.remote.options import RemoteOptions
 
-    return {"remote": RemoteOptions.from_keywords(storage_options=options, cache_dir=cache_dir)}
+    return {"remote": RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache_dir)}

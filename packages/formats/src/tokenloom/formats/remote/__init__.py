@@ -1,6 +1,6 @@
 """Datasets in object storage: ``s3://``, ``gs://``, ``az://``, ``https://`` (extra ``remote``, client obstore).
 
-    ds = open_dataset("s3://bucket/ds", storage_options={"endpoint": ...}, cache_dir="/local/nvme/cache")
+    ds = open_dataset("s3://bucket/ds", remote=RemoteOptions(endpoint=..., block_cache_dir="/local/nvme/cache"))
     ds.remote   # the RemoteOptions it was opened with (endpoint, credentials, block cache, retry budget)
 
 ``options`` holds :class:`RemoteOptions`, the one value that says how to reach a store and cache it (carried
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
+from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io.urls import REMOTE_SCHEMES, RemoteURL, is_remote_url, parse_url, refuse_remote_output
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.cache import BlockCache, default_cache_dir
@@ -58,37 +59,36 @@ def open_remote(
     dtype: Any = None,
     validate: Validate | str = Validate.FAST,
     remote: RemoteOptions | None = None,
-    storage_options: dict[str, Any] | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    block_size: int | None = None,
-    retries: RetryPolicy | int | None = None,
-    cache_limit: int | str | None = None,
     formats: FormatTable,
     **options: Any,
 ) -> TokenDataset:
     """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's).
 
-    ``remote`` (a :class:`RemoteOptions`) says how; the keywords are the user's spelling of its fields
-    (``storage_options``: obstore's settings, endpoint and credentials included; ``cache_dir``: the block
-    cache) and win over it. ``cache_limit`` (bytes or ``"20GB"``; default ``$TOKENLOOM_CACHE_LIMIT``, else
-    unbounded) bounds the cache directory: blocks are evicted by their next use in the readers' known future
-    (Belady). ``block_size`` (bytes, a multiple of 4096) defaults to ``$TOKENLOOM_BLOCK_SIZE``, else 8 MiB.
-    The dataset returned carries the options as ``dataset.remote``.
+    ``remote`` (a :class:`RemoteOptions`; None: the environment's store settings and cache) says how: the
+    endpoint and credentials, ``block_cache_dir``, ``cache_limit`` (blocks are evicted by their next use in the
+    readers' known future), ``block_size`` and the retry budget. The dataset returned carries it as
+    ``dataset.remote``.
     """
     from tokenloom.formats.remote.opener import open_remote_any
 
+    loose = sorted(set(options) & _LOOSE_KEYWORDS)
+    if loose:
+        raise ConfigError(
+            f"{', '.join(loose)} is not a keyword of open_dataset: a URL's store and cache settings are one "
+            "RemoteOptions value",
+            field=loose[0],
+            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=..., cache_limit=...), or "
+            "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
+        )
     # ``formats``: the registry's lookups (``tokenloom.formats.open_dataset`` passes them; call that instead)
-    settings = RemoteOptions.from_keywords(
-        storage_options=storage_options,
-        cache_dir=cache_dir,
-        block_size=block_size,
-        retries=retries,
-        cache_limit=cache_limit,
-        remote=remote,
-    )
+    settings = remote if remote is not None else RemoteOptions()
     cache = BlockCache.of(settings.store(parse_url(url)), settings)
     dataset = open_remote_any(
         cache, format=format, dtype=dtype, validate=as_validate(validate), options=options, formats=formats
     )
     dataset.remote = settings
     return dataset
+
+
+#: the keywords a URL's settings once travelled as (named in the error that points at ``remote=``)
+_LOOSE_KEYWORDS = frozenset({"storage_options", "cache_dir", "block_cache_dir", "block_size", "retries", "cache_limit"})

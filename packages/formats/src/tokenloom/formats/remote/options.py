@@ -3,7 +3,8 @@
 A dataset opened from a URL carries its RemoteOptions (``dataset.remote``) and pickles it with itself, so
 a DataLoader worker's reopen, a curriculum bucket or an eval source reaches the store and the cache
 exactly as the user's open did. No package passes store keywords along one by one: public entry points
-take the user's keywords once (``open_dataset(url, storage_options=..., cache_dir=...)``) and build this.
+take this value (``open_dataset(url, remote=RemoteOptions(...))``); :meth:`RemoteOptions.from_keywords` builds it
+from a store's settings dict (``storage_options``) and the rest.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class RemoteOptions:
         cls,
         *,
         storage_options: Mapping[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
+        block_cache_dir: str | os.PathLike[str] | None = None,
         block_size: int | None = None,
         retries: RetryPolicy | int | None = None,
         cache_limit: int | str | None = None,
@@ -102,7 +103,7 @@ class RemoteOptions:
             changes["credentials"] = {k: rest.pop(k) for k in list(rest) if is_credential(k)}
             changes["store_options"] = rest
         for name, value in (
-            ("block_cache_dir", cache_dir),
+            ("block_cache_dir", block_cache_dir),
             ("block_size", block_size),
             ("retries", retries),
             ("cache_limit", cache_limit),
