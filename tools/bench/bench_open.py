@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -213,6 +214,121 @@ def _fmt(result: dict) -> tuple[str, str, str]:
     return (f"{result['seconds']:.3f}", f"{result['rss'] / 2**20:.1f}", f"{result['peak'] / 2**20:.1f}")
 
 
+_NATIVE_CHILD = r"""
+import json, os, resource, sys, time
+import numpy as np
+from tokenloom.formats import open_dataset
+
+def rss():
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmRSS"))
+
+small, big, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+warm = open_dataset(small)  # imports and code paths warm (a tiny local dataset)
+warm[0]
+del warm
+before, wall, cpu = rss(), time.perf_counter(), time.process_time()
+ds = open_dataset(big, **options)
+opened = time.perf_counter() - wall
+first = [np.asarray(ds[i]) for i in range(8)]  # the first batch of a sequential loader: documents 0-7
+first_s, first_cpu = time.perf_counter() - wall, time.process_time() - cpu
+rng = np.random.default_rng(0)
+picks = [np.asarray(ds[int(i)]) for i in rng.integers(0, len(ds), 8)]  # a shuffled loader's: 8 random documents
+rand_s = time.perf_counter() - wall - first_s
+print(json.dumps({"entries": len(ds), "open": opened, "first": first_s, "first_cpu": first_cpu,
+                  "random": rand_s, "rss": rss() - before}))
+"""
+
+
+def _timed_child(argv: list[str], env: dict[str, str]) -> dict:
+    """The child's own report plus whole-process wall and CPU seconds (interpreter start and imports included)."""
+    before = os.times()
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+    wall = time.perf_counter() - started
+    after = os.times()
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return {**result, "process_wall": wall, "process_cpu": cpu, "load": os.getloadavg()[0]}
+
+
+def _native_row(where: str, n: int, r: dict) -> str:
+    if "error" in r:
+        return f"| {where} | {n:,} | error: {r['error'][:70]} | | | | | | | |"
+    met = r["first"] < (1.0 if where == "local" else 3.0) and r["rss"] < TARGET_MB * 2**20
+    return (
+        f"| {where} | {n:,} | {r['open']:.3f} | {r['first']:.3f} | {r['first_cpu']:.3f} | {r['random']:.3f} | "
+        f"{r['rss'] / 2**20:.1f} | {r['process_wall']:.2f} | {r['process_cpu']:.2f} | {r['load']:.1f} | "
+        f"{'met' if met else 'MISSED'} |"
+    )
+
+
+def native_scaling(quick: bool, full: bool) -> str:
+    """Open + first batch of a never-opened native dataset (manifest with index block hashes), local and from
+    SeaweedFS behind the fault proxy at 20 ms per request, at growing N: the time must not grow with N."""
+    local_sizes = [10**6] if quick else [10**6, 10**7, 10**8] + ([HUGE_ENTRIES] if full else [])
+    remote_sizes = [10**6] if quick else [10**6, 10**7] + ([10**8] if full else [])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-open-native-") as tmp:
+        base = Path(tmp)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        small = build_native(base / "small", 1000, manifest=True)
+        built = {n: build_native(base / f"n{n}", n, manifest=True) for n in sorted(set(local_sizes + remote_sizes))}
+        for n in local_sizes:
+            env["TOKENLOOM_CACHE_DIR"] = str(base / f"cache-local-{n}")  # never opened: a fresh index cache
+            argv = [sys.executable, "-c", _NATIVE_CHILD, str(small), str(built[n]), "{}"]
+            rows.append(_native_row("local", n, _timed_child(argv, env)))
+            print("  ", rows[-1], flush=True)
+        try:
+            from tokenloom.testing.servers import FaultProxy, SeaweedS3
+
+            seaweed: Any = SeaweedS3(base / "s3")
+            proxy: Any = FaultProxy(seaweed.endpoint)
+        except (ImportError, FileNotFoundError) as exc:
+            rows.append(f"| remote | - | skipped: {exc} | | | | | | | | |")
+            remote_sizes = []
+            seaweed = proxy = None
+        try:
+            for n in remote_sizes:
+                url = seaweed.upload_dir(built[n], f"open-{n}")
+                options = {
+                    "storage_options": seaweed.storage_options(endpoint=proxy.url),
+                    "cache_dir": str(base / f"cache-remote-{n}"),
+                }
+                proxy.latency_seconds = 0.020
+                argv = [sys.executable, "-c", _NATIVE_CHILD, str(small), url, json.dumps(options)]
+                rows.append(_native_row("S3, 20 ms", n, _timed_child(argv, env)))
+                proxy.latency_seconds = 0.0
+                print("  ", rows[-1], flush=True)
+        finally:
+            if proxy is not None:
+                proxy.close()
+            if seaweed is not None:
+                seaweed.stop()
+    lines = [
+        "## Open + first batch of a never-opened native dataset (index checked by block on first touch)",
+        "",
+        f"Command: `uv run --group bench python tools/bench/bench_open.py --native{' --quick' if quick else ''}"
+        f"{' --full' if full else ''}`. One never-opened native dataset per N (manifest with index block hashes; "
+        "built sparsely as above: the .idx has its full size), opened in a fresh process with a fresh index cache "
+        "(remote: a fresh block cache, SeaweedFS behind the fault proxy adding 20 ms to every request, 8 MiB "
+        "blocks). open s: `open_dataset`; first batch s: open + documents 0-7 (wall, and CPU s of this process); "
+        "8 random s: then 8 random documents (a shuffled loader's batch: 8 more index blocks); RSS growth: VmRSS "
+        "after minus before the open (imports warmed on a tiny dataset). Whole process: the child's wall and CPU "
+        "seconds from start to exit (interpreter start and imports included), beside the in-process clock. "
+        "Targets: first batch < 1 s local, < 3 s remote, RSS growth < 50 MB; met when the time does not grow "
+        "with N.",
+        "",
+        "| where | N | open s | first batch s | CPU s | 8 random s | RSS growth MB | process wall s | "
+        "process CPU s | load | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        *rows,
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def run(quick: bool, entries: int | None = None) -> str:
     """The section at ``entries`` (default: what run.py measures); 10^9 entries write open-huge.md instead."""
     n = entries or (10**6 if quick else RUN_PY_ENTRIES)
@@ -274,7 +390,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10^6 entries instead of 10^9")
     parser.add_argument("--entries", type=int, default=HUGE_ENTRIES, help="N (default 10^9: open-huge.md)")
+    parser.add_argument("--native", action="store_true", help="only the native open + first batch scaling rows")
+    parser.add_argument("--full", action="store_true", help="with --native: 10^9 local and 10^8 remote too")
     args = parser.parse_args()
+    if args.native:
+        print(native_scaling(args.quick, args.full))
+        return 0
     print(run(args.quick, None if args.quick else args.entries))
     return 0
 
