@@ -118,7 +118,7 @@ class LazyShard(Shard):
         self.source = current_source()
         self.index, self._count, self._offsets_at, self._overlaps_at = index, count, offsets_at, overlaps_at
         self._data_path = data_path or os.fspath(tokens_path)  # the data file as errors name it
-        self.entry_checked = bytearray(-(-count >> ENTRY_BLOCK_SHIFT) if count else 0)
+        self.entry_checked = bytearray(max(1, -(-count >> ENTRY_BLOCK_SHIFT)))  # (no entries: block 0 checks [0])
         self._raw: tuple[np.ndarray, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:

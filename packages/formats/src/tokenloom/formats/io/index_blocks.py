@@ -6,8 +6,8 @@ covers the first time this process uses them:
 
 - a local file is memory-mapped (a block's pages are released once hashed: the page cache keeps them);
 - a remote object (``fetch``: ``read(start, stop)`` and ``discard()``, :func:`tokenloom.formats.remote.native.
-  remote_index`) lands block by block in an anonymous map of its size, so what is never touched costs neither
-  a GET nor memory.
+  remote_index`) lands block by block in a sparse unlinked temporary file of its size, mapped, so what is
+  never touched costs neither a GET, nor memory, nor disk.
 
 A block that does not match its hash is fetched once more (remote), then a ChecksumError names the file, the
 byte range (and, through ``describe``, the documents it holds) and what to do: never wrong data. Without block
@@ -17,7 +17,9 @@ hashes (a manifest written before them) the whole file is one block checked by i
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
+import tempfile
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,7 +31,7 @@ from tokenloom.formats.io.index_map import map_file
 
 __all__ = ["IndexBlocks", "IndexFetch"]
 
-_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux: an untouched 10 GB map reserves nothing
+log = logging.getLogger("tokenloom.formats")
 
 
 class IndexFetch(Protocol):
@@ -75,9 +77,12 @@ class IndexBlocks:
         if self._buffer is None:
             if self.fetch is None:
                 self._buffer = map_file(self.where) if self.size else b""
+            elif self.size:  # an unlinked sparse file, not anonymous memory: dropping its pages keeps its bytes
+                with tempfile.TemporaryFile() as handle:
+                    handle.truncate(self.size)
+                    self._buffer = mmap.mmap(handle.fileno(), self.size)
             else:
-                flags = mmap.MAP_PRIVATE | _NORESERVE
-                self._buffer = mmap.mmap(-1, self.size, flags=flags) if self.size else b""
+                self._buffer = b""
         return self._buffer
 
     def ensure(self, begin: int, end: int, describe: Callable[[int, int], str] | None = None) -> None:
@@ -115,8 +120,10 @@ class IndexBlocks:
                     hint="The index changed or was damaged after the dataset was written: restore it from a good "
                     "copy or re-create the dataset (`tokenloom validate --deep` checks every block)",
                 )
+            log.warning("%s: bytes %d-%d do not match the manifest: cached copy discarded, fetching again",
+                        self.where, start, stop)  # fmt: skip
             self.fetch.discard()  # a corrupt cached copy (or a bad response): fetched again once
-        if self.fetch is None and isinstance(buffer, mmap.mmap):  # hashed: this process need not keep the pages
+        if isinstance(buffer, mmap.mmap):  # hashed: this process need not keep the pages (the file keeps the bytes)
             with contextlib.suppress(OSError, ValueError):
                 buffer.madvise(mmap.MADV_DONTNEED, start, stop - start)  # (a block starts on a page)
         self.checked[number] = 1

@@ -196,7 +196,8 @@ def _lazy_shards(
         index = IndexBlocks(folder + stem + ".idx", idx_info.st_size, hashes=hashes[stem + ".idx"])
         bin_path = Path(folder + stem + ".bin")
         shard = native_shard(index, bin_path, bin_info.st_size, name=stem, dtype=dtype, zero_overlaps=zero)
-        shard.check_entries(shard.num_entries - 1, shard.num_entries)  # the last offset is the data's token count
+        last = shard.num_entries
+        shard.check_entries(max(last - 1, 0), last)  # the last offset is the data's token count
         shards.append(shard)
     return shards
 
@@ -373,7 +374,20 @@ def _cached_fingerprint(root: Path, shards: list[Shard], idx_infos: list[os.stat
 
 
 def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
-    """Open a native dataset directory, with or without a manifest (see the module docstring)."""
+    """Open a native dataset directory, with or without a manifest.
+
+    ``validate="fast"`` (the default) with a manifest that records index block hashes (every native writer
+    since wave 5; ``tokenloom validate --write-manifest`` adds them) reads no index at open: it checks the
+    manifest, every file's size, each shard's header and last index block (the final offset is the data's
+    token count), and then each block of 2^16 entries the first time a read touches it (its 1 MiB index
+    blocks against their hashes, offsets rising within the shard, overlap prefixes fitting their entries):
+    a damaged block is a ChecksumError or IndexCorruptError naming the file, the byte offset and the
+    entries when touched, never wrong data. Reading a whole ``shard.offsets`` (``doc_lengths``) checks it
+    all. Without such hashes (an older manifest, or none: GPT-Simple's shards) fast validation scans every
+    offset and checksums every index file at the first open of those file versions, as before.
+    ``validate="deep"`` adds, at open, the checksum of every file (data and index), the scan of every
+    offset and overlap prefix, token ids against the vocab size and the EOS placement.
+    """
     root = Path(path)
     refuse_unfinished(root)
     dtype_hint = as_token_dtype(dtype) if dtype is not None else None

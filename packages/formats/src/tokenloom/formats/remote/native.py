@@ -154,6 +154,8 @@ def open_remote_native(
         if data is None:
             raise MissingFileError(f"the manifest lists {entry.name} but not {stem}.bin", path=url.url(f"{stem}.bin"))
         objects = (RemoteObject(cache, entry, listed.get(entry.name)), RemoteObject(cache, data, listed.get(data.name)))
+        if validate != Validate.NONE:  # the cache checks index blocks as data blocks: at fetch and first map
+            cache.expected.add(url.key(entry.name), blocks=entry.blocks)
         tokens_path = Path(url.key(data.name))
         shard = native_shard(
             remote_index(objects[0]), tokens_path, data.bytes, name=stem, dtype=token_dtype, zero_overlaps=zero,
