@@ -184,6 +184,7 @@ class LazyShard(Shard):
             index.ensure(self._overlaps_at + 2 * first, self._overlaps_at + 2 * stop, self._describe)
         offsets, overlaps = self.raw_index()
         part = np.array(offsets[first : stop + 1])
+        release_pages(offsets, first, stop + 1)  # checked once: this process keeps none of the pages
         hint = "The index is damaged although its block hashes match (a writer's bug?): re-create the dataset"
         if first == 0 and part[0] != 0:
             raise IndexCorruptError(
@@ -211,6 +212,7 @@ class LazyShard(Shard):
             )
         if self._overlaps_at is not None:
             wrong = np.flatnonzero(np.asarray(overlaps[first:stop], dtype=np.int64) > steps)
+            release_pages(overlaps, first, stop)
             if len(wrong):
                 i = int(wrong[0])
                 raise IndexCorruptError(

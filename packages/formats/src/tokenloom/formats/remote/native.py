@@ -32,11 +32,11 @@ from tokenloom.formats._dataset import Shard, TokenDataset
 from tokenloom.formats.errors import ChecksumError, ConfigError, FormatError, MissingFileError
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.index_blocks import IndexBlocks
+from tokenloom.formats.io.index_map import release_pages
 from tokenloom.formats.io.manifest import MANIFEST_NAME, FileEntry, Manifest, read_manifest
 from tokenloom.formats.io.progress import Stage
 from tokenloom.formats.native.layout import no_overlaps_recorded
 from tokenloom.formats.native.reader import NATIVE_MANIFEST_VERSION, NativeShard, native_shard, shards_dataset
-from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
@@ -60,9 +60,17 @@ class RemoteObject:
             check_size(self.entry, self._info)
         return self._info
 
-    def read(self, start: int, stop: int) -> Any:
-        """Bytes ``[start, stop)``, fetched by cache blocks (only those the range covers)."""
-        return BlockArray(self.cache, self.info(), np.dtype(np.uint8), 0, self.entry.bytes)[start:stop]
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Bytes ``[start, stop)``, fetched by cache blocks (only those the range covers), copied out: this process
+        keeps no page of those blocks (the cache checked all of a block when it first mapped it)."""
+        obj, size = self.info(), self.cache.block_size
+        found = np.empty(stop - start, dtype=np.uint8)
+        for number in range(start // size, (stop - 1) // size + 1):
+            block = np.frombuffer(self.cache.block(obj, number), dtype=np.uint8)
+            first, last = max(start, number * size), min(stop, number * size + len(block))
+            found[first - start : last - start] = block[first - number * size : last - number * size]
+            release_pages(block, 0, len(block))
+        return found
 
     def discard(self) -> None:
         self.cache.discard(self.info())
