@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import xxhash
@@ -149,6 +149,9 @@ class NativeShard(LazyShard):
         return state
 
 
+ShardT = TypeVar("ShardT", bound=NativeShard)
+
+
 def native_shard(
     index: IndexBlocks,
     tokens_path: Path,
@@ -157,10 +160,11 @@ def native_shard(
     name: str,
     dtype: np.dtype,
     zero_overlaps: bool,
-    cls: type[NativeShard] = NativeShard,
+    cls: type[ShardT],
     record_path: str | None = None,
-) -> NativeShard:
-    """The ``cls`` shard of ``index`` (a ``.idx``, read by blocks) and ``data_bytes`` of tokens (nothing read yet).
+) -> ShardT:
+    """The ``cls`` shard (:class:`NativeShard` or a subclass) of ``index`` (a ``.idx``, read by blocks) and
+    ``data_bytes`` of tokens (nothing read yet).
 
     ``record_path``: where the sizes come from, when not from the files (a remote dataset's manifest).
     """
@@ -195,7 +199,9 @@ def _lazy_shards(
     for stem, (idx_info, bin_info) in zip(stems, stats, strict=True):
         index = IndexBlocks(folder + stem + ".idx", idx_info.st_size, hashes=hashes[stem + ".idx"])
         bin_path = Path(folder + stem + ".bin")
-        shard = native_shard(index, bin_path, bin_info.st_size, name=stem, dtype=dtype, zero_overlaps=zero)
+        shard = native_shard(
+            index, bin_path, bin_info.st_size, name=stem, dtype=dtype, zero_overlaps=zero, cls=NativeShard
+        )
         last = shard.num_entries
         shard.check_entries(max(last - 1, 0), last)  # the last offset is the data's token count
         shards.append(shard)
