@@ -20,6 +20,14 @@ hold N tokens in one segment.
 A 10^9-entry first open streams 8 GB of index per format (minutes on 2 cores), so ``run.py`` opens 10^8
 (the reopen target is the same; reopen costs do not grow with N) and appends the last 10^9 report
 (``docs/benchmarks/open-huge.md``) to its "measured separately" section.
+
+``--native`` (and the end of run.py's section): open + first batch of a never-opened native dataset whose
+manifest records index block hashes (the index is checked by block on first touch, not scanned), in a fresh
+process per row, local at N = 10^6, 10^7, 10^8 and from SeaweedFS behind the fault proxy at 20 ms per request
+at N = 10^6, 10^7; ``--full`` adds 10^9 local and 10^8 remote (a 1 GB upload). Each row has the in-process
+clock (wall and CPU) beside the whole process's wall and CPU seconds and the load average.
+
+    uv run --group bench python tools/bench/bench_open.py --native --full
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -213,6 +222,146 @@ def _fmt(result: dict) -> tuple[str, str, str]:
     return (f"{result['seconds']:.3f}", f"{result['rss'] / 2**20:.1f}", f"{result['peak'] / 2**20:.1f}")
 
 
+_NATIVE_CHILD = r"""
+import json, os, resource, sys, time
+import numpy as np
+from tokenloom.formats import open_dataset
+
+def rss():
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmRSS"))
+
+small, big, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+warm = open_dataset(small)  # imports and code paths warm (a tiny local dataset)
+warm[0]
+del warm
+before, wall, cpu = rss(), time.perf_counter(), time.process_time()
+ds = open_dataset(big, **options)
+opened = time.perf_counter() - wall
+first = [np.asarray(ds[i]) for i in range(8)]  # the first batch of a sequential loader: documents 0-7
+first_s, first_cpu = time.perf_counter() - wall, time.process_time() - cpu
+first_rss = rss() - before
+rng = np.random.default_rng(0)
+picks = [np.asarray(ds[int(i)]) for i in rng.integers(0, len(ds), 8)]  # a shuffled loader's: 8 random documents
+rand_s = time.perf_counter() - wall - first_s
+print(json.dumps({"entries": len(ds), "open": opened, "first": first_s, "first_cpu": first_cpu,
+                  "random": rand_s, "rss": first_rss, "rss_random": rss() - before}))
+"""
+
+
+def _timed_child(argv: list[str], env: dict[str, str]) -> dict:
+    """The child's own report plus whole-process wall and CPU seconds (interpreter start and imports included)."""
+    before = os.times()
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+    wall = time.perf_counter() - started
+    after = os.times()
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return {**result, "process_wall": wall, "process_cpu": cpu, "load": os.getloadavg()[0]}
+
+
+def _native_row(where: str, n: int, r: dict) -> str:
+    if "error" in r:
+        return f"| {where} | {n:,} | error: {r['error'][:70]} | | | | | | | | |"
+    met = r["first"] < (1.0 if where.startswith("local") else 3.0) and r["rss"] < TARGET_MB * 2**20
+    return (
+        f"| {where} | {n:,} | {r['open']:.3f} | {r['first']:.3f} | {r['first_cpu']:.3f} | {r['random']:.3f} | "
+        f"{r['rss'] / 2**20:.1f} | {r['rss_random'] / 2**20:.1f} | "
+        f"{r['process_wall']:.2f} | {r['process_cpu']:.2f} | {r['load']:.1f} | "
+        f"{'met' if met else 'MISSED'} |"
+    )
+
+
+def _without_index_hashes(root: Path) -> Path:
+    """``root``'s files (hard links) under a manifest as written before index block hashes: the full-scan open."""
+    import dataclasses
+
+    from tokenloom.formats.io.manifest import read_manifest, write_manifest
+
+    copy = root.with_name(root.name + "-before")
+    copy.mkdir()
+    for name in ("shard.idx", "shard.bin"):
+        os.link(root / name, copy / name)
+    manifest = read_manifest(root)
+    files = tuple(dataclasses.replace(f, blocks=None) if f.role == "index" else f for f in manifest.files)
+    write_manifest(copy, dataclasses.replace(manifest, files=files, checksum=""))
+    time.sleep(2.1)  # (the index cache records no check of files changed in the last 2 s)
+    return copy
+
+
+def native_scaling(quick: bool, full: bool) -> str:
+    """Open + first batch of a never-opened native dataset (manifest with index block hashes), local and from
+    SeaweedFS behind the fault proxy at 20 ms per request, at growing N: the time must not grow with N."""
+    local_sizes = [10**6] if quick else [10**6, 10**7, 10**8] + ([HUGE_ENTRIES] if full else [])
+    remote_sizes = [10**6] if quick else [10**6, 10**7] + ([10**8] if full else [])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-open-native-") as tmp:
+        base = Path(tmp)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        small = build_native(base / "small", 1000, manifest=True)
+        built = {n: build_native(base / f"n{n}", n, manifest=True) for n in sorted(set(local_sizes + remote_sizes))}
+        for n in local_sizes:
+            env["TOKENLOOM_CACHE_DIR"] = str(base / f"cache-local-{n}")  # never opened: a fresh index cache
+            argv = [sys.executable, "-c", _NATIVE_CHILD, str(small), str(built[n]), "{}"]
+            rows.append(_native_row("local", n, _timed_child(argv, env)))
+            print("  ", rows[-1], flush=True)
+            env["TOKENLOOM_CACHE_DIR"] = str(base / f"cache-before-{n}")  # the same files, no index block hashes
+            argv = [sys.executable, "-c", _NATIVE_CHILD, str(small), str(_without_index_hashes(built[n])), "{}"]
+            rows.append(_native_row("local, before (full scan)", n, _timed_child(argv, env)))
+            print("  ", rows[-1], flush=True)
+        try:
+            from tokenloom.testing.servers import FaultProxy, SeaweedS3
+
+            seaweed: Any = SeaweedS3(base / "s3")
+            proxy: Any = FaultProxy(seaweed.endpoint)
+        except (ImportError, FileNotFoundError) as exc:
+            rows.append(f"| remote | - | skipped: {exc} | | | | | | | | | |")
+            remote_sizes = []
+            seaweed = proxy = None
+        try:
+            for n in remote_sizes:
+                url = seaweed.upload_dir(built[n], f"open-{n}")
+                options = {
+                    "storage_options": seaweed.storage_options(endpoint=proxy.url),
+                    "cache_dir": str(base / f"cache-remote-{n}"),
+                }
+                proxy.latency_seconds = 0.020
+                argv = [sys.executable, "-c", _NATIVE_CHILD, str(small), url, json.dumps(options)]
+                rows.append(_native_row("S3, 20 ms", n, _timed_child(argv, env)))
+                proxy.latency_seconds = 0.0
+                print("  ", rows[-1], flush=True)
+        finally:
+            if proxy is not None:
+                proxy.close()
+            if seaweed is not None:
+                seaweed.stop()
+    lines = [
+        "## Open + first batch of a never-opened native dataset (index checked by block on first touch)",
+        "",
+        f"Command: `uv run --group bench python tools/bench/bench_open.py --native{' --quick' if quick else ''}"
+        f"{' --full' if full else ''}`. One never-opened native dataset per N (manifest with index block hashes; "
+        "built sparsely as above: the .idx has its full size), opened in a fresh process with a fresh index cache "
+        "(remote: a fresh block cache, SeaweedFS behind the fault proxy adding 20 ms to every request, 8 MiB "
+        "blocks). open s: `open_dataset`; first batch s: open + documents 0-7 (wall, and CPU s of this process); "
+        "8 random s: then 8 random documents (a shuffled loader's batch: 8 more index blocks); RSS growth: VmRSS "
+        "after the first batch (and after the 8 random documents) minus before the open (imports warmed on a tiny "
+        "dataset). Whole process: the child's wall and CPU "
+        "seconds from start to exit (interpreter start and imports included), beside the in-process clock. "
+        "Targets: first batch < 1 s local, < 3 s remote, RSS growth < 50 MB; met when the time does not grow "
+        "with N. 'local, before (full scan)': the same files under a manifest without index block hashes, opened "
+        "the way every native dataset opened before (every offset scanned, the index checksummed), in the same run.",
+        "",
+        "| where | N | open s | first batch s | CPU s | 8 random s | RSS growth MB | after random MB | "
+        "process wall s | process CPU s | load | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        *rows,
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def run(quick: bool, entries: int | None = None) -> str:
     """The section at ``entries`` (default: what run.py measures); 10^9 entries write open-huge.md instead."""
     n = entries or (10**6 if quick else RUN_PY_ENTRIES)
@@ -263,6 +412,8 @@ def run(quick: bool, entries: int | None = None) -> str:
             status = again[0] or first[0]
         lines.append(f"| {name} | {size:,} | {' | '.join(first)} | {' | '.join(again)} | {status} |")
     section = "\n".join(lines) + "\n"
+    if n < HUGE_ENTRIES:  # run.py's section: the never-opened native rows, local and remote, too
+        section += "\n" + native_scaling(quick, full=False)
     if not quick:  # a smoke run must not replace the published figures
         output = HUGE_OUTPUT if n >= HUGE_ENTRIES else OUTPUT
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -274,7 +425,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10^6 entries instead of 10^9")
     parser.add_argument("--entries", type=int, default=HUGE_ENTRIES, help="N (default 10^9: open-huge.md)")
+    parser.add_argument("--native", action="store_true", help="only the native open + first batch scaling rows")
+    parser.add_argument("--full", action="store_true", help="with --native: 10^9 local and 10^8 remote too")
     args = parser.parse_args()
+    if args.native:
+        print(native_scaling(args.quick, args.full))
+        return 0
     print(run(args.quick, None if args.quick else args.entries))
     return 0
 

@@ -75,7 +75,7 @@ def test_the_writer_records_a_hash_per_block_of_each_data_file(local_ds):
     flipped = bytearray(raw[MIB : 2 * MIB])
     flipped[5] ^= 0xFF
     assert data.blocks.mismatch(flipped, MIB) is not None
-    assert all(f.blocks is None for f in manifest.files if f.role == "index")  # fetched whole, checksummed
+    assert all(f.blocks is not None for f in manifest.files if f.role == "index")  # read by block on first touch
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_validate_write_manifest_adds_block_hashes(local_ds, tmp_path):
     before = open_dataset(old).fingerprint
     result = CliRunner().invoke(validate, [str(old), "--write-manifest"])
     assert result.exit_code == 0, result.output
-    assert "added block hashes of 1 data files" in result.output
+    assert "added block hashes of 2 files" in result.output  # the .bin's and (since wave 5) the .idx's
     assert read_manifest(old).files == read_manifest(local_ds).files
     assert open_dataset(old).fingerprint == before  # a saved state still resumes
     again = CliRunner().invoke(validate, [str(old), "--write-manifest"])
@@ -177,7 +177,8 @@ def test_a_block_that_never_arrives_right_is_a_checksum_error(seaweed, fault_pro
     assert f"{url}/shard_00000.bin" in message and "block 0 (bytes 0-1048576)" in message
     assert "fetched 3 times" in message and f"the manifest records {digest}" in message
     assert caught.value.field == "block_xxh3_64" and fault_proxy.injected["flip"] == 3
-    assert not list((tmp_path / "c").rglob(f"b{MIB}-0"))  # never published
+    idx_start = (local_ds / "shard_00000.idx").read_bytes()[:MIB]
+    assert [p.read_bytes() == idx_start for p in (tmp_path / "c").rglob(f"b{MIB}-0")] == [True]  # .bin's: never
 
 
 # -- verified at first map -----------------------------------------------------------------------

@@ -197,7 +197,7 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
     assert _digest_of_all(ds) == expected
     blocks = sorted((tmp_path / "c").rglob(f"b{MIB}-*"))
     blocks = [b for b in blocks if b.suffix not in (".lock", ".tmp")]
-    assert len(blocks) == 11
+    assert len(blocks) == 11 + -(-(big_ds / "shard_00000.idx").stat().st_size // MIB)  # the .idx by blocks too
     for block in blocks:
         raw = bytearray(block.read_bytes())
         raw[len(raw) // 3] ^= 0x10
@@ -269,8 +269,10 @@ def test_truncated_cache_files_and_a_flipped_cached_index_are_fetched_again(seaw
             handle.truncate(max(0, path.stat().st_size - 100))
     assert _entries(open_dataset(url, **options)) == expected
     idx = (big_ds / "shard_00000.idx").read_bytes()
-    (cached,) = [p for p in (tmp_path / "c").rglob("whole") if p.read_bytes() == idx]
-    cached.write_bytes(idx[:-3] + bytes([idx[-3] ^ 0x01]) + idx[-2:])  # an offset, one bit
+    last = (len(idx) - 1) // MIB  # the .idx is cached by blocks: its last one
+    (cached,) = [p for p in (tmp_path / "c").rglob(f"b{MIB}-{last}") if p.read_bytes() == idx[last * MIB :]]
+    part = idx[last * MIB :]
+    cached.write_bytes(part[:-3] + bytes([part[-3] ^ 0x01]) + part[-2:])  # an overlap prefix, one bit
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert _entries(open_dataset(url, **options)) == expected
     assert [w for w in _warnings(caplog, "corrupt on disk") if str(cached) in w]

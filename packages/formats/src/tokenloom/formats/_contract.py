@@ -32,7 +32,7 @@ class Validate(StrEnum):
     """How much ``open_dataset`` checks before returning."""
 
     NONE = "none"  # trust the files (sizes are still read)
-    FAST = "fast"  # headers, sizes, offsets, manifest (and index-file checksums)
+    FAST = "fast"  # headers, sizes, offsets, manifest (and index-file checksums; native: index blocks on touch)
     DEEP = "deep"  # also every checksum, token ids < vocab size, EOS placement
 
 

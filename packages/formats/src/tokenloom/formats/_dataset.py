@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.formats.errors import ConfigError, FormatError, TokenRangeError
-from tokenloom.formats.io.index_map import iter_chunks, release_pages
+from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, TokenRangeError, TruncatedError
+from tokenloom.formats.io.index_blocks import IndexBlocks
+from tokenloom.formats.io.index_map import iter_chunks, release_pages, zeros_index
 from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.progress import Stage
 from tokenloom.formats.io.source import LOCAL, Source, current_source, map_tokens
 
-__all__ = ["Shard", "TokenDataset"]
+__all__ = ["LazyShard", "Shard", "TokenDataset"]
 
 _bisect_right = bisect.bisect_right
 
@@ -82,6 +83,146 @@ class Shard:
         state = dict(self.__dict__)
         state["_tokens"] = None  # reopened lazily in the receiving process
         return state
+
+
+#: entries checked together on first touch (their offsets fill half a 1 MiB hash block)
+ENTRY_BLOCK_SHIFT = 16
+
+
+class LazyShard(Shard):
+    """A shard whose index is checked by blocks of entries on first use, not at open (10^9 entries open at once).
+
+    The index is ``count + 1`` int64 offsets at byte ``offsets_at`` of ``index`` and ``count`` uint16 overlap
+    prefixes at ``overlaps_at`` (None: the manifest records that all are 0). Touching entry ``i`` checks its
+    block of 2^16 entries once per process: the index blocks' hashes (:class:`IndexBlocks`), then offsets that
+    rise within ``[0, num_tokens]`` and overlap prefixes that fit their entries. Reading the whole
+    ``offsets`` or ``overlap_prefix`` checks every block first.
+    """
+
+    def __init__(
+        self,
+        tokens_path: Path,
+        dtype: np.dtype,
+        num_tokens: int,
+        index: IndexBlocks,
+        *,
+        count: int,
+        offsets_at: int,
+        overlaps_at: int | None,
+        name: str,
+        data_path: str | None = None,
+    ) -> None:
+        self.tokens_path, self.dtype, self.num_tokens, self.name = tokens_path, dtype, num_tokens, name
+        self.tokens_offset = 0
+        self._tokens = None
+        self.source = current_source()
+        self.index, self._count, self._offsets_at, self._overlaps_at = index, count, offsets_at, overlaps_at
+        self._data_path = data_path or os.fspath(tokens_path)  # the data file as errors name it
+        self.entry_checked = bytearray(max(1, -(-count >> ENTRY_BLOCK_SHIFT)))  # (no entries: block 0 checks [0])
+        self._raw: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_raw"] = None  # views of this process's map
+        state["entry_checked"] = bytearray(len(self.entry_checked))  # checked again where it is used
+        return state
+
+    @property
+    def num_entries(self) -> int:
+        return self._count
+
+    def raw_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, overlap prefixes) as stored, not checked: call :meth:`check_entries` before using a part."""
+        if self._raw is None:
+            buffer, count = self.index.buffer, self._count
+            offsets = np.frombuffer(buffer, dtype="<i8", count=count + 1, offset=self._offsets_at)
+            at = self._overlaps_at
+            overlaps = zeros_index(count) if at is None else np.frombuffer(buffer, "<u2", count=count, offset=at)
+            self._raw = (offsets, overlaps)
+        return self._raw
+
+    @property
+    def offsets(self) -> np.ndarray:  # pyright: ignore[reportIncompatibleVariableOverride]
+        self.check_entries(0, self._count)
+        return self.raw_index()[0]
+
+    @property
+    def overlap_prefix(self) -> np.ndarray:  # pyright: ignore[reportIncompatibleVariableOverride]
+        if self._overlaps_at is not None:
+            self.check_entries(0, self._count)
+        return self.raw_index()[1]
+
+    def as_single_entry(self) -> LazyShard:
+        """The same tokens (same reader, no copy) as one entry: the index is not read."""
+        bare = copy.copy(self)
+        bare._count = 1
+        bare.entry_checked = bytearray(b"\x01")
+        bare._raw = (np.array([0, self.num_tokens], dtype=np.int64), np.zeros(1, dtype=np.uint16))
+        return bare
+
+    def check_entries(self, first: int, stop: int) -> None:
+        """Check the blocks of entries ``[first, stop)`` not checked yet in this process (see the class)."""
+        checked = self.entry_checked
+        for block in range(first >> ENTRY_BLOCK_SHIFT, ((max(stop, first + 1) - 1) >> ENTRY_BLOCK_SHIFT) + 1):
+            if not checked[block]:
+                self._check_block(block)
+                checked[block] = 1
+
+    def _describe(self, start: int, stop: int) -> str:
+        first, last = (start - self._offsets_at) // 8 - 1, (stop - self._offsets_at) // 8
+        if self._overlaps_at is not None and start >= self._overlaps_at:
+            first, last = (start - self._overlaps_at) // 2, (stop - self._overlaps_at) // 2
+        first, last = max(first, 0), min(last, self._count)
+        return f"entries {first}-{last} of shard {self.name!r}" if last > first else f"the header of {self.name!r}"
+
+    def _check_block(self, block: int) -> None:
+        first = block << ENTRY_BLOCK_SHIFT
+        stop = min(self._count, first + (1 << ENTRY_BLOCK_SHIFT))
+        index, where = self.index, self.index.where
+        index.ensure(self._offsets_at + 8 * first, self._offsets_at + 8 * (stop + 1), self._describe)
+        if self._overlaps_at is not None:
+            index.ensure(self._overlaps_at + 2 * first, self._overlaps_at + 2 * stop, self._describe)
+        offsets, overlaps = self.raw_index()
+        part = np.array(offsets[first : stop + 1])
+        release_pages(offsets, first, stop + 1)  # checked once: this process keeps none of the pages
+        hint = "The index is damaged although its block hashes match (a writer's bug?): re-create the dataset"
+        if first == 0 and part[0] != 0:
+            raise IndexCorruptError(
+                f"first offset is {int(part[0])}, expected 0", path=where, offset=self._offsets_at, field="offsets"
+            )
+        steps = np.diff(part)
+        bad = np.flatnonzero((steps < 0) | (part[1:] > self.num_tokens))
+        if part[0] < 0 or len(bad):
+            i = int(bad[0]) + 1 if len(bad) else 0
+            raise IndexCorruptError(
+                f"offset {int(part[i])} after {int(part[i - 1]) if i else 'the start'}: offsets must rise within the "
+                f"shard's {self.num_tokens} tokens",
+                path=where,
+                offset=self._offsets_at + 8 * (first + i),
+                record=first + i,
+                field="offsets",
+                hint=hint,
+            )
+        if stop == self._count and part[-1] != self.num_tokens:
+            short = part[-1] > self.num_tokens
+            raise (TruncatedError if short else IndexCorruptError)(
+                f"final offset {int(part[-1])} differs from the data file's {self.num_tokens} tokens",
+                path=self._data_path if short else where,
+                field="offsets",
+            )
+        if self._overlaps_at is not None:
+            wrong = np.flatnonzero(np.asarray(overlaps[first:stop], dtype=np.int64) > steps)
+            release_pages(overlaps, first, stop)
+            if len(wrong):
+                i = int(wrong[0])
+                raise IndexCorruptError(
+                    f"overlap prefix {int(overlaps[first + i])} is longer than its entry of {int(steps[i])} tokens",
+                    path=where,
+                    offset=self._overlaps_at + 2 * (first + i),
+                    record=first + i,
+                    field="overlap_prefix",
+                    hint=hint,
+                )
 
 
 #: ``ds[i]`` finds entry i's shard in a table of about this many blocks per shard (at most _MAX_BLOCKS)
@@ -157,7 +298,7 @@ class TokenDataset:
         self._doc_lengths: np.ndarray | None = None
         self._overlap: np.ndarray | None = None
         self._entry_ends = self._entry_starts[1:]
-        self._entry_views: list[tuple[Any, memoryview, memoryview, int] | None] = [None] * len(self.shards)
+        self._entry_views: list[tuple[Any, memoryview, memoryview, int, Any] | None] = [None] * len(self.shards)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -183,8 +324,10 @@ class TokenDataset:
         k = self._block_shards[block]  # the shard holding the block's first entry
         if index >= ends[k]:  # a later shard of the same block: search only the block's shards
             k = _bisect_right(ends, index, k + 1, self._block_shards[block + 1])
-        tokens, begins, stops, start = self._entry_views[k] or self._entry_view(k)
+        tokens, begins, stops, start, checked = self._entry_views[k] or self._entry_view(k)
         local = index - start
+        if checked is not None and not checked[local >> ENTRY_BLOCK_SHIFT]:  # a LazyShard's block, first touched
+            self.shards[k].check_entries(local, local + 1)  # pyright: ignore[reportAttributeAccessIssue]
         return tokens[begins[local] : stops[local]]
 
     def _checked_index(self, index: int) -> int:
@@ -193,13 +336,16 @@ class TokenDataset:
             return index + length
         raise IndexError(f"entry {index} out of range for a dataset of {length} entries")
 
-    def _entry_view(self, k: int) -> tuple[Any, memoryview, memoryview, int]:
+    def _entry_view(self, k: int) -> tuple[Any, memoryview, memoryview, int, Any]:
         """Shard ``k``'s tokens, its entries' first and end offsets (memoryviews: they index to Python ints,
-        faster than numpy scalars) and its first entry's global index; made on first use (a remote shard's
-        index is fetched only when touched)."""
+        faster than numpy scalars), its first entry's global index and, for a :class:`LazyShard`, which of its
+        blocks of entries are checked; made on first use (a lazy index is read only where touched)."""
         shard = self.shards[k]
-        offsets = np.ascontiguousarray(shard.offsets, np.int64).data
-        view = self._entry_views[k] = (shard.tokens, offsets, offsets[1:], self._entry_starts[k])
+        if isinstance(shard, LazyShard):
+            offsets, checked = shard.raw_index()[0].data, shard.entry_checked
+        else:
+            offsets, checked = np.ascontiguousarray(shard.offsets, np.int64).data, None
+        view = self._entry_views[k] = (shard.tokens, offsets, offsets[1:], self._entry_starts[k], checked)
         return view
 
     @property

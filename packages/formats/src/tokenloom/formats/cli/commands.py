@@ -152,7 +152,7 @@ def validate(
             refuse_remote_output(path, "manifest write (--write-manifest)")
             if (Path(path) / MANIFEST_NAME).is_file():
                 _, added = add_block_hashes(path, read_manifest(path))
-                done = f"added block hashes of {added} data files" if added else "block hashes already recorded"
+                done = f"added block hashes of {added} files" if added else "block hashes already recorded"
                 click.echo(f"{Path(path) / MANIFEST_NAME}: {done}; remote reads verify every block", err=True)
             else:
                 with _quiet("tokenloom.formats"):  # its info "no manifest: run --write-manifest" hint, now moot

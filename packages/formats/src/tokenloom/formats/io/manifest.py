@@ -2,9 +2,9 @@
 
 Written last by every writer, so its presence means "complete". It records the
 format, dtype, vocab size, EOS id, tokenizer fingerprint, token and document
-counts, every file with its byte size and xxh3-128 checksum (data files also an
-xxh3-64 per 1 MiB block, :mod:`.blockhash`, so a remote reader verifies each block it
-fetches), free-form
+counts, every file with its byte size, xxh3-128 checksum and an xxh3-64 per 1 MiB
+block (:mod:`.blockhash`: a reader verifies each block it fetches or first touches, so
+neither a remote read nor the open of a 10^9-entry index reads a whole file), free-form
 ``metadata`` (the settings that produced the data), and a ``checksum`` of the
 manifest's own canonical content, so a flipped byte in the manifest is caught.
 """
@@ -112,7 +112,7 @@ class FileEntry:
     bytes: int
     xxh3_128: str
     role: str = "data"  # "data" (large, checked in deep mode) or "index" (small, checked always)
-    #: an xxh3-64 per block (data files written since wave 4; None in older manifests and for index files)
+    #: an xxh3-64 per block (data files written since wave 4, index files since wave 5; None in older manifests)
     blocks: BlockHashes | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -169,8 +169,11 @@ class Manifest:
                 return entry
         raise MissingFileError(f"{name} is not listed in the manifest", field="files")
 
-    def verify(self, root: Path, *, deep: bool) -> dict[str, os.stat_result]:
+    def verify(self, root: Path, *, deep: bool, index_blocks: bool = False) -> dict[str, os.stat_result]:
         """Sizes of every file; checksums of index files always and of data files when ``deep``.
+
+        ``index_blocks``: the reader checks each index block it touches against its block hashes (index files
+        with block hashes are then not read here: a 10^9-entry index is not read at open).
 
         An index file's checksum is read once per version of the file, and all of them are looked up
         at once when every index file is a version seen before (see
@@ -199,7 +202,7 @@ class Manifest:
             for entry in self.files:
                 self._check_checksum(folder, entry, infos[entry.name], on_bytes=stage.advance)
             return infos
-        indexes = [entry for entry in self.files if entry.role == "index"]
+        indexes = [e for e in self.files if e.role == "index" and not (index_blocks and e.blocks is not None)]
         paths = [folder + entry.name for entry in indexes]
         versions = [infos[entry.name] for entry in indexes]
         recorded = xxhash.xxh3_128("\0".join(entry.xxh3_128 for entry in indexes).encode()).hexdigest()
@@ -233,16 +236,14 @@ def describe_files(root: Path, names_and_roles: Iterable[tuple[str, str]]) -> tu
 
 
 def describe_file(root: Path, name: str, role: str) -> FileEntry:
-    """The FileEntry of ``root/name``: size, xxh3-128 and, for a data file, its block hashes (one read)."""
+    """The FileEntry of ``root/name``: size, xxh3-128 and its block hashes (one read)."""
     size = (root / name).stat().st_size
-    if role != "data":
-        return FileEntry(name=name, bytes=size, xxh3_128=file_checksum(root / name), role=role)
-    checksum, blocks = file_digests(root / name)
+    checksum, blocks = file_digests(root / name)  # index files too: a reader checks the blocks it touches
     return FileEntry(name=name, bytes=size, xxh3_128=checksum, role=role, blocks=blocks)
 
 
 def add_block_hashes(root: str | os.PathLike[str], manifest: Manifest) -> tuple[Manifest, int]:
-    """Rewrite ``root``'s manifest with block hashes for every data file that has none; (manifest, files added).
+    """Rewrite ``root``'s manifest with block hashes for every data or index file that has none; (manifest, added).
 
     Each such file is read once: its checksum must be the recorded one (ChecksumError otherwise: hashes of
     damaged data would bless it), and its block hashes come from the same read.
@@ -250,7 +251,7 @@ def add_block_hashes(root: str | os.PathLike[str], manifest: Manifest) -> tuple[
     folder = Path(root)
     files, added = [], 0
     for entry in manifest.files:
-        if entry.role != "data" or entry.blocks is not None:
+        if entry.role not in ("data", "index") or entry.blocks is not None:
             files.append(entry)
             continue
         checksum, blocks = file_digests(folder / entry.name)

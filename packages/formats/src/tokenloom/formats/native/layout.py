@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenloom.formats.errors import FormatError, TruncatedError
+from tokenloom.formats.errors import FormatError, IndexCorruptError, TruncatedError
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.scan import check_exact_size
 
@@ -42,6 +42,7 @@ __all__ = [
     "MAX_ENTRIES",
     "NATIVE_MAGIC",
     "NATIVE_VERSION",
+    "entry_count",
     "idx_size",
     "pack_header",
     "parse_header",
@@ -86,6 +87,22 @@ LEGACY_CONVERT_HINT = (
 def idx_size(count: int) -> int:
     """Bytes of an ``.idx`` holding ``count`` entries."""
     return HEADER.size + 8 * (count + 1) + 2 * count
+
+
+def entry_count(size: int, *, path: Path | str, record_path: Path | str | None = None) -> int:
+    """The entry count of an ``.idx`` of ``size`` bytes (IndexCorruptError when no count gives that size).
+
+    ``record_path``: where the size was read (a manifest), if not from the file itself.
+    """
+    count, rest = divmod(size - HEADER.size - 8, 10)
+    if rest or count < 0:
+        raise IndexCorruptError(
+            f"{size} bytes is not the size of any GPT-Simple index (16 + 10 * entries + 8)",
+            path=record_path or path,
+            field="bytes" if record_path else "count",
+            hint=f"{path} is damaged or not a native index: restore it or re-create the dataset",
+        )
+    return count
 
 
 def pack_header(dtype: np.dtype, count: int) -> bytes:

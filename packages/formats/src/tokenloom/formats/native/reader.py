@@ -7,16 +7,17 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import xxhash
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dataset import LazyShard, Shard, TokenDataset
 from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, MissingFileError, TruncatedError
 from tokenloom.formats.io.atomic import WRITING_MARKER
 from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.index_blocks import IndexBlocks
 from tokenloom.formats.io.index_map import (
     SCAN_CHUNK_ENTRIES,
     array_in,
@@ -32,11 +33,25 @@ from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import names_in, safe_file, safe_stat
 from tokenloom.formats.io.scan import RisingFromZero
 from tokenloom.formats.native.layout import HEADER as _HEADER
-from tokenloom.formats.native.layout import LEGACY_CONVERT_HINT, NATIVE_MAGIC, parse_header
+from tokenloom.formats.native.layout import (
+    LEGACY_CONVERT_HINT,
+    NATIVE_MAGIC,
+    entry_count,
+    no_overlaps_recorded,
+    parse_header,
+)
 
 log = logging.getLogger("tokenloom.formats")
 
-__all__ = ["every_shard_stats", "is_native", "open_native", "read_native_shard", "read_native_shards", "shard_stats"]
+__all__ = [
+    "NativeShard",
+    "every_shard_stats",
+    "is_native",
+    "open_native",
+    "read_native_shard",
+    "read_native_shards",
+    "shard_stats",
+]
 
 
 #: the manifest version whose native shards are in GPT-Simple's layout (1: tokenloom's pre-release layout)
@@ -104,6 +119,93 @@ def read_native_shard(
         overlap_prefix=overlaps,
         name=stem,
     )
+
+
+class NativeShard(LazyShard):
+    """A native shard over its ``.idx`` read by blocks (:class:`IndexBlocks`, local or remote): the entry count
+    comes from the index's size, the header is checked when the index is first touched, each block of
+    entries when first used (:class:`~tokenloom.formats._dataset.LazyShard`)."""
+
+    _header_checked = False
+
+    def check_entries(self, first: int, stop: int) -> None:
+        if not self._header_checked:
+            self.index.ensure(0, _HEADER.size, self._describe)
+            found, count = parse_header(bytes(self.index.buffer[: _HEADER.size]), path=self.index.where,
+                                        file_size=self.index.size)  # fmt: skip
+            if found != self.dtype:
+                raise FormatError(
+                    f"shard dtype {found.name} differs from the manifest's {self.dtype.name}",
+                    path=self.index.where,
+                    field="dtype",
+                    hint="The index or the manifest changed after the dataset was written: re-create the dataset",
+                )
+            self._header_checked = count == self._count  # (the count follows from the size: parse_header checks it)
+        super().check_entries(first, stop)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_header_checked", None)
+        return state
+
+
+ShardT = TypeVar("ShardT", bound=NativeShard)
+
+
+def native_shard(
+    index: IndexBlocks,
+    tokens_path: Path,
+    data_bytes: int,
+    *,
+    name: str,
+    dtype: np.dtype,
+    zero_overlaps: bool,
+    cls: type[ShardT],
+    record_path: str | None = None,
+) -> ShardT:
+    """The ``cls`` shard (:class:`NativeShard` or a subclass) of ``index`` (a ``.idx``, read by blocks) and
+    ``data_bytes`` of tokens (nothing read yet).
+
+    ``record_path``: where the sizes come from, when not from the files (a remote dataset's manifest).
+    """
+    if data_bytes % dtype.itemsize:
+        raise TruncatedError(
+            f"data file has {data_bytes} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
+            path=tokens_path,
+        )
+    count = entry_count(index.size, path=index.where, record_path=record_path)
+    overlaps_at = None if zero_overlaps else _HEADER.size + 8 * (count + 1)
+    return cls(
+        tokens_path,
+        dtype,
+        data_bytes // dtype.itemsize,
+        index,
+        count=count,
+        offsets_at=_HEADER.size,
+        overlaps_at=overlaps_at,
+        name=name,
+    )
+
+
+def _lazy_shards(
+    root: Path, manifest: Manifest, stems: list[str], stats: list[tuple[os.stat_result, os.stat_result]]
+) -> list[Shard]:
+    """Every shard read by blocks: headers and final offsets checked now, the rest of each index when touched."""
+    folder = os.path.join(root, "")
+    zero = no_overlaps_recorded(manifest.metadata)
+    dtype = as_token_dtype(manifest.dtype)
+    hashes = {entry.name: entry.blocks for entry in manifest.files}
+    shards: list[Shard] = []
+    for stem, (idx_info, bin_info) in zip(stems, stats, strict=True):
+        index = IndexBlocks(folder + stem + ".idx", idx_info.st_size, hashes=hashes[stem + ".idx"])
+        bin_path = Path(folder + stem + ".bin")
+        shard = native_shard(
+            index, bin_path, bin_info.st_size, name=stem, dtype=dtype, zero_overlaps=zero, cls=NativeShard
+        )
+        last = shard.num_entries
+        shard.check_entries(max(last - 1, 0), last)  # the last offset is the data's token count
+        shards.append(shard)
+    return shards
 
 
 def shard_stats(root: Path, stem: str) -> tuple[os.stat_result, os.stat_result]:
@@ -278,7 +380,20 @@ def _cached_fingerprint(root: Path, shards: list[Shard], idx_infos: list[os.stat
 
 
 def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None) -> TokenDataset:
-    """Open a native dataset directory, with or without a manifest (see the module docstring)."""
+    """Open a native dataset directory, with or without a manifest.
+
+    ``validate="fast"`` (the default) with a manifest that records index block hashes (every native writer
+    since wave 5; ``tokenloom validate --write-manifest`` adds them) reads no index at open: it checks the
+    manifest, every file's size, each shard's header and last index block (the final offset is the data's
+    token count), and then each block of 2^16 entries the first time a read touches it (its 1 MiB index
+    blocks against their hashes, offsets rising within the shard, overlap prefixes fitting their entries):
+    a damaged block is a ChecksumError or IndexCorruptError naming the file, the byte offset and the
+    entries when touched, never wrong data. Reading a whole ``shard.offsets`` (``doc_lengths``) checks it
+    all. Without such hashes (an older manifest, or none: GPT-Simple's shards) fast validation scans every
+    offset and checksums every index file at the first open of those file versions, as before.
+    ``validate="deep"`` adds, at open, the checksum of every file (data and index), the scan of every
+    offset and overlap prefix, token ids against the vocab size and the EOS placement.
+    """
     root = Path(path)
     refuse_unfinished(root)
     dtype_hint = as_token_dtype(dtype) if dtype is not None else None
@@ -295,9 +410,10 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
                 field="manifest_version",
                 hint=LEGACY_CONVERT_HINT,
             )
-        if validate != Validate.NONE:
-            listed = manifest.verify(root, deep=validate == Validate.DEEP)
         stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
+        by_blocks = validate != Validate.DEEP and all(manifest.file(f"{stem}.idx").blocks is not None for stem in stems)
+        if validate != Validate.NONE:
+            listed = manifest.verify(root, deep=validate == Validate.DEEP, index_blocks=by_blocks)
         manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
         if dtype_hint is not None and dtype_hint != manifest_dtype:
             raise ConfigError(
@@ -306,6 +422,9 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
                 field="dtype",
             )
         dtype_hint = manifest_dtype
+        if by_blocks:  # the index is read and checked where it is used (its block hashes), not at open
+            shards = _lazy_shards(root, manifest, stems, every_shard_stats(root, stems, listed))
+            return shards_dataset(shards, "native", root, manifest, validate)
     else:
         stems = _stems_without_manifest(root)
     stats = every_shard_stats(root, stems, listed)

@@ -5,6 +5,9 @@ the dataset that comes back reads its token data through :class:`RemoteSource` (
 fingerprint binds the reader's own fingerprint to every object's key, size and ETag. A format whose spec
 has a ``remote`` reader (native: :mod:`tokenloom.formats.remote.native`) opens off its manifest instead,
 after the same manifest fetch and listing, with no view and no index fetched before a shard is touched.
+Such a reader gets each index object through the one lazy index path,
+:func:`tokenloom.formats.remote.native.remote_index` (``RemoteObject(cache, entry, listed.get(name))``): its blocks
+are fetched when first touched and checked against the manifest's block hashes.
 """
 
 from __future__ import annotations
