@@ -12,10 +12,10 @@ documents of at most 64 KiB: deterministic for one environment), the same tokeni
 Each run is a fresh subprocess; *wall* is its whole life (interpreter start and imports included), *CPU* the user+sys
 seconds of it and its children (``getrusage(RUSAGE_CHILDREN)`` deltas), beside tokenloom's own clock (the time the
 command prints). Both run twice a round: with bytecode cached (.pyc files present, as in any installed environment)
-and without (``PYTHONDONTWRITEBYTECODE=1`` and no .pyc, as in this project's uv environments, where the issue's
-0.68x was measured: each run then compiles every module it imports, and tokenloom imports about 3.4 MB of source
-to plain's 2 MB). Rows interleave, median of 3. Tokens count document tokens (EOD excluded). The load average is
-read before and after.
+and without (``PYTHONDONTWRITEBYTECODE=1`` and no .pyc: the shells of the machine where the issue measured 0.68x
+have it, and ``uv sync`` compiles nothing by default; each run then compiles every module it imports, and tokenloom
+imports about 3.4 MB of source to plain's 2 MB). Rows interleave, median of 3. Tokens count document tokens (EOD
+excluded). The load average is read before and after.
 
     uv run python tools/bench/bench_tokenize_process.py [--quick] [--full] [--mb N]
 
@@ -195,7 +195,7 @@ def run(quick: bool, megabytes: float | None = None, full: bool = False) -> str:
         "summary's, after its imports). *Wall*/*CPU*: the whole process and its children (CPU = user + sys, "
         "`getrusage(RUSAGE_CHILDREN)`). *Bytecode cached*: the .pyc files exist (any installed environment, "
         "filled here by one untimed run each); *no bytecode cache*: every run compiles every module it imports "
-        "(`PYTHONDONTWRITEBYTECODE=1` and no .pyc, as in this project's uv environments): tokenloom imports more "
+        "(`PYTHONDONTWRITEBYTECODE=1` and no .pyc, as where the issue measured 0.68x): tokenloom imports more "
         f"source than plain. Load average before {load_before}, after {load_after} (2 cores).",
         "",
         "| what | own clock s | wall s | CPU s | M tokens/s wall | M tokens/CPU-s | vs plain wall | vs plain CPU |",
