@@ -19,7 +19,8 @@ excluded). The load average is read before and after.
 
     uv run python tools/bench/bench_tokenize_process.py [--quick] [--full] [--mb N]
 
-Default: 60 MB (about 40 s here at load 2); ``--full``: 115 MB (the issue's size); ``--quick``: 8 MB, one round.
+Default: 60 MB (estimated 25 s at load 2 from the 115 MB rounds, which took 15 s a mode; minutes at load 15+);
+``--full``: 115 MB (the issue's size); ``--quick``: 8 MB, one round.
 """
 
 from __future__ import annotations
