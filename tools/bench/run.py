@@ -33,6 +33,7 @@ ORDER = [
     "open",
     "tokenize",
     "tokenize-prep",
+    "tokenize-process",
     "sft",
     "datasets",
     "remote_cache",

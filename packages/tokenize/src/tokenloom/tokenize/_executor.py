@@ -485,15 +485,18 @@ def remove_stale_handoffs(parent: Path) -> list[Path]:
     """
     removed = []
     here = _pid_space()
-    with contextlib.suppress(OSError):
-        for entry in parent.iterdir():
-            match = _HANDOFF_DIR.fullmatch(entry.name)
-            if match is None or match[2] != here or pid_alive(int(match[1])):
-                continue
-            with contextlib.suppress(OSError):
-                if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
-                    shutil.rmtree(entry)
-                    removed.append(entry)
+    names: list[str] = []
+    with contextlib.suppress(OSError):  # a shared /tmp holds thousands of entries: names only, prefix first
+        names = [name for name in os.listdir(parent) if name.startswith(HANDOFF_PREFIX)]
+    for name in names:
+        match = _HANDOFF_DIR.fullmatch(name)
+        if match is None or match[2] != here or pid_alive(int(match[1])):
+            continue
+        entry = parent / name
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
+                shutil.rmtree(entry)
+                removed.append(entry)
     if removed:
         log.info(
             "removed %d tokenizer hand-off director%s left by killed runs",
