@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.datasets import build_batch
 from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError
 from tokenloom.formats.io import require
-from tokenloom.hf_streaming._blocks import DEFAULT_MAX_LINE_BYTES
+from tokenloom.hf_streaming._blocks import DEFAULT_MAX_LINE_BYTES, Reading
 from tokenloom.hf_streaming._encode import (
     EncodeFn,
     TokenizerSpec,
@@ -583,12 +583,9 @@ class StreamingHuggingFaceDataset(IterableDataset):
             current=None if current is None else Item(-1, current[0], current[1], current[2]),
             infinite=self.infinite,
             seed=self.seed,
-            block_size=self.shuffle_buffer_size,
-            text_field=self.text_field,
-            on_error=self.on_error,
+            reading=Reading(self.shuffle_buffer_size, self.text_field, self.on_error, self.max_line_bytes),
             hf_dataset=self._hf,
             counters=counters,
-            max_line_bytes=self.max_line_bytes,
             prefetch_blocks=self.prefetch_blocks,
         )
         finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
@@ -600,7 +597,15 @@ class StreamingHuggingFaceDataset(IterableDataset):
         blocks, counters, pass_epoch, finished_items = feed.blocks, feed.counters, feed.pass_epoch, feed.finished_items
         current = position["current"]
         assert self._encode is not None  # noqa: S101 - loaded by __iter__
-        packer = Packer(self._encode, eos_id=self.eos_id, seq_len=self.seq_len, skip_empty=self.mode is Mode.COMPAT)
+        exact = self.mode is Mode.EXACT
+        packer = Packer(
+            self._encode,
+            eos_id=self.eos_id,
+            seq_len=self.seq_len,
+            skip_empty=not exact,
+            ordinals=exact and self.pack_sequences,
+            provenance=self.with_provenance,
+        )
         samples = position.get("samples", 0)
         for block in _rebatch(blocks, self.encode_batch_size):
             packer.add(block)
