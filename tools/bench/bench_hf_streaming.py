@@ -265,6 +265,13 @@ report(started, cpu_started, tokens, first)
 )
 
 
+_IMPORTS = r"""
+from torchdata.stateful_dataloader import StatefulDataLoader
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+report(time.perf_counter(), cpu_now(), 0, 0.0)
+"""
+
+
 def _cpu_children() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -312,11 +319,14 @@ def side_by_side(full: bool, runs: int = RUNS) -> str:
         plain, ours = tmp / "plain.py", tmp / "ours.py"
         plain.write_text(_PLAIN % {"seq": SEQ_LEN})
         ours.write_text(_OURS_SIDE % {"seq": SEQ_LEN})
-        results: dict[str, list[dict]] = {"plain": [], "ours": []}
+        imports = tmp / "imports.py"
+        imports.write_text(_CLOCK + _IMPORTS)
+        results: dict[str, list[dict]] = {"plain": [], "ours": [], "imports": []}
         load_before = os.getloadavg()
         for _ in range(runs):  # interleaved: both see the same load
             results["plain"].append(_whole_process(plain, files, spec.json_path, str(spec.eos_id)))
             results["ours"].append(_whole_process(ours, files, tokenizer))
+            results["imports"].append(_whole_process(imports))
         load_after = os.getloadavg()
 
     def median(name: str, key: str) -> float:
@@ -354,6 +364,10 @@ def side_by_side(full: bool, runs: int = RUNS) -> str:
         )
     wall_ratio = statistics.median(r["tokens"] / r["seconds"] for r in results["ours"]) / statistics.median(
         r["tokens"] / r["seconds"] for r in results["plain"]
+    )
+    lines.append(
+        f"| the tokenloom script's imports alone (torch, torchdata, tokenloom.hf_streaming) | | | | | "
+        f"| {median('imports', 'wall'):.2f} | {median('imports', 'process_cpu'):.2f} |"
     )
     lines += [
         "",

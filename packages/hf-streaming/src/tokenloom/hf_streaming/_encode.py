@@ -23,6 +23,7 @@ import numpy as np
 import xxhash
 
 from tokenloom.formats import ConfigError, FormatError, MissingFileError
+from tokenloom.tokenize.engine import announce_engine, load_encoder  # imported once, before the workers fork
 
 __all__ = ["EncodeFn", "TokenizerSpec", "engine_encoder", "hf_encoder", "limit_worker_threads", "resolve_tokenizer"]
 
@@ -236,9 +237,6 @@ def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: f
 
     from tokenizers import Tokenizer
     from torch.utils.data import get_worker_info
-
-    from tokenloom.tokenize import load_encoder
-    from tokenloom.tokenize.engine import announce_engine
 
     try:
         tokenizer = Tokenizer.from_file(spec.json_path)

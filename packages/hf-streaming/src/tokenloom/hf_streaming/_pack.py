@@ -12,6 +12,7 @@ carry-over is saved as references, not tokens.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 from tokenloom.formats import ResumeMismatchError
 from tokenloom.hf_streaming._encode import EncodeFn
 
-__all__ = ["DocBlock", "Packer", "Window"]
+__all__ = ["DocBlock", "Packer", "Window", "rebatch"]
 
 
 @dataclass(slots=True)
@@ -197,3 +198,23 @@ class Packer:
 
 def _rows(values: np.ndarray | None, used: int, width: int) -> np.ndarray | None:
     return None if values is None else values[:used].reshape(-1, width)
+
+
+def rebatch(blocks: Iterable[DocBlock], size: int) -> Iterator[DocBlock]:
+    """Split large reader blocks so one tokenizer call holds at most ``size`` documents."""
+    for block in blocks:
+        count = len(block.texts)
+        if count <= size:
+            yield block
+            continue
+        for begin in range(0, count, size):
+            end = min(begin + size, count)
+            yield type(block)(
+                texts=block.texts[begin:end],
+                doc_ids=block.doc_ids[begin:end],
+                epoch=block.epoch[begin:end],
+                item=block.item[begin:end],
+                row=block.row[begin:end],
+                hint=block.hint[begin:end],
+                first_token=block.first_token[begin:end],
+            )
