@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from tokenloom.datasets._batch import WindowBatch, stack_samples, windows_to_sample
 
@@ -49,17 +50,7 @@ def collate_samples(
     stacked = stack_samples(batch)
     if stacked is not None:
         return stacked
-    from torch.utils.data._utils.collate import collate
-
     return {key: collate([sample[key] for sample in batch], collate_fn_map=collate_fn_map) for key in batch[0]}
 
 
-def _register() -> None:
-    try:
-        from torch.utils.data._utils.collate import default_collate_fn_map
-    except ImportError:  # a torch without the registry: default_collate stacks each key, still correct
-        return
-    default_collate_fn_map.setdefault(StreamSample, collate_samples)
-
-
-_register()
+default_collate_fn_map.setdefault(StreamSample, collate_samples)  # torch's documented registry
