@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -180,8 +181,206 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 
 
+_CLOCK = r"""
+import json, resource, sys, time
+
+def cpu_now():
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+def report(started, cpu_started, tokens, first):
+    # the DataLoader's workers are joined when its pass ends: their CPU is in RUSAGE_CHILDREN here
+    print(json.dumps({"seconds": time.perf_counter() - started, "cpu": cpu_now() - cpu_started, "tokens": tokens,
+                      "first": first}))
+"""
+
+_PLAIN = (
+    _CLOCK
+    + r"""
+import numpy as np, orjson, zstandard, fastokens
+files, tokenizer_json, eos = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3])
+started, cpu_started, first = time.perf_counter(), cpu_now(), None
+tok = fastokens.Tokenizer.from_file(tokenizer_json)
+width, rows, docs = %(seq)d + 1, 8, 256
+batch = np.empty(rows * width, dtype=np.int64)  # one preallocated int64 batch of 8 windows
+filled = tokens = 0
+
+def push(texts):
+    global filled, tokens, first
+    ids, offsets = tok.encode_batch_flat(texts)
+    ids = np.frombuffer(ids, dtype=np.uint32)
+    ends = np.frombuffer(offsets, dtype=np.uint64)[1:].astype(np.int64) + np.arange(len(texts))
+    stream = np.empty(ids.size + len(texts), dtype=np.int64)
+    is_eos = np.zeros(stream.size, dtype=bool)
+    is_eos[ends] = True
+    stream[is_eos] = eos
+    stream[~is_eos] = ids
+    at = 0
+    while at < stream.size:
+        take = min(stream.size - at, batch.size - filled)
+        batch[filled : filled + take] = stream[at : at + take]
+        filled, at = filled + take, at + take
+        if filled == batch.size:
+            out = batch.reshape(rows, width)  # a training step would take it here
+            tokens += out.size
+            first = first or time.perf_counter() - started
+            filled = 0
+
+for path in files:
+    with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+        texts, tail = [], b""
+        while block := stream.read(1 << 20):
+            lines = (tail + block).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                if line:
+                    texts.append(orjson.loads(line)["text"])
+                    if len(texts) == docs:
+                        push(texts)
+                        texts = []
+        if tail:
+            texts.append(orjson.loads(tail)["text"])
+        if texts:
+            push(texts)
+tokens += filled  # the last partial batch (its windows)
+report(started, cpu_started, tokens - filled %% width, first)
+"""
+)
+
+_OURS_SIDE = (
+    _CLOCK
+    + r"""
+from torchdata.stateful_dataloader import StatefulDataLoader
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+files, tokenizer = sys.argv[1].split(","), sys.argv[2]
+started, cpu_started, first = time.perf_counter(), cpu_now(), None
+ds = StreamingHuggingFaceDataset("json", "train", "text", %(seq)d, tokenizer, data_files=files, seed=1,
+                                 drop_remainder=True)
+tokens = 0
+for batch in StatefulDataLoader(ds, batch_size=8, num_workers=2):
+    tokens += batch["input_ids"].numel() + batch["input_ids"].shape[0]
+    first = first or time.perf_counter() - started
+report(started, cpu_started, tokens, first)
+"""
+)
+
+
+_IMPORTS = r"""
+from torchdata.stateful_dataloader import StatefulDataLoader
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+report(time.perf_counter(), cpu_now(), 0, 0.0)
+"""
+
+
+def _cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _whole_process(script: Path, *args: str) -> dict:
+    """One fresh ``python script args``: its own clock (after imports) and the whole process (its workers too)."""
+    load = os.getloadavg()[0]
+    cpu_before, start = _cpu_children(), time.perf_counter()
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=_env(), timeout=900)
+    wall, cpu = time.perf_counter() - start, _cpu_children() - cpu_before
+    if proc.returncode != 0:
+        raise RuntimeError(f"{script.name} failed: {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**result, "wall": wall, "process_cpu": cpu, "load": load}
+
+
+def _zst_files(root: Path, corpus: Path, copies: int, files: int = 4) -> list[Path]:
+    """``files`` .jsonl.zst files that hold ``copies`` copies of the corpus between them."""
+    import zstandard
+
+    root.mkdir(parents=True, exist_ok=True)
+    data = corpus.read_bytes()
+    out = []
+    for i in range(files):
+        share = copies // files + (1 if i < copies % files else 0)
+        target = root / f"part-{i}.jsonl.zst"
+        target.write_bytes(zstandard.ZstdCompressor(level=3).compress(data * max(1, share)))
+        out.append(target)
+    return out
+
+
+def side_by_side(full: bool, runs: int = RUNS) -> str:
+    """The plain pipeline (one process) beside the tokenloom stream (DataLoader, 2 workers) on the same files."""
+    from tokenloom.hf_streaming import resolve_tokenizer
+    from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
+
+    tokenizer = str(default_tokenizer_path())
+    spec = resolve_tokenizer(tokenizer, None)
+    with tempfile.TemporaryDirectory(prefix="bench-hf-side-") as tmp_name:
+        tmp = Path(tmp_name)
+        corpus = build_stdlib_corpus(tmp / "corpus").path
+        copies = 74 if full else 18  # about 20 M / 4.9 M tokens (EOS included)
+        files = ",".join(map(str, _zst_files(tmp / "in", corpus, copies)))
+        plain, ours = tmp / "plain.py", tmp / "ours.py"
+        plain.write_text(_PLAIN % {"seq": SEQ_LEN})
+        ours.write_text(_OURS_SIDE % {"seq": SEQ_LEN})
+        imports = tmp / "imports.py"
+        imports.write_text(_CLOCK + _IMPORTS)
+        results: dict[str, list[dict]] = {"plain": [], "ours": [], "imports": []}
+        load_before = os.getloadavg()
+        for _ in range(runs):  # interleaved: both see the same load
+            results["plain"].append(_whole_process(plain, files, spec.json_path, str(spec.eos_id)))
+            results["ours"].append(_whole_process(ours, files, tokenizer))
+            results["imports"].append(_whole_process(imports))
+        load_after = os.getloadavg()
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[name])
+
+    def per_cpu(name: str, cpu_key: str) -> float:
+        return statistics.median(r["tokens"] / r[cpu_key] for r in results[name])
+
+    tokens = {name: results[name][0]["tokens"] for name in results}
+    rows = {
+        "plain": "plain process (zstd stream, orjson, fastokens `encode_batch_flat` 256 docs, EOS, int64 batches of 8)",
+        "ours": "tokenloom stream, `StatefulDataLoader(batch_size=8, num_workers=2)`",
+    }
+    lines = [
+        "### hf-streaming beside the plain pipeline (same files, same run)",
+        "",
+        f"Input: 4 `.jsonl.zst` files, {copies} copies of the stdlib docstring corpus, "
+        f"{tokens['plain'] / 1e6:.1f} M tokens in {SEQ_LEN + 1}-token windows (EOS included; "
+        f"tokenloom emitted {tokens['ours'] / 1e6:.1f} M); each run a fresh `python` process, interleaved, "
+        f"median of {runs}. Clock and CPU: from after the imports to the end of the pass, CPU of the process and "
+        "its joined DataLoader workers (`RUSAGE_SELF + RUSAGE_CHILDREN`); whole process: wall and CPU of the "
+        "child with its imports and workers (`RUSAGE_CHILDREN` deltas here). "
+        f"Load average (1/5/15 min): {' '.join(f'{x:.1f}' for x in load_before)} before, "
+        f"{' '.join(f'{x:.1f}' for x in load_after)} after.",
+        "",
+        "| what | tokens/s | tokens per CPU-s | first batch s | clock s | CPU s | whole process wall s | "
+        "whole process CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in ("plain", "ours"):
+        lines.append(
+            f"| {rows[name]} | {statistics.median(r['tokens'] / r['seconds'] for r in results[name]) / 1e6:.2f} M "
+            f"| {per_cpu(name, 'cpu') / 1e6:.2f} M | {median(name, 'first'):.2f} | {median(name, 'seconds'):.2f} "
+            f"| {median(name, 'cpu'):.2f} | {median(name, 'wall'):.2f} | {median(name, 'process_cpu'):.2f} |"
+        )
+    wall_ratio = statistics.median(r["tokens"] / r["seconds"] for r in results["ours"]) / statistics.median(
+        r["tokens"] / r["seconds"] for r in results["plain"]
+    )
+    lines.append(
+        f"| the tokenloom script's imports alone (torch, torchdata, tokenloom.hf_streaming) | | | | | "
+        f"| {median('imports', 'wall'):.2f} | {median('imports', 'process_cpu'):.2f} |"
+    )
+    lines += [
+        "",
+        f"tokenloom / plain: {wall_ratio:.2f}x tokens/s (target >= 1.4x with 2 workers on 2 cores), "
+        f"{per_cpu('ours', 'cpu') / per_cpu('plain', 'cpu'):.2f}x tokens per CPU-s (target >= 0.7x); whole "
+        f"process: {median('plain', 'wall') / median('ours', 'wall'):.2f}x wall, "
+        f"{per_cpu('ours', 'process_cpu') / per_cpu('plain', 'process_cpu'):.2f}x tokens per CPU-s.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as run.py: cache bytecode
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return env
 
@@ -220,7 +419,7 @@ def _copies(root: Path, corpus: Path, copies: int) -> list[Path]:
     return out
 
 
-def run(quick: bool) -> str:
+def run(quick: bool, full: bool = False) -> str:
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
     tokenizer = str(default_tokenizer_path())
@@ -321,6 +520,7 @@ def run(quick: bool) -> str:
         lines.append(f"| {label} | {statistics.median(resume[label]):.2f} | {seed} |")
     ratio = statistics.median(resume["90%"]) / statistics.median(resume["10%"])
     lines += ["", f"90% / 10% latency ratio for tokenloom: {ratio:.2f}x (target within 2x)."]
+    lines += ["", side_by_side(full, runs).strip()]
     text = "\n".join(lines) + "\n"
     if not quick:
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
@@ -331,8 +531,10 @@ def run(quick: bool) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small input, a smoke run")
+    parser.add_argument("--full", action="store_true", help="the side-by-side row on 20 M tokens (default about 5 M)")
+    parser.add_argument("--side-by-side", action="store_true", help="only the row beside the plain pipeline")
     args = parser.parse_args()
-    print(run(args.quick))
+    print(side_by_side(args.full, 1 if args.quick else RUNS) if args.side_by_side else run(args.quick, args.full))
     return 0
 
 

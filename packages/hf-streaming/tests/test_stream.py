@@ -147,7 +147,7 @@ def test_rows_match_hugging_face_streaming(corpus, tokenizer_dir):
     """Our readers see the records load_dataset(..., streaming=True) sees, file by file."""
     import datasets
 
-    from tokenloom.hf_streaming._blocks import read_blocks
+    from tokenloom.hf_streaming._blocks import Reading, read_blocks
     from tokenloom.hf_streaming._units import Layout, enumerate_units, file_sources
 
     sources = file_sources(corpus, "json")
@@ -155,14 +155,7 @@ def test_rows_match_hugging_face_streaming(corpus, tokenizer_dir):
     ours: dict[str, list[str]] = {}
     for unit in units:
         for block in read_blocks(
-            unit,
-            sources[unit.source],
-            unit.source,
-            block_size=7,
-            start_block=0,
-            hint=-1,
-            text_field="text",
-            on_error="raise",
+            unit, sources[unit.source], unit.source, Reading(7, "text", "raise"), start_block=0, hint=-1
         ):
             ours.setdefault(sources[unit.source].path, []).extend(t for t in block.texts if t is not None)
     for path in corpus:

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING
 from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
-    from tokenloom.hf_streaming._dataset import Mode, StreamingHuggingFaceDataset
+    from tokenloom.hf_streaming._dataset import StreamingHuggingFaceDataset
     from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
     from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
+    from tokenloom.hf_streaming._resume import Mode
     from tokenloom.hf_streaming._state import load_rank_states, merge_rank_states, save_rank_state, slot_states_in
 
 #: Public name -> the module that defines it, imported on first use: ``import tokenloom.hf_streaming`` (and every
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "EncodeFn": "tokenloom.hf_streaming._encode",
     "FiniteStepper": "tokenloom.hf_streaming._finite",
-    "Mode": "tokenloom.hf_streaming._dataset",
+    "Mode": "tokenloom.hf_streaming._resume",
     "StreamingHuggingFaceDataset": "tokenloom.hf_streaming._dataset",
     "engine_encoder": "tokenloom.hf_streaming._encode",
     "hf_encoder": "tokenloom.hf_streaming._encode",

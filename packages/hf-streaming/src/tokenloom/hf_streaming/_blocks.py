@@ -12,10 +12,12 @@ there, so resuming costs one block, not the position. A record's ``doc_id`` is a
 from __future__ import annotations
 
 import io
+import operator
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
 from tokenloom.formats import DataError, FormatError, MissingKeyError, RecordError, RemoteOptions, TruncatedError
@@ -27,13 +29,12 @@ from tokenloom.tokenize.inputs import (
     Issue,
     IssueKind,
     WindowError,
-    line_records,
     line_start,
     row_records,
     stream_lines,
 )
 
-__all__ = ["DEFAULT_MAX_LINE_BYTES", "READ_BYTES", "SOURCE_SHIFT", "Block", "read_blocks", "text_of"]
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "READ_BYTES", "SOURCE_SHIFT", "Block", "Reading", "read_blocks", "text_of"]
 
 SOURCE_SHIFT = 40
 DEFAULT_MAX_LINE_BYTES = 64 << 20
@@ -42,13 +43,52 @@ READ_BYTES = 4 << 20
 """Bytes per ranged GET of a remote line stream."""
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How a unit's records become blocks: one value from the dataset to every reader."""
+
+    block_size: int
+    text_field: str
+    on_error: str
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+
+
 @dataclass(slots=True)
 class Block:
     index: int
     hint: int
-    doc_ids: list[int] = field(default_factory=list)
-    texts: list[str | None] = field(default_factory=list)
+    doc_ids: np.ndarray
+    """int64, one per record."""
+    texts: list[str | None]
     """None where a bad record was skipped (``on_error="skip"``)."""
+
+
+class _Filler:
+    """Records, a run at a time, cut into blocks of ``size``: no per-record Python on the way."""
+
+    __slots__ = ("hint", "ids", "index", "size", "texts")
+
+    def __init__(self, index: int, size: int) -> None:
+        self.index, self.size = index, size
+        self.hint, self.texts, self.ids = -1, [], []
+
+    def add(self, texts: list[str | None], ids: np.ndarray, offsets: np.ndarray | None = None) -> Iterator[Block]:
+        at = 0
+        while at < len(texts):
+            if self.hint < 0 and offsets is not None:
+                self.hint = int(offsets[at])
+            take = min(self.size - len(self.texts), len(texts) - at)
+            self.texts.extend(texts[at : at + take] if take < len(texts) else texts)
+            self.ids.append(ids[at : at + take])
+            at += take
+            if len(self.texts) == self.size:
+                yield self.flush()
+
+    def flush(self) -> Block:
+        ids = np.concatenate(self.ids) if self.ids else np.empty(0, dtype=np.int64)
+        block = Block(self.index, self.hint, ids, self.texts)
+        self.index, self.hint, self.texts, self.ids = self.index + 1, -1, [], []
+        return block
 
 
 def text_of(
@@ -112,117 +152,126 @@ def _stream_error(issue: Issue, path: str) -> DataError:
 
 
 def _line_blocks(
-    unit: Unit,
-    source: Source,
-    source_index: int,
-    *,
-    block_size: int,
-    start_block: int,
-    hint: int,
-    text_field: str,
-    on_error: str,
-    max_line_bytes: int,
+    unit: Unit, source: Source, source_index: int, *, reading: Reading, start_block: int, hint: int
 ) -> Iterator[Block]:
+    """Blocks of a line unit, a batch of lines (about 1 MiB) at a time: offsets, the stride and the block cuts in
+    numpy, the parse in one ``map`` per batch; a batch with a bad record is read again a record at a time."""
     end = unit.end if unit.end >= 0 and source.cut is Cut.BYTES else None
     handle, raw = _open(source)
     if not handle.seekable():
         hint = -1  # a zstd stream cannot seek: a resume reads the unit from its start
     if hint >= 0:
         handle.seek(hint)
-        start, to_discard, skip_before_next = hint, 0, 0
+        start, to_discard, skip = hint, 0, 0
     else:  # a range owns the lines that start inside it
         start = line_start(handle, unit.begin) if unit.begin > 0 else 0
-        to_discard, skip_before_next = start_block * block_size, unit.phase
-    lines = stream_lines(handle, raw, source.reader, max_line_bytes, stop=None if end is None else end - start)
+        to_discard, skip = start_block * reading.block_size, unit.phase
+    lines = stream_lines(handle, raw, source.reader, reading.max_line_bytes, stop=None if end is None else end - start)
+    blocks, offset, path = _Filler(start_block, reading.block_size), start, source.path
+    tag = source_index << SOURCE_SHIFT
     try:
-        block = Block(start_block, -1)
-        for record in line_records(lines, source.path, offset=start):
-            if isinstance(record, Issue):
-                if record.kind is IssueKind.EMPTY_FILE:
+        for batch, sizes, issue in lines:
+            if issue is not None:
+                if issue.kind is IssueKind.EMPTY_FILE:
                     continue
-                raise _stream_error(record, source.path)
-            offset = record.offset or 0
-            if record.value is None:  # a line over the cap
-                if on_error != "skip":
+                if issue.kind is not IssueKind.LINE_TOO_LONG:
+                    raise _stream_error(issue, path)
+                if reading.on_error != "skip":
                     raise RecordError(
-                        f"line has {record.size} bytes, over the cap of {max_line_bytes} bytes",
-                        path=source.path,
+                        f"line has {sizes[0]} bytes, over the cap of {reading.max_line_bytes} bytes",
+                        path=path,
                         offset=offset,
                         field="max_line_bytes",
                         hint="Pass a larger max_line_bytes= if the record is genuine, or on_error='skip' "
                         "to count and skip such records",
                     )
-            else:
-                if offset == 0 and record.value.lstrip()[:1] == b"[":
+            lengths = np.asarray(sizes, dtype=np.int64)
+            offsets = np.cumsum(lengths) - lengths + offset
+            offset += int(lengths.sum())
+            records = None  # the lines that are records (None: all; a blank line is none)
+            if issue is None:
+                if offsets[0] == 0 and batch[0].lstrip()[:1] == b"[":
                     raise FormatError(
                         "a JSON array file: the streaming reader needs JSON lines (one object per line)",
-                        path=source.path,
+                        path=path,
                         hint="Convert it to jsonl, or pass load_dataset(..., streaming=True) as the dataset",
                     )
-                if not record.value.strip():
-                    continue
-            if skip_before_next:
-                skip_before_next -= 1
-                continue
-            skip_before_next = unit.stride - 1
+                if min(batch)[:1] <= b" ":  # an empty or whitespace-led line: look at each
+                    records = np.flatnonzero([bool(line.strip()) for line in batch])
+            count = len(batch) if records is None else records.size
+            picks = np.arange(skip, count, unit.stride)  # the unit's share: every stride-th record from its phase
+            skip = (int(picks[-1]) + unit.stride if picks.size else skip) - count
             if to_discard:
-                to_discard -= 1
+                dropped = min(to_discard, picks.size)
+                picks, to_discard = picks[dropped:], to_discard - dropped
+            if not picks.size:
                 continue
-            text: str | None = None  # a skipped bad record (on_error="skip")
-            if record.value is not None:
-                try:
-                    value = orjson.loads(record.value)
-                except orjson.JSONDecodeError as exc:
-                    if on_error != "skip":
-                        raise RecordError(
-                            f"not valid JSON: {exc}",
-                            path=source.path,
-                            offset=offset,
-                            hint="Fix the line, or pass on_error='skip' to count and skip such records",
-                        ) from None
-                else:
-                    text = text_of(value, text_field, on_error, path=source.path, offset=offset, row=None)
-            if block.hint < 0:
-                block.hint = offset
-            block.doc_ids.append(source_index << SOURCE_SHIFT | offset)
-            block.texts.append(text)
-            if len(block.texts) == block_size:
-                yield block
-                block = Block(block.index + 1, -1)
-        if block.texts:
-            yield block
+            index = picks if records is None else records[picks]
+            chosen = batch if index.size == len(batch) else list(map(batch.__getitem__, index.tolist()))
+            where = offsets[index]
+            texts, error = ([None], None) if issue is not None else _texts(chosen, where, reading, path)
+            yield from blocks.add(texts, tag | where[: len(texts)], where)
+            if error is not None:
+                raise error
+        if blocks.texts:
+            yield blocks.flush()
     except OSError as exc:  # a read that fails below the decompressor (a lost file, a network error)
-        raise FormatError(f"cannot read: {exc}", path=source.path) from None
+        raise FormatError(f"cannot read: {exc}", path=path) from None
+
+
+def _texts(lines: list[bytes], offsets: np.ndarray, reading: Reading, path: str) -> tuple[list, DataError | None]:
+    """The text of each line, and the error of the first bad one (the texts stop before it); skipped: None."""
+    field = reading.text_field
+    try:
+        texts = list(map(operator.itemgetter(field), map(orjson.loads, lines)))
+        if set(map(type, texts)) <= {str}:
+            return texts, None
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        pass
+    texts = []
+    for line, offset in zip(lines, offsets.tolist(), strict=True):
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if reading.on_error == "skip":
+                texts.append(None)
+                continue
+            return texts, RecordError(
+                f"not valid JSON: {exc}",
+                path=path,
+                offset=offset,
+                hint="Fix the line, or pass on_error='skip' to count and skip such records",
+            )
+        try:
+            texts.append(text_of(value, field, reading.on_error, path=path, offset=offset, row=None))
+        except RecordError as exc:
+            return texts, exc
+    return texts, None
 
 
 def _rows_blocks(
-    rows: Iterator[tuple[int, Any]],
-    unit: Unit,
-    *,
-    block_size: int,
-    start_block: int,
-    text_field: str,
-    on_error: str,
-    path: str,
-    source_index: int,
+    rows: Iterator[tuple[int, Any]], unit: Unit, reading: Reading, start_block: int, path: str, source_index: int
 ) -> Iterator[Block]:
     """Blocks over (row number, record) pairs: parquet row groups and HF shards."""
     kept = 0
-    to_discard = start_block * block_size
-    block = Block(start_block, -1)
+    to_discard = start_block * reading.block_size
+    blocks = _Filler(start_block, reading.block_size)
+    texts: list[str | None] = []
+    ids: list[int] = []
     for row, record in rows:
         if row % unit.stride != unit.phase:
             continue
         kept += 1
         if kept <= to_discard:
             continue
-        block.doc_ids.append(source_index << SOURCE_SHIFT | row)
-        block.texts.append(text_of(record, text_field, on_error, path=path, offset=None, row=row))
-        if len(block.texts) == block_size:
-            yield block
-            block = Block(block.index + 1, -1)
-    if block.texts:
-        yield block
+        ids.append(source_index << SOURCE_SHIFT | row)
+        texts.append(text_of(record, reading.text_field, reading.on_error, path=path, offset=None, row=row))
+        if len(texts) == reading.block_size - len(blocks.texts):
+            yield from blocks.add(texts, np.asarray(ids, dtype=np.int64))
+            texts, ids = [], []
+    yield from blocks.add(texts, np.asarray(ids, dtype=np.int64))
+    if blocks.texts:
+        yield blocks.flush()
 
 
 def _file_rows(source: Source, group: int, text_field: str) -> Iterator[tuple[int, Any]]:
@@ -245,25 +294,15 @@ def _file_rows(source: Source, group: int, text_field: str) -> Iterator[tuple[in
 
 
 def read_blocks(
-    unit: Unit,
-    source: Source,
-    source_index: int,
-    *,
-    block_size: int,
-    start_block: int,
-    hint: int,
-    text_field: str,
-    on_error: str,
-    hf_dataset: Any = None,
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    unit: Unit, source: Source, index: int, reading: Reading, *, start_block: int, hint: int, hf_dataset: Any = None
 ) -> Iterator[Block]:
-    options = {"block_size": block_size, "start_block": start_block, "text_field": text_field, "on_error": on_error}
+    """The unit's records as blocks of ``reading.block_size`` from block ``start_block`` on (see the module)."""
     if source.kind != SourceKind.HF and not source.reader.rows:
-        yield from _line_blocks(unit, source, source_index, hint=hint, max_line_bytes=max_line_bytes, **options)
+        yield from _line_blocks(unit, source, index, reading=reading, start_block=start_block, hint=hint)
         return
     if source.kind != SourceKind.HF:
-        rows = _file_rows(source, unit.begin, text_field)
+        rows = _file_rows(source, unit.begin, reading.text_field)
     else:
-        shard = hf_dataset.shard(num_shards=hf_dataset.num_shards, index=source_index, contiguous=True)
+        shard = hf_dataset.shard(num_shards=hf_dataset.num_shards, index=index, contiguous=True)
         rows = enumerate(shard)
-    yield from _rows_blocks(rows, unit, path=source.path, source_index=source_index, **options)
+    yield from _rows_blocks(rows, unit, reading, start_block, source.path, index)

@@ -14,15 +14,16 @@ process, with a ConfigError, unless ``eos_id`` is given.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import orjson
 import xxhash
 
 from tokenloom.formats import ConfigError, FormatError, MissingFileError
+from tokenloom.tokenize.engine import announce_engine, load_encoder  # imported once, before the workers fork
 
 __all__ = ["EncodeFn", "TokenizerSpec", "engine_encoder", "hf_encoder", "limit_worker_threads", "resolve_tokenizer"]
 
@@ -53,8 +54,8 @@ def _token_content(value: object) -> str | None:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
         raise FormatError(f"cannot read tokenizer file: {exc}", path=path, hint="Re-save the tokenizer") from None
     if not isinstance(data, dict):
         raise FormatError("tokenizer file is not a JSON object", path=path, hint="Re-save the tokenizer")
@@ -66,7 +67,10 @@ def _vocab_size(tokenizer: dict) -> int | None:
     vocab = tokenizer.get("model", {}).get("vocab") if isinstance(tokenizer.get("model"), dict) else None
     sizes = []
     if isinstance(vocab, dict):
-        sizes.append(max((v for v in vocab.values() if isinstance(v, int)), default=-1) + 1)
+        ids = list(vocab.values())
+        if not set(map(type, ids)) <= {int}:  # (the common case is checked in C, not a Python frame per token)
+            ids = [v for v in ids if isinstance(v, int)]
+        sizes.append(max(ids, default=-1) + 1)
     elif isinstance(vocab, list):
         sizes.append(len(vocab))
     else:
@@ -236,9 +240,6 @@ def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: f
 
     from tokenizers import Tokenizer
     from torch.utils.data import get_worker_info
-
-    from tokenloom.tokenize import load_encoder
-    from tokenloom.tokenize.engine import announce_engine
 
     try:
         tokenizer = Tokenizer.from_file(spec.json_path)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats import ResumeMismatchError
-from tokenloom.hf_streaming._blocks import Block, read_blocks, text_of
+from tokenloom.hf_streaming._blocks import Block, Reading, read_blocks, text_of
 from tokenloom.hf_streaming._order import Base, Item, block_order, slot_items
 from tokenloom.hf_streaming._pack import DocBlock
 from tokenloom.hf_streaming._prefetch import ReadAhead
@@ -38,45 +38,24 @@ def _doc_block(texts, doc_ids, epoch, item, rows, hint, first_token) -> DocBlock
         epoch=np.full(n, epoch, dtype=np.int64),
         item=np.full(n, item, dtype=np.int64),
         row=np.asarray(rows, dtype=np.int64),
-        hint=np.asarray(hint, dtype=np.int64) if not np.isscalar(hint) else np.full(n, hint, dtype=np.int64),
+        hint=np.full(n, hint, dtype=np.int64),
         first_token=np.asarray(first_token, dtype=np.int64),
     )
 
 
-def _reader(
-    item: Item,
-    unit: Unit,
-    source: Source,
-    *,
-    block_size: int,
-    text_field: str,
-    on_error: str,
-    hf_dataset: Any,
-    max_line_bytes: int,
-    prefetch_blocks: int,
-) -> ReadAhead[Block]:
+def _reader(item: Item, unit: Unit, source: Source, reading: Reading, hf_dataset: Any, depth: int) -> ReadAhead[Block]:
     """The unit's raw blocks from the item's position on, read ahead in a thread (HF shards: in the caller)."""
 
     def make() -> Iterator[Block]:
-        return read_blocks(
-            unit,
-            source,
-            unit.source,
-            block_size=block_size,
-            start_block=item.row // block_size,
-            hint=item.hint if item.hint >= 0 and item.row > 0 else -1,
-            text_field=text_field,
-            on_error=on_error,
-            hf_dataset=hf_dataset,
-            max_line_bytes=max_line_bytes,
-        )
+        hint = item.hint if item.hint >= 0 and item.row > 0 else -1
+        first = item.row // reading.block_size
+        return read_blocks(unit, source, unit.source, reading, start_block=first, hint=hint, hf_dataset=hf_dataset)
 
-    return ReadAhead(make, prefetch_blocks if source.kind != SourceKind.HF else 0)
+    return ReadAhead(make, depth if source.kind != SourceKind.HF else 0)
 
 
 def _unit_blocks(
     item: Item,
-    unit: Unit,
     source: Source,
     blocks: ReadAhead[Block],
     *,
@@ -86,6 +65,7 @@ def _unit_blocks(
     block_size: int,
     counters: Counters,
 ) -> Iterator[DocBlock]:
+    """A unit's documents in the slot's order: each block permuted by its key, from the item's row on."""
     first_block = item.row // block_size
     reached = item.fresh
     for block in blocks:
@@ -93,21 +73,20 @@ def _unit_blocks(
         order = block_order(size, seed, epoch, item.unit, block.index)
         begin = item.row - block.index * block_size if block.index == first_block else 0
         reached = reached or (block.index == first_block and begin < size)
-        texts, doc_ids, rows, first = [], [], [], []
-        for position in range(max(begin, 0), size):
-            source_index = int(order[position])
-            text = block.texts[source_index]
-            counters.records += 1
-            if text is None:
-                counters.skipped += 1
-                continue
-            row = block.index * block_size + position
-            texts.append(text)
-            doc_ids.append(block.doc_ids[source_index])
-            rows.append(row)
-            first.append(item.token if row == item.row else 0)
+        if begin >= size:
+            continue
+        picked = order[begin:]
+        texts = list(map(block.texts.__getitem__, picked.tolist()))
+        rows = np.arange(begin, size, dtype=np.int64) + block.index * block_size
+        counters.records += size - begin
+        if None in texts:  # records skipped by on_error="skip"
+            keep = np.fromiter((text is not None for text in texts), dtype=bool, count=len(texts))
+            counters.skipped += len(texts) - int(keep.sum())
+            texts = [text for text in texts if text is not None]
+            picked, rows = picked[keep], rows[keep]
         if texts:
-            yield _doc_block(texts, doc_ids, epoch, index, rows, block.hint, first)
+            first = np.where(rows == item.row, item.token, 0)
+            yield _doc_block(texts, block.doc_ids[picked], epoch, index, rows, block.hint, first)
     if not reached:
         raise _past_the_data(f"unit {item.unit} ({source.path}) has no row {item.row}")
 
@@ -133,12 +112,9 @@ def exact_blocks(
     current: Item | None,
     infinite: bool,
     seed: int,
-    block_size: int,
-    text_field: str,
-    on_error: str,
+    reading: Reading,
     hf_dataset: Any,
     counters: Counters,
-    max_line_bytes: int,
     prefetch_blocks: int = 0,
 ) -> Feed:
     """Documents of this slot from (epoch, item_index, current) on; one pass unless ``infinite``.
@@ -151,17 +127,7 @@ def exact_blocks(
     def reader(index: int, item: Item) -> ReadAhead[Block]:
         if index not in readers:
             unit = units[item.unit]
-            readers[index] = _reader(
-                item,
-                unit,
-                sources[unit.source],
-                block_size=block_size,
-                text_field=text_field,
-                on_error=on_error,
-                hf_dataset=hf_dataset,
-                max_line_bytes=max_line_bytes,
-                prefetch_blocks=prefetch_blocks,
-            )
+            readers[index] = _reader(item, unit, sources[unit.source], reading, hf_dataset, prefetch_blocks)
         return readers[index]
 
     def first_item(items: list[Item], index: int) -> Item:
@@ -183,16 +149,15 @@ def exact_blocks(
                     blocks = reader(index, item)
                     if index + 1 < len(items) and prefetch_blocks:
                         reader(index + 1, items[index + 1])  # the next unit's first blocks arrive meanwhile
-                    unit = units[item.unit]
+                    source = sources[units[item.unit].source]
                     yield from _unit_blocks(
                         item,
-                        unit,
-                        sources[unit.source],
+                        source,
                         blocks,
                         epoch=epoch,
                         index=index,
                         seed=seed,
-                        block_size=block_size,
+                        block_size=reading.block_size,
                         counters=counters,
                     )
                     del readers[index]

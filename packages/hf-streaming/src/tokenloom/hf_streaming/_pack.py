@@ -12,7 +12,7 @@ carry-over is saved as references, not tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from tokenloom.formats import ResumeMismatchError
 from tokenloom.hf_streaming._encode import EncodeFn
 
-__all__ = ["DocBlock", "Packer", "Window"]
+__all__ = ["DocBlock", "Packer", "Window", "rebatch"]
 
 
 @dataclass(slots=True)
@@ -40,10 +40,10 @@ class DocBlock:
 class Window:
     tokens: np.ndarray
     """(n, seq_len + 1) int64 windows."""
-    ordinals: np.ndarray
-    """(n, seq_len + 1) running document number of every token (padding: its own number)."""
-    provenance: np.ndarray
-    """(n, seq_len + 1) source doc_id of every token (-1 for padding)."""
+    ordinals: np.ndarray | None
+    """(n, seq_len + 1) running document number of every token (padding: its own number); None: not kept."""
+    provenance: np.ndarray | None
+    """(n, seq_len + 1) source doc_id of every token (-1 for padding); None: not kept."""
     positions: np.ndarray
     """(n, 5) epoch, item, row, token offset, hint after each window."""
     padding: np.ndarray | None = None
@@ -51,9 +51,22 @@ class Window:
 
 
 class Packer:
-    """Carry-over buffer and window cutter for one slot."""
+    """Carry-over buffer and window cutter for one slot.
 
-    def __init__(self, encode: EncodeFn, *, eos_id: int, seq_len: int, skip_empty: bool = False) -> None:
+    Each block is written once, straight after the carry-over, into a fresh buffer (windows already yielded keep
+    theirs); document numbers and provenance per token are built only when asked for (``ordinals``, ``provenance``).
+    """
+
+    def __init__(
+        self,
+        encode: EncodeFn,
+        *,
+        eos_id: int,
+        seq_len: int,
+        skip_empty: bool = False,
+        ordinals: bool = True,
+        provenance: bool = True,
+    ) -> None:
         self.encode = encode
         self.eos_id = eos_id
         self.width = seq_len + 1
@@ -61,8 +74,8 @@ class Packer:
         self.next_ordinal = 0
         self.documents = 0
         self._tokens = np.empty(0, dtype=np.int64)
-        self._ordinals = np.empty(0, dtype=np.int64)
-        self._provenance = np.empty(0, dtype=np.int64)
+        self._ordinals = np.empty(0, dtype=np.int64) if ordinals else None
+        self._provenance = np.empty(0, dtype=np.int64) if provenance else None
         # per document in the buffer: end offset (buffer coordinates) and its position columns
         self._ends = np.empty(0, dtype=np.int64)
         self._doc_pos = np.empty((0, 5), dtype=np.int64)  # epoch, item, row, first_token - start, hint
@@ -71,19 +84,7 @@ class Packer:
         if not block.texts:
             return
         flat, lengths = self.encode(block.texts)
-        keep = np.ones(len(lengths), dtype=bool)
-        if self.skip_empty:
-            keep = lengths > 0
         sizes = lengths + 1  # every document ends with EOS
-        starts = np.zeros(len(sizes), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        total = int(sizes.sum())
-        tokens = np.empty(total, dtype=np.int64)
-        is_eos = np.zeros(total, dtype=bool)
-        is_eos[starts + lengths] = True
-        tokens[is_eos] = self.eos_id
-        tokens[~is_eos] = flat
-        mask = np.repeat(keep, sizes)
         skip = block.first_token
         beyond = np.flatnonzero(skip > sizes)
         if beyond.size:
@@ -94,23 +95,42 @@ class Packer:
                 field="current",
                 hint="Resume with the data files and tokenizer the state was saved with, or start afresh",
             )
-        for index in np.flatnonzero(skip > 0):
-            mask[starts[index] : starts[index] + min(int(skip[index]), int(sizes[index]))] = False
-        kept_sizes = np.where(keep, sizes - np.minimum(skip, sizes), 0)
+        kept_sizes = sizes - skip
+        if self.skip_empty:
+            kept_sizes[lengths == 0] = 0
+        carry = self._tokens.size
+        ends = np.cumsum(sizes)  # in the block's own tokens (EOS included)
+        if (kept_sizes == sizes).all():  # every token of every document (a resume or compat mode cuts some)
+            tokens = np.empty(carry + int(ends[-1]), dtype=np.int64)
+            tokens[:carry] = self._tokens
+            body = tokens[carry:]
+            is_eos = np.zeros(body.size, dtype=bool)
+            is_eos[ends - 1] = True
+            body[ends - 1] = self.eos_id
+            body[~is_eos] = flat
+        else:
+            whole = np.empty(int(ends[-1]), dtype=np.int64)
+            is_eos = np.zeros(whole.size, dtype=bool)
+            is_eos[ends - 1] = True
+            whole[ends - 1] = self.eos_id
+            whole[~is_eos] = flat
+            mask = np.ones(whole.size, dtype=bool)
+            for index in np.flatnonzero(kept_sizes < sizes):
+                mask[ends[index] - sizes[index] : ends[index] - kept_sizes[index]] = False
+            tokens = np.concatenate([self._tokens, whole[mask]])
         ordinals = self.next_ordinal + np.arange(len(sizes), dtype=np.int64)
         self.next_ordinal += len(sizes)
-        self.documents += int(keep.sum())
+        self.documents += len(sizes) - (int((lengths == 0).sum()) if self.skip_empty else 0)
+        self._tokens = tokens
+        if self._ordinals is not None:
+            self._ordinals = np.concatenate([self._ordinals, np.repeat(ordinals, kept_sizes)])
+        if self._provenance is not None:
+            self._provenance = np.concatenate([self._provenance, np.repeat(block.doc_ids, kept_sizes)])
         present = kept_sizes > 0
-        base = self._tokens.size
-        self._tokens = np.concatenate([self._tokens, tokens[mask]])
-        self._ordinals = np.concatenate([self._ordinals, np.repeat(ordinals, kept_sizes)])
-        self._provenance = np.concatenate([self._provenance, np.repeat(block.doc_ids, kept_sizes)])
-        ends = base + np.cumsum(kept_sizes)[present]
+        buffer_ends = carry + np.cumsum(kept_sizes)
         # token offset after X buffer tokens of document j = X - (end_j - kept_j) + skip_j = X - end_j + size_j
-        columns = np.stack(
-            [block.epoch, block.item, block.row, sizes - (base + np.cumsum(kept_sizes)), block.hint], axis=1
-        )[present]
-        self._ends = np.concatenate([self._ends, ends])
+        columns = np.stack([block.epoch, block.item, block.row, sizes - buffer_ends, block.hint], axis=1)[present]
+        self._ends = np.concatenate([self._ends, buffer_ends[present]])
         self._doc_pos = np.concatenate([self._doc_pos, columns])
 
     @property
@@ -126,8 +146,8 @@ class Packer:
         cut = np.arange(1, count + 1, dtype=np.int64) * self.width
         window = Window(
             tokens=self._tokens[:used].reshape(count, self.width),
-            ordinals=self._ordinals[:used].reshape(count, self.width),
-            provenance=self._provenance[:used].reshape(count, self.width),
+            ordinals=_rows(self._ordinals, used, self.width),
+            provenance=_rows(self._provenance, used, self.width),
             positions=self._positions(cut),
         )
         self._drop(used)
@@ -141,11 +161,14 @@ class Packer:
         pad = self.width - size
         padding = np.zeros((1, self.width), dtype=bool)
         padding[0, size:] = True
-        last_ordinal = int(self._ordinals[-1])
+
+        def padded(values: np.ndarray | None, fill: int) -> np.ndarray | None:
+            return None if values is None else np.concatenate([values, np.full(pad, fill, dtype=np.int64)])[None, :]
+
         window = Window(
-            tokens=np.concatenate([self._tokens, np.full(pad, self.eos_id, dtype=np.int64)])[None, :],
-            ordinals=np.concatenate([self._ordinals, np.full(pad, last_ordinal + 1, dtype=np.int64)])[None, :],
-            provenance=np.concatenate([self._provenance, np.full(pad, -1, dtype=np.int64)])[None, :],
+            tokens=padded(self._tokens, self.eos_id),  # type: ignore[arg-type] (never None)
+            ordinals=padded(self._ordinals, int(self._ordinals[-1]) + 1 if self._ordinals is not None else 0),
+            provenance=padded(self._provenance, -1),
             positions=self._positions(np.array([size], dtype=np.int64)),
             padding=padding,
         )
@@ -160,8 +183,10 @@ class Packer:
 
     def _drop(self, used: int) -> None:
         self._tokens = self._tokens[used:]
-        self._ordinals = self._ordinals[used:]
-        self._provenance = self._provenance[used:]
+        if self._ordinals is not None:
+            self._ordinals = self._ordinals[used:]
+        if self._provenance is not None:
+            self._provenance = self._provenance[used:]
         first = int(np.searchsorted(self._ends, used, side="right"))
         self._ends = self._ends[first:] - used
         self._doc_pos = self._doc_pos[first:].copy()
@@ -171,9 +196,25 @@ class Packer:
         self._drop(self._tokens.size)
 
 
-def iter_windows(packer: Packer, blocks: Iterator[DocBlock]) -> Iterator[Window]:
+def _rows(values: np.ndarray | None, used: int, width: int) -> np.ndarray | None:
+    return None if values is None else values[:used].reshape(-1, width)
+
+
+def rebatch(blocks: Iterable[DocBlock], size: int) -> Iterator[DocBlock]:
+    """Split large reader blocks so one tokenizer call holds at most ``size`` documents."""
     for block in blocks:
-        packer.add(block)
-        window = packer.windows()
-        if window is not None:
-            yield window
+        count = len(block.texts)
+        if count <= size:
+            yield block
+            continue
+        for begin in range(0, count, size):
+            end = min(begin + size, count)
+            yield type(block)(
+                texts=block.texts[begin:end],
+                doc_ids=block.doc_ids[begin:end],
+                epoch=block.epoch[begin:end],
+                item=block.item[begin:end],
+                row=block.row[begin:end],
+                hint=block.hint[begin:end],
+                first_token=block.first_token[begin:end],
+            )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError
+from tokenloom.formats.io import require
 from tokenloom.hf_streaming._remote import expand_remote
 from tokenloom.hf_streaming._units import data_suffixes
 
-__all__ = ["check_objects", "remote_access", "remote_dataset_files"]
+__all__ = ["check_objects", "load_hf_dataset", "remote_access", "remote_dataset_files"]
 
 
 def remote_access(
@@ -62,3 +64,32 @@ def check_objects(saved: Any, current: list[list[Any]]) -> None:
                 hint="Restore the object the run started with, or start afresh: a saved position in other bytes "
                 "would skip or repeat documents",
             )
+
+
+def load_hf_dataset(dataset_name: Any, config: str | None, split: str, load_kwargs: dict[str, Any]) -> Any:
+    """A Hugging Face IterableDataset: given, converted from a Dataset, or loaded with streaming=True."""
+    hf_datasets = require(
+        "datasets", distribution="tokenloom-datasets", extra="hf", purpose="StreamingHuggingFaceDataset"
+    )
+    if isinstance(dataset_name, hf_datasets.IterableDataset):
+        return dataset_name
+    if isinstance(dataset_name, hf_datasets.Dataset):
+        return dataset_name.to_iterable_dataset(num_shards=max(1, min(64, len(dataset_name))))
+    if not isinstance(dataset_name, str):
+        raise ConfigError(
+            f"dataset_name is a {type(dataset_name).__name__}, expected a name or a datasets.IterableDataset",
+            field="dataset_name",
+        )
+    try:
+        return hf_datasets.load_dataset(dataset_name, config, split=split, streaming=True, **load_kwargs)
+    except Exception as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+        raise ConfigError(
+            f"load_dataset({dataset_name!r}, {config!r}, split={split!r}) failed: {type(exc).__name__}: {exc}",
+            field="dataset_name",
+            hint=(
+                "The hub is switched off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE): use local data_files= or unset it"
+                if offline
+                else "Check the name, config, split and data_files"
+            ),
+        ) from None

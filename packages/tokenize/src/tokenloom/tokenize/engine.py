@@ -31,7 +31,9 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import operator
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -249,10 +251,10 @@ class FastEncoder(Encoder):
         the threshold, and (with any checking on) those that contain an added token's text."""
         if not self._threshold:
             return []
-        threshold = self._threshold
-        chosen = {i for i, text in enumerate(texts) if _content_key(text) < threshold}
+        positions = range(len(texts))  # the loops below run in C (map), not a Python frame per text
+        chosen = set(itertools.compress(positions, map(self._threshold.__gt__, _content_keys(texts))))
         for token in self._added_tokens:
-            chosen.update(i for i, text in enumerate(texts) if token in text)
+            chosen.update(itertools.compress(positions, map(str.__contains__, texts, itertools.repeat(token))))
         if self._added_pattern is not None:
             search = self._added_pattern.search
             chosen.update(i for i, text in enumerate(texts) if search(text) is not None)
@@ -287,6 +289,18 @@ def _content_key(text: str) -> int:
         return digest(text.encode("utf-8", "surrogatepass"))
     half = SAMPLE_KEY_CHARS // 2
     return digest((text[:half] + text[-half:]).encode("utf-8", "surrogatepass"), len(text))
+
+
+def _content_keys(texts: Sequence[str]) -> list[int]:
+    """:func:`_content_key` of every text, the short ones hashed in one ``map``."""
+    clipped = list(texts)
+    long = [i for i, size in enumerate(map(len, clipped)) if size > SAMPLE_KEY_CHARS]
+    for i in long:
+        clipped[i] = ""
+    keys = list(map(xxhash.xxh3_64_intdigest, map(operator.methodcaller("encode", "utf-8", "surrogatepass"), clipped)))
+    for i in long:
+        keys[i] = _content_key(texts[i])
+    return keys
 
 
 def _versions(name: str) -> dict[str, str]:

@@ -105,7 +105,7 @@ Batch = tuple[list[bytes | None], list[int], "Issue | None"]
 
 def _good_lines(lines: list[bytes], line_number: int, max_line_bytes: int, crlf: bool) -> Iterator[Batch]:
     """Complete lines (each still with a trailing \r, if any) -> batches; ``line_number`` is the first's."""
-    sizes = [len(line) + 1 for line in lines]
+    sizes = list(map((1).__add__, map(len, lines)))  # in C: no Python frame per line
     if crlf:
         lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
     if max(sizes) - 1 <= max_line_bytes:
