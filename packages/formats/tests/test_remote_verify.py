@@ -113,7 +113,7 @@ def test_validate_write_manifest_adds_block_hashes(local_ds, tmp_path):
     before = open_dataset(old).fingerprint
     result = CliRunner().invoke(validate, [str(old), "--write-manifest"])
     assert result.exit_code == 0, result.output
-    assert "added block hashes of 2 files" in result.output  # the .bin's and (since wave 5) the .idx's
+    assert "added block hashes of 2 files" in result.output  # the .bin's and (since the open by blocks) the .idx's
     assert read_manifest(old).files == read_manifest(local_ds).files
     assert open_dataset(old).fingerprint == before  # a saved state still resumes
     again = CliRunner().invoke(validate, [str(old), "--write-manifest"])

@@ -383,7 +383,7 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
     """Open a native dataset directory, with or without a manifest.
 
     ``validate="fast"`` (the default) with a manifest that records index block hashes (every native writer
-    since wave 5; ``tokenloom validate --write-manifest`` adds them) reads no index at open: it checks the
+    since the open by blocks; ``tokenloom validate --write-manifest`` adds them) reads no index at open: it checks the
     manifest, every file's size, each shard's header and last index block (the final offset is the data's
     token count), and then each block of 2^16 entries the first time a read touches it (its 1 MiB index
     blocks against their hashes, offsets rising within the shard, overlap prefixes fitting their entries):
