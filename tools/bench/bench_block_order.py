@@ -7,6 +7,10 @@ data, as on a node whose disk is smaller than the corpus); one full epoch per or
 cache. Fetched = body bytes of every ``.bin`` GET counted at the proxy; used = samples x 2,049 x 2 bytes.
 The figure is a count, not a time, so the machine's load does not move it.
 
+Then the curriculum row (issue 38 item 4): three buckets of 128 MiB on the same kind of server, a 2-phase mix
+that reads about 40% of them through ``CurriculumDataset`` with its schedule's prefetch, at 8 MiB cache blocks,
+in block order and in the Feistel order (fetched from the node's ledger, as ``curriculum status`` shows it).
+
     uv run --group bench python tools/bench/bench_block_order.py [--quick]
 
 Writes docs/benchmarks/block_order.md (the full run) and returns its section.
@@ -148,7 +152,7 @@ def measure_mix(quick: bool) -> dict:
     full = (MIX_SEQ, MIX_SAMPLES, 8 << 20, MIX_BLOCK_SAMPLES)
     seq, samples, block, per_block = (127, 6_144, 8 << 10, 128) if quick else full
     order = {"order": "block", "block_samples": per_block, "window_blocks": 1}
-    out: dict = {"seq": seq, "samples": samples, "block_size": block, "order": order}
+    out: dict = {"seq": seq, "samples": samples, "block_size": block, "order": order, "load": os.getloadavg()}
     saved = os.environ.get("TOKENLOOM_BLOCK_SIZE")
     os.environ["TOKENLOOM_BLOCK_SIZE"] = str(block)
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -199,6 +203,7 @@ def report_mix(m: dict) -> str:
             f"| `{name}` | {r['samples']:,} | {r['fetched_bytes'] / mib:,.1f} | {r['used_bytes'] / mib:,.1f} | "
             f"{ratio:.2f} | {r['wire'] / mib:,.1f} | {r['seconds']:.1f} | {target} |"
         )
+    lines.append(f"\nLoad average (1/5/15 min) at the start: {'/'.join(f'{x:.1f}' for x in m['load'])}.")
     lines.append(
         "\nWhat block order still fetches beyond what it uses: a block of samples rarely ends on a cache block (the "
         "window's one-token overlap reaches 2 bytes into the next block), and the last block each bucket reads is only "
