@@ -5,10 +5,10 @@ its workers after the dataset was opened. :mod:`._runtime` decides per process: 
 (a DataLoader worker) whose address space never ran the runtime calls obstore itself; every other
 process (the top-level process that forks the workers, a child forked after the runtime ran) starts
 one helper per thread on first use (forked from it where that is clean, see ``_Forked``; else a fresh
-interpreter that imports only what serving needs, see ``_BOOTSTRAP``; again after a fork: the pid is checked)
-and sends it requests as JSON lines on a pipe (no pickles): ``head``, ``fetch`` (write bytes ``[start, end)`` of an object into a file),
-``check_bucket``, and for writes ``put`` (upload a local file, multipart when large), ``stat``, ``list``
-and ``delete`` (:mod:`.writes`).
+interpreter that imports only what serving needs, see ``_BOOTSTRAP``; again after a fork: the pid is
+checked) and sends it requests as JSON lines on a pipe (no pickles): ``head``, ``fetch`` (write bytes
+``[start, end)`` of an object into a file), ``check_bucket``, and for writes ``put`` (upload a local file,
+multipart when large), ``stat``, ``list`` and ``delete`` (:mod:`.writes`).
 Both paths answer the same requests with the same code (:func:`_answer`) and the same errors.
 ``storage_options`` credentials travel only on that pipe, never in argv. The helper's retry warnings
 come back with each answer and are logged by the caller, so they count in the caller's logs. The
