@@ -396,9 +396,10 @@ def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str,
     return [dataclasses.asdict(info) for info in client.list_prefix(config, request["prefix"])]
 
 
-def serve(stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None) -> None:
-    """Answer requests from ``stdin`` (default: this process's) until it closes."""
-    stdin, stdout = stdin or sys.stdin.buffer, stdout or sys.stdout.buffer
+def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -> None:
+    """Answer requests from ``requests`` (default: this process's stdin) until it closes."""
+    stdin: IO[bytes] = requests if requests is not None else sys.stdin.buffer
+    stdout: IO[bytes] = answers if answers is not None else sys.stdout.buffer
     collect = _Collect(stdout)
     logger = logging.getLogger("tokenloom.formats.remote")
     logger.addHandler(collect)
