@@ -65,8 +65,10 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
             cache_limit=cache_limit,
         )
         ds = MemoryMappedDataset(opened, seq_len=SEQ)
-        options = {"block_samples": BLOCK_SAMPLES, "window_blocks": WINDOW_BLOCKS} if order == "block" else {}
-        sampler = ResumableDistributedSampler(ds, num_replicas=1, rank=0, seed=1, order=order, **options)
+        per_block, window = (BLOCK_SAMPLES, WINDOW_BLOCKS) if order == "block" else (None, None)
+        sampler = ResumableDistributedSampler(
+            ds, num_replicas=1, rank=0, seed=1, order=order, block_samples=per_block, window_blocks=window
+        )
         prefetch = True
         try:
             ds.prefetch(sampler, batch_size=BATCH, lookahead=LOOKAHEAD, num_workers=WORKERS)
