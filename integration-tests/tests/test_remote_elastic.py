@@ -170,13 +170,17 @@ def write_buckets(root: Path, samples: dict[str, int]) -> None:
                     writer.add(tokens[start : start + 50])
 
 
-@pytest.mark.parametrize("schedule_seed", [4])
-def test_curriculum_over_s3_exactly_once_across_nodes_and_topologies(seaweed, node_env, tmp_path, schedule_seed):
+@pytest.mark.parametrize(
+    ("schedule_seed", "order"),
+    [(4, {}), (7, {"order": "block", "block_samples": 8, "window_blocks": 2})],
+    ids=["feistel", "block"],
+)
+def test_curriculum_over_s3_exactly_once_across_nodes_and_topologies(seaweed, node_env, tmp_path, schedule_seed, order):
     local = tmp_path / "data"
     write_buckets(local, {"a": 70, "b": 50, "c": 90})
     url = upload_tree(seaweed, local)
     phases = [{"duration_tokens": 1600, "mix": {"a": 1, "b": 1}}, {"duration_tokens": 2400, "mix": {"b": 1, "c": 2}}]
-    data = {"max_length": SEQ_LEN, "packing": False, "allow_bucket_exhaustion": True, "curriculum": phases}
+    data = {"max_length": SEQ_LEN, "packing": False, "allow_bucket_exhaustion": True, "curriculum": phases, **order}
     config = tmp_path / "remote.yaml"
     config.write_text(yaml.safe_dump({"data": {"path": url, **data}}))
     (tmp_path / "local.yaml").write_text(yaml.safe_dump({"data": {"path": str(local), **data}}))

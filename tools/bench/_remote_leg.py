@@ -88,9 +88,55 @@ def write_mds(tokens: str, count: int, per_shard: int, out: str) -> None:
 # -- readers: each returns an iterable of batches, and a function that sums one batch ---------------------
 
 
-def _tokenloom(url: str, endpoint: str, cache: Path, count: int):
-    from tokenloom.datasets import MemoryMappedDataset, collate
+def _order(count: int, order: str):
+    """tokenloom's sampler in ``order``: "block" (blocks of consecutive samples, one shard each, shuffled, then
+    samples in a window of 2 blocks: the object-storage order) or "global" (a keyed permutation of every sample)."""
     from tokenloom.sampler import ResumableDistributedSampler
+
+    if order == "global":
+        return ResumableDistributedSampler(count, num_replicas=1, rank=0, seed=1)
+    per_block = max(1, count // 8)
+    return ResumableDistributedSampler(
+        count, num_replicas=1, rank=0, seed=1, order="block", block_samples=per_block, window_blocks=2
+    )
+
+
+class _Plain(torch.utils.data.Dataset):
+    """The physical limit: the same batches gathered from one local memory map of the tokens (no cache, no checks)."""
+
+    def __init__(self, path: str, count: int) -> None:
+        self.path, self.count, self.tokens = path, count, None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitems__(self, indices):
+        from tokenloom.datasets import SampleBatch
+
+        if self.tokens is None:  # mapped in the worker
+            self.tokens = np.memmap(self.path, dtype=np.uint16, mode="r")
+        out = np.empty((len(indices), SEQ + 1), dtype=np.uint16)
+        for row, index in enumerate(indices):
+            out[row] = self.tokens[index * (SEQ + 1) : (index + 1) * (SEQ + 1)]
+        return SampleBatch.from_windows(out)  # the batch tokenloom hands the loader: the same way to the parent
+
+
+def _plain(url: str, endpoint: str, cache: Path, count: int, order: str = "block"):
+    from tokenloom.datasets import collate
+
+    loader = DataLoader(
+        _Plain(url, count),
+        batch_size=BATCH,
+        num_workers=WORKERS,
+        sampler=_order(count, order),
+        collate_fn=collate,
+        multiprocessing_context="fork",
+    )
+    return loader, _tokenloom_total
+
+
+def _tokenloom(url: str, endpoint: str, cache: Path, count: int, order: str = "block"):
+    from tokenloom.datasets import MemoryMappedDataset, collate
 
     options = {
         "endpoint": endpoint,
@@ -104,11 +150,7 @@ def _tokenloom(url: str, endpoint: str, cache: Path, count: int):
     )
     if len(dataset) != count:
         raise SystemExit(f"tokenloom sees {len(dataset)} samples, expected {count}")
-    # the object-storage order: blocks of consecutive samples (one shard each) shuffled, then samples in a window
-    per_block = max(1, count // 8)
-    sampler = ResumableDistributedSampler(
-        count, num_replicas=1, rank=0, seed=1, order="block", block_samples=per_block, window_blocks=2
-    )
+    sampler = _order(count, order)
     loader = DataLoader(
         dataset,
         batch_size=BATCH,
@@ -118,11 +160,12 @@ def _tokenloom(url: str, endpoint: str, cache: Path, count: int):
         multiprocessing_context="fork",
     )
 
-    def total(batch) -> tuple[int, int]:
-        ids = batch["input_ids"]
-        return int(ids.sum(dtype=torch.int64)) + int(batch["labels"][:, -1].sum(dtype=torch.int64)), len(ids)
+    return loader, _tokenloom_total
 
-    return loader, total
+
+def _tokenloom_total(batch) -> tuple[int, int]:
+    ids = batch["input_ids"]
+    return int(ids.sum(dtype=torch.int64)) + int(batch["labels"][:, -1].sum(dtype=torch.int64)), len(ids)
 
 
 def _litdata(url: str, endpoint: str, cache: Path, count: int):
@@ -178,7 +221,7 @@ def _mosaic(url: str, endpoint: str, cache: Path, count: int):
     return loader, total
 
 
-READERS = {"tokenloom": _tokenloom, "litdata": _litdata, "mosaic": _mosaic}
+READERS = {"tokenloom": _tokenloom, "litdata": _litdata, "mosaic": _mosaic, "plain": _plain}
 
 
 def _imports(leg: str) -> None:
@@ -192,7 +235,16 @@ def _imports(leg: str) -> None:
         import tokenloom.sampler  # noqa: F401
 
 
-def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes: list[str], first_only: bool) -> None:
+def read(
+    leg: str,
+    url: str,
+    endpoint: str,
+    count: int,
+    cache_root: Path,
+    passes: list[str],
+    first_only: bool,
+    options: dict | None = None,
+) -> None:
     _imports(leg)
     if leg == "mosaic":
         from streaming.base.util import clean_stale_shared_memory
@@ -205,8 +257,8 @@ def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes
         print(json.dumps({"ready": kind}), flush=True)
         if not sys.stdin.readline():
             return
-        started = time.perf_counter()
-        loader, total = READERS[leg](url, endpoint, cache, count)
+        started, cpu = time.perf_counter(), os.times()
+        loader, total = READERS[leg](url, endpoint, cache, count, **(options or {}))
         first, samples, token_sum = None, 0, 0
         for batch in loader:
             if first is None:
@@ -218,13 +270,11 @@ def read(leg: str, url: str, endpoint: str, count: int, cache_root: Path, passes
                 break
         seconds = time.perf_counter() - started
         del loader
-        gc.collect()
-        print(
-            json.dumps(
-                {"pass": kind, "seconds": seconds, "first_batch_s": first, "samples": samples, "token_sum": token_sum}
-            ),
-            flush=True,
-        )
+        gc.collect()  # the workers are joined: their CPU counts in children's times
+        done = os.times()
+        cpu_s = sum(done[:4]) - sum(cpu[:4])  # user + system, this process and its waited-for workers
+        record = {"pass": kind, "seconds": seconds, "first_batch_s": first, "samples": samples, "token_sum": token_sum}
+        print(json.dumps({**record, "cpu_s": cpu_s}), flush=True)
 
 
 def serve(leg: str) -> None:
@@ -246,9 +296,11 @@ def serve(leg: str) -> None:
         if pid == 0:  # the child: one job, then out without the parent's exit handlers
             code = 0
             try:
+                reader = job.get("reader", leg)  # the tokenloom server also runs the plain gather
                 read(
-                    leg, job["url"], job["endpoint"], job["count"], Path(job["cache"]), job["passes"], job["first_only"]
-                )
+                    reader, job["url"], job["endpoint"], job["count"], Path(job["cache"]), job["passes"],
+                    job["first_only"], job.get("options"),
+                )  # fmt: skip
             except BaseException:
                 traceback.print_exc()
                 code = 1

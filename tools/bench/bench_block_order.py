@@ -7,6 +7,10 @@ data, as on a node whose disk is smaller than the corpus); one full epoch per or
 cache. Fetched = body bytes of every ``.bin`` GET counted at the proxy; used = samples x 2,049 x 2 bytes.
 The figure is a count, not a time, so the machine's load does not move it.
 
+Then the curriculum row (issue 38 item 4): three buckets of 128 MiB on the same kind of server, a 2-phase mix
+that reads about 40% of them through ``CurriculumDataset`` with its schedule's prefetch, at 8 MiB cache blocks,
+in block order and in the Feistel order (fetched from the node's ledger, as ``curriculum status`` shows it).
+
     uv run --group bench python tools/bench/bench_block_order.py [--quick]
 
 Writes docs/benchmarks/block_order.md (the full run) and returns its section.
@@ -37,6 +41,12 @@ BLOCK_SAMPLES = 4096  # 16 MiB of windows: 16 cache blocks (17 when unaligned)
 WINDOW_BLOCKS = 2  # a shuffle window of 32 MiB
 # the global order thrashes a bounded cache: a part of its epoch shows the ratio (4,000 samples took 63 s)
 GLOBAL_SAMPLES = 2_000
+# the curriculum row: 3 buckets of 32,768 windows (128 MiB each at 2,049 tokens), 8 MiB cache blocks, blocks of
+# 8,192 samples (32 MiB); the 2-phase mix reads MIX_READ x the samples of one bucket per phase
+MIX_SEQ = 2048
+MIX_SAMPLES = 32_768
+MIX_BLOCK_SAMPLES = 8_192
+MIX_READ = 0.6
 
 
 def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samples: int | None = None) -> dict:
@@ -59,8 +69,10 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
             ),
         )
         ds = MemoryMappedDataset(opened, seq_len=SEQ)
-        options = {"block_samples": BLOCK_SAMPLES, "window_blocks": WINDOW_BLOCKS} if order == "block" else {}
-        sampler = ResumableDistributedSampler(ds, num_replicas=1, rank=0, seed=1, order=order, **options)
+        per_block, window = (BLOCK_SAMPLES, WINDOW_BLOCKS) if order == "block" else (None, None)
+        sampler = ResumableDistributedSampler(
+            ds, num_replicas=1, rank=0, seed=1, order=order, block_samples=per_block, window_blocks=window
+        )
         prefetch = True
         try:
             ds.prefetch(sampler, batch_size=BATCH, lookahead=LOOKAHEAD, num_workers=WORKERS)
@@ -79,6 +91,131 @@ def _epoch(url: str, server, cache: Path, cache_limit: int, order: str, max_samp
     finally:
         proxy.close()
     return {"samples": samples, "fetched": fetched, "gets": gets, "seconds": seconds, "prefetch": prefetch}
+
+
+def _mix_buckets(root: Path, samples: int, seq: int) -> None:
+    """train/{a,b,c} of ``samples`` windows each (one document a bucket), val/{a,b,c} of 4."""
+    import numpy as np
+
+    from tokenloom.formats import open_writer
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", samples), ("val", 4)):
+        for name in "abc":
+            body = rng.integers(0, 50_000, size=count * seq + 1, dtype=np.uint16)
+            with open_writer(root / split / name, dtype="uint16", eos_id=50_000, vocab_size=50_304) as writer:
+                writer.add_batch(body, [len(body)])
+
+
+def _mix_epoch(url: str, server, cache: Path, seq: int, samples: int, order: dict) -> dict:
+    """The whole 2-phase curriculum over the 3 buckets at ``url`` (reading ~40% of each), prefetch on, no limit."""
+    from torch.utils.data import DataLoader
+
+    from tokenloom.curriculum import CurriculumConfig, CurriculumDataset
+    from tokenloom.datasets import collate
+    from tokenloom.sampler import ResumableDistributedSampler
+    from tokenloom.testing.servers import FaultProxy
+
+    phase = int(MIX_READ * samples) * seq
+    proxy = FaultProxy(server.endpoint)
+    try:
+        config = CurriculumConfig.from_dict(
+            {
+                "path": url,
+                "seq_len": seq,
+                "packing": False,
+                "curriculum": [
+                    {"duration_tokens": phase, "mix": {"a": 0.5, "b": 0.3, "c": 0.2}},
+                    {"duration_tokens": phase, "mix": {"a": 0.1, "b": 0.3, "c": 0.6}},
+                ],
+                "storage_options": server.storage_options(endpoint=proxy.url),
+                "block_cache_dir": str(cache),
+                **order,
+            }
+        )
+        ds = CurriculumDataset(config, seed=1)
+        sampler = ResumableDistributedSampler(ds, shuffle=False, seed=0)
+        ds.prefetch(sampler, batch_size=16, lookahead=64, num_workers=WORKERS)  # the schedule's next blocks
+        loader = DataLoader(ds, batch_size=16, sampler=sampler, num_workers=WORKERS, collate_fn=collate)
+        started = time.perf_counter()
+        count = sum(len(batch["input_ids"]) for batch in loader)
+        seconds = time.perf_counter() - started
+        proxy.wait_idle()
+        figures = ds.fetch_figures(count)  # the node's ledger, as `tokenloom curriculum status` shows it
+        wire = sum(n for path, n in proxy.get_bytes.items() if path.endswith(".bin"))
+    finally:
+        proxy.close()
+    return {"samples": count, "seconds": seconds, "wire": wire, **figures}
+
+
+def measure_mix(quick: bool) -> dict:
+    """A 3-bucket curriculum from S3 at 8 MiB cache blocks (quick: 8 KiB, sizes / 1024): block order vs feistel."""
+    import os
+
+    from tokenloom.testing.servers import SeaweedS3
+
+    # quick: the same shape / 1024 (windows of 256 bytes, blocks of 128 of them = 4 cache blocks of 8 KiB)
+    full = (MIX_SEQ, MIX_SAMPLES, 8 << 20, MIX_BLOCK_SAMPLES)
+    seq, samples, block, per_block = (127, 6_144, 8 << 10, 128) if quick else full
+    order = {"order": "block", "block_samples": per_block, "window_blocks": 1}
+    out: dict = {"seq": seq, "samples": samples, "block_size": block, "order": order, "load": os.getloadavg()}
+    saved = os.environ.get("TOKENLOOM_BLOCK_SIZE")
+    os.environ["TOKENLOOM_BLOCK_SIZE"] = str(block)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        _mix_buckets(tmp / "local", samples, seq)
+        out["data_bytes"] = sum(p.stat().st_size for p in (tmp / "local" / "train").rglob("*.bin"))
+        server = SeaweedS3(tmp / "seaweed")
+        try:
+            prefix = f"mix-{uuid.uuid4().hex[:8]}"
+            for folder in sorted({p.parent for p in (tmp / "local").rglob("*") if p.is_file()}):
+                server.upload_dir(folder, f"{prefix}/{folder.relative_to(tmp / 'local').as_posix()}")
+            url = f"s3://{server.bucket}/{prefix}"
+            for name, options in (("block", order), ("feistel", {})):
+                out[name] = _mix_epoch(url, server, tmp / f"cache-{name}", seq, samples, options)
+        finally:
+            server.stop()
+            if saved is None:
+                os.environ.pop("TOKENLOOM_BLOCK_SIZE", None)
+            else:
+                os.environ["TOKENLOOM_BLOCK_SIZE"] = saved
+    return out
+
+
+def report_mix(m: dict) -> str:
+    mib = 1 << 20
+    block = m["block_size"]
+    size = f"{block // mib} MiB" if block >= mib else f"{block >> 10} KiB"
+    lines = [
+        "",
+        f"### A 3-bucket curriculum from S3 at {size} cache blocks: fetched / used per order",
+        "",
+        f"3 buckets of {m['samples']:,} windows of {m['seq'] + 1:,} uint16 tokens ({m['data_bytes'] / mib:,.0f} MiB "
+        "together) on the same kind of server; a 2-phase curriculum (mixes 0.5/0.3/0.2 then 0.1/0.3/0.6) that reads "
+        f"about {MIX_READ * 2 / 3:.0%} of the samples; `CurriculumDataset.prefetch` (the schedule's next blocks), "
+        f"`DataLoader(batch_size=16, num_workers={WORKERS})`, no cache limit, an empty cache per order. Block order: "
+        f"`block_samples={m['order']['block_samples']}`, `window_blocks=1`. Fetched: the node's ledger "
+        "(`CurriculumDataset.fetch_figures`, what `tokenloom curriculum status` prints; equal to the `.bin` GET bodies "
+        "at the proxy); used: samples x window bytes.",
+        "",
+        "| order | samples | fetched MiB | used MiB | fetched / used | .bin at the proxy MiB | s | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name in ("block", "feistel"):
+        r = m[name]
+        ratio = r["fetched_bytes"] / r["used_bytes"]
+        target = ("<= 1.5: " + ("met" if ratio <= 1.5 else "MISSED")) if name == "block" else "(the default order)"
+        lines.append(
+            f"| `{name}` | {r['samples']:,} | {r['fetched_bytes'] / mib:,.1f} | {r['used_bytes'] / mib:,.1f} | "
+            f"{ratio:.2f} | {r['wire'] / mib:,.1f} | {r['seconds']:.1f} | {target} |"
+        )
+    lines.append(f"\nLoad average (1/5/15 min) at the start: {'/'.join(f'{x:.1f}' for x in m['load'])}.")
+    lines.append(
+        "\nWhat block order still fetches beyond what it uses: a block of samples rarely ends on a cache block (the "
+        "window's one-token overlap reaches 2 bytes into the next block), and the last block each bucket reads is only "
+        "partly drawn (its draws are shuffled over all of it)."
+    )
+    return "\n".join(lines) + "\n"
 
 
 def measure(quick: bool) -> dict:
@@ -140,7 +277,7 @@ def report(m: dict) -> str:
 
 
 def run(quick: bool) -> str:
-    text = report(measure(quick))
+    text = report(measure(quick)) + report_mix(measure_mix(quick))
     if not quick:
         OUTPUT.write_text(text)
     return text

@@ -148,16 +148,30 @@ def test_spawned_workers_call_obstore_in_process(seaweed, tmp_path, method):
 
 
 def test_the_helper_loads_only_what_serving_needs(seaweed, tmp_path):
-    """The helper's interpreter skips the package __init__s above helper.py (every format, numpy: most of a
-    helper's start, which a top-level process's first remote call waits for) and still serves head and fetch."""
+    """A top-level process with one Python thread forks its helper (no interpreter start, no imports: most of a
+    warm open's time went there); with another Python thread running (a fork would copy the locks it holds) the
+    helper is a fresh interpreter that skips the package __init__s above helper.py (every format, numpy). Both
+    serve head and fetch."""
     found = _run(
         seaweed,
         tmp_path,
         """
-        parent = read("parent")  # head and fetch through this thread's helper
+        import threading
+        parent = read("parent")  # head and fetch through this thread's helper: forked
+        forked = isinstance(helper._LOCAL.helper.process, helper._Forked)
+        alive = helper._LOCAL.helper.process.poll() is None
+        stop = threading.Event()
+        other = threading.Thread(target=stop.wait)
+        other.start()
+        helper._LOCAL.helper = None  # the next call starts a helper again, now beside a second thread
+        second = read("second")
         process = helper._LOCAL.helper.process
         maps = Path(f"/proc/{process.pid}/maps").read_text()
-        print(json.dumps({"parent": parent, "alive": process.poll() is None, "numpy": "_multiarray_umath" in maps}))
+        stop.set()
+        other.join()
+        print(json.dumps({"parent": parent, "forked": forked, "alive": alive, "second": second,
+                          "exec": not isinstance(process, helper._Forked), "numpy": "_multiarray_umath" in maps}))
         """,
     )
-    assert found == {"parent": {"in_process": False, "owner_is_me": False}, "alive": True, "numpy": False}
+    outside = {"in_process": False, "owner_is_me": False}
+    assert found == {"parent": outside, "forked": True, "alive": True, "second": outside, "exec": True, "numpy": False}

@@ -52,13 +52,17 @@ from tokenloom.tokenize import Layout, TokenizeConfig, build_stdlib_corpus, toke
 __all__ = ["LegFigures", "RemoteReport", "run_remote_demo"]
 
 SEED = 2026
-BLOCK_SIZE = 8 << 10  # small blocks: the demo's train buckets are about 500 KB
+BLOCK_SIZE = 4 << 10  # the smallest cache block: the demo's train buckets are about 500 KB
 CACHE_FRACTION = 0.75  # cache_limit / the train buckets' token bytes
 NODES = 2
 UNIT_BYTES = 128 << 10  # the 1.3 MB of bucket texts as about a dozen units, dealt to the 2 nodes
-# each bucket's draws in block order: 64 consecutive windows (16 KiB, 2 cache blocks) a block, one block shuffled
-# at a time, so a leg fetches the blocks it uses (the global order touched every block: 6.4x and 11.9x fetched/used)
-ORDER = {"order": "block", "block_samples": 64, "window_blocks": 1}
+# each bucket's draws in block order: 40 consecutive windows (10 KiB, 3-4 cache blocks) a block, one block shuffled
+# at a time, so a leg fetches the blocks it uses (the global order touched every block: 6.4x and 11.9x fetched/used).
+# What a leg still fetches beyond what it uses: the cache block a block of windows reaches into at each end (a
+# window overlaps the next by one token), and, on the new node, the rest of the block each bucket was in at the
+# checkpoint (its draws are shuffled over the whole block). The second leg uses ~75 KB over 3 buckets, so both
+# weigh: 40 balances them (1.38 and 1.49 here; 64 windows gave 1.35 and 1.93, 32 gave 1.46 and 1.87)
+ORDER = {"order": "block", "block_samples": 40, "window_blocks": 1}
 
 
 @dataclass

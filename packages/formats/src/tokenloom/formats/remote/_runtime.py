@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import sys
 
-__all__ = ["in_process", "runtime_owner"]
+__all__ = ["claim", "in_process", "runtime_owner", "tokio_threads"]
 
 #: the pid of the process that started obstore's runtime in this address space (this one or an ancestor
 #: whose memory a fork copied); None while no request was made here
@@ -43,7 +43,13 @@ def in_process() -> bool:
     return True
 
 
-def _tokio_threads() -> bool:
+def claim() -> None:
+    """This process starts obstore's runtime (a helper forked from a process that never did)."""
+    global _owner
+    _owner = os.getpid()
+
+
+def tokio_threads() -> bool:
     """Whether a tokio runtime runs threads in this process (obstore's, or any other library's)."""
     if "obstore" not in sys.modules:
         return False
@@ -63,7 +69,7 @@ def _tokio_threads() -> bool:
 
 def _before_fork() -> None:
     global _owner
-    if _owner is None and _tokio_threads():
+    if _owner is None and tokio_threads():
         _owner = os.getpid()  # started by other code: this process may use it, its children may not
 
 

@@ -4,11 +4,11 @@ obstore (tokio) hangs in a forked child once its runtime ran in the parent, and 
 its workers after the dataset was opened. :mod:`._runtime` decides per process: a child process
 (a DataLoader worker) whose address space never ran the runtime calls obstore itself; every other
 process (the top-level process that forks the workers, a child forked after the runtime ran) starts
-one helper per thread on first use (a fresh interpreter that imports only what serving needs: see
-``_BOOTSTRAP``; again after a fork: the process id is checked) and sends it requests as JSON lines on a
-pipe (no pickles): ``head``, ``fetch`` (write bytes ``[start, end)`` of an object into a file),
-``check_bucket``, and for writes ``put`` (upload a local file, multipart when large), ``stat``, ``list``
-and ``delete`` (:mod:`.writes`).
+one helper per thread on first use (forked from it where that is clean, see ``_Forked``; else a fresh
+interpreter that imports only what serving needs, see ``_BOOTSTRAP``; again after a fork: the pid is
+checked) and sends it requests as JSON lines on a pipe (no pickles): ``head``, ``fetch`` (write bytes
+``[start, end)`` of an object into a file), ``check_bucket``, and for writes ``put`` (upload a local file,
+multipart when large), ``stat``, ``list`` and ``delete`` (:mod:`.writes`).
 Both paths answer the same requests with the same code (:func:`_answer`) and the same errors.
 ``storage_options`` credentials travel only on that pipe, never in argv. The helper's retry warnings
 come back with each answer and are logged by the caller, so they count in the caller's logs. The
@@ -17,8 +17,10 @@ helper exits when its pipe closes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
+import gc
 import logging
 import os
 import subprocess
@@ -101,15 +103,59 @@ serve()
 """
 
 
+class _Forked:
+    """A helper forked from this process: no interpreter start and no imports (0.1-0.8 s of a warm open, whose
+    only requests are a HEAD and a LIST, went to starting the interpreter above). Only where the fork is clean:
+    this thread is the only Python thread (no lock another thread holds is copied) and obstore's runtime never ran
+    in this address space (see ``_runtime``); else the helper is a fresh interpreter (:data:`_BOOTSTRAP`)."""
+
+    @staticmethod
+    def clean() -> bool:
+        return threading.active_count() == 1 and _runtime.runtime_owner() is None and not _runtime.tokio_threads()
+
+    def __init__(self) -> None:
+        requests, self._requests = os.pipe()
+        self._answers, answers = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the helper: serve this pipe, then leave without the parent's exit handlers
+            code = 1
+            try:
+                gc.freeze()  # the parent's objects are never scanned here (a scan would copy every page they are on)
+                os.close(self._requests)
+                os.close(self._answers)
+                _runtime.claim()  # this address space starts its own runtime
+                serve(os.fdopen(requests, "rb"), os.fdopen(answers, "wb"))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(requests)
+        os.close(answers)
+        self.stdin, self.stdout = os.fdopen(self._requests, "wb"), os.fdopen(self._answers, "rb")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
 class _Helper:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
+        self.process: _Forked | subprocess.Popen[bytes] = (
+            _Forked()
+            if _Forked.clean()
+            else subprocess.Popen([sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         )
 
     def call(self, op: str, **payload: Any) -> Any:
@@ -350,9 +396,10 @@ def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str,
     return [dataclasses.asdict(info) for info in client.list_prefix(config, request["prefix"])]
 
 
-def serve() -> None:
-    """Answer requests from stdin until it closes."""
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -> None:
+    """Answer requests from ``requests`` (default: this process's stdin) until it closes."""
+    stdin: IO[bytes] = requests if requests is not None else sys.stdin.buffer
+    stdout: IO[bytes] = answers if answers is not None else sys.stdout.buffer
     collect = _Collect(stdout)
     logger = logging.getLogger("tokenloom.formats.remote")
     logger.addHandler(collect)
