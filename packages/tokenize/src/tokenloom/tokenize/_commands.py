@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -14,6 +14,7 @@ from tokenloom.tokenize._config import (
     RECORD_FORMATS,
     SUPPORTED_FORMATS,
     TRAIN_TYPES,
+    UNIT_FORMAT,
     ExecutorKind,
     Layout,
     OnError,
@@ -156,7 +157,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     "--format",
     "format_",
     type=click.Choice(SUPPORTED_FORMATS + RECORD_FORMATS),
-    default="native",
+    default=UNIT_FORMAT,
     show_default=True,
     help="Output format. native: OUT/unit_UUUUUU_KKKK.bin/.idx + manifest.json. megatron: the prefix OUT/data "
     "(OUT/data.bin + OUT/data.idx). packed: OUT/data.pbin. flat: OUT/shard_NNNNN.npy + manifest.json. "
@@ -308,43 +309,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     is_flag=True,
     help="Only write the manifest of a --num-nodes run whose units are all committed (when no node could).",
 )
-def tokenize(
-    input_dir: Path,
-    output_dir: Path,
-    tokenizer: str | None,
-    seq_len: int | None,
-    overlap_size: int,
-    windowing: str,
-    min_text_length: int,
-    num_workers: int,
-    format_: str,
-    drop_overlap_prefix: bool,
-    keep_staging: bool,
-    text_field: str,
-    shard_size_tokens: int,
-    on_error: str,
-    overwrite: bool,
-    eos_id: int | None,
-    max_line_bytes: int,
-    hash_inputs: bool,
-    progress: bool,
-    engine: str,
-    verify_fraction: float,
-    num_nodes: int | None,
-    node_rank: int | None,
-    executor: str,
-    unit_bytes: int,
-    layout: str,
-    val_fraction: float,
-    seed: int,
-    ray_address: str | None,
-    finalize: bool,
-    train_type: str | None,
-    chat_template: Path | None,
-    train_roles: str,
-    truncate: str,
-    astrai_config: Path | None,
-) -> None:
+def tokenize(format_: str, progress: bool, train_roles: str, **options: Any) -> None:
     """Pre-tokenize jsonl (.gz, .zst), parquet and Arrow files into token shards, in parallel, crash-safely.
 
     Every entry ends with the tokenizer's EOS token. The output is byte-identical
@@ -352,44 +317,11 @@ def tokenize(
     to continue from the completed shards.
     """
     try:
-        num_nodes, node_rank = _nodes(num_nodes, node_rank)
-        config = TokenizeConfig(
-            input_dir=input_dir,
-            output_dir=output_dir,
-            tokenizer=tokenizer,
-            seq_len=seq_len,
-            overlap_size=overlap_size,
-            windowing=Windowing(windowing),
-            min_text_length=min_text_length,
-            num_workers=num_workers,
-            format=format_,
-            drop_overlap_prefix=drop_overlap_prefix,
-            keep_staging=keep_staging,
-            text_field=text_field,
-            shard_size_tokens=shard_size_tokens,
-            on_error=OnError(on_error),
-            overwrite=overwrite,
-            eos_id=eos_id,
-            max_line_bytes=max_line_bytes,
-            hash_inputs=hash_inputs,
-            engine=engine,
-            verify_fraction=verify_fraction,
-            num_nodes=num_nodes,
-            node_rank=node_rank,
-            executor=ExecutorKind(executor),
-            unit_bytes=unit_bytes,
-            layout=Layout(layout),
-            val_fraction=val_fraction,
-            seed=seed,
-            ray_address=ray_address,
-            finalize=finalize,
-            train_type=train_type or ("sft" if astrai_config else None),
-            chat_template=chat_template,
-            astrai_config=astrai_config,
-            train_roles=tuple(r.strip() for r in train_roles.split(",") if r.strip()),
-            truncate=truncate,
-        )
-        with progress_bar(input_dir, enabled=progress) as on_progress:
+        options["num_nodes"], options["node_rank"] = _nodes(options["num_nodes"], options["node_rank"])
+        options["train_type"] = options["train_type"] or ("sft" if options["astrai_config"] else None)
+        roles = tuple(role.strip() for role in train_roles.split(",") if role.strip())
+        config = TokenizeConfig(format=format_, train_roles=roles, **options)
+        with progress_bar(options["input_dir"], enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
     except (DataError, OSError, ImportError) as exc:
         fail_command(exc)
@@ -488,19 +420,7 @@ def index(files: tuple[Path, ...], full_hash: bool) -> None:
 @click.option("--legacy", is_flag=True, help="Write the old 8-byte-header layout (uint32 tokens).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar on stderr.")
-def pack(
-    input_file: Path,
-    output: Path | None,
-    tokenizer: str | None,
-    text_field: str,
-    num_workers: int,
-    on_error: str,
-    eos_id: int | None,
-    engine: str,
-    legacy: bool,
-    overwrite: bool,
-    progress: bool,
-) -> None:
+def pack(input_file: Path, progress: bool, **options: Any) -> None:
     """Tokenize one jsonl file into a Modalities packed data file (.pbin).
 
     Each document becomes its tokens followed by EOD, in file order.
@@ -509,19 +429,7 @@ def pack(
 
     try:
         with progress_bar(input_file, enabled=progress, label="pack") as on_progress:
-            summary = run_pack(
-                input_file,
-                output,
-                tokenizer=tokenizer,
-                text_field=text_field,
-                num_workers=num_workers,
-                on_error=on_error,
-                eos_id=eos_id,
-                legacy=legacy,
-                overwrite=overwrite,
-                on_progress=on_progress,
-                engine=engine,
-            )
+            summary = run_pack(input_file, on_progress=on_progress, **options)
     except (DataError, OSError, ImportError) as exc:
         fail_command(exc)
     click.echo(

@@ -8,7 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats import ConfigError, writable_formats
+from tokenloom.formats import ConfigError, available_formats, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
@@ -19,6 +19,7 @@ __all__ = [
     "RECORD_FORMATS",
     "SUPPORTED_FORMATS",
     "TRAIN_TYPES",
+    "UNIT_FORMAT",
     "ExecutorKind",
     "OnError",
     "TokenizeConfig",
@@ -26,9 +27,10 @@ __all__ = [
     "nodes_from_env",
 ]
 
-#: Output formats tokenize writes. ``native`` directly (shard-level resume); the
-#: others through a native staging dataset that is then converted.
+#: Output formats tokenize writes: ``UNIT_FORMAT`` (native) unit by unit, the others through a staging dataset of
+#: it that is then converted (:mod:`._staged`).
 SUPPORTED_FORMATS = tuple(writable_formats(keyed=False))
+UNIT_FORMAT = next(name for name, spec in available_formats().items() if spec.unit_shards)
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 
@@ -110,7 +112,7 @@ class TokenizeConfig:
     num_workers: int = field(default_factory=default_num_workers)
     """Encoding workers: threads of this process when the fast engine encodes (up to THREAD_WORKERS_MAX of
     tokenize's executor), else processes; 0 encodes on the calling thread. The output is the same for any count."""
-    format: str = "native"
+    format: str = UNIT_FORMAT
     """Output format: native, megatron (OUT/data.bin + .idx), flat (OUT/shard_NNNNN.npy) or packed (OUT/data.pbin)."""
     drop_overlap_prefix: bool = False
     """megatron / flat / packed only: drop the overlap-prefix lengths those formats cannot store.
@@ -227,7 +229,7 @@ class TokenizeConfig:
                 f"format {self.format!r} is not written by tokenize, expected one of {list(SUPPORTED_FORMATS)}",
                 field="format",
             )
-        if self.format == "native":
+        if _unit_shards(self.format):
             for name in ("drop_overlap_prefix", "keep_staging"):
                 if getattr(self, name):
                     raise ConfigError(
@@ -293,7 +295,7 @@ class TokenizeConfig:
         object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.plan_cache_dir))
 
     def _remote_output(self) -> None:
-        if self.format != "native":
+        if not _unit_shards(self.format):
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
         many = str(self.layout) == Layout.TREE.value or self.val_fraction > 0
         ray = str(self.executor) == ExecutorKind.RAY.value
@@ -320,6 +322,11 @@ class TokenizeConfig:
             or self.many_datasets
             or self.train_type is not None
         )
+
+    @property
+    def staged(self) -> bool:
+        """True when the output format is written by converting a native staging dataset (megatron, flat, packed)."""
+        return self.train_type is None and not _unit_shards(self.format)
 
     @property
     def many_datasets(self) -> bool:
@@ -366,7 +373,7 @@ class TokenizeConfig:
                 field="num_nodes",
                 hint="Run one driver with --executor ray, without --num-nodes",
             )
-        if self.many_datasets and self.format != "native" and self.train_type is None:
+        if self.many_datasets and self.staged:
             raise ConfigError(
                 f"format {self.format!r} with --layout tree or --val-fraction: each leaf is a native dataset "
                 "(curriculum and eval-broadcast read the tree as native leaves)",
@@ -400,12 +407,17 @@ class TokenizeConfig:
             "eos_id": self.eos_id,
             "max_line_bytes": self.max_line_bytes,
         }
-        if self.format != "native":  # kept out of native run keys, so earlier native outputs still resume
+        if self.staged:  # kept out of native run keys, so earlier native outputs still resume
             settings["drop_overlap_prefix"] = self.drop_overlap_prefix
         if self.val_fraction > 0:  # likewise: only runs that carve a validation split record it
             settings["val_fraction"] = self.val_fraction
             settings["seed"] = self.seed
         return settings
+
+
+def _unit_shards(format: str) -> bool:
+    spec = available_formats().get(format)
+    return spec is not None and spec.unit_shards
 
 
 def _on_error(value: object) -> OnError:

@@ -20,7 +20,7 @@ from tokenloom.formats.io import check_disjoint
 from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._plan import check_tokenizer_files
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, report_progress
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, Rates, report_progress
 from tokenloom.tokenize._tokenizer import default_tokenizer_path
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.inputs import InputFile, input_suffixes, read_chunks
@@ -29,7 +29,7 @@ __all__ = ["PackSummary", "default_pack_path", "pack"]
 
 
 @dataclass(slots=True)
-class PackSummary:
+class PackSummary(Rates):
     output: Path
     documents: int = 0
     tokens: int = 0
@@ -46,19 +46,8 @@ class PackSummary:
     """Bytes of text (decompressed) encoded: the rate the bar and the summary show."""
 
     @property
-    def tokens_per_second(self) -> float:
-        """Tokens over the run's wall time (``seconds``, start-up included)."""
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def bytes_per_second(self) -> float:
-        """Input bytes read (as stored) over the run's wall time."""
-        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def text_bytes_per_second(self) -> float:
-        """Text bytes (decompressed) over the run's wall time: the bar's and the summary's rate."""
-        return self.text_bytes / self.seconds if self.seconds > 0 else 0.0
+    def run_tokens(self) -> int:
+        return self.tokens
 
 
 def default_pack_path(input_file: str | os.PathLike[str]) -> Path:

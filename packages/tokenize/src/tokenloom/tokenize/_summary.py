@@ -7,14 +7,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "TokenizeSummary", "report_progress"]
+__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "Rates", "TokenizeSummary", "report_progress"]
 
 #: How many example lines of each skipped-record kind a summary keeps.
 EXAMPLES_PER_KIND = 3
 
 
+class Rates:
+    """This run's rates over its wall time (``seconds``, start-up included), as the bar and the summary show them."""
+
+    __slots__ = ()
+    run_tokens: int  # tokens this run wrote
+    bytes_read: int  # input bytes (as stored) this run read
+    text_bytes: int  # text bytes (decompressed) this run encoded
+    seconds: float
+
+    def _per_second(self, amount: int) -> float:
+        return amount / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self._per_second(self.run_tokens)
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self._per_second(self.bytes_read)
+
+    @property
+    def text_bytes_per_second(self) -> float:
+        return self._per_second(self.text_bytes)
+
+
 @dataclass(slots=True)
-class TokenizeSummary:
+class TokenizeSummary(Rates):
     """What a run did (the CLI prints it)."""
 
     output_dir: Path
@@ -33,7 +58,7 @@ class TokenizeSummary:
     dtype: str = ""
     eos_id: int = -1
     vocab_size: int = 0
-    format: str = "native"
+    format: str = "native"  # the name of the format written
     engine: str = ""
     """The encoding engine (hf or fast) of the last session that wrote this output."""
     engine_reason: str = ""
@@ -53,21 +78,6 @@ class TokenizeSummary:
     """--train-type: records, tokens, trained tokens, truncated and skipped counts (post_training.json's stats)."""
     datasets: list[str] = field(default_factory=list)
     """--layout tree / --val-fraction: the datasets under output_dir (``train/web``, ...)."""
-
-    @property
-    def tokens_per_second(self) -> float:
-        """This run's tokens over this run's wall time (``seconds``)."""
-        return self.run_tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def bytes_per_second(self) -> float:
-        """This run's input bytes read (as stored) over this run's wall time."""
-        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def text_bytes_per_second(self) -> float:
-        """This run's text bytes (decompressed) over this run's wall time: the rate the bar and summary show."""
-        return self.text_bytes / self.seconds if self.seconds > 0 else 0.0
 
 
 ProgressCallback = Callable[..., None]

@@ -30,6 +30,7 @@ from tokenloom.formats import (
     Manifest,
     OutputLockedError,
     ResumeMismatchError,
+    available_formats,
     read_manifest,
 )
 from tokenloom.formats.io import (
@@ -44,7 +45,7 @@ from tokenloom.formats.io import (
     temp_base,
     write_manifest,
 )
-from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._config import SUPPORTED_FORMATS, UNIT_FORMAT, ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
@@ -92,10 +93,6 @@ log = logging.getLogger("tokenloom.tokenize")
 #: The resume journal of the single-process layout before the one pipeline (shard_NNNNN.bin/.idx beside it).
 OLD_JOURNAL = ".tokenloom-tokenize-state.json"
 _OLD_SHARD = re.compile(r"shard_\d+\.(bin|idx)")
-#: Files of a megatron / packed / flat tokenize output, which --overwrite may replace (with tokenize.json beside).
-_CONVERTED_OUTPUT = re.compile(
-    r"data\.(bin|idx|pbin|tokenloom\.json|pbin\.tokenloom\.json)|shard_\d+\.npy|document_lengths\.i64"
-)
 _RUN_RECORD = "tokenize.json"
 
 
@@ -299,7 +296,9 @@ def replaceable(out: Path) -> Callable[[str], bool]:
             return True
         if _OLD_SHARD.fullmatch(base) is not None:
             return True
-        return has_record and _CONVERTED_OUTPUT.fullmatch(base) is not None
+        return has_record and any(spec.owns_file(base) for spec in converted)
+
+    converted = [spec for name, spec in available_formats().items() if name in SUPPORTED_FORMATS]
 
     return ours
 
@@ -399,7 +398,7 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
     settings = plan.run_key["settings"]
     placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if settings.get("windowing") == Windowing.GPT_SIMPLE.value else {}
     manifest = Manifest(
-        format="native",
+        format=UNIT_FORMAT,
         dtype=facts.dtype,
         num_tokens=sum(r.num_tokens for done in units for r in done.shards),
         num_documents=sum(r.num_entries for done in units for r in done.shards),
