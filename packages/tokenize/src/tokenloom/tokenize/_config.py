@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tokenloom.formats import ConfigError, available_formats, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
@@ -33,6 +33,7 @@ SUPPORTED_FORMATS = tuple(writable_formats(keyed=False))
 UNIT_FORMAT = next(name for name, spec in available_formats().items() if spec.unit_shards)
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class OnError(StrEnum):
@@ -209,7 +210,7 @@ class TokenizeConfig:
         if is_remote_url(self.output_dir):  # before Path() mangles s3://b into s3:/b
             self._remote_output()
         object.__setattr__(self, "output_dir", Path(self.output_dir))
-        object.__setattr__(self, "on_error", _on_error(self.on_error))
+        object.__setattr__(self, "on_error", _member(OnError, self.on_error, "on_error"))
         object.__setattr__(self, "windowing", as_windowing(self.windowing))
         if self.train_type is not None:
             check_post_training(self)
@@ -334,18 +335,8 @@ class TokenizeConfig:
         return self.layout is Layout.TREE or self.val_fraction > 0
 
     def _check_units(self) -> None:
-        try:
-            object.__setattr__(self, "executor", ExecutorKind(self.executor))
-        except ValueError:
-            raise ConfigError(
-                f"executor {self.executor!r}, expected one of {[e.value for e in ExecutorKind]}", field="executor"
-            ) from None
-        try:
-            object.__setattr__(self, "layout", Layout(self.layout))
-        except ValueError:
-            raise ConfigError(
-                f"layout {self.layout!r}, expected one of {[v.value for v in Layout]}", field="layout"
-            ) from None
+        object.__setattr__(self, "executor", _member(ExecutorKind, self.executor, "executor"))
+        object.__setattr__(self, "layout", _member(Layout, self.layout, "layout"))
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(
                 f"val_fraction is {self.val_fraction}, expected a fraction in [0, 1)", field="val_fraction"
@@ -420,10 +411,9 @@ def _unit_shards(format: str) -> bool:
     return spec is not None and spec.unit_shards
 
 
-def _on_error(value: object) -> OnError:
+def _member(choices: type[_E], value: object, name: str) -> _E:
+    """``value`` as a member of ``choices``, or a ConfigError listing them."""
     try:
-        return OnError(value)
+        return choices(value)
     except ValueError:
-        raise ConfigError(
-            f"on_error is {value!r}, expected one of {[v.value for v in OnError]}", field="on_error"
-        ) from None
+        raise ConfigError(f"{name} is {value!r}, expected one of {[c.value for c in choices]}", field=name) from None

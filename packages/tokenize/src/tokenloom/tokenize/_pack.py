@@ -46,8 +46,8 @@ class PackSummary(Rates):
     """Bytes of text (decompressed) encoded: the rate the bar and the summary show."""
 
     @property
-    def run_tokens(self) -> int:
-        return self.tokens
+    def tokens_per_second(self) -> float:
+        return self._per_second(self.tokens)
 
 
 def default_pack_path(input_file: str | os.PathLike[str]) -> Path:

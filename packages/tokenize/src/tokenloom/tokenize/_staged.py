@@ -54,7 +54,7 @@ from tokenloom.formats.io import (
 from tokenloom.tokenize._config import UNIT_FORMAT, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._units import replaceable, run_units
 
 __all__ = ["RECORD_NAME", "STAGING_SUFFIX", "output_path", "staging_dir", "tokenize_via_staging"]
@@ -191,22 +191,8 @@ def _output_files(config: TokenizeConfig) -> int:
 
 
 def _summary(config: TokenizeConfig, record: dict[str, Any], seconds: float) -> TokenizeSummary:
-    return TokenizeSummary(
-        output_dir=config.output_dir,
-        documents=int(record.get("documents", 0)),
-        entries=int(record.get("num_entries", 0)),
-        tokens=int(record.get("num_tokens", 0)),
-        input_bytes=int(record.get("input_bytes", 0)),
-        shards=_output_files(config),
-        seconds=seconds,
-        skipped=dict(record.get("skipped", {})),
-        dropped=dict(record.get("dropped", {})),
-        dtype=str(record.get("dtype", "")),
-        eos_id=int(record.get("eos_id", -1)),
-        vocab_size=int(record.get("vocab_size", 0)),
-        format=config.format,
-        engine=str(record.get("engine", {}).get("name", "")),
-        engine_reason=str(record.get("engine", {}).get("reason", "")),
+    return summary_of_record(
+        config.output_dir, record, shards=_output_files(config), seconds=seconds, format=config.format
     )
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "Rates", "TokenizeSummary", "report_progress"]
+__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "Rates", "TokenizeSummary", "report_progress", "summary_of_record"]
 
 #: How many example lines of each skipped-record kind a summary keeps.
 EXAMPLES_PER_KIND = 3
@@ -78,6 +78,32 @@ class TokenizeSummary(Rates):
     """--train-type: records, tokens, trained tokens, truncated and skipped counts (post_training.json's stats)."""
     datasets: list[str] = field(default_factory=list)
     """--layout tree / --val-fraction: the datasets under output_dir (``train/web``, ...)."""
+
+    def add_session(self, session: Any) -> None:
+        """Count what this process's session (``_unit_work.Session``) encoded: not the units it resumed after."""
+        self.examples, self.run_tokens, self.units_committed = session.examples, session.tokens, session.units
+        self.bytes_read, self.text_bytes = session.bytes_read, session.text_bytes
+
+
+def summary_of_record(out: Path, record: dict[str, Any], **published: Any) -> TokenizeSummary:
+    """A published output's summary from its run record (``tokenize`` metadata or tokenize.json) and ``published``
+    (what its manifest says better: entries, tokens, shards, dtype, ...; plus seconds and format)."""
+    engine = record.get("engine", {})
+    eos_id = record.get("eos_id")
+    facts = {
+        "documents": int(record.get("documents", 0)),
+        "entries": int(record.get("num_entries", 0)),
+        "tokens": int(record.get("num_tokens", 0)),
+        "input_bytes": int(record.get("input_bytes", 0)),
+        "skipped": dict(record.get("skipped", {})),
+        "dropped": dict(record.get("dropped", {})),
+        "dtype": str(record.get("dtype", "")),
+        "eos_id": -1 if eos_id is None else int(eos_id),
+        "vocab_size": int(record.get("vocab_size") or 0),
+        "engine": str(engine.get("name", "")),
+        "engine_reason": str(engine.get("reason", "")),
+    }
+    return TokenizeSummary(output_dir=out, **{**facts, **published})
 
 
 ProgressCallback = Callable[..., None]

@@ -49,7 +49,7 @@ from tokenloom.tokenize._config import SUPPORTED_FORMATS, UNIT_FORMAT, ExecutorK
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     Counts,
@@ -85,6 +85,7 @@ __all__ = [
     "replaceable",
     "run_units",
     "summary_of",
+    "uncommitted_error",
     "write_unit_manifest",
 ]
 
@@ -181,10 +182,7 @@ class TokenShards:
         self, out: Path, plan: UnitPlan, published: Manifest | None, session: Session, seconds: float
     ) -> TokenizeSummary:
         summary = summary_of(published, out, seconds) if published else _partial_summary(out, plan, session, seconds)
-        summary.examples = session.examples
-        summary.run_tokens = session.tokens
-        summary.bytes_read = session.bytes_read
-        summary.text_bytes = session.text_bytes
+        summary.add_session(session)
         if session.facts is not None:  # this session's engine (the manifest names unit 0's)
             summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
         return summary
@@ -305,22 +303,16 @@ def replaceable(out: Path) -> Callable[[str], bool]:
 
 def summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary:
     """The summary of a published native dataset, from its manifest."""
-    recorded = manifest.metadata.get("tokenize", {})
-    return TokenizeSummary(
-        output_dir=out,
-        documents=int(recorded.get("documents", 0)),
+    return summary_of_record(
+        out,
+        manifest.metadata.get("tokenize", {}),
         entries=manifest.num_documents,
         tokens=manifest.num_tokens,
-        input_bytes=int(recorded.get("input_bytes", 0)),
         shards=sum(1 for f in manifest.files if f.name.endswith(".idx")),
         seconds=seconds,
-        skipped=dict(recorded.get("skipped", {})),
-        dropped=dict(recorded.get("dropped", {})),
         dtype=manifest.dtype,
         eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
         vocab_size=manifest.vocab_size or 0,
-        engine=str(recorded.get("engine", {}).get("name", "")),
-        engine_reason=str(recorded.get("engine", {}).get("reason", "")),
     )
 
 
@@ -349,18 +341,7 @@ def finalize(
     if missing:
         if not required:
             return None
-        shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10])
-        why = (
-            f"every node of --num-nodes {num_nodes} has finished, yet {len(missing)} of {len(plan.units)} units "
-            f"were taken by no node: {shown}"
-            if everyone
-            else f"{len(missing)} of {len(plan.units)} units are not committed yet: {shown}"
-        )
-        raise DataError(
-            why + (" ..." if len(missing) > 10 else ""),
-            path=out,
-            hint=rerun_hint(missing, first, num_nodes),
-        )
+        raise uncommitted_error(plan, missing, path=out, first=first, num_nodes=num_nodes, everyone=everyone)
     try:
         with output_lock(out, what="--output-dir"):
             return publish() if publish is not None else write_unit_manifest(out, plan, tokenizer)
@@ -369,6 +350,20 @@ def finalize(
             raise
         log.info("another process holds the output lock (finalizing); this node leaves the manifest to it")
         return None
+
+
+def uncommitted_error(
+    plan: UnitPlan, missing: list[int], *, path: Any, first: int, num_nodes: int | None, everyone: bool, where: str = ""
+) -> DataError:
+    """Units not committed when the manifest is due (``where``: " at URL" for a bucket), and the nodes to rerun."""
+    shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10]) + (" ..." if len(missing) > 10 else "")
+    units = f"{len(missing)} of {len(plan.units)} units"
+    why = (
+        f"every node of --num-nodes {num_nodes} has finished, yet {units} were taken by no node{where}: {shown}"
+        if everyone
+        else f"{units} are not committed{where} yet: {shown}"
+    )
+    return DataError(why, path=path, hint=rerun_hint(missing, first, num_nodes))
 
 
 def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[str, int] | None = None) -> Manifest:
