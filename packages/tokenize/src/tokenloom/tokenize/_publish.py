@@ -57,17 +57,11 @@ from tokenloom.tokenize._unit_files import (
     is_unit_file,
     nodes_payload,
     read_done,
+    uncommitted_error,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, node_units
-from tokenloom.tokenize._units import (
-    _partial_summary,
-    plan_of,
-    prepare_units_dir,
-    summary_of,
-    uncommitted_error,
-    write_unit_manifest,
-)
+from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, node_units, rerun_hint
+from tokenloom.tokenize._units import _partial_summary, plan_of, prepare_units_dir, summary_of, write_unit_manifest
 
 __all__ = ["BucketDataset", "BucketPublisher", "publish_to_url", "upload_unit"]
 
@@ -401,11 +395,10 @@ class BucketDataset:
                      self.target.url, len(missing))  # fmt: skip
             return None
         if missing:
-            url = self.target.url
+            url, hint = self.target.url, rerun_hint(missing, self.first, num_nodes)
             raise uncommitted_error(
-                self.plan, missing, path=str(url), first=self.first, num_nodes=num_nodes, everyone=everyone,
-                where=f" at {url}",
-            )  # fmt: skip
+                self.plan, missing, path=str(url), num_nodes=num_nodes, everyone=everyone, hint=hint, where=f" at {url}"
+            )
         for unit in range(units):
             marker = done_path(self.staging, unit)
             if not marker.exists():

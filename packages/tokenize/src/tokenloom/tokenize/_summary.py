@@ -7,27 +7,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXAMPLES_PER_KIND", "ProgressCallback", "Rates", "TokenizeSummary", "report_progress", "summary_of_record"]
+__all__ = [
+    "EXAMPLES_PER_KIND",
+    "ProgressCallback",
+    "RunCounts",
+    "TokenizeSummary",
+    "report_progress",
+    "summary_of_record",
+]
 
 #: How many example lines of each skipped-record kind a summary keeps.
 EXAMPLES_PER_KIND = 3
 
 
-class Rates:
-    """This run's rates over its wall time (``seconds``, start-up included), as the bar and the summary show them."""
+@dataclass(slots=True, kw_only=True)
+class RunCounts:
+    """What a tokenize or pack run counted, and its rates over its wall time (``seconds``, start-up included)."""
 
-    __slots__ = ()
-    run_tokens: int  # tokens this run wrote
-    bytes_read: int  # input bytes (as stored) this run read
-    text_bytes: int  # text bytes (decompressed) this run encoded
-    seconds: float
+    documents: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    dtype: str = ""
+    eos_id: int = -1
+    engine: str = ""
+    """The encoding engine (hf or fast) of the last session that wrote this output."""
+    engine_reason: str = ""
+    bytes_read: int = 0
+    """Bytes of the input files (as stored: compressed for .gz) this run read; the bar's fill counts the same."""
+    text_bytes: int = 0
+    """Bytes this run encoded, decompressed (jsonl lines; parquet text columns): the rate shown counts these."""
 
     def _per_second(self, amount: int) -> float:
         return amount / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def tokens_per_second(self) -> float:
-        return self._per_second(self.run_tokens)
+        return self._per_second(self.tokens)
 
     @property
     def bytes_per_second(self) -> float:
@@ -38,36 +55,22 @@ class Rates:
         return self._per_second(self.text_bytes)
 
 
-@dataclass(slots=True)
-class TokenizeSummary(Rates):
+@dataclass(slots=True, kw_only=True)
+class TokenizeSummary(RunCounts):
     """What a run did (the CLI prints it)."""
 
     output_dir: Path
-    documents: int = 0
     entries: int = 0
-    tokens: int = 0
     input_bytes: int = 0
     shards: int = 0
-    seconds: float = 0.0
-    skipped: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     """--windowing gpt-simple: documents dropped by its rule (short_text, no_tokens) or cut (truncated)."""
-    examples: list[str] = field(default_factory=list)
     resumed_units: int = 0
     already_complete: bool = False
-    dtype: str = ""
-    eos_id: int = -1
     vocab_size: int = 0
     format: str = "native"  # the name of the format written
-    engine: str = ""
-    """The encoding engine (hf or fast) of the last session that wrote this output."""
-    engine_reason: str = ""
     run_tokens: int = 0
     """Tokens written by this run (a resumed run: not those of the shards it resumed after)."""
-    bytes_read: int = 0
-    """Bytes of the input files (as stored: compressed for .gz) this run read; the bar's fill counts the same."""
-    text_bytes: int = 0
-    """Bytes this run encoded, decompressed (jsonl lines; parquet text columns): the rate shown counts these."""
     units_committed: int = 0
     """A unit-planned run: the units this process (or its Ray tasks) committed."""
     units_total: int = 0
@@ -78,6 +81,11 @@ class TokenizeSummary(Rates):
     """--train-type: records, tokens, trained tokens, truncated and skipped counts (post_training.json's stats)."""
     datasets: list[str] = field(default_factory=list)
     """--layout tree / --val-fraction: the datasets under output_dir (``train/web``, ...)."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        """This run's tokens (not those of the units it resumed after) over its wall time."""
+        return self._per_second(self.run_tokens)
 
     def add_session(self, session: Any) -> None:
         """Count what this process's session (``_unit_work.Session``) encoded: not the units it resumed after."""

@@ -63,6 +63,7 @@ from tokenloom.tokenize._unit_files import (
     read_done,
     remove_node_records,
     remove_unit_temps,
+    uncommitted_error,
     unit_stem,
 )
 from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
@@ -85,7 +86,6 @@ __all__ = [
     "replaceable",
     "run_units",
     "summary_of",
-    "uncommitted_error",
     "write_unit_manifest",
 ]
 
@@ -341,7 +341,8 @@ def finalize(
     if missing:
         if not required:
             return None
-        raise uncommitted_error(plan, missing, path=out, first=first, num_nodes=num_nodes, everyone=everyone)
+        hint = rerun_hint(missing, first, num_nodes)
+        raise uncommitted_error(plan, missing, path=out, num_nodes=num_nodes, everyone=everyone, hint=hint)
     try:
         with output_lock(out, what="--output-dir"):
             return publish() if publish is not None else write_unit_manifest(out, plan, tokenizer)
@@ -350,20 +351,6 @@ def finalize(
             raise
         log.info("another process holds the output lock (finalizing); this node leaves the manifest to it")
         return None
-
-
-def uncommitted_error(
-    plan: UnitPlan, missing: list[int], *, path: Any, first: int, num_nodes: int | None, everyone: bool, where: str = ""
-) -> DataError:
-    """Units not committed when the manifest is due (``where``: " at URL" for a bucket), and the nodes to rerun."""
-    shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10]) + (" ..." if len(missing) > 10 else "")
-    units = f"{len(missing)} of {len(plan.units)} units"
-    why = (
-        f"every node of --num-nodes {num_nodes} has finished, yet {units} were taken by no node{where}: {shown}"
-        if everyone
-        else f"{units} are not committed{where} yet: {shown}"
-    )
-    return DataError(why, path=path, hint=rerun_hint(missing, first, num_nodes))
 
 
 def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[str, int] | None = None) -> Manifest:
