@@ -21,6 +21,8 @@
 7. Nothing machine-specific is tracked: no built artifacts (wheels, eggs, shared objects, sdists)
    and no absolute path of a build machine (``/work/...``, ``/root/...``, ``/home/<user>/...``,
    pytest's ``/tmp/pytest-of-...``) in a tracked text file.
+8. Format knowledge lives in its folder: no branch on a format's name (``== "native"``, a dict keyed
+   by ``"megatron"``...) outside the formats' folders (``format_branches.py``).
 
 Run: ``python tools/checks/repo_checks.py [ROOT]``; exits 1 and lists every
 violation. (Start-up, that no command that does not train imports torch, needs
@@ -38,6 +40,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from format_branches import check_format_branches
 from import_cycles import ALLOWED_CYCLES, disallowed, find_cycles
 
 
@@ -345,6 +348,7 @@ def run(repo: Path) -> list[Violation]:
         *check_cycles(repo),
         *check_vocabulary(repo),
         *check_machine_specific(repo),
+        *(Violation(*found) for found in check_format_branches(repo)),
     ]
 
 

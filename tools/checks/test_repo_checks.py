@@ -251,3 +251,18 @@ def test_a_tracked_wheel_and_a_machine_path_are_caught(repo: Path) -> None:
 
 def test_this_repo_tracks_nothing_machine_specific() -> None:
     assert repo_checks.check_machine_specific(Path(__file__).resolve().parents[2]) == []
+
+
+def test_a_format_name_branch_outside_the_format_folders_is_caught(repo: Path) -> None:
+    make_package(repo, "formats", [], {})
+    folder = repo / "packages" / "formats" / "src" / "tokenloom" / "formats" / "toy"
+    folder.mkdir()
+    (folder / "__init__.py").write_text('SPEC = FormatSpec("toy", "d", None, None)\nOK = {"toy": 1}\n')
+    (repo / "packages" / "upper" / "src" / "tokenloom" / "upper" / "use.py").write_text(
+        'f = "toy"\nopen(format="toy")\nif f == "toy":\n    pass\nx = {"toy": 1}\ny = f in ("a", "toy")\n'
+    )
+    assert [v.line for v in repo_checks.run(repo)] == [3, 5, 6]  # passing or assigning a name is fine
+
+
+def test_this_repo_branches_on_no_format_name_outside_the_format_folders() -> None:
+    assert repo_checks.check_format_branches(Path(__file__).resolve().parents[2]) == []

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from tokenloom.formats import open_dataset, open_writer
-from tokenloom.formats.cli.commands import _stage_bars, validate
+from tokenloom.formats.cli.commands import validate
+from tokenloom.formats.cli.deep import _stage_bars
 
 
 def _write(path: Path, fmt: str = "native") -> int:

@@ -48,6 +48,7 @@ from tokenloom.formats import (
     open_store,
 )
 from tokenloom.formats.io import is_remote_url
+from tokenloom.formats.keyed import RECORD_FORMATS
 
 __all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "MaskAlignment", "TrainType"]
 
@@ -418,7 +419,7 @@ def _astrai_name(new: str, value: Any, old: str, old_value: Any) -> Any:
 
 def _record_store_or_none(path: object, kind: TrainType, format: str | None) -> RecordStore | None:
     """The record store at ``path`` for dpo/grpo (bin + meta.json with offsets), or None if it is not one."""
-    if kind not in (TrainType.DPO, TrainType.GRPO) or format not in (None, "bin", "bin-meta"):
+    if kind not in (TrainType.DPO, TrainType.GRPO) or format not in (None, *RECORD_FORMATS):
         return None
     if not isinstance(path, str | os.PathLike):
         return None

@@ -91,6 +91,10 @@ class FormatSpec:
     #: opens the dataset from object storage off its manifest alone (indexes fetched as shards are touched);
     #: its manifest is then required. None: the reader runs on a local view (``tokenloom.formats.remote.opener``)
     remote: Callable[..., TokenDataset] | None = None
+    #: tokenize writes this format's shards itself, unit by unit (native); it writes any other token format by
+    #: converting those shards at finalize
+    unit_shards: bool = False
+    dtypes: tuple[str, ...] = ()  # the token dtypes its writer stores; empty: any
 
     @property
     def owns_directory(self) -> bool:

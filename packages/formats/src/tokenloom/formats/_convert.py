@@ -102,7 +102,8 @@ def convert_dataset(
         from tokenloom.formats.remote.publish import check_apart, writable_url
 
         check_apart(writable_url(target, "conversion target"), [source], "the conversion target")
-    with storage_errors(None if isinstance(source, TokenDataset) else source, "reading the source"):
+    source_path = None if isinstance(source, TokenDataset) else source
+    with storage_errors(source_path, "reading the source"):
         dataset = (
             source
             if isinstance(source, TokenDataset)
@@ -116,7 +117,7 @@ def convert_dataset(
         options.update(writer_options=writer_options, on_progress=on_progress, eos_id=eos_id, vocab_size=vocab_size)
         return convert_to_url(
             dataset,
-            None if isinstance(source, TokenDataset) else source,
+            source_path,
             target,
             spec=spec,
             remote=target_remote,
@@ -130,33 +131,18 @@ def convert_dataset(
     targets = spec.write_targets(target)
     check_disjoint(
         targets,
-        dataset_inputs(
-            dataset,
-            None if isinstance(source, TokenDataset) else source,
-            owns_root=source_spec is None or source_spec.owns_directory,
-        ),
+        dataset_inputs(dataset, source_path, owns_root=source_spec is None or source_spec.owns_directory),
         target_name="the target",
     )
-    eos_id = settle(
-        "eos_id",
-        dataset.eos_id,
-        eos_id,
-        where="the source",
-        path=dataset.root,
-        hint="Leave --eos-id out to keep the source's value",
-    )
-    vocab_size = settle(
-        "vocab_size",
-        dataset.vocab_size,
-        vocab_size,
-        where="the source",
-        path=dataset.root,
-        hint="Leave --vocab-size out to keep the source's value",
-    )
+    eos_id, vocab_size = (
+        settle(name, getattr(dataset, name), given, where="the source", path=dataset.root,
+               hint=f"Leave --{name.replace('_', '-')} out to keep the source's value")
+        for name, given in (("eos_id", eos_id), ("vocab_size", vocab_size))
+    )  # fmt: skip
     options = dict(writer_options or {})
-    for key, value in (("tokenizer_fingerprint", dataset.tokenizer_fingerprint),):
-        if value is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]
-            options[key] = value
+    fingerprint, key = dataset.tokenizer_fingerprint, "tokenizer_fingerprint"
+    if fingerprint is not None and key not in options and _accepts(factory, key):  # type: ignore[arg-type]
+        options[key] = fingerprint
     start = time.perf_counter()
     created = [p for p in targets if not p.exists()]
     with (

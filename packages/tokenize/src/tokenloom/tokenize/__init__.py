@@ -27,7 +27,7 @@ library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, ExecutorKind, Layout, OnError, TokenizeConfig
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
-from tokenloom.tokenize._staged import MEGATRON_PREFIX, PACKED_FILE, RECORD_NAME, output_path, staging_dir
+from tokenloom.tokenize._staged import RECORD_NAME, output_path, staging_dir
 from tokenloom.tokenize._summary import TokenizeSummary
 from tokenloom.tokenize._tokenize import tokenize
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
@@ -40,8 +40,6 @@ from tokenloom.tokenize.windowing import Entries, Windowing, validate_window, wi
 
 __all__ = [
     "EOS_TOKEN",
-    "MEGATRON_PREFIX",
-    "PACKED_FILE",
     "RECORD_NAME",
     "SUPPORTED_FORMATS",
     "CorpusInfo",

@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tokenloom.formats import ConfigError, writable_formats
+from tokenloom.formats import ConfigError, available_formats, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
@@ -19,6 +19,7 @@ __all__ = [
     "RECORD_FORMATS",
     "SUPPORTED_FORMATS",
     "TRAIN_TYPES",
+    "UNIT_FORMAT",
     "ExecutorKind",
     "OnError",
     "TokenizeConfig",
@@ -26,11 +27,13 @@ __all__ = [
     "nodes_from_env",
 ]
 
-#: Output formats tokenize writes. ``native`` directly (shard-level resume); the
-#: others through a native staging dataset that is then converted.
+#: Output formats tokenize writes: ``UNIT_FORMAT`` (native) unit by unit, the others through a staging dataset of
+#: it that is then converted (:mod:`._staged`).
 SUPPORTED_FORMATS = tuple(writable_formats(keyed=False))
+UNIT_FORMAT = next(name for name, spec in available_formats().items() if spec.unit_shards)
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class OnError(StrEnum):
@@ -110,7 +113,7 @@ class TokenizeConfig:
     num_workers: int = field(default_factory=default_num_workers)
     """Encoding workers: threads of this process when the fast engine encodes (up to THREAD_WORKERS_MAX of
     tokenize's executor), else processes; 0 encodes on the calling thread. The output is the same for any count."""
-    format: str = "native"
+    format: str = UNIT_FORMAT
     """Output format: native, megatron (OUT/data.bin + .idx), flat (OUT/shard_NNNNN.npy) or packed (OUT/data.pbin)."""
     drop_overlap_prefix: bool = False
     """megatron / flat / packed only: drop the overlap-prefix lengths those formats cannot store.
@@ -207,7 +210,7 @@ class TokenizeConfig:
         if is_remote_url(self.output_dir):  # before Path() mangles s3://b into s3:/b
             self._remote_output()
         object.__setattr__(self, "output_dir", Path(self.output_dir))
-        object.__setattr__(self, "on_error", _on_error(self.on_error))
+        object.__setattr__(self, "on_error", _member(OnError, self.on_error, "on_error"))
         object.__setattr__(self, "windowing", as_windowing(self.windowing))
         if self.train_type is not None:
             check_post_training(self)
@@ -227,7 +230,7 @@ class TokenizeConfig:
                 f"format {self.format!r} is not written by tokenize, expected one of {list(SUPPORTED_FORMATS)}",
                 field="format",
             )
-        if self.format == "native":
+        if _unit_shards(self.format):
             for name in ("drop_overlap_prefix", "keep_staging"):
                 if getattr(self, name):
                     raise ConfigError(
@@ -293,7 +296,7 @@ class TokenizeConfig:
         object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.plan_cache_dir))
 
     def _remote_output(self) -> None:
-        if self.format != "native":
+        if not _unit_shards(self.format):
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
         many = str(self.layout) == Layout.TREE.value or self.val_fraction > 0
         ray = str(self.executor) == ExecutorKind.RAY.value
@@ -322,23 +325,18 @@ class TokenizeConfig:
         )
 
     @property
+    def staged(self) -> bool:
+        """True when the output format is written by converting a native staging dataset (megatron, flat, packed)."""
+        return self.train_type is None and not _unit_shards(self.format)
+
+    @property
     def many_datasets(self) -> bool:
         """True when the run writes several datasets under --output-dir (--layout tree or --val-fraction)."""
         return self.layout is Layout.TREE or self.val_fraction > 0
 
     def _check_units(self) -> None:
-        try:
-            object.__setattr__(self, "executor", ExecutorKind(self.executor))
-        except ValueError:
-            raise ConfigError(
-                f"executor {self.executor!r}, expected one of {[e.value for e in ExecutorKind]}", field="executor"
-            ) from None
-        try:
-            object.__setattr__(self, "layout", Layout(self.layout))
-        except ValueError:
-            raise ConfigError(
-                f"layout {self.layout!r}, expected one of {[v.value for v in Layout]}", field="layout"
-            ) from None
+        object.__setattr__(self, "executor", _member(ExecutorKind, self.executor, "executor"))
+        object.__setattr__(self, "layout", _member(Layout, self.layout, "layout"))
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(
                 f"val_fraction is {self.val_fraction}, expected a fraction in [0, 1)", field="val_fraction"
@@ -366,7 +364,7 @@ class TokenizeConfig:
                 field="num_nodes",
                 hint="Run one driver with --executor ray, without --num-nodes",
             )
-        if self.many_datasets and self.format != "native" and self.train_type is None:
+        if self.many_datasets and self.staged:
             raise ConfigError(
                 f"format {self.format!r} with --layout tree or --val-fraction: each leaf is a native dataset "
                 "(curriculum and eval-broadcast read the tree as native leaves)",
@@ -400,7 +398,7 @@ class TokenizeConfig:
             "eos_id": self.eos_id,
             "max_line_bytes": self.max_line_bytes,
         }
-        if self.format != "native":  # kept out of native run keys, so earlier native outputs still resume
+        if self.staged:  # kept out of native run keys, so earlier native outputs still resume
             settings["drop_overlap_prefix"] = self.drop_overlap_prefix
         if self.val_fraction > 0:  # likewise: only runs that carve a validation split record it
             settings["val_fraction"] = self.val_fraction
@@ -408,10 +406,14 @@ class TokenizeConfig:
         return settings
 
 
-def _on_error(value: object) -> OnError:
+def _unit_shards(format: str) -> bool:
+    spec = available_formats().get(format)
+    return spec is not None and spec.unit_shards
+
+
+def _member(choices: type[_E], value: object, name: str) -> _E:
+    """``value`` as a member of ``choices``, or a ConfigError listing them."""
     try:
-        return OnError(value)
+        return choices(value)
     except ValueError:
-        raise ConfigError(
-            f"on_error is {value!r}, expected one of {[v.value for v in OnError]}", field="on_error"
-        ) from None
+        raise ConfigError(f"{name} is {value!r}, expected one of {[c.value for c in choices]}", field=name) from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenloom.formats import ConfigError, RecordError, open_writer
@@ -20,7 +20,7 @@ from tokenloom.formats.io import check_disjoint
 from tokenloom.tokenize._config import OnError, default_num_workers
 from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._plan import check_tokenizer_files
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, report_progress
+from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, RunCounts, report_progress
 from tokenloom.tokenize._tokenizer import default_tokenizer_path
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.inputs import InputFile, input_suffixes, read_chunks
@@ -28,37 +28,9 @@ from tokenloom.tokenize.inputs import InputFile, input_suffixes, read_chunks
 __all__ = ["PackSummary", "default_pack_path", "pack"]
 
 
-@dataclass(slots=True)
-class PackSummary:
+@dataclass(slots=True, kw_only=True)
+class PackSummary(RunCounts):
     output: Path
-    documents: int = 0
-    tokens: int = 0
-    seconds: float = 0.0
-    skipped: dict[str, int] = field(default_factory=dict)
-    examples: list[str] = field(default_factory=list)
-    dtype: str = ""
-    eos_id: int = -1
-    engine: str = ""
-    engine_reason: str = ""
-    bytes_read: int = 0
-    """Bytes of the input file (as stored) read, as the progress bar's fill counts them."""
-    text_bytes: int = 0
-    """Bytes of text (decompressed) encoded: the rate the bar and the summary show."""
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Tokens over the run's wall time (``seconds``, start-up included)."""
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def bytes_per_second(self) -> float:
-        """Input bytes read (as stored) over the run's wall time."""
-        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def text_bytes_per_second(self) -> float:
-        """Text bytes (decompressed) over the run's wall time: the bar's and the summary's rate."""
-        return self.text_bytes / self.seconds if self.seconds > 0 else 0.0
 
 
 def default_pack_path(input_file: str | os.PathLike[str]) -> Path:

@@ -57,6 +57,7 @@ from tokenloom.tokenize._unit_files import (
     is_unit_file,
     nodes_payload,
     read_done,
+    uncommitted_error,
     unit_stem,
 )
 from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, node_units, rerun_hint
@@ -155,11 +156,7 @@ def _summary(
         summary.units_missing = sum(d.missing() for d in unfinished)
     summary.output_dir = config.output_url  # type: ignore[assignment]
     summary.already_complete = already_complete
-    summary.examples = session.examples
-    summary.run_tokens = session.tokens
-    summary.bytes_read = session.bytes_read
-    summary.text_bytes = session.text_bytes
-    summary.units_committed = session.units
+    summary.add_session(session)
     return summary
 
 
@@ -398,17 +395,9 @@ class BucketDataset:
                      self.target.url, len(missing))  # fmt: skip
             return None
         if missing:
-            shown = ", ".join(f"{u} ({self.plan.units[u].label})" for u in missing[:10])
-            why = (
-                f"every node of --num-nodes {num_nodes} has finished, yet {len(missing)} of {units} units "
-                f"were taken by no node at {self.target.url}: {shown}"
-                if everyone
-                else f"{len(missing)} of {units} units are not committed at {self.target.url} yet: {shown}"
-            )
-            raise DataError(
-                why + (" ..." if len(missing) > 10 else ""),
-                path=str(self.target.url),
-                hint=rerun_hint(missing, self.first, num_nodes),
+            url, hint = self.target.url, rerun_hint(missing, self.first, num_nodes)
+            raise uncommitted_error(
+                self.plan, missing, path=str(url), num_nodes=num_nodes, everyone=everyone, hint=hint, where=f" at {url}"
             )
         for unit in range(units):
             marker = done_path(self.staging, unit)

@@ -9,7 +9,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats import ConfigError
+from tokenloom.formats import ConfigError, available_formats
 from tokenloom.tokenize.chat import ROLES, Truncate
 from tokenloom.tokenize.windowing import Windowing
 
@@ -25,7 +25,7 @@ def check_post_training(config: Any) -> None:
     """--train-type: the record settings, and the text-only options refused."""
     if config.train_type not in TRAIN_TYPES and not (config.train_type == "seq" and config.astrai_config):
         raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
-    if config.format == "native":  # the default: a record store
+    if getattr(available_formats().get(config.format), "unit_shards", False):  # the default: a record store
         object.__setattr__(config, "format", RECORD_FORMATS[0])
     if config.format not in RECORD_FORMATS:
         raise ConfigError(

@@ -1,4 +1,4 @@
-"""megatron / flat / packed output: the unit pipeline into a native staging dataset, then converted at finalize.
+"""megatron / flat / packed (any format but native): the unit pipeline into a native staging dataset, converted.
 
     OUT.native-staging/   the unit-planned native run (_units: one process, --num-nodes or Ray), resumable
                           unit by unit exactly as for --format native
@@ -6,7 +6,7 @@
            convert_dataset (tokenloom.formats) -> OUT/   megatron: data.bin + data.idx
                                                         packed:   data.pbin
                                                         flat:     shard_NNNNN.npy, document_lengths.i64, manifest.json
-        -> the run record, written last (flat: manifest metadata "tokenize"; megatron, packed: OUT/tokenize.json)
+        -> the run record, written last (a directory format: its manifest's "tokenize" metadata; else OUT/tokenize.json)
         -> the staging directory is removed (unless keep_staging)
 
 While the conversion runs, OUT holds ``.tokenloom-writing``, so readers refuse
@@ -21,18 +21,21 @@ gives the same bytes as an uninterrupted run.
 from __future__ import annotations
 
 import dataclasses
-import re
+import inspect
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from tokenloom.formats import (
     ConfigError,
+    FormatSpec,
     OutputLockedError,
     ResumeMismatchError,
+    available_formats,
     convert_dataset,
     open_dataset,
     read_manifest,
@@ -48,44 +51,20 @@ from tokenloom.formats.io import (
     prepare_output_dir,
     temp_base,
 )
-from tokenloom.tokenize._config import TokenizeConfig
+from tokenloom.tokenize._config import UNIT_FORMAT, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._units import replaceable, run_units
 
-__all__ = [
-    "MEGATRON_PREFIX",
-    "PACKED_FILE",
-    "RECORD_NAME",
-    "STAGING_SUFFIX",
-    "output_path",
-    "staging_dir",
-    "tokenize_via_staging",
-]
+__all__ = ["RECORD_NAME", "STAGING_SUFFIX", "output_path", "staging_dir", "tokenize_via_staging"]
 
-
-#: ``OUT/data`` is the Megatron prefix: ``OUT/data.bin`` + ``OUT/data.idx``.
-MEGATRON_PREFIX = "data"
-
-
-#: The packed output file inside OUT.
-PACKED_FILE = "data.pbin"
-
-
-#: The run record beside megatron and packed output (formats without a manifest).
+#: The run record beside output that has no manifest of its own (a Megatron prefix, a .pbin file).
 RECORD_NAME = "tokenize.json"
 
 
 #: The native staging dataset is a sibling of OUT with this suffix.
 STAGING_SUFFIX = ".native-staging"
-
-
-_OURS = {
-    "megatron": re.compile(rf"{MEGATRON_PREFIX}\.(bin|idx|tokenloom\.json)"),  # .tokenloom.json: formats' sidecar
-    "packed": re.compile(re.escape(PACKED_FILE) + r"(\.tokenloom\.json)?"),
-    "flat": re.compile(r"shard_\d+\.npy|document_lengths\.i64|" + re.escape(MANIFEST_NAME)),
-}
 
 
 def staging_dir(output_dir: Path) -> Path:
@@ -96,11 +75,11 @@ def staging_dir(output_dir: Path) -> Path:
 
 def output_path(config: TokenizeConfig) -> Path:
     """What ``open_dataset`` should be given for the final output (OUT itself works too)."""
-    if config.format == "megatron":
-        return config.output_dir / MEGATRON_PREFIX
-    if config.format == "packed":
-        return config.output_dir / PACKED_FILE
-    return config.output_dir
+    return _spec(config).output_path(config.output_dir)
+
+
+def _spec(config: TokenizeConfig) -> FormatSpec:
+    return available_formats()[config.format]
 
 
 def tokenize_via_staging(
@@ -118,7 +97,7 @@ def tokenize_via_staging(
         summary.already_complete = True
         return summary
     staging_config = dataclasses.replace(
-        config, format="native", output_dir=staging, drop_overlap_prefix=False, keep_staging=False
+        config, format=UNIT_FORMAT, output_dir=staging, drop_overlap_prefix=False, keep_staging=False
     )
     native = run_units(staging_config, inputs, on_progress=on_progress)
     if native.units_missing:  # another node finalizes (and converts)
@@ -147,24 +126,21 @@ def tokenize_via_staging(
 
 def _ours(config: TokenizeConfig, name: str) -> bool:
     base = temp_base(name)  # a crashed writer's NAME.<pid>-<hex>.tmp stands for NAME
-    return (
-        name == WRITING_MARKER
-        or name.endswith(LOCK_SUFFIX)
-        or base == RECORD_NAME
-        or _OURS[config.format].fullmatch(base) is not None
-    )
+    return name == WRITING_MARKER or name.endswith(LOCK_SUFFIX) or base == RECORD_NAME or _spec(config).owns_file(base)
 
 
 def _read_record(config: TokenizeConfig) -> dict[str, Any] | None:
-    """The run record of a complete output in OUT, or None if OUT holds no complete output of this format."""
+    """The run record of a complete output in OUT, or None if OUT holds no complete output of this format.
+
+    A format with a directory of its own keeps it in its manifest's metadata, any other in OUT/tokenize.json."""
     out = config.output_dir
     if not out.is_dir() or (out / WRITING_MARKER).exists():
         return None
-    if config.format == "flat":
+    if _spec(config).owns_directory:
         if not (out / MANIFEST_NAME).is_file():
             return None
         manifest = read_manifest(out)
-        return manifest.metadata.get("tokenize") if manifest.format == "flat" else None
+        return manifest.metadata.get("tokenize") if manifest.format == config.format else None
     path = out / RECORD_NAME
     if not path.is_file():
         return None
@@ -209,28 +185,14 @@ def _remove_staging(staging: Path) -> None:
 
 
 def _output_files(config: TokenizeConfig) -> int:
-    if config.format == "flat":
-        return len(read_manifest(config.output_dir).metadata["flat"]["shard_entries"])
-    return 1
+    """The data files of the output (a flat directory's shards; one for a Megatron prefix or a .pbin)."""
+    spec = _spec(config)
+    return sum(1 for p in config.output_dir.iterdir() if p.suffix in spec.suffixes and spec.owns_file(p.name))
 
 
 def _summary(config: TokenizeConfig, record: dict[str, Any], seconds: float) -> TokenizeSummary:
-    return TokenizeSummary(
-        output_dir=config.output_dir,
-        documents=int(record.get("documents", 0)),
-        entries=int(record.get("num_entries", 0)),
-        tokens=int(record.get("num_tokens", 0)),
-        input_bytes=int(record.get("input_bytes", 0)),
-        shards=_output_files(config),
-        seconds=seconds,
-        skipped=dict(record.get("skipped", {})),
-        dropped=dict(record.get("dropped", {})),
-        dtype=str(record.get("dtype", "")),
-        eos_id=int(record.get("eos_id", -1)),
-        vocab_size=int(record.get("vocab_size", 0)),
-        format=config.format,
-        engine=str(record.get("engine", {}).get("name", "")),
-        engine_reason=str(record.get("engine", {}).get("reason", "")),
+    return summary_of_record(
+        config.output_dir, record, shards=_output_files(config), seconds=seconds, format=config.format
     )
 
 
@@ -242,35 +204,35 @@ def _convert(config: TokenizeConfig, staging: Path, record: dict[str, Any]) -> d
     prepare_output_dir(out, overwrite=True, ours=replaceable(out))
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
-    source = open_dataset(staging, format="native")
+    source = open_dataset(staging, format=UNIT_FORMAT)
+    spec = _spec(config)
     dtype = source.dtype
-    if config.format == "megatron" and dtype.name == "uint32":
-        dtype = "int32"  # Megatron has no uint32 code; every id < vocab size < 2**31
+    if spec.dtypes and dtype.name not in spec.dtypes:  # Megatron has no uint32: every id < vocab size < 2**31
+        dtype = np.dtype(dtype.name.removeprefix("u"))
     options: dict[str, Any] = {"overwrite": True}
-    if config.format == "flat":
+    if "shard_size_tokens" in inspect.signature(spec.writer).parameters:  # pyright: ignore[reportArgumentType]
         options["shard_size_tokens"] = config.shard_size_tokens
     record = {
         **record,
-        "dtype": str(getattr(dtype, "name", dtype)),
+        "dtype": dtype.name,
         "eos_id": source.eos_id,
         "vocab_size": source.vocab_size,
         "num_tokens": source.num_tokens,
         "num_entries": len(source),
     }
-    if config.format == "flat":
+    if spec.owns_directory:  # the record goes into its manifest, which its writer publishes (removing the marker)
         placement = source.metadata.get(EOS_PLACEMENT)
         options["metadata"] = {"tokenize": record, **({EOS_PLACEMENT: placement} if placement else {})}
-    target = output_path(config)
     convert_dataset(
         source,
-        target,
+        output_path(config),
         to=config.format,
         dtype=dtype,
         drop_overlap_prefix=config.drop_overlap_prefix,
         writer_options=options,
     )
-    if config.format == "flat":
-        return record  # the flat writer published its manifest (and removed the marker) itself
+    if spec.owns_directory:
+        return record
     atomic_write_bytes(out / RECORD_NAME, orjson.dumps(record, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     (out / WRITING_MARKER).unlink()
     fsync_dir(out)

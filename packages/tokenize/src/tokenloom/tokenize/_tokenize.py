@@ -46,7 +46,7 @@ def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallbac
     check_run_paths(config, inputs)
     if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
         return run_tree(config, inputs, on_progress=on_progress)
-    run = run_units if config.format == "native" or config.train_type is not None else tokenize_via_staging
+    run = tokenize_via_staging if config.staged else run_units
     if not alone(config):  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
         return run(config, inputs, on_progress=on_progress)
     with output_lock(config.output_dir, what="--output-dir"):
@@ -56,7 +56,7 @@ def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallbac
 def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
     """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
     targets = [config.output_dir]
-    if config.format != "native" and config.train_type is None:
+    if config.staged:
         targets.append(staging_dir(config.output_dir))
     # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
     if real_path(config.output_dir) == real_path(config.input_dir):

@@ -258,9 +258,5 @@ def tree_summary(
         summary.dtype, summary.eos_id, summary.vocab_size = part.dtype, part.eos_id, part.vocab_size
         summary.engine, summary.engine_reason = part.engine, part.engine_reason
     if session is not None:
-        summary.examples = session.examples
-        summary.run_tokens = session.tokens
-        summary.bytes_read = session.bytes_read
-        summary.text_bytes = session.text_bytes
-        summary.units_committed = session.units
+        summary.add_session(session)
     return summary

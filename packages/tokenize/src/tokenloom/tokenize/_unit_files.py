@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from tokenloom.formats import ConfigError, FormatError, ResumeMismatchError
+from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir, temp_base, temp_path
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._shards import ShardRecord
@@ -54,6 +54,7 @@ __all__ = [
     "is_unit_file",
     "read_done",
     "remove_unit_temps",
+    "uncommitted_error",
     "unit_stem",
 ]
 
@@ -256,6 +257,21 @@ def read_done(out: Path, unit: int, plan_digest: str, sizes: Mapping[str, int] |
                     hint=f"Delete {path.name} and rerun the node that owns unit {unit}",
                 )
     return done
+
+
+def uncommitted_error(
+    plan: UnitPlan, missing: list[int], *, path: Any, num_nodes: int | None, everyone: bool, hint: str, where: str = ""
+) -> DataError:
+    """Units not committed when the manifest is due (``where``: " at URL" for a bucket; ``everyone``: every node has
+    finished, so they were taken by no node); ``hint``: the nodes to rerun."""
+    shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10]) + (" ..." if len(missing) > 10 else "")
+    units = f"{len(missing)} of {len(plan.units)} units"
+    why = (
+        f"every node of --num-nodes {num_nodes} has finished, yet {units} were taken by no node{where}: {shown}"
+        if everyone
+        else f"{units} are not committed{where} yet: {shown}"
+    )
+    return DataError(why, path=path, hint=hint)
 
 
 def nodes_payload(plan: UnitPlan, num_nodes: int) -> bytes:

@@ -30,6 +30,7 @@ from tokenloom.formats import (
     Manifest,
     OutputLockedError,
     ResumeMismatchError,
+    available_formats,
     read_manifest,
 )
 from tokenloom.formats.io import (
@@ -44,11 +45,11 @@ from tokenloom.formats.io import (
     temp_base,
     write_manifest,
 )
-from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._config import SUPPORTED_FORMATS, UNIT_FORMAT, ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     Counts,
@@ -62,6 +63,7 @@ from tokenloom.tokenize._unit_files import (
     read_done,
     remove_node_records,
     remove_unit_temps,
+    uncommitted_error,
     unit_stem,
 )
 from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
@@ -92,10 +94,6 @@ log = logging.getLogger("tokenloom.tokenize")
 #: The resume journal of the single-process layout before the one pipeline (shard_NNNNN.bin/.idx beside it).
 OLD_JOURNAL = ".tokenloom-tokenize-state.json"
 _OLD_SHARD = re.compile(r"shard_\d+\.(bin|idx)")
-#: Files of a megatron / packed / flat tokenize output, which --overwrite may replace (with tokenize.json beside).
-_CONVERTED_OUTPUT = re.compile(
-    r"data\.(bin|idx|pbin|tokenloom\.json|pbin\.tokenloom\.json)|shard_\d+\.npy|document_lengths\.i64"
-)
 _RUN_RECORD = "tokenize.json"
 
 
@@ -184,10 +182,7 @@ class TokenShards:
         self, out: Path, plan: UnitPlan, published: Manifest | None, session: Session, seconds: float
     ) -> TokenizeSummary:
         summary = summary_of(published, out, seconds) if published else _partial_summary(out, plan, session, seconds)
-        summary.examples = session.examples
-        summary.run_tokens = session.tokens
-        summary.bytes_read = session.bytes_read
-        summary.text_bytes = session.text_bytes
+        summary.add_session(session)
         if session.facts is not None:  # this session's engine (the manifest names unit 0's)
             summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
         return summary
@@ -299,29 +294,25 @@ def replaceable(out: Path) -> Callable[[str], bool]:
             return True
         if _OLD_SHARD.fullmatch(base) is not None:
             return True
-        return has_record and _CONVERTED_OUTPUT.fullmatch(base) is not None
+        return has_record and any(spec.owns_file(base) for spec in converted)
+
+    converted = [spec for name, spec in available_formats().items() if name in SUPPORTED_FORMATS]
 
     return ours
 
 
 def summary_of(manifest: Manifest, out: Path, seconds: float) -> TokenizeSummary:
     """The summary of a published native dataset, from its manifest."""
-    recorded = manifest.metadata.get("tokenize", {})
-    return TokenizeSummary(
-        output_dir=out,
-        documents=int(recorded.get("documents", 0)),
+    return summary_of_record(
+        out,
+        manifest.metadata.get("tokenize", {}),
         entries=manifest.num_documents,
         tokens=manifest.num_tokens,
-        input_bytes=int(recorded.get("input_bytes", 0)),
         shards=sum(1 for f in manifest.files if f.name.endswith(".idx")),
         seconds=seconds,
-        skipped=dict(recorded.get("skipped", {})),
-        dropped=dict(recorded.get("dropped", {})),
         dtype=manifest.dtype,
         eos_id=manifest.eos_id if manifest.eos_id is not None else -1,
         vocab_size=manifest.vocab_size or 0,
-        engine=str(recorded.get("engine", {}).get("name", "")),
-        engine_reason=str(recorded.get("engine", {}).get("reason", "")),
     )
 
 
@@ -350,18 +341,8 @@ def finalize(
     if missing:
         if not required:
             return None
-        shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10])
-        why = (
-            f"every node of --num-nodes {num_nodes} has finished, yet {len(missing)} of {len(plan.units)} units "
-            f"were taken by no node: {shown}"
-            if everyone
-            else f"{len(missing)} of {len(plan.units)} units are not committed yet: {shown}"
-        )
-        raise DataError(
-            why + (" ..." if len(missing) > 10 else ""),
-            path=out,
-            hint=rerun_hint(missing, first, num_nodes),
-        )
+        hint = rerun_hint(missing, first, num_nodes)
+        raise uncommitted_error(plan, missing, path=out, num_nodes=num_nodes, everyone=everyone, hint=hint)
     try:
         with output_lock(out, what="--output-dir"):
             return publish() if publish is not None else write_unit_manifest(out, plan, tokenizer)
@@ -399,7 +380,7 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
     settings = plan.run_key["settings"]
     placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if settings.get("windowing") == Windowing.GPT_SIMPLE.value else {}
     manifest = Manifest(
-        format="native",
+        format=UNIT_FORMAT,
         dtype=facts.dtype,
         num_tokens=sum(r.num_tokens for done in units for r in done.shards),
         num_documents=sum(r.num_entries for done in units for r in done.shards),

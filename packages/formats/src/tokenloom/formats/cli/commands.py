@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import click
 import orjson
@@ -16,13 +15,13 @@ import orjson
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._registry import open_dataset, writer_spec
-from tokenloom.formats.cli.group import cli_errors
+from tokenloom.formats.cli.deep import deep_open
+from tokenloom.formats.cli.group import cli_errors, option
 from tokenloom.formats.cli.remote_options import PATH_OR_URL, remote_kwargs, remote_options
 from tokenloom.formats.cli.summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
 from tokenloom.formats.io.manifest import MANIFEST_NAME, add_block_hashes, read_manifest
 from tokenloom.formats.io.optional import require
-from tokenloom.formats.io.progress import reporting
 from tokenloom.formats.io.safety import dataset_inputs, unlisted_files
 from tokenloom.formats.io.storage import check_readable
 from tokenloom.formats.io.urls import refuse_remote_output
@@ -32,25 +31,19 @@ __all__ = ["convert", "inspect", "validate"]
 
 DEFAULT_SEQ_LEN = 2048
 
-_format_option = click.option(
+_format_option = option(
     "--format",
     "format_name",
     default=None,
     metavar="NAME",
     help="The format, if detection is not enough (see `tokenloom convert --help` for the names).",
 )
-_dtype_option = click.option(
+_dtype_option = option(
     "--dtype",
     default=None,
     metavar="DTYPE",
     help="Token dtype, for raw shards that do not declare one ('infer' guesses).",
 )
-
-
-def _open(
-    path: Path | str, format_name: str | None, dtype: str | None, validate: str, remote: dict | None = None
-) -> TokenDataset:
-    return open_dataset(path, format=format_name, dtype=dtype, validate=validate, **(remote or {}))
 
 
 def _summary_lines(facts: dict[str, Any]) -> list[str]:
@@ -74,11 +67,11 @@ def _summary_lines(facts: dict[str, Any]) -> list[str]:
 
 
 def _eos_id_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option("--eos-id", type=click.IntRange(min=0), default=None, help=help_text)
+    return option("--eos-id", type=click.IntRange(min=0), default=None, help=help_text)
 
 
 def _vocab_size_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option("--vocab-size", type=click.IntRange(min=1), default=None, help=help_text)
+    return option("--vocab-size", type=click.IntRange(min=1), default=None, help=help_text)
 
 
 @click.command(
@@ -90,24 +83,21 @@ def _vocab_size_option(help_text: str) -> Callable[[Callable[..., Any]], Callabl
     "  tokenloom validate s3://bucket/tokens --deep --storage-option region=eu-west-1   # AWS_* credentials",
 )
 @click.argument("path", type=PATH_OR_URL)
-@click.option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
-@click.option(
-    "--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length [default: {DEFAULT_SEQ_LEN}]."
-)
+@option("--deep", is_flag=True, help="Also verify every checksum, token id < vocab size and EOS placement.")
+@option("--seq-len", type=click.IntRange(min=1), default=None, help=f"Window length [default: {DEFAULT_SEQ_LEN}].")
 @_vocab_size_option("--deep: check token ids against this vocab size (needed where the format records none).")
 @_eos_id_option("--deep: check that every entry ends with this id (needed where the format records none).")
 @_format_option
 @_dtype_option
-@click.option(
+@option(
     "--progress/--no-progress",
     default=True,
-    show_default=True,
     help="--deep: a percentage bar with ETA per stage on stderr (only when stderr is a terminal).",
 )
-@click.option("--curriculum", is_flag=True, help="PATH is a curriculum config (needs tokenloom-curriculum).")
-@click.option("--global-batch-size", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
-@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
-@click.option(
+@option("--curriculum", is_flag=True, help="PATH is a curriculum config (needs tokenloom-curriculum).")
+@option("--global-batch-size", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
+@option("--max-steps", type=click.IntRange(min=1), default=None, help="With --curriculum: budget check.")
+@option(
     "--write-manifest",
     is_flag=True,
     help="Adopt a native directory without manifest.json (GPT-Simple's): checksum every file and write one "
@@ -163,9 +153,9 @@ def validate(
                     err=True,
                 )
         if deep:
-            dataset, coverage = _deep_open(path, format_name, dtype, progress, vocab_size, eos_id, remote)
+            dataset, coverage = deep_open(path, format_name, dtype, progress, vocab_size, eos_id, remote)
         else:
-            dataset = _open(path, format_name, dtype, "fast", remote)
+            dataset = open_dataset(path, format=format_name, dtype=dtype, validate="fast", **remote)
         if not remote:  # a URL's objects were listed and their bytes come from the store, not these files
             check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
             warnings = unlisted_files(dataset)
@@ -201,129 +191,27 @@ def _quiet(logger: str) -> Iterator[None]:
         target.setLevel(level)
 
 
-def _deep_open(
-    path: Path | str,
-    format_name: str | None,
-    dtype: str | None,
-    progress: bool,
-    vocab_size: int | None,
-    eos_id: int | None,
-    remote: dict | None = None,
-) -> tuple[TokenDataset, list[str]]:
-    """Deep validation with a percentage bar and ETA per stage on stderr (a TTY only; --no-progress: none).
-
-    On a URL every block is read (into the cache) and checked against the manifest's per-file checksums.
-    """
-    from rich.console import Console
-
-    fast = _open(path, format_name, dtype, "fast", remote)
-    if remote:
-        message = f"deep validation of {fast.format} {path}: {fast.metadata.get('remote', {}).get('objects')} objects"
-    else:
-        files = [p for p in dataset_inputs(fast) if p.is_file()]
-        total = sum(p.stat().st_size for p in files)
-        message = f"deep validation of {fast.format} {path}: {total / 1e6:,.1f} MB in {len(files)} files"
-    message += f" ({fast.num_tokens:,} tokens)"
-    console = Console(stderr=True)
-    started = time.perf_counter()
-    with _stage_bars(console, enabled=progress and console.is_terminal) as on_progress:
-        dataset = open_dataset(
-            path, format=format_name, dtype=dtype, validate="deep", on_progress=on_progress, **(remote or {})
-        )
-        with reporting(on_progress):  # --vocab-size / --eos-id read the tokens once more
-            coverage = _deep_checks(dataset, vocab_size, eos_id)
-    if progress and console.is_terminal:
-        console.print(f"{message}: {time.perf_counter() - started:.1f} s", style="dim")
-    return dataset, coverage
-
-
-class _StageBars:
-    """A rich bar per stage of a deep read (checksums, token ids, EOS placement); call it as ``on_progress``."""
-
-    units: ClassVar[dict[str, str]] = {"checksums": "bytes", "token ids": "tokens", "EOS placement": "entries"}
-
-    def __init__(self, console: Any) -> None:
-        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-
-        self.progress = Progress(
-            TextColumn("{task.description:<14}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TextColumn("{task.completed:,}/{task.total:,} {task.fields[unit]}"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        )
-        self.tasks: dict[str, Any] = {}
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=total, unit=self.units.get(stage, "units"))
-        self.progress.update(self.tasks[stage], completed=done, total=total)
-
-
-@contextlib.contextmanager
-def _stage_bars(console: Any, *, enabled: bool) -> Iterator[_StageBars | None]:
-    """The bars while the block runs (None when disabled: no terminal, or --no-progress)."""
-    if not enabled:
-        yield None
-        return
-    bars = _StageBars(console)
-    with bars.progress:
-        yield bars
-
-
-def _deep_checks(dataset: TokenDataset, vocab_size: int | None, eos_id: int | None) -> list[str]:
-    """Token range and EOS placement with the given or recorded values; what was (not) checked, in words."""
-    return [
-        _check_with(dataset, "vocab_size", vocab_size, dataset.check_token_range, "token range: every id < {:,}"),
-        _check_with(dataset, "eos_id", eos_id, dataset.check_eos_placement, "EOS placement: every entry ends with {}"),
-    ]
-
-
-_CHECK_WORDS = {  # field -> (the flag that gives it, how the result names a recorded value, what is not checked)
-    "vocab_size": ("--vocab-size", "recorded vocab size", "token range not checked: the format records no vocab size"),
-    "eos_id": ("--eos-id", "recorded EOS id", "EOS placement not checked: the format records no EOS id"),
-}
-
-
-def _check_with(dataset: TokenDataset, field: str, given: int | None, check: Callable[[], None], done: str) -> str:
-    """Run ``check`` with ``given`` in place of the recorded ``field`` (restored after); what was checked, in words."""
-    flag, recorded_as, missing = _CHECK_WORDS[field]
-    recorded = getattr(dataset, field)
-    if given is not None and given != recorded:
-        setattr(dataset, field, given)
-        try:
-            check()
-        finally:
-            setattr(dataset, field, recorded)
-        return f"{done.format(given)} ({flag})"
-    if recorded is not None:
-        return f"{done.format(recorded)} ({recorded_as})"
-    return f"{missing}; pass {flag} N"
-
-
 @click.command(
     epilog="\b\nExamples:\n  tokenloom inspect data/tokens --json\n  tokenloom inspect data/tokens --plot lengths.png\n"
     "  tokenloom inspect gs://bucket/tokens --cache-dir /local/nvme/cache\n"
     "  tokenloom inspect out/sft --records 3       # post-training records, trained spans highlighted"
 )
 @click.argument("path", type=PATH_OR_URL)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-@click.option(
+@option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Write a PNG histogram of entry lengths, log count axis (needs the 'plot' extra).",
 )
-@click.option(
+@option(
     "--records",
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
     help="Show the first N records of a record store (sft/dpo/grpo) with trained spans highlighted.",
 )
-@click.option(
+@option(
     "--tokenizer",
     default=None,
     metavar="DIR",
@@ -358,7 +246,8 @@ def inspect(
         return
     with cli_errors():
         pyplot = _pyplot() if plot is not None else None
-        dataset = _open(path, format_name, dtype, "fast", remote_kwargs(path, storage_option, cache_dir))
+        remote = remote_kwargs(path, storage_option, cache_dir)
+        dataset = open_dataset(path, format=format_name, dtype=dtype, validate="fast", **remote)
     facts = describe(dataset)
     lengths = dataset.doc_lengths
     facts["lengths"] = length_percentiles(lengths)
@@ -419,45 +308,37 @@ def _verify_recorded_checksums(dataset: TokenDataset, source: Path | str, remote
 )
 @click.argument("source", type=PATH_OR_URL)
 @click.argument("target", type=PATH_OR_URL)
-@click.option("--to", "to", required=True, metavar="FORMAT", help="Target format (native, flat, megatron, ...).")
-@click.option(
-    "--from", "from_format", default=None, metavar="FORMAT", help="Source format, if detection is not enough."
-)
-@click.option(
-    "--from-dtype", default=None, metavar="DTYPE", help="Source dtype, for raw shards that do not declare one."
-)
-@click.option("--dtype", default=None, metavar="DTYPE", help="Target dtype (default: the source's).")
-@click.option(
+@option("--to", "to", required=True, metavar="FORMAT", help="Target format (native, flat, megatron, ...).")
+@option("--from", "from_format", default=None, metavar="FORMAT", help="Source format, if detection is not enough.")
+@option("--from-dtype", default=None, metavar="DTYPE", help="Source dtype, for raw shards that do not declare one.")
+@option("--dtype", default=None, metavar="DTYPE", help="Target dtype (default: the source's).")
+@option(
     "--shard-size-tokens", type=click.IntRange(min=1), default=None, help="Target shard size, where the format shards."
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing target.")
-@click.option("--legacy", is_flag=True, help="packed: write the legacy 8-byte-header layout (4-byte tokens).")
-@click.option(
+@option("--overwrite", is_flag=True, help="Replace an existing target.")
+@option("--legacy", is_flag=True, help="packed: write the legacy 8-byte-header layout (4-byte tokens).")
+@option(
     "--file-format",
     type=click.Choice(["npy", "bin"]),
     default=None,
     help="flat: write .npy shards (default) or raw .bin shards.",
 )
-@click.option(
-    "--drop-overlap-prefix", is_flag=True, help="Allow targets that cannot store overlap prefixes to drop them."
-)
-@click.option(
+@option("--drop-overlap-prefix", is_flag=True, help="Allow targets that cannot store overlap prefixes to drop them.")
+@option(
     "--chunk-tokens",
     type=click.IntRange(min=1),
     default=DEFAULT_CHUNK_TOKENS,
-    show_default=True,
     help="Tokens per write batch (bounds memory).",
 )
-@click.option(
+@option(
     "--verify/--no-verify",
     default=True,
-    show_default=True,
     help="Check every file of the source against the checksums its manifest records (where it has one): a "
     "damaged source is an error, not silently copied. --no-verify skips that extra read.",
 )
 @_eos_id_option("End-of-document id to record, where the source has none (Megatron or .pbin from another tool).")
 @_vocab_size_option("Vocab size to record (and check every token against), where the source has none.")
-@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @remote_options
 def convert(
     source: Path | str,
@@ -465,19 +346,11 @@ def convert(
     to: str,
     from_format: str | None,
     from_dtype: str | None,
-    dtype: str | None,
-    shard_size_tokens: int | None,
-    overwrite: bool,
-    legacy: bool,
-    file_format: str | None,
-    drop_overlap_prefix: bool,
-    chunk_tokens: int,
     verify: bool,
     no_progress: bool,
-    eos_id: int | None = None,
-    vocab_size: int | None = None,
     storage_option: tuple[str, ...] = (),
     cache_dir: Path | None = None,
+    **options: Any,
 ) -> None:
     """Convert a token dataset to another format, losslessly and in constant memory.
 
@@ -491,17 +364,12 @@ def convert(
 
     with cli_errors():
         factory = writer_spec(to, field="--to").writer
-        options: dict[str, Any] = {}
-        for name, value in (
-            ("overwrite", overwrite),
-            ("shard_size_tokens", shard_size_tokens),
-            ("legacy", legacy),
-            ("file_format", file_format),
-        ):
-            if value:
+        writer_options = {}
+        for name in ("overwrite", "shard_size_tokens", "legacy", "file_format"):  # what only some writers take
+            if value := options.pop(name):
                 if not _accepts(factory, name):  # type: ignore[arg-type]
                     raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)
-                options[name] = value
+                writer_options[name] = value
         remote = remote_kwargs(source, storage_option, cache_dir)
         dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast", **remote)
         if verify:
@@ -522,13 +390,9 @@ def convert(
                 dataset,
                 target,
                 to=to,
-                dtype=dtype,
-                drop_overlap_prefix=drop_overlap_prefix,
-                chunk_tokens=chunk_tokens,
-                writer_options=options,
+                writer_options=writer_options,
                 on_progress=lambda n: progress.advance(task, n),
-                eos_id=eos_id,
-                vocab_size=vocab_size,
+                **options,  # dtype, drop_overlap_prefix, chunk_tokens, eos_id, vocab_size
             )
     rate = result.tokens / result.seconds / 1e6 if result.seconds > 0 else float("inf")
     click.echo(

@@ -17,9 +17,9 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -88,6 +88,17 @@ def cli_errors() -> Iterator[None]:
         yield
     except (DataError, OSError, ImportError) as exc:
         fail(exc)
+
+
+def option(*decls: str, **attrs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``click.option`` that shows its default in --help whenever it has one (a flag's is not shown)."""
+    attrs.setdefault("show_default", attrs.get("default") is not None and not attrs.get("is_flag"))
+    return click.option(*decls, **attrs)
+
+
+def choice(values: Iterable[Any]) -> click.Choice:
+    """The values of an enum (or of any iterable of StrEnum members or strings) as a click choice."""
+    return click.Choice([str(value) for value in values])
 
 
 class EntryPointGroup(click.Group):

@@ -23,6 +23,7 @@ __all__ = [
     "H5_SPEC",
     "BIN_META_SPEC",
     "OPTIONAL_TRAIN_TYPE_KEYS",
+    "RECORD_FORMATS",
     "TRAIN_TYPE_KEYS",
     "BinMetaStoreWriter",
     "BinStore",
@@ -78,5 +79,7 @@ BIN_META_SPEC = FormatSpec(
     targets=lambda target: [target, target / META_NAME],
     file_names=rf"[\w.-]+\.bin|{re.escape(META_NAME)}",
 )
+#: The format names a grouped record store (``open_records``) opens under: the bin store's and its spec's.
+RECORD_FORMATS = (BIN_META_STORE.name, BIN_META_SPEC.name)
 register_format(H5_SPEC)
 register_format(BIN_META_SPEC)

@@ -5,7 +5,7 @@
 
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
-from tokenloom.formats.megatron.reader import is_megatron, open_megatron
+from tokenloom.formats.megatron.reader import CODE_OF_DTYPE, is_megatron, open_megatron
 from tokenloom.formats.megatron.writer import MegatronWriter, megatron_targets
 
 __all__ = ["SPEC", "MegatronWriter", "is_megatron", "open_megatron"]
@@ -23,5 +23,6 @@ SPEC = FormatSpec(
     suffixes=(".bin",),
     targets=megatron_targets,
     output_name="data",  # data.bin + data.idx inside an output directory
+    dtypes=tuple(CODE_OF_DTYPE),
 )
 register_format(SPEC)

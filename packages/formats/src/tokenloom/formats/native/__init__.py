@@ -37,6 +37,7 @@ SPEC = FormatSpec(
     suffixes=(".bin",),
     file_names=FILE_NAMES,
     remote=open_remote_native,
+    unit_shards=True,
 )
 SPEC_V0 = FormatSpec("native-v0", DESCRIPTION_V0, detect=lambda path: False, open=open_native_v0, detectable=False)
 register_format(SPEC)
