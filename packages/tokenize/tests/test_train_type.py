@@ -1,7 +1,8 @@
 """tokenize --train-type sft|dpo|grpo: post-training records through the unit-planned pipeline.
 
 The CLI's store equals write_post_training's over the same records in input order; it is the same bytes for
-one process, two workers and two node processes, and after a SIGKILL and a rerun; bad input is a named error
+one process, two workers, two node processes and Ray tasks, and after a SIGKILL and a rerun (each for sft, dpo
+and grpo); bad input is a named error
 with file and line and nothing published; settings that differ from the output's are refused.
 """
 
@@ -125,11 +126,12 @@ def test_cli_store_equals_the_librarys(train_type: str, tmp_path: Path, chat_tok
     assert not [p.name for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
 
 
-def test_workers_and_nodes_write_the_same_bytes(tmp_path: Path, chat_tokenizer_dir) -> None:
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_workers_and_nodes_write_the_same_bytes(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
     tok = chat_tokenizer_dir("header_bos")
-    write_corpus(tmp_path / "in", "sft", 90)
-    common = ["--input-dir", tmp_path / "in", "--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 900]
-    common += ["--max-length", 60, "--truncate", "keep-start"]
+    write_corpus(tmp_path / "in", train_type, 90)
+    common = ["--input-dir", tmp_path / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 900]
+    common += ["--max-length", 60, "--truncate", "keep-start" if train_type == "sft" else "skip"]
     code, output = run_cli(*common, "--output-dir", tmp_path / "one", "--num-workers", 0)
     assert code == 0, output
     code, output = run_cli(*common, "--output-dir", tmp_path / "two", "--num-workers", 2)
@@ -152,7 +154,9 @@ def test_workers_and_nodes_write_the_same_bytes(tmp_path: Path, chat_tokenizer_d
     assert store_bytes(tmp_path / "two") == one
     assert store_bytes(tmp_path / "nodes") == one
     stats = orjson.loads(one[SIDECAR_NAME])["stats"]
-    assert stats["truncated"] > 0 and stats["records"] == 90  # counted in post_training.json
+    assert stats["records"] == 90 and len(open_records(tmp_path / "nodes")) == 90
+    if train_type == "sft":
+        assert stats["truncated"] > 0  # counted in post_training.json
     # the same command again: already complete, nothing rewritten
     code, output = run_cli(*common, "--output-dir", tmp_path / "one", "--num-workers", 0)
     assert code == 0 and "already complete" in output
@@ -313,12 +317,13 @@ def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(tmp_path: Path,
     assert not [p for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
 
 
-def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(tmp_path: Path, chat_tokenizer_dir) -> None:
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
     tok = chat_tokenizer_dir("chatml")
-    make = MAKERS["sft"]
+    make = MAKERS[train_type]
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "big.jsonl").write_bytes(_lines([make(i) for i in range(900)]))
-    args = ["--input-dir", tmp_path / "in", "--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 8000]
+    args = ["--input-dir", tmp_path / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 8000]
     args = [*map(str, args), "--num-workers", "1", "--no-progress"]
     code, output = run_cli(*args, "--output-dir", tmp_path / "clean")
     assert code == 0, output
@@ -339,7 +344,8 @@ def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(tmp_path: Path, chat_to
     assert rerun.returncode == 0, rerun.stderr
     assert store_bytes(out) == store_bytes(tmp_path / "clean")
     assert len(open_records(out)) == 900
-    mine, clean = open_records(out).record(7)["sequence"], open_records(tmp_path / "clean").record(7)["sequence"]
+    key = {"sft": "sequence", "dpo": "chosen", "grpo": "prompts"}[train_type]
+    mine, clean = open_records(out).record(7)[key], open_records(tmp_path / "clean").record(7)[key]
     assert isinstance(mine, np.ndarray) and isinstance(clean, np.ndarray)
     assert np.array_equal(mine, clean)
 
@@ -352,11 +358,13 @@ def test_ray_tasks_write_the_same_record_store(tmp_path: Path, chat_tokenizer_di
     pytest.importorskip("ray")
     ray_head = request.getfixturevalue("ray_head")  # a real local head (conftest), started for this module
     tok = chat_tokenizer_dir("chatml")
-    placed = write_corpus(tmp_path / "in", "grpo", 45, parquet=True)
-    common = ["--input-dir", tmp_path / "in", "--train-type", "grpo", "--tokenizer", tok, "--unit-bytes", 600]
-    code, output = run_cli(*common, "--output-dir", tmp_path / "local", "--num-workers", 0)
-    assert code == 0, output
-    code, output = run_cli(*common, "--output-dir", tmp_path / "ray", "--executor", "ray", "--ray-address", ray_head)
-    assert code == 0, output
-    assert f"records {len(placed)}" in output
-    assert store_bytes(tmp_path / "ray") == store_bytes(tmp_path / "local")
+    for train_type in ("sft", "dpo", "grpo"):  # one Ray head for the three
+        root = tmp_path / train_type
+        placed = write_corpus(root / "in", train_type, 45, parquet=True)
+        common = ["--input-dir", root / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 600]
+        code, output = run_cli(*common, "--output-dir", root / "local", "--num-workers", 0)
+        assert code == 0, output
+        code, output = run_cli(*common, "--output-dir", root / "ray", "--executor", "ray", "--ray-address", ray_head)
+        assert code == 0, output
+        assert f"records {len(placed)}" in output
+        assert store_bytes(root / "ray") == store_bytes(root / "local"), train_type
