@@ -2,8 +2,8 @@
 
 The CLI's store equals write_post_training's over the same records in input order; it is the same bytes for
 one process, two workers, two node processes and Ray tasks, and after a SIGKILL and a rerun (each for sft, dpo
-and grpo); bad input is a named error
-with file and line and nothing published; settings that differ from the output's are refused.
+and grpo); bad input is a named error with file and line and nothing published; settings that differ from the
+output's are refused.
 """
 
 from __future__ import annotations
