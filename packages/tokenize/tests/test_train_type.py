@@ -368,3 +368,31 @@ def test_ray_tasks_write_the_same_record_store(tmp_path: Path, chat_tokenizer_di
         assert code == 0, output
         assert f"records {len(placed)}" in output
         assert store_bytes(root / "ray") == store_bytes(root / "local"), train_type
+
+
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
+    """--format h5: OUT/data.h5 in AstrAI's H5 layout, the same records (values and dtypes) as --format bin-meta."""
+    pytest.importorskip("h5py")
+    tok = chat_tokenizer_dir("chatml")
+    placed = write_corpus(tmp_path / "in", train_type, 30)
+    common = ["--input-dir", tmp_path / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 700]
+    code, output = run_cli(*common, "--output-dir", tmp_path / "bin", "--num-workers", 0)
+    assert code == 0, output
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2, "--format", "h5")
+    assert code == 0 and "record store, h5" in output, output
+    assert sorted(p.name for p in (tmp_path / "h5").iterdir()) == [".tokenloom-plan.json", "data.h5", SIDECAR_NAME]
+    ours, theirs = open_records(tmp_path / "h5"), open_records(tmp_path / "bin")
+    assert len(ours) == len(theirs) == len(placed) and ours.keys == theirs.keys
+    for i in range(len(ours)):
+        mine, base = ours.record(i), theirs.record(i)
+        for key, value in base.items():
+            pairs = zip(mine[key], value, strict=True) if isinstance(value, list) else [(mine[key], value)]
+            for a, b in pairs:
+                assert a.dtype == b.dtype and np.array_equal(a, b), (i, key)
+    sidecar = orjson.loads((tmp_path / "h5" / SIDECAR_NAME).read_bytes())
+    assert sidecar["stats"] == orjson.loads((tmp_path / "bin" / SIDECAR_NAME).read_bytes())["stats"]
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2, "--format", "h5")
+    assert code == 0 and "already complete" in output, output
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2)  # bin-meta into it
+    assert code != 0 and "format" in output, output

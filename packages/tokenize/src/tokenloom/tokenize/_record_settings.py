@@ -16,7 +16,7 @@ from tokenloom.tokenize.windowing import Windowing
 __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_settings"]
 
 #: Output formats of post-training records (--train-type): a record store (``open_records``).
-RECORD_FORMATS = ("bin-meta",)
+RECORD_FORMATS = ("bin-meta", "h5")
 #: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
 TRAIN_TYPES = ("sft", "dpo", "grpo")
 
