@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -396,3 +397,53 @@ def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path
     assert code == 0 and "already complete" in output, output
     code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2)  # bin-meta into it
     assert code != 0 and "format" in output, output
+
+
+# --input-dir in a bucket (a real S3 server, and one that fails requests)
+def _upload(seaweed, local: Path) -> str:
+    key = f"chat-{uuid.uuid4().hex[:8]}"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            seaweed.put(f"{key}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    return f"s3://{seaweed.bucket}/{key}"
+
+
+def _env(monkeypatch, seaweed, endpoint: str, cache: Path) -> None:
+    env = {**seaweed.env, "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(cache))
+
+
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_inputs_in_a_bucket_give_the_bytes_of_a_local_run(
+    train_type: str, seaweed, tmp_path: Path, chat_tokenizer_dir, monkeypatch
+) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", train_type, 45)
+    url = _upload(seaweed, tmp_path / "in")
+    _env(monkeypatch, seaweed, seaweed.endpoint, tmp_path / "cache")
+    common = ["--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 700, "--num-workers", 0]
+    code, output = run_cli("--input-dir", tmp_path / "in", "--output-dir", tmp_path / "local", *common)
+    assert code == 0, output
+    code, output = run_cli("--input-dir", url, "--output-dir", tmp_path / "remote", *common)
+    assert code == 0, output
+    assert store_bytes(tmp_path / "remote") == store_bytes(tmp_path / "local")
+
+
+def test_inputs_through_a_failing_server_give_the_same_bytes(
+    seaweed, fault_proxy, tmp_path: Path, chat_tokenizer_dir, monkeypatch
+) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "sft", 45)
+    url = _upload(seaweed, tmp_path / "in")
+    common = ["--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 700, "--num-workers", 0]
+    code, output = run_cli("--input-dir", tmp_path / "in", "--output-dir", tmp_path / "local", *common)
+    assert code == 0, output
+    _env(monkeypatch, seaweed, fault_proxy.url, tmp_path / "cache")
+    fault_proxy.fault_paths = ".jsonl"  # the input objects' GETs (a flipped listing is not detectable)
+    fault_proxy.faults = ["503", "reset", "truncate", "503"]  # one per GET, then clean answers
+    code, output = run_cli("--input-dir", url, "--output-dir", tmp_path / "remote", *common)
+    assert code == 0, output
+    assert sum(fault_proxy.injected.values()) == 4  # the faults were met, not skipped
+    assert store_bytes(tmp_path / "remote") == store_bytes(tmp_path / "local")
