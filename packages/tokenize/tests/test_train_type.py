@@ -95,7 +95,8 @@ def run_cli(*args: object) -> tuple[int, str]:
 
 
 def store_bytes(out: Path) -> dict[str, bytes]:
-    names = [*sorted(p.name for p in out.iterdir() if p.suffix == ".bin"), "meta.json", SIDECAR_NAME]
+    names = [*sorted(p.name for p in out.iterdir() if p.suffix == ".bin"), SIDECAR_NAME]
+    names.append("data.h5" if (out / "data.h5").exists() else "meta.json")
     return {name: (out / name).read_bytes() for name in names}
 
 
@@ -296,19 +297,25 @@ def test_other_settings_into_the_same_output_are_refused(tmp_path: Path, chat_to
     assert orjson.loads((out / SIDECAR_NAME).read_bytes())["max_length"] == 20
 
 
-def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(tmp_path: Path, chat_tokenizer_dir) -> None:
-    """The state a kill leaves after the merge and the removal of the unit stores, before meta.json."""
+@pytest.mark.parametrize("store_format", ["bin-meta", "h5"])
+def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(
+    store_format: str, tmp_path: Path, chat_tokenizer_dir
+) -> None:
+    """The state a kill leaves after the merge and the removal of the unit stores, before meta.json (data.h5)."""
     from tokenloom.formats.io import WRITING_MARKER
 
     tok = chat_tokenizer_dir("chatml")
     write_corpus(tmp_path / "in", "sft", 30)
     out = tmp_path / "out"
     args = ["--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok]
-    args += ["--num-workers", 0, "--unit-bytes", 900]
+    args += ["--num-workers", 0, "--unit-bytes", 900, "--format", store_format]
     code, output = run_cli(*args)
     assert code == 0, output
     published = store_bytes(out)
-    (out / "meta.json").rename(out / ".tokenloom-records-meta.json")
+    if store_format == "h5":
+        (out / "data.h5").rename(out / ".tokenloom-records-data.h5.merged")
+    else:
+        (out / "meta.json").rename(out / ".tokenloom-records-meta.json")
     (out / WRITING_MARKER).touch()
     with pytest.raises(FormatError, match="tokenloom-writing"):
         open_records(out)
@@ -395,6 +402,9 @@ def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path
     assert sidecar["stats"] == orjson.loads((tmp_path / "bin" / SIDECAR_NAME).read_bytes())["stats"]
     code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2, "--format", "h5")
     assert code == 0 and "already complete" in output, output
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5-one", "--num-workers", 0, "--format", "h5")
+    assert code == 0, output
+    assert store_bytes(tmp_path / "h5-one") == store_bytes(tmp_path / "h5")  # the same bytes for any process count
     code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2)  # bin-meta into it
     assert code != 0 and "format" in output, output
 
