@@ -212,22 +212,25 @@ def test_skips_and_truncations_are_counted(tmp_path: Path, chat_tokenizer_dir) -
 
 
 @pytest.mark.parametrize(
-    ("line", "name", "words"),
+    ("train_type", "line", "name", "words"),
     [
-        (b'{"messages": "hi"}', "ConversationError", "messages is str"),
-        (b'{"messages": [{"role": "robot", "content": "x"}]}', "ConversationError", "role 'robot'"),
-        (b"{broken", "RecordError", "not valid JSON"),
+        ("sft", b'{"messages": "hi"}', "ConversationError", "messages is str"),
+        ("sft", b'{"messages": [{"role": "robot", "content": "x"}]}', "ConversationError", "role 'robot'"),
+        ("sft", b"{broken", "RecordError", "not valid JSON"),
+        ("dpo", b'{"prompt": "p", "chosen": "c"}', "ConversationError", "has no 'rejected'"),
+        ("grpo", b'{"prompt": "p", "responses": ["a", "b"], "rewards": [1.0]}', "ConversationError", "1 rewards for 2"),
+        ("grpo", b'{"prompt": "p", "responses": ["a"], "rewards": ["high"]}', "ConversationError", "a finite number"),
     ],
 )
 def test_bad_input_is_a_named_error_and_nothing_is_published(
-    line: bytes, name: str, words: str, tmp_path: Path, chat_tokenizer_dir
+    train_type: str, line: bytes, name: str, words: str, tmp_path: Path, chat_tokenizer_dir
 ) -> None:
     tok = chat_tokenizer_dir("chatml")
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "c.jsonl").write_bytes(_lines([sft_record(1), sft_record(2)]) + line + b"\n")
+    (tmp_path / "in" / "c.jsonl").write_bytes(_lines([MAKERS[train_type](1), MAKERS[train_type](2)]) + line + b"\n")
     out = tmp_path / "out"
     code, output = run_cli(
-        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", train_type, "--tokenizer", tok,
         "--num-workers", 0,
     )  # fmt: skip
     assert code == 1
