@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tokenloom.formats import DataError, FormatError, RecordStoreWriter, open_records
-from tokenloom.formats.keyed.records_h5 import RecordH5Writer
+from tokenloom.formats.keyed import RecordH5Writer
 
 h5py = pytest.importorskip("h5py")
 

@@ -43,6 +43,7 @@ from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyEr
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.source import map_tokens
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
+from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
 from tokenloom.formats.keyed.store import check_finite
 
 __all__ = ["GROUPED_KEYS", "POST_TRAINING_SIDECAR", "RecordStore", "open_records"]
@@ -170,8 +171,6 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
     refuse_unfinished(root, what="record store")  # as open_store: a writer's marker (a killed tokenize run)
     metas = find_meta_files(root)
     if not metas:
-        from tokenloom.formats.keyed.records_h5 import is_h5_record_path
-
         if is_h5_record_path(root):  # AstrAI's H5 layout: a dataset per record (records_h5)
             return _h5_records(root, validate)
         raise MissingFileError(f"no {META_NAME} (nor .h5 records) under the directory", path=root)
@@ -212,8 +211,6 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
 
 def _h5_records(root: Path, validate: Validate) -> RecordStore:
     """An HDF5 record store (:mod:`.records_h5`), its float keys checked as a bin-meta store's."""
-    from tokenloom.formats.keyed.records_h5 import h5_record_parts
-
     parts = h5_record_parts(root)
     store = RecordStore(root, parts)  # type: ignore[arg-type]
     if validate != Validate.NONE:

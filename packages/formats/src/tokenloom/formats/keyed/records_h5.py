@@ -8,7 +8,7 @@
 As AstrAI's H5Store read them (ViperEkura/AstrAI before 115192c, ``segments_are_records``): a key's
 datasets are its records, in number order. The keys, dtypes and records are those of the bin-meta
 record store (:mod:`.records`); GRPO's ``responses`` / ``masks`` have one dataset per response, as they
-have one record per response there. ``RecordH5Writer`` writes one file (a temp file renamed into place);
+have one record per response there. ``RecordH5Writer`` (:mod:`.writers`) writes one file (a temp file renamed);
 :func:`h5_record_parts` reads each file of a store as one part of :class:`~.records.RecordStore`, whose
 key arrays are read into memory once per process (AstrAI's H5Store held them in memory too; a bin-meta
 record store is memory-mapped instead). h5py is the extra ``tokenloom-formats[h5]``.
@@ -16,75 +16,21 @@ record store is memory-mapped instead). h5py is the extra ``tokenloom-formats[h5
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError
-from tokenloom.formats.io.atomic import publish, temp_path
 from tokenloom.formats.io.paths import safe_file
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, _h5_errors, _segment_order, find_h5_files, h5py_module
 from tokenloom.formats.keyed.store import KEY_DTYPES, check_key_name
-from tokenloom.formats.keyed.writers import RecordStoreWriter, StoreWriter
 
-__all__ = ["RecordH5Writer", "h5_record_parts", "is_h5_record_path"]
+__all__ = ["h5_record_parts", "is_h5_record_path", "segment_name"]
 
 
 def segment_name(number: int) -> str:
     """Zero-padded, so that name order (what h5py's ``keys()`` gives) is number order."""
     return f"data_{number:012d}"
-
-
-class RecordH5Writer(RecordStoreWriter):
-    """A record store as one HDF5 file (see the module docstring); ``add_record`` as :class:`RecordStoreWriter`."""
-
-    format = "h5"
-
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
-        StoreWriter.__init__(self, path, **options)  # a file, not the bin-meta directory
-        if self.path.suffix not in H5_SUFFIXES:
-            raise FormatError(f"{self.path.name} does not end in .h5 or .hdf5", path=self.path)
-        if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
-            raise FormatError(
-                f"{self.path.name} exists", path=self.path, hint="Choose a new path or pass overwrite=True"
-            )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = temp_path(self.path)
-        self._file = h5py_module().File(self._tmp, "w")
-        self._handles = {}
-        self._key_offsets: dict[str, list[int]] = {}
-        self._counts: dict[str, int] = {}
-
-    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            number = self._counts.get(key, 0)
-            group = self._file.require_group(key)
-            group.create_dataset(segment_name(number), data=np.ascontiguousarray(array, array.dtype.newbyteorder("<")))
-            self._counts[key] = number + 1
-
-    def _commit(self) -> None:
-        try:
-            for key in self.keys or ["sequence"]:
-                self._file.require_group(key)
-            self._file.close()
-            fd = os.open(self._tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            publish(self._tmp, self.path)
-        except BaseException:
-            self._abort()
-            raise
-
-    def _abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self._file.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._tmp.unlink()
 
 
 def is_h5_record_path(path: Path) -> bool:
