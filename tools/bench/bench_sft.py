@@ -2,9 +2,10 @@
 
 Conversations are generated deterministically (``random.Random(0)`` over the shipped 16k BPE's word tokens: a
 system prompt half the time, 1-4 user/assistant turns, answers of 20-400 words) into jsonl files of about
-8 MB, >= 50 MB in all (``--quick``: about 1 MB, a check that every row runs). The tokenizer is the shipped
-BPE plus ``<|im_start|>`` and ``<|im_end|>``, with a ChatML template written here that has
-``{% generation %}`` tags (the peers need them; tokenloom does not). Each row runs as its own
+8 MB: 3 MB in all by default (one run a row: run.py's share, under 90 s here), 55 MB and three runs a
+row with ``--full`` (or ``TOKENLOOM_BENCH_SFT_FULL=1``), about 1 MB with ``--quick`` (a check that every row
+runs). The tokenizer is the shipped BPE plus ``<|im_start|>`` and ``<|im_end|>``, with a ChatML template
+written here that has ``{% generation %}`` tags (the peers need them; tokenloom does not). Each row runs as its own
 process; wall seconds and CPU seconds (``getrusage`` of the children) are whole-process; "in-process" is
 the process's own clock after its imports, where it reports one.
 
@@ -22,7 +23,7 @@ the process's own clock after its imports, where it reports one.
 
 Token and trained-token counts are checked equal between the rows.
 
-    uv run --group bench python tools/bench/bench_sft.py [--quick]
+    uv run --group bench python tools/bench/bench_sft.py [--quick | --full]
 """
 
 from __future__ import annotations
@@ -164,13 +165,18 @@ class Plain(torch.utils.data.Dataset):
                 "position_ids": torch.from_numpy(pos)}
 
 dataset = packed if kind == "tokenloom" else Plain()
-loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=lambda b: b, shuffle=False)
-start = time.perf_counter()
-seen = 0
-for i, batch in enumerate(loader):
-    seen += len(batch["input_ids"]) if isinstance(batch, dict) else len(batch)
-    if i + 1 >= batches:
-        break
+loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=lambda b: b, shuffle=False,
+                    persistent_workers=True, prefetch_factor=4)
+seen, done, start = 0, 0, None
+while done < batches:  # epochs until `batches`; the clock starts at the first batch (after the workers start)
+    for batch in loader:
+        if start is None:
+            start = time.perf_counter()
+        else:
+            seen += len(batch["input_ids"]) if isinstance(batch, dict) else len(batch)
+        done += 1
+        if done >= batches:
+            break
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "samples": seen, "per_second": seen / seconds}))
 """
@@ -245,12 +251,16 @@ def _last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-def measure(quick: bool) -> dict:
-    runs = 1 if quick else 3
+#: Corpus megabytes and runs per row: --quick, the default (run.py: under 90 s here), --full (the issue's >= 50 MB).
+SIZES = {"quick": (1, 1, 20), "default": (3, 1, 200), "full": (55, 3, 400)}
+
+
+def measure(size: str) -> dict:
+    megabytes, runs, batches = SIZES[size]
     tmp = Path(tempfile.mkdtemp(prefix="bench-sft-"))
     try:
         tokenizer = make_tokenizer(tmp)
-        files = make_corpus(tmp / "in", tokenizer, (1 << 20) if quick else (55 << 20))
+        files = make_corpus(tmp / "in", tokenizer, megabytes << 20)
         data_mb = sum(f.stat().st_size for f in files) / 1e6
         joined = ",".join(map(str, files))
         out = tmp / "out"
@@ -285,12 +295,12 @@ def measure(quick: bool) -> dict:
             except RuntimeError as exc:
                 rows[name] = [(float("nan"), float("nan"), {"error": str(exc).splitlines()[-1][:200]})]
         loader: dict[str, list[tuple[float, float, dict]]] = {}
-        batches = 20 if quick else 400
         for kind in ("tokenloom", "plain"):
             for _ in range(runs):
                 wall, cpu, stdout = timed([sys.executable, "-c", _LOADER, str(out), kind, str(SEQ_LEN), str(batches)])
                 loader.setdefault(kind, []).append((wall, cpu, _last_json(stdout)))
-        return {"data_mb": data_mb, "files": len(files), "runs": runs, "rows": rows, "loader": loader}
+        load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+        return {"data_mb": data_mb, "files": len(files), "runs": runs, "rows": rows, "loader": loader, "load": load}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -302,7 +312,8 @@ def report(result: dict) -> str:
         "## Post-training data: sft prep and the packed SFT loader (#37)",
         "",
         f"{result['data_mb']:.1f} MB of generated conversations in {result['files']} jsonl files; medians of "
-        f"{result['runs']} runs; whole-process wall and CPU seconds (CPU: the process and its children).",
+        f"{result['runs']} runs; whole-process wall and CPU seconds (CPU: the process and its children); load average "
+        f"(1/5/15 min) at the end {result['load']} on {os.cpu_count()} cores.",
         "",
         "| row | wall s | CPU s | in-process s | MB/s (wall) | tokenloom faster by (wall) | tokens | trained |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -321,7 +332,7 @@ def report(result: dict) -> str:
         )
     counts = {(r[0][2].get("tokens"), r[0][2].get("trained")) for r in rows.values() if "error" not in r[0][2]}
     lines += ["", f"Token and trained-token counts equal across rows: {'yes' if len(counts) == 1 else f'no {counts}'}."]
-    lines += ["", f"Packed SFT loader ({SEQ_LEN} tokens, batch 8, 2 workers):", ""]
+    lines += ["", f"Packed SFT loader ({SEQ_LEN} tokens, batch 8, 2 workers; clock from the first batch):", ""]
     lines += ["| loader | samples/s (in-process) | wall s | CPU s | tokenloom / plain |", "|---|---:|---:|---:|---:|"]
     speeds = {kind: median(r[2]["per_second"] for r in runs) for kind, runs in loader.items()}
     for kind, runs in loader.items():
@@ -331,8 +342,10 @@ def report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(quick: bool) -> str:
-    text = report(measure(quick))
+def run(quick: bool, *, full: bool = False) -> str:
+    """run.py's entry: --quick 1 MB, else 3 MB (TOKENLOOM_BENCH_SFT_FULL=1 or --full: 55 MB, 3 runs a row)."""
+    full = full or os.environ.get("TOKENLOOM_BENCH_SFT_FULL") == "1"
+    text = report(measure("quick" if quick else "full" if full else "default"))
     if not quick:
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
         OUTPUT.write_text(text)
@@ -342,7 +355,9 @@ def run(quick: bool) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
-    sys.stdout.write(run(parser.parse_args().quick))
+    parser.add_argument("--full", action="store_true", help="55 MB of conversations, 3 runs a row (minutes)")
+    args = parser.parse_args()
+    sys.stdout.write(run(args.quick, full=args.full))
     return 0
 
 

@@ -145,3 +145,37 @@ def test_record_writer_output_reads_as_astrai_reads_it(tmp_path: Path) -> None:
             assert torch.from_numpy(data[offsets[i] : offsets[i + 1]]).to(torch.long).tolist() == pair[column]
     ds = DatasetFactory.load("dpo", tmp_path / "dpo")
     assert ds[1]["rejected"].tolist() == [5, 7, 8, 9] and ds[1]["rejected_mask"].tolist() == [False, False, True, True]
+
+
+@pytest.mark.parametrize("seq_len", [40, 64, 97])
+def test_batches_equal_the_one_sample_builder_over_a_store_of_two_parts(tmp_path: Path, seq_len: int) -> None:
+    """The slice-by-slice batch is what build_batch gives for the same packed documents (two meta.json parts)."""
+    from tokenloom.datasets._sample import build_batch
+
+    convs = [*conversations(50, seed=3), (np.arange(1, seq_len + 1), np.ones(seq_len, np.uint8))]  # one exactly full
+    write_store(tmp_path / "sft" / "a", convs[:20])
+    write_store(tmp_path / "sft" / "b", convs[20:])
+    ds = PackedSFTDataset(tmp_path / "sft", seq_len, pad_id=7)
+    assert len(ds.store.parts) == 2
+    indices = [*range(len(ds)), -1, -len(ds)]
+    batch = ds.__getitems__(indices).batched
+    for row, index in enumerate(indices):
+        window = np.full(seq_len + 1, 7, dtype=np.int64)
+        ignore, docs, position = np.ones(seq_len + 1, bool), np.empty(seq_len + 1, np.int64), 0
+        records = ds.conversations(index % len(ds))
+        for number, record in enumerate(records):
+            tokens, mask = convs[record]
+            window[position : position + len(tokens)] = tokens
+            ignore[position : position + len(tokens)] = mask == 0
+            docs[position : position + len(tokens)] = number
+            position += len(tokens)
+        docs[position:] = len(records)
+        expected = build_batch(
+            window[None], doc_ids=docs[None], label_ignore=ignore[None], packing="documents", position_ids=True,
+            cu_seqlens=True,
+        )  # fmt: skip
+        assert sorted(expected) == sorted(batch)
+        for key, value in expected.items():
+            assert batch[key][row].numpy().tolist() == value[0].tolist(), (index, key)
+    with pytest.raises(IndexError):
+        ds.__getitems__([len(ds)])

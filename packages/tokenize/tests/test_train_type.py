@@ -1,8 +1,9 @@
 """tokenize --train-type sft|dpo|grpo: post-training records through the unit-planned pipeline.
 
 The CLI's store equals write_post_training's over the same records in input order; it is the same bytes for
-one process, two workers and two node processes, and after a SIGKILL and a rerun; bad input is a named error
-with file and line and nothing published; settings that differ from the output's are refused.
+one process, two workers, two node processes and Ray tasks, and after a SIGKILL and a rerun (each for sft, dpo
+and grpo); bad input is a named error with file and line and nothing published; settings that differ from the
+output's are refused.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,7 +95,8 @@ def run_cli(*args: object) -> tuple[int, str]:
 
 
 def store_bytes(out: Path) -> dict[str, bytes]:
-    names = [*sorted(p.name for p in out.iterdir() if p.suffix == ".bin"), "meta.json", SIDECAR_NAME]
+    names = [*sorted(p.name for p in out.iterdir() if p.suffix == ".bin"), SIDECAR_NAME]
+    names.append("data.h5" if (out / "data.h5").exists() else "meta.json")
     return {name: (out / name).read_bytes() for name in names}
 
 
@@ -125,11 +128,12 @@ def test_cli_store_equals_the_librarys(train_type: str, tmp_path: Path, chat_tok
     assert not [p.name for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
 
 
-def test_workers_and_nodes_write_the_same_bytes(tmp_path: Path, chat_tokenizer_dir) -> None:
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_workers_and_nodes_write_the_same_bytes(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
     tok = chat_tokenizer_dir("header_bos")
-    write_corpus(tmp_path / "in", "sft", 90)
-    common = ["--input-dir", tmp_path / "in", "--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 900]
-    common += ["--max-length", 60, "--truncate", "keep-start"]
+    write_corpus(tmp_path / "in", train_type, 90)
+    common = ["--input-dir", tmp_path / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 900]
+    common += ["--max-length", 60, "--truncate", "keep-start" if train_type == "sft" else "skip"]
     code, output = run_cli(*common, "--output-dir", tmp_path / "one", "--num-workers", 0)
     assert code == 0, output
     code, output = run_cli(*common, "--output-dir", tmp_path / "two", "--num-workers", 2)
@@ -152,7 +156,9 @@ def test_workers_and_nodes_write_the_same_bytes(tmp_path: Path, chat_tokenizer_d
     assert store_bytes(tmp_path / "two") == one
     assert store_bytes(tmp_path / "nodes") == one
     stats = orjson.loads(one[SIDECAR_NAME])["stats"]
-    assert stats["truncated"] > 0 and stats["records"] == 90  # counted in post_training.json
+    assert stats["records"] == 90 and len(open_records(tmp_path / "nodes")) == 90
+    if train_type == "sft":
+        assert stats["truncated"] > 0  # counted in post_training.json
     # the same command again: already complete, nothing rewritten
     code, output = run_cli(*common, "--output-dir", tmp_path / "one", "--num-workers", 0)
     assert code == 0 and "already complete" in output
@@ -206,22 +212,25 @@ def test_skips_and_truncations_are_counted(tmp_path: Path, chat_tokenizer_dir) -
 
 
 @pytest.mark.parametrize(
-    ("line", "name", "words"),
+    ("train_type", "line", "name", "words"),
     [
-        (b'{"messages": "hi"}', "ConversationError", "messages is str"),
-        (b'{"messages": [{"role": "robot", "content": "x"}]}', "ConversationError", "role 'robot'"),
-        (b"{broken", "RecordError", "not valid JSON"),
+        ("sft", b'{"messages": "hi"}', "ConversationError", "messages is str"),
+        ("sft", b'{"messages": [{"role": "robot", "content": "x"}]}', "ConversationError", "role 'robot'"),
+        ("sft", b"{broken", "RecordError", "not valid JSON"),
+        ("dpo", b'{"prompt": "p", "chosen": "c"}', "ConversationError", "has no 'rejected'"),
+        ("grpo", b'{"prompt": "p", "responses": ["a", "b"], "rewards": [1.0]}', "ConversationError", "1 rewards for 2"),
+        ("grpo", b'{"prompt": "p", "responses": ["a"], "rewards": ["high"]}', "ConversationError", "a finite number"),
     ],
 )
 def test_bad_input_is_a_named_error_and_nothing_is_published(
-    line: bytes, name: str, words: str, tmp_path: Path, chat_tokenizer_dir
+    train_type: str, line: bytes, name: str, words: str, tmp_path: Path, chat_tokenizer_dir
 ) -> None:
     tok = chat_tokenizer_dir("chatml")
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "c.jsonl").write_bytes(_lines([sft_record(1), sft_record(2)]) + line + b"\n")
+    (tmp_path / "in" / "c.jsonl").write_bytes(_lines([MAKERS[train_type](1), MAKERS[train_type](2)]) + line + b"\n")
     out = tmp_path / "out"
     code, output = run_cli(
-        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
+        "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", train_type, "--tokenizer", tok,
         "--num-workers", 0,
     )  # fmt: skip
     assert code == 1
@@ -291,19 +300,25 @@ def test_other_settings_into_the_same_output_are_refused(tmp_path: Path, chat_to
     assert orjson.loads((out / SIDECAR_NAME).read_bytes())["max_length"] == 20
 
 
-def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(tmp_path: Path, chat_tokenizer_dir) -> None:
-    """The state a kill leaves after the merge and the removal of the unit stores, before meta.json."""
+@pytest.mark.parametrize("store_format", ["bin-meta", "h5"])
+def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(
+    store_format: str, tmp_path: Path, chat_tokenizer_dir
+) -> None:
+    """The state a kill leaves after the merge and the removal of the unit stores, before meta.json (data.h5)."""
     from tokenloom.formats.io import WRITING_MARKER
 
     tok = chat_tokenizer_dir("chatml")
     write_corpus(tmp_path / "in", "sft", 30)
     out = tmp_path / "out"
     args = ["--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok]
-    args += ["--num-workers", 0, "--unit-bytes", 900]
+    args += ["--num-workers", 0, "--unit-bytes", 900, "--format", store_format]
     code, output = run_cli(*args)
     assert code == 0, output
     published = store_bytes(out)
-    (out / "meta.json").rename(out / ".tokenloom-records-meta.json")
+    if store_format == "h5":
+        (out / "data.h5").rename(out / ".tokenloom-records-data.h5.merged")
+    else:
+        (out / "meta.json").rename(out / ".tokenloom-records-meta.json")
     (out / WRITING_MARKER).touch()
     with pytest.raises(FormatError, match="tokenloom-writing"):
         open_records(out)
@@ -313,12 +328,13 @@ def test_a_publish_killed_after_the_merge_is_finished_by_a_rerun(tmp_path: Path,
     assert not [p for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
 
 
-def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(tmp_path: Path, chat_tokenizer_dir) -> None:
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
     tok = chat_tokenizer_dir("chatml")
-    make = MAKERS["sft"]
+    make = MAKERS[train_type]
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "big.jsonl").write_bytes(_lines([make(i) for i in range(900)]))
-    args = ["--input-dir", tmp_path / "in", "--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 8000]
+    args = ["--input-dir", tmp_path / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 8000]
     args = [*map(str, args), "--num-workers", "1", "--no-progress"]
     code, output = run_cli(*args, "--output-dir", tmp_path / "clean")
     assert code == 0, output
@@ -339,7 +355,8 @@ def test_sigkill_mid_run_then_rerun_gives_the_same_bytes(tmp_path: Path, chat_to
     assert rerun.returncode == 0, rerun.stderr
     assert store_bytes(out) == store_bytes(tmp_path / "clean")
     assert len(open_records(out)) == 900
-    mine, clean = open_records(out).record(7)["sequence"], open_records(tmp_path / "clean").record(7)["sequence"]
+    key = {"sft": "sequence", "dpo": "chosen", "grpo": "prompts"}[train_type]
+    mine, clean = open_records(out).record(7)[key], open_records(tmp_path / "clean").record(7)[key]
     assert isinstance(mine, np.ndarray) and isinstance(clean, np.ndarray)
     assert np.array_equal(mine, clean)
 
@@ -352,11 +369,94 @@ def test_ray_tasks_write_the_same_record_store(tmp_path: Path, chat_tokenizer_di
     pytest.importorskip("ray")
     ray_head = request.getfixturevalue("ray_head")  # a real local head (conftest), started for this module
     tok = chat_tokenizer_dir("chatml")
-    placed = write_corpus(tmp_path / "in", "grpo", 45, parquet=True)
-    common = ["--input-dir", tmp_path / "in", "--train-type", "grpo", "--tokenizer", tok, "--unit-bytes", 600]
-    code, output = run_cli(*common, "--output-dir", tmp_path / "local", "--num-workers", 0)
+    for train_type in ("sft", "dpo", "grpo"):  # one Ray head for the three
+        root = tmp_path / train_type
+        placed = write_corpus(root / "in", train_type, 45, parquet=True)
+        common = ["--input-dir", root / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 600]
+        code, output = run_cli(*common, "--output-dir", root / "local", "--num-workers", 0)
+        assert code == 0, output
+        code, output = run_cli(*common, "--output-dir", root / "ray", "--executor", "ray", "--ray-address", ray_head)
+        assert code == 0, output
+        assert f"records {len(placed)}" in output
+        assert store_bytes(root / "ray") == store_bytes(root / "local"), train_type
+
+
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path, chat_tokenizer_dir) -> None:
+    """--format h5: OUT/data.h5 in AstrAI's H5 layout, the same records (values and dtypes) as --format bin-meta."""
+    pytest.importorskip("h5py")
+    tok = chat_tokenizer_dir("chatml")
+    placed = write_corpus(tmp_path / "in", train_type, 30)
+    common = ["--input-dir", tmp_path / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 700]
+    code, output = run_cli(*common, "--output-dir", tmp_path / "bin", "--num-workers", 0)
     assert code == 0, output
-    code, output = run_cli(*common, "--output-dir", tmp_path / "ray", "--executor", "ray", "--ray-address", ray_head)
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2, "--format", "h5")
+    assert code == 0 and "record store, h5" in output, output
+    assert sorted(p.name for p in (tmp_path / "h5").iterdir()) == [".tokenloom-plan.json", "data.h5", SIDECAR_NAME]
+    ours, theirs = open_records(tmp_path / "h5"), open_records(tmp_path / "bin")
+    assert len(ours) == len(theirs) == len(placed) and ours.keys == theirs.keys
+    for i in range(len(ours)):
+        mine, base = ours.record(i), theirs.record(i)
+        for key, value in base.items():
+            pairs = zip(mine[key], value, strict=True) if isinstance(value, list) else [(mine[key], value)]
+            for a, b in pairs:
+                assert a.dtype == b.dtype and np.array_equal(a, b), (i, key)
+    sidecar = orjson.loads((tmp_path / "h5" / SIDECAR_NAME).read_bytes())
+    assert sidecar["stats"] == orjson.loads((tmp_path / "bin" / SIDECAR_NAME).read_bytes())["stats"]
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2, "--format", "h5")
+    assert code == 0 and "already complete" in output, output
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5-one", "--num-workers", 0, "--format", "h5")
     assert code == 0, output
-    assert f"records {len(placed)}" in output
-    assert store_bytes(tmp_path / "ray") == store_bytes(tmp_path / "local")
+    assert store_bytes(tmp_path / "h5-one") == store_bytes(tmp_path / "h5")  # the same bytes for any process count
+    code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2)  # bin-meta into it
+    assert code != 0 and "format" in output, output
+
+
+# --input-dir in a bucket (a real S3 server, and one that fails requests)
+def _upload(seaweed, local: Path) -> str:
+    key = f"chat-{uuid.uuid4().hex[:8]}"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            seaweed.put(f"{key}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    return f"s3://{seaweed.bucket}/{key}"
+
+
+def _env(monkeypatch, seaweed, endpoint: str, cache: Path) -> None:
+    env = {**seaweed.env, "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(cache))
+
+
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_inputs_in_a_bucket_give_the_bytes_of_a_local_run(
+    train_type: str, seaweed, tmp_path: Path, chat_tokenizer_dir, monkeypatch
+) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", train_type, 45)
+    url = _upload(seaweed, tmp_path / "in")
+    _env(monkeypatch, seaweed, seaweed.endpoint, tmp_path / "cache")
+    common = ["--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 700, "--num-workers", 0]
+    code, output = run_cli("--input-dir", tmp_path / "in", "--output-dir", tmp_path / "local", *common)
+    assert code == 0, output
+    code, output = run_cli("--input-dir", url, "--output-dir", tmp_path / "remote", *common)
+    assert code == 0, output
+    assert store_bytes(tmp_path / "remote") == store_bytes(tmp_path / "local")
+
+
+def test_inputs_through_a_failing_server_give_the_same_bytes(
+    seaweed, fault_proxy, tmp_path: Path, chat_tokenizer_dir, monkeypatch
+) -> None:
+    tok = chat_tokenizer_dir("chatml")
+    write_corpus(tmp_path / "in", "sft", 45)
+    url = _upload(seaweed, tmp_path / "in")
+    common = ["--train-type", "sft", "--tokenizer", tok, "--unit-bytes", 700, "--num-workers", 0]
+    code, output = run_cli("--input-dir", tmp_path / "in", "--output-dir", tmp_path / "local", *common)
+    assert code == 0, output
+    _env(monkeypatch, seaweed, fault_proxy.url, tmp_path / "cache")
+    fault_proxy.fault_paths = ".jsonl"  # the input objects' GETs (a flipped listing is not detectable)
+    fault_proxy.faults = ["503", "reset", "truncate", "503"]  # one per GET, then clean answers
+    code, output = run_cli("--input-dir", url, "--output-dir", tmp_path / "remote", *common)
+    assert code == 0, output
+    assert sum(fault_proxy.injected.values()) == 4  # the faults were met, not skipped
+    assert store_bytes(tmp_path / "remote") == store_bytes(tmp_path / "local")

@@ -2,10 +2,12 @@
 
 The plan is best-fit decreasing over every conversation's length (deterministic, computed once over the
 whole store, :func:`best_fit_decreasing`); a conversation is never split, and one longer than seq_len is
-left out and counted (``num_too_long``; pass ``too_long="error"`` to refuse instead). Each sample is
-built by the one sample builder (:func:`build_batch`): ``input_ids``, ``labels`` (-100 where the store's
-``loss_mask`` is 0, across conversation boundaries and on padding), ``position_ids`` restarting at every
-conversation, ``doc_ids`` and ``cu_seqlens`` (padding is one more segment), all of length seq_len.
+left out and counted (``num_too_long``; pass ``too_long="error"`` to refuse instead). A batch is filled
+slice by slice per conversation straight into one shared storage (the samples
+:func:`~tokenloom.datasets._sample.build_batch` gives for these documents): ``input_ids``, ``labels``
+(-100 where the store's ``loss_mask`` is 0, across conversation boundaries and on padding),
+``position_ids`` restarting at every conversation, ``doc_ids`` and ``cu_seqlens`` (padding is one more
+segment), all of length seq_len.
 ``packing_efficiency`` is the share of the packed slots that hold tokens (logged once).
 """
 
@@ -20,9 +22,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch, batch_tensors
+from tokenloom.datasets._batch import SampleBatch, empty_batch
 from tokenloom.datasets._binpack import best_fit_decreasing, pack_order
-from tokenloom.datasets._sample import build_batch, to_torch
+from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._window_index import check_positive
 from tokenloom.formats import ConfigError, MissingKeyError, RecordStore, open_records
@@ -30,6 +32,7 @@ from tokenloom.formats import ConfigError, MissingKeyError, RecordStore, open_re
 __all__ = ["PackedSFTDataset"]
 
 log = logging.getLogger("tokenloom.datasets")
+_KEYS = ("input_ids", "labels", "position_ids", "doc_ids")
 
 
 class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
@@ -79,6 +82,14 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         bin_of = best_fit_decreasing(fits, self.seq_len)
         self._order, self._bin_offsets = pack_order(bin_of, fits)
         self._lengths = fits
+        # per record: its store part and its span in that part's arrays
+        offsets = [np.asarray(part.offsets["sequence"], dtype=np.int64) for part in self.store.parts]
+        self._part_of = np.repeat(np.arange(len(offsets), dtype=np.int64), [len(o) - 1 for o in offsets])
+        self._begin = np.concatenate([o[:-1] for o in offsets])
+        self._end = np.concatenate([o[1:] for o in offsets])
+        self._flat_columns = np.arange(self.seq_len * 8, dtype=np.int64)  # grown for larger batches
+        self._arrays: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._arrays_pid = -1
         if len(self) == 0:
             raise ConfigError(
                 f"no conversation fits in seq_len {self.seq_len} ({len(lengths)} records)", path=self.store.path
@@ -114,35 +125,81 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         first, last = int(self._bin_offsets[index]), int(self._bin_offsets[index + 1])
         return self._order[first:last].tolist()
 
-    def _batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-        size = len(self)
-        width = self.seq_len + 1  # one trailing pad so labels line up with input_ids
-        tokens = np.full((len(indices), width), self.pad_id, dtype=np.int64)
-        doc_ids = np.empty((len(indices), width), dtype=np.int64)
-        ignore = np.ones((len(indices), width), dtype=bool)
+    def _record_arrays(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per store part: its ``sequence`` and ``loss_mask`` arrays (mapped once per process)."""
+        if self._arrays is None or self._arrays_pid != os.getpid():
+            self._arrays = [(part.array("sequence"), part.array("loss_mask")) for part in self.store.parts]
+            self._arrays_pid = os.getpid()
+        return self._arrays
+
+    def _batch_into(self, indices: Sequence[int], out: dict[str, torch.Tensor]) -> None:
+        """Fill ``out`` (tensors of shape ``(B, L)``, ``cu_seqlens`` ``(B, L + 1)``) with the samples at ``indices``.
+
+        Two slice copies per conversation (tokens, loss mask); the rest vectorised over the batch: labels the
+        next token where its loss_mask is 1 and it is in the same conversation, else -100; position_ids from 0
+        per conversation (the padding is one more segment); doc_ids; cu_seqlens padded with L.
+        """
+        size, length = len(self), self.seq_len
+        if len(indices) * length > len(self._flat_columns):
+            self._flat_columns = np.arange(len(indices) * length, dtype=np.int64)
+        arrays = self._record_arrays()
+        ids, labels, positions = out["input_ids"].numpy(), out["labels"].numpy(), out["position_ids"].numpy()
+        docs, cu = out["doc_ids"].numpy(), out["cu_seqlens"].numpy()
+        trained = np.zeros(ids.shape, dtype=bool)
+        ids.fill(self.pad_id)
+        cu.fill(length)
+        # segments (the conversations, then each row's padding), row-major: start in the flat batch, length, number
+        flat_start: list[int] = []
+        seg_len: list[int] = []
+        seg_num: list[int] = []
         for row, index in enumerate(indices):
             if not -size <= index < size:
                 raise IndexError(f"sequence {index} out of range for {size} packed sequences")
-            position = 0
-            records = self.conversations(index % size)
-            for number, record in enumerate(records):
-                arrays = self.store.record(record, ("sequence", "loss_mask"))
-                sequence, mask = np.asarray(arrays["sequence"]), np.asarray(arrays["loss_mask"])
-                end = position + len(sequence)
-                tokens[row, position:end] = sequence
-                ignore[row, position:end] = mask == 0
-                doc_ids[row, position:end] = number
-                position = end
-            doc_ids[row, position:] = len(records)
-        return build_batch(
-            tokens, doc_ids=doc_ids, label_ignore=ignore, packing="documents", position_ids=True, cu_seqlens=True
-        )
+            index %= size
+            records = self._order[self._bin_offsets[index] : self._bin_offsets[index + 1]]
+            at = number = 0
+            for part, begin, end in zip(
+                self._part_of[records].tolist(), self._begin[records].tolist(), self._end[records].tolist(), strict=True
+            ):
+                sequence, mask = arrays[part]
+                stop = at + end - begin
+                ids[row, at:stop] = sequence[begin:end]
+                trained[row, at:stop] = mask[begin:end]
+                cu[row, number] = at
+                flat_start.append(row * length + at)
+                seg_len.append(stop - at)
+                seg_num.append(number)
+                at, number = stop, number + 1
+            if at < length:  # the padding: one more segment
+                cu[row, number] = at
+                flat_start.append(row * length + at)
+                seg_len.append(length - at)
+                seg_num.append(number)
+        starts = np.asarray(flat_start, dtype=np.int64)
+        docs.reshape(-1)[:] = np.repeat(seg_num, seg_len)
+        positions.reshape(-1)[:] = self._flat_columns[: docs.size] - np.repeat(starts, seg_len)
+        flat_labels, flat_ids = labels.reshape(-1), ids.reshape(-1)
+        np.copyto(flat_labels[:-1], np.where(trained.reshape(-1)[1:], flat_ids[1:], IGNORE_INDEX))
+        flat_labels[starts + np.asarray(seg_len) - 1] = IGNORE_INDEX  # no label across a boundary or a row's end
+
+    def _batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        rows = len(indices)
+        layout = {key: ((rows, self.seq_len), torch.int64) for key in _KEYS}
+        layout["cu_seqlens"] = ((rows, self.seq_len + 1), torch.int32)
+        out = empty_batch(layout)
+        self._batch_into(indices, out)
+        return out
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return to_torch({key: value[0] for key, value in self._batch([index]).items()})
+        return {key: value[0] for key, value in self._batch([index]).items()}
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        return SampleBatch(batch_tensors(self._batch(list(indices))))
+        return SampleBatch(self._batch(list(indices)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_arrays"], state["_arrays_pid"] = None, -1  # mapped again in the worker
+        return state
 
     def state_dict(self) -> dict[str, Any]:
         return {"fingerprint": self._fingerprint}

@@ -253,7 +253,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     default=None,
     help="Post-training records instead of text: sft ({messages} or {prompt, completion}), dpo ({prompt, chosen, "
     "rejected}) or grpo ({prompt, responses, rewards}), rendered with the chat template, loss masks derived and "
-    "verified per record, written to a record store (--format bin-meta); one unit-planned run at any node count.",
+    "verified per record, written to a record store (--format bin-meta, or h5: AstrAI's H5 layout, OUT/data.h5); "
+    "one unit-planned run at any node count.",
 )
 @option(
     "--chat-template",
@@ -313,7 +314,7 @@ def _record_lines(summary: TokenizeSummary) -> list[str]:
     elif summary.already_complete:
         head = f"{summary.output_dir} is already complete with these settings; nothing to do."
     else:
-        head = f"wrote {summary.output_dir} ({stats.get('train_type', 'records')} record store, bin-meta)"
+        head = f"wrote {summary.output_dir} ({stats.get('train_type', 'records')} record store, {summary.format})"
     tokens = int(stats.get("tokens", 0) or 0)
     trained = int(stats.get("trained_tokens", 0) or 0)
     share = f" ({trained / tokens:.1%} trained)" if tokens else ""

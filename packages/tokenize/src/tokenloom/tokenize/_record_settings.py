@@ -16,7 +16,7 @@ from tokenloom.tokenize.windowing import Windowing
 __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_settings"]
 
 #: Output formats of post-training records (--train-type): a record store (``open_records``).
-RECORD_FORMATS = ("bin-meta",)
+RECORD_FORMATS = ("bin-meta", "h5")
 #: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
 TRAIN_TYPES = ("sft", "dpo", "grpo")
 
@@ -56,11 +56,12 @@ def check_post_training(config: Any) -> None:
     for name, value in (("overlap_size", config.overlap_size), ("min_text_length", config.min_text_length)):
         if value:
             raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)
-    if config.windowing is not Windowing.TOKENLOOM or config.many_datasets or config.output_url or config.input_url:
+    if config.windowing is not Windowing.TOKENLOOM or config.many_datasets or config.output_url:
         raise ConfigError(
-            "--train-type runs do not take --windowing, --layout tree, --val-fraction or object-store paths yet",
+            "--train-type runs do not take --windowing, --layout tree, --val-fraction or an object-store "
+            "--output-dir yet (an object-store --input-dir is read)",
             field="train_type",
-            hint="Write to a local --output-dir from a local --input-dir",
+            hint="Write to a local --output-dir, then upload it",
         )
 
 

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
@@ -65,17 +66,27 @@ _STORE_KEYS = frozenset(k for keys in (*TRAIN_TYPE_KEYS.values(), *OPTIONAL_TRAI
 UNIT_META = "unit-meta.json"
 #: OUT's meta.json once the merge is complete, before the unit stores are removed; renamed to meta.json last.
 MERGED_META = ".tokenloom-records-meta.json"
+#: --format h5: the store (AstrAI's H5 layout, records_h5), and its name from the merge until it is published.
+H5_NAME = "data.h5"
+MERGED_H5 = ".tokenloom-records-data.h5.merged"
+#: per --format: (the merge's last file, its published name)
+_LAST_FILE = {"bin-meta": (MERGED_META, META_NAME), "h5": (MERGED_H5, H5_NAME)}
 
 
 def merged(out: Path) -> bool:
     """The unit stores are merged into OUT (only their removal and the publish may be left to do)."""
-    return (out / MERGED_META).is_file() or (out / META_NAME).is_file()
+    return any((out / name).is_file() for pair in _LAST_FILE.values() for name in pair)
+
+
+def published(out: Path) -> bool:
+    """OUT holds a published record store (its last file is in place; the writer's marker may remain)."""
+    return any((out / name).is_file() for _, name in _LAST_FILE.values())
 
 
 def is_record_store_file(name: str) -> bool:
     """A file of the merged record store (or a killed merge's temp of one)."""
     stem = temp_base(name)
-    return stem in (META_NAME, POST_TRAINING_SIDECAR, MERGED_META) or (
+    return stem in (META_NAME, POST_TRAINING_SIDECAR, MERGED_META, H5_NAME, MERGED_H5) or (
         stem.endswith(".bin") and stem[:-4] in _STORE_KEYS
     )
 
@@ -96,6 +107,7 @@ def clear_record_output(out: Path) -> None:
         )
     (out / WRITING_MARKER).write_bytes(b"")  # unpublished first: no meta.json over missing files
     (out / META_NAME).unlink(missing_ok=True)
+    (out / H5_NAME).unlink(missing_ok=True)
     fsync_dir(out)
     for path in out.iterdir():
         if path.name == WRITING_MARKER or path.name.startswith(".tokenloom-lock"):
@@ -223,7 +235,7 @@ def _pool_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: li
 
 def records_complete(out: Path, plan: UnitPlan) -> dict[str, Any] | None:
     """The sidecar of a published store with this plan; None if none is published; another plan's: a mismatch."""
-    if not (out / META_NAME).is_file() or (out / WRITING_MARKER).exists():
+    if not published(out) or (out / WRITING_MARKER).exists():
         return None
     plan_path = out / PLAN_NAME
     recorded = orjson.loads(plan_path.read_bytes())["run_key"] if plan_path.is_file() else {}
@@ -270,19 +282,22 @@ def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer
         shutil.rmtree(unit_store(out, u), ignore_errors=True)
         done_path(out, u).unlink(missing_ok=True)
     fsync_dir(out)
-    if (out / MERGED_META).is_file():
-        os.replace(out / MERGED_META, out / META_NAME)  # published (readers still wait for the marker's removal)
+    for last, name in _LAST_FILE.values():
+        if (out / last).is_file():
+            os.replace(out / last, out / name)  # published (readers still wait for the marker's removal)
     (out / WRITING_MARKER).unlink(missing_ok=True)
     fsync_dir(out)
     return orjson.loads((out / POST_TRAINING_SIDECAR).read_bytes())
 
 
 def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) -> None:
-    """The unit stores concatenated in plan order into OUT's ``<key>.bin``, the sidecar, then MERGED_META."""
+    """The unit stores concatenated in plan order into OUT's ``<key>.bin`` (or the h5 file), the sidecar, then
+    MERGED_META (MERGED_H5)."""
     units = [_read_done(out, u, plan.digest) for u in range(len(plan.units))]
     keys = sorted({key for unit in units for key in unit["meta"]})
     meta: dict[str, Any] = {}
-    for key in keys:
+    h5 = _merge_h5(out, units, keys) if config.format == "h5" else None
+    for key in keys if h5 is None else ():
         offsets, dtype = [0], None
         target = out / f"{key}.bin"
         tmp = temp_path(target)
@@ -312,13 +327,51 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
     fsync_dir(out)
     body = sidecar(encoder, stats, tokenizer=tokenizer, template_sha256=template, units=len(plan.units))
     atomic_write_bytes(out / POST_TRAINING_SIDECAR, body)
-    atomic_write_bytes(out / MERGED_META, orjson.dumps(meta))
+    if h5 is not None:
+        os.replace(h5, out / MERGED_H5)
+        fsync_dir(out)
+    else:
+        atomic_write_bytes(out / MERGED_META, orjson.dumps(meta))
+
+
+def _unit_key(out: Path, u: int, unit: dict[str, Any], key: str, dtype: str | None) -> tuple[np.ndarray, list[int]]:
+    """Unit ``u``'s array of ``key`` (memory-mapped) and its record offsets; a unit without records: empty."""
+    entry = unit["meta"].get(key)
+    if entry is None:
+        if unit["counts"]["records"]:
+            raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
+        return np.zeros(0, dtype=dtype or "uint8"), [0]
+    if dtype is not None and entry["dtype"] != dtype:
+        raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
+    path = unit_store(out, u) / f"{key}.bin"
+    data = np.fromfile(path, dtype=np.dtype(entry["dtype"]).newbyteorder("<")) if entry["offsets"][-1] else None
+    return (np.zeros(0, entry["dtype"]) if data is None else data), entry["offsets"]
+
+
+def _merge_h5(out: Path, units: list[dict[str, Any]], keys: list[str]) -> Path:
+    """--format h5: the units' records in plan order, a dataset per record (records_h5), in a temp file."""
+    from tokenloom.formats.keyed.h5 import h5py_module
+    from tokenloom.formats.keyed.records_h5 import segment_name
+
+    tmp = temp_path(out / MERGED_H5)
+    with h5py_module().File(tmp, "w") as handle:
+        for key in keys:
+            group, number, dtype = handle.create_group(key), 0, None
+            for u, unit in enumerate(units):
+                data, offsets = _unit_key(out, u, unit, key, dtype)
+                dtype = dtype or unit["meta"].get(key, {}).get("dtype")
+                for j in range(len(offsets) - 1):
+                    group.create_dataset(segment_name(number), data=data[offsets[j] : offsets[j + 1]])
+                    number += 1
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    return tmp
 
 
 def record_summary(out: Path, sidecar: dict[str, Any] | None, counts: dict[str, Any], units: int) -> TokenizeSummary:
     """The summary of a --train-type run: the store's counts once published, else this node's."""
     stats = sidecar["stats"] if sidecar is not None else counts
-    summary = TokenizeSummary(output_dir=out, format="bin-meta")
+    summary = TokenizeSummary(output_dir=out, format="h5" if (out / H5_NAME).is_file() else "bin-meta")
     summary.documents = stats.get("records", 0)
     summary.tokens = summary.run_tokens = stats.get("tokens", 0)
     skipped = dict(stats.get("errors", {}))

@@ -16,7 +16,13 @@ from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
 from tokenloom.formats.keyed.registry import StoreFactory, detect_store_type, open_store
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS, KeyedStore
-from tokenloom.formats.keyed.writers import BinMetaStoreWriter, H5StoreWriter, RecordStoreWriter, StoreWriter
+from tokenloom.formats.keyed.writers import (
+    BinMetaStoreWriter,
+    H5StoreWriter,
+    RecordH5Writer,
+    RecordStoreWriter,
+    StoreWriter,
+)
 
 __all__ = [
     "GROUPED_KEYS",
@@ -31,6 +37,7 @@ __all__ = [
     "H5StoreWriter",
     "KeyedStore",
     "RecordStore",
+    "RecordH5Writer",
     "RecordStoreWriter",
     "StoreFactory",
     "StoreWriter",

@@ -27,7 +27,8 @@ G per prompt), so AstrAI keeps GRPO in JSONL and has no bin layout for it; this
 one is tokenloom's: ``prompts`` and ``rewards`` have one record per prompt
 (``rewards`` record i holds the G_i rewards of prompt i), and ``responses`` /
 ``masks`` have one record per response, G_0 + G_1 + ... of them, in prompt order.
-AstrAI removed its HDF5 backend (commit 115192c); records are read from bin only.
+AstrAI removed its HDF5 backend (commit 115192c); its earlier H5 layout (a dataset per record) is read and
+written too (:mod:`.records_h5`, ``tokenize --format h5``), with the same keys, dtypes and records.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.source import current_source
 from tokenloom.formats.io.urls import is_remote_url
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
+from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
 from tokenloom.formats.keyed.store import check_finite
 
 __all__ = ["GROUPED_KEYS", "POST_TRAINING_SIDECAR", "RecordStore", "open_records"]
@@ -160,6 +162,7 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
 
     ``path`` may be a URL (``s3://...``; endpoint, credentials and cache from the environment): its data files
     are then read by blocks through the node's cache.
+    An ``.h5`` file, or a directory of them without meta.json, opens as an HDF5 record store (:mod:`.records_h5`).
     """
     validate = as_validate(validate)
     if is_remote_url(path):
@@ -169,12 +172,18 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
         store.path = os.fspath(path)  # type: ignore[assignment]  # a URL, never the node's local view (part of a packed view's fingerprint)
         return store
     root = Path(path)
+    if root.is_file() and root.suffix in (".h5", ".hdf5"):
+        return _h5_records(root, validate)
     if not root.is_dir():
-        raise FormatError("a record store is a directory holding meta.json and <key>.bin files", path=root)
+        raise FormatError(
+            "a record store is a directory holding meta.json and <key>.bin files (or .h5 files)", path=root
+        )
     refuse_unfinished(root, what="record store")  # as open_store: a writer's marker (a killed tokenize run)
     metas = find_meta_files(root)
     if not metas:
-        raise MissingFileError(f"no {META_NAME} under the directory", path=root)
+        if is_h5_record_path(root):  # AstrAI's H5 layout: a dataset per record (records_h5)
+            return _h5_records(root, validate)
+        raise MissingFileError(f"no {META_NAME} (nor .h5 records) under the directory", path=root)
     reader = BinStore(validate=validate)
     parts = []
     for meta in metas:
@@ -208,3 +217,15 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
                 f"record keys (keys with offsets) {record_keys} differ from {sorted(parts[0].files)}", path=meta
             )
     return RecordStore(root, parts)
+
+
+def _h5_records(root: Path, validate: Validate) -> RecordStore:
+    """An HDF5 record store (:mod:`.records_h5`), its float keys checked as a bin-meta store's."""
+    parts = h5_record_parts(root)
+    store = RecordStore(root, parts)  # type: ignore[arg-type]
+    if validate != Validate.NONE:
+        for part in parts:
+            for key, dtype in part.dtypes.items():
+                if dtype.kind == "f":
+                    check_finite(part.array(key), key=key, path=part.path, record=None)
+    return store

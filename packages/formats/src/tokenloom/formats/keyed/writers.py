@@ -25,6 +25,7 @@ from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
 from tokenloom.formats.keyed.records import GROUPED_KEYS
+from tokenloom.formats.keyed.records_h5 import segment_name
 from tokenloom.formats.keyed.store import (
     FLOAT_KEYS,
     KEY_DTYPES,
@@ -36,7 +37,7 @@ from tokenloom.formats.keyed.store import (
     check_key_name,
 )
 
-__all__ = ["BinMetaStoreWriter", "H5StoreWriter", "RecordStoreWriter", "StoreWriter"]
+__all__ = ["BinMetaStoreWriter", "H5StoreWriter", "RecordH5Writer", "RecordStoreWriter", "StoreWriter"]
 
 
 class StoreWriter(TokenWriter):
@@ -346,3 +347,53 @@ class RecordStoreWriter(BinMetaStoreWriter):
 
     def _offsets_of(self, key: str) -> list[int]:
         return self._key_offsets.get(key, [0])
+
+
+class RecordH5Writer(RecordStoreWriter):
+    """A record store as one HDF5 file (AstrAI's H5 layout, :mod:`.records_h5`); ``add_record`` as
+    :class:`RecordStoreWriter`."""
+
+    format = "h5"
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        StoreWriter.__init__(self, path, **options)  # a file, not the bin-meta directory
+        if self.path.suffix not in H5_SUFFIXES:
+            raise ConfigError(f"{self.path.name} does not end in .h5 or .hdf5", path=self.path)
+        if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
+            raise ConfigError(
+                f"{self.path.name} exists", path=self.path, hint="Choose a new path or pass overwrite=True"
+            )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = temp_path(self.path)
+        self._file = h5py_module().File(self._tmp, "w")
+        self._handles = {}
+        self._key_offsets: dict[str, list[int]] = {}
+        self._counts: dict[str, int] = {}
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        for key, array in arrays.items():
+            number = self._counts.get(key, 0)
+            group = self._file.require_group(key)
+            group.create_dataset(segment_name(number), data=np.ascontiguousarray(array, array.dtype.newbyteorder("<")))
+            self._counts[key] = number + 1
+
+    def _commit(self) -> None:
+        try:
+            for key in self.keys or ["sequence"]:
+                self._file.require_group(key)
+            self._file.close()
+            fd = os.open(self._tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            publish(self._tmp, self.path)
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._tmp.unlink()

@@ -1,0 +1,80 @@
+"""Record stores in HDF5 (AstrAI's H5 layout, a dataset per record): the same records as bin-meta."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokenloom.formats import DataError, FormatError, RecordStoreWriter, open_records
+from tokenloom.formats.keyed import RecordH5Writer
+
+h5py = pytest.importorskip("h5py")
+
+
+def records(train_type: str, n: int = 25) -> list[dict]:
+    rng = np.random.default_rng(7)
+    out = []
+    for i in range(n):
+        if train_type == "sft":
+            k = 1 + i % 9
+            out.append({"sequence": rng.integers(0, 900, k), "loss_mask": rng.integers(0, 2, k).astype(bool),
+                        "position_ids": np.arange(k)})  # fmt: skip
+        elif train_type == "dpo":
+            c, r = 1 + i % 5, 2 + i % 7
+            out.append({"chosen": rng.integers(0, 900, c), "rejected": rng.integers(0, 900, r),
+                        "chosen_mask": np.ones(c, bool), "rejected_mask": np.zeros(r, bool)})  # fmt: skip
+        else:
+            g = 1 + i % 3
+            out.append({"prompts": rng.integers(0, 900, 4 + i % 3), "rewards": rng.normal(size=g),
+                        "responses": [rng.integers(0, 900, 2 + j) for j in range(g)],
+                        "masks": [np.ones(2 + j, bool) for j in range(g)]})  # fmt: skip
+    return out
+
+
+MASKS = {"loss_mask": "bool", "chosen_mask": "bool", "rejected_mask": "bool", "masks": "bool"}
+
+
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_h5_records_equal_bin_meta_records(train_type: str, tmp_path: Path) -> None:
+    for cls, path in ((RecordStoreWriter, tmp_path / "bin"), (RecordH5Writer, tmp_path / "h5" / "data.h5")):
+        with cls(path, train_type=train_type, dtype="uint16", key_dtypes=MASKS) as writer:
+            for record in records(train_type):
+                writer.add_record(record)
+    ours, theirs = open_records(tmp_path / "h5"), open_records(tmp_path / "bin")
+    assert len(ours) == len(theirs) == 25 and ours.keys == theirs.keys
+    assert len(open_records(tmp_path / "h5" / "data.h5")) == 25  # the file itself opens too
+    for i in range(25):
+        mine, base = ours.record(i), theirs.record(i)
+        for key, value in base.items():
+            got = mine[key]
+            pairs = zip(got, value, strict=True) if isinstance(value, list) else [(got, value)]
+            for a, b in pairs:
+                assert a.dtype == b.dtype and np.array_equal(a, b), (i, key)
+    # AstrAI's H5 layout: a group per key, a dataset per record, in name order
+    with h5py.File(tmp_path / "h5" / "data.h5", "r") as handle:
+        key = {"sft": "sequence", "dpo": "chosen", "grpo": "prompts"}[train_type]
+        names = list(handle[key].keys())
+        assert names == sorted(names) and len(names) == 25
+        assert np.array_equal(handle[key][names[3]][()], theirs.record(3)[key])
+
+
+def test_a_bad_h5_record_store_is_a_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("sequence/data_000000000000", data=np.zeros((2, 2), np.int32))
+    with pytest.raises(FormatError, match="1-D"):
+        open_records(path)
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("rewards/data_000000000000", data=np.array([np.nan], np.float32))
+    with pytest.raises(DataError, match="finite"):
+        open_records(path)
+
+
+def test_an_aborted_h5_writer_leaves_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "data.h5"
+    writer = RecordH5Writer(path, train_type="sft", dtype="uint16", key_dtypes=MASKS)
+    writer.add_record(records("sft")[0])
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
