@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -48,16 +49,16 @@ def test_h5_records_equal_bin_meta_records(train_type: str, tmp_path: Path) -> N
     for i in range(25):
         mine, base = ours.record(i), theirs.record(i)
         for key, value in base.items():
-            got = mine[key]
+            got: Any = mine[key]
             pairs = zip(got, value, strict=True) if isinstance(value, list) else [(got, value)]
             for a, b in pairs:
-                assert a.dtype == b.dtype and np.array_equal(a, b), (i, key)
+                assert a.dtype == cast(Any, b).dtype and np.array_equal(a, cast(Any, b)), (i, key)
     # AstrAI's H5 layout: a group per key, a dataset per record, in name order
     with h5py.File(tmp_path / "h5" / "data.h5", "r") as handle:
         key = {"sft": "sequence", "dpo": "chosen", "grpo": "prompts"}[train_type]
         names = list(handle[key].keys())
         assert names == sorted(names) and len(names) == 25
-        assert np.array_equal(handle[key][names[3]][()], theirs.record(3)[key])
+        assert np.array_equal(handle[key][names[3]][()], cast(Any, theirs.record(3)[key]))
 
 
 def test_a_bad_h5_record_store_is_a_format_error(tmp_path: Path) -> None:

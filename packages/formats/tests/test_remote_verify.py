@@ -11,6 +11,7 @@ import logging
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -235,7 +236,7 @@ def test_a_corrupt_cached_block_is_discarded_and_fetched_again(seaweed, local_ds
 def test_a_corrupt_cached_block_heals_under_a_cache_limit(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, local_ds)
     expected = _entries(open_dataset(local_ds))
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -258,7 +259,7 @@ def test_a_corrupt_cached_block_heals_under_a_cache_limit(seaweed, local_ds, tmp
 def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(seaweed, local_ds, tmp_path, caplog):
     """Without usable block hashes (4 KiB cache blocks), deep validation's whole-file checksum finds it."""
     url = _upload(seaweed, local_ds)
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=4096
         )
@@ -280,7 +281,7 @@ def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(sea
 
 def test_an_old_manifest_opens_and_says_once_that_it_is_unverified(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, _without_block_hashes(local_ds, tmp_path / "old"))
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -310,7 +311,7 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
     flat = _write(tmp_path / "flat", "flat")
     (tmp_path / "megatron").mkdir()
     megatron = _write(tmp_path / "megatron" / "part", "megatron").parent
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_size=MIB
         )
@@ -337,7 +338,7 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
 def test_a_corrupt_cached_index_of_a_foreign_format_is_fetched_again(seaweed, tmp_path, caplog):
     flat = _write(tmp_path / "flat", "flat")
     url = _upload(seaweed, flat)
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -73,7 +74,7 @@ def test_a_flip_in_the_manifest_on_the_wire_does_not_poison_the_cache(seaweed, f
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
     fault_proxy.fault_paths = "manifest.json"
     fault_proxy.faults = ["flip"]
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_cache_dir=tmp_path / "c"
         )
@@ -92,7 +93,7 @@ def test_a_flip_in_the_manifest_on_the_wire_does_not_poison_the_cache(seaweed, f
 def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, tmp_path, caplog):
     block_size = 1536 << 10  # 1.5 MiB: covers some hash blocks whole, but not all
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=block_size
         )
@@ -107,7 +108,7 @@ def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, t
 def test_a_shard_replaced_in_the_bucket_under_a_reader(seaweed, big_ds, tmp_path):
     prefix = f"attack-{uuid.uuid4().hex[:8]}"
     url = seaweed.upload_dir(big_ds, prefix)
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -127,7 +128,7 @@ def test_a_shard_replaced_in_the_bucket_under_a_reader(seaweed, big_ds, tmp_path
 def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_path, caplog):
     """A digit changed in the cached manifest (still valid JSON), and in the copy the native reader parses."""
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -159,7 +160,7 @@ def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fau
     )
     fault_proxy.fault_paths = ".tokenloom.json"
     fault_proxy.faults = ["flip"]
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(endpoint=fault_proxy.url), block_cache_dir=tmp_path / "c"
         )
@@ -187,7 +188,7 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
     import multiprocessing
 
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -220,7 +221,7 @@ def test_a_block_discarded_by_another_reader_between_publish_and_map_is_fetched_
     from tokenloom.formats.remote.cache import BlockCache
 
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -246,7 +247,7 @@ def test_a_zero_byte_shard_is_verified_without_a_word(seaweed, tmp_path, caplog)
     with open_writer(empty, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
         writer.add(np.array([], dtype=np.int64))
     url = seaweed.upload_dir(empty, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -258,7 +259,7 @@ def test_a_zero_byte_shard_is_verified_without_a_word(seaweed, tmp_path, caplog)
 
 def test_truncated_cache_files_and_a_flipped_cached_index_are_fetched_again(seaweed, big_ds, tmp_path, caplog):
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
         )
@@ -338,7 +339,7 @@ def test_truncated_and_reset_bodies_among_flips_read_right(seaweed, fault_proxy,
 
 def test_deep_validation_with_block_hashes_heals_at_first_map(seaweed, big_ds, tmp_path, caplog):
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options = {
+    options: dict[str, Any] = {
         "remote": RemoteOptions.from_keywords(
             storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=2 * MIB
         )

@@ -141,7 +141,7 @@ def test_tree_with_val_fraction_from_a_bucket_into_a_bucket_on_three_nodes_is_th
         objects = seaweed.objects(target)
     _assert_same_as_local(objects, local)
     for dataset in DATASETS:
-        options = {
+        options: dict[str, Any] = {
             "remote": RemoteOptions.from_keywords(
                 block_cache_dir=tmp_path / "read", storage_options=seaweed.storage_options()
             )

@@ -112,7 +112,7 @@ class FileEntry:
     bytes: int
     xxh3_128: str
     role: str = "data"  # "data" (large, checked in deep mode) or "index" (small, checked always)
-    #: an xxh3-64 per block (data files written since wave 4, index files since the open by blocks; None in older manifests)
+    #: an xxh3-64 per block (data files; index files since the open by blocks; None in older manifests)
     blocks: BlockHashes | None = None
 
     def to_json(self) -> dict[str, Any]:
