@@ -40,7 +40,8 @@ import numpy as np
 from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.source import map_tokens
+from tokenloom.formats.io.source import current_source
+from tokenloom.formats.io.urls import is_remote_url
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
 from tokenloom.formats.keyed.store import check_finite
 
@@ -73,10 +74,11 @@ class _RecordPart:
         self.offsets = offsets
         self.groups: np.ndarray | None = None  # response-record boundaries per prompt (GRPO)
         self.maps: dict[str, np.ndarray] = {}
+        self.source = current_source()  # a remote store's block cache (pickled with it), else the local files
 
     def array(self, key: str) -> np.ndarray:
         if key not in self.maps:
-            self.maps[key] = map_tokens(self.files[key], self.dtypes[key], 0, self.lengths[key])
+            self.maps[key] = self.source.tokens(self.files[key], self.dtypes[key], 0, self.lengths[key])
         return self.maps[key]
 
     def __getstate__(self) -> dict:
@@ -154,8 +156,18 @@ def _record_count(part: _RecordPart, path: Path) -> int:
 
 
 def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Validate.FAST) -> RecordStore:
-    """Open a record-mode ``.bin`` + ``meta.json`` store (see the module docstring); every key needs offsets."""
+    """Open a record-mode ``.bin`` + ``meta.json`` store (see the module docstring); every key needs offsets.
+
+    ``path`` may be a URL (``s3://...``; endpoint, credentials and cache from the environment): its data files
+    are then read by blocks through the node's cache.
+    """
     validate = as_validate(validate)
+    if is_remote_url(path):
+        from tokenloom.formats.remote.opener import read_remote_view
+
+        store = read_remote_view(path, lambda view: open_records(view, validate=validate))
+        store.path = os.fspath(path)  # type: ignore[assignment]  # a URL, never the node's local view (part of a packed view's fingerprint)
+        return store
     root = Path(path)
     if not root.is_dir():
         raise FormatError("a record store is a directory holding meta.json and <key>.bin files", path=root)

@@ -36,7 +36,7 @@ from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import RemoteSource, build_view, relative_name
 from tokenloom.formats.remote.verify import expect_files, fetch_manifest
 
-__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any"]
+__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any", "read_remote_view"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,29 @@ def open_remote_any(
             _forget_unchecked(view, view_cache, objects)
         raise _at_url(exc, view, config.url) from None
     return _identified(dataset, url, objects)
+
+
+def read_remote_view(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions | None = None) -> Any:
+    """``read(path)`` run on the local view of ``url`` with its data bytes from the block cache: for readers
+    that are not a format's dataset reader (record stores). What a manifest there records is verified."""
+    from tokenloom.formats.io.urls import parse_url
+
+    remote = remote or RemoteOptions()
+    cache = BlockCache.of(remote.store(parse_url(url)), remote)
+    manifest, payload = manifest_format(cache)
+    config, objects, name = _objects(cache.config, manifest, payload)
+    view_cache = cache.at(config)
+    _expect(view_cache, objects, payload, config.url.url())
+    view = build_view(view_cache, objects)
+    _heal_view(view, view_cache, objects)
+    source = RemoteSource(view_cache, {os.fspath(view / name): obj for name, obj in objects.items()})
+    try:
+        with using_source(source):
+            return read(view / name if name else view)
+    except DataError as exc:
+        if not isinstance(exc, ConfigError):
+            _forget_unchecked(view, view_cache, objects)
+        raise _at_url(exc, view, config.url) from None
 
 
 def _identified(dataset: TokenDataset, url: RemoteURL, objects: dict[str, ObjectInfo]) -> TokenDataset:
