@@ -7,8 +7,8 @@
     the last node (every unit committed), under the output lock (_units.finalize):
         the unit stores concatenated in plan order -> OUT/<key>.bin, post_training.json, MERGED_META
         -> the unit stores and done markers removed -> MERGED_META renamed meta.json -> manifest.json (block
-        hashes: a bucket reader verifies every block) -> the writer's marker removed (published); the plan stays, so a later run with other settings into OUT is a
-        ResumeMismatchError before anything is written
+        hashes: a bucket reader verifies every block) -> the writer's marker removed (published); the plan
+        stays, so a later run with other settings into OUT is a ResumeMismatchError before anything is written
 
 A unit's store depends only on its input bytes and the settings, so a kill anywhere costs at most the units
 in flight, and the merged store is the same bytes for any number of processes, nodes or Ray tasks.
@@ -26,8 +26,8 @@ import orjson
 
 from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_base, temp_path
-from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.io.manifest import MANIFEST_NAME
+from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR, write_record_manifest
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
