@@ -23,7 +23,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from tokenloom.formats import FormatError, open_records
+from tokenloom.formats import FormatError, open_records, read_manifest
 from tokenloom.tokenize._commands import tokenize as tokenize_command
 from tokenloom.tokenize.chat import SIDECAR_NAME, RecordPlace, write_post_training
 
@@ -124,6 +124,10 @@ def test_cli_store_equals_the_librarys(train_type: str, tmp_path: Path, chat_tok
     assert sidecar["units"] == len(plan["units"])
     store = open_records(out)
     assert len(store) == len(placed)
+    # sealed by the manifest native datasets carry (block hashes: a bucket reader verifies every block)
+    sealed, library = read_manifest(out), read_manifest(tmp_path / "lib")
+    assert [f for f in sealed.files if f.name != SIDECAR_NAME] == [f for f in library.files if f.name != SIDECAR_NAME]
+    assert sealed.num_documents == len(placed) and all(f.blocks for f in sealed.files if f.role == "data")
     # nothing of the units is left beside the store
     assert not [p.name for p in out.iterdir() if p.name.startswith(("unit_", ".tokenloom-unit-"))]
 

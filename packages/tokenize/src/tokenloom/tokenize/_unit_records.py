@@ -6,9 +6,9 @@
            (its counts) by an atomic create; in this process, a pool of --num-workers processes, or Ray tasks
     the last node (every unit committed), under the output lock (_units.finalize):
         the unit stores concatenated in plan order -> OUT/<key>.bin, post_training.json, MERGED_META
-        -> the unit stores and done markers removed -> MERGED_META renamed meta.json -> the writer's marker
-        removed (published); the plan stays, so a later run with other settings into OUT is a
-        ResumeMismatchError before anything is written
+        -> the unit stores and done markers removed -> MERGED_META renamed meta.json -> manifest.json (block
+        hashes: a bucket reader verifies every block) -> the writer's marker removed (published); the plan
+        stays, so a later run with other settings into OUT is a ResumeMismatchError before anything is written
 
 A unit's store depends only on its input bytes and the settings, so a kill anywhere costs at most the units
 in flight, and the merged store is the same bytes for any number of processes, nodes or Ray tasks.
@@ -27,8 +27,9 @@ import orjson
 
 from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_base, temp_path
+from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.keyed.bin_meta import META_NAME
-from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
+from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR, write_record_manifest
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
@@ -86,7 +87,7 @@ def published(out: Path) -> bool:
 def is_record_store_file(name: str) -> bool:
     """A file of the merged record store (or a killed merge's temp of one)."""
     stem = temp_base(name)
-    return stem in (META_NAME, POST_TRAINING_SIDECAR, MERGED_META, H5_NAME, MERGED_H5) or (
+    return stem in (META_NAME, POST_TRAINING_SIDECAR, MERGED_META, H5_NAME, MERGED_H5, MANIFEST_NAME) or (
         stem.endswith(".bin") and stem[:-4] in _STORE_KEYS
     )
 
@@ -285,6 +286,8 @@ def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer
     for last, name in _LAST_FILE.values():
         if (out / last).is_file():
             os.replace(out / last, out / name)  # published (readers still wait for the marker's removal)
+    if (out / META_NAME).is_file():
+        write_record_manifest(out)  # last before the marker goes: redone whole on a rerun after a kill
     (out / WRITING_MARKER).unlink(missing_ok=True)
     fsync_dir(out)
     return orjson.loads((out / POST_TRAINING_SIDECAR).read_bytes())

@@ -25,6 +25,8 @@ from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.safety import dataset_inputs, unlisted_files
 from tokenloom.formats.io.storage import check_readable
 from tokenloom.formats.io.urls import refuse_remote_output
+from tokenloom.formats.keyed.records import is_record_store, open_records, write_record_manifest
+from tokenloom.formats.keyed.store import TOKEN_KEYS
 from tokenloom.formats.native.writer import adopt_native
 
 __all__ = ["convert", "inspect", "validate"]
@@ -136,6 +138,7 @@ def validate(
         raise SystemExit(check(path, global_batch_size=global_batch_size, max_steps=max_steps))
     coverage: list[str] = []
     warnings: list[str] = []
+    lines: list[str] = []
     try:
         remote = remote_kwargs(path, storage_option, cache_dir)
         if write_manifest:
@@ -144,6 +147,13 @@ def validate(
                 _, added = add_block_hashes(path, read_manifest(path))
                 done = f"added block hashes of {added} files" if added else "block hashes already recorded"
                 click.echo(f"{Path(path) / MANIFEST_NAME}: {done}; remote reads verify every block", err=True)
+            elif is_record_store(path):  # sft / dpo / grpo: checked deep before its files are blessed
+                sealed = write_record_manifest(path, validate="deep", vocab_size=vocab_size, eos_id=eos_id)
+                click.echo(
+                    f"wrote {Path(path) / MANIFEST_NAME}: checksums and block hashes of {len(sealed.files)} files "
+                    f"of a record store ({sealed.num_documents:,} records); later opens and remote reads verify them",
+                    err=True,
+                )
             else:
                 with _quiet("tokenloom.formats"):  # its info "no manifest: run --write-manifest" hint, now moot
                     adopted = adopt_native(path, vocab_size=vocab_size, eos_id=eos_id)
@@ -152,11 +162,13 @@ def validate(
                     "verify them",
                     err=True,
                 )
-        if deep:
+        if not remote and format_name in (None, "bin-meta") and _records_only(Path(path)):
+            lines = _record_lines(Path(path), deep)
+        elif deep:
             dataset, coverage = deep_open(path, format_name, dtype, progress, vocab_size, eos_id, remote)
         else:
             dataset = open_dataset(path, format=format_name, dtype=dtype, validate="fast", **remote)
-        if not remote:  # a URL's objects were listed and their bytes come from the store, not these files
+        if not remote and not lines:  # a URL's objects were listed and their bytes come from the store
             check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
             warnings = unlisted_files(dataset)
     except (DataError, OSError) as exc:
@@ -164,6 +176,9 @@ def validate(
         click.echo(f"{'problems':<10} 1")
         click.echo(f"  {type(exc).__name__}: {exc}")
         raise SystemExit(1) from None
+    if lines:  # a record store without a token key: no token-dataset view, no config snippet
+        click.echo("\n".join([*lines, f"{'problems':<10} none ({'deep' if deep else 'fast'} validation)"]))
+        return
     for line in _summary_lines(describe(dataset)):
         click.echo(line)
     for line in coverage:
@@ -177,6 +192,25 @@ def validate(
     if note:
         click.echo(f"# seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
+
+
+def _records_only(path: Path) -> bool:
+    """A record store (dpo, grpo) with no ``sequence`` key: no token-dataset view opens it."""
+    return is_record_store(path) and not (path / "sequence.bin").exists()
+
+
+def _record_lines(path: Path, deep: bool) -> list[str]:
+    """The summary of a record store (opened with its manifest's checks; deep: every checksum and float)."""
+    store = open_records(path, validate="deep" if deep else "fast")
+    tokens = sum(part.lengths[key] for part in store.parts for key in part.files if key in TOKEN_KEYS)
+    return [
+        f"{'format':<10} bin-meta (record store)",
+        f"{'path':<10} {path}",
+        f"{'records':<10} {len(store):,}",
+        f"{'tokens':<10} {tokens:,}",
+        f"{'keys':<10} {', '.join(store.keys)}",
+        f"{'manifest':<10} {'yes' if (path / MANIFEST_NAME).is_file() else 'none (--write-manifest writes one)'}",
+    ]
 
 
 @contextlib.contextmanager

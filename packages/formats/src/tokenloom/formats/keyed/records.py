@@ -29,6 +29,13 @@ one is tokenloom's: ``prompts`` and ``rewards`` have one record per prompt
 ``masks`` have one record per response, G_0 + G_1 + ... of them, in prompt order.
 AstrAI removed its HDF5 backend (commit 115192c); its earlier H5 layout (a dataset per record) is read and
 written too (:mod:`.records_h5`, ``tokenize --format h5``), with the same keys, dtypes and records.
+
+A store tokenloom writes carries the ``manifest.json`` native datasets carry (format ``bin-meta``, metadata
+``layout: records``; :func:`write_record_manifest`, written last): sizes and the index files' checksums are
+checked at every open, data checksums under ``validate="deep"``, and a reader from a bucket verifies every
+block it fetches against its block hashes. A store without one (AstrAI's, an older tokenloom's) still opens;
+read from a bucket, its bytes are unverified (one warning); ``tokenloom validate STORE --write-manifest``
+writes one.
 """
 
 from __future__ import annotations
@@ -40,17 +47,28 @@ import numpy as np
 
 from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.source import current_source
 from tokenloom.formats.io.urls import is_remote_url
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
 from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
-from tokenloom.formats.keyed.store import check_finite
+from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite
 
-__all__ = ["GROUPED_KEYS", "POST_TRAINING_SIDECAR", "RecordStore", "open_records"]
+__all__ = [
+    "GROUPED_KEYS",
+    "POST_TRAINING_SIDECAR",
+    "RECORDS_LAYOUT",
+    "RecordStore",
+    "is_record_store",
+    "open_records",
+    "write_record_manifest",
+]
 
 #: The settings and counts a post-training run writes beside its record store (tokenize's chat writer).
 POST_TRAINING_SIDECAR = "post_training.json"
+#: The manifest's ``metadata["layout"]`` of a record store (its format is bin-meta's).
+RECORDS_LAYOUT = "records"
 #: GRPO keys with one record per response (grouped by the record lengths of ``rewards``).
 GROUPED_KEYS = frozenset({"responses", "masks"})
 
@@ -161,7 +179,7 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
     """Open a record-mode ``.bin`` + ``meta.json`` store (see the module docstring); every key needs offsets.
 
     ``path`` may be a URL (``s3://...``; endpoint, credentials and cache from the environment): its data files
-    are then read by blocks through the node's cache.
+    are then read by blocks through the node's cache, each block checked against the manifest's hashes.
     An ``.h5`` file, or a directory of them without meta.json, opens as an HDF5 record store (:mod:`.records_h5`).
     """
     validate = as_validate(validate)
@@ -179,6 +197,14 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
             "a record store is a directory holding meta.json and <key>.bin files (or .h5 files)", path=root
         )
     refuse_unfinished(root, what="record store")  # as open_store: a writer's marker (a killed tokenize run)
+    if (root / MANIFEST_NAME).is_file():  # sizes and index checksums; every data checksum when deep
+        read_manifest(root).verify(root, deep=validate == Validate.DEEP)
+    return _read_records(root, validate)
+
+
+def _read_records(root: Path, validate: Validate) -> RecordStore:
+    """The record store at ``root`` (no marker or manifest check: :func:`write_record_manifest` runs before
+    the writer's marker is removed)."""
     metas = find_meta_files(root)
     if not metas:
         if is_h5_record_path(root):  # AstrAI's H5 layout: a dataset per record (records_h5)
@@ -229,3 +255,53 @@ def _h5_records(root: Path, validate: Validate) -> RecordStore:
                 if dtype.kind == "f":
                     check_finite(part.array(key), key=key, path=part.path, record=None)
     return store
+
+
+def is_record_store(path: str | os.PathLike[str]) -> bool:
+    """A directory whose meta.json gives some key record offsets (a quick look; opening names any problem)."""
+    meta = Path(path) / META_NAME
+    try:
+        return meta.is_file() and b'"offsets"' in meta.read_bytes()
+    except OSError:
+        return False
+
+
+def write_record_manifest(
+    path: str | os.PathLike[str],
+    *,
+    validate: Validate | str = Validate.FAST,
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+) -> Manifest:
+    """Write the record store's ``manifest.json`` (crash-safely; call it last): meta.json, the sidecar and
+    each ``<key>.bin`` with its checksum, data files with block hashes (:func:`describe_files`, as native's).
+
+    The store is read first (``validate``: ``deep`` also checks every float), so a manifest never blesses a
+    store its reader refuses. Only a store of one meta.json (tokenloom's) can have one.
+    """
+    root = Path(path)
+    store = _read_records(root, as_validate(validate))
+    if len(store.parts) != 1 or store.parts[0].directory != root:
+        raise FormatError(
+            f"a record store in {len(store.parts)} meta.json directories cannot have one manifest.json "
+            "(it lists the files of one directory)",
+            path=root,
+            hint="Merge the parts into one store (tokenloom.formats.RecordStoreWriter), then write its manifest",
+        )
+    part = store.parts[0]
+    keys = sorted(set(part.files) | set(part.stream_keys))
+    names = [(META_NAME, "index"), *((f"{key}.bin", "data") for key in keys)]
+    if (root / POST_TRAINING_SIDECAR).is_file():
+        names.append((POST_TRAINING_SIDECAR, "index"))
+    tokens = [key for key in part.files if key in TOKEN_KEYS]
+    manifest = Manifest(
+        format="bin-meta",
+        dtype=part.dtypes[tokens[0] if tokens else store.keys[0]].name,
+        num_tokens=sum(part.lengths[key] for key in tokens),
+        num_documents=len(store),
+        files=describe_files(root, names),
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        metadata={"layout": RECORDS_LAYOUT, "keys": keys},
+    )
+    return write_manifest(root, manifest)

@@ -24,7 +24,7 @@ from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write
 from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
-from tokenloom.formats.keyed.records import GROUPED_KEYS
+from tokenloom.formats.keyed.records import GROUPED_KEYS, write_record_manifest
 from tokenloom.formats.keyed.records_h5 import segment_name
 from tokenloom.formats.keyed.store import (
     FLOAT_KEYS,
@@ -242,6 +242,7 @@ class BinMetaStoreWriter(StoreWriter):
                 meta[key] = {"shape": [offsets[-1]], "dtype": self.dtype_of(key).name, "offsets": offsets}
             fsync_dir(self.path)
             atomic_write_bytes(self.path / META_NAME, orjson.dumps(meta))
+            self._seal()
             (self.path / WRITING_MARKER).unlink()
             fsync_dir(self.path)
         except BaseException:
@@ -250,6 +251,9 @@ class BinMetaStoreWriter(StoreWriter):
 
     def _offsets_of(self, key: str) -> list[int]:
         return self._offsets
+
+    def _seal(self) -> None:
+        """What a subclass writes after meta.json, before the store is published (a record store: its manifest)."""
 
     def _abort(self) -> None:
         for handle in self._handles.values():
@@ -348,6 +352,8 @@ class RecordStoreWriter(BinMetaStoreWriter):
     def _offsets_of(self, key: str) -> list[int]:
         return self._key_offsets.get(key, [0])
 
+    def _seal(self) -> None:
+        write_record_manifest(self.path, vocab_size=self.vocab_size, eos_id=self.eos_id)
 
 class RecordH5Writer(RecordStoreWriter):
     """A record store as one HDF5 file (AstrAI's H5 layout, :mod:`.records_h5`); ``add_record`` as
