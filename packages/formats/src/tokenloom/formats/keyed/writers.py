@@ -355,6 +355,7 @@ class RecordStoreWriter(BinMetaStoreWriter):
     def _seal(self) -> None:
         write_record_manifest(self.path, vocab_size=self.vocab_size, eos_id=self.eos_id)
 
+
 class RecordH5Writer(RecordStoreWriter):
     """A record store as one HDF5 file (AstrAI's H5 layout, :mod:`.records_h5`); ``add_record`` as
     :class:`RecordStoreWriter`."""
