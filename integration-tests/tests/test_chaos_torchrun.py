@@ -1,8 +1,8 @@
 """Chaos: torchrun ranks read a native dataset and an SFT record store from S3 through a faulty network.
 
 SeaweedFS behind the fault proxy, which answers the jobs' GETs with random connection resets, 503 bursts
-and flipped body bytes (flips only on the native dataset's objects, whose manifest records block hashes:
-an SFT record store has no manifest, so its bytes from a bucket are not verified), and takes the store down
+and flipped body bytes (flips only on the native dataset's objects; flips on a record store's blocks are
+tested in packages/formats/tests/test_remote_records.py), and takes the store down
 for 60 s when a rank dies (the outage overlaps the restart's start: torchrun, imports, the process group,
 then its first reads wait out the rest). ``jobs/chaos_job.py`` under real ``torch.distributed.run`` (gloo): 2 ranks x 2
 DataLoader workers save the loader state at a step and work on; one rank is SIGKILLed mid-epoch, torchrun
