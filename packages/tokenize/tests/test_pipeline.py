@@ -254,3 +254,24 @@ def test_a_tokenizer_handoff_that_changed_is_refused(tmp_path: Path) -> None:
     (tmp_path / "tokenizer.json").write_text('{"model": 2}')
     with pytest.raises(RuntimeError, match="changed after the parent wrote it"):
         handoff.read()
+
+
+def test_the_output_opens_by_index_blocks(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
+    """Every .idx in tokenize's manifest carries block hashes, so a fresh open reads no whole index (each block is
+    checked when first touched; without hashes the open falls back to the full index scan); a damaged index byte
+    is still a ChecksumError naming the file, never wrong documents."""
+    from tokenloom.formats.errors import ChecksumError
+
+    run(tiny_tokenizer, corpus, tmp_path / "out", shard_size_tokens=5000)
+    manifest = read_manifest(tmp_path / "out")
+    indexes = [entry for entry in manifest.files if entry.name.endswith(".idx")]
+    assert len(indexes) > 1 and all(e.blocks is not None and e.blocks.covers(e.bytes) for e in indexes)
+    first = tmp_path / "out" / indexes[0].name
+    raw = bytearray(first.read_bytes())
+    raw[-3] ^= 0x40  # one of the first shard's offsets
+    first.write_bytes(bytes(raw))
+    with pytest.raises(ChecksumError, match=indexes[0].name):
+        ds = open_dataset(tmp_path / "out")
+        [ds[i] for i in range(len(ds))]
+    with pytest.raises(ChecksumError, match=indexes[0].name):
+        open_dataset(tmp_path / "out", validate="deep")

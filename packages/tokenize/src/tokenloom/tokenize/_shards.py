@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tokenloom.formats.io import BlockHashes, FileEntry, file_checksum, file_digests, shard_cut
+from tokenloom.formats.io import BlockHashes, FileEntry, file_digests, shard_cut
 from tokenloom.formats.native import NativeShardWriter
 
 __all__ = ["ShardCutter", "ShardRecord"]
@@ -35,9 +35,15 @@ class ShardRecord:
     idx_xxh3_128: str
     #: the ``.bin``'s block hashes (records of runs before wave 4 have none)
     bin_blocks: BlockHashes | None = None
+    #: the ``.idx``'s block hashes: a reader checks the index blocks it touches, so a fresh open reads no
+    #: whole index (records of earlier runs have none: those outputs open with the full index scan)
+    idx_blocks: BlockHashes | None = None
 
     def to_json(self) -> dict[str, object]:
-        blocks = {} if self.bin_blocks is None else {"bin_" + k: v for k, v in self.bin_blocks.to_json().items()}
+        blocks = {}
+        for prefix, hashes in (("bin_", self.bin_blocks), ("idx_", self.idx_blocks)):
+            if hashes is not None:
+                blocks.update({prefix + k: v for k, v in hashes.to_json().items()})
         return {
             **blocks,
             "index": self.index,
@@ -51,14 +57,19 @@ class ShardRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ShardRecord:
-        found = {name: data[name] for name in cls.__slots__ if name != "bin_blocks"}
-        if "bin_block_size" in data:
-            found["bin_blocks"] = BlockHashes(int(data["bin_block_size"]), str(data["bin_block_xxh3_64"]))  # type: ignore[arg-type]
+        found = {name: data[name] for name in cls.__slots__ if name not in ("bin_blocks", "idx_blocks")}
+        for prefix in ("bin_", "idx_"):
+            if f"{prefix}block_size" in data:
+                hashes = BlockHashes(int(data[f"{prefix}block_size"]), str(data[f"{prefix}block_xxh3_64"]))  # type: ignore[arg-type]
+                found[f"{prefix}blocks"] = hashes
         return cls(**found)  # type: ignore[arg-type]
 
-    def bin_entry(self, stem: str) -> FileEntry:
-        """The manifest entry of this shard's ``.bin``."""
-        return FileEntry(f"{stem}.bin", self.bin_bytes, self.bin_xxh3_128, "data", self.bin_blocks)
+    def entries(self, stem: str) -> tuple[FileEntry, FileEntry]:
+        """The manifest entries of this shard's ``.idx`` and ``.bin``."""
+        return (
+            FileEntry(f"{stem}.idx", self.idx_bytes, self.idx_xxh3_128, "index", self.idx_blocks),
+            FileEntry(f"{stem}.bin", self.bin_bytes, self.bin_xxh3_128, "data", self.bin_blocks),
+        )
 
 
 class ShardCutter:
@@ -92,6 +103,7 @@ class ShardCutter:
         writer.close()
         self._current = None
         bin_checksum, bin_blocks = file_digests(writer.bin_path)
+        idx_checksum, idx_blocks = file_digests(writer.idx_path)
         record = ShardRecord(
             index=len(self.records),
             num_tokens=writer.num_tokens,
@@ -100,7 +112,8 @@ class ShardCutter:
             bin_xxh3_128=bin_checksum,
             bin_blocks=bin_blocks,
             idx_bytes=writer.idx_path.stat().st_size,
-            idx_xxh3_128=file_checksum(writer.idx_path),
+            idx_xxh3_128=idx_checksum,
+            idx_blocks=idx_blocks,
         )
         self.records.append(record)
 

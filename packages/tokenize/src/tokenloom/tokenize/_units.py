@@ -375,8 +375,7 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
         counts.add(done.counts)
         for record in done.shards:
             stem = unit_stem(done.unit, record.index)
-            files.append(FileEntry(f"{stem}.idx", record.idx_bytes, record.idx_xxh3_128, "index"))
-            files.append(record.bin_entry(stem))
+            files.extend(record.entries(stem))
     settings = plan.run_key["settings"]
     placement = {EOS_PLACEMENT: EOS_AT_DOCUMENT_END} if settings.get("windowing") == Windowing.GPT_SIMPLE.value else {}
     manifest = Manifest(
