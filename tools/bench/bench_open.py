@@ -225,7 +225,7 @@ def _fmt(result: dict) -> tuple[str, str, str]:
 _NATIVE_CHILD = r"""
 import json, os, resource, sys, time
 import numpy as np
-from tokenloom.formats import open_dataset
+from tokenloom.formats import RemoteOptions, open_dataset
 
 def rss():
     with open("/proc/self/status") as handle:
@@ -236,7 +236,8 @@ warm = open_dataset(small)  # imports and code paths warm (a tiny local dataset)
 warm[0]
 del warm
 before, wall, cpu = rss(), time.perf_counter(), time.process_time()
-ds = open_dataset(big, **options)
+remote = RemoteOptions.from_keywords(**options) if options else None
+ds = open_dataset(big, remote=remote)
 opened = time.perf_counter() - wall
 first = [np.asarray(ds[i]) for i in range(8)]  # the first batch of a sequential loader: documents 0-7
 first_s, first_cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -326,7 +327,7 @@ def native_scaling(quick: bool, full: bool) -> str:
                 url = seaweed.upload_dir(built[n], f"open-{n}")
                 options = {
                     "storage_options": seaweed.storage_options(endpoint=proxy.url),
-                    "cache_dir": str(base / f"cache-remote-{n}"),
+                    "block_cache_dir": str(base / f"cache-remote-{n}"),
                 }
                 proxy.latency_seconds = 0.020
                 argv = [sys.executable, "-c", _NATIVE_CHILD, str(small), url, json.dumps(options)]
