@@ -71,3 +71,17 @@ def test_a_loose_store_keyword_is_named_and_points_at_remote(keyword, tmp_path):
     with pytest.raises(ConfigError, match=f"{keyword} is not a keyword of open_dataset") as caught:
         open_dataset("s3://bucket/ds", **{keyword: tmp_path})
     assert caught.value.field == keyword and "remote=RemoteOptions(" in str(caught.value)
+
+
+def test_remote_none_opens_a_local_path_and_a_value_there_is_refused(tmp_path):
+    """A caller passes its remote setting on whatever the path: None opens a local dataset (the open bench's local
+    rows failed with 'remote does not apply'); a RemoteOptions for a local path is still a named error."""
+    import numpy as np
+
+    from tokenloom.formats import open_writer
+
+    with open_writer(tmp_path / "ds", format="native", dtype="uint16", vocab_size=10, eos_id=0) as writer:
+        writer.add(np.array([1, 2, 0], dtype=np.uint16))
+    assert open_dataset(tmp_path / "ds", remote=None)[0].tolist() == [1, 2, 0]
+    with pytest.raises(ConfigError, match="remote"):
+        open_dataset(tmp_path / "ds", remote=RemoteOptions())

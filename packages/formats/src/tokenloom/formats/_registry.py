@@ -234,6 +234,8 @@ def open_dataset(
         with reporting(on_progress):
             return open_remote(path, format=format, dtype=dtype, validate=validate, formats=_format_table(), **options)
     level = as_validate(validate)
+    if "remote" in options and options["remote"] is None:
+        del options["remote"]  # remote=None: a local path (a value for either kind of path, as callers pass it on)
     with storage_errors(path, "opening the dataset"), reporting(on_progress):
         spec = _spec(format or detect_format(path))
         _check_options(spec, options)
