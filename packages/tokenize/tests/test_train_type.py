@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -402,8 +402,15 @@ def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path
     for i in range(len(ours)):
         mine, base = ours.record(i), theirs.record(i)
         for key, value in base.items():
-            pairs = zip(mine[key], value, strict=True) if isinstance(value, list) else [(mine[key], value)]
+            got = mine[key]
+            pairs: Iterable[tuple[object, object]]
+            if isinstance(value, list):
+                assert isinstance(got, list), (i, key)
+                pairs = zip(got, value, strict=True)
+            else:
+                pairs = [(got, value)]
             for a, b in pairs:
+                assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), (i, key)
                 assert a.dtype == b.dtype and np.array_equal(a, b), (i, key)
     sidecar = orjson.loads((tmp_path / "h5" / SIDECAR_NAME).read_bytes())
     assert sidecar["stats"] == orjson.loads((tmp_path / "bin" / SIDECAR_NAME).read_bytes())["stats"]

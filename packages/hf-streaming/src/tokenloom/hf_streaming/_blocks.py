@@ -15,7 +15,7 @@ import io
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -189,15 +189,17 @@ def _line_blocks(
             offsets = np.cumsum(lengths) - lengths + offset
             offset += int(lengths.sum())
             records = None  # the lines that are records (None: all; a blank line is none)
+            good: list[bytes] = []  # the batch's lines when it is a run of good lines (issue None: no None in it)
             if issue is None:
-                if offsets[0] == 0 and batch[0].lstrip()[:1] == b"[":
+                good = cast("list[bytes]", batch)
+                if offsets[0] == 0 and good[0].lstrip()[:1] == b"[":
                     raise FormatError(
                         "a JSON array file: the streaming reader needs JSON lines (one object per line)",
                         path=path,
                         hint="Convert it to jsonl, or pass load_dataset(..., streaming=True) as the dataset",
                     )
-                if min(batch)[:1] <= b" ":  # an empty or whitespace-led line: look at each
-                    records = np.flatnonzero([bool(line.strip()) for line in batch])
+                if min(good)[:1] <= b" ":  # an empty or whitespace-led line: look at each
+                    records = np.flatnonzero([bool(line.strip()) for line in good])
             count = len(batch) if records is None else records.size
             picks = np.arange(skip, count, unit.stride)  # the unit's share: every stride-th record from its phase
             skip = (int(picks[-1]) + unit.stride if picks.size else skip) - count
@@ -207,9 +209,12 @@ def _line_blocks(
             if not picks.size:
                 continue
             index = picks if records is None else records[picks]
-            chosen = batch if index.size == len(batch) else list(map(batch.__getitem__, index.tolist()))
             where = offsets[index]
-            texts, error = ([None], None) if issue is not None else _texts(chosen, where, reading, path)
+            texts: list[str | None] = [None]  # a skipped over-long line (issue): a record without a text
+            error = None
+            if issue is None:
+                chosen = good if index.size == len(good) else list(map(good.__getitem__, index.tolist()))
+                texts, error = _texts(chosen, where, reading, path)
             yield from blocks.add(texts, tag | where[: len(texts)], where)
             if error is not None:
                 raise error
@@ -219,7 +224,9 @@ def _line_blocks(
         raise FormatError(f"cannot read: {exc}", path=path) from None
 
 
-def _texts(lines: list[bytes], offsets: np.ndarray, reading: Reading, path: str) -> tuple[list, DataError | None]:
+def _texts(
+    lines: list[bytes], offsets: np.ndarray, reading: Reading, path: str
+) -> tuple[list[str | None], DataError | None]:
     """The text of each line, and the error of the first bad one (the texts stop before it); skipped: None."""
     field = reading.text_field
     try:

@@ -12,7 +12,7 @@ as one shared storage for all its keys. Either way the training loop gets a plai
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from tokenloom.datasets._batch import WindowBatch, stack_samples, windows_to_sam
 __all__ = ["StreamSample", "collate_samples"]
 
 
-class StreamSample(dict):
+class StreamSample(dict[str, torch.Tensor]):
     """One sample (a dict of tensors) that remembers its ``seq_len + 1`` token window when it is a plain one."""
 
     __slots__ = ("window",)
@@ -41,8 +41,9 @@ class StreamSample(dict):
 def collate_samples(
     batch: Sequence[StreamSample], *, collate_fn_map: dict[Any, Callable[..., Any]] | None = None
 ) -> dict[str, torch.Tensor]:
-    if all(sample.window is not None for sample in batch):
-        windows = np.stack([sample.window for sample in batch])
+    plain = [sample.window for sample in batch if sample.window is not None]
+    if len(plain) == len(batch):
+        windows = np.stack(plain)
         if get_worker_info() is None:
             return windows_to_sample(windows)
         compact = windows.astype(np.uint16) if windows.min() >= 0 and windows.max() <= 0xFFFF else windows
@@ -50,7 +51,11 @@ def collate_samples(
     stacked = stack_samples(batch)
     if stacked is not None:
         return stacked
-    return {key: collate([sample[key] for sample in batch], collate_fn_map=collate_fn_map) for key in batch[0]}
+    # each key's values are tensors, which collate stacks into one tensor
+    return {
+        key: cast("torch.Tensor", collate([sample[key] for sample in batch], collate_fn_map=collate_fn_map))
+        for key in batch[0]
+    }
 
 
 default_collate_fn_map.setdefault(StreamSample, collate_samples)  # torch's documented registry

@@ -383,6 +383,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             cu_seqlens=self.cu_seqlens,
         )
         if self.with_provenance:
+            assert window.provenance is not None  # noqa: S101 - the packer keeps it with provenance=True
             batch["doc_index"] = window.provenance[:, :-1]
             batch["label_doc_index"] = window.provenance[:, 1:]
         plain = window.padding is None and batch.keys() == {"input_ids", "labels"}

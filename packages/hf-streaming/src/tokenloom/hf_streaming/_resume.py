@@ -47,6 +47,25 @@ def distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int,
 class Resumable:
     """The position half of the dataset: what its ``__init__`` sets (sources, mode, fingerprint, ...) is used here."""
 
+    # what the ``__init__`` of the class that mixes this in (StreamingHuggingFaceDataset) sets, declared for the checker
+    mode: Mode
+    rank: int
+    world_size: int
+    seed: int
+    infinite: bool
+    unit_bytes: int
+    fingerprint: dict[str, Any]
+    _sources: list[Source]
+    _objects: list[list[Any]]
+    """Each remote source's index, path and ETag as opened."""
+    _epoch: int
+    _next_epoch: torch.Tensor
+    """Per worker, the epoch its next fresh pass starts at (-1: none yet); in shared memory."""
+    _loaded: dict[str, Any] | None
+    _base: Base
+    _layout: Layout | None
+    _position: dict[str, Any] | None
+
     # ---- epochs -----------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Start the next fresh pass at ``epoch`` (passes then count up from it)."""
