@@ -139,6 +139,7 @@ def validate(
     coverage: list[str] = []
     warnings: list[str] = []
     lines: list[str] = []
+    dataset: TokenDataset | None = None
     try:
         remote = remote_kwargs(path, storage_option, cache_dir)
         if write_manifest:
@@ -168,7 +169,7 @@ def validate(
             dataset, coverage = deep_open(path, format_name, dtype, progress, vocab_size, eos_id, remote)
         else:
             dataset = open_dataset(path, format=format_name, dtype=dtype, validate="fast", **remote)
-        if not remote and not lines:  # a URL's objects were listed and their bytes come from the store
+        if not remote and dataset is not None:  # a URL's objects were listed and their bytes come from the store
             check_readable(p for p in dataset_inputs(dataset) if p.is_file())  # fast validation reads no tokens
             warnings = unlisted_files(dataset)
     except (DataError, OSError) as exc:
@@ -176,7 +177,7 @@ def validate(
         click.echo(f"{'problems':<10} 1")
         click.echo(f"  {type(exc).__name__}: {exc}")
         raise SystemExit(1) from None
-    if lines:  # a record store without a token key: no token-dataset view, no config snippet
+    if dataset is None:  # a record store without a token key: no token-dataset view, no config snippet
         click.echo("\n".join([*lines, f"{'problems':<10} none ({'deep' if deep else 'fast'} validation)"]))
         return
     for line in _summary_lines(describe(dataset)):
