@@ -103,7 +103,7 @@ def _(tmp: Path) -> Run:
 def _(tmp: Path) -> Run:
     from tokenloom.curriculum import CurriculumConfig, CurriculumPlan
 
-    config = CurriculumConfig(path=_url("https://127.0.0.1:9/data"), plan_cache_dir=str(tmp / "c"))
+    config = CurriculumConfig.from_dict({"path": _url("https://127.0.0.1:9/data"), "block_cache_dir": str(tmp / "c")})
     return Run(call=lambda: CurriculumPlan(config, seed=1), check=_names_url_no_dir("https://127.0.0.1:9/data", tmp))
 
 
