@@ -71,3 +71,12 @@ def test_a_loose_store_keyword_is_named_and_points_at_remote(keyword, tmp_path):
     with pytest.raises(ConfigError, match=f"{keyword} is not a keyword of open_dataset") as caught:
         open_dataset("s3://bucket/ds", **{keyword: tmp_path})
     assert caught.value.field == keyword and "remote=RemoteOptions(" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [{"storage_options": {}}, {}, "s3", 3, RemoteOptions])
+def test_a_remote_that_is_not_remote_options_is_named(value):
+    """remote= given a settings dict (the old storage_options spelling) or anything else that is not a RemoteOptions
+    is a ConfigError naming remote= and the from_keywords spelling, before any request (was an AttributeError)."""
+    with pytest.raises(ConfigError, match="remote=") as caught:
+        open_dataset("s3://bucket/ds", remote=value)
+    assert caught.value.field == "remote" and "RemoteOptions.from_keywords(" in str(caught.value)
