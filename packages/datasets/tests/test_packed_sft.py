@@ -179,3 +179,16 @@ def test_batches_equal_the_one_sample_builder_over_a_store_of_two_parts(tmp_path
             assert batch[key][row].numpy().tolist() == value[0].tolist(), (index, key)
     with pytest.raises(IndexError):
         ds.__getitems__([len(ds)])
+
+
+def test_a_store_whose_sequence_is_not_integer_is_refused(tmp_path: Path) -> None:
+    """A record store whose ``sequence`` is float (an AstrAI store saved from a float tensor, or an .h5 store):
+    a FormatError naming the key, not token ids truncated from 1.5 to 1 without a word."""
+    from tokenloom.formats import FormatError
+
+    masks = {"loss_mask": "bool", "sequence": "float32"}
+    with RecordStoreWriter(tmp_path / "f", train_type="sft", dtype="uint16", key_dtypes=masks) as writer:
+        writer.add_record({"sequence": np.array([1.5, 2.0], np.float32), "loss_mask": [0, 1]})
+    with pytest.raises(FormatError, match="sequence") as caught:
+        PackedSFTDataset(tmp_path / "f", 8)
+    assert caught.value.field == "sequence"

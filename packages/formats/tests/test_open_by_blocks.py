@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokenloom.formats import open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ChecksumError, DataError, IndexCorruptError
 from tokenloom.formats.io.manifest import read_manifest, write_manifest
 from tokenloom.formats.native.layout import HEADER
@@ -101,21 +101,25 @@ def test_a_manifest_without_index_hashes_opens_as_before(tmp_path: Path) -> None
         open_dataset(root)  # no block hashes: the whole index checksum at open, as before
 
 
+def _remote(options, cache, block_size=None) -> RemoteOptions:
+    return RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache, block_size=block_size)
+
+
 def test_a_remote_index_is_fetched_by_blocks_and_checked_when_touched(seaweed, tmp_path: Path) -> None:
     local = _write(tmp_path / "local")
     good = seaweed.upload_dir(local, f"lazy-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options()
-    ds = open_dataset(good, storage_options=options, cache_dir=tmp_path / "cache", block_size=1 << 20)
+    ds = open_dataset(good, remote=_remote(options, tmp_path / "cache", 1 << 20))
     assert ds[0].tolist() == [1, 0]
     cached = sum(p.stat().st_size for p in (tmp_path / "cache").rglob("b*-*") if p.is_file())
     assert cached < (local / "shard_00000.idx").stat().st_size  # the blocks one document touches, not the index
     assert ds[FAR].tolist() == [FAR % 998 + 1, 0]
     _flip(local / "shard_00000.idx", HEADER.size + 8 * (FAR + 1))
     bad = seaweed.upload_dir(local, f"lazy-bad-{uuid.uuid4().hex[:8]}")  # the good manifest's hashes, bad bytes
-    ds = open_dataset(bad, storage_options=options, cache_dir=tmp_path / "cache2", block_size=1 << 20)
+    ds = open_dataset(bad, remote=_remote(options, tmp_path / "cache2", 1 << 20))
     assert ds[0].tolist() == [1, 0]
     with pytest.raises(ChecksumError) as caught:
         ds[FAR]
     assert caught.value.path is not None and caught.value.path.startswith("s3://")
     with pytest.raises(ChecksumError):
-        open_dataset(bad, storage_options=options, cache_dir=tmp_path / "cache3", validate="deep")
+        open_dataset(bad, remote=_remote(options, tmp_path / "cache3"), validate="deep")

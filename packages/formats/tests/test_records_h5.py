@@ -79,3 +79,29 @@ def test_an_aborted_h5_writer_leaves_nothing(tmp_path: Path) -> None:
     writer.add_record(records("sft")[0])
     writer.abort()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_misshapen_h5_record_store_names_the_h5_file(tmp_path: Path) -> None:
+    """Keys of different record counts (or a mask shorter than its tokens) in an .h5 store: the ShapeMismatchError
+    names that .h5 file (it named a meta.json beside it, which an H5 store does not have); a string dataset says
+    which dtypes are allowed (it said "is bytes16, expected bytes16")."""
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("sequence/data_000000000000", data=np.array([1, 2], np.uint16))
+        handle.create_dataset("sequence/data_000000000001", data=np.array([3], np.uint16))
+        handle.create_dataset("loss_mask/data_000000000000", data=np.array([0, 1], bool))
+    with pytest.raises(DataError, match="different record counts") as caught:
+        open_records(path)
+    assert caught.value.path == str(path)
+    path.unlink()
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("chosen/data_000000000000", data=np.array([1, 2], np.uint16))
+        handle.create_dataset("chosen_mask/data_000000000000", data=np.array([1], bool))
+    with pytest.raises(DataError, match="chosen_mask differs in length") as caught:
+        open_records(path)
+    assert caught.value.path == str(path)
+    path.unlink()
+    with h5py.File(path, "w") as handle:
+        handle.create_dataset("sequence/data_000000000000", data=np.array([b"ab"]))
+    with pytest.raises(FormatError, match="bytes16, expected one of") as caught:
+        open_records(path)

@@ -85,3 +85,12 @@ def test_remote_none_opens_a_local_path_and_a_value_there_is_refused(tmp_path):
     assert open_dataset(tmp_path / "ds", remote=None)[0].tolist() == [1, 2, 0]
     with pytest.raises(ConfigError, match="remote"):
         open_dataset(tmp_path / "ds", remote=RemoteOptions())
+
+
+@pytest.mark.parametrize("value", [{"storage_options": {}}, {}, "s3", 3, RemoteOptions])
+def test_a_remote_that_is_not_remote_options_is_named(value):
+    """remote= given a settings dict (the old storage_options spelling) or anything else that is not a RemoteOptions
+    is a ConfigError naming remote= and the from_keywords spelling, before any request (was an AttributeError)."""
+    with pytest.raises(ConfigError, match="remote=") as caught:
+        open_dataset("s3://bucket/ds", remote=value)
+    assert caught.value.field == "remote" and "RemoteOptions.from_keywords(" in str(caught.value)

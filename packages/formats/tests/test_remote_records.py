@@ -176,3 +176,24 @@ def test_validate_write_manifest_seals_a_record_store(seaweed, dpo_store, tmp_pa
     (bad / "rejected.bin").write_bytes((bad / "rejected.bin").read_bytes()[:-2])
     refused = CliRunner().invoke(validate, [str(bad), "--write-manifest"])
     assert refused.exit_code == 1 and "rejected.bin" in refused.output and not (bad / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_validate_checks_an_sft_record_stores_manifest(tmp_path, deep):
+    """An sft record store (what tokenize --train-type sft writes) is also a token stream; validate showed it as one
+    and never read its manifest: a changed sequence.bin was 'problems none (deep validation)', a changed meta.json
+    passed fast validation. Now the record store's manifest is checked first, as for dpo and grpo stores."""
+    store = tmp_path / "sft"
+    with RecordStoreWriter(store, train_type="sft", dtype="uint16", key_dtypes={"loss_mask": "bool"}) as writer:
+        for i in range(50):
+            writer.add_record({"sequence": [i + 1, i + 2, 0], "loss_mask": [0, 1, 1]})
+    assert CliRunner().invoke(validate, [str(store), *(["--deep"] if deep else [])]).exit_code == 0
+    name = "sequence.bin" if deep else "meta.json"
+    data = bytearray((store / name).read_bytes())
+    if deep:
+        data[len(data) // 2] ^= 0x04
+    else:
+        data += b" "  # still the same JSON: only the manifest tells
+    (store / name).write_bytes(bytes(data))
+    result = CliRunner().invoke(validate, [str(store), *(["--deep"] if deep else [])])
+    assert result.exit_code == 1 and "ChecksumError" in result.output and name in result.output, result.output

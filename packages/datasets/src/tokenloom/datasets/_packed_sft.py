@@ -27,7 +27,7 @@ from tokenloom.datasets._binpack import best_fit_decreasing, pack_order
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._window_index import check_positive
-from tokenloom.formats import ConfigError, MissingKeyError, RecordStore, open_records
+from tokenloom.formats import ConfigError, FormatError, MissingKeyError, RecordStore, open_records
 
 __all__ = ["PackedSFTDataset"]
 
@@ -61,6 +61,14 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
             raise MissingKeyError(
                 f"packed sft needs keys ['sequence', 'loss_mask'], missing {missing} (the store has {self.store.keys})",
                 path=self.store.path,
+            )
+        kinds = {np.dtype(part.dtypes["sequence"]).name for part in self.store.parts}
+        if any(np.dtype(kind).kind not in "iu" for kind in kinds):
+            raise FormatError(
+                f"packed sft reads 'sequence' as token ids, but the store's sequence is {sorted(kinds)}",
+                path=self.store.path,
+                field="sequence",
+                hint="Re-create the store with integer token ids (uint16, uint32, int32 or int64)",
             )
         if too_long not in ("skip", "error"):
             raise ConfigError(f"too_long {too_long!r}, expected 'skip' or 'error'", field="too_long")

@@ -163,8 +163,12 @@ def validate(
                     "verify them",
                     err=True,
                 )
-        if not remote and format_name in (None, "bin-meta") and _records_only(Path(path)):
-            lines = _record_lines(Path(path), deep)
+        if not remote and format_name in (None, "bin-meta") and is_record_store(Path(path)):
+            lines = _record_lines(Path(path), deep)  # its manifest checked; deep: every file
+            if (Path(path) / "sequence.bin").exists():  # sft: a token stream too, summarised as one below
+                lines = []
+        if lines:
+            pass
         elif deep:
             dataset, coverage = deep_open(path, format_name, dtype, progress, vocab_size, eos_id, remote)
         else:
@@ -193,11 +197,6 @@ def validate(
     if note:
         click.echo(f"# seq_len {window}{note}")
     click.echo(config_snippet(dataset, window))
-
-
-def _records_only(path: Path) -> bool:
-    """A record store (dpo, grpo) with no ``sequence`` key: no token-dataset view opens it."""
-    return is_record_store(path) and not (path / "sequence.bin").exists()
 
 
 def _record_lines(path: Path, deep: bool) -> list[str]:

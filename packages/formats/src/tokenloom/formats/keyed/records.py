@@ -142,7 +142,7 @@ class RecordStore:
 
 def _record_count(part: _RecordPart, path: Path) -> int:
     """Records of a directory; every key agrees (GRPO: response records add up to the rewards)."""
-    meta = part.directory / META_NAME
+    meta = getattr(part, "path", None) or part.directory / META_NAME  # an H5 part: its .h5 file (no meta.json)
     counts = {key: len(offsets) - 1 for key, offsets in part.offsets.items()}
     plain = {key: n for key, n in counts.items() if not (key in GROUPED_KEYS and "rewards" in counts)}
     if len(set(plain.values())) > 1:

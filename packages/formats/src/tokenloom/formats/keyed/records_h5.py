@@ -115,8 +115,10 @@ def _read_h5_part(path: Path) -> _H5RecordPart:
                 dtype = np.dtype(dataset.dtype).newbyteorder("=")
                 if dtype.name not in KEY_DTYPES or dtypes.setdefault(key, dtype) != dtype:
                     raise FormatError(
-                        f"/{key}/{name} is {dtype.name}, expected {dtypes.get(key, dtype).name} (one of "
-                        f"{sorted(KEY_DTYPES)})",
+                        f"/{key}/{name} is {dtype.name}, expected "
+                        + (f"{dtypes[key].name} (as /{key}'s first record; " if dtype.name in KEY_DTYPES else "")
+                        + f"one of {sorted(KEY_DTYPES)}"
+                        + (")" if dtype.name in KEY_DTYPES else ""),
                         path=path,
                         field=key,
                     )

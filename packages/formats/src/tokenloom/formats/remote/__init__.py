@@ -80,6 +80,13 @@ def open_remote(
             hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=..., cache_limit=...), or "
             "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
         )
+    if remote is not None and not isinstance(remote, RemoteOptions):
+        raise ConfigError(
+            f"remote={remote!r:.80} is not a RemoteOptions",
+            field="remote",
+            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=...); a settings dict is "
+            "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
+        )
     # ``formats``: the registry's lookups (``tokenloom.formats.open_dataset`` passes them; call that instead)
     settings = remote if remote is not None else RemoteOptions()
     cache = BlockCache.of(settings.store(parse_url(url)), settings)
