@@ -40,8 +40,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from tokenloom.formats import RemoteOptions
-
 SEQ = 2048
 BATCH = 8
 WORKERS = 2
@@ -137,6 +135,7 @@ def _plain(url: str, endpoint: str, cache: Path, count: int, order: str = "block
 
 def _tokenloom(url: str, endpoint: str, cache: Path, count: int, order: str = "block"):
     from tokenloom.datasets import MemoryMappedDataset, collate
+    from tokenloom.formats import RemoteOptions  # here: the MosaicML leg's venv has no tokenloom
 
     options = {
         "endpoint": endpoint,
