@@ -33,7 +33,7 @@ def test_every_bin_in_the_manifest_has_its_block_hashes(
 def test_a_shard_record_journaled_before_block_hashes_still_loads() -> None:
     old = {"index": 0, "num_tokens": 5, "num_entries": 1, "bin_bytes": 10, "bin_xxh3_128": "a" * 32}
     record = ShardRecord.from_json({**old, "idx_bytes": 40, "idx_xxh3_128": "b" * 32})
-    assert record.bin_blocks is None and record.bin_entry("s").blocks is None
+    assert record.bin_blocks is None and record.entries("s")[1].blocks is None
     assert ShardRecord.from_json(record.to_json()) == record
 
 

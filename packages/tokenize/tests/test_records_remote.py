@@ -162,8 +162,9 @@ def test_sigkill_mid_upload_then_rerun_completes(
     options = _options("grpo", records_dir("grpo"), chat_tokenizer_dir("chatml"))
     local = _local(options, tmp_path / "local")
     url = _url(seaweed)
-    kwargs = {**{k: str(v) if isinstance(v, Path) else v for k, v in options.items()}, "output_dir": url,
-              "storage_options": seaweed.storage_options(fault_proxy.url), "plan_cache_dir": str(tmp_path / "cache")}  # fmt: skip
+    kwargs = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
+    kwargs.update(output_dir=url, storage_options=seaweed.storage_options(fault_proxy.url))
+    kwargs["plan_cache_dir"] = str(tmp_path / "cache")
     fault_proxy.fault_methods = {"PUT"}
     fault_proxy.stall_seconds = 0.1
     fault_proxy.faults = ["stall"] * 10_000  # every upload is slow: the kill lands mid-upload

@@ -166,7 +166,7 @@ def _summary(
     manifests = [d.manifest for d in datasets if d.manifest is not None]
     unfinished = [d for d in datasets if d.manifest is None]
     if per_leaf:
-        summary = tree_summary(local_config(config, root), manifests, seconds, session)
+        summary = tree_summary(local_config(config, root), manifests, seconds, session)  # pyright: ignore[reportArgumentType]
         summary.datasets = sorted(t.name for ts in per_leaf for t in ts)
         if unfinished:
             summary.units_total = sum(len(d.plan.units) for d in unfinished)
@@ -429,8 +429,8 @@ class BucketDataset:
 
     def finish(
         self, tokenizer: str, *, required: bool, num_nodes: int | None = None, everyone: bool = False
-    ) -> Manifest | None:
-        """The manifest, uploaded last once every unit is committed at the URL; None (or, if ``required``, an error).
+    ) -> Manifest | dict[str, Any] | None:
+        """The manifest (a record store: its sidecar), uploaded last once every unit is at the URL; None (or an error).
 
         ``num_nodes``: how the units were dealt, for the error's list of nodes to rerun. ``everyone``: every node
         has finished, so a unit still missing was taken by no node (said as such).
