@@ -494,18 +494,13 @@ class BucketDataset:
         config = self.records
         assert config is not None  # noqa: S101  (only called for a record store)
         if not merged(self.staging):  # a killed publish merged already: its unit stores may be gone
-            stores = self._unit_store_objects()
-            for unit in range(len(self.plan.units)):
-                marker, store = done_path(self.staging, unit), unit_store(self.staging, unit)
-                if not marker.exists():
-                    _fetch(self.target, listed[marker.name], marker)
-                if (store / UNIT_META).is_file():
-                    continue
-                shutil.rmtree(store, ignore_errors=True)  # fetched whole again; its unit-meta.json last
-                store.mkdir(parents=True)
-                objects = sorted(stores.get(store.name, []), key=lambda o: o.key.endswith(UNIT_META))
-                for obj in objects:
-                    _fetch(self.target, obj, store / obj.key.rsplit("/", 1)[-1])
+            try:
+                self._fetch_unit_stores(listed)
+            except DataError:  # another node finalized at the same time and deleted the unit objects
+                if MANIFEST_NAME not in (listing := _listing(self.target)):
+                    raise
+                self.listed = listing
+                return self._records_complete(overwrite_hint=False)  # pyright: ignore[reportReturnType]
         if not (self.staging / MANIFEST_NAME).is_file():  # unpublished until its manifest (publish_records)
             (self.staging / WRITING_MARKER).touch()
         sidecar = publish_records(self.staging, self.plan, config, tokenizer)
@@ -517,6 +512,20 @@ class BucketDataset:
         self._delete_unit_stores(done_markers=True)
         log.info("%s: record store uploaded (%d units)", self.target.url, len(self.plan.units))
         return sidecar
+
+    def _fetch_unit_stores(self, listed: dict[str, ObjectInfo]) -> None:
+        """Every unit's done marker and record store staged here: those other nodes committed are fetched."""
+        stores = self._unit_store_objects()
+        for unit in range(len(self.plan.units)):
+            marker, store = done_path(self.staging, unit), unit_store(self.staging, unit)
+            if not marker.exists():
+                _fetch(self.target, listed[marker.name], marker)
+            if (store / UNIT_META).is_file():
+                continue
+            shutil.rmtree(store, ignore_errors=True)  # fetched whole again; its unit-meta.json last
+            store.mkdir(parents=True)
+            for obj in sorted(stores.get(store.name, []), key=lambda o: o.key.endswith(UNIT_META)):
+                _fetch(self.target, obj, store / obj.key.rsplit("/", 1)[-1])
 
     def _unit_store_objects(self) -> dict[str, list[ObjectInfo]]:
         """The objects of unit record stores under the URL (``unit_UUUUUU_0000.records/KEY``), by store name."""
