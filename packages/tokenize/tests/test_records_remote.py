@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tokenloom.formats import ConfigError, RemoteOptions, open_records, read_manifest
+from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError, open_records, read_manifest
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -201,3 +201,16 @@ def test_what_a_bucket_record_output_does_not_take_is_a_config_error(options, fi
     with pytest.raises(ConfigError, match="object-store --output-dir") as caught:
         TokenizeConfig(input_dir=tmp_path, output_dir="s3://b/ds", train_type="sft", **options)  # pyright: ignore[reportArgumentType]
     assert caught.value.field == field
+
+
+def test_other_settings_are_refused_and_overwrite_replaces_the_store(
+    seaweed, records_dir, chat_tokenizer_dir, tmp_path
+) -> None:
+    options = _options("dpo", records_dir("dpo"), chat_tokenizer_dir("chatml"))
+    url = _url(seaweed)
+    _bucket(seaweed, options, url, tmp_path / "cache")
+    other = {**options, "seq_len": 24, "truncate": "keep-start"}
+    with pytest.raises(ResumeMismatchError, match="record store written with other settings"):
+        _bucket(seaweed, other, url, tmp_path / "cache")
+    _bucket(seaweed, other, url, tmp_path / "cache", overwrite=True)
+    _same_files(_local(other, tmp_path / "local"), seaweed.objects(url))
