@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -400,7 +401,8 @@ def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path
     ours, theirs = open_records(tmp_path / "h5"), open_records(tmp_path / "bin")
     assert len(ours) == len(theirs) == len(placed) and ours.keys == theirs.keys
     for i in range(len(ours)):
-        mine, base = ours.record(i), theirs.record(i)
+        mine: dict[str, Any] = ours.record(i)
+        base: dict[str, Any] = theirs.record(i)
         for key, value in base.items():
             got = mine[key]
             pairs: Iterable[tuple[object, object]]

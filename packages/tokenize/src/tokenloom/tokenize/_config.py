@@ -296,7 +296,7 @@ class TokenizeConfig:
         object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.plan_cache_dir))
 
     def _remote_output(self) -> None:
-        if not _unit_shards(self.format):
+        if not _unit_shards(self.format) and self.train_type is None:  # records: checked in _record_settings
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
         many = str(self.layout) == Layout.TREE.value or self.val_fraction > 0
         ray = str(self.executor) == ExecutorKind.RAY.value

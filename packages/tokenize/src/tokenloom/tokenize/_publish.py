@@ -14,6 +14,10 @@
       -> its plan and node count: fetched and compared, or created once (If-None-Match: *)
       -> this node's units committed at the URL: skipped; staged whole but not at the URL: uploaded first
       -> its finished marker; the last node (or --finalize) writes the manifest
+    --train-type (a record store): a unit is its store (unit_UUUUUU_0000.records/ and its done marker), uploaded
+    as it commits and kept staged; the last node fetches the stores other nodes staged, merges them in plan order
+    with the local merge (_unit_records.publish_records, in its staging directory), uploads the merged store's
+    data files, post_training.json, meta.json and manifest.json last, then deletes the unit objects at the URL
 
 A unit's bytes depend only on its input and the settings, so two nodes that both upload a unit put identical
 objects, and two finalizers put identical manifests. A reader sees no dataset until the manifest lands.
@@ -33,9 +37,11 @@ from typing import Any
 import orjson
 
 from tokenloom.formats import ConfigError, DataError, Manifest, ResumeMismatchError
-from tokenloom.formats.io import MANIFEST_NAME
+from tokenloom.formats.io import MANIFEST_NAME, WRITING_MARKER, temp_base
 from tokenloom.formats.io.manifest import file_checksum
 from tokenloom.formats.io.urls import parse_url
+from tokenloom.formats.keyed.bin_meta import META_NAME
+from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.formats.remote import helper
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.publish import RemoteTarget, native_files, staging_dir
@@ -60,6 +66,17 @@ from tokenloom.tokenize._unit_files import (
     uncommitted_error,
     unit_stem,
 )
+from tokenloom.tokenize._unit_records import (
+    UNIT_META,
+    RecordStore,
+    encode_records,
+    is_record_store_file,
+    merged,
+    publish_records,
+    record_summary,
+    records_complete,
+    unit_store,
+)
 from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, node_units, rerun_hint
 from tokenloom.tokenize._units import _partial_summary, plan_of, prepare_units_dir, summary_of, write_unit_manifest
 
@@ -77,6 +94,8 @@ def publish_to_url(
         raise ConfigError("publish_to_url needs an object-store output_dir", field="output_dir")
     if Path(inputs.tokenizer).is_dir():  # damaged tokenizer files: a ConfigError before anything is put
         check_tokenizer_files(Path(inputs.tokenizer))
+    if config.train_type is not None:
+        RecordStore(config, inputs.tokenizer).check()  # a tokenizer without a chat template: before any put
     with BucketPublisher(config) as publisher:
         per_leaf, datasets = publisher.datasets(inputs)
         if config.overwrite:  # the old dataset goes, its manifest first
@@ -106,7 +125,11 @@ def publish_to_url(
             session = encode_with_ray(config, inputs, only.plan, on_progress, units=pending, upload=only.upload)
         elif not config.finalize:
             publisher.sync()
-            if per_leaf:
+            if datasets[0].records is not None:
+                session = encode_records(
+                    local, inputs.tokenizer, datasets[0].plan, on_progress, on_commit=publisher.commit_unit
+                )
+            elif per_leaf:
                 session = encode_tree(local, inputs, per_leaf, on_progress, on_commit=publisher.commit_unit)
             else:
                 session = encode_local(local, inputs, datasets[0].plan, on_progress, on_commit=publisher.commit_unit)
@@ -143,13 +166,19 @@ def _summary(
     manifests = [d.manifest for d in datasets if d.manifest is not None]
     unfinished = [d for d in datasets if d.manifest is None]
     if per_leaf:
-        summary = tree_summary(local_config(config, root), manifests, seconds, session)
+        summary = tree_summary(local_config(config, root), manifests, seconds, session)  # pyright: ignore[reportArgumentType]
         summary.datasets = sorted(t.name for ts in per_leaf for t in ts)
         if unfinished:
             summary.units_total = sum(len(d.plan.units) for d in unfinished)
             summary.documents = session.counts.documents
+    elif datasets[0].records is not None:
+        published = manifests[0] if manifests else None
+        summary = record_summary(root, published, session.records, session.units)  # pyright: ignore[reportArgumentType]
+        summary.seconds = seconds
+        if published is None:
+            summary.units_total = len(datasets[0].plan.units)
     elif manifests:
-        summary = summary_of(manifests[0], root, seconds)
+        summary = summary_of(manifests[0], root, seconds)  # pyright: ignore[reportArgumentType]
     else:
         summary = _partial_summary(root, datasets[0].plan, session, seconds)
     if unfinished:
@@ -186,7 +215,8 @@ class BucketPublisher:
         if not config.many_datasets:
             plan = plan_of(config, inputs)
             self.root = staging_dir(self.url, {**plan.run_key, **key}, config.plan_cache_dir)
-            self.groups = [[BucketDataset(RemoteTarget(self.url, self.options), self.root, plan)]]
+            records = local_config(config, self.root) if config.train_type is not None else None
+            self.groups = [[BucketDataset(RemoteTarget(self.url, self.options), self.root, plan, records=records)]]
             self._by_dir = {self.root: self.groups[0][0]}
             return [], self.groups[0]
         key.update(inputs.run_key(config), layout=config.layout.value, unit_bytes=config.unit_bytes)
@@ -262,13 +292,18 @@ class BucketPublisher:
 class BucketDataset:
     """One unit-planned dataset at a URL and its staging directory on this node (plan, done markers, manifest)."""
 
-    def __init__(self, target: RemoteTarget, staging: Path, plan: UnitPlan, first: int = 0) -> None:
+    def __init__(
+        self, target: RemoteTarget, staging: Path, plan: UnitPlan, first: int = 0, records: TokenizeConfig | None = None
+    ) -> None:
         self.target = target
         self.staging = staging
         self.plan = plan
         self.first = first
         """Where its units start in the count a tree deals to nodes (0 for one dataset)."""
-        self.manifest: Manifest | None = None
+        self.records = records
+        """--train-type: the run's config writing into ``staging`` (a record store); None: token shards."""
+        self.manifest: Manifest | dict[str, Any] | None = None
+        """What is published at the URL: the manifest, or a record store's post_training.json sidecar."""
         self.listed = _listing(target)
         """The objects directly under the URL when this node started (markers, plan, shards, manifest)."""
         self.upload = functools.partial(upload_unit, target)
@@ -277,10 +312,12 @@ class BucketDataset:
     def at_url(self, unit: int) -> bool:
         return done_path(self.staging, unit).name in self.listed
 
-    def complete(self, *, overwrite_hint: bool = False) -> Manifest | None:
+    def complete(self, *, overwrite_hint: bool = False) -> Manifest | dict[str, Any] | None:
         """The URL's manifest when it was written with this plan's run key; another run's is a mismatch."""
         if MANIFEST_NAME not in self.listed:
             return None
+        if self.records is not None:
+            return self._records_complete(overwrite_hint=overwrite_hint)
         manifest = self.target.read_manifest()
         recorded = manifest.metadata.get("tokenize", {}) if manifest else {}
         if manifest is None or {k: recorded.get(k) for k in self.plan.run_key} != self.plan.run_key:
@@ -296,7 +333,8 @@ class BucketDataset:
 
     def check_foreign(self) -> None:
         """ConfigError when the URL holds objects no tokenize run wrote (before anything is put there)."""
-        foreign = sorted(name for name in self.listed if not is_unit_file(name) and name != MANIFEST_NAME)
+        ours = is_record_store_file if self.records is not None else (lambda name: name == MANIFEST_NAME)
+        foreign = sorted(name for name in self.listed if not (is_unit_file(name) or ours(name)))
         if foreign:
             raise ConfigError(
                 f"{self.target.url} holds objects that are not a tokenize output: {', '.join(foreign[:5])}",
@@ -310,9 +348,11 @@ class BucketDataset:
         every tokenize output under the prefix; other objects stay. The staged copy is started afresh too."""
         if MANIFEST_NAME in self.listed:
             self.target.delete(MANIFEST_NAME)
+        ours = is_record_store_file if self.records is not None else native_files
         for name in self.listed:
-            if name != MANIFEST_NAME and (is_unit_file(name) or native_files(name)):
+            if name != MANIFEST_NAME and (is_unit_file(name) or ours(name)):
                 self.target.delete(name)
+        self._delete_unit_stores()
         shutil.rmtree(self.staging, ignore_errors=True)
         self.listed = _listing(self.target)
 
@@ -360,10 +400,18 @@ class BucketDataset:
             elif marker.name in self.listed or not marker.exists():
                 continue
             else:
-                try:
-                    read_done(self.staging, unit, self.plan.digest)  # its shards still staged beside it: uploaded
-                except DataError:
+                if not self._staged_whole(unit):
                     marker.unlink()  # the URL lost its marker, and the staged shards are gone: encode it again
+
+    def _staged_whole(self, unit: int) -> bool:
+        """A unit committed here still has its shards (or record store) staged beside its marker: uploadable."""
+        if self.records is not None:
+            return (unit_store(self.staging, unit) / UNIT_META).is_file()
+        try:
+            read_done(self.staging, unit, self.plan.digest)
+        except DataError:
+            return False
+        return True
 
     def mark_finished(self, rank: int) -> None:
         """Node ``rank`` has committed its every unit at the URL (the last node knows it is last)."""
@@ -381,8 +429,8 @@ class BucketDataset:
 
     def finish(
         self, tokenizer: str, *, required: bool, num_nodes: int | None = None, everyone: bool = False
-    ) -> Manifest | None:
-        """The manifest, uploaded last once every unit is committed at the URL; None (or, if ``required``, an error).
+    ) -> Manifest | dict[str, Any] | None:
+        """The manifest (a record store: its sidecar), uploaded last once every unit is at the URL; None (or an error).
 
         ``num_nodes``: how the units were dealt, for the error's list of nodes to rerun. ``everyone``: every node
         has finished, so a unit still missing was taken by no node (said as such).
@@ -393,12 +441,18 @@ class BucketDataset:
         if missing and not required:
             log.info("%s: %d unit(s) not committed yet; the last node (or --finalize) writes the manifest",
                      self.target.url, len(missing))  # fmt: skip
+            if self.records is not None:  # the last node fetches what it lacks: no second copy kept here
+                for unit in range(units):
+                    if done_path(self.staging, unit).name in listed:
+                        shutil.rmtree(unit_store(self.staging, unit), ignore_errors=True)
             return None
         if missing:
             url, hint = self.target.url, rerun_hint(missing, self.first, num_nodes)
             raise uncommitted_error(
                 self.plan, missing, path=str(url), num_nodes=num_nodes, everyone=everyone, hint=hint, where=f" at {url}"
             )
+        if self.records is not None:
+            return self._publish_records(tokenizer, listed)
         for unit in range(units):
             marker = done_path(self.staging, unit)
             if not marker.exists():
@@ -410,6 +464,89 @@ class BucketDataset:
                 self.target.delete(name)
         log.info("%s: manifest uploaded (%d units)", self.target.url, units)
         return manifest
+
+    def _records_complete(self, *, overwrite_hint: bool) -> dict[str, Any] | None:
+        """A record store at the URL: its sidecar when the URL's plan is this plan (as records_complete locally);
+        unit objects a killed publish left behind are deleted."""
+        staged = self.staging / ".published"
+        staged.mkdir(parents=True, exist_ok=True)
+        for name in (PLAN_NAME, META_NAME, POST_TRAINING_SIDECAR):
+            if name in self.listed:
+                _fetch(self.target, self.listed[name], staged / name)
+        try:
+            sidecar = records_complete(staged, self.plan)
+        except ResumeMismatchError as error:
+            raise ResumeMismatchError(
+                f"{self.target.url} holds a record store written with other settings, tokenizer or inputs: "
+                + error.problem.split(": ", 1)[-1],
+                path=str(self.target.url),
+                hint=error.hint if overwrite_hint else "Choose another --output-dir, or delete the prefix and rerun",
+            ) from None
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        if sidecar is not None:
+            self._delete_unit_stores(done_markers=True)
+        return sidecar
+
+    def _publish_records(self, tokenizer: str, listed: dict[str, ObjectInfo]) -> dict[str, Any]:
+        """Every unit's store staged here (fetched when another node committed it), merged by publish_records,
+        then uploaded: data files, sidecar, meta.json, manifest.json last; then the unit objects deleted."""
+        config = self.records
+        assert config is not None  # noqa: S101  (only called for a record store)
+        if not merged(self.staging):  # a killed publish merged already: its unit stores may be gone
+            try:
+                self._fetch_unit_stores(listed)
+            except DataError:  # another node finalized at the same time and deleted the unit objects
+                if MANIFEST_NAME not in (listing := _listing(self.target)):
+                    raise
+                self.listed = listing
+                return self._records_complete(overwrite_hint=False)  # pyright: ignore[reportReturnType]
+        if not (self.staging / MANIFEST_NAME).is_file():  # unpublished until its manifest (publish_records)
+            (self.staging / WRITING_MARKER).touch()
+        sidecar = publish_records(self.staging, self.plan, config, tokenizer)
+        last = (META_NAME, MANIFEST_NAME)
+        names = sorted(p.name for p in self.staging.iterdir() if is_record_store_file(p.name) and p.name not in last)
+        for name in [*names, *last]:  # manifest.json last: now the record store exists at the URL
+            if (self.staging / name).is_file() and temp_base(name) == name:
+                self.target.upload(self.staging / name)
+        self._delete_unit_stores(done_markers=True)
+        log.info("%s: record store uploaded (%d units)", self.target.url, len(self.plan.units))
+        return sidecar
+
+    def _fetch_unit_stores(self, listed: dict[str, ObjectInfo]) -> None:
+        """Every unit's done marker and record store staged here: those other nodes committed are fetched."""
+        stores = self._unit_store_objects()
+        for unit in range(len(self.plan.units)):
+            marker, store = done_path(self.staging, unit), unit_store(self.staging, unit)
+            if not marker.exists():
+                _fetch(self.target, listed[marker.name], marker)
+            if (store / UNIT_META).is_file():
+                continue
+            shutil.rmtree(store, ignore_errors=True)  # fetched whole again; its unit-meta.json last
+            store.mkdir(parents=True)
+            for obj in sorted(stores.get(store.name, []), key=lambda o: o.key.endswith(UNIT_META)):
+                _fetch(self.target, obj, store / obj.key.rsplit("/", 1)[-1])
+
+    def _unit_store_objects(self) -> dict[str, list[ObjectInfo]]:
+        """The objects of unit record stores under the URL (``unit_UUUUUU_0000.records/KEY``), by store name."""
+        base = f"{self.target.url.prefix}/" if self.target.url.prefix else ""
+        stores: dict[str, list[ObjectInfo]] = {}
+        for obj in helper.list_objects(self.target.config):
+            folder, _, rest = obj.key[len(base) :].partition("/")
+            if rest and "/" not in rest and is_unit_file(folder):
+                stores.setdefault(folder, []).append(obj)
+        return stores
+
+    def _delete_unit_stores(self, *, done_markers: bool = False) -> None:
+        """The unit record stores at the URL (and, once published, the done markers and node records)."""
+        base = f"{self.target.url.prefix}/" if self.target.url.prefix else ""
+        for objects in self._unit_store_objects().values():
+            for obj in objects:
+                self.target.delete(obj.key[len(base) :])
+        if done_markers:
+            for name in _listing(self.target):
+                if name != PLAN_NAME and is_unit_file(name):
+                    self.target.delete(name)
 
 
 def _listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
@@ -459,7 +596,14 @@ def upload_unit(target: RemoteTarget, staging: Path, unit: int) -> None:
     The one way a unit reaches a bucket: a node's upload thread and a Ray task (on its own machine) call it.
     """
     marker = done_path(staging, unit)
-    records = orjson.loads(marker.read_bytes())["shards"]
+    payload = orjson.loads(marker.read_bytes())
+    if "shards" not in payload:  # a record unit: its store, kept staged (the last node merges the stores)
+        store = unit_store(staging, unit)
+        for path in sorted(store.iterdir(), key=lambda p: p.name == UNIT_META):
+            target.upload(path, f"{store.name}/{path.name}")
+        helper.put_once(target.config, marker, marker.name, file_checksum(marker))
+        return
+    records = payload["shards"]
     stems = [unit_stem(unit, int(record["index"])) for record in records]
     for stem, record in zip(stems, records, strict=True):
         target.upload(staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))

@@ -56,12 +56,18 @@ def check_post_training(config: Any) -> None:
     for name, value in (("overlap_size", config.overlap_size), ("min_text_length", config.min_text_length)):
         if value:
             raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)
-    if config.windowing is not Windowing.TOKENLOOM or config.many_datasets or config.output_url:
+    if config.windowing is not Windowing.TOKENLOOM or config.many_datasets:
         raise ConfigError(
-            "--train-type runs do not take --windowing, --layout tree, --val-fraction or an object-store "
-            "--output-dir yet (an object-store --input-dir is read)",
+            "--train-type runs do not take --windowing, --layout tree or --val-fraction",
             field="train_type",
-            hint="Write to a local --output-dir, then upload it",
+            hint="Drop those options (one record store per run)",
+        )
+    if config.output_url and (config.format != RECORD_FORMATS[0] or str(config.executor) == "ray"):
+        raise ConfigError(
+            f"--train-type into an object-store --output-dir is written as --format {RECORD_FORMATS[0]} by local "
+            f"processes (--num-nodes); format {config.format!r} with executor {config.executor!s} is not uploaded yet",
+            field="format" if config.format != RECORD_FORMATS[0] else "executor",
+            hint="Use --format bin-meta without --executor ray, or write to a local --output-dir, then upload it",
         )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +53,14 @@ from tokenloom.tokenize.chat._write import sidecar, write_store
 from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
+    "UNIT_META",
     "RecordOutcome",
     "RecordStore",
     "encode_records",
     "is_record_store_file",
     "publish_records",
     "records_complete",
+    "unit_store",
     "write_record_unit",
 ]
 
@@ -192,9 +195,15 @@ class RecordStore:
 
 
 def encode_records(
-    config: TokenizeConfig, tokenizer: str, plan: UnitPlan, on_progress: ProgressCallback | None
+    config: TokenizeConfig,
+    tokenizer: str,
+    plan: UnitPlan,
+    on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None = None,
 ) -> Session:
-    """This node's pending units (or, with --executor ray, every pending unit as a Ray task)."""
+    """This node's pending units (or, with --executor ray, every pending unit as a Ray task).
+
+    ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload)."""
     mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
     for unit in mine:
         shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
@@ -210,6 +219,8 @@ def encode_records(
     for unit, counts in zip(mine, outcomes, strict=False):  # each path yields in the order of ``mine``
         session.units += 1
         session.records = add_stats(session.records, counts)
+        if on_commit is not None:
+            on_commit(config.output_dir, unit)
         if on_progress is not None:
             on_progress(counts["records"], counts["tokens"], _source_bytes(plan.units[unit]))
     return session

@@ -1,0 +1,216 @@
+"""tokenize --train-type sft|dpo|grpo --output-dir s3://...: each unit's record store uploaded as it commits, the
+last node merges them in plan order (the local merge) and uploads the store, manifest.json last (real S3 server).
+
+The objects at the URL are the local run's files byte for byte, for one process, two nodes, 503s and resets on
+the uploads, and a SIGKILL mid-upload followed by a rerun; open_records(URL) reads the local store's records.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError, open_records, read_manifest
+from tokenloom.tokenize import TokenizeConfig, tokenize
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
+
+
+def _record(train_type: str, i: int) -> dict[str, Any]:
+    if train_type == "sft":
+        turns = [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "word " * (1 + i % 7)}]
+        return {"messages": turns}
+    if train_type == "dpo":
+        return {"prompt": f"pick {i}", "chosen": f"good answer {i}", "rejected": "bad " * (1 + i % 4)}
+    n = 1 + i % 3
+    return {"prompt": [{"role": "user", "content": f"solve {i}"}], "responses": [f"try {j}" for j in range(n)],
+            "rewards": [float(j) - 0.5 for j in range(n)]}  # fmt: skip
+
+
+@pytest.fixture
+def records_dir(tmp_path: Path):
+    def make(train_type: str, n: int = 60) -> Path:
+        directory = tmp_path / f"in-{train_type}"
+        directory.mkdir()
+        for part in range(2):
+            lines = [orjson.dumps(_record(train_type, part * n + i)) + b"\n" for i in range(n)]
+            (directory / f"part{part}.jsonl").write_bytes(b"".join(lines))
+        return directory
+
+    return make
+
+
+def _url(seaweed) -> str:
+    return f"s3://{seaweed.bucket}/rec-{uuid.uuid4().hex[:8]}"
+
+
+def _options(train_type: str, corpus: Path, tokenizer: Path, **extra: Any) -> dict[str, Any]:
+    return {"input_dir": corpus, "tokenizer": str(tokenizer), "train_type": train_type, "unit_bytes": 900,
+            "num_workers": 0, **extra}  # fmt: skip
+
+
+def _local(options: dict[str, Any], out: Path) -> Path:
+    tokenize(TokenizeConfig(**{**options, "output_dir": out}))
+    return out
+
+
+def _bucket(seaweed, options: dict[str, Any], url: str, cache: Path, endpoint: str | None = None, **extra: Any):
+    remote = RemoteOptions.from_keywords(storage_options=seaweed.storage_options(endpoint))
+    config = TokenizeConfig(**{**options, **extra, "output_dir": url}, remote=remote, plan_cache_dir=cache)
+    return tokenize(config)
+
+
+def _same_files(local: Path, objects: dict[str, bytes]) -> None:
+    """The URL holds the local store's files (plan, <key>.bin, meta.json, sidecar, manifest), byte for byte."""
+    assert sorted(objects) == sorted(p.name for p in local.iterdir())
+    for name, data in objects.items():
+        assert data == (local / name).read_bytes(), name
+
+
+def _reader_env(monkeypatch, seaweed, cache: Path) -> None:
+    for name, value in {**seaweed.shell_env(), "TOKENLOOM_CACHE_DIR": str(cache)}.items():
+        monkeypatch.setenv(name, value)
+
+
+def _records(store) -> list[dict[str, bytes]]:
+    return [{k: np.asarray(v).tobytes() for k, v in store.record(i).items()} for i in range(len(store))]
+
+
+@pytest.mark.parametrize("train_type", ["sft", "dpo", "grpo"])
+def test_records_to_a_bucket_equal_a_local_run(
+    train_type, seaweed, records_dir, chat_tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    options = _options(train_type, records_dir(train_type), chat_tokenizer_dir("chatml"))
+    local = _local(options, tmp_path / "local")
+    url = _url(seaweed)
+    summary = _bucket(seaweed, options, url, tmp_path / "cache", num_workers=2)
+    assert str(summary.output_dir) == url and summary.units_committed > 2 and not summary.units_missing
+    _same_files(local, seaweed.objects(url))
+    assert read_manifest(local).metadata["layout"] == "records"
+    _reader_env(monkeypatch, seaweed, tmp_path / "read-cache")
+    remote = open_records(url)
+    assert len(remote) == len(open_records(local)) > 0
+    assert _records(remote) == _records(open_records(local))
+    assert not any((tmp_path / "cache" / "uploads").rglob("unit_*")), "the staging directory is removed"
+    again = _bucket(seaweed, options, url, tmp_path / "cache")
+    assert again.already_complete and again.documents == summary.documents
+
+
+def test_two_nodes_each_upload_their_units_and_the_last_merges(
+    seaweed, records_dir, chat_tokenizer_dir, tmp_path
+) -> None:
+    options = _options("dpo", records_dir("dpo"), chat_tokenizer_dir("chatml"))
+    local = _local(options, tmp_path / "local")
+    url = _url(seaweed)
+    first = _bucket(seaweed, options, url, tmp_path / "cache0", num_nodes=2, node_rank=1)
+    assert first.units_missing > 0
+    names = set(seaweed.objects(url))
+    assert "manifest.json" not in names and "meta.json" not in names
+    assert any(n.startswith("unit_") and n.endswith("/unit-meta.json") for n in names)  # node 1's unit stores
+    last = _bucket(seaweed, options, url, tmp_path / "cache1", num_nodes=2, node_rank=0)  # fetches node 1's stores
+    assert not last.units_missing
+    _same_files(local, seaweed.objects(url))
+
+
+def test_503s_and_resets_on_the_uploads_give_the_same_bytes(
+    seaweed, fault_proxy, records_dir, chat_tokenizer_dir, tmp_path
+) -> None:
+    options = _options("sft", records_dir("sft"), chat_tokenizer_dir("chatml"))
+    local = _local(options, tmp_path / "local")
+    url = _url(seaweed)
+    fault_proxy.fault_methods = {"PUT", "POST"}
+    fault_proxy.faults = ["503", "reset", "503", "reset", "503", "503"]
+    _bucket(seaweed, options, url, tmp_path / "cache", endpoint=fault_proxy.url)
+    assert fault_proxy.faults == [] and sum(fault_proxy.injected.values()) == 6
+    _same_files(local, seaweed.objects(url))
+
+
+SCRIPT = """
+import json, sys
+from tokenloom.formats import RemoteOptions
+from tokenloom.tokenize import TokenizeConfig, tokenize
+kwargs = json.loads(sys.argv[1])
+remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
+tokenize(TokenizeConfig(**kwargs, remote=remote))
+"""
+
+
+def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kill_at", ["units", "merged store"])
+def test_sigkill_mid_upload_then_rerun_completes(
+    kill_at, seaweed, fault_proxy, records_dir, chat_tokenizer_dir, tmp_path
+) -> None:
+    options = _options("grpo", records_dir("grpo"), chat_tokenizer_dir("chatml"))
+    local = _local(options, tmp_path / "local")
+    url = _url(seaweed)
+    kwargs = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
+    kwargs.update(output_dir=url, storage_options=seaweed.storage_options(fault_proxy.url))
+    kwargs["plan_cache_dir"] = str(tmp_path / "cache")
+    fault_proxy.fault_methods = {"PUT"}
+    fault_proxy.stall_seconds = 0.1
+    fault_proxy.faults = ["stall"] * 10_000  # every upload is slow: the kill lands mid-upload
+
+    def ready() -> bool:
+        if kill_at == "units":
+            return sum(1 for path in fault_proxy.uploads if "/unit_" in path) >= 3
+        return any(path.endswith(".bin") and "/unit_" not in path for path in fault_proxy.uploads)
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, orjson.dumps(kwargs).decode()], env=env,
+                            start_new_session=True, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before it was killed: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the run never reached the kill point"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and its object-store helper
+    proc.wait(timeout=10)
+    _wait_group_gone(proc.pid)
+    fault_proxy.wait_idle()
+    assert "manifest.json" not in seaweed.objects(url)
+    fault_proxy.faults = []
+    summary = _bucket(seaweed, options, url, tmp_path / "cache", endpoint=fault_proxy.url)
+    assert not summary.units_missing
+    _same_files(local, seaweed.objects(url))
+
+
+@pytest.mark.parametrize(
+    ("options", "field"), [({"format": "h5"}, "format"), ({"executor": "ray", "ray_address": "x:1"}, "executor")]
+)
+def test_what_a_bucket_record_output_does_not_take_is_a_config_error(options, field, tmp_path) -> None:
+    with pytest.raises(ConfigError, match="object-store --output-dir") as caught:
+        TokenizeConfig(input_dir=tmp_path, output_dir="s3://b/ds", train_type="sft", **options)  # pyright: ignore[reportArgumentType]
+    assert caught.value.field == field
+
+
+def test_other_settings_are_refused_and_overwrite_replaces_the_store(
+    seaweed, records_dir, chat_tokenizer_dir, tmp_path
+) -> None:
+    options = _options("dpo", records_dir("dpo"), chat_tokenizer_dir("chatml"))
+    url = _url(seaweed)
+    _bucket(seaweed, options, url, tmp_path / "cache")
+    other = {**options, "seq_len": 24, "truncate": "keep-start"}
+    with pytest.raises(ResumeMismatchError, match="record store written with other settings"):
+        _bucket(seaweed, other, url, tmp_path / "cache")
+    _bucket(seaweed, other, url, tmp_path / "cache", overwrite=True)
+    _same_files(_local(other, tmp_path / "local"), seaweed.objects(url))
