@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
-    from tokenloom.datasets._batch import SampleBatch, SampleRow, collate
+    from tokenloom.datasets._batch import SampleBatch, SampleRow, WindowBatch, collate, stack_samples, windows_to_sample
     from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
     from tokenloom.datasets._checkpoint import SamplerCheckpoint
     from tokenloom.datasets._eos import resolve_eos_id
@@ -78,6 +78,9 @@ _EXPORTS = {
     "SampleBatch": "tokenloom.datasets._batch",
     "SamplerCheckpoint": "tokenloom.datasets._checkpoint",
     "SampleRow": "tokenloom.datasets._batch",
+    "WindowBatch": "tokenloom.datasets._batch",
+    "stack_samples": "tokenloom.datasets._batch",
+    "windows_to_sample": "tokenloom.datasets._batch",
     "MaskAlignment": "tokenloom.datasets._keyed",
     "RecordDataset": "tokenloom.datasets._records",
     "ResumableSamplerCallback": "tokenloom.datasets._trainer",
@@ -127,6 +130,7 @@ __all__ = [
     "RecordDataset",
     "ResumableSamplerCallback",
     "TrainType",
+    "WindowBatch",
     "WindowIndex",
     "best_fit_decreasing",
     "build_batch",
@@ -142,10 +146,12 @@ __all__ = [
     "pack_order",
     "resolve_eos_id",
     "settings_fingerprint",
+    "stack_samples",
     "to_torch",
     "tokenizer_fingerprint",
     "use_resumable_sampler",
     "validate_weights",
+    "windows_to_sample",
     "with_objects",
 ]
 

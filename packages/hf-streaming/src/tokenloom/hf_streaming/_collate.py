@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
-from tokenloom.datasets._batch import WindowBatch, stack_samples, windows_to_sample
+from tokenloom.datasets import WindowBatch, stack_samples, windows_to_sample
 
 __all__ = ["StreamSample", "collate_samples"]
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
+from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError, available_formats
 from tokenloom.formats.io import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_base, temp_path
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.keyed.bin_meta import META_NAME
@@ -70,11 +70,18 @@ _STORE_KEYS = frozenset(k for keys in (*TRAIN_TYPE_KEYS.values(), *OPTIONAL_TRAI
 UNIT_META = "unit-meta.json"
 #: OUT's meta.json once the merge is complete, before the unit stores are removed; renamed to meta.json last.
 MERGED_META = ".tokenloom-records-meta.json"
-#: --format h5: the store (AstrAI's H5 layout, records_h5), and its name from the merge until it is published.
+#: --format h5: the store (AstrAI's H5 layout, records_h5; the file its FormatSpec names), and its name from the
+#: merge until it is published.
 H5_NAME = "data.h5"
 MERGED_H5 = ".tokenloom-records-data.h5.merged"
-#: per --format: (the merge's last file, its published name)
-_LAST_FILE = {"bin-meta": (MERGED_META, META_NAME), "h5": (MERGED_H5, H5_NAME)}
+#: per kind of record store: (the merge's last file, its published name); a format whose FormatSpec names one
+#: output file is written as that one HDF5 file, else as a directory published by its meta.json
+_LAST_FILE = {"directory": (MERGED_META, META_NAME), "file": (MERGED_H5, H5_NAME)}
+
+
+def _one_file(config: TokenizeConfig) -> bool:
+    """Whether --format's record store is one file (its FormatSpec names an output file: h5), not a directory."""
+    return available_formats()[config.format].output_name == H5_NAME
 
 
 def merged(out: Path) -> bool:
@@ -310,7 +317,7 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
     units = [_read_done(out, u, plan.digest) for u in range(len(plan.units))]
     keys = sorted({key for unit in units for key in unit["meta"]})
     meta: dict[str, Any] = {}
-    h5 = _merge_h5(out, units, keys) if config.format == "h5" else None
+    h5 = _merge_h5(out, units, keys) if _one_file(config) else None
     for key in keys if h5 is None else ():
         offsets, dtype = [0], None
         target = out / f"{key}.bin"

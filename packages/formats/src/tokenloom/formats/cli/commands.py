@@ -25,6 +25,7 @@ from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.safety import dataset_inputs, unlisted_files
 from tokenloom.formats.io.storage import check_readable
 from tokenloom.formats.io.urls import refuse_remote_output
+from tokenloom.formats.keyed import RECORD_FORMATS
 from tokenloom.formats.keyed.records import is_record_store, open_records, write_record_manifest
 from tokenloom.formats.keyed.store import TOKEN_KEYS
 from tokenloom.formats.native.writer import adopt_native
@@ -163,7 +164,7 @@ def validate(
                     "verify them",
                     err=True,
                 )
-        if not remote and format_name in (None, "bin-meta") and is_record_store(Path(path)):
+        if not remote and format_name in (None, *RECORD_FORMATS) and is_record_store(Path(path)):
             lines = _record_lines(Path(path), deep)  # its manifest checked; deep: every file
             if (Path(path) / "sequence.bin").exists():  # sft: a token stream too, summarised as one below
                 lines = []
