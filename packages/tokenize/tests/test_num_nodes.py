@@ -201,3 +201,23 @@ def test_the_last_node_names_units_no_node_took_at_a_bucket_url(
     node(0)  # the rerun the hint names encodes the unit again and, last, uploads the manifest
     names = _names_at(seaweed, target)
     assert "manifest.json" in names and not [n for n in names if n.endswith(".finished") or n == NODES_NAME]
+
+
+def test_a_node_that_finds_another_publishing_waits_for_it(tmp_path, tiny_tokenizer, jsonl_dir, make_texts):
+    """Both nodes see every node finished and both go to publish; the one without the lock waits for the other,
+    then finds the output published (CI: a 2-node grpo run failed with OutputLockedError on one node)."""
+    import threading
+    import time
+
+    from tokenloom.formats.io import output_lock
+
+    corpus, out = _corpus(jsonl_dir, make_texts), tmp_path / "out"
+    assert _finish(_node(corpus, out, tiny_tokenizer, 2, 1))[0] == 0  # node 1 done; node 0 will see everyone
+    with output_lock(out, what="--output-dir"):  # the other node, publishing
+        node = _node(corpus, out, tiny_tokenizer, 2, 0)
+        threading.Event().wait(3.0)
+        assert node.poll() is None, node.communicate()[0]  # still waiting for the lock, not failed
+        time.sleep(0.1)
+    code, output = _finish(node)
+    assert code == 0, output
+    assert len(open_dataset(out, validate="deep")) == 120

@@ -139,9 +139,8 @@ def run_units(
         if config.executor is not ExecutorKind.RAY:
             mark_node_finished(out, config.node_rank)
     everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
-    if output.publishing(out):  # a publish was killed midway: finish it (the done markers may be gone)
-        with output_lock(out, what="--output-dir"):
-            published = output.publish(out, plan)
+    if output.publishing(out):  # a publish was killed midway, or another node publishes now: finish it or wait
+        published = _locked(out, lambda: output.publish(out, plan), wait=num_nodes is not None)
     else:
         required = config.finalize or everyone
         published = finalize(
@@ -343,14 +342,30 @@ def finalize(
             return None
         hint = rerun_hint(missing, first, num_nodes)
         raise uncommitted_error(plan, missing, path=out, num_nodes=num_nodes, everyone=everyone, hint=hint)
-    try:
-        with output_lock(out, what="--output-dir"):
-            return publish() if publish is not None else write_unit_manifest(out, plan, tokenizer)
+    try:  # every node finished: the one holding the lock publishes; the others wait, then find it published
+        return _locked(
+            out, lambda: publish() if publish is not None else write_unit_manifest(out, plan, tokenizer), wait=everyone
+        )
     except OutputLockedError:
         if required:
             raise
         log.info("another process holds the output lock (finalizing); this node leaves the manifest to it")
         return None
+
+
+def _locked(out: Path, publish: Callable[[], Any], *, wait: bool, patience: float = 600.0) -> Any:
+    """``publish()`` under OUT's writer lock. ``wait``: another node of this run may hold it to publish the same
+    output (both saw every node finished); wait for its release, then publish, which finds the work done (a
+    publish is idempotent). Before, the second node failed with OutputLockedError (seen in CI: 2 nodes, grpo)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with output_lock(out, what="--output-dir"):
+                return publish()
+        except OutputLockedError:
+            if not wait or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[str, int] | None = None) -> Manifest:
