@@ -19,8 +19,9 @@ excluded). The load average is read before and after.
 
     uv run python tools/bench/bench_tokenize_process.py [--quick] [--full] [--mb N]
 
-Default: 60 MB (estimated 25 s at load 2 from the 115 MB rounds, which took 15 s a mode; minutes at load 15+);
-``--full``: 115 MB (the issue's size); ``--quick``: 8 MB, one round.
+Default and ``--full``: 115 MB, the issue's size (about 35 s at load 2; at 60 MB the fixed cost of interpreter start,
+imports and two forkserver workers, about 0.3 CPU-s, weighed twice as much against a 0.8 CPU-s job); ``--quick``: 8 MB,
+one round.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ Row = tuple[float, float, float, int]  # own clock s, wall s, CPU s, document to
 def run(quick: bool, megabytes: float | None = None, full: bool = False) -> str:
     from tokenloom.tokenize import default_tokenizer_path
 
-    size = megabytes or (115 if full else 8 if quick else 60)
+    size = megabytes or (8 if quick and not full else 115)
     runs = 1 if quick else RUNS
     tokenizer = str(default_tokenizer_path())
     eos = json.loads(Path(tokenizer, "tokenizer.json").read_text())["added_tokens"][0]["id"]
@@ -192,7 +193,7 @@ def run(quick: bool, megabytes: float | None = None, full: bool = False) -> str:
         "## tokenize: whole process against the plain pipeline",
         "",
         f"Command: `uv run python tools/bench/bench_tokenize_process.py{' --quick' if quick else ''}"
-        f"{' --full' if full else ''}`. Input: {input_mb:.0f} MB of jsonl ({len(files)} files) of site-packages "
+        f"{' --quick' if quick and not full else ''}`. Input: {input_mb:.0f} MB of jsonl ({len(files)} files) of site-packages "
         f"text, {med['bytecode cached', 'plain'][3] / 1e6:.1f} M document tokens; tokenizer: the shipped 16k BPE. "
         "plain: one process that reads each file, orjson-parses it, encodes it with one fastokens "
         "`encode_batch_flat` call, appends EOS and writes uint32 ids and uint64 offsets; tokenloom: "
