@@ -32,16 +32,16 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tree_time import timed_tree
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -235,15 +235,10 @@ def _env() -> dict[str, str]:
 
 
 def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall s, CPU s of the process and its children, stdout) of one subprocess."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, env=_env(), check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """(wall s, CPU s of the process and every descendant, forkserver workers included, stdout) of one subprocess."""
+    wall, cpu, proc = timed_tree(cmd, _env())
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:5]} failed ({proc.returncode}): {proc.stderr.decode()[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, proc.stdout.decode()
 
 
@@ -267,8 +262,8 @@ def measure(size: str) -> dict:
         rows: dict[str, list[tuple[float, float, dict]]] = {}
 
         def add(name: str, cmd: list[str], parse) -> None:
-            for _ in range(runs):
-                wall, cpu, stdout = timed(cmd)
+            for run in range(runs):  # a fresh cache per run: HF datasets would serve runs 2-3 from run 1's cache
+                wall, cpu, stdout = timed([part.replace("@RUN@", str(run)) for part in cmd])
                 rows.setdefault(name, []).append((wall, cpu, parse(stdout)))
 
         tokenize = [sys.executable, "-m", "tokenloom.formats", "tokenize", f"--input-dir={tmp / 'in'}",
@@ -290,7 +285,7 @@ def measure(size: str) -> dict:
         )
         for name, code in peers:
             try:
-                add(name, [sys.executable, "-c", code, joined, str(tokenizer), str(tmp / f"cache-{len(rows)}")],
+                add(name, [sys.executable, "-c", code, joined, str(tokenizer), str(tmp / f"cache-{len(rows)}-@RUN@")],
                     _last_json)  # fmt: skip
             except RuntimeError as exc:
                 rows[name] = [(float("nan"), float("nan"), {"error": str(exc).splitlines()[-1][:200]})]

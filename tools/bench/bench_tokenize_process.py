@@ -10,7 +10,8 @@ documents of at most 64 KiB: deterministic for one environment), the same tokeni
   writes, checksums and block hashes, the run-time engine check).
 
 Each run is a fresh subprocess; *wall* is its whole life (interpreter start and imports included), *CPU* the user+sys
-seconds of it and its children (``getrusage(RUSAGE_CHILDREN)`` deltas), beside tokenloom's own clock (the time the
+seconds of it and every descendant (``getrusage(RUSAGE_CHILDREN)`` deltas, with this process the child subreaper so
+that tokenize's forkserver workers count: ``_tree_time.py``), beside tokenloom's own clock (the time the
 command prints). Both run twice a round: with bytecode cached (.pyc files present, as in any installed environment)
 and without (``PYTHONDONTWRITEBYTECODE=1`` and no .pyc: the shells of the machine where the issue measured 0.68x
 have it, and ``uv sync`` compiles nothing by default; each run then compiles every module it imports, and tokenloom
@@ -30,16 +31,16 @@ import argparse
 import json
 import os
 import re
-import resource
 import statistics
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from pathlib import Path
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tree_time import timed_tree
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "tokenize-process.md"
@@ -115,15 +116,10 @@ def make_input(root: Path, megabytes: float) -> list[Path]:
 
 
 def timed_process(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall s, CPU s of the process and its children, stdout) of one subprocess."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """(wall s, CPU s of the process and every descendant, forkserver workers included, stdout) of one subprocess."""
+    wall, cpu, done = timed_tree(cmd, env, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{cmd[:4]} failed ({done.returncode}): {done.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, done.stdout + done.stderr
 
 
@@ -193,7 +189,7 @@ def run(quick: bool, megabytes: float | None = None, full: bool = False) -> str:
         "## tokenize: whole process against the plain pipeline",
         "",
         f"Command: `uv run python tools/bench/bench_tokenize_process.py{' --quick' if quick else ''}"
-        f"{' --quick' if quick and not full else ''}`. Input: {input_mb:.0f} MB of jsonl ({len(files)} files) of site-packages "
+        f"`. Input: {input_mb:.0f} MB of jsonl ({len(files)} files) of site-packages "
         f"text, {med['bytecode cached', 'plain'][3] / 1e6:.1f} M document tokens; tokenizer: the shipped 16k BPE. "
         "plain: one process that reads each file, orjson-parses it, encodes it with one fastokens "
         "`encode_batch_flat` call, appends EOS and writes uint32 ids and uint64 offsets; tokenloom: "
