@@ -51,6 +51,16 @@ def test_an_outage_answers_every_request_until_it_ends(proxy):
     assert _get(proxy, "a.bin") == (200, BODY) and proxy.injected["down"] == 3
 
 
+def test_an_armed_outage_begins_at_the_next_request_and_lasts_its_whole_length(proxy):
+    proxy.down_for(1.0, "503", armed=True)
+    time.sleep(1.2)  # longer than the outage: an outage that began at arming would be over
+    before = time.time()
+    assert _get(proxy, "a.bin")[0] == 503 and before <= proxy.down_began <= time.time()
+    assert _get(proxy, "b.bin")[0] == 503
+    time.sleep(1.1)
+    assert _get(proxy, "a.bin") == (200, BODY) and proxy.injected["down"] == 2
+
+
 def test_random_faults_are_seeded_limited_by_path_and_503_comes_in_bursts(proxy):
     def run() -> list[tuple[str, int, bool]]:
         proxy.random_faults({"503": 0.2, "flip": 0.3}, seed=7, paths={"flip": "/a"}, burst=3)

@@ -225,6 +225,8 @@ class FaultProxy:
         self.fault_paths: str | None = None
         self.down_until = 0.0
         self.down_mode = "503"
+        self.down_armed = 0.0  # seconds of an outage that begins at the next request (down_for(..., armed=True))
+        self.down_began = 0.0  # time.time() when the last outage began
         self.rates: dict[str, float] = {}
         self.rate_paths: dict[str, str] = {}
         self.burst = 1
@@ -261,6 +263,9 @@ class FaultProxy:
                 with proxy.lock:
                     if self.command == "GET":
                         proxy.gets[path] += 1
+                    if proxy.down_armed:
+                        proxy.down_until, proxy.down_began = time.monotonic() + proxy.down_armed, time.time()
+                        proxy.down_armed = 0.0
                     if time.monotonic() < proxy.down_until:
                         fault = proxy.down_mode
                         proxy.injected["down"] += 1
@@ -399,13 +404,18 @@ class FaultProxy:
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def down_for(self, seconds: float, mode: str = "503") -> None:
-        """Make the store unavailable for ``seconds`` from now: every request is answered by ``mode``."""
+    def down_for(self, seconds: float, mode: str = "503", *, armed: bool = False) -> None:
+        """Make the store unavailable for ``seconds`` from now (``armed``: from the next request on, so a client
+        that starts late still meets the whole outage): every request is answered by ``mode``. ``down_began``
+        records when it began."""
         if mode not in ("503", "reset", "blackhole"):
             raise ValueError(f"down_for mode must be 503, reset or blackhole, not {mode!r}")
         with self.lock:
             self.down_mode = mode
-            self.down_until = time.monotonic() + seconds
+            if armed:
+                self.down_armed = seconds
+            else:
+                self.down_until, self.down_began = time.monotonic() + seconds, time.time()
 
     def close(self) -> None:
         self.closed.set()
