@@ -413,6 +413,3 @@ class CurriculumSchedule:
     def discrepancy(self) -> float:
         """The largest count deviation bound (samples) over every segment and bucket."""
         return max((mix.discrepancy(b) for mix in self._mixes for b in mix.sources), default=0.0)
-
-    def segment_mix(self, index: int) -> MixSchedule:
-        return self._mixes[index]
