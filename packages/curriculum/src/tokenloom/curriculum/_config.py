@@ -30,15 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tokenloom.curriculum._eos import config_eos_id
-from tokenloom.curriculum._order import BucketOrder, check_order, resolve_order
+from tokenloom.curriculum._order import BucketOrder, check_order, parse_choice, resolve_order
 from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError, RemoteOptions
 from tokenloom.formats.io import is_remote_url
-
-_Enum = TypeVar("_Enum", bound=StrEnum)
 
 __all__ = ["BudgetUnit", "CurriculumConfig", "ExhaustionPolicy", "Phase"]
 
@@ -198,11 +196,11 @@ class CurriculumConfig:
         object.__setattr__(self, "eos_id", config_eos_id(self.eos_id, self.tokenizer, where))
         budget_hint = "loss_tokens counts phase budgets as GPT-Simple does; input_tokens is tokenloom's default"
         object.__setattr__(
-            self, "budget_unit", _choice(BudgetUnit, self.budget_unit, "budget_unit", where, budget_hint)
+            self, "budget_unit", parse_choice(BudgetUnit, self.budget_unit, "budget_unit", where, budget_hint)
         )
         self._check_order(where)
         if self.bucket_exhaustion is not None:
-            policy = _choice(ExhaustionPolicy, self.bucket_exhaustion, "bucket_exhaustion", where)
+            policy = parse_choice(ExhaustionPolicy, self.bucket_exhaustion, "bucket_exhaustion", where)
             object.__setattr__(self, "bucket_exhaustion", policy)
         if self.policy is ExhaustionPolicy.REPEAT and self.max_repetition < 2:
             raise ConfigError(
@@ -388,14 +386,6 @@ def _phase(raw: object, index: int, source: str | None) -> Phase:
         duration_tokens=_duration(raw["duration_tokens"], f"{where}.duration_tokens", source),
         mix=_normalised(raw["mix"], f"{where}.mix", source),
     )
-
-
-def _choice(choices: type[_Enum], value: object, name: str, source: str | None, hint: str | None = None) -> _Enum:
-    try:
-        return choices(value)
-    except ValueError:
-        valid = ", ".join(member.value for member in choices)
-        raise ConfigError(f"{name} is {value!r}, expected one of {valid}", path=source, field=name, hint=hint) from None
 
 
 def _positive_int(value: object, name: str, source: str | None = None) -> int:
