@@ -87,8 +87,7 @@ def _config_from(raw: dict[str, Any]) -> StoreConfig:
 #: What a helper's interpreter runs. The package ``__init__``s above this module import every format and
 #: numpy (0.3-0.5 s of a helper's 0.4-0.5 s start here, paid by a top-level process's first remote call, e.g.
 #: a streaming dataset's HEADs at construction); serving needs none of it, so the packages are made bare over
-#: their folders, and only this module and its imports load (about 0.1 s). ``python -m
-#: tokenloom.formats.remote._serve`` serves the same requests after the full imports.
+#: their folders, and only this module and its imports load (about 0.1 s).
 _BOOTSTRAP = """\
 import importlib.util, sys, types
 for name in ("tokenloom.formats", "tokenloom.formats.io", "tokenloom.formats.remote"):
