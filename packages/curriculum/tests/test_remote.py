@@ -132,12 +132,12 @@ def test_curriculum_plan_and_validate_commands_read_a_bucket_prefix(seaweed, rem
     config_file = write_yaml(
         tmp_path / "cfg.yaml", {**data, "block_cache_dir": "node0", "allow_bucket_exhaustion": True}
     )
-    result = CliRunner().invoke(main, ["curriculum", "plan", str(config_file), "--cache-dir", str(tmp_path / "plans")])
+    plans = ["curriculum", "plan", str(config_file), "--plan-cache-dir", str(tmp_path / "plans")]
+    result = CliRunner().invoke(main, plans)
     assert result.exit_code == 0, result.output
     assert "192 samples" in result.output and "0 blocking" in result.output
-    plans = ["curriculum", "plan", str(config_file), "--plan-cache-dir", str(tmp_path / "plans")]
-    renamed = CliRunner().invoke(main, plans)  # --cache-dir above is the hidden old name of --plan-cache-dir
-    assert renamed.exit_code == 0 and "192 samples" in renamed.output, renamed.output
+    old_name = CliRunner().invoke(main, ["curriculum", "plan", str(config_file), "--cache-dir", str(tmp_path)])
+    assert old_name.exit_code == 2 and "No such option '--cache-dir'" in old_name.output  # the old name is gone
     helped = CliRunner().invoke(main, ["curriculum", "plan", "--help"]).output
     assert "--plan-cache-dir" in helped and "--cache-dir" not in helped
     checked = CliRunner().invoke(main, ["validate", "--curriculum", str(config_file)])

@@ -7,6 +7,8 @@ positions as ``start + rank + steps * world``. Every comparison is bit for bit, 
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from unittest import mock
 
 import numpy as np
@@ -125,10 +127,12 @@ def test_the_permutation_equals_the_reference(n, seed, epoch, rounds, count, dra
     resume=st.one_of(st.just(0.0), st.just(1.0), st.floats(0, 1), st.floats(0.999, 1)),
     chunk=st.one_of(st.integers(1, 50), st.integers(1, 70000), st.just(65536)),
 )
+@example(n=2**54 - 1, world=1, rank_draw=0, seed=0, epoch=0, tail="pad", resume=1.0, chunk=65536)
 def test_the_sampler_yields_the_reference_chunks(n, world, rank_draw, seed, epoch, tail, resume, chunk) -> None:
     kwargs = {"pad": {}, "drop": {"drop_last": True}, "exact": {"pad": False}}[tail]
     epoch_start = plan_rank(n, 0, world, 0, Tail(tail))
-    start_iter = int(resume * epoch_start.count)
+    # exact: int(1.0 * (2**54 - 1)) rounds up to 2**54, past the end the sampler rightly refuses
+    start_iter = math.floor(Fraction(resume) * epoch_start.count)
     rank = rank_draw % world
     sampler = ResumableDistributedSampler(n, world, rank, seed=seed, start_epoch=epoch, start_iter=start_iter, **kwargs)
     plan = plan_rank(n, epoch_start.consumed_after(start_iter, Tail(tail)), world, rank, Tail(tail))

@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler, TensorDataset
 
+from tokenloom.formats.errors import ConfigError
 from tokenloom.sampler import ResumableDistributedSampler
 
 
@@ -69,6 +70,22 @@ def test_start_iter_skips_what_each_rank_already_yielded_as_the_seed_does() -> N
         resumed = ResumableDistributedSampler(40, 3, rank, seed=2, start_epoch=4, start_iter=5)
         assert len(resumed) == len(full) - 5
         assert list(resumed) == full[5:]
+
+
+@pytest.mark.parametrize("n", [2**54 - 1, 2**62])
+@pytest.mark.parametrize(("world", "options"), [(1, {}), (3, {}), (3, {"drop_last": True}), (3, {"pad": False})])
+def test_resuming_at_the_end_of_the_largest_dataset_yields_nothing(n, world, options) -> None:
+    """start_iter == the rank's count is "this epoch is exhausted": allowed, empty, and its state round-trips."""
+    count = len(ResumableDistributedSampler(n, world, 0, **options))
+    for rank in range(world):
+        done = ResumableDistributedSampler(n, world, rank, start_iter=count, **options)
+        state = done.state_dict()
+        assert len(done) == 0 and next(done.iter_chunks(8), None) is None
+        again = ResumableDistributedSampler(n, world, rank, **options)
+        again.load_state_dict(state)
+        assert len(again) == 0 and again.state_dict() == state and next(iter(again), None) is None
+    with pytest.raises(ConfigError, match=f"start_iter is {count + 1}"):
+        ResumableDistributedSampler(n, world, 0, start_iter=count + 1, **options)
 
 
 def test_a_finished_epoch_moves_on_and_set_epoch_keeps_the_current_position() -> None:

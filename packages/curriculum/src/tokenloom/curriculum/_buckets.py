@@ -89,30 +89,26 @@ def is_empty_dir(directory: Path | RemoteDir) -> bool:
 
 def check_val_twin(root: Path | RemoteDir, bucket: str) -> None:
     """``val/<bucket>`` exists and is not empty (cheap: nothing is opened)."""
-    directory = root / "val" / bucket
-    if not directory.is_dir():
-        raise MissingValTwinError(
-            f"bucket {bucket!r} has no val/ twin: {directory} is missing",
-            path=directory,
-            hint=f"Tokenize the val split of {bucket!r} into {directory}, as GPT-Simple requires",
-        )
-    if not any(p for p in directory.iterdir() if not p.name.startswith(".")):
-        raise EmptyBucketError(f"bucket directory {directory} (val/{bucket}) is empty", path=directory)
+    _check_twin(root / "val" / bucket, bucket, "val")
 
 
-def _open_tokens(directory: Path | RemoteDir, bucket: str, split: str) -> TokenDataset:
+def _check_twin(directory: Path | RemoteDir, bucket: str, split: str) -> None:
     if not directory.is_dir():
         raise MissingValTwinError(
             f"bucket {bucket!r} has no {split}/ twin: {directory} is missing",
             path=directory,
             hint=f"Tokenize the {split} split of {bucket!r} into {directory}, as GPT-Simple requires",
         )
-    if not any(p for p in directory.iterdir() if not p.name.startswith(".")):
+    if is_empty_dir(directory):
         raise EmptyBucketError(
             f"bucket directory {directory} ({split}/{bucket}) is empty",
             path=directory,
             hint="Tokenize data into it or remove the directory",
         )
+
+
+def _open_tokens(directory: Path | RemoteDir, bucket: str, split: str) -> TokenDataset:
+    _check_twin(directory, bucket, split)
     # a bucket in object storage opens with the root's store options and node-local cache
     data = (
         open_dataset(str(directory), **directory.open_options())

@@ -142,13 +142,7 @@ def curriculum() -> None:
 _seed = click.option("--seed", type=int, default=0, show_default=True, help="The training seed (keys the order).")
 
 
-def _cache(command: Any) -> Any:
-    """``--plan-cache-dir`` (the packing-plan cache), with ``--cache-dir`` its old name kept as a hidden alias."""
-    kind = click.Path(path_type=Path)
-    command = click.option("--cache-dir", "plan_cache_dir", type=kind, default=None, hidden=True)(command)
-    return click.option("--plan-cache-dir", "plan_cache_dir", type=kind, default=None, help="Packing-plan cache.")(
-        command
-    )
+_cache = click.option("--plan-cache-dir", type=click.Path(path_type=Path), default=None, help="Packing-plan cache.")
 
 
 @curriculum.command(

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.curriculum._eos import config_eos_id
-from tokenloom.curriculum._order import BucketOrder, check_order, resolve_order
+from tokenloom.curriculum._order import BucketOrder, check_order, parse_choice, resolve_order
 from tokenloom.curriculum._remote_dir import RemoteDir, as_data_root
 from tokenloom.formats import ConfigError, MissingFileError, RemoteOptions
 from tokenloom.formats.io import is_remote_url
@@ -194,27 +194,13 @@ class CurriculumConfig:
             object.__setattr__(self, "curriculum", phases)
         object.__setattr__(self, "max_repetition", _positive_int(self.max_repetition, "max_repetition", where))
         object.__setattr__(self, "eos_id", config_eos_id(self.eos_id, self.tokenizer, where))
-        try:
-            object.__setattr__(self, "budget_unit", BudgetUnit(self.budget_unit))
-        except ValueError:
-            valid = ", ".join(u.value for u in BudgetUnit)
-            raise ConfigError(
-                f"budget_unit is {self.budget_unit!r}, expected one of {valid}",
-                path=where,
-                field="budget_unit",
-                hint="loss_tokens counts phase budgets as GPT-Simple does; input_tokens is tokenloom's default",
-            ) from None
+        budget_hint = "loss_tokens counts phase budgets as GPT-Simple does; input_tokens is tokenloom's default"
+        object.__setattr__(
+            self, "budget_unit", parse_choice(BudgetUnit, self.budget_unit, "budget_unit", where, budget_hint)
+        )
         self._check_order(where)
         if self.bucket_exhaustion is not None:
-            try:
-                policy = ExhaustionPolicy(self.bucket_exhaustion)
-            except ValueError:
-                valid = ", ".join(p.value for p in ExhaustionPolicy)
-                raise ConfigError(
-                    f"bucket_exhaustion is {self.bucket_exhaustion!r}, expected one of {valid}",
-                    path=where,
-                    field="bucket_exhaustion",
-                ) from None
+            policy = parse_choice(ExhaustionPolicy, self.bucket_exhaustion, "bucket_exhaustion", where)
             object.__setattr__(self, "bucket_exhaustion", policy)
         if self.policy is ExhaustionPolicy.REPEAT and self.max_repetition < 2:
             raise ConfigError(
@@ -246,11 +232,6 @@ class CurriculumConfig:
         if self.bucket_exhaustion is not None:
             return ExhaustionPolicy(self.bucket_exhaustion)
         return ExhaustionPolicy.RENORMALISE if self.allow_bucket_exhaustion else ExhaustionPolicy.HALT
-
-    @property
-    def allows_exhaustion(self) -> bool:
-        """A predicted drain is a warning (renormalise) rather than a blocking finding."""
-        return self.policy is ExhaustionPolicy.RENORMALISE
 
     @property
     def unit(self) -> BudgetUnit:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import TypeVar
 
 from tokenloom.formats import ConfigError
 from tokenloom.sampler import MAX_BLOCK_SAMPLES, MAX_WINDOW_BLOCKS
 
-__all__ = ["BucketOrder", "check_order", "resolve_order"]
+__all__ = ["BucketOrder", "check_order", "parse_choice", "resolve_order"]
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
 
 
 class BucketOrder(StrEnum):
@@ -27,17 +30,20 @@ class BucketOrder(StrEnum):
     inside windows of ``window_blocks`` blocks; a bucket in object storage is fetched in runs (fetched ~ used)."""
 
 
-def _parse(value: object, name: str, where: str | None) -> BucketOrder:
+def parse_choice(
+    choices: type[_Choice], value: object, name: str, where: str | None, hint: str | None = None
+) -> _Choice:
+    """``value`` as a member of ``choices``, or a ConfigError listing the valid names."""
     try:
-        return BucketOrder(value)  # pyright: ignore[reportArgumentType]
+        return choices(value)
     except (ValueError, TypeError):
-        valid = ", ".join(o.value for o in BucketOrder)
-        raise ConfigError(
-            f"{name} is {value!r}, expected one of {valid}",
-            path=where,
-            field=name,
-            hint="order: block reads buckets in object storage in runs; feistel (the default) anywhere",
-        ) from None
+        valid = ", ".join(member.value for member in choices)
+        raise ConfigError(f"{name} is {value!r}, expected one of {valid}", path=where, field=name, hint=hint) from None
+
+
+def _parse(value: object, name: str, where: str | None) -> BucketOrder:
+    hint = "order: block reads buckets in object storage in runs; feistel (the default) anywhere"
+    return parse_choice(BucketOrder, value, name, where, hint)
 
 
 def check_order(

@@ -88,17 +88,7 @@ class CurriculumPlan:
                 hint="Fix the bucket names in the mix or add the bucket directories",
             )
         self._buckets: list[Bucket] = [
-            open_bucket(
-                self.config.path,
-                name,
-                seq_len=self.config.seq_len,
-                packing=self.config.packing,
-                plan_cache_dir=plan_cache_dir,
-                options=self._bucket_options,
-                unit=self.config.unit,
-                eos_id=self.config.eos_id,
-                index_only=self._index_only,
-            )
+            self._open(name, "train", self._bucket_options, unit=self.config.unit, eos_id=self.config.eos_id)
             for name in self.buckets
         ]
         check_eos(self._buckets)
@@ -209,17 +199,15 @@ class CurriculumPlan:
 
     def val_dataset(self, bucket: str | int, **options: Any) -> Any:
         """The deterministic eval dataset of ``val/<bucket>`` (no shuffle: read it in order; its index in a plan)."""
-        name = self.buckets[self._bucket_index(bucket)]
+        return self._open(self.buckets[self._bucket_index(bucket)], "val", {**self._bucket_options, **options}).dataset
+
+    def _open(self, name: str, split: str, options: dict[str, Any], **budget: Any) -> Bucket:
+        config = self.config
+        cache, index_only = self._plan_cache_dir, self._index_only
         return open_bucket(
-            self.config.path,
-            name,
-            seq_len=self.config.seq_len,
-            packing=self.config.packing,
-            split="val",
-            plan_cache_dir=self._plan_cache_dir,
-            options={**self._bucket_options, **options},
-            index_only=self._index_only,
-        ).dataset
+            config.path, name, seq_len=config.seq_len, packing=config.packing, split=split, plan_cache_dir=cache,
+            options=options, index_only=index_only, **budget,
+        )  # fmt: skip
 
     def _bucket_index(self, bucket: str | int) -> int:
         if isinstance(bucket, str):

@@ -23,15 +23,6 @@ import numpy as np
 from tokenloom.formats.errors import ConfigError
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 
-__all__ = [
-    "DEFAULT_BLOCK_SAMPLES",
-    "DEFAULT_WINDOW_BLOCKS",
-    "MAX_BLOCK_SAMPLES",
-    "MAX_WINDOW_BLOCKS",
-    "BlockOrder",
-    "check_block_options",
-]
-
 #: 16,384 samples: 64 MiB of 2,049-token uint16 windows, eight of the remote layer's 8 MiB blocks (a block
 #: of samples that spans m cache blocks touches about m + 1 of them: fetched / used ~ 1 + 1/m)
 DEFAULT_BLOCK_SAMPLES = 16384

@@ -22,11 +22,13 @@ node): another seed, another interleaving, the same bounds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError
+from tokenloom.sampler._feistel import _MASK64, _splitmix64
 
 __all__ = ["MAX_SEGMENT", "MixSchedule", "Tree", "mix64"]
 
@@ -36,20 +38,22 @@ _HALF = 1 << (_FRACTION_BITS - 1)
 _SEARCH_LIMIT = 8
 MAX_SEGMENT = 1 << 40
 """Positions inside one segment stay below this, so ``p * x`` fits in int64."""
-_MASK64 = (1 << 64) - 1
 
 
 def mix64(*values: int) -> int:
     """splitmix64 over a tuple of ints: a counter-based hash, no generator object."""
     state = 0x243F6A8885A308D3
     for value in values:
-        state = (state ^ (value & _MASK64)) & _MASK64
-        state = (state + 0x9E3779B97F4A7C15) & _MASK64
-        z = state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        state = z ^ (z >> 31)
+        _, state = _splitmix64(state ^ (value & _MASK64))
     return state
+
+
+def first_reaching(value: Callable[[int], int], target: int, high: int) -> int:
+    """The smallest ``x >= 0`` with ``value(x) >= target`` for a non-decreasing ``value`` (gallop, then bisect)."""
+    low = 0
+    while value(high) < target:
+        low, high = high, high * 2
+    return low + bisect.bisect_left(range(low, high), target, key=value)
 
 
 def _split_count(fraction: int, x: int) -> int:
@@ -188,16 +192,7 @@ class MixSchedule:
             return 0
         if source not in self._paths:
             raise ConfigError(f"source {source} has rate 0 and is never drawn", field="weights")
-        low, high = 0, max(1, int(draws / self.rates[source]) + 4)
-        while self.count(source, high) < draws:
-            low, high = high, high * 2
-        while low < high:
-            middle = (low + high) // 2
-            if self.count(source, middle) >= draws:
-                high = middle
-            else:
-                low = middle + 1
-        return low
+        return first_reaching(lambda x: self.count(source, x), draws, max(1, int(draws / self.rates[source]) + 4))
 
     def discrepancy(self, source: int) -> float:
         """An upper bound on ``|count(source, x) - effective_rate(source) * x|`` over every ``x`` (samples)."""

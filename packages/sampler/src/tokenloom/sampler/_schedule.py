@@ -25,7 +25,7 @@ import numpy as np
 from tokenloom.formats.errors import ConfigError
 from tokenloom.sampler._block import MAX_BLOCK_SAMPLES, MAX_WINDOW_BLOCKS, BlockOrder
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
-from tokenloom.sampler._mix import _FRACTION_BITS, _HALF, MAX_SEGMENT, MixSchedule, Tree, mix64
+from tokenloom.sampler._mix import _FRACTION_BITS, _HALF, MAX_SEGMENT, MixSchedule, Tree, first_reaching, mix64
 
 __all__ = ["CurriculumSchedule", "Drain", "Segment", "bucket_order", "bucket_permutation"]
 
@@ -235,23 +235,14 @@ class CurriculumSchedule:
         """Positions until the phase budget is met or the first active bucket runs dry."""
 
         def spent(x: int) -> int:
+            if x > MAX_SEGMENT:
+                raise ConfigError(f"a phase segment needs more than {MAX_SEGMENT} samples", field="duration_tokens")
             return sum(
                 builder.tokens_of(b, builder.drawn[b] + mix.count(b, x)) - builder.tokens_of(b, builder.drawn[b])
                 for b in active
             )
 
-        low, high = 0, 1
-        while spent(high) < budget:
-            low, high = high, high * 2
-            if high > MAX_SEGMENT:
-                raise ConfigError(f"a phase segment needs more than {MAX_SEGMENT} samples", field="duration_tokens")
-        while low < high:
-            middle = (low + high) // 2
-            if spent(middle) >= budget:
-                high = middle
-            else:
-                low = middle + 1
-        length = low
+        length = first_reaching(spent, budget, 1)
         for b in active:
             remaining = builder.capacity[b] - builder.drawn[b]
             # the first position that would need draw number `remaining` (0-based) of b
@@ -413,6 +404,3 @@ class CurriculumSchedule:
     def discrepancy(self) -> float:
         """The largest count deviation bound (samples) over every segment and bucket."""
         return max((mix.discrepancy(b) for mix in self._mixes for b in mix.sources), default=0.0)
-
-    def segment_mix(self, index: int) -> MixSchedule:
-        return self._mixes[index]

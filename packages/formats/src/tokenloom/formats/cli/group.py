@@ -103,10 +103,8 @@ def choice(values: Iterable[Any]) -> click.Choice:
 
 class EntryPointGroup(click.Group):
     def invoke(self, ctx: click.Context):  # one line for data, OS and missing-extra errors
-        try:
+        with cli_errors():
             return super().invoke(ctx)
-        except (DataError, OSError, ImportError) as exc:
-            fail(exc)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_entry_points())

@@ -1,14 +1,13 @@
 """The native format: GPT-Simple ``.bin`` + ``.idx`` shards with tokenloom's ``manifest.json``.
 
 ``layout.py`` holds the byte layout (header, offsets, overlap prefixes) and its parser,
-``reader.py`` the detector and ``open_native``, ``writer.py`` the writers and ``adopt_native``
-(its docstring: the dataset layout), ``legacy.py`` the read-only pre-release layout.
+``reader.py`` the detector, ``open_native`` and ``open_native_v0`` (the read-only pre-release layout),
+``writer.py`` the writers and ``adopt_native`` (its docstring: the dataset layout).
 """
 
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats._registry import register_format
-from tokenloom.formats.native.legacy import open_native_v0
-from tokenloom.formats.native.reader import is_native, open_native, read_native_shard
+from tokenloom.formats.native.reader import is_native, open_native, open_native_v0, read_native_shard
 from tokenloom.formats.native.writer import NativeShardWriter, NativeWriter, adopt_native
 from tokenloom.formats.remote.native import open_remote_native
 

@@ -39,6 +39,7 @@ from tokenloom.formats.native.layout import (
     entry_count,
     no_overlaps_recorded,
     parse_header,
+    parse_legacy_header,
 )
 
 log = logging.getLogger("tokenloom.formats")
@@ -48,6 +49,7 @@ __all__ = [
     "every_shard_stats",
     "is_native",
     "open_native",
+    "open_native_v0",
     "read_native_shard",
     "read_native_shards",
     "shard_stats",
@@ -99,12 +101,7 @@ def read_native_shard(
     # mapped, not read: a 10^9-entry index costs no RAM until entries are used
     offsets = array_in(mapped, idx_path, "<i8", _HEADER.size, count + 1)
     overlaps = array_in(mapped, idx_path, "<u2", _HEADER.size + 8 * (count + 1), count)
-    if bin_size % dtype.itemsize:
-        raise TruncatedError(
-            f"data file has {bin_size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
-            path=bin_path,
-        )
-    num_tokens = bin_size // dtype.itemsize
+    num_tokens = _token_count(bin_size, dtype, bin_path)
     pair = [idx_path, bin_path]
     if recheck or not (offsets_checked or checked_before(pair, _OFFSETS_CHECKED, [idx_info, bin_info])):
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
@@ -119,6 +116,14 @@ def read_native_shard(
         overlap_prefix=overlaps,
         name=stem,
     )
+
+
+def _token_count(size: int, dtype: np.dtype, path: Path) -> int:
+    if size % dtype.itemsize:
+        raise TruncatedError(
+            f"data file has {size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}", path=path
+        )
+    return size // dtype.itemsize
 
 
 class NativeShard(LazyShard):
@@ -168,17 +173,13 @@ def native_shard(
 
     ``record_path``: where the sizes come from, when not from the files (a remote dataset's manifest).
     """
-    if data_bytes % dtype.itemsize:
-        raise TruncatedError(
-            f"data file has {data_bytes} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
-            path=tokens_path,
-        )
+    tokens = _token_count(data_bytes, dtype, tokens_path)
     count = entry_count(index.size, path=index.where, record_path=record_path)
     overlaps_at = None if zero_overlaps else _HEADER.size + 8 * (count + 1)
     return cls(
         tokens_path,
         dtype,
-        data_bytes // dtype.itemsize,
+        tokens,
         index,
         count=count,
         offsets_at=_HEADER.size,
@@ -394,7 +395,20 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
     ``validate="deep"`` adds, at open, the checksum of every file (data and index), the scan of every
     offset and overlap prefix, token ids against the vocab size and the EOS placement.
     """
-    root = Path(path)
+    return _open_native(Path(path), validate, dtype)
+
+
+def open_native_v0(
+    path: str | os.PathLike[str], *, validate: Validate = Validate.FAST, dtype: Any = None
+) -> TokenDataset:
+    """Open a native directory in tokenloom's pre-release layout (``native-v0``: manifest version 1, ``<4sHHQ``
+    index headers, the same arrays after them), so that it converts in one command
+    (``tokenloom convert OLD NEW --to native --from native-v0``). Never chosen by detection: ``open_dataset`` on
+    such a directory raises a FormatError that names that command."""
+    return _open_native(Path(path), validate, dtype, legacy=True)
+
+
+def _open_native(root: Path, validate: Validate, dtype: Any, *, legacy: bool = False) -> TokenDataset:
     refuse_unfinished(root)
     dtype_hint = as_token_dtype(dtype) if dtype is not None else None
     manifest: Manifest | None = None
@@ -402,7 +416,13 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
     if (root / MANIFEST_NAME).exists():
         safe_file(root, root / MANIFEST_NAME)
         manifest = read_manifest(root)
-        if manifest.format == "native" and manifest.version != NATIVE_MANIFEST_VERSION:
+        if legacy and (manifest.format != "native" or manifest.version != 1):
+            raise FormatError(
+                f"manifest says format {manifest.format!r} version {manifest.version}, expected native version 1",
+                path=root / MANIFEST_NAME,
+                hint="Only pre-release tokenloom native data needs --from native-v0; open this one as it is",
+            )
+        if not legacy and manifest.format == "native" and manifest.version != NATIVE_MANIFEST_VERSION:
             raise FormatError(
                 f"manifest version {manifest.version}: the shards are in tokenloom's pre-release native layout, "
                 "not GPT-Simple's",
@@ -411,7 +431,11 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
                 hint=LEGACY_CONVERT_HINT,
             )
         stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
-        by_blocks = validate != Validate.DEEP and all(manifest.file(f"{stem}.idx").blocks is not None for stem in stems)
+        by_blocks = (
+            not legacy
+            and validate != Validate.DEEP
+            and all(manifest.file(f"{stem}.idx").blocks is not None for stem in stems)
+        )
         if validate != Validate.NONE:
             listed = manifest.verify(root, deep=validate == Validate.DEEP, index_blocks=by_blocks)
         manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
@@ -428,16 +452,20 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
     else:
         stems = _stems_without_manifest(root)
     stats = every_shard_stats(root, stems, listed)
-    shards = read_native_shards(root, stems, stats, dtype_hint=dtype_hint, recheck=validate == Validate.DEEP)
-    if manifest is None:
-        log.info(
-            "%s: no manifest (GPT-Simple shards?): opened %d shards after structural validation; "
-            "`tokenloom validate --write-manifest %s` records checksums",
-            root,
-            len(shards),
-            root,
-        )
-    fingerprint = _cached_fingerprint(root, shards, [idx for idx, _ in stats]) if manifest is None else None
+    header = parse_legacy_header if legacy else parse_header
+    shards = read_native_shards(
+        root, stems, stats, dtype_hint=dtype_hint, recheck=validate == Validate.DEEP, header=header
+    )
+    if legacy or manifest is not None:
+        return shards_dataset(shards, "native-v0" if legacy else "native", root, manifest, validate)
+    log.info(
+        "%s: no manifest (GPT-Simple shards?): opened %d shards after structural validation; "
+        "`tokenloom validate --write-manifest %s` records checksums",
+        root,
+        len(shards),
+        root,
+    )
+    fingerprint = _cached_fingerprint(root, shards, [idx for idx, _ in stats])
     without: dict[str, Any] = {"fingerprint": fingerprint, "metadata": {"manifest": False}}
     return shards_dataset(shards, "native", root, manifest, validate, without=without)
 

@@ -14,13 +14,13 @@ import errno as errnos
 import functools
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tokenloom.formats.errors import ConfigError, DataError, StorageError
+from tokenloom.formats.io.storage import _free_mb
 
 __all__ = ["cache_dir_error", "named_cache_errors"]
 
@@ -65,16 +65,6 @@ def _culprit(root: Path, failed: str | None) -> tuple[Path, str] | None:
     return None
 
 
-def _free(root: Path) -> str:
-    probe = root
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return f"{shutil.disk_usage(probe).free / 1e6:,.1f} MB free"
-    except OSError:
-        return "free space unknown"
-
-
 def cache_dir_error(root: str | os.PathLike[str], exc: BaseException) -> DataError | None:
     """The named error for ``exc`` raised while using the cache at ``root``; None when it is not about the directory."""
     root = Path(root)
@@ -86,46 +76,33 @@ def cache_dir_error(root: str | os.PathLike[str], exc: BaseException) -> DataErr
             return None
         part, kind = found
         if kind == "dangling":
-            return ConfigError(
-                f"the cache directory {root} cannot be used: {part} is a symlink to {os.readlink(part)}, which does "
-                "not exist",
-                path=root,
-                field="cache_dir",
-                hint=f"Create the directory it points to, or set {_SETTING} to another directory",
-            )
-        if kind == "loop":
-            return ConfigError(
-                f"the cache directory {root} cannot be used: {part} is a symlink loop",
-                path=root,
-                field="cache_dir",
-                hint=f"Point the link {part} at a real directory (`ls -l {part}`), or set {_SETTING} to another "
-                "directory",
-            )
-        return ConfigError(
-            f"the cache directory {root} cannot be used: {part} is a file, not a directory",
-            path=root,
-            field="cache_dir",
-            hint=f"Set {_SETTING} to a directory, or move the file {part} away (the cache is rebuilt from the store)",
-        )
+            what = f"a symlink to {os.readlink(part)}, which does not exist"
+            hint = f"Create the directory it points to, or set {_SETTING} to another directory"
+        elif kind == "loop":
+            what = "a symlink loop"
+            hint = f"Point the link {part} at a real directory (`ls -l {part}`), or set {_SETTING} to another directory"
+        else:
+            what = "a file, not a directory"
+            hint = f"Set {_SETTING} to a directory, or move the file {part} away (the cache is rebuilt from the store)"
+        problem = f"the cache directory {root} cannot be used: {part} is {what}"
+        return ConfigError(problem, path=root, field="cache_dir", hint=hint)
     if code in _NOT_WRITABLE:
         why = "is on a read-only file system" if code == errnos.EROFS else "is not writable by this process"
-        return StorageError(
-            f"the cache directory {root} {why} ({errnos.errorcode[code]})",
-            errno=code,
-            path=root,
-            hint=f"Set {_SETTING} to a directory this user may write (remote data is cached there), or fix its "
-            f"permissions (`ls -ld {root}`)",
+        detail = errnos.errorcode[code]
+        hint = (
+            f"Set {_SETTING} to a directory this user may write (remote data is cached there), or fix its "
+            f"permissions (`ls -ld {root}`)"
         )
-    if code in _FULL:
-        what = "over its disk quota" if code == errnos.EDQUOT else "full"
-        return StorageError(
-            f"the cache directory {root} is {what} ({errnos.errorcode[code]}, {_free(root)})",
-            errno=code,
-            path=root,
-            hint=f"Free space in {root}, set {_SETTING} to a larger disk, or bound the cache below the free space with "
-            "cache_limit= (or $TOKENLOOM_CACHE_LIMIT, e.g. 20GB): blocks are then evicted and fetched again",
+    elif code in _FULL:
+        why = "is over its disk quota" if code == errnos.EDQUOT else "is full"
+        detail = f"{errnos.errorcode[code]}, {_free_mb(root)} free"
+        hint = (
+            f"Free space in {root}, set {_SETTING} to a larger disk, or bound the cache below the free space with "
+            "cache_limit= (or $TOKENLOOM_CACHE_LIMIT, e.g. 20GB): blocks are then evicted and fetched again"
         )
-    return None
+    else:
+        return None
+    return StorageError(f"the cache directory {root} {why} ({detail})", errno=code, path=root, hint=hint)
 
 
 def named_cache_errors(method: F) -> F:

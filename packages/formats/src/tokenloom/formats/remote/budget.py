@@ -28,6 +28,7 @@ from pathlib import Path
 import orjson
 
 from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io.lock import pid_alive
 from tokenloom.formats.remote._fdlocks import close_lock, open_lock
 
 __all__ = [
@@ -160,17 +161,7 @@ def _read_start(pid: int) -> int | None:
             fields = handle.read().rsplit(b")", 1)[1].split()
         return int(fields[19])
     except (OSError, IndexError, ValueError):
-        return None if not _alive(pid) else -1
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return None if not pid_alive(pid) else -1
 
 
 # -- the future of each reader ----------------------------------------------------------------------
@@ -225,7 +216,7 @@ def _records(root: Path) -> Iterator[dict]:
         if not pid_text.isdigit():
             continue
         if name.endswith(".tmp"):
-            if not _alive(int(pid_text)):
+            if not pid_alive(int(pid_text)):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             continue
@@ -297,7 +288,7 @@ def _scan(root: Path) -> tuple[int, list[tuple[float, str, Path, int]], int]:
         if url_dir.name == "readers":
             for entry in os.scandir(url_dir):
                 pid = entry.name.split(".", 1)[0]
-                if pid.isdigit() and not _alive(int(pid)):
+                if pid.isdigit() and not pid_alive(int(pid)):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)  # a dead reader's record (or its torn temp)
             continue
@@ -308,7 +299,7 @@ def _scan(root: Path) -> tuple[int, list[tuple[float, str, Path, int]], int]:
                     continue
                 temp = _TEMP.search(name) or _RESERVED.search(name)
                 if temp is not None:
-                    if not _alive(int(temp[1])):
+                    if not pid_alive(int(temp[1])):
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(entry.path)
                     elif name.endswith(".res"):

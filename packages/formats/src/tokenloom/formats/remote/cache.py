@@ -203,9 +203,6 @@ class BlockCache:
             found = self._dirs[key] = f"{_digest(obj.url)}/{_digest(obj.etag or f'size-{obj.size}')}"
         return found
 
-    def num_blocks(self, obj: ObjectInfo) -> int:
-        return -(-obj.size // self.block_size)
-
     @named_cache_errors
     def block(self, obj: ObjectInfo, number: int) -> memoryview:
         """Block ``number`` of ``obj`` (read-only, memory-mapped from the cache; fetched first if absent)."""

@@ -280,6 +280,22 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag))
 
 
+def _info(config: StoreConfig, meta: Any) -> ObjectInfo:
+    key = str(meta["path"])
+    etag = meta.get("e_tag") or meta.get("version") or ""
+    return ObjectInfo(url=f"{config.url.root}/{key}", key=key, size=int(meta["size"]), etag=str(etag))
+
+
+def _listed(config: StoreConfig, prefix: str | None, url: str, doing: str) -> list[ObjectInfo]:
+    """Every object whose key starts with ``prefix``, sorted by key (one LIST per 1000; retried as a whole)."""
+
+    def list_all() -> list[ObjectInfo]:
+        chunks = _obstore().list(_store(config), prefix=prefix, chunk_size=1000)
+        return [_info(config, meta) for chunk in chunks for meta in chunk]
+
+    return sorted(_with_retries(config, url, doing, list_all), key=lambda info: info.key)
+
+
 def list_objects(config: StoreConfig) -> list[ObjectInfo]:
     """Every object under the URL's prefix (recursively), sorted by key, with size and ETag (one LIST per 1000)."""
     if config.url.scheme in ("http", "https"):
@@ -290,20 +306,7 @@ def list_objects(config: StoreConfig) -> list[ObjectInfo]:
             "or name the file itself (https://HOST/data.pbin)",
         )
     prefix = config.url.prefix
-    found: list[ObjectInfo] = []
-
-    def list_all() -> None:
-        found.clear()
-        stream = _obstore().list(_store(config), prefix=f"{prefix}/" if prefix else None, chunk_size=1000)
-        for chunk in stream:
-            for meta in chunk:
-                key = str(meta["path"])
-                etag = meta.get("e_tag") or meta.get("version") or ""
-                url = f"{config.url.root}/{key}"
-                found.append(ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag)))
-
-    _with_retries(config, str(config.url), "listing the prefix", list_all)
-    return sorted(found, key=lambda info: info.key)
+    return _listed(config, f"{prefix}/" if prefix else None, str(config.url), "listing the prefix")
 
 
 def fetch_range(config: StoreConfig, obj: ObjectInfo, start: int, end: int) -> bytes:
@@ -377,15 +380,4 @@ def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
             field="data_files",
             hint="Name each file explicitly; globs work on s3://, gs:// and az://",
         )
-    url = config.url.url(prefix)
-
-    def list_all() -> list[ObjectInfo]:
-        found = []
-        for chunk in _obstore().list(_store(config), prefix=prefix or None):
-            for meta in chunk:
-                etag = meta.get("e_tag") or meta.get("version") or ""
-                key = str(meta["path"])
-                found.append(ObjectInfo(url=config.url.url(key), key=key, size=int(meta["size"]), etag=str(etag)))
-        return found
-
-    return sorted(_with_retries(config, url, "listing objects", list_all), key=lambda o: o.key)
+    return _listed(config, prefix or None, config.url.url(prefix), "listing objects")

@@ -8,7 +8,7 @@ one helper per thread on first use (forked from it where that is clean, see ``_F
 interpreter that imports only what serving needs, see ``_BOOTSTRAP``; again after a fork: the pid is
 checked) and sends it requests as JSON lines on a pipe (no pickles): ``head``, ``fetch`` (write bytes
 ``[start, end)`` of an object into a file), ``check_bucket``, and for writes ``put`` (upload a local file,
-multipart when large), ``stat``, ``list`` and ``delete`` (:mod:`.writes`).
+multipart when large), ``stat`` and ``delete`` (:mod:`.writes`).
 Both paths answer the same requests with the same code (:func:`_answer`) and the same errors.
 ``storage_options`` credentials travel only on that pipe, never in argv. The helper's retry warnings
 come back with each answer and are logged by the caller, so they count in the caller's logs. The
@@ -45,7 +45,6 @@ __all__ = [
     "head",
     "in_process",
     "list_dir",
-    "list_names",
     "list_objects",
     "list_prefix",
     "put_file",
@@ -88,8 +87,7 @@ def _config_from(raw: dict[str, Any]) -> StoreConfig:
 #: What a helper's interpreter runs. The package ``__init__``s above this module import every format and
 #: numpy (0.3-0.5 s of a helper's 0.4-0.5 s start here, paid by a top-level process's first remote call, e.g.
 #: a streaming dataset's HEADs at construction); serving needs none of it, so the packages are made bare over
-#: their folders, and only this module and its imports load (about 0.1 s). ``python -m
-#: tokenloom.formats.remote._serve`` serves the same requests after the full imports.
+#: their folders, and only this module and its imports load (about 0.1 s).
 _BOOTSTRAP = """\
 import importlib.util, sys, types
 for name in ("tokenloom.formats", "tokenloom.formats.io", "tokenloom.formats.remote"):
@@ -306,11 +304,6 @@ def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
     return _call("stat", config, name=name)
 
 
-def list_names(config: StoreConfig) -> list[str]:
-    """Names of the objects directly under the URL's prefix."""
-    return _call("list_names", config)
-
-
 def delete(config: StoreConfig, name: str) -> None:
     """Delete ``name`` under the URL's prefix."""
     _call("delete", config, name=name)
@@ -370,8 +363,6 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
         return writes.put_once(config, request["path"], request["name"], request["checksum"])
     if op == "stat":
         return writes.stat(config, request["name"])
-    if op == "list_names":
-        return writes.list_names(config)
     if op == "delete":
         return writes.delete(config, request["name"])
     if op == "list_prefix":

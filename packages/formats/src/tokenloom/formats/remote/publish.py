@@ -104,7 +104,7 @@ class RemoteTarget:
     def existing(self) -> list[str]:
         """Names of the objects directly under the prefix (a missing bucket is a named error)."""
         try:
-            return helper.list_names(self.config)
+            return helper.list_dir(self.config)[1]
         except MissingFileError:
             helper.check_bucket(self.config)
             raise

@@ -13,6 +13,7 @@ it covers. One whose size is not (``block_size=4096``) cannot be checked alone: 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -119,11 +120,14 @@ def discard(path: Path, inode: int, problem: tuple[str, str, str]) -> None:
         actual,
         expected,
     )
-    try:
+    _unlink_same(path, inode)
+
+
+def _unlink_same(path: Path, inode: int) -> None:
+    """Delete ``path`` unless another process has replaced it since it was read (a new inode)."""
+    with contextlib.suppress(FileNotFoundError):
         if os.stat(path).st_ino == inode:
             os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def expect_files(cache: Any, url: str, files: Sequence[tuple[str, bool, BlockHashes | None, str | None]]) -> None:
@@ -191,9 +195,5 @@ def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
             attempt + 1,
             FETCH_RETRIES,
         )
-        try:
-            if os.stat(path).st_ino == inode:
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
+        _unlink_same(path, inode)
     raise AssertionError("unreachable")

@@ -1,4 +1,4 @@
-"""Object-store writes, run inside the helper process: put a local file, stat, list one level, delete.
+"""Object-store writes, run inside the helper process: put a local file, stat, delete.
 
 A file is put with its xxh3-128 checksum as user metadata (``tokenloom-xxh3-128``), so a rerun can
 tell an object it already uploaded (same size, same checksum) from one to upload again without
@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenloom.formats.remote.client import StoreConfig, _obstore, _store, _with_retries
 
-__all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "list_names", "put_file", "put_once", "stat"]
+__all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "put_file", "put_once", "stat"]
 
 #: user metadata holding the uploaded file's xxh3-128 (what a rerun compares instead of re-uploading)
 CHECKSUM_ATTRIBUTE = "tokenloom_xxh3_128"
@@ -90,17 +90,6 @@ def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
         }
 
     return _with_retries(config, url, "reading its size and checksum", once)
-
-
-def list_names(config: StoreConfig) -> list[str]:
-    """Names of the objects directly under the URL's prefix (one level, no sub-prefixes)."""
-    prefix = f"{config.url.prefix}/" if config.url.prefix else None
-
-    def once() -> list[str]:
-        listed = _obstore().list_with_delimiter(_store(config), prefix)
-        return sorted(str(meta["path"]).rsplit("/", 1)[-1] for meta in listed["objects"])
-
-    return _with_retries(config, config.url.url(), "listing the prefix", once)
 
 
 def delete(config: StoreConfig, name: str) -> None:
