@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
+    from tokenloom.hf_streaming._collate import stream_loader
     from tokenloom.hf_streaming._dataset import StreamingHuggingFaceDataset
     from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
     from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
@@ -46,6 +47,7 @@ _EXPORTS = {
     "resolve_tokenizer": "tokenloom.hf_streaming._encode",
     "save_rank_state": "tokenloom.hf_streaming._state",
     "slot_states_in": "tokenloom.hf_streaming._state",
+    "stream_loader": "tokenloom.hf_streaming._collate",
 }
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "resolve_tokenizer",
     "save_rank_state",
     "slot_states_in",
+    "stream_loader",
 ]
 
 

@@ -20,8 +20,9 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
 from tokenloom.datasets import WindowBatch, stack_samples, windows_to_sample
+from tokenloom.formats import ConfigError
 
-__all__ = ["StreamSample", "collate_samples"]
+__all__ = ["StreamSample", "collate_samples", "stream_loader", "window_batch"]
 
 
 class StreamSample(dict[str, torch.Tensor]):
@@ -43,11 +44,7 @@ def collate_samples(
 ) -> dict[str, torch.Tensor]:
     plain = [sample.window for sample in batch if sample.window is not None]
     if len(plain) == len(batch):
-        windows = np.stack(plain)
-        if get_worker_info() is None:
-            return windows_to_sample(windows)
-        compact = windows.astype(np.uint16) if windows.min() >= 0 and windows.max() <= 0xFFFF else windows
-        return WindowBatch(compact, windows_to_sample(windows))
+        return window_batch(np.stack(plain))
     stacked = stack_samples(batch)
     if stacked is not None:
         return stacked
@@ -56,6 +53,35 @@ def collate_samples(
         key: cast("torch.Tensor", collate([sample[key] for sample in batch], collate_fn_map=collate_fn_map))
         for key in batch[0]
     }
+
+
+def window_batch(windows: np.ndarray) -> dict[str, torch.Tensor]:
+    """``(B, seq_len + 1)`` windows as the batch: in a worker one that crosses to the main process compact."""
+    if get_worker_info() is None:
+        return windows_to_sample(windows)
+    compact = windows.astype(np.uint16) if windows.min() >= 0 and windows.max() <= 0xFFFF else windows
+    return WindowBatch(compact, windows_to_sample(windows))
+
+
+def _as_is(item: Any) -> Any:
+    return item
+
+
+def stream_loader(dataset: Any, batch_size: int = 8, num_workers: int = 0, **kwargs: Any) -> Any:
+    """A torchdata ``StatefulDataLoader`` over ``dataset`` whose workers cut whole batches themselves.
+
+    The same batches, in the same order, and the same states as ``StatefulDataLoader(dataset, batch_size,
+    num_workers=num_workers, **kwargs)`` (every worker's last batch of a pass holds its remaining windows),
+    without a sample object and a collate per window: the dataset yields batches of ``batch_size`` windows
+    (a :class:`StreamingHuggingFaceDataset` so configured yields batches from then on, also without this
+    loader). ``kwargs`` go to ``StatefulDataLoader`` (``snapshot_every_n_steps``, ``pin_memory``, ...).
+    """
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size is {batch_size!r}, expected an integer >= 1", field="batch_size")
+    dataset._batch_rows = batch_size
+    return StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, **kwargs)
 
 
 default_collate_fn_map.setdefault(StreamSample, collate_samples)  # torch's documented registry
