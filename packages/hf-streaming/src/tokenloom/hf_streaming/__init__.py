@@ -8,12 +8,11 @@
 
 Example::
 
-    from torchdata.stateful_dataloader import StatefulDataLoader
-    from tokenloom.hf_streaming import StreamingHuggingFaceDataset, merge_rank_states
+    from tokenloom.hf_streaming import StreamingHuggingFaceDataset, merge_rank_states, stream_loader
 
     ds = StreamingHuggingFaceDataset("json", "train", "text", seq_len=2048, tokenizer_path="tok/",
                                      data_files=["a.jsonl", "b.jsonl.gz"], seed=7, with_provenance=True)
-    loader = StatefulDataLoader(ds, batch_size=8, num_workers=2)
+    loader = stream_loader(ds, batch_size=8, num_workers=2)  # a StatefulDataLoader; workers cut the batches
     # same topology: loader.load_state_dict(saved_state_of_this_rank)
     # any topology: ds.load_state_dict(merge_rank_states(all_ranks_saved_loader_states))
 """
