@@ -368,7 +368,8 @@ def side_by_side(quick: bool = False, runs: int = RUNS) -> str:
     for name in commands:
         lines.append(
             f"| {_SIDE_ROWS[name]} | {rate(name, 'seconds') / 1e6:.2f} M | {rate(name, 'cpu') / 1e6:.2f} M "
-            f"| {rate(name, 'seconds') / rate('plain', 'seconds'):.2f}x | {rate(name, 'cpu') / rate('plain', 'cpu'):.2f}x "
+            f"| {rate(name, 'seconds') / rate('plain', 'seconds'):.2f}x "
+            f"| {rate(name, 'cpu') / rate('plain', 'cpu'):.2f}x "
             f"| {median(name, 'first'):.2f} | {median(name, 'seconds'):.2f} | {median(name, 'cpu'):.2f} "
             f"| {median(name, 'imports'):.2f} ({median(name, 'imports_cpu'):.2f}) | {median(name, 'wall'):.2f} "
             f"| {median(name, 'process_cpu'):.2f} | {rate(name, 'wall') / rate('plain', 'wall'):.2f}x "

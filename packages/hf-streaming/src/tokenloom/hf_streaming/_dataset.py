@@ -402,8 +402,8 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         if rows:
             for begin in range(0, count, rows):
                 end = min(count, begin + rows)
-                tensors = {key: torch.from_numpy(np.ascontiguousarray(value[begin:end])) for key, value in batch.items()}
-                yield tensors, window.positions[end - 1], end - begin
+                part = {key: torch.from_numpy(np.ascontiguousarray(value[begin:end])) for key, value in batch.items()}
+                yield part, window.positions[end - 1], end - begin
             return
         for row in range(count):
             tensors = {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()}
