@@ -52,3 +52,17 @@ def test_resume_mid_pass_is_exact_and_states_merge(corpus, tokenizer_dir, worker
 def test_batch_size_is_checked(corpus, tokenizer_dir):
     with pytest.raises(ConfigError, match="batch_size"):
         stream_loader(_dataset(corpus, tokenizer_dir), batch_size=0)
+
+
+def test_with_workers_the_objects_alive_are_frozen_unless_asked_not_to(corpus, tokenizer_dir):
+    import gc
+
+    gc.unfreeze()
+    try:
+        stream_loader(_dataset(corpus, tokenizer_dir), batch_size=2, num_workers=0)
+        stream_loader(_dataset(corpus, tokenizer_dir), batch_size=2, num_workers=2, freeze_gc=False)
+        assert gc.get_freeze_count() == 0
+        stream_loader(_dataset(corpus, tokenizer_dir), batch_size=2, num_workers=2)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

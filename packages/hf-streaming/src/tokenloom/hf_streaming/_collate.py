@@ -11,6 +11,7 @@ as one shared storage for all its keys. Either way the training loop gets a plai
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -67,7 +68,9 @@ def _as_is(item: Any) -> Any:
     return item
 
 
-def stream_loader(dataset: Any, batch_size: int = 8, num_workers: int = 0, **kwargs: Any) -> Any:
+def stream_loader(
+    dataset: Any, batch_size: int = 8, num_workers: int = 0, *, freeze_gc: bool = True, **kwargs: Any
+) -> Any:
     """A torchdata ``StatefulDataLoader`` over ``dataset`` whose workers cut whole batches themselves.
 
     The same batches, in the same order, and the same states as ``StatefulDataLoader(dataset, batch_size,
@@ -75,13 +78,22 @@ def stream_loader(dataset: Any, batch_size: int = 8, num_workers: int = 0, **kwa
     without a sample object and a collate per window: the dataset yields batches of ``batch_size`` windows
     (a :class:`StreamingHuggingFaceDataset` so configured yields batches from then on, also without this
     loader). ``kwargs`` go to ``StatefulDataLoader`` (``snapshot_every_n_steps``, ``pin_memory``, ...).
+
+    With workers and ``freeze_gc`` (the default), the objects alive now (torch's modules, the model built so far)
+    move to the collector's permanent generation (``gc.freeze()``, Python's advice before forking workers):
+    the workers' collections no longer walk (and copy) the parent's objects, and the interpreter's exit stops
+    collecting them (torch's import alone: 0.7 -> 0.2 CPU-s at exit). Cycles among them that die later are not
+    collected until ``gc.unfreeze()``.
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size is {batch_size!r}, expected an integer >= 1", field="batch_size")
     dataset._batch_rows = batch_size
-    return StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, **kwargs)
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, **kwargs)
+    if freeze_gc and num_workers > 0:
+        gc.freeze()
+    return loader
 
 
 default_collate_fn_map.setdefault(StreamSample, collate_samples)  # torch's documented registry
