@@ -399,15 +399,12 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             assert window.provenance is not None  # noqa: S101 - the packer keeps it with provenance=True
             batch["doc_index"] = window.provenance[:, :-1]
             batch["label_doc_index"] = window.provenance[:, 1:]
-        if rows:
-            for begin in range(0, count, rows):
-                end = min(count, begin + rows)
-                part = {key: torch.from_numpy(np.ascontiguousarray(value[begin:end])) for key, value in batch.items()}
-                yield part, window.positions[end - 1], end - begin
-            return
-        for row in range(count):
-            tensors = {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()}
-            yield StreamSample(tensors, window.tokens[row] if plain else None), window.positions[row], 1
+        for begin in range(0, count, rows or 1):
+            end = min(count, begin + (rows or 1))
+            part = slice(begin, end) if rows else begin
+            tensors = {key: torch.from_numpy(np.ascontiguousarray(value[part])) for key, value in batch.items()}
+            item = tensors if rows else StreamSample(tensors, window.tokens[begin] if plain else None)
+            yield item, window.positions[end - 1], end - begin
 
 
 def worker_info_present() -> bool:
