@@ -49,9 +49,11 @@ def test_resume_mid_pass_is_exact_and_states_merge(corpus, tokenizer_dir, worker
     assert merged["kind"] == "merged"
 
 
-def test_batch_size_is_checked(corpus, tokenizer_dir):
+def test_batch_size_and_dataset_are_checked(corpus, tokenizer_dir):
     with pytest.raises(ConfigError, match="batch_size"):
         stream_loader(_dataset(corpus, tokenizer_dir), batch_size=0)
+    with pytest.raises(ConfigError, match="StreamingHuggingFaceDataset, not a list"):
+        stream_loader([1, 2, 3], batch_size=2)
 
 
 def test_with_workers_the_objects_alive_are_frozen_unless_asked_not_to(corpus, tokenizer_dir):

@@ -87,6 +87,14 @@ def stream_loader(
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    from tokenloom.hf_streaming._dataset import StreamingHuggingFaceDataset
+
+    if not isinstance(dataset, StreamingHuggingFaceDataset):
+        raise ConfigError(
+            f"stream_loader takes a StreamingHuggingFaceDataset, not a {type(dataset).__name__}",
+            field="dataset",
+            hint="Use torchdata's StatefulDataLoader(dataset, batch_size=...) for other datasets",
+        )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size is {batch_size!r}, expected an integer >= 1", field="batch_size")
     dataset._batch_rows = batch_size
