@@ -5,7 +5,7 @@ tokenizer (the shipped 16k byte-level BPE), each contender in a fresh process (f
 only the script's own imports: ``_forkserver.py``):
 
 - tokenloom stream: ``StreamingHuggingFaceDataset`` (exact mode, seq_len 2048) through
-  ``StatefulDataLoader(batch_size=8, num_workers=2)``, read to the end of the pass.
+  ``stream_loader(ds, batch_size=8, num_workers=2)`` (a ``StatefulDataLoader``), read to the end of the pass.
 - tokenloom tokenize: ``tokenloom tokenize --num-workers 2`` on the same files: the same
   read, parse and encode work done offline, the rate a stream cannot beat.
 - seed loop: KempnerForge's ``StreamingHuggingFaceDataset.__iter__`` as documented:
@@ -22,6 +22,10 @@ tokenize counts the tokens it wrote (EOS included). Then resume latency: a state
 10% and at 90% of a larger input, loaded into a fresh dataset, timed to the first
 batch (the stream seeks to the block's byte offset instead of replaying), beside
 the seed's way (skip the documents before the position by iterating the HF stream).
+Last, the issue's row: the plain pipeline (one process: zstd stream, orjson, fastokens
+``encode_batch_flat``, EOS, int64 batches) beside the stream with 2 DataLoader workers on the
+same 4 ``.jsonl.zst`` files (about 20 M tokens), ratios and whole-process wall and CPU side by side
+(``--side-by-side`` runs only that).
 
     uv run --group bench python tools/bench/bench_hf_streaming.py [--quick]
 """
@@ -51,12 +55,11 @@ SEQ_LEN = 2048
 
 _OURS = r"""
 import json, sys, time
-from torchdata.stateful_dataloader import StatefulDataLoader
-from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset, stream_loader
 start = time.perf_counter()
 files, tokenizer = sys.argv[1].split(","), sys.argv[2]
 ds = StreamingHuggingFaceDataset("json", "train", "text", %(seq)d, tokenizer, data_files=files, seed=1)
-loader = StatefulDataLoader(ds, batch_size=8, num_workers=2)
+loader = stream_loader(ds, batch_size=8, num_workers=2)
 tokens = 0
 for batch in loader:
     tokens += int((batch["labels"] != -100).sum()) + batch["labels"].shape[0]
@@ -183,6 +186,7 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 
 _CLOCK = r"""
 import json, resource, sys, time
+script_started = time.perf_counter()
 
 def cpu_now():
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -191,7 +195,7 @@ def cpu_now():
 def report(started, cpu_started, tokens, first):
     # the DataLoader's workers are joined when its pass ends: their CPU is in RUSAGE_CHILDREN here
     print(json.dumps({"seconds": time.perf_counter() - started, "cpu": cpu_now() - cpu_started, "tokens": tokens,
-                      "first": first}))
+                      "first": first, "imports": started - script_started, "imports_cpu": cpu_started}))
 """
 
 _PLAIN = (
@@ -251,25 +255,30 @@ _OURS_SIDE = (
     _CLOCK
     + r"""
 from torchdata.stateful_dataloader import StatefulDataLoader
-from tokenloom.hf_streaming import StreamingHuggingFaceDataset
-files, tokenizer = sys.argv[1].split(","), sys.argv[2]
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset, stream_loader
+files, tokenizer, how = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
 started, cpu_started, first = time.perf_counter(), cpu_now(), None
 ds = StreamingHuggingFaceDataset("json", "train", "text", %(seq)d, tokenizer, data_files=files, seed=1,
                                  drop_remainder=True)
+if how == "loader":  # the package's loader: the workers cut whole batches
+    loader = stream_loader(ds, batch_size=8, num_workers=2)
+else:  # samples collated by the DataLoader
+    loader = StatefulDataLoader(ds, batch_size=8, num_workers=2)
 tokens = 0
-for batch in StatefulDataLoader(ds, batch_size=8, num_workers=2):
+for batch in loader:
     tokens += batch["input_ids"].numel() + batch["input_ids"].shape[0]
     first = first or time.perf_counter() - started
 report(started, cpu_started, tokens, first)
 """
 )
 
-
-_IMPORTS = r"""
-from torchdata.stateful_dataloader import StatefulDataLoader
-from tokenloom.hf_streaming import StreamingHuggingFaceDataset
-report(time.perf_counter(), cpu_now(), 0, 0.0)
-"""
+#: The side-by-side rows: (name, script, its arguments after the file list).
+_SIDE_ROWS = {
+    "plain": "plain process (zstd stream, orjson, fastokens `encode_batch_flat` 256 docs, EOS, int64 batches of 8)",
+    "loader": "tokenloom `stream_loader(ds, batch_size=8, num_workers=2)` (a `StatefulDataLoader`, batches cut in "
+    "the workers)",
+    "samples": "tokenloom `StatefulDataLoader(ds, batch_size=8, num_workers=2)` (samples collated by the loader)",
+}
 
 
 def _cpu_children() -> float:
@@ -304,8 +313,8 @@ def _zst_files(root: Path, corpus: Path, copies: int, files: int = 4) -> list[Pa
     return out
 
 
-def side_by_side(full: bool, runs: int = RUNS) -> str:
-    """The plain pipeline (one process) beside the tokenloom stream (DataLoader, 2 workers) on the same files."""
+def side_by_side(quick: bool = False, runs: int = RUNS) -> str:
+    """The plain pipeline (one process) beside the tokenloom stream (2 DataLoader workers) on the same files."""
     from tokenloom.hf_streaming import resolve_tokenizer
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
@@ -314,68 +323,58 @@ def side_by_side(full: bool, runs: int = RUNS) -> str:
     with tempfile.TemporaryDirectory(prefix="bench-hf-side-") as tmp_name:
         tmp = Path(tmp_name)
         corpus = build_stdlib_corpus(tmp / "corpus").path
-        copies = 74 if full else 18  # about 20 M / 4.9 M tokens (EOS included)
+        copies = 18 if quick else 74  # about 4.9 M / 20 M tokens (EOS included): the issue's input
         files = ",".join(map(str, _zst_files(tmp / "in", corpus, copies)))
         plain, ours = tmp / "plain.py", tmp / "ours.py"
         plain.write_text(_PLAIN % {"seq": SEQ_LEN})
         ours.write_text(_OURS_SIDE % {"seq": SEQ_LEN})
-        imports = tmp / "imports.py"
-        imports.write_text(_CLOCK + _IMPORTS)
-        results: dict[str, list[dict]] = {"plain": [], "ours": [], "imports": []}
+        commands = {
+            "plain": (plain, files, spec.json_path, str(spec.eos_id)),
+            "loader": (ours, files, tokenizer, "loader"),
+            "samples": (ours, files, tokenizer, "samples"),
+        }
+        results: dict[str, list[dict]] = {name: [] for name in commands}
         load_before = os.getloadavg()
-        for _ in range(runs):  # interleaved: both see the same load
-            results["plain"].append(_whole_process(plain, files, spec.json_path, str(spec.eos_id)))
-            results["ours"].append(_whole_process(ours, files, tokenizer))
-            results["imports"].append(_whole_process(imports))
+        for _ in range(runs):  # interleaved: each sees about the same load
+            for name, command in commands.items():
+                results[name].append(_whole_process(*command))
         load_after = os.getloadavg()
 
     def median(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
 
-    def per_cpu(name: str, cpu_key: str) -> float:
-        return statistics.median(r["tokens"] / r[cpu_key] for r in results[name])
+    def rate(name: str, seconds: str) -> float:
+        return statistics.median(r["tokens"] / r[seconds] for r in results[name])
 
     tokens = {name: results[name][0]["tokens"] for name in results}
-    rows = {
-        "plain": "plain process (zstd stream, orjson, fastokens `encode_batch_flat` 256 docs, EOS, int64 batches of 8)",
-        "ours": "tokenloom stream, `StatefulDataLoader(batch_size=8, num_workers=2)`",
-    }
     lines = [
         "### hf-streaming beside the plain pipeline (same files, same run)",
         "",
         f"Input: 4 `.jsonl.zst` files, {copies} copies of the stdlib docstring corpus, "
         f"{tokens['plain'] / 1e6:.1f} M tokens in {SEQ_LEN + 1}-token windows (EOS included; "
-        f"tokenloom emitted {tokens['ours'] / 1e6:.1f} M); each run a fresh `python` process, interleaved, "
-        f"median of {runs}. Clock and CPU: from after the imports to the end of the pass, CPU of the process and "
-        "its joined DataLoader workers (`RUSAGE_SELF + RUSAGE_CHILDREN`); whole process: wall and CPU of the "
-        "child with its imports and workers (`RUSAGE_CHILDREN` deltas here). "
+        f"tokenloom emitted {tokens['loader'] / 1e6:.1f} M); each run a fresh `python` process, the rows "
+        f"interleaved, median of {runs}. Clock and CPU: from after the imports to the end of the pass, CPU of the "
+        "process and its joined DataLoader workers (`RUSAGE_SELF + RUSAGE_CHILDREN`); imports: interpreter start "
+        "and the script's imports (CPU); whole process: wall and CPU of the child with its imports and workers "
+        "(`RUSAGE_CHILDREN` deltas here). Ratios are tokenloom / plain, both measured in this run. "
         f"Load average (1/5/15 min): {' '.join(f'{x:.1f}' for x in load_before)} before, "
-        f"{' '.join(f'{x:.1f}' for x in load_after)} after.",
+        f"{' '.join(f'{x:.1f}' for x in load_after)} after; per row, the median 1-min load at its start.",
         "",
-        "| what | tokens/s | tokens per CPU-s | first batch s | clock s | CPU s | whole process wall s | "
-        "whole process CPU s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| what | tokens/s | tokens per CPU-s | x plain tokens/s (target >= 1.4) | x plain per CPU-s (target >= 0.7) "
+        "| first batch s | clock s | CPU s | imports s (CPU s) | whole process wall s | whole process CPU s "
+        "| x plain whole wall | x plain whole per CPU-s | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name in ("plain", "ours"):
+    for name in commands:
         lines.append(
-            f"| {rows[name]} | {statistics.median(r['tokens'] / r['seconds'] for r in results[name]) / 1e6:.2f} M "
-            f"| {per_cpu(name, 'cpu') / 1e6:.2f} M | {median(name, 'first'):.2f} | {median(name, 'seconds'):.2f} "
-            f"| {median(name, 'cpu'):.2f} | {median(name, 'wall'):.2f} | {median(name, 'process_cpu'):.2f} |"
+            f"| {_SIDE_ROWS[name]} | {rate(name, 'seconds') / 1e6:.2f} M | {rate(name, 'cpu') / 1e6:.2f} M "
+            f"| {rate(name, 'seconds') / rate('plain', 'seconds'):.2f}x "
+            f"| {rate(name, 'cpu') / rate('plain', 'cpu'):.2f}x "
+            f"| {median(name, 'first'):.2f} | {median(name, 'seconds'):.2f} | {median(name, 'cpu'):.2f} "
+            f"| {median(name, 'imports'):.2f} ({median(name, 'imports_cpu'):.2f}) | {median(name, 'wall'):.2f} "
+            f"| {median(name, 'process_cpu'):.2f} | {rate(name, 'wall') / rate('plain', 'wall'):.2f}x "
+            f"| {rate(name, 'process_cpu') / rate('plain', 'process_cpu'):.2f}x | {median(name, 'load'):.1f} |"
         )
-    wall_ratio = statistics.median(r["tokens"] / r["seconds"] for r in results["ours"]) / statistics.median(
-        r["tokens"] / r["seconds"] for r in results["plain"]
-    )
-    lines.append(
-        f"| the tokenloom script's imports alone (torch, torchdata, tokenloom.hf_streaming) | | | | | "
-        f"| {median('imports', 'wall'):.2f} | {median('imports', 'process_cpu'):.2f} |"
-    )
-    lines += [
-        "",
-        f"tokenloom / plain: {wall_ratio:.2f}x tokens/s (target >= 1.4x with 2 workers on 2 cores), "
-        f"{per_cpu('ours', 'cpu') / per_cpu('plain', 'cpu'):.2f}x tokens per CPU-s (target >= 0.7x); whole "
-        f"process: {median('plain', 'wall') / median('ours', 'wall'):.2f}x wall, "
-        f"{per_cpu('ours', 'process_cpu') / per_cpu('plain', 'process_cpu'):.2f}x tokens per CPU-s.",
-    ]
     return "\n".join(lines) + "\n"
 
 
@@ -444,7 +443,7 @@ def run(quick: bool, full: bool = False) -> str:
             scripts[name].write_text(source % {"seq": SEQ_LEN})
         contenders = [
             (
-                "tokenloom stream, `StatefulDataLoader(batch_size=8, num_workers=2)`",
+                "tokenloom stream, `stream_loader(ds, batch_size=8, num_workers=2)`",
                 lambda: _child(servers, scripts["ours"], file_list, tokenizer),
             ),
             ("`tokenloom tokenize --num-workers 2` (offline, same files)", lambda: _tokenize(tmp / "in", tmp / "out")),
@@ -520,7 +519,7 @@ def run(quick: bool, full: bool = False) -> str:
         lines.append(f"| {label} | {statistics.median(resume[label]):.2f} | {seed} |")
     ratio = statistics.median(resume["90%"]) / statistics.median(resume["10%"])
     lines += ["", f"90% / 10% latency ratio for tokenloom: {ratio:.2f}x (target within 2x)."]
-    lines += ["", side_by_side(full, runs).strip()]
+    lines += ["", side_by_side(quick, RUNS + 2 if full else runs).strip()]
     text = "\n".join(lines) + "\n"
     if not quick:
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
@@ -531,10 +530,11 @@ def run(quick: bool, full: bool = False) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small input, a smoke run")
-    parser.add_argument("--full", action="store_true", help="the side-by-side row on 20 M tokens (default about 5 M)")
+    parser.add_argument("--full", action="store_true", help="the side-by-side rows as the median of 5 runs (default 3)")
     parser.add_argument("--side-by-side", action="store_true", help="only the row beside the plain pipeline")
     args = parser.parse_args()
-    print(side_by_side(args.full, 1 if args.quick else RUNS) if args.side_by_side else run(args.quick, args.full))
+    runs = 1 if args.quick else RUNS + 2 if args.full else RUNS
+    print(side_by_side(args.quick, runs) if args.side_by_side else run(args.quick, args.full))
     return 0
 
 

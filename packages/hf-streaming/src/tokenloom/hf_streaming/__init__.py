@@ -8,12 +8,11 @@
 
 Example::
 
-    from torchdata.stateful_dataloader import StatefulDataLoader
-    from tokenloom.hf_streaming import StreamingHuggingFaceDataset, merge_rank_states
+    from tokenloom.hf_streaming import StreamingHuggingFaceDataset, merge_rank_states, stream_loader
 
     ds = StreamingHuggingFaceDataset("json", "train", "text", seq_len=2048, tokenizer_path="tok/",
                                      data_files=["a.jsonl", "b.jsonl.gz"], seed=7, with_provenance=True)
-    loader = StatefulDataLoader(ds, batch_size=8, num_workers=2)
+    loader = stream_loader(ds, batch_size=8, num_workers=2)  # a StatefulDataLoader; workers cut the batches
     # same topology: loader.load_state_dict(saved_state_of_this_rank)
     # any topology: ds.load_state_dict(merge_rank_states(all_ranks_saved_loader_states))
 """
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
+    from tokenloom.hf_streaming._collate import stream_loader
     from tokenloom.hf_streaming._dataset import StreamingHuggingFaceDataset
     from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
     from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
@@ -46,6 +46,7 @@ _EXPORTS = {
     "resolve_tokenizer": "tokenloom.hf_streaming._encode",
     "save_rank_state": "tokenloom.hf_streaming._state",
     "slot_states_in": "tokenloom.hf_streaming._state",
+    "stream_loader": "tokenloom.hf_streaming._collate",
 }
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "resolve_tokenizer",
     "save_rank_state",
     "slot_states_in",
+    "stream_loader",
 ]
 
 

@@ -16,7 +16,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.datasets import build_batch
 from tokenloom.formats import ConfigError, RemoteOptions
 from tokenloom.hf_streaming._blocks import DEFAULT_MAX_LINE_BYTES, Reading
-from tokenloom.hf_streaming._collate import StreamSample
+from tokenloom.hf_streaming._collate import StreamSample, window_batch
 from tokenloom.hf_streaming._encode import (
     EncodeFn,
     TokenizerSpec,
@@ -26,7 +26,7 @@ from tokenloom.hf_streaming._encode import (
 )
 from tokenloom.hf_streaming._feed import Counters, Feed, compat_blocks, exact_blocks
 from tokenloom.hf_streaming._order import Base, Item, slot_items
-from tokenloom.hf_streaming._pack import Packer, Window, rebatch
+from tokenloom.hf_streaming._pack import Packer, Window, joined, rebatch
 from tokenloom.hf_streaming._remote import is_remote_source
 from tokenloom.hf_streaming._resume import MAX_WORKERS, Mode, Resumable, distributed_defaults
 from tokenloom.hf_streaming._sources import load_hf_dataset, remote_access, remote_dataset_files
@@ -233,6 +233,8 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         self._layout: Layout | None = None
         self._position: dict[str, Any] | None = None
         self._slot = (self.rank, 0, 1)  # rank, worker, num_workers
+        self._batch_rows: int | None = None
+        """Set by :func:`stream_loader`: yield batches of this many windows instead of samples."""
 
     def _hf_stream(self, epoch: int) -> Any:
         return self._hf.shuffle(seed=self.seed + epoch, buffer_size=self.shuffle_buffer_size)
@@ -328,13 +330,14 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             provenance=self.with_provenance,
         )
         samples = position.get("samples", 0)
+        rows = self._batch_rows or 1
         for block in rebatch(blocks, self.encode_batch_size):
             packer.add(block)
-            window = packer.windows()
+            window = packer.windows(rows)
             if window is None:
                 continue
-            for sample, pos in self._samples(window):
-                samples += 1
+            for item, pos, count in self._items(window):
+                samples += count
                 self._position = {
                     "epoch": int(pos[0]),
                     "item": int(pos[1]),
@@ -342,7 +345,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
                     "samples": samples,
                     "skipped": counters.skipped,
                 }
-                yield sample
+                yield item
         fresh_start = position["item"] == 0 and current is None and position.get("samples", 0) == 0
         if self.world_size * num_workers == 1 and fresh_start and counters.records == 0:
             raise ConfigError(
@@ -359,19 +362,29 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         }
         if counters.skipped:
             log.warning("slot (rank %d, worker %d) skipped %d bad records", rank, worker, counters.skipped)
+        rest = packer.windows()  # batches: the whole windows short of a batch, in the pass's last batch
         if self.mode is Mode.COMPAT or self.drop_remainder:
             if packer.buffered:
                 log.info("dropping the last %d tokens of the pass (drop_remainder)", packer.buffered)
             packer.clear()
-        tail = packer.tail()
-        if tail is not None:
-            for sample, _ in self._samples(tail):
-                self._position = {**end, "samples": samples + 1}
-                yield sample
-        self._position = end if tail is None else {**end, "samples": samples + 1}
+        last = joined(rest, packer.tail())
+        if last is not None:
+            for item, _, count in self._items(last):
+                samples += count
+                self._position = {**end, "samples": samples}
+                yield item
+        self._position = {**end, "samples": samples}
         self._next_epoch[worker] = pass_epoch + 1
 
-    def _samples(self, window: Window) -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray]]:
+    def _items(self, window: Window) -> Iterator[tuple[dict[str, torch.Tensor], np.ndarray, int]]:
+        """(sample or batch, position after it, windows in it): a batch of ``_batch_rows`` windows when set."""
+        plain = window.padding is None and not self.pack_sequences and not self.with_provenance
+        rows, count = self._batch_rows, window.tokens.shape[0]
+        if rows and plain:  # the common case: the windows themselves, no per-key arrays
+            for begin in range(0, count, rows):
+                end = min(count, begin + rows)
+                yield window_batch(window.tokens[begin:end]), window.positions[end - 1], end - begin
+            return
         by_eos = self.mode is Mode.COMPAT  # the seed finds documents by EOS; exact mode knows them
         batch = build_batch(
             window.tokens,
@@ -386,10 +399,12 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             assert window.provenance is not None  # noqa: S101 - the packer keeps it with provenance=True
             batch["doc_index"] = window.provenance[:, :-1]
             batch["label_doc_index"] = window.provenance[:, 1:]
-        plain = window.padding is None and batch.keys() == {"input_ids", "labels"}
-        for row in range(window.tokens.shape[0]):
-            tensors = {key: torch.from_numpy(np.ascontiguousarray(value[row])) for key, value in batch.items()}
-            yield StreamSample(tensors, window.tokens[row] if plain else None), window.positions[row]
+        for begin in range(0, count, rows or 1):
+            end = min(count, begin + (rows or 1))
+            part = slice(begin, end) if rows else begin
+            tensors = {key: torch.from_numpy(np.ascontiguousarray(value[part])) for key, value in batch.items()}
+            item = tensors if rows else StreamSample(tensors, window.tokens[begin] if plain else None)
+            yield item, window.positions[end - 1], end - begin
 
 
 def worker_info_present() -> bool:

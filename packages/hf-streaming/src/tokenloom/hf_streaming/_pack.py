@@ -20,7 +20,7 @@ import numpy as np
 from tokenloom.formats import ResumeMismatchError
 from tokenloom.hf_streaming._encode import EncodeFn
 
-__all__ = ["DocBlock", "Packer", "Window", "rebatch"]
+__all__ = ["DocBlock", "Packer", "Window", "joined", "rebatch"]
 
 
 @dataclass(slots=True)
@@ -137,9 +137,9 @@ class Packer:
     def buffered(self) -> int:
         return int(self._tokens.size)
 
-    def windows(self) -> Window | None:
-        """Every whole window the buffer holds, or None."""
-        count = self._tokens.size // self.width
+    def windows(self, multiple: int = 1) -> Window | None:
+        """The whole windows the buffer holds, rounded down to a ``multiple`` of rows (a batch), or None."""
+        count = self._tokens.size // self.width // multiple * multiple
         if count == 0:
             return None
         used = count * self.width
@@ -194,6 +194,25 @@ class Packer:
 
     def clear(self) -> None:
         self._drop(self._tokens.size)
+
+
+def joined(first: Window | None, last: Window | None) -> Window | None:
+    """The rows of ``first`` then those of ``last`` as one window (either may be None)."""
+    if first is None or last is None:
+        return first or last
+
+    def both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None or b is None else np.concatenate([a, b])
+
+    pads = [np.zeros(w.tokens.shape, dtype=bool) if w.padding is None else w.padding for w in (first, last)]
+    padding = None if first.padding is None and last.padding is None else np.concatenate(pads)
+    return Window(
+        tokens=np.concatenate([first.tokens, last.tokens]),
+        ordinals=both(first.ordinals, last.ordinals),
+        provenance=both(first.provenance, last.provenance),
+        positions=np.concatenate([first.positions, last.positions]),
+        padding=padding,
+    )
 
 
 def _rows(values: np.ndarray | None, used: int, width: int) -> np.ndarray | None:
