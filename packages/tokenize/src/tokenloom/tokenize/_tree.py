@@ -28,7 +28,7 @@ from tokenloom.tokenize._executor import encoding_for, run_ordered
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_nodes, establish_plan
-from tokenloom.tokenize._unit_work import Session, UnitWriter, dealt_nodes, encode_units, pending_units
+from tokenloom.tokenize._unit_work import Session, UnitWriter, encode_units, pending_units
 from tokenloom.tokenize._units import (
     _complete,
     finalize,
@@ -171,7 +171,7 @@ def run_tree(
             out = target.config.output_dir
             prepare_units_dir(target.config)
             establish_plan(out, target.plan)
-            establish_nodes(out, target.plan, dealt_nodes(config))
+            establish_nodes(out, target.plan, config.nodes.recorded)
             (out / WRITING_MARKER).touch()
             fsync_dir(out)
     session = Session()
@@ -182,7 +182,7 @@ def run_tree(
     for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
         for target in targets:
             out = target.config.output_dir
-            dealt = {"first": first, "num_nodes": config.num_nodes}
+            dealt = {"first": first, "num_nodes": config.nodes.count}
             manifest = finalize(out, target.plan, inputs.tokenizer, required=config.finalize, **dealt)
             if manifest is None:
                 missing += len(missing_units(out, target.plan))

@@ -70,9 +70,7 @@ from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, i
 from tokenloom.tokenize._unit_work import (
     Session,
     UnitOutput,
-    dealt_nodes,
     encode_local,
-    rerun_hint,
 )
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.inputs import cut_units
@@ -125,7 +123,7 @@ def run_units(
     created = not out.exists()
     prepare_units_dir(config)
     establish_plan(out, plan)
-    num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
+    num_nodes = establish_nodes(out, plan, config.nodes.recorded)  # another --num-nodes than the run's: ConfigError
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     session = Session()
@@ -133,11 +131,11 @@ def run_units(
         try:
             session = output.encode(inputs, plan, on_progress)
         except BaseException as error:
-            if alone(config):
+            if config.nodes.alone:
                 _leave_nothing(out, created=created, error=error)
             raise
         if config.executor is not ExecutorKind.RAY:
-            mark_node_finished(out, config.node_rank)
+            mark_node_finished(out, config.nodes.rank)
     everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
     if output.publishing(out):  # a publish was killed midway, or another node publishes now: finish it or wait
         published = _locked(out, lambda: output.publish(out, plan), wait=num_nodes is not None)
@@ -190,11 +188,6 @@ class TokenShards:
 def _output_of(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
     """What a unit holds, by the run's transform: token shards, or a --train-type record store."""
     return (TokenShards if config.train_type is None else RecordStore)(config, tokenizer)
-
-
-def alone(config: TokenizeConfig) -> bool:
-    """A single process writes OUT (no --num-nodes, no Ray, no --finalize): it may hold the lock throughout."""
-    return config.num_nodes is None and config.executor is ExecutorKind.LOCAL and not config.finalize
 
 
 def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
@@ -340,8 +333,7 @@ def finalize(
     if missing:
         if not required:
             return None
-        hint = rerun_hint(missing, first, num_nodes)
-        raise uncommitted_error(plan, missing, path=out, num_nodes=num_nodes, everyone=everyone, hint=hint)
+        raise uncommitted_error(plan, missing, path=out, num_nodes=num_nodes, everyone=everyone, first=first)
     try:  # every node finished: the one holding the lock publishes; the others wait, then find it published
         return _locked(
             out, lambda: publish() if publish is not None else write_unit_manifest(out, plan, tokenizer), wait=everyone
