@@ -452,7 +452,7 @@ class BucketDataset:
                 self.plan,
                 missing,
                 path=str(url),
-                num_nodes=num_nodes,
+                recorded=num_nodes,
                 everyone=everyone,
                 first=self.first,
                 where=f" at {url}",

@@ -182,7 +182,7 @@ def run_tree(
     for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
         for target in targets:
             out = target.config.output_dir
-            dealt = {"first": first, "num_nodes": config.nodes.count}
+            dealt = {"first": first, "recorded": config.nodes.count}
             manifest = finalize(out, target.plan, inputs.tokenizer, required=config.finalize, **dealt)
             if manifest is None:
                 missing += len(missing_units(out, target.plan))

@@ -261,20 +261,20 @@ def read_done(out: Path, unit: int, plan_digest: str, sizes: Mapping[str, int] |
 
 
 def uncommitted_error(
-    plan: UnitPlan, missing: list[int], *, path: Any, num_nodes: int | None, everyone: bool, first: int, where: str = ""
+    plan: UnitPlan, missing: list[int], *, path: Any, recorded: int | None, everyone: bool, first: int, where: str = ""
 ) -> DataError:
     """Units not committed when the manifest is due (``where``: " at URL" for a bucket; ``everyone``: every node has
     finished, so they were taken by no node), with the nodes to rerun (units dealt from ``first`` on)."""
     shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10]) + (" ..." if len(missing) > 10 else "")
     units = f"{len(missing)} of {len(plan.units)} units"
     why = (
-        f"every node of --num-nodes {num_nodes} has finished, yet {units} were taken by no node{where}: {shown}"
+        f"every node of --num-nodes {recorded} has finished, yet {units} were taken by no node{where}: {shown}"
         if everyone
         else f"{units} are not committed{where} yet: {shown}"
     )
-    if num_nodes is not None and num_nodes > 1:
-        ranks = ", ".join(str(r) for r in sorted({(first + u) % num_nodes for u in missing}))
-        hint = f"Rerun --node-rank {ranks} of --num-nodes {num_nodes} (the nodes that own them), then --finalize"
+    if recorded is not None and recorded > 1:
+        ranks = ", ".join(str(r) for r in sorted({(first + u) % recorded for u in missing}))
+        hint = f"Rerun --node-rank {ranks} of --num-nodes {recorded} (the nodes that own them), then --finalize"
     else:
         owner = (
             f"(u + {first}) % --num-nodes: a tree deals units across its leaves in order"

@@ -46,6 +46,7 @@ from tokenloom.formats.io import (
     write_manifest,
 )
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, UNIT_FORMAT, ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._diff import check_run_key
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
@@ -123,7 +124,7 @@ def run_units(
     created = not out.exists()
     prepare_units_dir(config)
     establish_plan(out, plan)
-    num_nodes = establish_nodes(out, plan, config.nodes.recorded)  # another --num-nodes than the run's: ConfigError
+    recorded = establish_nodes(out, plan, config.nodes.recorded)  # another --num-nodes than the run's: ConfigError
     (out / WRITING_MARKER).touch()
     fsync_dir(out)
     session = Session()
@@ -136,13 +137,13 @@ def run_units(
             raise
         if config.executor is not ExecutorKind.RAY:
             mark_node_finished(out, config.nodes.rank)
-    everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
+    everyone = not config.finalize and recorded is not None and finished_nodes(out, recorded) == recorded
     if output.publishing(out):  # a publish was killed midway, or another node publishes now: finish it or wait
-        published = _locked(out, lambda: output.publish(out, plan), wait=num_nodes is not None)
+        published = _locked(out, lambda: output.publish(out, plan), wait=recorded is not None)
     else:
         required = config.finalize or everyone
         published = finalize(
-            out, plan, inputs.tokenizer, required=required, num_nodes=num_nodes, everyone=everyone,
+            out, plan, inputs.tokenizer, required=required, recorded=recorded, everyone=everyone,
             publish=lambda: output.publish(out, plan),
         )  # fmt: skip
     summary = output.summary(out, plan, published, session, time.perf_counter() - started)
@@ -215,15 +216,7 @@ def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
         return None
     manifest = read_manifest(out)
     recorded = manifest.metadata.get("tokenize", {})
-    if {k: recorded.get(k) for k in plan.run_key} != plan.run_key:
-        from tokenloom.tokenize._diff import run_key_differences
-
-        raise ResumeMismatchError(
-            "the output directory holds a dataset written with other settings, tokenizer, inputs or layout: "
-            + "; ".join(run_key_differences(recorded, plan.run_key) + _layout_difference(recorded)),
-            path=out,
-            hint="Pass --overwrite to replace it, or choose another --output-dir",
-        )
+    check_run_key(recorded, plan.run_key, out, also=_layout_difference(recorded))
     return manifest
 
 
@@ -319,13 +312,13 @@ def finalize(
     *,
     required: bool,
     first: int = 0,
-    num_nodes: int | None = None,
+    recorded: int | None = None,
     everyone: bool = False,
     publish: Callable[[], Any] | None = None,
 ) -> Any:
     """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise.
 
-    ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+    ``first``, ``recorded`` (the run's node count): how the units were dealt, for the error's nodes to rerun.
     ``everyone``: every node has finished, so a unit still missing was taken by no node (said as such).
     ``publish``: what the unit writer's outputs become (default: the manifest of the unit shards).
     """
@@ -333,7 +326,7 @@ def finalize(
     if missing:
         if not required:
             return None
-        raise uncommitted_error(plan, missing, path=out, num_nodes=num_nodes, everyone=everyone, first=first)
+        raise uncommitted_error(plan, missing, path=out, recorded=recorded, everyone=everyone, first=first)
     try:  # every node finished: the one holding the lock publishes; the others wait, then find it published
         return _locked(
             out, lambda: publish() if publish is not None else write_unit_manifest(out, plan, tokenizer), wait=everyone
