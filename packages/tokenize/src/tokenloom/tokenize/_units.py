@@ -80,6 +80,7 @@ from tokenloom.tokenize.windowing import Windowing
 __all__ = [
     "finalize",
     "missing_units",
+    "open_units_dir",
     "plan_of",
     "prepare_units_dir",
     "replaceable",
@@ -122,11 +123,7 @@ def run_units(
         preflight(config)  # an unreachable cluster fails before anything is written
     output.check()
     created = not out.exists()
-    prepare_units_dir(config)
-    establish_plan(out, plan)
-    recorded = establish_nodes(out, plan, config.nodes.recorded)  # another --num-nodes than the run's: ConfigError
-    (out / WRITING_MARKER).touch()
-    fsync_dir(out)
+    recorded = open_units_dir(config, plan)
     session = Session()
     if not config.finalize:
         try:
@@ -223,6 +220,17 @@ def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
 def _layout_difference(recorded: dict[str, Any]) -> list[str]:
     layout = recorded.get("layout", "single-process")
     return [] if layout == "units" else [f"layout {layout!r} (shard_NNNNN, an earlier tokenize) -> 'units'"]
+
+
+def open_units_dir(config: TokenizeConfig, plan: UnitPlan) -> int | None:
+    """OUT ready for this node's units (plan and node count written or checked); the run's node count."""
+    out = config.output_dir
+    prepare_units_dir(config)
+    establish_plan(out, plan)
+    recorded = establish_nodes(out, plan, config.nodes.recorded)
+    (out / WRITING_MARKER).touch()
+    fsync_dir(out)
+    return recorded
 
 
 def prepare_units_dir(config: TokenizeConfig) -> None:
