@@ -23,6 +23,9 @@
    pytest's ``/tmp/pytest-of-...``) in a tracked text file.
 8. Format knowledge lives in its folder: no branch on a format's name (``== "native"``, a dict keyed
    by ``"megatron"``...) outside the formats' folders (``format_branches.py``).
+9. One walk for ``--num-nodes``: in tokenize, ``num_nodes`` / ``node_rank`` are named (as code, not prose)
+   only by the command, the config, the unit files and the publisher (``NODE_ROOMS``); every other module
+   reads the frozen ``config.nodes`` value, so the option's walk to a committed unit stays short.
 
 Run: ``python tools/checks/repo_checks.py [ROOT]``; exits 1 and lists every
 violation. (Start-up, that no command that does not train imports torch, needs
@@ -289,6 +292,25 @@ def check_vocabulary(repo: Path) -> list[Violation]:
     return violations
 
 
+#: The tokenize modules that may name --num-nodes / --node-rank; the others read ``config.nodes``.
+NODE_ROOMS = frozenset({"_commands.py", "_config.py", "_unit_files.py", "_publish.py"})
+NODE_NAMES = frozenset({"num_nodes", "node_rank"})
+
+
+def check_node_settings(repo: Path) -> list[Violation]:
+    """``num_nodes`` / ``node_rank`` as a name, attribute, argument or keyword only in NODE_ROOMS of tokenize."""
+    violations = []
+    for path in sorted(repo.glob("packages/tokenize/src/tokenloom/tokenize/**/*.py")):
+        if path.name in NODE_ROOMS and path.parent.name == "tokenize":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "arg", None)
+            if name in NODE_NAMES:
+                message = f"{name!r} outside {sorted(NODE_ROOMS)}: read the frozen config.nodes value instead"
+                violations.append(Violation(path.relative_to(repo), node.lineno, message))
+    return violations
+
+
 SELF = {"tools/checks/repo_checks.py", "tools/checks/test_repo_checks.py"}  # they name the patterns
 ARTIFACT_SUFFIXES = (".whl", ".egg", ".so", ".pyd", ".dylib", ".tar.gz", ".pyc")
 _MACHINE_PATH = re.compile(r"(?<![\w.])(/work/|/root/|/home/[a-z_][\w-]*/|/tmp/pytest-of-)")
@@ -348,6 +370,7 @@ def run(repo: Path) -> list[Violation]:
         *check_cycles(repo),
         *check_vocabulary(repo),
         *check_machine_specific(repo),
+        *check_node_settings(repo),
         *(Violation(*found) for found in check_format_branches(repo)),
     ]
 

@@ -235,6 +235,18 @@ def test_this_repo_uses_one_vocabulary() -> None:
     assert repo_checks.check_vocabulary(Path(__file__).resolve().parents[2]) == []
 
 
+def test_node_settings_outside_their_rooms_are_caught(repo: Path) -> None:
+    code = {"_units.py": "def deal(config):\n    return config.nodes.units(4)\n", "_config.py": "num_nodes = 1\n"}
+    make_package(repo, "tokenize", [], code)
+    assert repo_checks.check_node_settings(repo) == []
+    (repo / "packages/tokenize/src/tokenloom/tokenize/_units.py").write_text("def deal(c):\n    return c.node_rank\n")
+    assert [(v.path.name, v.line) for v in repo_checks.check_node_settings(repo)] == [("_units.py", 2)]
+
+
+def test_this_repo_names_node_settings_only_in_their_rooms() -> None:
+    assert repo_checks.check_node_settings(Path(__file__).resolve().parents[2]) == []
+
+
 def test_a_tracked_wheel_and_a_machine_path_are_caught(repo: Path) -> None:
     (repo / "py_spy-0.4.3-py2.py3-none-manylinux1_x86_64.whl").write_bytes(b"PK\x03\x04")
     (repo / "packages" / "base" / "README.md").write_text("Run it:\n\n    cd /work/main && ls /root/.cache\n")

@@ -134,10 +134,10 @@ def test_every_run_encodes_with_the_one_encoder_it_probed(
 
     corpus = _real_corpus(tmp_path / "in")
 
-    def no_second_encoder(settings: Any) -> Any:
+    def no_second_encoder(*args: Any) -> Any:
         raise AssertionError("a chunk was encoded without the run's encoder")
 
-    monkeypatch.setattr(worker_module, "_encoder", no_second_encoder)
+    monkeypatch.setattr(worker_module, "_cached_encoder", no_second_encoder)
     options: dict[str, Any] = {"native": {}, "units": {"num_nodes": 1}, "val-split": {"val_fraction": 0.3}}[layout]
     _run(corpus, tmp_path / "out", num_workers=num_workers, **options)
     name = "val/manifest.json" if layout == "val-split" else "manifest.json"

@@ -30,23 +30,30 @@ from tokenloom.tokenize.windowing import Windowing
 __all__ = ["index", "pack", "tokenize"]
 
 
+def _head(summary: TokenizeSummary, published: str, wrote: str) -> str:
+    if summary.units_total:
+        return (
+            f"committed {summary.units_committed} unit(s) into {summary.output_dir}; {summary.units_missing} of "
+            f"{summary.units_total} units are still to be committed by other nodes (the last one to finish "
+            f"{published}; or run the same command with --finalize once all are done)"
+        )
+    if summary.already_complete:
+        return f"{summary.output_dir} is already complete with these settings; nothing to do."
+    return f"wrote {summary.output_dir} ({wrote})"
+
+
 def _summary_lines(summary: TokenizeSummary) -> list[str]:
     if summary.post_training is not None:
         return _record_lines(summary)
+    head = _head(summary, "writes the manifest", summary.format)
     if summary.units_total:
         return [
-            f"committed {summary.units_committed} unit(s) into {summary.output_dir}; {summary.units_missing} of "
-            f"{summary.units_total} units are still to be committed by other nodes (the last one to finish writes "
-            "the manifest; or run the same command with --finalize once all are done)",
+            head,
             f"  this run: {summary.run_tokens:,} tokens from {summary.text_bytes:,} decompressed bytes "
             f"({summary.bytes_read:,} input bytes as stored) in {summary.seconds:.1f} s",
         ]
-    if summary.already_complete:
-        head = f"{summary.output_dir} is already complete with these settings; nothing to do."
-    else:
-        head = f"wrote {summary.output_dir} ({summary.format})"
-        if summary.resumed_units:
-            head += f" (resumed after {summary.resumed_units} committed units)"
+    if summary.resumed_units and not summary.already_complete:
+        head += f" (resumed after {summary.resumed_units} committed units)"
     lines = [
         head,
         f"  documents {summary.documents:,}  entries {summary.entries:,}  tokens {summary.tokens:,}  "
@@ -305,16 +312,7 @@ def tokenize(format_: str, progress: bool, train_roles: str, **options: Any) -> 
 
 def _record_lines(summary: TokenizeSummary) -> list[str]:
     stats = summary.post_training or {}
-    if summary.units_total:
-        head = (
-            f"committed {summary.units_committed} unit(s) into {summary.output_dir}; {summary.units_missing} of "
-            f"{summary.units_total} units are still to be committed by other nodes (the last one to finish "
-            "publishes the store; or run the same command with --finalize once all are done)"
-        )
-    elif summary.already_complete:
-        head = f"{summary.output_dir} is already complete with these settings; nothing to do."
-    else:
-        head = f"wrote {summary.output_dir} ({stats.get('train_type', 'records')} record store, {summary.format})"
+    head = _head(summary, "publishes the store", f"{stats.get('train_type', 'records')} record store, {summary.format}")
     tokens = int(stats.get("tokens", 0) or 0)
     trained = int(stats.get("trained_tokens", 0) or 0)
     share = f" ({trained / tokens:.1%} trained)" if tokens else ""

@@ -12,6 +12,7 @@ from tokenloom.formats import ConfigError, available_formats, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
+from tokenloom.tokenize._unit_files import Nodes
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
@@ -323,6 +324,13 @@ class TokenizeConfig:
             or self.many_datasets
             or self.train_type is not None
         )
+
+    @property
+    def nodes(self) -> Nodes:
+        """How this process deals units: the one value the planner and the publisher read."""
+        ray = self.executor is ExecutorKind.RAY
+        recorded = self.num_nodes if self.finalize else None if ray else self.num_nodes or 1
+        return Nodes(self.num_nodes, self.node_rank, recorded)
 
     @property
     def staged(self) -> bool:

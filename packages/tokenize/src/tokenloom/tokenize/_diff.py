@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["run_key_differences"]
+from tokenloom.formats import ResumeMismatchError
+
+__all__ = ["check_run_key", "run_key_differences"]
 
 
 def _inputs(entries: Any) -> dict[str, dict[str, Any]]:
@@ -42,3 +45,16 @@ def run_key_differences(recorded: dict[str, Any], wanted: dict[str, Any]) -> lis
             )
             out.append(f"input {name} changed ({', '.join(changed)})")
     return out or ["the recorded run key could not be compared"]
+
+
+def check_run_key(recorded: dict[str, Any], wanted: dict[str, Any], path: Any, *, also: Sequence[str] = ()) -> None:
+    """A published output's recorded run key must hold ``wanted``: else a ResumeMismatchError naming each
+    difference (``also``: differences the key does not show, such as an earlier layout)."""
+    if {key: recorded.get(key) for key in wanted} == wanted:
+        return
+    raise ResumeMismatchError(
+        "the output directory holds a dataset written with other settings, tokenizer, inputs or layout: "
+        + "; ".join(run_key_differences(recorded, wanted) + list(also)),
+        path=path,
+        hint="Pass --overwrite to replace it, or choose another --output-dir",
+    )

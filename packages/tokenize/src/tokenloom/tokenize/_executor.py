@@ -44,7 +44,6 @@ from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
 from tokenloom.tokenize._config import TokenizeConfig, default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
 from tokenloom.tokenize._tokenizer import TokenizerInfo, local_info, plain_backend
-from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize._worker import (
     ChunkResult,
     EncodeSettings,
@@ -56,6 +55,7 @@ from tokenloom.tokenize._worker import (
     init_worker,
     probe_in_worker,
     sample_texts,
+    tokenizer_backend,
     warm_up,
 )
 from tokenloom.tokenize.engine import (
@@ -271,7 +271,10 @@ def start_encoding(
             )
             yield Encoding(settings, info, dtype, None, executor, window, probing)
             return
-        choice = choose_run_engine(files, settings, serialized, engine, verify_fraction, max_line_bytes, executor)
+        # worker processes for a tokenizer without a Rust backend (a slow one, described by a child): no fast engine
+        sample = probe_sample(files, settings, max_line_bytes)
+        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+        announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
         settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
         yield Encoding(settings, info, dtype, choice, executor, window)
 
@@ -282,9 +285,7 @@ def local_source(tokenizer: str, serialized: str | None) -> object:
         from tokenizers import Tokenizer
 
         return Tokenizer.from_str(serialized)
-    loaded = load_tokenizer(tokenizer)  # num_workers=0, a tokenizer only transformers describes: local_info loaded it
-    backend = getattr(loaded, "backend", None)
-    return backend if backend is not None else getattr(loaded, "transformers", loaded)
+    return tokenizer_backend(tokenizer)  # num_workers=0, a tokenizer only transformers describes: loaded here
 
 
 def wants_fast(source: object, engine: str) -> bool:
@@ -304,17 +305,9 @@ def thread_pool(num_workers: int) -> Iterator[ThreadPoolExecutor]:
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-def tokenizer_info(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None]:
-    """EOS id, vocab size and serialized backend, from a short-lived child (or this process).
-
-    A tokenizer the loaders cannot read (a corrupt tokenizer.json: JSONDecodeError, ...) is a ConfigError.
-    """
-    info, serialized, _backend = _tokenizer_info_here(name, in_process=in_process)
-    return info, serialized
-
-
 def _tokenizer_info_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None, Any]:
-    """:func:`tokenizer_info`, and the ``tokenizers.Tokenizer`` read from a plain tokenizer.json (else None)."""
+    """EOS id, vocab size and serialized backend, from a short-lived child (or this process), and the
+    ``tokenizers.Tokenizer`` read from a plain tokenizer.json (else None); an unreadable tokenizer is a ConfigError."""
     try:
         return _describe_here(name, in_process=in_process)
     except (DataError, OSError, KeyboardInterrupt):
@@ -361,38 +354,14 @@ def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> i
     return eos_id
 
 
-def choose_run_engine(
-    files: list[InputFile],
-    settings: EncodeSettings,
-    serialized: str | None,
-    engine: str,
-    verify_fraction: float,
-    max_line_bytes: int,
-    executor: Executor | None = None,
-) -> EngineChoice:
-    """Probe the engines on the fixed set plus the input's first documents (the same on every resume).
+def probe_sample(files: list[InputFile], settings: EncodeSettings, max_line_bytes: int) -> list[str]:
+    """The engine probe's texts: the input's first documents, the same on every resume.
 
     At most PROBE_INPUT_TEXTS documents and PROBE_INPUT_CHARS characters (the last one cut to fit: both
-    engines must agree on a prefix as on any text): the probe's hf encode runs
-    in this process while the workers start, and measured here a 1 MiB sample alone took 0.5-2 s,
-    as long as the whole run of a 100 MB corpus takes on the fast engine; the run-time check
-    (--verify-fraction) keeps comparing documents after it.
+    engines must agree on a prefix as on any text): measured here, the probe's hf encode of a 1 MiB sample
+    alone took 0.5-2 s, as long as a whole 100 MB run on the fast engine; --verify-fraction keeps comparing
+    documents after it.
     """
-    sample = probe_sample(files, settings, max_line_bytes)
-    if executor is not None and serialized is not None:  # a worker probes (and keeps its encoder)
-        future = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
-        try:
-            choice = _result(future, executor)
-        except BrokenProcessPool:
-            raise _worker_died(None, dict(getattr(executor, "_processes", None) or {})) from None
-    else:
-        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
-    announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
-    return choice
-
-
-def probe_sample(files: list[InputFile], settings: EncodeSettings, max_line_bytes: int) -> list[str]:
-    """The engine probe's texts: the input's first documents (PROBE_INPUT_TEXTS, PROBE_INPUT_CHARS)."""
     sample: list[str] = []
     chars = 0
     reader = read_chunks(

@@ -56,23 +56,25 @@ def output_stem(name: str) -> str:
     return name
 
 
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def check_gpt_simple_inputs(files: list[InputFile]) -> None:
     """GPT-Simple reads only the top level of its input directory: refuse inputs in subdirectories."""
     other = [f.relative for f in files if not f.relative.endswith((".jsonl", ".jsonl.gz"))]
     if other:
-        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
         raise ConfigError(
-            f"{len(other)} input file(s) are not .jsonl or .jsonl.gz ({shown}); GPT-Simple's pretokenize reads "
+            f"{len(other)} input file(s) are not .jsonl or .jsonl.gz ({_shown(other)}); GPT-Simple's pretokenize reads "
             "only those, so --windowing gpt-simple would not reproduce its output",
             field="input_dir",
             hint="Use --windowing tokenloom for zstd, .json.gz, parquet and Arrow inputs",
         )
     nested = [f.relative for f in files if "/" in f.relative]
     if nested:
-        shown = ", ".join(nested[:3]) + (f" and {len(nested) - 3} more" if len(nested) > 3 else "")
         raise ConfigError(
-            f"{len(nested)} input file(s) lie in subdirectories ({shown}); GPT-Simple's pretokenize reads only "
-            "INPUT/*.jsonl and INPUT/*.jsonl.gz, so --windowing gpt-simple would not reproduce its output",
+            f"{len(nested)} input file(s) lie in subdirectories ({_shown(nested)}); GPT-Simple's pretokenize reads "
+            "only INPUT/*.jsonl and INPUT/*.jsonl.gz, so --windowing gpt-simple would not reproduce its output",
             field="input_dir",
             hint="Point --input-dir at the directory GPT-Simple read, or use --windowing tokenloom",
         )

@@ -77,7 +77,7 @@ from tokenloom.tokenize._unit_records import (
     records_complete,
     unit_store,
 )
-from tokenloom.tokenize._unit_work import Session, dealt_nodes, encode_local, node_units, rerun_hint
+from tokenloom.tokenize._unit_work import Session, encode_local
 from tokenloom.tokenize._units import _partial_summary, plan_of, prepare_units_dir, summary_of, write_unit_manifest
 
 __all__ = ["BucketDataset", "BucketPublisher", "publish_to_url", "upload_unit"]
@@ -100,7 +100,7 @@ def publish_to_url(
         per_leaf, datasets = publisher.datasets(inputs)
         if config.overwrite:  # the old dataset goes, its manifest first
             datasets[0].clear()
-        alone = config.num_nodes is None and not (config.finalize or per_leaf or config.executor is ExecutorKind.RAY)
+        alone = config.nodes.alone and not per_leaf
         for dataset in datasets:
             dataset.manifest = dataset.complete(overwrite_hint=alone)  # --overwrite: one process only (_config)
         if all(d.manifest is not None for d in datasets):
@@ -116,7 +116,7 @@ def publish_to_url(
             prepare_units_dir(local_config(config, dataset.staging))
             if dataset.manifest is None:
                 dataset.establish_plan()
-                recorded = dataset.establish_nodes(dealt_nodes(config))
+                recorded = dataset.establish_nodes(config.nodes.recorded)
         local = local_config(config, publisher.root)
         session = Session()
         if ray:  # each task stages, uploads and commits its unit on its own machine
@@ -135,14 +135,14 @@ def publish_to_url(
                 session = encode_local(local, inputs, datasets[0].plan, on_progress, on_commit=publisher.commit_unit)
             publisher.drain()  # every unit committed here is at the URL now
             if not per_leaf:
-                datasets[0].mark_finished(config.node_rank)
+                datasets[0].mark_finished(config.nodes.rank)
         single = not (config.finalize or ray or per_leaf)
         everyone = single and recorded is not None and datasets[0].all_finished(recorded)
         for dataset in datasets:
             dataset.manifest = dataset.manifest or dataset.finish(
                 inputs.tokenizer,
                 required=config.finalize or everyone,
-                num_nodes=config.num_nodes if per_leaf else recorded,
+                num_nodes=config.nodes.count if per_leaf else recorded,
                 everyone=everyone,
             )
         summary = _summary(config, publisher.root, per_leaf, datasets, session, started)
@@ -211,7 +211,7 @@ class BucketPublisher:
     def datasets(self, inputs: RunInputs) -> tuple[list[list[TreeDataset]], list[BucketDataset]]:
         """The run's datasets, each staged under this node's staging root (a tree: one per leaf and role)."""
         config = self.config
-        key: dict[str, Any] = {"node": [config.num_nodes or 1, config.node_rank]}
+        key: dict[str, Any] = {"node": [config.nodes.count or 1, config.nodes.rank]}
         if not config.many_datasets:
             plan = plan_of(config, inputs)
             self.root = staging_dir(self.url, {**plan.run_key, **key}, config.plan_cache_dir)
@@ -239,7 +239,7 @@ class BucketPublisher:
         dataset of the leaf has it: otherwise every staged marker of it is removed, so the unit is encoded again.
         """
         for group in self.groups:
-            mine = node_units(self.config, len(group[0].plan.units), group[0].first)
+            mine = self.config.nodes.units(len(group[0].plan.units), group[0].first)
             for dataset in group:
                 dataset.sync_markers(mine)
             for unit in mine:
@@ -447,9 +447,15 @@ class BucketDataset:
                         shutil.rmtree(unit_store(self.staging, unit), ignore_errors=True)
             return None
         if missing:
-            url, hint = self.target.url, rerun_hint(missing, self.first, num_nodes)
+            url = self.target.url
             raise uncommitted_error(
-                self.plan, missing, path=str(url), num_nodes=num_nodes, everyone=everyone, hint=hint, where=f" at {url}"
+                self.plan,
+                missing,
+                path=str(url),
+                recorded=num_nodes,
+                everyone=everyone,
+                first=self.first,
+                where=f" at {url}",
             )
         if self.records is not None:
             return self._publish_records(tokenizer, listed)

@@ -34,7 +34,6 @@ from tokenloom.formats import (
     ConfigError,
     FormatSpec,
     OutputLockedError,
-    ResumeMismatchError,
     available_formats,
     convert_dataset,
     open_dataset,
@@ -52,7 +51,7 @@ from tokenloom.formats.io import (
     temp_base,
 )
 from tokenloom.tokenize._config import UNIT_FORMAT, TokenizeConfig
-from tokenloom.tokenize._diff import run_key_differences
+from tokenloom.tokenize._diff import check_run_key
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._units import replaceable, run_units
@@ -159,14 +158,8 @@ def _check_output(config: TokenizeConfig, run_key: dict[str, Any]) -> dict[str, 
         return None
     record = _read_record(config)
     if record is not None:
-        if {key: record.get(key) for key in run_key} == run_key:
-            return record
-        raise ResumeMismatchError(
-            "the output directory holds a dataset written with other settings, tokenizer or inputs: "
-            + "; ".join(run_key_differences(record, run_key)),
-            path=out,
-            hint="Pass --overwrite to replace it, or choose another --output-dir",
-        )
+        check_run_key(record, run_key, out)
+        return record
     foreign = sorted(p.name for p in out.iterdir() if not _ours(config, p.name))
     if foreign:
         raise ConfigError(

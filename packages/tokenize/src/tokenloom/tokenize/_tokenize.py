@@ -24,7 +24,7 @@ from tokenloom.tokenize._publish import publish_to_url
 from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import run_tree
-from tokenloom.tokenize._units import alone, replaceable, run_units
+from tokenloom.tokenize._units import replaceable, run_units
 
 __all__ = ["check_run_paths", "tokenize"]
 
@@ -47,7 +47,7 @@ def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallbac
     if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
         return run_tree(config, inputs, on_progress=on_progress)
     run = tokenize_via_staging if config.staged else run_units
-    if not alone(config):  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
+    if not config.nodes.alone:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
         return run(config, inputs, on_progress=on_progress)
     with output_lock(config.output_dir, what="--output-dir"):
         return run(config, inputs, on_progress=on_progress)

@@ -80,10 +80,7 @@ class ChatTransform:
 
     def reset(self) -> None:
         """Zero the counts (one encoder serves many units of a worker)."""
-        if isinstance(self.encoder, AstraiEncoder):
-            self.encoder.stats = type(self.encoder.stats)()
-        else:
-            self.encoder.stats = type(self.encoder.stats)()
+        self.encoder.stats = type(self.encoder.stats)()  # pyright: ignore[reportAttributeAccessIssue]
         self.input_skips = Counter()
 
 

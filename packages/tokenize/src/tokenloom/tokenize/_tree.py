@@ -22,19 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenloom.formats import ConfigError, Manifest
-from tokenloom.formats.io import WRITING_MARKER, fsync_dir
 from tokenloom.tokenize._config import Layout, TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for, run_ordered
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan, establish_nodes, establish_plan
-from tokenloom.tokenize._unit_work import Session, UnitWriter, dealt_nodes, encode_units, pending_units
+from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
+from tokenloom.tokenize._unit_work import Session, UnitWriter, encode_units, pending_units
 from tokenloom.tokenize._units import (
     _complete,
     finalize,
     missing_units,
+    open_units_dir,
     plan_of,
-    prepare_units_dir,
     summary_of,
 )
 from tokenloom.tokenize._worker import ChunkResult, EncodeSettings
@@ -168,12 +167,7 @@ def run_tree(
         for target in targets:
             if next(finished) is not None:
                 continue  # a dataset already complete with this plan stays as it is (readers keep reading it)
-            out = target.config.output_dir
-            prepare_units_dir(target.config)
-            establish_plan(out, target.plan)
-            establish_nodes(out, target.plan, dealt_nodes(config))
-            (out / WRITING_MARKER).touch()
-            fsync_dir(out)
+            open_units_dir(target.config, target.plan)
     session = Session()
     if not config.finalize:
         session = encode_tree(config, inputs, per_leaf, on_progress)
@@ -182,7 +176,7 @@ def run_tree(
     for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
         for target in targets:
             out = target.config.output_dir
-            dealt = {"first": first, "num_nodes": config.num_nodes}
+            dealt = {"first": first, "recorded": config.nodes.count}
             manifest = finalize(out, target.plan, inputs.tokenizer, required=config.finalize, **dealt)
             if manifest is None:
                 missing += len(missing_units(out, target.plan))

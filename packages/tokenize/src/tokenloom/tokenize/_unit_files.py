@@ -36,6 +36,7 @@ from tokenloom.tokenize.inputs import UnitSource
 __all__ = [
     "NODES_NAME",
     "Counts",
+    "Nodes",
     "PLAN_NAME",
     "UnitDone",
     "UnitFacts",
@@ -260,18 +261,49 @@ def read_done(out: Path, unit: int, plan_digest: str, sizes: Mapping[str, int] |
 
 
 def uncommitted_error(
-    plan: UnitPlan, missing: list[int], *, path: Any, num_nodes: int | None, everyone: bool, hint: str, where: str = ""
+    plan: UnitPlan, missing: list[int], *, path: Any, recorded: int | None, everyone: bool, first: int, where: str = ""
 ) -> DataError:
     """Units not committed when the manifest is due (``where``: " at URL" for a bucket; ``everyone``: every node has
-    finished, so they were taken by no node); ``hint``: the nodes to rerun."""
+    finished, so they were taken by no node), with the nodes to rerun (units dealt from ``first`` on)."""
     shown = ", ".join(f"{u} ({plan.units[u].label})" for u in missing[:10]) + (" ..." if len(missing) > 10 else "")
     units = f"{len(missing)} of {len(plan.units)} units"
     why = (
-        f"every node of --num-nodes {num_nodes} has finished, yet {units} were taken by no node{where}: {shown}"
+        f"every node of --num-nodes {recorded} has finished, yet {units} were taken by no node{where}: {shown}"
         if everyone
         else f"{units} are not committed{where} yet: {shown}"
     )
+    if recorded is not None and recorded > 1:
+        ranks = ", ".join(str(r) for r in sorted({(first + u) % recorded for u in missing}))
+        hint = f"Rerun --node-rank {ranks} of --num-nodes {recorded} (the nodes that own them), then --finalize"
+    else:
+        owner = (
+            f"(u + {first}) % --num-nodes: a tree deals units across its leaves in order"
+            if first
+            else "u % --num-nodes"
+        )
+        hint = f"Rerun the nodes that own them (unit u belongs to --node-rank {owner}), then --finalize"
     return DataError(why, path=path, hint=hint)
+
+
+@dataclass(frozen=True, slots=True)
+class Nodes:
+    """--num-nodes / --node-rank as one value, read by the planner (_units, _tree) and the publisher (_publish)."""
+
+    count: int | None = None
+    """--num-nodes; None: one process (node 0 of 1), Ray tasks, or --finalize without it."""
+    rank: int = 0
+    recorded: int | None = 1
+    """The node count this process records or checks; None when it deals no units of its own (--finalize
+    without --num-nodes, or Ray, whose tasks take every unit still missing, whatever count began the run)."""
+
+    @property
+    def alone(self) -> bool:
+        """A single process writes OUT (no --num-nodes, no Ray, no --finalize): it may hold the lock throughout."""
+        return self.count is None and self.recorded == 1
+
+    def units(self, total: int, first: int = 0) -> list[int]:
+        """This node's units, dealt round-robin counted from ``first`` (a tree deals across all its leaves)."""
+        return [u for u in range(total) if (first + u) % (self.count or 1) == self.rank]
 
 
 def nodes_payload(plan: UnitPlan, num_nodes: int) -> bytes:

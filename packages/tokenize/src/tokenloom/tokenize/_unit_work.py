@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tokenloom.formats import RecordError
-from tokenloom.tokenize._config import ExecutorKind, OnError, TokenizeConfig
+from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._executor import encoding_for
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter
@@ -39,10 +39,8 @@ __all__ = [
     "Session",
     "UnitOutput",
     "UnitWriter",
-    "dealt_nodes",
     "encode_local",
     "encode_units",
-    "node_units",
     "pending_units",
     "unit_line",
 ]
@@ -152,7 +150,7 @@ def encode_local(
     """This node's pending units; ``on_commit(out, unit)`` after each commit (_publish: a bucket's upload)."""
     session = Session()
     mine = pending_units(config, plan)
-    session.resumed = len(node_units(config, len(plan.units))) - len(mine)
+    session.resumed = len(config.nodes.units(len(plan.units))) - len(mine)
     if not mine:
         return session
     # the engine probe reads the same first documents (inputs.files) on every node
@@ -249,33 +247,8 @@ def _lines_before(path: Path, start: int) -> int:
     return lines_before(path, start)
 
 
-def node_units(config: TokenizeConfig, units: int, first: int = 0) -> list[int]:
-    """The units this node takes: dealt round-robin, counted from ``first`` (a tree deals across all its leaves)."""
-    num_nodes = config.num_nodes or 1
-    return [u for u in range(units) if (first + u) % num_nodes == config.node_rank]
-
-
-def dealt_nodes(config: TokenizeConfig) -> int | None:
-    """The node count this process deals units by, to record or check; None when it deals none of its own
-    (--finalize, or Ray, whose tasks take every unit still missing, whatever count began the run)."""
-    if config.finalize:
-        return config.num_nodes
-    return None if config.executor is ExecutorKind.RAY else (config.num_nodes or 1)
-
-
-def rerun_hint(missing: list[int], first: int = 0, num_nodes: int | None = None) -> str:
-    """Which nodes to rerun for the ``missing`` units of a dataset whose units are dealt from ``first`` on."""
-    if num_nodes is not None and num_nodes > 1:
-        ranks = ", ".join(str(r) for r in sorted({(first + u) % num_nodes for u in missing}))
-        return f"Rerun --node-rank {ranks} of --num-nodes {num_nodes} (the nodes that own them), then --finalize"
-    owner = "u % --num-nodes"
-    if first:
-        owner = f"(u + {first}) % --num-nodes: a tree deals units across its leaves in order"
-    return f"Rerun the nodes that own them (unit u belongs to --node-rank {owner}), then --finalize"
-
-
 def pending_units(config: TokenizeConfig, plan: UnitPlan, first: int = 0) -> list[int]:
     """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
-    mine = [u for u in node_units(config, len(plan.units), first) if not done_path(config.output_dir, u).exists()]
+    mine = [u for u in config.nodes.units(len(plan.units), first) if not done_path(config.output_dir, u).exists()]
     remove_unit_temps(config.output_dir, set(mine))
     return mine

@@ -46,6 +46,7 @@ from tokenloom.formats.io import (
     write_manifest,
 )
 from tokenloom.tokenize._config import SUPPORTED_FORMATS, UNIT_FORMAT, ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._diff import check_run_key
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
@@ -70,9 +71,7 @@ from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, i
 from tokenloom.tokenize._unit_work import (
     Session,
     UnitOutput,
-    dealt_nodes,
     encode_local,
-    rerun_hint,
 )
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.inputs import cut_units
@@ -81,6 +80,7 @@ from tokenloom.tokenize.windowing import Windowing
 __all__ = [
     "finalize",
     "missing_units",
+    "open_units_dir",
     "plan_of",
     "prepare_units_dir",
     "replaceable",
@@ -123,28 +123,24 @@ def run_units(
         preflight(config)  # an unreachable cluster fails before anything is written
     output.check()
     created = not out.exists()
-    prepare_units_dir(config)
-    establish_plan(out, plan)
-    num_nodes = establish_nodes(out, plan, dealt_nodes(config))  # another --num-nodes than the run's: ConfigError
-    (out / WRITING_MARKER).touch()
-    fsync_dir(out)
+    recorded = open_units_dir(config, plan)
     session = Session()
     if not config.finalize:
         try:
             session = output.encode(inputs, plan, on_progress)
         except BaseException as error:
-            if alone(config):
+            if config.nodes.alone:
                 _leave_nothing(out, created=created, error=error)
             raise
         if config.executor is not ExecutorKind.RAY:
-            mark_node_finished(out, config.node_rank)
-    everyone = not config.finalize and num_nodes is not None and finished_nodes(out, num_nodes) == num_nodes
+            mark_node_finished(out, config.nodes.rank)
+    everyone = not config.finalize and recorded is not None and finished_nodes(out, recorded) == recorded
     if output.publishing(out):  # a publish was killed midway, or another node publishes now: finish it or wait
-        published = _locked(out, lambda: output.publish(out, plan), wait=num_nodes is not None)
+        published = _locked(out, lambda: output.publish(out, plan), wait=recorded is not None)
     else:
         required = config.finalize or everyone
         published = finalize(
-            out, plan, inputs.tokenizer, required=required, num_nodes=num_nodes, everyone=everyone,
+            out, plan, inputs.tokenizer, required=required, recorded=recorded, everyone=everyone,
             publish=lambda: output.publish(out, plan),
         )  # fmt: skip
     summary = output.summary(out, plan, published, session, time.perf_counter() - started)
@@ -192,11 +188,6 @@ def _output_of(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
     return (TokenShards if config.train_type is None else RecordStore)(config, tokenizer)
 
 
-def alone(config: TokenizeConfig) -> bool:
-    """A single process writes OUT (no --num-nodes, no Ray, no --finalize): it may hold the lock throughout."""
-    return config.num_nodes is None and config.executor is ExecutorKind.LOCAL and not config.finalize
-
-
 def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
     """A single process's failed run: a data error (raise mode) discards every unit; a kill or any other error
     before the first committed unit leaves no file either (and no OUT if this run created it)."""
@@ -222,21 +213,24 @@ def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
         return None
     manifest = read_manifest(out)
     recorded = manifest.metadata.get("tokenize", {})
-    if {k: recorded.get(k) for k in plan.run_key} != plan.run_key:
-        from tokenloom.tokenize._diff import run_key_differences
-
-        raise ResumeMismatchError(
-            "the output directory holds a dataset written with other settings, tokenizer, inputs or layout: "
-            + "; ".join(run_key_differences(recorded, plan.run_key) + _layout_difference(recorded)),
-            path=out,
-            hint="Pass --overwrite to replace it, or choose another --output-dir",
-        )
+    check_run_key(recorded, plan.run_key, out, also=_layout_difference(recorded))
     return manifest
 
 
 def _layout_difference(recorded: dict[str, Any]) -> list[str]:
     layout = recorded.get("layout", "single-process")
     return [] if layout == "units" else [f"layout {layout!r} (shard_NNNNN, an earlier tokenize) -> 'units'"]
+
+
+def open_units_dir(config: TokenizeConfig, plan: UnitPlan) -> int | None:
+    """OUT ready for this node's units (plan and node count written or checked); the run's node count."""
+    out = config.output_dir
+    prepare_units_dir(config)
+    establish_plan(out, plan)
+    recorded = establish_nodes(out, plan, config.nodes.recorded)
+    (out / WRITING_MARKER).touch()
+    fsync_dir(out)
+    return recorded
 
 
 def prepare_units_dir(config: TokenizeConfig) -> None:
@@ -326,13 +320,13 @@ def finalize(
     *,
     required: bool,
     first: int = 0,
-    num_nodes: int | None = None,
+    recorded: int | None = None,
     everyone: bool = False,
     publish: Callable[[], Any] | None = None,
 ) -> Any:
     """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise.
 
-    ``first``, ``num_nodes``: how the units were dealt to nodes, for the error's list of nodes to rerun.
+    ``first``, ``recorded`` (the run's node count): how the units were dealt, for the error's nodes to rerun.
     ``everyone``: every node has finished, so a unit still missing was taken by no node (said as such).
     ``publish``: what the unit writer's outputs become (default: the manifest of the unit shards).
     """
@@ -340,8 +334,7 @@ def finalize(
     if missing:
         if not required:
             return None
-        hint = rerun_hint(missing, first, num_nodes)
-        raise uncommitted_error(plan, missing, path=out, num_nodes=num_nodes, everyone=everyone, hint=hint)
+        raise uncommitted_error(plan, missing, path=out, recorded=recorded, everyone=everyone, first=first)
     try:  # every node finished: the one holding the lock publishes; the others wait, then find it published
         return _locked(
             out, lambda: publish() if publish is not None else write_unit_manifest(out, plan, tokenizer), wait=everyone

@@ -8,6 +8,7 @@ loaded lazily, once per process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import threading
@@ -171,26 +172,26 @@ class EngineChoice:
 
 def sample_texts(chunk: Chunk, text_field: tuple[str, ...], *, limit: int = 256, max_chars: int = 1 << 20) -> list[str]:
     """Up to ``limit`` texts (``max_chars`` in all) of the chunk's good records, for the engine probe."""
+    if chunk.texts is not None:  # parquet / Arrow: the reader took the texts out already
+        good = (text for text in chunk.texts if text is not None)
+    else:
+        parsed = (_text_of(line, text_field, chunk.first_line + i) for i, line in enumerate(chunk.lines) if line)
+        good = (text for text in parsed if isinstance(text, str))
     texts: list[str] = []
     chars = 0
-    if chunk.texts is not None:  # parquet / Arrow: the reader took the texts out already
-        for text in chunk.texts:
-            if text is not None:
-                if len(texts) >= limit or chars + len(text) > max_chars:
-                    break
-                texts.append(text)
-                chars += len(text)
-        return texts
-    for offset, line in enumerate(chunk.lines):
-        if line is None:
-            continue
-        text = _text_of(line, text_field, chunk.first_line + offset)
-        if isinstance(text, str):
-            if len(texts) >= limit or chars + len(text) > max_chars:
-                break
-            texts.append(text)
-            chars += len(text)
+    for text in good:
+        if len(texts) >= limit or chars + len(text) > max_chars:
+            break
+        texts.append(text)
+        chars += len(text)
     return texts
+
+
+def tokenizer_backend(tokenizer: str) -> object:
+    """The loaded tokenizer's Rust backend (else its transformers object): what load_encoder encodes with."""
+    loaded = load_tokenizer(tokenizer)
+    backend = getattr(loaded, "backend", None)
+    return backend if backend is not None else getattr(loaded, "transformers", loaded)
 
 
 def choose_engine(
@@ -201,10 +202,8 @@ def choose_engine(
         from tokenizers import Tokenizer
 
         source: object = Tokenizer.from_str(serialized)
-    elif is_loaded(tokenizer):
-        loaded = load_tokenizer(tokenizer)  # num_workers=0: loaded here already
-        backend = getattr(loaded, "backend", None)
-        source = backend if backend is not None else getattr(loaded, "transformers", loaded)
+    elif is_loaded(tokenizer):  # num_workers=0: loaded here already
+        source = tokenizer_backend(tokenizer)
     else:  # a slow tokenizer, described by a child: no Rust backend, so no fast engine (never load it here)
         chosen = Engine(engine)
         encoder = refuse_fast(chosen, HF_REQUESTED if chosen is Engine.HF else SLOW_TOKENIZER)
@@ -222,37 +221,21 @@ def probe_in_worker(tokenizer: str, engine: str, sample: list[str], verify_fract
     Why not in the parent: there it builds the hf and fastokens tokenizers a third time while the
     workers build theirs, on the same cores (measured here: 1-3 s of a 5 s run on 110 MB).
     """
-    loaded = load_tokenizer(tokenizer)
-    backend = getattr(loaded, "backend", None)
-    source = backend if backend is not None else getattr(loaded, "transformers", loaded)
-    key = (tokenizer, _probe_key(engine, sample), verify_fraction)
-    encoder = _ENCODERS.get(key)  # this worker may have probed for a chunk already (EncodeSettings.probe)
-    if encoder is None:
-        encoder = load_encoder(source, engine, sample, verify_fraction=verify_fraction)
-        _ENCODERS[key] = encoder
-    _ENCODERS.setdefault((tokenizer, encoder.name, verify_fraction), encoder)
+    encoder = _cached_encoder(tokenizer, engine, verify_fraction, tuple(sample))
     return EngineChoice(encoder.name, encoder.reason, encoder.record())
 
 
-def _probe_key(engine: str, sample: list[str] | tuple[str, ...]) -> str:
-    """The name of an encoder chosen by probing ``sample`` (the same sample gives the same choice)."""
-    return f"probe:{engine}:{len(sample)}:{hash(tuple(sample))}"
-
-
-def _encoder(settings: EncodeSettings) -> Encoder:
-    if settings.probe is not None:  # the probe's result is not back yet: make the same choice here
-        key = (settings.tokenizer, _probe_key(settings.engine, settings.probe), settings.verify_fraction)
-    else:
-        key = (settings.tokenizer, settings.engine, settings.verify_fraction)
-    encoder = _ENCODERS.get(key)
+def _cached_encoder(tokenizer: str, engine: str, verify_fraction: float, probe: tuple[str, ...] | None) -> Encoder:
+    """This worker's encoder: built once per tokenizer and engine, or per probe sample (the same sample gives
+    the same choice, so a chunk sent before the probe's result makes it here too; EncodeSettings.probe)."""
+    engine_key = engine if probe is None else f"probe:{engine}:{len(probe)}:{hash(probe)}"
+    encoder = _ENCODERS.get((tokenizer, engine_key, verify_fraction))
     if encoder is None:
-        loaded = load_tokenizer(settings.tokenizer)
-        backend = getattr(loaded, "backend", None)
-        source = backend if backend is not None else getattr(loaded, "transformers", loaded)
-        encoder = load_encoder(source, settings.engine, settings.probe or (), verify_fraction=settings.verify_fraction)
-        _ENCODERS[key] = encoder
-        if settings.probe is not None:
-            _ENCODERS.setdefault((settings.tokenizer, encoder.name, settings.verify_fraction), encoder)
+        source = tokenizer_backend(tokenizer)
+        encoder = load_encoder(source, engine, probe or (), verify_fraction=verify_fraction)
+        _ENCODERS[tokenizer, engine_key, verify_fraction] = encoder
+        if probe is not None:
+            _ENCODERS.setdefault((tokenizer, encoder.name, verify_fraction), encoder)
     return encoder
 
 
@@ -287,7 +270,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
     """Parse, encode and window one chunk; bad records become Issues, in line order.
 
     ``encoder``: the run's encoder when it runs in this process (threads or ``num_workers=0``);
-    None in a pool worker, which builds its own once (:func:`_encoder`).
+    None in a pool worker, which builds its own once.
     """
     started = time.perf_counter()
     issues = list(chunk.issues)
@@ -334,7 +317,9 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
     parsed, parsed_cpu = time.perf_counter(), time.process_time() if profiling else 0.0
     if texts:
         try:
-            flat, offsets = (encoder if encoder is not None else _encoder(settings)).encode_flat(texts)
+            if encoder is None:  # a pool worker builds its own once
+                encoder = _cached_encoder(settings.tokenizer, settings.engine, settings.verify_fraction, settings.probe)
+            flat, offsets = encoder.encode_flat(texts)
         except EngineMismatchError as exc:
             record = text_lines[exc.record] if exc.record is not None and exc.record < len(text_lines) else None
             raise EngineMismatchError(
@@ -361,42 +346,27 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
             record=text_lines[doc],
             hint="The tokenizer's vocabulary size is inconsistent with its ids; check the tokenizer files",
         )
-    val: ChunkResult | None = None
-    val_no_tokens = val_truncated = 0
-    if settings.val_fraction > 0:
-        chosen = is_validation(texts, settings.val_fraction, settings.val_seed)
-        token_chosen = np.repeat(chosen, doc_lengths)
-        val_entries = window_documents(
-            flat[token_chosen],
-            doc_lengths[chosen],
-            eod_id=settings.eod_id,
-            seq_len=settings.seq_len,
-            overlap_size=settings.overlap_size,
-            dtype=dtype,
-            windowing=settings.windowing,
-        )
-        val = ChunkResult(
-            index=chunk.index,
-            file_index=chunk.file_index,
-            tokens=val_entries.tokens,
-            lengths=val_entries.lengths,
-            overlap_prefix=val_entries.overlap_prefix,
-            documents=int(chosen.sum()),
-            issues=[],
-            num_bytes=0,
-            source_bytes=0,
-        )
-        flat, doc_lengths = flat[~token_chosen], doc_lengths[~chosen]
-        val_no_tokens, val_truncated = val_entries.documents_without_entries, val_entries.truncated_documents
-    entries = window_documents(
-        flat,
-        doc_lengths,
+    window = functools.partial(
+        window_documents,
         eod_id=settings.eod_id,
         seq_len=settings.seq_len,
         overlap_size=settings.overlap_size,
         dtype=dtype,
         windowing=settings.windowing,
     )
+    val: ChunkResult | None = None
+    val_no_tokens = val_truncated = 0
+    if settings.val_fraction > 0:
+        chosen = is_validation(texts, settings.val_fraction, settings.val_seed)
+        token_chosen = np.repeat(chosen, doc_lengths)
+        val_entries = window(flat[token_chosen], doc_lengths[chosen])
+        val = ChunkResult(
+            chunk.index, chunk.file_index, val_entries.tokens, val_entries.lengths, val_entries.overlap_prefix,
+            documents=int(chosen.sum()), issues=[], num_bytes=0, source_bytes=0,
+        )  # fmt: skip
+        flat, doc_lengths = flat[~token_chosen], doc_lengths[~chosen]
+        val_no_tokens, val_truncated = val_entries.documents_without_entries, val_entries.truncated_documents
+    entries = window(flat, doc_lengths)
     dropped = None
     if settings.windowing == Windowing.GPT_SIMPLE:
         counts = {

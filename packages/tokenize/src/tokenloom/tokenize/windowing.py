@@ -42,6 +42,7 @@ reproduced token for token (pinned here by hand-computed cases and in
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -142,6 +143,7 @@ def _validate_gpt_simple(seq_len: int | None, overlap_size: int) -> None:
         )
 
 
+@dataclass(eq=False, slots=True)
 class Entries:
     """Entries in order: a flat token array, each entry's length and overlap prefix.
 
@@ -149,48 +151,32 @@ class Entries:
     gpt-simple rule drops (documents of no tokens; documents cut at 10,001 windows).
     """
 
-    __slots__ = ("documents_without_entries", "lengths", "overlap_prefix", "tokens", "truncated_documents")
-
-    def __init__(
-        self,
-        tokens: npt.NDArray[np.integer],
-        lengths: npt.NDArray[np.int64],
-        overlap_prefix: npt.NDArray[np.uint16],
-        *,
-        documents_without_entries: int = 0,
-        truncated_documents: int = 0,
-    ) -> None:
-        self.tokens = tokens
-        self.lengths = lengths
-        self.overlap_prefix = overlap_prefix
-        self.documents_without_entries = documents_without_entries
-        self.truncated_documents = truncated_documents
+    tokens: npt.NDArray[np.integer]
+    lengths: npt.NDArray[np.int64]
+    overlap_prefix: npt.NDArray[np.uint16]
+    _: KW_ONLY
+    documents_without_entries: int = 0
+    truncated_documents: int = 0
 
     def __len__(self) -> int:
         return len(self.lengths)
 
 
+@dataclass(eq=False, slots=True)
 class _Plan:
     """Per entry: content start in the flat document tokens, content length, overlap prefix, EOD or not."""
 
-    __slots__ = ("dropped", "has_eod", "lengths", "prefix", "starts", "truncated")
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    prefix: npt.NDArray[np.uint16]
+    has_eod: npt.NDArray[np.bool_] | None = None
+    _: KW_ONLY
+    dropped: int = 0
+    truncated: int = 0
 
-    def __init__(
-        self,
-        starts: npt.NDArray[np.int64],
-        lengths: npt.NDArray[np.int64],
-        prefix: npt.NDArray[np.uint16],
-        has_eod: npt.NDArray[np.bool_] | None = None,
-        *,
-        dropped: int = 0,
-        truncated: int = 0,
-    ) -> None:
-        self.starts = starts
-        self.lengths = lengths
-        self.prefix = prefix
-        self.has_eod = np.ones(len(lengths), dtype=bool) if has_eod is None else has_eod
-        self.dropped = dropped
-        self.truncated = truncated
+    def __post_init__(self) -> None:
+        if self.has_eod is None:
+            self.has_eod = np.ones(len(self.lengths), dtype=bool)
 
 
 def _doc_starts(doc_lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
