@@ -2,13 +2,18 @@
 
 The plan is best-fit decreasing over every conversation's length (deterministic, computed once over the
 whole store, :func:`best_fit_decreasing`); a conversation is never split, and one longer than seq_len is
-left out and counted (``num_too_long``; pass ``too_long="error"`` to refuse instead). A batch is filled
-slice by slice per conversation straight into one shared storage (the samples
-:func:`~tokenloom.datasets._sample.build_batch` gives for these documents): ``input_ids``, ``labels``
+left out and counted (``num_too_long``; pass ``too_long="error"`` to refuse instead). From the plan a
+gather plan is built once as flat arrays (every sample's segments: its conversations, then its padding).
+A batch is two slice copies per conversation into a compact form (the tokens in the store's dtype and the
+loss mask, ``(B, L)`` each, and the segment lengths), expanded vectorised over the whole batch into the
+samples :func:`~tokenloom.datasets._sample.build_batch` gives for these documents: ``input_ids``, ``labels``
 (-100 where the store's ``loss_mask`` is 0, across conversation boundaries and on padding),
 ``position_ids`` restarting at every conversation, ``doc_ids`` and ``cu_seqlens`` (padding is one more
-segment), all of length seq_len.
-``packing_efficiency`` is the share of the packed slots that hold tokens (logged once).
+segment), all of length seq_len. A DataLoader worker sends the compact form (about 1/13 of the int64
+tensors, inside the pickle: no shared-memory file per batch) and the main process expands it, as
+:class:`~tokenloom.datasets._batch.WindowBatch` does for plain windows.
+A negative id in a signed ``sequence`` is a TokenRangeError when a batch gathers it (unsigned stores
+skip the check). ``packing_efficiency`` is the share of the packed slots that hold tokens (logged once).
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         self._order, self._bin_offsets = pack_order(best_fit_decreasing(fits, self.seq_len), fits)
         self._plan(lengths)
         dtypes = [np.dtype(part.dtypes["sequence"]) for part in self.store.parts]
-        self._token_dtype = np.result_type(*dtypes)
+        self._token_dtype = dtypes[0] if len(set(dtypes)) == 1 else np.dtype(np.int64)
         self._signed = any(dtype.kind == "i" for dtype in dtypes)  # negative ids possible: checked per batch
         self._arrays: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._arrays_pid = -1
@@ -145,25 +150,23 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
 
     def _plan(self, lengths: np.ndarray) -> None:
         """The gather plan, built once as flat arrays of segments: every sample's conversations, then its
-        padding (one more segment, maybe empty), samples in order; sample i's segments start at
-        ``bin_offsets[i] + i``. Per segment: its store part (-1: padding), start in that part's arrays,
-        length, and number in its sample."""
+        padding (one more segment, maybe empty), samples in order; sample i's segments are ``_seg_count[i]``
+        from ``_seg_first[i]``. Per segment: its store part (-1: padding), start in that part's arrays,
+        length, number in its sample and start in its sample."""
         order, bins = self._order, len(self._bin_offsets) - 1
         counts = np.diff(self._bin_offsets)
         conversation = np.arange(len(order)) + np.repeat(np.arange(bins), counts)
         padding = self._bin_offsets[1:] + np.arange(bins)
         offsets = [np.asarray(part.offsets["sequence"], dtype=np.int64) for part in self.store.parts]
-        part_of = np.repeat(np.arange(len(offsets), dtype=np.int32), [len(o) - 1 for o in offsets])
-        self._seg_part = np.full(len(order) + bins, -1, dtype=np.int32)
-        self._seg_part[conversation] = part_of[order]
-        self._seg_begin = np.zeros(len(order) + bins, dtype=np.int64)
-        self._seg_begin[conversation] = np.concatenate([o[:-1] for o in offsets])[order]
-        self._seg_len = np.zeros(len(order) + bins, dtype=np.int32)
-        self._seg_len[conversation] = lengths[order]
+        part_of = np.repeat(np.arange(len(offsets)), [len(o) - 1 for o in offsets])
+        self._segments = np.zeros((3, len(order) + bins), dtype=np.int64)  # part (-1: padding), begin, length
+        self._segments[0, padding] = -1
+        self._segments[:2, conversation] = part_of[order], np.concatenate([o[:-1] for o in offsets])[order]
+        self._segments[2, conversation] = lengths[order]
         ends = np.concatenate([[0], np.cumsum(lengths[order])])
-        self._seg_len[padding] = self.seq_len - (ends[self._bin_offsets[1:]] - ends[self._bin_offsets[:-1]])
-        first = self._bin_offsets[:-1] + np.arange(bins)
-        self._seg_number = (np.arange(len(order) + bins) - np.repeat(first, counts + 1)).astype(np.int32)
+        self._segments[2, padding] = self.seq_len - (ends[self._bin_offsets[1:]] - ends[self._bin_offsets[:-1]])
+        self._seg_first, self._seg_count = self._bin_offsets[:-1] + np.arange(bins), counts + 1
+        self._seg_number = (np.arange(len(order) + bins) - np.repeat(self._seg_first, counts + 1)).astype(np.int32)
 
     def _gather(self, indices: Sequence[int]) -> _Compact:
         """The samples at ``indices`` in compact form (:class:`_Compact`).
@@ -173,26 +176,23 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         """
         size = len(self)
         index = np.asarray(indices, dtype=np.int64).reshape(-1)
-        bad = (index < -size) | (index >= size)
-        if bad.any():
-            raise IndexError(f"sequence {int(index[bad][0])} out of range for {size} packed sequences")
-        index %= size
-        first = self._bin_offsets[index] + index
-        counts = self._bin_offsets[index + 1] + index + 1 - first
-        segments = (first - np.cumsum(counts) + counts).repeat(counts) + np.arange(int(counts.sum()))
-        lengths = self._seg_len[segments]
-        starts = np.cumsum(lengths) - lengths  # a sample's segments fill its seq_len exactly
+        if len(index) and not (-size <= index.min() and index.max() < size):
+            bad = index[(index < -size) | (index >= size)]
+            raise IndexError(f"sequence {int(bad[0])} out of range for {size} packed sequences")
+        if len(index) and index.min() < 0:
+            index %= size
+        first, counts = self._seg_first[index], self._seg_count[index]
+        ends = counts.cumsum()
+        segments = (first + counts - ends).repeat(counts) + _arange(int(ends[-1]) if len(ends) else 0)
+        plan = self._segments[:, segments]
+        lengths = plan[2]
+        starts = lengths.cumsum() - lengths  # a sample's segments fill its seq_len exactly
         tokens = np.zeros((len(index), self.seq_len), dtype=self._token_dtype)
         trained = np.zeros((len(index), self.seq_len), dtype=np.bool_)
         flat_tokens, flat_trained = tokens.reshape(-1), trained.reshape(-1)
         arrays = self._record_arrays()
-        for part, begin, start, count in zip(
-            self._seg_part[segments].tolist(),
-            self._seg_begin[segments].tolist(),
-            starts.tolist(),
-            lengths.tolist(),
-            strict=True,
-        ):
+        parts, begins, sizes = plan.tolist()
+        for part, begin, start, count in zip(parts, begins, starts.tolist(), sizes, strict=True):
             if part >= 0:
                 sequence, mask = arrays[part]
                 flat_tokens[start : start + count] = sequence[begin : begin + count]
@@ -205,13 +205,13 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         at = int(np.argmax(flat_tokens < 0))
         which = int(np.searchsorted(starts, at, side="right")) - 1
         segment, sample = int(segments[which]), int(index[at // self.seq_len])
-        part = self.store.parts[int(self._seg_part[segment])]
+        part = self.store.parts[int(self._segments[0, segment])]
         dtype = np.dtype(part.dtypes["sequence"])
         raise TokenRangeError(
             f"token id {int(flat_tokens[at])} is negative in the store's signed 'sequence' ({dtype.name}), "
             "expected token ids >= 0",
             path=part.files["sequence"],
-            offset=(int(self._seg_begin[segment]) + at - int(starts[which])) * dtype.itemsize,
+            offset=(int(self._segments[1, segment]) + at - int(starts[which])) * dtype.itemsize,
             record=int(self._order[segment - sample]),
             field="sequence",
             hint="The store holds something other than a tokenizer's ids: re-create it "
@@ -260,23 +260,23 @@ class _Compact(NamedTuple):
         rows, length = self.tokens.shape
         wide, cu = np.empty((4, rows * length), dtype=np.int64), np.empty((rows, length + 1), dtype=np.int32)
         ids, labels, positions, docs = wide
-        ends = np.cumsum(self.lengths, dtype=np.int64)
-        starts = ends - self.lengths
+        lengths, numbers = self.lengths, self.numbers
+        ends = np.cumsum(lengths, dtype=np.int64)
+        starts = ends - lengths
         np.copyto(ids, self.tokens.reshape(-1), casting="unsafe")
         if self.pad_id != 0:  # every row's last segment is its padding
-            last = np.flatnonzero(np.append(self.numbers[1:] == 0, True))
+            last = np.flatnonzero(np.append(numbers[1:] == 0, True))
             for start, end in zip(starts[last].tolist(), ends[last].tolist(), strict=True):
                 ids[start:end] = self.pad_id
-        labels.fill(IGNORE_INDEX)
-        np.copyto(labels[:-1], ids[1:], where=self.trained.reshape(-1)[1:])
-        labels[ends - 1] = IGNORE_INDEX  # no label across a conversation's end or a row's end
-        np.subtract(_arange(rows * length), starts.repeat(self.lengths), out=positions)
-        np.copyto(docs, self.numbers.repeat(self.lengths))
-        row = (ends - 1) // length
+        np.copyto(labels[:-1], ids[1:])
+        np.copyto(labels[:-1], IGNORE_INDEX, where=~self.trained.reshape(-1)[1:])
+        labels[ends - 1] = IGNORE_INDEX  # no label across a conversation's end or a row's end (the last cell too)
+        np.subtract(_arange(rows * length), starts.repeat(lengths), out=positions)
+        np.copyto(docs, numbers.repeat(lengths))
         cu.fill(length)
-        cu.reshape(-1)[row * (length + 1) + self.numbers] = starts - row * length
-        tensors = torch.from_numpy(wide.reshape(4, rows, length))
-        out = {key: tensors[k] for k, key in enumerate(_KEYS)}
+        row = (ends - 1) // length
+        cu[row, numbers] = starts - row * length
+        out = dict(zip(_KEYS, torch.from_numpy(wide.reshape(4, rows, length)).unbind(), strict=True))
         out["cu_seqlens"] = torch.from_numpy(cu)
         return out
 
