@@ -228,7 +228,9 @@ def test_batches_cross_to_workers_compact_and_equal(tmp_path: Path) -> None:
     from tokenloom.datasets._packed_sft import _CompactDict
 
     ds = PackedSFTDataset(write_store(tmp_path / "sft", conversations(40)), 64, pad_id=3)
-    batch = ds.__getitems__([0, 2, 1, -1])
+    indices = np.array([0, 2, 1, -1])
+    batch = ds.__getitems__(indices)
+    assert indices.tolist() == [0, 2, 1, -1]  # the caller's array, untouched
     expected = batch.batched
     for sent in (batch, _CompactDict(batch.compact, batch.compact.expand())):
         data = pickle.dumps(sent)

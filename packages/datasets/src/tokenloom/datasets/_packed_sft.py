@@ -151,8 +151,8 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
     def _plan(self, lengths: np.ndarray) -> None:
         """The gather plan, built once as flat arrays of segments: every sample's conversations, then its
         padding (one more segment, maybe empty), samples in order; sample i's segments are ``_seg_count[i]``
-        from ``_seg_first[i]``. Per segment: its store part (-1: padding), start in that part's arrays,
-        length, number in its sample and start in its sample."""
+        from ``_seg_first[i]``. Per segment: ``_segments`` its store part (-1: padding), start in that part's
+        arrays and length; ``_seg_number`` its number in its sample."""
         order, bins = self._order, len(self._bin_offsets) - 1
         counts = np.diff(self._bin_offsets)
         conversation = np.arange(len(order)) + np.repeat(np.arange(bins), counts)
@@ -180,7 +180,7 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
             bad = index[(index < -size) | (index >= size)]
             raise IndexError(f"sequence {int(bad[0])} out of range for {size} packed sequences")
         if len(index) and index.min() < 0:
-            index %= size
+            index = index % size  # a new array: never the caller's
         first, counts = self._seg_first[index], self._seg_count[index]
         ends = counts.cumsum()
         segments = (first + counts - ends).repeat(counts) + _arange(int(ends[-1]) if len(ends) else 0)
@@ -201,7 +201,10 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
             self._refuse_negative(flat_tokens, index, segments, starts)
         return _Compact(tokens, trained, lengths, self._seg_number[segments], self.pad_id)
 
-    def _refuse_negative(self, flat_tokens: np.ndarray, index: np.ndarray, segments: np.ndarray, starts: np.ndarray):
+    def _refuse_negative(
+        self, flat_tokens: np.ndarray, index: np.ndarray, segments: np.ndarray, starts: np.ndarray
+    ) -> None:
+        """TokenRangeError at the first negative id of a gathered batch: its file, byte offset and record."""
         at = int(np.argmax(flat_tokens < 0))
         which = int(np.searchsorted(starts, at, side="right")) - 1
         segment, sample = int(segments[which]), int(index[at // self.seq_len])
