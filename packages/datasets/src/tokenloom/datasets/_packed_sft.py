@@ -9,7 +9,7 @@ loss mask, ``(B, L)`` each, and the segment lengths), expanded vectorised over t
 samples :func:`~tokenloom.datasets._sample.build_batch` gives for these documents: ``input_ids``, ``labels``
 (-100 where the store's ``loss_mask`` is 0, across conversation boundaries and on padding),
 ``position_ids`` restarting at every conversation, ``doc_ids`` and ``cu_seqlens`` (padding is one more
-segment), all of length seq_len. A DataLoader worker sends the compact form (about 1/13 of the int64
+segment), all of length seq_len. A DataLoader worker sends the compact form (about 1/12 of the int64
 tensors, inside the pickle: no shared-memory file per batch) and the main process expands it, as
 :class:`~tokenloom.datasets._batch.WindowBatch` does for plain windows.
 A negative id in a signed ``sequence`` is a TokenRangeError when a batch gathers it (unsigned stores
@@ -246,7 +246,7 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
 
 
 class _Compact(NamedTuple):
-    """A packed batch before :meth:`expand`: what a DataLoader worker sends (1/13 of the int64 batch)."""
+    """A packed batch before :meth:`expand`: what a DataLoader worker sends (1/12 of the int64 batch, uint16 ids)."""
 
     tokens: np.ndarray  # (B, L) in the store's dtype, 0 on padding
     trained: np.ndarray  # (B, L) bool: the store's loss_mask, False on padding
