@@ -6,8 +6,8 @@ system prompt half the time, 1-4 user/assistant turns, answers of 20-400 words) 
 row with ``--full`` (or ``TOKENLOOM_BENCH_SFT_FULL=1``), about 1 MB with ``--quick`` (a check that every row
 runs). The tokenizer is the shipped BPE plus ``<|im_start|>`` and ``<|im_end|>``, with a ChatML template
 written here that has ``{% generation %}`` tags (the peers need them; tokenloom does not). Each row runs as its own
-process; wall seconds and CPU seconds (``getrusage`` of the children) are whole-process; "in-process" is
-the process's own clock after its imports, where it reports one.
+process; wall seconds and CPU seconds (``getrusage`` of the whole tree, forkserver workers included) are
+whole-process; "in-process" is the process's own clock after its imports, where it reports one.
 
 - ``tokenloom tokenize --train-type sft --num-workers 2``: masks derived and every record verified, record store.
 - plain: one process that orjson-parses, renders each conversation with ``apply_chat_template(tokenize=False)``,
@@ -17,13 +17,19 @@ the process's own clock after its imports, where it reports one.
 - TRL: ``SFTTrainer``'s dataset preparation (``_prepare_dataset`` with ``assistant_only_loss=True``,
   ``dataset_num_proc=2``) on ``load_dataset("json")``; and ``datasets.map(num_proc=2)`` calling
   ``apply_chat_template(return_assistant_tokens_mask=True)``. Target: tokenloom >= 3x.
-- packed SFT loader: ``PackedSFTDataset(store, 2048)`` in a DataLoader (2 workers, batch 8) vs a plain packed
-  loader over the same bins (a map-style dataset whose ``__getitems__`` fills one preallocated int64 batch with
-  input_ids, labels -100 where masked and across conversations, position_ids reset). Target: >= 1.0x.
+- packed SFT loader: ``PackedSFTDataset(store, 2048)`` in a DataLoader (2 workers, batch 8, prefetch 4,
+  persistent, tokenloom's ``collate``) vs a plain packed loader over the same bins with the same DataLoader
+  settings: a map-style dataset whose ``__getitems__`` fills one preallocated storage (slice copies per
+  conversation, labels by one masked copy over the batch) with the same five tensors (input_ids, labels -100
+  where masked and across conversations, position_ids reset per conversation, doc_ids, cu_seqlens for
+  varlen attention); the first batches of every run are checked equal to the other implementation's.
+  Samples/s and CPU per sample (main process and workers, from /proc) over a window from the first batch
+  on. Target: >= 1.0x.
+  ``--loader-only`` runs only these rows (tokenize once for the store; nothing written).
 
 Token and trained-token counts are checked equal between the rows.
 
-    uv run --group bench python tools/bench/bench_sft.py [--quick | --full]
+    uv run --group bench python tools/bench/bench_sft.py [--quick | --full] [--loader-only]
 """
 
 from __future__ import annotations
@@ -127,58 +133,98 @@ print(json.dumps({"seconds": seconds, "tokens": sum(map(len, out["input_ids"])),
 """
 
 _LOADER = r"""
-import json, sys, time
+import json, os, sys, time
 import numpy as np, torch
 from torch.utils.data import DataLoader
-from tokenloom.datasets import PackedSFTDataset
+from tokenloom.datasets import PackedSFTDataset, collate
+from tokenloom.formats import open_records
 store, kind, seq_len, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+IGNORE, CHECKED = -100, 3
 packed = PackedSFTDataset(store, seq_len)
 
 class Plain(torch.utils.data.Dataset):
-    # the same bins, one preallocated int64 batch per call
+    # the same bins and the same five tensors: per conversation slice copies into one preallocated storage,
+    # labels by one masked copy over the whole batch (the fastest plain loop measured here)
     def __init__(self):
-        from tokenloom.formats import open_records
-        part = open_records(store).parts[0]
-        self.seq = part.array("sequence")
-        self.mask = part.array("loss_mask")
-        self.off = np.asarray(part.offsets["sequence"], dtype=np.int64)
-        self.bins = [packed.conversations(i) for i in range(len(packed))]
+        (part,) = open_records(store).parts
+        self.seq, self.mask = part.array("sequence"), part.array("loss_mask").view(np.bool_)
+        off = np.asarray(part.offsets["sequence"], dtype=np.int64)
+        self.bins = [[(int(off[c]), int(off[c + 1] - off[c])) for c in packed.conversations(i)]
+                     for i in range(len(packed))]
+        self.arange = np.arange(seq_len + 1, dtype=np.int64)
     def __len__(self):
         return len(self.bins)
     def __getitems__(self, indices):
-        n = len(indices)
-        ids = np.zeros((n, seq_len), dtype=np.int64)
-        labels = np.full((n, seq_len), -100, dtype=np.int64)
-        pos = np.zeros((n, seq_len), dtype=np.int64)
+        n, L, seq, mask, arange = len(indices), seq_len, self.seq, self.mask, self.arange
+        raw = torch.empty(n * L * 32 + n * (L + 1) * 4, dtype=torch.uint8)
+        wide = raw[: n * L * 32].view(torch.int64).view(4, n, L)
+        cu_seqlens = raw[n * L * 32 :].view(torch.int32).view(n, L + 1)
+        ids, labels, pos, docs = wide.numpy()
+        cu = cu_seqlens.numpy()
+        trained = np.zeros((n, L), dtype=np.bool_)
+        cu.fill(L)
+        ends = []
         for row, index in enumerate(indices):
             at = 0
-            for c in self.bins[index]:
-                b, e = self.off[c], self.off[c + 1]
-                k = e - b
-                ids[row, at:at + k] = self.seq[b:e]
-                keep = self.mask[b + 1:e].astype(bool)
-                lab = labels[row, at:at + k - 1]
-                lab[keep] = self.seq[b + 1:e][keep]
-                pos[row, at:at + k] = np.arange(k)
-                at += k
-        return {"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-                "position_ids": torch.from_numpy(pos)}
+            conversations = self.bins[index]
+            for number, (begin, count) in enumerate(conversations):
+                ids[row, at : at + count] = seq[begin : begin + count]
+                trained[row, at : at + count] = mask[begin : begin + count]
+                pos[row, at : at + count] = arange[:count]
+                docs[row, at : at + count] = number
+                cu[row, number] = at
+                at += count
+                ends.append(row * L + at - 1)
+            if at < L:  # padding: pad id 0, one more segment
+                ids[row, at:] = 0
+                pos[row, at:] = arange[: L - at]
+                docs[row, at:] = len(conversations)
+                cu[row, len(conversations)] = at
+        flat_labels, flat_ids = labels.reshape(-1), ids.reshape(-1)
+        np.copyto(flat_labels[:-1], flat_ids[1:])
+        np.copyto(flat_labels[:-1], IGNORE, where=~trained.reshape(-1)[1:])
+        flat_labels[ends] = IGNORE  # a conversation's last token predicts nothing
+        flat_labels[L - 1 :: L] = IGNORE  # nor a row's last
+        return {"input_ids": wide[0], "labels": wide[1], "position_ids": wide[2], "doc_ids": wide[3],
+                "cu_seqlens": cu_seqlens}
 
-dataset = packed if kind == "tokenloom" else Plain()
-loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=lambda b: b, shuffle=False,
-                    persistent_workers=True, prefetch_factor=4)
-seen, done, start = 0, 0, None
+def cpu_seconds(pids):
+    # user + system seconds of these processes so far (/proc: the DataLoader's workers are children)
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+plain = Plain()
+dataset = packed if kind == "tokenloom" else plain
+loader = DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=collate if kind == "tokenloom" else (lambda b: b),
+                    shuffle=False, drop_last=True, persistent_workers=True, prefetch_factor=4)
+first, seen, done, start = [], 0, 0, None
 while done < batches:  # epochs until `batches`; the clock starts at the first batch (after the workers start)
     for batch in loader:
         if start is None:
-            start = time.perf_counter()
+            pids = [os.getpid()] + [worker.pid for worker in loader._iterator._workers]
+            start, cpu_start = time.perf_counter(), cpu_seconds(pids)
         else:
-            seen += len(batch["input_ids"]) if isinstance(batch, dict) else len(batch)
+            seen += len(batch["input_ids"])
+        if len(first) < CHECKED:
+            first.append({key: value.clone() for key, value in batch.items()})
         done += 1
         if done >= batches:
             break
-seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "samples": seen, "per_second": seen / seconds}))
+seconds, cpu = time.perf_counter() - start, cpu_seconds(pids) - cpu_start
+# both loaders give the same tensors: the first batches against the other implementation's
+other = plain.__getitems__ if kind == "tokenloom" else (lambda indices: packed.__getitems__(indices).batched)
+for number, batch in enumerate(first):
+    expected = other(list(range(8 * number, 8 * number + 8)))
+    if batch.keys() != expected.keys() or not all(
+        batch[key].dtype == expected[key].dtype and torch.equal(batch[key], expected[key]) for key in batch
+    ):
+        raise SystemExit(f"{kind}: batch {number} differs from the other loader's")
+print(json.dumps({"seconds": seconds, "samples": seen, "per_second": seen / seconds, "cpu_per_sample": cpu / seen,
+                  "checked": len(first), "load": os.getloadavg()[0]}))
 """
 
 
@@ -246,12 +292,23 @@ def _last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-#: Corpus megabytes and runs per row: --quick, the default (run.py: under 90 s here), --full (the issue's >= 50 MB).
-SIZES = {"quick": (1, 1, 20), "default": (3, 1, 200), "full": (55, 3, 400)}
+#: Corpus megabytes, runs per prep row, loader runs per side and loader batches per run: --quick, the default
+#: (run.py: under 90 s here), --full (the issue's >= 50 MB).
+SIZES = {"quick": (1, 1, 1, 50), "default": (3, 1, 2, 1000), "full": (55, 3, 3, 3000)}
 
 
-def measure(size: str) -> dict:
-    megabytes, runs, batches = SIZES[size]
+def measure_loader(store: Path, runs: int, batches: int) -> dict[str, list[tuple[float, float, dict]]]:
+    """The packed SFT loader rows: tokenloom and plain alternately, ``runs`` each."""
+    loader: dict[str, list[tuple[float, float, dict]]] = {}
+    for _ in range(runs):
+        for kind in ("tokenloom", "plain"):
+            wall, cpu, stdout = timed([sys.executable, "-c", _LOADER, str(store), kind, str(SEQ_LEN), str(batches)])
+            loader.setdefault(kind, []).append((wall, cpu, _last_json(stdout)))
+    return loader
+
+
+def measure(size: str, *, loader_only: bool = False) -> dict:
+    megabytes, runs, loader_runs, batches = SIZES[size]
     tmp = Path(tempfile.mkdtemp(prefix="bench-sft-"))
     try:
         tokenizer = make_tokenizer(tmp)
@@ -274,26 +331,25 @@ def measure(size: str) -> dict:
             stats = orjson.loads((out / "post_training.json").read_bytes())["stats"]
             return {"tokens": stats["tokens"], "trained": stats["trained_tokens"]}
 
-        add("tokenloom `tokenize --train-type sft --num-workers 2`", tokenize, tokenloom_counts)
-        plain_out = tmp / "plain"
-        plain_out.mkdir()
-        add("plain (orjson, apply_chat_template, tokenizers offsets, masks, write)",
-            [sys.executable, "-c", _PLAIN, joined, str(tokenizer), str(plain_out)], _last_json)  # fmt: skip
-        peers = (
-            ("TRL SFTTrainer preparation (assistant_only_loss, 2 procs)", _TRL),
-            ("datasets.map + apply_chat_template(return_assistant_tokens_mask), 2 procs", _MAP),
-        )
-        for name, code in peers:
-            try:
-                add(name, [sys.executable, "-c", code, joined, str(tokenizer), str(tmp / f"cache-{len(rows)}-@RUN@")],
-                    _last_json)  # fmt: skip
-            except RuntimeError as exc:
-                rows[name] = [(float("nan"), float("nan"), {"error": str(exc).splitlines()[-1][:200]})]
-        loader: dict[str, list[tuple[float, float, dict]]] = {}
-        for kind in ("tokenloom", "plain"):
-            for _ in range(runs):
-                wall, cpu, stdout = timed([sys.executable, "-c", _LOADER, str(out), kind, str(SEQ_LEN), str(batches)])
-                loader.setdefault(kind, []).append((wall, cpu, _last_json(stdout)))
+        if loader_only:  # the store only
+            timed(tokenize)
+        else:
+            add("tokenloom `tokenize --train-type sft --num-workers 2`", tokenize, tokenloom_counts)
+            plain_out = tmp / "plain"
+            plain_out.mkdir()
+            add("plain (orjson, apply_chat_template, tokenizers offsets, masks, write)",
+                [sys.executable, "-c", _PLAIN, joined, str(tokenizer), str(plain_out)], _last_json)  # fmt: skip
+            peers = (
+                ("TRL SFTTrainer preparation (assistant_only_loss, 2 procs)", _TRL),
+                ("datasets.map + apply_chat_template(return_assistant_tokens_mask), 2 procs", _MAP),
+            )
+            for name, code in peers:
+                try:
+                    cache = str(tmp / f"cache-{len(rows)}-@RUN@")
+                    add(name, [sys.executable, "-c", code, joined, str(tokenizer), cache], _last_json)
+                except RuntimeError as exc:
+                    rows[name] = [(float("nan"), float("nan"), {"error": str(exc).splitlines()[-1][:200]})]
+        loader = measure_loader(out, loader_runs, batches)
         load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
         return {"data_mb": data_mb, "files": len(files), "runs": runs, "rows": rows, "loader": loader, "load": load}
     finally:
@@ -309,39 +365,64 @@ def report(result: dict) -> str:
         f"{result['data_mb']:.1f} MB of generated conversations in {result['files']} jsonl files; medians of "
         f"{result['runs']} runs; whole-process wall and CPU seconds (CPU: the process and its children); load average "
         f"(1/5/15 min) at the end {result['load']} on {os.cpu_count()} cores.",
-        "",
-        "| row | wall s | CPU s | in-process s | MB/s (wall) | tokenloom faster by (wall) | tokens | trained |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    ours = median(w for w, _, _ in next(iter(rows.values())))
-    for name, runs in rows.items():
-        info = runs[0][2]
-        if "error" in info:
-            lines.append(f"| {name} | failed: {info['error']} | | | | | | |")
-            continue
-        wall, cpu = median(w for w, _, _ in runs), median(c for _, c, _ in runs)
-        inside = median(r[2]["seconds"] for r in runs) if "seconds" in info else None
-        lines.append(
-            f"| {name} | {wall:.2f} | {cpu:.2f} | {'' if inside is None else f'{inside:.2f}'} | "
-            f"{result['data_mb'] / wall:.1f} | {wall / ours:.2f}x | {info['tokens']:,} | {info['trained']:,} |"
-        )
-    counts = {(r[0][2].get("tokens"), r[0][2].get("trained")) for r in rows.values() if "error" not in r[0][2]}
-    lines += ["", f"Token and trained-token counts equal across rows: {'yes' if len(counts) == 1 else f'no {counts}'}."]
-    lines += ["", f"Packed SFT loader ({SEQ_LEN} tokens, batch 8, 2 workers; clock from the first batch):", ""]
-    lines += ["| loader | samples/s (in-process) | wall s | CPU s | tokenloom / plain |", "|---|---:|---:|---:|---:|"]
-    speeds = {kind: median(r[2]["per_second"] for r in runs) for kind, runs in loader.items()}
+    if rows:
+        lines += [
+            "",
+            "| row | wall s | CPU s | in-process s | MB/s (wall) | tokenloom faster by (wall) | tokens | trained |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        ours = median(w for w, _, _ in next(iter(rows.values())))
+        for name, runs in rows.items():
+            info = runs[0][2]
+            if "error" in info:
+                lines.append(f"| {name} | failed: {info['error']} | | | | | | |")
+                continue
+            wall, cpu = median(w for w, _, _ in runs), median(c for _, c, _ in runs)
+            inside = median(r[2]["seconds"] for r in runs) if "seconds" in info else None
+            lines.append(
+                f"| {name} | {wall:.2f} | {cpu:.2f} | {'' if inside is None else f'{inside:.2f}'} | "
+                f"{result['data_mb'] / wall:.1f} | {wall / ours:.2f}x | {info['tokens']:,} | {info['trained']:,} |"
+            )
+        counts = {(r[0][2].get("tokens"), r[0][2].get("trained")) for r in rows.values() if "error" not in r[0][2]}
+        lines += [
+            "",
+            f"Token and trained-token counts equal across rows: {'yes' if len(counts) == 1 else f'no {counts}'}.",
+        ]
+    runs = len(loader["tokenloom"])
+    samples = loader["tokenloom"][0][2]["samples"]
+    lines += [
+        "",
+        f"Packed SFT loader ({SEQ_LEN} tokens, batch 8, 2 workers, prefetch 4, persistent, in order; {runs} runs a "
+        f"side, alternating; medians). Both give the same five tensors (input_ids, labels, position_ids, doc_ids "
+        "int64, cu_seqlens int32), checked equal on the first batches of every run. In-process: a window of "
+        f"{samples:,} samples from the first batch on; its CPU is the main process's and the workers' (/proc). "
+        "The plain loader: a map-style dataset over the same bins whose `__getitems__` fills one preallocated "
+        "storage by slice copies per conversation and labels by one masked copy over the batch; tokenloom's "
+        "`collate` for tokenloom.",
+        "",
+        "| loader | samples/s (in-process) | CPU µs/sample (in-process) | wall s | CPU s | load (1 min) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    speed = {kind: median(r[2]["per_second"] for r in runs) for kind, runs in loader.items()}
+    cost = {kind: median(r[2]["cpu_per_sample"] for r in runs) for kind, runs in loader.items()}
     for kind, runs in loader.items():
         wall, cpu = median(w for w, _, _ in runs), median(c for _, c, _ in runs)
-        lines.append(f"| {kind} | {speeds[kind]:,.0f} | {wall:.2f} | {cpu:.2f} | "
-                     f"{speeds['tokenloom'] / speeds[kind]:.2f}x |")  # fmt: skip
+        loads = " / ".join(f"{r[2]['load']:.1f}" for r in runs)
+        lines.append(f"| {kind} | {speed[kind]:,.0f} | {cost[kind] * 1e6:,.0f} | {wall:.2f} | {cpu:.2f} | {loads} |")
+    lines += [
+        "",
+        f"tokenloom / plain: {speed['tokenloom'] / speed['plain']:.2f}x the samples per second, "
+        f"{cost['plain'] / cost['tokenloom']:.2f}x the samples per CPU second.",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def run(quick: bool, *, full: bool = False) -> str:
+def run(quick: bool, *, full: bool = False, loader_only: bool = False) -> str:
     """run.py's entry: --quick 1 MB, else 3 MB (TOKENLOOM_BENCH_SFT_FULL=1 or --full: 55 MB, 3 runs a row)."""
     full = full or os.environ.get("TOKENLOOM_BENCH_SFT_FULL") == "1"
-    text = report(measure("quick" if quick else "full" if full else "default"))
-    if not quick:
+    text = report(measure("quick" if quick else "full" if full else "default", loader_only=loader_only))
+    if not quick and not loader_only:
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
         OUTPUT.write_text(text)
     return text
@@ -351,8 +432,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--full", action="store_true", help="55 MB of conversations, 3 runs a row (minutes)")
+    parser.add_argument("--loader-only", action="store_true", help="the packed SFT loader rows only (not written)")
     args = parser.parse_args()
-    sys.stdout.write(run(args.quick, full=args.full))
+    sys.stdout.write(run(args.quick, full=args.full, loader_only=args.loader_only))
     return 0
 
 

@@ -192,3 +192,56 @@ def test_a_store_whose_sequence_is_not_integer_is_refused(tmp_path: Path) -> Non
     with pytest.raises(FormatError, match="sequence") as caught:
         PackedSFTDataset(tmp_path / "f", 8)
     assert caught.value.field == "sequence"
+
+
+def test_a_negative_token_id_in_a_signed_sequence_is_refused(tmp_path: Path) -> None:
+    """A signed ``sequence`` (AstrAI's save_bin of an int32 tensor, say) with a negative id: a TokenRangeError naming
+    the file, record and field, not -5 handed to the embedding as a token."""
+    from tokenloom.formats import TokenRangeError
+
+    convs = conversations(12, seed=4)
+    with RecordStoreWriter(tmp_path / "s", train_type="sft", dtype="int32", key_dtypes={"loss_mask": "bool"}) as w:
+        for tokens, mask in convs:
+            w.add_record({"sequence": tokens, "loss_mask": mask})
+    record, at = 7, 2
+    data = np.memmap(tmp_path / "s" / "sequence.bin", dtype=np.int32, mode="r+")
+    begin = sum(len(t) for t, _ in convs[:record])
+    data[begin + at] = -5  # as a writer that never checked would leave it
+    data.flush()
+    del data
+    ds = PackedSFTDataset(tmp_path / "s", 64)
+    sample = next(i for i in range(len(ds)) if record in ds.conversations(i))
+    clean = next(i for i in range(len(ds)) if record not in ds.conversations(i))
+    assert ds[clean]["input_ids"].min() >= 0  # the other samples still read
+    with pytest.raises(TokenRangeError, match="negative") as caught:
+        ds.__getitems__([clean, sample])
+    error = caught.value
+    assert (error.record, error.field, error.offset) == (record, "sequence", (begin + at) * 4)
+    assert error.path is not None and error.path.endswith("sequence.bin") and "re-create" in str(error)
+
+
+def test_batches_cross_to_workers_compact_and_equal(tmp_path: Path) -> None:
+    """A worker's batch is pickled as its compact form (tokens in the store's dtype, mask, segment lengths) and
+    rebuilt equal; a batch a collate changed is sent as its tensors."""
+    import pickle
+
+    from tokenloom.datasets._packed_sft import _CompactDict
+
+    ds = PackedSFTDataset(write_store(tmp_path / "sft", conversations(40)), 64, pad_id=3)
+    indices = np.array([0, 2, 1, -1])
+    batch = ds.__getitems__(indices)
+    assert indices.tolist() == [0, 2, 1, -1]  # the caller's array, untouched
+    expected = batch.batched
+    for sent in (batch, _CompactDict(batch.compact, batch.compact.expand())):
+        data = pickle.dumps(sent)
+        assert len(data) < sum(v.numel() * v.element_size() for v in expected.values()) / 5
+        back = pickle.loads(data)
+        back = back.batched if hasattr(back, "batched") else back
+        assert all(torch.equal(back[key], value) for key, value in expected.items())
+    changed = _CompactDict(batch.compact, batch.compact.expand())
+    changed["labels"] = changed["labels"].clone().fill_(IGNORE_INDEX)
+    assert (pickle.loads(pickle.dumps(changed))["labels"] == IGNORE_INDEX).all()
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, collate_fn=collate)
+    first = next(iter(loader))
+    assert type(first) is dict
+    assert all(torch.equal(first[key], value) for key, value in ds.__getitems__([0, 1, 2, 3]).batched.items())

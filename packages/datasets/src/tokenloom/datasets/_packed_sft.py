@@ -2,13 +2,18 @@
 
 The plan is best-fit decreasing over every conversation's length (deterministic, computed once over the
 whole store, :func:`best_fit_decreasing`); a conversation is never split, and one longer than seq_len is
-left out and counted (``num_too_long``; pass ``too_long="error"`` to refuse instead). A batch is filled
-slice by slice per conversation straight into one shared storage (the samples
-:func:`~tokenloom.datasets._sample.build_batch` gives for these documents): ``input_ids``, ``labels``
+left out and counted (``num_too_long``; pass ``too_long="error"`` to refuse instead). From the plan a
+gather plan is built once as flat arrays (every sample's segments: its conversations, then its padding).
+A batch is two slice copies per conversation into a compact form (the tokens in the store's dtype and the
+loss mask, ``(B, L)`` each, and the segment lengths), expanded vectorised over the whole batch into the
+samples :func:`~tokenloom.datasets._sample.build_batch` gives for these documents: ``input_ids``, ``labels``
 (-100 where the store's ``loss_mask`` is 0, across conversation boundaries and on padding),
 ``position_ids`` restarting at every conversation, ``doc_ids`` and ``cu_seqlens`` (padding is one more
-segment), all of length seq_len.
-``packing_efficiency`` is the share of the packed slots that hold tokens (logged once).
+segment), all of length seq_len. A DataLoader worker sends the compact form (about 1/12 of the int64
+tensors, inside the pickle: no shared-memory file per batch) and the main process expands it, as
+:class:`~tokenloom.datasets._batch.WindowBatch` does for plain windows.
+A negative id in a signed ``sequence`` is a TokenRangeError when a batch gathers it (unsigned stores
+skip the check). ``packing_efficiency`` is the share of the packed slots that hold tokens (logged once).
 """
 
 from __future__ import annotations
@@ -16,20 +21,27 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
-from tokenloom.datasets._batch import SampleBatch, empty_batch
+from tokenloom.datasets._batch import SampleBatch, WindowBatch
 from tokenloom.datasets._binpack import best_fit_decreasing, pack_order
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import check_state, settings_fingerprint
 from tokenloom.datasets._window_index import check_positive
-from tokenloom.formats import ConfigError, FormatError, MissingKeyError, RecordStore, open_records
+from tokenloom.formats import (
+    ConfigError,
+    FormatError,
+    MissingKeyError,
+    RecordStore,
+    TokenRangeError,
+    open_records,
+)
 
-__all__ = ["PackedSFTDataset"]
+__all__ = ["PackedSFTBatch", "PackedSFTDataset"]
 
 log = logging.getLogger("tokenloom.datasets")
 _KEYS = ("input_ids", "labels", "position_ids", "doc_ids")
@@ -87,15 +99,11 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
             )
         self.num_too_long = len(over)
         fits = np.where(lengths <= self.seq_len, lengths, 0)  # 0: best_fit_decreasing places it nowhere
-        bin_of = best_fit_decreasing(fits, self.seq_len)
-        self._order, self._bin_offsets = pack_order(bin_of, fits)
-        self._lengths = fits
-        # per record: its store part and its span in that part's arrays
-        offsets = [np.asarray(part.offsets["sequence"], dtype=np.int64) for part in self.store.parts]
-        self._part_of = np.repeat(np.arange(len(offsets), dtype=np.int64), [len(o) - 1 for o in offsets])
-        self._begin = np.concatenate([o[:-1] for o in offsets])
-        self._end = np.concatenate([o[1:] for o in offsets])
-        self._flat_columns = np.arange(self.seq_len * 8, dtype=np.int64)  # grown for larger batches
+        self._order, self._bin_offsets = pack_order(best_fit_decreasing(fits, self.seq_len), fits)
+        self._plan(lengths)
+        dtypes = [np.dtype(part.dtypes["sequence"]) for part in self.store.parts]
+        self._token_dtype = dtypes[0] if len(set(dtypes)) == 1 else np.dtype(np.int64)
+        self._signed = any(dtype.kind == "i" for dtype in dtypes)  # negative ids possible: checked per batch
         self._arrays: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._arrays_pid = -1
         if len(self) == 0:
@@ -107,7 +115,7 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         log.info(
             "packed sft: %d conversations in %d sequences of %d tokens, packing efficiency %.1f%% "
             "(%d too long, left out)",
-            int((fits > 0).sum()),
+            len(self._order),
             len(self),
             self.seq_len,
             100 * self.packing_efficiency,
@@ -140,69 +148,84 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
             self._arrays_pid = os.getpid()
         return self._arrays
 
-    def _batch_into(self, indices: Sequence[int], out: dict[str, torch.Tensor]) -> None:
-        """Fill ``out`` (tensors of shape ``(B, L)``, ``cu_seqlens`` ``(B, L + 1)``) with the samples at ``indices``.
+    def _plan(self, lengths: np.ndarray) -> None:
+        """The gather plan, built once as flat arrays of segments: every sample's conversations, then its
+        padding (one more segment, maybe empty), samples in order; sample i's segments are ``_seg_count[i]``
+        from ``_seg_first[i]``. Per segment: ``_segments`` its store part (-1: padding), start in that part's
+        arrays and length; ``_seg_number`` its number in its sample."""
+        order, bins = self._order, len(self._bin_offsets) - 1
+        counts = np.diff(self._bin_offsets)
+        conversation = np.arange(len(order)) + np.repeat(np.arange(bins), counts)
+        padding = self._bin_offsets[1:] + np.arange(bins)
+        offsets = [np.asarray(part.offsets["sequence"], dtype=np.int64) for part in self.store.parts]
+        part_of = np.repeat(np.arange(len(offsets)), [len(o) - 1 for o in offsets])
+        self._segments = np.zeros((3, len(order) + bins), dtype=np.int64)  # part (-1: padding), begin, length
+        self._segments[0, padding] = -1
+        self._segments[:2, conversation] = part_of[order], np.concatenate([o[:-1] for o in offsets])[order]
+        self._segments[2, conversation] = lengths[order]
+        ends = np.concatenate([[0], np.cumsum(lengths[order])])
+        self._segments[2, padding] = self.seq_len - (ends[self._bin_offsets[1:]] - ends[self._bin_offsets[:-1]])
+        self._seg_first, self._seg_count = self._bin_offsets[:-1] + np.arange(bins), counts + 1
+        self._seg_number = (np.arange(len(order) + bins) - np.repeat(self._seg_first, counts + 1)).astype(np.int32)
 
-        Two slice copies per conversation (tokens, loss mask); the rest vectorised over the batch: labels the
-        next token where its loss_mask is 1 and it is in the same conversation, else -100; position_ids from 0
-        per conversation (the padding is one more segment); doc_ids; cu_seqlens padded with L.
+    def _gather(self, indices: Sequence[int]) -> _Compact:
+        """The samples at ``indices`` in compact form (:class:`_Compact`).
+
+        Two slice copies per conversation into ``(B, L)`` arrays (0 and untrained on padding), where the
+        plan says; everything else is :meth:`_Compact.expand`'s, vectorised over the batch.
         """
-        size, length = len(self), self.seq_len
-        if len(indices) * length > len(self._flat_columns):
-            self._flat_columns = np.arange(len(indices) * length, dtype=np.int64)
+        size = len(self)
+        index = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(index) and not (-size <= index.min() and index.max() < size):
+            bad = index[(index < -size) | (index >= size)]
+            raise IndexError(f"sequence {int(bad[0])} out of range for {size} packed sequences")
+        if len(index) and index.min() < 0:
+            index = index % size  # a new array: never the caller's
+        first, counts = self._seg_first[index], self._seg_count[index]
+        ends = counts.cumsum()
+        segments = (first + counts - ends).repeat(counts) + _arange(int(ends[-1]) if len(ends) else 0)
+        plan = self._segments[:, segments]
+        lengths = plan[2]
+        starts = lengths.cumsum() - lengths  # a sample's segments fill its seq_len exactly
+        tokens = np.zeros((len(index), self.seq_len), dtype=self._token_dtype)
+        trained = np.zeros((len(index), self.seq_len), dtype=np.bool_)
+        flat_tokens, flat_trained = tokens.reshape(-1), trained.reshape(-1)
         arrays = self._record_arrays()
-        ids, labels, positions = out["input_ids"].numpy(), out["labels"].numpy(), out["position_ids"].numpy()
-        docs, cu = out["doc_ids"].numpy(), out["cu_seqlens"].numpy()
-        trained = np.zeros(ids.shape, dtype=bool)
-        ids.fill(self.pad_id)
-        cu.fill(length)
-        # segments (the conversations, then each row's padding), row-major: start in the flat batch, length, number
-        flat_start: list[int] = []
-        seg_len: list[int] = []
-        seg_num: list[int] = []
-        for row, index in enumerate(indices):
-            if not -size <= index < size:
-                raise IndexError(f"sequence {index} out of range for {size} packed sequences")
-            index %= size
-            records = self._order[self._bin_offsets[index] : self._bin_offsets[index + 1]]
-            at = number = 0
-            for part, begin, end in zip(
-                self._part_of[records].tolist(), self._begin[records].tolist(), self._end[records].tolist(), strict=True
-            ):
+        parts, begins, sizes = plan.tolist()
+        for part, begin, start, count in zip(parts, begins, starts.tolist(), sizes, strict=True):
+            if part >= 0:
                 sequence, mask = arrays[part]
-                stop = at + end - begin
-                ids[row, at:stop] = sequence[begin:end]
-                trained[row, at:stop] = mask[begin:end]
-                cu[row, number] = at
-                flat_start.append(row * length + at)
-                seg_len.append(stop - at)
-                seg_num.append(number)
-                at, number = stop, number + 1
-            if at < length:  # the padding: one more segment
-                cu[row, number] = at
-                flat_start.append(row * length + at)
-                seg_len.append(length - at)
-                seg_num.append(number)
-        starts = np.asarray(flat_start, dtype=np.int64)
-        docs.reshape(-1)[:] = np.repeat(seg_num, seg_len)
-        positions.reshape(-1)[:] = self._flat_columns[: docs.size] - np.repeat(starts, seg_len)
-        flat_labels, flat_ids = labels.reshape(-1), ids.reshape(-1)
-        np.copyto(flat_labels[:-1], np.where(trained.reshape(-1)[1:], flat_ids[1:], IGNORE_INDEX))
-        flat_labels[starts + np.asarray(seg_len) - 1] = IGNORE_INDEX  # no label across a boundary or a row's end
+                flat_tokens[start : start + count] = sequence[begin : begin + count]
+                flat_trained[start : start + count] = mask[begin : begin + count]
+        if self._signed and len(tokens) and tokens.min() < 0:
+            self._refuse_negative(flat_tokens, index, segments, starts)
+        return _Compact(tokens, trained, lengths, self._seg_number[segments], self.pad_id)
 
-    def _batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        rows = len(indices)
-        layout = {key: ((rows, self.seq_len), torch.int64) for key in _KEYS}
-        layout["cu_seqlens"] = ((rows, self.seq_len + 1), torch.int32)
-        out = empty_batch(layout)
-        self._batch_into(indices, out)
-        return out
+    def _refuse_negative(
+        self, flat_tokens: np.ndarray, index: np.ndarray, segments: np.ndarray, starts: np.ndarray
+    ) -> None:
+        """TokenRangeError at the first negative id of a gathered batch: its file, byte offset and record."""
+        at = int(np.argmax(flat_tokens < 0))
+        which = int(np.searchsorted(starts, at, side="right")) - 1
+        segment, sample = int(segments[which]), int(index[at // self.seq_len])
+        part = self.store.parts[int(self._segments[0, segment])]
+        dtype = np.dtype(part.dtypes["sequence"])
+        raise TokenRangeError(
+            f"token id {int(flat_tokens[at])} is negative in the store's signed 'sequence' ({dtype.name}), "
+            "expected token ids >= 0",
+            path=part.files["sequence"],
+            offset=(int(self._segments[1, segment]) + at - int(starts[which])) * dtype.itemsize,
+            record=int(self._order[segment - sample]),
+            field="sequence",
+            hint="The store holds something other than a tokenizer's ids: re-create it "
+            "(tokenloom tokenize --train-type sft) or fix the program that wrote it",
+        )
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {key: value[0] for key, value in self._batch([index]).items()}
+        return {key: value[0] for key, value in self._gather([index]).expand().items()}
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        return SampleBatch(self._batch(list(indices)))
+        return PackedSFTBatch(self._gather(indices))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -220,3 +243,91 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
             f"PackedSFTDataset(sequences={len(self)}, seq_len={self.seq_len}, "
             f"efficiency={self.packing_efficiency:.2%}, too_long={self.num_too_long})"
         )
+
+
+class _Compact(NamedTuple):
+    """A packed batch before :meth:`expand`: what a DataLoader worker sends (1/12 of the int64 batch, uint16 ids)."""
+
+    tokens: np.ndarray  # (B, L) in the store's dtype, 0 on padding
+    trained: np.ndarray  # (B, L) bool: the store's loss_mask, False on padding
+    lengths: np.ndarray  # int32: every segment's length (row by row: its conversations, then its padding)
+    numbers: np.ndarray  # int32: every segment's number in its row
+    pad_id: int
+
+    def expand(self) -> dict[str, torch.Tensor]:
+        """The batch's tensors (int64 ``(B, L)``, ``cu_seqlens`` int32 ``(B, L + 1)``), vectorised over the batch.
+
+        Labels are the next token where its loss_mask is 1, else -100, and -100 at every segment's end;
+        position_ids count from 0 in every segment; doc_ids are segment numbers.
+        """
+        rows, length = self.tokens.shape
+        wide, cu = np.empty((4, rows * length), dtype=np.int64), np.empty((rows, length + 1), dtype=np.int32)
+        ids, labels, positions, docs = wide
+        lengths, numbers = self.lengths, self.numbers
+        ends = np.cumsum(lengths, dtype=np.int64)
+        starts = ends - lengths
+        np.copyto(ids, self.tokens.reshape(-1), casting="unsafe")
+        if self.pad_id != 0:  # every row's last segment is its padding
+            last = np.flatnonzero(np.append(numbers[1:] == 0, True))
+            for start, end in zip(starts[last].tolist(), ends[last].tolist(), strict=True):
+                ids[start:end] = self.pad_id
+        np.copyto(labels[:-1], ids[1:])
+        np.copyto(labels[:-1], IGNORE_INDEX, where=~self.trained.reshape(-1)[1:])
+        labels[ends - 1] = IGNORE_INDEX  # no label across a conversation's end or a row's end (the last cell too)
+        np.subtract(_arange(rows * length), starts.repeat(lengths), out=positions)
+        np.copyto(docs, numbers.repeat(lengths))
+        cu.fill(length)
+        row = (ends - 1) // length
+        cu[row, numbers] = starts - row * length
+        out = dict(zip(_KEYS, torch.from_numpy(wide.reshape(4, rows, length)).unbind(), strict=True))
+        out["cu_seqlens"] = torch.from_numpy(cu)
+        return out
+
+
+def _arange(size: int) -> np.ndarray:
+    global _ARANGE
+    if len(_ARANGE) < size:
+        _ARANGE = np.arange(size, dtype=np.int64)
+    return _ARANGE[:size]
+
+
+_ARANGE = np.arange(0, dtype=np.int64)
+
+
+class PackedSFTBatch(SampleBatch):
+    """A :class:`SampleBatch` built from its compact form: expanded on first use, pickled compact."""
+
+    __slots__ = ("compact",)
+
+    def __init__(self, compact: _Compact) -> None:
+        self.compact = compact
+        self._batched, self.windows, self.extras, self._size = None, None, None, len(compact.tokens)
+
+    @property
+    def batched(self) -> dict[str, torch.Tensor]:
+        if self._batched is None:
+            self._batched = self.compact.expand()
+        return self._batched
+
+    def collated(self) -> dict[str, torch.Tensor]:
+        if get_worker_info() is not None:
+            return _CompactDict(self.compact, self.batched)
+        return self.batched
+
+    def __reduce__(self) -> Any:
+        return (PackedSFTBatch, (self.compact,))
+
+
+class _CompactDict(WindowBatch):
+    """A collated batch in a DataLoader worker: pickled as its compact form unless changed (see WindowBatch)."""
+
+    __slots__ = ("compact",)
+
+    def __init__(self, compact: _Compact, tensors: dict[str, torch.Tensor]) -> None:
+        super().__init__(compact.tokens, tensors)
+        self.compact = compact
+
+    def __reduce__(self) -> Any:
+        if self._unchanged():
+            return (_Compact.expand, (self.compact,))
+        return (dict, (dict(self),))
