@@ -122,7 +122,12 @@ def publish_to_url(
         if ray:  # each task stages, uploads and commits its unit on its own machine
             (only,) = datasets
             pending = [u for u in range(len(only.plan.units)) if not only.at_url(u)]
-            session = encode_with_ray(config, inputs, only.plan, on_progress, units=pending, upload=only.upload)
+            if only.records is not None:  # the last step below merges the stores, as the last node does
+                session = encode_records(
+                    config, inputs.tokenizer, only.plan, on_progress, units=pending, upload=only.upload
+                )
+            else:
+                session = encode_with_ray(config, inputs, only.plan, on_progress, units=pending, upload=only.upload)
         elif not config.finalize:
             publisher.sync()
             if datasets[0].records is not None:
@@ -470,7 +475,7 @@ class BucketDataset:
         unit objects a killed publish left behind are deleted."""
         staged = self.staging / ".published"
         staged.mkdir(parents=True, exist_ok=True)
-        for name in (PLAN_NAME, META_NAME, POST_TRAINING_SIDECAR):
+        for name in (PLAN_NAME, META_NAME, POST_TRAINING_SIDECAR, MANIFEST_NAME):
             if name in self.listed:
                 _fetch(self.target, self.listed[name], staged / name)
         try:

@@ -36,7 +36,7 @@ from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import ray_tasks
+from tokenloom.tokenize._ray import Upload, ray_tasks, run_unit_task
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import in_file, transform_for, unit_records
 from tokenloom.tokenize._unit_files import (
@@ -90,8 +90,9 @@ def merged(out: Path) -> bool:
 
 
 def published(out: Path) -> bool:
-    """OUT holds a published record store (its last file is in place; the writer's marker may remain)."""
-    return any((out / name).is_file() for _, name in _LAST_FILE.values())
+    """OUT holds a published record store (its last file, or its manifest, written after it, is in place; the
+    writer's marker may remain). A bucket's: the manifest, fetched with the plan and sidecar (not data.h5)."""
+    return any((out / name).is_file() for name in (*(name for _, name in _LAST_FILE.values()), MANIFEST_NAME))
 
 
 def is_record_store_file(name: str) -> bool:
@@ -207,17 +208,23 @@ def encode_records(
     plan: UnitPlan,
     on_progress: ProgressCallback | None,
     on_commit: Callable[[Path, int], None] | None = None,
+    *,
+    units: list[int] | None = None,
+    upload: Upload | None = None,
 ) -> Session:
     """This node's pending units (or, with --executor ray, every pending unit as a Ray task).
 
-    ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload)."""
-    mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
-    for unit in mine:
-        shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
+    ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload).
+    ``units`` and ``upload`` (--executor ray into a bucket, as _ray.encode_with_ray): the units not committed at
+    the URL, each staged and uploaded by its task on its own machine."""
+    mine = units
+    if mine is None:
+        mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
+        for unit in mine:
+            shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
-        outcomes = ray_tasks(
-            config, write_record_unit, [(config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
-        )
+        calls = [(write_record_unit, config, u, plan.units[u], (tokenizer,), plan.digest, upload) for u in mine]
+        outcomes = ray_tasks(config, run_unit_task, calls)
     elif min(config.num_workers, len(mine)) <= 1:
         outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
     else:
@@ -304,8 +311,7 @@ def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer
     for last, name in _LAST_FILE.values():
         if (out / last).is_file():
             os.replace(out / last, out / name)  # published (readers still wait for the marker's removal)
-    if (out / META_NAME).is_file():
-        write_record_manifest(out)  # last before the marker goes: redone whole on a rerun after a kill
+    write_record_manifest(out)  # last before the marker goes (bin-meta or h5): redone whole on a rerun after a kill
     (out / WRITING_MARKER).unlink(missing_ok=True)
     fsync_dir(out)
     return orjson.loads((out / POST_TRAINING_SIDECAR).read_bytes())
