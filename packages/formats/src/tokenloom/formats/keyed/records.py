@@ -291,8 +291,9 @@ def write_record_manifest(
             f"{root.name} is a file; a manifest.json lists the files of a directory and is written beside them",
             path=root,
             field="path",
-            hint=f"Pass the directory that holds the store ({root.parent}): tokenize --format h5 writes its record "
-            "store as such a directory (data.h5 and post_training.json); a lone .h5 file is opened without one",
+            hint=f"Pass the directory that holds it (tokenloom validate {root.parent} --write-manifest): a record "
+            "store written by tokenize --format h5 is such a directory (data.h5 and post_training.json); a lone "
+            ".h5 file opens without a manifest",
         )
     store = _read_records(root, as_validate(validate))
     if len(store.parts) != 1 or store.parts[0].directory != root:
