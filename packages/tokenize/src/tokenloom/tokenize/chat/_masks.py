@@ -147,7 +147,12 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
 
 
 def _marker_end(
-    offsets: np.ndarray, special: np.ndarray, content_end: int, closing: str, last: bool, turn_end: Callable[[], int]
+    offsets: np.ndarray,
+    special: np.ndarray,
+    content_end: int,
+    closing_text: str,
+    last: bool,
+    turn_end: Callable[[], int],
 ) -> int:
     """Character end of the end marker after ``content_end`` (see the module docstring, point 3).
 
@@ -155,7 +160,7 @@ def _marker_end(
     turn's own text, without what the template appends to a finished conversation).
     """
     starts, ends = offsets[:, 0], offsets[:, 1]
-    text, closing = closing, len(closing)
+    text, closing = closing_text, len(closing_text)
     after = np.flatnonzero((ends > content_end) & (starts < content_end + closing))
     # special tokens wholly in the closing (a common prefix of characters may end inside a token: "<|" of two)
     marks = [token for token in after.tolist() if special[token] and ends[token] <= content_end + closing]
