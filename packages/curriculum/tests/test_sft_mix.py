@@ -13,7 +13,7 @@ from curriculum_helpers import make_corpus
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
+from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, CurriculumPlan, Phase
 from tokenloom.datasets import PackedSFTDataset, collate
 from tokenloom.formats import ConfigError, RecordStoreWriter, RemoteOptions, open_records
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
@@ -110,6 +110,8 @@ def test_a_curriculum_mixes_a_local_sft_store_with_pretraining_buckets_and_resum
     resumed, saved = _resumed(make, p1 // 2)  # mid-phase 1
     assert 0 < saved["consumed"] < p1
     assert resumed == reference
+    plan = CurriculumPlan(_config(mixed), seed=SEED, plan_cache_dir=mixed.parent / "plans")  # plan / validate
+    assert len(plan) == len(ds) and plan.identity() == ds.identity()
     val = ds.val_dataset("sft")
     assert len(val) >= 1 and "labels" in val[0] and "cu_seqlens" not in val[0]
 

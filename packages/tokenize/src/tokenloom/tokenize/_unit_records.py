@@ -330,14 +330,10 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
         tmp = temp_path(target)
         with open(tmp, "wb") as handle:
             for u, unit in enumerate(units):
-                entry = unit["meta"].get(key)
+                entry = _unit_entry(out, u, unit, key, dtype)
                 if entry is None:
-                    if unit["counts"]["records"]:
-                        raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
                     continue
                 dtype = dtype or entry["dtype"]
-                if entry["dtype"] != dtype:
-                    raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
                 with open(unit_store(out, u) / f"{key}.bin", "rb") as part:
                     shutil.copyfileobj(part, handle, 8 << 20)
                 base = offsets[-1]
@@ -361,15 +357,21 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
         atomic_write_bytes(out / MERGED_META, orjson.dumps(meta))
 
 
+def _unit_entry(out: Path, u: int, unit: dict[str, Any], key: str, dtype: str | None) -> dict[str, Any] | None:
+    """Unit ``u``'s meta entry of ``key`` (None: a unit without records lacks it), its dtype the merge's."""
+    entry = unit["meta"].get(key)
+    if entry is None and unit["counts"]["records"]:
+        raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
+    if entry is not None and dtype is not None and entry["dtype"] != dtype:
+        raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
+    return entry
+
+
 def _unit_key(out: Path, u: int, unit: dict[str, Any], key: str, dtype: str | None) -> tuple[np.ndarray, list[int]]:
     """Unit ``u``'s array of ``key`` (memory-mapped) and its record offsets; a unit without records: empty."""
-    entry = unit["meta"].get(key)
+    entry = _unit_entry(out, u, unit, key, dtype)
     if entry is None:
-        if unit["counts"]["records"]:
-            raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
         return np.zeros(0, dtype=dtype or "uint8"), [0]
-    if dtype is not None and entry["dtype"] != dtype:
-        raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
     path = unit_store(out, u) / f"{key}.bin"
     data = np.fromfile(path, dtype=np.dtype(entry["dtype"]).newbyteorder("<")) if entry["offsets"][-1] else None
     return (np.zeros(0, entry["dtype"]) if data is None else data), entry["offsets"]
