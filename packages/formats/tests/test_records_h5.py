@@ -105,3 +105,33 @@ def test_a_misshapen_h5_record_store_names_the_h5_file(tmp_path: Path) -> None:
         handle.create_dataset("sequence/data_000000000000", data=np.array([b"ab"]))
     with pytest.raises(FormatError, match="bytes16, expected one of") as caught:
         open_records(path)
+
+
+def test_validate_write_manifest_names_the_directory_for_an_h5_file_and_seals_the_directory(tmp_path: Path) -> None:
+    """``validate FILE.h5 --write-manifest``: a ConfigError saying which directory to pass (it raised a bare
+    NotADirectoryError); ``validate DIR --write-manifest`` on tokenize's h5 layout (data.h5 + post_training.json)
+    writes manifest.json, whose checksums later opens verify."""
+    from click.testing import CliRunner
+
+    from tokenloom.formats import ChecksumError, read_manifest
+    from tokenloom.formats.cli.commands import validate
+
+    store = tmp_path / "sft"
+    with RecordH5Writer(store / "data.h5", train_type="sft", dtype="uint16", key_dtypes=MASKS) as writer:
+        for record in records("sft"):
+            writer.add_record(record)
+    (store / "post_training.json").write_text('{"train_type": "sft"}')
+    result = CliRunner().invoke(validate, [str(store / "data.h5"), "--write-manifest"])
+    assert result.exit_code == 1 and "ConfigError: data.h5 is a file" in result.output, result.output
+    assert f"tokenloom validate {store} --write-manifest" in result.output
+    assert "NotADirectoryError" not in result.output and not (store / "manifest.json").exists()
+    result = CliRunner().invoke(validate, [str(store), "--write-manifest"])
+    assert result.exit_code == 0 and "h5 (record store)" in result.output, result.output
+    manifest = read_manifest(store)
+    assert manifest.format == "h5" and [f.name for f in manifest.files] == ["data.h5", "post_training.json"]
+    assert len(open_records(store)) == 25
+    data = bytearray((store / "data.h5").read_bytes())
+    data[-8] ^= 0xFF  # the last record's data
+    (store / "data.h5").write_bytes(bytes(data))
+    with pytest.raises(ChecksumError):
+        open_records(store, validate="deep")

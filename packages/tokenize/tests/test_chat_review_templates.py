@@ -55,3 +55,35 @@ def test_phi3_style_trains_end_not_the_eos_of_a_finished_conversation(chat_token
         # the content's first space merged into the header's "\n" token is masked (the whitespace-edge rule)
         " Serialize to a JSON str.\n<|end|>",
     ]
+
+
+GEMMA_PLAIN = """{{- bos_token -}}
+{%- for message in messages -%}
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}
+{{- '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"""
+
+
+def test_plain_text_turn_markers_train_the_end_marker_and_not_the_next_turns_first_token(tmp_path) -> None:
+    """Gemma-style markers that are not special tokens (``<``, ``start``, ``_``, ... in the BPE): the trained
+    tokens are each content and its ``<end_of_turn>``; not the newline after it, nor the next turn's ``<``."""
+    import orjson
+    from tokenizers import AddedToken, Tokenizer
+
+    from tokenloom.tokenize import default_tokenizer_path
+
+    tokenizer = Tokenizer.from_file(str(default_tokenizer_path() / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<bos>", "<eos>")])
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+              "bos_token": "<bos>", "eos_token": "<eos>", "chat_template": GEMMA_PLAIN}  # fmt: skip
+    (tmp_path / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    encoder = ChatEncoder(tmp_path)
+    assert encoder.chat.decode(encoder.chat.encode("<end_of_turn>")[0][:1]) == "<"  # plain text, several tokens
+    assert trained(encoder, {"messages": TURNS}) == [
+        "It joins path components.<end_of_turn>",
+        "Serialize to a JSON str.<end_of_turn>",
+    ]
+    three = [*TURNS[:2], {"role": "user", "content": "ok"}]  # a user turn last: the assistant's end is its own
+    assert trained(encoder, {"messages": three}) == ["It joins path components.<end_of_turn>"]

@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError, open_records, read_manifest
+from tokenloom.formats import ChecksumError, RemoteOptions, ResumeMismatchError, open_records, read_manifest
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -194,13 +194,32 @@ def test_sigkill_mid_upload_then_rerun_completes(
     _same_files(local, seaweed.objects(url))
 
 
-@pytest.mark.parametrize(
-    ("options", "field"), [({"format": "h5"}, "format"), ({"executor": "ray", "ray_address": "x:1"}, "executor")]
-)
-def test_what_a_bucket_record_output_does_not_take_is_a_config_error(options, field, tmp_path) -> None:
-    with pytest.raises(ConfigError, match="object-store --output-dir") as caught:
-        TokenizeConfig(input_dir=tmp_path, output_dir="s3://b/ds", train_type="sft", **options)  # pyright: ignore[reportArgumentType]
-    assert caught.value.field == field
+def test_format_h5_into_a_bucket_equals_a_local_run_and_its_blocks_are_verified(
+    seaweed, records_dir, chat_tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    """--format h5: data.h5 merged in the last node's staging directory, uploaded with the sidecar, then the
+    manifest (block hashes of data.h5); open_records(URL) reads it through verified blocks."""
+    pytest.importorskip("h5py")
+    options = _options("grpo", records_dir("grpo"), chat_tokenizer_dir("chatml"), format="h5")
+    local = _local(options, tmp_path / "local")
+    assert (local / "manifest.json").is_file() and read_manifest(local).format == "h5"
+    url = _url(seaweed)
+    first = _bucket(seaweed, options, url, tmp_path / "cache0", num_nodes=2, node_rank=0)
+    assert first.units_missing > 0 and "data.h5" not in seaweed.objects(url)
+    _bucket(seaweed, options, url, tmp_path / "cache1", num_nodes=2, node_rank=1)
+    objects = seaweed.objects(url)
+    _same_files(local, objects)
+    entry = next(f for f in read_manifest(local).files if f.name == "data.h5")
+    assert entry.role == "data" and entry.blocks is not None
+    _reader_env(monkeypatch, seaweed, tmp_path / "read-cache")
+    assert _records(open_records(url)) == _records(open_records(local))
+    assert _bucket(seaweed, options, url, tmp_path / "cache2").already_complete
+    damaged = bytearray(objects["data.h5"])
+    damaged[len(damaged) // 2] ^= 0xFF  # a byte of some record's data: the size stays, a block hash does not
+    seaweed.put(f"{url.split(seaweed.bucket + '/', 1)[1]}/data.h5", bytes(damaged))
+    monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "read-cache-2"))
+    with pytest.raises(ChecksumError, match="never matched the manifest"):
+        _records(open_records(url))
 
 
 def test_other_settings_are_refused_and_overwrite_replaces_the_store(

@@ -400,7 +400,8 @@ def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path
     assert code == 0, output
     code, output = run_cli(*common, "--output-dir", tmp_path / "h5", "--num-workers", 2, "--format", "h5")
     assert code == 0 and "record store, h5" in output, output
-    assert sorted(p.name for p in (tmp_path / "h5").iterdir()) == [".tokenloom-plan.json", "data.h5", SIDECAR_NAME]
+    listing = [".tokenloom-plan.json", "data.h5", "manifest.json", SIDECAR_NAME]  # its manifest: as bin-meta's
+    assert sorted(p.name for p in (tmp_path / "h5").iterdir()) == listing
     ours, theirs = open_records(tmp_path / "h5"), open_records(tmp_path / "bin")
     assert len(ours) == len(theirs) == len(placed) and ours.keys == theirs.keys
     for i in range(len(ours)):

@@ -28,6 +28,7 @@ import numpy as np
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketMismatchError, EmptyBucketError, MissingValTwinError
 from tokenloom.curriculum._remote_dir import RemoteDir
+from tokenloom.curriculum._sft_bucket import SFTBucket, is_sft_store
 from tokenloom.datasets import PackedIndex, WindowIndex, data_fingerprint
 from tokenloom.formats import ConfigError, MissingFileError, TokenDataset, open_dataset
 
@@ -135,6 +136,8 @@ def sample_budget_tokens(
 
     ``unit`` ``loss_tokens`` needs the EOS id (default: the dataset's) and reads every token once.
     """
+    if isinstance(dataset, SFTBucket):  # conversation tokens or trained labels per packed sample
+        return dataset.budget(unit)
     if BudgetUnit(unit) is BudgetUnit.LOSS_TOKENS:
         return sample_loss_tokens(dataset, eos_id=eos_id)
     if isinstance(dataset, PackedIndex):
@@ -242,8 +245,10 @@ def open_bucket(
         from tokenloom.datasets import MemoryMappedDataset as windows
         from tokenloom.datasets import PackedDocumentDataset as packed
     try:
-        if packing:
-            dataset: Any = packed(data, seq_len, plan_cache_dir=plan_cache_dir, **(options or {}))
+        if is_sft_store(directory):  # an sft record store: its conversations packed whole, masked (_sft_bucket)
+            dataset: Any = SFTBucket(directory, name, data, seq_len, packing=packing)
+        elif packing:
+            dataset = packed(data, seq_len, plan_cache_dir=plan_cache_dir, **(options or {}))
         else:
             dataset = windows(data, seq_len, **(options or {}))
     except TypeError as exc:

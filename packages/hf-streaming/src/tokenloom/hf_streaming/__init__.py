@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 from tokenloom.formats.io import lazy_exports
 
 if TYPE_CHECKING:
-    from tokenloom.hf_streaming._collate import stream_loader
     from tokenloom.hf_streaming._dataset import StreamingHuggingFaceDataset
     from tokenloom.hf_streaming._encode import EncodeFn, engine_encoder, hf_encoder, resolve_tokenizer
     from tokenloom.hf_streaming._finite import FiniteStepper, padding_batch
+    from tokenloom.hf_streaming._loader import stream_loader
     from tokenloom.hf_streaming._resume import Mode
     from tokenloom.hf_streaming._state import load_rank_states, merge_rank_states, save_rank_state, slot_states_in
 
@@ -46,7 +46,7 @@ _EXPORTS = {
     "resolve_tokenizer": "tokenloom.hf_streaming._encode",
     "save_rank_state": "tokenloom.hf_streaming._state",
     "slot_states_in": "tokenloom.hf_streaming._state",
-    "stream_loader": "tokenloom.hf_streaming._collate",
+    "stream_loader": "tokenloom.hf_streaming._loader",
 }
 
 __all__ = [

@@ -18,7 +18,9 @@ Object storage (s3://, gs://, az://) is reached from each task's own machine, ne
         removes the staged copy; the driver established the plan at the URL before, skipped the units committed
         there, and writes the manifest last (_publish)
 
-Text units (run_unit_task) and record units (_unit_records.write_record_unit) run through one helper, ray_tasks.
+Text units (_write_unit) and record units (_unit_records.write_record_unit) run through one task, run_unit_task:
+the same input staging, the same upload of a unit committed in the worker's cache (a record unit's store, then its
+done marker; the driver merges the stores as the last node of a --num-nodes run does).
 """
 
 from __future__ import annotations
@@ -48,7 +50,16 @@ from tokenloom.tokenize._unit_work import Session, UnitWriter, pending_units
 from tokenloom.tokenize._worker import EncodeSettings
 from tokenloom.tokenize.inputs import UnitSource, input_staging_dir, read_chunks
 
-__all__ = ["check_reachable", "encode_with_ray", "import_ray", "local_config", "preflight", "ray_tasks"]
+__all__ = [
+    "Upload",
+    "check_reachable",
+    "encode_with_ray",
+    "import_ray",
+    "local_config",
+    "preflight",
+    "ray_tasks",
+    "run_unit_task",
+]
 
 #: How long the driver waits for a TCP connection to the cluster's head before giving up.
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -158,28 +169,28 @@ def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
 
 
 def run_unit_task(
+    write: Callable[..., Any],
     config: TokenizeConfig,
     unit: int,
     source: UnitSource,
-    settings: EncodeSettings,
-    facts: UnitFacts,
+    settings: tuple[Any, ...],
     plan: str,
     upload: Upload | None = None,
-) -> dict[str, Any]:
-    """One unit, encoded in this (Ray worker) process and committed; plain data back to the driver.
-
-    Object storage is reached from this machine: see the module docstring.
+) -> Any:
+    """One unit, encoded in this (Ray worker) process by ``write(config, unit, source, *settings, plan)`` and
+    committed; plain data back to the driver. ``write``: a text unit (_write_unit) or a record unit
+    (_unit_records.write_record_unit). Object storage is reached from this machine: see the module docstring.
     """
     try:
         source = _inputs_here(config, source)
         if upload is None or config.output_url is None:
-            return _write_unit(config, unit, source, settings, facts, plan)
+            return write(config, unit, source, *settings, plan)
         # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
         staging = staging_dir(parse_url(config.output_url), {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
         shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
         staging.mkdir(parents=True)
         try:
-            outcome = _write_unit(local_config(config, staging), unit, source, settings, facts, plan)
+            outcome = write(local_config(config, staging), unit, source, *settings, plan)
             upload(staging, unit)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -257,7 +268,7 @@ def encode_with_ray(
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         settings = encoding.settings
     session.facts = facts
-    calls = [(config, u, plan.units[u], settings, facts, plan.digest, upload) for u in pending]
+    calls = [(_write_unit, config, u, plan.units[u], (settings, facts), plan.digest, upload) for u in pending]
     for outcome in ray_tasks(config, run_unit_task, calls):
         counts = Counts.from_json(outcome["counts"])
         session.units += 1

@@ -62,13 +62,6 @@ def check_post_training(config: Any) -> None:
             field="train_type",
             hint="Drop those options (one record store per run)",
         )
-    if config.output_url and (config.format != RECORD_FORMATS[0] or str(config.executor) == "ray"):
-        raise ConfigError(
-            f"--train-type into an object-store --output-dir is written as --format {RECORD_FORMATS[0]} by local "
-            f"processes (--num-nodes); format {config.format!r} with executor {config.executor!s} is not uploaded yet",
-            field="format" if config.format != RECORD_FORMATS[0] else "executor",
-            hint="Use --format bin-meta without --executor ray, or write to a local --output-dir, then upload it",
-        )
 
 
 def _check_astrai(config: Any) -> None:

@@ -36,7 +36,7 @@ from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import ray_tasks
+from tokenloom.tokenize._ray import Upload, ray_tasks, run_unit_task
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._transform import in_file, transform_for, unit_records
 from tokenloom.tokenize._unit_files import (
@@ -90,8 +90,9 @@ def merged(out: Path) -> bool:
 
 
 def published(out: Path) -> bool:
-    """OUT holds a published record store (its last file is in place; the writer's marker may remain)."""
-    return any((out / name).is_file() for _, name in _LAST_FILE.values())
+    """OUT holds a published record store (its last file, or its manifest, written after it, is in place; the
+    writer's marker may remain). A bucket's: the manifest, fetched with the plan and sidecar (not data.h5)."""
+    return any((out / name).is_file() for name in (*(name for _, name in _LAST_FILE.values()), MANIFEST_NAME))
 
 
 def is_record_store_file(name: str) -> bool:
@@ -207,17 +208,23 @@ def encode_records(
     plan: UnitPlan,
     on_progress: ProgressCallback | None,
     on_commit: Callable[[Path, int], None] | None = None,
+    *,
+    units: list[int] | None = None,
+    upload: Upload | None = None,
 ) -> Session:
     """This node's pending units (or, with --executor ray, every pending unit as a Ray task).
 
-    ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload)."""
-    mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
-    for unit in mine:
-        shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
+    ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload).
+    ``units`` and ``upload`` (--executor ray into a bucket, as _ray.encode_with_ray): the units not committed at
+    the URL, each staged and uploaded by its task on its own machine."""
+    mine = units
+    if mine is None:
+        mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
+        for unit in mine:
+            shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
-        outcomes = ray_tasks(
-            config, write_record_unit, [(config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
-        )
+        calls = [(write_record_unit, config, u, plan.units[u], (tokenizer,), plan.digest, upload) for u in mine]
+        outcomes = ray_tasks(config, run_unit_task, calls)
     elif min(config.num_workers, len(mine)) <= 1:
         outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
     else:
@@ -304,8 +311,7 @@ def publish_records(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer
     for last, name in _LAST_FILE.values():
         if (out / last).is_file():
             os.replace(out / last, out / name)  # published (readers still wait for the marker's removal)
-    if (out / META_NAME).is_file():
-        write_record_manifest(out)  # last before the marker goes: redone whole on a rerun after a kill
+    write_record_manifest(out)  # last before the marker goes (bin-meta or h5): redone whole on a rerun after a kill
     (out / WRITING_MARKER).unlink(missing_ok=True)
     fsync_dir(out)
     return orjson.loads((out / POST_TRAINING_SIDECAR).read_bytes())
@@ -324,14 +330,10 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
         tmp = temp_path(target)
         with open(tmp, "wb") as handle:
             for u, unit in enumerate(units):
-                entry = unit["meta"].get(key)
+                entry = _unit_entry(out, u, unit, key, dtype)
                 if entry is None:
-                    if unit["counts"]["records"]:
-                        raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
                     continue
                 dtype = dtype or entry["dtype"]
-                if entry["dtype"] != dtype:
-                    raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
                 with open(unit_store(out, u) / f"{key}.bin", "rb") as part:
                     shutil.copyfileobj(part, handle, 8 << 20)
                 base = offsets[-1]
@@ -355,15 +357,21 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
         atomic_write_bytes(out / MERGED_META, orjson.dumps(meta))
 
 
+def _unit_entry(out: Path, u: int, unit: dict[str, Any], key: str, dtype: str | None) -> dict[str, Any] | None:
+    """Unit ``u``'s meta entry of ``key`` (None: a unit without records lacks it), its dtype the merge's."""
+    entry = unit["meta"].get(key)
+    if entry is None and unit["counts"]["records"]:
+        raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
+    if entry is not None and dtype is not None and entry["dtype"] != dtype:
+        raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
+    return entry
+
+
 def _unit_key(out: Path, u: int, unit: dict[str, Any], key: str, dtype: str | None) -> tuple[np.ndarray, list[int]]:
     """Unit ``u``'s array of ``key`` (memory-mapped) and its record offsets; a unit without records: empty."""
-    entry = unit["meta"].get(key)
+    entry = _unit_entry(out, u, unit, key, dtype)
     if entry is None:
-        if unit["counts"]["records"]:
-            raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
         return np.zeros(0, dtype=dtype or "uint8"), [0]
-    if dtype is not None and entry["dtype"] != dtype:
-        raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
     path = unit_store(out, u) / f"{key}.bin"
     data = np.fromfile(path, dtype=np.dtype(entry["dtype"]).newbyteorder("<")) if entry["offsets"][-1] else None
     return (np.zeros(0, entry["dtype"]) if data is None else data), entry["offsets"]

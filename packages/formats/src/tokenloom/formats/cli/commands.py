@@ -149,7 +149,8 @@ def validate(
                 _, added = add_block_hashes(path, read_manifest(path))
                 done = f"added block hashes of {added} files" if added else "block hashes already recorded"
                 click.echo(f"{Path(path) / MANIFEST_NAME}: {done}; remote reads verify every block", err=True)
-            elif is_record_store(path):  # sft / dpo / grpo: checked deep before its files are blessed
+            elif is_record_store(path) or Path(path).is_file():  # sft / dpo / grpo: checked deep before its files
+                # are blessed (a lone file, FILE.h5 say: a ConfigError naming the directory to pass)
                 sealed = write_record_manifest(path, validate="deep", vocab_size=vocab_size, eos_id=eos_id)
                 click.echo(
                     f"wrote {Path(path) / MANIFEST_NAME}: checksums and block hashes of {len(sealed.files)} files "
@@ -205,7 +206,7 @@ def _record_lines(path: Path, deep: bool) -> list[str]:
     store = open_records(path, validate="deep" if deep else "fast")
     tokens = sum(part.lengths[key] for part in store.parts for key in part.files if key in TOKEN_KEYS)
     return [
-        f"{'format':<10} bin-meta (record store)",
+        f"{'format':<10} {'h5' if getattr(store.parts[0], 'path', None) else 'bin-meta'} (record store)",
         f"{'path':<10} {path}",
         f"{'records':<10} {len(store):,}",
         f"{'tokens':<10} {tokens:,}",

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenloom.formats._contract import Validate, as_validate
-from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
+from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.source import current_source
@@ -132,11 +132,12 @@ class RecordStore:
             if key not in part.files:
                 raise MissingKeyError(f"key {key!r} is absent, the store has {self.keys}", path=self.path)
             offsets, data = part.offsets[key], part.array(key)
+            # plain ints: a bucket's block reader sends the bounds to its object-store helper as JSON
             if key in GROUPED_KEYS and part.groups is not None:
                 first, last = int(part.groups[local]), int(part.groups[local + 1])
-                out[key] = [data[offsets[j] : offsets[j + 1]] for j in range(first, last)]
+                out[key] = [data[int(offsets[j]) : int(offsets[j + 1])] for j in range(first, last)]
             else:
-                out[key] = data[offsets[local] : offsets[local + 1]]
+                out[key] = data[int(offsets[local]) : int(offsets[local + 1])]
         return out
 
 
@@ -258,10 +259,14 @@ def _h5_records(root: Path, validate: Validate) -> RecordStore:
 
 
 def is_record_store(path: str | os.PathLike[str]) -> bool:
-    """A directory whose meta.json gives some key record offsets (a quick look; opening names any problem)."""
-    meta = Path(path) / META_NAME
+    """A directory whose meta.json gives some key record offsets, or one holding tokenize's sidecar and .h5
+    records (``tokenize --format h5``): a quick look; opening names any problem."""
+    root = Path(path)
+    meta = root / META_NAME
     try:
-        return meta.is_file() and b'"offsets"' in meta.read_bytes()
+        if meta.is_file():
+            return b'"offsets"' in meta.read_bytes()
+        return (root / POST_TRAINING_SIDECAR).is_file() and is_h5_record_path(root)
     except OSError:
         return False
 
@@ -275,27 +280,38 @@ def write_record_manifest(
 ) -> Manifest:
     """Write the record store's ``manifest.json`` (crash-safely; call it last): meta.json, the sidecar and
     each ``<key>.bin`` with its checksum, data files with block hashes (:func:`describe_files`, as native's).
+    An HDF5 record store (one .h5 file beside the sidecar, ``tokenize --format h5``): that file is its data file.
 
     The store is read first (``validate``: ``deep`` also checks every float), so a manifest never blesses a
-    store its reader refuses. Only a store of one meta.json (tokenloom's) can have one.
+    store its reader refuses. Only a store of one meta.json or one .h5 file (tokenloom's) can have one.
     """
     root = Path(path)
+    if root.is_file():
+        raise ConfigError(
+            f"{root.name} is a file; a manifest.json lists the files of a directory and is written beside them",
+            path=root,
+            field="path",
+            hint=f"Pass the directory that holds it (tokenloom validate {root.parent} --write-manifest): a record "
+            "store written by tokenize --format h5 is such a directory (data.h5 and post_training.json); a lone "
+            ".h5 file opens without a manifest",
+        )
     store = _read_records(root, as_validate(validate))
     if len(store.parts) != 1 or store.parts[0].directory != root:
         raise FormatError(
-            f"a record store in {len(store.parts)} meta.json directories cannot have one manifest.json "
+            f"a record store in {len(store.parts)} meta.json directories or .h5 files cannot have one manifest.json "
             "(it lists the files of one directory)",
             path=root,
             hint="Merge the parts into one store (tokenloom.formats.RecordStoreWriter), then write its manifest",
         )
     part = store.parts[0]
     keys = sorted(set(part.files) | set(part.stream_keys))
-    names = [(META_NAME, "index"), *((f"{key}.bin", "data") for key in keys)]
+    h5 = getattr(part, "path", None)  # an HDF5 part: its one file holds every key
+    names = [(h5.name, "data")] if h5 else [(META_NAME, "index"), *((f"{key}.bin", "data") for key in keys)]
     if (root / POST_TRAINING_SIDECAR).is_file():
         names.append((POST_TRAINING_SIDECAR, "index"))
     tokens = [key for key in part.files if key in TOKEN_KEYS]
     manifest = Manifest(
-        format="bin-meta",
+        format="h5" if h5 else "bin-meta",
         dtype=part.dtypes[tokens[0] if tokens else store.keys[0]].name,
         num_tokens=sum(part.lengths[key] for key in tokens),
         num_documents=len(store),

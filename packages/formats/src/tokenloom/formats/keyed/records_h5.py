@@ -22,7 +22,8 @@ import numpy as np
 
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.keyed.h5 import H5_SUFFIXES, _h5_errors, _segment_order, find_h5_files, h5py_module
+from tokenloom.formats.io.source import Source, current_source
+from tokenloom.formats.keyed.h5 import H5_SUFFIXES, _h5_errors, _h5_file, _segment_order, find_h5_files, h5py_module
 from tokenloom.formats.keyed.store import KEY_DTYPES, check_key_name
 
 __all__ = ["h5_record_parts", "is_h5_record_path", "segment_name"]
@@ -43,7 +44,9 @@ def is_h5_record_path(path: Path) -> bool:
 class _H5RecordPart:
     """One HDF5 file of a record store: per key its records' lengths (as offsets); arrays read on first use."""
 
-    def __init__(self, path: Path, dtypes: dict[str, np.dtype], names: dict[str, list[str]], offsets: dict) -> None:
+    def __init__(
+        self, path: Path, dtypes: dict[str, np.dtype], names: dict[str, list[str]], offsets: dict, source: Source
+    ) -> None:
         self.directory = path.parent
         self.path = path
         self.stream_keys: list[str] = []
@@ -54,13 +57,14 @@ class _H5RecordPart:
         self.lengths = {key: int(o[-1]) for key, o in offsets.items()}
         self.groups: np.ndarray | None = None
         self.maps: dict[str, np.ndarray] = {}
+        self.source = source  # a remote store's block cache (pickled with it), else the local file
 
     def array(self, key: str) -> np.ndarray:
         """The key's records concatenated (read once per process, as AstrAI's H5Store did)."""
         if key not in self.maps:
             data = np.empty(self.lengths[key], dtype=self.dtypes[key])
             offsets = self.offsets[key]
-            with _h5_errors(self.path), h5py_module().File(self.path, "r") as handle:
+            with _h5_errors(self.path), _h5_file(self.source, self.path) as handle:
                 group = handle[key]
                 for j, name in enumerate(self.names[key]):
                     group[name].read_direct(data, dest_sel=np.s_[offsets[j] : offsets[j + 1]])
@@ -91,11 +95,12 @@ def h5_record_parts(root: Path) -> list[_H5RecordPart]:
 
 
 def _read_h5_part(path: Path) -> _H5RecordPart:
-    h5py = h5py_module()
+    """The part of one file, read by name locally or through the source (a bucket's blocks, each verified)."""
+    h5py, source = h5py_module(), current_source()
     dtypes: dict[str, np.dtype] = {}
     names: dict[str, list[str]] = {}
     offsets: dict[str, np.ndarray] = {}
-    with _h5_errors(path), h5py.File(path, "r") as handle:
+    with _h5_errors(path), _h5_file(source, path) as handle:
         if not list(handle.keys()):
             raise FormatError("the HDF5 file holds no key groups", path=path)
         for key in sorted(handle.keys()):
@@ -126,4 +131,4 @@ def _read_h5_part(path: Path) -> _H5RecordPart:
             dtypes.setdefault(key, np.dtype("int64"))
             names[key] = order
             offsets[key] = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
-    return _H5RecordPart(path, dtypes, names, offsets)
+    return _H5RecordPart(path, dtypes, names, offsets, source)

@@ -15,9 +15,11 @@ For a trained message i (a trained role, at or after the conversation's ``traine
    turn renders before its end (a tool call's ``<tool_call>``, ``<|python_tag|>``) are trained with
    it; for the conversation's last turn, only the closing that a following turn would share counts
    (not what the template appends to a finished conversation). A closing text without a special token
-   is trained whole, and when another turn follows, so is the first token after it: a template that
-   ends an assistant turn with the next role's marker (``<|user|>``) stops generation on that marker,
-   so that is the stop token the model must learn.
+   (Gemma's ``<end_of_turn>\n`` where the markers are plain text) is trained up to its last character
+   that is not whitespace (a token holding that character and more is trained whole); the next turn's
+   first token is not. A closing of whitespace only (or none) is trained whole, and when another turn
+   follows, so is the first token after it: a template that ends an assistant turn with the next role's
+   marker (``<|user|>``) stops generation on that marker, so that is the stop token the model must learn.
 
 4. **Token boundaries.** Characters map to tokens through the encoding's offsets. Where a trained turn's
    start falls inside a token, and one side of the cut is only whitespace, the start moves to the
@@ -145,7 +147,12 @@ def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPla
 
 
 def _marker_end(
-    offsets: np.ndarray, special: np.ndarray, content_end: int, closing: int, last: bool, turn_end: Callable[[], int]
+    offsets: np.ndarray,
+    special: np.ndarray,
+    content_end: int,
+    closing_text: str,
+    last: bool,
+    turn_end: Callable[[], int],
 ) -> int:
     """Character end of the end marker after ``content_end`` (see the module docstring, point 3).
 
@@ -153,6 +160,7 @@ def _marker_end(
     turn's own text, without what the template appends to a finished conversation).
     """
     starts, ends = offsets[:, 0], offsets[:, 1]
+    text, closing = closing_text, len(closing_text)
     after = np.flatnonzero((ends > content_end) & (starts < content_end + closing))
     # special tokens wholly in the closing (a common prefix of characters may end inside a token: "<|" of two)
     marks = [token for token in after.tolist() if special[token] and ends[token] <= content_end + closing]
@@ -161,6 +169,11 @@ def _marker_end(
         marks = [token for token in marks if ends[token] <= limit] or marks[:1]
     if marks:  # the turn's last special token: tool calls and the like (<tool_call>) come before its end
         return int(ends[marks[-1]])
+    text = text[: turn_end()] if last else text
+    if text.strip():  # an end marker in plain text (<end_of_turn> not a special token): it, not the whitespace
+        end = content_end + len(text.rstrip())  # after it nor the next turn's first token; a token that holds
+        inside = np.flatnonzero((starts < end) & (ends > end))  # its last character and more is trained whole
+        return int(ends[inside[0]]) if len(inside) else end
     end = content_end + closing
     if not last:
         following = np.flatnonzero(ends > end)
@@ -221,7 +234,7 @@ def derive_mask(
                 field=f"messages[{turn}]",
                 **place.where(),
             )
-        closing = _common(alone[content_end:], full[content_end:])
+        closing = full[content_end : content_end + _common(alone[content_end:], full[content_end:])]
         end = _marker_end(offsets, special, content_end, closing, last, partial(_turn_end, renders, full, content_end))
         spans.append(TrainedSpan(turn, start, content_end, end))
         trained_chars[start:end] = 1
