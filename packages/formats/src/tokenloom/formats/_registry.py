@@ -249,7 +249,7 @@ def _format_table() -> Any:
     """The registry's lookups for the remote opener (which runs the same readers over a local view)."""
     from tokenloom.formats.remote.opener import FormatTable
 
-    return FormatTable(spec=_spec, detect=detect_format, check_options=_check_options)
+    return FormatTable(spec=_spec, detect=detect_format, check_options=_check_options, available=available_formats)
 
 
 def _check_options(spec: FormatSpec, options: dict[str, Any]) -> None:

@@ -13,10 +13,14 @@ from dataclasses import dataclass
 
 from tokenloom.formats.errors import ConfigError
 
-__all__ = ["REMOTE_SCHEMES", "RemoteURL", "is_remote_url", "parse_url", "refuse_remote_output"]
+__all__ = ["REMOTE_SCHEMES", "STORE_SCHEMES", "RemoteURL", "is_remote_url", "parse_url", "refuse_remote_output"]
 
-#: URL schemes read through the remote layer (``http`` for plain-http endpoints such as a local mirror).
-REMOTE_SCHEMES = ("s3", "gs", "az", "abfs", "https", "http")
+#: the one scheme table. Object stores (obstore's ``from_url`` builds each): listed, read and written. Adding a
+#: scheme obstore supports is one entry here.
+STORE_SCHEMES = ("s3", "gs", "az", "abfs")
+#: every scheme read through the remote layer: the stores, and read-only http(s) servers (a local mirror) that
+#: cannot list
+REMOTE_SCHEMES = (*STORE_SCHEMES, "https", "http")
 
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/{1,2}(?P<rest>.*)$")
 

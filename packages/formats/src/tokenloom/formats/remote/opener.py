@@ -49,6 +49,20 @@ class FormatTable:
     spec: Callable[[str], FormatSpec]
     detect: Callable[[Path], str]
     check_options: Callable[[FormatSpec, dict[str, Any]], None]
+    available: Callable[[], dict[str, FormatSpec]]
+
+
+def refuse_unknown(options: dict[str, Any], formats: FormatTable) -> None:
+    """ConfigError, before anything is fetched, for a keyword no format's reader takes (a typo, an old name)."""
+    known = sorted({name for spec in formats.available().values() for name in spec.options})
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"open_dataset(URL, ...) does not take {', '.join(unknown)}",
+            field=unknown[0],
+            hint=f"It takes format, dtype, validate, on_progress, remote (a RemoteOptions) and the formats' own "
+            f"options: {', '.join(known)}",
+        )
 
 
 #: what a single named file or Megatron prefix brings along: NAME, NAME.idx + NAME.bin, NAME.tokenloom.json
@@ -74,6 +88,7 @@ def open_remote_any(
     formats: FormatTable,
 ) -> TokenDataset:
     """The dataset at ``cache.config.url`` in any registered format (see the module docstring)."""
+    refuse_unknown(options, formats)
     url = cache.config.url
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
