@@ -58,22 +58,17 @@ def check_positive(value: int, name: str) -> int:
     return int(value)
 
 
-#: keywords of earlier releases, and what replaced them
-_RENAMED = {
-    "cache_dir": "remote=RemoteOptions(block_cache_dir=...) (the block cache of data in object storage; the "
-    "packing-plan cache of PackedDataset is plan_cache_dir=)",
-    "storage_options": "remote=RemoteOptions.from_keywords(storage_options={...})",
-}
-
-
 def _unknown_keywords(owner: str, names: list[str]) -> ConfigError:
-    """The ConfigError for keywords ``owner`` does not take: what replaced a renamed one, and what it accepts."""
+    """The ConfigError for keywords ``owner`` does not take (``cache_dir``: an earlier release's), listing its own."""
     accepted = [name for name in inspect.signature(WindowIndex.__init__).parameters if name not in ("self", "unknown")]
-    renamed = "; ".join(f"{name} is now {_RENAMED[name]}" for name in names if name in _RENAMED)
+    renamed = (
+        ": cache_dir is now remote=RemoteOptions(block_cache_dir=...) (the block cache of data in object storage; "
+        "the packing-plan cache of PackedDataset is plan_cache_dir=)"
+        if "cache_dir" in names
+        else ""
+    )
     return ConfigError(
-        f"{owner} does not take {', '.join(names)}" + (f": {renamed}" if renamed else ""),
-        field=names[0],
-        hint=f"{owner} takes {', '.join(accepted)}",
+        f"{owner} does not take {', '.join(names)}{renamed}", field=names[0], hint=f"It takes {', '.join(accepted)}"
     )
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from tokenloom.formats.io.source import StoredPath
 from tokenloom.formats.io.storage import storage_error
 
 __all__ = [
@@ -94,6 +95,8 @@ def map_array(path: str | os.PathLike[str], dtype: np.dtype | str, byte_offset: 
     """
     if count == 0:
         return np.empty(0, dtype=np.dtype(dtype))
+    if isinstance(path, StoredPath):
+        return path.array(dtype, byte_offset, count)
     return array_in(map_file(path), path, dtype, byte_offset, count)
 
 
@@ -205,6 +208,10 @@ def _cache_dir(explicit: str | None, xdg: str | None, home: str | None) -> Path:
     return Path(base) / "tokenloom" / _CACHE_VERSION
 
 
+def _stat(source: StrPath) -> os.stat_result:
+    return source.stat() if isinstance(source, StoredPath) else os.stat(source)  # pyright: ignore
+
+
 def _key(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] | None = None) -> str:
     """The sources' versions (device, inode, size, mtime, ctime: a file, whatever path or link names it) and
     ``what``. Not the resolved path: resolving cost a stat per path component of every shard (a third of
@@ -212,7 +219,7 @@ def _key(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] 
     digest = xxhash.xxh3_128(f"{_CACHE_VERSION}\0{what}\0".encode("utf-8", "surrogateescape"))
     versions = "".join(  # one line per source, hashed in one call (a dataset-wide key covers 2,000 files)
         f"{info.st_dev}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\n"
-        for info in (infos if infos is not None else [os.stat(source) for source in sources])
+        for info in (infos if infos is not None else [_stat(source) for source in sources])
     )
     digest.update(versions.encode())
     return digest.hexdigest()
@@ -237,7 +244,7 @@ def remember_checked(sources: Sequence[StrPath], what: str, infos: Sequence[os.s
     (a file replaced meanwhile is another version).
     """
     if infos is None:
-        infos = [os.stat(source) for source in sources]
+        infos = [_stat(source) for source in sources]
     if _recent(infos):
         return
     directory = index_cache_dir()
@@ -298,7 +305,7 @@ def derived_index(
     ``infos``: the sources' stats, taken before ``build`` reads them (as for :func:`remember_checked`).
     """
     if infos is None:
-        infos = [os.stat(source) for source in sources]
+        infos = [_stat(source) for source in sources]
     key = _key(sources, what, infos)
     directory = index_cache_dir()
     final = directory / f"{key}.i64"

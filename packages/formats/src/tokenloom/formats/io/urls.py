@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io.source import StoredPath
 
 __all__ = ["REMOTE_SCHEMES", "STORE_SCHEMES", "RemoteURL", "is_remote_url", "parse_url", "refuse_remote_output"]
 
@@ -26,8 +27,8 @@ _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/{1,2}(?P<rest>.*)$")
 
 
 def _match(path: object) -> re.Match[str] | None:
-    if not isinstance(path, (str, os.PathLike)):
-        return None
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, StoredPath):
+        return None  # a StoredPath is an object-store path already opened (its fspath is its URL)
     text = os.fspath(path)
     if not isinstance(text, str):
         return None

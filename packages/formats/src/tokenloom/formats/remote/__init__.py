@@ -8,7 +8,8 @@ and pickled with a dataset); ``client`` builds stores per process and does range
 with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node (temp file + rename
 under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks,
 ``blockfile`` a file object over them, ``opener`` the one open path (manifest, listing, identity) and
-``source`` the local view a format's own reader runs on, unless its ``FormatSpec.remote`` opens it off the
+``source`` the :class:`RemotePath` a format's own reader runs on (the listing answers stat and glob, the
+cache serves the bytes), unless its ``FormatSpec.remote`` opens it off the
 manifest (``native``: an index is fetched when its shard is first touched). ``budget`` keeps the cache
 under ``cache_limit`` (Belady eviction) and ``prefetch``
 fetches the blocks of a reader's next samples in a background thread. URLs are recognised in
