@@ -22,9 +22,9 @@ from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.safety import unlisted_files
-from tokenloom.formats.io.source import StoredPath, add_data_suffixes
+from tokenloom.formats.io.source import add_data_suffixes
 from tokenloom.formats.io.storage import check_readable, storage_errors
-from tokenloom.formats.io.urls import is_remote_url, refuse_remote_output
+from tokenloom.formats.io.urls import StoredPath, is_remote_url, refuse_remote_output
 
 _log = logging.getLogger("tokenloom.formats")
 

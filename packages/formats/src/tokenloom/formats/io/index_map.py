@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from tokenloom.formats.io.source import StoredPath
 from tokenloom.formats.io.storage import storage_error
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = [
     "INDEX_CACHE_ENV",

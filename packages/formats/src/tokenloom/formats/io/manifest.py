@@ -28,7 +28,8 @@ from tokenloom.formats.io.blockhash import BlockHashes, file_digests
 from tokenloom.formats.io.index_map import checked_before, remember_checked
 from tokenloom.formats.io.paths import as_path, safe_stat
 from tokenloom.formats.io.progress import Stage
-from tokenloom.formats.io.source import LOCAL, StoredPath, current_source
+from tokenloom.formats.io.source import LOCAL, current_source
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = [
     "EOS_AT_DOCUMENT_END",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tokenloom.formats.errors import MissingFileError, UnsafePathError
-from tokenloom.formats.io.source import StoredPath
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = ["as_path", "names_in", "safe_file", "safe_stat", "walk"]
 

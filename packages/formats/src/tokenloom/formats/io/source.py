@@ -22,12 +22,12 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 
 from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = [
     "LOCAL",
     "LocalSource",
     "Source",
-    "StoredPath",
     "add_data_suffixes",
     "current_source",
     "data_suffixes",
@@ -57,20 +57,6 @@ class Source(Protocol):
     def open(self, path: str | os.PathLike[str]) -> BinaryIO: ...
 
     def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> Any: ...
-
-
-class StoredPath:
-    """A path that is not on a local filesystem (``tokenloom.formats.remote``'s ``RemotePath``): it answers the
-    ``pathlib`` calls readers make (``exists``, ``stat``, ``glob``, ``walk``, ``open``) and serves its bytes
-    itself (``open``, ``array``); ``os.fspath`` gives its URL, for messages."""
-
-    __slots__ = ()
-
-    def open(self, mode: str = "rb") -> BinaryIO:
-        raise NotImplementedError
-
-    def array(self, dtype: np.dtype | str, byte_offset: int, count: int) -> Any:
-        raise NotImplementedError
 
 
 class LocalSource:

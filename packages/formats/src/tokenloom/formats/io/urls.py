@@ -10,11 +10,34 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from tokenloom.formats.errors import ConfigError
-from tokenloom.formats.io.source import StoredPath
 
-__all__ = ["REMOTE_SCHEMES", "STORE_SCHEMES", "RemoteURL", "is_remote_url", "parse_url", "refuse_remote_output"]
+__all__ = [
+    "REMOTE_SCHEMES",
+    "STORE_SCHEMES",
+    "RemoteURL",
+    "StoredPath",
+    "is_remote_url",
+    "parse_url",
+    "refuse_remote_output",
+]
+
+
+class StoredPath:
+    """A path that is not on a local filesystem (``tokenloom.formats.remote``'s ``RemotePath``): it answers the
+    ``pathlib`` calls readers make (``exists``, ``stat``, ``glob``, ``walk``, ``open``) and serves its bytes
+    itself (``open``, ``array``); ``os.fspath`` gives its URL, for messages."""
+
+    __slots__ = ()
+
+    def open(self, mode: str = "rb") -> BinaryIO:
+        raise NotImplementedError
+
+    def array(self, dtype: Any, byte_offset: int, count: int) -> Any:
+        raise NotImplementedError
+
 
 #: the one scheme table. Object stores (obstore's ``from_url`` builds each): listed, read and written. Adding a
 #: scheme obstore supports is one entry here.

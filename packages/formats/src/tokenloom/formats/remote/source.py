@@ -25,7 +25,8 @@ import xxhash
 
 from tokenloom.formats.errors import UnsafePathError
 from tokenloom.formats.io.index_map import map_array
-from tokenloom.formats.io.source import LOCAL, StoredPath, data_suffixes
+from tokenloom.formats.io.source import LOCAL, data_suffixes
+from tokenloom.formats.io.urls import StoredPath
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
