@@ -208,6 +208,12 @@ def _cache_dir(explicit: str | None, xdg: str | None, home: str | None) -> Path:
     return Path(base) / "tokenloom" / _CACHE_VERSION
 
 
+def _directory(sources: Sequence[StrPath]) -> Path:
+    """Where derivations of ``sources`` go: an object store's in its block cache (one cache location per dataset)."""
+    stored = [source for source in sources if isinstance(source, StoredPath)]
+    return stored[0].index_dir if stored else index_cache_dir()
+
+
 def _stat(source: StrPath) -> os.stat_result:
     return source.stat() if isinstance(source, StoredPath) else os.stat(source)  # pyright: ignore
 
@@ -231,7 +237,7 @@ def checked_before(sources: Sequence[StrPath], what: str, infos: Sequence[os.sta
     ``infos``: the sources' current stats (symlinks followed), if the caller just took them (one stat fewer each).
     """
     try:
-        return os.path.isfile(os.path.join(index_cache_dir(), f"{_key(sources, what, infos)}.ok"))
+        return os.path.isfile(os.path.join(_directory(sources), f"{_key(sources, what, infos)}.ok"))
     except OSError:
         return False
 
@@ -247,7 +253,7 @@ def remember_checked(sources: Sequence[StrPath], what: str, infos: Sequence[os.s
         infos = [_stat(source) for source in sources]
     if _recent(infos):
         return
-    directory = index_cache_dir()
+    directory = _directory(sources)
     final = os.path.join(directory, f"{_key(sources, what, infos)}.ok")
     # an empty marker is whole as soon as it exists: created in one step, no temp file and rename (a first
     # open of 1,000 native shards records 2,000 checks); O_EXCL neither follows a link nor opens a FIFO
@@ -277,7 +283,7 @@ def cached_index(
 
     ``infos``: the sources' current stats, if the caller just took them (one stat fewer each).
     """
-    final = index_cache_dir() / f"{_key(sources, what, infos)}.i64"
+    final = _directory(sources) / f"{_key(sources, what, infos)}.i64"
     try:
         size = final.stat().st_size
     except OSError:
@@ -307,7 +313,7 @@ def derived_index(
     if infos is None:
         infos = [_stat(source) for source in sources]
     key = _key(sources, what, infos)
-    directory = index_cache_dir()
+    directory = _directory(sources)
     final = directory / f"{key}.i64"
     cached = None if rebuild else cached_index(sources, what, count, infos)
     if cached is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from tokenloom.formats.errors import ConfigError
 
@@ -31,12 +31,9 @@ class StoredPath:
     itself (``open``, ``array``); ``os.fspath`` gives its URL, for messages."""
 
     __slots__ = ()
-
-    def open(self, mode: str = "rb") -> BinaryIO:
-        raise NotImplementedError
-
-    def array(self, dtype: Any, byte_offset: int, count: int) -> Any:
-        raise NotImplementedError
+    open: Any  # open(mode="rb") -> a binary file object
+    array: Any  # array(dtype, byte_offset, count) -> an array of those values
+    index_dir: Any  # where indexes derived from it are cached (its block cache's folder)
 
 
 #: the one scheme table. Object stores (obstore's ``from_url`` builds each): listed, read and written. Adding a

@@ -70,17 +70,9 @@ def open_remote(
     readers' known future), ``block_size`` and the retry budget. The dataset returned carries it as
     ``dataset.remote``.
     """
-    from tokenloom.formats.remote.opener import open_remote_any
+    from tokenloom.formats.remote.opener import open_remote_any, refuse_unknown
 
-    loose = sorted(set(options) & _LOOSE_KEYWORDS)
-    if loose:
-        raise ConfigError(
-            f"{', '.join(loose)} is not a keyword of open_dataset: a URL's store and cache settings are one "
-            "RemoteOptions value",
-            field=loose[0],
-            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=..., cache_limit=...), or "
-            "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
-        )
+    refuse_unknown(options, formats)  # storage_options=, cache_dir= (a URL's settings are remote=) or a typo
     if remote is not None and not isinstance(remote, RemoteOptions):
         raise ConfigError(
             f"remote={remote!r:.80} is not a RemoteOptions",
@@ -96,7 +88,3 @@ def open_remote(
     )
     dataset.remote = settings
     return dataset
-
-
-#: the keywords a URL's settings once travelled as (named in the error that points at ``remote=``)
-_LOOSE_KEYWORDS = frozenset({"storage_options", "cache_dir", "block_cache_dir", "block_size", "retries", "cache_limit"})

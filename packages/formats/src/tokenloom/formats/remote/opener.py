@@ -49,15 +49,18 @@ class FormatTable:
 
 
 def refuse_unknown(options: dict[str, Any], formats: FormatTable) -> None:
-    """ConfigError, before anything is fetched, for a keyword no format's reader takes (a typo, an old name)."""
+    """ConfigError, before any request, for a keyword no format's reader takes (a typo; a store or cache setting,
+    which travels as ``remote=``), listing the accepted ones."""
     known = sorted({name for spec in formats.available().values() for name in spec.options})
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConfigError(
-            f"open_dataset(URL, ...) does not take {', '.join(unknown)}",
+            f"{', '.join(unknown)} is not a keyword of open_dataset: a URL's store and cache settings are one "
+            "RemoteOptions value",
             field=unknown[0],
-            hint=f"It takes format, dtype, validate, on_progress, remote (a RemoteOptions) and the formats' own "
-            f"options: {', '.join(known)}",
+            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=..., cache_limit=...) (a settings dict: "
+            "remote=RemoteOptions.from_keywords(storage_options={...})); open_dataset also takes format, dtype, "
+            f"validate, on_progress and the formats' own options: {', '.join(known)}",
         )
 
 
@@ -84,7 +87,6 @@ def open_remote_any(
     formats: FormatTable,
 ) -> TokenDataset:
     """The dataset at ``cache.config.url`` in any registered format (see the module docstring)."""
-    refuse_unknown(options, formats)
     url = cache.config.url
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None

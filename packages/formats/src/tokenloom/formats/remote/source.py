@@ -1,14 +1,10 @@
-"""A remote prefix as a reader sees it: :class:`RemotePath`, a path into the listing, and a :class:`RemoteSource`.
+"""A remote prefix as a reader sees it: :class:`RemotePath`, a path into the listing taken at open.
 
-Every format's reader runs on a :class:`RemotePath` as on a local ``Path`` (``tokenloom.formats.io.source``):
-``exists``, ``stat``, ``glob``, ``iterdir`` and ``os.walk``-style walks answer from the listing taken at
-open (every key, size and ETag), and bytes come from the one block cache of the shard: index and
-metadata objects (``.idx``, ``manifest.json``, sidecars, ``meta.json``, tatm metadata, document lengths)
-are fetched whole into the cache (checked against the manifest's checksum the first time a process uses
-them), data objects (``.bin``, ``.npy``, ``.pbin``, ``.h5``/``.hdf5``) by blocks: :class:`BlockArray` for
-token arrays, :class:`BlockFile` for headers, a ``.pbin``'s pickled index and HDF5 files. A path's
-``os.fspath`` is its URL, so every error names the object as the user wrote it; nothing is materialised
-outside the cache.
+A format's reader runs on it as on a local ``Path``: ``exists``, ``stat``, ``glob`` and walks answer from the
+listing (every key, size and ETag); bytes come from the shard's one block cache: index and metadata objects
+fetched whole (checked against the manifest's checksum the first time a process uses them), data objects
+(``FormatSpec.suffixes``) by checked blocks (:class:`BlockArray`, :class:`BlockFile`). ``os.fspath`` of a path
+is its URL, so errors name the object as the user wrote it. Nothing is copied out of the cache.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import fnmatch
 import os
 import stat
 from collections.abc import Iterator
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -36,12 +32,8 @@ __all__ = ["RemotePath", "RemoteSource", "RemoteTree", "relative_name"]
 
 
 class RemoteSource:
-    """Data bytes of remote objects from the block cache (a ``Source``): the one place a remote shard keeps its
-    cache, whatever its format (``shard.source.cache``).
-
-    ``objects``: the object behind a path a reader names that is not a :class:`RemotePath` (a native shard's
-    ``.bin`` key); any other path is read locally.
-    """
+    """Data bytes of remote objects from the block cache (a ``Source``; ``shard.source.cache``). ``objects``: the
+    object behind a path that is not a :class:`RemotePath` (a native shard's ``.bin`` key); others are local."""
 
     def __init__(self, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
         self.cache = cache
@@ -190,6 +182,10 @@ class RemotePath(StoredPath):
             yield from (self / name).walk()
 
     # -- bytes ----------------------------------------------------------------------------------------------
+    @property
+    def index_dir(self) -> Path:
+        return self.tree.cache.root / "index-v1"
+
     def is_data(self) -> bool:
         return self.relative.endswith(data_suffixes())
 
