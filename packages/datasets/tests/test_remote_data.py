@@ -148,3 +148,13 @@ def test_dataset_factory_passes_remote_options_and_never_makes_a_local_dir(tmp_p
     with pytest.raises(DataError):
         DatasetFactory.load("sft", "s3://bucket/store", seq_len=8, cache_dir=tmp_path / "c")
     assert not (tmp_path / "s3:").exists()
+
+
+def test_cache_dir_is_a_named_config_error_pointing_at_its_replacements(tmp_path):
+    """MemoryMappedDataset(cache_dir=...) (an earlier release's keyword) names remote=RemoteOptions(block_cache_dir=)
+    and plan_cache_dir= instead of a TypeError about WindowIndex."""
+
+    with pytest.raises(ConfigError, match="block_cache_dir=") as caught:
+        MemoryMappedDataset(tmp_path, SEQ_LEN, cache_dir=tmp_path)
+    assert caught.value.field == "cache_dir" and "plan_cache_dir=" in str(caught.value)
+    assert "WindowIndex" not in str(caught.value)

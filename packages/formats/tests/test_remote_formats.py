@@ -433,9 +433,10 @@ def test_cli_remote_options_on_a_local_path_or_malformed_are_named(tmp_path):
     assert result.exit_code == 1 and "not supported yet" in result.output
 
 
-def test_a_shard_copied_without_its_source_refuses_the_placeholder(seaweed, tmp_path):
-    """A view's data files are holes: code that rebuilds a Shard must pass source=, or it gets an error, not zeros."""
-    from tokenloom.formats import Shard, StorageError
+def test_a_shard_copied_without_its_source_reads_the_same_bytes(seaweed, tmp_path):
+    """A remote shard's tokens_path is a RemotePath that serves its own blocks: code that rebuilds a Shard without
+    source= reads the object's bytes (there is no local placeholder of holes to read zeros from)."""
+    from tokenloom.formats import Shard
 
     _, url = _setup(seaweed, tmp_path, "flat")
     ds = open_dataset(
@@ -447,8 +448,7 @@ def test_a_shard_copied_without_its_source_refuses_the_placeholder(seaweed, tmp_
     shard = ds.shards[0]
     fields = {"tokens_path": shard.tokens_path, "dtype": shard.dtype, "num_tokens": shard.num_tokens}
     fields |= {"offsets": shard.offsets, "overlap_prefix": shard.overlap_prefix, "tokens_offset": shard.tokens_offset}
-    with pytest.raises(StorageError, match="placeholder of a remote object"):
-        np.asarray(Shard(**fields).tokens[:10])
+    assert np.array_equal(np.asarray(Shard(**fields).tokens[:10]), np.asarray(shard.tokens[:10]))
     assert np.array_equal(np.asarray(Shard(**fields, source=shard.source).tokens[:10]), np.asarray(shard.tokens[:10]))
 
 

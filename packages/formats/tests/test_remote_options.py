@@ -94,3 +94,11 @@ def test_a_remote_that_is_not_remote_options_is_named(value):
     with pytest.raises(ConfigError, match="remote=") as caught:
         open_dataset("s3://bucket/ds", remote=value)
     assert caught.value.field == "remote" and "RemoteOptions.from_keywords(" in str(caught.value)
+
+
+def test_an_unknown_keyword_for_a_url_is_refused_before_any_request():
+    """open_dataset(URL, ...) refuses a keyword no format's reader takes up front, listing the accepted ones (it was
+    found only after the listing and the index fetches, or not at all for a format that took **options)."""
+    with pytest.raises(ConfigError, match="vocab_sise is not a keyword of open_dataset") as caught:
+        open_dataset("s3://no-such-bucket-anywhere/ds", vocab_sise=10)
+    assert caught.value.field == "vocab_sise" and "vocab_size" in str(caught.value) and "remote" in str(caught.value)

@@ -348,7 +348,7 @@ def test_a_corrupt_cached_index_of_a_foreign_format_is_fetched_again(seaweed, tm
     (cached,) = [p for p in (tmp_path / "c").rglob("whole") if p.stat().st_size == 48]  # document_lengths.i64
     raw = bytearray(cached.read_bytes())
     raw[9] ^= 0x01
-    cached.write_bytes(bytes(raw))  # the view links this file: the flat reader would see it
+    cached.write_bytes(bytes(raw))  # the cached copy the flat reader reads (in place: same inode)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert _entries(open_dataset(url, **options)) == expected
     assert [w for w in _warnings(caplog, "corrupt") if str(cached) in w]

@@ -34,9 +34,9 @@ def is_sft_store(directory: Path | RemoteDir) -> bool:
 def _open_store(directory: Path | RemoteDir) -> RecordStore:
     if not isinstance(directory, RemoteDir):
         return open_records(directory)
-    from tokenloom.formats.remote.opener import read_remote_view  # the bucket's own store options and cache
+    from tokenloom.formats.remote.opener import read_remote  # the bucket's own store options and cache
 
-    store = read_remote_view(directory.url, open_records, remote=directory.remote)
+    store = read_remote(directory.url, open_records, remote=directory.remote)
     store.path = directory.url  # a URL, never the node's local view (part of the packed view's fingerprint)
     return store
 

@@ -11,7 +11,9 @@ shards as one stream; ``stride=seq_len`` makes every token a label exactly once.
 from __future__ import annotations
 
 import bisect
+import inspect
 import os
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +58,20 @@ def check_positive(value: int, name: str) -> int:
     return int(value)
 
 
+def _unknown_keywords(owner: str, names: list[str]) -> ConfigError:
+    """The ConfigError for keywords ``owner`` does not take (``cache_dir``: an earlier release's), listing its own."""
+    accepted = [name for name in inspect.signature(WindowIndex.__init__).parameters if name not in ("self", "unknown")]
+    renamed = (
+        ": cache_dir is now remote=RemoteOptions(block_cache_dir=...) (the block cache of data in object storage; "
+        "the packing-plan cache of PackedDataset is plan_cache_dir=)"
+        if "cache_dir" in names
+        else ""
+    )
+    return ConfigError(
+        f"{owner} does not take {', '.join(names)}{renamed}", field=names[0], hint=f"It takes {', '.join(accepted)}"
+    )
+
+
 class WindowIndex(SampleBytes):
     """The torch-free half of :class:`MemoryMappedDataset`: sizing, addressing and fingerprint of the windows.
 
@@ -77,7 +93,10 @@ class WindowIndex(SampleBytes):
         position_ids: bool = False,
         cu_seqlens: bool = False,
         remote: RemoteOptions | None = None,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            raise _unknown_keywords(type(self).__name__, sorted(unknown))
         self.seq_len = check_positive(seq_len, "seq_len")
         self.stride = check_positive(stride if stride is not None else seq_len + 1, "stride")
         dataset = open_data(data, remote=remote)

@@ -89,7 +89,7 @@ class FormatSpec:
     output_name: str | None = None
     file_names: str = ""  # for a directory dataset: a regex of the names its writer creates there
     #: opens the dataset from object storage off its manifest alone (indexes fetched as shards are touched);
-    #: its manifest is then required. None: the reader runs on a local view (``tokenloom.formats.remote.opener``)
+    #: its manifest is then required. None: ``open`` runs on the listing (a ``RemotePath``, see ``remote.opener``)
     remote: Callable[..., TokenDataset] | None = None
     #: tokenize writes this format's shards itself, unit by unit (native); it writes any other token format by
     #: converting those shards at finalize

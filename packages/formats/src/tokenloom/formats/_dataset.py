@@ -27,8 +27,9 @@ from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError
 from tokenloom.formats.io.index_blocks import IndexBlocks
 from tokenloom.formats.io.index_map import iter_chunks, release_pages, zeros_index
 from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
+from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.progress import Stage
-from tokenloom.formats.io.source import LOCAL, Source, current_source, map_tokens
+from tokenloom.formats.io.source import Source, current_source
 
 __all__ = ["LazyShard", "Shard", "TokenDataset"]
 
@@ -65,10 +66,7 @@ class Shard:
         """The shard's tokens as a read-only 1-D array over a memory map (opened on first use)."""
         tokens = self._tokens
         if tokens is None:
-            if self.source is LOCAL:
-                tokens = map_tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
-            else:
-                tokens = self.source.tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
+            tokens = self.source.tokens(self.tokens_path, self.dtype, self.tokens_offset, self.num_tokens)
             self._tokens = tokens
         return tokens
 
@@ -278,7 +276,7 @@ class TokenDataset:
             )
         self.shards = list(shards)
         self.format = format
-        self.root = Path(root)
+        self.root = as_path(root)
         self.eos_id = eos_id
         self.vocab_size = vocab_size
         self.fingerprint = fingerprint

@@ -19,11 +19,12 @@ from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats._writer import TokenWriter
 from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError
 from tokenloom.formats.io.output import refuse_unfinished
+from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.safety import unlisted_files
 from tokenloom.formats.io.source import add_data_suffixes
 from tokenloom.formats.io.storage import check_readable, storage_errors
-from tokenloom.formats.io.urls import is_remote_url, refuse_remote_output
+from tokenloom.formats.io.urls import StoredPath, is_remote_url, refuse_remote_output
 
 _log = logging.getLogger("tokenloom.formats")
 
@@ -147,7 +148,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         from tokenloom.formats.remote.opener import detect_remote
 
         return detect_remote(path, formats=_format_table())
-    target = Path(path)
+    target = as_path(path)
     if not target.exists() and not any(target.parent.glob(target.name + ".*")):
         raise MissingFileError(f"{target} does not exist", path=target, hint=_nearest_hint(target))
     refuse_unfinished(target)
@@ -157,7 +158,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         return matches[0]
     if not matches:
         # a detector cannot read what it cannot open: an unreadable manifest or shard is the real cause
-        check_readable(p for p in ([target] if target.is_file() else sorted(target.glob("*"))) if p.is_file())
+        if not isinstance(target, StoredPath):  # an object-store listing: read through the cache when opened
+            check_readable(p for p in ([target] if target.is_file() else sorted(target.glob("*"))) if p.is_file())
         inner = _datasets_inside(target, detectable)
         if inner:
             shown = ", ".join(inner[:5]) + (f" and {len(inner) - 5} more" if len(inner) > 5 else "")
@@ -246,10 +248,10 @@ def open_dataset(
 
 
 def _format_table() -> Any:
-    """The registry's lookups for the remote opener (which runs the same readers over a local view)."""
+    """The registry's lookups for the remote opener (which runs the same readers over the listing)."""
     from tokenloom.formats.remote.opener import FormatTable
 
-    return FormatTable(spec=_spec, detect=detect_format, check_options=_check_options)
+    return FormatTable(spec=_spec, detect=detect_format, check_options=_check_options, available=available_formats)
 
 
 def _check_options(spec: FormatSpec, options: dict[str, Any]) -> None:

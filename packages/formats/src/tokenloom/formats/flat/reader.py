@@ -58,7 +58,7 @@ from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, zeros_index
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.paths import as_path, safe_file
 from tokenloom.formats.io.scan import first_negative, iter_eos_offsets
 
 __all__ = ["DOCUMENT_LENGTHS_NAME", "FLAT_SPLITS", "is_flat", "open_flat"]
@@ -156,7 +156,7 @@ def open_flat(
     vocab_size: int | None = None,
 ) -> TokenDataset:
     """Open flat shards: a directory (see the module docstring) or a single ``.npy``/``.bin`` file."""
-    target = Path(path)
+    target = as_path(path)
     manifest: Manifest | None = None
     tatm: TatmInfo | None = None
     recorded: dict[str, Any] = {}  # what tokenloom's flat writer recorded in the manifest

@@ -41,6 +41,7 @@ import numpy as np
 import xxhash
 
 from tokenloom.formats.io.storage import storage_error
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = [
     "INDEX_CACHE_ENV",
@@ -94,6 +95,8 @@ def map_array(path: str | os.PathLike[str], dtype: np.dtype | str, byte_offset: 
     """
     if count == 0:
         return np.empty(0, dtype=np.dtype(dtype))
+    if isinstance(path, StoredPath):
+        return path.array(dtype, byte_offset, count)
     return array_in(map_file(path), path, dtype, byte_offset, count)
 
 
@@ -205,6 +208,16 @@ def _cache_dir(explicit: str | None, xdg: str | None, home: str | None) -> Path:
     return Path(base) / "tokenloom" / _CACHE_VERSION
 
 
+def _directory(sources: Sequence[StrPath]) -> Path:
+    """Where derivations of ``sources`` go: an object store's in its block cache (one cache location per dataset)."""
+    stored = [source for source in sources if isinstance(source, StoredPath)]
+    return stored[0].index_dir if stored else index_cache_dir()
+
+
+def _stat(source: StrPath) -> os.stat_result:
+    return source.stat() if isinstance(source, StoredPath) else os.stat(source)  # pyright: ignore
+
+
 def _key(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] | None = None) -> str:
     """The sources' versions (device, inode, size, mtime, ctime: a file, whatever path or link names it) and
     ``what``. Not the resolved path: resolving cost a stat per path component of every shard (a third of
@@ -212,7 +225,7 @@ def _key(sources: Sequence[StrPath], what: str, infos: Sequence[os.stat_result] 
     digest = xxhash.xxh3_128(f"{_CACHE_VERSION}\0{what}\0".encode("utf-8", "surrogateescape"))
     versions = "".join(  # one line per source, hashed in one call (a dataset-wide key covers 2,000 files)
         f"{info.st_dev}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\n"
-        for info in (infos if infos is not None else [os.stat(source) for source in sources])
+        for info in (infos if infos is not None else [_stat(source) for source in sources])
     )
     digest.update(versions.encode())
     return digest.hexdigest()
@@ -224,7 +237,7 @@ def checked_before(sources: Sequence[StrPath], what: str, infos: Sequence[os.sta
     ``infos``: the sources' current stats (symlinks followed), if the caller just took them (one stat fewer each).
     """
     try:
-        return os.path.isfile(os.path.join(index_cache_dir(), f"{_key(sources, what, infos)}.ok"))
+        return os.path.isfile(os.path.join(_directory(sources), f"{_key(sources, what, infos)}.ok"))
     except OSError:
         return False
 
@@ -237,10 +250,10 @@ def remember_checked(sources: Sequence[StrPath], what: str, infos: Sequence[os.s
     (a file replaced meanwhile is another version).
     """
     if infos is None:
-        infos = [os.stat(source) for source in sources]
+        infos = [_stat(source) for source in sources]
     if _recent(infos):
         return
-    directory = index_cache_dir()
+    directory = _directory(sources)
     final = os.path.join(directory, f"{_key(sources, what, infos)}.ok")
     # an empty marker is whole as soon as it exists: created in one step, no temp file and rename (a first
     # open of 1,000 native shards records 2,000 checks); O_EXCL neither follows a link nor opens a FIFO
@@ -270,7 +283,7 @@ def cached_index(
 
     ``infos``: the sources' current stats, if the caller just took them (one stat fewer each).
     """
-    final = index_cache_dir() / f"{_key(sources, what, infos)}.i64"
+    final = _directory(sources) / f"{_key(sources, what, infos)}.i64"
     try:
         size = final.stat().st_size
     except OSError:
@@ -298,9 +311,9 @@ def derived_index(
     ``infos``: the sources' stats, taken before ``build`` reads them (as for :func:`remember_checked`).
     """
     if infos is None:
-        infos = [os.stat(source) for source in sources]
+        infos = [_stat(source) for source in sources]
     key = _key(sources, what, infos)
-    directory = index_cache_dir()
+    directory = _directory(sources)
     final = directory / f"{key}.i64"
     cached = None if rebuild else cached_index(sources, what, count, infos)
     if cached is not None:

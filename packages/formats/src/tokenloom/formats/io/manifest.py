@@ -26,9 +26,10 @@ from tokenloom.formats.errors import ChecksumError, FormatError, MissingFileErro
 from tokenloom.formats.io.atomic import atomic_write_bytes
 from tokenloom.formats.io.blockhash import BlockHashes, file_digests
 from tokenloom.formats.io.index_map import checked_before, remember_checked
-from tokenloom.formats.io.paths import safe_stat
+from tokenloom.formats.io.paths import as_path, safe_stat
 from tokenloom.formats.io.progress import Stage
 from tokenloom.formats.io.source import LOCAL, current_source
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = [
     "EOS_AT_DOCUMENT_END",
@@ -80,7 +81,8 @@ def file_checksum(path: str | os.PathLike[str], *, on_bytes: Callable[[int], Non
     """
     digest = xxhash.xxh3_128()
     source = current_source()
-    opened: Any = open(path, "rb", buffering=0) if source is LOCAL else source.open(path)  # noqa: SIM115
+    local = source is LOCAL and not isinstance(path, StoredPath)
+    opened: Any = open(path, "rb", buffering=0) if local else source.open(path)  # noqa: SIM115
     with opened as handle:
         try:  # a small file gets a buffer of its size: a zeroed 1 MiB each costs more than reading 1,000 indexes
             size = os.fstat(handle.fileno()).st_size
@@ -181,9 +183,14 @@ class Manifest:
         Returns each listed file's stat (symlinks followed) by name, so a reader need not stat it again.
         """
         folder = os.path.join(root, "")  # ends with a separator: + name is a child path (faster than join)
+        stored = isinstance(root, StoredPath)  # an object store's listing: paths of its own kind
+
+        def child(name: str) -> Any:
+            return root / name if stored else folder + name  # a plain name: read_manifest refuses others
+
         infos: dict[str, os.stat_result] = {}
         for entry in self.files:
-            path = folder + entry.name  # a plain name: read_manifest refuses others
+            path = child(entry.name)
             try:
                 info = safe_stat(root, path)
             except MissingFileError:
@@ -200,10 +207,10 @@ class Manifest:
         if deep:
             stage = Stage("checksums", sum(e.bytes for e in self.files))
             for entry in self.files:
-                self._check_checksum(folder, entry, infos[entry.name], on_bytes=stage.advance)
+                self._check_checksum(child(entry.name), entry, infos[entry.name], on_bytes=stage.advance)
             return infos
         indexes = [e for e in self.files if e.role == "index" and not (index_blocks and e.blocks is not None)]
-        paths = [folder + entry.name for entry in indexes]
+        paths = [child(entry.name) for entry in indexes]
         versions = [infos[entry.name] for entry in indexes]
         recorded = xxhash.xxh3_128("\0".join(entry.xxh3_128 for entry in indexes).encode()).hexdigest()
         every_index = f"xxh3_128 of {len(indexes)} index files: {recorded}"
@@ -211,16 +218,15 @@ class Manifest:
             return infos
         for entry, path, info in zip(indexes, paths, versions, strict=True):
             if not checked_before([path], f"xxh3_128 {entry.xxh3_128}", [info]):
-                self._check_checksum(folder, entry, info)
+                self._check_checksum(path, entry, info)
         remember_checked(paths, every_index, versions)
         return infos
 
     @staticmethod
     def _check_checksum(
-        folder: str, entry: FileEntry, info: os.stat_result, *, on_bytes: Callable[[int], None] | None = None
+        path: Any, entry: FileEntry, info: os.stat_result, *, on_bytes: Callable[[int], None] | None = None
     ) -> None:
         """ChecksumError unless the file's xxh3-128 is the recorded one; remembered for this version of it."""
-        path = folder + entry.name
         if file_checksum(path, on_bytes=on_bytes) != entry.xxh3_128:
             raise ChecksumError(
                 f"{entry.name} content checksum differs from the manifest's {entry.xxh3_128}",
@@ -332,7 +338,7 @@ def _file_entry(item: object, record: int, path: Path) -> FileEntry:
 
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     """Parse and self-check ``root/manifest.json``."""
-    path = Path(root) / MANIFEST_NAME
+    path = as_path(root) / MANIFEST_NAME
     if not path.is_file():
         raise MissingFileError(f"no {MANIFEST_NAME}", path=path)
     raw = path.read_bytes()

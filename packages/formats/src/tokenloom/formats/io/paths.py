@@ -4,16 +4,34 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from tokenloom.formats.errors import MissingFileError, UnsafePathError
+from tokenloom.formats.io.urls import StoredPath
 
-__all__ = ["names_in", "safe_file", "safe_stat"]
+__all__ = ["as_path", "names_in", "safe_file", "safe_stat", "walk"]
+
+
+def as_path(path: str | os.PathLike[str]) -> Path:
+    """``Path(path)``, keeping a :class:`~tokenloom.formats.io.source.StoredPath` (an object-store path) as it is."""
+    return path if isinstance(path, StoredPath) else Path(path)  # pyright: ignore[reportReturnType]
+
+
+def walk(root: Path) -> Iterator[tuple[Path, list[str], list[str]]]:
+    """``os.walk(root)`` (symlinked folders not followed) with each folder as a path of ``root``'s kind."""
+    if isinstance(root, StoredPath):
+        yield from root.walk()  # pyright: ignore[reportAttributeAccessIssue]
+        return
+    for directory, folders, files in os.walk(root, followlinks=False):
+        yield Path(directory), folders, files
 
 
 def names_in(directory: str | os.PathLike[str]) -> list[str]:
     """The names ``Path(directory).glob("*")`` matches, without a Path object each (a detector looking
     at 2,000 shard files); like glob, [] where listing is not permitted."""
+    if isinstance(directory, StoredPath):
+        return [path.name for path in directory.iterdir()]  # pyright: ignore[reportAttributeAccessIssue]
     try:
         return os.listdir(directory)
     except PermissionError:
@@ -26,13 +44,20 @@ def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Pat
     Symlinks are followed; one that resolves outside the root is an UnsafePathError,
     as is a FIFO, socket or device (reading one could hang or never end).
     """
-    path = Path(path)
+    path = as_path(path)
     safe_stat(root, path)
     return path
 
 
 def safe_stat(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> os.stat_result:
     """The checks of :func:`safe_file`; the file's stat (symlinks followed), so callers need no second one."""
+    if isinstance(path, StoredPath):  # an object: a regular file, its key checked inside the prefix at listing
+        try:
+            info = path.stat()  # pyright: ignore[reportAttributeAccessIssue]
+        except FileNotFoundError as exc:
+            raise MissingFileError(f"{path.name} does not exist", path=path) from exc  # pyright: ignore
+        _check_regular(path, info)  # pyright: ignore[reportArgumentType]
+        return info
     text = os.fspath(path)
     if "\0" in text:  # the OS would refuse it with a bare ValueError
         raise UnsafePathError(

@@ -31,7 +31,7 @@ import xxhash
 from tokenloom.formats.errors import ConfigError, FormatError
 from tokenloom.formats.io.atomic import atomic_write_bytes
 from tokenloom.formats.io.manifest import check_vocab_and_eos
-from tokenloom.formats.io.paths import safe_stat
+from tokenloom.formats.io.paths import as_path, safe_stat
 from tokenloom.formats.io.source import current_source
 
 __all__ = [
@@ -165,5 +165,5 @@ def merge_sidecar(
 
 def sidecar_of(path: str | os.PathLike[str]) -> Path:
     """``PREFIX.tokenloom.json`` for a Megatron prefix, ``NAME.pbin.tokenloom.json`` for a .pbin."""
-    path = Path(path)
+    path = as_path(path)
     return path.with_name(path.name + SIDECAR_SUFFIX)

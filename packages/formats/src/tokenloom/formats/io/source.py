@@ -3,10 +3,10 @@
 Readers work on paths (stat, glob, small index files read whole) and ask the *current source* for the
 bytes of data files: :meth:`Source.open` (headers, an HDF5 file, checksums) and :meth:`Source.tokens`
 (a shard's token array). The default, :data:`LOCAL`, opens the file and memory-maps it, as readers always
-did. ``tokenloom.formats.remote`` opens a URL by running the same reader on a local *view* of the
-prefix (index files fetched whole, data files as placeholders of their size) inside
-``using_source(remote)``, so data bytes come from the block cache instead. A :class:`~tokenloom.formats._dataset.Shard`
-keeps the source it was created under (it is pickled with it), so a DataLoader worker reads the same way.
+did. ``tokenloom.formats.remote`` opens a URL by running the same reader on a :class:`StoredPath` (its
+``RemotePath``: the listing answers stat and glob, the block cache gives the bytes) inside
+``using_source(remote)``. A :class:`~tokenloom.formats._dataset.Shard` keeps the source it was created under
+(it is pickled with it), so a DataLoader worker reads the same way.
 """
 
 from __future__ import annotations
@@ -22,23 +22,20 @@ from typing import Any, BinaryIO, Protocol
 import numpy as np
 
 from tokenloom.formats.io.storage import storage_errors
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = [
     "LOCAL",
-    "REMOTE_VIEW_MARKER",
     "LocalSource",
     "Source",
     "add_data_suffixes",
     "current_source",
     "data_suffixes",
     "map_tokens",
-    "refuse_placeholder",
     "using_source",
 ]
 
-#: a remote view's folder holds this file; its data files are placeholders (holes), never to be read locally
-REMOTE_VIEW_MARKER = ".tokenloom-remote-view"
-#: objects a view holds as placeholders (read by blocks); every other object is fetched whole. Each format's
+#: objects read by blocks from object storage; every other object is fetched whole. Each format's
 #: spec names its own (``FormatSpec.suffixes``); ``register_format`` adds them here.
 _data_suffixes: tuple[str, ...] = ()
 
@@ -50,7 +47,7 @@ def add_data_suffixes(suffixes: tuple[str, ...]) -> None:
 
 
 def data_suffixes() -> tuple[str, ...]:
-    """The suffixes of every registered format's data files (what a remote view holds as placeholders)."""
+    """The suffixes of every registered format's data files (read by blocks from object storage)."""
     return _data_suffixes
 
 
@@ -63,13 +60,14 @@ class Source(Protocol):
 
 
 class LocalSource:
-    """Files on a local (or mounted) filesystem: ``open`` and a memory map."""
+    """Files on a local (or mounted) filesystem: ``open`` and a memory map (a :class:`StoredPath` serves its own)."""
 
     def open(self, path: str | os.PathLike[str]) -> BinaryIO:
-        refuse_placeholder(path)
-        return open(path, "rb")
+        return path.open() if isinstance(path, StoredPath) else open(path, "rb")
 
-    def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> np.ndarray:
+    def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> Any:
+        if isinstance(path, StoredPath):
+            return path.array(dtype, byte_offset, count)
         return map_tokens(Path(path), dtype, byte_offset, count)
 
     def __reduce__(self) -> str:
@@ -77,27 +75,6 @@ class LocalSource:
 
 
 LOCAL = LocalSource()
-
-
-def refuse_placeholder(path: str | os.PathLike[str]) -> None:
-    """StorageError when ``path`` is a data placeholder of a remote view (its bytes are holes, not data).
-
-    A shard copied without its source (``Shard(tokens_path=...)`` built from a remote dataset's shard)
-    would otherwise read zeros: pass ``source=shard.source`` along instead.
-    """
-    text = os.fspath(path)
-    if "view-" not in text or not text.endswith(_data_suffixes):
-        return
-    for parent in Path(text).parents:
-        if parent.name.startswith("view-") and (parent / REMOTE_VIEW_MARKER).exists():
-            from tokenloom.formats.errors import StorageError
-
-            raise StorageError(
-                f"{Path(text).name} is the local placeholder of a remote object, not its bytes",
-                path=text,
-                hint="Read the dataset opened from the URL (its shards carry their source); code that builds "
-                "Shard(...) from another dataset's shard must pass source=shard.source",
-            )
 
 
 _CURRENT: ContextVar[Source] = ContextVar("tokenloom_source", default=LOCAL)
@@ -122,7 +99,6 @@ def map_tokens(path: Path, dtype: np.dtype, byte_offset: int, count: int) -> np.
     """A read-only zero-copy array of ``count`` tokens of ``dtype`` at ``byte_offset`` in ``path``."""
     if count == 0:
         return np.empty(0, dtype=dtype)
-    refuse_placeholder(path)
     with storage_errors(path, "mapping tokens"), open(path, "rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     # A plain ndarray over the mmap slices faster than np.memmap (no subclass overhead).

@@ -10,20 +10,45 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from tokenloom.formats.errors import ConfigError
 
-__all__ = ["REMOTE_SCHEMES", "RemoteURL", "is_remote_url", "parse_url", "refuse_remote_output"]
+__all__ = [
+    "REMOTE_SCHEMES",
+    "STORE_SCHEMES",
+    "RemoteURL",
+    "StoredPath",
+    "is_remote_url",
+    "parse_url",
+    "refuse_remote_output",
+]
 
-#: URL schemes read through the remote layer (``http`` for plain-http endpoints such as a local mirror).
-REMOTE_SCHEMES = ("s3", "gs", "az", "abfs", "https", "http")
+
+class StoredPath:
+    """A path that is not on a local filesystem (``tokenloom.formats.remote``'s ``RemotePath``): it answers the
+    ``pathlib`` calls readers make (``exists``, ``stat``, ``glob``, ``walk``, ``open``) and serves its bytes
+    itself (``open``, ``array``); ``os.fspath`` gives its URL, for messages."""
+
+    __slots__ = ()
+    open: Any  # open(mode="rb") -> a binary file object
+    array: Any  # array(dtype, byte_offset, count) -> an array of those values
+    index_dir: Any  # where indexes derived from it are cached (its block cache's folder)
+
+
+#: the one scheme table. Object stores (obstore's ``from_url`` builds each): listed, read and written. Adding a
+#: scheme obstore supports is one entry here.
+STORE_SCHEMES = ("s3", "gs", "az", "abfs")
+#: every scheme read through the remote layer: the stores, and read-only http(s) servers (a local mirror) that
+#: cannot list
+REMOTE_SCHEMES = (*STORE_SCHEMES, "https", "http")
 
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/{1,2}(?P<rest>.*)$")
 
 
 def _match(path: object) -> re.Match[str] | None:
-    if not isinstance(path, (str, os.PathLike)):
-        return None
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, StoredPath):
+        return None  # a StoredPath is an object-store path already opened (its fspath is its URL)
     text = os.fspath(path)
     if not isinstance(text, str):
         return None

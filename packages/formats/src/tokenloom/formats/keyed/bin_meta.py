@@ -12,7 +12,6 @@ directory has the same N (and the same offsets where both have them).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from tokenloom.formats.errors import (
     ShapeMismatchError,
 )
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.paths import safe_file, walk
 from tokenloom.formats.io.scan import check_exact_size
 from tokenloom.formats.io.source import current_source
 from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
@@ -44,10 +43,10 @@ MAX_META_BYTES = 64 << 20
 def find_meta_files(root: Path) -> list[Path]:
     """Every meta.json under ``root`` (symlinked directories are not followed), sorted by path."""
     found = []
-    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+    for directory, dirnames, filenames in walk(root):
         dirnames.sort()
         if META_NAME in filenames:
-            found.append(Path(directory) / META_NAME)
+            found.append(directory / META_NAME)
     return sorted(found, key=lambda p: p.relative_to(root).parts)
 
 

@@ -37,7 +37,7 @@ from tokenloom.formats.errors import (
     UnsafePathError,
 )
 from tokenloom.formats.io.optional import require
-from tokenloom.formats.io.paths import safe_file
+from tokenloom.formats.io.paths import names_in, safe_file, walk
 from tokenloom.formats.io.source import LOCAL, Source, current_source
 from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
 
@@ -78,16 +78,16 @@ def _h5_file(source: Source, path: Path) -> Any:
 
 def find_h5_files(root: Path) -> list[Path]:
     found = []
-    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+    for directory, dirnames, filenames in walk(root):
         dirnames.sort()
-        found += [Path(directory) / name for name in filenames if name.endswith(H5_SUFFIXES)]
+        found += [directory / name for name in filenames if name.endswith(H5_SUFFIXES)]
     return sorted(found, key=lambda p: p.relative_to(root).parts)
 
 
 def is_h5_store(path: Path) -> bool:
     if path.is_file():
         return path.suffix in H5_SUFFIXES
-    return path.is_dir() and any(_suffix(name) in H5_SUFFIXES for name in os.listdir(path))
+    return path.is_dir() and any(_suffix(name) in H5_SUFFIXES for name in names_in(path))
 
 
 def _suffix(name: str) -> str:

@@ -49,6 +49,7 @@ from tokenloom.formats._contract import Validate, as_validate
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError, MissingKeyError, ShapeMismatchError
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
 from tokenloom.formats.io.output import refuse_unfinished
+from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.source import current_source
 from tokenloom.formats.io.urls import is_remote_url
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
@@ -185,12 +186,12 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
     """
     validate = as_validate(validate)
     if is_remote_url(path):
-        from tokenloom.formats.remote.opener import read_remote_view
+        from tokenloom.formats.remote.opener import read_remote
 
-        store = read_remote_view(path, lambda view: open_records(view, validate=validate))
-        store.path = os.fspath(path)  # type: ignore[assignment]  # a URL, never the node's local view (part of a packed view's fingerprint)
+        store = read_remote(path, lambda root: open_records(root, validate=validate))
+        store.path = os.fspath(path)  # type: ignore[assignment]  # the URL as given (part of a packed view's fingerprint)
         return store
-    root = Path(path)
+    root = as_path(path)
     if root.is_file() and root.suffix in (".h5", ".hdf5"):
         return _h5_records(root, validate)
     if not root.is_dir():
@@ -261,7 +262,7 @@ def _h5_records(root: Path, validate: Validate) -> RecordStore:
 def is_record_store(path: str | os.PathLike[str]) -> bool:
     """A directory whose meta.json gives some key record offsets, or one holding tokenize's sidecar and .h5
     records (``tokenize --format h5``): a quick look; opening names any problem."""
-    root = Path(path)
+    root = as_path(path)
     meta = root / META_NAME
     try:
         if meta.is_file():
@@ -285,7 +286,7 @@ def write_record_manifest(
     The store is read first (``validate``: ``deep`` also checks every float), so a manifest never blesses a
     store its reader refuses. Only a store of one meta.json or one .h5 file (tokenloom's) can have one.
     """
-    root = Path(path)
+    root = as_path(path)
     if root.is_file():
         raise ConfigError(
             f"{root.name} is a file; a manifest.json lists the files of a directory and is written beside them",

@@ -41,6 +41,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.index_map import iter_chunks
+from tokenloom.formats.io.paths import as_path
 
 __all__ = [
     "FLOAT_KEYS",
@@ -156,7 +157,7 @@ class StoreTokenReader:
     ) -> TokenDataset:
         store = self.store_class(validate=validate).load(path)
         token_dtype = token_key_dtype(store, key, dtype, path=path)
-        shards = self.shards(store, key, token_dtype, Path(path))
+        shards = self.shards(store, key, token_dtype, as_path(path))
         metadata = {"key": key, "keys": store.keys}
         dataset = TokenDataset(
             shards, format=self.format, root=path, vocab_size=vocab_size, eos_id=eos_id, metadata=metadata
@@ -200,7 +201,7 @@ class KeyedStore:
     def load(self, path: str | os.PathLike[str]) -> Self:
         """Validate and index the store at ``path`` (files are reopened lazily for reading)."""
         self._close()
-        target = Path(path)
+        target = as_path(path)
         lengths, records = self._load(target)
         self.path = target
         self._segment_lengths = np.asarray(lengths, dtype=np.int64)

@@ -48,7 +48,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
-from tokenloom.formats.io.paths import names_in, safe_file
+from tokenloom.formats.io.paths import as_path, names_in, safe_file
 from tokenloom.formats.io.scan import check_rising_from_zero
 from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 
@@ -88,7 +88,7 @@ def is_megatron(path: Path) -> bool:
         candidates = [path.with_name(path.name + ".idx")]
     for idx in candidates:
         try:
-            with open(idx, "rb") as handle:
+            with idx.open("rb") as handle:
                 return handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
         except OSError:
             return False
@@ -118,7 +118,7 @@ def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tup
         raise TruncatedError(
             f"index has {idx_size} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path, offset=0
         )
-    with open(idx_path, "rb") as handle:
+    with idx_path.open("rb") as handle:
         magic, version, code, seq_count, doc_count = _HEADER.unpack(handle.read(_HEADER.size))
     if magic != MEGATRON_MAGIC:
         raise FormatError(f"magic {magic!r}, expected {MEGATRON_MAGIC!r}", path=idx_path, offset=0, field="magic")
@@ -261,7 +261,7 @@ def open_megatron(
     arguments (which must agree with a sidecar); ``validate="deep"`` then checks
     token ids and EOS placement (negative ids are refused either way).
     """
-    root, stems = megatron_prefixes(Path(path))
+    root, stems = megatron_prefixes(as_path(path))
     shards, documents, modes = [], [], []
     recorded: dict[str, Any] | None = None
     recorded_by: Path | None = None

@@ -320,7 +320,7 @@ def is_native(path: Path) -> bool:
     names = [name for name in names_in(path) if name.endswith(".idx")]
     if names:  # the first by name
         try:
-            with open(path / min(names), "rb") as handle:
+            with (path / min(names)).open("rb") as handle:
                 return handle.read(4) == NATIVE_MAGIC
         except OSError:
             return False

@@ -49,7 +49,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.index_map import cached_index, derived_index, zeros_index
-from tokenloom.formats.io.paths import names_in, safe_file
+from tokenloom.formats.io.paths import as_path, names_in, safe_file
 from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 from tokenloom.formats.io.source import current_source
 from tokenloom.formats.packed.pickle_safe import load_int_tuples
@@ -370,7 +370,7 @@ def open_packed(
     (which must agree with a sidecar).
     ``validate="deep"`` checks token ids and EOS placement against them.
     """
-    target = Path(path)
+    target = as_path(path)
     if target.is_dir():
         root = target
         files = sorted(target.glob(f"*{PACKED_SUFFIX}"))

@@ -8,7 +8,8 @@ and pickled with a dataset); ``client`` builds stores per process and does range
 with If-Match, retries and named errors, ``cache`` keeps aligned blocks per node (temp file + rename
 under a lock, read back by memory map), ``array`` serves a shard's tokens from those blocks,
 ``blockfile`` a file object over them, ``opener`` the one open path (manifest, listing, identity) and
-``source`` the local view a format's own reader runs on, unless its ``FormatSpec.remote`` opens it off the
+``source`` the :class:`RemotePath` a format's own reader runs on (the listing answers stat and glob, the
+cache serves the bytes), unless its ``FormatSpec.remote`` opens it off the
 manifest (``native``: an index is fetched when its shard is first touched). ``budget`` keeps the cache
 under ``cache_limit`` (Belady eviction) and ``prefetch``
 fetches the blocks of a reader's next samples in a background thread. URLs are recognised in
@@ -69,17 +70,9 @@ def open_remote(
     readers' known future), ``block_size`` and the retry budget. The dataset returned carries it as
     ``dataset.remote``.
     """
-    from tokenloom.formats.remote.opener import open_remote_any
+    from tokenloom.formats.remote.opener import open_remote_any, refuse_unknown
 
-    loose = sorted(set(options) & _LOOSE_KEYWORDS)
-    if loose:
-        raise ConfigError(
-            f"{', '.join(loose)} is not a keyword of open_dataset: a URL's store and cache settings are one "
-            "RemoteOptions value",
-            field=loose[0],
-            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=..., cache_limit=...), or "
-            "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
-        )
+    refuse_unknown(options, formats)  # storage_options=, cache_dir= (a URL's settings are remote=) or a typo
     if remote is not None and not isinstance(remote, RemoteOptions):
         raise ConfigError(
             f"remote={remote!r:.80} is not a RemoteOptions",
@@ -95,7 +88,3 @@ def open_remote(
     )
     dataset.remote = settings
     return dataset
-
-
-#: the keywords a URL's settings once travelled as (named in the error that points at ``remote=``)
-_LOOSE_KEYWORDS = frozenset({"storage_options", "cache_dir", "block_cache_dir", "block_size", "retries", "cache_limit"})

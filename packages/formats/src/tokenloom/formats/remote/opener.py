@@ -1,21 +1,18 @@
-"""Opening any format from a URL: list the prefix, build the local view, run the format's own reader on it.
+"""Opening any format from a URL: list the prefix, then run the format's own reader on a :class:`RemotePath`.
 
-Detection works as on disk (the manifest first, else every detector over the listing, as a view);
-the dataset that comes back reads its token data through :class:`RemoteSource` (blocks), and its
-fingerprint binds the reader's own fingerprint to every object's key, size and ETag. A format whose spec
-has a ``remote`` reader (native: :mod:`tokenloom.formats.remote.native`) opens off its manifest instead,
-after the same manifest fetch and listing, with no view and no index fetched before a shard is touched.
-Such a reader gets each index object through the one lazy index path,
-:func:`tokenloom.formats.remote.native.remote_index` (``RemoteObject(cache, entry, listed.get(name))``): its blocks
-are fetched when first touched and checked against the manifest's block hashes.
+Detection works as on disk (the manifest first, else every detector over the listing); the reader stats,
+globs and reads through the path (:mod:`.source`: the listing answers, the block cache serves the bytes),
+and its fingerprint binds the reader's own fingerprint to every object's key, size and ETag. A format whose
+spec has a ``remote`` reader (native: :mod:`tokenloom.formats.remote.native`) opens off its manifest instead,
+after the same manifest fetch and listing, with no index fetched before a shard is touched: it gets each
+index object through :func:`tokenloom.formats.remote.native.remote_index`, its blocks fetched when first
+touched and checked against the manifest's block hashes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -30,16 +27,15 @@ from tokenloom.formats.errors import ConfigError, DataError, FormatError, Missin
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import data_suffixes, using_source
-from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.options import RemoteOptions
-from tokenloom.formats.remote.source import RemoteSource, build_view, relative_name
+from tokenloom.formats.remote.source import RemotePath, RemoteSource, RemoteTree, relative_name
 from tokenloom.formats.remote.verify import expect_files, fetch_manifest
 
-__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any", "read_remote_view"]
+__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any", "read_remote", "refuse_unknown"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +45,23 @@ class FormatTable:
     spec: Callable[[str], FormatSpec]
     detect: Callable[[Path], str]
     check_options: Callable[[FormatSpec, dict[str, Any]], None]
+    available: Callable[[], dict[str, FormatSpec]]
+
+
+def refuse_unknown(options: dict[str, Any], formats: FormatTable) -> None:
+    """ConfigError, before any request, for a keyword no format's reader takes (a typo; a store or cache setting,
+    which travels as ``remote=``), listing the accepted ones."""
+    known = sorted({name for spec in formats.available().values() for name in spec.options})
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(unknown)} is not a keyword of open_dataset: a URL's store and cache settings are one "
+            "RemoteOptions value",
+            field=unknown[0],
+            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=..., cache_limit=...) (a settings dict: "
+            "remote=RemoteOptions.from_keywords(storage_options={...})); open_dataset also takes format, dtype, "
+            f"validate, on_progress and the formats' own options: {', '.join(known)}",
+        )
 
 
 #: what a single named file or Megatron prefix brings along: NAME, NAME.idx + NAME.bin, NAME.tokenloom.json
@@ -94,57 +107,57 @@ def open_remote_any(
             _expect(cache, {}, payload, url.url())
         dataset = spec.remote(cache, manifest, objects, validate=validate, dtype=dtype)
         return _identified(dataset, url, {MANIFEST_NAME: manifest, **objects})
-    config, objects, name = _objects(cache.config, manifest, payload)
-    view_cache = cache.at(config)
-    if validate != Validate.NONE:
-        _expect(view_cache, objects, payload, url.url())
-    view = build_view(view_cache, objects)
-    _heal_view(view, view_cache, objects)
-    target = view / name if name else view
-    source = RemoteSource(view_cache, {os.fspath(view / name): obj for name, obj in objects.items()})
-    try:
-        spec = spec or formats.spec(formats.detect(target))
-        if spec.remote is not None and manifest is None:
+
+    def run(target: Path) -> TokenDataset:
+        found = spec or formats.spec(formats.detect(target))
+        if found.remote is not None and manifest is None:
             # in object storage the manifest is the commit marker: uploaded last, so shards without it are a
             # dataset still being written (or one written without it), never read as if complete
             raise MissingFileError(
-                f"{url.url(MANIFEST_NAME)} does not exist: no {spec.name} dataset at {url} ({spec.name} files "
+                f"{url.url(MANIFEST_NAME)} does not exist: no {found.name} dataset at {url} ({found.name} files "
                 "without their manifest are a dataset still being uploaded, or one written without it)",
                 path=url.url(MANIFEST_NAME),
                 hint="Wait for the upload to finish (the manifest is uploaded last), or run `tokenloom validate "
                 "--write-manifest` on a local copy and upload its manifest.json",
             )
-        formats.check_options(spec, options)
-        with using_source(source):
-            dataset = spec.open(target, validate=validate, dtype=dtype, **options)
-    except DataError as exc:
-        if not isinstance(exc, ConfigError):  # a setting of this call, not the bytes: nothing to fetch again
-            _forget_unchecked(view, view_cache, objects)
-        raise _at_url(exc, view, config.url) from None
-    return _identified(dataset, url, objects)
+        formats.check_options(found, options)
+        return found.open(target, validate=validate, dtype=dtype, **options)
+
+    dataset, tree = _on_listing(cache, manifest, payload, validate, run)
+    return _identified(dataset, url, tree.objects)
 
 
-def read_remote_view(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions | None = None) -> Any:
-    """``read(path)`` run on the local view of ``url`` with its data bytes from the block cache: for readers
-    that are not a format's dataset reader (record stores). What a manifest there records is verified."""
+def read_remote(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions | None = None) -> Any:
+    """``read(path)`` run on the :class:`RemotePath` of ``url``: for readers that are not a format's dataset reader
+    (record stores). What a manifest there records is verified."""
     from tokenloom.formats.io.urls import parse_url
 
     remote = remote or RemoteOptions()
     cache = BlockCache.of(remote.store(parse_url(url)), remote)
-    manifest, payload = manifest_format(cache)
+    return _on_listing(cache, *manifest_format(cache), Validate.FAST, read)[0]
+
+
+def _on_listing(
+    cache: BlockCache, manifest: ObjectInfo | None, payload: Any, validate: Validate, run: Callable[[Path], Any]
+) -> tuple[Any, RemoteTree]:
+    """``run`` on the :class:`RemotePath` of the listing, with what a manifest there records registered to be
+    checked. After a reader failed on the bytes (not on a setting of the call), the cached copies no checksum
+    covers (a sidecar, a Megatron ``.idx``) are dropped, so the next open fetches them again: a byte flipped on
+    the way costs one failed open, never every later one."""
     config, objects, name = _objects(cache.config, manifest, payload)
-    view_cache = cache.at(config)
-    _expect(view_cache, objects, payload, config.url.url())
-    view = build_view(view_cache, objects)
-    _heal_view(view, view_cache, objects)
-    source = RemoteSource(view_cache, {os.fspath(view / name): obj for name, obj in objects.items()})
+    tree = RemoteTree(cache.at(config), objects)
+    if validate != Validate.NONE:
+        _expect(tree.cache, objects, payload, cache.config.url.url())
     try:
-        with using_source(source):
-            return read(view / name if name else view)
+        with using_source(RemoteSource(tree.cache, {})):
+            return run(RemotePath(tree, name)), tree  # pyright: ignore[reportArgumentType]
     except DataError as exc:
         if not isinstance(exc, ConfigError):
-            _forget_unchecked(view, view_cache, objects)
-        raise _at_url(exc, view, config.url) from None
+            checked = tree.cache.expected.checks
+            for relative, obj in objects.items():
+                if not relative.endswith(data_suffixes()) and not checked(obj.key, cache.block_size, True):
+                    tree.cache.forget_whole(obj)
+        raise
 
 
 def _identified(dataset: TokenDataset, url: RemoteURL, objects: dict[str, ObjectInfo]) -> TokenDataset:
@@ -192,46 +205,8 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
     expect_files(cache, url, files)
 
 
-def _heal_view(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
-    """Check each whole-fetched object the manifest has a checksum for, the first time this process uses it.
-
-    A corrupt cached copy is fetched again by :meth:`BlockCache.whole`; the view still links the bad one
-    (a hard link to the old file), so it is linked again. An object no checksum covers whose link a failed
-    open removed (:func:`_forget_unchecked`) is fetched and linked again.
-    """
-    for name, obj in objects.items():
-        if name.endswith(data_suffixes()):
-            continue
-        target = view / name
-        # the manifest checks itself (:func:`.verify.fetch_manifest`): relinked when it was fetched again
-        checked = name == MANIFEST_NAME or cache.expected.checks(obj.key, cache.block_size, True)
-        if not checked and os.path.lexists(target):
-            continue
-        whole = cache.whole(obj)
-        with storage_errors(view, "relinking a healed index file into the remote view"):
-            if os.path.lexists(target) and os.stat(whole).st_ino == os.stat(target).st_ino:
-                continue
-            temp = target.with_name(f"{target.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
-            try:
-                os.link(whole, temp)
-            except OSError:
-                shutil.copyfile(whole, temp)
-            os.replace(temp, target)
-
-
-def _forget_unchecked(view: Path, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
-    """After the reader failed on ``view``: drop the cached copies no checksum covers (a sidecar, a Megatron
-    ``.idx``) and their links in the view, so the next open fetches them again (:func:`_heal_view`). A byte
-    flipped on the way then costs one failed open, never every later one."""
-    for name, obj in objects.items():
-        if not name.endswith(data_suffixes()) and not cache.expected.checks(obj.key, cache.block_size, True):
-            cache.forget_whole(obj)
-            with contextlib.suppress(FileNotFoundError):
-                (view / name).unlink()
-
-
 def detect_remote(url: Any, *, formats: FormatTable, remote: RemoteOptions | None = None) -> str:
-    """The format at ``url``: the manifest's, else the local detectors run over the listing (as a view)."""
+    """The format at ``url``: the manifest's, else the detectors run over the listing (a :class:`RemotePath`)."""
     from tokenloom.formats.io.urls import parse_url
 
     remote = remote or RemoteOptions()
@@ -241,18 +216,13 @@ def detect_remote(url: Any, *, formats: FormatTable, remote: RemoteOptions | Non
     recorded = payload.get("format") if isinstance(payload, dict) else None
     if isinstance(recorded, str):
         return recorded
-    config, objects, name = _objects(config, manifest, payload)
-    view = build_view(cache.at(config), objects)
-    try:
-        return formats.detect(view / name if name else view)
-    except DataError as exc:
-        raise _at_url(exc, view, config.url) from None
+    return _on_listing(cache, manifest, payload, Validate.NONE, formats.detect)[0]
 
 
 def _objects(
     config: StoreConfig, manifest: ObjectInfo | None, payload: Any
 ) -> tuple[StoreConfig, dict[str, ObjectInfo], str]:
-    """(config of the view's prefix, its objects by relative name, the name to open inside it or "")."""
+    """(config of the listed prefix, its objects by relative name, the name to open inside it or "")."""
     url = config.url
     listable = url.scheme not in ("http", "https")
     if manifest is not None and not listable:
@@ -265,7 +235,7 @@ def _objects(
         listed = _listing(config)
         if listed:
             return config, listed, ""
-    # a single file (x.pbin, train.h5) or a Megatron prefix: the view is its parent, holding it and its companions
+    # a single file (x.pbin, train.h5) or a Megatron prefix: the listing is its parent's, holding it and companions
     parent = PurePosixPath(url.prefix).parent.as_posix() if "/" in url.prefix else ""
     basename = PurePosixPath(url.prefix).name
     parent_config = dataclasses.replace(config, url=RemoteURL(url.scheme, url.bucket, parent))
@@ -293,22 +263,3 @@ def _objects(
             "or a Megatron prefix (s3://BUCKET/DIR/NAME for NAME.idx + NAME.bin)",
         )
     return parent_config, {relative_name(o, parent): o for o in kept}, basename
-
-
-def _at_url(exc: DataError, view: Path, url: RemoteURL) -> DataError:
-    """``exc`` with the local view's paths written as the URLs they stand for."""
-    local = str(view)
-    base = url.url() if url.prefix else url.root
-
-    def rewrite(text: str | None) -> str | None:
-        return text.replace(local, base) if text else text
-
-    renamed = type(exc)(
-        rewrite(exc.problem) or "",
-        path=rewrite(exc.path),
-        offset=exc.offset,
-        record=exc.record,
-        field=exc.field,
-        hint=rewrite(exc.hint),
-    )
-    return renamed

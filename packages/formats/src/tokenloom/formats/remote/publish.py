@@ -25,29 +25,26 @@ import orjson
 
 from tokenloom.formats.errors import ConfigError, MissingFileError
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, file_checksum, read_manifest
-from tokenloom.formats.io.urls import RemoteURL, is_remote_url, parse_url
+from tokenloom.formats.io.urls import STORE_SCHEMES, RemoteURL, is_remote_url, parse_url
 from tokenloom.formats.remote import helper
 from tokenloom.formats.remote.cache import default_cache_dir
 from tokenloom.formats.remote.client import RetryPolicy
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.writes import DEFAULT_PART_SIZE
 
-__all__ = ["WRITABLE_SCHEMES", "RemoteTarget", "check_apart", "native_files", "staging_dir", "writable_url"]
+__all__ = ["RemoteTarget", "check_apart", "native_files", "staging_dir", "writable_url"]
 
 log = logging.getLogger("tokenloom.formats.remote")
-
-#: schemes a dataset can be written to (an https:// server is read-only)
-WRITABLE_SCHEMES = ("s3", "gs", "az", "abfs")
 
 
 def writable_url(path: object, what: str) -> RemoteURL:
     """The parsed URL of an output; ConfigError for a scheme that cannot be written or a bucket root."""
     url = parse_url(os.fspath(path))  # type: ignore[arg-type]
-    if url.scheme not in WRITABLE_SCHEMES:
+    if url.scheme not in STORE_SCHEMES:
         raise ConfigError(
             f"{what} {str(url)!r}: {url.scheme}:// is read-only",
             field="output",
-            hint=f"Write to {', '.join(s + '://' for s in WRITABLE_SCHEMES)} or a local directory",
+            hint=f"Write to {', '.join(s + '://' for s in STORE_SCHEMES)} or a local directory",
         )
     if not url.prefix:
         raise ConfigError(

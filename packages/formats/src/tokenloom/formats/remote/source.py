@@ -1,62 +1,58 @@
-"""A remote prefix as a reader sees it: a local *view* directory plus a :class:`RemoteSource` for data bytes.
+"""A remote prefix as a reader sees it: :class:`RemotePath`, a path into the listing taken at open.
 
-Every format's reader runs unchanged on the view (``tokenloom.formats.io.source``): index and metadata
-objects (``.idx``, ``manifest.json``, sidecars, ``meta.json``, tatm metadata, document lengths) are fetched
-whole into the cache and linked into the view, so stat, glob, detection and index parsing are the
-local ones; data objects (``.bin``, ``.npy``, ``.pbin``, ``.h5``/``.hdf5``) appear as sparse placeholders
-of their exact size, and their bytes come only through the source: :class:`BlockArray` for token
-arrays, :class:`BlockFile` for headers, a ``.pbin``'s pickled index and HDF5 files (h5py reads the file
-object, touching only the blocks that hold its metadata and the slices asked for).
-
-The view lives at ``CACHE/v1/<hash of URL>/view-<hash of the listing>`` (every key, size and ETag):
-another object version is another view, never a stale one. It is built in a temp directory and
-renamed into place, so concurrent openers on one node agree.
+A format's reader runs on it as on a local ``Path``: ``exists``, ``stat``, ``glob`` and walks answer from the
+listing (every key, size and ETag); bytes come from the shard's one block cache: index and metadata objects
+fetched whole (checked against the manifest's checksum the first time a process uses them), data objects
+(``FormatSpec.suffixes``) by checked blocks (:class:`BlockArray`, :class:`BlockFile`). ``os.fspath`` of a path
+is its URL, so errors name the object as the user wrote it. Nothing is copied out of the cache.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
+import fnmatch
 import os
-import shutil
+import stat
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 import numpy as np
-import orjson
+import xxhash
 
 from tokenloom.formats.errors import UnsafePathError
-from tokenloom.formats.io.source import LOCAL, REMOTE_VIEW_MARKER, data_suffixes
-from tokenloom.formats.io.storage import storage_errors
-from tokenloom.formats.remote._cachedir import named_cache_errors
+from tokenloom.formats.io.index_map import map_array
+from tokenloom.formats.io.source import LOCAL, data_suffixes
+from tokenloom.formats.io.urls import StoredPath
 from tokenloom.formats.remote.array import BlockArray
 from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 
-__all__ = ["RemoteSource", "build_view"]
+__all__ = ["RemotePath", "RemoteSource", "RemoteTree", "relative_name"]
 
 
 class RemoteSource:
-    """Data bytes of remote objects from the block cache (a ``Source``): the one place a remote shard keeps its
-    cache, whatever its format (``shard.source.cache``).
-
-    ``objects``: the object behind each local path a reader names (a view's files, or a native shard's ``.bin``
-    key); any other path is read locally.
-    """
+    """Data bytes of remote objects from the block cache (a ``Source``; ``shard.source.cache``). ``objects``: the
+    object behind a path that is not a :class:`RemotePath` (a native shard's ``.bin`` key); others are local."""
 
     def __init__(self, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
         self.cache = cache
         self.objects = objects
 
     def object_of(self, path: str | os.PathLike[str]) -> ObjectInfo | None:
-        return self.objects.get(os.fspath(Path(path)))
+        if isinstance(path, RemotePath):
+            return path.info()
+        return self.objects.get(os.fspath(path))
 
     def open(self, path: str | os.PathLike[str]) -> BinaryIO:
+        if isinstance(path, RemotePath):
+            return path.open()
         obj = self.object_of(path)
         return LOCAL.open(path) if obj is None else BlockFile(self.cache, obj)  # pyright: ignore[reportReturnType]
 
     def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> Any:
+        if isinstance(path, RemotePath):
+            return path.array(dtype, byte_offset, count)
         obj = self.object_of(path)
         if obj is None:
             return LOCAL.tokens(path, dtype, byte_offset, count)
@@ -76,38 +72,138 @@ def relative_name(obj: ObjectInfo, base_key: str) -> str:
     return name
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:32]
+class RemoteTree:
+    """The objects under one prefix by relative name (the listing taken at open) and the cache that serves them."""
+
+    def __init__(self, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
+        self.cache = cache
+        self.objects = objects
+        self.folders = {"", *(str(p) for name in objects for p in PurePosixPath(name).parents if str(p) != ".")}
+
+    def children(self, folder: str) -> list[str]:
+        prefix = f"{folder}/" if folder else ""
+        found = {n[len(prefix) :].split("/", 1)[0] for n in [*self.objects, *self.folders] if n.startswith(prefix)}
+        return sorted(found - {""})
 
 
-@named_cache_errors
-def build_view(cache: BlockCache, objects: dict[str, ObjectInfo]) -> Path:
-    """The local view of ``objects`` (relative name -> object): index objects whole, data objects as placeholders."""
-    listing = orjson.dumps(sorted((name, o.size, o.etag) for name, o in objects.items()))
-    home = cache.root / "v1" / _digest(str(cache.config.url).encode())
-    view = home / f"view-{_digest(listing)}"
-    if view.is_dir():
-        return view
-    with storage_errors(home, "building the local view of a remote dataset"):
-        home.mkdir(parents=True, exist_ok=True)
-        temp = home / f".view-{os.getpid()}-{os.urandom(4).hex()}.tmp"
-        try:
-            temp.mkdir()
-            (temp / REMOTE_VIEW_MARKER).write_bytes(b"")
-            for name, obj in sorted(objects.items()):
-                target = temp / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if name.endswith(data_suffixes()):
-                    with open(target, "xb") as handle:
-                        handle.truncate(obj.size)  # sparse: its bytes come from the blocks, never from here
-                    continue
-                whole = cache.whole(obj)
-                try:
-                    os.link(whole, target)
-                except OSError:
-                    shutil.copyfile(whole, target)
-            with contextlib.suppress(OSError):
-                os.rename(temp, view)  # another process may have published the same view first
-        finally:
-            shutil.rmtree(temp, ignore_errors=True)
-    return view
+def _stat(mode: int, ino: int, size: int) -> os.stat_result:
+    return os.stat_result((mode, ino, 0, 1, 0, 0, size, 0, 0, 0), {"st_mtime_ns": 0, "st_ctime_ns": 0})
+
+
+class RemotePath(StoredPath):
+    """A file or folder of a :class:`RemoteTree`, with the subset of ``pathlib.Path`` readers use."""
+
+    __slots__ = ("relative", "tree")
+
+    def __init__(self, tree: RemoteTree, relative: str = "") -> None:
+        self.tree, self.relative = tree, relative.strip("/")
+
+    # -- names ----------------------------------------------------------------------------------------------
+    def __fspath__(self) -> str:
+        return self.tree.cache.config.url.url(self.relative)
+
+    __str__ = __fspath__
+
+    def __repr__(self) -> str:
+        return f"RemotePath({self.__fspath__()!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and other.tree is self.tree and other.relative == self.relative
+
+    def __hash__(self) -> int:
+        return hash(self.relative)
+
+    def __lt__(self, other: RemotePath) -> bool:
+        return self.relative < other.relative
+
+    def __truediv__(self, name: str | os.PathLike[str]) -> RemotePath:
+        joined = os.path.normpath(os.path.join(self.relative, os.fspath(name)))  # ".." only from ``parent``
+        return RemotePath(self.tree, "" if joined == "." else joined)
+
+    _pure = property(lambda self: PurePosixPath(self.relative or "."))
+    name = property(lambda self: self._pure.name)
+    suffix = property(lambda self: self._pure.suffix)
+    stem = property(lambda self: self._pure.stem)
+    parent = property(lambda self: self / ".." if self.relative else self)
+
+    def with_name(self, name: str) -> RemotePath:
+        return self.parent / name
+
+    def relative_to(self, other: RemotePath) -> PurePosixPath:
+        return self._pure.relative_to(other._pure)
+
+    def resolve(self) -> RemotePath:
+        return self
+
+    absolute = resolve
+
+    # -- the listing ----------------------------------------------------------------------------------------
+    def info(self) -> ObjectInfo:
+        obj = self.tree.objects.get(self.relative)
+        if obj is None:
+            raise FileNotFoundError(2, "no such object", self.__fspath__())
+        return obj
+
+    def is_file(self) -> bool:
+        return self.relative in self.tree.objects
+
+    def is_dir(self) -> bool:
+        return self.relative in self.tree.folders
+
+    def exists(self) -> bool:
+        return self.is_file() or self.is_dir()
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def stat(self) -> os.stat_result:
+        """The cached copy's stat for an object fetched whole (its derived indexes are keyed by it); else the size,
+        and the ETag as the inode (a changed object is another version)."""
+        if self.is_dir():
+            return _stat(stat.S_IFDIR | 0o555, 0, 0)
+        obj = self.info()
+        if not self.is_data():
+            return os.stat(self.tree.cache.whole(obj))
+        ino = xxhash.xxh3_64_intdigest(f"{obj.url}\0{obj.etag}".encode()) >> 1
+        return _stat(stat.S_IFREG | 0o444, ino, obj.size)
+
+    def iterdir(self) -> Iterator[RemotePath]:
+        return iter([self / name for name in self.tree.children(self.relative)])
+
+    def glob(self, pattern: str) -> Iterator[RemotePath]:
+        return iter([p for p in self.iterdir() if fnmatch.fnmatchcase(p.name, pattern)])
+
+    def walk(self) -> Iterator[tuple[RemotePath, list[str], list[str]]]:
+        """``os.walk`` over the listing, top down."""
+        children = list(self.iterdir())
+        folders = [p.name for p in children if p.is_dir()]
+        yield self, folders, [p.name for p in children if p.is_file()]
+        for name in folders:
+            yield from (self / name).walk()
+
+    # -- bytes ----------------------------------------------------------------------------------------------
+    @property
+    def index_dir(self) -> Path:
+        return self.tree.cache.root / "index-v1"
+
+    def is_data(self) -> bool:
+        return self.relative.endswith(data_suffixes())
+
+    def open(self, mode: str = "rb") -> BinaryIO:
+        if mode != "rb":
+            raise OSError(f"{self} is read-only (mode {mode!r})")
+        obj = self.info()
+        if self.is_data():
+            return BlockFile(self.tree.cache, obj)  # pyright: ignore[reportReturnType]
+        return open(self.tree.cache.whole(obj), "rb")
+
+    def read_bytes(self) -> bytes:
+        with self.open() as handle:
+            return handle.read()
+
+    def array(self, dtype: np.dtype | str, byte_offset: int, count: int) -> Any:
+        """``count`` values of ``dtype`` at ``byte_offset``: by blocks from a data object, mapped from a whole one."""
+        obj = self.info()
+        if self.is_data():
+            return BlockArray(self.tree.cache, obj, np.dtype(dtype), byte_offset, count)
+        return map_array(self.tree.cache.whole(obj), dtype, byte_offset, count)
