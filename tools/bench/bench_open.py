@@ -345,7 +345,7 @@ def native_scaling(quick: bool, full: bool) -> str:
         "## Open + first batch of a never-opened native dataset (index checked by block on first touch)",
         "",
         "Command: `uv run --group bench python tools/bench/bench_open.py --native"
-        f"{' --quick' if quick else ''}{' --full' if full else ''}"
+        f"{' --quick' if quick else ''}"
         f"{' --full' if full else ''}`. One never-opened native dataset per N (manifest with index block hashes; "
         "built sparsely as above: the .idx has its full size), opened in a fresh process with a fresh index cache "
         "(remote: a fresh block cache, SeaweedFS behind the fault proxy adding 20 ms to every request, 8 MiB "
