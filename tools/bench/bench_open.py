@@ -24,8 +24,9 @@ A 10^9-entry first open streams 8 GB of index per format (minutes on 2 cores), s
 ``--native`` (and the end of run.py's section): open + first batch of a never-opened native dataset whose
 manifest records index block hashes (the index is checked by block on first touch, not scanned), in a fresh
 process per row, local at N = 10^6, 10^7, 10^8 and from SeaweedFS behind the fault proxy at 20 ms per request
-at N = 10^6, 10^7; ``--full`` adds 10^9 local and 10^8 remote (a 1 GB upload). Each row has the in-process
-clock (wall and CPU) beside the whole process's wall and CPU seconds and the load average.
+at N = 10^6, 10^7; ``--full`` adds 10^9 local and 10^8 and 10^9 remote (1 GB and 12 GB uploads; written to
+``docs/benchmarks/open-native-full.md``, which run.py appends to its "measured separately" section). Each row has
+the in-process clock (wall and CPU) beside the whole process's wall and CPU seconds and the load average.
 
     uv run --group bench python tools/bench/bench_open.py --native --full
 """
@@ -47,6 +48,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "open.md"
 HUGE_OUTPUT = REPO / "docs" / "benchmarks" / "open-huge.md"  # the 10^9 run, outside run.py
+NATIVE_FULL_OUTPUT = REPO / "docs" / "benchmarks" / "open-native-full.md"  # --native --full, outside run.py
 RUN_PY_ENTRIES = 10**8
 HUGE_ENTRIES = 10**9
 TARGET_S = 1.0
@@ -297,7 +299,7 @@ def native_scaling(quick: bool, full: bool) -> str:
     """Open + first batch of a never-opened native dataset (manifest with index block hashes), local and from
     SeaweedFS behind the fault proxy at 20 ms per request, at growing N: the time must not grow with N."""
     local_sizes = [10**6] if quick else [10**6, 10**7, 10**8] + ([HUGE_ENTRIES] if full else [])
-    remote_sizes = [10**6] if quick else [10**6, 10**7] + ([10**8] if full else [])
+    remote_sizes = [10**6] if quick else [10**6, 10**7] + ([10**8, HUGE_ENTRIES] if full else [])
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-open-native-") as tmp:
         base = Path(tmp)
@@ -342,7 +344,8 @@ def native_scaling(quick: bool, full: bool) -> str:
     lines = [
         "## Open + first batch of a never-opened native dataset (index checked by block on first touch)",
         "",
-        f"Command: `uv run --group bench python tools/bench/bench_open.py --native{' --quick' if quick else ''}"
+        "Command: `uv run --group bench python tools/bench/bench_open.py --native"
+        f"{' --quick' if quick else ''}"
         f"{' --full' if full else ''}`. One never-opened native dataset per N (manifest with index block hashes; "
         "built sparsely as above: the .idx has its full size), opened in a fresh process with a fresh index cache "
         "(remote: a fresh block cache, SeaweedFS behind the fault proxy adding 20 ms to every request, 8 MiB "
@@ -427,10 +430,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="10^6 entries instead of 10^9")
     parser.add_argument("--entries", type=int, default=HUGE_ENTRIES, help="N (default 10^9: open-huge.md)")
     parser.add_argument("--native", action="store_true", help="only the native open + first batch scaling rows")
-    parser.add_argument("--full", action="store_true", help="with --native: 10^9 local and 10^8 remote too")
+    parser.add_argument("--full", action="store_true", help="with --native: 10^9 local, 10^8 and 10^9 remote too")
     args = parser.parse_args()
     if args.native:
-        print(native_scaling(args.quick, args.full))
+        section = native_scaling(args.quick, args.full)
+        if args.full:
+            NATIVE_FULL_OUTPUT.write_text(section)
+        print(section)
         return 0
     print(run(args.quick, None if args.quick else args.entries))
     return 0

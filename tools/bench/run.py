@@ -105,7 +105,7 @@ def load(name: str):
 
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-SEPARATE = [REPO / "docs" / "benchmarks" / name for name in ("tokenize-rss.md", "open-huge.md")]
+SEPARATE = [REPO / "docs" / "benchmarks" / name for name in ("tokenize-rss.md", "open-huge.md", "open-native-full.md")]
 SEPARATE_HEADING = "# Measured separately"
 
 
