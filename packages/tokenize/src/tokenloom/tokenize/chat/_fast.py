@@ -63,6 +63,29 @@ class FastChatEncoding:
         for token, index in vocab.items():
             self._bytes[index] = len(token.encode("utf-8")) if token in added else len(token)
         self.verified = 0
+        self._token_bytes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def token_bytes(self, ids: np.ndarray) -> bytes:
+        """The bytes the ``ByteLevel`` decoder makes of ``ids`` before reading them as UTF-8: each token string's
+        characters mapped back to their bytes, or its UTF-8 where a character is outside the byte alphabet (what
+        ``tokenizers`` does, added tokens included). The table is made on first use."""
+        if self._token_bytes is None:
+            alphabet = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+            chars = {chr(b): b for b in alphabet}
+            chars.update({chr(256 + n): b for n, b in enumerate(b for b in range(256) if b not in alphabet)})
+            table = [b""] * len(self._bytes)
+            for token, index in self.backend.get_vocab(with_added_tokens=True).items():
+                inside = all(c in chars for c in token)
+                table[index] = bytes(chars[c] for c in token) if inside else token.encode("utf-8")
+            lengths = np.fromiter(map(len, table), dtype=np.int64, count=len(table))
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            self._token_bytes = (np.frombuffer(b"".join(table), dtype=np.uint8), starts, lengths)
+        flat, starts, lengths = self._token_bytes
+        sizes = lengths[ids]
+        ends = np.cumsum(sizes)
+        if not len(ends) or not ends[-1]:
+            return b""
+        return flat[np.arange(ends[-1]) + np.repeat(starts[ids] - (ends - sizes), sizes)].tobytes()
 
     def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         ids_bytes, _ = self.fast.encode_batch_flat([text])

@@ -69,6 +69,7 @@ class ChatTokenizer:
                 "tokenizer_config.json holds a chat_template",
             )
         self.template: str = template
+        self.layouts: dict[bytes, Any] = {}  # chat._layout's, by conversation shape
         self.special_ids = frozenset(int(i) for i in tokenizer.all_special_ids) | frozenset(
             int(i) for i, token in tokenizer.added_tokens_decoder.items() if getattr(token, "special", False)
         )
@@ -159,6 +160,16 @@ class ChatTokenizer:
         ids = np.asarray(encoding["input_ids"], dtype=np.int64)
         offsets = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)
         return ids, offsets
+
+    def decodes_to(self, ids: np.ndarray, text: str) -> bool:
+        """True when ``decode(ids) == text`` is shown from the tokens' bytes alone (the fast engine's byte-level
+        tokenizers: the decoder's output is their bytes read as UTF-8, here ``text``'s); False: not shown."""
+        if self._fast is None:
+            return False
+        try:
+            return self._fast.token_bytes(ids) == text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return False
 
     def decode(self, ids: np.ndarray) -> str:
         if self._backend is not None:

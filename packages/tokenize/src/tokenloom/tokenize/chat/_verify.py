@@ -49,6 +49,8 @@ def runs(mask: np.ndarray) -> list[tuple[int, int]]:
 def _decoded(chat: ChatTokenizer, ids: np.ndarray, begin: int, end: int, expected: str) -> str:
     """The text of ``ids[begin:end]``; decoded after the tokens before it when alone it differs from
     ``expected`` (a Metaspace decoder drops the first token's leading space of a decode, not of a run inside one)."""
+    if chat.decodes_to(ids[begin:end], expected):
+        return expected
     alone = chat.decode(ids[begin:end])
     if alone == expected or begin == 0:
         return alone
