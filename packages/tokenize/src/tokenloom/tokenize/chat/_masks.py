@@ -27,6 +27,9 @@ For a trained message i (a trained role, at or after the conversation's ``traine
    ``"▁hi"`` after ``[/INST] ``) is trained whole, as the model emits it after the prompt. Any other
    token that covers both trained and masked characters is a MaskError.
 
+Points 1-3 are learnt once per conversation shape where they can be (:mod:`._layout`): a record whose one
+rendering is its shape's probe rendering with the contents in place takes them from there.
+
 Every record is then verified (:mod:`._verify`).
 """
 
