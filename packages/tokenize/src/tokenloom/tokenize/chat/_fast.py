@@ -63,6 +63,30 @@ class FastChatEncoding:
         for token, index in vocab.items():
             self._bytes[index] = len(token.encode("utf-8")) if token in added else len(token)
         self.verified = 0
+        self._token_bytes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def run_bytes(self, ids: np.ndarray, runs: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes the ``ByteLevel`` decoder makes of each run ``ids[begin:end]`` before reading them as UTF-8:
+        each token string's characters mapped back to their bytes, or its UTF-8 where a character is outside the
+        byte alphabet (what ``tokenizers`` does, added tokens included). The table is made on first use."""
+        if self._token_bytes is None:
+            alphabet = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+            chars = {chr(b): b for b in alphabet}
+            chars.update({chr(256 + n): b for n, b in enumerate(b for b in range(256) if b not in alphabet)})
+            table = [b""] * len(self._bytes)
+            for token, index in self.backend.get_vocab(with_added_tokens=True).items():
+                inside = all(c in chars for c in token)
+                table[index] = bytes(chars[c] for c in token) if inside else token.encode("utf-8")
+            lengths = np.fromiter(map(len, table), dtype=np.int64, count=len(table))
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            self._token_bytes = (np.frombuffer(b"".join(table), dtype=np.uint8), starts, lengths)
+        flat, starts, lengths = self._token_bytes
+        sizes = lengths[ids]
+        ends = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ends[1:])
+        data = flat[np.arange(ends[-1]) + np.repeat(starts[ids] - ends[:-1], sizes)].tobytes()
+        at = ends.tolist()
+        return [data[at[begin] : at[end]] for begin, end in runs]
 
     def encode(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         ids_bytes, _ = self.fast.encode_batch_flat([text])
@@ -81,18 +105,22 @@ class FastChatEncoding:
 
     def offsets(self, text: str, ids: np.ndarray) -> np.ndarray:
         """``(n, 2)`` character spans of the tokens ``ids`` of ``text``."""
-        ends = np.cumsum(self._bytes[ids])
-        starts = ends - self._bytes[ids]
-        points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        widths = 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
-        char_starts = np.zeros(len(points) + 1, dtype=np.int64)
-        np.cumsum(widths, out=char_starts[1:])
-        if len(ids) and ends[-1] != char_starts[-1]:
+        sizes = self._bytes[ids]
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        data = None if text.isascii() else np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        total = len(text) if data is None else len(data)
+        if len(ids) and ends[-1] != total:
             raise EngineMismatchError(
-                f"the tokens hold {int(ends[-1])} bytes, the text {int(char_starts[-1])}: their offsets cannot be "
-                "summed from their bytes",
+                f"the tokens hold {int(ends[-1])} bytes, the text {total}: their offsets cannot be summed from their "
+                "bytes",
                 field="engine",
             )
-        first = np.searchsorted(char_starts, starts, side="right") - 1
-        last = np.searchsorted(char_starts, ends, side="left")
-        return np.stack([first, last], axis=1)
+        if data is None:
+            return np.stack([starts, ends], axis=1)
+        # char_of[k + 1]: the character of byte k (-1 before the first, the text's length after the last)
+        char_of = np.empty(total + 2, dtype=np.int64)
+        char_of[0], char_of[-1] = -1, len(text)
+        np.cumsum((data & 0xC0) != 0x80, out=char_of[1:-1])
+        char_of[1:-1] -= 1
+        return np.stack([char_of[starts + 1], char_of[ends] + 1], axis=1)  # a token covers its bytes' characters

@@ -29,6 +29,9 @@ For a trained message i (a trained role, at or after the conversation's ``traine
    ``"▁hi"`` after ``[/INST] ``) is trained whole, as the model emits it after the prompt. Any other
    token that covers both trained and masked characters is a MaskError.
 
+Points 1-3 are learnt once per conversation shape where they can be (:mod:`._layout`): a record whose one
+rendering is its shape's probe rendering with the contents in place takes them from there.
+
 Every record is then verified (:mod:`._verify`).
 """
 
@@ -36,68 +39,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from functools import partial
-from typing import Any
 
 import numpy as np
 
 from tokenloom.formats.errors import ChatTemplateError, MaskError, TemplatePrefixError
+from tokenloom.tokenize.chat._layout import PROBE as _PROBE
+from tokenloom.tokenize.chat._layout import Renders as _Renders
+from tokenloom.tokenize.chat._layout import common as _common
+from tokenloom.tokenize.chat._layout import layout_of
 from tokenloom.tokenize.chat._records import Conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
 from tokenloom.tokenize.chat._verify import MaskedTokens, TrainedSpan, verify_mask
 
 __all__ = ["MaskedTokens", "TrainedSpan", "derive_mask"]
-
-#: stands in for a message's content where the template is probed (text no real message holds)
-_PROBE = "\u2063tokenloom-probe\u2063"
-
-
-class _Renders:
-    """Renders of a conversation's prefixes, each done once."""
-
-    def __init__(self, chat: ChatTokenizer, conversation: Conversation, place: RecordPlace) -> None:
-        self.chat, self.conversation, self.place = chat, conversation, place
-        self._cache: dict[tuple[int, bool], str] = {}
-
-    def __call__(self, count: int, generation: bool = False) -> str:
-        key = (count, generation)
-        if key not in self._cache:
-            messages = self.conversation.messages[:count]
-            if count == 0:
-                try:
-                    text = self.chat.render(messages, tools=self.conversation.tools, add_generation_prompt=generation)
-                except ChatTemplateError:
-                    text = ""  # many templates cannot render an empty conversation: nothing comes before
-            else:
-                text = self.chat.render(
-                    messages,
-                    tools=self.conversation.tools,
-                    add_generation_prompt=generation,
-                    place=self.place,
-                    turn=count,
-                )
-            self._cache[key] = text
-        return self._cache[key]
-
-    def probe(self, messages: list[dict[str, Any]]) -> str | None:
-        """The rendering of ``messages`` (a probe the record does not hold), None if the template refuses it."""
-        try:
-            return self.chat.render(messages, tools=self.conversation.tools)
-        except ChatTemplateError:
-            return None
-
-
-def _common(a: str, b: str) -> int:
-    """Length of the common prefix of two texts (bisection over slice comparisons, which run in C)."""
-    low, high = 0, min(len(a), len(b))
-    if a[:high] == b[:high]:
-        return high
-    while high - low > 1:  # a[:low] == b[:low], a[:high] != b[:high]
-        middle = (low + high) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
 
 
 def _locate(full: str, renders: _Renders, turn: int, role: str, place: RecordPlace) -> tuple[int, int] | None:
@@ -213,18 +167,27 @@ def derive_mask(
     special = chat.is_special[ids]
     trained_chars = np.zeros(len(full) + 1, dtype=np.int64)
     spans = []
-    for turn, message in enumerate(messages):
-        role = message["role"]
-        if turn < conversation.trained_from or role not in train_roles:
-            continue
+    trained = [t for t, m in enumerate(messages) if t >= conversation.trained_from and m["role"] in train_roles]
+    layout = layout_of(chat, conversation)
+    known = layout.spans(full, messages) if layout is not None else None
+    if known is not None and all(turn in known for turn in trained):
+        ends = [layout.turn(turn, turn == len(messages) - 1) for turn in trained]  # type: ignore[union-attr]
+        if None not in ends:
+            for turn, (closing, tail) in zip(trained, ends, strict=True):  # type: ignore[misc]
+                start, content_end = known[turn]
+                _check_start(start, skip, turn, messages[turn]["role"], place)
+                last = turn == len(messages) - 1
+                end = _marker_end(offsets, special, content_end, closing, last, lambda tail=tail: tail)
+                spans.append(TrainedSpan(turn, start, content_end, end))
+                trained_chars[start:end] = 1
+            trained = []  # every trained turn placed by the layout
+    for turn in trained:
+        role = messages[turn]["role"]
         located = _locate(full, renders, turn, role, place)
         if located is None:
             continue
         start, content_end = located
-        if start < skip:
-            raise TemplatePrefixError(
-                f"message {turn} ({role}) is trained but renders inside the prompt", field="prompt", **place.where()
-            )
+        _check_start(start, skip, turn, role, place)
         last = turn == len(messages) - 1
         alone = full if last else renders(turn + 1)
         if alone[:content_end] != full[:content_end]:
@@ -243,6 +206,13 @@ def derive_mask(
     masked = MaskedTokens(full, ids, mask, offsets, spans)
     verify_mask(chat, masked, messages, place, whole=after is None)
     return masked
+
+
+def _check_start(start: int, skip: int, turn: int, role: str, place: RecordPlace) -> None:
+    if start < skip:
+        raise TemplatePrefixError(
+            f"message {turn} ({role}) is trained but renders inside the prompt", field="prompt", **place.where()
+        )
 
 
 def _turn_end(renders: _Renders, full: str, content_end: int) -> int:

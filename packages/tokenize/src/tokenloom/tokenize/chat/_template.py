@@ -69,6 +69,7 @@ class ChatTokenizer:
                 "tokenizer_config.json holds a chat_template",
             )
         self.template: str = template
+        self.layouts: dict[bytes, Any] = {}  # chat._layout's, by conversation shape
         self.special_ids = frozenset(int(i) for i in tokenizer.all_special_ids) | frozenset(
             int(i) for i, token in tokenizer.added_tokens_decoder.items() if getattr(token, "special", False)
         )
@@ -78,6 +79,8 @@ class ChatTokenizer:
         # the Rust tokenizer transformers configured (what its fast path calls), None for a slow tokenizer
         self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
         self._fast: Any = None
+        self._direct: Any = None
+        self._direct = self._direct_renderer()
         self.engine = "hf"
         self.engine_reason = "asked for" if engine == "hf" else "a slow tokenizer"
         if engine != "hf" and self._backend is not None:
@@ -101,18 +104,57 @@ class ChatTokenizer:
         if engine == "fast":
             raise ConfigError(self.engine_reason, field="engine", hint="Use engine auto (falls back to hf) or hf")
 
-    def _probe_renderings(self) -> list[str]:
-        """The template's rendering of probe conversations (each role, odd whitespace, unicode), for the proof."""
-        texts = []
+    @staticmethod
+    def _probe_conversations() -> list[tuple[list[dict[str, Any]], bool]]:
+        """Probe conversations (each role, odd whitespace, unicode, a reasoning field), with and without the
+        generation prompt."""
         contents = ["You are helpful.", "x  y\n\n z", " 数据 😀 café\t", "", "  lead", "trail  "]
+        probes = []
         for roles in (("system", "user", "assistant"), ("user", "assistant", "tool", "assistant")):
             messages = [{"role": r, "content": contents[i % len(contents)]} for i, r in enumerate(roles)]
-            for generation in (False, True):
-                try:
-                    texts.append(self.render(messages, add_generation_prompt=generation))
-                except ChatTemplateError:
-                    continue
+            probes += [(messages, False), (messages, True)]
+        reasoning = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": "r"}]
+        return [*probes, (reasoning, False)]
+
+    def _probe_renderings(self) -> list[str]:
+        """The template's rendering of the probe conversations, for the fast engine's proof."""
+        texts = []
+        for messages, generation in self._probe_conversations():
+            try:
+                texts.append(self.render(messages, add_generation_prompt=generation))
+            except ChatTemplateError:
+                continue
         return texts
+
+    def _direct_renderer(self) -> Any:
+        """``apply_chat_template``'s rendering without its per-call work: transformers' compiled template (its
+        sandboxed environment, extensions and globals) given what apply_chat_template gives it (plain copies of the
+        messages and tools, reasoning aliases, the special tokens). None where transformers lacks these or where
+        the two render any probe conversation differently."""
+        try:
+            from transformers.utils import chat_template_utils as utils
+
+            compiled = utils._compile_jinja_template(self.template)
+            plain, alias = utils._plain_template_data, utils._alias_reasoning_fields
+            specials = plain(dict(self.hf.special_tokens_map))
+        except Exception:  # a template that does not compile fails on its first render, as before
+            return None
+
+        def direct(messages: list[dict[str, Any]], tools: list[Any] | None, generation: bool) -> str:
+            data = alias(plain(messages))
+            return compiled.render(
+                messages=data, tools=plain(tools), documents=None, add_generation_prompt=generation, **specials
+            )
+
+        for messages, generation in self._probe_conversations():
+            try:
+                if self.render(messages, add_generation_prompt=generation) != direct(messages, None, generation):
+                    return None
+            except ChatTemplateError:
+                continue
+            except Exception:
+                return None
+        return direct
 
     def render(
         self,
@@ -125,13 +167,16 @@ class ChatTokenizer:
     ) -> str:
         """The template's rendering of ``messages`` (a ChatTemplateError carrying the record if it raises)."""
         try:
-            text = self.hf.apply_chat_template(
-                messages,
-                tools=tools,
-                chat_template=self.template,
-                tokenize=False,
-                add_generation_prompt=add_generation_prompt,
-            )
+            if self._direct is not None and messages and all(isinstance(t, dict) for t in tools or ()):
+                text = self._direct(messages, tools, add_generation_prompt)
+            else:
+                text = self.hf.apply_chat_template(
+                    messages,
+                    tools=tools,
+                    chat_template=self.template,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                )
         except Exception as exc:  # whatever the template's expressions raise (1 // 0, str.encode('x')) is its error
             if isinstance(exc, ChatTemplateError):
                 raise
@@ -159,6 +204,11 @@ class ChatTokenizer:
         ids = np.asarray(encoding["input_ids"], dtype=np.int64)
         offsets = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)
         return ids, offsets
+
+    def run_bytes(self, ids: np.ndarray, runs: list[tuple[int, int]]) -> list[bytes] | None:
+        """Per run ``ids[begin:end]``, the bytes whose UTF-8 reading is its decode, where the decoder is proven to be
+        just that (the fast engine's byte-level tokenizers: :mod:`._fast`); None elsewhere."""
+        return None if self._fast is None else self._fast.run_bytes(ids, runs)
 
     def decode(self, ids: np.ndarray) -> str:
         if self._backend is not None:

@@ -46,6 +46,13 @@ def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
+def _utf8(text: str) -> bytes | None:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: never a decode's text
+        return None
+
+
 def _decoded(chat: ChatTokenizer, ids: np.ndarray, begin: int, end: int, expected: str) -> str:
     """The text of ``ids[begin:end]``; decoded after the tokens before it when alone it differs from
     ``expected`` (a Metaspace decoder drops the first token's leading space of a decode, not of a run inside one)."""
@@ -91,8 +98,13 @@ def verify_mask(
         else:
             expected.append(piece)
         previous_end = span.end
-    found = [_decoded(chat, ids, begin, end, want) for (begin, end), want in zip(runs(mask), expected, strict=False)]
-    found += [chat.decode(ids[begin:end]) for begin, end in runs(mask)[len(found) :]]
+    trained = runs(mask)
+    proven = chat.run_bytes(ids, trained[: len(expected)]) or []  # each run's decode without decoding (_template)
+    found = [
+        want if k < len(proven) and proven[k] == _utf8(want) else _decoded(chat, ids, *run, want)
+        for k, (run, want) in enumerate(zip(trained, expected, strict=False))
+    ]
+    found += [chat.decode(ids[begin:end]) for begin, end in trained[len(found) :]]
     if found != expected:
         bad = next(
             (i for i, (a, b) in enumerate(zip(found, expected, strict=False)) if a != b), min(len(found), len(expected))
