@@ -9,19 +9,20 @@ documents of at most 64 KiB: deterministic for one environment), the same tokeni
 - tokenloom: ``python -m tokenloom.formats tokenize --num-workers 2 --no-progress`` (engine auto: fast; crash-safe
   writes, checksums and block hashes, the run-time engine check).
 
-Each run is a fresh subprocess; *wall* is its whole life (interpreter start and imports included), *CPU* the user+sys
-seconds of it and every descendant (``getrusage(RUSAGE_CHILDREN)`` deltas, with this process the child subreaper so
-that tokenize's forkserver workers count: ``_tree_time.py``), beside tokenloom's own clock (the time the
-command prints). Both run twice a round: with bytecode cached (.pyc files present, as in any installed environment)
-and without (``PYTHONDONTWRITEBYTECODE=1`` and no .pyc: the shells of the machine where the issue measured 0.68x
-have it, and ``uv sync`` compiles nothing by default; each run then compiles every module it imports, and tokenloom
-imports about 3.4 MB of source to plain's 2 MB). Rows interleave, median of 3. Tokens count document tokens (EOD
-excluded). The load average is read before and after.
+Each run is a fresh subprocess; *wall* is its whole life (interpreter start and imports included), *CPU* the
+user+sys seconds of it and every descendant (``getrusage(RUSAGE_CHILDREN)`` deltas, with this process the child
+subreaper so that forkserver workers would count: ``_tree_time.py``; with the shipped tokenizer ``--num-workers 2``
+encodes on two threads of the one process and starts no worker process, checked with strace), beside tokenloom's own
+clock (the time the command prints). Both run twice a round: with bytecode cached (.pyc files present, as in any
+installed environment) and without (``PYTHONDONTWRITEBYTECODE=1`` and no .pyc: the shells of the machine where the
+issue measured 0.68x have it, and ``uv sync`` compiles nothing by default; each run then compiles every module it
+imports, and tokenloom imports about 3.4 MB of source to plain's 2 MB). Rows interleave, median of 3. Tokens count
+document tokens (EOD excluded). The load average is read before and after.
 
     uv run python tools/bench/bench_tokenize_process.py [--quick] [--full] [--mb N]
 
 Default and ``--full``: 115 MB, the issue's size (about 35 s at load 2; at 60 MB the fixed cost of interpreter start,
-imports and two forkserver workers, about 0.3 CPU-s, weighed twice as much against a 0.8 CPU-s job); ``--quick``: 8 MB,
+imports and the engine check, about 0.3 CPU-s, weighed twice as much against a 0.8 CPU-s job); ``--quick``: 8 MB,
 one round.
 """
 
