@@ -177,7 +177,8 @@ def derive_mask(
                 start, content_end = known[turn]
                 _check_start(start, skip, turn, messages[turn]["role"], place)
                 last = turn == len(messages) - 1
-                end = _marker_end(offsets, special, content_end, closing, last, lambda tail=tail: tail)
+                text = full[content_end : content_end + closing]  # the probe rendering's closing, same characters
+                end = _marker_end(offsets, special, content_end, text, last, lambda tail=tail: tail)
                 spans.append(TrainedSpan(turn, start, content_end, end))
                 trained_chars[start:end] = 1
             trained = []  # every trained turn placed by the layout
