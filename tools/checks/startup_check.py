@@ -154,7 +154,7 @@ def work_commands(paths: dict[str, Path]) -> list[list[str]]:
 
 def curriculum_plan_args(paths: dict[str, Path]) -> list[str]:
     """``curriculum plan`` of the packing config (its packing plan cached in the fixtures, not in ~/.cache)."""
-    return ["curriculum", "plan", str(paths["curriculum-packed"]), "--cache-dir", str(paths["plan-cache"])]
+    return ["curriculum", "plan", str(paths["curriculum-packed"]), "--plan-cache-dir", str(paths["plan-cache"])]
 
 
 def check(python: str = sys.executable) -> list[Outcome]:
