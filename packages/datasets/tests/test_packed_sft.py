@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -229,7 +230,7 @@ def test_batches_cross_to_workers_compact_and_equal(tmp_path: Path) -> None:
 
     ds = PackedSFTDataset(write_store(tmp_path / "sft", conversations(40)), 64, pad_id=3)
     indices = np.array([0, 2, 1, -1])
-    batch = ds.__getitems__(indices)
+    batch: Any = ds.__getitems__(cast(Any, indices))
     assert indices.tolist() == [0, 2, 1, -1]  # the caller's array, untouched
     expected = batch.batched
     for sent in (batch, _CompactDict(batch.compact, batch.compact.expand())):

@@ -44,7 +44,7 @@ def encoder_for(directory: str) -> ChatEncoder:
 def both(chat, conversation: Conversation, monkeypatch: pytest.MonkeyPatch, after: str | None = None):
     """derive_mask with the layout, then with the prefix renders alone: each result or the error's type."""
     results = []
-    for layout in (masks.layout_of, lambda chat, conversation: None):
+    for layout in (masks.layout_of, lambda chat, conversation: None):  # pyright: ignore[reportPrivateImportUsage]
         monkeypatch.setattr(masks, "layout_of", layout)
         try:
             masked = derive_mask(chat, conversation, after=after)
@@ -115,6 +115,7 @@ def test_run_bytes_read_as_utf8_are_tokenizers_decode(kind: str, chat_tokenizer_
     chat = ChatEncoder(chat_tokenizer_dir(kind)).chat
     assert chat.engine == "fast"
     rng = random.Random(0)
+    assert chat._backend is not None
     size = chat._backend.get_vocab_size(with_added_tokens=True)
     ids = np.asarray([rng.randrange(size) for _ in range(30000)])
     runs = []
@@ -122,6 +123,7 @@ def test_run_bytes_read_as_utf8_are_tokenizers_decode(kind: str, chat_tokenizer_
         begin = rng.randrange(len(ids) - 12)
         runs.append((begin, begin + rng.randint(0, 12)))
     proven = chat.run_bytes(ids, runs)
+    assert proven is not None
     valid = 0
     for (begin, end), data in zip(runs, proven, strict=True):
         text = chat.decode(ids[begin:end])

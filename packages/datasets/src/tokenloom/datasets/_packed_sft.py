@@ -279,7 +279,9 @@ class _Compact(NamedTuple):
         cu.fill(length)
         row = (ends - 1) // length
         cu[row, numbers] = starts - row * length
-        out = dict(zip(_KEYS, torch.from_numpy(wide.reshape(4, rows, length)).unbind(), strict=True))
+        out: dict[str, torch.Tensor] = dict(
+            zip(_KEYS, torch.from_numpy(wide.reshape(4, rows, length)).unbind(), strict=True)
+        )
         out["cu_seqlens"] = torch.from_numpy(cu)
         return out
 

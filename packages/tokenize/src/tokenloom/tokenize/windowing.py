@@ -275,13 +275,15 @@ def window_documents(
         plan = _gpt_simple_plan(doc_lengths, seq_len, overlap_size)
     else:
         plan = _window_plan(doc_lengths, seq_len, overlap_size)
-    lengths = plan.lengths
-    eods = plan.has_eod.astype(np.int64)
+    lengths, has_eod = plan.lengths, plan.has_eod
+    if has_eod is None:  # __post_init__ fills it: never None here
+        raise TypeError("a window plan without has_eod")
+    eods = has_eod.astype(np.int64)
     entry_lengths = lengths + eods
     total = int(entry_lengths.sum())
     out = np.empty(total, dtype=dtype)
     ends = np.cumsum(entry_lengths)
-    eod_positions = (ends - 1)[plan.has_eod]
+    eod_positions = (ends - 1)[has_eod]
     content_mask = np.ones(total, dtype=bool)
     content_mask[eod_positions] = False
     # gather index of each content token: its entry's start + its rank within the entry

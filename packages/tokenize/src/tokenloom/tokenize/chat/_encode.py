@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats.errors import ConfigError, ConversationError, RecordError, TemplatePrefixError
-from tokenloom.tokenize.chat._masks import MaskedTokens, _common, derive_mask
+from tokenloom.tokenize.chat._layout import common as _common
+from tokenloom.tokenize.chat._masks import MaskedTokens, derive_mask
 from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
 
