@@ -191,3 +191,35 @@ def test_a_dpo_or_grpo_store_as_a_bucket_is_named(mixed: Path, train_type: str, 
                     writer.add_record({"prompts": tokens, "responses": reply, "masks": masks, "rewards": rewards})
     with pytest.raises(ConfigError, match=f"bucket 'sft' is a {train_type} record store"):
         CurriculumDataset(_config(mixed), seed=SEED)
+
+
+@pytest.mark.parametrize("unit", ["input_tokens", "loss_tokens"])
+def test_resumes_across_world_sizes_and_workers_consume_the_uninterrupted_samples_once(
+    mixed: Path, tmp_path: Path, unit: str
+) -> None:
+    """Saves before, at and after the phase boundary, each resumed on another (world size, workers): every
+    position consumed once, the uninterrupted run's (bucket, input_ids, labels) at each."""
+    from test_oracle import _loaders
+
+    make = lambda: CurriculumDataset(_config(mixed, budget_unit=unit), seed=SEED, plan_cache_dir=tmp_path)  # noqa: E731
+    ds = make()
+    reference = _uninterrupted(ds)
+    (_, p1), _ = ds.schedule.phase_bounds
+    seen: dict[int, tuple[int, bytes, bytes]] = {}
+    state: dict | None = None
+    topologies = [(1, 0), (2, 2), (4, 1), (3, 0), (2, 0)]
+    for (world, workers), target in zip(topologies, [p1 // 3, p1 - 1, p1 + 2, len(ds) - 4, len(ds) + 2], strict=True):
+        start = 0 if state is None else int(state["consumed"])
+        loaders = _loaders(make(), world, workers, state)
+        iterators, taken = [iter(loader) for loader in loaders], [0] * world
+        for _ in range(max(1, (target - start) // world)):
+            for rank, iterator in enumerate(iterators):
+                batch = next(iterator, None)
+                for identity in _identities(batch) if batch is not None else []:
+                    position = start + rank + world * taken[rank]
+                    assert position not in seen, f"position {position} consumed twice"
+                    seen[position], taken[rank] = identity, taken[rank] + 1
+        state = sampler_state_from_loader(loaders[0].state_dict())
+        del iterators, loaders
+    assert sorted(seen) == list(range(len(ds)))
+    assert [seen[p] for p in range(len(ds))] == reference
