@@ -4,6 +4,7 @@ mid-phase consumes exactly what an uninterrupted run does: local, and with both 
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, CurriculumPlan, Phase
 from tokenloom.datasets import PackedSFTDataset, collate
 from tokenloom.formats import ConfigError, RecordStoreWriter, RemoteOptions, open_records
+from tokenloom.formats.keyed import RecordH5Writer
 from tokenloom.sampler import ResumableDistributedSampler, sampler_state_from_loader
 
 SEED = 5
@@ -23,10 +25,11 @@ SEQ_LEN = 64
 PHASES = (Phase(duration_tokens=2500, mix={"web": 0.7, "sft": 0.3}), Phase(duration_tokens=2500, mix={"sft": 1}))
 
 
-def write_sft(directory: Path, count: int, seed: int) -> None:
+def write_sft(directory: Path, count: int, seed: int, writer_class: type = RecordStoreWriter) -> None:
     """Conversations of 5-40 tokens: a prompt (mask 0) then an answer (mask 1); token ids tell them apart."""
     rng = np.random.default_rng(seed)
-    with RecordStoreWriter(directory, train_type="sft", dtype="uint16", key_dtypes={"loss_mask": "bool"}) as writer:
+    options = {"train_type": "sft", "dtype": "uint16", "key_dtypes": {"loss_mask": "bool"}}
+    with writer_class(directory, **options) as writer:
         for i in range(count):
             length = int(rng.integers(5, 40))
             mask = np.zeros(length, dtype=bool)
@@ -150,3 +153,73 @@ def test_an_sft_store_and_pretraining_buckets_in_s3_give_the_local_samples_and_r
     (_, p1), _ = ds.schedule.phase_bounds
     resumed, _ = _resumed(make, p1 // 3)
     assert resumed == reference
+
+
+def test_an_h5_sft_store_is_an_sft_bucket_too(mixed: Path, tmp_path: Path) -> None:
+    """tokenize --format h5's record store (data.h5): its conversations packed and masked as bin-meta's (it was
+    served as plain documents, every prompt token trained)."""
+    pytest.importorskip("h5py")
+    for split, count, seed in (("train", 260, 1), ("val", 6, 2)):
+        shutil.rmtree(mixed / split / "sft")
+        write_sft(mixed / split / "sft" / "data.h5", count, seed, writer_class=RecordH5Writer)
+    ds = CurriculumDataset(_config(mixed), seed=SEED, plan_cache_dir=tmp_path / "plans")
+    _check_sft_samples(ds, mixed / "train" / "sft")
+
+
+@pytest.mark.parametrize("train_type", ["dpo", "grpo"])
+@pytest.mark.parametrize("h5", [False, True])
+def test_a_dpo_or_grpo_store_as_a_bucket_is_named(mixed: Path, train_type: str, h5: bool) -> None:
+    """Not a token store: the error says which record store it is (it was a ShapeMismatchError or a
+    MissingKeyError saying to re-create the store or pass key=)."""
+    if h5:
+        pytest.importorskip("h5py")
+    for split in ("train", "val"):
+        shutil.rmtree(mixed / split / "sft")
+        path = mixed / split / "sft" / ("data.h5" if h5 else "")
+        writer = (RecordH5Writer if h5 else RecordStoreWriter)(path, train_type=train_type, dtype="uint16")
+        with writer:
+            for i in range(8):
+                tokens = np.arange(5 + i, dtype=np.uint16) + 1
+                if train_type == "dpo":
+                    ones = np.ones(5 + i, dtype=np.uint8)
+                    pair = {"chosen": tokens, "rejected": tokens, "chosen_mask": ones, "rejected_mask": ones}
+                    writer.add_record(pair)
+                else:
+                    reply = [tokens[:3], tokens[:4]]
+                    masks = [np.ones(3, np.uint8), np.ones(4, np.uint8)]
+                    rewards = np.ones(2, np.float32)
+                    writer.add_record({"prompts": tokens, "responses": reply, "masks": masks, "rewards": rewards})
+    with pytest.raises(ConfigError, match=f"bucket 'sft' is a {train_type} record store"):
+        CurriculumDataset(_config(mixed), seed=SEED)
+
+
+@pytest.mark.parametrize("unit", ["input_tokens", "loss_tokens"])
+def test_resumes_across_world_sizes_and_workers_consume_the_uninterrupted_samples_once(
+    mixed: Path, tmp_path: Path, unit: str
+) -> None:
+    """Saves before, at and after the phase boundary, each resumed on another (world size, workers): every
+    position consumed once, the uninterrupted run's (bucket, input_ids, labels) at each."""
+    from test_oracle import _loaders
+
+    make = lambda: CurriculumDataset(_config(mixed, budget_unit=unit), seed=SEED, plan_cache_dir=tmp_path)  # noqa: E731
+    ds = make()
+    reference = _uninterrupted(ds)
+    (_, p1), _ = ds.schedule.phase_bounds
+    seen: dict[int, tuple[int, bytes, bytes]] = {}
+    state: dict | None = None
+    topologies = [(1, 0), (2, 2), (4, 1), (3, 0), (2, 0)]
+    for (world, workers), target in zip(topologies, [p1 // 3, p1 - 1, p1 + 2, len(ds) - 4, len(ds) + 2], strict=True):
+        start = 0 if state is None else int(state["consumed"])
+        loaders = _loaders(make(), world, workers, state)
+        iterators, taken = [iter(loader) for loader in loaders], [0] * world
+        for _ in range(max(1, (target - start) // world)):
+            for rank, iterator in enumerate(iterators):
+                batch = next(iterator, None)
+                for identity in _identities(batch) if batch is not None else []:
+                    position = start + rank + world * taken[rank]
+                    assert position not in seen, f"position {position} consumed twice"
+                    seen[position], taken[rank] = identity, taken[rank] + 1
+        state = sampler_state_from_loader(loaders[0].state_dict())
+        del iterators, loaders
+    assert sorted(seen) == list(range(len(ds)))
+    assert [seen[p] for p in range(len(ds))] == reference

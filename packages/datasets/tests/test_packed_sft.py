@@ -75,6 +75,17 @@ def test_too_long_conversations_are_counted_or_refused(tmp_path: Path) -> None:
         PackedSFTDataset(store, longest - 1, too_long="error")
 
 
+def test_a_store_with_nothing_to_pack_says_why_and_what_to_do(tmp_path: Path) -> None:
+    """Every record too long, or none at all: the hint says what to change (it was the generic "See --help")."""
+    convs = conversations(5)
+    with pytest.raises(ConfigError, match="5 records, 5 of them longer") as caught:
+        PackedSFTDataset(write_store(tmp_path / "long", convs), 2)
+    assert caught.value.field == "seq_len" and "--max-length" in str(caught.value)
+    with pytest.raises(ConfigError, match="holds 0 records") as caught:
+        PackedSFTDataset(write_store(tmp_path / "empty", []), 64)
+    assert "tokenize --train-type sft" in str(caught.value)
+
+
 def test_plan_is_deterministic_and_resumes_with_the_sampler(tmp_path: Path) -> None:
     store = write_store(tmp_path / "sft", conversations(80, seed=3))
     a, b = PackedSFTDataset(store, 48), PackedSFTDataset(store, 48)

@@ -56,6 +56,16 @@ def test_batch_size_and_dataset_are_checked(corpus, tokenizer_dir):
         stream_loader([1, 2, 3], batch_size=2)
 
 
+def test_a_second_loader_with_another_batch_size_is_refused(corpus, tokenizer_dir):
+    """The batch size lives on the dataset: a second size silently changed the first loader's batches."""
+    ds = _dataset(corpus, tokenizer_dir)
+    first = stream_loader(ds, batch_size=4)
+    assert stream_loader(ds, batch_size=4) is not first  # the same size again (a loader rebuilt): allowed
+    with pytest.raises(ConfigError, match="already yields batches of 4"):
+        stream_loader(ds, batch_size=2)
+    assert len(next(iter(first))["input_ids"]) == 4
+
+
 def test_the_objects_alive_are_frozen_only_when_asked_with_workers(corpus, tokenizer_dir):
     import gc
 

@@ -20,7 +20,14 @@ import numpy as np
 import orjson
 import pytest
 
-from tokenloom.formats import ChecksumError, RemoteOptions, ResumeMismatchError, open_records, read_manifest
+from tokenloom.formats import (
+    ChecksumError,
+    MissingFileError,
+    RemoteOptions,
+    ResumeMismatchError,
+    open_records,
+    read_manifest,
+)
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -233,3 +240,25 @@ def test_other_settings_are_refused_and_overwrite_replaces_the_store(
         _bucket(seaweed, other, url, tmp_path / "cache")
     _bucket(seaweed, other, url, tmp_path / "cache", overwrite=True)
     _same_files(_local(other, tmp_path / "local"), seaweed.objects(url))
+
+
+@pytest.mark.parametrize("format", ["bin-meta", "h5"])
+def test_a_store_whose_run_did_not_upload_its_manifest_is_not_read(
+    format, seaweed, records_dir, chat_tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    """What a run killed after its store's upload and before manifest.json (uploaded last) leaves: the store's
+    files and the run's plan. open_records(URL) read it as complete; it is a MissingFileError until the
+    manifest is there."""
+    if format == "h5":
+        pytest.importorskip("h5py")
+    local = _local(_options("sft", records_dir("sft"), chat_tokenizer_dir("chatml"), format=format), tmp_path / "l")
+    url = _url(seaweed)
+    prefix = url.split(f"{seaweed.bucket}/", 1)[1]
+    for path in sorted(local.iterdir()):
+        if path.name != "manifest.json":
+            seaweed.put(f"{prefix}/{path.name}", path.read_bytes())
+    _reader_env(monkeypatch, seaweed, tmp_path / "read-cache")
+    with pytest.raises(MissingFileError, match="without its manifest.json"):
+        open_records(url)
+    seaweed.put(f"{prefix}/manifest.json", (local / "manifest.json").read_bytes())
+    assert _records(open_records(url)) == _records(open_records(local))

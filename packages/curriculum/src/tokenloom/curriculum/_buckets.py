@@ -28,9 +28,9 @@ import numpy as np
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._errors import BucketMismatchError, EmptyBucketError, MissingValTwinError
 from tokenloom.curriculum._remote_dir import RemoteDir
-from tokenloom.curriculum._sft_bucket import SFTBucket, is_sft_store
+from tokenloom.curriculum._sft_bucket import SFTBucket, is_sft_store, refuse_other_records
 from tokenloom.datasets import PackedIndex, WindowIndex, data_fingerprint
-from tokenloom.formats import ConfigError, MissingFileError, TokenDataset, open_dataset
+from tokenloom.formats import ConfigError, DataError, MissingFileError, TokenDataset, open_dataset
 
 __all__ = [
     "Bucket",
@@ -238,14 +238,18 @@ def open_bucket(
     checks, sizes, budget and fingerprint, no sample building): what a plan needs.
     """
     directory = root / split / name
-    data = _open_tokens(directory, name, split)
+    try:
+        data = _open_tokens(directory, name, split)
+    except DataError:
+        refuse_other_records(directory, name)  # a dpo/grpo store: named as such, not as a broken token store
+        raise
     windows: Any = WindowIndex
     packed: Any = PackedIndex
     if not index_only:  # the wave-1 datasets import torch: only a dataset that serves samples asks for them
         from tokenloom.datasets import MemoryMappedDataset as windows
         from tokenloom.datasets import PackedDocumentDataset as packed
     try:
-        if is_sft_store(directory):  # an sft record store: its conversations packed whole, masked (_sft_bucket)
+        if is_sft_store(data):  # an sft record store: its conversations packed whole, masked (_sft_bucket)
             dataset: Any = SFTBucket(directory, name, data, seq_len, packing=packing)
         elif packing:
             dataset = packed(data, seq_len, plan_cache_dir=plan_cache_dir, **(options or {}))

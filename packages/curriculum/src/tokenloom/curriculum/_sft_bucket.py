@@ -1,6 +1,6 @@
 """An sft record store as a curriculum bucket: its conversations packed whole, labels masked by its loss_mask.
 
-    train/<bucket>/ holding meta.json + sequence.bin + loss_mask.bin (``tokenize --train-type sft``, local or
+    train/<bucket>/ holding an sft record store (``tokenize --train-type sft``, bin-meta or h5, local or
     in a bucket) -> PackedSFTDataset (best-fit decreasing bins of seq_len, positions reset per conversation,
     labels -100 where the loss mask is 0 and across conversations) -> the curriculum's packed samples
 
@@ -20,15 +20,31 @@ import numpy as np
 
 from tokenloom.curriculum._config import BudgetUnit
 from tokenloom.curriculum._remote_dir import RemoteDir
-from tokenloom.formats import ConfigError, RecordStore, open_records
+from tokenloom.formats import ConfigError, DataError, RecordStore, open_records
+from tokenloom.formats.keyed.store import train_type_of
 
-__all__ = ["SFTBucket", "is_sft_store"]
+__all__ = ["SFTBucket", "is_sft_store", "refuse_other_records"]
 
 
-def is_sft_store(directory: Path | RemoteDir) -> bool:
-    """A bucket directory holding an sft record store (meta.json beside sequence.bin and loss_mask.bin)."""
-    names = {path.name for path in directory.iterdir()}
-    return {"meta.json", "sequence.bin", "loss_mask.bin"} <= names
+def is_sft_store(data: Any) -> bool:
+    """A bucket's token view (its ``sequence``) read from an sft record store: bin-meta or h5."""
+    return {"sequence", "loss_mask"} <= set(getattr(data, "metadata", {}).get("keys", ()))
+
+
+def refuse_other_records(directory: Path | RemoteDir, name: str) -> None:
+    """ConfigError when ``directory`` is a dpo or grpo record store (called when it did not open as tokens)."""
+    try:
+        keys = set(_open_store(directory).keys)
+    except DataError:
+        return
+    kind = train_type_of(keys - {"position_ids"})
+    if kind not in (None, "seq", "sft"):
+        raise ConfigError(
+            f"bucket {name!r} is a {kind} record store ({sorted(keys)}), which a curriculum cannot serve",
+            path=directory,
+            hint="A bucket holds pretraining tokens or an sft record store (tokenize --train-type sft); "
+            f"train on {kind} records with their own loader (open_records)",
+        )
 
 
 def _open_store(directory: Path | RemoteDir) -> RecordStore:

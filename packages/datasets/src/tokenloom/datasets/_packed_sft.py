@@ -108,7 +108,13 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         self._arrays_pid = -1
         if len(self) == 0:
             raise ConfigError(
-                f"no conversation fits in seq_len {self.seq_len} ({len(lengths)} records)", path=self.store.path
+                f"no conversation fits in seq_len {self.seq_len}: the store holds {len(lengths)} records, "
+                f"{self.num_too_long} of them longer",
+                path=self.store.path,
+                field="seq_len" if len(lengths) else None,
+                hint="Raise seq_len or re-tokenize with --max-length"
+                if len(lengths)
+                else "Tokenize conversations into the store (tokenloom tokenize --train-type sft)",
             )
         packed = int(fits.sum())
         self.packing_efficiency = packed / (len(self) * self.seq_len)

@@ -43,6 +43,13 @@ def stream_loader(
         )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size is {batch_size!r}, expected an integer >= 1", field="batch_size")
+    if dataset._batch_rows not in (None, batch_size):  # one attribute: a second size would change the first loader
+        raise ConfigError(
+            f"this dataset already yields batches of {dataset._batch_rows} windows to a stream_loader; "
+            f"batch_size {batch_size} would change that loader's batches too",
+            field="batch_size",
+            hint="Build another StreamingHuggingFaceDataset for a loader with another batch size",
+        )
     dataset._batch_rows = batch_size
     loader = StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers, collate_fn=_as_is, **kwargs)
     if freeze_gc and num_workers > 0:

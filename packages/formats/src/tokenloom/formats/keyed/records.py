@@ -51,7 +51,7 @@ from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_file
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.source import current_source
-from tokenloom.formats.io.urls import is_remote_url
+from tokenloom.formats.io.urls import StoredPath, is_remote_url
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
 from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
 from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite
@@ -68,6 +68,8 @@ __all__ = [
 
 #: The settings and counts a post-training run writes beside its record store (tokenize's chat writer).
 POST_TRAINING_SIDECAR = "post_training.json"
+#: tokenize's unit plan: a prefix holding it is a tokenize run's output, complete once its manifest is there
+RUN_PLAN_NAME = ".tokenloom-plan.json"
 #: The manifest's ``metadata["layout"]`` of a record store (its format is bin-meta's).
 RECORDS_LAYOUT = "records"
 #: GRPO keys with one record per response (grouped by the record lengths of ``rewards``).
@@ -201,6 +203,12 @@ def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Val
     refuse_unfinished(root, what="record store")  # as open_store: a writer's marker (a killed tokenize run)
     if (root / MANIFEST_NAME).is_file():  # sizes and index checksums; every data checksum when deep
         read_manifest(root).verify(root, deep=validate == Validate.DEEP)
+    elif isinstance(root, StoredPath) and (root / RUN_PLAN_NAME).is_file():
+        raise MissingFileError(  # in object storage the manifest is the commit marker, uploaded last
+            f"a tokenize run's record store without its {MANIFEST_NAME}: still being uploaded, or its run was killed",
+            path=root / MANIFEST_NAME,
+            hint="Wait for the run to finish, or rerun the tokenize command (it completes the upload)",
+        )
     return _read_records(root, validate)
 
 
