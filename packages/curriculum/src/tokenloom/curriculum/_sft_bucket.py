@@ -37,7 +37,7 @@ def refuse_other_records(directory: Path | RemoteDir, name: str) -> None:
         keys = set(_open_store(directory).keys)
     except DataError:
         return
-    kind = train_type_of(keys - {"position_ids"})
+    kind = train_type_of(sorted(keys - {"position_ids"}))
     if kind not in (None, "seq", "sft"):
         raise ConfigError(
             f"bucket {name!r} is a {kind} record store ({sorted(keys)}), which a curriculum cannot serve",
