@@ -317,12 +317,6 @@ def measure(size: str, *, loader_only: bool = False) -> dict:
         joined = ",".join(map(str, files))
         out = tmp / "out"
         rows: dict[str, list[tuple[float, float, dict]]] = {}
-
-        def add(name: str, cmd: list[str], parse) -> None:
-            for run in range(runs):  # a fresh cache per run: HF datasets would serve runs 2-3 from run 1's cache
-                wall, cpu, stdout = timed([part.replace("@RUN@", str(run)) for part in cmd])
-                rows.setdefault(name, []).append((wall, cpu, parse(stdout)))
-
         tokenize = [sys.executable, "-m", "tokenloom.formats", "tokenize", f"--input-dir={tmp / 'in'}",
                     f"--output-dir={out}", "--train-type=sft", f"--tokenizer={tokenizer}", "--num-workers=2",
                     "--no-progress", "--overwrite"]  # fmt: skip
@@ -334,21 +328,33 @@ def measure(size: str, *, loader_only: bool = False) -> dict:
         if loader_only:  # the store only
             timed(tokenize)
         else:
-            add("tokenloom `tokenize --train-type sft --num-workers 2`", tokenize, tokenloom_counts)
             plain_out = tmp / "plain"
             plain_out.mkdir()
-            add("plain (orjson, apply_chat_template, tokenizers offsets, masks, write)",
-                [sys.executable, "-c", _PLAIN, joined, str(tokenizer), str(plain_out)], _last_json)  # fmt: skip
-            peers = (
+            contenders = [
+                ("tokenloom `tokenize --train-type sft --num-workers 2`", tokenize, tokenloom_counts),
+                ("plain (orjson, apply_chat_template, tokenizers offsets, masks, write)",
+                 [sys.executable, "-c", _PLAIN, joined, str(tokenizer), str(plain_out)], _last_json),
+            ]  # fmt: skip
+            for name, code in (
                 ("TRL SFTTrainer preparation (assistant_only_loss, 2 procs)", _TRL),
                 ("datasets.map + apply_chat_template(return_assistant_tokens_mask), 2 procs", _MAP),
-            )
-            for name, code in peers:
-                try:
-                    cache = str(tmp / f"cache-{len(rows)}-@RUN@")
-                    add(name, [sys.executable, "-c", code, joined, str(tokenizer), cache], _last_json)
-                except RuntimeError as exc:
-                    rows[name] = [(float("nan"), float("nan"), {"error": str(exc).splitlines()[-1][:200]})]
+            ):  # a fresh cache per run: HF datasets would serve runs 2-3 from run 1's cache
+                cache = str(tmp / f"cache-{len(contenders)}-@RUN@")
+                contenders.append((name, [sys.executable, "-c", code, joined, str(tokenizer), cache], _last_json))
+            failed: set[str] = set()
+            for run in range(runs):  # rows interleaved: a round of every contender, then the next round
+                for name, cmd, parse in contenders:
+                    if name in failed:
+                        continue
+                    try:
+                        wall, cpu, stdout = timed([part.replace("@RUN@", str(run)) for part in cmd])
+                    except RuntimeError as exc:
+                        if name == contenders[0][0]:
+                            raise
+                        failed.add(name)
+                        rows[name] = [(float("nan"), float("nan"), {"error": str(exc).splitlines()[-1][:200]})]
+                        continue
+                    rows.setdefault(name, []).append((wall, cpu, parse(stdout)))
         loader = measure_loader(out, loader_runs, batches)
         load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
         return {"data_mb": data_mb, "files": len(files), "runs": runs, "rows": rows, "loader": loader, "load": load}
@@ -363,7 +369,8 @@ def report(result: dict) -> str:
         "## Post-training data: sft prep and the packed SFT loader (#37)",
         "",
         f"{result['data_mb']:.1f} MB of generated conversations in {result['files']} jsonl files; medians of "
-        f"{result['runs']} runs; whole-process wall and CPU seconds (CPU: the process and its children); load average "
+        f"{result['runs']} runs, the rows interleaved (a round of every row, then the next); whole-process wall and "
+        "CPU seconds (CPU: the process and every descendant, tokenize's forkserver workers included); load average "
         f"(1/5/15 min) at the end {result['load']} on {os.cpu_count()} cores.",
     ]
     if rows:
