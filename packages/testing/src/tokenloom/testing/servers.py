@@ -197,7 +197,7 @@ class FaultProxy:
     ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default):
     ``"503"``, ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close),
     ``"stall"`` (sleep ``stall_seconds`` first), ``"flip"`` (a GET answered in full, with the right length,
-    but one body byte inverted: silent corruption on the wire), ``"blackhole"`` (accept the request and never
+    but one body byte inverted: silent corruption on the wire; ``flipped`` counts them per path), ``"blackhole"`` (accept the request and never
     answer until the client goes away or the proxy closes). ``fault_paths`` (a substring, settable any time)
     limits queued faults to requests whose path contains it. ``down_for(seconds, mode)`` makes the store
     unavailable for that long: every request in the window is answered by ``mode`` (``"503"``, ``"reset"`` or
@@ -219,6 +219,7 @@ class FaultProxy:
         self.in_flight = 0
         self.faults: list[str] = []
         self.injected: Counter[str] = Counter()
+        self.flipped: Counter[str] = Counter()  # path -> GETs answered with a flipped byte
         self.stall_seconds = stall_seconds
         self.latency_seconds = 0.0
         self.get_bytes: Counter[str] = Counter()
@@ -344,6 +345,8 @@ class FaultProxy:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 if fault == "flip" and self.command == "GET" and payload:
+                    with proxy.lock:
+                        proxy.flipped[path] += 1
                     middle = len(payload) // 2
                     payload = payload[:middle] + bytes([payload[middle] ^ 0xFF]) + payload[middle + 1 :]
                 if self.command != "HEAD":
