@@ -194,20 +194,20 @@ def _peer_closed(connection: socket.socket) -> bool:
 class FaultProxy:
     """A threaded HTTP proxy to ``upstream`` that counts GETs and uploads per path and injects queued faults.
 
-    ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default):
-    ``"503"``, ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close),
-    ``"stall"`` (sleep ``stall_seconds`` first), ``"flip"`` (a GET answered in full, with the right length,
-    but one body byte inverted: silent corruption on the wire; ``flipped`` counts them per path), ``"blackhole"`` (accept the request and never
-    answer until the client goes away or the proxy closes). ``fault_paths`` (a substring, settable any time)
-    limits queued faults to requests whose path contains it. ``down_for(seconds, mode)`` makes the store
-    unavailable for that long: every request in the window is answered by ``mode`` (``"503"``, ``"reset"`` or
-    ``"blackhole"``), counted in ``injected["down"]``. ``uploads`` counts completed uploads per path (a PUT
-    or a multipart completion answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` is
-    read, then waits until that event is set, and is dropped if its client died meanwhile (a killed
-    uploader's request never lands). ``wait_idle()`` returns once no request is in flight.
-    ``latency_seconds`` (settable any time) delays every request, a round-trip latency for benchmarks;
-    ``get_bytes`` counts the body bytes sent per GET path. ``random_faults(rates, ...)`` adds faults drawn at
-    random (seeded) to every request the queue leaves alone: chaos over a whole run rather than a script.
+    ``faults`` is a list consumed one per request of a method in ``fault_methods`` (GET by default): ``"503"``,
+    ``"reset"`` (close without answering), ``"truncate"`` (send half the body, then close), ``"stall"`` (sleep
+    ``stall_seconds`` first), ``"flip"`` (a GET answered in full, with the right length, but one body byte inverted:
+    silent corruption on the wire; ``flipped`` counts them per path), ``"blackhole"`` (accept the request and never
+    answer until the client goes away or the proxy closes). ``fault_paths`` (a substring, settable any time) limits
+    queued faults to requests whose path contains it. ``down_for(seconds, mode)`` makes the store unavailable for
+    that long: every request in the window is answered by ``mode`` (``"503"``, ``"reset"`` or ``"blackhole"``),
+    counted in ``injected["down"]``. ``uploads`` counts completed uploads per path (a PUT or a multipart completion
+    answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` is read, then waits until that event
+    is set, and is dropped if its client died meanwhile (a killed uploader's request never lands). ``wait_idle()``
+    returns once no request is in flight. ``latency_seconds`` (settable any time) delays every request, a round-trip
+    latency for benchmarks; ``get_bytes`` counts the body bytes sent per GET path. ``random_faults(rates, ...)``
+    adds faults drawn at random (seeded) to every request the queue leaves alone: chaos over a whole run rather than
+    a script.
     """
 
     def __init__(self, upstream: str, stall_seconds: float = 0.2) -> None:
