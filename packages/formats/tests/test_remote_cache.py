@@ -411,12 +411,16 @@ def test_a_limit_too_small_for_the_live_readers_pins_is_a_named_error_at_once_no
         args = [url, str(cache), options, str(limit), str(barrier), str(fitting)]
         return subprocess.Popen([sys.executable, "-c", _WAITING_READER, *args], stdout=subprocess.PIPE, text=True)
 
-    fitting = [start(2), start(2)]
+    # the two that fit wait at the barrier, holding their pins, until the third has tried and this test adds the
+    # barrier's third entry (waiting for just one of them let a slow second reader join after the third, on a
+    # busy machine: then the second was the one refused)
+    fitting = [start(3), start(3)]
     deadline = time.monotonic() + 120
-    while len(list(barrier.iterdir())) < 1 and time.monotonic() < deadline:
+    while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    third = start(2)  # joins while at least one reader holds its pins (the barrier keeps both alive)
+    third = start(3)  # joins while both readers hold their pins
     out, _ = third.communicate(timeout=60)
+    (barrier / "tried").touch()
     outs = [p.communicate(timeout=240)[0] for p in fitting]
     assert all(p.returncode == 0 for p in fitting) and outs == [f"read {total}\n"] * 2, outs
     assert third.returncode == 3, out

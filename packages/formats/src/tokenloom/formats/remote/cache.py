@@ -34,7 +34,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tokenloom.formats.errors import ConfigError, TruncatedError
@@ -47,6 +47,9 @@ from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import fetch_into
 from tokenloom.formats.remote.options import DEFAULT_BLOCK_SIZE, RemoteOptions, check_block_size
 from tokenloom.formats.remote.verify import FETCH_RETRIES, Expected, discard, fetch_error, read_problem
+
+#: a check of a fetched copy before it is published: None, or its problem (what, expected, actual)
+Check = Callable[[Path], tuple[str, str, str] | None]
 
 __all__ = [
     "BLOCK_SIZE_ENV",
@@ -287,13 +290,16 @@ class BlockCache:
         )
 
     @named_cache_errors
-    def whole(self, obj: ObjectInfo) -> Path:
+    def whole(self, obj: ObjectInfo, check: Check | None = None) -> Path:
         """The local path of all of ``obj`` (index files, manifests: fetched whole, once per node).
 
         With a checksum in :attr:`expected`, the file is checked at fetch and the first time this process
-        uses it (a corrupt cached copy is discarded and fetched again).
+        uses it (a corrupt cached copy is discarded and fetched again). ``check`` (a manifest's own checksum)
+        replaces the manifest's at fetch: a copy that fails it is fetched again, so no other process sharing the
+        node cache meets a copy corrupted on the wire; one that fails every fetch is bad in the store and is
+        published for the reader to name.
         """
-        path = self._publish(obj, "whole", 0, obj.size)
+        path = self._publish(obj, "whole", 0, obj.size, check)
         if self.expected.checks(obj.key, self.block_size, True) and (obj.key, obj.etag, "whole") not in self._verified:
             self._checked_map(obj, "whole", path, 0, obj.size).release()
             path = self._dir(obj) / "whole"
@@ -317,7 +323,7 @@ class BlockCache:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
 
-    def _publish(self, obj: ObjectInfo, name: str, start: int, end: int) -> Path:
+    def _publish(self, obj: ObjectInfo, name: str, start: int, end: int, check: Check | None = None) -> Path:
         folder = self._dir(obj)
         final = folder / name
         if _complete(final, end - start):
@@ -334,17 +340,19 @@ class BlockCache:
             with _exclusive_unless_complete(folder / (name + ".lock"), final, end - start) as acquired:
                 if not acquired or _complete(final, end - start):
                     return final
-                self._fetch_into_place(obj, name, start, end, final)
+                self._fetch_into_place(obj, name, start, end, final, check)
         return final
 
-    def _fetch_into_place(self, obj: ObjectInfo, name: str, start: int, end: int, final: Path) -> None:
+    def _fetch_into_place(
+        self, obj: ObjectInfo, name: str, start: int, end: int, final: Path, check: Check | None = None
+    ) -> None:
         """Fetch, check and rename into ``final`` (the caller holds its exclusive lock, or replaces a bad copy)."""
         temp = final.parent / f"{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
         reservation = None
         if self.limit is not None:
             reservation = budget.reserve(self.root, final, end - start, self.limit, self.block_size)
         try:
-            self._fetch_checked(obj, name, start, end, temp)
+            self._fetch_checked(obj, name, start, end, temp, check)
             os.replace(temp, final)
             if name != "whole":
                 with contextlib.suppress(OSError):  # a figure, never a reason to fail a read
@@ -364,19 +372,28 @@ class BlockCache:
             self._fetch_into_place(obj, name, start, end, path)
         return path
 
-    def _fetch_checked(self, obj: ObjectInfo, name: str, start: int, end: int, temp: Path) -> None:
-        """Fetch bytes ``[start, end)`` into ``temp``, checked against the manifest (fetched again on a mismatch)."""
+    def _fetch_checked(
+        self, obj: ObjectInfo, name: str, start: int, end: int, temp: Path, check: Check | None = None
+    ) -> None:
+        """Fetch bytes ``[start, end)`` into ``temp``, checked against the manifest or by ``check`` (fetched
+        again on a mismatch)."""
         whole = name == "whole"
-        if not self.expected.checks(obj.key, self.block_size, whole):
+        if check is None and not self.expected.checks(obj.key, self.block_size, whole):
             fetch_into(self.config, obj, start, end, temp)
             return
         problem = None
         for attempt in range(FETCH_RETRIES + 1):
             fetch_into(self.config, obj, start, end, temp)
-            problem = read_problem(self.expected, obj.url, obj.key, temp, start, whole)
+            if check is not None:
+                problem = check(temp)
+            else:
+                problem = read_problem(self.expected, obj.url, obj.key, temp, start, whole)
             if problem is None:
-                self._verified.add((obj.key, obj.etag, name))
+                if check is None:
+                    self._verified.add((obj.key, obj.etag, name))
                 return
+            if attempt == FETCH_RETRIES and check is not None:
+                return  # the same bytes every time: bad in the store, published for the reader to name
             temp.unlink()
             if attempt == FETCH_RETRIES:
                 break
@@ -384,7 +401,9 @@ class BlockCache:
                 "%s: %s arrived with a wrong hash (%s is %s, the manifest records %s): fetching it again (%d of %d)",
                 obj.url,
                 "the object" if whole else f"block {start // self.block_size}",
-                *problem,
+                problem[0],
+                problem[2],
+                problem[1],
                 attempt + 1,
                 FETCH_RETRIES,
             )

@@ -164,27 +164,37 @@ def expect_files(cache: Any, url: str, files: Sequence[tuple[str, bool, BlockHas
     log.warning("%s: %s: those bytes are read unverified. %s", url, "; ".join(reasons), " ".join(hints))
 
 
-def _self_checked(raw: bytes) -> Any:
-    """The parsed manifest when its bytes match the checksum they record (or record none), else None."""
+def _self_check(raw: bytes) -> tuple[Any, tuple[str, str, str] | None]:
+    """(the parsed manifest or None, its problem or None): a manifest must parse and match the checksum it
+    records (one that records none, written before manifests had one, is taken as it is)."""
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
-    if not isinstance(payload, dict) or not isinstance(payload.get("checksum"), str):
-        return payload if isinstance(payload, dict) else None
+        return None, ("its JSON", "a JSON object", "unparsable")
+    if not isinstance(payload, dict):
+        return None, ("its JSON", "a JSON object", type(payload).__name__)
+    if not isinstance(payload.get("checksum"), str):
+        return payload, None
     body = {k: v for k, v in payload.items() if k != "checksum"}
     actual = xxhash.xxh3_128(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return payload if actual == payload["checksum"] else None
+    if actual != payload["checksum"]:
+        return None, ("its own checksum", payload["checksum"], actual)
+    return payload, None
+
+
+def _manifest_problem(path: Path) -> tuple[str, str, str] | None:
+    return _self_check(path.read_bytes())[1]
 
 
 def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
-    """(the cached manifest, its JSON or None): a copy that does not parse or does not match its own checksum
-    (corrupt on the wire or on disk) is discarded and fetched again (:data:`FETCH_RETRIES` times); one that
-    stays bad is left for the reader to name. The manifest is what every other check trusts."""
+    """(the cached manifest, its JSON or None). Each fetched copy is checked against its own checksum before
+    it is published to the node cache: a copy corrupt on the wire is fetched again and never seen by another
+    process. A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times); one
+    that stays bad is left for the reader to name. The manifest is what every other check trusts."""
     for attempt in range(FETCH_RETRIES + 1):
-        path = cache.whole(obj)
+        path = cache.whole(obj, _manifest_problem)
         inode = os.stat(path).st_ino
-        payload = _self_checked(path.read_bytes())
+        payload = _self_check(path.read_bytes())[0]
         if payload is not None or attempt == FETCH_RETRIES:
             return path, payload
         log.warning(
