@@ -1,13 +1,14 @@
 """One registry: format name -> :class:`FormatSpec` (token formats and keyed stores alike).
 
-Each format folder registers its own spec when imported (``native/__init__.py`` and so on); a third
-party's format registers through the ``tokenloom.formats`` entry-point group, whose value is a
-:class:`FormatSpec` (or a function returning one), loaded the first time the registry is asked.
+Each format folder defines its own spec (``native/__init__.py`` and so on), which the registry imports
+the first time that format is asked for (:data:`_BUILT_IN`); a third party's format registers through the ``tokenloom.formats`` entry-point group, whose value is a :class:`FormatSpec`
+(or a function returning one), loaded the first time the registry is asked.
 ``detect_format`` asks every detector; exactly one must say yes.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from importlib import metadata
@@ -43,6 +44,17 @@ __all__ = [
 ENTRY_POINT_GROUP = "tokenloom.formats"
 
 _FORMATS: dict[str, FormatSpec] = {}
+#: The built-in formats: name -> "folder:SPEC", imported when the format is first asked for (a plain native
+#: run needs neither the keyed stores nor the other readers); a name registered before stays as registered.
+_BUILT_IN = {
+    "native": "native:SPEC",
+    "native-v0": "native:SPEC_V0",
+    "flat": "flat:SPEC",
+    "megatron": "megatron:SPEC",
+    "packed": "packed:SPEC",
+    "h5": "keyed:H5_SPEC",
+    "bin-meta": "keyed:BIN_META_SPEC",
+}
 _plugins_loaded = False
 #: Formats registered from entry points: name -> "'entry' (module:attr)", to name a plugin in an error.
 _PLUGIN_ORIGINS: dict[str, str] = {}
@@ -54,6 +66,14 @@ def register_format(spec: FormatSpec) -> None:
         raise ConfigError(f"register_format takes a FormatSpec, got {type(spec).__name__}", field="spec")
     _FORMATS[spec.name] = spec
     add_data_suffixes(spec.suffixes)
+
+
+def _import_built_in(*names: str) -> None:
+    """Register the built-in formats among ``names`` that are not registered yet, importing their folders."""
+    for name in names:
+        if name in _BUILT_IN and name not in _FORMATS:
+            package, attr = _BUILT_IN[name].split(":")
+            register_format(getattr(importlib.import_module(f"tokenloom.formats.{package}"), attr))
 
 
 def _load_plugins() -> None:
@@ -84,7 +104,7 @@ def _load_plugins() -> None:
                 field="format",
                 hint="The entry point must name a FormatSpec or a function that returns one",
             )
-        if spec.name in _FORMATS or spec.name in found:
+        if spec.name in _FORMATS or spec.name in _BUILT_IN or spec.name in found:
             other = (
                 f"plugin {found[spec.name][1]}"
                 if spec.name in found
@@ -104,16 +124,18 @@ def _load_plugins() -> None:
 
 def available_formats() -> dict[str, FormatSpec]:
     """Registered formats by name (built in, then entry-point plugins)."""
+    _import_built_in(*_BUILT_IN)
     _load_plugins()
     return dict(_FORMATS)
 
 
 def _spec(name: str) -> FormatSpec:
-    formats = available_formats()
-    try:
-        return formats[name]
-    except KeyError:
-        raise ConfigError(f"unknown format {name!r}, expected one of {sorted(formats)}", field="format") from None
+    _import_built_in(name)
+    _load_plugins()
+    spec = _FORMATS.get(name)
+    if spec is None:
+        raise ConfigError(f"unknown format {name!r}, expected one of {sorted(available_formats())}", field="format")
+    return spec
 
 
 def _nearest_hint(target: Path) -> str:
@@ -251,6 +273,7 @@ def _format_table() -> Any:
     """The registry's lookups for the remote opener (which runs the same readers over the listing)."""
     from tokenloom.formats.remote.opener import FormatTable
 
+    available_formats()  # every format's data-file suffixes are known (read by blocks)
     return FormatTable(spec=_spec, detect=detect_format, check_options=_check_options, available=available_formats)
 
 
@@ -294,7 +317,9 @@ def writable_formats(*, keyed: bool = True) -> list[str]:
 
 def writer_spec(format: str, *, field: str = "format") -> FormatSpec:
     """The spec of ``format`` if it has a writer; ConfigError listing the writable formats otherwise."""
-    spec = available_formats().get(format)
+    _import_built_in(format)
+    _load_plugins()
+    spec = _FORMATS.get(format)
     if spec is None or spec.writer is None:
         raise ConfigError(f"cannot write format {format!r}, writable: {writable_formats()}", field=field)
     return spec
