@@ -286,7 +286,6 @@ class TokenDataset:
         entry_counts = np.array([s.num_entries for s in self.shards], dtype=np.int64)
         token_counts = np.array([s.num_tokens for s in self.shards], dtype=np.int64)
         self.shard_num_tokens = token_counts
-        self.shard_num_entries = entry_counts
         entry_starts = np.concatenate([[0], np.cumsum(entry_counts)]).astype(np.int64)
         self._entry_starts = entry_starts.tolist()  # python ints: fast compares and bisect
         self._token_starts = np.concatenate([[0], np.cumsum(token_counts)]).astype(np.int64)
@@ -363,10 +362,6 @@ class TokenDataset:
         if self._overlap is None:
             self._overlap = np.concatenate([s.overlap_prefix for s in self.shards]).astype(np.uint16)
         return self._overlap
-
-    def shard_tokens(self, k: int) -> np.ndarray:
-        """All tokens of shard ``k`` (zero-copy)."""
-        return self.shards[k].tokens
 
     def tokens(self, begin: int, end: int) -> np.ndarray:
         """Tokens ``[begin, end)`` of the global stream: a view inside one shard, a copy across shards."""

@@ -29,7 +29,6 @@ FILE_NAMES = r"shard_\d+\.(bin|idx)|manifest\.json"  # what its writer puts in i
 DESCRIPTION_V0 = "read-only: tokenloom's pre-release native layout, to convert (never detected)"
 
 
-
 def _open_remote(*args: Any, **kwargs: Any) -> TokenDataset:
     """``SPEC.remote``: the remote layer is imported when a native dataset is first opened from object storage."""
     from tokenloom.formats.remote.native import open_remote_native
