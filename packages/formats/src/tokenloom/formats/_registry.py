@@ -1,8 +1,9 @@
 """One registry: format name -> :class:`FormatSpec` (token formats and keyed stores alike).
 
 Each format folder defines its own spec (``native/__init__.py`` and so on), which the registry imports
-the first time that format is asked for (:data:`_BUILT_IN`); a third party's format registers through the ``tokenloom.formats`` entry-point group, whose value is a :class:`FormatSpec`
-(or a function returning one), loaded the first time the registry is asked.
+the first time that format is asked for (:data:`_BUILT_IN`); a third party's format registers through
+the ``tokenloom.formats`` entry-point group, whose value is a :class:`FormatSpec` (or a function
+returning one), loaded the first time the registry is asked.
 ``detect_format`` asks every detector; exactly one must say yes.
 """
 
