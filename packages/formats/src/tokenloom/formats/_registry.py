@@ -1,7 +1,7 @@
 """One registry: format name -> :class:`FormatSpec` (token formats and keyed stores alike).
 
 Each format folder defines its own spec (``native/__init__.py`` and so on), which the registry imports
-the first time that format is asked for (:data:`_BUILT_IN`); a third party's format registers through
+the first time that format is asked for (:data:`_FOLDERS`); a third party's format registers through
 the ``tokenloom.formats`` entry-point group, whose value is a :class:`FormatSpec` (or a function
 returning one), loaded the first time the registry is asked.
 ``detect_format`` asks every detector; exactly one must say yes.
@@ -45,17 +45,9 @@ __all__ = [
 ENTRY_POINT_GROUP = "tokenloom.formats"
 
 _FORMATS: dict[str, FormatSpec] = {}
-#: The built-in formats: name -> "folder:SPEC", imported when the format is first asked for (a plain native
-#: run needs neither the keyed stores nor the other readers); a name registered before stays as registered.
-_BUILT_IN = {
-    "native": "native:SPEC",
-    "native-v0": "native:SPEC_V0",
-    "flat": "flat:SPEC",
-    "megatron": "megatron:SPEC",
-    "packed": "packed:SPEC",
-    "h5": "keyed:H5_SPEC",
-    "bin-meta": "keyed:BIN_META_SPEC",
-}
+#: The folders of the built-in formats, imported in this order when a format is first asked for (a plain
+#: native run needs neither the keyed stores nor the other readers); a name registered before stays as registered.
+_FOLDERS = ("native", "flat", "megatron", "packed", "keyed")
 _plugins_loaded = False
 #: Formats registered from entry points: name -> "'entry' (module:attr)", to name a plugin in an error.
 _PLUGIN_ORIGINS: dict[str, str] = {}
@@ -69,12 +61,24 @@ def register_format(spec: FormatSpec) -> None:
     add_data_suffixes(spec.suffixes)
 
 
-def _import_built_in(*names: str) -> None:
-    """Register the built-in formats among ``names`` that are not registered yet, importing their folders."""
-    for name in names:
-        if name in _BUILT_IN and name not in _FORMATS:
-            package, attr = _BUILT_IN[name].split(":")
-            register_format(getattr(importlib.import_module(f"tokenloom.formats.{package}"), attr))
+def _import_folders(name: str | None = None) -> None:
+    """Register the specs of the built-in format folders (every FormatSpec a folder's ``__init__`` defines), one
+    folder after the other until ``name`` is registered (None: all of them)."""
+    for folder in _FOLDERS:
+        if name is not None and name in _FORMATS:
+            return
+        module = importlib.import_module(f"tokenloom.formats.{folder}")
+        for spec in [value for value in vars(module).values() if isinstance(value, FormatSpec)]:
+            if spec.name not in _FORMATS:
+                register_format(spec)
+
+
+def _registered(name: str) -> FormatSpec | None:
+    """The spec registered as ``name`` (a built-in one, else a plugin's), or None."""
+    _import_folders(name)
+    if name not in _FORMATS:
+        _load_plugins()
+    return _FORMATS.get(name)
 
 
 def _load_plugins() -> None:
@@ -87,6 +91,7 @@ def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
+    _import_folders()  # a plugin must not take a built-in format's name
     found: dict[str, tuple[FormatSpec, str]] = {}
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         where = f"format plugin {point.name!r} ({point.value})"
@@ -105,7 +110,7 @@ def _load_plugins() -> None:
                 field="format",
                 hint="The entry point must name a FormatSpec or a function that returns one",
             )
-        if spec.name in _FORMATS or spec.name in _BUILT_IN or spec.name in found:
+        if spec.name in _FORMATS or spec.name in found:
             other = (
                 f"plugin {found[spec.name][1]}"
                 if spec.name in found
@@ -125,15 +130,13 @@ def _load_plugins() -> None:
 
 def available_formats() -> dict[str, FormatSpec]:
     """Registered formats by name (built in, then entry-point plugins)."""
-    _import_built_in(*_BUILT_IN)
+    _import_folders()
     _load_plugins()
     return dict(_FORMATS)
 
 
 def _spec(name: str) -> FormatSpec:
-    _import_built_in(name)
-    _load_plugins()
-    spec = _FORMATS.get(name)
+    spec = _registered(name)
     if spec is None:
         raise ConfigError(f"unknown format {name!r}, expected one of {sorted(available_formats())}", field="format")
     return spec
@@ -318,9 +321,7 @@ def writable_formats(*, keyed: bool = True) -> list[str]:
 
 def writer_spec(format: str, *, field: str = "format") -> FormatSpec:
     """The spec of ``format`` if it has a writer; ConfigError listing the writable formats otherwise."""
-    _import_built_in(format)
-    _load_plugins()
-    spec = _FORMATS.get(format)
+    spec = _registered(format)
     if spec is None or spec.writer is None:
         raise ConfigError(f"cannot write format {format!r}, writable: {writable_formats()}", field=field)
     return spec
