@@ -4,11 +4,12 @@
         -> open_dataset(path) -> TokenDataset (zero-copy views over memory maps)
 
 One folder per format (``native/``, ``flat/``, ``megatron/``, ``packed/``, ``keyed/``), each with
-its reader, writer, byte layout and detector, registering its own :class:`FormatSpec`; a third
-party's format plugs in through the ``tokenloom.formats`` entry-point group. Plumbing that sibling
-packages share (atomic writes, locks, path safety, storage errors) lives in
-:mod:`tokenloom.formats.io`, the ``tokenloom`` command in :mod:`tokenloom.formats.cli`, the error
-hierarchy in :mod:`tokenloom.formats.errors`. Importing this package imports neither click nor rich.
+its reader, writer, byte layout and detector, defining its own :class:`FormatSpec` (imported by the
+registry when that format is first asked for); a third party's format plugs in through the
+``tokenloom.formats`` entry-point group. Plumbing that sibling packages share (atomic writes, locks,
+path safety, storage errors) lives in :mod:`tokenloom.formats.io`, the ``tokenloom`` command in
+:mod:`tokenloom.formats.cli`, the error hierarchy in :mod:`tokenloom.formats.errors`. Importing this
+package imports neither click nor rich.
 """
 
 from typing import TYPE_CHECKING
