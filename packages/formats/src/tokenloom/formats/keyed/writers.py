@@ -228,13 +228,17 @@ class BinMetaStoreWriter(StoreWriter):
         self._offsets: list[int] = [0]
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        self._append(arrays)
+        self._offsets.append(self._offsets[-1] + len(next(iter(arrays.values()))))
+
+    def _append(self, arrays: dict[str, np.ndarray]) -> None:
+        """Each array at the end of its key's ``<key>.bin`` (a temp name until commit)."""
         for key, array in arrays.items():
             handle = self._handles.get(key)
             if handle is None:
                 handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
                 self._handles[key] = handle
             handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
-        self._offsets.append(self._offsets[-1] + len(next(iter(arrays.values()))))
 
     def _commit(self) -> None:
         try:
@@ -339,12 +343,7 @@ class RecordStoreWriter(BinMetaStoreWriter):
                     )
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            handle = self._handles.get(key)
-            if handle is None:
-                handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
-                self._handles[key] = handle
-            handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+        self._append(arrays)  # the offsets are the record's own (add_record)
 
     def _offsets_of(self, key: str) -> list[int]:
         return self._key_offsets.get(key, [0])
