@@ -24,7 +24,7 @@ from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.safety import unlisted_files
-from tokenloom.formats.io.source import add_data_suffixes
+from tokenloom.formats.io.source import add_data_suffixes, before_data_suffixes
 from tokenloom.formats.io.storage import check_readable, storage_errors
 from tokenloom.formats.io.urls import StoredPath, is_remote_url, refuse_remote_output
 
@@ -71,6 +71,9 @@ def _import_folders(name: str | None = None) -> None:
         for spec in [value for value in vars(module).values() if isinstance(value, FormatSpec)]:
             if spec.name not in _FORMATS:
                 register_format(spec)
+
+
+before_data_suffixes(_import_folders)  # a remote listing reads every format's data files by blocks
 
 
 def _registered(name: str) -> FormatSpec | None:
@@ -277,7 +280,6 @@ def _format_table() -> Any:
     """The registry's lookups for the remote opener (which runs the same readers over the listing)."""
     from tokenloom.formats.remote.opener import FormatTable
 
-    available_formats()  # every format's data-file suffixes are known (read by blocks)
     return FormatTable(spec=_spec, detect=detect_format, check_options=_check_options, available=available_formats)
 
 
