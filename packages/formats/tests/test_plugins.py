@@ -71,6 +71,7 @@ def _install(site: Path, *, module: str, entry: str) -> None:
 @pytest.fixture
 def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The built-in formats only, with the entry points not read yet (restored afterwards)."""
+    _registry._import_folders()  # registered when first asked for
     monkeypatch.setattr(_registry, "_FORMATS", dict(_registry._FORMATS))
     monkeypatch.setattr(_registry, "_plugins_loaded", False)
     monkeypatch.setattr(_registry, "_PLUGIN_ORIGINS", {})

@@ -183,7 +183,18 @@ class LazyShard(Shard):
         offsets, overlaps = self.raw_index()
         part = np.array(offsets[first : stop + 1])
         release_pages(offsets, first, stop + 1)  # checked once: this process keeps none of the pages
-        hint = "The index is damaged although its block hashes match (a writer's bug?): re-create the dataset"
+
+        def corrupt(problem: str, field: str, at: int, i: int) -> IndexCorruptError:
+            hint = "The index is damaged although its block hashes match (a writer's bug?): re-create the dataset"
+            return IndexCorruptError(
+                problem,
+                path=where,
+                offset=at + (first + i) * (8 if field == "offsets" else 2),
+                record=first + i,
+                field=field,
+                hint=hint,
+            )
+
         if first == 0 and part[0] != 0:
             raise IndexCorruptError(
                 f"first offset is {int(part[0])}, expected 0", path=where, offset=self._offsets_at, field="offsets"
@@ -192,14 +203,12 @@ class LazyShard(Shard):
         bad = np.flatnonzero((steps < 0) | (part[1:] > self.num_tokens))
         if part[0] < 0 or len(bad):
             i = int(bad[0]) + 1 if len(bad) else 0
-            raise IndexCorruptError(
+            raise corrupt(
                 f"offset {int(part[i])} after {int(part[i - 1]) if i else 'the start'}: offsets must rise within the "
                 f"shard's {self.num_tokens} tokens",
-                path=where,
-                offset=self._offsets_at + 8 * (first + i),
-                record=first + i,
-                field="offsets",
-                hint=hint,
+                "offsets",
+                self._offsets_at,
+                i,
             )
         if stop == self._count and part[-1] != self.num_tokens:
             short = part[-1] > self.num_tokens
@@ -213,14 +222,10 @@ class LazyShard(Shard):
             release_pages(overlaps, first, stop)
             if len(wrong):
                 i = int(wrong[0])
-                raise IndexCorruptError(
-                    f"overlap prefix {int(overlaps[first + i])} is longer than its entry of {int(steps[i])} tokens",
-                    path=where,
-                    offset=self._overlaps_at + 2 * (first + i),
-                    record=first + i,
-                    field="overlap_prefix",
-                    hint=hint,
+                problem = (
+                    f"overlap prefix {int(overlaps[first + i])} is longer than its entry of {int(steps[i])} tokens"
                 )
+                raise corrupt(problem, "overlap_prefix", self._overlaps_at, i)
 
 
 #: ``ds[i]`` finds entry i's shard in a table of about this many blocks per shard (at most _MAX_BLOCKS)
@@ -286,7 +291,6 @@ class TokenDataset:
         entry_counts = np.array([s.num_entries for s in self.shards], dtype=np.int64)
         token_counts = np.array([s.num_tokens for s in self.shards], dtype=np.int64)
         self.shard_num_tokens = token_counts
-        self.shard_num_entries = entry_counts
         entry_starts = np.concatenate([[0], np.cumsum(entry_counts)]).astype(np.int64)
         self._entry_starts = entry_starts.tolist()  # python ints: fast compares and bisect
         self._token_starts = np.concatenate([[0], np.cumsum(token_counts)]).astype(np.int64)
@@ -363,10 +367,6 @@ class TokenDataset:
         if self._overlap is None:
             self._overlap = np.concatenate([s.overlap_prefix for s in self.shards]).astype(np.uint16)
         return self._overlap
-
-    def shard_tokens(self, k: int) -> np.ndarray:
-        """All tokens of shard ``k`` (zero-copy)."""
-        return self.shards[k].tokens
 
     def tokens(self, begin: int, end: int) -> np.ndarray:
         """Tokens ``[begin, end)`` of the global stream: a view inside one shard, a copy across shards."""

@@ -1,13 +1,15 @@
 """One registry: format name -> :class:`FormatSpec` (token formats and keyed stores alike).
 
-Each format folder registers its own spec when imported (``native/__init__.py`` and so on); a third
-party's format registers through the ``tokenloom.formats`` entry-point group, whose value is a
-:class:`FormatSpec` (or a function returning one), loaded the first time the registry is asked.
+Each format folder defines its own spec (``native/__init__.py`` and so on), which the registry imports
+the first time that format is asked for (:data:`_FOLDERS`); a third party's format registers through
+the ``tokenloom.formats`` entry-point group, whose value is a :class:`FormatSpec` (or a function
+returning one), loaded the first time the registry is asked.
 ``detect_format`` asks every detector; exactly one must say yes.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from importlib import metadata
@@ -22,7 +24,7 @@ from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.progress import ProgressCallback, reporting
 from tokenloom.formats.io.safety import unlisted_files
-from tokenloom.formats.io.source import add_data_suffixes
+from tokenloom.formats.io.source import add_data_suffixes, before_data_suffixes
 from tokenloom.formats.io.storage import check_readable, storage_errors
 from tokenloom.formats.io.urls import StoredPath, is_remote_url, refuse_remote_output
 
@@ -43,6 +45,9 @@ __all__ = [
 ENTRY_POINT_GROUP = "tokenloom.formats"
 
 _FORMATS: dict[str, FormatSpec] = {}
+#: The folders of the built-in formats, imported in this order when a format is first asked for (a plain
+#: native run needs neither the keyed stores nor the other readers); a name registered before stays as registered.
+_FOLDERS = ("native", "flat", "megatron", "packed", "keyed")
 _plugins_loaded = False
 #: Formats registered from entry points: name -> "'entry' (module:attr)", to name a plugin in an error.
 _PLUGIN_ORIGINS: dict[str, str] = {}
@@ -56,6 +61,29 @@ def register_format(spec: FormatSpec) -> None:
     add_data_suffixes(spec.suffixes)
 
 
+def _import_folders(name: str | None = None) -> None:
+    """Register the specs of the built-in format folders (every FormatSpec a folder's ``__init__`` defines), one
+    folder after the other until ``name`` is registered (None: all of them)."""
+    for folder in _FOLDERS:
+        if name is not None and name in _FORMATS:
+            return
+        module = importlib.import_module(f"tokenloom.formats.{folder}")
+        for spec in [value for value in vars(module).values() if isinstance(value, FormatSpec)]:
+            if spec.name not in _FORMATS:
+                register_format(spec)
+
+
+before_data_suffixes(_import_folders)  # a remote listing reads every format's data files by blocks
+
+
+def _registered(name: str) -> FormatSpec | None:
+    """The spec registered as ``name`` (a built-in one, else a plugin's), or None."""
+    _import_folders(name)
+    if name not in _FORMATS:
+        _load_plugins()
+    return _FORMATS.get(name)
+
+
 def _load_plugins() -> None:
     """Register every format of the ``tokenloom.formats`` entry-point group (once per process).
 
@@ -66,6 +94,7 @@ def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
+    _import_folders()  # a plugin must not take a built-in format's name
     found: dict[str, tuple[FormatSpec, str]] = {}
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         where = f"format plugin {point.name!r} ({point.value})"
@@ -104,16 +133,16 @@ def _load_plugins() -> None:
 
 def available_formats() -> dict[str, FormatSpec]:
     """Registered formats by name (built in, then entry-point plugins)."""
+    _import_folders()
     _load_plugins()
     return dict(_FORMATS)
 
 
 def _spec(name: str) -> FormatSpec:
-    formats = available_formats()
-    try:
-        return formats[name]
-    except KeyError:
-        raise ConfigError(f"unknown format {name!r}, expected one of {sorted(formats)}", field="format") from None
+    spec = _registered(name)
+    if spec is None:
+        raise ConfigError(f"unknown format {name!r}, expected one of {sorted(available_formats())}", field="format")
+    return spec
 
 
 def _nearest_hint(target: Path) -> str:
@@ -294,7 +323,7 @@ def writable_formats(*, keyed: bool = True) -> list[str]:
 
 def writer_spec(format: str, *, field: str = "format") -> FormatSpec:
     """The spec of ``format`` if it has a writer; ConfigError listing the writable formats otherwise."""
-    spec = available_formats().get(format)
+    spec = _registered(format)
     if spec is None or spec.writer is None:
         raise ConfigError(f"cannot write format {format!r}, writable: {writable_formats()}", field=field)
     return spec

@@ -7,6 +7,7 @@ are checked against the vocab size and the dtype's range at write time, always.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from types import TracebackType
@@ -209,6 +210,12 @@ class TokenWriter:
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
         raise NotImplementedError
+
+    def _remove_written(self, names: list[str]) -> None:
+        """Abort of a dataset directory: delete ``names`` (files written there) and the writing marker."""
+        for name in [*names, WRITING_MARKER]:
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / name).unlink()
 
     def _commit(self) -> None:
         raise NotImplementedError

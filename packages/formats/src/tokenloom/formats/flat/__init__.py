@@ -7,7 +7,6 @@
 import re
 
 from tokenloom.formats._contract import FormatSpec
-from tokenloom.formats._registry import register_format
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, is_flat, open_flat
 from tokenloom.formats.flat.writer import FlatWriter
 
@@ -20,4 +19,3 @@ FILE_NAMES = rf"shard_\d+\.(npy|bin)|{re.escape(DOCUMENT_LENGTHS_NAME)}|manifest
 SPEC = FormatSpec(
     "flat", DESCRIPTION, is_flat, open_flat, FlatWriter, OPTIONS, suffixes=(".bin", ".npy"), file_names=FILE_NAMES
 )
-register_format(SPEC)

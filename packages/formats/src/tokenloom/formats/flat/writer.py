@@ -15,7 +15,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.flat.npy import npy_header
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME
-from tokenloom.formats.io.atomic import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_path
+from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 
 __all__ = ["FlatWriter"]
@@ -178,8 +178,4 @@ class FlatWriter(TokenWriter):
         if self._current is not None:
             self._current.abort()
             self._current = None
-        for name in [*self._names, DOCUMENT_LENGTHS_NAME]:
-            with contextlib.suppress(FileNotFoundError):
-                (self.path / name).unlink()
-        with contextlib.suppress(FileNotFoundError):
-            (self.path / WRITING_MARKER).unlink()
+        self._remove_written([*self._names, DOCUMENT_LENGTHS_NAME])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -29,6 +29,7 @@ __all__ = [
     "LocalSource",
     "Source",
     "add_data_suffixes",
+    "before_data_suffixes",
     "current_source",
     "data_suffixes",
     "map_tokens",
@@ -38,6 +39,7 @@ __all__ = [
 #: objects read by blocks from object storage; every other object is fetched whole. Each format's
 #: spec names its own (``FormatSpec.suffixes``); ``register_format`` adds them here.
 _data_suffixes: tuple[str, ...] = ()
+_before_first_answer: list[Callable[[], None]] = []
 
 
 def add_data_suffixes(suffixes: tuple[str, ...]) -> None:
@@ -46,8 +48,16 @@ def add_data_suffixes(suffixes: tuple[str, ...]) -> None:
     _data_suffixes = tuple(sorted({*_data_suffixes, *suffixes}))
 
 
+def before_data_suffixes(hook: Callable[[], None]) -> None:
+    """Run ``hook`` once, before :func:`data_suffixes` first answers (the registry's: it registers every built-in
+    format, which otherwise registers only when first asked for)."""
+    _before_first_answer.append(hook)
+
+
 def data_suffixes() -> tuple[str, ...]:
     """The suffixes of every registered format's data files (read by blocks from object storage)."""
+    while _before_first_answer:
+        _before_first_answer.pop()()
     return _data_suffixes
 
 

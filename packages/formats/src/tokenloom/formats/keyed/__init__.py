@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 from tokenloom.formats._contract import FormatSpec, StoreSpec
-from tokenloom.formats._registry import register_format
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files, is_bin_store, open_bin_meta_dataset
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h5_store, open_h5_dataset
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
@@ -88,5 +87,3 @@ BIN_META_SPEC = FormatSpec(
 )
 #: The format names a grouped record store (``open_records``) opens under: the bin store's and its spec's.
 RECORD_FORMATS = (BIN_META_STORE.name, BIN_META_SPEC.name)
-register_format(H5_SPEC)
-register_format(BIN_META_SPEC)

@@ -87,18 +87,7 @@ class StoreWriter(TokenWriter):
 
     def add_keyed(self, arrays: Mapping[str, Any]) -> None:
         """Append one segment: an array per key, all of one length."""
-        if self._closed:
-            raise ConfigError("the writer is closed", path=self.path)
-        keys = sorted(arrays)
-        for key in keys:
-            check_key_name(key, path=self.path)
-        if self.keys is None:
-            if not keys:
-                raise ConfigError("add_keyed needs at least one key", path=self.path)
-            self.keys = keys
-        if self.num_documents == 0 and self.keys is not None and keys == sorted([*self.keys, *self._optional]):
-            self.keys = keys  # an optional key (sft position_ids), then required in every segment
-        self._check_keys(keys)
+        keys = self._keys_of(arrays, "add_keyed")
         checked = {key: self._checked(key, arrays[key]) for key in keys}
         length = len(checked[keys[0]])
         for key in keys[1:]:
@@ -113,13 +102,26 @@ class StoreWriter(TokenWriter):
         self.num_documents += 1
         self.num_tokens += length
 
-    def _check_keys(self, keys: list[str]) -> None:
+    def _keys_of(self, arrays: Mapping[str, Any], method: str) -> list[str]:
+        """The sorted keys of one ``add_keyed`` / ``add_record`` call, checked against the store's keys."""
+        if self._closed:
+            raise ConfigError("the writer is closed", path=self.path)
+        keys = sorted(arrays)
+        for key in keys:
+            check_key_name(key, path=self.path)
+        if self.keys is None:
+            if not keys:
+                raise ConfigError(f"{method} needs at least one key", path=self.path)
+            self.keys = keys
+        if self.num_documents == 0 and keys == sorted([*self.keys, *self._optional]):
+            self.keys = keys  # an optional key (sft position_ids), then required in every segment
         if keys != self.keys:
             raise MissingKeyError(
                 f"segment {self.num_documents} has keys {keys}, expected {self.keys}",
                 path=self.path,
                 record=self.num_documents,
             )
+        return keys
 
     def _checked(self, key: str, values: Any) -> np.ndarray:
         array = np.asarray(values)
@@ -141,8 +143,7 @@ class StoreWriter(TokenWriter):
         return check_tokens(array, target, vocab, path=self.path, record=record)
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
-        if overlaps.any():
-            raise ConfigError("keyed stores have no overlap prefix, expected 0", path=self.path, field="overlap_prefix")
+        self._refuse_overlaps(overlaps, "keyed stores")
         if self.keys not in (None, ["sequence"]):
             raise ConfigError(
                 f"add() writes the key 'sequence' but this store's keys are {self.keys}",
@@ -158,13 +159,10 @@ class StoreWriter(TokenWriter):
         raise NotImplementedError
 
 
-class H5StoreWriter(StoreWriter):
-    """An HDF5 store: group per key, ``data_<n>`` dataset per segment (contiguous, uncompressed)."""
+class _H5Output(StoreWriter):
+    """What the HDF5 writers share: one file written under a temp name, fsynced and renamed at commit."""
 
-    format = "h5"
-
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
-        super().__init__(path, **options)
+    def _open_h5(self) -> None:
         if self.path.suffix not in H5_SUFFIXES:
             raise ConfigError(f"{self.path.name} does not end in .h5 or .hdf5", path=self.path)
         if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
@@ -177,14 +175,6 @@ class H5StoreWriter(StoreWriter):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = temp_path(self.path)
         self._file = h5py.File(self._tmp, "w")
-        self._segments = 0
-
-    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            group = self._file.require_group(key)
-            # zero-padded, so that name order (h5py's keys(), what AstrAI's H5Store iterated) is number order
-            group.create_dataset(f"data_{self._segments:012d}", data=array)
-        self._segments += 1
 
     def _commit(self) -> None:
         try:
@@ -208,6 +198,24 @@ class H5StoreWriter(StoreWriter):
             self._tmp.unlink()
 
 
+class H5StoreWriter(_H5Output):
+    """An HDF5 store: group per key, ``data_<n>`` dataset per segment (contiguous, uncompressed)."""
+
+    format = "h5"
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        super().__init__(path, **options)
+        self._open_h5()
+        self._segments = 0
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        for key, array in arrays.items():
+            group = self._file.require_group(key)
+            # zero-padded, so that name order (h5py's keys(), what AstrAI's H5Store iterated) is number order
+            group.create_dataset(f"data_{self._segments:012d}", data=array)
+        self._segments += 1
+
+
 class BinMetaStoreWriter(StoreWriter):
     """A ``<key>.bin`` + ``meta.json`` directory; meta.json (with record offsets) is written last."""
 
@@ -220,13 +228,17 @@ class BinMetaStoreWriter(StoreWriter):
         self._offsets: list[int] = [0]
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        self._append(arrays)
+        self._offsets.append(self._offsets[-1] + len(next(iter(arrays.values()))))
+
+    def _append(self, arrays: dict[str, np.ndarray]) -> None:
+        """Each array at the end of its key's ``<key>.bin`` (a temp name until commit)."""
         for key, array in arrays.items():
             handle = self._handles.get(key)
             if handle is None:
                 handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
                 self._handles[key] = handle
             handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
-        self._offsets.append(self._offsets[-1] + len(next(iter(arrays.values()))))
 
     def _commit(self) -> None:
         try:
@@ -281,18 +293,7 @@ class RecordStoreWriter(BinMetaStoreWriter):
 
     def add_record(self, arrays: Mapping[str, Any]) -> None:
         """Append one record (see the class docstring)."""
-        if self._closed:
-            raise ConfigError("the writer is closed", path=self.path)
-        keys = sorted(arrays)
-        for key in keys:
-            check_key_name(key, path=self.path)
-        if self.keys is None:
-            if not keys:
-                raise ConfigError("add_record needs at least one key", path=self.path)
-            self.keys = keys
-        if self.num_documents == 0 and keys == sorted([*self.keys, *self._optional]):
-            self.keys = keys
-        self._check_keys(keys)
+        keys = self._keys_of(arrays, "add_record")
         record = self.num_documents
         pieces: dict[str, list[np.ndarray]] = {}
         for key in keys:
@@ -342,12 +343,7 @@ class RecordStoreWriter(BinMetaStoreWriter):
                     )
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            handle = self._handles.get(key)
-            if handle is None:
-                handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
-                self._handles[key] = handle
-            handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+        self._append(arrays)  # the offsets are the record's own (add_record)
 
     def _offsets_of(self, key: str) -> list[int]:
         return self._key_offsets.get(key, [0])
@@ -356,7 +352,7 @@ class RecordStoreWriter(BinMetaStoreWriter):
         write_record_manifest(self.path, vocab_size=self.vocab_size, eos_id=self.eos_id)
 
 
-class RecordH5Writer(RecordStoreWriter):
+class RecordH5Writer(_H5Output, RecordStoreWriter):  # _H5Output's commit, RecordStoreWriter's add_record
     """A record store as one HDF5 file (AstrAI's H5 layout, :mod:`.records_h5`); ``add_record`` as
     :class:`RecordStoreWriter`."""
 
@@ -364,15 +360,7 @@ class RecordH5Writer(RecordStoreWriter):
 
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         StoreWriter.__init__(self, path, **options)  # a file, not the bin-meta directory
-        if self.path.suffix not in H5_SUFFIXES:
-            raise ConfigError(f"{self.path.name} does not end in .h5 or .hdf5", path=self.path)
-        if (self.path.exists() or self.path.is_symlink()) and not self.overwrite:
-            raise ConfigError(
-                f"{self.path.name} exists", path=self.path, hint="Choose a new path or pass overwrite=True"
-            )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = temp_path(self.path)
-        self._file = h5py_module().File(self._tmp, "w")
+        self._open_h5()
         self._handles = {}
         self._key_offsets: dict[str, list[int]] = {}
         self._counts: dict[str, int] = {}
@@ -383,24 +371,3 @@ class RecordH5Writer(RecordStoreWriter):
             group = self._file.require_group(key)
             group.create_dataset(segment_name(number), data=np.ascontiguousarray(array, array.dtype.newbyteorder("<")))
             self._counts[key] = number + 1
-
-    def _commit(self) -> None:
-        try:
-            for key in self.keys or ["sequence"]:
-                self._file.require_group(key)
-            self._file.close()
-            fd = os.open(self._tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            publish(self._tmp, self.path)
-        except BaseException:
-            self._abort()
-            raise
-
-    def _abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self._file.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._tmp.unlink()

@@ -4,7 +4,6 @@
 """
 
 from tokenloom.formats._contract import FormatSpec
-from tokenloom.formats._registry import register_format
 from tokenloom.formats.megatron.reader import CODE_OF_DTYPE, is_megatron, open_megatron
 from tokenloom.formats.megatron.writer import MegatronWriter, megatron_targets
 
@@ -25,4 +24,3 @@ SPEC = FormatSpec(
     output_name="data",  # data.bin + data.idx inside an output directory
     dtypes=tuple(CODE_OF_DTYPE),
 )
-register_format(SPEC)

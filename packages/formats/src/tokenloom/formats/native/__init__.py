@@ -5,11 +5,12 @@
 ``writer.py`` the writers and ``adopt_native`` (its docstring: the dataset layout).
 """
 
+from typing import Any
+
 from tokenloom.formats._contract import FormatSpec
-from tokenloom.formats._registry import register_format
+from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.native.reader import is_native, open_native, open_native_v0, read_native_shard
 from tokenloom.formats.native.writer import NativeShardWriter, NativeWriter, adopt_native
-from tokenloom.formats.remote.native import open_remote_native
 
 __all__ = [
     "SPEC",
@@ -27,6 +28,14 @@ DESCRIPTION = "GPT-Simple .bin + .idx shards (tokenloom adds manifest.json; GPT-
 FILE_NAMES = r"shard_\d+\.(bin|idx)|manifest\.json"  # what its writer puts in its directory
 DESCRIPTION_V0 = "read-only: tokenloom's pre-release native layout, to convert (never detected)"
 
+
+def _open_remote(*args: Any, **kwargs: Any) -> TokenDataset:
+    """``SPEC.remote``: the remote layer is imported when a native dataset is first opened from object storage."""
+    from tokenloom.formats.remote.native import open_remote_native
+
+    return open_remote_native(*args, **kwargs)
+
+
 SPEC = FormatSpec(
     "native",
     DESCRIPTION,
@@ -35,9 +44,7 @@ SPEC = FormatSpec(
     NativeWriter,
     suffixes=(".bin",),
     file_names=FILE_NAMES,
-    remote=open_remote_native,
+    remote=_open_remote,
     unit_shards=True,
 )
 SPEC_V0 = FormatSpec("native-v0", DESCRIPTION_V0, detect=lambda path: False, open=open_native_v0, detectable=False)
-register_format(SPEC)
-register_format(SPEC_V0)

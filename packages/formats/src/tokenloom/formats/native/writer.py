@@ -33,7 +33,7 @@ from tokenloom.formats._contract import Validate
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
-from tokenloom.formats.io.atomic import WRITING_MARKER, atomic_write_bytes, fsync_dir, temp_path
+from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, temp_path
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, write_manifest
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 from tokenloom.formats.native.layout import (
@@ -199,12 +199,7 @@ class NativeWriter(TokenWriter):
         if self._current is not None:
             self._current.abort()
             self._current = None
-        for stem in self._stems:
-            for suffix in (".bin", ".idx"):
-                with contextlib.suppress(FileNotFoundError):
-                    (self.path / f"{stem}{suffix}").unlink()
-        with contextlib.suppress(FileNotFoundError):
-            (self.path / WRITING_MARKER).unlink()
+        self._remove_written([f"{stem}{suffix}" for stem in self._stems for suffix in (".bin", ".idx")])
 
 
 def adopt_native(

@@ -5,7 +5,6 @@ the writer, ``pickle_safe.py`` reads and writes the pickled index without ``pick
 """
 
 from tokenloom.formats._contract import FormatSpec
-from tokenloom.formats._registry import register_format
 from tokenloom.formats.packed.reader import is_packed, open_packed, read_packed_file
 from tokenloom.formats.packed.writer import PackedWriter
 
@@ -17,4 +16,3 @@ OPTIONS = ("layout", "eos_id", "vocab_size", "max_index_bytes", "max_entries")
 SPEC = FormatSpec(
     "packed", DESCRIPTION, is_packed, open_packed, PackedWriter, OPTIONS, suffixes=(".pbin",), output_name="data.pbin"
 )
-register_format(SPEC)

@@ -38,6 +38,10 @@ _ALLOWED_PROTOCOLS = range(2, 6)
 _OPCODE_NAMES = {op.code.encode("latin-1")[0]: op.name for op in pickletools.opcodes}
 
 
+#: the fixed-width int opcodes: opcode -> argument bytes
+_BININTS = {0x4B: 1, 0x4D: 2, 0x4A: 4}
+
+
 def _opcode_name(code: int) -> str:
     return f"{_OPCODE_NAMES.get(code, 'unknown opcode')} (0x{code:02x})"
 
@@ -162,18 +166,11 @@ def load_int_tuples(
             marks.append(len(stack))
         elif code == 0x29:  # EMPTY_TUPLE
             stack.append(())
-        elif code == 0x4B:  # BININT1
-            need(1, at)
-            stack.append(buf[pos])
-            pos += 1
-        elif code == 0x4D:  # BININT2
-            need(2, at)
-            stack.append(buf[pos] | buf[pos + 1] << 8)
-            pos += 2
-        elif code == 0x4A:  # BININT
-            need(4, at)
-            stack.append(int.from_bytes(buf[pos : pos + 4], "little", signed=True))
-            pos += 4
+        elif code in _BININTS:  # BININT1, BININT2 (unsigned), BININT (signed)
+            width = _BININTS[code]
+            need(width, at)
+            stack.append(int.from_bytes(buf[pos : pos + width], "little", signed=width == 4))
+            pos += width
         elif code == 0x8A:  # LONG1
             need(1, at)
             length = buf[pos]

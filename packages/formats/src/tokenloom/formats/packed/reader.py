@@ -181,17 +181,22 @@ def _cached_file(
             offsets = cached_index([path], _cache_what(name, base, explicit=explicit))
             if offsets is None or len(offsets) == 0 or int(offsets[-1]) != data_len // token_size:
                 continue
-            shard = Shard(
-                tokens_path=path,
-                dtype=_TOKEN_DTYPES[token_size],
-                num_tokens=data_len // token_size,
-                offsets=offsets,
-                overlap_prefix=zeros_index(len(offsets) - 1),
-                tokens_offset=header_size,
-                name=path.name,
-            )
-            return PackedFile(layout=name, token_size=token_size, index_base=base, shard=shard)
+            return _packed_file(path, name, token_size, base, offsets)
     return None
+
+
+def _packed_file(path: Path, layout: str, token_size: int, base: int, offsets: np.ndarray) -> PackedFile:
+    """The PackedFile of ``path`` whose entries start at ``offsets`` (in tokens; the last: the token count)."""
+    shard = Shard(
+        tokens_path=path,
+        dtype=_TOKEN_DTYPES[token_size],
+        num_tokens=int(offsets[-1]),
+        offsets=offsets,
+        overlap_prefix=zeros_index(len(offsets) - 1),
+        tokens_offset=_HEADER_SIZE[layout],
+        name=path.name,
+    )
+    return PackedFile(layout=layout, token_size=token_size, index_base=base, shard=shard)
 
 
 def _read_layout(
@@ -250,16 +255,7 @@ def _read_layout(
     offsets = np.empty(len(starts) + 1, dtype=np.int64)
     offsets[:-1] = (starts - base) // token_size
     offsets[-1] = data_len // token_size
-    shard = Shard(
-        tokens_path=path,
-        dtype=_TOKEN_DTYPES[token_size],
-        num_tokens=data_len // token_size,
-        offsets=offsets,
-        overlap_prefix=zeros_index(len(starts)),
-        tokens_offset=header_size,
-        name=path.name,
-    )
-    return PackedFile(layout=layout, token_size=token_size, index_base=base, shard=shard)
+    return _packed_file(path, layout, token_size, base, offsets)
 
 
 def _entry_arrays(

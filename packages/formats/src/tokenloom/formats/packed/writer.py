@@ -93,13 +93,7 @@ class PackedWriter(TokenWriter):
         self._lengths: list[np.ndarray] = []
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
-        if overlaps.any():
-            raise ConfigError(
-                "a .pbin has no overlap-prefix field, expected overlap_prefix=0",
-                path=self.path,
-                record=self.num_documents + int(np.argmax(overlaps > 0)),
-                field="overlap_prefix",
-            )
+        self._refuse_overlaps(overlaps, "a .pbin (it has no overlap-prefix field)")
         self._handle.write(np.ascontiguousarray(tokens, dtype=self.store_dtype).tobytes())
         self._lengths.append(lengths.astype(np.int64))
 

@@ -298,13 +298,12 @@ def _listed(config: StoreConfig, prefix: str | None, url: str, doing: str) -> li
 
 def list_objects(config: StoreConfig) -> list[ObjectInfo]:
     """Every object under the URL's prefix (recursively), sorted by key, with size and ETag (one LIST per 1000)."""
-    if config.url.scheme in ("http", "https"):
-        raise ConfigError(
-            f"{config.url} cannot be listed: an http(s) server has no object listing",
-            path=str(config.url),
-            hint="Open a dataset with a manifest.json there (`tokenloom validate --write-manifest` before uploading), "
-            "or name the file itself (https://HOST/data.pbin)",
-        )
+    _refuse_http_listing(
+        config,
+        str(config.url),
+        "Open a dataset with a manifest.json there (`tokenloom validate --write-manifest` before uploading), "
+        "or name the file itself (https://HOST/data.pbin)",
+    )
     prefix = config.url.prefix
     return _listed(config, f"{prefix}/" if prefix else None, str(config.url), "listing the prefix")
 
@@ -359,12 +358,7 @@ def list_dir(config: StoreConfig, name: str = "") -> tuple[list[str], list[str]]
     key = config.url.key(name) if name else config.url.prefix
     prefix = f"{key.strip('/')}/" if key.strip("/") else None
     url = config.url.url(name)
-    if config.url.scheme in ("http", "https"):
-        raise ConfigError(
-            f"{url} cannot be listed: plain HTTP(S) servers have no listing",
-            path=url,
-            hint="Name the objects directly, or put the data in a bucket (s3://, gs://, az://)",
-        )
+    _refuse_http_listing(config, url, "Name the objects directly, or put the data in a bucket (s3://, gs://, az://)")
     found = _with_retries(config, url, "listing it", lambda: _obstore().list_with_delimiter(_store(config), prefix))
     folders = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"])
     objects = sorted(str(o["path"]).rsplit("/", 1)[-1] for o in found["objects"])
@@ -373,11 +367,14 @@ def list_dir(config: StoreConfig, name: str = "") -> tuple[list[str], list[str]]
 
 def list_prefix(config: StoreConfig, prefix: str) -> list[ObjectInfo]:
     """Every object whose key starts with ``prefix`` (sorted by key; retried). http(s) stores cannot list."""
+    hint = "Name each file explicitly; globs work on s3://, gs:// and az://"
+    _refuse_http_listing(config, config.url.url(prefix), hint, field="data_files")
+    return _listed(config, prefix or None, config.url.url(prefix), "listing objects")
+
+
+def _refuse_http_listing(config: StoreConfig, url: str, hint: str, field: str | None = None) -> None:
+    """ConfigError for a listing of ``url`` on an http(s) store (a plain HTTP server has no object listing)."""
     if config.url.scheme in ("http", "https"):
         raise ConfigError(
-            f"{config.url.root} cannot be listed (plain HTTP has no listing)",
-            path=config.url.url(prefix),
-            field="data_files",
-            hint="Name each file explicitly; globs work on s3://, gs:// and az://",
+            f"{url} cannot be listed: an http(s) server has no object listing", path=url, field=field, hint=hint
         )
-    return _listed(config, prefix or None, config.url.url(prefix), "listing objects")

@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import IO, Any, cast
 
 import orjson
@@ -338,36 +339,35 @@ class _Collect(logging.Handler):
         self.messages.append({"key": key, "message": message} if key else message)
 
 
+def _fetch(config: StoreConfig, request: dict[str, Any]) -> None:
+    data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
+    try:
+        with open(request["path"], "xb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise _cache_write_error(exc, request["path"], len(data)) from None
+
+
+#: every request: op -> the call that answers it (in this process, or in the helper for a caller)
+_OPS: dict[str, Callable[[StoreConfig, dict[str, Any]], Any]] = {
+    "head": lambda config, r: dataclasses.asdict(client.head(config, r["name"])),
+    "fetch": _fetch,
+    "read": lambda config, r: client.fetch_range(config, ObjectInfo(**r["obj"]), r["start"], r["end"]),
+    "list": lambda config, r: [dataclasses.asdict(info) for info in client.list_objects(config)],
+    "check_bucket": lambda config, r: client.check_bucket(config),
+    "list_dir": lambda config, r: client.list_dir(config, r["name"]),
+    "put": lambda config, r: writes.put_file(config, r["path"], r["name"], r["checksum"], r["part_size"]),
+    "put_once": lambda config, r: writes.put_once(config, r["path"], r["name"], r["checksum"]),
+    "stat": lambda config, r: writes.stat(config, r["name"]),
+    "delete": lambda config, r: writes.delete(config, r["name"]),
+    "list_prefix": lambda config, r: [dataclasses.asdict(info) for info in client.list_prefix(config, r["prefix"])],
+}
+
+
 def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
-    if op == "head":
-        return dataclasses.asdict(client.head(config, request["name"]))
-    if op == "fetch":
-        data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
-        try:
-            with open(request["path"], "xb") as handle:
-                handle.write(data)
-        except OSError as exc:
-            raise _cache_write_error(exc, request["path"], len(data)) from None
-        return None
-    if op == "read":
-        return client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
-    if op == "list":
-        return [dataclasses.asdict(info) for info in client.list_objects(config)]
-    if op == "check_bucket":
-        return client.check_bucket(config)
-    if op == "list_dir":
-        return client.list_dir(config, request["name"])
-    if op == "put":
-        return writes.put_file(config, request["path"], request["name"], request["checksum"], request["part_size"])
-    if op == "put_once":
-        return writes.put_once(config, request["path"], request["name"], request["checksum"])
-    if op == "stat":
-        return writes.stat(config, request["name"])
-    if op == "delete":
-        return writes.delete(config, request["name"])
-    if op == "list_prefix":
-        return _answer_list(config, request)
-    raise ValueError(f"unknown request {op!r}")
+    if op not in _OPS:
+        raise ValueError(f"unknown request {op!r}")
+    return _OPS[op](config, request)
 
 
 def _cache_write_error(exc: OSError, path: str, size: int) -> StorageError:
@@ -381,10 +381,6 @@ def _cache_write_error(exc: OSError, path: str, size: int) -> StorageError:
             "TOKENLOOM_CACHE_DIR (or cache_dir=) at a larger one, or bound the cache with TOKENLOOM_CACHE_LIMIT"
         )
     return StorageError(f"cache directory {folder}: {named.problem}", errno=exc.errno, path=folder, hint=hint)
-
-
-def _answer_list(config: StoreConfig, request: dict[str, Any]) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(info) for info in client.list_prefix(config, request["prefix"])]
 
 
 def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -> None:
