@@ -9,11 +9,13 @@
   what ``BlendedDataset._build_indices`` runs) at 10^8 samples for the same 10-way blend, against
   tokenloom's MixSchedule for it.
 
-Each figure is the median of 3 runs in one fresh subprocess per measurement (after its imports;
-the peak-memory counter, VmHWM, is reset before each run, so each run's extra peak is its own).
-``--quick`` shrinks every size (a smoke run; its numbers are not the published ones).
+Each figure is the median of 3 runs in a fresh subprocess (after its imports; the peak-memory counter,
+VmHWM, is reset before each run, so each run's extra peak is its own): tokenloom's plan and MixSchedule in one,
+the two loaders in another; with ``--full``, megatron-core's in a third (10-20 s of imports and 9 s and 1 GB a run
+here, and no issue target: the contrast). ``--quick`` shrinks every size (a smoke run; its numbers are not the
+published ones).
 
-    uv run --group bench python tools/bench/bench_curriculum.py [--quick]
+    uv run --group bench python tools/bench/bench_curriculum.py [--quick | --full]
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ def _corpus(root: Path, samples: int) -> None:
         writer.add_batch(body, [len(body)])
 
 
-def run(quick: bool) -> str:
+def run(quick: bool, full: bool = False) -> str:
     runs = 1 if quick else RUNS
     tokens = 10**10 if quick else 10**12
     phases = 10 if quick else 100
@@ -204,7 +206,8 @@ def run(quick: bool) -> str:
             measured = _child([*jobs[:2], *loaders])
             measured.insert(2, [])
         else:
-            measured = [_child([job])[0] for job in jobs]
+            # megatron-core's import in a process of its own, with --full only (the contrast, no target)
+            measured = [*_child(jobs[:2]), _child(jobs[2:])[0] if full else []]
             # the two loaders A/B in one process, round by round, so that drift in the machine's load
             # falls on both alike (their ratio is the target)
             rounds = _child(loaders * runs)
@@ -219,7 +222,8 @@ def run(quick: bool) -> str:
     lines = [
         "## curriculum",
         "",
-        f"Medians of {runs} run(s) in one fresh process per measurement (peak memory reset before each run); "
+        f"Medians of {runs} run(s) in fresh processes (tokenloom's plan and schedule in one, the loaders in one"
+        f"{', megatron-core in one' if full else ''}; peak memory reset before each run); "
         "the two loaders alternate A/B in one process." + (" QUICK smoke run: sizes shrunk." if quick else ""),
         "",
         "| what | figure | target |",
@@ -242,6 +246,8 @@ def run(quick: bool) -> str:
             f"| megatron-core BlendedDataset index build (build_blending_indices), {megatron_samples:.0e} samples | "
             f"{megatron['seconds']:.2f} s, {megatron['extra_mb']:.0f} MB | |"
         )
+    else:
+        lines.append("| megatron-core BlendedDataset index build | not run (the contrast, no target: `--full`) | |")
     lines += [
         "",
         "megatron-core stores two arrays of the blend's length (int16 + int64: 10 bytes per sample) and "

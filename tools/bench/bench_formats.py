@@ -127,8 +127,10 @@ def write_real_native(root: Path, tokens: int, doc_tokens: int) -> None:
             written += docs * doc_tokens
 
 
-def run(quick: bool) -> str:
-    """Run every benchmark and return the markdown report; the full run also writes it to ``REPORT``."""
+def run(quick: bool, full: bool = False) -> str:
+    """Run every benchmark and return the markdown report; the full run also writes it to ``REPORT``.
+
+    ``full`` adds megatron-core's open beside tokenloom's (a peer, no target; its import takes 10-20 s here)."""
     shards = 100 if quick else 1000
     docs_per_shard = 1000
     doc_tokens = 1000
@@ -169,13 +171,18 @@ def run(quick: bool) -> str:
         prefixes = build_megatron_sparse(megatron, shards=shards, docs_per_shard=docs_per_shard, doc_tokens=doc_tokens)
         seconds = median_seconds(lambda: open_dataset(megatron, validate="fast"))
         rows.append((f"open megatron (tokenloom), {shards:,} prefixes, fast validation", f"{seconds:.3f} s", "-", "-"))
-        peer = None if quick else megatron_core_open()  # its import takes 10-20 s: not in a smoke run
+        peer = megatron_core_open() if full and not quick else None  # its import takes 10-20 s: --full only
         if peer is not None:
             seconds = median_seconds(lambda: peer(prefixes))
             rows.append((f"open megatron (megatron-core IndexedDataset x {shards:,})", f"{seconds:.3f} s", "-", "peer"))
         else:
             rows.append(
-                ("open megatron (megatron-core)", "not run by --quick" if quick else "not installed", "-", "skipped")
+                (
+                    "open megatron (megatron-core)",
+                    "not run by --quick" if quick else "not installed" if full else "not run (no target: `--full`)",
+                    "-",
+                    "skipped",
+                )
             )
 
         ds = opened
@@ -250,7 +257,8 @@ def run(quick: bool) -> str:
     header = [
         "# tokenloom-formats benchmark",
         "",
-        f"Command: `uv run --group bench python tools/bench/bench_formats.py{' --quick' if quick else ''}` "
+        f"Command: `uv run --group bench python tools/bench/bench_formats.py{' --quick' if quick else ''}"
+        f"{' --full' if full else ''}` "
         f"(medians of {REPEATS} runs).",
         "",
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
@@ -269,8 +277,9 @@ def run(quick: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller datasets; print, do not write the report")
+    parser.add_argument("--full", action="store_true", help="add megatron-core's open (a peer, 10-20 s of imports)")
     args = parser.parse_args()
-    print(run(args.quick))
+    print(run(args.quick, args.full))
     if not args.quick:
         print(f"wrote {REPORT}")
 

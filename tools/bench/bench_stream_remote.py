@@ -7,18 +7,19 @@ unstalled). Nothing reaches the network. Each contender runs in a fresh process 
 only the script's own imports: ``_forkserver.py``), interleaved, median of 3:
 
 - tokenloom stream from local disk, ``StatefulDataLoader(batch_size=8, num_workers=2)``, seq_len 2048;
-- the same from ``s3://`` through the 20 ms proxy (read-ahead on: 2 blocks; and off: ``prefetch_blocks=0``);
-- the same from ``http://`` (the https code path) through a 20 ms proxy;
-- HF ``datasets`` streaming of the same http URLs (``load_dataset("json", data_files=URLS, streaming=True)``,
+- the same from ``s3://`` through the 20 ms proxy (read-ahead on: 2 blocks);
+- ``--full`` only (no issue target; about a minute of a run here): the same with read-ahead off
+  (``prefetch_blocks=0``), the same from ``http://`` (the https code path) through a 20 ms proxy, and HF ``datasets``
+  streaming of the same http URLs (``load_dataset("json", data_files=URLS, streaming=True)``,
   fsspec's HTTP filesystem; s3fs is kept out of this workspace), split over the 2 DataLoader workers with
   ``split_dataset_by_node``, one ``tokenizers`` encode per document, packed into the same windows.
 
 Resume latency: a state at 10% and 90% of a large input on S3 (jsonl files of about 64 MB), loaded into a fresh
 dataset, timed to the first batch of 8 (one process, no workers); beside it HF ``datasets``' own
 ``IterableDataset.state_dict()`` resume of the smaller http input (one run: it re-reads its shard up to the
-position).
+position; ``--full`` only).
 
-    uv run --group bench python tools/bench/bench_stream_remote.py [--quick] [--resume-mb 1000]
+    uv run --group bench python tools/bench/bench_stream_remote.py [--quick | --full] [--resume-mb 1000]
 
 The resume input is 256 MB by default (4 files of 64 MB: 10% and 90% fall in different files, each position
 is one ranged read); ``--resume-mb 1000`` reproduces the 1 GB rows (1 GB written and uploaded to the server
@@ -182,13 +183,14 @@ def _concatenated(root: Path, corpus: Path, total_mb: float, file_mb: float) -> 
     return out
 
 
-def run(quick: bool, resume_mb: float | None = None) -> str:
+def run(quick: bool, resume_mb: float | None = None, full: bool = False) -> str:
     resume_mb = resume_mb if resume_mb is not None else (50.0 if quick else RESUME_MB)
     from tokenloom.testing.servers import FaultProxy, RangeHTTPServer, SeaweedS3
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
     tokenizer = str(default_tokenizer_path())
     runs = 1 if quick else RUNS
+    full = full and not quick
     with tempfile.TemporaryDirectory(prefix="bench-stream-remote-") as tmp_name, ForkServers(_env()) as servers:
         tmp = Path(tmp_name)
         corpus = build_stdlib_corpus(tmp / "corpus").path
@@ -241,11 +243,11 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
                     lambda: _child(servers, scripts["hf"], ",".join(http_urls), tokenizer, offline_datasets=False),
                 ),
             ]
-            if quick:  # a smoke run: local and s3 (HF datasets' streaming imports and its slow pass are most of it)
+            if not full:  # local and s3: the rows of the target (HF datasets' imports and slow pass: a minute)
                 contenders = contenders[:2]
             # every script's server imports at once, before the first measurement
-            servers.prestart([scripts["ours"]], [scripts["resume"]], wait=quick)
-            if not quick:
+            servers.prestart([scripts["ours"]], [scripts["resume"]], wait=not full)
+            if full:
                 servers.prestart([scripts["hf"]], [scripts["hf_resume"]], env=_env(offline_datasets=False))
             results: dict[str, list[dict]] = {name: [] for name, _ in contenders}
             for _ in range(runs):
@@ -266,7 +268,7 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
                     resume[label].append(answer["seconds"])
             docs = sum(p.read_bytes().count(b"\n") for p in files)
             hf_resume: dict[str, float] = {}
-            for label, fraction in () if quick else (("10%", 0.1), ("90%", 0.9)):
+            for label, fraction in (("10%", 0.1), ("90%", 0.9)) if full else ():
                 answer = _child(
                     servers,
                     scripts["hf_resume"],
@@ -289,7 +291,8 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
     lines = [
         "## hf-streaming from object storage: remote vs local tokens/s, resume latency, HF `datasets` beside it",
         "",
-        f"Command: `uv run --group bench python tools/bench/bench_stream_remote.py{' --quick' if quick else ''}`. "
+        f"Command: `uv run --group bench python tools/bench/bench_stream_remote.py{' --quick' if quick else ''}"
+        f"{' --full' if full else ''}`. "
         f"Input: {len(files)} jsonl files of whole copies of the stdlib docstring corpus ({input_mb:.0f} MB); "
         f"tokenizer: the shipped 16k byte-level BPE; seq_len {SEQ_LEN}; `StatefulDataLoader(batch_size=8, "
         f"num_workers=2)`; servers on 127.0.0.1 (SeaweedFS S3, a ranged HTTP server), each behind a FaultProxy that "
@@ -310,7 +313,7 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
         + (
             f"tokenloom over `http://` vs HF `datasets` over the same URLs: {rate(names[3]) / rate(names[4]):.2f}x."
             if len(names) > 4
-            else "`http://` and HF `datasets` not run by --quick."
+            else "`http://` and HF `datasets` not run (no target: `--full` adds them)."
         ),
         "",
         f"Resume latency (state loaded into a fresh dataset over `s3://` + 20 ms per GET, to the first batch of 8, "
@@ -321,7 +324,7 @@ def run(quick: bool, resume_mb: float | None = None) -> str:
         "|---|---:|---:|",
     ]
     for label in ("10%", "90%"):
-        hf = f"{hf_resume[label]:.2f}" if label in hf_resume else "not run by --quick"
+        hf = f"{hf_resume[label]:.2f}" if label in hf_resume else "not run (`--full`)"
         lines.append(f"| {label} | {statistics.median(resume[label]):.2f} | {hf} |")
     ratio = statistics.median(resume["90%"]) / statistics.median(resume["10%"])
     lines += ["", f"90% / 10% latency ratio for tokenloom: {ratio:.2f}x (target within 2x)."]
@@ -336,8 +339,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small inputs, one run: a smoke run")
     parser.add_argument("--resume-mb", type=float, default=RESUME_MB, help="size of the resume input (default 256 MB)")
+    parser.add_argument("--full", action="store_true", help="add read-ahead off, http:// and HF datasets (no target)")
     args = parser.parse_args()
-    print(run(args.quick, args.resume_mb))
+    print(run(args.quick, args.resume_mb, args.full))
     return 0
 
 

@@ -23,10 +23,11 @@ of the others' and their tokens/s compares as is.
 
 Throughput counts document tokens (EOD tokens excluded, so every row counts the
 same tokens). Peak RSS is the sum over the measured process and its children,
-sampled every 50 ms. Each figure is the median of 3 runs. Also: peak RSS of
-tokenloom as the input grows 4x.
+sampled every 50 ms. Each figure is the median of 3 runs. ``--full`` (run.py --full) adds the rows
+no issue target needs: raw ``encode_batch``, the two peers and peak RSS of tokenloom as the input grows 4x
+(about two minutes of a run here); by default the section is tokenloom beside the fast engine's limit.
 
-    uv run --group bench python tools/bench/bench_tokenize.py [--quick] [--hf-engine]
+    uv run --group bench python tools/bench/bench_tokenize.py [--quick] [--full] [--hf-engine]
 """
 
 from __future__ import annotations
@@ -232,7 +233,11 @@ Result = tuple[float, float, float, int]  # timed s, wall s, peak MiB, tokens
 FASTOKENS_ROW = "raw fastokens `encode_batch_flat` (in memory, 1 call, both cores): the fast engine's limit"
 
 
-def run(quick: bool, hf_engine: bool = False) -> str:
+RAW_ROW = "raw `encode_batch` (in memory, 1 call, both cores)"
+SLOW_ROWS = (RAW_ROW, "HF `datasets`", "litdata")  # no issue target: --full only (2 minutes of a run)
+
+
+def run(quick: bool, hf_engine: bool = False, full: bool = False) -> str:
     from tokenloom.tokenize import build_stdlib_corpus, default_tokenizer_path
 
     tokenizer = str(default_tokenizer_path())
@@ -286,7 +291,7 @@ def run(quick: bool, hf_engine: bool = False) -> str:
             return timed, wall, peak, raw_tokens * peer_copies // copies
 
         contenders: list[tuple[str, Callable[[], Result]]] = [
-            ("raw `encode_batch` (in memory, 1 call, both cores)", lambda: raw("encode_batch")),
+            (RAW_ROW, lambda: raw("encode_batch")),
             (FASTOKENS_ROW, raw_fastokens),
             (
                 "`tokenloom tokenize --num-workers 2` (engine auto: fast)",
@@ -307,11 +312,11 @@ def run(quick: bool, hf_engine: bool = False) -> str:
             notes.append(
                 "`--engine hf` (the fallback engine) is not in this run; `bench_tokenize.py --hf-engine` adds its row"
             )
-        if quick:  # a smoke run: the two peers' imports and worker start-up alone take half a minute
-            slow_peers = ("HF `datasets`", "litdata")
-            notes += [f"{name} not run by --quick" for name, _ in contenders if name.startswith(slow_peers)]
-            contenders = [(name, measure) for name, measure in contenders if not name.startswith(slow_peers)]
-        if not quick:  # the peers' servers import side by side, before the first measurement
+        if quick or not full:  # the peers' imports and worker start-up alone take half a minute; no target
+            why = "--quick" if quick else "default (no issue target): `--full` adds it"
+            notes += [f"{name} not run by {why}" for name, _ in contenders if name.startswith(SLOW_ROWS)]
+            contenders = [(name, measure) for name, measure in contenders if not name.startswith(SLOW_ROWS)]
+        else:  # the peers' servers import side by side, before the first measurement
             servers.prestart(["-c", _DATASETS], [str(script)])
         results: dict[str, list[Result]] = {name: [] for name, _ in contenders}
         raw_tokens = 0  # set by the first raw run (the first contender), before litdata needs it
@@ -327,7 +332,7 @@ def run(quick: bool, hf_engine: bool = False) -> str:
                         del results[name]
         peer_tokens = raw_tokens * peer_copies // copies
         peers = ("HF `datasets`", "litdata")
-        if not quick:
+        if full and not quick:
             notes.append(
                 f"HF `datasets` and litdata read {peer_copies} of the {copies} files (identical copies); raw "
                 f"`encode_batch` encodes {raw_copies} of them (its token count is scaled by {copies // raw_copies}); "
@@ -341,7 +346,7 @@ def run(quick: bool, hf_engine: bool = False) -> str:
             rows.append((name, (medians[0], medians[1], medians[2], tokens)))
 
         scale_rows = []
-        for factor in () if quick else (1, 4):
+        for factor in (1, 4) if full and not quick else ():
             big = tmp / f"scale-{factor}"
             _make_inputs(big, corpus.path, copies * factor)
             timed, wall, peak, tokens = _tokenloom(big, tmp / f"scale-out-{factor}", 2)
@@ -351,12 +356,13 @@ def run(quick: bool, hf_engine: bool = False) -> str:
             shutil.rmtree(tmp / f"scale-out-{factor}")
 
     measured = dict(rows)
-    raw_rate = raw_tokens / rows[0][1][0]
+    raw_rate = raw_tokens / measured[RAW_ROW][0] if RAW_ROW in measured else float("nan")
     fastokens_rate = raw_tokens / measured[FASTOKENS_ROW][0] if FASTOKENS_ROW in measured else float("nan")
     lines = [
         "## tokenize",
         "",
-        f"Command: `uv run --group bench python tools/bench/bench_tokenize.py{' --quick' if quick else ''}`. "
+        f"Command: `uv run --group bench python tools/bench/bench_tokenize.py{' --quick' if quick else ''}"
+        f"{' --full' if full else ''}`. "
         f"Input: {copies} copies of the stdlib docstring corpus ({input_mb:.0f} MB of jsonl in {copies} files, "
         f"{raw_tokens / 1e6:.1f} M document tokens); tokenizer: the shipped 16k byte-level BPE. "
         f"Each row runs in fresh processes, interleaved with the others, median of {1 if quick else RUNS}. "
@@ -378,7 +384,7 @@ def run(quick: bool, hf_engine: bool = False) -> str:
     ]
     for name, (timed, wall, peak, tokens) in rows:
         rate = tokens / timed
-        ratios = f"{rate / raw_rate:.2f}x | {rate / fastokens_rate:.2f}x"
+        ratios = " | ".join("-" if math.isnan(base) else f"{rate / base:.2f}x" for base in (raw_rate, fastokens_rate))
         process = "- | " if math.isnan(wall) else f"{tokens / wall / 1e6:.2f} M | "
         lines.append(
             f"| {name} | {rate / 1e6:.2f} M | {ratios} | {process}{timed:.1f} | "
@@ -460,12 +466,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small input, a smoke run")
     parser.add_argument("--rss-scaling", metavar="MB,MB,...", help="only measure peak RSS at these input sizes")
+    parser.add_argument("--full", action="store_true", help="add raw encode_batch, the peers, the 4x RSS point")
     parser.add_argument("--hf-engine", action="store_true", help="add the `--engine hf` row (36 s more here)")
     args = parser.parse_args()
     if args.rss_scaling:
         print(rss_scaling([int(x) for x in args.rss_scaling.split(",")]))
         return 0
-    print(run(args.quick, hf_engine=args.hf_engine))
+    print(run(args.quick, hf_engine=args.hf_engine, full=args.full))
     return 0
 
 

@@ -11,18 +11,19 @@ files of about 8 MB), with the shipped 16k byte-level BPE, each measurement in a
 - ``tokenloom tokenize --num-workers 2`` (engine auto), timed as the command reports it.
 - ``--num-nodes 2 --num-workers 1``: two node processes started together on this machine, the
   second finishing the manifest, vs ``--num-nodes 1 --num-workers 2`` (the same units).
-- HF ``datasets`` ``load_dataset("json")`` + ``.map(num_proc=2)`` and litdata ``optimize``
-  (2 workers), the peers of bench_tokenize.py, on the first quarter of the same files (3 of the 14, about 24 MB:
-  at about 0.8 M tokens/s they took 90 s a round on all of them; tokens/s is what they are compared by).
-- peak RSS of ``tokenize --num-workers 2`` on the corpus and on about 2 GB (the corpus repeated,
-  written in a temp dir at bench time and deleted after).
+- peak RSS of ``tokenize --num-workers 2`` on the corpus.
+- ``--full`` only (no issue target; about two and a half minutes of a run here): HF ``datasets``
+  ``load_dataset("json")`` + ``.map(num_proc=2)`` and litdata ``optimize`` (2 workers), the peers of
+  bench_tokenize.py, on the first file of the same files (about 8 MB: at about 0.8 M tokens/s they took 90 s a round
+  on all of them; tokens/s is what they are compared by), and peak RSS on about 2 GB (the corpus repeated as hard
+  links in a temp dir).
 
 Token counts (document tokens, EOS excluded) are checked equal between plain and every other row (the
 peers against plain on their quarter).
 ``TOKENLOOM_PROFILE=DIR`` makes tokenize's workers write per-chunk time spans there (see
 tokenloom.tokenize._profile); ``--profile`` prints the split of one run.
 
-    uv run --group bench python tools/bench/bench_tokenize_prep.py [--quick] [--no-peers] [--profile DIR]
+    uv run --group bench python tools/bench/bench_tokenize_prep.py [--quick | --full] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -214,9 +215,10 @@ def profile(input_dir: Path, out: Path, tmp: Path) -> str:
     return "\n".join(lines)
 
 
-def run(quick: bool, peers: bool = True) -> str:
+def run(quick: bool, full: bool = False) -> str:
     from tokenloom.tokenize import default_tokenizer_path
 
+    peers = full and not quick
     tokenizer = str(default_tokenizer_path())
     eos = _eos(tokenizer)
     notes: list[str] = []
@@ -280,16 +282,16 @@ def run(quick: bool, peers: bool = True) -> str:
             ("litdata `optimize` (2 workers, TokensLoader)", litdata),
         ]
         peer_names = {"HF `datasets` load_dataset + `.map(num_proc=2)`", "litdata `optimize` (2 workers, TokensLoader)"}
-        if quick or not peers:
+        if not peers:
             contenders = contenders[:4]
-            notes.append(f"HF datasets and litdata not run by {'--quick' if quick else '--no-peers'}")
+            notes.append(f"HF datasets and litdata not run by {'--quick' if quick else 'default (`--full` adds them)'}")
         else:
             notes.append(
                 f"HF `datasets` and litdata read the first {len(peer_files)} of the {len(files)} files "
                 f"({peer_mb:.0f} MB); their tokens/s and ratio are over those files' tokens"
             )
-        peer_tokens = 0 if (quick or not peers) else plain(peer_list)[3]
-        if not (quick or not peers):  # the peers' servers import side by side, before the first measurement
+        peer_tokens = plain(peer_list)[3] if peers else 0
+        if peers:  # the peers' servers import side by side, before the first measurement
             servers.prestart(["-c", _DATASETS], [str(script)])
         results: dict[str, list[Result]] = {name: [] for name, _ in contenders}
         plain_tokens = 0
@@ -310,7 +312,7 @@ def run(quick: bool, peers: bool = True) -> str:
                 notes.append(f"{name}: token count {sorted(counts)} differs from plain {expected_tokens}")
             rows.append((name, (*(statistics.median(r[i] for r in runs) for i in range(3)), expected_tokens)))
         rss_rows = []
-        for repeat in (1,) if quick else (1, 18):  # about 110 MB and 2 GB
+        for repeat in (1, 18) if full and not quick else (1,):  # about 110 MB and (--full) 2 GB
             big = tmp / f"rss-{repeat}"
             big.mkdir()
             for copy in range(repeat):
@@ -338,7 +340,7 @@ def run(quick: bool, peers: bool = True) -> str:
         "## tokenize: data preparation at cluster scale (#24)",
         "",
         f"Command: `uv run --group bench python tools/bench/bench_tokenize_prep.py{' --quick' if quick else ''}"
-        f"{'' if peers else ' --no-peers'}`. "
+        f"{' --full' if full else ''}`. "
         f"Input: {input_mb:.0f} MB of jsonl in {len(files)} files, {plain_tokens / 1e6:.1f} M document tokens: "
         "the .py/.pyi/.md/.rst/.txt files of this environment's site-packages, one document each (not the demo "
         "corpus); tokenizer: the shipped 16k byte-level BPE. Fresh processes, rows interleaved, median of "
@@ -396,7 +398,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="20 MB, no peers, no 2 GB point: a smoke run")
     parser.add_argument("--profile", metavar="DIR", help="build the corpus in DIR (kept) and profile one run")
     parser.add_argument(
-        "--no-peers", action="store_true", help="skip HF datasets and litdata (minutes per round on a loaded machine)"
+        "--full", action="store_true", help="add HF datasets, litdata and the 2 GB RSS point (minutes here)"
     )
     args = parser.parse_args()
     if args.profile:
@@ -407,7 +409,7 @@ def main() -> int:
         print(profile(root / "in", root / "out", root))
         return 0
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as run.py: every process caches bytecode
-    print(run(args.quick, peers=not args.no_peers))
+    print(run(args.quick, full=args.full))
     return 0
 
 

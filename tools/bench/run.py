@@ -1,6 +1,7 @@
 """Run every package's benchmark and the peers side by side; write docs/benchmarks.md.
 
-    uv run --group bench python tools/bench/run.py            # full run (target: under 15 minutes here)
+    uv run --group bench python tools/bench/run.py            # the run of record (target: under 15 minutes here)
+    uv run --group bench python tools/bench/run.py --full     # also the rows no issue target needs (peers, 2 GB)
     uv run --group bench python tools/bench/run.py --quick    # smoke run (target: under 3 minutes)
     uv run --group bench python tools/bench/run.py --only sampler,formats
 
@@ -12,7 +13,12 @@ records the machine and the command. Measurements that take minutes run on their
 here: the tokenize peak-RSS scaling to 2 GB (``bench_tokenize.py --rss-scaling 100,500,2000``,
 which records its commit) and the first open of 10^9-entry indices (``bench_open.py``; this
 run opens 10^8); ``run.py --refresh-separate`` re-appends them after such a run without
-rerunning the rest. Each section's time is printed as it ends and listed at the end.
+rerunning the rest. Each section's wall and CPU seconds (this process and the children it waited for) are
+printed as it ends, listed with the total at the end and written into the header.
+
+``--full`` is passed to each section whose ``run`` takes ``full``: there it adds the rows that prove no issue
+target (the peers of the tokenize sections, the 2 GB memory point, the 55 MB sft prep) and never changes the
+sizes the default rows are measured at.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import importlib.util
+import inspect
 import os
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -93,6 +101,12 @@ def trace_children() -> None:
     subprocess.Popen._wait = traced_wait  # type: ignore[attr-defined]
 
 
+def cpu_seconds() -> float:
+    """User + system seconds of this process and of the children it has waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def load(name: str):
     path = HERE / f"bench_{name.replace('-', '_')}.py"
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
@@ -148,6 +162,9 @@ def sync_readmes(names: list[str]) -> list[Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument(
+        "--full", action="store_true", help="also the rows no issue target needs (see each section's --full)"
+    )
     parser.add_argument("--only", default="", help="comma-separated subset of " + ",".join(ORDER))
     parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks.md"))
     parser.add_argument(
@@ -188,25 +205,30 @@ def main() -> int:
             parser.error(f"unknown benchmark(s) {unknown}; available: {names}")
         names = [n for n in names if n in wanted]
     sections = []
-    took: list[tuple[str, float]] = []
+    took: list[tuple[str, float, float]] = []  # name, wall s, CPU s
     load_at_start = os.getloadavg()[0]
     started = time.perf_counter()
     for name in names:
         print(f"== {name}", flush=True)
-        t0 = time.perf_counter()
-        sections.append(load(name).run(args.quick).strip())
-        took.append((name, time.perf_counter() - t0))
-        print(f"   {name} took {took[-1][1]:.0f} s", flush=True)
-    print("section times: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in took), flush=True)
+        t0, cpu0 = time.perf_counter(), cpu_seconds()
+        module = load(name)
+        full = {"full": True} if args.full and "full" in inspect.signature(module.run).parameters else {}
+        sections.append(module.run(args.quick, **full).strip())
+        took.append((name, time.perf_counter() - t0, cpu_seconds() - cpu0))
+        print(f"   {name} took {took[-1][1]:.0f} s wall, {took[-1][2]:.0f} CPU-s", flush=True)
+    total = time.perf_counter() - started
+    per_section = ", ".join(f"{name} {wall:.0f} ({cpu:.0f})" for name, wall, cpu in took)
+    totals = f"total {total:.0f} s wall, {sum(cpu for _, _, cpu in took):.0f} CPU-s"
+    print(f"seconds per section, wall (CPU): {per_section}; {totals}", flush=True)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     header = [
         "# tokenloom benchmarks",
         "",
         f"Produced by `{' '.join(['python', 'tools/bench/run.py', *sys.argv[1:]])}` on "
-        f"{_dt.date.today().isoformat()}, in {time.perf_counter() - started:.0f} s.",
+        f"{_dt.date.today().isoformat()}, in {total:.0f} s.",
         f"Machine: {machine()}; load average (1 min) {load_at_start:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end.",
-        "Seconds per section: " + ", ".join(f"{name} {seconds:.0f}" for name, seconds in took) + ".",
+        f"Seconds per section, wall (CPU: this process and the children it waited for): {per_section}; {totals}.",
         "Figures are medians of at least 3 runs; machines here are shared and noisy, so read ratios "
         "(measured in the same run) rather than absolute numbers. Child processes cache bytecode "
         "(Python's default), whatever PYTHONDONTWRITEBYTECODE says.",
