@@ -33,7 +33,7 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch, stack_samples
 from tokenloom.datasets._records import RecordDataset
 from tokenloom.datasets._sample import IGNORE_INDEX
-from tokenloom.datasets._state import check_state, settings_fingerprint
+from tokenloom.datasets._state import FingerprintState, settings_fingerprint
 from tokenloom.datasets._windows import check_positive
 from tokenloom.formats import (
     OPTIONAL_TRAIN_TYPE_KEYS,
@@ -117,7 +117,7 @@ def _check_store(store: KeyedSource, keys: Sequence[str], where: str) -> int:
     return length
 
 
-class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
+class KeyedDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
     """Windows over a keyed store, shaped by training type (see the README for every output key)."""
 
     def __init__(
@@ -224,12 +224,6 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
             else:
                 out[f"{side}_mask"] = sample["mask"]
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="KeyedDataset")
 
 
 def _shifted(tokens: np.ndarray, mask: np.ndarray | None) -> dict[str, np.ndarray]:
