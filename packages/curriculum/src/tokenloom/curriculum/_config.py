@@ -20,6 +20,7 @@ file's two keys become one ``RemoteOptions``, the Python API's ``remote``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -259,9 +260,7 @@ class CurriculumConfig:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> CurriculumConfig:
-        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        values.update(changes)
-        return CurriculumConfig(**values)
+        return dataclasses.replace(self, **changes)
 
     # -- loading ------------------------------------------------------------------------
     @classmethod
@@ -409,9 +408,7 @@ def _duration(value: object, name: str, source: str | None = None) -> int:
             field=name,
             hint="Write the token count as an integer, e.g. 5000000000",
         )
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
-        raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", path=source, field=name)
-    return int(value)
+    return _positive_int(value, name, source)
 
 
 def _normalised(mix: object, name: str, source: str | None = None) -> dict[str, float]:

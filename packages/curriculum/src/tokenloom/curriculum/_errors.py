@@ -54,18 +54,7 @@ class BucketExhausted(DataError):
         super().__init__(problem, **where)
 
     def _fields(self) -> dict[str, Any]:
-        return {
-            "problem": self.problem,
-            "bucket": self.bucket,
-            "phase": self.phase,
-            "position": self.position,
-            "step": self.step,
-            "path": self.path,
-            "offset": self.offset,
-            "record": self.record,
-            "field": self.field,
-            "hint": self.hint,
-        }
+        return {key: getattr(self, key) for key in _FIELD_TYPES}
 
     def for_worker(self) -> BucketExhausted:
         """This error with its fields attached as a one-line JSON note (what survives torch's worker re-raise)."""

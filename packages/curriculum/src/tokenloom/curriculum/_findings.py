@@ -90,14 +90,8 @@ def findings(
     """Every finding for ``config``; the dataset when it could be built."""
     from tokenloom.curriculum._dataset import CurriculumDataset
 
-    return _findings(
-        CurriculumDataset,
-        config,
-        seed=seed,
-        global_batch_size=global_batch_size,
-        max_steps=max_steps,
-        plan_cache_dir=plan_cache_dir,
-    )
+    options = {"global_batch_size": global_batch_size, "max_steps": max_steps, "plan_cache_dir": plan_cache_dir}
+    return _findings(CurriculumDataset, config, seed=seed, **options)
 
 
 def _findings(

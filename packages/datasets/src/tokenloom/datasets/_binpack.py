@@ -13,6 +13,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from tokenloom.datasets._packing_mode import check_choice
 from tokenloom.formats import ConfigError
 
 __all__ = ["PackingAlgorithm", "best_fit_decreasing", "length_binned_greedy", "pack_order", "plan_bins"]
@@ -149,13 +150,7 @@ def length_binned_greedy(lengths: np.ndarray, capacity: int, *, bin_width: int =
 
 def plan_bins(lengths: np.ndarray, capacity: int, algorithm: PackingAlgorithm | str, **options: int) -> np.ndarray:
     """Dispatch to the named algorithm."""
-    try:
-        chosen = PackingAlgorithm(algorithm)
-    except ValueError:
-        raise ConfigError(
-            f"packing algorithm {algorithm!r}, expected one of {[a.value for a in PackingAlgorithm]}",
-            field="algorithm",
-        ) from None
+    chosen = check_choice(PackingAlgorithm, algorithm, "algorithm", "packing algorithm")
     if chosen is PackingAlgorithm.BEST_FIT:
         return best_fit_decreasing(lengths, capacity)
     return length_binned_greedy(lengths, capacity, **options)

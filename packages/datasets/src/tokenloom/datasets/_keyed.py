@@ -31,9 +31,10 @@ import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, stack_samples
+from tokenloom.datasets._packing_mode import check_choice
 from tokenloom.datasets._records import RecordDataset
 from tokenloom.datasets._sample import IGNORE_INDEX
-from tokenloom.datasets._state import check_state, settings_fingerprint
+from tokenloom.datasets._state import FingerprintState, settings_fingerprint
 from tokenloom.datasets._windows import check_positive
 from tokenloom.formats import (
     OPTIONAL_TRAIN_TYPE_KEYS,
@@ -117,7 +118,7 @@ def _check_store(store: KeyedSource, keys: Sequence[str], where: str) -> int:
     return length
 
 
-class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
+class KeyedDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
     """Windows over a keyed store, shaped by training type (see the README for every output key)."""
 
     def __init__(
@@ -131,19 +132,8 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
     ) -> None:
         if seq_len is None:
             raise ConfigError("KeyedDataset needs seq_len (tokens per sample)", field="seq_len")
-        try:
-            self.train_type = TrainType(train_type)
-        except ValueError:
-            raise ConfigError(
-                f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
-            ) from None
-        try:
-            self.mask_alignment = MaskAlignment(mask_alignment)
-        except ValueError:
-            raise ConfigError(
-                f"mask_alignment {mask_alignment!r}, expected one of {[m.value for m in MaskAlignment]}",
-                field="mask_alignment",
-            ) from None
+        self.train_type = check_choice(TrainType, train_type, "train_type")
+        self.mask_alignment = check_choice(MaskAlignment, mask_alignment, "mask_alignment")
         self.seq_len = check_positive(seq_len, "seq_len")
         self.stride = check_positive(stride if stride is not None else seq_len, "stride")
         self.store = store
@@ -224,12 +214,6 @@ class KeyedDataset(Dataset[dict[str, torch.Tensor]]):
             else:
                 out[f"{side}_mask"] = sample["mask"]
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="KeyedDataset")
 
 
 def _shifted(tokens: np.ndarray, mask: np.ndarray | None) -> dict[str, np.ndarray]:
@@ -356,12 +340,7 @@ class DatasetFactory:
         format = _astrai_name("format", format, "storage_type", storage_type)  # old-name
         if path is None:
             raise ConfigError("DatasetFactory.load needs path (the store to read)", field="path")
-        try:
-            kind = TrainType(train_type)
-        except ValueError:
-            raise ConfigError(
-                f"train_type {train_type!r}, expected one of {[t.value for t in TrainType]}", field="train_type"
-            ) from None
+        kind = check_choice(TrainType, train_type, "train_type")
         if seq_len is None or isinstance(path, RecordStore):
             if kind in (TrainType.SEQ, TrainType.SFT):
                 raise ConfigError(f"{kind.value} needs window_size (seq_len): it is a token stream", field="seq_len")

@@ -15,7 +15,6 @@ The plan and the sizing live in :mod:`._packing_plan` (no torch); this module bu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -25,12 +24,12 @@ from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
 from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import build_batch, to_torch
-from tokenloom.datasets._state import check_state, with_objects
+from tokenloom.datasets._state import FingerprintState
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
 
-class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Tensor]]):
+class PackedDocumentDataset(Prefetching, PackedIndex, FingerprintState, Dataset[dict[str, torch.Tensor]]):
     """Sequences of ``seq_len`` tokens made of whole entries, padded; see the README for the keys.
 
     Args:
@@ -91,12 +90,6 @@ class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Te
         if self._prefetch_spec is not None:
             self._prefetch_consumed(indices)
         return SampleBatch(batch_tensors(self._batch(indices)))
-
-    def state_dict(self) -> dict[str, Any]:
-        return with_objects({"fingerprint": self._fingerprint}, self.data_objects())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="PackedDocumentDataset", objects=self.data_objects())
 
     def __repr__(self) -> str:
         return (

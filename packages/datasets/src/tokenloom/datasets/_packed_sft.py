@@ -30,7 +30,7 @@ from torch.utils.data import Dataset, get_worker_info
 from tokenloom.datasets._batch import SampleBatch, WindowBatch
 from tokenloom.datasets._binpack import best_fit_decreasing, pack_order
 from tokenloom.datasets._sample import IGNORE_INDEX
-from tokenloom.datasets._state import check_state, settings_fingerprint
+from tokenloom.datasets._state import FingerprintState, settings_fingerprint
 from tokenloom.datasets._window_index import check_positive
 from tokenloom.formats import (
     ConfigError,
@@ -47,7 +47,7 @@ log = logging.getLogger("tokenloom.datasets")
 _KEYS = ("input_ids", "labels", "position_ids", "doc_ids")
 
 
-class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
+class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
     """Packed sft conversations (see the module docstring).
 
     Args:
@@ -237,12 +237,6 @@ class PackedSFTDataset(Dataset[dict[str, torch.Tensor]]):
         state = dict(self.__dict__)
         state["_arrays"], state["_arrays_pid"] = None, -1  # mapped again in the worker
         return state
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="PackedSFTDataset")
 
     def __repr__(self) -> str:
         return (

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
 
 from tokenloom.formats import ConfigError
 
-__all__ = ["Packing", "as_packing"]
+__all__ = ["Packing", "as_packing", "check_choice"]
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
+
+
+def check_choice(choices: type[_Choice], value: object, field: str, label: str | None = None) -> _Choice:
+    """``value`` as a member of ``choices``, or a ConfigError (``label``, default ``field``) listing every value."""
+    try:
+        return choices(value)
+    except ValueError:
+        valid = [member.value for member in choices]
+        raise ConfigError(f"{label or field} {value!r}, expected one of {valid}", field=field) from None
 
 
 class Packing(StrEnum):

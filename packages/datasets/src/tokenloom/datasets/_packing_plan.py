@@ -22,6 +22,7 @@ import numpy as np
 
 from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._byte_ranges import SampleBytes
+from tokenloom.datasets._packing_mode import check_choice
 from tokenloom.datasets._plan_cache import cached_plan
 from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
 from tokenloom.datasets._stream import open_data
@@ -119,12 +120,7 @@ class PackedIndex(SampleBytes):
         self.seq_len = check_positive(seq_len, "seq_len")
         dataset = open_data(data, remote=remote)
         self._hold(data, dataset)
-        try:
-            self.algorithm = PackingAlgorithm(algorithm)
-        except ValueError:
-            raise ConfigError(
-                f"algorithm {algorithm!r}, expected one of {[a.value for a in PackingAlgorithm]}", field="algorithm"
-            ) from None
+        self.algorithm = check_choice(PackingAlgorithm, algorithm, "algorithm")
         self.pad_id = int(pad_id if pad_id is not None else (dataset.eos_id if dataset.eos_id is not None else 0))
         self.position_ids = position_ids
         self.cu_seqlens = cu_seqlens

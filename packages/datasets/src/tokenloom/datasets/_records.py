@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokenloom.datasets._state import check_state, settings_fingerprint
+from tokenloom.datasets._state import FingerprintState, settings_fingerprint
 from tokenloom.formats import TRAIN_TYPE_KEYS, ConfigError, MissingKeyError, RecordStore, open_records
 
 __all__ = ["RecordDataset"]
@@ -39,7 +39,7 @@ def _tensor(key: str, values: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(values, dtype=np.int64))
 
 
-class RecordDataset(Dataset[dict[str, Any]]):
+class RecordDataset(FingerprintState, Dataset[dict[str, Any]]):
     """dpo or grpo records of a record store (see the module docstring)."""
 
     def __init__(self, store: RecordStore | str | os.PathLike[str], train_type: str) -> None:
@@ -89,9 +89,3 @@ class RecordDataset(Dataset[dict[str, Any]]):
             else:
                 out[key] = _tensor(key, value)  # type: ignore[arg-type]
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="RecordDataset")

@@ -16,6 +16,7 @@ from tokenloom.formats import ResumeMismatchError, TokenDataset
 
 __all__ = [
     "DATA_OBJECTS_KEY",
+    "FingerprintState",
     "changed_objects",
     "check_state",
     "data_fingerprint",
@@ -112,3 +113,21 @@ def _differing(saved: object, ours: Mapping[str, str]) -> list[str]:
     if not isinstance(saved, Mapping):
         return []
     return sorted(url for url in set(saved) | set(ours) if saved.get(url) != ours.get(url))
+
+
+class FingerprintState:
+    """Mixin of a dataset whose position the sampler holds: its state is its fingerprint (with the identities of
+    its objects in storage), and a state of other data or settings is refused on load."""
+
+    _fingerprint: str
+
+    def data_objects(self) -> dict[str, str]:
+        """``{URL: "size:ETag"}`` of the objects in storage this dataset reads ({} on disk)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """No position of its own (the sampler holds it); the fingerprint guards a resume."""
+        return with_objects({"fingerprint": self._fingerprint}, self.data_objects())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, fingerprint=self._fingerprint, owner=type(self).__name__, objects=self.data_objects())

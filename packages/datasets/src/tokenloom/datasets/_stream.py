@@ -40,30 +40,28 @@ def open_data(data: str | os.PathLike[str] | TokenDataset, *, remote: RemoteOpti
     return open_dataset(data, remote=remote)
 
 
-def _bare(shard: Shard) -> Shard:
-    """``shard`` with one entry and no per-document index (same tokens: a remote shard keeps its reader)."""
-    return shard.as_single_entry()
-
-
-def _keep_root(derived: TokenDataset, dataset: TokenDataset) -> TokenDataset:
+def _derived(dataset: TokenDataset, shards: list[Shard], fingerprint: str | None, metadata: dict) -> TokenDataset:
+    """A dataset over ``shards`` of ``dataset``, with its format, ids, root and remote options."""
+    derived = TokenDataset(
+        shards,
+        format=dataset.format,
+        root=dataset.root,
+        eos_id=dataset.eos_id,
+        vocab_size=dataset.vocab_size,
+        fingerprint=fingerprint,
+        tokenizer_fingerprint=dataset.tokenizer_fingerprint,
+        metadata=metadata,
+    )
     derived.root = dataset.root  # a URL stays a URL (TokenDataset makes a Path of it)
     derived.remote = dataset.remote
     return derived
 
 
 def token_stream(dataset: TokenDataset) -> TokenDataset:
-    """The same tokens (same files, no copy) with one entry per shard and no per-document index."""
-    stream = TokenDataset(
-        [_bare(shard) for shard in dataset.shards],
-        format=dataset.format,
-        root=dataset.root,
-        eos_id=dataset.eos_id,
-        vocab_size=dataset.vocab_size,
-        fingerprint=dataset.fingerprint,
-        tokenizer_fingerprint=dataset.tokenizer_fingerprint,
-        metadata={k: v for k, v in dataset.metadata.items() if k in ("remote", "remote_objects")},
-    )
-    return _keep_root(stream, dataset)
+    """The same tokens (same files, no copy) with one entry per shard and no per-document index (a remote
+    shard keeps its reader)."""
+    metadata = {k: v for k, v in dataset.metadata.items() if k in ("remote", "remote_objects")}
+    return _derived(dataset, [shard.as_single_entry() for shard in dataset.shards], dataset.fingerprint, metadata)
 
 
 def select_shards(
@@ -90,17 +88,7 @@ def select_shards(
         )
     if names is not None and len(shards) == len(dataset.shards):
         return dataset
-    selected = TokenDataset(
-        shards,
-        format=dataset.format,
-        root=dataset.root,
-        eos_id=dataset.eos_id,
-        vocab_size=dataset.vocab_size,
-        fingerprint=None,
-        tokenizer_fingerprint=dataset.tokenizer_fingerprint,
-        metadata=dataset.metadata,
-    )
-    return _keep_root(selected, dataset)
+    return _derived(dataset, shards, None, dataset.metadata)
 
 
 def reopen(

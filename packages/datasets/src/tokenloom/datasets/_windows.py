@@ -11,7 +11,6 @@ The counting and addressing live in :mod:`._window_index` (no torch); this modul
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -20,13 +19,13 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import Packing, build_batch, to_torch
-from tokenloom.datasets._state import check_state, with_objects
+from tokenloom.datasets._state import FingerprintState
 from tokenloom.datasets._window_index import WindowIndex, check_positive, overlap_intervals
 
 __all__ = ["MemoryMappedDataset", "check_positive", "overlap_intervals"]
 
 
-class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tensor]]):
+class MemoryMappedDataset(Prefetching, WindowIndex, FingerprintState, Dataset[dict[str, torch.Tensor]]):
     """Windows of ``seq_len + 1`` tokens as sample dicts (see the package README for every key).
 
     Args:
@@ -104,14 +103,6 @@ class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tens
         for row, begin in enumerate(begins.tolist()):
             windows[row] = self._window(begin)
         return SampleBatch(batch_tensors(self._build(windows, begins)))
-
-    # -- resume -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """No position of its own (the sampler holds it); the fingerprint guards a resume."""
-        return with_objects({"fingerprint": self._fingerprint}, self.data_objects())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="MemoryMappedDataset", objects=self.data_objects())
 
     def __repr__(self) -> str:
         return (

@@ -144,14 +144,7 @@ def _produce(build: Any, settings: dict[str, Any], cache_dir: Any, cache_key: st
     evalset = EvalSet(rows=torch.from_numpy(rows), tail_padding=tail_padding, eos_id=eos_id, vocab_size=vocab_size)
     if entry is not None:
         write_cache(entry, evalset, settings)
-        evalset = EvalSet(
-            rows=evalset.rows,
-            tail_padding=tail_padding,
-            eos_id=eos_id,
-            vocab_size=vocab_size,
-            origin="built",
-            cache_path=str(entry),
-        )
+        evalset = replace(evalset, cache_path=str(entry))
     return evalset
 
 
@@ -376,11 +369,4 @@ def _map(path: Path, header: Header) -> EvalSet:
         ) from exc
     if evalset.checksum() != header.checksum or len(evalset) != header.rows:
         raise EvalTransferError(f"cache entry {path} differs from what the source announced")
-    return EvalSet(
-        rows=evalset.rows,
-        tail_padding=evalset.tail_padding,
-        eos_id=evalset.eos_id,
-        vocab_size=evalset.vocab_size,
-        origin="mapped",
-        cache_path=str(path),
-    )
+    return replace(evalset, origin="mapped", cache_path=str(path))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,14 +83,7 @@ class EvalSet:
         if not 0 <= begin <= end <= len(self):
             raise ConfigError(f"rows [{begin}, {end}) outside [0, {len(self)}]", field="rows")
         padding = self.tail_padding if end == len(self) and end > begin else 0
-        return EvalSet(
-            rows=self.rows[begin:end],
-            tail_padding=padding,
-            eos_id=self.eos_id,
-            vocab_size=self.vocab_size,
-            origin=self.origin,
-            cache_path=self.cache_path,
-        )
+        return replace(self, rows=self.rows[begin:end], tail_padding=padding)
 
     def split(self, rank: int, world_size: int) -> EvalSet:
         """This rank's contiguous share (:func:`exact_eval_split`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,17 +23,13 @@ def encode_documents(
     if encoder is not None:
         ids, offsets = encoder.encode_flat(list(texts))
         doc_lengths = np.diff(np.asarray(offsets, dtype=np.int64))
-        lengths = doc_lengths + 1
-        tokens = np.empty(int(lengths.sum()), dtype=np.int64)
-        # token j of text i lands i slots later than in the flat ids: one EOS per earlier text
-        tokens[np.arange(len(ids), dtype=np.int64) + np.repeat(np.arange(len(doc_lengths)), doc_lengths)] = ids
-        tokens[np.cumsum(lengths) - 1] = eos_id
-        return tokens, lengths
-    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    lengths = np.fromiter((len(ids) + 1 for ids in encoded), dtype=np.int64, count=len(encoded))
+    else:
+        encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        doc_lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        ids = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=int(doc_lengths.sum()))
+    lengths = doc_lengths + 1
     tokens = np.empty(int(lengths.sum()), dtype=np.int64)
-    ends = np.cumsum(lengths)
-    for ids, end, length in zip(encoded, ends.tolist(), lengths.tolist(), strict=True):
-        tokens[end - length : end - 1] = ids
-    tokens[ends - 1] = eos_id
+    # token j of text i lands i slots later than in the flat ids: one EOS per earlier text
+    tokens[np.arange(len(ids), dtype=np.int64) + np.repeat(np.arange(len(doc_lengths)), doc_lengths)] = ids
+    tokens[np.cumsum(lengths) - 1] = eos_id
     return tokens, lengths

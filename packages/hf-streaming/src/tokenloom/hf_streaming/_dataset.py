@@ -37,7 +37,6 @@ from tokenloom.hf_streaming._units import (
     SourceKind,
     file_sources,
     resolve_files,
-    unit_sizes,
 )
 
 __all__ = ["Mode", "StreamingHuggingFaceDataset"]
@@ -135,19 +134,15 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         **load_kwargs: Any,
     ) -> None:
         super().__init__()
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-            raise ConfigError(f"seq_len is {seq_len!r}, expected an integer >= 1", field="seq_len")
-        for name, value in (
-            ("shuffle_buffer_size", shuffle_buffer_size),
-            ("encode_batch_size", encode_batch_size),
-            ("max_line_bytes", max_line_bytes),
+        for name, value, low in (
+            ("seq_len", seq_len, 1),
+            ("shuffle_buffer_size", shuffle_buffer_size, 1),
+            ("encode_batch_size", encode_batch_size, 1),
+            ("max_line_bytes", max_line_bytes, 1),
+            ("prefetch_blocks", prefetch_blocks, 0),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", field=name)
-        if isinstance(prefetch_blocks, bool) or not isinstance(prefetch_blocks, int) or prefetch_blocks < 0:
-            raise ConfigError(
-                f"prefetch_blocks is {prefetch_blocks!r}, expected an integer >= 0", field="prefetch_blocks"
-            )
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name} is {value!r}, expected an integer >= {low}", field=name)
         self.prefetch_blocks = prefetch_blocks
         self._access = remote_access(storage_options, retries, remote)
         if is_remote_source(dataset_name) and load_kwargs.get("data_files") is None:
@@ -289,9 +284,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
                 counters=counters,
             )
             return _SlotFeed(Feed(blocks), counters, pass_epoch, 1)
-        assert self._layout is not None  # noqa: S101
-        units = self._units(self._layout)
-        sizes = unit_sizes(units, self._sources)
+        units, sizes = self._unit_plan()
         slots = self.world_size * num_workers
         slot = worker * self.world_size + rank
         feed = exact_blocks(

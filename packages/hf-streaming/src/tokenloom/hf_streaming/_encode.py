@@ -13,7 +13,6 @@ process, with a ConfigError, unless ``eos_id`` is given.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -210,22 +209,8 @@ def _cgroup_cpus(root: Path = Path("/")) -> int | None:
 
 
 def hf_encoder(spec: TokenizerSpec) -> EncodeFn:
-    """Hugging Face ``tokenizers``' batched encode, without special tokens."""
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_file(spec.json_path)
-    except Exception as exc:
-        raise FormatError(f"tokenizers cannot load this file: {exc}", path=spec.json_path) from None
-    encode_batch = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
-
-    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = [encoding.ids for encoding in encode_batch(texts, add_special_tokens=False)]
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
-        return flat, lengths
-
-    return encode
+    """Hugging Face ``tokenizers``' batched encode, without special tokens (the engine selection forced to hf)."""
+    return engine_encoder(spec, engine="hf")
 
 
 def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: float = 0.001) -> EncodeFn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,6 @@ log = logging.getLogger("tokenloom.hf_streaming")
 class Counters:
     skipped: int = 0
     records: int = 0
-    epochs_without_records: int = 0
-    items_done: dict[int, int] = field(default_factory=dict)
 
 
 def _doc_block(texts, doc_ids, epoch, item, rows, hint, first_token) -> DocBlock:

@@ -140,8 +140,11 @@ class Resumable:
             raise ConfigError(f"num_workers={info.num_workers}, at most {MAX_WORKERS}", field="num_workers")
         return self.rank, info.id, info.num_workers
 
-    def _units(self, layout: Layout):
-        return enumerate_units(self._sources, layout)
+    def _unit_plan(self) -> tuple[list[Unit], list[int]]:
+        """The units of the layout ``_start_position`` set, and their sizes."""
+        assert self._layout is not None  # noqa: S101 - set by _start_position
+        units = enumerate_units(self._sources, self._layout)
+        return units, unit_sizes(units, self._sources)
 
     def _start_position(self, rank: int, worker: int, num_workers: int) -> dict[str, Any]:
         """Resolve what this slot starts from; sets layout and base."""
@@ -189,8 +192,7 @@ class Resumable:
     def _checked_base(self, data: dict[str, Any] | None) -> Base:
         """The saved base, its unit ids inside this data's units (checked before any range is expanded)."""
         if self.mode is Mode.EXACT and data is not None:
-            assert self._layout is not None  # noqa: S101 - set by _start_position
-            count = len(self._units(self._layout))
+            count = len(self._unit_plan()[0])
             for entry in data["epochs"]:
                 units = [end - 1 for _, end in entry["done"]] + [p[0] for p in entry["partial"]]
                 if units and max(units) >= count:
@@ -210,11 +212,9 @@ class Resumable:
         if self.mode is Mode.COMPAT:
             count = 1  # one pass over the stream: 0 while reading, 1 once it ended
         else:
-            assert self._layout is not None  # noqa: S101 - set by _start_position
-            units = self._units(self._layout)
+            units, sizes = self._unit_plan()
             slots = state["world_size"] * max(1, state["num_workers"])
             slot = state["worker"] * state["world_size"] + state["rank"]
-            sizes = unit_sizes(units, self._sources)
             items = slot_items(base, len(units), self.seed, epoch, slot, slots, sizes)
             count = len(items)
         where = f"the saved position of rank {state['rank']} worker {state['worker']} is past the data"
@@ -263,9 +263,7 @@ class Resumable:
 
     def _remainder(self, merged: dict[str, Any]) -> Base:
         """Exactly what no slot of the saved topology consumed, as a base for the new topology."""
-        assert self._layout is not None  # noqa: S101 - set by _start_position
-        units = self._units(self._layout)
-        sizes = unit_sizes(units, self._sources)
+        units, sizes = self._unit_plan()
         base = self._checked_base(merged["base"])
         saved_slots = merged["world_size"] * max(1, merged["num_workers"])
         positions: dict[int, tuple[int, int, Item | None]] = {}
@@ -285,12 +283,9 @@ class Resumable:
             return False
         if self.mode is Mode.COMPAT:
             return position["item"] >= 1
-        assert self._layout is not None  # noqa: S101 - set by _start_position
-        units = self._units(self._layout)
+        units, sizes = self._unit_plan()
         slot, slots = worker * self.world_size + rank, self.world_size * num_workers
-        items = slot_items(
-            self._base, len(units), self.seed, position["epoch"], slot, slots, unit_sizes(units, self._sources)
-        )
+        items = slot_items(self._base, len(units), self.seed, position["epoch"], slot, slots, sizes)
         return position["item"] >= len(items) > 0
 
 

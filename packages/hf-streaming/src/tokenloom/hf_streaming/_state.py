@@ -181,18 +181,24 @@ def check_state(state: Any, where: str = "the state") -> None:
             raise _bad(where, "slots", slots, "a non-empty list of slot states")
         for slot in slots:
             check_slot_state(slot, where)
-        for slot in slots:
-            check_fingerprint(slot["fingerprint"], state["fingerprint"])
-            for key in ("mode", "world_size", "num_workers", "base", "layout", "objects"):
-                if slot.get(key) != state.get(key):
-                    raise ResumeMismatchError(
-                        f"{where}: a slot's {key} {slot.get(key)!r} differs from the merged state's {state.get(key)!r}",
-                        field=key,
-                        hint=_DAMAGED,
-                    )
+        _check_agree(
+            slots, state, f"{where}: a slot's {{key}} {{slot!r}} differs from the merged state's {{ours!r}}", _DAMAGED
+        )
         _check_cover(slots, state["world_size"], max(1, state["num_workers"]))
         return
     check_slot_state(state, where)
+
+
+def _check_agree(slots: list[dict[str, Any]], reference: Mapping[str, Any], message: str, hint: str) -> None:
+    """Every slot has ``reference``'s fingerprint, mode, topology, base, layout and objects (``message`` names
+    the first that differs with ``{key}``, ``{slot}`` and ``{ours}``)."""
+    for slot in slots:
+        _check_format(slot)
+        check_fingerprint(slot["fingerprint"], reference["fingerprint"])
+        for key in ("mode", "world_size", "num_workers", "base", "layout", "objects"):
+            if slot.get(key) != reference.get(key):
+                shown = message.format(key=key, slot=slot.get(key), ours=reference.get(key))
+                raise ResumeMismatchError(shown, field=key, hint=hint)
 
 
 def _check_cover(slots: list[dict[str, Any]], world_size: int, num_workers: int) -> list[dict[str, Any]]:
@@ -275,16 +281,12 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             hint="Pass every rank's StatefulDataLoader.state_dict() (or load_rank_states(directory))",
         )
     first = slots[0]
-    for slot in slots:
-        _check_format(slot)
-        check_fingerprint(slot["fingerprint"], first["fingerprint"])
-        for key in ("mode", "world_size", "num_workers", "base", "layout", "objects"):
-            if slot.get(key) != first.get(key):
-                raise ResumeMismatchError(
-                    f"slot states disagree on {key}: {slot.get(key)!r} vs {first.get(key)!r}",
-                    field=key,
-                    hint="Pass the states of one save: every rank's state from the same step",
-                )
+    _check_agree(
+        slots,
+        first,
+        "slot states disagree on {key}: {slot!r} vs {ours!r}",
+        "Pass the states of one save: every rank's state from the same step",
+    )
     world_size, num_workers = int(first["world_size"]), max(1, int(first["num_workers"]))
     covered = _check_cover(slots, world_size, num_workers)
     return {
@@ -395,7 +397,3 @@ def load_rank_states(directory: str | os.PathLike[str], world_size: int | None =
                 hint="The file is damaged or not a state: restore it from the checkpoint, or resume an earlier one",
             ) from None
     return states
-
-
-def as_list(value: Sequence[Any] | None) -> list[Any]:
-    return list(value) if value is not None else []
