@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError, available_formats
-from tokenloom.tokenize.chat import ROLES, Truncate
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_settings"]
@@ -23,6 +22,8 @@ TRAIN_TYPES = ("sft", "dpo", "grpo")
 
 def check_post_training(config: Any) -> None:
     """--train-type: the record settings, and the text-only options refused."""
+    from tokenloom.tokenize.chat import ROLES, Truncate  # loaded here: a text run never imports chat
+
     if config.train_type not in TRAIN_TYPES and not (config.train_type == "seq" and config.astrai_config):
         raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
     if getattr(available_formats().get(config.format), "unit_shards", False):  # the default: a record store

@@ -38,7 +38,6 @@ from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import Upload, ray_tasks, run_unit_task
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._transform import in_file, transform_for, unit_records
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     UnitPlan,
@@ -49,7 +48,6 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_work import Session, pending_units
-from tokenloom.tokenize.chat._write import sidecar, write_store
 from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
@@ -139,6 +137,10 @@ def write_record_unit(
     config: TokenizeConfig, unit: int, source: UnitSource, tokenizer: str, plan: str
 ) -> RecordOutcome:
     """Encode unit ``unit``'s records into its record store, then commit it (the done marker holds its counts)."""
+    # loaded here, as below: a text run never imports chat
+    from tokenloom.tokenize._transform import in_file, transform_for, unit_records
+    from tokenloom.tokenize.chat._write import write_store
+
     transform = transform_for(config, tokenizer)
     out = config.output_dir
     store = unit_store(out, unit)
@@ -176,6 +178,8 @@ class RecordStore:
         return records_complete(out, plan)
 
     def check(self) -> None:
+        from tokenloom.tokenize._transform import transform_for
+
         transform_for(self.config, self.tokenizer)  # a tokenizer without a chat template fails here
 
     def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
@@ -345,6 +349,9 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
     stats: dict[str, Any] = {}
     for unit in units:
         stats = add_stats(stats, unit["counts"])
+    from tokenloom.tokenize._transform import transform_for
+    from tokenloom.tokenize.chat._write import sidecar
+
     encoder = transform_for(config, tokenizer).encoder
     template = config.record_settings()["chat_template_sha256"]
     fsync_dir(out)
