@@ -13,6 +13,7 @@ from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
 from tokenloom.tokenize._unit_files import Nodes
+from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
@@ -385,6 +386,21 @@ class TokenizeConfig:
                 field="overwrite",
                 hint="Remove the output directory once before launching the nodes, without --overwrite",
             )
+
+    def encode_options(self, *, num_workers: int | None = None) -> EncodeOptions:
+        """What the executor takes of this run (``num_workers``: a Ray task encodes on its own thread)."""
+        return EncodeOptions(
+            num_workers=self.num_workers if num_workers is None else num_workers,
+            eos_id=self.eos_id,
+            text_field=self.text_field,
+            engine=self.engine,
+            verify_fraction=self.verify_fraction,
+            max_line_bytes=self.max_line_bytes,
+            seq_len=self.seq_len,
+            overlap_size=self.overlap_size,
+            windowing=self.windowing,
+            min_text_length=self.min_text_length,
+        )
 
     def record_settings(self) -> dict[str, Any]:
         """--train-type: the settings that change the record store (in the plan's run key)."""

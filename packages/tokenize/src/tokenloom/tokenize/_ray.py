@@ -42,7 +42,7 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.publish import staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
-from tokenloom.tokenize._executor import encoding_for, run_ordered
+from tokenloom.tokenize._executor import run_ordered, start_encoding
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, report_progress
 from tokenloom.tokenize._unit_files import Counts, UnitFacts, UnitPlan
@@ -264,7 +264,7 @@ def encode_with_ray(
     pending = pending_units(config, plan) if units is None else units
     if not pending:
         return session
-    with encoding_for(config, inputs.tokenizer, inputs.files, num_workers=0) as encoding:
+    with start_encoding(inputs.tokenizer, inputs.files, config.encode_options(num_workers=0)) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         settings = encoding.settings
     session.facts = facts

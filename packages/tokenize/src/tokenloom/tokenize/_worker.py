@@ -41,6 +41,7 @@ from tokenloom.tokenize.windowing import Windowing, window_documents
 
 __all__ = [
     "ChunkResult",
+    "EncodeOptions",
     "EncodeSettings",
     "EngineChoice",
     "choose_engine",
@@ -52,6 +53,25 @@ __all__ = [
     "sample_texts",
     "warm_up",
 ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EncodeOptions:
+    """How a run asks to be encoded, made once where the run is planned (``TokenizeConfig.encode_options``, pack):
+    all the executor takes besides the tokenizer and the input files."""
+
+    num_workers: int
+    """Threads of this process (the fast engine, up to THREAD_WORKERS_MAX) or worker processes; 0: this thread."""
+    eos_id: int | None = None
+    """The end-of-document id; None: the tokenizer's EOS."""
+    text_field: str = "text"
+    engine: str = Engine.AUTO.value
+    verify_fraction: float = DEFAULT_VERIFY_FRACTION
+    max_line_bytes: int = 64 << 20
+    seq_len: int | None = None
+    overlap_size: int = 0
+    windowing: Windowing = Windowing.TOKENLOOM
+    min_text_length: int = 0
 
 
 @dataclass(frozen=True, slots=True)
