@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from tokenloom.formats import ConfigError, available_formats, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.remote.options import RemoteOptions
-from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
+from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, RecordOptions, check_post_training
 from tokenloom.tokenize._unit_files import Nodes
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
@@ -402,14 +402,24 @@ class TokenizeConfig:
             min_text_length=self.min_text_length,
         )
 
-    def record_settings(self) -> dict[str, Any]:
-        """--train-type: the settings that change the record store (in the plan's run key)."""
-        return record_settings(self)
+    def record_options(self) -> RecordOptions:
+        """--train-type: what the post-training modules take of this run."""
+        return RecordOptions(
+            train_type=str(self.train_type),
+            format=self.format,
+            chat_template=self.chat_template,
+            train_roles=self.train_roles,
+            seq_len=self.seq_len,
+            truncate=self.truncate,
+            on_error=self.on_error.value,
+            max_line_bytes=self.max_line_bytes,
+            astrai_config=self.astrai_config,
+        )
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""
         if self.train_type is not None:
-            return self.record_settings()
+            return self.record_options().settings()
         settings: dict[str, Any] = {
             "format": self.format,
             "text_field": self.text_field,

@@ -43,7 +43,7 @@ from tokenloom.formats import ConfigError, DataError
 from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
 from tokenloom.tokenize._config import default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
-from tokenloom.tokenize._tokenizer import TokenizerInfo, local_info, plain_backend
+from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, local_info, plain_backend
 from tokenloom.tokenize._worker import (
     ChunkResult,
     EncodeOptions,
@@ -51,7 +51,6 @@ from tokenloom.tokenize._worker import (
     EngineChoice,
     SerializedHandoff,
     choose_engine,
-    describe_tokenizer,
     encode_chunk,
     init_worker,
     probe_in_worker,
@@ -300,7 +299,7 @@ def _describe_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
         name,
     )
     with spawn_pool(1) as child:
-        return (*child.submit(describe_tokenizer, name).result(), None)
+        return (*child.submit(describe, name).result(), None)  # the tokenizer loaded in the child
 
 
 def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:

@@ -141,12 +141,13 @@ def write_record_unit(
     from tokenloom.tokenize._transform import in_file, transform_for, unit_records
     from tokenloom.tokenize.chat._write import write_store
 
-    transform = transform_for(config, tokenizer)
+    options = config.record_options()
+    transform = transform_for(options, tokenizer)
     out = config.output_dir
     store = unit_store(out, unit)
     shutil.rmtree(store, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
     try:
-        write_store(store, transform.encoder, unit_records(source, config, transform))
+        write_store(store, transform.encoder, unit_records(source, options, transform))
     except DataError as error:
         raise in_file(error, source) from None
     # hidden before the unit is committed: OUT's readers walk subdirectories for meta.json, and a unit store
@@ -180,7 +181,7 @@ class RecordStore:
     def check(self) -> None:
         from tokenloom.tokenize._transform import transform_for
 
-        transform_for(self.config, self.tokenizer)  # a tokenizer without a chat template fails here
+        transform_for(self.config.record_options(), self.tokenizer)  # a tokenizer without a chat template fails here
 
     def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
         return encode_records(self.config, self.tokenizer, plan, on_progress)
@@ -228,7 +229,7 @@ def encode_records(
             shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
         calls = [(write_record_unit, config, u, plan.units[u], (tokenizer,), plan.digest, upload) for u in mine]
-        outcomes = ray_tasks(config, run_unit_task, calls)
+        outcomes = ray_tasks(config.ray_address, run_unit_task, calls)
     elif min(config.num_workers, len(mine)) <= 1:
         outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
     else:
@@ -352,8 +353,9 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
     from tokenloom.tokenize._transform import transform_for
     from tokenloom.tokenize.chat._write import sidecar
 
-    encoder = transform_for(config, tokenizer).encoder
-    template = config.record_settings()["chat_template_sha256"]
+    options = config.record_options()
+    encoder = transform_for(options, tokenizer).encoder
+    template = options.settings()["chat_template_sha256"]
     fsync_dir(out)
     body = sidecar(encoder, stats, tokenizer=tokenizer, template_sha256=template, units=len(plan.units))
     atomic_write_bytes(out / POST_TRAINING_SIDECAR, body)

@@ -24,7 +24,7 @@ import xxhash
 import tokenloom.tokenize._profile as _profile
 from tokenloom.formats import TokenRangeError
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
-from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, is_loaded, register_serialized
+from tokenloom.tokenize._tokenizer import is_loaded, register_serialized
 from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize.engine import (
     DEFAULT_VERIFY_FRACTION,
@@ -45,7 +45,6 @@ __all__ = [
     "EncodeSettings",
     "EngineChoice",
     "choose_engine",
-    "describe_tokenizer",
     "encode_chunk",
     "SerializedHandoff",
     "init_worker",
@@ -134,11 +133,6 @@ def is_validation(texts: list[str], fraction: float, seed: int) -> npt.NDArray[n
     return np.fromiter(
         (digest(text.encode("utf-8", "surrogatepass"), seed) < threshold for text in texts), np.bool_, len(texts)
     )
-
-
-def describe_tokenizer(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
-    """Load the tokenizer in this (child) process: its EOS id, vocab size and serialized backend."""
-    return describe(name_or_path)
 
 
 def _text_of(line: bytes, text_field: tuple[str, ...], line_number: int) -> str | Issue:
