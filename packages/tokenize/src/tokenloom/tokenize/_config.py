@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -387,34 +387,17 @@ class TokenizeConfig:
                 hint="Remove the output directory once before launching the nodes, without --overwrite",
             )
 
-    def encode_options(self, *, num_workers: int | None = None) -> EncodeOptions:
-        """What the executor takes of this run (``num_workers``: a Ray task encodes on its own thread)."""
-        return EncodeOptions(
-            num_workers=self.num_workers if num_workers is None else num_workers,
-            eos_id=self.eos_id,
-            text_field=self.text_field,
-            engine=self.engine,
-            verify_fraction=self.verify_fraction,
-            max_line_bytes=self.max_line_bytes,
-            seq_len=self.seq_len,
-            overlap_size=self.overlap_size,
-            windowing=self.windowing,
-            min_text_length=self.min_text_length,
-        )
+    def encode_options(self) -> EncodeOptions:
+        """What the executor takes of this run."""
+        return EncodeOptions(**self._fields_of(EncodeOptions))
 
     def record_options(self) -> RecordOptions:
         """--train-type: what the post-training modules take of this run."""
-        return RecordOptions(
-            train_type=str(self.train_type),
-            format=self.format,
-            chat_template=self.chat_template,
-            train_roles=self.train_roles,
-            seq_len=self.seq_len,
-            truncate=self.truncate,
-            on_error=self.on_error.value,
-            max_line_bytes=self.max_line_bytes,
-            astrai_config=self.astrai_config,
-        )
+        return RecordOptions(**self._fields_of(RecordOptions))
+
+    def _fields_of(self, narrow: Any) -> dict[str, Any]:
+        """This run's values of the fields of ``narrow`` (a frozen options value): the same names, one source."""
+        return {f.name: getattr(self, f.name) for f in fields(narrow)}
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""

@@ -265,7 +265,9 @@ def encode_with_ray(
     pending = pending_units(config, plan) if units is None else units
     if not pending:
         return session
-    with start_encoding(inputs.tokenizer, inputs.files, config.encode_options(num_workers=0)) as encoding:
+    with start_encoding(
+        inputs.tokenizer, inputs.files, dataclasses.replace(config.encode_options(), num_workers=0)
+    ) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         settings = encoding.settings
     session.facts = facts

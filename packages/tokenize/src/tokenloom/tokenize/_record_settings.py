@@ -103,14 +103,14 @@ class RecordOptions:
     """What the post-training modules take of a --train-type run, made once where the run is planned
     (``TokenizeConfig.record_options``): the record transform's settings, not the whole config."""
 
-    train_type: str
+    train_type: str | None
     format: str
     chat_template: Path | None
     train_roles: tuple[str, ...]
     seq_len: int | None
     truncate: str
     on_error: str
-    """raise or skip (``OnError``'s value): what a bad record does."""
+    """raise or skip (an ``OnError``): what a bad record does."""
     max_line_bytes: int
     astrai_config: Path | None
 
@@ -126,7 +126,7 @@ class RecordOptions:
             "train_roles": list(self.train_roles),
             "max_length": self.seq_len,  # recorded key: earlier run keys resume
             "truncate": self.truncate,
-            "on_error": self.on_error,
+            "on_error": str(self.on_error),
             "max_line_bytes": self.max_line_bytes,
             **({"astrai_config_sha256": _sha256_file(self.astrai_config)} if self.astrai_config else {}),
         }

@@ -58,7 +58,7 @@ class ChatTransform:
         self.encoder = ChatEncoder(
             tokenizer,
             chat_template=options.chat_template,
-            train_type=options.train_type,
+            train_type=options.train_type or "sft",
             train_roles=options.train_roles,
             seq_len=options.seq_len,
             truncate=options.truncate,
