@@ -14,6 +14,7 @@ import pytest
 import tokenloom.tokenize._executor as executor_module
 from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
 from tokenloom.tokenize._executor import start_encoding
+from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.inputs import discover_inputs, read_chunks
 
@@ -81,11 +82,11 @@ def test_the_engine_decides_the_kind_of_worker(tmp_path: Path) -> None:
     def chunks() -> Any:
         return read_chunks(files, chunk_lines=5, chunk_bytes=1 << 20, max_line_bytes=1 << 20)
 
-    with start_encoding(tokenizer, files, num_workers=2, engine="auto", **OPTIONS) as threads:
+    with start_encoding(tokenizer, files, EncodeOptions(num_workers=2, engine="auto", **OPTIONS)) as threads:
         assert isinstance(threads.executor, ThreadPoolExecutor) and threads.encoder is not None
         assert threads.engine.name == "fast" and threads.settings.engine == "fast"
         fast = [result.tokens for result in threads.results(chunks())]
-    with start_encoding(tokenizer, files, num_workers=2, engine="hf", **OPTIONS) as processes:
+    with start_encoding(tokenizer, files, EncodeOptions(num_workers=2, engine="hf", **OPTIONS)) as processes:
         assert isinstance(processes.executor, ProcessPoolExecutor) and processes.encoder is None
         assert processes.engine.name == "hf"
         hf = [result.tokens for result in processes.results(chunks())]
@@ -100,7 +101,9 @@ def test_auto_falling_back_to_hf_runs_worker_processes(tmp_path: Path, monkeypat
         raise ValueError("unsupported component: planted by the test")
 
     monkeypatch.setattr(executor_module, "build_fast", refused)  # fastokens, built early on a thread, fails
-    with start_encoding(str(default_tokenizer_path()), files, num_workers=2, engine="auto", **OPTIONS) as encoding:
+    with start_encoding(
+        str(default_tokenizer_path()), files, EncodeOptions(num_workers=2, engine="auto", **OPTIONS)
+    ) as encoding:
         assert encoding.engine.name == "hf" and "planted by the test" in encoding.engine.reason
         assert isinstance(encoding.executor, ProcessPoolExecutor) and encoding.encoder is None
 
@@ -111,7 +114,9 @@ def test_a_mismatch_found_on_a_thread_stops_the_run_with_the_record(
     """An error raised while a thread encodes reaches the caller as it would from a worker process."""
     corpus = _real_corpus(tmp_path / "in")
     files = discover_inputs(corpus)
-    with start_encoding(str(default_tokenizer_path()), files, num_workers=2, engine="fast", **OPTIONS) as encoding:
+    with start_encoding(
+        str(default_tokenizer_path()), files, EncodeOptions(num_workers=2, engine="fast", **OPTIONS)
+    ) as encoding:
         assert encoding.encoder is not None
 
         def broken(texts: list[str]) -> Any:

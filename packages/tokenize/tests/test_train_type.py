@@ -477,3 +477,19 @@ def test_inputs_through_a_failing_server_give_the_same_bytes(
     assert code == 0, output
     assert sum(fault_proxy.injected.values()) == 4  # the faults were met, not skipped
     assert store_bytes(tmp_path / "remote") == store_bytes(tmp_path / "local")
+
+
+def test_a_text_run_never_imports_the_post_training_modules(tmp_path: Path) -> None:
+    """Without --train-type, neither tokenize.chat nor the record transform is imported (issue 38)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "hello world"}\n')
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from tokenloom.tokenize import TokenizeConfig, tokenize\n"
+        f"tokenize(TokenizeConfig(input_dir=Path({str(tmp_path / 'in')!r}), "
+        f"output_dir=Path({str(tmp_path / 'out')!r}), num_workers=0))\n"
+        "names = ('tokenloom.tokenize.chat', 'tokenloom.tokenize._transform')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(names)))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -103,11 +103,14 @@ def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
 ) -> None:
     """The first chunks carry the probe's sample; each worker makes the probe's choice itself, so the ids are
     those of a one-process run, and the run's engine is the probe's."""
+    import typing
+
     import numpy as np
     import orjson
 
     import tokenloom.tokenize._executor as executor_module
     from tokenloom.tokenize._executor import start_encoding
+    from tokenloom.tokenize._worker import EncodeOptions
 
     monkeypatch.setattr(executor_module, "THREAD_WORKERS_MAX", 0)  # worker processes, as with many workers
     from tokenloom.tokenize.inputs import discover_inputs, read_chunks
@@ -117,7 +120,7 @@ def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
     (tmp_path / "in" / "a.jsonl").write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in texts))
     files = discover_inputs(tmp_path / "in")
     tokenizer = str(default_tokenizer_path())
-    options = {
+    options: dict[str, typing.Any] = {
         "eos_id": None,
         "text_field": "text",
         "engine": "auto",
@@ -128,12 +131,12 @@ def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
     def chunks():
         return read_chunks(files, chunk_lines=200, chunk_bytes=1 << 20, max_line_bytes=1 << 20)
 
-    with start_encoding(tokenizer, files, num_workers=2, **options) as encoding:  # pyright: ignore[reportArgumentType]
+    with start_encoding(tokenizer, files, EncodeOptions(num_workers=2, **options)) as encoding:
         assert encoding.chosen is None and encoding.probing is not None
         assert encoding.settings.probe is not None and encoding.settings.engine == "auto"
         got = [result.tokens for result in encoding.results(chunks())]
         assert encoding.engine.name == "fast" and encoding.settings.probe is None
-    with start_encoding(tokenizer, files, num_workers=0, **options) as reference:  # pyright: ignore[reportArgumentType]
+    with start_encoding(tokenizer, files, EncodeOptions(num_workers=0, **options)) as reference:
         want = [result.tokens for result in reference.results(chunks())]
         assert reference.engine.name == "fast"
     assert len(got) == len(want) == 15

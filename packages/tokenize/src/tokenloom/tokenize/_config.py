@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 from tokenloom.formats import ConfigError, available_formats, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.remote.options import RemoteOptions
-from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, check_post_training, record_settings
+from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, RecordOptions, check_post_training
 from tokenloom.tokenize._unit_files import Nodes
+from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
@@ -386,14 +387,22 @@ class TokenizeConfig:
                 hint="Remove the output directory once before launching the nodes, without --overwrite",
             )
 
-    def record_settings(self) -> dict[str, Any]:
-        """--train-type: the settings that change the record store (in the plan's run key)."""
-        return record_settings(self)
+    def encode_options(self) -> EncodeOptions:
+        """What the executor takes of this run."""
+        return EncodeOptions(**self._fields_of(EncodeOptions))
+
+    def record_options(self) -> RecordOptions:
+        """--train-type: what the post-training modules take of this run."""
+        return RecordOptions(**self._fields_of(RecordOptions))
+
+    def _fields_of(self, narrow: Any) -> dict[str, Any]:
+        """This run's values of the fields of ``narrow`` (a frozen options value): the same names, one source."""
+        return {f.name: getattr(self, f.name) for f in fields(narrow)}
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that change the output bytes (recorded in the manifest, compared on resume)."""
         if self.train_type is not None:
-            return self.record_settings()
+            return self.record_options().settings()
         settings: dict[str, Any] = {
             "format": self.format,
             "text_field": self.text_field,

@@ -41,16 +41,16 @@ import numpy as np
 
 from tokenloom.formats import ConfigError, DataError
 from tokenloom.formats.io import pid_alive, smallest_dtype_for_vocab
-from tokenloom.tokenize._config import TokenizeConfig, default_num_workers
+from tokenloom.tokenize._config import default_num_workers
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_eod, gpt_simple_dtype, gpt_simple_pad_is_added
-from tokenloom.tokenize._tokenizer import TokenizerInfo, local_info, plain_backend
+from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, local_info, plain_backend
 from tokenloom.tokenize._worker import (
     ChunkResult,
+    EncodeOptions,
     EncodeSettings,
     EngineChoice,
     SerializedHandoff,
     choose_engine,
-    describe_tokenizer,
     encode_chunk,
     init_worker,
     probe_in_worker,
@@ -79,7 +79,6 @@ __all__ = [
     "remove_stale_handoffs",
     "run_ordered",
     "spawn_pool",
-    "encoding_for",
     "start_encoding",
 ]
 
@@ -173,48 +172,16 @@ def _chosen_settings(settings: EncodeSettings, choice: EngineChoice) -> EncodeSe
     return dataclasses.replace(settings, engine=choice.name, probe=None)
 
 
-def encoding_for(
-    config: TokenizeConfig, tokenizer: str, files: list[InputFile], *, num_workers: int | None = None
-) -> contextlib.AbstractContextManager[Encoding]:
-    """:func:`start_encoding` with a tokenize run's settings (``num_workers`` overrides the config's)."""
-    return start_encoding(
-        tokenizer,
-        files,
-        num_workers=config.num_workers if num_workers is None else num_workers,
-        eos_id=config.eos_id,
-        text_field=config.text_field,
-        engine=config.engine,
-        verify_fraction=config.verify_fraction,
-        max_line_bytes=config.max_line_bytes,
-        seq_len=config.seq_len,
-        overlap_size=config.overlap_size,
-        windowing=config.windowing,
-        min_text_length=config.min_text_length,
-    )
-
-
 @contextlib.contextmanager
-def start_encoding(
-    tokenizer: str,
-    files: list[InputFile],
-    *,
-    num_workers: int,
-    eos_id: int | None,
-    text_field: str,
-    engine: str,
-    verify_fraction: float,
-    max_line_bytes: int,
-    seq_len: int | None = None,
-    overlap_size: int = 0,
-    windowing: Windowing = Windowing.TOKENLOOM,
-    min_text_length: int = 0,
-) -> Iterator[Encoding]:
+def start_encoding(tokenizer: str, files: list[InputFile], options: EncodeOptions) -> Iterator[Encoding]:
     """Start the encoder of one run (native, staged or pack): facts, workers, EOS, dtype, engine.
 
     Worker processes start first, so that they import and build the tokenizer while this
     process resolves the EOS id and probes the engines; threads start with fastokens'
     build. Closing the context stops them.
     """
+    num_workers, engine, verify_fraction = options.num_workers, options.engine, options.verify_fraction
+    gpt_simple = options.windowing is Windowing.GPT_SIMPLE
     with contextlib.ExitStack() as stack:
         info, serialized, backend = _tokenizer_info_here(tokenizer, in_process=num_workers == 0)  # ConfigError
         # the fast engine needs a Rust backend; on it, threads of this process replace worker processes
@@ -231,28 +198,28 @@ def start_encoding(
             fast = executor.submit(build_fast, serialized).result
         elif num_workers > 0 and not threads:
             executor = stack.enter_context(executor_for(num_workers, tokenizer, serialized))
-        eod_id = resolve_eos(eos_id, info, tokenizer)
-        if windowing is Windowing.GPT_SIMPLE:
-            check_gpt_simple_eod(tokenizer, eod_id, eos_id_given=eos_id is not None)
+        eod_id = resolve_eos(options.eos_id, info, tokenizer)
+        if gpt_simple:
+            check_gpt_simple_eod(tokenizer, eod_id, eos_id_given=options.eos_id is not None)
             dtype = gpt_simple_dtype(info.vocab_size)
         else:
             dtype = smallest_dtype_for_vocab(info.vocab_size)
         settings = EncodeSettings(
             tokenizer=tokenizer,
-            text_field=tuple(text_field.split(".")),
+            text_field=tuple(options.text_field.split(".")),
             eod_id=eod_id,
             vocab_size=info.vocab_size,
-            seq_len=seq_len,
-            overlap_size=overlap_size,
+            seq_len=options.seq_len,
+            overlap_size=options.overlap_size,
             dtype=dtype.name,
-            windowing=windowing.value,
-            min_text_length=min_text_length,
-            refuse_pad=windowing is Windowing.GPT_SIMPLE and not gpt_simple_pad_is_added(tokenizer),
+            windowing=options.windowing.value,
+            min_text_length=options.min_text_length,
+            refuse_pad=gpt_simple and not gpt_simple_pad_is_added(tokenizer),
         )
         window = 2 * max(num_workers, 1) + 2
+        sample = probe_sample(files, settings, options.max_line_bytes)  # the same first documents on every resume
         if num_workers == 0 or threads:  # the probe here, and the encoder it chose kept for the run
             source = backend if backend is not None else local_source(tokenizer, serialized)
-            sample = probe_sample(files, settings, max_line_bytes)
             built = load_encoder(source, engine, sample, verify_fraction=verify_fraction, fast_engine=fast)
             choice = EngineChoice(built.name, built.reason, built.record())
             encoder: Encoder | None = built
@@ -264,7 +231,6 @@ def start_encoding(
             yield Encoding(settings, info, dtype, choice, executor, window, encoder=encoder)
             return
         if executor is not None and serialized is not None:  # a worker probes while the first chunks go out
-            sample = probe_sample(files, settings, max_line_bytes)
             probing = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
             settings = dataclasses.replace(
                 settings, engine=engine, verify_fraction=verify_fraction, probe=tuple(sample)
@@ -272,7 +238,6 @@ def start_encoding(
             yield Encoding(settings, info, dtype, None, executor, window, probing)
             return
         # worker processes for a tokenizer without a Rust backend (a slow one, described by a child): no fast engine
-        sample = probe_sample(files, settings, max_line_bytes)
         choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
         announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
         settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
@@ -334,7 +299,7 @@ def _describe_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str |
         name,
     )
     with spawn_pool(1) as child:
-        return (*child.submit(describe_tokenizer, name).result(), None)
+        return (*child.submit(describe, name).result(), None)  # the tokenizer loaded in the child
 
 
 def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:

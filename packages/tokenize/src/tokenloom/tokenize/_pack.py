@@ -22,6 +22,7 @@ from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._plan import check_tokenizer_files
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, RunCounts, report_progress
 from tokenloom.tokenize._tokenizer import default_tokenizer_path
+from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.inputs import InputFile, input_suffixes, read_chunks
 
@@ -81,16 +82,15 @@ def pack(
     stat = source.stat()
     files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
     summary = PackSummary(output=target)
-    with start_encoding(
-        name,
-        files,
+    options = EncodeOptions(
         num_workers=workers,
         eos_id=eos_id,
         text_field=text_field,
         engine=str(engine),
         verify_fraction=verify_fraction,
         max_line_bytes=max_line_bytes,
-    ) as encoding:
+    )
+    with start_encoding(name, files, options) as encoding:
         summary.engine, summary.engine_reason = encoding.engine.name, encoding.engine.reason
         chunks = read_chunks(
             files,

@@ -80,7 +80,7 @@ def publish_to_url(
                 dataset.check_foreign()
         ray = config.executor is ExecutorKind.RAY and not config.finalize
         if ray:
-            preflight(config)  # an unreachable cluster fails before anything is put at the URL
+            preflight(config.ray_address)  # an unreachable cluster fails before anything is put at the URL
         recorded: int | None = None
         for dataset in datasets:
             prepare_units_dir(local_config(config, dataset.staging))

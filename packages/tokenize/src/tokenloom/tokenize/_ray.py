@@ -42,7 +42,7 @@ from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.publish import staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
-from tokenloom.tokenize._executor import encoding_for, run_ordered
+from tokenloom.tokenize._executor import run_ordered, start_encoding
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, report_progress
 from tokenloom.tokenize._unit_files import Counts, UnitFacts, UnitPlan
@@ -67,8 +67,8 @@ CONNECT_TIMEOUT_SECONDS = 5.0
 TASK_RETRIES = 3
 
 
-def _address(config: TokenizeConfig) -> str:
-    address = config.ray_address or os.environ.get("RAY_ADDRESS")
+def _address(ray_address: str | None) -> str:
+    address = ray_address or os.environ.get("RAY_ADDRESS")
     if not address:
         raise ConfigError(
             "--executor ray needs the address of a running Ray cluster",
@@ -86,10 +86,11 @@ def import_ray() -> Any:
     return require("ray", distribution="tokenloom-tokenize", extra="ray", purpose="tokenize --executor ray")
 
 
-def preflight(config: TokenizeConfig) -> None:
-    """Before anything is written: ray importable, an address given, something listening there."""
+def preflight(ray_address: str | None) -> None:
+    """Before anything is written: ray importable, an address given (--ray-address, else RAY_ADDRESS), something
+    listening there."""
     import_ray()
-    check_reachable(_address(config))
+    check_reachable(_address(ray_address))
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
@@ -264,12 +265,14 @@ def encode_with_ray(
     pending = pending_units(config, plan) if units is None else units
     if not pending:
         return session
-    with encoding_for(config, inputs.tokenizer, inputs.files, num_workers=0) as encoding:
+    with start_encoding(
+        inputs.tokenizer, inputs.files, dataclasses.replace(config.encode_options(), num_workers=0)
+    ) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         settings = encoding.settings
     session.facts = facts
     calls = [(_write_unit, config, u, plan.units[u], (settings, facts), plan.digest, upload) for u in pending]
-    for outcome in ray_tasks(config, run_unit_task, calls):
+    for outcome in ray_tasks(config.ray_address, run_unit_task, calls):
         counts = Counts.from_json(outcome["counts"])
         session.units += 1
         session.tokens += outcome["tokens"]
@@ -281,7 +284,7 @@ def encode_with_ray(
     return session
 
 
-def ray_tasks(config: TokenizeConfig, function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
+def ray_tasks(ray_address: str | None, function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
     """``function(*call)`` for every call as a Ray task on the cluster at --ray-address; the results in call order.
 
     The cluster is joined here (and left again if this process joined it); an address that does not answer, or a
@@ -290,7 +293,7 @@ def ray_tasks(config: TokenizeConfig, function: Callable[..., Any], calls: Seque
     if not calls:
         return
     ray = import_ray()
-    address = _address(config)
+    address = _address(ray_address)
     check_reachable(address)
     started_here = not ray.is_initialized()
     if started_here:

@@ -6,14 +6,14 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError, available_formats
-from tokenloom.tokenize.chat import ROLES, Truncate
 from tokenloom.tokenize.windowing import Windowing
 
-__all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "check_post_training", "record_settings"]
+__all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "RecordOptions", "check_post_training"]
 
 #: Output formats of post-training records (--train-type): a record store (``open_records``).
 RECORD_FORMATS = ("bin-meta", "h5")
@@ -23,6 +23,8 @@ TRAIN_TYPES = ("sft", "dpo", "grpo")
 
 def check_post_training(config: Any) -> None:
     """--train-type: the record settings, and the text-only options refused."""
+    from tokenloom.tokenize.chat import ROLES, Truncate  # loaded here: a text run never imports chat
+
     if config.train_type not in TRAIN_TYPES and not (config.train_type == "seq" and config.astrai_config):
         raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
     if getattr(available_formats().get(config.format), "unit_shards", False):  # the default: a record store
@@ -96,22 +98,38 @@ def _check_astrai(config: Any) -> None:
     object.__setattr__(config, "train_type", astrai.train_type)
 
 
-def record_settings(config: Any) -> dict[str, Any]:
-    """--train-type: the settings that change the record store (in the plan's run key)."""
-    template = None
-    if config.chat_template is not None:
-        template = hashlib.sha256(config.chat_template.read_bytes()).hexdigest()
-    return {
-        "train_type": config.train_type,
-        "format": config.format,
-        "chat_template_sha256": template,
-        "train_roles": list(config.train_roles),
-        "max_length": config.seq_len,  # recorded key: earlier run keys resume
-        "truncate": config.truncate,
-        "on_error": config.on_error.value,
-        "max_line_bytes": config.max_line_bytes,
-        **({"astrai_config_sha256": _sha256_file(config.astrai_config)} if config.astrai_config else {}),
-    }
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecordOptions:
+    """What the post-training modules take of a --train-type run, made once where the run is planned
+    (``TokenizeConfig.record_options``): the record transform's settings, not the whole config."""
+
+    train_type: str | None
+    format: str
+    chat_template: Path | None
+    train_roles: tuple[str, ...]
+    seq_len: int | None
+    truncate: str
+    on_error: str
+    """raise or skip (an ``OnError``): what a bad record does."""
+    max_line_bytes: int
+    astrai_config: Path | None
+
+    def settings(self) -> dict[str, Any]:
+        """The settings that change the record store (in the plan's run key)."""
+        template = None
+        if self.chat_template is not None:
+            template = _sha256_file(self.chat_template)
+        return {
+            "train_type": self.train_type,
+            "format": self.format,
+            "chat_template_sha256": template,
+            "train_roles": list(self.train_roles),
+            "max_length": self.seq_len,  # recorded key: earlier run keys resume
+            "truncate": self.truncate,
+            "on_error": str(self.on_error),
+            "max_line_bytes": self.max_line_bytes,
+            **({"astrai_config_sha256": _sha256_file(self.astrai_config)} if self.astrai_config else {}),
+        }
 
 
 def _sha256_file(path: Path) -> str:

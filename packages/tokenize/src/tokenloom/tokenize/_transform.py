@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from tokenloom.formats import DataError, RecordError
-from tokenloom.tokenize._config import OnError, TokenizeConfig
+from tokenloom.tokenize._record_settings import RecordOptions
 from tokenloom.tokenize._unit_work import unit_line
 from tokenloom.tokenize.chat import AstraiEncoder, ChatEncoder, RecordPlace
 from tokenloom.tokenize.inputs import Issue, IssueKind, UnitSource, read_records
@@ -47,22 +47,22 @@ class RecordTransform(Protocol):
 class ChatTransform:
     """Post-training: a record -> sft / dpo / grpo arrays with proven loss masks (ChatEncoder)."""
 
-    def __init__(self, config: TokenizeConfig, tokenizer: str) -> None:
+    def __init__(self, options: RecordOptions, tokenizer: str) -> None:
         self.encoder: ChatEncoder | AstraiEncoder
         self.input_skips: Counter[str] = Counter()
-        if config.astrai_config is not None:  # AstraiEncoder: AstrAI's per-message rendering, masks and cuts
+        if options.astrai_config is not None:  # AstraiEncoder: AstrAI's per-message rendering, masks and cuts
             self.encoder = AstraiEncoder(
-                config.astrai_config, tokenizer, chat_template=config.chat_template, on_error=config.on_error.value
+                options.astrai_config, tokenizer, chat_template=options.chat_template, on_error=options.on_error
             )
             return
         self.encoder = ChatEncoder(
             tokenizer,
-            chat_template=config.chat_template,
-            train_type=config.train_type or "sft",
-            train_roles=config.train_roles,
-            seq_len=config.seq_len,
-            truncate=config.truncate,
-            on_error=config.on_error.value,
+            chat_template=options.chat_template,
+            train_type=options.train_type or "sft",
+            train_roles=options.train_roles,
+            seq_len=options.seq_len,
+            truncate=options.truncate,
+            on_error=options.on_error,
         )
 
     def apply(self, record: Any, place: RecordPlace) -> dict[str, Any] | None:
@@ -87,18 +87,18 @@ class ChatTransform:
 _TRANSFORMS: dict[tuple[Any, ...], ChatTransform] = {}
 
 
-def transform_for(config: TokenizeConfig, tokenizer: str) -> ChatTransform:
-    """This process's transform for ``config`` (built once per process: loading a tokenizer costs a second)."""
-    key = (tokenizer, orjson.dumps(config.record_settings(), option=orjson.OPT_SORT_KEYS), config.chat_template)
+def transform_for(options: RecordOptions, tokenizer: str) -> ChatTransform:
+    """This process's transform for ``options`` (built once per process: loading a tokenizer costs a second)."""
+    key = (tokenizer, orjson.dumps(options.settings(), option=orjson.OPT_SORT_KEYS), options.chat_template)
     transform = _TRANSFORMS.get(key)
     if transform is None:
-        transform = _TRANSFORMS[key] = ChatTransform(config, tokenizer)
+        transform = _TRANSFORMS[key] = ChatTransform(options, tokenizer)
     transform.reset()
     return transform
 
 
 def unit_records(
-    source: UnitSource, config: TokenizeConfig, transform: RecordTransform
+    source: UnitSource, options: RecordOptions, transform: RecordTransform
 ) -> Iterator[tuple[Any, RecordPlace]]:
     """The records of one unit in input order, each with its file and line (or row); bad lines are raised
     (RecordError naming file and line) or counted by ``transform.skip_input``, as ``--on-error`` says.
@@ -107,12 +107,12 @@ def unit_records(
     file's prefix for every unit); :func:`in_file` turns an error's line into the file's.
     """
     shown = source.file.shown
-    for record in read_records(source, config.max_line_bytes):
+    for record in read_records(source, options.max_line_bytes):
         if isinstance(record, Issue) or record.issue is not None:
             issue = record if isinstance(record, Issue) else record.issue
             if issue is None or issue.kind is IssueKind.EMPTY_FILE:
                 continue  # an empty input holds no records: nothing to count
-            _bad(config, transform, shown, issue.line or None, issue.kind.value, issue.message)
+            _bad(options, transform, shown, issue.line or None, issue.kind.value, issue.message)
             continue
         place = RecordPlace(shown, record.line)
         if not isinstance(record.value, bytes):  # a row of a parquet or Arrow file
@@ -121,7 +121,7 @@ def unit_records(
         try:
             value = orjson.loads(record.value)
         except orjson.JSONDecodeError as exc:
-            _bad(config, transform, shown, record.line, "malformed_json", f"the line is not valid JSON ({exc})")
+            _bad(options, transform, shown, record.line, "malformed_json", f"the line is not valid JSON ({exc})")
             continue
         yield value, place
 
@@ -137,9 +137,9 @@ def in_file(error: DataError, source: UnitSource) -> DataError:
 
 
 def _bad(
-    config: TokenizeConfig, transform: RecordTransform, path: str, line: int | None, kind: str, message: str
+    options: RecordOptions, transform: RecordTransform, path: str, line: int | None, kind: str, message: str
 ) -> None:
-    if config.on_error is OnError.RAISE:
+    if options.on_error == "raise":
         raise RecordError(
             message,
             path=path,

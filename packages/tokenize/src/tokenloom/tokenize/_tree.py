@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tokenloom.formats import ConfigError, Manifest
 from tokenloom.tokenize._config import Layout, TokenizeConfig
-from tokenloom.tokenize._executor import encoding_for, run_ordered
+from tokenloom.tokenize._executor import run_ordered, start_encoding
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
@@ -207,7 +207,7 @@ def encode_tree(
     ]
     if not any(pending):
         return session
-    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
+    with start_encoding(inputs.tokenizer, inputs.files, config.encode_options()) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
         settings = encoding.settings

@@ -38,7 +38,6 @@ from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import Upload, ray_tasks, run_unit_task
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._transform import in_file, transform_for, unit_records
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     UnitPlan,
@@ -49,7 +48,6 @@ from tokenloom.tokenize._unit_files import (
     unit_stem,
 )
 from tokenloom.tokenize._unit_work import Session, pending_units
-from tokenloom.tokenize.chat._write import sidecar, write_store
 from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
@@ -139,12 +137,17 @@ def write_record_unit(
     config: TokenizeConfig, unit: int, source: UnitSource, tokenizer: str, plan: str
 ) -> RecordOutcome:
     """Encode unit ``unit``'s records into its record store, then commit it (the done marker holds its counts)."""
-    transform = transform_for(config, tokenizer)
+    # loaded here, as below: a text run never imports chat
+    from tokenloom.tokenize._transform import in_file, transform_for, unit_records
+    from tokenloom.tokenize.chat._write import write_store
+
+    options = config.record_options()
+    transform = transform_for(options, tokenizer)
     out = config.output_dir
     store = unit_store(out, unit)
     shutil.rmtree(store, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
     try:
-        write_store(store, transform.encoder, unit_records(source, config, transform))
+        write_store(store, transform.encoder, unit_records(source, options, transform))
     except DataError as error:
         raise in_file(error, source) from None
     # hidden before the unit is committed: OUT's readers walk subdirectories for meta.json, and a unit store
@@ -176,7 +179,9 @@ class RecordStore:
         return records_complete(out, plan)
 
     def check(self) -> None:
-        transform_for(self.config, self.tokenizer)  # a tokenizer without a chat template fails here
+        from tokenloom.tokenize._transform import transform_for
+
+        transform_for(self.config.record_options(), self.tokenizer)  # a tokenizer without a chat template fails here
 
     def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
         return encode_records(self.config, self.tokenizer, plan, on_progress)
@@ -224,7 +229,7 @@ def encode_records(
             shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
         calls = [(write_record_unit, config, u, plan.units[u], (tokenizer,), plan.digest, upload) for u in mine]
-        outcomes = ray_tasks(config, run_unit_task, calls)
+        outcomes = ray_tasks(config.ray_address, run_unit_task, calls)
     elif min(config.num_workers, len(mine)) <= 1:
         outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
     else:
@@ -345,8 +350,12 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
     stats: dict[str, Any] = {}
     for unit in units:
         stats = add_stats(stats, unit["counts"])
-    encoder = transform_for(config, tokenizer).encoder
-    template = config.record_settings()["chat_template_sha256"]
+    from tokenloom.tokenize._transform import transform_for
+    from tokenloom.tokenize.chat._write import sidecar
+
+    options = config.record_options()
+    encoder = transform_for(options, tokenizer).encoder
+    template = options.settings()["chat_template_sha256"]
     fsync_dir(out)
     body = sidecar(encoder, stats, tokenizer=tokenizer, template_sha256=template, units=len(plan.units))
     atomic_write_bytes(out / POST_TRAINING_SIDECAR, body)

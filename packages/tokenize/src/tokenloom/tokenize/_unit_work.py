@@ -17,7 +17,7 @@ import numpy as np
 
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
-from tokenloom.tokenize._executor import encoding_for
+from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
@@ -154,7 +154,7 @@ def encode_local(
     if not mine:
         return session
     # the engine probe reads the same first documents (inputs.files) on every node
-    with encoding_for(config, inputs.tokenizer, inputs.files) as encoding:
+    with start_encoding(inputs.tokenizer, inputs.files, config.encode_options()) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
         writers = lambda unit: [UnitWriter(config, unit, plan.units[unit], facts, plan.digest)]  # noqa: E731

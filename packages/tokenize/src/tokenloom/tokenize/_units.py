@@ -120,7 +120,7 @@ def run_units(
         summary.already_complete = True
         return summary
     if config.executor is ExecutorKind.RAY and not config.finalize:
-        preflight(config)  # an unreachable cluster fails before anything is written
+        preflight(config.ray_address)  # an unreachable cluster fails before anything is written
     output.check()
     created = not out.exists()
     recorded = open_units_dir(config, plan)

@@ -24,7 +24,7 @@ import xxhash
 import tokenloom.tokenize._profile as _profile
 from tokenloom.formats import TokenRangeError
 from tokenloom.tokenize._gpt_simple import Dropped, check_gpt_simple_pad, gpt_simple_text_of
-from tokenloom.tokenize._tokenizer import TokenizerInfo, describe, is_loaded, register_serialized
+from tokenloom.tokenize._tokenizer import is_loaded, register_serialized
 from tokenloom.tokenize._tokenizer import load as load_tokenizer
 from tokenloom.tokenize.engine import (
     DEFAULT_VERIFY_FRACTION,
@@ -41,10 +41,10 @@ from tokenloom.tokenize.windowing import Windowing, window_documents
 
 __all__ = [
     "ChunkResult",
+    "EncodeOptions",
     "EncodeSettings",
     "EngineChoice",
     "choose_engine",
-    "describe_tokenizer",
     "encode_chunk",
     "SerializedHandoff",
     "init_worker",
@@ -52,6 +52,25 @@ __all__ = [
     "sample_texts",
     "warm_up",
 ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EncodeOptions:
+    """How a run asks to be encoded, made once where the run is planned (``TokenizeConfig.encode_options``, pack):
+    all the executor takes besides the tokenizer and the input files."""
+
+    num_workers: int
+    """Threads of this process (the fast engine, up to THREAD_WORKERS_MAX) or worker processes; 0: this thread."""
+    eos_id: int | None = None
+    """The end-of-document id; None: the tokenizer's EOS."""
+    text_field: str = "text"
+    engine: str = Engine.AUTO.value
+    verify_fraction: float = DEFAULT_VERIFY_FRACTION
+    max_line_bytes: int = 64 << 20
+    seq_len: int | None = None
+    overlap_size: int = 0
+    windowing: Windowing = Windowing.TOKENLOOM
+    min_text_length: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +133,6 @@ def is_validation(texts: list[str], fraction: float, seed: int) -> npt.NDArray[n
     return np.fromiter(
         (digest(text.encode("utf-8", "surrogatepass"), seed) < threshold for text in texts), np.bool_, len(texts)
     )
-
-
-def describe_tokenizer(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
-    """Load the tokenizer in this (child) process: its EOS id, vocab size and serialized backend."""
-    return describe(name_or_path)
 
 
 def _text_of(line: bytes, text_field: tuple[str, ...], line_number: int) -> str | Issue:
