@@ -77,7 +77,7 @@ def test_shards_are_cut_at_the_token_target(tmp_path: Path, tiny_tokenizer: Path
     manifest = read_manifest(tmp_path / "out")
     units = [entry.name[:11] for entry in manifest.files if entry.name.endswith(".idx")]  # unit_UUUUUU
     for k in range(ds.num_shards):  # every shard but a unit's (an input file's) last reaches the target
-        size = ds.shard_tokens(k).size
+        size = ds.shards[k].tokens.size
         last = k + 1 == ds.num_shards or units[k + 1] != units[k]
         assert (0 if last else 5000) < size < 5000 + longest
     assert ds.eos_id == 0 and ds.vocab_size == 300 and ds.dtype == np.uint16
