@@ -29,6 +29,9 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 from tokenloom.tokenize import train_byte_level_bpe  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' shared helpers: tokenize_helpers
+from tokenize_helpers import session_pids  # noqa: E402
+
 WORDS = (  # noqa: SIM905 (a word list, not code)
     "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
     "upsilon phi chi psi omega the quick brown fox jumps over a lazy dog"
@@ -113,19 +116,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _session_pids(session: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] != "Z":
-                pids.append(int(entry.name))
-    return pids
-
-
 @pytest.fixture(scope="module")
 def ray_head_env() -> dict[str, str]:
     """Variables added to the Ray head's environment, and so its workers' (a module overrides this fixture)."""
@@ -174,7 +164,7 @@ def ray_head(ray_head_env: dict[str, str]) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
-        for pid in _session_pids(head.pid):  # workers the raylet started in the head's session
+        for pid in session_pids(head.pid):  # workers the raylet started in the head's session
             os.kill(pid, signal.SIGKILL)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)

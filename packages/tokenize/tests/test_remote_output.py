@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -15,10 +13,11 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from tokenize_helpers import kill_script_when, s3_cli_env, wait_group_gone
 
 from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError
-from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
+from tokenloom.testing.servers import S3_SECRET
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -102,22 +101,9 @@ tokenize(TokenizeConfig(**kwargs, remote=remote))
 
 
 def _run_killed(kwargs: dict[str, Any], ready, timeout: float = 90) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, orjson.dumps(kwargs).decode()],
-        env=env,
-        start_new_session=True,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "the run never reached the kill point"
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)  # the run, its workers and its object-store helper
-    proc.wait(timeout=10)
-    _wait_group_gone(proc.pid)  # the helper too: a request it had in flight is then known to be dead
+    group = kill_script_when(SCRIPT, kwargs, ready, timeout)
+    # the object-store helper too: a request it had in flight is then known to be dead
+    assert wait_group_gone(group), f"process group {group} still alive 10 s after SIGKILL"
 
 
 def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
@@ -318,16 +304,7 @@ def test_remote_outputs_still_refused(output, options, match, tmp_path):
 
 def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
     url = _url(seaweed)
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": seaweed.endpoint,
-        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-        "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache"),
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = s3_cli_env(seaweed, tmp_path / "cache")
     args = ["--input-dir", str(corpus), "--output-dir", url, "--tokenizer", str(tiny_tokenizer), "--num-workers", "1"]
     command = [
         str(Path(sys.executable).with_name("tokenloom")),
@@ -343,20 +320,6 @@ def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
     assert S3_SECRET not in done.stdout + done.stderr
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", shard_size_tokens=3000)
     _same_dataset(local, seaweed.objects(url))
-
-
-def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
-    import os
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"process group {group} still alive {timeout} s after SIGKILL")
 
 
 def test_faults_on_every_method_of_a_bucket_output_are_retried(
