@@ -131,3 +131,16 @@ def byte_changes(raw: bytes, positions, masks) -> Iterator[bytes]:
             changed = bytearray(raw)
             changed[position] ^= mask
             yield bytes(changed)
+
+
+def opened_after_each(target: Path, changes, dataset: Path | None = None) -> Iterator:
+    """Write each of ``changes`` to ``target`` in turn: the dataset (at ``dataset``, else ``target``) each time it
+    opens; a change it refuses with a DataError is passed over."""
+    from tokenloom.formats import DataError
+
+    for changed in changes:
+        target.write_bytes(changed)
+        try:
+            yield open_dataset(dataset or target)
+        except DataError:
+            continue

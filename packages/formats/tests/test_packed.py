@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from formats_helpers import byte_changes, entries, fuzz, write_docs
+from formats_helpers import byte_changes, entries, fuzz, opened_after_each, write_docs
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -286,12 +286,7 @@ def test_every_byte_flip_raises_or_stays_in_bounds(tmp_path: Path, legacy: bool)
     raw = write(tmp_path / "full.pbin", DOCS, legacy=legacy).read_bytes()
     flipped = tmp_path / "flip.pbin"
     opened = 0
-    for changed in byte_changes(raw, range(len(raw)), (0x01, 0x80, 0xFF)):
-        flipped.write_bytes(changed)
-        try:
-            ds = open_dataset(flipped)
-        except DataError:
-            continue
+    for ds in opened_after_each(flipped, byte_changes(raw, range(len(raw)), (0x01, 0x80, 0xFF))):
         opened += 1
         read_everything_in_bounds(ds)
     assert opened > 0  # flips inside token data are undetectable without checksums, and must still read safely
