@@ -30,6 +30,35 @@ def make_corpus(root: Path, samples: dict[str, int], *, val_samples: int = 4, do
     return root
 
 
+def write_train_val(root: Path, samples: dict[str, int], tokens, *, doc_length: int) -> Path:
+    """PATH/train/<bucket> of ``tokens(count)`` for each bucket's count, then PATH/val/<bucket> of ``tokens(4)``."""
+    for split, sizes in (("train", samples), ("val", dict.fromkeys(samples, 4))):
+        for name, count in sizes.items():
+            write_bucket(root / split / name, tokens(count), doc_length=doc_length)
+    return root
+
+
+def plain_config(path: object, curriculum: list[dict], **data: object) -> dict:
+    """A curriculum YAML's content: ``data`` of unpacked SEQ_LEN samples from ``path``, plus the ``data`` keys."""
+    return {"data": {"path": str(path), "max_length": SEQ_LEN, "packing": False, "curriculum": curriculum, **data}}
+
+
+def tokenloom_group():
+    """The ``tokenloom`` command as installed, with its curriculum and validate subcommands from the entry points."""
+    from importlib.metadata import entry_points
+
+    import click
+
+    return click.Group(
+        "tokenloom",
+        commands={
+            ep.name: ep.load()
+            for ep in entry_points(group="tokenloom.commands")
+            if ep.name in {"curriculum", "validate"}
+        },
+    )
+
+
 def write_yaml(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

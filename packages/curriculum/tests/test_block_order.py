@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from curriculum_helpers import EOS, make_corpus, write_bucket
+from curriculum_helpers import EOS, make_corpus, write_train_val
 from torch.utils.data import DataLoader
 
 from tokenloom.curriculum import (
@@ -175,18 +175,14 @@ S3_ORDER = {"order": "block", "block_samples": 256, "window_blocks": 2}
 def s3_local(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cblock-s3") / "data"
     rng = np.random.default_rng(3)
-    for split, sizes in (("train", S3_SIZES), ("val", dict.fromkeys(S3_SIZES, 4))):
-        for name, count in sizes.items():
-            tokens = rng.integers(0, EOS, size=count * S3_MAX_LENGTH + 1)
-            write_bucket(root / split / name, tokens, doc_length=4000)
-    return root
+    return write_train_val(
+        root, S3_SIZES, lambda count: rng.integers(0, EOS, size=count * S3_MAX_LENGTH + 1), doc_length=4000
+    )
 
 
 def _fetched_per_used(seaweed, proxy, local: Path, cache: Path, monkeypatch, **order) -> tuple[float, dict]:
     prefix = f"cbo-{uuid.uuid4().hex[:8]}"
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            seaweed.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    seaweed.upload_tree(local, prefix)
     monkeypatch.setenv("TOKENLOOM_BLOCK_SIZE", str(S3_BLOCK))
     monkeypatch.delenv("TOKENLOOM_CACHE_LIMIT", raising=False)
     config = CurriculumConfig.from_dict(

@@ -7,7 +7,7 @@ import uuid
 import numpy as np
 import pytest
 from curriculum_helpers import EOS, SEQ_LEN, make_corpus, write_bucket
-from test_oracle import _segment
+from test_oracle import _resume_schedule
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, Phase
 from tokenloom.formats import ConfigError, RemoteOptions, ResumeMismatchError
@@ -49,17 +49,14 @@ def test_block_order_is_exactly_once_on_random_resumes(odd_corpus, policy, repet
         assert sum(1 for bucket_id, _ in expected if bucket_id == 1) > 3 * SIZES["b"]  # the tiny bucket, re-read
     rng = np.random.default_rng(seed)
     targets = sorted(rng.choice(np.arange(5, len(ds) - 5), size=4, replace=False).tolist())
-    seen: dict[int, tuple[int, int]] = {}
-    state = None
-    for number, target in enumerate(targets):
-        world, workers = TOPOLOGIES[number % len(TOPOLOGIES)]
-        if state is not None and target <= state["consumed"]:
-            continue
+
+    def reopen(state):
         resumed = CurriculumDataset(_config(odd_corpus, policy, repetition), seed=SEED)
         if state is not None:
             resumed.load_state_dict(ds.state_dict(consumed=state["consumed"]))
-        state = _segment(resumed, world, workers, state, int(target), seen)
-    _segment(ds, 3, 1, state, len(ds) + 3, seen, final=True)
+        return resumed
+
+    seen = _resume_schedule(ds, targets, TOPOLOGIES, reopen)
     assert [seen[p] for p in range(len(ds))] == expected
 
 
@@ -107,9 +104,7 @@ def test_fetch_figures_count_this_run_not_the_earlier_runs_on_the_same_cache(sea
     for split, count in (("train", 512), ("val", 4)):
         write_bucket(local / split / "a", rng.integers(0, EOS, size=count * S3_MAX_LENGTH + 1), doc_length=4000)
     prefix = f"cbo-attack-{uuid.uuid4().hex[:8]}"
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            seaweed.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    seaweed.upload_tree(local, prefix)
     monkeypatch.setenv("TOKENLOOM_BLOCK_SIZE", str(S3_BLOCK))
     monkeypatch.delenv("TOKENLOOM_CACHE_LIMIT", raising=False)
     config = CurriculumConfig.from_dict(

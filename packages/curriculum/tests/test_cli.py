@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 
-import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from curriculum_helpers import SEQ_LEN, write_yaml
+from curriculum_helpers import SEQ_LEN, tokenloom_group, write_yaml
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, write_run_status
 
@@ -30,12 +28,7 @@ def _config(tmp_path, corpus, *, durations=(3000, 4000), allow=False, extra=None
 
 
 # the `tokenloom` command as installed: its subcommands come from the entry points
-main = click.Group(
-    "tokenloom",
-    commands={
-        ep.name: ep.load() for ep in entry_points(group="tokenloom.commands") if ep.name in {"curriculum", "validate"}
-    },
-)
+main = tokenloom_group()
 
 
 def run(*args):

@@ -122,18 +122,25 @@ def test_the_drain_position_is_the_same_on_every_topology(corpus):
         assert step * world <= ds.halt_position < (step + 1) * world
 
 
+def _resume_schedule(ds, targets, topologies, reopen=None) -> dict[int, tuple[int, int]]:
+    """Run ``ds`` to each target past the last in turn, each segment on the next topology (on ``reopen(state)`` if
+    given, a dataset resumed from the state), then to its end on 3 ranks of 1 worker: each position's sample."""
+    seen: dict[int, tuple[int, int]] = {}
+    state = None
+    for number, target in enumerate(targets):
+        world, workers = topologies[number % len(topologies)]
+        if state is not None and target <= state["consumed"]:
+            continue
+        state = _segment(ds if reopen is None else reopen(state), world, workers, state, int(target), seen)
+    _segment(ds, 3, 1, state, len(ds) + 3, seen, final=True)
+    return seen
+
+
 @pytest.mark.parametrize("seed", [5])
 def test_exactly_once_on_a_random_resume_schedule(corpus, seed):
     ds = CurriculumDataset(_config(corpus), seed=SEED)
     expected = list(zip(*[a.tolist() for a in ds.locate(np.arange(len(ds)))[1:]], strict=True))
     rng = np.random.default_rng(seed)
     targets = sorted(rng.choice(np.arange(10, len(ds) - 10), size=4, replace=False).tolist())
-    seen: dict[int, tuple[int, int]] = {}
-    state = None
-    for number, target in enumerate(targets):
-        world, workers = TOPOLOGIES[number % len(TOPOLOGIES)]
-        if state is not None and target <= state["consumed"]:
-            continue
-        state = _segment(ds, world, workers, state, int(target), seen)
-    _segment(ds, 3, 1, state, len(ds) + 3, seen, final=True)
+    seen = _resume_schedule(ds, targets, TOPOLOGIES)
     assert [seen[p] for p in range(len(ds))] == expected

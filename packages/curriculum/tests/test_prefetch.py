@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from curriculum_helpers import EOS, write_bucket
+from curriculum_helpers import EOS, write_train_val
 from torch.utils.data import DataLoader
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset
@@ -30,10 +30,9 @@ PHASES = [
 def local(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cprefetch") / "data"
     rng = np.random.default_rng(7)
-    for split, sizes in (("train", SAMPLES), ("val", dict.fromkeys(SAMPLES, 4))):
-        for name, count in sizes.items():
-            write_bucket(root / split / name, rng.integers(0, EOS, size=count * (MAX_LENGTH + 1)), doc_length=300)
-    return root
+    return write_train_val(
+        root, SAMPLES, lambda count: rng.integers(0, EOS, size=count * (MAX_LENGTH + 1)), doc_length=300
+    )
 
 
 @pytest.fixture

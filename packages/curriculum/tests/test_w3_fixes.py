@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import pickle
-from importlib.metadata import entry_points
 
-import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from curriculum_helpers import SEQ_LEN, write_yaml
+from curriculum_helpers import SEQ_LEN, plain_config, tokenloom_group, write_yaml
 from torch.utils.data import DataLoader
 
 from tokenloom.curriculum import (
@@ -25,12 +23,7 @@ from tokenloom.curriculum import (
 from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.sampler import ResumableDistributedSampler
 
-main = click.Group(
-    "tokenloom",
-    commands={
-        ep.name: ep.load() for ep in entry_points(group="tokenloom.commands") if ep.name in {"curriculum", "validate"}
-    },
-)
+main = tokenloom_group()
 
 
 def run(*args):
@@ -119,15 +112,7 @@ def test_an_empty_bucket_no_phase_uses_is_a_warning_not_a_block(corpus, tmp_path
     (corpus / "val" / "spare").mkdir()
     (corpus / "train" / "later").mkdir()  # no val twin either
     config = write_yaml(
-        tmp_path / "c.yaml",
-        {
-            "data": {
-                "path": str(corpus),
-                "max_length": SEQ_LEN,
-                "packing": False,
-                "curriculum": [{"duration_tokens": 1000, "mix": {"a": 1, "b": 1, "c": 1}}],
-            }
-        },
+        tmp_path / "c.yaml", plain_config(corpus, [{"duration_tokens": 1000, "mix": {"a": 1, "b": 1, "c": 1}}])
     )
     for command in (["validate", "--curriculum"], ["curriculum", "plan"]):
         result = run(*command, config)
@@ -156,15 +141,7 @@ def test_piped_tables_never_cut_a_bucket_name_and_count_entries(tmp_path):
     long_b = "books_and_long_form_reference_material_filtered_2026_group_beta"
     corpus = make_corpus(tmp_path / "data", {long_a: 300, long_b: 200})
     config = write_yaml(
-        tmp_path / "c.yaml",
-        {
-            "data": {
-                "path": str(corpus),
-                "max_length": SEQ_LEN,
-                "packing": False,
-                "curriculum": [{"duration_tokens": 1000, "mix": {long_a: 1, long_b: 1}}],
-            }
-        },
+        tmp_path / "c.yaml", plain_config(corpus, [{"duration_tokens": 1000, "mix": {long_a: 1, long_b: 1}}])
     )
     result = run("curriculum", "plan", config)
     assert result.exit_code == 0, result.output

@@ -8,10 +8,11 @@ Each rank writes the rows it consumed (hashes of ``input_ids``) per batch to ``<
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 from pathlib import Path
+
+from datasets_helpers import init_gloo
 
 
 def row_hash(row) -> str:
@@ -27,13 +28,7 @@ def run(rank: int, world_size: int, phase: str, data: str, tmp: str, steps: int)
     from tokenloom.datasets import MemoryMappedDataset, SamplerCheckpoint, collate
     from tokenloom.sampler import ResumableDistributedSampler
 
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{tmp}/init-{phase}",
-        rank=rank,
-        world_size=world_size,
-        timeout=datetime.timedelta(seconds=60),
-    )
+    init_gloo(f"file://{tmp}/init-{phase}", rank, world_size)
     dataset = MemoryMappedDataset(data, seq_len=16, pack_sequences=True)
     sampler = ResumableDistributedSampler(dataset, world_size, rank, seed=99)
     loader = StatefulDataLoader(  # fork: a spawned worker would import torch again (10-20 s)

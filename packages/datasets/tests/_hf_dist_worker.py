@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import time
 from pathlib import Path
+
+from datasets_helpers import init_gloo
 
 
 def run(rank: int, world_size: int, init_file: str, jsonl: str, tokenizer_dir: str, tmp: str) -> None:
@@ -17,13 +18,7 @@ def run(rank: int, world_size: int, init_file: str, jsonl: str, tokenizer_dir: s
     import tokenloom.datasets._hf as hf_module
 
     out = Path(tmp) / "out"
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{init_file}",
-        rank=rank,
-        world_size=world_size,
-        timeout=datetime.timedelta(seconds=60),
-    )
+    init_gloo(f"file://{init_file}", rank, world_size)
     original = hf_module.HuggingFaceDataset._build
     fail = False
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from tokenloom.formats import open_dataset, open_writer
 
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' shared helpers: datasets_helpers
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -12,25 +12,20 @@ from typing import cast
 
 import numpy as np
 import pytest
+from datasets_helpers import write_random_docs
 from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
 from torch.multiprocessing.spawn import start_processes
 
 from tokenloom.datasets import MemoryMappedDataset, SamplerCheckpoint
 from tokenloom.datasets._checkpoint import STATE_ENTRY
-from tokenloom.formats import ConfigError, FormatError, ResumeMismatchError, open_writer
+from tokenloom.formats import ConfigError, FormatError, ResumeMismatchError
 from tokenloom.sampler import ResumableDistributedSampler
 
 SEQ_LEN, NUM_SAMPLES = 16, 36  # save: 2 ranks x 3 batches x 2 = 12; resume: 24 left = 3 ranks x 4 batches x 2
 
 
 def write_tokens(root: Path, seed: int = 4) -> MemoryMappedDataset:
-    rng = np.random.default_rng(seed)
-    remaining = NUM_SAMPLES * (SEQ_LEN + 1)
-    with open_writer(root, dtype="uint16", vocab_size=1000, eos_id=0) as writer:
-        while remaining:
-            length = min(remaining, int(rng.integers(4, 40)))
-            writer.add(np.append(rng.integers(1, 1000, size=length - 1), 0))
-            remaining -= length
+    write_random_docs(root, NUM_SAMPLES * (SEQ_LEN + 1), seed=seed, vocab_size=1000, max_length=40)
     return MemoryMappedDataset(root, seq_len=SEQ_LEN, pack_sequences=True)
 
 

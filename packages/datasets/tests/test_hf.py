@@ -46,10 +46,15 @@ def expected_stream(tokenizer_dir):
     return stream, tok.eos_token_id
 
 
-def test_json_is_tokenized_concatenated_and_sliced(tokenizer_dir, jsonl, tmp_path):
-    ds = HuggingFaceDataset(
-        "json", data_files=str(jsonl), seq_len=4, tokenizer=str(tokenizer_dir), cache_dir=tmp_path / "cache"
+def _json_ds(jsonl: Path, tokenizer_dir: Path, cache_dir: Path, **options) -> HuggingFaceDataset:
+    """The jsonl corpus in windows of 4 tokens, tokenized with the tokenizer at tokenizer_dir."""
+    return HuggingFaceDataset(
+        "json", data_files=str(jsonl), seq_len=4, tokenizer=str(tokenizer_dir), cache_dir=cache_dir, **options
     )
+
+
+def test_json_is_tokenized_concatenated_and_sliced(tokenizer_dir, jsonl, tmp_path):
+    ds = _json_ds(jsonl, tokenizer_dir, tmp_path / "cache")
     stream, _ = expected_stream(tokenizer_dir)
     assert len(ds) == len(stream) // 5  # chunks of seq_len + 1, remainder dropped
     for i in range(len(ds)):
@@ -98,14 +103,7 @@ def test_parquet_with_packing(tokenizer_dir, tmp_path):
 
 def test_missing_text_field(tokenizer_dir, jsonl, tmp_path):
     with pytest.raises(MissingKeyError, match="body"):
-        HuggingFaceDataset(
-            "json",
-            data_files=str(jsonl),
-            seq_len=4,
-            tokenizer=str(tokenizer_dir),
-            cache_dir=tmp_path,
-            text_field="body",
-        )
+        _json_ds(jsonl, tokenizer_dir, tmp_path, text_field="body")
 
 
 def test_eos_from_tokenizer_path_for_memory_mapped_windows(tokenizer_dir, tmp_path):
@@ -190,20 +188,11 @@ def test_cache_is_encoded_by_the_engine_selection_with_the_ids_of_tokenize(token
         )
         streams[engine] = np.concatenate([cache[i] for i in range(len(cache))]).tolist()
     assert streams["auto"] == streams["hf"] == expected
-    word_level = HuggingFaceDataset(
-        "json", data_files=str(jsonl), seq_len=4, tokenizer=str(tokenizer_dir), cache_dir=tmp_path / "wl"
-    )
+    word_level = _json_ds(jsonl, tokenizer_dir, tmp_path / "wl")
     record = open_dataset(word_level.cache_path).metadata["engine"]
     assert record["name"] == "hf" and "fastokens cannot load" in record["reason"]  # its Whitespace pre-tokenizer
     with pytest.raises(ConfigError, match="engine fast is unavailable"):
-        HuggingFaceDataset(
-            "json",
-            data_files=str(jsonl),
-            seq_len=4,
-            tokenizer=str(tokenizer_dir),
-            cache_dir=tmp_path / "x",
-            engine="fast",
-        )
+        _json_ds(jsonl, tokenizer_dir, tmp_path / "x", engine="fast")
 
 
 def test_empty_texts_lone_eos_by_default_skipped_under_kempnerforge_compat(tokenizer_dir, tmp_path):

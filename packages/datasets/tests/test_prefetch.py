@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
+from datasets_helpers import cache_bytes, cache_peak
 from torch.utils.data import DataLoader
 
 from tokenloom.datasets import MemoryMappedDataset, PackedDocumentDataset, collate
@@ -49,24 +47,6 @@ def _remote(url, seaweed, cache: Path, endpoint: str | None = None, **options):
     storage = seaweed.storage_options(endpoint=endpoint)
     remote = RemoteOptions.from_keywords(storage_options=storage, block_cache_dir=cache, block_size=BLOCK, **options)
     return open_dataset(url, remote=remote)
-
-
-def _cache_bytes(root: Path) -> int:
-    """Bytes of the files in the cache, counted under its node-wide lock.
-
-    A walk over several folders is no snapshot while readers evict in one and fill another (it would
-    count a block's bytes twice); under the lock files only change size inside their reservations.
-    """
-    from tokenloom.formats.remote.budget import node_lock  # its fd is never inherited by a forked worker
-
-    with node_lock(root):
-        total = 0
-        for dirpath, _, files in os.walk(root):
-            if Path(dirpath).name != "readers":
-                for name in files:
-                    with contextlib.suppress(FileNotFoundError):
-                        total += os.stat(os.path.join(dirpath, name)).st_size
-        return total
 
 
 def _batches(loader) -> list[np.ndarray]:
@@ -129,22 +109,12 @@ def test_loader_with_prefetch_and_a_small_limit_reads_like_local_under_the_limit
     expected = _batches(DataLoader(on_disk, batch_size=4, sampler=local_sampler, collate_fn=collate))
     cache = tmp_path / "cache"
     _remote(url, seaweed, cache)  # index files first, to size the limit around them
-    limit = _cache_bytes(cache) + 2 * (6 + 16) * BLOCK
+    limit = cache_bytes(cache) + 2 * (6 + 16) * BLOCK
     ds = MemoryMappedDataset(_remote(url, seaweed, cache, cache_limit=limit), seq_len=SEQ)
     sampler = ResumableDistributedSampler(ds, num_replicas=2, rank=1, seed=9)
     ds.prefetch(sampler, batch_size=4, lookahead=8, num_workers=2)
-    peak, stop = [0], threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], _cache_bytes(cache))
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    got = _batches(DataLoader(ds, batch_size=4, sampler=sampler, num_workers=2, collate_fn=collate))
-    stop.set()
-    watcher.join()
+    with cache_peak(cache, 0.002) as peak:
+        got = _batches(DataLoader(ds, batch_size=4, sampler=sampler, num_workers=2, collate_fn=collate))
     assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
     data_bytes = sum(p.stat().st_size for p in local.glob("*.bin"))
     assert data_bytes > 2 * limit and 0 < peak[0] <= limit, (peak[0], limit)

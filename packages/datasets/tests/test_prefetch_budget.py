@@ -3,13 +3,11 @@ readers registered first: real DataLoader workers and torchrun-style rank proces
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from itertools import islice
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from datasets_helpers import cache_bytes, cache_peak
 from torch.utils.data import DataLoader, Dataset
 
 from tokenloom.datasets import MemoryMappedDataset, collate
@@ -30,17 +29,6 @@ from tokenloom.sampler import ResumableDistributedSampler
 BLOCK = 4096
 SEQ = 255  # 512-byte windows: 8 per block
 LOOKAHEAD = 8
-
-
-def _cache_bytes(root: Path) -> int:
-    with budget.node_lock(root):
-        total = 0
-        for dirpath, _, files in os.walk(root):
-            if Path(dirpath).name != "readers":
-                for name in files:
-                    with contextlib.suppress(FileNotFoundError):
-                        total += os.stat(os.path.join(dirpath, name)).st_size
-        return total
 
 
 # -- the floor: the same decision whoever registered first ---------------------------------------------
@@ -193,7 +181,7 @@ def test_a_two_rank_two_worker_job_is_refused_every_time_or_stays_under_the_stat
         ),
         seq_len=SEQ,
     )
-    index_bytes = _cache_bytes(probe_cache)
+    index_bytes = cache_bytes(probe_cache)
     totals, windows = [], []
     for rank in range(2):  # what each rank reads, and the blocks of each worker's first lookahead window
         sampler = ResumableDistributedSampler(here, num_replicas=2, rank=rank, seed=5)
@@ -215,22 +203,10 @@ def test_a_two_rank_two_worker_job_is_refused_every_time_or_stays_under_the_stat
     bound = index_bytes + 4 * max(per_reader)
     cache = tmp_path / "fits"
     cache.mkdir()
-    peak, stop = [0], threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], _cache_bytes(cache))
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with cache_peak(cache, 0.005) as peak:
         jobs = [_start_job(url, seaweed, tmp_path / f"small-{attempt}", too_small) for attempt in range(2)]
         fitting = _results(_start_job(url, seaweed, cache, bound))
         refused = [result for job in jobs for result in _results(job)]
-    finally:
-        stop.set()
-        watcher.join()
     assert [code for code, _ in refused] == [3, 3, 3, 3], refused
     for _, out in refused:
         assert out.startswith("refused ") and f"cache_limit {too_small} bytes is too small for the blocks" in out, out

@@ -39,16 +39,16 @@ CHOSEN_MASK = [[0, 0, 1, 1], [0, 1, 1], [0, 0, 0, 1, 1, 1]]
 REJECTED_MASK = [[0, 0, 1], [0, 1, 1, 1, 1], [0, 0, 1]]
 
 
+DPO_COLUMNS = {
+    "chosen": (CHOSEN, "int32"),
+    "rejected": (REJECTED, "int32"),
+    "chosen_mask": (CHOSEN_MASK, "bool"),
+    "rejected_mask": (REJECTED_MASK, "bool"),
+}
+
+
 def dpo_store(root: Path) -> Path:
-    return save_bin_with_records(
-        root,
-        {
-            "chosen": (CHOSEN, "int32"),
-            "rejected": (REJECTED, "int32"),
-            "chosen_mask": (CHOSEN_MASK, "bool"),
-            "rejected_mask": (REJECTED_MASK, "bool"),
-        },
-    )
+    return save_bin_with_records(root, DPO_COLUMNS)
 
 
 def test_dpo_records_are_astrai_samples(tmp_path: Path) -> None:
@@ -82,15 +82,8 @@ REWARDS = [[0.5, -1.0, 2.0], [1.0, 0.0]]
 
 
 def grpo_store(root: Path, rewards=REWARDS) -> Path:
-    return save_bin_with_records(
-        root,
-        {
-            "prompts": (PROMPTS, "int32"),
-            "responses": (RESPONSES, "int32"),
-            "masks": (MASKS, "bool"),
-            "rewards": (rewards, "float32"),
-        },
-    )
+    columns = {"prompts": (PROMPTS, "int32"), "responses": (RESPONSES, "int32"), "masks": (MASKS, "bool")}
+    return save_bin_with_records(root, {**columns, "rewards": (rewards, "float32")})
 
 
 def test_grpo_records_group_g_responses_per_prompt(tmp_path: Path) -> None:

@@ -32,6 +32,16 @@ SEGMENTS = {
     ],
 }
 WINDOW = {"seq": 3, "sft": 3, "dpo": 3, "grpo": 2}
+
+DPO_KEYS = ("input_ids", "labels", "mask")
+
+
+def _dpo_sample(chosen: tuple, rejected: tuple) -> dict[str, list]:
+    """A DPO sample's columns from its sides' (input_ids, labels, mask)."""
+    sides = (("chosen", chosen), ("rejected", rejected))
+    return {f"{side}_{key}": value for side, columns in sides for key, value in zip(DPO_KEYS, columns, strict=True)}
+
+
 EXPECTED = {
     "seq": [
         {"input_ids": [10, 11, 12], "labels": [11, 12, 13]},
@@ -41,23 +51,10 @@ EXPECTED = {
         {"input_ids": [1, 2, 3], "labels": [X, 3, 4], "loss_mask": [0, 1, 1], "position_ids": [0, 1, 2]},
         {"input_ids": [4, 5, 6], "labels": [X, 6, 7], "loss_mask": [0, 1, 1], "position_ids": [0, 1, 2]},
     ],
+    # (input_ids, labels, mask) of the chosen, then of the rejected side
     "dpo": [
-        {
-            "chosen_input_ids": [1, 2, 3],
-            "chosen_labels": [X, 3, 4],
-            "chosen_mask": [0, 1, 1],
-            "rejected_input_ids": [1, 2, 8],
-            "rejected_labels": [X, 8, X],
-            "rejected_mask": [0, 1, 0],
-        },
-        {
-            "chosen_input_ids": [4, 5, 6],
-            "chosen_labels": [X, 6, 7],
-            "chosen_mask": [0, 1, 1],
-            "rejected_input_ids": [9, 5, 6],
-            "rejected_labels": [X, 6, X],
-            "rejected_mask": [0, 1, 0],
-        },
+        _dpo_sample(([1, 2, 3], [X, 3, 4], [0, 1, 1]), ([1, 2, 8], [X, 8, X], [0, 1, 0])),
+        _dpo_sample(([4, 5, 6], [X, 6, 7], [0, 1, 1]), ([9, 5, 6], [X, 6, X], [0, 1, 0])),
     ],
     "grpo": [
         {"prompts": [1, 2], "responses": [5, 6], "masks": [0, 1], "rewards": [0.5, 0.5]},

@@ -12,26 +12,21 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from datasets_helpers import write_random_docs
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 import torch  # noqa: E402
 
 from tokenloom.datasets import MemoryMappedDataset, ResumableSamplerCallback, collate, use_resumable_sampler  # noqa: E402
-from tokenloom.formats import ConfigError, ResumeMismatchError, open_writer  # noqa: E402
+from tokenloom.formats import ConfigError, ResumeMismatchError  # noqa: E402
 from tokenloom.sampler import ResumableDistributedSampler  # noqa: E402
 
 SEQ_LEN, BATCH, NUM_SAMPLES, SEED = 16, 2, 24, 77
 
 
 def write_tokens(root: Path, seed: int = 1) -> MemoryMappedDataset:
-    rng = np.random.default_rng(seed)
-    remaining = NUM_SAMPLES * (SEQ_LEN + 1)
-    with open_writer(root, dtype="uint16", vocab_size=128, eos_id=0) as writer:
-        while remaining:
-            length = min(remaining, int(rng.integers(4, 30)))
-            writer.add(np.append(rng.integers(1, 128, size=length - 1), 0))
-            remaining -= length
+    write_random_docs(root, NUM_SAMPLES * (SEQ_LEN + 1), seed=seed, vocab_size=128, max_length=30)
     return MemoryMappedDataset(root, seq_len=SEQ_LEN, pack_sequences=True, position_ids=True)
 
 

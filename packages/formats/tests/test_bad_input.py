@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import xxhash
+from formats_helpers import byte_changes, opened_after_each
 
 from tokenloom.formats import (
     ChecksumError,
@@ -243,14 +244,12 @@ def test_native_every_truncation_and_every_header_index_manifest_byte_change_rai
         if name.endswith(".bin"):
             path.write_bytes(raw)
             continue
-        for position in range(len(raw)):  # any change of one byte of an index or the manifest
-            for mask in (0x01, 0x02, 0x10, 0x80, 0xFF):
-                changed = bytearray(raw)
-                changed[position] ^= mask
-                path.write_bytes(bytes(changed))
-                with pytest.raises(DataError):
-                    open_dataset(root)
-                checked += 1
+        # any change of one byte of an index or the manifest
+        for changed in byte_changes(raw, range(len(raw)), (0x01, 0x02, 0x10, 0x80, 0xFF)):
+            path.write_bytes(changed)
+            with pytest.raises(DataError):
+                open_dataset(root)
+            checked += 1
         path.write_bytes(raw)
     assert checked > 5000
     assert [open_dataset(root)[i].tolist() for i in range(len(DOCS))] == DOCS
@@ -263,14 +262,11 @@ def test_native_any_data_byte_change_raises_under_deep_validation(tmp_path: Path
             w.add(doc)
     for data in sorted(root.glob("*.bin")):
         raw = data.read_bytes()
-        for position in range(len(raw)):
-            for mask in (0x01, 0x80):
-                changed = bytearray(raw)
-                changed[position] ^= mask
-                data.write_bytes(bytes(changed))
-                open_dataset(root)  # fast mode reads no token data
-                with pytest.raises(ChecksumError, match=data.name):
-                    open_dataset(root, validate="deep")
+        for changed in byte_changes(raw, range(len(raw)), (0x01, 0x80)):
+            data.write_bytes(changed)
+            open_dataset(root)  # fast mode reads no token data
+            with pytest.raises(ChecksumError, match=data.name):
+                open_dataset(root, validate="deep")
         data.write_bytes(raw)
 
 
@@ -283,47 +279,33 @@ def test_megatron_every_truncation_and_byte_change_raises_or_reads_in_bounds(tmp
             target.write_bytes(raw[:cut])
             with pytest.raises(DataError):
                 open_dataset(path)
-        for position in range(len(raw)):
-            for mask in (0x01, 0x80, 0xFF):
-                changed = bytearray(raw)
-                changed[position] ^= mask
-                target.write_bytes(bytes(changed))
-                try:
-                    ds = open_dataset(path)
-                except DataError:
-                    continue
-                assert int(ds.doc_lengths.sum()) == ds.num_tokens
-                assert ds.num_tokens * ds.dtype.itemsize == path.with_name("train.bin").stat().st_size
-                assert sum(len(ds[i]) for i in range(len(ds))) == ds.num_tokens
-        try:
-            store = open_store(target)
-            assert len(store.fetch(0, len(store), "sequence")) == len(store)
-        except DataError:
-            pass
+        for ds in opened_after_each(target, byte_changes(raw, range(len(raw)), (0x01, 0x80, 0xFF)), path):
+            assert int(ds.doc_lengths.sum()) == ds.num_tokens
+            assert ds.num_tokens * ds.dtype.itemsize == path.with_name("train.bin").stat().st_size
+            assert sum(len(ds[i]) for i in range(len(ds))) == ds.num_tokens
+        _store_reads_in_bounds(target)
         target.write_bytes(raw)
+
+
+def _store_reads_in_bounds(target: Path) -> None:
+    """The store view of ``target`` opens and reads its whole sequence column, or refuses with a DataError."""
+    try:
+        store = open_store(target)
+        assert len(store.fetch(0, len(store), "sequence")) == len(store)
+    except DataError:
+        pass
 
 
 def test_h5_byte_changes_raise_or_read_in_bounds(tmp_path: Path) -> None:
     path = write(tmp_path, "h5")
     raw = path.read_bytes()
     target = tmp_path / "changed.h5"
-    for position in range(0, len(raw), 7):
-        changed = bytearray(raw)
-        changed[position] ^= 0xFF
-        target.write_bytes(bytes(changed))
-        try:
-            ds = open_dataset(target)
-        except DataError:
-            continue
+    for ds in opened_after_each(target, byte_changes(raw, range(0, len(raw), 7), (0xFF,))):
         for shard in ds.shards:
             end = shard.tokens_offset + shard.num_tokens * shard.dtype.itemsize
             assert end <= target.stat().st_size
         assert sum(len(ds[i]) for i in range(len(ds))) == ds.num_tokens
-        try:
-            store = open_store(target)
-            assert len(store.fetch(0, len(store), "sequence")) == len(store)
-        except DataError:
-            pass
+        _store_reads_in_bounds(target)
 
 
 def test_a_nul_byte_in_a_manifest_file_name_is_a_named_error_api_and_cli(tmp_path: Path) -> None:

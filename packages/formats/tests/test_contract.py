@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from formats_helpers import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
@@ -76,7 +77,7 @@ VOCAB = 1 << 16  # uint16 holds every id up to vocab - 1
 
 
 @pytest.mark.parametrize("label", WRITERS)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(30)
 @given(data=st.data())
 def test_any_documents_round_trip_through_every_writer_and_reader(tmp_path_factory, label: str, data) -> None:
     fmt = WRITERS[label][0]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from formats_helpers import fuzz
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenloom.formats import Shard, TokenDataset, _dataset, open_dataset, open_writer
@@ -33,7 +34,7 @@ def test_random_access_across_shards_matches_the_documents(tmp_path: Path) -> No
     assert [clone[i].tolist() for i in range(len(docs))] == docs
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(60)
 @given(
     entry_counts=st.lists(
         st.one_of(st.just(0), st.integers(1, 40), st.integers(200, 3000)),  # empty, small and large shards

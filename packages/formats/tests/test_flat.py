@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from formats_helpers import entries, flip_drawn_bit, fuzz, truncate_drawn, write_docs
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
@@ -34,15 +35,7 @@ DOCS = [[5, 6, 0], [7, 0], [8, 9, 10, 11, 0]]
 
 
 def write(path: Path, docs, **options) -> None:
-    options.setdefault("eos_id", EOS)
-    options.setdefault("vocab_size", 100)
-    with open_writer(path, format="flat", dtype="uint16", **options) as writer:
-        for doc in docs:
-            writer.add(np.array(doc, dtype=np.int64))
-
-
-def entries(ds) -> list[list[int]]:
-    return [ds[i].tolist() for i in range(len(ds))]
+    write_docs(path, "flat", docs, **{"eos_id": EOS, **options})
 
 
 def test_round_trip_with_eos_boundaries(tmp_path: Path) -> None:
@@ -339,7 +332,7 @@ def test_symlink_leaving_the_root_and_fifo_are_refused(tmp_path: Path) -> None:
 documents = st.lists(st.lists(st.integers(0, 65535), max_size=12), min_size=1, max_size=12)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(40)
 @given(docs=documents, shard_size=st.one_of(st.none(), st.integers(1, 30)), file_format=st.sampled_from(["npy", "bin"]))
 def test_any_documents_round_trip_exactly(tmp_path_factory, docs, shard_size, file_format) -> None:
     if not any(docs):
@@ -353,7 +346,7 @@ def test_any_documents_round_trip_exactly(tmp_path_factory, docs, shard_size, fi
     assert [t for i in range(len(stream)) for t in stream[i].tolist()] == [t for doc in docs for t in doc]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(40)
 @given(
     docs=st.lists(st.lists(st.integers(1, 65535), max_size=10), min_size=1, max_size=12),
     shard_size=st.integers(1, 30),
@@ -382,33 +375,30 @@ def _read_everything(ds) -> None:
     assert len(ds.tokens(0, ds.num_tokens)) == ds.num_tokens
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), manifest=st.booleans())
-def test_any_truncation_raises(tmp_path_factory, data, manifest) -> None:
+def _drawn_file(tmp_path_factory, data, manifest: bool) -> tuple[Path, Path]:
+    """A fresh dataset (written with a manifest, or a foreign one) and one of its files drawn by hypothesis."""
     root = tmp_path_factory.mktemp("ds") / "ds"
     if manifest:
         write(root, DOCS, shard_size_tokens=4)
     else:
         _foreign(root)
-    target = data.draw(st.sampled_from(sorted(p for p in root.iterdir())))
-    raw = target.read_bytes()
-    target.write_bytes(raw[: data.draw(st.integers(0, len(raw) - 1))])
+    return root, data.draw(st.sampled_from(sorted(p for p in root.iterdir())))
+
+
+@fuzz(60)
+@given(data=st.data(), manifest=st.booleans())
+def test_any_truncation_raises(tmp_path_factory, data, manifest) -> None:
+    root, target = _drawn_file(tmp_path_factory, data, manifest)
+    truncate_drawn(data, target)
     with pytest.raises(DataError):
         open_dataset(root, format="flat")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(80)
 @given(data=st.data(), manifest=st.booleans())
 def test_any_byte_flip_raises_or_reads_in_bounds(tmp_path_factory, data, manifest) -> None:
-    root = tmp_path_factory.mktemp("ds") / "ds"
-    if manifest:
-        write(root, DOCS, shard_size_tokens=4)
-    else:
-        _foreign(root)
-    target = data.draw(st.sampled_from(sorted(p for p in root.iterdir())))
-    raw = bytearray(target.read_bytes())
-    raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
-    target.write_bytes(bytes(raw))
+    root, target = _drawn_file(tmp_path_factory, data, manifest)
+    flip_drawn_bit(data, target)
     try:
         ds = open_dataset(root, format="flat")
     except DataError:

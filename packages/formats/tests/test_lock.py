@@ -10,14 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
+from formats_helpers import write_counting_native
 
 from tokenloom.formats import OutputLockedError, open_dataset
 from tokenloom.formats.cli.commands import convert
 from tokenloom.formats.io import lock_path, output_lock
-from tokenloom.formats.native import NativeWriter
 
 # holds the lock mid-convert until the test creates the release file (120 s at most), then finishes
 HOLD = """
@@ -34,11 +33,7 @@ print("done")
 
 @pytest.fixture
 def native(tmp_path: Path) -> Path:
-    path = tmp_path / "native"
-    with NativeWriter(path, dtype="uint16", vocab_size=1000, eos_id=0) as writer:
-        for n in range(1, 60):
-            writer.add(np.arange(n) % 999 + 1)
-    return path
+    return write_counting_native(tmp_path / "native", 60)
 
 
 def _wait_for(path: Path, timeout: float = 60.0) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from formats_helpers import entries, flip_drawn_bit, fuzz, truncate_drawn, write_docs
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
@@ -50,13 +51,7 @@ def build(
 
 
 def write(prefix: Path, docs, dtype: str = "uint16") -> None:
-    with open_writer(prefix, format="megatron", dtype=dtype, vocab_size=100, eos_id=0) as writer:
-        for doc in docs:
-            writer.add(np.array(doc, dtype=np.int64))
-
-
-def entries(ds) -> list[list[int]]:
-    return [ds[i].tolist() for i in range(len(ds))]
+    write_docs(prefix, "megatron", docs, dtype=dtype)
 
 
 def test_writer_output_matches_the_byte_layout(tmp_path: Path) -> None:
@@ -248,7 +243,7 @@ def test_data_file_size_must_match_the_sizes(tmp_path: Path) -> None:
 # -- properties ------------------------------------------------------------------------
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(50)
 @given(docs=st.lists(st.lists(st.integers(0, 65535), max_size=20), max_size=15))
 def test_any_documents_round_trip(tmp_path_factory, docs) -> None:
     prefix = tmp_path_factory.mktemp("ds") / "data"
@@ -259,27 +254,27 @@ def test_any_documents_round_trip(tmp_path_factory, docs) -> None:
     assert entries(ds) == docs
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_any_truncation_raises(tmp_path_factory, data) -> None:
+def _drawn_file(tmp_path_factory, data) -> tuple[Path, Path]:
+    """A fresh folder with the dataset d and one of its two files drawn by hypothesis."""
     root = tmp_path_factory.mktemp("ds")
     write(root / "d", DOCS)
-    target = root / data.draw(st.sampled_from(["d.idx", "d.bin"]))
-    raw = target.read_bytes()
-    target.write_bytes(raw[: data.draw(st.integers(0, len(raw) - 1))])
+    return root, root / data.draw(st.sampled_from(["d.idx", "d.bin"]))
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_any_truncation_raises(tmp_path_factory, data) -> None:
+    root, target = _drawn_file(tmp_path_factory, data)
+    truncate_drawn(data, target)
     with pytest.raises(DataError):
         open_dataset(root / "d", format="megatron")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(100)
 @given(data=st.data())
 def test_any_byte_flip_raises_or_reads_in_bounds(tmp_path_factory, data) -> None:
-    root = tmp_path_factory.mktemp("ds")
-    write(root / "d", DOCS)
-    target = root / data.draw(st.sampled_from(["d.idx", "d.bin"]))
-    raw = bytearray(target.read_bytes())
-    raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
-    target.write_bytes(bytes(raw))
+    root, target = _drawn_file(tmp_path_factory, data)
+    flip_drawn_bit(data, target)
     try:
         ds = open_dataset(root / "d", format="megatron")
     except DataError:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from formats_helpers import flip_drawn_bit, fuzz, truncate_drawn
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
@@ -245,43 +246,35 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_file())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def _drawn_file(tmp_path_factory, data) -> tuple[Path, Path]:
+    """A fresh sharded dataset and one of its files drawn by hypothesis."""
+    root = tmp_path_factory.mktemp("ds") / "ds"
+    write(root, DOCS, shard_size_tokens=4)
+    return root, data.draw(st.sampled_from(_files(root)))
+
+
+@fuzz(60)
 @given(data=st.data())
 def test_any_truncation_or_index_flip_raises(tmp_path_factory, data) -> None:
-    root = tmp_path_factory.mktemp("ds") / "ds"
-    write(root, DOCS, shard_size_tokens=4)
-    target = data.draw(st.sampled_from(_files(root)))
-    raw = target.read_bytes()
+    root, target = _drawn_file(tmp_path_factory, data)
     if target.suffix == ".bin" or data.draw(st.booleans()):
-        cut = data.draw(st.integers(0, len(raw) - 1))
-        target.write_bytes(raw[:cut])
-        level = "fast"
+        truncate_drawn(data, target)
     else:
-        position = data.draw(st.integers(0, len(raw) - 1))
-        bit = data.draw(st.integers(0, 7))
-        flipped = bytearray(raw)
-        flipped[position] ^= 1 << bit
-        target.write_bytes(bytes(flipped))
-        level = "fast"
+        flip_drawn_bit(data, target)
     with pytest.raises(DataError):
-        open_dataset(root, validate=level)
+        open_dataset(root, validate="fast")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(40)
 @given(data=st.data())
 def test_any_flip_anywhere_raises_under_deep_validation(tmp_path_factory, data) -> None:
-    root = tmp_path_factory.mktemp("ds") / "ds"
-    write(root, DOCS, shard_size_tokens=4)
-    target = data.draw(st.sampled_from(_files(root)))
-    raw = bytearray(target.read_bytes())
-    position = data.draw(st.integers(0, len(raw) - 1))
-    raw[position] ^= 1 << data.draw(st.integers(0, 7))
-    target.write_bytes(bytes(raw))
+    root, target = _drawn_file(tmp_path_factory, data)
+    flip_drawn_bit(data, target)
     with pytest.raises(DataError):
         open_dataset(root, validate="deep")
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(50)
 @given(
     docs=st.lists(st.lists(st.integers(0, 65535), max_size=20), max_size=15),
     shard_size=st.one_of(st.none(), st.integers(1, 50)),

@@ -58,6 +58,13 @@ def edit(path: Path, offset: int, data: bytes) -> None:
         handle.write(data)
 
 
+def _write_and_open_twice(root: Path, *, keep_manifest: bool = True) -> None:
+    """Write the dataset, then open it twice: the second open is served by the open cache."""
+    write(root, keep_manifest=keep_manifest)
+    open_dataset(root)
+    open_dataset(root)
+
+
 @pytest.mark.parametrize("keep_manifest", [True, False], ids=["manifest", "gpt-simple"])
 def test_a_reopen_asks_the_index_cache_a_fixed_number_of_times(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_manifest: bool
@@ -77,9 +84,7 @@ def test_a_reopen_asks_the_index_cache_a_fixed_number_of_times(
 
 
 def test_an_index_changed_after_a_cached_open_fails_its_checksum(tmp_path: Path) -> None:
-    write(tmp_path / "ds")
-    open_dataset(tmp_path / "ds")
-    open_dataset(tmp_path / "ds")
+    _write_and_open_twice(tmp_path / "ds")
     victim = sorted((tmp_path / "ds").glob("*.idx"))[5]
     edit(victim, HEADER.size + 8, np.array([2], "<i8").tobytes())  # same size, other bytes
     with pytest.raises(ChecksumError) as caught:
@@ -88,9 +93,7 @@ def test_an_index_changed_after_a_cached_open_fails_its_checksum(tmp_path: Path)
 
 
 def test_bad_offsets_written_after_a_cached_open_are_caught_without_a_manifest(tmp_path: Path) -> None:
-    write(tmp_path / "ds", keep_manifest=False)
-    open_dataset(tmp_path / "ds")
-    open_dataset(tmp_path / "ds")
+    _write_and_open_twice(tmp_path / "ds", keep_manifest=False)
     victim = sorted((tmp_path / "ds").glob("*.idx"))[7]
     edit(victim, HEADER.size + 8 * 2, np.array([1], "<i8").tobytes())  # offsets 0, 3, 1, 9: a decrease
     with pytest.raises(IndexCorruptError, match="decrease") as caught:
@@ -99,9 +102,7 @@ def test_bad_offsets_written_after_a_cached_open_are_caught_without_a_manifest(t
 
 
 def test_a_data_file_cut_short_after_a_cached_open_is_caught_without_a_manifest(tmp_path: Path) -> None:
-    write(tmp_path / "ds", keep_manifest=False)
-    open_dataset(tmp_path / "ds")
-    open_dataset(tmp_path / "ds")
+    _write_and_open_twice(tmp_path / "ds", keep_manifest=False)
     victim = sorted((tmp_path / "ds").glob("*.bin"))[3]
     time.sleep(0.05)
     os.truncate(victim, victim.stat().st_size - 2)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import builtins
-import errno
 import logging
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from formats_helpers import refuse_opening
 
 from tokenloom.formats import ConfigError, FormatError, convert_dataset, open_dataset
 from tokenloom.formats.cli.commands import validate
@@ -74,14 +72,7 @@ def test_deep_validation_says_what_it_could_not_check(native: Path, tmp_path: Pa
 
 
 def test_fast_validate_fails_on_a_shard_it_cannot_read(native: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_open = builtins.open
-
-    def guarded(file, *args, **kwargs):
-        if str(file).endswith("shard_00001.bin"):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", guarded)
+    refuse_opening(monkeypatch, "shard_00001.bin")
     result = CliRunner().invoke(validate, [str(native)])
     assert result.exit_code == 1
     assert "StorageError" in result.output and "shard_00001.bin" in result.output

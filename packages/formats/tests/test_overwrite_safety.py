@@ -106,24 +106,25 @@ def test_cli_overwrite_of_a_foreign_directory_names_its_files(native: Path, tmp_
     assert (target / "notes.txt").read_text() == "precious"
 
 
-def test_megatron_overwrite_refuses_an_idx_that_is_not_megatron(native: Path, tmp_path: Path) -> None:
+def _megatron_overwrite_refused(native: Path, tmp_path: Path, suffix: str, mine: str, match: str) -> None:
+    """A file of ours at the megatron prefix tmp_path/m/data + suffix: --overwrite refuses and leaves it as it was."""
     prefix = tmp_path / "m" / "data"
     prefix.parent.mkdir()
-    Path(f"{prefix}.idx").write_text("my own index of something")
-    with pytest.raises(ConfigError, match="not a Megatron index"):
+    Path(f"{prefix}{suffix}").write_text(mine)
+    with pytest.raises(ConfigError, match=match):
         convert_dataset(native, prefix, to="megatron", writer_options={"overwrite": True})
-    assert Path(f"{prefix}.idx").read_text() == "my own index of something"
+    assert Path(f"{prefix}{suffix}").read_text() == mine
+
+
+def test_megatron_overwrite_refuses_an_idx_that_is_not_megatron(native: Path, tmp_path: Path) -> None:
+    _megatron_overwrite_refused(native, tmp_path, ".idx", "my own index of something", "not a Megatron index")
     convert_dataset(native, tmp_path / "m" / "other", to="megatron")
     convert_dataset(native, tmp_path / "m" / "other", to="megatron", writer_options={"overwrite": True})
 
 
 def test_megatron_overwrite_refuses_a_bin_without_its_idx(native: Path, tmp_path: Path) -> None:
-    prefix = tmp_path / "m" / "data"
-    prefix.parent.mkdir()
-    Path(f"{prefix}.bin").write_text("a file of mine that happens to end in .bin")
-    with pytest.raises(ConfigError, match="data.bin: it has no .idx"):
-        convert_dataset(native, prefix, to="megatron", writer_options={"overwrite": True})
-    assert Path(f"{prefix}.bin").read_text() == "a file of mine that happens to end in .bin"
+    mine = "a file of mine that happens to end in .bin"
+    _megatron_overwrite_refused(native, tmp_path, ".bin", mine, "data.bin: it has no .idx")
 
 
 def test_packed_overwrite_replaces_a_pbin_but_never_another_file(native: Path, tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from formats_helpers import byte_changes, entries, fuzz, opened_after_each, write_docs
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
@@ -31,10 +32,7 @@ DOCS = [[5, 6, 0], [7, 0], [], [8, 9, 10, 11, 0]]
 
 
 def write(path: Path, docs, *, dtype="uint16", **options) -> Path:
-    with open_writer(path, format="packed", dtype=dtype, vocab_size=100, eos_id=0, **options) as writer:
-        for doc in docs:
-            writer.add(np.array(doc, dtype=np.int64))
-    return path
+    return write_docs(path, "packed", docs, dtype=dtype, **options)
 
 
 def hand_built(
@@ -45,10 +43,6 @@ def hand_built(
     data = b"".join(t.to_bytes(size, "little") for t in tokens)
     header = len(data).to_bytes(8, "little") + (b"" if token_size is None else token_size.to_bytes(4, "little"))
     return header + data + pickle.dumps(index, protocol=protocol)
-
-
-def entries(ds) -> list[list[int]]:
-    return [ds[i].tolist() for i in range(len(ds))]
 
 
 @pytest.mark.parametrize(
@@ -255,7 +249,7 @@ VOCAB = 1000
 DOC_LISTS = st.lists(st.lists(st.integers(0, VOCAB - 1), max_size=12), max_size=8)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(60)
 @given(docs=DOC_LISTS, legacy=st.booleans())
 def test_any_documents_round_trip(tmp_path: Path, docs: list[list[int]], legacy: bool) -> None:
     path = tmp_path / "p.pbin"
@@ -292,15 +286,7 @@ def test_every_byte_flip_raises_or_stays_in_bounds(tmp_path: Path, legacy: bool)
     raw = write(tmp_path / "full.pbin", DOCS, legacy=legacy).read_bytes()
     flipped = tmp_path / "flip.pbin"
     opened = 0
-    for position in range(len(raw)):
-        for mask in (0x01, 0x80, 0xFF):
-            data = bytearray(raw)
-            data[position] ^= mask
-            flipped.write_bytes(bytes(data))
-            try:
-                ds = open_dataset(flipped)
-            except DataError:
-                continue
-            opened += 1
-            read_everything_in_bounds(ds)
+    for ds in opened_after_each(flipped, byte_changes(raw, range(len(raw)), (0x01, 0x80, 0xFF))):
+        opened += 1
+        read_everything_in_bounds(ds)
     assert opened > 0  # flips inside token data are undetectable without checksums, and must still read safely

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from formats_helpers import open_cached
 
 from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError, StorageError
@@ -117,12 +118,7 @@ def test_missing_extra_is_the_named_install_error(tmp_path):
 def test_remote_native_reads_identical_bytes(seaweed, local_ds, tmp_path):
     url = _upload(seaweed, local_ds)
     local = open_dataset(local_ds)
-    remote = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
-        ),
-    )
+    remote = open_cached(url, seaweed.storage_options(), tmp_path / "c", BLOCK)
     assert len(remote) == len(local) and remote.num_tokens == local.num_tokens
     assert remote.eos_id == 0 and remote.vocab_size == 50_000
     assert _entries(remote) == _entries(local)
@@ -150,12 +146,7 @@ def test_faults_are_retried_and_reads_stay_identical(seaweed, fault_proxy, local
     fault_proxy.faults = ["503", "503", "reset", "truncate", "stall", "503", "reset", "truncate"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
-        ds = open_dataset(
-            url,
-            remote=RemoteOptions.from_keywords(
-                storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK
-            ),
-        )
+        ds = open_cached(url, options, tmp_path / "c", BLOCK)
         assert _entries(ds) == expected
     assert not fault_proxy.faults and sum(fault_proxy.injected.values()) == 8
     waits = [r for r in caplog.records if "waiting for" in r.getMessage()]
@@ -219,12 +210,7 @@ def test_one_get_per_block_per_node_with_concurrent_processes(seaweed, fault_pro
 
 def test_object_changed_under_a_reader_is_resume_mismatch(seaweed, local_ds, tmp_path):
     url = _upload(seaweed, local_ds)
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
-        ),
-    )
+    ds = open_cached(url, seaweed.storage_options(), tmp_path / "c", BLOCK)
     first = np.asarray(ds[0]).copy()
     prefix = parse_url(url).prefix
     shard = ds.shards[-1]
@@ -234,12 +220,7 @@ def test_object_changed_under_a_reader_is_resume_mismatch(seaweed, local_ds, tmp
     with pytest.raises(ResumeMismatchError, match=rf"{shard.name}\.bin changed since it was opened"):
         np.asarray(ds[len(ds) - 1])
     assert np.array_equal(np.asarray(ds[0]), first)  # an already cached block is the opened version
-    reopened = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
-        ),
-    )
+    reopened = open_cached(url, seaweed.storage_options(), tmp_path / "c", BLOCK)
     assert reopened.fingerprint != ds.fingerprint
     assert int(np.asarray(reopened[len(reopened) - 1])[-1]) == 1
 
@@ -296,10 +277,7 @@ def test_store_is_rebuilt_after_fork_and_the_dataset_pickles(seaweed, local_ds, 
 
     url = _upload(seaweed, local_ds)
     options = seaweed.storage_options()
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
-    )
+    ds = open_cached(url, options, tmp_path / "c", BLOCK)
     first = np.asarray(ds[0]).tobytes()  # the parent has a live store and open maps
     expected = np.asarray(open_dataset(local_ds)[len(ds) - 1]).tobytes()
     # a DataLoader forks its workers after the parent read: obstore's runtime would hang in the child

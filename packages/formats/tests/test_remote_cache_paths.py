@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from formats_helpers import mounted_tmpfs, open_cached
 
-from tokenloom.formats import RemoteOptions, open_dataset, open_writer
+from tokenloom.formats import open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, StorageError
 from tokenloom.formats.remote import cache as cache_module
 
@@ -42,13 +43,16 @@ def url(seaweed, small) -> str:
 
 
 def _read_all(url: str, seaweed, cache: Path) -> int:
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=cache, block_size=BLOCK
-        ),
-    )
+    ds = open_cached(url, seaweed.storage_options(), cache, BLOCK)
     return sum(int(np.asarray(ds[i]).astype(np.int64).sum()) for i in range(len(ds)))
+
+
+def _read_all_failing(url: str, seaweed, cache: Path, monkeypatch, fetch_into) -> StorageError:
+    """The StorageError of reading every block when each block's fetch into the cache is ``fetch_into``."""
+    monkeypatch.setattr(cache_module, "fetch_into", fetch_into)
+    with pytest.raises(StorageError) as caught:
+        _read_all(url, seaweed, cache)
+    return caught.value
 
 
 # -- a file or a loop where the directory should be -------------------------------------------------
@@ -136,13 +140,11 @@ def test_a_cache_dir_refusing_writes_is_named_simulated(seaweed, url, tmp_path, 
     def refuse(config, obj, start, end, path):
         raise PermissionError(errno.EACCES, "Permission denied", str(path))
 
-    monkeypatch.setattr(cache_module, "fetch_into", refuse)
     cache = tmp_path / "cache"
-    with pytest.raises(StorageError) as caught:
-        _read_all(url, seaweed, cache)
-    assert caught.value.errno == errno.EACCES and caught.value.path == str(cache)
-    assert f"the cache directory {cache} is not writable by this process (EACCES)" in str(caught.value)
-    assert f"ls -ld {cache}" in str(caught.value)
+    error = _read_all_failing(url, seaweed, cache, monkeypatch, refuse)
+    assert error.errno == errno.EACCES and error.path == str(cache)
+    assert f"the cache directory {cache} is not writable by this process (EACCES)" in str(error)
+    assert f"ls -ld {cache}" in str(error)
 
 
 # -- a full disk -----------------------------------------------------------------------------------
@@ -151,15 +153,9 @@ def test_a_cache_dir_refusing_writes_is_named_simulated(seaweed, url, tmp_path, 
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 256 KiB tmpfs (root only; CI may not allow mounts: the simulated test below covers that)."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from mounted_tmpfs(tmp_path / "tiny", "size=256k")
 
 
 def test_a_full_cache_disk_is_a_storage_error_naming_the_directory(seaweed, url, tiny_disk):
@@ -182,12 +178,10 @@ def test_a_full_cache_disk_is_named_simulated(seaweed, url, tmp_path, monkeypatc
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         raise StorageError(f"the object-store client failed: OSError: [Errno 28] No space left on device: '{path}'")
 
-    monkeypatch.setattr(cache_module, "fetch_into", full)
     cache = tmp_path / "cache"
-    with pytest.raises(StorageError) as caught:
-        _read_all(url, seaweed, cache)
-    assert caught.value.errno == errno.ENOSPC and caught.value.path == str(cache)
-    assert f"the cache directory {cache} is full (ENOSPC" in str(caught.value)
+    error = _read_all_failing(url, seaweed, cache, monkeypatch, full)
+    assert error.errno == errno.ENOSPC and error.path == str(cache)
+    assert f"the cache directory {cache} is full (ENOSPC" in str(error)
 
 
 # -- open files --------------------------------------------------------------------------------------

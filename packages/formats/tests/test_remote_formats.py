@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from formats_helpers import cached_remote, open_cached
 
 from tokenloom.formats import MissingFileError, RemoteOptions, open_dataset, open_writer
 from tokenloom.formats._registry import detect_format
@@ -65,30 +66,31 @@ def flat_tatm(root: Path, seed: int = 0) -> str:
     return ""
 
 
-def megatron(root: Path, seed: int = 0) -> str:
+def _parts(root: Path, seed: int, fmt: str, *names: str) -> None:
+    """A folder of one dataset of ``fmt`` per name, of seeds seed, seed + 1, ..."""
     root.mkdir(parents=True)
-    _write(root / "part_a", "megatron", seed)
-    _write(root / "part_b", "megatron", seed + 1)
+    for i, name in enumerate(names):
+        _write(root / name, fmt, seed + i)
+
+
+def megatron(root: Path, seed: int = 0) -> str:
+    _parts(root, seed, "megatron", "part_a", "part_b")
     return ""
 
 
 def megatron_prefix(root: Path, seed: int = 0) -> str:
-    root.mkdir(parents=True)
-    _write(root / "corpus_text_document", "megatron", seed)
-    _write(root / "corpus_text_document2", "megatron", seed + 1)  # a neighbour sharing the name's start
+    # a neighbour sharing the name's start
+    _parts(root, seed, "megatron", "corpus_text_document", "corpus_text_document2")
     return "corpus_text_document"
 
 
 def packed(root: Path, seed: int = 0) -> str:
-    root.mkdir(parents=True)
-    _write(root / "a.pbin", "packed", seed)
-    _write(root / "b.pbin", "packed", seed + 1)
+    _parts(root, seed, "packed", "a.pbin", "b.pbin")
     return ""
 
 
 def packed_file(root: Path, seed: int = 0) -> str:
-    root.mkdir(parents=True)
-    _write(root / "train.pbin", "packed", seed)
+    _parts(root, seed, "packed", "train.pbin")
     return "train.pbin"
 
 
@@ -138,10 +140,7 @@ def test_every_format_reads_identical_bytes_from_s3(seaweed, tmp_path, layout):
     local = open_dataset(local_path)
     options = seaweed.storage_options()
     assert detect_format(local_path) == local.format
-    remote = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
-    )
+    remote = open_cached(url, options, tmp_path / "c", BLOCK)
     assert remote.format == local.format
     assert str(remote.root) == url
     assert len(remote) == len(local) and remote.num_tokens == local.num_tokens
@@ -149,10 +148,7 @@ def test_every_format_reads_identical_bytes_from_s3(seaweed, tmp_path, layout):
     assert _entries(remote) == _entries(local)
     assert np.array_equal(remote.tokens(0, remote.num_tokens), local.tokens(0, local.num_tokens))
     assert remote.fingerprint and remote.fingerprint != local.fingerprint  # every object's size and ETag count
-    reopened = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c2", block_size=BLOCK),
-    )
+    reopened = open_cached(url, options, tmp_path / "c2", BLOCK)
     assert reopened.fingerprint == remote.fingerprint  # a pure function of the objects, not of the cache
     # token data was read by blocks into the cache, never fetched whole
     blocks = list((tmp_path / "c").rglob(f"b{BLOCK}-*"))
@@ -166,9 +162,7 @@ def test_deep_validation_on_a_url_reads_every_block(seaweed, tmp_path, layout):
     reader: dict[str, Any] = {"vocab_size": 1000} if layout in ("h5", "bin-meta") else {}  # a keyed store records none
     ds = open_dataset(
         url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
-        ),
+        remote=cached_remote(seaweed.storage_options(), tmp_path / "c", BLOCK),
         validate="deep",
         on_progress=lambda stage, done, total: stages.__setitem__(stage, done),
         **reader,
@@ -184,9 +178,7 @@ def test_native_deep_validation_checks_every_object_against_the_manifest(seaweed
     stages: dict[str, int] = {}
     ds = open_dataset(
         url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
-        ),
+        remote=cached_remote(seaweed.storage_options(), tmp_path / "c", BLOCK),
         validate="deep",
         on_progress=lambda stage, done, total: stages.__setitem__(stage, done),
     )
@@ -219,10 +211,7 @@ def test_native_deep_validation_checks_every_object_against_the_manifest(seaweed
 def test_a_changed_object_is_a_resume_mismatch_naming_it(seaweed, tmp_path, layout):
     local_path, url = _setup(seaweed, tmp_path, layout)
     options = seaweed.storage_options()
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
-    )
+    ds = open_cached(url, options, tmp_path / "c", BLOCK)
     first = ds.fingerprint
     data_name = sorted(p.name for p in local_path.iterdir() if p.suffix in (".bin", ".npy", ".pbin", ".h5"))[0]
     key = url.split(f"s3://{seaweed.bucket}/", 1)[1] + "/" + data_name
@@ -236,12 +225,7 @@ def test_a_changed_object_is_a_resume_mismatch_naming_it(seaweed, tmp_path, layo
         _entries(clone)
     assert data_name in str(caught.value)
     try:
-        again = open_dataset(
-            url,
-            remote=RemoteOptions.from_keywords(
-                storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK
-            ),
-        )
+        again = open_cached(url, options, tmp_path / "c", BLOCK)
     except DataError:
         return  # a reader whose fast checks see the change refuses at open: never other data silently
     assert again.fingerprint != first  # a saved state of the first open does not load on this one
@@ -439,12 +423,7 @@ def test_a_shard_copied_without_its_source_reads_the_same_bytes(seaweed, tmp_pat
     from tokenloom.formats import Shard
 
     _, url = _setup(seaweed, tmp_path, "flat")
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
-        ),
-    )
+    ds = open_cached(url, seaweed.storage_options(), tmp_path / "c", BLOCK)
     shard = ds.shards[0]
     fields = {"tokens_path": shard.tokens_path, "dtype": shard.dtype, "num_tokens": shard.num_tokens}
     fields |= {"offsets": shard.offsets, "overlap_prefix": shard.overlap_prefix, "tokens_offset": shard.tokens_offset}
@@ -458,9 +437,4 @@ def test_native_shards_without_their_manifest_are_not_a_dataset_yet(seaweed, tmp
     native_without_manifest(local)
     url = _upload(seaweed, local)
     with pytest.raises(MissingFileError, match="no native dataset at .*still being uploaded"):
-        open_dataset(
-            url,
-            remote=RemoteOptions.from_keywords(
-                storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=BLOCK
-            ),
-        )
+        open_cached(url, seaweed.storage_options(), tmp_path / "c", BLOCK)

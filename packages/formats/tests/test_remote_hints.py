@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import errno
-import subprocess
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
+from formats_helpers import mounted_tmpfs, open_cached
 
 from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, StorageError
@@ -51,13 +51,7 @@ def test_a_block_that_cannot_be_written_names_the_cache_directory(tmp_path):
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from mounted_tmpfs(tmp_path / "small", "size=96k")
 
 
 def test_a_full_cache_disk_names_the_directory(seaweed, tmp_path, small_disk):
@@ -68,12 +62,7 @@ def test_a_full_cache_disk_names_the_directory(seaweed, tmp_path, small_disk):
             writer.add(np.append(rng.integers(1, 50_000, size=300, dtype=np.uint16), np.uint16(0)))
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     with pytest.raises(StorageError) as caught:
-        ds = open_dataset(
-            url,
-            remote=RemoteOptions.from_keywords(
-                storage_options=seaweed.storage_options(), block_cache_dir=small_disk, block_size=4096
-            ),
-        )
+        ds = open_cached(url, seaweed.storage_options(), small_disk, 4096)
         for i in range(len(ds)):
             np.asarray(ds[i]).sum()
     error = caught.value

@@ -10,24 +10,15 @@ import logging
 import socket
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
+from formats_helpers import open_cached, write_random_native
 
-from tokenloom.formats import RemoteOptions, open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.errors import ConfigError, StorageError
 
 BLOCK = 4096
-
-
-def _write_native(root: Path) -> Path:
-    rng = np.random.default_rng(3)
-    with open_writer(root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
-        for _ in range(200):
-            doc = rng.integers(1, 50_000, size=int(rng.integers(5, 300)), dtype=np.uint16)
-            writer.add(np.append(doc, np.uint16(0)))
-    return root
 
 
 def _entries(ds, begin: int = 0, end: int | None = None) -> list[bytes]:
@@ -65,17 +56,12 @@ def test_a_store_down_mid_read_is_waited_out_with_identical_bytes_and_one_log_li
     seaweed, fault_proxy, tmp_path, caplog, monkeypatch
 ):
     monkeypatch.delenv("TOKENLOOM_RETRY_BUDGET", raising=False)  # the default budget, 600 s
-    local = _write_native(tmp_path / "local")
+    local = write_random_native(tmp_path / "local", seed=3, docs=200)
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     expected = _entries(open_dataset(local))
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger="tokenloom.formats.remote"):
-        ds = open_dataset(
-            url,
-            remote=RemoteOptions.from_keywords(
-                storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK
-            ),
-        )
+        ds = open_cached(url, options, tmp_path / "c", BLOCK)
         half = len(ds) // 2
         got = _entries(ds, 0, half)
         fault_proxy.down_for(20, "503")  # a 20 s outage: the old 8 retries were spent in about 16 s
@@ -91,13 +77,10 @@ def test_a_store_down_mid_read_is_waited_out_with_identical_bytes_and_one_log_li
 
 def test_a_server_that_never_answers_is_named_within_the_budget(seaweed, fault_proxy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "3")
-    local = _write_native(tmp_path / "local")
+    local = write_random_native(tmp_path / "local", seed=3, docs=200)
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
-    )
+    ds = open_cached(url, options, tmp_path / "c", BLOCK)
     fault_proxy.down_for(120, "blackhole")  # accepts every request, answers none
     began = time.monotonic()
     with pytest.raises(StorageError) as caught:
@@ -140,13 +123,10 @@ def test_a_wait_is_said_when_it_begins_not_when_the_store_comes_back(seaweed, fa
     import threading
 
     monkeypatch.delenv("TOKENLOOM_RETRY_BUDGET", raising=False)
-    local = _write_native(tmp_path / "local")
+    local = write_random_native(tmp_path / "local", seed=3, docs=200)
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
-    )
+    ds = open_cached(url, options, tmp_path / "c", BLOCK)
     seen: list[float] = []
 
     class Watch(logging.Handler):
@@ -178,13 +158,10 @@ def test_a_new_helper_does_not_call_an_endpoint_that_answered_its_caller_never_a
     monkeypatch.delenv("TOKENLOOM_RETRY_BUDGET", raising=False)
     from tokenloom.formats.remote import helper
 
-    local = _write_native(tmp_path / "local")
+    local = write_random_native(tmp_path / "local", seed=3, docs=200)
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=BLOCK),
-    )  # answered here
+    ds = open_cached(url, options, tmp_path / "c", BLOCK)  # answered here
     helper._LOCAL.helper = None  # the next read starts a new helper process, as a forked worker's does
     from tokenloom.formats.remote import _runtime
 

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
+from formats_helpers import open_cached, write_random_native
 
-from tokenloom.formats import RemoteOptions, open_dataset, open_writer
+from tokenloom.formats import open_dataset
 
 torch = pytest.importorskip("torch")
-
-
-def _write_native(root: Path) -> Path:
-    rng = np.random.default_rng(5)
-    with open_writer(root, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
-        for _ in range(400):
-            doc = rng.integers(1, 50_000, size=int(rng.integers(5, 300)), dtype=np.uint16)
-            writer.add(np.append(doc, np.uint16(0)))
-    return root
 
 
 class Items(torch.utils.data.Dataset):
@@ -36,17 +27,10 @@ class Items(torch.utils.data.Dataset):
 
 def test_outage_during_a_two_worker_epoch(seaweed, fault_proxy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "60")
-    local = _write_native(tmp_path / "local")
+    local = write_random_native(tmp_path / "local", seed=5, docs=400)
     url = seaweed.upload_dir(local, f"ds-{uuid.uuid4().hex[:8]}")
     expected = [np.asarray(e).tobytes() for e in open_dataset(local)]
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(endpoint=fault_proxy.url),
-            block_cache_dir=tmp_path / "c",
-            block_size=4096,
-        ),
-    )
+    ds = open_cached(url, seaweed.storage_options(endpoint=fault_proxy.url), tmp_path / "c", 4096)
     logfile = tmp_path / "log.txt"
     handler = logging.FileHandler(logfile)
     handler.setFormatter(logging.Formatter("%(process)d %(message)s"))

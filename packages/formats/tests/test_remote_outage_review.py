@@ -6,6 +6,7 @@ nothing at the endpoint ever answered (that hint sends the user to check host, p
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import logging
 import socket
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from formats_helpers import open_cached
 
 from tokenloom.formats import RemoteOptions
 from tokenloom.formats.errors import StorageError
@@ -66,6 +68,35 @@ def _fetch(root: str, policy: RetryPolicy) -> bytes:
     return fetch_range(config, obj, 0, len(DATA))
 
 
+@contextlib.contextmanager
+def _answering(status: int, body: bytes = b"", *, head: bool = False) -> Iterator[str]:
+    """An http server that answers every GET (and HEAD, if ``head``) with ``status`` and ``body``: its root URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        if head:
+            do_HEAD = do_GET
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_body_that_stalls_after_the_headers_is_not_a_server_that_never_answered(stalling_server, caplog):
     root, state = stalling_server
     state["stall_first"] = 100  # every answer stalls mid-body
@@ -105,21 +136,14 @@ def test_a_new_thread_in_an_outage_knows_the_endpoint_answered_before(
 
     import numpy as np
 
-    from tokenloom.formats import open_dataset, open_writer
+    from tokenloom.formats import open_writer
 
     monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "2")
     with open_writer(tmp_path / "local", format="native", dtype="uint16", vocab_size=1000, eos_id=0) as writer:
         for n in range(300):
             writer.add(np.arange(1, 2 + n % 50, dtype=np.uint16))
     url = seaweed.upload_dir(tmp_path / "local", f"ds-{uuid.uuid4().hex[:8]}")
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(endpoint=fault_proxy.url),
-            block_cache_dir=tmp_path / "c",
-            block_size=4096,
-        ),
-    )
+    ds = open_cached(url, seaweed.storage_options(endpoint=fault_proxy.url), tmp_path / "c", 4096)
     ds[0]  # this process has read from the endpoint
     fault_proxy.down_for(60, "reset")
     caught: list[BaseException] = []
@@ -147,27 +171,11 @@ def test_a_server_that_does_not_implement_the_request_is_not_waited_out(status):
     """501/505 are permanent: with the default 10-minute budget they were retried as an outage (the tests' 15 s
     budget hid it); a store that cannot do a conditional PUT must say so at once."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with _answering(status) as root:
         began = time.monotonic()
         with pytest.raises(StorageError, match="does not implement this request"):
-            _fetch(f"http://127.0.0.1:{server.server_port}", RetryPolicy(budget=30))
+            _fetch(root, RetryPolicy(budget=30))
         assert time.monotonic() - began < 5
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # -- attacks that held: kept for coverage the outage tests did not have ---------------------------------------
@@ -286,17 +294,13 @@ def test_a_connect_that_never_completes_is_named_within_the_budget(seaweed, tmp_
 def test_an_outage_longer_than_the_budget_names_the_url_and_the_budget_in_time(
     seaweed, fault_proxy, tmp_path, monkeypatch, mode
 ):
-    from tokenloom.formats import open_dataset
 
     monkeypatch.setenv("TOKENLOOM_RETRY_BUDGET", "2")
     import uuid
 
     url = seaweed.upload_dir(_native(tmp_path / "l"), f"ds-{uuid.uuid4().hex[:8]}")
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=4096),
-    )
+    ds = open_cached(url, options, tmp_path / "c", 4096)
     fault_proxy.down_for(60, mode)
     began = time.monotonic()
     with pytest.raises(StorageError) as caught:
@@ -333,25 +337,8 @@ def test_an_outage_while_opening_is_waited_out(seaweed, fault_proxy, tmp_path, m
 def test_a_retry_count_that_ends_the_wait_is_named_as_the_count_not_the_budget():
     """``retries=2`` ends a wait long before the budget: the error must not tell the user to raise the budget."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(StorageError, match="failed 3 times") as caught:
-            _fetch(f"http://127.0.0.1:{server.server_port}", RetryPolicy(max_retries=2, backoff=0.01, budget=600))
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _answering(503) as root, pytest.raises(StorageError, match="failed 3 times") as caught:
+        _fetch(root, RetryPolicy(max_retries=2, backoff=0.01, budget=600))
     message = str(caught.value)
     assert "max_retries=2 was reached" in message and "of a 600 s retry budget" not in message
     assert "raise the retry count" in (caught.value.hint or "")
@@ -366,26 +353,8 @@ def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_pa
     never changes, so it must not be waited out for the budget as 'down or throttling'."""
     from tokenloom.formats import open_dataset
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        do_HEAD = do_GET
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{server.server_port}"
-    options = {"endpoint": endpoint, "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1"}
-    try:
+    with _answering(200, body, head=True) as endpoint:
+        options = {"endpoint": endpoint, "access_key_id": "k", "secret_access_key": "s", "region": "us-east-1"}
         began = time.monotonic()
         with pytest.raises(StorageError, match=said) as caught:
             open_dataset(
@@ -398,6 +367,3 @@ def test_an_endpoint_that_is_a_web_server_is_named_at_once_not_waited_out(tmp_pa
             )
         assert time.monotonic() - began < 5
         assert f"Check the endpoint {endpoint}" in (caught.value.hint or "")
-    finally:
-        server.shutdown()
-        server.server_close()

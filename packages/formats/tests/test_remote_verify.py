@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 import pytest
 from click.testing import CliRunner
+from formats_helpers import MIB, cached_remote, entry_bytes, open_cached, warnings_with
 
 from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.cli.commands import validate
@@ -24,7 +25,6 @@ from tokenloom.formats.errors import ChecksumError, FormatError
 from tokenloom.formats.io import HASH_BLOCK_SIZE, file_digests
 from tokenloom.formats.io.manifest import read_manifest, write_manifest
 
-MIB = 1 << 20
 LOGGER = "tokenloom.formats.remote"
 
 
@@ -41,10 +41,6 @@ def local_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _write(tmp_path_factory.mktemp("verify") / "local")
 
 
-def _entries(ds) -> list[bytes]:
-    return [np.asarray(ds[i]).tobytes() for i in range(len(ds))]
-
-
 def _upload(seaweed, local: Path) -> str:
     return seaweed.upload_dir(local, f"verify-{uuid.uuid4().hex[:8]}")
 
@@ -56,10 +52,6 @@ def _without_block_hashes(local: Path, target: Path) -> Path:
     files = tuple(dataclasses.replace(f, blocks=None) for f in manifest.files)
     write_manifest(target, dataclasses.replace(manifest, files=files, checksum=""))
     return target
-
-
-def _warnings(caplog, text: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and text in r.getMessage()]
 
 
 # -- the manifest records them ---------------------------------------------------------------------
@@ -106,7 +98,7 @@ def test_malformed_block_hashes_are_a_format_error(local_ds, tmp_path, change, f
 def test_an_old_manifest_opens_locally_with_the_same_fingerprint(local_ds, tmp_path):
     old = _without_block_hashes(local_ds, tmp_path / "old")
     assert open_dataset(old).fingerprint == open_dataset(local_ds).fingerprint
-    assert _entries(open_dataset(old)) == _entries(open_dataset(local_ds))
+    assert entry_bytes(open_dataset(old)) == entry_bytes(open_dataset(local_ds))
 
 
 def test_validate_write_manifest_adds_block_hashes(local_ds, tmp_path):
@@ -135,31 +127,18 @@ def test_validate_write_manifest_adds_block_hashes(local_ds, tmp_path):
 
 def test_a_flipped_byte_on_the_wire_is_fetched_again(seaweed, fault_proxy, local_ds, tmp_path, caplog):
     url = _upload(seaweed, local_ds)
-    expected = _entries(open_dataset(local_ds))
+    expected = entry_bytes(open_dataset(local_ds))
     fault_proxy.fault_paths = ".bin"
     fault_proxy.faults = ["flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(
-            url,
-            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB),
-        )  # validate="fast"
-        assert _entries(ds) == expected
+        ds = open_cached(url, options, tmp_path / "c")  # validate="fast"
+        assert entry_bytes(ds) == expected
     assert fault_proxy.injected["flip"] == 1
-    assert len(_warnings(caplog, "arrived with a wrong hash")) == 1
+    assert len(warnings_with(caplog, "arrived with a wrong hash")) == 1
     # nothing wrong was cached: a fresh open from the same cache reads the right bytes with no GET
     gets = sum(fault_proxy.gets.values())
-    assert (
-        _entries(
-            open_dataset(
-                url,
-                remote=RemoteOptions.from_keywords(
-                    storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB
-                ),
-            )
-        )
-        == expected
-    )
+    assert entry_bytes(open_cached(url, options, tmp_path / "c")) == expected
     assert sum(fault_proxy.gets.values()) - gets <= 1  # the manifest's HEAD/list only, never a .bin block
 
 
@@ -168,11 +147,9 @@ def test_a_block_that_never_arrives_right_is_a_checksum_error(seaweed, fault_pro
     fault_proxy.fault_paths = ".bin"
     fault_proxy.faults = ["flip"] * 10
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(
-        url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB)
-    )
+    ds = open_cached(url, options, tmp_path / "c")
     with pytest.raises(ChecksumError) as caught:
-        _entries(ds)
+        entry_bytes(ds)
     message = str(caught.value)
     digest = read_manifest(local_ds).files[1].blocks.digest(0)  # type: ignore[union-attr]
     assert f"{url}/shard_00000.bin" in message and "block 0 (bytes 0-1048576)" in message
@@ -195,75 +172,46 @@ def _corrupt_one_cached_block(cache: Path, number: int = 1) -> Path:
 
 def test_a_corrupt_cached_block_is_discarded_and_fetched_again(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, local_ds)
-    expected = _entries(open_dataset(local_ds))
+    expected = entry_bytes(open_dataset(local_ds))
     options = seaweed.storage_options()
-    assert (
-        _entries(
-            open_dataset(
-                url,
-                remote=RemoteOptions.from_keywords(
-                    storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB
-                ),
-            )
-        )
-        == expected
-    )
+    assert entry_bytes(open_cached(url, options, tmp_path / "c")) == expected
     block = _corrupt_one_cached_block(tmp_path / "c")
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        ds = open_dataset(
-            url,
-            remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB),
-        )
-        assert _entries(ds) == expected
-    (warning,) = _warnings(caplog, "corrupt")
+        ds = open_cached(url, options, tmp_path / "c")
+        assert entry_bytes(ds) == expected
+    (warning,) = warnings_with(caplog, "corrupt")
     assert str(block) in warning and "fetching it again" in warning
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=LOGGER):  # the next open is clean: the cache healed
-        assert (
-            _entries(
-                open_dataset(
-                    url,
-                    remote=RemoteOptions.from_keywords(
-                        storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB
-                    ),
-                )
-            )
-            == expected
-        )
-    assert not _warnings(caplog, "")
+        assert entry_bytes(open_cached(url, options, tmp_path / "c")) == expected
+    assert not warnings_with(caplog, "")
 
 
 def test_a_corrupt_cached_block_heals_under_a_cache_limit(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, local_ds)
-    expected = _entries(open_dataset(local_ds))
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
+    expected = entry_bytes(open_dataset(local_ds))
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
     assert (
-        _entries(open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB", remote=options["remote"])))
+        entry_bytes(
+            open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB", remote=options["remote"]))
+        )
         == expected
     )
     block = _corrupt_one_cached_block(tmp_path / "c", 2)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert (
-            _entries(
+            entry_bytes(
                 open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit="64MiB", remote=options["remote"]))
             )
             == expected
         )
-    assert [w for w in _warnings(caplog, "corrupt") if str(block) in w]
+    assert [w for w in warnings_with(caplog, "corrupt") if str(block) in w]
 
 
 def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(seaweed, local_ds, tmp_path, caplog):
     """Without usable block hashes (4 KiB cache blocks), deep validation's whole-file checksum finds it."""
     url = _upload(seaweed, local_ds)
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=4096
-        )
-    }
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c", 4096)}
     open_dataset(url, validate="deep", **options)
     (block,) = list((tmp_path / "c").rglob("b4096-300"))
     raw = bytearray(block.read_bytes())
@@ -271,8 +219,8 @@ def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(sea
     block.write_bytes(bytes(raw))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         ds = open_dataset(url, validate="deep", **options)
-    assert _entries(ds) == _entries(open_dataset(local_ds))
-    assert _warnings(caplog, "cached blocks were corrupt")
+    assert entry_bytes(ds) == entry_bytes(open_dataset(local_ds))
+    assert warnings_with(caplog, "cached blocks were corrupt")
     open_dataset(url, validate="deep", **options)  # and the next deep open passes too
 
 
@@ -281,16 +229,12 @@ def test_deep_validation_heals_a_corrupt_cache_instead_of_blaming_the_bucket(sea
 
 def test_an_old_manifest_opens_and_says_once_that_it_is_unverified(seaweed, local_ds, tmp_path, caplog):
     url = _upload(seaweed, _without_block_hashes(local_ds, tmp_path / "old"))
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         ds = open_dataset(url, **options)
-        assert _entries(ds) == _entries(open_dataset(local_ds))
+        assert entry_bytes(ds) == entry_bytes(open_dataset(local_ds))
         open_dataset(url, **options)
-    (said,) = _warnings(caplog, "unverified")
+    (said,) = warnings_with(caplog, "unverified")
     assert url in said and "1 of 1 data files have no block hashes" in said and "--write-manifest" in said
 
 
@@ -303,7 +247,7 @@ def test_a_cache_block_not_a_multiple_of_the_hash_block_is_said(seaweed, local_d
                 storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=64 << 10
             ),
         )
-    (said,) = _warnings(caplog, "unverified")
+    (said,) = warnings_with(caplog, "unverified")
     assert "not a multiple of the manifest's hash block 1048576" in said
 
 
@@ -323,36 +267,32 @@ def test_foreign_formats_verify_what_a_manifest_records_and_say_the_rest(seaweed
         ds = open_dataset(
             flat_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c1", remote=options["remote"])
         )
-        assert _entries(ds) == _entries(open_dataset(flat))  # the flat manifest's hashes caught the flip
-        assert fault_proxy.injected["flip"] == 1 and not _warnings(caplog, "unverified")
+        assert entry_bytes(ds) == entry_bytes(open_dataset(flat))  # the flat manifest's hashes caught the flip
+        assert fault_proxy.injected["flip"] == 1 and not warnings_with(caplog, "unverified")
         open_dataset(
             megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c2", remote=options["remote"])
         )
         open_dataset(
             megatron_url, remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c3", remote=options["remote"])
         )
-    (said,) = _warnings(caplog, "unverified")
+    (said,) = warnings_with(caplog, "unverified")
     assert megatron_url in said
 
 
 def test_a_corrupt_cached_index_of_a_foreign_format_is_fetched_again(seaweed, tmp_path, caplog):
     flat = _write(tmp_path / "flat", "flat")
     url = _upload(seaweed, flat)
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
-    expected = _entries(open_dataset(flat))
-    assert _entries(open_dataset(url, **options)) == expected
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
+    expected = entry_bytes(open_dataset(flat))
+    assert entry_bytes(open_dataset(url, **options)) == expected
     (cached,) = [p for p in (tmp_path / "c").rglob("whole") if p.stat().st_size == 48]  # document_lengths.i64
     raw = bytearray(cached.read_bytes())
     raw[9] ^= 0x01
     cached.write_bytes(bytes(raw))  # the cached copy the flat reader reads (in place: same inode)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, **options)) == expected
-    assert [w for w in _warnings(caplog, "corrupt") if str(cached) in w]
+        assert entry_bytes(open_dataset(url, **options)) == expected
+    assert [w for w in warnings_with(caplog, "corrupt") if str(cached) in w]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, **options)) == expected
-    assert not _warnings(caplog, "")
+        assert entry_bytes(open_dataset(url, **options)) == expected
+    assert not warnings_with(caplog, "")

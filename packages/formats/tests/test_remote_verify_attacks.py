@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from formats_helpers import MIB, cached_remote, entry_bytes, open_cached, warnings_with
 
 from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ChecksumError, DataError
 
-MIB = 1 << 20
 LOGGER = "tokenloom.formats.remote"
 
 
@@ -26,14 +26,6 @@ def big_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for _ in range(11):
             writer.add(np.append(rng.integers(1, 50_000, size=500_000, dtype=np.int64), 0))
     return root
-
-
-def _entries(ds) -> list[bytes]:
-    return [np.asarray(ds[i]).tobytes() for i in range(len(ds))]
-
-
-def _warnings(caplog, text: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and text in r.getMessage()]
 
 
 @pytest.mark.parametrize(("block_size", "where"), [(8 * MIB, "last"), (3 * MIB, "first"), (2 * MIB, "last")])
@@ -54,8 +46,8 @@ def test_a_flip_is_caught_at_aligned_block_sizes(seaweed, fault_proxy, big_ds, t
         )
         assert np.asarray(ds[index]).tobytes() == np.asarray(local[index]).tobytes()
     assert fault_proxy.injected["flip"] == 1
-    assert len(_warnings(caplog, "arrived with a wrong hash")) == 1
-    assert not _warnings(caplog, "unverified")
+    assert len(warnings_with(caplog, "arrived with a wrong hash")) == 1
+    assert not warnings_with(caplog, "unverified")
 
 
 def test_a_flip_in_the_index_on_the_wire_is_fetched_again(seaweed, fault_proxy, big_ds, tmp_path):
@@ -63,10 +55,8 @@ def test_a_flip_in_the_index_on_the_wire_is_fetched_again(seaweed, fault_proxy, 
     fault_proxy.fault_paths = ".idx"
     fault_proxy.faults = ["flip"]
     options = seaweed.storage_options(endpoint=fault_proxy.url)
-    ds = open_dataset(
-        url, remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=MIB)
-    )
-    assert _entries(ds) == _entries(open_dataset(big_ds))
+    ds = open_cached(url, options, tmp_path / "c")
+    assert entry_bytes(ds) == entry_bytes(open_dataset(big_ds))
     assert fault_proxy.injected["flip"] == 1
 
 
@@ -82,11 +72,11 @@ def test_a_flip_in_the_manifest_on_the_wire_does_not_poison_the_cache(seaweed, f
         block_size=MIB,
     )
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, remote=remote)) == _entries(open_dataset(big_ds))
+        assert entry_bytes(open_dataset(url, remote=remote)) == entry_bytes(open_dataset(big_ds))
     assert fault_proxy.injected["flip"] == 1
-    (caught,) = _warnings(caplog, "arrived with a wrong hash")
+    (caught,) = warnings_with(caplog, "arrived with a wrong hash")
     assert "manifest.json: the object arrived" in caught
-    assert not _warnings(caplog, "the cached manifest")  # never published, so never discarded from the cache
+    assert not warnings_with(caplog, "the cached manifest")  # never published, so never discarded from the cache
 
 
 def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, tmp_path, caplog):
@@ -99,40 +89,32 @@ def test_a_misaligned_block_size_is_said_once_and_reads_right(seaweed, big_ds, t
     }
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         ds = open_dataset(url, **options)
-        assert _entries(ds) == _entries(open_dataset(big_ds))
-    (said,) = _warnings(caplog, "unverified")
+        assert entry_bytes(ds) == entry_bytes(open_dataset(big_ds))
+    (said,) = warnings_with(caplog, "unverified")
     assert str(block_size) in said and "1 MiB" in said
 
 
 def test_a_shard_replaced_in_the_bucket_under_a_reader(seaweed, big_ds, tmp_path):
     prefix = f"attack-{uuid.uuid4().hex[:8]}"
     url = seaweed.upload_dir(big_ds, prefix)
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
     ds = open_dataset(url, **options)
     raw = bytearray((big_ds / "shard_00000.bin").read_bytes())
     raw[5 * MIB] ^= 0xFF
     seaweed.put(f"{prefix}/shard_00000.bin", bytes(raw))  # the same size, another ETag
     with pytest.raises(DataError) as caught:
-        _entries(ds)
+        entry_bytes(ds)
     assert type(caught.value).__name__ == "ResumeMismatchError"
     with pytest.raises(ChecksumError) as reopened:  # a fresh open: the object differs from the manifest
-        _entries(open_dataset(url, **options))
+        entry_bytes(open_dataset(url, **options))
     assert "shard_00000.bin" in str(reopened.value)
 
 
 def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_path, caplog):
     """A digit changed in the cached manifest (still valid JSON), and in the copy the native reader parses."""
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
-    expected = _entries(open_dataset(url, **options))
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
+    expected = entry_bytes(open_dataset(url, **options))
     raw = (big_ds / "manifest.json").read_bytes()
     at = raw.index(b'"block_xxh3_64": "') + 20
     bad = raw[:at] + (b"0" if raw[at : at + 1] != b"0" else b"1") + raw[at + 1 :]
@@ -141,8 +123,8 @@ def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_p
     for path in copies:
         path.write_bytes(bad)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, **options)) == expected
-    assert _warnings(caplog, "does not match its own checksum")
+        assert entry_bytes(open_dataset(url, **options)) == expected
+    assert warnings_with(caplog, "does not match its own checksum")
 
 
 def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fault_proxy, big_ds, tmp_path, caplog):
@@ -167,8 +149,8 @@ def test_a_sidecar_flipped_on_the_wire_costs_one_open_not_every_one(seaweed, fau
     with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(DataError, match="sidecar"):
         open_dataset(url, **options)
     assert fault_proxy.injected["flip"] == 1
-    assert _entries(open_dataset(url, **options)) == _entries(open_dataset(big_ds))
-    (said,) = _warnings(caplog, "unverified")  # what is unverified and why, without blaming the block size
+    assert entry_bytes(open_dataset(url, **options)) == entry_bytes(open_dataset(big_ds))
+    (said,) = warnings_with(caplog, "unverified")  # what is unverified and why, without blaming the block size
     assert "no block hashes in a manifest" in said and "block_size" not in said
 
 
@@ -187,11 +169,7 @@ def test_two_forked_readers_heal_the_same_corrupt_blocks_at_once(seaweed, big_ds
     import multiprocessing
 
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
     ds = open_dataset(url, remote=RemoteOptions.from_keywords(cache_limit=limit, remote=options["remote"]))
     expected = _digest_of_all(open_dataset(big_ds))
     assert _digest_of_all(ds) == expected
@@ -220,11 +198,7 @@ def test_a_block_discarded_by_another_reader_between_publish_and_map_is_fetched_
     from tokenloom.formats.remote.cache import BlockCache
 
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
     expected = _digest_of_all(open_dataset(url, **options))
     publish, vanished = BlockCache._publish, []
 
@@ -246,36 +220,28 @@ def test_a_zero_byte_shard_is_verified_without_a_word(seaweed, tmp_path, caplog)
     with open_writer(empty, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
         writer.add(np.array([], dtype=np.int64))
     url = seaweed.upload_dir(empty, f"attack-{uuid.uuid4().hex[:8]}")
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, validate="deep", **options)) == [b""]
-    assert not _warnings(caplog, "")
+        assert entry_bytes(open_dataset(url, validate="deep", **options)) == [b""]
+    assert not warnings_with(caplog, "")
 
 
 def test_truncated_cache_files_and_a_flipped_cached_index_are_fetched_again(seaweed, big_ds, tmp_path, caplog):
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
-    options: dict[str, Any] = {
-        "remote": RemoteOptions.from_keywords(
-            storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c", block_size=MIB
-        )
-    }
-    expected = _entries(open_dataset(url, **options))
+    options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
+    expected = entry_bytes(open_dataset(url, **options))
     for path in [*(tmp_path / "c").rglob(f"b{MIB}-3"), *(tmp_path / "c").rglob("whole")]:
         with open(path, "r+b") as handle:
             handle.truncate(max(0, path.stat().st_size - 100))
-    assert _entries(open_dataset(url, **options)) == expected
+    assert entry_bytes(open_dataset(url, **options)) == expected
     idx = (big_ds / "shard_00000.idx").read_bytes()
     last = (len(idx) - 1) // MIB  # the .idx is cached by blocks: its last one
     (cached,) = [p for p in (tmp_path / "c").rglob(f"b{MIB}-{last}") if p.read_bytes() == idx[last * MIB :]]
     part = idx[last * MIB :]
     cached.write_bytes(part[:-3] + bytes([part[-3] ^ 0x01]) + part[-2:])  # an overlap prefix, one bit
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, **options)) == expected
-    assert [w for w in _warnings(caplog, "corrupt on disk") if str(cached) in w]
+        assert entry_bytes(open_dataset(url, **options)) == expected
+    assert [w for w in warnings_with(caplog, "corrupt on disk") if str(cached) in w]
 
 
 def _rehashed(local: Path, target: Path, change) -> Path:
@@ -332,7 +298,7 @@ def test_truncated_and_reset_bodies_among_flips_read_right(seaweed, fault_proxy,
         url,
         remote=RemoteOptions.from_keywords(storage_options=options, block_cache_dir=tmp_path / "c", block_size=2 * MIB),
     )
-    assert _entries(ds) == _entries(open_dataset(big_ds))
+    assert entry_bytes(ds) == entry_bytes(open_dataset(big_ds))
     assert sum(fault_proxy.injected.values()) == 4
 
 
@@ -349,5 +315,5 @@ def test_deep_validation_with_block_hashes_heals_at_first_map(seaweed, big_ds, t
     raw[-1] ^= 0x01
     block.write_bytes(bytes(raw))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert _entries(open_dataset(url, validate="deep", **options)) == _entries(open_dataset(big_ds))
-    assert [w for w in _warnings(caplog, "corrupt on disk") if str(block) in w]
+        assert entry_bytes(open_dataset(url, validate="deep", **options)) == entry_bytes(open_dataset(big_ds))
+    assert [w for w in warnings_with(caplog, "corrupt on disk") if str(block) in w]

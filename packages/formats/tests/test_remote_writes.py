@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from formats_helpers import open_cached
 
 from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 from tokenloom.formats.errors import ConfigError, MissingFileError, StorageError
@@ -38,24 +39,14 @@ def local_ds(tmp_path: Path) -> Path:
 
 def test_native_dataset_from_gs_equals_local(fake_gcs, local_ds, tmp_path):
     url = fake_gcs.upload_dir(local_ds, _prefix())
-    remote = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=fake_gcs.storage_options(), block_cache_dir=tmp_path / "cache", block_size=4096
-        ),
-    )
+    remote = open_cached(url, fake_gcs.storage_options(), tmp_path / "cache", 4096)
     assert len(remote) == len(open_dataset(local_ds)) > 0
     assert _entries(remote) == _entries(open_dataset(local_ds))
 
 
 def test_native_dataset_from_az_equals_local(azurite, local_ds, tmp_path):
     url = azurite.upload_dir(local_ds, _prefix())
-    remote = open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=azurite.storage_options(), block_cache_dir=tmp_path / "cache", block_size=4096
-        ),
-    )
+    remote = open_cached(url, azurite.storage_options(), tmp_path / "cache", 4096)
     assert _entries(remote) == _entries(open_dataset(local_ds))
 
 
@@ -158,13 +149,8 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
     convert_dataset(local_ds, local / (name or "ds"), to=to)
     prefix = _prefix()
     url = f"s3://{seaweed.bucket}/{prefix}" + (f"/{name}" if name else "")
-    convert_dataset(
-        local_ds,
-        url,
-        to=to,
-        target_remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
-        target_plan_cache_dir=tmp_path,
-    )
+    target = {"target_remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options())}
+    convert_dataset(local_ds, url, to=to, target_plan_cache_dir=tmp_path, **target)
     expected = _local_files(local / "ds") if not name else _local_files(local)
     assert seaweed.objects(f"s3://{seaweed.bucket}/{prefix}") == expected
     assert not any((tmp_path / "uploads").rglob("*.bin")), "the staging directory is removed after the upload"
@@ -177,13 +163,7 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
         )
         assert _entries(remote) == _entries(open_dataset(local_ds))
     with pytest.raises(ConfigError, match="already holds a dataset"):
-        convert_dataset(
-            local_ds,
-            url,
-            to=to,
-            target_remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
-            target_plan_cache_dir=tmp_path,
-        )
+        convert_dataset(local_ds, url, to=to, target_plan_cache_dir=tmp_path, **target)
 
 
 def test_convert_to_s3_overwrite_and_overlap(seaweed, tmp_path):
@@ -267,18 +247,10 @@ def test_cli_convert_to_s3(seaweed, local_ds, tmp_path):
     import subprocess
     import sys
 
-    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
+    from tokenloom.testing.servers import S3_SECRET
 
     url = f"s3://{seaweed.bucket}/{_prefix()}"
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": seaweed.endpoint,
-        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-        "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache"),
-    }
+    env = {**os.environ, **seaweed.shell_env(), "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache")}
     command = [str(Path(sys.executable).with_name("tokenloom")), "convert", str(local_ds), url, "--to", "native"]
     done = subprocess.run([*command, "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

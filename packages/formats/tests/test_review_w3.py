@@ -22,16 +22,7 @@ def _write_native(root: Path) -> Path:
 
 @pytest.fixture
 def s3_env(seaweed, monkeypatch, tmp_path):
-    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
-
-    for name, value in {
-        "AWS_ENDPOINT_URL": seaweed.endpoint,
-        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-        "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache"),
-    }.items():
+    for name, value in {**seaweed.shell_env(), "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache")}.items():
         monkeypatch.setenv(name, value)
     return seaweed
 

@@ -9,23 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
+from formats_helpers import refuse_opening, tmpfs, write_counting_native
 
 from tokenloom.formats import StorageError, convert_dataset, open_dataset
 from tokenloom.formats.cli.group import main
 from tokenloom.formats.io import storage_error
-from tokenloom.formats.native import NativeWriter
 
 
 @pytest.fixture
 def native(tmp_path: Path) -> Path:
-    path = tmp_path / "native"
-    with NativeWriter(path, dtype="uint16", vocab_size=1000, eos_id=0) as writer:
-        for n in range(1, 400):
-            writer.add(np.arange(n) % 999 + 1)
-    return path
+    return write_counting_native(tmp_path / "native", 400)
 
 
 @pytest.mark.parametrize(
@@ -69,35 +64,24 @@ def test_missing_extra_is_one_line_exit_2(native: Path, tmp_path: Path, monkeypa
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def _mount(point: Path, options: str) -> None:
+def _tmpfs(point: Path, options: str):
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting needs root; the simulated tests cover this case")
-    point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    return tmpfs(point, options)
 
 
 def test_real_full_tmpfs_during_convert(native: Path, tmp_path: Path) -> None:
-    disk = tmp_path / "disk"
-    _mount(disk, "size=32k")
-    try:
+    with _tmpfs(tmp_path / "disk", "size=32k") as disk:
         result = CliRunner().invoke(main, ["convert", str(native), str(disk / "out"), "--to", "flat", "--no-progress"])
         assert result.exit_code == 1, result.output
         assert "ENOSPC" in result.output and "Traceback" not in result.output
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
 
 
 def test_real_read_only_target(native: Path, tmp_path: Path) -> None:
-    ro = tmp_path / "ro"
-    _mount(ro, "size=32k,ro")
-    try:
+    with _tmpfs(tmp_path / "ro", "size=32k,ro") as ro:
         result = CliRunner().invoke(main, ["convert", str(native), str(ro / "out"), "--to", "native", "--no-progress"])
         assert result.exit_code == 1, result.output
         assert "EROFS" in result.output and "writable" in result.output
-    finally:
-        subprocess.run(["umount", "-l", str(ro)], capture_output=True, timeout=30)
 
 
 def test_unreadable_shard_is_a_storage_error_in_open_and_validate(native: Path) -> None:
@@ -122,17 +106,8 @@ def test_unreadable_shard_is_a_storage_error_in_open_and_validate(native: Path) 
 
 
 def test_simulated_unreadable_shard(native: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-
-    real_open = builtins.open
-
-    def guarded(file, *args, **kwargs):
-        if str(file).endswith("shard_00000.bin"):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
-        return real_open(file, *args, **kwargs)
-
     dataset = open_dataset(native)
-    monkeypatch.setattr(builtins, "open", guarded)
+    refuse_opening(monkeypatch, "shard_00000.bin")
     with pytest.raises(StorageError, match="EACCES"):
         dataset[0]
 
@@ -141,19 +116,9 @@ def test_unreadable_manifest_is_a_storage_error_not_an_unknown_layout(
     native: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by tools/fuzz/catalogue.py: detection could not read manifest.json and said "no reader recognises"."""
-    import builtins
-
-    real_open = builtins.open
-
-    def guarded(file, *args, **kwargs):
-        if str(file).endswith("manifest.json"):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
-        return real_open(file, *args, **kwargs)
-
     import io
 
-    monkeypatch.setattr(builtins, "open", guarded)
-    monkeypatch.setattr(io, "open", guarded)  # Path.read_bytes opens through io.open
+    refuse_opening(monkeypatch, "manifest.json", io)  # Path.read_bytes opens through io.open
     with pytest.raises(StorageError, match="EACCES") as info:
         open_dataset(native)
     assert info.value.path == str(native / "manifest.json")

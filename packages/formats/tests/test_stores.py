@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from formats_helpers import fuzz
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenloom.formats import (
@@ -362,7 +363,7 @@ def test_pickling_drops_handles_and_forked_children_reopen(tmp_path: Path, fmt: 
 # -- properties ---------------------------------------------------------------------------------
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@fuzz(25)
 @given(docs=st.lists(st.lists(st.integers(0, 999), max_size=10), max_size=6), fmt=st.sampled_from(["h5", "bin-meta"]))
 def test_any_documents_round_trip_through_store_writers(tmp_path: Path, docs, fmt: str) -> None:
     path = tmp_path / ("p.h5" if fmt == "h5" else "p")

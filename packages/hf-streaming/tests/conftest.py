@@ -20,6 +20,17 @@ WORDS = (  # noqa: SIM905 (a word list, not code)
 ).split()
 
 
+#: the end of a child script that reads ``ds`` to its end (or its RecordError) and prints the peak RSS growth
+READ_AND_PRINT_GROWTH = (
+    "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "try:\n"
+    "    list(ds)\n"
+    "except RecordError as exc:\n"
+    "    print('ERR', str(exc).splitlines()[0])\n"
+    "print('GROWTH_MIB', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+)
+
+
 def make_text(rng: random.Random, index: int) -> str:
     return f"doc{index} " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 40)))
 

@@ -272,6 +272,8 @@ def test_over_long_lines_skipped_and_counted_on_request(tmp_path, tokenizer_dir)
 
 def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path, tokenizer_dir):
     """A 192 MiB line under the default 64 MiB cap: refused, and the process never holds the line."""
+    from conftest import READ_AND_PRINT_GROWTH
+
     path = tmp_path / "huge.jsonl"
     with open(path, "wb") as f:
         f.write(b'{"text": "a b"}\n{"text": "')
@@ -284,13 +286,7 @@ def test_a_huge_line_is_refused_without_reading_it_whole(tmp_path, tokenizer_dir
         "from tokenloom.hf_streaming import StreamingHuggingFaceDataset\n"
         "from tokenloom.formats import RecordError\n"
         f"ds = StreamingHuggingFaceDataset('json', 'train', 'text', 8, {str(tokenizer_dir)!r}, "
-        f"data_files=[{str(path)!r}])\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "try:\n"
-        "    list(ds)\n"
-        "except RecordError as exc:\n"
-        "    print('ERR', str(exc).splitlines()[0])\n"
-        "print('GROWTH_MIB', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+        f"data_files=[{str(path)!r}])\n" + READ_AND_PRINT_GROWTH
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "over the cap of 67108864 bytes" in proc.stdout, (proc.stdout, proc.stderr[-2000:])

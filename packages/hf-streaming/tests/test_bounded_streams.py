@@ -27,6 +27,8 @@ def write_zstd_bomb(path: Path, fill: bytes, mib: int) -> Path:
 
 
 def test_a_zstd_bomb_without_a_newline_is_refused_in_seconds_under_twice_the_cap(tmp_path, tokenizer_dir):
+    from conftest import READ_AND_PRINT_GROWTH
+
     bomb = write_zstd_bomb(tmp_path / "bomb.jsonl.zst", b"\0", 2048)
     small = tmp_path / "small.jsonl"
     small.write_bytes(b'{"text": "alpha beta"}\n' * 50)
@@ -38,13 +40,7 @@ def test_a_zstd_bomb_without_a_newline_is_refused_in_seconds_under_twice_the_cap
         f"    return StreamingHuggingFaceDataset('json', 'train', 'text', 8, {str(tokenizer_dir)!r}, "
         "data_files=[path])\n"
         f"list(make({str(small)!r}))  # the baseline: the tokenizer and the reader set up once\n"
-        f"ds = make({str(bomb)!r})\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "try:\n"
-        "    list(ds)\n"
-        "except RecordError as exc:\n"
-        "    print('ERR', str(exc).splitlines()[0])\n"
-        "print('GROWTH_MIB', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+        f"ds = make({str(bomb)!r})\n" + READ_AND_PRINT_GROWTH
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

@@ -32,12 +32,20 @@ def jsonl(tmp_path):
 
 def seed_reference(files, tokenizer_dir, *, seq_len, seed, buffer, rank, world_size, epoch=0):
     """KempnerForge's StreamingHuggingFaceDataset.__iter__, as documented (HF shuffle, rank stride, EOS join)."""
+    windows = seed_windows(
+        files, str(tokenizer_dir / "tokenizer.json"), seq_len, seed + epoch, buffer, rank, world_size
+    )
+    return [(window[:-1], window[1:]) for window in windows]
+
+
+def seed_windows(files, tokenizer_file: str, seq_len: int, seed: int, buffer: int, rank: int, world_size: int):
+    """The seed's windows of seq_len + 1 ids: HF shuffle, every world_size-th document from rank, EOS 0 joined."""
     import datasets
 
     stream = datasets.load_dataset("json", data_files=files, split="train", streaming=True)
-    stream = stream.shuffle(seed=seed + epoch, buffer_size=buffer)
-    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
-    chunk, pending, out = seq_len + 1, [], []
+    stream = stream.shuffle(seed=seed, buffer_size=buffer)
+    tokenizer = Tokenizer.from_file(tokenizer_file)
+    chunk, pending = seq_len + 1, []
     for doc_idx, example in enumerate(stream):
         if doc_idx % world_size != rank:
             continue
@@ -48,8 +56,7 @@ def seed_reference(files, tokenizer_dir, *, seq_len, seed, buffer, rank, world_s
         pending.append(0)
         while len(pending) >= chunk:
             window, pending = pending[:chunk], pending[chunk:]
-            out.append((window[:-1], window[1:]))
-    return out
+            yield window
 
 
 class SeedLoop(torch.utils.data.IterableDataset):
@@ -62,23 +69,11 @@ class SeedLoop(torch.utils.data.IterableDataset):
         self.seq_len, self.seed, self.buffer, self.rank, self.world_size = seq_len, seed, buffer, rank, world_size
 
     def __iter__(self):
-        import datasets
-
-        stream = datasets.load_dataset("json", data_files=self.files, split="train", streaming=True)
-        stream = stream.shuffle(seed=self.seed, buffer_size=self.buffer)
-        tokenizer = Tokenizer.from_file(self.tokenizer_file)
-        chunk, pending = self.seq_len + 1, []
-        for doc_idx, example in enumerate(stream):
-            if doc_idx % self.world_size != self.rank:
-                continue
-            tokens = tokenizer.encode(example["text"], add_special_tokens=False).ids
-            if not tokens:
-                continue
-            pending.extend(tokens)
-            pending.append(0)
-            while len(pending) >= chunk:
-                window, pending = torch.tensor(pending[:chunk]), pending[chunk:]
-                yield {"input_ids": window[:-1], "labels": window[1:]}
+        windows = seed_windows(
+            self.files, self.tokenizer_file, self.seq_len, self.seed, self.buffer, self.rank, self.world_size
+        )
+        for window in map(torch.tensor, windows):
+            yield {"input_ids": window[:-1], "labels": window[1:]}
 
 
 @pytest.fixture(scope="module")

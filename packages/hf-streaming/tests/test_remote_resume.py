@@ -7,8 +7,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _hfs_oracle import compare, expected_documents, read_log, rebuild
-from test_resume import committed_step, dataset_kwargs, run_driver
+from test_resume import (
+    assert_exactly_once,
+    assert_same_records,
+    dataset_kwargs,
+    kill_at_step_10_and_resume,
+    run_elastic_schedule,
+)
 
 FAULTS = ["503", "reset", "truncate", "503", "truncate", "reset"]
 # the default retries (8 per request, enough for all six faults on one request) without the default 0.2 s first
@@ -35,26 +40,9 @@ def test_sigkill_resume_from_s3_is_bit_exact(tmp_path, corpus, tokenizer_dir, se
     base = {"dataset": kwargs, "world_size": 2, "num_workers": 2, "batch_size": 3}
     reference = packed_reference  # the local stream of the same bytes, uninterrupted (one run per session)
 
-    state = tmp_path / "state"
-    state.mkdir()
-    fault_proxy.faults = list(FAULTS)
-    first = run_driver(
-        tmp_path, "killed", {**base, "state_dir": str(state), "save_every": 4, "kill_at_step": 10}, expect_kill=True
-    )
-    step = committed_step(state)
-    assert step == 8
-    fault_proxy.faults = list(FAULTS)
-    second = run_driver(tmp_path, "resumed", {**base, "state_dir": str(state), "resume": "same"})
-    resumed = read_log(first, up_to_step=step) + read_log(second)
-
-    def key(records):
-        return [(r["step"], r["rank"], r["input_ids"], r["labels"], r["doc_index"]) for r in records]
-
-    assert len(reference) > 20
+    resumed = kill_at_step_10_and_resume(tmp_path, base, lambda: setattr(fault_proxy, "faults", list(FAULTS)))
     # the remote stream with faults, killed and resumed, is the local stream's bytes
-    assert key(sorted(resumed, key=lambda r: (r["step"], r["rank"]))) == key(
-        sorted(reference, key=lambda r: (r["step"], r["rank"]))
-    )
+    assert_same_records(resumed, reference)
     assert not fault_proxy.faults and sum(fault_proxy.injected.values()) == 2 * len(FAULTS)
 
 
@@ -62,31 +50,6 @@ def test_sigkill_resume_from_s3_is_bit_exact(tmp_path, corpus, tokenizer_dir, se
 def test_elastic_schedule_from_s3_with_faults_is_exactly_once(tmp_path, corpus, tokenizer_dir, seaweed, fault_proxy):
     """1 rank x 0 workers -> 2 x 2 -> 3 x 1 -> 1 x 3, each segment SIGKILLed between checkpoints, faults in each."""
     kwargs = remote_kwargs(seaweed, fault_proxy, corpus, tokenizer_dir, seed=11)
-    state = tmp_path / "state"
-    state.mkdir()
-    schedule = [(1, 0, 3, 7), (2, 2, 2, 5), (3, 1, 2, 3), (1, 3, 0, 0)]
-    segments = []
-    injected = 0
-    for index, (world, workers, save_every, kill_at) in enumerate(schedule):
-        config = {
-            "dataset": kwargs,
-            "world_size": world,
-            "num_workers": workers,
-            "batch_size": 2,
-            "state_dir": str(state),
-            "resume": "none" if index == 0 else "merge",
-            "tag": f"seg{index}-",
-        }
-        if kill_at:
-            config.update(save_every=save_every, kill_at_step=kill_at)
-        fault_proxy.faults = list(FAULTS)
-        log = run_driver(tmp_path, f"segment{index}", config, expect_kill=bool(kill_at))
-        injected += len(FAULTS) - len(fault_proxy.faults)
-        segments.append(read_log(log, up_to_step=committed_step(state) if kill_at else None))
-    expected = expected_documents(corpus, tokenizer_dir, eos_id=0)
-    got = rebuild(segments)
-    assert compare(expected, got) == []
+    segments, injected = run_elastic_schedule(tmp_path, kwargs, fault_proxy, FAULTS)
     assert injected >= 3 * len(FAULTS)  # faults really hit the segments' reads
-    first_ids = {d for r in segments[0] for row in r["doc_index"] for d in row}
-    second_ids = {d for r in segments[1] for row in r["doc_index"] for d in row}
-    assert (first_ids & second_ids) - {-1}
+    assert_exactly_once(segments, corpus, tokenizer_dir)

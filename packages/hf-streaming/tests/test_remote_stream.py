@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_resume import dataset_kwargs
 
 from tokenloom.formats import (
     ConfigError,
@@ -27,17 +28,10 @@ zstandard = pytest.importorskip("zstandard")
 
 
 def kwargs(files, tokenizer_dir, **extra):
-    base = {
-        "seq_len": 24,
-        "tokenizer_path": str(tokenizer_dir),
-        "data_files": files,
-        "seed": 7,
-        "shuffle_buffer_size": 8,
-        "with_provenance": True,
-        "pack_sequences": True,
-        "encode_batch_size": 5,
-    }
-    base.update(extra)
+    """test_resume's dataset keywords, packed, without the three given by position here."""
+    base = dataset_kwargs(files, tokenizer_dir, **{"pack_sequences": True, **extra})
+    for positional in ("dataset_name", "split", "text_field"):
+        del base[positional]
     return base
 
 

@@ -16,13 +16,13 @@ def _order(n: int, seed: int = 0, epoch: int = 0, block: int = 16, window: int =
     return BlockOrder(n, seed=seed, epoch=epoch, block_samples=block, window_blocks=window)
 
 
+#: any 64-bit seed
+SEEDS = st.integers(0, 2**64 - 1)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
-    n=st.integers(1, 3000),
-    seed=st.integers(0, 2**64 - 1),
-    epoch=st.integers(0, 3),
-    block=st.integers(1, 200),
-    window=st.integers(1, 12),
+    n=st.integers(1, 3000), seed=SEEDS, epoch=st.integers(0, 3), block=st.integers(1, 200), window=st.integers(1, 12)
 )
 def test_a_bijection_for_any_n_seed_and_block_size(n, seed, epoch, block, window) -> None:
     order = _order(n, seed, epoch, block, window)
@@ -103,7 +103,7 @@ def _elastic(n: int, seed: int, schedule: list[tuple[int, int]], **kwargs) -> li
 @settings(max_examples=80, deadline=None)
 @given(
     n=st.integers(0, 400),
-    seed=st.integers(0, 2**64 - 1),
+    seed=SEEDS,
     block=st.integers(1, 40),
     window=st.integers(1, 6),
     schedule=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 50)), min_size=1, max_size=5),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import shutil
 import signal
@@ -29,25 +28,8 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 from tokenloom.tokenize import train_byte_level_bpe  # noqa: E402
 
-WORDS = (  # noqa: SIM905 (a word list, not code)
-    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
-    "upsilon phi chi psi omega the quick brown fox jumps over a lazy dog"
-).split()
-
-
-def make_texts(n: int, *, seed: int = 0, max_words: int = 60) -> list[str]:
-    """Deterministic pseudo-random documents of 0..max_words words."""
-    texts = []
-    state = seed * 7919 + 17
-    for i in range(n):
-        state = (state * 1103515245 + 12345) % (1 << 31)
-        count = state % (max_words + 1)
-        words = []
-        for _ in range(count):
-            state = (state * 1103515245 + 12345) % (1 << 31)
-            words.append(WORDS[state % len(WORDS)])
-        texts.append(f"doc {i}: " + " ".join(words))
-    return texts
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' shared helpers: tokenize_helpers
+from tokenize_helpers import BUCKETS, free_port, make_texts, output_digest, session_pids, tree_digest, write_texts  # noqa: E402
 
 
 def write_jsonl(path: Path, records: Iterable[object], *, gz: bool = False) -> Path:
@@ -55,32 +37,6 @@ def write_jsonl(path: Path, records: Iterable[object], *, gz: bool = False) -> P
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
     return path
-
-
-def tree_digest(directory: Path) -> dict[str, str]:
-    """sha256 of every file in ``directory`` by name."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
-
-
-def output_digest(directory: Path) -> dict[str, object]:
-    """tree_digest, with the run record (manifest.json / tokenize.json, done markers) compared without its engine.
-
-    The engine (hf or fast) and why it was chosen are recorded; everything else must be the same bytes.
-    """
-    found: dict[str, object] = {}
-    for name, digest in tree_digest(directory).items():
-        if name in ("manifest.json", "tokenize.json"):
-            record = orjson.loads((directory / name).read_bytes())
-            (record.get("metadata", {}).get("tokenize") or record).pop("engine")
-            record.pop("checksum", None)  # the manifest's checksum of itself
-            found[name] = record
-        elif name.endswith(".done"):  # a unit's done marker records its session's engine too
-            done = orjson.loads((directory / name).read_bytes())
-            done["facts"].pop("engine")
-            found[name] = done
-        else:
-            found[name] = digest
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -107,29 +63,22 @@ def jsonl_dir(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _session_pids(session: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] != "Z":
-                pids.append(int(entry.name))
-    return pids
-
-
 @pytest.fixture(scope="module")
 def ray_head_env() -> dict[str, str]:
     """Variables added to the Ray head's environment, and so its workers' (a module overrides this fixture)."""
     return {}
+
+
+@pytest.fixture(scope="module")
+def worker_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Ray workers' own cache directory (a remote module's ``ray_head_env`` sets it)."""
+    return tmp_path_factory.mktemp("worker-cache")
+
+
+@pytest.fixture(scope="module")
+def s3_worker_env(seaweed, worker_cache: Path) -> dict[str, str]:
+    """The workers reach the S3 server through the usual variables and cache in a directory the driver never uses."""
+    return {**seaweed.shell_env(), "TOKENLOOM_CACHE_DIR": str(worker_cache)}
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +87,7 @@ def ray_head(ray_head_env: dict[str, str]) -> Iterator[str]:
 
     A module that uses it imports ray first (``pytest.importorskip``), with ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0``.
     """
-    port = _free_port()
+    port = free_port()
     temp = tempfile.mkdtemp(prefix="tlray-")  # short: Ray's unix socket paths must stay under 108 bytes
     command = [
         str(Path(sys.executable).with_name("ray")),
@@ -174,10 +123,20 @@ def ray_head(ray_head_env: dict[str, str]) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
-        for pid in _session_pids(head.pid):  # workers the raylet started in the head's session
+        for pid in session_pids(head.pid):  # workers the raylet started in the head's session
             os.kill(pid, signal.SIGKILL)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> Path:
+    """A raw tree under tmp_path/raw: train/<bucket>/part-0.jsonl and train/<bucket>/more/part-1.jsonl."""
+    root = tmp_path / "raw"
+    for b, bucket in enumerate(BUCKETS):
+        write_texts(root / "train" / bucket / "part-0.jsonl", make_texts(300, seed=10 + b))
+        write_texts(root / "train" / bucket / "more" / "part-1.jsonl", make_texts(120, seed=20 + b))
+    return root
 
 
 @pytest.fixture(name="make_texts")

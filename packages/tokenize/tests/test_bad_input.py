@@ -46,17 +46,17 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "data", "line", "kind"), CASES, ids=[c[3] + ":" + c[0] for c in CASES])
+@pytest.fixture(params=CASES, ids=[c[3] + ":" + c[0] for c in CASES])
+def case(request: pytest.FixtureRequest, jsonl_dir: Callable[..., Path]) -> tuple[Path, str, bytes, int | None, str]:
+    """Each case as an input dir (a_good.jsonl, then the case's file), its file name, bytes, line and kind."""
+    name, data, line, kind = request.param
+    return jsonl_dir({"a_good.jsonl": GOOD}, raw={name: data}), name, data, line, kind
+
+
 def test_raise_names_the_file_and_line_and_publishes_nothing(
-    tmp_path: Path,
-    tiny_tokenizer: Path,
-    jsonl_dir: Callable[..., Path],
-    name: str,
-    data: bytes,
-    line: int | None,
-    kind: str,
+    tmp_path: Path, tiny_tokenizer: Path, case: tuple[Path, str, bytes, int | None, str]
 ) -> None:
-    input_dir = jsonl_dir({"a_good.jsonl": GOOD}, raw={name: data})
+    input_dir, name, _, line, kind = case
     out = tmp_path / "out"
     with pytest.raises(RecordError) as info:
         # tiny shards: a_good.jsonl publishes some before the bad file is reached
@@ -74,17 +74,10 @@ def test_raise_names_the_file_and_line_and_publishes_nothing(
         open_dataset(out, format="native")
 
 
-@pytest.mark.parametrize(("name", "data", "line", "kind"), CASES, ids=[c[3] + ":" + c[0] for c in CASES])
 def test_skip_counts_each_kind_and_keeps_the_good_records(
-    tmp_path: Path,
-    tiny_tokenizer: Path,
-    jsonl_dir: Callable[..., Path],
-    name: str,
-    data: bytes,
-    line: int | None,
-    kind: str,
+    tmp_path: Path, tiny_tokenizer: Path, case: tuple[Path, str, bytes, int | None, str]
 ) -> None:
-    input_dir = jsonl_dir({"a_good.jsonl": GOOD}, raw={name: data})
+    input_dir, _, data, _, kind = case
     summary = tokenize(config(tiny_tokenizer, input_dir, tmp_path / "out", max_line_bytes=200, on_error="skip"))
     assert summary.skipped == {kind: 1}
     assert any(f": {kind}: " in example for example in summary.examples)

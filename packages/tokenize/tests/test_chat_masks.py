@@ -38,6 +38,12 @@ def trained_texts(chat: ChatTokenizer, ids: np.ndarray, mask: np.ndarray) -> lis
     return [chat.decode(ids[b:e]) for b, e in runs(mask)]
 
 
+def _chatml_with(chat_tokenizer_dir, template: Path, text: str) -> ChatEncoder:
+    """An encoder of the chatml test tokenizer with the chat template ``text``, written to ``template``."""
+    template.write_text(text)
+    return ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_tokens_are_apply_chat_template(kind: str, chat_tokenizer_dir) -> None:
     directory = chat_tokenizer_dir(kind)
@@ -252,12 +258,12 @@ def test_no_chat_template_is_a_config_error(tmp_path: Path, chat_tokenizer_dir) 
 
 
 def test_jinja_error_carries_the_record(tmp_path: Path, chat_tokenizer_dir) -> None:
-    template = tmp_path / "raises.jinja"
-    template.write_text(
+    encoder = _chatml_with(
+        chat_tokenizer_dir,
+        tmp_path / "raises.jinja",
         "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}"
-        "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
     )
-    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
     with pytest.raises(ChatTemplateError, match="no tools here") as caught:
         encoder.encode({"messages": assistant_conversations()[3]}, RecordPlace("in/t.jsonl", 12))
     assert caught.value.path == "in/t.jsonl" and caught.value.record == 12
@@ -268,9 +274,12 @@ def test_jinja_error_carries_the_record(tmp_path: Path, chat_tokenizer_dir) -> N
 
 
 def test_straddling_token_is_a_mask_error(tmp_path: Path, chat_tokenizer_dir) -> None:
-    template = tmp_path / "glued.jinja"  # "assistant:de" then the content: the BPE merges "de" + "fine"
-    template.write_text("{% for m in messages %}{{ m.role }}:de{{ m.content }}<|im_end|>{% endfor %}")
-    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
+    # "assistant:de" then the content: the BPE merges "de" + "fine"
+    encoder = _chatml_with(
+        chat_tokenizer_dir,
+        tmp_path / "glued.jinja",
+        "{% for m in messages %}{{ m.role }}:de{{ m.content }}<|im_end|>{% endfor %}",
+    )
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine thanks"}]
     with pytest.raises(MaskError, match="straddles") as caught:
         encoder.encode({"messages": messages}, RecordPlace("in/s.jsonl", 2))
@@ -280,9 +289,12 @@ def test_straddling_token_is_a_mask_error(tmp_path: Path, chat_tokenizer_dir) ->
 def test_whitespace_at_a_trained_start_moves_to_a_token_edge(tmp_path: Path, chat_tokenizer_dir) -> None:
     """The template's separating space in the content's first token: that token is trained whole (the model
     emits " It" after "assistant:"); the content's leading whitespace in the header's token: that token is masked."""
-    template = tmp_path / "colon.jinja"  # "assistant: " then the content: the BPE merges " It"
-    template.write_text("{% for m in messages %}{{ m.role }}: {{ m.content }}<|im_end|>{% endfor %}")
-    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
+    # "assistant: " then the content: the BPE merges " It"
+    encoder = _chatml_with(
+        chat_tokenizer_dir,
+        tmp_path / "colon.jinja",
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}<|im_end|>{% endfor %}",
+    )
     sft = encoder.encode({"messages": CONVERSATION[1:3]})
     assert sft is not None
     found = [encoder.chat.decode(sft["sequence"][b:e]) for b, e in runs(sft["loss_mask"])]
@@ -468,12 +480,12 @@ def test_shipped_template_on_a_stdlib_conversation() -> None:
 
 
 def test_an_empty_turn_the_template_leaves_out_trains_nothing(tmp_path: Path, chat_tokenizer_dir) -> None:
-    template = tmp_path / "skips_empty.jinja"
-    template.write_text(
+    encoder = _chatml_with(
+        chat_tokenizer_dir,
+        tmp_path / "skips_empty.jinja",
         "{% for m in messages %}{% if m.content %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-        "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     )
-    encoder = ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
     messages = [CONVERSATION[1], {"role": "assistant", "content": ""}, *CONVERSATION[3:]]
     sft = encoder.encode({"messages": messages})
     assert sft is not None

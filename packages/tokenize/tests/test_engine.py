@@ -13,6 +13,7 @@ import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from tokenize_helpers import make_texts, output_digest
 from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from tokenloom.formats import ConfigError, open_dataset
@@ -227,8 +228,6 @@ def test_output_is_byte_identical_across_engines_and_worker_counts(
     tmp_path: Path,
     tiny_tokenizer: Path,
     jsonl_dir: Callable[..., Path],
-    make_texts: Callable[..., list[str]],
-    output_digest: Callable[[Path], dict[str, object]],
     fmt: str,
 ) -> None:
     texts = [*make_texts(500, seed=3), *PROBE_TEXTS, "x <|endoftext|> y"]
@@ -281,8 +280,6 @@ def test_the_chosen_engine_and_reason_are_recorded(tmp_path: Path, jsonl_dir: Ca
 def test_a_mismatch_during_the_run_stops_it_resumably(
     tmp_path: Path,
     jsonl_dir: Callable[..., Path],
-    make_texts: Callable[..., list[str]],
-    output_digest: Callable[[Path], dict[str, object]],
     workers: int,
 ) -> None:
     tokenizer = _save(_rstrip_tokenizer(" zebra"), tmp_path / "tok")

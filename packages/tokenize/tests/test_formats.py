@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 import pytest
 from click.testing import CliRunner
+from tokenize_helpers import make_texts, tree_digest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, open_dataset, read_manifest
@@ -27,7 +28,7 @@ def config(tokenizer: Path, input_dir: Path, out: Path, **kw: Any) -> TokenizeCo
 
 
 @pytest.fixture
-def corpus(jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]) -> Path:
+def corpus(jsonl_dir: Callable[..., Path]) -> Path:
     texts = make_texts(400, seed=3)
     texts[5] = ""  # an empty document is one entry of just EOD
     return jsonl_dir({"a.jsonl": [{"text": t} for t in texts[:150]], "b.jsonl.gz": [{"text": t} for t in texts[150:]]})
@@ -70,7 +71,6 @@ def test_worker_counts_give_identical_bytes(
     tmp_path: Path,
     tiny_tokenizer: Path,
     corpus: Path,
-    tree_digest: Callable[[Path], dict[str, str]],
     fmt: str,
 ) -> None:
     digests = []
@@ -128,7 +128,6 @@ def test_rerun_after_a_crash_during_publish_is_byte_identical(
     tmp_path: Path,
     tiny_tokenizer: Path,
     corpus: Path,
-    tree_digest: Callable[[Path], dict[str, str]],
     fmt: str,
 ) -> None:
     """What a kill during conversion leaves: marker, no record, temp and half-published files, staging."""
@@ -186,9 +185,7 @@ def test_uint32_vocab_is_int32_in_megatron(tmp_path: Path, jsonl_dir: Callable[.
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_two_nodes_give_the_bytes_of_one_process(
-    tmp_path: Path, tiny_tokenizer: Path, corpus: Path, tree_digest: Callable[[Path], dict[str, str]], fmt: str
-) -> None:
+def test_two_nodes_give_the_bytes_of_one_process(tmp_path: Path, tiny_tokenizer: Path, corpus: Path, fmt: str) -> None:
     """The units are staged natively by every node; the node that finalizes the staging run converts."""
     single = tmp_path / "single"
     tokenize(config(tiny_tokenizer, corpus, single, format=fmt))

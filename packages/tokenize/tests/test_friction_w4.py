@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 import subprocess
 import sys
 import uuid
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from tokenize_helpers import s3_cli_env
 
 from tokenloom.tokenize import TokenizeConfig, tokenize
 from tokenloom.tokenize._commands import _summary_lines
@@ -81,21 +81,10 @@ def test_a_three_argument_callback_still_works(tmp_path: Path, tiny_tokenizer: P
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a subprocess with the S3 server's variables")
 def test_no_progress_prints_no_line_per_uploaded_shard(seaweed, tmp_path: Path, tiny_tokenizer: Path) -> None:
-    from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
-
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_bytes(_lines(300))
     url = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": seaweed.endpoint,
-        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-        "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache"),
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = s3_cli_env(seaweed, tmp_path / "cache")
     command = [
         str(Path(sys.executable).with_name("tokenloom")),
         "tokenize",

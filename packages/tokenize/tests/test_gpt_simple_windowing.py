@@ -113,11 +113,25 @@ def test_resume_refuses_a_changed_rule_and_names_it(tmp_path: Path, tiny_tokeniz
         run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=12, min_text_length=200)
 
 
-def test_inputs_in_subdirectories_are_refused(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+@pytest.mark.parametrize(
+    ("files", "match"),
+    [
+        (
+            {"a.jsonl": [{"text": "top"}], "sub/b.jsonl": [{"text": "nested"}]},
+            r"sub/b\.jsonl.*reads only INPUT/\*\.jsonl",
+        ),
+        (
+            {"a.jsonl": [{"text": "plain"}], "a.jsonl.gz": [{"text": "gzipped"}]},
+            r"a\.jsonl and a\.jsonl\.gz would share one output.*a\.bin/a\.idx",
+        ),
+    ],
+    ids=["in-a-subdirectory", "sharing-an-output-name"],
+)
+def test_inputs_in_subdirectories_or_sharing_an_output_name_are_refused(
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], files: dict, match: str
 ) -> None:
-    corpus = jsonl_dir({"a.jsonl": [{"text": "top"}], "sub/b.jsonl": [{"text": "nested"}]})
-    with pytest.raises(ConfigError, match=r"sub/b\.jsonl.*reads only INPUT/\*\.jsonl"):
+    corpus = jsonl_dir(files)
+    with pytest.raises(ConfigError, match=match):
         run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=8)
     assert not (tmp_path / "out").exists()
 
@@ -258,12 +272,3 @@ def test_a_literal_pad_token_is_refused_unless_the_tokenizer_has_it(
     pad_id = tok.token_to_id("<|pad|>")
     run(with_pad, corpus, tmp_path / "padded", seq_len=32)
     assert sum(tokens.count(pad_id) for tokens, _ in entries_of(tmp_path / "padded")) == 1
-
-
-def test_inputs_sharing_an_output_name_are_refused(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
-) -> None:
-    corpus = jsonl_dir({"a.jsonl": [{"text": "plain"}], "a.jsonl.gz": [{"text": "gzipped"}]})
-    with pytest.raises(ConfigError, match=r"a\.jsonl and a\.jsonl\.gz would share one output.*a\.bin/a\.idx"):
-        run(tiny_tokenizer, corpus, tmp_path / "out", seq_len=8)
-    assert not (tmp_path / "out").exists()

@@ -217,11 +217,13 @@ def compress_members(kind, data, members):
     return b"".join(zstandard.ZstdCompressor().compress(p) for p in parts)
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
-)
+def _fuzz(max_examples: int):
+    """The readers' hypothesis settings: no deadline, large and slow examples allowed."""
+    slow = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+    return settings(max_examples=max_examples, deadline=None, suppress_health_check=slow)
+
+
+@_fuzz(200)
 @given(
     lines=st.lists(piece, max_size=60),
     final_newline=st.booleans(),
@@ -278,11 +280,7 @@ def test_resumes_progress_and_multi_member_streams_match_the_line_reader(
         assert [c.source_bytes for c in full] == [c.num_bytes for c in full]
 
 
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
-)
+@_fuzz(100)
 @given(
     lines=st.lists(piece, max_size=40),
     cut=st.integers(0, 40),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tokenize_helpers import make_texts
 
 from tokenloom.formats import ResumeMismatchError, open_dataset
 from tokenloom.formats.cli.commands import validate
@@ -30,7 +31,7 @@ def test_an_old_layout_dataset_opens_and_validates_deep() -> None:
 
 
 def test_tokenize_into_an_old_layout_dataset_needs_overwrite(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
 ) -> None:
     corpus = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(50)]})
     out = tmp_path / "old"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tokenize_helpers import make_texts
 
 from tokenloom.tokenize._commands import tokenize
 
@@ -20,7 +21,7 @@ def _args(inp: Path, out: Path, tokenizer: Path, *extra: str) -> list[str]:
 
 @pytest.mark.parametrize("fmt", ["native", "megatron"])
 def test_output_dir_equal_to_input_dir_keeps_the_inputs(
-    tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]], fmt: str
+    tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], fmt: str
 ) -> None:
     inp = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(20)]})
     before = (inp / "a.jsonl").read_bytes()
@@ -31,7 +32,7 @@ def test_output_dir_equal_to_input_dir_keeps_the_inputs(
 
 
 def test_output_dir_containing_the_inputs_is_refused(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
 ) -> None:
     inp = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(5)]})
     result = CliRunner().invoke(tokenize, _args(inp, tmp_path, tiny_tokenizer, "--overwrite"))
@@ -40,7 +41,7 @@ def test_output_dir_containing_the_inputs_is_refused(
 
 
 def test_output_dir_symlinked_to_the_input_dir_is_refused(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
 ) -> None:
     inp = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(5)]})
     link = tmp_path / "out-link"
@@ -50,16 +51,14 @@ def test_output_dir_symlinked_to_the_input_dir_is_refused(
     assert (inp / "a.jsonl").exists()
 
 
-def test_output_dir_inside_the_input_dir_is_fine(
-    tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]
-) -> None:
+def test_output_dir_inside_the_input_dir_is_fine(tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]) -> None:
     inp = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(5)]})
     result = CliRunner().invoke(tokenize, _args(inp, inp / "tokens", tiny_tokenizer))
     assert result.exit_code == 0, result.output
 
 
 def test_overwrite_of_a_foreign_directory_is_refused_naming_its_files(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]
+    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
 ) -> None:
     inp = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(5)]})
     out = tmp_path / "mine"
@@ -72,9 +71,7 @@ def test_overwrite_of_a_foreign_directory_is_refused_naming_its_files(
         assert (out / "notes.txt").read_text() == "precious"
 
 
-def test_pack_onto_its_own_input_is_refused(
-    tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]
-) -> None:
+def test_pack_onto_its_own_input_is_refused(tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]) -> None:
     from tokenloom.tokenize._commands import pack
 
     inp = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(5)]})

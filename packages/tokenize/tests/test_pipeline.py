@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from tokenize_helpers import make_texts, tree_digest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset, read_manifest
@@ -22,7 +23,7 @@ def run(tokenizer: Path | str, input_dir: Path, out: Path, **kw: Any):
 
 
 @pytest.fixture
-def corpus(jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]) -> Path:
+def corpus(jsonl_dir: Callable[..., Path]) -> Path:
     texts = make_texts(600, seed=1)
     return jsonl_dir(
         {
@@ -33,9 +34,7 @@ def corpus(jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]])
     )
 
 
-def test_worker_counts_give_identical_bytes(
-    tmp_path: Path, tiny_tokenizer: Path, corpus: Path, tree_digest: Callable[[Path], dict[str, str]]
-) -> None:
+def test_worker_counts_give_identical_bytes(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     outputs = {}
     for workers in (0, 1, 2):
         out = tmp_path / f"out{workers}"
@@ -50,8 +49,6 @@ def test_output_follows_input_order_and_ignores_chunking_and_file_splits(
     tmp_path: Path,
     tiny_tokenizer: Path,
     jsonl_dir: Callable[..., Path],
-    make_texts: Callable[..., list[str]],
-    tree_digest: Callable[[Path], dict[str, str]],
 ) -> None:
     texts = make_texts(300, seed=2)
     one = tmp_path / "one"
@@ -88,7 +85,7 @@ class Interrupt(Exception):
 
 
 def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
-    tmp_path: Path, tiny_tokenizer: Path, corpus: Path, tree_digest: Callable[[Path], dict[str, str]]
+    tmp_path: Path, tiny_tokenizer: Path, corpus: Path
 ) -> None:
     options: dict[str, Any] = {"chunk_lines": 50, "shard_size_tokens": 1500, "seq_len": 24, "overlap_size": 6}
     run(tiny_tokenizer, corpus, tmp_path / "whole", **options)
@@ -117,9 +114,7 @@ def test_resume_after_an_interruption_mid_chunk_is_byte_identical(
     assert tree_digest(out) == tree_digest(tmp_path / "whole")
 
 
-def test_kill_before_the_first_shard_then_rerun(
-    tmp_path: Path, tiny_tokenizer: Path, corpus: Path, tree_digest: Callable[[Path], dict[str, str]]
-) -> None:
+def test_kill_before_the_first_shard_then_rerun(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     run(tiny_tokenizer, corpus, tmp_path / "whole", shard_size_tokens=10**9)
     out = tmp_path / "cut"
 

@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tokenize_helpers import ray_config
 
 from tokenloom.formats import ConfigError
-from tokenloom.tokenize import ExecutorKind, TokenizeConfig, tokenize
+from tokenloom.tokenize import tokenize
 
 pytest.importorskip("ray")
 
@@ -66,13 +67,7 @@ def test_a_port_that_is_not_a_live_ray_head_is_a_config_error_within_5_s(
 ) -> None:
     behaviour, address = bad_head
     corpus = jsonl_dir({"a.jsonl": [{"text": "hello world"}] * 20})
-    config = TokenizeConfig(
-        input_dir=corpus,
-        output_dir=tmp_path / "out",
-        tokenizer=str(tiny_tokenizer),
-        executor=ExecutorKind.RAY,
-        ray_address=address,
-    )
+    config = ray_config(corpus, tmp_path / "out", tiny_tokenizer, address)
     started = time.monotonic()
     with pytest.raises(ConfigError) as caught:
         tokenize(config)

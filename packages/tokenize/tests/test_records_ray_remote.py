@@ -39,14 +39,8 @@ def _record(train_type: str, i: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def worker_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("worker-cache")
-
-
-@pytest.fixture(scope="module")
-def ray_head_env(seaweed, worker_cache: Path) -> dict[str, str]:
-    """The workers reach the S3 server through the usual variables and cache in a directory the driver never uses."""
-    return {**seaweed.shell_env(), "TOKENLOOM_CACHE_DIR": str(worker_cache)}
+def ray_head_env(s3_worker_env: dict[str, str]) -> dict[str, str]:
+    return s3_worker_env
 
 
 @pytest.fixture

@@ -7,11 +7,7 @@ the uploads, and a SIGKILL mid-upload followed by a rerun; open_records(URL) rea
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from tokenize_helpers import kill_script_when, wait_group_gone
 
 from tokenloom.formats import (
     ChecksumError,
@@ -152,16 +149,6 @@ tokenize(TokenizeConfig(**kwargs, remote=remote))
 """
 
 
-def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("kill_at", ["units", "merged store"])
 def test_sigkill_mid_upload_then_rerun_completes(
     kill_at, seaweed, fault_proxy, records_dir, chat_tokenizer_dir, tmp_path
@@ -181,18 +168,7 @@ def test_sigkill_mid_upload_then_rerun_completes(
             return sum(1 for path in fault_proxy.uploads if "/unit_" in path) >= 3
         return any(path.endswith(".bin") and "/unit_" not in path for path in fault_proxy.uploads)
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, orjson.dumps(kwargs).decode()], env=env,
-                            start_new_session=True, stderr=subprocess.PIPE)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it was killed: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "the run never reached the kill point"
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)  # the run and its object-store helper
-    proc.wait(timeout=10)
-    _wait_group_gone(proc.pid)
+    wait_group_gone(kill_script_when(SCRIPT, kwargs, ready, timeout=120), poll=0.05)
     fault_proxy.wait_idle()
     assert "manifest.json" not in seaweed.objects(url)
     fault_proxy.faults = []

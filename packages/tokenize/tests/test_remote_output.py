@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
+import functools
 import subprocess
 import sys
 import threading
@@ -15,10 +14,11 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from tokenize_helpers import kill_script_when, s3_cli_env, wait_group_gone
 
 from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError
-from tokenloom.testing.servers import S3_ACCESS_KEY, S3_SECRET
+from tokenloom.testing.servers import S3_SECRET
 from tokenloom.tokenize import TokenizeConfig, tokenize
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
@@ -57,6 +57,21 @@ def _same_dataset(local: Path, objects: dict[str, bytes]) -> None:
             assert data == (local / name).read_bytes(), name
 
 
+def _bucket_config(
+    corpus: Path, url: str, tokenizer: Path, storage_options: dict[str, Any], cache: Path, **options: Any
+) -> TokenizeConfig:
+    """A run into the bucket URL (a string, as the CLI passes it), its plan cached under ``cache``, no workers
+    unless told."""
+    return TokenizeConfig(
+        input_dir=corpus,
+        output_dir=url,  # pyright: ignore[reportArgumentType]
+        tokenizer=str(tokenizer),
+        remote=RemoteOptions.from_keywords(storage_options=storage_options),
+        plan_cache_dir=cache,
+        **{"num_workers": 0, **options},
+    )
+
+
 def _tokens(ds) -> list[bytes]:
     return [np.asarray(ds[i]).tobytes() for i in range(len(ds))]
 
@@ -65,15 +80,7 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS)
     url = _url(seaweed)
     cache = tmp_path / "cache"
-    config = TokenizeConfig(
-        input_dir=corpus,
-        output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
-        tokenizer=str(tiny_tokenizer),
-        num_workers=2,
-        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
-        plan_cache_dir=cache,
-        **OPTIONS,
-    )
+    config = _bucket_config(corpus, url, tiny_tokenizer, seaweed.storage_options(), cache, num_workers=2, **OPTIONS)
     assert config.output_url == url
     assert S3_SECRET not in repr(config)  # credentials never in a config's repr (logs, errors)
     summary = tokenize(config)
@@ -102,22 +109,9 @@ tokenize(TokenizeConfig(**kwargs, remote=remote))
 
 
 def _run_killed(kwargs: dict[str, Any], ready, timeout: float = 90) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, orjson.dumps(kwargs).decode()],
-        env=env,
-        start_new_session=True,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "the run never reached the kill point"
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)  # the run, its workers and its object-store helper
-    proc.wait(timeout=10)
-    _wait_group_gone(proc.pid)  # the helper too: a request it had in flight is then known to be dead
+    group = kill_script_when(SCRIPT, kwargs, ready, timeout)
+    # the object-store helper too: a request it had in flight is then known to be dead
+    assert wait_group_gone(group), f"process group {group} still alive 10 s after SIGKILL"
 
 
 def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
@@ -166,14 +160,8 @@ def test_503_bursts_on_uploads_are_retried(seaweed, fault_proxy, corpus, tiny_to
     fault_proxy.faults = ["503", "503", "503", "reset", "503"]
     with caplog.at_level("WARNING", logger="tokenloom.formats.remote"):
         tokenize(
-            TokenizeConfig(
-                input_dir=corpus,
-                output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
-                tokenizer=str(tiny_tokenizer),
-                num_workers=0,
-                remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
-                plan_cache_dir=tmp_path / "cache",
-                **OPTIONS,
+            _bucket_config(
+                corpus, url, tiny_tokenizer, seaweed.storage_options(fault_proxy.url), tmp_path / "cache", **OPTIONS
             )
         )
     assert fault_proxy.injected["503"] == 4 and fault_proxy.faults == []
@@ -189,14 +177,8 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
     url = _url(seaweed)
     gate = threading.Event()
     fault_proxy.hold = {f"PUT /{url[5:]}/manifest.json": gate}  # the manifest's upload waits here
-    config = TokenizeConfig(
-        input_dir=corpus,
-        output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
-        tokenizer=str(tiny_tokenizer),
-        num_workers=0,
-        remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
-        plan_cache_dir=tmp_path / "cache",
-        **OPTIONS,
+    config = _bucket_config(
+        corpus, url, tiny_tokenizer, seaweed.storage_options(fault_proxy.url), tmp_path / "cache", **OPTIONS
     )
     failed: list[BaseException] = []
 
@@ -235,21 +217,16 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
 
 def test_existing_dataset_refused_unless_overwrite(seaweed, corpus, tiny_tokenizer, tmp_path, tree_digest):
     url = _url(seaweed)
-    common: dict[str, Any] = {
-        "input_dir": corpus,
-        "output_dir": url,
-        "tokenizer": str(tiny_tokenizer),
-        "num_workers": 0,
-        "remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
-        "plan_cache_dir": tmp_path / "cache",
-    }
-    tokenize(TokenizeConfig(**common, **OPTIONS))
+    config = functools.partial(
+        _bucket_config, corpus, url, tiny_tokenizer, seaweed.storage_options(), tmp_path / "cache"
+    )
+    tokenize(config(**OPTIONS))
     inputs_before = tree_digest(corpus)
     other = {**OPTIONS, "shard_size_tokens": 20_000}
     with pytest.raises(ResumeMismatchError, match="shard_size_tokens") as info:
-        tokenize(TokenizeConfig(**common, **other))
+        tokenize(config(**other))
     assert "--overwrite" in (info.value.hint or "")
-    tokenize(TokenizeConfig(**common, **other, overwrite=True))
+    tokenize(config(**other, overwrite=True))
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", **other)
     _same_dataset(local, seaweed.objects(url))  # the first run's extra shards are gone
     assert tree_digest(corpus) == inputs_before  # --overwrite never touches the source
@@ -259,16 +236,7 @@ def test_foreign_objects_refused(seaweed, corpus, tiny_tokenizer, tmp_path):
     url = _url(seaweed)
     seaweed.put(url.split(f"{seaweed.bucket}/", 1)[1] + "/notes.txt", b"keep me")
     with pytest.raises(ConfigError, match="not a tokenize output"):
-        tokenize(
-            TokenizeConfig(
-                input_dir=corpus,
-                output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
-                tokenizer=str(tiny_tokenizer),
-                num_workers=0,
-                remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
-                plan_cache_dir=tmp_path / "cache",
-            )
-        )
+        tokenize(_bucket_config(corpus, url, tiny_tokenizer, seaweed.storage_options(), tmp_path / "cache"))
 
 
 def test_a_dataset_of_the_old_shard_layout_is_refused_then_replaced_by_overwrite(
@@ -285,18 +253,13 @@ def test_a_dataset_of_the_old_shard_layout_is_refused_then_replaced_by_overwrite
     for path in old.iterdir():
         seaweed.put(f"{key}/{path.name}", path.read_bytes())
     assert any(name.startswith("shard_") for name in seaweed.objects(url))
-    common: dict[str, Any] = {
-        "input_dir": corpus,
-        "output_dir": url,
-        "tokenizer": str(tiny_tokenizer),
-        "num_workers": 0,
-        "remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options()),
-        "plan_cache_dir": tmp_path / "cache",
-    }
+    config = functools.partial(
+        _bucket_config, corpus, url, tiny_tokenizer, seaweed.storage_options(), tmp_path / "cache"
+    )
     with pytest.raises(ResumeMismatchError, match="layout") as info:
-        tokenize(TokenizeConfig(**common, **OPTIONS))
+        tokenize(config(**OPTIONS))
     assert "--overwrite" in (info.value.hint or "")
-    tokenize(TokenizeConfig(**common, **OPTIONS, overwrite=True))
+    tokenize(config(**OPTIONS, overwrite=True))
     _same_dataset(_local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS), seaweed.objects(url))
 
 
@@ -318,45 +281,16 @@ def test_remote_outputs_still_refused(output, options, match, tmp_path):
 
 def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
     url = _url(seaweed)
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": seaweed.endpoint,
-        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-        "TOKENLOOM_CACHE_DIR": str(tmp_path / "cache"),
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = s3_cli_env(seaweed, tmp_path / "cache")
     args = ["--input-dir", str(corpus), "--output-dir", url, "--tokenizer", str(tiny_tokenizer), "--num-workers", "1"]
-    command = [
-        str(Path(sys.executable).with_name("tokenloom")),
-        "tokenize",
-        *args,
-        "--no-progress",
-        "--shard-size-tokens",
-        "3000",
-    ]
+    command = [str(Path(sys.executable).with_name("tokenloom")), "tokenize", *args]
+    command += ["--no-progress", "--shard-size-tokens", "3000"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"wrote {url}" in done.stdout
     assert S3_SECRET not in done.stdout + done.stderr
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", shard_size_tokens=3000)
     _same_dataset(local, seaweed.objects(url))
-
-
-def _wait_group_gone(group: int, timeout: float = 10.0) -> None:
-    import os
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"process group {group} still alive {timeout} s after SIGKILL")
 
 
 def test_faults_on_every_method_of_a_bucket_output_are_retried(
@@ -370,14 +304,8 @@ def test_faults_on_every_method_of_a_bucket_output_are_retried(
     fault_proxy.fault_methods = {"PUT", "POST", "GET", "HEAD", "DELETE"}
     fault_proxy.faults = ["503", "reset", "503", "503", "reset", "503", "503", "reset"]
     tokenize(
-        TokenizeConfig(
-            input_dir=corpus,
-            output_dir=url,  # pyright: ignore[reportArgumentType] - a URL string, as the CLI passes it
-            tokenizer=str(tiny_tokenizer),
-            num_workers=0,
-            remote=RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
-            plan_cache_dir=tmp_path / "cache",
-            **OPTIONS,
+        _bucket_config(
+            corpus, url, tiny_tokenizer, seaweed.storage_options(fault_proxy.url), tmp_path / "cache", **OPTIONS
         )
     )
     assert fault_proxy.faults == []

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from tokenize_helpers import write_texts
 
 from tokenloom.formats import ConfigError, DataError, RemoteOptions, ResumeMismatchError, open_dataset
 from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
@@ -22,23 +23,8 @@ from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
 
 OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "seq_len": 64, "overlap_size": 8, "unit_bytes": 6000}
-BUCKETS = ("code", "web")
 #: the datasets of the trees below: val/<bucket> carved from train/<bucket> by --val-fraction, or given
 DATASETS = ("train/code", "train/web", "val/code", "val/web")
-
-
-def _write(path: Path, texts: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in texts))
-
-
-@pytest.fixture
-def raw(tmp_path: Path, make_texts: Callable[..., list[str]]) -> Path:
-    root = tmp_path / "raw"
-    for b, bucket in enumerate(BUCKETS):
-        _write(root / "train" / bucket / "part-0.jsonl", make_texts(300, seed=10 + b))
-        _write(root / "train" / bucket / "more" / "part-1.jsonl", make_texts(120, seed=20 + b))
-    return root
 
 
 def _env(seaweed: Any, cache: Path) -> dict[str, str]:
@@ -158,8 +144,8 @@ def test_tree_with_val_fraction_from_a_bucket_into_a_bucket_on_three_nodes_is_th
 def test_a_tree_with_its_own_val_split_from_a_bucket_into_a_bucket_in_one_process(
     seaweed, raw, tmp_path, tiny_tokenizer, make_texts, monkeypatch
 ) -> None:
-    _write(raw / "val" / "web" / "given.jsonl", make_texts(60, seed=30))
-    _write(raw / "val" / "code" / "given.jsonl", make_texts(40, seed=31))
+    write_texts(raw / "val" / "web" / "given.jsonl", make_texts(60, seed=30))
+    write_texts(raw / "val" / "code" / "given.jsonl", make_texts(40, seed=31))
     source = _upload(seaweed, raw, "raw")
     target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
     local = _local_reference(raw, tmp_path / "local", tiny_tokenizer)
@@ -186,7 +172,7 @@ def test_val_fraction_on_a_flat_prefix_writes_train_and_val_at_the_url(
     seaweed, tmp_path, tiny_tokenizer, make_texts, monkeypatch
 ) -> None:
     flat = tmp_path / "flat"
-    _write(flat / "a.jsonl", make_texts(400, seed=1))
+    write_texts(flat / "a.jsonl", make_texts(400, seed=1))
     source = _upload(seaweed, flat, "flat")
     target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}"
     for name, value in _env(seaweed, tmp_path / "cache").items():
@@ -304,13 +290,13 @@ def test_bad_input_and_settings_are_the_local_named_errors_and_nothing_is_writte
         values = {**OPTIONS, "layout": Layout.TREE, "num_workers": 0, **extra}
         return TokenizeConfig(input_dir=source, output_dir=target, tokenizer=str(tiny_tokenizer), **values)  # type: ignore[arg-type]
 
-    _write(raw / "train" / "stray.jsonl", make_texts(5))
+    write_texts(raw / "train" / "stray.jsonl", make_texts(5))
     stray = _upload(seaweed, raw, "stray")
     with pytest.raises(ConfigError, match=r"input train/stray\.jsonl is not inside a <split>/<bucket>/") as info:
         tokenize(config(stray))
     assert info.value.path == f"{stray}/train/stray.jsonl"
     (raw / "train" / "stray.jsonl").unlink()
-    _write(raw / "val" / "web" / "v.jsonl", make_texts(5))
+    write_texts(raw / "val" / "web" / "v.jsonl", make_texts(5))
     with_val = _upload(seaweed, raw, "with-val")
     with pytest.raises(ConfigError, match="already has a val split") as info:
         tokenize(config(with_val, val_fraction=0.1))
@@ -372,8 +358,8 @@ def test_finalize_before_every_unit_is_done_names_the_node_that_owns_them(
     for name, value in _env(seaweed, tmp_path / "cache").items():
         monkeypatch.setenv(name, value)
     raw = tmp_path / "small"
-    _write(raw / "train" / "a" / "a.jsonl", make_texts(20, seed=1))
-    _write(raw / "train" / "b" / "b.jsonl", make_texts(20, seed=2))
+    write_texts(raw / "train" / "a" / "a.jsonl", make_texts(20, seed=1))
+    write_texts(raw / "train" / "b" / "b.jsonl", make_texts(20, seed=2))
     source = _upload(seaweed, raw, "small") if into == "bucket" else raw
     target = f"s3://{seaweed.bucket}/tokens-{uuid.uuid4().hex[:8]}" if into == "bucket" else tmp_path / "out"
 

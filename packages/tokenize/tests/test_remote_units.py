@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tokenize_helpers import upload_prefix
 
 from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError, ResumeMismatchError
@@ -27,14 +28,6 @@ def _credentials(seaweed, monkeypatch) -> None:
     env = {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-
-
-def _prefix(seaweed, local: Path, name: str) -> str:
-    key = f"{name}-{uuid.uuid4().hex[:8]}"
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            seaweed.put(f"{key}/{path.relative_to(local).as_posix()}", path.read_bytes())
-    return f"s3://{seaweed.bucket}/{key}"
 
 
 def _config(input_dir: object, output_dir: object, tokenizer: Path, **extra: Any) -> TokenizeConfig:
@@ -69,7 +62,7 @@ def _shards(seaweed, url: str, *, everything: bool = False) -> dict[str, bytes]:
 def test_input_prefix_on_s3_gives_the_same_tokens_as_the_local_directory(
     seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
 ):
-    source = _prefix(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     _credentials(seaweed, monkeypatch)
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "cache"))
     local = tokenize(_config(corpus, tmp_path / "local", tiny_tokenizer))
@@ -86,7 +79,7 @@ def test_input_prefix_on_s3_gives_the_same_tokens_as_the_local_directory(
 def test_three_nodes_from_s3_into_s3_equal_one_local_unit_planned_run(
     seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
 ):
-    source = _prefix(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     _credentials(seaweed, monkeypatch)
     target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
     one = tmp_path / "one"
@@ -108,7 +101,7 @@ def test_three_nodes_from_s3_into_s3_equal_one_local_unit_planned_run(
 def test_a_node_that_did_not_run_is_named_and_a_rerun_on_a_new_machine_finishes(
     seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
 ):
-    source = _prefix(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     _credentials(seaweed, monkeypatch)
     target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "cache-a"))
@@ -125,7 +118,7 @@ def test_a_node_that_did_not_run_is_named_and_a_rerun_on_a_new_machine_finishes(
 
 
 def test_other_settings_or_a_changed_input_object_are_refused(seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch):
-    source = _prefix(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     _credentials(seaweed, monkeypatch)
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(tmp_path / "cache"))
     target = f"s3://{seaweed.bucket}/tok-{uuid.uuid4().hex[:8]}"
@@ -168,7 +161,7 @@ def test_hash_inputs_with_an_input_prefix_is_refused_not_ignored(tiny_tokenizer,
 def test_a_short_staged_input_copy_is_fetched_again_not_read_as_whole(
     seaweed, corpus, tiny_tokenizer, tmp_path, monkeypatch
 ):
-    source = _prefix(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     _credentials(seaweed, monkeypatch)
     cache = tmp_path / "cache"
     local = tokenize(_config(corpus, tmp_path / "local", tiny_tokenizer))
@@ -251,7 +244,7 @@ def test_an_input_object_replaced_after_the_listing_is_a_named_mismatch_not_othe
 ):
     import tokenloom.tokenize._plan as plan_module
 
-    source = _prefix(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     _credentials(seaweed, monkeypatch)
     key = source.split(f"{seaweed.bucket}/", 1)[1]
     listed = plan_module.discover_remote_inputs  # pyright: ignore[reportPrivateImportUsage]

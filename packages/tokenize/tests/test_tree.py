@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 import xxhash
+from tokenize_helpers import BUCKETS, write_texts
 
 from tokenloom.formats import ConfigError, ResumeMismatchError, open_dataset
 from tokenloom.formats.io import WRITING_MARKER
@@ -19,21 +20,6 @@ from tokenloom.tokenize import Layout, TokenizeConfig, tokenize
 
 OPTIONS = {"shard_size_tokens": 3000, "seq_len": 64, "overlap_size": 8}
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-BUCKETS = ("code", "web")
-
-
-def _write(path: Path, texts: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in texts))
-
-
-@pytest.fixture
-def raw(tmp_path: Path, make_texts: Callable[..., list[str]]) -> Path:
-    root = tmp_path / "raw"
-    for b, bucket in enumerate(BUCKETS):
-        _write(root / "train" / bucket / "part-0.jsonl", make_texts(300, seed=10 + b))
-        _write(root / "train" / bucket / "more" / "part-1.jsonl", make_texts(120, seed=20 + b))
-    return root
 
 
 def _config(raw: Path, out: Path, tokenizer: Path, **extra: object) -> TokenizeConfig:
@@ -51,7 +37,7 @@ def _texts(directory: Path) -> list[str]:
 def test_a_tree_becomes_one_dataset_per_leaf_each_the_bytes_of_its_own_run(
     raw: Path, tmp_path: Path, tiny_tokenizer: Path, make_texts: Callable[..., list[str]], tree_digest
 ) -> None:
-    _write(raw / "val" / "web" / "v.jsonl", make_texts(50, seed=30))
+    write_texts(raw / "val" / "web" / "v.jsonl", make_texts(50, seed=30))
     out = tmp_path / "out"
     summary = tokenize(_config(raw, out, tiny_tokenizer, num_workers=2))
     assert sorted(str(p.relative_to(out)) for p in out.glob("*/*")) == ["train/code", "train/web", "val/web"]
@@ -95,8 +81,8 @@ def test_val_fraction_carves_documents_by_seeded_hash_the_same_on_any_executor(
         assert open_dataset(one / "val" / bucket).fingerprint != open_dataset(one / "train" / bucket).fingerprint
         # the val dataset holds the chosen documents, the train dataset the others, each in input order
         alone = tmp_path / "alone" / bucket
-        _write(alone / "val" / "a.jsonl", [t for t, c in zip(texts, chosen, strict=True) if c])
-        _write(alone / "train" / "a.jsonl", [t for t, c in zip(texts, chosen, strict=True) if not c])
+        write_texts(alone / "val" / "a.jsonl", [t for t, c in zip(texts, chosen, strict=True) if c])
+        write_texts(alone / "train" / "a.jsonl", [t for t, c in zip(texts, chosen, strict=True) if not c])
         for split, dataset in (("val", val), ("train", train)):
             ref = tmp_path / "ref" / bucket / split
             tokenize(TokenizeConfig(input_dir=alone / split, output_dir=ref, tokenizer=str(tiny_tokenizer),
@@ -115,7 +101,7 @@ def test_val_fraction_on_a_flat_input_writes_train_and_val(
     tmp_path: Path, tiny_tokenizer: Path, make_texts: Callable[..., list[str]]
 ) -> None:
     raw = tmp_path / "flat"
-    _write(raw / "a.jsonl", make_texts(400, seed=1))
+    write_texts(raw / "a.jsonl", make_texts(400, seed=1))
     out = tmp_path / "out"
     summary = tokenize(
         TokenizeConfig(input_dir=raw, output_dir=out, tokenizer=str(tiny_tokenizer), val_fraction=0.1, **OPTIONS)  # type: ignore[arg-type]
@@ -128,11 +114,11 @@ def test_val_fraction_on_a_flat_input_writes_train_and_val(
 def test_files_outside_split_bucket_and_a_val_split_with_val_fraction_are_config_errors(
     raw: Path, tmp_path: Path, tiny_tokenizer: Path, make_texts: Callable[..., list[str]]
 ) -> None:
-    _write(raw / "train" / "stray.jsonl", make_texts(5))
+    write_texts(raw / "train" / "stray.jsonl", make_texts(5))
     with pytest.raises(ConfigError, match=r"input train/stray\.jsonl is not inside a <split>/<bucket>/"):
         tokenize(_config(raw, tmp_path / "a", tiny_tokenizer))
     (raw / "train" / "stray.jsonl").unlink()
-    _write(raw / "val" / "web" / "v.jsonl", make_texts(5))
+    write_texts(raw / "val" / "web" / "v.jsonl", make_texts(5))
     with pytest.raises(ConfigError, match="already has a val split"):
         tokenize(_config(raw, tmp_path / "b", tiny_tokenizer, val_fraction=0.1))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -163,7 +149,7 @@ def test_nodes_are_dealt_units_across_the_leaves_of_a_tree(
     raw = tmp_path / "raw"
     leaves = ("train/a", "train/b", "val/a")
     for n, leaf in enumerate(leaves):
-        _write(raw / leaf / "part.jsonl", make_texts(60, seed=40 + n))
+        write_texts(raw / leaf / "part.jsonl", make_texts(60, seed=40 + n))
     out, alone = tmp_path / "out", tmp_path / "alone"
     encoded = []
     for rank in range(3):

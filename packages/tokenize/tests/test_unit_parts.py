@@ -6,6 +6,7 @@ a changed input is a ResumeMismatchError naming it; compressed files stay whole-
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from tokenize_helpers import assert_a_changed_input_is_named
 
 from tokenloom.formats import RecordError, ResumeMismatchError, open_dataset
 from tokenloom.tokenize import TokenizeConfig, tokenize
@@ -120,14 +122,10 @@ def test_an_input_changed_since_the_plan_is_a_resume_mismatch_with_sub_file_unit
     big_corpus: Path, tmp_path: Path, tiny_tokenizer: Path
 ) -> None:
     out = tmp_path / "out"
-    tokenize(_config(big_corpus, out, tiny_tokenizer, num_nodes=2, node_rank=0, num_workers=0))
+    two_nodes = functools.partial(_config, big_corpus, out, tiny_tokenizer, num_nodes=2, num_workers=0)
     changed = big_corpus / "big.jsonl"
     data = changed.read_bytes()
-    changed.write_bytes(data[:100] + b'{"text": "an edit"}\n' + data[100:])
-    with pytest.raises(ResumeMismatchError, match=r"input big\.jsonl changed \(mtime_ns, size\)") as caught:
-        tokenize(_config(big_corpus, out, tiny_tokenizer, num_nodes=2, node_rank=1, num_workers=0))
-    assert caught.value.path == str(out / PLAN_NAME)
-    assert not (out / "manifest.json").exists()
+    assert_a_changed_input_is_named(two_nodes, out, changed, data[:100] + b'{"text": "an edit"}\n' + data[100:])
     # another unit size is another plan
     changed.write_bytes(data)
     with pytest.raises(ResumeMismatchError, match=r"unit_bytes|changed"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -11,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tokenize_helpers import assert_a_changed_input_is_named, numbered_parts
 
 from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, open_dataset
 from tokenloom.formats.io import WRITING_MARKER
 from tokenloom.tokenize import TokenizeConfig, tokenize
 from tokenloom.tokenize._config import nodes_from_env
-from tokenloom.tokenize._unit_files import PLAN_NAME, done_path
+from tokenloom.tokenize._unit_files import done_path
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL")
 
@@ -26,16 +28,17 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFO
 
 @pytest.fixture
 def corpus(jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]) -> Path:
-    files: dict[str, list[object]] = {}
-    for i in range(7):
-        name = f"part-{i}.jsonl.gz" if i == 3 else f"part-{i}.jsonl"
-        files[name] = [{"text": t} for t in make_texts(150 + 40 * i, seed=i)]
-    files["sub/empty-ish.jsonl"] = [{"text": ""}]
-    return jsonl_dir(files)
+    return jsonl_dir({**numbered_parts(make_texts, 7, 3, 150, 40), "sub/empty-ish.jsonl": [{"text": ""}]})
 
 
 def _config(corpus: Path, out: Path, tokenizer: Path, **extra: object) -> TokenizeConfig:
     return TokenizeConfig(input_dir=corpus, output_dir=out, tokenizer=str(tokenizer), **{**OPTIONS, **extra})  # type: ignore[arg-type]
+
+
+def _one_node_reference(corpus: Path, tmp_path: Path, tokenizer: Path) -> Path:
+    """tmp_path/reference: the corpus tokenized by one node in-process."""
+    tokenize(_config(corpus, tmp_path / "reference", tokenizer, num_nodes=1, num_workers=0))
+    return tmp_path / "reference"
 
 
 def _node_args(corpus: Path, out: Path, tokenizer: Path, nodes: int, rank: int, *extra: str) -> list[str]:
@@ -98,8 +101,7 @@ def test_same_bytes_for_one_process_two_workers_three_nodes(
 def test_sigkill_of_one_node_then_rerun_of_that_node_only(
     corpus: Path, tmp_path: Path, tiny_tokenizer: Path, tree_digest: Callable[[Path], dict[str, str]]
 ) -> None:
-    reference = tmp_path / "reference"
-    tokenize(_config(corpus, reference, tiny_tokenizer, num_nodes=1, num_workers=0))
+    reference = _one_node_reference(corpus, tmp_path, tiny_tokenizer)
     out = tmp_path / "out"
     for rank in (0, 2):  # nodes 0 and 2 finish; node 1 (units 1, 4, 7) is killed after its first commit
         subprocess.run(_node_args(corpus, out, tiny_tokenizer, 3, rank), env=ENV, check=True, capture_output=True)
@@ -147,14 +149,9 @@ def test_finalize_writes_the_manifest_once_every_unit_is_committed(
 def test_an_input_changed_since_the_plan_is_a_resume_mismatch_naming_it(
     corpus: Path, tmp_path: Path, tiny_tokenizer: Path
 ) -> None:
-    out = tmp_path / "out"
-    tokenize(_config(corpus, out, tiny_tokenizer, num_nodes=2, node_rank=0, num_workers=0))
-    changed = corpus / "part-5.jsonl"
-    changed.write_bytes(changed.read_bytes() + b'{"text": "one more"}\n')
-    with pytest.raises(ResumeMismatchError, match=r"input part-5\.jsonl changed \(mtime_ns, size\)") as caught:
-        tokenize(_config(corpus, out, tiny_tokenizer, num_nodes=2, node_rank=1, num_workers=0))
-    assert caught.value.path == str(out / PLAN_NAME)
-    assert not (out / "manifest.json").exists()
+    two_nodes = functools.partial(_config, corpus, tmp_path / "out", tiny_tokenizer, num_nodes=2, num_workers=0)
+    more = (corpus / "part-5.jsonl").read_bytes() + b'{"text": "one more"}\n'
+    assert_a_changed_input_is_named(two_nodes, tmp_path / "out", corpus / "part-5.jsonl", more)
 
 
 def test_two_runs_with_other_settings_into_one_output_are_refused(
@@ -208,8 +205,7 @@ def test_nodes_default_to_the_slurm_variables(corpus: Path, tmp_path: Path, tiny
 def test_overwrite_on_one_node_replaces_a_single_process_output(
     corpus: Path, tmp_path: Path, tiny_tokenizer: Path, tree_digest: Callable[[Path], dict[str, str]]
 ) -> None:
-    reference = tmp_path / "reference"
-    tokenize(_config(corpus, reference, tiny_tokenizer, num_nodes=1, num_workers=0))
+    reference = _one_node_reference(corpus, tmp_path, tiny_tokenizer)
     out = tmp_path / "out"
     tokenize(_config(corpus, out, tiny_tokenizer, num_workers=0))  # the single-process layout
     tokenize(_config(corpus, out, tiny_tokenizer, num_nodes=1, num_workers=0, overwrite=True))

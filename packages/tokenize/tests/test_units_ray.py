@@ -7,7 +7,6 @@ Skipped only when ray cannot be imported (the tokenize tox env installs the ``ra
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from tokenize_helpers import free_port, numbered_parts, ray_config
 
 # read by ray at import: its workers must use this environment's Python, not a `uv run` of their own
 os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
@@ -25,12 +25,6 @@ from tokenloom.formats import ConfigError, RecordError
 from tokenloom.tokenize import ExecutorKind, TokenizeConfig, tokenize
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="a local Ray head")]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _config(corpus: Path, out: Path, tokenizer: Path, **extra: object) -> TokenizeConfig:
@@ -47,11 +41,7 @@ def _config(corpus: Path, out: Path, tokenizer: Path, **extra: object) -> Tokeni
 
 @pytest.fixture
 def corpus(jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]) -> Path:
-    files: dict[str, list[object]] = {}
-    for i in range(5):
-        name = f"part-{i}.jsonl.gz" if i == 2 else f"part-{i}.jsonl"
-        files[name] = [{"text": t} for t in make_texts(120 + 30 * i, seed=i)]
-    return jsonl_dir(files)
+    return jsonl_dir(numbered_parts(make_texts, 5, 2, 120, 30))
 
 
 def test_ray_tasks_write_the_local_pools_bytes(
@@ -95,13 +85,7 @@ def test_a_bad_record_in_a_ray_task_is_the_named_error(
     ray_head: str, jsonl_dir: Callable[..., Path], tmp_path: Path, tiny_tokenizer: Path
 ) -> None:
     corpus = jsonl_dir({"a.jsonl": [{"text": "fine"}]}, raw={"b.jsonl": b'{"text": "ok"}\n{"text": broken\n'})
-    config = TokenizeConfig(
-        input_dir=corpus,
-        output_dir=tmp_path / "out",
-        tokenizer=str(tiny_tokenizer),
-        executor=ExecutorKind.RAY,
-        ray_address=ray_head,
-    )
+    config = ray_config(corpus, tmp_path / "out", tiny_tokenizer, ray_head)
     with pytest.raises(RecordError, match="not valid JSON") as caught:
         tokenize(config)
     assert caught.value.path is not None and str(caught.value.path).endswith("b.jsonl")
@@ -111,14 +95,8 @@ def test_a_bad_record_in_a_ray_task_is_the_named_error(
 def test_an_unreachable_cluster_is_a_config_error_without_a_hang(
     corpus: Path, tmp_path: Path, tiny_tokenizer: Path
 ) -> None:
-    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
-    config = TokenizeConfig(
-        input_dir=corpus,
-        output_dir=tmp_path / "out",
-        tokenizer=str(tiny_tokenizer),
-        executor=ExecutorKind.RAY,
-        ray_address=address,
-    )
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    config = ray_config(corpus, tmp_path / "out", tiny_tokenizer, address)
     started = time.monotonic()
     with pytest.raises(ConfigError, match=rf"the Ray cluster at {address} cannot be reached"):
         tokenize(config)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tokenize_helpers import upload_prefix
 
 from tokenloom.formats import RemoteOptions
 
@@ -32,14 +33,8 @@ OPTIONS: dict[str, Any] = {"shard_size_tokens": 2000, "chunk_lines": 30, "seq_le
 
 
 @pytest.fixture(scope="module")
-def worker_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("worker-cache")
-
-
-@pytest.fixture(scope="module")
-def ray_head_env(seaweed, worker_cache: Path) -> dict[str, str]:
-    """The workers reach the S3 server through the usual variables and cache in a directory the driver never uses."""
-    return {**seaweed.shell_env(), "TOKENLOOM_CACHE_DIR": str(worker_cache)}
+def ray_head_env(s3_worker_env: dict[str, str]) -> dict[str, str]:
+    return s3_worker_env
 
 
 @pytest.fixture
@@ -60,12 +55,6 @@ def driver(seaweed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "driver-cache"
     monkeypatch.setenv("TOKENLOOM_CACHE_DIR", str(cache))
     return cache
-
-
-def _upload(seaweed, local: Path, name: str) -> str:
-    key = f"{name}-{uuid.uuid4().hex[:8]}"
-    seaweed.upload_tree(local, key)
-    return f"s3://{seaweed.bucket}/{key}"
 
 
 def _target(seaweed, name: str) -> str:
@@ -101,7 +90,7 @@ def _shards(found: dict[str, bytes]) -> dict[str, bytes]:
 def test_ray_from_s3_into_s3_puts_the_objects_the_local_pool_puts(
     seaweed, ray_head, driver, worker_cache, corpus, tiny_tokenizer, tmp_path
 ):
-    source = _upload(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     pool, ray = _target(seaweed, "pool"), _target(seaweed, "ray")
     tokenize(_pool(source, pool, tiny_tokenizer))
     summary = tokenize(_ray(source, ray, tiny_tokenizer, ray_head))
@@ -125,7 +114,7 @@ def test_ray_from_s3_into_s3_puts_the_objects_the_local_pool_puts(
 def test_ray_from_s3_into_a_local_dir_equals_the_local_pool(
     seaweed, ray_head, driver, corpus, tiny_tokenizer, tree_digest, tmp_path
 ):
-    source = _upload(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     tokenize(_pool(source, tmp_path / "pool", tiny_tokenizer))
     summary = tokenize(_ray(source, tmp_path / "ray", tiny_tokenizer, ray_head))
     assert summary.units_committed == 5
@@ -143,7 +132,7 @@ def test_ray_from_a_local_dir_into_s3_equals_the_local_pool(seaweed, ray_head, d
 
 
 def test_a_ray_rerun_runs_only_the_units_not_committed_in_the_bucket(seaweed, ray_head, driver, corpus, tiny_tokenizer):
-    source = _upload(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     pool, ray = _target(seaweed, "pool"), _target(seaweed, "ray")
     tokenize(_pool(source, pool, tiny_tokenizer))
     # node 0 of 2 commits units 0, 2 and 4 there (no manifest yet); then Ray takes over the run
@@ -175,7 +164,7 @@ def test_a_bad_record_in_a_ray_task_from_s3_is_named_by_its_url_and_nothing_is_p
 
 
 def test_an_unreachable_cluster_puts_nothing_at_the_output_url(seaweed, driver, corpus, tiny_tokenizer):
-    source = _upload(seaweed, corpus, "raw")
+    source = upload_prefix(seaweed, corpus, "raw")
     target = _target(seaweed, "ray")
     with pytest.raises(ConfigError, match="the Ray cluster at 127.0.0.1:1 cannot be reached"):
         tokenize(_ray(source, target, tiny_tokenizer, "127.0.0.1:1"))

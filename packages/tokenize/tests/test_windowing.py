@@ -118,12 +118,12 @@ def test_dtype_is_respected() -> None:
     assert entries.tokens.tolist() == [1, 2, 3, 7]
 
 
+#: up to 8 documents of up to 40 ids (no EOD)
+DOCS = st.lists(st.lists(st.integers(1, 50), max_size=40), max_size=8)
+
+
 @settings(max_examples=200, deadline=None)
-@given(
-    docs=st.lists(st.lists(st.integers(1, 50), max_size=40), max_size=8),
-    seq_len=st.integers(2, 20),
-    data=st.data(),
-)
+@given(docs=DOCS, seq_len=st.integers(2, 20), data=st.data())
 def test_matches_the_plain_reference(docs: list[list[int]], seq_len: int, data: st.DataObject) -> None:
     overlap = data.draw(st.integers(0, min(seq_len // 2, seq_len - 2)))
     got = entries_of(docs, seq_len, overlap)
@@ -258,11 +258,7 @@ def test_unknown_windowing_is_a_config_error() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    docs=st.lists(st.lists(st.integers(1, 50), max_size=40), max_size=8),
-    seq_len=st.integers(1, 20),
-    data=st.data(),
-)
+@given(docs=DOCS, seq_len=st.integers(1, 20), data=st.data())
 def test_gpt_simple_matches_the_plain_reference(docs: list[list[int]], seq_len: int, data: st.DataObject) -> None:
     overlap = data.draw(st.integers(0, 25) if seq_len > 1 else st.just(0))
     assert gpt_entries(docs, seq_len, overlap) == gpt_reference(docs, seq_len, overlap)
