@@ -102,3 +102,13 @@ def test_an_unknown_keyword_for_a_url_is_refused_before_any_request():
     with pytest.raises(ConfigError, match="vocab_sise is not a keyword of open_dataset") as caught:
         open_dataset("s3://no-such-bucket-anywhere/ds", vocab_sise=10)
     assert caught.value.field == "vocab_sise" and "vocab_size" in str(caught.value) and "remote" in str(caught.value)
+
+
+def test_a_loaders_keyword_for_a_url_points_at_the_datasets_not_at_remote_options():
+    """seq_len is a loader's setting, not a store's: the error says where it goes (the hint used to send it to
+    RemoteOptions, which has no such field)."""
+    with pytest.raises(ConfigError, match="seq_len is not a keyword of open_dataset") as caught:
+        open_dataset("s3://no-such-bucket-anywhere/ds", seq_len=5)
+    said = str(caught.value)
+    assert caught.value.field == "seq_len" and "MemoryMappedDataset(path, seq_len=...)" in said
+    assert "store and cache settings" not in said and "vocab_size" in said

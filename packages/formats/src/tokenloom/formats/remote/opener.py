@@ -50,18 +50,37 @@ class FormatTable:
 
 def refuse_unknown(options: dict[str, Any], formats: FormatTable) -> None:
     """ConfigError, before any request, for a keyword no format's reader takes (a typo; a store or cache setting,
-    which travels as ``remote=``), listing the accepted ones."""
+    which travels as ``remote=``; a loader's setting such as ``seq_len``), listing the accepted ones."""
     known = sorted({name for spec in formats.available().values() for name in spec.options})
     unknown = sorted(set(options) - set(known))
-    if unknown:
+    if not unknown:
+        return
+    accepted = (
+        "open_dataset takes format, dtype, validate, on_progress, remote (a RemoteOptions) and the formats' own "
+        f"options: {', '.join(known)}"
+    )
+    store = [name for name in unknown if name in _STORE_KEYWORDS]
+    if store:
         raise ConfigError(
-            f"{', '.join(unknown)} is not a keyword of open_dataset: a URL's store and cache settings are one "
+            f"{', '.join(store)} is not a keyword of open_dataset: a URL's store and cache settings are one "
             "RemoteOptions value",
-            field=unknown[0],
+            field=store[0],
             hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=..., cache_limit=...) (a settings dict: "
-            "remote=RemoteOptions.from_keywords(storage_options={...})); open_dataset also takes format, dtype, "
-            f"validate, on_progress and the formats' own options: {', '.join(known)}",
+            f"remote=RemoteOptions.from_keywords(storage_options={{...}})); {accepted}",
         )
+    raise ConfigError(
+        f"{', '.join(unknown)} is not a keyword of open_dataset (it opens the token store; samples are cut by "
+        "tokenloom.datasets)",
+        field=unknown[0],
+        hint=f"Pass it to the dataset that reads the store (MemoryMappedDataset(path, seq_len=...), ...); {accepted}",
+    )
+
+
+#: keywords of RemoteOptions and its from_keywords: a store or cache setting given loose to open_dataset
+_STORE_KEYWORDS = frozenset(
+    {"storage_options", "block_cache_dir", "block_size", "retries", "cache_limit", "endpoint", "credentials"}
+    | {"store_options", "cache_dir"}
+)
 
 
 #: what a single named file or Megatron prefix brings along: NAME, NAME.idx + NAME.bin, NAME.tokenloom.json
