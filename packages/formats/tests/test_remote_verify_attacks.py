@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tokenloom.formats import RemoteOptions, open_dataset, open_writer
-from tokenloom.formats.errors import ChecksumError, DataError
+from tokenloom.formats.errors import ChecksumError, DataError, FormatError
 
 MIB = 1 << 20
 LOGGER = "tokenloom.formats.remote"
@@ -351,3 +351,32 @@ def test_deep_validation_with_block_hashes_heals_at_first_map(seaweed, big_ds, t
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert _entries(open_dataset(url, validate="deep", **options)) == _entries(open_dataset(big_ds))
     assert [w for w in _warnings(caplog, "corrupt on disk") if str(block) in w]
+
+
+@pytest.mark.parametrize("fmt", [None, "native"])
+@pytest.mark.parametrize(
+    ("damage", "error", "says"),
+    [
+        (lambda raw: raw.replace(b'"vocab_size": 50000', b'"vocab_size": 50001'), ChecksumError, "checksum"),
+        (lambda raw: b"[1, 2]", FormatError, "not a JSON object (list)"),
+        (lambda raw: raw[: len(raw) // 2], FormatError, "not a JSON object (unparsable)"),
+    ],
+    ids=["checksum", "list", "cut"],
+)
+def test_a_manifest_damaged_in_the_store_is_a_named_error_naming_it(
+    seaweed, tmp_path, caplog, fmt, damage, error, says
+):
+    """Every fetch brings the same bad bytes: the open names the manifest and what is wrong with it (it once
+    ended in a FileNotFoundError of the reader's listing, or 'the manifest records format None, not native')."""
+    local = tmp_path / "local"
+    with open_writer(local, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
+        writer.add(np.arange(1, 1000, dtype=np.int64))
+    raw = (local / "manifest.json").read_bytes()
+    (local / "manifest.json").write_bytes(damage(raw))
+    assert (local / "manifest.json").read_bytes() != raw
+    url = seaweed.upload_dir(local, f"attack-{uuid.uuid4().hex[:8]}")
+    remote = RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c")
+    with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(error) as caught:
+        open_dataset(url, remote=remote, format=fmt)
+    assert f"{url}/manifest.json" in str(caught.value) and says in str(caught.value)
+    assert len(_warnings(caplog, "discarded, fetching it again")) == 1  # a second fetch of the same bytes ends it

@@ -74,7 +74,7 @@ def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
         info = head(cache.config, MANIFEST_NAME)
     except MissingFileError:
         return None, None
-    return info, fetch_manifest(cache, info)[1]  # None: the reader names the problem
+    return info, fetch_manifest(cache, info)[1]
 
 
 def open_remote_any(

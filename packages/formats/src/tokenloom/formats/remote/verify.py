@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from tokenloom.formats.errors import ChecksumError
+from tokenloom.formats.errors import ChecksumError, DataError, FormatError
 from tokenloom.formats.io.blockhash import BlockHashes
 
 __all__ = ["FETCH_RETRIES", "Expected", "expect_files", "fetch_manifest"]
@@ -187,16 +187,23 @@ def _manifest_problem(path: Path) -> tuple[str, str, str] | None:
 
 
 def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
-    """(the cached manifest, its JSON or None). Each fetched copy is checked against its own checksum before
-    it is published to the node cache: a copy corrupt on the wire is fetched again and never seen by another
-    process. A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times); one
-    that stays bad is left for the reader to name. The manifest is what every other check trusts."""
+    """(the cached manifest, its JSON). Each fetched copy is checked against its own checksum before it is
+    published to the node cache: a copy corrupt on the wire is fetched again and never seen by another process.
+    A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times). One that stays
+    bad (the same bytes fetched again: damaged in the store) is a named error: the manifest is what every other
+    check trusts."""
+    seen = None
     for attempt in range(FETCH_RETRIES + 1):
         path = cache.whole(obj, _manifest_problem)
         inode = os.stat(path).st_ino
-        payload = _self_check(path.read_bytes())[0]
-        if payload is not None or attempt == FETCH_RETRIES:
+        raw = path.read_bytes()
+        payload, problem = _self_check(raw)
+        if problem is None:
             return path, payload
+        _unlink_same(path, inode)  # the next open fetches it again (once the store holds a good copy)
+        if raw == seen or attempt == FETCH_RETRIES:
+            raise _bad_manifest(obj.url, problem)
+        seen = raw
         log.warning(
             "%s: the cached manifest %s does not parse or does not match its own checksum: discarded, fetching it "
             "again (%d of %d)",
@@ -205,5 +212,21 @@ def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
             attempt + 1,
             FETCH_RETRIES,
         )
-        _unlink_same(path, inode)
     raise AssertionError("unreachable")
+
+
+def _bad_manifest(url: str, problem: tuple[str, str, str]) -> DataError:
+    """The error for a manifest that is bad in the store (every fetch brings the same bad bytes)."""
+    what, expected, actual = problem
+    hint = (
+        "The stored manifest is damaged (every fetch brings the same bytes): upload a good copy "
+        "(`tokenloom validate --write-manifest DIR` on a local copy writes one) or re-create the dataset"
+    )
+    if what == "its own checksum":
+        return ChecksumError(
+            f"manifest content checksum is {actual}, the manifest records {expected}",
+            path=url,
+            field="checksum",
+            hint=hint,
+        )
+    return FormatError(f"manifest is not a JSON object ({actual})", path=url, hint=hint)
