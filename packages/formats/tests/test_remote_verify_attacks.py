@@ -366,8 +366,9 @@ def test_deep_validation_with_block_hashes_heals_at_first_map(seaweed, big_ds, t
 def test_a_manifest_damaged_in_the_store_is_a_named_error_naming_it(
     seaweed, tmp_path, caplog, fmt, damage, error, says
 ):
-    """Every fetch brings the same bad bytes: the open names the manifest and what is wrong with it (it once
-    ended in a FileNotFoundError of the reader's listing, or 'the manifest records format None, not native')."""
+    """Every fetch brings the same bad bytes: after its re-fetches the open names the manifest and what is wrong
+    with it (it once ended in a FileNotFoundError of the reader's listing, or 'the manifest records format None,
+    not native')."""
     local = tmp_path / "local"
     with open_writer(local, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
         writer.add(np.arange(1, 1000, dtype=np.int64))
@@ -379,4 +380,4 @@ def test_a_manifest_damaged_in_the_store_is_a_named_error_naming_it(
     with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(error) as caught:
         open_dataset(url, remote=remote, format=fmt)
     assert f"{url}/manifest.json" in str(caught.value) and says in str(caught.value)
-    assert len(_warnings(caplog, "discarded, fetching it again")) == 1  # a second fetch of the same bytes ends it
+    assert len(_warnings(caplog, "discarded, fetching it again")) == 2  # then it is bad in the store, not on the wire

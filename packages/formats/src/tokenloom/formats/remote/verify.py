@@ -190,20 +190,16 @@ def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
     """(the cached manifest, its JSON). Each fetched copy is checked against its own checksum before it is
     published to the node cache: a copy corrupt on the wire is fetched again and never seen by another process.
     A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times). One that stays
-    bad (the same bytes fetched again: damaged in the store) is a named error: the manifest is what every other
-    check trusts."""
-    seen = None
+    bad (damaged in the store) is a named error: the manifest is what every other check trusts."""
     for attempt in range(FETCH_RETRIES + 1):
         path = cache.whole(obj, _manifest_problem)
         inode = os.stat(path).st_ino
-        raw = path.read_bytes()
-        payload, problem = _self_check(raw)
+        payload, problem = _self_check(path.read_bytes())
         if problem is None:
             return path, payload
         _unlink_same(path, inode)  # the next open fetches it again (once the store holds a good copy)
-        if raw == seen or attempt == FETCH_RETRIES:
+        if attempt == FETCH_RETRIES:  # not at the first repeat of the same bytes: flips on the wire can repeat too
             raise _bad_manifest(obj.url, problem)
-        seen = raw
         log.warning(
             "%s: the cached manifest %s does not parse or does not match its own checksum: discarded, fetching it "
             "again (%d of %d)",
@@ -216,10 +212,10 @@ def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
 
 
 def _bad_manifest(url: str, problem: tuple[str, str, str]) -> DataError:
-    """The error for a manifest that is bad in the store (every fetch brings the same bad bytes)."""
+    """The error for a manifest that is bad in the store (bad on every fetch)."""
     what, expected, actual = problem
     hint = (
-        "The stored manifest is damaged (every fetch brings the same bytes): upload a good copy "
+        "The stored manifest is damaged (bad on every fetch): upload a good copy "
         "(`tokenloom validate --write-manifest DIR` on a local copy writes one) or re-create the dataset"
     )
     if what == "its own checksum":
