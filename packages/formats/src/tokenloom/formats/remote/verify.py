@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from tokenloom.formats.errors import ChecksumError, DataError, FormatError
+from tokenloom.formats.errors import ChecksumError
 from tokenloom.formats.io.blockhash import BlockHashes
 
 __all__ = ["FETCH_RETRIES", "Expected", "expect_files", "fetch_manifest"]
@@ -187,19 +187,29 @@ def _manifest_problem(path: Path) -> tuple[str, str, str] | None:
 
 
 def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
-    """(the cached manifest, its JSON). Each fetched copy is checked against its own checksum before it is
+    """(the cached manifest, its JSON or None). Each fetched copy is checked against its own checksum before it is
     published to the node cache: a copy corrupt on the wire is fetched again and never seen by another process.
-    A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times). One that stays
-    bad (damaged in the store) is a named error: the manifest is what every other check trusts."""
+    A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times). A JSON object whose
+    own checksum stays wrong is damaged in the store: a named ChecksumError. One that is no JSON object (None) is
+    left for the reader to name (an endpoint that is a web server, not a store, answers with such bytes). The
+    manifest is what every other check trusts."""
     for attempt in range(FETCH_RETRIES + 1):
         path = cache.whole(obj, _manifest_problem)
         inode = os.stat(path).st_ino
         payload, problem = _self_check(path.read_bytes())
         if problem is None:
             return path, payload
-        _unlink_same(path, inode)  # the next open fetches it again (once the store holds a good copy)
-        if attempt == FETCH_RETRIES:  # not at the first repeat of the same bytes: flips on the wire can repeat too
-            raise _bad_manifest(obj.url, problem)
+        if attempt == FETCH_RETRIES:
+            if problem[0] != "its own checksum":
+                return path, None
+            _unlink_same(path, inode)  # the next open fetches it again (once the store holds a good copy)
+            raise ChecksumError(
+                f"manifest content checksum is {problem[2]}, the manifest records {problem[1]}, on every fetch",
+                path=obj.url,
+                field="checksum",
+                hint="The stored manifest is damaged: upload a good copy (`tokenloom validate --write-manifest DIR` "
+                "on a local copy writes one) or re-create the dataset",
+            )
         log.warning(
             "%s: the cached manifest %s does not parse or does not match its own checksum: discarded, fetching it "
             "again (%d of %d)",
@@ -208,21 +218,5 @@ def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
             attempt + 1,
             FETCH_RETRIES,
         )
+        _unlink_same(path, inode)
     raise AssertionError("unreachable")
-
-
-def _bad_manifest(url: str, problem: tuple[str, str, str]) -> DataError:
-    """The error for a manifest that is bad in the store (bad on every fetch)."""
-    what, expected, actual = problem
-    hint = (
-        "The stored manifest is damaged (bad on every fetch): upload a good copy "
-        "(`tokenloom validate --write-manifest DIR` on a local copy writes one) or re-create the dataset"
-    )
-    if what == "its own checksum":
-        return ChecksumError(
-            f"manifest content checksum is {actual}, the manifest records {expected}",
-            path=url,
-            field="checksum",
-            hint=hint,
-        )
-    return FormatError(f"manifest is not a JSON object ({actual})", path=url, hint=hint)
