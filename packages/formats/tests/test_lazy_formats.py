@@ -34,3 +34,16 @@ def test_writing_native_imports_neither_the_other_formats_nor_the_remote_layer()
 
 def test_a_remote_listing_knows_every_format_data_suffix_before_any_format_was_asked_for():
     assert set(_run(SUFFIXES).split()) >= {".bin", ".npy", ".pbin", ".h5", ".hdf5"}
+
+
+SUBPACKAGES = """
+import tokenloom.formats as formats
+print(formats.keyed.RECORD_FORMATS, formats.native.SPEC.name, formats.flat.__name__, formats.megatron.__name__,
+      formats.packed.__name__, formats.remote.__name__)
+"""
+
+
+def test_the_format_folders_are_attributes_of_the_package_without_an_import_of_their_own():
+    """``import tokenloom.formats`` then ``tokenloom.formats.keyed.RECORD_FORMATS`` worked when the package imported
+    every folder; a folder imported on first use must still be reachable that way."""
+    assert _run(SUBPACKAGES).split()[-1] == "tokenloom.formats.remote"

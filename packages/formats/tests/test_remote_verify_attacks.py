@@ -12,7 +12,7 @@ import pytest
 from formats_helpers import MIB, cached_remote, entry_bytes, open_cached, warnings_with
 
 from tokenloom.formats import RemoteOptions, open_dataset, open_writer
-from tokenloom.formats.errors import ChecksumError, DataError
+from tokenloom.formats.errors import ChecksumError, DataError, FormatError
 
 LOGGER = "tokenloom.formats.remote"
 
@@ -317,3 +317,38 @@ def test_deep_validation_with_block_hashes_heals_at_first_map(seaweed, big_ds, t
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert entry_bytes(open_dataset(url, validate="deep", **options)) == entry_bytes(open_dataset(big_ds))
     assert [w for w in warnings_with(caplog, "corrupt on disk") if str(block) in w]
+
+
+CHECKSUM = (lambda raw: raw.replace(b'"vocab_size": 50000', b'"vocab_size": 50001'), ChecksumError, "checksum")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "damage", "error", "says"),
+    [
+        (None, *CHECKSUM),
+        ("native", *CHECKSUM),
+        ("native", lambda raw: b"[1, 2]", FormatError, "not a JSON object"),
+        ("native", lambda raw: raw[: len(raw) // 2], FormatError, "not a JSON object"),
+    ],
+    ids=["checksum", "checksum-native", "list-native", "cut-native"],
+)
+def test_a_manifest_damaged_in_the_store_is_a_named_error_naming_it(
+    seaweed, tmp_path, caplog, fmt, damage, error, says
+):
+    """Every fetch brings the same bad bytes: after its re-fetches the open names the manifest and what is wrong
+    with it (it once ended in a FileNotFoundError of the reader's listing, or 'the manifest records format None,
+    not native'). A manifest that is no JSON object, opened without format=, is left to the readers (as locally:
+    'no reader recognises this layout'), so that an endpoint that is a web server is named as such."""
+    local = tmp_path / "local"
+    with open_writer(local, format="native", dtype="uint16", vocab_size=50_000, eos_id=0) as writer:
+        writer.add(np.arange(1, 1000, dtype=np.int64))
+    raw = (local / "manifest.json").read_bytes()
+    (local / "manifest.json").write_bytes(damage(raw))
+    assert (local / "manifest.json").read_bytes() != raw
+    url = seaweed.upload_dir(local, f"attack-{uuid.uuid4().hex[:8]}")
+    remote = RemoteOptions.from_keywords(storage_options=seaweed.storage_options(), block_cache_dir=tmp_path / "c")
+    with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(error) as caught:
+        open_dataset(url, remote=remote, format=fmt)
+    assert f"{url}/manifest.json" in str(caught.value) and says in str(caught.value)
+    # then it is bad in the store, not on the wire
+    assert len(warnings_with(caplog, "discarded, fetching it again")) == 2

@@ -67,6 +67,8 @@ _EXPORTS = {
         ],
         _KEYED,
     ),
+    # the format folders and the remote layer as attributes, as when this package imported them all
+    **{sub: f"tokenloom.formats.{sub}" for sub in ("native", "flat", "megatron", "packed", "keyed", "remote")},
 }
 
 __all__ = [

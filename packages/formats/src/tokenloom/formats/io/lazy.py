@@ -17,13 +17,15 @@ __all__ = ["lazy_exports"]
 def lazy_exports(
     module: str, exports: Mapping[str, str], namespace: MutableMapping[str, Any], names: Sequence[str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for ``module``: ``exports`` maps a public name to the module defining it."""
+    """``(__getattr__, __dir__)`` for ``module``: ``exports`` maps a public name to the module defining it (a
+    name that maps to ``module.name`` is that subpackage itself)."""
 
     def __getattr__(name: str) -> Any:
         source = exports.get(name)
         if source is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(source), name)
+        imported = importlib.import_module(source)
+        value = imported if source == f"{module}.{name}" else getattr(imported, name)  # a subpackage itself
         namespace[name] = value  # later look-ups skip this function
         return value
 

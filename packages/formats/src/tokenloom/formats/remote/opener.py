@@ -93,7 +93,7 @@ def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
         info = head(cache.config, MANIFEST_NAME)
     except MissingFileError:
         return None, None
-    return info, fetch_manifest(cache, info)[1]  # None: the reader names the problem
+    return info, fetch_manifest(cache, info)[1]  # None: not a JSON object, for the reader to name
 
 
 def open_remote_any(
@@ -113,6 +113,13 @@ def open_remote_any(
     spec = formats.spec(named) if named else None
     if spec is not None and spec.remote is not None and manifest is not None:
         formats.check_options(spec, options)
+        if not isinstance(payload, dict):
+            raise FormatError(
+                "manifest is not a JSON object, on every fetch",
+                path=manifest.url,
+                hint="The stored manifest is damaged: upload a good copy (`tokenloom validate --write-manifest DIR` "
+                "on a local copy writes one) or re-create the dataset",
+            )
         if recorded != spec.name:
             raise FormatError(
                 f"the manifest records format {recorded!r}, not {spec.name}",

@@ -187,16 +187,29 @@ def _manifest_problem(path: Path) -> tuple[str, str, str] | None:
 
 
 def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
-    """(the cached manifest, its JSON or None). Each fetched copy is checked against its own checksum before
-    it is published to the node cache: a copy corrupt on the wire is fetched again and never seen by another
-    process. A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times); one
-    that stays bad is left for the reader to name. The manifest is what every other check trusts."""
+    """(the cached manifest, its JSON or None). Each fetched copy is checked against its own checksum before it is
+    published to the node cache: a copy corrupt on the wire is fetched again and never seen by another process.
+    A cached copy corrupt on disk is discarded and fetched again (:data:`FETCH_RETRIES` times). A JSON object whose
+    own checksum stays wrong is damaged in the store: a named ChecksumError. One that is no JSON object (None) is
+    left for the reader to name (an endpoint that is a web server, not a store, answers with such bytes). The
+    manifest is what every other check trusts."""
     for attempt in range(FETCH_RETRIES + 1):
         path = cache.whole(obj, _manifest_problem)
         inode = os.stat(path).st_ino
-        payload = _self_check(path.read_bytes())[0]
-        if payload is not None or attempt == FETCH_RETRIES:
+        payload, problem = _self_check(path.read_bytes())
+        if problem is None:
             return path, payload
+        if attempt == FETCH_RETRIES:
+            if problem[0] != "its own checksum":
+                return path, None
+            _unlink_same(path, inode)  # the next open fetches it again (once the store holds a good copy)
+            raise ChecksumError(
+                f"manifest content checksum is {problem[2]}, the manifest records {problem[1]}, on every fetch",
+                path=obj.url,
+                field="checksum",
+                hint="The stored manifest is damaged: upload a good copy (`tokenloom validate --write-manifest DIR` "
+                "on a local copy writes one) or re-create the dataset",
+            )
         log.warning(
             "%s: the cached manifest %s does not parse or does not match its own checksum: discarded, fetching it "
             "again (%d of %d)",
