@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,7 +150,7 @@ def test_convert_to_s3_equals_local_convert(seaweed, local_ds, tmp_path, to, nam
     convert_dataset(local_ds, local / (name or "ds"), to=to)
     prefix = _prefix()
     url = f"s3://{seaweed.bucket}/{prefix}" + (f"/{name}" if name else "")
-    target = {"target_remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options())}
+    target: dict[str, Any] = {"target_remote": RemoteOptions.from_keywords(storage_options=seaweed.storage_options())}
     convert_dataset(local_ds, url, to=to, target_plan_cache_dir=tmp_path, **target)
     expected = _local_files(local / "ds") if not name else _local_files(local)
     assert seaweed.objects(f"s3://{seaweed.bucket}/{prefix}") == expected
