@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -77,9 +78,11 @@ def refuse_unknown(options: dict[str, Any], formats: FormatTable) -> None:
 
 
 #: keywords of RemoteOptions and its from_keywords: a store or cache setting given loose to open_dataset
-_STORE_KEYWORDS = frozenset(
-    {"storage_options", "block_cache_dir", "block_size", "retries", "cache_limit", "endpoint", "credentials"}
-    | {"store_options", "cache_dir"}
+#: (read from RemoteOptions itself, so that a new setting needs no second list; ``cache_dir``: the old spelling)
+_STORE_KEYWORDS = (
+    frozenset(field.name for field in dataclasses.fields(RemoteOptions))
+    | frozenset(inspect.signature(RemoteOptions.from_keywords).parameters)
+    | {"cache_dir"}
 )
 
 
