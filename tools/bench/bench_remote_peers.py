@@ -25,6 +25,11 @@ process stalls or misreads), the warm one reusing the cold one's cache directory
 process per contender that has done the contender's imports and nothing else (``_remote_leg.py serve``), so that
 the passes do not each pay an interpreter start and 2-3 s of imports (which no pass's clock counts).
 
+``--issue-size`` runs the cells at issue 38's size instead: 50,000,000 tokens (24,402 samples: 6 shards of 4,067),
+no many-shard rows unless ``--shards`` asks, ``--rounds`` rounds (3 by default), written to
+docs/benchmarks/remote-peers-issue-size.md with a table of the cells (wall and CPU seconds of tokenloom and both
+peers, ratios per wall and per CPU second to the faster peer) and the load average at the end of every pass.
+
 Last, tokenloom's time to first batch on a 10,000-shard native dataset on the same server (100 quick): the
 ``MemoryMappedDataset`` first batch (the target) once, the formats layer's ``open_dataset`` + first sample (no
 target) once per latency (three times with ``--full``: each is an empty cache and about 5 s on a loaded machine).
@@ -57,6 +62,11 @@ from tokenloom.formats import RemoteOptions
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "docs" / "benchmarks" / "remote-peers.md"
+# ``--issue-size``: issue 38's own size (50 M tokens in 6 shards), a run by hand with its own file (the default run
+# is tools/bench/run.py's section and stays at 32 MiB)
+ISSUE_OUTPUT = REPO / "docs" / "benchmarks" / "remote-peers-issue-size.md"
+ISSUE_TOKENS = 50_000_000
+ISSUE_SHARDS = 6
 LEG = Path(__file__).with_name("_remote_leg.py")
 SEQ = 2048
 LATENCY = 0.02
@@ -219,6 +229,7 @@ def read_leg(
                 break
             result = json.loads(line)
             result.update(latency=latency, gets=sum(proxy.gets.values()), fetched=sum(proxy.get_bytes.values()))
+            result["load"] = os.getloadavg()[0]  # the 1-minute load average as the pass ends (a shared machine)
             results.append(result)
         else:
             line = server.stdout.readline()
@@ -287,19 +298,26 @@ def run(
     shards: int | None = None,
     latencies_ms: tuple[int, ...] = LATENCIES_MS,
     full: bool = False,
+    issue_size: bool = False,
+    rounds: int | None = None,
 ) -> str:
     """The section; ``legs`` and ``shards`` (0: no many-shard row) narrow a run by hand (``--legs``, ``--shards``).
 
     ``--quick`` leaves MosaicML out unless ``legs`` names it (its venv, MDS write and passes: half the smoke run).
+    ``issue_size``: issue 38's 50 M tokens in 6 shards (``--quick`` with it: one round), to ISSUE_OUTPUT.
     """
-    legs = legs or (("tokenloom", "litdata") if quick else LEGS)
+    legs = legs or (("tokenloom", "litdata") if quick and not issue_size else LEGS)
     from tokenloom.testing.servers import FaultProxy, SeaweedS3
 
-    rounds = 1 if quick else 3
+    rounds = rounds or (1 if quick else 3)
     # 32 MiB: 18 fresh processes read it (3 legs x 2 passes x 3 rounds); 64 MiB cost 10 minutes a run
     count = 2_048 if quick else 8_192
     per_shard = count // 8 if quick else 2_048
-    shards = (100 if quick else 10_000) if shards is None else shards
+    if issue_size and not quick:  # 24,402 samples of 2,049 tokens (49,999,698 tokens), 6 shards of 4,067
+        count = ISSUE_TOKENS // (SEQ + 1) // ISSUE_SHARDS * ISSUE_SHARDS
+        per_shard = count // ISSUE_SHARDS
+    shards = (0 if issue_size else 100 if quick else 10_000) if shards is None else shards
+    started_run = time.perf_counter()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-remote-peers-") as tmp_name:
         tmp = Path(tmp_name)
@@ -408,10 +426,16 @@ def run(
             proxy.close()
             seaweed.stop()
     load_after = os.getloadavg()
-    return report(
+    text = report(
         quick, rounds, count, per_shard, expected, stored, results, errors, shards, many, many_open, many_upload,
-        load_before, load_after, plan_of(latencies_ms),
+        load_before, load_after, plan_of(latencies_ms), issue_size,
     )  # fmt: skip
+    if issue_size:
+        text = issue_cells(text, results, errors, count, rounds, time.perf_counter() - started_run, quick)
+        if not quick:
+            ISSUE_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+            ISSUE_OUTPUT.write_text(text)
+    return text
 
 
 def report(
@@ -430,6 +454,7 @@ def report(
     load_before: tuple[float, float, float],
     load_after: tuple[float, float, float],
     plan: tuple[tuple[str, float], ...],
+    issue_size: bool = False,
 ) -> str:
     used = count * (SEQ + 1) * 2
 
@@ -444,7 +469,8 @@ def report(
     lines = [
         "## From object storage: tokenloom vs litdata vs MosaicML streaming on one local S3 server",
         "",
-        f"Command: `uv run --group bench python tools/bench/bench_remote_peers.py{' --quick' if quick else ''}`. "
+        f"Command: `uv run --group bench python tools/bench/bench_remote_peers.py{' --quick' if quick else ''}"
+        f"{' --issue-size' if issue_size else ''}`. "
         f"Data: {count:,} samples of {SEQ + 1:,} uint16 tokens ({_mib(used)} MiB of tokens, token sum "
         f"{expected:,}), {count // per_shard} shards of {per_shard:,} samples in each format, on one SeaweedFS S3 "
         "server on 127.0.0.1 behind a Python proxy that counts GETs and bytes (and adds 20 ms to every "
@@ -572,10 +598,76 @@ def report(
         f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores (a shared machine).",
     ]
     text = "\n".join(lines) + "\n"
-    if not quick:
+    if not quick and not issue_size:
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
         OUTPUT.write_text(text)
     return text
+
+
+def issue_cells(
+    text: str,
+    results: dict[str, list[dict[str, Any]]],
+    errors: dict[str, str],
+    count: int,
+    rounds: int,
+    seconds: float,
+    quick: bool,
+) -> str:
+    """``--issue-size``: the cells of issue 38 item 5 as one table (wall and CPU seconds of tokenloom and both peers,
+    ratios per wall and per CPU second to the faster peer by wall), above the full section ``text``."""
+
+    def median(leg: str, kind: str, latency: float, key: str) -> float | None:
+        values = [r[key] for r in results.get(leg, []) if r["pass"] == kind and r["latency"] == latency and key in r]
+        return statistics.median(values) if values and leg not in errors else None
+
+    def seconds_cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    tokens = count * (SEQ + 1)
+    loads = [r["load"] for rows in results.values() for r in rows if "load" in r]
+    lines = [
+        "# Remote reads at issue 38's size: tokenloom vs litdata vs MosaicML streaming",
+        "",
+        "Command: `uv run --group bench python tools/bench/bench_remote_peers.py --issue-size"
+        f"{' --quick' if quick else ''}` (tools/bench/run.py does not run it: it took {seconds / 60:.1f} minutes "
+        f"here). {tokens:,} uint16 tokens in "
+        f"{count:,} samples of {SEQ + 1:,}, DataLoader batch 8, 2 workers, every cell (cold/warm x global/block order "
+        f"x 0/20 ms added to every request), tokenloom with byte verification on; median of {rounds} round(s), "
+        "each pass a fresh process. Wall s and CPU s (user + system of the pass's process and its DataLoader workers) "
+        "per contender; the ratios are the faster peer's (by wall) seconds over tokenloom's, per wall clock and per "
+        "CPU second (target >= 2.0x, issue 38 item 5). Limit: the plain local gather of the same batches from one "
+        "`np.memmap` through the same DataLoader (no cache, no checks), as a wall ratio to the same peer.",
+        "",
+        "| pass | order | added latency | tokenloom wall s | tokenloom CPU s | litdata wall s | litdata CPU s "
+        "| MosaicML wall s | MosaicML CPU s | faster peer | ratio (wall) | ratio (CPU-s) | limit (wall) "
+        "| load (1 min, median) | 2.0x |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for kind, latency in plan_of(tuple(sorted({int(r["latency"] * 1000) for r in results.get("tokenloom", [])}))):
+        for order, (row, limit_row) in CELLS.items():
+            wall = {leg: median(leg, kind, latency, "seconds") for leg in (row, *PEERS)}
+            cpu = {leg: median(leg, kind, latency, "cpu_s") for leg in (row, *PEERS)}
+            peers = [leg for leg in PEERS if wall[leg] is not None]
+            ours, our_cpu = wall[row], cpu[row]
+            if ours is None or not peers:
+                continue
+            faster = min(peers, key=lambda leg: wall[leg] or 0.0)
+            ratio = (wall[faster] or 0.0) / ours
+            ratio_cpu = f"{cpu[faster] / our_cpu:.2f}x" if cpu[faster] and our_cpu else "-"
+            limit = median(limit_row, "warm", latency, "seconds")
+            cell_loads = [r["load"] for leg in (row, *PEERS) for r in results.get(leg, [])
+                          if r["pass"] == kind and r["latency"] == latency and "load" in r]  # fmt: skip
+            lines.append(
+                f"| {kind} | {order} | {latency * 1000:.0f} ms | {seconds_cell(ours)} | {seconds_cell(our_cpu)} | "
+                f"{seconds_cell(wall['litdata'])} | {seconds_cell(cpu['litdata'])} | {seconds_cell(wall['mosaic'])} | "
+                f"{seconds_cell(cpu['mosaic'])} | {NAMES[faster].split(' `')[0]} | {ratio:.2f}x | {ratio_cpu} | "
+                f"{'-' if limit is None else f'{(wall[faster] or 0.0) / limit:.2f}x'} | "
+                f"{statistics.median(cell_loads):.1f} | {'met' if ratio >= 2.0 else 'missed'} |"
+            )
+    if loads:
+        lines += ["", f"Load average (1 min) at the end of the passes: {min(loads):.1f}-{max(loads):.1f}, median "
+                  f"{statistics.median(loads):.1f}, on {os.cpu_count()} cores (a shared machine)."]  # fmt: skip
+    return "\n".join(lines) + "\n\n" + text
 
 
 def main() -> int:
@@ -591,10 +683,17 @@ def main() -> int:
         help="added latencies in ms, one cold and one warm pass each (default: 20; 0,20 adds the 0 ms rows)",
     )
     parser.add_argument("--full", action="store_true", help="the 10,000-shard open_dataset rows as medians of 3")
+    parser.add_argument(
+        "--issue-size",
+        action="store_true",
+        help="issue 38's size: 50 M tokens in 6 shards, every cell, to docs/benchmarks/remote-peers-issue-size.md "
+        "(with --quick: the same cells at the quick size, one round, nothing written)",
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3; --quick: 1)")
     args = parser.parse_args()
     latencies = tuple(int(ms) for ms in args.latencies.split(","))
     legs = tuple(args.legs.split(",")) if args.legs else None
-    print(run(args.quick, legs, args.shards, latencies, full=args.full))
+    print(run(args.quick, legs, args.shards, latencies, full=args.full, issue_size=args.issue_size, rounds=args.rounds))
     return 0
 
 
