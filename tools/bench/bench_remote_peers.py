@@ -653,7 +653,8 @@ def issue_cells(
                 continue
             faster = min(peers, key=lambda leg: wall[leg] or 0.0)
             ratio = (wall[faster] or 0.0) / ours
-            ratio_cpu = f"{cpu[faster] / our_cpu:.2f}x" if cpu[faster] and our_cpu else "-"
+            peer_cpu = cpu[faster]
+            ratio_cpu = f"{peer_cpu / our_cpu:.2f}x" if peer_cpu and our_cpu else "-"
             limit = median(limit_row, "warm", latency, "seconds")
             cell_loads = [r["load"] for leg in (row, *PEERS) for r in results.get(leg, [])
                           if r["pass"] == kind and r["latency"] == latency and "load" in r]  # fmt: skip
