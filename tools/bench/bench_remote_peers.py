@@ -681,7 +681,7 @@ def main() -> int:
     parser.add_argument(
         "--latencies",
         default=",".join(map(str, LATENCIES_MS)),
-        help="added latencies in ms, one cold and one warm pass each (default: 0,20; 20 narrows a run to the 20 ms rows)",
+        help="added latencies in ms, one cold and one warm pass each (default: 0,20; 20: only the 20 ms rows)",
     )
     parser.add_argument("--full", action="store_true", help="the 10,000-shard open_dataset rows as medians of 3")
     parser.add_argument(
