@@ -626,7 +626,7 @@ def issue_cells(
     tokens = count * (SEQ + 1)
     loads = [r["load"] for rows in results.values() for r in rows if "load" in r]
     lines = [
-        "# Remote reads at issue 38's size: tokenloom vs litdata vs MosaicML streaming",
+        "## Remote reads at issue 38's size: tokenloom vs litdata vs MosaicML streaming",
         "",
         "Command: `uv run --group bench python tools/bench/bench_remote_peers.py --issue-size"
         f"{' --quick' if quick else ''}` (tools/bench/run.py does not run it: it took {seconds / 60:.1f} minutes "
@@ -668,7 +668,8 @@ def issue_cells(
     if loads:
         lines += ["", f"Load average (1 min) at the end of the passes: {min(loads):.1f}-{max(loads):.1f}, median "
                   f"{statistics.median(loads):.1f}, on {os.cpu_count()} cores (a shared machine)."]  # fmt: skip
-    return "\n".join(lines) + "\n\n" + text
+    nested = text.replace("\n## ", "\n### ").removeprefix("## ").strip()  # the full section, one level down
+    return "\n".join(lines) + "\n\n### " + nested + "\n"
 
 
 def main() -> int:

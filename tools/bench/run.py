@@ -11,8 +11,9 @@ raw baseline and the best peer) and writes ``docs/benchmarks/<name>.md``. This
 script runs them in a fixed order and joins the sections under one header that
 records the machine and the command. Measurements that take minutes run on their own and their last reports are appended
 here: the tokenize peak-RSS scaling to 2 GB (``bench_tokenize.py --rss-scaling 100,500,2000``,
-which records its commit) and the first open of 10^9-entry indices (``bench_open.py``; this
-run opens 10^8); ``run.py --refresh-separate`` re-appends them after such a run without
+which records its commit), the first open of 10^9-entry indices (``bench_open.py``; this
+run opens 10^8) and the remote reads at issue 38's size (``bench_remote_peers.py --issue-size``, 7 minutes;
+this run reads 32 MiB); ``run.py --refresh-separate`` re-appends them after such a run without
 rerunning the rest. Each section's wall and CPU seconds (this process and the children it waited for) are
 printed as it ends, listed with the total at the end and written into the header.
 
@@ -119,7 +120,10 @@ def load(name: str):
 
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-SEPARATE = [REPO / "docs" / "benchmarks" / name for name in ("tokenize-rss.md", "open-huge.md", "open-native-full.md")]
+SEPARATE = [
+    REPO / "docs" / "benchmarks" / name
+    for name in ("tokenize-rss.md", "open-huge.md", "open-native-full.md", "remote-peers-issue-size.md")
+]
 SEPARATE_HEADING = "# Measured separately"
 
 
