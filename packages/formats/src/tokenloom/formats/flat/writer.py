@@ -2,36 +2,32 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Any, BinaryIO, Unpack
+from typing import Any, Unpack
 
 import numpy as np
 
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
-from tokenloom.formats.errors import (
-    ConfigError,
-)
+from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.flat.npy import npy_header
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME
-from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, temp_path
+from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 
 __all__ = ["FlatWriter"]
 
 
-class _ShardFile:
-    """One shard streamed to ``name.tmp`` and published under ``name`` by ``finish``."""
+class _ShardFile(TempFile):
+    """One shard streamed to a temp name and published under its name by ``finish`` (``.npy``: its header
+    rewritten with the final count first)."""
 
     def __init__(self, path: Path, dtype: np.dtype, *, npy: bool) -> None:
-        self.path = path
-        self.tmp = temp_path(path)
+        super().__init__(path)
         self.dtype = dtype
         self.npy = npy
         self.num_tokens = 0
         self.num_entries = 0
-        self.handle: BinaryIO = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish/abort
         if npy:
             self.handle.write(npy_header(dtype, 0))
 
@@ -39,19 +35,11 @@ class _ShardFile:
         self.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
         self.num_tokens += len(tokens)
 
-    def finish(self) -> None:
+    def finish_shard(self) -> None:
         if self.npy:
             self.handle.seek(0)
             self.handle.write(npy_header(self.dtype, self.num_tokens))
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.tmp.unlink()
+        self.publish(sync_dir=False)  # the commit fsyncs the directory
 
 
 class FlatWriter(TokenWriter):
@@ -142,7 +130,7 @@ class FlatWriter(TokenWriter):
 
     def _finish_shard(self) -> None:
         if self._current is not None:
-            self._current.finish()
+            self._current.finish_shard()
             self._shard_entries.append(self._current.num_entries)
             self._current = None
 

@@ -20,7 +20,15 @@ import orjson
 
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir, publish, temp_path
+from tokenloom.formats.io.atomic import (
+    TMP_SUFFIX,
+    WRITING_MARKER,
+    TempFile,
+    atomic_write_bytes,
+    fsync_dir,
+    publish,
+    temp_path,
+)
 from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
@@ -224,7 +232,7 @@ class BinMetaStoreWriter(StoreWriter):
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         super().__init__(path, **options)
         start_output_dir(self.path, overwrite=self.overwrite)
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[str, TempFile] = {}
         self._offsets: list[int] = [0]
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
@@ -234,22 +242,15 @@ class BinMetaStoreWriter(StoreWriter):
     def _append(self, arrays: dict[str, np.ndarray]) -> None:
         """Each array at the end of its key's ``<key>.bin`` (a temp name until commit)."""
         for key, array in arrays.items():
-            handle = self._handles.get(key)
-            if handle is None:
-                handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
-                self._handles[key] = handle
-            handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+            out = self._handles.get(key) or self._handles.setdefault(key, TempFile(self.path / f"{key}.bin"))
+            out.handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
 
     def _commit(self) -> None:
         try:
             keys = self.keys or ["sequence"]
             meta = {}
             for key in keys:
-                handle = self._handles.get(key) or open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115
-                handle.flush()
-                os.fsync(handle.fileno())
-                handle.close()
-                os.replace(self.path / f"{key}.bin{TMP_SUFFIX}", self.path / f"{key}.bin")
+                (self._handles.get(key) or TempFile(self.path / f"{key}.bin")).publish(sync_dir=False)
                 offsets = self._offsets_of(key)
                 meta[key] = {"shape": [offsets[-1]], "dtype": self.dtype_of(key).name, "offsets": offsets}
             fsync_dir(self.path)
@@ -268,8 +269,8 @@ class BinMetaStoreWriter(StoreWriter):
         """What a subclass writes after meta.json, before the store is published (a record store: its manifest)."""
 
     def _abort(self) -> None:
-        for handle in self._handles.values():
-            handle.close()
+        for out in self._handles.values():
+            out.abort()
         for entry in list(self.path.iterdir()):
             if entry.name.endswith(".bin") or entry.name.endswith(TMP_SUFFIX) or entry.name == WRITING_MARKER:
                 with contextlib.suppress(FileNotFoundError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Unpack
@@ -10,10 +9,8 @@ from typing import Unpack
 import numpy as np
 
 from tokenloom.formats._writer import TokenWriter, WriterBasics
-from tokenloom.formats.errors import (
-    ConfigError,
-)
-from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, make_parents, remove_empty, temp_path
+from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir, make_parents, remove_empty
 from tokenloom.formats.io.sidecar import remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats.megatron.reader import (
     _HEADER,
@@ -98,8 +95,7 @@ class MegatronWriter(TokenWriter):
         self.sidecar = sidecar_of(prefix)
         if existing:
             remove_sidecar(self.sidecar)  # it described the data just removed
-        self._bin_tmp = temp_path(self.bin_path)
-        self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
+        self._bin = TempFile(self.bin_path)
         self._lengths: list[np.ndarray] = []
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
@@ -111,13 +107,11 @@ class MegatronWriter(TokenWriter):
                 path=self.prefix,
                 record=self.num_documents + i,
             )
-        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
+        self._bin.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
         self._lengths.append(lengths.astype("<i4"))
 
     def _commit(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
+        self._bin.finish()
         sizes = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i4")
         offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
@@ -126,7 +120,7 @@ class MegatronWriter(TokenWriter):
         code = CODE_OF_DTYPE[self.dtype.name]
         header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
         index = header + sizes.tobytes() + pointers.tobytes() + documents.tobytes()
-        os.replace(self._bin_tmp, self.bin_path)
+        self._bin.publish(sync_dir=False)  # the directory is fsynced after the .idx
         values = {
             "vocab_size": self.vocab_size,
             "eos_id": self.eos_id,
@@ -137,9 +131,7 @@ class MegatronWriter(TokenWriter):
         fsync_dir(self.idx_path.parent)
 
     def _abort(self) -> None:
-        self._handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._bin_tmp.unlink()
+        self._bin.abort()
         remove_empty(self._created)
 
 

@@ -21,7 +21,6 @@ checks sizes and index checksums.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from pathlib import Path
@@ -33,7 +32,7 @@ from tokenloom.formats._contract import Validate
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
-from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, temp_path
+from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, write_manifest
 from tokenloom.formats.io.output import shard_cut, start_output_dir
 from tokenloom.formats.native.layout import (
@@ -66,8 +65,7 @@ class NativeShardWriter:
         self.dtype = dtype
         self.bin_path = directory / f"{stem}.bin"
         self.idx_path = directory / f"{stem}.idx"
-        self._bin_tmp = temp_path(self.bin_path)
-        self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in close/abort
+        self._bin = TempFile(self.bin_path)
         self._lengths: list[np.ndarray] = []
         self._overlaps: list[np.ndarray] = []
         self.num_tokens = 0
@@ -75,7 +73,7 @@ class NativeShardWriter:
 
     def write(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
         # the array's own buffer, not a tobytes() copy: the write is the only pass over the tokens here
-        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).data)
+        self._bin.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).data)
         self._lengths.append(lengths.astype(np.int64))
         self._overlaps.append(overlaps.astype("<u2"))
         self.num_tokens += len(tokens)
@@ -85,9 +83,7 @@ class NativeShardWriter:
             self._overlaps = [np.concatenate(self._overlaps)]
 
     def close(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
+        self._bin.finish()
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, np.int64)
         if len(lengths) > MAX_ENTRIES:
             self.abort()
@@ -100,14 +96,11 @@ class NativeShardWriter:
         offsets = np.zeros(len(lengths) + 1, dtype="<i8")
         np.cumsum(lengths, out=offsets[1:])
         header = pack_header(self.dtype, len(lengths))
-        os.replace(self._bin_tmp, self.bin_path)
+        self._bin.publish(sync_dir=False)  # the .idx's atomic write fsyncs the directory after both renames
         atomic_write_bytes(self.idx_path, header + offsets.tobytes() + overlaps.astype("<u2").tobytes())
-        fsync_dir(self.directory)
 
     def abort(self) -> None:
-        self._handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._bin_tmp.unlink()
+        self._bin.abort()
 
 
 class NativeWriter(TokenWriter):
