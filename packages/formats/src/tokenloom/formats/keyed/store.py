@@ -162,10 +162,7 @@ class StoreTokenReader:
         dataset = TokenDataset(
             shards, format=self.format, root=path, vocab_size=vocab_size, eos_id=eos_id, metadata=metadata
         )
-        if validate == Validate.DEEP:  # a store records no vocab size: pass vocab_size= to check ids against it
-            dataset.check_token_range()
-            dataset.check_eos_placement()
-        return dataset
+        return dataset.check_deep(validate)  # a store records no vocab size: vocab_size= checks ids against one
 
 
 def train_type_of(keys: Sequence[str]) -> str | None:

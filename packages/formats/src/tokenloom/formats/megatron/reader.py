@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dataset import Shard, TokenDataset, sidecar_values
 from tokenloom.formats.errors import (
     ConfigError,
     FormatError,
@@ -50,7 +50,6 @@ from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
 from tokenloom.formats.io.paths import as_path, names_in, safe_file
 from tokenloom.formats.io.scan import check_rising_from_zero
-from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 
 __all__ = ["MEGATRON_MAGIC", "is_megatron", "megatron_prefixes", "open_megatron"]
 
@@ -263,26 +262,14 @@ def open_megatron(
     """
     root, stems = megatron_prefixes(as_path(path))
     shards, documents, modes = [], [], []
-    recorded: dict[str, Any] | None = None
-    recorded_by: Path | None = None
     for stem in stems:
         shard, document_indices, multimodal = read_megatron_shard(root, stem, rederive=validate == Validate.DEEP)
         shards.append(shard)
         documents.append(document_indices)
         modes.append(multimodal)
-        sidecar = sidecar_of(root / stem)
-        found = read_sidecar(sidecar, root / f"{stem}.idx", root)
-        if found is not None and recorded is not None and found != recorded:
-            raise FormatError(
-                f"the sidecars of prefixes {recorded_by.name if recorded_by else '?'} and {sidecar.name} record "
-                f"different values ({recorded} vs {found})",
-                path=sidecar,
-                hint="Open the prefixes separately: they come from different tokenizers or settings",
-            )
-        if found is not None:
-            recorded, recorded_by = found, sidecar
-    vocab_size, eos_id, tokenizer_fingerprint = merge_sidecar(
-        recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or root / stems[0]
+    described = [(root / stem, root / f"{stem}.idx") for stem in stems]
+    vocab_size, eos_id, tokenizer_fingerprint = sidecar_values(
+        described, root, vocab_size=vocab_size, eos_id=eos_id, what="prefixes"
     )
     if dtype is not None and not (isinstance(dtype, str) and dtype == "infer"):
         wanted = as_token_dtype(dtype)
@@ -313,7 +300,4 @@ def open_megatron(
             "multimodal": any(modes),
         },
     )
-    if validate == Validate.DEEP:
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return dataset.check_deep(validate)

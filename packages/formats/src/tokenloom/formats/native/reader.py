@@ -501,7 +501,4 @@ def shards_dataset(
             tokenizer_fingerprint=manifest.tokenizer_fingerprint,
             metadata=manifest.metadata,
         )
-    if validate == Validate.DEEP:
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return dataset.check_deep(validate)
