@@ -22,7 +22,8 @@ import numpy as np
 
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.io.source import Source, current_source
+from tokenloom.formats.io.source import current_source
+from tokenloom.formats.keyed.bin_meta import Part
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, _h5_errors, _h5_file, _segment_order, find_h5_files, h5py_module
 from tokenloom.formats.keyed.store import KEY_DTYPES, check_key_name
 
@@ -41,23 +42,17 @@ def is_h5_record_path(path: Path) -> bool:
     return path.is_dir() and bool(find_h5_files(path))
 
 
-class _H5RecordPart:
+class _H5RecordPart(Part):
     """One HDF5 file of a record store: per key its records' lengths (as offsets); arrays read on first use."""
 
-    def __init__(
-        self, path: Path, dtypes: dict[str, np.dtype], names: dict[str, list[str]], offsets: dict, source: Source
-    ) -> None:
-        self.directory = path.parent
+    def __init__(self, path: Path, dtypes: dict[str, np.dtype], names: dict[str, list[str]], offsets: dict) -> None:
+        super().__init__(path.parent)
         self.path = path
-        self.stream_keys: list[str] = []
         self.files = {key: path for key in dtypes}
         self.dtypes = dtypes
         self.names = names
         self.offsets = offsets
         self.lengths = {key: int(o[-1]) for key, o in offsets.items()}
-        self.groups: np.ndarray | None = None
-        self.maps: dict[str, np.ndarray] = {}
-        self.source = source  # a remote store's block cache (pickled with it), else the local file
 
     def array(self, key: str) -> np.ndarray:
         """The key's records concatenated (read once per process, as AstrAI's H5Store did)."""
@@ -70,11 +65,6 @@ class _H5RecordPart:
                     group[name].read_direct(data, dest_sel=np.s_[offsets[j] : offsets[j + 1]])
             self.maps[key] = data
         return self.maps[key]
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["maps"] = {}
-        return state
 
 
 def h5_record_parts(root: Path) -> list[_H5RecordPart]:
@@ -131,4 +121,4 @@ def _read_h5_part(path: Path) -> _H5RecordPart:
             dtypes.setdefault(key, np.dtype("int64"))
             names[key] = order
             offsets[key] = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
-    return _H5RecordPart(path, dtypes, names, offsets, source)
+    return _H5RecordPart(path, dtypes, names, offsets)  # read through the same source
