@@ -48,7 +48,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
-from tokenloom.formats.io.paths import as_path, names_in, safe_file
+from tokenloom.formats.io.paths import as_path, names_in, pair_stats
 from tokenloom.formats.io.scan import check_rising_from_zero
 
 __all__ = ["MEGATRON_MAGIC", "is_megatron", "megatron_prefixes", "open_megatron"]
@@ -104,15 +104,8 @@ def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tup
     """
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
-    if not idx_path.exists() and not idx_path.is_symlink():
-        if bin_path.exists():
-            raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
-        raise MissingFileError(f"neither {idx_path.name} nor {bin_path.name} exists", path=idx_path)
-    if not bin_path.exists() and not bin_path.is_symlink():
-        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
-    safe_file(root, idx_path)
-    safe_file(root, bin_path)
-    idx_size = idx_path.stat().st_size
+    idx_info, bin_info = pair_stats(root, stem)
+    idx_size, bin_size = idx_info.st_size, bin_info.st_size
     if idx_size < _HEADER.size:
         raise TruncatedError(
             f"index has {idx_size} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path, offset=0
@@ -151,7 +144,6 @@ def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tup
     pointers = map_array(idx_path, "<i8", pointers_at, seq_count)
     documents_at = pointers_at + 8 * seq_count
     documents = map_array(idx_path, "<i8", documents_at, doc_count)
-    bin_size = bin_path.stat().st_size
     offsets = derived_index(
         [idx_path],
         "megatron token offsets",

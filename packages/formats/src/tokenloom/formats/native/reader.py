@@ -30,7 +30,7 @@ from tokenloom.formats.io.index_map import (
 )
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.paths import names_in, safe_file, safe_stat
+from tokenloom.formats.io.paths import names_in, pair_stats, safe_file
 from tokenloom.formats.io.scan import RisingFromZero
 from tokenloom.formats.native.layout import HEADER as _HEADER
 from tokenloom.formats.native.layout import (
@@ -52,7 +52,6 @@ __all__ = [
     "open_native_v0",
     "read_native_shard",
     "read_native_shards",
-    "shard_stats",
 ]
 
 
@@ -79,13 +78,13 @@ def read_native_shard(
 
     The offsets are scanned once per version of the pair (remembered in the index cache,
     :func:`~tokenloom.formats.io.index_map.remember_checked`); ``recheck`` scans them again.
-    ``stats``: the pair's :func:`shard_stats`, when the caller took them; ``offsets_checked``: the caller
+    ``stats``: the pair's :func:`pair_stats`, when the caller took them; ``offsets_checked``: the caller
     found in the index cache that the offsets of this version of the pair passed (with every other shard).
     """
     folder = os.path.join(root, "")  # ends with a separator: + name is a child path (faster than join)
     idx_path = folder + stem + ".idx"
     bin_path = Path(folder + stem + ".bin")
-    idx_info, bin_info = stats if stats is not None else shard_stats(root, stem)
+    idx_info, bin_info = stats if stats is not None else pair_stats(root, stem)
     idx_bytes, bin_size = idx_info.st_size, bin_info.st_size
     # one open and one map of the .idx serve its header and both arrays (opening 1,000 shards: 1,000 opens)
     mapped = map_file(idx_path) if idx_bytes >= _HEADER.size else None
@@ -209,31 +208,14 @@ def _lazy_shards(
     return shards
 
 
-def shard_stats(root: Path, stem: str) -> tuple[os.stat_result, os.stat_result]:
-    """The stats (symlinks followed) of ``stem.idx`` and ``stem.bin`` after :func:`safe_stat`'s checks.
-
-    A missing partner is named first, whatever is wrong with the file that is there.
-    """
-    folder = os.path.join(root, "")
-    idx_path, bin_path = folder + stem + ".idx", folder + stem + ".bin"
-    try:
-        return safe_stat(root, idx_path), safe_stat(root, bin_path)
-    except Exception:
-        if not os.path.lexists(idx_path):
-            raise MissingFileError(f"{stem}.bin has no index {stem}.idx", path=bin_path) from None
-        if not os.path.lexists(bin_path):
-            raise MissingFileError(f"{stem}.idx has no data file {stem}.bin", path=idx_path) from None
-        raise
-
-
 def every_shard_stats(
     root: Path, stems: list[str], listed: dict[str, os.stat_result] | None = None
 ) -> list[tuple[os.stat_result, os.stat_result]]:
-    """:func:`shard_stats` of every stem; ``listed``: stats the manifest check took, by file name (reused)."""
+    """:func:`pair_stats` of every stem; ``listed``: stats the manifest check took, by file name (reused)."""
     stats = []
     for stem in stems:
         pair = (listed.get(stem + ".idx"), listed.get(stem + ".bin")) if listed is not None else (None, None)
-        stats.append((pair[0], pair[1]) if pair[0] is not None and pair[1] is not None else shard_stats(root, stem))
+        stats.append((pair[0], pair[1]) if pair[0] is not None and pair[1] is not None else pair_stats(root, stem))
     return stats
 
 
