@@ -11,7 +11,7 @@ import contextlib
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Required, Self, TypedDict
+from typing import Any, Required, Self, TypedDict, Unpack
 
 import numpy as np
 
@@ -19,8 +19,9 @@ from tokenloom.formats.errors import ConfigError, TokenRangeError
 from tokenloom.formats.io.atomic import WRITING_MARKER, fsync_dir
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.manifest import MANIFEST_VERSION, Manifest, describe_files, write_manifest
+from tokenloom.formats.io.output import start_output_dir
 
-__all__ = ["TokenWriter", "WriterBasics", "check_shard_size", "check_tokens"]
+__all__ = ["ShardedWriter", "TokenWriter", "WriterBasics", "check_shard_size", "check_tokens"]
 
 MAX_OVERLAP_PREFIX = np.iinfo(np.uint16).max
 
@@ -109,6 +110,12 @@ class TokenWriter:
                 field="overlap_prefix",
                 hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
             )
+
+    @property
+    def sidecar_values(self) -> dict[str, Any]:
+        """What a format without fields for them keeps in its sidecar (:mod:`tokenloom.formats.io.sidecar`)."""
+        fingerprint = getattr(self, "tokenizer_fingerprint", None)
+        return {"vocab_size": self.vocab_size, "eos_id": self.eos_id, "tokenizer_fingerprint": fingerprint}
 
     def _publish_manifest(
         self,
@@ -221,4 +228,62 @@ class TokenWriter:
         raise NotImplementedError
 
     def _abort(self) -> None:
+        raise NotImplementedError
+
+
+class ShardedWriter(TokenWriter):
+    """A dataset directory of numbered shards (native, flat): a shard is begun on first need
+    (``_open_shard(number)``, remembered in ``_names``), finished by ``_finish_shard``, removed on abort.
+
+    Args:
+        path: the dataset directory (created; must be empty unless ``overwrite``).
+        shard_size_tokens: start a new shard once a shard holds at least this many
+            tokens (entries are never split across shards). None: one shard.
+        tokenizer_fingerprint: recorded in the manifest, checked by resumes.
+        metadata: settings that produced the data, recorded in the manifest.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shard_size_tokens: int | None = None,
+        tokenizer_fingerprint: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        **basics: Unpack[WriterBasics],
+    ) -> None:
+        super().__init__(path, **basics)
+        self.shard_size_tokens = check_shard_size(shard_size_tokens)
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        self.metadata = dict(metadata or {})
+        start_output_dir(self.path, overwrite=overwrite)
+        self._names: list[str] = []  # each shard's name (native: its stem), in order
+        self._current: Any = None
+
+    def _shard(self) -> Any:
+        if self._current is None:
+            self._current = self._open_shard(len(self._names))
+        return self._current
+
+    def _finish_shard(self) -> None:
+        if self._current is not None:
+            self._close_shard(self._current)
+            self._current = None
+
+    def _abort(self) -> None:
+        if self._current is not None:
+            self._current.abort()
+            self._current = None
+        self._remove_written(self._written())
+
+    def _open_shard(self, number: int) -> Any:
+        """Begin shard ``number`` (append its name to ``_names``)."""
+        raise NotImplementedError
+
+    def _close_shard(self, shard: Any) -> None:
+        raise NotImplementedError
+
+    def _written(self) -> list[str]:
+        """The names of every file written so far (removed by an abort)."""
         raise NotImplementedError

@@ -121,12 +121,7 @@ class MegatronWriter(TokenWriter):
         header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
         index = header + sizes.tobytes() + pointers.tobytes() + documents.tobytes()
         self._bin.publish(sync_dir=False)  # the directory is fsynced after the .idx
-        values = {
-            "vocab_size": self.vocab_size,
-            "eos_id": self.eos_id,
-            "tokenizer_fingerprint": self.tokenizer_fingerprint,
-        }
-        write_sidecar(self.sidecar, index, name=self.idx_path.name, values=values)
+        write_sidecar(self.sidecar, index, name=self.idx_path.name, values=self.sidecar_values)
         atomic_write_bytes(self.idx_path, index)
         fsync_dir(self.idx_path.parent)
 

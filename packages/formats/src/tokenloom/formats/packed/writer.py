@@ -104,13 +104,8 @@ class PackedWriter(TokenWriter):
             self._out.handle.seek(0)
             self._out.handle.write(struct.pack("<Q", data_len))
             self._out.finish()
-            values = {
-                "vocab_size": self.vocab_size,
-                "eos_id": self.eos_id,
-                "tokenizer_fingerprint": self.tokenizer_fingerprint,
-            }
             remove_sidecar(self.sidecar)  # an overwritten file's sidecar must not outlive it
-            wrote = write_sidecar(self.sidecar, self._out.tmp, name=self.path.name, values=values)
+            wrote = write_sidecar(self.sidecar, self._out.tmp, name=self.path.name, values=self.sidecar_values)
             self._out.publish()
         except BaseException:
             if wrote:
