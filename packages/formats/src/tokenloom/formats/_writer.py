@@ -117,32 +117,6 @@ class TokenWriter:
         fingerprint = getattr(self, "tokenizer_fingerprint", None)
         return {"vocab_size": self.vocab_size, "eos_id": self.eos_id, "tokenizer_fingerprint": fingerprint}
 
-    def _publish_manifest(
-        self,
-        names_and_roles: list[tuple[str, str]],
-        *,
-        tokenizer_fingerprint: str | None,
-        metadata: dict[str, Any],
-        version: int = MANIFEST_VERSION,
-    ) -> Manifest:
-        """Write the dataset directory's manifest (last), then drop the writing marker, durably."""
-        manifest = Manifest(
-            version=version,
-            format=self.format,
-            dtype=self.dtype.name,
-            num_tokens=self.num_tokens,
-            num_documents=self.num_documents,
-            files=describe_files(self.path, names_and_roles),
-            vocab_size=self.vocab_size,
-            eos_id=self.eos_id,
-            tokenizer_fingerprint=tokenizer_fingerprint,
-            metadata=metadata,
-        )
-        write_manifest(self.path, manifest)
-        (self.path / WRITING_MARKER).unlink()
-        fsync_dir(self.path)
-        return manifest
-
     # -- public API ------------------------------------------------------------------
     def add(self, tokens: Any, overlap_prefix: int = 0) -> None:
         """Append one entry; ``overlap_prefix`` tokens at its start repeat the previous entry's end."""
@@ -233,7 +207,7 @@ class TokenWriter:
 
 class ShardedWriter(TokenWriter):
     """A dataset directory of numbered shards (native, flat): a shard is begun on first need
-    (``_open_shard(number)``, remembered in ``_names``), finished by ``_finish_shard``, removed on abort.
+    (``_open_shard(number)``, its name added to ``_names``), closed by ``_finish_shard``, removed on abort.
 
     Args:
         path: the dataset directory (created; must be empty unless ``overwrite``).
@@ -268,7 +242,7 @@ class ShardedWriter(TokenWriter):
 
     def _finish_shard(self) -> None:
         if self._current is not None:
-            self._close_shard(self._current)
+            self._current.close()
             self._current = None
 
     def _abort(self) -> None:
@@ -277,11 +251,34 @@ class ShardedWriter(TokenWriter):
             self._current = None
         self._remove_written(self._written())
 
+    def _publish_manifest(
+        self,
+        names_and_roles: list[tuple[str, str]],
+        *,
+        metadata: dict[str, Any],
+        version: int = MANIFEST_VERSION,
+    ) -> Manifest:
+        """Write the dataset directory's manifest (last; ``metadata`` added to the writer's), then drop the
+        writing marker, durably."""
+        manifest = Manifest(
+            version=version,
+            format=self.format,
+            dtype=self.dtype.name,
+            num_tokens=self.num_tokens,
+            num_documents=self.num_documents,
+            files=describe_files(self.path, names_and_roles),
+            vocab_size=self.vocab_size,
+            eos_id=self.eos_id,
+            tokenizer_fingerprint=self.tokenizer_fingerprint,
+            metadata={**self.metadata, **metadata},
+        )
+        write_manifest(self.path, manifest)
+        (self.path / WRITING_MARKER).unlink()
+        fsync_dir(self.path)
+        return manifest
+
     def _open_shard(self, number: int) -> Any:
         """Begin shard ``number`` (append its name to ``_names``)."""
-        raise NotImplementedError
-
-    def _close_shard(self, shard: Any) -> None:
         raise NotImplementedError
 
     def _written(self) -> list[str]:

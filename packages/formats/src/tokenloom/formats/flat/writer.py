@@ -35,7 +35,7 @@ class _ShardFile(TempFile):
         self.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
         self.num_tokens += len(tokens)
 
-    def finish_shard(self) -> None:
+    def close(self) -> None:
         if self.npy:
             self.handle.seek(0)
             self.handle.write(npy_header(self.dtype, self.num_tokens))
@@ -86,7 +86,7 @@ class FlatWriter(ShardedWriter):
             **basics,
         )
         self._lengths: list[np.ndarray] = []
-        self._shard_entries: list[int] = []
+        self._shards: list[_ShardFile] = []
         self._pending_entries = 0
 
     @property
@@ -126,11 +126,8 @@ class FlatWriter(ShardedWriter):
         self._names.append(f"{self.file_prefix}_{number:05d}.{self.file_format}")
         shard = _ShardFile(self.path / self._names[-1], self.dtype, npy=self.file_format == "npy")
         shard.num_entries, self._pending_entries = self._pending_entries, 0
+        self._shards.append(shard)
         return shard
-
-    def _close_shard(self, shard: _ShardFile) -> None:
-        shard.finish_shard()
-        self._shard_entries.append(shard.num_entries)
 
     def _written(self) -> list[str]:
         return [*self._names, DOCUMENT_LENGTHS_NAME]
@@ -144,21 +141,19 @@ class FlatWriter(ShardedWriter):
                 hint="Write at least one non-empty document, or use the native format",
             )
         self._finish_shard()
-        self._shard_entries[-1] += self._pending_entries  # trailing empty documents join the last shard
-        self._pending_entries = 0
+        shard_entries = [shard.num_entries for shard in self._shards]
+        shard_entries[-1] += self._pending_entries  # trailing empty documents join the last shard
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i8")
         atomic_write_bytes(self.path / DOCUMENT_LENGTHS_NAME, lengths.astype("<i8").tobytes())
         fsync_dir(self.path)
         files = [(name, "data") for name in self._names] + [(DOCUMENT_LENGTHS_NAME, "index")]
         self._publish_manifest(
             files,
-            tokenizer_fingerprint=self.tokenizer_fingerprint,
             metadata={
-                **self.metadata,
                 "flat": {
                     "file_pattern": self.file_pattern,
                     "document_boundaries": "lengths",
-                    "shard_entries": list(self._shard_entries),
+                    "shard_entries": shard_entries,
                 },
             },
         )

@@ -125,9 +125,6 @@ class NativeWriter(ShardedWriter):
         self._names.append(f"shard_{number:05d}")
         return NativeShardWriter(self.path, self._names[-1], self.dtype)
 
-    def _close_shard(self, shard: NativeShardWriter) -> None:
-        shard.close()
-
     def _written(self) -> list[str]:
         return [f"{stem}{suffix}" for stem in self._names for suffix in (".bin", ".idx")]
 
@@ -156,9 +153,8 @@ class NativeWriter(ShardedWriter):
             names += [(f"{stem}.idx", "index"), (f"{stem}.bin", "data")]
         self._publish_manifest(
             names,
-            tokenizer_fingerprint=self.tokenizer_fingerprint,
             # a reader of a remote copy then knows every overlap prefix is 0 without fetching each shard's .idx
-            metadata={**self.metadata, MAX_OVERLAP_KEY: self._max_overlap},
+            metadata={MAX_OVERLAP_KEY: self._max_overlap},
             version=NATIVE_MANIFEST_VERSION,
         )
 
