@@ -32,7 +32,7 @@ from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file, walk
 from tokenloom.formats.io.scan import check_exact_size
 from tokenloom.formats.io.source import current_source
-from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
+from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name, check_length
 
 __all__ = ["META_NAME", "BinStore", "Part", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
 
@@ -150,7 +150,7 @@ class BinStore(KeyedStore):
                     f"{key} has shape {shape!r:.60}, expected [length] (a 1-D array)", path=meta_path, field=key
                 )
             length = shape[0]
-            self._check_length(length, path=meta_path, key=key)
+            check_length(length, self.max_elements, path=meta_path, key=key)
             dtype_name = info.get("dtype")
             dtype = self._check_dtype(
                 dtype_name if isinstance(dtype_name, str) else repr(dtype_name), path=meta_path, key=key

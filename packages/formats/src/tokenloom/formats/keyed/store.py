@@ -52,6 +52,7 @@ __all__ = [
     "TRAIN_TYPE_KEYS",
     "KeyedStore",
     "check_finite",
+    "check_length",
     "token_key_dtype",
     "check_key_name",
     "StoreTokenReader",
@@ -115,6 +116,17 @@ def check_finite(values: np.ndarray, *, key: str, path: Path | None, record: int
                 field=key,
                 hint="Fix or drop the samples whose rewards are NaN or infinite, then re-create the store",
             )
+
+
+def check_length(length: int, max_elements: int, *, path: Path, key: str) -> None:
+    """ResourceLimitError for a segment longer than ``max_elements`` (a length field over a cap)."""
+    if length > max_elements:
+        raise ResourceLimitError(
+            f"{key} segment declares {length} elements, more than the cap of {max_elements}",
+            path=path,
+            field=key,
+            hint="If the store is genuine, pass a larger max_elements",
+        )
 
 
 def token_key_dtype(store: KeyedStore, key: str, dtype: Any, *, path: str | os.PathLike[str]) -> np.dtype:
@@ -310,20 +322,10 @@ class KeyedStore:
         return np.concatenate(parts)
 
     # -- shared validation ----------------------------------------------------------------
-    def _check_length(self, length: int, *, path: Path, key: str, record: int | None = None) -> None:
-        if length > self.max_elements:
-            raise ResourceLimitError(
-                f"{key} segment declares {length} elements, more than the cap of {self.max_elements}",
-                path=path,
-                record=record,
-                field=key,
-                hint="If the store is genuine, pass a larger max_elements",
-            )
-
     @staticmethod
     def _check_dtype(name: str, *, path: Path, key: str) -> np.dtype:
         if name not in KEY_DTYPES:
-            raise FormatError(f"{key} has dtype {name!r}, expected one of {sorted(KEY_DTYPES)}", path=path, field=key)
+            raise FormatError(f"{key} has dtype {name}, expected one of {sorted(KEY_DTYPES)}", path=path, field=key)
         return np.dtype(name).newbyteorder("<")
 
     @staticmethod
