@@ -10,7 +10,7 @@ from pathlib import Path
 from tokenloom.formats.errors import MissingFileError, UnsafePathError
 from tokenloom.formats.io.urls import StoredPath
 
-__all__ = ["as_path", "names_in", "pair_stats", "safe_file", "safe_stat", "walk"]
+__all__ = ["as_path", "first_index", "names_in", "pair_stats", "starts_with", "safe_file", "safe_stat", "walk"]
 
 
 def as_path(path: str | os.PathLike[str]) -> Path:
@@ -36,6 +36,21 @@ def names_in(directory: str | os.PathLike[str]) -> list[str]:
         return os.listdir(directory)
     except PermissionError:
         return []
+
+
+def first_index(directory: str | os.PathLike[str]) -> Path | None:
+    """The first ``.idx`` file of ``directory`` by name (what the native and Megatron detectors look at), or None."""
+    names = [name for name in names_in(directory) if name.endswith(".idx")]
+    return as_path(directory) / min(names) if names else None
+
+
+def starts_with(path: str | os.PathLike[str], magic: bytes) -> bool:
+    """Whether the file at ``path`` opens and begins with ``magic`` (False for a directory or an unreadable path)."""
+    try:
+        with as_path(path).open("rb") as handle:
+            return handle.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:

@@ -48,7 +48,7 @@ from tokenloom.formats.errors import (
 )
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
-from tokenloom.formats.io.paths import as_path, names_in, pair_stats
+from tokenloom.formats.io.paths import as_path, first_index, pair_stats, starts_with
 from tokenloom.formats.io.scan import check_rising_from_zero
 
 __all__ = ["MEGATRON_MAGIC", "is_megatron", "megatron_prefixes", "open_megatron"]
@@ -79,19 +79,10 @@ def megatron_prefixes(path: Path) -> tuple[Path, list[str]]:
 def is_megatron(path: Path) -> bool:
     """An .idx (or a directory's first .idx) that starts with the MMIDIDX magic."""
     if path.is_dir():
-        names = [name for name in names_in(path) if name.endswith(".idx")]
-        candidates = [path / min(names)] if names else []  # the first by name
-    elif path.suffix in (".idx", ".bin"):
-        candidates = [path.with_name(path.name[:-4] + ".idx")]
+        index = first_index(path)
     else:
-        candidates = [path.with_name(path.name + ".idx")]
-    for idx in candidates:
-        try:
-            with idx.open("rb") as handle:
-                return handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
-        except OSError:
-            return False
-    return False
+        index = path.with_name((path.name[:-4] if path.suffix in (".idx", ".bin") else path.name) + ".idx")
+    return index is not None and starts_with(index, MEGATRON_MAGIC)
 
 
 def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tuple[Shard, np.ndarray, bool]:

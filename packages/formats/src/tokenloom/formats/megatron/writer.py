@@ -11,6 +11,7 @@ import numpy as np
 from tokenloom.formats._writer import TokenWriter, WriterBasics
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.paths import starts_with
 from tokenloom.formats.io.sidecar import remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats.megatron.reader import (
     _HEADER,
@@ -81,7 +82,7 @@ class MegatronWriter(TokenWriter):
                 path=existing[0],
                 hint="Choose another prefix or pass --overwrite (overwrite=True in Python)",
             )
-        if existing and not _is_megatron_index(self.idx_path):
+        if existing and not (self.idx_path.is_file() and starts_with(self.idx_path, MEGATRON_MAGIC)):
             # a .bin alone, or beside an .idx without the magic, is not a Megatron dataset: not ours to delete
             what = self.idx_path if self.idx_path.exists() or self.idx_path.is_symlink() else existing[0]
             reason = "it is not a Megatron index (no MMIDIDX magic)" if what == self.idx_path else "it has no .idx"
@@ -128,12 +129,3 @@ class MegatronWriter(TokenWriter):
     def _abort(self) -> None:
         self._bin.abort()
         remove_empty(self._created)
-
-
-def _is_megatron_index(path: Path) -> bool:
-    """A regular file that starts with Megatron's magic (what ``--overwrite`` may replace)."""
-    try:
-        with open(path, "rb") as handle:
-            return path.is_file() and handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
-    except OSError:
-        return False

@@ -30,7 +30,7 @@ from tokenloom.formats.io.index_map import (
 )
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.paths import names_in, pair_stats, safe_file
+from tokenloom.formats.io.paths import first_index, pair_stats, safe_file, starts_with
 from tokenloom.formats.io.scan import RisingFromZero
 from tokenloom.formats.native.layout import HEADER as _HEADER
 from tokenloom.formats.native.layout import (
@@ -299,14 +299,8 @@ def is_native(path: Path) -> bool:
     says_native = manifest_names_format(path, "native")
     if says_native is not None:
         return says_native
-    names = [name for name in names_in(path) if name.endswith(".idx")]
-    if names:  # the first by name
-        try:
-            with (path / min(names)).open("rb") as handle:
-                return handle.read(4) == NATIVE_MAGIC
-        except OSError:
-            return False
-    return (path / WRITING_MARKER).exists()
+    index = first_index(path)
+    return starts_with(index, NATIVE_MAGIC) if index is not None else (path / WRITING_MARKER).exists()
 
 
 def _stems_without_manifest(root: Path) -> list[str]:
