@@ -183,6 +183,15 @@ class _H5Output(StoreWriter):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = temp_path(self.path)
         self._file = h5py.File(self._tmp, "w")
+        self._counts: dict[str, int] = {}  # datasets written per key
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        """A dataset per key, named by its number in the key (``segment_name``: name order is number order)."""
+        for key, array in arrays.items():
+            number = self._counts.get(key, 0)
+            group = self._file.require_group(key)
+            group.create_dataset(segment_name(number), data=np.ascontiguousarray(array, array.dtype.newbyteorder("<")))
+            self._counts[key] = number + 1
 
     def _commit(self) -> None:
         try:
@@ -214,14 +223,6 @@ class H5StoreWriter(_H5Output):
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         super().__init__(path, **options)
         self._open_h5()
-        self._segments = 0
-
-    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            group = self._file.require_group(key)
-            # zero-padded, so that name order (h5py's keys(), what AstrAI's H5Store iterated) is number order
-            group.create_dataset(f"data_{self._segments:012d}", data=array)
-        self._segments += 1
 
 
 class BinMetaStoreWriter(StoreWriter):
@@ -364,11 +365,3 @@ class RecordH5Writer(_H5Output, RecordStoreWriter):  # _H5Output's commit, Recor
         self._open_h5()
         self._handles = {}
         self._key_offsets: dict[str, list[int]] = {}
-        self._counts: dict[str, int] = {}
-
-    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            number = self._counts.get(key, 0)
-            group = self._file.require_group(key)
-            group.create_dataset(segment_name(number), data=np.ascontiguousarray(array, array.dtype.newbyteorder("<")))
-            self._counts[key] = number + 1
