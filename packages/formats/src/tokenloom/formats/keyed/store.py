@@ -39,7 +39,7 @@ from tokenloom.formats.errors import (
     ShapeMismatchError,
     UnsafePathError,
 )
-from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.dtypes import as_token_dtype, check_asked_dtype
 from tokenloom.formats.io.index_map import iter_chunks
 from tokenloom.formats.io.paths import as_path
 
@@ -139,8 +139,7 @@ def token_key_dtype(store: KeyedStore, key: str, dtype: Any, *, path: str | os.P
             hint="Pass key=... or read it with open_store(path).fetch",
         )
     token_dtype = as_token_dtype(store.dtypes[key], field=key)
-    if dtype is not None and as_token_dtype(dtype) != token_dtype:
-        raise ConfigError(f"dtype {dtype} was asked for, {key} is {token_dtype.name}", path=path, field="dtype")
+    check_asked_dtype(dtype, token_dtype, recorded=f"{key} is", path=path)
     return token_dtype
 
 

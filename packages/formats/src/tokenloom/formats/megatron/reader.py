@@ -40,13 +40,12 @@ import numpy as np
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import Shard, TokenDataset, sidecar_values
 from tokenloom.formats.errors import (
-    ConfigError,
     FormatError,
     IndexCorruptError,
     MissingFileError,
     TruncatedError,
 )
-from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES, check_asked_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
 from tokenloom.formats.io.paths import as_path, first_index, pair_stats, starts_with
 from tokenloom.formats.io.scan import check_rising_from_zero
@@ -254,14 +253,8 @@ def open_megatron(
     vocab_size, eos_id, tokenizer_fingerprint = sidecar_values(
         described, root, vocab_size=vocab_size, eos_id=eos_id, what="prefixes"
     )
-    if dtype is not None and not (isinstance(dtype, str) and dtype == "infer"):
-        wanted = as_token_dtype(dtype)
-        if wanted != shards[0].dtype:
-            raise ConfigError(
-                f"dtype {wanted.name} was asked for, the index records {shards[0].dtype.name}",
-                path=root / f"{stems[0]}.idx",
-                field="dtype",
-            )
+    asked = None if isinstance(dtype, str) and dtype == "infer" else dtype
+    check_asked_dtype(asked, shards[0].dtype, recorded="the index records", path=root / f"{stems[0]}.idx")
     for shard in shards[1:]:
         if shard.dtype != shards[0].dtype:
             raise FormatError(

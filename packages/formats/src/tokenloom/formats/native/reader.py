@@ -14,9 +14,9 @@ import xxhash
 
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import LazyShard, Shard, TokenDataset
-from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, MissingFileError, TruncatedError
+from tokenloom.formats.errors import FormatError, IndexCorruptError, MissingFileError, TruncatedError
 from tokenloom.formats.io.atomic import WRITING_MARKER
-from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.dtypes import as_token_dtype, check_asked_dtype, token_count
 from tokenloom.formats.io.index_blocks import IndexBlocks
 from tokenloom.formats.io.index_map import (
     SCAN_CHUNK_ENTRIES,
@@ -100,7 +100,7 @@ def read_native_shard(
     # mapped, not read: a 10^9-entry index costs no RAM until entries are used
     offsets = array_in(mapped, idx_path, "<i8", _HEADER.size, count + 1)
     overlaps = array_in(mapped, idx_path, "<u2", _HEADER.size + 8 * (count + 1), count)
-    num_tokens = _token_count(bin_size, dtype, bin_path)
+    num_tokens = token_count(bin_size, dtype, path=bin_path, what="data file")
     pair = [idx_path, bin_path]
     if recheck or not (offsets_checked or checked_before(pair, _OFFSETS_CHECKED, [idx_info, bin_info])):
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
@@ -115,14 +115,6 @@ def read_native_shard(
         overlap_prefix=overlaps,
         name=stem,
     )
-
-
-def _token_count(size: int, dtype: np.dtype, path: Path) -> int:
-    if size % dtype.itemsize:
-        raise TruncatedError(
-            f"data file has {size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}", path=path
-        )
-    return size // dtype.itemsize
 
 
 class NativeShard(LazyShard):
@@ -172,7 +164,7 @@ def native_shard(
 
     ``record_path``: where the sizes come from, when not from the files (a remote dataset's manifest).
     """
-    tokens = _token_count(data_bytes, dtype, tokens_path)
+    tokens = token_count(data_bytes, dtype, path=tokens_path, what="data file")
     count = entry_count(index.size, path=index.where, record_path=record_path)
     overlaps_at = None if zero_overlaps else _HEADER.size + 8 * (count + 1)
     return cls(
@@ -414,14 +406,8 @@ def _open_native(root: Path, validate: Validate, dtype: Any, *, legacy: bool = F
         )
         if validate != Validate.NONE:
             listed = manifest.verify(root, deep=validate == Validate.DEEP, index_blocks=by_blocks)
-        manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
-        if dtype_hint is not None and dtype_hint != manifest_dtype:
-            raise ConfigError(
-                f"dtype {dtype_hint.name} was asked for, the manifest records {manifest_dtype.name}",
-                path=root,
-                field="dtype",
-            )
-        dtype_hint = manifest_dtype
+        dtype_hint = as_token_dtype(manifest.dtype, field="manifest dtype")
+        check_asked_dtype(dtype, dtype_hint, recorded="the manifest records", path=root)
         if by_blocks:  # the index is read and checked where it is used (its block hashes), not at open
             shards = _lazy_shards(root, manifest, stems, every_shard_stats(root, stems, listed))
             return shards_dataset(shards, "native", root, manifest, validate)

@@ -47,7 +47,7 @@ from tokenloom.formats.errors import (
     TruncatedError,
     UnsafeFormatError,
 )
-from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES, check_asked_dtype
 from tokenloom.formats.io.index_map import cached_index, derived_index, zeros_index
 from tokenloom.formats.io.paths import as_path, names_in, safe_file
 from tokenloom.formats.io.source import current_source
@@ -389,16 +389,9 @@ def open_packed(
     vocab_size, eos_id, tokenizer_fingerprint = sidecar_values(
         [(f, f) for f in files], root, vocab_size=vocab_size, eos_id=eos_id, what="files"
     )
-    if dtype is not None:
-        wanted = as_token_dtype(dtype)
-        for item in packed:
-            if item.shard.dtype != wanted:
-                raise ConfigError(
-                    f"dtype {wanted.name} was asked for, the file stores {item.token_size}-byte tokens "
-                    f"({item.shard.dtype.name})",
-                    path=item.shard.tokens_path,
-                    field="dtype",
-                )
+    for item in packed:
+        recorded = f"the file stores {item.token_size}-byte tokens of"
+        check_asked_dtype(dtype, item.shard.dtype, recorded=recorded, path=item.shard.tokens_path)
     dataset = TokenDataset(
         [item.shard for item in packed],
         format="packed",
