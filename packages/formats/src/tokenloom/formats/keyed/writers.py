@@ -26,8 +26,6 @@ from tokenloom.formats.io.atomic import (
     TempFile,
     atomic_write_bytes,
     fsync_dir,
-    publish,
-    temp_path,
 )
 from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
@@ -181,8 +179,8 @@ class _H5Output(StoreWriter):
             )
         h5py = h5py_module()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = temp_path(self.path)
-        self._file = h5py.File(self._tmp, "w")
+        self._out = TempFile(self.path)  # h5py writes the temp file by name; its handle fsyncs it at commit
+        self._file = h5py.File(self._out.tmp, "w")
         self._counts: dict[str, int] = {}  # datasets written per key
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
@@ -198,12 +196,7 @@ class _H5Output(StoreWriter):
             for key in self.keys or ["sequence"]:  # an empty store is an empty seq store
                 self._file.require_group(key)
             self._file.close()
-            fd = os.open(self._tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            publish(self._tmp, self.path)
+            self._out.publish()
         except BaseException:
             self._abort()
             raise
@@ -211,8 +204,7 @@ class _H5Output(StoreWriter):
     def _abort(self) -> None:
         with contextlib.suppress(Exception):
             self._file.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._tmp.unlink()
+        self._out.abort()
 
 
 class H5StoreWriter(_H5Output):
