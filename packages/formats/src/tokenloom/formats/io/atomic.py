@@ -22,7 +22,6 @@ __all__ = [
     "atomic_write_bytes",
     "fsync_dir",
     "make_parents",
-    "publish",
     "remove_empty",
     "temp_base",
     "temp_path",
@@ -57,12 +56,6 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def publish(tmp: Path, final: Path) -> None:
-    """Rename the finished (fsynced) ``tmp`` over ``final`` and make the rename durable."""
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
 
 
 class TempFile:

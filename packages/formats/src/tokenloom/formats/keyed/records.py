@@ -207,7 +207,6 @@ def _read_records(root: Path, validate: Validate) -> RecordStore:
             )
         parts.append(part)
     return _checked_floats(RecordStore(root, parts), validate)
-    return RecordStore(root, parts)
 
 
 def _checked_floats(store: RecordStore, validate: Validate) -> RecordStore:
