@@ -47,3 +47,33 @@ def test_the_format_folders_are_attributes_of_the_package_without_an_import_of_t
     """``import tokenloom.formats`` then ``tokenloom.formats.keyed.RECORD_FORMATS`` worked when the package imported
     every folder; a folder imported on first use must still be reachable that way."""
     assert _run(SUBPACKAGES).split()[-1] == "tokenloom.formats.remote"
+
+
+RACING_THREADS = """
+import threading
+import tokenloom.formats
+from tokenloom.formats.io.source import data_suffixes
+start = threading.Barrier(4)
+seen = []
+
+def ask():
+    start.wait()
+    seen.append(data_suffixes())
+
+threads = [threading.Thread(target=ask) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+for found in seen:
+    print(" ".join(found))
+"""
+
+
+def test_threads_asking_for_the_data_suffixes_at_once_all_get_the_whole_list():
+    """The first answer registers every built-in format (imports that take milliseconds): a thread that asks
+    meanwhile waits for it, never answering with the suffixes of the formats registered so far."""
+    for _ in range(3):  # four real threads released together, in a fresh interpreter each time
+        answers = _run(RACING_THREADS).split("\n")[:-1]
+        assert len(answers) == 4
+        assert len(set(answers)) == 1 and set(answers[0].split()) >= {".bin", ".npy", ".pbin", ".h5", ".hdf5"}

@@ -29,9 +29,10 @@ from tokenloom.formats.io.index_map import iter_chunks, release_pages, zeros_ind
 from tokenloom.formats.io.manifest import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
 from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.progress import Stage
+from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 from tokenloom.formats.io.source import Source, current_source
 
-__all__ = ["LazyShard", "Shard", "TokenDataset"]
+__all__ = ["LazyShard", "Shard", "TokenDataset", "sidecar_values"]
 
 _bisect_right = bisect.bisect_right
 
@@ -228,6 +229,29 @@ class LazyShard(Shard):
                 raise corrupt(problem, "overlap_prefix", self._overlaps_at, i)
 
 
+def sidecar_values(
+    described: list[tuple[Path, Path]], root: Path, *, vocab_size: int | None, eos_id: int | None, what: str
+) -> tuple[int | None, int | None, str | None]:
+    """Vocab size, EOS id and tokenizer fingerprint of files that have no field for them (Megatron, packed):
+    tokenloom's sidecars (``described``: (sidecar owner, the file it describes) pairs; every sidecar found must
+    agree) merged with the values given (:func:`~tokenloom.formats.io.sidecar.merge_sidecar`)."""
+    recorded: dict[str, Any] | None = None
+    recorded_by: Path | None = None
+    for owner, data in described:
+        sidecar = sidecar_of(owner)
+        found = read_sidecar(sidecar, data, root)
+        if found is not None and recorded is not None and found != recorded:
+            raise FormatError(
+                f"the sidecars of {what} {recorded_by.name if recorded_by else '?'} and {sidecar.name} record "
+                f"different values ({recorded} vs {found})",
+                path=sidecar,
+                hint=f"Open the {what} separately: they come from different tokenizers or settings",
+            )
+        if found is not None:
+            recorded, recorded_by = found, sidecar
+    return merge_sidecar(recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or described[0][0])
+
+
 #: ``ds[i]`` finds entry i's shard in a table of about this many blocks per shard (at most _MAX_BLOCKS)
 _BLOCKS_PER_SHARD = 4
 _MAX_BLOCKS = 1 << 16
@@ -389,6 +413,13 @@ class TokenDataset:
         return np.concatenate(parts)
 
     # -- validation shared by the readers --------------------------------------------
+    def check_deep(self, validate: str) -> TokenDataset:
+        """The reads of every token deep validation adds (ids in range, EOS placement), when ``validate`` is deep."""
+        if validate == "deep":
+            self.check_token_range()
+            self.check_eos_placement()
+        return self
+
     def check_token_range(self, *, chunk_tokens: int = 1 << 20) -> None:
         """Raise TokenRangeError at the first negative id, or id >= vocab_size when the vocab size is known."""
         if self.vocab_size is None and self.dtype.kind != "i":

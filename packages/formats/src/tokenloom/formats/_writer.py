@@ -11,7 +11,7 @@ import contextlib
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Required, Self, TypedDict
+from typing import Any, Required, Self, TypedDict, Unpack
 
 import numpy as np
 
@@ -19,8 +19,9 @@ from tokenloom.formats.errors import ConfigError, TokenRangeError
 from tokenloom.formats.io.atomic import WRITING_MARKER, fsync_dir
 from tokenloom.formats.io.dtypes import as_token_dtype
 from tokenloom.formats.io.manifest import MANIFEST_VERSION, Manifest, describe_files, write_manifest
+from tokenloom.formats.io.output import start_output_dir
 
-__all__ = ["TokenWriter", "WriterBasics", "check_shard_size", "check_tokens"]
+__all__ = ["ShardedWriter", "TokenWriter", "WriterBasics", "check_shard_size", "check_tokens"]
 
 MAX_OVERLAP_PREFIX = np.iinfo(np.uint16).max
 
@@ -110,31 +111,11 @@ class TokenWriter:
                 hint="Write the native format, or drop the overlap prefixes (convert --drop-overlap-prefix)",
             )
 
-    def _publish_manifest(
-        self,
-        names_and_roles: list[tuple[str, str]],
-        *,
-        tokenizer_fingerprint: str | None,
-        metadata: dict[str, Any],
-        version: int = MANIFEST_VERSION,
-    ) -> Manifest:
-        """Write the dataset directory's manifest (last), then drop the writing marker, durably."""
-        manifest = Manifest(
-            version=version,
-            format=self.format,
-            dtype=self.dtype.name,
-            num_tokens=self.num_tokens,
-            num_documents=self.num_documents,
-            files=describe_files(self.path, names_and_roles),
-            vocab_size=self.vocab_size,
-            eos_id=self.eos_id,
-            tokenizer_fingerprint=tokenizer_fingerprint,
-            metadata=metadata,
-        )
-        write_manifest(self.path, manifest)
-        (self.path / WRITING_MARKER).unlink()
-        fsync_dir(self.path)
-        return manifest
+    @property
+    def sidecar_values(self) -> dict[str, Any]:
+        """What a format without fields for them keeps in its sidecar (:mod:`tokenloom.formats.io.sidecar`)."""
+        fingerprint = getattr(self, "tokenizer_fingerprint", None)
+        return {"vocab_size": self.vocab_size, "eos_id": self.eos_id, "tokenizer_fingerprint": fingerprint}
 
     # -- public API ------------------------------------------------------------------
     def add(self, tokens: Any, overlap_prefix: int = 0) -> None:
@@ -221,4 +202,85 @@ class TokenWriter:
         raise NotImplementedError
 
     def _abort(self) -> None:
+        raise NotImplementedError
+
+
+class ShardedWriter(TokenWriter):
+    """A dataset directory of numbered shards (native, flat): a shard is begun on first need
+    (``_open_shard(number)``, its name added to ``_names``), closed by ``_finish_shard``, removed on abort.
+
+    Args:
+        path: the dataset directory (created; must be empty unless ``overwrite``).
+        shard_size_tokens: start a new shard once a shard holds at least this many
+            tokens (entries are never split across shards). None: one shard.
+        tokenizer_fingerprint: recorded in the manifest, checked by resumes.
+        metadata: settings that produced the data, recorded in the manifest.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shard_size_tokens: int | None = None,
+        tokenizer_fingerprint: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        **basics: Unpack[WriterBasics],
+    ) -> None:
+        super().__init__(path, **basics)
+        self.shard_size_tokens = check_shard_size(shard_size_tokens)
+        self.tokenizer_fingerprint = tokenizer_fingerprint
+        self.metadata = dict(metadata or {})
+        start_output_dir(self.path, overwrite=overwrite)
+        self._names: list[str] = []  # each shard's name (native: its stem), in order
+        self._current: Any = None
+
+    def _shard(self) -> Any:
+        if self._current is None:
+            self._current = self._open_shard(len(self._names))
+        return self._current
+
+    def _finish_shard(self) -> None:
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+
+    def _abort(self) -> None:
+        if self._current is not None:
+            self._current.abort()
+            self._current = None
+        self._remove_written(self._written())
+
+    def _publish_manifest(
+        self,
+        names_and_roles: list[tuple[str, str]],
+        *,
+        metadata: dict[str, Any],
+        version: int = MANIFEST_VERSION,
+    ) -> Manifest:
+        """Write the dataset directory's manifest (last; ``metadata`` added to the writer's), then drop the
+        writing marker, durably."""
+        manifest = Manifest(
+            version=version,
+            format=self.format,
+            dtype=self.dtype.name,
+            num_tokens=self.num_tokens,
+            num_documents=self.num_documents,
+            files=describe_files(self.path, names_and_roles),
+            vocab_size=self.vocab_size,
+            eos_id=self.eos_id,
+            tokenizer_fingerprint=self.tokenizer_fingerprint,
+            metadata={**self.metadata, **metadata},
+        )
+        write_manifest(self.path, manifest)
+        (self.path / WRITING_MARKER).unlink()
+        fsync_dir(self.path)
+        return manifest
+
+    def _open_shard(self, number: int) -> Any:
+        """Begin shard ``number`` (append its name to ``_names``)."""
+        raise NotImplementedError
+
+    def _written(self) -> list[str]:
+        """The names of every file written so far (removed by an abort)."""
         raise NotImplementedError

@@ -49,12 +49,11 @@ from tokenloom.formats.errors import (
     IndexCorruptError,
     MissingFileError,
     TokenRangeError,
-    TruncatedError,
 )
 from tokenloom.formats.flat.npy import read_npy_header
 from tokenloom.formats.flat.tatm import METADATA_NAMES, TatmInfo, find_tatm_metadata, read_tatm_metadata
 from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER
-from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.dtypes import as_token_dtype, token_count
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, zeros_index
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
@@ -301,13 +300,9 @@ def _read_shards(root: Path, files: list[Path], declared: _Declared, *, infer: b
             size = raw_sizes.get(shard.tokens_path)
             if size is None:
                 continue
-            if size % dtype.itemsize:
-                raise TruncatedError(
-                    f"shard has {size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
-                    path=shard.tokens_path,
-                    hint="The file was cut short, or the dtype is wrong; pass the right dtype=",
-                )
-            shards[i] = _shard(shard.tokens_path, dtype, size // dtype.itemsize, 0)
+            hint = "The file was cut short, or the dtype is wrong; pass the right dtype="
+            count = token_count(size, dtype, path=shard.tokens_path, what="shard", hint=hint)
+            shards[i] = _shard(shard.tokens_path, dtype, count, 0)
     return shards
 
 

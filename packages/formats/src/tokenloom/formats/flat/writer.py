@@ -2,36 +2,32 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Any, BinaryIO, Unpack
+from typing import Any, Unpack
 
 import numpy as np
 
-from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
-from tokenloom.formats.errors import (
-    ConfigError,
-)
+from tokenloom.formats._writer import ShardedWriter, WriterBasics
+from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.flat.npy import npy_header
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME
-from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, temp_path
-from tokenloom.formats.io.output import shard_cut, start_output_dir
+from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir
+from tokenloom.formats.io.output import shard_cut
 
 __all__ = ["FlatWriter"]
 
 
-class _ShardFile:
-    """One shard streamed to ``name.tmp`` and published under ``name`` by ``finish``."""
+class _ShardFile(TempFile):
+    """One shard streamed to a temp name and published under its name by ``finish`` (``.npy``: its header
+    rewritten with the final count first)."""
 
     def __init__(self, path: Path, dtype: np.dtype, *, npy: bool) -> None:
-        self.path = path
-        self.tmp = temp_path(path)
+        super().__init__(path)
         self.dtype = dtype
         self.npy = npy
         self.num_tokens = 0
         self.num_entries = 0
-        self.handle: BinaryIO = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish/abort
         if npy:
             self.handle.write(npy_header(dtype, 0))
 
@@ -39,22 +35,14 @@ class _ShardFile:
         self.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
         self.num_tokens += len(tokens)
 
-    def finish(self) -> None:
+    def close(self) -> None:
         if self.npy:
             self.handle.seek(0)
             self.handle.write(npy_header(self.dtype, self.num_tokens))
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.tmp.unlink()
+        self.publish(sync_dir=False)  # the commit fsyncs the directory
 
 
-class FlatWriter(TokenWriter):
+class FlatWriter(ShardedWriter):
     """Flat shards ``{file_prefix}_NNNNN.npy`` (or ``.bin``) of about ``shard_size_tokens`` tokens, manifest last.
 
     Documents are concatenated and never split across shards. Flat shards cannot
@@ -66,6 +54,7 @@ class FlatWriter(TokenWriter):
         shard_size_tokens: start a new shard once a shard holds at least this many tokens. None: one shard.
         file_format: ``"npy"`` (self-describing) or ``"bin"`` (raw; the dtype lives in the manifest).
         file_prefix: shard names start with this.
+        tokenizer_fingerprint, metadata: as :class:`~tokenloom.formats._writer.ShardedWriter`.
     """
 
     format = "flat"
@@ -82,21 +71,22 @@ class FlatWriter(TokenWriter):
         overwrite: bool = False,
         **basics: Unpack[WriterBasics],
     ) -> None:
-        super().__init__(path, **basics)
         if file_format not in ("npy", "bin"):
             raise ConfigError(f"file_format={file_format!r}, expected 'npy' or 'bin'", field="file_format")
         if not file_prefix or any(ch in file_prefix for ch in "/\\*?[") or file_prefix.startswith("."):
             raise ConfigError(f"file_prefix {file_prefix!r} must be a plain file-name prefix", field="file_prefix")
-        self.shard_size_tokens = check_shard_size(shard_size_tokens)
         self.file_format = file_format
         self.file_prefix = file_prefix
-        self.tokenizer_fingerprint = tokenizer_fingerprint
-        self.metadata = dict(metadata or {})
-        start_output_dir(self.path, overwrite=overwrite)
-        self._names: list[str] = []
-        self._current: _ShardFile | None = None
+        super().__init__(
+            path,
+            shard_size_tokens=shard_size_tokens,
+            tokenizer_fingerprint=tokenizer_fingerprint,
+            metadata=metadata,
+            overwrite=overwrite,
+            **basics,
+        )
         self._lengths: list[np.ndarray] = []
-        self._shard_entries: list[int] = []
+        self._shards: list[_ShardFile] = []
         self._pending_entries = 0
 
     @property
@@ -132,19 +122,15 @@ class FlatWriter(TokenWriter):
         else:
             self._pending_entries += count
 
-    def _shard(self) -> _ShardFile:
-        if self._current is None:
-            name = f"{self.file_prefix}_{len(self._names):05d}.{self.file_format}"
-            self._current = _ShardFile(self.path / name, self.dtype, npy=self.file_format == "npy")
-            self._current.num_entries, self._pending_entries = self._pending_entries, 0
-            self._names.append(name)
-        return self._current
+    def _open_shard(self, number: int) -> _ShardFile:
+        self._names.append(f"{self.file_prefix}_{number:05d}.{self.file_format}")
+        shard = _ShardFile(self.path / self._names[-1], self.dtype, npy=self.file_format == "npy")
+        shard.num_entries, self._pending_entries = self._pending_entries, 0
+        self._shards.append(shard)
+        return shard
 
-    def _finish_shard(self) -> None:
-        if self._current is not None:
-            self._current.finish()
-            self._shard_entries.append(self._current.num_entries)
-            self._current = None
+    def _written(self) -> list[str]:
+        return [*self._names, DOCUMENT_LENGTHS_NAME]
 
     def _commit(self) -> None:
         if self.num_tokens == 0:
@@ -155,27 +141,19 @@ class FlatWriter(TokenWriter):
                 hint="Write at least one non-empty document, or use the native format",
             )
         self._finish_shard()
-        self._shard_entries[-1] += self._pending_entries  # trailing empty documents join the last shard
-        self._pending_entries = 0
+        shard_entries = [shard.num_entries for shard in self._shards]
+        shard_entries[-1] += self._pending_entries  # trailing empty documents join the last shard
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i8")
         atomic_write_bytes(self.path / DOCUMENT_LENGTHS_NAME, lengths.astype("<i8").tobytes())
         fsync_dir(self.path)
         files = [(name, "data") for name in self._names] + [(DOCUMENT_LENGTHS_NAME, "index")]
         self._publish_manifest(
             files,
-            tokenizer_fingerprint=self.tokenizer_fingerprint,
             metadata={
-                **self.metadata,
                 "flat": {
                     "file_pattern": self.file_pattern,
                     "document_boundaries": "lengths",
-                    "shard_entries": list(self._shard_entries),
+                    "shard_entries": shard_entries,
                 },
             },
         )
-
-    def _abort(self) -> None:
-        if self._current is not None:
-            self._current.abort()
-            self._current = None
-        self._remove_written([*self._names, DOCUMENT_LENGTHS_NAME])

@@ -16,12 +16,12 @@ from typing import BinaryIO
 
 __all__ = [
     "TMP_SUFFIX",
+    "TempFile",
     "WRITING_MARKER",
     "atomic_file",
     "atomic_write_bytes",
     "fsync_dir",
     "make_parents",
-    "publish",
     "remove_empty",
     "temp_base",
     "temp_path",
@@ -58,32 +58,49 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def publish(tmp: Path, final: Path) -> None:
-    """Rename the finished (fsynced) ``tmp`` over ``final`` and make the rename durable."""
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
+class TempFile:
+    """A file streamed to a temp name beside ``final`` (unique per writer: :func:`temp_path`), published as
+    ``final`` by :meth:`publish` or removed by :meth:`abort`: what every writer of a data file does."""
+
+    def __init__(self, final: str | os.PathLike[str], mode: str = "wb") -> None:
+        self.final = Path(final)
+        self.tmp = temp_path(self.final)
+        self.handle: BinaryIO = open(self.tmp, mode)  # noqa: SIM115 - closed in finish/abort
+
+    def finish(self) -> None:
+        """Flush, fsync and close: the bytes are durable under the temp name (idempotent)."""
+        if not self.handle.closed:
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+            self.handle.close()
+
+    def publish(self, *, sync_dir: bool = True) -> None:
+        """:meth:`finish`, rename over ``final``; ``sync_dir``: make the rename durable now (else the caller's
+        later directory fsync does)."""
+        self.finish()
+        os.replace(self.tmp, self.final)
+        if sync_dir:
+            fsync_dir(self.final.parent)
+
+    def abort(self) -> None:
+        """Close and remove the temp file; ``final`` is untouched."""
+        self.handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.tmp.unlink()
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open a temp file beside ``path`` (unique per writer: :func:`temp_path`); on success publish it as ``path``.
+    """Open a temp file beside ``path`` (:class:`TempFile`); on success publish it as ``path``.
 
     On an exception the temp file is removed and ``path`` is left untouched.
     """
-    final = Path(path)
-    tmp = temp_path(final)
-    handle = open(tmp, "xb")  # noqa: SIM115 - closed below on every path
+    out = TempFile(path, "xb")
     try:
-        yield handle
-        handle.flush()
-        os.fsync(handle.fileno())
-        handle.close()
-        os.replace(tmp, final)
-        fsync_dir(final.parent)
+        yield out.handle
+        out.publish()
     except BaseException:
-        handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        out.abort()
         raise
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.errors import ConfigError, TruncatedError
 
-__all__ = ["TOKEN_DTYPES", "as_token_dtype", "smallest_dtype_for_vocab"]
+__all__ = ["TOKEN_DTYPES", "as_token_dtype", "check_asked_dtype", "smallest_dtype_for_vocab", "token_count"]
 
 #: dtypes allowed for token ids, by name.
 TOKEN_DTYPES: dict[str, np.dtype] = {
@@ -28,6 +30,24 @@ def as_token_dtype(value: object, *, field: str = "dtype") -> np.dtype:
             field=field,
         )
     return TOKEN_DTYPES[dtype.name]
+
+
+def check_asked_dtype(asked: object, found: np.dtype, *, recorded: str, path: str | os.PathLike[str]) -> None:
+    """ConfigError when a reader was asked for dtype ``asked`` (None: any) and the data holds ``found``;
+    ``recorded`` says what records it ("the manifest records")."""
+    if asked is not None and (wanted := as_token_dtype(asked)) != found:
+        raise ConfigError(f"dtype {wanted.name} was asked for, {recorded} {found.name}", path=path, field="dtype")
+
+
+def token_count(size: int, dtype: np.dtype, *, path: str | os.PathLike[str], what: str, hint: str | None = None) -> int:
+    """The tokens of ``dtype`` in ``size`` bytes of ``what`` (a data file), or TruncatedError for a partial token."""
+    if size % dtype.itemsize:
+        raise TruncatedError(
+            f"{what} has {size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}",
+            path=path,
+            hint=hint,
+        )
+    return size // dtype.itemsize
 
 
 def smallest_dtype_for_vocab(vocab_size: int) -> np.dtype:

@@ -10,7 +10,7 @@ from pathlib import Path
 from tokenloom.formats.errors import MissingFileError, UnsafePathError
 from tokenloom.formats.io.urls import StoredPath
 
-__all__ = ["as_path", "names_in", "safe_file", "safe_stat", "walk"]
+__all__ = ["as_path", "first_index", "names_in", "pair_stats", "starts_with", "safe_file", "safe_stat", "walk"]
 
 
 def as_path(path: str | os.PathLike[str]) -> Path:
@@ -38,6 +38,21 @@ def names_in(directory: str | os.PathLike[str]) -> list[str]:
         return []
 
 
+def first_index(directory: str | os.PathLike[str]) -> Path | None:
+    """The first ``.idx`` file of ``directory`` by name (what the native and Megatron detectors look at), or None."""
+    names = [name for name in names_in(directory) if name.endswith(".idx")]
+    return as_path(directory) / min(names) if names else None
+
+
+def starts_with(path: str | os.PathLike[str], magic: bytes) -> bool:
+    """Whether the file at ``path`` opens and begins with ``magic`` (False for a directory or an unreadable path)."""
+    try:
+        with as_path(path).open("rb") as handle:
+            return handle.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     """``path`` if it is a regular file whose real location is inside ``root``.
 
@@ -47,6 +62,27 @@ def safe_file(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Pat
     path = as_path(path)
     safe_stat(root, path)
     return path
+
+
+def pair_stats(root: str | os.PathLike[str], stem: str) -> tuple[os.stat_result, os.stat_result]:
+    """The stats (symlinks followed) of ``stem.idx`` and ``stem.bin`` (native and Megatron shards) after
+    :func:`safe_stat`'s checks. A missing partner is named first, whatever is wrong with the file that is there."""
+    remote = isinstance(root, StoredPath)  # else names joined as text: 1,000 shards, no Path each
+    idx_path, bin_path = [
+        as_path(root) / f"{stem}{suffix}" if remote else os.path.join(root, stem + suffix)
+        for suffix in (".idx", ".bin")
+    ]
+    exists = (lambda path: path.exists()) if remote else os.path.lexists  # (a dangling link exists)
+    try:
+        return safe_stat(root, idx_path), safe_stat(root, bin_path)
+    except Exception:
+        if not exists(idx_path):
+            if not exists(bin_path):
+                raise MissingFileError(f"neither {stem}.idx nor {stem}.bin exists", path=idx_path) from None
+            raise MissingFileError(f"{stem}.bin has no index {stem}.idx", path=bin_path) from None
+        if not exists(bin_path):
+            raise MissingFileError(f"{stem}.idx has no data file {stem}.bin", path=idx_path) from None
+        raise
 
 
 def safe_stat(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> os.stat_result:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -40,12 +41,15 @@ __all__ = [
 #: spec names its own (``FormatSpec.suffixes``); ``register_format`` adds them here.
 _data_suffixes: tuple[str, ...] = ()
 _before_first_answer: list[Callable[[], None]] = []
+#: held while the hooks run (and while a format adds its suffixes): another thread waits for the whole list
+_suffixes_lock = threading.RLock()
 
 
 def add_data_suffixes(suffixes: tuple[str, ...]) -> None:
     """Count ``suffixes`` as data-file suffixes (called by ``register_format`` with a format's own)."""
     global _data_suffixes
-    _data_suffixes = tuple(sorted({*_data_suffixes, *suffixes}))
+    with _suffixes_lock:
+        _data_suffixes = tuple(sorted({*_data_suffixes, *suffixes}))
 
 
 def before_data_suffixes(hook: Callable[[], None]) -> None:
@@ -56,9 +60,10 @@ def before_data_suffixes(hook: Callable[[], None]) -> None:
 
 def data_suffixes() -> tuple[str, ...]:
     """The suffixes of every registered format's data files (read by blocks from object storage)."""
-    while _before_first_answer:
-        _before_first_answer.pop()()
-    return _data_suffixes
+    with _suffixes_lock:
+        while _before_first_answer:
+            _before_first_answer.pop()()
+        return _data_suffixes
 
 
 class Source(Protocol):

@@ -32,9 +32,9 @@ from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import safe_file, walk
 from tokenloom.formats.io.scan import check_exact_size
 from tokenloom.formats.io.source import current_source
-from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
+from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name, check_length
 
-__all__ = ["META_NAME", "BinStore", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
+__all__ = ["META_NAME", "BinStore", "Part", "find_meta_files", "is_bin_store", "open_bin_meta_dataset"]
 
 META_NAME = "meta.json"
 MAX_META_BYTES = 64 << 20
@@ -54,8 +54,10 @@ def is_bin_store(path: Path) -> bool:
     return path.is_dir() and (path / META_NAME).is_file()
 
 
-class _Part:
-    """One meta.json directory: per key its file, dtype, length and record offsets."""
+class Part:
+    """One meta.json directory (or a record store's .h5 file): per key its file, dtype, length and record
+    offsets, the arrays mapped lazily per process from the source it was read through (a remote store's block
+    cache, pickled with it, else the local files)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -63,6 +65,20 @@ class _Part:
         self.dtypes: dict[str, np.dtype] = {}
         self.lengths: dict[str, int] = {}
         self.offsets: dict[str, np.ndarray] = {}
+        self.stream_keys: list[str] = []  # a record store's keys without offsets (not served)
+        self.groups: np.ndarray | None = None  # a record store's response-record boundaries per prompt (GRPO)
+        self.maps: dict[str, np.ndarray] = {}
+        self.source = current_source()
+
+    def array(self, key: str) -> np.ndarray:
+        if key not in self.maps:
+            self.maps[key] = self.source.tokens(self.files[key], self.dtypes[key], 0, self.lengths[key])
+        return self.maps[key]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["maps"] = {}
+        return state
 
 
 class BinStore(KeyedStore):
@@ -72,18 +88,16 @@ class BinStore(KeyedStore):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._parts: list[_Part] = []
-        self._maps: dict[tuple[int, str], np.ndarray] = {}
-        self._source = current_source()
+        self._parts: list[Part] = []
 
     def _close(self) -> None:
-        self._maps = {}
+        for part in self._parts:
+            part.maps = {}
 
     def _load(self, path: Path) -> tuple[list[int], np.ndarray | None]:
         if not path.is_dir():
             raise FormatError("a bin store is a directory holding meta.json and <key>.bin files", path=path)
         refuse_unfinished(path, what="store")
-        self._source = current_source()
         metas = find_meta_files(path)
         if not metas:
             raise MissingFileError(f"no {META_NAME} under the directory", path=path)
@@ -111,11 +125,10 @@ class BinStore(KeyedStore):
             for segment, part in enumerate(parts):
                 for key in keys:
                     if dtypes[key].kind == "f":
-                        values = self._source.tokens(part.files[key], dtypes[key], 0, part.lengths[key])
-                        check_finite(values, key=key, path=part.files[key], record=segment)
+                        check_finite(part.array(key), key=key, path=part.files[key], record=segment)
         return lengths, records
 
-    def _read_part(self, root: Path, meta_path: Path) -> _Part:
+    def _read_part(self, root: Path, meta_path: Path) -> Part:
         safe_file(root, meta_path)
         size = meta_path.stat().st_size
         if size > MAX_META_BYTES:
@@ -126,7 +139,7 @@ class BinStore(KeyedStore):
             raise FormatError(f"{META_NAME} is not valid JSON ({exc})", path=meta_path) from None
         if not isinstance(meta, dict) or not meta:
             raise FormatError(f"{META_NAME} is not an object of keys", path=meta_path)
-        part = _Part(meta_path.parent)
+        part = Part(meta_path.parent)
         for key, info in meta.items():
             check_key_name(key, path=meta_path)
             if not isinstance(info, dict):
@@ -137,7 +150,7 @@ class BinStore(KeyedStore):
                     f"{key} has shape {shape!r:.60}, expected [length] (a 1-D array)", path=meta_path, field=key
                 )
             length = shape[0]
-            self._check_length(length, path=meta_path, key=key)
+            check_length(length, self.max_elements, path=meta_path, key=key)
             dtype_name = info.get("dtype")
             dtype = self._check_dtype(
                 dtype_name if isinstance(dtype_name, str) else repr(dtype_name), path=meta_path, key=key
@@ -177,7 +190,7 @@ class BinStore(KeyedStore):
         return array
 
     @staticmethod
-    def _records(parts: list[_Part], lengths: list[int]) -> np.ndarray | None:
+    def _records(parts: list[Part], lengths: list[int]) -> np.ndarray | None:
         """Global record boundaries when every directory has offsets (equal across its keys)."""
         pieces = []
         base = 0
@@ -196,12 +209,7 @@ class BinStore(KeyedStore):
 
     def _read(self, key: str, segment: int, start: int, stop: int) -> np.ndarray:
         self._handles_valid()
-        mapped = self._maps.get((segment, key))
-        if mapped is None:
-            part = self._parts[segment]
-            mapped = self._source.tokens(part.files[key], self._dtypes[key], 0, part.lengths[key])
-            self._maps[(segment, key)] = mapped
-        return mapped[start:stop]
+        return self._parts[segment].array(key)[start:stop]
 
 
 def _bin_meta_shards(store: BinStore, key: str, token_dtype: np.dtype, path: Path) -> list[Shard]:

@@ -39,9 +39,16 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.paths import names_in, safe_file, walk
 from tokenloom.formats.io.source import LOCAL, Source, current_source
-from tokenloom.formats.keyed.store import KeyedStore, StoreTokenReader, check_finite, check_key_name
+from tokenloom.formats.keyed.store import (
+    DEFAULT_MAX_ELEMENTS,
+    KeyedStore,
+    StoreTokenReader,
+    check_finite,
+    check_key_name,
+    check_length,
+)
 
-__all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "open_h5_dataset"]
+__all__ = ["H5_SUFFIXES", "H5Store", "find_h5_files", "h5py_module", "is_h5_store", "key_segments", "open_h5_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +117,52 @@ def _segment_order(names: list[str], *, path: Path | None = None, key: str = "")
     return sorted(names)
 
 
+def key_segments(
+    handle: Any, path: Path, dtypes: dict[str, np.dtype], *, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> dict[str, list[tuple[str, int]]]:
+    """Each key group of an open HDF5 file: its segments (dataset name, length) in segment order, every one a
+    plain 1-D dataset in this file of one dtype per key (``dtypes``: filled, and checked across files)."""
+    h5py = h5py_module()
+    found: dict[str, list[tuple[str, int]]] = {}
+    for key in sorted(handle.keys()):
+        group = _hard_member(handle, key, h5py.Group, "group", path)
+        check_key_name(key, path=path)
+        found[key] = []
+        for name in _segment_order(list(group.keys()), path=path, key=key):
+            dataset = _hard_member(group, name, h5py.Dataset, "dataset", path)
+            if dataset.is_virtual or dataset.external:
+                raise UnsafePathError(
+                    f"{key}/{name} stores its data in other files (virtual or external dataset)", path=path, field=key
+                )
+            if dataset.ndim != 1:
+                raise FormatError(f"{key}/{name} has shape {dataset.shape}, expected 1-D", path=path, field=key)
+            dtype = KeyedStore._check_dtype(dataset.dtype.name, path=path, key=key)
+            if dtypes.setdefault(key, dtype) != dtype:
+                raise FormatError(
+                    f"{key}/{name} is {dtype.name}, earlier segments of {key} are {dtypes[key].name}",
+                    path=path,
+                    field=key,
+                )
+            check_length(int(dataset.shape[0]), max_elements, path=path, key=key)
+            found[key].append((name, int(dataset.shape[0])))
+    return found
+
+
+def _hard_member(parent: Any, name: str, kind: type, what: str, path: Path) -> Any:
+    link = parent.get(name, getlink=True)
+    if not isinstance(link, h5py_module().HardLink):
+        raise UnsafePathError(
+            f"{parent.name.rstrip('/')}/{name} is a {type(link).__name__}, expected a plain {what}",
+            path=path,
+            field=name,
+            hint="Soft and external links can point outside the store; copy the data into the file",
+        )
+    member = parent[name]
+    if not isinstance(member, kind):
+        raise FormatError(f"{parent.name.rstrip('/')}/{name} is not a {what}", path=path, field=name)
+    return member
+
+
 class H5Store(KeyedStore):
     """HDF5 keyed store; datasets are read (copied) slice by slice, never loaded whole."""
 
@@ -129,7 +182,6 @@ class H5Store(KeyedStore):
                 handle.close()
 
     def _load(self, path: Path) -> tuple[list[int], np.ndarray | None]:
-        h5py = h5py_module()
         self._source = current_source()
         if path.is_file() or path.is_symlink():
             root, paths = path.parent, [path]
@@ -150,21 +202,19 @@ class H5Store(KeyedStore):
             except OSError as exc:
                 raise FormatError(f"not a readable HDF5 file ({exc})", path=file_path) from None
             with handle, _h5_errors(file_path):
-                keys = sorted(handle.keys())
+                found = key_segments(handle, file_path, dtypes, max_elements=self.max_elements)
+                keys = sorted(found)
                 if first_keys is None:
                     first_keys = keys
                 elif keys != first_keys:
                     raise MissingKeyError(f"keys {keys} differ from {first_keys} in {paths[0].name}", path=file_path)
-                for key in keys:
-                    group = self._hard_member(handle, key, h5py.Group, "group", file_path)
-                    check_key_name(key, path=file_path)
-                    for name in _segment_order(list(group.keys()), path=file_path, key=key):
-                        dataset = self._hard_member(group, name, h5py.Dataset, "dataset", file_path)
-                        self._check_dataset(dataset, key=key, name=name, path=file_path, dtypes=dtypes)
+                for key, parts in found.items():
+                    for name, length in parts:
                         segments.setdefault(key, []).append((index, f"{key}/{name}"))
-                        lengths.setdefault(key, []).append(int(dataset.shape[0]))
-                        if self.validate != Validate.NONE and dataset.dtype.kind == "f":
-                            for start in range(0, dataset.shape[0], _CHUNK):
+                        lengths.setdefault(key, []).append(length)
+                        if self.validate != Validate.NONE and dtypes[key].kind == "f":
+                            dataset = handle[key][name]
+                            for start in range(0, length, _CHUNK):
                                 check_finite(
                                     dataset[start : start + _CHUNK],
                                     key=key,
@@ -179,36 +229,6 @@ class H5Store(KeyedStore):
         self._paths, self._segments, self._keys = paths, segments, list(first_keys)
         self._dtypes = {key: dtypes.get(key, np.dtype("int64")) for key in first_keys}
         return aligned, None
-
-    @staticmethod
-    def _hard_member(parent: Any, name: str, kind: type, what: str, path: Path) -> Any:
-        h5py = h5py_module()
-        link = parent.get(name, getlink=True)
-        if not isinstance(link, h5py.HardLink):
-            raise UnsafePathError(
-                f"{parent.name.rstrip('/')}/{name} is a {type(link).__name__}, expected a plain {what}",
-                path=path,
-                field=name,
-                hint="Soft and external links can point outside the store; copy the data into the file",
-            )
-        member = parent[name]
-        if not isinstance(member, kind):
-            raise FormatError(f"{parent.name.rstrip('/')}/{name} is not a {what}", path=path, field=name)
-        return member
-
-    def _check_dataset(self, dataset: Any, *, key: str, name: str, path: Path, dtypes: dict[str, np.dtype]) -> None:
-        if dataset.is_virtual or dataset.external:
-            raise UnsafePathError(
-                f"{key}/{name} stores its data in other files (virtual or external dataset)", path=path, field=key
-            )
-        if dataset.ndim != 1:
-            raise FormatError(f"{key}/{name} has shape {dataset.shape}, expected 1-D", path=path, field=key)
-        dtype = self._check_dtype(dataset.dtype.name, path=path, key=key)
-        if dtypes.setdefault(key, dtype) != dtype:
-            raise FormatError(
-                f"{key}/{name} is {dtype.name}, earlier segments of {key} are {dtypes[key].name}", path=path, field=key
-            )
-        self._check_length(int(dataset.shape[0]), path=path, key=key)
 
     def _read(self, key: str, segment: int, start: int, stop: int) -> np.ndarray:
         self._handles_valid()

@@ -50,9 +50,8 @@ from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError,
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import as_path
-from tokenloom.formats.io.source import current_source
 from tokenloom.formats.io.urls import StoredPath, is_remote_url
-from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files
+from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, Part, find_meta_files
 from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
 from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite
 
@@ -76,44 +75,10 @@ RECORDS_LAYOUT = "records"
 GROUPED_KEYS = frozenset({"responses", "masks"})
 
 
-class _RecordPart:
-    """One meta.json directory of a record store, its arrays mapped lazily per process."""
-
-    def __init__(
-        self,
-        directory: Path,
-        files: dict[str, Path],
-        dtypes: dict[str, np.dtype],
-        lengths: dict[str, int],
-        offsets: dict[str, np.ndarray],
-        *,
-        stream_keys: list[str] | None = None,
-    ) -> None:
-        self.directory = directory
-        self.stream_keys = stream_keys or []
-        self.files = files
-        self.dtypes = dtypes
-        self.lengths = lengths
-        self.offsets = offsets
-        self.groups: np.ndarray | None = None  # response-record boundaries per prompt (GRPO)
-        self.maps: dict[str, np.ndarray] = {}
-        self.source = current_source()  # a remote store's block cache (pickled with it), else the local files
-
-    def array(self, key: str) -> np.ndarray:
-        if key not in self.maps:
-            self.maps[key] = self.source.tokens(self.files[key], self.dtypes[key], 0, self.lengths[key])
-        return self.maps[key]
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["maps"] = {}
-        return state
-
-
 class RecordStore:
     """Records of variable length per key; ``record(i)`` returns zero-copy arrays (lists for GRPO groups)."""
 
-    def __init__(self, path: Path, parts: list[_RecordPart]) -> None:
+    def __init__(self, path: Path, parts: list[Part]) -> None:
         self.path = path
         self.parts = parts
         self.keys = sorted(parts[0].files)
@@ -144,7 +109,7 @@ class RecordStore:
         return out
 
 
-def _record_count(part: _RecordPart, path: Path) -> int:
+def _record_count(part: Part, path: Path) -> int:
     """Records of a directory; every key agrees (GRPO: response records add up to the rewards)."""
     meta = getattr(part, "path", None) or part.directory / META_NAME  # an H5 part: its .h5 file (no meta.json)
     counts = {key: len(offsets) - 1 for key, offsets in part.offsets.items()}
@@ -233,38 +198,30 @@ def _read_records(root: Path, validate: Validate) -> RecordStore:
             )
         # as AstrAI's MmapStore: only keys with offsets are record keys; the others are streams
         record_keys = sorted(part.offsets)
-        stream_keys = sorted(set(part.files) - set(part.offsets))
-        parts.append(
-            _RecordPart(
-                part.directory,
-                {key: part.files[key] for key in record_keys},
-                {key: part.dtypes[key] for key in record_keys},
-                {key: part.lengths[key] for key in record_keys},
-                part.offsets,
-                stream_keys=stream_keys,
-            )
-        )
-        if validate != Validate.NONE:
-            for key, dtype in parts[-1].dtypes.items():
-                if dtype.kind == "f":
-                    check_finite(parts[-1].array(key), key=key, path=part.files[key], record=None)
-        if record_keys != sorted(parts[0].files):
+        part.stream_keys = sorted(set(part.files) - set(part.offsets))
+        for key in part.stream_keys:
+            del part.files[key], part.dtypes[key], part.lengths[key]
+        if record_keys != sorted(parts[0].files if parts else part.files):
             raise MissingKeyError(
                 f"record keys (keys with offsets) {record_keys} differ from {sorted(parts[0].files)}", path=meta
             )
-    return RecordStore(root, parts)
+        parts.append(part)
+    return _checked_floats(RecordStore(root, parts), validate)
+
+
+def _checked_floats(store: RecordStore, validate: Validate) -> RecordStore:
+    """``store``, its float keys (GRPO's rewards) checked for NaN and infinity unless ``validate`` is none."""
+    if validate != Validate.NONE:
+        for part in store.parts:
+            for key, dtype in part.dtypes.items():
+                if dtype.kind == "f":
+                    check_finite(part.array(key), key=key, path=part.files[key], record=None)
+    return store
 
 
 def _h5_records(root: Path, validate: Validate) -> RecordStore:
     """An HDF5 record store (:mod:`.records_h5`), its float keys checked as a bin-meta store's."""
-    parts = h5_record_parts(root)
-    store = RecordStore(root, parts)  # type: ignore[arg-type]
-    if validate != Validate.NONE:
-        for part in parts:
-            for key, dtype in part.dtypes.items():
-                if dtype.kind == "f":
-                    check_finite(part.array(key), key=key, path=part.path, record=None)
-    return store
+    return _checked_floats(RecordStore(root, h5_record_parts(root)), validate)
 
 
 def is_record_store(path: str | os.PathLike[str]) -> bool:

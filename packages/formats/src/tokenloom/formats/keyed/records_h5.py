@@ -22,9 +22,9 @@ import numpy as np
 
 from tokenloom.formats.errors import FormatError, MissingFileError, MissingKeyError
 from tokenloom.formats.io.paths import safe_file
-from tokenloom.formats.io.source import Source, current_source
-from tokenloom.formats.keyed.h5 import H5_SUFFIXES, _h5_errors, _h5_file, _segment_order, find_h5_files, h5py_module
-from tokenloom.formats.keyed.store import KEY_DTYPES, check_key_name
+from tokenloom.formats.io.source import current_source
+from tokenloom.formats.keyed.bin_meta import Part
+from tokenloom.formats.keyed.h5 import H5_SUFFIXES, _h5_errors, _h5_file, find_h5_files, key_segments
 
 __all__ = ["h5_record_parts", "is_h5_record_path", "segment_name"]
 
@@ -41,23 +41,17 @@ def is_h5_record_path(path: Path) -> bool:
     return path.is_dir() and bool(find_h5_files(path))
 
 
-class _H5RecordPart:
+class _H5RecordPart(Part):
     """One HDF5 file of a record store: per key its records' lengths (as offsets); arrays read on first use."""
 
-    def __init__(
-        self, path: Path, dtypes: dict[str, np.dtype], names: dict[str, list[str]], offsets: dict, source: Source
-    ) -> None:
-        self.directory = path.parent
+    def __init__(self, path: Path, dtypes: dict[str, np.dtype], names: dict[str, list[str]], offsets: dict) -> None:
+        super().__init__(path.parent)
         self.path = path
-        self.stream_keys: list[str] = []
         self.files = {key: path for key in dtypes}
         self.dtypes = dtypes
         self.names = names
         self.offsets = offsets
         self.lengths = {key: int(o[-1]) for key, o in offsets.items()}
-        self.groups: np.ndarray | None = None
-        self.maps: dict[str, np.ndarray] = {}
-        self.source = source  # a remote store's block cache (pickled with it), else the local file
 
     def array(self, key: str) -> np.ndarray:
         """The key's records concatenated (read once per process, as AstrAI's H5Store did)."""
@@ -70,11 +64,6 @@ class _H5RecordPart:
                     group[name].read_direct(data, dest_sel=np.s_[offsets[j] : offsets[j + 1]])
             self.maps[key] = data
         return self.maps[key]
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["maps"] = {}
-        return state
 
 
 def h5_record_parts(root: Path) -> list[_H5RecordPart]:
@@ -96,39 +85,15 @@ def h5_record_parts(root: Path) -> list[_H5RecordPart]:
 
 def _read_h5_part(path: Path) -> _H5RecordPart:
     """The part of one file, read by name locally or through the source (a bucket's blocks, each verified)."""
-    h5py, source = h5py_module(), current_source()
     dtypes: dict[str, np.dtype] = {}
-    names: dict[str, list[str]] = {}
-    offsets: dict[str, np.ndarray] = {}
-    with _h5_errors(path), _h5_file(source, path) as handle:
-        if not list(handle.keys()):
-            raise FormatError("the HDF5 file holds no key groups", path=path)
-        for key in sorted(handle.keys()):
-            check_key_name(key, path=path)
-            group = handle[key]
-            if not isinstance(group, h5py.Group):
-                raise FormatError(f"/{key} is not a group of records", path=path, field=key)
-            order = _segment_order(list(group.keys()), path=path, key=key)
-            lengths = []
-            for name in order:
-                dataset = group.get(name, getlink=True)
-                if not isinstance(dataset, h5py.HardLink) or not isinstance(group[name], h5py.Dataset):
-                    raise FormatError(f"/{key}/{name} is not a plain dataset", path=path, field=key)
-                dataset = group[name]
-                if dataset.ndim != 1 or dataset.is_virtual or dataset.external:
-                    raise FormatError(f"/{key}/{name} is not a 1-D dataset in this file", path=path, field=key)
-                dtype = np.dtype(dataset.dtype).newbyteorder("=")
-                if dtype.name not in KEY_DTYPES or dtypes.setdefault(key, dtype) != dtype:
-                    raise FormatError(
-                        f"/{key}/{name} is {dtype.name}, expected "
-                        + (f"{dtypes[key].name} (as /{key}'s first record; " if dtype.name in KEY_DTYPES else "")
-                        + f"one of {sorted(KEY_DTYPES)}"
-                        + (")" if dtype.name in KEY_DTYPES else ""),
-                        path=path,
-                        field=key,
-                    )
-                lengths.append(int(dataset.shape[0]))
-            dtypes.setdefault(key, np.dtype("int64"))
-            names[key] = order
-            offsets[key] = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
-    return _H5RecordPart(path, dtypes, names, offsets, source)
+    with _h5_errors(path), _h5_file(current_source(), path) as handle:
+        found = key_segments(handle, path, dtypes)
+    if not found:
+        raise FormatError("the HDF5 file holds no key groups", path=path)
+    names = {key: [name for name, _ in segments] for key, segments in found.items()}
+    offsets = {
+        key: np.concatenate([[0], np.cumsum([n for _, n in segments], dtype=np.int64)]).astype(np.int64)
+        for key, segments in found.items()
+    }
+    dtypes = {key: dtypes.get(key, np.dtype("int64")) for key in found}
+    return _H5RecordPart(path, dtypes, names, offsets)  # read through the same source

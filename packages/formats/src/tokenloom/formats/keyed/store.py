@@ -39,7 +39,7 @@ from tokenloom.formats.errors import (
     ShapeMismatchError,
     UnsafePathError,
 )
-from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.dtypes import as_token_dtype, check_asked_dtype
 from tokenloom.formats.io.index_map import iter_chunks
 from tokenloom.formats.io.paths import as_path
 
@@ -52,6 +52,7 @@ __all__ = [
     "TRAIN_TYPE_KEYS",
     "KeyedStore",
     "check_finite",
+    "check_length",
     "token_key_dtype",
     "check_key_name",
     "StoreTokenReader",
@@ -117,6 +118,17 @@ def check_finite(values: np.ndarray, *, key: str, path: Path | None, record: int
             )
 
 
+def check_length(length: int, max_elements: int, *, path: Path, key: str) -> None:
+    """ResourceLimitError for a segment longer than ``max_elements`` (a length field over a cap)."""
+    if length > max_elements:
+        raise ResourceLimitError(
+            f"{key} segment declares {length} elements, more than the cap of {max_elements}",
+            path=path,
+            field=key,
+            hint="If the store is genuine, pass a larger max_elements",
+        )
+
+
 def token_key_dtype(store: KeyedStore, key: str, dtype: Any, *, path: str | os.PathLike[str]) -> np.dtype:
     """The token dtype of ``key`` for a TokenDataset view of ``store`` (checked against ``dtype`` if given)."""
     if key not in store.keys:
@@ -127,8 +139,7 @@ def token_key_dtype(store: KeyedStore, key: str, dtype: Any, *, path: str | os.P
             hint="Pass key=... or read it with open_store(path).fetch",
         )
     token_dtype = as_token_dtype(store.dtypes[key], field=key)
-    if dtype is not None and as_token_dtype(dtype) != token_dtype:
-        raise ConfigError(f"dtype {dtype} was asked for, {key} is {token_dtype.name}", path=path, field="dtype")
+    check_asked_dtype(dtype, token_dtype, recorded=f"{key} is", path=path)
     return token_dtype
 
 
@@ -162,10 +173,7 @@ class StoreTokenReader:
         dataset = TokenDataset(
             shards, format=self.format, root=path, vocab_size=vocab_size, eos_id=eos_id, metadata=metadata
         )
-        if validate == Validate.DEEP:  # a store records no vocab size: pass vocab_size= to check ids against it
-            dataset.check_token_range()
-            dataset.check_eos_placement()
-        return dataset
+        return dataset.check_deep(validate)  # a store records no vocab size: vocab_size= checks ids against one
 
 
 def train_type_of(keys: Sequence[str]) -> str | None:
@@ -313,20 +321,10 @@ class KeyedStore:
         return np.concatenate(parts)
 
     # -- shared validation ----------------------------------------------------------------
-    def _check_length(self, length: int, *, path: Path, key: str, record: int | None = None) -> None:
-        if length > self.max_elements:
-            raise ResourceLimitError(
-                f"{key} segment declares {length} elements, more than the cap of {self.max_elements}",
-                path=path,
-                record=record,
-                field=key,
-                hint="If the store is genuine, pass a larger max_elements",
-            )
-
     @staticmethod
     def _check_dtype(name: str, *, path: Path, key: str) -> np.dtype:
         if name not in KEY_DTYPES:
-            raise FormatError(f"{key} has dtype {name!r}, expected one of {sorted(KEY_DTYPES)}", path=path, field=key)
+            raise FormatError(f"{key} has dtype {name}, expected one of {sorted(KEY_DTYPES)}", path=path, field=key)
         return np.dtype(name).newbyteorder("<")
 
     @staticmethod

@@ -20,7 +20,13 @@ import orjson
 
 from tokenloom.formats._writer import TokenWriter, WriterBasics, check_tokens
 from tokenloom.formats.errors import ConfigError, MissingKeyError, ShapeMismatchError
-from tokenloom.formats.io.atomic import TMP_SUFFIX, WRITING_MARKER, atomic_write_bytes, fsync_dir, publish, temp_path
+from tokenloom.formats.io.atomic import (
+    TMP_SUFFIX,
+    WRITING_MARKER,
+    TempFile,
+    atomic_write_bytes,
+    fsync_dir,
+)
 from tokenloom.formats.io.output import start_output_dir
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, h5py_module
@@ -173,20 +179,24 @@ class _H5Output(StoreWriter):
             )
         h5py = h5py_module()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = temp_path(self.path)
-        self._file = h5py.File(self._tmp, "w")
+        self._out = TempFile(self.path)  # h5py writes the temp file by name; its handle fsyncs it at commit
+        self._file = h5py.File(self._out.tmp, "w")
+        self._counts: dict[str, int] = {}  # datasets written per key
+
+    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
+        """A dataset per key, named by its number in the key (``segment_name``: name order is number order)."""
+        for key, array in arrays.items():
+            number = self._counts.get(key, 0)
+            group = self._file.require_group(key)
+            group.create_dataset(segment_name(number), data=np.ascontiguousarray(array, array.dtype.newbyteorder("<")))
+            self._counts[key] = number + 1
 
     def _commit(self) -> None:
         try:
             for key in self.keys or ["sequence"]:  # an empty store is an empty seq store
                 self._file.require_group(key)
             self._file.close()
-            fd = os.open(self._tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            publish(self._tmp, self.path)
+            self._out.publish()
         except BaseException:
             self._abort()
             raise
@@ -194,8 +204,7 @@ class _H5Output(StoreWriter):
     def _abort(self) -> None:
         with contextlib.suppress(Exception):
             self._file.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._tmp.unlink()
+        self._out.abort()
 
 
 class H5StoreWriter(_H5Output):
@@ -206,14 +215,6 @@ class H5StoreWriter(_H5Output):
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         super().__init__(path, **options)
         self._open_h5()
-        self._segments = 0
-
-    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            group = self._file.require_group(key)
-            # zero-padded, so that name order (h5py's keys(), what AstrAI's H5Store iterated) is number order
-            group.create_dataset(f"data_{self._segments:012d}", data=array)
-        self._segments += 1
 
 
 class BinMetaStoreWriter(StoreWriter):
@@ -224,7 +225,7 @@ class BinMetaStoreWriter(StoreWriter):
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         super().__init__(path, **options)
         start_output_dir(self.path, overwrite=self.overwrite)
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[str, TempFile] = {}
         self._offsets: list[int] = [0]
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
@@ -234,22 +235,15 @@ class BinMetaStoreWriter(StoreWriter):
     def _append(self, arrays: dict[str, np.ndarray]) -> None:
         """Each array at the end of its key's ``<key>.bin`` (a temp name until commit)."""
         for key, array in arrays.items():
-            handle = self._handles.get(key)
-            if handle is None:
-                handle = open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115 - closed in commit/abort
-                self._handles[key] = handle
-            handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
+            out = self._handles.get(key) or self._handles.setdefault(key, TempFile(self.path / f"{key}.bin"))
+            out.handle.write(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
 
     def _commit(self) -> None:
         try:
             keys = self.keys or ["sequence"]
             meta = {}
             for key in keys:
-                handle = self._handles.get(key) or open(self.path / f"{key}.bin{TMP_SUFFIX}", "wb")  # noqa: SIM115
-                handle.flush()
-                os.fsync(handle.fileno())
-                handle.close()
-                os.replace(self.path / f"{key}.bin{TMP_SUFFIX}", self.path / f"{key}.bin")
+                (self._handles.get(key) or TempFile(self.path / f"{key}.bin")).publish(sync_dir=False)
                 offsets = self._offsets_of(key)
                 meta[key] = {"shape": [offsets[-1]], "dtype": self.dtype_of(key).name, "offsets": offsets}
             fsync_dir(self.path)
@@ -268,8 +262,8 @@ class BinMetaStoreWriter(StoreWriter):
         """What a subclass writes after meta.json, before the store is published (a record store: its manifest)."""
 
     def _abort(self) -> None:
-        for handle in self._handles.values():
-            handle.close()
+        for out in self._handles.values():
+            out.abort()
         for entry in list(self.path.iterdir()):
             if entry.name.endswith(".bin") or entry.name.endswith(TMP_SUFFIX) or entry.name == WRITING_MARKER:
                 with contextlib.suppress(FileNotFoundError):
@@ -363,11 +357,3 @@ class RecordH5Writer(_H5Output, RecordStoreWriter):  # _H5Output's commit, Recor
         self._open_h5()
         self._handles = {}
         self._key_offsets: dict[str, list[int]] = {}
-        self._counts: dict[str, int] = {}
-
-    def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:
-        for key, array in arrays.items():
-            number = self._counts.get(key, 0)
-            group = self._file.require_group(key)
-            group.create_dataset(segment_name(number), data=np.ascontiguousarray(array, array.dtype.newbyteorder("<")))
-            self._counts[key] = number + 1

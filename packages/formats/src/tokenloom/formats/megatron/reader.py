@@ -38,19 +38,17 @@ from typing import Any
 import numpy as np
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dataset import Shard, TokenDataset, sidecar_values
 from tokenloom.formats.errors import (
-    ConfigError,
     FormatError,
     IndexCorruptError,
     MissingFileError,
     TruncatedError,
 )
-from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES, check_asked_dtype
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array, release_pages, zeros_index
-from tokenloom.formats.io.paths import as_path, names_in, safe_file
+from tokenloom.formats.io.paths import as_path, first_index, pair_stats, starts_with
 from tokenloom.formats.io.scan import check_rising_from_zero
-from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 
 __all__ = ["MEGATRON_MAGIC", "is_megatron", "megatron_prefixes", "open_megatron"]
 
@@ -80,19 +78,10 @@ def megatron_prefixes(path: Path) -> tuple[Path, list[str]]:
 def is_megatron(path: Path) -> bool:
     """An .idx (or a directory's first .idx) that starts with the MMIDIDX magic."""
     if path.is_dir():
-        names = [name for name in names_in(path) if name.endswith(".idx")]
-        candidates = [path / min(names)] if names else []  # the first by name
-    elif path.suffix in (".idx", ".bin"):
-        candidates = [path.with_name(path.name[:-4] + ".idx")]
+        index = first_index(path)
     else:
-        candidates = [path.with_name(path.name + ".idx")]
-    for idx in candidates:
-        try:
-            with idx.open("rb") as handle:
-                return handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
-        except OSError:
-            return False
-    return False
+        index = path.with_name((path.name[:-4] if path.suffix in (".idx", ".bin") else path.name) + ".idx")
+    return index is not None and starts_with(index, MEGATRON_MAGIC)
 
 
 def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tuple[Shard, np.ndarray, bool]:
@@ -105,15 +94,8 @@ def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tup
     """
     idx_path = root / f"{stem}.idx"
     bin_path = root / f"{stem}.bin"
-    if not idx_path.exists() and not idx_path.is_symlink():
-        if bin_path.exists():
-            raise MissingFileError(f"{bin_path.name} has no index {idx_path.name}", path=bin_path)
-        raise MissingFileError(f"neither {idx_path.name} nor {bin_path.name} exists", path=idx_path)
-    if not bin_path.exists() and not bin_path.is_symlink():
-        raise MissingFileError(f"{idx_path.name} has no data file {bin_path.name}", path=idx_path)
-    safe_file(root, idx_path)
-    safe_file(root, bin_path)
-    idx_size = idx_path.stat().st_size
+    idx_info, bin_info = pair_stats(root, stem)
+    idx_size, bin_size = idx_info.st_size, bin_info.st_size
     if idx_size < _HEADER.size:
         raise TruncatedError(
             f"index has {idx_size} bytes, shorter than its {_HEADER.size}-byte header", path=idx_path, offset=0
@@ -152,7 +134,6 @@ def read_megatron_shard(root: Path, stem: str, *, rederive: bool = False) -> tup
     pointers = map_array(idx_path, "<i8", pointers_at, seq_count)
     documents_at = pointers_at + 8 * seq_count
     documents = map_array(idx_path, "<i8", documents_at, doc_count)
-    bin_size = bin_path.stat().st_size
     offsets = derived_index(
         [idx_path],
         "megatron token offsets",
@@ -263,35 +244,17 @@ def open_megatron(
     """
     root, stems = megatron_prefixes(as_path(path))
     shards, documents, modes = [], [], []
-    recorded: dict[str, Any] | None = None
-    recorded_by: Path | None = None
     for stem in stems:
         shard, document_indices, multimodal = read_megatron_shard(root, stem, rederive=validate == Validate.DEEP)
         shards.append(shard)
         documents.append(document_indices)
         modes.append(multimodal)
-        sidecar = sidecar_of(root / stem)
-        found = read_sidecar(sidecar, root / f"{stem}.idx", root)
-        if found is not None and recorded is not None and found != recorded:
-            raise FormatError(
-                f"the sidecars of prefixes {recorded_by.name if recorded_by else '?'} and {sidecar.name} record "
-                f"different values ({recorded} vs {found})",
-                path=sidecar,
-                hint="Open the prefixes separately: they come from different tokenizers or settings",
-            )
-        if found is not None:
-            recorded, recorded_by = found, sidecar
-    vocab_size, eos_id, tokenizer_fingerprint = merge_sidecar(
-        recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or root / stems[0]
+    described = [(root / stem, root / f"{stem}.idx") for stem in stems]
+    vocab_size, eos_id, tokenizer_fingerprint = sidecar_values(
+        described, root, vocab_size=vocab_size, eos_id=eos_id, what="prefixes"
     )
-    if dtype is not None and not (isinstance(dtype, str) and dtype == "infer"):
-        wanted = as_token_dtype(dtype)
-        if wanted != shards[0].dtype:
-            raise ConfigError(
-                f"dtype {wanted.name} was asked for, the index records {shards[0].dtype.name}",
-                path=root / f"{stems[0]}.idx",
-                field="dtype",
-            )
+    asked = None if isinstance(dtype, str) and dtype == "infer" else dtype
+    check_asked_dtype(asked, shards[0].dtype, recorded="the index records", path=root / f"{stems[0]}.idx")
     for shard in shards[1:]:
         if shard.dtype != shards[0].dtype:
             raise FormatError(
@@ -313,7 +276,4 @@ def open_megatron(
             "multimodal": any(modes),
         },
     )
-    if validate == Validate.DEEP:
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return dataset.check_deep(validate)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Unpack
@@ -10,10 +9,9 @@ from typing import Unpack
 import numpy as np
 
 from tokenloom.formats._writer import TokenWriter, WriterBasics
-from tokenloom.formats.errors import (
-    ConfigError,
-)
-from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, make_parents, remove_empty, temp_path
+from tokenloom.formats.errors import ConfigError
+from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir, make_parents, remove_empty
+from tokenloom.formats.io.paths import starts_with
 from tokenloom.formats.io.sidecar import remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats.megatron.reader import (
     _HEADER,
@@ -84,7 +82,7 @@ class MegatronWriter(TokenWriter):
                 path=existing[0],
                 hint="Choose another prefix or pass --overwrite (overwrite=True in Python)",
             )
-        if existing and not _is_megatron_index(self.idx_path):
+        if existing and not (self.idx_path.is_file() and starts_with(self.idx_path, MEGATRON_MAGIC)):
             # a .bin alone, or beside an .idx without the magic, is not a Megatron dataset: not ours to delete
             what = self.idx_path if self.idx_path.exists() or self.idx_path.is_symlink() else existing[0]
             reason = "it is not a Megatron index (no MMIDIDX magic)" if what == self.idx_path else "it has no .idx"
@@ -98,8 +96,7 @@ class MegatronWriter(TokenWriter):
         self.sidecar = sidecar_of(prefix)
         if existing:
             remove_sidecar(self.sidecar)  # it described the data just removed
-        self._bin_tmp = temp_path(self.bin_path)
-        self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
+        self._bin = TempFile(self.bin_path)
         self._lengths: list[np.ndarray] = []
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
@@ -111,13 +108,11 @@ class MegatronWriter(TokenWriter):
                 path=self.prefix,
                 record=self.num_documents + i,
             )
-        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
+        self._bin.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)
         self._lengths.append(lengths.astype("<i4"))
 
     def _commit(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
+        self._bin.finish()
         sizes = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i4")
         offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
@@ -126,27 +121,11 @@ class MegatronWriter(TokenWriter):
         code = CODE_OF_DTYPE[self.dtype.name]
         header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
         index = header + sizes.tobytes() + pointers.tobytes() + documents.tobytes()
-        os.replace(self._bin_tmp, self.bin_path)
-        values = {
-            "vocab_size": self.vocab_size,
-            "eos_id": self.eos_id,
-            "tokenizer_fingerprint": self.tokenizer_fingerprint,
-        }
-        write_sidecar(self.sidecar, index, name=self.idx_path.name, values=values)
+        self._bin.publish(sync_dir=False)  # the directory is fsynced after the .idx
+        write_sidecar(self.sidecar, index, name=self.idx_path.name, values=self.sidecar_values)
         atomic_write_bytes(self.idx_path, index)
         fsync_dir(self.idx_path.parent)
 
     def _abort(self) -> None:
-        self._handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._bin_tmp.unlink()
+        self._bin.abort()
         remove_empty(self._created)
-
-
-def _is_megatron_index(path: Path) -> bool:
-    """A regular file that starts with Megatron's magic (what ``--overwrite`` may replace)."""
-    try:
-        with open(path, "rb") as handle:
-            return path.is_file() and handle.read(len(MEGATRON_MAGIC)) == MEGATRON_MAGIC
-    except OSError:
-        return False

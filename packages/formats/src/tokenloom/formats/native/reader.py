@@ -14,9 +14,9 @@ import xxhash
 
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._dataset import LazyShard, Shard, TokenDataset
-from tokenloom.formats.errors import ConfigError, FormatError, IndexCorruptError, MissingFileError, TruncatedError
+from tokenloom.formats.errors import FormatError, IndexCorruptError, MissingFileError, TruncatedError
 from tokenloom.formats.io.atomic import WRITING_MARKER
-from tokenloom.formats.io.dtypes import as_token_dtype
+from tokenloom.formats.io.dtypes import as_token_dtype, check_asked_dtype, token_count
 from tokenloom.formats.io.index_blocks import IndexBlocks
 from tokenloom.formats.io.index_map import (
     SCAN_CHUNK_ENTRIES,
@@ -30,7 +30,7 @@ from tokenloom.formats.io.index_map import (
 )
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.paths import names_in, safe_file, safe_stat
+from tokenloom.formats.io.paths import first_index, pair_stats, safe_file, starts_with
 from tokenloom.formats.io.scan import RisingFromZero
 from tokenloom.formats.native.layout import HEADER as _HEADER
 from tokenloom.formats.native.layout import (
@@ -52,7 +52,6 @@ __all__ = [
     "open_native_v0",
     "read_native_shard",
     "read_native_shards",
-    "shard_stats",
 ]
 
 
@@ -79,13 +78,13 @@ def read_native_shard(
 
     The offsets are scanned once per version of the pair (remembered in the index cache,
     :func:`~tokenloom.formats.io.index_map.remember_checked`); ``recheck`` scans them again.
-    ``stats``: the pair's :func:`shard_stats`, when the caller took them; ``offsets_checked``: the caller
+    ``stats``: the pair's :func:`pair_stats`, when the caller took them; ``offsets_checked``: the caller
     found in the index cache that the offsets of this version of the pair passed (with every other shard).
     """
     folder = os.path.join(root, "")  # ends with a separator: + name is a child path (faster than join)
     idx_path = folder + stem + ".idx"
     bin_path = Path(folder + stem + ".bin")
-    idx_info, bin_info = stats if stats is not None else shard_stats(root, stem)
+    idx_info, bin_info = stats if stats is not None else pair_stats(root, stem)
     idx_bytes, bin_size = idx_info.st_size, bin_info.st_size
     # one open and one map of the .idx serve its header and both arrays (opening 1,000 shards: 1,000 opens)
     mapped = map_file(idx_path) if idx_bytes >= _HEADER.size else None
@@ -101,7 +100,7 @@ def read_native_shard(
     # mapped, not read: a 10^9-entry index costs no RAM until entries are used
     offsets = array_in(mapped, idx_path, "<i8", _HEADER.size, count + 1)
     overlaps = array_in(mapped, idx_path, "<u2", _HEADER.size + 8 * (count + 1), count)
-    num_tokens = _token_count(bin_size, dtype, bin_path)
+    num_tokens = token_count(bin_size, dtype, path=bin_path, what="data file")
     pair = [idx_path, bin_path]
     if recheck or not (offsets_checked or checked_before(pair, _OFFSETS_CHECKED, [idx_info, bin_info])):
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
@@ -116,14 +115,6 @@ def read_native_shard(
         overlap_prefix=overlaps,
         name=stem,
     )
-
-
-def _token_count(size: int, dtype: np.dtype, path: Path) -> int:
-    if size % dtype.itemsize:
-        raise TruncatedError(
-            f"data file has {size} bytes, not a multiple of the {dtype.name} item size {dtype.itemsize}", path=path
-        )
-    return size // dtype.itemsize
 
 
 class NativeShard(LazyShard):
@@ -173,7 +164,7 @@ def native_shard(
 
     ``record_path``: where the sizes come from, when not from the files (a remote dataset's manifest).
     """
-    tokens = _token_count(data_bytes, dtype, tokens_path)
+    tokens = token_count(data_bytes, dtype, path=tokens_path, what="data file")
     count = entry_count(index.size, path=index.where, record_path=record_path)
     overlaps_at = None if zero_overlaps else _HEADER.size + 8 * (count + 1)
     return cls(
@@ -209,31 +200,14 @@ def _lazy_shards(
     return shards
 
 
-def shard_stats(root: Path, stem: str) -> tuple[os.stat_result, os.stat_result]:
-    """The stats (symlinks followed) of ``stem.idx`` and ``stem.bin`` after :func:`safe_stat`'s checks.
-
-    A missing partner is named first, whatever is wrong with the file that is there.
-    """
-    folder = os.path.join(root, "")
-    idx_path, bin_path = folder + stem + ".idx", folder + stem + ".bin"
-    try:
-        return safe_stat(root, idx_path), safe_stat(root, bin_path)
-    except Exception:
-        if not os.path.lexists(idx_path):
-            raise MissingFileError(f"{stem}.bin has no index {stem}.idx", path=bin_path) from None
-        if not os.path.lexists(bin_path):
-            raise MissingFileError(f"{stem}.idx has no data file {stem}.bin", path=idx_path) from None
-        raise
-
-
 def every_shard_stats(
     root: Path, stems: list[str], listed: dict[str, os.stat_result] | None = None
 ) -> list[tuple[os.stat_result, os.stat_result]]:
-    """:func:`shard_stats` of every stem; ``listed``: stats the manifest check took, by file name (reused)."""
+    """:func:`pair_stats` of every stem; ``listed``: stats the manifest check took, by file name (reused)."""
     stats = []
     for stem in stems:
         pair = (listed.get(stem + ".idx"), listed.get(stem + ".bin")) if listed is not None else (None, None)
-        stats.append((pair[0], pair[1]) if pair[0] is not None and pair[1] is not None else shard_stats(root, stem))
+        stats.append((pair[0], pair[1]) if pair[0] is not None and pair[1] is not None else pair_stats(root, stem))
     return stats
 
 
@@ -317,14 +291,8 @@ def is_native(path: Path) -> bool:
     says_native = manifest_names_format(path, "native")
     if says_native is not None:
         return says_native
-    names = [name for name in names_in(path) if name.endswith(".idx")]
-    if names:  # the first by name
-        try:
-            with (path / min(names)).open("rb") as handle:
-                return handle.read(4) == NATIVE_MAGIC
-        except OSError:
-            return False
-    return (path / WRITING_MARKER).exists()
+    index = first_index(path)
+    return starts_with(index, NATIVE_MAGIC) if index is not None else (path / WRITING_MARKER).exists()
 
 
 def _stems_without_manifest(root: Path) -> list[str]:
@@ -438,14 +406,8 @@ def _open_native(root: Path, validate: Validate, dtype: Any, *, legacy: bool = F
         )
         if validate != Validate.NONE:
             listed = manifest.verify(root, deep=validate == Validate.DEEP, index_blocks=by_blocks)
-        manifest_dtype = as_token_dtype(manifest.dtype, field="manifest dtype")
-        if dtype_hint is not None and dtype_hint != manifest_dtype:
-            raise ConfigError(
-                f"dtype {dtype_hint.name} was asked for, the manifest records {manifest_dtype.name}",
-                path=root,
-                field="dtype",
-            )
-        dtype_hint = manifest_dtype
+        dtype_hint = as_token_dtype(manifest.dtype, field="manifest dtype")
+        check_asked_dtype(dtype, dtype_hint, recorded="the manifest records", path=root)
         if by_blocks:  # the index is read and checked where it is used (its block hashes), not at open
             shards = _lazy_shards(root, manifest, stems, every_shard_stats(root, stems, listed))
             return shards_dataset(shards, "native", root, manifest, validate)
@@ -501,7 +463,4 @@ def shards_dataset(
             tokenizer_fingerprint=manifest.tokenizer_fingerprint,
             metadata=manifest.metadata,
         )
-    if validate == Validate.DEEP:
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return dataset.check_deep(validate)

@@ -21,21 +21,20 @@ checks sizes and index checksums.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any
 
 import numpy as np
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._writer import TokenWriter, WriterBasics, check_shard_size
+from tokenloom.formats._writer import ShardedWriter
 from tokenloom.formats.errors import ConfigError
 from tokenloom.formats.io import EOS_AT_DOCUMENT_END, EOS_PLACEMENT
-from tokenloom.formats.io.atomic import atomic_write_bytes, fsync_dir, temp_path
+from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, write_manifest
-from tokenloom.formats.io.output import shard_cut, start_output_dir
+from tokenloom.formats.io.output import shard_cut
 from tokenloom.formats.native.layout import (
     EXTENSION_CODES,
     MAX_ENTRIES,
@@ -66,8 +65,7 @@ class NativeShardWriter:
         self.dtype = dtype
         self.bin_path = directory / f"{stem}.bin"
         self.idx_path = directory / f"{stem}.idx"
-        self._bin_tmp = temp_path(self.bin_path)
-        self._handle = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in close/abort
+        self._bin = TempFile(self.bin_path)
         self._lengths: list[np.ndarray] = []
         self._overlaps: list[np.ndarray] = []
         self.num_tokens = 0
@@ -75,7 +73,7 @@ class NativeShardWriter:
 
     def write(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
         # the array's own buffer, not a tobytes() copy: the write is the only pass over the tokens here
-        self._handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).data)
+        self._bin.handle.write(np.ascontiguousarray(tokens, dtype=self.dtype.newbyteorder("<")).data)
         self._lengths.append(lengths.astype(np.int64))
         self._overlaps.append(overlaps.astype("<u2"))
         self.num_tokens += len(tokens)
@@ -85,9 +83,7 @@ class NativeShardWriter:
             self._overlaps = [np.concatenate(self._overlaps)]
 
     def close(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
+        self._bin.finish()
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, np.int64)
         if len(lengths) > MAX_ENTRIES:
             self.abort()
@@ -100,46 +96,25 @@ class NativeShardWriter:
         offsets = np.zeros(len(lengths) + 1, dtype="<i8")
         np.cumsum(lengths, out=offsets[1:])
         header = pack_header(self.dtype, len(lengths))
-        os.replace(self._bin_tmp, self.bin_path)
+        self._bin.publish(sync_dir=False)  # the .idx's atomic write fsyncs the directory after both renames
         atomic_write_bytes(self.idx_path, header + offsets.tobytes() + overlaps.astype("<u2").tobytes())
-        fsync_dir(self.directory)
 
     def abort(self) -> None:
-        self._handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._bin_tmp.unlink()
+        self._bin.abort()
 
 
-class NativeWriter(TokenWriter):
-    """A native dataset directory: shards of about ``shard_size_tokens`` tokens, manifest last.
-
-    Args:
-        path: the dataset directory (created; must be empty unless ``overwrite``).
-        shard_size_tokens: start a new shard once a shard holds at least this many
-            tokens (entries are never split across shards). None: one shard.
-        tokenizer_fingerprint: recorded in the manifest, checked by resumes.
-        metadata: settings that produced the data, recorded in the manifest.
-    """
+class NativeWriter(ShardedWriter):
+    """A native dataset directory: shards ``shard_NNNNN.bin`` / ``.idx`` of about ``shard_size_tokens`` tokens,
+    manifest last (the arguments: :class:`~tokenloom.formats._writer.ShardedWriter`)."""
 
     format = "native"
     #: GPT-Simple's entry count is a uint32: a shard that reaches it is closed and the next one begun.
     max_entries_per_shard = MAX_ENTRIES
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        shard_size_tokens: int | None = None,
-        tokenizer_fingerprint: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        overwrite: bool = False,
-        **basics: Unpack[WriterBasics],
-    ) -> None:
-        super().__init__(path, **basics)
-        self.shard_size_tokens = check_shard_size(shard_size_tokens)
-        self.tokenizer_fingerprint = tokenizer_fingerprint
-        self.metadata = dict(metadata or {})
-        if self.dtype.name not in ("uint16", "uint32"):
+    _max_overlap = 0
+
+    def _open_shard(self, number: int) -> NativeShardWriter:
+        if number == 0 and self.dtype.name not in ("uint16", "uint32"):
             codes = {name: f"{code:#x}" for code, name in EXTENSION_CODES.items()}
             log.warning(
                 "native %s shards use tokenloom extension dtype code %s: GPT-Simple reads only uint16 and "
@@ -147,22 +122,11 @@ class NativeWriter(TokenWriter):
                 self.dtype.name,
                 codes[self.dtype.name],
             )
-        start_output_dir(self.path, overwrite=overwrite)
-        self._stems: list[str] = []
-        self._current: NativeShardWriter | None = None
-        self._max_overlap = 0
+        self._names.append(f"shard_{number:05d}")
+        return NativeShardWriter(self.path, self._names[-1], self.dtype)
 
-    def _shard(self) -> NativeShardWriter:
-        if self._current is None:
-            stem = f"shard_{len(self._stems):05d}"
-            self._current = NativeShardWriter(self.path, stem, self.dtype)
-            self._stems.append(stem)
-        return self._current
-
-    def _finish_shard(self) -> None:
-        if self._current is not None:
-            self._current.close()
-            self._current = None
+    def _written(self) -> list[str]:
+        return [f"{stem}{suffix}" for stem in self._names for suffix in (".bin", ".idx")]
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
         if len(overlaps):
@@ -181,25 +145,18 @@ class NativeWriter(TokenWriter):
                 self._finish_shard()
 
     def _commit(self) -> None:
-        if self._current is None and not self._stems:
+        if self._current is None and not self._names:
             self._shard()  # an empty dataset still has one (empty) shard
         self._finish_shard()
         names = []
-        for stem in self._stems:
+        for stem in self._names:
             names += [(f"{stem}.idx", "index"), (f"{stem}.bin", "data")]
         self._publish_manifest(
             names,
-            tokenizer_fingerprint=self.tokenizer_fingerprint,
             # a reader of a remote copy then knows every overlap prefix is 0 without fetching each shard's .idx
-            metadata={**self.metadata, MAX_OVERLAP_KEY: self._max_overlap},
+            metadata={MAX_OVERLAP_KEY: self._max_overlap},
             version=NATIVE_MANIFEST_VERSION,
         )
-
-    def _abort(self) -> None:
-        if self._current is not None:
-            self._current.abort()
-            self._current = None
-        self._remove_written([f"{stem}{suffix}" for stem in self._stems for suffix in (".bin", ".idx")])
 
 
 def adopt_native(

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tokenloom.formats._contract import Validate
-from tokenloom.formats._dataset import Shard, TokenDataset
+from tokenloom.formats._dataset import Shard, TokenDataset, sidecar_values
 from tokenloom.formats.errors import (
     ConfigError,
     DataError,
@@ -47,10 +47,9 @@ from tokenloom.formats.errors import (
     TruncatedError,
     UnsafeFormatError,
 )
-from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype
+from tokenloom.formats.io.dtypes import TOKEN_DTYPES, check_asked_dtype
 from tokenloom.formats.io.index_map import cached_index, derived_index, zeros_index
 from tokenloom.formats.io.paths import as_path, names_in, safe_file
-from tokenloom.formats.io.sidecar import merge_sidecar, read_sidecar, sidecar_of
 from tokenloom.formats.io.source import current_source
 from tokenloom.formats.packed.pickle_safe import load_int_tuples
 
@@ -387,32 +386,12 @@ def open_packed(
         )
         for f in files
     ]
-    recorded: dict[str, Any] | None = None
-    recorded_by: Path | None = None
-    for f in files:
-        found = read_sidecar(sidecar_of(f), f, root)
-        if found is not None and recorded is not None and found != recorded:
-            raise FormatError(
-                f"the sidecars of {recorded_by.name if recorded_by else '?'} and {sidecar_of(f).name} record "
-                f"different values ({recorded} vs {found})",
-                path=sidecar_of(f),
-                hint="Open the files separately: they come from different tokenizers or settings",
-            )
-        if found is not None:
-            recorded, recorded_by = found, sidecar_of(f)
-    vocab_size, eos_id, tokenizer_fingerprint = merge_sidecar(
-        recorded, vocab_size=vocab_size, eos_id=eos_id, path=recorded_by or files[0]
+    vocab_size, eos_id, tokenizer_fingerprint = sidecar_values(
+        [(f, f) for f in files], root, vocab_size=vocab_size, eos_id=eos_id, what="files"
     )
-    if dtype is not None:
-        wanted = as_token_dtype(dtype)
-        for item in packed:
-            if item.shard.dtype != wanted:
-                raise ConfigError(
-                    f"dtype {wanted.name} was asked for, the file stores {item.token_size}-byte tokens "
-                    f"({item.shard.dtype.name})",
-                    path=item.shard.tokens_path,
-                    field="dtype",
-                )
+    for item in packed:
+        recorded = f"the file stores {item.token_size}-byte tokens of"
+        check_asked_dtype(dtype, item.shard.dtype, recorded=recorded, path=item.shard.tokens_path)
     dataset = TokenDataset(
         [item.shard for item in packed],
         format="packed",
@@ -422,7 +401,4 @@ def open_packed(
         tokenizer_fingerprint=tokenizer_fingerprint,
         metadata={"layouts": {item.shard.name: item.layout for item in packed}},
     )
-    if validate == Validate.DEEP:
-        dataset.check_token_range()
-        dataset.check_eos_placement()
-    return dataset
+    return dataset.check_deep(validate)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 from typing import Unpack
@@ -11,11 +10,8 @@ import numpy as np
 
 from tokenloom.formats._contract import Validate
 from tokenloom.formats._writer import TokenWriter, WriterBasics
-from tokenloom.formats.errors import (
-    ConfigError,
-    DataError,
-)
-from tokenloom.formats.io.atomic import make_parents, publish, remove_empty, temp_path
+from tokenloom.formats.errors import ConfigError, DataError
+from tokenloom.formats.io.atomic import TempFile, make_parents, remove_empty
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES
 from tokenloom.formats.io.sidecar import remove_sidecar, sidecar_of, write_sidecar
 from tokenloom.formats.packed.pickle_safe import dump_int_tuples
@@ -84,17 +80,16 @@ class PackedWriter(TokenWriter):
         self.legacy = legacy
         self.layout = "legacy" if legacy else "current"
         self.store_dtype = TOKEN_DTYPES["uint32"] if legacy else self.dtype
-        self._tmp = temp_path(self.path)
         self._created = make_parents(self.path)  # removed again if the writer fails
-        self._handle = open(self._tmp, "wb")  # noqa: SIM115 - closed in _commit/_abort
-        self._handle.write(b"\0" * 8)
+        self._out = TempFile(self.path)
+        self._out.handle.write(b"\0" * 8)
         if not legacy:
-            self._handle.write(struct.pack("<I", self.store_dtype.itemsize))
+            self._out.handle.write(struct.pack("<I", self.store_dtype.itemsize))
         self._lengths: list[np.ndarray] = []
 
     def _write_batch(self, tokens: np.ndarray, lengths: np.ndarray, overlaps: np.ndarray) -> None:
         self._refuse_overlaps(overlaps, "a .pbin (it has no overlap-prefix field)")
-        self._handle.write(np.ascontiguousarray(tokens, dtype=self.store_dtype).tobytes())
+        self._out.handle.write(np.ascontiguousarray(tokens, dtype=self.store_dtype).tobytes())
         self._lengths.append(lengths.astype(np.int64))
 
     def _commit(self) -> None:
@@ -105,20 +100,13 @@ class PackedWriter(TokenWriter):
         data_len = int(byte_lengths.sum())
         wrote = False
         try:
-            self._handle.write(dump_int_tuples(zip(starts.tolist(), byte_lengths.tolist(), strict=True)))
-            self._handle.seek(0)
-            self._handle.write(struct.pack("<Q", data_len))
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
-            values = {
-                "vocab_size": self.vocab_size,
-                "eos_id": self.eos_id,
-                "tokenizer_fingerprint": self.tokenizer_fingerprint,
-            }
+            self._out.handle.write(dump_int_tuples(zip(starts.tolist(), byte_lengths.tolist(), strict=True)))
+            self._out.handle.seek(0)
+            self._out.handle.write(struct.pack("<Q", data_len))
+            self._out.finish()
             remove_sidecar(self.sidecar)  # an overwritten file's sidecar must not outlive it
-            wrote = write_sidecar(self.sidecar, self._tmp, name=self.path.name, values=values)
-            publish(self._tmp, self.path)
+            wrote = write_sidecar(self.sidecar, self._out.tmp, name=self.path.name, values=self.sidecar_values)
+            self._out.publish()
         except BaseException:
             if wrote:
                 remove_sidecar(self.sidecar)
@@ -126,7 +114,5 @@ class PackedWriter(TokenWriter):
             raise
 
     def _abort(self) -> None:
-        self._handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._tmp.unlink()
+        self._out.abort()
         remove_empty(self._created)
