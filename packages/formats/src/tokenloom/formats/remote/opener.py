@@ -2,11 +2,10 @@
 
 Detection works as on disk (the manifest first, else every detector over the listing); the reader stats,
 globs and reads through the path (:mod:`.source`: the listing answers, the block cache serves the bytes),
-and its fingerprint binds the reader's own fingerprint to every object's key, size and ETag. A format whose
-spec has a ``remote`` reader (native: :mod:`tokenloom.formats.remote.native`) opens off its manifest instead,
-after the same manifest fetch and listing, with no index fetched before a shard is touched: it gets each
-index object through :func:`tokenloom.formats.remote.native.remote_index`, its blocks fetched when first
-touched and checked against the manifest's block hashes.
+and its fingerprint binds the reader's own fingerprint to every object's key, size and ETag. An index the
+reader reads by blocks (native's ``.idx``: :class:`~tokenloom.formats.io.index_blocks.IndexBlocks` over the
+:class:`RemotePath`) is fetched block by block when first touched, checked against the manifest's block hashes:
+a 10^9-document dataset opens without reading its index.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import xxhash
 
 from tokenloom.formats._contract import FormatSpec, Validate
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError
+from tokenloom.formats.errors import ChecksumError, ConfigError, DataError, FormatError, MissingFileError
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import data_suffixes, using_source
@@ -34,7 +33,7 @@ from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import RemotePath, RemoteSource, RemoteTree, relative_name
-from tokenloom.formats.remote.verify import expect_files, fetch_manifest
+from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
 
 __all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any", "read_remote", "refuse_unknown"]
 
@@ -114,32 +113,17 @@ def open_remote_any(
     recorded = payload.get("format") if isinstance(payload, dict) else None
     named = format or (recorded if isinstance(recorded, str) else None)
     spec = formats.spec(named) if named else None
-    if spec is not None and spec.remote is not None and manifest is not None:
-        formats.check_options(spec, options)
-        if not isinstance(payload, dict):
-            raise FormatError(
-                "manifest is not a JSON object, on every fetch",
-                path=manifest.url,
-                hint="The stored manifest is damaged: upload a good copy (`tokenloom validate --write-manifest DIR` "
-                "on a local copy writes one) or re-create the dataset",
-            )
-        if recorded != spec.name:
-            raise FormatError(
-                f"the manifest records format {recorded!r}, not {spec.name}",
-                path=manifest.url,
-                field="format",
-                hint=f"Open it with format={recorded!r} (or without format=)",
-            )
-        # over http(s) nothing is listed: each object is HEADed when first used
-        objects = _listing(cache.config) if url.scheme not in ("http", "https") else {}
-        if validate != Validate.NONE:
-            _expect(cache, {}, payload, url.url())
-        dataset = spec.remote(cache, manifest, objects, validate=validate, dtype=dtype)
-        return _identified(dataset, url, {MANIFEST_NAME: manifest, **objects})
+    if spec is not None and spec.manifest_required and manifest is not None and not isinstance(payload, dict):
+        raise FormatError(
+            "manifest is not a JSON object, on every fetch",
+            path=manifest.url,
+            hint="The stored manifest is damaged: upload a good copy (`tokenloom validate --write-manifest DIR` "
+            "on a local copy writes one) or re-create the dataset",
+        )
 
     def run(target: Path) -> TokenDataset:
         found = spec or formats.spec(formats.detect(target))
-        if found.remote is not None and manifest is None:
+        if found.manifest_required and manifest is None:
             # in object storage the manifest is the commit marker: uploaded last, so shards without it are a
             # dataset still being written (or one written without it), never read as if complete
             raise MissingFileError(
@@ -170,22 +154,33 @@ def _on_listing(
     cache: BlockCache, manifest: ObjectInfo | None, payload: Any, validate: Validate, run: Callable[[Path], Any]
 ) -> tuple[Any, RemoteTree]:
     """``run`` on the :class:`RemotePath` of the listing, with what a manifest there records registered to be
-    checked. After a reader failed on the bytes (not on a setting of the call), the cached copies no checksum
+    checked. After a reader failed on the bytes (not on a setting of the call), the cached blocks no hash
     covers (a sidecar, a Megatron ``.idx``) are dropped, so the next open fetches them again: a byte flipped on
-    the way costs one failed open, never every later one."""
+    the way costs one failed open, never every later one. An object whose checksum failed is fetched afresh once
+    (its cached copy or the object: this tells which); when it then passes, its cached copy was corrupt."""
     config, objects, name = _objects(cache.config, manifest, payload)
     tree = RemoteTree(cache.at(config), objects)
     if validate != Validate.NONE:
         _expect(tree.cache, objects, payload, cache.config.url.url())
     try:
-        with using_source(RemoteSource(tree.cache, {})):
-            return run(RemotePath(tree, name)), tree  # pyright: ignore[reportArgumentType]
+        with using_source(RemoteSource(tree.cache)):
+            try:
+                return run(RemotePath(tree, name)), tree  # pyright: ignore[reportArgumentType]
+            except ChecksumError as exc:
+                failed = [obj for obj in objects.values() if obj.url == exc.path]
+                if not failed:
+                    raise
+                tree.cache.discard(failed[0])
+                tree.cache.forget_whole(failed[0])
+                found = run(RemotePath(tree, name))  # pyright: ignore[reportArgumentType]
+                log.warning("%s: its cached blocks were corrupt; discarded and fetched again", failed[0].url)
+                return found, tree
     except DataError as exc:
         if not isinstance(exc, ConfigError):
-            checked = tree.cache.expected.checks
-            for relative, obj in objects.items():
-                if not relative.endswith(data_suffixes()) and not checked(obj.key, cache.block_size, True):
-                    tree.cache.forget_whole(obj)
+            checks = tree.cache.expected.checks
+            for obj in objects.values():
+                if not checks(obj.key, cache.block_size, False) and not checks(obj.key, cache.block_size, True):
+                    tree.cache.discard(obj)
         raise
 
 
@@ -225,7 +220,7 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
         if name == MANIFEST_NAME or not isinstance(size, int):
             continue  # the manifest checks itself; a malformed entry is named by the format's reader
         blocks = None
-        if name.endswith(data_suffixes()) and item:
+        if item:  # data and index objects read by blocks (native's .idx) are checked by block
             with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
                 blocks = BlockHashes.from_json(item, size, path=url, record=0)
         checksum = item.get("xxh3_128")

@@ -26,6 +26,7 @@ import xxhash
 
 from tokenloom.formats.errors import ChecksumError
 from tokenloom.formats.io.blockhash import BlockHashes
+from tokenloom.formats.io.manifest import content_checksum
 
 __all__ = ["FETCH_RETRIES", "Expected", "expect_files", "fetch_manifest"]
 
@@ -136,7 +137,7 @@ def expect_files(cache: Any, url: str, files: Sequence[tuple[str, bool, BlockHas
     unhashed = unchecked = 0
     misaligned: set[int] = set()
     for key, data, blocks, checksum in files:
-        cache.expected.add(key, blocks=blocks if data else None, checksum=None if data else checksum)
+        cache.expected.add(key, blocks=blocks, checksum=None if data else checksum)
         unhashed += data and blocks is None
         unchecked += not data and not checksum
         if data and blocks is not None and cache.block_size % blocks.block_size:
@@ -173,17 +174,10 @@ def _self_check(raw: bytes) -> tuple[Any, tuple[str, str, str] | None]:
         return None, ("its JSON", "a JSON object", "unparsable")
     if not isinstance(payload, dict):
         return None, ("its JSON", "a JSON object", type(payload).__name__)
-    if not isinstance(payload.get("checksum"), str):
-        return payload, None
-    body = {k: v for k, v in payload.items() if k != "checksum"}
-    actual = xxhash.xxh3_128(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    if actual != payload["checksum"]:
-        return None, ("its own checksum", payload["checksum"], actual)
+    recorded = payload.get("checksum")
+    if isinstance(recorded, str) and (actual := content_checksum(payload)) != recorded:
+        return None, ("its own checksum", recorded, actual)
     return payload, None
-
-
-def _manifest_problem(path: Path) -> tuple[str, str, str] | None:
-    return _self_check(path.read_bytes())[1]
 
 
 def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
@@ -194,7 +188,7 @@ def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
     left for the reader to name (an endpoint that is a web server, not a store, answers with such bytes). The
     manifest is what every other check trusts."""
     for attempt in range(FETCH_RETRIES + 1):
-        path = cache.whole(obj, _manifest_problem)
+        path = cache.whole(obj, lambda fetched: _self_check(fetched.read_bytes())[1])
         inode = os.stat(path).st_ino
         payload, problem = _self_check(path.read_bytes())
         if problem is None:
