@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -21,7 +22,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from tokenloom.formats._contract import FormatSpec, Validate
+from tokenloom.formats._contract import FormatSpec, Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import ChecksumError, ConfigError, DataError, FormatError, MissingFileError
 from tokenloom.formats.io.blockhash import BlockHashes
@@ -35,7 +36,7 @@ from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import RemotePath, RemoteSource, RemoteTree, relative_name
 from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
 
-__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any", "read_remote", "refuse_unknown"]
+__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote", "read_remote", "refuse_unknown"]
 
 
 @dataclass(frozen=True)
@@ -98,14 +99,40 @@ def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
     return info, fetch_manifest(cache, info)[1]  # None: not a JSON object, for the reader to name
 
 
-def open_remote_any(
-    cache: BlockCache,
+def open_remote(
+    url: str | os.PathLike[str],
     *,
-    format: str | None,
-    dtype: Any,
-    validate: Validate,
-    options: dict[str, Any],
+    format: str | None = None,
+    dtype: Any = None,
+    validate: Validate | str = Validate.FAST,
+    remote: RemoteOptions | None = None,
     formats: FormatTable,
+    **options: Any,
+) -> TokenDataset:
+    """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's).
+
+    ``remote`` (a :class:`RemoteOptions`; None: the environment's store settings and cache) says how: the
+    endpoint and credentials, ``block_cache_dir``, ``cache_limit`` (blocks are evicted by their next use in the
+    readers' known future), ``block_size`` and the retry budget. The dataset returned carries it as
+    ``dataset.remote``. ``formats``: the registry's lookups (``tokenloom.formats.open_dataset`` passes them; call
+    that instead).
+    """
+    refuse_unknown(options, formats)  # storage_options=, cache_dir= (a URL's settings are remote=) or a typo
+    if remote is not None and not isinstance(remote, RemoteOptions):
+        raise ConfigError(
+            f"remote={remote!r:.80} is not a RemoteOptions",
+            field="remote",
+            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=...); a settings dict is "
+            "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
+        )
+    settings = remote if remote is not None else RemoteOptions()
+    dataset = _open(BlockCache.of(url, settings), format, dtype, as_validate(validate), options, formats)
+    dataset.remote = settings
+    return dataset
+
+
+def _open(
+    cache: BlockCache, format: str | None, dtype: Any, validate: Validate, options: dict[str, Any], formats: FormatTable
 ) -> TokenDataset:
     """The dataset at ``cache.config.url`` in any registered format (see the module docstring)."""
     url = cache.config.url
@@ -143,10 +170,7 @@ def open_remote_any(
 def read_remote(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions | None = None) -> Any:
     """``read(path)`` run on the :class:`RemotePath` of ``url``: for readers that are not a format's dataset reader
     (record stores). What a manifest there records is verified."""
-    from tokenloom.formats.io.urls import parse_url
-
-    remote = remote or RemoteOptions()
-    cache = BlockCache.of(remote.store(parse_url(url)), remote)
+    cache = BlockCache.of(url, remote or RemoteOptions())
     return _on_listing(cache, *manifest_format(cache), Validate.FAST, read)[0]
 
 
@@ -171,7 +195,6 @@ def _on_listing(
                 if not failed:
                     raise
                 tree.cache.discard(failed[0])
-                tree.cache.forget_whole(failed[0])
                 found = run(RemotePath(tree, name))  # pyright: ignore[reportArgumentType]
                 log.warning("%s: its cached blocks were corrupt; discarded and fetched again", failed[0].url)
                 return found, tree
@@ -231,11 +254,7 @@ def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url
 
 def detect_remote(url: Any, *, formats: FormatTable, remote: RemoteOptions | None = None) -> str:
     """The format at ``url``: the manifest's, else the detectors run over the listing (a :class:`RemotePath`)."""
-    from tokenloom.formats.io.urls import parse_url
-
-    remote = remote or RemoteOptions()
-    config = remote.store(parse_url(url))
-    cache = BlockCache.of(config, remote)
+    cache = BlockCache.of(url, remote or RemoteOptions())
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
     if isinstance(recorded, str):
