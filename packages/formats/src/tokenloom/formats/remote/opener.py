@@ -10,7 +10,6 @@ a 10^9-document dataset opens without reading its index.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import os
@@ -25,7 +24,6 @@ import xxhash
 from tokenloom.formats._contract import FormatSpec, Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.errors import ChecksumError, ConfigError, DataError, FormatError, MissingFileError
-from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import data_suffixes, using_source
 from tokenloom.formats.io.urls import RemoteURL
@@ -185,7 +183,7 @@ def _on_listing(
     config, objects, name = _objects(cache.config, manifest, payload)
     tree = RemoteTree(cache.at(config), objects)
     if validate != Validate.NONE:
-        _expect(tree.cache, objects, payload, cache.config.url.url())
+        expect_files(tree.cache, cache.config.url.url(), objects, payload)
     try:
         with using_source(RemoteSource(tree.cache)):
             try:
@@ -229,27 +227,6 @@ def _listing(config: StoreConfig) -> dict[str, ObjectInfo]:
         check_bucket(config)  # the named error when the bucket itself is missing
         raise
     return {relative_name(o, config.url.prefix): o for o in listed if not o.key.endswith("/")}
-
-
-def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url: str) -> None:
-    """Register what a manifest records (block hashes, checksums) with ``cache``; say once what stays unchecked."""
-    recorded: dict[str, dict[str, Any]] = {}
-    if isinstance(payload, dict) and isinstance(payload.get("files"), list):
-        recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
-    files = []
-    for name in objects or recorded:  # no listing (a lazy open over http): what the manifest records
-        item = recorded.get(name, {})
-        size = objects[name].size if objects else item.get("bytes")
-        if name == MANIFEST_NAME or not isinstance(size, int):
-            continue  # the manifest checks itself; a malformed entry is named by the format's reader
-        blocks = None
-        if item:  # data and index objects read by blocks (native's .idx) are checked by block
-            with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
-                blocks = BlockHashes.from_json(item, size, path=url, record=0)
-        checksum = item.get("xxh3_128")
-        data = name.endswith(data_suffixes())
-        files.append((cache.config.url.key(name), data, blocks, checksum if isinstance(checksum, str) else None))
-    expect_files(cache, url, files)
 
 
 def detect_remote(url: Any, *, formats: FormatTable, remote: RemoteOptions | None = None) -> str:
