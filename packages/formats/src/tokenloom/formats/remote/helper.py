@@ -33,6 +33,7 @@ import orjson
 from tokenloom.formats import errors
 from tokenloom.formats.errors import DataError, StorageError
 from tokenloom.formats.io.optional import require
+from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import _runtime, _waits, client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
@@ -339,8 +340,10 @@ class _Collect(logging.Handler):
 
 def _fetch(config: StoreConfig, request: dict[str, Any]) -> None:
     data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
-    with open(request["path"], "xb") as handle:  # an OSError (a full disk) is named by the cache (_cachedir)
-        handle.write(data)
+    # named (a full disk: the folder and its free space); the block cache names its own directory (_cachedir)
+    path = request["path"]
+    with storage_errors(os.path.dirname(path), f"writing {len(data)} fetched bytes into it"), open(path, "xb") as out:
+        out.write(data)
 
 
 #: every request: op -> the call that answers it (in this process, or in the helper for a caller)
