@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import xxhash
 from formats_helpers import byte_changes, opened_after_each
 
 from tokenloom.formats import (
@@ -356,7 +355,7 @@ def test_a_malformed_manifest_file_entry_is_named(tmp_path: Path, change: Any, m
     # a well-formed entry takes a fast path of exact type checks; any other is named as before it existed
     import orjson
 
-    from tokenloom.formats.io.manifest import _canonical, _serialise
+    from tokenloom.formats.io.manifest import _serialise, content_checksum
 
     path = write(tmp_path, "native")
     payload = orjson.loads((path / MANIFEST_NAME).read_bytes())
@@ -368,7 +367,7 @@ def test_a_malformed_manifest_file_entry_is_named(tmp_path: Path, change: Any, m
     else:
         payload["files"][1] = change
     del payload["checksum"]
-    payload["checksum"] = xxhash.xxh3_128(_canonical(payload)).hexdigest()  # a valid checksum over the bad entry
+    payload["checksum"] = content_checksum(payload)  # a valid checksum over the bad entry
     (path / MANIFEST_NAME).write_bytes(_serialise(payload))
     with pytest.raises(FormatError) as info:
         read_manifest(path)
@@ -379,7 +378,7 @@ def test_a_malformed_manifest_file_entry_is_named(tmp_path: Path, change: Any, m
 def test_extra_keys_in_a_manifest_file_entry_are_ignored(tmp_path: Path) -> None:
     import orjson
 
-    from tokenloom.formats.io.manifest import _canonical, _serialise
+    from tokenloom.formats.io.manifest import _serialise, content_checksum
 
     path = write(tmp_path, "native")
     before = read_manifest(path).files
@@ -387,6 +386,6 @@ def test_extra_keys_in_a_manifest_file_entry_are_ignored(tmp_path: Path) -> None
     for entry in payload["files"]:
         entry["written_by"] = "a later tokenloom"
     del payload["checksum"]
-    payload["checksum"] = xxhash.xxh3_128(_canonical(payload)).hexdigest()
+    payload["checksum"] = content_checksum(payload)
     (path / MANIFEST_NAME).write_bytes(_serialise(payload))
     assert read_manifest(path).files == before

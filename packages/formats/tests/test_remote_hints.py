@@ -40,12 +40,15 @@ def test_names_with_dots_inside_are_fine():
 
 
 def test_a_block_that_cannot_be_written_names_the_cache_directory(tmp_path):
-    from tokenloom.formats.remote.helper import _cache_write_error
+    """Raised where the block is written (in process, or by a helper): the cache's one naming of its directory."""
+    from tokenloom.formats.remote._cachedir import cache_dir_error
 
-    path = tmp_path / "cache" / "ab" / "b4096-000001.123-ab.tmp"
-    error = _cache_write_error(OSError(errno.ENOSPC, "No space left on device", str(path)), str(path), 4096)
-    assert error.errno == errno.ENOSPC and error.path == str(path.parent)
-    assert str(error).startswith(f"cache directory {path.parent}: no space left on device")
+    root = tmp_path / "cache"
+    root.mkdir()
+    path = root / "ab" / "b4096-000001.123-ab.tmp"
+    error = cache_dir_error(root, OSError(errno.ENOSPC, "No space left on device", str(path)))
+    assert error is not None and getattr(error, "errno", None) == errno.ENOSPC and error.path == str(root)
+    assert str(error).startswith(f"the cache directory {root} is full (ENOSPC")
     assert error.hint is not None and "TOKENLOOM_CACHE_DIR" in error.hint and "--output-dir" not in error.hint
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
 import numpy as np
-import pytest
 
-from tokenloom.formats import RemoteOptions, _registry, open_dataset, open_writer
+from tokenloom.formats import RemoteOptions, open_dataset, open_writer
 
 BLOCK = 4096
 
@@ -22,11 +20,7 @@ def _native(seaweed, tmp_path, format: str = "native") -> str:
     return seaweed.upload_dir(local, f"path-{uuid.uuid4().hex[:8]}")
 
 
-def _spec(monkeypatch: pytest.MonkeyPatch, **changes: object) -> None:
-    monkeypatch.setitem(_registry._FORMATS, "native", dataclasses.replace(_registry._FORMATS["native"], **changes))
-
-
-def test_the_spec_says_whether_a_format_opens_lazily_and_both_ways_agree(seaweed, tmp_path, monkeypatch):
+def test_every_format_opens_on_the_one_path_and_native_stays_lazy(seaweed, tmp_path):
     url = _native(seaweed, tmp_path)
     options = seaweed.storage_options()
     lazy = open_dataset(
@@ -36,17 +30,8 @@ def test_the_spec_says_whether_a_format_opens_lazily_and_both_ways_agree(seaweed
         ),
     )
     assert not list((tmp_path / "lazy").rglob("view-*"))  # off the manifest: no view, no index fetched yet
-    calls = []
-    native = _registry._FORMATS["native"]
-    _spec(monkeypatch, remote=lambda *a, **k: calls.append(1) or native.remote(*a, **k))  # pyright: ignore
-    open_dataset(
-        url,
-        remote=RemoteOptions.from_keywords(
-            storage_options=options, block_cache_dir=tmp_path / "again", block_size=BLOCK
-        ),
-    )
-    assert calls == [1]  # the opener asks the spec, whatever the format's name
-    flat = _native(seaweed, tmp_path / "flat", format="flat")  # flat's spec has no remote reader
+    assert not list((tmp_path / "lazy").rglob("b4096-*"))  # no index block fetched before a shard is touched
+    flat = _native(seaweed, tmp_path / "flat", format="flat")
     viewed = open_dataset(
         flat,
         remote=RemoteOptions.from_keywords(

@@ -111,7 +111,7 @@ def test_a_shard_replaced_in_the_bucket_under_a_reader(seaweed, big_ds, tmp_path
 
 
 def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_path, caplog):
-    """A digit changed in the cached manifest (still valid JSON), and in the copy the native reader parses."""
+    """A digit changed in the cached manifest (still valid JSON)."""
     url = seaweed.upload_dir(big_ds, f"attack-{uuid.uuid4().hex[:8]}")
     options: dict[str, Any] = {"remote": cached_remote(seaweed.storage_options(), tmp_path / "c")}
     expected = entry_bytes(open_dataset(url, **options))
@@ -119,7 +119,7 @@ def test_a_manifest_corrupt_in_the_cache_is_fetched_again(seaweed, big_ds, tmp_p
     at = raw.index(b'"block_xxh3_64": "') + 20
     bad = raw[:at] + (b"0" if raw[at : at + 1] != b"0" else b"1") + raw[at + 1 :]
     copies = [p for p in (tmp_path / "c").rglob("*") if p.is_file() and p.read_bytes() == raw]
-    assert len(copies) >= 2  # the cached object and the reader's copy
+    assert copies  # the cached object (the reader parses it where it is)
     for path in copies:
         path.write_bytes(bad)
     with caplog.at_level(logging.WARNING, logger=LOGGER):

@@ -88,9 +88,8 @@ class FormatSpec:
     #: a Megatron prefix) among files that may belong to others
     output_name: str | None = None
     file_names: str = ""  # for a directory dataset: a regex of the names its writer creates there
-    #: opens the dataset from object storage off its manifest alone (indexes fetched as shards are touched);
-    #: its manifest is then required. None: ``open`` runs on the listing (a ``RemotePath``, see ``remote.opener``)
-    remote: Callable[..., TokenDataset] | None = None
+    #: in object storage its manifest is the commit marker (uploaded last): files without it are not opened
+    manifest_required: bool = False
     #: tokenize writes this format's shards itself, unit by unit (native); it writes any other token format by
     #: converting those shards at finalize
     unit_shards: bool = False

@@ -5,9 +5,9 @@ keeps such a file as one read-only buffer and :meth:`IndexBlocks.ensure` checks 
 covers the first time this process uses them:
 
 - a local file is memory-mapped (a block's pages are released once hashed: the page cache keeps them);
-- a remote object (``fetch``: ``read(start, stop)`` and ``discard()``, :func:`tokenloom.formats.remote.native.
-  remote_index`) lands block by block in a sparse unlinked temporary file of its size, mapped, so what is
-  never touched costs neither a GET, nor memory, nor disk.
+- a remote object (a :class:`~tokenloom.formats.io.urls.StoredPath`: ``read(start, stop)`` comes from the
+  block cache, ``discard()`` drops the cached copy) lands block by block in a sparse unlinked temporary file
+  of its size, mapped, so what is never touched costs neither a GET, nor memory, nor disk.
 
 A block that does not match its hash is fetched once more (remote), then a ChecksumError names the file, the
 byte range (and, through ``describe``, the documents it holds) and what to do: never wrong data. Without block
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
+import os
 import tempfile
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ import xxhash
 from tokenloom.formats.errors import ChecksumError
 from tokenloom.formats.io.blockhash import BlockHashes
 from tokenloom.formats.io.index_map import map_file
+from tokenloom.formats.io.urls import StoredPath
 
 __all__ = ["IndexBlocks", "IndexFetch"]
 
@@ -45,22 +47,22 @@ class IndexFetch(Protocol):
 class IndexBlocks:
     """The bytes of one index file of ``size`` bytes, each block checked against ``hashes`` on first touch.
 
-    ``where``: the file's path or URL (named by errors); ``checksum``: its xxh3-128, used when ``hashes`` is
-    None; ``fetch``: where a remote object's bytes come from (None: the local file ``where``).
+    ``where``: the file's path, or a remote object's :class:`StoredPath` (its bytes fetched by blocks; errors name
+    its URL); ``checksum``: its xxh3-128, used when ``hashes`` is None.
     """
 
     def __init__(
         self,
-        where: str,
+        where: str | StoredPath,
         size: int,
         *,
         hashes: BlockHashes | None = None,
         checksum: str | None = None,
-        fetch: IndexFetch | None = None,
     ) -> None:
         if hashes is None and checksum is None:
             raise ValueError(f"{where}: an index read by blocks needs block hashes or a checksum")
-        self.where, self.size, self.hashes, self.checksum, self.fetch = where, size, hashes, checksum, fetch
+        self.fetch: IndexFetch | None = where if isinstance(where, StoredPath) else None  # type: ignore[assignment]
+        self.where, self.size, self.hashes, self.checksum = os.fspath(where), size, hashes, checksum
         self.block_size = hashes.block_size if hashes is not None else max(size, 1)
         self.checked = bytearray(-(-size // self.block_size))
         self._buffer: Any = None

@@ -38,6 +38,7 @@ __all__ = [
     "MANIFEST_VERSION",
     "add_block_hashes",
     "READABLE_MANIFEST_VERSIONS",
+    "content_checksum",
     "FileEntry",
     "Manifest",
     "describe_file",
@@ -97,8 +98,11 @@ def file_checksum(path: str | os.PathLike[str], *, on_bytes: Callable[[int], Non
     return digest.hexdigest()
 
 
-def _canonical(payload: dict[str, Any]) -> bytes:
-    return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+def content_checksum(payload: dict[str, Any]) -> str:
+    """The xxh3-128 of a manifest's canonical content (every field but ``checksum``): what it records as
+    ``checksum``. Every reader checks it with this one function (a remote one before it trusts the manifest)."""
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    return xxhash.xxh3_128(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def _serialise(payload: dict[str, Any]) -> bytes:
@@ -163,7 +167,7 @@ class Manifest:
         payload["files"] = [
             {"name": f.name, "bytes": f.bytes, "xxh3_128": f.xxh3_128, "role": f.role} for f in self.files
         ]
-        return xxhash.xxh3_128(_canonical(payload)).hexdigest()
+        return content_checksum(payload)
 
     def file(self, name: str) -> FileEntry:
         for entry in self.files:
@@ -278,8 +282,7 @@ def add_block_hashes(root: str | os.PathLike[str], manifest: Manifest) -> tuple[
 def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> Manifest:
     """Write ``manifest.json`` crash-safely (call it last); returns it with its checksum."""
     payload = manifest.payload()
-    checksum = xxhash.xxh3_128(_canonical(payload)).hexdigest()
-    payload["checksum"] = checksum
+    payload["checksum"] = checksum = content_checksum(payload)
     atomic_write_bytes(Path(root) / MANIFEST_NAME, _serialise(payload))
     return dataclasses.replace(manifest, checksum=checksum)
 
@@ -357,8 +360,7 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             hint="Upgrade tokenloom-formats or re-create the dataset",
         )
     recorded = _expect(payload, "checksum", (str,), path)
-    body = {k: v for k, v in payload.items() if k != "checksum"}
-    actual = xxhash.xxh3_128(_canonical(body)).hexdigest()
+    actual = content_checksum(payload)
     if actual != recorded:
         raise ChecksumError(
             f"manifest content checksum is {actual}, the manifest records {recorded}",

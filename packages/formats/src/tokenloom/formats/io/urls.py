@@ -34,6 +34,8 @@ class StoredPath:
     open: Any  # open(mode="rb") -> a binary file object
     array: Any  # array(dtype, byte_offset, count) -> an array of those values
     index_dir: Any  # where indexes derived from it are cached (its block cache's folder)
+    read: Any  # read(start, stop) -> those bytes, fetched by blocks (an index read by blocks)
+    discard: Any  # discard() -> None: drop its cached copy (a block failed its check: fetched again)
 
 
 #: the one scheme table. Object stores (obstore's ``from_url`` builds each): listed, read and written. Adding a

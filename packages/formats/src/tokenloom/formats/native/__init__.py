@@ -5,10 +5,7 @@
 ``writer.py`` the writers and ``adopt_native`` (its docstring: the dataset layout).
 """
 
-from typing import Any
-
 from tokenloom.formats._contract import FormatSpec
-from tokenloom.formats._dataset import TokenDataset
 from tokenloom.formats.native.reader import is_native, open_native, open_native_v0, read_native_shard
 from tokenloom.formats.native.writer import NativeShardWriter, NativeWriter, adopt_native
 
@@ -29,13 +26,6 @@ FILE_NAMES = r"shard_\d+\.(bin|idx)|manifest\.json"  # what its writer puts in i
 DESCRIPTION_V0 = "read-only: tokenloom's pre-release native layout, to convert (never detected)"
 
 
-def _open_remote(*args: Any, **kwargs: Any) -> TokenDataset:
-    """``SPEC.remote``: the remote layer is imported when a native dataset is first opened from object storage."""
-    from tokenloom.formats.remote.native import open_remote_native
-
-    return open_remote_native(*args, **kwargs)
-
-
 SPEC = FormatSpec(
     "native",
     DESCRIPTION,
@@ -44,7 +34,7 @@ SPEC = FormatSpec(
     NativeWriter,
     suffixes=(".bin",),
     file_names=FILE_NAMES,
-    remote=_open_remote,
+    manifest_required=True,
     unit_shards=True,
 )
 SPEC_V0 = FormatSpec("native-v0", DESCRIPTION_V0, detect=lambda path: False, open=open_native_v0, detectable=False)

@@ -30,8 +30,9 @@ from tokenloom.formats.io.index_map import (
 )
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, manifest_names_format, read_manifest
 from tokenloom.formats.io.output import refuse_unfinished
-from tokenloom.formats.io.paths import first_index, pair_stats, safe_file, starts_with
+from tokenloom.formats.io.paths import as_path, first_index, pair_stats, safe_file, starts_with
 from tokenloom.formats.io.scan import RisingFromZero
+from tokenloom.formats.io.urls import StoredPath
 from tokenloom.formats.native.layout import HEADER as _HEADER
 from tokenloom.formats.native.layout import (
     LEGACY_CONVERT_HINT,
@@ -184,18 +185,22 @@ def _lazy_shards(
 ) -> list[Shard]:
     """Every shard read by blocks: headers and final offsets checked now, the rest of each index when touched."""
     folder = os.path.join(root, "")
+    stored = isinstance(root, StoredPath)  # in object storage: no index byte is fetched before a shard is touched
     zero = no_overlaps_recorded(manifest.metadata)
     dtype = as_token_dtype(manifest.dtype)
-    hashes = {entry.name: entry.blocks for entry in manifest.files}
+    by_name = {entry.name: entry for entry in manifest.files}
     shards: list[Shard] = []
     for stem, (idx_info, bin_info) in zip(stems, stats, strict=True):
-        index = IndexBlocks(folder + stem + ".idx", idx_info.st_size, hashes=hashes[stem + ".idx"])
-        bin_path = Path(folder + stem + ".bin")
+        entry = by_name[stem + ".idx"]
+        where = root / f"{stem}.idx" if stored else folder + stem + ".idx"
+        index = IndexBlocks(where, idx_info.st_size, hashes=entry.blocks, checksum=entry.xxh3_128)
+        bin_path = root / f"{stem}.bin" if stored else Path(folder + stem + ".bin")
         shard = native_shard(
             index, bin_path, bin_info.st_size, name=stem, dtype=dtype, zero_overlaps=zero, cls=NativeShard
         )
         last = shard.num_entries
-        shard.check_entries(max(last - 1, 0), last)  # the last offset is the data's token count
+        if not stored:
+            shard.check_entries(max(last - 1, 0), last)  # the last offset is the data's token count
         shards.append(shard)
     return shards
 
@@ -363,7 +368,7 @@ def open_native(path: str | os.PathLike[str], *, validate: Validate = Validate.F
     ``validate="deep"`` adds, at open, the checksum of every file (data and index), the scan of every
     offset and overlap prefix, token ids against the vocab size and the EOS placement.
     """
-    return _open_native(Path(path), validate, dtype)
+    return _open_native(as_path(path), validate, dtype)
 
 
 def open_native_v0(
@@ -373,7 +378,7 @@ def open_native_v0(
     index headers, the same arrays after them), so that it converts in one command
     (``tokenloom convert OLD NEW --to native --from native-v0``). Never chosen by detection: ``open_dataset`` on
     such a directory raises a FormatError that names that command."""
-    return _open_native(Path(path), validate, dtype, legacy=True)
+    return _open_native(as_path(path), validate, dtype, legacy=True)
 
 
 def _open_native(root: Path, validate: Validate, dtype: Any, *, legacy: bool = False) -> TokenDataset:
@@ -399,10 +404,9 @@ def _open_native(root: Path, validate: Validate, dtype: Any, *, legacy: bool = F
                 hint=LEGACY_CONVERT_HINT,
             )
         stems = [f.name[:-4] for f in manifest.files if f.name.endswith(".idx")]
-        by_blocks = (
-            not legacy
-            and validate != Validate.DEEP
-            and all(manifest.file(f"{stem}.idx").blocks is not None for stem in stems)
+        by_blocks = not legacy and (
+            isinstance(root, StoredPath)  # an index in object storage is always read by blocks (checksum: whole)
+            or (validate != Validate.DEEP and all(manifest.file(f"{stem}.idx").blocks is not None for stem in stems))
         )
         if validate != Validate.NONE:
             listed = manifest.verify(root, deep=validate == Validate.DEEP, index_blocks=by_blocks)

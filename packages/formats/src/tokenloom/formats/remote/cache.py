@@ -39,6 +39,7 @@ from pathlib import Path
 
 from tokenloom.formats.errors import ConfigError, TruncatedError
 from tokenloom.formats.io.storage import storage_error, storage_errors
+from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import budget
 from tokenloom.formats.remote._cachedir import named_cache_errors
 from tokenloom.formats.remote._fdlocks import close_lock, on_fork_in_child, open_lock
@@ -154,8 +155,9 @@ class BlockCache:
         on_fork_in_child(self)
 
     @classmethod
-    def of(cls, config: StoreConfig, options: RemoteOptions) -> BlockCache:
-        """The cache ``options`` name, for the store root of ``config``."""
+    def of(cls, url: str | os.PathLike[str], options: RemoteOptions) -> BlockCache:
+        """The cache ``options`` name, for the dataset at ``url``."""
+        config = options.store(parse_url(url))
         return cls(config, options.block_cache_dir, options.block_size, limit=options.cache_limit)
 
     def at(self, config: StoreConfig) -> BlockCache:
@@ -305,13 +307,9 @@ class BlockCache:
             path = self._dir(obj) / "whole"
         return path
 
-    def forget_whole(self, obj: ObjectInfo) -> None:
-        """Delete the cached copy of ``obj`` fetched whole (a reader failed on it: fetched again next time)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._dir(obj) / "whole")
-
     def discard(self, obj: ObjectInfo) -> None:
-        """Forget and delete every cached block of ``obj`` (a whole-file check failed: fetch it all again)."""
+        """Forget and delete every cached block of ``obj`` and its copy fetched whole (a check or a reader failed on
+        its bytes: fetched again at next use)."""
         for key in [k for k in self._maps if k[0] == obj.url]:
             self._maps.pop(key)
             if key in self._pins:
@@ -319,7 +317,8 @@ class BlockCache:
         self._verified = {seen for seen in self._verified if seen[0] != obj.key}
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self._dir(obj)):
-                if entry.name.startswith(f"b{self.block_size}-") and not entry.name.endswith((".lock", ".tmp")):
+                ours = entry.name == "whole" or entry.name.startswith(f"b{self.block_size}-")
+                if ours and not entry.name.endswith((".lock", ".tmp")):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import gc
 import logging
 import os
@@ -34,7 +33,7 @@ import orjson
 from tokenloom.formats import errors
 from tokenloom.formats.errors import DataError, StorageError
 from tokenloom.formats.io.optional import require
-from tokenloom.formats.io.storage import storage_error
+from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import _runtime, _waits, client, writes
 from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
@@ -341,11 +340,10 @@ class _Collect(logging.Handler):
 
 def _fetch(config: StoreConfig, request: dict[str, Any]) -> None:
     data = client.fetch_range(config, ObjectInfo(**request["obj"]), request["start"], request["end"])
-    try:
-        with open(request["path"], "xb") as handle:
-            handle.write(data)
-    except OSError as exc:
-        raise _cache_write_error(exc, request["path"], len(data)) from None
+    # named (a full disk: the folder and its free space); the block cache names its own directory (_cachedir)
+    path = request["path"]
+    with storage_errors(os.path.dirname(path), f"writing {len(data)} fetched bytes into it"), open(path, "xb") as out:
+        out.write(data)
 
 
 #: every request: op -> the call that answers it (in this process, or in the helper for a caller)
@@ -368,19 +366,6 @@ def _answer(op: str, config: StoreConfig, request: dict[str, Any]) -> Any:
     if op not in _OPS:
         raise ValueError(f"unknown request {op!r}")
     return _OPS[op](config, request)
-
-
-def _cache_write_error(exc: OSError, path: str, size: int) -> StorageError:
-    """A fetched block that cannot be written: the error names the cache directory (and its free space)."""
-    folder = os.path.dirname(path)
-    named = storage_error(OSError(exc.errno, exc.strerror), folder, f"writing a fetched block ({size} bytes) into it")
-    hint = named.hint
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        hint = (
-            f"The file system holding the cache directory {folder} is full: free space there, point "
-            "TOKENLOOM_CACHE_DIR (or cache_dir=) at a larger one, or bound the cache with TOKENLOOM_CACHE_LIMIT"
-        )
-    return StorageError(f"cache directory {folder}: {named.problem}", errno=exc.errno, path=folder, hint=hint)
 
 
 def serve(requests: IO[bytes] | None = None, answers: IO[bytes] | None = None) -> None:

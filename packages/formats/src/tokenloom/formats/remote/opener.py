@@ -2,18 +2,17 @@
 
 Detection works as on disk (the manifest first, else every detector over the listing); the reader stats,
 globs and reads through the path (:mod:`.source`: the listing answers, the block cache serves the bytes),
-and its fingerprint binds the reader's own fingerprint to every object's key, size and ETag. A format whose
-spec has a ``remote`` reader (native: :mod:`tokenloom.formats.remote.native`) opens off its manifest instead,
-after the same manifest fetch and listing, with no index fetched before a shard is touched: it gets each
-index object through :func:`tokenloom.formats.remote.native.remote_index`, its blocks fetched when first
-touched and checked against the manifest's block hashes.
+and its fingerprint binds the reader's own fingerprint to every object's key, size and ETag. An index the
+reader reads by blocks (native's ``.idx``: :class:`~tokenloom.formats.io.index_blocks.IndexBlocks` over the
+:class:`RemotePath`) is fetched block by block when first touched, checked against the manifest's block hashes:
+a 10^9-document dataset opens without reading its index.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -22,10 +21,9 @@ from typing import Any
 import orjson
 import xxhash
 
-from tokenloom.formats._contract import FormatSpec, Validate
+from tokenloom.formats._contract import FormatSpec, Validate, as_validate
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats.errors import ConfigError, DataError, FormatError, MissingFileError
-from tokenloom.formats.io.blockhash import BlockHashes
+from tokenloom.formats.errors import ChecksumError, ConfigError, DataError, FormatError, MissingFileError
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import data_suffixes, using_source
 from tokenloom.formats.io.urls import RemoteURL
@@ -34,9 +32,9 @@ from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 from tokenloom.formats.remote.helper import check_bucket, head, list_objects
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import RemotePath, RemoteSource, RemoteTree, relative_name
-from tokenloom.formats.remote.verify import expect_files, fetch_manifest
+from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
 
-__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote_any", "read_remote", "refuse_unknown"]
+__all__ = ["FormatTable", "detect_remote", "manifest_format", "open_remote", "read_remote", "refuse_unknown"]
 
 
 @dataclass(frozen=True)
@@ -99,14 +97,40 @@ def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
     return info, fetch_manifest(cache, info)[1]  # None: not a JSON object, for the reader to name
 
 
-def open_remote_any(
-    cache: BlockCache,
+def open_remote(
+    url: str | os.PathLike[str],
     *,
-    format: str | None,
-    dtype: Any,
-    validate: Validate,
-    options: dict[str, Any],
+    format: str | None = None,
+    dtype: Any = None,
+    validate: Validate | str = Validate.FAST,
+    remote: RemoteOptions | None = None,
     formats: FormatTable,
+    **options: Any,
+) -> TokenDataset:
+    """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's).
+
+    ``remote`` (a :class:`RemoteOptions`; None: the environment's store settings and cache) says how: the
+    endpoint and credentials, ``block_cache_dir``, ``cache_limit`` (blocks are evicted by their next use in the
+    readers' known future), ``block_size`` and the retry budget. The dataset returned carries it as
+    ``dataset.remote``. ``formats``: the registry's lookups (``tokenloom.formats.open_dataset`` passes them; call
+    that instead).
+    """
+    refuse_unknown(options, formats)  # storage_options=, cache_dir= (a URL's settings are remote=) or a typo
+    if remote is not None and not isinstance(remote, RemoteOptions):
+        raise ConfigError(
+            f"remote={remote!r:.80} is not a RemoteOptions",
+            field="remote",
+            hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=...); a settings dict is "
+            "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
+        )
+    settings = remote if remote is not None else RemoteOptions()
+    dataset = _open(BlockCache.of(url, settings), format, dtype, as_validate(validate), options, formats)
+    dataset.remote = settings
+    return dataset
+
+
+def _open(
+    cache: BlockCache, format: str | None, dtype: Any, validate: Validate, options: dict[str, Any], formats: FormatTable
 ) -> TokenDataset:
     """The dataset at ``cache.config.url`` in any registered format (see the module docstring)."""
     url = cache.config.url
@@ -114,32 +138,17 @@ def open_remote_any(
     recorded = payload.get("format") if isinstance(payload, dict) else None
     named = format or (recorded if isinstance(recorded, str) else None)
     spec = formats.spec(named) if named else None
-    if spec is not None and spec.remote is not None and manifest is not None:
-        formats.check_options(spec, options)
-        if not isinstance(payload, dict):
-            raise FormatError(
-                "manifest is not a JSON object, on every fetch",
-                path=manifest.url,
-                hint="The stored manifest is damaged: upload a good copy (`tokenloom validate --write-manifest DIR` "
-                "on a local copy writes one) or re-create the dataset",
-            )
-        if recorded != spec.name:
-            raise FormatError(
-                f"the manifest records format {recorded!r}, not {spec.name}",
-                path=manifest.url,
-                field="format",
-                hint=f"Open it with format={recorded!r} (or without format=)",
-            )
-        # over http(s) nothing is listed: each object is HEADed when first used
-        objects = _listing(cache.config) if url.scheme not in ("http", "https") else {}
-        if validate != Validate.NONE:
-            _expect(cache, {}, payload, url.url())
-        dataset = spec.remote(cache, manifest, objects, validate=validate, dtype=dtype)
-        return _identified(dataset, url, {MANIFEST_NAME: manifest, **objects})
+    if spec is not None and spec.manifest_required and manifest is not None and not isinstance(payload, dict):
+        raise FormatError(
+            "manifest is not a JSON object, on every fetch",
+            path=manifest.url,
+            hint="The stored manifest is damaged: upload a good copy (`tokenloom validate --write-manifest DIR` "
+            "on a local copy writes one) or re-create the dataset",
+        )
 
     def run(target: Path) -> TokenDataset:
         found = spec or formats.spec(formats.detect(target))
-        if found.remote is not None and manifest is None:
+        if found.manifest_required and manifest is None:
             # in object storage the manifest is the commit marker: uploaded last, so shards without it are a
             # dataset still being written (or one written without it), never read as if complete
             raise MissingFileError(
@@ -159,10 +168,7 @@ def open_remote_any(
 def read_remote(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions | None = None) -> Any:
     """``read(path)`` run on the :class:`RemotePath` of ``url``: for readers that are not a format's dataset reader
     (record stores). What a manifest there records is verified."""
-    from tokenloom.formats.io.urls import parse_url
-
-    remote = remote or RemoteOptions()
-    cache = BlockCache.of(remote.store(parse_url(url)), remote)
+    cache = BlockCache.of(url, remote or RemoteOptions())
     return _on_listing(cache, *manifest_format(cache), Validate.FAST, read)[0]
 
 
@@ -170,22 +176,32 @@ def _on_listing(
     cache: BlockCache, manifest: ObjectInfo | None, payload: Any, validate: Validate, run: Callable[[Path], Any]
 ) -> tuple[Any, RemoteTree]:
     """``run`` on the :class:`RemotePath` of the listing, with what a manifest there records registered to be
-    checked. After a reader failed on the bytes (not on a setting of the call), the cached copies no checksum
+    checked. After a reader failed on the bytes (not on a setting of the call), the cached blocks no hash
     covers (a sidecar, a Megatron ``.idx``) are dropped, so the next open fetches them again: a byte flipped on
-    the way costs one failed open, never every later one."""
+    the way costs one failed open, never every later one. An object whose checksum failed is fetched afresh once
+    (its cached copy or the object: this tells which); when it then passes, its cached copy was corrupt."""
     config, objects, name = _objects(cache.config, manifest, payload)
     tree = RemoteTree(cache.at(config), objects)
     if validate != Validate.NONE:
-        _expect(tree.cache, objects, payload, cache.config.url.url())
+        expect_files(tree.cache, cache.config.url.url(), objects, payload)
     try:
-        with using_source(RemoteSource(tree.cache, {})):
-            return run(RemotePath(tree, name)), tree  # pyright: ignore[reportArgumentType]
+        with using_source(RemoteSource(tree.cache)):
+            try:
+                return run(RemotePath(tree, name)), tree  # pyright: ignore[reportArgumentType]
+            except ChecksumError as exc:
+                failed = [obj for obj in objects.values() if obj.url == exc.path]
+                if not failed:
+                    raise
+                tree.cache.discard(failed[0])
+                found = run(RemotePath(tree, name))  # pyright: ignore[reportArgumentType]
+                log.warning("%s: its cached blocks were corrupt; discarded and fetched again", failed[0].url)
+                return found, tree
     except DataError as exc:
         if not isinstance(exc, ConfigError):
-            checked = tree.cache.expected.checks
-            for relative, obj in objects.items():
-                if not relative.endswith(data_suffixes()) and not checked(obj.key, cache.block_size, True):
-                    tree.cache.forget_whole(obj)
+            checks = tree.cache.expected.checks
+            for obj in objects.values():
+                if not checks(obj.key, cache.block_size, False) and not checks(obj.key, cache.block_size, True):
+                    tree.cache.discard(obj)
         raise
 
 
@@ -213,34 +229,9 @@ def _listing(config: StoreConfig) -> dict[str, ObjectInfo]:
     return {relative_name(o, config.url.prefix): o for o in listed if not o.key.endswith("/")}
 
 
-def _expect(cache: BlockCache, objects: dict[str, ObjectInfo], payload: Any, url: str) -> None:
-    """Register what a manifest records (block hashes, checksums) with ``cache``; say once what stays unchecked."""
-    recorded: dict[str, dict[str, Any]] = {}
-    if isinstance(payload, dict) and isinstance(payload.get("files"), list):
-        recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
-    files = []
-    for name in objects or recorded:  # no listing (a lazy open over http): what the manifest records
-        item = recorded.get(name, {})
-        size = objects[name].size if objects else item.get("bytes")
-        if name == MANIFEST_NAME or not isinstance(size, int):
-            continue  # the manifest checks itself; a malformed entry is named by the format's reader
-        blocks = None
-        if name.endswith(data_suffixes()) and item:
-            with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
-                blocks = BlockHashes.from_json(item, size, path=url, record=0)
-        checksum = item.get("xxh3_128")
-        data = name.endswith(data_suffixes())
-        files.append((cache.config.url.key(name), data, blocks, checksum if isinstance(checksum, str) else None))
-    expect_files(cache, url, files)
-
-
 def detect_remote(url: Any, *, formats: FormatTable, remote: RemoteOptions | None = None) -> str:
     """The format at ``url``: the manifest's, else the detectors run over the listing (a :class:`RemotePath`)."""
-    from tokenloom.formats.io.urls import parse_url
-
-    remote = remote or RemoteOptions()
-    config = remote.store(parse_url(url))
-    cache = BlockCache.of(config, remote)
+    cache = BlockCache.of(url, remote or RemoteOptions())
     manifest, payload = manifest_format(cache)
     recorded = payload.get("format") if isinstance(payload, dict) else None
     if isinstance(recorded, str):

@@ -1,9 +1,9 @@
 """A remote prefix as a reader sees it: :class:`RemotePath`, a path into the listing taken at open.
 
 A format's reader runs on it as on a local ``Path``: ``exists``, ``stat``, ``glob`` and walks answer from the
-listing (every key, size and ETag); bytes come from the shard's one block cache: index and metadata objects
-fetched whole (checked against the manifest's checksum the first time a process uses them), data objects
-(``FormatSpec.suffixes``) by checked blocks (:class:`BlockArray`, :class:`BlockFile`). ``os.fspath`` of a path
+listing (every key, size and ETag); bytes come from the shard's one block cache, by blocks fetched as touched
+(:class:`BlockArray`, :class:`BlockFile`) and checked against the manifest's block hashes where it records them;
+an object that only a whole-file checksum can check is fetched whole and checked against it. ``os.fspath`` of a path
 is its URL, so errors name the object as the user wrote it. Nothing is copied out of the cache.
 """
 
@@ -20,7 +20,8 @@ import numpy as np
 import xxhash
 
 from tokenloom.formats.errors import UnsafePathError
-from tokenloom.formats.io.index_map import map_array
+from tokenloom.formats.io.index_map import map_array, release_pages
+from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import LOCAL, data_suffixes
 from tokenloom.formats.io.urls import StoredPath
 from tokenloom.formats.remote.array import BlockArray
@@ -32,31 +33,19 @@ __all__ = ["RemotePath", "RemoteSource", "RemoteTree", "relative_name"]
 
 
 class RemoteSource:
-    """Data bytes of remote objects from the block cache (a ``Source``; ``shard.source.cache``). ``objects``: the
-    object behind a path that is not a :class:`RemotePath` (a native shard's ``.bin`` key); others are local."""
+    """Bytes of remote objects from the block cache (a ``Source``): a :class:`RemotePath` serves its own, any
+    other path is local."""
 
-    def __init__(self, cache: BlockCache, objects: dict[str, ObjectInfo]) -> None:
+    def __init__(self, cache: BlockCache) -> None:
         self.cache = cache
-        self.objects = objects
-
-    def object_of(self, path: str | os.PathLike[str]) -> ObjectInfo | None:
-        if isinstance(path, RemotePath):
-            return path.info()
-        return self.objects.get(os.fspath(path))
 
     def open(self, path: str | os.PathLike[str]) -> BinaryIO:
-        if isinstance(path, RemotePath):
-            return path.open()
-        obj = self.object_of(path)
-        return LOCAL.open(path) if obj is None else BlockFile(self.cache, obj)  # pyright: ignore[reportReturnType]
+        return path.open() if isinstance(path, RemotePath) else LOCAL.open(path)
 
     def tokens(self, path: str | os.PathLike[str], dtype: np.dtype, byte_offset: int, count: int) -> Any:
         if isinstance(path, RemotePath):
             return path.array(dtype, byte_offset, count)
-        obj = self.object_of(path)
-        if obj is None:
-            return LOCAL.tokens(path, dtype, byte_offset, count)
-        return BlockArray(self.cache, obj, dtype, byte_offset, count)
+        return LOCAL.tokens(path, dtype, byte_offset, count)
 
 
 def relative_name(obj: ObjectInfo, base_key: str) -> str:
@@ -157,13 +146,11 @@ class RemotePath(StoredPath):
         return False
 
     def stat(self) -> os.stat_result:
-        """The cached copy's stat for an object fetched whole (its derived indexes are keyed by it); else the size,
-        and the ETag as the inode (a changed object is another version)."""
+        """The object's size, and its ETag as the inode (a changed object is another version; indexes derived from
+        it are keyed by that). Nothing is fetched."""
         if self.is_dir():
             return _stat(stat.S_IFDIR | 0o555, 0, 0)
         obj = self.info()
-        if not self.is_data():
-            return os.stat(self.tree.cache.whole(obj))
         ino = xxhash.xxh3_64_intdigest(f"{obj.url}\0{obj.etag}".encode()) >> 1
         return _stat(stat.S_IFREG | 0o444, ino, obj.size)
 
@@ -186,14 +173,22 @@ class RemotePath(StoredPath):
     def index_dir(self) -> Path:
         return self.tree.cache.root / "index-v1"
 
-    def is_data(self) -> bool:
-        return self.relative.endswith(data_suffixes())
+    def by_blocks(self) -> bool:
+        """Read by cache blocks (fetched as touched) unless only a manifest's whole-file checksum can check it: then
+        fetched whole, checked against it (an index of a manifest written before block hashes). The manifest is
+        the copy fetched whole and self-checked at open."""
+        cache, key = self.tree.cache, self.info().key
+        if self.name == MANIFEST_NAME:
+            return False
+        if self.relative.endswith(data_suffixes()) or cache.expected.checks(key, cache.block_size, False):
+            return True
+        return not cache.expected.checks(key, cache.block_size, True)
 
     def open(self, mode: str = "rb") -> BinaryIO:
         if mode != "rb":
             raise OSError(f"{self} is read-only (mode {mode!r})")
         obj = self.info()
-        if self.is_data():
+        if self.by_blocks():
             return BlockFile(self.tree.cache, obj)  # pyright: ignore[reportReturnType]
         return open(self.tree.cache.whole(obj), "rb")
 
@@ -201,9 +196,26 @@ class RemotePath(StoredPath):
         with self.open() as handle:
             return handle.read()
 
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Bytes ``[start, stop)`` by cache blocks (only those the range covers), copied out: this process keeps no
+        page of them (an index read by blocks, :class:`~tokenloom.formats.io.index_blocks.IndexBlocks`)."""
+        obj, cache = self.info(), self.tree.cache
+        size = cache.block_size
+        found = np.empty(stop - start, dtype=np.uint8)
+        for number in range(start // size, (stop - 1) // size + 1):
+            block = np.frombuffer(cache.block(obj, number), dtype=np.uint8)
+            first, last = max(start, number * size), min(stop, number * size + len(block))
+            found[first - start : last - start] = block[first - number * size : last - number * size]
+            release_pages(block, 0, len(block))
+        return found
+
+    def discard(self) -> None:
+        """Delete every cached block of this object (a check failed: fetched again at next use)."""
+        self.tree.cache.discard(self.info())
+
     def array(self, dtype: np.dtype | str, byte_offset: int, count: int) -> Any:
-        """``count`` values of ``dtype`` at ``byte_offset``: by blocks from a data object, mapped from a whole one."""
+        """``count`` values of ``dtype`` at ``byte_offset``: by blocks, or mapped from a copy fetched whole."""
         obj = self.info()
-        if self.is_data():
+        if self.by_blocks():
             return BlockArray(self.tree.cache, obj, np.dtype(dtype), byte_offset, count)
         return map_array(self.tree.cache.whole(obj), dtype, byte_offset, count)

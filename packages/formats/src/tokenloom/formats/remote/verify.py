@@ -17,15 +17,16 @@ import contextlib
 import logging
 import mmap
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 import xxhash
 
-from tokenloom.formats.errors import ChecksumError
+from tokenloom.formats.errors import ChecksumError, DataError
 from tokenloom.formats.io.blockhash import BlockHashes
+from tokenloom.formats.io.manifest import MANIFEST_NAME, content_checksum
+from tokenloom.formats.io.source import data_suffixes
 
 __all__ = ["FETCH_RETRIES", "Expected", "expect_files", "fetch_manifest"]
 
@@ -130,23 +131,37 @@ def _unlink_same(path: Path, inode: int) -> None:
             os.unlink(path)
 
 
-def expect_files(cache: Any, url: str, files: Sequence[tuple[str, bool, BlockHashes | None, str | None]]) -> None:
-    """Register what a manifest records with ``cache`` (``files``: object key, is it data read by blocks, its
-    block hashes, its checksum); say once per dataset URL and process what stays unverified, and why."""
-    unhashed = unchecked = 0
+def expect_files(cache: Any, url: str, objects: dict[str, Any], payload: Any) -> None:
+    """Register with ``cache`` what the manifest ``payload`` records (block hashes; checksums of what is not data)
+    of ``objects`` (by relative name; empty: no listing, what the manifest lists); say once per dataset URL and
+    process what stays unverified, and why."""
+    recorded: dict[str, dict[str, Any]] = {}
+    if isinstance(payload, dict) and isinstance(payload.get("files"), list):
+        recorded = {str(f.get("name")): f for f in payload["files"] if isinstance(f, dict)}
+    count = unhashed = unchecked = 0
     misaligned: set[int] = set()
-    for key, data, blocks, checksum in files:
-        cache.expected.add(key, blocks=blocks if data else None, checksum=None if data else checksum)
+    for name in objects or recorded:
+        item = recorded.get(name, {})
+        size = objects[name].size if objects else item.get("bytes")
+        if name == MANIFEST_NAME or not isinstance(size, int):
+            continue  # the manifest checks itself; a malformed entry is named by the format's reader
+        blocks = None
+        if item:  # data and index objects read by blocks (native's .idx) are checked by block
+            with contextlib.suppress(DataError):  # the format's reader names a malformed manifest
+                blocks = BlockHashes.from_json(item, size, path=url, record=0)
+        checksum = item.get("xxh3_128") if isinstance(item.get("xxh3_128"), str) else None
+        data = name.endswith(data_suffixes())
+        cache.expected.add(cache.config.url.key(name), blocks=blocks, checksum=None if data else checksum)
+        count += data
         unhashed += data and blocks is None
-        unchecked += not data and not checksum
+        unchecked += not data and not checksum and blocks is None
         if data and blocks is not None and cache.block_size % blocks.block_size:
             misaligned.add(blocks.block_size)
     reasons, hints = [], []
     if unhashed:
-        count = sum(data for _, data, _, _ in files)
         reasons.append(f"{unhashed} of {count} data files have no block hashes in a manifest")
     if unchecked:
-        reasons.append(f"{unchecked} files fetched whole have no checksum in a manifest")
+        reasons.append(f"{unchecked} index or metadata files have no block hashes or checksum in a manifest")
     if unhashed or unchecked:
         hints.append(
             "A tokenloom manifest records them: `tokenloom validate --write-manifest DIR` on a local copy, then "
@@ -173,17 +188,10 @@ def _self_check(raw: bytes) -> tuple[Any, tuple[str, str, str] | None]:
         return None, ("its JSON", "a JSON object", "unparsable")
     if not isinstance(payload, dict):
         return None, ("its JSON", "a JSON object", type(payload).__name__)
-    if not isinstance(payload.get("checksum"), str):
-        return payload, None
-    body = {k: v for k, v in payload.items() if k != "checksum"}
-    actual = xxhash.xxh3_128(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    if actual != payload["checksum"]:
-        return None, ("its own checksum", payload["checksum"], actual)
+    recorded = payload.get("checksum")
+    if isinstance(recorded, str) and (actual := content_checksum(payload)) != recorded:
+        return None, ("its own checksum", recorded, actual)
     return payload, None
-
-
-def _manifest_problem(path: Path) -> tuple[str, str, str] | None:
-    return _self_check(path.read_bytes())[1]
 
 
 def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
@@ -194,7 +202,7 @@ def fetch_manifest(cache: Any, obj: Any) -> tuple[Path, Any]:
     left for the reader to name (an endpoint that is a web server, not a store, answers with such bytes). The
     manifest is what every other check trusts."""
     for attempt in range(FETCH_RETRIES + 1):
-        path = cache.whole(obj, _manifest_problem)
+        path = cache.whole(obj, lambda fetched: _self_check(fetched.read_bytes())[1])
         inode = os.stat(path).st_ino
         payload, problem = _self_check(path.read_bytes())
         if problem is None:
