@@ -26,6 +26,7 @@ import xxhash
 
 from tokenloom.formats import ConfigError, FormatError, MissingFileError
 from tokenloom.tokenize.engine import (  # imported once, before the workers fork
+    DEFAULT_VERIFY_FRACTION,
     MAX_FAST_ADDED_TOKENS,
     announce_engine,
     build_fast,
@@ -242,10 +243,11 @@ def prebuild(spec: TokenizerSpec) -> None:
     """Where DataLoader workers fork (the default start method): build the tokenizers once, here, for all of them.
 
     fastokens builds a 16k vocabulary in about 0.15-0.2 CPU-s; each worker built its own. Built here (never used to
-    encode here), a forked worker inherits them and only probes them (:func:`engine_encoder`). fastokens starts no
-    thread that a fork would lose (its encode threads live for one call), and Hugging Face tokenizers disables its
-    pool in a child that was forked after using it. A tokenizer that fails to load is left to the worker (it names
-    the error as before); a tokenizer with more added tokens than the fast engine is tried with is built hf only.
+    encode here), a forked worker inherits them and only probes them (:func:`engine_encoder`). Not encoding here
+    matters: after a process encodes with fastokens, the children it forks encode on one thread whatever
+    ``FASTOKENS_BPE_THREADS`` says (measured with fastokens 0.3), so the workers' probe stays in the workers. A
+    tokenizer that fails to load is left to the worker (it names the error as before); one with more added tokens
+    than the fast engine is tried with gets no fastokens build.
     """
     start = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
     if spec.fingerprint in _BUILT or start != "fork":
@@ -266,7 +268,9 @@ def hf_encoder(spec: TokenizerSpec) -> EncodeFn:
     return engine_encoder(spec, engine="hf")
 
 
-def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: float = 0.001) -> EncodeFn:
+def engine_encoder(
+    spec: TokenizerSpec, engine: str = "auto", verify_fraction: float = DEFAULT_VERIFY_FRACTION
+) -> EncodeFn:
     """tokenloom-tokenize's engine selection (the default): the same ids as ``tokenloom tokenize``.
 
     ``auto`` uses fastokens only after it encodes tokenloom-tokenize's probe set exactly as Hugging Face
