@@ -230,7 +230,6 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         self._base = Base()
         self._layout: Layout | None = None
         self._position: dict[str, Any] | None = None
-        self._slot = (self.rank, 0, 1)  # rank, worker, num_workers
         self._batch_rows: int | None = None
         """Set by :func:`stream_loader`: yield batches of this many windows instead of samples."""
 
