@@ -24,8 +24,10 @@ batch (the stream seeks to the block's byte offset instead of replaying), beside
 the seed's way (skip the documents before the position by iterating the HF stream).
 Last, the issue's row: the plain pipeline (one process: zstd stream, orjson, fastokens
 ``encode_batch_flat``, EOS, int64 batches) beside the stream with 2 DataLoader workers on the
-same 4 ``.jsonl.zst`` files (about 20 M tokens), ratios and whole-process wall and CPU side by side
-(``--side-by-side`` runs only that).
+same 4 ``.jsonl.zst`` files (about 20 M tokens), ratios and whole-process wall and CPU side by side, and the
+physical limit beside them: fastokens ``encode_batch_flat`` alone on one thread over the same texts, decompressed
+and parsed before its clock, and the loader's floor: the same ``StatefulDataLoader`` moving as many premade batches
+with the stream's state (``--side-by-side`` runs only that, and replaces that section of the page).
 
     uv run --group bench python tools/bench/bench_hf_streaming.py [--quick]
 """
@@ -250,6 +252,67 @@ report(started, cpu_started, tokens - filled %% width, first)
 """
 )
 
+_LIMIT = (
+    _CLOCK
+    + r"""
+import os
+os.environ["FASTOKENS_BPE_THREADS"] = "1"  # one core: read by fastokens when its first encode starts threads
+import orjson, zstandard, fastokens
+files, tokenizer_json = sys.argv[1].split(","), sys.argv[2]
+texts = []
+for path in files:  # decompressed and parsed before the clock: only the encoder is timed
+    with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+        texts += [orjson.loads(line)["text"] for line in stream.read().split(b"\n") if line]
+tok = fastokens.Tokenizer.from_file(tokenizer_json)
+tok.encode_batch_flat(texts[:8])  # its start (threads, caches) is not the per-token rate
+started, cpu_started, first, tokens = time.perf_counter(), cpu_now(), None, 0
+for at in range(0, len(texts), 256):
+    ids, offsets = tok.encode_batch_flat(texts[at : at + 256])
+    tokens += len(ids) // 4 + len(offsets) // 8 - 1  # uint32 ids, one EOS per document
+    first = first or time.perf_counter() - started
+report(started, cpu_started, tokens, first)
+"""
+)
+
+_FLOOR = (
+    _CLOCK
+    + r"""
+import numpy as np
+from torch.utils.data import IterableDataset, get_worker_info
+from torchdata.stateful_dataloader import StatefulDataLoader
+from tokenloom.hf_streaming import StreamingHuggingFaceDataset
+from tokenloom.hf_streaming._collate import window_batch
+files, tokenizer, batches = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3])
+state = StreamingHuggingFaceDataset("json", "train", "text", %(seq)d, tokenizer, data_files=files).state_dict()
+
+
+class Premade(IterableDataset):  # the stream's batches made once: what is left is the loader's own work
+    def __iter__(self):
+        windows = np.random.default_rng(0).integers(0, 16000, (8, %(seq)d + 1))
+        worker = get_worker_info().id
+        for step in range(worker, batches, 2):
+            state["current"] = [step, 0, 0]  # the stream's state, its position changing per batch
+            yield window_batch(windows)
+
+    def state_dict(self):
+        return dict(state)
+
+    def load_state_dict(self, value):
+        pass
+
+
+def as_is(item):
+    return item
+
+
+started, cpu_started, first, tokens = time.perf_counter(), cpu_now(), None, 0
+for batch in StatefulDataLoader(Premade(), batch_size=None, num_workers=2, collate_fn=as_is):  # = stream_loader's
+    tokens += batch["input_ids"].numel() + batch["input_ids"].shape[0]
+    first = first or time.perf_counter() - started
+report(started, cpu_started, tokens, first)
+"""
+)
+
 _OURS_SIDE = (
     _CLOCK
     + r"""
@@ -277,6 +340,10 @@ _SIDE_ROWS = {
     "loader": "tokenloom `stream_loader(ds, batch_size=8, num_workers=2)` (a `StatefulDataLoader`, batches cut in "
     "the workers)",
     "samples": "tokenloom `StatefulDataLoader(ds, batch_size=8, num_workers=2)` (samples collated by the loader)",
+    "floor": "the loader's floor: the same `StatefulDataLoader` (2 workers, the stream's state per batch) moving "
+    "as many premade compact batches, no reading or encoding",
+    "limit": "physical limit: fastokens `encode_batch_flat` alone, 256 docs a call, one thread, on the same texts "
+    "decompressed and parsed before the clock (tokens incl. one EOS per document)",
 }
 
 
@@ -324,13 +391,18 @@ def side_by_side(quick: bool = False, runs: int = RUNS) -> str:
         corpus = build_stdlib_corpus(tmp / "corpus").path
         copies = 18 if quick else 74  # about 4.9 M / 20 M tokens (EOS included): the issue's input
         files = ",".join(map(str, _zst_files(tmp / "in", corpus, copies)))
-        plain, ours = tmp / "plain.py", tmp / "ours.py"
+        plain, ours, limit, floor = tmp / "plain.py", tmp / "ours.py", tmp / "limit.py", tmp / "floor.py"
         plain.write_text(_PLAIN % {"seq": SEQ_LEN})
         ours.write_text(_OURS_SIDE % {"seq": SEQ_LEN})
+        limit.write_text(_LIMIT)
+        floor.write_text(_FLOOR % {"seq": SEQ_LEN})
+        batches = str(round(20.1e6 * copies / 74 / (8 * (SEQ_LEN + 1))))  # the stream's batch count, about
         commands = {
             "plain": (plain, files, spec.json_path, str(spec.eos_id)),
             "loader": (ours, files, tokenizer, "loader"),
             "samples": (ours, files, tokenizer, "samples"),
+            "floor": (floor, files, tokenizer, batches),
+            "limit": (limit, files, spec.json_path),
         }
         results: dict[str, list[dict]] = {name: [] for name in commands}
         load_before = os.getloadavg()
@@ -546,7 +618,15 @@ def main() -> int:
     parser.add_argument("--side-by-side", action="store_true", help="only the row beside the plain pipeline")
     args = parser.parse_args()
     runs = 1 if args.quick else RUNS + 2 if args.full else RUNS
-    print(side_by_side(args.quick, runs) if args.side_by_side else run(args.quick, args.full))
+    if not args.side_by_side:
+        print(run(args.quick, args.full))
+        return 0
+    text = side_by_side(args.quick, runs)
+    print(text)
+    if not args.quick and OUTPUT.is_file():  # this section of the last full run's page replaced by this run's
+        page = OUTPUT.read_text()
+        at = page.find(text.split("\n", 1)[0])
+        OUTPUT.write_text((page[:at] if at >= 0 else page.rstrip() + "\n\n") + text)
     return 0
 
 

@@ -302,3 +302,49 @@ def test_default_engine_is_fast_and_identical_to_hf(corpus, tokenizer_dir, caplo
     forced = make(corpus, tokenizer_dir, encoder=functools.partial(engine_encoder, engine="hf"))
     default = make(corpus, tokenizer_dir)
     assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(forced, default, strict=True))
+
+
+def test_workers_inherit_the_tokenizers_built_before_the_fork(tokenizer_dir, monkeypatch, caplog):
+    """The dataset builds the tokenizers once where workers fork; the engine then probes them, builds none."""
+    import multiprocessing
+
+    from tokenloom.hf_streaming import _encode, engine_encoder, resolve_tokenizer
+    from tokenloom.tokenize import engine as engine_module
+
+    monkeypatch.setattr(_encode, "_BUILT", {})
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "fork")
+    spec = resolve_tokenizer(tokenizer_dir, None)
+    _encode.prebuild(spec)
+    hf, fast = _encode._BUILT[spec.fingerprint]
+    assert fast is not None
+
+    def no_second_build(backend):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(engine_module, "_load_fast", no_second_build)
+    with caplog.at_level(logging.DEBUG, logger="tokenloom.hf_streaming"):
+        ids, lengths = engine_encoder(spec)(["hello world", "again"])
+    want = [hf.encode(text, add_special_tokens=False).ids for text in ("hello world", "again")]
+    assert "encoding engine: fast" in caplog.text
+    assert ids.tolist() == want[0] + want[1] and lengths.tolist() == [len(want[0]), len(want[1])]
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    monkeypatch.setattr(_encode, "_BUILT", {})
+    _encode.prebuild(spec)  # workers that do not fork build their own: nothing is built here for them
+    assert _encode._BUILT == {}
+
+
+def test_a_text_re_checked_once_is_not_encoded_again(tokenizer_dir):
+    """The fast engine's run-time check re-encodes a text with hf once: a duplicate is not re-checked again."""
+    from tokenizers import Tokenizer
+
+    from tokenloom.tokenize.engine import load_encoder
+
+    encoder = load_encoder(Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")), "fast", verify_fraction=1.0)
+    seen: list[str] = []
+    reference = encoder.reference.encode_lists  # type: ignore[attr-defined]
+    encoder.reference.encode_lists = lambda texts: seen.extend(texts) or reference(texts)  # type: ignore[attr-defined]
+    texts = ["one text", "another text", "one text"]
+    encoder.encode_flat(texts)
+    encoder.encode_flat(texts[::-1])
+    assert sorted(seen) == ["another text", "one text", "one text"]  # the first batch checks all it holds
+    assert encoder.verified_documents == 3  # type: ignore[attr-defined]

@@ -59,7 +59,10 @@ def window_batch(windows: np.ndarray) -> dict[str, torch.Tensor]:
     if get_worker_info() is None:
         return windows_to_sample(windows)
     compact = windows.astype(np.uint16) if windows.min() >= 0 and windows.max() <= 0xFFFF else windows
-    return WindowBatch(compact, windows_to_sample(windows))
+    # the main process builds the int64 input_ids / labels from the compact windows (WindowBatch's pickle); here the
+    # dict holds views of the windows, not copies nobody reads (they go as tensors only if the dict is changed)
+    whole = torch.from_numpy(windows)
+    return WindowBatch(compact, {"input_ids": whole[:, :-1], "labels": whole[:, 1:]})
 
 
 default_collate_fn_map.setdefault(StreamSample, collate_samples)  # torch's documented registry

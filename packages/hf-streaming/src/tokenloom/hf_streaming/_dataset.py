@@ -22,6 +22,7 @@ from tokenloom.hf_streaming._encode import (
     TokenizerSpec,
     engine_encoder,
     limit_worker_threads,
+    prebuild,
     resolve_tokenizer,
 )
 from tokenloom.hf_streaming._feed import Counters, Feed, compat_blocks, exact_blocks
@@ -182,6 +183,8 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         self.encoder = encoder
         self.tokenizer: TokenizerSpec = resolve_tokenizer(tokenizer_path, eos_id)
         self.eos_id = self.tokenizer.eos_id
+        if encoder is engine_encoder:
+            prebuild(self.tokenizer)  # once in this process: forked workers inherit it instead of building their own
         self._encode: EncodeFn | None = None
         self._encode_pid = -1
         self._hf: Any = None
@@ -227,7 +230,6 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         self._base = Base()
         self._layout: Layout | None = None
         self._position: dict[str, Any] | None = None
-        self._slot = (self.rank, 0, 1)  # rank, worker, num_workers
         self._batch_rows: int | None = None
         """Set by :func:`stream_loader`: yield batches of this many windows instead of samples."""
 

@@ -13,18 +13,35 @@ process, with a ConfigError, unless ``eos_id`` is given.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 import xxhash
 
 from tokenloom.formats import ConfigError, FormatError, MissingFileError
-from tokenloom.tokenize.engine import announce_engine, load_encoder  # imported once, before the workers fork
+from tokenloom.tokenize.engine import (  # imported once, before the workers fork
+    DEFAULT_VERIFY_FRACTION,
+    MAX_FAST_ADDED_TOKENS,
+    announce_engine,
+    build_fast,
+    load_encoder,
+)
 
-__all__ = ["EncodeFn", "TokenizerSpec", "engine_encoder", "hf_encoder", "limit_worker_threads", "resolve_tokenizer"]
+__all__ = [
+    "EncodeFn",
+    "TokenizerSpec",
+    "engine_encoder",
+    "hf_encoder",
+    "limit_worker_threads",
+    "prebuild",
+    "resolve_tokenizer",
+]
 
 FASTOKENS_THREADS_ENV = "FASTOKENS_BPE_THREADS"
 
@@ -208,12 +225,52 @@ def _cgroup_cpus(root: Path = Path("/")) -> int | None:
     return None
 
 
+_BUILT: dict[str, tuple[Any, Any]] = {}
+"""The tokenizers (hf, fastokens or None) :func:`prebuild` made in this process or in the parent it was forked
+from, by spec fingerprint."""
+
+
+def _load_hf(spec: TokenizerSpec) -> Any:
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(spec.json_path)
+    except Exception as exc:
+        raise FormatError(f"tokenizers cannot load this file: {exc}", path=spec.json_path) from None
+
+
+def prebuild(spec: TokenizerSpec) -> None:
+    """Where DataLoader workers fork (the default start method): build the tokenizers once, here, for all of them.
+
+    fastokens builds a 16k vocabulary in about 0.15-0.2 CPU-s; each worker built its own. Built here (never used to
+    encode here), a forked worker inherits them and only probes them (:func:`engine_encoder`). Not encoding here
+    matters: after a process encodes with fastokens, the children it forks encode on one thread whatever
+    ``FASTOKENS_BPE_THREADS`` says (measured with fastokens 0.3), so the workers' probe stays in the workers. A
+    tokenizer that fails to load is left to the worker (it names the error as before); one with more added tokens
+    than the fast engine is tried with gets no fastokens build.
+    """
+    start = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if spec.fingerprint in _BUILT or start != "fork":
+        return
+    try:
+        tokenizer = _load_hf(spec)
+    except FormatError:
+        return
+    fast = None
+    if len(tokenizer.get_added_tokens_decoder()) <= MAX_FAST_ADDED_TOKENS:
+        with contextlib.suppress(Exception):  # load_encoder names the reason when it builds it again
+            fast = build_fast(tokenizer.to_str())
+    _BUILT[spec.fingerprint] = (tokenizer, fast)
+
+
 def hf_encoder(spec: TokenizerSpec) -> EncodeFn:
     """Hugging Face ``tokenizers``' batched encode, without special tokens (the engine selection forced to hf)."""
     return engine_encoder(spec, engine="hf")
 
 
-def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: float = 0.001) -> EncodeFn:
+def engine_encoder(
+    spec: TokenizerSpec, engine: str = "auto", verify_fraction: float = DEFAULT_VERIFY_FRACTION
+) -> EncodeFn:
     """tokenloom-tokenize's engine selection (the default): the same ids as ``tokenloom tokenize``.
 
     ``auto`` uses fastokens only after it encodes tokenloom-tokenize's probe set exactly as Hugging Face
@@ -223,14 +280,11 @@ def engine_encoder(spec: TokenizerSpec, engine: str = "auto", verify_fraction: f
     """
     import logging
 
-    from tokenizers import Tokenizer
     from torch.utils.data import get_worker_info
 
-    try:
-        tokenizer = Tokenizer.from_file(spec.json_path)
-    except Exception as exc:
-        raise FormatError(f"tokenizers cannot load this file: {exc}", path=spec.json_path) from None
-    encoder = load_encoder(tokenizer, engine, verify_fraction=verify_fraction)
+    tokenizer, fast = _BUILT.get(spec.fingerprint) or (_load_hf(spec), None)
+    built = None if fast is None else lambda: fast
+    encoder = load_encoder(tokenizer, engine, verify_fraction=verify_fraction, fast_engine=built)
     log = logging.getLogger("tokenloom.hf_streaming")
     worker = get_worker_info()
     if worker is not None and worker.id > 0:  # worker 0 says it; the others would only repeat it

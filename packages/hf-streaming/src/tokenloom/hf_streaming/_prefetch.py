@@ -25,7 +25,6 @@ class ReadAhead(Generic[T]):
 
     def __init__(self, make: Callable[[], Iterator[T]], depth: int) -> None:
         self._make = make
-        self._depth = depth
         self._stop = threading.Event()
         self._queue: queue.Queue[tuple[int, object]] = queue.Queue(maxsize=max(1, depth))
         self._thread: threading.Thread | None = None

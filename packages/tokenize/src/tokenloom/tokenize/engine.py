@@ -7,9 +7,10 @@
               tokenizer's added tokens inside text, and ``probe_texts``)
         auto  fast when that holds, else hf; ``encoder.reason`` says why
     encoder.encode_flat(texts) -> (ids: uint32[total], offsets: int64[len(texts) + 1])
-        fast: every text whose content key (:func:`_content_key`) falls in the ``verify_fraction`` (default 1/1000), and
-        every text holding an added token's text (where the engines are known to part), is re-encoded
-        with hf and compared; any difference raises EngineMismatchError
+        fast: every text whose content key (:func:`_content_keys`) falls in the ``verify_fraction`` (default
+        1/1000), and every text holding an added token's text (where the engines are known to part), is re-encoded
+        with hf and compared (once: a text this encoder re-checked already is not encoded again); any
+        difference raises EngineMismatchError
 
 Every place in tokenloom that turns text into ids (tokenize's workers, datasets'
 HuggingFaceDataset cache, hf-streaming, eval-broadcast) calls :func:`load_encoder`,
@@ -231,6 +232,8 @@ class FastEncoder(Encoder):
         self._added_tokens = tuple(tokens) if len(tokens) <= 4 else ()
         self._added_pattern = re.compile("|".join(map(re.escape, tokens))) if len(tokens) > 4 else None
         self.verified_documents = 0
+        self._verified: set[bytes] = set()
+        """128-bit digests of the whole texts already re-checked (and equal): the same text is not encoded twice."""
 
     def encode_flat(self, texts: Sequence[str]) -> FlatIds:
         batch = texts if isinstance(texts, list) else list(texts)
@@ -247,15 +250,18 @@ class FastEncoder(Encoder):
         return ids, offsets
 
     def selected(self, texts: Sequence[str]) -> list[int]:
-        """Indices of the texts this encoder re-checks: those whose content key (:func:`_content_key`) is below
+        """Indices of the texts this encoder re-checks: those whose content key (:func:`_content_keys`) is below
         the threshold, and (with any checking on) those that contain an added token's text."""
         if not self._threshold:
             return []
         positions = range(len(texts))  # the loops below run in C (map), not a Python frame per text
         chosen = set(itertools.compress(positions, map(self._threshold.__gt__, _content_keys(texts))))
+        # one search over the batch's texts joined (no per-text call) rules out the common case: no added token
+        joined = "\n".join(texts) if self._added_tokens or self._added_pattern is not None else ""
         for token in self._added_tokens:
-            chosen.update(itertools.compress(positions, map(str.__contains__, texts, itertools.repeat(token))))
-        if self._added_pattern is not None:
+            if token in joined:
+                chosen.update(itertools.compress(positions, map(str.__contains__, texts, itertools.repeat(token))))
+        if self._added_pattern is not None and self._added_pattern.search(joined) is not None:
             search = self._added_pattern.search
             chosen.update(i for i, text in enumerate(texts) if search(text) is not None)
         return sorted(chosen)
@@ -263,10 +269,17 @@ class FastEncoder(Encoder):
     def verify(self, texts: Sequence[str], ids: npt.NDArray[np.uint32], offsets: npt.NDArray[np.int64]) -> None:
         """Re-encode the selected texts with hf; EngineMismatchError (record = batch index) on a difference."""
         chosen = self.selected(texts)
+        if not chosen:
+            return
+        digests = [_whole_digest(texts[i]) for i in chosen]  # a few per thousand texts: hashed whole
+        fresh = [k for k, digest in enumerate(digests) if digest not in self._verified]
+        chosen = [chosen[k] for k in fresh]
         if chosen:
             expected = self.reference.encode_lists([texts[i] for i in chosen])
             _compare(texts, ids, offsets, chosen, expected, "during the run")
             self.verified_documents += len(chosen)
+            if len(self._verified) < MAX_VERIFIED_DIGESTS:
+                self._verified.update(digests[k] for k in fresh)
 
     def record(self) -> dict[str, Any]:
         return {**super().record(), "verify_fraction": self.verify_fraction}
@@ -275,32 +288,33 @@ class FastEncoder(Encoder):
 #: A text longer than this is keyed by its length and its first and last SAMPLE_KEY_CHARS // 2 characters:
 #: the key of every whole text held the GIL for a tenth of a threaded run (most bytes are in long texts).
 SAMPLE_KEY_CHARS = 1024
+#: Texts a fast encoder remembers as re-checked (16 bytes each): a text seen again (a duplicate, a boilerplate
+#: header file, the next epoch) is not re-encoded with hf; past this many, new ones are checked but not remembered.
+MAX_VERIFIED_DIGESTS = 1 << 16
 
 
-def _content_key(text: str) -> int:
-    """The 64-bit key that decides whether a text is re-checked: a hash of its content, whatever its position.
+def _content_keys(texts: Sequence[str]) -> list[int]:
+    """The 64-bit key of each text that decides whether it is re-checked: a hash of its content, whatever its
+    position, all keys in one ``map`` (no Python frame per text).
 
     A text of up to SAMPLE_KEY_CHARS characters is hashed whole; a longer one by its first and last
     SAMPLE_KEY_CHARS // 2 characters with its length as the seed (texts that share a header, as source
     files share a license, are still chosen apart).
     """
-    digest = xxhash.xxh3_64_intdigest
-    if len(text) <= SAMPLE_KEY_CHARS:
-        return digest(text.encode("utf-8", "surrogatepass"))
-    half = SAMPLE_KEY_CHARS // 2
-    return digest((text[:half] + text[-half:]).encode("utf-8", "surrogatepass"), len(text))
-
-
-def _content_keys(texts: Sequence[str]) -> list[int]:
-    """:func:`_content_key` of every text, the short ones hashed in one ``map``."""
     clipped = list(texts)
-    long = [i for i, size in enumerate(map(len, clipped)) if size > SAMPLE_KEY_CHARS]
-    for i in long:
-        clipped[i] = ""
-    keys = list(map(xxhash.xxh3_64_intdigest, map(operator.methodcaller("encode", "utf-8", "surrogatepass"), clipped)))
-    for i in long:
-        keys[i] = _content_key(texts[i])
-    return keys
+    sizes = list(map(len, clipped))
+    seeds = [0] * len(clipped)
+    half = SAMPLE_KEY_CHARS // 2
+    for i in itertools.compress(range(len(sizes)), map(SAMPLE_KEY_CHARS.__lt__, sizes)):
+        text = clipped[i]
+        clipped[i], seeds[i] = text[:half] + text[-half:], sizes[i]
+    encoded = map(operator.methodcaller("encode", "utf-8", "surrogatepass"), clipped)
+    return list(map(xxhash.xxh3_64_intdigest, encoded, seeds))
+
+
+def _whole_digest(text: str) -> bytes:
+    """A text's 128-bit digest (all of it): what :attr:`FastEncoder._verified` remembers."""
+    return xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
 
 
 def _versions(name: str) -> dict[str, str]:
