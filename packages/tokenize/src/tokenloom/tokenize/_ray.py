@@ -39,8 +39,6 @@ from urllib.parse import urlsplit
 from tokenloom.formats import ConfigError, StorageError
 from tokenloom.formats.io import require
 from tokenloom.formats.io.urls import parse_url
-from tokenloom.formats.remote.options import RemoteOptions
-from tokenloom.formats.remote.publish import staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import run_ordered, start_encoding
 from tokenloom.tokenize._plan import RunInputs
@@ -166,7 +164,7 @@ Upload = Callable[[Path, int], None]
 
 def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
     """The run's config writing into the local ``staging`` directory (a bucket's copy on this machine)."""
-    return dataclasses.replace(config, output_dir=staging, overwrite=False, remote=RemoteOptions())
+    return dataclasses.replace(config, output_dir=staging, overwrite=False, remote=None)
 
 
 def run_unit_task(
@@ -186,6 +184,8 @@ def run_unit_task(
         source = _inputs_here(config, source)
         if upload is None or config.output_url is None:
             return write(config, unit, source, *settings, plan)
+        from tokenloom.formats.remote.publish import staging_dir  # the remote layer: only for a bucket output
+
         # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
         staging = staging_dir(parse_url(config.output_url), {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
         shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh

@@ -20,10 +20,7 @@ from pathlib import Path
 from tokenloom.formats.io import check_disjoint, check_replaceable, output_lock, real_path, storage_errors
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
-from tokenloom.tokenize._publish import publish_to_url
-from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._tree import run_tree
 from tokenloom.tokenize._units import replaceable, run_units
 
 __all__ = ["check_run_paths", "tokenize"]
@@ -34,7 +31,9 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     started = time.perf_counter()
     with storage_errors(config.output_dir, "tokenizing"):
         inputs = RunInputs.resolve(config)
-        if config.output_url is not None:
+        if config.output_url is not None:  # the remote layer is imported only for a run into object storage
+            from tokenloom.tokenize._publish import publish_to_url
+
             summary = publish_to_url(config, inputs, on_progress)
         else:
             summary = _run(config, inputs, on_progress)
@@ -45,8 +44,12 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
 def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None) -> TokenizeSummary:
     check_run_paths(config, inputs)
     if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
+        from tokenloom.tokenize._tree import run_tree
+
         return run_tree(config, inputs, on_progress=on_progress)
-    run = tokenize_via_staging if config.staged else run_units
+    run = run_units
+    if config.staged:  # the converting formats' registry specs are imported only for them
+        from tokenloom.tokenize._staged import tokenize_via_staging as run
     if not config.nodes.alone:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
         return run(config, inputs, on_progress=on_progress)
     with output_lock(config.output_dir, what="--output-dir"):
@@ -57,6 +60,8 @@ def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
     """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
     targets = [config.output_dir]
     if config.staged:
+        from tokenloom.tokenize._staged import staging_dir
+
         targets.append(staging_dir(config.output_dir))
     # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
     if real_path(config.output_dir) == real_path(config.input_dir):

@@ -29,7 +29,6 @@ import xxhash
 
 from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir, temp_base, temp_path
-from tokenloom.formats.keyed.records import RUN_PLAN_NAME
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._shards import ShardRecord
 from tokenloom.tokenize.inputs import UnitSource
@@ -60,7 +59,7 @@ __all__ = [
     "unit_stem",
 ]
 
-PLAN_NAME = RUN_PLAN_NAME  # formats refuses a record store in a bucket that has it but no manifest yet
+PLAN_NAME = ".tokenloom-plan.json"  # formats.keyed.records.RUN_PLAN_NAME (a test keeps them one): formats refuses a record store in a bucket that has it but no manifest yet
 NODES_NAME = ".tokenloom-nodes.json"
 PLAN_VERSION = 1
 _UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx|records)|\.tokenloom-unit-(\d{6})\.done")

@@ -45,7 +45,7 @@ from tokenloom.formats.io import (
     temp_base,
     write_manifest,
 )
-from tokenloom.tokenize._config import SUPPORTED_FORMATS, UNIT_FORMAT, ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._config import UNIT_FORMAT, ExecutorKind, TokenizeConfig, supported_formats
 from tokenloom.tokenize._diff import check_run_key
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
@@ -67,7 +67,6 @@ from tokenloom.tokenize._unit_files import (
     uncommitted_error,
     unit_stem,
 )
-from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
 from tokenloom.tokenize._unit_work import (
     Session,
     UnitOutput,
@@ -185,7 +184,11 @@ class TokenShards:
 
 def _output_of(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
     """What a unit holds, by the run's transform: token shards, or a --train-type record store."""
-    return (TokenShards if config.train_type is None else RecordStore)(config, tokenizer)
+    if config.train_type is None:
+        return TokenShards(config, tokenizer)
+    from tokenloom.tokenize._unit_records import RecordStore  # the keyed stores: imported by a records run only
+
+    return RecordStore(config, tokenizer)
 
 
 def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
@@ -238,6 +241,8 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
     if config.overwrite and out.exists() and config.train_type is not None:
+        from tokenloom.tokenize._unit_records import clear_record_output
+
         clear_record_output(out)
         return
     if config.overwrite and out.exists():
@@ -269,12 +274,11 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
 
 
 def _ours(name: str) -> bool:
-    return (
-        is_unit_file(name)
-        or is_record_store_file(name)
-        or name in (WRITING_MARKER, MANIFEST_NAME)
-        or name.startswith(MANIFEST_NAME + ".")
-    )
+    if is_unit_file(name) or name in (WRITING_MARKER, MANIFEST_NAME) or name.startswith(MANIFEST_NAME + "."):
+        return True
+    from tokenloom.tokenize._unit_records import is_record_store_file  # the keyed stores: only for other names
+
+    return is_record_store_file(name)
 
 
 def replaceable(out: Path) -> Callable[[str], bool]:
@@ -289,7 +293,7 @@ def replaceable(out: Path) -> Callable[[str], bool]:
             return True
         return has_record and any(spec.owns_file(base) for spec in converted)
 
-    converted = [spec for name, spec in available_formats().items() if name in SUPPORTED_FORMATS]
+    converted = [spec for name, spec in available_formats().items() if name in supported_formats()]
 
     return ours
 
