@@ -35,7 +35,7 @@ class _FormatChoice(click.Choice):
     """--format's choices, asked of the format registry when first needed (a named --format, --help): a run
     that keeps the default imports no other format folder."""
 
-    def __init__(self) -> None:  # noqa: D107  (click.Choice's would list the choices now)
+    def __init__(self) -> None:  # not click.Choice's, which lists the choices at once
         self.case_sensitive = True
 
     @functools.cached_property

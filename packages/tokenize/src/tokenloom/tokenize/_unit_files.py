@@ -59,7 +59,9 @@ __all__ = [
     "unit_stem",
 ]
 
-PLAN_NAME = ".tokenloom-plan.json"  # formats.keyed.records.RUN_PLAN_NAME (a test keeps them one): formats refuses a record store in a bucket that has it but no manifest yet
+#: = formats.keyed.records.RUN_PLAN_NAME (a test keeps them one; a text run need not import the keyed stores):
+#: formats refuses a record store in a bucket that has it but no manifest yet
+PLAN_NAME = ".tokenloom-plan.json"
 NODES_NAME = ".tokenloom-nodes.json"
 PLAN_VERSION = 1
 _UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx|records)|\.tokenloom-unit-(\d{6})\.done")
