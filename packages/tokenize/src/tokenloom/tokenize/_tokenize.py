@@ -5,9 +5,9 @@ tokenize(config)
     -> an s3:// / gs:// / az:// output: publish_to_url (_publish: the unit pipeline staged per node, each unit
        uploaded as it commits, the manifest last; one process is --num-nodes 1; a tree: one sub-prefix per dataset)
     -> check_run_paths
-    -> several datasets (--layout tree, --val-fraction): run_tree (_tree: a unit-planned dataset per leaf)
-    -> one process (no --num-nodes, no Ray, no --finalize): the output lock, held for the whole run
-    -> run_units (_units: plan, unit commits, manifest; one process is node 0 of 1)
+    -> one process (no --num-nodes, no Ray, no --finalize, one dataset): the output lock, held for the whole run
+    -> run_units (_units: plan, unit commits, manifest; one process is node 0 of 1; one dataset is a tree of
+       one leaf, --layout tree / --val-fraction a dataset per leaf: _tree)
        megatron / flat / packed: the same run into a staging dataset, converted at finalize (_staged)
 All encode through the one executor (_executor), as ``pack`` does.
 """
@@ -43,14 +43,10 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
 
 def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None) -> TokenizeSummary:
     check_run_paths(config, inputs)
-    if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
-        from tokenloom.tokenize._tree import run_tree
-
-        return run_tree(config, inputs, on_progress=on_progress)
-    run = run_units
+    run = run_units  # one dataset, or a tree's leaves (_tree.datasets_of): each a unit-planned dataset
     if config.staged:  # the converting formats' registry specs are imported only for them
         from tokenloom.tokenize._staged import tokenize_via_staging as run
-    if not config.nodes.alone:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
+    if not config.nodes.alone or config.many_datasets:  # nodes share OUT; each unit commits, the finalizer locks
         return run(config, inputs, on_progress=on_progress)
     with output_lock(config.output_dir, what="--output-dir"):
         return run(config, inputs, on_progress=on_progress)

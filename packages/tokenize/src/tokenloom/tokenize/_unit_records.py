@@ -183,8 +183,8 @@ class RecordStore:
 
         transform_for(self.config.record_options(), self.tokenizer)  # a tokenizer without a chat template fails here
 
-    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
-        return encode_records(self.config, self.tokenizer, plan, on_progress)
+    def encode(self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None) -> Session:
+        return encode_records(self.config, self.tokenizer, groups[0][0].plan, on_progress)  # one dataset
 
     def publishing(self, out: Path) -> bool:
         return merged(out)
@@ -197,11 +197,12 @@ class RecordStore:
         return sidecar
 
     def summary(
-        self, out: Path, plan: UnitPlan, published: dict[str, Any] | None, session: Session, seconds: float
+        self, out: Path, targets: list[Any], published: list[Any], session: Session, seconds: float
     ) -> TokenizeSummary:
-        summary = record_summary(out, published, session.records, session.units)
+        summary = record_summary(out, published[0], session.records, session.units)
         summary.seconds = seconds
-        if published is None:  # other nodes' units are still to come: the CLI says so, not "wrote OUT"
+        if published[0] is None:  # other nodes' units are still to come: the CLI says so, not "wrote OUT"
+            plan = targets[0].plan
             summary.units_total = len(plan.units)
             summary.units_missing = sum(not done_path(out, u).exists() for u in range(len(plan.units)))
         return summary

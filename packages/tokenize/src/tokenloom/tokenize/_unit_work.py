@@ -1,7 +1,7 @@
 """The work of a unit: its writer (shards, then the done marker), the units a node still owes, and the one
-loop that encodes units through a local pool (a dataset's, or a tree's leaves').
+loop that encodes units through a local pool (_tree.encode_groups: the leaves of a run, one dataset or many).
 
-Shared by the local pool (_units, _tree) and Ray tasks (_ray): a unit is written the same way by either.
+Shared by the local pool (_tree) and Ray tasks (_ray): a unit is written the same way by either.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import numpy as np
 
 from tokenloom.formats import RecordError
 from tokenloom.tokenize._config import OnError, TokenizeConfig
-from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
@@ -39,7 +38,6 @@ __all__ = [
     "Session",
     "UnitOutput",
     "UnitWriter",
-    "encode_local",
     "encode_units",
     "pending_units",
     "unit_line",
@@ -77,8 +75,9 @@ class UnitOutput(Protocol):
         """Fail before anything is written (a tokenizer without a chat template, ...)."""
         ...
 
-    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
-        """This node's pending units (or, with Ray, every pending unit), each committed by its done marker."""
+    def encode(self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None) -> Session:
+        """This node's pending units of the run's datasets (``groups``: _tree.datasets_of; with Ray, every pending
+        unit), each committed by its done marker."""
         ...
 
     def publishing(self, out: Path) -> bool:
@@ -90,8 +89,10 @@ class UnitOutput(Protocol):
         ...
 
     def summary(
-        self, out: Path, plan: UnitPlan, published: Any, session: Session, seconds: float
-    ) -> TokenizeSummary: ...
+        self, out: Path, targets: list[Any], published: list[Any], session: Session, seconds: float
+    ) -> TokenizeSummary:
+        """One summary over the datasets (``targets``: _tree.TreeDataset) and what each published (None: not yet)."""
+        ...
 
 
 class UnitWriter:
@@ -138,30 +139,6 @@ class UnitWriter:
 
     def abort(self) -> None:
         self.cutter.abort()
-
-
-def encode_local(
-    config: TokenizeConfig,
-    inputs: RunInputs,
-    plan: UnitPlan,
-    on_progress: ProgressCallback | None,
-    on_commit: Callable[[Path, int], None] | None = None,
-) -> Session:
-    """This node's pending units; ``on_commit(out, unit)`` after each commit (_publish: a bucket's upload)."""
-    session = Session()
-    mine = pending_units(config, plan)
-    session.resumed = len(config.nodes.units(len(plan.units))) - len(mine)
-    if not mine:
-        return session
-    # the engine probe reads the same first documents (inputs.files) on every node
-    with start_encoding(inputs.tokenizer, inputs.files, config.encode_options()) as encoding:
-        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
-        session.facts = facts
-        writers = lambda unit: [UnitWriter(config, unit, plan.units[unit], facts, plan.digest)]  # noqa: E731
-        encode_units(
-            config, [plan.units[u] for u in mine], mine, encoding.results, writers, session, on_progress, on_commit
-        )
-    return session
 
 
 def encode_units(
