@@ -42,5 +42,5 @@ def test_plain_run_imports_no_other_format_nor_remote(tmp_path: Path):
     assert (tmp_path / "out" / "manifest.json").is_file()
     for absent in ("formats.remote", "formats.keyed", "formats.megatron", "formats.flat", "formats.packed"):
         assert not any(m.startswith(f"tokenloom.{absent}") for m in modules), absent
-    for absent in ("_publish", "_bucket", "_staged", "_tree", "_unit_records", "_pack"):
+    for absent in ("_publish", "_bucket", "_staged", "_unit_records", "_pack"):
         assert f"tokenloom.tokenize.{absent}" not in modules, absent

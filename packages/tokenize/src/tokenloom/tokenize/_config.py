@@ -12,7 +12,7 @@ from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.native import SPEC as UNIT_SPEC
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, RecordOptions, check_post_training
-from tokenloom.tokenize._unit_files import Nodes
+from tokenloom.tokenize._unit_files import Nodes, OnError, UnitOptions
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
@@ -38,15 +38,6 @@ UNIT_FORMAT = UNIT_SPEC.name
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 _E = TypeVar("_E", bound=StrEnum)
-
-
-class OnError(StrEnum):
-    """What a bad input record does."""
-
-    RAISE = "raise"
-    """Stop with RecordError(file, line); publish nothing."""
-    SKIP = "skip"
-    """Count it by kind, report the counts at the end, and go on."""
 
 
 class Layout(StrEnum):
@@ -398,6 +389,10 @@ class TokenizeConfig:
     def encode_options(self) -> EncodeOptions:
         """What the executor takes of this run."""
         return EncodeOptions(**self._fields_of(EncodeOptions))
+
+    def unit_options(self) -> UnitOptions:
+        """What a unit's reader and writer take of this run."""
+        return UnitOptions(**self._fields_of(UnitOptions))
 
     def record_options(self) -> RecordOptions:
         """--train-type: what the post-training modules take of this run."""

@@ -223,14 +223,15 @@ def _write_unit(
     config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
 ) -> dict[str, Any]:
     """Encode ``source`` in this process and commit it as unit ``unit`` in ``config.output_dir``."""
-    writer = UnitWriter(config, unit, source, facts, plan)
+    options = config.unit_options()
+    writer = UnitWriter(config.output_dir, options, unit, source, facts, plan)
     tokens = 0
     reader = read_chunks(
         [source.file],
-        chunk_lines=config.chunk_lines,
-        chunk_bytes=config.chunk_bytes,
-        max_line_bytes=config.max_line_bytes,
-        text_field=config.text_field,
+        chunk_lines=options.chunk_lines,
+        chunk_bytes=options.chunk_bytes,
+        max_line_bytes=options.max_line_bytes,
+        text_field=options.text_field,
         parts=[source.part],
     )
     try:
@@ -262,7 +263,7 @@ def encode_with_ray(
     committed unit goes (an object-store output); None: it is committed in ``config.output_dir``.
     """
     session = Session()
-    pending = pending_units(config, plan) if units is None else units
+    pending = pending_units(config.output_dir, config.nodes, plan) if units is None else units
     if not pending:
         return session
     with start_encoding(

@@ -157,7 +157,7 @@ def encode_groups(
     ``on_commit(out, unit)`` after each dataset's commit of a unit (_publish: a bucket's upload)."""
     session = Session()
     pending = [
-        pending_units(targets[0].config, targets[0].plan, first)
+        pending_units(targets[0].out, config.nodes, targets[0].plan, first)
         for targets, first in zip(per_leaf, first_units(per_leaf), strict=True)
     ]
     for targets, mine, first in zip(per_leaf, pending, first_units(per_leaf), strict=True):
@@ -168,7 +168,7 @@ def encode_groups(
     with start_encoding(inputs.tokenizer, inputs.files, config.encode_options()) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
-        settings = encoding.settings
+        settings, options = encoding.settings, config.unit_options()
         if config.val_fraction > 0:  # a train leaf's documents below the seeded hash go to its val dataset
             settings = dataclasses.replace(settings, val_fraction=config.val_fraction, val_seed=config.seed)
         for targets, mine in zip(per_leaf, pending, strict=True):
@@ -180,8 +180,8 @@ def encode_groups(
                 return run_ordered(encoding.executor, chunks, leaf, encoding.window, encoder=encoding.encoder)
 
             def writers(unit: int, targets: list[TreeDataset] = targets) -> list[UnitWriter]:
-                return [UnitWriter(t.config, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
+                return [UnitWriter(t.out, options, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
 
             sources = [targets[0].plan.units[u] for u in mine]
-            encode_units(config, sources, mine, encode, writers, session, on_progress, on_commit)
+            encode_units(options, sources, mine, encode, writers, session, on_progress, on_commit)
     return session

@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +286,28 @@ def uncommitted_error(
         )
         hint = f"Rerun the nodes that own them (unit u belongs to --node-rank {owner}), then --finalize"
     return DataError(why, path=path, hint=hint)
+
+
+class OnError(StrEnum):
+    """What a bad input record does."""
+
+    RAISE = "raise"
+    """Stop with RecordError(file, line); publish nothing."""
+    SKIP = "skip"
+    """Count it by kind, report the counts at the end, and go on."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UnitOptions:
+    """How a unit's input is read and its shards written (``TokenizeConfig.unit_options``): all that a unit's
+    reader and writer (_unit_work, a Ray task) take of the run, not the whole config."""
+
+    on_error: OnError
+    shard_size_tokens: int
+    chunk_lines: int
+    chunk_bytes: int
+    max_line_bytes: int
+    text_field: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,11 +223,11 @@ def encode_records(
     ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload).
     ``units`` and ``upload`` (--executor ray into a bucket, as _ray.encode_with_ray): the units not committed at
     the URL, each staged and uploaded by its task on its own machine."""
-    mine = units
+    mine, out = units, config.output_dir
     if mine is None:
-        mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
+        mine = [] if merged(out) else pending_units(out, config.nodes, plan)  # merged: done markers may be gone
         for unit in mine:
-            shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
+            shutil.rmtree(unit_store(out, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
         calls = [(write_record_unit, config, u, plan.units[u], (tokenizer,), plan.digest, upload) for u in mine]
         outcomes = ray_tasks(config.ray_address, run_unit_task, calls)

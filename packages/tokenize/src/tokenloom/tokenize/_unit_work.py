@@ -16,14 +16,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from tokenloom.formats import RecordError
-from tokenloom.tokenize._config import OnError, TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import (
     Counts,
+    Nodes,
+    OnError,
     UnitDone,
     UnitFacts,
+    UnitOptions,
     UnitPlan,
     create_once,
     done_path,
@@ -98,8 +100,11 @@ class UnitOutput(Protocol):
 class UnitWriter:
     """Consumes one unit's chunk results in order into its shards; ``commit`` creates its done marker."""
 
-    def __init__(self, config: TokenizeConfig, unit: int, source: UnitSource, facts: UnitFacts, plan: str) -> None:
-        self.config = config
+    def __init__(
+        self, out: Path, options: UnitOptions, unit: int, source: UnitSource, facts: UnitFacts, plan: str
+    ) -> None:
+        self.out = out
+        self.options = options
         self.unit = unit
         self.source = source
         self.facts = facts
@@ -107,9 +112,9 @@ class UnitWriter:
         self.counts = Counts()
         self.examples: list[str] = []
         self.cutter = ShardCutter(
-            config.output_dir,
+            out,
             dtype=np.dtype(facts.dtype),
-            shard_size_tokens=config.shard_size_tokens,
+            shard_size_tokens=options.shard_size_tokens,
             stem=lambda part: unit_stem(unit, part),
         )
 
@@ -117,7 +122,7 @@ class UnitWriter:
         path = self.source.file.shown
         for issue in result.issues:
             line = unit_line(self.source, issue.line)
-            if self.config.on_error is OnError.RAISE:
+            if self.options.on_error is OnError.RAISE:
                 raise RecordError(issue.message, path=path, offset=issue.offset, record=line, field=issue.kind.value)
             kind = issue.kind.value
             self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
@@ -133,7 +138,7 @@ class UnitWriter:
         """Close the unit's last shard (an empty one if it has none), then create its done marker."""
         self.cutter.finish()
         done = UnitDone(self.unit, self.plan, tuple(self.cutter.records), self.counts, self.facts)
-        if not create_once(done_path(self.config.output_dir, self.unit), done.payload()):
+        if not create_once(done_path(self.out, self.unit), done.payload()):
             log.info("unit %d was already committed by another process (its bytes are the same)", self.unit)
         return done
 
@@ -142,7 +147,7 @@ class UnitWriter:
 
 
 def encode_units(
-    config: TokenizeConfig,
+    options: UnitOptions,
     sources: list[UnitSource],
     units: list[int],
     encode: Callable[[Iterator[Chunk]], Iterator[ChunkResult]],
@@ -155,10 +160,10 @@ def encode_units(
     ``[train, val]`` (a unit's --val-fraction part is its results' ``val``); a unit commits when the next begins."""
     chunks = read_chunks(
         [s.file for s in sources],
-        chunk_lines=config.chunk_lines,
-        chunk_bytes=config.chunk_bytes,
-        max_line_bytes=config.max_line_bytes,
-        text_field=config.text_field,
+        chunk_lines=options.chunk_lines,
+        chunk_bytes=options.chunk_bytes,
+        max_line_bytes=options.max_line_bytes,
+        text_field=options.text_field,
         parts=[s.part for s in sources],
     )
     source_of: dict[int, int] = {}  # chunk index -> its unit's place in ``units``, until its result is in
@@ -203,7 +208,7 @@ def _commit(session: Session, writers: list[UnitWriter], on_commit: Callable[[Pa
         session.counts.add(done.counts)
         session.examples += writer.examples
         if on_commit is not None:
-            on_commit(writer.config.output_dir, writer.unit)
+            on_commit(writer.out, writer.unit)
     if writers:
         session.units += 1
     writers.clear()  # committed: an error after this must not abort them
@@ -224,8 +229,9 @@ def _lines_before(path: Path, start: int) -> int:
     return lines_before(path, start)
 
 
-def pending_units(config: TokenizeConfig, plan: UnitPlan, first: int = 0) -> list[int]:
-    """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
-    mine = [u for u in config.nodes.units(len(plan.units), first) if not done_path(config.output_dir, u).exists()]
-    remove_unit_temps(config.output_dir, set(mine))
+def pending_units(out: Path, nodes: Nodes, plan: UnitPlan, first: int = 0) -> list[int]:
+    """This node's units of ``plan`` without a done marker in ``out``, in unit order; their killed writers' temps
+    are removed."""
+    mine = [u for u in nodes.units(len(plan.units), first) if not done_path(out, u).exists()]
+    remove_unit_temps(out, set(mine))
     return mine
