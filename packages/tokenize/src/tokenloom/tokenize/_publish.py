@@ -42,13 +42,12 @@ from tokenloom.tokenize._bucket import BucketDataset
 from tokenloom.tokenize._bucket_objects import upload_unit
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
-from tokenloom.tokenize._ray import encode_with_ray, local_config, preflight
+from tokenloom.tokenize._ray import local_config, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._tree import TreeDataset, datasets_of, encode_groups, first_units
+from tokenloom.tokenize._tree import TreeDataset, datasets_of, first_units
 from tokenloom.tokenize._unit_files import done_path
-from tokenloom.tokenize._unit_records import RecordStore, encode_records, record_summary
-from tokenloom.tokenize._unit_work import Session
-from tokenloom.tokenize._units import prepare_units_dir, text_summary
+from tokenloom.tokenize._unit_work import Session, UnitOutput
+from tokenloom.tokenize._units import prepare_units_dir, unit_output
 
 __all__ = ["BucketPublisher", "publish_to_url"]
 
@@ -64,8 +63,8 @@ def publish_to_url(
         raise ConfigError("publish_to_url needs an object-store output_dir", field="output_dir")
     if Path(inputs.tokenizer).is_dir():  # damaged tokenizer files: a ConfigError before anything is put
         check_tokenizer_files(Path(inputs.tokenizer))
-    if config.train_type is not None:
-        RecordStore(config, inputs.tokenizer).check()  # a tokenizer without a chat template: before any put
+    output = unit_output(config, inputs.tokenizer)
+    output.check()  # a tokenizer without a chat template: before any put
     with BucketPublisher(config) as publisher:
         groups, datasets = publisher.datasets(inputs)
         many = config.many_datasets
@@ -75,7 +74,7 @@ def publish_to_url(
         for dataset in datasets:
             dataset.manifest = dataset.complete(overwrite_hint=alone)  # --overwrite: one process only (_config)
         if all(d.manifest is not None for d in datasets):
-            return _summary(config, publisher.root, groups, datasets, Session(), started, already_complete=True)
+            return _summary(config, output, publisher.root, groups, datasets, Session(), started, already_complete=True)
         for dataset in datasets:  # before anything is put under the URL
             if dataset.manifest is None and not config.overwrite:
                 dataset.check_foreign()
@@ -93,20 +92,12 @@ def publish_to_url(
         if ray:  # each task stages, uploads and commits its unit on its own machine
             (only,) = datasets
             pending = [u for u in range(len(only.plan.units)) if not only.at_url(u)]
-            if only.records is not None:  # the last step below merges the stores, as the last node does
-                session = encode_records(
-                    config, inputs.tokenizer, only.plan, on_progress, units=pending, upload=only.upload
-                )
-            else:
-                session = encode_with_ray(config, inputs, only.plan, on_progress, units=pending, upload=only.upload)
+            # a record store's units are merged below, as the last node of a --num-nodes run does
+            session = output.encode(inputs, groups, on_progress, units=pending, upload=only.upload)
         elif not config.finalize:
             publisher.sync()
-            if datasets[0].records is not None:
-                session = encode_records(
-                    local, inputs.tokenizer, datasets[0].plan, on_progress, on_commit=publisher.commit_unit
-                )
-            else:
-                session = encode_groups(local, inputs, groups, on_progress, on_commit=publisher.commit_unit)
+            local_output = unit_output(local, inputs.tokenizer)
+            session = local_output.encode(inputs, groups, on_progress, on_commit=publisher.commit_unit)
             publisher.drain()  # every unit committed here is at the URL now
             if not many:
                 datasets[0].mark_finished(config.nodes.rank)
@@ -119,7 +110,7 @@ def publish_to_url(
                 nodes=config.nodes.count if many else recorded,
                 everyone=everyone,
             )
-        summary = _summary(config, publisher.root, groups, datasets, session, started)
+        summary = _summary(config, output, publisher.root, groups, datasets, session, started)
         if all(d.manifest is not None for d in datasets):
             shutil.rmtree(publisher.root, ignore_errors=True)
     return summary
@@ -127,6 +118,7 @@ def publish_to_url(
 
 def _summary(
     config: TokenizeConfig,
+    output: UnitOutput,
     root: Path,
     groups: list[list[TreeDataset]],
     datasets: list[BucketDataset],
@@ -136,17 +128,9 @@ def _summary(
     already_complete: bool = False,
 ) -> TokenizeSummary:
     """One summary over the datasets' manifests; while some are not published, what this node encoded."""
-    seconds = time.perf_counter() - started
+    targets = [target for group in groups for target in group]
     published = [d.manifest for d in datasets]
-    if datasets[0].records is not None:
-        summary = record_summary(root, published[0], session.records, session.units)  # pyright: ignore[reportArgumentType]
-        summary.seconds = seconds
-        summary.add_session(session)
-        if published[0] is None:
-            summary.units_total = len(datasets[0].plan.units)
-    else:
-        targets = [target for group in groups for target in group]
-        summary = text_summary(root, targets, published, session, seconds, datasets=config.many_datasets)  # pyright: ignore[reportArgumentType]
+    summary = output.summary(root, targets, published, session, time.perf_counter() - started)
     unfinished = [d for d in datasets if d.manifest is None]
     if unfinished:
         summary.units_missing = sum(d.missing() for d in unfinished)

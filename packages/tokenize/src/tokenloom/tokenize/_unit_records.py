@@ -183,8 +183,18 @@ class RecordStore:
 
         transform_for(self.config.record_options(), self.tokenizer)  # a tokenizer without a chat template fails here
 
-    def encode(self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None) -> Session:
-        return encode_records(self.config, self.tokenizer, groups[0][0].plan, on_progress)  # one dataset
+    def encode(
+        self,
+        inputs: RunInputs,
+        groups: list[list[Any]],
+        on_progress: ProgressCallback | None,
+        on_commit: Callable[[Path, int], None] | None = None,
+        *,
+        units: list[int] | None = None,
+        upload: Upload | None = None,
+    ) -> Session:
+        plan = groups[0][0].plan  # one dataset: _record_settings refuses a tree
+        return encode_records(self.config, self.tokenizer, plan, on_progress, on_commit, units=units, upload=upload)
 
     def publishing(self, out: Path) -> bool:
         return merged(out)

@@ -77,9 +77,19 @@ class UnitOutput(Protocol):
         """Fail before anything is written (a tokenizer without a chat template, ...)."""
         ...
 
-    def encode(self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None) -> Session:
+    def encode(
+        self,
+        inputs: RunInputs,
+        groups: list[list[Any]],
+        on_progress: ProgressCallback | None,
+        on_commit: Callable[[Path, int], None] | None = None,
+        *,
+        units: list[int] | None = None,
+        upload: Callable[[Path, int], None] | None = None,
+    ) -> Session:
         """This node's pending units of the run's datasets (``groups``: _tree.datasets_of; with Ray, every pending
-        unit), each committed by its done marker."""
+        unit, or ``units``), each committed by its done marker; ``on_commit(out, unit)`` after each commit (a
+        bucket's upload queue); ``upload``: a Ray task's own upload of its unit (_publish)."""
         ...
 
     def publishing(self, out: Path) -> bool:

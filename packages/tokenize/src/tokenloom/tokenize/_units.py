@@ -50,7 +50,7 @@ from tokenloom.tokenize._config import UNIT_FORMAT, ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import check_run_key
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import encode_with_ray, preflight
+from tokenloom.tokenize._ray import Upload, encode_with_ray, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._tree import TreeDataset, datasets_of, encode_groups, first_units
 from tokenloom.tokenize._unit_files import (
@@ -82,6 +82,7 @@ __all__ = [
     "run_units",
     "summary_of",
     "text_summary",
+    "unit_output",
     "write_unit_manifest",
 ]
 
@@ -106,7 +107,7 @@ def run_units(
     groups = datasets_of(config, inputs)
     targets = [target for group in groups for target in group]
     firsts = [first for group, first in zip(groups, first_units(groups), strict=True) for _ in group]
-    output = _output_of(config, inputs.tokenizer)
+    output = unit_output(config, inputs.tokenizer)
     published = [None if config.overwrite else output.complete(t.out, t.plan) for t in targets]
     if all(p is not None for p in published):  # a dataset complete with this plan stays as it is
         summary = output.summary(config.output_dir, targets, published, Session(), time.perf_counter() - started)
@@ -159,11 +160,18 @@ class TokenShards:
         """Nothing to check before writing: the encoder's probe runs at the start of encoding."""
 
     def encode(
-        self, inputs: RunInputs, groups: list[list[TreeDataset]], on_progress: ProgressCallback | None
+        self,
+        inputs: RunInputs,
+        groups: list[list[TreeDataset]],
+        on_progress: ProgressCallback | None,
+        on_commit: Callable[[Path, int], None] | None = None,
+        *,
+        units: list[int] | None = None,
+        upload: Upload | None = None,
     ) -> Session:
         if self.config.executor is ExecutorKind.RAY:  # one dataset (_config refuses Ray for a tree)
-            return encode_with_ray(self.config, inputs, groups[0][0].plan, on_progress)
-        return encode_groups(self.config, inputs, groups, on_progress)
+            return encode_with_ray(self.config, inputs, groups[0][0].plan, on_progress, units=units, upload=upload)
+        return encode_groups(self.config, inputs, groups, on_progress, on_commit)
 
     def publishing(self, out: Path) -> bool:
         return False  # the manifest is one atomic write
@@ -228,7 +236,7 @@ def text_summary(
     return summary
 
 
-def _output_of(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
+def unit_output(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
     """What a unit holds, by the run's transform: token shards, or a --train-type record store."""
     if config.train_type is None:
         return TokenShards(config, tokenizer)
