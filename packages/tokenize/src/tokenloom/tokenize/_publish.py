@@ -46,7 +46,7 @@ from tokenloom.tokenize._ray import local_config, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._tree import TreeDataset, datasets_of, first_units
 from tokenloom.tokenize._unit_files import done_path
-from tokenloom.tokenize._unit_work import Session, UnitOutput
+from tokenloom.tokenize._unit_work import Delivery, Session, UnitOutput
 from tokenloom.tokenize._units import prepare_units_dir, unit_output
 
 __all__ = ["BucketPublisher", "publish_to_url"]
@@ -93,11 +93,11 @@ def publish_to_url(
             (only,) = datasets
             pending = [u for u in range(len(only.plan.units)) if not only.at_url(u)]
             # a record store's units are merged below, as the last node of a --num-nodes run does
-            session = output.encode(inputs, groups, on_progress, units=pending, upload=only.upload)
+            session = output.encode(inputs, groups, on_progress, Delivery(units=pending, upload=only.upload))
         elif not config.finalize:
             publisher.sync()
             local_output = unit_output(local, inputs.tokenizer)
-            session = local_output.encode(inputs, groups, on_progress, on_commit=publisher.commit_unit)
+            session = local_output.encode(inputs, groups, on_progress, Delivery(on_commit=publisher.commit_unit))
             publisher.drain()  # every unit committed here is at the URL now
             if not many:
                 datasets[0].mark_finished(config.nodes.rank)

@@ -47,7 +47,7 @@ from tokenloom.tokenize._unit_files import (
     remove_node_records,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import Session, pending_units
+from tokenloom.tokenize._unit_work import Delivery, Session, pending_units
 from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
@@ -184,17 +184,13 @@ class RecordStore:
         transform_for(self.config.record_options(), self.tokenizer)  # a tokenizer without a chat template fails here
 
     def encode(
-        self,
-        inputs: RunInputs,
-        groups: list[list[Any]],
-        on_progress: ProgressCallback | None,
-        on_commit: Callable[[Path, int], None] | None = None,
-        *,
-        units: list[int] | None = None,
-        upload: Upload | None = None,
+        self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None, delivery: Delivery
     ) -> Session:
         plan = groups[0][0].plan  # one dataset: _record_settings refuses a tree
-        return encode_records(self.config, self.tokenizer, plan, on_progress, on_commit, units=units, upload=upload)
+        units, upload = delivery.units, delivery.upload
+        return encode_records(
+            self.config, self.tokenizer, plan, on_progress, delivery.on_commit, units=units, upload=upload
+        )
 
     def publishing(self, out: Path) -> bool:
         return merged(out)

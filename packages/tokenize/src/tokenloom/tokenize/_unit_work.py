@@ -37,6 +37,8 @@ from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.inputs import ByteRange, Chunk, UnitSource, lines_before, local_path, read_chunks
 
 __all__ = [
+    "IN_PLACE",
+    "Delivery",
     "Session",
     "UnitOutput",
     "UnitWriter",
@@ -65,6 +67,21 @@ class Session:
     """--train-type: the post-training counts of the units this session wrote."""
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where a run's committed units go besides their directory: ``on_commit(out, unit)`` after each local commit
+    (a bucket's upload queue, _publish); a Ray run into a bucket encodes only ``units`` (those missing at the
+    URL), each task handing its staged unit to ``upload(staging, unit)``."""
+
+    on_commit: Callable[[Path, int], None] | None = None
+    units: list[int] | None = None
+    upload: Callable[[Path, int], None] | None = None
+
+
+#: Units committed in their directory and nothing more (a local output).
+IN_PLACE = Delivery()
+
+
 class UnitOutput(Protocol):
     """What a unit-planned run's units hold and become: token shards and a manifest (_units.TokenShards), or
     record stores merged into one (_unit_records.RecordStore); the plan, dealing and commits are the same."""
@@ -78,18 +95,10 @@ class UnitOutput(Protocol):
         ...
 
     def encode(
-        self,
-        inputs: RunInputs,
-        groups: list[list[Any]],
-        on_progress: ProgressCallback | None,
-        on_commit: Callable[[Path, int], None] | None = None,
-        *,
-        units: list[int] | None = None,
-        upload: Callable[[Path, int], None] | None = None,
+        self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None, delivery: Delivery
     ) -> Session:
         """This node's pending units of the run's datasets (``groups``: _tree.datasets_of; with Ray, every pending
-        unit, or ``units``), each committed by its done marker; ``on_commit(out, unit)`` after each commit (a
-        bucket's upload queue); ``upload``: a Ray task's own upload of its unit (_publish)."""
+        unit), each committed by its done marker, then delivered (``delivery``)."""
         ...
 
     def publishing(self, out: Path) -> bool:

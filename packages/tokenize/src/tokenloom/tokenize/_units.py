@@ -50,7 +50,7 @@ from tokenloom.tokenize._config import UNIT_FORMAT, ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._diff import check_run_key
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import Upload, encode_with_ray, preflight
+from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._tree import TreeDataset, datasets_of, encode_groups, first_units
 from tokenloom.tokenize._unit_files import (
@@ -69,7 +69,7 @@ from tokenloom.tokenize._unit_files import (
     uncommitted_error,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import Session, UnitOutput
+from tokenloom.tokenize._unit_work import IN_PLACE, Delivery, Session, UnitOutput
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing
 
@@ -122,7 +122,7 @@ def run_units(
     session = Session()
     if not config.finalize:
         try:
-            session = output.encode(inputs, groups, on_progress)
+            session = output.encode(inputs, groups, on_progress, IN_PLACE)
         except BaseException as error:
             if config.nodes.alone and not config.many_datasets:
                 _leave_nothing(config.output_dir, created=created, error=error)
@@ -164,14 +164,12 @@ class TokenShards:
         inputs: RunInputs,
         groups: list[list[TreeDataset]],
         on_progress: ProgressCallback | None,
-        on_commit: Callable[[Path, int], None] | None = None,
-        *,
-        units: list[int] | None = None,
-        upload: Upload | None = None,
+        delivery: Delivery,
     ) -> Session:
         if self.config.executor is ExecutorKind.RAY:  # one dataset (_config refuses Ray for a tree)
-            return encode_with_ray(self.config, inputs, groups[0][0].plan, on_progress, units=units, upload=upload)
-        return encode_groups(self.config, inputs, groups, on_progress, on_commit)
+            plan = groups[0][0].plan
+            return encode_with_ray(self.config, inputs, plan, on_progress, units=delivery.units, upload=delivery.upload)
+        return encode_groups(self.config, inputs, groups, on_progress, delivery.on_commit)
 
     def publishing(self, out: Path) -> bool:
         return False  # the manifest is one atomic write
