@@ -24,24 +24,66 @@ Without ``tokenizer`` the shipped byte-level BPE (trained on the standard
 library's docstrings, :mod:`tokenloom.tokenize.corpus`) is used.
 """
 
-from tokenloom.tokenize._config import SUPPORTED_FORMATS, ExecutorKind, Layout, OnError, TokenizeConfig
-from tokenloom.tokenize._executor import WorkerDiedError
-from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
-from tokenloom.tokenize._staged import RECORD_NAME, output_path, staging_dir
-from tokenloom.tokenize._summary import TokenizeSummary
-from tokenloom.tokenize._tokenize import tokenize
-from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
-from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
-from tokenloom.tokenize.engine import Encoder, Engine, EngineMismatchError, load_encoder
-from tokenloom.tokenize.inputs import IssueKind, discover_inputs
-from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index, index_path
-from tokenloom.tokenize.train import EOS_TOKEN, train_byte_level_bpe
-from tokenloom.tokenize.windowing import Entries, Windowing, validate_window, window_documents
+from typing import TYPE_CHECKING
+
+from tokenloom.formats.io import lazy_exports
+
+if TYPE_CHECKING:
+    from tokenloom.tokenize._config import ExecutorKind, Layout, OnError, TokenizeConfig, supported_formats
+    from tokenloom.tokenize._executor import WorkerDiedError
+    from tokenloom.tokenize._pack import PackSummary, default_pack_path, pack
+    from tokenloom.tokenize._staged import RECORD_NAME, output_path, staging_dir
+    from tokenloom.tokenize._summary import TokenizeSummary
+    from tokenloom.tokenize._tokenize import tokenize
+    from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
+    from tokenloom.tokenize.corpus import CorpusInfo, build_stdlib_corpus
+    from tokenloom.tokenize.engine import Encoder, Engine, EngineMismatchError, load_encoder
+    from tokenloom.tokenize.inputs import IssueKind, discover_inputs
+    from tokenloom.tokenize.jsonl_index import JsonlIndex, build_index, index_path
+    from tokenloom.tokenize.train import EOS_TOKEN, train_byte_level_bpe
+    from tokenloom.tokenize.windowing import Entries, Windowing, validate_window, window_documents
+
+#: Public name -> the module that defines it, imported on first use: the ``tokenloom tokenize`` command (and
+#: ``import tokenloom.tokenize``) loads only the modules its run needs.
+_EXPORTS = {
+    "CorpusInfo": "tokenloom.tokenize.corpus",
+    "EOS_TOKEN": "tokenloom.tokenize.train",
+    "Encoder": "tokenloom.tokenize.engine",
+    "Engine": "tokenloom.tokenize.engine",
+    "EngineMismatchError": "tokenloom.tokenize.engine",
+    "Entries": "tokenloom.tokenize.windowing",
+    "ExecutorKind": "tokenloom.tokenize._config",
+    "IssueKind": "tokenloom.tokenize.inputs",
+    "JsonlIndex": "tokenloom.tokenize.jsonl_index",
+    "Layout": "tokenloom.tokenize._config",
+    "OnError": "tokenloom.tokenize._config",
+    "PackSummary": "tokenloom.tokenize._pack",
+    "RECORD_NAME": "tokenloom.tokenize._staged",
+    "TokenizeConfig": "tokenloom.tokenize._config",
+    "TokenizeSummary": "tokenloom.tokenize._summary",
+    "Windowing": "tokenloom.tokenize.windowing",
+    "WorkerDiedError": "tokenloom.tokenize._executor",
+    "build_index": "tokenloom.tokenize.jsonl_index",
+    "build_stdlib_corpus": "tokenloom.tokenize.corpus",
+    "default_pack_path": "tokenloom.tokenize._pack",
+    "default_tokenizer_path": "tokenloom.tokenize._tokenizer",
+    "discover_inputs": "tokenloom.tokenize.inputs",
+    "fingerprint": "tokenloom.tokenize._tokenizer",
+    "index_path": "tokenloom.tokenize.jsonl_index",
+    "load_encoder": "tokenloom.tokenize.engine",
+    "output_path": "tokenloom.tokenize._staged",
+    "pack": "tokenloom.tokenize._pack",
+    "staging_dir": "tokenloom.tokenize._staged",
+    "supported_formats": "tokenloom.tokenize._config",
+    "tokenize": "tokenloom.tokenize._tokenize",
+    "train_byte_level_bpe": "tokenloom.tokenize.train",
+    "validate_window": "tokenloom.tokenize.windowing",
+    "window_documents": "tokenloom.tokenize.windowing",
+}
 
 __all__ = [
     "EOS_TOKEN",
     "RECORD_NAME",
-    "SUPPORTED_FORMATS",
     "CorpusInfo",
     "Encoder",
     "Engine",
@@ -68,8 +110,11 @@ __all__ = [
     "output_path",
     "pack",
     "staging_dir",
+    "supported_formats",
     "tokenize",
     "train_byte_level_bpe",
     "validate_window",
     "window_documents",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), __all__)

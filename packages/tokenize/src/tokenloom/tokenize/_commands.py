@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,6 @@ from tokenloom.formats.cli import choice, cli_errors, option
 from tokenloom.tokenize._config import (
     DEFAULT_UNIT_BYTES,
     RECORD_FORMATS,
-    SUPPORTED_FORMATS,
     TRAIN_TYPES,
     UNIT_FORMAT,
     ExecutorKind,
@@ -20,6 +20,7 @@ from tokenloom.tokenize._config import (
     TokenizeConfig,
     default_num_workers,
     nodes_from_env,
+    supported_formats,
 )
 from tokenloom.tokenize._progress import progress_bar, rate_text
 from tokenloom.tokenize._summary import TokenizeSummary
@@ -28,6 +29,18 @@ from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["index", "pack", "tokenize"]
+
+
+class _FormatChoice(click.Choice):
+    """--format's choices, asked of the format registry when first needed (a named --format, --help): a run
+    that keeps the default imports no other format folder."""
+
+    def __init__(self) -> None:  # not click.Choice's, which lists the choices at once
+        self.case_sensitive = True
+
+    @functools.cached_property
+    def choices(self) -> tuple[str, ...]:  # pyright: ignore[reportIncompatibleVariableOverride]
+        return (*supported_formats(), *RECORD_FORMATS)
 
 
 def _head(summary: TokenizeSummary, published: str, wrote: str) -> str:
@@ -152,8 +165,9 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
 @option(
     "--format",
     "format_",
-    type=click.Choice(SUPPORTED_FORMATS + RECORD_FORMATS),
-    default=UNIT_FORMAT,
+    type=_FormatChoice(),
+    default=None,
+    show_default=UNIT_FORMAT,
     help="Output format. native: OUT/unit_UUUUUU_KKKK.bin/.idx + manifest.json. megatron: the prefix OUT/data "
     "(OUT/data.bin + OUT/data.idx). packed: OUT/data.pbin. flat: OUT/shard_NNNNN.npy + manifest.json. "
     "megatron/packed also get OUT/tokenize.json (tokenizer fingerprint, inputs, settings). Non-native formats "
@@ -292,7 +306,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     is_flag=True,
     help="Only write the manifest of a --num-nodes run whose units are all committed (when no node could).",
 )
-def tokenize(format_: str, progress: bool, train_roles: str, **options: Any) -> None:
+def tokenize(format_: str | None, progress: bool, train_roles: str, **options: Any) -> None:
     """Pre-tokenize jsonl (.gz, .zst), parquet and Arrow files into token shards, in parallel, crash-safely.
 
     Every entry ends with the tokenizer's EOS token. The output is byte-identical
@@ -303,7 +317,7 @@ def tokenize(format_: str, progress: bool, train_roles: str, **options: Any) -> 
         options["num_nodes"], options["node_rank"] = _nodes(options["num_nodes"], options["node_rank"])
         options["train_type"] = options["train_type"] or ("sft" if options["astrai_config"] else None)
         roles = tuple(role.strip() for role in train_roles.split(",") if role.strip())
-        config = TokenizeConfig(format=format_, train_roles=roles, **options)
+        config = TokenizeConfig(format=format_ or UNIT_FORMAT, train_roles=roles, **options)
         with progress_bar(options["input_dir"], enabled=progress) as on_progress:
             summary = run_tokenize(config, on_progress=on_progress)
     for line in _summary_lines(summary):

@@ -6,20 +6,19 @@ import os
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tokenloom.formats import ConfigError, available_formats, writable_formats
+from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
-from tokenloom.formats.remote.options import RemoteOptions
+from tokenloom.formats.native import SPEC as UNIT_SPEC
 from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, RecordOptions, check_post_training
-from tokenloom.tokenize._unit_files import Nodes
+from tokenloom.tokenize._unit_files import Nodes, OnError, UnitOptions
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
 
 __all__ = [
     "RECORD_FORMATS",
-    "SUPPORTED_FORMATS",
     "TRAIN_TYPES",
     "UNIT_FORMAT",
     "ExecutorKind",
@@ -27,24 +26,18 @@ __all__ = [
     "TokenizeConfig",
     "default_num_workers",
     "nodes_from_env",
+    "supported_formats",
 ]
 
-#: Output formats tokenize writes: ``UNIT_FORMAT`` (native) unit by unit, the others through a staging dataset of
-#: it that is then converted (:mod:`._staged`).
-SUPPORTED_FORMATS = tuple(writable_formats(keyed=False))
-UNIT_FORMAT = next(name for name, spec in available_formats().items() if spec.unit_shards)
+if TYPE_CHECKING:  # an object store's options: imported with the remote layer, only when a URL is given
+    from tokenloom.formats.remote.options import RemoteOptions
+
+#: The format tokenize writes unit by unit (native: its spec has ``unit_shards``); any other of
+#: :func:`supported_formats` is written through a staging dataset of it that is then converted (:mod:`._staged`).
+UNIT_FORMAT = UNIT_SPEC.name
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 _E = TypeVar("_E", bound=StrEnum)
-
-
-class OnError(StrEnum):
-    """What a bad input record does."""
-
-    RAISE = "raise"
-    """Stop with RecordError(file, line); publish nothing."""
-    SKIP = "skip"
-    """Count it by kind, report the counts at the end, and go on."""
 
 
 class Layout(StrEnum):
@@ -79,6 +72,12 @@ def nodes_from_env(environ: dict[str, str] | None = None) -> tuple[int, int] | N
                     hint="Pass --num-nodes N --node-rank R explicitly",
                 ) from None
     return None
+
+
+def supported_formats() -> tuple[str, ...]:
+    """The output formats tokenize writes documents into, from the format registry (asked only when a run names a
+    format other than ``UNIT_FORMAT``, or --help lists them: a plain run imports no other format folder)."""
+    return tuple(writable_formats(keyed=False))
 
 
 def default_num_workers() -> int:
@@ -179,9 +178,9 @@ class TokenizeConfig:
     ``OUT/train`` + ``OUT/val`` (flat), or ``OUT/val/<bucket>`` beside ``OUT/train/<bucket>`` (tree)."""
     seed: int = 0
     """The seed of the --val-fraction document hash."""
-    remote: RemoteOptions = field(default_factory=RemoteOptions)
+    remote: RemoteOptions | None = None
     """An object-store input or output: how the store is reached (``RemoteOptions.from_keywords(storage_options=
-    {"endpoint": ...})``); the default: the AWS_/GOOGLE_/AZURE_ variables."""
+    {"endpoint": ...})``); None: the AWS_/GOOGLE_/AZURE_ variables."""
     plan_cache_dir: Path | None = None
     """An object-store input or output: where inputs are fetched to and the output is staged before upload;
     None: ``TOKENLOOM_CACHE_DIR`` or ~/.cache/tokenloom.
@@ -227,12 +226,12 @@ class TokenizeConfig:
                 field="min_text_length",
                 hint="Drop --min-text-length, or pass --windowing gpt-simple",
             )
-        if self.format not in SUPPORTED_FORMATS and self.train_type is None:
+        if self.train_type is None and self.format != UNIT_FORMAT and self.format not in supported_formats():
             raise ConfigError(
-                f"format {self.format!r} is not written by tokenize, expected one of {list(SUPPORTED_FORMATS)}",
+                f"format {self.format!r} is not written by tokenize, expected one of {list(supported_formats())}",
                 field="format",
             )
-        if _unit_shards(self.format):
+        if self.format == UNIT_FORMAT:
             for name in ("drop_overlap_prefix", "keep_staging"):
                 if getattr(self, name):
                     raise ConfigError(
@@ -298,7 +297,7 @@ class TokenizeConfig:
         object.__setattr__(self, "input_dir", input_staging_dir(str(url), self.plan_cache_dir))
 
     def _remote_output(self) -> None:
-        if not _unit_shards(self.format) and self.train_type is None:  # records: checked in _record_settings
+        if self.format != UNIT_FORMAT and self.train_type is None:  # records: checked in _record_settings
             refuse_remote_output(self.output_dir, f"tokenize output in format {self.format}")
         many = str(self.layout) == Layout.TREE.value or self.val_fraction > 0
         ray = str(self.executor) == ExecutorKind.RAY.value
@@ -336,7 +335,7 @@ class TokenizeConfig:
     @property
     def staged(self) -> bool:
         """True when the output format is written by converting a native staging dataset (megatron, flat, packed)."""
-        return self.train_type is None and not _unit_shards(self.format)
+        return self.train_type is None and self.format != UNIT_FORMAT
 
     @property
     def many_datasets(self) -> bool:
@@ -391,6 +390,10 @@ class TokenizeConfig:
         """What the executor takes of this run."""
         return EncodeOptions(**self._fields_of(EncodeOptions))
 
+    def unit_options(self) -> UnitOptions:
+        """What a unit's reader and writer take of this run."""
+        return UnitOptions(**self._fields_of(UnitOptions))
+
     def record_options(self) -> RecordOptions:
         """--train-type: what the post-training modules take of this run."""
         return RecordOptions(**self._fields_of(RecordOptions))
@@ -421,11 +424,6 @@ class TokenizeConfig:
             settings["val_fraction"] = self.val_fraction
             settings["seed"] = self.seed
         return settings
-
-
-def _unit_shards(format: str) -> bool:
-    spec = available_formats().get(format)
-    return spec is not None and spec.unit_shards
 
 
 def _member(choices: type[_E], value: object, name: str) -> _E:

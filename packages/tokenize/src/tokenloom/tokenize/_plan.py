@@ -12,7 +12,8 @@ from tokenloom.formats import ConfigError
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._gpt_simple import check_gpt_simple_inputs
 from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
-from tokenloom.tokenize.inputs import InputFile, discover_inputs, discover_remote_inputs
+from tokenloom.tokenize._unit_files import UnitPlan
+from tokenloom.tokenize.inputs import InputFile, cut_units, discover_inputs, discover_remote_inputs
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = ["RunInputs", "check_tokenizer_files"]
@@ -47,6 +48,11 @@ class RunInputs:
 
     def run_key(self, config: TokenizeConfig) -> dict[str, Any]:
         return _run_key(config, self.tokenizer_fingerprint, self.files)
+
+    def plan(self, config: TokenizeConfig) -> UnitPlan:
+        """The unit plan of these inputs: its run key, and its units (whole files, byte ranges, row-group runs)."""
+        run_key = {**self.run_key(config), "layout": "units", "unit_bytes": config.unit_bytes}
+        return UnitPlan(run_key, tuple(cut_units(self.files, config.unit_bytes)))
 
 
 def check_tokenizer_files(directory: Path) -> None:

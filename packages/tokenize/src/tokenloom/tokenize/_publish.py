@@ -42,13 +42,12 @@ from tokenloom.tokenize._bucket import BucketDataset
 from tokenloom.tokenize._bucket_objects import upload_unit
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
-from tokenloom.tokenize._ray import encode_with_ray, local_config, preflight
+from tokenloom.tokenize._ray import local_config, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._tree import TreeDataset, encode_tree, first_units, tree_datasets, tree_summary
+from tokenloom.tokenize._tree import TreeDataset, datasets_of, first_units
 from tokenloom.tokenize._unit_files import done_path
-from tokenloom.tokenize._unit_records import RecordStore, encode_records, record_summary
-from tokenloom.tokenize._unit_work import Session, encode_local
-from tokenloom.tokenize._units import _partial_summary, plan_of, prepare_units_dir, summary_of
+from tokenloom.tokenize._unit_work import Delivery, Session, UnitOutput
+from tokenloom.tokenize._units import prepare_units_dir, unit_output
 
 __all__ = ["BucketPublisher", "publish_to_url"]
 
@@ -64,17 +63,18 @@ def publish_to_url(
         raise ConfigError("publish_to_url needs an object-store output_dir", field="output_dir")
     if Path(inputs.tokenizer).is_dir():  # damaged tokenizer files: a ConfigError before anything is put
         check_tokenizer_files(Path(inputs.tokenizer))
-    if config.train_type is not None:
-        RecordStore(config, inputs.tokenizer).check()  # a tokenizer without a chat template: before any put
+    output = unit_output(config, inputs.tokenizer)
+    output.check()  # a tokenizer without a chat template: before any put
     with BucketPublisher(config) as publisher:
-        per_leaf, datasets = publisher.datasets(inputs)
+        groups, datasets = publisher.datasets(inputs)
+        many = config.many_datasets
         if config.overwrite:  # the old dataset goes, its manifest first
             datasets[0].clear()
-        alone = config.nodes.alone and not per_leaf
+        alone = config.nodes.alone and not many
         for dataset in datasets:
             dataset.manifest = dataset.complete(overwrite_hint=alone)  # --overwrite: one process only (_config)
         if all(d.manifest is not None for d in datasets):
-            return _summary(config, publisher.root, per_leaf, datasets, Session(), started, already_complete=True)
+            return _summary(config, output, publisher.root, groups, datasets, Session(), started, already_complete=True)
         for dataset in datasets:  # before anything is put under the URL
             if dataset.manifest is None and not config.overwrite:
                 dataset.check_foreign()
@@ -92,35 +92,25 @@ def publish_to_url(
         if ray:  # each task stages, uploads and commits its unit on its own machine
             (only,) = datasets
             pending = [u for u in range(len(only.plan.units)) if not only.at_url(u)]
-            if only.records is not None:  # the last step below merges the stores, as the last node does
-                session = encode_records(
-                    config, inputs.tokenizer, only.plan, on_progress, units=pending, upload=only.upload
-                )
-            else:
-                session = encode_with_ray(config, inputs, only.plan, on_progress, units=pending, upload=only.upload)
+            # a record store's units are merged below, as the last node of a --num-nodes run does
+            session = output.encode(inputs, groups, on_progress, Delivery(units=pending, upload=only.upload))
         elif not config.finalize:
             publisher.sync()
-            if datasets[0].records is not None:
-                session = encode_records(
-                    local, inputs.tokenizer, datasets[0].plan, on_progress, on_commit=publisher.commit_unit
-                )
-            elif per_leaf:
-                session = encode_tree(local, inputs, per_leaf, on_progress, on_commit=publisher.commit_unit)
-            else:
-                session = encode_local(local, inputs, datasets[0].plan, on_progress, on_commit=publisher.commit_unit)
+            local_output = unit_output(local, inputs.tokenizer)
+            session = local_output.encode(inputs, groups, on_progress, Delivery(on_commit=publisher.commit_unit))
             publisher.drain()  # every unit committed here is at the URL now
-            if not per_leaf:
+            if not many:
                 datasets[0].mark_finished(config.nodes.rank)
-        single = not (config.finalize or ray or per_leaf)
+        single = not (config.finalize or ray or many)
         everyone = single and recorded is not None and datasets[0].all_finished(recorded)
         for dataset in datasets:
             dataset.manifest = dataset.manifest or dataset.finish(
                 inputs.tokenizer,
                 required=config.finalize or everyone,
-                nodes=config.nodes.count if per_leaf else recorded,
+                nodes=config.nodes.count if many else recorded,
                 everyone=everyone,
             )
-        summary = _summary(config, publisher.root, per_leaf, datasets, session, started)
+        summary = _summary(config, output, publisher.root, groups, datasets, session, started)
         if all(d.manifest is not None for d in datasets):
             shutil.rmtree(publisher.root, ignore_errors=True)
     return summary
@@ -128,8 +118,9 @@ def publish_to_url(
 
 def _summary(
     config: TokenizeConfig,
+    output: UnitOutput,
     root: Path,
-    per_leaf: list[list[TreeDataset]],
+    groups: list[list[TreeDataset]],
     datasets: list[BucketDataset],
     session: Session,
     started: float,
@@ -137,30 +128,14 @@ def _summary(
     already_complete: bool = False,
 ) -> TokenizeSummary:
     """One summary over the datasets' manifests; while some are not published, what this node encoded."""
-    seconds = time.perf_counter() - started
-    manifests = [d.manifest for d in datasets if d.manifest is not None]
+    targets = [target for group in groups for target in group]
+    published = [d.manifest for d in datasets]
+    summary = output.summary(root, targets, published, session, time.perf_counter() - started)
     unfinished = [d for d in datasets if d.manifest is None]
-    if per_leaf:
-        summary = tree_summary(local_config(config, root), manifests, seconds, session)  # pyright: ignore[reportArgumentType]
-        summary.datasets = sorted(t.name for ts in per_leaf for t in ts)
-        if unfinished:
-            summary.units_total = sum(len(d.plan.units) for d in unfinished)
-            summary.documents = session.counts.documents
-    elif datasets[0].records is not None:
-        published = manifests[0] if manifests else None
-        summary = record_summary(root, published, session.records, session.units)  # pyright: ignore[reportArgumentType]
-        summary.seconds = seconds
-        if published is None:
-            summary.units_total = len(datasets[0].plan.units)
-    elif manifests:
-        summary = summary_of(manifests[0], root, seconds)  # pyright: ignore[reportArgumentType]
-    else:
-        summary = _partial_summary(root, datasets[0].plan, session, seconds)
     if unfinished:
         summary.units_missing = sum(d.missing() for d in unfinished)
     summary.output_dir = config.output_url  # type: ignore[assignment]
     summary.already_complete = already_complete
-    summary.add_session(session)
     return summary
 
 
@@ -187,24 +162,22 @@ class BucketPublisher:
         """The run's datasets, each staged under this node's staging root (a tree: one per leaf and role)."""
         config = self.config
         key: dict[str, Any] = {"node": [config.nodes.count or 1, config.nodes.rank]}
-        if not config.many_datasets:
-            plan = plan_of(config, inputs)
-            self.root = staging_dir(self.url, {**plan.run_key, **key}, config.plan_cache_dir)
-            records = local_config(config, self.root) if config.train_type is not None else None
-            self.groups = [[BucketDataset(RemoteTarget(self.url, self.options), self.root, plan, records=records)]]
-            self._by_dir = {self.root: self.groups[0][0]}
-            return [], self.groups[0]
-        key.update(inputs.run_key(config), layout=config.layout.value, unit_bytes=config.unit_bytes)
+        if config.many_datasets:
+            key.update(inputs.run_key(config), layout=config.layout.value, unit_bytes=config.unit_bytes)
+        else:
+            key.update(inputs.plan(config).run_key)
         self.root = staging_dir(self.url, key, config.plan_cache_dir)
-        per_leaf = tree_datasets(config, inputs, self.root)
-        for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
-            self.groups.append([self._tree_dataset(target, first) for target in targets])
-        return per_leaf, list(self._by_dir.values())
+        groups = datasets_of(config, inputs, self.root)
+        records = local_config(config, self.root) if config.train_type is not None else None
+        for targets, first in zip(groups, first_units(groups), strict=True):
+            self.groups.append([self._dataset(target, first, records) for target in targets])
+        return groups, list(self._by_dir.values())
 
-    def _tree_dataset(self, target: TreeDataset, first: int) -> BucketDataset:
-        out = target.config.output_dir
-        url = parse_url(f"{str(self.url).rstrip('/')}/{out.relative_to(self.root).as_posix()}")
-        self._by_dir[out] = BucketDataset(RemoteTarget(url, self.options), out, target.plan, first)
+    def _dataset(self, target: TreeDataset, first: int, records: TokenizeConfig | None) -> BucketDataset:
+        out = target.out
+        relative = out.relative_to(self.root).as_posix()
+        url = self.url if out == self.root else parse_url(f"{str(self.url).rstrip('/')}/{relative}")
+        self._by_dir[out] = BucketDataset(RemoteTarget(url, self.options), out, target.plan, first, records=records)
         return self._by_dir[out]
 
     def sync(self) -> None:

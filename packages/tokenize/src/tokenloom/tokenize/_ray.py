@@ -39,8 +39,6 @@ from urllib.parse import urlsplit
 from tokenloom.formats import ConfigError, StorageError
 from tokenloom.formats.io import require
 from tokenloom.formats.io.urls import parse_url
-from tokenloom.formats.remote.options import RemoteOptions
-from tokenloom.formats.remote.publish import staging_dir
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._executor import run_ordered, start_encoding
 from tokenloom.tokenize._plan import RunInputs
@@ -166,7 +164,7 @@ Upload = Callable[[Path, int], None]
 
 def local_config(config: TokenizeConfig, staging: Path) -> TokenizeConfig:
     """The run's config writing into the local ``staging`` directory (a bucket's copy on this machine)."""
-    return dataclasses.replace(config, output_dir=staging, overwrite=False, remote=RemoteOptions())
+    return dataclasses.replace(config, output_dir=staging, overwrite=False, remote=None)
 
 
 def run_unit_task(
@@ -186,6 +184,8 @@ def run_unit_task(
         source = _inputs_here(config, source)
         if upload is None or config.output_url is None:
             return write(config, unit, source, *settings, plan)
+        from tokenloom.formats.remote.publish import staging_dir  # the remote layer: only for a bucket output
+
         # this machine's cache (the worker's TOKENLOOM_CACHE_DIR), one directory per unit: no other task writes there
         staging = staging_dir(parse_url(config.output_url), {"plan": plan, "executor": "ray"}) / f"unit-{unit:06d}"
         shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the unit is written afresh
@@ -223,14 +223,15 @@ def _write_unit(
     config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
 ) -> dict[str, Any]:
     """Encode ``source`` in this process and commit it as unit ``unit`` in ``config.output_dir``."""
-    writer = UnitWriter(config, unit, source, facts, plan)
+    options = config.unit_options()
+    writer = UnitWriter(config.output_dir, options, unit, source, facts, plan)
     tokens = 0
     reader = read_chunks(
         [source.file],
-        chunk_lines=config.chunk_lines,
-        chunk_bytes=config.chunk_bytes,
-        max_line_bytes=config.max_line_bytes,
-        text_field=config.text_field,
+        chunk_lines=options.chunk_lines,
+        chunk_bytes=options.chunk_bytes,
+        max_line_bytes=options.max_line_bytes,
+        text_field=options.text_field,
         parts=[source.part],
     )
     try:
@@ -262,7 +263,7 @@ def encode_with_ray(
     committed unit goes (an object-store output); None: it is committed in ``config.output_dir``.
     """
     session = Session()
-    pending = pending_units(config, plan) if units is None else units
+    pending = pending_units(config.output_dir, config.nodes, plan) if units is None else units
     if not pending:
         return session
     with start_encoding(

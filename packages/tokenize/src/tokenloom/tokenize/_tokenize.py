@@ -5,9 +5,9 @@ tokenize(config)
     -> an s3:// / gs:// / az:// output: publish_to_url (_publish: the unit pipeline staged per node, each unit
        uploaded as it commits, the manifest last; one process is --num-nodes 1; a tree: one sub-prefix per dataset)
     -> check_run_paths
-    -> several datasets (--layout tree, --val-fraction): run_tree (_tree: a unit-planned dataset per leaf)
-    -> one process (no --num-nodes, no Ray, no --finalize): the output lock, held for the whole run
-    -> run_units (_units: plan, unit commits, manifest; one process is node 0 of 1)
+    -> one process (no --num-nodes, no Ray, no --finalize, one dataset): the output lock, held for the whole run
+    -> run_units (_units: plan, unit commits, manifest; one process is node 0 of 1; one dataset is a tree of
+       one leaf, --layout tree / --val-fraction a dataset per leaf: _tree)
        megatron / flat / packed: the same run into a staging dataset, converted at finalize (_staged)
 All encode through the one executor (_executor), as ``pack`` does.
 """
@@ -20,10 +20,7 @@ from pathlib import Path
 from tokenloom.formats.io import check_disjoint, check_replaceable, output_lock, real_path, storage_errors
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
-from tokenloom.tokenize._publish import publish_to_url
-from tokenloom.tokenize._staged import staging_dir, tokenize_via_staging
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
-from tokenloom.tokenize._tree import run_tree
 from tokenloom.tokenize._units import replaceable, run_units
 
 __all__ = ["check_run_paths", "tokenize"]
@@ -34,7 +31,9 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
     started = time.perf_counter()
     with storage_errors(config.output_dir, "tokenizing"):
         inputs = RunInputs.resolve(config)
-        if config.output_url is not None:
+        if config.output_url is not None:  # the remote layer is imported only for a run into object storage
+            from tokenloom.tokenize._publish import publish_to_url
+
             summary = publish_to_url(config, inputs, on_progress)
         else:
             summary = _run(config, inputs, on_progress)
@@ -44,10 +43,10 @@ def tokenize(config: TokenizeConfig, *, on_progress: ProgressCallback | None = N
 
 def _run(config: TokenizeConfig, inputs: RunInputs, on_progress: ProgressCallback | None) -> TokenizeSummary:
     check_run_paths(config, inputs)
-    if config.many_datasets:  # one encoder for every leaf; each leaf is a unit-planned dataset
-        return run_tree(config, inputs, on_progress=on_progress)
-    run = tokenize_via_staging if config.staged else run_units
-    if not config.nodes.alone:  # nodes share OUT; each unit commits atomically, the finalizer takes the lock
+    run = run_units  # one dataset, or a tree's leaves (_tree.datasets_of): each a unit-planned dataset
+    if config.staged:  # the converting formats' registry specs are imported only for them
+        from tokenloom.tokenize._staged import tokenize_via_staging as run
+    if not config.nodes.alone or config.many_datasets:  # nodes share OUT; each unit commits, the finalizer locks
         return run(config, inputs, on_progress=on_progress)
     with output_lock(config.output_dir, what="--output-dir"):
         return run(config, inputs, on_progress=on_progress)
@@ -57,6 +56,8 @@ def check_run_paths(config: TokenizeConfig, inputs: RunInputs) -> None:
     """Before anything is written or deleted: OUT (and its staging) must be apart from every input."""
     targets = [config.output_dir]
     if config.staged:
+        from tokenloom.tokenize._staged import staging_dir
+
         targets.append(staging_dir(config.output_dir))
     # OUT may lie inside --input-dir (its files are never inputs), but not be it or hold an input
     if real_path(config.output_dir) == real_path(config.input_dir):

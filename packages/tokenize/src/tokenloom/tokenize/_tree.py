@@ -1,5 +1,6 @@
-"""``--layout tree`` and ``--val-fraction``: several datasets from one run (one tokenizer load, one pool).
+"""The datasets of a run, grouped by leaf, and the one local loop that encodes their units (one tokenizer, one pool).
 
+    one dataset:          [[OUT]]                       (a leaf of one dataset: every run is this case with N=1)
     --layout tree:        IN/<split>/<bucket>/**  ->  OUT/<split>/<bucket>/   (one dataset per leaf)
     --val-fraction F:     a train leaf's documents whose seeded text hash is below F
                           -> OUT/val/<bucket> (tree) or OUT/val beside OUT/train (flat input)
@@ -16,30 +17,21 @@ and every leaf opens with ``open_dataset``, so ``eval-broadcast``'s PathEvalSour
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenloom.formats import ConfigError, Manifest
+from tokenloom.formats import ConfigError
 from tokenloom.tokenize._config import Layout, TokenizeConfig
 from tokenloom.tokenize._executor import run_ordered, start_encoding
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
+from tokenloom.tokenize._summary import ProgressCallback
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
 from tokenloom.tokenize._unit_work import Session, UnitWriter, encode_units, pending_units
-from tokenloom.tokenize._units import (
-    _complete,
-    finalize,
-    missing_units,
-    open_units_dir,
-    plan_of,
-    summary_of,
-)
 from tokenloom.tokenize._worker import ChunkResult, EncodeSettings
 from tokenloom.tokenize.inputs import Chunk, InputFile
 
-__all__ = ["Leaf", "TreeDataset", "encode_tree", "leaves_of", "run_tree", "tree_datasets", "tree_summary"]
+__all__ = ["Leaf", "TreeDataset", "datasets_of", "encode_groups", "first_units", "leaves_of"]
 
 TRAIN, VAL = "train", "val"
 
@@ -118,10 +110,14 @@ class TreeDataset:
         _, _, bucket = self.leaf.name.partition("/")
         return f"{VAL}/{bucket}" if bucket else VAL
 
+    @property
+    def out(self) -> Path:
+        return self.config.output_dir
+
 
 def _targets(config: TokenizeConfig, inputs: RunInputs, leaf: Leaf) -> list[TreeDataset]:
     leaf_config = dataclasses.replace(config, output_dir=leaf.out)
-    base = plan_of(leaf_config, RunInputs(inputs.tokenizer, inputs.tokenizer_fingerprint, leaf.files))
+    base = RunInputs(inputs.tokenizer, inputs.tokenizer_fingerprint, leaf.files).plan(leaf_config)
     dataset = {"dataset": leaf.name, "layout_of_input": config.layout.value}
     targets = [TreeDataset(leaf, leaf_config, UnitPlan({**base.run_key, **dataset, "role": TRAIN}, base.units), TRAIN)]
     if leaf.val_out is not None:
@@ -131,8 +127,12 @@ def _targets(config: TokenizeConfig, inputs: RunInputs, leaf: Leaf) -> list[Tree
     return targets
 
 
-def tree_datasets(config: TokenizeConfig, inputs: RunInputs, out: Path | None = None) -> list[list[TreeDataset]]:
-    """The run's datasets, grouped by leaf: ``[train]`` or ``[train, val]`` (a leaf carved by --val-fraction)."""
+def datasets_of(config: TokenizeConfig, inputs: RunInputs, out: Path | None = None) -> list[list[TreeDataset]]:
+    """The run's datasets, grouped by leaf: ``[train]`` or ``[train, val]`` (a leaf carved by --val-fraction); one
+    dataset (no --layout tree, no --val-fraction) is one leaf of one dataset, written into ``out``."""
+    if not config.many_datasets:
+        config = config if out is None else dataclasses.replace(config, output_dir=out)
+        return [[TreeDataset(Leaf("", inputs.files, config.output_dir, None), config, inputs.plan(config), TRAIN)]]
     return [_targets(config, inputs, leaf) for leaf in leaves_of(config, inputs, out)]
 
 
@@ -146,52 +146,7 @@ def first_units(per_leaf: list[list[TreeDataset]]) -> list[int]:
     return firsts
 
 
-def run_tree(
-    config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
-) -> TokenizeSummary:
-    """Every leaf's share of this node (see the module docstring); one summary over all the datasets."""
-    started = time.perf_counter()
-    per_leaf = tree_datasets(config, inputs)
-    complete: list[Manifest | None] = []
-    for targets in per_leaf:
-        for target in targets:
-            complete.append(None if config.overwrite else _complete(target.config.output_dir, target.plan))
-    if all(m is not None for m in complete):
-        summary = tree_summary(config, [m for m in complete if m is not None], time.perf_counter() - started)
-        summary.already_complete = True
-        summary.datasets = _names(per_leaf)
-        return summary
-    config.output_dir.mkdir(parents=True, exist_ok=True)
-    finished = iter(complete)
-    for targets in per_leaf:
-        for target in targets:
-            if next(finished) is not None:
-                continue  # a dataset already complete with this plan stays as it is (readers keep reading it)
-            open_units_dir(target.config, target.plan)
-    session = Session()
-    if not config.finalize:
-        session = encode_tree(config, inputs, per_leaf, on_progress)
-    manifests: list[Manifest] = []
-    missing = total_units = 0
-    for targets, first in zip(per_leaf, first_units(per_leaf), strict=True):
-        for target in targets:
-            out = target.config.output_dir
-            dealt = {"first": first, "recorded": config.nodes.count}
-            manifest = finalize(out, target.plan, inputs.tokenizer, required=config.finalize, **dealt)
-            if manifest is None:
-                missing += len(missing_units(out, target.plan))
-                total_units += len(target.plan.units)
-            else:
-                manifests.append(manifest)
-    summary = tree_summary(config, manifests, time.perf_counter() - started, session)
-    summary.units_total, summary.units_missing = total_units, missing
-    summary.datasets = _names(per_leaf)
-    if total_units:  # not finished: what this node encoded
-        summary.documents = session.counts.documents
-    return summary
-
-
-def encode_tree(
+def encode_groups(
     config: TokenizeConfig,
     inputs: RunInputs,
     per_leaf: list[list[TreeDataset]],
@@ -202,15 +157,18 @@ def encode_tree(
     ``on_commit(out, unit)`` after each dataset's commit of a unit (_publish: a bucket's upload)."""
     session = Session()
     pending = [
-        pending_units(targets[0].config, targets[0].plan, first)
+        pending_units(targets[0].out, config.nodes, targets[0].plan, first)
         for targets, first in zip(per_leaf, first_units(per_leaf), strict=True)
     ]
+    for targets, mine, first in zip(per_leaf, pending, first_units(per_leaf), strict=True):
+        session.resumed += len(config.nodes.units(len(targets[0].plan.units), first)) - len(mine)
     if not any(pending):
         return session
+    # the engine probe reads the same first documents (inputs.files) on every node
     with start_encoding(inputs.tokenizer, inputs.files, config.encode_options()) as encoding:
         facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
         session.facts = facts
-        settings = encoding.settings
+        settings, options = encoding.settings, config.unit_options()
         if config.val_fraction > 0:  # a train leaf's documents below the seeded hash go to its val dataset
             settings = dataclasses.replace(settings, val_fraction=config.val_fraction, val_seed=config.seed)
         for targets, mine in zip(per_leaf, pending, strict=True):
@@ -222,35 +180,8 @@ def encode_tree(
                 return run_ordered(encoding.executor, chunks, leaf, encoding.window, encoder=encoding.encoder)
 
             def writers(unit: int, targets: list[TreeDataset] = targets) -> list[UnitWriter]:
-                return [UnitWriter(t.config, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
+                return [UnitWriter(t.out, options, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
 
             sources = [targets[0].plan.units[u] for u in mine]
-            encode_units(config, sources, mine, encode, writers, session, on_progress, on_commit)
+            encode_units(options, sources, mine, encode, writers, session, on_progress, on_commit)
     return session
-
-
-def _names(per_leaf: list[list[TreeDataset]]) -> list[str]:
-    return sorted(t.name for targets in per_leaf for t in targets)
-
-
-def tree_summary(
-    config: TokenizeConfig, manifests: list[Manifest], seconds: float, session: Session | None = None
-) -> TokenizeSummary:
-    """One summary over the datasets' manifests (and what this process encoded, if anything)."""
-    summary = TokenizeSummary(output_dir=config.output_dir, seconds=seconds)
-    for manifest in manifests:
-        part = summary_of(manifest, config.output_dir, seconds)
-        summary.documents += part.documents
-        summary.entries += part.entries
-        summary.tokens += part.tokens
-        summary.input_bytes += part.input_bytes
-        summary.shards += part.shards
-        for kind, count in part.skipped.items():
-            summary.skipped[kind] = summary.skipped.get(kind, 0) + count
-        for kind, count in part.dropped.items():
-            summary.dropped[kind] = summary.dropped.get(kind, 0) + count
-        summary.dtype, summary.eos_id, summary.vocab_size = part.dtype, part.eos_id, part.vocab_size
-        summary.engine, summary.engine_reason = part.engine, part.engine_reason
-    if session is not None:
-        summary.add_session(session)
-    return summary

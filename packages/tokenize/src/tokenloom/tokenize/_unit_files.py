@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,6 @@ import xxhash
 
 from tokenloom.formats import ConfigError, DataError, FormatError, ResumeMismatchError
 from tokenloom.formats.io import fsync_dir, temp_base, temp_path
-from tokenloom.formats.keyed.records import RUN_PLAN_NAME
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._shards import ShardRecord
 from tokenloom.tokenize.inputs import UnitSource
@@ -60,7 +60,9 @@ __all__ = [
     "unit_stem",
 ]
 
-PLAN_NAME = RUN_PLAN_NAME  # formats refuses a record store in a bucket that has it but no manifest yet
+#: = formats.keyed.records.RUN_PLAN_NAME (a test keeps them one; a text run need not import the keyed stores):
+#: formats refuses a record store in a bucket that has it but no manifest yet
+PLAN_NAME = ".tokenloom-plan.json"
 NODES_NAME = ".tokenloom-nodes.json"
 PLAN_VERSION = 1
 _UNIT_FILE = re.compile(r"unit_(\d{6})_(\d{4})\.(bin|idx|records)|\.tokenloom-unit-(\d{6})\.done")
@@ -284,6 +286,28 @@ def uncommitted_error(
         )
         hint = f"Rerun the nodes that own them (unit u belongs to --node-rank {owner}), then --finalize"
     return DataError(why, path=path, hint=hint)
+
+
+class OnError(StrEnum):
+    """What a bad input record does."""
+
+    RAISE = "raise"
+    """Stop with RecordError(file, line); publish nothing."""
+    SKIP = "skip"
+    """Count it by kind, report the counts at the end, and go on."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UnitOptions:
+    """How a unit's input is read and its shards written (``TokenizeConfig.unit_options``): all that a unit's
+    reader and writer (_unit_work, a Ray task) take of the run, not the whole config."""
+
+    on_error: OnError
+    shard_size_tokens: int
+    chunk_lines: int
+    chunk_bytes: int
+    max_line_bytes: int
+    text_field: str
 
 
 @dataclass(frozen=True, slots=True)

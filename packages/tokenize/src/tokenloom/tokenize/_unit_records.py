@@ -47,7 +47,7 @@ from tokenloom.tokenize._unit_files import (
     remove_node_records,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import Session, pending_units
+from tokenloom.tokenize._unit_work import Delivery, Session, pending_units
 from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
@@ -183,8 +183,14 @@ class RecordStore:
 
         transform_for(self.config.record_options(), self.tokenizer)  # a tokenizer without a chat template fails here
 
-    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
-        return encode_records(self.config, self.tokenizer, plan, on_progress)
+    def encode(
+        self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None, delivery: Delivery
+    ) -> Session:
+        plan = groups[0][0].plan  # one dataset: _record_settings refuses a tree
+        units, upload = delivery.units, delivery.upload
+        return encode_records(
+            self.config, self.tokenizer, plan, on_progress, delivery.on_commit, units=units, upload=upload
+        )
 
     def publishing(self, out: Path) -> bool:
         return merged(out)
@@ -197,11 +203,12 @@ class RecordStore:
         return sidecar
 
     def summary(
-        self, out: Path, plan: UnitPlan, published: dict[str, Any] | None, session: Session, seconds: float
+        self, out: Path, targets: list[Any], published: list[Any], session: Session, seconds: float
     ) -> TokenizeSummary:
-        summary = record_summary(out, published, session.records, session.units)
+        summary = record_summary(out, published[0], session.records, session.units)
         summary.seconds = seconds
-        if published is None:  # other nodes' units are still to come: the CLI says so, not "wrote OUT"
+        if published[0] is None:  # other nodes' units are still to come: the CLI says so, not "wrote OUT"
+            plan = targets[0].plan
             summary.units_total = len(plan.units)
             summary.units_missing = sum(not done_path(out, u).exists() for u in range(len(plan.units)))
         return summary
@@ -222,11 +229,11 @@ def encode_records(
     ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload).
     ``units`` and ``upload`` (--executor ray into a bucket, as _ray.encode_with_ray): the units not committed at
     the URL, each staged and uploaded by its task on its own machine."""
-    mine = units
+    mine, out = units, config.output_dir
     if mine is None:
-        mine = [] if merged(config.output_dir) else pending_units(config, plan)  # merged: done markers may be gone
+        mine = [] if merged(out) else pending_units(out, config.nodes, plan)  # merged: done markers may be gone
         for unit in mine:
-            shutil.rmtree(unit_store(config.output_dir, unit), ignore_errors=True)
+            shutil.rmtree(unit_store(out, unit), ignore_errors=True)
     if config.executor is ExecutorKind.RAY:
         calls = [(write_record_unit, config, u, plan.units[u], (tokenizer,), plan.digest, upload) for u in mine]
         outcomes = ray_tasks(config.ray_address, run_unit_task, calls)

@@ -1,7 +1,7 @@
 """The work of a unit: its writer (shards, then the done marker), the units a node still owes, and the one
-loop that encodes units through a local pool (a dataset's, or a tree's leaves').
+loop that encodes units through a local pool (_tree.encode_groups: the leaves of a run, one dataset or many).
 
-Shared by the local pool (_units, _tree) and Ray tasks (_ray): a unit is written the same way by either.
+Shared by the local pool (_tree) and Ray tasks (_ray): a unit is written the same way by either.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from tokenloom.formats import RecordError
-from tokenloom.tokenize._config import OnError, TokenizeConfig
-from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._shards import ShardCutter
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import (
     Counts,
+    Nodes,
+    OnError,
     UnitDone,
     UnitFacts,
+    UnitOptions,
     UnitPlan,
     create_once,
     done_path,
@@ -36,10 +37,11 @@ from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.inputs import ByteRange, Chunk, UnitSource, lines_before, local_path, read_chunks
 
 __all__ = [
+    "IN_PLACE",
+    "Delivery",
     "Session",
     "UnitOutput",
     "UnitWriter",
-    "encode_local",
     "encode_units",
     "pending_units",
     "unit_line",
@@ -65,6 +67,21 @@ class Session:
     """--train-type: the post-training counts of the units this session wrote."""
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where a run's committed units go besides their directory: ``on_commit(out, unit)`` after each local commit
+    (a bucket's upload queue, _publish); a Ray run into a bucket encodes only ``units`` (those missing at the
+    URL), each task handing its staged unit to ``upload(staging, unit)``."""
+
+    on_commit: Callable[[Path, int], None] | None = None
+    units: list[int] | None = None
+    upload: Callable[[Path, int], None] | None = None
+
+
+#: Units committed in their directory and nothing more (a local output).
+IN_PLACE = Delivery()
+
+
 class UnitOutput(Protocol):
     """What a unit-planned run's units hold and become: token shards and a manifest (_units.TokenShards), or
     record stores merged into one (_unit_records.RecordStore); the plan, dealing and commits are the same."""
@@ -77,8 +94,11 @@ class UnitOutput(Protocol):
         """Fail before anything is written (a tokenizer without a chat template, ...)."""
         ...
 
-    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
-        """This node's pending units (or, with Ray, every pending unit), each committed by its done marker."""
+    def encode(
+        self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None, delivery: Delivery
+    ) -> Session:
+        """This node's pending units of the run's datasets (``groups``: _tree.datasets_of; with Ray, every pending
+        unit), each committed by its done marker, then delivered (``delivery``)."""
         ...
 
     def publishing(self, out: Path) -> bool:
@@ -90,15 +110,20 @@ class UnitOutput(Protocol):
         ...
 
     def summary(
-        self, out: Path, plan: UnitPlan, published: Any, session: Session, seconds: float
-    ) -> TokenizeSummary: ...
+        self, out: Path, targets: list[Any], published: list[Any], session: Session, seconds: float
+    ) -> TokenizeSummary:
+        """One summary over the datasets (``targets``: _tree.TreeDataset) and what each published (None: not yet)."""
+        ...
 
 
 class UnitWriter:
     """Consumes one unit's chunk results in order into its shards; ``commit`` creates its done marker."""
 
-    def __init__(self, config: TokenizeConfig, unit: int, source: UnitSource, facts: UnitFacts, plan: str) -> None:
-        self.config = config
+    def __init__(
+        self, out: Path, options: UnitOptions, unit: int, source: UnitSource, facts: UnitFacts, plan: str
+    ) -> None:
+        self.out = out
+        self.options = options
         self.unit = unit
         self.source = source
         self.facts = facts
@@ -106,9 +131,9 @@ class UnitWriter:
         self.counts = Counts()
         self.examples: list[str] = []
         self.cutter = ShardCutter(
-            config.output_dir,
+            out,
             dtype=np.dtype(facts.dtype),
-            shard_size_tokens=config.shard_size_tokens,
+            shard_size_tokens=options.shard_size_tokens,
             stem=lambda part: unit_stem(unit, part),
         )
 
@@ -116,7 +141,7 @@ class UnitWriter:
         path = self.source.file.shown
         for issue in result.issues:
             line = unit_line(self.source, issue.line)
-            if self.config.on_error is OnError.RAISE:
+            if self.options.on_error is OnError.RAISE:
                 raise RecordError(issue.message, path=path, offset=issue.offset, record=line, field=issue.kind.value)
             kind = issue.kind.value
             self.counts.skipped[kind] = self.counts.skipped.get(kind, 0) + 1
@@ -132,7 +157,7 @@ class UnitWriter:
         """Close the unit's last shard (an empty one if it has none), then create its done marker."""
         self.cutter.finish()
         done = UnitDone(self.unit, self.plan, tuple(self.cutter.records), self.counts, self.facts)
-        if not create_once(done_path(self.config.output_dir, self.unit), done.payload()):
+        if not create_once(done_path(self.out, self.unit), done.payload()):
             log.info("unit %d was already committed by another process (its bytes are the same)", self.unit)
         return done
 
@@ -140,32 +165,8 @@ class UnitWriter:
         self.cutter.abort()
 
 
-def encode_local(
-    config: TokenizeConfig,
-    inputs: RunInputs,
-    plan: UnitPlan,
-    on_progress: ProgressCallback | None,
-    on_commit: Callable[[Path, int], None] | None = None,
-) -> Session:
-    """This node's pending units; ``on_commit(out, unit)`` after each commit (_publish: a bucket's upload)."""
-    session = Session()
-    mine = pending_units(config, plan)
-    session.resumed = len(config.nodes.units(len(plan.units))) - len(mine)
-    if not mine:
-        return session
-    # the engine probe reads the same first documents (inputs.files) on every node
-    with start_encoding(inputs.tokenizer, inputs.files, config.encode_options()) as encoding:
-        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
-        session.facts = facts
-        writers = lambda unit: [UnitWriter(config, unit, plan.units[unit], facts, plan.digest)]  # noqa: E731
-        encode_units(
-            config, [plan.units[u] for u in mine], mine, encoding.results, writers, session, on_progress, on_commit
-        )
-    return session
-
-
 def encode_units(
-    config: TokenizeConfig,
+    options: UnitOptions,
     sources: list[UnitSource],
     units: list[int],
     encode: Callable[[Iterator[Chunk]], Iterator[ChunkResult]],
@@ -178,10 +179,10 @@ def encode_units(
     ``[train, val]`` (a unit's --val-fraction part is its results' ``val``); a unit commits when the next begins."""
     chunks = read_chunks(
         [s.file for s in sources],
-        chunk_lines=config.chunk_lines,
-        chunk_bytes=config.chunk_bytes,
-        max_line_bytes=config.max_line_bytes,
-        text_field=config.text_field,
+        chunk_lines=options.chunk_lines,
+        chunk_bytes=options.chunk_bytes,
+        max_line_bytes=options.max_line_bytes,
+        text_field=options.text_field,
         parts=[s.part for s in sources],
     )
     source_of: dict[int, int] = {}  # chunk index -> its unit's place in ``units``, until its result is in
@@ -226,7 +227,7 @@ def _commit(session: Session, writers: list[UnitWriter], on_commit: Callable[[Pa
         session.counts.add(done.counts)
         session.examples += writer.examples
         if on_commit is not None:
-            on_commit(writer.config.output_dir, writer.unit)
+            on_commit(writer.out, writer.unit)
     if writers:
         session.units += 1
     writers.clear()  # committed: an error after this must not abort them
@@ -247,8 +248,9 @@ def _lines_before(path: Path, start: int) -> int:
     return lines_before(path, start)
 
 
-def pending_units(config: TokenizeConfig, plan: UnitPlan, first: int = 0) -> list[int]:
-    """This node's units without a done marker, in unit order; their killed writers' temps are removed."""
-    mine = [u for u in config.nodes.units(len(plan.units), first) if not done_path(config.output_dir, u).exists()]
-    remove_unit_temps(config.output_dir, set(mine))
+def pending_units(out: Path, nodes: Nodes, plan: UnitPlan, first: int = 0) -> list[int]:
+    """This node's units of ``plan`` without a done marker in ``out``, in unit order; their killed writers' temps
+    are removed."""
+    mine = [u for u in nodes.units(len(plan.units), first) if not done_path(out, u).exists()]
+    remove_unit_temps(out, set(mine))
     return mine

@@ -16,6 +16,7 @@ error there (or a kill before any unit is committed) leaves nothing behind, as a
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import shutil
@@ -45,12 +46,13 @@ from tokenloom.formats.io import (
     temp_base,
     write_manifest,
 )
-from tokenloom.tokenize._config import SUPPORTED_FORMATS, UNIT_FORMAT, ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._config import UNIT_FORMAT, ExecutorKind, TokenizeConfig, supported_formats
 from tokenloom.tokenize._diff import check_run_key
 from tokenloom.tokenize._executor import WorkerDiedError
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import encode_with_ray, preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
+from tokenloom.tokenize._tree import TreeDataset, datasets_of, encode_groups, first_units
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     Counts,
@@ -67,25 +69,20 @@ from tokenloom.tokenize._unit_files import (
     uncommitted_error,
     unit_stem,
 )
-from tokenloom.tokenize._unit_records import RecordStore, clear_record_output, is_record_store_file
-from tokenloom.tokenize._unit_work import (
-    Session,
-    UnitOutput,
-    encode_local,
-)
+from tokenloom.tokenize._unit_work import IN_PLACE, Delivery, Session, UnitOutput
 from tokenloom.tokenize.engine import EngineMismatchError
-from tokenloom.tokenize.inputs import cut_units
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
     "finalize",
     "missing_units",
     "open_units_dir",
-    "plan_of",
     "prepare_units_dir",
     "replaceable",
     "run_units",
     "summary_of",
+    "text_summary",
+    "unit_output",
     "write_unit_manifest",
 ]
 
@@ -97,56 +94,56 @@ _OLD_SHARD = re.compile(r"shard_\d+\.(bin|idx)")
 _RUN_RECORD = "tokenize.json"
 
 
-def plan_of(config: TokenizeConfig, inputs: RunInputs) -> UnitPlan:
-    run_key = {**inputs.run_key(config), "layout": "units", "unit_bytes": config.unit_bytes}
-    return UnitPlan(run_key, tuple(cut_units(inputs.files, config.unit_bytes)))
-
-
 def run_units(
     config: TokenizeConfig, inputs: RunInputs, *, on_progress: ProgressCallback | None = None
 ) -> TokenizeSummary:
-    """This node's share of a unit-planned run (or, with --finalize, only the manifest); see the module docstring.
+    """This node's share of every dataset of a unit-planned run (one, or a tree's leaves; with --finalize only the
+    manifests); see the module docstring.
 
     What a unit holds is its transform's (_transform): token shards (text -> documents) or a record store
     (--train-type: conversations -> sft / dpo / grpo records); the plan, dealing, commits and finalize are one.
     """
     started = time.perf_counter()
-    out = config.output_dir
-    plan = plan_of(config, inputs)
-    output = _output_of(config, inputs.tokenizer)
-    published = None if config.overwrite else output.complete(out, plan)
-    if published is not None:
-        summary = output.summary(out, plan, published, Session(), time.perf_counter() - started)
+    groups = datasets_of(config, inputs)
+    targets = [target for group in groups for target in group]
+    firsts = [first for group, first in zip(groups, first_units(groups), strict=True) for _ in group]
+    output = unit_output(config, inputs.tokenizer)
+    published = [None if config.overwrite else output.complete(t.out, t.plan) for t in targets]
+    if all(p is not None for p in published):  # a dataset complete with this plan stays as it is
+        summary = output.summary(config.output_dir, targets, published, Session(), time.perf_counter() - started)
         summary.already_complete = True
         return summary
     if config.executor is ExecutorKind.RAY and not config.finalize:
         preflight(config.ray_address)  # an unreachable cluster fails before anything is written
     output.check()
-    created = not out.exists()
-    recorded = open_units_dir(config, plan)
+    created = not config.output_dir.exists()
+    pairs = zip(targets, published, strict=True)
+    recorded = [open_units_dir(t.config, t.plan) if p is None else None for t, p in pairs]
     session = Session()
     if not config.finalize:
         try:
-            session = output.encode(inputs, plan, on_progress)
+            session = output.encode(inputs, groups, on_progress, IN_PLACE)
         except BaseException as error:
-            if config.nodes.alone:
-                _leave_nothing(out, created=created, error=error)
+            if config.nodes.alone and not config.many_datasets:
+                _leave_nothing(config.output_dir, created=created, error=error)
             raise
         if config.executor is not ExecutorKind.RAY:
-            mark_node_finished(out, config.nodes.rank)
-    everyone = not config.finalize and recorded is not None and finished_nodes(out, recorded) == recorded
-    if output.publishing(out):  # a publish was killed midway, or another node publishes now: finish it or wait
-        published = _locked(out, lambda: output.publish(out, plan), wait=recorded is not None)
-    else:
-        required = config.finalize or everyone
-        published = finalize(
-            out, plan, inputs.tokenizer, required=required, recorded=recorded, everyone=everyone,
-            publish=lambda: output.publish(out, plan),
-        )  # fmt: skip
-    summary = output.summary(out, plan, published, session, time.perf_counter() - started)
-    summary.units_committed = session.units
-    summary.resumed_units = session.resumed
-    return summary
+            for target, done in zip(targets, published, strict=True):
+                if done is None:
+                    mark_node_finished(target.out, config.nodes.rank)
+    for i, (target, first, nodes) in enumerate(zip(targets, firsts, recorded, strict=True)):
+        if published[i] is not None:
+            continue
+        out, publish = target.out, functools.partial(output.publish, target.out, target.plan)
+        everyone = not config.finalize and nodes is not None and finished_nodes(out, nodes) == nodes
+        if output.publishing(out):  # a publish was killed midway, or another node publishes now: finish it or wait
+            published[i] = _locked(out, publish, wait=nodes is not None)
+        else:
+            required = config.finalize or everyone
+            published[i] = finalize(
+                out, target.plan, publish, required=required, first=first, recorded=nodes, everyone=everyone
+            )
+    return output.summary(config.output_dir, targets, published, session, time.perf_counter() - started)
 
 
 class TokenShards:
@@ -162,10 +159,17 @@ class TokenShards:
     def check(self) -> None:
         """Nothing to check before writing: the encoder's probe runs at the start of encoding."""
 
-    def encode(self, inputs: RunInputs, plan: UnitPlan, on_progress: ProgressCallback | None) -> Session:
-        if self.config.executor is ExecutorKind.RAY:
-            return encode_with_ray(self.config, inputs, plan, on_progress)
-        return encode_local(self.config, inputs, plan, on_progress)
+    def encode(
+        self,
+        inputs: RunInputs,
+        groups: list[list[TreeDataset]],
+        on_progress: ProgressCallback | None,
+        delivery: Delivery,
+    ) -> Session:
+        if self.config.executor is ExecutorKind.RAY:  # one dataset (_config refuses Ray for a tree)
+            plan = groups[0][0].plan
+            return encode_with_ray(self.config, inputs, plan, on_progress, units=delivery.units, upload=delivery.upload)
+        return encode_groups(self.config, inputs, groups, on_progress, delivery.on_commit)
 
     def publishing(self, out: Path) -> bool:
         return False  # the manifest is one atomic write
@@ -174,18 +178,69 @@ class TokenShards:
         return write_unit_manifest(out, plan, self.tokenizer)
 
     def summary(
-        self, out: Path, plan: UnitPlan, published: Manifest | None, session: Session, seconds: float
+        self, out: Path, targets: list[TreeDataset], published: list[Any], session: Session, seconds: float
     ) -> TokenizeSummary:
-        summary = summary_of(published, out, seconds) if published else _partial_summary(out, plan, session, seconds)
-        summary.add_session(session)
-        if session.facts is not None:  # this session's engine (the manifest names unit 0's)
-            summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
-        return summary
+        return text_summary(out, targets, published, session, seconds, datasets=self.config.many_datasets)
 
 
-def _output_of(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
+def text_summary(
+    out: Path,
+    targets: list[TreeDataset],
+    published: list[Manifest | None],
+    session: Session,
+    seconds: float,
+    *,
+    datasets: bool,
+) -> TokenizeSummary:
+    """One summary over the run's datasets: their manifests once every one is published, else what this process
+    encoded and the units still missing (``datasets``: name the datasets, a tree's or a --val-fraction run's)."""
+    unfinished = [t for t, m in zip(targets, published, strict=True) if m is None]
+    if unfinished:
+        facts = session.facts
+        summary = TokenizeSummary(
+            output_dir=out,
+            documents=session.counts.documents,
+            input_bytes=session.counts.input_bytes,
+            skipped=dict(session.counts.skipped),
+            dropped=dict(session.counts.dropped),
+            dtype=facts.dtype if facts else "",
+            eos_id=facts.eos_id if facts else -1,
+            vocab_size=facts.vocab_size if facts else 0,
+        )
+        summary.units_total = sum(len(t.plan.units) for t in unfinished)
+        summary.units_missing = sum(len(missing_units(t.out, t.plan)) for t in unfinished)
+    else:
+        summary = TokenizeSummary(output_dir=out)
+        for manifest in published:
+            part = summary_of(manifest, out, seconds)  # pyright: ignore[reportArgumentType]
+            summary.documents += part.documents
+            summary.entries += part.entries
+            summary.tokens += part.tokens
+            summary.input_bytes += part.input_bytes
+            summary.shards += part.shards
+            for kind, count in part.skipped.items():
+                summary.skipped[kind] = summary.skipped.get(kind, 0) + count
+            for kind, count in part.dropped.items():
+                summary.dropped[kind] = summary.dropped.get(kind, 0) + count
+            summary.dtype, summary.eos_id, summary.vocab_size = part.dtype, part.eos_id, part.vocab_size
+            summary.engine, summary.engine_reason = part.engine, part.engine_reason
+    summary.seconds = seconds
+    summary.add_session(session)
+    summary.resumed_units = session.resumed
+    if session.facts is not None:  # this session's engine (the manifest names unit 0's)
+        summary.engine, summary.engine_reason = session.facts.engine["name"], session.facts.engine.get("reason", "")
+    if datasets:
+        summary.datasets = sorted(t.name for t in targets)
+    return summary
+
+
+def unit_output(config: TokenizeConfig, tokenizer: str) -> UnitOutput:
     """What a unit holds, by the run's transform: token shards, or a --train-type record store."""
-    return (TokenShards if config.train_type is None else RecordStore)(config, tokenizer)
+    if config.train_type is None:
+        return TokenShards(config, tokenizer)
+    from tokenloom.tokenize._unit_records import RecordStore  # the keyed stores: imported by a records run only
+
+    return RecordStore(config, tokenizer)
 
 
 def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
@@ -238,6 +293,8 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError("the output path exists and is not a directory", path=out, field="output_dir")
     if config.overwrite and out.exists() and config.train_type is not None:
+        from tokenloom.tokenize._unit_records import clear_record_output
+
         clear_record_output(out)
         return
     if config.overwrite and out.exists():
@@ -269,12 +326,11 @@ def prepare_units_dir(config: TokenizeConfig) -> None:
 
 
 def _ours(name: str) -> bool:
-    return (
-        is_unit_file(name)
-        or is_record_store_file(name)
-        or name in (WRITING_MARKER, MANIFEST_NAME)
-        or name.startswith(MANIFEST_NAME + ".")
-    )
+    if is_unit_file(name) or name in (WRITING_MARKER, MANIFEST_NAME) or name.startswith(MANIFEST_NAME + "."):
+        return True
+    from tokenloom.tokenize._unit_records import is_record_store_file  # the keyed stores: only for other names
+
+    return is_record_store_file(name)
 
 
 def replaceable(out: Path) -> Callable[[str], bool]:
@@ -289,7 +345,7 @@ def replaceable(out: Path) -> Callable[[str], bool]:
             return True
         return has_record and any(spec.owns_file(base) for spec in converted)
 
-    converted = [spec for name, spec in available_formats().items() if name in SUPPORTED_FORMATS]
+    converted = [spec for name, spec in available_formats().items() if name in supported_formats()]
 
     return ours
 
@@ -316,19 +372,18 @@ def missing_units(out: Path, plan: UnitPlan) -> list[int]:
 def finalize(
     out: Path,
     plan: UnitPlan,
-    tokenizer: str,
+    publish: Callable[[], Any],
     *,
     required: bool,
     first: int = 0,
     recorded: int | None = None,
     everyone: bool = False,
-    publish: Callable[[], Any] | None = None,
 ) -> Any:
-    """Write the manifest once every unit is committed; None (or, if ``required``, an error) otherwise.
+    """``publish()`` (the manifest, or what the units become) once every unit is committed; None (or, if
+    ``required``, an error) otherwise.
 
     ``first``, ``recorded`` (the run's node count): how the units were dealt, for the error's nodes to rerun.
     ``everyone``: every node has finished, so a unit still missing was taken by no node (said as such).
-    ``publish``: what the unit writer's outputs become (default: the manifest of the unit shards).
     """
     missing = missing_units(out, plan)
     if missing:
@@ -336,9 +391,7 @@ def finalize(
             return None
         raise uncommitted_error(plan, missing, path=out, recorded=recorded, everyone=everyone, first=first)
     try:  # every node finished: the one holding the lock publishes; the others wait, then find it published
-        return _locked(
-            out, lambda: publish() if publish is not None else write_unit_manifest(out, plan, tokenizer), wait=everyone
-        )
+        return _locked(out, publish, wait=everyone)
     except OutputLockedError:
         if required:
             raise
@@ -414,21 +467,3 @@ def write_unit_manifest(out: Path, plan: UnitPlan, tokenizer: str, sizes: dict[s
     remove_node_records(out)
     fsync_dir(out)
     return manifest
-
-
-def _partial_summary(out: Path, plan: UnitPlan, session: Session, seconds: float) -> TokenizeSummary:
-    facts = session.facts
-    summary = TokenizeSummary(
-        output_dir=out,
-        documents=session.counts.documents,
-        input_bytes=session.counts.input_bytes,
-        seconds=seconds,
-        skipped=dict(session.counts.skipped),
-        dropped=dict(session.counts.dropped),
-        dtype=facts.dtype if facts else "",
-        eos_id=facts.eos_id if facts else -1,
-        vocab_size=facts.vocab_size if facts else 0,
-    )
-    summary.units_total = len(plan.units)
-    summary.units_missing = len(missing_units(out, plan))
-    return summary

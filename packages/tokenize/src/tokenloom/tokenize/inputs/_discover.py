@@ -149,12 +149,13 @@ def input_staging_dir(url: str, plan_cache_dir: str | os.PathLike[str] | None) -
     return root / "inputs" / hashlib.sha256(url.encode()).hexdigest()[:24]
 
 
-def discover_remote_inputs(url: str, remote: RemoteOptions, staging: Path) -> list[InputFile]:
+def discover_remote_inputs(url: str, remote: RemoteOptions | None, staging: Path) -> list[InputFile]:
     """Every input object (by suffix) under the prefix ``url``, sorted by relative key; nothing is fetched."""
     from tokenloom.formats.remote import helper
+    from tokenloom.formats.remote.options import RemoteOptions
 
     parsed = parse_url(url)
-    config = remote.store(parsed)
+    config = (remote or RemoteOptions()).store(parsed)
     listed = helper.list_objects(config)
     base = f"{parsed.prefix}/" if parsed.prefix else ""
     files = []
