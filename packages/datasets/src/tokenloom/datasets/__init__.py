@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from tokenloom.datasets._records import RecordDataset
     from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
     from tokenloom.datasets._state import (
-        changed_objects,
         check_state,
         data_fingerprint,
         data_objects,
@@ -88,7 +87,6 @@ _EXPORTS = {
     "best_fit_decreasing": "tokenloom.datasets._binpack",
     "build_batch": "tokenloom.datasets._sample",
     "build_sample": "tokenloom.datasets._sample",
-    "changed_objects": "tokenloom.datasets._state",
     "check_state": "tokenloom.datasets._state",
     "data_objects": "tokenloom.datasets._state",
     "with_objects": "tokenloom.datasets._state",
@@ -135,7 +133,6 @@ __all__ = [
     "best_fit_decreasing",
     "build_batch",
     "build_sample",
-    "changed_objects",
     "check_state",
     "collate",
     "compute_plan",

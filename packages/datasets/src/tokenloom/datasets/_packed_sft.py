@@ -139,9 +139,6 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
     def __len__(self) -> int:
         return len(self._bin_offsets) - 1
 
-    def fingerprint(self) -> str:
-        return self._fingerprint
-
     def conversations(self, index: int) -> list[int]:
         """The store records packed into sample ``index``, in order."""
         first, last = int(self._bin_offsets[index]), int(self._bin_offsets[index + 1])

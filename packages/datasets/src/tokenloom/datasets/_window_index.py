@@ -20,7 +20,7 @@ import numpy as np
 from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._packing_mode import Packing, as_packing
-from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
+from tokenloom.datasets._state import FingerprintState, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import open_data, select_shards
 from tokenloom.formats import ConfigError, RemoteOptions, TokenDataset
 from tokenloom.formats.io import iter_chunks
@@ -72,7 +72,7 @@ def _unknown_keywords(owner: str, names: list[str]) -> ConfigError:
     )
 
 
-class WindowIndex(SampleBytes):
+class WindowIndex(SampleBytes, FingerprintState):
     """The torch-free half of :class:`MemoryMappedDataset`: sizing, addressing and fingerprint of the windows.
 
     Takes the same arguments; ``len``, :meth:`window_start`, :meth:`window` and :meth:`fingerprint` are the
@@ -150,14 +150,6 @@ class WindowIndex(SampleBytes):
     # -- addressing -------------------------------------------------------------------
     def __len__(self) -> int:
         return self._length
-
-    def fingerprint(self) -> str:
-        """Changes whenever the data or a setting that changes the samples changes."""
-        return self._fingerprint
-
-    def data_objects(self) -> dict[str, str]:
-        """``{URL: "size:ETag"}`` of every object of data in object storage ({} on disk); saved in states."""
-        return data_objects(self._stream)
 
     def window_start(self, index: int) -> int:
         """Global token position where sample ``index``'s window begins."""

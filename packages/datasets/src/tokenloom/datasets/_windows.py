@@ -19,13 +19,12 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import Packing, build_batch, to_torch
-from tokenloom.datasets._state import FingerprintState
 from tokenloom.datasets._window_index import WindowIndex, check_positive, overlap_intervals
 
 __all__ = ["MemoryMappedDataset", "check_positive", "overlap_intervals"]
 
 
-class MemoryMappedDataset(Prefetching, WindowIndex, FingerprintState, Dataset[dict[str, torch.Tensor]]):
+class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tensor]]):
     """Windows of ``seq_len + 1`` tokens as sample dicts (see the package README for every key).
 
     Args:

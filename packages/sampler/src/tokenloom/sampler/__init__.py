@@ -30,6 +30,7 @@ from tokenloom.sampler._block import (
     BlockOrder,
 )
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
+from tokenloom.sampler._identity import check_objects, data_objects
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._mix import MixSchedule
 from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_order, bucket_permutation
@@ -64,6 +65,8 @@ __all__ = [
     "ResumableDistributedSampler",
     "Segment",
     "bucket_order",
+    "check_objects",
+    "data_objects",
     "bucket_permutation",
     "round_keys",
     "sampler_state_from_loader",
