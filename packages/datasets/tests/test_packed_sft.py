@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, cast
 
@@ -257,3 +258,17 @@ def test_batches_cross_to_workers_compact_and_equal(tmp_path: Path) -> None:
     first = next(iter(loader))
     assert type(first) is dict
     assert all(torch.equal(first[key], value) for key, value in ds.__getitems__([0, 1, 2, 3]).batched.items())
+
+
+def test_the_fingerprint_keys_on_the_content_not_the_path(tmp_path: Path) -> None:
+    """A store moved (or read from another mount) keeps its fingerprint, so a saved state still resumes; other
+    conversations give another one."""
+    convs = conversations(30)
+    first = PackedSFTDataset(write_store(tmp_path / "a", convs), 64)
+    moved = PackedSFTDataset(shutil.copytree(tmp_path / "a", tmp_path / "b"), 64)
+    assert moved.fingerprint() == first.fingerprint()
+    moved.load_state_dict(first.state_dict())
+    other = PackedSFTDataset(write_store(tmp_path / "c", conversations(30, seed=1)), 64)
+    assert other.fingerprint() != first.fingerprint()
+    with pytest.raises(ResumeMismatchError):
+        other.load_state_dict(first.state_dict())

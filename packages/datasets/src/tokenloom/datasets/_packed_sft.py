@@ -18,6 +18,7 @@ skip the check). ``packing_efficiency`` is the share of the packed slots that ho
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -127,8 +128,9 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
             100 * self.packing_efficiency,
             self.num_too_long,
         )
-        self._fingerprint = settings_fingerprint(
-            store=str(self.store.path),
+        self._fingerprint = settings_fingerprint(  # the store's content, not where it lies: a moved store resumes
+            lengths=hashlib.blake2b(lengths.tobytes(), digest_size=12).hexdigest(),
+            dtypes=sorted(kinds),
             records=len(self.store),
             tokens=packed,
             seq_len=self.seq_len,
