@@ -174,6 +174,22 @@ class WindowIndex(SampleBytes, FingerprintState):
         """The ``seq_len + 1`` raw tokens of sample ``index`` (a zero-copy view where possible)."""
         return self._window(self.window_start(index))
 
+    def overlap_mask(self, begins: np.ndarray, width: int) -> np.ndarray | None:
+        """Rows of ``width`` flags: which global positions ``begins[row] + k`` lie in an overlap prefix (None:
+        the data has none)."""
+        if len(self._overlap_begins) == 0:
+            return None
+        mask = np.zeros((len(begins), width), dtype=bool)
+        lo = np.searchsorted(self._overlap_ends, begins, side="right")
+        hi = np.searchsorted(self._overlap_begins, begins + width, side="left")
+        for row in np.flatnonzero(hi > lo).tolist():
+            base = int(begins[row])
+            for j in range(int(lo[row]), int(hi[row])):
+                mask[
+                    row, max(int(self._overlap_begins[j]) - base, 0) : min(int(self._overlap_ends[j]) - base, width)
+                ] = True
+        return mask
+
     def _sample_token_ranges(self, index: int) -> list[tuple[int, int]]:
         begin = self.window_start(index)
         return [(begin, begin + self.seq_len + 1)]

@@ -44,27 +44,12 @@ class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tens
     """
 
     # -- samples ----------------------------------------------------------------------
-    def _label_ignore(self, begins: np.ndarray) -> np.ndarray | None:
-        if len(self._overlap_begins) == 0:
-            return None
-        width = self.seq_len + 1
-        mask = np.zeros((len(begins), width), dtype=bool)
-        lo = np.searchsorted(self._overlap_ends, begins, side="right")
-        hi = np.searchsorted(self._overlap_begins, begins + width, side="left")
-        for row in np.flatnonzero(hi > lo):
-            base = int(begins[row])
-            for j in range(int(lo[row]), int(hi[row])):
-                a = max(int(self._overlap_begins[j]) - base, 0)
-                b = min(int(self._overlap_ends[j]) - base, width)
-                mask[row, a:b] = True
-        return mask
-
     def _build(self, windows: np.ndarray, begins: np.ndarray) -> dict[str, np.ndarray]:
         return build_batch(
             windows,
             eos_id=self.eos_id,
             packing=self.packing,
-            label_ignore=self._label_ignore(begins),
+            label_ignore=self.overlap_mask(begins, self.seq_len + 1),
             position_ids=self.position_ids,
             cu_seqlens=self.cu_seqlens,
         )
