@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tokenloom.datasets._batch import SampleBatch, SampleRow, WindowBatch, collate, stack_samples, windows_to_sample
     from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
     from tokenloom.datasets._checkpoint import SamplerCheckpoint
-    from tokenloom.datasets._eos import resolve_eos_id
+    from tokenloom.datasets._eos import documents_with_eos, resolve_eos_id
     from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
     from tokenloom.datasets._keyed import (
         ArrayStore,
@@ -93,6 +93,7 @@ _EXPORTS = {
     "collate": "tokenloom.datasets._batch",
     "compute_plan": "tokenloom.datasets._packing_plan",
     "data_fingerprint": "tokenloom.datasets._state",
+    "documents_with_eos": "tokenloom.datasets._eos",
     "interleave": "tokenloom.datasets._mixture",
     "length_binned_greedy": "tokenloom.datasets._binpack",
     "pack_order": "tokenloom.datasets._binpack",
@@ -138,6 +139,7 @@ __all__ = [
     "compute_plan",
     "data_fingerprint",
     "data_objects",
+    "documents_with_eos",
     "interleave",
     "length_binned_greedy",
     "pack_order",
