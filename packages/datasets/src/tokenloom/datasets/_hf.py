@@ -38,6 +38,7 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch
 from tokenloom.datasets._cache_heal import heal_cache, private_cache_dir
 from tokenloom.datasets._eos import documents_with_eos
+from tokenloom.datasets._state import settings_fingerprint
 from tokenloom.datasets._windows import MemoryMappedDataset, check_positive
 from tokenloom.formats import ConfigError, MissingFileError, MissingKeyError, open_writer
 from tokenloom.formats.io import MANIFEST_NAME, fsync_dir, require, smallest_dtype_for_vocab, storage_error
@@ -138,7 +139,7 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             "eos_id": eos_id,
             "skip_empty": self.skip_empty,
         }
-        key = hashlib.blake2b(json.dumps(settings, sort_keys=True).encode(), digest_size=12).hexdigest()
+        key = settings_fingerprint(**settings)
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "hf"
         self.cache_path = root / f"hf-{key}"
         distributed, rank = _distributed()

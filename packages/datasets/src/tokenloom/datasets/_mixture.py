@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch, stack_samples
 from tokenloom.datasets._state import FingerprintState, settings_fingerprint
 from tokenloom.formats import ConfigError
-from tokenloom.sampler import MixSchedule, data_objects
+from tokenloom.sampler import MixSchedule, data_fingerprint, data_objects
 
 __all__ = ["MixtureDataset", "interleave", "validate_weights"]
 
@@ -83,7 +83,7 @@ class MixtureDataset(FingerprintState, Dataset[dict[str, Any]]):
         self._rotations = np.asarray([self._rotation(s) for s in range(len(self.datasets))], dtype=np.int64)
         self.epoch = 0
         self._fingerprint = settings_fingerprint(
-            sources=[_source_fingerprint(d) for d in self.datasets],
+            sources=[data_fingerprint(d) or f"{type(d).__name__}:{len(d)}" for d in self.datasets],  # type: ignore[arg-type]
             weights=self.weights.tolist(),
             seed=self.seed,
             num_samples=self.num_samples,
@@ -149,10 +149,3 @@ class MixtureDataset(FingerprintState, Dataset[dict[str, Any]]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.set_epoch(int(state.get("epoch", 0)))
-
-
-def _source_fingerprint(dataset: Any) -> str:
-    fingerprint = getattr(dataset, "fingerprint", None)
-    if callable(fingerprint):
-        return str(fingerprint())
-    return f"{type(dataset).__name__}:{len(dataset)}"

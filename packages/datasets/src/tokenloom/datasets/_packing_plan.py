@@ -12,7 +12,6 @@ the plan into samples.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 from pathlib import Path
@@ -55,12 +54,12 @@ class PackingPlan:
         slots = self.num_sequences * seq_len
         return 0.0 if slots == 0 else 1.0 - float(np.sum(self.length, dtype=np.int64)) / slots
 
-    def save(self, directory: Path, meta: dict[str, Any]) -> None:
+    def save(self, directory: Path) -> None:
+        """The arrays, one ``.npy`` each (the cache writes the completion record after them)."""
         for name in _PLAN_ARRAYS:
             buffer = io.BytesIO()
             np.save(buffer, getattr(self, name), allow_pickle=False)
             atomic_write_bytes(directory / f"{name}.npy", buffer.getvalue())
-        atomic_write_bytes(directory / "plan.json", json.dumps(meta, sort_keys=True).encode())  # last: complete
 
     @classmethod
     def load(cls, directory: Path) -> PackingPlan:
