@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, cast
 
@@ -237,23 +238,37 @@ def test_batches_cross_to_workers_compact_and_equal(tmp_path: Path) -> None:
     rebuilt equal; a batch a collate changed is sent as its tensors."""
     import pickle
 
-    from tokenloom.datasets._packed_sft import _CompactDict
+    from tokenloom.datasets import WindowBatch
 
     ds = PackedSFTDataset(write_store(tmp_path / "sft", conversations(40)), 64, pad_id=3)
     indices = np.array([0, 2, 1, -1])
     batch: Any = ds.__getitems__(cast(Any, indices))
     assert indices.tolist() == [0, 2, 1, -1]  # the caller's array, untouched
     expected = batch.batched
-    for sent in (batch, _CompactDict(batch.compact, batch.compact.expand())):
+    for sent in (batch, WindowBatch(None, batch.batched, compact=batch.compact)):
         data = pickle.dumps(sent)
         assert len(data) < sum(v.numel() * v.element_size() for v in expected.values()) / 5
         back = pickle.loads(data)
         back = back.batched if hasattr(back, "batched") else back
         assert all(torch.equal(back[key], value) for key, value in expected.items())
-    changed = _CompactDict(batch.compact, batch.compact.expand())
+    changed = WindowBatch(None, batch.batched, compact=batch.compact)
     changed["labels"] = changed["labels"].clone().fill_(IGNORE_INDEX)
     assert (pickle.loads(pickle.dumps(changed))["labels"] == IGNORE_INDEX).all()
     loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, collate_fn=collate)
     first = next(iter(loader))
     assert type(first) is dict
     assert all(torch.equal(first[key], value) for key, value in ds.__getitems__([0, 1, 2, 3]).batched.items())
+
+
+def test_the_fingerprint_keys_on_the_content_not_the_path(tmp_path: Path) -> None:
+    """A store moved (or read from another mount) keeps its fingerprint, so a saved state still resumes; other
+    conversations give another one."""
+    convs = conversations(30)
+    first = PackedSFTDataset(write_store(tmp_path / "a", convs), 64)
+    moved = PackedSFTDataset(shutil.copytree(tmp_path / "a", tmp_path / "b"), 64)
+    assert moved.fingerprint() == first.fingerprint()
+    moved.load_state_dict(first.state_dict())
+    other = PackedSFTDataset(write_store(tmp_path / "c", conversations(30, seed=1)), 64)
+    assert other.fingerprint() != first.fingerprint()
+    with pytest.raises(ResumeMismatchError):
+        other.load_state_dict(first.state_dict())

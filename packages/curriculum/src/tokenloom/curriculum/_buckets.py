@@ -160,24 +160,6 @@ def loss_tokens(content: np.ndarray, eos_id: int, prefix: np.ndarray | None = No
     return content.shape[1] - masked.sum(axis=1, dtype=np.int64)
 
 
-def _overlap_mask(data: TokenDataset, begins: np.ndarray, width: int) -> np.ndarray | None:
-    """Rows of ``width`` flags: which global positions ``begins[row] + k`` lie in an overlap prefix."""
-    prefix = np.asarray(data.overlap_prefix, dtype=np.int64)
-    has = np.flatnonzero(prefix)
-    if not len(has):
-        return None
-    starts = np.concatenate([[0], np.cumsum(np.asarray(data.doc_lengths, dtype=np.int64))[:-1]])
-    low, high = starts[has], starts[has] + prefix[has]
-    mask = np.zeros((len(begins), width), dtype=bool)
-    first = np.searchsorted(high, begins, side="right")
-    last = np.searchsorted(low, begins + width, side="left")
-    for row in np.flatnonzero(last > first).tolist():
-        base = int(begins[row])
-        for j in range(int(first[row]), int(last[row])):
-            mask[row, max(int(low[j]) - base, 0) : min(int(high[j]) - base, width)] = True
-    return mask
-
-
 _CHUNK = 4096
 
 
@@ -215,7 +197,7 @@ def sample_loss_tokens(dataset: Any, *, eos_id: int | None = None) -> np.ndarray
         rows = range(begin, min(begin + _CHUNK, len(dataset)))
         content = np.stack([np.asarray(dataset.window(i)[:length]) for i in rows])
         starts = np.asarray([dataset.window_start(i) for i in rows], dtype=np.int64)
-        out[begin : begin + len(rows)] = loss_tokens(content, eos, _overlap_mask(data, starts, length))
+        out[begin : begin + len(rows)] = loss_tokens(content, eos, dataset.overlap_mask(starts, length))
     return out
 
 

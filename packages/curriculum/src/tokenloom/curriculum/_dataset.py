@@ -18,10 +18,10 @@ from tokenloom.datasets import (
     MemoryMappedDataset,
     PrefetchFromSampler,
     SampleBatch,
-    changed_objects,
     with_objects,
 )
 from tokenloom.formats import ResumeMismatchError
+from tokenloom.sampler import check_objects
 
 __all__ = ["STATE_FORMAT", "CurriculumDataset"]
 
@@ -261,13 +261,12 @@ class CurriculumDataset(PrefetchFromSampler, CurriculumPlan, Dataset[dict[str, t
             for key, value in ours.items()
             if saved.get(key) != value
         ]
-        changed = changed_objects(state.get("data_objects"), self.data_objects()) if differences else None
-        if changed is not None:
-            raise ResumeMismatchError(
-                f"the curriculum state was saved on other data: {changed}",
+        if differences:
+            check_objects(
+                state.get("data_objects"),
+                self.data_objects(),
+                what="the curriculum state was saved on other data: ",
                 field="data",
-                hint="Restore the objects the run was started on, or start afresh (the saved position would "
-                "address other samples)",
             )
         if differences:
             raise ResumeMismatchError(

@@ -31,7 +31,7 @@ from tokenloom.curriculum._buckets import (
 from tokenloom.curriculum._config import BudgetUnit, CurriculumConfig, ExhaustionPolicy
 from tokenloom.curriculum._drains import drain_effect, drain_rows
 from tokenloom.formats import ConfigError
-from tokenloom.sampler import CurriculumSchedule, Drain
+from tokenloom.sampler import CurriculumSchedule, Drain, data_objects
 
 __all__ = ["CurriculumPlan", "build_plan"]
 
@@ -261,13 +261,7 @@ class CurriculumPlan:
 
     def data_objects(self) -> dict[str, str]:
         """``{URL: "size:ETag"}`` of the train buckets' objects in storage ({} on disk); saved in states."""
-        objects: dict[str, str] = {}
-        for bucket in self._buckets:
-            method = getattr(bucket.dataset, "data_objects", None)
-            found = method() if callable(method) else None
-            if isinstance(found, dict):
-                objects.update(found)
-        return dict(sorted(objects.items()))
+        return data_objects(*(bucket.dataset for bucket in self._buckets))
 
     def _prefix_end(self) -> int:
         """Up to here every exhaustion policy gives the same schedule (the first one-epoch drain)."""

@@ -53,7 +53,7 @@ def _open_store(directory: Path | RemoteDir) -> RecordStore:
     from tokenloom.formats.remote.opener import read_remote  # the bucket's own store options and cache
 
     store = read_remote(directory.url, open_records, remote=directory.remote)
-    store.path = directory.url  # a URL, never the node's local view (part of the packed view's fingerprint)
+    store.path = directory.url  # a URL, never the node's local view (in messages and the repr)
     return store
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tokenloom.datasets._batch import SampleBatch, SampleRow, WindowBatch, collate, stack_samples, windows_to_sample
     from tokenloom.datasets._binpack import PackingAlgorithm, best_fit_decreasing, length_binned_greedy, pack_order
     from tokenloom.datasets._checkpoint import SamplerCheckpoint
-    from tokenloom.datasets._eos import resolve_eos_id
+    from tokenloom.datasets._eos import documents_with_eos, resolve_eos_id
     from tokenloom.datasets._hf import HuggingFaceDataset, tokenizer_fingerprint
     from tokenloom.datasets._keyed import (
         ArrayStore,
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from tokenloom.datasets._records import RecordDataset
     from tokenloom.datasets._sample import IGNORE_INDEX, Packing, build_batch, build_sample, to_torch
     from tokenloom.datasets._state import (
-        changed_objects,
         check_state,
         data_fingerprint,
         data_objects,
@@ -88,13 +87,13 @@ _EXPORTS = {
     "best_fit_decreasing": "tokenloom.datasets._binpack",
     "build_batch": "tokenloom.datasets._sample",
     "build_sample": "tokenloom.datasets._sample",
-    "changed_objects": "tokenloom.datasets._state",
     "check_state": "tokenloom.datasets._state",
     "data_objects": "tokenloom.datasets._state",
     "with_objects": "tokenloom.datasets._state",
     "collate": "tokenloom.datasets._batch",
     "compute_plan": "tokenloom.datasets._packing_plan",
     "data_fingerprint": "tokenloom.datasets._state",
+    "documents_with_eos": "tokenloom.datasets._eos",
     "interleave": "tokenloom.datasets._mixture",
     "length_binned_greedy": "tokenloom.datasets._binpack",
     "pack_order": "tokenloom.datasets._binpack",
@@ -135,12 +134,12 @@ __all__ = [
     "best_fit_decreasing",
     "build_batch",
     "build_sample",
-    "changed_objects",
     "check_state",
     "collate",
     "compute_plan",
     "data_fingerprint",
     "data_objects",
+    "documents_with_eos",
     "interleave",
     "length_binned_greedy",
     "pack_order",

@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 _ALIGN = 64  # bytes; every key starts on a cache line of the shared storage
+#: a batch's compact form: ``expand(*args)`` gives its tensors (what a DataLoader worker sends)
+Compact = tuple[Callable[..., dict[str, torch.Tensor]], tuple[Any, ...]]
 
 
 class SampleRow(dict):
@@ -59,18 +61,28 @@ class SampleRow(dict):
 class SampleBatch(Sequence[SampleRow]):
     """Per-sample dicts (built on demand, as row views) plus ``batched``: the same data as ``(B, ...)`` tensors.
 
-    Built either from the batched tensors or, for plain windows, from the ``(B, L + 1)``
-    token windows in their storage dtype (``SampleBatch.from_windows``): then ``batched``
-    is made on first use and the batch pickles as the compact windows.
+    Built either from the batched tensors or from a compact form (``SampleBatch.from_compact``: the token rows in
+    their storage dtype and how to expand them, e.g. plain windows, ``SampleBatch.from_windows``): then ``batched``
+    is made on first use and the batch pickles as the compact form.
     """
 
-    __slots__ = ("_batched", "_size", "extras", "windows")
+    __slots__ = ("_batched", "_size", "compact", "windows")
 
     def __init__(self, batched: Mapping[str, torch.Tensor]) -> None:
         self._batched: dict[str, torch.Tensor] | None = dict(batched)
         self.windows: np.ndarray | None = None
-        self.extras: dict[str, np.ndarray] | None = None
+        self.compact: Compact | None = None
         self._size = len(next(iter(batched.values()))) if batched else 0
+
+    @classmethod
+    def from_compact(
+        cls, windows: np.ndarray, expand: Callable[..., dict[str, torch.Tensor]], *args: Any
+    ) -> SampleBatch:
+        """A batch of ``len(windows)`` samples whose tensors are ``expand(*args)``, made on first use; pickled (and
+        sent from a DataLoader worker) as ``(expand, args)``."""
+        batch = cls.__new__(cls)
+        batch._batched, batch.windows, batch.compact, batch._size = None, windows, (expand, args), len(windows)
+        return batch
 
     @classmethod
     def from_windows(cls, windows: np.ndarray, extras: Mapping[str, np.ndarray] | None = None) -> SampleBatch:
@@ -78,17 +90,13 @@ class SampleBatch(Sequence[SampleRow]):
 
         ``extras``: small per-sample int64 arrays of shape ``(B,)`` carried beside them (e.g. a bucket id).
         """
-        batch = cls.__new__(cls)
-        batch._batched = None
-        batch.windows = windows
-        batch.extras = dict(extras) if extras else None
-        batch._size = len(windows)
-        return batch
+        return cls.from_compact(windows, windows_to_sample, windows, dict(extras) if extras else None)
 
     @property
     def batched(self) -> dict[str, torch.Tensor]:
         if self._batched is None:
-            self._batched = windows_to_sample(cast(np.ndarray, self.windows), self.extras)
+            expand, args = cast(Compact, self.compact)
+            self._batched = expand(*args)
         return self._batched
 
     def __len__(self) -> int:
@@ -110,13 +118,13 @@ class SampleBatch(Sequence[SampleRow]):
 
     def collated(self) -> dict[str, torch.Tensor]:
         """What both collates return: ``batched``; in a DataLoader worker a :class:`WindowBatch` when it can be."""
-        if self.windows is not None and get_worker_info() is not None:
-            return WindowBatch(self.windows, self.batched, self.extras)
+        if self.compact is not None and get_worker_info() is not None:
+            return WindowBatch(self.windows, self.batched, compact=self.compact)
         return self.batched
 
     def __reduce__(self) -> Any:
-        if self.windows is not None:
-            return (SampleBatch.from_windows, (self.windows, self.extras))
+        if self.compact is not None:
+            return (SampleBatch.from_compact, (self.windows, self.compact[0], *self.compact[1]))
         return (SampleBatch, (self.batched,))
 
 
@@ -137,27 +145,28 @@ def windows_to_sample(windows: np.ndarray, extras: Mapping[str, np.ndarray] | No
 
 
 class WindowBatch(dict):
-    """A collated plain-window batch inside a DataLoader worker: an ordinary dict of the int64 tensors.
+    """A collated compact batch inside a DataLoader worker: an ordinary dict of the int64 tensors.
 
-    Pickled (to go to the main process) it is the compact windows, rebuilt there into a
-    plain ``dict`` by :func:`windows_to_sample`, unless the dict was changed after collation
+    Pickled (to go to the main process) it is the compact windows, rebuilt there into a plain ``dict`` by
+    :func:`windows_to_sample` (or by ``compact``: ``(expand, args)``), unless the dict was changed after collation
     (a key replaced, added or removed, or a tensor modified in place, which torch's version
     counter records): then the tensors themselves are sent, as for any dict. Writes through
     ``tensor.numpy()`` bypass that counter; a collate that edits the batch that way should
     build a new dict.
     """
 
-    __slots__ = ("_versions", "extras", "windows")
+    __slots__ = ("_versions", "compact")
 
     def __init__(
         self,
-        windows: np.ndarray,
+        windows: np.ndarray | None,
         tensors: Mapping[str, torch.Tensor],
         extras: Mapping[str, np.ndarray] | None = None,
+        *,
+        compact: Compact | None = None,
     ) -> None:
         super().__init__(tensors)
-        self.windows = windows
-        self.extras = dict(extras) if extras else None
+        self.compact = compact or (windows_to_sample, (windows, dict(extras) if extras else None))
         self._versions = {key: (id(value), value._version) for key, value in tensors.items()}
 
     def _unchanged(self) -> bool:
@@ -170,7 +179,7 @@ class WindowBatch(dict):
 
     def __reduce__(self) -> Any:
         if self._unchanged():
-            return (windows_to_sample, (self.windows, self.extras))
+            return self.compact
         return (dict, (dict(self),))
 
 

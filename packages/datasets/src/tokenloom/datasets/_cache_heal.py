@@ -14,13 +14,12 @@ cannot be written gives a private temporary cache (removed at exit) and a warnin
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from tokenloom.datasets._plan_cache import discard
 from tokenloom.formats import DataError, open_dataset, read_manifest
 
 __all__ = ["heal_cache", "private_cache_dir"]
@@ -42,10 +41,7 @@ def heal_cache(path: Path, *, verify_content: bool = True) -> bool:
         return False
     except (DataError, OSError) as exc:
         log.warning("tokenized cache %s is damaged (%s); rebuilding it", path, exc)
-    aside = path.with_name(f".{path.name}-damaged-{os.getpid()}")
-    with contextlib.suppress(OSError):
-        os.replace(path, aside)
-        shutil.rmtree(aside, ignore_errors=True)
+    discard(path)
     return True
 
 

@@ -1,13 +1,35 @@
-"""Where the EOS id comes from: the argument, the dataset manifest, or a tokenizer directory."""
+"""Where the EOS id comes from (the argument, the dataset manifest, or a tokenizer directory), and where it goes:
+after every encoded text (KempnerForge's stream, the one both tokenized caches and eval sets build)."""
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from tokenloom.formats import ConfigError
 from tokenloom.formats.io import require
 
-__all__ = ["resolve_eos_id", "tokenizer_eos_id"]
+__all__ = ["documents_with_eos", "resolve_eos_id", "tokenizer_eos_id"]
+
+
+def documents_with_eos(
+    ids: np.ndarray, offsets: np.ndarray, eos_id: int, *, skip_empty: bool = False
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Flat ids + offsets of encoded texts -> ``(tokens, lengths, skipped)``: every text followed by ``eos_id``
+    (int64), the entry lengths, and how many texts that encoded to no tokens were left out (``skip_empty``;
+    otherwise each is a lone EOS)."""
+    doc_lengths = np.diff(np.asarray(offsets, dtype=np.int64))
+    skipped = 0
+    if skip_empty:
+        skipped = int((doc_lengths == 0).sum())
+        doc_lengths = doc_lengths[doc_lengths > 0]
+    lengths = doc_lengths + 1
+    tokens = np.empty(int(lengths.sum()), dtype=np.int64)
+    # token j of text i lands i slots later than in the flat ids: one EOS per earlier text
+    tokens[np.arange(len(ids), dtype=np.int64) + np.repeat(np.arange(len(doc_lengths)), doc_lengths)] = ids
+    tokens[np.cumsum(lengths) - 1] = eos_id
+    return tokens, lengths, skipped
 
 
 def tokenizer_eos_id(tokenizer_path: str | os.PathLike[str]) -> int:

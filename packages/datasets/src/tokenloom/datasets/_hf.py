@@ -32,12 +32,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch
 from tokenloom.datasets._cache_heal import heal_cache, private_cache_dir
+from tokenloom.datasets._eos import documents_with_eos
+from tokenloom.datasets._state import settings_fingerprint
 from tokenloom.datasets._windows import MemoryMappedDataset, check_positive
 from tokenloom.formats import ConfigError, MissingFileError, MissingKeyError, open_writer
 from tokenloom.formats.io import MANIFEST_NAME, fsync_dir, require, smallest_dtype_for_vocab, storage_error
@@ -57,24 +58,6 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         blob = json.dumps(sorted(tokenizer.get_vocab().items()), default=str).encode()
     extra = json.dumps([type(tokenizer).__name__, tokenizer.eos_token_id, len(tokenizer)]).encode()
     return hashlib.blake2b(blob + extra, digest_size=16).hexdigest()
-
-
-def _with_eos(ids: np.ndarray, offsets: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat ids + offsets -> every document followed by ``eos_id``, and the entry lengths."""
-    lengths = np.diff(offsets) + 1
-    tokens = np.empty(len(ids) + len(lengths), dtype=np.int64)
-    eos_at = np.cumsum(lengths) - 1
-    is_text = np.ones(len(tokens), dtype=bool)
-    is_text[eos_at] = False
-    tokens[is_text] = ids
-    tokens[eos_at] = eos_id
-    return tokens, lengths
-
-
-def _without_empty(ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The same flat ids with the offsets of texts that encode to no tokens removed."""
-    keep = np.concatenate([[True], np.diff(offsets) > 0])
-    return ids, offsets[keep]
 
 
 def _distributed() -> tuple[bool, int]:
@@ -156,7 +139,7 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             "eos_id": eos_id,
             "skip_empty": self.skip_empty,
         }
-        key = hashlib.blake2b(json.dumps(settings, sort_keys=True).encode(), digest_size=12).hexdigest()
+        key = settings_fingerprint(**settings)
         root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "tokenloom" / "hf"
         self.cache_path = root / f"hf-{key}"
         distributed, rank = _distributed()
@@ -229,12 +212,9 @@ class HuggingFaceDataset(Dataset[dict[str, torch.Tensor]]):
             ) as writer:
                 for batch in itertools.chain([first] if first is not None else [], batches):
                     ids, offsets = encoder.encode_flat(batch[text_field])
-                    if self.skip_empty:
-                        ids, offsets = _without_empty(ids, offsets)
-                        if len(offsets) == 1:
-                            continue
-                    tokens, lengths = _with_eos(ids, offsets, eos_id)
-                    writer.add_batch(tokens, lengths)
+                    tokens, lengths, _ = documents_with_eos(ids, offsets, eos_id, skip_empty=self.skip_empty)
+                    if len(lengths):
+                        writer.add_batch(tokens, lengths)
             try:
                 os.replace(scratch, self.cache_path)
                 fsync_dir(self.cache_path.parent)

@@ -164,9 +164,6 @@ class KeyedDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
     def __len__(self) -> int:
         return self._length
 
-    def fingerprint(self) -> str:
-        return self._fingerprint
-
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if index < 0:
             index += self._length

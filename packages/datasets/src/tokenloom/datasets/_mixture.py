@@ -19,9 +19,9 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, stack_samples
-from tokenloom.datasets._state import check_state, settings_fingerprint, with_objects
+from tokenloom.datasets._state import FingerprintState, settings_fingerprint
 from tokenloom.formats import ConfigError
-from tokenloom.sampler import MixSchedule
+from tokenloom.sampler import MixSchedule, data_fingerprint, data_objects
 
 __all__ = ["MixtureDataset", "interleave", "validate_weights"]
 
@@ -49,7 +49,7 @@ def interleave(weights: np.ndarray, num_samples: int) -> np.ndarray:
     return MixSchedule(np.asarray(weights, dtype=np.float64)).locate(np.arange(num_samples, dtype=np.int64))[0]
 
 
-class MixtureDataset(Dataset[dict[str, Any]]):
+class MixtureDataset(FingerprintState, Dataset[dict[str, Any]]):
     """Samples from several datasets in fixed proportions.
 
     Args:
@@ -83,7 +83,7 @@ class MixtureDataset(Dataset[dict[str, Any]]):
         self._rotations = np.asarray([self._rotation(s) for s in range(len(self.datasets))], dtype=np.int64)
         self.epoch = 0
         self._fingerprint = settings_fingerprint(
-            sources=[_source_fingerprint(d) for d in self.datasets],
+            sources=[data_fingerprint(d) or f"{type(d).__name__}:{len(d)}" for d in self.datasets],  # type: ignore[arg-type]
             weights=self.weights.tolist(),
             seed=self.seed,
             num_samples=self.num_samples,
@@ -92,18 +92,9 @@ class MixtureDataset(Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return self.num_samples
 
-    def fingerprint(self) -> str:
-        return self._fingerprint
-
     def data_objects(self) -> dict[str, str]:
         """``{URL: "size:ETag"}`` of the sources' objects in storage ({} on disk); saved in states."""
-        objects: dict[str, str] = {}
-        for dataset in self.datasets:
-            method = getattr(dataset, "data_objects", None)
-            found = method() if callable(method) else None
-            if isinstance(found, dict):
-                objects.update(found)
-        return dict(sorted(objects.items()))
+        return data_objects(*self.datasets)
 
     def set_epoch(self, epoch: int) -> None:
         """Epoch e continues each source where epoch e - 1 stopped."""
@@ -153,15 +144,8 @@ class MixtureDataset(Dataset[dict[str, Any]]):
         return samples if stacked is None else SampleBatch(stacked)
 
     def state_dict(self) -> dict[str, Any]:
-        return with_objects({"fingerprint": self._fingerprint, "epoch": self.epoch}, self.data_objects())
+        return {**super().state_dict(), "epoch": self.epoch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_state(state, fingerprint=self._fingerprint, owner="MixtureDataset", objects=self.data_objects())
+        super().load_state_dict(state)
         self.set_epoch(int(state.get("epoch", 0)))
-
-
-def _source_fingerprint(dataset: Any) -> str:
-    fingerprint = getattr(dataset, "fingerprint", None)
-    if callable(fingerprint):
-        return str(fingerprint())
-    return f"{type(dataset).__name__}:{len(dataset)}"

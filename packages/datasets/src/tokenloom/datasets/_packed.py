@@ -24,12 +24,11 @@ from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._packing_plan import PackedIndex, PackingPlan, compute_plan
 from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import build_batch, to_torch
-from tokenloom.datasets._state import FingerprintState
 
 __all__ = ["PackedDocumentDataset", "PackingPlan", "compute_plan"]
 
 
-class PackedDocumentDataset(Prefetching, PackedIndex, FingerprintState, Dataset[dict[str, torch.Tensor]]):
+class PackedDocumentDataset(Prefetching, PackedIndex, Dataset[dict[str, torch.Tensor]]):
     """Sequences of ``seq_len`` tokens made of whole entries, padded; see the README for the keys.
 
     Args:

@@ -18,6 +18,7 @@ skip the check). ``packing_efficiency`` is the share of the packed slots that ho
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -25,9 +26,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
-from tokenloom.datasets._batch import SampleBatch, WindowBatch
+from tokenloom.datasets._batch import SampleBatch
 from tokenloom.datasets._binpack import best_fit_decreasing, pack_order
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import FingerprintState, settings_fingerprint
@@ -41,7 +42,7 @@ from tokenloom.formats import (
     open_records,
 )
 
-__all__ = ["PackedSFTBatch", "PackedSFTDataset"]
+__all__ = ["PackedSFTDataset"]
 
 log = logging.getLogger("tokenloom.datasets")
 _KEYS = ("input_ids", "labels", "position_ids", "doc_ids")
@@ -127,8 +128,9 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
             100 * self.packing_efficiency,
             self.num_too_long,
         )
-        self._fingerprint = settings_fingerprint(
-            store=str(self.store.path),
+        self._fingerprint = settings_fingerprint(  # the store's content, not where it lies: a moved store resumes
+            lengths=hashlib.blake2b(lengths.tobytes(), digest_size=12).hexdigest(),
+            dtypes=sorted(kinds),
             records=len(self.store),
             tokens=packed,
             seq_len=self.seq_len,
@@ -138,9 +140,6 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
 
     def __len__(self) -> int:
         return len(self._bin_offsets) - 1
-
-    def fingerprint(self) -> str:
-        return self._fingerprint
 
     def conversations(self, index: int) -> list[int]:
         """The store records packed into sample ``index``, in order."""
@@ -231,7 +230,8 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
         return {key: value[0] for key, value in self._gather([index]).expand().items()}
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        return PackedSFTBatch(self._gather(indices))
+        compact = self._gather(indices)
+        return SampleBatch.from_compact(compact.tokens, _Compact.expand, compact)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -294,42 +294,3 @@ def _arange(size: int) -> np.ndarray:
 
 
 _ARANGE = np.arange(0, dtype=np.int64)
-
-
-class PackedSFTBatch(SampleBatch):
-    """A :class:`SampleBatch` built from its compact form: expanded on first use, pickled compact."""
-
-    __slots__ = ("compact",)
-
-    def __init__(self, compact: _Compact) -> None:
-        self.compact = compact
-        self._batched, self.windows, self.extras, self._size = None, None, None, len(compact.tokens)
-
-    @property
-    def batched(self) -> dict[str, torch.Tensor]:
-        if self._batched is None:
-            self._batched = self.compact.expand()
-        return self._batched
-
-    def collated(self) -> dict[str, torch.Tensor]:
-        if get_worker_info() is not None:
-            return _CompactDict(self.compact, self.batched)
-        return self.batched
-
-    def __reduce__(self) -> Any:
-        return (PackedSFTBatch, (self.compact,))
-
-
-class _CompactDict(WindowBatch):
-    """A collated batch in a DataLoader worker: pickled as its compact form unless changed (see WindowBatch)."""
-
-    __slots__ = ("compact",)
-
-    def __init__(self, compact: _Compact, tensors: dict[str, torch.Tensor]) -> None:
-        super().__init__(compact.tokens, tensors)
-        self.compact = compact
-
-    def __reduce__(self) -> Any:
-        if self._unchanged():
-            return (_Compact.expand, (self.compact,))
-        return (dict, (dict(self),))

@@ -12,7 +12,6 @@ the plan into samples.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 from pathlib import Path
@@ -24,7 +23,7 @@ from tokenloom.datasets._binpack import PackingAlgorithm, pack_order, plan_bins
 from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._packing_mode import check_choice
 from tokenloom.datasets._plan_cache import cached_plan
-from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
+from tokenloom.datasets._state import FingerprintState, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import open_data
 from tokenloom.datasets._window_index import check_positive
 from tokenloom.formats import ConfigError, RemoteOptions, TokenDataset
@@ -55,12 +54,12 @@ class PackingPlan:
         slots = self.num_sequences * seq_len
         return 0.0 if slots == 0 else 1.0 - float(np.sum(self.length, dtype=np.int64)) / slots
 
-    def save(self, directory: Path, meta: dict[str, Any]) -> None:
+    def save(self, directory: Path) -> None:
+        """The arrays, one ``.npy`` each (the cache writes the completion record after them)."""
         for name in _PLAN_ARRAYS:
             buffer = io.BytesIO()
             np.save(buffer, getattr(self, name), allow_pickle=False)
             atomic_write_bytes(directory / f"{name}.npy", buffer.getvalue())
-        atomic_write_bytes(directory / "plan.json", json.dumps(meta, sort_keys=True).encode())  # last: complete
 
     @classmethod
     def load(cls, directory: Path) -> PackingPlan:
@@ -97,7 +96,7 @@ def compute_plan(
     )
 
 
-class PackedIndex(SampleBytes):
+class PackedIndex(SampleBytes, FingerprintState):
     """The torch-free half of :class:`PackedDocumentDataset`: the packing plan (cached), ``len`` and fingerprint.
 
     Takes the same arguments; a plan that only counts samples (``tokenloom validate --curriculum``) builds
@@ -168,13 +167,6 @@ class PackedIndex(SampleBytes):
 
     def __len__(self) -> int:
         return self.plan.num_sequences
-
-    def fingerprint(self) -> str:
-        return self._fingerprint
-
-    def data_objects(self) -> dict[str, str]:
-        """``{URL: "size:ETag"}`` of every object of data in object storage ({} on disk); saved in states."""
-        return data_objects(self._stream)
 
     def _sample_token_ranges(self, index: int) -> list[tuple[int, int]]:
         plan = self.plan

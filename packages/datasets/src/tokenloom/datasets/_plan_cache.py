@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tokenloom.formats import DataError, MissingFileError
-from tokenloom.formats.io import file_checksum, fsync_dir, safe_file
+from tokenloom.formats.io import atomic_write_bytes, file_checksum, fsync_dir, safe_file
 
-__all__ = ["RECORD_NAME", "cached_plan", "plan_damage"]
+__all__ = ["RECORD_NAME", "cached_plan", "discard", "plan_damage"]
 
 log = logging.getLogger("tokenloom.datasets")
 RECORD_NAME = "plan.json"
 
 
 class _Plan(Protocol):
-    def save(self, directory: Path, meta: dict[str, Any]) -> None: ...
+    def save(self, directory: Path) -> None: ...
 
 
 def plan_damage(directory: Path, arrays: tuple[str, ...]) -> str | None:
@@ -72,7 +72,8 @@ def plan_damage(directory: Path, arrays: tuple[str, ...]) -> str | None:
     return None
 
 
-def _discard(directory: Path) -> None:
+def discard(directory: Path) -> None:
+    """Move a damaged cache directory aside (atomic: readers never see half of it) and remove it."""
     aside = directory.with_name(f".{directory.name}-damaged-{os.getpid()}")
     with contextlib.suppress(OSError):
         os.replace(directory, aside)
@@ -90,7 +91,7 @@ def cached_plan(
         if damage is None:
             return final, None
         log.warning("packing-plan cache %s is damaged (%s); rebuilding it", final, damage)
-        _discard(final)
+        discard(final)
     plan = build()
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +100,7 @@ def cached_plan(
         log.warning("cannot write the packing-plan cache %s (%s); keeping the plan in memory", cache_dir, exc)
         return final, plan
     try:
-        plan.save(scratch, meta)
+        plan.save(scratch)
         files = {
             f"{name}.npy": {
                 "bytes": (scratch / f"{name}.npy").stat().st_size,
@@ -108,7 +109,7 @@ def cached_plan(
             for name in arrays
         }
         record = json.dumps({**meta, "files": files}, sort_keys=True).encode()
-        (scratch / RECORD_NAME).write_bytes(record)  # the completion record, last
+        atomic_write_bytes(scratch / RECORD_NAME, record)  # the completion record, last
         try:
             os.replace(scratch, final)
             fsync_dir(cache_dir)

@@ -26,6 +26,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from tokenloom.datasets._byte_ranges import SampleBytes, block_array
+from tokenloom.datasets._window_index import check_positive
 from tokenloom.formats import ConfigError
 
 __all__ = ["DEFAULT_LOOKAHEAD", "PrefetchFromSampler", "Prefetching"]
@@ -59,12 +60,6 @@ class _ProcessLocal:
 
     def get(self) -> Any:
         return self.value if self.pid == os.getpid() else None
-
-
-def _positive(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(f"{name} is {value!r}, expected an integer >= 1", field=name)
-    return int(value)
 
 
 def share_schedule(
@@ -113,7 +108,7 @@ class PrefetchFromSampler:
                     field="sampler",
                     hint="Use tokenloom.sampler.ResumableDistributedSampler",
                 )
-        spec = _Spec(sampler, _positive(batch_size, "batch_size"), _positive(lookahead, "lookahead"))
+        spec = _Spec(sampler, check_positive(batch_size, "batch_size"), check_positive(lookahead, "lookahead"))
         if num_workers is not None:  # checked before the dataset takes the spec: a refusal leaves it as it was
             workers = max(1, int(num_workers))
             self._check_limits(self._prefetch_schedule(spec, 0, 1, already=0), spec.lookahead, workers)

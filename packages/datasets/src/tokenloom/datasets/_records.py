@@ -75,9 +75,6 @@ class RecordDataset(FingerprintState, Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.store)
 
-    def fingerprint(self) -> str:
-        return self._fingerprint
-
     def __getitem__(self, index: int) -> dict[str, Any]:
         if index < 0:
             index += len(self)

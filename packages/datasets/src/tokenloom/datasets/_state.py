@@ -13,11 +13,11 @@ from typing import Any
 
 from tokenloom.datasets._byte_ranges import block_array
 from tokenloom.formats import ResumeMismatchError, TokenDataset
+from tokenloom.sampler import check_objects
 
 __all__ = [
     "DATA_OBJECTS_KEY",
     "FingerprintState",
-    "changed_objects",
     "check_state",
     "data_fingerprint",
     "data_objects",
@@ -65,27 +65,6 @@ def with_objects(state: dict[str, Any], objects: Mapping[str, str]) -> dict[str,
     return state
 
 
-def changed_objects(saved: object, ours: Mapping[str, str]) -> str | None:
-    """Which objects differ between a state's ``data_objects`` and ``ours``, in words (None: none named)."""
-    if not isinstance(saved, Mapping) or not ours:
-        return None
-    lines = []
-    for url in sorted(set(saved) | set(ours)):
-        before, now = saved.get(url), ours.get(url)
-        if before == now:
-            continue
-        if before is None:
-            lines.append(f"{url} was not part of the saved data")
-        elif now is None:
-            lines.append(f"{url} was part of the saved data and is not now")
-        else:
-            lines.append(f"{url} changed (saved size:ETag {before}, now {now})")
-    if not lines:
-        return None
-    shown = "; ".join(lines[:5]) + (f"; and {len(lines) - 5} more" if len(lines) > 5 else "")
-    return f"object(s) in storage changed between save and resume: {shown}"
-
-
 def check_state(
     state: Any, *, fingerprint: str, owner: str, objects: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -93,26 +72,17 @@ def check_state(
     if not isinstance(state, dict) or "fingerprint" not in state:
         raise ResumeMismatchError(f"{owner} state {state!r} has no fingerprint", field="fingerprint")
     if state["fingerprint"] != fingerprint:
-        changed = changed_objects(state.get(DATA_OBJECTS_KEY), objects or {})
-        if changed is not None:
-            raise ResumeMismatchError(
-                f"{owner} state was saved on other data: {changed}",
-                path=next(iter(_differing(state.get(DATA_OBJECTS_KEY), objects or {})), None),
-                field="fingerprint",
-                hint="Restore the objects the run was started on, or start afresh (the saved position "
-                "would address other samples)",
-            )
+        check_objects(
+            state.get(DATA_OBJECTS_KEY),
+            objects or {},
+            what=f"{owner} state was saved on other data: ",
+            field="fingerprint",
+        )
         raise ResumeMismatchError(
             f"{owner} state was saved for fingerprint {state['fingerprint']!r}, this one is {fingerprint!r}",
             field="fingerprint",
         )
     return state
-
-
-def _differing(saved: object, ours: Mapping[str, str]) -> list[str]:
-    if not isinstance(saved, Mapping):
-        return []
-    return sorted(url for url in set(saved) | set(ours) if saved.get(url) != ours.get(url))
 
 
 class FingerprintState:
@@ -121,9 +91,15 @@ class FingerprintState:
 
     _fingerprint: str
 
+    def fingerprint(self) -> str:
+        """Changes whenever the data or a setting that changes the samples changes."""
+        return self._fingerprint
+
     def data_objects(self) -> dict[str, str]:
-        """``{URL: "size:ETag"}`` of the objects in storage this dataset reads ({} on disk)."""
-        return {}
+        """``{URL: "size:ETag"}`` of the objects in storage this dataset's token stream reads ({} on disk, or
+        without a token stream); saved in states."""
+        stream = getattr(self, "_stream", None)
+        return data_objects(stream) if stream is not None else {}
 
     def state_dict(self) -> dict[str, Any]:
         """No position of its own (the sampler holds it); the fingerprint guards a resume."""

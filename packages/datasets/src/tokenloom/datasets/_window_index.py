@@ -20,7 +20,7 @@ import numpy as np
 from tokenloom.datasets._byte_ranges import SampleBytes
 from tokenloom.datasets._eos import resolve_eos_id
 from tokenloom.datasets._packing_mode import Packing, as_packing
-from tokenloom.datasets._state import data_fingerprint, data_objects, settings_fingerprint
+from tokenloom.datasets._state import FingerprintState, data_fingerprint, settings_fingerprint
 from tokenloom.datasets._stream import open_data, select_shards
 from tokenloom.formats import ConfigError, RemoteOptions, TokenDataset
 from tokenloom.formats.io import iter_chunks
@@ -72,7 +72,7 @@ def _unknown_keywords(owner: str, names: list[str]) -> ConfigError:
     )
 
 
-class WindowIndex(SampleBytes):
+class WindowIndex(SampleBytes, FingerprintState):
     """The torch-free half of :class:`MemoryMappedDataset`: sizing, addressing and fingerprint of the windows.
 
     Takes the same arguments; ``len``, :meth:`window_start`, :meth:`window` and :meth:`fingerprint` are the
@@ -151,14 +151,6 @@ class WindowIndex(SampleBytes):
     def __len__(self) -> int:
         return self._length
 
-    def fingerprint(self) -> str:
-        """Changes whenever the data or a setting that changes the samples changes."""
-        return self._fingerprint
-
-    def data_objects(self) -> dict[str, str]:
-        """``{URL: "size:ETag"}`` of every object of data in object storage ({} on disk); saved in states."""
-        return data_objects(self._stream)
-
     def window_start(self, index: int) -> int:
         """Global token position where sample ``index``'s window begins."""
         if index < 0:
@@ -181,6 +173,22 @@ class WindowIndex(SampleBytes):
     def window(self, index: int) -> np.ndarray:
         """The ``seq_len + 1`` raw tokens of sample ``index`` (a zero-copy view where possible)."""
         return self._window(self.window_start(index))
+
+    def overlap_mask(self, begins: np.ndarray, width: int) -> np.ndarray | None:
+        """Rows of ``width`` flags: which global positions ``begins[row] + k`` lie in an overlap prefix (None:
+        the data has none)."""
+        if len(self._overlap_begins) == 0:
+            return None
+        mask = np.zeros((len(begins), width), dtype=bool)
+        lo = np.searchsorted(self._overlap_ends, begins, side="right")
+        hi = np.searchsorted(self._overlap_begins, begins + width, side="left")
+        for row in np.flatnonzero(hi > lo).tolist():
+            base = int(begins[row])
+            for j in range(int(lo[row]), int(hi[row])):
+                mask[
+                    row, max(int(self._overlap_begins[j]) - base, 0) : min(int(self._overlap_ends[j]) - base, width)
+                ] = True
+        return mask
 
     def _sample_token_ranges(self, index: int) -> list[tuple[int, int]]:
         begin = self.window_start(index)

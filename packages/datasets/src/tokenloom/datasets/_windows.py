@@ -19,13 +19,12 @@ from torch.utils.data import Dataset
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._prefetch import Prefetching
 from tokenloom.datasets._sample import Packing, build_batch, to_torch
-from tokenloom.datasets._state import FingerprintState
 from tokenloom.datasets._window_index import WindowIndex, check_positive, overlap_intervals
 
 __all__ = ["MemoryMappedDataset", "check_positive", "overlap_intervals"]
 
 
-class MemoryMappedDataset(Prefetching, WindowIndex, FingerprintState, Dataset[dict[str, torch.Tensor]]):
+class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tensor]]):
     """Windows of ``seq_len + 1`` tokens as sample dicts (see the package README for every key).
 
     Args:
@@ -45,27 +44,12 @@ class MemoryMappedDataset(Prefetching, WindowIndex, FingerprintState, Dataset[di
     """
 
     # -- samples ----------------------------------------------------------------------
-    def _label_ignore(self, begins: np.ndarray) -> np.ndarray | None:
-        if len(self._overlap_begins) == 0:
-            return None
-        width = self.seq_len + 1
-        mask = np.zeros((len(begins), width), dtype=bool)
-        lo = np.searchsorted(self._overlap_ends, begins, side="right")
-        hi = np.searchsorted(self._overlap_begins, begins + width, side="left")
-        for row in np.flatnonzero(hi > lo):
-            base = int(begins[row])
-            for j in range(int(lo[row]), int(hi[row])):
-                a = max(int(self._overlap_begins[j]) - base, 0)
-                b = min(int(self._overlap_ends[j]) - base, width)
-                mask[row, a:b] = True
-        return mask
-
     def _build(self, windows: np.ndarray, begins: np.ndarray) -> dict[str, np.ndarray]:
         return build_batch(
             windows,
             eos_id=self.eos_id,
             packing=self.packing,
-            label_ignore=self._label_ignore(begins),
+            label_ignore=self.overlap_mask(begins, self.seq_len + 1),
             position_ids=self.position_ids,
             cu_seqlens=self.cu_seqlens,
         )

@@ -198,10 +198,8 @@ class HFEvalSource:
                         field=self.text_field,
                         hint="Fix or drop that record (every eval text is tokenized; none is skipped silently)",
                     )
-            tokens, lengths = encode_documents(tokenizer, texts, eos_id, encoder=encoder)
-            if self.skip_empty:
-                tokens, skipped = _without_empty(tokens, lengths)
-                self.documents_skipped += skipped
+            tokens, lengths = encode_documents(tokenizer, texts, eos_id, encoder=encoder, skip_empty=self.skip_empty)
+            self.documents_skipped += len(texts) - len(lengths)
             self.documents_tokenized += len(texts)
             parts.append(tokens.astype(dtype))
             if self.on_progress is not None:
@@ -210,14 +208,6 @@ class HFEvalSource:
         if self.documents_skipped:
             log.info("skipped %d texts that encode to no tokens (skip_empty)", self.documents_skipped)
         return EvalTokens(stream, eos_id=eos_id, vocab_size=vocab_size)
-
-
-def _without_empty(tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, int]:
-    """The stream without the lone EOS of texts that encoded to no tokens (length 1), and how many."""
-    empty = lengths == 1
-    if not empty.any():
-        return tokens, 0
-    return tokens[np.repeat(~empty, lengths)], int(empty.sum())
 
 
 def _local_files(data_files: Any) -> list[str] | None:

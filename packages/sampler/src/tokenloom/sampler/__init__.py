@@ -30,9 +30,10 @@ from tokenloom.sampler._block import (
     BlockOrder,
 )
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
+from tokenloom.sampler._identity import check_objects, data_fingerprint, data_objects
 from tokenloom.sampler._loader import sampler_state_from_loader
 from tokenloom.sampler._mix import MixSchedule
-from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_order, bucket_permutation
+from tokenloom.sampler._schedule import CurriculumSchedule, Drain, Segment, bucket_order
 from tokenloom.sampler._warnings import silence_torchdata_set_vital
 
 if TYPE_CHECKING:
@@ -64,7 +65,9 @@ __all__ = [
     "ResumableDistributedSampler",
     "Segment",
     "bucket_order",
-    "bucket_permutation",
+    "check_objects",
+    "data_fingerprint",
+    "data_objects",
     "round_keys",
     "sampler_state_from_loader",
 ]

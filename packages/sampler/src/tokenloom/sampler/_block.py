@@ -65,7 +65,6 @@ class BlockOrder:
         self.window_blocks = window_blocks
         self.window_samples = block_samples * window_blocks
         self.full_blocks = n // block_samples
-        self.num_windows = -(-n // self.window_samples) if n else 0
         self._blocks = FeistelPermutation(max(self.full_blocks, 1), round_keys(seed, epoch))
         self._window_seed = round_keys((seed ^ _WINDOW_SALT) & ((1 << 64) - 1), epoch, rounds=2)[0]
         self._windows: dict[int, FeistelPermutation] = {}

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_EPOCH",
     "check_data_fingerprint",
     "check_epoch",
+    "check_objects",
     "data_fingerprint",
     "data_objects",
 ]
@@ -49,25 +50,38 @@ def data_fingerprint(dataset: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def data_objects(dataset: object) -> dict[str, str]:
-    """``{URL: "size:ETag"}`` of the dataset's objects in storage ({} for local data or a plain length)."""
-    method = getattr(dataset, "data_objects", None)
-    if not callable(method):
-        return {}
-    found = method()
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
+def data_objects(*datasets: object) -> dict[str, str]:
+    """``{URL: "size:ETag"}`` of the datasets' objects in storage, merged and sorted ({} for local data or a
+    plain length)."""
+    objects: dict[str, str] = {}
+    for dataset in datasets:
+        method = getattr(dataset, "data_objects", None)
+        found = method() if callable(method) else None
+        if isinstance(found, Mapping):
+            objects.update((str(k), str(v)) for k, v in found.items())
+    return dict(sorted(objects.items()))
 
 
-def _changed(saved: object, ours: Mapping[str, str]) -> list[str]:
+def check_objects(saved: object, ours: Mapping[str, str], *, what: str = "", field: str) -> None:
+    """ResumeMismatchError naming the objects in storage that differ between a state's ``data_objects`` (``saved``)
+    and ``ours``; ``what`` leads the message (whose state it is). Nothing when none differs or none is known."""
     if not isinstance(saved, Mapping) or not ours:
-        return []
-    lines = []
+        return
+    changed = []
     for url in sorted(set(saved) | set(ours)):
         before, now = saved.get(url), ours.get(url)
         if before != now:
-            lines.append(f"{url} {'changed' if before and now else 'appeared' if now else 'is gone'} "
-                         f"(saved size:ETag {before}, now {now})")  # fmt: skip
-    return lines
+            changed.append(f"{url} {'changed' if before and now else 'appeared' if now else 'is gone'} "
+                           f"(saved size:ETag {before}, now {now})")  # fmt: skip
+    if changed:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise ResumeMismatchError(
+            f"{what}object(s) in storage changed between save and resume: {shown}",
+            path=changed[0].split(" ", 1)[0],
+            field=field,
+            hint="Restore the objects the run was started on, or start afresh (the saved position would "
+            "address other samples)",
+        )
 
 
 def check_data_fingerprint(
@@ -103,16 +117,7 @@ def check_data_fingerprint(
             field=DATA_FINGERPRINT_KEY,
             hint="Pass a state from ResumableDistributedSampler.state_dict(), unedited",
         )
-    changed = _changed(state.get(DATA_OBJECTS_KEY), objects or {})
-    if changed:
-        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
-        raise ResumeMismatchError(
-            f"object(s) in storage changed between save and resume: {shown}",
-            path=changed[0].split(" ", 1)[0],
-            field=DATA_FINGERPRINT_KEY,
-            hint="Restore the objects the run was started on, or start afresh (the saved position would "
-            "address other samples)",
-        )
+    check_objects(state.get(DATA_OBJECTS_KEY), objects or {}, field=DATA_FINGERPRINT_KEY)
     raise ResumeMismatchError(
         f"the state belongs to another dataset of the same length: dataset fingerprint saved {saved!r}, "
         f"this dataset {ours!r}",

@@ -75,12 +75,4 @@ def plan_rank(n: int, start: int, num_replicas: int, rank: int, tail: Tail) -> R
         dropped = remaining - count * num_replicas
     else:
         count = max(0, -(-(remaining - rank) // num_replicas))
-    return RankPlan(
-        n=n,
-        start=start,
-        num_replicas=num_replicas,
-        rank=rank,
-        count=count,
-        padded=padded,
-        dropped=dropped,
-    )
+    return RankPlan(n, start, num_replicas, rank, count, padded, dropped)  # the fields in their order

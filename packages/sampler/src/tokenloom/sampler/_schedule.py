@@ -27,7 +27,7 @@ from tokenloom.sampler._block import MAX_BLOCK_SAMPLES, MAX_WINDOW_BLOCKS, Block
 from tokenloom.sampler._feistel import FeistelPermutation, round_keys
 from tokenloom.sampler._mix import _FRACTION_BITS, _HALF, MAX_SEGMENT, MixSchedule, Tree, first_reaching, mix64
 
-__all__ = ["CurriculumSchedule", "Drain", "Segment", "bucket_order", "bucket_permutation"]
+__all__ = ["CurriculumSchedule", "Drain", "Segment", "bucket_order"]
 
 _CHUNK = 1 << 15
 _MASK64 = (1 << 64) - 1
@@ -36,20 +36,15 @@ _TABLE_LIMIT = 1 << 20
 _TABLE_BUDGET = 1 << 23
 
 
-def bucket_permutation(seed: int, bucket: int, epoch: int, size: int) -> FeistelPermutation:
-    """The keyed order of one bucket epoch (the sampler's Feistel network)."""
-    return FeistelPermutation(size, round_keys(mix64(seed, 0xB0C4E7, bucket), epoch))
-
-
 def bucket_order(
     seed: int, bucket: int, epoch: int, size: int, block: tuple[int, int] | None = None
 ) -> FeistelPermutation | BlockOrder:
-    """One bucket epoch's order: the global Feistel bijection, or with ``block = (block_samples,
-    window_blocks)`` the block-local one (same key: the bucket's seed and the epoch)."""
-    if block is None:
-        return bucket_permutation(seed, bucket, epoch, size)
-    block_samples, window_blocks = block
+    """One bucket epoch's order: the global Feistel bijection (the sampler's network), or with ``block =
+    (block_samples, window_blocks)`` the block-local one (same key: the bucket's seed and the epoch)."""
     key = mix64(seed, 0xB0C4E7, bucket)
+    if block is None:
+        return FeistelPermutation(size, round_keys(key, epoch))
+    block_samples, window_blocks = block
     return BlockOrder(size, seed=key, epoch=epoch, block_samples=block_samples, window_blocks=window_blocks)
 
 
