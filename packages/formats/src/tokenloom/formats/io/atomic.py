@@ -12,7 +12,7 @@ import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 __all__ = [
     "TMP_SUFFIX",
@@ -65,7 +65,7 @@ class TempFile:
     def __init__(self, final: str | os.PathLike[str], mode: str = "wb") -> None:
         self.final = Path(final)
         self.tmp = temp_path(self.final)
-        self.handle: BinaryIO = open(self.tmp, mode)  # noqa: SIM115 - closed in finish/abort
+        self.handle = cast(BinaryIO, open(self.tmp, mode))  # noqa: SIM115 - closed in finish/abort
 
     def finish(self) -> None:
         """Flush, fsync and close: the bytes are durable under the temp name (idempotent)."""

@@ -22,7 +22,7 @@ import mmap
 import os
 import tempfile
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import xxhash
 
@@ -62,7 +62,7 @@ class IndexBlocks:
         if hashes is None and checksum is None:
             raise ValueError(f"{where}: an index read by blocks needs block hashes or a checksum")
         self.fetch: IndexFetch | None = where if isinstance(where, StoredPath) else None  # type: ignore[assignment]
-        self.where, self.size, self.hashes, self.checksum = os.fspath(where), size, hashes, checksum
+        self.where, self.size, self.hashes, self.checksum = os.fspath(cast(Any, where)), size, hashes, checksum
         self.block_size = hashes.block_size if hashes is not None else max(size, 1)
         self.checked = bytearray(-(-size // self.block_size))
         self._buffer: Any = None

@@ -41,6 +41,7 @@ writes one.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,7 @@ GROUPED_KEYS = frozenset({"responses", "masks"})
 class RecordStore:
     """Records of variable length per key; ``record(i)`` returns zero-copy arrays (lists for GRPO groups)."""
 
-    def __init__(self, path: Path, parts: list[Part]) -> None:
+    def __init__(self, path: Path, parts: Sequence[Part]) -> None:
         self.path = path
         self.parts = parts
         self.keys = sorted(parts[0].files)
