@@ -66,3 +66,23 @@ def test_a_write_that_fails_for_lack_of_space_leaves_no_temp_file(tmp_path: Path
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(errno.EFBIG)]
     assert not [p.name for p in tmp_path.rglob("*") if p.name.endswith(TMP_SUFFIX)]
+
+
+H5_FULL_DISK = """
+import resource, signal, sys
+from tokenloom.formats import DataError, open_writer
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (50, resource.RLIM_INFINITY))  # h5py cannot even write the file's header
+try:
+    open_writer(sys.argv[1], format="h5", dtype="uint16")
+except DataError as exc:
+    print(type(exc).__name__)
+"""
+
+
+def test_an_hdf5_writer_that_cannot_create_its_file_leaves_no_temp_file(tmp_path: Path) -> None:
+    pytest.importorskip("h5py")
+    out = subprocess.run([sys.executable, "-c", H5_FULL_DISK, str(tmp_path / "s.h5")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["StorageError"]
+    assert list(tmp_path.iterdir()) == []
