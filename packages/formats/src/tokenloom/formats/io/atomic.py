@@ -83,8 +83,13 @@ class TempFile:
             fsync_dir(self.final.parent)
 
     def abort(self) -> None:
-        """Close and remove the temp file; ``final`` is untouched."""
-        self.handle.close()
+        """Close and remove the temp file; ``final`` is untouched.
+
+        The close may fail again (its flush of buffered bytes, on a disk still full); the handle is closed
+        all the same, and the temp file is removed whatever the close said.
+        """
+        with contextlib.suppress(OSError):
+            self.handle.close()
         with contextlib.suppress(FileNotFoundError):
             self.tmp.unlink()
 

@@ -180,7 +180,11 @@ class _H5Output(StoreWriter):
         h5py = h5py_module()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._out = TempFile(self.path)  # h5py writes the temp file by name; its handle fsyncs it at commit
-        self._file = h5py.File(self._out.tmp, "w")
+        try:
+            self._file = h5py.File(self._out.tmp, "w")
+        except BaseException:  # h5py could not even start the file (a full disk): neither temp file nor handle stays
+            self._out.abort()
+            raise
         self._counts: dict[str, int] = {}  # datasets written per key
 
     def _write_segment(self, arrays: dict[str, np.ndarray]) -> None:

@@ -112,16 +112,20 @@ class MegatronWriter(TokenWriter):
         self._lengths.append(lengths.astype("<i4"))
 
     def _commit(self) -> None:
-        self._bin.finish()
-        sizes = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i4")
-        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
-        pointers = (offsets[:-1] * self.dtype.itemsize).astype("<i8")
-        documents = np.arange(len(sizes) + 1, dtype="<i8")
-        code = CODE_OF_DTYPE[self.dtype.name]
-        header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
-        index = header + sizes.tobytes() + pointers.tobytes() + documents.tobytes()
-        self._bin.publish(sync_dir=False)  # the directory is fsynced after the .idx
+        try:
+            self._bin.finish()
+            sizes = np.concatenate(self._lengths) if self._lengths else np.empty(0, "<i4")
+            offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+            np.cumsum(sizes, dtype=np.int64, out=offsets[1:])
+            pointers = (offsets[:-1] * self.dtype.itemsize).astype("<i8")
+            documents = np.arange(len(sizes) + 1, dtype="<i8")
+            code = CODE_OF_DTYPE[self.dtype.name]
+            header = _HEADER.pack(MEGATRON_MAGIC, MEGATRON_VERSION, code, len(sizes), len(documents))
+            index = header + sizes.tobytes() + pointers.tobytes() + documents.tobytes()
+            self._bin.publish(sync_dir=False)  # the directory is fsynced after the .idx
+        except BaseException:  # nothing published yet (a full disk failing the last flush): the temp .bin goes
+            self._abort()
+            raise
         write_sidecar(self.sidecar, index, name=self.idx_path.name, values=self.sidecar_values)
         atomic_write_bytes(self.idx_path, index)
         fsync_dir(self.idx_path.parent)
