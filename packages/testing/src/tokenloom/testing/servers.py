@@ -204,8 +204,9 @@ class FaultProxy:
     counted in ``injected["down"]``. ``uploads`` counts completed uploads per path (a PUT or a multipart completion
     answered 2xx); a request whose ``METHOD /path`` contains a key of ``hold`` is read, then waits until that event
     is set, and is dropped if its client died meanwhile (a killed uploader's request never lands). ``wait_idle()``
-    returns once no request is in flight. ``latency_seconds`` (settable any time) delays every request, a round-trip
-    latency for benchmarks; ``get_bytes`` counts the body bytes sent per GET path. ``random_faults(rates, ...)``
+    returns once no request is in flight (``max_in_flight``: the most it held at once). ``latency_seconds``
+    (settable any time) delays every request, a round-trip latency for benchmarks; ``get_bytes`` counts the body
+    bytes sent per GET path. ``random_faults(rates, ...)``
     adds faults drawn at random (seeded) to every request the queue leaves alone: chaos over a whole run rather than
     a script.
     """
@@ -217,6 +218,7 @@ class FaultProxy:
         self.fault_methods = {"GET"}
         self.hold: dict[str, threading.Event] = {}
         self.in_flight = 0
+        self.max_in_flight = 0  # the most requests it held at once (concurrency a client reached)
         self.faults: list[str] = []
         self.injected: Counter[str] = Counter()
         self.flipped: Counter[str] = Counter()  # path -> GETs answered with a flipped byte
@@ -250,6 +252,7 @@ class FaultProxy:
             def _forward(self) -> None:
                 with proxy.lock:
                     proxy.in_flight += 1
+                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
                 try:
                     self._forward_counted()
                 finally:

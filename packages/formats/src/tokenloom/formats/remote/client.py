@@ -16,6 +16,7 @@ import os
 import re
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,6 +279,15 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     meta = _with_retries(config, url, "reading its size and ETag", lambda: _obstore().head(_store(config), key))
     etag = meta.get("e_tag") or meta.get("version") or ""
     return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag))
+
+
+def heads(config: StoreConfig, names: list[str]) -> list[ObjectInfo]:
+    """:func:`head` of every name, up to 16 at once: the files an http(s) dataset's manifest lists, which the
+    server cannot list (one at a time, 1,000 shards at 20 ms were 40 s of HEADs before the first batch)."""
+    if len(names) <= 1:
+        return [head(config, name) for name in names]
+    with ThreadPoolExecutor(min(16, len(names)), thread_name_prefix="tokenloom-head") as pool:
+        return list(pool.map(lambda name: head(config, name), names))
 
 
 def _info(config: StoreConfig, meta: Any) -> ObjectInfo:

@@ -43,6 +43,7 @@ __all__ = [
     "delete",
     "fetch_into",
     "head",
+    "heads",
     "in_process",
     "list_dir",
     "list_objects",
@@ -246,6 +247,11 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     return ObjectInfo(**_call("head", config, name=name))
 
 
+def heads(config: StoreConfig, names: list[str]) -> list[ObjectInfo]:
+    """:func:`head` of every name (several at once)."""
+    return [ObjectInfo(**item) for item in _call("heads", config, names=names)]
+
+
 def list_objects(config: StoreConfig) -> list[ObjectInfo]:
     """Every object under the URL's prefix, sorted by key."""
     return [ObjectInfo(**item) for item in _call("list", config)]
@@ -349,6 +355,7 @@ def _fetch(config: StoreConfig, request: dict[str, Any]) -> None:
 #: every request: op -> the call that answers it (in this process, or in the helper for a caller)
 _OPS: dict[str, Callable[[StoreConfig, dict[str, Any]], Any]] = {
     "head": lambda config, r: dataclasses.asdict(client.head(config, r["name"])),
+    "heads": lambda config, r: [dataclasses.asdict(info) for info in client.heads(config, r["names"])],
     "fetch": _fetch,
     "read": lambda config, r: client.fetch_range(config, ObjectInfo(**r["obj"]), r["start"], r["end"]),
     "list": lambda config, r: [dataclasses.asdict(info) for info in client.list_objects(config)],

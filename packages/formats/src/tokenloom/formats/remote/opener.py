@@ -29,7 +29,7 @@ from tokenloom.formats.io.source import data_suffixes, using_source
 from tokenloom.formats.io.urls import RemoteURL
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
-from tokenloom.formats.remote.helper import check_bucket, head, list_objects
+from tokenloom.formats.remote.helper import check_bucket, head, heads, list_objects
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.source import RemotePath, RemoteSource, RemoteTree, relative_name
 from tokenloom.formats.remote.verify import expect_files, fetch_manifest, log
@@ -249,8 +249,7 @@ def _objects(
         names = [MANIFEST_NAME]
         if isinstance(payload, dict) and isinstance(payload.get("files"), list):
             names += [str(f.get("name")) for f in payload["files"] if isinstance(f, dict)]
-        found = {n: head(config, n) for n in names}
-        return config, {relative_name(o, url.prefix): o for o in found.values()}, ""
+        return config, {relative_name(o, url.prefix): o for o in heads(config, names)}, ""
     if listable:
         listed = _listing(config)
         if listed:
