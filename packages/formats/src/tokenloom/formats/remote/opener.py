@@ -246,10 +246,10 @@ def _objects(
     url = config.url
     listable = url.scheme not in ("http", "https")
     if manifest is not None and not listable:
-        names = [MANIFEST_NAME]
+        names = []  # the manifest was HEADed already (``manifest``); the files it lists are HEADed here
         if isinstance(payload, dict) and isinstance(payload.get("files"), list):
-            names += [str(f.get("name")) for f in payload["files"] if isinstance(f, dict)]
-        return config, {relative_name(o, url.prefix): o for o in heads(config, names)}, ""
+            names = [str(f.get("name")) for f in payload["files"] if isinstance(f, dict)]
+        return config, {relative_name(o, url.prefix): o for o in [manifest, *heads(config, names)]}, ""
     if listable:
         listed = _listing(config)
         if listed:
