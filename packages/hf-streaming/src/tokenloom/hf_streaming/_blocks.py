@@ -22,7 +22,7 @@ import orjson
 
 from tokenloom.formats import DataError, FormatError, MissingKeyError, RecordError, RemoteOptions, TruncatedError
 from tokenloom.hf_streaming._remote import RangeReader
-from tokenloom.hf_streaming._units import Source, SourceKind, Unit, open_rows
+from tokenloom.hf_streaming._units import HF, Source, Unit, open_rows
 from tokenloom.tokenize.inputs import (
     Cut,
     CutStreamError,
@@ -304,10 +304,10 @@ def read_blocks(
     unit: Unit, source: Source, index: int, reading: Reading, *, start_block: int, hint: int, hf_dataset: Any = None
 ) -> Iterator[Block]:
     """The unit's records as blocks of ``reading.block_size`` from block ``start_block`` on (see the module)."""
-    if source.kind != SourceKind.HF and not source.reader.rows:
+    if source.kind != HF and not source.rows:
         yield from _line_blocks(unit, source, index, reading=reading, start_block=start_block, hint=hint)
         return
-    if source.kind != SourceKind.HF:
+    if source.rows:
         rows = _file_rows(source, unit.begin, reading.text_field)
     else:
         shard = hf_dataset.shard(num_shards=hf_dataset.num_shards, index=index, contiguous=True)

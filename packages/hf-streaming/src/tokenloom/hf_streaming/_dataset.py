@@ -33,9 +33,9 @@ from tokenloom.hf_streaming._resume import MAX_WORKERS, Mode, Resumable, distrib
 from tokenloom.hf_streaming._sources import load_hf_dataset, remote_access, remote_dataset_files
 from tokenloom.hf_streaming._units import (
     DEFAULT_UNIT_BYTES,
+    HF,
     Layout,
     Source,
-    SourceKind,
     file_sources,
     resolve_files,
 )
@@ -201,16 +201,13 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             self._sources = file_sources(files, dataset_name, self._access)
             data = [(os.path.basename(s.path), s.size, list(s.row_groups)) for s in self._sources]
             if all(s.size == 0 for s in self._sources) or (
-                all(s.kind == SourceKind.PARQUET for s in self._sources)
-                and not any(sum(s.row_groups) for s in self._sources)
+                all(s.rows for s in self._sources) and not any(sum(s.row_groups) for s in self._sources)
             ):
                 raise ConfigError("the dataset is empty: every data file is empty", field="data_files")
         else:
             self._hf = load_hf_dataset(dataset_name, dataset_config, split, load_kwargs)
             shards = int(getattr(self._hf, "num_shards", 1) or 1)
-            self._sources = [
-                Source(kind=SourceKind.HF, path=f"{self.dataset_name}[shard {i}]", size=0) for i in range(shards)
-            ]
+            self._sources = [Source(kind=HF, path=f"{self.dataset_name}[shard {i}]", size=0) for i in range(shards)]
             data = [self.dataset_name, dataset_config, split, shards, repr(sorted(load_kwargs.items()))[:2000]]
         self._objects = [[i, s.path, s.remote.etag] for i, s in enumerate(self._sources) if s.remote is not None]
         """Each remote source's ETag as opened: saved in every state, checked on load."""

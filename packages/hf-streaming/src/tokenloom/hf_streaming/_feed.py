@@ -15,7 +15,7 @@ from tokenloom.hf_streaming._blocks import Block, Reading, read_blocks, text_of
 from tokenloom.hf_streaming._order import Base, Item, block_order, slot_items
 from tokenloom.hf_streaming._pack import DocBlock
 from tokenloom.hf_streaming._prefetch import ReadAhead
-from tokenloom.hf_streaming._units import Source, SourceKind, Unit
+from tokenloom.hf_streaming._units import HF, Source, Unit
 
 __all__ = ["Counters", "Feed", "compat_blocks", "exact_blocks"]
 
@@ -49,7 +49,7 @@ def _reader(item: Item, unit: Unit, source: Source, reading: Reading, hf_dataset
         first = item.row // reading.block_size
         return read_blocks(unit, source, unit.source, reading, start_block=first, hint=hint, hf_dataset=hf_dataset)
 
-    return ReadAhead(make, depth if source.kind != SourceKind.HF else 0)
+    return ReadAhead(make, depth if source.kind != HF else 0)
 
 
 def _unit_blocks(

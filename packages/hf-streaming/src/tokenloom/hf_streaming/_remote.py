@@ -11,19 +11,18 @@ neither mix two versions of an object nor restart it from its first byte.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import tempfile
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from tokenloom.formats import ConfigError, MissingFileError, RemoteOptions
 from tokenloom.formats.io import is_remote_url, parse_url, require
+from tokenloom.formats.remote.blockfile import BlockFile
+from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 
 __all__ = [
-    "RemoteObject",
     "RangeReader",
     "expand_remote",
     "hub_url",
@@ -36,11 +35,11 @@ _GLOB = re.compile(r"[*?\[]")
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 
 
-def _remote_layer() -> Any:
+def _helper() -> Any:
     require("obstore", distribution="tokenloom-hf-streaming", extra="remote", purpose="streaming from object storage")
-    from tokenloom.formats.remote import client, helper
+    from tokenloom.formats.remote import helper
 
-    return client, helper
+    return helper
 
 
 def is_remote_source(path: object) -> bool:
@@ -77,18 +76,6 @@ def hub_url(url: str, endpoint: str | None = None) -> str:
     return f"{base}/datasets/{org}/{name}/resolve/{quote(revision, safe='')}/{path}"
 
 
-@dataclass(frozen=True, slots=True)
-class RemoteObject:
-    """One remote input as opened: the URL as given, where it is fetched from, its size and ETag."""
-
-    url: str
-    root: str
-    """The store root it is read from (``s3://bucket``, ``https://host``; the Hub URL resolved)."""
-    key: str
-    size: int
-    etag: str
-
-
 def _root_and_key(url: str) -> tuple[str, str]:
     target = hub_url(url) if url.startswith(_HF) else url
     parsed = parse_url(target)
@@ -97,12 +84,11 @@ def _root_and_key(url: str) -> tuple[str, str]:
     return parsed.root, parsed.prefix
 
 
-def stat_remote(url: str, access: RemoteOptions) -> RemoteObject:
-    """HEAD ``url``: its size and ETag (a missing object is a MissingFileError naming it)."""
-    _, helper = _remote_layer()
+def stat_remote(url: str, access: RemoteOptions) -> ObjectInfo:
+    """HEAD ``url``: its identity as opened, named by the URL as given (a missing object: a MissingFileError)."""
     root, key = _root_and_key(url)
-    info = helper.head(access.store(parse_url(root)), key)
-    return RemoteObject(url=url, root=root, key=key, size=info.size, etag=info.etag)
+    info = _helper().head(access.store(parse_url(root)), key)
+    return ObjectInfo(url=url, key=key, size=info.size, etag=info.etag)
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
@@ -148,7 +134,6 @@ def expand_remote(pattern: str, access: RemoteOptions, *, suffixes: tuple[str, .
             field="data_files",
             hint="Name each file explicitly (a list of URLs); globs and prefixes work on s3://, gs:// and az://",
         )
-    _, helper = _remote_layer()
     parsed = parse_url(pattern)
     key_pattern = parsed.prefix
     found = _GLOB.search(key_pattern)
@@ -160,7 +145,7 @@ def expand_remote(pattern: str, access: RemoteOptions, *, suffixes: tuple[str, .
     else:
         listed_prefix = key_pattern.rstrip("/") + "/" if key_pattern else ""
         keep = lambda key: key.lower().endswith(suffixes)  # noqa: E731
-    listed = helper.list_prefix(access.store(parse_url(parsed.root)), listed_prefix)
+    listed = _helper().list_prefix(access.store(parse_url(parsed.root)), listed_prefix)
     urls = [f"{parsed.root}/{info.key}" for info in listed if keep(info.key) and info.size >= 0]
     if not urls:
         what = "the pattern" if found else f"the prefix (files ending {', '.join(suffixes)})"
@@ -196,69 +181,43 @@ def _sweep_dead() -> None:
                 pass
 
 
-def fetch(obj: RemoteObject, access: RemoteOptions, start: int, end: int) -> bytes:
-    """Bytes ``[start, end)`` of ``obj`` (If-Match its ETag; faults retried from the byte already received)."""
-    if end <= start:
-        return b""
-    client, helper = _remote_layer()
-    info = client.ObjectInfo(url=obj.url, key=obj.key, size=obj.size, etag=obj.etag)
-    _sweep_dead()  # also where no hand-over file is needed: other processes' leftovers go all the same
-    if helper.in_process():  # a DataLoader worker calls obstore itself: the bytes need no hand-over file
-        return helper.read_range(access.store(parse_url(obj.root)), info, start, end)
-    # the helper writes the range into a fresh file (in memory where /dev/shm exists); it is read and removed
-    fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_SCRATCH)
-    os.close(fd)
-    os.unlink(path)  # the helper creates it exclusively
-    try:
-        helper.fetch_into(access.store(parse_url(obj.root)), info, start, end, path)
-        with open(path, "rb") as handle:
-            return handle.read()
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
-class RangeReader(io.RawIOBase):
-    """A seekable, read-only file over a remote object: every read is one ranged GET of exactly what is asked.
+class RangeReader(BlockFile):
+    """A seekable, read-only file over a remote object: every read is one ranged GET of exactly what is asked
+    (If-Match its ETag; faults retried from the byte already received), no block cache (a stream reads once).
 
     Wrap it in ``io.BufferedReader(reader, size)`` for line reading (one GET per ``size`` bytes);
     pyarrow reads a parquet footer and then each row group's column chunks through it by range.
     """
 
-    def __init__(self, obj: RemoteObject, access: RemoteOptions) -> None:
-        super().__init__()
-        self.obj = obj
-        self.access = access
-        self.position = 0
-        self.name = obj.url
-        self.requests = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.obj.size}[whence]
-        if base + offset < 0:
-            raise OSError(f"negative seek position {base + offset} in {self.obj.url}")
-        self.position = base + offset
-        return self.position
+    def __init__(self, obj: ObjectInfo, access: RemoteOptions) -> None:
+        super().__init__(None, obj)  # pyright: ignore[reportArgumentType] (no cache: readinto fetches)
+        self._store = access.store(parse_url(_root_and_key(obj.url)[0]))
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        end = min(self.obj.size, self.position + len(view))
-        if end <= self.position:
+        start, end = self._position, min(self.obj.size, self._position + len(view))
+        if end <= start:
             return 0
-        data = fetch(self.obj, self.access, self.position, end)
-        self.requests += 1
+        data = _fetch(self._store, self.obj, start, end)
         view[: len(data)] = data
-        self.position += len(data)
+        self._position += len(data)
         return len(data)
 
-    def size(self) -> int:
-        return self.obj.size
+
+def _fetch(store: StoreConfig, obj: ObjectInfo, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``obj``, from obstore in this process, else through a hand-over file."""
+    helper = _helper()
+    _sweep_dead()  # also where no hand-over file is needed: other processes' leftovers go all the same
+    if helper.in_process():  # a DataLoader worker calls obstore itself: the bytes need no hand-over file
+        return helper.read_range(store, obj, start, end)
+    # the helper writes the range into a fresh file (in memory where /dev/shm exists); it is read and removed
+    fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_SCRATCH)
+    os.close(fd)
+    os.unlink(path)  # the helper creates it exclusively
+    try:
+        helper.fetch_into(store, obj, start, end, path)
+        with open(path, "rb") as handle:
+            return handle.read()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

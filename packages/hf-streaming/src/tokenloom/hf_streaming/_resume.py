@@ -8,7 +8,6 @@ and checks that every saved number lies inside the data before any of it is used
 
 from __future__ import annotations
 
-import math
 from enum import StrEnum
 from typing import Any
 
@@ -19,7 +18,8 @@ from tokenloom.formats import ConfigError, ResumeMismatchError
 from tokenloom.hf_streaming._order import Base, Item, remainder_after, slot_items
 from tokenloom.hf_streaming._sources import check_objects
 from tokenloom.hf_streaming._state import FORMAT, VERSION, check_fingerprint, check_state
-from tokenloom.hf_streaming._units import Layout, Source, SourceKind, Unit, choose_layout, enumerate_units, unit_sizes
+from tokenloom.hf_streaming._units import Layout, Source, Unit, choose_layout, enumerate_units, unit_count, unit_sizes
+from tokenloom.tokenize.inputs import Cut
 
 __all__ = ["MAX_WORKERS", "Mode", "Resumable", "distributed_defaults"]
 
@@ -232,7 +232,7 @@ class Resumable:
         source = self._sources[unit.source]
         row, _, offset = current
         rows = None  # an upper bound on the unit's rows, where it is known without reading
-        if source.kind == SourceKind.JSONL and unit.end >= 0:
+        if source.cut is Cut.BYTES:
             rows = (unit.end - unit.begin) // 2 + 1  # a record line holds at least 2 bytes with its newline
             if offset >= 0 and not unit.begin <= offset < unit.end:
                 raise ResumeMismatchError(
@@ -241,7 +241,7 @@ class Resumable:
                     field="current",
                     hint=hint,
                 )
-        elif source.kind == SourceKind.PARQUET:
+        elif source.rows:
             rows = source.row_groups[unit.begin]
         if rows is not None and row >= rows:
             raise ResumeMismatchError(
@@ -294,16 +294,10 @@ _MAX_UNITS = 1 << 24
 
 def _checked_layout(layout: Layout, sources: list[Source]) -> Layout:
     """A saved layout that cuts these sources into a sane number of units (counted, not built)."""
-    count = 0
-    for source in sources:
-        if source.kind == SourceKind.JSONL:
-            parts = max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split
-            count += max(1, min(parts, source.size))
-        else:
-            count += max(1, len(source.row_groups)) if source.kind == SourceKind.PARQUET else 1
-    if count * layout.stride > _MAX_UNITS:
+    count = unit_count(sources, layout)
+    if count > _MAX_UNITS:
         raise ResumeMismatchError(
-            f"the saved layout {layout.to_json()} cuts the data into {count * layout.stride} units, more than "
+            f"the saved layout {layout.to_json()} cuts the data into {count} units, more than "
             f"{_MAX_UNITS}: it was not written for this data",
             field="layout",
             hint="Resume with the data files the state was saved with, or start afresh",

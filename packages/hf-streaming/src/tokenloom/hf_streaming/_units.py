@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError, DataError, FormatError, MissingFileError, RemoteOptions
-from tokenloom.hf_streaming._remote import (
-    RangeReader,
-    RemoteObject,
-    expand_remote,
-    is_remote_source,
-    stat_remote,
-)
+from tokenloom.formats.remote.client import ObjectInfo
+from tokenloom.hf_streaming._remote import RangeReader, expand_remote, is_remote_source, stat_remote
 from tokenloom.tokenize.inputs import (
     Cut,
     InputReader,
@@ -40,13 +35,14 @@ from tokenloom.tokenize.inputs import (
 
 __all__ = [
     "DEFAULT_UNIT_BYTES",
+    "HF",
     "Layout",
     "Source",
-    "SourceKind",
     "Unit",
     "choose_layout",
     "enumerate_units",
     "open_rows",
+    "unit_count",
     "unit_sizes",
 ]
 
@@ -54,12 +50,8 @@ log = logging.getLogger("tokenloom.hf_streaming")
 DEFAULT_UNIT_BYTES = 64 * 2**20
 
 
-class SourceKind:
-    """Kinds the dataset tells apart: a file's kind is its input reader's name."""
-
-    JSONL = "jsonl"
-    PARQUET = "parquet"
-    HF = "hf"
+HF = "hf"
+"""The kind of a Hugging Face IterableDataset's shard; a file's kind is its input reader's name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +59,13 @@ class Source:
     """One input: a local file, a remote object, or shard ``index`` of a Hugging Face IterableDataset."""
 
     kind: str
-    """Its input reader's name, or ``hf``."""
+    """Its input reader's name, or :data:`HF`."""
     path: str
     """The local path or the URL as given (what messages name)."""
     size: int
     row_groups: tuple[int, ...] = ()
     """Rows per row group (parquet only)."""
-    remote: RemoteObject | None = None
+    remote: ObjectInfo | None = None
     """A remote object's identity as opened (size, ETag), None for local files."""
     access: RemoteOptions | None = None
 
@@ -83,7 +75,12 @@ class Source:
 
     @property
     def cut(self) -> Cut:
-        return Cut.WHOLE if self.kind == SourceKind.HF else self.reader.cut
+        return Cut.WHOLE if self.kind == HF else self.reader.cut
+
+    @property
+    def rows(self) -> bool:
+        """A file of table rows (parquet, Arrow): its units are row groups (or record batches)."""
+        return self.kind != HF and self.reader.rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,17 +191,26 @@ def file_sources(files: list[str], builder: str, access: RemoteOptions | None = 
     return sources
 
 
+def _parts(source: Source, layout: Layout) -> int:
+    """How many units ``layout`` cuts ``source`` into (before the stride)."""
+    if source.cut is Cut.BYTES:
+        return max(1, min(max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split, source.size))
+    return len(source.row_groups) if source.rows else 1
+
+
+def unit_count(sources: list[Source], layout: Layout) -> int:
+    """``len(enumerate_units(sources, layout))``, counted without building the list."""
+    return sum(_parts(source, layout) for source in sources) * layout.stride
+
+
 def _natural_units(sources: list[Source], layout: Layout) -> list[Unit]:
     units: list[Unit] = []
     for index, source in enumerate(sources):
+        parts = _parts(source, layout)
         if source.cut is Cut.BYTES:
-            parts = max(1, math.ceil(source.size / layout.unit_bytes)) * layout.split
-            parts = max(1, min(parts, source.size))
             units.extend(Unit(index, source.size * i // parts, source.size * (i + 1) // parts) for i in range(parts))
-        elif source.kind != SourceKind.HF and source.reader.rows:
-            units.extend(Unit(index, group, -1) for group in range(len(source.row_groups)))
         else:
-            units.append(Unit(index, 0, -1))
+            units.extend(Unit(index, group if source.rows else 0, -1) for group in range(parts))
     return units
 
 
@@ -223,12 +229,12 @@ def enumerate_units(sources: list[Source], layout: Layout) -> list[Unit]:
 def choose_layout(sources: list[Source], slots: int, unit_bytes: int = DEFAULT_UNIT_BYTES) -> Layout:
     """At least ``slots`` units where possible: byte ranges of plain jsonl first, else stride by example."""
     layout = Layout(unit_bytes=unit_bytes)
-    count = len(_natural_units(sources, layout))
+    count = unit_count(sources, layout)
     if count >= slots or count == 0:
         return layout
     if any(s.cut is Cut.BYTES for s in sources):
         layout = Layout(unit_bytes=unit_bytes, split=math.ceil(slots / count))
-        count = len(_natural_units(sources, layout))
+        count = unit_count(sources, layout)
         if count >= slots:
             return layout
     stride = math.ceil(slots / count)
@@ -250,13 +256,10 @@ def unit_sizes(units: list[Unit], sources: list[Source]) -> list[int]:
         source = sources[unit.source]
         if source.cut is Cut.BYTES:
             size = unit.end - unit.begin
-        elif source.kind != SourceKind.HF and source.reader.rows:
-            rows = sum(source.row_groups) or 1
-            size = source.size * source.row_groups[unit.begin] // rows
-        elif source.kind != SourceKind.HF:
-            size = source.size
+        elif source.rows:
+            size = source.size * source.row_groups[unit.begin] // (sum(source.row_groups) or 1)
         else:
-            size = 1
+            size = source.size  # an HF shard's is 0: it weighs 1
         sizes.append(max(1, size // unit.stride))
     return sizes
 
