@@ -13,7 +13,7 @@ import pytest
 
 from tokenloom.hf_streaming import StreamingHuggingFaceDataset
 from tokenloom.tokenize import TokenizeConfig, tokenize
-from tokenloom.tokenize.inputs import Cut, InputReader, register, sniff, unregister
+from tokenloom.tokenize.inputs import InputReader, register, sniff, unregister
 
 
 class XzJsonl(InputReader):
@@ -22,9 +22,6 @@ class XzJsonl(InputReader):
     name = "xz-compressed jsonl"
     suffixes = (".jsonl.xz",)
     magic = (b"\xfd7zXZ\x00",)
-    trailer = b""
-    rows = False
-    cut = Cut.WHOLE
     stream_name = "xz"
     stream_errors = (lzma.LZMAError,)
 

@@ -60,14 +60,6 @@ class TokenizerSpec:
         self.fingerprint = fingerprint
 
 
-def _token_content(value: object) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
-
-
 def _read_json(path: Path) -> dict:
     try:
         data = orjson.loads(path.read_bytes())
@@ -111,14 +103,13 @@ def resolve_tokenizer(tokenizer_path: str | os.PathLike[str], eos_id: int | None
     blob = json_path.read_bytes()
     tokenizer = _read_json(json_path)
     if eos_id is None:
-        eos_token = None
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
             candidate = json_path.parent / name
-            if candidate.is_file():
-                eos_token = _token_content(_read_json(candidate).get("eos_token"))
-                if eos_token is not None:
-                    break
-        if eos_token is None:
+            value = _read_json(candidate).get("eos_token") if candidate.is_file() else None
+            eos_token = value.get("content") if isinstance(value, dict) else value  # a string, or {"content": ...}
+            if isinstance(eos_token, str):
+                break
+        else:
             raise ConfigError(
                 "the tokenizer defines no EOS token (tokenizer_config.json / special_tokens_map.json name none)",
                 path=json_path.parent,

@@ -54,7 +54,11 @@ def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any]) -> N
 
 def _check_format(state: Mapping[str, Any]) -> None:
     if state.get("format") != FORMAT:
-        raise ResumeMismatchError(f"not a {FORMAT} state (format {state.get('format')!r})", field="format")
+        raise ResumeMismatchError(
+            f"not a {FORMAT} state (format {state.get('format')!r})",
+            field="format",
+            hint="Pass a state from state_dict() or merge_rank_states()",
+        )
     if state.get("version") != VERSION:
         raise ResumeMismatchError(
             f"state version {state.get('version')!r}, this tokenloom reads version {VERSION}",
