@@ -248,7 +248,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             self._next_epoch[worker] = self._position["epoch"] + 1
         # never reuse a tokenizer across fork: the parent's Rust thread pool does not survive it
         load = self._encode is None or self._encode_pid != os.getpid()
-        if load and worker_info_present():
+        if load and get_worker_info() is not None:
             limit_worker_threads(num_workers)  # before the read-ahead threads start: setenv is not thread-safe
         feed = self._feed(rank, worker, num_workers)  # with read-ahead, the first reads start here ...
         if load:
@@ -397,7 +397,3 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             tensors = {key: torch.from_numpy(np.ascontiguousarray(value[part])) for key, value in batch.items()}
             item = tensors if rows else StreamSample(tensors, window.tokens[begin] if plain else None)
             yield item, window.positions[end - 1], end - begin
-
-
-def worker_info_present() -> bool:
-    return get_worker_info() is not None

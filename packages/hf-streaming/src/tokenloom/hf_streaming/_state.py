@@ -351,14 +351,15 @@ def save_rank_state(directory: str | os.PathLike[str], rank: int, loader_state: 
     return path
 
 
-def _read_regular(path: Path) -> bytes:
-    """A regular file's bytes; a FIFO, device or directory is refused before any read can block.
+def _read_state(path: Path) -> Any:
+    """A state file's JSON; a FIFO, device or directory is refused before any read can block.
 
     Opened with O_NONBLOCK (a FIFO with no writer would block open() forever) and checked with
     fstat on the opened descriptor, so a swap between the check and the read cannot slip through.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = -1
     try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = "FIFO" if stat.S_ISFIFO(mode) else "directory" if stat.S_ISDIR(mode) else "special file"
@@ -370,7 +371,13 @@ def _read_regular(path: Path) -> bytes:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as handle:
             fd = -1  # the file object owns it now
-            return handle.read()
+            return orjson.loads(handle.read())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise FormatError(
+            f"unreadable state file: {exc}",
+            path=path,
+            hint="The file is damaged or not a state: restore it from the checkpoint, or resume an earlier one",
+        ) from None
     finally:
         if fd >= 0:
             os.close(fd)
@@ -390,14 +397,4 @@ def load_rank_states(directory: str | os.PathLike[str], world_size: int | None =
         files = wanted
     if not files:
         raise MissingFileError("no hf_stream_rank*.json state here", path=root)
-    states = []
-    for path in files:
-        try:
-            states.append(orjson.loads(_read_regular(path)))
-        except (OSError, orjson.JSONDecodeError) as exc:
-            raise FormatError(
-                f"unreadable state file: {exc}",
-                path=path,
-                hint="The file is damaged or not a state: restore it from the checkpoint, or resume an earlier one",
-            ) from None
-    return states
+    return [_read_state(path) for path in files]
