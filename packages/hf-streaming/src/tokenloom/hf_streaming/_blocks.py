@@ -48,8 +48,10 @@ class Reading:
     """How a unit's records become blocks: one value from the dataset to every reader."""
 
     block_size: int
+    """Records per shuffled block (``shuffle_buffer_size``)."""
     text_field: str
     on_error: str
+    """``"raise"`` (a RecordError naming the file and offset or row) or ``"skip"`` (counted)."""
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
 

@@ -160,18 +160,15 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         self.dataset_name = dataset_name if isinstance(dataset_name, str) else type(dataset_name).__name__
         self.dataset_config = dataset_config
         self.split = split
-        self.text_field = text_field
         self.seq_len = seq_len
         self.seed = seed
-        self.shuffle_buffer_size = shuffle_buffer_size
         self.pack_sequences = bool(pack_sequences)
         self.with_provenance = with_provenance
         self.infinite = infinite
-        self.on_error = on_error
         self.drop_remainder = drop_remainder
         self.encode_batch_size = encode_batch_size
         self.unit_bytes = unit_bytes
-        self.max_line_bytes = max_line_bytes
+        self.reading = Reading(shuffle_buffer_size, text_field, on_error, max_line_bytes)
         if (position_ids or cu_seqlens) and not pack_sequences:
             raise ConfigError(
                 "position_ids / cu_seqlens need document boundaries",
@@ -231,7 +228,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         """Set by :func:`stream_loader`: yield batches of this many windows instead of samples."""
 
     def _hf_stream(self, epoch: int) -> Any:
-        return self._hf.shuffle(seed=self.seed + epoch, buffer_size=self.shuffle_buffer_size)
+        return self._hf.shuffle(seed=self.seed + epoch, buffer_size=self.reading.block_size)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -276,8 +273,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
                 row=current[0] if current is not None else 0,
                 token=current[1] if current is not None else 0,
                 infinite=self.infinite,
-                text_field=self.text_field,
-                on_error=self.on_error,
+                reading=self.reading,
                 name=self.dataset_name,
                 batch=self.encode_batch_size,
                 counters=counters,
@@ -298,7 +294,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             current=None if current is None else Item(-1, current[0], current[1], current[2]),
             infinite=self.infinite,
             seed=self.seed,
-            reading=Reading(self.shuffle_buffer_size, self.text_field, self.on_error, self.max_line_bytes),
+            reading=self.reading,
             hf_dataset=self._hf,
             counters=counters,
             prefetch_blocks=self.prefetch_blocks,

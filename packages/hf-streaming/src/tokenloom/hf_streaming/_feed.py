@@ -219,8 +219,7 @@ def compat_blocks(
     row: int,
     token: int,
     infinite: bool,
-    text_field: str,
-    on_error: str,
+    reading: Reading,
     name: str,
     batch: int,
     counters: Counters,
@@ -244,7 +243,7 @@ def compat_blocks(
             if current < row:
                 continue
             counters.records += 1
-            text = text_of(example, text_field, on_error, path=name, offset=None, row=doc_index)
+            text = text_of(example, reading.text_field, reading.on_error, path=name, offset=None, row=doc_index)
             if text is None:
                 counters.skipped += 1
                 continue

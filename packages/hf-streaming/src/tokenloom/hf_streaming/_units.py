@@ -63,6 +63,7 @@ class Source:
     path: str
     """The local path or the URL as given (what messages name)."""
     size: int
+    """Bytes (0 for an HF shard)."""
     row_groups: tuple[int, ...] = ()
     """Rows per row group (parquet only)."""
     remote: ObjectInfo | None = None
