@@ -133,24 +133,19 @@ def _open(source: Source) -> tuple[Any, Any]:
         raise
 
 
-_CUT = (IssueKind.TRUNCATED_GZIP, IssueKind.TRUNCATED_ZSTD, IssueKind.TRUNCATED_STREAM)
-
-
 def _stream_error(issue: Issue, path: str) -> DataError:
-    """A cut, corrupt or too-wide compressed stream, named as such."""
+    """A cut or corrupt compressed stream (every issue of a stream but an empty file), or one too wide to decode."""
     if isinstance(issue.cause, WindowError):
         return FormatError(
             str(issue.cause),
             path=path,
             hint="Recompress it with a window of 128 MiB or less: zstd -dc --long=31 FILE | zstd --long=27 -o NEW",
         )
-    if isinstance(issue.cause, CutStreamError) or issue.kind in _CUT:  # a gzip one too (review)
-        return TruncatedError(
-            str(issue.cause) if isinstance(issue.cause, CutStreamError) else issue.message,
-            path=path,
-            hint="The file is cut short: copy or upload it again (gzip -t, zstd -t check it)",
-        )
-    return FormatError(f"cannot read: {issue.cause}", path=path)
+    return TruncatedError(
+        str(issue.cause) if isinstance(issue.cause, CutStreamError) else issue.message,
+        path=path,
+        hint="The file is cut short: copy or upload it again (gzip -t, zstd -t check it)",
+    )
 
 
 def _line_blocks(

@@ -16,9 +16,8 @@ __all__ = ["check_objects", "load_hf_dataset", "remote_access", "remote_dataset_
 def remote_access(
     storage_options: dict[str, Any] | None, retries: Any, remote: RemoteOptions | None = None
 ) -> RemoteOptions:
-    """The store options and retry policy as one frozen, picklable value (the keywords over ``remote``)."""
-    if isinstance(retries, bool):
-        raise ConfigError(f"retries={retries!r}, expected an int or a RetryPolicy", field="retries")
+    """The store options and retry policy as one frozen, picklable value (the keywords over ``remote``; a bad
+    ``retries``, a bool too, is refused by RemoteOptions)."""
     if remote is not None and not isinstance(remote, RemoteOptions):
         raise ConfigError(f"remote is a {type(remote).__name__}, expected a RemoteOptions", field="remote")
     return RemoteOptions.from_keywords(storage_options=storage_options, retries=retries, remote=remote)
