@@ -373,11 +373,7 @@ def _read_state(path: Path) -> Any:
             fd = -1  # the file object owns it now
             return orjson.loads(handle.read())
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise FormatError(
-            f"unreadable state file: {exc}",
-            path=path,
-            hint="The file is damaged or not a state: restore it from the checkpoint, or resume an earlier one",
-        ) from None
+        raise FormatError(f"unreadable state file: {exc}", path=path, hint=_DAMAGED) from None
     finally:
         if fd >= 0:
             os.close(fd)
