@@ -17,6 +17,7 @@ import contextlib
 import multiprocessing
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +50,13 @@ EncodeFn = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
 """texts -> (int64 ids of every text concatenated, int64 length of each text); no special tokens added."""
 
 
+@dataclass(frozen=True, slots=True)
 class TokenizerSpec:
     """Where the tokenizer is, its EOS id and its fingerprint: plain data, safe to pickle into workers."""
 
-    __slots__ = ("eos_id", "fingerprint", "json_path")
-
-    def __init__(self, json_path: str, eos_id: int, fingerprint: str) -> None:
-        self.json_path = json_path
-        self.eos_id = eos_id
-        self.fingerprint = fingerprint
+    json_path: str
+    eos_id: int
+    fingerprint: str
 
 
 def _read_json(path: Path) -> dict:
