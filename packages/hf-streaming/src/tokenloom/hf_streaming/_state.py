@@ -67,6 +67,8 @@ def _check_format(state: Mapping[str, Any]) -> None:
         )
 
 
+_SHARED = ("mode", "world_size", "num_workers", "layout", "base", "objects")
+"""What every slot of one save has in common (``objects`` only where a source is remote), beside the fingerprint."""
 FINGERPRINT_FIELDS = ("mode", "data", "tokenizer", "text_field", "seq_len", "seed", "block", "eos_id")
 _MAX_LAYOUT_FACTOR = 1 << 20
 _DAMAGED = (
@@ -199,7 +201,7 @@ def _check_agree(slots: list[dict[str, Any]], reference: Mapping[str, Any], mess
     for slot in slots:
         _check_format(slot)
         check_fingerprint(slot["fingerprint"], reference["fingerprint"])
-        for key in ("mode", "world_size", "num_workers", "base", "layout", "objects"):
+        for key in _SHARED:
             if slot.get(key) != reference.get(key):
                 shown = message.format(key=key, slot=slot.get(key), ours=reference.get(key))
                 raise ResumeMismatchError(shown, field=key, hint=hint)
@@ -291,21 +293,9 @@ def merge_rank_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "slot states disagree on {key}: {slot!r} vs {ours!r}",
         "Pass the states of one save: every rank's state from the same step",
     )
-    world_size, num_workers = int(first["world_size"]), max(1, int(first["num_workers"]))
-    covered = _check_cover(slots, world_size, num_workers)
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "kind": "merged",
-        "mode": first["mode"],
-        "fingerprint": first["fingerprint"],
-        "world_size": world_size,
-        "num_workers": int(first["num_workers"]),
-        "layout": first["layout"],
-        "base": first["base"],
-        **({"objects": first["objects"]} if "objects" in first else {}),
-        "slots": covered,
-    }
+    covered = _check_cover(slots, first["world_size"], max(1, first["num_workers"]))
+    merged = {key: first[key] for key in ("format", "version", "fingerprint", *_SHARED) if key in first}
+    return {**merged, "kind": "merged", "slots": covered}
 
 
 def _loader_step(state: Mapping[str, Any], where: str) -> int | None:
