@@ -294,9 +294,9 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
             current=None if current is None else Item(-1, current[0], current[1], current[2]),
             infinite=self.infinite,
             seed=self.seed,
+            counters=counters,
             reading=self.reading,
             hf_dataset=self._hf,
-            counters=counters,
             prefetch_blocks=self.prefetch_blocks,
         )
         finished_items = len(slot_items(self._base, len(units), self.seed, pass_epoch, slot, slots, sizes))
