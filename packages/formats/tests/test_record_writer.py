@@ -19,11 +19,9 @@ def array(record: dict[str, object], key: str) -> np.ndarray:
 
 def arrays(record: dict[str, object], key: str) -> list[np.ndarray]:
     """A grouped key of a stored record (grpo responses, masks): one array per response."""
-    value = record[key]
-    assert isinstance(value, list)
-    out = [v for v in value if isinstance(v, np.ndarray)]
-    assert len(out) == len(value)
-    return out
+    group = record[key]
+    assert isinstance(group, list) and all(isinstance(part, np.ndarray) for part in group)
+    return group
 
 
 def test_dpo_sides_of_different_lengths(tmp_path: Path) -> None:
