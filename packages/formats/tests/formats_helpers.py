@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from tokenloom.formats import RemoteOptions, UnsafePathError, open_dataset, open_writer
+from tokenloom.formats import DataError, RemoteOptions, UnsafePathError, open_dataset, open_writer
 from tokenloom.formats.native import NativeWriter
 
 MIB = 1 << 20
@@ -137,6 +137,13 @@ def flip_drawn_bit(data, target: Path) -> None:
     raw = bytearray(target.read_bytes())
     raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
     target.write_bytes(bytes(raw))
+
+
+def refused_after(damage, data, target: Path, open_it) -> None:
+    """``target`` damaged by ``damage`` (:func:`truncate_drawn`, :func:`flip_drawn_bit`): ``open_it()`` raises."""
+    damage(data, target)
+    with pytest.raises(DataError):
+        open_it()
 
 
 def byte_changes(raw: bytes, positions, masks) -> Iterator[bytes]:
