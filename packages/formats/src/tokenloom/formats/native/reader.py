@@ -108,14 +108,7 @@ def read_native_shard(
         remember_checked(pair, _OFFSETS_CHECKED, [idx_info, bin_info])
     elif offsets[-1] != num_tokens:  # cannot differ for the same file versions; cheap to be sure
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
-    return Shard(
-        tokens_path=bin_path,
-        dtype=dtype,
-        num_tokens=num_tokens,
-        offsets=offsets,
-        overlap_prefix=overlaps,
-        name=stem,
-    )
+    return Shard(bin_path, dtype, num_tokens, offsets, overlaps, name=stem)
 
 
 class NativeShard(LazyShard):
@@ -415,9 +408,8 @@ def shards_dataset(
     without: dict[str, Any] | None = None,
 ) -> TokenDataset:
     """The dataset over native ``shards``, described by ``manifest`` (its totals checked) or by ``without``."""
-    if manifest is None:
-        dataset = TokenDataset(shards, format=format, root=root, **(without or {}))
-    else:
+    described = without or {}
+    if manifest is not None:
         tokens = sum(s.num_tokens for s in shards)
         documents = sum(s.num_entries for s in shards)
         if (tokens, documents) != (manifest.num_tokens, manifest.num_documents):
@@ -426,14 +418,6 @@ def shards_dataset(
                 f"{manifest.num_tokens} in {manifest.num_documents}",
                 path=root / MANIFEST_NAME,
             )
-        dataset = TokenDataset(
-            shards,
-            format=format,
-            root=root,
-            eos_id=manifest.eos_id,
-            vocab_size=manifest.vocab_size,
-            fingerprint=manifest.fingerprint,
-            tokenizer_fingerprint=manifest.tokenizer_fingerprint,
-            metadata=manifest.metadata,
-        )
-    return dataset.check_deep(validate)
+        recorded = ("eos_id", "vocab_size", "fingerprint", "tokenizer_fingerprint", "metadata")
+        described = {name: getattr(manifest, name) for name in recorded}
+    return TokenDataset(shards, format=format, root=root, **described).check_deep(validate)
