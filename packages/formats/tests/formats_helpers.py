@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from tokenloom.formats import RemoteOptions, open_dataset, open_writer
+from tokenloom.formats import DataError, RemoteOptions, UnsafePathError, open_dataset, open_writer
 from tokenloom.formats.native import NativeWriter
 
 MIB = 1 << 20
@@ -26,6 +26,21 @@ MIB = 1 << 20
 def entry_bytes(ds) -> list[bytes]:
     """Each entry of a dataset as its raw bytes."""
     return [np.asarray(ds[i]).tobytes() for i in range(len(ds))]
+
+
+def refuses_link_and_fifo(
+    link: Path, outside: Path, open_link, open_fifo=None, *, outside_match: str = "outside the dataset root"
+) -> pytest.ExceptionInfo[UnsafePathError]:
+    """``link`` as a symlink to ``outside`` (``open_link()`` refuses it), then as a FIFO (``open_fifo()``, by
+    default ``open_link()``, refuses it too); the first refusal's info, to check where it points."""
+    link.symlink_to(outside)
+    with pytest.raises(UnsafePathError, match=outside_match) as info:
+        open_link()
+    link.unlink()
+    os.mkfifo(link)
+    with pytest.raises(UnsafePathError, match="FIFO"):
+        (open_fifo or open_link)()
+    return info
 
 
 def fuzz(max_examples: int):
@@ -122,6 +137,13 @@ def flip_drawn_bit(data, target: Path) -> None:
     raw = bytearray(target.read_bytes())
     raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
     target.write_bytes(bytes(raw))
+
+
+def refused_after(damage, data, target: Path, open_it) -> None:
+    """``target`` damaged by ``damage`` (:func:`truncate_drawn`, :func:`flip_drawn_bit`): ``open_it()`` raises."""
+    damage(data, target)
+    with pytest.raises(DataError):
+        open_it()
 
 
 def byte_changes(raw: bytes, positions, masks) -> Iterator[bytes]:

@@ -7,24 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from formats_helpers import flip_drawn_bit, fuzz, truncate_drawn
+from formats_helpers import flip_drawn_bit, fuzz, refused_after, truncate_drawn
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokenloom.formats import (
-    ChecksumError,
-    ConfigError,
-    DataError,
-    FormatError,
-    IndexCorruptError,
-    MissingFileError,
-    TokenRangeError,
-    TruncatedError,
-    UnsafePathError,
-    detect_format,
-    open_dataset,
-    open_writer,
-)
+from tokenloom.formats import detect_format, errors, open_dataset, open_writer
 from tokenloom.formats.io import MANIFEST_NAME, WRITING_MARKER
 
 DOCS = [[5, 6, 0], [7, 0], [], [8, 9, 10, 11, 0]]
@@ -112,9 +99,9 @@ def test_pickling_copies_no_tokens(tmp_path: Path) -> None:
 
 
 def test_write_time_checks(tmp_path: Path) -> None:
-    with pytest.raises(TokenRangeError, match="token id 100"):
+    with pytest.raises(errors.TokenRangeError, match="token id 100"):
         write(tmp_path / "a", [[1, 100]])
-    with pytest.raises(ConfigError, match="overlap_prefix 4 for an entry of 3"):
+    with pytest.raises(errors.ConfigError, match="overlap_prefix 4 for an entry of 3"):
         write(tmp_path / "b", [[1, 2, 0]], overlaps=[4])
     assert not (tmp_path / "a" / MANIFEST_NAME).exists()
     assert list((tmp_path / "a").iterdir()) == []  # an aborted writer leaves nothing
@@ -122,7 +109,7 @@ def test_write_time_checks(tmp_path: Path) -> None:
 
 def test_refuses_non_empty_output_unless_overwrite(tmp_path: Path) -> None:
     write(tmp_path / "ds", DOCS)
-    with pytest.raises(ConfigError, match="not empty"):
+    with pytest.raises(errors.ConfigError, match="not empty"):
         write(tmp_path / "ds", DOCS)
     write(tmp_path / "ds", DOCS[:1], overwrite=True)
     assert len(open_dataset(tmp_path / "ds")) == 1
@@ -132,7 +119,7 @@ def test_interrupted_writer_is_never_accepted(tmp_path: Path) -> None:
     writer = open_writer(tmp_path / "ds", dtype="uint16", vocab_size=100, eos_id=0, shard_size_tokens=2)
     for doc in DOCS:
         writer.add(doc)  # shards are published as they fill, the manifest is not
-    with pytest.raises(FormatError, match=WRITING_MARKER):
+    with pytest.raises(errors.FormatError, match=WRITING_MARKER):
         open_dataset(tmp_path / "ds", format="native", validate="deep")
     writer.abort()
     assert not any((tmp_path / "ds").iterdir())  # an aborted writer leaves nothing
@@ -165,13 +152,13 @@ def test_without_manifest_the_listing_follows_links_and_skips_other_names(tmp_pa
     assert [ds[i].tolist() for i in range(len(ds))] == DOCS
     (root / f"{stems[2]}.idx").unlink()
     (root / f"{stems[2]}.idx").symlink_to(root / "gone.idx")
-    with pytest.raises(MissingFileError, match=f"{stems[2]}.bin has no .idx"):
+    with pytest.raises(errors.MissingFileError, match=f"{stems[2]}.bin has no .idx"):
         open_dataset(root)
 
 
 def test_deep_validation_checks_token_range_and_eos(tmp_path: Path) -> None:
     write(tmp_path / "ds", [[1, 2, 3]])
-    with pytest.raises(FormatError, match="expected the EOS id 0"):
+    with pytest.raises(errors.FormatError, match="expected the EOS id 0"):
         open_dataset(tmp_path / "ds", validate="deep")
     assert len(open_dataset(tmp_path / "ds", validate="fast")) == 1
 
@@ -179,7 +166,7 @@ def test_deep_validation_checks_token_range_and_eos(tmp_path: Path) -> None:
 def test_missing_partner_files(tmp_path: Path) -> None:
     write(tmp_path / "ds", DOCS)
     (tmp_path / "ds" / "shard_00000.bin").unlink()
-    with pytest.raises(MissingFileError):
+    with pytest.raises(errors.MissingFileError):
         open_dataset(tmp_path / "ds")
 
 
@@ -188,7 +175,7 @@ def test_symlink_leaving_the_root_is_refused(tmp_path: Path) -> None:
     outside = tmp_path / "outside.bin"
     (tmp_path / "ds" / "shard_00000.bin").rename(outside)
     (tmp_path / "ds" / "shard_00000.bin").symlink_to(outside)
-    with pytest.raises(UnsafePathError, match="outside the dataset root"):
+    with pytest.raises(errors.UnsafePathError, match="outside the dataset root"):
         open_dataset(tmp_path / "ds")
 
 
@@ -198,23 +185,23 @@ def test_fifo_is_refused(tmp_path: Path) -> None:
     write(tmp_path / "ds", DOCS)
     (tmp_path / "ds" / "shard_00000.bin").unlink()
     os.mkfifo(tmp_path / "ds" / "shard_00000.bin")
-    with pytest.raises(UnsafePathError, match="FIFO"):
+    with pytest.raises(errors.UnsafePathError, match="FIFO"):
         open_dataset(tmp_path / "ds")
 
 
 @pytest.mark.parametrize(
     ("patch", "error", "message"),
     [
-        (lambda b: b"XXXX" + b[4:], FormatError, "magic"),
-        (lambda b: b[:4] + (9).to_bytes(4, "little") + b[8:], FormatError, "version 9"),
-        (lambda b: b[:8] + (9).to_bytes(4, "little") + b[12:], FormatError, "dtype code 9"),
-        (lambda b: b[:12] + (5).to_bytes(4, "little") + b[16:], TruncatedError, "entry count 5"),
-        (lambda b: b[:12] + (1).to_bytes(4, "little") + b[16:], IndexCorruptError, "entry count 1"),
-        (lambda b: b[:10], TruncatedError, "shorter than its 16-byte header"),
-        (lambda b: b[:16] + (1).to_bytes(8, "little", signed=True) + b[24:], IndexCorruptError, "first offset"),
-        (lambda b: b[:24] + (9).to_bytes(8, "little") + b[32:], IndexCorruptError, "decrease"),
-        (lambda b: b[:48] + (11).to_bytes(8, "little") + b[56:], TruncatedError, "final offset 11"),
-        (lambda b: b[:56] + (4).to_bytes(2, "little") + b[58:], IndexCorruptError, "overlap prefix 4"),
+        (lambda b: b"XXXX" + b[4:], errors.FormatError, "magic"),
+        (lambda b: b[:4] + (9).to_bytes(4, "little") + b[8:], errors.FormatError, "version 9"),
+        (lambda b: b[:8] + (9).to_bytes(4, "little") + b[12:], errors.FormatError, "dtype code 9"),
+        (lambda b: b[:12] + (5).to_bytes(4, "little") + b[16:], errors.TruncatedError, "entry count 5"),
+        (lambda b: b[:12] + (1).to_bytes(4, "little") + b[16:], errors.IndexCorruptError, "entry count 1"),
+        (lambda b: b[:10], errors.TruncatedError, "shorter than its 16-byte header"),
+        (lambda b: b[:16] + (1).to_bytes(8, "little", signed=True) + b[24:], errors.IndexCorruptError, "first offset"),
+        (lambda b: b[:24] + (9).to_bytes(8, "little") + b[32:], errors.IndexCorruptError, "decrease"),
+        (lambda b: b[:48] + (11).to_bytes(8, "little") + b[56:], errors.TruncatedError, "final offset 11"),
+        (lambda b: b[:56] + (4).to_bytes(2, "little") + b[58:], errors.IndexCorruptError, "overlap prefix 4"),
     ],
 )
 def test_index_corruption_named_errors(tmp_path: Path, patch, error, message) -> None:
@@ -223,7 +210,7 @@ def test_index_corruption_named_errors(tmp_path: Path, patch, error, message) ->
     idx.write_bytes(patch(idx.read_bytes()))
     # fast validation catches the changed index through its checksum; without the
     # manifest the structural checks (fast, as deep) name the exact problem
-    with pytest.raises(ChecksumError):
+    with pytest.raises(errors.ChecksumError):
         open_dataset(tmp_path / "ds")
     (tmp_path / "ds" / MANIFEST_NAME).unlink()
     for level in ("fast", "deep"):
@@ -238,7 +225,7 @@ def test_data_flip_caught_by_deep_validation(tmp_path: Path) -> None:
     raw[3] ^= 1
     data.write_bytes(bytes(raw))
     open_dataset(tmp_path / "ds")  # fast mode does not read data files
-    with pytest.raises(ChecksumError, match="shard_00000.bin"):
+    with pytest.raises(errors.ChecksumError, match="shard_00000.bin"):
         open_dataset(tmp_path / "ds", validate="deep")
 
 
@@ -257,21 +244,15 @@ def _drawn_file(tmp_path_factory, data) -> tuple[Path, Path]:
 @given(data=st.data())
 def test_any_truncation_or_index_flip_raises(tmp_path_factory, data) -> None:
     root, target = _drawn_file(tmp_path_factory, data)
-    if target.suffix == ".bin" or data.draw(st.booleans()):
-        truncate_drawn(data, target)
-    else:
-        flip_drawn_bit(data, target)
-    with pytest.raises(DataError):
-        open_dataset(root, validate="fast")
+    damage = truncate_drawn if target.suffix == ".bin" or data.draw(st.booleans()) else flip_drawn_bit
+    refused_after(damage, data, target, lambda: open_dataset(root, validate="fast"))
 
 
 @fuzz(40)
 @given(data=st.data())
 def test_any_flip_anywhere_raises_under_deep_validation(tmp_path_factory, data) -> None:
     root, target = _drawn_file(tmp_path_factory, data)
-    flip_drawn_bit(data, target)
-    with pytest.raises(DataError):
-        open_dataset(root, validate="deep")
+    refused_after(flip_drawn_bit, data, target, lambda: open_dataset(root, validate="deep"))
 
 
 @fuzz(50)

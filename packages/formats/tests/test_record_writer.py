@@ -10,20 +10,19 @@ import pytest
 from tokenloom.formats import RecordStoreWriter, ShapeMismatchError, open_records
 
 
+def _of(value, kind: type):
+    assert isinstance(value, kind)
+    return value
+
+
 def array(record: dict[str, object], key: str) -> np.ndarray:
     """A plain key of a stored record: one array."""
-    value = record[key]
-    assert isinstance(value, np.ndarray)
-    return value
+    return _of(record[key], np.ndarray)
 
 
 def arrays(record: dict[str, object], key: str) -> list[np.ndarray]:
     """A grouped key of a stored record (grpo responses, masks): one array per response."""
-    value = record[key]
-    assert isinstance(value, list)
-    out = [v for v in value if isinstance(v, np.ndarray)]
-    assert len(out) == len(value)
-    return out
+    return [_of(part, np.ndarray) for part in _of(record[key], list)]
 
 
 def test_dpo_sides_of_different_lengths(tmp_path: Path) -> None:

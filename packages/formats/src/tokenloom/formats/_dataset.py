@@ -109,14 +109,12 @@ class LazyShard(Shard):
         offsets_at: int,
         overlaps_at: int | None,
         name: str,
-        data_path: str | None = None,
     ) -> None:
         self.tokens_path, self.dtype, self.num_tokens, self.name = tokens_path, dtype, num_tokens, name
         self.tokens_offset = 0
         self._tokens = None
         self.source = current_source()
         self.index, self._count, self._offsets_at, self._overlaps_at = index, count, offsets_at, overlaps_at
-        self._data_path = data_path or os.fspath(tokens_path)  # the data file as errors name it
         self.entry_checked = bytearray(max(1, -(-count >> ENTRY_BLOCK_SHIFT)))  # (no entries: block 0 checks [0])
         self._raw: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -215,7 +213,7 @@ class LazyShard(Shard):
             short = part[-1] > self.num_tokens
             raise (TruncatedError if short else IndexCorruptError)(
                 f"final offset {int(part[-1])} differs from the data file's {self.num_tokens} tokens",
-                path=self._data_path if short else where,
+                path=self.tokens_path if short else where,
                 field="offsets",
             )
         if self._overlaps_at is not None:

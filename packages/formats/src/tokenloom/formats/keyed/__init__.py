@@ -11,8 +11,9 @@ from pathlib import Path
 
 from tokenloom.formats._contract import FormatSpec, StoreSpec
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_files, is_bin_store, open_bin_meta_dataset
-from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, find_h5_files, is_h5_store, open_h5_dataset
+from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, is_h5_store, open_h5_dataset
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
+from tokenloom.formats.keyed.records_h5 import is_h5_record_path
 from tokenloom.formats.keyed.registry import StoreFactory, detect_store_type, open_store
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS, KeyedStore
 from tokenloom.formats.keyed.writers import (
@@ -46,10 +47,6 @@ __all__ = [
 ]
 
 
-def _holds_h5(path: Path) -> bool:
-    return path.suffix in H5_SUFFIXES if path.is_file() else path.is_dir() and bool(find_h5_files(path))
-
-
 def _holds_bin_meta(path: Path) -> bool:
     return path.is_dir() and bool(find_meta_files(path))
 
@@ -58,7 +55,7 @@ def _holds_bin_meta(path: Path) -> bool:
 OPTIONS = ("key", "vocab_size", "eos_id")
 H5_DESCRIPTION = "HDF5 keyed store (AstrAI): a group per key; its 'sequence' key as tokens"
 BIN_META_DESCRIPTION = "<key>.bin + meta.json keyed store (AstrAI); its 'sequence' key as tokens"
-H5_STORE = StoreSpec("h5", store=H5Store, detect=_holds_h5, looks_like="*.h5/*.hdf5 files")
+H5_STORE = StoreSpec("h5", store=H5Store, detect=is_h5_record_path, looks_like="*.h5/*.hdf5 files")
 BIN_META_STORE = StoreSpec("bin", store=BinStore, detect=_holds_bin_meta, looks_like="meta.json + <key>.bin")
 
 H5_SPEC = FormatSpec(

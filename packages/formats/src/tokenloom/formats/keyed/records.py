@@ -128,20 +128,13 @@ def _record_count(part: Part, path: Path) -> int:
                     path=meta,
                     field=key,
                 )
-        if "masks" in counts and "responses" in counts:
-            lengths = {key: np.diff(part.offsets[key]) for key in ("responses", "masks")}
-            if not np.array_equal(lengths["responses"], lengths["masks"]):
-                bad = int(np.argmax(lengths["responses"] != lengths["masks"]))
-                raise ShapeMismatchError("masks differ in length from responses", path=meta, record=bad, field="masks")
-    for side in ("chosen", "rejected"):
-        if side not in counts or f"{side}_mask" not in counts:
+    for side, mask in (("responses", "masks"), ("chosen", "chosen_mask"), ("rejected", "rejected_mask")):
+        if side not in counts or mask not in counts:
             continue
-        tokens, mask = np.diff(part.offsets[side]), np.diff(part.offsets[f"{side}_mask"])
-        if not np.array_equal(tokens, mask):
-            bad = int(np.argmax(tokens != mask))
-            raise ShapeMismatchError(
-                f"{side}_mask differs in length from {side}", path=meta, record=bad, field=f"{side}_mask"
-            )
+        lengths, mask_lengths = np.diff(part.offsets[side]), np.diff(part.offsets[mask])
+        if not np.array_equal(lengths, mask_lengths):
+            bad = int(np.argmax(lengths != mask_lengths))
+            raise ShapeMismatchError(f"{mask} differs in length from {side}", path=meta, record=bad, field=mask)
     return records
 
 

@@ -361,9 +361,8 @@ class KeyedStore:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_pid"] = None  # the receiving process reopens files on first read
-        for name in ("_files", "_maps"):
-            if name in state:
-                state[name] = {}
+        if "_files" in state:  # an HDF5 store's open files
+            state["_files"] = {}
         return state
 
     def __repr__(self) -> str:

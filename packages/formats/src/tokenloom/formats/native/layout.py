@@ -89,17 +89,14 @@ def idx_size(count: int) -> int:
     return HEADER.size + 8 * (count + 1) + 2 * count
 
 
-def entry_count(size: int, *, path: Path | str, record_path: Path | str | None = None) -> int:
-    """The entry count of an ``.idx`` of ``size`` bytes (IndexCorruptError when no count gives that size).
-
-    ``record_path``: where the size was read (a manifest), if not from the file itself.
-    """
+def entry_count(size: int, *, path: Path | str) -> int:
+    """The entry count of an ``.idx`` of ``size`` bytes (IndexCorruptError when no count gives that size)."""
     count, rest = divmod(size - HEADER.size - 8, 10)
     if rest or count < 0:
         raise IndexCorruptError(
             f"{size} bytes is not the size of any GPT-Simple index (16 + 10 * entries + 8)",
-            path=record_path or path,
-            field="bytes" if record_path else "count",
+            path=path,
+            field="count",
             hint=f"{path} is damaged or not a native index: restore it or re-create the dataset",
         )
     return count

@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -108,14 +108,7 @@ def read_native_shard(
         remember_checked(pair, _OFFSETS_CHECKED, [idx_info, bin_info])
     elif offsets[-1] != num_tokens:  # cannot differ for the same file versions; cheap to be sure
         validate_offsets(offsets, overlaps, num_tokens, idx_path=idx_path, bin_path=bin_path)
-    return Shard(
-        tokens_path=bin_path,
-        dtype=dtype,
-        num_tokens=num_tokens,
-        offsets=offsets,
-        overlap_prefix=overlaps,
-        name=stem,
-    )
+    return Shard(bin_path, dtype, num_tokens, offsets, overlaps, name=stem)
 
 
 class NativeShard(LazyShard):
@@ -146,44 +139,11 @@ class NativeShard(LazyShard):
         return state
 
 
-ShardT = TypeVar("ShardT", bound=NativeShard)
-
-
-def native_shard(
-    index: IndexBlocks,
-    tokens_path: Path,
-    data_bytes: int,
-    *,
-    name: str,
-    dtype: np.dtype,
-    zero_overlaps: bool,
-    cls: type[ShardT],
-    record_path: str | None = None,
-) -> ShardT:
-    """The ``cls`` shard (:class:`NativeShard` or a subclass) of ``index`` (a ``.idx``, read by blocks) and
-    ``data_bytes`` of tokens (nothing read yet).
-
-    ``record_path``: where the sizes come from, when not from the files (a remote dataset's manifest).
-    """
-    tokens = token_count(data_bytes, dtype, path=tokens_path, what="data file")
-    count = entry_count(index.size, path=index.where, record_path=record_path)
-    overlaps_at = None if zero_overlaps else _HEADER.size + 8 * (count + 1)
-    return cls(
-        tokens_path,
-        dtype,
-        tokens,
-        index,
-        count=count,
-        offsets_at=_HEADER.size,
-        overlaps_at=overlaps_at,
-        name=name,
-    )
-
-
 def _lazy_shards(
     root: Path, manifest: Manifest, stems: list[str], stats: list[tuple[os.stat_result, os.stat_result]]
 ) -> list[Shard]:
-    """Every shard read by blocks: headers and final offsets checked now, the rest of each index when touched."""
+    """Every shard read by blocks (:class:`NativeShard`; nothing read yet): the entry count from each index's
+    size; headers and final offsets checked now, the rest of each index when touched."""
     folder = os.path.join(root, "")
     stored = isinstance(root, StoredPath)  # in object storage: no index byte is fetched before a shard is touched
     zero = no_overlaps_recorded(manifest.metadata)
@@ -195,12 +155,14 @@ def _lazy_shards(
         where = root / f"{stem}.idx" if stored else folder + stem + ".idx"
         index = IndexBlocks(where, idx_info.st_size, hashes=entry.blocks, checksum=entry.xxh3_128)
         bin_path = root / f"{stem}.bin" if stored else Path(folder + stem + ".bin")
-        shard = native_shard(
-            index, bin_path, bin_info.st_size, name=stem, dtype=dtype, zero_overlaps=zero, cls=NativeShard
+        tokens = token_count(bin_info.st_size, dtype, path=bin_path, what="data file")
+        count = entry_count(index.size, path=index.where)
+        overlaps_at = None if zero else _HEADER.size + 8 * (count + 1)
+        shard = NativeShard(
+            bin_path, dtype, tokens, index, count=count, offsets_at=_HEADER.size, overlaps_at=overlaps_at, name=stem
         )
-        last = shard.num_entries
         if not stored:
-            shard.check_entries(max(last - 1, 0), last)  # the last offset is the data's token count
+            shard.check_entries(max(count - 1, 0), count)  # the last offset is the data's token count
         shards.append(shard)
     return shards
 
@@ -446,9 +408,8 @@ def shards_dataset(
     without: dict[str, Any] | None = None,
 ) -> TokenDataset:
     """The dataset over native ``shards``, described by ``manifest`` (its totals checked) or by ``without``."""
-    if manifest is None:
-        dataset = TokenDataset(shards, format=format, root=root, **(without or {}))
-    else:
+    described = without or {}
+    if manifest is not None:
         tokens = sum(s.num_tokens for s in shards)
         documents = sum(s.num_entries for s in shards)
         if (tokens, documents) != (manifest.num_tokens, manifest.num_documents):
@@ -457,14 +418,6 @@ def shards_dataset(
                 f"{manifest.num_tokens} in {manifest.num_documents}",
                 path=root / MANIFEST_NAME,
             )
-        dataset = TokenDataset(
-            shards,
-            format=format,
-            root=root,
-            eos_id=manifest.eos_id,
-            vocab_size=manifest.vocab_size,
-            fingerprint=manifest.fingerprint,
-            tokenizer_fingerprint=manifest.tokenizer_fingerprint,
-            metadata=manifest.metadata,
-        )
-    return dataset.check_deep(validate)
+        recorded = ("eos_id", "vocab_size", "fingerprint", "tokenizer_fingerprint", "metadata")
+        described = {name: getattr(manifest, name) for name in recorded}
+    return TokenDataset(shards, format=format, root=root, **described).check_deep(validate)
