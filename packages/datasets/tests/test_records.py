@@ -111,7 +111,7 @@ def test_record_mode_bad_input(tmp_path: Path) -> None:
     meta = json.loads((path / "meta.json").read_text())
     meta["chosen_mask"]["offsets"] = [0, 3, 7, 13]
     (path / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(ShapeMismatchError, match="chosen_mask differs in length from chosen") as info:
+    with pytest.raises(ShapeMismatchError, match="the chosen_mask key differs in length from the chosen key") as info:
         open_records(path)
     assert info.value.record == 0
 

@@ -134,7 +134,9 @@ def _record_count(part: Part, path: Path) -> int:
         lengths, mask_lengths = np.diff(part.offsets[side]), np.diff(part.offsets[mask])
         if not np.array_equal(lengths, mask_lengths):
             bad = int(np.argmax(lengths != mask_lengths))
-            raise ShapeMismatchError(f"{mask} differs in length from {side}", path=meta, record=bad, field=mask)
+            raise ShapeMismatchError(
+                f"the {mask} key differs in length from the {side} key", path=meta, record=bad, field=mask
+            )
     return records
 
 
