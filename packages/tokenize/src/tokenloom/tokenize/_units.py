@@ -16,6 +16,7 @@ error there (or a kill before any unit is committed) leaves nothing behind, as a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
@@ -48,14 +49,15 @@ from tokenloom.formats.io import (
 )
 from tokenloom.tokenize._config import UNIT_FORMAT, ExecutorKind, TokenizeConfig, supported_formats
 from tokenloom.tokenize._diff import check_run_key
-from tokenloom.tokenize._executor import WorkerDiedError
+from tokenloom.tokenize._executor import WorkerDiedError, start_encoding
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import encode_with_ray, preflight
+from tokenloom.tokenize._ray import preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._tree import TreeDataset, datasets_of, encode_groups, first_units
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     Counts,
+    UnitFacts,
     UnitPlan,
     done_path,
     establish_nodes,
@@ -69,7 +71,15 @@ from tokenloom.tokenize._unit_files import (
     uncommitted_error,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import IN_PLACE, Delivery, Session, UnitOutput
+from tokenloom.tokenize._unit_work import (
+    IN_PLACE,
+    Delivery,
+    Session,
+    UnitOutput,
+    pending_units,
+    run_unit_tasks,
+    write_text_unit,
+)
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing
 
@@ -166,10 +176,21 @@ class TokenShards:
         on_progress: ProgressCallback | None,
         delivery: Delivery,
     ) -> Session:
-        if self.config.executor is ExecutorKind.RAY:  # one dataset (_config refuses Ray for a tree)
-            plan = groups[0][0].plan
-            return encode_with_ray(self.config, inputs, plan, on_progress, units=delivery.units, upload=delivery.upload)
-        return encode_groups(self.config, inputs, groups, on_progress, delivery.on_commit)
+        if self.config.executor is not ExecutorKind.RAY:
+            return encode_groups(self.config, inputs, groups, on_progress, delivery.on_commit)
+        plan = groups[0][0].plan  # one dataset (_config refuses Ray for a tree): a Ray task per pending unit
+        pending = delivery.units
+        if pending is None:
+            pending = pending_units(self.config.output_dir, self.config.nodes, plan)
+        if not pending:
+            return Session()
+        options = dataclasses.replace(self.config.encode_options(), num_workers=0)
+        with start_encoding(inputs.tokenizer, inputs.files, options) as encoding:  # the driver's engine and facts
+            facts = UnitFacts.of(encoding)
+        args = (encoding.settings, facts)
+        session = run_unit_tasks(self.config, write_text_unit, args, plan, pending, on_progress, upload=delivery.upload)
+        session.facts = facts
+        return session
 
     def publishing(self, out: Path) -> bool:
         return False  # the manifest is one atomic write
