@@ -62,17 +62,17 @@ log = logging.getLogger("tokenloom.tokenize")
 class Session:
     """What this process (or its Ray tasks) encoded."""
 
+    counts: Counts = field(default_factory=Counts)
+    examples: list[str] = field(default_factory=list)
+    facts: UnitFacts | None = None
+    records: dict[str, Any] = field(default_factory=dict)
+    """--train-type: the post-training counts of the units this session wrote."""
     units: int = 0
     resumed: int = 0
     """Units of this node committed before this session (a rerun resumes after them)."""
     tokens: int = 0
     bytes_read: int = 0
     text_bytes: int = 0
-    counts: Counts = field(default_factory=Counts)
-    examples: list[str] = field(default_factory=list)
-    facts: UnitFacts | None = None
-    records: dict[str, Any] = field(default_factory=dict)
-    """--train-type: the post-training counts of the units this session wrote."""
 
     def add(self, other: Session) -> None:
         """Count a unit task's session (a whole unit written elsewhere: a Ray task, a pool worker)."""
@@ -149,20 +149,23 @@ class UnitWriter:
     def __init__(
         self, out: Path, options: UnitOptions, unit: int, source: UnitSource, facts: UnitFacts, plan: str
     ) -> None:
-        self.out = out
         self.options = options
         self.unit = unit
         self.source = source
-        self.facts = facts
-        self.plan = plan
-        self.counts = Counts()
-        self.examples: list[str] = []
         self.cutter = ShardCutter(
             out,
             dtype=np.dtype(facts.dtype),
             shard_size_tokens=options.shard_size_tokens,
             stem=lambda part: unit_stem(unit, part),
         )
+        self.facts = facts
+        self.plan = plan
+        self.counts = Counts()
+        self.examples: list[str] = []
+
+    @property
+    def out(self) -> Path:
+        return self.cutter.directory
 
     def consume(self, result: ChunkResult) -> None:
         path = self.source.file.shown
