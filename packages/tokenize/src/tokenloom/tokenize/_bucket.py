@@ -53,7 +53,7 @@ from tokenloom.tokenize._unit_records import (
     records_complete,
     unit_store,
 )
-from tokenloom.tokenize._units import write_unit_manifest
+from tokenloom.tokenize._units import manifest_complete, write_unit_manifest
 
 __all__ = ["BucketDataset", "upload_unit"]
 
@@ -159,23 +159,33 @@ class BucketDataset:
         return done_path(self.staging, unit).name in self.listed
 
     def complete(self, *, overwrite_hint: bool = False) -> Manifest | dict[str, Any] | None:
-        """The URL's manifest when it was written with this plan's run key; another run's is a mismatch."""
+        """What the URL published (its manifest; a record store: its sidecar), checked as a local output is
+        (manifest_complete, records_complete) on a fetched copy: another run's is a mismatch named at the URL.
+        A record store's unit objects that a killed publish left behind are deleted."""
         if MANIFEST_NAME not in self.listed:
             return None
-        if self.records is not None:
-            return self._records_complete(overwrite_hint=overwrite_hint)
-        manifest = self.target.read_manifest()
-        recorded = manifest.metadata.get("tokenize", {}) if manifest else {}
-        if manifest is None or {k: recorded.get(k) for k in self.plan.run_key} != self.plan.run_key:
+        staged = self.staging / ".published"
+        staged.mkdir(parents=True, exist_ok=True)
+        for name in (PLAN_NAME, META_NAME, POST_TRAINING_SIDECAR, MANIFEST_NAME):
+            if name in self.listed:
+                fetch(self.target, self.listed[name], staged / name)
+        try:
+            published = (manifest_complete if self.records is None else records_complete)(staged, self.plan)
+        except ResumeMismatchError as error:
+            url = self.target.url
             raise ResumeMismatchError(
-                f"{self.target.url} holds a dataset written with other settings, tokenizer, inputs or layout: "
-                + "; ".join(run_key_differences(recorded, self.plan.run_key)),
-                path=str(self.target.url),
-                hint="Pass --overwrite to replace it, or choose another --output-dir"
+                f"{url} holds {'a record store' if self.records else 'a dataset'} written with other settings, "
+                f"tokenizer, inputs or layout: {error.problem.split(': ', 1)[-1]}",
+                path=str(url),
+                hint=error.hint
                 if overwrite_hint
                 else "Choose another --output-dir, or delete the prefix and rerun every node",
-            )
-        return manifest
+            ) from None
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        if published is not None and self.records is not None:
+            delete_unit_stores(self.target, done_markers=True)
+        return published
 
     def check_foreign(self) -> None:
         """ConfigError when the URL holds objects no tokenize run wrote (before anything is put there)."""
@@ -317,29 +327,6 @@ class BucketDataset:
         log.info("%s: manifest uploaded (%d units)", self.target.url, units)
         return manifest
 
-    def _records_complete(self, *, overwrite_hint: bool) -> dict[str, Any] | None:
-        """A record store at the URL: its sidecar when the URL's plan is this plan (as records_complete locally);
-        unit objects a killed publish left behind are deleted."""
-        staged = self.staging / ".published"
-        staged.mkdir(parents=True, exist_ok=True)
-        for name in (PLAN_NAME, META_NAME, POST_TRAINING_SIDECAR, MANIFEST_NAME):
-            if name in self.listed:
-                fetch(self.target, self.listed[name], staged / name)
-        try:
-            sidecar = records_complete(staged, self.plan)
-        except ResumeMismatchError as error:
-            raise ResumeMismatchError(
-                f"{self.target.url} holds a record store written with other settings, tokenizer or inputs: "
-                + error.problem.split(": ", 1)[-1],
-                path=str(self.target.url),
-                hint=error.hint if overwrite_hint else "Choose another --output-dir, or delete the prefix and rerun",
-            ) from None
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
-        if sidecar is not None:
-            delete_unit_stores(self.target, done_markers=True)
-        return sidecar
-
     def _publish_records(self, tokenizer: str, listed: dict[str, ObjectInfo]) -> dict[str, Any]:
         """Every unit's store staged here (fetched when another node committed it), merged by publish_records,
         then uploaded: data files, sidecar, meta.json, manifest.json last; then the unit objects deleted."""
@@ -352,7 +339,7 @@ class BucketDataset:
                 if MANIFEST_NAME not in (now := listing(self.target)):
                     raise
                 self.listed = now
-                return self._records_complete(overwrite_hint=False)  # pyright: ignore[reportReturnType]
+                return self.complete()  # pyright: ignore[reportReturnType]
         if not (self.staging / MANIFEST_NAME).is_file():  # unpublished until its manifest (publish_records)
             (self.staging / WRITING_MARKER).touch()
         sidecar = publish_records(self.staging, self.plan, config, tokenizer)

@@ -85,6 +85,7 @@ from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
     "finalize",
+    "manifest_complete",
     "missing_units",
     "open_units_dir",
     "prepare_units_dir",
@@ -164,7 +165,7 @@ class TokenShards:
         self.tokenizer = tokenizer
 
     def complete(self, out: Path, plan: UnitPlan) -> Manifest | None:
-        return _complete(out, plan)
+        return manifest_complete(out, plan)
 
     def check(self) -> None:
         """Nothing to check before writing: the encoder's probe runs at the start of encoding."""
@@ -283,7 +284,7 @@ def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
             fsync_dir(out)
 
 
-def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
+def manifest_complete(out: Path, plan: UnitPlan) -> Manifest | None:
     """The manifest of a finished run with this plan, None if there is none; another run's is a mismatch."""
     if not (out / MANIFEST_NAME).is_file() or (out / WRITING_MARKER).exists():
         return None
