@@ -22,6 +22,7 @@ import logging
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -231,21 +232,12 @@ def text_summary(
         )
         summary.units_total = sum(len(t.plan.units) for t in unfinished)
         summary.units_missing = sum(len(missing_units(t.out, t.plan)) for t in unfinished)
-    else:
-        summary = TokenizeSummary(output_dir=out)
-        for manifest in published:
-            part = summary_of(manifest, out, seconds)  # pyright: ignore[reportArgumentType]
-            summary.documents += part.documents
-            summary.entries += part.entries
-            summary.tokens += part.tokens
-            summary.input_bytes += part.input_bytes
-            summary.shards += part.shards
-            for kind, count in part.skipped.items():
-                summary.skipped[kind] = summary.skipped.get(kind, 0) + count
-            for kind, count in part.dropped.items():
-                summary.dropped[kind] = summary.dropped.get(kind, 0) + count
-            summary.dtype, summary.eos_id, summary.vocab_size = part.dtype, part.eos_id, part.vocab_size
-            summary.engine, summary.engine_reason = part.engine, part.engine_reason
+    else:  # the datasets' sums; dtype, EOS, vocabulary and engine: the last one's (one tokenizer)
+        parts = [summary_of(manifest, out, seconds) for manifest in published]  # pyright: ignore[reportArgumentType]
+        sums = {key: sum(getattr(p, key) for p in parts) for key in ("documents", "entries", "tokens", "input_bytes")}
+        summary = dataclasses.replace(parts[-1], **sums, shards=sum(p.shards for p in parts))
+        summary.skipped = dict(sum((Counter(p.skipped) for p in parts), Counter()))
+        summary.dropped = dict(sum((Counter(p.dropped) for p in parts), Counter()))
     summary.seconds = seconds
     summary.add_session(session)
     summary.resumed_units = session.resumed

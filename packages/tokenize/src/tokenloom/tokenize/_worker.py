@@ -198,15 +198,10 @@ def tokenizer_backend(tokenizer: str) -> object:
     return backend if backend is not None else getattr(loaded, "transformers", loaded)
 
 
-def choose_engine(
-    tokenizer: str, serialized: str | None, engine: str, sample: list[str], verify_fraction: float
-) -> EngineChoice:
-    """Run the identity probe on the tokenizer's serialized backend (or the one loaded in this process)."""
-    if serialized is not None:
-        from tokenizers import Tokenizer
-
-        source: object = Tokenizer.from_str(serialized)
-    elif is_loaded(tokenizer):  # num_workers=0: loaded here already
+def choose_engine(tokenizer: str, engine: str, sample: list[str], verify_fraction: float) -> EngineChoice:
+    """Run the identity probe on a tokenizer without a serialized backend (described by a child) in this process
+    when it is loaded here already, else refuse the fast engine (it needs a Rust backend)."""
+    if is_loaded(tokenizer):
         source = tokenizer_backend(tokenizer)
     else:  # a slow tokenizer, described by a child: no Rust backend, so no fast engine (never load it here)
         chosen = Engine(engine)
