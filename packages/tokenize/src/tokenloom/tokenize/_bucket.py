@@ -1,7 +1,12 @@
 """One unit-planned dataset at a bucket URL, staged on this node: its plan, node count, done markers, and at the
-end its manifest (a record store: its units' stores merged here, then uploaded, manifest.json last).
+end its manifest (a record store: its units' stores merged here, then uploaded, manifest.json last); and its objects:
 
-See _publish for the whole run; _bucket_objects for the objects themselves.
+upload_unit: a committed unit's shards (or record store), then its done marker, an atomic create: the unit's
+    commit at the URL (the node's upload thread, _publish.BucketPublisher, and each Ray task call it)
+listing / fetch: the objects directly under the prefix; a small one (plan, marker) fetched whole
+unit_store_objects / delete_unit_stores: --train-type units' record stores (unit_UUUUUU_0000.records/KEY)
+
+See _publish for the whole run.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +28,6 @@ from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.formats.remote import helper
 from tokenloom.formats.remote.client import ObjectInfo
 from tokenloom.formats.remote.publish import RemoteTarget, native_files
-from tokenloom.tokenize._bucket_objects import delete_unit_stores, fetch, listing, unit_store_objects, upload_unit
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._unit_files import (
@@ -38,6 +43,7 @@ from tokenloom.tokenize._unit_files import (
     nodes_payload,
     read_done,
     uncommitted_error,
+    unit_stem,
 )
 from tokenloom.tokenize._unit_records import (
     UNIT_META,
@@ -47,11 +53,86 @@ from tokenloom.tokenize._unit_records import (
     records_complete,
     unit_store,
 )
-from tokenloom.tokenize._units import write_unit_manifest
+from tokenloom.tokenize._units import manifest_complete, write_unit_manifest
 
-__all__ = ["BucketDataset"]
+__all__ = ["BucketDataset", "upload_unit"]
 
 log = logging.getLogger("tokenloom.tokenize")
+
+
+def upload_unit(target: RemoteTarget, staging: Path, unit: int) -> None:
+    """A committed unit's shards, then its done marker (the unit's commit at the URL); then its staged shards go.
+
+    The one way a unit reaches a bucket: a node's upload thread and a Ray task (on its own machine) call it.
+    """
+    marker = done_path(staging, unit)
+    payload = orjson.loads(marker.read_bytes())
+    if "shards" not in payload:  # a record unit: its store, kept staged (the last node merges the stores)
+        store = unit_store(staging, unit)
+        for path in sorted(store.iterdir(), key=lambda p: p.name == UNIT_META):
+            target.upload(path, f"{store.name}/{path.name}")
+        helper.put_once(target.config, marker, marker.name, file_checksum(marker))
+        return
+    records = payload["shards"]
+    stems = [unit_stem(unit, int(record["index"])) for record in records]
+    for stem, record in zip(stems, records, strict=True):
+        target.upload(staging / f"{stem}.idx", checksum=str(record["idx_xxh3_128"]))
+        target.upload(staging / f"{stem}.bin", checksum=str(record["bin_xxh3_128"]))
+    helper.put_once(target.config, marker, marker.name, file_checksum(marker))
+    for stem in stems:  # in the bucket now: the local marker alone tells a rerun here to skip the unit
+        for suffix in (".bin", ".idx"):
+            (staging / f"{stem}{suffix}").unlink(missing_ok=True)
+
+
+def listing(target: RemoteTarget) -> dict[str, ObjectInfo]:
+    """The objects directly under the output prefix, by name (a missing bucket is a named error)."""
+    base = f"{target.url.prefix}/" if target.url.prefix else ""
+    try:
+        objects = helper.list_objects(target.config)
+    except DataError:
+        helper.check_bucket(target.config)
+        raise
+    found = {}
+    for obj in objects:
+        name = obj.key[len(base) :]
+        if "/" not in name:
+            found[name] = obj
+    return found
+
+
+def fetch(target: RemoteTarget, obj: ObjectInfo, path: Path) -> bytes:
+    """A small object (plan, done marker) fetched whole into ``path`` (replaced atomically); its bytes."""
+    tmp = path.with_name(f".{path.name}.fetch-{time.monotonic_ns()}.tmp")
+    try:
+        helper.fetch_into(target.config, obj, 0, obj.size, tmp)
+        data = tmp.read_bytes()
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return data
+
+
+def unit_store_objects(target: RemoteTarget) -> dict[str, list[ObjectInfo]]:
+    """The objects of unit record stores under the URL (``unit_UUUUUU_0000.records/KEY``), by store name."""
+    base = f"{target.url.prefix}/" if target.url.prefix else ""
+    stores: dict[str, list[ObjectInfo]] = {}
+    for obj in helper.list_objects(target.config):
+        folder, _, rest = obj.key[len(base) :].partition("/")
+        if rest and "/" not in rest and is_unit_file(folder):
+            stores.setdefault(folder, []).append(obj)
+    return stores
+
+
+def delete_unit_stores(target: RemoteTarget, *, done_markers: bool = False) -> None:
+    """The unit record stores at the URL (and, once published, the done markers and node records)."""
+    base = f"{target.url.prefix}/" if target.url.prefix else ""
+    for objects in unit_store_objects(target).values():
+        for obj in objects:
+            target.delete(obj.key[len(base) :])
+    if done_markers:
+        for name in listing(target):
+            if name != PLAN_NAME and is_unit_file(name):
+                target.delete(name)
 
 
 class BucketDataset:
@@ -78,23 +159,33 @@ class BucketDataset:
         return done_path(self.staging, unit).name in self.listed
 
     def complete(self, *, overwrite_hint: bool = False) -> Manifest | dict[str, Any] | None:
-        """The URL's manifest when it was written with this plan's run key; another run's is a mismatch."""
+        """What the URL published (its manifest; a record store: its sidecar), checked as a local output is
+        (manifest_complete, records_complete) on a fetched copy: another run's is a mismatch named at the URL.
+        A record store's unit objects that a killed publish left behind are deleted."""
         if MANIFEST_NAME not in self.listed:
             return None
-        if self.records is not None:
-            return self._records_complete(overwrite_hint=overwrite_hint)
-        manifest = self.target.read_manifest()
-        recorded = manifest.metadata.get("tokenize", {}) if manifest else {}
-        if manifest is None or {k: recorded.get(k) for k in self.plan.run_key} != self.plan.run_key:
+        staged = self.staging / ".published"
+        staged.mkdir(parents=True, exist_ok=True)
+        for name in (PLAN_NAME, META_NAME, POST_TRAINING_SIDECAR, MANIFEST_NAME):
+            if name in self.listed:
+                fetch(self.target, self.listed[name], staged / name)
+        try:
+            published = (manifest_complete if self.records is None else records_complete)(staged, self.plan)
+        except ResumeMismatchError as error:
+            url = self.target.url
             raise ResumeMismatchError(
-                f"{self.target.url} holds a dataset written with other settings, tokenizer, inputs or layout: "
-                + "; ".join(run_key_differences(recorded, self.plan.run_key)),
-                path=str(self.target.url),
-                hint="Pass --overwrite to replace it, or choose another --output-dir"
+                f"{url} holds {'a record store' if self.records else 'a dataset'} written with other settings, "
+                f"tokenizer, inputs or layout: {error.problem.split(': ', 1)[-1]}",
+                path=str(url),
+                hint=error.hint
                 if overwrite_hint
                 else "Choose another --output-dir, or delete the prefix and rerun every node",
-            )
-        return manifest
+            ) from None
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        if published is not None and self.records is not None:
+            delete_unit_stores(self.target, done_markers=True)
+        return published
 
     def check_foreign(self) -> None:
         """ConfigError when the URL holds objects no tokenize run wrote (before anything is put there)."""
@@ -236,29 +327,6 @@ class BucketDataset:
         log.info("%s: manifest uploaded (%d units)", self.target.url, units)
         return manifest
 
-    def _records_complete(self, *, overwrite_hint: bool) -> dict[str, Any] | None:
-        """A record store at the URL: its sidecar when the URL's plan is this plan (as records_complete locally);
-        unit objects a killed publish left behind are deleted."""
-        staged = self.staging / ".published"
-        staged.mkdir(parents=True, exist_ok=True)
-        for name in (PLAN_NAME, META_NAME, POST_TRAINING_SIDECAR, MANIFEST_NAME):
-            if name in self.listed:
-                fetch(self.target, self.listed[name], staged / name)
-        try:
-            sidecar = records_complete(staged, self.plan)
-        except ResumeMismatchError as error:
-            raise ResumeMismatchError(
-                f"{self.target.url} holds a record store written with other settings, tokenizer or inputs: "
-                + error.problem.split(": ", 1)[-1],
-                path=str(self.target.url),
-                hint=error.hint if overwrite_hint else "Choose another --output-dir, or delete the prefix and rerun",
-            ) from None
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
-        if sidecar is not None:
-            delete_unit_stores(self.target, done_markers=True)
-        return sidecar
-
     def _publish_records(self, tokenizer: str, listed: dict[str, ObjectInfo]) -> dict[str, Any]:
         """Every unit's store staged here (fetched when another node committed it), merged by publish_records,
         then uploaded: data files, sidecar, meta.json, manifest.json last; then the unit objects deleted."""
@@ -271,7 +339,7 @@ class BucketDataset:
                 if MANIFEST_NAME not in (now := listing(self.target)):
                     raise
                 self.listed = now
-                return self._records_complete(overwrite_hint=False)  # pyright: ignore[reportReturnType]
+                return self.complete()  # pyright: ignore[reportReturnType]
         if not (self.staging / MANIFEST_NAME).is_file():  # unpublished until its manifest (publish_records)
             (self.staging / WRITING_MARKER).touch()
         sidecar = publish_records(self.staging, self.plan, config, tokenizer)

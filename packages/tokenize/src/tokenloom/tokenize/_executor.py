@@ -238,7 +238,7 @@ def start_encoding(tokenizer: str, files: list[InputFile], options: EncodeOption
             yield Encoding(settings, info, dtype, None, executor, window, probing)
             return
         # worker processes for a tokenizer without a Rust backend (a slow one, described by a child): no fast engine
-        choice = choose_engine(settings.tokenizer, serialized, engine, sample, verify_fraction)
+        choice = choose_engine(settings.tokenizer, engine, sample, verify_fraction)
         announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
         settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
         yield Encoding(settings, info, dtype, choice, executor, window)
@@ -274,7 +274,20 @@ def _tokenizer_info_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo,
     """EOS id, vocab size and serialized backend, from a short-lived child (or this process), and the
     ``tokenizers.Tokenizer`` read from a plain tokenizer.json (else None); an unreadable tokenizer is a ConfigError."""
     try:
-        return _describe_here(name, in_process=in_process)
+        plain = plain_backend(name)  # no transformers import when that is exact
+        if in_process and plain is None:
+            return local_info(name), None, None
+        if plain is not None:
+            log.info("tokenizer %s: read tokenizer.json directly (a plain PreTrainedTokenizerFast; fast start)", name)
+            return plain[0], plain[1].to_str(), plain[1]
+        log.info(
+            "tokenizer %s: loading it with transformers.AutoTokenizer in a child process (about 1 s more start-up): "
+            "it is not a directory with tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast "
+            "with plain settings",
+            name,
+        )
+        with spawn_pool(1) as child:
+            return (*child.submit(describe, name).result(), None)  # the tokenizer loaded in the child
     except (DataError, OSError, KeyboardInterrupt):
         raise
     except Exception as exc:  # the tokenizers/transformers loaders raise plain exceptions on bad files
@@ -283,23 +296,6 @@ def _tokenizer_info_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo,
             field="tokenizer",
             hint="Check that --tokenizer names a directory written by save_pretrained (tokenizer.json)",
         ) from exc
-
-
-def _describe_here(name: str, *, in_process: bool) -> tuple[TokenizerInfo, str | None, Any]:
-    plain = plain_backend(name)  # no transformers import when that is exact
-    if in_process and plain is None:
-        return local_info(name), None, None
-    if plain is not None:
-        log.info("tokenizer %s: read tokenizer.json directly (a plain PreTrainedTokenizerFast; fast start)", name)
-        return plain[0], plain[1].to_str(), plain[1]
-    log.info(
-        "tokenizer %s: loading it with transformers.AutoTokenizer in a child process (about 1 s more start-up): "
-        "it is not a directory with tokenizer.json and a tokenizer_config.json naming PreTrainedTokenizerFast "
-        "with plain settings",
-        name,
-    )
-    with spawn_pool(1) as child:
-        return (*child.submit(describe, name).result(), None)  # the tokenizer loaded in the child
 
 
 def resolve_eos(requested: int | None, info: TokenizerInfo, tokenizer: str) -> int:

@@ -13,15 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tokenloom.tokenize._summary import ProgressCallback
+from tokenloom.tokenize._summary import ProgressCallback, rate
 from tokenloom.tokenize.inputs import input_suffixes
 
 __all__ = ["progress_bar", "rate", "rate_text"]  # and RunRateColumn, built on first use (__getattr__)
-
-
-def rate(amount: float, seconds: float) -> float:
-    """The one definition of a run's rate: what this run processed over this run's wall time."""
-    return amount / seconds if seconds > 0 else 0.0
 
 
 def rate_text(num_bytes: float, seconds: float) -> str:

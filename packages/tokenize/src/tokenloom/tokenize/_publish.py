@@ -22,7 +22,7 @@
 
 A unit's bytes depend only on its input and the settings, so two nodes that both upload a unit put identical
 objects, and two finalizers put identical manifests. A reader sees no dataset until the manifest lands.
-Here: the run and its upload thread; _bucket: a dataset at its URL (BucketDataset); _bucket_objects: the objects.
+Here: the run and its upload thread; _bucket: a dataset at its URL (BucketDataset) and its objects.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from typing import Any
 from tokenloom.formats import ConfigError
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote.publish import RemoteTarget, staging_dir
-from tokenloom.tokenize._bucket import BucketDataset
-from tokenloom.tokenize._bucket_objects import upload_unit
+from tokenloom.tokenize._bucket import BucketDataset, upload_unit
 from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
 from tokenloom.tokenize._ray import local_config, preflight

@@ -18,7 +18,8 @@ Object storage (s3://, gs://, az://) is reached from each task's own machine, ne
         removes the staged copy; the driver established the plan at the URL before, skipped the units committed
         there, and writes the manifest last (_publish)
 
-Text units (_write_unit) and record units (_unit_records.write_record_unit) run through one task, run_unit_task:
+Text units (_unit_work.write_text_unit) and record units (_unit_records.write_record_unit) run through one task,
+run_unit_task (called by _unit_work.run_unit_tasks, the one unit-task executor: Ray, a pool or this process):
 the same input staging, the same upload of a unit committed in the worker's cache (a record unit's store, then its
 done marker; the driver merges the stores as the last node of a --num-nodes run does).
 """
@@ -40,18 +41,11 @@ from tokenloom.formats import ConfigError, StorageError
 from tokenloom.formats.io import require
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.tokenize._config import TokenizeConfig
-from tokenloom.tokenize._executor import run_ordered, start_encoding
-from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._summary import ProgressCallback, report_progress
-from tokenloom.tokenize._unit_files import Counts, UnitFacts, UnitPlan
-from tokenloom.tokenize._unit_work import Session, UnitWriter, pending_units
-from tokenloom.tokenize._worker import EncodeSettings
-from tokenloom.tokenize.inputs import UnitSource, input_staging_dir, read_chunks
+from tokenloom.tokenize.inputs import UnitSource, input_staging_dir
 
 __all__ = [
     "Upload",
     "check_reachable",
-    "encode_with_ray",
     "import_ray",
     "local_config",
     "preflight",
@@ -177,7 +171,7 @@ def run_unit_task(
     upload: Upload | None = None,
 ) -> Any:
     """One unit, encoded in this (Ray worker) process by ``write(config, unit, source, *settings, plan)`` and
-    committed; plain data back to the driver. ``write``: a text unit (_write_unit) or a record unit
+    committed; plain data back to the driver. ``write``: a text unit (_unit_work.write_text_unit) or a record unit
     (_unit_records.write_record_unit). Object storage is reached from this machine: see the module docstring.
     """
     try:
@@ -217,72 +211,6 @@ def _inputs_here(config: TokenizeConfig, source: UnitSource) -> UnitSource:
     relative = source.file.path.relative_to(config.input_dir)  # <hash of ETag>/<key under the prefix>
     file = dataclasses.replace(source.file, path=input_staging_dir(config.input_url, None) / relative)
     return dataclasses.replace(source, file=file)
-
-
-def _write_unit(
-    config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
-) -> dict[str, Any]:
-    """Encode ``source`` in this process and commit it as unit ``unit`` in ``config.output_dir``."""
-    options = config.unit_options()
-    writer = UnitWriter(config.output_dir, options, unit, source, facts, plan)
-    tokens = 0
-    reader = read_chunks(
-        [source.file],
-        chunk_lines=options.chunk_lines,
-        chunk_bytes=options.chunk_bytes,
-        max_line_bytes=options.max_line_bytes,
-        text_field=options.text_field,
-        parts=[source.part],
-    )
-    try:
-        for result in run_ordered(None, reader, settings, 1):
-            writer.consume(result)
-            tokens += len(result.tokens)
-        done = writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
-    size = source.file.size if source.part is None else done.counts.input_bytes
-    outcome = {"counts": done.counts.to_json(), "tokens": tokens, "bytes": size, "examples": writer.examples}
-    return {**outcome, "text_bytes": done.counts.input_bytes}
-
-
-def encode_with_ray(
-    config: TokenizeConfig,
-    inputs: RunInputs,
-    plan: UnitPlan,
-    on_progress: ProgressCallback | None,
-    *,
-    units: list[int] | None = None,
-    upload: Upload | None = None,
-) -> Session:
-    """Run every uncommitted unit of ``plan`` as a Ray task; see the module docstring.
-
-    ``units``: the uncommitted units, when the caller knows them (an object-store output: those without a done
-    marker at the URL); None: those without a done marker in ``config.output_dir``. ``upload``: where a task's
-    committed unit goes (an object-store output); None: it is committed in ``config.output_dir``.
-    """
-    session = Session()
-    pending = pending_units(config.output_dir, config.nodes, plan) if units is None else units
-    if not pending:
-        return session
-    with start_encoding(
-        inputs.tokenizer, inputs.files, dataclasses.replace(config.encode_options(), num_workers=0)
-    ) as encoding:
-        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
-        settings = encoding.settings
-    session.facts = facts
-    calls = [(_write_unit, config, u, plan.units[u], (settings, facts), plan.digest, upload) for u in pending]
-    for outcome in ray_tasks(config.ray_address, run_unit_task, calls):
-        counts = Counts.from_json(outcome["counts"])
-        session.units += 1
-        session.tokens += outcome["tokens"]
-        session.bytes_read += outcome["bytes"]
-        session.text_bytes += outcome["text_bytes"]
-        session.examples += outcome["examples"]
-        session.counts.add(counts)
-        report_progress(on_progress, counts.documents, outcome["tokens"], outcome["bytes"], outcome["text_bytes"])
-    return session
 
 
 def ray_tasks(ray_address: str | None, function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> Iterator[Any]:

@@ -22,22 +22,22 @@ from tokenloom.formats.native import NativeShardWriter
 __all__ = ["ShardCutter", "ShardRecord"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ShardRecord:
     """A published shard: its files' sizes and checksums, and its counts."""
 
     index: int
     num_tokens: int
     num_entries: int
-    bin_bytes: int
-    bin_xxh3_128: str
-    idx_bytes: int
-    idx_xxh3_128: str
     #: the ``.bin``'s block hashes (records of runs before wave 4 have none)
     bin_blocks: BlockHashes | None = None
+    bin_bytes: int
+    bin_xxh3_128: str
     #: the ``.idx``'s block hashes: a reader checks the index blocks it touches, so a fresh open reads no
     #: whole index (records of earlier runs have none: those outputs open with the full index scan)
     idx_blocks: BlockHashes | None = None
+    idx_bytes: int
+    idx_xxh3_128: str
 
     def to_json(self) -> dict[str, object]:
         blocks = {}

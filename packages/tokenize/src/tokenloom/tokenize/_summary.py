@@ -12,9 +12,16 @@ __all__ = [
     "ProgressCallback",
     "RunCounts",
     "TokenizeSummary",
+    "rate",
     "report_progress",
     "summary_of_record",
 ]
+
+
+def rate(amount: float, seconds: float) -> float:
+    """The one definition of a run's rate: what this run processed over this run's wall time."""
+    return amount / seconds if seconds > 0 else 0.0
+
 
 #: How many example lines of each skipped-record kind a summary keeps.
 EXAMPLES_PER_KIND = 3
@@ -39,20 +46,17 @@ class RunCounts:
     text_bytes: int = 0
     """Bytes this run encoded, decompressed (jsonl lines; parquet text columns): the rate shown counts these."""
 
-    def _per_second(self, amount: int) -> float:
-        return amount / self.seconds if self.seconds > 0 else 0.0
-
     @property
     def tokens_per_second(self) -> float:
-        return self._per_second(self.tokens)
+        return rate(self.tokens, self.seconds)
 
     @property
     def bytes_per_second(self) -> float:
-        return self._per_second(self.bytes_read)
+        return rate(self.bytes_read, self.seconds)
 
     @property
     def text_bytes_per_second(self) -> float:
-        return self._per_second(self.text_bytes)
+        return rate(self.text_bytes, self.seconds)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -85,7 +89,7 @@ class TokenizeSummary(RunCounts):
     @property
     def tokens_per_second(self) -> float:
         """This run's tokens (not those of the units it resumed after) over its wall time."""
-        return self._per_second(self.run_tokens)
+        return rate(self.run_tokens, self.seconds)
 
     def add_session(self, session: Any) -> None:
         """Count what this process's session (``_unit_work.Session``) encoded: not the units it resumed after."""

@@ -166,8 +166,7 @@ def encode_groups(
         return session
     # the engine probe reads the same first documents (inputs.files) on every node
     with start_encoding(inputs.tokenizer, inputs.files, config.encode_options()) as encoding:
-        facts = UnitFacts(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
-        session.facts = facts
+        session.facts = facts = UnitFacts.of(encoding)
         settings, options = encoding.settings, config.unit_options()
         if config.val_fraction > 0:  # a train leaf's documents below the seeded hash go to its val dataset
             settings = dataclasses.replace(settings, val_fraction=config.val_fraction, val_seed=config.seed)

@@ -194,6 +194,11 @@ class UnitFacts:
     eos_id: int
     engine: dict[str, Any]
 
+    @classmethod
+    def of(cls, encoding: Any) -> UnitFacts:
+        """The facts of a started encoder (_executor.Encoding)."""
+        return cls(encoding.dtype.name, encoding.info.vocab_size, encoding.eos_id, encoding.engine.record)
+
     def to_json(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "vocab_size": self.vocab_size, "eos_id": self.eos_id, "engine": self.engine}
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +30,9 @@ from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.keyed.bin_meta import META_NAME
 from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR, write_record_manifest
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS
-from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
-from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import Upload, ray_tasks, run_unit_task
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
@@ -47,14 +43,12 @@ from tokenloom.tokenize._unit_files import (
     remove_node_records,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import Delivery, Session, pending_units
+from tokenloom.tokenize._unit_work import Delivery, Session, add_stats, pending_units, run_unit_tasks
 from tokenloom.tokenize.inputs import ByteRange, UnitSource
 
 __all__ = [
     "UNIT_META",
-    "RecordOutcome",
     "RecordStore",
-    "encode_records",
     "is_record_store_file",
     "publish_records",
     "records_complete",
@@ -62,7 +56,6 @@ __all__ = [
     "write_record_unit",
 ]
 
-RecordOutcome = dict[str, Any]
 _STORE_KEYS = frozenset(k for keys in (*TRAIN_TYPE_KEYS.values(), *OPTIONAL_TRAIN_TYPE_KEYS.values()) for k in keys)
 #: A committed unit store's meta.json, renamed (no reader takes the unit for a part of OUT's store).
 UNIT_META = "unit-meta.json"
@@ -133,9 +126,7 @@ def unit_store(out: Path, unit: int) -> Path:
     return out / f"{unit_stem(unit, 0)}.records"
 
 
-def write_record_unit(
-    config: TokenizeConfig, unit: int, source: UnitSource, tokenizer: str, plan: str
-) -> RecordOutcome:
+def write_record_unit(config: TokenizeConfig, unit: int, source: UnitSource, tokenizer: str, plan: str) -> Session:
     """Encode unit ``unit``'s records into its record store, then commit it (the done marker holds its counts)."""
     # loaded here, as below: a text run never imports chat
     from tokenloom.tokenize._transform import in_file, transform_for, unit_records
@@ -157,15 +148,9 @@ def write_record_unit(
     counts = transform.counts()
     payload = {"unit": unit, "plan": plan, "counts": counts}
     create_once(done_path(out, unit), orjson.dumps(payload, option=orjson.OPT_SORT_KEYS))
-    return counts
-
-
-def add_stats(total: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
-    """The sum of two units' counts (errors summed by name)."""
-    merged = {k: total.get(k, 0) + v for k, v in part.items() if k != "errors"}
-    errors = Counter(total.get("errors", {})) + Counter(part.get("errors", {}))
-    merged["errors"] = dict(sorted(errors.items()))
-    return merged
+    session = Session(units=1, tokens=counts["tokens"], bytes_read=_source_bytes(source), records=counts)
+    session.counts.documents = counts["records"]
+    return session
 
 
 class RecordStore:
@@ -186,11 +171,16 @@ class RecordStore:
     def encode(
         self, inputs: RunInputs, groups: list[list[Any]], on_progress: ProgressCallback | None, delivery: Delivery
     ) -> Session:
-        plan = groups[0][0].plan  # one dataset: _record_settings refuses a tree
-        units, upload = delivery.units, delivery.upload
-        return encode_records(
-            self.config, self.tokenizer, plan, on_progress, delivery.on_commit, units=units, upload=upload
-        )
+        """This node's pending units (--executor ray: every pending unit, or ``delivery.units``, those not committed
+        at the URL), each written by write_record_unit through the one unit-task executor."""
+        plan, out = groups[0][0].plan, self.config.output_dir  # one dataset: _record_settings refuses a tree
+        mine = delivery.units
+        if mine is None:
+            mine = [] if merged(out) else pending_units(out, self.config.nodes, plan)  # merged: markers may be gone
+            for unit in mine:
+                shutil.rmtree(unit_store(out, unit), ignore_errors=True)
+        write, args = write_record_unit, (self.tokenizer,)
+        return run_unit_tasks(self.config, write, args, plan, mine, on_progress, delivery.on_commit, delivery.upload)
 
     def publishing(self, out: Path) -> bool:
         return merged(out)
@@ -214,61 +204,11 @@ class RecordStore:
         return summary
 
 
-def encode_records(
-    config: TokenizeConfig,
-    tokenizer: str,
-    plan: UnitPlan,
-    on_progress: ProgressCallback | None,
-    on_commit: Callable[[Path, int], None] | None = None,
-    *,
-    units: list[int] | None = None,
-    upload: Upload | None = None,
-) -> Session:
-    """This node's pending units (or, with --executor ray, every pending unit as a Ray task).
-
-    ``on_commit(OUT, unit)``: after each unit's commit, in plan order (a bucket output queues its upload).
-    ``units`` and ``upload`` (--executor ray into a bucket, as _ray.encode_with_ray): the units not committed at
-    the URL, each staged and uploaded by its task on its own machine."""
-    mine, out = units, config.output_dir
-    if mine is None:
-        mine = [] if merged(out) else pending_units(out, config.nodes, plan)  # merged: done markers may be gone
-        for unit in mine:
-            shutil.rmtree(unit_store(out, unit), ignore_errors=True)
-    if config.executor is ExecutorKind.RAY:
-        calls = [(write_record_unit, config, u, plan.units[u], (tokenizer,), plan.digest, upload) for u in mine]
-        outcomes = ray_tasks(config.ray_address, run_unit_task, calls)
-    elif min(config.num_workers, len(mine)) <= 1:
-        outcomes = (write_record_unit(config, u, plan.units[u], tokenizer, plan.digest) for u in mine)
-    else:
-        outcomes = _pool_units(config, tokenizer, plan, mine)
-    session = Session()
-    for unit, counts in zip(mine, outcomes, strict=False):  # each path yields in the order of ``mine``
-        session.units += 1
-        session.records = add_stats(session.records, counts)
-        if on_commit is not None:
-            on_commit(config.output_dir, unit)
-        if on_progress is not None:
-            on_progress(counts["records"], counts["tokens"], _source_bytes(plan.units[unit]))
-    return session
-
-
 def _source_bytes(source: UnitSource) -> int:
     """The input bytes of a unit, for the progress bar (a row-group unit: its share is not known; 0)."""
     if source.part is None:
         return source.file.size
     return source.part.stop - source.part.start if isinstance(source.part, ByteRange) else 0
-
-
-def _pool_units(config: TokenizeConfig, tokenizer: str, plan: UnitPlan, mine: list[int]) -> Any:
-    pool = spawn_pool(min(config.num_workers, len(mine)))  # tokenize's one pool maker: no fork of tokenizer threads
-    try:
-        futures = [pool.submit(write_record_unit, config, u, plan.units[u], tokenizer, plan.digest) for u in mine]
-        for future in futures:
-            yield future.result()
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
 
 
 def records_complete(out: Path, plan: UnitPlan) -> dict[str, Any] | None:

@@ -1,14 +1,16 @@
-"""The work of a unit: its writer (shards, then the done marker), the units a node still owes, and the one
-loop that encodes units through a local pool (_tree.encode_groups: the leaves of a run, one dataset or many).
+"""The work of a unit: its writer (shards, then the done marker), the units a node still owes, the one loop that
+encodes units' chunks (_tree.encode_groups: the local pool over a run's leaves; write_text_unit: one unit whole),
+and the one executor of whole units (run_unit_tasks: Ray tasks, a process pool or this process; text and records).
 
-Shared by the local pool (_tree) and Ray tasks (_ray): a unit is written the same way by either.
+A unit is written the same way by the local pool and by a unit task: the same loop, the same writer.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,7 +18,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from tokenloom.formats import RecordError
+from tokenloom.tokenize._config import ExecutorKind, TokenizeConfig
+from tokenloom.tokenize._executor import spawn_pool
 from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._ray import Upload, ray_tasks, run_unit_task
 from tokenloom.tokenize._shards import ShardCutter
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
 from tokenloom.tokenize._unit_files import (
@@ -32,7 +37,7 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._worker import ChunkResult
+from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, encode_chunk
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.inputs import ByteRange, Chunk, UnitSource, lines_before, local_path, read_chunks
 
@@ -42,9 +47,12 @@ __all__ = [
     "Session",
     "UnitOutput",
     "UnitWriter",
+    "add_stats",
     "encode_units",
     "pending_units",
+    "run_unit_tasks",
     "unit_line",
+    "write_text_unit",
 ]
 
 log = logging.getLogger("tokenloom.tokenize")
@@ -54,17 +62,36 @@ log = logging.getLogger("tokenloom.tokenize")
 class Session:
     """What this process (or its Ray tasks) encoded."""
 
+    counts: Counts = field(default_factory=Counts)
+    examples: list[str] = field(default_factory=list)
+    facts: UnitFacts | None = None
+    records: dict[str, Any] = field(default_factory=dict)
+    """--train-type: the post-training counts of the units this session wrote."""
     units: int = 0
     resumed: int = 0
     """Units of this node committed before this session (a rerun resumes after them)."""
     tokens: int = 0
     bytes_read: int = 0
     text_bytes: int = 0
-    counts: Counts = field(default_factory=Counts)
-    examples: list[str] = field(default_factory=list)
-    facts: UnitFacts | None = None
-    records: dict[str, Any] = field(default_factory=dict)
-    """--train-type: the post-training counts of the units this session wrote."""
+
+    def add(self, other: Session) -> None:
+        """Count a unit task's session (a whole unit written elsewhere: a Ray task, a pool worker)."""
+        self.units += other.units
+        self.tokens += other.tokens
+        self.bytes_read += other.bytes_read
+        self.text_bytes += other.text_bytes
+        self.counts.add(other.counts)
+        self.examples += other.examples
+        if other.records:
+            self.records = add_stats(self.records, other.records)
+
+
+def add_stats(total: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """The sum of two record units' counts (errors summed by name)."""
+    merged = {k: total.get(k, 0) + v for k, v in part.items() if k != "errors"}
+    errors = Counter(total.get("errors", {})) + Counter(part.get("errors", {}))
+    merged["errors"] = dict(sorted(errors.items()))
+    return merged
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,20 +149,23 @@ class UnitWriter:
     def __init__(
         self, out: Path, options: UnitOptions, unit: int, source: UnitSource, facts: UnitFacts, plan: str
     ) -> None:
-        self.out = out
         self.options = options
         self.unit = unit
         self.source = source
-        self.facts = facts
-        self.plan = plan
-        self.counts = Counts()
-        self.examples: list[str] = []
         self.cutter = ShardCutter(
             out,
             dtype=np.dtype(facts.dtype),
             shard_size_tokens=options.shard_size_tokens,
             stem=lambda part: unit_stem(unit, part),
         )
+        self.facts = facts
+        self.plan = plan
+        self.counts = Counts()
+        self.examples: list[str] = []
+
+    @property
+    def out(self) -> Path:
+        return self.cutter.directory
 
     def consume(self, result: ChunkResult) -> None:
         path = self.source.file.shown
@@ -231,6 +261,66 @@ def _commit(session: Session, writers: list[UnitWriter], on_commit: Callable[[Pa
     if writers:
         session.units += 1
     writers.clear()  # committed: an error after this must not abort them
+
+
+def write_text_unit(
+    config: TokenizeConfig, unit: int, source: UnitSource, settings: EncodeSettings, facts: UnitFacts, plan: str
+) -> Session:
+    """Encode ``source`` in this process and commit it as unit ``unit`` in ``config.output_dir`` (a unit task)."""
+    options, session = config.unit_options(), Session()
+
+    def writers(unit: int) -> list[UnitWriter]:
+        return [UnitWriter(config.output_dir, options, unit, source, facts, plan)]
+
+    encode_units(options, [source], [unit], lambda chunks: (encode_chunk(c, settings) for c in chunks), writers,
+                 session, None)  # fmt: skip
+    session.bytes_read = source.file.size if source.part is None else session.counts.input_bytes
+    return session
+
+
+def run_unit_tasks(
+    config: TokenizeConfig,
+    write: Callable[..., Session],
+    args: tuple[Any, ...],
+    plan: UnitPlan,
+    units: list[int],
+    on_progress: ProgressCallback | None,
+    on_commit: Callable[[Path, int], None] | None = None,
+    upload: Upload | None = None,
+) -> Session:
+    """Each of ``units`` written whole and committed by ``write(config, unit, source, *args, plan digest)``: a Ray
+    task each (--executor ray; ``upload``: its unit into the output bucket from its machine), a pool of
+    --num-workers processes, or this process; their sessions counted in unit order, ``on_commit(OUT, unit)`` after
+    each (a bucket output queues its upload)."""
+    sessions: Iterable[Session]
+    if config.executor is ExecutorKind.RAY:
+        calls = [(write, config, u, plan.units[u], args, plan.digest, upload) for u in units]
+        sessions = ray_tasks(config.ray_address, run_unit_task, calls)
+    elif min(config.num_workers, len(units)) <= 1:
+        sessions = (write(config, u, plan.units[u], *args, plan.digest) for u in units)
+    else:
+        sessions = _pooled(config, write, args, plan, units)
+    total = Session()
+    for unit, session in zip(units, sessions, strict=False):  # each path yields in the order of ``units``
+        total.add(session)
+        if on_commit is not None:
+            on_commit(config.output_dir, unit)
+        report_progress(on_progress, session.counts.documents, session.tokens, session.bytes_read, session.text_bytes)
+    return total
+
+
+def _pooled(
+    config: TokenizeConfig, write: Callable[..., Session], args: tuple[Any, ...], plan: UnitPlan, units: list[int]
+) -> Iterator[Session]:
+    pool = spawn_pool(min(config.num_workers, len(units)))  # tokenize's one pool maker: no fork of tokenizer threads
+    try:
+        futures = [pool.submit(write, config, u, plan.units[u], *args, plan.digest) for u in units]
+        for future in futures:
+            yield future.result()
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def unit_line(source: UnitSource, line: int) -> int:

@@ -16,11 +16,13 @@ error there (or a kill before any unit is committed) leaves nothing behind, as a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,14 +50,15 @@ from tokenloom.formats.io import (
 )
 from tokenloom.tokenize._config import UNIT_FORMAT, ExecutorKind, TokenizeConfig, supported_formats
 from tokenloom.tokenize._diff import check_run_key
-from tokenloom.tokenize._executor import WorkerDiedError
+from tokenloom.tokenize._executor import WorkerDiedError, start_encoding
 from tokenloom.tokenize._plan import RunInputs
-from tokenloom.tokenize._ray import encode_with_ray, preflight
+from tokenloom.tokenize._ray import preflight
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary, summary_of_record
 from tokenloom.tokenize._tree import TreeDataset, datasets_of, encode_groups, first_units
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
     Counts,
+    UnitFacts,
     UnitPlan,
     done_path,
     establish_nodes,
@@ -69,12 +72,21 @@ from tokenloom.tokenize._unit_files import (
     uncommitted_error,
     unit_stem,
 )
-from tokenloom.tokenize._unit_work import IN_PLACE, Delivery, Session, UnitOutput
+from tokenloom.tokenize._unit_work import (
+    IN_PLACE,
+    Delivery,
+    Session,
+    UnitOutput,
+    pending_units,
+    run_unit_tasks,
+    write_text_unit,
+)
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.windowing import Windowing
 
 __all__ = [
     "finalize",
+    "manifest_complete",
     "missing_units",
     "open_units_dir",
     "prepare_units_dir",
@@ -154,7 +166,7 @@ class TokenShards:
         self.tokenizer = tokenizer
 
     def complete(self, out: Path, plan: UnitPlan) -> Manifest | None:
-        return _complete(out, plan)
+        return manifest_complete(out, plan)
 
     def check(self) -> None:
         """Nothing to check before writing: the encoder's probe runs at the start of encoding."""
@@ -166,10 +178,21 @@ class TokenShards:
         on_progress: ProgressCallback | None,
         delivery: Delivery,
     ) -> Session:
-        if self.config.executor is ExecutorKind.RAY:  # one dataset (_config refuses Ray for a tree)
-            plan = groups[0][0].plan
-            return encode_with_ray(self.config, inputs, plan, on_progress, units=delivery.units, upload=delivery.upload)
-        return encode_groups(self.config, inputs, groups, on_progress, delivery.on_commit)
+        if self.config.executor is not ExecutorKind.RAY:
+            return encode_groups(self.config, inputs, groups, on_progress, delivery.on_commit)
+        plan = groups[0][0].plan  # one dataset (_config refuses Ray for a tree): a Ray task per pending unit
+        pending = delivery.units
+        if pending is None:
+            pending = pending_units(self.config.output_dir, self.config.nodes, plan)
+        if not pending:
+            return Session()
+        options = dataclasses.replace(self.config.encode_options(), num_workers=0)
+        with start_encoding(inputs.tokenizer, inputs.files, options) as encoding:  # the driver's engine and facts
+            facts = UnitFacts.of(encoding)
+        args = (encoding.settings, facts)
+        session = run_unit_tasks(self.config, write_text_unit, args, plan, pending, on_progress, upload=delivery.upload)
+        session.facts = facts
+        return session
 
     def publishing(self, out: Path) -> bool:
         return False  # the manifest is one atomic write
@@ -209,21 +232,12 @@ def text_summary(
         )
         summary.units_total = sum(len(t.plan.units) for t in unfinished)
         summary.units_missing = sum(len(missing_units(t.out, t.plan)) for t in unfinished)
-    else:
-        summary = TokenizeSummary(output_dir=out)
-        for manifest in published:
-            part = summary_of(manifest, out, seconds)  # pyright: ignore[reportArgumentType]
-            summary.documents += part.documents
-            summary.entries += part.entries
-            summary.tokens += part.tokens
-            summary.input_bytes += part.input_bytes
-            summary.shards += part.shards
-            for kind, count in part.skipped.items():
-                summary.skipped[kind] = summary.skipped.get(kind, 0) + count
-            for kind, count in part.dropped.items():
-                summary.dropped[kind] = summary.dropped.get(kind, 0) + count
-            summary.dtype, summary.eos_id, summary.vocab_size = part.dtype, part.eos_id, part.vocab_size
-            summary.engine, summary.engine_reason = part.engine, part.engine_reason
+    else:  # the datasets' sums; dtype, EOS, vocabulary and engine: the last one's (one tokenizer)
+        parts = [summary_of(manifest, out, seconds) for manifest in published]  # pyright: ignore[reportArgumentType]
+        sums = {key: sum(getattr(p, key) for p in parts) for key in ("documents", "entries", "tokens", "input_bytes")}
+        summary = dataclasses.replace(parts[-1], **sums, shards=sum(p.shards for p in parts))
+        summary.skipped = dict(sum((Counter(p.skipped) for p in parts), Counter()))
+        summary.dropped = dict(sum((Counter(p.dropped) for p in parts), Counter()))
     summary.seconds = seconds
     summary.add_session(session)
     summary.resumed_units = session.resumed
@@ -262,7 +276,7 @@ def _leave_nothing(out: Path, *, created: bool, error: BaseException) -> None:
             fsync_dir(out)
 
 
-def _complete(out: Path, plan: UnitPlan) -> Manifest | None:
+def manifest_complete(out: Path, plan: UnitPlan) -> Manifest | None:
     """The manifest of a finished run with this plan, None if there is none; another run's is a mismatch."""
     if not (out / MANIFEST_NAME).is_file() or (out / WRITING_MARKER).exists():
         return None

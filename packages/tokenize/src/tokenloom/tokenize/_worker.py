@@ -136,42 +136,32 @@ def is_validation(texts: list[str], fraction: float, seed: int) -> npt.NDArray[n
 
 
 def _text_of(line: bytes, text_field: tuple[str, ...], line_number: int) -> str | Issue:
+    issue = functools.partial(Issue, line_number)
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as utf8_exc:
-            return Issue(
-                line_number,
-                IssueKind.INVALID_UTF8,
-                f"the line is not valid UTF-8 (byte {utf8_exc.start}: {utf8_exc.reason})",
-            )
+            reason = f"byte {utf8_exc.start}: {utf8_exc.reason}"
+            return issue(IssueKind.INVALID_UTF8, f"the line is not valid UTF-8 ({reason})")
         if not line.strip():
-            return Issue(line_number, IssueKind.MALFORMED_JSON, "the line is blank, expected a JSON object")
-        return Issue(line_number, IssueKind.MALFORMED_JSON, f"the line is not valid JSON ({exc})")
+            return issue(IssueKind.MALFORMED_JSON, "the line is blank, expected a JSON object")
+        return issue(IssueKind.MALFORMED_JSON, f"the line is not valid JSON ({exc})")
     if not isinstance(record, dict):
-        return Issue(
-            line_number,
-            IssueKind.NOT_AN_OBJECT,
-            f"the line is a JSON {type(record).__name__}, expected an object",
-        )
+        return issue(IssueKind.NOT_AN_OBJECT, f"the line is a JSON {type(record).__name__}, expected an object")
     value: object = record
     for depth, key in enumerate(text_field):
         if not isinstance(value, dict) or key not in value:
             path = ".".join(text_field[: depth + 1])
-            return Issue(
-                line_number,
-                IssueKind.MISSING_FIELD,
-                f"the record has no field {path!r} (looking for --text-field {'.'.join(text_field)!r})",
+            wanted = ".".join(text_field)
+            return issue(
+                IssueKind.MISSING_FIELD, f"the record has no field {path!r} (looking for --text-field {wanted!r})"
             )
         value = value[key]
     if not isinstance(value, str):
-        return Issue(
-            line_number,
-            IssueKind.NON_STRING_FIELD,
-            f"field {'.'.join(text_field)!r} is a JSON {type(value).__name__}, expected a string",
-        )
+        kind = type(value).__name__
+        return issue(IssueKind.NON_STRING_FIELD, f"field {'.'.join(text_field)!r} is a JSON {kind}, expected a string")
     return value
 
 
@@ -208,15 +198,10 @@ def tokenizer_backend(tokenizer: str) -> object:
     return backend if backend is not None else getattr(loaded, "transformers", loaded)
 
 
-def choose_engine(
-    tokenizer: str, serialized: str | None, engine: str, sample: list[str], verify_fraction: float
-) -> EngineChoice:
-    """Run the identity probe on the tokenizer's serialized backend (or the one loaded in this process)."""
-    if serialized is not None:
-        from tokenizers import Tokenizer
-
-        source: object = Tokenizer.from_str(serialized)
-    elif is_loaded(tokenizer):  # num_workers=0: loaded here already
+def choose_engine(tokenizer: str, engine: str, sample: list[str], verify_fraction: float) -> EngineChoice:
+    """Run the identity probe on a tokenizer without a serialized backend (described by a child) in this process
+    when it is loaded here already, else refuse the fast engine (it needs a Rust backend)."""
+    if is_loaded(tokenizer):
         source = tokenizer_backend(tokenizer)
     else:  # a slow tokenizer, described by a child: no Rust backend, so no fast engine (never load it here)
         chosen = Engine(engine)
