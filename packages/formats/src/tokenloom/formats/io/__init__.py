@@ -30,7 +30,7 @@ from tokenloom.formats.io.blockhash import HASH_BLOCK_SIZE, BlockHashes, file_di
 from tokenloom.formats.io.dtypes import TOKEN_DTYPES, as_token_dtype, smallest_dtype_for_vocab
 from tokenloom.formats.io.index_map import derived_index, iter_chunks, map_array
 from tokenloom.formats.io.lazy import lazy_exports
-from tokenloom.formats.io.lock import LOCK_SUFFIX, lock_path, output_lock, pid_alive
+from tokenloom.formats.io.lock import LOCK_SUFFIX, holder_gone, lock_path, output_lock, pid_alive
 from tokenloom.formats.io.manifest import (
     EOS_AT_DOCUMENT_END,
     EOS_PLACEMENT,
@@ -79,6 +79,7 @@ __all__ = [
     "lazy_exports",
     "output_lock",
     "parse_url",
+    "holder_gone",
     "pid_alive",
     "prepare_output_dir",
     "real_path",
