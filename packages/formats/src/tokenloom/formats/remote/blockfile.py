@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 
+from tokenloom.formats.remote.array import read_blocks
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 
@@ -52,14 +53,7 @@ class BlockFile(ObjectFile):
         self.obj = obj
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # pyright: ignore[reportIncompatibleMethodOverride]
-        target = memoryview(buffer).cast("B")
-        size = self.cache.block_size
-        done = 0
-        while done < len(target) and self.position < self.obj.size:
-            number, inside = divmod(self.position, size)
-            block = self.cache.block(self.obj, number)
-            count = min(len(target) - done, len(block) - inside)
-            target[done : done + count] = block[inside : inside + count]
-            done += count
-            self.position += count
-        return done
+        count = max(0, min(len(buffer), self.size - self.position))
+        read_blocks(self.cache, self.obj, self.position, memoryview(buffer).cast("B")[:count])
+        self.position += count
+        return count
