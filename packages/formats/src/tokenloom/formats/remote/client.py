@@ -277,8 +277,7 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     key = config.url.key(name)
     url = config.url.url(name)
     meta = _with_retries(config, url, "reading its size and ETag", lambda: _obstore().head(_store(config), key))
-    etag = meta.get("e_tag") or meta.get("version") or ""
-    return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag))
+    return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=etag_of(meta))  # the key asked (http: as named)
 
 
 def heads(config: StoreConfig, names: list[str]) -> list[ObjectInfo]:
@@ -290,10 +289,14 @@ def heads(config: StoreConfig, names: list[str]) -> list[ObjectInfo]:
         return list(pool.map(lambda name: head(config, name), names))
 
 
+def etag_of(meta: Any) -> str:
+    """The ETag (or, where the store has none, the version) of an obstore answer's metadata."""
+    return str(meta.get("e_tag") or meta.get("version") or "")
+
+
 def _info(config: StoreConfig, meta: Any) -> ObjectInfo:
     key = str(meta["path"])
-    etag = meta.get("e_tag") or meta.get("version") or ""
-    return ObjectInfo(url=f"{config.url.root}/{key}", key=key, size=int(meta["size"]), etag=str(etag))
+    return ObjectInfo(url=f"{config.url.root}/{key}", key=key, size=int(meta["size"]), etag=etag_of(meta))
 
 
 def _listed(config: StoreConfig, prefix: str | None, url: str, doing: str) -> list[ObjectInfo]:

@@ -362,7 +362,7 @@ _OPS: dict[str, Callable[[StoreConfig, dict[str, Any]], Any]] = {
     "check_bucket": lambda config, r: client.check_bucket(config),
     "list_dir": lambda config, r: client.list_dir(config, r["name"]),
     "put": lambda config, r: writes.put_file(config, r["path"], r["name"], r["checksum"], r["part_size"]),
-    "put_once": lambda config, r: writes.put_once(config, r["path"], r["name"], r["checksum"]),
+    "put_once": lambda config, r: writes.put_file(config, r["path"], r["name"], r["checksum"], once=True),
     "stat": lambda config, r: writes.stat(config, r["name"]),
     "delete": lambda config, r: writes.delete(config, r["name"]),
     "list_prefix": lambda config, r: [dataclasses.asdict(info) for info in client.list_prefix(config, r["prefix"])],
