@@ -43,6 +43,10 @@ __all__ = [
 log = logging.getLogger("tokenloom.formats.remote")
 
 
+#: environment variables obstore reads for credentials and endpoints
+ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
+
+
 def _obstore() -> Any:
     return require(
         "obstore",
@@ -67,9 +71,7 @@ class StoreConfig:
     def secrets(self) -> list[str]:
         """Secret values this config carries (from the dict and the environment), to mask in messages."""
         values = [str(v) for k, v in self.storage_options.items() if _is_secret(k) and v]
-        values += [
-            v for k, v in os.environ.items() if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and _is_secret(k) and v
-        ]
+        values += [v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES) and _is_secret(k) and v]
         return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
@@ -98,7 +100,7 @@ _STORES: dict[tuple[int, str, str], Any] = {}
 
 def _store(config: StoreConfig) -> Any:
     """The obstore store of ``config`` in this process (built after fork, never inherited)."""
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_")))
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))
     policy = config.retries
     timeouts = (policy.timeout, policy.connect_timeout, policy.read_timeout, policy.seconds())
     options = sorted((k, repr(v)) for k, v in config.storage_options.items())

@@ -36,7 +36,7 @@ from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import _runtime, _waits, client, writes
-from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
+from tokenloom.formats.remote.client import ENV_PREFIXES, ObjectInfo, RetryPolicy, StoreConfig
 
 __all__ = [
     "check_bucket",
@@ -57,17 +57,13 @@ __all__ = [
 log = logging.getLogger("tokenloom.formats.remote")
 
 
-#: environment variables obstore reads for credentials and endpoints: sent with each request (on the pipe),
-#: so a helper started earlier sees the caller's current environment
-_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
-
-
 def _config_json(config: StoreConfig) -> dict[str, Any]:
     return {
         "url": str(config.url),
         "storage_options": config.storage_options,
         "retries": dataclasses.asdict(config.retries.resolved()),  # the budget of this process's environment
-        "env": {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
+        # obstore's environment variables travel with each request: a helper started earlier sees the current ones
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
     }
 
 
@@ -79,9 +75,9 @@ def client_config(raw: dict[str, Any]) -> StoreConfig:
 def _config_from(raw: dict[str, Any]) -> StoreConfig:
     env = raw.get("env")
     if isinstance(env, dict):
-        for name in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
+        for name in [k for k in os.environ if k.startswith(ENV_PREFIXES) and k not in env]:
             del os.environ[name]
-        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(_ENV_PREFIXES)})
+        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(ENV_PREFIXES)})
     return client_config(raw)
 
 
