@@ -67,18 +67,13 @@ def _config_json(config: StoreConfig) -> dict[str, Any]:
     }
 
 
-def client_config(raw: dict[str, Any]) -> StoreConfig:
-    """The StoreConfig a request's ``config`` describes, without touching the environment."""
-    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
-
-
 def _config_from(raw: dict[str, Any]) -> StoreConfig:
     env = raw.get("env")
     if isinstance(env, dict):
         for name in [k for k in os.environ if k.startswith(ENV_PREFIXES) and k not in env]:
             del os.environ[name]
         os.environ.update({k: str(v) for k, v in env.items() if k.startswith(ENV_PREFIXES)})
-    return client_config(raw)
+    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 
 #: What a helper's interpreter runs. The package ``__init__``s above this module import every format and
@@ -153,15 +148,15 @@ class _Helper:
             else subprocess.Popen([sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         )
 
-    def call(self, op: str, **payload: Any) -> Any:
-        config = payload.get("config")
-        endpoint = _waits.endpoint_of(client_config(config)) if config else None
-        if endpoint is not None and _waits.ever_answered(endpoint):
+    def call(self, op: str, config: StoreConfig, **payload: Any) -> Any:
+        endpoint = _waits.endpoint_of(config)
+        if _waits.ever_answered(endpoint):
             payload["answered"] = True  # a helper started mid-outage must not say that nothing there ever answered
+        request = orjson.dumps({"op": op, "config": _config_json(config), **payload}) + b"\n"
         with self.lock:
             stdin, stdout = cast(IO[bytes], self.process.stdin), cast(IO[bytes], self.process.stdout)
             try:
-                stdin.write(orjson.dumps({"op": op, **payload}) + b"\n")
+                stdin.write(request)
                 stdin.flush()
                 line = stdout.readline()
                 while line.startswith(b'{"interim"'):  # a wait begins: said now, not when the answer comes
@@ -187,8 +182,7 @@ class _Helper:
                 log.warning("%s", message)
         if "error" in answer:
             raise _rebuild(answer["error"])
-        if endpoint is not None:
-            _waits.answered(endpoint)
+        _waits.answered(endpoint)
         return answer.get("result")
 
 
@@ -225,7 +219,7 @@ def _call(op: str, config: StoreConfig, **payload: Any) -> Any:
         except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): a named error
             problem = str(exc).split("\n", 1)[0][:500]
             raise StorageError(f"the object-store client failed: {type(exc).__name__}: {problem}") from exc
-    return _helper().call(op, config=_config_json(config), **payload)
+    return _helper().call(op, config, **payload)
 
 
 def _helper() -> _Helper:
