@@ -78,7 +78,7 @@ _CYCLE = textwrap.dedent(
     """
     import gc, sys
     from pathlib import Path
-    from tokenloom.formats.remote.cache import _map
+    from tokenloom.formats.remote.cache import _map_inode
 
     path = Path(sys.argv[1])
     seen = []
@@ -94,7 +94,7 @@ _CYCLE = textwrap.dedent(
             seen.append(bytes(view[-4:]))
 
     holder = Holder()
-    holder.me, holder.view = holder, _map(path, path.stat().st_size)
+    holder.me, holder.view = holder, _map_inode(path, path.stat().st_size)[0]
     holder.gen = reader(holder.view)
     next(holder.gen)
     del holder

@@ -92,8 +92,9 @@ def test_upload_failing_every_time_is_a_named_error(seaweed, fault_proxy, tmp_pa
     url = parse_url(f"s3://{seaweed.bucket}/{_prefix()}")
     target = RemoteTarget(
         url,
-        RemoteOptions.from_keywords(storage_options=seaweed.storage_options(fault_proxy.url)),
-        RetryPolicy(max_retries=2, backoff=0.01),
+        RemoteOptions.from_keywords(
+            storage_options=seaweed.storage_options(fault_proxy.url), retries=RetryPolicy(max_retries=2, backoff=0.01)
+        ),
     )
     small = tmp_path / "x.bin"
     small.write_bytes(b"abc")

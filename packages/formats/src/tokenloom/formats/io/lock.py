@@ -33,7 +33,7 @@ from tokenloom.formats.errors import OutputLockedError, UnsafePathError
 from tokenloom.formats.io.atomic import make_parents, remove_empty
 from tokenloom.formats.io.storage import storage_errors
 
-__all__ = ["LOCK_SUFFIX", "lock_path", "output_lock"]
+__all__ = ["LOCK_SUFFIX", "holder_gone", "lock_path", "output_lock"]
 
 LOCK_SUFFIX = ".tokenloom-lock"
 #: An empty or unparsable lock file (its writer died between create and write) is stale after this many seconds.
@@ -92,9 +92,14 @@ def _stale_reason(path: Path, holder: dict[str, Any] | None) -> str | None:
         return f"it is unreadable and {age:.0f} s old" if age > UNREADABLE_GRACE_SECONDS else None
     if holder.get("host") != socket.gethostname():
         return None
-    pid = holder.get("pid")
-    if pid == os.getpid() and path not in _HELD:
+    if holder.get("pid") == os.getpid() and path not in _HELD:
         return "this process left it behind (an earlier failure)"
+    return holder_gone(holder)
+
+
+def holder_gone(holder: dict[str, Any]) -> str | None:
+    """Why the process a holder record of this host names (``pid``, ``process_start``) no longer runs, or None."""
+    pid = holder.get("pid")
     if not isinstance(pid, int) or not pid_alive(pid):
         return f"process {pid} on this host is gone"
     recorded = holder.get("process_start")

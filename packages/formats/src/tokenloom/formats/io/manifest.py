@@ -392,29 +392,13 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             raise FormatError(
                 f"manifest lists a file outside the dataset: {name!r}", path=path, record=i, field="files.name"
             )
-    vocab = payload.get("vocab_size")
-    eos = payload.get("eos_id")
-    tok = payload.get("tokenizer_fingerprint")
-    metadata = payload.get("metadata", {})
-    for key, value, kinds in (
-        ("vocab_size", vocab, (int,)),
-        ("eos_id", eos, (int,)),
-        ("tokenizer_fingerprint", tok, (str,)),
-        ("metadata", metadata, (dict,)),
-    ):
+    optional = {"vocab_size": (int,), "eos_id": (int,), "tokenizer_fingerprint": (str,), "metadata": (dict,)}
+    for key, kinds in optional.items():
+        value = payload.get(key)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
             raise FormatError(f"manifest field {key!r} has type {type(value).__name__}", path=path, field=key)
-    check_vocab_and_eos(vocab, eos, path=path, what="manifest")
-    return Manifest(
-        format=_expect(payload, "format", (str,), path),
-        dtype=_expect(payload, "dtype", (str,), path),
-        num_tokens=_expect(payload, "num_tokens", (int,), path),
-        num_documents=_expect(payload, "num_documents", (int,), path),
-        files=tuple(files),
-        vocab_size=vocab,
-        eos_id=eos,
-        tokenizer_fingerprint=tok,
-        metadata=metadata,
-        checksum=recorded,
-        version=version,
-    )
+    check_vocab_and_eos(payload.get("vocab_size"), payload.get("eos_id"), path=path, what="manifest")
+    required = {"format": (str,), "dtype": (str,), "num_tokens": (int,), "num_documents": (int,)}
+    fields = {key: _expect(payload, key, kinds, path) for key, kinds in required.items()}
+    fields |= {key: payload.get(key) for key in optional} | {"metadata": payload.get("metadata", {})}
+    return Manifest(**fields, files=tuple(files), checksum=recorded, version=version)

@@ -1,6 +1,7 @@
 """Datasets in object storage: ``s3://``, ``gs://``, ``az://``, ``https://`` (extra ``remote``, client obstore).
 
     ds = open_dataset("s3://bucket/ds", remote=RemoteOptions(endpoint=..., block_cache_dir="/local/nvme/cache"))
+    # RemoteOptions and open_dataset: from tokenloom.formats
     ds.remote   # the RemoteOptions it was opened with (endpoint, credentials, block cache, retry budget)
 
 ``options`` holds :class:`RemoteOptions`, the one value that says how to reach a store and cache it (carried
@@ -20,26 +21,8 @@ supported are refused by :func:`refuse_remote_output`. Test servers live in ``to
 
 from __future__ import annotations
 
-from tokenloom.formats.io.urls import REMOTE_SCHEMES, RemoteURL, is_remote_url, parse_url, refuse_remote_output
-from tokenloom.formats.remote.array import BlockArray
-from tokenloom.formats.remote.cache import BlockCache, default_cache_dir
-from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
+from tokenloom.formats.remote.cache import BlockCache
+from tokenloom.formats.remote.client import RetryPolicy, StoreConfig
 from tokenloom.formats.remote.opener import open_remote
-from tokenloom.formats.remote.options import DEFAULT_BLOCK_SIZE, RemoteOptions
 
-__all__ = [
-    "DEFAULT_BLOCK_SIZE",
-    "REMOTE_SCHEMES",
-    "BlockArray",
-    "BlockCache",
-    "ObjectInfo",
-    "RemoteOptions",
-    "RemoteURL",
-    "RetryPolicy",
-    "StoreConfig",
-    "default_cache_dir",
-    "is_remote_url",
-    "open_remote",
-    "parse_url",
-    "refuse_remote_output",
-]
+__all__ = ["BlockCache", "RetryPolicy", "StoreConfig", "open_remote"]

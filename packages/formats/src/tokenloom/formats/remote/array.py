@@ -11,12 +11,27 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.formats.io.index_map import release_pages
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 
-__all__ = ["BlockArray"]
+__all__ = ["BlockArray", "read_blocks"]
 
 _TYPED_BLOCKS = 8  # blocks of one array kept as typed views (reads go block after block)
+
+
+def read_blocks(cache: BlockCache, obj: ObjectInfo, start: int, target: memoryview, *, release: bool = False) -> None:
+    """Copy bytes ``[start, start + len(target))`` of ``obj`` into ``target`` from the cache blocks they cover;
+    ``release``: then drop each block's pages from this process (a one-off read, such as an index by blocks)."""
+    done = 0
+    while done < len(target):
+        number, inside = divmod(start + done, cache.block_size)
+        block = cache.block(obj, number)
+        count = min(len(target) - done, len(block) - inside)
+        target[done : done + count] = block[inside : inside + count]
+        done += count
+        if release:
+            release_pages(np.frombuffer(block, dtype=np.uint8), 0, len(block))
 
 
 class BlockArray:
@@ -79,13 +94,9 @@ class BlockArray:
                 return typed[lo : lo + end - begin]
             block = self.cache.block(self.obj, first_block)
             return np.frombuffer(block, dtype=self.dtype, count=end - begin, offset=first_byte - first_block * size)
-        pieces = bytearray()
-        for number in range(first_block, last_block + 1):
-            block = self.cache.block(self.obj, number)
-            lo = max(first_byte - number * size, 0)
-            hi = min(last_byte - number * size, len(block))
-            pieces += block[lo:hi]
-        return np.frombuffer(bytes(pieces), dtype=self.dtype)
+        found = np.empty(end - begin, dtype=self.dtype)
+        read_blocks(self.cache, self.obj, first_byte, memoryview(found.view(np.uint8)))
+        return found
 
     def __getitem__(self, index: Any) -> Any:
         if type(index) is slice and index.step is None and (index.start or 0) >= 0 and (index.stop or -1) >= 0:

@@ -10,21 +10,22 @@ from __future__ import annotations
 import io
 import os
 
+from tokenloom.formats.remote.array import read_blocks
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
 
-__all__ = ["BlockFile"]
+__all__ = ["BlockFile", "ObjectFile"]
 
 
-class BlockFile(io.RawIOBase):
-    """The bytes of ``obj`` as a read-only binary file (``read``, ``readinto``, ``seek``, ``tell``)."""
+class ObjectFile(io.RawIOBase):
+    """A read-only, seekable binary file of ``size`` bytes called ``name`` (``seek``, ``tell``); a subclass
+    reads from ``position`` in ``readinto``. Any reader of a remote object as a file object can build on it."""
 
-    def __init__(self, cache: BlockCache, obj: ObjectInfo) -> None:
+    def __init__(self, name: str, size: int) -> None:
         super().__init__()
-        self.cache = cache
-        self.obj = obj
-        self.name = obj.url
-        self._position = 0
+        self.name = name
+        self.size = size
+        self.position = 0
 
     def readable(self) -> bool:
         return True
@@ -33,24 +34,26 @@ class BlockFile(io.RawIOBase):
         return True
 
     def tell(self) -> int:
-        return self._position
+        return self.position
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self.obj.size}[whence]
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.position, os.SEEK_END: self.size}[whence]
         if base + offset < 0:
-            raise OSError(f"negative seek position {base + offset} in {self.obj.url}")
-        self._position = base + offset
-        return self._position
+            raise OSError(f"negative seek position {base + offset} in {self.name}")
+        self.position = base + offset
+        return self.position
+
+
+class BlockFile(ObjectFile):
+    """The bytes of ``obj`` as a read-only binary file, read from the block cache."""
+
+    def __init__(self, cache: BlockCache, obj: ObjectInfo) -> None:
+        super().__init__(obj.url, obj.size)
+        self.cache = cache
+        self.obj = obj
 
     def readinto(self, buffer: memoryview | bytearray) -> int:  # pyright: ignore[reportIncompatibleMethodOverride]
-        target = memoryview(buffer).cast("B")
-        size = self.cache.block_size
-        done = 0
-        while done < len(target) and self._position < self.obj.size:
-            number, inside = divmod(self._position, size)
-            block = self.cache.block(self.obj, number)
-            count = min(len(target) - done, len(block) - inside)
-            target[done : done + count] = block[inside : inside + count]
-            done += count
-            self._position += count
-        return done
+        count = max(0, min(len(buffer), self.size - self.position))
+        read_blocks(self.cache, self.obj, self.position, memoryview(buffer).cast("B")[:count])
+        self.position += count
+        return count

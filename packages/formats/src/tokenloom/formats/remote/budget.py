@@ -286,12 +286,7 @@ def _scan(root: Path) -> tuple[int, list[tuple[float, str, Path, int]], int]:
     top = root / "v1"
     for url_dir in _subdirs(top):
         if url_dir.name == "readers":
-            for entry in os.scandir(url_dir):
-                pid = entry.name.split(".", 1)[0]
-                if pid.isdigit() and not pid_alive(int(pid)):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)  # a dead reader's record (or its torn temp)
-            continue
+            continue  # bookkeeping, not cached data (dead readers' records are deleted by _records)
         for version_dir in _subdirs(url_dir):
             for entry in os.scandir(version_dir):
                 name = entry.name

@@ -241,7 +241,7 @@ class BlockCache:
             view.release()
             discard(path, inode, problem)
             path = self._replace_bad(obj, name, start, end, path)
-        return _map(path, end - start)  # fetched and checked just now, by this process or another
+        return _map_inode(path, end - start)[0]  # fetched and checked just now, by this process or another
 
     def _map_problem(self, obj: ObjectInfo, name: str, view: memoryview, start: int) -> tuple[str, str, str] | None:
         """Why the mapped cache file ``name`` of ``obj`` is wrong, the first time this process maps it (else None)."""
@@ -439,10 +439,6 @@ def _exclusive_unless_complete(path: Path, final: Path, size: int) -> Iterator[b
         yield True
     finally:
         close_lock(fd)
-
-
-def _map(path: Path, size: int) -> memoryview:
-    return _map_inode(path, size)[0]
 
 
 def _map_inode(path: Path, size: int) -> tuple[memoryview, int]:

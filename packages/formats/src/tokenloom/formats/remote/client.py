@@ -43,6 +43,10 @@ __all__ = [
 log = logging.getLogger("tokenloom.formats.remote")
 
 
+#: environment variables obstore reads for credentials and endpoints
+ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
+
+
 def _obstore() -> Any:
     return require(
         "obstore",
@@ -67,9 +71,7 @@ class StoreConfig:
     def secrets(self) -> list[str]:
         """Secret values this config carries (from the dict and the environment), to mask in messages."""
         values = [str(v) for k, v in self.storage_options.items() if _is_secret(k) and v]
-        values += [
-            v for k, v in os.environ.items() if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and _is_secret(k) and v
-        ]
+        values += [v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES) and _is_secret(k) and v]
         return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
 
 
@@ -98,7 +100,7 @@ _STORES: dict[tuple[int, str, str], Any] = {}
 
 def _store(config: StoreConfig) -> Any:
     """The obstore store of ``config`` in this process (built after fork, never inherited)."""
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_")))
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))
     policy = config.retries
     timeouts = (policy.timeout, policy.connect_timeout, policy.read_timeout, policy.seconds())
     options = sorted((k, repr(v)) for k, v in config.storage_options.items())
@@ -277,8 +279,7 @@ def head(config: StoreConfig, name: str) -> ObjectInfo:
     key = config.url.key(name)
     url = config.url.url(name)
     meta = _with_retries(config, url, "reading its size and ETag", lambda: _obstore().head(_store(config), key))
-    etag = meta.get("e_tag") or meta.get("version") or ""
-    return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=str(etag))
+    return ObjectInfo(url=url, key=key, size=int(meta["size"]), etag=etag_of(meta))  # the key asked (http: as named)
 
 
 def heads(config: StoreConfig, names: list[str]) -> list[ObjectInfo]:
@@ -290,10 +291,14 @@ def heads(config: StoreConfig, names: list[str]) -> list[ObjectInfo]:
         return list(pool.map(lambda name: head(config, name), names))
 
 
+def etag_of(meta: Any) -> str:
+    """The ETag (or, where the store has none, the version) of an obstore answer's metadata."""
+    return str(meta.get("e_tag") or meta.get("version") or "")
+
+
 def _info(config: StoreConfig, meta: Any) -> ObjectInfo:
     key = str(meta["path"])
-    etag = meta.get("e_tag") or meta.get("version") or ""
-    return ObjectInfo(url=f"{config.url.root}/{key}", key=key, size=int(meta["size"]), etag=str(etag))
+    return ObjectInfo(url=f"{config.url.root}/{key}", key=key, size=int(meta["size"]), etag=etag_of(meta))
 
 
 def _listed(config: StoreConfig, prefix: str | None, url: str, doing: str) -> list[ObjectInfo]:

@@ -36,7 +36,7 @@ from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.storage import storage_errors
 from tokenloom.formats.io.urls import parse_url
 from tokenloom.formats.remote import _runtime, _waits, client, writes
-from tokenloom.formats.remote.client import ObjectInfo, RetryPolicy, StoreConfig
+from tokenloom.formats.remote.client import ENV_PREFIXES, ObjectInfo, RetryPolicy, StoreConfig
 
 __all__ = [
     "check_bucket",
@@ -57,32 +57,23 @@ __all__ = [
 log = logging.getLogger("tokenloom.formats.remote")
 
 
-#: environment variables obstore reads for credentials and endpoints: sent with each request (on the pipe),
-#: so a helper started earlier sees the caller's current environment
-_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
-
-
 def _config_json(config: StoreConfig) -> dict[str, Any]:
     return {
         "url": str(config.url),
         "storage_options": config.storage_options,
         "retries": dataclasses.asdict(config.retries.resolved()),  # the budget of this process's environment
-        "env": {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
+        # obstore's environment variables travel with each request: a helper started earlier sees the current ones
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
     }
-
-
-def client_config(raw: dict[str, Any]) -> StoreConfig:
-    """The StoreConfig a request's ``config`` describes, without touching the environment."""
-    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 
 def _config_from(raw: dict[str, Any]) -> StoreConfig:
     env = raw.get("env")
     if isinstance(env, dict):
-        for name in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
+        for name in [k for k in os.environ if k.startswith(ENV_PREFIXES) and k not in env]:
             del os.environ[name]
-        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(_ENV_PREFIXES)})
-    return client_config(raw)
+        os.environ.update({k: str(v) for k, v in env.items() if k.startswith(ENV_PREFIXES)})
+    return StoreConfig(parse_url(raw["url"]), raw["storage_options"], RetryPolicy(**raw["retries"]))
 
 
 #: What a helper's interpreter runs. The package ``__init__``s above this module import every format and
@@ -157,15 +148,15 @@ class _Helper:
             else subprocess.Popen([sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         )
 
-    def call(self, op: str, **payload: Any) -> Any:
-        config = payload.get("config")
-        endpoint = _waits.endpoint_of(client_config(config)) if config else None
-        if endpoint is not None and _waits.ever_answered(endpoint):
+    def call(self, op: str, config: StoreConfig, **payload: Any) -> Any:
+        endpoint = _waits.endpoint_of(config)
+        if _waits.ever_answered(endpoint):
             payload["answered"] = True  # a helper started mid-outage must not say that nothing there ever answered
+        request = orjson.dumps({"op": op, "config": _config_json(config), **payload}) + b"\n"
         with self.lock:
             stdin, stdout = cast(IO[bytes], self.process.stdin), cast(IO[bytes], self.process.stdout)
             try:
-                stdin.write(orjson.dumps({"op": op, **payload}) + b"\n")
+                stdin.write(request)
                 stdin.flush()
                 line = stdout.readline()
                 while line.startswith(b'{"interim"'):  # a wait begins: said now, not when the answer comes
@@ -191,8 +182,7 @@ class _Helper:
                 log.warning("%s", message)
         if "error" in answer:
             raise _rebuild(answer["error"])
-        if endpoint is not None:
-            _waits.answered(endpoint)
+        _waits.answered(endpoint)
         return answer.get("result")
 
 
@@ -229,7 +219,7 @@ def _call(op: str, config: StoreConfig, **payload: Any) -> Any:
         except BaseException as exc:  # also a Rust panic in obstore (pyo3's PanicException): a named error
             problem = str(exc).split("\n", 1)[0][:500]
             raise StorageError(f"the object-store client failed: {type(exc).__name__}: {problem}") from exc
-    return _helper().call(op, config=_config_json(config), **payload)
+    return _helper().call(op, config, **payload)
 
 
 def _helper() -> _Helper:
@@ -362,7 +352,7 @@ _OPS: dict[str, Callable[[StoreConfig, dict[str, Any]], Any]] = {
     "check_bucket": lambda config, r: client.check_bucket(config),
     "list_dir": lambda config, r: client.list_dir(config, r["name"]),
     "put": lambda config, r: writes.put_file(config, r["path"], r["name"], r["checksum"], r["part_size"]),
-    "put_once": lambda config, r: writes.put_once(config, r["path"], r["name"], r["checksum"]),
+    "put_once": lambda config, r: writes.put_file(config, r["path"], r["name"], r["checksum"], once=True),
     "stat": lambda config, r: writes.stat(config, r["name"]),
     "delete": lambda config, r: writes.delete(config, r["name"]),
     "list_prefix": lambda config, r: [dataclasses.asdict(info) for info in client.list_prefix(config, r["prefix"])],

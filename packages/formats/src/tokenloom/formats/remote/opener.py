@@ -98,16 +98,10 @@ def manifest_format(cache: BlockCache) -> tuple[ObjectInfo | None, Any]:
 
 
 def open_remote(
-    url: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    dtype: Any = None,
-    validate: Validate | str = Validate.FAST,
-    remote: RemoteOptions | None = None,
-    formats: FormatTable,
-    **options: Any,
+    url: str | os.PathLike[str], *, formats: FormatTable, remote: RemoteOptions | None = None, **options: Any
 ) -> TokenDataset:
-    """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: the reader's).
+    """Open the dataset at ``url`` through the per-node block cache, in any format (``options``: ``format``,
+    ``dtype`` and ``validate`` as :func:`tokenloom.formats.open_dataset` takes them, and the reader's own).
 
     ``remote`` (a :class:`RemoteOptions`; None: the environment's store settings and cache) says how: the
     endpoint and credentials, ``block_cache_dir``, ``cache_limit`` (blocks are evicted by their next use in the
@@ -115,6 +109,8 @@ def open_remote(
     ``dataset.remote``. ``formats``: the registry's lookups (``tokenloom.formats.open_dataset`` passes them; call
     that instead).
     """
+    format, dtype = options.pop("format", None), options.pop("dtype", None)
+    validate = as_validate(options.pop("validate", Validate.FAST))
     refuse_unknown(options, formats)  # storage_options=, cache_dir= (a URL's settings are remote=) or a typo
     if remote is not None and not isinstance(remote, RemoteOptions):
         raise ConfigError(
@@ -124,7 +120,7 @@ def open_remote(
             "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
         )
     settings = remote if remote is not None else RemoteOptions()
-    dataset = _open(BlockCache.of(url, settings), format, dtype, as_validate(validate), options, formats)
+    dataset = _open(BlockCache.of(url, settings), format, dtype, validate, options, formats)
     dataset.remote = settings
     return dataset
 

@@ -61,10 +61,6 @@ class BlockPrefetcher:
         self._thread = threading.Thread(target=self._run, name="tokenloom-prefetch", daemon=True)
         self._thread.start()
 
-    @property
-    def active(self) -> bool:
-        return not self._closed
-
     def consumed(self, indices: Sequence[int]) -> None:
         """The reader took these samples (in order): move the window on, check them against the schedule."""
         with self._cond:

@@ -28,7 +28,6 @@ from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, file_checksum
 from tokenloom.formats.io.urls import STORE_SCHEMES, RemoteURL, is_remote_url, parse_url
 from tokenloom.formats.remote import helper
 from tokenloom.formats.remote.cache import default_cache_dir
-from tokenloom.formats.remote.client import RetryPolicy
 from tokenloom.formats.remote.options import RemoteOptions
 from tokenloom.formats.remote.writes import DEFAULT_PART_SIZE
 
@@ -83,20 +82,11 @@ def staging_dir(url: RemoteURL, key: object, cache_dir: str | os.PathLike[str] |
 class RemoteTarget:
     """One output prefix in a store: what it holds, and uploads that skip what is already there."""
 
-    def __init__(
-        self,
-        url: RemoteURL,
-        remote: RemoteOptions | None = None,
-        retries: RetryPolicy | None = None,
-        part_size: int | None = None,
-    ) -> None:
-        """``remote``: the store's RemoteOptions (None: the environment's); ``retries`` wins over its own."""
+    def __init__(self, url: RemoteURL, remote: RemoteOptions | None = None, part_size: int = DEFAULT_PART_SIZE) -> None:
+        """``remote``: the store's RemoteOptions (None: the environment's); files above ``part_size`` go up in parts."""
         self.url = url
-        self.config = RemoteOptions.from_keywords(retries=retries, remote=remote).store(url)
-        self.part_size = part_size or DEFAULT_PART_SIZE
-        self.uploaded: list[str] = []
-        """Names put by this object (skipped ones are not in it)."""
-        self.skipped: list[str] = []
+        self.config = (remote or RemoteOptions()).store(url)
+        self.part_size = part_size
 
     def existing(self) -> list[str]:
         """Names of the objects directly under the prefix (a missing bucket is a named error)."""
@@ -126,10 +116,8 @@ class RemoteTarget:
         size = path.stat().st_size
         there = helper.stat(self.config, name)
         if there is not None and there["size"] == size and there["checksum"] == checksum:
-            self.skipped.append(name)
             return False
         helper.put_file(self.config, path, name, checksum, self.part_size)
-        self.uploaded.append(name)
         log.debug("%s: uploaded %s (%d bytes)", self.url, name, size)  # one line per run, not per shard (--debug)
         return True
 

@@ -20,11 +20,11 @@ import numpy as np
 import xxhash
 
 from tokenloom.formats.errors import UnsafePathError
-from tokenloom.formats.io.index_map import map_array, release_pages
+from tokenloom.formats.io.index_map import map_array
 from tokenloom.formats.io.manifest import MANIFEST_NAME
 from tokenloom.formats.io.source import LOCAL, data_suffixes
 from tokenloom.formats.io.urls import StoredPath
-from tokenloom.formats.remote.array import BlockArray
+from tokenloom.formats.remote.array import BlockArray, read_blocks
 from tokenloom.formats.remote.blockfile import BlockFile
 from tokenloom.formats.remote.cache import BlockCache
 from tokenloom.formats.remote.client import ObjectInfo
@@ -199,14 +199,8 @@ class RemotePath(StoredPath):
     def read(self, start: int, stop: int) -> np.ndarray:
         """Bytes ``[start, stop)`` by cache blocks (only those the range covers), copied out: this process keeps no
         page of them (an index read by blocks, :class:`~tokenloom.formats.io.index_blocks.IndexBlocks`)."""
-        obj, cache = self.info(), self.tree.cache
-        size = cache.block_size
         found = np.empty(stop - start, dtype=np.uint8)
-        for number in range(start // size, (stop - 1) // size + 1):
-            block = np.frombuffer(cache.block(obj, number), dtype=np.uint8)
-            first, last = max(start, number * size), min(stop, number * size + len(block))
-            found[first - start : last - start] = block[first - number * size : last - number * size]
-            release_pages(block, 0, len(block))
+        read_blocks(self.tree.cache, self.info(), start, memoryview(found), release=True)
         return found
 
     def discard(self) -> None:

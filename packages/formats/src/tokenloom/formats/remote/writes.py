@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats.remote.client import StoreConfig, _obstore, _store, _with_retries
+from tokenloom.formats.remote.client import StoreConfig, _obstore, _store, _with_retries, etag_of
 
-__all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "put_file", "put_once", "stat"]
+__all__ = ["CHECKSUM_ATTRIBUTE", "DEFAULT_PART_SIZE", "delete", "put_file", "stat"]
 
 #: user metadata holding the uploaded file's xxh3-128 (what a rerun compares instead of re-uploading)
 CHECKSUM_ATTRIBUTE = "tokenloom_xxh3_128"
@@ -23,52 +23,36 @@ DEFAULT_PART_SIZE = 16 << 20
 _CONCURRENT_PARTS = 4
 
 
-def put_file(config: StoreConfig, path: str, name: str, checksum: str, part_size: int = DEFAULT_PART_SIZE) -> str:
-    """Upload the local file ``path`` as ``name`` under the URL's prefix; its new ETag."""
-    key = config.url.key(name)
-    url = config.url.url(name)
-    size = Path(path).stat().st_size
+def put_file(
+    config: StoreConfig, path: str, name: str, checksum: str, part_size: int = DEFAULT_PART_SIZE, *, once: bool = False
+) -> Any:
+    """Upload the local file ``path`` as ``name`` under the URL's prefix; its new ETag.
 
-    def once() -> Any:
-        return _obstore().put(
-            _store(config),
-            key,
-            Path(path),
-            attributes={CHECKSUM_ATTRIBUTE: checksum, "Content-Type": "application/octet-stream"},
-            use_multipart=size > part_size,
-            chunk_size=part_size,
-            max_concurrency=_CONCURRENT_PARTS,
-        )
-
-    result = _with_retries(config, url, f"uploading {size} bytes", once)
-    return str(result.get("e_tag") or result.get("version") or "")
-
-
-def put_once(config: StoreConfig, path: str, name: str, checksum: str) -> bool:
-    """Create ``name`` from the small local file ``path`` unless it exists (If-None-Match: *); False if it did.
-
-    The object-store form of an atomic create: two writers racing for one name never overwrite each other,
-    and a retried create whose first attempt did land reports the object as existing (the caller compares).
+    ``once``: create ``name`` from the small file ``path`` unless it exists (If-None-Match: *), True if created,
+    False if it did exist. The object-store form of an atomic create: two writers racing for one name never
+    overwrite each other, and a retried create whose first attempt did land reports the object as existing (the
+    caller compares).
     """
-    key = config.url.key(name)
-    url = config.url.url(name)
+    url, size = config.url.url(name), Path(path).stat().st_size
+    attributes = {CHECKSUM_ATTRIBUTE: checksum, "Content-Type": "application/octet-stream"}
     errors = _obstore().exceptions
-    data = Path(path).read_bytes()
+    if once:
+        data = Path(path).read_bytes()
+        options: dict[str, Any] = {"mode": "create"}
+    else:
+        data, options = Path(path), {"use_multipart": size > part_size, "chunk_size": part_size}
+        options["max_concurrency"] = _CONCURRENT_PARTS
 
-    def once() -> bool:
+    def attempt() -> Any:
         try:
-            _obstore().put(
-                _store(config),
-                key,
-                data,
-                attributes={CHECKSUM_ATTRIBUTE: checksum, "Content-Type": "application/octet-stream"},
-                mode="create",
-            )
+            return _obstore().put(_store(config), config.url.key(name), data, attributes=attributes, **options)
         except (errors.AlreadyExistsError, errors.PreconditionError):
-            return False
-        return True
+            if not once:
+                raise
+            return None
 
-    return _with_retries(config, url, "creating it once", once)
+    result = _with_retries(config, url, "creating it once" if once else f"uploading {size} bytes", attempt)
+    return result is not None if once else etag_of(result)
 
 
 def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
@@ -85,7 +69,7 @@ def stat(config: StoreConfig, name: str) -> dict[str, Any] | None:
         meta = result.meta
         return {
             "size": int(meta["size"]),
-            "etag": str(meta.get("e_tag") or meta.get("version") or ""),
+            "etag": etag_of(meta),
             "checksum": result.attributes.get(CHECKSUM_ATTRIBUTE),
         }
 
