@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from tokenloom.formats import ConfigError, MissingFileError, RemoteOptions
 from tokenloom.formats.io import is_remote_url, parse_url, require
-from tokenloom.formats.remote.blockfile import BlockFile
+from tokenloom.formats.remote.blockfile import ObjectFile
 from tokenloom.formats.remote.client import ObjectInfo, StoreConfig
 
 __all__ = [
@@ -181,7 +181,7 @@ def _sweep_dead() -> None:
                 pass
 
 
-class RangeReader(BlockFile):
+class RangeReader(ObjectFile):
     """A seekable, read-only file over a remote object: every read is one ranged GET of exactly what is asked
     (If-Match its ETag; faults retried from the byte already received), no block cache (a stream reads once).
 
@@ -190,17 +190,18 @@ class RangeReader(BlockFile):
     """
 
     def __init__(self, obj: ObjectInfo, access: RemoteOptions) -> None:
-        super().__init__(None, obj)  # pyright: ignore[reportArgumentType] (no cache: readinto fetches)
+        super().__init__(obj.url, obj.size)
+        self.obj = obj
         self._store = access.store(parse_url(_root_and_key(obj.url)[0]))
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        start, end = self._position, min(self.obj.size, self._position + len(view))
+        start, end = self.position, min(self.size, self.position + len(view))
         if end <= start:
             return 0
         data = _fetch(self._store, self.obj, start, end)
         view[: len(data)] = data
-        self._position += len(data)
+        self.position += len(data)
         return len(data)
 
 
