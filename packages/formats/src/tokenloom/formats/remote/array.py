@@ -95,7 +95,7 @@ class BlockArray:
             block = self.cache.block(self.obj, first_block)
             return np.frombuffer(block, dtype=self.dtype, count=end - begin, offset=first_byte - first_block * size)
         found = np.empty(end - begin, dtype=self.dtype)
-        read_blocks(self.cache, self.obj, first_byte, memoryview(found.view(np.uint8)))
+        read_blocks(self.cache, self.obj, first_byte, found.view(np.uint8).data)
         return found
 
     def __getitem__(self, index: Any) -> Any:

@@ -200,7 +200,7 @@ class RemotePath(StoredPath):
         """Bytes ``[start, stop)`` by cache blocks (only those the range covers), copied out: this process keeps no
         page of them (an index read by blocks, :class:`~tokenloom.formats.io.index_blocks.IndexBlocks`)."""
         found = np.empty(stop - start, dtype=np.uint8)
-        read_blocks(self.tree.cache, self.info(), start, memoryview(found), release=True)
+        read_blocks(self.tree.cache, self.info(), start, found.data, release=True)
         return found
 
     def discard(self) -> None:
