@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenize_helpers import turns
 from transformers import AutoTokenizer
 
 from tokenloom.formats import ChatTemplateError, ConfigError, ConversationError, MaskError, TemplatePrefixError
@@ -25,13 +26,13 @@ from tokenloom.tokenize.chat import (
 
 KINDS = ["chatml", "header_bos", "generation_tags", "next_role_marker", "drops_reasoning"]
 
-CONVERSATION = [
-    {"role": "system", "content": "You answer questions about the standard library."},
-    {"role": "user", "content": "What does os.path.join do?"},
-    {"role": "assistant", "content": "It joins path components."},
-    {"role": "user", "content": "And json.dumps? 😀"},
-    {"role": "assistant", "content": "Serialize an object to a JSON formatted str. ünïcode"},
-]
+CONVERSATION = turns(
+    "system: You answer questions about the standard library.",
+    "user: What does os.path.join do?",
+    "assistant: It joins path components.",
+    "user: And json.dumps? 😀",
+    "assistant: Serialize an object to a JSON formatted str. ünïcode",
+)
 
 
 def trained_texts(chat: ChatTokenizer, ids: np.ndarray, mask: np.ndarray) -> list[str]:
@@ -463,12 +464,11 @@ def test_shipped_template_on_a_stdlib_conversation() -> None:
     encoder = ChatEncoder(default_tokenizer_path(), chat_template=default_chat_template())
     tools = [{"type": "function", "function": {"name": "help", "parameters": {}}}]
     messages = [
-        {"role": "system", "content": ""},
+        *turns("system: "),
         *CONVERSATION[1:3],
-        {"role": "user", "content": "Call help(len)."},
-        {"role": "assistant", "content": "Calling help."},
-        {"role": "tool", "content": "len(obj, /)\n    Return the number of items in a container."},
-        {"role": "assistant", "content": "\n  It returns the number of items.  \n"},
+        *turns("user: Call help(len).", "assistant: Calling help."),
+        *turns("tool: len(obj, /)\n    Return the number of items in a container."),
+        *turns("assistant: \n  It returns the number of items.  \n"),
     ]
     sft = encoder.encode({"messages": messages, "tools": tools})
     assert sft is not None

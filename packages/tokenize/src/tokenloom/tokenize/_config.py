@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
@@ -15,7 +15,7 @@ from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, Rec
 from tokenloom.tokenize._unit_files import Nodes, OnError, UnitOptions
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
-from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
+from tokenloom.tokenize.windowing import Windowing, member, validate_window
 
 __all__ = [
     "RECORD_FORMATS",
@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # an object store's options: imported with the remote layer, 
 UNIT_FORMAT = UNIT_SPEC.name
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
-_E = TypeVar("_E", bound=StrEnum)
 
 
 class Layout(StrEnum):
@@ -211,8 +210,8 @@ class TokenizeConfig:
         if is_remote_url(self.output_dir):  # before Path() mangles s3://b into s3:/b
             self._remote_output()
         object.__setattr__(self, "output_dir", Path(self.output_dir))
-        object.__setattr__(self, "on_error", _member(OnError, self.on_error, "on_error"))
-        object.__setattr__(self, "windowing", as_windowing(self.windowing))
+        object.__setattr__(self, "on_error", member(OnError, self.on_error, "on_error"))
+        object.__setattr__(self, "windowing", member(Windowing, self.windowing, "windowing"))
         if self.train_type is not None:
             check_post_training(self)
         else:
@@ -254,12 +253,7 @@ class TokenizeConfig:
             raise ConfigError(f"num_workers is {self.num_workers}, expected >= 0", field="num_workers")
         if self.eos_id is not None and self.eos_id < 0:
             raise ConfigError(f"eos_id is {self.eos_id}, expected >= 0", field="eos_id")
-        try:
-            Engine(self.engine)
-        except ValueError:
-            raise ConfigError(
-                f"engine {self.engine!r}, expected one of {[e.value for e in Engine]}", field="engine"
-            ) from None
+        member(Engine, self.engine, "engine")
         if not 0.0 <= self.verify_fraction <= 1.0:
             raise ConfigError(
                 f"verify_fraction is {self.verify_fraction}, expected 0 <= verify_fraction <= 1",
@@ -343,8 +337,8 @@ class TokenizeConfig:
         return self.layout is Layout.TREE or self.val_fraction > 0
 
     def _check_units(self) -> None:
-        object.__setattr__(self, "executor", _member(ExecutorKind, self.executor, "executor"))
-        object.__setattr__(self, "layout", _member(Layout, self.layout, "layout"))
+        object.__setattr__(self, "executor", member(ExecutorKind, self.executor, "executor"))
+        object.__setattr__(self, "layout", member(Layout, self.layout, "layout"))
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(
                 f"val_fraction is {self.val_fraction}, expected a fraction in [0, 1)", field="val_fraction"
@@ -424,11 +418,3 @@ class TokenizeConfig:
             settings["val_fraction"] = self.val_fraction
             settings["seed"] = self.seed
         return settings
-
-
-def _member(choices: type[_E], value: object, name: str) -> _E:
-    """``value`` as a member of ``choices``, or a ConfigError listing them."""
-    try:
-        return choices(value)
-    except ValueError:
-        raise ConfigError(f"{name} is {value!r}, expected one of {[c.value for c in choices]}", field=name) from None

@@ -255,11 +255,9 @@ _PLAIN_CONFIG_KEYS = frozenset(
 
 
 def _token_name(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
+    """A special token's text: the string itself, or the ``content`` of its dict form."""
+    content = value.get("content") if isinstance(value, dict) else value
+    return content if isinstance(content, str) else None
 
 
 def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:

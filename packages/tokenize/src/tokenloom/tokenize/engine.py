@@ -46,6 +46,7 @@ import numpy.typing as npt
 import xxhash
 
 from tokenloom.formats import ConfigError, DataError
+from tokenloom.tokenize.windowing import member
 
 __all__ = [
     "DEFAULT_VERIFY_FRACTION",
@@ -457,7 +458,7 @@ def load_encoder(
             unsupported component), or is not installed, or the tokenizer is a slow one.
         EngineMismatchError: engine="fast" and a probe text encodes differently.
     """
-    engine = _engine(engine)
+    engine = member(Engine, engine, "engine")
     if not 0.0 <= verify_fraction <= 1.0:
         raise ConfigError(f"verify_fraction is {verify_fraction}, expected 0 <= it <= 1", field="verify_fraction")
     backend, encode_lists = _resolve(tokenizer)
@@ -544,10 +545,3 @@ def refuse_fast(
 
 def _unavailable(texts: list[str]) -> list[list[int]]:
     raise RuntimeError("this encoder only records a choice; encode with the one built in the worker")
-
-
-def _engine(value: object) -> Engine:
-    try:
-        return Engine(value)
-    except ValueError:
-        raise ConfigError(f"engine {value!r}, expected one of {[e.value for e in Engine]}", field="engine") from None

@@ -117,7 +117,7 @@ def read_chunks(
         if kind.rows:
             source: ColumnarFile | None = None
             if info.size > 0:  # a 0-byte row file has no footer to read: an empty file, as a 0-byte jsonl
-                groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
+                groups = (part.start, part.stop) if isinstance(part, RowGroups) else None
                 with named_by_url(info):
                     source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
             cuts = len(source.cuts) if source is not None else 0
