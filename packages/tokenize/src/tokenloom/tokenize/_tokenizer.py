@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -169,7 +169,7 @@ class LoadedTokenizer:
             self._hf = _auto_tokenizer(directory)
         backend = getattr(self._hf, "backend_tokenizer", None) if self._hf.is_fast else None
         self._backend: Any = backend
-        self._encode = _batch_encoder(backend) if backend is not None else None
+        self._encode = batch_ids(backend) if backend is not None else None
 
     def info(self) -> TokenizerInfo:
         eos_id = self._hf.eos_token_id
@@ -196,7 +196,7 @@ class LoadedTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         if self._encode is not None:
-            return [encoding.ids for encoding in self._encode(texts, add_special_tokens=False)]
+            return self._encode(texts)
         return self._hf(texts, add_special_tokens=False)["input_ids"]
 
 
@@ -207,10 +207,7 @@ class BackendTokenizer:
         from tokenizers import Tokenizer
 
         self.backend = Tokenizer.from_str(serialized)
-        self._encode = _batch_encoder(self.backend)
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in self._encode(texts, add_special_tokens=False)]
+        self.encode_batch = batch_ids(self.backend)
 
 
 def _auto_tokenizer(directory: Path) -> Any:
@@ -219,9 +216,11 @@ def _auto_tokenizer(directory: Path) -> Any:
     return AutoTokenizer.from_pretrained(directory)
 
 
-def _batch_encoder(backend: Any) -> Any:
+def batch_ids(backend: Any) -> Callable[[list[str]], list[list[int]]]:
+    """The ids of each text of a batch through a ``tokenizers.Tokenizer``, without special tokens."""
     # encode_batch_fast skips offset tracking; it exists from tokenizers 0.21 on.
-    return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+    return lambda texts: [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
 
 
 def describe(name_or_path: str) -> tuple[TokenizerInfo, str | None]:

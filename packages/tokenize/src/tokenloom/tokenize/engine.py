@@ -46,6 +46,7 @@ import numpy.typing as npt
 import xxhash
 
 from tokenloom.formats import ConfigError, DataError
+from tokenloom.tokenize._tokenizer import batch_ids
 from tokenloom.tokenize.windowing import member
 
 __all__ = [
@@ -375,12 +376,6 @@ def _plain_backend(backend: Any) -> Any:
     return copy
 
 
-def _backend_encoder(backend: Any) -> Callable[[list[str]], list[list[int]]]:
-    # encode_batch_fast skips offset tracking; it exists from tokenizers 0.21 on
-    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
-    return lambda texts: [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
-
-
 def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[list[int]]]]:
     """(a ``tokenizers.Tokenizer`` or None for a slow tokenizer, the hf list encoder)."""
     if isinstance(tokenizer, str | os.PathLike):
@@ -396,11 +391,11 @@ def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[lis
             tokenizer = loaded.backend if loaded.backend is not None else loaded.transformers
     if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "encode_batch"):
         backend = _plain_backend(tokenizer)
-        return backend, _backend_encoder(backend)
+        return backend, batch_ids(backend)
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
     if backend is not None:
         backend = _plain_backend(backend)
-        return backend, _backend_encoder(backend)
+        return backend, batch_ids(backend)
     if callable(tokenizer):  # a slow transformers tokenizer
         slow: Any = tokenizer
         return None, lambda texts: slow(texts, add_special_tokens=False)["input_ids"]
