@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -103,10 +103,10 @@ class AstraiConfig:
     """Each record is then cut to this many tokens by ``truncation_mode`` (AstrAI's ``simple`` packing)."""
     truncation_mode: str = "keep_start"
     """keep_start or keep_end, for the ``max_packed_len`` cut."""
-    position_ids_mode: PositionIds = PositionIds.DOC_RESET
-    """none (no position_ids), doc_reset (from 0 per record) or continuous (across a shard's records)."""
     max_tokens_per_shard: int = 100_000_000
     """Where AstrAI starts a new shard (and continuous position ids start again from 0)."""
+    position_ids_mode: PositionIds = PositionIds.DOC_RESET
+    """none (no position_ids), doc_reset (from 0 per record) or continuous (across a shard's records)."""
     source: str = "<dict>"
     """Where the config was read from (for messages)."""
 
@@ -155,31 +155,12 @@ class AstraiConfig:
         return section.action
 
     def settings(self) -> dict[str, Any]:
-        """What changes the output, JSON-ready."""
+        """What changes the output, JSON-ready (every field but ``source``, in their order)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "source"}
         return {
-            "sections": [
-                {
-                    "field": s.field,
-                    "action": s.action,
-                    "template": s.template,
-                    "add_special_tokens": s.add_special_tokens,
-                }
-                for s in self.sections
-            ],
+            **values,
+            "sections": [asdict(section) for section in self.sections],
             "mask": dict(sorted(self.mask.items())),
-            **{
-                name: getattr(self, name)
-                for name in (
-                    "mask_default",
-                    "max_seq_len",
-                    "min_chars",
-                    "max_chars",
-                    "max_items",
-                    "max_packed_len",
-                    "truncation_mode",
-                    "max_tokens_per_shard",
-                )
-            },
             "position_ids_mode": self.position_ids_mode.value,
         }
 
