@@ -329,13 +329,6 @@ def _versions(name: str) -> dict[str, str]:
     return found
 
 
-def _first_difference(got: list[int], want: list[int]) -> int:
-    for position, (a, b) in enumerate(zip(got, want, strict=False)):
-        if a != b:
-            return position
-    return min(len(got), len(want))
-
-
 def _compare(
     texts: Sequence[str],
     ids: npt.NDArray[np.uint32],
@@ -347,18 +340,18 @@ def _compare(
     """EngineMismatchError (record = the text's index) at the first chosen text whose ids differ."""
     for index, want in zip(chosen, expected, strict=True):
         got = ids[offsets[index] : offsets[index + 1]].tolist()
-        if got != want:
-            raise _mismatch(texts[index], index, got, want, when)
-
-
-def _mismatch(text: str, index: int, got: list[int], want: list[int], when: str) -> EngineMismatchError:
-    position = _first_difference(got, want)
-    return EngineMismatchError(
-        f"the fast engine and hf encode document {index} differently {when}, first at token {position}: "
-        f"fast {got[position : position + 8]} vs hf {want[position : position + 8]} "
-        f"({len(got)} vs {len(want)} tokens; text {text[:80]!r}{'...' if len(text) > 80 else ''})",
-        record=index,
-    )
+        if got == want:
+            continue
+        text = texts[index]
+        position = next(
+            (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want))
+        )
+        raise EngineMismatchError(
+            f"the fast engine and hf encode document {index} differently {when}, first at token {position}: "
+            f"fast {got[position : position + 8]} vs hf {want[position : position + 8]} "
+            f"({len(got)} vs {len(want)} tokens; text {text[:80]!r}{'...' if len(text) > 80 else ''})",
+            record=index,
+        )
 
 
 # -- resolving what the caller passed -------------------------------------------------------
@@ -389,10 +382,9 @@ def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[lis
         else:
             loaded = LoadedTokenizer(os.fspath(tokenizer))
             tokenizer = loaded.backend if loaded.backend is not None else loaded.transformers
-    if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "encode_batch"):
-        backend = _plain_backend(tokenizer)
-        return backend, batch_ids(backend)
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "encode_batch"):
+        backend = tokenizer  # a tokenizers.Tokenizer itself
     if backend is not None:
         backend = _plain_backend(backend)
         return backend, batch_ids(backend)
