@@ -43,7 +43,7 @@ import orjson
 
 from tokenloom.formats.errors import ChatTemplateError, ConfigError, ConversationError, RecordError
 from tokenloom.tokenize.chat._astrai_config import AstraiConfig, PositionIds
-from tokenloom.tokenize.chat._encode import PostTrainingStats, check_on_error
+from tokenloom.tokenize.chat._encode import PostTrainingStats, check_on_error, encoded
 from tokenloom.tokenize.chat._template import NOWHERE, RecordPlace, _read_template
 
 __all__ = ["AstraiEncoder", "AstraiStats", "AstraiTokenizer", "records_from_astrai_config"]
@@ -278,9 +278,4 @@ def records_from_astrai_config(
     """The arrays AstrAI's ``Pipeline`` writes for ``records`` (dicts, or ``(record, RecordPlace)`` pairs), in
     order, skipped records left out; ``options``: :class:`AstraiEncoder`'s (``chat_template``, ``on_error``,
     ``engine``)."""
-    encoder = AstraiEncoder(config, tokenizer, **options)
-    for item in records:
-        record, place = item if isinstance(item, tuple) else (item, NOWHERE)
-        arrays = encoder.encode(record, place)
-        if arrays is not None:
-            yield arrays
+    yield from encoded(AstraiEncoder(config, tokenizer, **options), records)

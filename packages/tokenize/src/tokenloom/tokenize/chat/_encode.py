@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -59,6 +59,16 @@ class PostTrainingStats:
             raise exc
         self.skipped_errors += 1
         self.errors = dict(sorted((Counter(self.errors) + Counter([type(exc).__name__])).items()))
+
+
+def encoded(encoder: Any, records: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The arrays ``encoder`` gives ``records`` (dicts, or ``(record, RecordPlace)`` pairs), in order, skipped
+    records left out."""
+    for item in records:
+        record, place = item if isinstance(item, tuple) else (item, NOWHERE)
+        arrays = encoder.encode(record, place)
+        if arrays is not None:
+            yield arrays
 
 
 def check_roles(train_roles: Collection[str], seq_len: int | None) -> tuple[tuple[str, ...], int | None]:

@@ -63,15 +63,8 @@ def _position(opened: list[_Tell], size: int) -> int:
 
 
 def _columnar_chunk(piece: ColumnarPiece, index: int, file_index: int, path: str, dotted: str) -> Chunk:
-    chunk = Chunk(
-        index=index,
-        file_index=file_index,
-        path=path,
-        first_line=piece.first_row,
-        num_bytes=piece.text_bytes,
-        source_bytes=piece.source_bytes,
-        texts=piece.texts,
-    )
+    chunk = Chunk(index, file_index, path, piece.first_row, num_bytes=piece.text_bytes, texts=piece.texts)
+    chunk.source_bytes = piece.source_bytes
     missing = set(piece.missing)
     for offset, text in enumerate(piece.texts):
         if text is None:
