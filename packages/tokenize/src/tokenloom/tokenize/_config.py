@@ -37,6 +37,9 @@ if TYPE_CHECKING:  # an object store's options: imported with the remote layer, 
 UNIT_FORMAT = UNIT_SPEC.name
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
+#: The least value of each numeric setting (None, where allowed, passes).
+_LEAST = {"min_text_length": 0, "shard_size_tokens": 1, "max_line_bytes": 1, "chunk_lines": 1, "chunk_bytes": 1}
+_LEAST |= {"num_workers": 0, "eos_id": 0, "unit_bytes": 1, "num_nodes": 1}
 
 
 class Layout(StrEnum):
@@ -216,8 +219,10 @@ class TokenizeConfig:
             check_post_training(self)
         else:
             validate_window(self.seq_len, self.overlap_size, self.windowing)
-        if self.min_text_length < 0:
-            raise ConfigError(f"min_text_length is {self.min_text_length}, expected >= 0", field="min_text_length")
+        for name, least in _LEAST.items():
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ConfigError(f"{name} is {value}, expected >= {least}", field=name)
         if self.min_text_length and self.windowing is not Windowing.GPT_SIMPLE:
             raise ConfigError(
                 f"min_text_length is {self.min_text_length}, but it applies only to --windowing gpt-simple "
@@ -245,14 +250,7 @@ class TokenizeConfig:
                 field="overlap_size",
                 hint="Use --format native, set --overlap-size 0, or pass --drop-overlap-prefix to drop them knowingly",
             )
-        for name in ("shard_size_tokens", "max_line_bytes", "chunk_lines", "chunk_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} is {getattr(self, name)}, expected >= 1", field=name)
         self._check_units()
-        if self.num_workers < 0:
-            raise ConfigError(f"num_workers is {self.num_workers}, expected >= 0", field="num_workers")
-        if self.eos_id is not None and self.eos_id < 0:
-            raise ConfigError(f"eos_id is {self.eos_id}, expected >= 0", field="eos_id")
         member(Engine, self.engine, "engine")
         if not 0.0 <= self.verify_fraction <= 1.0:
             raise ConfigError(
@@ -349,10 +347,6 @@ class TokenizeConfig:
                 field="executor",
                 hint="Use --executor local (with --num-nodes N on several machines), or one Ray run per dataset",
             )
-        if self.unit_bytes is not None and self.unit_bytes < 1:
-            raise ConfigError(f"unit_bytes is {self.unit_bytes}, expected >= 1", field="unit_bytes")
-        if self.num_nodes is not None and self.num_nodes < 1:
-            raise ConfigError(f"num_nodes is {self.num_nodes}, expected >= 1", field="num_nodes")
         num_nodes = self.num_nodes or 1
         if not 0 <= self.node_rank < num_nodes:
             raise ConfigError(

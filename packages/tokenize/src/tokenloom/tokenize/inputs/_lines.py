@@ -28,6 +28,7 @@ __all__ = [
     "Batch",
     "Issue",
     "IssueKind",
+    "invalid_utf8",
     "line_cuts",
     "line_start",
     "lines_before",
@@ -57,6 +58,11 @@ class Issue:
     """The byte offset in the file, where the line number alone does not say it (a cut compressed stream)."""
     cause: BaseException | None = field(default=None, compare=False, repr=False)
     """The decompressor's error, for a truncated stream."""
+
+
+def invalid_utf8(line_number: int, exc: UnicodeDecodeError) -> Issue:
+    """A line that is not UTF-8, named by the byte where it fails."""
+    return Issue(line_number, IssueKind.INVALID_UTF8, f"the line is not valid UTF-8 (byte {exc.start}: {exc.reason})")
 
 
 def _too_long(line_number: int, size: int, cap: int) -> Issue:
