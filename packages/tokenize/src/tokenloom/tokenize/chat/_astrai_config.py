@@ -23,6 +23,7 @@ Read here, and refused with a ConfigError naming the field (where AstrAI would g
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -65,6 +66,10 @@ class PositionIds(StrEnum):
     NONE = "none"
     DOC_RESET = "doc_reset"
     CONTINUOUS = "continuous"
+
+
+def _config_error(source: str, problem: str, name: str, hint: str = "Fix the AstrAI pipeline config") -> ConfigError:
+    return ConfigError(problem, path=source, field=name, hint=hint)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,28 +116,24 @@ class AstraiConfig:
     """Where the config was read from (for messages)."""
 
     def __post_init__(self) -> None:
+        fail = functools.partial(_config_error, self.source)
         if not self.sections:
-            raise self._error("input.sections is empty or missing: nothing would be read", "input.sections")
+            raise fail("input.sections is empty or missing: nothing would be read", "input.sections")
         for name in ("max_seq_len", "max_packed_len", "max_tokens_per_shard"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise self._error(f"{name} is {value!r}, expected a positive integer", name)
+                raise fail(f"{name} is {value!r}, expected a positive integer", name)
         for name in ("min_chars", "max_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise self._error(f"{name} is {value!r}, expected an integer >= 0", name)
+                raise fail(f"{name} is {value!r}, expected an integer >= 0", name)
         if self.max_items is not None and (isinstance(self.max_items, bool) or not isinstance(self.max_items, int)):
-            raise self._error(f"max_items is {self.max_items!r}, expected an integer or null", "max_items")
+            raise fail(f"max_items is {self.max_items!r}, expected an integer or null", "max_items")
         if self.truncation_mode not in ("keep_start", "keep_end"):
-            raise self._error(
-                f"truncation_mode {self.truncation_mode!r}, expected keep_start or keep_end", "truncation_mode"
-            )
+            raise fail(f"truncation_mode {self.truncation_mode!r}, expected keep_start or keep_end", "truncation_mode")
         for role, action in {**self.mask, "<mask_default>": self.mask_default}.items():
             if action not in ("train", "mask"):
-                raise self._error(f"mask of {role} is {action!r}, expected 'train' or 'mask'", "mask")
-
-    def _error(self, problem: str, name: str) -> ConfigError:
-        return ConfigError(problem, path=self.source, field=name, hint="Fix the AstrAI pipeline config")
+                raise fail(f"mask of {role} is {action!r}, expected 'train' or 'mask'", "mask")
 
     @property
     def has_template(self) -> bool:
@@ -178,8 +179,7 @@ class AstraiConfig:
     def from_dict(cls, data: Any, *, source: str = "<dict>") -> AstraiConfig:
         """Read AstrAI's config layout (see the module docstring); unknown keys are ConfigErrors."""
 
-        def fail(problem: str, name: str, hint: str = "Fix the AstrAI pipeline config") -> ConfigError:
-            return ConfigError(problem, path=source, field=name, hint=hint)
+        fail = functools.partial(_config_error, source)
 
         def part(value: Any, name: str, known: Mapping[str, Any] | set[str]) -> dict[str, Any]:
             if value is None:
@@ -252,17 +252,11 @@ class AstraiConfig:
                 f"position_ids_mode {out['position_ids_mode']!r}, expected one of {[p.value for p in PositionIds]}",
                 "output.position_ids_mode",
             ) from None
+        values = {**pre, **out, "position_ids_mode": positions}  # the fields named as in AstrAI's sections
         return cls(
             sections=tuple(sections),
             mask=MappingProxyType(dict(mask)),
             mask_default=top.get("mask_default", "mask"),
-            max_seq_len=pre["max_seq_len"],
-            min_chars=pre["min_chars"],
-            max_chars=pre["max_chars"],
-            max_items=pre["max_items"],
-            max_packed_len=pre["max_packed_len"],
-            truncation_mode=pre["truncation_mode"],
-            position_ids_mode=positions,
-            max_tokens_per_shard=out["max_tokens_per_shard"],
             source=source,
+            **{f.name: values[f.name] for f in fields(cls) if f.name in values},
         )
