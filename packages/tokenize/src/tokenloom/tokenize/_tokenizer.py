@@ -159,13 +159,12 @@ class LoadedTokenizer:
     def __init__(self, name_or_path: str, *, hide_torch: bool = False) -> None:
         _hf_env()
         directory = _tokenizer_dir(name_or_path)
-        if hide_torch:
-            try:
-                with _torch_hidden():
-                    self._hf = _auto_tokenizer(directory)
-            except Exception:  # a tokenizer that does need torch: load it the ordinary way
+        try:
+            with _torch_hidden() if hide_torch else contextlib.nullcontext():
                 self._hf = _auto_tokenizer(directory)
-        else:
+        except Exception:  # a tokenizer that does need torch: load it the ordinary way
+            if not hide_torch:
+                raise
             self._hf = _auto_tokenizer(directory)
         backend = getattr(self._hf, "backend_tokenizer", None) if self._hf.is_fast else None
         self._backend: Any = backend
