@@ -63,6 +63,12 @@ def jsonl_dir(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+@pytest.fixture
+def text_corpus(jsonl_dir: Callable[..., Path]) -> Callable[[int], Path]:
+    """``text_corpus(n)``: tmp_path/in holding a.jsonl of ``make_texts(n)`` as {"text": ...} records."""
+    return lambda n: jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(n)]})
+
+
 @pytest.fixture(scope="module")
 def ray_head_env() -> dict[str, str]:
     """Variables added to the Ray head's environment, and so its workers' (a module overrides this fixture)."""

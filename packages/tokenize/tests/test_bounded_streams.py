@@ -32,15 +32,12 @@ def write_bomb(path: Path, fill: bytes, mib: int) -> Path:
     """``mib`` MiB of ``fill`` bytes, compressed by the suffix's codec a MiB at a time."""
     chunk = fill * MIB
     if path.name.endswith(".gz"):
-        with gzip.open(path, "wb", compresslevel=9) as handle:
-            for _ in range(mib):
-                handle.write(chunk)
-        return path
-    with open(path, "wb") as raw:
-        writer = zstandard.ZstdCompressor(level=3).stream_writer(raw)
+        handle = gzip.open(path, "wb", compresslevel=9)  # noqa: SIM115 (closed below)
+    else:
+        handle = zstandard.ZstdCompressor(level=3).stream_writer(open(path, "wb"))  # noqa: SIM115 (closed with it)
+    with handle:
         for _ in range(mib):
-            writer.write(chunk)
-        writer.flush(zstandard.FLUSH_FRAME)
+            handle.write(chunk)
     return path
 
 

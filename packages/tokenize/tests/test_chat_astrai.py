@@ -14,6 +14,7 @@ import jinja2
 import numpy as np
 import orjson
 import pytest
+from tokenize_helpers import turns
 from tokenizers import AddedToken, Tokenizer
 from tokenizers.processors import TemplateProcessing
 
@@ -27,13 +28,7 @@ TEMPLATE = (
     "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 )
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
-CHAT = [
-    {"role": "system", "content": "You are helpful."},
-    {"role": "user", "content": "Hi"},
-    {"role": "assistant", "content": "Hello!"},
-    {"role": "tool", "content": "42"},
-    {"role": "assistant", "content": "It is 42."},
-]
+CHAT = turns("system: You are helpful.", "user: Hi", "assistant: Hello!", "tool: 42", "assistant: It is 42.")
 SFT_CHAT = {
     "input": {"sections": [{"field": "messages", "action": "$role", "template": True}]},
     "mask": {"system": "mask", "user": "mask", "assistant": "train"},

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenize_helpers import turns
 from transformers import AutoTokenizer
 
 from tokenloom.formats import ChatTemplateError, ConfigError, ConversationError, MaskError, TemplatePrefixError
@@ -25,22 +26,21 @@ from tokenloom.tokenize.chat import (
 
 KINDS = ["chatml", "header_bos", "generation_tags", "next_role_marker", "drops_reasoning"]
 
-CONVERSATION = [
-    {"role": "system", "content": "You answer questions about the standard library."},
-    {"role": "user", "content": "What does os.path.join do?"},
-    {"role": "assistant", "content": "It joins path components."},
-    {"role": "user", "content": "And json.dumps? 😀"},
-    {"role": "assistant", "content": "Serialize an object to a JSON formatted str. ünïcode"},
-]
+CONVERSATION = turns(
+    "system: You answer questions about the standard library.",
+    "user: What does os.path.join do?",
+    "assistant: It joins path components.",
+    "user: And json.dumps? 😀",
+    "assistant: Serialize an object to a JSON formatted str. ünïcode",
+)
 
 
 def trained_texts(chat: ChatTokenizer, ids: np.ndarray, mask: np.ndarray) -> list[str]:
     return [chat.decode(ids[b:e]) for b, e in runs(mask)]
 
 
-def _chatml_with(chat_tokenizer_dir, template: Path, text: str) -> ChatEncoder:
-    """An encoder of the chatml test tokenizer with the chat template ``text``, written to ``template``."""
-    template.write_text(text)
+def _chatml_with(chat_tokenizer_dir, template: str) -> ChatEncoder:
+    """An encoder of the chatml test tokenizer with the chat template text ``template``."""
     return ChatEncoder(chat_tokenizer_dir("chatml"), chat_template=template)
 
 
@@ -260,7 +260,6 @@ def test_no_chat_template_is_a_config_error(tmp_path: Path, chat_tokenizer_dir) 
 def test_jinja_error_carries_the_record(tmp_path: Path, chat_tokenizer_dir) -> None:
     encoder = _chatml_with(
         chat_tokenizer_dir,
-        tmp_path / "raises.jinja",
         "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}"
         "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
     )
@@ -277,7 +276,6 @@ def test_straddling_token_is_a_mask_error(tmp_path: Path, chat_tokenizer_dir) ->
     # "assistant:de" then the content: the BPE merges "de" + "fine"
     encoder = _chatml_with(
         chat_tokenizer_dir,
-        tmp_path / "glued.jinja",
         "{% for m in messages %}{{ m.role }}:de{{ m.content }}<|im_end|>{% endfor %}",
     )
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine thanks"}]
@@ -292,7 +290,6 @@ def test_whitespace_at_a_trained_start_moves_to_a_token_edge(tmp_path: Path, cha
     # "assistant: " then the content: the BPE merges " It"
     encoder = _chatml_with(
         chat_tokenizer_dir,
-        tmp_path / "colon.jinja",
         "{% for m in messages %}{{ m.role }}: {{ m.content }}<|im_end|>{% endfor %}",
     )
     sft = encoder.encode({"messages": CONVERSATION[1:3]})
@@ -463,12 +460,11 @@ def test_shipped_template_on_a_stdlib_conversation() -> None:
     encoder = ChatEncoder(default_tokenizer_path(), chat_template=default_chat_template())
     tools = [{"type": "function", "function": {"name": "help", "parameters": {}}}]
     messages = [
-        {"role": "system", "content": ""},
+        *turns("system: "),
         *CONVERSATION[1:3],
-        {"role": "user", "content": "Call help(len)."},
-        {"role": "assistant", "content": "Calling help."},
-        {"role": "tool", "content": "len(obj, /)\n    Return the number of items in a container."},
-        {"role": "assistant", "content": "\n  It returns the number of items.  \n"},
+        *turns("user: Call help(len).", "assistant: Calling help."),
+        *turns("tool: len(obj, /)\n    Return the number of items in a container."),
+        *turns("assistant: \n  It returns the number of items.  \n"),
     ]
     sft = encoder.encode({"messages": messages, "tools": tools})
     assert sft is not None
@@ -482,7 +478,6 @@ def test_shipped_template_on_a_stdlib_conversation() -> None:
 def test_an_empty_turn_the_template_leaves_out_trains_nothing(tmp_path: Path, chat_tokenizer_dir) -> None:
     encoder = _chatml_with(
         chat_tokenizer_dir,
-        tmp_path / "skips_empty.jinja",
         "{% for m in messages %}{% if m.content %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
         "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     )

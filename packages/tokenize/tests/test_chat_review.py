@@ -11,6 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from tokenize_helpers import turns
 from transformers import AutoTokenizer
 
 from tokenloom.formats import ChatTemplateError, ConversationError
@@ -213,13 +214,13 @@ def test_header_template_with_a_bos_adding_tokenizer(tokenizer_dir) -> None:
     )
     hf = AutoTokenizer.from_pretrained(directory)
     assert hf("x")["input_ids"][0] == hf.convert_tokens_to_ids("<|begin_of_text|>")  # the tokenizer adds one
-    messages = [
-        {"role": "system", "content": ""},
-        {"role": "user", "content": "héllo 👋🏽 e\u0301 数据\u3000"},
-        {"role": "assistant", "content": "\u3000 👋🏽 e\u0301 数据 héllo\u00a0\n"},
-        {"role": "user", "content": "assistant"},
-        {"role": "assistant", "content": "assistant"},
-    ]
+    messages = turns(
+        "system: ",
+        "user: héllo 👋🏽 e\u0301 数据\u3000",
+        "assistant: \u3000 👋🏽 e\u0301 数据 héllo\u00a0\n",
+        "user: assistant",
+        "assistant: assistant",
+    )
     assert check_against_transformers(directory, messages) == [
         "👋🏽 e\u0301 数据 héllo<|eot_id|>",
         "assistant<|eot_id|>",
@@ -316,13 +317,7 @@ def test_assistant_header_rendered_with_the_user_turn(tokenizer_dir) -> None:
     directory = tokenizer_dir(
         HEADER_IN_USER_TURN, ["<|user|>", "<|assistant|>", "<|system|>", "<|end|>"], eos="<|end|>"
     )
-    messages = [
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": "u2"},
-        {"role": "assistant", "content": "a"},
-        {"role": "user", "content": "u2"},
-        {"role": "assistant", "content": "u2"},
-    ]
+    messages = turns("system: s", "user: u2", "assistant: a", "user: u2", "assistant: u2")
     assert check_against_transformers(directory, messages) == ["a<|end|>", "u2<|end|>"]
     encoder = ChatEncoder(directory, train_type="grpo")
     group = encoder.encode({"prompt": messages[:2], "responses": ["x", ""], "rewards": [0, 1]})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -12,20 +13,11 @@ from tokenloom.formats import MaskError, open_records, open_store
 from tokenloom.tokenize.chat import SIDECAR_NAME, ChatEncoder, RecordPlace, runs, write_post_training
 
 
-def array(record: dict[str, object], key: str) -> np.ndarray:
-    """A plain key of a stored record: one array."""
+def stored(record: dict[str, object], key: str) -> Any:
+    """A key of a stored record: one array, or (a grouped key: grpo responses, masks) one array per response."""
     value = record[key]
-    assert isinstance(value, np.ndarray)
+    assert isinstance(value, np.ndarray) or (isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value))
     return value
-
-
-def arrays(record: dict[str, object], key: str) -> list[np.ndarray]:
-    """A grouped key of a stored record (grpo responses, masks): one array per response."""
-    value = record[key]
-    assert isinstance(value, list)
-    out = [v for v in value if isinstance(v, np.ndarray)]
-    assert len(out) == len(value)
-    return out
 
 
 CHAT = [
@@ -60,12 +52,12 @@ def test_sft_store(tmp_path: Path, chat_tokenizer_dir) -> None:
         expected = encoder.encode(record)
         assert expected is not None
         got = store.record(i)
-        assert np.array_equal(array(got, "sequence"), expected["sequence"])
-        assert np.array_equal(array(got, "loss_mask"), expected["loss_mask"].astype(bool))
-        assert array(got, "position_ids").tolist() == list(range(len(expected["sequence"])))
+        assert np.array_equal(stored(got, "sequence"), expected["sequence"])
+        assert np.array_equal(stored(got, "loss_mask"), expected["loss_mask"].astype(bool))
+        assert stored(got, "position_ids").tolist() == list(range(len(expected["sequence"])))
     # the same files also open as an sft keyed store (one segment per conversation)
     keyed = open_store(tmp_path / "sft")
-    assert len(keyed) == sum(len(array(store.record(i), "sequence")) for i in range(6))
+    assert len(keyed) == sum(len(stored(store.record(i), "sequence")) for i in range(6))
     sidecar = orjson.loads((tmp_path / "sft" / SIDECAR_NAME).read_bytes())
     assert sidecar["train_type"] == "sft" and sidecar["stats"]["skipped_errors"] == 1
     assert sidecar["stats"]["trained_tokens"] == stats.trained_tokens > 0
@@ -110,9 +102,9 @@ def test_dpo_store(tmp_path: Path, chat_tokenizer_dir) -> None:
         got, expected = store.record(i), encoder.encode(pair)
         assert expected is not None
         for key in expected:
-            stored = array(got, key)
-            assert stored.tolist() == expected[key].astype(stored.dtype).tolist()
-        trained = [encoder.chat.decode(array(got, "rejected")[b:e]) for b, e in runs(array(got, "rejected_mask"))]
+            value = stored(got, key)
+            assert value.tolist() == expected[key].astype(value.dtype).tolist()
+        trained = [encoder.chat.decode(stored(got, "rejected")[b:e]) for b, e in runs(stored(got, "rejected_mask"))]
         assert trained == [("bad " * (i + 1)).strip() + "<|eot_id|>"]
 
 
@@ -125,13 +117,13 @@ def test_grpo_store_keeps_groups(tmp_path: Path, chat_tokenizer_dir) -> None:
     store = open_records(tmp_path / "grpo")
     assert len(store) == 2
     first, second = store.record(0), store.record(1)
-    assert len(arrays(first, "responses")) == 3 and len(arrays(second, "responses")) == 1
-    assert array(first, "rewards").tolist() == [1.0, 0.0, 0.5] and array(second, "rewards").tolist() == [-1.0]
+    assert len(stored(first, "responses")) == 3 and len(stored(second, "responses")) == 1
+    assert stored(first, "rewards").tolist() == [1.0, 0.0, 0.5] and stored(second, "rewards").tolist() == [-1.0]
     chat = ChatEncoder(chat_tokenizer_dir("chatml"), train_type="grpo").chat
-    responses, masks = arrays(first, "responses"), arrays(first, "masks")
+    responses, masks = stored(first, "responses"), stored(first, "masks")
     for response, mask, text in zip(responses, masks, ["a", "bb", "ccc"], strict=True):
         assert [chat.decode(response[b:e]) for b, e in runs(mask)] == [f"{text}<|im_end|>"]
-    assert chat.decode(array(first, "prompts")).endswith("<|im_start|>assistant\n")
+    assert chat.decode(stored(first, "prompts")).endswith("<|im_start|>assistant\n")
 
 
 def test_chat_encoding_imports_no_torch() -> None:

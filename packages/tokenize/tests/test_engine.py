@@ -197,7 +197,7 @@ def test_the_run_time_check_is_deterministic_and_catches_a_difference() -> None:
 
 
 def test_bad_engine_settings_are_config_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="engine 'turbo'"):
+    with pytest.raises(ConfigError, match="engine is 'turbo'"):
         load_encoder(default_tokenizer_path(), "turbo")
     with pytest.raises(ConfigError, match="verify_fraction"):
         load_encoder(default_tokenizer_path(), "auto", verify_fraction=2.0)

@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 import pytest
 from click.testing import CliRunner
+from tokenize_helpers import gpt_reference
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tokenloom.formats import ConfigError, RecordError, ResumeMismatchError, open_dataset
@@ -31,24 +32,10 @@ def run(tokenizer: Path, input_dir: Path, out: Path, **kw: Any):
 
 
 def expected_entries(texts: list[str], tokenizer: Path, max_length: int, overlap: int, min_chars: int) -> list:
-    """GPT-Simple's rule applied by hand to each document's ids (see test_windowing.gpt_reference)."""
+    """GPT-Simple's rule applied by hand to each kept document's ids (tokenize_helpers.gpt_reference)."""
     tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
-    out = []
-    for text in texts:
-        if len(text) < min_chars:
-            continue
-        doc = tok.encode(text, add_special_tokens=False).ids
-        if not doc:
-            continue
-        if len(doc) < max_length:
-            out.append(([*doc, EOD], 0))
-            continue
-        stride = max(max_length - overlap, max_length // 2)
-        for k, start in enumerate(range(0, len(doc), stride)):
-            window = doc[start : start + max_length]
-            prefix = min(overlap, len(window)) if k and overlap else 0
-            out.append(([*window, EOD] if start + max_length >= len(doc) else window, prefix))
-    return out
+    docs = [tok.encode(text, add_special_tokens=False).ids for text in texts if len(text) >= min_chars]
+    return gpt_reference(docs, max_length, overlap, EOD)
 
 
 @pytest.fixture

@@ -101,117 +101,101 @@ def seed() -> int:
     return random.randrange(1 << 30)
 
 
-@pytest.fixture
-def split_corpus(jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]) -> Callable[..., Path]:
-    """``make_texts(n, seed=seed, max_words=120)`` dealt round-robin into ``parts`` jsonl files."""
+class KillCase:
+    """A corpus of ``n`` texts dealt into ``parts`` jsonl files, its uninterrupted run (``whole``, ``expected``),
+    the killed run's output dir and the kill points' generator (seeded: named in failure messages)."""
 
-    def make(n: int, seed: int, parts: int) -> Path:
-        texts = make_texts(n, seed=seed, max_words=120)
-        return jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in texts[i::parts]] for i in range(parts)})
+    def __init__(self, tmp_path: Path, tokenizer: Path, make_texts: Callable[..., list[str]], seed: int) -> None:
+        self.tmp_path, self.tokenizer, self.make_texts, self.seed = tmp_path, tokenizer, make_texts, seed
+        self.rng = random.Random(seed)
+        self.out = tmp_path / "killed"
+
+    def start(self, jsonl_dir: Callable[..., Path], n: int, corpus_seed: int, parts: int, **options: Any) -> None:
+        texts = self.make_texts(n, seed=corpus_seed, max_words=120)
+        self.corpus = jsonl_dir({f"part-{i}.jsonl": [{"text": t} for t in texts[i::parts]] for i in range(parts)})
+        self.whole, self.expected = _whole(self.tmp_path, self.tokenizer, self.corpus, **options)
+
+    def args(self, **options: Any) -> list[str]:
+        """The killed run's command arguments."""
+        return [str(self.corpus), str(self.out), str(self.tokenizer), orjson.dumps(options).decode()]
+
+    def staged(self, **options: Any) -> tuple[list[str], Path, int]:
+        """A converting run's command arguments, its staging dir and the least number of units it plans."""
+        units = sum(p.stat().st_size for p in self.corpus.iterdir()) // OPTIONS["unit_bytes"]
+        return self.args(**options), staging_dir(self.out), units
+
+
+@pytest.fixture
+def kill_case(
+    tmp_path: Path, tiny_tokenizer: Path, seed: int, jsonl_dir: Callable[..., Path], make_texts: Callable[..., Any]
+) -> Callable[..., KillCase]:
+    """``kill_case(n, corpus_seed, parts, **options)``: a :class:`KillCase` with its whole run done."""
+
+    def make(n: int, corpus_seed: int, parts: int, **options: Any) -> KillCase:
+        case = KillCase(tmp_path, tiny_tokenizer, make_texts, seed)
+        case.start(jsonl_dir, n, corpus_seed, parts, **options)
+        return case
 
     return make
 
 
-def _staged(corpus: Path, out: Path, tiny_tokenizer: Path, options: dict[str, Any]) -> tuple[list[str], Path, int]:
-    """A converting run's command arguments, its staging dir and the least number of units it plans."""
-    args = [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps(options).decode()]
-    return args, staging_dir(out), sum(p.stat().st_size for p in corpus.iterdir()) // OPTIONS["unit_bytes"]
-
-
 def test_kill_9_at_random_points_then_rerun_is_byte_identical(
-    tmp_path: Path,
-    tiny_tokenizer: Path,
-    seed: int,
-    split_corpus: Callable[..., Path],
-    output_digest: Callable[[Path], dict[str, object]],
+    kill_case: Callable[..., KillCase], output_digest: Callable[[Path], dict[str, object]]
 ) -> None:
     """Killed in a fast-engine session and in an hf-engine session, finished with auto: hf's bytes."""
-    rng = random.Random(seed)
-    corpus = split_corpus(3000, 5, 3)
-    whole, expected = _whole(tmp_path, tiny_tokenizer, corpus, engine="hf", **OPTIONS)
-    units = _committed(whole)
+    case = kill_case(3000, 5, 3, engine="hf", **OPTIONS)
+    units, rng, out, seed = _committed(case.whole), case.rng, case.out, case.seed
     assert units >= 20
-    out = tmp_path / "killed"
-
-    def args(engine: str) -> list[str]:
-        return [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps({**OPTIONS, "engine": engine}).decode()]
-
-    first = _kill_after_units(args("fast"), out, rng.randint(1, units // 3), rng)
+    first = _kill_after_units(case.args(**OPTIONS, engine="fast"), out, rng.randint(1, units // 3), rng)
     assert not (out / "manifest.json").exists()
-    second = _kill_after_units(args("hf"), out, rng.randint(first + 1, 2 * units // 3), rng)
+    second = _kill_after_units(case.args(**OPTIONS, engine="hf"), out, rng.randint(first + 1, 2 * units // 3), rng)
     assert second > first, f"seed {seed}"
-    _rerun(args("auto"))
-    assert output_digest(out) == output_digest(whole), f"seed {seed}: killed after {first} and {second} units"
+    _rerun(case.args(**OPTIONS, engine="auto"))
+    assert output_digest(out) == output_digest(case.whole), f"seed {seed}: killed after {first} and {second} units"
     manifest = orjson.loads((out / "manifest.json").read_bytes())
-    assert manifest["num_tokens"] == expected.tokens
+    assert manifest["num_tokens"] == case.expected.tokens
     assert manifest["metadata"]["tokenize"]["engine"]["name"] == "fast"  # the session that finished
 
 
 def test_kill_9_of_a_megatron_run_then_rerun_is_byte_identical(
-    tmp_path: Path,
-    tiny_tokenizer: Path,
-    seed: int,
-    split_corpus: Callable[..., Path],
-    tree_digest: Callable[[Path], dict[str, str]],
+    kill_case: Callable[..., KillCase], tree_digest: Callable[[Path], dict[str, str]]
 ) -> None:
     """Killed twice while tokenizing into the staging dataset, once around conversion and publishing."""
-    rng = random.Random(seed)
-    corpus = split_corpus(2000, 6, 2)
     options = {**OPTIONS, "format": "megatron", "drop_overlap_prefix": True}
-    whole, _ = _whole(tmp_path, tiny_tokenizer, corpus, **options)
-    out = tmp_path / "killed"
-    args, staging, units = _staged(corpus, out, tiny_tokenizer, options)
+    case = kill_case(2000, 6, 2, **options)
+    (args, staging, units), rng, out, seed = case.staged(**options), case.rng, case.out, case.seed
     first = _kill_after_units(args, staging, rng.randint(1, units // 3), rng)
     second = _kill_after_units(args, staging, rng.randint(first + 1, 2 * units // 3), rng)
     assert second > first and not (out / "data.idx").exists(), f"seed {seed}"
     _kill_around_publishing_then_rerun(args, staging, out, rng)
-    assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} and {second} units"
+    assert tree_digest(out) == tree_digest(case.whole), f"seed {seed}: killed after {first} and {second} units"
     assert sorted(tree_digest(out)) == ["data.bin", "data.idx", "data.tokenloom.json", "tokenize.json"]
 
 
 @pytest.mark.parametrize("fmt", ["flat", "packed"])
 def test_kill_9_of_a_flat_or_packed_run_then_rerun_is_byte_identical(
-    fmt: str,
-    tmp_path: Path,
-    tiny_tokenizer: Path,
-    seed: int,
-    split_corpus: Callable[..., Path],
-    tree_digest: Callable[[Path], dict[str, str]],
+    fmt: str, kill_case: Callable[..., KillCase], tree_digest: Callable[[Path], dict[str, str]]
 ) -> None:
     """The converting formats other than megatron: killed while staging and around conversion, then rerun."""
-    rng = random.Random(seed)
-    corpus = split_corpus(1500, 7, 2)
     options = {**OPTIONS, "format": fmt, "drop_overlap_prefix": True}
-    whole, _ = _whole(tmp_path, tiny_tokenizer, corpus, **options)
-    out = tmp_path / "killed"
-    args, staging, units = _staged(corpus, out, tiny_tokenizer, options)
+    case = kill_case(1500, 7, 2, **options)
+    (args, staging, units), rng = case.staged(**options), case.rng
     first = _kill_after_units(args, staging, rng.randint(1, units // 2), rng)
-    _kill_around_publishing_then_rerun(args, staging, out, rng)
-    assert tree_digest(out) == tree_digest(whole), f"seed {seed}: killed after {first} units"
+    _kill_around_publishing_then_rerun(args, staging, case.out, rng)
+    assert tree_digest(case.out) == tree_digest(case.whole), f"seed {case.seed}: killed after {first} units"
 
 
 @pytest.mark.parametrize("again", ["resume", "overwrite"])
 def test_kill_9_of_an_overwrite_over_an_old_layout_then_rerun_is_byte_identical(
-    again: str,
-    tmp_path: Path,
-    tiny_tokenizer: Path,
-    seed: int,
-    split_corpus: Callable[..., Path],
-    output_digest: Callable[[Path], dict[str, object]],
+    again: str, kill_case: Callable[..., KillCase], output_digest: Callable[[Path], dict[str, object]]
 ) -> None:
     """--overwrite over a dataset of the old shard layout, killed mid-run; rerun with or without --overwrite."""
     import shutil
 
-    rng = random.Random(seed)
-    corpus = split_corpus(1500, 8, 2)
-    whole, _ = _whole(tmp_path, tiny_tokenizer, corpus, **OPTIONS)
-    out = tmp_path / "old"
-    shutil.copytree(Path(__file__).parent / "data" / "old_layout_native", out)
-
-    def args(overwrite: bool) -> list[str]:
-        return [str(corpus), str(out), str(tiny_tokenizer), orjson.dumps({**OPTIONS, "overwrite": overwrite}).decode()]
-
-    first = _kill_after_units(args(True), out, rng.randint(1, 4), rng)
-    _rerun(args(again == "overwrite"))
-    assert output_digest(out) == output_digest(whole), f"seed {seed}: killed after {first} units"
-    assert not list(out.glob("shard_*"))
+    case = kill_case(1500, 8, 2, **OPTIONS)
+    case.out = case.tmp_path / "old"
+    shutil.copytree(Path(__file__).parent / "data" / "old_layout_native", case.out)
+    first = _kill_after_units(case.args(**OPTIONS, overwrite=True), case.out, case.rng.randint(1, 4), case.rng)
+    _rerun(case.args(**OPTIONS, overwrite=again == "overwrite"))
+    assert output_digest(case.out) == output_digest(case.whole), f"seed {case.seed}: killed after {first} units"
+    assert not list(case.out.glob("shard_*"))

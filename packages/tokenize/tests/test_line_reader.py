@@ -223,6 +223,17 @@ def _fuzz(max_examples: int):
     return settings(max_examples=max_examples, deadline=None, suppress_health_check=slow)
 
 
+def _limits(lines: int, size: int) -> dict[str, st.SearchStrategy[int]]:
+    """Reader limits drawn for a fuzz case: lines and bytes per chunk, the line cap, the read block."""
+    chunk_lines, chunk_bytes, block = st.integers(1, lines), st.integers(1, size), st.integers(1, size)
+    return {
+        "chunk_lines": chunk_lines,
+        "chunk_bytes": chunk_bytes,
+        "max_line_bytes": st.integers(1, 320),
+        "block": block,
+    }
+
+
 @_fuzz(200)
 @given(
     lines=st.lists(piece, max_size=60),
@@ -230,11 +241,8 @@ def _fuzz(max_examples: int):
     compression=st.sampled_from(["plain", "gz", "zst"]),
     members=st.lists(st.integers(0, 3000), max_size=3),
     cut=st.one_of(st.none(), st.floats(0.05, 0.999)),
-    chunk_lines=st.integers(1, 12),
-    chunk_bytes=st.integers(1, 700),
-    max_line_bytes=st.integers(1, 320),
-    block=st.integers(1, 700),
     start_chunk=st.integers(0, 8),
+    **_limits(12, 700),
 )
 def test_resumes_progress_and_multi_member_streams_match_the_line_reader(
     tmp_path_factory,
@@ -284,10 +292,7 @@ def test_resumes_progress_and_multi_member_streams_match_the_line_reader(
 @given(
     lines=st.lists(piece, max_size=40),
     cut=st.integers(0, 40),
-    block=st.integers(1, 400),
-    max_line_bytes=st.integers(1, 320),
-    chunk_lines=st.integers(1, 9),
-    chunk_bytes=st.integers(1, 400),
+    **_limits(9, 400),
 )
 def test_byte_ranges_with_any_limits_match_the_line_reader(
     tmp_path_factory, lines, cut, block, max_line_bytes, chunk_lines, chunk_bytes

@@ -24,9 +24,9 @@ print("entries", summary.entries)
 
 
 def test_second_tokenize_into_the_same_output_is_refused(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path], make_texts: Callable[..., list[str]]
+    tmp_path: Path, tiny_tokenizer: Path, text_corpus: Callable[[int], Path], make_texts: Callable[..., list[str]]
 ) -> None:
-    corpus = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(200)]})
+    corpus = text_corpus(200)
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     first = subprocess.Popen(

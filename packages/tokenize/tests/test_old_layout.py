@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tokenize_helpers import make_texts
 
 from tokenloom.formats import ResumeMismatchError, open_dataset
 from tokenloom.formats.cli.commands import validate
@@ -31,9 +30,9 @@ def test_an_old_layout_dataset_opens_and_validates_deep() -> None:
 
 
 def test_tokenize_into_an_old_layout_dataset_needs_overwrite(
-    tmp_path: Path, tiny_tokenizer: Path, jsonl_dir: Callable[..., Path]
+    tmp_path: Path, tiny_tokenizer: Path, text_corpus: Callable[[int], Path]
 ) -> None:
-    corpus = jsonl_dir({"a.jsonl": [{"text": t} for t in make_texts(50)]})
+    corpus = text_corpus(50)
     out = tmp_path / "old"
     shutil.copytree(OLD, out)
     config = TokenizeConfig(input_dir=corpus, output_dir=out, tokenizer=str(tiny_tokenizer), num_workers=0)

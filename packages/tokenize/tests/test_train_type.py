@@ -432,9 +432,7 @@ def test_format_h5_holds_the_records_of_bin_meta(train_type: str, tmp_path: Path
 # --input-dir in a bucket (a real S3 server, and one that fails requests)
 def _upload(seaweed, local: Path) -> str:
     key = f"chat-{uuid.uuid4().hex[:8]}"
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            seaweed.put(f"{key}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    seaweed.upload_tree(local, key)
     return f"s3://{seaweed.bucket}/{key}"
 
 

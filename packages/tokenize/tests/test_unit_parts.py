@@ -84,7 +84,7 @@ def test_big_files_are_cut_into_line_aligned_ranges_and_row_group_runs(big_corpu
         assert data[after.start - 1 : after.start] == b"\n"  # type: ignore[union-attr]
     runs = by_file["rows.parquet"]
     assert len(runs) >= 2 and all(isinstance(r, RowGroups) for r in runs)
-    assert runs[0].first == 0 and runs[-1].stop == 6  # type: ignore[union-attr]
+    assert runs[0].start == 0 and runs[-1].stop == 6  # type: ignore[union-attr]
     assert by_file["small.jsonl.gz"] == [None]  # compressed: one whole-file unit, whatever its size
     assert [u.part for u in cut_units(files, None)] == [None, None, None]
 

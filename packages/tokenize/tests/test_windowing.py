@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tokenize_helpers import gpt_reference
 
 from tokenloom.formats import ConfigError
 from tokenloom.tokenize import Windowing, window_documents
@@ -145,29 +146,6 @@ def gpt_entries(docs: list[list[int]], seq_len: int, overlap: int = 0) -> list[t
     return [
         (entries.tokens[s:e].tolist(), int(p)) for s, e, p in zip(starts, ends, entries.overlap_prefix, strict=True)
     ]
-
-
-def gpt_reference(docs: list[list[int]], seq_len: int, overlap: int) -> list[tuple[list[int], int]]:
-    """GPT-Simple's loop, written out plainly: a window per start < n, EOD where a window reaches the end."""
-    out = []
-    for doc in docs:
-        if not doc:
-            continue
-        if len(doc) < seq_len:
-            out.append(([*doc, EOD], 0))
-            continue
-        stride = max(seq_len - overlap, seq_len // 2)
-        start = 0
-        for k in range(10_001):
-            if start >= len(doc):
-                break
-            window = doc[start : start + seq_len]
-            prefix = min(overlap, len(window)) if k > 0 and overlap > 0 else 0
-            if start + seq_len >= len(doc):
-                window = [*window, EOD]
-            out.append((window, prefix))
-            start += stride
-    return out
 
 
 def test_gpt_simple_short_document_is_one_entry_of_up_to_max_length_tokens() -> None:

@@ -181,3 +181,31 @@ def kill_script_when(script: str, kwargs: dict[str, Any], ready: Callable[[], bo
 def s3_cli_env(seaweed: Any, cache: Path) -> dict[str, str]:
     """The environment of a ``tokenloom`` CLI subprocess that writes to the S3 server, offline."""
     return {**os.environ, **seaweed.shell_env(), "TOKENLOOM_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
+
+
+def turns(*items: str) -> list[dict[str, str]]:
+    """Chat messages from ``"role: content"`` strings (split at the first ``": "``)."""
+    return [dict(zip(("role", "content"), item.split(": ", 1), strict=True)) for item in items]
+
+
+def gpt_reference(docs: list[list[int]], seq_len: int, overlap: int, eod: int = 0) -> list[tuple[list[int], int]]:
+    """GPT-Simple's loop, written out plainly: a window per start < n, eod where a window reaches the end."""
+    out = []
+    for doc in docs:
+        if not doc:
+            continue
+        if len(doc) < seq_len:
+            out.append(([*doc, eod], 0))
+            continue
+        stride = max(seq_len - overlap, seq_len // 2)
+        start = 0
+        for k in range(10_001):
+            if start >= len(doc):
+                break
+            window = doc[start : start + seq_len]
+            prefix = min(overlap, len(window)) if k > 0 and overlap > 0 else 0
+            if start + seq_len >= len(doc):
+                window = [*window, eod]
+            out.append((window, prefix))
+            start += stride
+    return out

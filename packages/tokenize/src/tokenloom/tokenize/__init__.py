@@ -46,39 +46,23 @@ if TYPE_CHECKING:
 #: Public name -> the module that defines it, imported on first use: the ``tokenloom tokenize`` command (and
 #: ``import tokenloom.tokenize``) loads only the modules its run needs.
 _EXPORTS = {
-    "CorpusInfo": "tokenloom.tokenize.corpus",
-    "EOS_TOKEN": "tokenloom.tokenize.train",
-    "Encoder": "tokenloom.tokenize.engine",
-    "Engine": "tokenloom.tokenize.engine",
-    "EngineMismatchError": "tokenloom.tokenize.engine",
-    "Entries": "tokenloom.tokenize.windowing",
-    "ExecutorKind": "tokenloom.tokenize._config",
-    "IssueKind": "tokenloom.tokenize.inputs",
-    "JsonlIndex": "tokenloom.tokenize.jsonl_index",
-    "Layout": "tokenloom.tokenize._config",
-    "OnError": "tokenloom.tokenize._config",
-    "PackSummary": "tokenloom.tokenize._pack",
-    "RECORD_NAME": "tokenloom.tokenize._staged",
-    "TokenizeConfig": "tokenloom.tokenize._config",
-    "TokenizeSummary": "tokenloom.tokenize._summary",
-    "Windowing": "tokenloom.tokenize.windowing",
-    "WorkerDiedError": "tokenloom.tokenize._executor",
-    "build_index": "tokenloom.tokenize.jsonl_index",
-    "build_stdlib_corpus": "tokenloom.tokenize.corpus",
-    "default_pack_path": "tokenloom.tokenize._pack",
-    "default_tokenizer_path": "tokenloom.tokenize._tokenizer",
-    "discover_inputs": "tokenloom.tokenize.inputs",
-    "fingerprint": "tokenloom.tokenize._tokenizer",
-    "index_path": "tokenloom.tokenize.jsonl_index",
-    "load_encoder": "tokenloom.tokenize.engine",
-    "output_path": "tokenloom.tokenize._staged",
-    "pack": "tokenloom.tokenize._pack",
-    "staging_dir": "tokenloom.tokenize._staged",
-    "supported_formats": "tokenloom.tokenize._config",
-    "tokenize": "tokenloom.tokenize._tokenize",
-    "train_byte_level_bpe": "tokenloom.tokenize.train",
-    "validate_window": "tokenloom.tokenize.windowing",
-    "window_documents": "tokenloom.tokenize.windowing",
+    name: f"tokenloom.tokenize.{module}"
+    for module, names in {
+        "_config": ("ExecutorKind", "Layout", "OnError", "TokenizeConfig", "supported_formats"),
+        "_executor": ("WorkerDiedError",),
+        "_pack": ("PackSummary", "default_pack_path", "pack"),
+        "_staged": ("RECORD_NAME", "output_path", "staging_dir"),
+        "_summary": ("TokenizeSummary",),
+        "_tokenize": ("tokenize",),
+        "_tokenizer": ("default_tokenizer_path", "fingerprint"),
+        "corpus": ("CorpusInfo", "build_stdlib_corpus"),
+        "engine": ("Encoder", "Engine", "EngineMismatchError", "load_encoder"),
+        "inputs": ("IssueKind", "discover_inputs"),
+        "jsonl_index": ("JsonlIndex", "build_index", "index_path"),
+        "train": ("EOS_TOKEN", "train_byte_level_bpe"),
+        "windowing": ("Entries", "Windowing", "validate_window", "window_documents"),
+    }.items()
+    for name in names
 }
 
 __all__ = [

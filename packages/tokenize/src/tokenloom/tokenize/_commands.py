@@ -23,7 +23,7 @@ from tokenloom.tokenize._config import (
     supported_formats,
 )
 from tokenloom.tokenize._progress import progress_bar, rate_text
-from tokenloom.tokenize._summary import TokenizeSummary
+from tokenloom.tokenize._summary import RunCounts, TokenizeSummary
 from tokenloom.tokenize._tokenize import tokenize as run_tokenize
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing
@@ -77,19 +77,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     if summary.engine:
         lines.append(f"  engine {summary.engine}: {summary.engine_reason}")
     if not summary.already_complete:
-        lines.append(
-            f"  this run: {summary.run_tokens:,} tokens from {summary.text_bytes:,} decompressed bytes "
-            f"({summary.bytes_read:,} input bytes as stored) in {summary.seconds:.1f} s = "
-            f"{summary.tokens_per_second:,.0f} tokens/s, {rate_text(summary.text_bytes, summary.seconds)} decompressed "
-            "(start-up included, as on the bar)"
-        )
-    if summary.skipped:
-        total = sum(summary.skipped.values())
-        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.skipped.items()))
-        lines.append(f"  skipped {total:,} bad records: {kinds}")
-        lines.extend(f"    e.g. {example}" for example in summary.examples)
-    else:
-        lines.append("  skipped 0 records")
+        lines.append(_rate_line(summary, f"this run: {summary.run_tokens:,} tokens from "))
+    lines.extend(_skipped_lines(summary) or ["  skipped 0 records"])
     if summary.dropped:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.dropped.items()))
         lines.append(
@@ -97,6 +86,37 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
             "lines skipped; truncated: cut at 10,001 windows)"
         )
     return lines
+
+
+_SHARED_OPTIONS = (
+    option(
+        "--tokenizer",
+        default=None,
+        help="Hugging Face tokenizer directory or locally cached name. Default: the shipped stdlib BPE (16k).",
+    ),
+    option(
+        "--on-error",
+        type=choice(OnError),
+        default="raise",
+        help="A bad record stops the run (raise) or is counted and skipped (skip).",
+    ),
+    option("--overwrite", is_flag=True, help="Replace an existing output (tokenize: one written with other settings)."),
+    option("--eos-id", type=int, default=None, help="End-of-document id, required if the tokenizer has no EOS token."),
+    option(
+        "--engine",
+        type=choice(Engine),
+        default="auto",
+        help="Encoding engine. hf: Hugging Face tokenizers. fast: fastokens (an error unless it loads the tokenizer "
+        "and gives the same ids as hf on a probe set plus the first documents). auto: fast when that holds, else hf. "
+        "The output is the same bytes with either.",
+    ),
+    option("--progress/--no-progress", default=True, help="Show a progress bar on stderr."),
+)
+
+
+def _shared_options(command: Any) -> Any:
+    """The options tokenize and pack both take."""
+    return functools.reduce(lambda f, decorate: decorate(f), reversed(_SHARED_OPTIONS), command)
 
 
 @click.command(
@@ -118,11 +138,6 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
     help="Dataset directory to write; rerunning the same command resumes an interrupted run.",
-)
-@option(
-    "--tokenizer",
-    default=None,
-    help="Hugging Face tokenizer directory or locally cached name. Default: the shipped stdlib BPE (16k).",
 )
 @option(
     "--seq-len",
@@ -193,25 +208,8 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     default=100_000_000,
     help="Close a shard once it holds this many tokens.",
 )
-@option(
-    "--on-error",
-    type=choice(OnError),
-    default="raise",
-    help="A bad record stops the run (raise) or is counted and skipped (skip).",
-)
-@option("--overwrite", is_flag=True, help="Replace an output directory written with other settings.")
-@option("--eos-id", type=int, default=None, help="End-of-document id, required if the tokenizer has no EOS token.")
 @option("--max-line-bytes", type=int, default=64 << 20, help="Longer lines are bad records.")
 @option("--hash-inputs", is_flag=True, help="Identify inputs by content hash rather than size + mtime.")
-@option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
-@option(
-    "--engine",
-    type=choice(Engine),
-    default="auto",
-    help="Encoding engine. hf: Hugging Face tokenizers. fast: fastokens (an error unless it loads the tokenizer "
-    "and gives the same ids as hf on a probe set plus the first documents). auto: fast when that holds, else hf. "
-    "The output is the same bytes with either.",
-)
 @option(
     "--verify-fraction",
     type=click.FloatRange(0.0, 1.0),
@@ -306,6 +304,7 @@ def _summary_lines(summary: TokenizeSummary) -> list[str]:
     is_flag=True,
     help="Only write the manifest of a --num-nodes run whose units are all committed (when no node could).",
 )
+@_shared_options
 def tokenize(format_: str | None, progress: bool, train_roles: str, **options: Any) -> None:
     """Pre-tokenize jsonl (.gz, .zst), parquet and Arrow files into token shards, in parallel, crash-safely.
 
@@ -337,6 +336,24 @@ def _record_lines(summary: TokenizeSummary) -> list[str]:
         f"  records {int(stats.get('records', 0) or 0):,}  tokens {tokens:,}{share}  "
         f"truncated {stats.get('truncated', 0)}  skipped too long {stats.get('skipped_too_long', 0)}  "
         f"skipped bad records {stats.get('skipped_errors', 0)}" + (f" ({shown})" if shown else ""),
+    ]
+
+
+def _rate_line(summary: RunCounts, head: str) -> str:
+    return (
+        f"  {head}{summary.text_bytes:,} decompressed bytes ({summary.bytes_read:,} input bytes as stored) in "
+        f"{summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
+        f"{rate_text(summary.text_bytes, summary.seconds)} decompressed (start-up included, as on the bar)"
+    )
+
+
+def _skipped_lines(summary: RunCounts) -> list[str]:
+    if not summary.skipped:
+        return []
+    kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.skipped.items()))
+    return [
+        f"  skipped {sum(summary.skipped.values()):,} bad records: {kinds}",
+        *(f"    e.g. {example}" for example in summary.examples),
     ]
 
 
@@ -381,24 +398,10 @@ def index(files: tuple[Path, ...], full_hash: bool) -> None:
     default=None,
     help="Default: FILE.pbin beside the input.",
 )
-@option(
-    "--tokenizer",
-    default=None,
-    help="Hugging Face tokenizer directory or cached name. Default: the shipped stdlib BPE.",
-)
 @option("--text-field", default="text", help="Field with the text; a dotted path for nested fields.")
 @option("--num-workers", type=int, default=default_num_workers(), help="Encoding processes.")
-@option("--on-error", type=choice(OnError), default="raise")
-@option("--eos-id", type=int, default=None, help="End-of-document id, required if the tokenizer has no EOS token.")
-@option(
-    "--engine",
-    type=choice(Engine),
-    default="auto",
-    help="Encoding engine, as for tokenize: auto, hf or fast.",
-)
 @option("--legacy", is_flag=True, help="Write the old 8-byte-header layout (uint32 tokens).")
-@option("--overwrite", is_flag=True, help="Replace an existing output file.")
-@option("--progress/--no-progress", default=True, help="Show a progress bar on stderr.")
+@_shared_options
 def pack(input_file: Path, progress: bool, **options: Any) -> None:
     """Tokenize one jsonl file into a Modalities packed data file (.pbin).
 
@@ -412,14 +415,9 @@ def pack(input_file: Path, progress: bool, **options: Any) -> None:
         f"wrote {summary.output}: {summary.documents:,} documents, {summary.tokens:,} tokens, "
         f"dtype {summary.dtype}, eos_id {summary.eos_id}"
     )
-    click.echo(
-        f"  {summary.text_bytes:,} decompressed bytes ({summary.bytes_read:,} input bytes as stored) in "
-        f"{summary.seconds:.1f} s = {summary.tokens_per_second:,.0f} tokens/s, "
-        f"{rate_text(summary.text_bytes, summary.seconds)} decompressed (start-up included, as on the bar)"
-    )
-    click.echo(f"  engine {summary.engine}: {summary.engine_reason}")
-    if summary.skipped:
-        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(summary.skipped.items()))
-        click.echo(f"  skipped {sum(summary.skipped.values()):,} bad records: {kinds}")
-        for example in summary.examples:
-            click.echo(f"    e.g. {example}")
+    for line in [
+        _rate_line(summary, ""),
+        f"  engine {summary.engine}: {summary.engine_reason}",
+        *_skipped_lines(summary),
+    ]:
+        click.echo(line)

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
@@ -15,7 +15,7 @@ from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, Rec
 from tokenloom.tokenize._unit_files import Nodes, OnError, UnitOptions
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
-from tokenloom.tokenize.windowing import Windowing, as_windowing, validate_window
+from tokenloom.tokenize.windowing import Windowing, member, validate_window
 
 __all__ = [
     "RECORD_FORMATS",
@@ -37,7 +37,9 @@ if TYPE_CHECKING:  # an object store's options: imported with the remote layer, 
 UNIT_FORMAT = UNIT_SPEC.name
 #: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
-_E = TypeVar("_E", bound=StrEnum)
+#: The least value of each numeric setting (None, where allowed, passes).
+_LEAST = {"min_text_length": 0, "shard_size_tokens": 1, "max_line_bytes": 1, "chunk_lines": 1, "chunk_bytes": 1}
+_LEAST |= {"num_workers": 0, "eos_id": 0, "unit_bytes": 1, "num_nodes": 1}
 
 
 class Layout(StrEnum):
@@ -211,14 +213,16 @@ class TokenizeConfig:
         if is_remote_url(self.output_dir):  # before Path() mangles s3://b into s3:/b
             self._remote_output()
         object.__setattr__(self, "output_dir", Path(self.output_dir))
-        object.__setattr__(self, "on_error", _member(OnError, self.on_error, "on_error"))
-        object.__setattr__(self, "windowing", as_windowing(self.windowing))
+        object.__setattr__(self, "on_error", member(OnError, self.on_error, "on_error"))
+        object.__setattr__(self, "windowing", member(Windowing, self.windowing, "windowing"))
         if self.train_type is not None:
             check_post_training(self)
         else:
             validate_window(self.seq_len, self.overlap_size, self.windowing)
-        if self.min_text_length < 0:
-            raise ConfigError(f"min_text_length is {self.min_text_length}, expected >= 0", field="min_text_length")
+        for name, least in _LEAST.items():
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ConfigError(f"{name} is {value}, expected >= {least}", field=name)
         if self.min_text_length and self.windowing is not Windowing.GPT_SIMPLE:
             raise ConfigError(
                 f"min_text_length is {self.min_text_length}, but it applies only to --windowing gpt-simple "
@@ -246,20 +250,8 @@ class TokenizeConfig:
                 field="overlap_size",
                 hint="Use --format native, set --overlap-size 0, or pass --drop-overlap-prefix to drop them knowingly",
             )
-        for name in ("shard_size_tokens", "max_line_bytes", "chunk_lines", "chunk_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} is {getattr(self, name)}, expected >= 1", field=name)
         self._check_units()
-        if self.num_workers < 0:
-            raise ConfigError(f"num_workers is {self.num_workers}, expected >= 0", field="num_workers")
-        if self.eos_id is not None and self.eos_id < 0:
-            raise ConfigError(f"eos_id is {self.eos_id}, expected >= 0", field="eos_id")
-        try:
-            Engine(self.engine)
-        except ValueError:
-            raise ConfigError(
-                f"engine {self.engine!r}, expected one of {[e.value for e in Engine]}", field="engine"
-            ) from None
+        member(Engine, self.engine, "engine")
         if not 0.0 <= self.verify_fraction <= 1.0:
             raise ConfigError(
                 f"verify_fraction is {self.verify_fraction}, expected 0 <= verify_fraction <= 1",
@@ -343,8 +335,8 @@ class TokenizeConfig:
         return self.layout is Layout.TREE or self.val_fraction > 0
 
     def _check_units(self) -> None:
-        object.__setattr__(self, "executor", _member(ExecutorKind, self.executor, "executor"))
-        object.__setattr__(self, "layout", _member(Layout, self.layout, "layout"))
+        object.__setattr__(self, "executor", member(ExecutorKind, self.executor, "executor"))
+        object.__setattr__(self, "layout", member(Layout, self.layout, "layout"))
         if not 0.0 <= self.val_fraction < 1.0:
             raise ConfigError(
                 f"val_fraction is {self.val_fraction}, expected a fraction in [0, 1)", field="val_fraction"
@@ -355,10 +347,6 @@ class TokenizeConfig:
                 field="executor",
                 hint="Use --executor local (with --num-nodes N on several machines), or one Ray run per dataset",
             )
-        if self.unit_bytes is not None and self.unit_bytes < 1:
-            raise ConfigError(f"unit_bytes is {self.unit_bytes}, expected >= 1", field="unit_bytes")
-        if self.num_nodes is not None and self.num_nodes < 1:
-            raise ConfigError(f"num_nodes is {self.num_nodes}, expected >= 1", field="num_nodes")
         num_nodes = self.num_nodes or 1
         if not 0 <= self.node_rank < num_nodes:
             raise ConfigError(
@@ -424,11 +412,3 @@ class TokenizeConfig:
             settings["val_fraction"] = self.val_fraction
             settings["seed"] = self.seed
         return settings
-
-
-def _member(choices: type[_E], value: object, name: str) -> _E:
-    """``value`` as a member of ``choices``, or a ConfigError listing them."""
-    try:
-        return choices(value)
-    except ValueError:
-        raise ConfigError(f"{name} is {value!r}, expected one of {[c.value for c in choices]}", field=name) from None

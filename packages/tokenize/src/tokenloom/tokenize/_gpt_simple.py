@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from tokenloom.formats import ConfigError, RecordError
-from tokenloom.tokenize.inputs import InputFile, Issue, IssueKind
+from tokenloom.tokenize.inputs import InputFile, Issue, IssueKind, invalid_utf8
 
 __all__ = [
     "BLANK_LINE",
@@ -160,11 +160,7 @@ def gpt_simple_text_of(line: bytes, text_field: tuple[str, ...], line_number: in
         try:
             decoded = line.decode("utf-8")
         except UnicodeDecodeError as utf8_exc:
-            return Issue(
-                line_number,
-                IssueKind.INVALID_UTF8,
-                f"the line is not valid UTF-8 (byte {utf8_exc.start}: {utf8_exc.reason})",
-            )
+            return invalid_utf8(line_number, utf8_exc)
         stripped = decoded.strip()  # as GPT-Simple: Unicode whitespace (form feed, no-break space, ...) too
         if not stripped:
             return Dropped(BLANK_LINE)

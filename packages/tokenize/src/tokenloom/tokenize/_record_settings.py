@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenloom.formats import ConfigError, available_formats
-from tokenloom.tokenize.windowing import Windowing
+from tokenloom.tokenize.windowing import Windowing, member
 
 __all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "RecordOptions", "check_post_training"]
 
@@ -23,7 +23,8 @@ TRAIN_TYPES = ("sft", "dpo", "grpo")
 
 def check_post_training(config: Any) -> None:
     """--train-type: the record settings, and the text-only options refused."""
-    from tokenloom.tokenize.chat import ROLES, Truncate  # loaded here: a text run never imports chat
+    from tokenloom.tokenize.chat import Truncate  # loaded here: a text run never imports chat
+    from tokenloom.tokenize.chat._encode import check_roles
 
     if config.train_type not in TRAIN_TYPES and not (config.train_type == "seq" and config.astrai_config):
         raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
@@ -43,18 +44,8 @@ def check_post_training(config: Any) -> None:
     object.__setattr__(config, "train_roles", tuple(config.train_roles))
     if config.astrai_config is not None:
         _check_astrai(config)
-
-    bad = [role for role in config.train_roles if role not in ROLES]
-    if not config.train_roles or bad:
-        raise ConfigError(
-            f"train roles {list(config.train_roles)}, expected some of {list(ROLES)}", field="train_roles"
-        )
-    if config.truncate not in [t.value for t in Truncate]:
-        raise ConfigError(
-            f"truncate {config.truncate!r}, expected one of {[t.value for t in Truncate]}", field="truncate"
-        )
-    if config.seq_len is not None and config.seq_len < 2:
-        raise ConfigError(f"seq_len is {config.seq_len}, expected >= 2", field="seq_len")
+    check_roles(config.train_roles, config.seq_len)
+    member(Truncate, config.truncate, "truncate")
     for name, value in (("overlap_size", config.overlap_size), ("min_text_length", config.min_text_length)):
         if value:
             raise ConfigError(f"{name} is {value}, but it applies to text, not to --train-type records", field=name)

@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -159,17 +159,16 @@ class LoadedTokenizer:
     def __init__(self, name_or_path: str, *, hide_torch: bool = False) -> None:
         _hf_env()
         directory = _tokenizer_dir(name_or_path)
-        if hide_torch:
-            try:
-                with _torch_hidden():
-                    self._hf = _auto_tokenizer(directory)
-            except Exception:  # a tokenizer that does need torch: load it the ordinary way
+        try:
+            with _torch_hidden() if hide_torch else contextlib.nullcontext():
                 self._hf = _auto_tokenizer(directory)
-        else:
+        except Exception:  # a tokenizer that does need torch: load it the ordinary way
+            if not hide_torch:
+                raise
             self._hf = _auto_tokenizer(directory)
         backend = getattr(self._hf, "backend_tokenizer", None) if self._hf.is_fast else None
         self._backend: Any = backend
-        self._encode = _batch_encoder(backend) if backend is not None else None
+        self._encode = batch_ids(backend) if backend is not None else None
 
     def info(self) -> TokenizerInfo:
         eos_id = self._hf.eos_token_id
@@ -196,7 +195,7 @@ class LoadedTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         if self._encode is not None:
-            return [encoding.ids for encoding in self._encode(texts, add_special_tokens=False)]
+            return self._encode(texts)
         return self._hf(texts, add_special_tokens=False)["input_ids"]
 
 
@@ -207,10 +206,7 @@ class BackendTokenizer:
         from tokenizers import Tokenizer
 
         self.backend = Tokenizer.from_str(serialized)
-        self._encode = _batch_encoder(self.backend)
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [encoding.ids for encoding in self._encode(texts, add_special_tokens=False)]
+        self.encode_batch = batch_ids(self.backend)
 
 
 def _auto_tokenizer(directory: Path) -> Any:
@@ -219,9 +215,11 @@ def _auto_tokenizer(directory: Path) -> Any:
     return AutoTokenizer.from_pretrained(directory)
 
 
-def _batch_encoder(backend: Any) -> Any:
+def batch_ids(backend: Any) -> Callable[[list[str]], list[list[int]]]:
+    """The ids of each text of a batch through a ``tokenizers.Tokenizer``, without special tokens."""
     # encode_batch_fast skips offset tracking; it exists from tokenizers 0.21 on.
-    return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+    return lambda texts: [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
 
 
 def describe(name_or_path: str) -> tuple[TokenizerInfo, str | None]:
@@ -255,11 +253,9 @@ _PLAIN_CONFIG_KEYS = frozenset(
 
 
 def _token_name(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
+    """A special token's text: the string itself, or the ``content`` of its dict form."""
+    content = value.get("content") if isinstance(value, dict) else value
+    return content if isinstance(content, str) else None
 
 
 def describe_plain(name_or_path: str) -> tuple[TokenizerInfo, str] | None:

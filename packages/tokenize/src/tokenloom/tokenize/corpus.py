@@ -24,6 +24,7 @@ from pathlib import Path
 import orjson
 
 from tokenloom.formats import ConfigError, DataError
+from tokenloom.formats.io import atomic_write_bytes
 
 __all__ = ["SKIPPED_MODULES", "CorpusInfo", "build_stdlib_corpus"]
 
@@ -88,7 +89,6 @@ def build_stdlib_corpus(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = out / CORPUS_FILE_NAME
-    tmp = target.with_name(target.name + ".tmp")
     walk = target.with_name(target.name + ".walk.json")
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
     env["PYTHONHASHSEED"] = "0"
@@ -110,13 +110,9 @@ def build_stdlib_corpus(
             path=target,
             hint="Report this with your Python version; pass modules=[...] to narrow the walk",
         )
-    rows = orjson.loads(walk.read_bytes())
+    data = b"".join(orjson.dumps({"id": key, "text": text}) + b"\n" for key, text in orjson.loads(walk.read_bytes()))
     walk.unlink()
-    with open(tmp, "wb") as handle:
-        for key, text in rows:
-            handle.write(orjson.dumps({"id": key, "text": text}) + b"\n")
-    os.replace(tmp, target)
-    data = target.read_bytes()
+    atomic_write_bytes(target, data)
     return CorpusInfo(
         path=target,
         documents=data.count(b"\n"),

@@ -46,6 +46,8 @@ import numpy.typing as npt
 import xxhash
 
 from tokenloom.formats import ConfigError, DataError
+from tokenloom.tokenize._tokenizer import batch_ids
+from tokenloom.tokenize.windowing import member
 
 __all__ = [
     "DEFAULT_VERIFY_FRACTION",
@@ -327,13 +329,6 @@ def _versions(name: str) -> dict[str, str]:
     return found
 
 
-def _first_difference(got: list[int], want: list[int]) -> int:
-    for position, (a, b) in enumerate(zip(got, want, strict=False)):
-        if a != b:
-            return position
-    return min(len(got), len(want))
-
-
 def _compare(
     texts: Sequence[str],
     ids: npt.NDArray[np.uint32],
@@ -345,18 +340,18 @@ def _compare(
     """EngineMismatchError (record = the text's index) at the first chosen text whose ids differ."""
     for index, want in zip(chosen, expected, strict=True):
         got = ids[offsets[index] : offsets[index + 1]].tolist()
-        if got != want:
-            raise _mismatch(texts[index], index, got, want, when)
-
-
-def _mismatch(text: str, index: int, got: list[int], want: list[int], when: str) -> EngineMismatchError:
-    position = _first_difference(got, want)
-    return EngineMismatchError(
-        f"the fast engine and hf encode document {index} differently {when}, first at token {position}: "
-        f"fast {got[position : position + 8]} vs hf {want[position : position + 8]} "
-        f"({len(got)} vs {len(want)} tokens; text {text[:80]!r}{'...' if len(text) > 80 else ''})",
-        record=index,
-    )
+        if got == want:
+            continue
+        text = texts[index]
+        position = next(
+            (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want))
+        )
+        raise EngineMismatchError(
+            f"the fast engine and hf encode document {index} differently {when}, first at token {position}: "
+            f"fast {got[position : position + 8]} vs hf {want[position : position + 8]} "
+            f"({len(got)} vs {len(want)} tokens; text {text[:80]!r}{'...' if len(text) > 80 else ''})",
+            record=index,
+        )
 
 
 # -- resolving what the caller passed -------------------------------------------------------
@@ -374,12 +369,6 @@ def _plain_backend(backend: Any) -> Any:
     return copy
 
 
-def _backend_encoder(backend: Any) -> Callable[[list[str]], list[list[int]]]:
-    # encode_batch_fast skips offset tracking; it exists from tokenizers 0.21 on
-    encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
-    return lambda texts: [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
-
-
 def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[list[int]]]]:
     """(a ``tokenizers.Tokenizer`` or None for a slow tokenizer, the hf list encoder)."""
     if isinstance(tokenizer, str | os.PathLike):
@@ -393,13 +382,12 @@ def _resolve(tokenizer: Any) -> tuple[Any | None, Callable[[list[str]], list[lis
         else:
             loaded = LoadedTokenizer(os.fspath(tokenizer))
             tokenizer = loaded.backend if loaded.backend is not None else loaded.transformers
-    if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "encode_batch"):
-        backend = _plain_backend(tokenizer)
-        return backend, _backend_encoder(backend)
     backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if type(tokenizer).__module__.startswith("tokenizers") and hasattr(tokenizer, "encode_batch"):
+        backend = tokenizer  # a tokenizers.Tokenizer itself
     if backend is not None:
         backend = _plain_backend(backend)
-        return backend, _backend_encoder(backend)
+        return backend, batch_ids(backend)
     if callable(tokenizer):  # a slow transformers tokenizer
         slow: Any = tokenizer
         return None, lambda texts: slow(texts, add_special_tokens=False)["input_ids"]
@@ -457,7 +445,7 @@ def load_encoder(
             unsupported component), or is not installed, or the tokenizer is a slow one.
         EngineMismatchError: engine="fast" and a probe text encodes differently.
     """
-    engine = _engine(engine)
+    engine = member(Engine, engine, "engine")
     if not 0.0 <= verify_fraction <= 1.0:
         raise ConfigError(f"verify_fraction is {verify_fraction}, expected 0 <= it <= 1", field="verify_fraction")
     backend, encode_lists = _resolve(tokenizer)
@@ -544,10 +532,3 @@ def refuse_fast(
 
 def _unavailable(texts: list[str]) -> list[list[int]]:
     raise RuntimeError("this encoder only records a choice; encode with the one built in the worker")
-
-
-def _engine(value: object) -> Engine:
-    try:
-        return Engine(value)
-    except ValueError:
-        raise ConfigError(f"engine {value!r}, expected one of {[e.value for e in Engine]}", field="engine") from None

@@ -44,18 +44,28 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from tokenloom.formats import ConfigError
 
-__all__ = ["GPT_SIMPLE_MAX_WINDOWS", "MAX_OVERLAP", "Entries", "Windowing", "validate_window", "window_documents"]
+__all__ = [
+    "GPT_SIMPLE_MAX_WINDOWS",
+    "MAX_OVERLAP",
+    "Entries",
+    "Windowing",
+    "member",
+    "validate_window",
+    "window_documents",
+]
 
 #: The overlap prefix is stored as uint16 per entry.
 MAX_OVERLAP = 65535
 #: GPT-Simple's create_windows stops a document after this many windows.
 GPT_SIMPLE_MAX_WINDOWS = 10_001
+_E = TypeVar("_E", bound=StrEnum)
 
 
 class Windowing(StrEnum):
@@ -67,19 +77,17 @@ class Windowing(StrEnum):
     """GPT-Simple's pretokenize exactly (deterministic mode): EOD only where a window reaches the end."""
 
 
-def as_windowing(value: object) -> Windowing:
-    """``value`` as a Windowing, or a ConfigError listing the rules."""
+def member(choices: type[_E], value: object, name: str) -> _E:
+    """``value`` as a member of ``choices`` (a StrEnum), or a ConfigError naming the field and listing them."""
     try:
-        return Windowing(value)
+        return choices(value)
     except ValueError:
-        raise ConfigError(
-            f"windowing {value!r}, expected one of {[w.value for w in Windowing]}", field="windowing"
-        ) from None
+        raise ConfigError(f"{name} is {value!r}, expected one of {[c.value for c in choices]}", field=name) from None
 
 
 def validate_window(seq_len: int | None, overlap_size: int, windowing: Windowing | str = Windowing.TOKENLOOM) -> None:
     """Raise ConfigError unless (seq_len, overlap_size) is a valid windowing under ``windowing``."""
-    if as_windowing(windowing) is Windowing.GPT_SIMPLE:
+    if member(Windowing, windowing, "windowing") is Windowing.GPT_SIMPLE:
         _validate_gpt_simple(seq_len, overlap_size)
         return
     if seq_len is None:
@@ -266,7 +274,7 @@ def window_documents(
     windowing: Windowing | str = Windowing.TOKENLOOM,
 ) -> Entries:
     """Split concatenated documents into entries under ``windowing`` (see the module docstring)."""
-    rule = as_windowing(windowing)
+    rule = member(Windowing, windowing, "windowing")
     validate_window(seq_len, overlap_size, rule)
     doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
     if rule is Windowing.TOKENLOOM and (seq_len is None or not len(doc_lengths) or doc_lengths.max() < seq_len):

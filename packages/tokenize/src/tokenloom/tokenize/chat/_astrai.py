@@ -33,7 +33,6 @@ through tokenize's engine (fastokens where proven equal to ``tokenizers``, see :
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,7 @@ import orjson
 
 from tokenloom.formats.errors import ChatTemplateError, ConfigError, ConversationError, RecordError
 from tokenloom.tokenize.chat._astrai_config import AstraiConfig, PositionIds
-from tokenloom.tokenize.chat._encode import PostTrainingStats
+from tokenloom.tokenize.chat._encode import PostTrainingStats, check_on_error, encoded
 from tokenloom.tokenize.chat._template import NOWHERE, RecordPlace, _read_template
 
 __all__ = ["AstraiEncoder", "AstraiStats", "AstraiTokenizer", "records_from_astrai_config"]
@@ -149,9 +148,7 @@ class AstraiEncoder:
         )
         if self.config.has_template and self.chat.template is None:
             raise _no_template()
-        if on_error not in ("raise", "skip"):
-            raise ConfigError(f"on_error {on_error!r}, expected 'raise' or 'skip'", field="on_error")
-        self.on_error = on_error
+        self.on_error = check_on_error(on_error)
         self.train_type = self.config.train_type
         self.stats = AstraiStats()
         self._kept = 0
@@ -174,10 +171,7 @@ class AstraiEncoder:
         try:
             pieces = self._pieces(record, place)
         except RecordError as exc:
-            if self.on_error == "raise":
-                raise
-            self.stats.skipped_errors += 1
-            self.stats.errors = dict(sorted((Counter(self.stats.errors) + Counter([type(exc).__name__])).items()))
+            self.stats.skip_error(exc, self.on_error)
             return None
         arrays = self._arrays(pieces)
         if arrays is None:
@@ -284,9 +278,4 @@ def records_from_astrai_config(
     """The arrays AstrAI's ``Pipeline`` writes for ``records`` (dicts, or ``(record, RecordPlace)`` pairs), in
     order, skipped records left out; ``options``: :class:`AstraiEncoder`'s (``chat_template``, ``on_error``,
     ``engine``)."""
-    encoder = AstraiEncoder(config, tokenizer, **options)
-    for item in records:
-        record, place = item if isinstance(item, tuple) else (item, NOWHERE)
-        arrays = encoder.encode(record, place)
-        if arrays is not None:
-            yield arrays
+    yield from encoded(AstraiEncoder(config, tokenizer, **options), records)

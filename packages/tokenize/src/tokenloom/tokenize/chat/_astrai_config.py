@@ -23,9 +23,10 @@ Read here, and refused with a ConfigError naming the field (where AstrAI would g
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -67,6 +68,10 @@ class PositionIds(StrEnum):
     CONTINUOUS = "continuous"
 
 
+def _config_error(source: str, problem: str, name: str, hint: str = "Fix the AstrAI pipeline config") -> ConfigError:
+    return ConfigError(problem, path=source, field=name, hint=hint)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AstraiSection:
     """One ``input.sections`` entry: a record field rendered per message (template) or encoded as text."""
@@ -103,36 +108,32 @@ class AstraiConfig:
     """Each record is then cut to this many tokens by ``truncation_mode`` (AstrAI's ``simple`` packing)."""
     truncation_mode: str = "keep_start"
     """keep_start or keep_end, for the ``max_packed_len`` cut."""
-    position_ids_mode: PositionIds = PositionIds.DOC_RESET
-    """none (no position_ids), doc_reset (from 0 per record) or continuous (across a shard's records)."""
     max_tokens_per_shard: int = 100_000_000
     """Where AstrAI starts a new shard (and continuous position ids start again from 0)."""
+    position_ids_mode: PositionIds = PositionIds.DOC_RESET
+    """none (no position_ids), doc_reset (from 0 per record) or continuous (across a shard's records)."""
     source: str = "<dict>"
     """Where the config was read from (for messages)."""
 
     def __post_init__(self) -> None:
+        fail = functools.partial(_config_error, self.source)
         if not self.sections:
-            raise self._error("input.sections is empty or missing: nothing would be read", "input.sections")
+            raise fail("input.sections is empty or missing: nothing would be read", "input.sections")
         for name in ("max_seq_len", "max_packed_len", "max_tokens_per_shard"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise self._error(f"{name} is {value!r}, expected a positive integer", name)
+                raise fail(f"{name} is {value!r}, expected a positive integer", name)
         for name in ("min_chars", "max_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise self._error(f"{name} is {value!r}, expected an integer >= 0", name)
+                raise fail(f"{name} is {value!r}, expected an integer >= 0", name)
         if self.max_items is not None and (isinstance(self.max_items, bool) or not isinstance(self.max_items, int)):
-            raise self._error(f"max_items is {self.max_items!r}, expected an integer or null", "max_items")
+            raise fail(f"max_items is {self.max_items!r}, expected an integer or null", "max_items")
         if self.truncation_mode not in ("keep_start", "keep_end"):
-            raise self._error(
-                f"truncation_mode {self.truncation_mode!r}, expected keep_start or keep_end", "truncation_mode"
-            )
+            raise fail(f"truncation_mode {self.truncation_mode!r}, expected keep_start or keep_end", "truncation_mode")
         for role, action in {**self.mask, "<mask_default>": self.mask_default}.items():
             if action not in ("train", "mask"):
-                raise self._error(f"mask of {role} is {action!r}, expected 'train' or 'mask'", "mask")
-
-    def _error(self, problem: str, name: str) -> ConfigError:
-        return ConfigError(problem, path=self.source, field=name, hint="Fix the AstrAI pipeline config")
+                raise fail(f"mask of {role} is {action!r}, expected 'train' or 'mask'", "mask")
 
     @property
     def has_template(self) -> bool:
@@ -155,31 +156,12 @@ class AstraiConfig:
         return section.action
 
     def settings(self) -> dict[str, Any]:
-        """What changes the output, JSON-ready."""
+        """What changes the output, JSON-ready (every field but ``source``, in their order)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "source"}
         return {
-            "sections": [
-                {
-                    "field": s.field,
-                    "action": s.action,
-                    "template": s.template,
-                    "add_special_tokens": s.add_special_tokens,
-                }
-                for s in self.sections
-            ],
+            **values,
+            "sections": [asdict(section) for section in self.sections],
             "mask": dict(sorted(self.mask.items())),
-            **{
-                name: getattr(self, name)
-                for name in (
-                    "mask_default",
-                    "max_seq_len",
-                    "min_chars",
-                    "max_chars",
-                    "max_items",
-                    "max_packed_len",
-                    "truncation_mode",
-                    "max_tokens_per_shard",
-                )
-            },
             "position_ids_mode": self.position_ids_mode.value,
         }
 
@@ -197,8 +179,7 @@ class AstraiConfig:
     def from_dict(cls, data: Any, *, source: str = "<dict>") -> AstraiConfig:
         """Read AstrAI's config layout (see the module docstring); unknown keys are ConfigErrors."""
 
-        def fail(problem: str, name: str, hint: str = "Fix the AstrAI pipeline config") -> ConfigError:
-            return ConfigError(problem, path=source, field=name, hint=hint)
+        fail = functools.partial(_config_error, source)
 
         def part(value: Any, name: str, known: Mapping[str, Any] | set[str]) -> dict[str, Any]:
             if value is None:
@@ -271,17 +252,11 @@ class AstraiConfig:
                 f"position_ids_mode {out['position_ids_mode']!r}, expected one of {[p.value for p in PositionIds]}",
                 "output.position_ids_mode",
             ) from None
+        values = {**pre, **out, "position_ids_mode": positions}  # the fields named as in AstrAI's sections
         return cls(
             sections=tuple(sections),
             mask=MappingProxyType(dict(mask)),
             mask_default=top.get("mask_default", "mask"),
-            max_seq_len=pre["max_seq_len"],
-            min_chars=pre["min_chars"],
-            max_chars=pre["max_chars"],
-            max_items=pre["max_items"],
-            max_packed_len=pre["max_packed_len"],
-            truncation_mode=pre["truncation_mode"],
-            position_ids_mode=positions,
-            max_tokens_per_shard=out["max_tokens_per_shard"],
             source=source,
+            **{f.name: values[f.name] for f in fields(cls) if f.name in values},
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,22 +28,14 @@ from tokenloom.tokenize.chat._layout import common as _common
 from tokenloom.tokenize.chat._masks import MaskedTokens, derive_mask
 from tokenloom.tokenize.chat._records import ROLES, Conversation, dpo_pair, grpo_group, sft_conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
+from tokenloom.tokenize.windowing import member
 
 __all__ = ["ChatEncoder", "PostTrainingStats", "TrainType", "Truncate"]
 
 
-class TrainType(StrEnum):
-    SFT = "sft"
-    DPO = "dpo"
-    GRPO = "grpo"
-
-
-class Truncate(StrEnum):
-    """What happens to a record longer than ``seq_len``."""
-
-    SKIP = "skip"
-    KEEP_START = "keep-start"
-    KEEP_END = "keep-end"
+TrainType = StrEnum("TrainType", "SFT DPO GRPO")  # values: the names in lower case
+#: What happens to a record longer than ``seq_len``.
+Truncate = StrEnum("Truncate", {"SKIP": "skip", "KEEP_START": "keep-start", "KEEP_END": "keep-end"})
 
 
 @dataclass(slots=True)
@@ -61,12 +53,39 @@ class PostTrainingStats:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def skip_error(self, exc: RecordError, on_error: str) -> None:
+        """Count a bad record skipped by error name (``on_error`` skip); re-raise it under raise."""
+        if on_error == "raise":
+            raise exc
+        self.skipped_errors += 1
+        self.errors = dict(sorted((Counter(self.errors) + Counter([type(exc).__name__])).items()))
 
-def _choice(enum: type[StrEnum], value: Any, name: str) -> Any:
-    try:
-        return enum(value)
-    except ValueError:
-        raise ConfigError(f"{name} {value!r}, expected one of {[v.value for v in enum]}", field=name) from None
+
+def encoded(encoder: Any, records: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The arrays ``encoder`` gives ``records`` (dicts, or ``(record, RecordPlace)`` pairs), in order, skipped
+    records left out."""
+    for item in records:
+        record, place = item if isinstance(item, tuple) else (item, NOWHERE)
+        arrays = encoder.encode(record, place)
+        if arrays is not None:
+            yield arrays
+
+
+def check_roles(train_roles: Collection[str], seq_len: int | None) -> tuple[tuple[str, ...], int | None]:
+    """The trained roles (some of ROLES) and the record length (>= 2, or None), or a ConfigError."""
+    roles = tuple(train_roles)
+    bad = [role for role in roles if role not in ROLES]
+    if not roles or bad:
+        raise ConfigError(f"train roles {list(roles)}, expected some of {list(ROLES)}", field="train_roles")
+    if seq_len is not None and (isinstance(seq_len, bool) or seq_len < 2):
+        raise ConfigError(f"seq_len is {seq_len}, expected >= 2", field="seq_len")
+    return roles, seq_len
+
+
+def check_on_error(on_error: str) -> str:
+    if on_error not in ("raise", "skip"):
+        raise ConfigError(f"on_error {on_error!r}, expected 'raise' or 'skip'", field="on_error")
+    return on_error
 
 
 class ChatEncoder:
@@ -102,19 +121,10 @@ class ChatEncoder:
             if isinstance(tokenizer, ChatTokenizer)
             else ChatTokenizer(tokenizer, chat_template=chat_template, engine=engine)
         )
-        self.train_type = _choice(TrainType, train_type, "train_type")
-        self.truncate = _choice(Truncate, truncate, "truncate")
-        roles = tuple(train_roles)
-        bad = [role for role in roles if role not in ROLES]
-        if not roles or bad:
-            raise ConfigError(f"train roles {list(roles)}, expected some of {list(ROLES)}", field="train_roles")
-        self.train_roles = roles
-        if seq_len is not None and (isinstance(seq_len, bool) or seq_len < 2):
-            raise ConfigError(f"seq_len is {seq_len}, expected >= 2", field="seq_len")
-        self.seq_len = seq_len
-        if on_error not in ("raise", "skip"):
-            raise ConfigError(f"on_error {on_error!r}, expected 'raise' or 'skip'", field="on_error")
-        self.on_error = on_error
+        self.train_type = member(TrainType, train_type, "train_type")
+        self.truncate = member(Truncate, truncate, "truncate")
+        self.train_roles, self.seq_len = check_roles(train_roles, seq_len)
+        self.on_error = check_on_error(on_error)
         self.stats = PostTrainingStats()
 
     def settings(self) -> dict[str, Any]:
@@ -137,12 +147,7 @@ class ChatEncoder:
             else:
                 arrays = self._grpo(record, place)
         except RecordError as exc:
-            if self.on_error == "raise":
-                raise
-            self.stats.skipped_errors += 1
-            counts = Counter(self.stats.errors)
-            counts[type(exc).__name__] += 1
-            self.stats.errors = dict(sorted(counts.items()))
+            self.stats.skip_error(exc, self.on_error)
             return None
         if arrays is None:
             self.stats.skipped_too_long += 1

@@ -20,7 +20,7 @@ from tokenloom.formats.errors import ChatTemplateError
 from tokenloom.tokenize.chat._records import Conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
 
-__all__ = ["PROBE", "Layout", "Renders", "common", "layout_of"]
+__all__ = ["PROBE", "Layout", "Renders", "common", "layout_of", "turn_end"]
 
 #: stands in for a message's content where the template is probed (text no real message holds)
 PROBE = "\u2063tokenloom-probe\u2063"
@@ -76,6 +76,12 @@ def common(a: str, b: str) -> int:
     return low
 
 
+def turn_end(renders: Renders, full: str, content_end: int) -> int:
+    """Length of the last turn's closing that the rendering with one more (user) turn shares."""
+    following = renders.probe([*renders.conversation.messages, {"role": "user", "content": PROBE}])
+    return len(full) - content_end if following is None else common(full[content_end:], following[content_end:])
+
+
 class Layout:
     """The rendering of one shape with probe contents (see the module docstring)."""
 
@@ -122,12 +128,10 @@ class Layout:
             alone = text if last else self.renders(turn + 1)
             result = None
             if alone[:end] == text[:end]:
-                closing, tail = common(alone[end:], text[end:]), len(text) - end
-                if last:
-                    more = [*self.renders.conversation.messages, {"role": "user", "content": PROBE}]
-                    following = self.renders.probe(more)
-                    tail = tail if following is None else common(text[end:], following[end:])
-                result = (closing, tail)
+                result = (
+                    common(alone[end:], text[end:]),
+                    turn_end(self.renders, text, end) if last else len(text) - end,
+                )
             self._turns[turn] = result
         return self._turns[turn]
 

@@ -46,7 +46,7 @@ from tokenloom.formats.errors import ChatTemplateError, MaskError, TemplatePrefi
 from tokenloom.tokenize.chat._layout import PROBE as _PROBE
 from tokenloom.tokenize.chat._layout import Renders as _Renders
 from tokenloom.tokenize.chat._layout import common as _common
-from tokenloom.tokenize.chat._layout import layout_of
+from tokenloom.tokenize.chat._layout import layout_of, turn_end
 from tokenloom.tokenize.chat._records import Conversation
 from tokenloom.tokenize.chat._template import NOWHERE, ChatTokenizer, RecordPlace
 from tokenloom.tokenize.chat._verify import MaskedTokens, TrainedSpan, verify_mask
@@ -199,7 +199,7 @@ def derive_mask(
                 **place.where(),
             )
         closing = full[content_end : content_end + _common(alone[content_end:], full[content_end:])]
-        end = _marker_end(offsets, special, content_end, closing, last, partial(_turn_end, renders, full, content_end))
+        end = _marker_end(offsets, special, content_end, closing, last, partial(turn_end, renders, full, content_end))
         spans.append(TrainedSpan(turn, start, content_end, end))
         trained_chars[start:end] = 1
     spans = _settle_starts(trained_chars, offsets, spans, full)
@@ -214,12 +214,6 @@ def _check_start(start: int, skip: int, turn: int, role: str, place: RecordPlace
         raise TemplatePrefixError(
             f"message {turn} ({role}) is trained but renders inside the prompt", field="prompt", **place.where()
         )
-
-
-def _turn_end(renders: _Renders, full: str, content_end: int) -> int:
-    """Length of the last turn's closing that the rendering with one more (user) turn shares."""
-    following = renders.probe([*renders.conversation.messages, {"role": "user", "content": _PROBE}])
-    return len(full) - content_end if following is None else _common(full[content_end:], following[content_end:])
 
 
 def _settle_starts(

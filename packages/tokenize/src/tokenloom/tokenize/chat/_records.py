@@ -67,16 +67,19 @@ def _tools(record: dict[str, Any], place: RecordPlace) -> list[Any] | None:
     return tools or None
 
 
-def _record(record: Any, place: RecordPlace) -> dict[str, Any]:
+def _record(record: Any, place: RecordPlace, *keys: str) -> tuple[dict[str, Any], list[Any] | None]:
+    """The record (an object holding ``keys``) and its tools."""
     if not isinstance(record, dict):
         raise _fail(f"the record is {type(record).__name__}, expected a JSON object", place, "record")
-    return record
+    for key in keys:
+        if key not in record:
+            raise _fail(f"the record has no {key!r} (keys {sorted(record)[:8]})", place, key)
+    return record, _tools(record, place)
 
 
 def sft_conversation(record: Any, place: RecordPlace = NOWHERE) -> Conversation:
     """``{"messages": [...]}`` (every trained-role turn trained) or ``{"prompt", "completion"}``."""
-    record = _record(record, place)
-    tools = _tools(record, place)
+    record, tools = _record(record, place)
     if "messages" in record:
         return Conversation(check_messages(record["messages"], place, "messages"), tools, 0)
     if "prompt" in record and "completion" in record:
@@ -109,11 +112,7 @@ def dpo_pair(record: Any, place: RecordPlace = NOWHERE) -> tuple[Conversation, C
     Without ``prompt``, chosen and rejected must be whole conversations; their shared leading
     messages are the prompt.
     """
-    record = _record(record, place)
-    tools = _tools(record, place)
-    for side in ("chosen", "rejected"):
-        if side not in record:
-            raise _fail(f"the record has no {side!r} (keys {sorted(record)[:8]})", place, side)
+    record, tools = _record(record, place, "chosen", "rejected")
     if "prompt" in record:
         prompt = _turns(record["prompt"], place, "prompt", "user")
         sides = [_continuation(prompt, record[side], place, side) for side in ("chosen", "rejected")]
@@ -137,11 +136,7 @@ def grpo_group(
     record: Any, place: RecordPlace = NOWHERE
 ) -> tuple[list[dict[str, Any]], list[Any] | None, list[list[dict[str, Any]]], list[float]]:
     """``{"prompt", "responses": [...], "rewards": [...]}``: the prompt, each response's turns, the rewards."""
-    record = _record(record, place)
-    tools = _tools(record, place)
-    for key in ("prompt", "responses", "rewards"):
-        if key not in record:
-            raise _fail(f"the record has no {key!r} (keys {sorted(record)[:8]})", place, key)
+    record, tools = _record(record, place, "prompt", "responses", "rewards")
     prompt = _turns(record["prompt"], place, "prompt", "user")
     responses, rewards = record["responses"], record["rewards"]
     if not isinstance(responses, list) or not responses:

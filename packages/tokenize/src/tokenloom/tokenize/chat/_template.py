@@ -80,6 +80,7 @@ class ChatTokenizer:
         self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
         self._fast: Any = None
         self._direct: Any = None
+        self._probe_texts: list[str] = []  # the probe conversations' renderings, for the fast engine's proof
         self._direct = self._direct_renderer()
         self.engine = "hf"
         self.engine_reason = "asked for" if engine == "hf" else "a slow tokenizer"
@@ -94,7 +95,7 @@ class ChatTokenizer:
         why = byte_offsets_hold(self._backend)
         if why is None:
             try:
-                self._fast = FastChatEncoding(self._backend, self._probe_renderings())
+                self._fast = FastChatEncoding(self._backend, self._probe_texts)
             except (ConfigError, EngineMismatchError) as exc:
                 why = exc.problem
         if self._fast is not None:
@@ -116,44 +117,38 @@ class ChatTokenizer:
         reasoning = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": "r"}]
         return [*probes, (reasoning, False)]
 
-    def _probe_renderings(self) -> list[str]:
-        """The template's rendering of the probe conversations, for the fast engine's proof."""
-        texts = []
-        for messages, generation in self._probe_conversations():
-            try:
-                texts.append(self.render(messages, add_generation_prompt=generation))
-            except ChatTemplateError:
-                continue
-        return texts
-
     def _direct_renderer(self) -> Any:
         """``apply_chat_template``'s rendering without its per-call work: transformers' compiled template (its
         sandboxed environment, extensions and globals) given what apply_chat_template gives it (plain copies of the
         messages and tools, reasoning aliases, the special tokens). None where transformers lacks these or where
-        the two render any probe conversation differently."""
+        the two render any probe conversation differently. Keeps the probe renderings in ``_probe_texts``."""
+        direct: Any = None
         try:
             from transformers.utils import chat_template_utils as utils
 
             compiled = utils._compile_jinja_template(self.template)
             plain, alias = utils._plain_template_data, utils._alias_reasoning_fields
             specials = plain(dict(self.hf.special_tokens_map))
+
+            def _render(messages: list[dict[str, Any]], tools: list[Any] | None, generation: bool) -> str:
+                data = alias(plain(messages))
+                return compiled.render(
+                    messages=data, tools=plain(tools), documents=None, add_generation_prompt=generation, **specials
+                )
+
+            direct = _render
         except Exception:  # a template that does not compile fails on its first render, as before
-            return None
-
-        def direct(messages: list[dict[str, Any]], tools: list[Any] | None, generation: bool) -> str:
-            data = alias(plain(messages))
-            return compiled.render(
-                messages=data, tools=plain(tools), documents=None, add_generation_prompt=generation, **specials
-            )
-
+            pass
         for messages, generation in self._probe_conversations():
             try:
-                if self.render(messages, add_generation_prompt=generation) != direct(messages, None, generation):
-                    return None
+                text = self.render(messages, add_generation_prompt=generation)
             except ChatTemplateError:
                 continue
+            self._probe_texts.append(text)
+            try:
+                direct = direct if direct is not None and direct(messages, None, generation) == text else None
             except Exception:
-                return None
+                direct = None
         return direct
 
     def render(

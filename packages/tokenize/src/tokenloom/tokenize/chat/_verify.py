@@ -8,7 +8,7 @@ up as a difference. A mask with no trained token or with every token trained is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -18,8 +18,7 @@ from tokenloom.tokenize.chat._template import ChatTokenizer, RecordPlace
 __all__ = ["MaskedTokens", "TrainedSpan", "runs", "verify_mask"]
 
 
-@dataclass(frozen=True, slots=True)
-class TrainedSpan:
+class TrainedSpan(NamedTuple):
     """One trained turn in the rendering: ``text[start:content_end]`` is its content, then its end marker."""
 
     turn: int

@@ -24,8 +24,7 @@ from tokenloom.formats import ConfigError, RecordStoreWriter
 from tokenloom.formats.io import atomic_write_bytes
 from tokenloom.formats.keyed.records import POST_TRAINING_SIDECAR
 from tokenloom.tokenize.chat._astrai import AstraiEncoder
-from tokenloom.tokenize.chat._encode import ChatEncoder, PostTrainingStats
-from tokenloom.tokenize.chat._template import NOWHERE
+from tokenloom.tokenize.chat._encode import ChatEncoder, PostTrainingStats, encoded
 
 __all__ = ["SIDECAR_NAME", "sidecar", "write_post_training", "write_store"]
 
@@ -57,11 +56,8 @@ def write_store(
         overwrite=overwrite,
     )
     try:
-        for item in records:
-            record, place = item if isinstance(item, tuple) else (item, NOWHERE)
-            arrays = encoder.encode(record, place)
-            if arrays is not None:
-                writer.add_record(arrays)
+        for arrays in encoded(encoder, records):
+            writer.add_record(arrays)
         if before_close is not None:
             before_close()
     except BaseException:

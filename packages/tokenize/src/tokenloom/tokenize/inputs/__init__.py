@@ -25,6 +25,7 @@ from tokenloom.tokenize.inputs._files import InputFile, local_path
 from tokenloom.tokenize.inputs._lines import (
     Issue,
     IssueKind,
+    invalid_utf8,
     line_cuts,
     line_start,
     lines_before,
@@ -71,6 +72,7 @@ __all__ = [
     "format_named",
     "input_staging_dir",
     "input_suffixes",
+    "invalid_utf8",
     "line_cuts",
     "line_records",
     "line_start",

@@ -63,15 +63,8 @@ def _position(opened: list[_Tell], size: int) -> int:
 
 
 def _columnar_chunk(piece: ColumnarPiece, index: int, file_index: int, path: str, dotted: str) -> Chunk:
-    chunk = Chunk(
-        index=index,
-        file_index=file_index,
-        path=path,
-        first_line=piece.first_row,
-        num_bytes=piece.text_bytes,
-        source_bytes=piece.source_bytes,
-        texts=piece.texts,
-    )
+    chunk = Chunk(index, file_index, path, piece.first_row, num_bytes=piece.text_bytes, texts=piece.texts)
+    chunk.source_bytes = piece.source_bytes
     missing = set(piece.missing)
     for offset, text in enumerate(piece.texts):
         if text is None:
@@ -117,7 +110,7 @@ def read_chunks(
         if kind.rows:
             source: ColumnarFile | None = None
             if info.size > 0:  # a 0-byte row file has no footer to read: an empty file, as a 0-byte jsonl
-                groups = (part.first, part.stop) if isinstance(part, RowGroups) else None
+                groups = (part.start, part.stop) if isinstance(part, RowGroups) else None
                 with named_by_url(info):
                     source = ColumnarFile(path, kind, field_path, chunk_rows=chunk_lines, row_groups=groups)
             cuts = len(source.cuts) if source is not None else 0

@@ -28,6 +28,7 @@ __all__ = [
     "Batch",
     "Issue",
     "IssueKind",
+    "invalid_utf8",
     "line_cuts",
     "line_start",
     "lines_before",
@@ -37,20 +38,13 @@ __all__ = [
 ]
 
 
-class IssueKind(StrEnum):
-    """Why a record could not be used; the keys of the skipped-records summary."""
-
-    MALFORMED_JSON = "malformed_json"
-    NOT_AN_OBJECT = "not_an_object"
-    MISSING_FIELD = "missing_field"
-    NON_STRING_FIELD = "non_string_field"
-    INVALID_UTF8 = "invalid_utf8"
-    LINE_TOO_LONG = "line_too_long"
-    TRUNCATED_GZIP = "truncated_gzip"
-    TRUNCATED_ZSTD = "truncated_zstd"
-    TRUNCATED_STREAM = "truncated_stream"
-    """A cut stream of another compression (a registered reader's)."""
-    EMPTY_FILE = "empty_file"
+#: Why a record could not be used; the keys of the skipped-records summary (each value is its name in lower case;
+#: TRUNCATED_STREAM: a cut stream of another compression, a registered reader's).
+IssueKind = StrEnum(
+    "IssueKind",
+    "MALFORMED_JSON NOT_AN_OBJECT MISSING_FIELD NON_STRING_FIELD INVALID_UTF8 LINE_TOO_LONG TRUNCATED_GZIP "
+    "TRUNCATED_ZSTD TRUNCATED_STREAM EMPTY_FILE",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +58,11 @@ class Issue:
     """The byte offset in the file, where the line number alone does not say it (a cut compressed stream)."""
     cause: BaseException | None = field(default=None, compare=False, repr=False)
     """The decompressor's error, for a truncated stream."""
+
+
+def invalid_utf8(line_number: int, exc: UnicodeDecodeError) -> Issue:
+    """A line that is not UTF-8, named by the byte where it fails."""
+    return Issue(line_number, IssueKind.INVALID_UTF8, f"the line is not valid UTF-8 (byte {exc.start}: {exc.reason})")
 
 
 def _too_long(line_number: int, size: int, cap: int) -> Issue:

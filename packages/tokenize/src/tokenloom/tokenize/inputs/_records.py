@@ -78,5 +78,5 @@ def read_records(source: UnitSource, max_line_bytes: int) -> Iterator[Record | I
         return
     rows: RowFile = kind.open(path, shown=info.shown)
     part = source.part
-    units = range(part.first, part.stop) if isinstance(part, RowGroups) else range(len(rows.units))
+    units = range(part.start, part.stop) if isinstance(part, RowGroups) else range(len(rows.units))
     yield from row_records(rows, units, info.shown)

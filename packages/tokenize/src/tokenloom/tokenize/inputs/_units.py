@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from tokenloom.formats import DataError
 from tokenloom.tokenize.inputs._files import InputFile, named_by_url, reader_of
@@ -27,31 +28,33 @@ __all__ = ["ByteRange", "Part", "RowGroups", "UnitSource", "cut_units"]
 
 
 @dataclass(frozen=True, slots=True)
-class ByteRange:
-    """Bytes ``[start, stop)`` of an uncompressed jsonl file; both ends are line starts (or the end of the file)."""
+class _Span:
+    """``[start, stop)`` of one kind of piece of a file: its JSON key and its label name the kind."""
 
     start: int
     stop: int
+    KEY: ClassVar[str] = ""
+    LAST: ClassVar[int] = 0  # 1: the label names the last piece, not the stop
 
     def to_json(self) -> dict[str, object]:
-        return {"bytes": [self.start, self.stop]}
+        return {self.KEY: [self.start, self.stop]}
 
     def label(self) -> str:
-        return f"bytes {self.start}-{self.stop}"
+        return f"{self.KEY.replace('_', ' ')} {self.start}-{self.stop - self.LAST}"
 
 
-@dataclass(frozen=True, slots=True)
-class RowGroups:
-    """Row groups ``[first, stop)`` of a parquet file."""
+class ByteRange(_Span):
+    """Bytes ``[start, stop)`` of an uncompressed jsonl file; both ends are line starts (or the end of the file)."""
 
-    first: int
-    stop: int
+    __slots__ = ()
+    KEY = "bytes"
 
-    def to_json(self) -> dict[str, object]:
-        return {"row_groups": [self.first, self.stop]}
 
-    def label(self) -> str:
-        return f"row groups {self.first}-{self.stop - 1}"
+class RowGroups(_Span):
+    """Row groups ``[start, stop)`` of a parquet file."""
+
+    __slots__ = ()
+    KEY, LAST = "row_groups", 1
 
 
 Part = ByteRange | RowGroups
