@@ -269,22 +269,9 @@ class CurriculumConfig:
         if not isinstance(raw, Mapping):
             raise ConfigError(f"the config is a {type(raw).__name__}, expected a mapping", path=source)
         if "data" in raw and isinstance(raw["data"], Mapping):
-            unknown = sorted(set(raw) - _SECTIONS)
-            if unknown:
-                raise ConfigError(
-                    f"unknown top-level keys {unknown}; a GPT-Simple config has {sorted(_SECTIONS)}",
-                    path=source,
-                    field=unknown[0],
-                )
+            _refuse_unknown(raw, _SECTIONS, "top-level keys {}; a GPT-Simple config has {}", source)
             raw = raw["data"]
-        unknown = sorted(set(raw) - _DATA_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"unknown keys {unknown} in the data block; valid keys: {sorted(_DATA_KEYS)}",
-                path=source,
-                field=unknown[0],
-                hint="Check the spelling (GPT-Simple's DataConfig names)",
-            )
+        _refuse_unknown(raw, _DATA_KEYS, "keys {} in the data block; valid keys: {}", source)
         if "path" not in raw:
             raise ConfigError("the data block has no 'path'", path=source, field="path")
         values = dict(raw)
@@ -357,6 +344,18 @@ class CurriculumConfig:
                 hint=f"Fix the {suffix.lstrip('.').upper()} syntax at that line",
             ) from None
         return cls.from_dict(raw, source=str(file))
+
+
+def _refuse_unknown(raw: Mapping[str, Any], valid: set[str], what: str, source: str | None) -> None:
+    """ConfigError naming the keys of ``raw`` outside ``valid`` (``what``: the message after "unknown ")."""
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise ConfigError(
+            "unknown " + what.format(unknown, sorted(valid)),
+            path=source,
+            field=unknown[0],
+            hint="Check the spelling (GPT-Simple's DataConfig names)",
+        )
 
 
 def _one_line(exc: Exception) -> str:
