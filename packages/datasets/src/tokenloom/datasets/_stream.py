@@ -46,7 +46,7 @@ def open_data(data: str | os.PathLike[str] | TokenDataset, *, remote: RemoteOpti
     check_remote(data, remote)
     if isinstance(data, TokenDataset):
         return data
-    return open_dataset(data, remote=remote) if is_remote_url(data) else open_dataset(data)
+    return open_dataset(data, remote=remote)  # None for a local path (checked above)
 
 
 def _derived(dataset: TokenDataset, shards: list[Shard], fingerprint: str | None, metadata: dict) -> TokenDataset:
@@ -107,5 +107,4 @@ def reopen(
 
     ``remote``: the ``RemoteOptions`` of the dataset first opened (``dataset.remote``; None for local data).
     """
-    opened = open_dataset(root, remote=remote) if remote is not None and is_remote_url(root) else open_dataset(root)
-    return select_shards(opened, names=shard_names)
+    return select_shards(open_dataset(root, remote=remote if is_remote_url(root) else None), names=shard_names)
