@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,7 +120,7 @@ def validate_curriculum(
         config, seed=seed, global_batch_size=global_batch_size, max_steps=max_steps, plan_cache_dir=plan_cache_dir
     )
     if as_json:
-        payload = {"exit_code": code, "findings": [f.as_dict() for f in found], "plan": plan}
+        payload = {"exit_code": code, "findings": [dataclasses.asdict(f) for f in found], "plan": plan}
         click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
     elif plan is not None:
         _print_plan(plan, found)

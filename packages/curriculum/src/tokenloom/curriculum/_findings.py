@@ -31,9 +31,6 @@ class Finding:
     code: str
     message: str
 
-    def as_dict(self) -> dict[str, str]:
-        return {"severity": self.severity, "code": self.code, "message": self.message}
-
 
 def _structure(config: CurriculumConfig) -> list[Finding]:
     """Problems with the bucket directories, all of them (not just the first)."""

@@ -201,9 +201,17 @@ def empty_batch(layout: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> di
     else:
         storage = torch.UntypedStorage(max(nbytes, 1))
     return {
-        key: torch.empty(0, dtype=dtype).set_(storage, offsets[key] // dtype.itemsize, shape)  # contiguous
+        key: torch.empty(0, dtype=dtype).set_(storage, offsets[key] // dtype.itemsize, shape, _strides(shape))
         for key, (shape, dtype) in layout.items()
     }
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 def batch_tensors(arrays: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:

@@ -67,8 +67,9 @@ class Header:
             raise ValueError(f"header status {v[2]} is unknown") from None
         if min(v[3], v[4], v[7], v[8], v[11]) < 0 or v[7] > MAX_MESSAGE_BYTES:
             raise ValueError(f"header sizes out of range: {v}")
-        eos_id, vocab_size = (None if x < 0 else x for x in v[9:11])
-        return cls(status, *v[3:6], v[6] % _U64, *v[7:9], eos_id, vocab_size, v[11])
+        rows, row_len, dtype_code, checksum, message_len, tail_padding, eos_id, vocab_size, chunk = v[3:]
+        eos, vocab = (None if x < 0 else x for x in (eos_id, vocab_size))
+        return cls(status, rows, row_len, dtype_code, checksum % _U64, message_len, tail_padding, eos, vocab, chunk)
 
 
 def encode_message(text: str) -> bytes:

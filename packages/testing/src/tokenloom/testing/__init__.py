@@ -12,5 +12,5 @@ fixtures ``seaweed``, ``fault_proxy``, ``range_server``, ``fake_gcs`` and ``azur
 
 from __future__ import annotations
 
-from tokenloom.testing.servers import *  # noqa: F403  (the public API is the servers module's)
+from tokenloom.testing.servers import *  # noqa: F403  # pyright: ignore[reportWildcardImportFromLibrary] - the API is servers.__all__
 from tokenloom.testing.servers import __all__ as __all__

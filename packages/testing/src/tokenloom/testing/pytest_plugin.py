@@ -87,5 +87,8 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Azurit
     binary = servers.azurite_binary(Path(os.environ.get("TOKENLOOM_AZURITE_DIR") or default))
     missing = f"Azurite is not installed and could not be installed (npm install azurite@{servers.AZURITE_VERSION})"
     yield from _session_server(
-        tmp_path_factory, "azurite", missing if binary is None else None, lambda root: servers.Azurite(root, binary)
+        tmp_path_factory,
+        "azurite",
+        missing if binary is None else None,
+        lambda root: servers.Azurite(root, str(binary)),
     )
