@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from torch.multiprocessing.spawn import start_processes
 
 sys.path.insert(0, str(Path(__file__).parent))  # spawned children inherit sys.path
 import curriculum_gloo_worker
 from curriculum_helpers import SEQ_LEN, write_yaml
 
 from tokenloom.curriculum import CurriculumConfig, CurriculumDataset, read_run_status
+from tokenloom.testing.ranks import run_ranks
 
 TIMEOUT_S = 240
 
@@ -40,21 +39,9 @@ def test_three_gloo_ranks_halt_at_the_same_step_without_a_collective(corpus, tmp
     assert expected.halt is not None and expected.halt_step() is not None
     workdir = tmp_path / "work"
     workdir.mkdir()
-    context = start_processes(
-        curriculum_gloo_worker.run_rank,
-        args=(world, str(workdir), str(config_file), batch),
-        nprocs=world,
-        join=False,
-        start_method="spawn",
+    run_ranks(
+        curriculum_gloo_worker.run_rank, (world, str(workdir), str(config_file), batch), world, timeout_s=TIMEOUT_S
     )
-    assert context is not None
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                if process is not None and process.is_alive():
-                    process.kill()
-            pytest.fail(f"gloo ranks did not finish within {TIMEOUT_S} s (a hang)")
     results = [json.loads((workdir / f"rank{r}.json").read_text()) for r in range(world)]
     assert {r["completed_steps"] for r in results} == {expected.halt_step()}
     assert all(r["bucket"] == "b" and r["error_step"] == expected.halt_step() for r in results)

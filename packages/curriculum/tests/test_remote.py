@@ -25,9 +25,7 @@ PHASES = [
 
 def upload_tree(seaweed, local: Path) -> str:
     prefix = f"cur-{uuid.uuid4().hex[:8]}"
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            seaweed.put(f"{prefix}/{path.relative_to(local).as_posix()}", path.read_bytes())
+    seaweed.upload_tree(local, prefix)
     return f"s3://{seaweed.bucket}/{prefix}"
 
 

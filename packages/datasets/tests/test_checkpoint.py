@@ -6,7 +6,6 @@ import hashlib
 import importlib
 import json
 import os
-import time
 from pathlib import Path
 from typing import cast
 
@@ -14,12 +13,12 @@ import numpy as np
 import pytest
 from datasets_helpers import write_random_docs
 from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
-from torch.multiprocessing.spawn import start_processes
 
 from tokenloom.datasets import MemoryMappedDataset, SamplerCheckpoint
 from tokenloom.datasets._checkpoint import STATE_ENTRY
 from tokenloom.formats import ConfigError, FormatError, ResumeMismatchError
 from tokenloom.sampler import ResumableDistributedSampler
+from tokenloom.testing.ranks import run_ranks as run_processes
 
 SEQ_LEN, NUM_SAMPLES = 16, 36  # save: 2 ranks x 3 batches x 2 = 12; resume: 24 left = 3 ranks x 4 batches x 2
 
@@ -31,17 +30,7 @@ def write_tokens(root: Path, seed: int = 4) -> MemoryMappedDataset:
 
 def run_ranks(worker, world_size: int, *args) -> None:
     # fork: the ranks start at once with torch already imported (a spawned rank imports it again: 10-20 s each)
-    context = start_processes(worker.run, args=(world_size, *args), nprocs=world_size, join=False, start_method="fork")
-    assert context is not None
-    deadline = time.monotonic() + 180
-    try:
-        while not context.join(timeout=max(deadline - time.monotonic(), 0.1)):
-            if time.monotonic() > deadline:
-                pytest.fail(f"{world_size} ranks did not finish within 180 s")
-    finally:
-        for process in context.processes:
-            if process is not None and process.is_alive():
-                process.kill()
+    run_processes(worker.run, (world_size, *args), world_size, timeout_s=180, start_method="fork")
 
 
 def test_saved_on_two_gloo_ranks_resumed_on_three_consumes_every_sample_once(tmp_path, monkeypatch):

@@ -119,29 +119,13 @@ def test_eos_from_tokenizer_path_for_memory_mapped_windows(tokenizer_dir, tmp_pa
 
 def test_two_gloo_ranks_rank_zero_builds_the_cache_once_and_both_read_it(tokenizer_dir, jsonl, tmp_path, monkeypatch):
     import importlib
-    import time as time_module
 
-    from torch.multiprocessing.spawn import spawn
+    from tokenloom.testing.ranks import run_ranks
 
     monkeypatch.syspath_prepend(os.path.dirname(__file__))
     worker = importlib.import_module("_hf_dist_worker")
     (tmp_path / "out").mkdir()
-    context = spawn(
-        worker.run,
-        args=(2, str(tmp_path / "init"), str(jsonl), str(tokenizer_dir), str(tmp_path)),
-        nprocs=2,
-        join=False,
-    )
-    assert context is not None
-    deadline = time_module.monotonic() + 180
-    try:
-        while not context.join(timeout=max(deadline - time_module.monotonic(), 0.1)):
-            if time_module.monotonic() > deadline:
-                pytest.fail("the two ranks did not finish within 180 s (a hang at the barrier?)")
-    finally:
-        for process in context.processes:
-            if process is not None and process.is_alive():
-                process.kill()
+    run_ranks(worker.run, (2, str(tmp_path / "init"), str(jsonl), str(tokenizer_dir), str(tmp_path)), 2, timeout_s=180)
     out = tmp_path / "out"
     builds = sorted(p.name.rsplit("-", 1)[0] for p in out.glob("build-*"))
     assert builds == ["build-rank0", "build-rank0"]  # once per cache, never on rank 1

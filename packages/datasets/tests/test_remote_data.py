@@ -140,9 +140,7 @@ def test_dataset_factory_passes_remote_options_and_never_makes_a_local_dir(tmp_p
     from tokenloom.formats import DataError
 
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(
-        ConfigError, match=r"remote \(storage_options, cache_dir\) applies to a store in object storage"
-    ):
+    with pytest.raises(ConfigError, match=r"remote \(storage_options, cache_dir\) applies to data in object storage"):
         DatasetFactory.load("sft", tmp_path / "store", seq_len=8, storage_options={"region": "x"})
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: no network
     with pytest.raises(DataError):

@@ -111,11 +111,7 @@ def _check_twin(directory: Path | RemoteDir, bucket: str, split: str) -> None:
 def _open_tokens(directory: Path | RemoteDir, bucket: str, split: str) -> TokenDataset:
     _check_twin(directory, bucket, split)
     # a bucket in object storage opens with the root's store options and node-local cache
-    data = (
-        open_dataset(str(directory), **directory.open_options())
-        if isinstance(directory, RemoteDir)
-        else open_dataset(directory)
-    )
+    data = open_dataset(str(directory), remote=getattr(directory, "remote", None))
     if data.num_tokens == 0:
         raise EmptyBucketError(f"bucket {split}/{bucket} holds no tokens", path=directory)
     dtypes = sorted({shard.dtype.name for shard in data.shards})

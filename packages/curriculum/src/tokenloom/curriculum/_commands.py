@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,7 +120,7 @@ def validate_curriculum(
         config, seed=seed, global_batch_size=global_batch_size, max_steps=max_steps, plan_cache_dir=plan_cache_dir
     )
     if as_json:
-        payload = {"exit_code": code, "findings": [f.as_dict() for f in found], "plan": plan}
+        payload = {"exit_code": code, "findings": [dataclasses.asdict(f) for f in found], "plan": plan}
         click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
     elif plan is not None:
         _print_plan(plan, found)
@@ -156,30 +157,12 @@ _cache = click.option("--plan-cache-dir", type=click.Path(path_type=Path), defau
 @click.option("--json", "as_json", is_flag=True, help="Print the plan and findings as JSON.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG of the mix.")
 @_cache
-def plan(
-    config: Path,
-    seed: int,
-    global_batch_size: int | None,
-    max_steps: int | None,
-    as_json: bool,
-    plot: Path | None,
-    plan_cache_dir: Path | None,
-) -> None:
+def plan(config: Path, **options: Any) -> None:
     """The exact plan: inventory per bucket, demand per phase, every drain point, findings.
 
     Exit code 0 when clean, 2 with warnings only, 1 when anything blocks (as GPT-Simple's validator).
     """
-    raise SystemExit(
-        validate_curriculum(
-            config,
-            seed=seed,
-            global_batch_size=global_batch_size,
-            max_steps=max_steps,
-            plan_cache_dir=plan_cache_dir,
-            as_json=as_json,
-            plot=plot,
-        )
-    )
+    raise SystemExit(validate_curriculum(config, **options))  # the options are validate_curriculum's keywords
 
 
 def realised(ds: CurriculumDataset, position: int, *, chunk: int = 4096, progress: bool = True) -> dict[str, Any]:

@@ -269,22 +269,9 @@ class CurriculumConfig:
         if not isinstance(raw, Mapping):
             raise ConfigError(f"the config is a {type(raw).__name__}, expected a mapping", path=source)
         if "data" in raw and isinstance(raw["data"], Mapping):
-            unknown = sorted(set(raw) - _SECTIONS)
-            if unknown:
-                raise ConfigError(
-                    f"unknown top-level keys {unknown}; a GPT-Simple config has {sorted(_SECTIONS)}",
-                    path=source,
-                    field=unknown[0],
-                )
+            _refuse_unknown(raw, _SECTIONS, "top-level keys {}; a GPT-Simple config has {}", source)
             raw = raw["data"]
-        unknown = sorted(set(raw) - _DATA_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"unknown keys {unknown} in the data block; valid keys: {sorted(_DATA_KEYS)}",
-                path=source,
-                field=unknown[0],
-                hint="Check the spelling (GPT-Simple's DataConfig names)",
-            )
+        _refuse_unknown(raw, _DATA_KEYS, "keys {} in the data block; valid keys: {}", source)
         if "path" not in raw:
             raise ConfigError("the data block has no 'path'", path=source, field="path")
         values = dict(raw)
@@ -359,6 +346,18 @@ class CurriculumConfig:
         return cls.from_dict(raw, source=str(file))
 
 
+def _refuse_unknown(raw: Mapping[str, Any], valid: set[str], what: str, source: str | None) -> None:
+    """ConfigError naming the keys of ``raw`` outside ``valid`` (``what``: the message after "unknown ")."""
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise ConfigError(
+            "unknown " + what.format(unknown, sorted(valid)),
+            path=source,
+            field=unknown[0],
+            hint="Check the spelling (GPT-Simple's DataConfig names)",
+        )
+
+
 def _one_line(exc: Exception) -> str:
     """A parser's message on one line, with the line and column it names (YAML's marks are 0-based)."""
     mark = getattr(exc, "problem_mark", None)
@@ -394,19 +393,15 @@ def _positive_int(value: object, name: str, source: str | None = None) -> int:
 
 
 def _duration(value: object, name: str, source: str | None = None) -> int:
-    if isinstance(value, str):
+    if isinstance(value, str | float):
+        string = isinstance(value, str)
         raise ConfigError(
-            f"{name} is the string {value!r}, expected an integer number of tokens",
+            f"{name} is the {'string' if string else 'float'} {value!r}, expected an integer number of tokens",
             path=source,
             field=name,
-            hint="YAML reads 5e9 as a string: write 5000000000 (or 5_000_000_000)",
-        )
-    if isinstance(value, float):
-        raise ConfigError(
-            f"{name} is the float {value!r}, expected an integer number of tokens",
-            path=source,
-            field=name,
-            hint="Write the token count as an integer, e.g. 5000000000",
+            hint="YAML reads 5e9 as a string: write 5000000000 (or 5_000_000_000)"
+            if string
+            else "Write the token count as an integer, e.g. 5000000000",
         )
     return _positive_int(value, name, source)
 

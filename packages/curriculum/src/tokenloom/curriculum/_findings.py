@@ -31,9 +31,6 @@ class Finding:
     code: str
     message: str
 
-    def as_dict(self) -> dict[str, str]:
-        return {"severity": self.severity, "code": self.code, "message": self.message}
-
 
 def _structure(config: CurriculumConfig) -> list[Finding]:
     """Problems with the bucket directories, all of them (not just the first)."""
@@ -79,19 +76,11 @@ def _structure(config: CurriculumConfig) -> list[Finding]:
     return out
 
 
-def findings(
-    config: CurriculumConfig,
-    *,
-    seed: int = 0,
-    global_batch_size: int | None = None,
-    max_steps: int | None = None,
-    plan_cache_dir: str | os.PathLike[str] | None = None,
-) -> tuple[list[Finding], CurriculumDataset | None]:
-    """Every finding for ``config``; the dataset when it could be built."""
+def findings(config: CurriculumConfig, **options: Any) -> tuple[list[Finding], CurriculumDataset | None]:
+    """Every finding for ``config`` (``options``: those of :func:`_findings`); the dataset when it could be built."""
     from tokenloom.curriculum._dataset import CurriculumDataset
 
-    options = {"global_batch_size": global_batch_size, "max_steps": max_steps, "plan_cache_dir": plan_cache_dir}
-    return _findings(CurriculumDataset, config, seed=seed, **options)
+    return _findings(CurriculumDataset, config, **options)
 
 
 def _findings(

@@ -60,10 +60,6 @@ class RemoteDir:
         yield from (self._child(name, "dir") for name in folders)
         yield from (self._child(name, "file") for name in files)
 
-    def open_options(self) -> dict[str, Any]:
-        """The ``open_dataset`` options of the data under this prefix."""
-        return {"remote": self.remote}
-
     def __fspath__(self) -> str:
         return self.url  # for messages (DataError paths); is_remote_url() recognises it, never a local path
 

@@ -35,6 +35,7 @@ from tokenloom.datasets._packing_mode import check_choice
 from tokenloom.datasets._records import RecordDataset
 from tokenloom.datasets._sample import IGNORE_INDEX
 from tokenloom.datasets._state import FingerprintState, settings_fingerprint
+from tokenloom.datasets._stream import check_remote
 from tokenloom.datasets._windows import check_positive
 from tokenloom.formats import (
     OPTIONAL_TRAIN_TYPE_KEYS,
@@ -48,7 +49,6 @@ from tokenloom.formats import (
     open_records,
     open_store,
 )
-from tokenloom.formats.io import is_remote_url
 from tokenloom.formats.keyed import RECORD_FORMATS
 
 __all__ = ["ArrayStore", "DatasetFactory", "KeyedDataset", "KeyedSource", "MaskAlignment", "TrainType"]
@@ -235,16 +235,9 @@ def open_keyed_store(
 
     ``remote`` applies to a URL (``s3://``, ``gs://``, ``az://``, ``https://``) only.
     """
-    if isinstance(path, KeyedSource) or not is_remote_url(path):
-        if remote is not None:
-            raise ConfigError(
-                "remote (storage_options, cache_dir) applies to a store in object storage (s3://, gs://, az://, "
-                f"https://), not to {'a store object' if isinstance(path, KeyedSource) else repr(os.fspath(path))}",
-                field="remote",
-                hint="Drop the option, or pass the store's URL",
-            )
-        if isinstance(path, KeyedSource):
-            return path
+    check_remote(path, remote, in_hand="a store object", option="remote (storage_options, cache_dir)")
+    if isinstance(path, KeyedSource):
+        return path
     return open_store(path, format, train_type=train_type.value)  # keyed stores are not read from a store yet
 
 

