@@ -2,12 +2,13 @@
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from torch.multiprocessing.spawn import start_processes
 
 from tokenloom.sampler import ResumableDistributedSampler
-from tokenloom.testing.ranks import run_ranks
 
 sys.path.insert(0, str(Path(__file__).parent))  # spawned children inherit sys.path
 import sampler_gloo_worker
@@ -18,8 +19,21 @@ TIMEOUT_S = 90
 
 def spawn_ranks(world: int, workdir: Path, steps: int, state_file: Path | None) -> list[dict]:
     workdir.mkdir()
-    args = (world, str(workdir), N, steps, None if state_file is None else str(state_file))
-    run_ranks(sampler_gloo_worker.run_rank, args, world, timeout_s=TIMEOUT_S)
+    context = start_processes(
+        sampler_gloo_worker.run_rank,
+        args=(world, str(workdir), N, steps, None if state_file is None else str(state_file)),
+        nprocs=world,
+        join=False,
+        start_method="spawn",
+    )
+    assert context is not None
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                if process is not None and process.is_alive():
+                    process.kill()
+            pytest.fail(f"{world} gloo ranks did not finish within {TIMEOUT_S} s (a hang)")
     return [json.loads((workdir / f"rank{r}.json").read_text()) for r in range(world)]
 
 

@@ -42,9 +42,7 @@ import numpy as np
 from tokenloom.datasets import settings_fingerprint
 from tokenloom.eval_broadcast._rows import DTYPE_CODES, EvalSet, rows_checksum
 from tokenloom.formats import ChecksumError, DataError, FormatError, open_dataset, open_writer
-from tokenloom.formats.io import MANIFEST_NAME, fsync_dir
-from tokenloom.formats.io.lock import _holder_record as holder_record
-from tokenloom.formats.io.lock import _stale_reason as holder_gone
+from tokenloom.formats.io import MANIFEST_NAME, fsync_dir, holder_gone, holder_record
 
 __all__ = [
     "CacheWarning",
@@ -244,7 +242,7 @@ def _stale_reason(scratch: Path) -> str | None:
     if owner.get("host") != socket.gethostname() or not isinstance(pid, int):
         log.info("kept the eval-cache scratch directory %s of host %s (pid %s)", scratch, owner.get("host"), pid)
         return None
-    return holder_gone(scratch / OWNER_NAME, owner)  # judged as the writer lock judges its holder
+    return holder_gone(owner)  # judged as the writer lock judges its holder
 
 
 def _discard(path: Path, reason: str) -> None:

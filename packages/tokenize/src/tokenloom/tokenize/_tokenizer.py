@@ -206,7 +206,10 @@ class BackendTokenizer:
         from tokenizers import Tokenizer
 
         self.backend = Tokenizer.from_str(serialized)
-        self.encode_batch = batch_ids(self.backend)
+        self._encode = batch_ids(self.backend)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._encode(texts)
 
 
 def _auto_tokenizer(directory: Path) -> Any:

@@ -3,7 +3,7 @@
 - atomic writes: ``atomic_file``, ``atomic_write_bytes``, ``fsync_dir``, ``WRITING_MARKER``, and the unique
   per-writer temp names ``temp_path`` / ``temp_base`` (``NAME.<pid>-<hex>.tmp``) every streamed writer uses
 - locks: ``output_lock``, ``lock_path``, ``LOCK_SUFFIX``; whether a lock's holder still runs: ``pid_alive``,
-  ``holder_gone``
+  ``holder_gone``, ``holder_record``
 - path safety: ``safe_file``, ``real_path``, ``check_disjoint``, ``check_replaceable``
 - storage errors: ``storage_error``, ``storage_errors`` (an OSError as a named StorageError)
 - output directories: ``prepare_output_dir``, ``shard_cut``
@@ -29,7 +29,7 @@ from tokenloom.formats.io.blockhash import HASH_BLOCK_SIZE, BlockHashes, file_di
 from tokenloom.formats.io.dtypes import smallest_dtype_for_vocab
 from tokenloom.formats.io.index_map import iter_chunks
 from tokenloom.formats.io.lazy import lazy_exports
-from tokenloom.formats.io.lock import LOCK_SUFFIX, holder_gone, lock_path, output_lock, pid_alive
+from tokenloom.formats.io.lock import LOCK_SUFFIX, holder_gone, holder_record, lock_path, output_lock, pid_alive
 from tokenloom.formats.io.manifest import (
     EOS_AT_DOCUMENT_END,
     EOS_PLACEMENT,
@@ -71,6 +71,7 @@ __all__ = [
     "output_lock",
     "parse_url",
     "holder_gone",
+    "holder_record",
     "pid_alive",
     "prepare_output_dir",
     "real_path",

@@ -59,7 +59,8 @@ def _process_start(pid: int) -> str | None:
     return raw.rsplit(b")", 1)[-1].split()[19].decode()
 
 
-def _holder_record() -> dict[str, Any]:
+def holder_record() -> dict[str, Any]:
+    """This process's holder record (pid, host, start, command): what a lock or scratch directory names as owner."""
     pid = os.getpid()
     return {
         "pid": pid,
@@ -215,7 +216,7 @@ def output_lock(output: str | os.PathLike[str], *, what: str = "output") -> Iter
 
 
 def _take(path: Path, what: str) -> None:
-    mine = _holder_record()
+    mine = holder_record()
     record = orjson.dumps(mine, option=orjson.OPT_INDENT_2)
     for _attempt in range(5):
         if _acquire(path, record):

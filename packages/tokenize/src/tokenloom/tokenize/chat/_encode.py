@@ -33,9 +33,18 @@ from tokenloom.tokenize.windowing import member
 __all__ = ["ChatEncoder", "PostTrainingStats", "TrainType", "Truncate"]
 
 
-TrainType = StrEnum("TrainType", "SFT DPO GRPO")  # values: the names in lower case
-#: What happens to a record longer than ``seq_len``.
-Truncate = StrEnum("Truncate", {"SKIP": "skip", "KEEP_START": "keep-start", "KEEP_END": "keep-end"})
+class TrainType(StrEnum):
+    SFT = "sft"
+    DPO = "dpo"
+    GRPO = "grpo"
+
+
+class Truncate(StrEnum):
+    """What happens to a record longer than ``seq_len``."""
+
+    SKIP = "skip"
+    KEEP_START = "keep-start"
+    KEEP_END = "keep-end"
 
 
 @dataclass(slots=True)

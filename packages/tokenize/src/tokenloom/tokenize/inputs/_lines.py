@@ -38,13 +38,20 @@ __all__ = [
 ]
 
 
-#: Why a record could not be used; the keys of the skipped-records summary (each value is its name in lower case;
-#: TRUNCATED_STREAM: a cut stream of another compression, a registered reader's).
-IssueKind = StrEnum(
-    "IssueKind",
-    "MALFORMED_JSON NOT_AN_OBJECT MISSING_FIELD NON_STRING_FIELD INVALID_UTF8 LINE_TOO_LONG TRUNCATED_GZIP "
-    "TRUNCATED_ZSTD TRUNCATED_STREAM EMPTY_FILE",
-)
+class IssueKind(StrEnum):
+    """Why a record could not be used; the keys of the skipped-records summary."""
+
+    MALFORMED_JSON = "malformed_json"
+    NOT_AN_OBJECT = "not_an_object"
+    MISSING_FIELD = "missing_field"
+    NON_STRING_FIELD = "non_string_field"
+    INVALID_UTF8 = "invalid_utf8"
+    LINE_TOO_LONG = "line_too_long"
+    TRUNCATED_GZIP = "truncated_gzip"
+    TRUNCATED_ZSTD = "truncated_zstd"
+    TRUNCATED_STREAM = "truncated_stream"
+    """A cut stream of another compression (a registered reader's)."""
+    EMPTY_FILE = "empty_file"
 
 
 @dataclass(frozen=True, slots=True)
