@@ -96,3 +96,24 @@ def test_a_state_of_a_json_round_trip_loads_and_a_wrong_kind_is_refused(saved_st
     broken = {**merged, "kind": "bogus"}
     with pytest.raises(DataError):
         StreamingHuggingFaceDataset(**kwargs).load_state_dict(broken)
+
+
+def _tokens_of(urls: list[str], tokenizer_dir, options) -> list[list[int]]:
+    kwargs = dataset_kwargs(urls, tokenizer_dir, storage_options=options, shuffle_buffer_size=1, with_provenance=False)
+    return [sample["input_ids"].tolist() for sample in StreamingHuggingFaceDataset(**kwargs)]
+
+
+def test_a_zero_length_and_a_newline_less_remote_jsonl_read_like_local(seaweed, corpus, tokenizer_dir) -> None:
+    """RangeReader (the remote layer's ObjectFile): an empty object, and a last line without its newline at the
+    object's end (a partial last block)."""
+    first = Path(next(p for p in corpus if p.endswith(".jsonl")))
+    data = first.read_bytes()
+    prefix = f"review-{uuid.uuid4().hex[:8]}"
+    seaweed.put(f"{prefix}/empty.jsonl", b"")
+    seaweed.put(f"{prefix}/cut.jsonl", data.rstrip(b"\n"))
+    seaweed.put(f"{prefix}/whole.jsonl", data)
+    root = f"s3://{seaweed.bucket}/{prefix}"
+    options = seaweed.storage_options()
+    whole = _tokens_of([f"{root}/whole.jsonl"], tokenizer_dir, options)
+    assert whole
+    assert _tokens_of([f"{root}/empty.jsonl", f"{root}/cut.jsonl"], tokenizer_dir, options) == whole
