@@ -55,13 +55,6 @@ def test_dead_and_reused_pids_of_this_host_are_removed_live_ones_kept(tmp_path: 
     assert _scratch(cache) == {".eval-0a1b-build-live", ".eval-0a1b-build-otherhost"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eval_broadcast/_cache.py:_stale_reason (line ~245) asks holder_gone only: a scratch directory owned "
-    "by this very process but not in _LIVE (an earlier build of this process that failed before its rmtree) is "
-    "kept for the life of the process; formats/io/lock.py:_stale_reason removes that case ('this process left "
-    "it behind')",
-)
 def test_a_scratch_left_by_this_process_is_removed(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     _with_owners(cache, {".eval-0a1b-build-mine": holder_record()})

@@ -242,6 +242,8 @@ def _stale_reason(scratch: Path) -> str | None:
     if owner.get("host") != socket.gethostname() or not isinstance(pid, int):
         log.info("kept the eval-cache scratch directory %s of host %s (pid %s)", scratch, owner.get("host"), pid)
         return None
+    if pid == os.getpid():  # not in _LIVE: this process's earlier build failed and left it
+        return "this process left it behind (an earlier failure)"
     return holder_gone(owner)  # judged as the writer lock judges its holder
 
 
