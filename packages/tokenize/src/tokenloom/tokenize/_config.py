@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.native import SPEC as UNIT_SPEC
-from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, RecordOptions, check_post_training
+from tokenloom.tokenize._record_settings import TRAIN_TYPES, RecordOptions, check_post_training
 from tokenloom.tokenize._unit_files import Nodes, OnError, UnitOptions
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, member, validate_window
 
 __all__ = [
-    "RECORD_FORMATS",
     "TRAIN_TYPES",
     "UNIT_FORMAT",
     "ExecutorKind",
@@ -197,7 +196,7 @@ class TokenizeConfig:
     train_roles: tuple[str, ...] = ("assistant",)
     """--train-type: the roles whose turns are trained."""
     truncate: str = "skip"
-    """--train-type: a record over --max-length is skipped (counted), or cut to keep-start / keep-end."""
+    """--train-type: a record over --seq-len is skipped (counted), or cut to keep-start / keep-end."""
     astrai_config: Path | None = None
     """--train-type sft: AstrAI's preprocessing config (pipeline.json), giving the arrays AstrAI's Pipeline writes."""
     output_url: str | None = field(default=None, init=False)
@@ -307,17 +306,6 @@ class TokenizeConfig:
         object.__setattr__(self, "output_dir", staging_dir(url, "root", self.plan_cache_dir).parent)
 
     @property
-    def unit_planned(self) -> bool:
-        """True when the run is cut into units (many nodes, Ray, --finalize, a tree, a validation split, records)."""
-        return (
-            self.num_nodes is not None
-            or self.executor is ExecutorKind.RAY
-            or self.finalize
-            or self.many_datasets
-            or self.train_type is not None
-        )
-
-    @property
     def nodes(self) -> Nodes:
         """How this process deals units: the one value the planner and the publisher read."""
         ray = self.executor is ExecutorKind.RAY
@@ -367,7 +355,7 @@ class TokenizeConfig:
                 field="format",
                 hint="Use --format native, then tokenloom convert a leaf",
             )
-        if self.unit_planned and self.overwrite and num_nodes > 1:
+        if self.overwrite and num_nodes > 1:
             raise ConfigError(
                 "overwrite with num_nodes > 1: every node would clear the output the others are writing",
                 field="overwrite",
