@@ -95,8 +95,7 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
                 path=self.store.path,
                 record=int(over[0]),
                 field="seq_len",
-                hint="Raise seq_len, pass too_long='skip' to leave them out (counted), "
-                "or re-tokenize with --seq-len",
+                hint="Raise seq_len, pass too_long='skip' to leave them out (counted), or re-tokenize with --seq-len",
             )
         self.num_too_long = len(over)
         fits = np.where(lengths <= self.seq_len, lengths, 0)  # 0: best_fit_decreasing places it nowhere
