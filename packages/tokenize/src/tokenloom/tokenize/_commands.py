@@ -259,8 +259,8 @@ def _shared_options(command: Any) -> Any:
     "--unit-bytes",
     type=click.IntRange(min=1),
     default=DEFAULT_UNIT_BYTES,
-    help="With --num-nodes / --executor ray: an uncompressed .jsonl larger than this is cut into units of line-"
-    "aligned byte ranges, a parquet file into runs of row groups, so one big file spreads over nodes. Compressed "
+    help="An uncompressed .jsonl larger than this is cut into units of line-aligned byte ranges, a parquet file "
+    "into runs of row groups, so one big file spreads over workers and nodes. Compressed "
     ".jsonl.gz / .jsonl.zst / .json.gz and Arrow files are always whole-file units (a compressed stream cannot be "
     "entered in the middle).",
 )

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # an object store's options: imported with the remote layer, 
 #: The format tokenize writes unit by unit (native: its spec has ``unit_shards``); any other of
 #: :func:`supported_formats` is written through a staging dataset of it that is then converted (:mod:`._staged`).
 UNIT_FORMAT = UNIT_SPEC.name
-#: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
+#: A run cuts an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 #: The least value of each numeric setting (None, where allowed, passes).
 _LEAST = {"min_text_length": 0, "shard_size_tokens": 1, "max_line_bytes": 1, "chunk_lines": 1, "chunk_bytes": 1}
@@ -157,13 +157,13 @@ class TokenizeConfig:
     """Processes (machines) that share this run, each taking the units ``u % num_nodes == node_rank`` (a tree
     counts ``u`` across all its leaves in order).
 
-    Set (even to 1), the run is unit-planned: each input file is a unit, written as its own shards
-    and committed atomically, so the output is the same bytes for any number of nodes, workers or
-    interruptions. None: the single-process layout (shards cut across files)."""
+    Every run is unit-planned: each input file (or part of a large one, ``unit_bytes``) is a unit, written as its
+    own shards and committed atomically, so the output is the same bytes for any number of nodes, workers or
+    interruptions. None: this process alone (node 0 of 1)."""
     node_rank: int = 0
     """This process's rank among ``num_nodes``, in [0, num_nodes)."""
     unit_bytes: int | None = DEFAULT_UNIT_BYTES
-    """Unit-planned runs: an uncompressed .jsonl or a parquet file larger than this is cut into several units
+    """An uncompressed .jsonl or a parquet file larger than this is cut into several units
     (line-aligned byte ranges; runs of row groups). Compressed .gz/.zst/.json.gz and Arrow files stay whole-file
     units. None: every file is one unit. Part of the plan (and so of the output's layout into shards)."""
     executor: ExecutorKind = ExecutorKind.LOCAL
@@ -171,7 +171,7 @@ class TokenizeConfig:
     ray_address: str | None = None
     """--executor ray: the cluster's address (``HOST:PORT`` of its head); None: ``RAY_ADDRESS``."""
     finalize: bool = False
-    """Unit-planned runs: only write the manifest once every unit is committed (no encoding)."""
+    """Only write the manifest once every unit is committed (no encoding)."""
     layout: Layout = Layout.FLAT
     """tree: ``IN/<split>/<bucket>/`` -> ``OUT/<split>/<bucket>/`` datasets in one run (unit-planned)."""
     val_fraction: float = 0.0
