@@ -19,6 +19,9 @@ FILE_MAGIC = b"ARROW1"
 _CONTINUATION = b"\xff\xff\xff\xff"
 #: Message.header_type of a record batch (Arrow's Message.fbs: Schema 1, DictionaryBatch 2, RecordBatch 3)
 _RECORD_BATCH = 3
+#: Bytes read at each message's start: its length prefix and, for a few columns, all of its metadata (one read,
+#: one ranged GET over object storage)
+_PEEK = 512
 
 
 class ArrowRows:
@@ -69,12 +72,15 @@ class ArrowRows:
         """(offset, length, rows, body bytes) of every record batch message from ``offset`` to ``end``."""
         batches = []
         while offset + 8 <= end:
-            prefix = self._read_at(offset, 8)
-            skip = 8 if prefix[:4] == _CONTINUATION else 4  # 4: the format before Arrow 0.15, a bare length
-            meta_length = struct.unpack_from("<i", prefix, skip - 4)[0]
+            head = self._read_at(offset, min(_PEEK, end - offset))
+            skip = 8 if head[:4] == _CONTINUATION else 4  # 4: the format before Arrow 0.15, a bare length
+            meta_length = struct.unpack_from("<i", head, skip - 4)[0]
             if meta_length == 0:  # end of stream
                 break
-            kind, rows, body = _message(self._read_at(offset + skip, meta_length))
+            meta = head[skip : skip + meta_length]
+            if len(meta) < meta_length:  # a long one (many columns): one more read
+                meta = self._read_at(offset + skip, meta_length)
+            kind, rows, body = _message(meta)
             length = skip + meta_length + body
             if offset + length > end:
                 raise ValueError(f"the message at byte {offset} needs {length} bytes, the data ends at byte {end}")
