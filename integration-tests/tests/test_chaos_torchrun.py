@@ -69,7 +69,7 @@ def write_sft(tmp_path: Path) -> Path:
         rows.append({"messages": messages})
     (chat / "part-0.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     args = ["tokenize", "--input-dir", str(chat), "--output-dir", str(store), "--train-type", "sft"]
-    args += ["--chat-template", str(default_chat_template()), "--max-length", str(SEQ_LEN), "--no-progress"]
+    args += ["--chat-template", str(default_chat_template()), "--seq-len", str(SEQ_LEN), "--no-progress"]
     result = tokenloom_cli(*args)
     assert result.exit_code == 0, result.output
     return store

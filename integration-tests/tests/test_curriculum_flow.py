@@ -49,7 +49,7 @@ def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # one run writes every <split>/<bucket> leaf (one interpreter and tokenizer load, not six)
     result = tokenloom(
         "tokenize", "--input-dir", str(root / "corpus"), "--output-dir", str(root / "data"), "--layout", "tree",
-        "--max-length", "256", "--overlap-size", "32", "--num-workers", "0", "--no-progress",
+        "--seq-len", "256", "--overlap-size", "32", "--num-workers", "0", "--no-progress",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     ds = CurriculumDataset(CurriculumConfig(path=root / "data", seq_len=128, packing=True), seed=0,

@@ -46,7 +46,7 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         str(root / "corpus"),
         "--output-dir",
         str(root / "native"),
-        "--max-length",
+        "--seq-len",
         "256",
         "--overlap-size",
         "32",

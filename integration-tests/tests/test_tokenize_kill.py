@@ -29,7 +29,7 @@ def command(corpus: Path, out: Path) -> list[str]:
         str(corpus),
         "--output-dir",
         str(out),
-        "--max-length",
+        "--seq-len",
         "512",
         "--overlap-size",
         "64",

@@ -26,7 +26,7 @@ def test_a_tree_run_is_what_curriculum_and_eval_broadcast_open(tmp_path: Path) -
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     result = subprocess.run(
         [sys.executable, "-m", "tokenloom.formats", "tokenize", "--input-dir", str(raw), "--output-dir", str(out),
-         "--layout", "tree", "--val-fraction", "0.1", "--seed", "7", "--max-length", "256", "--num-workers", "2",
+         "--layout", "tree", "--val-fraction", "0.1", "--seed", "7", "--seq-len", "256", "--num-workers", "2",
          "--no-progress"],
         capture_output=True, text=True, timeout=300, env=env, check=False,
     )  # fmt: skip

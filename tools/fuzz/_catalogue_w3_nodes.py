@@ -82,7 +82,7 @@ def _(tmp: Path) -> Run:
 def _(tmp: Path) -> Run:
     inputs, out = _corpus(tmp / "in"), tmp / "out"
     _first_node(inputs, out, seq_len=64)
-    return Run(argv=_node(inputs, out, 2, 1, "--max-length", "32"), check=_unpublished(out, "max_length 64 -> 32"))
+    return Run(argv=_node(inputs, out, 2, 1, "--seq-len", "32"), check=_unpublished(out, "max_length 64 -> 32"))
 
 
 @case("tokenize --node-rank outside [0, --num-nodes)", "bad input", "error", "ConfigError")

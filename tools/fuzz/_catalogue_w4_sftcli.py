@@ -111,4 +111,4 @@ def _(tmp: Path) -> Run:
     def check(_outcome: Outcome) -> str | None:
         return "the store changed" if (out / "meta.json").read_bytes() != before else None
 
-    return Run(argv=_argv(inputs, out, "sft", "--max-length", "64"), check=check)
+    return Run(argv=_argv(inputs, out, "sft", "--seq-len", "64"), check=check)

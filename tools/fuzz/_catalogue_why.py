@@ -656,11 +656,11 @@ def _(tmp: Path) -> Run:
     )
 
 
-@case("tokenize --help shows the --max-length default", "friction", "ok")
+@case("tokenize --help shows the --seq-len default", "friction", "ok")
 def _(tmp: Path) -> Run:
     return Run(
         argv=["tokenize", "--help"],
-        check=lambda o: None if "default" in o.stdout.split("--max-length")[1][:300] else "no default shown",
+        check=lambda o: None if "default" in o.stdout.split("--seq-len")[1][:300] else "no default shown",
     )
 
 

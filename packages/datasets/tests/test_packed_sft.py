@@ -81,7 +81,7 @@ def test_a_store_with_nothing_to_pack_says_why_and_what_to_do(tmp_path: Path) ->
     convs = conversations(5)
     with pytest.raises(ConfigError, match="5 records, 5 of them longer") as caught:
         PackedSFTDataset(write_store(tmp_path / "long", convs), 2)
-    assert caught.value.field == "seq_len" and "--max-length" in str(caught.value)
+    assert caught.value.field == "seq_len" and "--seq-len" in str(caught.value)
     with pytest.raises(ConfigError, match="holds 0 records") as caught:
         PackedSFTDataset(write_store(tmp_path / "empty", []), 64)
     assert "tokenize --train-type sft" in str(caught.value)

@@ -301,7 +301,7 @@ def test_cli_flag(tmp_path: Path) -> None:
     code, output = _cli(*common, "--output-dir", str(tmp_path / "bad"))
     assert code != 0 and "trian" in output
     config.write_bytes(orjson.dumps(SFT_CHAT))
-    for extra in (["--max-length", "10"], ["--train-type", "dpo"], ["--truncate", "keep-end"]):
+    for extra in (["--seq-len", "10"], ["--train-type", "dpo"], ["--truncate", "keep-end"]):
         code, output = _cli(*common, "--output-dir", str(tmp_path / "bad"), *extra)
         assert code != 0 and "astrai" in output.lower(), output
     code, output = _cli(*common, "--output-dir", str(tmp_path / "out"))

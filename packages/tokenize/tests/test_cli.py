@@ -36,7 +36,7 @@ def test_tokenize_prints_a_summary(tmp_path: Path, tiny_tokenizer: Path, jsonl_d
 
 def test_bad_option_is_a_clean_error(tmp_path: Path, jsonl_dir: Callable[..., Path]) -> None:
     corpus = jsonl_dir({"a.jsonl": [{"text": "x"}]})
-    args = ["--input-dir", str(corpus), "--output-dir", str(tmp_path / "o"), "--max-length", "8", "--overlap-size", "5"]
+    args = ["--input-dir", str(corpus), "--output-dir", str(tmp_path / "o"), "--seq-len", "8", "--overlap-size", "5"]
     result = CliRunner().invoke(tokenize, args)
     assert result.exit_code == 1 and "ConfigError" in result.output and "overlap_size" in result.output
 

@@ -98,7 +98,7 @@ def test_overlap_is_refused_unless_dropped_on_request(tmp_path: Path, tiny_token
 
 def test_cli_refuses_overlap_and_writes_megatron(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     args = ["--input-dir", str(corpus), "--output-dir", str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer)]
-    args += ["--num-workers", "0", "--no-progress", "--format", "megatron", "--max-length", "32"]
+    args += ["--num-workers", "0", "--no-progress", "--format", "megatron", "--seq-len", "32"]
     refused = CliRunner().invoke(tokenize_command, [*args, "--overlap-size", "8"])
     assert refused.exit_code == 1 and "ConfigError" in refused.output and "overlap_size" in refused.output
     assert not (tmp_path / "out").exists() and not staging_dir(tmp_path / "out").exists()

@@ -168,7 +168,7 @@ def test_dtype_follows_gpt_simples_threshold() -> None:
 
 def test_cli_option_and_summary(tmp_path: Path, tiny_tokenizer: Path, corpus: Path) -> None:
     args = ["--input-dir", str(corpus), "--output-dir", str(tmp_path / "out"), "--tokenizer", str(tiny_tokenizer)]
-    args += ["--max-length", "12", "--windowing", "gpt-simple", "--num-workers", "0"]
+    args += ["--seq-len", "12", "--windowing", "gpt-simple", "--num-workers", "0"]
     result = CliRunner().invoke(tokenize_command, [*args, "--no-progress"])
     assert result.exit_code == 0, result.output
     assert "gpt-simple rule: no_tokens 1 " in result.output  # the empty text

@@ -315,3 +315,62 @@ def test_kill_9_of_a_columnar_run_then_rerun_is_byte_identical(
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
     assert shard_bytes(out) == shard_bytes(whole)
     assert tokens_of(out).tolist() == tokens_of(whole).tolist()
+
+
+class _CountingFile:
+    """A file object that counts the bytes read from it (the largest position read, too)."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self._inner = io.BytesIO(data)
+        self.bytes_read = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._inner.read(size)
+        self.bytes_read += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._inner.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+
+@pytest.mark.parametrize("layout", ["file", "stream"])
+def test_an_arrow_file_of_many_batches_opens_and_reads_in_bounded_memory(layout: str) -> None:
+    """Opening reads the messages' metadata only; each batch is read when asked for, one at a time."""
+    import io
+
+    from tokenloom.tokenize.inputs.arrow import ArrowRows
+
+    table = pa.table({"text": [f"document {i} " + "x" * 2000 for i in range(2000)]})
+    sink = io.BytesIO()
+    with (pa.ipc.new_file if layout == "file" else pa.ipc.new_stream)(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=10):
+            writer.write_batch(batch)
+    data = sink.getvalue()
+    source = _CountingFile(data)
+    rows = ArrowRows(source)
+    assert rows.units == [10] * 200 and rows.schema.names == ["text"]
+    assert source.bytes_read < len(data) // 20, f"opening read {source.bytes_read} of {len(data)} bytes"
+    before = source.bytes_read
+    first = rows.read(0, ["text"])
+    assert first.column(0).to_pylist() == table.column("text").to_pylist()[:10]
+    assert source.bytes_read - before < len(data) // 100  # one batch (and the schema), not the file
+    assert rows.read(199).column(0).to_pylist() == table.column("text").to_pylist()[-10:]
+    assert rows.unit_bytes(5) > 10 * 2000
+
+
+def test_a_cut_arrow_file_is_a_format_error(tmp_path: Path) -> None:
+    from tokenloom.tokenize.inputs.arrow import ArrowRows
+
+    path = tmp_path / "cut.arrow"
+    with pa.ipc.new_stream(str(path), pa.schema([("text", pa.string())])) as writer:
+        for i in range(5):
+            writer.write_batch(pa.record_batch([pa.array([f"row {i}"] * 100)], names=["text"]))
+    path.write_bytes(path.read_bytes()[:-700])
+    with pytest.raises(FormatError, match="Arrow IPC file cannot be read") as info:
+        ArrowRows(path)
+    assert info.value.path == str(path)

@@ -50,6 +50,26 @@ def test_empty_file_and_gzip(tmp_path: Path) -> None:
         JsonlIndex(tmp_path / "z.jsonl.gz")
 
 
+def test_a_mislabeled_file_is_refused_by_its_content(tmp_path: Path) -> None:
+    """Detection is the input room's: magic bytes first, the suffix cross-checked (not the suffix first)."""
+    from tokenloom.formats import FormatError
+
+    gzipped = tmp_path / "named-plain.jsonl"  # gzip bytes under a plain .jsonl name
+    gzipped.write_bytes(gzip.compress(b'{"n": 1}\n'))
+    with pytest.raises(FormatError, match="named as jsonl but its first bytes .* are gzip") as info:
+        build_index(gzipped)
+    assert info.value.path == str(gzipped) and info.value.offset == 0 and "Rename it" in str(info.value)
+    plain = tmp_path / "named-gzip.jsonl.gz"  # plain jsonl under a .gz name
+    plain.write_bytes(b'{"n": 1}\n')
+    with pytest.raises(FormatError, match="named as gzip-compressed jsonl but its first bytes .* are plain text"):
+        JsonlIndex(plain)
+    unnamed = tmp_path / "rows.txt"  # no input suffix: the content decides
+    unnamed.write_bytes(gzip.compress(b'{"n": 1}\n'))
+    with pytest.raises(ConfigError, match="gzip"):
+        build_index(unnamed)
+    assert not index_path(gzipped).exists() and not index_path(plain).exists()
+
+
 def test_large_file_spanning_read_blocks(tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     lines = [f'{{"i": {i}, "pad": "{"x" * (i % 300)}"}}'.encode() for i in range(120_000)]

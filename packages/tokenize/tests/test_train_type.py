@@ -138,7 +138,7 @@ def test_workers_and_nodes_write_the_same_bytes(train_type: str, tmp_path: Path,
     tok = chat_tokenizer_dir("header_bos")
     write_corpus(tmp_path / "in", train_type, 90)
     common = ["--input-dir", tmp_path / "in", "--train-type", train_type, "--tokenizer", tok, "--unit-bytes", 900]
-    common += ["--max-length", 60, "--truncate", "keep-start" if train_type == "sft" else "skip"]
+    common += ["--seq-len", 60, "--truncate", "keep-start" if train_type == "sft" else "skip"]
     code, output = run_cli(*common, "--output-dir", tmp_path / "one", "--num-workers", 0)
     assert code == 0, output
     code, output = run_cli(*common, "--output-dir", tmp_path / "two", "--num-workers", 2)
@@ -204,7 +204,7 @@ def test_skips_and_truncations_are_counted(tmp_path: Path, chat_tokenizer_dir) -
     out = tmp_path / "out"
     code, output = run_cli(
         "--input-dir", tmp_path / "in", "--output-dir", out, "--train-type", "sft", "--tokenizer", tok,
-        "--on-error", "skip", "--max-length", 200, "--num-workers", 0,
+        "--on-error", "skip", "--seq-len", 200, "--num-workers", 0,
     )  # fmt: skip
     assert code == 0, output
     stats = orjson.loads((out / SIDECAR_NAME).read_bytes())["stats"]
@@ -297,10 +297,10 @@ def test_other_settings_into_the_same_output_are_refused(tmp_path: Path, chat_to
     code, output = run_cli(*base, "--num-workers", 0)
     assert code == 0, output
     before = store_bytes(out)
-    code, output = run_cli(*base, "--num-workers", 0, "--max-length", 20)
+    code, output = run_cli(*base, "--num-workers", 0, "--seq-len", 20)
     assert code == 1 and "ResumeMismatchError" in output and "max_length None -> 20" in output
     assert store_bytes(out) == before
-    code, output = run_cli(*base, "--num-workers", 0, "--max-length", 20, "--overwrite")
+    code, output = run_cli(*base, "--num-workers", 0, "--seq-len", 20, "--overwrite")
     assert code == 0, output
     assert orjson.loads((out / SIDECAR_NAME).read_bytes())["max_length"] == 20
 

@@ -33,7 +33,7 @@ from tokenloom.tokenize.chat import SIDECAR_NAME, default_chat_template
 
 __all__ = ["PostTrainReport", "build_conversations", "run_posttrain"]
 
-SEQ_LEN = 1024  # packed sequence length, and tokenize's --max-length: every written record fits a bin
+SEQ_LEN = 1024  # packed sequence length, and tokenize's --seq-len: every written record fits a bin
 BATCH = 4  # per rank
 END_MARKER = "<|endoftext|>"  # what the shipped template emits after every turn (trained after an answer)
 SYSTEM = "You explain the Python standard library, answering from its docstrings."
@@ -283,11 +283,11 @@ def run_posttrain(workdir: Path, corpus: Path, *, seed: int, log: Callable[[str]
     atomic_write_bytes(chat / "conversations.jsonl", b"".join(orjson.dumps(c) + b"\n" for c in conversations))
     store = workdir / "sft"
     args = ["--input-dir", str(chat), "--output-dir", str(store), "--train-type", "sft"]
-    args += ["--chat-template", str(default_chat_template()), "--max-length", str(SEQ_LEN)]
+    args += ["--chat-template", str(default_chat_template()), "--seq-len", str(SEQ_LEN)]
     args += ["--num-workers", "2", "--overwrite", "--no-progress"]  # --overwrite: a rerun into --workdir
     report.command = (
         f"tokenloom tokenize --input-dir chat --output-dir sft --train-type sft --chat-template "
-        f"{default_chat_template().name} --max-length {SEQ_LEN} --num-workers 2"
+        f"{default_chat_template().name} --seq-len {SEQ_LEN} --num-workers 2"
     )
     report.inspect_text = workdir / "sft-inspect.txt"
     report.inspect_text.unlink(missing_ok=True)

@@ -95,8 +95,7 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
                 path=self.store.path,
                 record=int(over[0]),
                 field="seq_len",
-                hint="Raise seq_len, pass too_long='skip' to leave them out (counted), "
-                "or re-tokenize with --max-length",
+                hint="Raise seq_len, pass too_long='skip' to leave them out (counted), or re-tokenize with --seq-len",
             )
         self.num_too_long = len(over)
         fits = np.where(lengths <= self.seq_len, lengths, 0)  # 0: best_fit_decreasing places it nowhere
@@ -113,7 +112,7 @@ class PackedSFTDataset(FingerprintState, Dataset[dict[str, torch.Tensor]]):
                 f"{self.num_too_long} of them longer",
                 path=self.store.path,
                 field="seq_len" if len(lengths) else None,
-                hint="Raise seq_len or re-tokenize with --max-length"
+                hint="Raise seq_len or re-tokenize with --seq-len"
                 if len(lengths)
                 else "Tokenize conversations into the store (tokenloom tokenize --train-type sft)",
             )

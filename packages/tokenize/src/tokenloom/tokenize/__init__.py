@@ -11,7 +11,7 @@ Example::
     summary = tokenize(TokenizeConfig(input_dir="raw", output_dir="tokens", seq_len=2048, overlap_size=128))
     print(summary.tokens, summary.skipped)
 
-The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir tokens --max-length 2048``.
+The same from the shell: ``tokenloom tokenize --input-dir raw --output-dir tokens --seq-len 2048``.
 ``format="megatron" | "flat" | "packed"`` tokenizes into a native staging dataset
 (``OUT.native-staging``, resumable) and converts it into OUT at its finalize.
 Text is encoded by :func:`load_encoder` (:mod:`tokenloom.tokenize.engine`): fastokens when it

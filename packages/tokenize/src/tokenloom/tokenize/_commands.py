@@ -11,7 +11,6 @@ import click
 from tokenloom.formats.cli import choice, cli_errors, option
 from tokenloom.tokenize._config import (
     DEFAULT_UNIT_BYTES,
-    RECORD_FORMATS,
     TRAIN_TYPES,
     UNIT_FORMAT,
     ExecutorKind,
@@ -23,6 +22,7 @@ from tokenloom.tokenize._config import (
     supported_formats,
 )
 from tokenloom.tokenize._progress import progress_bar, rate_text
+from tokenloom.tokenize._record_settings import record_formats
 from tokenloom.tokenize._summary import RunCounts, TokenizeSummary
 from tokenloom.tokenize._tokenize import tokenize as run_tokenize
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
@@ -40,7 +40,7 @@ class _FormatChoice(click.Choice):
 
     @functools.cached_property
     def choices(self) -> tuple[str, ...]:  # pyright: ignore[reportIncompatibleVariableOverride]
-        return (*supported_formats(), *RECORD_FORMATS)
+        return (*supported_formats(), *record_formats())
 
 
 def _head(summary: TokenizeSummary, published: str, wrote: str) -> str:
@@ -121,9 +121,9 @@ def _shared_options(command: Any) -> Any:
 
 @click.command(
     epilog="Example:\n\n\b\n  tokenloom tokenize --input-dir data/raw --output-dir data/tokens \\\n"
-    "      --tokenizer ./my-tokenizer --max-length 2048 --overlap-size 128 --num-workers 8\n"
+    "      --tokenizer ./my-tokenizer --seq-len 2048 --overlap-size 128 --num-workers 8\n"
     "  tokenloom tokenize --input-dir data/raw --output-dir data/megatron --format megatron \\\n"
-    "      --max-length 2048   # writes data/megatron/data.bin + data.idx",
+    "      --seq-len 2048   # writes data/megatron/data.bin + data.idx",
 )
 @option(
     "--input-dir",
@@ -141,7 +141,6 @@ def _shared_options(command: Any) -> Any:
 )
 @option(
     "--seq-len",
-    "--max-length",
     "seq_len",
     type=int,
     default=None,
@@ -152,16 +151,16 @@ def _shared_options(command: Any) -> Any:
     "--overlap-size",
     type=int,
     default=0,
-    help="Tokens shared by consecutive windows (<= max-length / 2 under --windowing tokenloom).",
+    help="Tokens shared by consecutive windows (<= seq-len / 2 under --windowing tokenloom).",
 )
 @option(
     "--windowing",
     type=choice(Windowing),
     default=Windowing.TOKENLOOM.value,
-    help="tokenloom: every entry ends with EOD and holds at most --max-length tokens with it; no redundant tail "
+    help="tokenloom: every entry ends with EOD and holds at most --seq-len tokens with it; no redundant tail "
     "windows; empty documents become [EOD]. gpt-simple: GPT-Simple's pretokenize exactly (EOD only where a window "
-    "reaches the document's end, entries of up to --max-length + 1 tokens, its tail windows, documents of no "
-    "tokens dropped, its uint16/uint32 choice); needs --max-length.",
+    "reaches the document's end, entries of up to --seq-len + 1 tokens, its tail windows, documents of no "
+    "tokens dropped, its uint16/uint32 choice); needs --seq-len.",
 )
 @option(
     "--min-text-length",
@@ -260,8 +259,8 @@ def _shared_options(command: Any) -> Any:
     "--unit-bytes",
     type=click.IntRange(min=1),
     default=DEFAULT_UNIT_BYTES,
-    help="With --num-nodes / --executor ray: an uncompressed .jsonl larger than this is cut into units of line-"
-    "aligned byte ranges, a parquet file into runs of row groups, so one big file spreads over nodes. Compressed "
+    help="An uncompressed .jsonl larger than this is cut into units of line-aligned byte ranges, a parquet file "
+    "into runs of row groups, so one big file spreads over workers and nodes. Compressed "
     ".jsonl.gz / .jsonl.zst / .json.gz and Arrow files are always whole-file units (a compressed stream cannot be "
     "entered in the middle).",
 )
@@ -290,7 +289,7 @@ def _shared_options(command: Any) -> Any:
     "--truncate",
     type=click.Choice(["skip", "keep-start", "keep-end"]),
     default="skip",
-    help="--train-type: a record over --max-length is skipped and counted (never a silent cut), or cut.",
+    help="--train-type: a record over --seq-len is skipped and counted (never a silent cut), or cut.",
 )
 @option(
     "--astrai-config",

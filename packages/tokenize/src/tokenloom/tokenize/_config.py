@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 from tokenloom.formats import ConfigError, writable_formats
 from tokenloom.formats.io import is_remote_url, refuse_remote_output
 from tokenloom.formats.native import SPEC as UNIT_SPEC
-from tokenloom.tokenize._record_settings import RECORD_FORMATS, TRAIN_TYPES, RecordOptions, check_post_training
+from tokenloom.tokenize._record_settings import TRAIN_TYPES, RecordOptions, check_post_training
 from tokenloom.tokenize._unit_files import Nodes, OnError, UnitOptions
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
 from tokenloom.tokenize.windowing import Windowing, member, validate_window
 
 __all__ = [
-    "RECORD_FORMATS",
     "TRAIN_TYPES",
     "UNIT_FORMAT",
     "ExecutorKind",
@@ -35,7 +34,7 @@ if TYPE_CHECKING:  # an object store's options: imported with the remote layer, 
 #: The format tokenize writes unit by unit (native: its spec has ``unit_shards``); any other of
 #: :func:`supported_formats` is written through a staging dataset of it that is then converted (:mod:`._staged`).
 UNIT_FORMAT = UNIT_SPEC.name
-#: Unit-planned runs cut an uncompressed .jsonl or parquet input larger than this into several units.
+#: A run cuts an uncompressed .jsonl or parquet input larger than this into several units.
 DEFAULT_UNIT_BYTES = 256 << 20
 #: The least value of each numeric setting (None, where allowed, passes).
 _LEAST = {"min_text_length": 0, "shard_size_tokens": 1, "max_line_bytes": 1, "chunk_lines": 1, "chunk_bytes": 1}
@@ -158,13 +157,13 @@ class TokenizeConfig:
     """Processes (machines) that share this run, each taking the units ``u % num_nodes == node_rank`` (a tree
     counts ``u`` across all its leaves in order).
 
-    Set (even to 1), the run is unit-planned: each input file is a unit, written as its own shards
-    and committed atomically, so the output is the same bytes for any number of nodes, workers or
-    interruptions. None: the single-process layout (shards cut across files)."""
+    Every run is unit-planned: each input file (or part of a large one, ``unit_bytes``) is a unit, written as its
+    own shards and committed atomically, so the output is the same bytes for any number of nodes, workers or
+    interruptions. None: this process alone (node 0 of 1)."""
     node_rank: int = 0
     """This process's rank among ``num_nodes``, in [0, num_nodes)."""
     unit_bytes: int | None = DEFAULT_UNIT_BYTES
-    """Unit-planned runs: an uncompressed .jsonl or a parquet file larger than this is cut into several units
+    """An uncompressed .jsonl or a parquet file larger than this is cut into several units
     (line-aligned byte ranges; runs of row groups). Compressed .gz/.zst/.json.gz and Arrow files stay whole-file
     units. None: every file is one unit. Part of the plan (and so of the output's layout into shards)."""
     executor: ExecutorKind = ExecutorKind.LOCAL
@@ -172,7 +171,7 @@ class TokenizeConfig:
     ray_address: str | None = None
     """--executor ray: the cluster's address (``HOST:PORT`` of its head); None: ``RAY_ADDRESS``."""
     finalize: bool = False
-    """Unit-planned runs: only write the manifest once every unit is committed (no encoding)."""
+    """Only write the manifest once every unit is committed (no encoding)."""
     layout: Layout = Layout.FLAT
     """tree: ``IN/<split>/<bucket>/`` -> ``OUT/<split>/<bucket>/`` datasets in one run (unit-planned)."""
     val_fraction: float = 0.0
@@ -197,7 +196,7 @@ class TokenizeConfig:
     train_roles: tuple[str, ...] = ("assistant",)
     """--train-type: the roles whose turns are trained."""
     truncate: str = "skip"
-    """--train-type: a record over --max-length is skipped (counted), or cut to keep-start / keep-end."""
+    """--train-type: a record over --seq-len is skipped (counted), or cut to keep-start / keep-end."""
     astrai_config: Path | None = None
     """--train-type sft: AstrAI's preprocessing config (pipeline.json), giving the arrays AstrAI's Pipeline writes."""
     output_url: str | None = field(default=None, init=False)
@@ -307,17 +306,6 @@ class TokenizeConfig:
         object.__setattr__(self, "output_dir", staging_dir(url, "root", self.plan_cache_dir).parent)
 
     @property
-    def unit_planned(self) -> bool:
-        """True when the run is cut into units (many nodes, Ray, --finalize, a tree, a validation split, records)."""
-        return (
-            self.num_nodes is not None
-            or self.executor is ExecutorKind.RAY
-            or self.finalize
-            or self.many_datasets
-            or self.train_type is not None
-        )
-
-    @property
     def nodes(self) -> Nodes:
         """How this process deals units: the one value the planner and the publisher read."""
         ray = self.executor is ExecutorKind.RAY
@@ -367,7 +355,7 @@ class TokenizeConfig:
                 field="format",
                 hint="Use --format native, then tokenloom convert a leaf",
             )
-        if self.unit_planned and self.overwrite and num_nodes > 1:
+        if self.overwrite and num_nodes > 1:
             raise ConfigError(
                 "overwrite with num_nodes > 1: every node would clear the output the others are writing",
                 field="overwrite",

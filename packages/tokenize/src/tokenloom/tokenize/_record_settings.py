@@ -10,15 +10,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenloom.formats import ConfigError, available_formats
+from tokenloom.formats import ConfigError, FormatSpec, available_formats
 from tokenloom.tokenize.windowing import Windowing, member
 
-__all__ = ["RECORD_FORMATS", "TRAIN_TYPES", "RecordOptions", "check_post_training"]
+__all__ = ["TRAIN_TYPES", "RecordOptions", "check_post_training", "record_format_at", "record_formats"]
 
-#: Output formats of post-training records (--train-type): a record store (``open_records``).
-RECORD_FORMATS = ("bin-meta", "h5")
 #: --train-type values: post-training records instead of text (tokenloom.tokenize.chat).
 TRAIN_TYPES = ("sft", "dpo", "grpo")
+
+
+def _record_specs() -> dict[str, FormatSpec]:
+    """The output formats of post-training records (--train-type), asked of the format registry: the writable
+    formats with a keyed-store side; first the one a grouped record store (``open_records``) opens under, the
+    default."""
+    from tokenloom.formats.keyed import RECORD_FORMATS as GROUPED
+
+    specs = {
+        name: spec for name, spec in available_formats().items() if spec.store is not None and spec.writer is not None
+    }
+    return dict(sorted(specs.items(), key=lambda item: item[0] not in GROUPED))
+
+
+def record_formats() -> tuple[str, ...]:
+    """The --format names a --train-type run writes (the default first)."""
+    return tuple(_record_specs())
+
+
+def record_format_at(out: Path) -> str:
+    """The record format whose store is published at ``out`` (each spec's detector asked at its output path);
+    the default while nothing is published there."""
+    found = [name for name, spec in _record_specs().items() if spec.detect(spec.output_path(out))]
+    return found[0] if len(found) == 1 else record_formats()[0]
 
 
 def check_post_training(config: Any) -> None:
@@ -29,11 +51,11 @@ def check_post_training(config: Any) -> None:
     if config.train_type not in TRAIN_TYPES and not (config.train_type == "seq" and config.astrai_config):
         raise ConfigError(f"train_type {config.train_type!r}, expected one of {list(TRAIN_TYPES)}", field="train_type")
     if getattr(available_formats().get(config.format), "unit_shards", False):  # the default: a record store
-        object.__setattr__(config, "format", RECORD_FORMATS[0])
-    if config.format not in RECORD_FORMATS:
+        object.__setattr__(config, "format", record_formats()[0])
+    if config.format not in _record_specs():
         raise ConfigError(
             f"format {config.format!r} with --train-type {config.train_type}; post-training records are written as a "
-            f"record store, one of {list(RECORD_FORMATS)}",
+            f"record store, one of {list(record_formats())}",
             field="format",
             hint="Drop --format (bin-meta is the default), or convert the store afterwards",
         )

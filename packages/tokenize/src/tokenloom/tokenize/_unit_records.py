@@ -33,6 +33,7 @@ from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_K
 from tokenloom.tokenize._config import TokenizeConfig
 from tokenloom.tokenize._diff import run_key_differences
 from tokenloom.tokenize._plan import RunInputs
+from tokenloom.tokenize._record_settings import record_format_at
 from tokenloom.tokenize._summary import ProgressCallback, TokenizeSummary
 from tokenloom.tokenize._unit_files import (
     PLAN_NAME,
@@ -356,7 +357,7 @@ def _merge_h5(out: Path, units: list[dict[str, Any]], keys: list[str]) -> Path:
 def record_summary(out: Path, sidecar: dict[str, Any] | None, counts: dict[str, Any], units: int) -> TokenizeSummary:
     """The summary of a --train-type run: the store's counts once published, else this node's."""
     stats = sidecar["stats"] if sidecar is not None else counts
-    summary = TokenizeSummary(output_dir=out, format="h5" if (out / H5_NAME).is_file() else "bin-meta")
+    summary = TokenizeSummary(output_dir=out, format=record_format_at(out))
     summary.documents = stats.get("records", 0)
     summary.tokens = summary.run_tokens = stats.get("tokens", 0)
     skipped = dict(stats.get("errors", {}))

@@ -28,7 +28,7 @@ import xxhash
 
 from tokenloom.formats import ConfigError, FormatError, IndexCorruptError, MissingFileError, RecordError
 from tokenloom.formats.io import atomic_file, atomic_write_bytes
-from tokenloom.tokenize.inputs import Cut, claimed_format, detect
+from tokenloom.tokenize.inputs import Cut, sniff
 
 __all__ = ["INDEX_SUFFIX", "RECORD_SUFFIX", "JsonlIndex", "build_index", "index_path"]
 
@@ -95,11 +95,11 @@ def _stale_reason(path: Path, index: npt.NDArray[np.int64]) -> str | None:
 
 
 def _check_input(path: Path) -> None:
-    """Only a plain line input has byte offsets (a compressed stream or a row file does not)."""
+    """Only a plain line input has byte offsets (a compressed stream or a row file does not). Its kind is the input
+    room's: magic bytes first, the suffix cross-checked (a FormatError when they disagree)."""
     if not path.is_file():
         raise MissingFileError("no such jsonl file", path=path)
-    with open(path, "rb") as handle:
-        kind = claimed_format(path.name) or detect(handle.read(8))
+    kind = sniff(path)
     if kind.cut is not Cut.BYTES:
         raise ConfigError(
             f"a {kind.name} file has no byte offsets to index",

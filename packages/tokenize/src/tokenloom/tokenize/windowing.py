@@ -95,7 +95,7 @@ def validate_window(seq_len: int | None, overlap_size: int, windowing: Windowing
             raise ConfigError(
                 f"overlap_size is {overlap_size} but seq_len is not set",
                 field="overlap_size",
-                hint="Pass --max-length N together with --overlap-size, or drop --overlap-size",
+                hint="Pass --seq-len N together with --overlap-size, or drop --overlap-size",
             )
         return
     if seq_len < 2:
@@ -123,7 +123,7 @@ def _validate_gpt_simple(seq_len: int | None, overlap_size: int) -> None:
             "windowing 'gpt-simple' needs seq_len: GPT-Simple's pretokenize always windows "
             "(its --max_length defaults to 3072)",
             field="seq_len",
-            hint="Pass --max-length with the --max_length of the GPT-Simple run to reproduce "
+            hint="Pass --seq-len with the --max_length of the GPT-Simple run to reproduce "
             "(3072 if it used the default)",
         )
     if seq_len < 1:
@@ -147,7 +147,7 @@ def _validate_gpt_simple(seq_len: int | None, overlap_size: int) -> None:
             f"seq_len {seq_len} with overlap_size {overlap_size} gives GPT-Simple a stride of 0 "
             "(it would emit 10,001 copies of each document's first window)",
             field="overlap_size",
-            hint="Pass --overlap-size 0 with --max-length 1, or a larger --max-length",
+            hint="Pass --overlap-size 0 with --seq-len 1, or a larger --seq-len",
         )
 
 
