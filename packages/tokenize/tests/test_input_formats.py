@@ -374,3 +374,21 @@ def test_a_cut_arrow_file_is_a_format_error(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="Arrow IPC file cannot be read") as info:
         ArrowRows(path)
     assert info.value.path == str(path)
+
+
+def test_an_arrow_stream_whose_dictionary_changes_reads_each_batch_with_its_own(tmp_path: Path) -> None:
+    """A replacement dictionary after the first batch: a batch read alone with the first dictionary would give the
+    wrong strings silently; the reader reads such a file through pyarrow's own reader instead."""
+    from tokenloom.tokenize.inputs.arrow import ArrowRows
+
+    schema = pa.schema([("text", pa.dictionary(pa.int32(), pa.string()))])
+    path = tmp_path / "dict.arrow"
+    words = (["a", "b"], ["c", "d"], ["e", "a"])
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        for pair in words:
+            array = pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int32()), pa.array(pair))
+            writer.write_batch(pa.record_batch([array], schema=schema))
+    with open(path, "rb") as handle:
+        for source in (path, handle):
+            rows = ArrowRows(source)
+            assert [rows.read(i).column(0).to_pylist() for i in range(len(rows.units))] == list(words)

@@ -17,8 +17,8 @@ __all__ = ["ARROW", "ArrowRows"]
 
 FILE_MAGIC = b"ARROW1"
 _CONTINUATION = b"\xff\xff\xff\xff"
-#: Message.header_type of a record batch (Arrow's Message.fbs: Schema 1, DictionaryBatch 2, RecordBatch 3)
-_RECORD_BATCH = 3
+#: Message.header_type (Arrow's Message.fbs: Schema 1, DictionaryBatch 2, RecordBatch 3)
+_DICTIONARY_BATCH, _RECORD_BATCH = 2, 3
 #: Bytes read at each message's start: its length prefix and, for a few columns, all of its metadata (one read,
 #: one ranged GET over object storage)
 _PEEK = 512
@@ -32,12 +32,31 @@ class ArrowRows:
         self._pa = pa = require_corpus_extra("pyarrow", ARROW)
         self._shown = shown if shown is not None else source
         self._source = source
+        self._whole: list[Any] | None = None
         try:
             with self._open():
-                self._scan_file()
+                try:
+                    self._scan_file()
+                except _LateDictionary:  # a batch alone would decode with the wrong dictionary: pyarrow reads all
+                    self._read_whole()
         except (OSError, ValueError, struct.error, pa.ArrowException) as exc:
             raise unreadable(ARROW, "a record batch", exc, self._shown, 1) from None
-        self.units = [rows for _, _, rows, _ in self._batches]
+        if self._whole is not None:
+            self.units = [batch.num_rows for batch in self._whole]
+        else:
+            self.units = [rows for _, _, rows, _ in self._batches]
+
+    def _read_whole(self) -> None:
+        """Every batch through pyarrow's own reader (a file whose dictionaries change between batches)."""
+        self._file.seek(0)
+        head = self._file.read(6)
+        self._file.seek(0)
+        reader = self._pa.ipc.open_file(self._file) if head == FILE_MAGIC else self._pa.ipc.open_stream(self._file)
+        if head == FILE_MAGIC:
+            self._whole = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        else:
+            self._whole = list(reader)
+        self.schema = reader.schema
 
     def _open(self) -> AbstractContextManager[BinaryIO]:
         """The source (a file object, kept open by its owner) or the file at its path, open while in use."""
@@ -86,13 +105,18 @@ class ArrowRows:
                 raise ValueError(f"the message at byte {offset} needs {length} bytes, the data ends at byte {end}")
             if kind == _RECORD_BATCH:
                 batches.append((offset, length, rows, body))
+            elif kind == _DICTIONARY_BATCH and batches:  # a delta or replacement dictionary
+                raise _LateDictionary
             offset += length
         return batches
 
     def unit_bytes(self, unit: int) -> int:
-        return self._batches[unit][3]
+        return int(self._whole[unit].nbytes) if self._whole is not None else self._batches[unit][3]
 
     def read(self, unit: int, columns: list[str] | None = None) -> Any:
+        if self._whole is not None:
+            batch = self._whole[unit]
+            return batch if columns is None else batch.select(columns)
         offset, length, rows, _ = self._batches[unit]
         try:
             with self._open():
@@ -102,6 +126,10 @@ class ArrowRows:
             what = f"record batch {unit} (of {len(self.units)}, rows {first}-{first + rows - 1})"
             raise unreadable(ARROW, what, exc, self._shown, first) from None
         return batch if columns is None else batch.select(columns)
+
+
+class _LateDictionary(Exception):
+    """A dictionary message after the first record batch: batches cannot be read one by one."""
 
 
 def _message(meta: bytes) -> tuple[int, int, int]:
