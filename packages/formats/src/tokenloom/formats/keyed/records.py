@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -55,6 +56,9 @@ from tokenloom.formats.io.urls import StoredPath, is_remote_url
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, Part, find_meta_files
 from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
 from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite
+
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.options import RemoteOptions
 
 __all__ = [
     "GROUPED_KEYS",
@@ -82,6 +86,8 @@ class RecordStore:
     def __init__(self, path: Path, parts: Sequence[Part]) -> None:
         self.path = path
         self.parts = parts
+        #: how a store in object storage is read (set by :func:`open_records` for a URL; None: a local store)
+        self.remote: RemoteOptions | None = None
         self.keys = sorted(parts[0].files)
         #: keys without offsets (streams), not served as records, as AstrAI's record datasets ignore them
         self.stream_keys = sorted({key for part in parts for key in part.stream_keys})
@@ -140,20 +146,35 @@ def _record_count(part: Part, path: Path) -> int:
     return records
 
 
-def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Validate.FAST) -> RecordStore:
+def open_records(
+    path: str | os.PathLike[str], *, validate: Validate | str = Validate.FAST, remote: RemoteOptions | None = None
+) -> RecordStore:
     """Open a record-mode ``.bin`` + ``meta.json`` store (see the module docstring); every key needs offsets.
 
-    ``path`` may be a URL (``s3://...``; endpoint, credentials and cache from the environment): its data files
-    are then read by blocks through the node's cache, each block checked against the manifest's hashes.
+    ``path`` may be a URL (``s3://...``): the store is then read through the remote layer
+    (:func:`tokenloom.formats.remote.opener.read_remote`) with ``remote`` (a RemoteOptions: endpoint,
+    credentials, block cache; None: the environment's settings), its data files by blocks through the node's
+    block cache, each block checked against the manifest's hashes. The store keeps ``remote`` as
+    ``store.remote`` and its URL as ``store.path``, and pickles with its block cache's settings (DataLoader
+    workers read the same objects the same way). ``remote`` for a local path is a ConfigError.
     An ``.h5`` file, or a directory of them without meta.json, opens as an HDF5 record store (:mod:`.records_h5`).
     """
     validate = as_validate(validate)
     if is_remote_url(path):
         from tokenloom.formats.remote.opener import read_remote
+        from tokenloom.formats.remote.options import RemoteOptions
 
-        store = read_remote(path, lambda root: open_records(root, validate=validate))
+        settings = remote if remote is not None else RemoteOptions()
+        store = read_remote(path, lambda root: open_records(root, validate=validate), remote=settings)
         store.path = os.fspath(path)  # type: ignore[assignment]  # the URL as given (part of a packed view's fingerprint)
+        store.remote = settings
         return store
+    if remote is not None:
+        raise ConfigError(
+            f"remote= applies to a store in object storage (s3://, gs://, az://, https://), not to {os.fspath(path)!r}",
+            field="remote",
+            hint="Drop remote=, or pass the store's URL",
+        )
     root = as_path(path)
     if root.is_file() and root.suffix in (".h5", ".hdf5"):
         return _h5_records(root, validate)

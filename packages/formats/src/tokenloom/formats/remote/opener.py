@@ -76,11 +76,9 @@ def refuse_unknown(options: dict[str, Any], formats: FormatTable) -> None:
 
 
 #: keywords of RemoteOptions and its from_keywords: a store or cache setting given loose to open_dataset
-#: (read from RemoteOptions itself, so that a new setting needs no second list; ``cache_dir``: the old spelling)
-_STORE_KEYWORDS = (
-    frozenset(field.name for field in dataclasses.fields(RemoteOptions))
-    | frozenset(inspect.signature(RemoteOptions.from_keywords).parameters)
-    | {"cache_dir"}
+#: (read from RemoteOptions itself, so that a new setting needs no second list)
+_STORE_KEYWORDS = frozenset(field.name for field in dataclasses.fields(RemoteOptions)) | frozenset(
+    inspect.signature(RemoteOptions.from_keywords).parameters
 )
 
 
@@ -111,7 +109,7 @@ def open_remote(
     """
     format, dtype = options.pop("format", None), options.pop("dtype", None)
     validate = as_validate(options.pop("validate", Validate.FAST))
-    refuse_unknown(options, formats)  # storage_options=, cache_dir= (a URL's settings are remote=) or a typo
+    refuse_unknown(options, formats)  # storage_options=, block_cache_dir= (a URL's settings are remote=) or a typo
     if remote is not None and not isinstance(remote, RemoteOptions):
         raise ConfigError(
             f"remote={remote!r:.80} is not a RemoteOptions",
