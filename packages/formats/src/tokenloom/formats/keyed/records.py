@@ -52,9 +52,10 @@ from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError,
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import as_path
-from tokenloom.formats.io.urls import StoredPath, is_remote_url
+from tokenloom.formats.io.urls import StoredPath
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, Part, find_meta_files
 from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
+from tokenloom.formats.keyed.registry import read_store
 from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite
 
 if TYPE_CHECKING:
@@ -160,21 +161,11 @@ def open_records(
     An ``.h5`` file, or a directory of them without meta.json, opens as an HDF5 record store (:mod:`.records_h5`).
     """
     validate = as_validate(validate)
-    if is_remote_url(path):
-        from tokenloom.formats.remote.opener import read_remote
-        from tokenloom.formats.remote.options import RemoteOptions
+    return read_store(path, remote, lambda root: _open_records(root, validate))
 
-        settings = remote if remote is not None else RemoteOptions()
-        store = read_remote(path, lambda root: open_records(root, validate=validate), remote=settings)
-        store.path = os.fspath(path)  # type: ignore[assignment]  # the URL as given (part of a packed view's fingerprint)
-        store.remote = settings
-        return store
-    if remote is not None:
-        raise ConfigError(
-            f"remote= applies to a store in object storage (s3://, gs://, az://, https://), not to {os.fspath(path)!r}",
-            field="remote",
-            hint="Drop remote=, or pass the store's URL",
-        )
+
+def _open_records(path: str | os.PathLike[str], validate: Validate) -> RecordStore:
+    """The record store at a local path, or at the :class:`RemotePath` :func:`read_store` hands in."""
     root = as_path(path)
     if root.is_file() and root.suffix in (".h5", ".hdf5"):
         return _h5_records(root, validate)

@@ -7,7 +7,8 @@ its own, so a third party's format with a store side opens like the built-in one
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokenloom.formats._contract import StoreSpec
 from tokenloom.formats._registry import available_formats
@@ -19,7 +20,9 @@ from tokenloom.formats.keyed.store import KeyedStore
 if TYPE_CHECKING:
     from tokenloom.formats.remote.options import RemoteOptions
 
-__all__ = ["StoreFactory", "detect_store_type", "open_store", "store_spec"]
+__all__ = ["StoreFactory", "detect_store_type", "open_store", "read_store", "store_spec"]
+
+T = TypeVar("T")
 
 
 def _stores() -> dict[str, StoreSpec]:
@@ -78,28 +81,33 @@ def open_store(
     ``remote`` as ``store.remote`` and its URL as ``store.path``; it pickles with its block cache's settings, so
     a DataLoader worker reads the same objects the same way. ``remote`` for a local path is a ConfigError.
     """
+    return read_store(path, remote, lambda root: _load(root, format, train_type, options))
+
+
+def _load(path: str | os.PathLike[str], format: str | None, train_type: str | None, options: dict) -> KeyedStore:
+    """The keyed store at a local path, or at the :class:`RemotePath` :func:`read_store` hands in."""
+    store = store_spec(format or detect_store_type(path)).store(**options)
+    store.load(path)
+    if train_type is not None:
+        store.require(train_type)
+    return store
+
+
+def read_store(path: str | os.PathLike[str], remote: RemoteOptions | None, read: Callable[[Any], T]) -> T:
+    """``read(path)``; for a URL, ``read`` runs on its :class:`RemotePath` through the one remote layer
+    (:func:`tokenloom.formats.remote.opener.read_remote`, which names the result by the URL and gives it
+    ``remote`` as ``.remote``). ``remote`` with a local path is a ConfigError: it says how to reach object storage."""
     if is_remote_url(path):
         from tokenloom.formats.remote.opener import read_remote
-        from tokenloom.formats.remote.options import RemoteOptions
 
-        settings = remote if remote is not None else RemoteOptions()
-        store = read_remote(
-            path, lambda root: open_store(root, format, train_type=train_type, **options), remote=settings
-        )
-        store.path = os.fspath(path)  # type: ignore[assignment]  # the URL as given, never the node's local view
-        store.remote = settings  # type: ignore[attr-defined]
-        return store
+        return read_remote(path, read, remote=remote)
     if remote is not None:
         raise ConfigError(
             f"remote= applies to a store in object storage (s3://, gs://, az://, https://), not to {os.fspath(path)!r}",
             field="remote",
             hint="Drop remote=, or pass the store's URL",
         )
-    store = store_spec(format or detect_store_type(path)).store(**options)
-    store.load(path)
-    if train_type is not None:
-        store.require(train_type)
-    return store
+    return read(path)
 
 
 class StoreFactory:
