@@ -147,6 +147,9 @@ def test_dataset_factory_passes_remote_options_and_never_makes_a_local_dir(tmp_p
         DatasetFactory.load("dpo", tmp_path / "store", remote=options)  # record mode too
     with pytest.raises(TypeError):
         DatasetFactory.load("sft", tmp_path / "store", seq_len=8, cache_dir=tmp_path / "c")  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match="is not a RemoteOptions") as caught:
+        DatasetFactory.load("sft", "s3://bucket/store", seq_len=8, remote={"endpoint": "x"})  # type: ignore[call-overload]
+    assert caught.value.field == "remote"
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: no network
     with pytest.raises(DataError):
         DatasetFactory.load(

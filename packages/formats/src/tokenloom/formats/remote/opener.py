@@ -110,6 +110,14 @@ def open_remote(
     format, dtype = options.pop("format", None), options.pop("dtype", None)
     validate = as_validate(options.pop("validate", Validate.FAST))
     refuse_unknown(options, formats)  # storage_options=, block_cache_dir= (a URL's settings are remote=) or a typo
+    settings = _settings(remote)
+    dataset = _open(BlockCache.of(url, settings), format, dtype, validate, options, formats)
+    dataset.remote = settings
+    return dataset
+
+
+def _settings(remote: Any) -> RemoteOptions:
+    """``remote``, or the environment's defaults for None; ConfigError for anything but a RemoteOptions."""
     if remote is not None and not isinstance(remote, RemoteOptions):
         raise ConfigError(
             f"remote={remote!r:.80} is not a RemoteOptions",
@@ -117,10 +125,7 @@ def open_remote(
             hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=...); a settings dict is "
             "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
         )
-    settings = remote if remote is not None else RemoteOptions()
-    dataset = _open(BlockCache.of(url, settings), format, dtype, validate, options, formats)
-    dataset.remote = settings
-    return dataset
+    return remote if remote is not None else RemoteOptions()
 
 
 def _open(
@@ -165,7 +170,7 @@ def read_remote(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions 
     records is verified. The object read is named by the URL as given (``.path``, never the node's local view)
     and keeps its options as ``.remote`` (``remote``, or the environment's defaults); it pickles with its block
     cache's settings, so a DataLoader worker reads the same objects the same way."""
-    settings = remote if remote is not None else RemoteOptions()
+    settings = _settings(remote)
     cache = BlockCache.of(url, settings)
     found = _on_listing(cache, *manifest_format(cache), Validate.FAST, read)[0]
     found.path = os.fspath(url)
