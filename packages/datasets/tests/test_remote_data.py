@@ -153,6 +153,9 @@ def test_dataset_factory_passes_remote_options_and_never_makes_a_local_dir(tmp_p
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: no network
     with pytest.raises(DataError):
         DatasetFactory.load(
-            "sft", "s3://bucket/store", seq_len=8, remote=RemoteOptions(block_cache_dir=tmp_path / "c", retries=0)
+            "sft",
+            "s3://bucket/store",
+            seq_len=8,
+            remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c", retries=0),
         )
     assert not (tmp_path / "s3:").exists()
