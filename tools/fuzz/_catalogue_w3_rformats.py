@@ -127,7 +127,7 @@ def _(tmp: Path) -> Run:
 
 @case("validate: URL with --storage-option lacking '='", "bad input", "error", "ConfigError")
 def _(tmp: Path) -> Run:
-    return Run(argv=["validate", "s3://bucket/ds", "--storage-option", "endpoint", "--cache-dir", str(tmp / "c")])
+    return Run(argv=["validate", "s3://bucket/ds", "--storage-option", "endpoint", "--block-cache-dir", str(tmp / "c")])
 
 
 @case("inspect: a local path with --storage-option", "bad input", "error", "ConfigError")

@@ -140,19 +140,22 @@ def test_dataset_factory_passes_remote_options_and_never_makes_a_local_dir(tmp_p
     from tokenloom.formats import DataError
 
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"remote \(storage_options, cache_dir\) applies to data in object storage"):
-        DatasetFactory.load("sft", tmp_path / "store", seq_len=8, storage_options={"region": "x"})
+    options = RemoteOptions(store_options={"region": "x"})
+    with pytest.raises(ConfigError, match=r"remote applies to data in object storage"):
+        DatasetFactory.load("sft", tmp_path / "store", seq_len=8, remote=options)
+    with pytest.raises(ConfigError, match=r"remote applies to data in object storage"):
+        DatasetFactory.load("dpo", tmp_path / "store", remote=options)  # record mode too
+    with pytest.raises(TypeError):
+        DatasetFactory.load("sft", tmp_path / "store", seq_len=8, cache_dir=tmp_path / "c")  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match="is not a RemoteOptions") as caught:
+        DatasetFactory.load("sft", "s3://bucket/store", seq_len=8, remote={"endpoint": "x"})  # type: ignore[call-overload]
+    assert caught.value.field == "remote"
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: no network
     with pytest.raises(DataError):
-        DatasetFactory.load("sft", "s3://bucket/store", seq_len=8, cache_dir=tmp_path / "c")
+        DatasetFactory.load(
+            "sft",
+            "s3://bucket/store",
+            seq_len=8,
+            remote=RemoteOptions.from_keywords(block_cache_dir=tmp_path / "c", retries=0),
+        )
     assert not (tmp_path / "s3:").exists()
-
-
-def test_cache_dir_is_a_named_config_error_pointing_at_its_replacements(tmp_path):
-    """MemoryMappedDataset(cache_dir=...) (an earlier release's keyword) names remote=RemoteOptions(block_cache_dir=)
-    and plan_cache_dir= instead of a TypeError about WindowIndex."""
-
-    with pytest.raises(ConfigError, match="block_cache_dir=") as caught:
-        MemoryMappedDataset(tmp_path, SEQ_LEN, cache_dir=tmp_path)
-    assert caught.value.field == "cache_dir" and "plan_cache_dir=" in str(caught.value)
-    assert "WindowIndex" not in str(caught.value)

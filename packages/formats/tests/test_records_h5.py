@@ -97,7 +97,7 @@ def test_a_misshapen_h5_record_store_names_the_h5_file(tmp_path: Path) -> None:
     with h5py.File(path, "w") as handle:
         handle.create_dataset("chosen/data_000000000000", data=np.array([1, 2], np.uint16))
         handle.create_dataset("chosen_mask/data_000000000000", data=np.array([1], bool))
-    with pytest.raises(DataError, match="chosen_mask differs in length") as caught:
+    with pytest.raises(DataError, match="the chosen_mask key differs in length") as caught:
         open_records(path)
     assert caught.value.path == str(path)
     path.unlink()

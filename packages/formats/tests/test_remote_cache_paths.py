@@ -67,7 +67,7 @@ def test_a_cache_dir_that_is_a_file_is_a_config_error_naming_it(seaweed, url, tm
     with pytest.raises(ConfigError) as caught:
         _read_all(url, seaweed, cache)
     message = str(caught.value)
-    assert caught.value.field == "cache_dir" and caught.value.path == str(cache)
+    assert caught.value.field == "block_cache_dir" and caught.value.path == str(cache)
     assert f"the cache directory {cache} cannot be used: {file} is a file, not a directory" in message
     assert "TOKENLOOM_CACHE_DIR" in message
 
@@ -226,5 +226,5 @@ def test_a_dangling_symlink_inside_the_cache_dir_is_named(seaweed, url, tmp_path
     with pytest.raises(ConfigError) as caught:
         _read_all(url, seaweed, cache)
     message = str(caught.value)
-    assert caught.value.field == "cache_dir" and caught.value.path == str(cache)
+    assert caught.value.field == "block_cache_dir" and caught.value.path == str(cache)
     assert f"{cache / 'v1'} is a symlink to {tmp_path / 'scratch-gone'}, which does not exist" in message

@@ -358,10 +358,10 @@ def test_cli_validate_and_inspect_a_url_with_credentials_from_the_environment(se
 
     local_path, url = _setup(seaweed, tmp_path, "megatron")
     env = {**seaweed.env, "AWS_ENDPOINT_URL": seaweed.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
-    result = _cli(["validate", url, "--cache-dir", str(tmp_path / "c")], env=env)
+    result = _cli(["validate", url, "--block-cache-dir", str(tmp_path / "c")], env=env)
     assert result.exit_code == 0, result.output
     assert f"path       {url}" in result.output and "problems   none (fast validation)" in result.output
-    result = _cli(["inspect", url, "--json", "--cache-dir", str(tmp_path / "c")], env=env)
+    result = _cli(["inspect", url, "--json", "--block-cache-dir", str(tmp_path / "c")], env=env)
     assert result.exit_code == 0, result.output
     facts = orjson.loads(result.output)
     assert facts["path"] == url and facts["entries"] == len(open_dataset(local_path))
@@ -379,7 +379,7 @@ def test_cli_deep_validate_with_storage_options_never_prints_them(seaweed, tmp_p
         "region=us-east-1",
         "allow_http=true",
     ]
-    args = ["validate", url, "--deep", "--cache-dir", str(tmp_path / "c")]
+    args = ["validate", url, "--deep", "--block-cache-dir", str(tmp_path / "c")]
     for option in options:
         args += ["--storage-option", option]
     result = _cli(args)

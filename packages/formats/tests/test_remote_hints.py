@@ -72,7 +72,7 @@ def test_a_full_cache_disk_names_the_directory(seaweed, tmp_path, small_disk):
     assert error.errno == errno.ENOSPC, error
     assert error.path is not None and Path(error.path).is_relative_to(small_disk)
     assert str(small_disk) in error.problem  # the message names the directory (the cache's own check or the helper's)
-    assert "cache_dir=" in (error.hint or "") and "TOKENLOOM_CACHE_LIMIT" in (error.hint or "")
+    assert "block_cache_dir=" in (error.hint or "") and "TOKENLOOM_CACHE_LIMIT" in (error.hint or "")
 
 
 @pytest.mark.parametrize(

@@ -64,9 +64,9 @@ def test_the_repr_masks_secrets_nested_in_store_options():
     assert "s3cr3t" not in shown and "***" in shown and "X-Trace" in shown
 
 
-@pytest.mark.parametrize("keyword", ["storage_options", "cache_dir", "block_cache_dir", "cache_limit", "block_size"])
+@pytest.mark.parametrize("keyword", ["storage_options", "block_cache_dir", "cache_limit", "block_size"])
 def test_a_loose_store_keyword_is_named_and_points_at_remote(keyword, tmp_path):
-    """open_dataset takes a URL's settings as one RemoteOptions; a keyword of the old spelling says so, before any
+    """open_dataset takes a URL's settings as one RemoteOptions; a loose store or cache keyword says so, before any
     request."""
     with pytest.raises(ConfigError, match=f"{keyword} is not a keyword of open_dataset") as caught:
         open_dataset("s3://bucket/ds", **{keyword: tmp_path})

@@ -48,13 +48,10 @@ def refuse_other_records(directory: Path | RemoteDir, name: str) -> None:
 
 
 def _open_store(directory: Path | RemoteDir) -> RecordStore:
-    if not isinstance(directory, RemoteDir):
-        return open_records(directory)
-    from tokenloom.formats.remote.opener import read_remote  # the bucket's own store options and cache
-
-    store = read_remote(directory.url, open_records, remote=directory.remote)
-    store.path = directory.url  # a URL, never the node's local view (in messages and the repr)
-    return store
+    """The record store of a bucket: a local directory, or a bucket's URL read with its own RemoteOptions."""
+    if isinstance(directory, RemoteDir):
+        return open_records(directory.url, remote=directory.remote)  # store.path: the URL, never a local view
+    return open_records(directory)
 
 
 class SFTBucket:

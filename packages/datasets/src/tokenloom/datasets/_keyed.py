@@ -233,12 +233,13 @@ def open_keyed_store(
 ) -> KeyedSource:
     """A store object as is, or the store at a path or URL (``tokenloom.formats.open_store``, keys checked).
 
-    ``remote`` applies to a URL (``s3://``, ``gs://``, ``az://``, ``https://``) only.
+    ``remote`` (a RemoteOptions) applies to a URL (``s3://``, ``gs://``, ``az://``, ``https://``) only: it goes
+    to ``open_store``, which reads the store through the remote layer and keeps it as ``store.remote``.
     """
-    check_remote(path, remote, in_hand="a store object", option="remote (storage_options, cache_dir)")
+    check_remote(path, remote, in_hand="a store object")
     if isinstance(path, KeyedSource):
         return path
-    return open_store(path, format, train_type=train_type.value)  # keyed stores are not read from a store yet
+    return open_store(path, format, train_type=train_type.value, remote=remote)
 
 
 _StorePath = str | os.PathLike[str] | KeyedSource
@@ -263,8 +264,7 @@ class DatasetFactory:
         format: str | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
+        remote: RemoteOptions | None = None,
         load_path: _StorePath | None = None,  # old-name: AstrAI's
         storage_type: str | None = None,  # old-name: AstrAI's
     ) -> KeyedDataset: ...
@@ -280,8 +280,7 @@ class DatasetFactory:
         *,
         window_size: int,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
+        remote: RemoteOptions | None = None,
         load_path: _StorePath | None = None,  # old-name: AstrAI's
         storage_type: str | None = None,  # old-name: AstrAI's
     ) -> KeyedDataset: ...
@@ -296,8 +295,7 @@ class DatasetFactory:
         format: None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
+        remote: RemoteOptions | None = None,
         load_path: str | os.PathLike[str] | RecordStore | None = None,  # old-name: AstrAI's
         window_size: None = None,
         storage_type: None = None,  # old-name: AstrAI's
@@ -312,8 +310,7 @@ class DatasetFactory:
         format: str | None = None,
         *,
         mask_alignment: MaskAlignment | str = MaskAlignment.LABELS,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
+        remote: RemoteOptions | None = None,
         load_path: _StorePath | RecordStore | None = None,  # old-name: AstrAI's
         window_size: int | None = None,
         storage_type: str | None = None,  # old-name: AstrAI's
@@ -322,8 +319,10 @@ class DatasetFactory:
 
         dpo and grpo without ``seq_len`` are record mode, as in AstrAI: a
         :class:`RecordDataset` over a store whose keys carry record offsets.
-        ``path`` may be a URL (``s3://``, ...): ``storage_options`` and ``cache_dir`` then go to
-        ``tokenloom.formats.open_store``, which reads the store from object storage.
+        ``path`` may be a URL (``s3://``, ...): ``remote`` (a RemoteOptions: endpoint, credentials,
+        ``block_cache_dir``, ...; None: the environment's settings) then goes to ``tokenloom.formats.open_store``
+        or, in record mode, ``open_records``, which read the store through the remote layer; the store keeps it
+        and pickles with it (DataLoader workers). ``remote`` for a local path or a store object is a ConfigError.
         """
         path = _astrai_name("path", path, "load_path", load_path)  # old-name
         seq_len = _astrai_name("seq_len", seq_len, "window_size", window_size)
@@ -336,19 +335,13 @@ class DatasetFactory:
                 raise ConfigError(f"{kind.value} needs window_size (seq_len): it is a token stream", field="seq_len")
             if not isinstance(path, RecordStore | str | os.PathLike):
                 raise ConfigError("record mode needs a path or a RecordStore", field="path")
-            return RecordDataset(path, kind.value)
+            return RecordDataset(path, kind.value, remote=remote)
         if isinstance(path, RecordStore):
             raise ConfigError("a RecordStore serves record mode only: drop seq_len", field="seq_len")
         try:
-            given = storage_options is not None or cache_dir is not None  # the user's keywords, made one value
-            remote = (
-                RemoteOptions.from_keywords(storage_options=storage_options, block_cache_dir=cache_dir)
-                if given
-                else None
-            )
             store = open_keyed_store(path, format, kind, remote=remote)
         except DataError as exc:
-            records = _record_store_or_none(path, kind, format)
+            records = _record_store_or_none(path, kind, format, remote)
             if records is None:
                 raise
             log.info(
@@ -359,7 +352,7 @@ class DatasetFactory:
                 kind.value,
             )
             return RecordDataset(records, kind.value)
-        if _record_store_or_none(path, kind, format) is not None:
+        if _record_store_or_none(path, kind, format, remote) is not None:
             # every key carries offsets and the keys have equal lengths: tokenloom's segmented stream and
             # AstrAI's records look alike on disk; seq_len asks for windows, but say what AstrAI would do
             log.warning(
@@ -386,13 +379,16 @@ def _astrai_name(new: str, value: Any, old: str, old_value: Any) -> Any:
     return old_value
 
 
-def _record_store_or_none(path: object, kind: TrainType, format: str | None) -> RecordStore | None:
-    """The record store at ``path`` for dpo/grpo (bin + meta.json with offsets), or None if it is not one."""
+def _record_store_or_none(
+    path: object, kind: TrainType, format: str | None, remote: RemoteOptions | None
+) -> RecordStore | None:
+    """The record store at ``path`` for dpo/grpo (bin + meta.json with offsets; a URL read with ``remote``),
+    or None if it is not one."""
     if kind not in (TrainType.DPO, TrainType.GRPO) or format not in (None, *RECORD_FORMATS):
         return None
     if not isinstance(path, str | os.PathLike):
         return None
     try:
-        return open_records(path)
+        return open_records(path, remote=remote)
     except DataError:
         return None

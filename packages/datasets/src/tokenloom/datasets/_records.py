@@ -23,7 +23,8 @@ import torch
 from torch.utils.data import Dataset
 
 from tokenloom.datasets._state import FingerprintState, settings_fingerprint
-from tokenloom.formats import TRAIN_TYPE_KEYS, ConfigError, MissingKeyError, RecordStore, open_records
+from tokenloom.datasets._stream import check_remote
+from tokenloom.formats import TRAIN_TYPE_KEYS, ConfigError, MissingKeyError, RecordStore, RemoteOptions, open_records
 
 __all__ = ["RecordDataset"]
 
@@ -42,14 +43,19 @@ def _tensor(key: str, values: np.ndarray) -> torch.Tensor:
 class RecordDataset(FingerprintState, Dataset[dict[str, Any]]):
     """dpo or grpo records of a record store (see the module docstring)."""
 
-    def __init__(self, store: RecordStore | str | os.PathLike[str], train_type: str) -> None:
+    def __init__(
+        self, store: RecordStore | str | os.PathLike[str], train_type: str, *, remote: RemoteOptions | None = None
+    ) -> None:
+        """``store``: an open record store, or its path or URL (``remote``: how a URL is read, a RemoteOptions;
+        only for a URL, kept by the store as ``store.remote`` and pickled with it)."""
+        check_remote(store, remote, in_hand="a RecordStore")
         if train_type not in ("dpo", "grpo"):
             raise ConfigError(
                 f"record mode serves dpo and grpo, not {train_type!r}",
                 field="train_type",
                 hint="seq and sft are streams: pass seq_len",
             )
-        self.store = store if isinstance(store, RecordStore) else open_records(store)
+        self.store = store if isinstance(store, RecordStore) else open_records(store, remote=remote)
         self.train_type = train_type
         self.keys = TRAIN_TYPE_KEYS[train_type]
         missing = [key for key in self.keys if key not in self.store.keys]

@@ -59,16 +59,10 @@ def check_positive(value: int, name: str) -> int:
 
 
 def _unknown_keywords(owner: str, names: list[str]) -> ConfigError:
-    """The ConfigError for keywords ``owner`` does not take (``cache_dir``: an earlier release's), listing its own."""
+    """The ConfigError for keywords ``owner`` does not take, listing its own."""
     accepted = [name for name in inspect.signature(WindowIndex.__init__).parameters if name not in ("self", "unknown")]
-    renamed = (
-        ": cache_dir is now remote=RemoteOptions(block_cache_dir=...) (the block cache of data in object storage; "
-        "the packing-plan cache of PackedDataset is plan_cache_dir=)"
-        if "cache_dir" in names
-        else ""
-    )
     return ConfigError(
-        f"{owner} does not take {', '.join(names)}{renamed}", field=names[0], hint=f"It takes {', '.join(accepted)}"
+        f"{owner} does not take {', '.join(names)}", field=names[0], hint=f"It takes {', '.join(accepted)}"
     )
 
 

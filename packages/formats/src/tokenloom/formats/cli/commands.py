@@ -122,7 +122,7 @@ def validate(
     global_batch_size: int | None = None,
     max_steps: int | None = None,
     storage_option: tuple[str, ...] = (),
-    cache_dir: Path | None = None,
+    block_cache_dir: Path | None = None,
 ) -> None:
     """Check a token dataset (or, with --curriculum, a curriculum config) and print the config snippet.
 
@@ -142,7 +142,7 @@ def validate(
     lines: list[str] = []
     dataset: TokenDataset | None = None
     try:
-        remote = remote_kwargs(path, storage_option, cache_dir)
+        remote = remote_kwargs(path, storage_option, block_cache_dir)
         if write_manifest:
             refuse_remote_output(path, "manifest write (--write-manifest)")
             if (Path(path) / MANIFEST_NAME).is_file():
@@ -229,7 +229,7 @@ def _quiet(logger: str) -> Iterator[None]:
 
 @click.command(
     epilog="\b\nExamples:\n  tokenloom inspect data/tokens --json\n  tokenloom inspect data/tokens --plot lengths.png\n"
-    "  tokenloom inspect gs://bucket/tokens --cache-dir /local/nvme/cache\n"
+    "  tokenloom inspect gs://bucket/tokens --block-cache-dir /local/nvme/cache\n"
     "  tokenloom inspect out/sft --records 3       # post-training records, trained spans highlighted"
 )
 @click.argument("path", type=PATH_OR_URL)
@@ -263,7 +263,7 @@ def inspect(
     format_name: str | None,
     dtype: str | None,
     storage_option: tuple[str, ...] = (),
-    cache_dir: Path | None = None,
+    block_cache_dir: Path | None = None,
     records: int | None = None,
     tokenizer: str | None = None,
 ) -> None:
@@ -282,7 +282,7 @@ def inspect(
         return
     with cli_errors():
         pyplot = _pyplot() if plot is not None else None
-        remote = remote_kwargs(path, storage_option, cache_dir)
+        remote = remote_kwargs(path, storage_option, block_cache_dir)
         dataset = open_dataset(path, format=format_name, dtype=dtype, validate="fast", **remote)
     facts = describe(dataset)
     lengths = dataset.doc_lengths
@@ -385,7 +385,7 @@ def convert(
     verify: bool,
     no_progress: bool,
     storage_option: tuple[str, ...] = (),
-    cache_dir: Path | None = None,
+    block_cache_dir: Path | None = None,
     **options: Any,
 ) -> None:
     """Convert a token dataset to another format, losslessly and in constant memory.
@@ -406,7 +406,7 @@ def convert(
                 if not _accepts(factory, name):  # type: ignore[arg-type]
                     raise ConfigError(f"--{name.replace('_', '-')} is not an option of the {to} writer", field=name)
                 writer_options[name] = value
-        remote = remote_kwargs(source, storage_option, cache_dir)
+        remote = remote_kwargs(source, storage_option, block_cache_dir)
         dataset = open_dataset(source, format=from_format, dtype=from_dtype, validate="fast", **remote)
         if verify:
             _verify_recorded_checksums(dataset, source, remote)

@@ -1,4 +1,4 @@
-"""What the commands share for URL inputs: a path-or-URL argument, ``--storage-option`` and ``--cache-dir``.
+"""What the commands share for URL inputs: a path-or-URL argument, ``--storage-option`` and ``--block-cache-dir``.
 
 Credentials come from the environment (AWS_*, GOOGLE_*, AZURE_*, read by obstore) or from
 ``--storage-option KEY=VALUE``; no value given here is ever printed (the dataset's summary shows
@@ -38,9 +38,9 @@ PATH_OR_URL = _PathOrURL()
 
 
 def remote_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--storage-option KEY=VALUE`` (repeatable) and ``--cache-dir DIR`` to a command."""
+    """Add ``--storage-option KEY=VALUE`` (repeatable) and ``--block-cache-dir DIR`` to a command."""
     command = click.option(
-        "--cache-dir",
+        "--block-cache-dir",
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
         help="URL input: the per-node block cache [default: $TOKENLOOM_CACHE_DIR or ~/.cache/tokenloom/remote].",
@@ -55,12 +55,12 @@ def remote_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def remote_kwargs(path: str | os.PathLike[str], storage_option: tuple[str, ...], cache_dir: Path | None) -> dict:
+def remote_kwargs(path: str | os.PathLike[str], storage_option: tuple[str, ...], block_cache_dir: Path | None) -> dict:
     """``{"remote": RemoteOptions}`` for a URL (``open_dataset``'s keyword), {} for a local path (ConfigError if
     the flags were given for one)."""
     if not is_remote_url(path):
-        if storage_option or cache_dir is not None:
-            flag = "--storage-option" if storage_option else "--cache-dir"
+        if storage_option or block_cache_dir is not None:
+            flag = "--storage-option" if storage_option else "--block-cache-dir"
             raise ConfigError(f"{flag} applies to s3://, gs://, az:// and https:// inputs only", field=flag)
         return {}
     options: dict[str, Any] = {}
@@ -84,4 +84,4 @@ def remote_kwargs(path: str | os.PathLike[str], storage_option: tuple[str, ...],
         options["client_options"] = client
     from tokenloom.formats.remote.options import RemoteOptions
 
-    return {"remote": RemoteOptions.from_keywords(storage_options=options, block_cache_dir=cache_dir)}
+    return {"remote": RemoteOptions.from_keywords(storage_options=options, block_cache_dir=block_cache_dir)}

@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,10 +52,14 @@ from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError,
 from tokenloom.formats.io.manifest import MANIFEST_NAME, Manifest, describe_files, read_manifest, write_manifest
 from tokenloom.formats.io.output import refuse_unfinished
 from tokenloom.formats.io.paths import as_path
-from tokenloom.formats.io.urls import StoredPath, is_remote_url
+from tokenloom.formats.io.urls import StoredPath
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, Part, find_meta_files
 from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
+from tokenloom.formats.keyed.registry import read_store
 from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite
+
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.options import RemoteOptions
 
 __all__ = [
     "GROUPED_KEYS",
@@ -82,6 +87,8 @@ class RecordStore:
     def __init__(self, path: Path, parts: Sequence[Part]) -> None:
         self.path = path
         self.parts = parts
+        #: how a store in object storage is read (set by :func:`open_records` for a URL; None: a local store)
+        self.remote: RemoteOptions | None = None
         self.keys = sorted(parts[0].files)
         #: keys without offsets (streams), not served as records, as AstrAI's record datasets ignore them
         self.stream_keys = sorted({key for part in parts for key in part.stream_keys})
@@ -140,20 +147,25 @@ def _record_count(part: Part, path: Path) -> int:
     return records
 
 
-def open_records(path: str | os.PathLike[str], *, validate: Validate | str = Validate.FAST) -> RecordStore:
+def open_records(
+    path: str | os.PathLike[str], *, validate: Validate | str = Validate.FAST, remote: RemoteOptions | None = None
+) -> RecordStore:
     """Open a record-mode ``.bin`` + ``meta.json`` store (see the module docstring); every key needs offsets.
 
-    ``path`` may be a URL (``s3://...``; endpoint, credentials and cache from the environment): its data files
-    are then read by blocks through the node's cache, each block checked against the manifest's hashes.
+    ``path`` may be a URL (``s3://...``): the store is then read through the remote layer
+    (:func:`tokenloom.formats.remote.opener.read_remote`) with ``remote`` (a RemoteOptions: endpoint,
+    credentials, block cache; None: the environment's settings), its data files by blocks through the node's
+    block cache, each block checked against the manifest's hashes. The store keeps ``remote`` as
+    ``store.remote`` and its URL as ``store.path``, and pickles with its block cache's settings (DataLoader
+    workers read the same objects the same way). ``remote`` for a local path is a ConfigError.
     An ``.h5`` file, or a directory of them without meta.json, opens as an HDF5 record store (:mod:`.records_h5`).
     """
     validate = as_validate(validate)
-    if is_remote_url(path):
-        from tokenloom.formats.remote.opener import read_remote
+    return read_store(path, remote, lambda root: _open_records(root, validate))
 
-        store = read_remote(path, lambda root: open_records(root, validate=validate))
-        store.path = os.fspath(path)  # type: ignore[assignment]  # the URL as given (part of a packed view's fingerprint)
-        return store
+
+def _open_records(path: str | os.PathLike[str], validate: Validate) -> RecordStore:
+    """The record store at a local path, or at the :class:`RemotePath` :func:`read_store` hands in."""
     root = as_path(path)
     if root.is_file() and root.suffix in (".h5", ".hdf5"):
         return _h5_records(root, validate)

@@ -7,15 +7,22 @@ its own, so a third party's format with a store side opens like the built-in one
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokenloom.formats._contract import StoreSpec
 from tokenloom.formats._registry import available_formats
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
+from tokenloom.formats.io.paths import as_path
+from tokenloom.formats.io.urls import is_remote_url
 from tokenloom.formats.keyed.store import KeyedStore
 
-__all__ = ["StoreFactory", "detect_store_type", "open_store", "store_spec"]
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.options import RemoteOptions
+
+__all__ = ["StoreFactory", "detect_store_type", "open_store", "read_store", "store_spec"]
+
+T = TypeVar("T")
 
 
 def _stores() -> dict[str, StoreSpec]:
@@ -37,7 +44,7 @@ def store_spec(format: str) -> StoreSpec:
 
 def detect_store_type(path: str | os.PathLike[str]) -> str:
     """The storage type of the keyed store at ``path`` (``"h5"``: .h5/.hdf5 files, ``"bin"``: meta.json)."""
-    target = Path(path)
+    target = as_path(path)  # an object-store path (open_store of a URL) stays one
     stores = _stores()
     if not target.exists():
         raise MissingFileError(f"{target.name} does not exist", path=target)
@@ -61,18 +68,46 @@ def open_store(
     format: str | None = None,
     *,
     train_type: str | None = None,
+    remote: RemoteOptions | None = None,
     **options: Any,
 ) -> KeyedStore:
     """Load the keyed store at ``path`` (backend detected unless ``format`` is given: "h5" or "bin").
 
     ``train_type`` (seq / sft / dpo / grpo) checks that its keys are present;
     ``options`` go to the store (``validate``, ``max_elements``).
+    ``path`` may be a URL (``s3://``, ``gs://``, ``az://``, ``https://``): the store is then read through the
+    remote layer (:func:`tokenloom.formats.remote.opener.read_remote`: the listing, the node's block cache, the
+    manifest's hashes) with ``remote`` (a RemoteOptions; None: the environment's settings). The store keeps
+    ``remote`` as ``store.remote`` and its URL as ``store.path``; it pickles with its block cache's settings, so
+    a DataLoader worker reads the same objects the same way. ``remote`` for a local path is a ConfigError.
     """
+    return read_store(path, remote, lambda root: _load(root, format, train_type, options))
+
+
+def _load(path: str | os.PathLike[str], format: str | None, train_type: str | None, options: dict) -> KeyedStore:
+    """The keyed store at a local path, or at the :class:`RemotePath` :func:`read_store` hands in."""
     store = store_spec(format or detect_store_type(path)).store(**options)
     store.load(path)
     if train_type is not None:
         store.require(train_type)
     return store
+
+
+def read_store(path: str | os.PathLike[str], remote: RemoteOptions | None, read: Callable[[Any], T]) -> T:
+    """``read(path)``; for a URL, ``read`` runs on its :class:`RemotePath` through the one remote layer
+    (:func:`tokenloom.formats.remote.opener.read_remote`, which names the result by the URL and gives it
+    ``remote`` as ``.remote``). ``remote`` with a local path is a ConfigError: it says how to reach object storage."""
+    if is_remote_url(path):
+        from tokenloom.formats.remote.opener import read_remote
+
+        return read_remote(path, read, remote=remote)
+    if remote is not None:
+        raise ConfigError(
+            f"remote= applies to a store in object storage (s3://, gs://, az://, https://), not to {os.fspath(path)!r}",
+            field="remote",
+            hint="Drop remote=, or pass the store's URL",
+        )
+    return read(path)
 
 
 class StoreFactory:

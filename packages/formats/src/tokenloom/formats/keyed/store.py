@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.io.dtypes import as_token_dtype, check_asked_dtype
 from tokenloom.formats.io.index_map import iter_chunks
 from tokenloom.formats.io.paths import as_path
+
+if TYPE_CHECKING:
+    from tokenloom.formats.remote.options import RemoteOptions
 
 __all__ = [
     "FLOAT_KEYS",
@@ -198,6 +201,8 @@ class KeyedStore:
         self.validate = as_validate(validate)
         self.max_elements = max_elements
         self.path: Path | None = None
+        #: how a store in object storage is read (set by ``open_store`` of a URL; None: a local store)
+        self.remote: RemoteOptions | None = None
         self._keys: list[str] = []
         self._dtypes: dict[str, np.dtype] = {}
         self._segment_lengths = np.empty(0, dtype=np.int64)

@@ -1,7 +1,7 @@
 """The cache directory's failures as named errors that name the directory and say what to do.
 
 A cache directory that is a file, or sits under one, and a symlink loop on its path are configuration
-(ConfigError, field ``cache_dir``); a directory this process may not write and a full disk are the OS
+(ConfigError, field ``block_cache_dir``); a directory this process may not write and a full disk are the OS
 refusing (StorageError, with the errno). Without this they surface as a bare ``NotADirectoryError`` or
 ``OSError: [Errno 40]`` from a ``stat`` deep in the cache, or a full disk as "the object-store client
 failed" (the block is written where the GET runs, possibly a helper process that reports an
@@ -24,7 +24,7 @@ from tokenloom.formats.io.storage import _free_mb
 
 __all__ = ["cache_dir_error", "named_cache_errors"]
 
-_SETTING = "cache_dir= (or $TOKENLOOM_CACHE_DIR)"
+_SETTING = "RemoteOptions(block_cache_dir=...) (or $TOKENLOOM_CACHE_DIR)"
 _NOT_WRITABLE = {errnos.EACCES, errnos.EPERM, errnos.EROFS}
 _FULL = {errnos.ENOSPC, errnos.EDQUOT}
 _PATH_CODES = {errnos.ENOTDIR, errnos.ELOOP, errnos.EEXIST}
@@ -85,7 +85,7 @@ def cache_dir_error(root: str | os.PathLike[str], exc: BaseException) -> DataErr
             what = "a file, not a directory"
             hint = f"Set {_SETTING} to a directory, or move the file {part} away (the cache is rebuilt from the store)"
         problem = f"the cache directory {root} cannot be used: {part} is {what}"
-        return ConfigError(problem, path=root, field="cache_dir", hint=hint)
+        return ConfigError(problem, path=root, field="block_cache_dir", hint=hint)
     if code in _NOT_WRITABLE:
         why = "is on a read-only file system" if code == errnos.EROFS else "is not writable by this process"
         detail = errnos.errorcode[code]

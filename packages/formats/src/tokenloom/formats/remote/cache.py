@@ -123,7 +123,7 @@ def fetched_bytes(root: str | os.PathLike[str], objects: dict[str, str] | None =
 
 
 class BlockCache:
-    """Blocks of remote objects in ``cache_dir`` (one GET per block per node, whatever the process count)."""
+    """Blocks of remote objects in ``block_cache_dir`` (one GET per block per node, whatever the process count)."""
 
     #: maps an unbounded cache keeps at hand: each is one of the kernel's ``vm.max_map_count`` (65,530 by
     #: default) per process, so keeping every block read mapped failed with ENOMEM after ~65,000 blocks (about
@@ -134,13 +134,13 @@ class BlockCache:
     def __init__(
         self,
         config: StoreConfig,
-        cache_dir: str | os.PathLike[str] | None = None,
+        block_cache_dir: str | os.PathLike[str] | None = None,
         block_size: int | None = None,
         limit: int | str | None = None,
     ) -> None:
         block_size = check_block_size(default_block_size() if block_size is None else block_size)
         self.config = config
-        self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.root = Path(block_cache_dir) if block_cache_dir is not None else default_cache_dir()
         self.block_size = block_size
         self._maps: OrderedDict[tuple[str, int], memoryview] = OrderedDict()
         #: bytes the cache directory may hold (None: unbounded)

@@ -76,11 +76,9 @@ def refuse_unknown(options: dict[str, Any], formats: FormatTable) -> None:
 
 
 #: keywords of RemoteOptions and its from_keywords: a store or cache setting given loose to open_dataset
-#: (read from RemoteOptions itself, so that a new setting needs no second list; ``cache_dir``: the old spelling)
-_STORE_KEYWORDS = (
-    frozenset(field.name for field in dataclasses.fields(RemoteOptions))
-    | frozenset(inspect.signature(RemoteOptions.from_keywords).parameters)
-    | {"cache_dir"}
+#: (read from RemoteOptions itself, so that a new setting needs no second list)
+_STORE_KEYWORDS = frozenset(field.name for field in dataclasses.fields(RemoteOptions)) | frozenset(
+    inspect.signature(RemoteOptions.from_keywords).parameters
 )
 
 
@@ -111,7 +109,15 @@ def open_remote(
     """
     format, dtype = options.pop("format", None), options.pop("dtype", None)
     validate = as_validate(options.pop("validate", Validate.FAST))
-    refuse_unknown(options, formats)  # storage_options=, cache_dir= (a URL's settings are remote=) or a typo
+    refuse_unknown(options, formats)  # storage_options=, block_cache_dir= (a URL's settings are remote=) or a typo
+    settings = _settings(remote)
+    dataset = _open(BlockCache.of(url, settings), format, dtype, validate, options, formats)
+    dataset.remote = settings
+    return dataset
+
+
+def _settings(remote: Any) -> RemoteOptions:
+    """``remote``, or the environment's defaults for None; ConfigError for anything but a RemoteOptions."""
     if remote is not None and not isinstance(remote, RemoteOptions):
         raise ConfigError(
             f"remote={remote!r:.80} is not a RemoteOptions",
@@ -119,10 +125,7 @@ def open_remote(
             hint="Pass remote=RemoteOptions(endpoint=..., block_cache_dir=...); a settings dict is "
             "remote=RemoteOptions.from_keywords(storage_options={...}, block_cache_dir=...)",
         )
-    settings = remote if remote is not None else RemoteOptions()
-    dataset = _open(BlockCache.of(url, settings), format, dtype, validate, options, formats)
-    dataset.remote = settings
-    return dataset
+    return remote if remote is not None else RemoteOptions()
 
 
 def _open(
@@ -163,9 +166,16 @@ def _open(
 
 def read_remote(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions | None = None) -> Any:
     """``read(path)`` run on the :class:`RemotePath` of ``url``: for readers that are not a format's dataset reader
-    (record stores). What a manifest there records is verified."""
-    cache = BlockCache.of(url, remote or RemoteOptions())
-    return _on_listing(cache, *manifest_format(cache), Validate.FAST, read)[0]
+    (keyed and record stores, through :func:`tokenloom.formats.keyed.registry.read_store`). What a manifest there
+    records is verified. The object read is named by the URL as given (``.path``, never the node's local view)
+    and keeps its options as ``.remote`` (``remote``, or the environment's defaults); it pickles with its block
+    cache's settings, so a DataLoader worker reads the same objects the same way."""
+    settings = _settings(remote)
+    cache = BlockCache.of(url, settings)
+    found = _on_listing(cache, *manifest_format(cache), Validate.FAST, read)[0]
+    found.path = os.fspath(url)
+    found.remote = settings
+    return found
 
 
 def _on_listing(

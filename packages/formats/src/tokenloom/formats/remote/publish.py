@@ -71,9 +71,11 @@ def check_apart(target: RemoteURL, sources: Iterable[object], target_name: str) 
             )
 
 
-def staging_dir(url: RemoteURL, key: object, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """``CACHE/uploads/<hash of URL>/<hash of key>``: where a dataset for ``url`` is built before upload."""
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+def staging_dir(url: RemoteURL, key: object, plan_cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``PLAN_CACHE/uploads/<hash of URL>/<hash of key>``: where a dataset for ``url`` is built before upload
+    (``plan_cache_dir``: the run's plan cache, as tokenize's and convert's ``plan_cache_dir``; None:
+    :func:`~tokenloom.formats.remote.cache.default_cache_dir`)."""
+    root = Path(plan_cache_dir) if plan_cache_dir is not None else default_cache_dir()
     url_hash = hashlib.sha256(str(url).encode()).hexdigest()[:24]
     key_hash = hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
     return root / "uploads" / url_hash / key_hash
