@@ -39,11 +39,6 @@ def test_an_intact_grpo_store_opens(tmp_path: Path) -> None:
     assert len(store) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keyed/records.py:_record_count reports the index of the grouped response (np.argmax over every "
-    "response's length) as record=; with rewards the record is the group holding that response",
-)
 def test_a_grpo_mask_length_error_names_the_record_not_the_response(tmp_path: Path) -> None:
     root = _grpo(tmp_path / "g")
     # responses offsets [0,1,2,4,7]: the third and fourth responses (both in record 1) get masks of 3 and 2

@@ -375,7 +375,8 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             path=path,
             hint="Restore the manifest, or rewrite it with tokenloom.formats.write_manifest",
         )
-    files = []
+    files: list[Any] = []
+    seen: set[str] = set()
     for i, item in enumerate(_expect(payload, "files", (list,), path)):
         entry = _plain_entry(item)
         files.append(entry if entry is not None else _file_entry(item, i, path))
@@ -392,6 +393,15 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             raise FormatError(
                 f"manifest lists a file outside the dataset: {name!r}", path=path, record=i, field="files.name"
             )
+        if name in seen:
+            raise FormatError(
+                f"manifest lists the file {name!r} twice",
+                path=path,
+                record=i,
+                field="files.name",
+                hint="The manifest was edited or damaged; restore it or re-create the dataset",
+            )
+        seen.add(name)
     optional = {"vocab_size": (int,), "eos_id": (int,), "tokenizer_fingerprint": (str,), "metadata": (dict,)}
     for key, kinds in optional.items():
         value = payload.get(key)

@@ -141,6 +141,8 @@ def _record_count(part: Part, path: Path) -> int:
         lengths, mask_lengths = np.diff(part.offsets[side]), np.diff(part.offsets[mask])
         if not np.array_equal(lengths, mask_lengths):
             bad = int(np.argmax(lengths != mask_lengths))
+            if side in GROUPED_KEYS and part.groups is not None:  # a response: its record is the group holding it
+                bad = int(np.searchsorted(part.groups, bad, side="right")) - 1
             raise ShapeMismatchError(
                 f"the {mask} key differs in length from the {side} key", path=meta, record=bad, field=mask
             )
