@@ -119,3 +119,10 @@ def test_pack_gives_the_bytes_of_tokenize_format_packed(tmp_path: Path) -> None:
     packed = pack(source, tmp_path / "p.pbin", num_workers=0)
     tokenize(TokenizeConfig(input_dir=source.parent, output_dir=tmp_path / "out", format="packed", num_workers=0))
     assert (tmp_path / "out" / "data.pbin").read_bytes() == packed.output.read_bytes()
+
+
+def test_pack_to_a_name_that_is_not_pbin_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    source = _fixed_corpus(tmp_path / "train.jsonl")
+    with pytest.raises(ConfigError, match=r"does not end in \.pbin"):
+        pack(source, tmp_path / "train.bin", num_workers=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.jsonl"]

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from tokenloom.formats import ConfigError, convert_dataset, open_dataset
+from tokenloom.formats import ConfigError, DataError, convert_dataset, open_dataset
 from tokenloom.formats.io import check_disjoint, output_lock
 from tokenloom.tokenize._config import UNIT_FORMAT, OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
@@ -110,12 +110,16 @@ def pack(
     )
     with output_lock(staging, what="--output"):
         native = run_units(config, inputs, on_progress=on_progress)
-    convert_dataset(
-        open_dataset(staging, format=UNIT_FORMAT),
-        target,
-        to="packed",
-        writer_options={"overwrite": overwrite, "legacy": legacy},
-    )
+    try:
+        convert_dataset(
+            open_dataset(staging, format=UNIT_FORMAT),
+            target,
+            to="packed",
+            writer_options={"overwrite": overwrite, "legacy": legacy},
+        )
+    except DataError:  # the target refused (not a *.pbin, not a file): leave nothing, as the old pack did
+        shutil.rmtree(staging)
+        raise
     shutil.rmtree(staging)
     summary = PackSummary(output=target, **{f.name: getattr(native, f.name) for f in fields(RunCounts)})
     summary.seconds = time.perf_counter() - started
