@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from click.testing import CliRunner
 from tokenizers import Tokenizer
 
 from tokenloom.formats import ConfigError, RecordError, open_dataset
-from tokenloom.tokenize import default_pack_path, pack
+from tokenloom.tokenize import TokenizeConfig, default_pack_path, pack, tokenize
 from tokenloom.tokenize._commands import pack as pack_command
 
 
@@ -83,3 +85,44 @@ def test_pack_with_a_corrupt_tokenizer_is_one_named_line(
     assert result.output.startswith("Error: ConfigError: ") and len(result.output.strip().splitlines()) == 1
     assert ("not valid JSON" if damage == "truncated-json" else "cannot load this tokenizer.json") in result.output
     assert not (tmp_path / "o.pbin").exists()
+
+
+#: sha256 of the .pbin ``pack`` wrote for ``_fixed_corpus`` with the shipped tokenizer before it ran through the
+#: unit pipeline (its own encode loop, commit 479a23c): the fold keeps the bytes.
+PACKED_SHA256 = {
+    False: "42963aa74ed68cf88c6369fdb348a5432e013b15e56550f764e27d7c43f5be87",
+    True: "f109aff628a2b2fadb097fe8e8036ae5f836d4a2e1203aa1f5d366b16851723a",
+}
+
+
+def _fixed_corpus(path: Path) -> Path:
+    words = ["alpha", "beta", "gamma", "délta", "εψ", "中文", "x" * 30, "", "  ", "\n"]
+    lines = []
+    for i in range(600):
+        text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(i % 37))
+        lines.append(orjson.dumps({"text": text}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_pack_bytes_are_kept(tmp_path: Path, legacy: bool) -> None:
+    source = _fixed_corpus(tmp_path / "train.jsonl")
+    summary = pack(source, legacy=legacy, num_workers=0, chunk_lines=64)
+    assert summary.output == tmp_path / "train.pbin" and summary.documents == 600
+    assert hashlib.sha256(summary.output.read_bytes()).hexdigest() == PACKED_SHA256[legacy]
+
+
+def test_pack_gives_the_bytes_of_tokenize_format_packed(tmp_path: Path) -> None:
+    source = _fixed_corpus(tmp_path / "in" / "train.jsonl")
+    packed = pack(source, tmp_path / "p.pbin", num_workers=0)
+    tokenize(TokenizeConfig(input_dir=source.parent, output_dir=tmp_path / "out", format="packed", num_workers=0))
+    assert (tmp_path / "out" / "data.pbin").read_bytes() == packed.output.read_bytes()
+
+
+def test_pack_to_a_name_that_is_not_pbin_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    source = _fixed_corpus(tmp_path / "train.jsonl")
+    with pytest.raises(ConfigError, match=r"does not end in \.pbin"):
+        pack(source, tmp_path / "train.bin", num_workers=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.jsonl"]

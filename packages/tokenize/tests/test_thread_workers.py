@@ -14,6 +14,7 @@ import pytest
 import tokenloom.tokenize._executor as executor_module
 from tokenloom.tokenize import TokenizeConfig, default_tokenizer_path, tokenize
 from tokenloom.tokenize._executor import start_encoding
+from tokenloom.tokenize._transform import transform_for
 from tokenloom.tokenize._worker import EncodeOptions
 from tokenloom.tokenize.engine import EngineMismatchError
 from tokenloom.tokenize.inputs import discover_inputs, read_chunks
@@ -85,11 +86,11 @@ def test_the_engine_decides_the_kind_of_worker(tmp_path: Path) -> None:
     with start_encoding(tokenizer, files, EncodeOptions(num_workers=2, engine="auto", **OPTIONS)) as threads:
         assert isinstance(threads.executor, ThreadPoolExecutor) and threads.encoder is not None
         assert threads.engine.name == "fast" and threads.settings.engine == "fast"
-        fast = [result.tokens for result in threads.results(chunks())]
+        fast = [result.tokens for result in transform_for(threads.settings, tokenizer, threads).encode(chunks())]
     with start_encoding(tokenizer, files, EncodeOptions(num_workers=2, engine="hf", **OPTIONS)) as processes:
         assert isinstance(processes.executor, ProcessPoolExecutor) and processes.encoder is None
         assert processes.engine.name == "hf"
-        hf = [result.tokens for result in processes.results(chunks())]
+        hf = [result.tokens for result in transform_for(processes.settings, tokenizer, processes).encode(chunks())]
     assert len(fast) == len(hf) > 5 and all(np.array_equal(a, b) for a, b in zip(fast, hf, strict=True))
 
 
@@ -125,7 +126,7 @@ def test_a_mismatch_found_on_a_thread_stops_the_run_with_the_record(
         monkeypatch.setattr(encoding.encoder, "encode_flat", broken)
         chunks = read_chunks(files, chunk_lines=5, chunk_bytes=1 << 20, max_line_bytes=1 << 20)
         with pytest.raises(EngineMismatchError, match="planted") as err:
-            list(encoding.results(chunks))
+            list(transform_for(encoding.settings, encoding.settings.tokenizer, encoding).encode(chunks))
     assert err.value.record == 3 and err.value.path == str(files[0].path)  # line 3 of the first chunk
 
 

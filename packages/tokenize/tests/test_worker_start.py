@@ -98,11 +98,11 @@ def test_workers_exit_when_their_owner_is_sigkilled(tmp_path: Path) -> None:
         owner.wait(timeout=60)
 
 
-def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
+def test_the_engine_probe_runs_in_a_worker_and_the_workers_encode_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first chunks carry the probe's sample; each worker makes the probe's choice itself, so the ids are
-    those of a one-process run, and the run's engine is the probe's."""
+    """With worker processes the probe runs in one of them (which keeps the encoder it chose); the ids are those
+    of a one-process run, and the run's engine is the probe's."""
     import typing
 
     import numpy as np
@@ -110,6 +110,7 @@ def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
 
     import tokenloom.tokenize._executor as executor_module
     from tokenloom.tokenize._executor import start_encoding
+    from tokenloom.tokenize._transform import transform_for
     from tokenloom.tokenize._worker import EncodeOptions
 
     monkeypatch.setattr(executor_module, "THREAD_WORKERS_MAX", 0)  # worker processes, as with many workers
@@ -132,12 +133,10 @@ def test_chunks_go_out_before_the_engine_probe_is_back_and_encode_the_same(
         return read_chunks(files, chunk_lines=200, chunk_bytes=1 << 20, max_line_bytes=1 << 20)
 
     with start_encoding(tokenizer, files, EncodeOptions(num_workers=2, **options)) as encoding:
-        assert encoding.chosen is None and encoding.probing is not None
-        assert encoding.settings.probe is not None and encoding.settings.engine == "auto"
-        got = [result.tokens for result in encoding.results(chunks())]
-        assert encoding.engine.name == "fast" and encoding.settings.probe is None
+        assert encoding.engine.name == "fast" and encoding.settings.engine == "fast"  # probed in a worker
+        got = [result.tokens for result in transform_for(encoding.settings, tokenizer, encoding).encode(chunks())]
     with start_encoding(tokenizer, files, EncodeOptions(num_workers=0, **options)) as reference:
-        want = [result.tokens for result in reference.results(chunks())]
+        want = [result.tokens for result in transform_for(reference.settings, tokenizer, reference).encode(chunks())]
         assert reference.engine.name == "fast"
     assert len(got) == len(want) == 15
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

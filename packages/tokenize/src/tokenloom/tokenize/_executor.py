@@ -1,4 +1,4 @@
-"""The one executor of tokenize: native, staged and pack runs all encode through it.
+"""The one executor of tokenize: every run (native, staged, pack, a tree, a unit task's driver) encodes through it.
 
     start_encoding: tokenizer facts (EOS id, vocabulary, serialized backend), EOS id, dtype, then
         fast engine possible (a Rust backend, --engine auto/fast, --num-workers <= THREAD_WORKERS_MAX):
@@ -6,10 +6,11 @@
                                              -> hf (auto fell back): worker processes, as below
         otherwise: worker processes (forked from a fork server with tokenloom imported; spawn where
             there is none; the backend handed over through a private file), the engine probe in a
-            worker while the first chunks go out
+            worker (which keeps the encoder it chose)
         --num-workers 0: everything in this process, the engine probed here
-    Encoding.results(chunks): encode_chunk on the threads or workers, results in chunk order,
+    run_ordered(chunks): encode_chunk on the threads or workers, results in chunk order,
         at most ``2 * num_workers + 2`` chunks in flight; a dead worker is a WorkerDiedError
+        (the text transform, _transform.TextTransform, calls it)
 
 Results are consumed strictly in chunk order, so the bytes never depend on the
 worker count, the kind of worker or timing.
@@ -62,7 +63,6 @@ from tokenloom.tokenize.engine import (
     MAX_FAST_ADDED_TOKENS,
     Encoder,
     Engine,
-    EngineMismatchError,
     announce_engine,
     build_fast,
     load_encoder,
@@ -110,12 +110,10 @@ class Encoding:
     settings: EncodeSettings
     info: TokenizerInfo
     dtype: np.dtype
-    chosen: EngineChoice | None
+    chosen: EngineChoice
     executor: Executor | None
     window: int
     """Chunks in flight at most: ``2 * num_workers + 2``, so memory does not grow with the input."""
-    probing: Future[EngineChoice] | None = None
-    """The engine probe running in a worker (chosen is None until it is back); see :meth:`results`."""
     encoder: Encoder | None = None
     """The encoder, when chunks are encoded in this process (threads, or ``num_workers=0``)."""
 
@@ -125,51 +123,8 @@ class Encoding:
 
     @property
     def engine(self) -> EngineChoice:
-        """The engine of this run: waits for the probe if it is still running (its errors are raised here)."""
-        chosen = self.chosen
-        if chosen is None and self.probing is not None and self.executor is not None:
-            try:
-                chosen = _result(self.probing, self.executor)
-            except BrokenProcessPool:
-                raise _worker_died(None, dict(getattr(self.executor, "_processes", None) or {})) from None
-            announce_engine(log, chosen.name, chosen.reason, tokenizer=self.settings.tokenizer)
-            object.__setattr__(self, "chosen", chosen)
-            object.__setattr__(self, "settings", _chosen_settings(self.settings, chosen))
-        if chosen is None:
-            raise RuntimeError("an Encoding without an engine choice or a probe to wait for")
-        return chosen
-
-    def results(self, chunks: Iterator[Chunk]) -> Iterator[ChunkResult]:
-        """Every chunk encoded, results in input order (see :func:`run_ordered`).
-
-        While the engine probe still runs in one worker, the first chunks go out with its sample
-        (EncodeSettings.probe) and the workers make the same choice themselves, so that encoding
-        starts without waiting for it; the probe's outcome (or error) comes before the first result.
-        """
-        if self.chosen is not None or self.probing is None:
-            yield from run_ordered(self.executor, chunks, self.settings, self.window, encoder=self.encoder)
-            return
-        ordered = run_ordered(self.executor, chunks, self.settings, self.window, now=lambda: self._current_settings())
-        try:
-            first = next(ordered, None)
-        except EngineMismatchError:
-            self.engine  # noqa: B018  (a probe that failed explains it first)
-            raise
-        self.engine  # noqa: B018
-        if first is None:
-            return
-        yield first
-        yield from ordered
-
-    def _current_settings(self) -> EncodeSettings:
-        if self.chosen is None and self.probing is not None and self.probing.done():
-            with contextlib.suppress(Exception):  # its error is raised by results()
-                self.engine  # noqa: B018
-        return self.settings
-
-
-def _chosen_settings(settings: EncodeSettings, choice: EngineChoice) -> EncodeSettings:
-    return dataclasses.replace(settings, engine=choice.name, probe=None)
+        """The engine of this run (hf or fast), chosen by the probe when the encoder started."""
+        return self.chosen
 
 
 @contextlib.contextmanager
@@ -230,15 +185,14 @@ def start_encoding(tokenizer: str, files: list[InputFile], options: EncodeOption
             settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
             yield Encoding(settings, info, dtype, choice, executor, window, encoder=encoder)
             return
-        if executor is not None and serialized is not None:  # a worker probes while the first chunks go out
+        if executor is not None and serialized is not None:  # a worker probes (and keeps the encoder it chose)
             probing = executor.submit(probe_in_worker, settings.tokenizer, engine, sample, verify_fraction)
-            settings = dataclasses.replace(
-                settings, engine=engine, verify_fraction=verify_fraction, probe=tuple(sample)
-            )
-            yield Encoding(settings, info, dtype, None, executor, window, probing)
-            return
-        # worker processes for a tokenizer without a Rust backend (a slow one, described by a child): no fast engine
-        choice = choose_engine(settings.tokenizer, engine, sample, verify_fraction)
+            try:
+                choice = _result(probing, executor)
+            except BrokenProcessPool:
+                raise _worker_died(None, dict(getattr(executor, "_processes", None) or {})) from None
+        else:  # worker processes for a tokenizer without a Rust backend (described by a child): no fast engine
+            choice = choose_engine(settings.tokenizer, engine, sample, verify_fraction)
         announce_engine(log, choice.name, choice.reason, tokenizer=settings.tokenizer)
         settings = dataclasses.replace(settings, engine=choice.name, verify_fraction=verify_fraction)
         yield Encoding(settings, info, dtype, choice, executor, window)
@@ -474,12 +428,10 @@ def run_ordered(
     settings: EncodeSettings,
     window: int,
     *,
-    now: Callable[[], EncodeSettings] | None = None,
     encoder: Encoder | None = None,
 ) -> Iterator[ChunkResult]:
     """encode_chunk over ``chunks``, results in input order, at most ``window`` in flight.
 
-    ``now``: the settings to send with the next chunk (they change once the engine probe is back).
     ``encoder``: the run's encoder for threads of this process (never sent to a worker process).
     """
     if executor is None:
@@ -492,7 +444,7 @@ def run_ordered(
     chunk: Chunk | None = None
     try:
         for chunk in chunks:
-            pending.append((chunk, executor.submit(encode_chunk, chunk, settings if now is None else now(), *extra)))
+            pending.append((chunk, executor.submit(encode_chunk, chunk, settings, *extra)))
             workers.update(getattr(executor, "_processes", None) or {})
             if len(pending) >= window:
                 yield _result(pending.popleft()[1], executor)

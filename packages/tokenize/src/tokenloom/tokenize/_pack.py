@@ -1,30 +1,36 @@
 """``tokenloom pack``: one jsonl file -> one Modalities packed data file (.pbin).
 
 Modalities' ``create_packed_data``: every document's tokens followed by the EOD
-token, in file order, in a single ``.pbin`` written by the formats packed writer
-(nothing is visible under the final name until it is complete). The same
-workers, chunking and bad-record handling as ``tokenize``; no windowing (a
-``.pbin`` has no overlap-prefix field) and no resume (one file, written at once).
+token, in file order, in a single ``.pbin``. A front end of the one pipeline,
+as ``tokenize --format packed`` is (:mod:`._staged`):
+
+    FILE -> a plan of one input (_plan.RunInputs) -> run_units into OUTPUT.native-staging
+         (resumable unit by unit, the same executor, bad-record handling and progress as tokenize)
+         -> convert_dataset into OUTPUT (the formats packed writer: nothing under the final name
+            until it is complete) -> the staging directory removed
+
+No windowing (a ``.pbin`` has no overlap-prefix field). A rerun after a kill resumes
+after the staging run's committed units.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from tokenloom.formats import ConfigError, RecordError, open_writer
-from tokenloom.formats.io import check_disjoint
-from tokenloom.tokenize._config import OnError, default_num_workers
-from tokenloom.tokenize._executor import start_encoding
-from tokenloom.tokenize._plan import check_tokenizer_files
-from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, RunCounts, report_progress
-from tokenloom.tokenize._tokenizer import default_tokenizer_path
-from tokenloom.tokenize._worker import EncodeOptions
+from tokenloom.formats import ConfigError, DataError, convert_dataset, open_dataset
+from tokenloom.formats.io import check_disjoint, output_lock
+from tokenloom.tokenize._config import UNIT_FORMAT, OnError, TokenizeConfig, default_num_workers
+from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
+from tokenloom.tokenize._staged import STAGING_SUFFIX
+from tokenloom.tokenize._summary import ProgressCallback, RunCounts
+from tokenloom.tokenize._tokenizer import default_tokenizer_path, fingerprint
+from tokenloom.tokenize._units import run_units
 from tokenloom.tokenize.engine import DEFAULT_VERIFY_FRACTION, Engine
-from tokenloom.tokenize.inputs import InputFile, input_suffixes, read_chunks
+from tokenloom.tokenize.inputs import InputFile, input_suffixes
 
 __all__ = ["PackSummary", "default_pack_path", "pack"]
 
@@ -59,7 +65,7 @@ def pack(
     chunk_bytes: int = 4 << 20,
     engine: Engine | str = Engine.AUTO,
     verify_fraction: float = DEFAULT_VERIFY_FRACTION,
-    on_progress: Callable[[int, int, int], None] | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> PackSummary:
     """Tokenize ``input_file`` into the packed file ``output`` (default: beside it, ``.pbin``)."""
     started = time.perf_counter()
@@ -70,61 +76,51 @@ def pack(
             path=source,
             hint="Pass the file to pack",
         )
-    on_error = OnError(on_error)
     workers = default_num_workers() if num_workers is None else num_workers
     if workers < 0:
         raise ConfigError(f"num_workers is {workers}, expected >= 0", field="num_workers")
     target = Path(output) if output is not None else default_pack_path(source)
+    staging = target.with_name(target.name + STAGING_SUFFIX)
     name = tokenizer or str(default_tokenizer_path())
-    check_disjoint([target], [source, *([Path(name)] if Path(name).exists() else [])], target_name="--output")
+    check_disjoint([target, staging], [source, *([Path(name)] if Path(name).exists() else [])], target_name="--output")
     if Path(name).is_dir():
         check_tokenizer_files(Path(name))  # a corrupt tokenizer.json: a ConfigError naming it, not a parser traceback
+    if (target.exists() or target.is_symlink()) and not overwrite:  # the packed writer's refusal, before encoding
+        raise ConfigError(
+            f"{target.name} exists",
+            path=target,
+            hint="Choose a new path or pass --overwrite (overwrite=True in Python)",
+        )
     stat = source.stat()
-    files = [InputFile(path=source, relative=source.name, size=stat.st_size, mtime_ns=stat.st_mtime_ns)]
-    summary = PackSummary(output=target)
-    options = EncodeOptions(
+    inputs = RunInputs(name, fingerprint(name), [InputFile(source, source.name, stat.st_size, stat.st_mtime_ns)])
+    config = TokenizeConfig(
+        input_dir=source.parent,
+        output_dir=staging,
+        tokenizer=name,
         num_workers=workers,
-        eos_id=eos_id,
         text_field=text_field,
+        on_error=OnError(on_error),
+        eos_id=eos_id,
+        max_line_bytes=max_line_bytes,
+        chunk_lines=chunk_lines,
+        chunk_bytes=chunk_bytes,
         engine=str(engine),
         verify_fraction=verify_fraction,
-        max_line_bytes=max_line_bytes,
+        overwrite=overwrite,  # a leftover staging run of other settings is replaced, not resumed
     )
-    with start_encoding(name, files, options) as encoding:
-        summary.engine, summary.engine_reason = encoding.engine.name, encoding.engine.reason
-        chunks = read_chunks(
-            files,
-            chunk_lines=chunk_lines,
-            chunk_bytes=chunk_bytes,
-            max_line_bytes=max_line_bytes,
-            text_field=text_field,
-        )
-        with open_writer(
+    with output_lock(staging, what="--output"):
+        native = run_units(config, inputs, on_progress=on_progress)
+    try:
+        convert_dataset(
+            open_dataset(staging, format=UNIT_FORMAT),
             target,
-            format="packed",
-            dtype=encoding.dtype,
-            vocab_size=encoding.info.vocab_size,
-            eos_id=encoding.eos_id,
-            legacy=legacy,
-            overwrite=overwrite,
-        ) as writer:
-            for result in encoding.results(chunks):
-                for issue in result.issues:
-                    if on_error is OnError.RAISE:
-                        raise RecordError(issue.message, path=source, record=issue.line, field=issue.kind.value)
-                    count = summary.skipped.get(issue.kind.value, 0) + 1
-                    summary.skipped[issue.kind.value] = count
-                    if count <= EXAMPLES_PER_KIND:
-                        summary.examples.append(f"{source}:{issue.line}: {issue.kind.value}: {issue.message}")
-                writer.add_batch(result.tokens, result.lengths)
-                summary.documents += result.documents
-                summary.tokens += len(result.tokens)
-                summary.bytes_read += result.source_bytes
-                summary.text_bytes += result.num_bytes
-                report_progress(
-                    on_progress, result.documents, len(result.tokens), result.source_bytes, result.num_bytes
-                )
+            to="packed",
+            writer_options={"overwrite": overwrite, "legacy": legacy},
+        )
+    except DataError:  # the target refused (not a *.pbin, not a file): leave nothing, as the old pack did
+        shutil.rmtree(staging)
+        raise
+    shutil.rmtree(staging)
+    summary = PackSummary(output=target, **{f.name: getattr(native, f.name) for f in fields(RunCounts)})
     summary.seconds = time.perf_counter() - started
-    summary.dtype = encoding.dtype.name
-    summary.eos_id = encoding.eos_id
     return summary

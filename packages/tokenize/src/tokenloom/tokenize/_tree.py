@@ -17,19 +17,19 @@ and every leaf opens with ``open_dataset``, so ``eval-broadcast``'s PathEvalSour
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenloom.formats import ConfigError
 from tokenloom.tokenize._config import Layout, TokenizeConfig
-from tokenloom.tokenize._executor import run_ordered, start_encoding
+from tokenloom.tokenize._executor import start_encoding
 from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._summary import ProgressCallback
+from tokenloom.tokenize._transform import transform_for
 from tokenloom.tokenize._unit_files import UnitFacts, UnitPlan
 from tokenloom.tokenize._unit_work import Session, UnitWriter, encode_units, pending_units
-from tokenloom.tokenize._worker import ChunkResult, EncodeSettings
-from tokenloom.tokenize.inputs import Chunk, InputFile
+from tokenloom.tokenize.inputs import InputFile
 
 __all__ = ["Leaf", "TreeDataset", "datasets_of", "encode_groups", "first_units", "leaves_of"]
 
@@ -173,14 +173,11 @@ def encode_groups(
         for targets, mine in zip(per_leaf, pending, strict=True):
             if not mine:
                 continue
-            leaf = settings if len(targets) > 1 else encoding.settings
-
-            def encode(chunks: Iterator[Chunk], leaf: EncodeSettings = leaf) -> Iterator[ChunkResult]:
-                return run_ordered(encoding.executor, chunks, leaf, encoding.window, encoder=encoding.encoder)
+            text = transform_for(settings if len(targets) > 1 else encoding.settings, inputs.tokenizer, encoding)
 
             def writers(unit: int, targets: list[TreeDataset] = targets) -> list[UnitWriter]:
                 return [UnitWriter(t.out, options, unit, t.plan.units[unit], facts, t.plan.digest) for t in targets]
 
             sources = [targets[0].plan.units[u] for u in mine]
-            encode_units(options, sources, mine, encode, writers, session, on_progress, on_commit)
+            encode_units(options, sources, mine, text.encode, writers, session, on_progress, on_commit)
     return session

@@ -7,7 +7,6 @@ A unit is written the same way by the local pool and by a unit task: the same lo
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +23,7 @@ from tokenloom.tokenize._plan import RunInputs
 from tokenloom.tokenize._ray import Upload, ray_tasks, run_unit_task
 from tokenloom.tokenize._shards import ShardCutter
 from tokenloom.tokenize._summary import EXAMPLES_PER_KIND, ProgressCallback, TokenizeSummary, report_progress
+from tokenloom.tokenize._transform import transform_for, unit_line
 from tokenloom.tokenize._unit_files import (
     Counts,
     Nodes,
@@ -37,9 +37,9 @@ from tokenloom.tokenize._unit_files import (
     remove_unit_temps,
     unit_stem,
 )
-from tokenloom.tokenize._worker import ChunkResult, EncodeSettings, encode_chunk
+from tokenloom.tokenize._worker import ChunkResult, EncodeSettings
 from tokenloom.tokenize.engine import EngineMismatchError
-from tokenloom.tokenize.inputs import ByteRange, Chunk, UnitSource, lines_before, local_path, read_chunks
+from tokenloom.tokenize.inputs import Chunk, UnitSource, read_chunks
 
 __all__ = [
     "IN_PLACE",
@@ -51,7 +51,6 @@ __all__ = [
     "encode_units",
     "pending_units",
     "run_unit_tasks",
-    "unit_line",
     "write_text_unit",
 ]
 
@@ -272,8 +271,7 @@ def write_text_unit(
     def writers(unit: int) -> list[UnitWriter]:
         return [UnitWriter(config.output_dir, options, unit, source, facts, plan)]
 
-    encode_units(options, [source], [unit], lambda chunks: (encode_chunk(c, settings) for c in chunks), writers,
-                 session, None)  # fmt: skip
+    encode_units(options, [source], [unit], transform_for(settings, settings.tokenizer).encode, writers, session, None)
     session.bytes_read = source.file.size if source.part is None else session.counts.input_bytes
     return session
 
@@ -321,21 +319,6 @@ def _pooled(
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-
-
-def unit_line(source: UnitSource, line: int) -> int:
-    """A line number in the file: a byte-range unit numbers its lines from 1 at its start.
-
-    The prefix is counted only for a bad record: the common path never reads it."""
-    part = source.part
-    if line <= 0 or not isinstance(part, ByteRange) or part.start == 0:
-        return line
-    return _lines_before(local_path(source.file), part.start) + line
-
-
-@functools.lru_cache(maxsize=16)
-def _lines_before(path: Path, start: int) -> int:
-    return lines_before(path, start)
 
 
 def pending_units(out: Path, nodes: Nodes, plan: UnitPlan, first: int = 0) -> list[int]:

@@ -85,7 +85,7 @@ class EncodeSettings:
     overlap_size: int
     dtype: str
     engine: str = Engine.HF.value
-    """The engine chosen before the run (hf or fast); with ``probe``, the engine asked for (auto, hf, fast)."""
+    """The engine chosen before the run (hf or fast)."""
     verify_fraction: float = DEFAULT_VERIFY_FRACTION
     """fast: the fraction of documents re-encoded with hf and compared."""
     windowing: str = Windowing.TOKENLOOM.value
@@ -97,10 +97,6 @@ class EncodeSettings:
     """--val-fraction: documents whose seeded hash falls below this fraction go to the validation split."""
     val_seed: int = 0
     """The seed of that hash (--seed)."""
-    probe: tuple[str, ...] | None = None
-    """The engine probe's input sample, while the probe's own result is not back yet: a worker then makes the
-    same choice itself (load_encoder is a pure function of the tokenizer, the engine asked for and these texts),
-    so chunks need not wait for the probe."""
 
 
 @dataclass(slots=True)
@@ -225,8 +221,8 @@ def probe_in_worker(tokenizer: str, engine: str, sample: list[str], verify_fract
 
 
 def _cached_encoder(tokenizer: str, engine: str, verify_fraction: float, probe: tuple[str, ...] | None) -> Encoder:
-    """This worker's encoder: built once per tokenizer and engine, or per probe sample (the same sample gives
-    the same choice, so a chunk sent before the probe's result makes it here too; EncodeSettings.probe)."""
+    """This worker's encoder: built once per tokenizer and engine, or per probe sample (probe_in_worker; the
+    encoder it chose is kept for the engine's chunks)."""
     engine_key = engine if probe is None else f"probe:{engine}:{len(probe)}:{hash(probe)}"
     encoder = _ENCODERS.get((tokenizer, engine_key, verify_fraction))
     if encoder is None:
@@ -317,7 +313,7 @@ def encode_chunk(chunk: Chunk, settings: EncodeSettings, encoder: Encoder | None
     if texts:
         try:
             if encoder is None:  # a pool worker builds its own once
-                encoder = _cached_encoder(settings.tokenizer, settings.engine, settings.verify_fraction, settings.probe)
+                encoder = _cached_encoder(settings.tokenizer, settings.engine, settings.verify_fraction, None)
             flat, offsets = encoder.encode_flat(texts)
         except EngineMismatchError as exc:
             record = text_lines[exc.record] if exc.record is not None and exc.record < len(text_lines) else None
