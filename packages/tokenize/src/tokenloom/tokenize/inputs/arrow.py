@@ -38,7 +38,7 @@ class ArrowRows:
                 try:
                     self._scan_file()
                 except _LateDictionary:  # a batch alone would decode with the wrong dictionary: pyarrow reads all
-                    self._read_whole()
+                    self._whole = self._read_whole()
         except (OSError, ValueError, struct.error, pa.ArrowException) as exc:
             raise unreadable(ARROW, "a record batch", exc, self._shown, 1) from None
         if self._whole is not None:
@@ -46,17 +46,16 @@ class ArrowRows:
         else:
             self.units = [rows for _, _, rows, _ in self._batches]
 
-    def _read_whole(self) -> None:
+    def _read_whole(self) -> list[Any]:
         """Every batch through pyarrow's own reader (a file whose dictionaries change between batches)."""
         self._file.seek(0)
         head = self._file.read(6)
         self._file.seek(0)
         reader = self._pa.ipc.open_file(self._file) if head == FILE_MAGIC else self._pa.ipc.open_stream(self._file)
-        if head == FILE_MAGIC:
-            self._whole = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        else:
-            self._whole = list(reader)
         self.schema = reader.schema
+        if head == FILE_MAGIC:
+            return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        return list(reader)
 
     def _open(self) -> AbstractContextManager[BinaryIO]:
         """The source (a file object, kept open by its owner) or the file at its path, open while in use."""
