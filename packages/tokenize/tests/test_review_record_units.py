@@ -53,20 +53,10 @@ def test_raise_names_the_bad_record_from_a_pool_worker(tmp_path: Path, chat_toke
     assert not (out / "meta.json").exists() and not (out / SIDECAR_NAME).exists()
 
 
-TRUNCATED_UNIT = (
-    "_unit_records.py:_merge copies each committed unit's <key>.bin (shutil.copyfileobj, ~line 290) without checking "
-    "its size against the unit's meta (shape x dtype); publish_records then removes every unit store and done marker "
-    "(~line 259) and puts meta.json in place (~line 265) before write_record_manifest (~line 266) finds the damage: "
-    "observed TruncatedError naming OUT/position_ids.bin (the merged file), unit stores gone, meta.json published "
-    "beside the writing marker; expected a named error for the damaged unit store before the merge, nothing published"
-)
-
-
 @pytest.mark.parametrize(
     "damage",
-    [pytest.param("truncated_bin", marks=pytest.mark.xfail(strict=True, reason=TRUNCATED_UNIT)), "bad_marker",
-     "missing_unit_meta"],
-)  # fmt: skip
+    ["truncated_bin", "bad_marker", "missing_unit_meta"],
+)
 def test_a_damaged_committed_unit_is_named_at_publish_never_merged(
     damage: str, tmp_path: Path, chat_tokenizer_dir
 ) -> None:

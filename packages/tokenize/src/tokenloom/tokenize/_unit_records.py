@@ -275,6 +275,9 @@ def _merge(out: Path, plan: UnitPlan, config: TokenizeConfig, tokenizer: str) ->
     MERGED_META (MERGED_H5)."""
     units = [_read_done(out, u, plan.digest) for u in range(len(plan.units))]
     keys = sorted({key for unit in units for key in unit["meta"]})
+    for u, unit in enumerate(units):  # every unit store whole before a byte is merged
+        for key in keys:
+            _unit_entry(out, u, unit, key, None)
     meta: dict[str, Any] = {}
     h5 = _merge_h5(out, units, keys) if _one_file(config) else None
     for key in keys if h5 is None else ():
@@ -321,6 +324,17 @@ def _unit_entry(out: Path, u: int, unit: dict[str, Any], key: str, dtype: str | 
         raise FormatError(f"unit {u}'s record store has no key {key!r}", path=unit_store(out, u))
     if entry is not None and dtype is not None and entry["dtype"] != dtype:
         raise FormatError(f"unit {u} stores {key} as {entry['dtype']}, unit 0 as {dtype}", path=out)
+    if entry is not None:  # checked before any byte is merged, as a text unit's shards are
+        part = unit_store(out, u) / f"{key}.bin"
+        size = int(entry["offsets"][-1]) * np.dtype(entry["dtype"]).itemsize
+        found = part.stat().st_size if part.is_file() else None
+        if found != size:
+            raise ResumeMismatchError(
+                f"{part.name} of committed unit {u} is missing or has changed ({size} bytes recorded, "
+                f"{'none' if found is None else found} found)",
+                path=part,
+                hint=f"Delete {done_path(out, u).name} and rerun the node that owns unit {u}",
+            )
     return entry
 
 
