@@ -7,7 +7,8 @@ arguments. Anywhere else in ``packages/*/src`` and ``src``, a comparison (``==``
 "bin-meta"``) or a ``click.Choice`` list with one of those names as a string literal is a violation, and so is
 a comparison with a module constant (of the same module, or imported from a tokenloom module) that holds a
 literal tuple, list or set of them (``name in _NAMES``): ask the spec (``available_formats()[name]``:
-``output_name``, ``owns_file``, ``unit_shards``, ``dtypes``...) instead. Passing a name (``format="native"``) or a default is fine.
+``output_name``, ``owns_file``, ``unit_shards``, ``dtypes``...) instead. Passing a name (``format="native"``)
+or a default is fine.
 """
 
 from __future__ import annotations
