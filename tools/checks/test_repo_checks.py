@@ -278,3 +278,50 @@ def test_a_format_name_branch_outside_the_format_folders_is_caught(repo: Path) -
 
 def test_this_repo_branches_on_no_format_name_outside_the_format_folders() -> None:
     assert repo_checks.check_format_branches(Path(__file__).resolve().parents[2]) == []
+
+
+def test_format_names_in_conditionals_constants_and_choices_are_caught(repo: Path) -> None:
+    make_package(repo, "formats", [], {})
+    folder = repo / "packages" / "formats" / "src" / "tokenloom" / "formats" / "toy"
+    folder.mkdir()
+    (folder / "__init__.py").write_text('SPEC = FormatSpec("toy", "d", None, None)\nSPEC2 = StoreSpec("bag")\n')
+    (folder / "names.py").write_text('KINDS = ("toy", "bag")\n')  # the folder's own knowledge: asking it is fine
+    upper = repo / "packages" / "upper" / "src" / "tokenloom" / "upper"
+    (upper / "names.py").write_text('NAMES = ("toy", "bag")\nOTHER = ("a", "b")\n')
+    (upper / "use.py").write_text(
+        "import click\n"
+        "from tokenloom.upper.names import NAMES, OTHER\n"
+        "from tokenloom.formats.toy.names import KINDS\n"
+        "LOCAL = {'bag', 'x'}\n"
+        "x = 1\n"
+        "f = 'toy' if x else 'other'\n"  # 6: a conditional expression
+        "a = x in NAMES\n"  # 7: an imported constant of literal names
+        "b = x not in LOCAL\n"  # 8: a module constant
+        "c = x in OTHER or x in KINDS\n"  # no format name / the folder's own constant
+        "d = click.Choice(['npy', 'bag'])\n"  # 10: a click.Choice list
+        "e = click.Choice(KINDS)\n"
+    )
+    assert sorted({line for _, line, _ in repo_checks.check_format_branches(repo)}) == [6, 7, 8, 10]
+
+
+def test_importlib_and_lazy_export_tables_close_a_cycle(repo: Path) -> None:
+    base_module(
+        repo,
+        "_reg.py",
+        "import importlib\nFOLDERS = ('fold',)\ndef load():\n"
+        "    for f in FOLDERS:\n        importlib.import_module(f'tokenloom.base.{f}')\n",
+    )
+    base_module(repo, "fold.py", "from tokenloom.base._reg import load\n")
+    violations = repo_checks.check_cycles(repo)
+    assert len(violations) == 1 and "_reg (line 5) -> fold (line 1) -> _reg" in violations[0].message
+    base_module(repo, "_reg.py", "X = 1\n")
+    assert repo_checks.check_cycles(repo) == []
+    (repo / "packages" / "base" / "src" / "tokenloom" / "base" / "__init__.py").write_text(
+        "_MOD = 'tokenloom.base._impl'\n"
+        "_EXPORTS = {'a': 'tokenloom.base.fold', **dict.fromkeys(['b'], _MOD),\n"
+        "            **{s: f'tokenloom.base.{s}' for s in ('_lazy',)}}\n"
+        "__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), [])\n"
+    )
+    base_module(repo, "_lazy.py", "from tokenloom.base import X\n")
+    violations = repo_checks.check_cycles(repo)
+    assert len(violations) == 1 and "tokenloom.base (line 4) -> _lazy (line 1)" in violations[0].message

@@ -28,6 +28,7 @@ from tokenloom.formats import (
     RecordError,
     ResourceLimitError,
     ShapeMismatchError,
+    StoreFactory,
     TokenRangeError,
     TruncatedError,
     UnsafePathError,
@@ -37,7 +38,6 @@ from tokenloom.formats import (
     open_store,
     open_writer,
 )
-from tokenloom.formats.keyed import StoreFactory
 
 if os.environ.get("TOKENLOOM_ISOLATED_ENV") == "formats":
     import h5py  # the formats tox env installs the h5 extra: these tests must not skip there

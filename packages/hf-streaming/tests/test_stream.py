@@ -150,7 +150,7 @@ def test_rows_match_hugging_face_streaming(corpus, tokenizer_dir):
     from tokenloom.hf_streaming._blocks import Reading, read_blocks
     from tokenloom.hf_streaming._units import Layout, enumerate_units, file_sources
 
-    sources = file_sources(corpus, "json")
+    sources = file_sources(corpus)
     units = enumerate_units(sources, Layout())
     ours: dict[str, list[str]] = {}
     for unit in units:

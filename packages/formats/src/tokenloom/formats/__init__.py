@@ -34,15 +34,14 @@ from tokenloom.formats.io.progress import ProgressCallback
 if TYPE_CHECKING:
     from tokenloom.formats._buckets import open_buckets
     from tokenloom.formats._convert import ConvertResult, convert_dataset
+    from tokenloom.formats._stores import StoreFactory, detect_store_type, open_store
     from tokenloom.formats.keyed import (
         OPTIONAL_TRAIN_TYPE_KEYS,
         TRAIN_TYPE_KEYS,
         KeyedStore,
         RecordStore,
         RecordStoreWriter,
-        detect_store_type,
         open_records,
-        open_store,
     )
     from tokenloom.formats.remote.options import RemoteOptions
 
@@ -53,6 +52,7 @@ _EXPORTS = {
     "ConvertResult": "tokenloom.formats._convert",
     "convert_dataset": "tokenloom.formats._convert",
     "open_buckets": "tokenloom.formats._buckets",
+    **dict.fromkeys(["StoreFactory", "detect_store_type", "open_store"], "tokenloom.formats._stores"),
     "RemoteOptions": "tokenloom.formats.remote.options",
     **dict.fromkeys(
         [
@@ -61,9 +61,7 @@ _EXPORTS = {
             "KeyedStore",
             "RecordStore",
             "RecordStoreWriter",
-            "detect_store_type",
             "open_records",
-            "open_store",
         ],
         _KEYED,
     ),
@@ -83,6 +81,7 @@ __all__ = [
     "RemoteOptions",
     "RecordStoreWriter",
     "Shard",
+    "StoreFactory",
     "StoreSpec",
     "TokenDataset",
     "TokenReader",

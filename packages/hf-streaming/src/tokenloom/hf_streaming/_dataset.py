@@ -195,7 +195,7 @@ class StreamingHuggingFaceDataset(Resumable, IterableDataset):
         )
         if local:
             files = resolve_files(load_kwargs["data_files"], split, self._access)
-            self._sources = file_sources(files, dataset_name, self._access)
+            self._sources = file_sources(files, self._access)
             data = [(os.path.basename(s.path), s.size, list(s.row_groups)) for s in self._sources]
             if all(s.size == 0 for s in self._sources) or (
                 all(s.rows for s in self._sources) and not any(sum(s.row_groups) for s in self._sources)

@@ -26,11 +26,10 @@ from tokenloom.hf_streaming._remote import RangeReader, expand_remote, is_remote
 from tokenloom.tokenize.inputs import (
     Cut,
     InputReader,
-    claimed_format,
     format_named,
     input_suffixes,
-    readers,
     sniff,
+    sniff_file,
 )
 
 __all__ = [
@@ -113,16 +112,13 @@ class Layout:
         return cls(unit_bytes=int(data["unit_bytes"]), split=int(data["split"]), stride=int(data["stride"]))
 
 
-def _reader_of(path: str, builder: str) -> InputReader:
-    """A local file's reader by its magic bytes (its suffix must agree); a remote one's by its name."""
-    if builder == "parquet":
-        return format_named("parquet")
-    if not is_remote_source(path):
+def _reader_of(path: str, remote: ObjectInfo | None, access: RemoteOptions) -> InputReader:
+    """A file's reader by its magic bytes, its suffix cross-checked (the input room's one rule); a remote
+    object's first and last bytes come by ranged reads."""
+    if remote is None:
         return sniff(Path(path))
-    lower = path.lower()
-    ends = [(r, "." + s.rsplit(".", 1)[-1]) for r in readers() if r.magic for s in r.suffixes]
-    fallback = next((r for r, end in ends if lower.endswith(end)), None)  # data.gz, data.zst
-    return claimed_format(lower) or fallback or format_named("jsonl")
+    with RangeReader(remote, access) as handle:
+        return sniff_file(handle, path.rsplit("/", 1)[-1], path)
 
 
 def data_suffixes() -> tuple[str, ...]:
@@ -167,12 +163,12 @@ def resolve_files(data_files: Any, split: str, access: RemoteOptions | None = No
     return files
 
 
-def file_sources(files: list[str], builder: str, access: RemoteOptions | None = None) -> list[Source]:
-    """Each file's kind, size and parquet row groups; a remote object's size and ETag from one HEAD."""
+def file_sources(files: list[str], access: RemoteOptions | None = None) -> list[Source]:
+    """Each file's kind (by its content), size and row groups; a remote object's size and ETag from one HEAD."""
     sources = []
     for path in files:
-        reader = _reader_of(path, builder)
         remote = stat_remote(path, access or RemoteOptions()) if is_remote_source(path) else None
+        reader = _reader_of(path, remote, access or RemoteOptions())
         source = Source(
             kind=reader.name,
             path=path,
@@ -266,19 +262,20 @@ def unit_sizes(units: list[Unit], sources: list[Source]) -> list[int]:
 
 
 def open_rows(source: Source) -> Any:
-    """The source's RowFile: local, or over ranged reads (a parquet footer read once per process, by URL and
-    ETag: a row group then costs one ranged GET)."""
+    """The source's RowFile: local, or over ranged reads with the reader's own remote open options (what an
+    open leaves ``reusable``, parquet's footer, is kept per process by URL and ETag and handed back)."""
     reader = source.reader
     if source.remote is None:
         return reader.open(source.path)
-    key = (source.remote.url, source.remote.etag)
-    options = {"metadata": _FOOTERS.get(key), "pre_buffer": True} if reader.cut is Cut.ROW_GROUPS else {}
-    rows = reader.open(RangeReader(source.remote, source.access or RemoteOptions()), shown=source.path, **options)
-    if options and options["metadata"] is None:
-        if len(_FOOTERS) >= 256:
-            _FOOTERS.pop(next(iter(_FOOTERS)))
-        _FOOTERS[key] = rows.metadata
+    key = (source.remote.url, source.remote.etag, reader.name)  # one reader's footer is not another's
+    handle = RangeReader(source.remote, source.access or RemoteOptions())
+    rows = reader.open_remote(handle, shown=source.path, reuse=_REUSE.get(key))
+    reusable = getattr(rows, "reusable", None)
+    if reusable is not None and key not in _REUSE:
+        if len(_REUSE) >= 256:
+            _REUSE.pop(next(iter(_REUSE)))
+        _REUSE[key] = reusable
     return rows
 
 
-_FOOTERS: dict[tuple[str, str], Any] = {}
+_REUSE: dict[tuple[str, str, str], Any] = {}

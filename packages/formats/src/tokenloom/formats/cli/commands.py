@@ -14,18 +14,18 @@ import orjson
 
 from tokenloom.formats._convert import DEFAULT_CHUNK_TOKENS, _accepts, convert_dataset
 from tokenloom.formats._dataset import TokenDataset
-from tokenloom.formats._registry import open_dataset, writer_spec
+from tokenloom.formats._registry import available_formats, open_dataset, writer_spec
 from tokenloom.formats.cli.deep import deep_open
 from tokenloom.formats.cli.group import cli_errors, option
 from tokenloom.formats.cli.remote_options import PATH_OR_URL, remote_kwargs, remote_options
 from tokenloom.formats.cli.summary import config_snippet, describe, length_percentiles
 from tokenloom.formats.errors import ConfigError, DataError
+from tokenloom.formats.flat import FILE_FORMATS
 from tokenloom.formats.io.manifest import MANIFEST_NAME, add_block_hashes, read_manifest
 from tokenloom.formats.io.optional import require
 from tokenloom.formats.io.safety import dataset_inputs, unlisted_files
 from tokenloom.formats.io.storage import check_readable
 from tokenloom.formats.io.urls import refuse_remote_output
-from tokenloom.formats.keyed import RECORD_FORMATS
 from tokenloom.formats.keyed.records import is_record_store, open_records, write_record_manifest
 from tokenloom.formats.keyed.store import TOKEN_KEYS
 from tokenloom.formats.native.writer import adopt_native
@@ -165,7 +165,7 @@ def validate(
                     "verify them",
                     err=True,
                 )
-        if not remote and format_name in (None, *RECORD_FORMATS) and is_record_store(Path(path)):
+        if not remote and _keyed_format(format_name) and is_record_store(Path(path)):
             lines = _record_lines(Path(path), deep)  # its manifest checked; deep: every file
             if (Path(path) / "sequence.bin").exists():  # sft: a token stream too, summarised as one below
                 lines = []
@@ -206,13 +206,24 @@ def _record_lines(path: Path, deep: bool) -> list[str]:
     store = open_records(path, validate="deep" if deep else "fast")
     tokens = sum(part.lengths[key] for part in store.parts for key in part.files if key in TOKEN_KEYS)
     return [
-        f"{'format':<10} {'h5' if getattr(store.parts[0], 'path', None) else 'bin-meta'} (record store)",
+        f"{'format':<10} {_store_format(path)} (record store)",
         f"{'path':<10} {path}",
         f"{'records':<10} {len(store):,}",
         f"{'tokens':<10} {tokens:,}",
         f"{'keys':<10} {', '.join(store.keys)}",
         f"{'manifest':<10} {'yes' if (path / MANIFEST_NAME).is_file() else 'none (--write-manifest writes one)'}",
     ]
+
+
+def _keyed_format(name: str | None) -> bool:
+    """Whether ``--format`` leaves a record store to be read as one: none given, or a format with a keyed store."""
+    spec = available_formats().get(name) if name is not None else None
+    return name is None or (spec is not None and spec.store is not None)
+
+
+def _store_format(path: Path) -> str:
+    """The name of the registered format whose keyed store holds the record store at ``path``."""
+    return next(s.name for s in available_formats().values() if s.store is not None and s.store.detect(path))
 
 
 @contextlib.contextmanager
@@ -355,7 +366,7 @@ def _verify_recorded_checksums(dataset: TokenDataset, source: Path | str, remote
 @option("--legacy", is_flag=True, help="packed: write the legacy 8-byte-header layout (4-byte tokens).")
 @option(
     "--file-format",
-    type=click.Choice(["npy", "bin"]),
+    type=click.Choice(FILE_FORMATS),
     default=None,
     help="flat: write .npy shards (default) or raw .bin shards.",
 )

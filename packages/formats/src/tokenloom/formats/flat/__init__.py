@@ -8,9 +8,9 @@ import re
 
 from tokenloom.formats._contract import FormatSpec
 from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME, is_flat, open_flat
-from tokenloom.formats.flat.writer import FlatWriter
+from tokenloom.formats.flat.writer import FILE_FORMATS, FlatWriter
 
-__all__ = ["DOCUMENT_LENGTHS_NAME", "SPEC", "FlatWriter", "is_flat", "open_flat"]
+__all__ = ["DOCUMENT_LENGTHS_NAME", "FILE_FORMATS", "SPEC", "FlatWriter", "is_flat", "open_flat"]
 
 DESCRIPTION = "a directory of 1-D .npy or raw .bin token shards (KempnerForge, tatm)"
 OPTIONS = ("file_pattern", "split", "eos_id", "vocab_size")

@@ -15,7 +15,10 @@ from tokenloom.formats.flat.reader import DOCUMENT_LENGTHS_NAME
 from tokenloom.formats.io.atomic import TempFile, atomic_write_bytes, fsync_dir
 from tokenloom.formats.io.output import shard_cut
 
-__all__ = ["FlatWriter"]
+__all__ = ["FILE_FORMATS", "FlatWriter"]
+
+#: The shard file formats the writer takes (``file_format=``): self-describing .npy, raw .bin
+FILE_FORMATS = ("npy", "bin")
 
 
 class _ShardFile(TempFile):
@@ -71,7 +74,7 @@ class FlatWriter(ShardedWriter):
         overwrite: bool = False,
         **basics: Unpack[WriterBasics],
     ) -> None:
-        if file_format not in ("npy", "bin"):
+        if file_format not in FILE_FORMATS:
             raise ConfigError(f"file_format={file_format!r}, expected 'npy' or 'bin'", field="file_format")
         if not file_prefix or any(ch in file_prefix for ch in "/\\*?[") or file_prefix.startswith("."):
             raise ConfigError(f"file_prefix {file_prefix!r} must be a plain file-name prefix", field="file_prefix")

@@ -14,7 +14,6 @@ from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, find_meta_file
 from tokenloom.formats.keyed.h5 import H5_SUFFIXES, H5Store, is_h5_store, open_h5_dataset
 from tokenloom.formats.keyed.records import GROUPED_KEYS, RecordStore, open_records
 from tokenloom.formats.keyed.records_h5 import is_h5_record_path
-from tokenloom.formats.keyed.registry import StoreFactory, detect_store_type, open_store
 from tokenloom.formats.keyed.store import OPTIONAL_TRAIN_TYPE_KEYS, TRAIN_TYPE_KEYS, KeyedStore
 from tokenloom.formats.keyed.writers import (
     BinMetaStoreWriter,
@@ -39,11 +38,8 @@ __all__ = [
     "RecordStore",
     "RecordH5Writer",
     "RecordStoreWriter",
-    "StoreFactory",
     "StoreWriter",
-    "detect_store_type",
     "open_records",
-    "open_store",
 ]
 
 

@@ -43,6 +43,7 @@ from tokenloom.tokenize.inputs._registry import (
     readers,
     register,
     sniff,
+    sniff_file,
     unregister,
 )
 from tokenloom.tokenize.inputs._rows import RowFile
@@ -85,6 +86,7 @@ __all__ = [
     "register",
     "row_records",
     "sniff",
+    "sniff_file",
     "stream_lines",
     "unregister",
 ]

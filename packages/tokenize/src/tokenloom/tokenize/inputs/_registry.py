@@ -67,6 +67,12 @@ class InputReader(Protocol):
 
     def open(self, source: Any, **options: Any) -> Any: ...
 
+    def open_remote(self, source: Any, *, shown: Any, reuse: Any = None) -> Any:
+        """A row format's RowFile over ranged reads of an object (``source``: a seekable file object). ``reuse``:
+        what an earlier open of the same object left in its ``reusable`` attribute (parquet: the parsed footer),
+        so a reader decides its own open options; another format ignores parquet's."""
+        return self.open(source, shown=shown)
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by name: a worker's copy is the registered reader itself (``is`` comparisons hold)."""
         return (format_named, (self.name,))
@@ -127,17 +133,23 @@ def sniff(path: Path) -> InputReader:
     An empty file is what its name says (the reader reports it as an empty input). A kind with a
     trailer (parquet's ``PAR1``) must also end with it: without it the footer is missing (a cut copy).
     """
-    claimed = claimed_format(path.name)
     try:
         with open(path, "rb") as handle:
-            head = handle.read(8)
-            size = handle.seek(0, 2)
-            tail = b""
-            if size >= 8:
-                handle.seek(size - 4)
-                tail = handle.read(4)
+            return sniff_file(handle, path.name, path)
     except OSError as exc:
         raise storage_error(exc, path, "reading an input file's first bytes") from exc
+
+
+def sniff_file(handle: Any, name: str, path: Any) -> InputReader:
+    """:func:`sniff` over a seekable binary file object called ``name`` (a remote object's reads: two ranged
+    GETs), ``path`` as messages show it."""
+    claimed = claimed_format(name)
+    head = handle.read(8)
+    size = handle.seek(0, 2)
+    tail = b""
+    if size >= 8:
+        handle.seek(size - 4)
+        tail = handle.read(4)
     if not head:
         return claimed or detect(b"")
     found = detect(head)
@@ -145,7 +157,7 @@ def sniff(path: Path) -> InputReader:
         names = ", ".join(r.stream_name or r.name for r in _READERS.values() if r.magic)
         holds = f"plain text (no {names} magic)" if not found.magic else found.name
         raise FormatError(
-            f"input {path.name} is named as {claimed.name} but its first bytes ({head[:4].hex(' ')}) are {holds}",
+            f"input {name} is named as {claimed.name} but its first bytes ({head[:4].hex(' ')}) are {holds}",
             path=path,
             offset=0,
             hint=f"Rename it to end in {found.suffixes[0]} if the content is right, or replace it with the file "

@@ -19,7 +19,7 @@ class ParquetRows:
         self.shown = shown if shown is not None else source
         try:
             self.file: Any = pq.ParquetFile(source, **options)
-            self.metadata = metadata = self.file.metadata
+            self.metadata = self.reusable = metadata = self.file.metadata  # reusable: see open_remote
             self.units = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
             self.schema = self.file.schema_arrow
         except self._errors as exc:
@@ -50,6 +50,11 @@ class _Parquet(InputReader):
         """``source``: a path or a binary file object; ``options`` go to ``pyarrow.parquet.ParquetFile``."""
         options.setdefault("page_checksum_verification", True)
         return ParquetRows(source, **options)
+
+    def open_remote(self, source: Any, *, shown: Any, reuse: Any = None) -> ParquetRows:
+        """Over ranged reads: the footer parsed once per object (``reuse``), a row group's column chunks fetched
+        together (``pre_buffer``): a row group then costs one ranged GET."""
+        return self.open(source, shown=shown, metadata=reuse, pre_buffer=True)
 
 
 PARQUET = register(_Parquet())

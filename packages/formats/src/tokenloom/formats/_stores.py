@@ -1,5 +1,7 @@
 """Keyed stores by name ("h5", "bin"): a view of the one format registry, and ``open_store``.
 
+Beside the registry, not in ``keyed/``: the registry imports the format folders, so a folder must not ask it.
+
 A store is the keyed side of a registered format (``FormatSpec.store``); nothing here keeps a table of
 its own, so a third party's format with a store side opens like the built-in ones.
 """
