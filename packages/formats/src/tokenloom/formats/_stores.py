@@ -9,22 +9,18 @@ its own, so a third party's format with a store side opens like the built-in one
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tokenloom.formats._contract import StoreSpec
 from tokenloom.formats._registry import available_formats
 from tokenloom.formats.errors import ConfigError, FormatError, MissingFileError
 from tokenloom.formats.io.paths import as_path
-from tokenloom.formats.io.urls import is_remote_url
-from tokenloom.formats.keyed.store import KeyedStore
+from tokenloom.formats.keyed.store import KeyedStore, read_store
 
 if TYPE_CHECKING:
     from tokenloom.formats.remote.options import RemoteOptions
 
-__all__ = ["StoreFactory", "detect_store_type", "open_store", "read_store", "store_spec"]
-
-T = TypeVar("T")
+__all__ = ["StoreFactory", "detect_store_type", "open_store", "store_spec"]
 
 
 def _stores() -> dict[str, StoreSpec]:
@@ -93,23 +89,6 @@ def _load(path: str | os.PathLike[str], format: str | None, train_type: str | No
     if train_type is not None:
         store.require(train_type)
     return store
-
-
-def read_store(path: str | os.PathLike[str], remote: RemoteOptions | None, read: Callable[[Any], T]) -> T:
-    """``read(path)``; for a URL, ``read`` runs on its :class:`RemotePath` through the one remote layer
-    (:func:`tokenloom.formats.remote.opener.read_remote`, which names the result by the URL and gives it
-    ``remote`` as ``.remote``). ``remote`` with a local path is a ConfigError: it says how to reach object storage."""
-    if is_remote_url(path):
-        from tokenloom.formats.remote.opener import read_remote
-
-        return read_remote(path, read, remote=remote)
-    if remote is not None:
-        raise ConfigError(
-            f"remote= applies to a store in object storage (s3://, gs://, az://, https://), not to {os.fspath(path)!r}",
-            field="remote",
-            hint="Drop remote=, or pass the store's URL",
-        )
-    return read(path)
 
 
 class StoreFactory:

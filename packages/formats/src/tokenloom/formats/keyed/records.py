@@ -55,8 +55,7 @@ from tokenloom.formats.io.paths import as_path
 from tokenloom.formats.io.urls import StoredPath
 from tokenloom.formats.keyed.bin_meta import META_NAME, BinStore, Part, find_meta_files
 from tokenloom.formats.keyed.records_h5 import h5_record_parts, is_h5_record_path
-from tokenloom.formats.keyed.registry import read_store
-from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite
+from tokenloom.formats.keyed.store import TOKEN_KEYS, check_finite, read_store
 
 if TYPE_CHECKING:
     from tokenloom.formats.remote.options import RemoteOptions

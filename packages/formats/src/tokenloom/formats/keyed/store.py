@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from tokenloom.formats.errors import (
 from tokenloom.formats.io.dtypes import as_token_dtype, check_asked_dtype
 from tokenloom.formats.io.index_map import iter_chunks
 from tokenloom.formats.io.paths import as_path
+from tokenloom.formats.io.urls import is_remote_url
 
 if TYPE_CHECKING:
     from tokenloom.formats.remote.options import RemoteOptions
@@ -56,6 +57,7 @@ __all__ = [
     "KeyedStore",
     "check_finite",
     "check_length",
+    "read_store",
     "token_key_dtype",
     "check_key_name",
     "StoreTokenReader",
@@ -372,3 +374,23 @@ class KeyedStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(path={self.path!r}, keys={self._keys}, elements={len(self)})"
+
+
+T = TypeVar("T")
+
+
+def read_store(path: str | os.PathLike[str], remote: RemoteOptions | None, read: Callable[[Any], T]) -> T:
+    """``read(path)``; for a URL, ``read`` runs on its :class:`RemotePath` through the one remote layer
+    (:func:`tokenloom.formats.remote.opener.read_remote`, which names the result by the URL and gives it
+    ``remote`` as ``.remote``). ``remote`` with a local path is a ConfigError: it says how to reach object storage."""
+    if is_remote_url(path):
+        from tokenloom.formats.remote.opener import read_remote
+
+        return read_remote(path, read, remote=remote)
+    if remote is not None:
+        raise ConfigError(
+            f"remote= applies to a store in object storage (s3://, gs://, az://, https://), not to {os.fspath(path)!r}",
+            field="remote",
+            hint="Drop remote=, or pass the store's URL",
+        )
+    return read(path)

@@ -166,7 +166,7 @@ def _open(
 
 def read_remote(url: Any, read: Callable[[Path], Any], *, remote: RemoteOptions | None = None) -> Any:
     """``read(path)`` run on the :class:`RemotePath` of ``url``: for readers that are not a format's dataset reader
-    (keyed and record stores, through :func:`tokenloom.formats.keyed.registry.read_store`). What a manifest there
+    (keyed and record stores, through :func:`tokenloom.formats.keyed.store.read_store`). What a manifest there
     records is verified. The object read is named by the URL as given (``.path``, never the node's local view)
     and keeps its options as ``.remote`` (``remote``, or the environment's defaults); it pickles with its block
     cache's settings, so a DataLoader worker reads the same objects the same way."""
