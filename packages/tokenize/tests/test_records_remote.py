@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from tokenize_helpers import kill_script_when, wait_group_gone
+from tokenize_helpers import REMOTE_TOKENIZE_SCRIPT, kill_script_when, wait_group_gone
 
 from tokenloom.formats import (
     ChecksumError,
@@ -139,14 +139,7 @@ def test_503s_and_resets_on_the_uploads_give_the_same_bytes(
     _same_files(local, seaweed.objects(url))
 
 
-SCRIPT = """
-import json, sys
-from tokenloom.formats import RemoteOptions
-from tokenloom.tokenize import TokenizeConfig, tokenize
-kwargs = json.loads(sys.argv[1])
-remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
-tokenize(TokenizeConfig(**kwargs, remote=remote))
-"""
+SCRIPT = REMOTE_TOKENIZE_SCRIPT
 
 
 @pytest.mark.parametrize("kill_at", ["units", "merged store"])

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from tokenize_helpers import kill_script_when, s3_cli_env, wait_group_gone
+from tokenize_helpers import REMOTE_TOKENIZE_SCRIPT, kill_script_when, s3_cli_env, same_dataset, wait_group_gone
 
 from tokenloom.formats import RemoteOptions, open_dataset
 from tokenloom.formats.errors import ConfigError, MissingFileError, ResumeMismatchError
@@ -42,19 +42,6 @@ def _local(corpus: Path, tokenizer: Path, out: Path, **options: Any) -> Path:
                             **options)  # fmt: skip
     tokenize(config)
     return out
-
-
-def _same_dataset(local: Path, objects: dict[str, bytes]) -> None:
-    assert sorted(objects) == sorted(p.name for p in local.iterdir())
-    for name, data in objects.items():
-        if name == "manifest.json":
-            ours, theirs = orjson.loads((local / name).read_bytes()), orjson.loads(data)
-            for record in (ours, theirs):
-                record["metadata"]["tokenize"].pop("engine")
-                record.pop("checksum")
-            assert ours == theirs
-        else:
-            assert data == (local / name).read_bytes(), name
 
 
 def _bucket_config(
@@ -85,7 +72,7 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
     assert S3_SECRET not in repr(config)  # credentials never in a config's repr (logs, errors)
     summary = tokenize(config)
     assert str(summary.output_dir) == url and summary.shards > 3
-    _same_dataset(local, seaweed.objects(url))
+    same_dataset(local, seaweed.objects(url))
     remote = open_dataset(
         url,
         remote=RemoteOptions.from_keywords(
@@ -98,14 +85,7 @@ def test_tokenize_to_s3_equals_local(seaweed, corpus, tiny_tokenizer, tmp_path):
     assert again.already_complete and again.shards == summary.shards
 
 
-SCRIPT = """
-import json, sys
-from tokenloom.formats import RemoteOptions
-from tokenloom.tokenize import TokenizeConfig, tokenize
-kwargs = json.loads(sys.argv[1])
-remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
-tokenize(TokenizeConfig(**kwargs, remote=remote))
-"""
+SCRIPT = REMOTE_TOKENIZE_SCRIPT
 
 
 def _run_killed(kwargs: dict[str, Any], ready, timeout: float = 90) -> None:
@@ -147,7 +127,7 @@ def test_sigkill_mid_upload_resumes_without_uploading_twice(seaweed, fault_proxy
     fault_proxy.faults = []
     remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
     tokenize(TokenizeConfig(**{**kwargs, "input_dir": corpus, "plan_cache_dir": tmp_path / "cache"}, remote=remote))
-    _same_dataset(local, seaweed.objects(url))
+    same_dataset(local, seaweed.objects(url))
     twice = {path: count for path, count in fault_proxy.uploads.items() if count != 1}
     assert twice == {}, f"uploaded more than once: {twice}"
     assert set(before) < set(fault_proxy.uploads)
@@ -168,7 +148,7 @@ def test_503_bursts_on_uploads_are_retried(seaweed, fault_proxy, corpus, tiny_to
     writes = ("uploading", "creating it once")  # the first PUTs: the plan's create, then the units' uploads
     waits = sum("waiting for" in r.getMessage() and any(w in r.getMessage() for w in writes) for r in caplog.records)
     assert 1 <= waits <= 4  # one line per distinct wait, not one per retry
-    _same_dataset(local, seaweed.objects(url))
+    same_dataset(local, seaweed.objects(url))
 
 
 def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer, tmp_path):
@@ -212,7 +192,7 @@ def test_manifest_is_uploaded_last(seaweed, fault_proxy, corpus, tiny_tokenizer,
         gate.set()
         thread.join(timeout=60)
     assert not failed
-    _same_dataset(local, seaweed.objects(url))
+    same_dataset(local, seaweed.objects(url))
 
 
 def test_existing_dataset_refused_unless_overwrite(seaweed, corpus, tiny_tokenizer, tmp_path, tree_digest):
@@ -228,7 +208,7 @@ def test_existing_dataset_refused_unless_overwrite(seaweed, corpus, tiny_tokeniz
     assert "--overwrite" in (info.value.hint or "")
     tokenize(config(**other, overwrite=True))
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", **other)
-    _same_dataset(local, seaweed.objects(url))  # the first run's extra shards are gone
+    same_dataset(local, seaweed.objects(url))  # the first run's extra shards are gone
     assert tree_digest(corpus) == inputs_before  # --overwrite never touches the source
 
 
@@ -260,7 +240,7 @@ def test_a_dataset_of_the_old_shard_layout_is_refused_then_replaced_by_overwrite
         tokenize(config(**OPTIONS))
     assert "--overwrite" in (info.value.hint or "")
     tokenize(config(**OPTIONS, overwrite=True))
-    _same_dataset(_local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS), seaweed.objects(url))
+    same_dataset(_local(corpus, tiny_tokenizer, tmp_path / "local", **OPTIONS), seaweed.objects(url))
 
 
 @pytest.mark.parametrize(
@@ -290,7 +270,7 @@ def test_cli_tokenize_to_s3(seaweed, corpus, tiny_tokenizer, tmp_path):
     assert f"wrote {url}" in done.stdout
     assert S3_SECRET not in done.stdout + done.stderr
     local = _local(corpus, tiny_tokenizer, tmp_path / "local", shard_size_tokens=3000)
-    _same_dataset(local, seaweed.objects(url))
+    same_dataset(local, seaweed.objects(url))
 
 
 def test_faults_on_every_method_of_a_bucket_output_are_retried(
@@ -309,4 +289,4 @@ def test_faults_on_every_method_of_a_bucket_output_are_retried(
         )
     )
     assert fault_proxy.faults == []
-    _same_dataset(local, seaweed.objects(url))
+    same_dataset(local, seaweed.objects(url))

@@ -11,9 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from tokenize_helpers import kill_script_when, wait_group_gone
+from tokenize_helpers import REMOTE_TOKENIZE_SCRIPT, kill_script_when, same_dataset, wait_group_gone
 
 from tokenloom.formats import RemoteOptions
 from tokenloom.tokenize import TokenizeConfig, tokenize
@@ -21,27 +20,7 @@ from tokenloom.tokenize import TokenizeConfig, tokenize
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL and process groups")
 
 OPTIONS: dict[str, Any] = {"shard_size_tokens": 3000, "chunk_lines": 40, "seq_len": 64, "overlap_size": 16}
-SCRIPT = """
-import json, sys
-from tokenloom.formats import RemoteOptions
-from tokenloom.tokenize import TokenizeConfig, tokenize
-kwargs = json.loads(sys.argv[1])
-remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
-tokenize(TokenizeConfig(**kwargs, remote=remote))
-"""
-
-
-def _same(local: Path, objects: dict[str, bytes]) -> None:
-    assert sorted(objects) == sorted(p.name for p in local.iterdir())
-    for name, data in objects.items():
-        if name == "manifest.json":
-            ours, theirs = orjson.loads((local / name).read_bytes()), orjson.loads(data)
-            for record in (ours, theirs):
-                record["metadata"]["tokenize"].pop("engine")
-                record.pop("checksum")
-            assert ours == theirs
-        else:
-            assert data == (local / name).read_bytes(), name
+SCRIPT = REMOTE_TOKENIZE_SCRIPT
 
 
 @pytest.mark.parametrize("cache", ["kept", "lost"])
@@ -84,5 +63,5 @@ def test_two_worker_upload_killed_twice_then_finished_in_process(
     config = TokenizeConfig(**rest, remote=remote)
     summary = tokenize(config)
     assert not summary.already_complete
-    _same(local, seaweed.objects(url))
+    same_dataset(local, seaweed.objects(url))
     assert tokenize(config).already_complete

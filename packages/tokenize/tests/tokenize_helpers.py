@@ -209,3 +209,30 @@ def gpt_reference(docs: list[list[int]], seq_len: int, overlap: int, eod: int = 
             out.append((window, prefix))
             start += stride
     return out
+
+
+def same_dataset(local: Path, objects: dict[str, bytes]) -> None:
+    """The objects of a bucket dataset equal a local run's files (the manifests compared without the engine
+    name and their checksum)."""
+    assert sorted(objects) == sorted(p.name for p in local.iterdir())
+    for name, data in objects.items():
+        if name == "manifest.json":
+            ours, theirs = orjson.loads((local / name).read_bytes()), orjson.loads(data)
+            for record in (ours, theirs):
+                record["metadata"]["tokenize"].pop("engine")
+                record.pop("checksum")
+            assert ours == theirs
+        else:
+            assert data == (local / name).read_bytes(), name
+
+
+#: A tokenize run to a bucket in a subprocess (kill tests): argv[1] is the JSON of TokenizeConfig's keywords plus
+#: ``storage_options``.
+REMOTE_TOKENIZE_SCRIPT = """
+import json, sys
+from tokenloom.formats import RemoteOptions
+from tokenloom.tokenize import TokenizeConfig, tokenize
+kwargs = json.loads(sys.argv[1])
+remote = RemoteOptions.from_keywords(storage_options=kwargs.pop("storage_options"))
+tokenize(TokenizeConfig(**kwargs, remote=remote))
+"""

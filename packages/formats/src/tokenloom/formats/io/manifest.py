@@ -389,18 +389,9 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
                 field="files.name",
                 hint="The manifest was edited or damaged; restore it or re-create the dataset",
             )
-        if "/" in name or name in ("", ".", ".."):
-            raise FormatError(
-                f"manifest lists a file outside the dataset: {name!r}", path=path, record=i, field="files.name"
-            )
-        if name in seen:
-            raise FormatError(
-                f"manifest lists the file {name!r} twice",
-                path=path,
-                record=i,
-                field="files.name",
-                hint="The manifest was edited or damaged; restore it or re-create the dataset",
-            )
+        if "/" in name or name in ("", ".", "..") or name in seen:
+            what = f"the file {name!r} twice" if name in seen else f"a file outside the dataset: {name!r}"
+            raise FormatError(f"manifest lists {what}", path=path, record=i, field="files.name")
         seen.add(name)
     optional = {"vocab_size": (int,), "eos_id": (int,), "tokenizer_fingerprint": (str,), "metadata": (dict,)}
     for key, kinds in optional.items():
