@@ -81,3 +81,38 @@ def test_a_json_array_file_is_read_or_named(corpus: list[str], tokenizer_dir: Pa
         assert "array.json" in str(exc)
         return
     assert got == stream([corpus[0]], tokenizer_dir)
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_a_remote_arrow_stream_streams_like_the_local_one(range_server, tmp_path, tokenizer_dir, dictionary) -> None:
+    """Arrow over ranged reads: many small batches; with a dictionary column that changes between batches
+    (the lazy reader falls back to pyarrow's reader of the whole object)."""
+    import random
+
+    pa = pytest.importorskip("pyarrow")
+    from conftest import make_text
+
+    rng = random.Random(5)
+    texts = [make_text(rng, i) for i in range(120)]
+    path = range_server.root / "rows.arrow"
+    size = 12 if dictionary else 7
+    if dictionary:
+        schema = pa.schema([("text", pa.dictionary(pa.int32(), pa.string()))])
+        with pa.ipc.new_stream(str(path), schema) as writer:
+            for start in range(0, 120, size):
+                chunk = texts[start : start + size]
+                array = pa.DictionaryArray.from_arrays(pa.array(range(len(chunk)), pa.int32()), pa.array(chunk))
+                writer.write_batch(pa.record_batch([array], schema=schema))
+    else:
+        table = pa.table({"text": texts})
+        with pa.ipc.new_stream(str(path), table.schema) as writer:
+            writer.write_table(table, max_chunksize=size)
+    local = tmp_path / "rows.arrow"
+    local.write_bytes(path.read_bytes())
+    plain = tmp_path / "plain.arrow"  # the same batches, plain strings: the same units, so the same samples
+    table = pa.table({"text": texts})
+    with pa.ipc.new_stream(str(plain), table.schema) as writer:
+        writer.write_table(table, max_chunksize=size)
+    expected = stream([str(plain)], tokenizer_dir)
+    assert stream([str(local)], tokenizer_dir) == expected
+    assert stream([f"{range_server.url}/rows.arrow"], tokenizer_dir) == expected

@@ -122,3 +122,63 @@ def test_pack_after_a_kill_between_convert_and_cleanup(tmp_path: Path, tiny_toke
         pack(source, target, tokenizer=str(tiny_tokenizer), num_workers=0)
     pack(source, target, tokenizer=str(tiny_tokenizer), num_workers=0, overwrite=True)
     assert target.read_bytes() == expected and not _staging(target).exists()
+
+
+def test_pack_rerun_after_a_kill_with_the_input_changed_is_never_stale(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    """Killed mid-run, the input then rewritten (new records appended): the rerun gives the new input's bytes or
+    a named DataError, never the staged run of the old content."""
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(_texts(60_000))
+    target = tmp_path / "out.pbin"
+    cmd = [sys.executable, "-m", "tokenloom.formats", "pack", str(source), "--output", str(target)]
+    cmd += ["--tokenizer", str(tiny_tokenizer), "--num-workers", "2", "--no-progress"]
+    victim = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not _staging(target).is_dir():
+        if victim.poll() is not None:
+            pytest.fail(f"pack ended before it could be killed: {victim.stderr.read().decode()[-1500:]}")  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(0.3)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=10)
+    source.write_bytes(_texts(60_000) + b"".join(orjson.dumps({"text": f"late {i}"}) + b"\n" for i in range(500)))
+    expected = tmp_path / "expected.pbin"
+    pack(source, expected, tokenizer=str(tiny_tokenizer), num_workers=2)
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if rerun.returncode != 0:
+        assert "in.jsonl" in rerun.stderr or "overwrite" in rerun.stderr, rerun.stderr[-2000:]
+        assert not target.exists()
+        return
+    assert target.read_bytes() == expected.read_bytes()
+    assert not _staging(target).exists()
+
+
+def test_pack_of_arrow_and_parquet_equals_pack_of_the_jsonl(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"document {i} " + "lorem ipsum " * (i % 9) for i in range(700)]
+    (tmp_path / "a.jsonl").write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in texts))
+    table = pa.table({"text": texts})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=64)
+    with pa.ipc.new_stream(str(tmp_path / "a.arrow"), table.schema) as writer:
+        writer.write_table(table, max_chunksize=33)
+    outputs = {}
+    for name in ("a.jsonl", "a.parquet", "a.arrow"):
+        target = tmp_path / f"{name}.pbin"
+        pack(tmp_path / name, target, tokenizer=str(tiny_tokenizer), num_workers=2)
+        outputs[name] = target.read_bytes()
+        assert not _staging(target).exists()
+    assert outputs["a.parquet"] == outputs["a.jsonl"] == outputs["a.arrow"]
+
+
+def test_pack_of_a_zst_named_jsonl_is_named_and_leaves_nothing(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    import zstandard
+
+    source = tmp_path / "z.jsonl"
+    source.write_bytes(zstandard.ZstdCompressor().compress(_texts(100)))
+    target = tmp_path / "z.pbin"
+    with pytest.raises(DataError, match="z.jsonl"):
+        pack(source, target, tokenizer=str(tiny_tokenizer), num_workers=0)
+    assert not target.exists() and not _staging(target).exists()
