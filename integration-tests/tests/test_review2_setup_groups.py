@@ -31,7 +31,8 @@ def test_the_testing_member_is_the_default_group_remote_and_no_extra() -> None:
         project = tomllib.loads(package.read_text())["project"]
         if project["name"] == "tokenloom-testing":
             continue
-        runtime = [*project.get("dependencies", []), *sum(project.get("optional-dependencies", {}).values(), [])]
+        extras = project.get("optional-dependencies", {}).values()
+        runtime = [*project.get("dependencies", []), *(d for extra in extras for d in extra)]
         assert not [d for d in runtime if d.startswith("tokenloom-testing")], package
     assert not any(d.startswith("tokenloom-testing") for d in root["project"]["dependencies"])
 
@@ -40,7 +41,9 @@ def test_every_group_a_doc_or_the_demo_hint_names_exists() -> None:
     groups = set(_pyproject(ROOT)["dependency-groups"])
     texts = {str(p.relative_to(ROOT)): p.read_text() for p in _readmes()}
     texts["src/tokenloom/demo/_command.py"] = (ROOT / "src/tokenloom/demo/_command.py").read_text()
-    named = {(where, g) for where, text in texts.items() for g in re.findall(r"uv (?:sync|run)[^`\n]*?--group (\w+)", text)}
+    named = {
+        (where, g) for where, text in texts.items() for g in re.findall(r"uv (?:sync|run)[^`\n]*?--group (\w+)", text)
+    }
     assert named, "no `--group` found: the pattern is wrong"
     assert {(where, g) for where, g in named if g not in groups} == set()
     assert "uv sync --group remote" in texts["src/tokenloom/demo/_command.py"]

@@ -20,7 +20,9 @@ from tokenloom.tokenize.inputs.arrow import ARROW, ArrowRows
 def _pyarrow_rows(data: bytes) -> list[dict[str, Any]]:
     if data[:6] == b"ARROW1":
         reader = pa.ipc.open_file(pa.BufferReader(data))
-        return pa.Table.from_batches([reader.get_batch(i) for i in range(reader.num_record_batches)], reader.schema).to_pylist()
+        return pa.Table.from_batches(
+            [reader.get_batch(i) for i in range(reader.num_record_batches)], reader.schema
+        ).to_pylist()
     return pa.ipc.open_stream(pa.BufferReader(data)).read_all().to_pylist()
 
 
@@ -78,7 +80,9 @@ def test_dictionary_columns(layout: str, delta: bool, tmp_path: Path) -> None:
     batches = []
     for i in range(5):
         words = [f"w{j}" for j in range(i + 2)] if delta else ["a", "b", "c"]
-        array = pa.DictionaryArray.from_arrays(pa.array([j % len(words) for j in range(7)], pa.int32()), pa.array(words))
+        array = pa.DictionaryArray.from_arrays(
+            pa.array([j % len(words) for j in range(7)], pa.int32()), pa.array(words)
+        )
         batches.append(pa.record_batch([array, pa.array(range(i * 7, i * 7 + 7))], schema=schema))
     try:
         data = _write(layout, schema, batches, emit_dictionary_deltas=delta)
@@ -141,7 +145,11 @@ def test_hf_save_to_disk_shards_read_like_datasets(tmp_path: Path) -> None:
     """A real `datasets` save_to_disk (3 shards, features with a ClassLabel, after shuffle and select)."""
     datasets = pytest.importorskip("datasets")
     features = datasets.Features(
-        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"]), "score": datasets.Value("float32")}
+        {
+            "text": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["neg", "pos"]),
+            "score": datasets.Value("float32"),
+        }
     )
     rows = [{"text": f"row {i} " + "word " * (i % 11), "label": i % 2, "score": i / 3} for i in range(2500)]
     ds = datasets.Dataset.from_list(rows, features=features).shuffle(seed=1).select(range(0, 2500, 2))

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses SIGKILL an
 
 
 def _texts(n: int) -> bytes:
-    return b"".join(orjson.dumps({"text": f"document {i} " + "lorem ipsum dolor " * (i % 23)}) + b"\n" for i in range(n))
+    return b"".join(
+        orjson.dumps({"text": f"document {i} " + "lorem ipsum dolor " * (i % 23)}) + b"\n" for i in range(n)
+    )
 
 
 def _staging(target: Path) -> Path:
