@@ -97,3 +97,11 @@ def test_a_dpo_store_at_a_url_in_spawned_workers(seaweed, tmp_path, monkeypatch)
     loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn", timeout=120)
     got = [{key: value.numpy().tobytes() for key, value in item.items()} for item in loader]
     assert got == reference
+
+
+def test_a_settings_dict_as_remote_is_a_named_config_error(tmp_path):
+    from tokenloom.formats import ConfigError
+
+    with pytest.raises(ConfigError, match="RemoteOptions.from_keywords") as caught:
+        DatasetFactory.load("sft", "s3://bucket/prefix", seq_len=SEQ_LEN, remote={"endpoint": "http://127.0.0.1:9"})
+    assert caught.value.field == "remote"
