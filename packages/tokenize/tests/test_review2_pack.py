@@ -186,14 +186,6 @@ def test_pack_of_a_zst_named_jsonl_is_named_and_leaves_nothing(tmp_path: Path, t
     assert not target.exists() and not _staging(target).exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tokenize/_unit_files.py:179-184 (plan-mismatch ResumeMismatchError), reached via _pack.py's run_units: "
-    "`tokenloom pack in.jsonl --output out.pbin` killed mid-run, in.jsonl rewritten, rerun -> exit 1 with "
-    "'the output directory's unit plan ... [file out.pbin.native-staging/.tokenloom-plan.json] ... write into another "
-    "--output-dir (or pass --overwrite on a single node)': pack has no --output-dir option and no nodes; expected a "
-    "hint in pack's terms (--output / --overwrite, or remove the staging directory)",
-)
 def test_pack_rerun_with_a_changed_input_hints_in_packs_own_options(tmp_path: Path, tiny_tokenizer: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_bytes(_texts(60_000))

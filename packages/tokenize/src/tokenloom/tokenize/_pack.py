@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from tokenloom.formats import ConfigError, DataError, convert_dataset, open_dataset
+from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, convert_dataset, open_dataset
 from tokenloom.formats.io import check_disjoint, output_lock
 from tokenloom.tokenize._config import UNIT_FORMAT, OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
@@ -109,7 +109,17 @@ def pack(
         overwrite=overwrite,  # a leftover staging run of other settings is replaced, not resumed
     )
     with output_lock(staging, what="--output"):
-        native = run_units(config, inputs, on_progress=on_progress)
+        try:
+            native = run_units(config, inputs, on_progress=on_progress)
+        except ResumeMismatchError as exc:  # the staging run's own hint speaks of nodes and --output-dir
+            raise ResumeMismatchError(
+                exc.problem,
+                path=exc.path,
+                offset=exc.offset,
+                record=exc.record,
+                field=exc.field,
+                hint=f"Pass --overwrite (overwrite=True in Python) to start afresh, or delete {staging.name}",
+            ) from None
     try:
         convert_dataset(
             open_dataset(staging, format=UNIT_FORMAT),
