@@ -103,5 +103,5 @@ def test_a_settings_dict_as_remote_is_a_named_config_error(tmp_path):
     from tokenloom.formats import ConfigError
 
     with pytest.raises(ConfigError, match="RemoteOptions.from_keywords") as caught:
-        DatasetFactory.load("sft", "s3://bucket/prefix", seq_len=SEQ_LEN, remote={"endpoint": "http://127.0.0.1:9"})
+        DatasetFactory.load("sft", "s3://bucket/prefix", seq_len=SEQ_LEN, remote={"endpoint": "http://127.0.0.1:9"})  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
     assert caught.value.field == "remote"
