@@ -185,3 +185,21 @@ def test_a_command_line_that_is_not_utf8_still_takes_the_lock(native: Path, tmp_
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert len(open_dataset(target)) == 59 and not lock_path(target).exists()
+
+
+def test_temps_of_dead_writers_beside_a_file_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    """A writer SIGKILLed between write and rename leaves ``final.<pid>-<hex>.tmp``: a rerun removes it once
+    that pid is gone; its own temp and other files' temps stay."""
+    import subprocess
+    import sys
+
+    from tokenloom.formats.io import remove_dead_temps, temp_path
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    final = tmp_path / "out.pbin"
+    gone = tmp_path / f"out.pbin.{int(dead.stdout)}-0a1b2c3d.tmp"
+    mine, other = temp_path(final), tmp_path / f"other.pbin.{int(dead.stdout)}-0a1b2c3d.tmp"
+    for path in (gone, mine, other):
+        path.write_bytes(b"half")
+    assert remove_dead_temps(final) == [gone]
+    assert not gone.exists() and mine.exists() and other.exists()

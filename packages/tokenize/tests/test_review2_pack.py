@@ -35,23 +35,10 @@ def _staging(target: Path) -> Path:
 def test_pack_killed_mid_run_then_rerun_is_byte_identical_and_leaves_no_staging(
     tmp_path: Path, tiny_tokenizer: Path
 ) -> None:
-    source = tmp_path / "in.jsonl"
-    source.write_bytes(_texts(60_000))
+    source, target = _source(tmp_path)
+    cmd = _killed_pack(source, target, tiny_tokenizer)
     clean = tmp_path / "clean.pbin"
     pack(source, clean, tokenizer=str(tiny_tokenizer), num_workers=2)
-    target = tmp_path / "out.pbin"
-    cmd = [sys.executable, "-m", "tokenloom.formats", "pack", str(source), "--output", str(target)]
-    cmd += ["--tokenizer", str(tiny_tokenizer), "--num-workers", "2", "--no-progress"]
-    victim = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not _staging(target).is_dir():  # killed once the staging run has begun
-        if victim.poll() is not None:
-            pytest.fail(f"pack ended before it could be killed: {victim.stderr.read().decode()[-1500:]}")  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    time.sleep(0.3)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait(timeout=10)
     assert not target.exists()
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -89,19 +76,8 @@ def test_pack_with_a_staging_dir_from_another_input_does_not_reuse_it(tmp_path: 
     expected = tmp_path / "expected.pbin"
     pack(b, expected, tokenizer=str(tiny_tokenizer), num_workers=0)
     # leave a staging dir from a's run under out.pbin's staging name: kill a pack of a right after its staging began
-    cmd = [sys.executable, "-m", "tokenloom.formats", "pack", str(a), "--output", str(target)]
-    cmd += ["--tokenizer", str(tiny_tokenizer), "--num-workers", "0", "--no-progress"]
     a.write_bytes(_texts(40_000))
-    victim = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not _staging(target).is_dir():
-        if victim.poll() is not None:
-            pytest.fail(f"pack ended before it could be killed: {victim.stderr.read().decode()[-1500:]}")  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    time.sleep(0.2)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait(timeout=10)
+    _killed_pack(a, target, tiny_tokenizer, workers=0, after=0.2)
     assert _staging(target).is_dir()
     try:
         pack(b, target, tokenizer=str(tiny_tokenizer), num_workers=0)
@@ -126,14 +102,11 @@ def test_pack_after_a_kill_between_convert_and_cleanup(tmp_path: Path, tiny_toke
     assert target.read_bytes() == expected and not _staging(target).exists()
 
 
-def test_pack_rerun_after_a_kill_with_the_input_changed_is_never_stale(tmp_path: Path, tiny_tokenizer: Path) -> None:
-    """Killed mid-run, the input then rewritten (new records appended): the rerun gives the new input's bytes or
-    a named DataError, never the staged run of the old content."""
-    source = tmp_path / "in.jsonl"
-    source.write_bytes(_texts(60_000))
-    target = tmp_path / "out.pbin"
+def _killed_pack(source: Path, target: Path, tokenizer: Path, workers: int = 2, after: float = 0.3) -> list[str]:
+    """``pack SOURCE --output TARGET`` in a subprocess, SIGKILLed ``after`` s once its staging directory appears;
+    its command."""
     cmd = [sys.executable, "-m", "tokenloom.formats", "pack", str(source), "--output", str(target)]
-    cmd += ["--tokenizer", str(tiny_tokenizer), "--num-workers", "2", "--no-progress"]
+    cmd += ["--tokenizer", str(tokenizer), "--num-workers", str(workers), "--no-progress"]
     victim = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not _staging(target).is_dir():
@@ -141,9 +114,24 @@ def test_pack_rerun_after_a_kill_with_the_input_changed_is_never_stale(tmp_path:
             pytest.fail(f"pack ended before it could be killed: {victim.stderr.read().decode()[-1500:]}")  # type: ignore[union-attr]
         assert time.monotonic() < deadline
         time.sleep(0.005)
-    time.sleep(0.3)
+    time.sleep(after)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait(timeout=10)
+    return cmd
+
+
+def _source(tmp_path: Path) -> tuple[Path, Path]:
+    """in.jsonl of 60,000 documents and the out.pbin beside it."""
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(_texts(60_000))
+    return source, tmp_path / "out.pbin"
+
+
+def test_pack_rerun_after_a_kill_with_the_input_changed_is_never_stale(tmp_path: Path, tiny_tokenizer: Path) -> None:
+    """Killed mid-run, the input then rewritten (new records appended): the rerun gives the new input's bytes or
+    a named DataError, never the staged run of the old content."""
+    source, target = _source(tmp_path)
+    cmd = _killed_pack(source, target, tiny_tokenizer)
     source.write_bytes(_texts(60_000) + b"".join(orjson.dumps({"text": f"late {i}"}) + b"\n" for i in range(500)))
     expected = tmp_path / "expected.pbin"
     pack(source, expected, tokenizer=str(tiny_tokenizer), num_workers=2)
@@ -187,21 +175,8 @@ def test_pack_of_a_zst_named_jsonl_is_named_and_leaves_nothing(tmp_path: Path, t
 
 
 def test_pack_rerun_with_a_changed_input_hints_in_packs_own_options(tmp_path: Path, tiny_tokenizer: Path) -> None:
-    source = tmp_path / "in.jsonl"
-    source.write_bytes(_texts(60_000))
-    target = tmp_path / "out.pbin"
-    cmd = [sys.executable, "-m", "tokenloom.formats", "pack", str(source), "--output", str(target)]
-    cmd += ["--tokenizer", str(tiny_tokenizer), "--num-workers", "2", "--no-progress"]
-    victim = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not _staging(target).is_dir():
-        if victim.poll() is not None:
-            pytest.fail(f"pack ended before it could be killed: {victim.stderr.read().decode()[-1500:]}")  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    time.sleep(0.3)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait(timeout=10)
+    source, target = _source(tmp_path)
+    cmd = _killed_pack(source, target, tiny_tokenizer)
     source.write_bytes(_texts(60_000) + b'{"text": "late"}\n')
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 1 and "in.jsonl changed" in rerun.stderr, rerun.stderr[-2000:]

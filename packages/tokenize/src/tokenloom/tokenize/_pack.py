@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tokenloom.formats import ConfigError, DataError, ResumeMismatchError, convert_dataset, open_dataset
-from tokenloom.formats.io import check_disjoint, output_lock
+from tokenloom.formats.io import check_disjoint, output_lock, remove_dead_temps
 from tokenloom.tokenize._config import UNIT_FORMAT, OnError, TokenizeConfig, default_num_workers
 from tokenloom.tokenize._plan import RunInputs, check_tokenizer_files
 from tokenloom.tokenize._staged import STAGING_SUFFIX
@@ -120,6 +120,7 @@ def pack(
                 field=exc.field,
                 hint=f"Pass --overwrite (overwrite=True in Python) to start afresh, or delete {staging.name}",
             ) from None
+    remove_dead_temps(target)  # a pack killed while converting left its temp beside the target
     try:
         convert_dataset(
             open_dataset(staging, format=UNIT_FORMAT),

@@ -29,7 +29,15 @@ from tokenloom.formats.io.blockhash import HASH_BLOCK_SIZE, BlockHashes, file_di
 from tokenloom.formats.io.dtypes import smallest_dtype_for_vocab
 from tokenloom.formats.io.index_map import iter_chunks
 from tokenloom.formats.io.lazy import lazy_exports
-from tokenloom.formats.io.lock import LOCK_SUFFIX, holder_gone, holder_record, lock_path, output_lock, pid_alive
+from tokenloom.formats.io.lock import (
+    LOCK_SUFFIX,
+    holder_gone,
+    holder_record,
+    lock_path,
+    output_lock,
+    pid_alive,
+    remove_dead_temps,
+)
 from tokenloom.formats.io.manifest import (
     EOS_AT_DOCUMENT_END,
     EOS_PLACEMENT,
@@ -72,6 +80,7 @@ __all__ = [
     "parse_url",
     "holder_gone",
     "holder_record",
+    "remove_dead_temps",
     "pid_alive",
     "prepare_output_dir",
     "real_path",

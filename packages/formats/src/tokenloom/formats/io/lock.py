@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import glob
 import logging
 import os
+import re
 import socket
 import stat
 import sys
@@ -30,10 +32,10 @@ from typing import Any
 import orjson
 
 from tokenloom.formats.errors import OutputLockedError, UnsafePathError
-from tokenloom.formats.io.atomic import make_parents, remove_empty
+from tokenloom.formats.io.atomic import TMP_SUFFIX, make_parents, remove_empty
 from tokenloom.formats.io.storage import storage_errors
 
-__all__ = ["LOCK_SUFFIX", "holder_gone", "lock_path", "output_lock"]
+__all__ = ["LOCK_SUFFIX", "holder_gone", "lock_path", "output_lock", "remove_dead_temps"]
 
 LOCK_SUFFIX = ".tokenloom-lock"
 #: An empty or unparsable lock file (its writer died between create and write) is stale after this many seconds.
@@ -70,6 +72,22 @@ def holder_record() -> dict[str, Any]:
         # an argument that is not UTF-8 (a file name in latin-1) holds surrogates that JSON cannot carry
         "command": " ".join(sys.argv[:6])[:300].encode("utf-8", "backslashreplace").decode("utf-8"),
     }
+
+
+def remove_dead_temps(final: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temp files beside ``final`` (``final.<pid>-<8 hex>.tmp``, :func:`~tokenloom.formats.io.temp_path`)
+    whose writer no longer runs on this host (a SIGKILL between write and rename); return them. A temp of a live
+    pid (its writer, or a reused pid) is kept."""
+    final = Path(final)
+    pattern = re.compile(re.escape(final.name) + r"\.(\d+)-[0-9a-f]{8}" + re.escape(TMP_SUFFIX))
+    removed = []
+    for path in final.parent.glob(f"{glob.escape(final.name)}.*{TMP_SUFFIX}"):
+        found = pattern.fullmatch(path.name)
+        if found is not None and not pid_alive(int(found.group(1))):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def pid_alive(pid: int) -> bool:
