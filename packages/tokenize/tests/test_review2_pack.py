@@ -77,7 +77,7 @@ def test_pack_with_a_staging_dir_from_another_input_does_not_reuse_it(tmp_path: 
     pack(b, expected, tokenizer=str(tiny_tokenizer), num_workers=0)
     # leave a staging dir from a's run under out.pbin's staging name: kill a pack of a right after its staging began
     a.write_bytes(_texts(40_000))
-    _killed_pack(a, target, tiny_tokenizer, workers=0, after=0.2)
+    _killed_pack(a, target, tiny_tokenizer, workers=0)
     assert _staging(target).is_dir()
     try:
         pack(b, target, tokenizer=str(tiny_tokenizer), num_workers=0)
@@ -102,21 +102,21 @@ def test_pack_after_a_kill_between_convert_and_cleanup(tmp_path: Path, tiny_toke
     assert target.read_bytes() == expected and not _staging(target).exists()
 
 
-def _killed_pack(source: Path, target: Path, tokenizer: Path, workers: int = 2, after: float = 0.3) -> list[str]:
-    """``pack SOURCE --output TARGET`` in a subprocess, SIGKILLed ``after`` s once its staging directory appears;
-    its command."""
+def _killed_pack(source: Path, target: Path, tokenizer: Path, workers: int = 2) -> list[str]:
+    """``pack SOURCE --output TARGET`` in a subprocess, SIGKILLed as soon as its staging run has written its unit
+    plan (so a rerun meets that plan; encoding 40,000+ documents takes far longer than the 5 ms poll); its command."""
     cmd = [sys.executable, "-m", "tokenloom.formats", "pack", str(source), "--output", str(target)]
     cmd += ["--tokenizer", str(tokenizer), "--num-workers", str(workers), "--no-progress"]
     victim = subprocess.Popen(cmd, start_new_session=True, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
-    while not _staging(target).is_dir():
+    while not (_staging(target) / ".tokenloom-plan.json").is_file():
         if victim.poll() is not None:
             pytest.fail(f"pack ended before it could be killed: {victim.stderr.read().decode()[-1500:]}")  # type: ignore[union-attr]
         assert time.monotonic() < deadline
         time.sleep(0.005)
-    time.sleep(after)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait(timeout=10)
+    assert not target.exists(), "pack finished before the kill"
     return cmd
 
 
